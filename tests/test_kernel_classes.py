@@ -152,7 +152,7 @@ def test_profile_show_names_a_parameter_at_its_bound(tmp_path, capsys):
 def test_fp32_plans_are_timed_at_the_fp32_peak_never_bf16():
     """An fp32 plan's GEMMs run at the store's ``fp32`` peak (PyTorch's default: TF32 matmuls
     off); the BF16 or TF32 peaks never reach them, and a store without an fp32 peak refuses
-    the plan by name (TF32 training is not modelled: docs/accuracy.md)."""
+    the plan by name (TF32 matmuls are ``plan.tf32``'s, off here: tests/test_tf32.py)."""
     store = generate_store("H100-SXM5-80GB")
     s = _session("H100-SXM5-80GB", 1, 1, 1, 1024)
     s.plan.precision = "fp32"

@@ -378,7 +378,7 @@ def test_plan_key_and_label_derive_from_every_field():
                    pipeline_model_parallel_layout="Et*8|t*8L", moe_token_dispatcher_type="flex",
                    overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True,
                    cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te",
-                   cp_comm_type="allgather", cp_a2a_size=2)
+                   cp_comm_type="allgather", cp_a2a_size=2, tf32=True)
     assert set(PLAN_FIELDS) <= set(changed) | {"virtual_pipeline_stages"}
     for name, value in changed.items():
         meta = ParallelPlan.__dataclass_fields__[name].metadata
@@ -386,6 +386,8 @@ def test_plan_key_and_label_derive_from_every_field():
         base = dataclasses.replace(p0, **{meta["label_needs"]: True}) if "label_needs" in meta else p0
         if name in ("cp_comm_type", "cp_a2a_size"):  # labelled with context parallelism only
             base = dataclasses.replace(base, context_parallel=2)
+        if name == "tf32":  # labelled in fp32 only (no fp32 matmuls otherwise)
+            base = dataclasses.replace(base, precision="fp32")
         p1 = dataclasses.replace(base, **{name: value})
         assert plan_key(p1) != plan_key(base), name
         if meta.get("label") != "never":
@@ -403,6 +405,10 @@ def test_plan_key_and_label_derive_from_every_field():
                 tp_comm_overlap=True).label() == one.label() == "t=1 p=16 d=32 b=1 1f1b recompute=none"
     # nor the context-parallel exchange at cp = 1
     assert plan(cp_comm_type="all_gather").label() == p0.label()
+    # nor TF32 outside fp32 (Hugging Face's --bf16 --tf32 runs no fp32 matmul)
+    assert plan(tf32=True).label(full=True) == p0.label(full=True)
+    assert plan(precision="fp32", tf32=True).label(full=True).endswith("imbalance=1.0 tf32")
+    assert plan(precision="fp32", tf32=True).label() == p0.label()  # never in the short label
     assert plan(cp_comm_type="all_gather", context_parallel=2, data_parallel=2).label().endswith(
         "cp=2 cp_comm=all_gather")
 

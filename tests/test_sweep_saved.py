@@ -73,6 +73,27 @@ def test_stale_when_model_cluster_cost_or_an_unswept_plan_field_changes(swept):
     assert len(stale_reasons(doc, session, profile={**r.profile, "device": "other"})) == 1
 
 
+def test_a_sweep_saved_before_a_plan_field_existed_restores_and_is_not_stale(swept):
+    """A session file written before ``plan.tf32`` holds a saved sweep without it (rows,
+    inputs, the session's plan): the rows take the session plan's value (the field's default),
+    and a new field at its default is no change; set, it is one, named."""
+    import copy
+    session, r = swept
+    doc = copy.deepcopy(saved_sweep(r))
+    for row in doc["rows"]:
+        del row["tf32"]
+    del doc["inputs"]["plan"]["tf32"]
+    del doc["config_plan"]["tf32"]
+    back = restore_sweep(doc)
+    assert [pl.tf32 for pl in back.plans] == [False] * len(doc["rows"])
+    assert [r.plans[i] for i in r.pareto_indices()] == [back.plans[i] for i in back.pareto_indices()]
+    assert back.iteration_time_s.tolist() == [row["iteration_time_s"] for row in doc["rows"]]
+    assert stale_reasons(doc, session) == []
+    s = session.copy()
+    s.plan = dataclasses.replace(s.plan, tf32=True)
+    assert stale_reasons(doc, s) == ["plan.tf32: None -> True"]
+
+
 @pytest.mark.parametrize("bad", [None, {}, {"version": 99}, {"version": 1, "rows": []}])
 def test_an_unreadable_saved_sweep_is_a_config_error(bad):
     with pytest.raises(ConfigError) as info:

@@ -94,6 +94,7 @@ _LABELS = {
     "plan.tp_comm_overlap": "Overlap TP comm",
     "plan.grad_reduce_dtype": "Gradient dtype",
     "plan.fp8_recipe": "FP8 recipe",
+    "plan.tf32": "TF32 matmuls (fp32)",
     "plan.first_stage_layers": "First stage layers",
     "plan.last_stage_layers": "Last stage layers",
     "plan.account_for_embedding_in_pipeline_split": "Embedding in split",

@@ -546,8 +546,9 @@ def _print_outside_calibration(result, console: Console) -> None:
 
 
 def _print_dimensions(result, console: Console) -> None:
-    """What the sweep chose (each field with its values) and what it held, and why."""
-    from core.plan.parallel import plan_field_title
+    """What the sweep chose (each field with its values) and what it held, and why; the
+    precision (with TF32 matmuls, ``plan.tf32``) the session holds."""
+    from core.plan.parallel import plan_field_title, tf32_matmuls
     from core.util.console import esc
 
     def text(v: Any) -> str:
@@ -565,7 +566,11 @@ def _print_dimensions(result, console: Console) -> None:
         console.print("held: " + "; ".join(
             f"{esc(plan_field_title(d['field']))} {esc(text(d['values'][0]))} "
             f"[dim]({esc(d['why'])})[/]" for d in held))
-    console.print("[dim]every other plan field is the session's (--json: dimensions)[/]")
+    # the precision and TF32 are the session's framework settings, never swept: say which
+    pl = result.session.plan
+    precision = f"precision {pl.precision}" + (" with TF32 matmuls" if tf32_matmuls(pl) else "")
+    console.print(f"[dim]every other plan field is the session's ({esc(precision)}; --json: "
+                  "dimensions)[/]")
 
 
 def _print_best_by(result, console: Console) -> None:

@@ -301,10 +301,13 @@ def _group_keys(ms) -> list[str]:
 def _mfu(session, seconds: float) -> float | None:
     """Model FLOPs utilization of ``session`` at ``seconds`` per iteration: Megatron's model
     FLOPs (:func:`core.sim.simulate.model_flops_per_iteration`) over t*p*cp*d GPUs at the data-sheet
-    peak of the plan's precision (None when the store has no such peak)."""
+    peak of the plan's precision, TF32's for an fp32 plan with TF32 matmuls (None when the
+    store has no such peak)."""
+    from core.plan.parallel import tf32_matmuls
     from core.sim.simulate import model_flops_per_iteration, session_profile
     try:
-        peak = session_profile(session).peak_flops[session.plan.precision]
+        dtype = "tf32" if tf32_matmuls(session.plan) else session.plan.precision
+        peak = session_profile(session).peak_flops[dtype]
         world = session.plan.num_gpus
         return model_flops_per_iteration(session) / (seconds * world * peak)
     except Exception:  # noqa: BLE001 - a figure for the report only

@@ -17,8 +17,9 @@ from core.model.keys import (DERIVED_OPS, FAMILY_KEY, FAMILY_KEY_DEFAULTS, OP_KE
 from core.model.mlp import is_gated
 from core.model.moe import expert_tensor_parallel, moe_ffn
 from core.model.recompute import SELECTIVE_OP_SAVED, selective_op_linears
+from core.model.tf32 import TF32_KEY, tf32_kernels, tf32_key
 from core.plan.model_config import ModelConfig, padded_vocab_size
-from core.plan.parallel import ParallelPlan, fp8_recipe
+from core.plan.parallel import ParallelPlan, fp8_recipe, tf32_matmuls
 
 __all__ = ["op_kernels", "selective_op_kernels", "op_key", "family_key_columns"]
 
@@ -31,6 +32,9 @@ def _family(model: ModelConfig | None, key: Mapping[str, Any]):
 
 def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None) -> list[Kernel]:
     """The kernels of ``op`` for one GPU, given the key columns of :data:`OP_KEYS`.
+
+    With a true ``key["tf32"]`` and ``dtype="fp32"`` (:func:`core.model.tf32.tf32_key`) the
+    GEMMs run at the TF32 peak (:func:`core.model.tf32.tf32_kernels`).
 
     An optional ``key["sp"]`` (true under sequence parallelism) runs the
     LayerNorm and dropout kernels on ``s/t`` tokens. A family column missing from
@@ -49,6 +53,12 @@ def op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None = None
     KeyError
         Unknown op or a key column missing.
     """
+    kernels = _op_kernels(op, key, model)
+    return tf32_kernels(kernels) if tf32_key(key) else kernels
+
+
+def _op_kernels(op: str, key: Mapping[str, Any], model: ModelConfig | None) -> list[Kernel]:
+    """:func:`op_kernels` before TF32 (each kernel at its dtype's or the key's peak)."""
     base = DERIVED_OPS.get(op, op)
     columns = OP_KEYS.get(base) or UNTABULATED_OP_KEYS.get(base)
     if columns is None:
@@ -145,8 +155,11 @@ def op_key(model: ModelConfig, plan: ParallelPlan) -> dict[str, Any]:
     (:data:`core.model.keys.OP_KEYS`) plus ``sp`` (sequence parallelism, which changes the
     LayerNorm and dropout kernels), ``cpa`` / ``cpg`` (the context-parallel exchange) and, with
     ``precision="fp8"``, ``fp8``, the scaling recipe (:func:`core.plan.parallel.fp8_recipe`);
-    ``dtype`` is the precision, so FP8 and BF16 op times never share a cache entry or a table
-    row. MoE models add :data:`core.model.keys.MOE_KEY`'s columns.
+    with TF32 matmuls (:func:`core.plan.parallel.tf32_matmuls`: ``plan.tf32`` in fp32),
+    ``tf32`` true (:data:`core.model.tf32.TF32_KEY`; absent otherwise, so every other key is
+    unchanged); ``dtype`` is the precision, so FP8 and BF16 op times (and TF32 and FP32 ones)
+    never share a cache entry or a table row. MoE models add :data:`core.model.keys.MOE_KEY`'s
+    columns.
 
     ``s`` is the tokens of one rank's share of a sequence, ``seq_length / cp`` under context
     parallelism (every token-wise op runs on them); ``cp`` tells the attention ops that their
@@ -161,7 +174,8 @@ def op_key(model: ModelConfig, plan: ParallelPlan) -> dict[str, Any]:
                attn=fam.pop("attn"), qkn=fam.pop("qkn"), kv=fam.pop("kv"),
                sp=bool(pl.sequence_parallel and t > 1), **fam,
                ce=cross_entropy_fusion(pl),
-               **({"fp8": fp8_recipe(pl)} if pl.precision == "fp8" else {}))
+               **({"fp8": fp8_recipe(pl)} if pl.precision == "fp8" else {}),
+               **({TF32_KEY: True} if tf32_matmuls(pl) else {}))
     if m.is_moe:  # the MoE ops' columns (core.model.keys.MOE_KEY)
         key.update(E=m.num_experts, topk=m.moe_top_k, fe=moe_ffn(m), ep=pl.expert_parallel,
                    etp=expert_tensor_parallel(pl), ns=m.num_shared_experts,

@@ -48,7 +48,12 @@ the curve (of its per-expert ``M``, ``N``, ``K``) times ``grouped_gemm_efficienc
 FlashAttention kernel at the curve times ``flash_attention_efficiency`` (both 1 by default, the
 dense curve: a store without them times every op as before), element-wise and norm kernels at
 ``memory_efficiency``, FP8 GEMMs at the curve times ``fp8_gemm_efficiency``. An fp32 plan's
-GEMMs run at the ``fp32`` peak (PyTorch's default, TF32 matmuls off); TF32 is not modelled.
+GEMMs run at the ``fp32`` peak (PyTorch's default, TF32 matmuls off) or, with TF32 matmuls
+(``plan.tf32``; the op key's ``tf32`` entry, :mod:`core.model.tf32`), at the ``tf32`` peak on
+the same curve: every GEMM (the linear layers', the logits', the unfused attention's
+``bmm``) but a FlashAttention kernel, which keeps the fp32 peak; element-wise, norm and
+softmax kernels keep their fp32 bytes. A store without a ``tf32`` peak refuses such a plan
+naming the dtype (:func:`kernel_peak_flops`).
 
 ``peak_fraction`` (1 by default) scales every GEMM's efficiency: the share of the
 store's peak FLOP/s the part sustains. It is 1 for a GPU run at its data sheet's

@@ -24,7 +24,8 @@ __all__ = ["SCHEDULES", "SWEEP_SCHEDULES", "RECOMPUTE_MODES", "RECOMPUTE_CHOICES
            "FP8_RECIPES", "CROSS_ENTROPY_FUSION_IMPLS", "FP8_DEFAULT_RECIPE", "ZERO_STAGES",
            "GRAD_REDUCE_DTYPES", "ParallelPlan", "PLAN_FIELDS", "plan_field_title", "plan_key",
            "zero_shard_size", "zero_replicas", "grad_dtype", "parse_recompute_modules",
-           "recompute_modules", "fp8_recipe", "tensor_dtype"]
+           "recompute_modules", "fp8_recipe", "tensor_dtype", "tf32_matmuls",
+           "gemm_peak_dtype"]
 
 
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).
@@ -222,6 +223,13 @@ class ParallelPlan:
         None, "", "FP8 scaling recipe with precision fp8 (--fp8-recipe): delayed, tensorwise "
         "(per-tensor current scaling), mxfp8 or blockwise; empty means tensorwise",
         choices=FP8_RECIPES, short="fp8", label="never")
+    tf32: bool = described_field(
+        False, "", "Run an fp32 plan's matmuls on TF32 tensor cores (PyTorch "
+        "torch.backends.cuda.matmul.allow_tf32 = True or torch.set_float32_matmul_precision"
+        "('high'); Hugging Face Trainer --tf32; NVIDIA's NGC PyTorch containers turn it on "
+        "through TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1): its GEMMs run at the GPU's TF32 peak; "
+        "off, PyTorch's default, at the FP32 peak. Only precision fp32 has fp32 matmuls: "
+        "with bf16, fp16 or fp8 it changes nothing", short="tf32", label="never")
     recompute_modules: str | None = described_field(
         None, "", "With selective recomputation: the modules recomputed, comma-separated as "
         "Megatron-Core's --recompute-modules (core_attn, layernorm, mlp, moe_act, moe, "
@@ -299,8 +307,8 @@ class ParallelPlan:
         (B, precision, the FP8 recipe) too, those that are set. A field with ``label_needs``
         metadata (the boolean field it qualifies, e.g. the fused cross-entropy's kernels) is
         left out while that field is off: it changes nothing then; so are sequence parallelism
-        and the TP communication overlap at ``t = 1``, and the context-parallel exchange at
-        ``cp = 1``, where they change nothing either.
+        and the TP communication overlap at ``t = 1``, the context-parallel exchange at
+        ``cp = 1`` and TF32 unless it is on in an fp32 plan, where they change nothing either.
         """
         parts = []
         for f in dataclasses.fields(self):
@@ -310,6 +318,8 @@ class ParallelPlan:
                 continue
             if f.name in ("cp_comm_type", "cp_a2a_size") and self.context_parallel == 1:
                 continue  # no exchange without context parallelism
+            if f.name == "tf32" and not tf32_matmuls(self):
+                continue  # no fp32 matmuls to run in TF32 (or TF32 off: "no-tf32" says nothing)
             if how == "never" and (not full or value is None):  # e.g. no FP8 recipe
                 continue
             if f.metadata.get("label_needs") and not getattr(self, f.metadata["label_needs"]):
@@ -399,6 +409,22 @@ def fp8_recipe(plan: ParallelPlan) -> str | None:
     if plan.precision != "fp8":
         return None
     return plan.fp8_recipe or FP8_DEFAULT_RECIPE
+
+
+def tf32_matmuls(plan: ParallelPlan) -> bool:
+    """Whether ``plan``'s GEMMs run on TF32 tensor cores: ``plan.tf32`` with
+    ``precision="fp32"`` (with bf16, fp16 or fp8 there are no fp32 matmuls for the flag to
+    change; PyTorch's ``allow_tf32`` acts on fp32 matmuls only)."""
+    return plan.precision == "fp32" and getattr(plan, "tf32", False) is True
+
+
+def gemm_peak_dtype(plan: ParallelPlan) -> str:
+    """The dtype of the dense peak FLOP/s that ``plan``'s GEMMs are measured against, MFU's
+    (:func:`core.sim.costing.mfu_peak_flops`): ``"tf32"`` under :func:`tf32_matmuls` (an fp32
+    plan with TF32 matmuls runs its GEMMs at the TF32 peak; MFU against the FP32 peak would
+    exceed 1), else :func:`tensor_dtype` of the precision (BF16 for FP8, as Megatron-Bridge
+    reports it)."""
+    return "tf32" if tf32_matmuls(plan) else tensor_dtype(plan.precision)
 
 
 def tensor_dtype(precision: str) -> str:

@@ -794,6 +794,9 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
                                "selective recomputation (plan.recompute)"),
     **{f"plan.{name}": (lambda s: s.plan.precision == "fp8", "FP8 training (plan.precision)")
        for name in ("fp8_recipe", "fp8_param_gather")},
+    # PyTorch's allow_tf32 acts on fp32 matmuls only: accepted with any precision (Hugging Face's
+    # --bf16 --tf32 is common), greyed out where it changes nothing
+    "plan.tf32": (lambda s: s.plan.precision == "fp32", "fp32 training (plan.precision)"),
     **{f"plan.{name}": (lambda s: s.plan.zero_stage >= 1,
                         "a sharded optimizer (plan.zero_stage 1 or more)")
        for name in ("overlap_param_gather", "data_parallel_shard_size")},

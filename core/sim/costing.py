@@ -12,7 +12,8 @@ Definitions (Narayanan et al. 2021; Chowdhery et al. 2022, App. B for MFU/HFU):
   peak of the training precision's tensors (:func:`mfu_peak_flops`): with FP8 training
   the BF16 peak, as Megatron-Bridge and NVIDIA's published FP8 results report MFU, so an
   FP8 and a BF16 plan of one model compare on one scale (the model FLOPs are the model's,
-  whatever precision runs them);
+  whatever precision runs them); an fp32 plan with TF32 matmuls (``plan.tf32``) the TF32
+  peak, the peak its GEMMs run at (:func:`core.plan.parallel.gemm_peak_dtype`);
 * iterations = ``ceil(training tokens / (B * s))`` (a partial iteration is still run);
 * days = iterations * ``T`` / 86400; GPU-hours = iterations * ``T`` * world size / 3600;
   dollars = GPU-hours * price per GPU-hour.
@@ -30,17 +31,19 @@ __all__ = ["Costing", "costing", "mfu_peak_flops", "MFU_PEAK_NOTE"]
 MFU_PEAK_NOTE = "MFU and HFU of an FP8 plan are against the BF16 dense peak (as Megatron-Bridge)"
 
 
-def mfu_peak_flops(store, precision: str) -> float:
-    """Peak FLOP/s of one GPU that MFU and HFU divide by: the dense peak of ``precision``'s
-    tensors (:func:`core.plan.parallel.tensor_dtype`; BF16 for FP8 training, see the module doc).
+def mfu_peak_flops(store, plan) -> float:
+    """Peak FLOP/s of one GPU that MFU and HFU divide by for ``plan`` (a
+    :class:`core.plan.parallel.ParallelPlan`): the dense peak of
+    :func:`core.plan.parallel.gemm_peak_dtype`, the precision's tensors (BF16 for FP8
+    training) or TF32 for an fp32 plan with TF32 matmuls (see the module doc).
 
     Raises
     ------
     KeyError
         The store has no peak for that dtype (its message names the device and dtype).
     """
-    from core.plan.parallel import tensor_dtype
-    return float(store.peak_flops[tensor_dtype(precision)])
+    from core.plan.parallel import gemm_peak_dtype
+    return float(store.peak_flops[gemm_peak_dtype(plan)])
 
 
 @dataclass

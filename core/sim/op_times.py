@@ -24,6 +24,7 @@ from core.model.ops import (DERIVED_OPS, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, anal
 from core.model.keys import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SELECTIVE_OP_GEMMS,
                              SELECTIVE_OP_OPS, SWA_OPS, TP_OVERLAP_OPS)
 from core.model.moe import expert_data_parallel
+from core.model.tf32 import TF32_DTYPE, tf32_key
 from core.plan.parallel import recompute_modules
 
 __all__ = ["DETAILS", "OpTimes", "chunk_virtual_stages", "fp8_weight_cast_time", "lookup_op_times",
@@ -95,6 +96,16 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     ``cp`` causal steps against one).
     MoE models add :data:`core.model.keys.MOE_OPS`; a measured or calibrated store without
     their tables times them with its analytic model and one warning says so.
+
+    TF32 matmuls (an fp32 plan with ``plan.tf32``; the key's ``tf32`` entry) read the rows
+    whose ``dtype`` is ``"tf32"``, never the ``fp32`` ones (``vtrain profile run`` times fp32
+    with TF32 off); an analytic or calibrated store's model times them at its ``tf32`` peak.
+
+    Raises
+    ------
+    KeyError
+        A TF32 plan on a measured store that has no ``tf32`` row (named with the device), or a
+        peak FLOP/s the plan needs that the store lacks.
     """
     key = op_key(session)
     # tables hold 16-bit ops without sequence parallelism; an FP8 op scales its BF16 row
@@ -105,9 +116,18 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     table_key["cp"] = table_key["cpa"] = 1
     table_key["cpg"] = 0
     plain = {**table_key, "sp": False}
+    # the rows a lookup reads: TF32 ops the "tf32" rows (table_key keeps fp32 with the flag,
+    # what the analytic model of such a row is)
+    row_key = {**table_key, "dtype": TF32_DTYPE} if tf32_key(key) else table_key
     method = str(store.provenance.get("method", "analytic"))
     out = OpTimes({})
     tables = set(store.op_names())
+    if tf32_key(key) and method == "measured" and not _has_tf32_rows(store):
+        raise KeyError(f"the measured profile of {store.device_name} has no TF32 op times (no "
+                       f"table row with dtype 'tf32'; its fp32 rows are timed with TF32 matmuls "
+                       f"off), and plan.tf32 runs this fp32 plan's matmuls in TF32: use an "
+                       f"analytic or calibrated profile of {store.device_name}, or set "
+                       f"plan.tf32 false")
     moe_ops = (MOE_OPS + MOE_DERIVED_OPS) if session.model.is_moe else ()
     window = int(getattr(session.model, "window_size", None) or 0)
     swa_used = bool(model_math.window_layer_mask(session.model).any())
@@ -139,7 +159,7 @@ def lookup_op_times(session: Session, store) -> OpTimes:
         op_key_ = {**key, "w": window} if op in SWA_OPS else key
         # a table without a family column holds GPT ops only (core.model.keys.table_covers)
         covered = base in tables and table_covers(base, table_key, store.op_table(base)[0])
-        lk = store.op_time(base, table_key) if covered else None
+        lk = store.op_time(base, row_key) if covered else None
         if lk is not None:
             out.times[op] = lk.time_s
             if op != base or key["sp"] or key != table_key:
@@ -153,6 +173,15 @@ def lookup_op_times(session: Session, store) -> OpTimes:
             if method == "measured" and op == base and op not in moe_ops:
                 out.warnings.append(f"{op}: shape not in the {method} profile; analytic model used")
     return out
+
+
+def _has_tf32_rows(store) -> bool:
+    """Whether any op table of ``store`` holds a row of dtype ``"tf32"`` (TF32 matmuls)."""
+    for op in store.op_names():
+        dtypes = store.op_table(op)[0].get("dtype")
+        if dtypes is not None and TF32_DTYPE in {str(d) for d in np.asarray(dtypes).ravel()}:
+            return True
+    return False
 
 
 def optimizer_time(store, num_params: float, dtype: str) -> float:

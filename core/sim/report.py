@@ -147,7 +147,7 @@ class Report:
     precision: str = "bf16"
     fp8_recipe: str | None = None
     #: dtype of the dense peak MFU and HFU divide by (BF16 for FP8 plans, as Megatron-Bridge
-    #: reports them; :func:`core.sim.costing.mfu_peak_flops`)
+    #: reports them; TF32 for fp32 plans with TF32 matmuls; :func:`core.sim.costing.mfu_peak_flops`)
     mfu_peak_dtype: str = "bf16"
     #: MFU with the model FLOPs counting only the attention core under the causal mask
     #: (:func:`core.model.counts.causal_model_flops_per_iteration`, Megatron-Core 0.19's count):

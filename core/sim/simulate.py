@@ -18,7 +18,7 @@ import numpy as np
 from core.model import model_math
 from core.plan.cluster import GPU_FP8_DTYPES
 from core.plan.fields import ConfigError, FieldError, path_problem
-from core.plan.parallel import fp8_recipe, recompute_modules, tensor_dtype
+from core.plan.parallel import fp8_recipe, gemm_peak_dtype, recompute_modules
 from core.plan.rules import check
 from core.plan.session import Session
 from core.sim.costing import costing, mfu_peak_flops
@@ -534,7 +534,7 @@ def _assemble_report(session: Session, store: ProfileStore, graph: ExecutionGrap
     hw_flops = model_flops_per_iteration(session, recomputed=True)
     tokens_per_iter = pl.global_batch_size * session.model.seq_length
     cost = costing(T, tokens_per_iteration=tokens_per_iter, model_flops=flops, hardware_flops=hw_flops,
-                   num_gpus=pl.num_gpus, peak_flops_per_gpu=mfu_peak_flops(store, pl.precision),
+                   num_gpus=pl.num_gpus, peak_flops_per_gpu=mfu_peak_flops(store, pl),
                    training_tokens=session.cost.training_tokens,
                    price_per_gpu_hour_usd=session.cost.price_per_gpu_hour_usd)
     memory, capacity, reserve, max_mem, fits = _memory_and_notes(session, store, warnings)
@@ -573,7 +573,7 @@ def _assemble_report(session: Session, store: ProfileStore, graph: ExecutionGrap
         gpu_hours=cost.gpu_hours,
         cost_usd=cost.cost_usd,
         memory=memory,
-        precision=pl.precision, fp8_recipe=fp8_recipe(pl), mfu_peak_dtype=tensor_dtype(pl.precision),
+        precision=pl.precision, fp8_recipe=fp8_recipe(pl), mfu_peak_dtype=gemm_peak_dtype(pl),
         mfu_causal=(cost.mfu * model_math.causal_model_flops_per_iteration(session.model, pl) / flops
                     if flops > 0 else cost.mfu),
         memory_capacity_bytes=capacity,

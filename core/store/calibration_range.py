@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from core.plan.parallel import FP8_DEFAULT_RECIPE
+from core.plan.parallel import FP8_DEFAULT_RECIPE, tf32_matmuls
 from core.store.residuals import FEATURE_COLUMNS, ResidualTable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,7 +64,11 @@ def model_family(model: Any) -> str:
 
 
 def precision_label(plan: Any) -> str:
-    """The plan's precision, FP8 with its scaling recipe: ``bf16``, ``fp8-tensorwise``, ..."""
+    """The plan's precision, FP8 with its scaling recipe and fp32 with TF32 matmuls
+    (:func:`core.plan.parallel.tf32_matmuls`) apart: ``bf16``, ``fp8-tensorwise``,
+    ``fp32-tf32``, ..."""
+    if tf32_matmuls(plan):
+        return "fp32-tf32"
     if plan.precision != "fp8":
         return str(plan.precision)
     return f"fp8-{plan.fp8_recipe or FP8_DEFAULT_RECIPE}"

@@ -168,15 +168,16 @@ class PlanDiff:
 
 def plan_label(session: Session) -> str:
     """``"t=8 p=16 d=4 b=1 1f1b recompute=full"``-style label of a session's plan; a precision
-    other than bf16 is named (``"... precision=fp8 fp8=delayed"``: two plans that differ in it
-    read apart)."""
+    other than bf16 is named (``"... precision=fp8 fp8=delayed"``, ``"... precision=fp32
+    tf32"``: two plans that differ in it read apart)."""
     pl = session.plan
     if hasattr(pl, "label"):
         if getattr(pl, "precision", "bf16") == "bf16":
             return pl.label()
-        from core.plan.parallel import fp8_recipe
+        from core.plan.parallel import fp8_recipe, tf32_matmuls
         recipe = fp8_recipe(pl)
-        return f"{pl.label()} precision={pl.precision}" + (f" fp8={recipe}" if recipe else "")
+        return (f"{pl.label()} precision={pl.precision}" + (f" fp8={recipe}" if recipe else "")
+                + (" tf32" if tf32_matmuls(pl) else ""))
     return (f"t={pl.tensor_parallel} p={pl.pipeline_parallel} d={pl.data_parallel} "
             f"b={pl.micro_batch_size} {pl.schedule} recompute={pl.recompute}")
 

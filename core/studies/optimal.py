@@ -314,9 +314,8 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
 
     _check_budget(num_gpus, days, assumed_mfu, num_candidates, spread)
     store = store or session_profile(session)
-    precision = session.plan.precision
-    from core.sim.costing import mfu_peak_flops  # the peak MFU is relative to (BF16 for FP8 plans)
-    peak = mfu_peak_flops(store, precision)
+    from core.sim.costing import mfu_peak_flops  # MFU's peak (BF16 for FP8, TF32 with tf32)
+    peak = mfu_peak_flops(store, session.plan)
     seconds = days * 86400.0
     flops = num_gpus * peak * seconds * assumed_mfu
     n_rule, d_rule = chinchilla_optimal(flops)

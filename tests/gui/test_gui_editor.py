@@ -164,6 +164,13 @@ def test_fields_without_effect_are_greyed_with_the_reason(editor):
     assert not editor.field_widget("model.moe_top_k").isEnabled()
     assert not editor.field_widget("plan.expert_parallel").isEnabled()
     assert not editor.field_widget("plan.fp8_recipe").isEnabled()  # BF16 default
+    assert not editor.field_widget("plan.tf32").isEnabled()  # no fp32 matmuls in BF16
+    assert "fp32 training" in editor.field_widget("plan.tf32").toolTip()
+    editor.set_field("plan.precision", "fp32")
+    assert editor.field_widget("plan.tf32").isEnabled()
+    editor.set_field("plan.tf32", True)
+    assert editor.session().plan.tf32 is True
+    editor.set_field("plan.precision", "bf16")
     assert editor.field_widget("model.num_experts").isEnabled()
     assert editor.session().model.kv_lora_rank == MODEL_PRESETS["Llama 3 8B"].kv_lora_rank
     editor.set_model_preset("DeepSeek-V3")

@@ -449,7 +449,7 @@ def _figures(runner: _Runner, session: Session, times: np.ndarray):
     return costing(times, tokens_per_iteration=session.plan.global_batch_size
                    * session.model.seq_length,
                    model_flops=flops, hardware_flops=hw_flops, num_gpus=runner.num_gpus,
-                   peak_flops_per_gpu=mfu_peak_flops(runner.store, session.plan.precision),
+                   peak_flops_per_gpu=mfu_peak_flops(runner.store, session.plan),
                    training_tokens=session.cost.training_tokens,
                    price_per_gpu_hour_usd=session.cost.price_per_gpu_hour_usd)
 

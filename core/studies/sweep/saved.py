@@ -112,8 +112,10 @@ def restore_sweep(doc: Any) -> SweepResult:
         session = _session_of(doc)
         space = SweepSpace.from_dict(doc["space"])
         rows = doc["rows"]
+        # a plan field newer than the saved rows (absent from them) is the session plan's,
+        # which a session file without it reads at the field's default
         plans = [ParallelPlan(**{**dataclasses.asdict(session.plan),
-                                 **{f: r[f] for f in PLAN_FIELDS}}) for r in rows]
+                                 **{f: r[f] for f in PLAN_FIELDS if f in r}}) for r in rows]
         col = {c: np.array([math.nan if r[c] is None else float(r[c]) for r in rows], np.float64)
                for c in _FLOAT_COLUMNS}
         marks = doc["marks"]
@@ -148,6 +150,17 @@ def restore_sweep(doc: Any) -> SweepResult:
     return result
 
 
+def _field_defaults(cls: type) -> dict[str, Any]:
+    """The default of each field of dataclass ``cls`` that has one, as plain JSON."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return _plain(out)
+
+
 def stale_reasons(doc: dict[str, Any], session: Session, profile: dict[str, Any] | None = None
                   ) -> list[str]:
     """Why a saved sweep (:func:`saved_sweep`) is no longer a sweep of ``session``: one line per
@@ -168,7 +181,10 @@ def stale_reasons(doc: dict[str, Any], session: Session, profile: dict[str, Any]
     out = []
     for section in ("model", "cluster", "cost", "plan"):
         old, new = saved.get(section, {}), now[section]
+        defaults = _field_defaults(type(getattr(session, section)))
         for key in sorted(set(old) | set(new)):
+            if key not in old and new.get(key) == defaults.get(key, ...):
+                continue  # a field newer than the saved sweep, at its default: nothing changed
             if old.get(key) != new.get(key):
                 out.append(f"{section}.{key}: {old.get(key)!r} -> {new.get(key)!r}")
     if profile is not None and _plain(profile) != doc.get("profile"):
