@@ -49,8 +49,8 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--pipeline-parallel", metavar="P[,P...]",
                     help="pipeline-parallel sizes to try (default: divisors of the layer count)")
     sw.add_argument("--micro-batch-sizes", metavar="B[,B...]",
-                    help="micro-batch sizes to try (default: 1, 2, 4, ... while the smallest-memory "
-                         "plan of that size fits in memory)")
+                    help="micro-batch sizes to try (default: every divisor of the global batch "
+                         "while the smallest-memory plan of that size fits in memory)")
     sw.add_argument("--schedules", metavar="S[,S...]", default=",".join(SWEEP_SCHEDULES),
                     help=f"pipeline schedules to try, of {','.join(SCHEDULES)} (default "
                          f"{','.join(SWEEP_SCHEDULES)}: zb-v only when asked)")

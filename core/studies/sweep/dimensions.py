@@ -23,8 +23,8 @@ _DIMENSION_DEFAULTS = {
     "tensor_parallel": ("tensor_parallel", "the divisors of the GPUs per node"),
     "pipeline_parallel": ("pipeline_parallel", "the divisors of the layer count"),
     "data_parallel": ("data_parallel", "every d the budget and the global batch allow"),
-    "micro_batch_size": ("micro_batch_sizes", "1, 2, 4, ... while the smallest-memory plan of "
-                                              "that b fits"),
+    "micro_batch_size": ("micro_batch_sizes", "every divisor of the global batch while the "
+                                              "smallest-memory plan of that b fits"),
     "schedule": ("schedules", "every schedule the model allows"),
     "virtual_pipeline_stages": ("virtual_pipeline_stages",
                                 "2 to 8 with the interleaved schedule, where p*v divides the "

@@ -34,7 +34,8 @@ from core.studies.sweep.pace import gc_paused
 from core.studies.sweep.phase import PhaseFn
 from core.studies.sweep.result import SweepResult, best_row, pareto_front, plan_figures, with_plans
 from core.studies.sweep.space import (SweepSpace, as_list, check_enumerable, divisors,
-                                      enumerate_plans, in_budget, index_of_plan, power_of_two_sizes)
+                                      enumerate_plans, in_budget, index_of_plan,
+                                      micro_batch_sizes_of)
 from core.studies.sweep.variants import sweep_verdicts
 from core.studies.sweep.dimensions import sweep_dimensions
 
@@ -298,19 +299,28 @@ class _Runner:
 
 def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: float,
                         cancel: Any, phase: PhaseFn | None) -> tuple[list, tuple, str]:
-    """The plans of a space without micro-batch sizes (``micro_batch_sizes=None``): b = 1, 2,
-    4, ... (:func:`power_of_two_sizes` up to the global batch) while the closed-form memory of
-    the smallest-memory plan of that b fits (a b without valid plans is passed over; when no
-    plan of the smallest b fits, its plans are kept, to say so). Returns
-    the plans, their :func:`memory_verdicts` (computed once, here) and where the sizes
-    stopped, in words."""
-    sizes = power_of_two_sizes(session.plan.global_batch_size)
+    """The plans of a space without micro-batch sizes (``micro_batch_sizes=None``): every b
+    that divides the global batch B (:func:`micro_batch_sizes_of`: Megatron takes any b with
+    B % (d*b) == 0, not only powers of two), in increasing order, while memory allows: once
+    no plan of a b fits in closed-form memory, no multiple of that b is tried (a b without
+    valid plans is passed over; when no plan of any b fits, those of the smallest b with
+    plans are kept, to say so). Exact: a plan of b' = k*b has the same plan at b (same d: B % (d*b) == 0 as
+    B % (d*b') == 0; k times the micro-batches, which no schedule rule refuses) whose
+    activation memory is no larger (b times the micro-batches in flight, at most
+    min(p, m) of them, does not grow as b shrinks), so when none of b's fits, none of b''s
+    does. Returns the plans, their :func:`memory_verdicts` (computed once, here) and where
+    the sizes stopped, in words."""
+    sizes = micro_batch_sizes_of(session.plan.global_batch_size)
     plans: list = []
     mems: list = []
     stop = f"b = {sizes[-1]}, the global batch" if sizes else "no b"
+    full: list[int] = []  # the b none of whose plans fits: their multiples are not tried
+    unfit = None  # the plans and memory of the first of them
     verdicts = sweep_verdicts(session)  # one for every b: what one b's plans teach it, kept
     memo: dict = {}  # memory_verdicts' parts, shared by the sizes
     for k, b in enumerate(sizes):
+        if any(b % f == 0 for f in full):
+            continue
         part_phase = None if phase is None else (
             lambda name, done, total, k=k: phase(name, k * total + done, len(sizes) * total))
         part = enumerate_plans(session, dataclasses.replace(space, micro_batch_sizes=(b,)),
@@ -320,13 +330,18 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: flo
         mem = memory_verdicts(part, session.model, store, reserve, cancel=cancel, phase=phase,
                               memo=memo)
         if not mem[1].any():
-            stop = (f"stopped at b = {b}: its smallest-memory plan needs "
-                    f"{mem[0].min() / 2**30:,.1f} GiB per GPU, more than fits")
-            if not plans:  # the smallest b, none fits: its plans say so (memory, reasons)
-                plans, mems = part, [mem]
-            break
+            if not full:
+                stop = (f"stopped at b = {b}: its smallest-memory plan needs "
+                        f"{mem[0].min() / 2**30:,.1f} GiB per GPU, more than fits (and "
+                        "its multiples)")
+            full.append(b)
+            if unfit is None:
+                unfit = part, mem
+            continue
         plans += part
         mems.append(mem)
+    if not plans and unfit is not None:  # none fits: the smallest b's plans say so
+        plans, mems = unfit[0], [unfit[1]]
     if phase is not None:
         phase("enumerate", 1, 1)
     merged = (np.concatenate([m[0] for m in mems]) if mems else np.zeros(0),
@@ -359,8 +374,8 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], re
         for d in dimensions:
             if d["field"] == "micro_batch_size":
                 d["why"] = (("the only valid value; " if len(d["values"]) == 1 else "")
-                            + "default: b = 1, 2, 4, ... while the closed-form memory of the "
-                            f"smallest-memory plan of that b fits; {stop}")
+                            + "default: every b that divides the global batch, while the "
+                            f"closed-form memory of the smallest-memory plan of that b fits; {stop}")
                 d["stopped"] = stop  # where the sizes stopped, in words
     own = index_of_plan(plans, session.plan) if plans else None
     if (plans and own is None

@@ -33,6 +33,7 @@ from core.studies.sweep.phase import PhaseFn, PhaseTicker
 
 __all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "enumerate_plans",
            "one_stage_schedule", "budget_text", "divisors", "as_list", "power_of_two_sizes",
+           "micro_batch_sizes_of",
            "check_enumerable", "cp_candidates", "tp_pp_candidates", "layout_stages", "in_budget",
            "index_of_plan"]
 
@@ -78,9 +79,9 @@ class SweepSpace:
         Candidate b (sequences). Default :data:`DEFAULT_MICRO_BATCH_SIZES` (kept for the
         library's callers); None -- the command line's and the Explore tab's default,
         :meth:`default_for` -- is "up to what memory allows": :func:`core.studies.sweep.run_sweep`
-        tries b = 1, 2, 4, ... while the closed-form memory of the smallest-memory plan of
-        that b fits (:func:`enumerate_plans` alone tries every power of two up to the global
-        batch).
+        tries every b that divides the global batch while the closed-form memory of the
+        smallest-memory plan of that b fits (not its multiples once none fits);
+        :func:`enumerate_plans` alone tries every divisor of the global batch.
     schedules : sequence of str
         Pipeline schedules from :data:`core.plan.parallel.SCHEDULES`. Default:
         :data:`core.plan.parallel.SWEEP_SCHEDULES`, all but ZB-V (tried only when asked).
@@ -326,9 +327,15 @@ def divisors(n: int) -> list[int]:
     small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
     return small + [n // k for k in reversed(small) if k * k != n]
 
+def micro_batch_sizes_of(global_batch_size: int) -> list[int]:
+    """The micro-batch sizes a space without them tries, before memory stops them: every
+    divisor of the global batch B, in increasing order (Megatron runs any b with
+    B % (d*b) == 0; B = 1,536 on d = 32 allows b = 3, which no power of two reaches)."""
+    return divisors(global_batch_size)
+
+
 def power_of_two_sizes(limit: int) -> list[int]:
-    """1, 2, 4, ... up to ``limit`` (the micro-batch sizes a space without them tries, before
-    memory stops them)."""
+    """1, 2, 4, ... up to ``limit``."""
     out, b = [], 1
     while b <= limit:
         out.append(b)
@@ -568,7 +575,7 @@ class _Choices:
                  else divisors(m.num_experts) if m.is_moe else [1]),
             bs=(sorted(set(as_list(space.micro_batch_sizes)))
                 if space.micro_batch_sizes is not None
-                else power_of_two_sizes(base.global_batch_size)),
+                else micro_batch_sizes_of(base.global_batch_size)),
             scheds=list(dict.fromkeys(as_list(space.schedules))),
             rcs=list(dict.fromkeys(as_list(space.recompute))),
             vs=(sorted(set(as_list(space.virtual_pipeline_stages)))
