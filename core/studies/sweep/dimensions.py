@@ -44,7 +44,10 @@ _DIMENSION_DEFAULTS = {
     "overlap_grad_reduce": ("dp_overlap", "on with data parallelism"),
     "overlap_param_gather": ("dp_overlap", "on with a sharded optimizer (ZeRO >= 1)"),
     "overlap_moe_expert_parallel_comm": ("overlap_moe_expert_parallel_comm",
-                                         "the session's, where a plan allows it"),
+                                         "off and on where a plan allows it (a "
+                                         "mixture-of-experts model; off for a dense one)"),
+    "moe_token_dispatcher_type": ("moe_token_dispatcher_type",
+                                  "alltoall and flex with expert parallelism (ep > 1)"),
     "recompute_num_layers": (None, "the session's under full recomputation"),
     "recompute_modules": (None, "the session's under selective recomputation"),
     "first_stage_layers": (None, "the session's at its own p"),

@@ -20,8 +20,9 @@ import numpy as np
 
 from core import schedules as pipeline_schedules
 from core.plan.fields import BOUNDS, ConfigError, FieldError
-from core.plan.parallel import (SWEEP_SCHEDULES, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
-                                ZERO_STAGES, PLAN_FIELDS, ParallelPlan, plan_key)
+from core.plan.parallel import (MOE_DISPATCHERS, SWEEP_SCHEDULES, RECOMPUTE_CHOICES,
+                                RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, PLAN_FIELDS, ParallelPlan,
+                                plan_key)
 from core.plan.session import Session
 from core.plan.layout import (expand_pipeline_layout, pipeline_layout_text,
                               pipeline_split_slots)
@@ -125,8 +126,17 @@ class SweepSpace:
     overlap_moe_expert_parallel_comm : sequence of bool, optional
         The expert all-to-all overlap off / on (Megatron-Core's combined 1F1B), on only for the
         plans that allow it (:func:`core.plan.rules.ep_overlap_errors`; the others are tried
-        without). Default: the session plan's setting where allowed. ``delay_wgrad_compute``
-        is the session's on the plans that overlap.
+        without). Default (None): for a mixture-of-experts model both, off and on where
+        allowed (the overlap hides all-to-all time but keeps a second micro-batch's
+        activations: faster, not always within memory); off for a dense model; with
+        ``hold_session_values`` the session plan's setting where allowed.
+        ``delay_wgrad_compute`` is the session's on the plans that overlap.
+    moe_token_dispatcher_type : sequence of str, optional
+        The MoE token dispatchers (``alltoall``, ``flex``: DeepEP / HybridEP) tried on the plans
+        with expert parallelism (ep > 1; at ep = 1 no token leaves its rank, so the session's
+        only). Default (None): both for a mixture-of-experts model (which is faster depends on
+        the nodes the expert-parallel group spans and the store's efficiencies); the
+        session's with ``hold_session_values`` or for a dense model.
 
     Every other plan field (overlap, gradient dtype, uneven first and last
     stages, recomputed layers under full recomputation) is the session plan's.
@@ -148,6 +158,7 @@ class SweepSpace:
     context_parallel: Sequence[int] | None = None
     expert_parallel: Sequence[int] | None = None
     overlap_moe_expert_parallel_comm: Sequence[bool] | None = None
+    moe_token_dispatcher_type: Sequence[str] | None = None
     tp_comm_overlap: Sequence[bool] | None = None
     dp_overlap: Sequence[bool] | None = None
     hold_session_values: bool = False
@@ -182,8 +193,10 @@ class SweepSpace:
             out += ("zero_stage",)
         if not hold or self.dp_overlap is not None:
             out += ("overlap_grad_reduce", "overlap_param_gather")
-        if self.overlap_moe_expert_parallel_comm is not None:
+        if not hold or self.overlap_moe_expert_parallel_comm is not None:
             out += ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
+        if not hold or self.moe_token_dispatcher_type is not None:
+            out += ("moe_token_dispatcher_type",)
         return out
 
     def excludes(self, plan: ParallelPlan) -> str | None:
@@ -260,8 +273,11 @@ class SweepSpace:
             ints(name, getattr(self, name))
         ints("micro_batch_sizes", self.micro_batch_sizes)  # None: up to what memory allows
         ints("context_parallel", self.context_parallel)
-        for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_CHOICES)):
+        for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_CHOICES),
+                              ("moe_token_dispatcher_type", MOE_DISPATCHERS)):
             values = getattr(self, name)
+            if values is None and name == "moe_token_dispatcher_type":
+                continue
             values = [values] if isinstance(values, str) else list(values or [])
             if not values:
                 errs.append(FieldError(f"sweep.{name}", "must name at least one value"))
@@ -518,6 +534,7 @@ class _Choices:
     tpos: list
     dpos: list
     ovs: list
+    disps: list
     layout_n: int | None
     counts: tuple | None
     d_allowed: set | None
@@ -555,10 +572,17 @@ class _Choices:
                 else [True])
         dpos = (list(dict.fromkeys(bool(v) for v in as_list(space.dp_overlap)))
                 if space.dp_overlap is not None else [None] if hold else [True])
-        # the expert all-to-all overlap: the space's values, or the base's (on where allowed)
+        # the expert all-to-all overlap: the space's values; or off and on (on where allowed) for
+        # a mixture-of-experts model; or the base's, held
         ovs = (list(dict.fromkeys(bool(v) for v in as_list(space.overlap_moe_expert_parallel_comm)))
                if space.overlap_moe_expert_parallel_comm is not None
-               else [base.overlap_moe_expert_parallel_comm is True])
+               else [base.overlap_moe_expert_parallel_comm is True] if hold or not m.is_moe
+               else [False, True])
+        # the token dispatchers of the plans with expert parallelism (ep > 1)
+        disps = (list(dict.fromkeys(as_list(space.moe_token_dispatcher_type)))
+                 if space.moe_token_dispatcher_type is not None
+                 else [base.moe_token_dispatcher_type] if hold or not m.is_moe
+                 else list(MOE_DISPATCHERS))
         if not m.is_moe:
             if space.overlap_moe_expert_parallel_comm is not None and True in ovs:
                 raise ConfigError([FieldError(
@@ -580,7 +604,8 @@ class _Choices:
             rcs=list(dict.fromkeys(as_list(space.recompute))),
             vs=(sorted(set(as_list(space.virtual_pipeline_stages)))
                 if space.virtual_pipeline_stages is not None else list(range(2, 9))),
-            sps=sps, zs=zs, tpos=tpos, dpos=dpos, ovs=ovs, layout_n=layout_stages(base),
+            sps=sps, zs=zs, tpos=tpos, dpos=dpos, ovs=ovs, disps=disps,
+            layout_n=layout_stages(base),
             counts=space.gpu_counts(),
             d_allowed=(set(as_list(space.data_parallel)) if space.data_parallel is not None
                        else None),
