@@ -75,6 +75,9 @@ def add_parser(sub: Any) -> None:
                     help=f"MoE token dispatchers to try with expert parallelism (ep > 1), of "
                          f"{','.join(MOE_DISPATCHERS)} (default: both for a mixture-of-experts "
                          "model)")
+    sw.add_argument("--cross-entropy-fusion", metavar="C[,C...]",
+                    help="the loss's cross-entropy, of off,native,te (--cross-entropy-loss-fusion, "
+                         "with --cross-entropy-fusion-impl te) (default: te, held)")
     sw.add_argument("--zero-stages", metavar="Z[,Z...]",
                     help="ZeRO stages to try, of 0,1,2,3 (default: all four, where valid)")
     sw.add_argument("--tp-comm-overlap", metavar="N|Y[,...]",
@@ -181,6 +184,10 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
         moe_token_dispatcher_type=(
             None if args.moe_token_dispatcher is None
             else _names("--moe-token-dispatcher", args.moe_token_dispatcher, MOE_DISPATCHERS)),
+        cross_entropy_fusion=(
+            None if args.cross_entropy_fusion is None
+            else _names("--cross-entropy-fusion", args.cross_entropy_fusion,
+                        ("off", "native", "te"))),
         tp_comm_overlap=_flags("--tp-comm-overlap", args.tp_comm_overlap),
         dp_overlap=_flags("--dp-overlap", args.dp_overlap),
         zero_stages=(None if args.zero_stages is None else tuple(

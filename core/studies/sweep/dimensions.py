@@ -48,6 +48,9 @@ _DIMENSION_DEFAULTS = {
                                          "mixture-of-experts model; off for a dense one)"),
     "moe_token_dispatcher_type": ("moe_token_dispatcher_type",
                                   "alltoall and flex with expert parallelism (ep > 1)"),
+    "cross_entropy_loss_fusion": ("cross_entropy_fusion", "on (Megatron-Bridge's recipes)"),
+    "cross_entropy_fusion_impl": ("cross_entropy_fusion", "te, Transformer Engine's kernels "
+                                                          "(Megatron-Bridge's recipes)"),
     "recompute_num_layers": (None, "the session's under full recomputation"),
     "recompute_modules": (None, "the session's under selective recomputation"),
     "first_stage_layers": (None, "the session's at its own p"),

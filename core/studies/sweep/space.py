@@ -32,11 +32,16 @@ from core.studies.sweep.variants import plan_maker, size_variants, sweep_verdict
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
 
-__all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "enumerate_plans",
+__all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "CROSS_ENTROPY_FUSIONS", "enumerate_plans",
            "one_stage_schedule", "budget_text", "divisors", "as_list", "power_of_two_sizes",
            "micro_batch_sizes_of",
            "check_enumerable", "cp_candidates", "tp_pp_candidates", "layout_stages", "in_budget",
            "index_of_plan"]
+
+#: The cross-entropy choices of :attr:`SweepSpace.cross_entropy_fusion`: each the plan's
+#: (``cross_entropy_loss_fusion``, ``cross_entropy_fusion_impl``)
+CROSS_ENTROPY_FUSIONS = {"off": (False, "native"), "native": (True, "native"),
+                         "te": (True, "te")}
 
 #: Micro-batch sizes tried when the space does not name them.
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
@@ -137,6 +142,13 @@ class SweepSpace:
         only). Default (None): both for a mixture-of-experts model (which is faster depends on
         the nodes the expert-parallel group spans and the store's efficiencies); the
         session's with ``hold_session_values`` or for a dense model.
+    cross_entropy_fusion : sequence of str, optional
+        The loss's cross-entropy, of :data:`CROSS_ENTROPY_FUSIONS`: ``off`` (Megatron's one
+        kernel per step), ``native`` (``--cross-entropy-loss-fusion``) or ``te`` (with
+        ``--cross-entropy-fusion-impl te``, the Megatron-Bridge performance recipes'
+        choice). Default (None): ``te``, held (not swept): a kernel choice, fewer passes over
+        the logits in half precision, faster and no larger than the others in every plan
+        the breaker's check of issue 26 tried; with ``hold_session_values`` the session's.
 
     Every other plan field (overlap, gradient dtype, uneven first and last
     stages, recomputed layers under full recomputation) is the session plan's.
@@ -159,6 +171,7 @@ class SweepSpace:
     expert_parallel: Sequence[int] | None = None
     overlap_moe_expert_parallel_comm: Sequence[bool] | None = None
     moe_token_dispatcher_type: Sequence[str] | None = None
+    cross_entropy_fusion: Sequence[str] | None = None
     tp_comm_overlap: Sequence[bool] | None = None
     dp_overlap: Sequence[bool] | None = None
     hold_session_values: bool = False
@@ -197,6 +210,8 @@ class SweepSpace:
             out += ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
         if not hold or self.moe_token_dispatcher_type is not None:
             out += ("moe_token_dispatcher_type",)
+        if not hold or self.cross_entropy_fusion is not None:
+            out += ("cross_entropy_loss_fusion", "cross_entropy_fusion_impl")
         return out
 
     def excludes(self, plan: ParallelPlan) -> str | None:
@@ -274,9 +289,10 @@ class SweepSpace:
         ints("micro_batch_sizes", self.micro_batch_sizes)  # None: up to what memory allows
         ints("context_parallel", self.context_parallel)
         for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_CHOICES),
-                              ("moe_token_dispatcher_type", MOE_DISPATCHERS)):
+                              ("moe_token_dispatcher_type", MOE_DISPATCHERS),
+                              ("cross_entropy_fusion", CROSS_ENTROPY_FUSIONS)):
             values = getattr(self, name)
-            if values is None and name == "moe_token_dispatcher_type":
+            if values is None and name in ("moe_token_dispatcher_type", "cross_entropy_fusion"):
                 continue
             values = [values] if isinstance(values, str) else list(values or [])
             if not values:
@@ -535,6 +551,7 @@ class _Choices:
     dpos: list
     ovs: list
     disps: list
+    ces: list
     layout_n: int | None
     counts: tuple | None
     d_allowed: set | None
@@ -593,6 +610,11 @@ class _Choices:
             raise ConfigError([FieldError("plan.delay_wgrad_compute", "delay_wgrad_compute needs "
                                           "overlap_moe_expert_parallel_comm (Megatron-Core: it "
                                           "must be enabled when enabling delay_wgrad_compute)")])
+        # the cross-entropy: the space's choices, or te (held), or the base's, held
+        ces = ([CROSS_ENTROPY_FUSIONS[v] for v in dict.fromkeys(as_list(space.cross_entropy_fusion))]
+               if space.cross_entropy_fusion is not None
+               else [(base.cross_entropy_loss_fusion, base.cross_entropy_fusion_impl)] if hold
+               else [CROSS_ENTROPY_FUSIONS["te"]])
         return cls(
             ts=ts, ps=ps, cps=cp_candidates(session, space),
             eps=(sorted(set(as_list(space.expert_parallel))) if space.expert_parallel is not None
@@ -604,7 +626,7 @@ class _Choices:
             rcs=list(dict.fromkeys(as_list(space.recompute))),
             vs=(sorted(set(as_list(space.virtual_pipeline_stages)))
                 if space.virtual_pipeline_stages is not None else list(range(2, 9))),
-            sps=sps, zs=zs, tpos=tpos, dpos=dpos, ovs=ovs, disps=disps,
+            sps=sps, zs=zs, tpos=tpos, dpos=dpos, ovs=ovs, disps=disps, ces=ces,
             layout_n=layout_stages(base),
             counts=space.gpu_counts(),
             d_allowed=(set(as_list(space.data_parallel)) if space.data_parallel is not None

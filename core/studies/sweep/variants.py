@@ -27,8 +27,8 @@ SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "exp
                 "data_parallel", "micro_batch_size", "schedule", "virtual_pipeline_stages",
                 "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
                 "tp_comm_overlap", "recompute_modules", "first_stage_layers",
-                "last_stage_layers", "moe_token_dispatcher_type",
-                "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
+                "last_stage_layers", "moe_token_dispatcher_type", "cross_entropy_fusion_impl",
+                "cross_entropy_loss_fusion", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
                 "overlap_grad_reduce", "overlap_param_gather")
 #: Those whose values enumerate_plans checks per plan (the overlap flags it sets are bools)
 CHECKED_SWEPT_FIELDS = SWEPT_FIELDS[:-4]
@@ -36,7 +36,8 @@ CHECKED_SWEPT_FIELDS = SWEPT_FIELDS[:-4]
 VARIANT_FIELDS = ("recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
                   "tp_comm_overlap", "recompute_modules", "overlap_grad_reduce",
                   "overlap_param_gather", "overlap_moe_expert_parallel_comm",
-                  "delay_wgrad_compute", "moe_token_dispatcher_type")
+                  "delay_wgrad_compute", "moe_token_dispatcher_type",
+                  "cross_entropy_loss_fusion", "cross_entropy_fusion_impl")
 #: Those of them the same in every variant of one (t, p, cp, ep, d, b, schedule, v)
 SIZE_SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel",
                      "expert_parallel", "data_parallel", "micro_batch_size", "schedule",
@@ -117,7 +118,8 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
                   sizes: tuple, sps_t: list, zs_d: list) -> list[ParallelPlan]:
     """The valid plans of one ``sizes`` = (t, p, cp, ep, d, b, schedule, v) under the choices
     ``c`` (:class:`core.studies.sweep.space._Choices`): each recomputation, each MoE token
-    dispatcher (with ep > 1), each (sequence parallel, ZeRO, overlaps) choice (:func:`overlap_choices`) and each expert all-to-all
+    dispatcher (with ep > 1), each cross-entropy choice, each (sequence parallel, ZeRO,
+    overlaps) choice (:func:`overlap_choices`) and each expert all-to-all
     overlap, in that order. ``verdicts``: the swept fields' checks
     and validate's cross-field rules (:meth:`core.plan.verdicts.PlanVerdicts.valid_among`:
     those that read none of :data:`VARIANT_FIELDS` checked once)."""
@@ -147,8 +149,10 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
                    # the base's recomputed modules under selective
                    "recompute_modules": base.recompute_modules if rc == "selective" else None,
                    "overlap_grad_reduce": og, "overlap_param_gather": op,
-                   "moe_token_dispatcher_type": disp}
-                  for rc in c.rcs for disp in disps for sp, z, tpo, og, op in overlaps]
+                   "moe_token_dispatcher_type": disp,
+                   "cross_entropy_loss_fusion": ce, "cross_entropy_fusion_impl": impl}
+                  for rc in c.rcs for disp in disps for ce, impl in c.ces
+                  for sp, z, tpo, og, op in overlaps]
         known = c.variants_of[how] = [fields, None]
     fields, rows = known
     if c.plain:  # each variant as set: their fields' values the same for every size
