@@ -276,3 +276,35 @@ def test_default_space_fuses_the_cross_entropy_and_no_hand_choice_beats_it(capsy
     assert main(["sweep", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "8",
                  "--cross-entropy-fusion", "fast"]) == 2
     assert "--cross-entropy-fusion" in capsys.readouterr().err
+
+
+def test_default_space_recomputes_the_fewest_layers_that_fit():
+    # the breaker's check of issue 26: Llama 3.1 405B on 2,048 B200s, the sweep's fastest
+    # t8 p1 d256 b8 full recomputation (20.89 s) recomputing 121 of its 126 layers by hand
+    # (Megatron's --recompute-method block --recompute-num-layers 121) took 20.68 s and fit
+    from core.sim.simulate import simulate
+    model = dataclasses.replace(MODEL_PRESETS["GPT-3 13B"], seq_length=2048)
+    session = Session(model, ParallelPlan(1, 1, 8, 1, 64, "1f1b", "full", "bf16"),
+                      ClusterConfig(gpu="A100-SXM4-80GB", gpus_per_node=8),
+                      CostConfig(price_per_gpu_hour_usd=2.0, training_tokens=1e11))
+    space = SweepSpace(num_gpus=8, context_parallel=(1,), pipeline_parallel=(1, 2),
+                       schedules=("1f1b",), tensor_parallel=(1, 2), micro_batch_sizes=(1, 2, 4))
+    r = run_sweep(session, space, workers=1)
+    best = r.plans[r.fastest]
+    n = best.recompute_num_layers
+    assert best.recompute == "full" and n is not None and 1 < n < 40 // best.pipeline_parallel
+    # faster than every plan that recomputes all layers or none (what the sweep had before)
+    whole = [i for i, pl in enumerate(r.plans) if pl.recompute_num_layers is None
+             and np.isfinite(r.iteration_time_s[i])]
+    assert r.iteration_time_s[r.fastest] < min(r.iteration_time_s[whole])
+    # the fewest that fit: by direct simulation, n fits with the sweep's time, n - 1 does not
+    run = lambda k: simulate(dataclasses.replace(session, plan=dataclasses.replace(
+        best, recompute_num_layers=k))).report
+    assert run(n).fits_in_memory and not run(n - 1).fits_in_memory
+    assert run(n).iteration_time_s == pytest.approx(r.iteration_time_s[r.fastest], rel=1e-9)
+    dims = {d["field"]: d for d in r.dimensions}
+    assert n in dims["recompute_num_layers"]["values"]
+    assert answers(r) == answers(run_sweep(session, space, workers=1, prune=False))
+    # held session values: every layer, as the session says
+    held = run_sweep(session, dataclasses.replace(space, hold_session_values=True), workers=1)
+    assert all(pl.recompute_num_layers is None for pl in held.plans)

@@ -51,7 +51,9 @@ _DIMENSION_DEFAULTS = {
     "cross_entropy_loss_fusion": ("cross_entropy_fusion", "on (Megatron-Bridge's recipes)"),
     "cross_entropy_fusion_impl": ("cross_entropy_fusion", "te, Transformer Engine's kernels "
                                                           "(Megatron-Bridge's recipes)"),
-    "recompute_num_layers": (None, "the session's under full recomputation"),
+    "recompute_num_layers": (None, "under full recomputation every layer, and the fewest "
+                                   "layers per model chunk that fit (Megatron's block "
+                                   "method); the session's when it sets them"),
     "recompute_modules": (None, "the session's under selective recomputation"),
     "first_stage_layers": (None, "the session's at its own p"),
     "last_stage_layers": (None, "the session's at its own p"),

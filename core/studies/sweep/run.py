@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from core.plan.fields import ConfigError, FieldError
+from core.plan.layout import largest_model_chunk
 from core.plan.session import Session
 from core.plan.rules import validate
 from core.sim import fastpath_kernel
@@ -390,7 +391,62 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], re
     if mem is None:
         mem = memory_verdicts(plans, session.model, get_store(), reserve, cancel=cancel,
                               phase=phase)
+    if (not space.hold_session_values and session.plan.recompute_num_layers is None
+            and "full" in as_list(space.recompute)):
+        more, more_mem = _partial_recompute_plans(plans, mem, session, get_store(), reserve,
+                                                  cancel)
+        if more:
+            plans = plans + more
+            mem = (np.concatenate([mem[0], more_mem[0]]), np.concatenate([mem[1], more_mem[1]]),
+                   mem[2] + more_mem[2])
+            for d, row in zip(dimensions, sweep_dimensions(session, space, plans)):
+                if d["field"] == "recompute_num_layers":
+                    d.update(row)
     return plans, dimensions, mem, own
+
+
+def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store, reserve: float,
+                             cancel: Any = None) -> tuple[list, tuple]:
+    """For each plan of ``plans`` that recomputes every layer (``recompute="full"``,
+    ``recompute_num_layers`` None) and fits (``mem``: :func:`memory_verdicts`' bytes, fits,
+    reasons), the same plan recomputing the fewest layers per model chunk that still fit
+    (Megatron-LM's ``--recompute-method block --recompute-num-layers N``), when fewer than
+    all: its plans and their memory verdicts. Exact for the sweep's answers: memory falls
+    and the iteration time grows with N (each recomputed layer repeats its forward), so
+    that N is the fastest of the plan's partial recomputations that fit. The N are found
+    by bisection over all plans at once, :func:`memory_verdicts` of one batch per round
+    (at most log2 of the largest chunk's layers rounds)."""
+    L = session.model.num_layers
+    fits = mem[1]
+    rows, hi = [], []
+    for i, pl in enumerate(plans):
+        if pl.recompute == "full" and pl.recompute_num_layers is None and fits[i]:
+            most = largest_model_chunk(L, pl)
+            if most is not None and most > 1:
+                rows.append(i)
+                hi.append(most)  # every layer: fits
+    if not rows:
+        return [], (np.zeros(0), np.zeros(0, bool), [])
+    lo = np.zeros(len(rows), np.int64)        # N known not to fit (0: none tried)
+    hi = np.array(hi, np.int64)               # N known to fit
+    while True:
+        check_cancelled(cancel)
+        open_ = np.flatnonzero(hi - lo > 1)
+        if not open_.size:
+            break
+        mid = (lo[open_] + hi[open_]) // 2
+        trial = [dataclasses.replace(plans[rows[k]], recompute_num_layers=int(n))
+                 for k, n in zip(open_.tolist(), mid.tolist())]
+        ok = memory_verdicts(trial, session.model, store, reserve)[1]
+        hi[open_[ok]] = mid[ok]
+        lo[open_[~ok]] = mid[~ok]
+    most = np.array([largest_model_chunk(L, plans[i]) for i in rows], np.int64)
+    keep = np.flatnonzero(hi < most)
+    more = [dataclasses.replace(plans[rows[k]], recompute_num_layers=int(hi[k]))
+            for k in keep.tolist()]
+    if not more:
+        return [], (np.zeros(0), np.zeros(0, bool), [])
+    return more, memory_verdicts(more, session.model, store, reserve)
 
 
 def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask, coverage,
