@@ -308,3 +308,18 @@ def test_default_space_recomputes_the_fewest_layers_that_fit():
     # held session values: every layer, as the session says
     held = run_sweep(session, dataclasses.replace(space, hold_session_values=True), workers=1)
     assert all(pl.recompute_num_layers is None for pl in held.plans)
+
+
+def test_a_session_with_the_tp_overlap_on_sweeps(capsys):
+    # the breaker's check of issue 26: Megatron-Bridge's published sessions (Llama 3 70B on
+    # 64 H100s, t4 p8 v5 with --tp-comm-overlap; Llama 3.1 405B on 128 B200s and 256 GB200s)
+    # simulate, but `vtrain sweep` refused them: the check of everything but the plan set
+    # t = 1 and kept the overlap, which needs t > 1
+    cfg = str(EXAMPLES / "gpt3_1.3b_single_node.json")  # t = 2
+    sets = ["--set", "plan.sequence_parallel=true", "--set", "plan.tp_comm_overlap=true"]
+    assert main(["simulate", cfg, *sets]) == 0
+    capsys.readouterr()
+    assert main(["sweep", cfg, "--gpus", "8", "--micro-batch-sizes", "4", "--workers", "1",
+                 "--json", *sets]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["num_plans"] > 0 and doc["config"]["in_sweep"] is True  # its own plan too
