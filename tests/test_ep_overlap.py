@@ -233,7 +233,8 @@ def test_sweep_keeps_the_overlap_only_where_the_plan_allows_it():
     s = _session(True, global_batch_size=64)
     plans = enumerate_plans(s, SweepSpace(num_gpus=16, tensor_parallel=[1], pipeline_parallel=[1, 2],
                                           micro_batch_sizes=[1], schedules=["1f1b", "interleaved"],
-                                          recompute=["none", "full"], expert_parallel=[1, 8]))
+                                          recompute=["none", "full"], expert_parallel=[1, 8],
+                                          overlap_moe_expert_parallel_comm=(True,)))
     assert plans
     for pl in plans:
         allowed = (pl.expert_parallel > 1 and pl.recompute != "full"
@@ -310,8 +311,10 @@ def test_sweep_tries_the_overlap_off_and_on():
     s = _session(False, global_batch_size=64, delay_wgrad_compute=False)
     kw = dict(num_gpus=16, tensor_parallel=[1], pipeline_parallel=[1, 2], micro_batch_sizes=[1],
               schedules=["1f1b", "interleaved"], recompute=["none", "full"], expert_parallel=[1, 8])
-    off = enumerate_plans(s, SweepSpace(**kw))
-    both = enumerate_plans(s, SweepSpace(**kw, overlap_moe_expert_parallel_comm=(False, True)))
+    off = enumerate_plans(s, SweepSpace(**kw, overlap_moe_expert_parallel_comm=(False,),
+                                        moe_token_dispatcher_type=("alltoall",)))
+    both = enumerate_plans(s, SweepSpace(**kw, overlap_moe_expert_parallel_comm=(False, True),
+                                         moe_token_dispatcher_type=("alltoall",)))
     assert not any(pl.overlap_moe_expert_parallel_comm for pl in off)
     plain = [pl for pl in both if not pl.overlap_moe_expert_parallel_comm]
     assert plain == off
@@ -336,11 +339,19 @@ def test_cli_sweep_option(tmp_path, capsys):
             "1", "--pipeline-parallel", "1", "--workers", "1", "--json"]
     assert main(args + ["--overlap-moe-expert-parallel-comm", "n,y"]) == 0
     both = json.loads(capsys.readouterr().out)
-    assert main(args) == 0
+    assert main(args + ["--overlap-moe-expert-parallel-comm", "n"]) == 0
     off = json.loads(capsys.readouterr().out)
     assert both["num_plans"] > off["num_plans"]
+    assert main(args) == 0  # a mixture-of-experts model: off and on by default
+    assert json.loads(capsys.readouterr().out)["num_plans"] == both["num_plans"]
     assert main(args + ["--overlap-moe-expert-parallel-comm", "maybe"]) == 2
     assert "--overlap-moe-expert-parallel-comm" in capsys.readouterr().err
+    # the dispatchers: both by default with ep > 1, one when given
+    assert main(args + ["--moe-token-dispatcher", "alltoall"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert one["num_plans"] < both["num_plans"]
+    assert main(args + ["--moe-token-dispatcher", "deepep"]) == 2
+    assert "--moe-token-dispatcher" in capsys.readouterr().err
 
 
 def test_sweep_refuses_what_simulate_refuses(tmp_path, capsys):
@@ -359,8 +370,10 @@ def test_sweep_refuses_what_simulate_refuses(tmp_path, capsys):
     save_session(_session(False, global_batch_size=64), path)
     args = ["sweep", str(path), "--gpus", "16", "--micro-batch-sizes", "1", "--pipeline-parallel",
             "1", "--workers", "1", "--json", "--set", "plan.delay_wgrad_compute=true"]
-    assert main(args) == 2
+    assert main(args + ["--overlap-moe-expert-parallel-comm", "n"]) == 2
     err = capsys.readouterr().err
     assert f"{path} with --set plan.delay_wgrad_compute=true" in err
     assert "delay_wgrad_compute needs overlap_moe_expert_parallel_comm" in err
     assert main(args + ["--overlap-moe-expert-parallel-comm", "n,y"]) == 0  # swept on: allowed
+    capsys.readouterr()
+    assert main(args) == 0  # the default sweeps it on too

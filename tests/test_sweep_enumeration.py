@@ -72,7 +72,9 @@ def _reference_variants(session, c, checks, sizes, sps_t, zs_d):
     t, p, cp, ep, d, b, sched, v = sizes
     m, cl, base = session.model, session.cluster, session.plan
     out = []
-    for rc in c.rcs:
+    disps = c.disps if ep > 1 else [base.moe_token_dispatcher_type]
+    for rc, disp, (ce, impl) in ((rc, disp, ce) for rc in c.rcs for disp in disps
+                                 for ce in c.ces):
         for sp, z, tpo, og, op in overlap_choices(
                 sps_t, zs_d, c.tpos, c.dpos, t, d * cp,
                 1 < t <= cl.gpus_per_node and not c.mla,
@@ -87,7 +89,9 @@ def _reference_variants(session, c, checks, sizes, sps_t, zs_d):
                 last_stage_layers=(base.last_stage_layers if p == base.pipeline_parallel
                                    else None),
                 recompute_modules=(base.recompute_modules if rc == "selective" else None),
-                tp_comm_overlap=tpo, overlap_grad_reduce=og, overlap_param_gather=op)
+                tp_comm_overlap=tpo, overlap_grad_reduce=og, overlap_param_gather=op,
+                moe_token_dispatcher_type=disp, cross_entropy_loss_fusion=ce,
+                cross_entropy_fusion_impl=impl)
             if plan.recompute_num_layers is not None:
                 plan = capped_recompute_layers(plan, m.num_layers)
             for ov in c.ovs:

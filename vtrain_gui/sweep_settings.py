@@ -215,7 +215,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         # mixture-of-experts models only, as the expert-parallel sizes
         self.ep_overlap_default, self.ep_overlap_boxes = _defaulted_box_row(
             form, "EP all-to-all overlap", ("off", "on"), "sweep.overlap_moe_expert_parallel_comm",
-            "Default: the session's setting, where a plan allows it (untick to choose)")
+            "Default: off and on, on where a plan allows it; with expert parallelism the "
+            "alltoall and flex dispatchers too (untick to choose)")
         self._defaults = ((self.sp_default, self.sp_boxes), (self.zero_default, self.zero_boxes),
                           (self.ep_overlap_default, self.ep_overlap_boxes))
         for box in self.ep_overlap_boxes.values():
@@ -510,7 +511,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
             self.ep_overlap_default.setChecked(space.overlap_moe_expert_parallel_comm is None)
             ovs = (list(space.overlap_moe_expert_parallel_comm)
                    if space.overlap_moe_expert_parallel_comm is not None
-                   else [self._plan.overlap_moe_expert_parallel_comm is True])
+                   else [False, True])
             for name, box in self.ep_overlap_boxes.items():
                 box.setChecked((name == "on") in ovs)
             self._enable_defaulted()

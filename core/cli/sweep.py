@@ -12,7 +12,8 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from core.plan.fields import ConfigError, FieldError
-from core.plan.parallel import RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES, SWEEP_SCHEDULES
+from core.plan.parallel import (MOE_DISPATCHERS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
+                                SWEEP_SCHEDULES)
 from core.plan.rules import check_all_but_the_plan
 from core.cli.common import (SET_HELP, check_number, list_items, refuse_output_is_input, session_from_args,
                      session_inputs)
@@ -49,8 +50,8 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--pipeline-parallel", metavar="P[,P...]",
                     help="pipeline-parallel sizes to try (default: divisors of the layer count)")
     sw.add_argument("--micro-batch-sizes", metavar="B[,B...]",
-                    help="micro-batch sizes to try (default: 1, 2, 4, ... while the smallest-memory "
-                         "plan of that size fits in memory)")
+                    help="micro-batch sizes to try (default: every divisor of the global batch "
+                         "while the smallest-memory plan of that size fits in memory)")
     sw.add_argument("--schedules", metavar="S[,S...]", default=",".join(SWEEP_SCHEDULES),
                     help=f"pipeline schedules to try, of {','.join(SCHEDULES)} (default "
                          f"{','.join(SWEEP_SCHEDULES)}: zb-v only when asked)")
@@ -68,7 +69,15 @@ def add_parser(sub: Any) -> None:
                          "experts for a mixture-of-experts model, 1 for a dense one)")
     sw.add_argument("--overlap-moe-expert-parallel-comm", metavar="N|Y[,...]",
                     help="the expert all-to-all overlap (combined 1F1B) off (n) and/or on (y), on "
-                         "only where a plan allows it (default: CONFIG's setting)")
+                         "only where a plan allows it (default: both for a mixture-of-experts "
+                         "model)")
+    sw.add_argument("--moe-token-dispatcher", metavar="D[,D...]",
+                    help=f"MoE token dispatchers to try with expert parallelism (ep > 1), of "
+                         f"{','.join(MOE_DISPATCHERS)} (default: both for a mixture-of-experts "
+                         "model)")
+    sw.add_argument("--cross-entropy-fusion", metavar="C[,C...]",
+                    help="the loss's cross-entropy, of off,native,te (--cross-entropy-loss-fusion, "
+                         "with --cross-entropy-fusion-impl te) (default: te, held)")
     sw.add_argument("--zero-stages", metavar="Z[,Z...]",
                     help="ZeRO stages to try, of 0,1,2,3 (default: all four, where valid)")
     sw.add_argument("--tp-comm-overlap", metavar="N|Y[,...]",
@@ -172,6 +181,13 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
             None if args.overlap_moe_expert_parallel_comm is None else tuple(
                 v == "y" for v in _names("--overlap-moe-expert-parallel-comm",
                                          args.overlap_moe_expert_parallel_comm, ("n", "y")))),
+        moe_token_dispatcher_type=(
+            None if args.moe_token_dispatcher is None
+            else _names("--moe-token-dispatcher", args.moe_token_dispatcher, MOE_DISPATCHERS)),
+        cross_entropy_fusion=(
+            None if args.cross_entropy_fusion is None
+            else _names("--cross-entropy-fusion", args.cross_entropy_fusion,
+                        ("off", "native", "te"))),
         tp_comm_overlap=_flags("--tp-comm-overlap", args.tp_comm_overlap),
         dp_overlap=_flags("--dp-overlap", args.dp_overlap),
         zero_stages=(None if args.zero_stages is None else tuple(

@@ -745,7 +745,9 @@ def probe_plan(plan: ParallelPlan, **changes: Any) -> ParallelPlan:
         expert_tensor_parallel=None, data_parallel_shard_size=None,
         pipeline_model_parallel_layout=None,
         # needs ep > 1 and no full recomputation: a study decides it with the sizes
-        overlap_moe_expert_parallel_comm=False, delay_wgrad_compute=False)
+        overlap_moe_expert_parallel_comm=False, delay_wgrad_compute=False,
+        # needs 1 < t <= a node (and sequence parallelism): a study decides it with t
+        tp_comm_overlap=False)
     fields.update({k: v for k, v in changes.items() if v is not None})
     return dataclasses.replace(plan, **fields)
 

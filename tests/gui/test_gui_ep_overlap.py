@@ -31,9 +31,11 @@ def test_overlap_row_round_trips_for_moe_and_stays_out_of_dense_sweeps(qtbot):
     s = _moe()
     panel.reset(s)
     assert panel.ep_overlap_boxes["on"].isVisibleTo(panel)
-    assert panel.space().overlap_moe_expert_parallel_comm is None  # the default: the session's
+    assert panel.space().overlap_moe_expert_parallel_comm is None  # the default: off and on
     panel.ep_overlap_default.setChecked(False)
-    assert panel.space().overlap_moe_expert_parallel_comm == (True,)  # the session's setting
+    assert panel.space().overlap_moe_expert_parallel_comm == (False, True)  # what it sweeps
+    panel.ep_overlap_boxes["off"].setChecked(False)
+    assert panel.space().overlap_moe_expert_parallel_comm == (True,)
     panel.ep_overlap_boxes["off"].setChecked(True)
     assert panel.space().overlap_moe_expert_parallel_comm == (False, True)
     s.sweep = {"space": panel.settings()["space"], "deadline_days": None}

@@ -23,8 +23,8 @@ _DIMENSION_DEFAULTS = {
     "tensor_parallel": ("tensor_parallel", "the divisors of the GPUs per node"),
     "pipeline_parallel": ("pipeline_parallel", "the divisors of the layer count"),
     "data_parallel": ("data_parallel", "every d the budget and the global batch allow"),
-    "micro_batch_size": ("micro_batch_sizes", "1, 2, 4, ... while the smallest-memory plan of "
-                                              "that b fits"),
+    "micro_batch_size": ("micro_batch_sizes", "every divisor of the global batch while the "
+                                              "smallest-memory plan of that b fits"),
     "schedule": ("schedules", "every schedule the model allows"),
     "virtual_pipeline_stages": ("virtual_pipeline_stages",
                                 "2 to 8 with the interleaved schedule, where p*v divides the "
@@ -44,8 +44,16 @@ _DIMENSION_DEFAULTS = {
     "overlap_grad_reduce": ("dp_overlap", "on with data parallelism"),
     "overlap_param_gather": ("dp_overlap", "on with a sharded optimizer (ZeRO >= 1)"),
     "overlap_moe_expert_parallel_comm": ("overlap_moe_expert_parallel_comm",
-                                         "the session's, where a plan allows it"),
-    "recompute_num_layers": (None, "the session's under full recomputation"),
+                                         "off and on where a plan allows it (a "
+                                         "mixture-of-experts model; off for a dense one)"),
+    "moe_token_dispatcher_type": ("moe_token_dispatcher_type",
+                                  "alltoall and flex with expert parallelism (ep > 1)"),
+    "cross_entropy_loss_fusion": ("cross_entropy_fusion", "on (Megatron-Bridge's recipes)"),
+    "cross_entropy_fusion_impl": ("cross_entropy_fusion", "te, Transformer Engine's kernels "
+                                                          "(Megatron-Bridge's recipes)"),
+    "recompute_num_layers": (None, "under full recomputation every layer, and the fewest "
+                                   "layers per model chunk that fit (Megatron's block "
+                                   "method); the session's when it sets them"),
     "recompute_modules": (None, "the session's under selective recomputation"),
     "first_stage_layers": (None, "the session's at its own p"),
     "last_stage_layers": (None, "the session's at its own p"),

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from core.plan.fields import ConfigError, FieldError
+from core.plan.layout import largest_model_chunk
 from core.plan.session import Session
 from core.plan.rules import validate
 from core.sim import fastpath_kernel
@@ -34,7 +35,8 @@ from core.studies.sweep.pace import gc_paused
 from core.studies.sweep.phase import PhaseFn
 from core.studies.sweep.result import SweepResult, best_row, pareto_front, plan_figures, with_plans
 from core.studies.sweep.space import (SweepSpace, as_list, check_enumerable, divisors,
-                                      enumerate_plans, in_budget, index_of_plan, power_of_two_sizes)
+                                      enumerate_plans, in_budget, index_of_plan,
+                                      micro_batch_sizes_of)
 from core.studies.sweep.variants import sweep_verdicts
 from core.studies.sweep.dimensions import sweep_dimensions
 
@@ -298,19 +300,28 @@ class _Runner:
 
 def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: float,
                         cancel: Any, phase: PhaseFn | None) -> tuple[list, tuple, str]:
-    """The plans of a space without micro-batch sizes (``micro_batch_sizes=None``): b = 1, 2,
-    4, ... (:func:`power_of_two_sizes` up to the global batch) while the closed-form memory of
-    the smallest-memory plan of that b fits (a b without valid plans is passed over; when no
-    plan of the smallest b fits, its plans are kept, to say so). Returns
-    the plans, their :func:`memory_verdicts` (computed once, here) and where the sizes
-    stopped, in words."""
-    sizes = power_of_two_sizes(session.plan.global_batch_size)
+    """The plans of a space without micro-batch sizes (``micro_batch_sizes=None``): every b
+    that divides the global batch B (:func:`micro_batch_sizes_of`: Megatron takes any b with
+    B % (d*b) == 0, not only powers of two), in increasing order, while memory allows: once
+    no plan of a b fits in closed-form memory, no multiple of that b is tried (a b without
+    valid plans is passed over; when no plan of any b fits, those of the smallest b with
+    plans are kept, to say so). Exact: a plan of b' = k*b has the same plan at b (same d: B % (d*b) == 0 as
+    B % (d*b') == 0; k times the micro-batches, which no schedule rule refuses) whose
+    activation memory is no larger (b times the micro-batches in flight, at most
+    min(p, m) of them, does not grow as b shrinks), so when none of b's fits, none of b''s
+    does. Returns the plans, their :func:`memory_verdicts` (computed once, here) and where
+    the sizes stopped, in words."""
+    sizes = micro_batch_sizes_of(session.plan.global_batch_size)
     plans: list = []
     mems: list = []
     stop = f"b = {sizes[-1]}, the global batch" if sizes else "no b"
+    full: list[int] = []  # the b none of whose plans fits: their multiples are not tried
+    unfit = None  # the plans and memory of the first of them
     verdicts = sweep_verdicts(session)  # one for every b: what one b's plans teach it, kept
     memo: dict = {}  # memory_verdicts' parts, shared by the sizes
     for k, b in enumerate(sizes):
+        if any(b % f == 0 for f in full):
+            continue
         part_phase = None if phase is None else (
             lambda name, done, total, k=k: phase(name, k * total + done, len(sizes) * total))
         part = enumerate_plans(session, dataclasses.replace(space, micro_batch_sizes=(b,)),
@@ -320,13 +331,18 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: flo
         mem = memory_verdicts(part, session.model, store, reserve, cancel=cancel, phase=phase,
                               memo=memo)
         if not mem[1].any():
-            stop = (f"stopped at b = {b}: its smallest-memory plan needs "
-                    f"{mem[0].min() / 2**30:,.1f} GiB per GPU, more than fits")
-            if not plans:  # the smallest b, none fits: its plans say so (memory, reasons)
-                plans, mems = part, [mem]
-            break
+            if not full:
+                stop = (f"stopped at b = {b}: its smallest-memory plan needs "
+                        f"{mem[0].min() / 2**30:,.1f} GiB per GPU, more than fits (and "
+                        "its multiples)")
+            full.append(b)
+            if unfit is None:
+                unfit = part, mem
+            continue
         plans += part
         mems.append(mem)
+    if not plans and unfit is not None:  # none fits: the smallest b's plans say so
+        plans, mems = unfit[0], [unfit[1]]
     if phase is not None:
         phase("enumerate", 1, 1)
     merged = (np.concatenate([m[0] for m in mems]) if mems else np.zeros(0),
@@ -359,8 +375,8 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], re
         for d in dimensions:
             if d["field"] == "micro_batch_size":
                 d["why"] = (("the only valid value; " if len(d["values"]) == 1 else "")
-                            + "default: b = 1, 2, 4, ... while the closed-form memory of the "
-                            f"smallest-memory plan of that b fits; {stop}")
+                            + "default: every b that divides the global batch, while the "
+                            f"closed-form memory of the smallest-memory plan of that b fits; {stop}")
                 d["stopped"] = stop  # where the sizes stopped, in words
     own = index_of_plan(plans, session.plan) if plans else None
     if (plans and own is None
@@ -375,7 +391,62 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], re
     if mem is None:
         mem = memory_verdicts(plans, session.model, get_store(), reserve, cancel=cancel,
                               phase=phase)
+    if (not space.hold_session_values and session.plan.recompute_num_layers is None
+            and "full" in as_list(space.recompute)):
+        more, more_mem = _partial_recompute_plans(plans, mem, session, get_store(), reserve,
+                                                  cancel)
+        if more:
+            plans = plans + more
+            mem = (np.concatenate([mem[0], more_mem[0]]), np.concatenate([mem[1], more_mem[1]]),
+                   mem[2] + more_mem[2])
+            for d, row in zip(dimensions, sweep_dimensions(session, space, plans)):
+                if d["field"] == "recompute_num_layers":
+                    d.update(row)
     return plans, dimensions, mem, own
+
+
+def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store, reserve: float,
+                             cancel: Any = None) -> tuple[list, tuple]:
+    """For each plan of ``plans`` that recomputes every layer (``recompute="full"``,
+    ``recompute_num_layers`` None) and fits (``mem``: :func:`memory_verdicts`' bytes, fits,
+    reasons), the same plan recomputing the fewest layers per model chunk that still fit
+    (Megatron-LM's ``--recompute-method block --recompute-num-layers N``), when fewer than
+    all: its plans and their memory verdicts. Exact for the sweep's answers: memory falls
+    and the iteration time grows with N (each recomputed layer repeats its forward), so
+    that N is the fastest of the plan's partial recomputations that fit. The N are found
+    by bisection over all plans at once, :func:`memory_verdicts` of one batch per round
+    (at most log2 of the largest chunk's layers rounds)."""
+    L = session.model.num_layers
+    fits = mem[1]
+    rows, hi = [], []
+    for i, pl in enumerate(plans):
+        if pl.recompute == "full" and pl.recompute_num_layers is None and fits[i]:
+            most = largest_model_chunk(L, pl)
+            if most is not None and most > 1:
+                rows.append(i)
+                hi.append(most)  # every layer: fits
+    if not rows:
+        return [], (np.zeros(0), np.zeros(0, bool), [])
+    lo = np.zeros(len(rows), np.int64)        # N known not to fit (0: none tried)
+    hi = np.array(hi, np.int64)               # N known to fit
+    while True:
+        check_cancelled(cancel)
+        open_ = np.flatnonzero(hi - lo > 1)
+        if not open_.size:
+            break
+        mid = (lo[open_] + hi[open_]) // 2
+        trial = [dataclasses.replace(plans[rows[k]], recompute_num_layers=int(n))
+                 for k, n in zip(open_.tolist(), mid.tolist())]
+        ok = memory_verdicts(trial, session.model, store, reserve)[1]
+        hi[open_[ok]] = mid[ok]
+        lo[open_[~ok]] = mid[~ok]
+    most = np.array([largest_model_chunk(L, plans[i]) for i in rows], np.int64)
+    keep = np.flatnonzero(hi < most)
+    more = [dataclasses.replace(plans[rows[k]], recompute_num_layers=int(hi[k]))
+            for k in keep.tolist()]
+    if not more:
+        return [], (np.zeros(0), np.zeros(0, bool), [])
+    return more, memory_verdicts(more, session.model, store, reserve)
 
 
 def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask, coverage,

@@ -20,8 +20,9 @@ import numpy as np
 
 from core import schedules as pipeline_schedules
 from core.plan.fields import BOUNDS, ConfigError, FieldError
-from core.plan.parallel import (SWEEP_SCHEDULES, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
-                                ZERO_STAGES, PLAN_FIELDS, ParallelPlan, plan_key)
+from core.plan.parallel import (MOE_DISPATCHERS, SWEEP_SCHEDULES, RECOMPUTE_CHOICES,
+                                RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, PLAN_FIELDS, ParallelPlan,
+                                plan_key)
 from core.plan.session import Session
 from core.plan.layout import (expand_pipeline_layout, pipeline_layout_text,
                               pipeline_split_slots)
@@ -31,10 +32,16 @@ from core.studies.sweep.variants import plan_maker, size_variants, sweep_verdict
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
 
-__all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "enumerate_plans",
+__all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "CROSS_ENTROPY_FUSIONS", "enumerate_plans",
            "one_stage_schedule", "budget_text", "divisors", "as_list", "power_of_two_sizes",
+           "micro_batch_sizes_of",
            "check_enumerable", "cp_candidates", "tp_pp_candidates", "layout_stages", "in_budget",
            "index_of_plan"]
+
+#: The cross-entropy choices of :attr:`SweepSpace.cross_entropy_fusion`: each the plan's
+#: (``cross_entropy_loss_fusion``, ``cross_entropy_fusion_impl``)
+CROSS_ENTROPY_FUSIONS = {"off": (False, "native"), "native": (True, "native"),
+                         "te": (True, "te")}
 
 #: Micro-batch sizes tried when the space does not name them.
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
@@ -78,9 +85,9 @@ class SweepSpace:
         Candidate b (sequences). Default :data:`DEFAULT_MICRO_BATCH_SIZES` (kept for the
         library's callers); None -- the command line's and the Explore tab's default,
         :meth:`default_for` -- is "up to what memory allows": :func:`core.studies.sweep.run_sweep`
-        tries b = 1, 2, 4, ... while the closed-form memory of the smallest-memory plan of
-        that b fits (:func:`enumerate_plans` alone tries every power of two up to the global
-        batch).
+        tries every b that divides the global batch while the closed-form memory of the
+        smallest-memory plan of that b fits (not its multiples once none fits);
+        :func:`enumerate_plans` alone tries every divisor of the global batch.
     schedules : sequence of str
         Pipeline schedules from :data:`core.plan.parallel.SCHEDULES`. Default:
         :data:`core.plan.parallel.SWEEP_SCHEDULES`, all but ZB-V (tried only when asked).
@@ -124,8 +131,24 @@ class SweepSpace:
     overlap_moe_expert_parallel_comm : sequence of bool, optional
         The expert all-to-all overlap off / on (Megatron-Core's combined 1F1B), on only for the
         plans that allow it (:func:`core.plan.rules.ep_overlap_errors`; the others are tried
-        without). Default: the session plan's setting where allowed. ``delay_wgrad_compute``
-        is the session's on the plans that overlap.
+        without). Default (None): for a mixture-of-experts model both, off and on where
+        allowed (the overlap hides all-to-all time but keeps a second micro-batch's
+        activations: faster, not always within memory); off for a dense model; with
+        ``hold_session_values`` the session plan's setting where allowed.
+        ``delay_wgrad_compute`` is the session's on the plans that overlap.
+    moe_token_dispatcher_type : sequence of str, optional
+        The MoE token dispatchers (``alltoall``, ``flex``: DeepEP / HybridEP) tried on the plans
+        with expert parallelism (ep > 1; at ep = 1 no token leaves its rank, so the session's
+        only). Default (None): both for a mixture-of-experts model (which is faster depends on
+        the nodes the expert-parallel group spans and the store's efficiencies); the
+        session's with ``hold_session_values`` or for a dense model.
+    cross_entropy_fusion : sequence of str, optional
+        The loss's cross-entropy, of :data:`CROSS_ENTROPY_FUSIONS`: ``off`` (Megatron's one
+        kernel per step), ``native`` (``--cross-entropy-loss-fusion``) or ``te`` (with
+        ``--cross-entropy-fusion-impl te``, the Megatron-Bridge performance recipes'
+        choice). Default (None): ``te``, held (not swept): a kernel choice, fewer passes over
+        the logits in half precision, faster and no larger than the others in every plan
+        the breaker's check of issue 26 tried; with ``hold_session_values`` the session's.
 
     Every other plan field (overlap, gradient dtype, uneven first and last
     stages, recomputed layers under full recomputation) is the session plan's.
@@ -147,6 +170,8 @@ class SweepSpace:
     context_parallel: Sequence[int] | None = None
     expert_parallel: Sequence[int] | None = None
     overlap_moe_expert_parallel_comm: Sequence[bool] | None = None
+    moe_token_dispatcher_type: Sequence[str] | None = None
+    cross_entropy_fusion: Sequence[str] | None = None
     tp_comm_overlap: Sequence[bool] | None = None
     dp_overlap: Sequence[bool] | None = None
     hold_session_values: bool = False
@@ -181,8 +206,12 @@ class SweepSpace:
             out += ("zero_stage",)
         if not hold or self.dp_overlap is not None:
             out += ("overlap_grad_reduce", "overlap_param_gather")
-        if self.overlap_moe_expert_parallel_comm is not None:
+        if not hold or self.overlap_moe_expert_parallel_comm is not None:
             out += ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
+        if not hold or self.moe_token_dispatcher_type is not None:
+            out += ("moe_token_dispatcher_type",)
+        if not hold or self.cross_entropy_fusion is not None:
+            out += ("cross_entropy_loss_fusion", "cross_entropy_fusion_impl")
         return out
 
     def excludes(self, plan: ParallelPlan) -> str | None:
@@ -259,8 +288,12 @@ class SweepSpace:
             ints(name, getattr(self, name))
         ints("micro_batch_sizes", self.micro_batch_sizes)  # None: up to what memory allows
         ints("context_parallel", self.context_parallel)
-        for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_CHOICES)):
+        for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_CHOICES),
+                              ("moe_token_dispatcher_type", MOE_DISPATCHERS),
+                              ("cross_entropy_fusion", CROSS_ENTROPY_FUSIONS)):
             values = getattr(self, name)
+            if values is None and name in ("moe_token_dispatcher_type", "cross_entropy_fusion"):
+                continue
             values = [values] if isinstance(values, str) else list(values or [])
             if not values:
                 errs.append(FieldError(f"sweep.{name}", "must name at least one value"))
@@ -326,9 +359,15 @@ def divisors(n: int) -> list[int]:
     small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
     return small + [n // k for k in reversed(small) if k * k != n]
 
+def micro_batch_sizes_of(global_batch_size: int) -> list[int]:
+    """The micro-batch sizes a space without them tries, before memory stops them: every
+    divisor of the global batch B, in increasing order (Megatron runs any b with
+    B % (d*b) == 0; B = 1,536 on d = 32 allows b = 3, which no power of two reaches)."""
+    return divisors(global_batch_size)
+
+
 def power_of_two_sizes(limit: int) -> list[int]:
-    """1, 2, 4, ... up to ``limit`` (the micro-batch sizes a space without them tries, before
-    memory stops them)."""
+    """1, 2, 4, ... up to ``limit``."""
     out, b = [], 1
     while b <= limit:
         out.append(b)
@@ -511,6 +550,8 @@ class _Choices:
     tpos: list
     dpos: list
     ovs: list
+    disps: list
+    ces: list
     layout_n: int | None
     counts: tuple | None
     d_allowed: set | None
@@ -548,10 +589,17 @@ class _Choices:
                 else [True])
         dpos = (list(dict.fromkeys(bool(v) for v in as_list(space.dp_overlap)))
                 if space.dp_overlap is not None else [None] if hold else [True])
-        # the expert all-to-all overlap: the space's values, or the base's (on where allowed)
+        # the expert all-to-all overlap: the space's values; or off and on (on where allowed) for
+        # a mixture-of-experts model; or the base's, held
         ovs = (list(dict.fromkeys(bool(v) for v in as_list(space.overlap_moe_expert_parallel_comm)))
                if space.overlap_moe_expert_parallel_comm is not None
-               else [base.overlap_moe_expert_parallel_comm is True])
+               else [base.overlap_moe_expert_parallel_comm is True] if hold or not m.is_moe
+               else [False, True])
+        # the token dispatchers of the plans with expert parallelism (ep > 1)
+        disps = (list(dict.fromkeys(as_list(space.moe_token_dispatcher_type)))
+                 if space.moe_token_dispatcher_type is not None
+                 else [base.moe_token_dispatcher_type] if hold or not m.is_moe
+                 else list(MOE_DISPATCHERS))
         if not m.is_moe:
             if space.overlap_moe_expert_parallel_comm is not None and True in ovs:
                 raise ConfigError([FieldError(
@@ -562,18 +610,24 @@ class _Choices:
             raise ConfigError([FieldError("plan.delay_wgrad_compute", "delay_wgrad_compute needs "
                                           "overlap_moe_expert_parallel_comm (Megatron-Core: it "
                                           "must be enabled when enabling delay_wgrad_compute)")])
+        # the cross-entropy: the space's choices, or te (held), or the base's, held
+        ces = ([CROSS_ENTROPY_FUSIONS[v] for v in dict.fromkeys(as_list(space.cross_entropy_fusion))]
+               if space.cross_entropy_fusion is not None
+               else [(base.cross_entropy_loss_fusion, base.cross_entropy_fusion_impl)] if hold
+               else [CROSS_ENTROPY_FUSIONS["te"]])
         return cls(
             ts=ts, ps=ps, cps=cp_candidates(session, space),
             eps=(sorted(set(as_list(space.expert_parallel))) if space.expert_parallel is not None
                  else divisors(m.num_experts) if m.is_moe else [1]),
             bs=(sorted(set(as_list(space.micro_batch_sizes)))
                 if space.micro_batch_sizes is not None
-                else power_of_two_sizes(base.global_batch_size)),
+                else micro_batch_sizes_of(base.global_batch_size)),
             scheds=list(dict.fromkeys(as_list(space.schedules))),
             rcs=list(dict.fromkeys(as_list(space.recompute))),
             vs=(sorted(set(as_list(space.virtual_pipeline_stages)))
                 if space.virtual_pipeline_stages is not None else list(range(2, 9))),
-            sps=sps, zs=zs, tpos=tpos, dpos=dpos, ovs=ovs, layout_n=layout_stages(base),
+            sps=sps, zs=zs, tpos=tpos, dpos=dpos, ovs=ovs, disps=disps, ces=ces,
+            layout_n=layout_stages(base),
             counts=space.gpu_counts(),
             d_allowed=(set(as_list(space.data_parallel)) if space.data_parallel is not None
                        else None),

@@ -27,7 +27,8 @@ SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "exp
                 "data_parallel", "micro_batch_size", "schedule", "virtual_pipeline_stages",
                 "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
                 "tp_comm_overlap", "recompute_modules", "first_stage_layers",
-                "last_stage_layers", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
+                "last_stage_layers", "moe_token_dispatcher_type", "cross_entropy_fusion_impl",
+                "cross_entropy_loss_fusion", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
                 "overlap_grad_reduce", "overlap_param_gather")
 #: Those whose values enumerate_plans checks per plan (the overlap flags it sets are bools)
 CHECKED_SWEPT_FIELDS = SWEPT_FIELDS[:-4]
@@ -35,7 +36,8 @@ CHECKED_SWEPT_FIELDS = SWEPT_FIELDS[:-4]
 VARIANT_FIELDS = ("recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
                   "tp_comm_overlap", "recompute_modules", "overlap_grad_reduce",
                   "overlap_param_gather", "overlap_moe_expert_parallel_comm",
-                  "delay_wgrad_compute")
+                  "delay_wgrad_compute", "moe_token_dispatcher_type",
+                  "cross_entropy_loss_fusion", "cross_entropy_fusion_impl")
 #: Those of them the same in every variant of one (t, p, cp, ep, d, b, schedule, v)
 SIZE_SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel",
                      "expert_parallel", "data_parallel", "micro_batch_size", "schedule",
@@ -115,8 +117,9 @@ def plan_maker(base: ParallelPlan) -> Callable[[dict], ParallelPlan]:
 def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
                   sizes: tuple, sps_t: list, zs_d: list) -> list[ParallelPlan]:
     """The valid plans of one ``sizes`` = (t, p, cp, ep, d, b, schedule, v) under the choices
-    ``c`` (:class:`core.studies.sweep.space._Choices`): each recomputation, each (sequence
-    parallel, ZeRO, overlaps) choice (:func:`overlap_choices`) and each expert all-to-all
+    ``c`` (:class:`core.studies.sweep.space._Choices`): each recomputation, each MoE token
+    dispatcher (with ep > 1), each cross-entropy choice, each (sequence parallel, ZeRO,
+    overlaps) choice (:func:`overlap_choices`) and each expert all-to-all
     overlap, in that order. ``verdicts``: the swept fields' checks
     and validate's cross-field rules (:meth:`core.plan.verdicts.PlanVerdicts.valid_among`:
     those that read none of :data:`VARIANT_FIELDS` checked once)."""
@@ -132,18 +135,24 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
                  last_stage_layers=base.last_stage_layers if own_p else None)
     # what overlap_choices reads of the sizes (its other arguments are c's): the variants'
     # fields, built once per value of it
-    how = (tuple(sps_t), tuple(zs_d), d * cp > 1, 1 < t <= cl.gpus_per_node and not c.mla)
+    how = (tuple(sps_t), tuple(zs_d), d * cp > 1, 1 < t <= cl.gpus_per_node and not c.mla,
+           ep > 1)
     known = c.variants_of.get(how)
     if known is None:
         overlaps = overlap_choices(sps_t, zs_d, c.tpos, c.dpos, t, d * cp, how[3],
                                    (base.overlap_grad_reduce, base.overlap_param_gather))
+        # the dispatchers tried with expert parallelism; at ep = 1 no token leaves its rank
+        disps = c.disps if ep > 1 else [base.moe_token_dispatcher_type]
         fields = [{"recompute": rc, "sequence_parallel": sp, "zero_stage": z,
                    "recompute_num_layers": base.recompute_num_layers if rc == "full" else None,
                    "tp_comm_overlap": tpo,
                    # the base's recomputed modules under selective
                    "recompute_modules": base.recompute_modules if rc == "selective" else None,
-                   "overlap_grad_reduce": og, "overlap_param_gather": op}
-                  for rc in c.rcs for sp, z, tpo, og, op in overlaps]
+                   "overlap_grad_reduce": og, "overlap_param_gather": op,
+                   "moe_token_dispatcher_type": disp,
+                   "cross_entropy_loss_fusion": ce, "cross_entropy_fusion_impl": impl}
+                  for rc in c.rcs for disp in disps for ce, impl in c.ces
+                  for sp, z, tpo, og, op in overlaps]
         known = c.variants_of[how] = [fields, None]
     fields, rows = known
     if c.plain:  # each variant as set: their fields' values the same for every size
