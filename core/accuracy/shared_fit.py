@@ -67,7 +67,8 @@ SHARED_BOUNDS: dict[str, tuple[float, float]] = {"memory_efficiency": (0.4, 1.0)
 #: with the per-kernel launch time, which came out 0). An op takes the larger of its device and
 #: host times (:func:`core.model.ops.combine_op_time`): Megatron runs its modules eagerly from
 #: Python, the host's time per module call does not shrink with a faster GPU, and an MoE layer
-#: calls six ops per pass where a dense layer calls two, most of them short (the router, the
+#: runs five or six ops per pass (attention, router, permutation, experts, un-permutation, shared
+#: experts) where a dense layer runs two, most of them short (the router, the
 #: token permutation and un-permutation), with a device-to-host copy of the token counts in
 #: every layer's dispatch (Megatron-Core's all-to-all dispatcher takes the all-to-all's split
 #: sizes on the host, at its ``cuda_sync_point``) that keeps the host from running ahead. The published runs are too few to fit it
