@@ -11,7 +11,7 @@ import pytest
 
 from core.accuracy.calibrate import (apply_fit, cross_validate, fit, linearize, predict_linearized,
                                      shared_fit_params)
-from core.accuracy.shared_fit import (analytic_bases, shared_fit_kwargs, shared_stores,
+from core.accuracy.shared_fit import (SHARED_FIXED, analytic_bases, shared_fit_kwargs, shared_stores,
                                       supported_params, use_shared_fit)
 from core.plan.parallel import PRECISIONS, ParallelPlan
 from core.plan.cluster import ClusterConfig, CostConfig
@@ -50,7 +50,7 @@ def _runs():
     for s in sessions:
         b = base(s)
         if id(b) not in truth_stores:
-            truth_stores[id(b)] = apply_fit(b, {**b.op_model, **TRUTH})
+            truth_stores[id(b)] = apply_fit(b, {**b.op_model, **SHARED_FIXED, **TRUTH})
         measured.append(simulate(s, truth_stores[id(b)]).report.iteration_time_s)
     return sessions, np.array(measured), base
 
@@ -103,6 +103,8 @@ def test_shared_fit_recovers_the_true_parameters_and_cross_validates_exactly():
     assert h200.peak_flops["bf16"] == 989e12 and stores["B200-180GB"].peak_flops["bf16"] == 2250e12
     for store in stores.values():
         assert store.op_model["gemm_efficiency_max"] == res.op_model["gemm_efficiency_max"]
+        # the host time per op call is the A100 fit's, carried into every store, not fitted
+        assert store.op_model["op_overhead_s"] == SHARED_FIXED["op_overhead_s"]
     s = sessions[0]
     assert simulate(s, stores[s.cluster.gpu]).report.iteration_time_s == pytest.approx(
         measured[0], rel=0.01)
@@ -153,8 +155,11 @@ def test_calibrate_out_dir_writes_one_store_per_kind_from_a_csv(tmp_path, capsys
     doc = json.loads(capsys.readouterr().out)
     assert sorted(doc["stores"]) == ["B200-180GB.h5", "H100-SXM5-80GB.h5", "H200-SXM-141GB.h5"]
     assert doc["rows_by_kind"] == {"B200-180GB": 5, "H100-SXM5-80GB": 5}
-    for name, value in TRUTH.items():  # the shared prior (a tenth of a run) pulls a little
-        assert doc["parameters"][name] == pytest.approx(value, rel=0.05)
+    # the shared prior (a tenth of a run) pulls a little: more since the host time per op call
+    # (SHARED_FIXED) sets the time of these small runs' short ops, which then tell the GEMM and
+    # HBM efficiencies nothing (0.659 and 0.619 for 0.70 and 0.55; without the prior, exact)
+    for name, value in TRUTH.items():
+        assert doc["parameters"][name] == pytest.approx(value, rel=0.15)
     assert doc["cross_validation"]["all rows"]["mape_percent"] < 2.0
     h100 = ProfileStore.open(out / "H100-SXM5-80GB.h5")
     p = h100.provenance
@@ -190,7 +195,7 @@ def test_fp8_gemm_efficiency_is_recovered_beside_the_bf16_one():
             s.plan.fp8_recipe = "tensorwise" if precision == "fp8" else None
             sessions.append(s)
     base = analytic_bases()
-    measured = np.array([simulate(s, apply_fit(base(s), {**base(s).op_model, **truth}))
+    measured = np.array([simulate(s, apply_fit(base(s), {**base(s).op_model, **SHARED_FIXED, **truth}))
                          .report.iteration_time_s for s in sessions])
     kw = {**shared_fit_kwargs(base, sessions), "prior": 0.0}
     assert "fp8_gemm_efficiency" in kw["params"] and "gemm_efficiency_max" in kw["params"]
@@ -218,7 +223,7 @@ def _linearized_follows_and_fit_recovers(sessions, s, base, kw, truth) -> None:
         moved = {**b.op_model, name: value}
         assert predict_linearized([row], moved)[0] == pytest.approx(
             simulate(s, apply_fit(b, moved)).report.iteration_time_s, rel=1e-5), name
-    measured = np.array([simulate(x, apply_fit(base(x), {**base(x).op_model, **truth}))
+    measured = np.array([simulate(x, apply_fit(base(x), {**base(x).op_model, **SHARED_FIXED, **truth}))
                          .report.iteration_time_s for x in sessions])
     res = fit(sessions, measured, base, **{**kw, "prior": 0.0})
     for name, value in truth.items():
@@ -263,7 +268,7 @@ def test_flex_runs_pin_their_own_all_to_all_efficiency():
     # NCCL one (a store then times flex as it did before the split), not the default 1
     only = plain + _runs()[0][:3]
     kw0 = shared_fit_kwargs(base, only)
-    y = np.array([simulate(x, apply_fit(base(x), {**base(x).op_model, **truth}))
+    y = np.array([simulate(x, apply_fit(base(x), {**base(x).op_model, **SHARED_FIXED, **truth}))
                   .report.iteration_time_s for x in only])
     res0 = fit(only, y, base, **{**kw0, "prior": 0.0})
     assert res0.op_model["all_to_all_efficiency"] == pytest.approx(0.6, rel=0.03)
@@ -313,7 +318,7 @@ def test_the_shared_fit_keeps_the_gemm_and_hbm_efficiencies_within_what_hardware
     measured = []
     for s in sessions:
         b = base(s)
-        measured.append(simulate(s, apply_fit(b, {**b.op_model, **low})).report.iteration_time_s)
+        measured.append(simulate(s, apply_fit(b, {**b.op_model, **SHARED_FIXED, **low})).report.iteration_time_s)
     kw = {**shared_fit_kwargs(base, sessions), "prior": 0.0}
     assert kw["bounds"] == SHARED_BOUNDS == {"memory_efficiency": (0.4, 1.0),
                                              "gemm_efficiency_max": (0.65, 1.0)}
@@ -338,7 +343,7 @@ def test_peak_fraction_is_recovered_for_the_kind_without_a_data_sheet_and_stays_
     sessions = [_session(g, t, d, b, h) for g, t, d, b, h in plans]
     base = analytic_bases()
     truth = {**TRUTH, "peak_fraction": 0.7}
-    measured = np.array([simulate(s, apply_fit(base(s), {**base(s).op_model, **truth}))
+    measured = np.array([simulate(s, apply_fit(base(s), {**base(s).op_model, **SHARED_FIXED, **truth}))
                          .report.iteration_time_s for s in sessions])
     assert fits_peak_fraction(base(sessions[-1])) and not fits_peak_fraction(base(sessions[0]))
     assert store_op_model(base(sessions[0]), truth)["peak_fraction"] == 1.0

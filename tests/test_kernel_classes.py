@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from core.accuracy.calibrate import apply_fit, fit, param_bounds
-from core.accuracy.shared_fit import (KERNEL_CLASS_PARAMS, SHARED_BOUNDS, analytic_bases, parameters_at_bound,
-                                      shared_fit_kwargs, supported_params)
+from core.accuracy.shared_fit import (KERNEL_CLASS_PARAMS, SHARED_BOUNDS, SHARED_FIXED,
+                                      analytic_bases, parameters_at_bound, shared_fit_kwargs,
+                                      supported_params)
 from core.cli import main
 from core.model.base import Kernel
 from core.model.ops import (DEFAULT_OP_MODEL, KERNEL_DENSE_GEMM, KERNEL_FLASH, KERNEL_GROUPED_GEMM,
@@ -103,7 +104,9 @@ def test_grouped_gemm_efficiency_is_supported_only_beside_dense_runs_and_recover
     kw = shared_fit_kwargs(base, sessions, kernel_classes=True)
     assert "grouped_gemm_efficiency" in kw["params"]
     assert "flash_attention_efficiency" not in kw["params"]  # one sequence length
-    measured = np.array([simulate(x, apply_fit(base(x), {**base(x).op_model, **truth}))
+    # the truth has the host time per op call the shared fit takes (SHARED_FIXED)
+    measured = np.array([simulate(x, apply_fit(base(x), {**base(x).op_model, **SHARED_FIXED,
+                                                         **truth}))
                          .report.iteration_time_s for x in sessions])
     res = fit(sessions, measured, base, **{**kw, "prior": 0.0})
     for name, value in truth.items():

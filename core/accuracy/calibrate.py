@@ -111,8 +111,10 @@ _FAMILY = {"attention_fwd": "layer", "attention_bwd": "layer", "mlp_fwd": "layer
 #: Parameters of the shared fit of the modern GPU kinds (:func:`shared_fit_params`): efficiencies
 #: as fractions of each GPU's data-sheet peaks (GEMM FLOP/s, HBM bandwidth, network bandwidth)
 #: and the FP8 GEMM and all-to-all efficiencies where the op model has them. With a few
-#: dozen runs over four GPU kinds, shape parameters (``gemm_half_size``) and host overheads
-#: are left at the spec's values: the runs are large-scale and device-bound, and cannot pin them.
+#: dozen runs over four GPU kinds, shape parameters (``gemm_half_size``) are left at the spec's
+#: values and host overheads at the spec's or the A100 fit's
+#: (:data:`core.accuracy.shared_fit.SHARED_FIXED`): the runs are few, and cannot pin them
+#: beside the efficiencies.
 #: ``peak_fraction`` is not shared: it is the sustained share of the reference peaks of the
 #: GPU kinds without a data sheet of their own (:func:`fits_peak_fraction`), fitted with the
 #: others on those kinds' runs alone (every other kind keeps 1, :func:`store_op_model`).
