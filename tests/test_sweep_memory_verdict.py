@@ -67,3 +67,20 @@ def test_saved_sweep_keeps_the_verdicts(sweeps):
     rows = saved_sweep(wide)["rows"]
     assert back.memory_capacity_bytes == wide.memory_capacity_bytes
     assert back.memory_verdict.tolist() == [row["memory_verdict"] for row in rows]
+
+
+def test_sweep_cli_marks_tight_plans(capsys):
+    """``vtrain sweep``: the GiB column marks a tight plan with ``~`` (the margin named in the
+    legend) and ``--json`` rows carry the verdict."""
+    from core.cli import main
+    args = ["sweep", str(SMALL), "--gpus", "8", "--set", "cluster.memory_reserve_fraction=0.8"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "~ = tight: inside the 80 % margin of the GPU's memory" in out
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    fastest = doc["fastest"]
+    cap = 80 * 2**30
+    assert fastest["memory_verdict"] == memory_verdict(fastest["max_memory_per_gpu_bytes"], cap, 0.8)
+    assert fastest["memory_verdict"] == "tight"  # 0.2 * C < need <= C: the fastest is tight
+    assert all(row["memory_verdict"] in ("fits", "tight") for row in doc["pareto"])
