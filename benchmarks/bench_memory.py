@@ -15,7 +15,8 @@ Megatron-LM's CI rows, whose figure is written by the last rank only (README,
 source 3), so the last stage.
 
 Every measured run ran, so the verdict (:func:`core.sim.report.memory_verdict` of the
-whole-process peak against the GPU's whole memory) must say it fits.
+whole-process peak against the GPU's whole memory, the session's margin naming a tight
+fit) must say it fits or is tight.
 
 Run: ``python benchmarks/bench_memory.py [--csv PATH]`` (a few seconds).
 """
@@ -116,7 +117,8 @@ def predict(path: Path) -> list[dict]:
         pl = session.plan
         out.append({"gpu": session.cluster.gpu, "scale": scale, "predicted_gib": predicted,
                     "measured_gib": measured, "error_percent": (predicted - measured) / measured * 100,
-                    "verdict": memory_verdict(max(sm.total_bytes for sm in mem), capacity),
+                    "verdict": memory_verdict(max(sm.total_bytes for sm in mem), capacity,
+                                              session.cluster.memory_reserve_fraction),
                     "plan": (f"t{pl.tensor_parallel} p{pl.pipeline_parallel} d{pl.data_parallel} "
                              f"v{pl.virtual_pipeline_stages or 1} m{pl.num_microbatches} "
                              f"L{session.model.num_layers}")})

@@ -24,7 +24,8 @@ from core.sim.graph_types import KINDS, OPS
 from core.store.profile_store import ProfileStore
 from core.sim.report import StageMemory
 from core.io.session import load_any
-from core.sim.simulate import memory_verdict, open_profile, profile_path, simulate, stage_memory
+from core.sim.simulate import (memory_verdict, open_profile, profile_path, simulate, stage_memory,
+                               tight_note)
 from core.model.counts import num_parameters
 from tests.conftest import case_file
 
@@ -165,18 +166,26 @@ def test_bytes_per_parameter_per_zero_stage(precision, grads, w, g, k, zero):
         assert ov.gradients_bytes == mem.gradients_bytes
 
 
-def test_memory_reserve_decides_fits():
+def test_capacity_decides_fits_and_the_reserve_only_tight():
+    """Issue 27: the whole process is held against the whole capacity; the margin
+    (cluster.memory_reserve_fraction) only makes a fit tight, with its warning."""
     cap = 80 * 2**30
-    just_below = [StageMemory(0, 0.0, 0.0, 0.0, 0.9 * cap)]
-    just_above = [StageMemory(0, 0.0, 0.0, 0.0, 0.9 * cap + 1)]
-    assert memory_verdict(just_below, cap, 0.1)[1]
-    need, fits, reason = memory_verdict(just_above, cap, 0.1)
-    assert not fits and "72.0 GiB usable (10% reserved)" in reason
-    assert memory_verdict(just_above, cap, 0.0)[1]
+    inside = [StageMemory(0, 0.0, 0.0, 0.0, 0.9 * cap + 1)]
+    at_cap = [StageMemory(0, 0.0, 0.0, 0.0, float(cap))]
+    above = [StageMemory(0, 0.0, 0.0, 0.0, cap + 1.0)]
+    assert memory_verdict(inside, cap, 0.1) == (0.9 * cap + 1, True, "")
+    assert memory_verdict(at_cap, cap, 0.1)[1]
+    need, fits, reason = memory_verdict(above, cap, 0.1)
+    assert not fits and reason == ("does not fit: stage 0 needs 80.0 GiB per GPU, "
+                                   "the GPU has 80.0 GiB")
+    assert not memory_verdict(above, cap, 0.0)[1]  # no margin frees nothing
+    assert tight_note(inside, cap, 0.1).startswith(
+        "tight: stage 0 needs 72.0 GiB per GPU of the GPU's 80.0 GiB, inside the 10 % margin")
+    assert tight_note(inside, cap, 0.0) == "" and tight_note(above, cap, 0.1) == ""
     s = load_any(case_file("bf16_memory_1p3b.json"))
     r = simulate(s).report
     assert r.memory_reserve_fraction == 0.1
-    assert r.fits_in_memory == (r.max_memory_per_gpu_bytes <= 0.9 * r.memory_capacity_bytes)
+    assert r.fits_in_memory == (r.max_memory_per_gpu_bytes <= r.memory_capacity_bytes)
 
 
 # --------------------------------------------------------------------------- communication

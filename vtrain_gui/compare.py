@@ -43,13 +43,13 @@ _VERDICT_COLORS = {"tight": "#b07800", "does not fit": "#c0392b"}
 
 
 def _verdict_text(plan: dict) -> str:
-    """``"fits"``, ``"tight (70.1 of 72.0 GiB)"`` or ``"does not fit (87.9 of 72.0 GiB)"`` for
-    one plan of :meth:`core.studies.diff.PlanDiff.to_dict`."""
+    """``"fits"``, ``"tight (78.2 of 80.0 GiB)"`` or ``"does not fit (87.9 of 80.0 GiB)"`` for
+    one plan of :meth:`core.studies.diff.PlanDiff.to_dict` (need of the GPU's capacity)."""
     verdict = plan["memory_verdict"]
     if verdict == "fits":
         return verdict
-    need, usable = plan["max_memory_per_gpu_bytes"] / 2**30, plan["usable_memory_bytes"] / 2**30
-    return f"{verdict} ({need:,.1f} of {usable:,.1f} GiB)"
+    need, cap = plan["max_memory_per_gpu_bytes"] / 2**30, plan["memory_capacity_bytes"] / 2**30
+    return f"{verdict} ({need:,.1f} of {cap:,.1f} GiB)"
 
 
 class CompareTab(QtWidgets.QWidget):
@@ -291,7 +291,7 @@ class CompareTab(QtWidgets.QWidget):
 
     def _fill_table(self, diff: PlanDiff) -> None:
         """Fill the table from :meth:`core.studies.diff.PlanDiff.to_dict` (a plan that does not fit, or
-        fits tightly, says so in its column, with its need and the usable memory on hover)."""
+        fits tightly, says so in its column; its need, the capacity and the margin on hover)."""
         d = diff.to_dict()
         a, b = d["a"], d["b"]
 
@@ -317,9 +317,9 @@ class CompareTab(QtWidgets.QWidget):
                     verdict = (a, b)[c]["memory_verdict"]
                     if verdict != "fits":
                         cell.setForeground(QtGui.QColor(_VERDICT_COLORS[verdict]))
-                        cell.setToolTip(f"{format_bytes((a, b)[c]['max_memory_per_gpu_bytes'])} "
-                                        f"per GPU of {format_bytes((a, b)[c]['usable_memory_bytes'])}"
-                                        " usable (capacity less the reserve)")
+                        cell.setToolTip((a, b)[c]["memory_verdict_text"]
+                                        + " (need per GPU of the GPU's memory; the margin is "
+                                        "cluster.memory_reserve_fraction)")
                 self._w_table.setItem(r, c, cell)
 
     def cell_text(self, row: int, column: int) -> str:

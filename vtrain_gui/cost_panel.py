@@ -542,12 +542,11 @@ class CostPanel(QtWidgets.QWidget):
         if flag and report is not None:
             # one line (the numbers are also over the memory chart); the whole story on hover
             needed = format_bytes(report.max_memory_per_gpu_bytes)
-            usable = format_bytes(report.memory_capacity_bytes
-                                  * (1 - report.memory_reserve_fraction))
+            capacity = format_bytes(report.memory_capacity_bytes)
             self._no_fit_flag.set_full_text(
-                f"⚠ Does not fit in GPU memory ({needed} needed per GPU, {usable} usable): "
+                f"⚠ Does not fit in GPU memory ({needed} needed per GPU of {capacity}): "
                 "this plan cannot run as set",
-                tooltip=f"Does not fit in GPU memory ({needed} needed per GPU, {usable} usable): "
+                tooltip=f"Does not fit in GPU memory ({needed} needed per GPU of {capacity}): "
                         "this plan cannot run as set. The time and cost below are what it would "
                         "take with enough memory.")
         self._no_fit_flag.setVisible(flag)
@@ -582,17 +581,18 @@ class CostPanel(QtWidgets.QWidget):
             height = np.array([getattr(m, attr) for m in report.memory], dtype=np.float64) / _GIB
             bar.setOpts(x=stages, height=height, y0=bottom.copy(), width=0.7)
             bottom += height
-        # the line is the usable memory: the capacity less the reserve (cluster.memory_reserve_fraction)
-        usable = report.memory_capacity_bytes * (1 - report.memory_reserve_fraction)
-        capacity_gib = usable / _GIB
+        # the line is the GPU's capacity: the modelled need is the whole process; a need within
+        # the planner's margin (cluster.memory_reserve_fraction) of it is tight
+        capacity_gib = report.memory_capacity_bytes / _GIB
+        margin = f"{report.memory_reserve_fraction * 100:g}&nbsp;%"
         self._capacity_line.setVisible(report.memory_capacity_bytes > 0)
         self._capacity_line.setValue(capacity_gib)
         if report.memory_capacity_bytes > 0:
             def nb(nbytes: float) -> str:
                 return format_bytes(nbytes).replace(" ", "&nbsp;")
             line = f"capacity&nbsp;{nb(report.memory_capacity_bytes)}"
-            if report.memory_reserve_fraction > 0:  # the line marks what is left after the reserve
-                line = f"usable&nbsp;{nb(usable)} of&nbsp;{line}"
+            if report.memory_reserve_fraction > 0:  # the margin that makes a fit tight
+                line += f" (tight within&nbsp;{margin})"
             self._memory_legend.setText(
                 f'{self._legend_parts}&nbsp;&nbsp; <span style="color:{_CAPACITY_COLOR}; '
                 f'font-weight:bold;">&#8211;&nbsp;&#8211;</span>&nbsp;{line}')
@@ -603,15 +603,19 @@ class CostPanel(QtWidgets.QWidget):
         item.setYRange(0, max(top, 1.0), padding=0)
         step = max(1, int(np.ceil(n / 16)))
         item.getAxis("bottom").setTicks([[(float(s), str(int(s))) for s in stages[::step]], []])
-        if report.fits_in_memory:
-            self._fit_label.setText(
-                f"Fits: at most {format_bytes(report.max_memory_per_gpu_bytes)} of "
-                f"{format_bytes(usable)} usable per GPU ({report.memory_reserve_fraction:.0%} of "
-                f"{format_bytes(report.memory_capacity_bytes)} reserved)")
+        need = format_bytes(report.max_memory_per_gpu_bytes)
+        capacity = format_bytes(report.memory_capacity_bytes)
+        margin = f"{report.memory_reserve_fraction * 100:g} %"
+        verdict = report.memory_verdict if report.fits_in_memory else "does not fit"
+        if verdict != "tight" and report.fits_in_memory:
+            self._fit_label.setText(f"Fits: at most {need} of {capacity} per GPU "
+                                    f"(below the {margin} margin)")
             self._fit_label.setStyleSheet("color: #2E7D32;")
+        elif verdict == "tight":
+            self._fit_label.setText(f"Tight: at most {need} of {capacity} per GPU, inside the "
+                                    f"{margin} margin (cluster.memory_reserve_fraction)")
+            self._fit_label.setStyleSheet("color: #B07800; font-weight: bold;")
         else:
             self._fit_label.setText(
-                f"Does not fit: {format_bytes(report.max_memory_per_gpu_bytes)} needed per GPU, "
-                f"{format_bytes(usable)} usable ({report.memory_reserve_fraction:.0%} of "
-                f"{format_bytes(report.memory_capacity_bytes)} reserved)")
+                f"Does not fit: {need} needed per GPU, {capacity} on the GPU")
             self._fit_label.setStyleSheet("color: #C62828; font-weight: bold;")

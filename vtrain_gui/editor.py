@@ -111,7 +111,7 @@ _LABELS = {
     "plan.data_parallel_shard_size": "Shard group (HSDP)",
     "plan.fp8_param_gather": "FP8 param all-gather",
     "plan.pipeline_model_parallel_layout": "Pipeline layout",
-    "cluster.memory_reserve_fraction": "Memory reserve",
+    "cluster.memory_reserve_fraction": "Memory margin",
     "cluster.gpu": "GPU",
     "cluster.gpus_per_node": "GPUs per node",
     "cluster.intra_node_bandwidth_gbytes_per_s": "NVLink bandwidth",

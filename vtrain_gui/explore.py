@@ -755,6 +755,8 @@ class ExploreTab(QtWidgets.QWidget):
             else:
                 k = int(np.count_nonzero(self._shown_mask[r.dominated_by(i)]))
                 where = f"dominated by {format_count(k)} plan{'s' if k != 1 else ''} shown"
+            if r.fits_in_memory[i] and r.memory_verdict[i] == "tight":
+                where += " (tight in memory: inside the margin)"
             parts.append(f'◇ <a href="plan:{i}">plan in the editor</a>: '
                          f"{format_count(r.training_days[i], 1)} days, {format_usd(r.cost_usd[i])} "
                          f"({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs) — {where}")

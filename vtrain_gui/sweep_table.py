@@ -86,7 +86,9 @@ TABLE_COLUMNS = _plan_columns(always=True) + (
     _Column("cost", "cost_usd", "Cost of training on the token budget (USD)", format_usd),
     _Column("memory/GPU", "max_memory_per_gpu_bytes", "Largest memory per GPU over the stages",
             format_bytes),
-    _Column("fits", "fits_in_memory", "Fits in GPU memory", _yes_no, False),
+    _Column("fits", "memory_verdict", "Memory verdict of the largest stage against the GPU's "
+            "memory: fits, tight (within the planner's margin, cluster.memory_reserve_fraction, "
+            "of the capacity: kept by the sweep) or does not fit", str, False),
     _Column("front", "front", "On the time-versus-cost Pareto front of the plans shown", _yes_no,
             False),
 ) + _plan_columns(always=False) + (
@@ -266,6 +268,11 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         if attr == "front":  # depends on the filters: not cached
             return self._front.astype(np.int64)
         codes = self._codes.get(column)
+        if codes is None and attr == "memory_verdict":  # by safety: fits > tight > does not fit
+            r = self._result
+            names = np.array(["does not fit", "fits", "tight"])  # sorted, ranked 0, 2, 1
+            rank = np.array([0, 2, 1])[np.searchsorted(names, r.memory_verdict)]
+            codes = self._codes[column] = np.where(r.fits_in_memory, rank, -1).astype(np.int64)
         if codes is None:
             values = (np.asarray(self._result.reason) if attr == "reason"
                       else self._result.interval_high_s if attr == "iteration_band"
@@ -325,7 +332,7 @@ class SweepTableView(QtWidgets.QTableView):
                    "recompute": "recompute", "GPUs": "88,888", "iteration": "888.888 ms",
                    "error band": "888.8 – 888.8 ms ⚠",
                    "days": "88,888.8", "cost": "$888,888,888", "MFU": "88.8 %",
-                   "memory/GPU": "8,888.8 GiB", "fits": "fits", "front": "front"}
+                   "memory/GPU": "8,888.8 GiB", "fits": "does not fit", "front": "front"}
         # every column as wide as its header and a typical value (the plan's other fields too:
         # a near-empty ``v`` must not take 100 px), so that memory, fits and front stay on
         # screen in a 1,600 px window; ``reason`` is last and takes what is left (elided, the

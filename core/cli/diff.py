@@ -7,7 +7,6 @@ import argparse
 import dataclasses
 from typing import Any
 
-from core.sim.report import MEMORY_TIGHT_MARGIN
 from core.cli.common import fmt_bytes, verdict_markup
 
 __all__ = ["add_parser", "run"]
@@ -128,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
     o.add_row("memory per GPU (max)", fmt_bytes(ra.max_memory_per_gpu_bytes),
               fmt_bytes(rb.max_memory_per_gpu_bytes),
               f"{(rb.max_memory_per_gpu_bytes - ra.max_memory_per_gpu_bytes) / 2**30:+,.1f} GiB")
-    o.add_row("usable memory per GPU", fmt_bytes(ra.usable_memory_bytes),
-              fmt_bytes(rb.usable_memory_bytes), "")
+    o.add_row("GPU memory", fmt_bytes(ra.memory_capacity_bytes),
+              fmt_bytes(rb.memory_capacity_bytes), "")
     o.add_row("fits in memory", *(verdict_markup(r.memory_verdict) for r in (ra, rb)), "")
     o.add_row("training days", f"{ra.training_days:,.1f}", f"{rb.training_days:,.1f}",
               f"{rb.training_days - ra.training_days:+,.1f}")
@@ -140,8 +139,9 @@ def run(args: argparse.Namespace) -> int:
         if r.memory_verdict != "fits":
             con.print(f"[bold]{name}[/] {verdict_markup(r.memory_verdict)}: "
                       f"{fmt_bytes(r.max_memory_per_gpu_bytes)} per GPU of "
-                      f"{fmt_bytes(r.usable_memory_bytes)} usable"
+                      f"{fmt_bytes(r.memory_capacity_bytes)}"
                       + ("; its time and cost cannot be had as planned"
                          if r.memory_verdict == "does not fit" else
-                         f" (within {MEMORY_TIGHT_MARGIN:.0%} of the limit)"), highlight=False)
+                         f", inside the {r.memory_reserve_fraction * 100:g} % margin "
+                         "(cluster.memory_reserve_fraction)"), highlight=False)
     return 0

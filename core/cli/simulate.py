@@ -116,10 +116,11 @@ def _summary_table(s, r):
                       f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour"
               + band(r.cost_usd, lambda x: f"${x:,.0f}"))
     fit = verdict_markup(r.memory_verdict)
-    usable = r.usable_memory_bytes
+    margin = (f", inside the {r.memory_reserve_fraction * 100:g} % margin"
+              if r.memory_verdict == "tight" else
+              f"; margin {r.memory_reserve_fraction * 100:g} %")
     t.add_row("Memory per GPU", f"max {fmt_bytes(r.max_memory_per_gpu_bytes)} of "
-                                f"{fmt_bytes(usable)} usable ({fit}; {r.memory_reserve_fraction:.0%} "
-                                f"of {fmt_bytes(r.memory_capacity_bytes)} reserved)")
+                                f"{fmt_bytes(r.memory_capacity_bytes)} ({fit}{margin})")
     return t
 
 

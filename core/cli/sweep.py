@@ -384,7 +384,8 @@ def _plan_cells(result, i: int) -> list[str]:
             f"{result.num_gpus[i]:,}", f"{result.iteration_time_s[i]:,.2f}{outside}",
             f"{result.training_days[i]:,.1f}",
             _money(result.cost_usd[i]), f"{result.mfu[i]:.1%}",
-            mem if result.fits_in_memory[i] else f"[red]{mem}![/]"]
+            f"[red]{mem}![/]" if not result.fits_in_memory[i] else
+            f"[yellow]{mem}~[/]" if result.memory_verdict[i] == "tight" else mem]
 
 
 def _plan_table(title: str, result, first_col: str | None = None) -> Table:
@@ -450,7 +451,9 @@ def _print_header(result, console: Console) -> None:
         console.print(esc(f"pipeline layout {layout} kept in every plan: only p*v = {n} tried"))
     if result.num_feasible == 0:
         console.print("[red]No plan fits in GPU memory[/] (the GiB column marks them with !).")
-    console.print("[dim]cost: for the token budget; GiB: memory per GPU (! = does not fit)[/]")
+    margin = result.session.cluster.memory_reserve_fraction * 100
+    console.print("[dim]cost: for the token budget; GiB: memory per GPU (! = does not fit, "
+                  f"~ = tight: inside the {margin:g} % margin of the GPU's memory)[/]")
 
 
 def _print_mfu_notes(result, console: Console) -> None:

@@ -152,8 +152,10 @@ class ClusterConfig:
         None, "", "Profile store to use instead of the shipped one for this GPU kind", path=True
     )
     memory_reserve_fraction: float = described_field(
-        0.1, "", "Share of each GPU's memory kept free for the framework, CUDA context and "
-        "fragmentation: a plan fits when it needs at most (1 - this) of the capacity",
+        0.1, "", "The planner's margin, a share of each GPU's memory: a plan fits when its "
+        "modelled whole process (tensors, workspaces, allocator reserve, CUDA context, NCCL "
+        "buffers) needs at most the capacity, and is tight when it needs more than (1 - this) "
+        "of it; the margin takes no memory away",
         min=0.0, max=0.9)
 
 

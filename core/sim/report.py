@@ -6,45 +6,69 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from core.model.stage_memory import MEMORY_SCALES, StageMemory
 
-__all__ = ["StageMemory", "Report", "MEMORY_TIGHT_MARGIN", "MEMORY_SCALES", "memory_verdict"]
-
-#: A plan whose peak memory per GPU lies within this share of the usable memory (capacity
-#: less the reserve) is "tight": 5 % of 72 GiB usable is 3.6 GiB, the size of one large
-#: all-gather bucket or a few fragmented allocator blocks, so a small change of the launch
-#: (a NCCL buffer, a longer warm-up) can tip it over. A named margin, not a fitted one.
-MEMORY_TIGHT_MARGIN = 0.05
+__all__ = ["StageMemory", "Report", "MEMORY_SCALES", "MEMORY_VERDICTS", "memory_verdict",
+           "memory_verdict_column", "memory_verdict_text"]
 
 #: The three verdicts on memory, in order of safety.
 MEMORY_VERDICTS = ("fits", "tight", "does not fit")
 
 
-def memory_verdict(need_bytes: float, usable_bytes: float,
-                   margin: float = MEMORY_TIGHT_MARGIN) -> str:
-    """Whether a plan's peak memory per GPU fits the usable memory.
+def memory_verdict(need_bytes: float, capacity_bytes: float, margin: float) -> str:
+    """Whether a plan's peak memory per GPU fits the GPU, with the planner's margin named.
+
+    The modelled need is the whole process (tensors, GEMM workspaces, the caching
+    allocator's reserve, the CUDA context, NCCL buffers: :mod:`core.model.stage_memory`), so
+    it is held against the whole capacity; the margin takes nothing away, it only marks a
+    plan within it of the capacity as tight (a small change of the launch can tip it over).
 
     Parameters
     ----------
     need_bytes : float
-        Modelled peak memory per GPU (the largest stage's), bytes.
-    usable_bytes : float
-        Capacity less the reserve (``cluster.memory_reserve_fraction``), bytes.
+        Modelled peak memory per GPU (the largest stage's ``total_bytes``), bytes.
+    capacity_bytes : float
+        The GPU's memory, bytes.
     margin : float
-        Share of ``usable_bytes`` below the limit that counts as tight (default
-        :data:`MEMORY_TIGHT_MARGIN`).
+        The planner's margin (``cluster.memory_reserve_fraction``), a share of
+        ``capacity_bytes`` in [0, 1).
 
     Returns
     -------
     str
-        ``"does not fit"`` when ``need_bytes > usable_bytes``; ``"tight"`` when
-        ``need_bytes > (1 - margin) * usable_bytes``; else ``"fits"``.
+        ``"does not fit"`` when ``need_bytes > capacity_bytes``; ``"tight"`` when
+        ``need_bytes > (1 - margin) * capacity_bytes``; else ``"fits"``.
     """
-    if need_bytes > usable_bytes:
+    if need_bytes > capacity_bytes:
         return "does not fit"
-    if need_bytes > (1.0 - margin) * usable_bytes:
+    if need_bytes > (1.0 - margin) * capacity_bytes:
         return "tight"
     return "fits"
+
+
+def memory_verdict_column(need_bytes: np.ndarray, capacity_bytes: float, margin: float
+                          ) -> np.ndarray:
+    """:func:`memory_verdict` of many plans at once: ``need_bytes`` float (n,) bytes (NaN, a
+    plan without a figure, counts as not fitting); returns a str array (n,) of
+    :data:`MEMORY_VERDICTS`, the same rule elementwise."""
+    need = np.asarray(need_bytes, float)
+    out = np.full(need.shape, MEMORY_VERDICTS[0], dtype=f"<U{max(map(len, MEMORY_VERDICTS))}")
+    out[need > (1.0 - margin) * capacity_bytes] = MEMORY_VERDICTS[1]
+    out[~(need <= capacity_bytes)] = MEMORY_VERDICTS[2]
+    return out
+
+
+def memory_verdict_text(need_bytes: float, capacity_bytes: float, margin: float) -> str:
+    """The verdict with its figures and, when tight, the margin named: ``"fits: 60.0 of 80.0
+    GiB"``, ``"tight: 78.2 of 80.0 GiB, inside the 10 % margin"``, ``"does not fit: 87.9 of
+    80.0 GiB"`` (GiB = 2**30 bytes; arguments as :func:`memory_verdict`)."""
+    verdict = memory_verdict(need_bytes, capacity_bytes, margin)
+    text = f"{verdict}: {need_bytes / 2**30:,.1f} of {capacity_bytes / 2**30:,.1f} GiB"
+    if verdict == "tight":
+        text += f", inside the {margin * 100:g} % margin"
+    return text
 
 
 @dataclass
@@ -104,8 +128,9 @@ class Report:
     memory_capacity_bytes: float
     max_memory_per_gpu_bytes: float
     fits_in_memory: bool
-    #: share of the capacity kept free (cluster.memory_reserve_fraction); fits means
-    #: max_memory_per_gpu_bytes <= (1 - memory_reserve_fraction) * memory_capacity_bytes
+    #: the planner's margin (cluster.memory_reserve_fraction), a share of the capacity: fits
+    #: means max_memory_per_gpu_bytes <= memory_capacity_bytes; a fit within the margin of the
+    #: capacity is "tight" (:func:`memory_verdict`)
     memory_reserve_fraction: float = 0.0
     #: exposed pipeline communication: what the transfers add to the iteration time (the
     #: iteration with free transfers is that much shorter); never counted as bubble
@@ -168,15 +193,18 @@ class Report:
     energy: Any = None
 
     @property
-    def usable_memory_bytes(self) -> float:
-        """Memory per GPU a plan may use: the capacity less the reserve, bytes."""
-        return self.memory_capacity_bytes * (1.0 - self.memory_reserve_fraction)
-
-    @property
     def memory_verdict(self) -> str:
         """``"fits"``, ``"tight"`` or ``"does not fit"`` (:func:`memory_verdict` of the peak
-        memory per GPU against :attr:`usable_memory_bytes`)."""
-        return memory_verdict(self.max_memory_per_gpu_bytes, self.usable_memory_bytes)
+        memory per GPU against the capacity, with :attr:`memory_reserve_fraction` the margin)."""
+        return memory_verdict(self.max_memory_per_gpu_bytes, self.memory_capacity_bytes,
+                              self.memory_reserve_fraction)
+
+    @property
+    def memory_verdict_text(self) -> str:
+        """:attr:`memory_verdict` with its figures and the margin named
+        (:func:`memory_verdict_text`)."""
+        return memory_verdict_text(self.max_memory_per_gpu_bytes, self.memory_capacity_bytes,
+                                   self.memory_reserve_fraction)
 
     def band(self, value: float) -> tuple[float, float] | None:
         """``(low, high)`` of a figure proportional to the iteration time (days, GPU-hours,
@@ -189,8 +217,8 @@ class Report:
         for m, obj in zip(d["memory"], self.memory):
             m["total_bytes"] = obj.total_bytes
         iv = self.interval
-        d["usable_memory_bytes"] = self.usable_memory_bytes
         d["memory_verdict"] = self.memory_verdict
+        d["memory_verdict_text"] = self.memory_verdict_text
         d["interval"] = iv.to_dict() if iv is not None else None
         d["iteration_time_interval_s"] = ([iv.low_s, iv.high_s] if iv is not None and iv.available
                                           else None)

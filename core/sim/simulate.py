@@ -35,12 +35,14 @@ from core.store.profiles import PROFILES_DIR
 from core.store.format import NOT_A_STORE, ProfileStoreError
 from core.store.profile_store import ProfileStore
 from core.sim.report import Report, StageMemory
+from core.sim.report import memory_verdict as report_verdict
 from core.schedules import get as get_schedule
 from core.sim.solver import solve
 from core.util.text import file_name_part
 
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
-           "stage_memory", "fp8_tn", "model_flops_per_iteration", "memory_verdict", "session_profile",
+           "stage_memory", "fp8_tn", "model_flops_per_iteration", "memory_verdict", "tight_note",
+           "session_profile",
            "graph_size_estimate", "MAX_GRAPH_TASKS", "check_finite"]
 
 #: Most tasks a simulated iteration's graph may have: about 100 bytes and 1.5 us each,
@@ -156,9 +158,12 @@ def fp8_tn(session: Session, store=None) -> bool:
 
 def memory_verdict(memory: list[StageMemory], capacity_bytes: float, reserve_fraction: float
                    ) -> tuple[float, bool, str]:
-    """``(largest per-GPU bytes, fits, reason)``: a plan fits when every stage needs at most
-    ``(1 - reserve_fraction) * capacity_bytes`` (the rest is kept for the framework, the CUDA
-    context and fragmentation); ``reason`` is "" when it fits."""
+    """``(largest per-GPU bytes, fits, reason)`` of a plan's stages (bytes each,
+    :attr:`StageMemory.total_bytes`, the whole process) against the GPU's ``capacity_bytes``:
+    it fits when no stage needs more than the capacity (:func:`core.sim.report.memory_verdict`).
+    ``reserve_fraction``, the planner's margin, takes no memory away: it only makes a fit tight
+    (:func:`tight_note`), and is kept here so that every caller states it. ``reason`` is ""
+    when the plan fits, tight or not: it says why a plan is left out."""
     worst = max(memory, key=lambda mm: mm.total_bytes)
     return _verdict(worst.stage, worst.total_bytes, capacity_bytes, reserve_fraction)
 
@@ -192,10 +197,10 @@ def memory_verdict_rows(parts: tuple[np.ndarray, ...], capacity_bytes: float,
                   + parts.nccl_buffers)
     stage = np.argmax(totals, axis=1)                       # the first largest of each row
     need = totals[np.arange(totals.shape[0]), stage]
-    fits = need <= capacity_bytes * (1 - reserve_fraction)
+    fits = need <= capacity_bytes
     why = [""] * need.shape[0]
     bad = np.flatnonzero(~fits)
-    tail = _capacity_text(capacity_bytes, reserve_fraction)
+    tail = _capacity_text(capacity_bytes)
     for j, s, gib in zip(bad.tolist(), stage[bad].tolist(), (need[bad] / 2**30).tolist()):
         why[j] = f"does not fit: stage {s} needs {gib:.1f} GiB per GPU, {tail}"
     return need, fits, why
@@ -203,18 +208,29 @@ def memory_verdict_rows(parts: tuple[np.ndarray, ...], capacity_bytes: float,
 
 def _verdict(stage: int, need: float, capacity_bytes: float, reserve_fraction: float
              ) -> tuple[float, bool, str]:
-    usable = capacity_bytes * (1 - reserve_fraction)
-    if need <= usable:
+    if need <= capacity_bytes:
         return need, True, ""
     return need, False, (f"does not fit: stage {stage} needs {need / 2**30:.1f} GiB per GPU, "
-                         f"{_capacity_text(capacity_bytes, reserve_fraction)}")
+                         f"{_capacity_text(capacity_bytes)}")
 
 
-def _capacity_text(capacity_bytes: float, reserve_fraction: float) -> str:
-    """The end of :func:`_verdict`'s message: the GPU's memory, usable and reserved."""
-    usable = capacity_bytes * (1 - reserve_fraction)
-    return (f"the GPU has {capacity_bytes / 2**30:.1f} GiB of which "
-            f"{usable / 2**30:.1f} GiB usable ({reserve_fraction:.0%} reserved)")
+def _capacity_text(capacity_bytes: float) -> str:
+    """The end of :func:`_verdict`'s message: the GPU's memory."""
+    return f"the GPU has {capacity_bytes / 2**30:.1f} GiB"
+
+
+def tight_note(memory: list[StageMemory], capacity_bytes: float, reserve_fraction: float) -> str:
+    """The report's warning for a plan that fits within the planner's margin
+    (``reserve_fraction`` of ``capacity_bytes``, bytes): its largest stage, its need and the
+    margin named; "" when the plan is not tight (:func:`core.sim.report.memory_verdict`)."""
+    worst = max(memory, key=lambda mm: mm.total_bytes)
+    need = worst.total_bytes
+    if report_verdict(need, capacity_bytes, reserve_fraction) != "tight":
+        return ""
+    return (f"tight: stage {worst.stage} needs {need / 2**30:.1f} GiB per GPU of the GPU's "
+            f"{capacity_bytes / 2**30:.1f} GiB, inside the {reserve_fraction * 100:g} % margin "
+            "(cluster.memory_reserve_fraction): a larger NCCL buffer or allocator "
+            "fragmentation than modelled can tip it over")
 
 
 def _kind_mask(kinds) -> np.ndarray:
@@ -485,8 +501,9 @@ def _breakdown(session: Session, graph: ExecutionGraph, st: StageTimes, T: float
 
 def _memory_and_notes(session: Session, store: ProfileStore, warnings: list[str]
                       ) -> tuple[list[StageMemory], float, float, float, bool]:
-    """Each stage's memory and the verdict against ``store``'s capacity less the reserve;
-    appends to ``warnings`` (in place) why the plan does not fit, the notes on small NVLink
+    """Each stage's memory and the verdict against ``store``'s capacity (the reserve is the
+    planner's margin, :func:`core.sim.report.memory_verdict`); appends to ``warnings`` (in
+    place) why the plan does not fit or that it is tight, the notes on small NVLink
     domains and straddling context-parallel groups, and a note when the profile's
     ``peak_fraction`` was never fitted.
 
@@ -500,6 +517,9 @@ def _memory_and_notes(session: Session, store: ProfileStore, warnings: list[str]
     max_mem, fits, reason = memory_verdict(memory, capacity, reserve)
     if not fits:
         warnings.append(reason)
+    tight = tight_note(memory, capacity, reserve)
+    if tight:
+        warnings.append(tight)
     for note in (small_nvlink_domain_note(session.cluster, session.plan.num_gpus),
                  cp_straddle_note(session)):
         if note:

@@ -141,8 +141,9 @@ class PlanDiff:
     def to_dict(self) -> dict[str, Any]:
         """What ``vtrain diff --json`` prints: ``difference_s`` (B - A), ``terms`` (name ->
         seconds, summing to it), and per plan its iteration time, terms, per-stage terms,
-        memory per GPU with the usable memory and the verdict (``memory_verdict``: fits,
-        tight or does not fit, :func:`core.sim.report.memory_verdict`), days and cost."""
+        memory per GPU with the GPU's capacity, the planner's margin and the verdict
+        (``memory_verdict``: fits, tight or does not fit, :func:`core.sim.report.memory_verdict`;
+        ``memory_verdict_text`` with its figures and the margin named), days and cost."""
         def plan(res, terms, stages, overlapped) -> dict[str, Any]:
             r, pl = res.report, res.session.plan
             return {"label": plan_label(res.session), "iteration_time_s": r.iteration_time_s,
@@ -150,8 +151,10 @@ class PlanDiff:
                     "num_gpus": pl.num_gpus,
                     "max_memory_per_gpu_bytes": r.max_memory_per_gpu_bytes,
                     "fits_in_memory": r.fits_in_memory,
-                    "usable_memory_bytes": r.usable_memory_bytes,
-                    "memory_verdict": r.memory_verdict, "training_days": r.training_days,
+                    "memory_capacity_bytes": r.memory_capacity_bytes,
+                    "memory_margin": r.memory_reserve_fraction,
+                    "memory_verdict": r.memory_verdict,
+                    "memory_verdict_text": r.memory_verdict_text, "training_days": r.training_days,
                     "gpu_hours": r.gpu_hours, "cost_usd": r.cost_usd, "mfu": r.mfu,
                     "iteration_time_interval_s": (
                         [r.interval.low_s, r.interval.high_s]

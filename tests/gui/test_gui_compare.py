@@ -155,7 +155,8 @@ def test_the_pin_is_saved_and_reopened_with_the_session(window, qtbot, real_simu
 
 def test_compare_tab_marks_a_plan_that_does_not_fit(qtbot):
     """Case s3/compare_unfit_plan_shown_better.json: the editor's plan is faster and cheaper but
-    needs 87.9 of 72.0 usable GiB; the tab says so in its column."""
+    needs 92.1 GiB (the whole process) of the GPU's 80.0 GiB; the tab says so in its column.
+    With a margin of 50 %, plan A (below 72 GiB) is inside it: tight, named on hover."""
     from core.io.session import load_any
     from core.sim.simulate import simulate
     from tests.conftest import case_file
@@ -169,5 +170,19 @@ def test_compare_tab_marks_a_plan_that_does_not_fit(qtbot):
     tab.set_current(b)
     assert b.report.memory_verdict == "does not fit" and a.report.memory_verdict != "does not fit"
     need_b = b.report.max_memory_per_gpu_bytes / 2**30
-    assert tab.cell_text(2, 1) == f"does not fit ({need_b:,.1f} of 72.0 GiB)"
-    assert tab.cell_text(2, 0).startswith(a.report.memory_verdict)
+    assert tab.cell_text(2, 1) == f"does not fit ({need_b:,.1f} of 80.0 GiB)"
+    assert tab.cell_text(2, 0) == "fits"  # below 72 GiB, outside the 10 % margin
+
+    import dataclasses
+    def wide(s):  # the same plan with a margin of 50 % (the pin keeps its own cluster)
+        return dataclasses.replace(s, cluster=dataclasses.replace(
+            s.cluster, memory_reserve_fraction=0.5))
+    a, b = simulate(wide(session.pinned())), simulate(wide(session))
+    tab.set_pinned(a)
+    tab.set_current(b)
+    need_a = a.report.max_memory_per_gpu_bytes / 2**30
+    assert 40.0 < need_a <= 80.0 and a.report.fits_in_memory
+    assert tab.cell_text(2, 0) == f"tight ({need_a:,.1f} of 80.0 GiB)"
+    assert tab.cell_text(2, 1) == f"does not fit ({need_b:,.1f} of 80.0 GiB)"  # none freed
+    tip = tab._w_table.item(2, 0).toolTip()
+    assert tip.startswith(f"tight: {need_a:,.1f} of 80.0 GiB, inside the 50 % margin")

@@ -104,3 +104,21 @@ def test_error_band_of_time_days_and_dollars(panel, real_simulate):
     assert panel.value_text("iteration_band") == "none" == panel.value_text("run_band")
     assert "no cross-validated residuals" in panel.value_text("band_note")
     assert "holds no cross-validated residuals" in panel._values["band_note"].toolTip()
+
+
+def test_memory_inside_the_margin_is_tight_and_names_it(panel):
+    """Issue 27: the synthetic plan needs 75 GiB of 100 GiB; with a 30 % margin it is tight
+    (75 > 70), with a 20 % margin it fits (75 <= 80), and no margin takes memory away."""
+    import dataclasses
+    report = synthetic_report(p=4)
+    assert report.max_memory_per_gpu_bytes == 75 * 2**30
+    tight = dataclasses.replace(report, memory_capacity_bytes=100 * 2**30,
+                                memory_reserve_fraction=0.3)
+    panel.set_report(tight)
+    assert panel.fit_text == ("Tight: at most 75.0 GiB of 100.0 GiB per GPU, inside the 30 % "
+                              "margin (cluster.memory_reserve_fraction)")
+    assert panel.no_fit_text == ""
+    assert "tight within&nbsp;30&nbsp;%" in panel._memory_legend.text()
+    assert panel._capacity_line.value() == pytest.approx(100.0)  # the capacity, not 70 %
+    panel.set_report(dataclasses.replace(tight, memory_reserve_fraction=0.2))
+    assert panel.fit_text.startswith("Fits: at most 75.0 GiB of 100.0 GiB per GPU")

@@ -175,20 +175,26 @@ def test_table_model_sorts_filters_and_maps_rows(qtbot, small_result):
     assert model.rowCount() == r.num_plans and model.columnCount() == len(TABLE_COLUMNS)
     days_col = [c.attr for c in TABLE_COLUMNS].index("training_days")
     cost_col = [c.attr for c in TABLE_COLUMNS].index("cost_usd")
-    fits_col = [c.attr for c in TABLE_COLUMNS].index("fits_in_memory")
+    fits_col = [c.attr for c in TABLE_COLUMNS].index("memory_verdict")
 
     model.sort(cost_col, Qt.SortOrder.AscendingOrder)
     shown = model.shown()
     assert np.all(np.diff(r.cost_usd[shown]) >= 0)
     model.sort(cost_col, Qt.SortOrder.DescendingOrder)
     assert np.all(np.diff(r.cost_usd[model.shown()]) <= 0)
-    # stable: sorting by days, then by fits, lists the fitting plans by days first
+    # stable: sorting by days, then by fits (the memory verdict, safest first), lists the
+    # plans that fit by days first, then the tight ones (they fit too) by days
     model.sort(days_col, Qt.SortOrder.AscendingOrder)
     model.sort(fits_col, Qt.SortOrder.DescendingOrder)
     shown = model.shown()
     k = r.num_feasible
     assert r.fits_in_memory[shown[:k]].all() and not r.fits_in_memory[shown[k:]].any()
-    assert np.all(np.diff(r.training_days[shown[:k]]) >= 0)
+    verdicts = r.memory_verdict[shown[:k]]
+    j = int(np.count_nonzero(verdicts == "fits"))
+    assert (verdicts[:j] == "fits").all() and (verdicts[j:] == "tight").all()
+    assert np.all(np.diff(r.training_days[shown[:j]]) >= 0)
+    assert np.all(np.diff(r.training_days[shown[j:k]]) >= 0)
+    assert model.data(model.index(0, fits_col)) == r.memory_verdict[shown[0]]
 
     mask = r.select(fits_only=True, deadline_days=5.0)
     model.set_mask(mask, np.zeros(r.num_plans, bool))

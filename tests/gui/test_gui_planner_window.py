@@ -52,7 +52,7 @@ def test_memory_fits_and_front_stay_on_screen_at_1600_px(window, qtbot, real_sim
     table = window.explore.table
     header = table.horizontalHeader()
     width = table.viewport().width()
-    for attr in ("max_memory_per_gpu_bytes", "fits_in_memory", "front", "training_days",
+    for attr in ("max_memory_per_gpu_bytes", "memory_verdict", "front", "training_days",
                  "cost_usd"):
         col = COLUMN_INDEX[attr]
         assert not table.isColumnHidden(col)

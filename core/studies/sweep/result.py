@@ -22,6 +22,7 @@ import numpy as np
 from core.model import model_math
 from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
 from core.plan.session import Session
+from core.sim.report import memory_verdict_column
 from core.store.calibration_range import features_of
 from core.store.interval import interval_factors, interval_for, layer_parameters, plan_departures
 from core.studies.sweep.cancel import check_cancelled
@@ -37,7 +38,8 @@ COLUMNS = PLAN_COLUMNS + (
     "num_microbatches", "num_gpus", "iteration_time_s", "interval_low_s", "interval_high_s",
     "in_calibration_range", "within_calibration", "calibration_departures", "tokens_per_s",
     "mfu", "hfu", "training_days", "gpu_hours",
-    "cost_usd", "max_memory_per_gpu_bytes", "fits_in_memory", "on_pareto_front", "reason")
+    "cost_usd", "max_memory_per_gpu_bytes", "memory_verdict", "fits_in_memory", "on_pareto_front",
+    "reason")
 
 #: Plans between two checks of ``cancel`` in :func:`plan_figures` (about 10 ms of work).
 _CANCEL_EVERY = 2048
@@ -142,7 +144,14 @@ class SweepResult:
         For ``session.cost.training_tokens`` tokens at ``session.cost.price_per_gpu_hour_usd``.
     max_memory_per_gpu_bytes : float64 array
         Largest per-GPU memory over the stages, bytes.
+    memory_verdict : str array
+        ``"fits"``, ``"tight"`` or ``"does not fit"`` of each plan's memory against the GPU's
+        capacity with ``session.cluster.memory_reserve_fraction`` the margin
+        (:func:`core.sim.report.memory_verdict_column`); a tight plan fits in memory.
+    memory_capacity_bytes : float
+        The GPU's memory, bytes (NaN for a result read back from a file older than it).
     fits_in_memory : bool array
+        Plans whose memory fits (tight or not) and that have figures.
     reason : list of str
         Why a plan does not fit ("" when it fits).
     pareto : bool array
@@ -219,9 +228,17 @@ class SweepResult:
     lower_bound_s: np.ndarray | None = None
     dimensions: list[dict[str, Any]] = field(default_factory=list)
     saved: dict[str, Any] | None = None
+    memory_capacity_bytes: float = math.nan
+    memory_verdict: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = int(np.asarray(self.iteration_time_s).shape[0])
+        if self.memory_verdict is None:  # from the capacity, else (no capacity) from fits
+            self.memory_verdict = (
+                memory_verdict_column(self.max_memory_per_gpu_bytes, self.memory_capacity_bytes,
+                                float(self.session.cluster.memory_reserve_fraction))
+                if math.isfinite(self.memory_capacity_bytes) else
+                np.where(np.asarray(self.fits_in_memory, bool), "fits", "does not fit"))
         if self.pruned is None:
             self.pruned = np.zeros(n, bool)
         if self.lower_bound_s is None:

@@ -25,6 +25,7 @@ from core.plan.rules import validate
 from core.sim import fastpath_kernel
 from core.sim.costing import costing, mfu_peak_flops
 from core.sim.simulate import session_profile, small_nvlink_domain_note
+from core.sim.report import memory_verdict_column
 from core.store.interval import DEFAULT_COVERAGE
 from core.studies.sweep import parallel
 from core.studies.sweep.batch import group_batches, solve_batch
@@ -564,7 +565,8 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
     figures = _figures(runner, session, iteration)
     capacity = float(store.memory_bytes)
     reserve = float(session.cluster.memory_reserve_fraction)
-    fits = (max_mem <= capacity * (1 - reserve)) & np.isfinite(iteration)
+    verdict = memory_verdict_column(max_mem, capacity, reserve)  # tight plans fit
+    fits = (max_mem <= capacity) & np.isfinite(iteration)
     days, cost_usd = figures.training_days, figures.cost_usd
     pareto = pareto_front(days, cost_usd, fits)
     return SweepResult(
@@ -584,5 +586,6 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
         interval_low_s=iteration * low_f, interval_high_s=iteration * high_f,
         in_calibration_range=in_range, calibration_departures=departures,
         interval_coverage=runner.coverage, interval_note=no_band,
-        pruned=pruned, lower_bound_s=lower,
+        pruned=pruned, lower_bound_s=lower, memory_capacity_bytes=capacity,
+        memory_verdict=verdict,
     )

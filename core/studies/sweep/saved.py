@@ -58,7 +58,8 @@ def saved_sweep(result: SweepResult) -> dict[str, Any]:
     Keys: ``version`` (:data:`SAVED_VERSION`), ``inputs`` (:func:`saved_inputs`),
     ``config_plan`` (the session's own plan, every field), ``space``
     (:meth:`SweepSpace.to_dict`), ``deadline_days``, ``num_plans``, ``num_feasible``,
-    ``num_pruned``, ``wall_s``, ``profile``, ``dimensions``, ``warnings``,
+    ``num_pruned``, ``wall_s``, ``profile``, ``dimensions``, ``memory_capacity_bytes`` (the
+    GPU's, bytes; None when unknown), ``warnings``,
     ``interval_coverage``, ``interval_note``, ``rows`` (:meth:`SweepResult.rows` of the Pareto
     front, fastest first, then the fastest, cheapest, deadline and session plans not on it)
     and ``marks`` (``fastest``, ``cheapest``, ``cheapest_within_deadline``, ``config``: their
@@ -81,6 +82,8 @@ def saved_sweep(result: SweepResult) -> dict[str, Any]:
         "num_plans": result.num_plans, "num_feasible": result.num_feasible,
         "num_pruned": int(np.count_nonzero(result.pruned)), "wall_s": result.wall_s,
         "profile": result.profile, "dimensions": result.dimensions,
+        "memory_capacity_bytes": (result.memory_capacity_bytes
+                                  if math.isfinite(result.memory_capacity_bytes) else None),
         "warnings": list(result.warnings), "interval_coverage": result.interval_coverage,
         "interval_note": result.interval_note, "rows": result.rows(rows),
         "marks": {k: (None if i is None else where[int(i)]) for k, i in marks.items()}})
@@ -138,6 +141,9 @@ def restore_sweep(doc: Any) -> SweepResult:
             interval_high_s=col["interval_high_s"],
             in_calibration_range=np.array([bool(r["in_calibration_range"]) for r in rows], bool),
             calibration_departures=[str(r.get("calibration_departures") or "") for r in rows],
+            memory_verdict=(np.array([str(r["memory_verdict"]) for r in rows], "<U12")
+                            if all("memory_verdict" in r for r in rows) else None),
+            memory_capacity_bytes=float(doc.get("memory_capacity_bytes") or math.nan),
             interval_coverage=float(doc["interval_coverage"]),
             interval_note=str(doc["interval_note"]), dimensions=list(doc["dimensions"]))
         result.saved = {k: doc[k] for k in ("num_plans", "num_feasible", "num_pruned", "wall_s")}
