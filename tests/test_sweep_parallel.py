@@ -237,6 +237,35 @@ def test_gc_paused_restores_the_collector_and_counts_nesting():
         (gc.enable if was else gc.disable)()
 
 
+def test_gc_paused_on_a_worker_thread_freezes_what_is_alive(monkeypatch):
+    """On a worker thread (the window's sweep) the pause ends by freezing the objects alive,
+    so that the collection that follows does not go over the sweep's hundreds of thousands of
+    objects with the interpreter held (a stall of the window); on the main thread (the
+    command line) nothing is frozen."""
+    import gc
+    import threading
+
+    frozen: list[str] = []
+    monkeypatch.setattr(pace.gc, "freeze", lambda: frozen.append(threading.current_thread().name))
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        with pace.gc_paused():
+            pass
+        assert frozen == [] and gc.isenabled()
+
+        def sweep():
+            with pace.gc_paused():
+                pass
+
+        worker = threading.Thread(target=sweep, name="sweep-worker")
+        worker.start()
+        worker.join()
+        assert frozen == ["sweep-worker"] and gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
 def test_pruned_sweep_on_a_pool_gives_the_serial_pruned_result(parallel_always):
     """Branch and bound's rounds on a pool: the serial pruned result, bit for bit."""
     a = run_sweep(load_any(SMALL), SPACE, deadline_days=5.0)
