@@ -717,3 +717,30 @@ def test_the_configs_plan_at_t_1_is_found_whatever_its_sequence_parallel_flag():
     i = res.index_of(s.plan)
     assert i is not None and res.plans[i].tensor_parallel == 1
     assert res.to_dict()["config"]["in_sweep"] is True
+
+
+def test_cli_tables_on_a_narrow_terminal_keep_every_figure(capsys, monkeypatch):
+    """At 80 columns the plan fields become one wrapping ``plan`` column (the plan's label) and
+    every figure keeps its width: no iteration time, cost or GiB cut to an ellipsis (a new
+    user's trial: "179.04..." and "75.…" hid the tight mark). A plan that was not simulated
+    shows dashes, never nan."""
+    monkeypatch.setenv("COLUMNS", "80")
+    cfg = ROOT / "resources" / "examples" / "mtnlg_530b.json"
+    assert main(["sweep", str(cfg), "--gpus", "3360", "--micro-batch-sizes", "1",
+                 "--schedules", "1f1b,zb-h1"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("Best plans"):out.index("Pareto front")]
+    assert "…" not in table and "nan" not in out
+    assert " plan " in table.splitlines()[1] and "iter s" in table and "GiB" in table
+    assert "t=8 p=35 d=12 b=1" in table
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_cli_says_when_the_global_batch_is_smaller_than_the_gpus(capsys):
+    """A preset's or an import's small global batch (8 sequences) swept on 64 GPUs: the header
+    says that data parallelism stops at the batch and how to set the run's batch."""
+    cfg = ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json"
+    assert main(["sweep", str(cfg), "--gpus", "64", "--set", "plan.global_batch_size=8",
+                 "--micro-batch-sizes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "the global batch (8 sequences" in out and "plan.global_batch_size=N" in out

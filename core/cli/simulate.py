@@ -133,7 +133,10 @@ def _mfu_text(r) -> str:
                if r.mfu_peak_dtype != r.precision else "")
             + (f"; MFU {causal:.1%} counting only the attention under the causal mask "
                "(Megatron-Core 0.19's count; Eq. 3 credits the full s x s square)"
-               if causal is not None and causal < 0.98 * r.mfu else ""))
+               if causal is not None and causal < 0.98 * r.mfu else "")
+            + ("  [dim](HFU below MFU: HFU counts the FLOPs run, and FlashAttention skips the "
+               "masked half of the attention square that MFU's Eq. 3 credits)[/]"
+               if r.hfu < r.mfu else ""))
 
 
 def _per_stage_text(s, r) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from typing import TYPE_CHECKING, Any
 
 from core.plan.fields import ConfigError, FieldError
@@ -360,26 +361,49 @@ def _money(usd: float) -> str:
     return f"${usd:,.0f}"
 
 
+#: Set by :func:`_print_result` while it prints: True on a terminal too narrow for a column per
+#: plan field, where the tables show each plan as one wrapping ``plan`` column (its label).
+_COMPACT = False
+#: The figure columns after the plan's: title and the width their values need.
+_FIGURE_COLUMNS = (("GPUs", 6), ("iter s", 9), ("days", 7), ("cost", 7), ("MFU", 6), ("GiB", 7))
+
+
 def _plan_fields(result) -> list[str]:
     """The plan fields the table shows: t, p, d, b, schedule, recompute and any other field
-    whose value differs between the swept plans."""
+    whose value differs between the swept plans (``["plan"]``, the label, when compact)."""
     from core.plan.parallel import ParallelPlan
-    out = []
-    for f in dataclasses.fields(ParallelPlan):
-        col = result.plan_columns[f.name]
-        if f.metadata.get("label") == "always" or len({repr(v) for v in col.tolist()}) > 1:
-            out.append(f.name)
-    return out
+    if _COMPACT:
+        return ["plan"]
+    constant = result.constant_plan_fields()  # computed once per result, not once per row
+    return [f.name for f in dataclasses.fields(ParallelPlan)
+            if f.metadata.get("label") == "always" or f.name not in constant]
+
+
+def _wide_width(result) -> int:
+    """Characters a table with one column per plan field needs (titles or values, and a
+    label column of 8)."""
+    from core.plan.parallel import ParallelPlan, plan_field_title
+    constant = result.constant_plan_fields()
+    names = [f.name for f in dataclasses.fields(ParallelPlan)
+             if f.metadata.get("label") == "always" or f.name not in constant]
+    return 9 + sum(max(len(plan_field_title(n)), 5) + 1 for n in names) + sum(
+        w + 1 for _, w in _FIGURE_COLUMNS)
 
 
 def _plan_cells(result, i: int) -> list[str]:
+    from core.util.console import esc
     mem = f"{result.max_memory_per_gpu_bytes[i] / GiB:,.1f}"
     plan = result.plans[i]
     cells = []
-    for name in _plan_fields(result):
+    if _COMPACT:
+        cells.append(esc(plan.label()))
+    for name in ([] if _COMPACT else _plan_fields(result)):
         v = getattr(plan, name)
         cells.append("-" if v is None else ("y" if v is True else "n" if v is False else str(v)))
     outside = "" if result.within_calibration[i] or not result.calibration_departures[i] else " ⚠"
+    if not math.isfinite(result.iteration_time_s[i]):  # not simulated (it does not fit): no figures
+        return [*cells, f"{result.num_gpus[i]:,}", "-", "-", "-", "-",
+                f"[red]{mem}![/]" if not result.fits_in_memory[i] else mem]
     return [*cells,
             f"{result.num_gpus[i]:,}", f"{result.iteration_time_s[i]:,.2f}{outside}",
             f"{result.training_days[i]:,.1f}",
@@ -397,11 +421,16 @@ def _plan_table(title: str, result, first_col: str | None = None) -> Table:
               padding=0)
     if first_col is not None:
         t.add_column(first_col, style="bold", no_wrap=True)
-    for name in _plan_fields(result):
+    # on a narrow terminal the plan fields' columns give way (their long titles cut first:
+    # most values are one letter), and the figures keep their width: a figure cut to
+    # "179.0…" or a GiB without its mark would be misread
+    if _COMPACT:  # the plan's label, wrapping between its words
+        t.add_column("plan", overflow="fold", ratio=1)
+    for name in ([] if _COMPACT else _plan_fields(result)):
         t.add_column(plan_field_title(name), justify="right" if result.plan_columns[name].dtype.kind
                      == "i" else "left", no_wrap=True)
-    for col in ("GPUs", "iter s", "days", "cost", "MFU", "GiB"):
-        t.add_column(col, justify="right", no_wrap=True)
+    for col, width in _FIGURE_COLUMNS:
+        t.add_column(col, justify="right", no_wrap=True, min_width=width)
     return t
 
 
@@ -409,6 +438,16 @@ def _print_result(result, console: Console, csv_path: str | None) -> None:
     """The text report of a sweep: the headline and counts, the notes on MFU and precision,
     the best plans, where the config's own plan stands, the Pareto front, the warnings, the best
     plan by each dimension and where the CSV of every plan went (``csv_path``)."""
+    global _COMPACT
+    _COMPACT = console.width < _wide_width(result)
+    try:
+        _print_tables(result, console, csv_path)
+    finally:
+        _COMPACT = False
+
+
+def _print_tables(result, console: Console, csv_path: str | None) -> None:
+    """:func:`_print_result`'s body, with :data:`_COMPACT` set for the console's width."""
     from core.util.console import esc
     _print_header(result, console)
     _print_mfu_notes(result, console)
@@ -444,6 +483,14 @@ def _print_header(result, console: Console) -> None:
                   + (f" ({n_pruned:,} pruned: their lower bound cannot change the answers)"
                      if n_pruned else "") + f"; swept in {result.wall_s:.2f} s")
     _print_dimensions(result, console)
+    most = int(np.max(result.num_gpus)) if result.num_plans else 0
+    tokens = s.plan.global_batch_size * s.model.seq_length
+    if most > s.plan.global_batch_size:  # e.g. a preset's or an import's small batch
+        console.print(f"[yellow]note:[/] the global batch ({s.plan.global_batch_size:,} sequences, "
+                      f"{tokens:,} tokens) is smaller than the {most:,} GPUs of the largest plan: "
+                      "data parallelism stops at the batch, and the rest of the GPUs split "
+                      "sequences (t, p, cp); set the run's batch with --set "
+                      "plan.global_batch_size=N (pretraining runs use a few million tokens)")
     from core.plan.layout import expand_pipeline_layout, pipeline_layout_text
     layout = pipeline_layout_text(s.plan)
     if layout is not None:  # every plan keeps it: only its p*v is tried
@@ -512,7 +559,7 @@ def _print_own_plan(result, console: Console, own: int | None) -> None:
     elif result.pareto[own]:
         console.print("The config's plan is on the Pareto front.")
     elif not result.fits_in_memory[own]:
-        console.print(f"The config's plan does not fit: {esc(result.reason[own])}")
+        console.print(f"The config's plan: {esc(result.reason[own])}")  # "does not fit: ..."
     else:
         dom = result.dominated_by(own)
         j = int(dom[np.argmin(result.cost_usd[dom])])
