@@ -744,3 +744,23 @@ def test_cli_says_when_the_global_batch_is_smaller_than_the_gpus(capsys):
                  "--micro-batch-sizes", "1"]) == 0
     out = capsys.readouterr().out
     assert "the global batch (8 sequences" in out and "plan.global_batch_size=N" in out
+
+
+def test_best_by_says_why_a_value_has_no_plan(capsys):
+    """A swept value none of whose plans fits (b = 64 without recomputation on 8 GPUs) has no
+    plan in ``best_by``, and a reason naming its plans and the least memory they need; the
+    table prints the reason under its row of dashes."""
+    from core.io.session import load_any
+    cfg = ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json"
+    s = load_any(cfg)
+    r = run_sweep(s, SweepSpace(max_gpus=8, micro_batch_sizes=(1, 64), recompute=("none",)),
+                  workers=1)
+    row = {x["value"]: x for x in r.best_by()["micro_batch_size"]}[64]
+    has = r.micro_batch_size == 64
+    assert row["plan"] is None and not r.fits_in_memory[has].any()
+    least = r.max_memory_per_gpu_bytes[has].min() / 2**30
+    assert row["reason"] == (f"none of its {int(has.sum()):,} plans fits in memory (the smallest "
+                             f"needs {least:,.1f} GiB per GPU)")
+    assert main(["sweep", str(cfg), "--max-gpus", "8", "--micro-batch-sizes", "1,64",
+                 "--recompute", "none"]) == 0
+    assert "b 64: none of its" in capsys.readouterr().out

@@ -647,6 +647,7 @@ def _print_best_by(result, console: Console) -> None:
         return
     table = _plan_table("Fastest plan that fits for each value of each swept dimension", result,
                         "value")
+    unfit = []
     for name, rows in best.items():
         for r in rows:
             v = r["value"]
@@ -654,10 +655,14 @@ def _print_best_by(result, console: Console) -> None:
                      f"{'-' if v is None else 'y' if v is True else 'n' if v is False else v}")
             if r["plan"] is None:
                 table.add_row(label, *(["-"] * (len(_plan_fields(result)) + 6)))
+                if r.get("reason"):
+                    unfit.append(f"{label}: {r['reason']}")
             else:
                 table.add_row(label, *_plan_cells(result, _row_index(result, r["plan"])))
     console.print()
     console.print(table)
+    for line in unfit:  # the rows of dashes, why
+        console.print(f"[dim]{line}[/]")
 
 
 def _row_index(result, row: dict) -> int:

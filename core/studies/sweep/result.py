@@ -443,7 +443,8 @@ class SweepResult:
         :data:`BEST_BY_FIELDS`, and for each GPU count (``num_gpus``) when the space names
         several exact counts:
         ``{field: [{"value": v, "plan": row dict}, ...]}`` (values
-        sorted; a value whose plans none fits has ``"plan": None``). Exact under pruning: a
+        sorted; a value whose plans none fits has ``"plan": None`` and a ``"reason"`` saying
+        so, with the least memory one of them needs). Exact under pruning: a
         plan is pruned only when a plan of each of its values is already faster than it."""
         out: dict[str, list[dict[str, Any]]] = {}
         swept = {d["field"] for d in self.dimensions if d["swept"]} if self.dimensions else None
@@ -462,9 +463,16 @@ class SweepResult:
             rows = []
             for value in sorted(set(col), key=lambda v: (v is None, repr(type(v)), v if v is not
                                                          None else 0)):
-                mask = self.fits_in_memory & np.array([c == value for c in col], bool)
-                i = best_row(self.training_days, self.cost_usd, mask)
-                rows.append({"value": value, "plan": None if i is None else self.row(i, cols)})
+                has = np.array([c == value for c in col], bool)
+                i = best_row(self.training_days, self.cost_usd, self.fits_in_memory & has)
+                if i is None:  # say why: every plan of the value needs more memory than fits
+                    n = int(np.count_nonzero(has))
+                    least = float(np.nanmin(self.max_memory_per_gpu_bytes[has]))
+                    rows.append({"value": value, "plan": None, "reason": (
+                        f"none of its {n:,} plan{'s' if n != 1 else ''} fits in memory (the "
+                        f"smallest needs {least / 2**30:,.1f} GiB per GPU)")})
+                else:
+                    rows.append({"value": value, "plan": self.row(i, cols)})
             out[name] = rows
         return out
 
