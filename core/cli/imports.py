@@ -114,9 +114,10 @@ def _preset(args: argparse.Namespace) -> int:
     cluster = ClusterConfig() if args.gpu is None else cluster_of_gpu(args.gpu)
     session = check(Session(model=model, plan=default_plan(model), cluster=cluster))
     save_session(session, args.out)
-    print(printable(f"{name}: plan {session.plan.label()} on {session.cluster.gpu}; wrote "
-                    f"{args.out} (change the plan with vtrain simulate/sweep --set, or in the "
-                    "window)"))
+    print(printable(f"{name}: plan {session.plan.label()}, global batch "
+                    f"{session.plan.global_batch_size} sequences, on {session.cluster.gpu}; wrote "
+                    f"{args.out} (change the plan with vtrain simulate/sweep --set, e.g. --set "
+                    "plan.global_batch_size=1024 for the run's batch, or in the window)"))
     return 0
 
 
