@@ -31,8 +31,7 @@ from PySide6 import QtCore
 from PySide6.QtCore import Signal, Slot
 
 __all__ = ["BackgroundRunner", "Job", "JobCancelled", "JobFailed", "live_runners", "shutdown_all",
-           "keep_gui_responsive",
-           "exception_text"]
+           "keep_gui_responsive", "exception_text"]
 
 #: ``job(report, cancel) -> result``: the Qt-free work a runner runs on its thread.
 Job = Callable[[Callable[[Any], None], threading.Event], Any]

@@ -270,9 +270,9 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         codes = self._codes.get(column)
         if codes is None and attr == "memory_verdict":  # by safety: fits > tight > does not fit
             r = self._result
-            names = np.array(["does not fit", "fits", "tight"])  # sorted, ranked 0, 2, 1
-            rank = np.array([0, 2, 1])[np.searchsorted(names, r.memory_verdict)]
-            codes = self._codes[column] = np.where(r.fits_in_memory, rank, -1).astype(np.int64)
+            codes = self._codes[column] = np.select(
+                [~np.asarray(r.fits_in_memory, bool), r.memory_verdict == "tight"], [-1, 1],
+                2).astype(np.int64)
         if codes is None:
             values = (np.asarray(self._result.reason) if attr == "reason"
                       else self._result.interval_high_s if attr == "iteration_band"

@@ -368,25 +368,26 @@ _COMPACT = False
 _FIGURE_COLUMNS = (("GPUs", 6), ("iter s", 9), ("days", 7), ("cost", 7), ("MFU", 6), ("GiB", 7))
 
 
-def _plan_fields(result) -> list[str]:
-    """The plan fields the table shows: t, p, d, b, schedule, recompute and any other field
-    whose value differs between the swept plans (``["plan"]``, the label, when compact)."""
+def _wide_fields(result) -> list[str]:
+    """The plan fields a wide table shows, a column each: t, p, d, b, schedule, recompute and
+    any other field whose value differs between the swept plans."""
     from core.plan.parallel import ParallelPlan
-    if _COMPACT:
-        return ["plan"]
     constant = result.constant_plan_fields()  # computed once per result, not once per row
     return [f.name for f in dataclasses.fields(ParallelPlan)
             if f.metadata.get("label") == "always" or f.name not in constant]
 
 
+def _plan_fields(result) -> list[str]:
+    """The plan columns of the tables: :func:`_wide_fields`, or ``["plan"]`` (the label)
+    when compact."""
+    return ["plan"] if _COMPACT else _wide_fields(result)
+
+
 def _wide_width(result) -> int:
     """Characters a table with one column per plan field needs (titles or values, and a
     label column of 8)."""
-    from core.plan.parallel import ParallelPlan, plan_field_title
-    constant = result.constant_plan_fields()
-    names = [f.name for f in dataclasses.fields(ParallelPlan)
-             if f.metadata.get("label") == "always" or f.name not in constant]
-    return 9 + sum(max(len(plan_field_title(n)), 5) + 1 for n in names) + sum(
+    from core.plan.parallel import plan_field_title
+    return 9 + sum(max(len(plan_field_title(n)), 5) + 1 for n in _wide_fields(result)) + sum(
         w + 1 for _, w in _FIGURE_COLUMNS)
 
 
@@ -394,12 +395,11 @@ def _plan_cells(result, i: int) -> list[str]:
     from core.util.console import esc
     mem = f"{result.max_memory_per_gpu_bytes[i] / GiB:,.1f}"
     plan = result.plans[i]
-    cells = []
     if _COMPACT:
-        cells.append(esc(plan.label()))
-    for name in ([] if _COMPACT else _plan_fields(result)):
-        v = getattr(plan, name)
-        cells.append("-" if v is None else ("y" if v is True else "n" if v is False else str(v)))
+        cells = [esc(plan.label())]
+    else:
+        cells = ["-" if v is None else "y" if v is True else "n" if v is False else str(v)
+                 for v in (getattr(plan, name) for name in _wide_fields(result))]
     outside = "" if result.within_calibration[i] or not result.calibration_departures[i] else " ⚠"
     if not math.isfinite(result.iteration_time_s[i]):  # not simulated (it does not fit): no figures
         return [*cells, f"{result.num_gpus[i]:,}", "-", "-", "-", "-",
@@ -421,14 +421,15 @@ def _plan_table(title: str, result, first_col: str | None = None) -> Table:
               padding=0)
     if first_col is not None:
         t.add_column(first_col, style="bold", no_wrap=True)
-    # on a narrow terminal the plan fields' columns give way (their long titles cut first:
-    # most values are one letter), and the figures keep their width: a figure cut to
-    # "179.0…" or a GiB without its mark would be misread
-    if _COMPACT:  # the plan's label, wrapping between its words
+    # on a narrow terminal one column holds the plan's label, wrapping between its words, and
+    # the figures keep their width: a figure cut to "179.0…" or a GiB without its mark would
+    # be misread
+    if _COMPACT:
         t.add_column("plan", overflow="fold", ratio=1)
-    for name in ([] if _COMPACT else _plan_fields(result)):
-        t.add_column(plan_field_title(name), justify="right" if result.plan_columns[name].dtype.kind
-                     == "i" else "left", no_wrap=True)
+    else:
+        for name in _wide_fields(result):
+            t.add_column(plan_field_title(name), justify="right"
+                         if result.plan_columns[name].dtype.kind == "i" else "left", no_wrap=True)
     for col, width in _FIGURE_COLUMNS:
         t.add_column(col, justify="right", no_wrap=True, min_width=width)
     return t

@@ -29,8 +29,8 @@ from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.space import SweepSpace, as_list
 from core.sim.comm import CollectiveExtrapolation
 
-__all__ = ["SweepResult", "COLUMNS", "column_is_constant", "PLAN_COLUMNS", "BEST_BY_FIELDS", "pareto_front",
-           "plan_column_arrays", "plan_figures", "best_row", "plan_label", "plans_note", "with_plans"]
+__all__ = ["SweepResult", "COLUMNS", "column_is_constant", "PLAN_COLUMNS", "BEST_BY_FIELDS",
+           "pareto_front", "plan_column_arrays", "plan_figures", "best_row", "plan_label", "plans_note", "with_plans"]
 
 PLAN_COLUMNS = PLAN_FIELDS
 #: Columns of :meth:`SweepResult.rows` and :meth:`SweepResult.write_csv`, in order.
@@ -47,6 +47,7 @@ _CANCEL_EVERY = 2048
 BEST_BY_FIELDS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
                   "context_parallel", "expert_parallel", "schedule", "virtual_pipeline_stages",
                   "recompute", "sequence_parallel", "zero_stage")
+
 
 def column_is_constant(values: Any) -> bool:
     """Whether every value of a plan column is the same, as its ``repr`` tells them apart
@@ -72,10 +73,10 @@ def column_is_constant(values: Any) -> bool:
         same = np.asarray(values == scalar, dtype=bool)
     except (TypeError, ValueError):  # values that do not compare elementwise
         same = None
-    if same is not None and same.shape == values.shape and same.all() and first is None:
-        return True  # only None equals None
-    if same is not None and same.shape == values.shape and not same.all():
-        if not (isinstance(first, float) and math.isnan(first)):
+    if same is not None and same.shape == values.shape:
+        if same.all() and first is None:
+            return True  # only None equals None
+        if not same.all() and not (isinstance(first, float) and math.isnan(first)):
             return False  # a value unlike the first (nan never equals itself: checked below)
     items = values.tolist()
     try:

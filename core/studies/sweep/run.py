@@ -371,14 +371,8 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], re
     else:
         plans = enumerate_plans(session, space, cancel=cancel, phase=phase)
         mem = None
-    dimensions = sweep_dimensions(session, space, plans)
-    if space.micro_batch_sizes is None:
-        for d in dimensions:
-            if d["field"] == "micro_batch_size":
-                d["why"] = (("the only valid value; " if len(d["values"]) == 1 else "")
-                            + "default: every b that divides the global batch, while the "
-                            f"closed-form memory of the smallest-memory plan of that b fits; {stop}")
-                d["stopped"] = stop  # where the sizes stopped, in words
+    n_enumerated = len(plans)  # what the sweep chose: these, not the session's own plan added
+    more: list = []            # below, and the partial recomputations of the full ones
     own = index_of_plan(plans, session.plan) if plans else None
     if (plans and own is None
             and space.excludes(session.plan) is None
@@ -386,9 +380,9 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], re
         plans.append(dataclasses.replace(session.plan))
         own = len(plans) - 1
         if mem is not None:
-            more = memory_verdicts(plans[-1:], session.model, get_store(), reserve)
-            mem = (np.concatenate([mem[0], more[0]]), np.concatenate([mem[1], more[1]]),
-                   mem[2] + more[2])
+            own_mem = memory_verdicts(plans[-1:], session.model, get_store(), reserve)
+            mem = (np.concatenate([mem[0], own_mem[0]]), np.concatenate([mem[1], own_mem[1]]),
+                   mem[2] + own_mem[2])
     if mem is None:
         mem = memory_verdicts(plans, session.model, get_store(), reserve, cancel=cancel,
                               phase=phase)
@@ -400,9 +394,14 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], re
             plans = plans + more
             mem = (np.concatenate([mem[0], more_mem[0]]), np.concatenate([mem[1], more_mem[1]]),
                    mem[2] + more_mem[2])
-            for d, row in zip(dimensions, sweep_dimensions(session, space, plans)):
-                if d["field"] == "recompute_num_layers":
-                    d.update(row)
+    dimensions = sweep_dimensions(session, space, plans[:n_enumerated] + more)
+    if space.micro_batch_sizes is None:
+        for d in dimensions:
+            if d["field"] == "micro_batch_size":
+                d["why"] = (("the only valid value; " if len(d["values"]) == 1 else "")
+                            + "default: every b that divides the global batch, while the "
+                            f"closed-form memory of the smallest-memory plan of that b fits; {stop}")
+                d["stopped"] = stop  # where the sizes stopped, in words
     return plans, dimensions, mem, own
 
 
