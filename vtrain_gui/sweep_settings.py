@@ -187,7 +187,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.micro_batch_sizes.setToolTip("Micro-batch sizes b to try (sequences); empty: 1, 2, "
                                           "4, ... while the smallest-memory plan of that b "
                                           "fits in memory")
-        self.micro_batch_sizes.setPlaceholderText("1, 2, 4, … up to what memory allows")
+        self.micro_batch_sizes.setPlaceholderText("divisors of B up to what memory allows")
         form.addRow("Micro-batch sizes b", self.micro_batch_sizes)
 
         self.context_parallel = QtWidgets.QLineEdit()
