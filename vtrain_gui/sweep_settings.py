@@ -184,9 +184,9 @@ class SweepSettingsPanel(QtWidgets.QWidget):
 
         self.micro_batch_sizes = QtWidgets.QLineEdit()
         self.micro_batch_sizes.setObjectName("sweep.micro_batch_sizes")
-        self.micro_batch_sizes.setToolTip("Micro-batch sizes b to try (sequences); empty: 1, 2, "
-                                          "4, ... while the smallest-memory plan of that b "
-                                          "fits in memory")
+        self.micro_batch_sizes.setToolTip("Micro-batch sizes b to try (sequences); empty: every "
+                                          "divisor of the global batch B while the "
+                                          "smallest-memory plan of that b fits in memory")
         self.micro_batch_sizes.setPlaceholderText("divisors of B up to what memory allows")
         form.addRow("Micro-batch sizes b", self.micro_batch_sizes)
 
