@@ -61,3 +61,47 @@ def test_unknown_arguments_stay_listed_with_a_cp_comm_type():
     res = session_from_launch(launch, num_gpus=1, allow_unknown=True)
     assert res.unknown == ["--zero-stage"]
     assert res.ignored["--zero-stage"].startswith("not a Megatron-LM argument vtrain knows")
+
+
+HF_TINY = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 64,
+           "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 128,
+           "max_position_embeddings": 32}
+
+
+def test_an_import_whose_input_has_no_batch_notes_the_global_batch_it_wrote():
+    """A Hugging Face config has no batch: the import notes the global batch it wrote (the
+    default plan's, 8 sequences per replica: t = 4 over the 4 heads, d = 2, B = 16) with the
+    field to set the run's. torchtitan without [training] batch keys gets the same note (its
+    default local batch 8 times d = 8: B = 64); a file that gives its batch gets none."""
+    from core.io.import_result import global_batch_note
+    hf = session_from_hf_config(HF_TINY)
+    assert hf.session.plan.global_batch_size == 16
+    assert hf.notes == [global_batch_note(16)]
+    assert "16 sequences" in hf.notes[0] and "plan.global_batch_size" in hf.notes[0]
+    from core.io.torchtitan_import import load_toml, session_from_torchtitan
+    given = load_toml(ROOT / "tests" / "data" / "torchtitan" / "llama3_8b.toml")
+    assert session_from_torchtitan(given, num_gpus=8).notes == []  # local_batch_size = 1
+    del given["training"]["local_batch_size"]
+    tt = session_from_torchtitan(given, num_gpus=8)
+    assert tt.session.plan.global_batch_size == 64 and tt.notes == [global_batch_note(64)]
+    given["training"]["global_batch_size"] = 128  # the global batch given: no note
+    tt = session_from_torchtitan(given, num_gpus=8)
+    assert tt.session.plan.global_batch_size == 128 and tt.notes == []
+
+
+def test_import_hf_and_preset_print_the_global_batch_note(tmp_path, capsys):
+    """``vtrain import hf`` and ``vtrain import preset`` print the shared note with the
+    global batch of the session they wrote."""
+    import json
+
+    from core.cli import main
+    from core.io.import_result import global_batch_note
+    from core.io.session import load_session
+    cfg, out = tmp_path / "config.json", tmp_path / "s.json"
+    cfg.write_text(json.dumps(HF_TINY))
+    assert main(["import", "hf", str(cfg), "--out", str(out)]) == 0
+    assert global_batch_note(16) in capsys.readouterr().out
+    assert load_session(out).plan.global_batch_size == 16
+    assert main(["import", "preset", "Llama 3 8B", "--out", str(out)]) == 0
+    batch = load_session(out).plan.global_batch_size
+    assert batch == 8 and global_batch_note(batch) in capsys.readouterr().out

@@ -371,13 +371,15 @@ def test_import_notes_the_pre_training_length_of_an_extended_context():
     cfg = {**LLAMA3_8B, "max_position_embeddings": 131072,
            "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                             "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
+    from core.io.import_result import global_batch_note
     imp = session_from_hf_config(cfg)
     assert imp.session.model.seq_length == 131072
+    batch = [global_batch_note(8)]  # every HF import's: a config.json has no batch
     assert imp.notes == ["seq_length 131,072 is max_position_embeddings, the extended context; "
                          "the model was pre-trained at 8,192 (rope_scaling.original_max_position_"
-                         "embeddings): give --seq-length 8192 to plan pre-training"]
-    assert session_from_hf_config(cfg, seq_length=8192).notes == []
-    assert session_from_hf_config(LLAMA3_8B).notes == []
+                         "embeddings): give --seq-length 8192 to plan pre-training"] + batch
+    assert session_from_hf_config(cfg, seq_length=8192).notes == batch
+    assert session_from_hf_config(LLAMA3_8B).notes == batch
 
 
 def test_flash_attention_backward_runs_at_its_share_of_the_forwards_efficiency():

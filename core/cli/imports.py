@@ -98,6 +98,7 @@ def _preset(args: argparse.Namespace) -> int:
     from core.plan.rules import check
     from core.plan.session import Session
     from core.io.hf_import import default_plan
+    from core.io.import_result import global_batch_note
     from core.io.session import save_session
     from core.util.text import printable
     names = {n.lower(): n for n in MODEL_PRESETS}
@@ -114,10 +115,10 @@ def _preset(args: argparse.Namespace) -> int:
     cluster = ClusterConfig() if args.gpu is None else cluster_of_gpu(args.gpu)
     session = check(Session(model=model, plan=default_plan(model), cluster=cluster))
     save_session(session, args.out)
-    print(printable(f"{name}: plan {session.plan.label()}, global batch "
-                    f"{session.plan.global_batch_size} sequences, on {session.cluster.gpu}; wrote "
-                    f"{args.out} (change the plan with vtrain simulate/sweep --set, e.g. --set "
-                    "plan.global_batch_size=1024 for the run's batch, or in the window)"))
+    print(printable(f"{name}: plan {session.plan.label()} on {session.cluster.gpu}; wrote "
+                    f"{args.out} (change the plan with vtrain simulate/sweep --set, or in the "
+                    "window)"))
+    print(printable(f"  note: {global_batch_note(session.plan.global_batch_size)}"))
     return 0
 
 

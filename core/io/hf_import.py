@@ -95,7 +95,8 @@ from pathlib import Path
 from typing import Any
 
 from core.io.hf_moe import moe_fields
-from core.io.import_result import ImportResult, positive_int, refusal, switched_off_or_refuse
+from core.io.import_result import (ImportResult, global_batch_note, positive_int, refusal,
+                                   switched_off_or_refuse)
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.fields import ConfigError, FieldError
 from core.plan.model_config import ModelConfig, model_from_fields
@@ -489,8 +490,9 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     session.notes = f"Imported from the Hugging Face config {where} ({arch})."
     if check_rules:
         _check_session_rules(session, arch, moe, where)
-    return HFImport(session, ignored=ignored, notes=_length_notes(cfg, seq_length, s),
-                    architecture=arch)
+    notes = _length_notes(cfg, seq_length, s) + [
+        global_batch_note(session.plan.global_batch_size)]  # a config.json has no batch
+    return HFImport(session, ignored=ignored, notes=notes, architecture=arch)
 
 
 def _architecture(cfg: dict[str, Any], where: str) -> str:

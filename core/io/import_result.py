@@ -19,7 +19,8 @@ from typing import Any
 from core.plan.fields import ConfigError, FieldError
 from core.plan.session import Session
 
-__all__ = ["ImportResult", "positive_int", "refusal", "switched_off", "switched_off_or_refuse"]
+__all__ = ["ImportResult", "global_batch_note", "positive_int", "refusal", "switched_off",
+           "switched_off_or_refuse"]
 
 
 @dataclass
@@ -45,6 +46,17 @@ class ImportResult:
     used: dict[str, str] = field(default_factory=dict)
     ignored: dict[str, str] = field(default_factory=dict)
     notes: list[Any] = field(default_factory=list)
+
+
+def global_batch_note(global_batch_size: int) -> str:
+    """The note of an import whose input does not give the run's global batch: how many
+    sequences the session has (``plan.global_batch_size``, a default, not the run's) and how to
+    set the run's. One text for the Hugging Face and torchtitan imports and ``vtrain import
+    preset``; the sweep and the iteration time depend on it, so it is never written silently.
+    """
+    return (f"global batch {global_batch_size:,} sequences: a default, the input does not give "
+            "the run's; set it with vtrain simulate/sweep --set plan.global_batch_size=N (e.g. "
+            "1024), or in the window")
 
 
 def refusal(where: str, key: str, message: str) -> ConfigError:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.io.import_result import ImportResult, refusal, switched_off_or_refuse
+from core.io.import_result import ImportResult, global_batch_note, refusal, switched_off_or_refuse
 from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, CostConfig
 from core.plan.presets import MODEL_PRESETS
 from core.plan.fields import ConfigError, FieldError
@@ -482,6 +482,9 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
     d = rep * shard
     schedule, chunks = _choice(used, _PAR + "pipeline_parallel_schedule", where, "1F1B", SCHEDULES)
     b, glob = _batch(used, where, d, p)
+    if used.get("training.global_batch_size", -1) == -1 and not {
+            "training.local_batch_size", "training.batch_size"} & used.keys():
+        notes.append(global_batch_note(glob))  # torchtitan's default local batch (8) times d
     zero = _fsdp_zero(used, where, shard, p, notes)
     mode = _checkpointing(used, where)
     _choice(used, "optimizer.name", where, "AdamW", {"AdamW": 0, "Adam": 0})
