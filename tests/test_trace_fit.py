@@ -150,3 +150,19 @@ def test_cli_calibrate_trace_refuses_missing_options(tmp_path, capsys):
     assert rc == 2 and "--session" in capsys.readouterr().err
     rc = main(["calibrate", "--session", str(SESSION), "--store", str(BASE)])
     assert rc == 2
+
+
+def test_cli_calibrate_trace_refuses_kernel_classes(tmp_path, capsys):
+    """--kernel-classes fits the grouped expert GEMM and FlashAttention efficiencies; a trace's
+    classes cannot determine them (the fit lists both as never fitted), so with --trace the
+    option is refused naming both options (exit 2), not silently ignored, and nothing is
+    written."""
+    from core.accuracy.trace_fit import CANDIDATES
+    assert not {"grouped_gemm_efficiency", "flash_attention_efficiency"} & CANDIDATES.keys()
+    paths, _ = _synthetic(tmp_path, TRUE)
+    out = tmp_path / "new.h5"
+    rc = main(["calibrate", "--trace", *map(str, paths), "--session", str(SESSION),
+               "--set", SETS[0], "--store", str(BASE), "--out", str(out), "--kernel-classes"])
+    err = capsys.readouterr().err
+    assert rc == 2 and not out.exists()
+    assert "--kernel-classes" in err and "--trace" in err and "Traceback" not in err

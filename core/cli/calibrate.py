@@ -56,7 +56,8 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--kernel-classes", action="store_true",
                    help="with --out-dir: also fit the grouped expert GEMM and FlashAttention "
                         "efficiencies (each kernel class its own; off by default: on the "
-                        "published runs they made the held-out error worse, docs/accuracy.md)")
+                        "published runs they made the held-out error worse, docs/accuracy.md); "
+                        "refused with --trace, whose classes cannot determine them")
     c.add_argument("--folds", type=int, default=5, metavar="K",
                    help="cross-validation folds per file (0: skip cross-validation)")
     c.add_argument("--file-weights", type=float, nargs="+", metavar="W",

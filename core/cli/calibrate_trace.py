@@ -24,7 +24,8 @@ def run_trace(args: argparse.Namespace) -> int:
     ------
     UsageError
         A missing ``--session``/``--store``/``--out``, CSV files given too, ``--out-dir``,
-        ``--folds``/``--file-weights``/``--gpus`` (CSV-only), or nothing to fit.
+        ``--file-weights``/``--gpus`` (CSV-only), ``--kernel-classes`` (the efficiencies it
+        adds are not determined by a trace's classes), or nothing to fit.
     """
     from core.accuracy.trace_fit import fit_trace, trace_calibrated_store
     from core.io.kineto import choose_step, read_traces
@@ -39,6 +40,12 @@ def run_trace(args: argparse.Namespace) -> int:
                       ("--file-weights", args.file_weights)):
         if bad:
             raise field_error(name, "not with --trace")
+    if args.kernel_classes:  # trace_fit's _NEVER: neither efficiency is a candidate
+        raise field_error("--kernel-classes", "not with --trace: a trace's gemm class holds the "
+                          "grouped expert GEMMs with the dense ones and its attention time is "
+                          "fitted through gemm_efficiency_max, so the trace fit cannot determine "
+                          "grouped_gemm_efficiency or flash_attention_efficiency; use "
+                          "--kernel-classes with --out-dir (the shared fit of measured runs)")
     for name in ("session", "profile", "out"):
         if not getattr(args, name):
             raise field_error("--store" if name == "profile" else f"--{name}", "required with --trace")
