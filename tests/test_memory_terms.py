@@ -117,7 +117,7 @@ def test_memory_verdict_arrays_counts_the_process_terms():
     model = ModelConfig(num_layers=8, hidden_size=1024, num_attention_heads=8, seq_length=2048)
     plan = _plan(pipeline_parallel=2, data_parallel=2)
     arrays = mm.stage_memory_arrays(model, plan)
-    need, _, _ = memory_verdict_arrays(arrays, 80 * GiB, 0.0)
+    need, _, _ = memory_verdict_arrays(arrays, 80 * GiB)
     assert need == pytest.approx(max(sm.total_bytes for sm in mm.stage_memory(model, plan)),
                                  rel=1e-12)
 

@@ -120,8 +120,7 @@ def test_passing_bridge_recipes_are_tight_not_unfit(row, need_gb, cap_gb):
     from core.sim.report import memory_verdict as verdict
     session = _published_row(row)
     capacity = float(session_profile(session).memory_bytes)
-    need, fits, reason = stage_verdict(stage_memory(session), capacity,
-                                       session.cluster.memory_reserve_fraction)
+    need, fits, reason = stage_verdict(stage_memory(session), capacity)
     assert session.cluster.memory_reserve_fraction == pytest.approx(0.1)
     assert need / 1e9 == pytest.approx(need_gb, abs=0.01)
     assert capacity / 1e9 == pytest.approx(cap_gb, abs=0.01)

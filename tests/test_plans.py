@@ -166,6 +166,28 @@ def test_bytes_per_parameter_per_zero_stage(precision, grads, w, g, k, zero):
         assert ov.gradients_bytes == mem.gradients_bytes
 
 
+def test_the_fit_reads_the_capacity_only_and_the_tight_note_the_margin():
+    """memory_verdict, memory_verdict_arrays and memory_verdict_rows decide the fit from the
+    capacity alone (they take no margin); the margin (cluster.memory_reserve_fraction) is
+    tight_note's. Stage totals 10 and 81 GiB on an 80 GiB GPU: stage 1 does not fit; a plan
+    whose stages need 10 and 20 GiB fits; 72.5 GiB fits, tight within a 10 % margin."""
+    from core.sim.simulate import memory_verdict_arrays, memory_verdict_rows
+    gib = 2**30
+    cap = 80.0 * gib
+    w, zero = np.array([10.0, 20.0]) * gib, np.zeros(2)
+    a = np.array([0.0, 61.0]) * gib
+    why = "does not fit: stage 1 needs 81.0 GiB per GPU, the GPU has 80.0 GiB"
+    assert memory_verdict_arrays((w, zero, zero, a), cap) == (81.0 * gib, False, why)
+    rows = tuple(np.stack([x, y]) for x, y in ((w, w), (zero, zero), (zero, zero), (a, zero)))
+    need, fits, reasons = memory_verdict_rows(rows, cap)
+    assert need.tolist() == [81.0 * gib, 20.0 * gib] and fits.tolist() == [False, True]
+    assert reasons == [why, ""]
+    inside = [StageMemory(0, 0.0, 0.0, 0.0, 72.5 * gib)]
+    assert memory_verdict(inside, cap) == (72.5 * gib, True, "")
+    assert tight_note(inside, cap, margin=0.1).startswith("tight: stage 0 needs 72.5 GiB")
+    assert tight_note(inside, cap, margin=0.05) == ""
+
+
 def test_capacity_decides_fits_and_the_reserve_only_tight():
     """Issue 27: the whole process is held against the whole capacity; the margin
     (cluster.memory_reserve_fraction) only makes a fit tight, with its warning."""
@@ -173,12 +195,11 @@ def test_capacity_decides_fits_and_the_reserve_only_tight():
     inside = [StageMemory(0, 0.0, 0.0, 0.0, 0.9 * cap + 1)]
     at_cap = [StageMemory(0, 0.0, 0.0, 0.0, float(cap))]
     above = [StageMemory(0, 0.0, 0.0, 0.0, cap + 1.0)]
-    assert memory_verdict(inside, cap, 0.1) == (0.9 * cap + 1, True, "")
-    assert memory_verdict(at_cap, cap, 0.1)[1]
-    need, fits, reason = memory_verdict(above, cap, 0.1)
+    assert memory_verdict(inside, cap) == (0.9 * cap + 1, True, "")
+    assert memory_verdict(at_cap, cap)[1]
+    need, fits, reason = memory_verdict(above, cap)
     assert not fits and reason == ("does not fit: stage 0 needs 80.0 GiB per GPU, "
                                    "the GPU has 80.0 GiB")
-    assert not memory_verdict(above, cap, 0.0)[1]  # no margin frees nothing
     assert tight_note(inside, cap, 0.1).startswith(
         "tight: stage 0 needs 72.0 GiB per GPU of the GPU's 80.0 GiB, inside the 10 % margin")
     assert tight_note(inside, cap, 0.0) == "" and tight_note(above, cap, 0.1) == ""

@@ -91,12 +91,11 @@ def space_plans(request):
 
 def test_memory_verdicts_equal_the_per_plan_verdicts(space_plans):
     session, plans, store = space_plans
-    reserve = float(session.cluster.memory_reserve_fraction)
     fp8_tn = model_math.fp8_tn_only(store.peak_flops)
-    mem, fits, why = memory_verdicts(plans, session.model, store, reserve)
+    mem, fits, why = memory_verdicts(plans, session.model, store)
     for i, pl in enumerate(plans):
         want = memory_verdict_arrays(model_math.stage_memory_arrays(session.model, pl, fp8_tn),
-                                     float(store.memory_bytes), reserve)
+                                     float(store.memory_bytes))
         assert (mem[i], bool(fits[i]), why[i]) == want, pl.label()
     assert mem.dtype == np.float64 and fits.dtype == bool
 
@@ -106,17 +105,17 @@ def test_memory_verdicts_of_a_tight_gpu_give_reasons_as_the_per_plan_ones(space_
     session, plans, store = space_plans
     fp8_tn = model_math.fp8_tn_only(store.peak_flops)
     need = [memory_verdict_arrays(model_math.stage_memory_arrays(session.model, pl, fp8_tn),
-                                  1.0, 0.0)[0] for pl in plans]
+                                  1.0)[0] for pl in plans]
     capacity = float(np.median(need))
 
     class Small:
         peak_flops, memory_bytes = store.peak_flops, capacity
 
-    mem, fits, why = memory_verdicts(plans, session.model, Small, 0.1)
+    mem, fits, why = memory_verdicts(plans, session.model, Small)
     assert 0 < fits.sum() < len(plans)
     for i, pl in enumerate(plans):
         want = memory_verdict_arrays(model_math.stage_memory_arrays(session.model, pl, fp8_tn),
-                                     capacity, 0.1)
+                                     capacity)
         assert (mem[i], bool(fits[i]), why[i]) == want
 
 
@@ -144,12 +143,12 @@ def test_memory_and_bound_phases_cancel_and_report():
     plans = enumerate_plans(session, SweepSpace(max_gpus=8, context_parallel=(1,)))
     store = session_profile(session)
     seen: list = []
-    memory_verdicts(plans, session.model, store, 0.0, phase=lambda *a: seen.append(a))
+    memory_verdicts(plans, session.model, store, phase=lambda *a: seen.append(a))
     assert seen[0] == ("memory", 0, len(plans)) and seen[-1] == ("memory", len(plans), len(plans))
     stop = threading.Event()
     stop.set()
     with pytest.raises(SweepCancelled):
-        memory_verdicts(plans, session.model, store, 0.0, cancel=stop)
+        memory_verdicts(plans, session.model, store, cancel=stop)
     with pytest.raises(SweepCancelled):
         fill_lower_bounds(np.zeros(len(plans)), plans, np.arange(len(plans)), session.model,
                           session.cluster, session.cost, store, {}, stop)

@@ -97,13 +97,12 @@ def test_micro_batch_sizes_go_up_to_what_memory_allows(recompute):
     assert space.micro_batch_sizes is None
     result = run_sweep(session, space, workers=1, prune=False)
     store = session_profile(session)
-    reserve = float(session.cluster.memory_reserve_fraction)
     bs = sorted(set(result.plan_columns["micro_batch_size"].tolist()))
     sizes = power_of_two_sizes(session.plan.global_batch_size)
     # every b tried has a plan that fits, the next power of two none (or is past the batch)
     for b in sizes:
         plans = enumerate_plans(session, dataclasses.replace(space, micro_batch_sizes=(b,)))
-        fits = memory_verdicts(plans, session.model, store, reserve)[1] if plans else None
+        fits = memory_verdicts(plans, session.model, store)[1] if plans else None
         if b <= max(bs):
             assert (b in bs) == bool(plans) and (fits is None or fits.any())
         else:

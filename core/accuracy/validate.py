@@ -194,7 +194,7 @@ def row_memory(m: MeasuredRun) -> tuple[float, float] | None:
         return None
     try:
         capacity = float(session_profile(m.session).memory_bytes)
-        need, _, _ = memory_verdict(stage_memory(m.session), capacity, 0.0)
+        need, _, _ = memory_verdict(stage_memory(m.session), capacity)
     except Exception:  # noqa: BLE001 - the simulator names what it cannot model when predicting
         return None
     return float(need), capacity

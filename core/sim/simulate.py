@@ -156,20 +156,21 @@ def fp8_tn(session: Session, store=None) -> bool:
     return "mxfp8" not in GPU_FP8_DTYPES.get(session.cluster.gpu, ())
 
 
-def memory_verdict(memory: list[StageMemory], capacity_bytes: float, reserve_fraction: float
+def memory_verdict(memory: list[StageMemory], capacity_bytes: float
                    ) -> tuple[float, bool, str]:
     """``(largest per-GPU bytes, fits, reason)`` of a plan's stages (bytes each,
     :attr:`StageMemory.total_bytes`, the whole process) against the GPU's ``capacity_bytes``:
     it fits when no stage needs more than the capacity (:func:`core.sim.report.memory_verdict`).
-    ``reserve_fraction``, the planner's margin, takes no memory away: it only makes a fit tight
-    (:func:`tight_note`), and is kept here so that every caller states it. ``reason`` is ""
-    when the plan fits, tight or not: it says why a plan is left out."""
+    The planner's margin (``cluster.memory_reserve_fraction``) takes no memory away, so the fit
+    does not read it: it only makes a fit tight (:func:`tight_note`,
+    :func:`core.sim.report.memory_verdict`). ``reason`` is "" when the plan fits, tight or
+    not: it says why a plan is left out."""
     worst = max(memory, key=lambda mm: mm.total_bytes)
-    return _verdict(worst.stage, worst.total_bytes, capacity_bytes, reserve_fraction)
+    return _verdict(worst.stage, worst.total_bytes, capacity_bytes)
 
 
-def memory_verdict_arrays(parts: tuple[np.ndarray, ...], capacity_bytes: float,
-                          reserve_fraction: float) -> tuple[float, bool, str]:
+def memory_verdict_arrays(parts: tuple[np.ndarray, ...], capacity_bytes: float
+                          ) -> tuple[float, bool, str]:
     """:func:`memory_verdict` of :func:`core.model.memory.stage_memory_arrays`' four arrays
     (weights, gradients, optimizer state, activations; shape (p,)) and, when ``parts`` carries
     them (:class:`core.model.memory.StageMemoryArrays`), the process's other terms: the same
@@ -180,11 +181,11 @@ def memory_verdict_arrays(parts: tuple[np.ndarray, ...], capacity_bytes: float,
         totals = (totals + parts.workspace + parts.allocator_reserve + parts.cuda_context
                   + parts.nccl_buffers)
     i = int(np.argmax(totals))  # the first largest, as max() picks
-    return _verdict(i, totals[i], capacity_bytes, reserve_fraction)
+    return _verdict(i, totals[i], capacity_bytes)
 
 
-def memory_verdict_rows(parts: tuple[np.ndarray, ...], capacity_bytes: float,
-                        reserve_fraction: float) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def memory_verdict_rows(parts: tuple[np.ndarray, ...], capacity_bytes: float
+                        ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """:func:`memory_verdict_arrays` of ``k`` plans of one stage count at once: ``parts`` holds
     (k, p) arrays, row ``j`` one plan's (:meth:`core.model.memory.StageMemoryArrays.rows`).
     Returns each plan's largest bytes per GPU (float64 (k,)), whether it fits (bool (k,)) and
@@ -206,8 +207,7 @@ def memory_verdict_rows(parts: tuple[np.ndarray, ...], capacity_bytes: float,
     return need, fits, why
 
 
-def _verdict(stage: int, need: float, capacity_bytes: float, reserve_fraction: float
-             ) -> tuple[float, bool, str]:
+def _verdict(stage: int, need: float, capacity_bytes: float) -> tuple[float, bool, str]:
     if need <= capacity_bytes:
         return need, True, ""
     return need, False, (f"does not fit: stage {stage} needs {need / 2**30:.1f} GiB per GPU, "
@@ -219,16 +219,17 @@ def _capacity_text(capacity_bytes: float) -> str:
     return f"the GPU has {capacity_bytes / 2**30:.1f} GiB"
 
 
-def tight_note(memory: list[StageMemory], capacity_bytes: float, reserve_fraction: float) -> str:
-    """The report's warning for a plan that fits within the planner's margin
-    (``reserve_fraction`` of ``capacity_bytes``, bytes): its largest stage, its need and the
-    margin named; "" when the plan is not tight (:func:`core.sim.report.memory_verdict`)."""
+def tight_note(memory: list[StageMemory], capacity_bytes: float, margin: float) -> str:
+    """The report's warning for a plan that fits within the planner's ``margin``
+    (``cluster.memory_reserve_fraction``, a share of ``capacity_bytes`` in [0, 1); capacity in
+    bytes): its largest stage, its need and the margin named; "" when the plan is not tight
+    (:func:`core.sim.report.memory_verdict`)."""
     worst = max(memory, key=lambda mm: mm.total_bytes)
     need = worst.total_bytes
-    if report_verdict(need, capacity_bytes, reserve_fraction) != "tight":
+    if report_verdict(need, capacity_bytes, margin) != "tight":
         return ""
     return (f"tight: stage {worst.stage} needs {need / 2**30:.1f} GiB per GPU of the GPU's "
-            f"{capacity_bytes / 2**30:.1f} GiB, inside the {reserve_fraction * 100:g} % margin "
+            f"{capacity_bytes / 2**30:.1f} GiB, inside the {margin * 100:g} % margin "
             "(cluster.memory_reserve_fraction): a larger NCCL buffer or allocator "
             "fragmentation than modelled can tip it over")
 
@@ -502,7 +503,7 @@ def _breakdown(session: Session, graph: ExecutionGraph, st: StageTimes, T: float
 def _memory_and_notes(session: Session, store: ProfileStore, warnings: list[str]
                       ) -> tuple[list[StageMemory], float, float, float, bool]:
     """Each stage's memory and the verdict against ``store``'s capacity (the reserve is the
-    planner's margin, :func:`core.sim.report.memory_verdict`); appends to ``warnings`` (in
+    planner's margin: it makes a fit tight, :func:`tight_note`); appends to ``warnings`` (in
     place) why the plan does not fit or that it is tight, the notes on small NVLink
     domains and straddling context-parallel groups, and a note when the profile's
     ``peak_fraction`` was never fitted.
@@ -514,7 +515,7 @@ def _memory_and_notes(session: Session, store: ProfileStore, warnings: list[str]
     memory = stage_memory(session, store)
     capacity = float(store.memory_bytes)
     reserve = float(session.cluster.memory_reserve_fraction)
-    max_mem, fits, reason = memory_verdict(memory, capacity, reserve)
+    max_mem, fits, reason = memory_verdict(memory, capacity)
     if not fits:
         warnings.append(reason)
     tight = tight_note(memory, capacity, reserve)

@@ -64,7 +64,6 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     p, m, schedule, v = key
     sched = pipeline_schedules.get(schedule)
     capacity = float(store.memory_bytes)
-    reserve = float(cluster.memory_reserve_fraction)
     n = len(plans)
     per_chunk = np.empty((5, p, v, n))
     per_stage = np.empty((4, p, n))
@@ -91,7 +90,7 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
         per_stage[:, :, j] = (st.send_fwd_s, st.send_bwd_s, st.dp_comm_s, st.optimizer_s)
         # same rule and message as core.sim.simulate
         max_mem[j], fits, reason[j] = memory_verdict_arrays(
-            model_math.stage_memory_arrays(model, pl, fp8_tn), capacity, reserve)
+            model_math.stage_memory_arrays(model, pl, fp8_tn), capacity)
         if fits:
             for w in st.warnings:
                 warnings.setdefault(w, []).append(j)

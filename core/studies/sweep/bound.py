@@ -114,7 +114,7 @@ def mark_too_large(plans: list[ParallelPlan], fits: np.ndarray, reason: list[str
 _MEMORY_ROWS = 8192
 
 
-def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
+def memory_verdicts(plans: list[ParallelPlan], model, store, *,
                     cancel: Any = None, phase: PhaseFn | None = None,
                     memo: dict | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Closed-form memory of every plan (:func:`core.model.memory.stage_memory_arrays`, the
@@ -187,7 +187,7 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, reserve: float, *,
             parts = memory.StageMemoryArrays.rows(
                 st[0][si], st[1][si], st[2][si], tables[p][act_row[act_of[rows]]],
                 st[3][si].reshape(-1, 1))
-            need, ok, reasons = memory_verdict_rows(parts, capacity, reserve)
+            need, ok, reasons = memory_verdict_rows(parts, capacity)
             mem[rows], fits[rows] = need, ok
             for r, text in zip(rows.tolist(), reasons):
                 why[r] = text

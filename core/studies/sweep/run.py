@@ -299,8 +299,8 @@ class _Runner:
                                        self.lookup_cache, self.compiled))
 
 
-def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: float,
-                        cancel: Any, phase: PhaseFn | None) -> tuple[list, tuple, str]:
+def _plans_up_to_memory(session: Session, space: SweepSpace, store, cancel: Any,
+                        phase: PhaseFn | None) -> tuple[list, tuple, str]:
     """The plans of a space without micro-batch sizes (``micro_batch_sizes=None``): every b
     that divides the global batch B (:func:`micro_batch_sizes_of`: Megatron takes any b with
     B % (d*b) == 0, not only powers of two), in increasing order, while memory allows: once
@@ -329,8 +329,7 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: flo
                                cancel=cancel, phase=part_phase, verdicts=verdicts)
         if not part:
             continue
-        mem = memory_verdicts(part, session.model, store, reserve, cancel=cancel, phase=phase,
-                              memo=memo)
+        mem = memory_verdicts(part, session.model, store, cancel=cancel, phase=phase, memo=memo)
         if not mem[1].any():
             if not full:
                 stop = (f"stopped at b = {b}: its smallest-memory plan needs "
@@ -352,7 +351,7 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, reserve: flo
     return plans, merged, stop
 
 
-def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], reserve: float,
+def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
            cancel: Any = None, phase: PhaseFn | None = None
            ) -> tuple[list, list[dict[str, Any]], tuple, int | None]:
     """The sweep's plans (:func:`enumerate_plans`), :func:`sweep_dimensions`, the plans'
@@ -366,8 +365,7 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], re
     sizes is enumerated: its errors first)."""
     if space.micro_batch_sizes is None:
         check_enumerable(session, space)
-        plans, mem, stop = _plans_up_to_memory(session, space, get_store(), reserve, cancel,
-                                               phase)
+        plans, mem, stop = _plans_up_to_memory(session, space, get_store(), cancel, phase)
     else:
         plans = enumerate_plans(session, space, cancel=cancel, phase=phase)
         mem = None
@@ -380,16 +378,14 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], re
         plans.append(dataclasses.replace(session.plan))
         own = len(plans) - 1
         if mem is not None:
-            own_mem = memory_verdicts(plans[-1:], session.model, get_store(), reserve)
+            own_mem = memory_verdicts(plans[-1:], session.model, get_store())
             mem = (np.concatenate([mem[0], own_mem[0]]), np.concatenate([mem[1], own_mem[1]]),
                    mem[2] + own_mem[2])
     if mem is None:
-        mem = memory_verdicts(plans, session.model, get_store(), reserve, cancel=cancel,
-                              phase=phase)
+        mem = memory_verdicts(plans, session.model, get_store(), cancel=cancel, phase=phase)
     if (not space.hold_session_values and session.plan.recompute_num_layers is None
             and "full" in as_list(space.recompute)):
-        more, more_mem = _partial_recompute_plans(plans, mem, session, get_store(), reserve,
-                                                  cancel)
+        more, more_mem = _partial_recompute_plans(plans, mem, session, get_store(), cancel)
         if more:
             plans = plans + more
             mem = (np.concatenate([mem[0], more_mem[0]]), np.concatenate([mem[1], more_mem[1]]),
@@ -405,7 +401,7 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any], re
     return plans, dimensions, mem, own
 
 
-def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store, reserve: float,
+def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
                              cancel: Any = None) -> tuple[list, tuple]:
     """For each plan of ``plans`` that recomputes every layer (``recompute="full"``,
     ``recompute_num_layers`` None) and fits (``mem``: :func:`memory_verdicts`' bytes, fits,
@@ -437,7 +433,7 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store, r
         mid = (lo[open_] + hi[open_]) // 2
         trial = [dataclasses.replace(plans[rows[k]], recompute_num_layers=int(n))
                  for k, n in zip(open_.tolist(), mid.tolist())]
-        ok = memory_verdicts(trial, session.model, store, reserve)[1]
+        ok = memory_verdicts(trial, session.model, store)[1]
         hi[open_[ok]] = mid[ok]
         lo[open_[~ok]] = mid[~ok]
     most = np.array([largest_model_chunk(L, plans[i]) for i in rows], np.int64)
@@ -446,7 +442,7 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store, r
             for k in keep.tolist()]
     if not more:
         return [], (np.zeros(0), np.zeros(0, bool), [])
-    return more, memory_verdicts(more, session.model, store, reserve)
+    return more, memory_verdicts(more, session.model, store)
 
 
 def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask, coverage,
@@ -460,10 +456,9 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
             opened[0] = session_profile(session)
         return opened[0]
 
-    reserve = float(session.cluster.memory_reserve_fraction)
     # 1. memory in closed form: plans that do not fit are never simulated
     plans, dimensions, (max_mem, mem_fits, reason), own = _plans(session, space, get_store,
-                                                                 reserve, cancel, phase)
+                                                                 cancel, phase)
     store = get_store()
     if phase is not None:  # the simulation's progress is the phase "simulate" too
         progress = _with_phase(progress, phase)
