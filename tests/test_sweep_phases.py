@@ -19,7 +19,7 @@ from core.sim.simulate import session_profile
 from core.studies.sweep import SweepCancelled, SweepSpace, enumerate_plans, run_sweep
 from core.studies.sweep.bound import memory_verdicts
 from core.studies.sweep.phase import PHASES
-from core.studies.sweep.space import power_of_two_sizes
+from core.studies.sweep.space import micro_batch_sizes_of
 from tests.conftest import EXAMPLES, ROOT
 
 SMALL = EXAMPLES / "gpt3_1.3b_single_node.json"
@@ -98,21 +98,20 @@ def test_micro_batch_sizes_go_up_to_what_memory_allows(recompute):
     result = run_sweep(session, space, workers=1, prune=False)
     store = session_profile(session)
     bs = sorted(set(result.plan_columns["micro_batch_size"].tolist()))
-    sizes = power_of_two_sizes(session.plan.global_batch_size)
-    # every b tried has a plan that fits, the next power of two none (or is past the batch)
+    sizes = micro_batch_sizes_of(session.plan.global_batch_size)  # the divisors of B
+    # the sizes kept are exactly the b with a plan that fits: passing over the multiples of
+    # a b none of whose plans fits loses none
+    fitting, full = [], []
     for b in sizes:
         plans = enumerate_plans(session, dataclasses.replace(space, micro_batch_sizes=(b,)))
-        fits = memory_verdicts(plans, session.model, store)[1] if plans else None
-        if b <= max(bs):
-            assert (b in bs) == bool(plans) and (fits is None or fits.any())
-        else:
-            assert b == 2 * max(bs) and (fits is None or not fits.any())
-            break
+        if plans:
+            (fitting if memory_verdicts(plans, session.model, store)[1].any() else full).append(b)
+    assert bs == fitting and bs
     (dim,) = [d for d in result.dimensions if d["field"] == "micro_batch_size"]
     assert dim["values"] == bs
-    assert f"b = {2 * max(bs) if max(bs) < sizes[-1] else sizes[-1]}" in dim["stopped"]
+    assert f"b = {full[0] if full else sizes[-1]}" in dim["stopped"]
     if recompute == ("none",):  # memory stops it before the global batch
-        assert max(bs) < sizes[-1]
+        assert full and max(bs) < sizes[-1]
     # the same plans and figures as giving those sizes
     given = run_sweep(session, dataclasses.replace(space, micro_batch_sizes=tuple(bs)),
                       workers=1, prune=False)

@@ -33,7 +33,7 @@ from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
 
 __all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "CROSS_ENTROPY_FUSIONS", "enumerate_plans",
-           "one_stage_schedule", "budget_text", "divisors", "as_list", "power_of_two_sizes",
+           "one_stage_schedule", "budget_text", "divisors", "as_list",
            "micro_batch_sizes_of",
            "check_enumerable", "cp_candidates", "tp_pp_candidates", "layout_stages", "in_budget",
            "index_of_plan"]
@@ -364,15 +364,6 @@ def micro_batch_sizes_of(global_batch_size: int) -> list[int]:
     divisor of the global batch B, in increasing order (Megatron runs any b with
     B % (d*b) == 0; B = 1,536 on d = 32 allows b = 3, which no power of two reaches)."""
     return divisors(global_batch_size)
-
-
-def power_of_two_sizes(limit: int) -> list[int]:
-    """1, 2, 4, ... up to ``limit``."""
-    out, b = [], 1
-    while b <= limit:
-        out.append(b)
-        b *= 2
-    return out
 
 
 def as_list(values: Any) -> list:
