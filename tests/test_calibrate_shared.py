@@ -114,7 +114,7 @@ def test_generic_form_predicts_what_the_simulator_does(monkeypatch):
     """Where the kernel form does not reproduce the simulator's op times (an op model that
     composes them otherwise: FP8, MoE ...), compute is evaluated through the simulator's own
     lookups; forced here on a plan the kernel form handles, both agree with the simulator."""
-    import core.accuracy.calibrate as cal
+    import core.accuracy.linearize as lin
     sessions, _, base = _runs()
     s = sessions[1]  # t=2, d=16: across two nodes
     b = base(s)
@@ -122,7 +122,7 @@ def test_generic_form_predicts_what_the_simulator_does(monkeypatch):
     moved = {**b.op_model, **TRUTH}
     kernel_row = linearize(s, b, start)
     assert kernel_row.generic is None
-    monkeypatch.setattr(cal, "_kernel_form_agrees", lambda *a: False)
+    monkeypatch.setattr(lin, "_kernel_form_agrees", lambda *a: False)
     generic_row = linearize(s, b, start)
     assert generic_row.generic is not None
     sim = simulate(s, apply_fit(b, moved)).report.iteration_time_s
@@ -334,7 +334,8 @@ def test_peak_fraction_is_recovered_for_the_kind_without_a_data_sheet_and_stays_
     """Runs on the SXM5 H100 and on the 500 W H100 (whose spec holds the SXM5's peaks and says
     peak_fraction_fitted) simulated with the 500 W part sustaining 0.7 of them: the fit finds
     0.7 for that kind only; the SXM5 store keeps 1 and its runs are untouched by it."""
-    from core.accuracy.calibrate import fits_peak_fraction, store_op_model
+    from core.accuracy.calibrate import store_op_model
+    from core.store.gpu_spec import fits_peak_fraction
     from core.model.ops import kernel_times
     capped = "H100-96GB-HBM2e-500W"
     plans = [(g, t, d, b, h) for g in ("H100-SXM5-80GB", capped)

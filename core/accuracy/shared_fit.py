@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from core.accuracy.calibrate import (HALF_PRECISIONS, FitResult, apply_fit, base_of, param_bounds,
-                                     shared_fit_params, store_op_model)
+from core.accuracy.calibrate import FitResult
+from core.accuracy.fit_params import (HALF_PRECISIONS, apply_fit, base_of, param_bounds,
+                                      shared_fit_params, store_op_model)
 from core.model.ops import effective_op_model
 from core.plan.session import Session
 from core.store.gpu_spec import fits_peak_fraction, kind_fits_peak_fraction
@@ -165,7 +166,7 @@ def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[
     the data, the rows of that kind, the cross-validated error overall (``cv``) and on that
     kind's rows (``cv_by_kind``), and carries the shared out-of-sample ``residuals``;
     ``fitted`` names the parameters fitted (the others are the spec's), ``parameter_bounds``
-    their bounds (:func:`core.accuracy.calibrate.param_bounds` with :data:`SHARED_BOUNDS`:
+    their bounds (:func:`core.accuracy.fit_params.param_bounds` with :data:`SHARED_BOUNDS`:
     ``vtrain profile show`` names those that ended at one, :func:`parameters_at_bound`).
     """
     from core.plan.cluster import ClusterConfig, CostConfig

@@ -40,7 +40,7 @@ Method:
    reported with the reason. No parameter is ever guessed.
 
 The calibrated store (:func:`trace_calibrated_store`) is the base store's device with the
-fitted op model, its op tables the model tabulated (:func:`core.accuracy.calibrate.apply_fit`),
+fitted op model, its op tables the model tabulated (:func:`core.accuracy.fit_params.apply_fit`),
 and a provenance naming the traces, the fitted parameters and those left as they were.
 """
 
@@ -52,7 +52,7 @@ from typing import Sequence
 
 import numpy as np
 
-from core.accuracy.calibrate import FIT_PARAMS, apply_fit, model_store, store_op_model
+from core.accuracy.fit_params import FIT_PARAMS, apply_fit, model_store, store_op_model
 from core.accuracy.trace_compare import OPS_OF_CLASS, rank_stage
 from core.io.kineto_classes import StepMeasurement
 from core.model.fp8 import FP8_WEIGHT_CAST_OP
@@ -433,7 +433,7 @@ def fit_trace(measurement: StepMeasurement, session: Session, base: ProfileStore
 def trace_calibrated_store(base: ProfileStore, result: TraceFit, data: Sequence[str]
                            ) -> ProfileStore:
     """``base``'s device with the fitted op model (op tables the model tabulated,
-    :func:`core.accuracy.calibrate.apply_fit`) and a provenance naming the traces ``data``, the
+    :func:`core.accuracy.fit_params.apply_fit`) and a provenance naming the traces ``data``, the
     fitted parameters and those left as they were, with why."""
     store = apply_fit(base, result.op_model)
     store.provenance = {

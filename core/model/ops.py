@@ -59,7 +59,7 @@ naming the dtype (:func:`kernel_peak_flops`).
 store's peak FLOP/s the part sustains. It is 1 for a GPU run at its data sheet's
 power; a part without a data sheet of its own (a power-capped H100, whose spec
 holds the 700 W part's peaks and says ``peak_fraction_fitted``) has it fitted on
-its measured runs (:mod:`core.accuracy.calibrate`, :func:`core.accuracy.calibrate.store_op_model`).
+its measured runs (:mod:`core.accuracy.calibrate`, :func:`core.accuracy.fit_params.store_op_model`).
 
 The optimizer step adds ``iteration_overhead_s`` (per-iteration framework
 work: loss scaling, gradient norm, logging). Attention is the unfused form
