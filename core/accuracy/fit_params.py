@@ -21,7 +21,7 @@ from core.model.keys import mla_key
 from core.model.ops import DEFAULT_OP_MODEL, DERIVED_OPS, table_covers
 from core.store.profile_store import ProfileStore
 
-__all__ = ["FIT_PARAMS", "FIT_START", "HALF_PRECISIONS", "SHAPE_FACTOR_FAMILY",
+__all__ = ["FIT_PARAMS", "FIT_START", "HALF_PRECISIONS", "OPTIONAL_BOUNDS", "SHAPE_FACTOR_FAMILY",
            "SHARED_FIT_PARAMS", "store_op_model", "shared_fit_params", "param_bounds",
            "BaseStores", "base_of", "shape_key", "model_store", "apply_fit"]
 
@@ -83,7 +83,7 @@ SHARED_FIT_PARAMS = ("gemm_efficiency_max", "memory_efficiency", "inter_node_eff
 #: 75 % of the H100's BF16 peak (Shah et al. 2024, Sec. 4.1), against 70-80 % for cuBLAS GEMMs,
 #: about 0.7-1.0 of the dense curve; the upper bound 1.2 leaves room where the dense curve
 #: itself sits low (its fitted maximum under what cuBLAS reaches).
-_OPTIONAL_BOUNDS = {"fp8_gemm_efficiency": (0.3, 1.2), "all_to_all_efficiency": (0.05, 1.0),
+OPTIONAL_BOUNDS = {"fp8_gemm_efficiency": (0.3, 1.2), "all_to_all_efficiency": (0.05, 1.0),
                     "flex_all_to_all_efficiency": (0.05, 1.0), "peak_fraction": (0.3, 1.0),
                     "grouped_gemm_efficiency": (0.3, 1.2), "flash_attention_efficiency": (0.3, 1.2)}
 
@@ -122,8 +122,8 @@ def param_bounds(name: str, overrides: dict[str, tuple[float, float]] | None = N
 def _bounds(name: str) -> tuple[float, float]:
     if name in FIT_PARAMS:
         return FIT_PARAMS[name]
-    if name in _OPTIONAL_BOUNDS:
-        return _OPTIONAL_BOUNDS[name]
+    if name in OPTIONAL_BOUNDS:
+        return OPTIONAL_BOUNDS[name]
     raise KeyError(f"no bounds for fit parameter {name!r}")
 
 

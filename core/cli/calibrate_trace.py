@@ -22,8 +22,8 @@ def run_trace(args: argparse.Namespace) -> int:
 
     Raises
     ------
-    UsageError
-        A missing ``--session``/``--store``/``--out``, CSV files given too, ``--out-dir``,
+    ConfigError
+        (:func:`core.cli.common.field_error`, exit 2) A missing ``--session``/``--store``/``--out``, CSV files given too, ``--out-dir``,
         ``--file-weights``/``--gpus`` (CSV-only), ``--kernel-classes`` (the efficiencies it
         adds are not determined by a trace's classes), or nothing to fit.
     """
