@@ -35,10 +35,11 @@ from core.sim.simulate import simulate
 from core.sim.solver import critical_path
 from core.accuracy.fit_params import SHAPE_FACTOR_FAMILY, model_store, shape_key, store_op_model
 
-__all__ = ["LinearizedRow", "GenericOps", "linearize", "row_parts", "predict_linearized"]
+__all__ = ["LinearizedRow", "GenericOps", "linearize", "row_parts", "predict_linearized",
+           "COMPUTE_IDS", "CP_PRE"]
 
 #: Op ids of compute tasks (the rest, >= 0, are communication); MoE layers' ops included.
-_COMPUTE_IDS = np.array([i for i, name in enumerate(OPS)
+COMPUTE_IDS = np.array([i for i, name in enumerate(OPS)
                          if name in ALL_OPS or name in DERIVED_OPS or name in MOE_OPS])
 
 
@@ -149,7 +150,7 @@ def linearize(session: Session, base: ProfileStore, op_model: dict[str, float],
     pl = session.plan
     n_params = optimizer_params(session)
     kinds = res.graph.kind[path]
-    compute = np.isin(ops, _COMPUTE_IDS) | ((ops >= 0) & np.isin(kinds, list(KIND_COMPUTE)))
+    compute = np.isin(ops, COMPUTE_IDS) | ((ops >= 0) & np.isin(kinds, list(KIND_COMPUTE)))
     pk = _path_kernels(session, base, ops, stages, compute, n_params)
     comm = (ops >= 0) & ~compute
     p = effective_op_model(op_model)
@@ -226,12 +227,12 @@ def _path_kernels(session: Session, base: ProfileStore, ops: np.ndarray, stages:
                         1.0, FP8_WEIGHT_CAST_OP)
         elif name == "pass_through":  # an empty virtual stage's items: no kernel, no time
             continue
-        elif op_id in _COMPUTE_IDS:
+        elif op_id in COMPUTE_IDS:
             # a windowed layer's op: the window in its key (as core.sim.op_times.lookup_op_times)
             k = {**key, "w": int(session.model.window_size or 0)} if name in SWA_OPS else key
             ks = op_kernels(name, k)
-            if cp_split and name in _CP_PRE:  # the part outside the ring: the core is its own op
-                ks = _without(ks, op_kernels(_CP_PRE[name], k))
+            if cp_split and name in CP_PRE:  # the part outside the ring: the core is its own op
+                ks = _without(ks, op_kernels(CP_PRE[name], k))
             out.add(ks, float((ops == op_id).sum()), name)
         else:  # an op the kernel form does not know: the simulator's own lookups time it
             out.kernel_form = False
@@ -295,7 +296,7 @@ def _path_comm(session: Session, store: ProfileStore, op_model: dict[str, float]
 
 #: With context parallelism the attention ops on a path are their parts outside the ring:
 #: the op, and the core it excludes (core.sim.graph: ``attention_fwd:pre``).
-_CP_PRE = {"attention_fwd": "attention_core_fwd", "attention_bwd": "attention_core_bwd"}
+CP_PRE = {"attention_fwd": "attention_core_fwd", "attention_bwd": "attention_core_bwd"}
 
 
 def _without(kernels: list, part: list) -> list:
@@ -316,7 +317,7 @@ def _kernel_form_agrees(row: LinearizedRow, session: Session, base: ProfileStore
 
     times = dict(lookup_op_times(session, model_store(base, p)).times)
     if (getattr(session.plan, "context_parallel", 1) or 1) > 1:
-        for op, core in _CP_PRE.items():
+        for op, core in CP_PRE.items():
             if op in times and core in times:
                 times[op] = times[op] - times[core]
     kt = kernel_times(*row.kernels, row.peak_flops, row.memory_bandwidth_bytes_per_s, p, row.fp8,

@@ -53,12 +53,13 @@ from typing import Sequence
 import numpy as np
 
 from core.accuracy.fit_params import FIT_PARAMS, apply_fit, model_store, store_op_model
+from core.accuracy.linearize import COMPUTE_IDS, CP_PRE
 from core.accuracy.trace_compare import OPS_OF_CLASS, rank_stage
 from core.io.kineto_classes import StepMeasurement
 from core.model.fp8 import FP8_WEIGHT_CAST_OP
-from core.model.keys import DERIVED_OPS, MOE_OPS, SWA_OPS
+from core.model.keys import SWA_OPS
 from core.model.memory import fp8_weights_per_gpu
-from core.model.ops import (ALL_OPS, OPTIMIZER_OP, device_key, effective_op_model, kernel_arrays,
+from core.model.ops import (OPTIMIZER_OP, device_key, effective_op_model, kernel_arrays,
                             kernel_class, kernel_fp8, kernel_peak_flops, kernel_times, op_kernels)
 from core.plan.parallel import fp8_recipe, tensor_dtype
 from core.plan.session import Session
@@ -104,10 +105,6 @@ _NEVER = {
     "flash_attention_efficiency": "FlashAttention's efficiency: not fitted from a trace "
                                   "(gemm_efficiency_max and the attention class's time take it)",
 }
-_COMPUTE_IDS = np.array([i for i, name in enumerate(OPS)
-                         if name in ALL_OPS or name in DERIVED_OPS or name in MOE_OPS])
-#: With context parallelism the graph's attention ops are their parts outside the ring.
-_CP_PRE = {"attention_fwd": "attention_core_fwd", "attention_bwd": "attention_core_bwd"}
 
 
 def _kernel_class(op: str, kernel) -> str:
@@ -198,12 +195,12 @@ def class_form(session: Session, base: ProfileStore) -> ClassForm:
                 add(FP8_WEIGHT_CAST_OP, op_kernels(FP8_WEIGHT_CAST_OP, device_key(
                     {"n": int(fp8_w[st]), "dtype": "fp8", "fp8": recipe}, base.peak_flops)), 1.0, st)
             continue
-        if op_id not in _COMPUTE_IDS:
+        if op_id not in COMPUTE_IDS:
             raise ValueError(f"the trace fit has no kernel list for the graph's op {name!r}")
         k = {**key, "w": int(session.model.window_size or 0)} if name in SWA_OPS else key
         kernels = op_kernels(name, k)
-        if cp_split and name in _CP_PRE:  # the part outside the ring: the core is its own op
-            for part in op_kernels(_CP_PRE[name], k):
+        if cp_split and name in CP_PRE:  # the part outside the ring: the core is its own op
+            for part in op_kernels(CP_PRE[name], k):
                 if part in kernels:
                     kernels.remove(part)
         add(name, kernels, float(((ops == op_id) & (stages == st)).sum()), st)
