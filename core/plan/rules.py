@@ -26,12 +26,13 @@ from core.plan.layout import (NotModelledError, PipelineSplitError, layout_chunk
                               virtual_stage_layer_counts)
 from core.plan.model_config import ModelConfig
 from core.plan.model_rules import MLA_FIELDS, model_feature_errors
-from core.plan.parallel import (GRAD_REDUCE_DTYPES, PRECISIONS, RECOMPUTE_MODULES,
-                                UNMODELLED_RECOMPUTE_MODULES, ZERO_STAGES, ParallelPlan, fp8_recipe,
+from core.plan.parallel import (CUDA_GRAPH_MODULES, GRAD_REDUCE_DTYPES, PRECISIONS,
+                                RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE_MODULES, ZERO_STAGES,
+                                ParallelPlan, fp8_recipe, parse_cuda_graph_modules,
                                 parse_recompute_modules, recompute_modules)
 from core.plan.session import Session
 
-__all__ = ["validate", "plan_rules", "moe_errors", "ep_overlap_errors", "check", "check_all_but_the_plan",
+__all__ = ["validate", "plan_rules", "moe_errors", "ep_overlap_errors", "cuda_graph_errors", "check", "check_all_but_the_plan",
            "probe_plan", "inactive_fields"]
 
 
@@ -692,6 +693,73 @@ def _plan_sharding_precision_errors(pl: ParallelPlan) -> list[FieldError]:
     return errs
 
 
+#: CUDA graph modules the simulator does not model, and why (refused by name).
+UNMODELLED_CUDA_GRAPH_MODULES: dict[str, str] = {
+    "moe": "it captures the whole MoE layer, which Megatron-Core allows only with drop-and-pad "
+           "routing (--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity), "
+           "whose padded and dropped tokens are not modelled",
+    "mamba": "it captures Mamba layers, which the simulator's models do not have",
+}
+
+
+def cuda_graph_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """Rules of ``plan.cuda_graph_impl`` and ``plan.cuda_graph_modules`` (Megatron-Core's
+    ``--cuda-graph-impl`` and ``--cuda-graph-modules``; :mod:`core.model.cuda_graphs`).
+
+    * Modules need ``transformer_engine`` (Megatron-Core: the per-module scopes are supported
+      only with ``--cuda-graph-impl transformer_engine``; ``local`` captures whole layers,
+      ``full_iteration`` the whole forward-backward); each a name of
+      :data:`~core.plan.parallel.CUDA_GRAPH_MODULES` (``full_iteration`` is the implementation of
+      that name), ``moe_preprocess`` only with ``moe_router`` (Megatron-Core: "Must be used
+      together with moe_router").
+    * Not modelled (refused by name): ``moe`` and ``mamba``
+      (:data:`UNMODELLED_CUDA_GRAPH_MODULES`), the whole layer (``local``, or
+      ``transformer_engine`` without modules) of a model with MoE layers (it captures the MoE
+      layer as ``moe`` does), per-layer graphs under full recomputation, any graphs under
+      torchtitan's per-op checkpointing.
+    """
+    impl = getattr(pl, "cuda_graph_impl", "none")
+    text = getattr(pl, "cuda_graph_modules", None)
+    name, mname = "plan.cuda_graph_impl", "plan.cuda_graph_modules"
+    errs: list[FieldError] = []
+    names = parse_cuda_graph_modules(text) if isinstance(text, str) else ()
+    if names and impl != "transformer_engine":
+        errs.append(FieldError(mname, f"cuda_graph_modules={text!r} needs cuda_graph_impl="
+                               f"'transformer_engine', not {impl!r} (Megatron-Core captures "
+                               "modules only with --cuda-graph-impl transformer_engine; local "
+                               "captures whole layers, full_iteration the whole iteration)"))
+        return errs
+    bad = [n for n in names if n not in CUDA_GRAPH_MODULES]
+    if bad:
+        hint = (" (full_iteration is cuda_graph_impl='full_iteration')"
+                if "full_iteration" in bad else "")
+        errs.append(FieldError(mname, f"cuda_graph_modules: {', '.join(bad)} not one of "
+                               f"{', '.join(CUDA_GRAPH_MODULES)}{hint}"))
+    if "moe_preprocess" in names and "moe_router" not in names:
+        errs.append(FieldError(mname, "cuda_graph_modules: moe_preprocess needs moe_router "
+                               "(Megatron-Core: moe_preprocess must be used together with "
+                               "moe_router)"))
+    for n in names:
+        if n in UNMODELLED_CUDA_GRAPH_MODULES:
+            errs.append(FieldError(mname, f"cuda_graph_modules: {n} is not modelled "
+                                   f"({UNMODELLED_CUDA_GRAPH_MODULES[n]})", rule=NOT_MODELLED))
+    if impl in ("local", "transformer_engine") and not names and m.is_moe:
+        errs.append(FieldError(name, f"cuda_graph_impl={impl!r} capturing whole layers of an MoE "
+                               f"model is not modelled ({UNMODELLED_CUDA_GRAPH_MODULES['moe']}); "
+                               "name the modules (cuda_graph_modules, e.g. attn,moe_router,"
+                               "moe_preprocess)", rule=NOT_MODELLED))
+    if impl in ("local", "transformer_engine") and pl.recompute == "full":
+        errs.append(FieldError(name, f"cuda_graph_impl={impl!r} with full recomputation: whether "
+                               "the recomputed layers replay the captured graphs is not modelled "
+                               "(full_iteration captures the recomputation with the rest)",
+                               rule=NOT_MODELLED))
+    if impl not in (None, "none") and pl.recompute == "selective_op":
+        errs.append(FieldError(name, f"cuda_graph_impl={impl!r} with torchtitan's per-op "
+                               "checkpointing (selective_op) is not modelled (CUDA graphs are "
+                               "Megatron-Core's)", rule=NOT_MODELLED))
+    return errs
+
+
 #: :func:`validate`'s rules that need the plan's sizes to be positive integers, in its order;
 #: each ``(model, plan, cluster) -> errors``.
 _SIZE_RULES: tuple[Callable[[ModelConfig, ParallelPlan, ClusterConfig], list[FieldError]], ...] = (
@@ -701,6 +769,7 @@ _SIZE_RULES: tuple[Callable[[ModelConfig, ParallelPlan, ClusterConfig], list[Fie
     lambda m, pl, c: _batch_schedule_errors(m, pl),
     _placement_errors,
     lambda m, pl, c: _cluster_errors(pl, c),
+    lambda m, pl, c: cuda_graph_errors(m, pl),
 )
 
 
@@ -804,6 +873,9 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
        for name in ("overlap_param_gather", "data_parallel_shard_size")},
     "plan.tp_comm_overlap": (lambda s: bool(s.plan.sequence_parallel),
                              "sequence parallelism (plan.sequence_parallel)"),
+    "plan.cuda_graph_modules": (lambda s: s.plan.cuda_graph_impl == "transformer_engine",
+                                "Transformer Engine's CUDA graphs (plan.cuda_graph_impl "
+                                "transformer_engine)"),
 }
 
 
