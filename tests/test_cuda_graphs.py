@@ -242,3 +242,19 @@ def test_a_measured_store_is_refused_by_name(qwen):
     with pytest.raises(KeyError) as err:
         lookup_op_times(_with(dense, cuda_graph_impl="local"), store)
     assert "fixture-gpu" in str(err.value) and "cuda_graph_impl" in str(err.value)
+
+
+def test_a_sweep_holds_the_sessions_graphs(qwen):
+    """A sweep never chooses the graphs: every plan holds the session's; under per-layer graphs
+    full recomputation is left out (refused by the rules), the other modes are tried."""
+    from core.studies.sweep import SweepSpace, enumerate_plans
+    s, _, _ = qwen
+    g = _with(s, cuda_graph_impl="transformer_engine", cuda_graph_modules=TE_MOE)
+    space = SweepSpace(num_gpus=8, tensor_parallel=[1], pipeline_parallel=[1, 2],
+                       micro_batch_sizes=[1], recompute=["none", "selective", "full"])
+    plans = enumerate_plans(g, space)
+    assert plans and all((pl.cuda_graph_impl, pl.cuda_graph_modules)
+                         == ("transformer_engine", TE_MOE) for pl in plans)
+    assert {pl.recompute for pl in plans} == {"none", "selective"}
+    full = enumerate_plans(_with(s, cuda_graph_impl="full_iteration"), space)
+    assert "full" in {pl.recompute for pl in full}

@@ -801,14 +801,17 @@ def probe_plan(plan: ParallelPlan, **changes: Any) -> ParallelPlan:
     and the fields that depend on them cleared (v, the first/last stages' layers, the
     recomputed layers, the expert tensor-parallel and HSDP sizes, the custom layout, which
     fixes p*v, the expert all-to-all overlap, which needs ep > 1); recomputation full, or
-    selective when the plan names its modules. Then
+    selective when the plan names its modules, or none under per-layer CUDA graphs (which
+    full recomputation rules out: a study tries the modes they allow). Then
     ``changes`` (a value None leaves the plan's own). What :func:`check_all_but_the_plan`
     validates, and what the sweep's reasons probe one value at a time."""
     fields = dict(
         tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
         schedule="1f1b", virtual_pipeline_stages=None,
         # the recomputed modules are the plan's own under selective recomputation
-        recompute="selective" if plan.recompute_modules is not None else "full",
+        recompute=("selective" if plan.recompute_modules is not None else
+                   "none" if getattr(plan, "cuda_graph_impl", "none") in ("local", "transformer_engine")
+                   else "full"),
         recompute_num_layers=None,
         first_stage_layers=None, last_stage_layers=None, context_parallel=1, expert_parallel=1,
         expert_tensor_parallel=None, data_parallel_shard_size=None,
