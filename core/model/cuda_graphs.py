@@ -39,9 +39,10 @@ whole layer         ``local``, or ``transformer_engine`` with no modules: ``attn
                     weights' re-quantization this simulator times with it
 ==================  ============================================================================
 
-Refused by name (:func:`core.plan.rules.cuda_graph_errors`, rule ``not modelled``): ``moe`` and the whole
-layer of an MoE layer (Megatron captures an MoE layer only with drop-and-pad routing,
-``--moe-pad-expert-input-to-capacity``, whose padded and dropped tokens are not modelled),
+Refused by name (:func:`core.plan.rules.cuda_graph_errors`, rule ``not modelled``): ``moe`` and
+the whole layer of an MoE model (a graph of the token dispatch and the experts needs static
+token buffers, whose sizes the routing sets: Megatron-Core's help says drop-and-pad MoE layers
+only; padded or dropped tokens are not modelled),
 ``mamba`` (no Mamba layers here), graphs under full recomputation (whether the recomputed layer
 replays the graph is not modelled; ``full_iteration`` captures the recomputation with the rest)
 or torchtitan's per-op checkpointing (no Megatron graphs there). The multi-token prediction

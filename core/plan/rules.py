@@ -695,9 +695,10 @@ def _plan_sharding_precision_errors(pl: ParallelPlan) -> list[FieldError]:
 
 #: CUDA graph modules the simulator does not model, and why (refused by name).
 UNMODELLED_CUDA_GRAPH_MODULES: dict[str, str] = {
-    "moe": "it captures the whole MoE layer, which Megatron-Core allows only with drop-and-pad "
-           "routing (--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity), "
-           "whose padded and dropped tokens are not modelled",
+    "moe": "it captures the whole MoE layer, token dispatch and experts, whose sizes follow "
+           "the routing: a graph of them needs static token buffers (Megatron-Core's "
+           "--cuda-graph-scope help: drop-and-pad MoE layers only), and the padded or dropped "
+           "tokens are not modelled",
     "mamba": "it captures Mamba layers, which the simulator's models do not have",
 }
 
