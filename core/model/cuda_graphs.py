@@ -42,12 +42,17 @@ whole layer         ``local``, or ``transformer_engine`` with no modules: ``attn
 Refused by name (:func:`core.plan.rules.cuda_graph_errors`, rule ``not modelled``): ``moe`` and
 the whole layer of an MoE model (a graph of the token dispatch and the experts needs static
 token buffers, whose sizes the routing sets: Megatron-Core's help says drop-and-pad MoE layers
-only; padded or dropped tokens are not modelled),
-``mamba`` (no Mamba layers here), graphs under full recomputation (whether the recomputed layer
-replays the graph is not modelled; ``full_iteration`` captures the recomputation with the rest)
-or torchtitan's per-op checkpointing (no Megatron graphs there). The multi-token prediction
-layers' transformer layers are captured as the decoder's (the same ops). Collectives, pipeline
-transfers and the optimizer keep their times: no host time of theirs is modelled apart.
+only; padded or dropped tokens are not modelled), ``mamba`` (no Mamba layers here), per-layer graphs under
+full recomputation (whether the recomputed layer replays the graph is not modelled;
+``full_iteration`` captures the recomputation with the rest) or torchtitan's per-op
+checkpointing (no Megatron graphs there). A full-iteration graph of an MoE model is timed: its
+dispatch needs static receive buffers too (the Megatron-Bridge recipes set HybridEP's
+``moe_expert_rank_capacity_factor``), which under balanced routing drop no token and leave the
+experts the routed tokens' work (as :mod:`core.accuracy.bridge_recipes` reads that factor);
+padding the experts' inputs to a capacity (drop-and-pad) is what is not modelled. The
+multi-token prediction layers' transformer layers are captured as the decoder's (the same ops).
+Collectives, pipeline transfers and the optimizer keep their times: no host time of theirs is
+modelled apart.
 
 Memory: the graphs' static inputs, outputs and intermediate buffers live in private memory
 pools that this simulator does not count (:func:`cuda_graph_memory_note`).
