@@ -258,3 +258,16 @@ def test_a_sweep_holds_the_sessions_graphs(qwen):
     assert {pl.recompute for pl in plans} == {"none", "selective"}
     full = enumerate_plans(_with(s, cuda_graph_impl="full_iteration"), space)
     assert "full" in {pl.recompute for pl in full}
+
+
+def test_the_calibrations_linearized_rows_follow_the_graphs(qwen):
+    """The calibration's linearized row of a run with graphs predicts what the simulator gives
+    (its kernel form, which holds every op's host time, gives way to the simulator's lookups)."""
+    from core.accuracy.calibrate import linearize, predict_linearized
+    s, store, _ = qwen
+    base = analytic_bases()(s)
+    for impl, mods in (("transformer_engine", TE_MOE), ("full_iteration", None)):
+        g = _with(s, cuda_graph_impl=impl, cuda_graph_modules=mods)
+        row = linearize(g, base, store.op_model)
+        assert predict_linearized([row], store.op_model)[0] == pytest.approx(
+            simulate(g, store).report.iteration_time_s, rel=1e-6)
