@@ -2328,6 +2328,11 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             rw.assume("bridge-dsv3-pipeline-layout", f"p={p} v={max(vp, 1)}: {layout}")
     if layout is not None:
         rw.put(plan, "plan", "pipeline_model_parallel_layout", layout)
+    if bridge is not None and bridge.cuda_graph_impl != "none":
+        # the recipe's CUDA graphs (validation refuses, by name, those it does not model)
+        rw.put(plan, "plan", "cuda_graph_impl", bridge.cuda_graph_impl)
+        if bridge.cuda_graph_modules:
+            rw.put(plan, "plan", "cuda_graph_modules", bridge.cuda_graph_modules)
     if rw.dispatcher is not None:
         rw.put(plan, "plan", "moe_token_dispatcher_type", rw.dispatcher)
     if rw.ep_overlap:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from core.accuracy.bridge_recipes import (BRIDGE_PERF_RECIPES, BRIDGE_RECIPES_FILE, bridge_recipe_family,
-                                 load_bridge_recipes, match_bridge_recipe)
+                                 load_bridge_recipes, match_bridge_recipe, parse_recipe_cuda_graph)
 
 H100, B200, GB200 = "H100-SXM5-80GB", "B200-180GB", "GB200-NVL72"
 
@@ -63,8 +63,33 @@ def test_what_a_recipe_runs_that_is_not_modelled_refuses_by_name():
     off = _by_function("llama3_70b_pretrain_64gpu_gb200_fp8cs_config").refuse
     assert off[0] == "CPU activation offloading" and "cpu_offloading_num_layers=40" in off[1]
     assert _by_function("llama3_8b_pretrain_8gpu_b200_nvfp4_config").refuse[0] == "NVFP4"
-    assert "full-iteration CUDA graph" in _by_function(
-        "deepseek_v3_pretrain_256gpu_gb200_fp8mx_config").not_represented
+    # CUDA graphs are represented (plan.cuda_graph_impl / cuda_graph_modules), not a note
+    dsv3 = _by_function("deepseek_v3_pretrain_256gpu_gb200_fp8mx_config")
+    assert not any("CUDA graph" in n for n in dsv3.not_represented)
+    assert (dsv3.cuda_graph_impl, dsv3.cuda_graph_modules) == ("full_iteration", None)
+
+
+def test_the_recipes_cuda_graphs_are_read_into_the_plan_fields():
+    """Every form of the file's ``cuda_graph`` entry: none, full_iteration (also as Megatron-Core
+    migrated the older local + full_iteration scope), Transformer Engine's modules, its whole
+    layer; anything else is an error, never a guess."""
+    assert parse_recipe_cuda_graph("none") == ("none", None)
+    assert parse_recipe_cuda_graph(None) == ("none", None)
+    assert parse_recipe_cuda_graph("full_iteration (MCore migrates local+['full_iteration'], "
+                                   "cuda_graph_config.py:10-13)") == ("full_iteration", None)
+    assert parse_recipe_cuda_graph("transformer_engine modules=['attn', 'moe_router', "
+                                   "'moe_preprocess']") == (
+        "transformer_engine", "attn,moe_router,moe_preprocess")
+    assert parse_recipe_cuda_graph("transformer_engine (whole layer, via deprecated "
+                                   "external_cuda_graph)") == ("transformer_engine", None)
+    for bad in ("cudagraphs", "transformer_engine modules=attn", "local something"):
+        with pytest.raises(ValueError):
+            parse_recipe_cuda_graph(bad)
+    te = _by_function("deepseek_v3_pretrain_256gpu_gb200_bf16_config")
+    assert (te.cuda_graph_impl, te.cuda_graph_modules) == (
+        "transformer_engine", "attn,moe_router,moe_preprocess")
+    assert _by_function("llama3_70b_pretrain_64gpu_gb200_nvfp4_config").cuda_graph_modules == "mlp,attn"
+    assert _by_function("llama3_8b_pretrain_8gpu_h100_bf16_config").cuda_graph_impl == "none"
 
 
 def test_one_key_several_recipes():

@@ -111,6 +111,8 @@ _LABELS = {
     "plan.data_parallel_shard_size": "Shard group (HSDP)",
     "plan.fp8_param_gather": "FP8 param all-gather",
     "plan.pipeline_model_parallel_layout": "Pipeline layout",
+    "plan.cuda_graph_impl": "CUDA graphs",
+    "plan.cuda_graph_modules": "CUDA graph modules",
     "cluster.memory_reserve_fraction": "Memory margin",
     "cluster.gpu": "GPU",
     "cluster.gpus_per_node": "GPUs per node",

@@ -37,15 +37,21 @@ What a matched recipe runs that is not modelled and changes the time refuses the
 (``cpu_offloading_num_layers``, or fine-grained offloading of modules) and precisions other
 than BF16, FP8 current scaling, MXFP8 and FP8 sub-channel (blockwise) scaling. Settings that
 the prediction does not represent but that do not change the modelled work are listed in
-``not_represented`` for the record: CUDA graphs (host launch cost; the calibrated modern
-stores have no host overhead), ``moe_expert_rank_capacity_factor`` with forced balanced routing
+``not_represented`` for the record: ``moe_expert_rank_capacity_factor`` with forced balanced routing
 (no token is dropped), ``fp8_output_proj`` (no Megatron-Core 0.19.2 field: inert), the
 precision-aware optimizer (optimizer memory and step only), Transformer Engine's op fuser
 (the same GEMMs, fused).
+
+CUDA graphs are represented: the recipe's ``cuda_graph`` (its implementation, then
+``modules=[...]`` for Transformer Engine's per-module graphs, or a parenthesized remark) is
+read into ``cuda_graph_impl`` / ``cuda_graph_modules`` (:func:`parse_recipe_cuda_graph`), the
+plan fields of the same names; a recipe whose graphs the simulator refuses (the whole layers
+of an MoE model) is refused by the plan's validation, by name.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass, field
@@ -53,9 +59,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from core.plan.parallel import CUDA_GRAPH_IMPLS
+
 __all__ = ["BridgeRecipe", "BRIDGE_PERF_RECIPES", "BRIDGE_VERSION", "BRIDGE_RECIPES_FILE",
            "match_bridge_recipe", "bridge_recipe_family", "load_bridge_recipes", "FAMILY_SETTINGS",
-           "model_key"]
+           "model_key", "parse_recipe_cuda_graph"]
 
 #: The Megatron-Bridge release the recipes were read from.
 BRIDGE_VERSION = "Megatron-Bridge 0.6.2"
@@ -82,7 +90,8 @@ class BridgeRecipe:
     ``overlap_grad_reduce`` / ``overlap_param_gather``: the DDP overlaps in force;
     ``fp8_param_gather``: the FP8 parameter all-gather; ``pipeline_layout``: the custom
     pipeline layout in Megatron's string form (``E`` embedding, ``t`` layer, ``m`` MTP, ``L``
-    loss, ``|`` between virtual stages), None without one."""
+    loss, ``|`` between virtual stages), None without one; ``cuda_graph_impl`` /
+    ``cuda_graph_modules``: the CUDA graphs (:func:`parse_recipe_cuda_graph`)."""
 
     function: str
     source: str
@@ -104,6 +113,8 @@ class BridgeRecipe:
     fp8_param_gather: bool | None = None
     pipeline_layout: str | None = None
     seq_length: int | None = None
+    cuda_graph_impl: str = "none"
+    cuda_graph_modules: str | None = None
 
     def settings(self) -> tuple:
         """The settings a prediction takes from the recipe (to compare recipes that share a
@@ -111,7 +122,8 @@ class BridgeRecipe:
         return (self.recompute, self.recompute_modules, self.recompute_num_layers,
                 self.dispatcher, self.ep_overlap, self.delay_wgrad, self.tp_comm_overlap,
                 self.mtp_num_layers, self.refuse, self.overlap_grad_reduce,
-                self.overlap_param_gather, self.fp8_param_gather, self.pipeline_layout)
+                self.overlap_param_gather, self.fp8_param_gather, self.pipeline_layout,
+                self.cuda_graph_impl, self.cuda_graph_modules)
 
     def setting(self, name: str) -> Any:
         """The value of one of :data:`FAMILY_SETTINGS`: the attribute, and for ``recompute``
@@ -159,11 +171,8 @@ def _recipe(d: dict[str, Any]) -> BridgeRecipe:
     elif d["precision"] == "nvfp4":
         refuse = ("NVFP4", "the recipe trains in NVFP4 (4-bit floating point with block "
                            "scales); NVFP4 is not modelled")
-    graph = str(d.get("cuda_graph") or "none")
+    graph_impl, graph_modules = parse_recipe_cuda_graph(d.get("cuda_graph"))
     notes = []
-    if graph != "none":
-        notes.append("full-iteration CUDA graph" if graph.startswith("full_iteration")
-                     else f"CUDA graphs ({graph})")
     if d.get("moe_expert_rank_capacity_factor"):
         notes.append(f"moe_expert_rank_capacity_factor {d['moe_expert_rank_capacity_factor']}")
     if d.get("fp8_output_proj"):
@@ -189,7 +198,36 @@ def _recipe(d: dict[str, Any]) -> BridgeRecipe:
         overlap_param_gather=bool(d.get("overlap_param_gather", True)),
         fp8_param_gather=d.get("fp8_param_gather"),
         pipeline_layout=_layout_string(d.get("pipeline_model_parallel_layout")),
+        cuda_graph_impl=graph_impl, cuda_graph_modules=graph_modules,
         seq_length=int(d["seq_length"]) if d.get("seq_length") else None)
+
+
+def parse_recipe_cuda_graph(text: str | None) -> tuple[str, str | None]:
+    """``(cuda_graph_impl, cuda_graph_modules)`` of a recipe's ``cuda_graph`` entry: its first
+    word is the implementation (Megatron-Core's ``--cuda-graph-impl`` choices; ``none`` when
+    empty); what follows is nothing, a parenthesized remark (e.g. how Megatron-Core migrated
+    it), or ``modules=[...]``, a Python list of module names (comma-joined in the result; None
+    without modules: the whole layer).
+
+    Raises
+    ------
+    ValueError
+        An implementation Megatron-Core does not have, or anything else after it (the recipe
+        file is data this function must read whole).
+    """
+    words = str(text or "none").strip()
+    impl, _, rest = words.partition(" ")
+    rest = rest.strip()
+    if impl not in CUDA_GRAPH_IMPLS:
+        raise ValueError(f"cuda_graph {words!r}: {impl!r} is not one of {', '.join(CUDA_GRAPH_IMPLS)}")
+    if not rest or (rest.startswith("(") and rest.endswith(")")):
+        return impl, None
+    if rest.startswith("modules="):
+        mods = ast.literal_eval(rest[len("modules="):])
+        if isinstance(mods, list) and all(isinstance(m, str) for m in mods):
+            return impl, ",".join(mods) or None
+    raise ValueError(f"cuda_graph {words!r}: expected modules=[...] or a remark in parentheses "
+                     f"after {impl!r}")
 
 
 _LAYOUT_SYMBOLS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}

@@ -475,9 +475,9 @@ def _apply_recipe(recipe: BridgeRecipe, body: dict[str, dict[str, Any]]) -> None
     """The recipe's settings into the session fields the row leaves empty: recomputation
     (``recompute``, ``recompute_modules``, ``recompute_num_layers``), sequence parallelism, the
     DDP overlaps, TP communication overlap, the FP8 parameter all-gather, the custom pipeline
-    layout (without its MTP layers when the model has none), MTP layers and, for a
-    mixture-of-experts model, the token dispatcher, the expert all-to-all overlap and delayed
-    weight gradients."""
+    layout (without its MTP layers when the model has none), MTP layers, the CUDA graphs
+    (``cuda_graph_impl``, ``cuda_graph_modules``) and, for a mixture-of-experts model, the
+    token dispatcher, the expert all-to-all overlap and delayed weight gradients."""
     plan, model = body["plan"], body["model"]
     settings = {"recompute": recipe.recompute, "recompute_modules": recipe.recompute_modules,
                 "recompute_num_layers": recipe.recompute_num_layers,
@@ -485,7 +485,9 @@ def _apply_recipe(recipe: BridgeRecipe, body: dict[str, dict[str, Any]]) -> None
                 "overlap_grad_reduce": recipe.overlap_grad_reduce,
                 "overlap_param_gather": recipe.overlap_param_gather,
                 "tp_comm_overlap": recipe.tp_comm_overlap,
-                "fp8_param_gather": recipe.fp8_param_gather}
+                "fp8_param_gather": recipe.fp8_param_gather,
+                "cuda_graph_impl": recipe.cuda_graph_impl,
+                "cuda_graph_modules": recipe.cuda_graph_modules}
     if (model.get("num_experts") or 0) > 1:
         settings.update(moe_token_dispatcher_type=recipe.dispatcher,
                         overlap_moe_expert_parallel_comm=recipe.ep_overlap,

@@ -75,10 +75,10 @@ SHARED_BOUNDS: dict[str, tuple[float, float]] = {"memory_efficiency": (0.4, 1.0)
 #: sizes on the host, at its ``cuda_sync_point``) that keeps the host from running ahead. The published runs are too few to fit it
 #: beside the efficiencies: fitted on them (start and prior at 0.2 ms) it came out 0.60 ms and
 #: the held-out error 14.34 %, against 14.06 % at the A100's value (docs/accuracy.md, seventh
-#: round). CUDA graphs, which remove the host time of the modules they capture, are not
-#: represented (no session field says which modules a run captures): the recipes that capture
-#: some (the DeepSeek-V3 recipes on B200 and GB200: attention, router and dispatch
-#: preprocessing; a full-iteration graph for MXFP8 on GB200) are timed with it.
+#: round). CUDA graphs remove the host time of the modules they capture (``plan.cuda_graph_impl``,
+#: :mod:`core.model.cuda_graphs`), but the published sessions predate the field and run eagerly:
+#: the recipes that capture some (the DeepSeek-V3 recipes on B200 and GB200: attention, router
+#: and dispatch preprocessing; a full-iteration graph for MXFP8 on GB200) are fitted with it.
 SHARED_FIXED: dict[str, float] = {"op_overhead_s": 5.0e-4}
 
 

@@ -614,7 +614,8 @@ def _print_outside_calibration(result, console: Console) -> None:
 
 def _print_dimensions(result, console: Console) -> None:
     """What the sweep chose (each field with its values) and what it held, and why; the
-    precision (with TF32 matmuls, ``plan.tf32``) the session holds."""
+    precision (with TF32 matmuls, ``plan.tf32``) and the CUDA graphs (``plan.cuda_graph_impl``)
+    the session holds."""
     from core.plan.parallel import plan_field_title, tf32_matmuls
     from core.util.console import esc
 
@@ -636,6 +637,9 @@ def _print_dimensions(result, console: Console) -> None:
     # the precision and TF32 are the session's framework settings, never swept: say which
     pl = result.session.plan
     precision = f"precision {pl.precision}" + (" with TF32 matmuls" if tf32_matmuls(pl) else "")
+    if getattr(pl, "cuda_graph_impl", "none") != "none":  # a framework setting too, never swept
+        precision += f"; CUDA graphs {pl.cuda_graph_impl}" + (
+            f" of {pl.cuda_graph_modules}" if pl.cuda_graph_modules else "")
     console.print(f"[dim]every other plan field is the session's ({esc(precision)}; --json: "
                   "dimensions)[/]")
 

@@ -10,7 +10,8 @@ dense layer built from them, :mod:`.spec`'s ``ModelFamily`` composes a family's 
 its layer spec, :mod:`.families` registers the families (one module each, every module in the
 folder imported: a new family, say Gemma, is a module there). Whole-model numbers:
 :mod:`.counts` (parameters, FLOPs), :mod:`.memory`, :mod:`.layout` (layers per stage); op
-names and keys :mod:`.keys`, kernels :mod:`.kernels`, their times :mod:`.ops`.
+names and keys :mod:`.keys`, kernels :mod:`.kernels`, their times :mod:`.ops`, the ops CUDA
+graphs capture :mod:`.cuda_graphs`.
 :mod:`.model_math` re-exports the public API for ``from core.model import model_math as mm``.
 
 It imports :mod:`core.plan`, :mod:`core.schedules` and :mod:`core.util`.

@@ -269,17 +269,20 @@ def device_key(key: Mapping[str, Any], peak_flops: Mapping[str, float]) -> dict[
 
 
 def combine_op_time(device_s: np.ndarray | float, num_kernels: np.ndarray | float, is_optimizer,
-                    op_model: Mapping[str, float]) -> np.ndarray | float:
+                    op_model: Mapping[str, float], host: bool = True) -> np.ndarray | float:
     """Op time from its device time and kernel count: ``max(device, host)`` plus, for the
-    optimizer step, ``iteration_overhead_s`` (see module doc). Vectorized over ops."""
+    optimizer step, ``iteration_overhead_s`` (see module doc). Vectorized over ops. Without
+    ``host`` (an op a CUDA graph captured, :mod:`core.model.cuda_graphs`: its kernels replay
+    with one launch) the device time alone."""
     p = {**DEFAULT_OP_MODEL, **op_model}
-    host_s = p["op_overhead_s"] + np.asarray(num_kernels) * p["kernel_launch_s"]
+    host_s = (p["op_overhead_s"] + np.asarray(num_kernels) * p["kernel_launch_s"]) if host else 0.0
     return np.maximum(device_s, host_s) + np.where(is_optimizer, p["iteration_overhead_s"], 0.0)
 
 
-def analytic_op_time(op: str, key: Mapping[str, Any], device: Any) -> float:
+def analytic_op_time(op: str, key: Mapping[str, Any], device: Any, host: bool = True) -> float:
     """Seconds for ``op`` on ``device`` (anything with ``peak_flops`` by dtype,
-    ``memory_bandwidth_bytes_per_s`` and ``op_model``, e.g. a ProfileStore).
+    ``memory_bandwidth_bytes_per_s`` and ``op_model``, e.g. a ProfileStore); without ``host``
+    its device time alone (an op a CUDA graph captured, :func:`combine_op_time`).
 
     Raises
     ------
@@ -297,4 +300,4 @@ def analytic_op_time(op: str, key: Mapping[str, Any], device: Any) -> float:
     times = kernel_times(*kernel_arrays(kernels), kernel_peak_flops(kernels, dtype, device.peak_flops, name),
                          device.memory_bandwidth_bytes_per_s, op_model, kernel_fp8(kernels),
                          kernel_class(kernels))
-    return float(combine_op_time(times.sum(), len(kernels), op == OPTIMIZER_OP, op_model))
+    return float(combine_op_time(times.sum(), len(kernels), op == OPTIMIZER_OP, op_model, host))

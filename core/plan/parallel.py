@@ -25,7 +25,8 @@ __all__ = ["SCHEDULES", "SWEEP_SCHEDULES", "RECOMPUTE_MODES", "RECOMPUTE_CHOICES
            "GRAD_REDUCE_DTYPES", "ParallelPlan", "PLAN_FIELDS", "plan_field_title", "plan_key",
            "zero_shard_size", "zero_replicas", "grad_dtype", "parse_recompute_modules",
            "recompute_modules", "fp8_recipe", "tensor_dtype", "tf32_matmuls",
-           "gemm_peak_dtype"]
+           "gemm_peak_dtype", "CUDA_GRAPH_IMPLS", "CUDA_GRAPH_MODULES", "parse_cuda_graph_modules",
+           "cuda_graph_modules"]
 
 
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).
@@ -99,6 +100,25 @@ CROSS_ENTROPY_FUSION_IMPLS = ("native", "te")
 #: ``--fp8-recipe`` default is ``delayed`` in Megatron-Core 0.19, ``TransformerConfig``; the
 #: Megatron import reads a launch without the flag as that.)
 FP8_DEFAULT_RECIPE = "tensorwise"
+
+
+#: CUDA graph implementations (Megatron-Core ``--cuda-graph-impl``; its choices and default
+#: ``none`` in Megatron-LM's arguments at d98e8a64, 2026-08-22): ``none`` runs every module
+#: eagerly from Python; ``local`` Megatron-Core's own per-layer graphs (``CudaGraphManager``:
+#: each transformer layer whole, forward and backward); ``transformer_engine`` Transformer
+#: Engine's ``make_graphed_callables`` over the modules of ``cuda_graph_modules`` (the whole
+#: layer when it is empty); ``full_iteration`` one graph of the whole forward-backward of
+#: all micro-batches (``FullCudaGraphWrapper`` around ``forward_backward_func``; the older
+#: ``--cuda-graph-impl local --cuda-graph-scope full_iteration``, which Megatron-Core migrates
+#: to it). The deprecated ``--enable-cuda-graph`` is ``local``, ``--external-cuda-graph``
+#: ``transformer_engine``.
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
+
+
+#: Module names of Megatron-Core's ``--cuda-graph-modules`` (``--cuda-graph-scope``, deprecated;
+#: ``CudaGraphScope``), the parts of a transformer layer ``transformer_engine`` graphs capture
+#: (:mod:`core.model.cuda_graphs` maps them to this simulator's ops).
+CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
 
 
 #: ZeRO stages (Rajbhandari et al. 2020): 0 replicated, 1 optimizer state sharded (Megatron's
@@ -277,6 +297,19 @@ class ParallelPlan:
         "layer), m (one multi-token prediction layer) and L (loss) in that order; x*N and (...)*N "
         "repeat, e.g. DeepSeek-V3's 'Et|(tt|)*30mL'. Virtual stage k is chunk k//p of stage k%p; "
         "empty means Megatron's split (even, or the first/last stage fields)", short="layout")
+    cuda_graph_impl: str = described_field(
+        "none", "", "CUDA graphs (Megatron-Core --cuda-graph-impl): none (every module runs "
+        "eagerly from Python: each op takes the larger of its device and host time), local "
+        "(Megatron-Core's graphs of each whole transformer layer), transformer_engine (Transformer "
+        "Engine's graphs of the modules of cuda_graph_modules; the whole layer when empty) or "
+        "full_iteration (the forward and backward of every micro-batch, one graph). Captured ops "
+        "take their device time only; the graphs' memory pools are not counted",
+        choices=CUDA_GRAPH_IMPLS, short="cuda_graph")
+    cuda_graph_modules: str | None = described_field(
+        None, "", "With cuda_graph_impl transformer_engine: the modules captured, comma-separated "
+        "as Megatron-Core's --cuda-graph-modules (--cuda-graph-scope): attn, mlp, moe_router, "
+        "moe_preprocess (moe and mamba are not modelled); empty means the whole layer",
+        short="cuda_graph_modules")
 
     @property
     def num_gpus(self) -> int:
@@ -401,6 +434,26 @@ def recompute_modules(plan: ParallelPlan) -> tuple[str, ...]:
     if plan.recompute != "selective":
         return ()
     return parse_recompute_modules(getattr(plan, "recompute_modules", None))
+
+
+def parse_cuda_graph_modules(text: str | None) -> tuple[str, ...]:
+    """The names of a ``cuda_graph_modules`` text (comma- or space-separated, as Megatron's
+    ``--cuda-graph-modules`` list), in order, without repeats; ``()`` when empty (the whole
+    layer). Unknown names are kept (:func:`core.plan.rules.validate` refuses them)."""
+    out: list[str] = []
+    for name in str(text or "").replace(",", " ").split():
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def cuda_graph_modules(plan: ParallelPlan) -> tuple[str, ...]:
+    """Modules ``plan``'s Transformer Engine graphs capture (:func:`parse_cuda_graph_modules`);
+    empty unless ``plan.cuda_graph_impl == "transformer_engine"`` (empty there: the whole
+    layer)."""
+    if getattr(plan, "cuda_graph_impl", "none") != "transformer_engine":
+        return ()
+    return parse_cuda_graph_modules(getattr(plan, "cuda_graph_modules", None))
 
 
 def fp8_recipe(plan: ParallelPlan) -> str | None:

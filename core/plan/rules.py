@@ -26,12 +26,13 @@ from core.plan.layout import (NotModelledError, PipelineSplitError, layout_chunk
                               virtual_stage_layer_counts)
 from core.plan.model_config import ModelConfig
 from core.plan.model_rules import MLA_FIELDS, model_feature_errors
-from core.plan.parallel import (GRAD_REDUCE_DTYPES, PRECISIONS, RECOMPUTE_MODULES,
-                                UNMODELLED_RECOMPUTE_MODULES, ZERO_STAGES, ParallelPlan, fp8_recipe,
+from core.plan.parallel import (CUDA_GRAPH_MODULES, GRAD_REDUCE_DTYPES, PRECISIONS,
+                                RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE_MODULES, ZERO_STAGES,
+                                ParallelPlan, fp8_recipe, parse_cuda_graph_modules,
                                 parse_recompute_modules, recompute_modules)
 from core.plan.session import Session
 
-__all__ = ["validate", "plan_rules", "moe_errors", "ep_overlap_errors", "check", "check_all_but_the_plan",
+__all__ = ["validate", "plan_rules", "moe_errors", "ep_overlap_errors", "cuda_graph_errors", "check", "check_all_but_the_plan",
            "probe_plan", "inactive_fields"]
 
 
@@ -692,6 +693,74 @@ def _plan_sharding_precision_errors(pl: ParallelPlan) -> list[FieldError]:
     return errs
 
 
+#: CUDA graph modules the simulator does not model, and why (refused by name).
+UNMODELLED_CUDA_GRAPH_MODULES: dict[str, str] = {
+    "moe": "it captures the whole MoE layer, token dispatch and experts, whose sizes follow "
+           "the routing: a graph of them needs static token buffers (Megatron-Core's "
+           "--cuda-graph-scope help: drop-and-pad MoE layers only), and the padded or dropped "
+           "tokens are not modelled",
+    "mamba": "it captures Mamba layers, which the simulator's models do not have",
+}
+
+
+def cuda_graph_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
+    """Rules of ``plan.cuda_graph_impl`` and ``plan.cuda_graph_modules`` (Megatron-Core's
+    ``--cuda-graph-impl`` and ``--cuda-graph-modules``; :mod:`core.model.cuda_graphs`).
+
+    * Modules need ``transformer_engine`` (Megatron-Core: the per-module scopes are supported
+      only with ``--cuda-graph-impl transformer_engine``; ``local`` captures whole layers,
+      ``full_iteration`` the whole forward-backward); each a name of
+      :data:`~core.plan.parallel.CUDA_GRAPH_MODULES` (``full_iteration`` is the implementation of
+      that name), ``moe_preprocess`` only with ``moe_router`` (Megatron-Core: "Must be used
+      together with moe_router").
+    * Not modelled (refused by name): ``moe`` and ``mamba``
+      (:data:`UNMODELLED_CUDA_GRAPH_MODULES`), the whole layer (``local``, or
+      ``transformer_engine`` without modules) of a model with MoE layers (it captures the MoE
+      layer as ``moe`` does), per-layer graphs under full recomputation, any graphs under
+      torchtitan's per-op checkpointing.
+    """
+    impl = getattr(pl, "cuda_graph_impl", "none")
+    text = getattr(pl, "cuda_graph_modules", None)
+    name, mname = "plan.cuda_graph_impl", "plan.cuda_graph_modules"
+    errs: list[FieldError] = []
+    names = parse_cuda_graph_modules(text) if isinstance(text, str) else ()
+    if names and impl != "transformer_engine":
+        errs.append(FieldError(mname, f"cuda_graph_modules={text!r} needs cuda_graph_impl="
+                               f"'transformer_engine', not {impl!r} (Megatron-Core captures "
+                               "modules only with --cuda-graph-impl transformer_engine; local "
+                               "captures whole layers, full_iteration the whole iteration)"))
+        return errs
+    bad = [n for n in names if n not in CUDA_GRAPH_MODULES]
+    if bad:
+        hint = (" (full_iteration is cuda_graph_impl='full_iteration')"
+                if "full_iteration" in bad else "")
+        errs.append(FieldError(mname, f"cuda_graph_modules: {', '.join(bad)} not one of "
+                               f"{', '.join(CUDA_GRAPH_MODULES)}{hint}"))
+    if "moe_preprocess" in names and "moe_router" not in names:
+        errs.append(FieldError(mname, "cuda_graph_modules: moe_preprocess needs moe_router "
+                               "(Megatron-Core: moe_preprocess must be used together with "
+                               "moe_router)"))
+    for n in names:
+        if n in UNMODELLED_CUDA_GRAPH_MODULES:
+            errs.append(FieldError(mname, f"cuda_graph_modules: {n} is not modelled "
+                                   f"({UNMODELLED_CUDA_GRAPH_MODULES[n]})", rule=NOT_MODELLED))
+    if impl in ("local", "transformer_engine") and not names and m.is_moe:
+        errs.append(FieldError(name, f"cuda_graph_impl={impl!r} capturing whole layers of an MoE "
+                               f"model is not modelled ({UNMODELLED_CUDA_GRAPH_MODULES['moe']}); "
+                               "name the modules (cuda_graph_modules, e.g. attn,moe_router,"
+                               "moe_preprocess)", rule=NOT_MODELLED))
+    if impl in ("local", "transformer_engine") and pl.recompute == "full":
+        errs.append(FieldError(name, f"cuda_graph_impl={impl!r} with full recomputation: whether "
+                               "the recomputed layers replay the captured graphs is not modelled "
+                               "(full_iteration captures the recomputation with the rest)",
+                               rule=NOT_MODELLED))
+    if impl not in (None, "none") and pl.recompute == "selective_op":
+        errs.append(FieldError(name, f"cuda_graph_impl={impl!r} with torchtitan's per-op "
+                               "checkpointing (selective_op) is not modelled (CUDA graphs are "
+                               "Megatron-Core's)", rule=NOT_MODELLED))
+    return errs
+
+
 #: :func:`validate`'s rules that need the plan's sizes to be positive integers, in its order;
 #: each ``(model, plan, cluster) -> errors``.
 _SIZE_RULES: tuple[Callable[[ModelConfig, ParallelPlan, ClusterConfig], list[FieldError]], ...] = (
@@ -701,6 +770,7 @@ _SIZE_RULES: tuple[Callable[[ModelConfig, ParallelPlan, ClusterConfig], list[Fie
     lambda m, pl, c: _batch_schedule_errors(m, pl),
     _placement_errors,
     lambda m, pl, c: _cluster_errors(pl, c),
+    lambda m, pl, c: cuda_graph_errors(m, pl),
 )
 
 
@@ -732,14 +802,17 @@ def probe_plan(plan: ParallelPlan, **changes: Any) -> ParallelPlan:
     and the fields that depend on them cleared (v, the first/last stages' layers, the
     recomputed layers, the expert tensor-parallel and HSDP sizes, the custom layout, which
     fixes p*v, the expert all-to-all overlap, which needs ep > 1); recomputation full, or
-    selective when the plan names its modules. Then
+    selective when the plan names its modules, or none under per-layer CUDA graphs (which
+    full recomputation rules out: a study tries the modes they allow). Then
     ``changes`` (a value None leaves the plan's own). What :func:`check_all_but_the_plan`
     validates, and what the sweep's reasons probe one value at a time."""
     fields = dict(
         tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
         schedule="1f1b", virtual_pipeline_stages=None,
         # the recomputed modules are the plan's own under selective recomputation
-        recompute="selective" if plan.recompute_modules is not None else "full",
+        recompute=("selective" if plan.recompute_modules is not None else
+                   "none" if getattr(plan, "cuda_graph_impl", "none") in ("local", "transformer_engine")
+                   else "full"),
         recompute_num_layers=None,
         first_stage_layers=None, last_stage_layers=None, context_parallel=1, expert_parallel=1,
         expert_tensor_parallel=None, data_parallel_shard_size=None,
@@ -804,6 +877,9 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
        for name in ("overlap_param_gather", "data_parallel_shard_size")},
     "plan.tp_comm_overlap": (lambda s: bool(s.plan.sequence_parallel),
                              "sequence parallelism (plan.sequence_parallel)"),
+    "plan.cuda_graph_modules": (lambda s: s.plan.cuda_graph_impl == "transformer_engine",
+                                "Transformer Engine's CUDA graphs (plan.cuda_graph_impl "
+                                "transformer_engine)"),
 }
 
 

@@ -23,6 +23,7 @@ from core.model.ops import (DERIVED_OPS, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, anal
                   table_covers)
 from core.model.keys import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SELECTIVE_OP_GEMMS,
                              SELECTIVE_OP_OPS, SWA_OPS, TP_OVERLAP_OPS)
+from core.model.cuda_graphs import captured_ops, is_captured, uses_cuda_graphs
 from core.model.moe import expert_data_parallel
 from core.model.tf32 import TF32_DTYPE, tf32_key
 from core.plan.parallel import recompute_modules
@@ -101,11 +102,19 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     whose ``dtype`` is ``"tf32"``, never the ``fp32`` ones (``vtrain profile run`` times fp32
     with TF32 off); an analytic or calibrated store's model times them at its ``tf32`` peak.
 
+    CUDA graphs (``plan.cuda_graph_impl``): an op they capture
+    (:func:`core.model.cuda_graphs.captured_ops`) takes its device time alone, its row's time
+    scaled by the ratio of its analytic device time to the row's analytic time (an analytic or
+    calibrated store's row is ``max(device, host)``: the host time, ``op_overhead_s`` and
+    ``kernel_launch_s`` per kernel, drops out).
+
     Raises
     ------
     KeyError
-        A TF32 plan on a measured store that has no ``tf32`` row (named with the device), or a
-        peak FLOP/s the plan needs that the store lacks.
+        A TF32 plan on a measured store that has no ``tf32`` row (named with the device), a
+        plan with CUDA graphs on a measured store (its times hold the host time of the eager
+        calls it timed, which cannot be told apart from the device time), or a peak FLOP/s the
+        plan needs that the store lacks.
     """
     key = op_key(session)
     # tables hold 16-bit ops without sequence parallelism; an FP8 op scales its BF16 row
@@ -128,6 +137,13 @@ def lookup_op_times(session: Session, store) -> OpTimes:
                        f"off), and plan.tf32 runs this fp32 plan's matmuls in TF32: use an "
                        f"analytic or calibrated profile of {store.device_name}, or set "
                        f"plan.tf32 false")
+    if uses_cuda_graphs(session.plan) and method == "measured":
+        raise KeyError(f"the measured profile of {store.device_name} times ops eagerly, host time "
+                       f"included, and plan.cuda_graph_impl={session.plan.cuda_graph_impl!r} "
+                       f"removes the host time of the ops it captures: their device time alone "
+                       f"is not in the profile; use an analytic or calibrated profile of "
+                       f"{store.device_name}, or set plan.cuda_graph_impl none")
+    captured = captured_ops(session.plan)
     moe_ops = (MOE_OPS + MOE_DERIVED_OPS) if session.model.is_moe else ()
     window = int(getattr(session.model, "window_size", None) or 0)
     swa_used = bool(model_math.window_layer_mask(session.model).any())
@@ -160,16 +176,17 @@ def lookup_op_times(session: Session, store) -> OpTimes:
         # a table without a family column holds GPT ops only (core.model.keys.table_covers)
         covered = base in tables and table_covers(base, table_key, store.op_table(base)[0])
         lk = store.op_time(base, row_key) if covered else None
+        host = not is_captured(op, captured)  # a captured op: its device time alone
         if lk is not None:
             out.times[op] = lk.time_s
-            if op != base or key["sp"] or key != table_key:
-                out.times[op] *= (analytic_op_time(op, op_key_, store)
+            if op != base or key["sp"] or key != table_key or not host:
+                out.times[op] *= (analytic_op_time(op, op_key_, store, host)
                                   / analytic_op_time(base, plain, store))
             if lk.extrapolated and method == "measured" and op == base:
                 out.warnings.append(f"{op}: b={key['b']} outside the profiled micro-batch sizes "
                                     f"(extrapolated)")
         else:
-            out.times[op] = analytic_op_time(op, op_key_, store)
+            out.times[op] = analytic_op_time(op, op_key_, store, host)
             if method == "measured" and op == base and op not in moe_ops:
                 out.warnings.append(f"{op}: shape not in the {method} profile; analytic model used")
     return out

@@ -25,6 +25,7 @@ from core.model.ops import DTYPE_BYTES
 from core.model.moe import expert_data_parallel, expert_tensor_parallel
 from core.plan.parallel import recompute_modules
 from core.sim.pipeline_graph import (COMPUTE, K, StageProgram)
+from core.model.cuda_graphs import captured_ops
 from core.sim.op_times import (tp_overlap_applies, chunk_virtual_stages, fp8_weight_cast_time,
                                lookup_op_times, num_chunks, op_key, optimizer_time, params_per_gpu,
                                virtual_stage_layers)
@@ -433,10 +434,11 @@ def _span_inputs(session: Session, store, cache: dict | None, warnings: list[str
 def _stage_op_times(session: Session, store, layout: SimpleNamespace, cache: dict | None):
     """:func:`lookup_op_times` of ``session``, memoized in ``cache`` under the layout's op key
     and what else the derived ops looked up follow: the recomputed modules, the TP overlap,
-    per-op selective checkpointing and multi-token prediction (its ops only with MTP layers)."""
+    per-op selective checkpointing, multi-token prediction (its ops only with MTP layers) and the
+    ops CUDA graphs capture."""
     m, pl = session.model, session.plan
     okey = ("ops", id(store), layout.op_key_items, recompute_modules(pl), tp_overlap_applies(pl),
-            pl.recompute == "selective_op", model_math.mtp_layers(m) > 0)
+            pl.recompute == "selective_op", model_math.mtp_layers(m) > 0, captured_ops(pl))
     if cache is None:
         return lookup_op_times(session, store)
     if okey not in cache:

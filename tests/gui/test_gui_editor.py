@@ -201,3 +201,24 @@ def test_cp_exchange_items_say_which_framework_each_is(editor):
     assert set(tips) == set(CP_COMM_TYPES) and all(tips.values())
     assert "torchtitan" in tips["allgather"] and "under the first" in tips["allgather"]
     assert "Transformer Engine" in tips["all_gather"] and "not overlapped" in tips["all_gather"]
+
+
+def test_cuda_graph_fields_are_edited_and_checked(editor):
+    """The CUDA graph fields (plan.cuda_graph_impl, plan.cuda_graph_modules): a list of
+    Megatron's implementations; the modules greyed out until Transformer Engine's graphs are
+    chosen, and refused by name with the rule's message where the simulator does not model
+    them."""
+    from core.plan.parallel import CUDA_GRAPH_IMPLS
+    w = editor.field_widget("plan.cuda_graph_impl")
+    assert [w.itemText(i) for i in range(w.count())] == list(CUDA_GRAPH_IMPLS)
+    assert not editor.field_widget("plan.cuda_graph_modules").isEnabled()  # default: none
+    editor.set_field("plan.recompute", "selective")
+    editor.set_field("plan.cuda_graph_impl", "transformer_engine")
+    assert editor.field_widget("plan.cuda_graph_modules").isEnabled()
+    editor.set_field("plan.cuda_graph_modules", "attn,mlp")
+    assert editor.session().plan.cuda_graph_modules == "attn,mlp"
+    assert editor.error_text("plan.cuda_graph_modules") == ""
+    editor.set_field("plan.cuda_graph_modules", "attn,mamba")
+    assert "mamba is not modelled" in editor.error_text("plan.cuda_graph_modules")
+    editor.set_field("plan.cuda_graph_modules", "attn")
+    assert editor.is_valid(), editor.summary_text()

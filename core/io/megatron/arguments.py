@@ -299,6 +299,19 @@ ARGUMENTS: dict[str, Arg] = {
     "--grad-reduce-in-bf16": Arg(("plan.grad_reduce_dtype",), False, "gradients reduced in bf16"),
     "--accumulate-allreduce-grads-in-fp32": Arg(("plan.grad_reduce_dtype",), False,
                                                 "gradients accumulated and reduced in fp32"),
+    "--cuda-graph-impl": Arg(("plan.cuda_graph_impl",), True,
+                             "CUDA graphs: none, local, transformer_engine or full_iteration"),
+    "--enable-cuda-graph": Arg(("plan.cuda_graph_impl",), False,
+                               "CUDA graphs of whole layers (deprecated: --cuda-graph-impl local)"),
+    "--external-cuda-graph": Arg(("plan.cuda_graph_impl",), False,
+                                 "Transformer Engine's CUDA graphs (deprecated: "
+                                 "--cuda-graph-impl transformer_engine)"),
+    "--cuda-graph-modules": Arg(("plan.cuda_graph_modules",), True,
+                                "modules Transformer Engine's CUDA graphs capture (attn, mlp, "
+                                "moe_router, moe_preprocess)"),
+    "--cuda-graph-scope": Arg(("plan.cuda_graph_modules", "plan.cuda_graph_impl"), True,
+                              "the CUDA graphs' modules (deprecated: --cuda-graph-modules; "
+                              "full_iteration there is --cuda-graph-impl full_iteration)"),
     "--recompute-granularity": Arg(("plan.recompute",), True, "full or selective recomputation"),
     "--recompute-activations": Arg(("plan.recompute",), False, "selective recomputation (old name)"),
     "--checkpoint-activations": Arg(("plan.recompute",), False,

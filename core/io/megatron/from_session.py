@@ -174,7 +174,7 @@ def _parallel_words(pl: Any) -> list[str]:
 
 def _sharding_words(pl: Any) -> list[str]:
     """Sequence parallelism, the distributed optimizer or FSDP, hybrid sharding, overlaps,
-    fusions and the gradient-reduction dtype."""
+    fusions, the gradient-reduction dtype and CUDA graphs."""
     out: list[str] = []
     if _get(pl, "sequence_parallel"):
         out.append("--sequence-parallel")
@@ -201,6 +201,12 @@ def _sharding_words(pl: Any) -> list[str]:
     elif gd is not None:
         raise MegatronArgsError(f"plan.grad_reduce_dtype {gd!r}: Megatron-LM reduces gradients "
                                 "in fp32 or bf16")
+    impl = _get(pl, "cuda_graph_impl", "none") or "none"
+    if impl != "none":  # Megatron-LM's current names (not the deprecated switches)
+        out += ["--cuda-graph-impl", str(impl)]
+        mods = str(_get(pl, "cuda_graph_modules") or "").replace(",", " ").split()
+        if mods:
+            out += ["--cuda-graph-modules", *mods]
     return out
 
 

@@ -16,7 +16,7 @@ from core.schedules import megatron_schedule
 from core.io.megatron.arguments import MegatronArgsError, field_exists
 from core.io.megatron.launch import Launch
 from core.io.megatron.mapping import Mapper, int_argument, one_value
-from core.plan.parallel import CROSS_ENTROPY_FUSION_IMPLS
+from core.plan.parallel import CROSS_ENTROPY_FUSION_IMPLS, CUDA_GRAPH_IMPLS
 from core.plan.layout import LAYOUT_RULE, expand_pipeline_layout
 
 __all__ = ["map_plan"]
@@ -334,6 +334,45 @@ def _recompute(mp: Mapper) -> None:
             mp.set(flag, target, int_argument(args, flag, src))
 
 
+def _cuda_graphs(mp: Mapper) -> None:
+    """CUDA graphs: ``--cuda-graph-impl`` (Megatron-LM's choices none, local, transformer_engine,
+    full_iteration), the deprecated ``--enable-cuda-graph`` (``local``) and
+    ``--external-cuda-graph`` (``transformer_engine``; Megatron-LM asserts the impl is none
+    when either sets it), and the modules of ``--cuda-graph-modules`` or the deprecated
+    ``--cuda-graph-scope`` (nargs '+'; ``full`` is the whole layer, Megatron's old spelling,
+    and ``full_iteration`` with ``local`` is the ``full_iteration`` implementation, as
+    Megatron-Core migrates it). The modules' rules are :func:`core.plan.rules.cuda_graph_errors`'s."""
+    args, src = mp.args, mp.source
+    flag = "--cuda-graph-impl"
+    impl = one_value(args, flag, src) if mp.take(flag) else "none"
+    if impl not in CUDA_GRAPH_IMPLS:  # Megatron-LM's argparse choices
+        raise MegatronArgsError(f"{src}: --cuda-graph-impl {impl!r}: invalid choice (choose from "
+                                f"{', '.join(CUDA_GRAPH_IMPLS)})")
+    for old, meant in (("--enable-cuda-graph", "local"), ("--external-cuda-graph", "transformer_engine")):
+        if mp.switch(old):
+            if impl not in ("none", meant):
+                raise MegatronArgsError(f"{src}: {old} (deprecated: --cuda-graph-impl {meant}) with "
+                                        f"--cuda-graph-impl {impl}: Megatron-LM needs "
+                                        "--cuda-graph-impl none beside it")
+            flag, impl = old, meant
+    mods: list[str] = []
+    for mflag in ("--cuda-graph-modules", "--cuda-graph-scope"):
+        if mp.take(mflag):
+            mods += [m for m in " ".join(args[mflag]).replace(",", " ").split() if m not in mods]
+    mods = [m for m in mods if m != "full"]  # Megatron's old "full": the whole layer
+    if "full_iteration" in mods and impl in ("local", "full_iteration"):
+        mods.remove("full_iteration")
+        if impl == "local":
+            mp.notes.append(("--cuda-graph-impl local with the full_iteration scope",
+                             "read as --cuda-graph-impl full_iteration (Megatron-Core migrates it)"))
+        impl = "full_iteration"
+    if impl != "none" or field_exists("plan.cuda_graph_impl"):
+        mp.set(flag, "plan.cuda_graph_impl", impl)
+    if mods:
+        mp.set("--cuda-graph-modules" if "--cuda-graph-modules" in args else "--cuda-graph-scope",
+               "plan.cuda_graph_modules", ",".join(mods), check_value=False)
+
+
 def _precision(mp: Mapper) -> None:
     """bf16, fp16 or fp32, and FP8 (format and recipe) on bf16 weights."""
     args, src = mp.args, mp.source
@@ -386,4 +425,5 @@ def map_plan(mp: Mapper, launch: Launch, L: int, *, num_gpus: int | None = None,
     _overlap_and_fusion(mp)
     _recompute(mp)
     _precision(mp)
+    _cuda_graphs(mp)
     return B, nproc
