@@ -47,6 +47,8 @@ def test_memory_verdicts_is_the_scalar_rule_elementwise():
     need = np.array([b[0] for b in BOUNDARIES if b[1:3] == (80.0, 0.1)] + [np.nan]) * GiB
     want = [b[3] for b in BOUNDARIES if b[1:3] == (80.0, 0.1)] + ["does not fit"]
     assert memory_verdict_column(need, 80.0 * GiB, 0.1).tolist() == want
+    # the scalar rule too: a need without a figure (NaN) does not fit, never "fits"
+    assert [memory_verdict(x, 80.0 * GiB, 0.1) for x in need.tolist()] == want
 
 
 def test_verdict_text_names_the_margin():

@@ -38,10 +38,11 @@ def memory_verdict(need_bytes: float, capacity_bytes: float, margin: float) -> s
     Returns
     -------
     str
-        ``"does not fit"`` when ``need_bytes > capacity_bytes``; ``"tight"`` when
+        ``"does not fit"`` when ``need_bytes > capacity_bytes`` (or either is NaN: a need
+        without a figure never fits, as in :func:`memory_verdict_column`); ``"tight"`` when
         ``need_bytes > (1 - margin) * capacity_bytes``; else ``"fits"``.
     """
-    if need_bytes > capacity_bytes:
+    if not need_bytes <= capacity_bytes:
         return "does not fit"
     if need_bytes > (1.0 - margin) * capacity_bytes:
         return "tight"
