@@ -199,3 +199,20 @@ def test_saved_row_of_a_plan_too_large_to_simulate_restores_as_fitting():
     assert back.fits_in_memory.tolist() == [row["memory_verdict"] != "does not fit"
                                             for row in doc["rows"]]
     assert back.fits_in_memory[k] and not back.feasible[k]
+
+
+def test_pick_with_every_fitting_plan_too_large_names_the_limit(capsys, tmp_path):
+    """``vtrain sweep --pick fastest`` where the only plans that fit are too large to simulate:
+    refused (exit 2, nothing written) naming the simulator's limit, not "no plan fits"."""
+    from core.cli import main
+    out = tmp_path / "picked.json"
+    args = ["sweep", str(SMALL), "--gpus", "8", "--set", "plan.global_batch_size=2097152",
+            "--set", "plan.tensor_parallel=1", "--set", "plan.pipeline_parallel=8",
+            "--set", "plan.data_parallel=1", "--set", "plan.micro_batch_size=1",
+            "--set", "plan.recompute=full", "--micro-batch-sizes", "1", "--schedules", "1f1b",
+            "--recompute", "full", "--tensor-parallel", "1", "--pipeline-parallel", "8",
+            "--pick", "fastest", "--out", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "too large to simulate" in err and "no plan fits in memory" not in err
+    assert not out.exists()

@@ -348,8 +348,10 @@ def _write_pick(result, pick: str | int, path: str) -> None:
             raise ConfigError([FieldError("--pick", f"{pick}: the Pareto front has "
                                                     f"{front.size} plan{'s' if front.size != 1 else ''}")])
         i = int(front[pick - 1])
-    if i is None:
-        raise ConfigError([FieldError("--pick", f"{pick}: no plan fits in memory")])
+    if i is None:  # none fits, or none of those that fit was simulated: say which
+        import numpy as np
+        why = result.why_none(np.ones(result.num_plans, bool)) if result.num_plans else "no plan"
+        raise ConfigError([FieldError("--pick", f"{pick}: {why}")])
     save_session(result.session_for(i), path)
 
 
