@@ -86,12 +86,12 @@ def test_sweep_cli_marks_tight_plans(capsys):
 
 
 def _too_large_sweep(prune: bool = False):
-    """GPT-3 1.3B at B = 2**21 on 8 GPUs: p = 1 plans simulate (m = 262,144); p = 8 plans
-    (d = 1, m = 2**21) have p * m = 16.8 M pipeline steps, more than the simulator takes, yet
-    need only about 13-15 GiB of 80."""
+    """GPT-3 1.3B at B = 2**17 on 8 GPUs: p = 1 plans simulate (d = 8, m = 16,384: 3.3 M
+    tasks); p = 8 plans (d = 1, m = 2**17) would have 28 M tasks, more than ``vtrain
+    simulate`` builds, yet need only about 6-14 GiB of 80."""
     session = load_any(SMALL)
     session = dataclasses.replace(session, plan=dataclasses.replace(
-        session.plan, global_batch_size=2**21))
+        session.plan, global_batch_size=2**17))
     space = SweepSpace(num_gpus=8, micro_batch_sizes=(1,), schedules=("1f1b",),
                        recompute=("full",), tensor_parallel=(1,), pipeline_parallel=(1, 8))
     return run_sweep(session, space, prune=prune)
@@ -104,12 +104,19 @@ def test_a_plan_too_large_to_simulate_fits_in_memory_as_its_verdict_says():
     big = ~np.isfinite(r.iteration_time_s)
     assert big.any() and (~big).any()
     assert (r.pipeline_parallel[big] == 8).all()
-    assert (need[big] < 0.9 * cap).all()                 # a fit by far: 13-15 of 80 GiB
+    assert (need[big] < 0.9 * cap).all()                 # a fit by far: 6-14 of 80 GiB
     assert (r.memory_verdict[big] == "fits").all()
     # one answer to "does it fit": the column is the verdict, row by row, simulated or not
     assert np.array_equal(r.fits_in_memory, need <= cap)
     assert np.array_equal(r.fits_in_memory, r.memory_verdict != "does not fit")
     assert all(r.reason[i].startswith("too large to simulate") for i in np.flatnonzero(big))
+    # the sweep's limit is simulate's: the plan it lists without figures, simulate refuses
+    from core.plan.fields import ConfigError
+    from core.sim.simulate import simulate
+    for i in np.flatnonzero(big).tolist():
+        with pytest.raises(ConfigError) as exc:
+            simulate(r.session_for(i))
+        assert r.reason[i] == f"too large to simulate: {exc.value.errors[0].message}"
     # a plan without figures is never an answer
     assert not r.pareto[big].any()
     assert r.fastest is not None and not big[r.fastest] and not big[r.cheapest]
@@ -135,7 +142,7 @@ def test_sweep_cli_counts_a_plan_too_large_to_simulate_as_fitting(capsys, tmp_pa
     (3 of 3 here, 2 of them simulated); its GiB cell carries no ``!``."""
     from core.cli import main
     out_csv = tmp_path / "rows.csv"
-    args = ["sweep", str(SMALL), "--gpus", "8", "--set", "plan.global_batch_size=2097152",
+    args = ["sweep", str(SMALL), "--gpus", "8", "--set", "plan.global_batch_size=131072",
             "--micro-batch-sizes", "1", "--schedules", "1f1b", "--recompute", "full",
             "--tensor-parallel", "1", "--pipeline-parallel", "1,8", "--exhaustive",
             "--out", str(out_csv)]
@@ -152,14 +159,14 @@ def test_sweep_cli_counts_a_plan_too_large_to_simulate_as_fitting(capsys, tmp_pa
 
 
 def test_no_answer_when_every_plan_that_fits_is_too_large_says_so_not_that_none_fits():
-    """Only p = 8, d = 1 plans at B = 2**21: the 1F1B ones fit (6-14 GiB of 80) and are too
-    large to simulate, the GPipe one needs every micro-batch's activations (does not fit). No
+    """Only p = 8, d = 1 plans at B = 2**17: the 1F1B ones fit (6-14 GiB of 80) and are too
+    large to simulate (28 M tasks), the GPipe one needs every micro-batch's activations (does not fit). No
     fastest plan; the reasons (best by value, the compute-optimal study's candidate) name the
     simulator's limit where plans fit, the memory where none does."""
     from core.studies.optimal import OptimalResult, _candidate
     session = load_any(SMALL)
     session = dataclasses.replace(session, plan=dataclasses.replace(
-        session.plan, global_batch_size=2**21, tensor_parallel=1, pipeline_parallel=8,
+        session.plan, global_batch_size=2**17, tensor_parallel=1, pipeline_parallel=8,
         data_parallel=1, micro_batch_size=1, recompute="full"))
     space = SweepSpace(num_gpus=8, micro_batch_sizes=(1,), schedules=("1f1b", "gpipe"),
                        recompute=("full",), tensor_parallel=(1,), pipeline_parallel=(8,))
@@ -180,12 +187,12 @@ def test_no_answer_when_every_plan_that_fits_is_too_large_says_so_not_that_none_
 
 
 def test_saved_row_of_a_plan_too_large_to_simulate_restores_as_fitting():
-    """The session's own plan (t1 p8 d1, too large to simulate, 13 GiB of 80) is saved with
+    """The session's own plan (t1 p8 d1, too large to simulate, 6 GiB of 80) is saved with
     the sweep: its row says it fits, and a row saved before (fits_in_memory False beside the
     verdict "fits") restores as the verdict says."""
     session = load_any(SMALL)
     session = dataclasses.replace(session, plan=dataclasses.replace(
-        session.plan, global_batch_size=2**21, tensor_parallel=1, pipeline_parallel=8,
+        session.plan, global_batch_size=2**17, tensor_parallel=1, pipeline_parallel=8,
         data_parallel=1, micro_batch_size=1, recompute="full"))
     r = run_sweep(session, SweepSpace(num_gpus=8, micro_batch_sizes=(1,), schedules=("1f1b",),
                                       recompute=("full",), tensor_parallel=(1,),
@@ -206,7 +213,7 @@ def test_pick_with_every_fitting_plan_too_large_names_the_limit(capsys, tmp_path
     refused (exit 2, nothing written) naming the simulator's limit, not "no plan fits"."""
     from core.cli import main
     out = tmp_path / "picked.json"
-    args = ["sweep", str(SMALL), "--gpus", "8", "--set", "plan.global_batch_size=2097152",
+    args = ["sweep", str(SMALL), "--gpus", "8", "--set", "plan.global_batch_size=131072",
             "--set", "plan.tensor_parallel=1", "--set", "plan.pipeline_parallel=8",
             "--set", "plan.data_parallel=1", "--set", "plan.micro_batch_size=1",
             "--set", "plan.recompute=full", "--micro-batch-sizes", "1", "--schedules", "1f1b",

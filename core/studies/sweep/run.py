@@ -471,7 +471,7 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
     model = session.model
     num_mb = np.array([pl.num_microbatches for pl in plans], np.int64)
     num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
-    steps, too_large = mark_too_large(plans, mem_fits, reason)
+    steps, too_large = mark_too_large(plans, mem_fits, reason, model)
     candidates = np.flatnonzero(mem_fits & ~too_large)
     sweep_notes = work_notes(plans, candidates, model.num_layers, prune, max_work)
     if sweep_notes and notice is not None:
