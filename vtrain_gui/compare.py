@@ -15,6 +15,7 @@ from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
 from core.studies.diff import PlanDiff, diff_results, plan_label
+from core.sim.report import gib_texts
 
 from .empty_state import EmptyStack
 from .formatting import VERDICT_COLORS, format_bytes, format_duration, format_usd
@@ -46,8 +47,8 @@ def _verdict_text(plan: dict) -> str:
     verdict = plan["memory_verdict"]
     if verdict == "fits":
         return verdict
-    need, cap = plan["max_memory_per_gpu_bytes"] / 2**30, plan["memory_capacity_bytes"] / 2**30
-    return f"{verdict} ({need:,.1f} of {cap:,.1f} GiB)"
+    need, cap = gib_texts(plan["max_memory_per_gpu_bytes"], plan["memory_capacity_bytes"])
+    return f"{verdict} ({need} of {cap} GiB)"
 
 
 class CompareTab(QtWidgets.QWidget):

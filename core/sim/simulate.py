@@ -35,7 +35,7 @@ from core.store.profiles import PROFILES_DIR
 from core.store.format import NOT_A_STORE, ProfileStoreError
 from core.store.profile_store import ProfileStore
 from core.sim.report import Report, StageMemory
-from core.sim.report import memory_verdict as report_verdict
+from core.sim.report import gib_texts, memory_verdict as report_verdict
 from core.schedules import get as get_schedule
 from core.sim.solver import solve
 from core.util.text import file_name_part
@@ -200,9 +200,8 @@ def memory_verdict_rows(parts: tuple[np.ndarray, ...], capacity_bytes: float,
     fits = need <= capacity_bytes
     why = [""] * need.shape[0]
     bad = np.flatnonzero(~fits)
-    tail = _capacity_text(capacity_bytes)
-    for j, s, gib in zip(bad.tolist(), stage[bad].tolist(), (need[bad] / 2**30).tolist()):
-        why[j] = f"does not fit: stage {s} needs {gib:.1f} GiB per GPU, {tail}"
+    for j, s, n in zip(bad.tolist(), stage[bad].tolist(), need[bad].tolist()):
+        why[j] = _unfit_text(s, n, capacity_bytes)
     return need, fits, why
 
 
@@ -210,13 +209,14 @@ def _verdict(stage: int, need: float, capacity_bytes: float, reserve_fraction: f
              ) -> tuple[float, bool, str]:
     if need <= capacity_bytes:
         return need, True, ""
-    return need, False, (f"does not fit: stage {stage} needs {need / 2**30:.1f} GiB per GPU, "
-                         f"{_capacity_text(capacity_bytes)}")
+    return need, False, _unfit_text(stage, need, capacity_bytes)
 
 
-def _capacity_text(capacity_bytes: float) -> str:
-    """The end of :func:`_verdict`'s message: the GPU's memory."""
-    return f"the GPU has {capacity_bytes / 2**30:.1f} GiB"
+def _unfit_text(stage: int, need: float, capacity_bytes: float) -> str:
+    """:func:`_verdict`'s message for a plan whose ``stage`` needs ``need`` bytes, more than
+    ``capacity_bytes`` (the figures of :func:`core.sim.report.gib_texts`)."""
+    n, cap = gib_texts(need, capacity_bytes)
+    return f"does not fit: stage {stage} needs {n} GiB per GPU, the GPU has {cap} GiB"
 
 
 def tight_note(memory: list[StageMemory], capacity_bytes: float, reserve_fraction: float) -> str:

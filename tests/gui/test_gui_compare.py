@@ -209,3 +209,13 @@ def test_explore_preview_title_marks_a_plan_that_does_not_fit(qtbot):
     preview.show_simulation(a)
     assert a.report.memory_verdict == "fits"
     assert "fit" not in preview.title.text().replace("Timeline of the plan", "")
+
+
+def test_compare_verdict_of_a_need_just_over_the_capacity_shows_it_above():
+    """80 GiB + 1 MiB of 80 GiB: the Compare tab's cell reads 80.001 of 80.000 GiB, never
+    "does not fit (80.0 of 80.0 GiB)" (:func:`core.sim.report.gib_texts`)."""
+    from vtrain_gui.compare import _verdict_text
+    cap = 80.0 * 2**30
+    plan = {"memory_verdict": "does not fit", "max_memory_per_gpu_bytes": cap + 2**20,
+            "memory_capacity_bytes": cap}
+    assert _verdict_text(plan) == "does not fit (80.001 of 80.000 GiB)"
