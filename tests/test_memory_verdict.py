@@ -47,6 +47,8 @@ def test_memory_verdicts_is_the_scalar_rule_elementwise():
     need = np.array([b[0] for b in BOUNDARIES if b[1:3] == (80.0, 0.1)] + [np.nan]) * GiB
     want = [b[3] for b in BOUNDARIES if b[1:3] == (80.0, 0.1)] + ["does not fit"]
     assert memory_verdict_column(need, 80.0 * GiB, 0.1).tolist() == want
+    # the scalar rule too: a need without a figure (NaN) does not fit, never "fits"
+    assert [memory_verdict(x, 80.0 * GiB, 0.1) for x in need.tolist()] == want
 
 
 def test_verdict_text_names_the_margin():
@@ -150,3 +152,45 @@ def test_simulate_prints_tight_with_the_margin_named(capsys, tmp_path):
     text = capsys.readouterr().out
     line = next(x for x in text.splitlines() if x.startswith("Memory per GPU "))
     assert f"max {need:.1f} GiB of 80.0 GiB (tight, inside the 10 % margin)" in line
+
+
+def test_a_need_just_over_the_capacity_never_reads_as_equal_to_it():
+    """80 GiB + 1 MiB on an 80 GiB GPU does not fit: every text of the verdict shows the need
+    above the capacity (one decimal more until they differ), never "80.0 of 80.0 GiB"."""
+    from core.model.stage_memory import StageMemory
+    from core.sim.report import gib_texts
+    from core.sim.simulate import memory_verdict as plan_verdict, memory_verdict_rows
+    cap, need = 80.0 * GiB, 80.0 * GiB + 2**20
+    assert gib_texts(need, cap) == ("80.001", "80.000")
+    assert gib_texts(87.9 * GiB, cap) == ("87.9", "80.0")       # one decimal where it shows
+    assert gib_texts(79.99 * GiB, cap) == ("80.0", "80.0")      # fits (tight): equal is honest
+    assert gib_texts(cap + 1.0, cap) == (">80.0", "80.0")       # over by less than 0.0005 GiB
+    assert gib_texts(cap, cap) == ("80.0", "80.0")
+    assert memory_verdict_text(need, cap, 0.1) == "does not fit: 80.001 of 80.000 GiB"
+    _, fits, why = plan_verdict([StageMemory(0, need, 0.0, 0.0, 0.0)], cap, 0.1)
+    assert not fits and why == "does not fit: stage 0 needs 80.001 GiB per GPU, the GPU has 80.000 GiB"
+    parts = tuple(np.array([[x]]) for x in (need, 0.0, 0.0, 0.0))
+    assert memory_verdict_rows(parts, cap, 0.1)[2] == [why]
+
+
+def test_simulate_and_diff_print_a_need_just_over_the_capacity_above_it(capsys, monkeypatch):
+    """``vtrain simulate`` and ``vtrain diff`` of a plan whose largest stage needs 80 GiB +
+    1 MiB of the A100's 80 GiB (the memory model stubbed to that need): "does not fit" beside
+    80.001 of 80.000 GiB, never beside "80.0 GiB of 80.0 GiB"."""
+    import core.sim.simulate as sim
+    from core.cli import main
+    from core.model.stage_memory import StageMemory
+    from tests.conftest import EXAMPLES
+    small = EXAMPLES / "gpt3_1.3b_single_node.json"
+    need = 80 * GiB + 2**20
+    monkeypatch.setattr(sim, "stage_memory", lambda session, store=None: [
+        StageMemory(i, need, 0.0, 0.0, 0.0) for i in range(session.plan.pipeline_parallel)])
+    assert main(["simulate", str(small)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "max 80.001 GiB of 80.000 GiB (DOES NOT FIT" in out
+    assert "80.0 GiB of 80.0 GiB" not in out
+    assert "needs 80.001 GiB per GPU, the GPU has 80.000 GiB" in out  # the report's warning
+    assert main(["diff", str(small), str(small)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "80.001 GiB per GPU of 80.000 GiB" in out
+    assert "│ 80.001 GiB │ 80.001 GiB │" in out and "│ 80.000 GiB │ 80.000 GiB │" in out

@@ -387,7 +387,8 @@ def test_pareto_front_random_with_ties():
 def test_sweep_summary_is_consistent():
     s = tiny_session(16, training_tokens=5e10, price_per_gpu_hour_usd=3.0)
     result = run_sweep(s, SweepSpace(hold_session_values=True, max_gpus=16, micro_batch_sizes=(1, 2, 4)), deadline_days=2.0)
-    fits = result.fits_in_memory
+    fits = result.feasible  # fit and simulated: the pruned plans fit, with no figures
+    assert np.array_equal(fits, result.fits_in_memory & np.isfinite(result.iteration_time_s))
     check_front(result.training_days, result.cost_usd, fits, result.pareto)
     assert result.fastest == int(np.flatnonzero(fits)[np.argmin(result.training_days[fits])])
     assert result.cost_usd[result.cheapest] == result.cost_usd[fits].min()

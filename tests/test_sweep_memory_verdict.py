@@ -53,8 +53,7 @@ def test_the_margin_marks_tight_plans_and_keeps_them(sweeps):
     assert wide.fits_in_memory[tight].all()  # a tight plan fits: the sweep keeps it
     # the margin takes nothing away: the same plans fit, the same answers
     assert np.array_equal(narrow.fits_in_memory, wide.fits_in_memory)
-    assert np.array_equal(narrow.fits_in_memory,
-                          (need <= cap) & np.isfinite(narrow.iteration_time_s))
+    assert np.array_equal(narrow.fits_in_memory, need <= cap)
     assert (narrow.fastest, narrow.cheapest) == (wide.fastest, wide.cheapest)
     assert np.array_equal(narrow.pareto, wide.pareto)
     doc = json.loads(json.dumps(wide.to_dict()))
@@ -84,3 +83,143 @@ def test_sweep_cli_marks_tight_plans(capsys):
     assert fastest["memory_verdict"] == memory_verdict(fastest["max_memory_per_gpu_bytes"], cap, 0.8)
     assert fastest["memory_verdict"] == "tight"  # 0.2 * C < need <= C: the fastest is tight
     assert all(row["memory_verdict"] in ("fits", "tight") for row in doc["pareto"])
+
+
+def _too_large_sweep(prune: bool = False):
+    """GPT-3 1.3B at B = 2**17 on 8 GPUs: p = 1 plans simulate (d = 8, m = 16,384: 3.3 M
+    tasks); p = 8 plans (d = 1, m = 2**17) would have 28 M tasks, more than ``vtrain
+    simulate`` builds, yet need only about 6-14 GiB of 80."""
+    session = load_any(SMALL)
+    session = dataclasses.replace(session, plan=dataclasses.replace(
+        session.plan, global_batch_size=2**17))
+    space = SweepSpace(num_gpus=8, micro_batch_sizes=(1,), schedules=("1f1b",),
+                       recompute=("full",), tensor_parallel=(1,), pipeline_parallel=(1, 8))
+    return run_sweep(session, space, prune=prune)
+
+
+def test_a_plan_too_large_to_simulate_fits_in_memory_as_its_verdict_says():
+    r = _too_large_sweep()
+    cap = r.memory_capacity_bytes
+    need = r.max_memory_per_gpu_bytes
+    big = ~np.isfinite(r.iteration_time_s)
+    assert big.any() and (~big).any()
+    assert (r.pipeline_parallel[big] == 8).all()
+    assert (need[big] < 0.9 * cap).all()                 # a fit by far: 6-14 of 80 GiB
+    assert (r.memory_verdict[big] == "fits").all()
+    # one answer to "does it fit": the column is the verdict, row by row, simulated or not
+    assert np.array_equal(r.fits_in_memory, need <= cap)
+    assert np.array_equal(r.fits_in_memory, r.memory_verdict != "does not fit")
+    assert all(r.reason[i].startswith("too large to simulate") for i in np.flatnonzero(big))
+    # the sweep's limit is simulate's: the plan it lists without figures, simulate refuses
+    from core.plan.fields import ConfigError
+    from core.sim.simulate import simulate
+    for i in np.flatnonzero(big).tolist():
+        with pytest.raises(ConfigError) as exc:
+            simulate(r.session_for(i))
+        assert r.reason[i] == f"too large to simulate: {exc.value.errors[0].message}"
+    # a plan without figures is never an answer
+    assert not r.pareto[big].any()
+    assert r.fastest is not None and not big[r.fastest] and not big[r.cheapest]
+    assert r.num_feasible == int(np.count_nonzero(~big))  # those that fit and have figures
+    for row in r.rows(np.flatnonzero(big).tolist()):
+        assert (row["fits_in_memory"], row["memory_verdict"], row["iteration_time_s"]) == (
+            True, "fits", None)
+
+
+def test_pruned_plans_fit_in_memory_as_their_verdict_says():
+    r = run_sweep(load_any(SMALL), SPACE)  # pruning on
+    assert r.pruned.any()
+    assert (r.memory_verdict[r.pruned] != "does not fit").all()
+    assert r.fits_in_memory[r.pruned].all()
+    assert np.array_equal(r.fits_in_memory, r.memory_verdict != "does not fit")
+    assert not r.pareto[r.pruned].any()
+    assert r.num_feasible == int(np.count_nonzero(np.isfinite(r.iteration_time_s)
+                                                  & r.fits_in_memory))
+
+
+def test_sweep_cli_counts_a_plan_too_large_to_simulate_as_fitting(capsys, tmp_path):
+    """``vtrain sweep``: the plans that fit in memory include the one too large to simulate
+    (3 of 3 here, 2 of them simulated); its GiB cell carries no ``!``."""
+    from core.cli import main
+    out_csv = tmp_path / "rows.csv"
+    args = ["sweep", str(SMALL), "--gpus", "8", "--set", "plan.global_batch_size=131072",
+            "--micro-batch-sizes", "1", "--schedules", "1f1b", "--recompute", "full",
+            "--tensor-parallel", "1", "--pipeline-parallel", "1,8", "--exhaustive",
+            "--out", str(out_csv)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    import csv
+    rows = list(csv.DictReader(out_csv.open()))
+    fit = sum(r["memory_verdict"] != "does not fit" for r in rows)
+    simulated = sum(r["iteration_time_s"] not in ("", "nan", "None") for r in rows)
+    assert fit > simulated >= 1
+    assert all(r["fits_in_memory"] == ("True" if r["memory_verdict"] != "does not fit" else "False")
+               for r in rows)
+    assert f"{len(rows):,} valid plans, {fit:,} fit in memory, {simulated:,} of them simulated" in out
+
+
+def test_no_answer_when_every_plan_that_fits_is_too_large_says_so_not_that_none_fits():
+    """Only p = 8, d = 1 plans at B = 2**17: the 1F1B ones fit (6-14 GiB of 80) and are too
+    large to simulate (28 M tasks), the GPipe one needs every micro-batch's activations (does not fit). No
+    fastest plan; the reasons (best by value, the compute-optimal study's candidate) name the
+    simulator's limit where plans fit, the memory where none does."""
+    from core.studies.optimal import OptimalResult, _candidate
+    session = load_any(SMALL)
+    session = dataclasses.replace(session, plan=dataclasses.replace(
+        session.plan, global_batch_size=2**17, tensor_parallel=1, pipeline_parallel=8,
+        data_parallel=1, micro_batch_size=1, recompute="full"))
+    space = SweepSpace(num_gpus=8, micro_batch_sizes=(1,), schedules=("1f1b", "gpipe"),
+                       recompute=("full",), tensor_parallel=(1,), pipeline_parallel=(8,))
+    r = run_sweep(session, space)
+    gpipe = r.schedule == "gpipe"
+    assert r.fits_in_memory[~gpipe].all() and not r.fits_in_memory[gpipe].any()
+    assert r.fastest is None and r.num_feasible == 0
+    why = r.why_none(np.ones(r.num_plans, bool))
+    assert why.startswith(f"none of its {r.num_plans} plans was simulated: too large to simulate")
+    best = {row["value"]: row for row in r.best_by()["schedule"]}
+    assert best["1f1b"]["plan"] is None and best["gpipe"]["plan"] is None
+    assert "was simulated: too large to simulate" in best["1f1b"]["reason"]
+    assert best["gpipe"]["reason"].startswith("none of its 1 plan fits in memory")
+    out = OptimalResult.__new__(OptimalResult)
+    out.warnings = []
+    cand = _candidate(session, session.model, space, None, None, 86400.0, out)
+    assert cand.plan is None and cand.reason == why
+
+
+def test_saved_row_of_a_plan_too_large_to_simulate_restores_as_fitting():
+    """The session's own plan (t1 p8 d1, too large to simulate, 6 GiB of 80) is saved with
+    the sweep: its row says it fits, and a row saved before (fits_in_memory False beside the
+    verdict "fits") restores as the verdict says."""
+    session = load_any(SMALL)
+    session = dataclasses.replace(session, plan=dataclasses.replace(
+        session.plan, global_batch_size=2**17, tensor_parallel=1, pipeline_parallel=8,
+        data_parallel=1, micro_batch_size=1, recompute="full"))
+    r = run_sweep(session, SweepSpace(num_gpus=8, micro_batch_sizes=(1,), schedules=("1f1b",),
+                                      recompute=("full",), tensor_parallel=(1,),
+                                      pipeline_parallel=(1, 8)))
+    doc = json.loads(json.dumps(saved_sweep(r)))
+    k = doc["marks"]["config"]
+    assert doc["rows"][k]["memory_verdict"] == "fits" and doc["rows"][k]["fits_in_memory"] is True
+    assert doc["rows"][k]["iteration_time_s"] is None
+    doc["rows"][k]["fits_in_memory"] = False  # as written before
+    back = restore_sweep(doc)
+    assert back.fits_in_memory.tolist() == [row["memory_verdict"] != "does not fit"
+                                            for row in doc["rows"]]
+    assert back.fits_in_memory[k] and not back.feasible[k]
+
+
+def test_pick_with_every_fitting_plan_too_large_names_the_limit(capsys, tmp_path):
+    """``vtrain sweep --pick fastest`` where the only plans that fit are too large to simulate:
+    refused (exit 2, nothing written) naming the simulator's limit, not "no plan fits"."""
+    from core.cli import main
+    out = tmp_path / "picked.json"
+    args = ["sweep", str(SMALL), "--gpus", "8", "--set", "plan.global_batch_size=131072",
+            "--set", "plan.tensor_parallel=1", "--set", "plan.pipeline_parallel=8",
+            "--set", "plan.data_parallel=1", "--set", "plan.micro_batch_size=1",
+            "--set", "plan.recompute=full", "--micro-batch-sizes", "1", "--schedules", "1f1b",
+            "--recompute", "full", "--tensor-parallel", "1", "--pipeline-parallel", "8",
+            "--pick", "fastest", "--out", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "too large to simulate" in err and "no plan fits in memory" not in err
+    assert not out.exists()

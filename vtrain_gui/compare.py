@@ -15,9 +15,10 @@ from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
 from core.studies.diff import PlanDiff, diff_results, plan_label
+from core.sim.report import gib_texts
 
 from .empty_state import EmptyStack
-from .formatting import format_bytes, format_duration, format_usd
+from .formatting import VERDICT_COLORS, format_bytes, format_duration, format_usd
 from .timeline.widget import TimelineWidget
 
 __all__ = ["CompareTab", "FASTER_COLOR", "SLOWER_COLOR", "TOTAL_COLOR"]
@@ -38,8 +39,6 @@ _WAITING = ("<p style='font-size:13pt'><b>Waiting for the editor's plan</b></p>"
             "simulated; fix the fields marked in red if there are any.</p>")
 
 
-#: Text colour of the memory verdicts that need attention.
-_VERDICT_COLORS = {"tight": "#b07800", "does not fit": "#c0392b"}
 
 
 def _verdict_text(plan: dict) -> str:
@@ -48,8 +47,8 @@ def _verdict_text(plan: dict) -> str:
     verdict = plan["memory_verdict"]
     if verdict == "fits":
         return verdict
-    need, cap = plan["max_memory_per_gpu_bytes"] / 2**30, plan["memory_capacity_bytes"] / 2**30
-    return f"{verdict} ({need:,.1f} of {cap:,.1f} GiB)"
+    need, cap = gib_texts(plan["max_memory_per_gpu_bytes"], plan["memory_capacity_bytes"])
+    return f"{verdict} ({need} of {cap} GiB)"
 
 
 class CompareTab(QtWidgets.QWidget):
@@ -316,7 +315,7 @@ class CompareTab(QtWidgets.QWidget):
                 if r == 2 and c < 2:
                     verdict = (a, b)[c]["memory_verdict"]
                     if verdict != "fits":
-                        cell.setForeground(QtGui.QColor(_VERDICT_COLORS[verdict]))
+                        cell.setForeground(QtGui.QColor(VERDICT_COLORS[verdict]))
                         cell.setToolTip((a, b)[c]["memory_verdict_text"]
                                         + " (need per GPU of the GPU's memory; the margin is "
                                         "cluster.memory_reserve_fraction)")

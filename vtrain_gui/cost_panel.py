@@ -9,7 +9,7 @@ import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
-from core.sim.report import Report
+from core.sim.report import Report, gib_texts
 from core.store.interval import band_conditions
 
 from .empty_state import StaleVeil
@@ -616,6 +616,8 @@ class CostPanel(QtWidgets.QWidget):
                                     f"{margin} margin (cluster.memory_reserve_fraction)")
             self._fit_label.setStyleSheet("color: #B07800; font-weight: bold;")
         else:
+            need, capacity = gib_texts(report.max_memory_per_gpu_bytes,
+                                       report.memory_capacity_bytes)
             self._fit_label.setText(
-                f"Does not fit: {need} needed per GPU, {capacity} on the GPU")
+                f"Does not fit: {need} GiB needed per GPU, {capacity} GiB on the GPU")
             self._fit_label.setStyleSheet("color: #C62828; font-weight: bold;")

@@ -539,7 +539,7 @@ class ExploreTab(QtWidgets.QWidget):
         self.set_result(result)
         self.settings_changed.emit()  # the result is saved with the session
         rate = result.num_plans / seconds if seconds > 0 else 0.0
-        num_fit = result.num_feasible + int(np.count_nonzero(result.pruned))
+        num_fit = int(np.count_nonzero(result.fits_in_memory))
         text = (f"{format_count(result.num_plans)} plans ({format_count(num_fit)} fit in memory, "
                 f"{format_count(result.num_feasible)} simulated) in {seconds:,.1f} s, "
                 f"{format_count(rate)} plans/s")
@@ -701,7 +701,7 @@ class ExploreTab(QtWidgets.QWidget):
         shown = r.select(num_gpus=gpus if mode == 1 else None, max_gpus=gpus if mode == 2 else None,
                          fits_only=self.fits_only.isChecked(),
                          deadline_days=deadline if self.within_deadline.isChecked() else None)
-        feasible = shown & r.fits_in_memory
+        feasible = shown & r.feasible
         front = pareto_front(r.training_days, r.cost_usd, feasible)
         marks = {"fastest": best_index(r.training_days, r.cost_usd, feasible),
                  "cheapest": best_index(r.cost_usd, r.training_days, feasible),
@@ -724,11 +724,12 @@ class ExploreTab(QtWidgets.QWidget):
             return
         deadline = self.settings_panel.deadline_days()
         shown = int(np.count_nonzero(self._shown_mask))
-        # plans that fit: those simulated and those pruned (they fit, but cannot win)
+        # plans that fit: those simulated, those pruned (they fit, but cannot win) and those
+        # too large to simulate
         fit = int(np.count_nonzero(self._shown_mask & r.fits_in_memory))
-        pruned = int(np.count_nonzero(self._shown_mask & r.pruned))
+        simulated = int(np.count_nonzero(self._shown_mask & r.feasible))
         parts = [f"<b>{format_count(shown)}</b> of {format_count(r.num_plans)} plans shown "
-                 f"({format_count(fit + pruned)} fit in memory, {format_count(fit)} simulated), "
+                 f"({format_count(fit)} fit in memory, {format_count(simulated)} simulated), "
                  f"{format_count(int(self._front.sum()))} on the Pareto front"]
 
         def link(name: str, label: str, color: str) -> None:
@@ -750,6 +751,8 @@ class ExploreTab(QtWidgets.QWidget):
         if i is not None and self._shown_mask[i]:
             if not r.fits_in_memory[i]:
                 where = "does not fit in memory"
+            elif not r.feasible[i]:  # fits, no figures: too large to simulate, or pruned
+                where = html.escape(r.reason[i])
             elif self._front[i]:
                 where = "on the Pareto front"
             else:

@@ -6,10 +6,13 @@ import math
 
 __all__ = ["format_duration", "format_bytes", "format_count", "format_usd",
            "format_fraction", "format_rate", "format_number_short", "format_usd_short",
-           "KIND_LABELS", "KIND_COLORS", "ERROR_STYLE"]
+           "KIND_LABELS", "KIND_COLORS", "ERROR_STYLE", "VERDICT_COLORS"]
 
 #: Style sheet of a label that reports an error.
 ERROR_STYLE = "color: #C62828;"
+
+#: Text colour of the memory verdicts that need attention (:data:`core.sim.report.MEMORY_VERDICTS`).
+VERDICT_COLORS = {"tight": "#b07800", "does not fit": "#c0392b"}
 
 #: Display names of :data:`core.sim.graph_types.KINDS`, by kind name.
 KIND_LABELS = {

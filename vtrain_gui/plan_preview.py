@@ -8,7 +8,8 @@ from PySide6 import QtWidgets
 
 from core.sim.simulate import SimulationResult
 
-from .formatting import format_count, format_duration, format_fraction, format_usd
+from .formatting import (VERDICT_COLORS, format_count, format_duration, format_fraction,
+                         format_usd)
 from .timeline.widget import TimelineWidget
 
 __all__ = ["PlanPreview"]
@@ -50,14 +51,20 @@ class PlanPreview(QtWidgets.QWidget):
         layout.addWidget(self.timeline, 1)
 
     def show_simulation(self, result: SimulationResult) -> None:
-        """Show the timeline and the figures of one simulation."""
+        """Show the timeline and the figures of one simulation; a plan that is tight or does
+        not fit in memory says so beside its figures (the verdict with its need and the GPU's
+        memory, :attr:`core.sim.report.Report.memory_verdict_text`)."""
         self.timeline.set_data(result.graph, result.schedule)
         pl, rep = result.session.plan, result.report
+        verdict = rep.memory_verdict
+        mark = ("" if verdict == "fits" else
+                f' — <span style="color:{VERDICT_COLORS[verdict]}; font-weight:bold;">'
+                f"{html.escape(rep.memory_verdict_text)}</span>")
         self.title.setText(
             f"<b>Timeline of the plan in the editor</b>: {html.escape(pl.label())}"
             f" — iteration {format_duration(rep.iteration_time_s)}, "
             f"{format_count(rep.training_days, 1)} days, {format_usd(rep.cost_usd)}, "
-            f"MFU {format_fraction(rep.mfu)}")
+            f"MFU {format_fraction(rep.mfu)}{mark}")
 
     def clear(self) -> None:
         """No simulation shown."""

@@ -318,7 +318,7 @@ class SweepPlot(pg.PlotWidget):
             self._front_line.setData(x=[], y=[])
             self._deadline_line.setVisible(False)
             return
-        fits = r.fits_in_memory[self._shown]
+        fits = r.feasible[self._shown]  # with figures: a point to draw
         self._set_points(self._infeasible, self._shown[~fits])
         self._set_points(self._feasible, self._shown[fits])
         self._set_points(self._front_points, self._front_idx)

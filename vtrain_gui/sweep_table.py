@@ -123,6 +123,7 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         self._rows = np.empty(0, np.int64)  # plans shown, in table order
         self._row_of = np.empty(0, np.int64)  # table row of each plan, -1 when hidden
         self._front = np.empty(0, bool)
+        self._feasible = np.empty(0, bool)  # plans that fit and have figures
         self._codes: dict[int, np.ndarray] = {}  # per column: sort keys of every plan
         self._sort_column = COLUMN_INDEX["front"]
         self._sort_order = Qt.SortOrder.DescendingOrder
@@ -143,10 +144,11 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         self._result = result
         self._codes = {}
         n = result.num_plans if result is not None else 0
+        self._feasible = result.feasible if result is not None else np.zeros(0, bool)
         self._mask = np.ones(n, bool) if mask is None else np.asarray(mask, bool)
         self._front = np.zeros(n, bool) if front is None else np.asarray(front, bool)
         if result is not None:
-            self._perm = np.lexsort((np.arange(n), result.training_days, ~result.fits_in_memory,
+            self._perm = np.lexsort((np.arange(n), result.training_days, ~result.feasible,
                                      ~self._front))
             self._sort_perm()
         else:
@@ -204,7 +206,7 @@ class SweepTableModel(QtCore.QAbstractTableModel):
             h = Qt.AlignmentFlag.AlignRight if col.right else Qt.AlignmentFlag.AlignLeft
             return int(h | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.ForegroundRole:
-            return None if self._result.fits_in_memory[i] else self._grey
+            return None if self._feasible[i] else self._grey  # no answer: no fit or figures
         if role == Qt.ItemDataRole.FontRole:
             return self._bold if self._front[i] else None
         if role == Qt.ItemDataRole.ToolTipRole:

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from core.cli.common import fmt_bytes, verdict_markup
+from core.cli.common import verdict_markup
 
 __all__ = ["add_parser", "run"]
 
@@ -124,11 +124,11 @@ def run(args: argparse.Namespace) -> int:
     o = Table(show_header=True)
     for col in ("", "A", "B", "B - A"):
         o.add_column(col, justify="left" if not col else "right")
-    o.add_row("memory per GPU (max)", fmt_bytes(ra.max_memory_per_gpu_bytes),
-              fmt_bytes(rb.max_memory_per_gpu_bytes),
+    from core.sim.report import gib_texts
+    figures = [gib_texts(r.max_memory_per_gpu_bytes, r.memory_capacity_bytes) for r in (ra, rb)]
+    o.add_row("memory per GPU (max)", *(f"{need} GiB" for need, _ in figures),
               f"{(rb.max_memory_per_gpu_bytes - ra.max_memory_per_gpu_bytes) / 2**30:+,.1f} GiB")
-    o.add_row("GPU memory", fmt_bytes(ra.memory_capacity_bytes),
-              fmt_bytes(rb.memory_capacity_bytes), "")
+    o.add_row("GPU memory", *(f"{cap} GiB" for _, cap in figures), "")
     o.add_row("fits in memory", *(verdict_markup(r.memory_verdict) for r in (ra, rb)), "")
     o.add_row("training days", f"{ra.training_days:,.1f}", f"{rb.training_days:,.1f}",
               f"{rb.training_days - ra.training_days:+,.1f}")
@@ -137,9 +137,9 @@ def run(args: argparse.Namespace) -> int:
     con.print(o)
     for name, r in (("A", ra), ("B", rb)):
         if r.memory_verdict != "fits":
+            need, cap = gib_texts(r.max_memory_per_gpu_bytes, r.memory_capacity_bytes)
             con.print(f"[bold]{name}[/] {verdict_markup(r.memory_verdict)}: "
-                      f"{fmt_bytes(r.max_memory_per_gpu_bytes)} per GPU of "
-                      f"{fmt_bytes(r.memory_capacity_bytes)}"
+                      f"{need} GiB per GPU of {cap} GiB"
                       + ("; its time and cost cannot be had as planned"
                          if r.memory_verdict == "does not fit" else
                          f", inside the {r.memory_reserve_fraction * 100:g} % margin "

@@ -119,8 +119,9 @@ def _summary_table(s, r):
     margin = (f", inside the {r.memory_reserve_fraction * 100:g} % margin"
               if r.memory_verdict == "tight" else
               f"; margin {r.memory_reserve_fraction * 100:g} %")
-    t.add_row("Memory per GPU", f"max {fmt_bytes(r.max_memory_per_gpu_bytes)} of "
-                                f"{fmt_bytes(r.memory_capacity_bytes)} ({fit}{margin})")
+    from core.sim.report import gib_texts
+    need, cap = gib_texts(r.max_memory_per_gpu_bytes, r.memory_capacity_bytes)
+    t.add_row("Memory per GPU", f"max {need} GiB of {cap} GiB ({fit}{margin})")
     return t
 
 

@@ -348,8 +348,10 @@ def _write_pick(result, pick: str | int, path: str) -> None:
             raise ConfigError([FieldError("--pick", f"{pick}: the Pareto front has "
                                                     f"{front.size} plan{'s' if front.size != 1 else ''}")])
         i = int(front[pick - 1])
-    if i is None:
-        raise ConfigError([FieldError("--pick", f"{pick}: no plan fits in memory")])
+    if i is None:  # none fits, or none of those that fit was simulated: say which
+        import numpy as np
+        why = result.why_none(np.ones(result.num_plans, bool)) if result.num_plans else "no plan"
+        raise ConfigError([FieldError("--pick", f"{pick}: {why}")])
     save_session(result.session_for(i), path)
 
 
@@ -479,7 +481,8 @@ def _print_header(result, console: Console) -> None:
     prov = result.profile
     console.print(esc(f"profile: {prov.get('device')} ({prov.get('method')}) {prov.get('path', '')}"))
     n_pruned = int(np.count_nonzero(result.pruned))
-    console.print(f"{result.num_plans:,} valid plans, {result.num_feasible + n_pruned:,} fit in "
+    n_fit = int(np.count_nonzero(result.fits_in_memory))
+    console.print(f"{result.num_plans:,} valid plans, {n_fit:,} fit in "
                   f"memory, {result.num_feasible:,} of them simulated"
                   + (f" ({n_pruned:,} pruned: their lower bound cannot change the answers)"
                      if n_pruned else "") + f"; swept in {result.wall_s:.2f} s")
@@ -497,8 +500,11 @@ def _print_header(result, console: Console) -> None:
     if layout is not None:  # every plan keeps it: only its p*v is tried
         n = len(expand_pipeline_layout(layout))
         console.print(esc(f"pipeline layout {layout} kept in every plan: only p*v = {n} tried"))
-    if result.num_feasible == 0:
+    if n_fit == 0:
         console.print("[red]No plan fits in GPU memory[/] (the GiB column marks them with !).")
+    elif result.num_feasible == 0:
+        console.print("[red]No plan that fits was simulated[/] (too large to simulate: "
+                      "--out FILE.csv gives each plan's reason).")
     margin = result.session.cluster.memory_reserve_fraction * 100
     console.print("[dim]cost: for the token budget; GiB: memory per GPU (! = does not fit, "
                   f"~ = tight: inside the {margin:g} % margin of the GPU's memory)[/]")
@@ -559,8 +565,8 @@ def _print_own_plan(result, console: Console, own: int | None) -> None:
                          "breaks a configuration rule."))
     elif result.pareto[own]:
         console.print("The config's plan is on the Pareto front.")
-    elif not result.fits_in_memory[own]:
-        console.print(f"The config's plan: {esc(result.reason[own])}")  # "does not fit: ..."
+    elif not result.feasible[own]:  # "does not fit: ..." or "too large to simulate: ..."
+        console.print(f"The config's plan: {esc(result.reason[own])}")
     else:
         dom = result.dominated_by(own)
         j = int(dom[np.argmin(result.cost_usd[dom])])

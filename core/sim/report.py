@@ -11,7 +11,7 @@ import numpy as np
 from core.model.stage_memory import MEMORY_SCALES, StageMemory
 
 __all__ = ["StageMemory", "Report", "MEMORY_SCALES", "MEMORY_VERDICTS", "memory_verdict",
-           "memory_verdict_column", "memory_verdict_text"]
+           "memory_verdict_column", "memory_verdict_text", "gib_texts"]
 
 #: The three verdicts on memory, in order of safety.
 MEMORY_VERDICTS = ("fits", "tight", "does not fit")
@@ -38,10 +38,11 @@ def memory_verdict(need_bytes: float, capacity_bytes: float, margin: float) -> s
     Returns
     -------
     str
-        ``"does not fit"`` when ``need_bytes > capacity_bytes``; ``"tight"`` when
+        ``"does not fit"`` when ``need_bytes > capacity_bytes`` (or either is NaN: a need
+        without a figure never fits, as in :func:`memory_verdict_column`); ``"tight"`` when
         ``need_bytes > (1 - margin) * capacity_bytes``; else ``"fits"``.
     """
-    if need_bytes > capacity_bytes:
+    if not need_bytes <= capacity_bytes:
         return "does not fit"
     if need_bytes > (1.0 - margin) * capacity_bytes:
         return "tight"
@@ -60,12 +61,28 @@ def memory_verdict_column(need_bytes: np.ndarray, capacity_bytes: float, margin:
     return out
 
 
+def gib_texts(need_bytes: float, capacity_bytes: float) -> tuple[str, str]:
+    """A need and a capacity (bytes) as GiB texts (GiB = 2**30 bytes) for one line: one decimal
+    (``("87.9", "80.0")``), more (up to three) while a need above the capacity would read as
+    equal to it (80 GiB + 1 MiB of 80 GiB: ``("80.001", "80.000")``), and a need above it by
+    less than that marked ``>`` (``(">80.0", "80.0")``): never "80.0 of 80.0" for a plan that
+    does not fit. A need at most the capacity keeps one decimal: rounding never shows it
+    above."""
+    need, cap = need_bytes / 2**30, capacity_bytes / 2**30
+    for places in range(1, 4):
+        texts = f"{need:,.{places}f}", f"{cap:,.{places}f}"
+        if not need > cap or texts[0] != texts[1]:
+            return texts
+    return f">{cap:,.1f}", f"{cap:,.1f}"
+
+
 def memory_verdict_text(need_bytes: float, capacity_bytes: float, margin: float) -> str:
     """The verdict with its figures and, when tight, the margin named: ``"fits: 60.0 of 80.0
     GiB"``, ``"tight: 78.2 of 80.0 GiB, inside the 10 % margin"``, ``"does not fit: 87.9 of
-    80.0 GiB"`` (GiB = 2**30 bytes; arguments as :func:`memory_verdict`)."""
+    80.0 GiB"`` (the figures of :func:`gib_texts`; arguments as :func:`memory_verdict`)."""
     verdict = memory_verdict(need_bytes, capacity_bytes, margin)
-    text = f"{verdict}: {need_bytes / 2**30:,.1f} of {capacity_bytes / 2**30:,.1f} GiB"
+    need, cap = gib_texts(need_bytes, capacity_bytes)
+    text = f"{verdict}: {need} of {cap} GiB"
     if verdict == "tight":
         text += f", inside the {margin * 100:g} % margin"
     return text

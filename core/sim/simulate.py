@@ -36,7 +36,7 @@ from core.store.profiles import PROFILES_DIR
 from core.store.format import NOT_A_STORE, ProfileStoreError
 from core.store.profile_store import ProfileStore
 from core.sim.report import Report, StageMemory
-from core.sim.report import memory_verdict as report_verdict
+from core.sim.report import gib_texts, memory_verdict as report_verdict
 from core.schedules import get as get_schedule
 from core.sim.solver import solve
 from core.util.text import file_name_part
@@ -44,7 +44,7 @@ from core.util.text import file_name_part
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
            "stage_memory", "fp8_tn", "model_flops_per_iteration", "memory_verdict", "tight_note",
            "session_profile",
-           "graph_size_estimate", "MAX_GRAPH_TASKS", "check_finite"]
+           "graph_size_estimate", "graph_too_large", "MAX_GRAPH_TASKS", "check_finite"]
 
 #: Most tasks a simulated iteration's graph may have: about 100 bytes and 1.5 us each,
 #: so 10 million tasks take about 1 GB and 15 s (GPT-3 175B at B=1536, t=8, p=16, d=1:
@@ -202,22 +202,22 @@ def memory_verdict_rows(parts: tuple[np.ndarray, ...], capacity_bytes: float
     fits = need <= capacity_bytes
     why = [""] * need.shape[0]
     bad = np.flatnonzero(~fits)
-    tail = _capacity_text(capacity_bytes)
-    for j, s, gib in zip(bad.tolist(), stage[bad].tolist(), (need[bad] / 2**30).tolist()):
-        why[j] = f"does not fit: stage {s} needs {gib:.1f} GiB per GPU, {tail}"
+    for j, s, n in zip(bad.tolist(), stage[bad].tolist(), need[bad].tolist()):
+        why[j] = _unfit_text(s, n, capacity_bytes)
     return need, fits, why
 
 
 def _verdict(stage: int, need: float, capacity_bytes: float) -> tuple[float, bool, str]:
     if need <= capacity_bytes:
         return need, True, ""
-    return need, False, (f"does not fit: stage {stage} needs {need / 2**30:.1f} GiB per GPU, "
-                         f"{_capacity_text(capacity_bytes)}")
+    return need, False, _unfit_text(stage, need, capacity_bytes)
 
 
-def _capacity_text(capacity_bytes: float) -> str:
-    """The end of :func:`_verdict`'s message: the GPU's memory."""
-    return f"the GPU has {capacity_bytes / 2**30:.1f} GiB"
+def _unfit_text(stage: int, need: float, capacity_bytes: float) -> str:
+    """:func:`_verdict`'s message for a plan whose ``stage`` needs ``need`` bytes, more than
+    ``capacity_bytes`` (the figures of :func:`core.sim.report.gib_texts`)."""
+    n, cap = gib_texts(need, capacity_bytes)
+    return f"does not fit: stage {stage} needs {n} GiB per GPU, the GPU has {cap} GiB"
 
 
 def tight_note(memory: list[StageMemory], capacity_bytes: float, margin: float) -> str:
@@ -417,14 +417,23 @@ def _check_session(session: Session) -> None:
         A rule is broken, or the graph would be too large (named at ``plan.global_batch_size``).
     """
     check(session)
-    tasks = graph_size_estimate(session)
-    if tasks > MAX_GRAPH_TASKS:
-        pl = session.plan
-        raise ConfigError([FieldError(
-            "plan.global_batch_size", f"the iteration's graph would have about {tasks:,} tasks "
-            f"(num_microbatches={pl.num_microbatches:,} x num_layers={session.model.num_layers:,}), "
+    why = graph_too_large(session.model, session.plan)
+    if why:
+        raise ConfigError([FieldError("plan.global_batch_size", why)])
+
+
+def graph_too_large(model, plan) -> str:
+    """Why :func:`simulate` refuses ``plan`` of ``model`` (a
+    :class:`~core.plan.model_config.ModelConfig` and a :class:`~core.plan.parallel.ParallelPlan`):
+    its graph would have more than :data:`MAX_GRAPH_TASKS` tasks (:func:`graph_size_estimate`);
+    "" when it does not. The sweep lists such plans without figures, with this reason."""
+    tasks = _graph_tasks(model, plan)
+    if tasks <= MAX_GRAPH_TASKS:
+        return ""
+    return (f"the iteration's graph would have about {tasks:,} tasks "
+            f"(num_microbatches={plan.num_microbatches:,} x num_layers={model.num_layers:,}), "
             f"more than the {MAX_GRAPH_TASKS:,} this simulator holds in memory; use fewer "
-            "micro-batches (a larger micro_batch_size or data_parallel) or layers")])
+            "micro-batches (a larger micro_batch_size or data_parallel) or layers")
 
 
 def _build(session: Session, store: ProfileStore) -> tuple[StageTimes, ExecutionGraph, list[str]]:
@@ -639,7 +648,11 @@ def graph_size_estimate(session: Session) -> int:
     recomputed forward, and two more weight-gradient parts; each multi-token prediction layer
     as one more layer and 16 tasks of its embedding, projection and output layer.
     """
-    m, pl = session.model, session.plan
+    return _graph_tasks(session.model, session.plan)
+
+
+def _graph_tasks(m, pl) -> int:
+    """:func:`graph_size_estimate` of model ``m`` and plan ``pl``."""
     v = pl.virtual_pipeline_stages or 1
     per_layer = _tasks_per_layer(pl) + (9 if pl.context_parallel > 1 else 0)
     n_moe = model_math.num_moe_layers(m)

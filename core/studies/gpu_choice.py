@@ -279,7 +279,7 @@ def combine(sheet: PriceSheet, sweeps: list[SweepResult], coverage: float = DEFA
     rows, idx, days, cost, good = [], [], [], [], []
     never = 0
     for r, res in enumerate(sweeps):
-        for i in np.flatnonzero(res.fits_in_memory).tolist():
+        for i in np.flatnonzero(res.feasible).tolist():
             try:
                 g = expected_figures(res, i)
             except ConfigError:  # the failures never let it finish: not a point

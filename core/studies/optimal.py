@@ -266,7 +266,7 @@ def _candidate(session: Session, model: ModelConfig, space: Any, store: Any, can
     i = res.fastest
     if i is None:
         reason = ("no plan on exactly this many GPUs" if res.num_plans == 0
-                  else f"none of its {res.num_plans:,} plans fits in GPU memory")
+                  else res.why_none(np.ones(res.num_plans, bool)))
         return Candidate(model, n, None, math.nan, math.nan, math.nan, math.nan, reason)
     tps = float(res.tokens_per_s[i])
     tokens = tps * seconds

@@ -285,7 +285,7 @@ def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int
             tps = np.zeros(len(counts))
             best: list[dict | None] = [None] * len(counts)
             for k, n in enumerate(counts):
-                idx = np.flatnonzero((res.num_gpus == n) & res.fits_in_memory)
+                idx = np.flatnonzero((res.num_gpus == n) & res.feasible)
                 if idx.size:
                     i = int(idx[np.argmax(res.tokens_per_s[idx])])
                     tps[k], best[k] = float(res.tokens_per_s[i]), res.plan_row(i)

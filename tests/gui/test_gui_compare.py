@@ -186,3 +186,36 @@ def test_compare_tab_marks_a_plan_that_does_not_fit(qtbot):
     assert tab.cell_text(2, 1) == f"does not fit ({need_b:,.1f} of 80.0 GiB)"  # none freed
     tip = tab._w_table.item(2, 0).toolTip()
     assert tip.startswith(f"tight: {need_a:,.1f} of 80.0 GiB, inside the 50 % margin")
+
+
+def test_explore_preview_title_marks_a_plan_that_does_not_fit(qtbot):
+    """The Explore tab's preview line of the editor's plan (case
+    s3/compare_unfit_plan_shown_better.json: 92.1 of 80.0 GiB) carries the verdict with its
+    figures beside the days and dollars, as the Compare tab does; a plan that fits outside the
+    margin (plan A, below 72 GiB) has no mark."""
+    from core.io.session import load_any
+    from core.sim.simulate import simulate
+    from tests.conftest import case_file
+    from vtrain_gui.plan_preview import PlanPreview
+
+    session = load_any(case_file("s3/compare_unfit_plan_shown_better.json"))
+    preview = PlanPreview()
+    qtbot.addWidget(preview)
+    b = simulate(session)
+    preview.show_simulation(b)
+    assert b.report.memory_verdict == "does not fit"
+    assert b.report.memory_verdict_text in preview.title.text()
+    a = simulate(session.pinned())
+    preview.show_simulation(a)
+    assert a.report.memory_verdict == "fits"
+    assert "fit" not in preview.title.text().replace("Timeline of the plan", "")
+
+
+def test_compare_verdict_of_a_need_just_over_the_capacity_shows_it_above():
+    """80 GiB + 1 MiB of 80 GiB: the Compare tab's cell reads 80.001 of 80.000 GiB, never
+    "does not fit (80.0 of 80.0 GiB)" (:func:`core.sim.report.gib_texts`)."""
+    from vtrain_gui.compare import _verdict_text
+    cap = 80.0 * 2**30
+    plan = {"memory_verdict": "does not fit", "max_memory_per_gpu_bytes": cap + 2**20,
+            "memory_capacity_bytes": cap}
+    assert _verdict_text(plan) == "does not fit (80.001 of 80.000 GiB)"

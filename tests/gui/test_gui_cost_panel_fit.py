@@ -70,3 +70,19 @@ def test_long_lines_are_cut_to_the_width_not_wrapped(qtbot):
     assert panel.warnings_text == f"⚠ {LONG}\n⚠ {LONG}"
     assert panel.no_fit_text.startswith("⚠ Does not fit in GPU memory")
     assert "enough memory" in panel._no_fit_flag.toolTip()
+
+
+def test_fit_line_shows_a_need_just_over_the_capacity_above_it(qtbot):
+    """80 GiB + 1 MiB of 80 GiB: the Plan tab's memory line reads 80.001 GiB needed, 80.000 GiB
+    on the GPU (:func:`core.sim.report.gib_texts`), never "80.0 GiB needed per GPU, 80.0 GiB
+    on the GPU" for a plan that does not fit."""
+    from core.model.stage_memory import StageMemory
+    panel = CostPanel()
+    qtbot.addWidget(panel)
+    cap, need = 80 * 2**30, 80 * 2**30 + 2**20
+    base = synthetic_report(p=2)
+    report = dataclasses.replace(
+        base, memory=[StageMemory(s, need, 0.0, 0.0, 0.0) for s in range(2)],
+        memory_capacity_bytes=cap, max_memory_per_gpu_bytes=need, fits_in_memory=False)
+    panel.set_report(report)
+    assert panel.fit_text == "Does not fit: 80.001 GiB needed per GPU, 80.000 GiB on the GPU"

@@ -187,7 +187,7 @@ def test_table_model_sorts_filters_and_maps_rows(qtbot, small_result):
     model.sort(days_col, Qt.SortOrder.AscendingOrder)
     model.sort(fits_col, Qt.SortOrder.DescendingOrder)
     shown = model.shown()
-    k = r.num_feasible
+    k = int(np.count_nonzero(r.fits_in_memory))  # simulated, pruned or too large to simulate
     assert r.fits_in_memory[shown[:k]].all() and not r.fits_in_memory[shown[k:]].any()
     verdicts = r.memory_verdict[shown[:k]]
     j = int(np.count_nonzero(verdicts == "fits"))
@@ -333,7 +333,8 @@ def test_filters_change_plot_table_front_and_marks(window, qtbot, tmp_path, real
     result = _run(window, qtbot)
 
     explore.fits_only.setChecked(True)
-    assert explore.table_model.rowCount() == result.num_feasible
+    # every plan that fits, the pruned ones too (they fit; they have no figures to plot)
+    assert explore.table_model.rowCount() == int(np.count_nonzero(result.fits_in_memory))
     assert explore.plot.scatter_items()["infeasible"].data.size == 0
 
     explore.gpu_filter_mode.setCurrentText("exactly")
@@ -347,7 +348,8 @@ def test_filters_change_plot_table_front_and_marks(window, qtbot, tmp_path, real
     from core.studies.sweep import pareto_front
     assert np.array_equal(front, pareto_front(result.training_days, result.cost_usd, mask))
     fastest = explore.marks()["fastest"]
-    assert fastest == np.flatnonzero(mask)[np.argmin(result.training_days[mask])]
+    simulated = mask & result.feasible  # the pruned plans shown have no figures
+    assert fastest == np.flatnonzero(simulated)[np.argmin(result.training_days[simulated])]
 
     explore.gpu_filter_mode.setCurrentText("at most")
     explore.gpu_filter.setValue(2)
@@ -575,3 +577,32 @@ def test_a_sweep_without_plans_says_why(window, qtbot, tmp_path, real_simulate):
     assert result.num_plans == 0
     text = window.explore.status_text
     assert "no valid plan" in text and "--tensor-parallel 3" in text
+
+
+def test_a_plan_too_large_to_simulate_is_shown_as_fitting(qtbot):
+    """The editor's plan t1 p8 d1 at B = 2**17 fits (6 GiB of 80) but is too large to
+    simulate: the summary counts it among the plans that fit, says why it has no figures
+    (never "does not fit in memory"), and the "fits in memory only" filter keeps it."""
+    import dataclasses
+    from vtrain_gui.explore import ExploreTab
+    s = load_any(SMALL)
+    s = dataclasses.replace(s, plan=dataclasses.replace(
+        s.plan, global_batch_size=2**17, tensor_parallel=1, pipeline_parallel=8,
+        data_parallel=1, micro_batch_size=1, recompute="full"))
+    r = run_sweep(s, SweepSpace(num_gpus=8, micro_batch_sizes=(1,), schedules=("1f1b",),
+                                recompute=("full",), tensor_parallel=(1,),
+                                pipeline_parallel=(1, 8)))
+    own = r.index_of(s.plan)
+    assert r.memory_verdict[own] == "fits" and not np.isfinite(r.iteration_time_s[own])
+    tab = ExploreTab()
+    qtbot.addWidget(tab)
+    tab.set_session(s)
+    tab.set_result(r)
+    fit, simulated = int(r.fits_in_memory.sum()), int(r.feasible.sum())
+    assert fit == r.num_plans > simulated > 0
+    text = tab.summary_text
+    assert f"({fit} fit in memory, {simulated} simulated)" in text
+    assert "too large to simulate" in text and "does not fit in memory" not in text
+    tab.fits_only.setChecked(True)
+    assert tab.table_model.rowCount() == fit
+    assert own in tab.table_model.shown().tolist()

@@ -34,6 +34,7 @@ def _synthetic_result(n: int = N, seed: int = 7) -> SimpleNamespace:
     cost = 10.0 ** rng.uniform(5.0, 8.0, n)
     fits = rng.random(n) < 0.05  # most plans in the grey "does not fit" layer, as in MT-NLG
     return SimpleNamespace(num_plans=n, training_days=days, cost_usd=cost, fits_in_memory=fits,
+                           feasible=fits,
                            plans=_Plans(), num_gpus=np.full(n, 1024), iteration_time_s=np.ones(n),
                            mfu=np.full(n, 0.4), max_memory_per_gpu_bytes=np.full(n, 2.0**35),
                            reason=[""] * n)

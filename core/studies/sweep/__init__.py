@@ -69,7 +69,7 @@ no global state except read-only caches::
         ...                                        # FieldError(field, message), fields "sweep.*"
 
 * Scatter: ``result.training_days`` (x), ``result.cost_usd`` (y), one point per
-  plan; grey where ``~result.fits_in_memory``; the front is
+  plan; grey where ``~result.feasible`` (no fit, or no figures); the front is
   ``result.pareto_indices()`` (feasible plans only, sorted by days).
 * Table: ``result.rows()`` (list of dicts, keys :data:`COLUMNS`) or the numpy
   columns (attributes of :class:`SweepResult`, shape ``(num_plans,)`` each).

@@ -25,7 +25,7 @@ from core.plan.fields import ConfigError, FieldError
 from core.plan.session import Session
 from core.sim.op_times import num_chunks
 from core.sim.stages import stage_busy_times
-from core.sim.simulate import memory_verdict_rows
+from core.sim.simulate import graph_too_large, memory_verdict_rows
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
@@ -94,11 +94,14 @@ def work_notes(plans: list[ParallelPlan], rows: np.ndarray, num_layers: int, pru
     return [f"large sweep: {estimate}"] if work > LARGE_SWEEP_WORK else []
 
 
-def mark_too_large(plans: list[ParallelPlan], fits: np.ndarray, reason: list[str]
+def mark_too_large(plans: list[ParallelPlan], fits: np.ndarray, reason: list[str], model
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Each plan's pipeline steps ``p * m * v`` (int64 (n,)) and whether it is too large to
-    simulate (more than :data:`MAX_PIPELINE_STEPS`, bool (n,)); the reason of each such plan
-    that ``fits`` (bool (n,)) in memory is set in ``reason`` (list of n str, changed)."""
+    simulate (bool (n,)): more than :data:`MAX_PIPELINE_STEPS` steps, or a plan of ``model``
+    that ``vtrain simulate`` refuses (:func:`core.sim.simulate.graph_too_large`), so that the
+    sweep never answers with a plan whose figures ``simulate`` cannot give. The reason of
+    each such plan that ``fits`` (bool (n,)) in memory is set in ``reason`` (list of n str,
+    changed)."""
     steps = np.array([pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl) for pl in plans],
                      np.int64).reshape(-1)
     too_large = steps > MAX_PIPELINE_STEPS
@@ -107,6 +110,11 @@ def mark_too_large(plans: list[ParallelPlan], fits: np.ndarray, reason: list[str
         reason[i] = (f"too large to simulate: pipeline_parallel*num_microbatches"
                      f"*virtual_pipeline_stages={pl.pipeline_parallel}*{pl.num_microbatches}"
                      f"*{num_chunks(pl)}={int(steps[i]):,} is more than {MAX_PIPELINE_STEPS:,}")
+    for i in np.flatnonzero(~too_large & fits).tolist():
+        why = graph_too_large(model, plans[i])
+        if why:
+            too_large[i] = True
+            reason[i] = f"too large to simulate: {why}"
     return steps, too_large
 
 

@@ -152,7 +152,8 @@ class SweepResult:
     memory_capacity_bytes : float
         The GPU's memory, bytes (NaN for a result read back from a file older than it).
     fits_in_memory : bool array
-        Plans whose memory fits (tight or not) and that have figures.
+        Plans whose memory fits (tight or not): ``memory_verdict != "does not fit"``, simulated
+        or not (a plan too large to simulate, or pruned, has no figures; :attr:`feasible`).
     reason : list of str
         Why a plan does not fit ("" when it fits).
     pareto : bool array
@@ -291,13 +292,20 @@ class SweepResult:
 
     @property
     def num_outside_calibration(self) -> int:
-        """Plans that fit in memory and leave what the profile was calibrated on."""
-        return int(np.count_nonzero(self.fits_in_memory & ~self.within_calibration))
+        """Plans that fit in memory, were simulated and leave what the profile was calibrated
+        on."""
+        return int(np.count_nonzero(self.feasible & ~self.within_calibration))
+
+    @property
+    def feasible(self) -> np.ndarray:
+        """Plans that fit in memory and have figures (simulated): those the sweep's answers
+        (front, fastest, cheapest, best by value) are chosen among; bool (n,)."""
+        return np.asarray(self.fits_in_memory, bool) & np.isfinite(self.iteration_time_s)
 
     @property
     def num_feasible(self) -> int:
-        """Number of plans that fit in GPU memory."""
-        return int(np.count_nonzero(self.fits_in_memory))
+        """Number of plans that fit in GPU memory and were simulated (:attr:`feasible`)."""
+        return int(np.count_nonzero(self.feasible))
 
     def plan(self, i: int) -> ParallelPlan:
         """The parallel plan of row ``i`` (a copy)."""
@@ -331,9 +339,10 @@ class SweepResult:
         return idx[np.lexsort((self.cost_usd[idx], self.training_days[idx]))]
 
     def dominated_by(self, i: int) -> np.ndarray:
-        """Rows of plans that fit and dominate row ``i`` in (days, cost); int64 (k,)."""
+        """Rows of plans that fit, were simulated and dominate row ``i`` in (days, cost);
+        int64 (k,)."""
         d, c = self.training_days, self.cost_usd
-        dom = self.fits_in_memory & (d <= d[i]) & (c <= c[i]) & ((d < d[i]) | (c < c[i]))
+        dom = self.feasible & (d <= d[i]) & (c <= c[i]) & ((d < d[i]) | (c < c[i]))
         return np.flatnonzero(dom)
 
     def select(self, num_gpus: int | Sequence[int] | None = None, max_gpus: int | None = None,
@@ -355,8 +364,8 @@ class SweepResult:
 
     def cheapest_within(self, deadline_days: float) -> int | None:
         """Cheapest plan that fits and trains within ``deadline_days`` (ties: faster, then first)."""
-        return best_row(self.cost_usd, self.training_days, self.select(fits_only=True,
-                                                                     deadline_days=deadline_days))
+        return best_row(self.cost_usd, self.training_days,
+                        self.feasible & self.select(deadline_days=deadline_days))
 
     def plan_row(self, i: int) -> dict[str, Any]:
         """Row ``i`` without the figures of the session's token budget (``training_days``,
@@ -416,7 +425,7 @@ class SweepResult:
         if own is None:
             config["why_not"] = self.space.excludes(self.session.plan)
         if own is not None:
-            dom = self.dominated_by(own) if self.fits_in_memory[own] else np.empty(0, np.int64)
+            dom = self.dominated_by(own) if self.feasible[own] else np.empty(0, np.int64)
             config.update(plan=self.row(own, cols), on_pareto_front=bool(self.pareto[own]),
                           num_dominating=int(dom.size),
                           cheapest_dominating=pick(int(dom[np.argmin(self.cost_usd[dom])])
@@ -451,9 +460,10 @@ class SweepResult:
         swept = {d["field"] for d in self.dimensions if d["swept"]} if self.dimensions else None
         counts = list(self.space.gpu_counts() or ())
         cols = self.row_columns()
+        feasible = self.feasible
         if len(counts) > 1:
             out["num_gpus"] = [{"value": n, "plan": (lambda i: None if i is None else self.row(i, cols))(
-                best_row(self.training_days, self.cost_usd, self.fits_in_memory & (self.num_gpus == n)))}
+                best_row(self.training_days, self.cost_usd, self.feasible & (self.num_gpus == n)))}
                 for n in counts]
         for name in BEST_BY_FIELDS:
             if swept is not None and name not in swept:
@@ -465,17 +475,26 @@ class SweepResult:
             for value in sorted(set(col), key=lambda v: (v is None, repr(type(v)), v if v is not
                                                          None else 0)):
                 has = np.array([c == value for c in col], bool)
-                i = best_row(self.training_days, self.cost_usd, self.fits_in_memory & has)
-                if i is None:  # say why: every plan of the value needs more memory than fits
-                    n = int(np.count_nonzero(has))
-                    least = float(np.nanmin(self.max_memory_per_gpu_bytes[has]))
-                    rows.append({"value": value, "plan": None, "reason": (
-                        f"none of its {n:,} plan{'s' if n != 1 else ''} fits in memory (the "
-                        f"smallest needs {least / 2**30:,.1f} GiB per GPU)")})
+                i = best_row(self.training_days, self.cost_usd, feasible & has)
+                if i is None:
+                    rows.append({"value": value, "plan": None, "reason": self.why_none(has)})
                 else:
                     rows.append({"value": value, "plan": self.row(i, cols)})
             out[name] = rows
         return out
+
+    def why_none(self, has: np.ndarray) -> str:
+        """Why none of the plans ``has`` (bool (n,), at least one True) is an answer: every
+        one needs more memory than the GPU has (the least they need, GiB per GPU), or those
+        that fit have no figures (the first one's reason: too large to simulate)."""
+        n = int(np.count_nonzero(has))
+        plans = f"{n:,} plan{'s' if n != 1 else ''}"
+        fit = np.flatnonzero(has & self.fits_in_memory)
+        if fit.size:
+            return f"none of its {plans} was simulated: {self.reason[int(fit[0])]}"
+        least = float(np.nanmin(self.max_memory_per_gpu_bytes[has]))
+        return (f"none of its {plans} fits in memory (the smallest needs {least / 2**30:,.1f} "
+                "GiB per GPU)")
 
     def csv_text(self) -> str:
         """All rows as CSV text with a header row of :data:`COLUMNS`."""

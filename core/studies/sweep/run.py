@@ -25,7 +25,7 @@ from core.plan.rules import validate
 from core.sim import fastpath_kernel
 from core.sim.costing import costing, mfu_peak_flops
 from core.sim.simulate import session_profile, small_nvlink_domain_note
-from core.sim.report import memory_verdict_column
+from core.sim.report import MEMORY_VERDICTS, memory_verdict_column
 from core.store.interval import DEFAULT_COVERAGE
 from core.studies.sweep import parallel
 from core.studies.sweep.batch import group_batches, solve_batch
@@ -466,7 +466,7 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
     model = session.model
     num_mb = np.array([pl.num_microbatches for pl in plans], np.int64)
     num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
-    steps, too_large = mark_too_large(plans, mem_fits, reason)
+    steps, too_large = mark_too_large(plans, mem_fits, reason, model)
     candidates = np.flatnonzero(mem_fits & ~too_large)
     sweep_notes = work_notes(plans, candidates, model.num_layers, prune, max_work)
     if sweep_notes and notice is not None:
@@ -560,16 +560,17 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
     capacity = float(store.memory_bytes)
     reserve = float(session.cluster.memory_reserve_fraction)
     verdict = memory_verdict_column(max_mem, capacity, reserve)  # tight plans fit
-    fits = (max_mem <= capacity) & np.isfinite(iteration)
+    fits = verdict != MEMORY_VERDICTS[2]  # the verdict's answer, simulated or not
+    feasible = fits & np.isfinite(iteration)  # the answers are among plans with figures
     days, cost_usd = figures.training_days, figures.cost_usd
-    pareto = pareto_front(days, cost_usd, fits)
+    pareto = pareto_front(days, cost_usd, feasible)
     return SweepResult(
         session=session, space=space, plans=plans, plan_columns=plan_columns,
         num_microbatches=num_mb, num_gpus=num_gpus,
         iteration_time_s=iteration, tokens_per_s=figures.tokens_per_s, mfu=figures.mfu,
         hfu=figures.hfu, training_days=days, gpu_hours=figures.gpu_hours, cost_usd=cost_usd,
         max_memory_per_gpu_bytes=max_mem, fits_in_memory=fits, reason=reason, pareto=pareto,
-        fastest=best_row(days, cost_usd, fits), cheapest=best_row(cost_usd, days, fits),
+        fastest=best_row(days, cost_usd, feasible), cheapest=best_row(cost_usd, days, feasible),
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
         warnings=sweep_notes + sorted(with_plans(w, [plans[i] for i in sorted(idx)])
                                       for w, idx in runner.warned.items())

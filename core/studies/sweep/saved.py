@@ -122,6 +122,12 @@ def restore_sweep(doc: Any) -> SweepResult:
         col = {c: np.array([math.nan if r[c] is None else float(r[c]) for r in rows], np.float64)
                for c in _FLOAT_COLUMNS}
         marks = doc["marks"]
+        verdict = (np.array([str(r["memory_verdict"]) for r in rows], "<U12")
+                   if all("memory_verdict" in r for r in rows) else None)
+        # rows saved before fits_in_memory was the verdict's answer said False for a plan too
+        # large to simulate: the verdict, where saved, is the answer
+        fits = (verdict != "does not fit" if verdict is not None
+                else np.array([bool(r["fits_in_memory"]) for r in rows], bool))
         result = SweepResult(
             session=session, space=space, plans=plans, plan_columns=plan_column_arrays(plans),
             num_microbatches=np.array([r["num_microbatches"] for r in rows], np.int64),
@@ -130,7 +136,7 @@ def restore_sweep(doc: Any) -> SweepResult:
             mfu=col["mfu"], hfu=col["hfu"], training_days=col["training_days"],
             gpu_hours=col["gpu_hours"], cost_usd=col["cost_usd"],
             max_memory_per_gpu_bytes=col["max_memory_per_gpu_bytes"],
-            fits_in_memory=np.array([bool(r["fits_in_memory"]) for r in rows], bool),
+            fits_in_memory=fits,
             reason=[str(r["reason"]) for r in rows],
             pareto=np.array([bool(r["on_pareto_front"]) for r in rows], bool),
             fastest=marks["fastest"], cheapest=marks["cheapest"],
@@ -141,8 +147,7 @@ def restore_sweep(doc: Any) -> SweepResult:
             interval_high_s=col["interval_high_s"],
             in_calibration_range=np.array([bool(r["in_calibration_range"]) for r in rows], bool),
             calibration_departures=[str(r.get("calibration_departures") or "") for r in rows],
-            memory_verdict=(np.array([str(r["memory_verdict"]) for r in rows], "<U12")
-                            if all("memory_verdict" in r for r in rows) else None),
+            memory_verdict=verdict,
             memory_capacity_bytes=float(doc.get("memory_capacity_bytes") or math.nan),
             interval_coverage=float(doc["interval_coverage"]),
             interval_note=str(doc["interval_note"]), dimensions=list(doc["dimensions"]))
