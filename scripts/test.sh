@@ -5,9 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet -e '.[test]'
-# torch for the profiling tests: a CPU build from local disk (never a plain `torch`,
-# which would download a multi-GB CUDA build).
-.venv/bin/python -m pip install --quiet torch==2.13.0
+# torch for the profiling tests, unless the venv has torch 2.13.0 already. A plain install
+# takes what pip's indexes offer: a CPU build from local disk on our CI machines, the multi-GB
+# CUDA build from PyPI elsewhere; TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu asks for
+# the CPU build.
+if ! .venv/bin/python -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" \
+        >/dev/null 2>&1; then
+    .venv/bin/python -m pip install --quiet torch==2.13.0 ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
+fi
 # The Xvfb smoke test (tests/gui/test_gui_xvfb_smoke.py) needs Xvfb and the XCB libraries of
 # Qt's xcb platform; it skips, saying why, without them. CI runs as root on Debian or Ubuntu
 # and installs them here; a developer's machine is left alone.
