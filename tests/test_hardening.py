@@ -172,6 +172,21 @@ def test_files_above_their_size_bound_are_refused_before_reading(tmp_path, monke
         load_any(path)
 
 
+def test_a_subnormal_number_is_refused_by_every_float_field(tmp_path):
+    """A subnormal float (0 < |x| < 2.2e-308) is refused by name in a field whose bounds would
+    take it (the planner's margin allows 0 to 0.9: 1e-320 printed "margin 9.99989e-319 %");
+    0 itself stays valid."""
+    f = {x.name: x for x in dataclasses.fields(ClusterConfig)}["memory_reserve_fraction"]
+    assert check_value("memory_reserve_fraction", f, 1e-320) == (
+        "memory_reserve_fraction=1e-320 is a subnormal number (under 2.2e-308 in magnitude): "
+        "give 0 or a normal number")
+    assert check_value("memory_reserve_fraction", f, 0.0) is None
+    assert check_value("memory_reserve_fraction", f, 0.05) is None
+    assert_one_line_error(cli("simulate", str(ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json"), "--set",
+                              "cluster.memory_reserve_fraction=1e-320"),
+                          "cluster.memory_reserve_fraction", "subnormal")
+
+
 @pytest.mark.parametrize("text,needle", [
     ('{"a": [1, NaN]}', "a[1]: NaN must be a finite number"),
     ('{"cost": {"training_tokens": 1e400}}', "cost.training_tokens: Infinity must be a finite number"),

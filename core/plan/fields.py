@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -206,6 +207,11 @@ def check_value(name: str, f: dataclasses.Field, value: Any) -> str | None:
             return f"{name}={shown} must be {'an integer' if integer else 'a number'}"
         if isinstance(value, float) and not math.isfinite(value):
             return f"{name}={shown} must be a finite number"
+        if isinstance(value, float) and 0.0 < abs(value) < sys.float_info.min:
+            # a subnormal float: no field means one (a margin of 1e-320 printed as
+            # "9.99989e-319 %"), and rates that small make times infinite
+            return (f"{name}={shown} is a subnormal number (under 2.2e-308 in magnitude): "
+                    "give 0 or a normal number")
         choices = meta.get("choices")
         if choices and value not in choices:
             return f"{name}={shown} is not one of {', '.join(map(str, choices))}"
