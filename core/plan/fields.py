@@ -207,11 +207,6 @@ def check_value(name: str, f: dataclasses.Field, value: Any) -> str | None:
             return f"{name}={shown} must be {'an integer' if integer else 'a number'}"
         if isinstance(value, float) and not math.isfinite(value):
             return f"{name}={shown} must be a finite number"
-        if isinstance(value, float) and 0.0 < abs(value) < sys.float_info.min:
-            # a subnormal float: no field means one (a margin of 1e-320 printed as
-            # "9.99989e-319 %"), and rates that small make times infinite
-            return (f"{name}={shown} is a subnormal number (under 2.2e-308 in magnitude): "
-                    "give 0 or a normal number")
         choices = meta.get("choices")
         if choices and value not in choices:
             return f"{name}={shown} is not one of {', '.join(map(str, choices))}"
@@ -224,7 +219,7 @@ def check_value(name: str, f: dataclasses.Field, value: Any) -> str | None:
             if isinstance(value, int) and not -MAX_INTEGER <= value <= MAX_INTEGER:
                 return (f"{name}={shown} is beyond any bound of a field (integers are at most "
                         f"2^63 - 1 in magnitude)")
-            return None
+            return _subnormal(name, shown, value)
         if value < bound.lo:
             if integer and bound.lo == 1:
                 return f"{name}={shown} must be a positive integer"
@@ -233,7 +228,17 @@ def check_value(name: str, f: dataclasses.Field, value: Any) -> str | None:
             return f"{name}={shown} must be at least {_num_text(bound.lo)} ({bound.why})"
         if value > bound.hi:
             return f"{name}={shown} must be at most {_num_text(bound.hi)} ({bound.why})"
-        return None
+        return _subnormal(name, shown, value)
+    return None
+
+
+def _subnormal(name: str, shown: str, value: Any) -> str | None:
+    """The error of a subnormal float (0 < |x| < 2.2e-308) that a field's bounds let through
+    (those with 0 inside them): no field means one (a margin of 1e-320 was printed as
+    "9.99989e-319 %")."""
+    if isinstance(value, float) and 0.0 < abs(value) < sys.float_info.min:
+        return (f"{name}={shown} is a subnormal number (under 2.2e-308 in magnitude): "
+                "give 0 or a normal number")
     return None
 
 
