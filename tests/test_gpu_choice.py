@@ -209,3 +209,28 @@ def test_overhead_lower_bound_is_below_every_checkpoint_interval():
         assert bound <= per_work.min() * (1 + 1e-12)
         assert bound - 1 >= 0.5 * (per_work.min() - 1)  # most of the least overhead
     assert overhead_lower_bound(60.0, math.inf, 600.0) == 1.0
+
+
+def test_no_point_says_why_none_fits_or_none_finishes(tmp_path, capsys):
+    """Without a point the GPU choice says why (here: no plan fits in memory on any kind, a
+    64-layer 16k-hidden model on at most 8 GPUs), not "no plan fits" whatever the cause; with
+    points, none is given and each carries its sweep row's memory verdict."""
+    big = dataclasses.replace(TINY, name="big", num_layers=64, hidden_size=16384,
+                              num_attention_heads=128, seq_length=2048, vocab_size=50000)
+    session = dataclasses.replace(tiny_session(), model=big)
+    choice = choose_gpus(session, PriceSheet(SHEET))
+    assert choice.num_points == 0 and choice.best_by_days is None
+    assert not any(res.fits_in_memory.any() for res in choice.sweeps)
+    assert choice.no_point_reason() == "no plan fits in memory on any GPU kind"
+    cfg = tmp_path / "big.json"
+    save_session(session, cfg)
+    sheet = tmp_path / "p.csv"
+    sheet.write_text(HEADER + "A100-SXM4-80GB,0.3,8,,test,2026-01-01\n")
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "best by fewest days: none (no plan fits in memory on any GPU kind)" in out
+    fine = choose_gpus(tiny_session(), PriceSheet(SHEET))
+    assert fine.no_point_reason() == ""
+    for k in range(fine.num_points):
+        res = fine.sweeps[int(fine.row[k])]
+        assert fine.point(k)["memory_verdict"] == res.memory_verdict[int(fine.index[k])]

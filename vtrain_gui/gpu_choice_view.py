@@ -236,7 +236,7 @@ class GpuChoicePanel(QtWidgets.QWidget):
                 parts.append(f"{name}: {format_count(p['num_gpus'])} {p['gpu']}, "
                              f"{format_count(p['expected_days'], 1)} days, "
                              f"{format_usd_short(p['expected_cost_usd'])}")
-        text = "; ".join(parts) or "no plan fits on any GPU kind"
+        text = "; ".join(parts) or choice.no_point_reason()
         if choice.undecided:
             text += f" ({format_count(choice.undecided)} pruned plans undecided)"
         return text

@@ -140,16 +140,20 @@ def print_choice(choice, console: Any) -> None:
         t.add_column(col, justify=just, no_wrap=col != "plan")
     for k in choice.front.tolist():
         p = choice.point(k)
-        t.add_row(esc(p["gpu"]), f"{p['num_gpus']:,}", esc(p["plan"]),
+        tight = "~" if p["memory_verdict"] == "tight" else ""
+        t.add_row(esc(p["gpu"]), f"{p['num_gpus']:,}{tight}", esc(p["plan"]),
                   _days(p["expected_days"]) + _band(p["expected_days_low"],
                                                     p["expected_days_high"], _days),
                   _money(p["expected_cost_usd"]) + _band(p["expected_cost_usd_low"],
                                                          p["expected_cost_usd_high"], _money),
                   f"{p['goodput']:.1%}", f"{p['mfu']:.1%}")
     console.print(t)
+    if any(choice.point(k)["memory_verdict"] == "tight" for k in choice.front.tolist()):
+        console.print("[dim]~ after the GPUs: tight, within the planner's memory margin "
+                      "(cluster.memory_reserve_fraction)[/]")
     for name, k in (("fewest days", choice.best_by_days), ("fewest dollars", choice.best_by_dollars)):
         if k is None:
-            console.print(f"best by {name}: no plan fits")
+            console.print(esc(f"best by {name}: none ({choice.no_point_reason()})"))
             continue
         p = choice.point(k)
         console.print(esc(

@@ -56,7 +56,8 @@ __all__ = ["GpuChoice", "choose_gpus", "combine", "row_session", "expected_figur
 POINT_KEYS = ("gpu", "row", "num_gpus", "plan", "iteration_time_s", "mfu", "goodput",
               "expected_days", "expected_days_low", "expected_days_high", "days_p10", "days_p90",
               "expected_cost_usd", "expected_cost_usd_low", "expected_cost_usd_high",
-              "training_days_without_failures", "price_per_gpu_hour_usd", "session_row")
+              "training_days_without_failures", "price_per_gpu_hour_usd", "session_row",
+              "memory_verdict")
 
 
 def row_session(session: Session, row) -> Session:
@@ -172,8 +173,25 @@ class GpuChoice:
             "expected_cost_usd_high": band.get("expected_cost_usd_high"),
             "training_days_without_failures": fin(res.training_days[i]),
             "price_per_gpu_hour_usd": self.sheet.rows[r].price_per_gpu_hour_usd,
-            "session_row": i,
+            "session_row": i, "memory_verdict": str(res.memory_verdict[i]),
         }
+
+    def no_point_reason(self) -> str:
+        """Why there is no point (no plan to pick, :attr:`best_by_days` None): no plan fits
+        in memory on any row; or plans fit but none was simulated (too large to simulate);
+        or every simulated plan that fits never finishes at the failure rate. Empty when
+        there are points."""
+        if self.num_points:
+            return ""
+        fit = sum(int(np.count_nonzero(res.fits_in_memory)) for res in self.sweeps)
+        simulated = sum(int(res.num_feasible) for res in self.sweeps)
+        if not fit:
+            return "no plan fits in memory on any GPU kind"
+        if not simulated:
+            return (f"{fit:,} plans fit in memory but none was simulated (too large to "
+                    "simulate: see each row's sweep)")
+        return (f"every one of the {simulated:,} plans that fit and were simulated never "
+                "finishes at this failure rate (docs/goodput.md)")
 
     def row_front(self, r: int) -> np.ndarray:
         """Points of sheet row ``r``'s own (expected days, expected dollars) front, fastest
