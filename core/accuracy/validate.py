@@ -193,8 +193,10 @@ def row_memory(m: MeasuredRun) -> tuple[float, float] | None:
     if m.session is None:
         return None
     try:
-        capacity = float(session_profile(m.session).memory_bytes)
-        need, _, _ = memory_verdict(stage_memory(m.session), capacity)
+        store = session_profile(m.session)
+        capacity = float(store.memory_bytes)
+        # the store's peaks decide FP8's transposed weight copies, as simulate's do
+        need, _, _ = memory_verdict(stage_memory(m.session, store), capacity)
     except Exception:  # noqa: BLE001 - the simulator names what it cannot model when predicting
         return None
     return float(need), capacity
