@@ -167,10 +167,10 @@ def test_a_need_just_over_the_capacity_never_reads_as_equal_to_it():
     assert gib_texts(cap + 1.0, cap) == (">80.0", "80.0")       # over by less than 0.0005 GiB
     assert gib_texts(cap, cap) == ("80.0", "80.0")
     assert memory_verdict_text(need, cap, 0.1) == "does not fit: 80.001 of 80.000 GiB"
-    _, fits, why = plan_verdict([StageMemory(0, need, 0.0, 0.0, 0.0)], cap, 0.1)
+    _, fits, why = plan_verdict([StageMemory(0, need, 0.0, 0.0, 0.0)], cap)
     assert not fits and why == "does not fit: stage 0 needs 80.001 GiB per GPU, the GPU has 80.000 GiB"
     parts = tuple(np.array([[x]]) for x in (need, 0.0, 0.0, 0.0))
-    assert memory_verdict_rows(parts, cap, 0.1)[2] == [why]
+    assert memory_verdict_rows(parts, cap)[2] == [why]
 
 
 def test_simulate_and_diff_print_a_need_just_over_the_capacity_above_it(capsys, monkeypatch):
