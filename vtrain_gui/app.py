@@ -15,6 +15,9 @@ from pathlib import Path
 from PySide6 import QtCore, QtWidgets
 from PySide6.QtCore import Slot
 
+from core.plan.fields import ConfigError
+from core.util.text import printable
+
 from .desktop_check import check_desktop
 from .save_image import save_pixmap
 
@@ -36,11 +39,13 @@ class _ScreenshotTaker(QtCore.QObject):
     """
 
     def __init__(self, window, out_path: str, app: QtWidgets.QApplication,
-                 explore: bool = False, tab: str | None = None) -> None:
+                 explore: bool = False, tab: str | None = None, source: str | None = None) -> None:
         super().__init__(window)
         self._window = window
         self._out = out_path
         self._app = app
+        self._source = source  # the file opened, named in the message of an invalid session
+        self._invalid: str | None = None  # that message, printed once the picture is written
         self._done = False
         self._explore = explore
         self._tab = tab  # shown before grabbing (not with explore, which shows its own)
@@ -56,9 +61,13 @@ class _ScreenshotTaker(QtCore.QObject):
         self._timeout.start(SCREENSHOT_TIMEOUT_MS)
 
     def start(self) -> None:
-        """Finish at once when nothing will be simulated (the session is invalid)."""
+        """Finish at once when nothing will be simulated (the session is invalid): exit status
+        2 after the picture of the window with the fields marked in red is written."""
         if not self._window.runner.busy:
-            print(f"vtrain gui: not simulated: {self._window.status_text}", file=sys.stderr)
+            errors = self._window.editor.errors()
+            # the text of ``vtrain simulate``'s message: "FILE: field: rule; field: rule"
+            self._invalid = (str(ConfigError(errors, self._source)) if errors
+                             else f"not simulated: {self._window.status_text}")
             self._finish(2)
 
     @Slot(object)
@@ -134,9 +143,16 @@ class _ScreenshotTaker(QtCore.QObject):
         self._app.processEvents()
         try:
             save_pixmap(self._window.grab(), self._out)
+            written = True
         except OSError as exc:
             print(f"vtrain gui: cannot write {self._out}: {exc.strerror or exc}", file=sys.stderr)
             self.exit_code = self.exit_code or 4
+            written = False
+        if self._invalid is not None:  # one line, as the other commands' bad input
+            shown = (f" (not simulated; {self._out} pictures the window with the problems marked)"
+                     if written else " (not simulated)")
+            line = " ".join(self._invalid.split("\n"))  # as ``vtrain``'s errors print
+            print(printable(f"vtrain gui: {line}{shown}"), file=sys.stderr)
         self._window.setWindowModified(False)  # never ask to save when closing for a screenshot
         self._window.close()
         self._app.exit(self.exit_code)
@@ -154,8 +170,11 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
     screenshot
         If given, wait for the first simulation, save a PNG of the window
         (1600x1000) to this path and exit: 0 when the simulation succeeded,
-        1 when it failed, 2 when the session is invalid or cannot be opened, or
-        the profile store it names (``cluster.profile_path``) cannot be read.
+        1 when it failed, 2 when the session cannot be opened or the profile
+        store it names (``cluster.profile_path``) cannot be read (no picture),
+        2 too when the session breaks a rule: the picture then shows the window
+        with the fields marked in red, and stderr has one line naming the file,
+        the fields and the rules, as ``vtrain simulate`` does.
     explore
         With ``screenshot``: after the first simulation, run a sweep of the
         session's sweep settings (defaults: at most the plan's GPUs) in the
@@ -222,7 +241,8 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
         if path and not opened:
             window.close()
             return 2
-        taker = _ScreenshotTaker(window, str(Path(screenshot)), app, explore=explore, tab=tab)
+        taker = _ScreenshotTaker(window, str(Path(screenshot)), app, explore=explore, tab=tab,
+                                 source=str(Path(path)) if path else None)
         taker.start()
         return app.exec()
     return app.exec()
