@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
@@ -21,7 +22,8 @@ from core.util.text import printable
 from .desktop_check import check_desktop
 from .save_image import save_pixmap
 
-__all__ = ["run_gui", "DEFAULT_EXAMPLE", "SCREENSHOT_SIZE"]
+__all__ = ["run_gui", "DEFAULT_EXAMPLE", "SCREENSHOT_SIZE", "OFFSCREEN_NOISE",
+           "offscreen_noise_dropped"]
 
 #: Example opened when no path is given (looked up in ``resources/examples``).
 DEFAULT_EXAMPLE = "mtnlg_530b.json"
@@ -29,6 +31,31 @@ DEFAULT_EXAMPLE = "mtnlg_530b.json"
 SCREENSHOT_SIZE = (1600, 1000)
 #: Give up on a screenshot when the first simulation takes longer than this.
 SCREENSHOT_TIMEOUT_MS = 300_000
+#: The warning Qt's offscreen platform plugin prints each time a window's size limits change
+#: (its QPlatformWindow lacks propagateSizeHints); it says nothing about the picture.
+OFFSCREEN_NOISE = "This plugin does not support propagateSizeHints()"
+
+
+@contextmanager
+def offscreen_noise_dropped():
+    """Drop Qt's :data:`OFFSCREEN_NOISE` message while the block runs; every other Qt message
+    goes where it went before (the handler installed before, or Qt's default output on
+    stderr). The handler before is put back on leaving."""
+    previous = None
+
+    def handler(mode: QtCore.QtMsgType, context: QtCore.QMessageLogContext, message: str) -> None:
+        if message == OFFSCREEN_NOISE:
+            return
+        if previous is not None:
+            previous(mode, context, message)
+        else:  # Qt's default handler, as it writes when none is installed
+            print(QtCore.qFormatLogMessage(mode, context, message), file=sys.stderr, flush=True)
+
+    previous = QtCore.qInstallMessageHandler(handler)
+    try:
+        yield
+    finally:
+        QtCore.qInstallMessageHandler(previous)
 
 
 class _ScreenshotTaker(QtCore.QObject):
@@ -187,12 +214,8 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
         (:class:`vtrain_gui.trace_overlay.TraceOverlay`); with ``screenshot`` the picture
         waits for them.
     """
-    from .main_window import MainWindow
-    from .session_files import examples_dir
-
     if screenshot and path:
         # No one is there to dismiss an error dialog: report on stderr and exit instead.
-        from core.plan.fields import ConfigError
         from core.store.format import ProfileStoreError
         from core.io.session import SessionFileError, load_any
         from core.sim.simulate import session_profile
@@ -217,6 +240,19 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     app.setApplicationName("vTrain")
     app.setOrganizationName("vtrain")
+    if not screenshot:
+        return _show_window(app, path, None, explore, tab, traces)
+    with offscreen_noise_dropped():  # a picture's run prints only what concerns the user
+        return _show_window(app, path, screenshot, explore, tab, traces)
+
+
+def _show_window(app: QtWidgets.QApplication, path: str | None, screenshot: str | None,
+                 explore: bool, tab: str | None, traces: list[str] | None) -> int:
+    """Open the window on ``path`` (the arguments of :func:`run_gui`) and run ``app``;
+    returns the exit status."""
+    from .main_window import MainWindow
+    from .session_files import examples_dir
+
     settings = None
     if screenshot:  # a screenshot run leaves the user's recent files alone
         scratch = tempfile.TemporaryDirectory(prefix="vtrain-gui-")
