@@ -16,6 +16,7 @@ from pathlib import Path
 from PySide6 import QtCore, QtWidgets
 from PySide6.QtCore import Slot
 
+from core.io.session import SessionFileError, load_any
 from core.plan.fields import ConfigError
 from core.util.text import printable
 
@@ -91,11 +92,22 @@ class _ScreenshotTaker(QtCore.QObject):
         """Finish at once when nothing will be simulated (the session is invalid): exit status
         2 after the picture of the window with the fields marked in red is written."""
         if not self._window.runner.busy:
-            errors = self._window.editor.errors()
-            # the text of ``vtrain simulate``'s message: "FILE: field: rule; field: rule"
-            self._invalid = (str(ConfigError(errors, self._source)) if errors
-                             else f"not simulated: {self._window.status_text}")
+            self._invalid = self._problems_text()
             self._finish(2)
+
+    def _problems_text(self) -> str:
+        """``vtrain simulate``'s message about the file opened ("FILE: field: rule; ..."; an
+        authors' config's fields named with its own keys), else the window's problems."""
+        if self._source:
+            try:
+                load_any(Path(self._source))  # as ``simulate`` reads it, the rules checked
+            except ConfigError as exc:
+                return str(exc)
+            except (SessionFileError, OSError):  # (read once already: run_gui's check)
+                pass
+        errors = self._window.editor.errors()
+        return (str(ConfigError(errors, self._source)) if errors
+                else f"not simulated: {self._window.status_text}")
 
     @Slot(object)
     def _on_result_shown(self, result) -> None:
@@ -217,7 +229,6 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
     if screenshot and path:
         # No one is there to dismiss an error dialog: report on stderr and exit instead.
         from core.store.format import ProfileStoreError
-        from core.io.session import SessionFileError, load_any
         from core.sim.simulate import session_profile
         try:
             # the store the session names is input too: a broken one is the user's to fix

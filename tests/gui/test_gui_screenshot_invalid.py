@@ -27,8 +27,19 @@ def test_screenshot_of_an_invalid_session_names_file_and_field(tmp_path, section
     doc[section][field] = value
     session = tmp_path / "bad.json"
     session.write_text(json.dumps(doc))
-    out = tmp_path / "shot.png"
+    _check_same_as_simulate(session, tmp_path / "shot.png", f"{section}.{field}")
 
+
+def test_an_authors_config_is_named_with_its_own_keys(tmp_path):
+    """A vTrain authors'-format config: its keys (``tensor_parallel_size``), as ``simulate``
+    names them, not the session fields the window shows."""
+    from tests.test_bounds_s3 import AUTHORS
+    config = tmp_path / "authors.json"
+    config.write_text(json.dumps({**AUTHORS, "tensor_parallel_size": 3, "num_gpus": 12}))
+    _check_same_as_simulate(config, tmp_path / "shot.png", "tensor_parallel_size")
+
+
+def _check_same_as_simulate(session, out, field: str) -> None:
     proc = _run("gui", str(session), "--screenshot", str(out))
 
     assert proc.returncode == 2, proc.stderr
@@ -39,7 +50,7 @@ def test_screenshot_of_an_invalid_session_names_file_and_field(tmp_path, section
     sim = _run("simulate", str(session))
     assert sim.returncode == 2
     sim_text = sim.stderr.strip().split(": ", 2)[2]
-    assert sim_text.startswith(f"{session}: {section}.{field}: ")
+    assert sim_text.startswith(f"{session}: {field}: ")
     assert sim_text in lines[0]
     # the picture of the window showing the problems is written, and the line names it
     assert str(out) in lines[0]
