@@ -10,15 +10,21 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 from PySide6.QtCore import Slot
 
+from core.io.session import SessionFileError, load_any
+from core.plan.fields import ConfigError
+from core.util.text import printable
+
 from .desktop_check import check_desktop
 from .save_image import save_pixmap
 
-__all__ = ["run_gui", "DEFAULT_EXAMPLE", "SCREENSHOT_SIZE"]
+__all__ = ["run_gui", "DEFAULT_EXAMPLE", "SCREENSHOT_SIZE", "OFFSCREEN_NOISE",
+           "offscreen_noise_dropped"]
 
 #: Example opened when no path is given (looked up in ``resources/examples``).
 DEFAULT_EXAMPLE = "mtnlg_530b.json"
@@ -26,6 +32,31 @@ DEFAULT_EXAMPLE = "mtnlg_530b.json"
 SCREENSHOT_SIZE = (1600, 1000)
 #: Give up on a screenshot when the first simulation takes longer than this.
 SCREENSHOT_TIMEOUT_MS = 300_000
+#: The warning Qt's offscreen platform plugin prints each time a window's size limits change
+#: (its QPlatformWindow lacks propagateSizeHints); it says nothing about the picture.
+OFFSCREEN_NOISE = "This plugin does not support propagateSizeHints()"
+
+
+@contextmanager
+def offscreen_noise_dropped():
+    """Drop Qt's :data:`OFFSCREEN_NOISE` message while the block runs; every other Qt message
+    goes where it went before (the handler installed before, or Qt's default output on
+    stderr). The handler before is put back on leaving."""
+    previous = None
+
+    def handler(mode: QtCore.QtMsgType, context: QtCore.QMessageLogContext, message: str) -> None:
+        if message == OFFSCREEN_NOISE:
+            return
+        if previous is not None:
+            previous(mode, context, message)
+        else:  # Qt's default handler, as it writes when none is installed
+            print(QtCore.qFormatLogMessage(mode, context, message), file=sys.stderr, flush=True)
+
+    previous = QtCore.qInstallMessageHandler(handler)
+    try:
+        yield
+    finally:
+        QtCore.qInstallMessageHandler(previous)
 
 
 class _ScreenshotTaker(QtCore.QObject):
@@ -36,11 +67,13 @@ class _ScreenshotTaker(QtCore.QObject):
     """
 
     def __init__(self, window, out_path: str, app: QtWidgets.QApplication,
-                 explore: bool = False, tab: str | None = None) -> None:
+                 explore: bool = False, tab: str | None = None, source: str | None = None) -> None:
         super().__init__(window)
         self._window = window
         self._out = out_path
         self._app = app
+        self._source = source  # the file opened, named in the message of an invalid session
+        self._invalid: str | None = None  # that message, printed once the picture is written
         self._done = False
         self._explore = explore
         self._tab = tab  # shown before grabbing (not with explore, which shows its own)
@@ -56,10 +89,25 @@ class _ScreenshotTaker(QtCore.QObject):
         self._timeout.start(SCREENSHOT_TIMEOUT_MS)
 
     def start(self) -> None:
-        """Finish at once when nothing will be simulated (the session is invalid)."""
+        """Finish at once when nothing will be simulated (the session is invalid): exit status
+        2 after the picture of the window with the fields marked in red is written."""
         if not self._window.runner.busy:
-            print(f"vtrain gui: not simulated: {self._window.status_text}", file=sys.stderr)
+            self._invalid = self._problems_text()
             self._finish(2)
+
+    def _problems_text(self) -> str:
+        """``vtrain simulate``'s message about the file opened ("FILE: field: rule; ..."; an
+        authors' config's fields named with its own keys), else the window's problems."""
+        if self._source:
+            try:
+                load_any(Path(self._source))  # as ``simulate`` reads it, the rules checked
+            except ConfigError as exc:
+                return str(exc)
+            except (SessionFileError, OSError):  # (read once already: run_gui's check)
+                pass
+        errors = self._window.editor.errors()
+        return (str(ConfigError(errors, self._source)) if errors
+                else f"not simulated: {self._window.status_text}")
 
     @Slot(object)
     def _on_result_shown(self, result) -> None:
@@ -134,9 +182,16 @@ class _ScreenshotTaker(QtCore.QObject):
         self._app.processEvents()
         try:
             save_pixmap(self._window.grab(), self._out)
+            written = True
         except OSError as exc:
             print(f"vtrain gui: cannot write {self._out}: {exc.strerror or exc}", file=sys.stderr)
             self.exit_code = self.exit_code or 4
+            written = False
+        if self._invalid is not None:  # one line, as the other commands' bad input
+            shown = (f" (not simulated; {self._out} pictures the window with the problems marked)"
+                     if written else " (not simulated)")
+            line = " ".join(self._invalid.split("\n"))  # as ``vtrain``'s errors print
+            print(printable(f"vtrain gui: {line}{shown}"), file=sys.stderr)
         self._window.setWindowModified(False)  # never ask to save when closing for a screenshot
         self._window.close()
         self._app.exit(self.exit_code)
@@ -154,8 +209,11 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
     screenshot
         If given, wait for the first simulation, save a PNG of the window
         (1600x1000) to this path and exit: 0 when the simulation succeeded,
-        1 when it failed, 2 when the session is invalid or cannot be opened, or
-        the profile store it names (``cluster.profile_path``) cannot be read.
+        1 when it failed, 2 when the session cannot be opened or the profile
+        store it names (``cluster.profile_path``) cannot be read (no picture),
+        2 too when the session breaks a rule: the picture then shows the window
+        with the fields marked in red, and stderr has one line naming the file,
+        the fields and the rules, as ``vtrain simulate`` does.
     explore
         With ``screenshot``: after the first simulation, run a sweep of the
         session's sweep settings (defaults: at most the plan's GPUs) in the
@@ -168,14 +226,9 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
         (:class:`vtrain_gui.trace_overlay.TraceOverlay`); with ``screenshot`` the picture
         waits for them.
     """
-    from .main_window import MainWindow
-    from .session_files import examples_dir
-
     if screenshot and path:
         # No one is there to dismiss an error dialog: report on stderr and exit instead.
-        from core.plan.fields import ConfigError
         from core.store.format import ProfileStoreError
-        from core.io.session import SessionFileError, load_any
         from core.sim.simulate import session_profile
         try:
             # the store the session names is input too: a broken one is the user's to fix
@@ -198,6 +251,19 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     app.setApplicationName("vTrain")
     app.setOrganizationName("vtrain")
+    if not screenshot:
+        return _show_window(app, path, None, explore, tab, traces)
+    with offscreen_noise_dropped():  # a picture's run prints only what concerns the user
+        return _show_window(app, path, screenshot, explore, tab, traces)
+
+
+def _show_window(app: QtWidgets.QApplication, path: str | None, screenshot: str | None,
+                 explore: bool, tab: str | None, traces: list[str] | None) -> int:
+    """Open the window on ``path`` (the arguments of :func:`run_gui`) and run ``app``;
+    returns the exit status."""
+    from .main_window import MainWindow
+    from .session_files import examples_dir
+
     settings = None
     if screenshot:  # a screenshot run leaves the user's recent files alone
         scratch = tempfile.TemporaryDirectory(prefix="vtrain-gui-")
@@ -222,7 +288,8 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
         if path and not opened:
             window.close()
             return 2
-        taker = _ScreenshotTaker(window, str(Path(screenshot)), app, explore=explore, tab=tab)
+        taker = _ScreenshotTaker(window, str(Path(screenshot)), app, explore=explore, tab=tab,
+                                 source=str(Path(path)) if path else None)
         taker.start()
         return app.exec()
     return app.exec()

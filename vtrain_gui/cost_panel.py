@@ -42,7 +42,7 @@ _RUN_FIGURES = ("iteration_time", "tokens_per_s", "mfu", "hfu", "training_days",
                 "cost_usd", "run_days")
 _NO_FIT_COLOR = "#C62828"
 #: Figures whose text can be long: shown on one line, cut to fit (:class:`_OneLineLabel`).
-_ONE_LINE = ("band_note", "profile")
+_ONE_LINE = ("band_note", "profile", "num_parameters")
 _CAPACITY_COLOR = "#D62728"
 #: The figures, top to bottom: (key, name); a name of None makes a heading.
 _FIGURE_ROWS = (
@@ -266,7 +266,7 @@ class CostPanel(QtWidgets.QWidget):
         value.setObjectName(key)
         if key == "band_note":
             grid.addWidget(value, r, 0, 1, 2)
-        elif key == "profile":  # the name, then the value in all the width left
+        elif key in _ONE_LINE:  # the name, then the value in all the width left
             row = QtWidgets.QWidget()
             row_layout = QtWidgets.QHBoxLayout(row)
             row_layout.setContentsMargins(0, 0, 0, 0)
@@ -416,7 +416,9 @@ class CostPanel(QtWidgets.QWidget):
         active, with_embedding = (report.num_active_parameters,
                                   report.num_active_parameters_with_embedding)
         moe = with_embedding and with_embedding != report.num_parameters
-        v["num_parameters"].setText(f"{report.num_parameters / 1e9:,.2f} B" + (
+        # a mixture of experts' line is long: cut to the figures' width (the memory chart
+        # keeps its own), whole on hover
+        v["num_parameters"].set_full_text(f"{report.num_parameters / 1e9:,.2f} B" + (
             f" ({active / 1e9:,.2f} B active without the input embedding, "
             f"{with_embedding / 1e9:,.2f} B with it; MFU counts their GEMMs)" if moe else ""))
         v["gpus"].setText(format_count(report.num_gpus))

@@ -178,11 +178,16 @@ class SweepPlot(pg.PlotWidget):
         item.addItem(self._deadline_line, ignoreBounds=True)
 
     def _add_legend(self, item: pg.PlotItem) -> None:
-        """The legend, whose layer samples hide their layer when clicked."""
-        # translucent, so points behind it stay visible (and it can be dragged aside)
-        self._legend = item.addLegend(offset=(-8, 8), labelTextColor="#202020",
-                                      brush=pg.mkBrush(255, 255, 255, 170),
-                                      pen=pg.mkPen("#B0B4BA"))
+        """The legend, right of the plot (over it, it hid the upper-right plans of large
+        sweeps); its layer samples hide their layer when clicked."""
+        self._legend = pg.LegendItem(offset=None, labelTextColor="#202020")
+        fixed = QtWidgets.QSizePolicy.Policy.Fixed  # its entries' size, not the plot's height
+        self._legend.setSizePolicy(fixed, fixed)
+        beside = pg.GraphicsLayout()  # the plot, and the legend in a column of its own
+        self.setCentralItem(beside)  # (takes the plot out of the scene: added back below)
+        beside.addItem(item, 0, 0)
+        beside.addItem(self._legend, 0, 1)
+        beside.layout.setAlignment(self._legend, Qt.AlignmentFlag.AlignTop)
         front_sample = pg.PlotDataItem(pen=pg.mkPen(FRONT_COLOR, width=2), symbol="o", symbolSize=8,
                                        symbolBrush=pg.mkBrush(FRONT_COLOR), symbolPen=pg.mkPen("w"))
         # the legend draws a ScatterPlotItem's symbol; clicking a sample hides its layer

@@ -16,7 +16,11 @@ def add_parser(sub: Any) -> None:
                          description="Open the desktop window on PATH or the shipped example.")
     gui.add_argument("path", metavar="PATH", nargs="?", help="session file or vTrain config")
     gui.add_argument("--screenshot", metavar="OUT.png",
-                     help="simulate, save a picture of the window to OUT.png and exit")
+                     help="simulate, save a picture of the window to OUT.png and exit (0); a "
+                          "session that breaks a rule is not simulated: the picture shows the "
+                          "fields marked in red, one line on stderr names the file, the fields "
+                          "and the rules, and the exit status is 2 (a file that cannot be "
+                          "opened: exit status 2 and no picture)")
     gui.add_argument("--trace", metavar="TRACE.json", nargs="+",
                      help="PyTorch profiler traces of a run of the plan (one file per rank): the "
                           "measured iteration under the simulated one on the Plan tab's timeline, "

@@ -86,3 +86,31 @@ def test_fit_line_shows_a_need_just_over_the_capacity_above_it(qtbot):
         memory_capacity_bytes=cap, max_memory_per_gpu_bytes=need, fits_in_memory=False)
     panel.set_report(report)
     assert panel.fit_text == "Does not fit: 80.001 GiB needed per GPU, 80.000 GiB on the GPU"
+
+
+def test_a_moe_models_parameters_line_leaves_the_memory_chart_its_width(qtbot):
+    """A user's trial: Mixtral's "Model parameters" line (total, active without and with the
+    input embedding) widened the figures and squeezed the memory chart to a third of a dense
+    plan's width. The line is cut to the width the figures have; the whole text on hover."""
+    panel = CostPanel()
+    qtbot.addWidget(panel)
+    panel.resize(950, 450)
+    panel.show()
+    dense = synthetic_report(p=1)
+    moe = dataclasses.replace(dense, num_parameters=46_702_792_704,
+                              num_active_parameters=12_750_000_000,
+                              num_active_parameters_with_embedding=12_890_000_000)
+    widths = {}
+    for name, report in (("dense", dense), ("moe", moe)):
+        panel.set_report(report)
+        _settle()
+        widths[name] = panel.memory_plot.width()
+    assert widths["moe"] == widths["dense"]
+    assert widths["moe"] > 0.35 * panel.width()
+    full = ("46.70 B (12.75 B active without the input embedding, 12.89 B with it; "
+            "MFU counts their GEMMs)")
+    assert panel.value_text("num_parameters") == full
+    label = panel._values["num_parameters"]
+    assert label.toolTip() == full  # cut on screen, whole on hover
+    assert label.text().startswith("46.70 B (12.75 B active") and label.text().endswith("…")
+    assert label.fontMetrics().horizontalAdvance(label.text()) <= label.width()
