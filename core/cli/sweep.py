@@ -631,15 +631,19 @@ def _print_dimensions(result, console: Console) -> None:
     swept = [d for d in result.dimensions if d["swept"]]
     from core.studies.sweep import BEST_BY_FIELDS
     held = [d for d in result.dimensions if not d["swept"] and d["field"] in BEST_BY_FIELDS]
+    def left_out(d: dict) -> str:
+        return "".join(f" [dim]({esc(text(x['value']))} left out: {esc(x['why'])})[/]"
+                       for x in d.get("left_out", ()))
+
     if swept:
         console.print("swept: " + "; ".join(
             f"{esc(plan_field_title(d['field']))} {esc(', '.join(map(text, d['values'])))}"
-            + (f" [dim]({esc(d['stopped'])})[/]" if d.get("stopped") else "")
+            + (f" [dim]({esc(d['stopped'])})[/]" if d.get("stopped") else "") + left_out(d)
             for d in swept))
     if held:
         console.print("held: " + "; ".join(
             f"{esc(plan_field_title(d['field']))} {esc(text(d['values'][0]))} "
-            f"[dim]({esc(d['why'])})[/]" for d in held))
+            f"[dim]({esc(d['why'])})[/]" + left_out(d) for d in held))
     # the precision and TF32 are the session's framework settings, never swept: say which
     pl = result.session.plan
     precision = f"precision {pl.precision}" + (" with TF32 matmuls" if tf32_matmuls(pl) else "")
