@@ -18,7 +18,7 @@ from core.io.session import load_any
 
 __all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_HELP",
            "check_number", "fmt_bytes", "GiB", "verdict_markup", "check_outputs",
-           "session_inputs", "row_progress", "GPU_HELP", "cluster_of_gpu"]
+           "session_inputs", "row_progress", "GPU_HELP", "cluster_of_gpu", "plan_fit_note"]
 
 GiB = 2**30
 
@@ -122,6 +122,28 @@ def _folder_problem(out: str) -> str | None:
     if not os.access(above, os.W_OK | os.X_OK):
         return f"the folder {above} is not writable"
     return None
+
+
+def plan_fit_note(session, path) -> str | None:
+    """The note of an import whose written session (saved at ``path``) has a plan that does not
+    fit in the GPU's memory: the need per GPU of its largest stage, the capacity and the
+    command that finds plans that fit (``vtrain sweep PATH``); None when it fits. The verdict
+    is simulate's (:func:`core.sim.simulate.memory_verdict` of
+    :func:`core.sim.simulate.stage_memory` against the session's profile store's memory), so
+    the import and ``vtrain simulate`` never disagree.
+
+    Raises whatever opening the session's profile store raises (a missing or bad store)."""
+    from core.sim.report import gib_texts
+    from core.sim.simulate import memory_verdict, session_profile, stage_memory
+    store = session_profile(session)
+    capacity = float(store.memory_bytes)
+    need, fits, _ = memory_verdict(stage_memory(session, store), capacity)
+    if fits:
+        return None
+    need_text, cap_text = gib_texts(need, capacity)
+    return (f"plan {session.plan.label()} does not fit: it needs {need_text} GiB per GPU, the "
+            f"{session.cluster.gpu} has {cap_text} GiB; find plans that fit with "
+            f"vtrain sweep {path}")
 
 
 def session_inputs(session) -> list[str]:

@@ -8,7 +8,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from core.cli.common import GPU_HELP, cluster_of_gpu, check_outputs
+from core.cli.common import GPU_HELP, check_outputs, cluster_of_gpu, plan_fit_note
 
 __all__ = ["add_parser", "run"]
 
@@ -85,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
           file=out)
     for name, why in imp.ignored.items():
         print(printable(f"  ignored {name}: {why}"), file=out)
-    for note in imp.notes:
+    notes = list(imp.notes)
+    if args.out:  # the written session's plan, against simulate's memory verdict
+        notes += [n for n in (plan_fit_note(imp.session, args.out),) if n]
+    for note in notes:
         print(printable(f"  note: {note}"), file=out)
     return 0

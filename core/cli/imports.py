@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from core.cli.common import GPU_HELP, cluster_of_gpu, check_outputs
+from core.cli.common import GPU_HELP, check_outputs, cluster_of_gpu, plan_fit_note
 
 __all__ = ["add_parser", "run"]
 
@@ -98,7 +98,7 @@ def _preset(args: argparse.Namespace) -> int:
     from core.plan.rules import check
     from core.plan.session import Session
     from core.io.hf_import import default_plan
-    from core.io.import_result import global_batch_note
+    from core.io.import_result import global_batch_note, seq_length_note
     from core.io.session import save_session
     from core.util.text import printable
     check_outputs([("--out", args.out)], [])
@@ -119,7 +119,13 @@ def _preset(args: argparse.Namespace) -> int:
     print(printable(f"{name}: plan {session.plan.label()} on {session.cluster.gpu}; wrote "
                     f"{args.out} (change the plan with vtrain simulate/sweep --set, or in the "
                     "window)"))
+    if args.seq_length is None:
+        length = seq_length_note(model.seq_length, "the preset's")
+        print(printable(f"  note: {length}"))
     print(printable(f"  note: {global_batch_note(session.plan.global_batch_size)}"))
+    fit = plan_fit_note(session, args.out)
+    if fit:
+        print(printable(f"  note: {fit}"))
     return 0
 
 
