@@ -9,6 +9,8 @@ only; enumeration is :mod:`core.studies.sweep.space`'s.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from core import schedules as pipeline_schedules
@@ -127,6 +129,8 @@ def _value_groups(session: Session, space: SweepSpace, values: dict[str, set] | 
             room = (dict(data_parallel=v, global_batch_size=v)
                     if name == "expert_parallel" and isinstance(v, int) and v > 0 else {})
             probe.plan = probe_plan(session.plan, **{**room, name: v})
+            if name == "recompute" and v != "selective":  # as the sweep's variants set them
+                probe.plan = dataclasses.replace(probe.plan, recompute_modules=None)
             for e in validate(probe):
                 grouped.setdefault((option, e.message), []).append(v)
     return grouped
