@@ -86,3 +86,14 @@ def test_calibrate_out_dir_may_be_made_but_not_under_a_file(tmp_path, capsys):
     with pytest.raises(Exception) as err:
         check_outputs([("--out-dir", blocker / "b")], [], folders=True)
     assert "--out-dir" in str(err.value) and str(blocker) in str(err.value)
+
+
+def test_an_output_under_a_file_is_refused(tmp_path, capsys):
+    """A folder part that is a file (runs as root too, where a read-only folder is writable)."""
+    from core.cli import main
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["simulate", EXAMPLE, "--trace-out", str(blocker / "t.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"--trace-out {blocker / 't.json'}" in err and f"{blocker} is not a folder" in err
+    assert blocker.read_text() == ""
