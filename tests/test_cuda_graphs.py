@@ -131,7 +131,7 @@ def _errors(session) -> dict[str, list]:
 
 
 def test_rules_of_the_fields(qwen):
-    """Invalid: modules without transformer_engine, unknown modules, moe_preprocess without
+    """Invalid: modules with local or full_iteration, unknown modules, moe_preprocess without
     moe_router, an unknown implementation. Not modelled (refused by name): moe, mamba, the whole
     layer of an MoE model, per-layer graphs under full recomputation."""
     s, _, _ = qwen
@@ -142,7 +142,9 @@ def test_rules_of_the_fields(qwen):
     assert not validate(_with(dense, cuda_graph_impl="transformer_engine"))
     assert not validate(_with(s, cuda_graph_impl="transformer_engine", cuda_graph_modules=TE_MOE))
     cases = [  # (plan changes, session, field, rule, a word the message names)
-        (dict(cuda_graph_modules="attn"), s, "plan.cuda_graph_modules", "", "transformer_engine"),
+        (dict(cuda_graph_impl="full_iteration", cuda_graph_modules="attn"), dense,
+         "plan.cuda_graph_modules", "", "full_iteration"),
+        (dict(cuda_graph_modules="attn,bogus"), s, "plan.cuda_graph_modules", "", "bogus"),
         (dict(cuda_graph_impl="local", cuda_graph_modules="attn"), s,
          "plan.cuda_graph_modules", "", "local"),
         (dict(cuda_graph_impl="transformer_engine", cuda_graph_modules="attn,bogus"), s,
@@ -165,6 +167,31 @@ def test_rules_of_the_fields(qwen):
         assert any(e.rule == rule and word in e.message for e in errs), (change, errs)
     # a full-iteration graph captures the recomputation with the rest
     assert not validate(_with(dense, cuda_graph_impl="full_iteration", recompute="full"))
+
+
+def test_modules_without_an_implementation_are_inactive_not_refused(qwen, tmp_path, capsys):
+    """cuda_graph_impl none with modules set: Megatron ignores --cuda-graph-modules without an
+    implementation that uses it, so the modules are inactive (greyed in the editor, kept),
+    not refused; the plan times as eager (tester: `--set plan.cuda_graph_impl=none` was
+    refused until the modules were cleared too)."""
+    from core.cli import main
+    from core.plan.rules import inactive_fields
+    s, store, _ = qwen
+    graphs = _with(s, cuda_graph_impl="transformer_engine", cuda_graph_modules=TE_MOE)
+    off = _with(graphs, cuda_graph_impl="none")
+    assert validate(off) == []
+    assert "plan.cuda_graph_modules" in inactive_fields(off)
+    assert "plan.cuda_graph_modules" not in inactive_fields(graphs)
+    assert captured_ops(off.plan) == frozenset()  # nothing captured
+    assert (simulate(off, store).report.iteration_time_s
+            == simulate(_with(s, cuda_graph_impl="none", cuda_graph_modules=None),
+                        store).report.iteration_time_s)
+    assert "--cuda-graph-modules" not in export_arguments(off)
+    path = tmp_path / "g.json"
+    save_session(_with(load_session("resources/examples/gpt3_1.3b_single_node.json"),
+                       cuda_graph_impl="transformer_engine", cuda_graph_modules="attn"), path)
+    assert main(["simulate", str(path), "--set", "plan.cuda_graph_impl=none", "--json"]) == 0
+    capsys.readouterr()
 
 
 def test_session_round_trip(qwen, tmp_path):

@@ -73,11 +73,13 @@ def test_an_import_whose_input_has_no_batch_notes_the_global_batch_it_wrote():
     default plan's, 8 sequences per replica: t = 4 over the 4 heads, d = 2, B = 16) with the
     field to set the run's. torchtitan without [training] batch keys gets the same note (its
     default local batch 8 times d = 8: B = 64); a file that gives its batch gets none."""
-    from core.io.import_result import global_batch_note
+    from core.io.import_result import global_batch_note, seq_length_note
     hf = session_from_hf_config(HF_TINY)
     assert hf.session.plan.global_batch_size == 16
-    assert hf.notes == [global_batch_note(16)]
-    assert "16 sequences" in hf.notes[0] and "plan.global_batch_size" in hf.notes[0]
+    length = seq_length_note(HF_TINY["max_position_embeddings"],
+                             "the config's max_position_embeddings")  # no --seq-length given
+    assert hf.notes == [length, global_batch_note(16)]
+    assert "16 sequences" in hf.notes[1] and "plan.global_batch_size" in hf.notes[1]
     from core.io.torchtitan_import import load_toml, session_from_torchtitan
     given = load_toml(ROOT / "tests" / "data" / "torchtitan" / "llama3_8b.toml")
     assert session_from_torchtitan(given, num_gpus=8).notes == []  # local_batch_size = 1

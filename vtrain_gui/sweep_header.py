@@ -33,20 +33,28 @@ def dimensions_html(dimensions: list[dict[str, Any]]) -> str:
     ``dimensions``: every swept plan field with its values, and each held field of
     :data:`core.studies.sweep.BEST_BY_FIELDS` with its value and why it is held (as the
     command line prints them; a swept field's ``stopped``, where the micro-batch sizes
-    stopped, too); empty without dimensions."""
+    stopped, and any field's ``left_out`` values with the rule that rules each out, too);
+    empty without dimensions."""
     swept = [d for d in dimensions if d["swept"]]
     held = [d for d in dimensions if not d["swept"] and d["field"] in BEST_BY_FIELDS]
+
+    def left_out(d: dict[str, Any]) -> str:  # the values a rule rules out, with the rule
+        return "".join(f" <span style='color:gray'>({html.escape(_value_text(x['value']))} "
+                       f"left out: {html.escape(x['why'])})</span>"
+                       for x in d.get("left_out", ()))
+
     lines = []
     if swept:
         lines.append("<b>swept</b>: " + "; ".join(
             html.escape(f"{plan_field_title(d['field'])} "
                         f"{', '.join(_value_text(v) for v in d['values'])}")
             + (f" <span style='color:gray'>({html.escape(d['stopped'])})</span>"
-               if d.get("stopped") else "") for d in swept))
+               if d.get("stopped") else "") + left_out(d) for d in swept))
     if held:
         lines.append("<b>held</b>: " + "; ".join(
             html.escape(f"{plan_field_title(d['field'])} {_value_text(d['values'][0])}")
-            + f" <span style='color:gray'>({html.escape(d['why'])})</span>" for d in held))
+            + f" <span style='color:gray'>({html.escape(d['why'])})</span>" + left_out(d)
+            for d in held))
     return "<br>".join(lines)
 
 

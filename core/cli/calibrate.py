@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from core.cli.common import SET_HELP, field_error, refuse_output_is_input, row_progress
+from core.cli.common import SET_HELP, field_error, check_outputs, row_progress
 
 __all__ = ["add_parser", "run"]
 
@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         return run_trace(args)
     _check_measurement_args(args)
     if args.out_dir:
+        check_outputs([("--out-dir", args.out_dir)], [], folders=True)  # before the fit
         if args.profile or args.out:
             raise field_error("--out-dir", "give either --out-dir (shared fit of the GPU kinds) or "
                                            "--profile and --out (one store), not both")
@@ -148,7 +149,7 @@ def _check_one_store_args(args: argparse.Namespace) -> None:
     for name in ("profile", "out"):
         if not getattr(args, name):
             raise field_error(f"--{name}", "required (or --out-dir for the shared fit)")
-    refuse_output_is_input([("--out", args.out)], [*args.csv, args.profile])
+    check_outputs([("--out", args.out)], [*args.csv, args.profile])
 
 
 def _read_files(args: argparse.Namespace):
@@ -430,9 +431,8 @@ def _write_shared(args: argparse.Namespace, result, extra, rows_by_kind, base, c
     stores = shared_stores(result, kinds, base, [Path(p).name for p in args.csv], cv, rows_by_kind,
                            cv_by_kind, residuals, params)
     out_dir = Path(args.out_dir)
-    refuse_output_is_input([("--out-dir", out_dir / f"{k}.h5") for k in stores],
-                           args.csv)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)  # checked before the fit; made, no input is in it
+    check_outputs([("--out-dir", out_dir / f"{k}.h5") for k in stores], args.csv)
     names = {kind: f"{file_name_part(kind)}.h5" for kind in stores}  # kinds come from the CSVs
     for kind, store in stores.items():
         store.save(out_dir / names[kind])

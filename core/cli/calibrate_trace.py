@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from core.cli.common import field_error, refuse_output_is_input, session_from_args
+from core.cli.common import field_error, check_outputs, session_from_args
 
 __all__ = ["run_trace"]
 
@@ -51,7 +51,7 @@ def run_trace(args: argparse.Namespace) -> int:
             raise field_error("--store" if name == "profile" else f"--{name}", "required with --trace")
     if args.step is not None and args.step < 0:
         raise field_error("--step", f"{args.step} must be a step number at or above 0")
-    refuse_output_is_input([("--out", args.out)], [*args.trace, args.profile, args.session])
+    check_outputs([("--out", args.out)], [*args.trace, args.profile, args.session])
     table = load_class_table(args.classes)
     trace = read_traces(args.trace)
     step = choose_step(trace, args.step)

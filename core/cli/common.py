@@ -17,8 +17,8 @@ from core.plan.fields import ConfigError, FieldError, check_value
 from core.io.session import load_any
 
 __all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_HELP",
-           "check_number", "fmt_bytes", "GiB", "verdict_markup", "refuse_output_is_input",
-           "session_inputs", "row_progress", "GPU_HELP", "cluster_of_gpu"]
+           "check_number", "fmt_bytes", "GiB", "verdict_markup", "check_outputs",
+           "session_inputs", "row_progress", "GPU_HELP", "cluster_of_gpu", "plan_fit_note"]
 
 GiB = 2**30
 
@@ -55,22 +55,33 @@ def cluster_of_gpu(text: str, base=None):
                                gpus_per_node=GPU_NVLINK_DOMAIN[gpu])
 
 
-def refuse_output_is_input(outputs, inputs) -> None:
-    """Refuse, before anything is read or written, an output file that is one of the inputs
-    (or two outputs that are one file).
+def check_outputs(outputs, inputs, folders: bool = False) -> None:
+    """Refuse, before anything is read, computed or written, an output path the command could
+    not write at the end: every output option of every command calls this first, so no work
+    is lost to a typo in a path.
 
     ``outputs`` are ``(option, path)`` pairs (``("--out", "train.sh")``), ``inputs`` paths;
-    a None or empty path is left out. Files are compared with :func:`core.util.atomic.same_file`:
-    through symbolic links and hard links.
+    a None or empty path is left out. An output is refused when
+
+    - it is an existing folder (a file is written there), or its folder does not exist, is
+      not a folder or is not writable; with ``folders`` (``--out-dir``, made with its
+      parents) the path is a folder to make: refused when it is an existing file or the
+      nearest existing folder above it is not writable;
+    - it is one of the inputs, or two outputs are one file (compared with
+      :func:`core.util.atomic.same_file`: through symbolic and hard links).
 
     Raises
     ------
     ConfigError
-        Named ``OPTION PATH``, naming the input it would replace (exit status 2).
+        Named ``OPTION PATH``, with the rule it breaks (exit status 2).
     """
     from core.util.atomic import same_file
     outs = [(option, str(path)) for option, path in outputs if path]
     ins = [str(path) for path in inputs if path]
+    for option, out in outs:
+        msg = _folder_problem(out) if folders else _file_problem(out)
+        if msg:
+            raise field_error(f"{option} {out}", msg)
     for i, (option, out) in enumerate(outs):
         for inp in ins:
             if same_file(out, inp):
@@ -80,6 +91,59 @@ def refuse_output_is_input(outputs, inputs) -> None:
             if same_file(out, path):
                 raise field_error(f"{option} {out}", f"is also the output of {other} {path}: "
                                                      "give two files")
+
+
+def _file_problem(out: str) -> str | None:
+    """Why the file ``out`` cannot be written (its folder missing or read-only, or ``out`` a
+    folder), or None."""
+    path = os.path.abspath(os.path.expanduser(out))
+    if os.path.isdir(path):
+        return "is a folder: give a file name"
+    folder = os.path.dirname(path)
+    if not os.path.exists(folder):
+        return f"the folder {folder} does not exist"
+    if not os.path.isdir(folder):
+        return f"{folder} is not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {folder} is not writable"
+    return None
+
+
+def _folder_problem(out: str) -> str | None:
+    """Why the folder ``out`` (made with its parents) cannot be made or written, or None."""
+    path = os.path.abspath(os.path.expanduser(out))
+    if os.path.exists(path) and not os.path.isdir(path):
+        return "is a file: give a folder"
+    above = path
+    while not os.path.exists(above):
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        return f"{above} is a file, not a folder: the folder cannot be made"
+    if not os.access(above, os.W_OK | os.X_OK):
+        return f"the folder {above} is not writable"
+    return None
+
+
+def plan_fit_note(session, path) -> str | None:
+    """The note of an import whose written session (saved at ``path``) has a plan that does not
+    fit in the GPU's memory: the need per GPU of its largest stage, the capacity and the
+    command that finds plans that fit (``vtrain sweep PATH``); None when it fits. The verdict
+    is simulate's (:func:`core.sim.simulate.memory_verdict` of
+    :func:`core.sim.simulate.stage_memory` against the session's profile store's memory), so
+    the import and ``vtrain simulate`` never disagree.
+
+    Raises whatever opening the session's profile store raises (a missing or bad store)."""
+    from core.sim.report import gib_texts
+    from core.sim.simulate import memory_verdict, session_profile, stage_memory
+    store = session_profile(session)
+    capacity = float(store.memory_bytes)
+    need, fits, _ = memory_verdict(stage_memory(session, store), capacity)
+    if fits:
+        return None
+    need_text, cap_text = gib_texts(need, capacity)
+    return (f"plan {session.plan.label()} does not fit: it needs {need_text} GiB per GPU, the "
+            f"{session.cluster.gpu} has {cap_text} GiB; find plans that fit with "
+            f"vtrain sweep {path}")
 
 
 def session_inputs(session) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from core.cli.common import field_error, refuse_output_is_input
+from core.cli.common import field_error, check_outputs
 
 __all__ = ["add_parser", "run"]
 
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.into and not args.out:
         raise field_error("--into", "needs --out NEW.sh (the script is never rewritten in place)")
-    refuse_output_is_input([("--out", args.out)], [args.session, args.into])
+    check_outputs([("--out", args.out)], [args.session, args.into])
     session = load_any(args.session)
     if args.into:
         return _into(session, args)

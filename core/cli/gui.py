@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from core.cli.common import UsageError, refuse_output_is_input
+from core.cli.common import UsageError, check_outputs
 
 __all__ = ["add_parser", "run"]
 
@@ -34,19 +34,14 @@ def run(args: argparse.Namespace) -> int:
 
     Raises
     ------
+    ConfigError
+        ``--screenshot`` names a file that cannot be written (:func:`core.cli.common.check_outputs`,
+        before the window opens, exit status 2).
     UsageError
-        ``--screenshot`` names a file in a folder that does not exist or cannot be written
-        (checked before the window opens, exit status 2), or the GUI libraries are missing.
+        The GUI libraries are missing.
     """
     if args.screenshot:
-        refuse_output_is_input([("--screenshot", args.screenshot)], [args.path, *(args.trace or [])])
-        import os
-        from pathlib import Path
-        folder = Path(os.path.abspath(os.path.expanduser(args.screenshot))).parent
-        if not folder.is_dir():
-            raise UsageError(f"--screenshot {args.screenshot}: the folder {folder} does not exist")
-        if not os.access(folder, os.W_OK):
-            raise UsageError(f"--screenshot {args.screenshot}: the folder {folder} is not writable")
+        check_outputs([("--screenshot", args.screenshot)], [args.path, *(args.trace or [])])
     try:
         from vtrain_gui.app import run_gui
     except ImportError as exc:

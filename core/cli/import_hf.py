@@ -8,7 +8,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from core.cli.common import GPU_HELP, cluster_of_gpu, refuse_output_is_input
+from core.cli.common import GPU_HELP, check_outputs, cluster_of_gpu, plan_fit_note
 
 __all__ = ["add_parser", "run"]
 
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
                                                "model section)")])
     if args.seq_length is not None and args.seq_length <= 0:
         raise ConfigError([FieldError("--seq-length", f"{args.seq_length} must be a positive integer")])
-    refuse_output_is_input([("--out", args.out)], [args.config])
+    check_outputs([("--out", args.out)], [args.config])
     cluster = None if args.gpu is None else cluster_of_gpu(args.gpu)  # refused before reading
     imp = read_hf_config(args.config, seq_length=args.seq_length)
     if cluster is not None:
@@ -85,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
           file=out)
     for name, why in imp.ignored.items():
         print(printable(f"  ignored {name}: {why}"), file=out)
-    for note in imp.notes:
+    notes = list(imp.notes)
+    if args.out:  # the written session's plan, against simulate's memory verdict
+        notes += [n for n in (plan_fit_note(imp.session, args.out),) if n]
+    for note in notes:
         print(printable(f"  note: {note}"), file=out)
     return 0

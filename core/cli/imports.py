@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from core.cli.common import GPU_HELP, cluster_of_gpu, refuse_output_is_input
+from core.cli.common import GPU_HELP, check_outputs, cluster_of_gpu, plan_fit_note
 
 __all__ = ["add_parser", "run"]
 
@@ -98,9 +98,10 @@ def _preset(args: argparse.Namespace) -> int:
     from core.plan.rules import check
     from core.plan.session import Session
     from core.io.hf_import import default_plan
-    from core.io.import_result import global_batch_note
+    from core.io.import_result import global_batch_note, seq_length_note
     from core.io.session import save_session
     from core.util.text import printable
+    check_outputs([("--out", args.out)], [])
     names = {n.lower(): n for n in MODEL_PRESETS}
     name = names.get(" ".join(args.name.split()).lower())
     if name is None:
@@ -118,7 +119,13 @@ def _preset(args: argparse.Namespace) -> int:
     print(printable(f"{name}: plan {session.plan.label()} on {session.cluster.gpu}; wrote "
                     f"{args.out} (change the plan with vtrain simulate/sweep --set, or in the "
                     "window)"))
+    if args.seq_length is None:
+        length = seq_length_note(model.seq_length, "the preset's")
+        print(printable(f"  note: {length}"))
     print(printable(f"  note: {global_batch_note(session.plan.global_batch_size)}"))
+    fit = plan_fit_note(session, args.out)
+    if fit:
+        print(printable(f"  note: {fit}"))
     return 0
 
 
@@ -139,7 +146,7 @@ def _megatron(args: argparse.Namespace) -> int:
         gpu = gpu_kind(args.gpu)
         if gpu not in GPU_KINDS:
             raise MegatronArgsError(f"--gpu {args.gpu!r}: known kinds are {', '.join(GPU_KINDS)}")
-    refuse_output_is_input([("--out", args.out)], [args.file])
+    check_outputs([("--out", args.out)], [args.file])
     res = import_checked(args.file, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node,
                          gpu=gpu, allow_unknown=args.allow_unknown, nodes=args.nodes,
                          variables=variables)
@@ -205,7 +212,7 @@ def _torchtitan(args: argparse.Namespace) -> int:
     if args.num_gpus is not None and args.num_gpus < 1:
         raise ConfigError([FieldError("--num-gpus", f"{args.num_gpus} must be a positive "
                                       "integer")])
-    refuse_output_is_input([("--out", args.out)], [args.config])
+    check_outputs([("--out", args.out)], [args.config])
     imp = read_torchtitan_config(args.config, num_gpus=args.num_gpus,
                                  gpu=gpu_kind(args.gpu) if args.gpu else None)
     save_session(imp.session, args.out)

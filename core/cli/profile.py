@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.util.text import printable
 from core.plan.fields import ConfigError
-from core.cli.common import UsageError, list_items, refuse_output_is_input
+from core.cli.common import UsageError, list_items, check_outputs
 
 if TYPE_CHECKING:  # rich is imported by the functions that print (fast ``vtrain --help``)
     from rich.progress import Progress
@@ -85,7 +85,7 @@ def _generate(args: argparse.Namespace) -> int:
     from core.store.gpu_spec import read_gpu_spec, shipped_spec_path
     from core.store.profiles_gen import shipped_gpu_names, store_from_spec
 
-    refuse_output_is_input([("--out", args.out)], [args.spec, args.parameters_from])
+    check_outputs([("--out", args.out)], [args.spec, args.parameters_from])
     if args.spec:
         spec = read_gpu_spec(args.spec)
     else:
@@ -257,7 +257,7 @@ def _progress_bar(console: Console) -> Progress:
 
 
 def _run(args: argparse.Namespace, profiling: Any, console: Console) -> int:
-    refuse_output_is_input([("--out", args.out)], [args.shapes])  # --out is read and extended
+    check_outputs([("--out", args.out)], [args.shapes])  # --out is read and extended
     ok, why = profiling.torch_status()
     if not ok:
         raise profiling.ProfilingUnavailable(why)
@@ -342,6 +342,7 @@ def _progress_updater(bar: Any, task: Any, last: dict) -> Any:
 
 def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> int:
     from rich.table import Table
+    check_outputs([("--out", args.out)], [])  # before the measurement, not after it
     try:
         sizes = ([int(x) for x in list_items("--sizes", args.sizes)]
                  if args.sizes is not None else None)
@@ -383,7 +384,7 @@ def run_import_nccl(args: argparse.Namespace) -> int:
     from core.store.nccl_tests import NcclTestsError, fit_curve, read_nccl_tests
     from core.store.profile_store import ProfileStore
 
-    refuse_output_is_input([("--into", args.into)], args.files)  # --into is read and extended
+    check_outputs([("--into", args.into)], args.files)  # --into is read and extended
     store = ProfileStore.open(args.into)
     imported = []
     for f in args.files:

@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import TYPE_CHECKING, Any
 
-from core.cli.common import (SET_HELP, field_error, fmt_bytes, refuse_output_is_input, session_from_args,
+from core.cli.common import (SET_HELP, field_error, fmt_bytes, check_outputs, session_from_args,
                      session_inputs, verdict_markup)
 
 if TYPE_CHECKING:  # rich is imported when tables are printed (not for --json)
@@ -270,9 +270,9 @@ def run(args: argparse.Namespace) -> int:
     from core.util.inputs import strict_dumps
     from core.sim.simulate import simulate
     outputs = [("--trace-out", args.trace_out)]
-    refuse_output_is_input(outputs, [args.path, args.profile])
+    check_outputs(outputs, [args.path, args.profile])
     session = session_from_args(args)
-    refuse_output_is_input(outputs, session_inputs(session))
+    check_outputs(outputs, session_inputs(session))
     try:
         from core.store.interval import check_coverage
         check_coverage(args.coverage)

@@ -16,7 +16,7 @@ from core.plan.fields import ConfigError, FieldError
 from core.plan.parallel import (MOE_DISPATCHERS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
                                 SWEEP_SCHEDULES)
 from core.plan.rules import check_all_but_the_plan
-from core.cli.common import (SET_HELP, check_number, list_items, refuse_output_is_input, session_from_args,
+from core.cli.common import (SET_HELP, check_number, list_items, check_outputs, session_from_args,
                      session_inputs)
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
@@ -213,13 +213,13 @@ def run(args: argparse.Namespace) -> int:
     check_number("--tokens", args.tokens)
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
     check_number("--deadline-days", args.deadline_days)
-    refuse_output_is_input([("--out", args.out)], [args.path, args.profile])
+    check_outputs([("--out", args.out)], [args.path, args.profile])
     if args.max_work is not None and args.max_work < 1:
         raise ConfigError([FieldError("--max-work", f"{args.max_work} must be a positive number "
                                                     "of pipeline steps")])
     pick = _pick_arg(args.pick, args.out)
     session = session_from_args(args, validate=False)
-    refuse_output_is_input([("--out", args.out)], session_inputs(session))
+    check_outputs([("--out", args.out)], session_inputs(session))
     try:
         check_all_but_the_plan(session)  # the file's own plan is only a starting point
     except ConfigError as exc:  # name the file, in its own terms
@@ -631,15 +631,19 @@ def _print_dimensions(result, console: Console) -> None:
     swept = [d for d in result.dimensions if d["swept"]]
     from core.studies.sweep import BEST_BY_FIELDS
     held = [d for d in result.dimensions if not d["swept"] and d["field"] in BEST_BY_FIELDS]
+    def left_out(d: dict) -> str:
+        return "".join(f" [dim]({esc(text(x['value']))} left out: {esc(x['why'])})[/]"
+                       for x in d.get("left_out", ()))
+
     if swept:
         console.print("swept: " + "; ".join(
             f"{esc(plan_field_title(d['field']))} {esc(', '.join(map(text, d['values'])))}"
-            + (f" [dim]({esc(d['stopped'])})[/]" if d.get("stopped") else "")
+            + (f" [dim]({esc(d['stopped'])})[/]" if d.get("stopped") else "") + left_out(d)
             for d in swept))
     if held:
         console.print("held: " + "; ".join(
             f"{esc(plan_field_title(d['field']))} {esc(text(d['values'][0]))} "
-            f"[dim]({esc(d['why'])})[/]" for d in held))
+            f"[dim]({esc(d['why'])})[/]" + left_out(d) for d in held))
     # the precision and TF32 are the session's framework settings, never swept: say which
     pl = result.session.plan
     precision = f"precision {pl.precision}" + (" with TF32 matmuls" if tf32_matmuls(pl) else "")

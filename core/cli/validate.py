@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.cli.common import field_error, refuse_output_is_input, row_progress
+from core.cli.common import field_error, check_outputs, row_progress
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
     from core.util.console import Console
@@ -113,7 +113,7 @@ def _check_args(args: argparse.Namespace) -> float:
         raise field_error("--kernel-classes", "fits the kernel classes in the shared fit: needs "
                                               "--cross-validate K and no --profile")
     coverage = _check_coverage(args.coverage)
-    refuse_output_is_input([("--out", args.out), ("--plot", args.plot)], [args.csv, args.profile])
+    check_outputs([("--out", args.out), ("--plot", args.plot)], [args.csv, args.profile])
     return coverage
 
 

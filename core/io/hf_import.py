@@ -96,7 +96,7 @@ from typing import Any
 
 from core.io.hf_moe import moe_fields
 from core.io.import_result import (ImportResult, global_batch_note, positive_int, refusal,
-                                   switched_off_or_refuse)
+                                   seq_length_note, switched_off_or_refuse)
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.fields import ConfigError, FieldError
 from core.plan.model_config import ModelConfig, model_from_fields
@@ -490,8 +490,11 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     session.notes = f"Imported from the Hugging Face config {where} ({arch})."
     if check_rules:
         _check_session_rules(session, arch, moe, where)
-    notes = _length_notes(cfg, seq_length, s) + [
-        global_batch_note(session.plan.global_batch_size)]  # a config.json has no batch
+    # the length when the user did not give it: the pre-training one named, or else this one
+    length = [] if seq_length is not None else (
+        _length_notes(cfg, seq_length, s)
+        or [seq_length_note(s, "the config's max_position_embeddings")])
+    notes = length + [global_batch_note(session.plan.global_batch_size)]  # a config.json has no batch
     return HFImport(session, ignored=ignored, notes=notes, architecture=arch)
 
 

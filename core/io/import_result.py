@@ -19,7 +19,7 @@ from typing import Any
 from core.plan.fields import ConfigError, FieldError
 from core.plan.session import Session
 
-__all__ = ["ImportResult", "global_batch_note", "positive_int", "refusal", "switched_off",
+__all__ = ["ImportResult", "global_batch_note", "seq_length_note", "positive_int", "refusal", "switched_off",
            "switched_off_or_refuse"]
 
 
@@ -57,6 +57,17 @@ def global_batch_note(global_batch_size: int) -> str:
     return (f"global batch {global_batch_size:,} sequences: a default, the input does not give "
             "the run's; set it with vtrain simulate/sweep --set plan.global_batch_size=N (e.g. "
             "1024), or in the window")
+
+
+def seq_length_note(seq_length: int, source: str) -> str:
+    """The note of an import that chose the sequence length the session trains at
+    (``model.seq_length``, ``seq_length`` tokens) from ``source`` (``"the config's
+    max_position_embeddings"``, ``"the preset's"``) rather than from the user: the length and how
+    to set another. Memory and the iteration time grow with it, so it is never written
+    silently."""
+    return (f"sequence length {seq_length:,} tokens: {source}; give --seq-length S to import "
+            "another, or set it with vtrain simulate/sweep --set model.seq_length=S, or in the "
+            "window")
 
 
 def refusal(where: str, key: str, message: str) -> ConfigError:

@@ -707,9 +707,11 @@ def cuda_graph_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     """Rules of ``plan.cuda_graph_impl`` and ``plan.cuda_graph_modules`` (Megatron-Core's
     ``--cuda-graph-impl`` and ``--cuda-graph-modules``; :mod:`core.model.cuda_graphs`).
 
-    * Modules need ``transformer_engine`` (Megatron-Core: the per-module scopes are supported
-      only with ``--cuda-graph-impl transformer_engine``; ``local`` captures whole layers,
-      ``full_iteration`` the whole forward-backward); each a name of
+    * Modules are refused with ``local`` or ``full_iteration`` (Megatron-Core: the per-module
+      scopes are supported only with ``--cuda-graph-impl transformer_engine``; ``local``
+      captures whole layers, ``full_iteration`` the whole forward-backward); with ``none``
+      they are inactive (:func:`inactive_fields`: Megatron ignores ``--cuda-graph-modules``
+      without graphs), only their names checked; each a name of
       :data:`~core.plan.parallel.CUDA_GRAPH_MODULES` (``full_iteration`` is the implementation of
       that name), ``moe_preprocess`` only with ``moe_router`` (Megatron-Core: "Must be used
       together with moe_router").
@@ -724,7 +726,7 @@ def cuda_graph_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     name, mname = "plan.cuda_graph_impl", "plan.cuda_graph_modules"
     errs: list[FieldError] = []
     names = parse_cuda_graph_modules(text) if isinstance(text, str) else ()
-    if names and impl != "transformer_engine":
+    if names and impl in ("local", "full_iteration"):
         errs.append(FieldError(mname, f"cuda_graph_modules={text!r} needs cuda_graph_impl="
                                f"'transformer_engine', not {impl!r} (Megatron-Core captures "
                                "modules only with --cuda-graph-impl transformer_engine; local "
@@ -736,6 +738,8 @@ def cuda_graph_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
                 if "full_iteration" in bad else "")
         errs.append(FieldError(mname, f"cuda_graph_modules: {', '.join(bad)} not one of "
                                f"{', '.join(CUDA_GRAPH_MODULES)}{hint}"))
+    if impl in (None, "none"):  # no graphs: the modules are inactive (inactive_fields)
+        return errs
     if "moe_preprocess" in names and "moe_router" not in names:
         errs.append(FieldError(mname, "cuda_graph_modules: moe_preprocess needs moe_router "
                                "(Megatron-Core: moe_preprocess must be used together with "

@@ -96,3 +96,18 @@ def test_window_sweep_prunes_reports_phases_and_names_dimensions(window, qtbot, 
     assert dimensions_html(result.dimensions) in explore.summary_text
     swept = {d["field"] for d in result.dimensions if d["swept"]}
     assert {"sequence_parallel", "zero_stage", "micro_batch_size"} & swept
+
+
+def test_the_header_names_a_value_left_out_with_its_rule():
+    """The Explore tab's swept/held lines say why a default value was left out, as the command
+    line does (dimensions' ``left_out``: full recomputation under per-layer CUDA graphs)."""
+    import html
+
+    why = "cuda_graph_impl='transformer_engine' with full recomputation: not modelled"
+    dims = [{"field": "recompute", "swept": True, "values": ["none", "selective"], "why": "",
+             "left_out": [{"value": "full", "why": why}]},
+            {"field": "tensor_parallel", "swept": False, "values": [1], "why": "given",
+             "left_out": []}]
+    text = dimensions_html(dims)
+    assert "full left out" in text and html.escape(why) in text
+    assert dimensions_html([{**dims[0], "left_out": []}]).count("left out") == 0

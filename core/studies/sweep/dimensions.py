@@ -14,6 +14,7 @@ from typing import Any
 
 from core.plan.parallel import PLAN_FIELDS, ParallelPlan
 from core.plan.session import Session
+from core.studies.sweep.explain import left_out_values
 from core.studies.sweep.space import SweepSpace
 from core.studies.sweep.pace import yield_interpreter
 
@@ -88,7 +89,9 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
     more than one value; ``values``, the values they take (sorted; JSON-able); ``why``, where
     the values come from (the options given, or what the default tries), or why the field
     is held (the session's value, a field the sweep does not choose; or the only value valid
-    or given). The command line prints them, ``--json`` has them as ``dimensions`` and the
+    or given); ``left_out``, the values the space lists that a rule rules out on its own, each
+    with the rule's message (:func:`core.studies.sweep.explain.left_out_values`: full
+    recomputation under per-layer CUDA graphs). The command line prints them, ``--json`` has them as ``dimensions`` and the
     Explore tab can read :attr:`SweepResult.dimensions`."""
     out = []
     distinct = _distinct_values(plans)
@@ -106,5 +109,6 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
             why = f"default: {default}"
         if len(values) == 1 and default is not None:
             why = f"the only valid value; {why}"
-        out.append({"field": name, "swept": len(values) > 1, "values": values, "why": why})
+        out.append({"field": name, "swept": len(values) > 1, "values": values, "why": why,
+                    "left_out": left_out_values(session, space, name, values) if plans else []})
     return out

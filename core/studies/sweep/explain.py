@@ -9,18 +9,21 @@ only; enumeration is :mod:`core.studies.sweep.space`'s.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from core import schedules as pipeline_schedules
 from core.plan.fields import FieldError
 from core.plan.session import Session
 from core.plan.layout import pipeline_split_slots
+from core.plan.parallel import RECOMPUTE_MODES
 from core.plan.rules import probe_plan, validate
 from core.studies.sweep.result import SweepResult
 from core.studies.sweep.space import (SweepSpace, as_list, budget_text, cp_candidates, divisors,
                                       layout_stages, tp_pp_candidates)
 
-__all__ = ["no_plan_errors", "value_errors", "unused_values"]
+__all__ = ["no_plan_errors", "value_errors", "unused_values", "left_out_values"]
 
 
 def _gpu_count_errors(session: Session, space: SweepSpace) -> list[FieldError]:
@@ -92,7 +95,13 @@ _PROBED = (("--tensor-parallel", "tensor_parallel", "tensor_parallel"),
            ("--pipeline-parallel", "pipeline_parallel", "pipeline_parallel"),
            ("--micro-batch-sizes", "micro_batch_sizes", "micro_batch_size"),
            ("--context-parallel", "context_parallel", "context_parallel"),
-           ("--expert-parallel", "expert_parallel", "expert_parallel"))
+           ("--expert-parallel", "expert_parallel", "expert_parallel"),
+           ("--recompute", "recompute", "recompute"))
+
+#: The values a sweep tries when an option of :data:`_PROBED` is not given, where they are a
+#: list (the others' defaults are derived from the session): the values left out of these are
+#: the dimensions' ``left_out`` (:func:`left_out_values`), not "values given".
+_LISTED_DEFAULTS = {"--recompute": frozenset(RECOMPUTE_MODES)}
 
 
 def _value_groups(session: Session, space: SweepSpace, values: dict[str, set] | None = None,
@@ -120,6 +129,8 @@ def _value_groups(session: Session, space: SweepSpace, values: dict[str, set] | 
             room = (dict(data_parallel=v, global_batch_size=v)
                     if name == "expert_parallel" and isinstance(v, int) and v > 0 else {})
             probe.plan = probe_plan(session.plan, **{**room, name: v})
+            if name == "recompute" and v != "selective":  # as the sweep's variants set them
+                probe.plan = dataclasses.replace(probe.plan, recompute_modules=None)
             for e in validate(probe):
                 grouped.setdefault((option, e.message), []).append(v)
     return grouped
@@ -159,6 +170,8 @@ def unused_values(session: Session, space: SweepSpace, result: SweepResult
         given = getattr(space, attr)
         if not given or name not in result.plan_columns:
             continue
+        if frozenset(given) == _LISTED_DEFAULTS.get(option):
+            continue  # the default: left_out_values names what it leaves out
         seen = set(np.asarray(result.plan_columns[name]).tolist())
         missing = {v for v in given if v not in seen}
         if missing:
@@ -176,3 +189,24 @@ def unused_values(session: Session, space: SweepSpace, result: SweepResult
                                   "in no valid plan of this budget (no combination with the "
                                   "other sizes tried passes the configuration rules)"))
     return out
+
+
+def left_out_values(session: Session, space: SweepSpace, field: str, taken) -> list[dict]:
+    """The values ``space`` lists for the plan field ``field`` (one of t, p, b, cp, ep,
+    recompute: :data:`_PROBED`) that no plan takes (``taken``: the values the plans take)
+    and that a rule rules out on its own (:func:`value_errors`: e.g. full recomputation under
+    the session's per-layer CUDA graphs), each ``{"value": v, "why": the rule's message}``;
+    empty for another field. The sweep's dimensions carry them, so a value tried is never
+    dropped without a word."""
+    option = next((o for o, _, name in _PROBED if name == field), None)
+    if option is None:
+        return []
+    given = getattr(space, next(a for o, a, _ in _PROBED if o == option)) or ()
+    missing = [v for v in as_list(given) if v not in set(taken)]
+    if not missing:
+        return []
+    groups = _value_groups(session, space, {option: set(missing)})
+    out = []
+    for (_, message), vs in groups.items():
+        out += [{"value": v, "why": message} for v in vs]
+    return sorted(out, key=lambda d: str(d["value"]))

@@ -1,0 +1,99 @@
+"""Every output path option of every command is checked before the work starts: a file in a
+folder that does not exist (or cannot be written) exits 2 naming the option and the rule,
+and nothing is computed (tester: a 30 s sweep ran, then failed on --out)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+EXAMPLE = "resources/examples/gpt3_1.3b_single_node.json"
+
+
+def _commands(tmp_path):
+    """(option, argv) of each output option, with the output in a missing folder."""
+    missing = tmp_path / "no-such-folder"
+    csv = tmp_path / "runs.csv"
+    csv.write_text("gpu\n")
+    hf = tmp_path / "config.json"
+    hf.write_text("{}")
+    args = tmp_path / "args.txt"
+    args.write_text("--num-layers 2\n")
+    out = lambda name: str(missing / name)  # noqa: E731
+    return [
+        ("--out", ["sweep", EXAMPLE, "--out", out("x.csv")]),
+        ("--trace-out", ["simulate", EXAMPLE, "--trace-out", out("t.json")]),
+        ("--out", ["export", "megatron-args", EXAMPLE, "--out", out("x.sh")]),
+        ("--out", ["import", "hf", str(hf), "--out", out("s.json")]),
+        ("--out", ["import", "preset", "Llama 3 8B", "--out", out("s.json")]),
+        ("--out", ["import", "megatron-args", str(args), "--out", out("s.json")]),
+        ("--out", ["validate", str(csv), "--out", out("p.csv")]),
+        ("--plot", ["validate", str(csv), "--plot", out("p.png")]),
+        ("--out", ["calibrate", str(csv), "--profile", str(csv), "--out", out("c.h5")]),
+        ("--out", ["profile", "generate", "--gpu", "A100-SXM4-80GB", "--out", out("g.h5")]),
+        ("--screenshot", ["gui", "--screenshot", out("a.png")]),
+    ]
+
+
+@pytest.mark.parametrize("index", range(11))
+def test_an_output_in_a_missing_folder_is_refused_naming_the_option(tmp_path, capsys, index):
+    from core.cli import main
+    option, argv = _commands(tmp_path)[index]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    missing = str(tmp_path / "no-such-folder")
+    assert f"{option} {missing}" in err and "does not exist" in err, err
+    assert not (tmp_path / "no-such-folder").exists()
+
+
+def test_the_sweep_is_not_run_when_its_out_cannot_be_written(tmp_path, monkeypatch):
+    import core.studies.sweep as sweep
+
+    def never(*a, **k):
+        raise AssertionError("the sweep ran")
+    monkeypatch.setattr(sweep, "run_sweep", never)
+    from core.cli import main
+    assert main(["sweep", EXAMPLE, "--out", str(tmp_path / "missing" / "x.csv")]) == 2
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_an_output_in_a_read_only_folder_is_refused(tmp_path, capsys):
+    from core.cli import main
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        assert main(["simulate", EXAMPLE, "--trace-out", str(folder / "t.json")]) == 2
+        assert "--trace-out" in capsys.readouterr().err
+    finally:
+        folder.chmod(0o700)
+
+
+def test_an_output_that_is_a_folder_is_refused(tmp_path, capsys):
+    from core.cli import main
+    assert main(["sweep", EXAMPLE, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {tmp_path}" in err and "folder" in err
+
+
+def test_calibrate_out_dir_may_be_made_but_not_under_a_file(tmp_path, capsys):
+    """--out-dir is made (with its parents): refused only when it cannot be, before the fit."""
+    from core.cli.common import check_outputs
+    check_outputs([("--out-dir", tmp_path / "a" / "b")], [], folders=True)  # can be made
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(Exception) as err:
+        check_outputs([("--out-dir", blocker / "b")], [], folders=True)
+    assert "--out-dir" in str(err.value) and str(blocker) in str(err.value)
+
+
+def test_an_output_under_a_file_is_refused(tmp_path, capsys):
+    """A folder part that is a file (runs as root too, where a read-only folder is writable)."""
+    from core.cli import main
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["simulate", EXAMPLE, "--trace-out", str(blocker / "t.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"--trace-out {blocker / 't.json'}" in err and f"{blocker} is not a folder" in err
+    assert blocker.read_text() == ""
