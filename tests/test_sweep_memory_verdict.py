@@ -10,6 +10,8 @@ import json
 import numpy as np
 import pytest
 
+from core.plan.parallel import ParallelPlan
+from core.plan.session import Session
 from core.io.session import load_any
 from core.sim.report import memory_verdict
 from core.studies.sweep import COLUMNS, SweepSpace, run_sweep
@@ -223,3 +225,29 @@ def test_pick_with_every_fitting_plan_too_large_names_the_limit(capsys, tmp_path
     err = capsys.readouterr().err
     assert "too large to simulate" in err and "no plan fits in memory" not in err
     assert not out.exists()
+
+
+def test_graph_tasks_bound_is_above_every_plans_exact_count():
+    """core.sim.simulate.graph_tasks_bound (the sweep's prefilter before the exact count of
+    graph_too_large) is at least graph_size_estimate for plans of every setting that adds
+    tasks: t > 1 with sequence parallelism and TP overlap, full and selective recomputation of
+    every module, per-op checkpointing, context parallelism, interleaving, MoE layers and MTP."""
+    import itertools
+    from core.plan.presets import MODEL_PRESETS
+    from core.sim.simulate import graph_size_estimate, graph_tasks_bound
+    models = [MODEL_PRESETS[n] for n in ("GPT-3 1.3B", "DeepSeek-V3")]
+    settings = [dict(recompute="full"), dict(recompute="none"),
+                dict(recompute="selective", recompute_modules="core_attn,layernorm,mlp,moe_act"),
+                dict(recompute="selective_op")]
+    for model, kw, (t, sp, ov), cp, v in itertools.product(
+            models, settings, [(1, False, False), (2, True, True), (2, False, False)],
+            (1, 2), (None, 2)):
+        plan = dataclasses.replace(
+            ParallelPlan(t, 2, 1, 1, 64, "interleaved" if v else "1f1b", kw["recompute"], "bf16"),
+            sequence_parallel=sp, tp_comm_overlap=ov, context_parallel=cp,
+            virtual_pipeline_stages=v, recompute_modules=kw.get("recompute_modules"))
+        s = Session(model, plan)
+        steps = plan.pipeline_parallel * plan.num_microbatches * (v or 1)
+        bound = graph_tasks_bound(model, [plan.num_microbatches], [steps],
+                                  [plan.pipeline_parallel])[0]
+        assert bound >= graph_size_estimate(s), (model.name, kw, t, sp, ov, cp, v)

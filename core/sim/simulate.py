@@ -44,7 +44,8 @@ from core.util.text import file_name_part
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
            "stage_memory", "fp8_tn", "model_flops_per_iteration", "memory_verdict", "tight_note",
            "session_profile",
-           "graph_size_estimate", "graph_too_large", "MAX_GRAPH_TASKS", "check_finite"]
+           "graph_size_estimate", "graph_too_large", "graph_tasks_bound", "MAX_GRAPH_TASKS",
+           "check_finite"]
 
 #: Most tasks a simulated iteration's graph may have: about 100 bytes and 1.5 us each,
 #: so 10 million tasks take about 1 GB and 15 s (GPT-3 175B at B=1536, t=8, p=16, d=1:
@@ -669,6 +670,26 @@ def _graph_tasks(m, pl) -> int:
     per_microbatch = (m.num_layers * per_layer + moe_extra + mtp_extra + 8
                       + 2 * pl.pipeline_parallel * v)
     return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
+
+
+#: The most tasks one layer adds per micro-batch (:func:`_tasks_per_layer`'s largest value, 55,
+#: plus the 9 of context parallelism), an MoE layer's MLP half the most it adds (20 + 9), an
+#: MTP layer the most it adds beside them (16): :func:`graph_tasks_bound`'s constants.
+_MAX_TASKS_PER_LAYER, _MAX_MOE_EXTRA, _MAX_MTP_EXTRA = 64, 29, 16
+
+
+def graph_tasks_bound(model, num_microbatches: np.ndarray, pipeline_steps: np.ndarray,
+                      pipeline_parallel: np.ndarray) -> np.ndarray:
+    """An upper bound of :func:`graph_size_estimate` for many plans of ``model`` at once
+    (int64 arrays of shape (n,): micro-batches, ``p * m * v`` pipeline steps and ``p``): each
+    layer at its most tasks whatever the plan's settings. A plan under the bound's
+    :data:`MAX_GRAPH_TASKS` needs no exact count (the sweep checks every plan that fits)."""
+    n_moe = model_math.num_moe_layers(model)
+    n_mtp = model_math.mtp_layers(model)
+    per_microbatch = (model.num_layers * _MAX_TASKS_PER_LAYER + n_moe * _MAX_MOE_EXTRA
+                      + n_mtp * (_MAX_TASKS_PER_LAYER + _MAX_MTP_EXTRA + _MAX_MOE_EXTRA) + 8)
+    return (np.asarray(num_microbatches, np.int64) * per_microbatch
+            + 2 * np.asarray(pipeline_steps, np.int64) + 2 * np.asarray(pipeline_parallel, np.int64))
 
 
 def _tasks_per_layer(pl) -> int:

@@ -25,7 +25,8 @@ from core.plan.fields import ConfigError, FieldError
 from core.plan.session import Session
 from core.sim.op_times import num_chunks
 from core.sim.stages import stage_busy_times
-from core.sim.simulate import graph_too_large, memory_verdict_rows
+from core.sim.simulate import (MAX_GRAPH_TASKS, graph_tasks_bound, graph_too_large,
+                               memory_verdict_rows)
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
@@ -110,7 +111,10 @@ def mark_too_large(plans: list[ParallelPlan], fits: np.ndarray, reason: list[str
         reason[i] = (f"too large to simulate: pipeline_parallel*num_microbatches"
                      f"*virtual_pipeline_stages={pl.pipeline_parallel}*{pl.num_microbatches}"
                      f"*{num_chunks(pl)}={int(steps[i]):,} is more than {MAX_PIPELINE_STEPS:,}")
-    for i in np.flatnonzero(~too_large & fits).tolist():
+    # the exact count only where the bound over every setting passes the limit (a few plans)
+    bound = graph_tasks_bound(model, [pl.num_microbatches for pl in plans], steps,
+                              [pl.pipeline_parallel for pl in plans])
+    for i in np.flatnonzero(~too_large & fits & (bound > MAX_GRAPH_TASKS)).tolist():
         why = graph_too_large(model, plans[i])
         if why:
             too_large[i] = True
