@@ -194,7 +194,7 @@ def test_the_sweep_holds_the_sessions_setting_and_times_it(store):
     assert res.plans and all(pl.tf32 is True for pl in res.plans)
     dim = next(x for x in sweep_dimensions(s, space, res.plans) if x["field"] == "tf32")
     assert dim == {"field": "tf32", "swept": False, "values": [True],
-                   "why": "the session's value (the sweep does not choose it)"}
+                   "why": "the session's value (the sweep does not choose it)", "left_out": []}
     off = dataclasses.replace(s, plan=dataclasses.replace(s.plan, tf32=False))
     res_off = run_sweep(off, space, store=store)
     for i, pl in enumerate(res.plans):
