@@ -19,6 +19,24 @@ from core.studies.sweep.saved import restore_sweep, saved_sweep
 from tests.conftest import EXAMPLES
 
 SMALL = EXAMPLES / "gpt3_1.3b_single_node.json"  # GPT-3 1.3B, B=256, 8 GPUs in one node
+
+
+def too_large_session():
+    """GPT-3 1.3B at B = 2**17 on t1 p8 d1 (1F1B, full recomputation): 6 GiB of 80, a graph of
+    28 M tasks, too large to simulate (the tests of such plans share it)."""
+    session = load_any(SMALL)
+    return dataclasses.replace(session, plan=dataclasses.replace(
+        session.plan, global_batch_size=2**17, tensor_parallel=1, pipeline_parallel=8,
+        data_parallel=1, micro_batch_size=1, recompute="full"))
+
+
+def too_large_sweep():
+    """:func:`too_large_session` and its sweep over p in (1, 8) at t = 1, b = 1, 1F1B, full
+    recomputation on 8 GPUs."""
+    session = too_large_session()
+    return session, run_sweep(session, SweepSpace(
+        num_gpus=8, micro_batch_sizes=(1,), schedules=("1f1b",), recompute=("full",),
+        tensor_parallel=(1,), pipeline_parallel=(1, 8)))
 SPACE = SweepSpace(max_gpus=8, micro_batch_sizes=(1, 2, 4), schedules=("1f1b", "gpipe"))
 
 
@@ -166,10 +184,7 @@ def test_no_answer_when_every_plan_that_fits_is_too_large_says_so_not_that_none_
     fastest plan; the reasons (best by value, the compute-optimal study's candidate) name the
     simulator's limit where plans fit, the memory where none does."""
     from core.studies.optimal import OptimalResult, _candidate
-    session = load_any(SMALL)
-    session = dataclasses.replace(session, plan=dataclasses.replace(
-        session.plan, global_batch_size=2**17, tensor_parallel=1, pipeline_parallel=8,
-        data_parallel=1, micro_batch_size=1, recompute="full"))
+    session = too_large_session()
     space = SweepSpace(num_gpus=8, micro_batch_sizes=(1,), schedules=("1f1b", "gpipe"),
                        recompute=("full",), tensor_parallel=(1,), pipeline_parallel=(8,))
     r = run_sweep(session, space)
@@ -192,13 +207,7 @@ def test_saved_row_of_a_plan_too_large_to_simulate_restores_as_fitting():
     """The session's own plan (t1 p8 d1, too large to simulate, 6 GiB of 80) is saved with
     the sweep: its row says it fits, and a row saved before (fits_in_memory False beside the
     verdict "fits") restores as the verdict says."""
-    session = load_any(SMALL)
-    session = dataclasses.replace(session, plan=dataclasses.replace(
-        session.plan, global_batch_size=2**17, tensor_parallel=1, pipeline_parallel=8,
-        data_parallel=1, micro_batch_size=1, recompute="full"))
-    r = run_sweep(session, SweepSpace(num_gpus=8, micro_batch_sizes=(1,), schedules=("1f1b",),
-                                      recompute=("full",), tensor_parallel=(1,),
-                                      pipeline_parallel=(1, 8)))
+    session, r = too_large_sweep()
     doc = json.loads(json.dumps(saved_sweep(r)))
     k = doc["marks"]["config"]
     assert doc["rows"][k]["memory_verdict"] == "fits" and doc["rows"][k]["fits_in_memory"] is True

@@ -583,15 +583,9 @@ def test_a_plan_too_large_to_simulate_is_shown_as_fitting(qtbot):
     """The editor's plan t1 p8 d1 at B = 2**17 fits (6 GiB of 80) but is too large to
     simulate: the summary counts it among the plans that fit, says why it has no figures
     (never "does not fit in memory"), and the "fits in memory only" filter keeps it."""
-    import dataclasses
+    from tests.test_sweep_memory_verdict import too_large_sweep
     from vtrain_gui.explore import ExploreTab
-    s = load_any(SMALL)
-    s = dataclasses.replace(s, plan=dataclasses.replace(
-        s.plan, global_batch_size=2**17, tensor_parallel=1, pipeline_parallel=8,
-        data_parallel=1, micro_batch_size=1, recompute="full"))
-    r = run_sweep(s, SweepSpace(num_gpus=8, micro_batch_sizes=(1,), schedules=("1f1b",),
-                                recompute=("full",), tensor_parallel=(1,),
-                                pipeline_parallel=(1, 8)))
+    s, r = too_large_sweep()
     own = r.index_of(s.plan)
     assert r.memory_verdict[own] == "fits" and not np.isfinite(r.iteration_time_s[own])
     tab = ExploreTab()
