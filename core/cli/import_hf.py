@@ -85,9 +85,8 @@ def run(args: argparse.Namespace) -> int:
           file=out)
     for name, why in imp.ignored.items():
         print(printable(f"  ignored {name}: {why}"), file=out)
-    notes = list(imp.notes)
-    if args.out:  # the written session's plan, against simulate's memory verdict
-        notes += [n for n in (plan_fit_note(imp.session, args.out),) if n]
-    for note in notes:
+    # the written session's plan, against simulate's memory verdict
+    fit = plan_fit_note(imp.session, args.out) if args.out else None
+    for note in [*imp.notes, *([fit] if fit else [])]:
         print(printable(f"  note: {note}"), file=out)
     return 0

@@ -682,8 +682,9 @@ def graph_tasks_bound(model, num_microbatches: np.ndarray, pipeline_steps: np.nd
                       pipeline_parallel: np.ndarray) -> np.ndarray:
     """An upper bound of :func:`graph_size_estimate` for many plans of ``model`` at once
     (int64 arrays of shape (n,): micro-batches, ``p * m * v`` pipeline steps and ``p``): each
-    layer at its most tasks whatever the plan's settings. A plan under the bound's
-    :data:`MAX_GRAPH_TASKS` needs no exact count (the sweep checks every plan that fits)."""
+    layer at its most tasks whatever the plan's settings. A plan whose bound is at most
+    :data:`MAX_GRAPH_TASKS` needs no exact count (:func:`graph_too_large`): the sweep counts
+    exactly only the few plans above it."""
     n_moe = model_math.num_moe_layers(model)
     n_mtp = model_math.mtp_layers(model)
     per_microbatch = (model.num_layers * _MAX_TASKS_PER_LAYER + n_moe * _MAX_MOE_EXTRA

@@ -192,9 +192,10 @@ def unused_values(session: Session, space: SweepSpace, result: SweepResult
 
 
 def left_out_values(session: Session, space: SweepSpace, field: str, taken) -> list[dict]:
-    """The values ``space`` lists for the plan field ``field`` (one of t, p, b, cp, ep,
-    recompute: :data:`_PROBED`) that no plan takes (``taken``: the values the plans take)
-    and that a rule rules out on its own (:func:`value_errors`: e.g. full recomputation under
+    """The default values ``space`` lists for the plan field ``field`` (those of
+    :data:`_LISTED_DEFAULTS`: recompute; values the user gave are :func:`unused_values`')
+    that no plan takes (``taken``: the values the plans take) and that a rule rules out on
+    its own (:func:`value_errors`: e.g. full recomputation under
     the session's per-layer CUDA graphs), each ``{"value": v, "why": the rule's message}``;
     empty for another field. The sweep's dimensions carry them, so a value tried is never
     dropped without a word."""
@@ -202,6 +203,8 @@ def left_out_values(session: Session, space: SweepSpace, field: str, taken) -> l
     if option is None:
         return []
     given = getattr(space, next(a for o, a, _ in _PROBED if o == option)) or ()
+    if frozenset(as_list(given)) != _LISTED_DEFAULTS.get(option):
+        return []  # values the user gave: unused_values names those left out, once
     missing = [v for v in as_list(given) if v not in set(taken)]
     if not missing:
         return []
