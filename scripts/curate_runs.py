@@ -706,8 +706,9 @@ ASSUMPTIONS = {
                                  "softmax offset (softmax_type learnable, one logit per head), "
                                  "timed as FlashAttention without sinks (one more logit per row)",
     "clamped-swiglu": "a 'swiglu (clamped ...)' activation is GPT-OSS's gated MLP (quick-GELU "
-                      "gate, --activation-func-clamp-value 7, --glu-linear-offset 1): the clamp "
-                      "and offset are element-wise in the fused kernel, timed as SwiGLU's",
+                      "gate, --activation-func-clamp-value 7, --glu-linear-offset 1): the gate "
+                      "and offset timed as SwiGLU's fused kernel, the clamp as Megatron-Core's "
+                      "eager chunk, clamps and cat before it",
     "bridge-dsv3-flex-dispatcher": "a DeepSeek-V3 Megatron-Bridge row that names no "
                                    "dispatcher and matches no perf recipe: the flex dispatcher "
                                    "(HybridEP), as Megatron-Bridge 0.6.2's deepseek_v3 base "

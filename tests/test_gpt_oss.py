@@ -16,7 +16,8 @@ import sys
 
 import pytest
 
-from core.model import model_math as mm
+from core.model import kernels, model_math as mm
+from core.model.kernels import op_kernels
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.fields import ConfigError
 from core.plan.parallel import ParallelPlan
@@ -231,17 +232,79 @@ def test_field_rules():
     assert "softmax_type='learnable' is not modelled" in errs["plan.context_parallel"]
 
 
-def test_sinks_clamp_and_offset_time_as_their_plain_kernels():
-    """The named assumption: a layer with sinks takes FlashAttention's time and the clamped,
-    offset gate SwiGLU's (no key column, the same kernels); activations are unchanged too."""
+def _analytic_store() -> ProfileStore:
+    return ProfileStore("round-gpu", {"bf16": 1e15, "fp16": 1e15, "fp32": 5e14}, 80e9, 2e12,
+                        {"method": "analytic"}, {"collective_overhead_s": 1e-5})
+
+
+def test_sinks_and_offset_time_as_their_plain_kernels():
+    """The named assumption: a layer with sinks takes FlashAttention's time and the offset gate
+    SwiGLU's (no key column, the same kernels); activations are unchanged too."""
     m = MODEL_PRESETS["GPT-OSS 120B"]
-    plain = dataclasses.replace(m, softmax_type="vanilla", activation_func_clamp_value=None,
-                                glu_linear_offset=0.0)
-    st = ProfileStore("round-gpu", {"bf16": 1e15, "fp16": 1e15, "fp32": 5e14}, 80e9, 2e12,
-                      {"method": "analytic"}, {"collective_overhead_s": 1e-5})
+    plain = dataclasses.replace(m, softmax_type="vanilla", glu_linear_offset=0.0)
     a, b = _session(m), _session(plain)
-    assert lookup_op_times(a, st).times == lookup_op_times(b, st).times
+    assert lookup_op_times(a, _analytic_store()).times == lookup_op_times(b, _analytic_store()).times
     assert mm.activation_bytes_per_layer(m, a.plan) == mm.activation_bytes_per_layer(plain, b.plan)
+
+
+def _kernel_bytes(op: str, key: dict, prefix: str) -> tuple[float, int]:
+    ks = [k for k in op_kernels(op, key) if k.name.startswith(prefix)]
+    return sum(k.bytes for k in ks), len(ks)
+
+
+def test_clamp_and_expert_bias_kernels_are_megatron_cores_eager_ops():
+    """Megatron-Core 0.16.1 clamps the gated MLP's fc1 output in PyTorch before the fused
+    activation (chunk, two clamps, cat: 4 x the fc1 output's bytes forward, 3.5 x backward) and
+    adds the routed experts' fc2 bias per expert in fp32 (TEGroupedMLP._apply_bias: 6F + 2C
+    forward, 8F + 2C backward, F the fp32 and C the bf16 bytes of the fc2 output)."""
+    m = MODEL_PRESETS["GPT-OSS 120B"]
+    s = _session(m)
+    key = kernels.op_key(m, s.plan)
+    assert key["glc"] == 1 and key["eb"] == 1
+    b, seq, k, fe, h, local = 1, 4096, 4, 2880, 2880, 128 // 8
+    R = b * seq * k                      # the rank's routed rows under balanced routing
+    fc1_out = R * 2 * fe * 2             # bf16 bytes of the experts' fc1 output
+    assert _kernel_bytes("experts_fwd", key, "glu_clamp") == (4 * fc1_out, 3)
+    assert _kernel_bytes("experts_bwd", key, "glu_clamp") == (3.5 * fc1_out, 3)
+    assert _kernel_bytes("experts_act_fwd", key, "glu_clamp") == (4 * fc1_out, 3)
+    F, C = 4 * R * h, 2 * R * h
+    fwd, n_fwd = _kernel_bytes("experts_fwd", key, "expert_bias")
+    bwd, n_bwd = _kernel_bytes("experts_bwd", key, "expert_bias")
+    assert fwd == pytest.approx(6 * F + 2 * C, rel=1e-12) and n_fwd == 2 * local + 2
+    assert bwd == pytest.approx(8 * F + 2 * C, rel=1e-12) and n_bwd == 3 * local + 1
+    # without the clamp and without biases: neither, and the rest of the kernels unchanged
+    plain = dataclasses.replace(m, activation_func_clamp_value=None, add_bias_linear=False)
+    pkey = kernels.op_key(plain, s.plan)
+    assert pkey["glc"] == 0 and pkey["eb"] == 0
+    for op in ("experts_fwd", "experts_bwd"):
+        names = [x.name for x in op_kernels(op, key)
+                 if not x.name.startswith(("glu_clamp", "expert_bias"))]
+        assert names == [x.name for x in op_kernels(op, pkey)]
+    # the dense MLP clamps the same way (mlp_fwd / mlp_bwd), on its b s x 2f/t fc1 output
+    dense_fc1 = b * seq * 2 * m.ffn * 2
+    assert _kernel_bytes("mlp_fwd", key, "glu_clamp") == (4 * dense_fc1, 3)
+    assert _kernel_bytes("mlp_bwd", key, "glu_clamp") == (3.5 * dense_fc1, 3)
+    # an analytic store times the clamped layer longer, by the clamp kernels' time alone
+    st = _analytic_store()
+    t_clamp = lookup_op_times(s, st).times
+    t_plain = lookup_op_times(_session(dataclasses.replace(
+        m, activation_func_clamp_value=None)), st).times
+    assert t_clamp["experts_fwd"] > t_plain["experts_fwd"]
+    assert t_clamp["attention_fwd"] == t_plain["attention_fwd"]
+
+
+def test_clamp_keeps_its_copy_of_the_fc1_output_unless_moe_act_is_recomputed():
+    """The clamps save the fc1 output and the fused activation its clamped copy: 4 f_e bytes
+    more per routed row (bf16); recomputing moe_act keeps only the fc1 output."""
+    from core.model.moe import moe_activation_bytes_per_layer
+    m = MODEL_PRESETS["GPT-OSS 120B"]
+    plain = dataclasses.replace(m, activation_func_clamp_value=None)
+    R = 1 * 4096 * 4
+    for mods, extra in ((("layernorm",), R * 4 * 2880), (("layernorm", "moe_act"), 0)):
+        s = _session(m, recompute="selective", recompute_modules=",".join(mods))
+        sp = _session(plain, recompute="selective", recompute_modules=",".join(mods))
+        assert (moe_activation_bytes_per_layer(m, s.plan, "selective")
+                - moe_activation_bytes_per_layer(plain, sp.plan, "selective")) == extra
 
 
 def test_simulation_runs_with_gpt_oss():

@@ -134,7 +134,8 @@ def selective_op_kernels(base: str, key: Mapping[str, Any], model: ModelConfig |
 def family_key_columns(model: ModelConfig) -> dict[str, Any]:
     """The model's own columns of its op keys: ``h``, ``a`` and the family columns
     (:data:`core.model.keys.FAMILY_KEY_DEFAULTS` but ``cp`` and ``ce``, which the plan sets:
-    ``g`` query groups, ``act`` the timed activation, ``norm``, ``pos``, ``attn``, ``qkn``,
+    ``g`` query groups, ``act`` the timed activation, ``glc`` its clamp, ``norm``, ``pos``,
+    ``attn``, ``qkn``,
     ``kv`` the head size, the MLA columns) and, for a family other than ``dense``, its name
     (:data:`core.model.keys.FAMILY_KEY`) when the family's components add kernels
     (:attr:`core.model.spec.ModelFamily.adds_kernels`; absent for dense models, whose keys
@@ -143,6 +144,8 @@ def family_key_columns(model: ModelConfig) -> dict[str, Any]:
                act=activation_key(model.activation), norm=model.normalization,
                pos=model.position_embedding, attn=model.attention_kernel,
                qkn=int(model.qk_layernorm), h=model.hidden_size, kv=model.head_dim,
+               glc=int(model.activation_func_clamp_value is not None
+                       and is_gated(model.activation)),
                **mla_key(model))
     family = family_of(model)
     if family.adds_kernels:
@@ -179,5 +182,5 @@ def op_key(model: ModelConfig, plan: ParallelPlan) -> dict[str, Any]:
     if m.is_moe:  # the MoE ops' columns (core.model.keys.MOE_KEY)
         key.update(E=m.num_experts, topk=m.moe_top_k, fe=moe_ffn(m), ep=pl.expert_parallel,
                    etp=expert_tensor_parallel(pl), ns=m.num_shared_experts,
-                   imb=float(pl.moe_imbalance_factor))
+                   imb=float(pl.moe_imbalance_factor), eb=int(bool(m.add_bias_linear)))
     return key

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from core.model.fp8 import FP8_WEIGHT_CAST_OP
-from core.model.mlp import ACTIVATION_KINDS
+from core.model.mlp import ACTIVATION_KINDS, GLU_CLAMP_KERNELS
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 
@@ -37,7 +37,7 @@ FAMILY_KEY = "fam"
 FAMILY_KEY_DEFAULTS: dict[str, Any] = {"g": None, "act": "gelu", "norm": "layernorm",
                                        "pos": "learned", "attn": "unfused", "qkn": 0, "kv": None,
                                        "cp": 1, "qlr": 0, "kvlr": 0, "qkd": 0, "qpe": 0, "vd": 0,
-                                       "ce": "unfused"}
+                                       "ce": "unfused", "glc": 0, "eb": 0}
 
 
 def activation_key(activation: str) -> str:
@@ -122,7 +122,7 @@ MOE_OPS = ("router_fwd", "router_bwd", "moe_permute_fwd", "moe_permute_bwd", "ex
 #: MLP's hidden size, ``ep`` expert-parallel size, ``etp`` expert tensor-parallel size,
 #: ``ns`` shared experts, ``imb`` tokens of the busiest rank's experts over the mean.
 MOE_KEY = ("b", "s", "h", "t", "dtype", "act", "norm", "E", "topk", "fe", "ep", "etp", "ns",
-           "imb")
+           "imb", "glc", "eb")
 
 
 #: Key columns of each op (the profile store's op tables use the same names and columns):
@@ -144,8 +144,8 @@ OP_KEYS: dict[str, tuple[str, ...]] = {
                       "cp", *MLA_KEY),
     "attention_bwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "kv",
                       "cp", *MLA_KEY),
-    "mlp_fwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
-    "mlp_bwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm"),
+    "mlp_fwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm", "glc"),
+    "mlp_bwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm", "glc"),
     "embedding_fwd": ("b", "s", "h", "V", "t", "dtype", "pos"),
     "embedding_bwd": ("b", "s", "h", "V", "t", "dtype", "pos"),
     "output_fwd": ("b", "s", "h", "V", "t", "dtype", "norm", "ce"),
@@ -216,7 +216,7 @@ SWA_OPS: dict[str, str] = {"attention_swa_fwd": "attention_fwd",
 #: Derived ops of MoE layers (looked up for MoE models only).
 MOE_DERIVED_OPS = ("router_gate_fwd", "moe_unpermute_core_fwd", "experts_act_fwd")
 _NORMS = ("layernorm", "rmsnorm")
-_ACTS = ("bias_swiglu", "bias_gelu")
+_ACTS = ("bias_swiglu", "bias_gelu", *GLU_CLAMP_KERNELS)
 #: Parts of an op that selective recomputation runs again (Megatron-Core ``--recompute-modules``),
 #: as a test on the base op's kernel names: the input layernorm (``layernorm``), the MLP module
 #: without the norm before and the residual add after (``mlp``), the router without the norm

@@ -62,10 +62,10 @@ def dense_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     (:func:`attention_parameters`).
 
     Gated MLP with a clamp and a linear offset (``activation_func_clamp_value``,
-    ``glu_linear_offset``; GPT-OSS's ``quick_geglu``, ``x sigmoid(1.702 x)`` gate): the clamp
-    and the offset are element-wise operations on values the fused activation kernel has in
-    registers (Megatron-Core's ``weighted_bias_quick_geglu_impl``): the same bytes as
-    ``bias_swiglu``, which times it.
+    ``glu_linear_offset``; GPT-OSS's ``quick_geglu``, ``x sigmoid(1.702 x)`` gate): the offset
+    is element-wise in the fused activation kernel (Megatron-Core's
+    ``weighted_bias_quick_geglu_impl``), the same bytes as ``bias_swiglu``, which times it; the
+    clamp runs eagerly before it (the ``glc`` key column, :func:`core.model.mlp.glu_clamp_kernels`).
 
     FP8 (``dtype="fp8"``, the recipe in ``key["fp8"]``, default tensorwise, and
     ``key["fp8_tn"]``, :func:`fp8_tn_only`, default true): as Megatron-Core with Transformer

@@ -14,8 +14,8 @@ from core.model.base import Kernel, mem
 from core.model.tokens import OpShape
 from core.plan.model_config import ACTIVATIONS, ModelConfig
 
-__all__ = ["Activation", "ACTIVATION_KINDS", "register_activation", "activation_kind", "is_gated",
-           "mlp_parameters", "mlp_kernels"]
+__all__ = ["Activation", "ACTIVATION_KINDS", "GLU_CLAMP_KERNELS", "register_activation",
+           "activation_kind", "glu_clamp_kernels", "is_gated", "mlp_parameters", "mlp_kernels"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,36 @@ def is_gated(activation: str) -> bool:
     return kind is not None and kind.gated
 
 
+#: Names of the kernels that clamp a gated MLP's inputs before its fused activation
+#: (:func:`glu_clamp_kernels`), forward: part of the activation that selective recomputation
+#: of ``moe_act`` runs again.
+GLU_CLAMP_KERNELS = ("glu_clamp", "glu_clamp_cat")
+
+
+def glu_clamp_kernels(op_pass: str, fc1_bytes: float) -> list[Kernel]:
+    """Kernels that clamp a gated MLP's fc1 output before its activation (``glc`` key column:
+    ``model.activation_func_clamp_value`` set, GPT-OSS's 7), for ``fc1_bytes`` bytes of fc1
+    output (rows x ``2 f/t`` x element bytes), ``op_pass`` ``"fwd"`` or ``"bwd"``.
+
+    Megatron-Core runs the clamp eagerly before the fused activation, in PyTorch
+    (``weighted_bias_quick_geglu_impl`` and ``bias_quick_geglu_impl``,
+    ``megatron/core/fusions/fused_bias_geglu.py``, Megatron-Core 0.16.1; what ``TEGroupedMLP``
+    and ``MLP`` call with ``bias_activation_fusion``, which GPT-OSS's Megatron-Bridge provider
+    sets): ``chunk`` into the gate and linear halves (views), ``clamp`` of each half (read and
+    write ``fc1_bytes/2`` each) and ``torch.cat`` back (read and write ``fc1_bytes``): ``4
+    fc1_bytes`` forward. Backward (autograd): each clamp's gradient is a masked copy (read the
+    gradient's half and the saved input's half, write a half: ``1.5 fc1_bytes`` for both) and the
+    chunk's gradient concatenates the halves' gradients (read and write ``fc1_bytes``): ``3.5
+    fc1_bytes``. The cat's own gradient is two views (no kernel). The fused activation after it
+    reads the clamped copy, the same bytes as without the clamp (``bias_swiglu``).
+    """
+    x = float(fc1_bytes)
+    if op_pass == "fwd":
+        return [mem("glu_clamp", x), mem("glu_clamp", x), mem("glu_clamp_cat", 2 * x)]
+    return [mem("glu_clamp_bwd", 0.75 * x), mem("glu_clamp_bwd", 0.75 * x),
+            mem("glu_clamp_cat_bwd", 2 * x)]
+
+
 def mlp_parameters(model: ModelConfig, f: int) -> tuple[float, float]:
     """``(sharded over its tensor-parallel group, replicated)`` parameters of one MLP of hidden
     size ``f`` with the model's activation (fc1 ``h f``, ``2 h f`` gated; fc2 ``f h``; fc1's
@@ -118,7 +148,8 @@ def mlp_parameters(model: ModelConfig, f: int) -> tuple[float, float]:
 def mlp_kernels(op: str, sh: OpShape) -> list[Kernel]:
     """Kernels of one rank's dense MLP op (``mlp_fwd``, ``mlp_bwd``): the residual add of the
     attention, the pre-MLP norm, fc1 (``2f/t`` wide gated: gate and up fused, Megatron-Core), the
-    activation (a gated one reads ``2f`` and writes ``f`` per token), fc2, the residual add (see
+    activation (a gated one reads ``2f`` and writes ``f`` per token; with the ``glc`` key column
+    the clamp before it, :func:`glu_clamp_kernels`), fc2, the residual add (see
     :func:`core.model.layer.dense_op_kernels`)."""
     key, h, t, e, T = sh.key, sh.h, sh.t, sh.e, sh.T
     tok, norm, acc, linear, cast = sh.tok, sh.norm, sh.acc, sh.linear, sh.cast
@@ -126,12 +157,14 @@ def mlp_kernels(op: str, sh: OpShape) -> list[Kernel]:
     gated = is_gated(key.get("act"))
     fc1 = (2 if gated else 1) * f // t  # gate and up projections fused (Megatron-Core)
     inner = T * (f // t) * e
+    clamp = gated and bool(key.get("glc", 0))  # GPT-OSS's clamped gated MLP
     if op == "mlp_fwd":
         return [
             mem("bias_dropout_add", 3.5 * tok),
             mem(norm, 2 * tok),
             *cast("fc1_input", T * h, True),
             linear("fc1", T, fc1, h),                         # (b*s, h) x (h, f/t or 2f/t)
+            *(glu_clamp_kernels("fwd", 2 * inner) if clamp else ()),
             mem("bias_swiglu", 3 * inner) if gated else mem("bias_gelu", 2 * inner),
             *cast("fc2_input", T * (f // t)),
             linear("fc2", T, h, f // t),                      # (b*s, f/t) x (f/t, h)
@@ -142,6 +175,7 @@ def mlp_kernels(op: str, sh: OpShape) -> list[Kernel]:
         *cast("fc2_grad", T * h, True),
         linear("fc2_dgrad", T, f // t, h), linear("fc2_wgrad", f // t, h, T),
         mem("bias_swiglu_bwd", 5 * inner) if gated else mem("bias_gelu_bwd", 3 * inner),
+        *(glu_clamp_kernels("bwd", 2 * inner) if clamp else ()),
         *cast("fc1_grad", T * fc1),
         linear("fc1_dgrad", T, h, fc1), linear("fc1_wgrad", fc1, h, T),
         mem("wgrad_accumulate", acc * (h * fc1 + h * f // t)),

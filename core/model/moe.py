@@ -16,7 +16,7 @@ from core.model.base import DTYPE_BYTES, GRAD_ACCUMULATE_BYTES_PER_PARAM, Kernel
 from core.model.fp8 import linear_kernels
 from core.model.layer import (attention_parameters, dense_activation_bytes_per_layer,
                               dense_forward_flops_per_token)
-from core.model.mlp import is_gated, mlp_parameters
+from core.model.mlp import glu_clamp_kernels, is_gated, mlp_parameters
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan, recompute_modules, tensor_dtype
 
@@ -270,6 +270,8 @@ class _MoeShape:
     fc1: int
     inner: float
     sort: list
+    clamp: bool
+    bias: bool
 
 
 def _moe_shape(key: Mapping[str, Any]) -> _MoeShape:
@@ -295,7 +297,8 @@ def _moe_shape(key: Mapping[str, Any]) -> _MoeShape:
     sort = [mem("moe_sort_chunks", 2 * R * h * e)] if ep > 1 else []
     return _MoeShape(e=e, acc=acc, linear=linear, cast=cast, h=h, t=t, T=T, T_in=T_in, tok=tok,
                      norm=norm, gated=gated, E=E, k=k, fe=fe, etp=etp, ns=ns, R=R, local=local,
-                     M=M, fc1=fc1, inner=inner, sort=sort)
+                     M=M, fc1=fc1, inner=inner, sort=sort,
+                     clamp=gated and bool(key.get("glc", 0)), bias=bool(key.get("eb", 0)))
 
 
 def _moe_routing_kernels(op: str, sh: _MoeShape) -> list[Kernel]:
@@ -328,20 +331,54 @@ def _moe_experts_kernels(op: str, sh: _MoeShape) -> list[Kernel]:
     ``experts_bwd`` (see :func:`moe_op_kernels`)."""
     linear, cast, h, R, M, local = sh.linear, sh.cast, sh.h, sh.R, sh.M, sh.local
     fe, etp, fc1, inner, gated = sh.fe, sh.etp, sh.fc1, sh.inner, sh.gated
+    clamp = glu_clamp_kernels(op[-3:], 2 * inner) if sh.clamp else []
+    bias = expert_bias_kernels(op[-3:], R, h, sh.e, local) if sh.bias else []
     if op == "experts_fwd":
         return [*cast("experts_fc1_input", R * h),
                 linear("experts_fc1", M, fc1, h, local),              # E/ep x (M, h) x (h, fc1)
+                *clamp,
                 mem("bias_swiglu", 3 * inner) if gated else mem("bias_gelu", 2 * inner),
                 *cast("experts_fc2_input", R * (fe // etp)),
-                linear("experts_fc2", M, h, fe // etp, local)]       # E/ep x (M, fe/etp) x (., h)
-    return [*cast("experts_fc2_grad", R * h),
+                linear("experts_fc2", M, h, fe // etp, local),       # E/ep x (M, fe/etp) x (., h)
+                *bias]
+    return [*bias,
+            *cast("experts_fc2_grad", R * h),
             linear("experts_fc2_dgrad", M, fe // etp, h, local),
             linear("experts_fc2_wgrad", fe // etp, h, M, local),
             mem("bias_swiglu_bwd", 5 * inner) if gated else mem("bias_gelu_bwd", 3 * inner),
+            *clamp,
             *cast("experts_fc1_grad", R * fc1),
             linear("experts_fc1_dgrad", M, h, fc1, local),
             linear("experts_fc1_wgrad", fc1, h, M, local),
             mem("wgrad_accumulate", sh.acc * local * (h * fc1 + h * fe // etp))]
+
+
+def expert_bias_kernels(op_pass: str, rows: float, h: int, e: int, local: int) -> list[Kernel]:
+    """Kernels that add the routed experts' fc2 bias (``eb`` key column: an MoE model with
+    ``add_bias_linear``, GPT-OSS) on one rank: ``rows`` token copies (:func:`moe_routed_rows`)
+    of ``h`` outputs of ``e`` bytes over ``local`` experts, ``op_pass`` ``"fwd"`` or ``"bwd"``.
+
+    ``TEGroupedMLP`` builds fc2 with ``skip_bias_add=True`` and adds each expert's bias weighted
+    by the routing probability in PyTorch (``TEGroupedMLP._apply_bias``,
+    ``megatron/core/transformer/moe/experts.py``, Megatron-Core 0.16.1): per local expert
+    ``t + b * p`` on its rows, with ``p`` the fp32 probabilities (the dispatchers keep them in
+    fp32), so the products and sums are fp32 (``F = 4 rows h`` bytes over the experts, ``C =
+    e rows h`` the 16-bit output); then ``torch.cat`` of the experts' fp32 rows and ``.to`` the
+    output's dtype. Forward: the ``b p`` products (write ``F``), the sums (read ``C + F``,
+    write ``F``), the cat (read and write ``F``), the cast (read ``F``, write ``C``): ``6F +
+    2C``. Backward (autograd): the cast's gradient to fp32 (read ``C``, write ``F``), the
+    cat's (views), each sum's gradient to the 16-bit output (read ``F``, write ``C``), each
+    product's gradients of ``b`` and of ``p`` (a product and a reduction each: read ``F``, write
+    ``F``, read ``F``): ``8F + 2C``. The per-expert kernels are ``local`` launches each."""
+    F, C = 4.0 * rows * h, float(e) * rows * h
+    n = max(int(local), 1)
+    if op_pass == "fwd":
+        return [*[mem("expert_bias_mul", F / n) for _ in range(n)],
+                *[mem("expert_bias_add", (C + 2 * F) / n) for _ in range(n)],
+                mem("expert_bias_cat", 2 * F), mem("expert_bias_cast", F + C)]
+    return [mem("expert_bias_cast_bwd", C + F),
+            *[mem("expert_bias_add_bwd", (F + C) / n) for _ in range(n)],
+            *[mem("expert_bias_mul_bwd", 3 * F / n) for _ in range(2 * n)]]
 
 
 def _moe_shared_experts_kernels(op: str, sh: _MoeShape) -> list[Kernel]:
@@ -353,13 +390,15 @@ def _moe_shared_experts_kernels(op: str, sh: _MoeShape) -> list[Kernel]:
     fs = sh.ns * sh.fe
     fc1s = (2 if gated else 1) * fs // t
     inner_s = T * (fs // t) * e
+    clamp = glu_clamp_kernels(op[-3:], 2 * inner_s) if sh.clamp else []
     if op == "shared_experts_fwd":
-        return [*cast("shared_fc1_input", T * h), linear("shared_fc1", T, fc1s, h),
+        return [*cast("shared_fc1_input", T * h), linear("shared_fc1", T, fc1s, h), *clamp,
                 mem("bias_swiglu", 3 * inner_s) if gated else mem("bias_gelu", 2 * inner_s),
                 *cast("shared_fc2_input", T * (fs // t)), linear("shared_fc2", T, h, fs // t)]
     return [*cast("shared_fc2_grad", T * h),
             linear("shared_fc2_dgrad", T, fs // t, h), linear("shared_fc2_wgrad", fs // t, h, T),
             mem("bias_swiglu_bwd", 5 * inner_s) if gated else mem("bias_gelu_bwd", 3 * inner_s),
+            *clamp,
             *cast("shared_fc1_grad", T * fc1s),
             linear("shared_fc1_dgrad", T, h, fc1s), linear("shared_fc1_wgrad", fc1s, h, T),
             mem("wgrad_accumulate", sh.acc * (h * fc1s + h * fs // t))]
@@ -387,7 +426,12 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     part nor the shared experts'; ``moe_act`` (``TEGroupedMLP``'s activation under
     ``CheckpointWithoutOutput``) drops the activation output, ``2 f_e/etp`` per row (under FP8
     its FP8 copy, ``f_e/etp``: fc2 saves its original input, freed with it);
-    ``shared_experts`` the shared experts' share.
+    ``shared_experts`` the shared experts' share. A clamped gated MLP
+    (``activation_func_clamp_value``, GPT-OSS) keeps the clamped copy of the fc1 output too
+    (``4 f_e/etp`` per row; :func:`core.model.mlp.glu_clamp_kernels`: the clamps save their
+    input, the fc1 output, and the fused activation its clamped input), unless ``moe_act`` is
+    recomputed (the copy is made inside the checkpointed function). The shared experts' clamped
+    copy is not counted.
     """
     h = model.hidden_size
     per_f = 6 if is_gated(model.activation) else 4
@@ -415,4 +459,8 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
     elif "moe_act" in mods:  # the experts' activation output (fc2's input) is not kept; under
         # FP8 fc2 saves its original input (set_save_original_input), freed with the output
         routed -= R * (1 if fp8 else 2) * (fe // etp)
+    elif model.activation_func_clamp_value is not None and per_f == 6:
+        # the clamp's concatenated copy of the fc1 output, saved by the fused activation beside
+        # the fc1 output the clamps keep (core.model.mlp.glu_clamp_kernels)
+        routed += R * 4 * (fe // etp)
     return out + routed * DTYPE_BYTES[tensor_dtype(plan.precision)] / 2
