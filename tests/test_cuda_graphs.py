@@ -130,23 +130,37 @@ def _errors(session) -> dict[str, list]:
     return out
 
 
+def _dense(s):
+    d = s.copy()
+    d.model = dataclasses.replace(s.model, num_experts=None, moe_ffn_hidden_size=None)
+    d.plan = dataclasses.replace(s.plan, expert_parallel=1)
+    return d
+
+
 def test_rules_of_the_fields(qwen):
-    """Invalid: modules with local or full_iteration, unknown modules, moe_preprocess without
-    moe_router, an unknown implementation. Not modelled (refused by name): moe, mamba, the whole
-    layer of an MoE model, per-layer graphs under full recomputation."""
+    """Invalid (Megatron-Core 0.19.2 TransformerConfig.__post_init__ refuses them): modules with
+    full_iteration, unknown modules, moe_preprocess without moe_router under transformer_engine,
+    MoE modules without MoE layers, mlp without dense layers, local's mlp without attn beside
+    MoE layers, per-layer graphs under full recomputation, transformer_engine's moe_router with
+    the recompute module moe and its mlp under the expert all-to-all overlap, an unknown
+    implementation. Not modelled (refused by name): moe, mamba, a graph of a whole MoE layer."""
     s, _, _ = qwen
-    dense = s.copy()
-    dense.model = dataclasses.replace(s.model, num_experts=None, moe_ffn_hidden_size=None)
-    dense.plan = dataclasses.replace(s.plan, expert_parallel=1)
+    dense = _dense(s)
+    mixed = s.copy()  # one dense layer first, the others MoE
+    mixed.model = dataclasses.replace(s.model, moe_first_dense_layers=1)
+    assert not validate(mixed)
     assert not validate(_with(dense, cuda_graph_impl="local"))
     assert not validate(_with(dense, cuda_graph_impl="transformer_engine"))
     assert not validate(_with(s, cuda_graph_impl="transformer_engine", cuda_graph_modules=TE_MOE))
+    for mods in ("attn", "mlp", "attn,mlp"):  # local takes modules too
+        assert not validate(_with(dense, cuda_graph_impl="local", cuda_graph_modules=mods))
+    assert not validate(_with(s, cuda_graph_impl="local", cuda_graph_modules="moe_preprocess"))
+    assert not validate(_with(mixed, cuda_graph_impl="transformer_engine",
+                              cuda_graph_modules="attn,mlp,moe_router"))
     cases = [  # (plan changes, session, field, rule, a word the message names)
         (dict(cuda_graph_impl="full_iteration", cuda_graph_modules="attn"), dense,
          "plan.cuda_graph_modules", "", "full_iteration"),
         (dict(cuda_graph_modules="attn,bogus"), s, "plan.cuda_graph_modules", "", "bogus"),
-        (dict(cuda_graph_impl="local", cuda_graph_modules="attn"), s,
-         "plan.cuda_graph_modules", "", "local"),
         (dict(cuda_graph_impl="transformer_engine", cuda_graph_modules="attn,bogus"), s,
          "plan.cuda_graph_modules", "", "bogus"),
         (dict(cuda_graph_impl="transformer_engine", cuda_graph_modules="moe_preprocess"), s,
@@ -154,19 +168,64 @@ def test_rules_of_the_fields(qwen):
         (dict(cuda_graph_impl="transformer_engine", cuda_graph_modules="full_iteration"), s,
          "plan.cuda_graph_modules", "", "full_iteration"),
         (dict(cuda_graph_impl="eager"), s, "plan.cuda_graph_impl", "", "eager"),
+        (dict(cuda_graph_impl="transformer_engine", cuda_graph_modules="attn,moe_router"), dense,
+         "plan.cuda_graph_modules", "", "without MoE layers"),
+        (dict(cuda_graph_impl="local", cuda_graph_modules="moe_router"), dense,
+         "plan.cuda_graph_modules", "", "without MoE layers"),
+        (dict(cuda_graph_impl="transformer_engine", cuda_graph_modules="attn,mlp"), s,
+         "plan.cuda_graph_modules", "", "dense layers"),
+        (dict(cuda_graph_impl="local", cuda_graph_modules="mlp"), mixed,
+         "plan.cuda_graph_modules", "", "create_mcore_cudagraph_manager"),
+        (dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=TE_MOE,
+              recompute="selective", recompute_modules="moe"), s,
+         "plan.cuda_graph_modules", "", "recompute module moe"),
+        (dict(cuda_graph_impl="transformer_engine", cuda_graph_modules="attn,mlp,moe_router",
+              overlap_moe_expert_parallel_comm=True), mixed,
+         "plan.cuda_graph_modules", "", "overlap_moe_expert_parallel_comm"),
+        (dict(cuda_graph_impl="local", recompute="full"), dense, "plan.cuda_graph_impl", "",
+         "full recomputation"),
+        (dict(cuda_graph_impl="transformer_engine", recompute="full", cuda_graph_modules="attn"),
+         dense, "plan.cuda_graph_impl", "", "full_iteration"),
         (dict(cuda_graph_impl="transformer_engine", cuda_graph_modules="attn,moe"), s,
          "plan.cuda_graph_modules", NOT_MODELLED, "moe"),
         (dict(cuda_graph_impl="transformer_engine", cuda_graph_modules="mamba"), s,
          "plan.cuda_graph_modules", NOT_MODELLED, "mamba"),
         (dict(cuda_graph_impl="transformer_engine"), s, "plan.cuda_graph_impl", NOT_MODELLED, "MoE"),
-        (dict(cuda_graph_impl="local", recompute="full"), dense, "plan.cuda_graph_impl",
-         NOT_MODELLED, "full recomputation"),
+        (dict(cuda_graph_impl="local", cuda_graph_modules="attn"), s, "plan.cuda_graph_impl",
+         NOT_MODELLED, "MoE"),
     ]
     for change, base, field, rule, word in cases:
         errs = _errors(_with(base, **change)).get(field, [])
         assert any(e.rule == rule and word in e.message for e in errs), (change, errs)
+    # the same plans without the offending part are taken
+    assert not validate(_with(s, cuda_graph_impl="transformer_engine", cuda_graph_modules=TE_MOE,
+                              recompute="selective", recompute_modules="moe_act"))
+    assert not validate(_with(mixed, cuda_graph_impl="transformer_engine", cuda_graph_modules=TE_MOE,
+                              overlap_moe_expert_parallel_comm=True))
     # a full-iteration graph captures the recomputation with the rest
     assert not validate(_with(dense, cuda_graph_impl="full_iteration", recompute="full"))
+
+
+def test_local_graphs_capture_whole_layers_of_the_modules(qwen):
+    """cuda_graph_impl local with modules (Megatron-Core TransformerLayer.
+    create_mcore_cudagraph_manager): a dense layer with attn or mlp named is graphed whole,
+    attention and MLP; with only MoE modules no GPT layer is graphed, so nothing is captured and
+    the iteration is the eager one. Transformer Engine captures the named modules only."""
+    s, store, _ = qwen
+    dense = _dense(s)
+    whole = {"attention_fwd", "attention_bwd", "mlp_fwd", "mlp_bwd"}
+    assert captured_ops(_with(dense, cuda_graph_impl="local").plan) == whole
+    for mods in ("attn", "mlp", "attn,mlp"):
+        assert captured_ops(_with(dense, cuda_graph_impl="local", cuda_graph_modules=mods).plan) == whole
+    assert captured_ops(_with(dense, cuda_graph_impl="transformer_engine",
+                              cuda_graph_modules="attn").plan) == {"attention_fwd", "attention_bwd"}
+    assert captured_ops(_with(dense, cuda_graph_impl="transformer_engine",
+                              cuda_graph_modules="mlp").plan) == {"mlp_fwd", "mlp_bwd"}
+    moe_only = _with(s, cuda_graph_impl="local", cuda_graph_modules="moe_router,moe_preprocess")
+    assert not validate(moe_only)
+    assert captured_ops(moe_only.plan) == frozenset()
+    assert (simulate(moe_only, store).report.iteration_time_s
+            == simulate(s, store).report.iteration_time_s)
 
 
 def test_modules_without_an_implementation_are_inactive_not_refused(qwen, tmp_path, capsys):
@@ -223,6 +282,7 @@ def _imported(flags: str):
     ("--external-cuda-graph", "transformer_engine", None),
     ("--cuda-graph-impl transformer_engine --cuda-graph-scope full", "transformer_engine", None),
     ("--cuda-graph-impl local --cuda-graph-scope full_iteration", "full_iteration", None),
+    ("--cuda-graph-impl local --cuda-graph-modules attn", "local", "attn"),
     ("--cuda-graph-impl full_iteration --cuda-graph-warmup-steps 2", "full_iteration", None),
 ])
 def test_megatron_import_of_the_flags(flags, impl, modules):
@@ -243,7 +303,7 @@ def test_megatron_import_refuses_bad_flags(flags, word):
 def test_megatron_export_round_trip():
     """The export writes Megatron-LM's current flags; importing them gives the plan back."""
     for impl, mods in (("none", None), ("local", None), ("full_iteration", None),
-                       ("transformer_engine", "attn,mlp")):
+                       ("transformer_engine", "attn,mlp"), ("local", "attn,mlp")):
         session = session_from_launch(read_launch(_LAUNCH + "\n", "run.sh"), num_gpus=8).session
         session.plan = dataclasses.replace(session.plan, cuda_graph_impl=impl, cuda_graph_modules=mods)
         words = export_arguments(session)

@@ -11,7 +11,6 @@ import json
 import pytest
 
 from core.io.session import load_any
-from core.plan.fields import NOT_MODELLED
 from core.plan.rules import validate
 
 EXAMPLE = "resources/examples/gpt3_1.3b_single_node.json"
@@ -26,7 +25,7 @@ def graphs():
                                  cuda_graph_modules="attn", recompute="none")
     full = s.copy()
     full.plan = dataclasses.replace(s.plan, recompute="full")
-    rule = [e for e in validate(full) if e.rule == NOT_MODELLED]
+    rule = [e for e in validate(full) if e.field == "plan.cuda_graph_impl"]
     assert len(rule) == 1
     return s, rule[0].message
 

@@ -6,53 +6,77 @@ time and its host time (:func:`core.model.ops.combine_op_time`: ``op_overhead_s`
 plus ``kernel_launch_s`` per kernel). A CUDA graph replays the kernels of the modules it
 captured with one launch: a captured op takes its device time only (its forward, its
 backward, which the graphs capture too, and its recomputed forward under selective
-recomputation, which runs inside the captured backward). What each Megatron scope captures
-(Megatron-Core's ``--cuda-graph-scope`` help text and ``TransformerLayer``'s graphed forward,
-as of Megatron-Core 0.15-0.19; the names and the default ``none`` from Megatron-LM's arguments
-at d98e8a64, 2026-08-22), as this simulator's ops (:mod:`core.model.keys`):
+recomputation, which runs inside the captured backward).
+
+Checked against the source of Megatron-Core 0.19.2 (``megatron/core``; the names
+``--cuda-graph-modules``, ``CudaGraphModule`` and the implementation ``full_iteration`` are
+0.19.2's and Megatron-LM's arguments' at d98e8a64, 2026-08-22) and 0.16.1 (there
+``--cuda-graph-scope`` / ``CudaGraphScope``, and ``full_iteration`` a scope of ``local``); each
+fact below holds in both unless a version is named. A GPT model's layers, dense and MoE, are
+``TransformerLayer`` (``models/gpt/gpt_layer_specs.py``; ``MoETransformerLayer``, whose
+``local`` graphs split an MoE layer into router and post-process graphs, is only in the
+hybrid / Mamba specs, which this simulator does not model). What each module captures, as this
+simulator's ops (:mod:`core.model.keys`):
 
 ==================  ============================================================================
-scope               ops captured
+module              ops captured
 ==================  ============================================================================
-``attn``            ``TransformerLayer._forward_attention``: the input norm, the attention
-                    (QKV, core, projection; MLA's latent parts) and its residual add:
-                    ``attention_fwd/bwd`` (and their parts: the core, the norm, MLA's
-                    up-projections, the sliding-window variants)
-``mlp``             ``_forward_mlp`` of a dense layer: the pre-MLP norm, the MLP and its
-                    residual add: ``mlp_fwd/bwd``
-``moe_router``      ``_forward_mlp`` of an MoE layer up to ``MoELayer.router``: the pre-MLP norm
-                    and the router (``router_fwd/bwd``), and the shared experts, which this
-                    simulator never overlaps with the expert all-to-all
+``attn``            ``transformer_engine``: ``TransformerLayer._te_cuda_graph_capture`` runs
+                    ``_forward_attention``: the input norm, the attention (QKV, core,
+                    projection; MLA's latent parts) and its residual add: ``attention_fwd/bwd``
+                    (and their parts: the core, the norm, MLA's up-projections, the
+                    sliding-window variants; the forward's residual add is a kernel of the op
+                    after it here, ``mlp_fwd`` or ``router_fwd``)
+``mlp``             ``transformer_engine``: ``_forward_mlp`` of a dense layer (the pre-MLP norm,
+                    the MLP and its residual add): ``mlp_fwd/bwd``
+``moe_router``      ``transformer_engine``: an MoE layer's ``_forward_mlp`` up to
+                    ``MoELayer.route`` (``MoELayer.forward``'s ``custom_forward`` runs
+                    ``shared_experts_compute`` then ``route``; ``moe_utils.
+                    maybe_skip_or_early_return_by_cudagraph`` ends the capture there): the
+                    pre-MLP norm and the router (``router_fwd/bwd``), and the shared experts
+                    unless ``moe_shared_expert_overlap``, which this simulator never sets
                     (``shared_experts_fwd/bwd``)
-``moe_preprocess``  ``MoELayer``'s dispatch preprocessing (needs ``moe_router``): with the
-                    ``alltoall`` dispatcher the permutation of the tokens before the
-                    all-to-all (``moe_permute_fwd/bwd``); with ``flex`` (DeepEP / HybridEP)
-                    only the routing metadata, no op of this model (its permutation runs after
-                    the dispatch, eagerly)
-whole layer         ``local``, or ``transformer_engine`` with no modules: ``attn`` and ``mlp``
-                    of every dense layer
-``full_iteration``  ``forward_backward_func`` (``FullCudaGraphWrapper``): every forward,
-                    backward and recomputed op of every micro-batch, the embedding, the output
-                    layer and loss, the multi-token prediction layers; not the optimizer step
-                    (``optimizer.step`` runs after ``forward_backward_func``; Megatron's
-                    separate ``--optimizer-cuda-graph`` is not represented) nor the FP8
-                    weights' re-quantization this simulator times with it
+``moe_preprocess``  ``transformer_engine``, with ``moe_router``: ``MoELayer.preprocess`` too
+                    (the dispatcher's ``dispatch_preprocess``): with the ``alltoall`` dispatcher
+                    the permutation of the tokens before the all-to-all (``moe_permute_fwd/bwd``;
+                    the sort by local expert after the all-to-all, in ``dispatch_postprocess``,
+                    is eager in Megatron but part of that op here); with ``flex`` (DeepEP /
+                    HybridEP) only the routing metadata (``MoEFlexTokenDispatcher.
+                    dispatch_preprocess``), no op of this model (its permutation runs after the
+                    dispatch, eagerly)
+whole layer         ``transformer_engine`` with no modules (``_layer_is_graphable`` takes every
+                    layer; the graph runs ``_forward_attention`` and ``_forward_mlp``), or
+                    ``local`` with no modules: ``attn`` and ``mlp`` of every dense layer
+``local`` with      ``TransformerLayer.create_mcore_cudagraph_manager``: a layer gets one
+modules             ``CudaGraphManager`` over its whole forward when ``attn`` is named (any
+                    layer) or ``mlp`` is (dense layers), else none: ``attn`` and ``mlp`` of every
+                    dense layer when either is named; nothing when only ``moe_router`` /
+                    ``moe_preprocess`` are (no GPT layer is graphed for them)
+``full_iteration``  ``full_cuda_graph.FullCudaGraphWrapper`` around ``forward_backward_func``:
+                    every forward, backward and recomputed op of every micro-batch, the
+                    embedding, the output layer and loss, the multi-token prediction layers;
+                    not the optimizer step (``optimizer.step`` runs after
+                    ``forward_backward_func``; ``--optimizer-cuda-graph``, which 0.19.2's
+                    ``OptimizerConfig.optimizer_cuda_graph`` passes to the optimizer as
+                    ``capturable``, is not represented) nor the FP8 weights' re-quantization
+                    this simulator times with it
 ==================  ============================================================================
 
-Refused by name (:func:`core.plan.rules.cuda_graph_errors`, rule ``not modelled``): ``moe`` and
-the whole layer of an MoE model (a graph of the token dispatch and the experts needs static
-token buffers, whose sizes the routing sets: Megatron-Core's help says drop-and-pad MoE layers
-only; padded or dropped tokens are not modelled), ``mamba`` (no Mamba layers here), per-layer graphs under
-full recomputation (whether the recomputed layer replays the graph is not modelled;
-``full_iteration`` captures the recomputation with the rest) or torchtitan's per-op
-checkpointing (no Megatron graphs there). A full-iteration graph of an MoE model is timed: its
-dispatch needs static receive buffers too (the Megatron-Bridge recipes set HybridEP's
+Refused (:func:`core.plan.rules.cuda_graph_errors`, which cites Megatron-Core's checks in
+``TransformerConfig.__post_init__``): by name (rule ``not modelled``) ``moe`` and a whole MoE
+layer (the whole layer of an MoE model, or ``local`` with ``attn`` there: a graph of the token
+dispatch and the experts needs static token buffers, whose sizes the routing sets; Megatron-Core
+takes ``moe`` only with drop-and-pad MoE layers, and padded or dropped tokens are not
+modelled), ``mamba`` (no Mamba layers here) and torchtitan's per-op checkpointing (no Megatron
+graphs there); as invalid, what Megatron-Core refuses, among them per-layer graphs under full
+recomputation (only ``full_iteration`` takes it). A full-iteration graph of an MoE model is
+timed: its dispatch needs static receive buffers too (the Megatron-Bridge recipes set HybridEP's
 ``moe_expert_rank_capacity_factor``), which under balanced routing drop no token and leave the
 experts the routed tokens' work (as :mod:`core.accuracy.bridge_recipes` reads that factor);
 padding the experts' inputs to a capacity (drop-and-pad) is what is not modelled. The
-multi-token prediction layers' transformer layers are captured as the decoder's (the same ops).
-Collectives, pipeline transfers and the optimizer keep their times: no host time of theirs is
-modelled apart.
+multi-token prediction layers' transformer layers are captured as the decoder's (the same ops;
+``TECudaGraphHelper`` takes ``mtp.layers[i].transformer_layer``). Collectives, pipeline
+transfers and the optimizer keep their times: no host time of theirs is modelled apart.
 
 Memory: the graphs' static inputs, outputs and intermediate buffers live in private memory
 pools that this simulator does not count (:func:`cuda_graph_memory_note`).
@@ -68,7 +92,8 @@ __all__ = ["SCOPE_OPS", "FULL_ITERATION_EXCLUDED_OPS", "captured_ops", "is_captu
 
 
 #: Base ops (derived ops follow their base, :data:`core.model.keys.DERIVED_OPS`) each modelled
-#: Megatron scope captures (module doc); ``moe_preprocess`` with the ``alltoall`` dispatcher.
+#: Megatron module captures under ``transformer_engine`` (module doc); ``moe_preprocess`` with
+#: the ``alltoall`` dispatcher.
 SCOPE_OPS: dict[str, tuple[str, ...]] = {
     "attn": ("attention_fwd", "attention_bwd"),
     "mlp": ("mlp_fwd", "mlp_bwd"),
@@ -96,7 +121,11 @@ def captured_ops(plan) -> frozenset[str] | None:
         return None
     if impl not in ("local", "transformer_engine"):
         return frozenset()
-    mods = cuda_graph_modules(plan) or ("attn", "mlp")  # local, or TE's whole layer
+    mods = cuda_graph_modules(plan)
+    if not mods:  # the whole layer
+        mods = ("attn", "mlp")
+    elif impl == "local":  # a dense layer graphed whole for attn or mlp; MoE modules: none
+        mods = ("attn", "mlp") if "attn" in mods or "mlp" in mods else ()
     if "moe_preprocess" in mods and getattr(plan, "moe_token_dispatcher_type", "alltoall") != "alltoall":
         mods = tuple(m for m in mods if m != "moe_preprocess")  # flex: metadata only
     return frozenset(op for m in mods for op in SCOPE_OPS.get(m, ()))

@@ -105,7 +105,8 @@ FP8_DEFAULT_RECIPE = "tensorwise"
 #: CUDA graph implementations (Megatron-Core ``--cuda-graph-impl``; its choices and default
 #: ``none`` in Megatron-LM's arguments at d98e8a64, 2026-08-22): ``none`` runs every module
 #: eagerly from Python; ``local`` Megatron-Core's own per-layer graphs (``CudaGraphManager``:
-#: each transformer layer whole, forward and backward); ``transformer_engine`` Transformer
+#: a transformer layer whole, forward and backward; with ``cuda_graph_modules`` only the layers
+#: those modules select, :mod:`core.model.cuda_graphs`); ``transformer_engine`` Transformer
 #: Engine's ``make_graphed_callables`` over the modules of ``cuda_graph_modules`` (the whole
 #: layer when it is empty); ``full_iteration`` one graph of the whole forward-backward of
 #: all micro-batches (``FullCudaGraphWrapper`` around ``forward_backward_func``; the older
@@ -116,8 +117,9 @@ CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
 
 
 #: Module names of Megatron-Core's ``--cuda-graph-modules`` (``--cuda-graph-scope``, deprecated;
-#: ``CudaGraphScope``), the parts of a transformer layer ``transformer_engine`` graphs capture
-#: (:mod:`core.model.cuda_graphs` maps them to this simulator's ops).
+#: ``CudaGraphModule`` in 0.19.2, ``CudaGraphScope`` in 0.16.1), the parts of a transformer layer
+#: the per-layer graphs (``local``, ``transformer_engine``) capture (:mod:`core.model.cuda_graphs`
+#: maps them to this simulator's ops).
 CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
 
 
@@ -300,15 +302,16 @@ class ParallelPlan:
     cuda_graph_impl: str = described_field(
         "none", "", "CUDA graphs (Megatron-Core --cuda-graph-impl): none (every module runs "
         "eagerly from Python: each op takes the larger of its device and host time), local "
-        "(Megatron-Core's graphs of each whole transformer layer), transformer_engine (Transformer "
+        "(Megatron-Core's graphs of whole transformer layers: every layer when cuda_graph_modules "
+        "is empty, else those with attn, or dense ones with mlp), transformer_engine (Transformer "
         "Engine's graphs of the modules of cuda_graph_modules; the whole layer when empty) or "
         "full_iteration (the forward and backward of every micro-batch, one graph). Captured ops "
         "take their device time only; the graphs' memory pools are not counted",
         choices=CUDA_GRAPH_IMPLS, short="cuda_graph")
     cuda_graph_modules: str | None = described_field(
-        None, "", "With cuda_graph_impl transformer_engine: the modules captured, comma-separated "
-        "as Megatron-Core's --cuda-graph-modules (--cuda-graph-scope): attn, mlp, moe_router, "
-        "moe_preprocess (moe and mamba are not modelled); empty means the whole layer",
+        None, "", "With cuda_graph_impl transformer_engine or local: the modules captured, "
+        "comma-separated as Megatron-Core's --cuda-graph-modules (--cuda-graph-scope): attn, mlp, "
+        "moe_router, moe_preprocess (moe and mamba are not modelled); empty means the whole layer",
         short="cuda_graph_modules")
 
     @property
@@ -448,10 +451,10 @@ def parse_cuda_graph_modules(text: str | None) -> tuple[str, ...]:
 
 
 def cuda_graph_modules(plan: ParallelPlan) -> tuple[str, ...]:
-    """Modules ``plan``'s Transformer Engine graphs capture (:func:`parse_cuda_graph_modules`);
-    empty unless ``plan.cuda_graph_impl == "transformer_engine"`` (empty there: the whole
-    layer)."""
-    if getattr(plan, "cuda_graph_impl", "none") != "transformer_engine":
+    """Modules of ``plan``'s per-layer graphs (:func:`parse_cuda_graph_modules`); empty unless
+    ``plan.cuda_graph_impl`` is ``local`` or ``transformer_engine`` (empty there: the whole
+    layer). :mod:`core.model.cuda_graphs` says what each implementation captures of them."""
+    if getattr(plan, "cuda_graph_impl", "none") not in ("local", "transformer_engine"):
         return ()
     return parse_cuda_graph_modules(getattr(plan, "cuda_graph_modules", None))
 

@@ -696,41 +696,49 @@ def _plan_sharding_precision_errors(pl: ParallelPlan) -> list[FieldError]:
 #: CUDA graph modules the simulator does not model, and why (refused by name).
 UNMODELLED_CUDA_GRAPH_MODULES: dict[str, str] = {
     "moe": "it captures the whole MoE layer, token dispatch and experts, whose sizes follow "
-           "the routing: a graph of them needs static token buffers (Megatron-Core's "
-           "--cuda-graph-scope help: drop-and-pad MoE layers only), and the padded or dropped "
-           "tokens are not modelled",
+           "the routing: a graph of them needs static token buffers (Megatron-Core takes moe "
+           "only with drop-and-pad MoE layers: moe_expert_capacity_factor and "
+           "moe_pad_expert_input_to_capacity), and the padded or dropped tokens are not modelled",
     "mamba": "it captures Mamba layers, which the simulator's models do not have",
 }
 
 
 def cuda_graph_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     """Rules of ``plan.cuda_graph_impl`` and ``plan.cuda_graph_modules`` (Megatron-Core's
-    ``--cuda-graph-impl`` and ``--cuda-graph-modules``; :mod:`core.model.cuda_graphs`).
+    ``--cuda-graph-impl`` and ``--cuda-graph-modules``; :mod:`core.model.cuda_graphs`). Read from
+    Megatron-Core 0.19.2 ``transformer/transformer_config.py`` ``TransformerConfig.__post_init__``
+    (the same checks as 0.16.1's, there on ``cuda_graph_scope``) unless said otherwise.
 
-    * Modules are refused with ``local`` or ``full_iteration`` (Megatron-Core: the per-module
-      scopes are supported only with ``--cuda-graph-impl transformer_engine``; ``local``
-      captures whole layers, ``full_iteration`` the whole forward-backward); with ``none``
-      they are inactive (:func:`inactive_fields`: Megatron ignores ``--cuda-graph-modules``
-      without graphs), only their names checked; each a name of
+    * Invalid (Megatron-Core refuses them): modules with ``full_iteration`` ("cuda_graph_modules
+      must be empty"); with ``none`` they are inactive (:func:`inactive_fields`: Megatron
+      ignores ``--cuda-graph-modules`` without graphs), only their names checked; each a name of
       :data:`~core.plan.parallel.CUDA_GRAPH_MODULES` (``full_iteration`` is the implementation of
-      that name), ``moe_preprocess`` only with ``moe_router`` (Megatron-Core: "Must be used
-      together with moe_router").
+      that name); with ``transformer_engine``, ``moe_preprocess`` only with ``moe_router``
+      (``local`` adds the one the other lacks); ``moe_router`` or ``moe_preprocess`` without MoE
+      layers ("moe cuda graph is only supported for MoE"); ``mlp`` without dense layers ("mlp
+      cuda graph is only supported for dense layers"); ``local`` with ``mlp`` but not ``attn``
+      on a model with MoE layers (``TransformerLayer.create_mcore_cudagraph_manager`` asserts the
+      layer is dense); per-layer graphs under full recomputation ("full recompute is only
+      supported with full iteration CUDA graph"); ``transformer_engine``'s ``moe_router`` with
+      the recompute module ``moe``; ``transformer_engine``'s ``mlp`` under
+      ``overlap_moe_expert_parallel_comm`` ("CUDA graph scope on moe and mlp is not supported";
+      0.16.1 took only ``transformer_engine`` graphs there, 0.19.2 takes ``local`` and
+      ``full_iteration`` too, as here).
     * Not modelled (refused by name): ``moe`` and ``mamba``
-      (:data:`UNMODELLED_CUDA_GRAPH_MODULES`), the whole layer (``local``, or
-      ``transformer_engine`` without modules) of a model with MoE layers (it captures the MoE
-      layer as ``moe`` does), per-layer graphs under full recomputation, any graphs under
-      torchtitan's per-op checkpointing.
+      (:data:`UNMODELLED_CUDA_GRAPH_MODULES`), a graph of a whole MoE layer (``local`` or
+      ``transformer_engine`` without modules, or ``local`` with ``attn``, of a model with MoE
+      layers: it captures the MoE layer as ``moe`` does), any graphs under torchtitan's per-op
+      checkpointing.
     """
     impl = getattr(pl, "cuda_graph_impl", "none")
     text = getattr(pl, "cuda_graph_modules", None)
     name, mname = "plan.cuda_graph_impl", "plan.cuda_graph_modules"
     errs: list[FieldError] = []
     names = parse_cuda_graph_modules(text) if isinstance(text, str) else ()
-    if names and impl in ("local", "full_iteration"):
-        errs.append(FieldError(mname, f"cuda_graph_modules={text!r} needs cuda_graph_impl="
-                               f"'transformer_engine', not {impl!r} (Megatron-Core captures "
-                               "modules only with --cuda-graph-impl transformer_engine; local "
-                               "captures whole layers, full_iteration the whole iteration)"))
+    if names and impl == "full_iteration":
+        errs.append(FieldError(mname, f"cuda_graph_modules={text!r} with cuda_graph_impl="
+                               "'full_iteration': Megatron-Core needs cuda_graph_modules empty "
+                               "there (the graph captures the whole forward-backward)"))
         return errs
     bad = [n for n in names if n not in CUDA_GRAPH_MODULES]
     if bad:
@@ -740,24 +748,50 @@ def cuda_graph_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
                                f"{', '.join(CUDA_GRAPH_MODULES)}{hint}"))
     if impl in (None, "none"):  # no graphs: the modules are inactive (inactive_fields)
         return errs
-    if "moe_preprocess" in names and "moe_router" not in names:
+    per_layer = impl in ("local", "transformer_engine")
+    if impl == "transformer_engine" and "moe_preprocess" in names and "moe_router" not in names:
         errs.append(FieldError(mname, "cuda_graph_modules: moe_preprocess needs moe_router "
-                               "(Megatron-Core: moe_preprocess must be used together with "
-                               "moe_router)"))
+                               "(Megatron-Core: moe_preprocess cuda graph is only supported with "
+                               "moe_router cuda graph)"))
+    moe_mods = [n for n in ("moe_router", "moe_preprocess") if n in names]
+    if per_layer and moe_mods and not m.is_moe:
+        errs.append(FieldError(mname, f"cuda_graph_modules: {', '.join(moe_mods)} on a model "
+                               "without MoE layers (Megatron-Core: moe cuda graph is only "
+                               "supported for MoE)"))
+    if per_layer and "mlp" in names and m.is_moe and m.moe_first_dense_layers == 0 \
+            and m.moe_layer_frequency == 1:
+        errs.append(FieldError(mname, "cuda_graph_modules: mlp on a model whose layers are all "
+                               "MoE layers (Megatron-Core: mlp cuda graph is only supported for "
+                               "dense layers)"))
+    elif impl == "local" and "mlp" in names and "attn" not in names and m.is_moe:
+        errs.append(FieldError(mname, "cuda_graph_modules: mlp without attn under "
+                               "cuda_graph_impl='local' on a model with MoE layers (Megatron-Core's "
+                               "TransformerLayer.create_mcore_cudagraph_manager asserts a layer "
+                               "graphed for mlp is dense)"))
     for n in names:
         if n in UNMODELLED_CUDA_GRAPH_MODULES:
             errs.append(FieldError(mname, f"cuda_graph_modules: {n} is not modelled "
                                    f"({UNMODELLED_CUDA_GRAPH_MODULES[n]})", rule=NOT_MODELLED))
-    if impl in ("local", "transformer_engine") and not names and m.is_moe:
-        errs.append(FieldError(name, f"cuda_graph_impl={impl!r} capturing whole layers of an MoE "
+    if per_layer and m.is_moe and (not names or (impl == "local" and "attn" in names)):
+        what = "whole layers" if not names else "attn (whole layers)"
+        errs.append(FieldError(name, f"cuda_graph_impl={impl!r} capturing {what} of an MoE "
                                f"model is not modelled ({UNMODELLED_CUDA_GRAPH_MODULES['moe']}); "
                                "name the modules (cuda_graph_modules, e.g. attn,moe_router,"
-                               "moe_preprocess)", rule=NOT_MODELLED))
-    if impl in ("local", "transformer_engine") and pl.recompute == "full":
-        errs.append(FieldError(name, f"cuda_graph_impl={impl!r} with full recomputation: whether "
-                               "the recomputed layers replay the captured graphs is not modelled "
-                               "(full_iteration captures the recomputation with the rest)",
-                               rule=NOT_MODELLED))
+                               "moe_preprocess with transformer_engine)", rule=NOT_MODELLED))
+    if per_layer and pl.recompute == "full":
+        errs.append(FieldError(name, f"cuda_graph_impl={impl!r} with full recomputation: "
+                               "Megatron-Core supports full recompute only with the full "
+                               "iteration CUDA graph (cuda_graph_impl='full_iteration')"))
+    if impl == "transformer_engine" and "moe_router" in names and pl.recompute == "selective" \
+            and "moe" in recompute_modules(pl):
+        errs.append(FieldError(mname, "cuda_graph_modules: moe_router with the recompute module "
+                               "moe (Megatron-Core: moe recompute is not supported with moe_router "
+                               "CUDA graph with --cuda-graph-impl transformer_engine)"))
+    if impl == "transformer_engine" and "mlp" in names \
+            and getattr(pl, "overlap_moe_expert_parallel_comm", False) is True:
+        errs.append(FieldError(mname, "cuda_graph_modules: mlp with "
+                               "overlap_moe_expert_parallel_comm (Megatron-Core: CUDA graph scope "
+                               "on moe and mlp is not supported with it)"))
     if impl not in (None, "none") and pl.recompute == "selective_op":
         errs.append(FieldError(name, f"cuda_graph_impl={impl!r} with torchtitan's per-op "
                                "checkpointing (selective_op) is not modelled (CUDA graphs are "
@@ -881,8 +915,8 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
        for name in ("overlap_param_gather", "data_parallel_shard_size")},
     "plan.tp_comm_overlap": (lambda s: bool(s.plan.sequence_parallel),
                              "sequence parallelism (plan.sequence_parallel)"),
-    "plan.cuda_graph_modules": (lambda s: s.plan.cuda_graph_impl == "transformer_engine",
-                                "Transformer Engine's CUDA graphs (plan.cuda_graph_impl "
+    "plan.cuda_graph_modules": (lambda s: s.plan.cuda_graph_impl in ("local", "transformer_engine"),
+                                "per-layer CUDA graphs (plan.cuda_graph_impl local or "
                                 "transformer_engine)"),
 }
 

@@ -103,7 +103,8 @@ def test_the_header_names_a_value_left_out_with_its_rule():
     line does (dimensions' ``left_out``: full recomputation under per-layer CUDA graphs)."""
     import html
 
-    why = "cuda_graph_impl='transformer_engine' with full recomputation: not modelled"
+    why = ("cuda_graph_impl='transformer_engine' with full recomputation: Megatron-Core supports "
+           "full recompute only with the full iteration CUDA graph")
     dims = [{"field": "recompute", "swept": True, "values": ["none", "selective"], "why": "",
              "left_out": [{"value": "full", "why": why}]},
             {"field": "tensor_parallel", "swept": False, "values": [1], "why": "given",

@@ -307,8 +307,8 @@ ARGUMENTS: dict[str, Arg] = {
                                  "Transformer Engine's CUDA graphs (deprecated: "
                                  "--cuda-graph-impl transformer_engine)"),
     "--cuda-graph-modules": Arg(("plan.cuda_graph_modules",), True,
-                                "modules Transformer Engine's CUDA graphs capture (attn, mlp, "
-                                "moe_router, moe_preprocess)"),
+                                "modules the per-layer CUDA graphs (local, transformer_engine) "
+                                "capture (attn, mlp, moe_router, moe_preprocess)"),
     "--cuda-graph-scope": Arg(("plan.cuda_graph_modules", "plan.cuda_graph_impl"), True,
                               "the CUDA graphs' modules (deprecated: --cuda-graph-modules; "
                               "full_iteration there is --cuda-graph-impl full_iteration)"),
