@@ -116,9 +116,11 @@ def glu_clamp_kernels(op_pass: str, fc1_bytes: float) -> list[Kernel]:
 
     Megatron-Core runs the clamp eagerly before the fused activation, in PyTorch
     (``weighted_bias_quick_geglu_impl`` and ``bias_quick_geglu_impl``,
-    ``megatron/core/fusions/fused_bias_geglu.py``, Megatron-Core 0.16.1; what ``TEGroupedMLP``
-    and ``MLP`` call with ``bias_activation_fusion``, which GPT-OSS's Megatron-Bridge provider
-    sets): ``chunk`` into the gate and linear halves (views), ``clamp`` of each half (read and
+    ``megatron/core/fusions/fused_bias_geglu.py``, Megatron-Core 0.16.1 and 0.19.2; what
+    ``TEGroupedMLP`` and ``MLP`` call with ``bias_activation_fusion``, which GPT-OSS's
+    Megatron-Bridge provider sets; 0.19.2's Transformer Engine op-fuser path for the experts,
+    ``TEGroupedMLP._is_fused_impl_supported``, opt-in with ``NVTE_CUTEDSL_FUSED_GROUPED_MLP`` and
+    TE 2.14, is not modelled): ``chunk`` into the gate and linear halves (views), ``clamp`` of each half (read and
     write ``fc1_bytes/2`` each) and ``torch.cat`` back (read and write ``fc1_bytes``): ``4
     fc1_bytes`` forward. Backward (autograd): each clamp's gradient is a masked copy (read the
     gradient's half and the saved input's half, write a half: ``1.5 fc1_bytes`` for both) and the

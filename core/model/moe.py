@@ -360,7 +360,9 @@ def expert_bias_kernels(op_pass: str, rows: float, h: int, e: int, local: int) -
 
     ``TEGroupedMLP`` builds fc2 with ``skip_bias_add=True`` and adds each expert's bias weighted
     by the routing probability in PyTorch (``TEGroupedMLP._apply_bias``,
-    ``megatron/core/transformer/moe/experts.py``, Megatron-Core 0.16.1): per local expert
+    ``megatron/core/transformer/moe/experts.py``, Megatron-Core 0.16.1 and 0.19.2; 0.19.2's
+    opt-in Transformer Engine op-fuser path, ``NVTE_CUTEDSL_FUSED_GROUPED_MLP``, is not
+    modelled): per local expert
     ``t + b * p`` on its rows, with ``p`` the fp32 probabilities (the dispatchers keep them in
     fp32), so the products and sums are fp32 (``F = 4 rows h`` bytes over the experts, ``C =
     e rows h`` the 16-bit output); then ``torch.cat`` of the experts' fp32 rows and ``.to`` the
