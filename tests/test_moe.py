@@ -526,3 +526,35 @@ def test_node_limited_routing_shortens_a_flex_dispatch_across_nodes():
     assert simulate(_session(dataclasses.replace(m, moe_router_num_groups=4,
                                                  moe_router_group_topk=2), **a2a)).report \
         .ep_comm_s == pytest.approx(simulate(_session(m, **a2a)).report.ep_comm_s, rel=1e-12)
+
+
+def test_chunk_sort_only_with_the_all_to_all_dispatcher_and_several_local_experts():
+    """Megatron-Core 0.19.2 token_dispatcher.py: MoEAlltoAllTokenDispatcher.dispatch_postprocess
+    and combine_preprocess sort the received chunks by local expert (sort_chunks_by_idxs) only
+    ``if self.num_local_experts > 1``; MoEFlexTokenDispatcher never does (DeepEP permutes the
+    received tokens once, HybridEP permutes inside its exchange). Closed form: the permutation
+    ops lose exactly the ``moe_sort_chunks`` kernel of ``2 R h e`` bytes each, nothing else."""
+    qwen = _llama_like("Qwen3-30B-A3B-like", 48, 2048, 32, 4, 6144, 4096, 151936,
+                       num_experts=128, moe_top_k=8, moe_ffn_hidden_size=768)
+    ops = ("moe_permute_fwd", "moe_permute_bwd", "moe_unpermute_fwd", "moe_unpermute_bwd")
+    a2a = _session(qwen, expert_parallel=8, moe_token_dispatcher_type="alltoall")
+    flex = _session(qwen, expert_parallel=8, moe_token_dispatcher_type="flex")
+    ka, kf = _key(a2a), _key(flex)
+    assert (ka["disp"], kf["disp"]) == ("alltoall", "flex")
+    R, h, e = 4096 * 8, 2048, 2  # b s k token copies on the rank (etp = t = 1, balanced), bf16
+    for op in ops:
+        with_sort, without = op_kernels(op, ka), op_kernels(op, kf)
+        sorts = [k for k in with_sort if k.name == "moe_sort_chunks"]
+        assert len(sorts) == 1 and sorts[0].bytes == 2 * R * h * e and sorts[0].flops == 0
+        assert [k for k in with_sort if k.name != "moe_sort_chunks"] == without
+        assert not any(k.name == "moe_sort_chunks" for k in without)
+    # the permutation the flex dispatcher keeps: a gather of the k copies (T k h read and
+    # written, 8 bytes of index per copy)
+    assert [(k.name, k.bytes) for k in op_kernels("moe_permute_fwd", kf)] == [
+        ("moe_permute", 2 * 4096 * 8 * h * e + 8 * 4096 * 8)]
+    # all-to-all with one local expert (Mixtral 8 experts over ep 8): nothing to sort
+    one = _key(_session(MIXTRAL, expert_parallel=8))
+    assert one["disp"] == "alltoall" and one["E"] // one["ep"] == 1
+    assert not any(k.name == "moe_sort_chunks" for op in ops for k in op_kernels(op, one))
+    two = _key(_session(MIXTRAL, expert_parallel=4, data_parallel=8))
+    assert sum(k.name == "moe_sort_chunks" for op in ops for k in op_kernels(op, two)) == 4

@@ -182,5 +182,6 @@ def op_key(model: ModelConfig, plan: ParallelPlan) -> dict[str, Any]:
     if m.is_moe:  # the MoE ops' columns (core.model.keys.MOE_KEY)
         key.update(E=m.num_experts, topk=m.moe_top_k, fe=moe_ffn(m), ep=pl.expert_parallel,
                    etp=expert_tensor_parallel(pl), ns=m.num_shared_experts,
-                   imb=float(pl.moe_imbalance_factor), eb=int(bool(m.add_bias_linear)))
+                   imb=float(pl.moe_imbalance_factor), eb=int(bool(m.add_bias_linear)),
+                   disp=getattr(pl, "moe_token_dispatcher_type", None) or "alltoall")
     return key

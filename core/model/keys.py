@@ -37,7 +37,7 @@ FAMILY_KEY = "fam"
 FAMILY_KEY_DEFAULTS: dict[str, Any] = {"g": None, "act": "gelu", "norm": "layernorm",
                                        "pos": "learned", "attn": "unfused", "qkn": 0, "kv": None,
                                        "cp": 1, "qlr": 0, "kvlr": 0, "qkd": 0, "qpe": 0, "vd": 0,
-                                       "ce": "unfused", "glc": 0, "eb": 0}
+                                       "ce": "unfused", "glc": 0, "eb": 0, "disp": "alltoall"}
 
 
 def activation_key(activation: str) -> str:
@@ -120,9 +120,11 @@ MOE_OPS = ("router_fwd", "router_bwd", "moe_permute_fwd", "moe_permute_bwd", "ex
            "shared_experts_bwd")
 #: Key columns of the MoE ops: the dense ones and ``E`` experts, ``topk``, ``fe`` the expert
 #: MLP's hidden size, ``ep`` expert-parallel size, ``etp`` expert tensor-parallel size,
-#: ``ns`` shared experts, ``imb`` tokens of the busiest rank's experts over the mean.
+#: ``ns`` shared experts, ``imb`` tokens of the busiest rank's experts over the mean, ``disp``
+#: the token dispatcher (``plan.moe_token_dispatcher_type``: ``alltoall`` or ``flex``, whose
+#: permutations differ, :func:`core.model.moe.moe_op_kernels`).
 MOE_KEY = ("b", "s", "h", "t", "dtype", "act", "norm", "E", "topk", "fe", "ep", "etp", "ns",
-           "imb", "glc", "eb")
+           "imb", "glc", "eb", "disp")
 
 
 #: Key columns of each op (the profile store's op tables use the same names and columns):

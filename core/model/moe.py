@@ -24,7 +24,7 @@ __all__ = [
     "MoeLayerParameters", "expert_data_parallel", "expert_tensor_parallel",
     "flex_remote_node_copies", "moe_activation_bytes_per_layer", "moe_ffn",
     "moe_forward_flops_per_token", "moe_layer_mask", "moe_layer_parameters", "moe_op_kernels",
-    "moe_routed_rows", "num_moe_layers",
+    "moe_routed_rows", "num_moe_layers", "sorts_chunks",
 ]
 
 
@@ -212,7 +212,9 @@ def moe_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     experts, ``M = R ep / E`` each. Router: ``(T_in, h) x (h, E)`` GEMM, softmax and top-k
     in fp32 (read the logits, write probabilities, write ``k`` probabilities and indices);
     permutation: a gather of ``k`` copies of each token (read and write ``T_in k h``) and,
-    with ``ep > 1``, the sort of the received chunks by local expert (read and write ``R h``);
+    with the all-to-all dispatcher and more than one local expert, the sort of the received
+    chunks by local expert (read and write ``R h``; :func:`sorts_chunks`: the ``flex``
+    dispatcher, DeepEP / HybridEP, permutes the received tokens once and sorts nothing);
     experts: Megatron-Core's grouped GEMM (``TEGroupedMLP``), ``E/ep`` GEMMs of ``M`` rows,
     fc1 ``(M, h) x (h, f_e/etp)`` (``2 f_e/etp`` gated), the activation, fc2 ``(M, f_e/etp)
     x (f_e/etp, h)``; un-permutation: the weighted sum of the copies (read ``T_in k h`` and
@@ -246,7 +248,7 @@ class _MoeShape:
     ``fe`` expert width, ``ep``, ``etp``, ``ns`` shared experts, ``R`` routed rows
     (:func:`moe_routed_rows`) over ``local = E/ep`` experts of ``M`` rows, ``fc1`` the experts'
     fc1 columns, ``inner`` bytes of their activation's output and ``sort`` the chunk sort
-    kernel (``ep > 1``)."""
+    kernel (:func:`sorts_chunks`)."""
 
     e: int
     acc: float
@@ -294,11 +296,31 @@ def _moe_shape(key: Mapping[str, Any]) -> _MoeShape:
     M = R / local
     fc1 = (2 if gated else 1) * fe // etp
     inner = R * (fe // etp) * e
-    sort = [mem("moe_sort_chunks", 2 * R * h * e)] if ep > 1 else []
+    sort = [mem("moe_sort_chunks", 2 * R * h * e)] if sorts_chunks(key) else []
     return _MoeShape(e=e, acc=acc, linear=linear, cast=cast, h=h, t=t, T=T, T_in=T_in, tok=tok,
                      norm=norm, gated=gated, E=E, k=k, fe=fe, etp=etp, ns=ns, R=R, local=local,
                      M=M, fc1=fc1, inner=inner, sort=sort,
                      clamp=gated and bool(key.get("glc", 0)), bias=bool(key.get("eb", 0)))
+
+
+def sorts_chunks(key: Mapping[str, Any]) -> bool:
+    """Whether an MoE op key's dispatcher sorts the received tokens by local expert (the
+    ``moe_sort_chunks`` kernel before the experts and again after them, forward and backward).
+
+    Megatron-Core 0.19.2 ``transformer/moe/token_dispatcher.py``: only the all-to-all dispatcher
+    does, ``MoEAlltoAllTokenDispatcher.dispatch_postprocess`` and ``combine_preprocess``
+    (``sort_chunks_by_idxs``), and only ``if self.num_local_experts > 1`` (``E/ep`` experts per
+    rank; with one there is nothing to sort). The ``flex`` dispatcher never does:
+    ``MoEFlexTokenDispatcher.dispatch_postprocess`` / ``combine_preprocess`` call its manager's
+    ``get_permuted_hidden_states_by_experts`` / ``get_restored_hidden_states_by_experts``, one
+    ``permute`` of the received tokens into expert order and its ``unpermute`` for DeepEP
+    (``_DeepepManager``), nothing for HybridEP (``_HybridEPManager`` returns its input:
+    ``hybrid_ep_dispatch`` / ``hybrid_ep_combine`` permute inside the exchange,
+    ``fused_a2a.py``). The key's ``disp`` column names the dispatcher (``alltoall`` when
+    absent)."""
+    if str(key.get("disp", "alltoall")) == "flex":
+        return False
+    return int(key["E"]) // int(key["ep"]) > 1
 
 
 def _moe_routing_kernels(op: str, sh: _MoeShape) -> list[Kernel]:

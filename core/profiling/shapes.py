@@ -114,8 +114,8 @@ class ShapeGroup:
         profiler measures Megatron-LM GPT layers, so the family columns are GPT's."""
         return dict(b=int(b), s=self.s, h=self.h, a=self.a, f=self.f, V=self.V, t=self.t,
                     dtype=self.dtype, g=self.a, act="gelu", norm="layernorm", pos="learned",
-                    attn="unfused", qkn=0, kv=self.h // self.a, cp=1, ce="unfused",
-                    **{c: 0 for c in MLA_KEY})  # no multi-head latent attention
+                    attn="unfused", qkn=0, kv=self.h // self.a, cp=1, ce="unfused", glc=0,
+                    **{c: 0 for c in MLA_KEY})  # no multi-head latent attention, no GLU clamp
 
     def label(self) -> str:
         """Short text for progress lines, e.g. ``s=256 h=512 a=8 f=2048 V=8192 t=1 fp32``."""
