@@ -234,6 +234,9 @@ def apply_sets(session, sets: list[str] | None):
             value = json.loads(text)
         except ValueError:
             value = text
+        if (section, name) == ("cluster", "gpu") and isinstance(value, str):
+            from core.plan.cluster import gpu_kind
+            value = gpu_kind(value)  # other tools' names ("H800", "H100 SXM"), as --gpu reads them
         doc[section][name] = value
         named[f"{section}.{name}"] = f"--set {path.strip()}"
     try:
