@@ -765,3 +765,19 @@ def test_best_by_says_why_a_value_has_no_plan(capsys):
     assert main(["sweep", str(cfg), "--max-gpus", "8", "--micro-batch-sizes", "1,64",
                  "--recompute", "none"]) == 0
     assert "b 64: none of its" in capsys.readouterr().out
+
+
+def test_cli_refuses_a_virtual_stage_count_below_two(capsys):
+    # v = 1 is no interleaving (Megatron-Core needs v >= 2): refused by name, not dropped
+    # silently (the interleaved schedule vanished from the sweep, or "no valid plan" with
+    # no reason when it was the only schedule)
+    from core.cli import main
+    for extra in ([], ["--schedules", "interleaved"]):
+        rc = main(["sweep", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "8",
+                   "--virtual-pipeline-stages", "1", *extra])
+        assert rc == 2
+        err = capsys.readouterr().err
+        assert "virtual" in err and "1" in err and ">= 2" in err
+    assert any(e.field == "sweep.virtual_pipeline_stages"
+               for e in SweepSpace(num_gpus=8, virtual_pipeline_stages=(1, 2)).errors())
+
