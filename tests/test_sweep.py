@@ -781,3 +781,17 @@ def test_cli_refuses_a_virtual_stage_count_below_two(capsys):
     assert any(e.field == "sweep.virtual_pipeline_stages"
                for e in SweepSpace(num_gpus=8, virtual_pipeline_stages=(1, 2)).errors())
 
+
+def test_dimensions_say_default_for_the_default_schedules_and_recompute(capsys):
+    # schedules and recomputation modes have a default list (not None): when held at one
+    # value by another rule (p = 1 keeps 1F1B) the reason is the default, not "the values
+    # given" the user did not give
+    from core.cli import main
+    rc = main(["sweep", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "8",
+               "--pipeline-parallel", "1", "--recompute", "full", "--workers", "1", "--json"])
+    assert rc == 0
+    dims = {d["field"]: d for d in json.loads(capsys.readouterr().out)["dimensions"]}
+    assert dims["schedule"]["values"] == ["1f1b"]
+    assert "the values given" not in dims["schedule"]["why"]
+    assert "default" in dims["schedule"]["why"]
+    assert "the values given" in dims["recompute"]["why"]  # given: --recompute full
