@@ -139,3 +139,48 @@ def test_diff_names_the_overlapped_cp_exchange_of_any_type(tmp_path, capsys):
     assert main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
     out = capsys.readouterr().out
     assert "CP exchange" in out and "cp p2p" not in out
+
+
+def test_diff_names_what_differs_beyond_the_plan(tmp_path, capsys):
+    """Two files of different models, GPUs and token budgets: the table splits the time into
+    plan terms and gives days and cost, yet said nothing of the model, GPU or budget that
+    differ (Llama 3 70B's 15T tokens against a 300B-token MoE read as a faster plan)."""
+    a = load_any(SMALL)
+    b = load_any(SMALL)
+    b.model.num_layers = 12
+    b.model.name = "half"
+    b.cluster.gpu = "H100-SXM5-80GB"
+    b.cost.training_tokens = a.cost.training_tokens / 10
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    save_session(a, pa)
+    save_session(b, pb)
+    assert main(["diff", str(pa), str(pb), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    fields = [d["field"] for d in doc["beyond_plan"]]
+    assert fields == ["model", "cluster.gpu", "cost.training_tokens"]
+    assert doc["beyond_plan"][1] == {"field": "cluster.gpu", "a": "A100-SXM4-80GB",
+                                     "b": "H100-SXM5-80GB"}
+    assert main(["diff", str(pa), str(pb)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "differ beyond the plan" in out and "cluster.gpu" in out and "half" in out
+    # the same model, cluster and budget: nothing named
+    save_session(_variant(recompute="none"), pb)
+    assert main(["diff", str(pa), str(pb), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["beyond_plan"] == []
+    assert main(["diff", str(pa), str(pb)]) == 0
+    assert "beyond the plan" not in capsys.readouterr().out
+
+
+def test_a_model_name_alone_is_no_difference(tmp_path, capsys):
+    # an exported and re-imported launch names the model after the file: the same model
+    a, b = load_any(SMALL), load_any(SMALL)
+    b.model.name = "renamed"
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    save_session(a, pa)
+    save_session(b, pb)
+    assert main(["diff", str(pa), str(pb), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["beyond_plan"] == []
+    b.model.num_layers = 12
+    save_session(b, pb)
+    assert main(["diff", str(pa), str(pb), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["beyond_plan"][0]["field"] == "model"

@@ -59,6 +59,11 @@ def _simulated(session: Any, file: str, pinned: bool = False) -> Any:
                                 else f"{file}: compare.pinned.cluster: {text}") from None
 
 
+def _value(v) -> str:
+    """A session field's value as the line of differences shows it (floats in short form)."""
+    return f"{v:,.4g}" if isinstance(v, float) else str(v)
+
+
 def _s(x: float) -> str:
     return f"{x:,.3f} s"
 
@@ -101,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
               highlight=False)
     con.print(f"[bold]B[/] {esc(name_b)}: {esc(doc['b']['label'])}, {doc['b']['num_gpus']:,} GPUs",
               highlight=False)
+    if doc["beyond_plan"]:
+        con.print("[bold]A and B differ beyond the plan[/] (the differences below are not the "
+                  "plans' alone): " + "; ".join(
+                      f"{esc(x['field'])} {esc(_value(x['a']))} / {esc(_value(x['b']))}"
+                      for x in doc["beyond_plan"]), highlight=False)
     t = Table(title="Iteration time, mean over pipeline stages", title_justify="left")
     for col in ("term", "A", "B", "B - A"):
         t.add_column(col, justify="left" if col == "term" else "right")
