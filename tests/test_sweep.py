@@ -795,3 +795,23 @@ def test_dimensions_say_default_for_the_default_schedules_and_recompute(capsys):
     assert "the values given" not in dims["schedule"]["why"]
     assert "default" in dims["schedule"]["why"]
     assert "the values given" in dims["recompute"]["why"]  # given: --recompute full
+
+
+def test_a_free_gpu_hour_prints_no_nan(capsys):
+    # --price-per-gpu-hour 0 (GPUs already owned): every cost is $0; the config's plan line
+    # said "at nan% more cost" (0/0) and numpy warned twice on stderr (0 * inf for plans not
+    # simulated, 0/0 here); the dominating plan named is the fastest of the equally cheap
+    import warnings
+    from core.cli import main
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rc = main(["sweep", str(EXAMPLES / "gpt3_1.3b_single_node.json"),
+                   "--price-per-gpu-hour", "0", "--workers", "1"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert "nan%" not in out and " nan " not in out
+    line = " ".join(out[out.index("The config's plan is dominated"):].split())
+    assert "at the same cost" in line
+    fastest = " ".join(out[out.index("\nfastest ") + 1:].split("\n")[0].split()[1:6])
+    assert fastest in line

@@ -569,13 +569,13 @@ def _print_own_plan(result, console: Console, own: int | None) -> None:
         console.print(f"The config's plan: {esc(result.reason[own])}")
     else:
         dom = result.dominated_by(own)
-        j = int(dom[np.argmin(result.cost_usd[dom])])
+        j = int(dom[np.lexsort((result.training_days[dom], result.cost_usd[dom]))[0]])
         console.print(
             f"The config's plan is dominated by {len(dom):,} plan{'s' if len(dom) != 1 else ''} "
             f"(as fast or faster and as cheap or cheaper); the cheapest of them, "
             f"{result.plans[j].label()}, "
             f"takes {_change(result.training_days[j] / result.training_days[own] - 1)} time at "
-            f"{_change(result.cost_usd[j] / result.cost_usd[own] - 1)} cost.")
+            f"{_change(_ratio(result.cost_usd[j], result.cost_usd[own]) - 1)} cost.")
 
 
 def _print_front(result, console: Console) -> None:
@@ -685,6 +685,11 @@ def _row_index(result, row: dict) -> int:
     from core.plan.parallel import ParallelPlan
     plan = ParallelPlan(**{f.name: row[f.name] for f in dataclasses.fields(ParallelPlan)})
     return result.index_of(plan)
+
+
+def _ratio(x: float, y: float) -> float:
+    """``x / y``, 1 when both are 0 (a free GPU-hour: every cost is $0)."""
+    return 1.0 if x == y else x / y
 
 
 def _change(rel: float) -> str:
