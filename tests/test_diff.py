@@ -184,3 +184,24 @@ def test_a_model_name_alone_is_no_difference(tmp_path, capsys):
     save_session(b, pb)
     assert main(["diff", str(pa), str(pb), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["beyond_plan"][0]["field"] == "model"
+
+
+def test_a_run_shorter_than_a_day_shows_its_days(tmp_path, capsys):
+    """A 1,000-step run (a launch's --train-iters, a torchtitan steps) takes minutes: its days
+    printed "0.0" in simulate, the sweep table and diff, telling plans apart by nothing."""
+    from core.cli.common import fmt_days
+    assert fmt_days(0.0433) == "0.043" and fmt_days(0.5) == "0.5" and fmt_days(298.51) == "298.5"
+    assert fmt_days(0.0) == "0.0" and fmt_days(1234.56) == "1,234.6"
+    a = load_any(SMALL)
+    a.cost.training_tokens = 1000 * a.plan.global_batch_size * a.model.seq_length  # 1,000 steps
+    pa = tmp_path / "a.json"
+    save_session(a, pa)
+    assert main(["simulate", str(pa)]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("Training"))
+    assert "0.0 days" not in line and "1,000 iterations" in line
+    assert main(["simulate", str(pa), "--json"]) == 0
+    days = json.loads(capsys.readouterr().out)["training_days"]
+    assert 0.001 < days < 0.1 and fmt_days(days) in line
+    assert main(["diff", str(pa), str(pa)]) == 0
+    assert fmt_days(days) in capsys.readouterr().out

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from core.cli.common import verdict_markup
+from core.cli.common import fmt_days, verdict_markup
 
 __all__ = ["add_parser", "run"]
 
@@ -140,8 +140,9 @@ def run(args: argparse.Namespace) -> int:
               f"{(rb.max_memory_per_gpu_bytes - ra.max_memory_per_gpu_bytes) / 2**30:+,.1f} GiB")
     o.add_row("GPU memory", *(f"{cap} GiB" for _, cap in figures), "")
     o.add_row("fits in memory", *(verdict_markup(r.memory_verdict) for r in (ra, rb)), "")
-    o.add_row("training days", f"{ra.training_days:,.1f}", f"{rb.training_days:,.1f}",
-              f"{rb.training_days - ra.training_days:+,.1f}")
+    delta = rb.training_days - ra.training_days
+    o.add_row("training days", fmt_days(ra.training_days), fmt_days(rb.training_days),
+              ("+" if delta >= 0 else "-") + fmt_days(abs(delta)))
     o.add_row("cost", f"${ra.cost_usd:,.0f}", f"${rb.cost_usd:,.0f}",
               f"{'+' if rb.cost_usd >= ra.cost_usd else '-'}${abs(rb.cost_usd - ra.cost_usd):,.0f}")
     con.print(o)

@@ -16,8 +16,8 @@ from core.plan.fields import ConfigError, FieldError
 from core.plan.parallel import (MOE_DISPATCHERS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
                                 SWEEP_SCHEDULES)
 from core.plan.rules import check_all_but_the_plan
-from core.cli.common import (SET_HELP, check_number, list_items, check_outputs, session_from_args,
-                     session_inputs)
+from core.cli.common import (SET_HELP, check_number, fmt_days, list_items, check_outputs,
+                     session_from_args, session_inputs)
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
     from rich.table import Table
@@ -408,7 +408,7 @@ def _plan_cells(result, i: int) -> list[str]:
                 f"[red]{mem}![/]" if not result.fits_in_memory[i] else mem]
     return [*cells,
             f"{result.num_gpus[i]:,}", f"{result.iteration_time_s[i]:,.2f}{outside}",
-            f"{result.training_days[i]:,.1f}",
+            fmt_days(result.training_days[i]),
             _money(result.cost_usd[i]), f"{result.mfu[i]:.1%}",
             f"[red]{mem}![/]" if not result.fits_in_memory[i] else
             f"[yellow]{mem}~[/]" if result.memory_verdict[i] == "tight" else mem]
@@ -554,7 +554,7 @@ def _print_own_plan(result, console: Console, own: int | None) -> None:
 
     from core.util.console import esc
     if result.deadline_days is not None and result.cheapest_within_deadline is None:
-        quick = (f"; the fastest plan that fits takes {result.training_days[result.fastest]:,.1f} days"
+        quick = (f"; the fastest plan that fits takes {fmt_days(result.training_days[result.fastest])} days"
                  if result.fastest is not None else "")
         console.print(f"No plan that fits finishes within {result.deadline_days:g} days{quick}.")
     if own is None:
