@@ -166,3 +166,25 @@ def test_sequence_parallel_needs_the_sequence_divisible_by_t():
     assert not [e for e in validate(s) if e.field == "plan.sequence_parallel"]
     s.plan.sequence_parallel, s.model.seq_length = False, 4095
     assert not [e for e in validate(s) if e.field == "plan.sequence_parallel"]
+
+
+def test_an_uneven_layer_split_names_megatrons_embedding_and_loss_slots():
+    """Llama 3.1 405B's 126 layers do not split over p = 16, but Megatron-Core runs it so,
+    counting the embedding and the loss as layers (--account-for-embedding-in-pipeline-split
+    --account-for-loss-in-pipeline-split: 128 slots); the message names the two fields, and
+    only when they would split (126 + 1 or + 2 slots over p)."""
+    from core.plan.presets import MODEL_PRESETS
+    m = MODEL_PRESETS["Llama 3.1 405B"]
+    s = Session(model=m, plan=ParallelPlan(tensor_parallel=8, pipeline_parallel=16,
+                                           data_parallel=8, global_batch_size=64))
+    msg = " ".join(e.message for e in validate(s) if e.field == "plan.pipeline_parallel")
+    assert "num_layers=126 is not divisible by pipeline_parallel_size=16" in msg
+    assert ("account_for_embedding_in_pipeline_split" in msg
+            and "account_for_loss_in_pipeline_split" in msg and "128" in msg)
+    s.plan.account_for_embedding_in_pipeline_split = True
+    s.plan.account_for_loss_in_pipeline_split = True
+    assert not [e for e in validate(s) if e.field == "plan.pipeline_parallel"]
+    s = Session(model=m, plan=ParallelPlan(tensor_parallel=8, pipeline_parallel=5,
+                                           data_parallel=8, global_batch_size=64))
+    msg = " ".join(e.message for e in validate(s) if e.field == "plan.pipeline_parallel")
+    assert "pipeline_parallel_size=5" in msg and "account_for" not in msg  # 126..128: none / 5

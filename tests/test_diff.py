@@ -139,3 +139,69 @@ def test_diff_names_the_overlapped_cp_exchange_of_any_type(tmp_path, capsys):
     assert main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
     out = capsys.readouterr().out
     assert "CP exchange" in out and "cp p2p" not in out
+
+
+def test_diff_names_what_differs_beyond_the_plan(tmp_path, capsys):
+    """Two files of different models, GPUs and token budgets: the table splits the time into
+    plan terms and gives days and cost, yet said nothing of the model, GPU or budget that
+    differ (Llama 3 70B's 15T tokens against a 300B-token MoE read as a faster plan)."""
+    a = load_any(SMALL)
+    b = load_any(SMALL)
+    b.model.num_layers = 12
+    b.model.name = "half"
+    b.cluster.gpu = "H100-SXM5-80GB"
+    b.cost.training_tokens = a.cost.training_tokens / 10
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    save_session(a, pa)
+    save_session(b, pb)
+    assert main(["diff", str(pa), str(pb), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    fields = [d["field"] for d in doc["beyond_plan"]]
+    assert fields == ["model", "cluster.gpu", "cost.training_tokens"]
+    assert doc["beyond_plan"][1] == {"field": "cluster.gpu", "a": "A100-SXM4-80GB",
+                                     "b": "H100-SXM5-80GB"}
+    assert main(["diff", str(pa), str(pb)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "differ beyond the plan" in out and "cluster.gpu" in out and "half" in out
+    # the same model, cluster and budget: nothing named
+    save_session(_variant(recompute="none"), pb)
+    assert main(["diff", str(pa), str(pb), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["beyond_plan"] == []
+    assert main(["diff", str(pa), str(pb)]) == 0
+    assert "beyond the plan" not in capsys.readouterr().out
+
+
+def test_a_model_name_alone_is_no_difference(tmp_path, capsys):
+    # an exported and re-imported launch names the model after the file: the same model
+    a, b = load_any(SMALL), load_any(SMALL)
+    b.model.name = "renamed"
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    save_session(a, pa)
+    save_session(b, pb)
+    assert main(["diff", str(pa), str(pb), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["beyond_plan"] == []
+    b.model.num_layers = 12
+    save_session(b, pb)
+    assert main(["diff", str(pa), str(pb), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["beyond_plan"][0]["field"] == "model"
+
+
+def test_a_run_shorter_than_a_day_shows_its_days(tmp_path, capsys):
+    """A 1,000-step run (a launch's --train-iters, a torchtitan steps) takes minutes: its days
+    printed "0.0" in simulate, the sweep table and diff, telling plans apart by nothing."""
+    from core.cli.common import fmt_days
+    assert fmt_days(0.0433) == "0.043" and fmt_days(0.5) == "0.5" and fmt_days(298.51) == "298.5"
+    assert fmt_days(0.0) == "0.0" and fmt_days(1234.56) == "1,234.6"
+    a = load_any(SMALL)
+    a.cost.training_tokens = 1000 * a.plan.global_batch_size * a.model.seq_length  # 1,000 steps
+    pa = tmp_path / "a.json"
+    save_session(a, pa)
+    assert main(["simulate", str(pa)]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("Training"))
+    assert "0.0 days" not in line and "1,000 iterations" in line
+    assert main(["simulate", str(pa), "--json"]) == 0
+    days = json.loads(capsys.readouterr().out)["training_days"]
+    assert 0.001 < days < 0.1 and fmt_days(days) in line
+    assert main(["diff", str(pa), str(pa)]) == 0
+    assert fmt_days(days) in capsys.readouterr().out

@@ -244,6 +244,18 @@ def test_simulate_set_cluster_gpu(capsys):
     assert out["profile"]["device"] == "H800-SXM5-80GB"
 
 
+@pytest.mark.parametrize("name,kind", [("H800", "H800-SXM5-80GB"), ("GH200", "GH200-96GB"),
+                                       ("H100 SXM", "H100-SXM5-80GB")])
+def test_simulate_set_cluster_gpu_reads_other_tools_names(name, kind, capsys):
+    # README: "--gpu and --set cluster.gpu= take them, and other tools' names (H800, GH200)";
+    # --set refused them ("has no shipped profile") while --gpu read them
+    from tests.conftest import EXAMPLES
+    assert main(["simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--set",
+                 f"cluster.gpu={name}", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["profile"]["device"] == kind
+
+
 @pytest.mark.parametrize("kind", RENTED)
 def test_import_preset_gpu(kind, tmp_path):
     out = tmp_path / "s.json"

@@ -306,3 +306,24 @@ def test_cli_imports_phi4(tmp_path):
                         str(tmp_path / "never.json")], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "hybrid_override_pattern" in r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "never.json").exists()
+
+
+@pytest.mark.parametrize("key,value", [("num_hidden_layers", 10**12), ("hidden_size", 10**12),
+                                       ("max_position_embeddings", 2**40)])
+def test_sizes_beyond_the_bounds_are_refused_by_field(key, value):
+    # 10^12 layers ran out of memory building per-layer lists before any check ("out of
+    # memory: the inputs are too large", naming no field); the Megatron import refuses it by
+    # the session's bound (at most 10,000 layers), so does this one
+    with pytest.raises(ConfigError) as err:
+        session_from_hf_config({**PHI3_MINI_4K, key: value}, "config.json")
+    e = err.value.errors[0]
+    assert e.field.endswith(key) and "at most" in e.message
+
+
+def test_cli_refuses_a_trillion_layers_by_field(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**PHI3_MINI_4K, "num_hidden_layers": 10**12}))
+    out = subprocess.run([sys.executable, "-m", "core.cli", "import", "hf", str(cfg), "--out",
+                          str(tmp_path / "s.json")], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2
+    assert "num_hidden_layers" in out.stderr and "out of memory" not in out.stderr

@@ -765,3 +765,53 @@ def test_best_by_says_why_a_value_has_no_plan(capsys):
     assert main(["sweep", str(cfg), "--max-gpus", "8", "--micro-batch-sizes", "1,64",
                  "--recompute", "none"]) == 0
     assert "b 64: none of its" in capsys.readouterr().out
+
+
+def test_cli_refuses_a_virtual_stage_count_below_two(capsys):
+    # v = 1 is no interleaving (Megatron-Core needs v >= 2): refused by name, not dropped
+    # silently (the interleaved schedule vanished from the sweep, or "no valid plan" with
+    # no reason when it was the only schedule)
+    from core.cli import main
+    for extra in ([], ["--schedules", "interleaved"]):
+        rc = main(["sweep", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "8",
+                   "--virtual-pipeline-stages", "1", *extra])
+        assert rc == 2
+        err = capsys.readouterr().err
+        assert "virtual" in err and "1" in err and ">= 2" in err
+    assert any(e.field == "sweep.virtual_pipeline_stages"
+               for e in SweepSpace(num_gpus=8, virtual_pipeline_stages=(1, 2)).errors())
+
+
+def test_dimensions_say_default_for_the_default_schedules_and_recompute(capsys):
+    # schedules and recomputation modes have a default list (not None): when held at one
+    # value by another rule (p = 1 keeps 1F1B) the reason is the default, not "the values
+    # given" the user did not give
+    from core.cli import main
+    rc = main(["sweep", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "8",
+               "--pipeline-parallel", "1", "--recompute", "full", "--workers", "1", "--json"])
+    assert rc == 0
+    dims = {d["field"]: d for d in json.loads(capsys.readouterr().out)["dimensions"]}
+    assert dims["schedule"]["values"] == ["1f1b"]
+    assert "the values given" not in dims["schedule"]["why"]
+    assert "default" in dims["schedule"]["why"]
+    assert "the values given" in dims["recompute"]["why"]  # given: --recompute full
+
+
+def test_a_free_gpu_hour_prints_no_nan(capsys):
+    # --price-per-gpu-hour 0 (GPUs already owned): every cost is $0; the config's plan line
+    # said "at nan% more cost" (0/0) and numpy warned twice on stderr (0 * inf for plans not
+    # simulated, 0/0 here); the dominating plan named is the fastest of the equally cheap
+    import warnings
+    from core.cli import main
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rc = main(["sweep", str(EXAMPLES / "gpt3_1.3b_single_node.json"),
+                   "--price-per-gpu-hour", "0", "--workers", "1"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert "nan%" not in out and " nan " not in out
+    line = " ".join(out[out.index("The config's plan is dominated"):].split())
+    assert "at the same cost" in line
+    fastest = " ".join(out[out.index("\nfastest ") + 1:].split("\n")[0].split()[1:6])
+    assert fastest in line

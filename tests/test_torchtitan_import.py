@@ -156,3 +156,14 @@ def test_cli(tmp_path):
     r = subprocess.run(cmd[:-1] + [str(never)], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "data_parallel_shard_degree" in r.stderr
     assert "Traceback" not in r.stderr and not never.exists()
+
+
+@pytest.mark.parametrize("steps", [-5, 0, 1000.0, "1000"])
+def test_steps_that_are_no_step_count_are_refused_by_key(steps):
+    # steps = -5 was listed as used ("cost.training_tokens = steps * global batch * seq_len")
+    # while the session silently kept the default 300B tokens
+    raw = load_toml(LLAMA3_8B)
+    raw["training"]["steps"] = steps
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert err.value.errors[0].field == "config.toml: training.steps"

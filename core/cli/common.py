@@ -189,6 +189,15 @@ def row_progress(what: str, json_output: bool, long_s: float = 10.0):
     yield progress
 
 
+def fmt_days(d: float) -> str:
+    """Days with one decimal (``"298.5"``); under one day three decimals, trailing zeros dropped
+    (``"0.043"``, ``"0.5"``: a 1,000-step run of an hour is not "0.0")."""
+    if 0 < abs(d) < 1:
+        t = f"{d:.3f}".rstrip("0")
+        return t + "0" if t.endswith(".") else t
+    return f"{d:,.1f}"
+
+
 def fmt_bytes(n: float) -> str:
     """``n`` bytes as GiB with one decimal, e.g. ``"1.5 GiB"``."""
     return f"{n / GiB:,.1f} GiB"
@@ -234,6 +243,9 @@ def apply_sets(session, sets: list[str] | None):
             value = json.loads(text)
         except ValueError:
             value = text
+        if (section, name) == ("cluster", "gpu") and isinstance(value, str):
+            from core.plan.cluster import gpu_kind
+            value = gpu_kind(value)  # other tools' names ("H800", "H100 SXM"), as --gpu reads them
         doc[section][name] = value
         named[f"{section}.{name}"] = f"--set {path.strip()}"
     try:

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from core.cli.common import verdict_markup
+from core.cli.common import fmt_days, verdict_markup
 
 __all__ = ["add_parser", "run"]
 
@@ -59,6 +59,11 @@ def _simulated(session: Any, file: str, pinned: bool = False) -> Any:
                                 else f"{file}: compare.pinned.cluster: {text}") from None
 
 
+def _value(v) -> str:
+    """A session field's value as the line of differences shows it (floats in short form)."""
+    return f"{v:,.4g}" if isinstance(v, float) else str(v)
+
+
 def _s(x: float) -> str:
     return f"{x:,.3f} s"
 
@@ -101,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
               highlight=False)
     con.print(f"[bold]B[/] {esc(name_b)}: {esc(doc['b']['label'])}, {doc['b']['num_gpus']:,} GPUs",
               highlight=False)
+    if doc["beyond_plan"]:
+        con.print("[bold]A and B differ beyond the plan[/] (the differences below are not the "
+                  "plans' alone): " + "; ".join(
+                      f"{esc(x['field'])} {esc(_value(x['a']))} / {esc(_value(x['b']))}"
+                      for x in doc["beyond_plan"]), highlight=False)
     t = Table(title="Iteration time, mean over pipeline stages", title_justify="left")
     for col in ("term", "A", "B", "B - A"):
         t.add_column(col, justify="left" if col == "term" else "right")
@@ -130,8 +140,9 @@ def run(args: argparse.Namespace) -> int:
               f"{(rb.max_memory_per_gpu_bytes - ra.max_memory_per_gpu_bytes) / 2**30:+,.1f} GiB")
     o.add_row("GPU memory", *(f"{cap} GiB" for _, cap in figures), "")
     o.add_row("fits in memory", *(verdict_markup(r.memory_verdict) for r in (ra, rb)), "")
-    o.add_row("training days", f"{ra.training_days:,.1f}", f"{rb.training_days:,.1f}",
-              f"{rb.training_days - ra.training_days:+,.1f}")
+    delta = rb.training_days - ra.training_days
+    o.add_row("training days", fmt_days(ra.training_days), fmt_days(rb.training_days),
+              ("+" if delta >= 0 else "-") + fmt_days(abs(delta)))
     o.add_row("cost", f"${ra.cost_usd:,.0f}", f"${rb.cost_usd:,.0f}",
               f"{'+' if rb.cost_usd >= ra.cost_usd else '-'}${abs(rb.cost_usd - ra.cost_usd):,.0f}")
     con.print(o)

@@ -6,8 +6,8 @@ import argparse
 import time
 from typing import TYPE_CHECKING, Any
 
-from core.cli.common import (SET_HELP, field_error, fmt_bytes, check_outputs, session_from_args,
-                     session_inputs, verdict_markup)
+from core.cli.common import (SET_HELP, field_error, fmt_bytes, fmt_days, check_outputs,
+                     session_from_args, session_inputs, verdict_markup)
 
 if TYPE_CHECKING:  # rich is imported when tables are printed (not for --json)
     from core.util.console import Console
@@ -110,8 +110,8 @@ def _summary_table(s, r):
                                      "(virtual stage k is chunk k//p of stage k%p)")
     t.add_row("Per stage (mean)", _per_stage_text(s, r))
     t.add_row("Training", f"{s.cost.training_tokens / 1e9:,.0f}B tokens: {r.num_iterations:,.0f} "
-                          f"iterations, {r.training_days:,.1f} days"
-              + band(r.training_days, lambda x: f"{x:,.1f}"))
+                          f"iterations, {fmt_days(r.training_days)} days"
+              + band(r.training_days, fmt_days))
     t.add_row("Cost", f"{r.gpu_hours:,.0f} GPU-hours, ${r.cost_usd:,.0f} at "
                       f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour"
               + band(r.cost_usd, lambda x: f"${x:,.0f}"))
@@ -183,7 +183,7 @@ def _stage_memory_table(r, p: int):
 
 
 def _days(seconds: float) -> str:
-    return f"{seconds / 86400:,.1f} days"
+    return f"{fmt_days(seconds / 86400)} days"
 
 
 def _run_table(r, s):
@@ -216,7 +216,8 @@ def _run_table(r, s):
                                      f"({g.checkpoint_interval_s / 60:,.1f} min; {rule}); "
                                      f"{g.num_checkpoints:,} saves")
     t.add_row("Expected time", f"{_days(g.expected_time_s)} (10th-90th percentile "
-                               f"{g.p10_time_s / 86400:,.1f} - {g.p90_time_s / 86400:,.1f}) = "
+                               f"{fmt_days(g.p10_time_s / 86400)} - "
+                               f"{fmt_days(g.p90_time_s / 86400)}) = "
                                f"work {_days(g.work_s)} + checkpoints {_days(g.checkpoint_s)} + "
                                f"restarts {_days(g.restart_s)} + lost work "
                                f"{_days(g.lost_work_s)}")

@@ -16,8 +16,8 @@ from core.plan.fields import ConfigError, FieldError
 from core.plan.parallel import (MOE_DISPATCHERS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
                                 SWEEP_SCHEDULES)
 from core.plan.rules import check_all_but_the_plan
-from core.cli.common import (SET_HELP, check_number, list_items, check_outputs, session_from_args,
-                     session_inputs)
+from core.cli.common import (SET_HELP, check_number, fmt_days, list_items, check_outputs,
+                     session_from_args, session_inputs)
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
     from rich.table import Table
@@ -408,7 +408,7 @@ def _plan_cells(result, i: int) -> list[str]:
                 f"[red]{mem}![/]" if not result.fits_in_memory[i] else mem]
     return [*cells,
             f"{result.num_gpus[i]:,}", f"{result.iteration_time_s[i]:,.2f}{outside}",
-            f"{result.training_days[i]:,.1f}",
+            fmt_days(result.training_days[i]),
             _money(result.cost_usd[i]), f"{result.mfu[i]:.1%}",
             f"[red]{mem}![/]" if not result.fits_in_memory[i] else
             f"[yellow]{mem}~[/]" if result.memory_verdict[i] == "tight" else mem]
@@ -554,7 +554,7 @@ def _print_own_plan(result, console: Console, own: int | None) -> None:
 
     from core.util.console import esc
     if result.deadline_days is not None and result.cheapest_within_deadline is None:
-        quick = (f"; the fastest plan that fits takes {result.training_days[result.fastest]:,.1f} days"
+        quick = (f"; the fastest plan that fits takes {fmt_days(result.training_days[result.fastest])} days"
                  if result.fastest is not None else "")
         console.print(f"No plan that fits finishes within {result.deadline_days:g} days{quick}.")
     if own is None:
@@ -569,13 +569,13 @@ def _print_own_plan(result, console: Console, own: int | None) -> None:
         console.print(f"The config's plan: {esc(result.reason[own])}")
     else:
         dom = result.dominated_by(own)
-        j = int(dom[np.argmin(result.cost_usd[dom])])
+        j = int(dom[np.lexsort((result.training_days[dom], result.cost_usd[dom]))[0]])
         console.print(
             f"The config's plan is dominated by {len(dom):,} plan{'s' if len(dom) != 1 else ''} "
             f"(as fast or faster and as cheap or cheaper); the cheapest of them, "
             f"{result.plans[j].label()}, "
             f"takes {_change(result.training_days[j] / result.training_days[own] - 1)} time at "
-            f"{_change(result.cost_usd[j] / result.cost_usd[own] - 1)} cost.")
+            f"{_change(_ratio(result.cost_usd[j], result.cost_usd[own]) - 1)} cost.")
 
 
 def _print_front(result, console: Console) -> None:
@@ -685,6 +685,11 @@ def _row_index(result, row: dict) -> int:
     from core.plan.parallel import ParallelPlan
     plan = ParallelPlan(**{f.name: row[f.name] for f in dataclasses.fields(ParallelPlan)})
     return result.index_of(plan)
+
+
+def _ratio(x: float, y: float) -> float:
+    """``x / y``, 1 when both are 0 (a free GPU-hour: every cost is $0)."""
+    return 1.0 if x == y else x / y
 
 
 def _change(rel: float) -> str:

@@ -46,7 +46,8 @@ def _money(usd: float | None) -> str:
 
 
 def _days(d: float | None) -> str:
-    return "-" if d is None else f"{d:,.1f}"
+    from core.cli.common import fmt_days
+    return "-" if d is None else fmt_days(d)
 
 
 def _band(lo: float | None, hi: float | None, fmt) -> str:
@@ -158,8 +159,8 @@ def print_choice(choice, console: Any) -> None:
         p = choice.point(k)
         console.print(esc(
             f"best by {name}: {p['num_gpus']:,} {p['gpu']}, {p['plan']}: "
-            f"{p['expected_days']:,.1f} days (failures' 10-90 %: {p['days_p10']:,.1f}-"
-            f"{p['days_p90']:,.1f}), {_money(p['expected_cost_usd'])}, goodput {p['goodput']:.1%}"))
+            f"{_days(p['expected_days'])} days (failures' 10-90 %: {_days(p['days_p10'])}-"
+            f"{_days(p['days_p90'])}), {_money(p['expected_cost_usd'])}, goodput {p['goodput']:.1%}"))
     console.print("[dim]expected: with failures, restarts and checkpoints (docs/goodput.md); "
                   f"band: the iteration time's {cov} error band of each store carried through "
                   "(none where the store has no calibration runs)[/]")

@@ -98,7 +98,7 @@ from core.io.hf_moe import moe_fields
 from core.io.import_result import (ImportResult, global_batch_note, positive_int, refusal,
                                    seq_length_note, switched_off_or_refuse)
 from core.plan.cluster import ClusterConfig, CostConfig
-from core.plan.fields import ConfigError, FieldError
+from core.plan.fields import BOUNDS, ConfigError, FieldError
 from core.plan.model_config import ModelConfig, model_from_fields
 from core.plan.parallel import ParallelPlan
 from core.plan.presets import LLAMA_FAMILY
@@ -569,6 +569,16 @@ def _sizes(cfg: dict[str, Any], where: str, seq_length: int | None) -> dict[str,
     vocab = positive_int(cfg, "vocab_size", where)
     max_pos = positive_int(cfg, "max_position_embeddings", where, required=seq_length is None)
     s = seq_length if seq_length is not None else max_pos
+    # the session's bounds, before anything is built per layer (10^12 layers ran out of memory)
+    for key, value, bound in (("num_hidden_layers", layers, "layers"), ("hidden_size", h, "hidden"),
+                              ("num_attention_heads", a, "heads"), ("intermediate_size", f, "ffn"),
+                              ("vocab_size", vocab, "vocab"),
+                              ("max_position_embeddings", max_pos if seq_length is None else None,
+                               "seq")):
+        top = BOUNDS[bound].hi
+        if value is not None and value > top:
+            raise _refuse(where, key, f"{key}={value} must be at most {int(top):,} "
+                                      f"({BOUNDS[bound].why})")
     head_dim = positive_int(cfg, "head_dim", where, required=False)
     kv = positive_int(cfg, "kv_channels", where, required=False)
     if kv is not None and head_dim is not None and kv != head_dim:

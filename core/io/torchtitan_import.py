@@ -516,8 +516,8 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         plan.pipeline_model_parallel_layout = "|".join(
             ("E" if i == 0 else "") + f"t*{n}" + ("L" if i == len(counts) - 1 else "")
             for i, n in enumerate(counts))
-    steps = used.get("training.steps")
-    tokens = steps * glob * model.seq_length if isinstance(steps, int) and steps > 0 else None
+    steps = _int(used, "training.steps", where, 1) if "training.steps" in used else None
+    tokens = steps * glob * model.seq_length if steps is not None else None
     return plan, tokens
 
 

@@ -34,6 +34,19 @@ _SLOT_RULE = ("Megatron-Core: with account_for_embedding_in_pipeline_split / "
               "divisible by pipeline_parallel_size * virtual_pipeline_stages")
 
 
+def _slot_hint(L: int, p: int) -> str:
+    """How Megatron-Core splits ``L`` layers over ``p`` stages when they do not divide: counting
+    the embedding and / or the loss as a layer (``L + 1`` or ``L + 2`` slots), named when one
+    of those divides by ``p``; empty otherwise."""
+    for extra, fields in ((2, "plan.account_for_embedding_in_pipeline_split and "
+                              "plan.account_for_loss_in_pipeline_split"),
+                          (1, "plan.account_for_embedding_in_pipeline_split (or the loss's)")):
+        if (L + extra) % p == 0:
+            return (f"; {L} + {extra} = {L + extra} layer slots split over it with {fields} "
+                    "(Megatron-Core's --account-for-embedding/loss-in-pipeline-split)")
+    return ""
+
+
 def pipeline_split_slots(num_layers: int, plan: ParallelPlan) -> int:
     """Layer slots the pipeline split divides: ``num_layers`` plus one for the embedding with
     ``account_for_embedding_in_pipeline_split`` and one for the loss with
@@ -294,7 +307,8 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
         return counts
     if first is None and last is None:
         if L % p:
-            raise PipelineSplitError(f"num_layers={L} is not divisible by pipeline_parallel_size={p}")
+            raise PipelineSplitError(f"num_layers={L} is not divisible by pipeline_parallel_size={p}"
+                                     + _slot_hint(L, p))
         return [L // p] * p
     if p < 2:
         raise ValueError("first_stage_layers / last_stage_layers need pipeline_parallel_size >= 2")

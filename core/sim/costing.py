@@ -99,8 +99,9 @@ def costing(iteration_time_s: float | np.ndarray, *, tokens_per_iteration: float
                    hfu=np.asarray(hardware_flops, np.float64) / T / peak)
     train_s = iterations * T
     gpu_hours = train_s * gpus / 3600
-    out.update(training_days=train_s / 86400, gpu_hours=gpu_hours,
-               cost_usd=gpu_hours * price_per_gpu_hour_usd)
+    with np.errstate(invalid="ignore"):  # a free GPU-hour (price 0) of a plan not simulated
+        cost = np.where(np.isinf(gpu_hours), gpu_hours, gpu_hours * price_per_gpu_hour_usd)
+    out.update(training_days=train_s / 86400, gpu_hours=gpu_hours, cost_usd=cost)
     if T.ndim == 0 and np.ndim(tokens) == 0 and np.ndim(gpus) == 0:
         return Costing(**{k: float(v) for k, v in out.items()}, num_iterations=int(iterations))
     return Costing(**out, num_iterations=iterations.astype(np.int64))

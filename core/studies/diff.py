@@ -30,6 +30,8 @@ to the difference of the iteration times.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,8 +167,30 @@ class PlanDiff:
                 "memory_difference_bytes": rb.max_memory_per_gpu_bytes - ra.max_memory_per_gpu_bytes,
                 "cost_difference_usd": rb.cost_usd - ra.cost_usd,
                 "training_days_difference": rb.training_days - ra.training_days,
+                "beyond_plan": beyond_plan(self.a.session, self.b.session),
                 "a": plan(self.a, self.terms_a, self.per_stage_a, self.overlapped_a),
                 "b": plan(self.b, self.terms_b, self.per_stage_b, self.overlapped_b)}
+
+
+def beyond_plan(a: Session, b: Session) -> list[dict[str, Any]]:
+    """What differs between two sessions besides the plan, ``{"field", "a", "b"}`` each: the
+    model when its fields differ (named by its name, or each field when the names agree; a
+    name alone is a label, not a difference), then each cluster and cost field.
+    Empty when the two differ in the plan only; otherwise the difference of iteration times,
+    days and cost is not the plans' alone."""
+    out: list[dict[str, Any]] = []
+    if a.model != dataclasses.replace(b.model, name=a.model.name):  # the name is a label
+        if a.model.name != b.model.name:
+            out.append({"field": "model", "a": a.model.name, "b": b.model.name})
+        else:
+            out += [{"field": f"model.{f.name}", "a": getattr(a.model, f.name),
+                     "b": getattr(b.model, f.name)} for f in dataclasses.fields(a.model)
+                    if getattr(a.model, f.name) != getattr(b.model, f.name)]
+    for section in ("cluster", "cost"):
+        x, y = getattr(a, section), getattr(b, section)
+        out += [{"field": f"{section}.{f.name}", "a": getattr(x, f.name), "b": getattr(y, f.name)}
+                for f in dataclasses.fields(x) if getattr(x, f.name) != getattr(y, f.name)]
+    return out
 
 
 def plan_label(session: Session) -> str:
@@ -215,4 +239,4 @@ def diff_results(ra, rb) -> PlanDiff:
     return PlanDiff(ra, rb, ta, tb, terms, sa, sb, oa, ob)
 
 
-__all__ += ["KIND_TERM", "TERM_LABELS", "plan_label", "diff_results"]
+__all__ += ["KIND_TERM", "TERM_LABELS", "plan_label", "diff_results", "beyond_plan"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from core.plan.parallel import PLAN_FIELDS, ParallelPlan
+from core.plan.parallel import PLAN_FIELDS, RECOMPUTE_MODES, SWEEP_SCHEDULES, ParallelPlan
 from core.plan.session import Session
 from core.studies.sweep.explain import left_out_values
 from core.studies.sweep.space import SweepSpace
@@ -26,7 +26,8 @@ _DIMENSION_DEFAULTS = {
     "data_parallel": ("data_parallel", "every d the budget and the global batch allow"),
     "micro_batch_size": ("micro_batch_sizes", "every divisor of the global batch while the "
                                               "smallest-memory plan of that b fits"),
-    "schedule": ("schedules", "every schedule the model allows"),
+    "schedule": ("schedules", "1f1b, gpipe, interleaved and zb-h1 where the model allows them "
+                              "(zb-v only when asked)"),
     "virtual_pipeline_stages": ("virtual_pipeline_stages",
                                 "2 to 8 with the interleaved schedule, where p*v divides the "
                                 "layers"),
@@ -60,6 +61,15 @@ _DIMENSION_DEFAULTS = {
     "last_stage_layers": (None, "the session's at its own p"),
     "delay_wgrad_compute": (None, "the session's with the expert all-to-all overlap"),
 }
+
+
+#: The space's attributes whose default is a list, not None: equal to it, they are the default
+#: (the command line passes its default list), not values given.
+_LISTED_DEFAULTS = {"schedules": tuple(SWEEP_SCHEDULES), "recompute": tuple(RECOMPUTE_MODES)}
+
+
+def _as_tuple(values: Any) -> tuple:
+    return (values,) if isinstance(values, str) else tuple(values)
 
 
 #: Plans transposed at a time by :func:`_distinct_values`: a few milliseconds per C call, so
@@ -103,7 +113,9 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
         if default is None:
             why = "the session's value (the sweep does not choose it)"
         elif attr is not None and getattr(space, attr, None) is not None and (
-                name not in ("data_parallel",) or space.data_parallel is not None):
+                name not in ("data_parallel",) or space.data_parallel is not None) and not (
+                attr in _LISTED_DEFAULTS and _as_tuple(getattr(space, attr))
+                == _LISTED_DEFAULTS[attr]):
             why = "the values given"
         else:
             why = f"default: {default}"

@@ -286,6 +286,13 @@ class SweepSpace:
         for name in ("tensor_parallel", "pipeline_parallel", "data_parallel", "virtual_pipeline_stages",
                      "expert_parallel"):
             ints(name, getattr(self, name))
+        vs = self.virtual_pipeline_stages
+        low = ([] if vs is None else [v for v in ([vs] if not isinstance(vs, Iterable) else vs)
+                                     if pos_int(v) and v < 2])
+        if low:
+            errs.append(FieldError("sweep.virtual_pipeline_stages",
+                                   f"{low[0]!r}: the interleaved schedule needs v >= 2 virtual "
+                                   "stages per rank (v = 1 is plain 1F1B)"))
         ints("micro_batch_sizes", self.micro_batch_sizes)  # None: up to what memory allows
         ints("context_parallel", self.context_parallel)
         for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_CHOICES),
