@@ -234,7 +234,8 @@ def test_default_space_tries_the_moe_dispatchers_and_the_expert_overlap():
     assert min(hand) < held.iteration_time_s[held.fastest] * 0.95
     space = SweepSpace(**kw)
     r = run_sweep(session, space, workers=1)
-    assert r.iteration_time_s[r.fastest] <= min(hand)
+    # the sweep's fast path sums the same times in another order: equal to the last bits
+    assert r.iteration_time_s[r.fastest] <= min(hand) * (1 + 1e-12)
     best = r.plans[r.fastest]
     assert best.expert_parallel > 1 and best.moe_token_dispatcher_type == "flex"
     dims = {d["field"]: d for d in r.dimensions}
