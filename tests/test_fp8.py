@@ -103,9 +103,10 @@ def test_only_the_linear_layers_run_in_fp8():
 # --------------------------------------------------------------------------- quantization kernels
 
 @pytest.mark.parametrize("recipe, tn, kernels", [
-    # (name, bytes per element): read BF16 (2), amax pass with current scaling (2), FP8 copies (1 each)
-    ("tensorwise", True, [("x_amax", 2.0), ("x_cast", 2 + 2 * 1)]),
-    ("tensorwise", False, [("x_amax", 2.0), ("x_cast", 2 + 1)]),
+    # (name, bytes per element): read BF16 (2), amax pass with current scaling (2) and its scale
+    # kernel (no bytes), FP8 copies (1 each)
+    ("tensorwise", True, [("x_amax", 2.0), ("x_scale", 0.0), ("x_cast", 2 + 2 * 1)]),
+    ("tensorwise", False, [("x_amax", 2.0), ("x_scale", 0.0), ("x_cast", 2 + 1)]),
     ("delayed", True, [("x_cast", 2 + 2 * 1)]),
     ("delayed", False, [("x_cast", 2 + 1)]),
     ("mxfp8", False, [("x_cast", 2 + 2 * (1 + 1 / 32))]),
@@ -138,8 +139,9 @@ def test_each_linear_layer_quantizes_its_input_and_its_output_gradient():
     # (name, bytes per element of the gathered tensor) over t = 4: the rank's quarter is read
     # (2) and written in FP8 (1 per copy; amax one more read), the transposed copy made from the
     # gathered FP8 tensor on Hopper (read 1, write 1)
-    ("tensorwise", True, [("x_amax", 2 / 4), ("x_cast", (2 + 1) / 4), ("x_transpose", 2.0)]),
-    ("tensorwise", False, [("x_amax", 2 / 4), ("x_cast", (2 + 1) / 4)]),
+    ("tensorwise", True, [("x_amax", 2 / 4), ("x_scale", 0.0), ("x_cast", (2 + 1) / 4),
+                          ("x_transpose", 2.0)]),
+    ("tensorwise", False, [("x_amax", 2 / 4), ("x_scale", 0.0), ("x_cast", (2 + 1) / 4)]),
     ("delayed", True, [("x_cast", (2 + 1) / 4), ("x_transpose", 2.0)]),
     ("mxfp8", False, [("x_cast", (2 + 2 * (1 + 1 / 32)) / 4)]),
 ])
@@ -535,3 +537,64 @@ def test_diff_of_a_bf16_and_an_fp8_plan_names_the_precision_and_the_compute_gain
     d = diff_plans(a, b).to_dict()
     assert d["a"]["label"] != d["b"]["label"]
     assert d["b"]["iteration_time_s"] < d["a"]["iteration_time_s"]
+
+
+# ------------------------------------------------ per-tensor current scaling and grouped GEMMs
+
+@pytest.mark.parametrize("recipe, tn, per_group", [
+    # TE 2.11 Float8CurrentScalingQuantizer::quantize_impl: amax, scale from amax, quantize
+    ("tensorwise", True, [("x_amax", 2.0), ("x_scale", 0.0), ("x_cast", 2 + 2 * 1)]),
+    ("mxfp8", False, [("x_cast", 2 + 2 * (1 + 1 / 32))]),
+    ("blockwise", True, [("x_cast", 2 + 2 * (1 + 4 / 128))]),
+])
+def test_a_grouped_linear_quantizes_each_expert_split_on_its_own(recipe, tn, per_group):
+    """TE 2.11 ``split_quantize`` (GroupedLinear's per-expert quantization) fuses the splits
+    into one kernel with delayed scaling only; any other recipe runs each split's quantizer:
+    the same bytes as one tensor, ``groups`` times the kernels, each on ``n / groups``."""
+    n, g = 3 * 4096 * 12288, 16
+    got = mm.fp8_cast_kernels("x", n, recipe, tn, groups=g)
+    assert len(got) == g * len(per_group)
+    assert [(k.name, k.bytes / n) for k in got] == [
+        (name, pytest.approx(b / g, rel=1e-15)) for name, b in per_group] * g
+    one = mm.fp8_cast_kernels("x", n, recipe, tn)
+    assert sum(k.bytes for k in got) == pytest.approx(sum(k.bytes for k in one), rel=1e-15)
+    # delayed scaling: nvte_multi_cast_transpose, one kernel for every split
+    assert mm.fp8_cast_kernels("x", n, "delayed", True, groups=g) == \
+        mm.fp8_cast_kernels("x", n, "delayed", True)
+
+
+def test_the_weights_cast_keeps_amax_and_cast_without_a_scale_kernel():
+    w = mm.fp8_cast_kernels("weights", 1000, "tensorwise", True, weight=True)
+    assert [k.name for k in w] == ["weights_amax", "weights_cast"]
+
+
+def test_routed_experts_pay_one_launch_per_expert_quantization():
+    """Qwen3-30B-A3B's MoE layer on EP 8 (16 local experts), FP8 current scaling on Hopper: the
+    experts' forward quantizes fc1's and fc2's inputs per expert (2 x 16 x 3 kernels), the
+    backward fc2's and fc1's output gradients the same way; bytes as one tensor each. Its
+    device time exceeds the one-tensor form (three kernels per quantization) by exactly the
+    extra launches' kernel overhead (memory time is linear in bytes): (3 x 16 - 3) x 2 x
+    kernel_overhead_s per pass."""
+    from core.model.ops import DEFAULT_OP_MODEL, kernel_arrays, kernel_peak_flops, kernel_times
+    key = dict(b=2, s=4096, h=2048, a=32, g=4, kv=128, f=6144, t=1, V=151936, dtype="fp8",
+               fp8="tensorwise", fp8_tn=True, act="swiglu", norm="rmsnorm", E=128, topk=8,
+               fe=768, ep=8, etp=1, ns=0, imb=1.0, glc=0, eb=0, sp=False)
+    local = 128 // 8
+    peaks = {"bf16": 989e12, "fp8": 1979e12}
+    op_model = {**DEFAULT_OP_MODEL, "kernel_overhead_s": 4e-6}
+    for op, names in (("experts_fwd", ("experts_fc1_input", "experts_fc2_input")),
+                      ("experts_bwd", ("experts_fc2_grad", "experts_fc1_grad"))):
+        ks = op_kernels(op, key)
+        for name in names:
+            assert [k.name for k in ks].count(f"{name}_amax") == local
+            assert [k.name for k in ks].count(f"{name}_scale") == local
+            assert [k.name for k in ks].count(f"{name}_cast") == local
+        quant = [k for k in ks if k.name.startswith(names) and not k.is_gemm]
+        merged = [k for n in names for k in mm.fp8_cast_kernels(
+            n, sum(x.bytes for x in quant if x.name == f"{n}_amax") / 2, "tensorwise", True)]
+
+        def device(kernels):
+            return float(kernel_times(*kernel_arrays(kernels), kernel_peak_flops(kernels, "fp8", peaks),
+                                      3.35e12, op_model).sum())
+        assert device(quant) - device(merged) == pytest.approx(
+            (3 * local - 3) * 2 * 4e-6, rel=1e-9)

@@ -162,22 +162,26 @@ def _key(s: Session) -> dict:
 
 def test_selective_op_kernels_are_the_unsaved_ops():
     """Llama 3 8B (a=32, g=8, kv=128, f=14336), FP8 tensorwise on an H100: the attention part
-    runs the norm, the casts (not their amax, aten.max is saved), RoPE, the k projection
-    (g kv columns) and o again; the MLP part the residual adds, the norm, the casts, w3 (f
-    columns of the fused 2f fc1) and SwiGLU; never the flash attention, q, v, w1, w2."""
+    runs the norm, the casts and the scale each computes from its amax (not the amax, aten.max
+    is saved; torchao's amax_to_scale is a clamp and a division), RoPE, the k projection
+    (g kv columns) and o again; the MLP part the residual adds, the norm, the casts with their
+    scales, w3 (f columns of the fused 2f fc1) and SwiGLU; never the flash attention, q, v, w1,
+    w2."""
     s = llama(precision="fp8", recompute="selective_op")
     s.model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=4096)
     key = _key(s)
     T, h, f = 4096, 4096, 14336
     attn = mm.op_kernels("attention_sac_fwd", key)
     names = [k.name for k in attn]
-    assert names == ["rmsnorm", "qkv_input_cast", "k", "rope", "proj_input_cast", "o"]
+    assert names == ["rmsnorm", "qkv_input_scale", "qkv_input_cast", "k", "rope",
+                     "proj_input_scale", "proj_input_cast", "o"]
     gemms = {k.name: k for k in attn if k.is_gemm}
     assert gemms["k"].flops == 2 * T * h * 8 * 128 and gemms["k"].dtype == "fp8"
     assert gemms["o"].flops == 2 * T * 32 * 128 * h
     mlp = mm.op_kernels("mlp_sac_fwd", key)
-    assert [k.name for k in mlp] == ["bias_dropout_add", "rmsnorm", "fc1_input_cast", "w3",
-                                     "bias_swiglu", "fc2_input_cast", "bias_dropout_add"]
+    assert [k.name for k in mlp] == ["bias_dropout_add", "rmsnorm", "fc1_input_scale",
+                                     "fc1_input_cast", "w3", "bias_swiglu", "fc2_input_scale",
+                                     "fc2_input_cast", "bias_dropout_add"]
     assert sum(k.flops for k in mlp) == 2 * T * h * f
     # per token and layer, as the HFU count: k, o, w3
     assert mm.selective_op_flops_per_token(s.model) == 2 * h * 1024 + 2 * h * h + 2 * h * f
@@ -201,7 +205,8 @@ def test_selective_op_recompute_time_is_the_sum_of_its_kernels_and_adds_to_each_
 
     base = {k.name: k for k in mm.op_kernels("attention_fwd", key)}
     k_proj = mm.fp8_gemm("k", 4096, 1024, 4096, "tensorwise")
-    expected = kernel_sum([base["rmsnorm"], base["qkv_input_cast"], k_proj, base["rope"],
+    expected = kernel_sum([base["rmsnorm"], base["qkv_input_scale"], base["qkv_input_cast"],
+                           k_proj, base["rope"], base["proj_input_scale"],
                            base["proj_input_cast"], dataclasses.replace(base["proj"], name="o")])
     times = lookup_op_times(s, st).times
     assert times["attention_sac_fwd"] == pytest.approx(expected, rel=1e-12)

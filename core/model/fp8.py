@@ -67,7 +67,7 @@ def fp8_scale_bytes(recipe: str, weight: bool = False) -> float:
 
 
 def fp8_cast_kernels(name: str, elements: float, recipe: str, tn_only: bool,
-                     weight: bool = False) -> list[Kernel]:
+                     weight: bool = False, groups: int = 1) -> list[Kernel]:
     """Memory-bound kernels that quantize one BF16 tensor of ``elements`` elements to FP8.
 
     Bytes (Transformer Engine's ``cast_transpose`` / quantize kernels, one fused kernel writes
@@ -77,11 +77,25 @@ def fp8_cast_kernels(name: str, elements: float, recipe: str, tn_only: bool,
       copies of 1 byte plus :func:`fp8_scale_bytes` each:
       ``elements * (2 + copies * (1 + scale))``;
     * ``tensorwise`` (per-tensor current scaling) first reduces the tensor's absolute maximum,
-      one more read (``2 * elements``, kernel ``<name>_amax``);
+      one more read (``2 * elements``, kernel ``<name>_amax``), then turns the amax into the
+      scale (kernel ``<name>_scale``, no bytes to speak of: its launch); Transformer Engine
+      2.11 ``Float8CurrentScalingQuantizer::quantize_impl`` (``csrc/quantizer.cpp``) launches
+      ``nvte_compute_amax_with_config``, ``nvte_compute_scale_from_amax`` and
+      ``nvte_quantize_v2``, three kernels per tensor (the weights' per-iteration cast,
+      ``weight``, keeps amax and cast: with FP8 parameters the optimizer's multi-tensor cast
+      makes them);
     * ``delayed`` takes the scale from the amax history of earlier iterations (the cast kernel
       records the amax as it goes: no extra pass; the history update, a few bytes per tensor,
       is neglected); ``mxfp8`` and ``blockwise`` compute each block's scale inside the cast
       kernel (no extra pass).
+
+    ``groups``: a grouped linear layer's input split into ``groups`` tensors, one per local
+    expert (TE's ``GroupedLinear``: ``tex.split_quantize(inp, m_splits, quantizers)``, one
+    quantizer per GEMM). TE 2.11 ``split_quantize`` (``csrc/extensions/cast.cpp``,
+    ``multi_tensor_quantize_impl``) has one fused kernel for all of them with delayed scaling
+    only (``nvte_multi_cast_transpose``); every other recipe quantizes each split on its own,
+    so the kernels above repeat ``groups`` times on ``elements / groups`` elements each (the
+    same bytes, ``groups`` times the launches).
 
     Per linear layer the forward quantizes its input (and keeps the copy the wgrad reads), the
     backward its output gradient; weights are quantized once per iteration
@@ -89,10 +103,15 @@ def fp8_cast_kernels(name: str, elements: float, recipe: str, tn_only: bool,
     ``is_first_microbatch``).
     """
     c = fp8_copies(recipe, tn_only)
-    cast = mem(f"{name}_cast", elements * (2 + c * (FP8_BYTES + fp8_scale_bytes(recipe, weight))))
-    if recipe == "tensorwise":
-        return [mem(f"{name}_amax", 2.0 * elements), cast]
-    return [cast]
+    n = 1 if recipe == "delayed" else max(int(groups), 1)
+    per = elements / n
+    cast = mem(f"{name}_cast", per * (2 + c * (FP8_BYTES + fp8_scale_bytes(recipe, weight))))
+    if recipe != "tensorwise":
+        return [cast] * n
+    one = [mem(f"{name}_amax", 2.0 * per), cast]
+    if not weight:
+        one.insert(1, mem(f"{name}_scale", 0.0))
+    return one * n
 
 
 def linear_kernels(key: Mapping[str, Any]) -> tuple[Callable[[str, int, int, int], Kernel],
@@ -104,9 +123,9 @@ def linear_kernels(key: Mapping[str, Any]) -> tuple[Callable[[str, int, int, int
       grouped GEMM), in FP8 with ``dtype="fp8"``
       (:func:`fp8_gemm_dtype` of ``key["fp8"]``; 1-byte inputs, BF16 output), else in the
       key's 16-bit (or fp32) dtype;
-    * ``cast(name, elements)``: the quantization of the GEMM's BF16 input or output gradient,
-      :func:`fp8_cast_kernels` (``key["fp8"]``, ``key["fp8_tn"]``, default true), none
-      without FP8.
+    * ``cast(name, elements, gathered=False, groups=1)``: the quantization of the GEMM's BF16
+      input or output gradient, :func:`fp8_cast_kernels` (``key["fp8"]``, ``key["fp8_tn"]``,
+      default true; ``groups`` the splits of a grouped GEMM), none without FP8.
     """
     fp8 = str(key["dtype"]) == "fp8"
     recipe = str(key.get("fp8") or FP8_DEFAULT_RECIPE)
@@ -117,12 +136,12 @@ def linear_kernels(key: Mapping[str, Any]) -> tuple[Callable[[str, int, int, int
     def linear(name: str, m: int, n: int, k: int, batch: int = 1) -> Kernel:
         return fp8_gemm(name, m, n, k, recipe, batch) if fp8 else gemm(name, m, n, k, e, batch)
 
-    def cast(name: str, elements: float, gathered: bool = False) -> list[Kernel]:
+    def cast(name: str, elements: float, gathered: bool = False, groups: int = 1) -> list[Kernel]:
         if not fp8:
             return []
         if gathered and sp_t > 1:
             return fp8_gathered_cast_kernels(name, elements, sp_t, recipe, tn)
-        return fp8_cast_kernels(name, elements, recipe, tn)
+        return fp8_cast_kernels(name, elements, recipe, tn, groups=groups)
 
     return linear, cast
 
@@ -134,7 +153,8 @@ def fp8_gathered_cast_kernels(name: str, elements: float, t: int, recipe: str,
     projection's and fc2's output gradients), ``elements`` the gathered tensor's: Transformer
     Engine quantizes the rank's ``elements / t`` before the all-gather, which then moves FP8
     (TE ``gather_along_first_dim`` with a quantizer; ``grad_output_preprocess`` in the
-    backward), so the cast and the ``tensorwise`` amax read the local shard. The copies the
+    backward), so the cast and the ``tensorwise`` amax (and its scale kernel, as in
+    :func:`fp8_cast_kernels`) read the local shard. The copies the
     cast writes: with a per-tensor recipe the row-wise one, and on a TN-only GPU (Hopper) the
     wgrad's transposed copy is made afterwards from the gathered FP8 tensor (TE
     ``fp8_transpose``: read and write 1 byte per element of it); ``mxfp8`` and ``blockwise``
@@ -147,7 +167,7 @@ def fp8_gathered_cast_kernels(name: str, elements: float, t: int, recipe: str,
     c = 1 if per_tensor else fp8_copies(recipe, tn_only)
     out = [mem(f"{name}_cast", local * (2 + c * (FP8_BYTES + fp8_scale_bytes(recipe))))]
     if recipe == "tensorwise":
-        out.insert(0, mem(f"{name}_amax", 2.0 * local))
+        out[:0] = [mem(f"{name}_amax", 2.0 * local), mem(f"{name}_scale", 0.0)]
     if per_tensor and tn_only:
         out.append(mem(f"{name}_transpose", 2.0 * FP8_BYTES * elements))
     return out

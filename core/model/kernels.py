@@ -90,7 +90,9 @@ def selective_op_kernels(base: str, key: Mapping[str, Any], model: ModelConfig |
     torchtitan's save list (``_save_list``): ``aten.mm`` (every other one, see
     :func:`selective_op_linears`), the SDPA kernels, ``reduce_scatter_tensor`` and ``aten.max``
     (the absolute maximum of float8 scaling); every other op of the block is recomputed
-    (norms, RoPE, QK-norm, the activation, the residual adds, the float8 casts). So of the
+    (norms, RoPE, QK-norm, the activation, the residual adds, the float8 casts and the scale
+    each computes from its saved amax: torchao ``float8_utils.amax_to_scale``, a clamp and a
+    division, the ``_scale`` kernels). So of the
     base op's kernels: the fused QKV GEMM contributes the recomputed ``k`` projection alone
     (``T x g kv/t`` of its ``(a + 2g) kv/t`` columns), the projection ``o`` is recomputed, the
     fused gate/up fc1 contributes ``w3`` (``f/t`` of its ``2f/t`` columns), fc2 (``w2``) is

@@ -226,7 +226,9 @@ def moe_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     experts' GEMMs run in FP8 with their quantization kernels, as the dense MLP's
     (:func:`linear_kernels`; TE's ``GroupedLinear`` in ``TEGroupedMLP``); the router's gate
     stays BF16 (a plain ``torch`` linear in Megatron-Core's ``TopKRouter``), and so do the
-    permutations and the all-to-alls' tokens.
+    permutations and the all-to-alls' tokens. The routed experts' quantizations are one per
+    local expert (``GroupedLinear``'s ``tex.split_quantize``; ``groups`` of
+    :func:`core.model.fp8.fp8_cast_kernels`).
     """
     sh = _moe_shape(key)
     if op in ("router_fwd", "router_bwd", "moe_permute_fwd", "moe_permute_bwd",
@@ -356,20 +358,20 @@ def _moe_experts_kernels(op: str, sh: _MoeShape) -> list[Kernel]:
     clamp = glu_clamp_kernels(op[-3:], 2 * inner) if sh.clamp else []
     bias = expert_bias_kernels(op[-3:], R, h, sh.e, local) if sh.bias else []
     if op == "experts_fwd":
-        return [*cast("experts_fc1_input", R * h),
+        return [*cast("experts_fc1_input", R * h, groups=local),
                 linear("experts_fc1", M, fc1, h, local),              # E/ep x (M, h) x (h, fc1)
                 *clamp,
                 mem("bias_swiglu", 3 * inner) if gated else mem("bias_gelu", 2 * inner),
-                *cast("experts_fc2_input", R * (fe // etp)),
+                *cast("experts_fc2_input", R * (fe // etp), groups=local),
                 linear("experts_fc2", M, h, fe // etp, local),       # E/ep x (M, fe/etp) x (., h)
                 *bias]
     return [*bias,
-            *cast("experts_fc2_grad", R * h),
+            *cast("experts_fc2_grad", R * h, groups=local),
             linear("experts_fc2_dgrad", M, fe // etp, h, local),
             linear("experts_fc2_wgrad", fe // etp, h, M, local),
             mem("bias_swiglu_bwd", 5 * inner) if gated else mem("bias_gelu_bwd", 3 * inner),
             *clamp,
-            *cast("experts_fc1_grad", R * fc1),
+            *cast("experts_fc1_grad", R * fc1, groups=local),
             linear("experts_fc1_dgrad", M, h, fc1, local),
             linear("experts_fc1_wgrad", fc1, h, M, local),
             mem("wgrad_accumulate", sh.acc * local * (h * fc1 + h * fe // etp))]
