@@ -36,7 +36,8 @@ __all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "CROSS_ENTROPY_FUSIONS", "
            "one_stage_schedule", "budget_text", "divisors", "as_list",
            "micro_batch_sizes_of",
            "check_enumerable", "cp_candidates", "tp_pp_candidates", "layout_stages", "in_budget",
-           "index_of_plan", "SPLIT_FLAG_FIELDS", "split_flag_options", "split_flags_for"]
+           "index_of_plan", "SPLIT_FLAG_FIELDS", "split_flag_options", "split_flags_for",
+           "slots_split"]
 
 #: The cross-entropy choices of :attr:`SweepSpace.cross_entropy_fusion`: each the plan's
 #: (``cross_entropy_loss_fusion``, ``cross_entropy_fusion_impl``)
@@ -459,9 +460,17 @@ def split_flags_for(num_layers: int, options: list, virtual_stages: int
     own = options[0][1]
     slots = num_layers + sum(map(bool, own[0]))
     for extra, flags in options:
-        if (slots + extra) % virtual_stages == 0:
+        if slots_split(slots + extra, virtual_stages, extra):
             return flags
     return own
+
+
+def slots_split(slots: int, virtual_stages: int, extra: int) -> bool:
+    """Whether ``slots`` layer slots split evenly over ``virtual_stages`` in a sweep's plan,
+    ``extra`` of them the slots its flags add to the session's: with flags added, at least two
+    slots per virtual stage, so that no (virtual) stage holds only the embedding or the loss
+    (a stage of GPUs without a transformer layer, never a fast plan)."""
+    return slots % virtual_stages == 0 and (extra == 0 or slots // virtual_stages >= 2)
 
 
 def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
@@ -790,7 +799,7 @@ def tp_pp_candidates(session: Session, space: SweepSpace) -> tuple[list[int], li
     uneven = base.first_stage_layers is not None or base.last_stage_layers is not None
     slots = pipeline_split_slots(m.num_layers, base)
     ps = (sorted(set(as_list(space.pipeline_parallel))) if space.pipeline_parallel is not None
-          else sorted(set().union(*(divisors(slots + extra)
+          else sorted(set().union(*(divisors(slots + extra)[:-1 if extra else None]
                                     for extra, _ in split_flag_options(base)))
                       | ({base.pipeline_parallel} if uneven else set())))
     layout_n = layout_stages(base)
