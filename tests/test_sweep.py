@@ -132,14 +132,14 @@ def brute_force(session: Session, space: SweepSpace, max_size: int = 16) -> set[
 def _split_flags(L: int, p: int, sched: str, v) -> list[tuple[bool, bool]]:
     """The (embedding, loss) layer-slot flags a sweep gives the plans of (p, sched, v) of a
     session without them: none where the L layers split over the p*chunks virtual stages,
-    else those of the fewest slots that split, two or more per virtual stage (L + 1: each
-    flag alone; L + 2: both); none when no slot count splits."""
+    else those of the fewest slots that split, two or more per virtual stage (L + 1: the
+    loss's; L + 2: both); none when no slot count splits."""
     from core.schedules import get as schedule_get
     try:
         n = p * schedule_get(sched).chunks(v)
     except (TypeError, ValueError):
         n = p
-    fits = [f for f in ((False, False), (True, False), (False, True), (True, True))
+    fits = [f for f in ((False, False), (False, True), (True, True))
             if (L + sum(f)) % n == 0 and (sum(f) == 0 or (L + sum(f)) // n >= 2)]
     return [f for f in fits if sum(f) == sum(fits[0])] if fits else [(False, False)]
 
@@ -633,11 +633,11 @@ def test_a_base_with_uneven_stages_is_swept_at_its_own_pipeline_size():
     plans = enumerate_plans(s, SweepSpace(hold_session_values=True, num_gpus=8, tensor_parallel=[1], micro_batch_sizes=[1],
                                           schedules=["1f1b"], recompute=["full"]))
     got = {(p.pipeline_parallel, p.first_stage_layers, p.last_stage_layers) for p in plans}
-    # and p = 2 with the embedding's or the loss's layer slot (62 slots; Megatron-Core refuses
+    # and p = 2 with the loss's layer slot (62 slots; Megatron-Core refuses
     # them with uneven stages, so never at p = 4)
     assert got == {(1, None, None), (2, None, None), (4, 16, 15)}
     assert {(p.account_for_embedding_in_pipeline_split, p.account_for_loss_in_pipeline_split)
-            for p in plans if p.pipeline_parallel == 2} == {(True, False), (False, True)}
+            for p in plans if p.pipeline_parallel == 2} == {(False, True)}
     assert not any(p.account_for_embedding_in_pipeline_split or p.account_for_loss_in_pipeline_split
                    for p in plans if p.pipeline_parallel != 2)
 
@@ -719,7 +719,7 @@ def test_no_plan_reasons_for_sizes_beyond_the_budget_and_unused_gpu_counts():
     errs = no_plan_errors(s, SweepSpace(hold_session_values=True, num_gpus=8, expert_parallel=[16], recompute=("none",)))
     assert [(e.field, e.message) for e in errs[1:]] == [
         ("--expert-parallel 16", "more GPUs than the budget allows (at most 8)")]
-    # 11 (not 7: p = 7 splits 49 slots, the embedding's or the loss's counted)
+    # 11 (not 7: p = 7 splits 49 slots, the loss's counted)
     space = SweepSpace(hold_session_values=True, num_gpus=[8, 11], expert_parallel=[8], recompute=("none",),
                        schedules=("1f1b",), micro_batch_sizes=[1])
     notes = unused_values(s, space, run_sweep(s, space, workers=1))

@@ -74,8 +74,8 @@ def _reference_split_flags(session, sched, p, v):
     """The (embedding, loss) flags of the plans of (sched, p, v): the session's where its
     layer slots split over the p*chunks virtual stages (or it has a custom layout, or uneven
     first / last stages at its own p); else every way of setting more flags (a true one kept
-    true) that adds the fewest slots and splits, two slots or more per virtual stage; the
-    session's when none does."""
+    true; one more where the session sets none: the loss's) that adds the fewest slots and
+    splits, two slots or more per virtual stage; the session's when none does."""
     base, L = session.plan, session.model.num_layers
     own = (base.account_for_embedding_in_pipeline_split, base.account_for_loss_in_pipeline_split)
     n = p * schedules_get(sched).chunks(v)
@@ -83,10 +83,11 @@ def _reference_split_flags(session, sched, p, v):
             or (p == base.pipeline_parallel and (base.first_stage_layers is not None
                                                   or base.last_stage_layers is not None))):
         return [own]
-    more = sorted(((e, lo) for e in (False, True) for lo in (False, True)
-                   if (e, lo) != own and e >= own[0] and lo >= own[1]
-                   and (L + e + lo) % n == 0 and (L + e + lo) // n >= 2),
-                  key=lambda f: (sum(f), not f[0]))
+    supersets = [(e, lo) for e in (False, True) for lo in (False, True)
+                 if (e, lo) != own and e >= own[0] and lo >= own[1]
+                 and not (own == (False, False) and (e, lo) == (True, False))]
+    more = sorted((f for f in supersets if (L + sum(f)) % n == 0 and (L + sum(f)) // n >= 2),
+                  key=sum)
     return [f for f in more if sum(f) == sum(more[0])] if more else [own]
 
 

@@ -24,7 +24,7 @@ __all__ = ["sweep_dimensions"]
 _SPLIT_FLAG_DEFAULT = ("the session's, and set where the layers need it: on the (p, v) whose "
                        "layers do not split evenly over the p*v virtual stages but L + 1 or "
                        "L + 2 layer slots do (Megatron-Core's --account-for-embedding/loss-in-"
-                       "pipeline-split; L + 2: both, L + 1: each one tried)")
+                       "pipeline-split; L + 2: both, L + 1: the loss's)")
 #: The note the command line and the Explore tab print with those flags when swept
 _SPLIT_FLAG_NOTE = "set where the layers need it: L + 1 or L + 2 slots split over p*v"
 
