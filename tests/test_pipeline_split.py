@@ -298,3 +298,127 @@ def test_sweep_keeps_the_sessions_flags_and_tries_the_slots_divisors():
     assert all(pl.account_for_embedding_in_pipeline_split and pl.account_for_loss_in_pipeline_split
                for pl in plans)
     assert 8 in {pl.pipeline_parallel for pl in plans}  # 94 = 8*11.75: only with the slots
+
+
+def _session_of(model, **kw):
+    base = ParallelPlan(tensor_parallel=8, pipeline_parallel=1, data_parallel=1,
+                        micro_batch_size=1, global_batch_size=kw.pop("global_batch_size", 1024),
+                        **kw)
+    return Session(model, base, ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8),
+                   CostConfig())
+
+
+def _flags(pl):
+    return (pl.account_for_embedding_in_pipeline_split, pl.account_for_loss_in_pipeline_split)
+
+
+def test_sweep_sets_the_flags_where_126_layers_need_them():
+    """Llama 3.1 405B, 126 layers: p = 4, 8, 16, ... only with both flags (128 slots, as
+    NVIDIA's recipes run it); the (p, v) whose layers split keep the session's flags (off);
+    not where a (virtual) stage would hold the embedding or the loss alone (p*v = 127 or
+    128: one slot each); no plan twice."""
+    s = _session_of(MODEL_PRESETS["Llama 3.1 405B"])
+    plans = enumerate_plans(s, SweepSpace(max_gpus=1024, micro_batch_sizes=(1,),
+                                          tensor_parallel=(8,)))
+    assert len(plans) == 7491  # 4,020 before the flags were set where needed
+    assert len({pl for pl in map(lambda pl: tuple(vars(pl).items()), plans)}) == len(plans)
+    by_pv = {}
+    for pl in plans:
+        by_pv.setdefault((pl.pipeline_parallel, pl.virtual_pipeline_stages), set()).add(_flags(pl))
+    for (p, v), flags in by_pv.items():
+        n = p * (v or 1)
+        if 126 % n == 0:
+            assert flags == {(False, False)}, (p, v)
+        else:
+            assert 128 % n == 0 and 128 // n >= 2 and flags == {(True, True)}, (p, v)
+    assert {(8, None), (16, None), (8, 2), (8, 4), (8, 8), (4, 8), (16, 2), (16, 4)} <= set(by_pv)
+    assert (16, 8) not in by_pv and not {127, 128} & {p for p, _ in by_pv}
+
+
+def test_sweep_keeps_a_flag_the_session_sets():
+    """The session counts the embedding (127 slots): every plan keeps it; where 127 does
+    not split the loss's slot is added (128), never the embedding's dropped (126)."""
+    s = _session_of(MODEL_PRESETS["Llama 3.1 405B"], account_for_embedding_in_pipeline_split=True)
+    plans = enumerate_plans(s, SweepSpace(max_gpus=1024, micro_batch_sizes=(1,),
+                                          tensor_parallel=(8,), schedules=("1f1b",)))
+    assert all(pl.account_for_embedding_in_pipeline_split for pl in plans)
+    assert {pl.pipeline_parallel for pl in plans if pl.account_for_loss_in_pipeline_split} == \
+        {2, 4, 8, 16, 32, 64}
+    # p = 127: the session's 127 slots split, one per stage (its choice)
+    assert {pl.pipeline_parallel for pl in plans} == {1, 2, 4, 8, 16, 32, 64, 127}
+
+
+def test_sweep_of_layers_that_split_adds_no_plan():
+    """Llama 3 70B, 80 layers, on exactly 512 GPUs: every (p, v) tried splits the layers (81
+    and 82 slots split over no power of two a plan of 512 GPUs has), so the plans and their
+    count are those of the sweep before the flags were set where needed (12,312)."""
+    s = _session_of(MODEL_PRESETS["Llama 3 70B"])
+    plans = enumerate_plans(s, SweepSpace(num_gpus=(512,), micro_batch_sizes=(1, 2)))
+    assert len(plans) == 12312
+    assert not any(any(_flags(pl)) for pl in plans)
+
+
+def _run_126(**space):
+    from core.studies.sweep import run_sweep
+    s = _session_of(dataclasses.replace(MODEL_PRESETS["Llama 3.1 405B"], seq_length=8192),
+                    global_batch_size=256)
+    return run_sweep(s, SweepSpace(**{**dict(tensor_parallel=(8,), micro_batch_sizes=(1,),
+                                                 recompute=("none", "full"),
+                                                 hold_session_values=True), **space}),
+                     prune=False)
+
+
+def test_sweep_rows_of_the_added_flags_equal_simulate():
+    """The 126-layer plans of p = 8 and 16 (both flags, 1F1B and interleaved) that the sweep
+    adds: their iteration time, memory and cost are those of ``vtrain simulate`` (the batch
+    solver, the memory prefilter and the stage times read the flags of each plan)."""
+    from tests.test_sweep import check_against_simulate
+    result = _run_126(num_gpus=(1024,), pipeline_parallel=(8, 16),
+                      schedules=("1f1b", "interleaved"), virtual_pipeline_stages=(2, 4, 8),
+                      zero_stages=(1,), sequence_parallel=(True,), context_parallel=(1, 2))
+    assert result.num_plans > 0
+    assert set(result.pipeline_parallel.tolist()) == {8, 16}
+    assert result.account_for_embedding_in_pipeline_split.all()
+    assert result.account_for_loss_in_pipeline_split.all()
+    assert result.num_plans == 28 and result.fits_in_memory.sum() == 18
+    assert {(p, sched) for p, sched, fits in zip(result.pipeline_parallel.tolist(),
+                                                 result.schedule.tolist(),
+                                                 result.fits_in_memory.tolist()) if fits} == \
+        {(8, "1f1b"), (8, "interleaved"), (16, "1f1b"), (16, "interleaved")}
+    check_against_simulate(result, range(result.num_plans))
+    dims = {d["field"]: d for d in result.dimensions}
+    for f in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+        assert not dims[f]["swept"] and dims[f]["values"] == [True]
+        assert dims[f]["note"].startswith("set where the layers need it")
+
+
+def test_sweep_tries_each_flag_alone_for_one_more_slot_and_says_so(capsys):
+    """23 layers: L + 1 = 24 slots split over p = 2, 3, 4, 6, 8 with the loss's slot (the
+    last stage's, the faster), L + 2 = 25 over p = 5 with both; p = 1 and 23 split without;
+    each row equals simulate; the dimensions and the command line name the flags."""
+    from tests.test_sweep import check_against_simulate
+    from core.studies.sweep import run_sweep
+    from core.cli.sweep import _print_dimensions
+    from rich.console import Console
+    m = dataclasses.replace(MODEL_PRESETS["GPT-3 1.3B"], num_layers=23)
+    s = Session(m, ParallelPlan(2, 1, 1, 1, 32, "1f1b", "full", "bf16"), ClusterConfig(),
+                CostConfig(2.0, 1e9))
+    result = run_sweep(s, SweepSpace(hold_session_values=True, max_gpus=16,
+                                     tensor_parallel=(2,), micro_batch_sizes=(1,),
+                                     schedules=("1f1b",)), prune=False)
+    got = {}
+    for p, e, lo in zip(result.pipeline_parallel.tolist(),
+                        result.account_for_embedding_in_pipeline_split.tolist(),
+                        result.account_for_loss_in_pipeline_split.tolist()):
+        got.setdefault(p, set()).add((e, lo))
+    both, each, none = {(True, True)}, {(False, True)}, {(False, False)}
+    assert got == {1: none, 2: each, 3: each, 4: each, 5: both, 6: each, 8: each}
+    check_against_simulate(result, range(result.num_plans))
+    dims = {d["field"]: d for d in result.dimensions}
+    assert dims["account_for_embedding_in_pipeline_split"]["swept"]
+    assert "L + 1 or L + 2" in dims["account_for_loss_in_pipeline_split"]["why"]
+    console = Console(width=2000, force_terminal=False, color_system=None)
+    _print_dimensions(result, console)
+    out = capsys.readouterr().out
+    assert "emb_split n, y (set where the layers need it" in out
+    assert "loss_split n, y (set where the layers need it" in out

@@ -45,7 +45,8 @@ def tiny_session(global_batch=8, gpus_per_node=4, **cost) -> Session:
 
 def key(plan: ParallelPlan) -> tuple:
     return (plan.tensor_parallel, plan.pipeline_parallel, plan.data_parallel, plan.micro_batch_size,
-            plan.schedule, plan.recompute, plan.virtual_pipeline_stages)
+            plan.schedule, plan.recompute, plan.virtual_pipeline_stages,
+            plan.account_for_embedding_in_pipeline_split, plan.account_for_loss_in_pipeline_split)
 
 
 # --------------------------------------------------------------------------- enumeration
@@ -63,16 +64,27 @@ def test_exact_budget_count_by_hand():
     # three recomputation modes (none, selective, full). The 6 (t,p,d,b) with p=1 have no
     # pipeline: one schedule each, 6 * 3 = 18. The 6 with p > 1: 1f1b, gpipe and zb-h1,
     # 6 * 3 * 3 = 54; interleaved needs p >= 2, L=4 divisible by p*v and m divisible by p: only
-    # p=2, v=2, for (t,d) in {(1,2), (2,1)} and b in {1,2} (m = 4, 2, 8, 4): 4 * 3 = 12. 84 in all.
-    assert len(enumerate_plans(tiny_session(8), SweepSpace(hold_session_values=True, num_gpus=4, micro_batch_sizes=(1, 2)))) == 84
+    # p=2, v=2, for (t,d) in {(1,2), (2,1)} and b in {1,2} (m = 4, 2, 8, 4): 4 * 3 = 12. 84 in all
+    # (not p=2, v=3 with the embedding and the loss as layer slots: L + 2 = 6 slots over 6
+    # virtual stages leave the first and the last without a transformer layer).
+    plans = enumerate_plans(tiny_session(8), SweepSpace(hold_session_values=True, num_gpus=4,
+                                                        micro_batch_sizes=(1, 2)))
+    assert len(plans) == 84
+    assert not any(p.account_for_embedding_in_pipeline_split for p in plans)
 
 
 def test_max_budget_count_by_hand():
     # t*p*d <= 4: t=1: p=1 (d 1,2,4), p=2 (d 1,2), p=4 (d 1) -> 6; t=2: p=1 (d 1,2), p=2 (d 1) -> 3;
-    # t=4: p=1, d=1 -> 1. Ten (t,p,d) times b in {1,2}.
+    # t=4: p=1, d=1 -> 1; and t=1, p=3, d=1 with the embedding and the loss as layer slots
+    # (L + 2 = 6 slots, 2 per stage; Megatron-Core's --account-for-embedding/loss-in-pipeline-
+    # split, set where the layers need them). Eleven (t,p,d) times b in {1,2}.
     space = SweepSpace(hold_session_values=True, max_gpus=4, micro_batch_sizes=(1, 2), schedules=("gpipe",), recompute=("full",))
     plans = enumerate_plans(tiny_session(8), space)
-    assert len(plans) == 20
+    assert len(plans) == 22
+    assert {(p.pipeline_parallel, p.account_for_embedding_in_pipeline_split,
+             p.account_for_loss_in_pipeline_split) for p in plans
+            if p.account_for_embedding_in_pipeline_split
+            or p.account_for_loss_in_pipeline_split} == {(3, True, True)}
     assert all(p.num_gpus <= 4 and p.schedule == "gpipe" and p.recompute == "full" for p in plans)
     # a list of exact counts is the union of the exact sweeps
     both = enumerate_plans(tiny_session(8), SweepSpace(hold_session_values=True, num_gpus=(2, 4), micro_batch_sizes=(1, 2),
@@ -107,11 +119,29 @@ def brute_force(session: Session, space: SweepSpace, max_size: int = 16) -> set[
                                                  space.recompute, [None, *vs]):
             if p == 1 and sched != one_stage_schedule(space.schedules):
                 continue  # no pipeline: one schedule stands for all
-            plan = ParallelPlan(t, p, d, b, session.plan.global_batch_size, sched, rc,
-                                session.plan.precision, virtual_pipeline_stages=v)
-            if not validate(Session(session.model, plan, session.cluster, session.cost)):
-                out.add(key(plan))
+            for emb, loss in _split_flags(session.model.num_layers, p, sched, v):
+                plan = ParallelPlan(t, p, d, b, session.plan.global_batch_size, sched, rc,
+                                    session.plan.precision, virtual_pipeline_stages=v,
+                                    account_for_embedding_in_pipeline_split=emb,
+                                    account_for_loss_in_pipeline_split=loss)
+                if not validate(Session(session.model, plan, session.cluster, session.cost)):
+                    out.add(key(plan))
     return out
+
+
+def _split_flags(L: int, p: int, sched: str, v) -> list[tuple[bool, bool]]:
+    """The (embedding, loss) layer-slot flags a sweep gives the plans of (p, sched, v) of a
+    session without them: none where the L layers split over the p*chunks virtual stages,
+    else those of the fewest slots that split, two or more per virtual stage (L + 1: the
+    loss's; L + 2: both); none when no slot count splits."""
+    from core.schedules import get as schedule_get
+    try:
+        n = p * schedule_get(sched).chunks(v)
+    except (TypeError, ValueError):
+        n = p
+    fits = [f for f in ((False, False), (False, True), (True, True))
+            if (L + sum(f)) % n == 0 and (sum(f) == 0 or (L + sum(f)) // n >= 2)]
+    return [f for f in fits if sum(f) == sum(fits[0])] if fits else [(False, False)]
 
 
 @pytest.mark.parametrize("space", [
@@ -512,8 +542,9 @@ def test_cli_table_output(capsys):
     (["--gpus", "7", "--tensor-parallel", "3"], "no valid plan"),
     (["--tensor-parallel", "3"], "--tensor-parallel 3: num_attention_heads=16 is not divisible by "
                                  "tensor_parallel_size=3"),
-    (["--pipeline-parallel", "5"], "--pipeline-parallel 5: num_layers=24 is not divisible by "
-                                   "pipeline_parallel_size=5"),
+    # 7 divides neither 24 layers nor 25 or 26 slots (5 would, with the embedding's)
+    (["--pipeline-parallel", "7"], "--pipeline-parallel 7: num_layers=24 is not divisible by "
+                                   "pipeline_parallel_size=7"),
 ])
 def test_cli_bad_input_exits_2_with_one_message(args, needle):
     proc = subprocess.run([sys.executable, "-m", "core.cli", "sweep",
@@ -602,7 +633,13 @@ def test_a_base_with_uneven_stages_is_swept_at_its_own_pipeline_size():
     plans = enumerate_plans(s, SweepSpace(hold_session_values=True, num_gpus=8, tensor_parallel=[1], micro_batch_sizes=[1],
                                           schedules=["1f1b"], recompute=["full"]))
     got = {(p.pipeline_parallel, p.first_stage_layers, p.last_stage_layers) for p in plans}
-    assert got == {(1, None, None), (4, 16, 15)}
+    # and p = 2 with the loss's layer slot (62 slots; Megatron-Core refuses
+    # them with uneven stages, so never at p = 4)
+    assert got == {(1, None, None), (2, None, None), (4, 16, 15)}
+    assert {(p.account_for_embedding_in_pipeline_split, p.account_for_loss_in_pipeline_split)
+            for p in plans if p.pipeline_parallel == 2} == {(False, True)}
+    assert not any(p.account_for_embedding_in_pipeline_split or p.account_for_loss_in_pipeline_split
+                   for p in plans if p.pipeline_parallel != 2)
 
 
 
@@ -653,9 +690,10 @@ def test_no_plan_reasons_name_the_value_and_its_own_rule():
     assert "--expert-parallel 3: num_experts=128 is not divisible by expert_parallel=3" in text
     assert not any("16" in e.field for e in errs[1:])
     assert len(text) == len(set(text))
-    errs = no_plan_errors(s, SweepSpace(hold_session_values=True, num_gpus=100, recompute=("none",)))
-    assert [e.field for e in errs[1:]] == ["--gpus 100"]
-    assert "no t*p*cp*d makes 100 GPUs" in errs[1].message
+    # 110 (not 100: t=4 p=25 with the embedding / loss slots, 50 slots, makes 100)
+    errs = no_plan_errors(s, SweepSpace(hold_session_values=True, num_gpus=110, recompute=("none",)))
+    assert [e.field for e in errs[1:]] == ["--gpus 110"]
+    assert "no t*p*cp*d makes 110 GPUs" in errs[1].message
 
 
 def test_values_in_no_valid_plan_are_named_not_dropped():
@@ -681,11 +719,12 @@ def test_no_plan_reasons_for_sizes_beyond_the_budget_and_unused_gpu_counts():
     errs = no_plan_errors(s, SweepSpace(hold_session_values=True, num_gpus=8, expert_parallel=[16], recompute=("none",)))
     assert [(e.field, e.message) for e in errs[1:]] == [
         ("--expert-parallel 16", "more GPUs than the budget allows (at most 8)")]
-    space = SweepSpace(hold_session_values=True, num_gpus=[8, 7], expert_parallel=[8], recompute=("none",),
+    # 11 (not 7: p = 7 splits 49 slots, the loss's counted)
+    space = SweepSpace(hold_session_values=True, num_gpus=[8, 11], expert_parallel=[8], recompute=("none",),
                        schedules=("1f1b",), micro_batch_sizes=[1])
     notes = unused_values(s, space, run_sweep(s, space, workers=1))
-    assert [e.field for e in notes] == ["--gpus 7"]
-    assert notes[0].message.startswith("no t*p*cp*d makes 7 GPUs")
+    assert [e.field for e in notes] == ["--gpus 11"]
+    assert notes[0].message.startswith("no t*p*cp*d makes 11 GPUs")
 
 
 @pytest.mark.parametrize("option, text", [

@@ -19,7 +19,7 @@ from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import ep_overlap_errors, validate
 from core.plan.session import Session
 from core.plan.verdicts import PlanVerdicts
-from core.schedules import schedule_errors
+from core.schedules import get as schedules_get, schedule_errors
 from core.plan.layout import capped_recompute_layers
 from core.plan.fields import check_value
 from core.studies.sweep.space import (SweepSpace, _Choices, check_enumerable, enumerate_plans,
@@ -58,17 +58,40 @@ def _reference_enumerate(session: Session, space: SweepSpace) -> list[ParallelPl
                             continue
                         for sched in scheds_p:
                             for v in c.virtual_sizes(space, sched, p):
+                                flag_sets = _reference_split_flags(session, sched, p, v)
                                 if schedule_errors(sched, p, B // (d * b), v,
                                                    m.num_layers if c.layout_n is None else None,
-                                                   c.extra_slots):
+                                                   sum(flag_sets[0])):
                                     continue
-                                out += _reference_variants(session, c, checks,
-                                                           (t, p, cp, ep, d, b, sched, v),
-                                                           sps_t, zs_d)
+                                for flags in flag_sets:
+                                    out += _reference_variants(session, c, checks,
+                                                               (t, p, cp, ep, d, b, sched, v),
+                                                               sps_t, zs_d, flags)
     return out
 
 
-def _reference_variants(session, c, checks, sizes, sps_t, zs_d):
+def _reference_split_flags(session, sched, p, v):
+    """The (embedding, loss) flags of the plans of (sched, p, v): the session's where its
+    layer slots split over the p*chunks virtual stages (or it has a custom layout, or uneven
+    first / last stages at its own p); else every way of setting more flags (a true one kept
+    true; one more where the session sets none: the loss's) that adds the fewest slots and
+    splits, two slots or more per virtual stage; the session's when none does."""
+    base, L = session.plan, session.model.num_layers
+    own = (base.account_for_embedding_in_pipeline_split, base.account_for_loss_in_pipeline_split)
+    n = p * schedules_get(sched).chunks(v)
+    if ((L + sum(own)) % n == 0 or base.pipeline_model_parallel_layout
+            or (p == base.pipeline_parallel and (base.first_stage_layers is not None
+                                                  or base.last_stage_layers is not None))):
+        return [own]
+    supersets = [(e, lo) for e in (False, True) for lo in (False, True)
+                 if (e, lo) != own and e >= own[0] and lo >= own[1]
+                 and not (own == (False, False) and (e, lo) == (True, False))]
+    more = sorted((f for f in supersets if (L + sum(f)) % n == 0 and (L + sum(f)) // n >= 2),
+                  key=sum)
+    return [f for f in more if sum(f) == sum(more[0])] if more else [own]
+
+
+def _reference_variants(session, c, checks, sizes, sps_t, zs_d, flags):
     t, p, cp, ep, d, b, sched, v = sizes
     m, cl, base = session.model, session.cluster, session.plan
     out = []
@@ -91,7 +114,8 @@ def _reference_variants(session, c, checks, sizes, sps_t, zs_d):
                 recompute_modules=(base.recompute_modules if rc == "selective" else None),
                 tp_comm_overlap=tpo, overlap_grad_reduce=og, overlap_param_gather=op,
                 moe_token_dispatcher_type=disp, cross_entropy_loss_fusion=ce,
-                cross_entropy_fusion_impl=impl)
+                cross_entropy_fusion_impl=impl, account_for_embedding_in_pipeline_split=flags[0],
+                account_for_loss_in_pipeline_split=flags[1])
             if plan.recompute_num_layers is not None:
                 plan = capped_recompute_layers(plan, m.num_layers)
             for ov in c.ovs:
@@ -156,6 +180,15 @@ CASES = {
         _session("GPT-3 2.7B", precision="fp16"),
         SweepSpace(num_gpus=(32,), tensor_parallel=(np.int64(2), 4, 1),
                    micro_batch_sizes=(1, np.int64(2)), zero_stages=(0, 1))),
+    "126 layers: embedding / loss slots where the layers need them": (
+        _session("Llama 3.1 405B", global_batch_size=64),
+        SweepSpace(max_gpus=1024, micro_batch_sizes=(1,), recompute=("full",),
+                   schedules=("1f1b", "interleaved", "zb-v"))),
+    "the session's embedding slot kept, the loss's added where needed": (
+        _session("Llama 3.1 405B", global_batch_size=64,
+                 account_for_embedding_in_pipeline_split=True),
+        SweepSpace(max_gpus=1024, micro_batch_sizes=(1,), recompute=("full",),
+                   schedules=("1f1b", "interleaved"), virtual_pipeline_stages=(2, 4))),
     "a held field breaks a rule": (_session("GPT-3 1.3B", moe_imbalance_factor=2.0),
                                    SweepSpace(max_gpus=16)),
 }

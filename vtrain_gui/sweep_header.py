@@ -36,7 +36,8 @@ def dimensions_html(dimensions: list[dict[str, Any]]) -> str:
     stopped, and any field's ``left_out`` values with the rule that rules each out, too);
     empty without dimensions."""
     swept = [d for d in dimensions if d["swept"]]
-    held = [d for d in dimensions if not d["swept"] and d["field"] in BEST_BY_FIELDS]
+    held = [d for d in dimensions if not d["swept"]
+            and (d["field"] in BEST_BY_FIELDS or d.get("note"))]
 
     def left_out(d: dict[str, Any]) -> str:  # the values a rule rules out, with the rule
         return "".join(f" <span style='color:gray'>({html.escape(_value_text(x['value']))} "
@@ -49,7 +50,9 @@ def dimensions_html(dimensions: list[dict[str, Any]]) -> str:
             html.escape(f"{plan_field_title(d['field'])} "
                         f"{', '.join(_value_text(v) for v in d['values'])}")
             + (f" <span style='color:gray'>({html.escape(d['stopped'])})</span>"
-               if d.get("stopped") else "") + left_out(d) for d in swept))
+               if d.get("stopped") else "")
+            + (f" <span style='color:gray'>({html.escape(d['note'])})</span>"
+               if d.get("note") else "") + left_out(d) for d in swept))
     if held:
         lines.append("<b>held</b>: " + "; ".join(
             html.escape(f"{plan_field_title(d['field'])} {_value_text(d['values'][0])}")

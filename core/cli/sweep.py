@@ -630,7 +630,9 @@ def _print_dimensions(result, console: Console) -> None:
 
     swept = [d for d in result.dimensions if d["swept"]]
     from core.studies.sweep import BEST_BY_FIELDS
-    held = [d for d in result.dimensions if not d["swept"] and d["field"] in BEST_BY_FIELDS]
+    # and the embedding / loss slot flags a plan sets where its layers need them (their note)
+    held = [d for d in result.dimensions if not d["swept"]
+            and (d["field"] in BEST_BY_FIELDS or d.get("note"))]
     def left_out(d: dict) -> str:
         return "".join(f" [dim]({esc(text(x['value']))} left out: {esc(x['why'])})[/]"
                        for x in d.get("left_out", ()))
@@ -638,7 +640,8 @@ def _print_dimensions(result, console: Console) -> None:
     if swept:
         console.print("swept: " + "; ".join(
             f"{esc(plan_field_title(d['field']))} {esc(', '.join(map(text, d['values'])))}"
-            + (f" [dim]({esc(d['stopped'])})[/]" if d.get("stopped") else "") + left_out(d)
+            + (f" [dim]({esc(d['stopped'])})[/]" if d.get("stopped") else "")
+            + (f" [dim]({esc(d['note'])})[/]" if d.get("note") else "") + left_out(d)
             for d in swept))
     if held:
         console.print("held: " + "; ".join(

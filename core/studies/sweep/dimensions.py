@@ -15,14 +15,24 @@ from typing import Any
 from core.plan.parallel import PLAN_FIELDS, RECOMPUTE_MODES, SWEEP_SCHEDULES, ParallelPlan
 from core.plan.session import Session
 from core.studies.sweep.explain import left_out_values
-from core.studies.sweep.space import SweepSpace
+from core.studies.sweep.space import SPLIT_FLAG_FIELDS, SweepSpace
 from core.studies.sweep.pace import yield_interpreter
 
 __all__ = ["sweep_dimensions"]
 
+#: How the default sweep sets Megatron-Core's embedding / loss layer-slot flags
+_SPLIT_FLAG_DEFAULT = ("the session's, and set where the layers need it: on the (p, v) whose "
+                       "layers do not split evenly over the p*v virtual stages but L + 1 or "
+                       "L + 2 layer slots do (Megatron-Core's --account-for-embedding/loss-in-"
+                       "pipeline-split; L + 2: both, L + 1: the loss's)")
+#: The note the command line and the Explore tab print with those flags when swept
+_SPLIT_FLAG_NOTE = "set where the layers need it: L + 1 or L + 2 slots split over p*v"
+
 _DIMENSION_DEFAULTS = {
     "tensor_parallel": ("tensor_parallel", "the divisors of the GPUs per node"),
-    "pipeline_parallel": ("pipeline_parallel", "the divisors of the layer count"),
+    "pipeline_parallel": ("pipeline_parallel", "the divisors of the layer count L and of the "
+                                               "L + 1 and L + 2 layer slots with the embedding "
+                                               "/ loss counted"),
     "data_parallel": ("data_parallel", "every d the budget and the global batch allow"),
     "micro_batch_size": ("micro_batch_sizes", "every divisor of the global batch while the "
                                               "smallest-memory plan of that b fits"),
@@ -30,7 +40,7 @@ _DIMENSION_DEFAULTS = {
                               "(zb-v only when asked)"),
     "virtual_pipeline_stages": ("virtual_pipeline_stages",
                                 "2 to 8 with the interleaved schedule, where p*v divides the "
-                                "layers"),
+                                "layers (or L + 1 or L + 2 layer slots)"),
     "recompute": ("recompute", "none, selective and full"),
     "context_parallel": ("context_parallel", "the powers of two that split the sequence in 2*cp "
                                              "chunks, up to the budget"),
@@ -60,6 +70,8 @@ _DIMENSION_DEFAULTS = {
     "first_stage_layers": (None, "the session's at its own p"),
     "last_stage_layers": (None, "the session's at its own p"),
     "delay_wgrad_compute": (None, "the session's with the expert all-to-all overlap"),
+    "account_for_embedding_in_pipeline_split": (None, _SPLIT_FLAG_DEFAULT),
+    "account_for_loss_in_pipeline_split": (None, _SPLIT_FLAG_DEFAULT),
 }
 
 
@@ -101,8 +113,12 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
     is held (the session's value, a field the sweep does not choose; or the only value valid
     or given); ``left_out``, the values the space lists that a rule rules out on its own, each
     with the rule's message (:func:`core.studies.sweep.explain.left_out_values`: full
-    recomputation under per-layer CUDA graphs). The command line prints them, ``--json`` has them as ``dimensions`` and the
-    Explore tab can read :attr:`SweepResult.dimensions`."""
+    recomputation under per-layer CUDA graphs); ``note``, only for Megatron-Core's embedding /
+    loss layer-slot flags when a plan sets one the session does not (``"set where the layers
+    need it ..."``), or the session sets it true (``"the session's"``): the command line and
+    the Explore tab print the note with them, swept or held. The command line prints them,
+    ``--json`` has them as ``dimensions`` and the Explore tab can read
+    :attr:`SweepResult.dimensions`."""
     out = []
     distinct = _distinct_values(plans)
     for name in PLAN_FIELDS:
@@ -119,8 +135,19 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
             why = "the values given"
         else:
             why = f"default: {default}"
-        if len(values) == 1 and default is not None:
+        note = None
+        if name in SPLIT_FLAG_FIELDS:  # the session's unless the layers need it
+            if len(values) > 1 or values[0] != getattr(session.plan, name):
+                note = _SPLIT_FLAG_NOTE
+            else:
+                why, note = (("the session's value, kept in every plan", "the session's")
+                             if values[0] is True else
+                             ("the session's value; no plan's layers need it", None))
+        elif len(values) == 1 and default is not None:
             why = f"the only valid value; {why}"
-        out.append({"field": name, "swept": len(values) > 1, "values": values, "why": why,
-                    "left_out": left_out_values(session, space, name, values) if plans else []})
+        entry = {"field": name, "swept": len(values) > 1, "values": values, "why": why,
+                 "left_out": left_out_values(session, space, name, values) if plans else []}
+        if note is not None:
+            entry["note"] = note
+        out.append(entry)
     return out

@@ -21,6 +21,7 @@ from core.plan.parallel import RECOMPUTE_MODES
 from core.plan.rules import probe_plan, validate
 from core.studies.sweep.result import SweepResult
 from core.studies.sweep.space import (SweepSpace, as_list, budget_text, cp_candidates, divisors,
+                                      slots_split, split_flag_options,
                                       layout_stages, tp_pp_candidates)
 
 __all__ = ["no_plan_errors", "value_errors", "unused_values", "left_out_values"]
@@ -77,11 +78,18 @@ def _why_no_plan(session: Session, space: SweepSpace) -> list[FieldError]:
             if s in pipeline_schedules.names()) and n is None
             and space.virtual_pipeline_stages is not None):
         L = pipeline_split_slots(session.model.num_layers, session.plan)  # + embedding, loss slots
+        # the slot counts a plan may have: the session's, and one or two more where the
+        # layers need the embedding / loss flags (split_flag_options)
+        slots = [(L + extra, extra) for extra, _ in split_flag_options(session.plan)]
         what = (f"num_layers={L}" if L == session.model.num_layers else
                 f"num_layers + embedding + loss = {L} layer slots")
-        ps = [p for p in (space.pipeline_parallel or range(2, L + 1)) if p >= 2 and L % p == 0]
+        if len(slots) > 1:
+            what += (f" (or {' or '.join(str(n) for n, _ in slots[1:])} slots with the "
+                     "embedding / loss)")
+        ps = [p for p in (space.pipeline_parallel or range(2, slots[-1][0] + 1))
+              if p >= 2 and any(slots_split(n, p, extra) for n, extra in slots)]
         for v in space.virtual_pipeline_stages:
-            if not any(L % (p * v) == 0 for p in ps):
+            if not any(slots_split(n, p * v, extra) for p in ps for n, extra in slots):
                 out.append(FieldError(f"--virtual-pipeline-stages {v}", (
                     f"the interleaved schedule needs {what} divisible by "
                     f"pipeline_parallel*virtual_pipeline_stages; no pipeline-parallel size tried "

@@ -36,7 +36,8 @@ __all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "CROSS_ENTROPY_FUSIONS", "
            "one_stage_schedule", "budget_text", "divisors", "as_list",
            "micro_batch_sizes_of",
            "check_enumerable", "cp_candidates", "tp_pp_candidates", "layout_stages", "in_budget",
-           "index_of_plan"]
+           "index_of_plan", "SPLIT_FLAG_FIELDS", "split_flag_options", "split_flags_for",
+           "slots_split"]
 
 #: The cross-entropy choices of :attr:`SweepSpace.cross_entropy_fusion`: each the plan's
 #: (``cross_entropy_loss_fusion``, ``cross_entropy_fusion_impl``)
@@ -69,10 +70,15 @@ class SweepSpace:
         Also try t = k * gpus_per_node (k >= 2), which ``validate`` allows and the
         communication model prices as a hierarchical all-reduce. Default False.
     pipeline_parallel : sequence of int, optional
-        Candidate p. Default: divisors of the layer count L (of the layer slots ``L + 1`` or
-        ``L + 2`` when the session's plan counts the embedding / loss in the pipeline split,
-        Megatron-Core's ``account_for_embedding/loss_in_pipeline_split``; the sweep keeps the
-        session's setting of those two flags and does not try them both ways). With a custom
+        Candidate p. Default: divisors of the layer count L and of the layer slots ``L + 1``
+        and ``L + 2`` (Megatron-Core's ``account_for_embedding/loss_in_pipeline_split`` count
+        the embedding / the loss as a layer slot; counted from the session's slots when its
+        plan sets them). A plan whose layers split evenly over its ``p*v`` virtual stages keeps
+        the session's two flags; one whose layers do not but ``L + 1`` or ``L + 2`` slots do
+        gets the flags that make them split (:func:`split_flags_for`: ``L + 2`` both, ``L +
+        1`` the loss's), what Megatron-Core users run (Llama 3.1 405B, 126 layers:
+        p=8 or 16 with both); a flag the session sets true stays true. The sweep does not try
+        the flags both ways where the layers split without them. With a custom
         pipeline layout (``plan.pipeline_model_parallel_layout``, n virtual stages) every plan
         keeps the layout, so only p*v = n is tried: p a divisor of n (of those given), v = n/p
         under the interleaved schedule (when among ``virtual_pipeline_stages``, if given) and
@@ -93,7 +99,8 @@ class SweepSpace:
         :data:`core.plan.parallel.SWEEP_SCHEDULES`, all but ZB-V (tried only when asked).
     virtual_pipeline_stages : sequence of int, optional
         Candidate v (>= 2) for the interleaved schedule. Default: every v from 2
-        to 8 for which ``L`` divides by ``p*v``.
+        to 8 for which ``L`` (or the ``L + 1`` or ``L + 2`` layer slots, with the flags they
+        need) divides by ``p*v``.
     recompute : sequence of str
         Recomputation modes from :data:`core.plan.parallel.RECOMPUTE_CHOICES`. Default: Megatron's
         three (:data:`core.plan.parallel.RECOMPUTE_MODES`); torchtitan's per-op ``selective_op`` when
@@ -151,7 +158,8 @@ class SweepSpace:
         the breaker's check of issue 26 tried; with ``hold_session_values`` the session's.
 
     Every other plan field (overlap, gradient dtype, uneven first and last
-    stages, recomputed layers under full recomputation) is the session plan's.
+    stages, recomputed layers under full recomputation) is the session plan's; the embedding
+    / loss layer-slot flags too, but where a plan's layers need them (``pipeline_parallel``).
     """
 
     num_gpus: int | Sequence[int] | None = None
@@ -412,6 +420,64 @@ def cp_candidates(session: Session, space: SweepSpace) -> list[int]:
         cp *= 2
     return out
 
+#: Megatron-Core's flags that count the embedding / the loss as a layer slot of the pipeline
+#: split (``--account-for-embedding-in-pipeline-split``, ``--account-for-loss-in-pipeline-split``)
+SPLIT_FLAG_FIELDS = ("account_for_embedding_in_pipeline_split",
+                     "account_for_loss_in_pipeline_split")
+
+
+def split_flag_options(plan: ParallelPlan) -> list[tuple[int, list[tuple[Any, Any]]]]:
+    """The (embedding, loss) slot flags a sweep may give the plans of ``plan``'s session,
+    ``[(extra, [(embedding, loss), ...]), ...]`` by the layer slots they add to the session's
+    own (``extra`` 0, 1, 2): first the session's flags as they are, then each way of setting
+    one more of them, then both. A flag the session sets true stays true in every plan
+    (Megatron-Core: ``--account-for-embedding-in-pipeline-split`` /
+    ``--account-for-loss-in-pipeline-split``, either or both). One more slot where the session
+    sets neither is the loss's: the last stage runs the output layer and the loss, so one
+    layer fewer there balances the stages better than on the first (the embedding is a
+    lookup); the sweep's own times agreed on every pair checked (Llama 3 8B / 70B with 31 /
+    79 layers: 731 plans of each flag, the loss's faster in every one, none fitting with one
+    flag only), so the embedding's alone is not tried (half of the plans these sizes add). Only the session's with a
+    custom pipeline layout (which places every layer; Megatron-Core refuses the flags with
+    it) or flags that are not booleans (validation names them)."""
+    e0, l0 = (getattr(plan, f) for f in SPLIT_FLAG_FIELDS)
+    own: list[tuple[int, list[tuple[Any, Any]]]] = [(0, [(e0, l0)])]
+    if (pipeline_layout_text(plan) is not None
+            or not (isinstance(e0, bool) and isinstance(l0, bool))):
+        return own
+    more: dict[int, list[tuple[Any, Any]]] = {}
+    for loss in dict.fromkeys((l0, True)):
+        for e in dict.fromkeys((e0, True)):
+            n = int(e and not e0) + int(loss and not l0)
+            if n and not (n == 1 and not e0 and not l0 and e):  # one more: the loss's
+                more.setdefault(n, []).append((e, loss))
+    return own + sorted(more.items())
+
+
+def split_flags_for(num_layers: int, options: list, virtual_stages: int
+                    ) -> list[tuple[Any, Any]]:
+    """The (embedding, loss) slot flags of the plans of ``virtual_stages`` (``p*v``) virtual
+    stages, of :func:`split_flag_options` ``options``: the session's when its layer slots
+    split evenly over them; else those of the fewest more slots (``L + 1``: the loss's, or
+    the one the session does not set; ``L + 2``: both flags) that do, what a Megatron-Core
+    user sets when the layers alone do not split (Llama 3.1 405B: 126 layers, 128 slots over
+    p=8 or 16); the session's when none does (validation refuses those plans)."""
+    own = options[0][1]
+    slots = num_layers + sum(map(bool, own[0]))
+    for extra, flags in options:
+        if slots_split(slots + extra, virtual_stages, extra):
+            return flags
+    return own
+
+
+def slots_split(slots: int, virtual_stages: int, extra: int) -> bool:
+    """Whether ``slots`` layer slots split evenly over ``virtual_stages`` in a sweep's plan,
+    ``extra`` of them the slots its flags add to the session's: with flags added, at least two
+    slots per virtual stage, so that no (virtual) stage holds only the embedding or the loss
+    (a stage of GPUs without a transformer layer, never a fast plan)."""
+    return slots % virtual_stages == 0 and (extra == 0 or slots // virtual_stages >= 2)
+
+
 def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
                     phase: PhaseFn | None = None,
                     verdicts: PlanVerdicts | None = None) -> list[ParallelPlan]:
@@ -486,8 +552,12 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
         # one stage has no pipeline: every schedule runs Megatron's no-pipelining order, so
         # keep one of them (1F1B when swept)
         scheds_p = c.scheds if p > 1 else [one_stage_schedule(c.scheds)]
-        # the (schedule, v) of p whose values pass alone, in order
-        sched_vs = [(sched, [v for v in c.virtual_sizes(space, sched, p)
+        # the (schedule, v) of p whose values pass alone, in order, each with the (embedding,
+        # loss) slot flags of its plans (the session's, or those its layers need)
+        own_uneven = own_p and (base.first_stage_layers is not None
+                                or base.last_stage_layers is not None)
+        sched_vs = [(sched, [(v, c.split_flags(sched, p, v, own_uneven))
+                             for v in c.virtual_sizes(space, sched, p)
                              if ok("virtual_pipeline_stages", v)])
                     for sched in scheds_p if ok("schedule", sched)]
         for d, ep in ((d, ep) for d in ds for ep in eps):
@@ -496,20 +566,23 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
                 if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
                     continue
                 for sched, vs in sched_vs:
-                    for v in vs:
+                    for v, flag_sets in vs:
                         # the schedule's own rules (part of validate), before building plans
-                        k = (sched, p, B // (d * b), v)
+                        extra = sum(map(bool, flag_sets[0]))  # the slots they add
+                        k = (sched, p, B // (d * b), v, extra)
                         broken = schedule_broken.get(k)
                         if broken is None:
                             broken = schedule_broken[k] = bool(pipeline_schedules.schedule_errors(
                                 sched, p, B // (d * b), v,
-                                m.num_layers if c.layout_n is None else None, c.extra_slots))
+                                m.num_layers if c.layout_n is None else None, extra))
                         if broken:
                             continue
                         yield_interpreter()
                         ticker.tick(step)
-                        plans += size_variants(session, c, verdicts,
-                                               (t, p, cp, ep, d, b, sched, v), sps_t, zs_d)
+                        for flags in flag_sets:
+                            plans += size_variants(session, c, verdicts,
+                                                   (t, p, cp, ep, d, b, sched, v), sps_t, zs_d,
+                                                   flags)
     ticker.finish(len(outer))
     return plans
 
@@ -551,16 +624,19 @@ class _Choices:
     disps: list
     ces: list
     layout_n: int | None
+    num_layers: int
     counts: tuple | None
     d_allowed: set | None
     d_divisors: list
     extra_slots: int
+    split_options: list
     mla: bool
     delay: bool
     base_values: dict
     make: Callable[[dict], ParallelPlan]
     plain: bool
     variants_of: dict = dataclasses.field(default_factory=dict)
+    flags_of: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, session: Session, space: SweepSpace) -> "_Choices":
@@ -625,12 +701,13 @@ class _Choices:
             vs=(sorted(set(as_list(space.virtual_pipeline_stages)))
                 if space.virtual_pipeline_stages is not None else list(range(2, 9))),
             sps=sps, zs=zs, tpos=tpos, dpos=dpos, ovs=ovs, disps=disps, ces=ces,
-            layout_n=layout_stages(base),
+            layout_n=layout_stages(base), num_layers=m.num_layers,
             counts=space.gpu_counts(),
             d_allowed=(set(as_list(space.data_parallel)) if space.data_parallel is not None
                        else None),
             d_divisors=divisors(base.global_batch_size),  # d must divide B (d*b divides B)
             extra_slots=pipeline_split_slots(m.num_layers, base) - m.num_layers,  # embedding, loss
+            split_options=split_flag_options(base),
             mla=bool(getattr(m, "multi_latent_attention", False)),
             delay=base.delay_wgrad_compute is True,
             base_values={f: getattr(base, f) for f in PLAN_FIELDS}, make=plan_maker(base),
@@ -653,6 +730,22 @@ class _Choices:
         return [d for d in ds if B % d == 0
                 and (self.d_allowed is None or d in self.d_allowed)
                 and (space.max_data_parallel is None or d <= space.max_data_parallel)]
+
+    def split_flags(self, sched: str, p: int, v: int | None, own_uneven: bool) -> list:
+        """The (embedding, loss) slot flags of the plans of ``p`` stages under ``sched`` with
+        ``v`` (:func:`split_flags_for` over the schedule's ``p*chunks`` virtual stages): the
+        session's, or those the layers need; the session's alone at its own p when it sets
+        uneven first / last stages (Megatron-Core refuses both together)."""
+        k = (sched, p, v, own_uneven)
+        out = self.flags_of.get(k)
+        if out is None:
+            if own_uneven:
+                out = self.split_options[0][1]
+            else:
+                chunks = pipeline_schedules.get(sched).chunks(v)
+                out = split_flags_for(self.num_layers, self.split_options, p * chunks)
+            out = self.flags_of[k] = out
+        return out
 
     def virtual_sizes(self, space: SweepSpace, sched: str, p: int) -> list:
         """The v tried under schedule ``sched`` at ``p`` stages (None: the schedule has no
@@ -697,7 +790,8 @@ def layout_stages(plan: ParallelPlan) -> int | None:
 def tp_pp_candidates(session: Session, space: SweepSpace) -> tuple[list[int], list[int]]:
     """The tensor- and pipeline-parallel sizes a sweep of ``space`` tries: the given ones, or
     t the divisors of the node's GPUs (and multiples of it up to the heads with
-    ``tensor_parallel_across_nodes``), p the even splits of the layer slots (and the base's
+    ``tensor_parallel_across_nodes``), p the even splits of the layer slots, the session's
+    and those one or two more slots of :func:`split_flag_options` make (and the base's
     own p when its first / last stages are uneven); a custom pipeline layout of ``n``
     virtual stages keeps the p that divide ``n``."""
     m, base, g = session.model, session.plan, session.cluster.gpus_per_node
@@ -708,8 +802,10 @@ def tp_pp_candidates(session: Session, space: SweepSpace) -> tuple[list[int], li
         if space.tensor_parallel_across_nodes:
             ts += [k * g for k in range(2, m.num_attention_heads // g + 1)]
     uneven = base.first_stage_layers is not None or base.last_stage_layers is not None
+    slots = pipeline_split_slots(m.num_layers, base)
     ps = (sorted(set(as_list(space.pipeline_parallel))) if space.pipeline_parallel is not None
-          else sorted(set(divisors(pipeline_split_slots(m.num_layers, base)))
+          else sorted(set().union(*(divisors(slots + extra)[:-1 if extra else None]
+                                    for extra, _ in split_flag_options(base)))
                       | ({base.pipeline_parallel} if uneven else set())))
     layout_n = layout_stages(base)
     if layout_n is not None:

@@ -27,7 +27,8 @@ SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "exp
                 "data_parallel", "micro_batch_size", "schedule", "virtual_pipeline_stages",
                 "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
                 "tp_comm_overlap", "recompute_modules", "first_stage_layers",
-                "last_stage_layers", "moe_token_dispatcher_type", "cross_entropy_fusion_impl",
+                "last_stage_layers", "account_for_embedding_in_pipeline_split",
+                "account_for_loss_in_pipeline_split", "moe_token_dispatcher_type", "cross_entropy_fusion_impl",
                 "cross_entropy_loss_fusion", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
                 "overlap_grad_reduce", "overlap_param_gather")
 #: Those whose values enumerate_plans checks per plan (the overlap flags it sets are bools)
@@ -41,7 +42,9 @@ VARIANT_FIELDS = ("recompute", "sequence_parallel", "zero_stage", "recompute_num
 #: Those of them the same in every variant of one (t, p, cp, ep, d, b, schedule, v)
 SIZE_SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel",
                      "expert_parallel", "data_parallel", "micro_batch_size", "schedule",
-                     "virtual_pipeline_stages", "first_stage_layers", "last_stage_layers")
+                     "virtual_pipeline_stages", "first_stage_layers", "last_stage_layers",
+                     "account_for_embedding_in_pipeline_split",
+                     "account_for_loss_in_pipeline_split")
 
 
 def sweep_verdicts(session: Session) -> PlanVerdicts | None:
@@ -115,14 +118,18 @@ def plan_maker(base: ParallelPlan) -> Callable[[dict], ParallelPlan]:
 
 
 def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
-                  sizes: tuple, sps_t: list, zs_d: list) -> list[ParallelPlan]:
+                  sizes: tuple, sps_t: list, zs_d: list, split_flags: tuple | None = None
+                  ) -> list[ParallelPlan]:
     """The valid plans of one ``sizes`` = (t, p, cp, ep, d, b, schedule, v) under the choices
     ``c`` (:class:`core.studies.sweep.space._Choices`): each recomputation, each MoE token
     dispatcher (with ep > 1), each cross-entropy choice, each (sequence parallel, ZeRO,
     overlaps) choice (:func:`overlap_choices`) and each expert all-to-all
     overlap, in that order. ``verdicts``: the swept fields' checks
     and validate's cross-field rules (:meth:`core.plan.verdicts.PlanVerdicts.valid_among`:
-    those that read none of :data:`VARIANT_FIELDS` checked once)."""
+    those that read none of :data:`VARIANT_FIELDS` checked once). ``split_flags``: the
+    plans' (``account_for_embedding_in_pipeline_split``,
+    ``account_for_loss_in_pipeline_split``), default the session's
+    (:func:`core.studies.sweep.space.split_flags_for`)."""
     t, p, cp, ep, d, b, sched, v = sizes
     cl, base = session.cluster, session.plan
     make = c.make
@@ -133,6 +140,9 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
                  virtual_pipeline_stages=v,
                  first_stage_layers=base.first_stage_layers if own_p else None,
                  last_stage_layers=base.last_stage_layers if own_p else None)
+    if split_flags is not None:
+        (group["account_for_embedding_in_pipeline_split"],
+         group["account_for_loss_in_pipeline_split"]) = split_flags
     # what overlap_choices reads of the sizes (its other arguments are c's): the variants'
     # fields, built once per value of it
     how = (tuple(sps_t), tuple(zs_d), d * cp > 1, 1 < t <= cl.gpus_per_node and not c.mla,
