@@ -72,3 +72,20 @@ def test_hf_import_says_the_plan_does_not_fit(tmp_path, capsys):
     assert not fits
     fit = [n for n in _notes(capsys.readouterr().out) if f"vtrain sweep {out}" in n]
     assert len(fit) == 1 and gib_texts(need, cap)[0] in fit[0]
+
+
+@pytest.mark.parametrize("length, rule", [("100000000", "must be at most 16,777,216"),
+                                          ("0", "must be a positive integer")])
+def test_a_bad_seq_length_is_named_as_the_option(tmp_path, capsys, length, rule):
+    """--seq-length out of model.seq_length's bound is refused as the option the user gave (it
+    was named model.seq_length by the preset, max_position_embeddings by the HF import), exit 2,
+    nothing written."""
+    from core.cli import main
+    cfg, out = tmp_path / "config.json", tmp_path / "s.json"
+    cfg.write_text(json.dumps(QWEN3_30B_A3B))
+    for argv in (["import", "hf", str(cfg)], ["import", "preset", "Llama 3 8B"]):
+        assert main([*argv, "--out", str(out), "--seq-length", length]) == 2
+        err = capsys.readouterr().err
+        assert "--seq-length: " in err and rule in err, err
+        assert "max_position_embeddings" not in err and "model.seq_length" not in err
+        assert not out.exists()

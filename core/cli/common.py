@@ -311,6 +311,21 @@ def check_number(option: str, value: float | None, allow_zero: bool = False) -> 
         raise ConfigError([FieldError(option, f"{value!r} must be a {kind} finite number")])
 
 
+def check_seq_length(value: int | None) -> None:
+    """Raise ConfigError naming ``--seq-length`` unless ``value`` is None or a sequence length
+    within ``model.seq_length``'s bound (:data:`core.plan.fields.BOUNDS` ``seq``): the option,
+    not the model field or the input file's key it is written to, is what the user gave."""
+    from core.plan.fields import BOUNDS
+    if value is None:
+        return
+    b = BOUNDS["seq"]
+    if value <= 0:
+        raise ConfigError([FieldError("--seq-length", f"{value} must be a positive integer")])
+    if value > b.hi:
+        raise ConfigError([FieldError("--seq-length", f"{value:,} must be at most {int(b.hi):,} "
+                                      f"({b.why})")])
+
+
 def study_progress(json_output: bool):
     """A ``progress(done, total, name)`` callback for the studies (``optimal``, ``schedule``)
     that prints one dim line per model swept to a terminal's stderr; None with ``--json`` or

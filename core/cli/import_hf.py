@@ -8,7 +8,8 @@ import dataclasses
 import sys
 from typing import Any
 
-from core.cli.common import GPU_HELP, check_outputs, cluster_of_gpu, plan_fit_note
+from core.cli.common import (GPU_HELP, check_outputs, check_seq_length, cluster_of_gpu,
+                             plan_fit_note)
 
 __all__ = ["add_parser", "run"]
 
@@ -59,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.out and not args.json:
         raise ConfigError([FieldError("--out", "give --out SESSION.json (or --json to print the "
                                                "model section)")])
-    if args.seq_length is not None and args.seq_length <= 0:
-        raise ConfigError([FieldError("--seq-length", f"{args.seq_length} must be a positive integer")])
+    check_seq_length(args.seq_length)
     check_outputs([("--out", args.out)], [args.config])
     cluster = None if args.gpu is None else cluster_of_gpu(args.gpu)  # refused before reading
     imp = read_hf_config(args.config, seq_length=args.seq_length)

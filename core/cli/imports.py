@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from core.cli.common import GPU_HELP, check_outputs, cluster_of_gpu, plan_fit_note
+from core.cli.common import (GPU_HELP, check_outputs, check_seq_length, cluster_of_gpu,
+                             plan_fit_note)
 
 __all__ = ["add_parser", "run"]
 
@@ -108,10 +109,8 @@ def _preset(args: argparse.Namespace) -> int:
         raise ConfigError([FieldError("PRESET", f"{args.name!r} is not a preset; the presets are "
                                       + ", ".join(MODEL_PRESETS))])
     model = dataclasses.replace(MODEL_PRESETS[name])
+    check_seq_length(args.seq_length)
     if args.seq_length is not None:
-        if args.seq_length <= 0:
-            raise ConfigError([FieldError("--seq-length", f"{args.seq_length} must be a positive "
-                                          "integer")])
         model.seq_length = args.seq_length
     cluster = ClusterConfig() if args.gpu is None else cluster_of_gpu(args.gpu)
     session = check(Session(model=model, plan=default_plan(model), cluster=cluster))
