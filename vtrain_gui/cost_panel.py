@@ -13,7 +13,7 @@ from core.sim.report import Report, gib_texts
 from core.store.interval import band_conditions
 
 from .empty_state import StaleVeil
-from .formatting import (KIND_COLORS, format_bytes, format_count, format_duration,
+from .formatting import (KIND_COLORS, format_bytes, format_count, format_day_count, format_duration,
                          format_fraction, format_rate, format_usd, format_usd_short)
 
 __all__ = ["CostPanel"]
@@ -424,7 +424,7 @@ class CostPanel(QtWidgets.QWidget):
         v["gpus"].setText(format_count(report.num_gpus))
         v["microbatches"].setText(format_count(report.num_microbatches))
         v["iterations"].setText(format_count(report.num_iterations))
-        v["training_days"].setText(f"{format_count(report.training_days, 1)} days")
+        v["training_days"].setText(f"{format_day_count(report.training_days)} days")
         v["gpu_hours"].setText(format_count(report.gpu_hours))
         v["cost_usd"].setText(format_usd(report.cost_usd))
         self._set_band(report)
@@ -449,7 +449,7 @@ class CostPanel(QtWidgets.QWidget):
             v["run_days"].setText("–")
             return
         d = 86400.0
-        v["run_days"].setText(f"{format_count(g.expected_time_s / d, 1)} days "
+        v["run_days"].setText(f"{format_day_count(g.expected_time_s / d)} days "
                               f"({format_count(g.p10_time_s / d, 1)}–"
                               f"{format_count(g.p90_time_s / d, 1)}), "
                               f"goodput {format_fraction(g.goodput)}")
@@ -503,9 +503,9 @@ class CostPanel(QtWidgets.QWidget):
         v["iteration_band"].setText(f"{format_duration(lo)} – {format_duration(hi)}")
         d_lo, d_hi = iv.band(report.training_days)
         c_lo, c_hi = iv.band(report.cost_usd)
-        v["run_band"].setText(f"{format_count(d_lo, 1)} – {format_count(d_hi, 1)} days, "
+        v["run_band"].setText(f"{format_day_count(d_lo)} – {format_day_count(d_hi)} days, "
                               f"{format_usd_short(c_lo)} – {format_usd_short(c_hi)}")
-        v["run_band"].setToolTip(f"training days {format_count(d_lo, 1)} – {format_count(d_hi, 1)}; "
+        v["run_band"].setToolTip(f"training days {format_day_count(d_lo)} – {format_day_count(d_hi)}; "
                                  f"cost {format_usd(c_lo)} – {format_usd(c_hi)}")
         source = (f"{iv.coverage:.0%} of runs like this one measured within the band "
                   f"({iv.num_residuals} cross-validated {iv.group.replace('_', '-')} residuals "

@@ -40,7 +40,7 @@ from core.studies.sweep import (SweepResult, pareto_front, restore_sweep,
                                 saved_sweep, stale_reasons)
 
 from .gpu_choice_view import GpuChoicePanel
-from .formatting import ERROR_STYLE, format_count, format_number_short, format_usd
+from .formatting import ERROR_STYLE, format_count, format_day_count, format_number_short, format_usd
 from .empty_state import EmptyStack
 from .int_spin import INT64_MAX, IntSpinBox
 from .save_image import save_pixmap
@@ -737,7 +737,7 @@ class ExploreTab(QtWidgets.QWidget):
             if i is None:
                 return
             parts.append(f'<span style="color:{color}">■</span> <a href="plan:{i}">{label}</a>: '
-                         f"{format_count(r.training_days[i], 1)} days, {format_usd(r.cost_usd[i])} "
+                         f"{format_day_count(r.training_days[i])} days, {format_usd(r.cost_usd[i])} "
                          f"({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs)")
 
         link("fastest", "fastest", FASTEST_COLOR)
@@ -761,7 +761,7 @@ class ExploreTab(QtWidgets.QWidget):
             if r.fits_in_memory[i] and r.memory_verdict[i] == "tight":
                 where += " (tight in memory: inside the margin)"
             parts.append(f'◇ <a href="plan:{i}">plan in the editor</a>: '
-                         f"{format_count(r.training_days[i], 1)} days, {format_usd(r.cost_usd[i])} "
+                         f"{format_day_count(r.training_days[i])} days, {format_usd(r.cost_usd[i])} "
                          f"({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs) — {where}")
         if running:
             parts[0] = "<b>A new sweep is running</b>; the previous one: " + parts[0]

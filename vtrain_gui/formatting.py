@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["format_duration", "format_bytes", "format_count", "format_usd",
+from core.util.text import format_days
+
+__all__ = ["format_duration", "format_bytes", "format_count", "format_day_count", "format_usd",
            "format_fraction", "format_rate", "format_number_short", "format_usd_short",
            "KIND_LABELS", "KIND_COLORS", "ERROR_STYLE", "VERDICT_COLORS"]
 
@@ -75,6 +77,14 @@ def format_count(value: float, decimals: int = 0) -> str:
     if value is None or not math.isfinite(value):
         return "–"
     return f"{value:,.{decimals}f}"
+
+
+def format_day_count(value: float) -> str:
+    """Training days as the command line prints them (:func:`core.util.text.format_days`:
+    under one day three decimals, ``'0.043'``, not ``'0.0'``); ``'–'`` when not finite."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    return format_days(value)
 
 
 def format_usd(value: float) -> str:

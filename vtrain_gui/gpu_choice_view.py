@@ -24,7 +24,8 @@ from core.plan.session import Session
 from core.studies.gpu_choice import GpuChoice
 
 from .background import BackgroundRunner, JobCancelled
-from .formatting import format_count, format_fraction, format_number_short, format_usd, format_usd_short
+from .formatting import (format_count, format_day_count, format_fraction, format_number_short,
+                         format_usd, format_usd_short)
 from .sweep_plot import ValueAxis
 
 __all__ = ["GpuChoicePanel", "KIND_COLORS", "point_text"]
@@ -40,11 +41,11 @@ def point_text(choice: GpuChoice, k: int) -> str:
     p = choice.point(k)
     band = ""
     if p["expected_days_low"] is not None and p["expected_days_high"] is not None:
-        band = (f"\nband: {format_count(p['expected_days_low'], 1)}–"
-                f"{format_count(p['expected_days_high'], 1)} days, "
+        band = (f"\nband: {format_day_count(p['expected_days_low'])}–"
+                f"{format_day_count(p['expected_days_high'])} days, "
                 f"{format_usd(p['expected_cost_usd_low'])}–{format_usd(p['expected_cost_usd_high'])}")
     return (f"{p['gpu']} × {format_count(p['num_gpus'])}\n{p['plan']}\n"
-            f"{format_count(p['expected_days'], 1)} days expected · "
+            f"{format_day_count(p['expected_days'])} days expected · "
             f"{format_usd(p['expected_cost_usd'])} · goodput {format_fraction(p['goodput'])} · "
             f"MFU {format_fraction(p['mfu'])}{band}")
 
@@ -234,7 +235,7 @@ class GpuChoicePanel(QtWidgets.QWidget):
             if k is not None:
                 p = choice.point(k)
                 parts.append(f"{name}: {format_count(p['num_gpus'])} {p['gpu']}, "
-                             f"{format_count(p['expected_days'], 1)} days, "
+                             f"{format_day_count(p['expected_days'])} days, "
                              f"{format_usd_short(p['expected_cost_usd'])}")
         text = "; ".join(parts) or choice.no_point_reason()
         if choice.undecided:

@@ -8,7 +8,7 @@ from PySide6 import QtWidgets
 
 from core.sim.simulate import SimulationResult
 
-from .formatting import (VERDICT_COLORS, format_count, format_duration, format_fraction,
+from .formatting import (VERDICT_COLORS, format_day_count, format_duration, format_fraction,
                          format_usd)
 from .timeline.widget import TimelineWidget
 
@@ -63,7 +63,7 @@ class PlanPreview(QtWidgets.QWidget):
         self.title.setText(
             f"<b>Timeline of the plan in the editor</b>: {html.escape(pl.label())}"
             f" — iteration {format_duration(rep.iteration_time_s)}, "
-            f"{format_count(rep.training_days, 1)} days, {format_usd(rep.cost_usd)}, "
+            f"{format_day_count(rep.training_days)} days, {format_usd(rep.cost_usd)}, "
             f"MFU {format_fraction(rep.mfu)}{mark}")
 
     def clear(self) -> None:

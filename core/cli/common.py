@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from core.plan.cluster import CostConfig
 from core.plan.fields import ConfigError, FieldError, check_value
 from core.io.session import load_any
+from core.util.text import format_days
 
 __all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_HELP",
            "check_number", "fmt_bytes", "GiB", "verdict_markup", "check_outputs",
@@ -190,12 +191,8 @@ def row_progress(what: str, json_output: bool, long_s: float = 10.0):
 
 
 def fmt_days(d: float) -> str:
-    """Days with one decimal (``"298.5"``); under one day three decimals, trailing zeros dropped
-    (``"0.043"``, ``"0.5"``: a 1,000-step run of an hour is not "0.0")."""
-    if 0 < abs(d) < 1:
-        t = f"{d:.3f}".rstrip("0")
-        return t + "0" if t.endswith(".") else t
-    return f"{d:,.1f}"
+    """Training days as the command line prints them (:func:`core.util.text.format_days`)."""
+    return format_days(d)
 
 
 def fmt_bytes(n: float) -> str:

@@ -18,7 +18,7 @@ import shlex
 from typing import Any
 
 __all__ = ["printable", "terminal_text", "shell_word", "shell_comment", "file_name_part",
-           "format_params"]
+           "format_params", "format_days"]
 
 # Characters that must not reach a terminal raw: C0/C1 controls (escape sequences, carriage
 # returns, bells; U+0085 is C1) and the Unicode line separators and bidirectional overrides
@@ -118,3 +118,13 @@ def format_params(n: float) -> str:
         if n >= scale:
             return f"{n / scale:.3g}{unit}"
     return f"{n:.3g}"
+
+
+def format_days(d: float) -> str:
+    """Days with one decimal and thousands separators (``"1,298.5"``); under one day three
+    decimals, trailing zeros dropped (``"0.043"``, ``"0.5"``: a 1,000-step run of an hour is not
+    "0.0"). What the command line and the window print for training days."""
+    if 0 < abs(d) < 1:
+        t = f"{d:.3f}".rstrip("0")
+        return t + "0" if t.endswith(".") else t
+    return f"{d:,.1f}"

@@ -122,3 +122,16 @@ def test_memory_inside_the_margin_is_tight_and_names_it(panel):
     assert panel._capacity_line.value() == pytest.approx(100.0)  # the capacity, not 70 %
     panel.set_report(dataclasses.replace(tight, memory_reserve_fraction=0.2))
     assert panel.fit_text.startswith("Fits: at most 75.0 GiB of 100.0 GiB per GPU")
+
+
+def test_a_run_shorter_than_a_day_shows_its_days(panel):
+    """A 1,000-step run takes minutes: its days read "0.0" in the window (the command line
+    printed them with three decimals already), now the same text as the command line's."""
+    import dataclasses
+
+    from core.cli.common import fmt_days
+    from vtrain_gui.formatting import format_day_count
+    report = dataclasses.replace(synthetic_report(p=4), training_days=0.0433)
+    panel.set_report(report)
+    assert panel.value_text("training_days") == "0.043 days" == f"{fmt_days(0.0433)} days"
+    assert format_day_count(float("nan")) == "–" and format_day_count(298.51) == "298.5"
