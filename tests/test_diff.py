@@ -205,3 +205,14 @@ def test_a_run_shorter_than_a_day_shows_its_days(tmp_path, capsys):
     assert 0.001 < days < 0.1 and fmt_days(days) in line
     assert main(["diff", str(pa), str(pa)]) == 0
     assert fmt_days(days) in capsys.readouterr().out
+
+
+def test_a_misspelled_field_names_the_closest_one(capsys):
+    """`--set plan.tensor_paralel=4` (and the same key in a session file) said only "unknown
+    field"; the closest field name is suggested when one is close, none otherwise."""
+    assert main(["simulate", str(SMALL), "--set", "plan.tensor_paralel=4"]) == 2
+    err = capsys.readouterr().err
+    assert "plan.tensor_paralel: unknown field; did you mean tensor_parallel?" in err
+    assert main(["simulate", str(SMALL), "--set", "plan.zzz=4"]) == 2
+    err = capsys.readouterr().err
+    assert "plan.zzz: unknown field" in err and "did you mean" not in err

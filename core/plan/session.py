@@ -190,11 +190,19 @@ def _pinned_from_dict(compare: Any) -> Session:
                            for e in exc.errors]) from None
 
 
+def _did_you_mean(key: Any, fields) -> str:
+    """``"; did you mean tensor_parallel?"`` for a misspelled field name (``difflib``'s closest
+    match among ``fields``), or ``""``."""
+    import difflib
+    close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.8)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
 def _section_from_dict(cls: type, section: str, data: Any, require: bool = False) -> Any:
     if not isinstance(data, dict):
         raise ConfigError([FieldError(section, "must be a JSON object")])
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    errors = [FieldError(f"{section}.{k}", "unknown field")
+    errors = [FieldError(f"{section}.{k}", "unknown field" + _did_you_mean(k, fields))
               for k in sorted(set(data) - set(fields), key=str)]
     missing = missing_required(cls, data) if require else []
     if len(missing) == 1:

@@ -62,7 +62,11 @@ _DIMENSION_DEFAULTS = {
                                   "alltoall and flex with expert parallelism (ep > 1)"),
     "cross_entropy_loss_fusion": ("cross_entropy_fusion", "on (Megatron-Bridge's recipes)"),
     "cross_entropy_fusion_impl": ("cross_entropy_fusion", "te, Transformer Engine's kernels "
-                                                          "(Megatron-Bridge's recipes)"),
+                                                          "(Megatron-Bridge's recipes; "
+                                                          "Megatron-LM's arguments refuse te: "
+                                                          "--cross-entropy-fusion native for a "
+                                                          "plan to export as a Megatron-LM "
+                                                          "launch)"),
     "recompute_num_layers": (None, "under full recomputation every layer, and the fewest "
                                    "layers per model chunk that fit (Megatron's block "
                                    "method); the session's when it sets them"),
