@@ -22,6 +22,7 @@ from core.plan.layout import pipeline_split_slots
 from core.plan.parallel import RECOMPUTE_CHOICES, SCHEDULES, ZERO_STAGES, ParallelPlan
 from core.plan.session import Session
 from core.studies.sweep import SweepSpace
+from core.studies.sweep.space import slots_split, split_flag_options
 
 from .formatting import ERROR_STYLE
 from .int_spin import INT64_MAX, IntSpinBox
@@ -318,7 +319,13 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         L = session.model.num_layers
         slots = pipeline_split_slots(L, session.plan)  # + the embedding / loss layer slots
         name = f"L={L}" if slots == L else f"L+{slots - L}={slots}"
-        ds = _divisors(slots)
+        # and the sizes the sweep reaches by setting the layer-slot flags where the layers
+        # need them (core.studies.sweep.space.split_flags_for): L+1 / L+2 slots
+        more = [e for e, _ in split_flag_options(session.plan) if e]
+        if more and isinstance(slots, int):
+            name += "".join(f", +{e}" for e in more)
+        ds = sorted({p for e in (0, *more) if isinstance(slots, int)
+                     for p in _divisors(slots + e) if slots_split(slots + e, p, e)})
         # the field is narrow: the placeholder names the rule, the tooltip lists the sizes
         self.pipeline_parallel.setPlaceholderText(f"divisors of {name} ({len(ds)} sizes)" if ds
                                                   else "divisors of the layer count")

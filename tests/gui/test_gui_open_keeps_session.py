@@ -188,7 +188,8 @@ def test_divisor_hints_never_grow_with_the_value():
 def test_a_huge_layer_count_keeps_the_explore_hint_short(window):
     window.editor.set_field("model.num_layers", 2**31)
     text = window.explore.settings_panel.pipeline_parallel.placeholderText()
-    assert text == "divisors of L=2147483648 (32 sizes)"
+    # the sizes the layer-slot flags reach too (L+1, L+2 slots), still one short line
+    assert text.startswith("divisors of L=2147483648, +1, +2 (") and len(text) < 50
     window.editor.set_field("model.num_layers", 2**62)
     assert window.explore.settings_panel.pipeline_parallel.placeholderText() == \
         "divisors of the layer count"
@@ -207,3 +208,12 @@ def test_sweep_settings_beyond_the_fields_are_named_not_clipped(window, tmp_path
     assert window.open_path(far)
     assert "deadline_days" in window.explore.settings_panel.error_label.text()
     QtCore.QCoreApplication.processEvents()
+
+
+def test_the_explore_hint_names_the_sizes_the_layer_slots_reach(window):
+    """MT-NLG's 105 layers: the sweep also tries p = 2 and 53 (106 slots, the loss's flag set
+    where the layers need it); the hint listed the divisors of 105 only."""
+    window.editor.set_field("model.num_layers", 105)
+    panel = window.explore.settings_panel
+    assert panel.pipeline_parallel.placeholderText() == "divisors of L=105, +1, +2 (10 sizes)"
+    assert panel.pipeline_parallel.toolTip().endswith("1, 2, 3, 5, 7, 15, 21, 35, 53, 105")
