@@ -765,7 +765,7 @@ class ExploreTab(QtWidgets.QWidget):
                          f"({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs) — {where}")
         if running:
             parts[0] = "<b>A new sweep is running</b>; the previous one: " + parts[0]
-        dims = dimensions_html(r.dimensions)  # what the sweep swept and held, and why
+        dims = dimensions_html(r.dimensions, r.session.plan)  # what the sweep swept and held, and why
         self._summary.setText(" · ".join(parts[:1]) + "<br>" + "<br>".join(parts[1:])
                               + (f"<br><small>{dims}</small>" if dims else ""))
 

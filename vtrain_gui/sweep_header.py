@@ -13,9 +13,9 @@ import dataclasses
 import html
 from typing import Any
 
-from core.plan.parallel import PLAN_FIELDS, plan_field_title
+from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_field_title
 from core.plan.session import Session
-from core.studies.sweep import BEST_BY_FIELDS, SweepSpace
+from core.studies.sweep import SweepSpace, held_dimensions
 
 __all__ = ["dimensions_html", "PHASE_TEXT", "same_inputs", "stale_text"]
 
@@ -28,16 +28,16 @@ def _value_text(v: Any) -> str:
     return "-" if v is None else ("y" if v is True else "n" if v is False else str(v))
 
 
-def dimensions_html(dimensions: list[dict[str, Any]]) -> str:
+def dimensions_html(dimensions: list[dict[str, Any]], plan: ParallelPlan | None = None) -> str:
     """``"swept: t 1, 2, 4; ...<br>held: SP y (why); ..."`` (rich text, escaped) of a sweep's
     ``dimensions``: every swept plan field with its values, and each held field of
-    :data:`core.studies.sweep.BEST_BY_FIELDS` with its value and why it is held (as the
-    command line prints them; a swept field's ``stopped``, where the micro-batch sizes
+    :data:`core.studies.sweep.BEST_BY_FIELDS` with its value and why it is held, and, given
+    the session's ``plan``, any field held away from its value
+    (:func:`core.studies.sweep.held_dimensions`; as the command line prints them; a swept field's ``stopped``, where the micro-batch sizes
     stopped, and any field's ``left_out`` values with the rule that rules each out, too);
     empty without dimensions."""
     swept = [d for d in dimensions if d["swept"]]
-    held = [d for d in dimensions if not d["swept"]
-            and (d["field"] in BEST_BY_FIELDS or d.get("note"))]
+    held = held_dimensions(dimensions, plan)
 
     def left_out(d: dict[str, Any]) -> str:  # the values a rule rules out, with the rule
         return "".join(f" <span style='color:gray'>({html.escape(_value_text(x['value']))} "

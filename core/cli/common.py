@@ -190,9 +190,8 @@ def row_progress(what: str, json_output: bool, long_s: float = 10.0):
     yield progress
 
 
-def fmt_days(d: float) -> str:
-    """Training days as the command line prints them (:func:`core.util.text.format_days`)."""
-    return format_days(d)
+#: Training days as the command line prints them (:func:`core.util.text.format_days`).
+fmt_days = format_days
 
 
 def fmt_bytes(n: float) -> str:

@@ -629,18 +629,9 @@ def _print_dimensions(result, console: Console) -> None:
         return "-" if v is None else ("y" if v is True else "n" if v is False else str(v))
 
     swept = [d for d in result.dimensions if d["swept"]]
-    from core.studies.sweep import BEST_BY_FIELDS
-    # and the embedding / loss slot flags a plan sets where its layers need them (their note),
-    # and any field held at a value that is not the session's (the te cross-entropy by
-    # default): "every other plan field is the session's" must be true
-    session_plan = result.session.plan
+    from core.studies.sweep import held_dimensions
+    held = held_dimensions(result.dimensions, result.session.plan)
 
-    def not_the_sessions(d: dict) -> bool:
-        own = getattr(session_plan, d["field"], d["values"][0])
-        return len(d["values"]) == 1 and d["values"][0] != own
-
-    held = [d for d in result.dimensions if not d["swept"]
-            and (d["field"] in BEST_BY_FIELDS or d.get("note") or not_the_sessions(d))]
     def left_out(d: dict) -> str:
         return "".join(f" [dim]({esc(text(x['value']))} left out: {esc(x['why'])})[/]"
                        for x in d.get("left_out", ()))

@@ -159,7 +159,7 @@ def mlp_kernels(op: str, sh: OpShape) -> list[Kernel]:
     gated = is_gated(key.get("act"))
     fc1 = (2 if gated else 1) * f // t  # gate and up projections fused (Megatron-Core)
     inner = T * (f // t) * e
-    clamp = gated and bool(key.get("glc", 0))  # GPT-OSS's clamped gated MLP
+    clamp = bool(key.get("glc", 0))  # GPT-OSS's clamped gated MLP (glc: gated only)
     if op == "mlp_fwd":
         return [
             mem("bias_dropout_add", 3.5 * tok),

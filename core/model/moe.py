@@ -302,7 +302,7 @@ def _moe_shape(key: Mapping[str, Any]) -> _MoeShape:
     return _MoeShape(e=e, acc=acc, linear=linear, cast=cast, h=h, t=t, T=T, T_in=T_in, tok=tok,
                      norm=norm, gated=gated, E=E, k=k, fe=fe, etp=etp, ns=ns, R=R, local=local,
                      M=M, fc1=fc1, inner=inner, sort=sort,
-                     clamp=gated and bool(key.get("glc", 0)), bias=bool(key.get("eb", 0)))
+                     clamp=bool(key.get("glc", 0)), bias=bool(key.get("eb", 0)))
 
 
 def sorts_chunks(key: Mapping[str, Any]) -> bool:

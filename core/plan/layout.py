@@ -40,7 +40,7 @@ def _slot_hint(L: int, p: int) -> str:
     of those divides by ``p``; empty otherwise."""
     for extra, fields in ((2, "plan.account_for_embedding_in_pipeline_split and "
                               "plan.account_for_loss_in_pipeline_split"),
-                          (1, "plan.account_for_embedding_in_pipeline_split (or the loss's)")):
+                          (1, "plan.account_for_loss_in_pipeline_split (or the embedding's)")):
         if (L + extra) % p == 0:
             return (f"; {L} + {extra} = {L + extra} layer slots split over it with {fields} "
                     "(Megatron-Core's --account-for-embedding/loss-in-pipeline-split)")

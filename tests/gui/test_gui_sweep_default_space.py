@@ -112,3 +112,16 @@ def test_the_header_names_a_value_left_out_with_its_rule():
     text = dimensions_html(dims)
     assert "full left out" in text and html.escape(why) in text
     assert dimensions_html([{**dims[0], "left_out": []}]).count("left out") == 0
+
+
+def test_the_explore_header_names_a_field_held_away_from_the_session():
+    """The Explore header's "held:" line is the command line's (core.studies.sweep
+    .held_dimensions): with the session's plan, a field held at another value (the te
+    cross-entropy the sweep holds by default) is named; one at the session's value is not."""
+    from core.plan.parallel import ParallelPlan
+    dims = [{"field": "cross_entropy_fusion_impl", "swept": False, "values": ["te"],
+             "why": "default: te", "left_out": []}]
+    assert "ce_impl te" in dimensions_html(dims, ParallelPlan())  # the plan's default: native
+    assert "held" not in dimensions_html(dims)
+    assert "held" not in dimensions_html(dims, ParallelPlan(cross_entropy_loss_fusion=True,
+                                                            cross_entropy_fusion_impl="te"))

@@ -15,10 +15,11 @@ from typing import Any
 from core.plan.parallel import PLAN_FIELDS, RECOMPUTE_MODES, SWEEP_SCHEDULES, ParallelPlan
 from core.plan.session import Session
 from core.studies.sweep.explain import left_out_values
+from core.studies.sweep.result import BEST_BY_FIELDS
 from core.studies.sweep.space import SPLIT_FLAG_FIELDS, SweepSpace
 from core.studies.sweep.pace import yield_interpreter
 
-__all__ = ["sweep_dimensions"]
+__all__ = ["sweep_dimensions", "held_dimensions"]
 
 #: How the default sweep sets Megatron-Core's embedding / loss layer-slot flags
 _SPLIT_FLAG_DEFAULT = ("the session's, and set where the layers need it: on the (p, v) whose "
@@ -155,3 +156,19 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
             entry["note"] = note
         out.append(entry)
     return out
+
+
+def held_dimensions(dimensions: list[dict[str, Any]], plan: ParallelPlan | None = None
+                    ) -> list[dict[str, Any]]:
+    """The held entries of :func:`sweep_dimensions`' ``dimensions`` a sweep's summary names
+    (the command line's and the Explore tab's "held:" line): those of
+    :data:`~core.studies.sweep.result.BEST_BY_FIELDS`, those with a ``note`` (the layer-slot
+    flags) and, given the session's ``plan``, every field held at a value that is not the
+    plan's (the te cross-entropy by default), so that "every other plan field is the
+    session's" holds."""
+    def away(d: dict[str, Any]) -> bool:
+        return (plan is not None and len(d["values"]) == 1
+                and d["values"][0] != getattr(plan, d["field"], d["values"][0]))
+
+    return [d for d in dimensions if not d["swept"]
+            and (d["field"] in BEST_BY_FIELDS or d.get("note") or away(d))]
