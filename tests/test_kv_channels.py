@@ -117,6 +117,9 @@ def test_qkv_and_projection_gemm_shapes_closed_form(t, attn):
     bwd = {k.name: k for k in op_kernels("attention_bwd", key)}
     assert (bwd["proj_dgrad"].n, bwd["proj_wgrad"].m) == (a * kv // t, a * kv // t)
     assert (bwd["qkv_wgrad"].m, bwd["qkv_dgrad"].k) == ((a + 2 * g) * kv // t,) * 2
+    # gradient accumulation fusion (the default): the wgrad GEMMs add into the main gradients
+    assert key["wacc"] == "fused" and "wgrad_accumulate" not in bwd
+    bwd = {k.name: k for k in op_kernels("attention_bwd", {**key, "wacc": "separate"})}
     assert bwd["wgrad_accumulate"].bytes == 6 * (h * (a + 2 * g) * kv // t + h * a * kv // t)
 
 

@@ -216,7 +216,8 @@ def test_gpt_1p3b_script_old_style(tmp_path):
     assert (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel) == (2, 2, 2)
     assert (pl.micro_batch_size, pl.global_batch_size, pl.precision) == (4, 512, "bf16")
     assert res.session.cost.training_tokens == 146484375 * 2048
-    assert "--no-gradient-accumulation-fusion" in dict(res.ignored)
+    # --no-gradient-accumulation-fusion: a kernel of its own adds each weight gradient
+    assert pl.gradient_accumulation_fusion is False and not res.ignored
     assert pl.recompute == "full"  # --checkpoint-activations: Megatron-LM's old name
     # --recompute-activations is selective recomputation: mapped, or refused by name
     path = _write(tmp_path, "sel.sh", GPT_1P3B.replace("--checkpoint-activations",
@@ -824,7 +825,7 @@ def test_known_argument_lists():
 NO_FORMS = {"--no-masked-softmax-fusion": "ignored", "--no-bias-gelu-fusion": "ignored",
             "--no-bias-swiglu-fusion": "ignored", "--no-bias-dropout-fusion": "ignored",
             "--no-rope-fusion": "ignored", "--no-persist-layer-norm": "ignored",
-            "--no-gradient-accumulation-fusion": "ignored", "--no-position-embedding": "ignored",
+            "--no-position-embedding": "ignored",
             "--no-overlap-p2p-communication": "ignored", "--no-align-grad-reduce": "ignored",
             "--no-async-tensor-model-parallel-allreduce": "ignored", "--no-fp8-wgrad": "ignored",
             "--no-load-optim": "neutral", "--no-load-rng": "neutral", "--no-save-optim": "neutral",

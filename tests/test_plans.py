@@ -409,7 +409,7 @@ def test_plan_key_and_label_derive_from_every_field():
                    pipeline_model_parallel_layout="Et*8|t*8L", moe_token_dispatcher_type="flex",
                    overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True,
                    cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te",
-                   cp_comm_type="allgather", cp_a2a_size=2, tf32=True,
+                   cp_comm_type="allgather", cp_a2a_size=2, tf32=True, gradient_accumulation_fusion=False,
                    cuda_graph_impl="transformer_engine", cuda_graph_modules="attn")
     assert set(PLAN_FIELDS) <= set(changed) | {"virtual_pipeline_stages"}
     for name, value in changed.items():

@@ -92,6 +92,7 @@ _LABELS = {
     "plan.overlap_grad_reduce": "Overlap grad reduce",
     "plan.overlap_param_gather": "Overlap param gather",
     "plan.tp_comm_overlap": "Overlap TP comm",
+    "plan.gradient_accumulation_fusion": "Grad accumulation fusion",
     "plan.grad_reduce_dtype": "Gradient dtype",
     "plan.fp8_recipe": "FP8 recipe",
     "plan.tf32": "TF32 matmuls (fp32)",

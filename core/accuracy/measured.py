@@ -8,7 +8,9 @@ layouts are in docs/accuracy.md, "Measurement file layouts"):
 
 * the vTrain authors' CSV (single-node and multi-node layouts: Megatron-DeepSpeed on
   A100-SXM4-80GB, fp16, full recomputation, 1F1B, GPT with vocabulary 50257, 8 GPUs and
-  800 Gb/s per node for the multi-node runs, as the authors state);
+  800 Gb/s per node for the multi-node runs, as the authors state; without gradient
+  accumulation fusion: DeepSpeed's engine owns the gradients, and the fused GEMMs write into
+  the ``main_grad`` buffer that only Megatron's own data-parallel wrapper creates);
 * a CSV whose columns are session field names (``tensor_parallel``, ``num_layers``,
   ``gpu`` ...; an absent column or an empty cell is the session default), plus
   ``measured_iteration_time_s``, ``measured_memory_gib`` / ``memory_scale``, ``source``,
@@ -335,7 +337,7 @@ def _authors_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                         pipeline_parallel=ints["pipeline parallelism"],
                         data_parallel=ints["data parallelism"], micro_batch_size=ints["micro batch"],
                         global_batch_size=ints["global batch"], schedule="1f1b", recompute="full",
-                        precision="fp16")
+                        precision="fp16", gradient_accumulation_fusion=False)
     cluster = ClusterConfig(gpu="A100-SXM4-80GB", gpus_per_node=8,
                             inter_node_bandwidth_gbits_per_s=800.0)
     source = "multi-node" if multi else "single-node"

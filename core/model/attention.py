@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from core.model.base import Kernel, gemm, mem
+from core.model.base import Kernel, gemm, mem, wgrad_accumulate
 from core.model.context_parallel import cp_all_gather_core
 from core.model.tokens import OpShape
 from core.plan.model_config import ModelConfig
@@ -181,7 +181,7 @@ def mha_attention_kernels(op: str, sh: OpShape) -> list[Kernel]:
         mem("bias_dropout_add_bwd", 2 * tok),
         *cast("proj_grad", T * h, True),
         linear("proj_dgrad", T, ctx, h), linear("proj_wgrad", ctx, h, T),
-        mem("wgrad_accumulate", acc * (h * qkv + h * ctx)),
+        *wgrad_accumulate(acc * (h * qkv + h * ctx)),
         *core_bwd,
         *([mem("rope_bwd", qk_bytes)] if rope else []),
         *([mem(f"qk_{norm}_bwd", 2 * qk_bytes)] if int(key.get("qkn", 0)) else []),

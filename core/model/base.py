@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 
 __all__ = [
-    "ADAM_BYTES_PER_PARAM", "DTYPE_BYTES", "GRAD_ACCUMULATE_BYTES_PER_PARAM", "Kernel", "gemm",
-    "mem",
+    "ADAM_BYTES_PER_PARAM", "DTYPE_BYTES", "GRAD_ACCUMULATE_BYTES_PER_PARAM", "Kernel",
+    "WGRAD_ACCUMULATION_KEY", "WGRAD_ACCUMULATION_TABLE", "gemm", "mem", "wgrad_accumulate",
+    "wgrad_accumulate_bytes",
 ]
 
 
@@ -20,6 +21,28 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 #: Bytes per parameter of accumulating a weight gradient into the gradient buffer
 #: (read, read, write), by dtype.
 GRAD_ACCUMULATE_BYTES_PER_PARAM = {"bf16": 6, "fp16": 6, "fp32": 12}
+#: The op key's column of how weight gradients are accumulated
+#: (:func:`core.plan.parallel.wgrad_accumulation`), and its value in a key without it (the
+#: profile stores' tables: every weight gradient added by a kernel of its own).
+WGRAD_ACCUMULATION_KEY = "wacc"
+WGRAD_ACCUMULATION_TABLE = "separate"
+
+
+def wgrad_accumulate_bytes(key, dtype: str) -> tuple[float, float]:
+    """Bytes per parameter of the separate accumulation kernel ``(linear, plain)``: for the
+    weights of the linear layers (GEMMs of Transformer Engine or Megatron-Core's tensor-parallel
+    linears) and for the plain parameters outside them (the embedding, the MoE router's gate),
+    under the key's :data:`WGRAD_ACCUMULATION_KEY` (:func:`core.plan.parallel.wgrad_accumulation`):
+    ``separate`` both :data:`GRAD_ACCUMULATE_BYTES_PER_PARAM`, ``fused`` the plain parameters'
+    only (the linear layers' GEMMs accumulate into the fp32 main gradients), ``none`` neither."""
+    mode = key.get(WGRAD_ACCUMULATION_KEY, WGRAD_ACCUMULATION_TABLE)
+    b = float(GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype])
+    return (b if mode == "separate" else 0.0), (b if mode != "none" else 0.0)
+
+
+def wgrad_accumulate(nbytes: float) -> list["Kernel"]:
+    """The ``wgrad_accumulate`` kernel of ``nbytes`` bytes, or none when nothing is added."""
+    return [mem("wgrad_accumulate", nbytes)] if nbytes > 0 else []
 #: Bytes moved per parameter by the fused Adam step, by dtype. Mixed precision: read fp32
 #: master, m, v and the half-precision gradient, write master, m, v and the half-precision
 #: copy, plus gradient scaling (32). fp32: read p, g, m, v and write p, m, v (28).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from core.model.base import Kernel
+from core.model.base import WGRAD_ACCUMULATION_KEY, Kernel
 from core.model.context_parallel import cp_a2a_size, cp_all_gather
 from core.model.families import family_of, family_of_key
 from core.model.fp8 import linear_kernels
@@ -19,7 +19,7 @@ from core.model.moe import expert_tensor_parallel, moe_ffn
 from core.model.recompute import SELECTIVE_OP_SAVED, selective_op_linears
 from core.model.tf32 import TF32_KEY, tf32_kernels, tf32_key
 from core.plan.model_config import ModelConfig, padded_vocab_size
-from core.plan.parallel import ParallelPlan, fp8_recipe, tf32_matmuls
+from core.plan.parallel import ParallelPlan, fp8_recipe, tf32_matmuls, wgrad_accumulation
 
 __all__ = ["op_kernels", "selective_op_kernels", "op_key", "family_key_columns"]
 
@@ -164,7 +164,9 @@ def op_key(model: ModelConfig, plan: ParallelPlan) -> dict[str, Any]:
     ``tf32`` true (:data:`core.model.tf32.TF32_KEY`; absent otherwise, so every other key is
     unchanged); ``dtype`` is the precision, so FP8 and BF16 op times (and TF32 and FP32 ones)
     never share a cache entry or a table row. MoE models add :data:`core.model.keys.MOE_KEY`'s
-    columns.
+    columns. ``wacc`` (:data:`core.model.base.WGRAD_ACCUMULATION_KEY`) is
+    :func:`core.plan.parallel.wgrad_accumulation`: which weight gradients a kernel of their own
+    adds to the gradient buffer (no table column: the tables hold ``separate``).
 
     ``s`` is the tokens of one rank's share of a sequence, ``seq_length / cp`` under context
     parallelism (every token-wise op runs on them); ``cp`` tells the attention ops that their
@@ -178,7 +180,7 @@ def op_key(model: ModelConfig, plan: ParallelPlan) -> dict[str, Any]:
                cpa=cp_a2a_size(pl), cpg=int(cp_all_gather(pl)), pos=fam.pop("pos"),
                attn=fam.pop("attn"), qkn=fam.pop("qkn"), kv=fam.pop("kv"),
                sp=bool(pl.sequence_parallel and t > 1), **fam,
-               ce=cross_entropy_fusion(pl),
+               ce=cross_entropy_fusion(pl), **{WGRAD_ACCUMULATION_KEY: wgrad_accumulation(pl)},
                **({"fp8": fp8_recipe(pl)} if pl.precision == "fp8" else {}),
                **({TF32_KEY: True} if tf32_matmuls(pl) else {}))
     if m.is_moe:  # the MoE ops' columns (core.model.keys.MOE_KEY)

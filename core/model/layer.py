@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from core.model.attention import mha_attention_kernels, norms_separate_of
-from core.model.base import ADAM_BYTES_PER_PARAM, DTYPE_BYTES, Kernel, gemm, mem
+from core.model.base import ADAM_BYTES_PER_PARAM, DTYPE_BYTES, Kernel, gemm, mem, wgrad_accumulate
 from core.model.fp8 import FP8_WEIGHT_CAST_OP, fp8_cast_kernels
 from core.model.keys import with_family_defaults
 from core.model.mla import (mla_activation_terms, mla_attention_parameters,
@@ -135,7 +135,7 @@ def edge_kernels(op: str, sh: OpShape) -> list[Kernel]:
         # dense (V/t, h) gradient: zero-filled, rows scattered in, accumulated into the buffer
         return [mem("dropout_bwd", 2 * tok), mem("embedding_grad_zero", e * V * h // t),
                 mem("embedding_grad_scatter_add", 3 * act),
-                mem("wgrad_accumulate", acc * V * h // t)]
+                *wgrad_accumulate(sh.plain_acc * V * h // t)]
     fusion = str(key.get("ce") or "unfused")
     if op == "output_fwd":
         if fusion == "te":
@@ -170,7 +170,7 @@ def edge_kernels(op: str, sh: OpShape) -> list[Kernel]:
     return [
         *ce_bwd,
         gemm("logits_dgrad", T, h, V // t, e), gemm("logits_wgrad", V // t, h, T, e),
-        mem("wgrad_accumulate", acc * V * h // t),
+        *wgrad_accumulate(acc * V * h // t),  # Megatron-Core's ColumnParallelLinear
         mem(f"final_{norm}_bwd", 4 * tok),
     ]
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from core.model.attention import attended_pairs
-from core.model.base import DTYPE_BYTES, GRAD_ACCUMULATE_BYTES_PER_PARAM, Kernel, mem
+from core.model.base import DTYPE_BYTES, Kernel, mem, wgrad_accumulate, wgrad_accumulate_bytes
 from core.model.fp8 import linear_kernels
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan, tensor_dtype
@@ -150,7 +150,8 @@ def mla_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
 @dataclass(frozen=True)
 class _MlaShape:
     """One rank's sizes of an MLA op (see :func:`mla_op_kernels`): ``e`` bytes per element and
-    ``acc`` per accumulated weight gradient, ``linear`` / ``cast`` the linear-layer kernel
+    ``acc`` per weight gradient added by a kernel of its own
+    (:func:`core.model.base.wgrad_accumulate_bytes`), ``linear`` / ``cast`` the linear-layer kernel
     makers (:func:`core.model.fp8.linear_kernels`), ``T = b s`` tokens and ``T_in`` the down
     projections' (``T/t`` with sequence parallelism), ``tok`` bytes of ``T_in`` hidden states,
     the MLA widths (:func:`mla_dims`; ``dqk = d_qk + d_pe``), ``q_cols``, ``kv_cols`` and ``ctx``
@@ -185,7 +186,7 @@ def _mla_shape(key: Mapping[str, Any]) -> _MlaShape:
     """The :class:`_MlaShape` of an MLA op key (:data:`core.model.keys.MLA_KEY` columns)."""
     dtype = tensor_dtype(str(key["dtype"]))
     e = DTYPE_BYTES[dtype]
-    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
+    acc = wgrad_accumulate_bytes(key, dtype)[0]  # Transformer Engine linears
     linear, cast = linear_kernels(key)
     b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
     heads = int(key["a"]) // t
@@ -267,7 +268,7 @@ def _mla_backward_kernels(sh: _MlaShape, core_bwd: list[Kernel]) -> list[Kernel]
         mem("bias_dropout_add_bwd", 2 * sh.tok),
         *cast("proj_grad", T * h),
         linear("proj_dgrad", T, ctx, h), linear("proj_wgrad", ctx, h, T),
-        mem("wgrad_accumulate", sh.acc * weights),
+        *wgrad_accumulate(sh.acc * weights),
         *core_bwd,
         mem("mla_rope_concat_bwd", _mla_assemble_bytes(sh)),
         *cast("kv_up_proj_grad", T * kv_cols),

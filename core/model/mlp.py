@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.model.base import Kernel, mem
+from core.model.base import Kernel, mem, wgrad_accumulate
 from core.model.tokens import OpShape
 from core.plan.model_config import ACTIVATIONS, ModelConfig
 
@@ -180,7 +180,7 @@ def mlp_kernels(op: str, sh: OpShape) -> list[Kernel]:
         *(glu_clamp_kernels("bwd", 2 * inner) if clamp else ()),
         *cast("fc1_grad", T * fc1),
         linear("fc1_dgrad", T, h, fc1), linear("fc1_wgrad", fc1, h, T),
-        mem("wgrad_accumulate", acc * (h * fc1 + h * f // t)),
+        *wgrad_accumulate(acc * (h * fc1 + h * f // t)),
         mem(f"{norm}_bwd", 4 * tok),
         mem("bias_dropout_add_bwd", 2 * tok),
     ]

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from core.model.base import DTYPE_BYTES, GRAD_ACCUMULATE_BYTES_PER_PARAM, Kernel, gemm, mem
+from core.model.base import DTYPE_BYTES, Kernel, gemm, mem, wgrad_accumulate, wgrad_accumulate_bytes
 from core.model.fp8 import linear_kernels
 from core.model.layer import (attention_parameters, dense_activation_bytes_per_layer,
                               dense_forward_flops_per_token)
@@ -244,7 +244,8 @@ def moe_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
 @dataclass(frozen=True)
 class _MoeShape:
     """One rank's sizes of an MoE layer's ops (see :func:`moe_op_kernels`): ``e`` bytes per
-    element and ``acc`` per accumulated weight gradient, ``linear`` / ``cast`` the linear-layer
+    element, ``acc`` / ``plain_acc`` per weight gradient added by a kernel of its own, of the
+    linear layers / the router's gate (:func:`core.model.base.wgrad_accumulate_bytes`), ``linear`` / ``cast`` the linear-layer
     kernel makers (:func:`core.model.fp8.linear_kernels`), ``T = b s`` tokens and ``T_in`` those
     entering the layer, ``tok`` bytes of ``T_in`` hidden states, ``E`` experts, top-``k``,
     ``fe`` expert width, ``ep``, ``etp``, ``ns`` shared experts, ``R`` routed rows
@@ -254,6 +255,7 @@ class _MoeShape:
 
     e: int
     acc: float
+    plain_acc: float
     linear: Any
     cast: Any
     h: int
@@ -282,7 +284,7 @@ def _moe_shape(key: Mapping[str, Any]) -> _MoeShape:
     """The :class:`_MoeShape` of an MoE op key (:data:`core.model.keys.MOE_KEY` columns)."""
     dtype = tensor_dtype(str(key["dtype"]))
     e = DTYPE_BYTES[dtype]
-    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
+    acc, plain_acc = wgrad_accumulate_bytes(key, dtype)
     linear, cast = linear_kernels(key)  # FP8 experts and shared experts (TE GroupedLinear)
     b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
     E, k, fe = int(key["E"]), int(key["topk"]), int(key["fe"])
@@ -299,7 +301,7 @@ def _moe_shape(key: Mapping[str, Any]) -> _MoeShape:
     fc1 = (2 if gated else 1) * fe // etp
     inner = R * (fe // etp) * e
     sort = [mem("moe_sort_chunks", 2 * R * h * e)] if sorts_chunks(key) else []
-    return _MoeShape(e=e, acc=acc, linear=linear, cast=cast, h=h, t=t, T=T, T_in=T_in, tok=tok,
+    return _MoeShape(e=e, acc=acc, plain_acc=plain_acc, linear=linear, cast=cast, h=h, t=t, T=T, T_in=T_in, tok=tok,
                      norm=norm, gated=gated, E=E, k=k, fe=fe, etp=etp, ns=ns, R=R, local=local,
                      M=M, fc1=fc1, inner=inner, sort=sort,
                      clamp=bool(key.get("glc", 0)), bias=bool(key.get("eb", 0)))
@@ -336,7 +338,7 @@ def _moe_routing_kernels(op: str, sh: _MoeShape) -> list[Kernel]:
     if op == "router_bwd":
         return [mem("router_softmax_topk_bwd", T_in * E * (e + 8)),
                 gemm("router_dgrad", T_in, h, E, e), gemm("router_wgrad", E, h, T_in, e),
-                mem("wgrad_accumulate", sh.acc * h * E),
+                *wgrad_accumulate(sh.plain_acc * h * E),  # the gate: a plain parameter
                 mem(f"{norm}_bwd", 4 * tok), mem("bias_dropout_add_bwd", 2 * tok)]
     if op == "moe_permute_fwd":
         return [mem("moe_permute", 2 * T_in * k * h * e + 8 * T_in * k), *sort]
@@ -374,7 +376,7 @@ def _moe_experts_kernels(op: str, sh: _MoeShape) -> list[Kernel]:
             *cast("experts_fc1_grad", R * fc1, groups=local),
             linear("experts_fc1_dgrad", M, h, fc1, local),
             linear("experts_fc1_wgrad", fc1, h, M, local),
-            mem("wgrad_accumulate", sh.acc * local * (h * fc1 + h * fe // etp))]
+            *wgrad_accumulate(sh.acc * local * (h * fc1 + h * fe // etp))]
 
 
 def expert_bias_kernels(op_pass: str, rows: float, h: int, e: int, local: int) -> list[Kernel]:
@@ -427,7 +429,7 @@ def _moe_shared_experts_kernels(op: str, sh: _MoeShape) -> list[Kernel]:
             *clamp,
             *cast("shared_fc1_grad", T * fc1s),
             linear("shared_fc1_dgrad", T, h, fc1s), linear("shared_fc1_wgrad", fc1s, h, T),
-            mem("wgrad_accumulate", sh.acc * (h * fc1s + h * fs // t))]
+            *wgrad_accumulate(sh.acc * (h * fc1s + h * fs // t))]
 
 
 def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode: str) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from core.model.base import DTYPE_BYTES, GRAD_ACCUMULATE_BYTES_PER_PARAM, Kernel, mem
+from core.model.base import DTYPE_BYTES, Kernel, mem, wgrad_accumulate, wgrad_accumulate_bytes
 from core.model.fp8 import linear_kernels
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import tensor_dtype
@@ -54,7 +54,7 @@ def mtp_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     and weight gradients, the concatenation's split and the two norms' backward."""
     dtype = tensor_dtype(str(key["dtype"]))
     e = DTYPE_BYTES[dtype]
-    acc = GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype]
+    acc = wgrad_accumulate_bytes(key, dtype)[0]  # eh_proj: a Transformer Engine linear
     linear, cast = linear_kernels(key)
     b, s, h, t = int(key["b"]), int(key["s"]), int(key["h"]), int(key["t"])
     T = b * s
@@ -68,7 +68,7 @@ def mtp_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     if op == "mtp_proj_bwd":
         return [*cast("eh_proj_grad", T * (h // t)),
                 linear("eh_proj_dgrad", T, 2 * h, h // t), linear("eh_proj_wgrad", h // t, 2 * h, T),
-                mem("wgrad_accumulate", acc * 2 * h * (h // t)),
+                *wgrad_accumulate(acc * 2 * h * (h // t)),
                 mem("mtp_concat_bwd", 4 * tok),
                 mem(f"mtp_e{norm}_bwd", 4 * tok), mem(f"mtp_h{norm}_bwd", 4 * tok)]
     raise KeyError(f"unknown MTP op {op!r}")

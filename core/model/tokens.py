@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from core.model.base import DTYPE_BYTES, GRAD_ACCUMULATE_BYTES_PER_PARAM
+from core.model.base import DTYPE_BYTES, wgrad_accumulate_bytes
 from core.model.fp8 import linear_kernels
 from core.plan.parallel import tensor_dtype
 
@@ -29,8 +29,10 @@ class OpShape:
         Micro-batch size, the rank's tokens per sequence, hidden size, tensor-parallel size.
     e : int
         Bytes per element of the tensor dtype.
-    acc : int
-        Bytes per parameter of accumulating a weight gradient.
+    acc, plain_acc : float
+        Bytes per parameter of the separate kernel that adds a weight gradient to the gradient
+        buffer, for the linear layers' weights and for plain parameters (the embedding):
+        :func:`core.model.base.wgrad_accumulate_bytes` (0 where none runs).
     T : int
         Tokens in the micro-batch, ``b*s``.
     act : float
@@ -50,7 +52,8 @@ class OpShape:
     h: int
     t: int
     e: int
-    acc: int
+    acc: float
+    plain_acc: float
     T: int
     act: float
     tok: float
@@ -76,5 +79,6 @@ def op_shape(key: Mapping[str, Any]) -> OpShape:
     act = T * h * e  # bytes of one (b, s, h) activation
     tok = act / t if key.get("sp") else act
     norm = "rmsnorm" if key.get("norm") == "rmsnorm" else "layernorm"
-    return OpShape(key, b, s, h, t, e, GRAD_ACCUMULATE_BYTES_PER_PARAM[dtype], T, act, tok, norm,
+    acc, plain_acc = wgrad_accumulate_bytes(key, dtype)
+    return OpShape(key, b, s, h, t, e, acc, plain_acc, T, act, tok, norm,
                    linear, cast)

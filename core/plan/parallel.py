@@ -26,7 +26,7 @@ __all__ = ["SCHEDULES", "SWEEP_SCHEDULES", "RECOMPUTE_MODES", "RECOMPUTE_CHOICES
            "zero_shard_size", "zero_replicas", "grad_dtype", "parse_recompute_modules",
            "recompute_modules", "fp8_recipe", "tensor_dtype", "tf32_matmuls",
            "gemm_peak_dtype", "CUDA_GRAPH_IMPLS", "CUDA_GRAPH_MODULES", "parse_cuda_graph_modules",
-           "cuda_graph_modules"]
+           "cuda_graph_modules", "WGRAD_ACCUMULATIONS", "wgrad_accumulation"]
 
 
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).
@@ -184,6 +184,12 @@ class ParallelPlan:
     overlap_grad_reduce: bool = described_field(False, "", "Overlap the data-parallel gradient reduction with "
                                    "the backward pass, bucket by bucket (--overlap-grad-reduce)",
                                    short="overlap_grad")
+    gradient_accumulation_fusion: bool = described_field(
+        True, "", "The linear layers' weight-gradient GEMMs add into the fp32 main gradients "
+        "(Megatron-Core's default with Transformer Engine or apex; off with "
+        "--no-gradient-accumulation-fusion): no separate kernel adds each micro-batch's weight "
+        "gradient to the gradient buffer. Has no effect with zero_stage 3 (FSDP reduce-scatters "
+        "each micro-batch's gradients)", short="grad_acc_fusion")
     overlap_param_gather: bool = described_field(False, "", "Overlap the parameter all-gather of a sharded "
                                     "optimizer with the forward pass (--overlap-param-gather; "
                                     "needs zero_stage >= 1)", short="overlap_param")
@@ -465,6 +471,32 @@ def fp8_recipe(plan: ParallelPlan) -> str | None:
     if plan.precision != "fp8":
         return None
     return plan.fp8_recipe or FP8_DEFAULT_RECIPE
+
+
+#: How a plan's weight gradients reach the gradient buffer (:func:`wgrad_accumulation`; the op
+#: key's ``wacc`` column, :func:`core.model.base.wgrad_accumulate_bytes`).
+WGRAD_ACCUMULATIONS = ("separate", "fused", "none")
+
+
+def wgrad_accumulation(plan: ParallelPlan) -> str:
+    """How ``plan``'s backward adds each micro-batch's weight gradients to the gradient buffer.
+
+    * ``"fused"`` (``plan.gradient_accumulation_fusion``, Megatron-Core's default, zero_stage
+      0-2): the linear layers' weight-gradient GEMMs write into the fp32 ``main_grad`` with
+      accumulation (Transformer Engine's ``fuse_wgrad_accumulation``, Megatron-Core's
+      ``LinearWithGradAccumulationAndAsyncCommunication``, apex's
+      ``wgrad_gemm_accum_fp32``); the plain parameters outside them (the embedding, the MoE
+      router's gate) are still added by the data-parallel backward hook
+      (``param.main_grad.add_(param.grad)``, Megatron-Core ``DistributedDataParallel``).
+    * ``"separate"`` (``gradient_accumulation_fusion`` off): every weight gradient is
+      computed into its own tensor and added to the buffer by a kernel of its own.
+    * ``"none"`` (zero_stage 3, FSDP): each micro-batch's unsharded gradients are reduce-
+      scattered and freed; what is added is the reduce-scattered shard, ``1/shard`` of the
+      size (not counted). Megatron-LM refuses ``--use-torch-fsdp2`` with the fusion.
+    """
+    if plan.zero_stage >= 3:
+        return "none"
+    return "fused" if getattr(plan, "gradient_accumulation_fusion", True) is not False else "separate"
 
 
 def tf32_matmuls(plan: ParallelPlan) -> bool:

@@ -585,7 +585,7 @@ def _plan_flag_errors(pl: ParallelPlan) -> list[FieldError]:
     errs: list[FieldError] = []
     for name in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
                  "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
-                 "tp_comm_overlap"):
+                 "tp_comm_overlap", "gradient_accumulation_fusion"):
         if not isinstance(getattr(pl, name), bool):
             errs.append(FieldError(f"plan.{name}", f"{name}={getattr(pl, name)!r} must be true or false"))
     if pl.tp_comm_overlap is True and pl.sequence_parallel is not True:

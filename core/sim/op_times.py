@@ -18,6 +18,7 @@ from core import schedules
 from core.plan.session import Session
 from core.plan.parallel import tensor_dtype, zero_shard_size
 from core.plan.layout import virtual_stage_layer_counts
+from core.model.base import WGRAD_ACCUMULATION_KEY
 from core.model.fp8 import FP8_WEIGHT_CAST_OP
 from core.model.ops import (DERIVED_OPS, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, analytic_op_time,
                   table_covers)
@@ -102,6 +103,11 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     whose ``dtype`` is ``"tf32"``, never the ``fp32`` ones (``vtrain profile run`` times fp32
     with TF32 off); an analytic or calibrated store's model times them at its ``tf32`` peak.
 
+    Tables hold backward ops whose weight gradients are each added to the gradient buffer by a
+    kernel of their own (no ``wacc`` column, :func:`core.plan.parallel.wgrad_accumulation`):
+    a plan with gradient accumulation fusion (Megatron-Core's default) or FSDP takes the row
+    scaled by the ratio of its analytic time to the row's.
+
     CUDA graphs (``plan.cuda_graph_impl``): an op they capture
     (:func:`core.model.cuda_graphs.captured_ops`) takes its device time alone, its row's time
     scaled by the ratio of its analytic device time to the row's analytic time (an analytic or
@@ -118,7 +124,8 @@ def lookup_op_times(session: Session, store) -> OpTimes:
     """
     key = op_key(session)
     # tables hold 16-bit ops without sequence parallelism; an FP8 op scales its BF16 row
-    table_key = {c: v for c, v in key.items() if c not in ("fp8", model_math.FAMILY_KEY)}
+    table_key = {c: v for c, v in key.items()
+                 if c not in ("fp8", model_math.FAMILY_KEY, WGRAD_ACCUMULATION_KEY)}
     table_key["dtype"] = tensor_dtype(str(key["dtype"]))
     # nor ring attention (no cp column): a context-parallel attention op scales the row of the
     # same op without context parallelism on the rank's s/cp tokens

@@ -104,8 +104,9 @@ def test_measured_lanes_are_drawn_in_class_colours(overlaid, tmp_path):
     send_recv = int(CLASS_COLORS["send_recv"][1:], 16)
     rows, _ = np.nonzero(rgb == send_recv)
     assert rows.size > 0  # the measured send/recv (most of the toy pipeline's time)
-    # ... and it is drawn in the lower part: under the simulated rows
-    assert rows.min() > image.height() * 0.5
+    # ... and it is drawn in the lower part, under the simulated rows (whose pipeline sends,
+    # thin bars, share the colour: the kind that runs them)
+    assert (rows > image.height() * 0.5).mean() > 0.9
 
 
 def test_unreadable_trace_is_refused_in_a_dialog(window, qtbot, tmp_path, real_simulate):

@@ -278,6 +278,10 @@ ARGUMENTS: dict[str, Arg] = {
         "ranks (data_parallel_shard_size = d/n)"),
     "--fp8-param-gather": Arg(("plan.fp8_param_gather",), False,
                               "FP8 linear weights kept and all-gathered in FP8"),
+    "--no-gradient-accumulation-fusion": Arg(
+        ("plan.gradient_accumulation_fusion",), False,
+        "weight gradients added to the main gradients by a kernel of their own (off: "
+        "plan.gradient_accumulation_fusion false; the fused wgrad GEMMs are Megatron's default)"),
     "--overlap-grad-reduce": Arg(("plan.overlap_grad_reduce",), False,
                                  "gradient reduction under the backward"),
     "--overlap-param-gather": Arg(("plan.overlap_param_gather",), False,

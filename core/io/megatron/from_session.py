@@ -186,6 +186,8 @@ def _sharding_words(pl: Any) -> list[str]:
     elif zero:
         raise MegatronArgsError(f"plan.zero_stage {zero}: Megatron-LM has the distributed "
                                 "optimizer (1) and FSDP (3), not ZeRO-2")
+    if zero != 3 and _get(pl, "gradient_accumulation_fusion", True) is False:
+        out.append("--no-gradient-accumulation-fusion")
     size = _get(pl, "data_parallel_shard_size")
     if size:  # hybrid sharding: d/size instances of the distributed optimizer
         out += ["--num-distributed-optimizer-instances", str(pl.data_parallel // size)]

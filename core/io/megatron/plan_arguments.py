@@ -265,6 +265,13 @@ def _overlap_and_fusion(mp: Mapper) -> None:
             mp.set(flag, target, True)
         elif field_exists(target):
             mp.set(flag, target, False)
+    no_fusion = mp.switch("--no-gradient-accumulation-fusion")
+    if "--use-torch-fsdp2" in args:
+        pass  # what FSDP2 requires (core.io.megatron.rules); the field has no effect at zero 3
+    elif no_fusion:
+        mp.set("--no-gradient-accumulation-fusion", "plan.gradient_accumulation_fusion", False)
+    elif field_exists("plan.gradient_accumulation_fusion"):
+        mp.set("--no-gradient-accumulation-fusion", "plan.gradient_accumulation_fusion", True)
     if mp.take("--cross-entropy-fusion-impl"):
         impl = one_value(args, "--cross-entropy-fusion-impl", src)
         if impl not in CROSS_ENTROPY_FUSION_IMPLS:  # Megatron-LM's argparse choices
