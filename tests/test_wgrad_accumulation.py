@@ -22,7 +22,7 @@ from core.accuracy.measured import read_measurements
 from core.io.megatron.export import export_script
 from core.io.megatron.from_session import export_arguments
 from core.io.megatron.to_session import import_file
-from core.io.session import load_session, session_to_json
+from core.io.session import load_any, load_session, session_to_json
 from core.model.kernels import op_key as model_op_key
 from core.model.ops import analytic_op_time, op_kernels
 from core.plan.cluster import ClusterConfig, CostConfig
@@ -146,11 +146,24 @@ def test_fsdp_lower_bound_keeps_zero_3():
 
 def test_a_session_without_the_field_loads_fused(tmp_path):
     doc = json.loads((EXAMPLES / "gpt3_175b.json").read_text())
-    assert doc["plan"].pop("gradient_accumulation_fusion") is True
+    # the example is the vTrain authors' Megatron-DeepSpeed run: no fusion
+    assert doc["plan"].pop("gradient_accumulation_fusion") is False
     (tmp_path / "old.json").write_text(json.dumps(doc))
     s = load_session(tmp_path / "old.json")
     assert s.plan.gradient_accumulation_fusion is True
+    doc["plan"]["gradient_accumulation_fusion"] = False
+    s.plan = dataclasses.replace(s.plan, gradient_accumulation_fusion=False)
     assert session_to_json(s) == (EXAMPLES / "gpt3_175b.json").read_text()
+
+
+@pytest.mark.parametrize("name", ["gpt3_175b_512gpu_t8_d4_p16.json",
+                                  "mtnlg_530b_3360gpu_t8_d12_p35.json"])
+def test_the_authors_configs_read_without_fusion(name):
+    """The vTrain authors' configs describe Megatron-DeepSpeed runs."""
+    path = SHARED / "configs" / name
+    if not path.exists():
+        pytest.skip("needs ../shared/data/vtrain-a100")
+    assert load_any(path).plan.gradient_accumulation_fusion is False
 
 
 def test_not_a_boolean_is_refused():
