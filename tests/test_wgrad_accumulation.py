@@ -197,3 +197,10 @@ def test_the_authors_megatron_deepspeed_runs_add_each_gradient():
         runs = read_measurements(SHARED / name)
         assert runs and all(r.session.plan.gradient_accumulation_fusion is False for r in runs)
         assert {wgrad_accumulation(r.session.plan) for r in runs} == {"separate"}
+
+
+def test_the_editor_greys_the_field_out_under_fsdp():
+    from core.plan.rules import inactive_fields
+    assert "plan.gradient_accumulation_fusion" not in inactive_fields(_session(zero_stage=1))
+    assert inactive_fields(_session(zero_stage=3))["plan.gradient_accumulation_fusion"] == (
+        "needs ZeRO 0-2 (plan.zero_stage: FSDP reduce-scatters each micro-batch's gradients)")

@@ -245,10 +245,10 @@ def moe_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
 class _MoeShape:
     """One rank's sizes of an MoE layer's ops (see :func:`moe_op_kernels`): ``e`` bytes per
     element, ``acc`` / ``plain_acc`` per weight gradient added by a kernel of its own, of the
-    linear layers / the router's gate (:func:`core.model.base.wgrad_accumulate_bytes`), ``linear`` / ``cast`` the linear-layer
-    kernel makers (:func:`core.model.fp8.linear_kernels`), ``T = b s`` tokens and ``T_in`` those
-    entering the layer, ``tok`` bytes of ``T_in`` hidden states, ``E`` experts, top-``k``,
-    ``fe`` expert width, ``ep``, ``etp``, ``ns`` shared experts, ``R`` routed rows
+    linear layers / the router's gate (:func:`core.model.base.wgrad_accumulate_bytes`),
+    ``linear`` / ``cast`` the linear-layer kernel makers (:func:`core.model.fp8.linear_kernels`),
+    ``T = b s`` tokens and ``T_in`` those entering the layer, ``tok`` bytes of ``T_in`` hidden
+    states, ``E`` experts, top-``k``, ``fe`` expert width, ``ep``, ``etp``, ``ns`` shared experts, ``R`` routed rows
     (:func:`moe_routed_rows`) over ``local = E/ep`` experts of ``M`` rows, ``fc1`` the experts'
     fc1 columns, ``inner`` bytes of their activation's output and ``sort`` the chunk sort
     kernel (:func:`sorts_chunks`)."""
@@ -301,7 +301,8 @@ def _moe_shape(key: Mapping[str, Any]) -> _MoeShape:
     fc1 = (2 if gated else 1) * fe // etp
     inner = R * (fe // etp) * e
     sort = [mem("moe_sort_chunks", 2 * R * h * e)] if sorts_chunks(key) else []
-    return _MoeShape(e=e, acc=acc, plain_acc=plain_acc, linear=linear, cast=cast, h=h, t=t, T=T, T_in=T_in, tok=tok,
+    return _MoeShape(e=e, acc=acc, plain_acc=plain_acc, linear=linear, cast=cast, h=h, t=t, T=T,
+                     T_in=T_in, tok=tok,
                      norm=norm, gated=gated, E=E, k=k, fe=fe, etp=etp, ns=ns, R=R, local=local,
                      M=M, fc1=fc1, inner=inner, sort=sort,
                      clamp=bool(key.get("glc", 0)), bias=bool(key.get("eb", 0)))

@@ -913,6 +913,9 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
     **{f"plan.{name}": (lambda s: s.plan.zero_stage >= 1,
                         "a sharded optimizer (plan.zero_stage 1 or more)")
        for name in ("overlap_param_gather", "data_parallel_shard_size")},
+    "plan.gradient_accumulation_fusion": (lambda s: s.plan.zero_stage != 3,
+                                          "ZeRO 0-2 (plan.zero_stage: FSDP reduce-scatters "
+                                          "each micro-batch's gradients)"),
     "plan.tp_comm_overlap": (lambda s: bool(s.plan.sequence_parallel),
                              "sequence parallelism (plan.sequence_parallel)"),
     "plan.cuda_graph_modules": (lambda s: s.plan.cuda_graph_impl in ("local", "transformer_engine"),
