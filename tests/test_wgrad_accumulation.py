@@ -204,3 +204,10 @@ def test_the_editor_greys_the_field_out_under_fsdp():
     assert "plan.gradient_accumulation_fusion" not in inactive_fields(_session(zero_stage=1))
     assert inactive_fields(_session(zero_stage=3))["plan.gradient_accumulation_fusion"] == (
         "needs ZeRO 0-2 (plan.zero_stage: FSDP reduce-scatters each micro-batch's gradients)")
+
+
+def test_the_label_names_the_fusion_off_where_it_matters():
+    assert "no-grad_acc_fusion" in _session(gradient_accumulation_fusion=False).plan.label()
+    assert "grad_acc_fusion" not in _session().plan.label()  # the default
+    fsdp = _session(zero_stage=3, data_parallel=4, gradient_accumulation_fusion=False).plan
+    assert "grad_acc_fusion" not in fsdp.label(full=True)

@@ -350,7 +350,8 @@ class ParallelPlan:
         metadata (the boolean field it qualifies, e.g. the fused cross-entropy's kernels) is
         left out while that field is off: it changes nothing then; so are sequence parallelism
         and the TP communication overlap at ``t = 1``, the context-parallel exchange at
-        ``cp = 1`` and TF32 unless it is on in an fp32 plan, where they change nothing either.
+        ``cp = 1``, TF32 unless it is on in an fp32 plan and gradient accumulation fusion under
+        FSDP (ZeRO 3), where they change nothing either.
         """
         parts = []
         for f in dataclasses.fields(self):
@@ -362,6 +363,8 @@ class ParallelPlan:
                 continue  # no exchange without context parallelism
             if f.name == "tf32" and not tf32_matmuls(self):
                 continue  # no fp32 matmuls to run in TF32 (or TF32 off: "no-tf32" says nothing)
+            if f.name == "gradient_accumulation_fusion" and self.zero_stage == 3:
+                continue  # FSDP adds no weight gradient to a buffer (wgrad_accumulation)
             if how == "never" and (not full or value is None):  # e.g. no FP8 recipe
                 continue
             if f.metadata.get("label_needs") and not getattr(self, f.metadata["label_needs"]):
