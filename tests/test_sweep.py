@@ -502,7 +502,7 @@ def test_cli_says_when_no_plan_meets_the_deadline_or_the_config_is_not_swept(cap
     assert main(["sweep", str(cfg), "--micro-batch-sizes", "16", "--deadline-days", "0.01"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "No plan that fits finishes within 0.01 days; the fastest plan that fits takes" in out
-    assert ("The config's own plan (t=2 p=2 d=2 b=4 1f1b recompute=none) is not among the swept "
+    assert ("The config's own plan (t=2 p=2 d=2 b=4 1f1b recompute=none no-grad_acc_fusion) is not among the swept "
             "plans: its micro-batch size 4 is not among the sweep's 16.") in out
     assert main(["sweep", str(cfg), "--gpus", "16"]) == 0  # the config's plan has 8 GPUs
     out = " ".join(capsys.readouterr().out.split())
