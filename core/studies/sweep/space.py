@@ -47,8 +47,7 @@ CROSS_ENTROPY_FUSIONS = {"off": (False, "native"), "native": (True, "native"),
 
 #: The context-parallel exchanges (``plan.cp_comm_type``) a space without them tries on the
 #: plans with cp > 1: Megatron-Core's ring (``--cp-comm-type p2p``, its default) and its
-#: all-to-all (``a2a``, DeepSpeed-Ulysses, Jacobs et al. 2023), what its users choose between
-#: (NVIDIA's long-context recipes set one or the other).
+#: all-to-all (``a2a``, DeepSpeed-Ulysses, Jacobs et al. 2023), the two its users try.
 DEFAULT_CP_COMM_TYPES = ("p2p", "a2a")
 
 #: Micro-batch sizes tried when the space does not name them.
@@ -161,8 +160,9 @@ class SweepSpace:
         ``--cp-comm-type``, of :data:`core.plan.parallel.CP_COMM_TYPES`) tried on the plans with
         context parallelism (cp > 1; at cp = 1 there is no exchange, so the session's only, as
         it is). Default (None): :data:`DEFAULT_CP_COMM_TYPES`, the ring ``p2p`` and the
-        all-to-all ``a2a`` (Ulysses: faster where the ring's K/V blocks cost more than moving
-        Q, K, V and the output twice, long sequences on few ranks), ``a2a`` only on the plans
+        all-to-all ``a2a`` (which is faster depends on the plan: the ring hides its K/V
+        blocks under the attention steps, the all-to-all exposes its exchanges of Q, K, V and
+        the output and runs the core on the whole sequence), ``a2a`` only on the plans
         its rules allow (:func:`core.plan.rules.validate`: the query heads and K/V heads of a
         tensor-parallel rank divisible by cp, no multi-head latent attention); a variant that
         breaks a rule is not generated. The session's with ``hold_session_values``.
