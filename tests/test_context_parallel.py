@@ -15,6 +15,7 @@ import pytest
 from core.model import model_math
 from core.sim.comm import CommModel
 from core.plan.cluster import ClusterConfig
+from core.plan.fields import ConfigError
 from core.plan.presets import MODEL_PRESETS
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
@@ -474,6 +475,100 @@ def test_cli_sweep_tries_the_context_parallel_sizes_asked_for(tmp_path, capsys):
     save_session(Session(model=MODEL_PRESETS["GPT-3 1.3B"]), path2)
     assert main(["sweep", str(path2), "--context-parallel", "2"]) == 2
     assert "--context-parallel 2" in capsys.readouterr().err
+
+
+def _exchanges(plans) -> dict:
+    """{(t, cp): {(cp_comm_type, cp_a2a_size), ...}} of ``plans``."""
+    out: dict = {}
+    for pl in plans:
+        out.setdefault((pl.tensor_parallel, pl.context_parallel), set()).add(
+            (pl.cp_comm_type, pl.cp_a2a_size))
+    return out
+
+
+_SMALL_SPACE = dict(max_gpus=64, tensor_parallel=(1, 2, 4, 8), context_parallel=(1, 2, 4, 8),
+                    pipeline_parallel=(1,), micro_batch_sizes=(1,), recompute=("full",),
+                    zero_stages=(0,))
+
+
+def test_the_sweep_tries_a2a_only_where_the_heads_split_over_cp():
+    """Llama 3 8B (32 query heads, 8 query groups): the default tries p2p and a2a with cp > 1,
+    a2a only where a tensor-parallel rank's 8/t query groups divide by cp; at cp = 1 the
+    session's exchange (a2a here: no effect without context parallelism)."""
+    s = _session(seq=131072, cp=1, t=1, B=8, gpu="H100-SXM5-80GB", cp_comm_type="a2a")
+    got = _exchanges(enumerate_plans(s, SweepSpace(**_SMALL_SPACE)))
+    assert set(got) == {(t, cp) for t in (1, 2, 4, 8) for cp in (1, 2, 4, 8) if t * cp <= 64}
+    for (t, cp), kinds in got.items():
+        if cp == 1:
+            assert kinds == {("a2a", None)}
+        elif (8 // t) % cp == 0:
+            assert kinds == {("p2p", None), ("a2a", None)}
+        else:
+            assert kinds == {("p2p", None)}
+    assert {k for k, v in got.items() if ("a2a", None) in v and k[1] > 1} == {
+        (1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2)}
+    # held: the session's exchange everywhere (a2a, where its rules allow it)
+    held = _exchanges(enumerate_plans(s, SweepSpace(**_SMALL_SPACE, hold_session_values=True)))
+    assert set().union(*held.values()) == {("a2a", None)}
+    assert (8, 2) not in held and (4, 4) not in held
+
+
+def test_the_sweep_tries_the_named_exchanges_and_keeps_the_a2a_group_size():
+    """a2a+p2p and the all-gathers only when named; a2a+p2p keeps the session's group size (2),
+    so only at the cp it divides and is smaller than (4, 8); without one it is refused."""
+    s = _session(seq=131072, cp=1, t=1, B=8, gpu="H100-SXM5-80GB", cp_comm_type="a2a+p2p",
+                 cp_a2a_size=2)
+    named = ("p2p", "a2a+p2p", "all_gather", "allgather")
+    space = SweepSpace(**{**_SMALL_SPACE, "tensor_parallel": (1,)}, cp_comm_type=named)
+    got = _exchanges(enumerate_plans(s, space))
+    assert got[(1, 1)] == {("a2a+p2p", 2)}  # the session's, as it is
+    assert got[(1, 2)] == {("p2p", None), ("all_gather", None), ("allgather", None)}
+    for cp in (4, 8):
+        assert got[(1, cp)] == {("p2p", None), ("a2a+p2p", 2), ("all_gather", None),
+                                ("allgather", None)}
+    default = _exchanges(enumerate_plans(s, dataclasses.replace(space, cp_comm_type=None)))
+    assert default[(1, 4)] == {("p2p", None), ("a2a", None)}
+    s.plan.cp_a2a_size = None
+    s.plan.cp_comm_type = "p2p"
+    with pytest.raises(ConfigError) as exc:
+        enumerate_plans(s, space)
+    assert [e.field for e in exc.value.errors] == ["sweep.cp_comm_type"]
+    assert [e.field for e in SweepSpace(max_gpus=8, cp_comm_type=("ring",)).errors()] == [
+        "sweep.cp_comm_type"]
+    assert SweepSpace.from_dict(space.to_dict()) == space
+
+
+def test_cli_sweep_tries_the_cp_exchanges_asked_for(tmp_path, capsys):
+    import csv
+    import json
+
+    from core.cli import main
+    from core.io.session import save_session
+
+    path = tmp_path / "llama.json"
+    save_session(_session(seq=131072, cp=1, t=2, B=8, gpu="H100-SXM5-80GB"), path)
+    out = tmp_path / "plans.csv"
+    args = ["sweep", str(path), "--json", "--gpus", "16", "--tensor-parallel", "2",
+            "--pipeline-parallel", "1", "--micro-batch-sizes", "1", "--schedules", "1f1b",
+            "--recompute", "full", "--context-parallel", "2,4", "--zero-stages", "0",
+            "--workers", "1", "--out", str(out)]
+
+    def kinds() -> list:
+        with out.open() as fh:
+            return sorted({(r["context_parallel"], r["cp_comm_type"]) for r in csv.DictReader(fh)})
+
+    assert main(args) == 0  # the default: p2p and a2a (t=2: 4 query groups over cp 2 or 4)
+    both = json.loads(capsys.readouterr().out)
+    assert kinds() == [("2", "a2a"), ("2", "p2p"), ("4", "a2a"), ("4", "p2p")]
+    dims = {d["field"]: d for d in both["dimensions"]}
+    assert dims["cp_comm_type"]["values"] == ["a2a", "p2p"]
+    assert main(args + ["--cp-comm-types", "A2A"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert kinds() == [("2", "a2a"), ("4", "a2a")]
+    assert 2 * one["num_plans"] == both["num_plans"]
+    assert main(args + ["--cp-comm-types", "p2p,ring"]) == 2
+    err = capsys.readouterr().err
+    assert "--cp-comm-types" in err and all(k in err for k in ("p2p", "a2a+p2p", "all_gather"))
 
 
 def test_megatron_script_round_trip_keeps_cp_and_the_world_size():

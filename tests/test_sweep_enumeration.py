@@ -1,9 +1,9 @@
 """The sweep's enumeration is exact: the memoized checks (core.plan.verdicts) and the plans built
 without dataclasses.replace give the plans, in the order, of the enumeration that validated
 every candidate (kept here as the reference), on spaces of every kind: dense, interleaved
-with uneven stages and recomputed layers, context parallel, expert parallel with the expert
-all-to-all overlap, zero-bubble schedules, held session values, a custom pipeline layout,
-numpy sizes; and PlanVerdicts answers validate's question on random plans, valid or not."""
+with uneven stages and recomputed layers, context parallel (every exchange named), expert
+parallel with the expert all-to-all overlap, zero-bubble schedules, held session values, a
+custom pipeline layout, numpy sizes; and PlanVerdicts answers validate's question on random plans, valid or not."""
 
 from __future__ import annotations
 
@@ -96,8 +96,9 @@ def _reference_variants(session, c, checks, sizes, sps_t, zs_d, flags):
     m, cl, base = session.model, session.cluster, session.plan
     out = []
     disps = c.disps if ep > 1 else [base.moe_token_dispatcher_type]
-    for rc, disp, (ce, impl) in ((rc, disp, ce) for rc in c.rcs for disp in disps
-                                 for ce in c.ces):
+    cpcs = c.cpcs if cp > 1 else [(base.cp_comm_type, base.cp_a2a_size)]
+    for rc, (cpc, a2a), disp, (ce, impl) in ((rc, x, disp, ce) for rc in c.rcs for x in cpcs
+                                             for disp in disps for ce in c.ces):
         for sp, z, tpo, og, op in overlap_choices(
                 sps_t, zs_d, c.tpos, c.dpos, t, d * cp,
                 1 < t <= cl.gpus_per_node and not c.mla,
@@ -113,7 +114,8 @@ def _reference_variants(session, c, checks, sizes, sps_t, zs_d, flags):
                                    else None),
                 recompute_modules=(base.recompute_modules if rc == "selective" else None),
                 tp_comm_overlap=tpo, overlap_grad_reduce=og, overlap_param_gather=op,
-                moe_token_dispatcher_type=disp, cross_entropy_loss_fusion=ce,
+                moe_token_dispatcher_type=disp, cp_comm_type=cpc, cp_a2a_size=a2a,
+                cross_entropy_loss_fusion=ce,
                 cross_entropy_fusion_impl=impl, account_for_embedding_in_pipeline_split=flags[0],
                 account_for_loss_in_pipeline_split=flags[1])
             if plan.recompute_num_layers is not None:
@@ -154,6 +156,11 @@ CASES = {
                    sequence_parallel=(False, True), tp_comm_overlap=(False, True))),
     "context parallel": (_session("Llama 3 8B", seq=32768, global_batch_size=64),
                          SweepSpace(max_gpus=128, micro_batch_sizes=(1,))),
+    "context parallel, every exchange named": (
+        _session("Llama 3 8B", seq=65536, global_batch_size=64, cp_comm_type="a2a+p2p",
+                 cp_a2a_size=2),
+        SweepSpace(max_gpus=64, micro_batch_sizes=(1,), recompute=("selective", "full"),
+                   cp_comm_type=("p2p", "a2a", "a2a+p2p", "all_gather", "allgather"))),
     "expert parallel, all-to-all overlap": (
         _session("Qwen3-30B-A3B", global_batch_size=256, delay_wgrad_compute=True,
                  overlap_moe_expert_parallel_comm=True),

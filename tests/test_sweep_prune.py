@@ -244,6 +244,57 @@ def test_default_space_tries_the_moe_dispatchers_and_the_expert_overlap():
     assert answers(r) == answers(run_sweep(session, space, workers=1, prune=False))
 
 
+def long_context_session() -> Session:
+    """Llama 3 8B (32 query heads, 8 query groups) at 128k tokens on 16 H100s, global batch 16."""
+    model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=131072)
+    plan = ParallelPlan(1, 1, 16, 1, 16, "1f1b", "none", "bf16")
+    return Session(model, plan, ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8),
+                   CostConfig(price_per_gpu_hour_usd=2.0, training_tokens=1e11))
+
+
+def test_default_space_tries_the_all_to_all_cp_exchange():
+    # t <= 2, where Ulysses' all-to-all splits a tensor-parallel rank's 4 or 8 query groups
+    # over cp = 2 or 4: the fastest plan with the exchange held at the ring (t=2 cp=4 d=2,
+    # 44.4 s) is beaten by the same plan with a2a, simulated by hand (43.6 s); the default
+    # space tries both, and its pruning stays exact
+    from core.sim.simulate import simulate
+    session = long_context_session()
+    kw = dict(max_gpus=16, tensor_parallel=(1, 2), context_parallel=(2, 4),
+              micro_batch_sizes=(1,))
+    held = run_sweep(session, SweepSpace(**kw, cp_comm_type=("p2p",)), workers=1)
+    f = held.plans[held.fastest]
+    assert f.context_parallel > 1 and f.cp_comm_type == "p2p"
+    assert {pl.cp_comm_type for pl in held.plans} == {"p2p"}
+    rep = simulate(dataclasses.replace(session, plan=dataclasses.replace(
+        f, cp_comm_type="a2a"))).report
+    assert rep.fits_in_memory
+    assert rep.iteration_time_s < held.iteration_time_s[held.fastest] * 0.99  # 1.7 % faster
+    space = SweepSpace(**kw)
+    r = run_sweep(session, space, workers=1)
+    # the sweep's fast path sums the same times in another order: equal to the last bits
+    assert r.iteration_time_s[r.fastest] <= rep.iteration_time_s * (1 + 1e-12)
+    assert r.plans[r.fastest].cp_comm_type == "a2a"
+    assert r.num_plans == 2 * held.num_plans  # a2a valid wherever t*cp <= 16 with t <= 2
+    dims = {d["field"]: d for d in r.dimensions}
+    assert dims["cp_comm_type"]["swept"] and dims["cp_comm_type"]["values"] == ["a2a", "p2p"]
+    assert dims["cp_a2a_size"]["values"] == [None]
+    held_dims = {d["field"]: d for d in held.dimensions}
+    assert held_dims["cp_comm_type"]["values"] == ["p2p"]
+    assert answers(r) == answers(run_sweep(session, space, workers=1, prune=False))
+
+
+def test_a_dense_sweep_without_context_parallelism_enumerates_the_plans_it_did():
+    # GPT-3 1.3B's example (no flash attention: no cp > 1) enumerates the 4,316 plans of its
+    # default space as before the exchange was a dimension, each with the session's p2p
+    session = gpt3_small()
+    r = run_sweep(session, SweepSpace.default_for(session), workers=1)
+    assert r.num_plans == 4316
+    assert {(pl.context_parallel, pl.cp_comm_type, pl.cp_a2a_size) for pl in r.plans} == {
+        (1, "p2p", None)}
+    dims = {d["field"]: d for d in r.dimensions}
+    assert not dims["cp_comm_type"]["swept"] and dims["cp_comm_type"]["values"] == ["p2p"]
+
+
 def test_default_space_fuses_the_cross_entropy_and_no_hand_choice_beats_it(capsys):
     # the breaker's check of issue 26: in every case tried (Llama 3 8B on 8 and 64 H100s,
     # Qwen3-30B-A3B, GPT-OSS 120B, Llama 3 70B on GB200 ...) ticking the fused cross-entropy

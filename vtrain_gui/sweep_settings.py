@@ -193,10 +193,12 @@ class SweepSettingsPanel(QtWidgets.QWidget):
 
         self.context_parallel = QtWidgets.QLineEdit()
         self.context_parallel.setObjectName("sweep.context_parallel")
-        self.context_parallel.setToolTip("Context-parallel sizes cp to try (ring attention over "
-                                         "cp ranks; world size t·p·cp·d); empty: the powers of "
+        self.context_parallel.setToolTip("Context-parallel sizes cp to try (attention over cp "
+                                         "ranks; world size t·p·cp·d); empty: the powers of "
                                          "two that split the sequence in 2·cp chunks, up to the "
-                                         "budget")
+                                         "budget. With cp > 1 the ring (p2p) and all-to-all "
+                                         "(a2a, where the heads divide by cp) exchanges are "
+                                         "both tried (vtrain sweep --cp-comm-types)")
         self.context_parallel.setPlaceholderText("powers of two up to the budget")
         form.addRow("Context parallel cp", self.context_parallel)
 

@@ -13,8 +13,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from core.plan.fields import ConfigError, FieldError
-from core.plan.parallel import (MOE_DISPATCHERS, RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES,
-                                SWEEP_SCHEDULES)
+from core.plan.parallel import (CP_COMM_TYPES, MOE_DISPATCHERS, RECOMPUTE_CHOICES,
+                                RECOMPUTE_MODES, SCHEDULES, SWEEP_SCHEDULES)
 from core.plan.rules import check_all_but_the_plan
 from core.cli.common import (SET_HELP, check_number, fmt_days, list_items, check_outputs,
                      session_from_args, session_inputs)
@@ -91,6 +91,10 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--context-parallel", metavar="CP[,CP...]",
                     help="context-parallel sizes to try (world size t*p*cp*d; default: the powers "
                          "of two that split the sequence in 2*cp chunks, up to the budget)")
+    sw.add_argument("--cp-comm-types", metavar="X[,X...]",
+                    help=f"context-parallel exchanges (--cp-comm-type) to try with cp > 1, of "
+                         f"{','.join(CP_COMM_TYPES)} (default: p2p and a2a, a2a where the heads "
+                         "divide by cp; a2a+p2p keeps the session's plan.cp_a2a_size)")
     sw.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
     sw.add_argument("--tokens", type=float, metavar="T", help="training token budget (overrides the file)")
     sw.add_argument("--price-per-gpu-hour", type=float, metavar="USD",
@@ -196,6 +200,8 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
         virtual_pipeline_stages=_ints("--virtual-pipeline-stages", args.virtual_pipeline_stages),
         expert_parallel=_ints("--expert-parallel", args.expert_parallel),
         context_parallel=_ints("--context-parallel", args.context_parallel),
+        cp_comm_type=(None if args.cp_comm_types is None
+                      else _names("--cp-comm-types", args.cp_comm_types, CP_COMM_TYPES)),
     )
 
 

@@ -20,9 +20,9 @@ import numpy as np
 
 from core import schedules as pipeline_schedules
 from core.plan.fields import BOUNDS, ConfigError, FieldError
-from core.plan.parallel import (MOE_DISPATCHERS, SWEEP_SCHEDULES, RECOMPUTE_CHOICES,
-                                RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES, PLAN_FIELDS, ParallelPlan,
-                                plan_key)
+from core.plan.parallel import (CP_COMM_TYPES, MOE_DISPATCHERS, SWEEP_SCHEDULES,
+                                RECOMPUTE_CHOICES, RECOMPUTE_MODES, SCHEDULES, ZERO_STAGES,
+                                PLAN_FIELDS, ParallelPlan, plan_key)
 from core.plan.session import Session
 from core.plan.layout import (expand_pipeline_layout, pipeline_layout_text,
                               pipeline_split_slots)
@@ -32,7 +32,8 @@ from core.studies.sweep.variants import plan_maker, size_variants, sweep_verdict
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
 
-__all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "CROSS_ENTROPY_FUSIONS", "enumerate_plans",
+__all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "CROSS_ENTROPY_FUSIONS",
+           "DEFAULT_CP_COMM_TYPES", "enumerate_plans",
            "one_stage_schedule", "budget_text", "divisors", "as_list",
            "micro_batch_sizes_of",
            "check_enumerable", "cp_candidates", "tp_pp_candidates", "layout_stages", "in_budget",
@@ -43,6 +44,11 @@ __all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "CROSS_ENTROPY_FUSIONS", "
 #: (``cross_entropy_loss_fusion``, ``cross_entropy_fusion_impl``)
 CROSS_ENTROPY_FUSIONS = {"off": (False, "native"), "native": (True, "native"),
                          "te": (True, "te")}
+
+#: The context-parallel exchanges (``plan.cp_comm_type``) a space without them tries on the
+#: plans with cp > 1: Megatron-Core's ring (``--cp-comm-type p2p``, its default) and its
+#: all-to-all (``a2a``, DeepSpeed-Ulysses, Jacobs et al. 2023), the two its users try.
+DEFAULT_CP_COMM_TYPES = ("p2p", "a2a")
 
 #: Micro-batch sizes tried when the space does not name them.
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
@@ -149,6 +155,24 @@ class SweepSpace:
         only). Default (None): both for a mixture-of-experts model (which is faster depends on
         the nodes the expert-parallel group spans and the store's efficiencies); the
         session's with ``hold_session_values`` or for a dense model.
+    cp_comm_type : sequence of str, optional
+        The context-parallel exchanges (``plan.cp_comm_type``, Megatron-Core's
+        ``--cp-comm-type``, of :data:`core.plan.parallel.CP_COMM_TYPES`) tried on the plans with
+        context parallelism (cp > 1; at cp = 1 there is no exchange, so the session's only, as
+        it is). Default (None): :data:`DEFAULT_CP_COMM_TYPES`, the ring ``p2p`` and the
+        all-to-all ``a2a`` (which is faster depends on the plan: the ring hides its K/V
+        blocks under the attention steps, the all-to-all exposes its exchanges of Q, K, V and
+        the output and runs the core on the whole sequence), ``a2a`` only on the plans
+        its rules allow (:func:`core.plan.rules.validate`: the query heads and K/V heads of a
+        tensor-parallel rank divisible by cp, no multi-head latent attention); a variant that
+        breaks a rule is not generated. The session's with ``hold_session_values``.
+        ``a2a+p2p`` (Megatron-Core's hierarchical exchange) and ``allgather`` / ``all_gather``
+        (PyTorch's and Transformer Engine's all-gather exchanges, which Megatron-Core users
+        do not pick) are tried only when named; ``a2a+p2p`` keeps the session's all-to-all
+        group size ``plan.cp_a2a_size`` (the sweep does not choose it), so its variants exist
+        only at the cp it divides (and is smaller than); naming it without a session
+        ``cp_a2a_size`` is an error. The other exchanges have no group size
+        (``cp_a2a_size`` empty).
     cross_entropy_fusion : sequence of str, optional
         The loss's cross-entropy, of :data:`CROSS_ENTROPY_FUSIONS`: ``off`` (Megatron's one
         kernel per step), ``native`` (``--cross-entropy-loss-fusion``) or ``te`` (with
@@ -158,7 +182,8 @@ class SweepSpace:
         the breaker's check of issue 26 tried; with ``hold_session_values`` the session's.
 
     Every other plan field (overlap, gradient dtype, uneven first and last
-    stages, recomputed layers under full recomputation) is the session plan's; the embedding
+    stages, recomputed layers under full recomputation, the a2a+p2p exchange's all-to-all
+    group size) is the session plan's; the embedding
     / loss layer-slot flags too, but where a plan's layers need them (``pipeline_parallel``).
     """
 
@@ -179,6 +204,7 @@ class SweepSpace:
     expert_parallel: Sequence[int] | None = None
     overlap_moe_expert_parallel_comm: Sequence[bool] | None = None
     moe_token_dispatcher_type: Sequence[str] | None = None
+    cp_comm_type: Sequence[str] | None = None
     cross_entropy_fusion: Sequence[str] | None = None
     tp_comm_overlap: Sequence[bool] | None = None
     dp_overlap: Sequence[bool] | None = None
@@ -218,6 +244,8 @@ class SweepSpace:
             out += ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
         if not hold or self.moe_token_dispatcher_type is not None:
             out += ("moe_token_dispatcher_type",)
+        if not hold or self.cp_comm_type is not None:
+            out += ("cp_comm_type", "cp_a2a_size")
         if not hold or self.cross_entropy_fusion is not None:
             out += ("cross_entropy_loss_fusion", "cross_entropy_fusion_impl")
         return out
@@ -305,9 +333,11 @@ class SweepSpace:
         ints("context_parallel", self.context_parallel)
         for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_CHOICES),
                               ("moe_token_dispatcher_type", MOE_DISPATCHERS),
+                              ("cp_comm_type", CP_COMM_TYPES),
                               ("cross_entropy_fusion", CROSS_ENTROPY_FUSIONS)):
             values = getattr(self, name)
-            if values is None and name in ("moe_token_dispatcher_type", "cross_entropy_fusion"):
+            if values is None and name in ("moe_token_dispatcher_type", "cp_comm_type",
+                                           "cross_entropy_fusion"):
                 continue
             values = [values] if isinstance(values, str) else list(values or [])
             if not values:
@@ -606,7 +636,9 @@ def check_enumerable(session: Session, space: SweepSpace) -> None:
 class _Choices:
     """The candidate values of each field :func:`enumerate_plans` sweeps (lists, in the order
     tried), and what the loops need of the session: ``sps`` None is Megatron-Core's choice
-    (on with t > 1); ``dpos`` [None] holds the session's data-parallel overlaps."""
+    (on with t > 1); ``dpos`` [None] holds the session's data-parallel overlaps; ``cpcs`` the
+    context-parallel exchanges of the plans with cp > 1, each a (``cp_comm_type``,
+    ``cp_a2a_size``) pair."""
 
     ts: list
     ps: list
@@ -622,6 +654,7 @@ class _Choices:
     dpos: list
     ovs: list
     disps: list
+    cpcs: list
     ces: list
     layout_n: int | None
     num_layers: int
@@ -645,8 +678,9 @@ class _Choices:
         Raises
         ------
         ConfigError
-            The expert all-to-all overlap asked on for a dense model, or the session's
-            ``delay_wgrad_compute`` without that overlap.
+            The expert all-to-all overlap asked on for a dense model, the session's
+            ``delay_wgrad_compute`` without that overlap, or the a2a+p2p exchange asked
+            without the session's ``cp_a2a_size``.
         """
         m, base = session.model, session.plan
         ts, ps = tp_pp_candidates(session, space)
@@ -674,6 +708,7 @@ class _Choices:
                  if space.moe_token_dispatcher_type is not None
                  else [base.moe_token_dispatcher_type] if hold or not m.is_moe
                  else list(MOE_DISPATCHERS))
+        cpcs = _cp_exchanges(base, space)
         if not m.is_moe:
             if space.overlap_moe_expert_parallel_comm is not None and True in ovs:
                 raise ConfigError([FieldError(
@@ -700,7 +735,7 @@ class _Choices:
             rcs=list(dict.fromkeys(as_list(space.recompute))),
             vs=(sorted(set(as_list(space.virtual_pipeline_stages)))
                 if space.virtual_pipeline_stages is not None else list(range(2, 9))),
-            sps=sps, zs=zs, tpos=tpos, dpos=dpos, ovs=ovs, disps=disps, ces=ces,
+            sps=sps, zs=zs, tpos=tpos, dpos=dpos, ovs=ovs, disps=disps, cpcs=cpcs, ces=ces,
             layout_n=layout_stages(base), num_layers=m.num_layers,
             counts=space.gpu_counts(),
             d_allowed=(set(as_list(space.data_parallel)) if space.data_parallel is not None
@@ -758,6 +793,30 @@ class _Choices:
             return [n // p] if (n // p >= 2 and (space.virtual_pipeline_stages is None
                                                  or n // p in self.vs)) else []
         return [None] if p == n else []
+
+
+def _cp_exchanges(base: ParallelPlan, space: SweepSpace) -> list[tuple[str, int | None]]:
+    """The (``cp_comm_type``, ``cp_a2a_size``) pairs a sweep of ``space`` tries on the plans
+    with cp > 1 (:attr:`SweepSpace.cp_comm_type`): the space's exchanges, or
+    :data:`DEFAULT_CP_COMM_TYPES`, each with no all-to-all group size but a2a+p2p, which keeps
+    the session's (the rules leave out the plans whose cp it does not divide); the session's
+    pair, as it is, with ``hold_session_values``.
+
+    Raises
+    ------
+    ConfigError
+        a2a+p2p named and the session sets no ``cp_a2a_size`` (field ``sweep.cp_comm_type``).
+    """
+    if space.cp_comm_type is None and space.hold_session_values:
+        return [(base.cp_comm_type, base.cp_a2a_size)]
+    kinds = (list(dict.fromkeys(as_list(space.cp_comm_type))) if space.cp_comm_type is not None
+             else list(DEFAULT_CP_COMM_TYPES))
+    if "a2a+p2p" in kinds and base.cp_a2a_size is None:
+        raise ConfigError([FieldError(
+            "sweep.cp_comm_type", "a2a+p2p needs the all-to-all group size of the session's "
+            "plan (plan.cp_a2a_size, Megatron-Core --hierarchical-context-parallel-sizes A P: "
+            "A), which the sweep keeps; set it or leave a2a+p2p out")])
+    return [(k, base.cp_a2a_size if k == "a2a+p2p" else None) for k in kinds]
 
 
 def in_budget(space: SweepSpace, plan: ParallelPlan) -> bool:

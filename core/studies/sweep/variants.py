@@ -1,5 +1,6 @@
 """A sweep's candidates of one size (t, p, cp, ep, d, b, schedule, v): their variants
-(recomputation, sequence parallelism, ZeRO stage, overlaps) built as plans
+(recomputation, context-parallel exchange, MoE dispatcher, cross-entropy, sequence
+parallelism, ZeRO stage, overlaps) built as plans
 (:func:`size_variants`) and checked (:func:`sweep_verdicts`: each swept value alone, then
 validate's cross-field rules, memoized by :class:`core.plan.verdicts.PlanVerdicts`).
 :mod:`core.studies.sweep.space` loops over the sizes; which sizes a space tries does not
@@ -20,7 +21,7 @@ from core.plan.session import Session
 from core.plan.verdicts import PlanVerdicts
 
 __all__ = ["SWEPT_FIELDS", "CHECKED_SWEPT_FIELDS", "SIZE_SWEPT_FIELDS", "VARIANT_FIELDS",
-           "sweep_verdicts", "value_check", "plan_maker", "size_variants", "overlap_choices"]
+           "CP_VARIANT_FIELDS", "sweep_verdicts", "value_check", "plan_maker", "size_variants", "overlap_choices"]
 
 #: The plan fields a sweep sets; every other field is the session plan's
 SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
@@ -28,7 +29,8 @@ SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "exp
                 "recompute", "sequence_parallel", "zero_stage", "recompute_num_layers",
                 "tp_comm_overlap", "recompute_modules", "first_stage_layers",
                 "last_stage_layers", "account_for_embedding_in_pipeline_split",
-                "account_for_loss_in_pipeline_split", "moe_token_dispatcher_type", "cross_entropy_fusion_impl",
+                "account_for_loss_in_pipeline_split", "moe_token_dispatcher_type",
+                "cp_comm_type", "cp_a2a_size", "cross_entropy_fusion_impl",
                 "cross_entropy_loss_fusion", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
                 "overlap_grad_reduce", "overlap_param_gather")
 #: Those whose values enumerate_plans checks per plan (the overlap flags it sets are bools)
@@ -39,6 +41,9 @@ VARIANT_FIELDS = ("recompute", "sequence_parallel", "zero_stage", "recompute_num
                   "overlap_param_gather", "overlap_moe_expert_parallel_comm",
                   "delay_wgrad_compute", "moe_token_dispatcher_type",
                   "cross_entropy_loss_fusion", "cross_entropy_fusion_impl")
+#: Those of the plans with context parallelism (cp > 1), whose exchange is a variant too (at
+#: cp = 1 every variant keeps the session's: the rules' verdicts then read one value)
+CP_VARIANT_FIELDS = VARIANT_FIELDS + ("cp_comm_type", "cp_a2a_size")
 #: Those of them the same in every variant of one (t, p, cp, ep, d, b, schedule, v)
 SIZE_SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel",
                      "expert_parallel", "data_parallel", "micro_batch_size", "schedule",
@@ -121,12 +126,15 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
                   sizes: tuple, sps_t: list, zs_d: list, split_flags: tuple | None = None
                   ) -> list[ParallelPlan]:
     """The valid plans of one ``sizes`` = (t, p, cp, ep, d, b, schedule, v) under the choices
-    ``c`` (:class:`core.studies.sweep.space._Choices`): each recomputation, each MoE token
-    dispatcher (with ep > 1), each cross-entropy choice, each (sequence parallel, ZeRO,
-    overlaps) choice (:func:`overlap_choices`) and each expert all-to-all
-    overlap, in that order. ``verdicts``: the swept fields' checks
-    and validate's cross-field rules (:meth:`core.plan.verdicts.PlanVerdicts.valid_among`:
-    those that read none of :data:`VARIANT_FIELDS` checked once). ``split_flags``: the
+    ``c`` (:class:`core.studies.sweep.space._Choices`): each recomputation, each
+    context-parallel exchange (with cp > 1: ``c.cpcs``' (``cp_comm_type``, ``cp_a2a_size``);
+    at cp = 1 the session's), each MoE token dispatcher (with ep > 1), each cross-entropy
+    choice, each (sequence parallel, ZeRO, overlaps) choice (:func:`overlap_choices`) and
+    each expert all-to-all overlap, in that order; those that break a rule (an all-to-all
+    exchange whose heads do not split over cp ...) are left out. ``verdicts``: the swept
+    fields' checks and validate's cross-field rules
+    (:meth:`core.plan.verdicts.PlanVerdicts.valid_among`: those that read none of
+    :data:`VARIANT_FIELDS`, with cp > 1 :data:`CP_VARIANT_FIELDS`, checked once). ``split_flags``: the
     plans' (``account_for_embedding_in_pipeline_split``,
     ``account_for_loss_in_pipeline_split``), default the session's
     (:func:`core.studies.sweep.space.split_flags_for`)."""
@@ -146,13 +154,16 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
     # what overlap_choices reads of the sizes (its other arguments are c's): the variants'
     # fields, built once per value of it
     how = (tuple(sps_t), tuple(zs_d), d * cp > 1, 1 < t <= cl.gpus_per_node and not c.mla,
-           ep > 1)
+           ep > 1, cp > 1)
+    varying = CP_VARIANT_FIELDS if cp > 1 else VARIANT_FIELDS
     known = c.variants_of.get(how)
     if known is None:
         overlaps = overlap_choices(sps_t, zs_d, c.tpos, c.dpos, t, d * cp, how[3],
                                    (base.overlap_grad_reduce, base.overlap_param_gather))
         # the dispatchers tried with expert parallelism; at ep = 1 no token leaves its rank
         disps = c.disps if ep > 1 else [base.moe_token_dispatcher_type]
+        # the context-parallel exchanges tried with cp > 1; at cp = 1 there is none to choose
+        cpcs = c.cpcs if cp > 1 else [(base.cp_comm_type, base.cp_a2a_size)]
         fields = [{"recompute": rc, "sequence_parallel": sp, "zero_stage": z,
                    "recompute_num_layers": base.recompute_num_layers if rc == "full" else None,
                    "tp_comm_overlap": tpo,
@@ -160,19 +171,21 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
                    "recompute_modules": base.recompute_modules if rc == "selective" else None,
                    "overlap_grad_reduce": og, "overlap_param_gather": op,
                    "moe_token_dispatcher_type": disp,
+                   "cp_comm_type": cpc, "cp_a2a_size": a2a_size,
                    "cross_entropy_loss_fusion": ce, "cross_entropy_fusion_impl": impl}
-                  for rc in c.rcs for disp in disps for ce, impl in c.ces
+                  for rc in c.rcs for cpc, a2a_size in cpcs for disp in disps
+                  for ce, impl in c.ces
                   for sp, z, tpo, og, op in overlaps]
         known = c.variants_of[how] = [fields, None]
     fields, rows = known
     if c.plain:  # each variant as set: their fields' values the same for every size
         cands = list(map(make, [{**group, **f} for f in fields]))
         if rows is None:
-            rows = known[1] = verdicts.rows_of(cands, VARIANT_FIELDS)
+            rows = known[1] = verdicts.rows_of(cands, varying)
     else:
         cands, rows = _variant_plans(session, c, group, fields), None
     # model, cluster and cost were checked above
-    return list(itertools.compress(cands, verdicts.valid_among(cands, VARIANT_FIELDS, rows)))
+    return list(itertools.compress(cands, verdicts.valid_among(cands, varying, rows)))
 
 
 def _variant_plans(session: Session, c: Any, group: dict, fields: list[dict]
