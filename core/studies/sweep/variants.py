@@ -21,7 +21,8 @@ from core.plan.session import Session
 from core.plan.verdicts import PlanVerdicts
 
 __all__ = ["SWEPT_FIELDS", "CHECKED_SWEPT_FIELDS", "SIZE_SWEPT_FIELDS", "VARIANT_FIELDS",
-           "CP_VARIANT_FIELDS", "sweep_verdicts", "value_check", "plan_maker", "size_variants", "overlap_choices"]
+           "CP_VARIANT_FIELDS", "sweep_verdicts", "value_check", "plan_maker", "size_variants",
+           "overlap_choices"]
 
 #: The plan fields a sweep sets; every other field is the session plan's
 SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
@@ -134,8 +135,8 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
     exchange whose heads do not split over cp ...) are left out. ``verdicts``: the swept
     fields' checks and validate's cross-field rules
     (:meth:`core.plan.verdicts.PlanVerdicts.valid_among`: those that read none of
-    :data:`VARIANT_FIELDS`, with cp > 1 :data:`CP_VARIANT_FIELDS`, checked once). ``split_flags``: the
-    plans' (``account_for_embedding_in_pipeline_split``,
+    :data:`VARIANT_FIELDS`, with cp > 1 :data:`CP_VARIANT_FIELDS`, checked once).
+    ``split_flags``: the plans' (``account_for_embedding_in_pipeline_split``,
     ``account_for_loss_in_pipeline_split``), default the session's
     (:func:`core.studies.sweep.space.split_flags_for`)."""
     t, p, cp, ep, d, b, sched, v = sizes
