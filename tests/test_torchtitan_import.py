@@ -25,8 +25,10 @@ LLAMA3_405B = DATA / "llama3_405b.toml"
 
 def _plan(**kw) -> ParallelPlan:
     """ParallelPlan with torchtitan's fixed choices (TP sequence-parallel, fp32 gradient
-    reduction, PyTorch's all-gather CP rotation) and the fields given."""
-    return ParallelPlan(**{"grad_reduce_dtype": "fp32", "cp_comm_type": "allgather", **kw})
+    reduction, PyTorch's all-gather CP rotation, autograd's weight-gradient accumulation: no
+    fused wgrad GEMMs) and the fields given."""
+    return ParallelPlan(**{"grad_reduce_dtype": "fp32", "cp_comm_type": "allgather",
+                           "gradient_accumulation_fusion": False, **kw})
 
 
 def test_llama3_8b_on_one_node():
@@ -68,6 +70,9 @@ def test_llama3_405b_hsdp_tp_pp_float8():
         pipeline_model_parallel_layout="Et*7|" + "t*8|" * 14 + "t*7L")
     assert s.plan.num_gpus == 512 and s.plan.num_microbatches == 16
     assert any("ZeRO-2" in n for n in imp.notes)
+    # FSDP under pipelining syncs gradients at the last micro-batch: autograd adds the others
+    from core.plan.parallel import wgrad_accumulation
+    assert wgrad_accumulation(s.plan) == "separate"
 
 
 def test_degrees_without_minus_one_give_the_world_size():

@@ -500,7 +500,10 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         cp_comm_type=_choice(used, _PAR + "context_parallel_rotate_method", where, "allgather",
                              {"allgather": "allgather", "alltoall": "p2p"}),
         expert_parallel=ep,
-        tp_comm_overlap=used.get(_PAR + "enable_async_tensor_parallel", False) is True)
+        tp_comm_overlap=used.get(_PAR + "enable_async_tensor_parallel", False) is True,
+        # PyTorch's autograd adds each micro-batch's weight gradients into .grad (DDP); no
+        # fused weight-gradient GEMM (under FSDP the field has no effect: nothing is added)
+        gradient_accumulation_fusion=False)
     if model.is_moe:
         plan.expert_tensor_parallel = _int(used, _PAR + "expert_tensor_parallel_degree", where, 1)
     if rep > 1 and shard > 1:
