@@ -244,15 +244,19 @@ def bound_plan(pl: ParallelPlan, model) -> ParallelPlan:
     """The plan whose compute-stream times bound ``pl``'s from below, shared by many plans:
     ``pl`` without the data-parallel side (ZeRO 0, no data-parallel overlaps; d = 1 for a
     dense model, whose work items do not depend on d), which only adds communication to the
-    work items and a tail after them. An FSDP plan keeps ZeRO 3: its backward adds no weight
-    gradient to a gradient buffer (:func:`core.plan.parallel.wgrad_accumulation`), which
-    ZeRO 0 would, and the bound would exceed its time."""
+    work items and a tail after them. An FSDP plan (ZeRO 3) keeps its data-parallel side but
+    d: its backward adds no weight gradient to a gradient buffer
+    (:func:`core.plan.parallel.wgrad_accumulation`), which ZeRO 0 would, and its parameter
+    gathers and gradient reduce-scatters are its own work items (on the compute stream unless
+    overlapped), which at ZeRO 3 without the overlaps would be exposed where the plan hides
+    them; over fewer ranks (d = 1 for a dense model) they take no longer."""
     d = 1 if not model.is_moe else pl.data_parallel
-    z = _bound_zero_stage(pl.zero_stage)
-    if (pl.zero_stage == z and not pl.overlap_grad_reduce and not pl.overlap_param_gather
+    if pl.zero_stage == 3:
+        return pl if pl.data_parallel == d else dataclasses.replace(pl, data_parallel=d)
+    if (pl.zero_stage == 0 and not pl.overlap_grad_reduce and not pl.overlap_param_gather
             and pl.data_parallel == d and not pl.fp8_param_gather):
         return pl
-    return dataclasses.replace(pl, zero_stage=z, overlap_grad_reduce=False,
+    return dataclasses.replace(pl, zero_stage=0, overlap_grad_reduce=False,
                                overlap_param_gather=False, data_parallel=d,
                                fp8_param_gather=False)
 
@@ -363,7 +367,8 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
     zero = dict(_BOUND_FIELDS)
     if not model.is_moe:
         zero["data_parallel"] = 1
-    subst = [(PLAN_FIELDS.index(f), v) for f, v in zero.items() if f != "zero_stage"]
+    subst = [(PLAN_FIELDS.index(f), v) for f, v in zero.items()]
+    d_only = [(j, v) for j, v in subst if PLAN_FIELDS[j] == "data_parallel"]  # FSDP's
     zero_at = PLAN_FIELDS.index("zero_stage")
     groups: dict[tuple, list[int]] = {}
     for step, i in enumerate(rows.tolist()):
@@ -372,9 +377,8 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
             ticker.tick(step // 5)
         pl = plans[i]
         fields = list(plan_key(pl))          # bound_plan(pl, model)'s fields
-        for j, v in subst:
+        for j, v in (d_only if fields[zero_at] == 3 else subst):
             fields[j] = v
-        fields[zero_at] = _bound_zero_stage(fields[zero_at])
         del fields[_SCHEDULE_FIELD]
         bkey = (pipeline_schedules.get(pl.schedule).stage_times_kind, tuple(fields))
         group = groups.get(bkey)
@@ -395,13 +399,8 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
     ticker.finish()
 
 
-def _bound_zero_stage(zero_stage: int) -> int:
-    """The ZeRO stage of :func:`bound_plan`: 3 for FSDP, else 0."""
-    return 3 if zero_stage == 3 else 0
-
-
-#: The plan fields :func:`bound_plan` sets (but ``data_parallel``, 1 for a dense model; the
-#: ZeRO stage is :func:`_bound_zero_stage`'s).
+#: The plan fields :func:`bound_plan` sets (but ``data_parallel``, 1 for a dense model; of an
+#: FSDP plan only that).
 _BOUND_FIELDS = {"zero_stage": 0, "overlap_grad_reduce": False, "overlap_param_gather": False,
                  "fp8_param_gather": False}
 _SCHEDULE_FIELD = PLAN_FIELDS.index("schedule")
