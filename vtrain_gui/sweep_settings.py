@@ -8,6 +8,7 @@ travel in ``Session.sweep``. Used by :class:`vtrain_gui.explore.ExploreTab`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import os
 import re
@@ -28,6 +29,15 @@ from .formatting import ERROR_STYLE
 from .int_spin import INT64_MAX, IntSpinBox
 
 __all__ = ["SweepSettingsPanel"]
+
+#: The SweepSpace fields the form edits; the others (data_parallel, virtual_pipeline_stages,
+#: moe_token_dispatcher_type, cp_comm_type, cross_entropy_fusion, the overlaps, holding the
+#: session's values) keep what the session file says.
+_FORM_FIELDS = frozenset({
+    "num_gpus", "max_gpus", "max_data_parallel", "tensor_parallel",
+    "tensor_parallel_across_nodes", "pipeline_parallel", "micro_batch_sizes", "expert_parallel",
+    "context_parallel", "schedules", "recompute", "sequence_parallel", "zero_stages",
+    "overlap_moe_expert_parallel_comm"})
 
 #: Largest number whose divisors are listed as a hint (trial division up to its square root,
 #: 65,536 steps at most, so the form never waits on a huge field value).
@@ -485,7 +495,10 @@ class SweepSettingsPanel(QtWidgets.QWidget):
             raise ConfigError([FieldError("sweep.dask", "must be null or a scheduler address")])
         self._updating = True
         try:
-            self._extra = {"data_parallel": space.data_parallel} if space.data_parallel else {}
+            # the space's fields the form has no control for keep the file's values
+            self._extra = {f.name: getattr(space, f.name) for f in dataclasses.fields(space)
+                           if f.name not in _FORM_FIELDS
+                           and getattr(space, f.name) != f.default}
             exact = space.num_gpus is not None
             self.budget_mode.setCurrentText(self.EXACTLY if exact else self.AT_MOST)
             self.gpus.setText(_join(space.num_gpus if exact else space.max_gpus))

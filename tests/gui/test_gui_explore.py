@@ -450,6 +450,30 @@ def test_settings_round_trip_through_a_saved_session(window, qtbot, tmp_path):
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=30_000)
 
 
+def test_space_fields_the_form_does_not_show_keep_the_files_values(window, qtbot, tmp_path):
+    """The exchanges, dispatchers, cross-entropy, overlaps and v the session file's sweep
+    names survive an edit in the form and a save (the breaker: a saved cp_comm_type ["p2p"]
+    was swept as p2p and a2a, and saving dropped it)."""
+    kept = dict(cp_comm_type=("p2p",), moe_token_dispatcher_type=("alltoall",),
+                cross_entropy_fusion=("native",), dp_overlap=(False,),
+                virtual_pipeline_stages=(2, 4), data_parallel=(2, 4))
+    path = tmp_path / "kept.json"
+    doc = json.loads(SMALL.read_text())
+    doc["sweep"] = {"space": SweepSpace(max_gpus=8, **kept).to_dict(), "deadline_days": None}
+    path.write_text(json.dumps(doc))
+    assert window.open_path(path)
+    panel = window.explore.settings_panel
+    window.show_tab("explore")
+    _type(qtbot, panel.micro_batch_sizes, "1, 2")
+    space = panel.space()
+    assert {k: getattr(space, k) for k in kept} == kept
+    out = tmp_path / "kept_again.json"
+    assert window.save_to(out)
+    saved = load_session(out).sweep["space"]
+    assert {k: tuple(saved[k]) for k in kept} == kept and saved["micro_batch_sizes"] == [1, 2]
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=30_000)
+
+
 def test_invalid_settings_are_explained_and_do_not_run(window, qtbot):
     panel = window.explore.settings_panel
     _type(qtbot, panel.micro_batch_sizes, "1, x")
