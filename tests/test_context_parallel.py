@@ -526,8 +526,14 @@ def test_the_sweep_tries_the_named_exchanges_and_keeps_the_a2a_group_size():
     for cp in (4, 8):
         assert got[(1, cp)] == {("p2p", None), ("a2a+p2p", 2), ("all_gather", None),
                                 ("allgather", None)}
+    # by default p2p, a2a and the session's own exchange (with its group size)
     default = _exchanges(enumerate_plans(s, dataclasses.replace(space, cp_comm_type=None)))
-    assert default[(1, 4)] == {("p2p", None), ("a2a", None)}
+    assert default[(1, 4)] == {("p2p", None), ("a2a", None), ("a2a+p2p", 2)}
+    assert default[(1, 2)] == {("p2p", None), ("a2a", None)}  # 2 is not above the group size
+    tt = dataclasses.replace(s, plan=dataclasses.replace(s.plan, cp_comm_type="allgather",
+                                                         cp_a2a_size=None))
+    assert _exchanges(enumerate_plans(tt, dataclasses.replace(space, cp_comm_type=None)))[
+        (1, 4)] == {("p2p", None), ("a2a", None), ("allgather", None)}  # torchtitan's
     s.plan.cp_a2a_size = None
     s.plan.cp_comm_type = "p2p"
     with pytest.raises(ConfigError) as exc:

@@ -93,8 +93,9 @@ def add_parser(sub: Any) -> None:
                          "of two that split the sequence in 2*cp chunks, up to the budget)")
     sw.add_argument("--cp-comm-types", metavar="X[,X...]",
                     help=f"context-parallel exchanges (--cp-comm-type) to try with cp > 1, of "
-                         f"{','.join(CP_COMM_TYPES)} (default: p2p and a2a, a2a where the heads "
-                         "divide by cp; a2a+p2p keeps the session's plan.cp_a2a_size)")
+                         f"{','.join(CP_COMM_TYPES)} (default: p2p, a2a where the heads divide by "
+                         "cp, and the session's own; a2a+p2p keeps the session's "
+                         "plan.cp_a2a_size)")
     sw.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
     sw.add_argument("--tokens", type=float, metavar="T", help="training token budget (overrides the file)")
     sw.add_argument("--price-per-gpu-hour", type=float, metavar="USD",

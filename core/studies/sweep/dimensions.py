@@ -61,9 +61,10 @@ _DIMENSION_DEFAULTS = {
                                          "mixture-of-experts model; off for a dense one)"),
     "moe_token_dispatcher_type": ("moe_token_dispatcher_type",
                                   "alltoall and flex with expert parallelism (ep > 1)"),
-    "cp_comm_type": ("cp_comm_type", "p2p and a2a with context parallelism (cp > 1; a2a where "
-                                     "the heads of a tensor-parallel rank divide by cp), the "
-                                     "session's at cp = 1"),
+    "cp_comm_type": ("cp_comm_type", "p2p, a2a and the session's exchange with context "
+                                     "parallelism (cp > 1; a2a where the heads of a "
+                                     "tensor-parallel rank divide by cp), the session's at "
+                                     "cp = 1"),
     "cp_a2a_size": (None, "the session's with the a2a+p2p exchange, none with the others"),
     "cross_entropy_loss_fusion": ("cross_entropy_fusion", "on (Megatron-Bridge's recipes)"),
     "cross_entropy_fusion_impl": ("cross_entropy_fusion", "te, Transformer Engine's kernels "

@@ -160,7 +160,7 @@ class SweepSpace:
         ``--cp-comm-type``, of :data:`core.plan.parallel.CP_COMM_TYPES`) tried on the plans with
         context parallelism (cp > 1; at cp = 1 there is no exchange, so the session's only, as
         it is). Default (None): :data:`DEFAULT_CP_COMM_TYPES`, the ring ``p2p`` and the
-        all-to-all ``a2a`` (which is faster depends on the plan: the ring hides its K/V
+        all-to-all ``a2a``, and the session's own exchange (a torchtitan session's all-gather) (which is faster depends on the plan: the ring hides its K/V
         blocks under the attention steps, the all-to-all exposes its exchanges of Q, K, V and
         the output and runs the core on the whole sequence), ``a2a`` only on the plans
         its rules allow (:func:`core.plan.rules.validate`: the query heads and K/V heads of a
@@ -809,13 +809,15 @@ def _cp_exchanges(base: ParallelPlan, space: SweepSpace) -> list[tuple[str, int 
     """
     if space.cp_comm_type is None and space.hold_session_values:
         return [(base.cp_comm_type, base.cp_a2a_size)]
+    # by default the session's own exchange too (a torchtitan session's all-gather)
     kinds = (list(dict.fromkeys(as_list(space.cp_comm_type))) if space.cp_comm_type is not None
-             else list(DEFAULT_CP_COMM_TYPES))
+             else list(dict.fromkeys((*DEFAULT_CP_COMM_TYPES, base.cp_comm_type))))
     if "a2a+p2p" in kinds and base.cp_a2a_size is None:
         raise ConfigError([FieldError(
-            "sweep.cp_comm_type", "a2a+p2p needs the all-to-all group size of the session's "
-            "plan (plan.cp_a2a_size, Megatron-Core --hierarchical-context-parallel-sizes A P: "
-            "A), which the sweep keeps; set it or leave a2a+p2p out")])
+            "sweep.cp_comm_type", "a2a+p2p (--cp-comm-types) needs the all-to-all group size of "
+            "the session's plan, which the sweep keeps: set the session's exchange to it too "
+            "(--set plan.cp_comm_type=a2a+p2p --set plan.cp_a2a_size=A; Megatron-Core "
+            "--hierarchical-context-parallel-sizes A P), or leave a2a+p2p out")])
     return [(k, base.cp_a2a_size if k == "a2a+p2p" else None) for k in kinds]
 
 
