@@ -907,3 +907,24 @@ def test_cli_sweep_gives_the_causal_mfu_factor_at_long_sequences(tmp_path, capsy
         assert ("MFU: Narayanan et al.'s Eq. 3" in out) is said
         if said:
             assert f"is {ratio:.2f} x that" in out
+
+
+def test_an_exchange_no_plan_can_use_is_named():
+    """The breaker's cases: a2a asked at t = 2, cp = 8 (4 query groups per rank do not divide
+    by 8): with p2p beside it a2a is listed as unused; alone the "no valid plan" error names
+    the all-to-all rules instead of saying nothing more."""
+    from core.studies.sweep import run_sweep
+    from core.studies.sweep.explain import no_plan_errors, unused_values
+    s = _session(t=2, cp=8, d=1, B=16, gpu="H100-SXM5-80GB")
+    kw = dict(num_gpus=16, tensor_parallel=(2,), pipeline_parallel=(1,), context_parallel=(8,),
+              micro_batch_sizes=(1,), recompute=("full",), schedules=("1f1b",),
+              zero_stages=(1,))
+    both = SweepSpace(**kw, cp_comm_type=("p2p", "a2a"))
+    res = run_sweep(s, both, workers=1)
+    assert {pl.cp_comm_type for pl in res.plans} == {"p2p"}
+    unused = unused_values(s, both, res)
+    assert [e.field for e in unused] == ["--cp-comm-types a2a"]
+    alone = SweepSpace(**kw, cp_comm_type=("a2a",))
+    assert not enumerate_plans(s, alone)
+    errs = no_plan_errors(s, alone)
+    assert errs[-1].field == "--cp-comm-types a2a" and "divisible by cp" in errs[-1].message

@@ -55,8 +55,8 @@ def no_plan_errors(session: Session, space: SweepSpace) -> list[FieldError]:
 
 def _why_no_plan(session: Session, space: SweepSpace) -> list[FieldError]:
     """The rules each value given for t, p, b, cp or ep breaks on its own (the others at 1,
-    :func:`value_errors`), and each virtual-stage count v no pipeline-parallel size tried can
-    hold."""
+    :func:`value_errors`), each virtual-stage count v no pipeline-parallel size tried can
+    hold, and the all-to-all exchanges' rules when only they were asked for."""
     out = []
     n = layout_stages(session.plan)
     if n is not None:
@@ -94,6 +94,14 @@ def _why_no_plan(session: Session, space: SweepSpace) -> list[FieldError]:
                     f"the interleaved schedule needs {what} divisible by "
                     f"pipeline_parallel*virtual_pipeline_stages; no pipeline-parallel size tried "
                     f"({', '.join(map(str, ps)) or 'none >= 2'}) gives that with v={v}")))
+    # the context-parallel exchanges the user gave: their rules depend on t and cp together
+    named = [k for k in as_list(space.cp_comm_type or ()) if k in ("a2a", "a2a+p2p")]
+    if named and "p2p" not in as_list(space.cp_comm_type):
+        out.append(FieldError(f"--cp-comm-types {','.join(as_list(space.cp_comm_type))}", (
+            "with cp > 1 the all-to-all exchanges have rules of their own: a2a needs the query "
+            "heads and the query groups of a tensor-parallel rank divisible by cp (and no "
+            "multi-head latent attention), a2a+p2p the session's cp_a2a_size dividing cp; "
+            "p2p, the ring, has none")))
     return out
 
 
@@ -104,7 +112,8 @@ _PROBED = (("--tensor-parallel", "tensor_parallel", "tensor_parallel"),
            ("--micro-batch-sizes", "micro_batch_sizes", "micro_batch_size"),
            ("--context-parallel", "context_parallel", "context_parallel"),
            ("--expert-parallel", "expert_parallel", "expert_parallel"),
-           ("--recompute", "recompute", "recompute"))
+           ("--recompute", "recompute", "recompute"),
+           ("--cp-comm-types", "cp_comm_type", "cp_comm_type"))
 
 #: The values a sweep tries when an option of :data:`_PROBED` is not given, where they are a
 #: list (the others' defaults are derived from the session): the values left out of these are
