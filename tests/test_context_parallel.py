@@ -928,3 +928,17 @@ def test_an_exchange_no_plan_can_use_is_named():
     assert not enumerate_plans(s, alone)
     errs = no_plan_errors(s, alone)
     assert errs[-1].field == "--cp-comm-types a2a" and "divisible by cp" in errs[-1].message
+
+
+def test_held_exchange_says_it_is_the_sessions():
+    """hold_session_values: the exchange (and the other held fields) are the session's, said
+    so, not the default's text (the breaker: "default: p2p and a2a ..." for a held a2a)."""
+    from core.studies.sweep import run_sweep
+    s = _session(t=2, cp=4, d=1, B=16, gpu="H100-SXM5-80GB", cp_comm_type="a2a")
+    r = run_sweep(s, SweepSpace(num_gpus=8, tensor_parallel=(2,), pipeline_parallel=(1,),
+                                micro_batch_sizes=(1,), recompute=("full",), schedules=("1f1b",),
+                                hold_session_values=True), workers=1)
+    dims = {d["field"]: d for d in r.dimensions}
+    assert dims["cp_comm_type"]["values"] == ["a2a"]
+    for name in ("cp_comm_type", "zero_stage", "sequence_parallel"):
+        assert dims[name]["why"] == "the session's value (held: hold_session_values)", name

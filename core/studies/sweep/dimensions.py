@@ -138,6 +138,8 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
         attr, default = _DIMENSION_DEFAULTS.get(name, (None, None))
         if default is None:
             why = "the session's value (the sweep does not choose it)"
+        elif space.hold_session_values and name not in space.swept_fields():
+            why = "the session's value (held: hold_session_values)"
         elif attr is not None and getattr(space, attr, None) is not None and (
                 name not in ("data_parallel",) or space.data_parallel is not None) and not (
                 attr in _LISTED_DEFAULTS and _as_tuple(getattr(space, attr))
@@ -153,7 +155,7 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
                 why, note = (("the session's value, kept in every plan", "the session's")
                              if values[0] is True else
                              ("the session's value; no plan's layers need it", None))
-        elif len(values) == 1 and default is not None:
+        elif len(values) == 1 and default is not None and not why.startswith("the session's"):
             why = f"the only valid value; {why}"
         entry = {"field": name, "swept": len(values) > 1, "values": values, "why": why,
                  "left_out": left_out_values(session, space, name, values) if plans else []}
