@@ -136,3 +136,14 @@ def test_constant_plan_fields_and_saved_form_are_computed_once(swept):
     np.testing.assert_array_equal(
         r.within_calibration,
         r.in_calibration_range & (np.asarray(r.calibration_departures, dtype=str) == ""))
+
+
+def test_a_sweep_saved_before_a_field_became_a_dimension_says_so(swept):
+    """A save whose inputs held plan.cp_comm_type (before the exchange was a dimension) is
+    stale, named as a field the sweep chooses now (not "'p2p' -> None")."""
+    session, r = swept
+    doc = saved_sweep(r)
+    assert "cp_comm_type" not in doc["inputs"]["plan"]
+    doc["inputs"]["plan"]["cp_comm_type"] = "p2p"
+    assert stale_reasons(doc, session) == [
+        "plan.cp_comm_type: held at 'p2p' by the saved sweep, chosen by the sweep now"]

@@ -196,7 +196,11 @@ def stale_reasons(doc: dict[str, Any], session: Session, profile: dict[str, Any]
         for key in sorted(set(old) | set(new)):
             if key not in old and new.get(key) == defaults.get(key, ...):
                 continue  # a field newer than the saved sweep, at its default: nothing changed
-            if old.get(key) != new.get(key):
+            if section == "plan" and key in old and key not in new:
+                # a field the sweep chooses now and held then (a dimension newer than the save)
+                out.append(f"plan.{key}: held at {old[key]!r} by the saved sweep, chosen by "
+                           "the sweep now")
+            elif old.get(key) != new.get(key):
                 out.append(f"{section}.{key}: {old.get(key)!r} -> {new.get(key)!r}")
     if profile is not None and _plain(profile) != doc.get("profile"):
         was, now_p = doc.get("profile") or {}, _plain(profile)
