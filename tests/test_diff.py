@@ -216,3 +216,13 @@ def test_a_misspelled_field_names_the_closest_one(capsys):
     assert main(["simulate", str(SMALL), "--set", "plan.zzz=4"]) == 2
     err = capsys.readouterr().err
     assert "plan.zzz: unknown field" in err and "did you mean" not in err
+
+
+def test_values_whose_short_forms_agree_are_shown_exactly():
+    """The breaker: 26,000,000,000 and 25,999,998,976 training tokens both read 2.6e+10."""
+    from core.cli.diff import _value
+    a, b = 26e9, 25999998976.0
+    assert (_value(a, b), _value(b, a)) == ("26,000,000,000", "25,999,998,976")
+    assert _value(a, 13e9) == "2.6e+10"  # short where they read apart
+    assert (_value(0.1, 0.10000001), _value(0.10000001, 0.1)) == ("0.1", "0.10000001")
+    assert _value(4, 5) == "4"
