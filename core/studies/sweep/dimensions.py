@@ -138,7 +138,8 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
         attr, default = _DIMENSION_DEFAULTS.get(name, (None, None))
         if default is None:
             why = "the session's value (the sweep does not choose it)"
-        elif space.hold_session_values and name not in space.swept_fields():
+        elif (space.hold_session_values and name not in space.swept_fields()
+              and name not in SPLIT_FLAG_FIELDS):  # those are set where the layers need them
             why = "the session's value (held: hold_session_values)"
         elif attr is not None and getattr(space, attr, None) is not None and (
                 name not in ("data_parallel",) or space.data_parallel is not None) and not (
