@@ -13,7 +13,7 @@ import os
 from contextlib import contextmanager
 
 from core.plan.cluster import CostConfig
-from core.plan.fields import ConfigError, FieldError, check_value
+from core.plan.fields import BOUNDS, ConfigError, FieldError, check_value
 from core.io.session import load_any
 from core.util.text import format_days
 
@@ -311,7 +311,6 @@ def check_seq_length(value: int | None) -> None:
     """Raise ConfigError naming ``--seq-length`` unless ``value`` is None or a sequence length
     within ``model.seq_length``'s bound (:data:`core.plan.fields.BOUNDS` ``seq``): the option,
     not the model field or the input file's key it is written to, is what the user gave."""
-    from core.plan.fields import BOUNDS
     if value is None:
         return
     b = BOUNDS["seq"]

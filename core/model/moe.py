@@ -249,8 +249,8 @@ class _MoeShape:
     ``linear`` / ``cast`` the linear-layer kernel makers (:func:`core.model.fp8.linear_kernels`),
     ``T = b s`` tokens and ``T_in`` those entering the layer, ``tok`` bytes of ``T_in`` hidden
     states, ``E`` experts, top-``k``, ``fe`` expert width, ``ep``, ``etp``, ``ns`` shared
-    experts, ``R`` routed rows (:func:`moe_routed_rows`) over ``local = E/ep`` experts of ``M`` rows, ``fc1`` the experts'
-    fc1 columns, ``inner`` bytes of their activation's output and ``sort`` the chunk sort
+    experts, ``R`` routed rows (:func:`moe_routed_rows`) over ``local = E/ep`` experts of
+    ``M`` rows, ``fc1`` the experts' fc1 columns, ``inner`` bytes of their activation's output and ``sort`` the chunk sort
     kernel (:func:`sorts_chunks`)."""
 
     e: int

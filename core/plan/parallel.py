@@ -363,8 +363,8 @@ class ParallelPlan:
                 continue  # no exchange without context parallelism
             if f.name == "tf32" and not tf32_matmuls(self):
                 continue  # no fp32 matmuls to run in TF32 (or TF32 off: "no-tf32" says nothing)
-            if f.name == "gradient_accumulation_fusion" and self.zero_stage == 3:
-                continue  # FSDP adds no weight gradient to a buffer (wgrad_accumulation)
+            if f.name == "gradient_accumulation_fusion" and wgrad_accumulation(self) == "none":
+                continue  # FSDP adds no weight gradient to a buffer
             if how == "never" and (not full or value is None):  # e.g. no FP8 recipe
                 continue
             if f.metadata.get("label_needs") and not getattr(self, f.metadata["label_needs"]):
@@ -499,7 +499,7 @@ def wgrad_accumulation(plan: ParallelPlan) -> str:
     """
     if plan.zero_stage >= 3:
         return "none"
-    return "fused" if getattr(plan, "gradient_accumulation_fusion", True) is not False else "separate"
+    return "fused" if plan.gradient_accumulation_fusion is not False else "separate"
 
 
 def tf32_matmuls(plan: ParallelPlan) -> bool:

@@ -29,7 +29,8 @@ from core.plan.model_rules import MLA_FIELDS, model_feature_errors
 from core.plan.parallel import (CUDA_GRAPH_MODULES, GRAD_REDUCE_DTYPES, PRECISIONS,
                                 RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE_MODULES, ZERO_STAGES,
                                 ParallelPlan, fp8_recipe, parse_cuda_graph_modules,
-                                parse_recompute_modules, recompute_modules)
+                                parse_recompute_modules, recompute_modules,
+                                wgrad_accumulation)
 from core.plan.session import Session
 
 __all__ = ["validate", "plan_rules", "moe_errors", "ep_overlap_errors", "cuda_graph_errors", "check", "check_all_but_the_plan",
@@ -913,7 +914,7 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
     **{f"plan.{name}": (lambda s: s.plan.zero_stage >= 1,
                         "a sharded optimizer (plan.zero_stage 1 or more)")
        for name in ("overlap_param_gather", "data_parallel_shard_size")},
-    "plan.gradient_accumulation_fusion": (lambda s: s.plan.zero_stage != 3,
+    "plan.gradient_accumulation_fusion": (lambda s: wgrad_accumulation(s.plan) != "none",
                                           "ZeRO 0-2 (plan.zero_stage: FSDP reduce-scatters "
                                           "each micro-batch's gradients)"),
     "plan.tp_comm_overlap": (lambda s: bool(s.plan.sequence_parallel),

@@ -14,6 +14,7 @@ from typing import Any
 
 from core.schedules import get as get_schedule
 from core.io.megatron.arguments import TOKENIZER_VOCAB, MegatronArgsError
+from core.plan.parallel import wgrad_accumulation
 from core.plan.session import Session
 
 __all__ = ["export_arguments"]
@@ -181,12 +182,13 @@ def _sharding_words(pl: Any) -> list[str]:
     zero = _get(pl, "zero_stage", 0) or 0
     if zero == 1:
         out.append("--use-distributed-optimizer")
-    elif zero == 3:  # Megatron: FSDP2 runs without gradient accumulation fusion (core.io.megatron.rules)
-        out += ["--use-torch-fsdp2", "--no-gradient-accumulation-fusion"]
+    elif zero == 3:
+        out.append("--use-torch-fsdp2")
     elif zero:
         raise MegatronArgsError(f"plan.zero_stage {zero}: Megatron-LM has the distributed "
                                 "optimizer (1) and FSDP (3), not ZeRO-2")
-    if zero != 3 and _get(pl, "gradient_accumulation_fusion", True) is False:
+    # off, and under FSDP2, which Megatron runs only without it (core.io.megatron.rules)
+    if wgrad_accumulation(pl) != "fused":
         out.append("--no-gradient-accumulation-fusion")
     size = _get(pl, "data_parallel_shard_size")
     if size:  # hybrid sharding: d/size instances of the distributed optimizer

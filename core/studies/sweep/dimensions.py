@@ -131,6 +131,7 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
     :attr:`SweepResult.dimensions`."""
     out = []
     distinct = _distinct_values(plans)
+    chosen = space.swept_fields()
     for name in PLAN_FIELDS:
         yield_interpreter()
         seen = list(distinct[name]) if plans else [getattr(session.plan, name)]
@@ -138,7 +139,7 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
         attr, default = _DIMENSION_DEFAULTS.get(name, (None, None))
         if default is None:
             why = "the session's value (the sweep does not choose it)"
-        elif (space.hold_session_values and name not in space.swept_fields()
+        elif (space.hold_session_values and name not in chosen
               and name not in SPLIT_FLAG_FIELDS):  # those are set where the layers need them
             why = "the session's value (held: hold_session_values)"
         elif attr is not None and getattr(space, attr, None) is not None and (

@@ -160,8 +160,9 @@ class SweepSpace:
         ``--cp-comm-type``, of :data:`core.plan.parallel.CP_COMM_TYPES`) tried on the plans with
         context parallelism (cp > 1; at cp = 1 there is no exchange, so the session's only, as
         it is). Default (None): :data:`DEFAULT_CP_COMM_TYPES`, the ring ``p2p`` and the
-        all-to-all ``a2a``, and the session's own exchange (a torchtitan session's all-gather) (which is faster depends on the plan: the ring hides its K/V
-        blocks under the attention steps, the all-to-all exposes its exchanges of Q, K, V and
+        all-to-all ``a2a``, and the session's own exchange (a torchtitan session's all-gather)
+        (which is faster depends on the plan: the ring hides its K/V blocks under the
+        attention steps, the all-to-all exposes its exchanges of Q, K, V and
         the output and runs the core on the whole sequence), ``a2a`` only on the plans
         its rules allow (:func:`core.plan.rules.validate`: the query heads and K/V heads of a
         tensor-parallel rank divisible by cp, no multi-head latent attention); a variant that
