@@ -171,13 +171,19 @@ def held_dimensions(dimensions: list[dict[str, Any]], plan: ParallelPlan | None 
                     ) -> list[dict[str, Any]]:
     """The held entries of :func:`sweep_dimensions`' ``dimensions`` a sweep's summary names
     (the command line's and the Explore tab's "held:" line): those of
-    :data:`~core.studies.sweep.result.BEST_BY_FIELDS`, those with a ``note`` (the layer-slot
-    flags) and, given the session's ``plan``, every field held at a value that is not the
-    plan's (the te cross-entropy by default), so that "every other plan field is the
-    session's" holds."""
+    :data:`~core.studies.sweep.result.BEST_BY_FIELDS` but the exchange and the dispatcher
+    (variants of cp > 1 and ep > 1 plans: held at the session's, they say nothing a dense or
+    cp = 1 sweep needs), those with a ``note`` (the layer-slot flags) and, given the session's
+    ``plan``, every field held at a value that is not the plan's (the te cross-entropy by
+    default), so that "every other plan field is the session's" holds."""
     def away(d: dict[str, Any]) -> bool:
         return (plan is not None and len(d["values"]) == 1
                 and d["values"][0] != getattr(plan, d["field"], d["values"][0]))
 
     return [d for d in dimensions if not d["swept"]
-            and (d["field"] in BEST_BY_FIELDS or d.get("note") or away(d))]
+            and ((d["field"] in BEST_BY_FIELDS and d["field"] not in _VARIANT_FIELDS)
+                 or d.get("note") or away(d))]
+
+
+#: Fields of BEST_BY_FIELDS that are variants of some plans only (held, named when away).
+_VARIANT_FIELDS = frozenset({"cp_comm_type", "moe_token_dispatcher_type"})
