@@ -420,11 +420,11 @@ def test_into_refuses_a_plan_argument_it_cannot_reach(tmp_path):
     override the plan: the read-back check refuses rather than write a wrong script."""
     text = TRAIN_SH.replace("    --recompute-activations\n",
                             "    --recompute-activations $EXTRA\n").replace(
-        "TP=4\n", "TP=4\nEXTRA=--no-overlap-p2p-communication\n")
+        "TP=4\n", "TP=4\nEXTRA=--no-align-grad-reduce\n")
     session = load_any(EXAMPLES / "gpt3_175b.json")
     out = rewrite_script(session, text, "train.sh")  # not a plan field: kept, and fine
-    assert "EXTRA=--no-overlap-p2p-communication" in out
-    hidden = text.replace("EXTRA=--no-overlap-p2p-communication", "SP=sequence-parallel"
+    assert "EXTRA=--no-align-grad-reduce" in out
+    hidden = text.replace("EXTRA=--no-align-grad-reduce", "SP=sequence-parallel"
                           ).replace("$EXTRA", "--$SP")  # read as --sequence-parallel
     with pytest.raises(MegatronArgsError, match="plan.sequence_parallel"):
         rewrite_script(session, hidden, "train.sh")

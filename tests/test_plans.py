@@ -410,7 +410,8 @@ def test_plan_key_and_label_derive_from_every_field():
                    overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True,
                    cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te",
                    cp_comm_type="allgather", cp_a2a_size=2, tf32=True, gradient_accumulation_fusion=False,
-                   cuda_graph_impl="transformer_engine", cuda_graph_modules="attn")
+                   cuda_graph_impl="transformer_engine", cuda_graph_modules="attn",
+                   overlap_p2p_comm=False)
     assert set(PLAN_FIELDS) <= set(changed) | {"virtual_pipeline_stages"}
     for name, value in changed.items():
         meta = ParallelPlan.__dataclass_fields__[name].metadata
@@ -420,6 +421,8 @@ def test_plan_key_and_label_derive_from_every_field():
             base = dataclasses.replace(base, context_parallel=2)
         if name == "tf32":  # labelled in fp32 only (no fp32 matmuls otherwise)
             base = dataclasses.replace(base, precision="fp32")
+        if name == "overlap_p2p_comm":  # labelled under the interleaved schedule only
+            base = dataclasses.replace(base, schedule="interleaved", virtual_pipeline_stages=2)
         p1 = dataclasses.replace(base, **{name: value})
         assert plan_key(p1) != plan_key(base), name
         if meta.get("label") != "never":

@@ -18,7 +18,7 @@ from core.cli import main
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.fields import ConfigError
 from core.plan.model_config import ModelConfig
-from core.plan.parallel import ParallelPlan
+from core.plan.parallel import ParallelPlan, p2p_overlapped
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
@@ -226,9 +226,10 @@ def test_batch_recurrence_matches_graph_solver_on_chunks_and_split_backward(sche
             assert got[j] == pytest.approx(want, rel=1e-12)
 
 
-def general_solver_time(schedule: str, p: int, v: int, m: int, per_chunk, per_stage, j: int) -> float:
+def general_solver_time(schedule: str, p: int, v: int, m: int, per_chunk, per_stage, j: int,
+                        overlap_p2p: bool = False) -> float:
     """Iteration time of plan ``j`` of a random fast-path case by the general solver (the
-    reference of the fast path's tests)."""
+    reference of the fast path's tests), its sends overlapped or not."""
     split = schedules.get(schedule).splits_backward
     programs = [StageProgram.from_chunks(
         [[(0, 0, per_chunk[0][i, c, j], -1)] for c in range(v)],
@@ -236,7 +237,7 @@ def general_solver_time(schedule: str, p: int, v: int, m: int, per_chunk, per_st
         [[(9, 0, per_chunk[2][i, c, j], -1)] for c in range(v)] if split else None,
         send_fwd_s=per_stage[0][i, j], send_bwd_s=per_stage[1][i, j],
         dp_comm_s=per_stage[2][i, j], optimizer_s=per_stage[3][i, j]) for i in range(p)]
-    return solve(build_pipeline_graph(programs, m, schedule)).iteration_time_s
+    return solve(build_pipeline_graph(programs, m, schedule, overlap_p2p)).iteration_time_s
 
 
 def test_batch_recurrence_closed_form():
@@ -278,6 +279,8 @@ _MODERN = dict(tensor_parallel=2, pipeline_parallel=3, data_parallel=2, micro_ba
          zero_stage=1, overlap_grad_reduce=True, overlap_param_gather=True),
     dict(schedule="interleaved", virtual_pipeline_stages=2, pipeline_parallel=2, global_batch_size=16,
          zero_stage=3, overlap_grad_reduce=True, overlap_param_gather=True, recompute="selective"),
+    dict(schedule="interleaved", virtual_pipeline_stages=2, pipeline_parallel=2, global_batch_size=16,
+         zero_stage=1, overlap_grad_reduce=True, overlap_p2p_comm=False),
 ], ids=repr)
 def test_microbatch_graph_and_batch_solver_agree_on_modern_plans(changes):
     plan = ParallelPlan(**{**_MODERN, **changes})
@@ -289,7 +292,8 @@ def test_microbatch_graph_and_batch_solver_agree_on_modern_plans(changes):
                                  *(x[:, None] for x in (st.send_fwd_s, st.send_bwd_s, st.dp_comm_s,
                                                         st.optimizer_s)),
                                  wgrad_s=st.wgrad_s[..., None], ready_s=st.ready_s[..., None],
-                                 chunk_tail_s=st.chunk_tail_s[..., None])
+                                 chunk_tail_s=st.chunk_tail_s[..., None],
+                                 overlap_p2p=p2p_overlapped(plan))
     assert T[0] == pytest.approx(fine.iteration_time_s, rel=1e-12)
 
 

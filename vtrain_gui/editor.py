@@ -93,6 +93,7 @@ _LABELS = {
     "plan.overlap_param_gather": "Overlap param gather",
     "plan.tp_comm_overlap": "Overlap TP comm",
     "plan.gradient_accumulation_fusion": "Grad accumulation fusion",
+    "plan.overlap_p2p_comm": "Overlap PP send/recv",
     "plan.grad_reduce_dtype": "Gradient dtype",
     "plan.fp8_recipe": "FP8 recipe",
     "plan.tf32": "TF32 matmuls (fp32)",

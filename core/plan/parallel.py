@@ -170,6 +170,12 @@ class ParallelPlan:
         None, "chunks", "Virtual pipeline stages v per rank for the interleaved schedule "
         "(--num-virtual-stages-per-pipeline-rank); empty for other schedules", short="v", min=2,
         bounds=BOUNDS["layers"])
+    overlap_p2p_comm: bool = described_field(
+        True, "", "Overlap the interleaved schedule's pipeline sends and receives with compute "
+        "(Megatron-LM's default with virtual stages; off with --no-overlap-p2p-communication): "
+        "a stage issues its sends asynchronously and goes on with its next item instead of "
+        "waiting for the transfer. Other schedules' transfers are blocking (Megatron-LM turns "
+        "the overlap off without virtual stages)", short="overlap_p2p")
     sequence_parallel: bool = described_field(False, "", "Sequence parallelism (--sequence-parallel): tensor-"
                                  "parallel all-reduces become reduce-scatter + all-gather, LayerNorm "
                                  "and dropout run on s/t tokens", short="sp")
@@ -365,6 +371,8 @@ class ParallelPlan:
                 continue  # no fp32 matmuls to run in TF32 (or TF32 off: "no-tf32" says nothing)
             if f.name == "gradient_accumulation_fusion" and wgrad_accumulation(self) == "none":
                 continue  # FSDP adds no weight gradient to a buffer
+            if f.name == "overlap_p2p_comm" and self.schedule != "interleaved":
+                continue  # only the interleaved schedule overlaps its transfers
             if how == "never" and (not full or value is None):  # e.g. no FP8 recipe
                 continue
             if f.metadata.get("label_needs") and not getattr(self, f.metadata["label_needs"]):
@@ -500,6 +508,19 @@ def wgrad_accumulation(plan: ParallelPlan) -> str:
     if plan.zero_stage >= 3:
         return "none"
     return "fused" if plan.gradient_accumulation_fusion is not False else "separate"
+
+
+def p2p_overlapped(plan: ParallelPlan) -> bool:
+    """Whether ``plan``'s pipeline transfers run asynchronously beside its compute.
+
+    True for the interleaved schedule with ``plan.overlap_p2p_comm`` (Megatron-LM's default):
+    Megatron-Core's ``forward_backward_pipelining_with_interleaving`` then issues each send
+    and receive without waiting (``p2p_communication._communicate(..., wait_on_reqs=False)``)
+    and waits for a receive just before the item that needs it, and for its sends before
+    the next sends of that kind and at the schedule's end. Every other schedule blocks on its
+    transfers (``batch_p2p_comm`` with ``torch.cuda.synchronize``; Megatron-LM sets
+    ``overlap_p2p_comm`` false without virtual stages, ``arguments.py``)."""
+    return bool(plan.overlap_p2p_comm) and plan.schedule == "interleaved"
 
 
 def tf32_matmuls(plan: ParallelPlan) -> bool:

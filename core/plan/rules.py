@@ -586,7 +586,7 @@ def _plan_flag_errors(pl: ParallelPlan) -> list[FieldError]:
     errs: list[FieldError] = []
     for name in ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather",
                  "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
-                 "tp_comm_overlap", "gradient_accumulation_fusion"):
+                 "tp_comm_overlap", "gradient_accumulation_fusion", "overlap_p2p_comm"):
         if not isinstance(getattr(pl, name), bool):
             errs.append(FieldError(f"plan.{name}", f"{name}={getattr(pl, name)!r} must be true or false"))
     if pl.tp_comm_overlap is True and pl.sequence_parallel is not True:
@@ -902,6 +902,9 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
        for name in ("activation_func_clamp_value", "glu_linear_offset")},
     "plan.virtual_pipeline_stages": (lambda s: _uses_virtual_stages(s.plan.schedule),
                                      "the interleaved schedule (plan.schedule)"),
+    "plan.overlap_p2p_comm": (lambda s: s.plan.schedule == "interleaved",
+                              "the interleaved schedule (plan.schedule: Megatron-LM overlaps no "
+                              "other schedule's pipeline transfers)"),
     "plan.recompute_num_layers": (lambda s: s.plan.recompute == "full",
                                   "full recomputation (plan.recompute)"),
     "plan.recompute_modules": (lambda s: s.plan.recompute == "selective",

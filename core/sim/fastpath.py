@@ -105,7 +105,8 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
                              return_updates: bool = False, wgrad_s: np.ndarray | None = None,
                              ready_s: np.ndarray | None = None,
                              chunk_tail_s: np.ndarray | None = None,
-                             compiled: bool | None = None
+                             compiled: bool | None = None,
+                             overlap_p2p: bool | np.ndarray = False
                              ) -> np.ndarray | tuple[np.ndarray, int]:
     """Iteration times of many plans with one pipeline structure, without building graphs.
 
@@ -113,8 +114,9 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     stage programs with one task per work item (forward, backward and, for
     schedules that split it, weight gradient, per virtual chunk), transfers,
     data-parallel all-reduce and optimizer step, up to float rounding (tests
-    compare with :func:`core.sim.solver.solve`). Sends are blocking there, so each
-    transfer is folded into the item that sends it.
+    compare with :func:`core.sim.solver.solve`). A blocking send is folded into the item
+    that sends it; an overlapped one (``overlap_p2p``) delays only the item that waits for it
+    and the stage's tail.
 
     Method: the end time of item ``k`` of stage ``i`` is
     ``E[k] = max(E[k-1], R[k]) + D[k]`` where ``R[k]`` is the end of the item
@@ -125,7 +127,10 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     and a stage is recomputed only when a stage it waits for changed since its
     last update; every update is monotone, so the fixed point reached is the
     least one, i.e. the longest-path times of the DAG. The iteration time is
-    ``max_i (E_i[last] + dp_comm_s[i]) + optimizer_s[i]``.
+    ``max_i (E_i[last] + dp_comm_s[i]) + optimizer_s[i]``. With overlapped sends ``D[k]``
+    is the item's compute alone and ``R[k]`` the arrival ``E[src] + hop``, kept as a second
+    array ``A = E + lag`` (the lag the item's send adds, 0 for a blocking or no send);
+    ``E_i[last]`` becomes ``A_i[last]``.
 
     With Numba (:mod:`core.sim.fastpath_kernel`) the same recurrence is evaluated in
     one compiled pass over the items in dependency order, each item once; the
@@ -163,6 +168,10 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         sweeps; None (default), yes when it is already loaded or the batch has at least
         :data:`COMPILED_MIN_ELEMENTS` (stage, item, plan) elements (importing Numba
         costs about 0.3 s, so a single simulation never does).
+    overlap_p2p : bool or bool array, shape (n,)
+        Per plan: its sends run beside its compute
+        (:func:`core.sim.pipeline_graph.build_pipeline_graph`'s ``overlap_p2p``). Blocking
+        plans' times are the same bit for bit either way.
 
     Returns
     -------
@@ -174,7 +183,8 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     ValueError
         Unknown schedule, one without a fast path, ``m < 1``, arrays of
         different shapes, ``wgrad_s`` missing for a split schedule, or per-stage arrays for
-        a schedule that places a fixed number of chunks (ZB-V: give (p, 2, n)).
+        a schedule that places a fixed number of chunks (ZB-V: give (p, 2, n)), or
+        overlapped sends with a schedule that sends some chunk the other way (ZB-V).
 
     Steps: the inputs checked and shaped (:func:`_stage_arrays`), the schedule's structure
     (:func:`_pipeline_structure`), the items' durations and their sends' hops, shared by
@@ -199,6 +209,15 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     # the hop each phase's send uses (F forward, B backward; W never sends), per chunk when
     # the schedule sends some chunk the other way (ZB-V) ...
     hops = np.stack([cf, cb, np.zeros_like(cf)], axis=1)                   # (p, 3, n)
+    # ... and, for plans with overlapped sends, the lag a send adds to its arrival instead
+    ov = np.broadcast_to(np.asarray(overlap_p2p, bool), (n,))
+    lag = None
+    if ov.any():
+        if bwd_hop is not None:
+            raise ValueError(f"schedule {schedule!r} sends some chunk the other way: its "
+                             "sends cannot be overlapped here")
+        lag = np.where(ov, hops, 0.0)
+        hops = np.where(ov, 0.0, hops)
     hop4 = hops[:, :, None, :]                                              # (p, 3, 1 or v, n)
     if bwd_hop is not None:
         hop4 = np.where(bwd_hop[..., None], cb[:, None, None, :], cf[:, None, None, :])
@@ -212,11 +231,12 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     if compiled is None:
         compiled = fastpath_kernel.loaded() or p * K * n >= COMPILED_MIN_ELEMENTS
     if compiled and fastpath_kernel.available():
-        E = _solve_compiled(table, hops, hop4, phase, chunk, src, sends, first_f, bwd_hop, R)
-        return _tail(E, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s,
+        E, A = _solve_compiled(table, hops, hop4, phase, chunk, src, sends, first_f, bwd_hop, R,
+                               lag)
+        return _tail(E, A, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s,
                      p if return_updates else None)
-    E, updates = _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R)
-    return _tail(E, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s,
+    E, A, updates = _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R, lag)
+    return _tail(E, A, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s,
                  updates if return_updates else None)
 
 
@@ -247,15 +267,21 @@ def _stage_arrays(schedule: str, sched, fwd_s, bwd_s, wgrad_s, per_stage: tuple)
     return F, Bw, W, arrays
 
 
-def _solve_compiled(table, hops, hop4, phase, chunk, src, sends, first_f, bwd_hop, R
-                    ) -> np.ndarray:
+def _solve_compiled(table, hops, hop4, phase, chunk, src, sends, first_f, bwd_hop, R, lag
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """The items' end times ``E`` (flattened (p, K) rows and a last row of zeros, shape
-    (p*K + 1, n)) by the compiled pass of :mod:`core.sim.fastpath_kernel`, which takes one hop
-    per phase: with per-chunk hops (ZB-V) the sends are folded into the items' durations."""
+    (p*K + 1, n)) and their sends' arrivals ``A`` (``E`` itself without ``lag``, the (p, 3, n)
+    lag of overlapped sends) by the compiled pass of :mod:`core.sim.fastpath_kernel`, which
+    takes one hop per phase: with per-chunk hops (ZB-V) the sends are folded into the items'
+    durations."""
     p, K = phase.shape
     v, n = table.shape[2], table.shape[3]
     E = np.empty((p * K + 1, n))  # flattened (p, K) end times, all written, + a row of zeros
     E[-1] = 0.0
+    A = E
+    if lag is not None:
+        A = np.empty_like(E)
+        A[-1] = 0.0
     floor_of = np.full((p, K), -1, np.int64)
     if R is not None:
         floor_of[np.arange(p)[:, None], first_f] = np.arange(v)
@@ -266,14 +292,15 @@ def _solve_compiled(table, hops, hop4, phase, chunk, src, sends, first_f, bwd_ho
         k_table = np.where(item_sends[..., None], table + hop4, table)
         k_hops, k_sends = np.zeros_like(hops), np.zeros_like(sends)
     fastpath_kernel.solve_items(k_table, k_hops, phase, chunk, k_sends, src, floor_of,
-                                R if R is not None else np.zeros((p, v, n)), E)
-    return E
+                                R if R is not None else np.zeros((p, v, n)), E,
+                                A, lag if lag is not None else np.zeros((p, 3, n)), lag is not None)
+    return E, A
 
 
-def _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R
-                  ) -> tuple[np.ndarray, int]:
-    """The items' end times ``E`` (as :func:`_solve_compiled`) by the numpy sweeps of
-    :func:`pipeline_iteration_times`' method, and the number of stage updates made.
+def _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R, lag
+                  ) -> tuple[np.ndarray, np.ndarray, int]:
+    """The items' end times ``E`` and arrivals ``A`` (as :func:`_solve_compiled`) by the numpy
+    sweeps of :func:`pipeline_iteration_times`' method, and the number of stage updates made.
 
     The sweep loop (one iteration per stage update, 23 to 46 updates for p = 8 to 16 with
     m = 4p under 1F1B) stays whole here: it fits on a screen, and its body shares the eight
@@ -284,7 +311,11 @@ def _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R
     n = table.shape[3]
     E = np.full((p * K + 1, n), -np.inf)  # flattened (p, K) end times + a row of zeros
     E[-1] = 0.0
+    A, L = E, None  # the sends' arrivals, and the lag each item's send adds (overlapped)
     stage = np.arange(p)[:, None]
+    if lag is not None:
+        A = E.copy()
+        L = np.where(sends[..., None], lag[stage, phase], 0.0)             # (p, K, n)
     # ... and each item's duration without (+ 0.0) and with its send, gathered in one step
     with_send = np.stack([table + 0.0, table + hop4], axis=3)               # (p, 3, v, 2, n)
     D = with_send[stage, phase, chunk, sends.view(np.int8)]                 # (p, K, n)
@@ -305,7 +336,7 @@ def _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R
             if seen[i] == nbr:
                 continue  # inputs unchanged since the last update: still a fixed point
             seen[i] = nbr
-            new = np.take(E, src[i], axis=0)
+            new = np.take(A, src[i], axis=0)
             new += Q[i]
             if floors is not None:  # the first forward of each chunk waits for its ready time
                 k, lower = floors[i]
@@ -316,17 +347,20 @@ def _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R
             old = E[i * K:(i + 1) * K]
             if (new != old).any():
                 old[...] = new
+                if L is not None:
+                    np.add(new, L[i], out=A[i * K:(i + 1) * K])
                 version[i] += 1
                 changed = True
         sweep += 1
         if not changed:
             break
-    return E, updates
+    return E, A, updates
 
 
-def _tail(E, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s, updates):
-    """Iteration times from the items' end times ``E`` (see :func:`pipeline_iteration_times`)."""
-    last = E[K - 1:p * K:K]  # (p, n): end of each stage's last item
+def _tail(E, A, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s, updates):
+    """Iteration times from the items' end times ``E`` and their sends' arrivals ``A`` (see
+    :func:`pipeline_iteration_times`)."""
+    last = A[K - 1:p * K:K]  # (p, n): end of each stage's last item, and of its send
     if chunk_tail_s is not None:
         X = np.asarray(chunk_tail_s, np.float64)
         X = X[:, None, :] if X.ndim == 2 else X
@@ -335,7 +369,8 @@ def _tail(E, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_
         for c in range(v):
             k = last_g[:, c]                                                # (p,)
             rows = np.arange(p) * K + k
-            # E includes the item's (blocking) send; the buckets follow its compute
+            # E includes the item's blocking send (hop4: 0 for overlapped sends); the buckets
+            # follow its compute
             ii = np.arange(p)
             hop = hop4[ii, phase[ii, k], np.minimum(chunk[ii, k], hop4.shape[2] - 1)]
             send_of = np.where(sends[ii, k][:, None], hop, 0.0)

@@ -2,7 +2,8 @@
 
 :func:`core.sim.fastpath.pipeline_iteration_times` computes, for every stage ``i``
 and item ``k`` of its program, ``E[i, k] = S[i, k] + M[i, k]`` with the running
-maximum ``M[i, k] = max(M[i, k-1], E[src[i, k]] + Q[i, k])`` (a floor joins the
+maximum ``M[i, k] = max(M[i, k-1], A[src[i, k]] + Q[i, k])`` (``A`` the arrival of the
+item's send, ``E`` itself unless sends are overlapped) (a floor joins the
 maximum for the first forward of each chunk), ``S`` the prefix sums of the item
 durations and ``Q = D - S``. Its numpy loop repeats whole-stage
 updates until nothing changes (about three per stage); :func:`solve_items` here
@@ -101,7 +102,8 @@ def _first_call(kernel) -> None:
     E = np.zeros((2, 1))
     kernel(np.zeros((1, 3, 1, 1)), np.zeros((1, 3, 1)), np.zeros((1, 1), np.int64),
            np.zeros((1, 1), np.int64), np.zeros((1, 1), np.bool_), np.ones((1, 1), np.int64),
-           np.full((1, 1), -1, np.int64), np.zeros((1, 1, 1)), E)
+           np.full((1, 1), -1, np.int64), np.zeros((1, 1, 1)), E, E, np.zeros((1, 3, 1)),
+           False)
 
 
 def loaded() -> bool:
@@ -113,7 +115,8 @@ def _build():
     import numba
 
     @numba.njit(cache=True, nogil=True)
-    def kernel(table, hops, phase, chunk, sends, src, floor_of, ready, E):  # pragma: no cover
+    def kernel(table, hops, phase, chunk, sends, src, floor_of, ready, E, A, lag,
+               lagging):  # pragma: no cover
         p, K = src.shape
         n = E.shape[1]
         done = np.zeros(p * K + 1, np.bool_)
@@ -139,7 +142,7 @@ def _build():
                         s = S[i, j] + d
                         S[i, j] = s
                         q = d - s
-                        v = E[r, j] + q
+                        v = A[r, j] + q
                         if c >= 0:
                             lo = ready[i, c, j] + q
                             if lo > v:
@@ -147,6 +150,8 @@ def _build():
                         if v > M[i, j]:
                             M[i, j] = v
                         E[row, j] = s + M[i, j]
+                        if lagging:  # an overlapped send arrives lag after the item's end
+                            A[row, j] = E[row, j] + (lag[i, ph, j] if send else 0.0)
                     done[row] = True
                     k += 1
                     remaining -= 1
@@ -161,9 +166,11 @@ def _build():
 
 def solve_items(table: np.ndarray, hops: np.ndarray, phase: np.ndarray, chunk: np.ndarray,
                 sends: np.ndarray, src: np.ndarray, floor_of: np.ndarray, ready: np.ndarray,
-                E: np.ndarray) -> None:
+                E: np.ndarray, A: np.ndarray | None = None, lag: np.ndarray | None = None,
+                lagging: bool = False) -> None:
     """Fill ``E`` (float64, shape (p*K + 1, n); rows of stage ``i`` at ``i*K..i*K+K-1``, the
-    last row 0, the others -inf) with the end time of every item of every plan.
+    last row 0, the others -inf) with the end time of every item of every plan, and with
+    ``lagging`` ``A`` (shape of ``E``, last row 0) with the arrival of each item's send.
 
     Parameters
     ----------
@@ -181,6 +188,13 @@ def solve_items(table: np.ndarray, hops: np.ndarray, phase: np.ndarray, chunk: n
         Chunk whose ready time floors the item's start (its first forward), or -1.
     ready : float64 (p, v, n)
         Those ready times.
+    A : float64, shape of ``E``, optional
+        Arrival of each item's output at the item that waits for it (``E + lag`` of a sending
+        item); ``E`` itself (the default) without ``lagging``.
+    lag : float64 (p, 3, n), optional
+        The time an overlapped send of each phase adds after its item's end (0: blocking).
+    lagging : bool
+        Whether ``A`` is kept apart from ``E`` (some plan's sends are overlapped).
 
     Raises
     ------
@@ -190,7 +204,11 @@ def solve_items(table: np.ndarray, hops: np.ndarray, phase: np.ndarray, chunk: n
     if not available():
         raise AssertionError("the compiled fast path is unavailable")
     c = np.ascontiguousarray
+    if A is None or not lagging:
+        A, lagging = E, False
+    lag = np.zeros((1, 3, 1)) if lag is None or not lagging else lag
     if not _KERNEL(c(table, np.float64), c(hops, np.float64), c(phase, np.int64),
                    c(chunk, np.int64), c(sends, np.bool_), c(src, np.int64),
-                   c(floor_of, np.int64), c(ready, np.float64), E):
+                   c(floor_of, np.int64), c(ready, np.float64), E, A, c(lag, np.float64),
+                   bool(lagging)):
         raise AssertionError("pipeline structure has a cycle")

@@ -29,6 +29,7 @@ import dataclasses
 import numpy as np
 
 from core import schedules
+from core.plan.parallel import p2p_overlapped
 from core.plan.session import Session
 from core.sim.graph_types import ExecutionGraph
 from core.sim.pipeline_graph import (COMM, COMPUTE, CP_RING, K, OP, StageProgram, TaskTemplate,
@@ -320,12 +321,12 @@ def build_graph(session: Session, store, detail: str = "op", cache: dict | None 
     st = times if times is not None else stage_times(session, store, cache)
     m = pl.num_microbatches
     if detail == "microbatch":
-        graph = build_pipeline_graph(st.programs(), m, pl.schedule)
+        graph = build_pipeline_graph(st.programs(), m, pl.schedule, p2p_overlapped(pl))
         return (_attach_side_tasks(graph, _item_side_templates(session, st), num_microbatches=m,
                                    chain_start=False),
                 st.warnings)
     programs, templates = _op_programs(session, st)
-    graph = build_pipeline_graph(programs, m, pl.schedule)
+    graph = build_pipeline_graph(programs, m, pl.schedule, p2p_overlapped(pl))
     return (_attach_side_tasks(graph, templates, st.after_optimizer_s, num_microbatches=m),
             st.warnings)
 

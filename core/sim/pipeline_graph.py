@@ -7,7 +7,10 @@ modules share (``K``, ``OP``, ``COMPUTE``...). Dependencies: a stage's compute s
 tasks in program order; a pipeline transfer depends on the producing item's last task and
 gates the consuming item's first task; the send is blocking, as in Megatron-LM
 (``torch.cuda.synchronize`` after the batched send/recv) and DeepSpeed's pipeline engine, so
-the sender's next task also waits for the transfer to end.
+the sender's next task also waits for the transfer to end, unless the sends are overlapped
+(Megatron-LM's interleaved schedule with ``overlap_p2p_comm``,
+:func:`core.plan.parallel.p2p_overlapped`): then only the stage's tail (data-parallel
+gradient reduction, optimizer step) waits for its last send.
 """
 
 from __future__ import annotations
@@ -126,8 +129,8 @@ def schedule_order(schedule: str, num_stages: int, num_microbatches: int, stage:
     return order.phase != schedules.PHASE_F, order.microbatch
 
 
-def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, schedule: str
-                         ) -> ExecutionGraph:
+def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, schedule: str,
+                         overlap_p2p: bool = False) -> ExecutionGraph:
     """Arrays of one iteration from per-stage programs, in the order the schedule gives.
 
     Each stage's tasks form one chain in the program order of
@@ -138,7 +141,7 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
     input gradient (B item) to ``k-1`` (a transfer between two chunks of one stage takes
     no time). A transfer depends on the sending
     item's last task and gates the receiving item's first task; sends are
-    blocking, so the sender's next task waits for the transfer too.
+    blocking, so the sender's next task waits for the transfer too, unless ``overlap_p2p``.
 
     Parameters
     ----------
@@ -149,6 +152,14 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
         m >= 1.
     schedule : str
         A name registered in :mod:`core.schedules`.
+    overlap_p2p : bool
+        Sends run beside the sender's compute (Megatron-Core's interleaved schedule with
+        ``overlap_p2p_comm``: ``_communicate(wait_on_reqs=False)``, the receive waited for
+        just before the item that needs it): a transfer gates only the receiving item and,
+        when it follows the stage's last item, the stage's tail (Megatron waits for the last
+        send before ``finalize_model_grads``). A send waiting for the previous send of its
+        kind (``send_prev_wait_handle.wait()``) is not modelled: it matters only when a
+        transfer outlasts the compute between two sends.
 
     Returns
     -------
@@ -172,7 +183,8 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
     stage_end = ends[TAIL]  # (p,): one past each stage's last task (its tail item's end)
     first, last = _item_bounds(starts, ends, lens, (ST, PH, CH, MB), TAIL, (p, 3, v, m))
     H, sender, sender_c, phase_h, send_s, s_from, s_to = _transfers(programs, sched, m, v, first, last)
-    e_src, e_dst = _edges(total, stage_end, sender, s_from, s_to)
+    e_src, e_dst = _edges(total, stage_end, sender, s_from, s_to,
+                          starts[TAIL] if overlap_p2p else None)
     op_h = np.where(phase_h == schedules.PHASE_F, OP["p2p_fwd"], OP["p2p_bwd"])
     # the columns: the stages' tasks (rows of the flat table), then the transfers
     n = total + H * m
@@ -241,16 +253,20 @@ def _item_bounds(starts: np.ndarray, ends: np.ndarray, lens: np.ndarray, where: 
 
 
 def _edges(total: int, stage_end: np.ndarray, sender: np.ndarray, s_from: np.ndarray,
-           s_to: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+           s_to: np.ndarray, tail_start: np.ndarray | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
     """Edges ``(src, dst)`` of the iteration: each stage's tasks in program order (every task
     but a stage's last, ``stage_end - 1``, precedes the next one), and per transfer (task
     ``total + h*m + mb``, shape (H, m) as ``s_from``) the sending item's last task before it,
     the receiving item's first task after it, and (a blocking send) the sender's next task
-    after it unless the sender has none."""
+    after it unless the sender has none. With ``tail_start`` (int (p,), each stage's first
+    tail task: overlapped sends) only a next task that is the tail's first waits."""
     H, m = s_from.shape
     ids = total + np.arange(H * m).reshape(H, m)
     nxt = s_from + 1  # blocking send: the sender's next task waits for the transfer
     ok = nxt < stage_end[sender][:, None]
+    if tail_start is not None:
+        ok &= nxt == tail_start[sender][:, None]
     keep = np.stack([np.ones((H, m), bool), np.ones((H, m), bool), ok], 1)   # (H, 3, m)
     not_last = np.ones(total, bool)
     not_last[stage_end[stage_end > 0] - 1] = False

@@ -282,6 +282,10 @@ ARGUMENTS: dict[str, Arg] = {
         ("plan.gradient_accumulation_fusion",), False,
         "weight gradients added to the main gradients by a kernel of their own (off: "
         "plan.gradient_accumulation_fusion false; the fused wgrad GEMMs are Megatron's default)"),
+    "--no-overlap-p2p-communication": Arg(
+        ("plan.overlap_p2p_comm",), False,
+        "the interleaved schedule's pipeline sends block the sender (off: plan.overlap_p2p_comm "
+        "false; Megatron overlaps them by default with virtual stages)"),
     "--overlap-grad-reduce": Arg(("plan.overlap_grad_reduce",), False,
                                  "gradient reduction under the backward"),
     "--overlap-param-gather": Arg(("plan.overlap_param_gather",), False,

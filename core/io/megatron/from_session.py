@@ -170,6 +170,8 @@ def _parallel_words(pl: Any) -> list[str]:
         raise MegatronArgsError(f"plan.schedule {pl.schedule!r}: {exc}") from None
     if not (layout and str(layout).strip()):
         out += schedule_args
+    if pl.schedule == "interleaved" and _get(pl, "overlap_p2p_comm", True) is False:
+        out.append("--no-overlap-p2p-communication")
     return out
 
 

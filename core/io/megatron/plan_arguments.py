@@ -272,6 +272,10 @@ def _overlap_and_fusion(mp: Mapper) -> None:
         mp.set("--no-gradient-accumulation-fusion", "plan.gradient_accumulation_fusion", False)
     elif field_exists("plan.gradient_accumulation_fusion"):
         mp.set("--no-gradient-accumulation-fusion", "plan.gradient_accumulation_fusion", True)
+    if mp.switch("--no-overlap-p2p-communication"):
+        mp.set("--no-overlap-p2p-communication", "plan.overlap_p2p_comm", False)
+    elif field_exists("plan.overlap_p2p_comm"):
+        mp.set("--no-overlap-p2p-communication", "plan.overlap_p2p_comm", True)
     if mp.take("--cross-entropy-fusion-impl"):
         impl = one_value(args, "--cross-entropy-fusion-impl", src)
         if impl not in CROSS_ENTROPY_FUSION_IMPLS:  # Megatron-LM's argparse choices

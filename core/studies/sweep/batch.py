@@ -17,7 +17,7 @@ import numpy as np
 
 from core import schedules as pipeline_schedules
 from core.model import model_math
-from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
+from core.plan.parallel import PLAN_FIELDS, ParallelPlan, p2p_overlapped, plan_key
 from core.plan.session import Session
 from core.sim.fastpath import pipeline_iteration_times
 from core.sim.graph import build_graph
@@ -100,7 +100,8 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
         iteration = pipeline_iteration_times(
             schedule, m, per_chunk[0], per_chunk[1], *per_stage,
             wgrad_s=per_chunk[2] if sched.splits_backward else None,
-            ready_s=ready, chunk_tail_s=tails, compiled=compiled)
+            ready_s=ready, chunk_tail_s=tails, compiled=compiled,
+            overlap_p2p=np.array([p2p_overlapped(pl) for pl in plans], bool))
     else:  # the general solver on the coarse graph
         iteration = np.empty(n)
         for j, pl in enumerate(plans):
