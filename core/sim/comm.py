@@ -33,8 +33,9 @@ Four parameters of the profile's ``op_model`` apply: ``inter_node_efficiency``
 ``collective_overhead_s`` (framework time per collective call) and
 ``p2p_overhead_s`` (framework time per pipeline transfer around the bytes:
 the blocking send/recv of Megatron-LM or of DeepSpeed's pipeline engine; as
-sends block the sender (:mod:`core.sim.graph`), about one transfer per 1F1B step
-lies on the critical path, i.e. roughly ``(m + p - 1)`` of them).
+sends block the sender (:mod:`core.sim.graph`; not the interleaved schedule's with
+``plan.overlap_p2p_comm``), about one transfer per 1F1B step lies on the critical
+path, i.e. roughly ``(m + p - 1)`` of them).
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ depends on the producing stage's last task of that micro-batch and gates the
 consuming stage's first task; the send is blocking, as in Megatron-LM
 (``torch.cuda.synchronize`` after the batched send/recv) and DeepSpeed's
 pipeline engine (synchronous NCCL send), so the sender's next task also waits
-for the transfer to end. Replicas are
+for the transfer to end; the interleaved schedule's overlapped sends
+(:func:`core.plan.parallel.p2p_overlapped`) delay only the receiver and the
+stage's tail. Replicas are
 symmetric, so one replica is simulated and the data-parallel all-reduce enters
 as a timed task.
 """
