@@ -381,13 +381,21 @@ def test_cli_errors_exit_2_and_write_nothing(tmp_path, capsys):
                   "--seq-length 128 --micro-batch-size 1 --vocab-size 9")
     assert main(["import", "megatron-args", str(args), "--out", str(out), "--num-gpus", "0"]) == 2
     assert "--num-gpus 0 must be a positive integer" in capsys.readouterr().err
-    # a configuration rule the arguments break: named with the file and the argument
+    # arguments Megatron-LM's start-up refuses: its rule named with the file
     args = _write(tmp_path, "b.txt", "--num-layers 2 --hidden-size 64 --num-attention-heads 4 "
                   "--seq-length 128 --micro-batch-size 1 --global-batch-size 8 --vocab-size 9 "
                   "--tensor-model-parallel-size 2 --tp-comm-overlap")
     assert main(["import", "megatron-args", str(args), "--out", str(out), "--num-gpus", "8"]) == 2
     err = capsys.readouterr().err
-    assert "b.txt: plan.tp_comm_overlap" in err and "(set by --tp-comm-overlap)" in err
+    assert "b.txt" in err and "rule tp-comm-overlap-sequence-parallel" in err
+    assert not out.exists()
+    # a configuration rule the arguments break: named with the file and the argument
+    args = _write(tmp_path, "c.txt", "--num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                  "--seq-length 127 --micro-batch-size 1 --global-batch-size 8 --vocab-size 9 "
+                  "--tensor-model-parallel-size 2 --sequence-parallel")
+    assert main(["import", "megatron-args", str(args), "--out", str(out), "--num-gpus", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "c.txt: plan.sequence_parallel" in err and "(set by --sequence-parallel)" in err
     assert not out.exists()
 
 
@@ -655,8 +663,9 @@ def test_shared_experts_and_moe_arguments_without_experts(tmp_path):
                                   "--moe-shared-expert-intermediate-size 5632")
     m = import_file(_write(tmp_path, "shared.sh", text)).session.model
     assert (m.moe_ffn_hidden_size, m.num_shared_experts) == (1408, 4)  # Qwen1.5-MoE's 4 x 1408
+    # without experts, no expert parallelism either (Megatron-LM refuses ep > 1 without them)
     dense = text.replace("--num-experts 8 ", "").replace(" --fp8-recipe tensorwise", "").replace(
-        "--fp8-format hybrid", "--fp8-recipe mxfp8")
+        "--fp8-format hybrid", "--fp8-recipe mxfp8").replace("--expert-model-parallel-size 8 ", "")
     res = import_file(_write(tmp_path, "dense.sh", dense))
     assert res.session.model.num_experts is None and res.session.plan.precision == "bf16"
     ignored = dict(res.ignored)

@@ -182,6 +182,21 @@ def test_megatron_launch_through_the_menu_asks_for_the_missing_variable(
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=60_000)
 
 
+def test_megatron_launch_megatron_refuses_leaves_the_session_untouched(window, tmp_path, reviews,
+                                                                       message_boxes):
+    """A launch Megatron-LM's start-up refuses (FSDP2 with p > 1) is refused with the reader's
+    one line, naming the file and the rule; no notes are shown and the open session stays."""
+    from tests.test_megatron_import_rules import REFUSED
+    launch, rule = REFUSED["fsdp2_pipeline.sh"]
+    path = _write(tmp_path, "fsdp2_pipeline.sh", launch)
+    before = window.session().to_dict()
+    assert not window.importer.import_path("megatron", path)
+    (kind, title, text), = message_boxes.of_kind("critical")
+    assert "fsdp2_pipeline.sh" in text and f"rule {rule}" in text and "\n" not in text
+    assert not reviews.shown
+    assert window.session().to_dict() == before and window.path is None
+
+
 def test_torchtitan_config_needs_the_world_size(window, qtbot, tmp_path, reviews,
                                                 message_boxes):
     path = _write(tmp_path, "llama3_8b.toml", TORCHTITAN)

@@ -12,7 +12,7 @@ re-exports nothing):
 * :mod:`.from_session`: a session into arguments (``export_arguments``).
 * :mod:`.export`: the script around them (``export_script``, ``rewrite_script`` for
   ``--into``, the environment).
-* :mod:`.rules`: Megatron-LM's start-up checks, which the export applies.
+* :mod:`.rules`: Megatron-LM's start-up checks, which the export and the import apply.
 
 docs/megatron_args.md describes the mapping, argument by argument.
 """

@@ -2,7 +2,9 @@
 
 A launch Megatron-LM refuses never trains, so ``vtrain export megatron-args`` checks the
 arguments (and the environment) it writes against the assertions Megatron-LM runs before the
-first step, and refuses a plan that breaks one, naming Megatron's rule. The rules come from
+first step, and refuses a plan that breaks one, naming Megatron's rule; ``vtrain import
+megatron-args`` refuses a launch whose arguments break one of :data:`RULES`
+(:func:`core.io.megatron.to_session.refuse_broken_rules`). The rules come from
 ``validate_args`` in ``megatron/training/arguments.py`` (and, where noted, the
 ``__post_init__`` of ``megatron/core/transformer/transformer_config.py`` and the micro-batch
 calculator), at the Megatron-LM commit of ``../shared/data/megatron-lm/arguments.json``
@@ -13,7 +15,8 @@ Rules read a *namespace*: Megatron's ``args`` (argument ``dest`` -> value, Megat
 for what the launch does not give), built from an argument list by :func:`namespace` with
 :data:`OPTIONS` (the options the rules and the export use, as arguments.json gives them; a test
 keeps the two equal). :func:`violations` applies :data:`RULES` and :data:`ENVIRONMENT_RULES`;
-:func:`required_environment` is what a launch script must export; :func:`parse_problems`
+:func:`options_read` names the arguments that decide a rule; :func:`required_environment` is
+what a launch script must export; :func:`parse_problems`
 parses a whole argument list against arguments.json the way Megatron's argparse does (every
 option defined, ``allow_abbrev=False``, values of the right count, type and choices).
 
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 __all__ = ["MEGATRON_COMMIT", "OPTIONS", "Rule", "EnvRule", "RULES", "ENVIRONMENT_RULES",
-           "SESSION_FIELDS", "broken_rules",
+           "SESSION_FIELDS", "broken_rules", "options_read",
            "GPU_COMPUTE_CAPABILITY", "namespace", "violations", "required_environment",
            "parse_problems"]
 
@@ -316,6 +319,32 @@ def broken_rules(args: Iterable[str]) -> list[Rule]:
     """The rules of :data:`RULES` that ``args`` break (the environment aside)."""
     ns = namespace(args)
     return [r for r in RULES if r.when(ns) and not r.holds(ns)]
+
+
+class _Recording(dict):
+    """A namespace that records the dests read from it, in the order read."""
+
+    def __init__(self, ns: Mapping[str, Any]) -> None:
+        super().__init__(ns)
+        self.read: list[str] = []
+
+    def __getitem__(self, dest: str) -> Any:
+        if dest not in self.read:
+            self.read.append(dest)
+        return super().__getitem__(dest)
+
+
+_OPTION_OF_DEST = {dest: option for option, (dest, _, _) in OPTIONS.items()}
+
+
+def options_read(rule: Rule, args: Iterable[str]) -> list[str]:
+    """The options of :data:`OPTIONS` whose values decide ``rule`` on ``args``: those its
+    ``when`` and ``holds`` read (in that order, the conditions short-circuited as they are).
+    For a broken rule these are the arguments to change (given or left at Megatron's default)."""
+    ns = _Recording(namespace(args))
+    if rule.when(ns):
+        rule.holds(ns)
+    return [_OPTION_OF_DEST[dest] for dest in ns.read]
 
 
 def violations(args: Iterable[str], env: Mapping[str, str] | None = None,

@@ -4,7 +4,8 @@ What belongs here: :func:`session_from_launch` (the walk over the arguments: the
 refused, the model's and the plan's mapped by :mod:`.model_arguments` and
 :mod:`.plan_arguments`, the token budget, other model scripts refused, the rest listed),
 :class:`MegatronImport` (its result), and :func:`import_file` (a file read with
-:func:`~core.io.megatron.launch.read_launch`, its cluster comment applied), with
+:func:`~core.io.megatron.launch.read_launch`, refused when Megatron-LM's start-up rules refuse
+its arguments (:func:`refuse_broken_rules`), its cluster comment applied), with
 :func:`import_checked` (that import with the configuration rules checked, each broken rule
 named with the launch's arguments that set the field: what ``vtrain import megatron-args``
 and the window's File > Import both call) and :func:`parse_variable` (one ``--var``).
@@ -37,6 +38,7 @@ from core.io.megatron.launch import Launch, parse_arguments, read_launch
 from core.io.megatron.mapping import Mapper, int_argument
 from core.io.megatron.model_arguments import MOE_ONLY, map_model
 from core.io.megatron.plan_arguments import map_plan
+from core.io.megatron.rules import MEGATRON_COMMIT, OPTIONS, broken_rules, options_read
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.fields import ConfigError, FieldError
 from core.plan.rules import check
@@ -46,7 +48,7 @@ from core.plan.layout import capped_recompute_layers
 from core.plan.model_config import model_from_fields
 
 __all__ = ["MegatronImport", "session_from_launch", "import_file", "with_cluster_comment",
-           "parse_variable", "import_checked"]
+           "parse_variable", "import_checked", "refuse_broken_rules"]
 
 
 @dataclass
@@ -245,9 +247,43 @@ def with_cluster_comment(res: MegatronImport, text: str, kw: dict[str, Any]) -> 
     return res
 
 
+def _as_given(option: str, given: dict[str, list[str]]) -> str:
+    """``option`` as the launch gives it (``--pipeline-model-parallel-size 2``), or said not to
+    be given, with Megatron-LM's default when it has a value."""
+    if option in given:
+        return " ".join([option, *given[option]])
+    _, nargs, default = OPTIONS[option]
+    return f"{option} (not given" + (f"; Megatron-LM's default {default}" if nargs is None and
+                                      default is not None else "") + ")"
+
+
+def refuse_broken_rules(launch: Launch) -> None:
+    """Refuse a launch that Megatron-LM's start-up refuses: its arguments break one of
+    :data:`core.io.megatron.rules.RULES` (read with Megatron's defaults for what it does not
+    give). The environment rules are not applied: the environment a launch runs in is not all
+    in its file (see docs/megatron_args.md); the export writes what they need.
+
+    Raises
+    ------
+    MegatronArgsError
+        One line: the file, and for each broken rule its name, Megatron's message, where the
+        check is, and the launch's arguments that decide it (those to change).
+    """
+    broken = broken_rules(launch.arguments)
+    if not broken:
+        return
+    given = parse_arguments(launch.arguments, launch.source)
+    parts = [f"rule {r.name}: \"{r.message}\" ({r.source}); change one of: "
+             + ", ".join(_as_given(o, given) for o in options_read(r, launch.arguments))
+             for r in broken]
+    raise MegatronArgsError(f"{launch.source}: Megatron-LM ({MEGATRON_COMMIT[:7]}) refuses to "
+                            "start this launch, so it is not simulated: " + "; ".join(parts))
+
+
 def import_file(path: str | Path, **kw: Any) -> MegatronImport:
     """:func:`read_launch` + :func:`session_from_launch` of a file (``variables`` goes to the
-    former, the other keywords to the latter).
+    former, the other keywords to the latter), refused where Megatron-LM would not start it
+    (:func:`refuse_broken_rules`, once the arguments are read and mapped).
 
     Raises MegatronArgsError (also for an unreadable file, one that is not a regular file,
     or one of more than :data:`core.io.shell_reader.MAX_LAUNCH_BYTES`).
@@ -258,8 +294,8 @@ def import_file(path: str | Path, **kw: Any) -> MegatronImport:
     text = read_text(path, MegatronArgsError, "launch", encoding="utf-8")
     variables = kw.pop("variables", None)
     res = session_from_launch(read_launch(text, str(path), variables), **kw)
+    refuse_broken_rules(res.launch)
     return with_cluster_comment(res, text, kw)
-
 
 
 def parse_variable(item: str) -> tuple[str, str]:

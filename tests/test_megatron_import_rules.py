@@ -1,0 +1,98 @@
+"""The import refuses a launch Megatron-LM's start-up refuses (core/io/megatron/rules.py
+``RULES``): one line naming the file and the rule, exit status 2, no session written; a launch
+that keeps the rules imports as the mapping reads it; the environment rules are left to the
+export (the environment a launch runs in is not all in its file)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.cli import main
+from core.io.megatron.arguments import MegatronArgsError
+from core.io.megatron.launch import read_launch
+from core.io.megatron.rules import RULES, options_read
+from core.io.megatron.to_session import (import_checked, import_file, session_from_launch,
+                                         with_cluster_comment)
+
+#: A 1.3B-like model on 8 GPUs under torch FSDP2, as Megatron-LM starts it: untied embeddings
+#: and no gradient-accumulation fusion (both required with --use-torch-fsdp2).
+FSDP2_LAUNCH = r"""#!/bin/bash
+export CUDA_DEVICE_MAX_CONNECTIONS=8
+torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py \
+    --num-layers 24 --hidden-size 2048 --num-attention-heads 16 \
+    --seq-length 2048 --max-position-embeddings 2048 --vocab-size 32000 \
+    --untie-embeddings-and-output-weights \
+    --micro-batch-size 1 --global-batch-size 64 --train-iters 1000 --bf16 \
+    --use-torch-fsdp2 --no-gradient-accumulation-fusion
+"""
+
+#: Launches Megatron-LM refuses at start-up -> the rule it breaks.
+REFUSED = {
+    "no_fusion_off.sh": (FSDP2_LAUNCH.replace(" --no-gradient-accumulation-fusion", ""),
+                         "fsdp2-gradient-accumulation-fusion"),
+    "fsdp2_pipeline.sh": (FSDP2_LAUNCH.replace("--bf16", "--bf16 --pipeline-model-parallel-size 2"),
+                          "fsdp2-pipeline"),
+    "tied.sh": (FSDP2_LAUNCH.replace("    --untie-embeddings-and-output-weights \\\n", ""),
+                "fsdp2-untied-embeddings"),
+}
+
+
+def _write(tmp_path, name: str, text: str):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_launch_megatron_refuses_is_refused_naming_its_rule(tmp_path, name):
+    text, rule = REFUSED[name]
+    path = _write(tmp_path, name, text)
+    with pytest.raises(MegatronArgsError) as exc:
+        import_checked(path)
+    message = str(exc.value)
+    assert message.startswith(f"{path}:") and "\n" not in message
+    (r,) = [r for r in RULES if r.name == rule]
+    assert f"rule {rule}" in message and r.message in message and r.source in message
+    # what to change: the arguments the rule reads
+    assert all(o in message for o in options_read(r, read_launch(text).arguments))
+
+
+@pytest.mark.parametrize("name", ["no_fusion_off.sh", "fsdp2_pipeline.sh"])
+def test_the_command_line_exits_2_and_writes_nothing(tmp_path, capsys, name):
+    text, rule = REFUSED[name]
+    out = tmp_path / "s.json"
+    assert main(["import", "megatron-args", str(_write(tmp_path, name, text)),
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"rule {rule}" in err and name in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_the_arguments_to_change_are_those_the_rule_reads():
+    fsdp_pp = "--use-torch-fsdp2 --pipeline-model-parallel-size 2".split()
+    (pipeline,) = [r for r in RULES if r.name == "fsdp2-pipeline"]
+    assert options_read(pipeline, fsdp_pp) == ["--use-torch-fsdp2",
+                                               "--pipeline-model-parallel-size"]
+    (fusion,) = [r for r in RULES if r.name == "fsdp2-gradient-accumulation-fusion"]
+    assert options_read(fusion, fsdp_pp) == ["--use-torch-fsdp2",
+                                             "--no-gradient-accumulation-fusion"]
+    assert options_read(fusion, []) == ["--use-torch-fsdp2"]  # not checked without FSDP2
+
+
+def test_a_launch_megatron_starts_imports_as_the_mapping_reads_it(tmp_path, capsys):
+    """The rules only refuse: a launch that keeps them gives the session the mapping gives,
+    and the command line writes it. Its CUDA_DEVICE_MAX_CONNECTIONS=8 (FSDP2 forbids 1) and a
+    t > 1 launch that does not set it import both: the environment rules are the export's."""
+    path = _write(tmp_path, "fsdp2.sh", FSDP2_LAUNCH)
+    res = import_checked(path)
+    mapped = with_cluster_comment(session_from_launch(read_launch(FSDP2_LAUNCH, str(path))),
+                                  FSDP2_LAUNCH, {})
+    assert res.session == mapped.session
+    assert res.session.plan.zero_stage == 3
+    out = tmp_path / "s.json"
+    assert main(["import", "megatron-args", str(path), "--out", str(out)]) == 0 and out.exists()
+    tp = FSDP2_LAUNCH.replace("export CUDA_DEVICE_MAX_CONNECTIONS=8\n", "").replace(
+        " --use-torch-fsdp2 --no-gradient-accumulation-fusion",
+        " --use-distributed-optimizer --tensor-model-parallel-size 2 --sequence-parallel")
+    s = import_file(_write(tmp_path, "tp.sh", tp), gpu="H100-SXM5-80GB").session
+    assert s.plan.tensor_parallel == 2
