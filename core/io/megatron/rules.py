@@ -113,6 +113,10 @@ class Rule:
         ``"quoted"``: the message is Megatron's assertion text; ``"paraphrased"``: the check is
         Megatron's but its text is said in our words (no Megatron-LM source in this checkout
         to quote from: see docs/megatron_args.md).
+    on_import : bool
+        Whether an imported launch that breaks it is refused (the export always is): False
+        for a feature that this commit disables but earlier Megatron-LM versions run, so a
+        launch written for one of them started.
     """
 
     name: str
@@ -121,6 +125,7 @@ class Rule:
     message: str
     source: str = _SOURCE
     wording: str = "quoted"
+    on_import: bool = True
 
 
 def _fsdp2(ns: Mapping[str, Any]) -> bool:
@@ -164,7 +169,8 @@ RULES: tuple[Rule, ...] = (
          "--use-torch-fsdp2 not supported with fp16 yet"),
     Rule("cross-entropy-te", lambda ns: bool(ns["cross_entropy_loss_fusion"]),
          lambda ns: ns["cross_entropy_fusion_impl"] != "te",
-         "--cross-entropy-fusion-impl te is disabled; use native", wording="paraphrased"),
+         "--cross-entropy-fusion-impl te is disabled; use native", wording="paraphrased",
+         on_import=False),  # Megatron-Bridge's recipes (25.11-26.04 containers) run te
     Rule("tp-comm-overlap-sequence-parallel", lambda ns: bool(ns["tp_comm_overlap"]),
          lambda ns: bool(ns["sequence_parallel"]),
          "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism "

@@ -260,8 +260,10 @@ def _as_given(option: str, given: dict[str, list[str]]) -> str:
 def refuse_broken_rules(launch: Launch) -> None:
     """Refuse a launch that Megatron-LM's start-up refuses: its arguments break one of
     :data:`core.io.megatron.rules.RULES` (read with Megatron's defaults for what it does not
-    give). The environment rules are not applied: the environment a launch runs in is not all
-    in its file (see docs/megatron_args.md); the export writes what they need.
+    give) that applies on import (:attr:`~core.io.megatron.rules.Rule.on_import`: not a
+    feature this commit disables but earlier versions run). The environment rules are not
+    applied: the environment a launch runs in is not all in its file (see
+    docs/megatron_args.md); the export writes what they need.
 
     Raises
     ------
@@ -269,7 +271,7 @@ def refuse_broken_rules(launch: Launch) -> None:
         One line: the file, and for each broken rule its name, Megatron's message, where the
         check is, and the launch's arguments that decide it (those to change).
     """
-    broken = broken_rules(launch.arguments)
+    broken = [r for r in broken_rules(launch.arguments) if r.on_import]
     if not broken:
         return
     given = parse_arguments(launch.arguments, launch.source)
