@@ -34,6 +34,10 @@ REFUSED = {
                           "fsdp2-pipeline"),
     "tied.sh": (FSDP2_LAUNCH.replace("    --untie-embeddings-and-output-weights \\\n", ""),
                 "fsdp2-untied-embeddings"),
+    # validate_args makes --recompute-activations selective before it checks the method
+    "selective_method.sh": (FSDP2_LAUNCH.replace(
+        "--bf16", "--bf16 --recompute-activations --recompute-method uniform"),
+        "recompute-method-selective"),
 }
 
 

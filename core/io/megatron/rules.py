@@ -78,6 +78,7 @@ OPTIONS: dict[str, tuple[str, Any, Any]] = {
     "--pipeline-model-parallel-layout": ("pipeline_model_parallel_layout", None, None),
     "--account-for-embedding-in-pipeline-split": ("account_for_embedding_in_pipeline_split", 0, False),
     "--account-for-loss-in-pipeline-split": ("account_for_loss_in_pipeline_split", 0, False),
+    "--recompute-activations": ("recompute_activations", 0, False),
     "--recompute-granularity": ("recompute_granularity", None, None),
     "--recompute-method": ("recompute_method", None, None),
 }
@@ -291,7 +292,9 @@ def namespace(args: Iterable[str]) -> dict[str, Any]:
     """Megatron's ``args`` for the dests of :data:`OPTIONS` from an argument list (shell words,
     ``--flag value`` or ``--flag=value``): the last value wins (argparse), Megatron's default
     where the list does not give the option; ints read as ints (a value that is not one stays
-    text: :func:`parse_problems` names it). Options outside :data:`OPTIONS` are skipped."""
+    text: :func:`parse_problems` names it). Options outside :data:`OPTIONS` are skipped.
+    ``--recompute-activations`` sets ``recompute_granularity`` to selective, as
+    ``validate_args`` does before its checks."""
     ns = {dest: default for dest, _, default in OPTIONS.values()}
     words = list(args)
     i = 0
@@ -312,6 +315,10 @@ def namespace(args: Iterable[str]) -> dict[str, Any]:
             ns[dest] = int(value) if isinstance(default, int) or dest in _INT_DESTS else value
         except ValueError:
             ns[dest] = value
+    # what validate_args sets before its checks: --recompute-activations is selective
+    # recomputation ("if args.recompute_activations: args.recompute_granularity = 'selective'")
+    if ns["recompute_activations"]:
+        ns["recompute_granularity"] = "selective"
     return ns
 
 
