@@ -66,12 +66,28 @@ def test_overlapped_sends_lie_between_free_and_blocking_ones():
             pipeline_iteration_times("interleaved", m, F, B, *zero, *tail, overlap_p2p=True), free)
 
 
-def test_overlap_with_a_schedule_that_sends_both_ways_is_refused():
-    one = np.ones((3, 2, 1))  # ZB-V's V: chunk 1's forwards go down (with p > 2)
-    with pytest.raises(ValueError, match="other way"):
-        pipeline_iteration_times("zb-v", 6, one, one, np.ones((3, 1)), np.ones((3, 1)),
-                                 np.zeros((3, 1)), np.zeros((3, 1)), wgrad_s=one,
-                                 overlap_p2p=True)
+def test_only_the_steady_state_sends_asynchronously():
+    """Megatron-Core's interleaved schedule (overlap_p2p_comm_warmup_flush at its default)
+    waits for the warm-up forwards' and the cool-down backwards' transfers: stage i's items
+    ``warm_i <= k < 2*m*v - warm_i`` send asynchronously, ``warm_i = (p-i-1)*2 + (v-1)*p``."""
+    from core import schedules
+    p, m, v = 4, 8, 2
+    steady = schedules.get("interleaved").async_sends(p, m, v)
+    assert steady.shape == (p, 2 * m * v)
+    for i in range(p):
+        warm = (p - i - 1) * 2 + (v - 1) * p
+        assert steady[i].tolist() == [warm <= k < 2 * m * v - warm for k in range(2 * m * v)]
+    # m*v = 8 items, all in stage 0's warm-up (10, capped at 8): none of its sends overlaps
+    few = schedules.get("interleaved").async_sends(4, 4, 2)
+    assert not few[0].any() and few[3].sum() == 2 * (8 - 4)
+    for name in ("1f1b", "gpipe", "zb-h1", "zb-v"):
+        assert schedules.get(name).async_sends(p, m, 2 if name == "zb-v" else 1) is None
+    # the overlap asked of a schedule without asynchronous sends changes nothing
+    one = np.ones((3, 2, 1))
+    args = ("zb-v", 6, one, one, np.ones((3, 1)), np.ones((3, 1)), np.zeros((3, 1)),
+            np.zeros((3, 1)))
+    assert np.array_equal(pipeline_iteration_times(*args, wgrad_s=one, overlap_p2p=True),
+                          pipeline_iteration_times(*args, wgrad_s=one))
 
 
 def test_overlapped_plan_reports_less_exposed_pipeline_communication():

@@ -128,6 +128,12 @@ class PipelineSchedule:
         ``k`` goes to virtual stage ``k+1``, its input gradient back to ``k-1``."""
         return _placement(self, int(p), int(v))[1:]
 
+    def async_sends(self, p: int, m: int, v: int) -> np.ndarray | None:
+        """Which items' sends run asynchronously when the plan overlaps its pipeline transfers
+        (:func:`core.plan.parallel.p2p_overlapped`): bool (p, K) in program order (as
+        :meth:`orders`), or None when the schedule never overlaps them (the default)."""
+        return None
+
     def loss_stage(self, p: int, v: int) -> int:
         """The stage that holds the model's last virtual stage (the output layer and the loss;
         Megatron-Core's multi-token prediction block too): ``p - 1``, stage 0 under ZB-V."""

@@ -68,6 +68,19 @@ class Interleaved(PipelineSchedule):
         return (np.where(is_bwd, PHASE_B, PHASE_F), mb[idx],
                 np.where(is_bwd, b_chunk[idx], f_chunk[idx]))
 
+    def async_sends(self, p: int, m: int, v: int) -> np.ndarray:
+        """The steady state's items (one forward and one backward in turn, after stage ``i``'s
+        warm-up forwards and before its cool-down backwards): with ``overlap_p2p_comm``
+        Megatron-Core issues their sends with ``overlap_p2p_comm=True`` (``pp_post_forward``,
+        ``pp_post_backward``: no wait but for the previous send of the kind), while the warm-up
+        forwards' and the cool-down backwards' ``send_forward_recv_forward`` /
+        ``send_backward_recv_backward`` wait for their transfers (with
+        ``overlap_p2p_comm_warmup_flush`` at its default, false). Bool (p, 2*m*v)."""
+        total = m * v
+        warm = np.minimum((p - np.arange(p) - 1) * 2 + (v - 1) * p, total)[:, None]
+        k = np.arange(2 * total)[None, :]
+        return (k >= warm) & (k < 2 * total - warm)
+
     def errors(self, p: int, m: int, v: int | None, num_layers: int, extra_slots: int = 0
                ) -> list[tuple[str, str]]:
         errs = []

@@ -32,7 +32,9 @@ def _pipeline_structure(schedule: str, p: int, m: int, v: int = 1):
     stage, or the B on the next one; the last row, always 0, when it waits for
     no transfer); ``sends`` (p, K) bool, whether the item's output is sent
     (an F below the last virtual stage, a B above the first); ``deps``, for
-    each stage the tuple of stages its items wait for.
+    each stage the tuple of stages its items wait for; ``asyn`` (p, K) bool, the sending items
+    whose sends run asynchronously when the plan overlaps them
+    (:meth:`core.schedules.PipelineSchedule.async_sends`), or None.
     """
     try:
         phase, mbs, chunk = pipeline_schedules.work_orders(schedule, p, m, v)
@@ -93,10 +95,16 @@ def _pipeline_structure(schedule: str, p: int, m: int, v: int = 1):
     if flipped:
         bwd_hop = np.stack([~up, down, np.zeros_like(up)], axis=1)            # (p, 3, v)
         bwd_hop.setflags(write=False)
+    asyn = sched.async_sends(p, m, v)  # items whose sends overlap when the plan overlaps them
+    if asyn is not None:
+        asyn = asyn & sends
+        if bwd_hop is not None:
+            raise AssertionError(f"schedule {schedule!r}: asynchronous sends with per-chunk hops")
+        asyn.setflags(write=False)
     out = (phase, chunk, src, sends, first_f, last_g)
     for a in out:
         a.setflags(write=False)
-    return out + (deps, bwd_hop)
+    return out + (deps, bwd_hop, asyn)
 
 
 def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.ndarray,
@@ -127,10 +135,10 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     and a stage is recomputed only when a stage it waits for changed since its
     last update; every update is monotone, so the fixed point reached is the
     least one, i.e. the longest-path times of the DAG. The iteration time is
-    ``max_i (E_i[last] + dp_comm_s[i]) + optimizer_s[i]``. With overlapped sends ``D[k]``
-    is the item's compute alone and ``R[k]`` the arrival ``E[src] + hop``, kept as a second
-    array ``A = E + lag`` (the lag the item's send adds, 0 for a blocking or no send);
-    ``E_i[last]`` becomes ``A_i[last]``.
+    ``max_i (E_i[last] + dp_comm_s[i]) + optimizer_s[i]``. An asynchronous send (``overlap_p2p``)
+    is not in its item's ``D[k]``; the items waiting for it read the arrival ``E[src] + hop``,
+    kept as a second array ``A = E + lag`` (``lag`` the hop of an asynchronous send, 0
+    otherwise), and ``E_i[last]`` becomes ``A_i[last]``.
 
     With Numba (:mod:`core.sim.fastpath_kernel`) the same recurrence is evaluated in
     one compiled pass over the items in dependency order, each item once; the
@@ -169,8 +177,10 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         :data:`COMPILED_MIN_ELEMENTS` (stage, item, plan) elements (importing Numba
         costs about 0.3 s, so a single simulation never does).
     overlap_p2p : bool or bool array, shape (n,)
-        Per plan: its sends run beside its compute
-        (:func:`core.sim.pipeline_graph.build_pipeline_graph`'s ``overlap_p2p``). Blocking
+        Per plan: the sends the schedule runs asynchronously then
+        (:meth:`core.schedules.PipelineSchedule.async_sends`, the interleaved schedule's steady
+        state; none for the others) run beside its compute
+        (:func:`core.sim.pipeline_graph.build_pipeline_graph`'s ``overlap_p2p``). Other
         plans' times are the same bit for bit either way.
 
     Returns
@@ -183,8 +193,7 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     ValueError
         Unknown schedule, one without a fast path, ``m < 1``, arrays of
         different shapes, ``wgrad_s`` missing for a split schedule, or per-stage arrays for
-        a schedule that places a fixed number of chunks (ZB-V: give (p, 2, n)), or
-        overlapped sends with a schedule that sends some chunk the other way (ZB-V).
+        a schedule that places a fixed number of chunks (ZB-V: give (p, 2, n)).
 
     Steps: the inputs checked and shaped (:func:`_stage_arrays`), the schedule's structure
     (:func:`_pipeline_structure`), the items' durations and their sends' hops, shared by
@@ -202,22 +211,17 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     m = int(num_microbatches)
     if m < 1:
         raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
-    phase, chunk, src, sends, first_f, last_g, deps, bwd_hop = _pipeline_structure(schedule, p, m, v)
+    phase, chunk, src, sends, first_f, last_g, deps, bwd_hop, asyn = _pipeline_structure(
+        schedule, p, m, v)
     K = phase.shape[1]
     # durations of each stage's items, (p, K, n); a sending item ends when its transfer does
     table = np.stack([F, Bw, W], axis=1)                                    # (p, 3, v, n)
     # the hop each phase's send uses (F forward, B backward; W never sends), per chunk when
     # the schedule sends some chunk the other way (ZB-V) ...
     hops = np.stack([cf, cb, np.zeros_like(cf)], axis=1)                   # (p, 3, n)
-    # ... and, for plans with overlapped sends, the lag a send adds to its arrival instead
+    # ... and which plans run the schedule's asynchronous sends so (None: none)
     ov = np.broadcast_to(np.asarray(overlap_p2p, bool), (n,))
-    lag = None
-    if ov.any():
-        if bwd_hop is not None:
-            raise ValueError(f"schedule {schedule!r} sends some chunk the other way: its "
-                             "sends cannot be overlapped here")
-        lag = np.where(ov, hops, 0.0)
-        hops = np.where(ov, 0.0, hops)
+    ov = ov if asyn is not None and ov.any() and asyn.any() else None
     hop4 = hops[:, :, None, :]                                              # (p, 3, 1 or v, n)
     if bwd_hop is not None:
         hop4 = np.where(bwd_hop[..., None], cb[:, None, None, :], cf[:, None, None, :])
@@ -232,12 +236,12 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         compiled = fastpath_kernel.loaded() or p * K * n >= COMPILED_MIN_ELEMENTS
     if compiled and fastpath_kernel.available():
         E, A = _solve_compiled(table, hops, hop4, phase, chunk, src, sends, first_f, bwd_hop, R,
-                               lag)
+                               asyn, ov)
         return _tail(E, A, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s,
-                     p if return_updates else None)
-    E, A, updates = _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R, lag)
+                     p if return_updates else None, asyn, ov)
+    E, A, updates = _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R, asyn, ov)
     return _tail(E, A, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s,
-                 updates if return_updates else None)
+                 updates if return_updates else None, asyn, ov)
 
 
 def _stage_arrays(schedule: str, sched, fwd_s, bwd_s, wgrad_s, per_stage: tuple):
@@ -267,19 +271,19 @@ def _stage_arrays(schedule: str, sched, fwd_s, bwd_s, wgrad_s, per_stage: tuple)
     return F, Bw, W, arrays
 
 
-def _solve_compiled(table, hops, hop4, phase, chunk, src, sends, first_f, bwd_hop, R, lag
+def _solve_compiled(table, hops, hop4, phase, chunk, src, sends, first_f, bwd_hop, R, asyn, ov
                     ) -> tuple[np.ndarray, np.ndarray]:
     """The items' end times ``E`` (flattened (p, K) rows and a last row of zeros, shape
-    (p*K + 1, n)) and their sends' arrivals ``A`` (``E`` itself without ``lag``, the (p, 3, n)
-    lag of overlapped sends) by the compiled pass of :mod:`core.sim.fastpath_kernel`, which
-    takes one hop per phase: with per-chunk hops (ZB-V) the sends are folded into the items'
-    durations."""
+    (p*K + 1, n)) and their sends' arrivals ``A`` (``E`` itself unless ``ov``, the plans
+    whose ``asyn`` items send asynchronously, bool (n,)) by the compiled pass of
+    :mod:`core.sim.fastpath_kernel`, which takes one hop per phase: with per-chunk hops (ZB-V)
+    the sends are folded into the items' durations."""
     p, K = phase.shape
     v, n = table.shape[2], table.shape[3]
     E = np.empty((p * K + 1, n))  # flattened (p, K) end times, all written, + a row of zeros
     E[-1] = 0.0
     A = E
-    if lag is not None:
+    if ov is not None:
         A = np.empty_like(E)
         A[-1] = 0.0
     floor_of = np.full((p, K), -1, np.int64)
@@ -293,11 +297,11 @@ def _solve_compiled(table, hops, hop4, phase, chunk, src, sends, first_f, bwd_ho
         k_hops, k_sends = np.zeros_like(hops), np.zeros_like(sends)
     fastpath_kernel.solve_items(k_table, k_hops, phase, chunk, k_sends, src, floor_of,
                                 R if R is not None else np.zeros((p, v, n)), E,
-                                A, lag if lag is not None else np.zeros((p, 3, n)), lag is not None)
+                                A, asyn, ov)
     return E, A
 
 
-def _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R, lag
+def _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R, asyn, ov
                   ) -> tuple[np.ndarray, np.ndarray, int]:
     """The items' end times ``E`` and arrivals ``A`` (as :func:`_solve_compiled`) by the numpy
     sweeps of :func:`pipeline_iteration_times`' method, and the number of stage updates made.
@@ -311,14 +315,15 @@ def _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R, lag
     n = table.shape[3]
     E = np.full((p * K + 1, n), -np.inf)  # flattened (p, K) end times + a row of zeros
     E[-1] = 0.0
-    A, L = E, None  # the sends' arrivals, and the lag each item's send adds (overlapped)
+    A, L = E, None  # the sends' arrivals, and the lag each item's send adds (asynchronous)
     stage = np.arange(p)[:, None]
-    if lag is not None:
-        A = E.copy()
-        L = np.where(sends[..., None], lag[stage, phase], 0.0)             # (p, K, n)
     # ... and each item's duration without (+ 0.0) and with its send, gathered in one step
     with_send = np.stack([table + 0.0, table + hop4], axis=3)               # (p, 3, v, 2, n)
     D = with_send[stage, phase, chunk, sends.view(np.int8)]                 # (p, K, n)
+    if ov is not None:  # the plans ov send the asyn items' outputs beside their compute
+        D = np.where(ov, with_send[stage, phase, chunk, (sends & ~asyn).view(np.int8)], D)
+        A = E.copy()
+        L = np.where(asyn[..., None] & ov, hop4[stage, phase, 0], 0.0)
     S = np.cumsum(D, axis=1)                                                # (p, K, n) prefix sums
     Q = D - S                                                               # R[k] - S[k-1] = E[src] + Q
     floors = None  # per stage: (items, (v, n) lower bounds on R[k] - S[k-1] from their ready time)
@@ -357,7 +362,8 @@ def _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R, lag
     return E, A, updates
 
 
-def _tail(E, A, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s, updates):
+def _tail(E, A, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s, updates,
+          asyn=None, ov=None):
     """Iteration times from the items' end times ``E`` and their sends' arrivals ``A`` (see
     :func:`pipeline_iteration_times`)."""
     last = A[K - 1:p * K:K]  # (p, n): end of each stage's last item, and of its send
@@ -369,11 +375,14 @@ def _tail(E, A, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_ta
         for c in range(v):
             k = last_g[:, c]                                                # (p,)
             rows = np.arange(p) * K + k
-            # E includes the item's blocking send (hop4: 0 for overlapped sends); the buckets
+            # E includes the item's blocking send (not an asynchronous one); the buckets
             # follow its compute
             ii = np.arange(p)
             hop = hop4[ii, phase[ii, k], np.minimum(chunk[ii, k], hop4.shape[2] - 1)]
-            send_of = np.where(sends[ii, k][:, None], hop, 0.0)
+            blocking = sends[ii, k][:, None]
+            if ov is not None:
+                blocking = blocking & ~(asyn[ii, k][:, None] & ov)
+            send_of = np.where(blocking, hop, 0.0)
             last = np.maximum(last, E[rows] - send_of + X[:, c])
     T = ((last + dp) + opt).max(axis=0)
     return (T, updates) if updates is not None else T

@@ -102,8 +102,8 @@ def _first_call(kernel) -> None:
     E = np.zeros((2, 1))
     kernel(np.zeros((1, 3, 1, 1)), np.zeros((1, 3, 1)), np.zeros((1, 1), np.int64),
            np.zeros((1, 1), np.int64), np.zeros((1, 1), np.bool_), np.ones((1, 1), np.int64),
-           np.full((1, 1), -1, np.int64), np.zeros((1, 1, 1)), E, E, np.zeros((1, 3, 1)),
-           False)
+           np.full((1, 1), -1, np.int64), np.zeros((1, 1, 1)), E, E, np.zeros((1, 1), np.bool_),
+           np.zeros(1, np.bool_), False)
 
 
 def loaded() -> bool:
@@ -115,7 +115,7 @@ def _build():
     import numba
 
     @numba.njit(cache=True, nogil=True)
-    def kernel(table, hops, phase, chunk, sends, src, floor_of, ready, E, A, lag,
+    def kernel(table, hops, phase, chunk, sends, src, floor_of, ready, E, A, asyn, ov,
                lagging):  # pragma: no cover
         p, K = src.shape
         n = E.shape[1]
@@ -136,9 +136,12 @@ def _build():
                     ch = chunk[i, k]
                     c = floor_of[i, k]
                     send = sends[i, k]
+                    a = lagging and asyn[i, k]
                     for j in range(n):
-                        # the numpy path's D (table + 0.0, or + the hop), S = cumsum(D), Q = D - S
-                        d = table[i, ph, ch, j] + (hops[i, ph, j] if send else 0.0)
+                        # the numpy path's D (table + 0.0, or + the hop of a blocking send),
+                        # S = cumsum(D), Q = D - S
+                        late = a and ov[j]  # an asynchronous send: in A, not in D
+                        d = table[i, ph, ch, j] + (hops[i, ph, j] if send and not late else 0.0)
                         s = S[i, j] + d
                         S[i, j] = s
                         q = d - s
@@ -150,8 +153,8 @@ def _build():
                         if v > M[i, j]:
                             M[i, j] = v
                         E[row, j] = s + M[i, j]
-                        if lagging:  # an overlapped send arrives lag after the item's end
-                            A[row, j] = E[row, j] + (lag[i, ph, j] if send else 0.0)
+                        if lagging:  # an asynchronous send arrives its hop after the item's end
+                            A[row, j] = E[row, j] + (hops[i, ph, j] if late else 0.0)
                     done[row] = True
                     k += 1
                     remaining -= 1
@@ -166,11 +169,11 @@ def _build():
 
 def solve_items(table: np.ndarray, hops: np.ndarray, phase: np.ndarray, chunk: np.ndarray,
                 sends: np.ndarray, src: np.ndarray, floor_of: np.ndarray, ready: np.ndarray,
-                E: np.ndarray, A: np.ndarray | None = None, lag: np.ndarray | None = None,
-                lagging: bool = False) -> None:
+                E: np.ndarray, A: np.ndarray | None = None, asyn: np.ndarray | None = None,
+                ov: np.ndarray | None = None) -> None:
     """Fill ``E`` (float64, shape (p*K + 1, n); rows of stage ``i`` at ``i*K..i*K+K-1``, the
     last row 0, the others -inf) with the end time of every item of every plan, and with
-    ``lagging`` ``A`` (shape of ``E``, last row 0) with the arrival of each item's send.
+    ``ov`` ``A`` (shape of ``E``, last row 0) with the arrival of each item's send.
 
     Parameters
     ----------
@@ -189,12 +192,13 @@ def solve_items(table: np.ndarray, hops: np.ndarray, phase: np.ndarray, chunk: n
     ready : float64 (p, v, n)
         Those ready times.
     A : float64, shape of ``E``, optional
-        Arrival of each item's output at the item that waits for it (``E + lag`` of a sending
-        item); ``E`` itself (the default) without ``lagging``.
-    lag : float64 (p, 3, n), optional
-        The time an overlapped send of each phase adds after its item's end (0: blocking).
-    lagging : bool
-        Whether ``A`` is kept apart from ``E`` (some plan's sends are overlapped).
+        Arrival of each item's output at the item that waits for it (``E`` plus the hop of an
+        asynchronous send); ``E`` itself (the default) without ``ov``.
+    asyn : bool (p, K), optional
+        The sending items whose sends are asynchronous in the plans ``ov``.
+    ov : bool (n,), optional
+        The plans that send ``asyn``'s outputs beside their compute (the hop is in ``A``, not
+        in the item's duration); None: every send blocks.
 
     Raises
     ------
@@ -204,11 +208,11 @@ def solve_items(table: np.ndarray, hops: np.ndarray, phase: np.ndarray, chunk: n
     if not available():
         raise AssertionError("the compiled fast path is unavailable")
     c = np.ascontiguousarray
-    if A is None or not lagging:
-        A, lagging = E, False
-    lag = np.zeros((1, 3, 1)) if lag is None or not lagging else lag
+    lagging = ov is not None and A is not None and asyn is not None
+    if not lagging:
+        A, asyn, ov = E, np.zeros((1, 1), np.bool_), np.zeros(1, np.bool_)
     if not _KERNEL(c(table, np.float64), c(hops, np.float64), c(phase, np.int64),
                    c(chunk, np.int64), c(sends, np.bool_), c(src, np.int64),
-                   c(floor_of, np.int64), c(ready, np.float64), E, A, c(lag, np.float64),
-                   bool(lagging)):
+                   c(floor_of, np.int64), c(ready, np.float64), E, A, c(asyn, np.bool_),
+                   c(ov, np.bool_), lagging):
         raise AssertionError("pipeline structure has a cycle")

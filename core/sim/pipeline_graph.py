@@ -7,10 +7,11 @@ modules share (``K``, ``OP``, ``COMPUTE``...). Dependencies: a stage's compute s
 tasks in program order; a pipeline transfer depends on the producing item's last task and
 gates the consuming item's first task; the send is blocking, as in Megatron-LM
 (``torch.cuda.synchronize`` after the batched send/recv) and DeepSpeed's pipeline engine, so
-the sender's next task also waits for the transfer to end, unless the sends are overlapped
-(Megatron-LM's interleaved schedule with ``overlap_p2p_comm``,
-:func:`core.plan.parallel.p2p_overlapped`): then only the stage's tail (data-parallel
-gradient reduction, optimizer step) waits for its last send.
+the sender's next task also waits for the transfer to end, unless the send is overlapped
+(the steady state of Megatron-LM's interleaved schedule with ``overlap_p2p_comm``,
+:func:`core.plan.parallel.p2p_overlapped`,
+:meth:`core.schedules.PipelineSchedule.async_sends`): then only the stage's tail
+(data-parallel gradient reduction, optimizer step) waits for it.
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
     input gradient (B item) to ``k-1`` (a transfer between two chunks of one stage takes
     no time). A transfer depends on the sending
     item's last task and gates the receiving item's first task; sends are
-    blocking, so the sender's next task waits for the transfer too, unless ``overlap_p2p``.
+    blocking, so the sender's next task waits for the transfer too, unless ``overlap_p2p``
+    makes the item's send asynchronous.
 
     Parameters
     ----------
@@ -153,13 +155,14 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
     schedule : str
         A name registered in :mod:`core.schedules`.
     overlap_p2p : bool
-        Sends run beside the sender's compute (Megatron-Core's interleaved schedule with
-        ``overlap_p2p_comm``: ``_communicate(wait_on_reqs=False)``, the receive waited for
-        just before the item that needs it): a transfer gates only the receiving item and,
-        when it follows the stage's last item, the stage's tail (Megatron waits for the last
-        send before ``finalize_model_grads``). A send waiting for the previous send of its
-        kind (``send_prev_wait_handle.wait()``) is not modelled: it matters only when a
-        transfer outlasts the compute between two sends.
+        The sends of the items :meth:`core.schedules.PipelineSchedule.async_sends` names (the
+        interleaved schedule's steady state) run beside the sender's compute (Megatron-Core
+        with ``overlap_p2p_comm``: ``_communicate(wait_on_reqs=False)``, the receive waited
+        for just before the item that needs it): such a transfer gates only the receiving
+        item and, when it follows the stage's last item, the stage's tail. A send waiting for
+        the previous send of its kind (``send_prev_wait_handle.wait()``) and the receiver's
+        posting of its receive are not modelled: they matter only when a transfer outlasts
+        the compute between two sends.
 
     Returns
     -------
@@ -183,8 +186,14 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
     stage_end = ends[TAIL]  # (p,): one past each stage's last task (its tail item's end)
     first, last = _item_bounds(starts, ends, lens, (ST, PH, CH, MB), TAIL, (p, 3, v, m))
     H, sender, sender_c, phase_h, send_s, s_from, s_to = _transfers(programs, sched, m, v, first, last)
+    asyn = None
+    if overlap_p2p and (steady := sched.async_sends(p, m, v)) is not None:
+        phase_o, mb_o, chunk_o = schedules.work_orders(schedule, p, m, v)
+        by_item = np.zeros((p, 3, v, m), bool)
+        by_item[np.arange(p)[:, None], phase_o, chunk_o, mb_o] = steady
+        asyn = by_item[sender, phase_h, sender_c]                           # (H, m)
     e_src, e_dst = _edges(total, stage_end, sender, s_from, s_to,
-                          starts[TAIL] if overlap_p2p else None)
+                          None if asyn is None else (starts[TAIL], asyn))
     op_h = np.where(phase_h == schedules.PHASE_F, OP["p2p_fwd"], OP["p2p_bwd"])
     # the columns: the stages' tasks (rows of the flat table), then the transfers
     n = total + H * m
@@ -253,20 +262,22 @@ def _item_bounds(starts: np.ndarray, ends: np.ndarray, lens: np.ndarray, where: 
 
 
 def _edges(total: int, stage_end: np.ndarray, sender: np.ndarray, s_from: np.ndarray,
-           s_to: np.ndarray, tail_start: np.ndarray | None = None
+           s_to: np.ndarray, overlapped: tuple[np.ndarray, np.ndarray] | None = None
            ) -> tuple[np.ndarray, np.ndarray]:
     """Edges ``(src, dst)`` of the iteration: each stage's tasks in program order (every task
     but a stage's last, ``stage_end - 1``, precedes the next one), and per transfer (task
     ``total + h*m + mb``, shape (H, m) as ``s_from``) the sending item's last task before it,
     the receiving item's first task after it, and (a blocking send) the sender's next task
-    after it unless the sender has none. With ``tail_start`` (int (p,), each stage's first
-    tail task: overlapped sends) only a next task that is the tail's first waits."""
+    after it unless the sender has none. With ``overlapped`` = (``tail_start``, int (p,),
+    each stage's first tail task; ``asyn``, bool (H, m), the asynchronous transfers) an
+    asynchronous transfer's next task waits only when it is the tail's first."""
     H, m = s_from.shape
     ids = total + np.arange(H * m).reshape(H, m)
     nxt = s_from + 1  # blocking send: the sender's next task waits for the transfer
     ok = nxt < stage_end[sender][:, None]
-    if tail_start is not None:
-        ok &= nxt == tail_start[sender][:, None]
+    if overlapped is not None:
+        tail_start, asyn = overlapped
+        ok &= ~asyn | (nxt == tail_start[sender][:, None])
     keep = np.stack([np.ones((H, m), bool), np.ones((H, m), bool), ok], 1)   # (H, 3, m)
     not_last = np.ones(total, bool)
     not_last[stage_end[stage_end > 0] - 1] = False
