@@ -173,9 +173,10 @@ class ParallelPlan:
     overlap_p2p_comm: bool = described_field(
         True, "", "Overlap the interleaved schedule's pipeline sends and receives with compute "
         "(Megatron-LM's default with virtual stages; off with --no-overlap-p2p-communication): "
-        "a stage issues its sends asynchronously and goes on with its next item instead of "
-        "waiting for the transfer. Other schedules' transfers are blocking (Megatron-LM turns "
-        "the overlap off without virtual stages)", short="overlap_p2p")
+        "in the steady state (one forward and one backward in turn) a stage issues its sends "
+        "asynchronously and goes on with its next item; the warm-up and cool-down transfers "
+        "still block. Other schedules' transfers are blocking (Megatron-LM turns the overlap "
+        "off without virtual stages)", short="overlap_p2p")
     sequence_parallel: bool = described_field(False, "", "Sequence parallelism (--sequence-parallel): tensor-"
                                  "parallel all-reduces become reduce-scatter + all-gather, LayerNorm "
                                  "and dropout run on s/t tokens", short="sp")
@@ -514,12 +515,13 @@ def p2p_overlapped(plan: ParallelPlan) -> bool:
     """Whether ``plan``'s pipeline transfers run asynchronously beside its compute.
 
     True for the interleaved schedule with ``plan.overlap_p2p_comm`` (Megatron-LM's default):
-    Megatron-Core's ``forward_backward_pipelining_with_interleaving`` then issues each send
-    and receive without waiting (``p2p_communication._communicate(..., wait_on_reqs=False)``)
-    and waits for a receive just before the item that needs it, and for its sends before
-    the next sends of that kind and at the schedule's end. Every other schedule blocks on its
-    transfers (``batch_p2p_comm`` with ``torch.cuda.synchronize``; Megatron-LM sets
-    ``overlap_p2p_comm`` false without virtual stages, ``arguments.py``)."""
+    in its steady state Megatron-Core's ``forward_backward_pipelining_with_interleaving`` then
+    issues each send and receive without waiting (``p2p_communication._communicate(...,
+    wait_on_reqs=False)``) and waits for a receive just before the item that needs it, and
+    for its sends before the next send of that kind and at the schedule's end; the warm-up
+    and cool-down transfers wait (:meth:`core.schedules.PipelineSchedule.async_sends`). Every
+    other schedule blocks on its transfers (``batch_p2p_comm`` with ``torch.cuda.synchronize``;
+    Megatron-LM sets ``overlap_p2p_comm`` false without virtual stages, ``arguments.py``)."""
     return bool(plan.overlap_p2p_comm) and plan.schedule == "interleaved"
 
 
