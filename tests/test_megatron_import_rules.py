@@ -34,6 +34,11 @@ REFUSED = {
                           "fsdp2-pipeline"),
     "tied.sh": (FSDP2_LAUNCH.replace("    --untie-embeddings-and-output-weights \\\n", ""),
                 "fsdp2-untied-embeddings"),
+    # Megatron-LM asserts that only one of the two virtual-stage options is given
+    "both_virtual.sh": (FSDP2_LAUNCH.replace(
+        " --use-torch-fsdp2 --no-gradient-accumulation-fusion",
+        " --pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 3 "
+        "--num-layers-per-virtual-pipeline-stage 3"), "virtual-stage-options-exclusive"),
     # validate_args makes --recompute-activations selective before it checks the method
     "selective_method.sh": (FSDP2_LAUNCH.replace(
         "--bf16", "--bf16 --recompute-activations --recompute-method uniform"),
@@ -100,3 +105,39 @@ def test_a_launch_megatron_starts_imports_as_the_mapping_reads_it(tmp_path, caps
         " --use-distributed-optimizer --tensor-model-parallel-size 2 --sequence-parallel")
     s = import_file(_write(tmp_path, "tp.sh", tp), gpu="H100-SXM5-80GB").session
     assert s.plan.tensor_parallel == 2
+
+
+def test_a_rule_on_a_value_validate_args_sets_names_the_switch_that_set_it():
+    """--recompute-activations makes the granularity selective before the checks: the switch,
+    not the granularity the launch may also give, is what to change."""
+    (rule,) = [r for r in RULES if r.name == "recompute-method-selective"]
+    for args in ("--recompute-activations --recompute-method uniform",
+                 "--recompute-activations --recompute-granularity full --recompute-method block"):
+        assert options_read(rule, args.split()) == ["--recompute-activations",
+                                                    "--recompute-method"]
+    assert options_read(rule, "--recompute-granularity selective --recompute-method block".split()
+                        ) == ["--recompute-granularity", "--recompute-method"]
+
+
+def test_recompute_activations_is_selective_over_a_granularity(tmp_path):
+    """validate_args: ``if args.recompute_activations: args.recompute_granularity =
+    'selective'``, whatever --recompute-granularity says."""
+    text = FSDP2_LAUNCH.replace("--bf16", "--bf16 --recompute-activations "
+                                "--recompute-granularity full")
+    assert import_file(_write(tmp_path, "ra.sh", text)).session.plan.recompute == "selective"
+
+
+def test_no_overlap_switch_of_a_plain_launch_keeps_the_default(tmp_path):
+    """Megatron-LM overlaps only the interleaved schedule's transfers (a plain run's argument
+    dump says overlap_p2p_comm False): read from an interleaved launch only, so the sweep's
+    interleaved plans of a 1F1B launch are overlapped as Megatron would run them."""
+    plain = FSDP2_LAUNCH.replace(" --use-torch-fsdp2 --no-gradient-accumulation-fusion",
+                                 " --pipeline-model-parallel-size 4 "
+                                 "--no-overlap-p2p-communication")
+    res = import_file(_write(tmp_path, "plain.sh", plain))
+    assert res.session.plan.schedule == "1f1b" and res.session.plan.overlap_p2p_comm is True
+    assert any(about == "--no-overlap-p2p-communication" for about, _ in res.notes)
+    inter = plain.replace("--no-overlap-p2p-communication",
+                          "--no-overlap-p2p-communication --num-virtual-stages-per-pipeline-rank 2")
+    res = import_file(_write(tmp_path, "inter.sh", inter))
+    assert res.session.plan.schedule == "interleaved" and res.session.plan.overlap_p2p_comm is False

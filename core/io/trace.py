@@ -2,7 +2,10 @@
 
 Format: the Trace Event Format's JSON object form, complete events (``"ph":
 "X"``) with microsecond ``ts``/``dur``; one process per pipeline stage and one
-thread per stream (compute, comm), named with metadata events.
+thread per stream (compute, comm), named with metadata events; the pipeline transfers
+(counted at the sending stage) on a thread of their own, "PP send/recv": the interleaved
+schedule's overlapped sends run beside the tensor-parallel collectives of the comm stream,
+and a trace viewer nests the slices of one thread that overlap.
 """
 
 from __future__ import annotations
@@ -30,11 +33,15 @@ def trace_events(graph: ExecutionGraph, schedule: Schedule) -> dict:
             sname = STREAMS[sid]
             events.append({"name": "thread_name", "ph": "M", "pid": stage, "tid": sid,
                            "args": {"name": sname}})
+    p2p = graph.kind == KINDS.index("pp_p2p")
+    for stage in np.unique(graph.stage[p2p]).tolist():
+        events.append({"name": "thread_name", "ph": "M", "pid": stage, "tid": PP_TID,
+                       "args": {"name": "PP send/recv"}})
     ts = np.round(schedule.start_s * 1e6, 3).tolist()
     dur = np.round(graph.duration_s * 1e6, 3).tolist()
     kinds = graph.kind.tolist()
     stages = graph.stage.tolist()
-    streams = graph.stream.tolist()
+    streams = np.where(p2p, PP_TID, graph.stream).tolist()
     mbs = graph.microbatch.tolist()
     layers = graph.layer.tolist()
     for i in range(graph.num_tasks):
@@ -48,6 +55,9 @@ def trace_events(graph: ExecutionGraph, schedule: Schedule) -> dict:
                        "dur": dur[i], "pid": stages[i], "tid": streams[i], "args": args})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
+
+#: Thread id of the pipeline transfers (after the streams' ids).
+PP_TID = len(STREAMS)
 
 #: Event names that differ from the task kind's: the context-parallel exchange is a ring, an
 #: all-gather or an all-to-all (plan.cp_comm_type), not only the ring's p2p.

@@ -589,6 +589,13 @@ def _plan_flag_errors(pl: ParallelPlan) -> list[FieldError]:
                  "tp_comm_overlap", "gradient_accumulation_fusion", "overlap_p2p_comm"):
         if not isinstance(getattr(pl, name), bool):
             errs.append(FieldError(f"plan.{name}", f"{name}={getattr(pl, name)!r} must be true or false"))
+    if (pl.overlap_p2p_comm is False and pl.schedule == "interleaved"
+            and isinstance(pl.pipeline_parallel, int) and pl.pipeline_parallel == 2):
+        # Megatron-LM's validate_args (core.io.megatron.rules, rule interleaved-pipeline-size)
+        errs.append(FieldError("plan.overlap_p2p_comm", "the interleaved schedule with p = 2 "
+                               "needs overlap_p2p_comm (Megatron-LM: with "
+                               "--no-overlap-p2p-communication the pipeline-model-parallel size "
+                               "must be greater than 2)"))
     if pl.tp_comm_overlap is True and pl.sequence_parallel is not True:
         # Megatron-LM's arguments.py: "Tensor parallel communication/GEMM overlap can happen
         # only when sequence parallelism is enabled"

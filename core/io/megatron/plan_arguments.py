@@ -272,10 +272,19 @@ def _overlap_and_fusion(mp: Mapper) -> None:
         mp.set("--no-gradient-accumulation-fusion", "plan.gradient_accumulation_fusion", False)
     elif field_exists("plan.gradient_accumulation_fusion"):
         mp.set("--no-gradient-accumulation-fusion", "plan.gradient_accumulation_fusion", True)
-    if mp.switch("--no-overlap-p2p-communication"):
+    # Megatron-LM overlaps only the interleaved schedule's transfers (validate_args turns
+    # overlap_p2p_comm off without virtual stages, so a plain run's dump says False): the switch
+    # of another schedule's launch says nothing of how its interleaved plans would run
+    no_overlap = mp.switch("--no-overlap-p2p-communication")
+    if no_overlap and mp.values["plan"].get("schedule") == "interleaved":
         mp.set("--no-overlap-p2p-communication", "plan.overlap_p2p_comm", False)
     elif field_exists("plan.overlap_p2p_comm"):
         mp.set("--no-overlap-p2p-communication", "plan.overlap_p2p_comm", True)
+        if no_overlap:
+            mp.notes.append(("--no-overlap-p2p-communication",
+                             "no virtual stages: Megatron-LM overlaps no other schedule's "
+                             "transfers; plan.overlap_p2p_comm keeps its default (true) for the "
+                             "interleaved plans a sweep tries"))
     if mp.take("--cross-entropy-fusion-impl"):
         impl = one_value(args, "--cross-entropy-fusion-impl", src)
         if impl not in CROSS_ENTROPY_FUSION_IMPLS:  # Megatron-LM's argparse choices
@@ -305,7 +314,9 @@ def _recompute(mp: Mapper) -> None:
     # recomputation
     gran = one_value(args, "--recompute-granularity", src) if mp.take("--recompute-granularity") else None
     if mp.switch("--recompute-activations"):
-        gran = gran or "selective"
+        # validate_args: "if args.recompute_activations: args.recompute_granularity =
+        # 'selective'", over any --recompute-granularity
+        gran = "selective"
     method = one_value(args, "--recompute-method", src) if mp.take("--recompute-method") else None
     nrec = int_argument(args, "--recompute-num-layers", src) if mp.take("--recompute-num-layers") else None
     if mp.switch("--checkpoint-activations"):  # the old name: full, uniform
@@ -316,8 +327,8 @@ def _recompute(mp: Mapper) -> None:
         raise MegatronArgsError(f"{src}: --recompute-granularity {gran!r}: expected full or selective")
     if method not in (None, "block", "uniform"):
         raise MegatronArgsError(f"{src}: --recompute-method {method!r}: expected block or uniform")
-    rflag = ("--recompute-granularity" if "--recompute-granularity" in args else
-             "--recompute-activations" if "--recompute-activations" in args else
+    rflag = ("--recompute-activations" if "--recompute-activations" in args else
+             "--recompute-granularity" if "--recompute-granularity" in args else
              "--checkpoint-activations")
     mp.set(rflag, "plan.recompute", gran or "none")
     if gran == "full" and method == "block" and nrec is not None:

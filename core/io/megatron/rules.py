@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 __all__ = ["MEGATRON_COMMIT", "OPTIONS", "Rule", "EnvRule", "RULES", "ENVIRONMENT_RULES",
-           "SESSION_FIELDS", "broken_rules", "options_read",
+           "SESSION_FIELDS", "SET_BEFORE_CHECKS", "broken_rules", "options_read",
            "GPU_COMPUTE_CAPABILITY", "namespace", "violations", "required_environment",
            "parse_problems"]
 
@@ -204,6 +204,11 @@ RULES: tuple[Rule, ...] = (
          lambda ns: bool(ns["sequence_parallel"]),
          "When using expert parallelism and tensor parallelism, sequence parallelism must be "
          "used."),
+    Rule("virtual-stage-options-exclusive",
+         lambda ns: ns["num_layers_per_virtual_pipeline_stage"] is not None,
+         lambda ns: ns["num_virtual_stages_per_pipeline_rank"] is None,
+         "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank "
+         "cannot be set at the same time", wording="paraphrased"),
     Rule("interleaved-pipeline-size", _interleaved,
          lambda ns: (_int(ns["pipeline_model_parallel_size"]) or 1) > (
              1 if ns["overlap_p2p_comm"] else 2),
@@ -281,6 +286,8 @@ SESSION_FIELDS = {
     "expert-parallel-experts": "plan.expert_parallel",
     "expert-parallel-fp16": "plan.expert_parallel with plan.precision fp16",
     "expert-tensor-parallel-sequence-parallel": "plan.sequence_parallel",
+    "virtual-stage-options-exclusive": "plan.virtual_pipeline_stages (the export writes one "
+                                       "option)",
     "interleaved-pipeline-size": "plan.schedule interleaved",
     "pipeline-layers-divisible": "plan.pipeline_parallel",
     "interleaved-layers-divisible": "plan.virtual_pipeline_stages",
@@ -293,8 +300,8 @@ def namespace(args: Iterable[str]) -> dict[str, Any]:
     ``--flag value`` or ``--flag=value``): the last value wins (argparse), Megatron's default
     where the list does not give the option; ints read as ints (a value that is not one stays
     text: :func:`parse_problems` names it). Options outside :data:`OPTIONS` are skipped.
-    ``--recompute-activations`` sets ``recompute_granularity`` to selective, as
-    ``validate_args`` does before its checks."""
+    The values ``validate_args`` sets before its checks are set (:data:`SET_BEFORE_CHECKS`:
+    ``--recompute-activations`` makes ``recompute_granularity`` selective)."""
     ns = {dest: default for dest, _, default in OPTIONS.values()}
     words = list(args)
     i = 0
@@ -315,11 +322,18 @@ def namespace(args: Iterable[str]) -> dict[str, Any]:
             ns[dest] = int(value) if isinstance(default, int) or dest in _INT_DESTS else value
         except ValueError:
             ns[dest] = value
-    # what validate_args sets before its checks: --recompute-activations is selective
-    # recomputation ("if args.recompute_activations: args.recompute_granularity = 'selective'")
-    if ns["recompute_activations"]:
-        ns["recompute_granularity"] = "selective"
+    for dest, (source, value) in SET_BEFORE_CHECKS.items():
+        if ns[source]:
+            ns[dest] = value
     return ns
+
+
+#: What ``validate_args`` sets before its checks: dest -> (the switch that sets it, the value).
+#: --recompute-activations is selective recomputation ("if args.recompute_activations:
+#: args.recompute_granularity = 'selective'"), over any --recompute-granularity.
+SET_BEFORE_CHECKS: dict[str, tuple[str, Any]] = {
+    "recompute_granularity": ("recompute_activations", "selective"),
+}
 
 
 _INT_DESTS = frozenset({"num_layers", "micro_batch_size", "global_batch_size", "num_experts",
@@ -357,7 +371,13 @@ def options_read(rule: Rule, args: Iterable[str]) -> list[str]:
     ns = _Recording(namespace(args))
     if rule.when(ns):
         rule.holds(ns)
-    return [_OPTION_OF_DEST[dest] for dest in ns.read]
+    out, values = [], dict(ns)  # (reading the switches below is not the rule's reading)
+    for dest in ns.read:  # a value validate_args set is decided by the switch that set it
+        source = SET_BEFORE_CHECKS.get(dest, (None,))[0]
+        option = _OPTION_OF_DEST[source if source and values[source] else dest]
+        if option not in out:
+            out.append(option)
+    return out
 
 
 def violations(args: Iterable[str], env: Mapping[str, str] | None = None,
