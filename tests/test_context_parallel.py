@@ -359,7 +359,8 @@ def test_distributed_optimizer_shards_over_d_times_cp():
 #: parallelism was modelled (commit 1df7c0d): cp = 1 must give the same floats, bit for bit
 #: (with the network of the time's default, 800 Gb/s per node, now given explicitly, and each
 #: weight gradient added by a kernel of its own, as then: gradient_accumulation_fusion off;
-#: the interleaved schedule's transfers blocking, as then: overlap_p2p_comm off).
+#: the interleaved schedule's transfers blocking, as then: the test builds the graph so, since
+#: Megatron-LM refuses p = 2 with overlap_p2p_comm off).
 _BEFORE = [
     (Session(plan=ParallelPlan(gradient_accumulation_fusion=False),
              cluster=ClusterConfig(inter_node_bandwidth_gbits_per_s=800.0)),
@@ -374,8 +375,7 @@ _BEFORE = [
     (Session(model=MODEL_PRESETS["Llama 2 7B"], plan=ParallelPlan(
         tensor_parallel=4, pipeline_parallel=2, data_parallel=4, micro_batch_size=2,
         global_batch_size=64, schedule="interleaved", virtual_pipeline_stages=2, recompute="full",
-        zero_stage=3, overlap_grad_reduce=True, overlap_p2p_comm=False),
-        cluster=ClusterConfig(gpu="H200-SXM-141GB",
+        zero_stage=3, overlap_grad_reduce=True), cluster=ClusterConfig(gpu="H200-SXM-141GB",
                                                   inter_node_bandwidth_gbits_per_s=800.0)),
      # memory: + one layer's unsharded fp32 gradients under ZeRO-3 (50,601,984 parameters per
      # GPU x 4 bytes; PyTorch FSDP BackwardPrefetch: the peak holds the current set of
@@ -393,7 +393,9 @@ def test_cp_1_is_unchanged_bit_for_bit(session, before, monkeypatch):
     # are calibrated since): the generator's store of the session's GPU, as then, and the
     # FlashAttention backward at the forward's efficiency, as then (core.model.ops)
     import core.model.ops
+    import core.sim.graph
     monkeypatch.setattr(core.model.ops, "FLASH_BWD_RELATIVE_EFFICIENCY", 1.0)
+    monkeypatch.setattr(core.sim.graph, "p2p_overlapped", lambda plan: False)
     store = None
     if session.cluster.gpu != "A100-SXM4-80GB":
         from core.store.profiles_gen import generate_store
