@@ -138,6 +138,25 @@ def test_lower_bounds_equal_the_bound_of_the_full_stage_times(space_plans):
                 assert np.array_equal(a, b)
 
 
+def test_stage_times_with_one_cache_for_the_space_equal_each_plans_own(space_plans):
+    """A sweep's stage times come from one memo for all its plans (the layout shared by plans
+    that differ only in d and b, each stage's source values by plans with the same op times
+    and collectives, the data-parallel buckets by plans with the same groups): every field
+    as the plan's own, computed without a memo."""
+    session, plans, store = space_plans
+    cache: dict = {}
+    shared = [stage_times(Session(session.model, pl, session.cluster, session.cost), store,
+                          cache) for pl in plans]
+    for pl, got in list(zip(plans, shared))[::3]:
+        want = stage_times(Session(session.model, pl, session.cluster, session.cost), store)
+        for f in dataclasses.fields(want):
+            a, b = getattr(got, f.name), getattr(want, f.name)
+            if isinstance(b, np.ndarray):
+                assert np.array_equal(a, b), (pl.label(), f.name)
+            else:
+                assert a == b, (pl.label(), f.name)
+
+
 def test_memory_and_bound_phases_cancel_and_report():
     session = gpt3_small()
     plans = enumerate_plans(session, SweepSpace(max_gpus=8, context_parallel=(1,)))
