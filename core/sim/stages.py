@@ -245,7 +245,8 @@ def _layout_shape(session: Session, key: tuple, cache: dict | None) -> SimpleNam
     :class:`StageStructure` of each chunk), ``params`` (:func:`params_per_gpu`, (p,)),
     ``experts`` (:func:`core.model.counts.expert_params_per_gpu`, (p,)); the arrays read-only;
     ``counts`` (dict, filled by :func:`_stage_busy`: (stage, chunk) -> the source counts of
-    its three templates).
+    its three templates) and ``span_structs`` (dict, filled by :func:`_stage_spans`: stage ->
+    each chunk's :func:`_span_structure`).
     """
     if cache is not None:
         key = ("layout shape", key[0], _SHAPE_FIELDS(plan_key(session.plan)), key[2])
@@ -263,7 +264,7 @@ def _layout_shape(session: Session, key: tuple, cache: dict | None) -> SimpleNam
         a.setflags(write=False)
     out = SimpleNamespace(v=v, alike=alike, reps=reps, params=params, experts=experts,
                           structs={i: [stage_structure(session, i, c, bounds) for c in range(v)]
-                                   for i in reps}, counts={})
+                                   for i in reps}, counts={}, span_structs={})
     if cache is not None:
         cache[key] = out
     return out
@@ -330,31 +331,70 @@ def _stage_spans(session: Session, store, inputs: SimpleNamespace, cache: dict |
     fwd_b, bwd_b, w_b = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     for i, structs in layout.structs.items():
-        values = ep_overlap_exposed(_stage_values(session, inputs, i, cache), structs, session, i)
+        shared = _stage_values(session, inputs, i, cache)
+        values = ep_overlap_exposed(shared, structs, session, i)
+        # the chunks' figures are memoized by the values' identity: the cache's arrays only
+        memo = cache if values is shared else None
+        spans = layout.span_structs.get(i)
+        if spans is None:
+            spans = layout.span_structs[i] = [_span_structure(st) for st in structs]
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
-        for c, struct in enumerate(structs):
-            fwd, bwd, wgd = _span_templates(struct)
-            for tmpl, out, busy in ((fwd, fwd_s, fwd_b), (bwd, bwd_s, bwd_b), (wgd, w_s, w_b)):
-                # the compute stream's own time (blocking collectives included): the span
-                # when nothing beside it is waited for
-                busy[i, c] = tmpl.counts @ values
-                if tmpl.has_side:
-                    out[i, c] = template_times(tmpl.timed(values))[2]
-                else:  # one chain: the span is the sum of the durations
-                    out[i, c] = busy[i, c]
-            if fwd.start_src.size:
-                timed = fwd.timed(values)
-                ready[i, c] = template_times(timed, start_at=offset)[2] - fwd_s[i, c]
-                offset += float(timed.start_dur.sum())
-            grads = wgd if struct.split else bwd
-            if grads.last_src.size:
-                over[i, c] = tail_overrun(grads.timed(values))
+        for c, span in enumerate(spans):
+            (fwd_b[i, c], bwd_b[i, c], w_b[i, c], fwd_s[i, c], bwd_s[i, c], w_s[i, c], start,
+             overrun, start_s) = _chunk_spans(span, values, offset, memo)
+            if start is not None:
+                ready[i, c] = start
+                offset += start_s
+            if overrun is not None:
+                over[i, c] = overrun
     out = (fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b)
     if p > 2 and layout.alike:
         for a in out:
             a[1:-1] = a[1]
     if mkey is not None:
         cache[mkey] = tuple(a.copy() for a in out)
+    return out
+
+
+def _chunk_spans(span: StageStructure, values: np.ndarray, offset: float, cache: dict | None
+                 ) -> tuple:
+    """The figures of one chunk of :func:`_stage_spans`, whose templates are
+    :func:`stage_templates` of ``span`` (a :func:`_span_structure`) timed with ``values``
+    (:func:`source_values`), the chunk's parameter all-gathers starting ``offset`` seconds
+    into the iteration: ``(busy_fwd_s, busy_bwd_s, busy_wgrad_s, fwd_s, bwd_s, wgrad_s,
+    ready_s or None, chunk_tail_s or None, the all-gathers' seconds)`` (None: the chunk has
+    no such side tasks). Memoized in ``cache`` under ``span``, the identity of ``values``
+    (an array the cache holds, or no cache) and ``offset``: the chunks of one plan alike
+    (the middle ones of an interleaved stage), and those of plans with the same op times
+    and collectives, are timed once."""
+    key = None
+    if cache is not None:
+        key = ("chunk spans", span, id(values), offset)
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
+    fwd, bwd, wgd = stage_templates(span)
+    busy, spans = [], []
+    for tmpl in (fwd, bwd, wgd):
+        # the compute stream's own time (blocking collectives included): the span when
+        # nothing beside it is waited for
+        busy.append(tmpl.counts @ values)
+        if tmpl.has_side:
+            spans.append(template_times(tmpl.timed(values))[2])
+        else:  # one chain: the span is the sum of the durations
+            spans.append(busy[-1])
+    start = overrun = None
+    start_s = 0.0
+    if fwd.start_src.size:
+        timed = fwd.timed(values)
+        start = template_times(timed, start_at=offset)[2] - spans[0]
+        start_s = float(timed.start_dur.sum())
+    grads = wgd if span.split else bwd
+    if grads.last_src.size:
+        overrun = tail_overrun(grads.timed(values))
+    out = (*busy, *spans, start, overrun, start_s)
+    if key is not None:
+        cache[key] = out
     return out
 
 
