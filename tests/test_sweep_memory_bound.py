@@ -31,6 +31,9 @@ from core.sim.stages import stage_busy_times, stage_times
 from core.studies.sweep import SweepCancelled, SweepSpace, enumerate_plans
 from core.studies.sweep.bound import (bound_plan, fill_lower_bounds, iteration_lower_bound_s,
                                       memory_verdicts)
+from core.studies.sweep.result import plan_column_arrays
+from core.plan.fields import ConfigError
+from core.sim.op_times import num_chunks
 from tests.test_sweep_prune import gpt3_small, moe_session
 
 
@@ -186,6 +189,37 @@ def test_value_codes_group_plans_as_their_values_repr(space_plans):
         values = [repr(getattr(pl, name)) for pl in plans]
         pairs = set(zip(code.tolist(), values))
         assert len(pairs) == len(set(values)) == len(set(code.tolist())), name
+    # from the plans' columns (numpy where a column has one type): the same codes
+    columns = plan_column_arrays(plans)
+    for a, b in zip(codes, value_codes(plans, num_gpus, True, columns=columns)):
+        assert np.array_equal(a, b)
+
+
+def test_plan_sizes_from_the_columns_equal_each_plans_own(space_plans):
+    """The pipeline steps, micro-batch counts and work estimate the sweep computes from the
+    plans' columns are each plan's own (ParallelPlan.num_microbatches, num_chunks)."""
+    from core.studies.sweep.bound import (pipeline_steps, plan_microbatches, sweep_work,
+                                          work_notes)
+    session, plans, _ = space_plans
+    columns = plan_column_arrays(plans)
+    steps = pipeline_steps(plans, columns)
+    assert steps.dtype == np.int64
+    assert steps.tolist() == pipeline_steps(plans).tolist() == [
+        pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl) for pl in plans]
+    assert plan_microbatches(columns).tolist() == [pl.num_microbatches for pl in plans]
+    rows = np.arange(0, len(plans), 2)
+    L = session.model.num_layers
+    work = sweep_work([plans[i] for i in rows.tolist()], L)
+    for limit in (work, work - 1):  # the same sum: refused exactly above it
+        try:
+            a = work_notes(plans, rows, L, True, limit)
+        except ConfigError as exc:
+            a = str(exc)
+        try:
+            b = work_notes(plans, rows, L, True, limit, steps)
+        except ConfigError as exc:
+            b = str(exc)
+        assert a == b
 
 
 def test_plan_bands_equal_each_plans_own(space_plans):

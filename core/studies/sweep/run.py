@@ -20,6 +20,7 @@ import numpy as np
 
 from core.plan.fields import ConfigError, FieldError
 from core.plan.layout import largest_model_chunk
+from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
 from core.plan.session import Session
 from core.plan.rules import validate
 from core.sim import fastpath_kernel
@@ -30,15 +31,17 @@ from core.store.interval import DEFAULT_COVERAGE
 from core.studies.sweep import parallel
 from core.studies.sweep.batch import group_batches, solve_batch
 from core.studies.sweep.bound import (fill_lower_bounds, branch_and_bound, mark_too_large,
-                                      memory_verdicts, value_codes, work_notes)
+                                      memory_verdicts, plan_microbatches, value_codes,
+                                      work_notes)
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import gc_paused
 from core.studies.sweep.phase import PhaseFn
-from core.studies.sweep.result import SweepResult, best_row, pareto_front, plan_figures, with_plans
+from core.studies.sweep.result import (SweepResult, best_row, pareto_front, plan_column_arrays,
+                                       plan_figures, with_plans)
 from core.studies.sweep.space import (SweepSpace, as_list, check_enumerable, divisors,
                                       enumerate_plans, in_budget, index_of_plan,
                                       micro_batch_sizes_of)
-from core.studies.sweep.variants import sweep_verdicts
+from core.studies.sweep.variants import plan_maker, sweep_verdicts
 from core.studies.sweep.dimensions import sweep_dimensions
 
 __all__ = ["run_sweep", "ProgressFn", "COMPILED_MIN_SWEEP_ELEMENTS"]
@@ -222,12 +225,12 @@ class _Runner:
 
     def __init__(self, plans, session: Session, store, *, progress, cancel, workers: int,
                  dask: str | None, compiled: bool | None, early, num_gpus: np.ndarray,
-                 coverage: float) -> None:
+                 coverage: float, columns: dict[str, np.ndarray] | None = None) -> None:
         self.plans, self.store = plans, store
         self.model, self.cluster, self.cost = session.model, session.cluster, session.cost
         self.progress, self.cancel, self.workers, self.dask = progress, cancel, workers, dask
         self.compiled, self.early = compiled, early
-        self.num_gpus, self.coverage = num_gpus, coverage
+        self.num_gpus, self.coverage, self.columns = num_gpus, coverage, columns
         self.n = len(plans)
         self.iteration = np.full(self.n, math.nan)
         self.warned: dict[str, list[int]] = {}  # warning -> the plans (that fit) it concerns
@@ -255,7 +258,7 @@ class _Runner:
         """Compute the figures of the plans alone (:func:`plan_figures`), once."""
         if self.prepared is None:
             self.prepared = plan_figures(self.plans, self.model, self.store, self.cluster,
-                                         self.num_gpus, self.coverage, self.cancel)
+                                         self.num_gpus, self.coverage, self.cancel, self.columns)
 
     def _solve_here(self, jobs: list, how: bool | None) -> list[tuple]:
         return [solve_batch(self.model, self.cluster, self.cost, key, pls, self.store,
@@ -414,6 +417,12 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
     (at most log2 of the largest chunk's layers rounds)."""
     L = session.model.num_layers
     fits = mem[1]
+    make = plan_maker(session.plan)
+
+    def with_layers(plan: ParallelPlan, n: int) -> ParallelPlan:
+        """``dataclasses.replace(plan, recompute_num_layers=n)``, without its ``__init__``."""
+        return make(dict(zip(PLAN_FIELDS, plan_key(plan)), recompute_num_layers=n))
+
     rows, hi = [], []
     for i, pl in enumerate(plans):
         if pl.recompute == "full" and pl.recompute_num_layers is None and fits[i]:
@@ -431,15 +440,13 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
         if not open_.size:
             break
         mid = (lo[open_] + hi[open_]) // 2
-        trial = [dataclasses.replace(plans[rows[k]], recompute_num_layers=int(n))
-                 for k, n in zip(open_.tolist(), mid.tolist())]
+        trial = [with_layers(plans[rows[k]], n) for k, n in zip(open_.tolist(), mid.tolist())]
         ok = memory_verdicts(trial, session.model, store)[1]
         hi[open_[ok]] = mid[ok]
         lo[open_[~ok]] = mid[~ok]
     most = np.array([largest_model_chunk(L, plans[i]) for i in rows], np.int64)
     keep = np.flatnonzero(hi < most)
-    more = [dataclasses.replace(plans[rows[k]], recompute_num_layers=int(hi[k]))
-            for k in keep.tolist()]
+    more = [with_layers(plans[rows[k]], n) for k, n in zip(keep.tolist(), hi[keep].tolist())]
     if not more:
         return [], (np.zeros(0), np.zeros(0, bool), [])
     return more, memory_verdicts(more, session.model, store)
@@ -464,11 +471,13 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
         progress = _with_phase(progress, phase)
     n = len(plans)
     model = session.model
-    num_mb = np.array([pl.num_microbatches for pl in plans], np.int64)
-    num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
-    steps, too_large = mark_too_large(plans, mem_fits, reason, model)
+    columns = plan_column_arrays(plans, cancel)  # read once: the sizes, codes and figures
+    num_mb = plan_microbatches(columns)
+    num_gpus = np.prod([np.asarray(columns[f], np.int64) for f in (  # ParallelPlan.num_gpus
+        "tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel")], axis=0)
+    steps, too_large = mark_too_large(plans, mem_fits, reason, model, columns)
     candidates = np.flatnonzero(mem_fits & ~too_large)
-    sweep_notes = work_notes(plans, candidates, model.num_layers, prune, max_work)
+    sweep_notes = work_notes(plans, candidates, model.num_layers, prune, max_work, steps)
     if sweep_notes and notice is not None:
         notice(sweep_notes[0])
     if progress is not None and not prune:  # with pruning: after the lower bounds
@@ -478,7 +487,7 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
     compiled = True if elements >= COMPILED_MIN_SWEEP_ELEMENTS else None
     runner = _Runner(plans, session, store, progress=progress, cancel=cancel, workers=workers,
                      dask=dask, compiled=compiled, early=early, num_gpus=num_gpus,
-                     coverage=coverage)
+                     coverage=coverage, columns=columns)
     pruned = np.zeros(n, bool)
     lower = np.full(n, math.nan)
     if not prune:  # the oracle: every plan simulated, those that do not fit too
@@ -534,7 +543,7 @@ def _branch_and_bound(runner: _Runner, session: Session, space: SweepSpace, lowe
     runner.prepare()
     lb = _figures(runner, session, np.where(np.isfinite(lower), lower, 1.0))
     codes = value_codes(plans, runner.num_gpus, len(space.gpu_counts() or ()) > 1,
-                        runner.cancel)
+                        runner.cancel, runner.columns)
     if runner.progress is not None:  # the simulation starts
         runner.progress(0, runner.n)
     order = candidates[np.argsort(lower[candidates], kind="stable")]
