@@ -103,6 +103,28 @@ def test_memory_verdicts_equal_the_per_plan_verdicts(space_plans):
     assert mem.dtype == np.float64 and fits.dtype == bool
 
 
+def test_memory_verdicts_of_partial_recomputations_share_a_memo_exactly(space_plans):
+    """The sweep's partial recomputations (each fully recomputing plan with 1 .. all of its
+    chunks' layers recomputed) sized with the memo of the plans they come from (the per-layer
+    bytes and the micro-batches in flight shared, only the recomputed layers new): the
+    per-plan verdicts."""
+    from core.plan.layout import largest_model_chunk
+    session, plans, store = space_plans
+    fp8_tn = model_math.fp8_tn_only(store.peak_flops)
+    memo: dict = {}
+    memory_verdicts(plans, session.model, store, memo=memo)
+    trials = [dataclasses.replace(pl, recompute_num_layers=n) for pl in plans
+              if pl.recompute == "full" and pl.recompute_num_layers is None
+              for n in range(1, (largest_model_chunk(session.model.num_layers, pl) or 1) + 1)]
+    if not trials:
+        pytest.skip("no plan recomputes every layer")
+    mem, fits, why = memory_verdicts(trials, session.model, store, memo=memo)
+    for i, pl in enumerate(trials):
+        want = memory_verdict_arrays(model_math.stage_memory_arrays(session.model, pl, fp8_tn),
+                                     float(store.memory_bytes))
+        assert (mem[i], bool(fits[i]), why[i]) == want, pl.label()
+
+
 def test_memory_verdicts_of_a_tight_gpu_give_reasons_as_the_per_plan_ones(space_plans):
     """A GPU so small that most plans do not fit: every reason string as the reference's."""
     session, plans, store = space_plans

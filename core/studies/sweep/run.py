@@ -303,7 +303,7 @@ class _Runner:
 
 
 def _plans_up_to_memory(session: Session, space: SweepSpace, store, cancel: Any,
-                        phase: PhaseFn | None) -> tuple[list, tuple, str]:
+                        phase: PhaseFn | None, memo: dict) -> tuple[list, tuple, str]:
     """The plans of a space without micro-batch sizes (``micro_batch_sizes=None``): every b
     that divides the global batch B (:func:`micro_batch_sizes_of`: Megatron takes any b with
     B % (d*b) == 0, not only powers of two), in increasing order, while memory allows: once
@@ -313,8 +313,8 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, cancel: Any,
     B % (d*b') == 0; k times the micro-batches, which no schedule rule refuses) whose
     activation memory is no larger (b times the micro-batches in flight, at most
     min(p, m) of them, does not grow as b shrinks), so when none of b's fits, none of b''s
-    does. Returns the plans, their :func:`memory_verdicts` (computed once, here) and where
-    the sizes stopped, in words."""
+    does. Returns the plans, their :func:`memory_verdicts` (computed once, here, with
+    ``memo``, its memo of shared parts) and where the sizes stopped, in words."""
     sizes = micro_batch_sizes_of(session.plan.global_batch_size)
     plans: list = []
     mems: list = []
@@ -322,7 +322,6 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, cancel: Any,
     full: list[int] = []  # the b none of whose plans fits: their multiples are not tried
     unfit = None  # the plans and memory of the first of them
     verdicts = sweep_verdicts(session)  # one for every b: what one b's plans teach it, kept
-    memo: dict = {}  # memory_verdicts' parts, shared by the sizes
     for k, b in enumerate(sizes):
         if any(b % f == 0 for f in full):
             continue
@@ -366,9 +365,11 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
     (:func:`_plans_up_to_memory`) and the dimension ``micro_batch_size`` says where it
     stopped. ``get_store()`` is the profile store (opened after a space with its micro-batch
     sizes is enumerated: its errors first)."""
+    memo: dict = {}  # memory_verdicts' shared parts: the plans' and their partial recomputations'
     if space.micro_batch_sizes is None:
         check_enumerable(session, space)
-        plans, mem, stop = _plans_up_to_memory(session, space, get_store(), cancel, phase)
+        plans, mem, stop = _plans_up_to_memory(session, space, get_store(), cancel, phase,
+                                               memo)
     else:
         plans = enumerate_plans(session, space, cancel=cancel, phase=phase)
         mem = None
@@ -385,10 +386,12 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
             mem = (np.concatenate([mem[0], own_mem[0]]), np.concatenate([mem[1], own_mem[1]]),
                    mem[2] + own_mem[2])
     if mem is None:
-        mem = memory_verdicts(plans, session.model, get_store(), cancel=cancel, phase=phase)
+        mem = memory_verdicts(plans, session.model, get_store(), cancel=cancel, phase=phase,
+                              memo=memo)
     if (not space.hold_session_values and session.plan.recompute_num_layers is None
             and "full" in as_list(space.recompute)):
-        more, more_mem = _partial_recompute_plans(plans, mem, session, get_store(), cancel)
+        more, more_mem = _partial_recompute_plans(plans, mem, session, get_store(), cancel,
+                                                  memo)
         if more:
             plans = plans + more
             mem = (np.concatenate([mem[0], more_mem[0]]), np.concatenate([mem[1], more_mem[1]]),
@@ -405,7 +408,7 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
 
 
 def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
-                             cancel: Any = None) -> tuple[list, tuple]:
+                             cancel: Any = None, memo: dict | None = None) -> tuple[list, tuple]:
     """For each plan of ``plans`` that recomputes every layer (``recompute="full"``,
     ``recompute_num_layers`` None) and fits (``mem``: :func:`memory_verdicts`' bytes, fits,
     reasons), the same plan recomputing the fewest layers per model chunk that still fit
@@ -414,7 +417,8 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
     and the iteration time grows with N (each recomputed layer repeats its forward), so
     that N is the fastest of the plan's partial recomputations that fit. The N are found
     by bisection over all plans at once, :func:`memory_verdicts` of one batch per round
-    (at most log2 of the largest chunk's layers rounds)."""
+    (at most log2 of the largest chunk's layers rounds), with ``memo`` (that of ``mem``'s
+    plans: a partial recomputation shares all but its recomputed layers with its plan)."""
     L = session.model.num_layers
     fits = mem[1]
     make = plan_maker(session.plan)
@@ -441,7 +445,7 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
             break
         mid = (lo[open_] + hi[open_]) // 2
         trial = [with_layers(plans[rows[k]], n) for k, n in zip(open_.tolist(), mid.tolist())]
-        ok = memory_verdicts(trial, session.model, store)[1]
+        ok = memory_verdicts(trial, session.model, store, memo=memo)[1]
         hi[open_[ok]] = mid[ok]
         lo[open_[~ok]] = mid[~ok]
     most = np.array([largest_model_chunk(L, plans[i]) for i in rows], np.int64)
@@ -449,7 +453,7 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
     more = [with_layers(plans[rows[k]], n) for k, n in zip(keep.tolist(), hi[keep].tolist())]
     if not more:
         return [], (np.zeros(0), np.zeros(0, bool), [])
-    return more, memory_verdicts(more, session.model, store)
+    return more, memory_verdicts(more, session.model, store, memo=memo)
 
 
 def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask, coverage,
