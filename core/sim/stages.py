@@ -356,6 +356,19 @@ def _stage_spans(session: Session, store, inputs: SimpleNamespace, cache: dict |
     return out
 
 
+def _span_counts(struct: StageStructure, cache: dict | None) -> tuple[np.ndarray, ...]:
+    """The source counts (:attr:`Template.counts`) of the three :func:`_span_templates` of
+    ``struct``, kept in ``cache``: small arrays, where the templates' own cache holds only the
+    last few thousand structures."""
+    key = ("span counts", struct)
+    hit = cache.get(key) if cache is not None else None
+    if hit is None:
+        hit = tuple(t.counts for t in _span_templates(struct))
+        if cache is not None:
+            cache[key] = hit
+    return hit
+
+
 def _chunk_spans(span: StageStructure, values: np.ndarray, offset: float, cache: dict | None
                  ) -> tuple:
     """The figures of one chunk of :func:`_stage_spans`, whose templates are
@@ -412,7 +425,7 @@ def _stage_busy(session: Session, inputs: SimpleNamespace, cache: dict | None
         for c, struct in enumerate(structs):
             counts = layout.counts.get((i, c))
             if counts is None:
-                counts = layout.counts[i, c] = tuple(t.counts for t in _span_templates(struct))
+                counts = layout.counts[i, c] = _span_counts(struct, cache)
             fwd_b[i, c], bwd_b[i, c], w_b[i, c] = (counts[0] @ values, counts[1] @ values,
                                                    counts[2] @ values)
     if p > 2 and layout.alike:
@@ -574,7 +587,7 @@ def _stage_op_times(session: Session, store, layout: SimpleNamespace, cache: dic
     if cache is None:
         return lookup_op_times(session, store)
     if okey not in cache:
-        cache[okey] = lookup_op_times(session, store)
+        cache[okey] = lookup_op_times(session, store, cache)
     return cache[okey]
 
 
