@@ -225,12 +225,14 @@ class _Runner:
 
     def __init__(self, plans, session: Session, store, *, progress, cancel, workers: int,
                  dask: str | None, compiled: bool | None, early, num_gpus: np.ndarray,
-                 coverage: float, columns: dict[str, np.ndarray] | None = None) -> None:
+                 coverage: float, columns: dict[str, np.ndarray] | None = None,
+                 fits: np.ndarray | None = None) -> None:
         self.plans, self.store = plans, store
         self.model, self.cluster, self.cost = session.model, session.cluster, session.cost
         self.progress, self.cancel, self.workers, self.dask = progress, cancel, workers, dask
         self.compiled, self.early = compiled, early
         self.num_gpus, self.coverage, self.columns = num_gpus, coverage, columns
+        self.fits = fits  # the plans' memory verdicts (bool (n,)): solve_batch need not repeat them
         self.n = len(plans)
         self.iteration = np.full(self.n, math.nan)
         self.warned: dict[str, list[int]] = {}  # warning -> the plans (that fit) it concerns
@@ -299,7 +301,8 @@ class _Runner:
         for key, idx in batches:
             check_cancelled(self.cancel)
             self.take(idx, solve_batch(model, cluster, cost, key, [plans[i] for i in idx], store,
-                                       self.lookup_cache, self.compiled))
+                                       self.lookup_cache, self.compiled,
+                                       None if self.fits is None else self.fits[idx].tolist()))
 
 
 def _plans_up_to_memory(session: Session, space: SweepSpace, store, cancel: Any,
@@ -491,7 +494,7 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
     compiled = True if elements >= COMPILED_MIN_SWEEP_ELEMENTS else None
     runner = _Runner(plans, session, store, progress=progress, cancel=cancel, workers=workers,
                      dask=dask, compiled=compiled, early=early, num_gpus=num_gpus,
-                     coverage=coverage, columns=columns)
+                     coverage=coverage, columns=columns, fits=mem_fits)
     pruned = np.zeros(n, bool)
     lower = np.full(n, math.nan)
     if not prune:  # the oracle: every plan simulated, those that do not fit too
