@@ -31,6 +31,9 @@ from core.sim.stages import stage_busy_times, stage_times
 from core.studies.sweep import SweepCancelled, SweepSpace, enumerate_plans
 from core.studies.sweep.bound import (bound_plan, fill_lower_bounds, iteration_lower_bound_s,
                                       memory_verdicts)
+from core.studies.sweep.result import plan_column_arrays
+from core.plan.fields import ConfigError
+from core.sim.op_times import num_chunks
 from tests.test_sweep_prune import gpt3_small, moe_session
 
 
@@ -100,6 +103,28 @@ def test_memory_verdicts_equal_the_per_plan_verdicts(space_plans):
     assert mem.dtype == np.float64 and fits.dtype == bool
 
 
+def test_memory_verdicts_of_partial_recomputations_share_a_memo_exactly(space_plans):
+    """The sweep's partial recomputations (each fully recomputing plan with 1 .. all of its
+    chunks' layers recomputed) sized with the memo of the plans they come from (the per-layer
+    bytes and the micro-batches in flight shared, only the recomputed layers new): the
+    per-plan verdicts."""
+    from core.plan.layout import largest_model_chunk
+    session, plans, store = space_plans
+    fp8_tn = model_math.fp8_tn_only(store.peak_flops)
+    memo: dict = {}
+    memory_verdicts(plans, session.model, store, memo=memo)
+    trials = [dataclasses.replace(pl, recompute_num_layers=n) for pl in plans
+              if pl.recompute == "full" and pl.recompute_num_layers is None
+              for n in range(1, (largest_model_chunk(session.model.num_layers, pl) or 1) + 1)]
+    if not trials:
+        pytest.skip("no plan recomputes every layer")
+    mem, fits, why = memory_verdicts(trials, session.model, store, memo=memo)
+    for i, pl in enumerate(trials):
+        want = memory_verdict_arrays(model_math.stage_memory_arrays(session.model, pl, fp8_tn),
+                                     float(store.memory_bytes))
+        assert (mem[i], bool(fits[i]), why[i]) == want, pl.label()
+
+
 def test_memory_verdicts_of_a_tight_gpu_give_reasons_as_the_per_plan_ones(space_plans):
     """A GPU so small that most plans do not fit: every reason string as the reference's."""
     session, plans, store = space_plans
@@ -138,6 +163,25 @@ def test_lower_bounds_equal_the_bound_of_the_full_stage_times(space_plans):
                 assert np.array_equal(a, b)
 
 
+def test_stage_times_with_one_cache_for_the_space_equal_each_plans_own(space_plans):
+    """A sweep's stage times come from one memo for all its plans (the layout shared by plans
+    that differ only in d and b, each stage's source values by plans with the same op times
+    and collectives, the data-parallel buckets by plans with the same groups): every field
+    as the plan's own, computed without a memo."""
+    session, plans, store = space_plans
+    cache: dict = {}
+    shared = [stage_times(Session(session.model, pl, session.cluster, session.cost), store,
+                          cache) for pl in plans]
+    for pl, got in list(zip(plans, shared))[::3]:
+        want = stage_times(Session(session.model, pl, session.cluster, session.cost), store)
+        for f in dataclasses.fields(want):
+            a, b = getattr(got, f.name), getattr(want, f.name)
+            if isinstance(b, np.ndarray):
+                assert np.array_equal(a, b), (pl.label(), f.name)
+            else:
+                assert a == b, (pl.label(), f.name)
+
+
 def test_memory_and_bound_phases_cancel_and_report():
     session = gpt3_small()
     plans = enumerate_plans(session, SweepSpace(max_gpus=8, context_parallel=(1,)))
@@ -167,6 +211,37 @@ def test_value_codes_group_plans_as_their_values_repr(space_plans):
         values = [repr(getattr(pl, name)) for pl in plans]
         pairs = set(zip(code.tolist(), values))
         assert len(pairs) == len(set(values)) == len(set(code.tolist())), name
+    # from the plans' columns (numpy where a column has one type): the same codes
+    columns = plan_column_arrays(plans)
+    for a, b in zip(codes, value_codes(plans, num_gpus, True, columns=columns)):
+        assert np.array_equal(a, b)
+
+
+def test_plan_sizes_from_the_columns_equal_each_plans_own(space_plans):
+    """The pipeline steps, micro-batch counts and work estimate the sweep computes from the
+    plans' columns are each plan's own (ParallelPlan.num_microbatches, num_chunks)."""
+    from core.studies.sweep.bound import (pipeline_steps, plan_microbatches, sweep_work,
+                                          work_notes)
+    session, plans, _ = space_plans
+    columns = plan_column_arrays(plans)
+    steps = pipeline_steps(plans, columns)
+    assert steps.dtype == np.int64
+    assert steps.tolist() == pipeline_steps(plans).tolist() == [
+        pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl) for pl in plans]
+    assert plan_microbatches(columns).tolist() == [pl.num_microbatches for pl in plans]
+    rows = np.arange(0, len(plans), 2)
+    L = session.model.num_layers
+    work = sweep_work([plans[i] for i in rows.tolist()], L)
+    for limit in (work, work - 1):  # the same sum: refused exactly above it
+        try:
+            a = work_notes(plans, rows, L, True, limit)
+        except ConfigError as exc:
+            a = str(exc)
+        try:
+            b = work_notes(plans, rows, L, True, limit, steps)
+        except ConfigError as exc:
+            b = str(exc)
+        assert a == b
 
 
 def test_plan_bands_equal_each_plans_own(space_plans):

@@ -387,10 +387,11 @@ def stage_activation_bytes(model: ModelConfig, plan: ParallelPlan, memo: dict | 
 
     ``memo`` (a dict the caller keeps for one ``model``, never for two) holds the parts many
     plans share: the stages' layer counts (:func:`_stage_layer_parts`, keyed by the plan
-    without :data:`_LAYOUT_FREE_PLAN_FIELDS`) and the per-layer bytes
+    without :data:`_LAYOUT_FREE_PLAN_FIELDS`), the per-layer bytes
     (:func:`_layer_activation_parts`, keyed by the plan without
-    :data:`_PER_LAYER_FREE_PLAN_FIELDS`); the figures are the same with it or without
-    (tests compare)."""
+    :data:`_PER_LAYER_FREE_PLAN_FIELDS`) and the micro-batches in flight with the loss
+    stage's terms (:func:`_flight_parts`, without :data:`_FLIGHT_FREE_PLAN_FIELDS`); the
+    figures are the same with it or without (tests compare)."""
     (layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
      adds, cp_buffers) = _activation_inputs(model, plan, memo)
     return _activations(layers, moe_counts, recomputed, has_moe, keep, ckpt, working,
@@ -444,8 +445,6 @@ def _activation_inputs(model: ModelConfig, plan: ParallelPlan, memo: dict | None
     (:func:`_stage_layer_parts`, :func:`_layer_activation_parts`, the micro-batches in flight
     per stage (tuple), the loss stage, its added terms in order (tuple of floats) and the
     context-parallel buffers, None with ``cp = 1``)."""
-    t = plan.tensor_parallel
-    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     key = plan_key(plan) if memo is not None else None
     layers, moe_counts, recomputed, last, uneven, has_moe = _memoized(
         memo, ("layout", _LAYOUT_KEY(key)) if key is not None else None,
@@ -453,6 +452,20 @@ def _activation_inputs(model: ModelConfig, plan: ParallelPlan, memo: dict | None
     keep, ckpt, working, moe_keep, cp_buffers = _memoized(
         memo, ("layer", _PER_LAYER_KEY(key), has_moe) if key is not None else None,
         _layer_activation_parts, model, plan, has_moe)
+    in_flight, adds = _memoized(
+        memo, ("flight", _FLIGHT_KEY(key), last, uneven) if key is not None else None,
+        _flight_parts, model, plan, last, uneven)
+    return (layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight,
+            last, adds, cp_buffers if plan.context_parallel > 1 else None)
+
+
+def _flight_parts(model: ModelConfig, plan: ParallelPlan, last: int,
+                  uneven: tuple | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The micro-batches in flight of :func:`stage_activation_bytes` (per stage) and the loss
+    stage's added terms (the logits, their soft cap, the MTP layers' inputs), ``last`` being
+    the loss stage and ``uneven`` :func:`uneven_chunks`."""
+    t = plan.tensor_parallel
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     n_mtp = mtp_layers(model)
     V = padded_vocab_size(model.vocab_size, t)
     in_flight = ep_overlap_in_flight(plan, schedule_in_flight(  # of every stage
@@ -471,8 +484,7 @@ def _activation_inputs(model: ModelConfig, plan: ParallelPlan, memo: dict | None
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
         sp = plan.sequence_parallel and t > 1
         adds.append(n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[last])
-    return (layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight,
-            last, tuple(adds), cp_buffers if plan.context_parallel > 1 else None)
+    return in_flight, tuple(adds)
 
 
 #: Plan fields the stages' layer counts of :func:`stage_activation_bytes` do not read
@@ -481,14 +493,21 @@ _LAYOUT_FREE_PLAN_FIELDS = ("tensor_parallel", "data_parallel", "micro_batch_siz
                             "sequence_parallel", "context_parallel", "zero_stage",
                             "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
 #: Plan fields the per-layer activation bytes do not read (:func:`_layer_activation_parts`:
-#: the pipeline and the data-parallel side).
+#: the pipeline, the data-parallel side and how many layers of a chunk full recomputation
+#: recomputes, which only :func:`_stage_layer_parts` reads).
 _PER_LAYER_FREE_PLAN_FIELDS = ("pipeline_parallel", "data_parallel", "schedule",
                                "virtual_pipeline_stages", "zero_stage", "overlap_grad_reduce",
-                               "overlap_param_gather")
+                               "overlap_param_gather", "recompute_num_layers")
+#: Plan fields the micro-batches in flight and the loss stage's terms do not read
+#: (:func:`_flight_parts`): those of the recomputed layers and of the data-parallel side but d.
+_FLIGHT_FREE_PLAN_FIELDS = ("recompute_num_layers", "zero_stage", "overlap_grad_reduce",
+                            "overlap_param_gather")
 _LAYOUT_KEY = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
                                     if f not in _LAYOUT_FREE_PLAN_FIELDS))
 _PER_LAYER_KEY = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
                                        if f not in _PER_LAYER_FREE_PLAN_FIELDS))
+_FLIGHT_KEY = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
+                                    if f not in _FLIGHT_FREE_PLAN_FIELDS))
 
 
 def _memoized(memo: dict | None, key: tuple | None, fn, *args):

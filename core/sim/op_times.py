@@ -75,8 +75,12 @@ LOOKUP_OPS = (LAYER_OPS + EDGE_OPS + tuple(op for op in DERIVED_OPS if op not in
 _MODULE_ONLY_OPS = frozenset(op for mod, ops in MODULE_OPS.items() if mod != "core_attn" for op in ops)
 
 
-def lookup_op_times(session: Session, store) -> OpTimes:
+def lookup_op_times(session: Session, store, memo: dict | None = None) -> OpTimes:
     """Times of every op for the session's shapes, from the store's tables or its analytic model.
+
+    ``memo`` (a dict, optional) keeps each analytic op time under the op, its key and the
+    store's identity, for further calls with the same ``store`` (a sweep's plans look up many
+    of the same ops under keys that differ elsewhere); the times are the same with it.
 
     A shape missing from a measured store falls back to the analytic model
     and adds a warning; an analytic or calibrated store's model is its source
@@ -123,6 +127,17 @@ def lookup_op_times(session: Session, store) -> OpTimes:
         plan needs that the store lacks.
     """
     key = op_key(session)
+
+    def analytic(op: str, k: dict, host: bool = True) -> float:
+        """:func:`analytic_op_time` of ``op`` under ``k`` on ``store``, kept in ``memo``."""
+        if memo is None:
+            return analytic_op_time(op, k, store, host)
+        mkey = ("analytic op", id(store), op, tuple(sorted(k.items())), host)
+        hit = memo.get(mkey)
+        if hit is None:
+            hit = memo[mkey] = analytic_op_time(op, k, store, host)
+        return hit
+
     # tables hold 16-bit ops without sequence parallelism; an FP8 op scales its BF16 row
     table_key = {c: v for c, v in key.items()
                  if c not in ("fp8", model_math.FAMILY_KEY, WGRAD_ACCUMULATION_KEY)}
@@ -187,13 +202,12 @@ def lookup_op_times(session: Session, store) -> OpTimes:
         if lk is not None:
             out.times[op] = lk.time_s
             if op != base or key["sp"] or key != table_key or not host:
-                out.times[op] *= (analytic_op_time(op, op_key_, store, host)
-                                  / analytic_op_time(base, plain, store))
+                out.times[op] *= analytic(op, op_key_, host) / analytic(base, plain)
             if lk.extrapolated and method == "measured" and op == base:
                 out.warnings.append(f"{op}: b={key['b']} outside the profiled micro-batch sizes "
                                     f"(extrapolated)")
         else:
-            out.times[op] = analytic_op_time(op, op_key_, store, host)
+            out.times[op] = analytic(op, op_key_, host)
             if method == "measured" and op == base and op not in moe_ops:
                 out.warnings.append(f"{op}: shape not in the {method} profile; analytic model used")
     return out

@@ -190,6 +190,9 @@ def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> Da
 
 _MODEL_FIELD_VALUES = operator.attrgetter(*(f.name for f in dataclasses.fields(ModelConfig)))
 _D_FIELD = PLAN_FIELDS.index("data_parallel")
+#: The plan fields but d and b, in the order of :func:`core.plan.parallel.plan_key`
+_SHAPE_FIELDS = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
+                                      if f not in ("data_parallel", "micro_batch_size")))
 
 
 def _layout_key(session: Session, cache: dict | None = None) -> tuple:
@@ -197,7 +200,8 @@ def _layout_key(session: Session, cache: dict | None = None) -> tuple:
     data-parallel size ``d``, and what ``d`` changes in the templates' structure (whether
     gradients are reduced across GPUs, :func:`reduces_gradients`). The model's fields are
     read once per model object and ``cache`` (which keeps the object: a cache's sessions
-    must not change their model in place)."""
+    must not change their model in place; so ``id(session.model)`` names the model in the
+    cache's other keys once this has run)."""
     m, pl = session.model, session.plan
     hit = cache.get(("model", id(m))) if cache is not None else None
     if hit is None or hit[0] is not m:
@@ -214,32 +218,55 @@ def _stage_layout(session: Session, cache: dict | None) -> SimpleNamespace:
     ``d`` share it).
 
     Attributes: ``key`` (:func:`_layout_key`), ``op_key`` (:func:`op_key`) and ``op_key_items``
-    (its sorted items), ``v`` (:func:`num_chunks`), ``alike`` (:func:`_middle_stages_alike`),
-    ``reps`` (the stages whose templates are evaluated: :func:`_representatives` when the
-    middle stages are alike, else all), ``structs`` (dict: each of those stages -> the
-    :class:`StageStructure` of each chunk), ``params`` (:func:`params_per_gpu`, (p,)) and
-    ``experts`` (:func:`core.model.counts.expert_params_per_gpu`, (p,)); the arrays read-only.
+    (its sorted items), and those of :func:`_layout_shape` (``v``, ``alike``, ``reps``,
+    ``structs``, ``params``, ``experts``), which do not depend on the micro-batch size either.
     """
     key = _layout_key(session, cache)
     hit = cache.get(("layout", key)) if cache is not None else None
     if hit is not None:
         return hit
+    okey = op_key(session)
+    out = SimpleNamespace(key=key, op_key=okey, op_key_items=tuple(sorted(okey.items())),
+                          **vars(_layout_shape(session, key, cache)))
+    if cache is not None:
+        cache[("layout", key)] = out
+    return out
+
+
+def _layout_shape(session: Session, key: tuple, cache: dict | None) -> SimpleNamespace:
+    """The part of :func:`_stage_layout` that reads neither ``d`` (beyond
+    :func:`reduces_gradients`) nor the micro-batch size ``b``, memoized in ``cache`` under
+    ``key`` (the session's :func:`_layout_key`) without ``b``: a sweep's plans that differ only in ``d`` and ``b`` share
+    it (``tests/test_sweep_speed.py`` checks that ``b`` changes none of it).
+
+    Attributes: ``v`` (:func:`num_chunks`), ``alike`` (:func:`_middle_stages_alike`), ``reps``
+    (the stages whose templates are evaluated: :func:`_representatives` when the middle stages
+    are alike, else all), ``structs`` (dict: each of those stages -> the
+    :class:`StageStructure` of each chunk), ``params`` (:func:`params_per_gpu`, (p,)),
+    ``experts`` (:func:`core.model.counts.expert_params_per_gpu`, (p,)); the arrays read-only;
+    ``counts`` (dict, filled by :func:`_stage_busy`: (stage, chunk) -> the source counts of
+    its three templates) and ``span_structs`` (dict, filled by :func:`_stage_spans`: stage ->
+    each chunk's :func:`_span_structure`).
+    """
+    if cache is not None:
+        key = ("layout shape", key[0], _SHAPE_FIELDS(plan_key(session.plan)), key[2])
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
     pl = session.plan
     p, v = pl.pipeline_parallel, num_chunks(pl)
     alike = _middle_stages_alike(session)
     reps = _representatives(p) if alike else list(range(p))
     bounds = virtual_stage_layers(session)
-    okey = op_key(session)
     params = params_per_gpu(session)
     experts = model_math.expert_params_per_gpu(session.model, pl)
     for a in (params, experts):
         a.setflags(write=False)
-    out = SimpleNamespace(key=key, op_key=okey, op_key_items=tuple(sorted(okey.items())), v=v,
-                          alike=alike, reps=reps, params=params, experts=experts,
+    out = SimpleNamespace(v=v, alike=alike, reps=reps, params=params, experts=experts,
                           structs={i: [stage_structure(session, i, c, bounds) for c in range(v)]
-                                   for i in reps})
+                                   for i in reps}, counts={}, span_structs={})
     if cache is not None:
-        cache[("layout", key)] = out
+        cache[key] = out
     return out
 
 
@@ -268,29 +295,29 @@ def _span_templates(st: StageStructure) -> tuple[Template, Template, Template]:
     return stage_templates(_span_structure(st))
 
 
-def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[str, float],
-                 ring: dict[str, float] | None, tp: dict[str, float] | None, dps: list,
-                 moe_comm: dict[str, float] | None, fp8_speedup: float, cache: dict | None,
-                 busy_only: bool = False) -> tuple[np.ndarray, ...]:
+def _stage_spans(session: Session, store, inputs: SimpleNamespace, cache: dict | None
+                 ) -> tuple[np.ndarray, ...]:
     """The work items' spans of every stage and chunk: ``fwd_s``, ``bwd_s``, ``wgrad_s``,
     ``ready_s``, ``chunk_tail_s`` of :class:`StageTimes` and the compute stream's busy time
     of each item, ``busy_fwd_s``, ``busy_bwd_s``, ``busy_wgrad_s`` (the span without waiting
     for overlapped communication), float64 (p, v) each (new arrays).
 
     The per-op templates of ``layout.structs`` timed with the stage's
-    :func:`source_values` of ``times`` (the op times of ``layout.op_key`` in ``store``,
-    with the context-parallel ring's times ``ring`` when ``cp > 1``); memoized in ``cache``
+    :func:`source_values` (:func:`_stage_values`) of ``times`` (the op times of
+    ``layout.op_key`` in ``store``, with the context-parallel ring's times ``ring`` when
+    ``cp > 1``), ``inputs`` being :func:`_span_inputs`' (``layout``, ``times``, ``ring``,
+    ``tp``, ``dps``, ``moe_comm``, ``fp8_speedup`` ...); memoized in ``cache``
     under the layout (the object: ``cache`` holds it) and every value the durations are made
     of that ``d`` can change (the ring, tensor-parallel, data-parallel and MoE collectives), so
     plans that differ only in ``d`` where ``d`` changes none of them share the result.
-
-    ``busy_only``: only the compute stream's busy times, ``(busy_fwd_s, busy_bwd_s,
-    busy_wgrad_s)``, the same figures without the templates' spans (no side tasks timed).
     """
+    layout, ring, tp, dps, moe_comm, fp8_speedup = (inputs.layout, inputs.ring, inputs.tp,
+                                                    inputs.dps, inputs.moe_comm,
+                                                    inputs.fp8_speedup)
     p, v = session.plan.pipeline_parallel, layout.v
     mkey = None
     if cache is not None:
-        mkey = ("busy" if busy_only else "spans", id(store), id(layout), tuple(ring.items()) if ring else None,
+        mkey = ("spans", id(store), id(layout), tuple(ring.items()) if ring else None,
                 tuple(tp.items()) if tp else None, tuple(moe_comm.items()) if moe_comm else None,
                 tuple(None if dps[i] is None else tuple(vars(dps[i]).values()) for i in layout.reps),
                 fp8_speedup,
@@ -304,38 +331,107 @@ def _stage_spans(session: Session, store, layout: SimpleNamespace, times: dict[s
     fwd_b, bwd_b, w_b = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     for i, structs in layout.structs.items():
-        values = ep_overlap_exposed(
-            source_values(times, tp, dps[i], session, moe_comm, fp8_speedup), structs, session, i)
+        shared = _stage_values(session, inputs, i, cache)
+        values = ep_overlap_exposed(shared, structs, session, i)
+        # the chunks' figures are memoized by the values' identity: the cache's arrays only
+        memo = cache if values is shared else None
+        spans = layout.span_structs.get(i)
+        if spans is None:
+            spans = layout.span_structs[i] = [_span_structure(st) for st in structs]
         offset = 0.0  # the all-gathers of --overlap-param-gather run one chunk after another
-        for c, struct in enumerate(structs):
-            fwd, bwd, wgd = _span_templates(struct)
-            if busy_only:
-                fwd_b[i, c], bwd_b[i, c], w_b[i, c] = (fwd.counts @ values, bwd.counts @ values,
-                                                       wgd.counts @ values)
-                continue
-            for tmpl, out, busy in ((fwd, fwd_s, fwd_b), (bwd, bwd_s, bwd_b), (wgd, w_s, w_b)):
-                # the compute stream's own time (blocking collectives included): the span
-                # when nothing beside it is waited for
-                busy[i, c] = tmpl.counts @ values
-                if tmpl.has_side:
-                    out[i, c] = template_times(tmpl.timed(values))[2]
-                else:  # one chain: the span is the sum of the durations
-                    out[i, c] = busy[i, c]
-            if fwd.start_src.size:
-                timed = fwd.timed(values)
-                ready[i, c] = template_times(timed, start_at=offset)[2] - fwd_s[i, c]
-                offset += float(timed.start_dur.sum())
-            grads = wgd if struct.split else bwd
-            if grads.last_src.size:
-                over[i, c] = tail_overrun(grads.timed(values))
-    out = ((fwd_b, bwd_b, w_b) if busy_only
-           else (fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b))
+        for c, span in enumerate(spans):
+            (fwd_b[i, c], bwd_b[i, c], w_b[i, c], fwd_s[i, c], bwd_s[i, c], w_s[i, c], start,
+             overrun, start_s) = _chunk_spans(span, values, offset, memo)
+            if start is not None:
+                ready[i, c] = start
+                offset += start_s
+            if overrun is not None:
+                over[i, c] = overrun
+    out = (fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b)
     if p > 2 and layout.alike:
         for a in out:
             a[1:-1] = a[1]
     if mkey is not None:
         cache[mkey] = tuple(a.copy() for a in out)
     return out
+
+
+def _span_counts(struct: StageStructure, cache: dict | None) -> tuple[np.ndarray, ...]:
+    """The source counts (:attr:`Template.counts`) of the three :func:`_span_templates` of
+    ``struct``, kept in ``cache``: small arrays, where the templates' own cache holds only the
+    last few thousand structures."""
+    key = ("span counts", struct)
+    hit = cache.get(key) if cache is not None else None
+    if hit is None:
+        hit = tuple(t.counts for t in _span_templates(struct))
+        if cache is not None:
+            cache[key] = hit
+    return hit
+
+
+def _chunk_spans(span: StageStructure, values: np.ndarray, offset: float, cache: dict | None
+                 ) -> tuple:
+    """The figures of one chunk of :func:`_stage_spans`, whose templates are
+    :func:`stage_templates` of ``span`` (a :func:`_span_structure`) timed with ``values``
+    (:func:`source_values`), the chunk's parameter all-gathers starting ``offset`` seconds
+    into the iteration: ``(busy_fwd_s, busy_bwd_s, busy_wgrad_s, fwd_s, bwd_s, wgrad_s,
+    ready_s or None, chunk_tail_s or None, the all-gathers' seconds)`` (None: the chunk has
+    no such side tasks). Memoized in ``cache`` under ``span``, the identity of ``values``
+    (an array the cache holds, or no cache) and ``offset``: the chunks of one plan alike
+    (the middle ones of an interleaved stage), and those of plans with the same op times
+    and collectives, are timed once."""
+    key = None
+    if cache is not None:
+        key = ("chunk spans", span, id(values), offset)
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
+    fwd, bwd, wgd = stage_templates(span)
+    busy, spans = [], []
+    for tmpl in (fwd, bwd, wgd):
+        # the compute stream's own time (blocking collectives included): the span when
+        # nothing beside it is waited for
+        busy.append(tmpl.counts @ values)
+        if tmpl.has_side:
+            spans.append(template_times(tmpl.timed(values))[2])
+        else:  # one chain: the span is the sum of the durations
+            spans.append(busy[-1])
+    start = overrun = None
+    start_s = 0.0
+    if fwd.start_src.size:
+        timed = fwd.timed(values)
+        start = template_times(timed, start_at=offset)[2] - spans[0]
+        start_s = float(timed.start_dur.sum())
+    grads = wgd if span.split else bwd
+    if grads.last_src.size:
+        overrun = tail_overrun(grads.timed(values))
+    out = (*busy, *spans, start, overrun, start_s)
+    if key is not None:
+        cache[key] = out
+    return out
+
+
+def _stage_busy(session: Session, inputs: SimpleNamespace, cache: dict | None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The compute stream's busy times of :func:`_stage_spans`, ``(busy_fwd_s, busy_bwd_s,
+    busy_wgrad_s)``, float64 (p, v) each (new arrays): the same figures, without the
+    templates' spans (no side tasks timed). Not memoized: a sweep asks for each plan's once;
+    each chunk's templates' source counts are kept with the layout's shape."""
+    layout = inputs.layout
+    p, v = session.plan.pipeline_parallel, layout.v
+    fwd_b, bwd_b, w_b = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
+    for i, structs in layout.structs.items():
+        values = ep_overlap_exposed(_stage_values(session, inputs, i, cache), structs, session, i)
+        for c, struct in enumerate(structs):
+            counts = layout.counts.get((i, c))
+            if counts is None:
+                counts = layout.counts[i, c] = _span_counts(struct, cache)
+            fwd_b[i, c], bwd_b[i, c], w_b[i, c] = (counts[0] @ values, counts[1] @ values,
+                                                   counts[2] @ values)
+    if p > 2 and layout.alike:
+        for a in (fwd_b, bwd_b, w_b):
+            a[1:-1] = a[1]
+    return fwd_b, bwd_b, w_b
 
 
 def stage_times(session: Session, store, cache: dict | None = None) -> StageTimes:
@@ -368,16 +464,16 @@ def stage_times(session: Session, store, cache: dict | None = None) -> StageTime
     pl = session.plan
     p = pl.pipeline_parallel
     warnings: list[str] = []  # communication lookups
-    layout, ops, sc, times, ring, tp, moe_comm, fp8_speedup, dps, reduces, act_bytes = (
-        _span_inputs(session, store, cache, warnings))
-    fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b = _stage_spans(
-        session, store, layout, times, ring, tp, dps, moe_comm, fp8_speedup, cache)
-    send_fwd, send_bwd = sc.sends(act_bytes / pl.tensor_parallel, p, layout.v)
+    inputs = _span_inputs(session, store, cache, warnings)
+    fwd_s, bwd_s, w_s, ready, over, fwd_b, bwd_b, w_b = _stage_spans(session, store, inputs,
+                                                                     cache)
+    layout, sc, reduces = inputs.layout, inputs.sc, inputs.reduces
+    send_fwd, send_bwd = sc.sends(inputs.act_bytes / pl.tensor_parallel, p, layout.v)
     reduce_s, opt_s, after_opt = _stage_tails(session, store, layout, sc, reduces, cache)
     return StageTimes(fwd_s, bwd_s, w_s, send_fwd, send_bwd, reduce_s + after_opt, opt_s, reduces,
-                      ready, over, reduce_s, after_opt, dict(times), tp, dps,
-                      ops.warnings + sorted(set(warnings)), moe_comm, fp8_speedup,
-                      fwd_b, bwd_b, w_b)
+                      ready, over, reduce_s, after_opt, dict(inputs.times), inputs.tp, inputs.dps,
+                      inputs.ops.warnings + sorted(set(warnings)), inputs.moe_comm,
+                      inputs.fp8_speedup, fwd_b, bwd_b, w_b)
 
 
 def stage_busy_times(session: Session, store, cache: dict | None = None
@@ -388,18 +484,18 @@ def stage_busy_times(session: Session, store, cache: dict | None = None
     :func:`core.studies.sweep.bound.fill_lower_bounds`). Parameters and errors as
     :func:`stage_times`."""
     warnings: list[str] = []
-    layout, _, _, times, ring, tp, moe_comm, fp8_speedup, dps, _, _ = _span_inputs(
-        session, store, cache, warnings)
-    return _stage_spans(session, store, layout, times, ring, tp, dps, moe_comm, fp8_speedup,
-                        cache, busy_only=True)
+    return _stage_busy(session, _span_inputs(session, store, cache, warnings), cache)
 
 
-def _span_inputs(session: Session, store, cache: dict | None, warnings: list[str]) -> tuple:
-    """What :func:`_stage_spans` and the tails of :func:`stage_times` are computed from:
-    ``(layout, ops, sc, times, ring, tp, moe_comm, fp8_speedup, dps, reduces, act_bytes)``
-    (the layout, the op times and their dict with the ring's, the collectives, the FP8
-    speed-up, each stage's data-parallel buckets, whether gradients are reduced, the bytes of
-    one micro-batch's activation). Communication lookups append to ``warnings``."""
+def _span_inputs(session: Session, store, cache: dict | None, warnings: list[str]
+                 ) -> SimpleNamespace:
+    """What :func:`_stage_spans` and the tails of :func:`stage_times` are computed from, as
+    attributes: ``layout``, ``ops`` (the op times) and ``times`` (their dict with the ring's),
+    ``sc`` (:class:`StageComm`), ``ring``, ``tp``, ``moe_comm`` (the collectives),
+    ``fp8_speedup``, ``dps`` (each stage's data-parallel buckets, :func:`_stage_buckets`),
+    ``reduces`` (whether gradients are reduced), ``act_bytes`` (one micro-batch's activation)
+    and ``values_key`` (what :func:`_stage_values` keys the stages' source values by, None
+    without a ``cache``). Communication lookups append to ``warnings``."""
     m, pl = session.model, session.plan
     t, p, cp = pl.tensor_parallel, pl.pipeline_parallel, pl.context_parallel
     e = DTYPE_BYTES[tensor_dtype(pl.precision)]  # activations between layers: BF16 with FP8
@@ -425,10 +521,59 @@ def _span_inputs(session: Session, store, cache: dict | None, warnings: list[str
                        / float(store.peak_flops[tensor_dtype(pl.precision)]))
     dps: list[DataParallel | None] = [None] * p
     for i, structs in layout.structs.items():
-        dps[i] = _data_parallel(session, i, sc.dp_call, sc.edp_call) if structs[0].buckets else None
+        dps[i] = _stage_buckets(session, i, sc, cache) if structs[0].buckets else None
     if p > 2 and layout.alike:
         dps[1:-1] = [dps[1]] * (p - 2)
-    return layout, ops, sc, times, ring, tp, moe_comm, fp8_speedup, dps, reduces, act_bytes
+    # every input of source_values but the stage's buckets (id: objects the cache holds)
+    values_key = None if cache is None else (
+        "values", id(m), id(ops), tuple(ring.items()) if ring else None,
+        tuple(tp.items()) if tp else None, tuple(moe_comm.items()) if moe_comm else None,
+        fp8_speedup, tp_overlap_applies(pl), t)
+    return SimpleNamespace(layout=layout, ops=ops, sc=sc, times=times, ring=ring, tp=tp,
+                           moe_comm=moe_comm, fp8_speedup=fp8_speedup, dps=dps, reduces=reduces,
+                           act_bytes=act_bytes, values_key=values_key)
+
+
+def _stage_values(session: Session, inputs: SimpleNamespace, stage: int, cache: dict | None
+                  ) -> np.ndarray:
+    """:func:`source_values` of stage ``stage`` from :func:`_span_inputs`' ``inputs``,
+    memoized in ``cache`` under ``inputs.values_key`` and the stage's buckets (read-only: many
+    plans' stages share one array; a sweep's plans that differ in p, v, the recomputation or
+    the schedule but not in their op times and collectives share them)."""
+    dp = inputs.dps[stage]
+    if cache is None or inputs.values_key is None:
+        return source_values(inputs.times, inputs.tp, dp, session, inputs.moe_comm,
+                             inputs.fp8_speedup)
+    key = (*inputs.values_key, None if dp is None else tuple(vars(dp).values()))
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = source_values(inputs.times, inputs.tp, dp, session, inputs.moe_comm,
+                                         inputs.fp8_speedup)
+        hit.setflags(write=False)
+    return hit
+
+
+def _stage_buckets(session: Session, stage: int, sc: StageComm, cache: dict | None
+                   ) -> DataParallel:
+    """:func:`_data_parallel` of ``stage`` (read-only: shared), memoized in ``cache`` under what
+    it reads: the model, the placement of the plan's groups (``sc.ekey``: t, d*cp, cp, the
+    shard group, ep and etp for an MoE model), whether the stage is the first and whether it
+    holds the loss, the edge stages' ``p``, the gradients' and the parameters' dtypes and
+    whether the FP8 weights are gathered in FP8; the warnings of its lookups are replayed."""
+    pl = session.plan
+    if cache is None:
+        return _data_parallel(session, stage, sc.dp_call, sc.edp_call)
+    key = ("buckets", id(session.model), sc.ekey, stage == 0,
+           stage == model_math.loss_stage(pl), model_math.edge_stages(pl), grad_dtype(pl),
+           tensor_dtype(pl.precision), model_math.fp8_gathers_params(pl))
+    hit = cache.get(key)
+    if hit is None:
+        n = len(sc.warnings)
+        hit = cache[key] = (_data_parallel(session, stage, sc.dp_call, sc.edp_call),
+                            tuple(sc.warnings[n:]))
+    else:
+        sc.warnings.extend(hit[1])
+    return hit[0]
 
 
 def _stage_op_times(session: Session, store, layout: SimpleNamespace, cache: dict | None):
@@ -442,7 +587,7 @@ def _stage_op_times(session: Session, store, layout: SimpleNamespace, cache: dic
     if cache is None:
         return lookup_op_times(session, store)
     if okey not in cache:
-        cache[okey] = lookup_op_times(session, store)
+        cache[okey] = lookup_op_times(session, store, cache)
     return cache[okey]
 
 

@@ -118,6 +118,7 @@ class Template:
 
     def timed(self, values: np.ndarray) -> "Template":
         """A copy with the durations of ``values`` (seconds per :data:`_SOURCES` entry)."""
+        self.side_layout  # made once on the untimed template, shared by its timed copies
         out = copy.copy(self)  # the untimed arrays shared (read only), as dataclasses.replace does
         out.dur, out.side_dur = values[self.src], values[self.side_src]
         out.last_dur, out.start_dur = values[self.last_src], values[self.start_src]
@@ -129,6 +130,15 @@ class Template:
         c = self.__dict__.get("_counts")
         if c is None:
             c = self.__dict__["_counts"] = np.bincount(self.src, minlength=len(_SOURCES)).astype(float)
+        return c
+
+    @property
+    def side_layout(self) -> SimpleNamespace:
+        """What :func:`template_times` reads of the side tasks' places (not their durations),
+        made once per untimed template (:func:`_side_layout`)."""
+        c = self.__dict__.get("_side_layout")
+        if c is None:
+            c = self.__dict__["_side_layout"] = _side_layout(self)
         return c
 
     @property
@@ -405,15 +415,50 @@ def _chain(dur: np.ndarray, ready: np.ndarray, code: np.ndarray) -> np.ndarray:
     """End times of tasks run one after another per ``code`` (in list order), each no earlier
     than its ``ready`` time: ``end[j] = max(end[prev], ready[j]) + dur[j]``, vectorized as a
     running maximum over prefix sums (from time 0)."""
-    if code.size and (code == code[0]).all():  # one stream: the same sums, no gathering
+    return _chain_groups(dur, ready, _code_groups(code))
+
+
+def _code_groups(code: np.ndarray) -> list[np.ndarray] | None:
+    """The tasks of each code of ``code`` (int (k,)), as :func:`_chain_groups` takes them: None
+    when every task has one code (one chain), else the positions of each code's tasks, codes in
+    increasing order."""
+    if code.size and (code == code[0]).all():
+        return None
+    return [np.flatnonzero(code == c) for c in np.unique(code)]
+
+
+def _chain_groups(dur: np.ndarray, ready: np.ndarray, groups: list[np.ndarray] | None
+                  ) -> np.ndarray:
+    """:func:`_chain` of tasks whose codes :func:`_code_groups` has grouped as ``groups``."""
+    if groups is None:  # one stream: the same sums, no gathering
         D = np.cumsum(dur)
         return np.asarray(D + np.maximum.accumulate(np.maximum(ready - (D - dur), 0.0)), float)
     out = np.empty(dur.size)
-    for c in np.unique(code):
-        idx = np.flatnonzero(code == c)
+    for idx in groups:
         D = np.cumsum(dur[idx])
         out[idx] = D + np.maximum.accumulate(np.maximum(ready[idx] - (D - dur[idx]), 0.0))
     return out
+
+
+def _side_layout(tmpl: Template) -> SimpleNamespace:
+    """The places of ``tmpl``'s side tasks that :func:`template_times` and
+    :func:`tail_overrun` read, computed once per template (a sweep times each thousands of
+    times): ``free`` (bool (k,): side tasks that start with the op), ``dep`` (the others),
+    ``n_free``, ``any_dep``, ``dep_after``, the chains' :func:`_code_groups` (``free_groups``
+    and ``start_groups``, the latter with the ``start`` tasks first; ``dep_groups``,
+    ``last_groups``), the tasks the free chains end before (``free_before``,
+    ``start_before``) and ``mixed``: a side task neither prefetched nor ending the op."""
+    free = tmpl.side_after < 0
+    dep = ~free
+    f_op, f_before = tmpl.side_op[free], tmpl.side_before[free]
+    return SimpleNamespace(
+        free=free, dep=dep, n_free=int(free.sum()), any_dep=bool(dep.any()),
+        mixed=bool(np.any(free & (tmpl.side_before < 0)) or np.any(dep & (tmpl.side_before >= 0))),
+        free_before=f_before, free_groups=_code_groups(f_op),
+        start_before=np.concatenate([tmpl.start_before, f_before]),
+        start_groups=_code_groups(np.concatenate([tmpl.start_op, f_op])),
+        dep_after=tmpl.side_after[dep], dep_groups=_code_groups(tmpl.side_op[dep]),
+        last_groups=_code_groups(tmpl.last_op))
 
 
 def template_times(tmpl: Template, start_at: float | None = None
@@ -426,34 +471,35 @@ def template_times(tmpl: Template, start_at: float | None = None
     ``start_at`` (the all-gathers of earlier chunks before). Side tasks that
     start with the op (``side_after`` -1) wait for nothing else; the others end the
     op (the two sorts the builder makes: prefetched all-gathers, and reductions
-    after a layer's backward).
+    after a layer's backward). The side tasks' places are the template's
+    :attr:`Template.side_layout`, made once.
     """
     dur = tmpl.dur
     S = np.cumsum(dur)
     with_start = start_at is not None and tmpl.start_dur.size > 0
     if not tmpl.side_dur.size and not with_start:
         return S, np.empty(0), float(S[-1]) if S.size else 0.0
-    free = tmpl.side_after < 0
-    if np.any(free & (tmpl.side_before < 0)) or np.any(~free & (tmpl.side_before >= 0)):
+    lay = tmpl.side_layout
+    if lay.mixed:
         raise AssertionError("side task neither prefetched nor ending the op")
     # prefetched side tasks (and the iteration-start ones) do not depend on the compute chain
-    f_dur, f_op, f_before = tmpl.side_dur[free], tmpl.side_op[free], tmpl.side_before[free]
+    f_dur = tmpl.side_dur[lay.free]
     f_ready = np.zeros(f_dur.size)
+    f_before, groups = lay.free_before, lay.free_groups
     if with_start:
         f_dur = np.concatenate([tmpl.start_dur, f_dur])
-        f_op = np.concatenate([tmpl.start_op, f_op])
-        f_before = np.concatenate([tmpl.start_before, f_before])
         f_ready = np.concatenate([np.full(tmpl.start_dur.size, float(start_at)), f_ready])
-    f_end = _chain(f_dur, f_ready, f_op)
+        f_before, groups = lay.start_before, lay.start_groups
+    f_end = _chain_groups(f_dur, f_ready, groups)
     wait = np.zeros(dur.size)
     np.maximum.at(wait, f_before, f_end)
     end = S + np.maximum.accumulate(np.maximum(wait - (S - dur), 0.0))
     side_end = np.empty(tmpl.side_dur.size)
-    side_end[free] = f_end[f_end.size - int(free.sum()):]
-    dep = ~free
-    side_end[dep] = _chain(tmpl.side_dur[dep], end[tmpl.side_after[dep]], tmpl.side_op[dep])
+    side_end[lay.free] = f_end[f_end.size - lay.n_free:]
+    dep = lay.dep
+    side_end[dep] = _chain_groups(tmpl.side_dur[dep], end[lay.dep_after], lay.dep_groups)
     span = max(float(end[-1]) if end.size else 0.0,
-               float(side_end[dep].max()) if dep.any() else 0.0)
+               float(side_end[dep].max()) if lay.any_dep else 0.0)
     return end, side_end, span
 
 
@@ -461,5 +507,5 @@ def tail_overrun(tmpl: Template) -> float:
     """How long after the item's end its ``last`` side tasks end (negative when earlier): the
     iteration's tail waits for them."""
     end, _, span = template_times(tmpl)
-    finish = _chain(tmpl.last_dur, end[tmpl.last_after], tmpl.last_op)
+    finish = _chain_groups(tmpl.last_dur, end[tmpl.last_after], tmpl.side_layout.last_groups)
     return float(finish.max()) - span

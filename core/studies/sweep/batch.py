@@ -10,8 +10,9 @@ both solve batches here, so their results are the same bit for bit.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -37,7 +38,8 @@ _MAX_BATCH_ELEMENTS = 2_000_000
 
 
 def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: list[ParallelPlan],
-                store, lookup_cache: dict, compiled: bool | None = None
+                store, lookup_cache: dict, compiled: bool | None = None,
+                fits: Sequence[bool] | None = None
                 ) -> tuple[np.ndarray, np.ndarray, list[str], dict[str, list[int]]]:
     """Iteration time and memory of a batch of plans of one pipeline structure.
 
@@ -54,6 +56,10 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
     compiled : bool, optional
         Passed to :func:`pipeline_iteration_times` (the compiled pass or the numpy
         sweeps; the same times bit for bit).
+    fits : sequence of n bool, optional
+        Whether each plan fits in memory, when the caller knows (a sweep's
+        :func:`core.studies.sweep.bound.memory_verdicts`, the same verdicts): the memory is
+        then not computed again (its bytes NaN and its reasons empty in what is returned).
 
     Returns
     -------
@@ -88,10 +94,12 @@ def solve_batch(model, cluster, cost, key: tuple[int, int, str, int], plans: lis
             st = shared[skey] = stage_times(Session(model, pl, cluster, cost), store, lookup_cache)
         per_chunk[:, :, :, j] = (st.fwd_s, st.bwd_s, st.wgrad_s, st.ready_s, st.chunk_tail_s)
         per_stage[:, :, j] = (st.send_fwd_s, st.send_bwd_s, st.dp_comm_s, st.optimizer_s)
-        # same rule and message as core.sim.simulate
-        max_mem[j], fits, reason[j] = memory_verdict_arrays(
-            model_math.stage_memory_arrays(model, pl, fp8_tn), capacity)
-        if fits:
+        if fits is None:  # same rule and message as core.sim.simulate
+            max_mem[j], fit, reason[j] = memory_verdict_arrays(
+                model_math.stage_memory_arrays(model, pl, fp8_tn), capacity)
+        else:
+            max_mem[j], fit = math.nan, fits[j]
+        if fit:
             for w in st.warnings:
                 warnings.setdefault(w, []).append(j)
     if sched.fast_path:

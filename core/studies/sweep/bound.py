@@ -30,10 +30,11 @@ from core.sim.simulate import (MAX_GRAPH_TASKS, graph_tasks_bound, graph_too_lar
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
-from core.studies.sweep.result import BEST_BY_FIELDS
+from core.studies.sweep.result import BEST_BY_FIELDS, column_codes
 
 __all__ = ["MAX_PIPELINE_STEPS", "STEPS_PER_S", "LARGE_SWEEP_WORK", "sweep_work", "work_seconds",
-           "duration_text", "work_notes", "memory_verdicts", "mark_too_large", "bound_plan",
+           "duration_text", "work_notes", "pipeline_steps", "plan_microbatches", "memory_verdicts",
+           "mark_too_large", "bound_plan",
            "iteration_lower_bound_s", "fill_lower_bounds", "value_codes", "prunable",
            "branch_and_bound"]
 
@@ -75,17 +76,23 @@ def duration_text(seconds: float) -> str:
 
 
 def work_notes(plans: list[ParallelPlan], rows: np.ndarray, num_layers: int, prune: bool,
-               max_work: int | None) -> list[str]:
+               max_work: int | None, steps: np.ndarray | None = None) -> list[str]:
     """The sweep's note when the plans ``rows`` (those that fit and are simulated, int (k,))
     need more than :data:`LARGE_SWEEP_WORK` pipeline steps (:func:`sweep_work`): one string
-    with a time estimate, or none.
+    with a time estimate, or none. ``steps``: every plan's :func:`pipeline_steps`, when known
+    (the same sum without a pass over the plans).
 
     Raises
     ------
     ConfigError
         They need more than ``max_work`` steps (field ``sweep.max_work``).
     """
-    work = sweep_work([plans[i] for i in rows.tolist()], num_layers)
+    if steps is None:
+        work = sweep_work([plans[i] for i in rows.tolist()], num_layers)
+    else:  # sweep_work's sum, with numpy
+        s = steps[rows]
+        p = np.array([plans[i].pipeline_parallel for i in rows.tolist()], np.int64)
+        work = int(np.where(s <= MAX_PIPELINE_STEPS, s + 10 * num_layers // p, 0).sum())
     estimate = (f"the {rows.size:,} plans that fit in memory need up to {work:,} pipeline "
                 f"steps to simulate, about {duration_text(work_seconds(work))} on one core"
                 + (" before pruning" if prune else ""))
@@ -95,16 +102,40 @@ def work_notes(plans: list[ParallelPlan], rows: np.ndarray, num_layers: int, pru
     return [f"large sweep: {estimate}"] if work > LARGE_SWEEP_WORK else []
 
 
-def mark_too_large(plans: list[ParallelPlan], fits: np.ndarray, reason: list[str], model
+def pipeline_steps(plans: list[ParallelPlan], columns: dict[str, np.ndarray] | None = None
+                   ) -> np.ndarray:
+    """Each plan's pipeline steps ``p * m * v`` (int64 (n,); ``v`` :func:`num_chunks`). From
+    the plans' :func:`core.studies.sweep.result.plan_column_arrays` ``columns`` when given:
+    :func:`num_chunks` once per (schedule, v), the products with numpy (the same integers)."""
+    if columns is None:
+        return np.array([pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl)
+                         for pl in plans], np.int64).reshape(-1)
+    of, firsts = column_codes(columns, ("schedule", "virtual_pipeline_stages"), len(plans))
+    chunks = np.array([num_chunks(plans[i]) for i in firsts], np.int64)
+    p = np.asarray(columns["pipeline_parallel"], np.int64)
+    return p * plan_microbatches(columns) * (chunks[of] if firsts else of)
+
+
+def plan_microbatches(columns: dict[str, np.ndarray]) -> np.ndarray:
+    """Each plan's micro-batch count ``B // (d*b)`` (int64 (n,),
+    :attr:`core.plan.parallel.ParallelPlan.num_microbatches`) from its
+    :func:`core.studies.sweep.result.plan_column_arrays` ``columns``."""
+    return (np.asarray(columns["global_batch_size"], np.int64)
+            // (np.asarray(columns["data_parallel"], np.int64)
+                * np.asarray(columns["micro_batch_size"], np.int64)))
+
+
+def mark_too_large(plans: list[ParallelPlan], fits: np.ndarray, reason: list[str], model,
+                   columns: dict[str, np.ndarray] | None = None
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Each plan's pipeline steps ``p * m * v`` (int64 (n,)) and whether it is too large to
     simulate (bool (n,)): more than :data:`MAX_PIPELINE_STEPS` steps, or a plan of ``model``
     that ``vtrain simulate`` refuses (:func:`core.sim.simulate.graph_too_large`), so that the
     sweep never answers with a plan whose figures ``simulate`` cannot give. The reason of
     each such plan that ``fits`` (bool (n,)) in memory is set in ``reason`` (list of n str,
-    changed)."""
-    steps = np.array([pl.pipeline_parallel * pl.num_microbatches * num_chunks(pl) for pl in plans],
-                     np.int64).reshape(-1)
+    changed). ``columns``: the plans' :func:`core.studies.sweep.result.plan_column_arrays`,
+    when known (:func:`pipeline_steps`)."""
+    steps = pipeline_steps(plans, columns)
     too_large = steps > MAX_PIPELINE_STEPS
     for i in np.flatnonzero(too_large & fits).tolist():
         pl = plans[i]
@@ -112,8 +143,12 @@ def mark_too_large(plans: list[ParallelPlan], fits: np.ndarray, reason: list[str
                      f"*virtual_pipeline_stages={pl.pipeline_parallel}*{pl.num_microbatches}"
                      f"*{num_chunks(pl)}={int(steps[i]):,} is more than {MAX_PIPELINE_STEPS:,}")
     # the exact count only where the bound over every setting passes the limit (a few plans)
-    bound = graph_tasks_bound(model, [pl.num_microbatches for pl in plans], steps,
-                              [pl.pipeline_parallel for pl in plans])
+    if columns is None:
+        m = [pl.num_microbatches for pl in plans]
+        p = [pl.pipeline_parallel for pl in plans]
+    else:
+        m, p = plan_microbatches(columns), columns["pipeline_parallel"]
+    bound = graph_tasks_bound(model, m, steps, p)
     for i in np.flatnonzero(~too_large & fits & (bound > MAX_GRAPH_TASKS)).tolist():
         why = graph_too_large(model, plans[i])
         if why:
@@ -164,26 +199,23 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, *,
     state_list: list[tuple] = []             # (weights, gradients, optimizer, NCCL bytes)
     act_of, state_of = np.empty(n, np.int64), np.empty(n, np.int64)
     ticker = PhaseTicker("memory", n, cancel, phase)
-    for i, pl in enumerate(plans):
-        if not i & 31:
-            yield_interpreter()
-            ticker.tick(i // 5)
-        key = plan_key(pl)
-        ka, ks = act_key(key), state_key(key)
-        j = acts.get(ka)
-        if j is None:
-            j = acts[ka] = len(act_plans)
-            act_plans.append(pl)
-        act_of[i] = j
-        j = states.get(ks)
-        if j is None:
-            j = states[ks] = len(state_list)
+    for start in range(0, n, _KEY_ROWS):
+        yield_interpreter()
+        ticker.tick(start // 5)
+        chunk = plans[start:start + _KEY_ROWS]
+        keys = list(map(plan_key, chunk))
+        codes, firsts = _codes_of(acts, map(act_key, keys))
+        act_of[start:start + len(chunk)] = codes
+        act_plans += [chunk[j] for j in firsts]
+        codes, firsts = _codes_of(states, map(state_key, keys))
+        state_of[start:start + len(chunk)] = codes
+        for j in firsts:
+            ks, pl = state_key(keys[j]), chunk[j]
             state = known_states.get(ks)
             if state is None:
                 state = known_states[ks] = (*memory.stage_state_bytes(model, pl, fp8_tn),
                                             float(memory.nccl_buffer_bytes(pl)))
             state_list.append(state)
-        state_of[i] = j
     tables, act_row = _activation_tables(act_plans, model, n, ticker,
                                          memo.setdefault("activation_parts", {}))
     mem, fits, why = np.zeros(n), np.zeros(n, bool), [""] * n
@@ -205,6 +237,24 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, *,
                 why[r] = text
     ticker.finish()
     return mem, fits, why
+
+
+#: Plans whose keys :func:`memory_verdicts` codes at once (a few milliseconds).
+_KEY_ROWS = 2048
+
+
+def _codes_of(index: dict, keys) -> tuple[np.ndarray, list[int]]:
+    """Each of ``keys`` (an iterable of k hashable keys) as its number in ``index`` (dict:
+    key -> number; a key not in it gets the next number, ``len(index)``, and is added), int64
+    (k,), and the positions of the keys added, in the order of their numbers."""
+    before = len(index)
+    setdefault = index.setdefault
+    codes = np.array([setdefault(k, len(index)) for k in keys], np.int64)
+    new = np.flatnonzero(codes >= before)
+    if not new.size:
+        return codes, []
+    _, first = np.unique(codes[new], return_index=True)  # numbers in order of first appearance
+    return codes, new[first].tolist()
 
 
 #: Plans whose activations :func:`memory_verdicts` computes at once.
@@ -407,23 +457,39 @@ _SCHEDULE_FIELD = PLAN_FIELDS.index("schedule")
 
 
 def value_codes(plans: list[ParallelPlan], num_gpus: np.ndarray, several_counts: bool,
-                cancel: Any = None) -> list[np.ndarray]:
+                cancel: Any = None, columns: dict[str, np.ndarray] | None = None
+                ) -> list[np.ndarray]:
     """For each dimension whose best plans the sweep answers (:data:`BEST_BY_FIELDS`, and the
     GPU count when the space names ``several_counts``), each plan's value as a code (int
     (n,)): plans of one value share a code (numbered by first appearance; values told apart
     by type too, as their ``repr`` would: ``1`` is not ``True``). :func:`prunable`'s
-    ``codes``. ``cancel`` is checked before each dimension (:class:`SweepCancelled`)."""
+    ``codes``. ``columns``: the plans'
+    :func:`core.studies.sweep.result.plan_column_arrays`, when known (a column of one type is
+    coded with numpy). ``cancel`` is checked before each dimension (:class:`SweepCancelled`)."""
     codes = []
     if several_counts:
         codes.append(np.unique(num_gpus, return_inverse=True)[1].reshape(-1))
     for name in BEST_BY_FIELDS:
         check_cancelled(cancel)  # each field: about 15 ms per 100,000 plans
-        keys = list(map(operator.attrgetter(name), plans))
+        col = None if columns is None else columns[name]
+        if col is not None and col.dtype != object:  # one type: numpy's equality is Python's
+            codes.append(_first_seen_codes(col))
+            continue
+        keys = (list(map(operator.attrgetter(name), plans)) if col is None else col.tolist())
         if len(set(map(type, keys)) - {type(None)}) > 1:  # 1 == True, 1 == 1.0: told apart
             keys = list(zip(map(type, keys), keys))
         index = {k: i for i, k in enumerate(dict.fromkeys(keys))}  # by first appearance
         codes.append(np.fromiter(map(index.__getitem__, keys), np.int64, len(keys)))
     return codes
+
+
+def _first_seen_codes(col: np.ndarray) -> np.ndarray:
+    """Each value of ``col`` (a numpy array of one type, (n,)) as a code, numbered by its first
+    appearance (int64 (n,))."""
+    _, first, inverse = np.unique(col, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    return rank[inverse.reshape(-1)]
 
 
 def branch_and_bound(order: np.ndarray, lower: np.ndarray, lb_days: np.ndarray,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import itertools
 import math
-import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -26,11 +26,12 @@ from core.sim.report import memory_verdict_column
 from core.store.calibration_range import features_of
 from core.store.interval import interval_factors, interval_for, layer_parameters, plan_departures
 from core.studies.sweep.cancel import check_cancelled
+from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.space import SweepSpace, as_list
 from core.sim.comm import CollectiveExtrapolation
 
 __all__ = ["SweepResult", "COLUMNS", "column_is_constant", "PLAN_COLUMNS", "BEST_BY_FIELDS",
-           "pareto_front", "plan_column_arrays", "plan_figures", "best_row", "plan_label", "plans_note", "with_plans"]
+           "pareto_front", "plan_column_arrays", "column_codes", "plan_figures", "best_row", "plan_label", "plans_note", "with_plans"]
 
 PLAN_COLUMNS = PLAN_FIELDS
 #: Columns of :meth:`SweepResult.rows` and :meth:`SweepResult.write_csv`, in order.
@@ -516,12 +517,22 @@ class SweepResult:
 def plan_column_arrays(plans: list[ParallelPlan], cancel: Any = None) -> dict[str, np.ndarray]:
     """One array per plan field: int64, bool or str when every value is one, object otherwise.
     A field of one value (most of a sweep's) is filled from it rather than converted value by
-    value: the same array. ``cancel`` is checked before each field
+    value: the same array. Each plan's fields are read as one tuple (:func:`plan_key`) and
+    transposed :data:`_COLUMN_CHUNK` plans at a time (one C call per plan rather than one per
+    plan and field). ``cancel`` is checked every few chunks and before each field
     (:class:`~core.studies.sweep.cancel.SweepCancelled`)."""
+    parts: dict[str, list[tuple]] = {name: [] for name in PLAN_FIELDS}
+    for start in range(0, len(plans), _COLUMN_CHUNK):
+        if not start % (16 * _COLUMN_CHUNK):
+            check_cancelled(cancel)
+        yield_interpreter()
+        rows = list(map(plan_key, plans[start:start + _COLUMN_CHUNK]))
+        for name, column in zip(PLAN_FIELDS, zip(*rows)):
+            parts[name].append(column)
     out = {}
     for name in PLAN_COLUMNS:
         check_cancelled(cancel)
-        values = list(map(operator.attrgetter(name), plans))
+        values = list(itertools.chain.from_iterable(parts.pop(name)))
         kinds = set(map(type, values))
         dtype: Any = object
         if kinds == {bool}:
@@ -537,17 +548,25 @@ def plan_column_arrays(plans: list[ParallelPlan], cancel: Any = None) -> dict[st
     return out
 
 
+#: Plans whose fields :func:`plan_column_arrays` transposes at once (a few milliseconds per C
+#: call, so that the window's thread gets the interpreter between them).
+_COLUMN_CHUNK = 4096
+
+
 def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.ndarray,
-                  coverage: float, cancel: Any = None) -> tuple:
+                  coverage: float, cancel: Any = None,
+                  plan_columns: dict[str, np.ndarray] | None = None) -> tuple:
     """What a sweep's result needs of its plans alone: ``(plan columns (:func:`plan_column_arrays`),
     model FLOPs, hardware FLOPs (float64 (n,) each), error-band factors low, high (float64
     (n,)), in calibration range (bool (n,)), the note when the store has no bands, the
     features outside the calibration runs (list of str, :attr:`SweepResult.calibration_departures`))``.
     The bands are conditioned on each plan's features when the store's residuals have them.
-    ``cancel`` is checked every few tens of milliseconds (:class:`SweepCancelled`)."""
-    plan_columns = plan_column_arrays(plans, cancel)
+    ``cancel`` is checked every few tens of milliseconds (:class:`SweepCancelled`).
+    ``plan_columns``: :func:`plan_column_arrays` of ``plans``, made when not given."""
+    if plan_columns is None:
+        plan_columns = plan_column_arrays(plans, cancel)
     # the FLOPs do not depend on d or b (B is the session's): one evaluation per other fields
-    of, firsts = _column_codes(plan_columns, _FLOPS_FIELDS, len(plans), cancel)
+    of, firsts = column_codes(plan_columns, _FLOPS_FIELDS, len(plans), cancel)
     both = np.array([(model_math.model_flops_per_iteration(model, plans[i]),
                       model_math.hardware_flops_per_iteration(model, plans[i]))
                      for i in firsts], dtype=float).reshape(-1, 2)[of]
@@ -573,7 +592,7 @@ _FEATURE_FIELDS = tuple(f for f in PLAN_FIELDS if f not in _FEATURE_FREE_PLAN_FI
 _FLOPS_FIELDS = tuple(f for f in PLAN_FIELDS if f not in ("data_parallel", "micro_batch_size"))
 
 
-def _column_codes(columns: dict[str, np.ndarray], fields: Sequence[str], n: int,
+def column_codes(columns: dict[str, np.ndarray], fields: Sequence[str], n: int,
                   cancel: Any = None) -> tuple[np.ndarray, list[int]]:
     """The plans grouped by their values of ``fields``: each plan's group as a code (int64
     (n,)) and the first plan of each group, code by code.
@@ -629,7 +648,7 @@ def _plan_bands(plans: list[ParallelPlan], model, cluster, residuals, num_gpus: 
         return np.zeros(0), np.zeros(0), np.zeros(0, bool), []
     if plan_columns is None:
         plan_columns = plan_column_arrays(plans, cancel)
-    of, firsts = _column_codes(plan_columns, _FEATURE_FIELDS, n, cancel)
+    of, firsts = column_codes(plan_columns, _FEATURE_FIELDS, n, cancel)
     feats = [features_of(model, cluster, plans[i]) for i in firsts]
     low, high, inside = interval_factors(residuals, num_gpus, gpn, layer_params, coverage,
                                          features=feats, feature_index=of)

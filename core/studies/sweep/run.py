@@ -20,6 +20,7 @@ import numpy as np
 
 from core.plan.fields import ConfigError, FieldError
 from core.plan.layout import largest_model_chunk
+from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
 from core.plan.session import Session
 from core.plan.rules import validate
 from core.sim import fastpath_kernel
@@ -30,15 +31,17 @@ from core.store.interval import DEFAULT_COVERAGE
 from core.studies.sweep import parallel
 from core.studies.sweep.batch import group_batches, solve_batch
 from core.studies.sweep.bound import (fill_lower_bounds, branch_and_bound, mark_too_large,
-                                      memory_verdicts, value_codes, work_notes)
+                                      memory_verdicts, plan_microbatches, value_codes,
+                                      work_notes)
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import gc_paused
 from core.studies.sweep.phase import PhaseFn
-from core.studies.sweep.result import SweepResult, best_row, pareto_front, plan_figures, with_plans
+from core.studies.sweep.result import (SweepResult, best_row, pareto_front, plan_column_arrays,
+                                       plan_figures, with_plans)
 from core.studies.sweep.space import (SweepSpace, as_list, check_enumerable, divisors,
                                       enumerate_plans, in_budget, index_of_plan,
                                       micro_batch_sizes_of)
-from core.studies.sweep.variants import sweep_verdicts
+from core.studies.sweep.variants import plan_maker, sweep_verdicts
 from core.studies.sweep.dimensions import sweep_dimensions
 
 __all__ = ["run_sweep", "ProgressFn", "COMPILED_MIN_SWEEP_ELEMENTS"]
@@ -222,12 +225,14 @@ class _Runner:
 
     def __init__(self, plans, session: Session, store, *, progress, cancel, workers: int,
                  dask: str | None, compiled: bool | None, early, num_gpus: np.ndarray,
-                 coverage: float) -> None:
+                 coverage: float, columns: dict[str, np.ndarray] | None = None,
+                 fits: np.ndarray | None = None) -> None:
         self.plans, self.store = plans, store
         self.model, self.cluster, self.cost = session.model, session.cluster, session.cost
         self.progress, self.cancel, self.workers, self.dask = progress, cancel, workers, dask
         self.compiled, self.early = compiled, early
-        self.num_gpus, self.coverage = num_gpus, coverage
+        self.num_gpus, self.coverage, self.columns = num_gpus, coverage, columns
+        self.fits = fits  # the plans' memory verdicts (bool (n,)): solve_batch need not repeat them
         self.n = len(plans)
         self.iteration = np.full(self.n, math.nan)
         self.warned: dict[str, list[int]] = {}  # warning -> the plans (that fit) it concerns
@@ -255,7 +260,7 @@ class _Runner:
         """Compute the figures of the plans alone (:func:`plan_figures`), once."""
         if self.prepared is None:
             self.prepared = plan_figures(self.plans, self.model, self.store, self.cluster,
-                                         self.num_gpus, self.coverage, self.cancel)
+                                         self.num_gpus, self.coverage, self.cancel, self.columns)
 
     def _solve_here(self, jobs: list, how: bool | None) -> list[tuple]:
         return [solve_batch(self.model, self.cluster, self.cost, key, pls, self.store,
@@ -296,11 +301,12 @@ class _Runner:
         for key, idx in batches:
             check_cancelled(self.cancel)
             self.take(idx, solve_batch(model, cluster, cost, key, [plans[i] for i in idx], store,
-                                       self.lookup_cache, self.compiled))
+                                       self.lookup_cache, self.compiled,
+                                       None if self.fits is None else self.fits[idx].tolist()))
 
 
 def _plans_up_to_memory(session: Session, space: SweepSpace, store, cancel: Any,
-                        phase: PhaseFn | None) -> tuple[list, tuple, str]:
+                        phase: PhaseFn | None, memo: dict) -> tuple[list, tuple, str]:
     """The plans of a space without micro-batch sizes (``micro_batch_sizes=None``): every b
     that divides the global batch B (:func:`micro_batch_sizes_of`: Megatron takes any b with
     B % (d*b) == 0, not only powers of two), in increasing order, while memory allows: once
@@ -310,8 +316,8 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, cancel: Any,
     B % (d*b') == 0; k times the micro-batches, which no schedule rule refuses) whose
     activation memory is no larger (b times the micro-batches in flight, at most
     min(p, m) of them, does not grow as b shrinks), so when none of b's fits, none of b''s
-    does. Returns the plans, their :func:`memory_verdicts` (computed once, here) and where
-    the sizes stopped, in words."""
+    does. Returns the plans, their :func:`memory_verdicts` (computed once, here, with
+    ``memo``, its memo of shared parts) and where the sizes stopped, in words."""
     sizes = micro_batch_sizes_of(session.plan.global_batch_size)
     plans: list = []
     mems: list = []
@@ -319,7 +325,6 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, cancel: Any,
     full: list[int] = []  # the b none of whose plans fits: their multiples are not tried
     unfit = None  # the plans and memory of the first of them
     verdicts = sweep_verdicts(session)  # one for every b: what one b's plans teach it, kept
-    memo: dict = {}  # memory_verdicts' parts, shared by the sizes
     for k, b in enumerate(sizes):
         if any(b % f == 0 for f in full):
             continue
@@ -363,9 +368,11 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
     (:func:`_plans_up_to_memory`) and the dimension ``micro_batch_size`` says where it
     stopped. ``get_store()`` is the profile store (opened after a space with its micro-batch
     sizes is enumerated: its errors first)."""
+    memo: dict = {}  # memory_verdicts' shared parts: the plans' and their partial recomputations'
     if space.micro_batch_sizes is None:
         check_enumerable(session, space)
-        plans, mem, stop = _plans_up_to_memory(session, space, get_store(), cancel, phase)
+        plans, mem, stop = _plans_up_to_memory(session, space, get_store(), cancel, phase,
+                                               memo)
     else:
         plans = enumerate_plans(session, space, cancel=cancel, phase=phase)
         mem = None
@@ -382,10 +389,12 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
             mem = (np.concatenate([mem[0], own_mem[0]]), np.concatenate([mem[1], own_mem[1]]),
                    mem[2] + own_mem[2])
     if mem is None:
-        mem = memory_verdicts(plans, session.model, get_store(), cancel=cancel, phase=phase)
+        mem = memory_verdicts(plans, session.model, get_store(), cancel=cancel, phase=phase,
+                              memo=memo)
     if (not space.hold_session_values and session.plan.recompute_num_layers is None
             and "full" in as_list(space.recompute)):
-        more, more_mem = _partial_recompute_plans(plans, mem, session, get_store(), cancel)
+        more, more_mem = _partial_recompute_plans(plans, mem, session, get_store(), cancel,
+                                                  memo)
         if more:
             plans = plans + more
             mem = (np.concatenate([mem[0], more_mem[0]]), np.concatenate([mem[1], more_mem[1]]),
@@ -402,7 +411,7 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
 
 
 def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
-                             cancel: Any = None) -> tuple[list, tuple]:
+                             cancel: Any = None, memo: dict | None = None) -> tuple[list, tuple]:
     """For each plan of ``plans`` that recomputes every layer (``recompute="full"``,
     ``recompute_num_layers`` None) and fits (``mem``: :func:`memory_verdicts`' bytes, fits,
     reasons), the same plan recomputing the fewest layers per model chunk that still fit
@@ -411,9 +420,16 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
     and the iteration time grows with N (each recomputed layer repeats its forward), so
     that N is the fastest of the plan's partial recomputations that fit. The N are found
     by bisection over all plans at once, :func:`memory_verdicts` of one batch per round
-    (at most log2 of the largest chunk's layers rounds)."""
+    (at most log2 of the largest chunk's layers rounds), with ``memo`` (that of ``mem``'s
+    plans: a partial recomputation shares all but its recomputed layers with its plan)."""
     L = session.model.num_layers
     fits = mem[1]
+    make = plan_maker(session.plan)
+
+    def with_layers(plan: ParallelPlan, n: int) -> ParallelPlan:
+        """``dataclasses.replace(plan, recompute_num_layers=n)``, without its ``__init__``."""
+        return make(dict(zip(PLAN_FIELDS, plan_key(plan)), recompute_num_layers=n))
+
     rows, hi = [], []
     for i, pl in enumerate(plans):
         if pl.recompute == "full" and pl.recompute_num_layers is None and fits[i]:
@@ -431,18 +447,16 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
         if not open_.size:
             break
         mid = (lo[open_] + hi[open_]) // 2
-        trial = [dataclasses.replace(plans[rows[k]], recompute_num_layers=int(n))
-                 for k, n in zip(open_.tolist(), mid.tolist())]
-        ok = memory_verdicts(trial, session.model, store)[1]
+        trial = [with_layers(plans[rows[k]], n) for k, n in zip(open_.tolist(), mid.tolist())]
+        ok = memory_verdicts(trial, session.model, store, memo=memo)[1]
         hi[open_[ok]] = mid[ok]
         lo[open_[~ok]] = mid[~ok]
     most = np.array([largest_model_chunk(L, plans[i]) for i in rows], np.int64)
     keep = np.flatnonzero(hi < most)
-    more = [dataclasses.replace(plans[rows[k]], recompute_num_layers=int(hi[k]))
-            for k in keep.tolist()]
+    more = [with_layers(plans[rows[k]], n) for k, n in zip(keep.tolist(), hi[keep].tolist())]
     if not more:
         return [], (np.zeros(0), np.zeros(0, bool), [])
-    return more, memory_verdicts(more, session.model, store)
+    return more, memory_verdicts(more, session.model, store, memo=memo)
 
 
 def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask, coverage,
@@ -464,11 +478,13 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
         progress = _with_phase(progress, phase)
     n = len(plans)
     model = session.model
-    num_mb = np.array([pl.num_microbatches for pl in plans], np.int64)
-    num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
-    steps, too_large = mark_too_large(plans, mem_fits, reason, model)
+    columns = plan_column_arrays(plans, cancel)  # read once: the sizes, codes and figures
+    num_mb = plan_microbatches(columns)
+    num_gpus = np.prod([np.asarray(columns[f], np.int64) for f in (  # ParallelPlan.num_gpus
+        "tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel")], axis=0)
+    steps, too_large = mark_too_large(plans, mem_fits, reason, model, columns)
     candidates = np.flatnonzero(mem_fits & ~too_large)
-    sweep_notes = work_notes(plans, candidates, model.num_layers, prune, max_work)
+    sweep_notes = work_notes(plans, candidates, model.num_layers, prune, max_work, steps)
     if sweep_notes and notice is not None:
         notice(sweep_notes[0])
     if progress is not None and not prune:  # with pruning: after the lower bounds
@@ -478,7 +494,7 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
     compiled = True if elements >= COMPILED_MIN_SWEEP_ELEMENTS else None
     runner = _Runner(plans, session, store, progress=progress, cancel=cancel, workers=workers,
                      dask=dask, compiled=compiled, early=early, num_gpus=num_gpus,
-                     coverage=coverage)
+                     coverage=coverage, columns=columns, fits=mem_fits)
     pruned = np.zeros(n, bool)
     lower = np.full(n, math.nan)
     if not prune:  # the oracle: every plan simulated, those that do not fit too
@@ -534,7 +550,7 @@ def _branch_and_bound(runner: _Runner, session: Session, space: SweepSpace, lowe
     runner.prepare()
     lb = _figures(runner, session, np.where(np.isfinite(lower), lower, 1.0))
     codes = value_codes(plans, runner.num_gpus, len(space.gpu_counts() or ()) > 1,
-                        runner.cancel)
+                        runner.cancel, runner.columns)
     if runner.progress is not None:  # the simulation starts
         runner.progress(0, runner.n)
     order = candidates[np.argsort(lower[candidates], kind="stable")]

@@ -670,6 +670,7 @@ class _Choices:
     make: Callable[[dict], ParallelPlan]
     plain: bool
     variants_of: dict = dataclasses.field(default_factory=dict)
+    overlap_variants_of: dict = dataclasses.field(default_factory=dict)  # size_variants memos
     flags_of: dict = dataclasses.field(default_factory=dict)
 
     @classmethod

@@ -183,6 +183,22 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
         cands = list(map(make, [{**group, **f} for f in fields]))
         if rows is None:
             rows = known[1] = verdicts.rows_of(cands, varying)
+    elif base.recompute_num_layers is None:  # no layers to cap: the variants of the sizes
+        # the overlap's rules read (and of how) are the same, built once
+        key = (how, *(group[f] for f in _EP_OVERLAP_RULE_FIELDS if f in group
+                      and f not in CP_VARIANT_FIELDS))
+        known = c.overlap_variants_of.get(key)
+        if known is None:
+            parts = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
+                     *(fields[0] if fields else ()))
+            known = c.overlap_variants_of[key] = [
+                [{f: d[f] for f in parts}
+                 for d in _with_overlaps(session.model, c, [{**group, **f} for f in fields])],
+                None]
+        cands = list(map(make, [{**group, **f} for f in known[0]]))
+        if known[1] is None:
+            known[1] = verdicts.rows_of(cands, varying)
+        rows = known[1]
     else:
         cands, rows = _variant_plans(session, c, group, fields), None
     # model, cluster and cost were checked above
@@ -193,37 +209,46 @@ def _variant_plans(session: Session, c: Any, group: dict, fields: list[dict]
                    ) -> list[ParallelPlan]:
     """The candidates of :func:`size_variants` in general: each of ``fields`` (a recomputation
     and an :func:`overlap_choices`) on ``group`` (the sizes), its recomputed layers capped,
-    with each expert all-to-all overlap where the plan allows it. Plans are built by
-    :func:`plan_maker` (no ``__init__`` per plan), and the overlap's rules
-    (:func:`core.plan.rules.ep_overlap_errors`) are asked once per combination of the fields
-    they read (:data:`_EP_OVERLAP_RULE_FIELDS`)."""
+    with each expert all-to-all overlap where the plan allows it (:func:`_with_overlaps`).
+    Plans are built by :func:`plan_maker` (no ``__init__`` per plan)."""
     m, make = session.model, c.make
-    cands = []
-    allowed: dict[tuple, bool] = {}
+    values = []
     for f in fields:
         plan = make({**group, **f})
         if plan.recompute_num_layers is not None:
             plan = capped_recompute_layers(plan, m.num_layers)
-        # the expert all-to-all overlap off, and on where the plan allows it (expert
-        # parallelism, its rules)
+        values.append(plan.__dict__)
+    return list(map(make, _with_overlaps(m, c, values)))
+
+
+def _with_overlaps(model, c: Any, values: list[dict]) -> list[dict]:
+    """Each plan of ``values`` (dicts of every plan field) with each expert all-to-all
+    overlap of ``c.ovs`` where the plan allows it: off, and on (with
+    ``delay_wgrad_compute`` when the session delays it) where the overlap's rules
+    (:func:`core.plan.rules.ep_overlap_errors`) pass, else off when off is not tried already;
+    the rules asked once per combination of the fields they read
+    (:data:`_EP_OVERLAP_RULE_FIELDS`). New dicts, in that order."""
+    out = []
+    allowed: dict[tuple, bool] = {}
+    for plan in values:
         for ov in c.ovs:
             cand = plan
-            if (ov != plan.overlap_moe_expert_parallel_comm
-                    or (c.delay and ov) != plan.delay_wgrad_compute):
-                cand = make({**plan.__dict__, "overlap_moe_expert_parallel_comm": ov,
-                             "delay_wgrad_compute": c.delay and ov})
+            if (ov != plan["overlap_moe_expert_parallel_comm"]
+                    or (c.delay and ov) != plan["delay_wgrad_compute"]):
+                cand = {**plan, "overlap_moe_expert_parallel_comm": ov,
+                        "delay_wgrad_compute": c.delay and ov}
             if ov:
-                key = tuple(getattr(cand, name) for name in _EP_OVERLAP_RULE_FIELDS)
+                key = tuple(cand[name] for name in _EP_OVERLAP_RULE_FIELDS)
                 ok = allowed.get(key)
                 if ok is None:
-                    ok = allowed[key] = not ep_overlap_errors(m, cand)
+                    ok = allowed[key] = not ep_overlap_errors(model, c.make(dict(cand)))
                 if not ok:
                     if False in c.ovs:
                         continue  # tried without already
-                    cand = make({**cand.__dict__, "overlap_moe_expert_parallel_comm": False,
-                                 "delay_wgrad_compute": False})
-            cands.append(cand)
-    return cands
+                    cand = {**cand, "overlap_moe_expert_parallel_comm": False,
+                            "delay_wgrad_compute": False}
+            out.append(dict(cand))
+    return out
 
 
 #: The plan fields :func:`core.plan.rules.ep_overlap_errors` reads (with the model): plans
