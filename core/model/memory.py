@@ -499,8 +499,12 @@ _PER_LAYER_FREE_PLAN_FIELDS = ("pipeline_parallel", "data_parallel", "schedule",
                                "virtual_pipeline_stages", "zero_stage", "overlap_grad_reduce",
                                "overlap_param_gather", "recompute_num_layers")
 #: Plan fields the micro-batches in flight and the loss stage's terms do not read
-#: (:func:`_flight_parts`): those of the recomputed layers and of the data-parallel side but d.
-_FLIGHT_FREE_PLAN_FIELDS = ("recompute_num_layers", "zero_stage", "overlap_grad_reduce",
+#: (:func:`_flight_parts`: the schedule, the sizes, the layout, the expert all-to-all overlap
+#: and the cross-entropy): the recomputation, the exchanges, the dispatcher, the tensor-parallel
+#: overlap and the data-parallel side but d.
+_FLIGHT_FREE_PLAN_FIELDS = ("recompute", "recompute_num_layers", "recompute_modules",
+                            "cp_comm_type", "cp_a2a_size", "moe_token_dispatcher_type",
+                            "tp_comm_overlap", "zero_stage", "overlap_grad_reduce",
                             "overlap_param_gather")
 _LAYOUT_KEY = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
                                     if f not in _LAYOUT_FREE_PLAN_FIELDS))

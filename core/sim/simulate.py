@@ -203,8 +203,12 @@ def memory_verdict_rows(parts: tuple[np.ndarray, ...], capacity_bytes: float
     fits = need <= capacity_bytes
     why = [""] * need.shape[0]
     bad = np.flatnonzero(~fits)
+    texts: dict[tuple[int, float], str] = {}  # plans alike but for their exchange share theirs
     for j, s, n in zip(bad.tolist(), stage[bad].tolist(), need[bad].tolist()):
-        why[j] = _unfit_text(s, n, capacity_bytes)
+        text = texts.get((s, n))
+        if text is None:
+            text = texts[s, n] = _unfit_text(s, n, capacity_bytes)
+        why[j] = text
     return need, fits, why
 
 
