@@ -217,6 +217,40 @@ def test_value_codes_group_plans_as_their_values_repr(space_plans):
         assert np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("limit", [2**62, 6])
+def test_column_codes_number_the_groups_as_field_by_field(space_plans, monkeypatch, limit):
+    """column_codes combines the fields in mixed radix and numbers once (or whenever the radix
+    passes the limit): the codes and first rows of numbering after every field."""
+    from core.plan.parallel import PLAN_FIELDS
+    from core.studies.sweep import result
+    _, plans, _ = space_plans
+    columns = plan_column_arrays(plans)
+    n = len(plans)
+    want = np.zeros(n, np.int64)
+    for name in PLAN_FIELDS:  # the reference: numbered after each field
+        values = columns[name].tolist()
+        index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+        if columns[name].dtype != object:
+            distinct, part = np.unique(columns[name], return_inverse=True)
+            part, m = part.reshape(-1), distinct.size
+        else:
+            part = np.array([index[v] for v in values], np.int64)
+            m = len(index)
+        want = np.unique(want * m + part, return_inverse=True)[1].reshape(-1)
+    monkeypatch.setattr(result, "_RADIX_LIMIT", limit)
+    got, firsts = result.column_codes(columns, PLAN_FIELDS, n)
+    assert np.array_equal(got, want)
+    assert firsts == np.unique(want, return_index=True)[1].tolist()
+
+
+def test_dimensions_from_the_columns_equal_those_from_the_plans(space_plans):
+    from core.studies.sweep.dimensions import sweep_dimensions
+    session, plans, _ = space_plans
+    space = SweepSpace(max_gpus=64)
+    assert (sweep_dimensions(session, space, plans, plan_column_arrays(plans))
+            == sweep_dimensions(session, space, plans))
+
+
 def test_plan_sizes_from_the_columns_equal_each_plans_own(space_plans):
     """The pipeline steps, micro-batch counts and work estimate the sweep computes from the
     plans' columns are each plan's own (ParallelPlan.num_microbatches, num_chunks)."""

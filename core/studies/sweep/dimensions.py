@@ -12,6 +12,8 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import numpy as np
+
 from core.plan.parallel import PLAN_FIELDS, RECOMPUTE_MODES, SWEEP_SCHEDULES, ParallelPlan
 from core.plan.session import Session
 from core.studies.sweep.explain import left_out_values
@@ -114,8 +116,26 @@ def _distinct_values(plans: list[ParallelPlan]) -> dict[str, dict]:
     return seen
 
 
-def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPlan]
-                     ) -> list[dict[str, Any]]:
+def _distinct_column_values(columns: dict[str, np.ndarray]) -> dict[str, list]:
+    """:func:`_distinct_values` from the plans' columns
+    (:func:`core.studies.sweep.result.plan_column_arrays`): a column of one type (int64, bool,
+    str) with numpy, its values back as Python's; an object column through a dict. The same
+    values (in another order: :func:`sweep_dimensions` sorts them)."""
+    out = {}
+    for name in PLAN_FIELDS:
+        yield_interpreter()
+        col = columns[name]
+        if col.dtype == object:
+            out[name] = list(dict.fromkeys(col.tolist()))
+        elif col.size and bool((col == col[0]).all()):
+            out[name] = [col[0].item()]
+        else:
+            out[name] = np.unique(col).tolist()
+    return out
+
+
+def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPlan],
+                     columns: dict[str, np.ndarray] | None = None) -> list[dict[str, Any]]:
     """What a sweep chose and what it held, one dict per plan field (in
     :data:`core.plan.parallel.PLAN_FIELDS`' order): ``field``; ``swept``, True when its plans take
     more than one value; ``values``, the values they take (sorted; JSON-able); ``why``, where
@@ -128,9 +148,11 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
     need it ..."``), or the session sets it true (``"the session's"``): the command line and
     the Explore tab print the note with them, swept or held. The command line prints them,
     ``--json`` has them as ``dimensions`` and the Explore tab can read
-    :attr:`SweepResult.dimensions`."""
+    :attr:`SweepResult.dimensions`. ``columns``: the plans'
+    :func:`core.studies.sweep.result.plan_column_arrays`, when known (read instead of the
+    plans)."""
     out = []
-    distinct = _distinct_values(plans)
+    distinct = _distinct_values(plans) if columns is None else _distinct_column_values(columns)
     chosen = space.swept_fields()
     for name in PLAN_FIELDS:
         yield_interpreter()

@@ -592,6 +592,10 @@ _FEATURE_FIELDS = tuple(f for f in PLAN_FIELDS if f not in _FEATURE_FREE_PLAN_FI
 _FLOPS_FIELDS = tuple(f for f in PLAN_FIELDS if f not in ("data_parallel", "micro_batch_size"))
 
 
+#: Largest mixed radix :func:`column_codes` builds before numbering its codes (int64's range).
+_RADIX_LIMIT = 2**62
+
+
 def column_codes(columns: dict[str, np.ndarray], fields: Sequence[str], n: int,
                   cancel: Any = None) -> tuple[np.ndarray, list[int]]:
     """The plans grouped by their values of ``fields``: each plan's group as a code (int64
@@ -601,11 +605,14 @@ def column_codes(columns: dict[str, np.ndarray], fields: Sequence[str], n: int,
     field's values are equal as dict keys are (the tuples of the fields would be the same
     key): an int64, bool or str column holds values of one Python type, where numpy's
     equality is Python's; an object column goes through a dict of its values. A column of
-    one value splits nothing and is skipped (most fields of a sweep). ``cancel`` is checked
+    one value splits nothing and is skipped (most fields of a sweep). The fields' codes are
+    combined in mixed radix and numbered once at the end (sooner only where the radix would
+    pass :data:`_RADIX_LIMIT`): the numbers of numbering them field by field. ``cancel`` is checked
     before each field (:class:`~core.studies.sweep.cancel.SweepCancelled`)."""
     code = np.zeros(n, np.int64)
     if not n:
         return code, []
+    size = 1  # the codes are below size
     for name in fields:
         check_cancelled(cancel)
         col = columns[name]
@@ -620,7 +627,11 @@ def column_codes(columns: dict[str, np.ndarray], fields: Sequence[str], n: int,
                 continue
             distinct, part = np.unique(col, return_inverse=True)
             part, m = part.reshape(-1), distinct.size
-        code = np.unique(code * m + part, return_inverse=True)[1].reshape(-1)
+        if size * m > _RADIX_LIMIT:  # numbered now (in order), so that the radix fits int64
+            code = np.unique(code, return_inverse=True)[1].reshape(-1)
+            size = int(code.max()) + 1
+        code, size = code * m + part, size * m
+    code = np.unique(code, return_inverse=True)[1].reshape(-1)
     return code, np.unique(code, return_index=True)[1].tolist()
 
 

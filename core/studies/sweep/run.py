@@ -358,10 +358,11 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, cancel: Any,
 
 def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
            cancel: Any = None, phase: PhaseFn | None = None
-           ) -> tuple[list, list[dict[str, Any]], tuple, int | None]:
+           ) -> tuple[list, list[dict[str, Any]], tuple, int | None, dict[str, np.ndarray]]:
     """The sweep's plans (:func:`enumerate_plans`), :func:`sweep_dimensions`, the plans'
-    closed-form memory (:func:`memory_verdicts`: bytes, fits, reasons) and the row of the
-    session's own plan among them (None when not among them). The session's own plan
+    closed-form memory (:func:`memory_verdicts`: bytes, fits, reasons), the row of the
+    session's own plan among them (None when not among them) and the plans' columns
+    (:func:`plan_column_arrays`, read once for the dimensions and the rest). The session's own plan
     is always simulated: added when the space's values leave it out (a setting the default
     holds, such as sequence parallelism off) but it is valid and in the budget. Without
     micro-batch sizes in the space, b goes up to what memory allows
@@ -399,7 +400,12 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
             plans = plans + more
             mem = (np.concatenate([mem[0], more_mem[0]]), np.concatenate([mem[1], more_mem[1]]),
                    mem[2] + more_mem[2])
-    dimensions = sweep_dimensions(session, space, plans[:n_enumerated] + more)
+    columns = plan_column_arrays(plans, cancel)  # read once: the dimensions, sizes and result
+    if own == n_enumerated:  # the session's own plan, added: not among the sweep's choices
+        dimensions = sweep_dimensions(session, space, plans[:n_enumerated] + more,
+                                      {k: np.delete(v, own) for k, v in columns.items()})
+    else:
+        dimensions = sweep_dimensions(session, space, plans, columns)
     if space.micro_batch_sizes is None:
         for d in dimensions:
             if d["field"] == "micro_batch_size":
@@ -407,7 +413,7 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
                             + "default: every b that divides the global batch, while the "
                             f"closed-form memory of the smallest-memory plan of that b fits; {stop}")
                 d["stopped"] = stop  # where the sizes stopped, in words
-    return plans, dimensions, mem, own
+    return plans, dimensions, mem, own, columns
 
 
 def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
@@ -471,14 +477,13 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
         return opened[0]
 
     # 1. memory in closed form: plans that do not fit are never simulated
-    plans, dimensions, (max_mem, mem_fits, reason), own = _plans(session, space, get_store,
-                                                                 cancel, phase)
+    plans, dimensions, (max_mem, mem_fits, reason), own, columns = _plans(
+        session, space, get_store, cancel, phase)
     store = get_store()
     if phase is not None:  # the simulation's progress is the phase "simulate" too
         progress = _with_phase(progress, phase)
     n = len(plans)
     model = session.model
-    columns = plan_column_arrays(plans, cancel)  # read once: the sizes, codes and figures
     num_mb = plan_microbatches(columns)
     num_gpus = np.prod([np.asarray(columns[f], np.int64) for f in (  # ParallelPlan.num_gpus
         "tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel")], axis=0)
