@@ -372,7 +372,7 @@ class ParallelPlan:
                 continue  # no fp32 matmuls to run in TF32 (or TF32 off: "no-tf32" says nothing)
             if f.name == "gradient_accumulation_fusion" and wgrad_accumulation(self) == "none":
                 continue  # FSDP adds no weight gradient to a buffer
-            if f.name == "overlap_p2p_comm" and self.schedule != "interleaved":
+            if f.name == "overlap_p2p_comm" and not p2p_overlap_applies(self):
                 continue  # only the interleaved schedule overlaps its transfers
             if how == "never" and (not full or value is None):  # e.g. no FP8 recipe
                 continue
@@ -522,7 +522,13 @@ def p2p_overlapped(plan: ParallelPlan) -> bool:
     and cool-down transfers wait (:meth:`core.schedules.PipelineSchedule.async_sends`). Every
     other schedule blocks on its transfers (``batch_p2p_comm`` with ``torch.cuda.synchronize``;
     Megatron-LM sets ``overlap_p2p_comm`` false without virtual stages, ``arguments.py``)."""
-    return bool(plan.overlap_p2p_comm) and plan.schedule == "interleaved"
+    return bool(plan.overlap_p2p_comm) and p2p_overlap_applies(plan)
+
+
+def p2p_overlap_applies(plan: ParallelPlan) -> bool:
+    """Whether ``plan.overlap_p2p_comm`` has an effect: Megatron-LM overlaps the transfers of
+    its interleaved schedule only (:meth:`core.schedules.PipelineSchedule.async_sends`)."""
+    return plan.schedule == "interleaved"
 
 
 def tf32_matmuls(plan: ParallelPlan) -> bool:

@@ -30,7 +30,7 @@ from core.plan.parallel import (CUDA_GRAPH_MODULES, GRAD_REDUCE_DTYPES, PRECISIO
                                 RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE_MODULES, ZERO_STAGES,
                                 ParallelPlan, fp8_recipe, parse_cuda_graph_modules,
                                 parse_recompute_modules, recompute_modules,
-                                wgrad_accumulation)
+                                p2p_overlap_applies, wgrad_accumulation)
 from core.plan.session import Session
 
 __all__ = ["validate", "plan_rules", "moe_errors", "ep_overlap_errors", "cuda_graph_errors", "check", "check_all_but_the_plan",
@@ -589,7 +589,7 @@ def _plan_flag_errors(pl: ParallelPlan) -> list[FieldError]:
                  "tp_comm_overlap", "gradient_accumulation_fusion", "overlap_p2p_comm"):
         if not isinstance(getattr(pl, name), bool):
             errs.append(FieldError(f"plan.{name}", f"{name}={getattr(pl, name)!r} must be true or false"))
-    if (pl.overlap_p2p_comm is False and pl.schedule == "interleaved"
+    if (pl.overlap_p2p_comm is False and p2p_overlap_applies(pl)
             and isinstance(pl.pipeline_parallel, int) and pl.pipeline_parallel == 2):
         # Megatron-LM's validate_args (core.io.megatron.rules, rule interleaved-pipeline-size)
         errs.append(FieldError("plan.overlap_p2p_comm", "the interleaved schedule with p = 2 "
@@ -909,7 +909,7 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
        for name in ("activation_func_clamp_value", "glu_linear_offset")},
     "plan.virtual_pipeline_stages": (lambda s: _uses_virtual_stages(s.plan.schedule),
                                      "the interleaved schedule (plan.schedule)"),
-    "plan.overlap_p2p_comm": (lambda s: s.plan.schedule == "interleaved",
+    "plan.overlap_p2p_comm": (lambda s: p2p_overlap_applies(s.plan),
                               "the interleaved schedule (plan.schedule: Megatron-LM overlaps no "
                               "other schedule's pipeline transfers)"),
     "plan.recompute_num_layers": (lambda s: s.plan.recompute == "full",
