@@ -70,3 +70,30 @@ def test_without_numba_the_numpy_sweeps_run(monkeypatch):
     T = pipeline_iteration_times("1f1b", 4, ones, 2 * ones, 0 * ones, 0 * ones, 0 * ones, 0 * ones,
                                  compiled=True)
     assert T.tolist() == [(4 + 3 - 1) * 3.0] * 2  # (m + p - 1)(tf + tb)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_interleaved_with_m_not_a_multiple_of_p_is_refused_not_solved(compiled):
+    """Megatron's rule (m % p == 0 for the interleaved order) refused by name by the fast path
+    itself: the order would schedule micro-batches that do not exist, and the solver used to
+    wait for them forever. The legal m = 4 still solves: (m*v + p - 1)*(F + B) = 27 s, the
+    interleaved schedule's closed form without transfers."""
+    if compiled and not fastpath_kernel.available():
+        pytest.skip("numba not installed")
+    p, v = 2, 2
+    F, B, z = np.ones((p, v, 1)), 2 * np.ones((p, v, 1)), np.zeros((p, 1))
+    assert pipeline_iteration_times("interleaved", 4, F, B, z, z, z, z,
+                                    compiled=compiled).tolist() == [27.0]
+    with pytest.raises(ValueError, match=r"m=global_batch_size/.*=3 to be a multiple of "
+                                         r"pipeline_parallel_size=2"):
+        pipeline_iteration_times("interleaved", 3, F, B, z, z, z, z, compiled=compiled)
+
+
+def test_interleaved_work_orders_refuse_m_not_a_multiple_of_p():
+    """The graph's path reads the same orders: refused there too, naming the rule."""
+    from core import schedules
+    with pytest.raises(ValueError, match="multiple of pipeline_parallel_size=4"):
+        schedules.work_orders("interleaved", 4, 6, 2)
+    with pytest.raises(ValueError, match="multiple of pipeline_parallel_size=4"):
+        schedules.work_order("interleaved", 4, 6, 0, 2)
+    assert schedules.work_orders("interleaved", 4, 8, 2)[0].shape == (4, 32)

@@ -171,6 +171,12 @@ class PipelineSchedule:
         when it depends on more than p, m and v."""
         return (p - 1) / (m + p - 1)
 
+    def order_errors(self, p: int, m: int, v: int) -> list[tuple[str, str]]:
+        """The rules its work order itself needs (``(field, message)`` pairs; none by default):
+        :func:`work_order` and :func:`work_orders` refuse a (p, m, v) that breaks one, so no
+        solver is handed an order with items that wait for work never scheduled."""
+        return []
+
     def errors(self, p: int, m: int, v: int | None, num_layers: int, extra_slots: int = 0
                ) -> list[tuple[str, str]]:
         """Rules the plan breaks for this schedule: ``(field, message)`` pairs. ``extra_slots``:
@@ -272,10 +278,20 @@ def work_order(schedule: str, p: int, m: int, stage: int, v: int = 1) -> WorkOrd
     Raises
     ------
     ValueError
-        Unknown schedule.
+        Unknown schedule, or a (p, m, v) its order cannot run
+        (:meth:`PipelineSchedule.order_errors`).
     """
     sched = get(schedule)
+    _refuse_order(sched, p, m, sched.chunks(v))
     return sched.order(p, m, stage, sched.chunks(v))
+
+
+def _refuse_order(sched: PipelineSchedule, p: int, m: int, v: int) -> None:
+    """ValueError naming the first rule of :meth:`PipelineSchedule.order_errors` broken."""
+    errs = sched.order_errors(p, m, v)
+    if errs:
+        field, message = errs[0]
+        raise ValueError(f"{field}: {message}")
 
 
 @lru_cache(maxsize=64)
@@ -284,8 +300,9 @@ def work_orders(schedule: str, p: int, m: int, v: int = 1
     """Program order of every stage at once (:meth:`PipelineSchedule.orders`): ``phase``,
     ``microbatch``, ``chunk``, int64 arrays of shape (p, K), row ``i`` equal to
     :func:`work_order` of stage ``i`` (cached; read-only). Raises ValueError for an unknown
-    schedule."""
+    schedule or a (p, m, v) its order cannot run (:meth:`PipelineSchedule.order_errors`)."""
     sched = get(schedule)
+    _refuse_order(sched, p, m, sched.chunks(v))
     out = sched.orders(p, m, sched.chunks(v))
     for a in out:
         a.setflags(write=False)

@@ -104,9 +104,14 @@ class Interleaved(PipelineSchedule):
                          f"num_layers={num_layers} is not divisible by pipeline_parallel_size*"
                          f"virtual_pipeline_stages={p}*{v}={p * v} (Megatron: layers per "
                          "virtual stage must be whole)"))
-        if m % p:
-            errs.append(("plan.global_batch_size",
-                         f"the interleaved schedule needs the number of micro-batches "
-                         f"m=global_batch_size/(data_parallel*micro_batch_size)={m} to be a "
-                         f"multiple of pipeline_parallel_size={p} (Megatron's rule)"))
-        return errs
+        return errs + self.order_errors(p, m, v)
+
+    def order_errors(self, p: int, m: int, v: int) -> list[tuple[str, str]]:
+        # the order runs micro-batches in groups of p (``(k // (p*v))*p + k mod p``): with m
+        # not a multiple of p it would schedule micro-batches that do not exist
+        if p >= 1 and m % p:
+            return [("plan.global_batch_size",
+                     f"the interleaved schedule needs the number of micro-batches "
+                     f"m=global_batch_size/(data_parallel*micro_batch_size)={m} to be a "
+                     f"multiple of pipeline_parallel_size={p} (Megatron's rule)")]
+        return []

@@ -191,7 +191,9 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     Raises
     ------
     ValueError
-        Unknown schedule, one without a fast path, ``m < 1``, arrays of
+        Unknown schedule, one without a fast path, ``m < 1``, a (p, m, v) the schedule's
+        order cannot run (:meth:`core.schedules.PipelineSchedule.order_errors`: the interleaved
+        schedule with ``m`` not a multiple of ``p``), arrays of
         different shapes, ``wgrad_s`` missing for a split schedule, or per-stage arrays for
         a schedule that places a fixed number of chunks (ZB-V: give (p, 2, n)).
 
@@ -211,6 +213,8 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     m = int(num_microbatches)
     if m < 1:
         raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
+    for field, message in sched.order_errors(p, m, v)[:1]:  # e.g. interleaved with m % p
+        raise ValueError(f"{field}: {message}")
     phase, chunk, src, sends, first_f, last_g, deps, bwd_hop, asyn = _pipeline_structure(
         schedule, p, m, v)
     K = phase.shape[1]
@@ -359,6 +363,8 @@ def _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R, asyn,
         sweep += 1
         if not changed:
             break
+        if sweep > p * K + 1:  # an acyclic structure settles within its longest chain
+            raise AssertionError("pipeline structure has a cycle")
     return E, A, updates
 
 
