@@ -154,22 +154,23 @@ class _SideTasks:
         """What every item of ``tmpl`` repeats: the side tasks that start after a template
         task (``after >= 0``), the chain pairs (each side task after the previous one of its
         collective) and the side tasks that end the item (``before < 0``)."""
-        got = self.side_plan.get(id(tmpl))
-        if got is None:
-            ops = tmpl.side_op
-            chain_prev, chain_next = [], []
-            last_of: dict[int, int] = {}
-            for j, op in enumerate(ops.tolist()):
-                if op in last_of:
-                    chain_prev.append(last_of[op])
-                    chain_next.append(j)
-                last_of[op] = j
-            dep = tmpl.side_after >= 0
-            ends = tmpl.side_before < 0
-            got = self.side_plan[id(tmpl)] = (
-                dep, np.flatnonzero(~dep), np.array(chain_prev, np.int64),
-                np.array(chain_next, np.int64), ends, np.flatnonzero(ends))
-        return got
+        got = self.side_plan.get(id(tmpl))  # (tmpl, ...): the id names this template only
+        if got is not None and got[0] is tmpl:
+            return got[1:]
+        ops = tmpl.side_op
+        chain_prev, chain_next = [], []
+        last_of: dict[int, int] = {}
+        for j, op in enumerate(ops.tolist()):
+            if op in last_of:
+                chain_prev.append(last_of[op])
+                chain_next.append(j)
+            last_of[op] = j
+        dep = tmpl.side_after >= 0
+        ends = tmpl.side_before < 0
+        out = (dep, np.flatnonzero(~dep), np.array(chain_prev, np.int64),
+               np.array(chain_next, np.int64), ends, np.flatnonzero(ends))
+        self.side_plan[id(tmpl)] = (tmpl, *out)
+        return out
 
     def item_side_tasks(self, tmpl: Template, stage: int, phase: int, chunk: int, mb: int,
                         first: int, last: int) -> None:

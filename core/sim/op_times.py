@@ -27,6 +27,7 @@ from core.model.keys import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SELECTIVE_OP_
 from core.model.cuda_graphs import captured_ops, is_captured, uses_cuda_graphs
 from core.model.moe import expert_data_parallel
 from core.model.tf32 import TF32_DTYPE, tf32_key
+from core.sim.stage_comm import pinned
 from core.plan.parallel import recompute_modules
 
 __all__ = ["DETAILS", "OpTimes", "chunk_virtual_stages", "fp8_weight_cast_time", "lookup_op_times",
@@ -132,7 +133,7 @@ def lookup_op_times(session: Session, store, memo: dict | None = None) -> OpTime
         """:func:`analytic_op_time` of ``op`` under ``k`` on ``store``, kept in ``memo``."""
         if memo is None:
             return analytic_op_time(op, k, store, host)
-        mkey = ("analytic op", id(store), op, tuple(sorted(k.items())), host)
+        mkey = ("analytic op", pinned(memo, store), op, tuple(sorted(k.items())), host)
         hit = memo.get(mkey)
         if hit is None:
             hit = memo[mkey] = analytic_op_time(op, k, store, host)

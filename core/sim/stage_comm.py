@@ -23,6 +23,15 @@ from core.sim.comm import CommModel
 __all__: list[str] = []
 
 
+def pinned(cache: dict | None, obj) -> int:
+    """``id(obj)`` as part of a cache key, with ``obj`` kept in ``cache`` (under
+    ``("pinned", id(obj))``) so that the id cannot name another object while the cache lives:
+    a cache that outlives one store or model never answers for a new one at a freed address."""
+    if cache is not None:
+        cache.setdefault(("pinned", id(obj)), obj)
+    return id(obj)
+
+
 def memoized(cache: dict | None, key: tuple, warnings: list[str], fn) -> float:
     """``fn(sink)`` memoized in ``cache`` under ``key``; the warnings it produced are replayed on hits."""
     if cache is None:
@@ -107,7 +116,7 @@ class StageComm:
         pl, cl = session.plan, session.cluster
         self.session, self.cache, self.warnings = session, cache, warnings
         self.comm = CommModel(store, pl, cl)
-        self.ckey = (id(store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)),
+        self.ckey = (pinned(cache, store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)),
                      pl.tensor_parallel, pl.dp_cp_size, pl.context_parallel,
                      *((pl.data_parallel_shard_size,) if pl.data_parallel_shard_size else ()))
         self.ekey = self.ckey + ekey_extra

@@ -29,7 +29,7 @@ from core.model.cuda_graphs import captured_ops
 from core.sim.op_times import (tp_overlap_applies, chunk_virtual_stages, fp8_weight_cast_time,
                                lookup_op_times, num_chunks, op_key, optimizer_time, params_per_gpu,
                                virtual_stage_layers)
-from core.sim.stage_comm import StageComm, cached_comm_call, memoized
+from core.sim.stage_comm import StageComm, cached_comm_call, memoized, pinned
 from core.sim.template_builder import stage_templates
 from core.sim.templates import (DataParallel, SOURCE_INDEX, StageStructure, Template,
                                 reduces_gradients, source_values, stage_structure, tail_overrun,
@@ -317,7 +317,7 @@ def _stage_spans(session: Session, store, inputs: SimpleNamespace, cache: dict |
     p, v = session.plan.pipeline_parallel, layout.v
     mkey = None
     if cache is not None:
-        mkey = ("spans", id(store), id(layout), tuple(ring.items()) if ring else None,
+        mkey = ("spans", pinned(cache, store), pinned(cache, layout), tuple(ring.items()) if ring else None,
                 tuple(tp.items()) if tp else None, tuple(moe_comm.items()) if moe_comm else None,
                 tuple(None if dps[i] is None else tuple(vars(dps[i]).values()) for i in layout.reps),
                 fp8_speedup,
@@ -526,7 +526,7 @@ def _span_inputs(session: Session, store, cache: dict | None, warnings: list[str
         dps[1:-1] = [dps[1]] * (p - 2)
     # every input of source_values but the stage's buckets (id: objects the cache holds)
     values_key = None if cache is None else (
-        "values", id(m), id(ops), tuple(ring.items()) if ring else None,
+        "values", pinned(cache, m), pinned(cache, ops), tuple(ring.items()) if ring else None,
         tuple(tp.items()) if tp else None, tuple(moe_comm.items()) if moe_comm else None,
         fp8_speedup, tp_overlap_applies(pl), t)
     return SimpleNamespace(layout=layout, ops=ops, sc=sc, times=times, ring=ring, tp=tp,
@@ -563,7 +563,7 @@ def _stage_buckets(session: Session, stage: int, sc: StageComm, cache: dict | No
     pl = session.plan
     if cache is None:
         return _data_parallel(session, stage, sc.dp_call, sc.edp_call)
-    key = ("buckets", id(session.model), sc.ekey, stage == 0,
+    key = ("buckets", pinned(cache, session.model), sc.ekey, stage == 0,
            stage == model_math.loss_stage(pl), model_math.edge_stages(pl), grad_dtype(pl),
            tensor_dtype(pl.precision), model_math.fp8_gathers_params(pl))
     hit = cache.get(key)
@@ -582,7 +582,7 @@ def _stage_op_times(session: Session, store, layout: SimpleNamespace, cache: dic
     per-op selective checkpointing, multi-token prediction (its ops only with MTP layers) and the
     ops CUDA graphs capture."""
     m, pl = session.model, session.plan
-    okey = ("ops", id(store), layout.op_key_items, recompute_modules(pl), tp_overlap_applies(pl),
+    okey = ("ops", pinned(cache, store), layout.op_key_items, recompute_modules(pl), tp_overlap_applies(pl),
             pl.recompute == "selective_op", model_math.mtp_layers(m) > 0, captured_ops(pl))
     if cache is None:
         return lookup_op_times(session, store)
@@ -630,10 +630,10 @@ def _stage_tails(session: Session, store, layout: SimpleNamespace, sc: StageComm
                 reduce_s[i] = both("reduce_scatter" if z == 1 else "all_reduce", i, g)
             if z in (1, 2) and not pl.overlap_param_gather:  # updated shards gathered after the step
                 after_opt[i] = both("all_gather", i, e)
-        opt_s[i] = memoized(cache, ("opt", id(store), pl.precision, shards[i]), warnings,
+        opt_s[i] = memoized(cache, ("opt", pinned(cache, store), pl.precision, shards[i]), warnings,
                          lambda sink, n=shards[i]: optimizer_time(store, n, pl.precision))
         if recipe is not None:  # TE re-quantizes the updated weights once per iteration
-            opt_s[i] += memoized(cache, ("fp8_weights", id(store), recipe, fp8_w[i]), warnings,
+            opt_s[i] += memoized(cache, ("fp8_weights", pinned(cache, store), recipe, fp8_w[i]), warnings,
                               lambda sink, n=fp8_w[i]: fp8_weight_cast_time(store, n, recipe))
     if p > 2 and layout.alike:
         for a in (reduce_s, opt_s, after_opt):
