@@ -252,8 +252,9 @@ def test_graph_has_four_all_to_alls_per_moe_layer_and_microbatch():
     assert a2a.sum() == 4 * 32 * m
     assert set(g.op[a2a].tolist()) == {OPS.index("ep_dispatch"), OPS.index("ep_combine")}
     assert set(g.stream[a2a].tolist()) == {STREAMS.index("EP all-to-all")}
-    assert g.lanes == (0, 1, STREAMS.index("EP all-to-all"))
-    assert g.row.max() < 3 * s.plan.pipeline_parallel
+    # p = 2: the pipeline transfers have a lane of their own too
+    assert g.lanes == (0, 1, STREAMS.index("EP all-to-all"), STREAMS.index("PP send/recv"))
+    assert g.row.max() < 4 * s.plan.pipeline_parallel
     # full recomputation runs the forward's two again
     full = dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="full"))
     g2, _ = build_graph(full, session_profile(full))
@@ -262,8 +263,8 @@ def test_graph_has_four_all_to_alls_per_moe_layer_and_microbatch():
     dense = dataclasses.replace(s, model=dataclasses.replace(MIXTRAL, num_experts=None),
                                 plan=dataclasses.replace(s.plan, expert_parallel=1))
     g3, _ = build_graph(dense, session_profile(dense))
-    assert g3.lanes == (0, 1)
-    assert g3.row.max() < 2 * dense.plan.pipeline_parallel
+    assert g3.lanes == (0, 1, STREAMS.index("PP send/recv"))  # no EP lane; p = 2 sends
+    assert g3.row.max() < 3 * dense.plan.pipeline_parallel
 
 
 def test_report_names_expert_all_to_all_and_sums_to_the_iteration():

@@ -2,8 +2,9 @@
 
 Format: the Trace Event Format's JSON object form, complete events (``"ph":
 "X"``) with microsecond ``ts``/``dur``; one process per pipeline stage and one
-thread per stream (compute, comm), named with metadata events; the pipeline transfers
-(counted at the sending stage) on a thread of their own, "PP send/recv": the interleaved
+thread per stream the graph uses (:data:`core.sim.graph_types.STREAMS`: compute, comm, and the
+CP exchange, EP all-to-all and PP send/recv where used), named with metadata events; the
+pipeline transfers (counted at the sending stage) on a thread of their own: the interleaved
 schedule's overlapped sends run beside the tensor-parallel collectives of the comm stream,
 and a trace viewer nests the slices of one thread that overlap.
 """
@@ -33,15 +34,11 @@ def trace_events(graph: ExecutionGraph, schedule: Schedule) -> dict:
             sname = STREAMS[sid]
             events.append({"name": "thread_name", "ph": "M", "pid": stage, "tid": sid,
                            "args": {"name": sname}})
-    p2p = graph.kind == KINDS.index("pp_p2p")
-    for stage in np.unique(graph.stage[p2p]).tolist():
-        events.append({"name": "thread_name", "ph": "M", "pid": stage, "tid": PP_TID,
-                       "args": {"name": "PP send/recv"}})
     ts = np.round(schedule.start_s * 1e6, 3).tolist()
     dur = np.round(graph.duration_s * 1e6, 3).tolist()
     kinds = graph.kind.tolist()
     stages = graph.stage.tolist()
-    streams = np.where(p2p, PP_TID, graph.stream).tolist()
+    streams = graph.stream.tolist()
     mbs = graph.microbatch.tolist()
     layers = graph.layer.tolist()
     for i in range(graph.num_tasks):
@@ -56,8 +53,8 @@ def trace_events(graph: ExecutionGraph, schedule: Schedule) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-#: Thread id of the pipeline transfers (after the streams' ids).
-PP_TID = len(STREAMS)
+#: Thread id of the pipeline transfers (their stream's, as every stream's thread id).
+PP_TID = STREAMS.index("PP send/recv")
 
 #: Event names that differ from the task kind's: the context-parallel exchange is a ring, an
 #: all-gather or an all-to-all (plan.cp_comm_type), not only the ring's p2p.

@@ -67,8 +67,10 @@ OPS = (
 #: Streams of a stage; ``ExecutionGraph.stream`` holds indices into this tuple. The timeline
 #: draws a lane per stage for each stream a graph uses (compute and comm always;
 #: :attr:`ExecutionGraph.lanes`); the expert all-to-alls of MoE layers (which block the
-#: compute stream as the tensor-parallel collectives do) have a lane of their own.
-STREAMS = ("compute", "comm", "CP exchange", "EP all-to-all")
+#: compute stream as the tensor-parallel collectives do) have a lane of their own, and so do the
+#: pipeline transfers (``pp_p2p``: Megatron-Core's ``p2p_communication``, asynchronous in the
+#: interleaved schedule's steady state, so they can run beside a stage's other collectives).
+STREAMS = ("compute", "comm", "CP exchange", "EP all-to-all", "PP send/recv")
 
 
 @dataclass

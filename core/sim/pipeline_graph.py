@@ -28,7 +28,7 @@ __all__ = ["StageProgram", "TaskTemplate", "build_pipeline_graph", "schedule_ord
 
 K = {name: i for i, name in enumerate(KINDS)}
 OP = {name: i for i, name in enumerate(OPS)}
-COMPUTE, COMM, CP_RING, EP = 0, 1, 2, 3  # streams (core.sim.graph_types.STREAMS)
+COMPUTE, COMM, CP_RING, EP, PP = 0, 1, 2, 3, 4  # streams (core.sim.graph_types.STREAMS)
 
 
 @dataclass
@@ -215,7 +215,7 @@ def build_pipeline_graph(programs: list[StageProgram], num_microbatches: int, sc
     return ExecutionGraph(
         duration_s=column("duration_s", np.float64, np.repeat(send_s, m)),
         kind=column("kind", np.int8, K["pp_p2p"]),
-        stream=column("stream", np.int8, COMM),
+        stream=column("stream", np.int8, PP),
         stage=per_item(ST, np.int32, np.repeat(sender, m)),
         microbatch=per_item(MB, np.int32, np.tile(np.arange(m), H)),
         layer=column("layer", np.int32, -1),

@@ -387,8 +387,9 @@ def test_a_hidden_timeline_lays_out_nothing_until_it_is_painted(qtbot, monkeypat
 
 
 def test_a_context_parallel_plan_draws_a_cp_ring_lane_per_stage(timeline, real_simulate):
-    """cp=4 (ring attention): each stage gets a third lane, "CP exchange", holding the K/V exchange;
-    a plan without context parallelism keeps two lanes per stage."""
+    """cp=4 (ring attention): each stage gets a lane "CP exchange" holding the K/V exchange (and,
+    p = 2, one "PP send/recv" for the pipeline transfers); a plan without context parallelism
+    has compute, comm and the transfers' lane per stage."""
     import dataclasses
 
     from core.plan.cluster import ClusterConfig
@@ -402,11 +403,14 @@ def test_a_context_parallel_plan_draws_a_cp_ring_lane_per_stage(timeline, real_s
     result = real_simulate(Session(model=model, plan=plan, cluster=ClusterConfig(gpu="H100-SXM5-80GB")))
     graph = result.graph
     timeline.set_data(graph, result.schedule)
-    assert timeline.gantt.num_rows == 2 * 3
+    assert timeline.gantt.num_rows == 2 * 4
     labels = [text for _, text in timeline._ticks]
-    assert labels[:3] == ["stage 0 compute", "stage 0 comm", "stage 0 CP exchange"]
+    assert labels[:4] == ["stage 0 compute", "stage 0 comm", "stage 0 CP exchange",
+                          "stage 0 PP send/recv"]
     ring = np.flatnonzero((graph.kind == KINDS.index("cp_p2p")) & (graph.duration_s > 0))
-    assert ring.size and set(graph.row[ring].tolist()) == {2, 5}
+    assert ring.size and set(graph.row[ring].tolist()) == {2, 6}
+    sends = np.flatnonzero(graph.kind == KINDS.index("pp_p2p"))
+    assert sends.size and set(graph.row[sends].tolist()) <= {3, 7}
     i = int(ring[np.argmax(graph.duration_s[ring])])
     mid = 0.5 * (result.schedule.start_s[i] + result.schedule.end_s[i])
     assert timeline.task_at(mid, graph.row[i] + 0.5) == i
@@ -414,4 +418,4 @@ def test_a_context_parallel_plan_draws_a_cp_ring_lane_per_stage(timeline, real_s
     plain = real_simulate(Session(model=model, plan=dataclasses.replace(plan, context_parallel=1),
                                   cluster=ClusterConfig(gpu="H100-SXM5-80GB")))
     timeline.set_data(plain.graph, plain.schedule)
-    assert timeline.gantt.num_rows == 2 * 2
+    assert timeline.gantt.num_rows == 2 * 3
