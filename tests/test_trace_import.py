@@ -184,6 +184,33 @@ def test_ranks_from_distributed_info_then_file_names(tmp_path):
         read_traces([plain, ONE])  # the first by its position, the second by distributedInfo
 
 
+def test_traces_of_another_jobs_size_are_refused_by_name(p2, p2_result, tmp_path, capsys):
+    """The p2 traces record world_size 2: against the shipped example's 8-GPU plan their ranks
+    would land on the wrong stages, so the comparison (and the trace fit) refuse, naming both
+    counts; the CLI exits 2 naming the session file. The 2-GPU plan compares (0)."""
+    assert p2.world_size == 2 and measure_step(p2, 2).world_size == 2
+    wrong = simulate(load_any(SESSION))
+    with pytest.raises(ConfigError, match=r"plan.num_gpus.*job of 2 ranks.*runs on 8 GPUs"):
+        compare(measure_step(p2, 2), wrong)
+    files = [str(f) for f in P2]
+    assert main(["trace", "import", *files, "--session", str(SESSION)]) == 2
+    err = capsys.readouterr().err
+    assert str(SESSION) in err and "distributedInfo.world_size" in err and "Traceback" not in err
+    sets = [a for kv in P2_SETS for a in ("--set", kv)]
+    assert main(["trace", "import", *files, "--session", str(SESSION), *sets]) == 0
+    # files of two jobs, and a rank beyond its job
+    other = _doc(P2[1])
+    other["distributedInfo"]["world_size"] = 4
+    (tmp_path / "r1.json").write_text(json.dumps(other))
+    with pytest.raises(TraceFileError, match="world_size: 4, where .* says 2"):
+        read_traces([P2[0], tmp_path / "r1.json"])
+    beyond = _doc(P2[1])
+    beyond["distributedInfo"]["rank"] = 2
+    (tmp_path / "r2.json").write_text(json.dumps(beyond))
+    with pytest.raises(TraceFileError, match="rank: 2 is not below its world_size 2"):
+        read_traces([tmp_path / "r2.json"])
+
+
 def test_rank_to_stage_in_megatrons_order():
     plan = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=2,
                         micro_batch_size=1, global_batch_size=8)
@@ -222,11 +249,25 @@ def test_p2_plan_matches_ranks_to_stages(p2, p2_result):
     assert all(r.predicted_s is None for r in cmp.rows[len(deps):])
 
 
-def test_several_ranks_of_a_stage_are_averaged(p2, tmp_path):
-    # both ranks on stage 0 of a t=2 plan: the stage's figure is their mean
+def _without_world_size(tmp_path: Path) -> list[Path]:
+    """The p2 traces with their ranks but without ``distributedInfo.world_size``."""
+    out = []
+    for path in P2:
+        doc = _doc(path)
+        doc["distributedInfo"].pop("world_size")
+        out.append(tmp_path / path.name.replace(".gz", ""))
+        out[-1].write_text(json.dumps(doc))
+    return out
+
+
+def test_several_ranks_of_a_stage_are_averaged(tmp_path):
+    # both ranks on stage 0 of a t=2 plan (4 GPUs; traces that do not give their job's size):
+    # the stage's figure is their mean
     result = simulate(apply_sets(load_any(SESSION), ["plan.tensor_parallel=2",
                                                      "plan.data_parallel=1",
                                                      "plan.global_batch_size=8"]))
+    p2 = read_traces(_without_world_size(tmp_path))
+    assert p2.world_size is None
     m = measure_step(p2, 2)
     cmp = compare(m, result)
     assert cmp.rank_stages == {0: 0, 1: 0}
@@ -299,9 +340,9 @@ def test_missing_file_folder_and_duplicate_rank_exit_2(tmp_path, capsys):
         assert capsys.readouterr().err.startswith("vtrain: error:")
 
 
-def test_ranks_beyond_the_plan_are_refused(capsys):
-    # two ranks, a plan of one GPU
-    argv = ["trace", "import", *map(str, P2), "--session", str(SESSION), "--set",
+def test_ranks_beyond_the_plan_are_refused(capsys, tmp_path):
+    # two ranks (of traces that do not give their job's size), a plan of one GPU
+    argv = ["trace", "import", *map(str, _without_world_size(tmp_path)), "--session", str(SESSION), "--set",
             "plan.tensor_parallel=1", "--set", "plan.data_parallel=1", "--set",
             "plan.pipeline_parallel=1", "--set", "plan.global_batch_size=8"]
     assert main(argv) == 2

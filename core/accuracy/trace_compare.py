@@ -43,7 +43,7 @@ from core.io.kineto_classes import StepMeasurement, attributed, union_length
 from core.plan.fields import ConfigError, FieldError
 from core.sim.graph_types import KIND_COMPUTE, KINDS, OPS
 
-__all__ = ["rank_stage", "predicted_by_stage", "ComparisonRow", "TraceComparison", "compare",
+__all__ = ["check_world_size", "rank_stage", "predicted_by_stage", "ComparisonRow", "TraceComparison", "compare",
            "MeasuredLanes", "measured_lanes", "OPS_OF_CLASS", "NO_FIGURE"]
 
 #: Simulator ops summed into each collective class.
@@ -68,6 +68,24 @@ _NOTES = {
     "compute": "measured: every class but the collectives, other included",
     "idle": "no stream (predicted) or lane (measured) of the stage busy",
 }
+
+
+def check_world_size(world_size: int | None, plan) -> None:
+    """Refuse traces of a job whose GPU count (``distributedInfo.world_size``) is not the plan's:
+    its ranks would be laid on the wrong stages and compared with another plan's figures.
+
+    Raises
+    ------
+    ConfigError
+        Named ``plan.num_gpus``, giving both counts; nothing when ``world_size`` is None (the
+        traces do not say).
+    """
+    n = plan.num_gpus
+    if world_size is not None and world_size != n:
+        raise ConfigError([FieldError(
+            "plan.num_gpus", f"the traces were recorded by a job of {world_size:,} ranks "
+            f"(distributedInfo.world_size), the plan runs on {n:,} GPUs ({plan.label()}): "
+            "compare them with the plan that ran (e.g. --set plan.data_parallel=...)")])
 
 
 def rank_stage(rank: int, plan) -> int:
@@ -190,9 +208,11 @@ def compare(measurement: StepMeasurement, result) -> TraceComparison:
     Raises
     ------
     ConfigError
-        A rank beyond the plan's GPUs (:func:`rank_stage`).
+        A rank beyond the plan's GPUs (:func:`rank_stage`), or traces recorded by a job of
+        another GPU count than the plan's (:func:`check_world_size`).
     """
     plan = result.session.plan
+    check_world_size(measurement.world_size, plan)
     stages = {r: rank_stage(r, plan) for r in measurement.ranks}
     predicted = predicted_by_stage(result)
     rows_of = list(measurement.rows)

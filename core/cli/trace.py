@@ -74,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
         result = simulate(session)
     except ConfigError as exc:
         raise session.in_its_terms(exc) from None
-    comparison = compare(measurement, result)
+    try:
+        comparison = compare(measurement, result)
+    except ConfigError as exc:  # traces of another job's size, a rank beyond the plan
+        raise session.in_its_terms(exc) from None
     if args.json:
         doc = {"session": args.session, "files": trace.files, "classes": table.source,
                **comparison.to_dict()}

@@ -22,8 +22,9 @@ and after gunzip (:mod:`core.util.inputs`), deep JSON nesting, ``NaN``/``Infinit
 non-finite times refused; an event that breaks a rule is refused with one :class:`TraceFileError` naming the
 file, the event (``traceEvents[12].dur``) and the rule, never a traceback.
 
-Ranks: a file's rank is its ``distributedInfo.rank`` (written by torch.distributed jobs),
-else the number in ``rank<N>`` in its name (``trace_rank3.json``), else its position among
+Ranks: a file's rank is its ``distributedInfo.rank`` (written by torch.distributed jobs; its
+``world_size`` is kept as :attr:`KinetoTrace.world_size`, the job's GPU count, which a
+comparison checks against the plan's), else the number in ``rank<N>`` in its name (``trace_rank3.json``), else its position among
 the files given. Iterations are the ``ProfilerStep#N`` ranges that ``prof.step()`` records
 (:func:`step_numbers`, :func:`choose_step`).
 
@@ -97,6 +98,9 @@ class KinetoTrace:
         -1 where there is none.
     steps : dict of int to dict
         Per rank, ``{N: (start_s, end_s)}`` of its ``ProfilerStep#N`` ranges.
+    world_size : int or None
+        The job's number of ranks as the files' ``distributedInfo.world_size`` gives it (every
+        file that gives one agrees); None when no file does.
     """
 
     files: list[str]
@@ -114,6 +118,7 @@ class KinetoTrace:
     duration_s: np.ndarray
     correlation: np.ndarray
     steps: dict[int, dict[int, tuple[float, float]]] = field(default_factory=dict)
+    world_size: int | None = None
 
     @property
     def num_events(self) -> int:
@@ -225,6 +230,18 @@ def _file_rank(doc: dict, path: Path, position: int) -> int:
     return int(found[-1]) if found else position
 
 
+def _file_world_size(doc: dict, path: Path) -> int | None:
+    """The file's ``distributedInfo.world_size`` (a whole number >= 1), None when absent."""
+    info = doc.get("distributedInfo")
+    if not isinstance(info, dict) or "world_size" not in info:
+        return None
+    size = info["world_size"]
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise TraceFileError(f"{path}: distributedInfo.world_size: {size!r} must be a whole "
+                             "number at or above 1")
+    return size
+
+
 class _Builder:
     """Columns of events as lists, while files are read."""
 
@@ -309,7 +326,8 @@ class _Builder:
             c["corr"].append(corr)
         return steps
 
-    def build(self, files: list[str], ranks: list[int], steps: dict) -> KinetoTrace:
+    def build(self, files: list[str], ranks: list[int], steps: dict,
+              world_size: int | None = None) -> KinetoTrace:
         c = self.cols
         return KinetoTrace(
             files=files, ranks=ranks, rank=np.array(c["rank"], np.int32),
@@ -319,7 +337,7 @@ class _Builder:
             category=np.array(c["category"], np.int16), categories=list(self.categories),
             name=np.array(c["name"], np.int32), names=list(self.names),
             start_s=np.array(c["start"], np.float64), duration_s=np.array(c["dur"], np.float64),
-            correlation=np.array(c["corr"], np.int64), steps=steps)
+            correlation=np.array(c["corr"], np.int64), steps=steps, world_size=world_size)
 
 
 def read_traces(paths) -> KinetoTrace:
@@ -334,8 +352,9 @@ def read_traces(paths) -> KinetoTrace:
     ------
     TraceFileError
         A file that cannot be read (:func:`read_trace_document`), an event that breaks a rule
-        (named ``FILE: traceEvents[i].FIELD``), two files of one rank, or a file without
-        complete events.
+        (named ``FILE: traceEvents[i].FIELD``), two files of one rank, a file without
+        complete events, files whose ``distributedInfo.world_size`` differ, or a rank at or
+        beyond its file's world size.
     """
     paths = [Path(p) for p in paths]
     if not paths:
@@ -344,9 +363,19 @@ def read_traces(paths) -> KinetoTrace:
     files: list[str] = []
     ranks: list[int] = []
     steps: dict[int, dict[int, tuple[float, float]]] = {}
+    world: tuple[int, Path] | None = None  # the first world size given, and its file
     for position, path in enumerate(paths):
         doc = read_trace_document(path)
         rank = _file_rank(doc, path, position)
+        size = _file_world_size(doc, path)
+        if size is not None:
+            if world is not None and size != world[0]:
+                raise TraceFileError(f"{path}: distributedInfo.world_size: {size}, where "
+                                     f"{world[1]} says {world[0]}: give the traces of one job")
+            if rank >= size:
+                raise TraceFileError(f"{path}: distributedInfo.rank: {rank} is not below its "
+                                     f"world_size {size}")
+            world = world or (size, path)
         if rank in ranks:
             raise TraceFileError(f"{path}: is rank {rank}, as {files[ranks.index(rank)]} is: give "
                                  "one file per rank")
@@ -357,7 +386,7 @@ def read_traces(paths) -> KinetoTrace:
                                  "not a profiler trace of any work")
         files.append(str(path))
         ranks.append(rank)
-    return b.build(files, ranks, steps)
+    return b.build(files, ranks, steps, None if world is None else world[0])
 
 
 # ---------------------------------------------------------------------------- iterations

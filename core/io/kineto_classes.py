@@ -205,6 +205,9 @@ class StepMeasurement:
         Class index of each of the trace's events that counts for its class, else -1.
     lane_idle_s : dict of int to float
         Per source lane (index into ``KinetoTrace.lane_names``), the window's time it is idle.
+    world_size : int or None
+        The job's GPU count as the traces record it (:attr:`KinetoTrace.world_size`), None when
+        they do not.
     """
 
     step: int
@@ -217,6 +220,7 @@ class StepMeasurement:
     events: list[np.ndarray]
     event_class: np.ndarray
     lane_idle_s: dict[int, float]
+    world_size: int | None = None
 
     def column(self, row: str) -> np.ndarray:
         """Seconds of ``row`` per rank; float64 (ranks,)."""
@@ -301,4 +305,5 @@ def measure_step(trace: KinetoTrace, step: int, table: ClassTable | None = None
         chosen.append(idx)
     return StepMeasurement(step=step, ranks=list(trace.ranks), rows=rows, titles=titles,
                            seconds=seconds, source=sources, window_s=window, events=chosen,
-                           event_class=event_class, lane_idle_s=lane_idle)
+                           event_class=event_class, lane_idle_s=lane_idle,
+                           world_size=trace.world_size)
