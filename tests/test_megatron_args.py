@@ -242,6 +242,14 @@ def test_gpt3_175b_script_runs_through_the_cli(tmp_path, capsys):
     assert s.plan.num_gpus == 1024
     assert main(["simulate", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["num_gpus"] == 1024
+    # the summary names the GPU kind, and that it is the default when --gpu is not given
+    assert main(["import", "megatron-args", str(script), "--out", str(out)]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "on A100-SXM4-80GB (Megatron's arguments do not name the GPU" in line
+    assert main(["import", "megatron-args", str(script), "--out", str(out), "--gpu",
+                 "H100-SXM5-80GB"]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "on H100-SXM5-80GB, from" in line and load_session(out).cluster.gpu == "H100-SXM5-80GB"
 
 
 def test_modern_plan_flags_map_or_are_refused_by_name(tmp_path):

@@ -166,7 +166,10 @@ def _megatron(args: argparse.Namespace) -> int:
               f"p={pl.pipeline_parallel}, " + (f"cp={cp}, " if cp > 1 else "")
               + f"d={pl.data_parallel}" + (f", ep={ep}" if ep > 1 else "")
               + f"; b={pl.micro_batch_size}, "
-              f"B={pl.global_batch_size}), from {res.launch.launcher}", highlight=False)
+              f"B={pl.global_batch_size}) on {esc(res.session.cluster.gpu)}"
+              + ("" if args.gpu else " (Megatron's arguments do not name the GPU: the default; "
+                 "--gpu KIND for yours)")
+              + f", from {res.launch.launcher}", highlight=False)
     if res.session.cluster.inter_node_bandwidth_gbits_per_s is None and pl.num_gpus > \
             res.session.cluster.gpus_per_node:
         con.print("network: Megatron's arguments do not give it; the GPU's reference node "
