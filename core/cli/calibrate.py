@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from core.cli.common import SET_HELP, field_error, check_outputs, row_progress
+from core.cli.common import SET_HELP, check_outputs, check_profile_option, field_error, row_progress
 
 __all__ = ["add_parser", "run"]
 
@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         raise field_error("--kernel-classes", "fits the kernel classes in the shared fit of the "
                                               "GPU kinds: needs --out-dir")
     _check_one_store_args(args)
+    check_profile_option(args.profile)
     base = ProfileStore.open(args.profile)
     per_file, rows = _read_files(args)
     shares = _check_file_weights(args.file_weights, len(per_file))

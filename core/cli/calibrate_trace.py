@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from core.cli.common import field_error, check_outputs, session_from_args
+from core.cli.common import check_outputs, check_profile_option, field_error, session_from_args
 
 __all__ = ["run_trace"]
 
@@ -52,6 +52,7 @@ def run_trace(args: argparse.Namespace) -> int:
     if args.step is not None and args.step < 0:
         raise field_error("--step", f"{args.step} must be a step number at or above 0")
     check_outputs([("--out", args.out)], [*args.trace, args.profile, args.session])
+    check_profile_option(args.profile, "--store")
     table = load_class_table(args.classes)
     trace = read_traces(args.trace)
     step = choose_step(trace, args.step)

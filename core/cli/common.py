@@ -256,6 +256,21 @@ def apply_sets(session, sets: list[str] | None):
     return out
 
 
+def check_profile_option(path: str, option: str = "--profile") -> None:
+    """Open the store ``--profile`` (``option``) names (cached: the simulation reuses it) and refuse it
+    naming ``--profile`` (ConfigError, exit 2): a missing file said so, an unreadable one with
+    the store reader's message. The user gave this path on the command line, so whether it
+    exists is told; a path a session file names is not (:func:`core.sim.simulate.session_profile`)."""
+    from core.sim.simulate import open_profile
+    from core.store.format import ProfileStoreError
+    if not os.path.exists(path):
+        raise field_error(option, f"{path}: no such file")
+    try:
+        open_profile(path)
+    except ProfileStoreError as exc:
+        raise field_error(option, str(exc)) from None
+
+
 def session_from_args(args: argparse.Namespace, validate: bool = True):
     """Load ``args.path`` (checking the configuration rules with ``validate``) and apply
     ``--set`` (:func:`apply_sets`), ``--profile``, ``--tokens`` and ``--price-per-gpu-hour``."""
@@ -270,6 +285,7 @@ def session_from_args(args: argparse.Namespace, validate: bool = True):
             except ConfigError as exc:  # named "FILE with --set ..." (apply_sets' source)
                 raise session.in_its_terms(exc) from None
     if getattr(args, "profile", None):
+        check_profile_option(args.profile)
         session.cluster.profile_path = os.path.abspath(args.profile)  # links kept: messages name the path given
     for option, name in (("--tokens", "training_tokens"),
                          ("--price-per-gpu-hour", "price_per_gpu_hour_usd")):

@@ -7,7 +7,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any
 
-from core.cli.common import check_number, list_items, study_progress
+from core.cli.common import check_number, check_profile_option, list_items, study_progress
 
 if TYPE_CHECKING:  # rich is imported when the command runs (fast ``vtrain --help``)
     from core.util.console import Console
@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = read_jobs(args.trace)
     session = load_any(args.cluster, validate=False) if args.cluster else Session()
     if args.profile:
+        check_profile_option(args.profile)
         session.cluster.profile_path = os.path.abspath(args.profile)  # links kept: messages name the path given
     # the jobs bring their own models and batches; the cluster, precision and profile must be valid
     try:

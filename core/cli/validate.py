@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.cli.common import field_error, check_outputs, row_progress
+from core.cli.common import check_outputs, check_profile_option, field_error, row_progress
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
     from core.util.console import Console
@@ -114,6 +114,8 @@ def _check_args(args: argparse.Namespace) -> float:
                                               "--cross-validate K and no --profile")
     coverage = _check_coverage(args.coverage)
     check_outputs([("--out", args.out), ("--plot", args.plot)], [args.csv, args.profile])
+    if args.profile:
+        check_profile_option(args.profile)
     return coverage
 
 
