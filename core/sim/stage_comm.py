@@ -101,6 +101,31 @@ def _cp_allgather_times(cp: int, core_fwd_s: float, core_bwd_s: float, gather_s:
 
 
 
+def _memoized_ring(cache: dict | None, cp: int, core_fwd_s: float, core_bwd_s: float,
+                   block_s: float, double_s: float) -> dict[str, float]:
+    """:func:`_cp_ring_times` of these arguments (a new dict), memoized in ``cache`` under
+    them: a sweep's plans of one attention core and exchange share it."""
+    if cache is None:
+        return _cp_ring_times(cp, core_fwd_s, core_bwd_s, block_s, double_s)
+    key = ("cp ring", cp, core_fwd_s, core_bwd_s, block_s, double_s)
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = _cp_ring_times(cp, core_fwd_s, core_bwd_s, block_s, double_s)
+    return dict(hit)
+
+
+def _cluster_values(cluster, cache: dict | None) -> tuple:
+    """Every field of ``cluster`` (a :class:`ClusterConfig`), as a tuple, read once per cluster
+    object and ``cache`` (which keeps the object: a cache's sessions must not change their
+    cluster in place, as :func:`core.sim.stages._layout_key` says of the model)."""
+    hit = cache.get(("cluster", id(cluster))) if cache is not None else None
+    if hit is None or hit[0] is not cluster:
+        hit = (cluster, tuple(getattr(cluster, f.name) for f in dataclasses.fields(cluster)))
+        if cache is not None:
+            cache[("cluster", id(cluster))] = hit
+    return hit[1]
+
+
 class StageComm:
     """One plan's communication calls, each memoized in ``cache`` (None: none) under a key
     that holds everything its value depends on; the warnings of the lookups go to ``warnings``.
@@ -116,7 +141,7 @@ class StageComm:
         pl, cl = session.plan, session.cluster
         self.session, self.cache, self.warnings = session, cache, warnings
         self.comm = CommModel(store, pl, cl)
-        self.ckey = (pinned(cache, store), tuple(getattr(cl, f.name) for f in dataclasses.fields(cl)),
+        self.ckey = (pinned(cache, store), _cluster_values(cl, cache),
                      pl.tensor_parallel, pl.dp_cp_size, pl.context_parallel,
                      *((pl.data_parallel_shard_size,) if pl.data_parallel_shard_size else ()))
         self.ekey = self.ckey + ekey_extra
@@ -160,8 +185,8 @@ class StageComm:
             ring = {"cp_fwd_hidden": 0.0, "cp_fwd_exposed": gather, "cp_bwd_hidden": 0.0,
                     "cp_bwd_exposed": gather + exchange("cp_reduce_scatter", cp * blk)}
         elif cp // cpa > 1:  # the ring (between the all-to-all groups of a2a+p2p)
-            ring = _cp_ring_times(cp // cpa, *core, *(exchange("cp_send_recv", n)
-                                                       for n in (blk, 2 * blk)))
+            ring = _memoized_ring(self.cache, cp // cpa, *core,
+                                  *(exchange("cp_send_recv", n) for n in (blk, 2 * blk)))
         else:
             ring = dict.fromkeys(("cp_fwd_hidden", "cp_fwd_exposed", "cp_bwd_hidden",
                                   "cp_bwd_exposed"), 0.0)

@@ -31,6 +31,7 @@ from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
 from core.studies.sweep.result import BEST_BY_FIELDS, column_codes
+from core.studies.sweep.variants import plan_maker
 
 __all__ = ["MAX_PIPELINE_STEPS", "STEPS_PER_S", "LARGE_SWEEP_WORK", "sweep_work", "work_seconds",
            "duration_text", "work_notes", "pipeline_steps", "plan_microbatches", "memory_verdicts",
@@ -421,6 +422,7 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
     d_only = [(j, v) for j, v in subst if PLAN_FIELDS[j] == "data_parallel"]  # FSDP's
     zero_at = PLAN_FIELDS.index("zero_stage")
     groups: dict[tuple, list[int]] = {}
+    firsts: list[list] = []  # each group's first bound_plan fields, in the groups' order
     for step, i in enumerate(rows.tolist()):
         if not step & 31:
             yield_interpreter()
@@ -429,21 +431,24 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
         fields = list(plan_key(pl))          # bound_plan(pl, model)'s fields
         for j, v in (d_only if fields[zero_at] == 3 else subst):
             fields[j] = v
-        del fields[_SCHEDULE_FIELD]
+        schedule = fields.pop(_SCHEDULE_FIELD)
         bkey = (pipeline_schedules.get(pl.schedule).stage_times_kind, tuple(fields))
         group = groups.get(bkey)
         if group is None:
             groups[bkey] = [i]
+            fields.insert(_SCHEDULE_FIELD, schedule)
+            firsts.append(fields)
         else:
             group.append(i)
     done = 0
-    for idx in groups.values():
+    for idx, fields in zip(groups.values(), firsts):
         yield_interpreter()
         ticker.tick(rows.size // 5 + 4 * done // 5)
         done += len(idx)
         pl = plans[idx[0]]
-        st = stage_busy_times(Session(model, bound_plan(pl, model), cluster, cost), store,
-                              lookup_cache)
+        # bound_plan(pl, model): its fields are known, the plan made without __init__
+        bound = plan_maker(pl)(dict(zip(PLAN_FIELDS, fields)))
+        st = stage_busy_times(Session(model, bound, cluster, cost), store, lookup_cache)
         lower[idx] = _lower_bounds(*st, np.array([float(plans[i].num_microbatches)
                                                   for i in idx]), None)
     ticker.finish()

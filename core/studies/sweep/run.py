@@ -447,6 +447,7 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
         return [], (np.zeros(0), np.zeros(0, bool), [])
     lo = np.zeros(len(rows), np.int64)        # N known not to fit (0: none tried)
     hi = np.array(hi, np.int64)               # N known to fit
+    most = hi.copy()                          # every layer of the largest chunk
     while True:
         check_cancelled(cancel)
         open_ = np.flatnonzero(hi - lo > 1)
@@ -457,7 +458,6 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
         ok = memory_verdicts(trial, session.model, store, memo=memo)[1]
         hi[open_[ok]] = mid[ok]
         lo[open_[~ok]] = mid[~ok]
-    most = np.array([largest_model_chunk(L, plans[i]) for i in rows], np.int64)
     keep = np.flatnonzero(hi < most)
     more = [with_layers(plans[rows[k]], n) for k, n in zip(keep.tolist(), hi[keep].tolist())]
     if not more:

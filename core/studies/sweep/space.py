@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -834,9 +835,17 @@ def in_budget(space: SweepSpace, plan: ParallelPlan) -> bool:
 
 def index_of_plan(plans: list[ParallelPlan], plan: ParallelPlan) -> int | None:
     """Row of ``plan`` in ``plans`` (every field equal), or None."""
-    # the plans' keys compared in C (itertools): a sweep's million plans in a fraction of a second
-    equal = map(plan_key(plan).__eq__, map(plan_key, plans))
-    return next(itertools.compress(itertools.count(), equal), None)
+    # a few fields' tuples compared in C (itertools) first: a sweep's million plans in a
+    # fraction of a second; every field of the rows they leave
+    few = map(_FEW_FIELDS(plan).__eq__, map(_FEW_FIELDS, plans))
+    key = plan_key(plan)
+    return next((i for i in itertools.compress(itertools.count(), few)
+                 if plan_key(plans[i]) == key), None)
+
+
+#: The fields :func:`index_of_plan` compares first: those that differ most between a sweep's plans
+_FEW_FIELDS = operator.attrgetter("data_parallel", "micro_batch_size", "tensor_parallel",
+                                  "pipeline_parallel")
 
 
 
