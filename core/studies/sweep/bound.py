@@ -94,7 +94,8 @@ def work_notes(plans: list[ParallelPlan], rows: np.ndarray, num_layers: int, pru
         s = steps[rows]
         p = np.array([plans[i].pipeline_parallel for i in rows.tolist()], np.int64)
         work = int(np.where(s <= MAX_PIPELINE_STEPS, s + 10 * num_layers // p, 0).sum())
-    estimate = (f"the {rows.size:,} plans that fit in memory need up to {work:,} pipeline "
+    estimate = (f"the {rows.size:,} plans that fit in memory and are within the simulation's "
+                f"limit ({MAX_PIPELINE_STEPS:,} pipeline steps each) need up to {work:,} pipeline "
                 f"steps to simulate, about {duration_text(work_seconds(work))} on one core"
                 + (" before pruning" if prune else ""))
     if max_work is not None and work > max_work:
