@@ -202,3 +202,19 @@ def test_import_preset_writes_a_session_of_every_preset_that_simulates(tmp_path,
         assert json.loads(capsys.readouterr().out)["num_gpus"] == 8
     assert main(["import", "preset", "Llama 4", "--out", str(out)]) == 2
     assert "'Llama 4' is not a preset; the presets are GPT-3 1.3B" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, usage", [
+    (["simulate", "x.json", "--sett", "plan.tensor_parallel=2"], "usage: vtrain simulate"),
+    (["export", "megatron-args", "x.json", "--set", "plan.tensor_parallel=2"],
+     "usage: vtrain export megatron-args"),
+])
+def test_an_unknown_option_shows_the_commands_own_usage(argv, usage, capsys):
+    """argparse's exit 2 with the usage of the command given (its options), not the top
+    level's ``vtrain [-h] COMMAND ...``."""
+    from core.cli import main
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage) and "unrecognized arguments: " + " ".join(argv[-2:]) in err

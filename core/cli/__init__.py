@@ -66,6 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser:
+    """The (sub)command parser the words select (``vtrain import megatron-args ...``: that
+    one's), for a usage message that shows the command's own options."""
+    for action in parser._actions:  # argparse keeps its sub-parsers only here
+        if isinstance(action, argparse._SubParsersAction):
+            for i, word in enumerate(words):
+                if word in action.choices:
+                    return _command_parser(action.choices[word], words[i + 1:])
+    return parser
+
+
 def _user_error_types() -> tuple[type[BaseException], ...]:
     """:class:`UsageError` and the classes of :data:`USER_ERRORS` whose module is imported."""
     found = [getattr(sys.modules[mod], name) for mod, name in USER_ERRORS if mod in sys.modules]
@@ -88,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     ``VTRAIN_DEBUG=1`` to see it); 130: interrupted.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # argparse's own message, with the usage of the command that was given
+        words = list(sys.argv[1:] if argv is None else argv)
+        _command_parser(parser, words).error(f"unrecognized arguments: {' '.join(extras)}")
     try:
         return SUBCOMMANDS[args.command].run(args)
     except KeyboardInterrupt:
