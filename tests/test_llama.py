@@ -322,6 +322,14 @@ def test_cli_import_hf(tmp_path):
     assert model["name"] == "Meta-Llama-3-8B" and model["num_query_groups"] == 8
     s = load_any(out)
     assert dataclasses.asdict(s.model) == model
+    # the model's folder, as from_pretrained takes it, reads its config.json
+    r = _cli("import", "hf", str(folder), "--out", str(tmp_path / "f.json"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == model
+    # an empty folder is still refused by name
+    (tmp_path / "empty").mkdir()
+    r = _cli("import", "hf", str(tmp_path / "empty"), "--out", str(tmp_path / "e.json"))
+    assert r.returncode == 2 and "empty" in r.stderr and "Traceback" not in r.stderr
     r = _cli("simulate", str(out), "--json")
     assert r.returncode == 0, r.stderr
     # the default plan has t=8: Megatron pads the vocabulary to a multiple of 128*8
@@ -404,3 +412,13 @@ def test_flash_attention_backward_runs_at_its_share_of_the_forwards_efficiency()
     ratio = (analytic_op_time("attention_core_bwd", key, store)
              / analytic_op_time("attention_core_fwd", key, store))
     assert ratio == pytest.approx(2.5 / 0.8, rel=1e-3)
+
+
+def test_import_hf_help_names_every_architecture_the_importer_reads():
+    """The help text is made from the importer's own lists (it used to omit Gemma 2 and 3)."""
+    from core.io.hf_import import DENSE_ARCHITECTURES, MOE_ARCHITECTURES
+    r = _cli("import", "hf", "--help")
+    text = " ".join(r.stdout.split())
+    assert r.returncode == 0
+    for arch in (*DENSE_ARCHITECTURES, *MOE_ARCHITECTURES):
+        assert arch in text, arch

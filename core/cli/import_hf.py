@@ -24,20 +24,19 @@ def add_parser(sub: Any) -> None:
 
 def add_source(isub: Any) -> None:
     """Add the ``hf`` source to the ``import`` command's sub-parsers (core/cli/imports.py)."""
+    from core.io.hf_import import DENSE_ARCHITECTURES, MOE_ARCHITECTURES
     hf = isub.add_parser(
         "hf", help="a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2, Qwen3 and their "
-                   "MoE variants, DeepSeek-V2/V3, GPT-OSS, Nemotron-4, Phi-3/4, OLMo 2)",
-        description="Read a Hugging Face config.json of LlamaForCausalLM, MistralForCausalLM, "
-                    "Qwen2ForCausalLM, Qwen3ForCausalLM, NemotronForCausalLM (squared ReLU), "
-                    "Phi3ForCausalLM (Phi-3, Phi-3.5, Phi-4), Olmo2ForCausalLM, the "
-                    "mixture-of-experts "
-                    "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
-                    "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM (multi-head latent attention, "
-                    "multi-token prediction) or GptOssForCausalLM (sliding windows, attention "
-                    "sinks) into a session with a default plan (one 8-GPU node). Fields that do "
+                   "MoE variants, DeepSeek-V2/V3, GPT-OSS, Gemma 2/3, Nemotron-4, Phi-3/4, "
+                   "OLMo 2)",
+        description="Read a Hugging Face config.json of the dense "
+                    + ", ".join(DENSE_ARCHITECTURES) + " or the mixture-of-experts "
+                    + ", ".join(MOE_ARCHITECTURES) + " (the importer's own lists) into a "
+                    "session with a default plan (one 8-GPU node). Fields that do "
                     "not change the cost are listed as ignored; fields the simulator does not "
                     "model, and other architectures, are refused by name (exit status 2).")
-    hf.add_argument("config", metavar="CONFIG.json", help="the model's config.json")
+    hf.add_argument("config", metavar="CONFIG.json",
+                    help="the model's config.json, or its folder (which holds config.json)")
     hf.add_argument("--out", metavar="SESSION.json", help="session file to write")
     hf.add_argument("--json", action="store_true", help="print the model section as JSON")
     hf.add_argument("--seq-length", type=int, metavar="S",

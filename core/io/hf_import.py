@@ -707,7 +707,9 @@ _HF_NAMES = {"model.num_layers": "num_hidden_layers", "model.hidden_size": "hidd
 
 
 def read_hf_config(path: str | Path, *, seq_length: int | None = None) -> HFImport:
-    """Read a Hugging Face ``config.json`` file (see :func:`session_from_hf_config`).
+    """Read a Hugging Face ``config.json`` file (see :func:`session_from_hf_config`); a folder
+    (a model as ``from_pretrained`` takes it, or a snapshot) is read through its
+    ``config.json``.
 
     Raises
     ------
@@ -718,6 +720,8 @@ def read_hf_config(path: str | Path, *, seq_length: int | None = None) -> HFImpo
     """
     from core.io.session import read_json
     path = Path(path)
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
     raw = read_json(path)
     folder = path.resolve().parent.name if path.name == "config.json" else path.stem
     return session_from_hf_config(raw, path.name, seq_length=seq_length, name=folder or None)
