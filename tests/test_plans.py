@@ -442,7 +442,10 @@ def test_plan_key_and_label_derive_from_every_field():
     assert plan(cp_comm_type="all_gather").label() == p0.label()
     # nor TF32 outside fp32 (Hugging Face's --bf16 --tf32 runs no fp32 matmul)
     assert plan(tf32=True).label(full=True) == p0.label(full=True)
-    assert plan(precision="fp32", tf32=True).label(full=True).endswith("imbalance=1.0 tf32")
+    assert plan(precision="fp32", tf32=True).label(full=True).endswith("precision=fp32 tf32")
+    # the routing imbalance only when it is not the balanced 1.0 (every dense model's)
+    assert "imbalance" not in p0.label(full=True)
+    assert plan(moe_imbalance_factor=1.2).label(full=True).endswith("imbalance=1.2")
     assert plan(precision="fp32", tf32=True).label() == p0.label()  # never in the short label
     assert plan(cp_comm_type="all_gather", context_parallel=2, data_parallel=2).label().endswith(
         "cp=2 cp_comm=all_gather")

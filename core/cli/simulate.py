@@ -19,7 +19,16 @@ def add_parser(sub: Any) -> None:
     """Add the ``simulate`` subcommand to ``vtrain``'s sub-parsers."""
     sim = sub.add_parser("simulate", help="simulate one training iteration and print the report",
                          description="Simulate one training iteration of a session file or a vTrain "
-                                     "authors'-format JSON config and print the report.")
+                                     "authors'-format JSON config and print the report.",
+                         epilog="The plan in the report's first line, in Megatron-LM's terms: t "
+                                "tensor-parallel, p pipeline-parallel, d data-parallel size, b "
+                                "micro-batch size, B global batch size (sequences), m "
+                                "micro-batches per iteration (B / (d*b)), v virtual stages per "
+                                "rank, cp context-parallel and ep expert-parallel size; sp "
+                                "sequence parallelism, zero=N the ZeRO stage (1: Megatron's "
+                                "distributed optimizer, 3: FSDP); no-X names a switch that is "
+                                "off. MFU is model FLOPs utilization (Narayanan et al. 2021, "
+                                "Eq. 3), HFU counts the recomputed FLOPs too.")
     sim.add_argument("path", metavar="PATH", help="session file (.json) or vTrain config (.json)")
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     sim.add_argument("--trace-out", metavar="FILE",

@@ -250,7 +250,9 @@ def kernel_peak_flops(kernels: list[Kernel], dtype: str, peak_flops: Mapping[str
     for d in dtypes:  # each dtype once, the first missing one named
         if d not in peaks:
             if d not in peak_flops:
-                raise KeyError(f"profile of {device_name} has no peak FLOP/s for dtype {d!r}")
+                raise KeyError(f"profile of {device_name} has no peak FLOP/s for dtype {d!r} "
+                               f"(it has {', '.join(peak_flops) or 'none'}; plan.precision and "
+                               "plan.fp8_recipe choose the dtypes)")
             peaks[d] = float(peak_flops[d])
     out = np.array([peaks[d] for d in dtypes], float).reshape(-1)
     flash = np.array([k.name == "flash_attn_bwd" for k in kernels], bool).reshape(-1)
@@ -292,7 +294,9 @@ def analytic_op_time(op: str, key: Mapping[str, Any], device: Any, host: bool = 
     dtype = str(key["dtype"])
     name = getattr(device, 'device_name', 'device')
     if tensor_dtype(dtype) not in device.peak_flops or dtype not in device.peak_flops:
-        raise KeyError(f"profile of {name} has no peak FLOP/s for dtype {dtype!r}")
+        raise KeyError(f"profile of {name} has no peak FLOP/s for dtype {dtype!r} (it has "
+                       f"{', '.join(device.peak_flops) or 'none'}; plan.precision and "
+                       "plan.fp8_recipe choose the dtypes)")
     op_model = device.op_model or {}
     kernels = op_kernels(op, device_key(key, device.peak_flops))
     if not kernels:

@@ -358,7 +358,8 @@ class ParallelPlan:
         left out while that field is off: it changes nothing then; so are sequence parallelism
         and the TP communication overlap at ``t = 1``, the context-parallel exchange at
         ``cp = 1``, TF32 unless it is on in an fp32 plan and gradient accumulation fusion under
-        FSDP (ZeRO 3), where they change nothing either.
+        FSDP (ZeRO 3), where they change nothing either; the MoE routing imbalance only when
+        it is not the balanced 1.0.
         """
         parts = []
         for f in dataclasses.fields(self):
@@ -374,6 +375,8 @@ class ParallelPlan:
                 continue  # FSDP adds no weight gradient to a buffer
             if f.name == "overlap_p2p_comm" and not p2p_overlap_applies(self):
                 continue  # only the interleaved schedule overlaps its transfers
+            if f.name == "moe_imbalance_factor" and value == f.default:
+                continue  # balanced routing (and every dense model): nothing to say
             if how == "never" and (not full or value is None):  # e.g. no FP8 recipe
                 continue
             if f.metadata.get("label_needs") and not getattr(self, f.metadata["label_needs"]):

@@ -274,7 +274,8 @@ class PeakFlops(dict):
 
     def __missing__(self, dtype: str) -> float:
         raise KeyError(f"profile of {self.device_name} has no peak FLOP/s for dtype {dtype!r} "
-                       f"(it has {', '.join(self) or 'none'})")
+                       f"(it has {', '.join(self) or 'none'}; plan.precision and plan.fp8_recipe "
+                       "choose the dtypes)")
 
 
 class ProfileStore:
