@@ -523,8 +523,10 @@ def _architecture(cfg: dict[str, Any], where: str) -> str:
                       f"experts ({', '.join(moe_fields)}) is not one we know")
     unknown = sorted(k for k in cfg if k not in USED and k not in IGNORED and k not in REFUSED)
     if unknown:
+        from core.util.text import did_you_mean
+        hint = did_you_mean(unknown[0], [*USED, *IGNORED, *REFUSED])
         raise _refuse(where, unknown[0], "is not known to the importer, so we cannot tell whether "
-                      "it changes the model; remove it if it does not" +
+                      "it changes the model; remove it if it does not" + hint +
                       (f" (also: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
     return arch
 

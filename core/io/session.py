@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from core.util.atomic import atomic_target
-from core.io.vtrain_json import vtrain_config_from_dict
+from core.io.vtrain_json import looks_like_vtrain_config, vtrain_config_from_dict
 from core.plan.fields import ConfigError, FieldError
 from core.plan.rules import check
 from core.plan.session import Session
@@ -181,7 +181,7 @@ def load_any(path: str | Path, *, validate: bool = True) -> Session:
             session = session_from_document(doc, str(path), path.parent)
             if validate:
                 check(session)
-        elif isinstance(doc, dict) and "tensor_parallel_size" in doc:
+        elif looks_like_vtrain_config(doc):
             session = vtrain_config_from_dict(doc, source=str(path), check_rules=validate)
         else:
             session = None

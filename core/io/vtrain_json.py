@@ -17,8 +17,9 @@ from core.plan.parallel import ParallelPlan
 from core.plan.presets import GPT_FAMILY, MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
+from core.util.text import did_you_mean
 
-__all__ = ["read_vtrain_config", "vtrain_config_from_dict"]
+__all__ = ["read_vtrain_config", "vtrain_config_from_dict", "looks_like_vtrain_config"]
 
 
 #: How a message names a field's type.
@@ -139,6 +140,15 @@ _AUTHORS_NAME = {**{target: key for key, (target, _) in _AUTHORS_FIELDS.items() 
                  "cluster.gpu": "gpu_name"}
 
 
+def looks_like_vtrain_config(doc: Any) -> bool:
+    """Whether a parsed JSON object is meant as an authors'-format config: it has
+    ``tensor_parallel_size``, or at least three of the format's keys (so that a misspelled
+    ``tensor_parallel_size`` is reported as that format's unknown key, with the closest name,
+    rather than as a file of no known format)."""
+    return isinstance(doc, dict) and ("tensor_parallel_size" in doc
+                                      or len(set(doc) & _AUTHORS_KEYS) >= 3)
+
+
 def vtrain_config_from_dict(raw: Any, source: str = "config", *,
                             check_rules: bool = True) -> Session:
     """Convert a parsed authors'-format dict (see :func:`read_vtrain_config`); with
@@ -146,7 +156,7 @@ def vtrain_config_from_dict(raw: Any, source: str = "config", *,
     configuration rules are not checked."""
     if not isinstance(raw, dict):
         raise ConfigError([FieldError(source, "must be a JSON object")])
-    errs = [FieldError(k, "unknown key in vTrain config")
+    errs = [FieldError(k, "unknown key in vTrain config" + did_you_mean(k, sorted(_AUTHORS_KEYS)))
             for k in sorted(set(raw) - _AUTHORS_KEYS, key=str)]
     errs += [FieldError(k, "missing required key") for k in _AUTHORS_REQUIRED if k not in raw]
     errs += _authors_key_errors(raw)

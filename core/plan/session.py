@@ -100,7 +100,8 @@ class Session:
         known = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - set(known), key=str)
         if unknown:
-            raise ConfigError([FieldError(k, "unknown section") for k in unknown])
+            raise ConfigError([FieldError(k, "unknown section" + _did_you_mean(k, known))
+                               for k in unknown])
         kwargs: dict[str, Any] = {}
         errors: list[FieldError] = []
         for name, f in known.items():
@@ -191,11 +192,10 @@ def _pinned_from_dict(compare: Any) -> Session:
 
 
 def _did_you_mean(key: Any, fields) -> str:
-    """``"; did you mean tensor_parallel?"`` for a misspelled field name (``difflib``'s closest
-    match among ``fields``), or ``""``."""
-    import difflib
-    close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.8)
-    return f"; did you mean {close[0]}?" if close else ""
+    """``"; did you mean tensor_parallel?"`` for a misspelled field name, or ``""``
+    (:func:`core.util.text.did_you_mean`)."""
+    from core.util.text import did_you_mean
+    return did_you_mean(key, fields)
 
 
 def _section_from_dict(cls: type, section: str, data: Any, require: bool = False) -> Any:

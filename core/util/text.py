@@ -128,3 +128,11 @@ def format_days(d: float) -> str:
         t = f"{d:.3f}".rstrip("0")
         return t + "0" if t.endswith(".") else t
     return f"{d:,.1f}"
+
+
+def did_you_mean(key: Any, names) -> str:
+    """``"; did you mean tensor_parallel?"`` for a misspelled name (``difflib``'s closest match
+    among ``names``, cutoff 0.8), or ``""``."""
+    import difflib
+    close = difflib.get_close_matches(str(key), [str(n) for n in names], n=1, cutoff=0.8)
+    return f"; did you mean {close[0]}?" if close else ""

@@ -1,0 +1,50 @@
+"""A misspelled name gets the closest known one in every input format: a session's section, an
+authors'-format config's key (also tensor_parallel_size itself, which decides the format), and a
+Hugging Face config's field; exit 2, one line, no traceback (found by a new-user trial)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.cli import main
+from tests.conftest import EXAMPLES, shared_file
+
+
+def _run(capsys, *argv) -> str:
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vtrain: error:") and "Traceback" not in err
+    return err
+
+
+def test_session_section(tmp_path, capsys):
+    doc = json.loads((EXAMPLES / "gpt3_1.3b_single_node.json").read_text())
+    doc["clusterr"] = doc.pop("cluster")
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(doc))
+    assert "clusterr: unknown section; did you mean cluster?" in _run(capsys, "simulate", str(path))
+
+
+@pytest.mark.parametrize("key, wrong", [("micro_batch_size", "micro_batch_szie"),
+                                        ("tensor_parallel_size", "tensor_paralel_size")])
+def test_authors_config_key(tmp_path, capsys, key, wrong):
+    doc = json.loads(shared_file("configs", "mtnlg_530b_3360gpu_t8_d12_p35.json").read_text())
+    doc[wrong] = doc.pop(key)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(doc))
+    err = _run(capsys, "simulate", str(path))
+    assert f"{wrong}: unknown key in vTrain config; did you mean {key}?" in err
+
+
+def test_hugging_face_field(tmp_path, capsys):
+    cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
+           "intermediate_size": 14336, "num_attention_heads": 32, "num_hiden_layers": 32,
+           "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
+           "hidden_act": "silu", "tie_word_embeddings": False}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    err = _run(capsys, "import", "hf", str(path), "--out", str(tmp_path / "s.json"))
+    assert "num_hiden_layers: is not known to the importer" in err
+    assert err.rstrip().endswith("did you mean num_hidden_layers?")
