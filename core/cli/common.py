@@ -275,18 +275,19 @@ def session_from_args(args: argparse.Namespace, validate: bool = True):
     """Load ``args.path`` (checking the configuration rules with ``validate``) and apply
     ``--set`` (:func:`apply_sets`), ``--profile``, ``--tokens`` and ``--price-per-gpu-hour``."""
     sets = getattr(args, "set", None)
-    session = load_any(args.path, validate=validate and not sets)
+    profile = getattr(args, "profile", None)
+    session = load_any(args.path, validate=validate and not sets and not profile)
     if sets:
-        from core.plan.rules import check
         session = apply_sets(session, sets)
-        if validate:
-            try:
-                check(session)
-            except ConfigError as exc:  # named "FILE with --set ..." (apply_sets' source)
-                raise session.in_its_terms(exc) from None
-    if getattr(args, "profile", None):
-        check_profile_option(args.profile)
-        session.cluster.profile_path = os.path.abspath(args.profile)  # links kept: messages name the path given
+    if profile:  # before the rules: a GPU kind without a shipped store is fine with one
+        check_profile_option(profile)
+        session.cluster.profile_path = os.path.abspath(profile)  # links kept: messages name the path given
+    if validate and (sets or profile):
+        from core.plan.rules import check
+        try:
+            check(session)
+        except ConfigError as exc:  # named "FILE with --set ..." (apply_sets' source)
+            raise session.in_its_terms(exc) from None
     for option, name in (("--tokens", "training_tokens"),
                          ("--price-per-gpu-hour", "price_per_gpu_hour_usd")):
         value = getattr(args, option[2:].replace("-", "_"), None)

@@ -83,7 +83,9 @@ def _gpu_kind_errors(c: ClusterConfig) -> list[FieldError]:
     """``cluster.gpu`` a shipped GPU kind, unless ``cluster.profile_path`` names a store."""
     if c.gpu not in GPU_KINDS and not c.profile_path:
         return [FieldError("cluster.gpu", f"gpu={c.gpu!r} has no shipped profile; "
-                           f"choose one of {', '.join(GPU_KINDS)} or set cluster.profile_path")]
+                           f"choose one of {', '.join(GPU_KINDS)}, or give a profile store of "
+                           "it (--profile STORE.h5 on the command line, cluster.profile_path "
+                           "in a session file)")]
     return []
 
 

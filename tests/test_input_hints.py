@@ -1,6 +1,8 @@
-"""A misspelled name gets the closest known one in every input format: a session's section, an
+"""Messages that point at the fix (found by a new-user trial); exit 2, one line, no traceback.
+
+A misspelled name gets the closest known one in every input format: a session's section, an
 authors'-format config's key (also tensor_parallel_size itself, which decides the format), and a
-Hugging Face config's field; exit 2, one line, no traceback (found by a new-user trial)."""
+Hugging Face config's field. A GPU without a shipped store is pointed to --profile, which works."""
 
 from __future__ import annotations
 
@@ -48,3 +50,19 @@ def test_hugging_face_field(tmp_path, capsys):
     err = _run(capsys, "import", "hf", str(path), "--out", str(tmp_path / "s.json"))
     assert "num_hiden_layers: is not known to the importer" in err
     assert err.rstrip().endswith("did you mean num_hidden_layers?")
+
+
+def test_a_gpu_without_a_shipped_store_runs_with_the_store_the_message_points_to(tmp_path,
+                                                                                  capsys):
+    """The authors' format has no cluster.profile_path: the message points to --profile too,
+    and --profile is applied before the rules are checked, so the fix it names works."""
+    doc = json.loads(shared_file("configs", "mtnlg_530b_3360gpu_t8_d12_p35.json").read_text())
+    doc["gpu_name"] = "V100"
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(doc))
+    err = _run(capsys, "simulate", str(path))
+    assert "gpu_name='V100' has no shipped profile" in err and "--profile STORE.h5" in err
+    from tests.conftest import ROOT
+    assert main(["simulate", str(path), "--profile",
+                 str(ROOT / "profiles" / "A100-SXM4-80GB.h5"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_gpus"] == 3360
