@@ -615,7 +615,9 @@ class ConfigEditor(QtWidgets.QWidget):
                                   f"marked in red:<ul style='margin-left:-20px'>{lines}</ul>")
             self._summary.setStyleSheet("color: #C62828;")
         else:
-            self._summary.setText("Configuration is valid.")
+            # the rules only: whether the plan fits in memory is the report's verdict
+            self._summary.setText("Configuration is valid (every rule holds; whether it fits in "
+                                  "memory: the memory panel).")
             self._summary.setStyleSheet("color: #2E7D32;")
         self._update_derived()
         self._update_preset()
