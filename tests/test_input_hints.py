@@ -66,3 +66,51 @@ def test_a_gpu_without_a_shipped_store_runs_with_the_store_the_message_points_to
     assert main(["simulate", str(path), "--profile",
                  str(ROOT / "profiles" / "A100-SXM4-80GB.h5"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["num_gpus"] == 3360
+
+
+def test_profile_keeps_the_authors_configs_own_checks(tmp_path, capsys):
+    """--profile is part of the cluster before the rules, not a reason to skip them: a config
+    whose num_gpus disagrees with t*p*d is refused with it as without it (a breaker's find)."""
+    doc = {"num_gpus": 16, "tensor_parallel_size": 2, "data_parallel_size": 2,
+           "pipeline_parallel_size": 2, "global_batch_size": 64, "micro_batch_size": 2,
+           "num_layers": 24, "hidden_size": 2048, "num_attention_heads": 16, "max_length": 2048}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(doc))
+    from tests.conftest import ROOT
+    for extra in ([], ["--profile", str(ROOT / "profiles" / "A100-SXM4-80GB.h5")]):
+        assert "num_gpus=16 disagrees" in _run(capsys, "simulate", str(path), *extra)
+
+
+def test_a_hugging_face_config_is_not_taken_for_an_authors_config(tmp_path, capsys):
+    """It shares the model keys (hidden_size, num_attention_heads, vocab_size) with the authors'
+    format, not its own keys: 'neither format', pointing to vtrain import hf."""
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+           "num_attention_heads": 32, "num_hidden_layers": 32, "vocab_size": 128256,
+           "max_position_embeddings": 8192}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    err = _run(capsys, "simulate", str(path))
+    assert "neither a vTrain session file nor a vTrain config" in err
+    assert "vtrain import hf" in err and "unknown key in vTrain config" not in err
+
+
+def test_import_hf_from_a_folder_never_writes_over_its_config(tmp_path, capsys):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
+           "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+           "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
+           "hidden_act": "silu", "tie_word_embeddings": False}
+    text = json.dumps(cfg)
+    (folder / "config.json").write_text(text)
+    err = _run(capsys, "import", "hf", str(folder), "--out", str(folder / "config.json"))
+    assert "would replace the input" in err and (folder / "config.json").read_text() == text
+
+
+def test_a_misspelled_required_section(tmp_path, capsys):
+    doc = json.loads((EXAMPLES / "gpt3_1.3b_single_node.json").read_text())
+    doc["plna"] = doc.pop("plan")
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(doc))
+    err = _run(capsys, "simulate", str(path))
+    assert "missing section 'plan'" in err and "plna: unknown section; did you mean plan?" in err

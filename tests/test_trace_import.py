@@ -204,6 +204,16 @@ def test_traces_of_another_jobs_size_are_refused_by_name(p2, p2_result, tmp_path
     (tmp_path / "r1.json").write_text(json.dumps(other))
     with pytest.raises(TraceFileError, match="world_size: 4, where .* says 2"):
         read_traces([P2[0], tmp_path / "r1.json"])
+    # a null world size is none given, a whole float is that number, a string is refused
+    for value, ok in ((None, True), (2.0, True), ("2", False)):
+        doc = _doc(P2[1])
+        doc["distributedInfo"]["world_size"] = value
+        (tmp_path / "ws.json").write_text(json.dumps(doc))
+        if ok:
+            assert read_traces([tmp_path / "ws.json"]).world_size == (None if value is None else 2)
+        else:
+            with pytest.raises(TraceFileError, match=r'world_size: "2" must be a whole number'):
+                read_traces([tmp_path / "ws.json"])
     beyond = _doc(P2[1])
     beyond["distributedInfo"]["rank"] = 2
     (tmp_path / "r2.json").write_text(json.dumps(beyond))

@@ -153,6 +153,11 @@ class _ScreenshotTaker(QtCore.QObject):
 
     @Slot()
     def _on_trace_settled(self) -> None:
+        error = self._window.trace_overlay.last_error
+        if error:  # refused traces: one line, exit 2, as the command line's bad input
+            print(printable(f"vtrain gui: --trace: {' '.join(error.split())}"), file=sys.stderr)
+            self._finish(2)
+            return
         self._finish(0)
 
     def _finish(self, code: int) -> None:

@@ -222,6 +222,12 @@ class TraceOverlay(QtCore.QObject):
         self.last_error = message
         if what == "read":
             self.clear()
+        elif what == "layout":  # these traces do not fit this plan: no lanes or table of an
+            # older plan stay under its timeline; they are laid again over the next result
+            self.lanes = self.comparison = None
+            self._laid_out_for = self._pending_result
+            self._window.timeline.set_measured(None)
+            self.panel.setVisible(False)
         box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.Warning, "Trace not overlaid",
                                     message, QtWidgets.QMessageBox.StandardButton.Ok, self._window)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)

@@ -85,7 +85,7 @@ def check_world_size(world_size: int | None, plan) -> None:
         raise ConfigError([FieldError(
             "plan.num_gpus", f"the traces were recorded by a job of {world_size:,} ranks "
             f"(distributedInfo.world_size), the plan runs on {n:,} GPUs ({plan.label()}): "
-            "compare them with the plan that ran (e.g. --set plan.data_parallel=...)")])
+            "compare them with the plan that ran (its t, p, d and cp)")])
 
 
 def rank_stage(rank: int, plan) -> int:

@@ -276,18 +276,20 @@ def session_from_args(args: argparse.Namespace, validate: bool = True):
     ``--set`` (:func:`apply_sets`), ``--profile``, ``--tokens`` and ``--price-per-gpu-hour``."""
     sets = getattr(args, "set", None)
     profile = getattr(args, "profile", None)
-    session = load_any(args.path, validate=validate and not sets and not profile)
-    if sets:
-        session = apply_sets(session, sets)
-    if profile:  # before the rules: a GPU kind without a shipped store is fine with one
+    if profile:  # part of the cluster before the rules: a GPU kind without a shipped store passes
         check_profile_option(profile)
-        session.cluster.profile_path = os.path.abspath(profile)  # links kept: messages name the path given
-    if validate and (sets or profile):
+        profile = os.path.abspath(profile)  # links kept: messages name the path given
+    session = load_any(args.path, validate=validate and not sets, profile_path=profile or None)
+    if sets:
         from core.plan.rules import check
-        try:
-            check(session)
-        except ConfigError as exc:  # named "FILE with --set ..." (apply_sets' source)
-            raise session.in_its_terms(exc) from None
+        session = apply_sets(session, sets)
+        if profile:
+            session.cluster.profile_path = profile
+        if validate:
+            try:
+                check(session)
+            except ConfigError as exc:  # named "FILE with --set ..." (apply_sets' source)
+                raise session.in_its_terms(exc) from None
     for option, name in (("--tokens", "training_tokens"),
                          ("--price-per-gpu-hour", "price_per_gpu_hour_usd")):
         value = getattr(args, option[2:].replace("-", "_"), None)

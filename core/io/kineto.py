@@ -233,12 +233,14 @@ def _file_rank(doc: dict, path: Path, position: int) -> int:
 def _file_world_size(doc: dict, path: Path) -> int | None:
     """The file's ``distributedInfo.world_size`` (a whole number >= 1), None when absent."""
     info = doc.get("distributedInfo")
-    if not isinstance(info, dict) or "world_size" not in info:
+    if not isinstance(info, dict) or info.get("world_size") is None:  # absent or null: not given
         return None
     size = info["world_size"]
+    if isinstance(size, float) and size.is_integer():
+        size = int(size)
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise TraceFileError(f"{path}: distributedInfo.world_size: {size!r} must be a whole "
-                             "number at or above 1")
+        raise TraceFileError(f"{path}: distributedInfo.world_size: {json.dumps(size)} must be a "
+                             "whole number at or above 1")
     return size
 
 

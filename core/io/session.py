@@ -24,6 +24,7 @@ over the target, so a crash never leaves a half-written session.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -144,9 +145,15 @@ def session_from_document(doc: Any, where: str = "session", base: str | Path | N
     body = {k: v for k, v in doc.items() if k not in ("format", "version")}
     missing = [name for name in REQUIRED_SECTIONS if name not in body]
     if missing:  # a default model or plan would be simulated without the user asking for it
+        from core.plan.session import Session as _S
+        from core.util.text import did_you_mean
+        known = [f.name for f in dataclasses.fields(_S)]
+        typos = "".join(f"; {k}: unknown section{did_you_mean(k, known)}"
+                        for k in sorted((k for k in body if k not in known), key=str)
+                        if did_you_mean(k, known))
         raise SessionFileError(f"{where}: missing section{'s' if len(missing) > 1 else ''} "
                                f"{', '.join(repr(m) for m in missing)}; a session names its "
-                               f"model and its parallel plan")
+                               f"model and its parallel plan{typos}")
     try:
         session = Session.from_dict(body, require=True)
     except ConfigError as exc:
@@ -162,10 +169,13 @@ def session_from_document(doc: Any, where: str = "session", base: str | Path | N
     return session
 
 
-def load_any(path: str | Path, *, validate: bool = True) -> Session:
+def load_any(path: str | Path, *, validate: bool = True, profile_path: str | None = None
+             ) -> Session:
     """Read a session file or a vTrain authors'-format config, detected from its content.
 
-    With ``validate`` the configuration rules are checked too.
+    With ``validate`` the configuration rules are checked too. ``profile_path`` (an absolute
+    path: the command line's ``--profile``) replaces the file's ``cluster.profile_path`` before
+    they are, so a GPU kind without a shipped store passes the rules with that store.
 
     Raises
     ------
@@ -179,10 +189,13 @@ def load_any(path: str | Path, *, validate: bool = True) -> Session:
     try:
         if isinstance(doc, dict) and "format" in doc:
             session = session_from_document(doc, str(path), path.parent)
+            if profile_path:
+                session.cluster.profile_path = profile_path
             if validate:
                 check(session)
         elif looks_like_vtrain_config(doc):
-            session = vtrain_config_from_dict(doc, source=str(path), check_rules=validate)
+            session = vtrain_config_from_dict(doc, source=str(path), check_rules=validate,
+                                              profile_path=profile_path or None)
         else:
             session = None
     except ConfigError as exc:
@@ -190,8 +203,11 @@ def load_any(path: str | Path, *, validate: bool = True) -> Session:
     if session is not None:
         session.source = str(path)  # named in later errors (e.g. its profile store's)
         return session
+    hf = isinstance(doc, dict) and ("architectures" in doc or "model_type" in doc)
     raise SessionFileError(f"{path}: neither a vTrain session file nor a vTrain config "
-                           f"(no \"format\" or \"tensor_parallel_size\" key)")
+                           f"(no \"format\" or \"tensor_parallel_size\" key)"
+                           + ("; it has a Hugging Face config's architectures / model_type: "
+                              "vtrain import hf turns it into a session" if hf else ""))
 
 
 __all__ += ["session_from_document", "FieldError", "read_json"]

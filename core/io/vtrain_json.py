@@ -140,20 +140,31 @@ _AUTHORS_NAME = {**{target: key for key, (target, _) in _AUTHORS_FIELDS.items() 
                  "cluster.gpu": "gpu_name"}
 
 
+#: Keys only the authors' format has (a Hugging Face or Megatron config shares its model keys,
+#: hidden_size, num_attention_heads, vocab_size ..., never these).
+_AUTHORS_OWN_KEYS = frozenset({"num_gpus", "gpu_name", "data_parallel_size",
+                               "pipeline_parallel_size", "use_gradient_bucket", "use_checkpoint",
+                               "pipeline_scheduling", "node_size", "intra_node_bandwidth",
+                               "inter_node_bandwidth", "trace_path"})
+
+
 def looks_like_vtrain_config(doc: Any) -> bool:
     """Whether a parsed JSON object is meant as an authors'-format config: it has
-    ``tensor_parallel_size``, or at least three of the format's keys (so that a misspelled
-    ``tensor_parallel_size`` is reported as that format's unknown key, with the closest name,
-    rather than as a file of no known format)."""
+    ``tensor_parallel_size``, or at least two of the keys only that format has
+    (:data:`_AUTHORS_OWN_KEYS`), so that a misspelled ``tensor_parallel_size`` is reported as
+    that format's unknown key, with the closest name, rather than as a file of no known format,
+    while a Hugging Face ``config.json`` (which shares the model keys) is not taken for one."""
     return isinstance(doc, dict) and ("tensor_parallel_size" in doc
-                                      or len(set(doc) & _AUTHORS_KEYS) >= 3)
+                                      or len(set(doc) & _AUTHORS_OWN_KEYS) >= 2)
 
 
 def vtrain_config_from_dict(raw: Any, source: str = "config", *,
-                            check_rules: bool = True) -> Session:
+                            check_rules: bool = True, profile_path: str | None = None) -> Session:
     """Convert a parsed authors'-format dict (see :func:`read_vtrain_config`); with
     ``check_rules`` false, unknown, missing and refused keys are still errors but the
-    configuration rules are not checked."""
+    configuration rules are not checked. ``profile_path``: a profile store the command line
+    gives (``--profile``), part of the cluster before the rules are checked (the format has no
+    field for one)."""
     if not isinstance(raw, dict):
         raise ConfigError([FieldError(source, "must be a JSON object")])
     errs = [FieldError(k, "unknown key in vTrain config" + did_you_mean(k, sorted(_AUTHORS_KEYS)))
@@ -190,6 +201,7 @@ def vtrain_config_from_dict(raw: Any, source: str = "config", *,
         intra_node_bandwidth_gbytes_per_s=(float(raw["intra_node_bandwidth"])
                                            if "intra_node_bandwidth" in raw else None),
         inter_node_bandwidth_gbits_per_s=float(raw.get("inter_node_bandwidth", 800.0)),
+        profile_path=profile_path,
     )
     session = Session(model=model, plan=plan, cluster=cluster)
     session.key_names = _AUTHORS_NAME

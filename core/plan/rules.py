@@ -84,8 +84,8 @@ def _gpu_kind_errors(c: ClusterConfig) -> list[FieldError]:
     if c.gpu not in GPU_KINDS and not c.profile_path:
         return [FieldError("cluster.gpu", f"gpu={c.gpu!r} has no shipped profile; "
                            f"choose one of {', '.join(GPU_KINDS)}, or give a profile store of "
-                           "it (--profile STORE.h5 on the command line, cluster.profile_path "
-                           "in a session file)")]
+                           "it (cluster.profile_path in a session file; --profile STORE.h5 "
+                           "where the command has that option)")]
     return []
 
 

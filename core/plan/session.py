@@ -181,7 +181,8 @@ def _pinned_from_dict(compare: Any) -> Session:
     missing = [k for k in ("model", "plan") if k not in pinned]
     if extra or missing:
         raise ConfigError([FieldError(f"{where}.{k}", "unknown section (the pinned plan holds "
-                                                      "model, plan, cluster and cost)")
+                                                      "model, plan, cluster and cost)"
+                                      + _did_you_mean(k, _PINNED_SECTIONS))
                            for k in extra]
                           + [FieldError(f"{where}.{k}", "missing section") for k in missing])
     try:

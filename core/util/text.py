@@ -132,7 +132,8 @@ def format_days(d: float) -> str:
 
 def did_you_mean(key: Any, names) -> str:
     """``"; did you mean tensor_parallel?"`` for a misspelled name (``difflib``'s closest match
-    among ``names``, cutoff 0.8), or ``""``."""
+    among ``names``, cutoff 0.75: a swapped pair of letters in a four-letter name, ``plna``, still
+    finds ``plan``), or ``""``."""
     import difflib
-    close = difflib.get_close_matches(str(key), [str(n) for n in names], n=1, cutoff=0.8)
+    close = difflib.get_close_matches(str(key), [str(n) for n in names], n=1, cutoff=0.75)
     return f"; did you mean {close[0]}?" if close else ""

@@ -143,3 +143,38 @@ def test_gui_trace_option_pictures_the_overlay(tmp_path):
     rows = np.flatnonzero(lane.any(axis=1))
     yellow = rgb[rows.min():rows.max() + 1] == int(CLASS_COLORS["send_recv"][1:], 16)
     assert yellow.sum() > 20  # the measured send/recv on them
+
+
+def test_traces_of_another_plan_size_drop_the_old_lanes_and_settle(overlaid, qtbot, tmp_path):
+    """After the overlay, a plan of another GPU count: core refuses the traces (their job had
+    2 ranks); the window says so, shows no lanes or table of the older plan, and is not busy."""
+    window = overlaid
+    assert window.timeline.measured.num_rows > 0
+    path = tmp_path / "p4.json"
+    save_session(apply_sets(load_any(EXAMPLES / "gpt3_1.3b_single_node.json"),
+                            ["plan.tensor_parallel=2", "plan.data_parallel=1",
+                             "plan.global_batch_size=8"]), path)
+    with qtbot.waitSignal(window.trace_overlay.settled, timeout=30_000):
+        assert window.open_path(path)
+    overlay = window.trace_overlay
+    assert "job of 2 ranks" in overlay.last_error and "4 GPUs" in overlay.last_error
+    assert not overlay.busy and overlay.lanes is None
+    assert window.timeline.measured.num_rows == 0 and not overlay.panel.isVisibleTo(window)
+    overlay.dialog.close()
+
+
+def test_gui_trace_option_refusal_exits_2_with_one_line(tmp_path):
+    """``--trace`` with traces that do not fit the plan: exit 2, one line naming the rule (it
+    used to wait for the layout until the screenshot's time-out)."""
+    import os
+    import subprocess
+    import sys
+    out = tmp_path / "overlay.png"
+    proc = subprocess.run([sys.executable, "-m", "core.cli", "gui",
+                           str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--trace", *P2,
+                           "--screenshot", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("vtrain")]  # not Qt's notes
+    assert len(lines) == 1 and lines[0].startswith("vtrain gui: --trace: plan.num_gpus:")
+    assert "Traceback" not in proc.stderr
