@@ -326,3 +326,30 @@ def test_the_sweep_package_imports_in_no_circle():
         assert "core.studies.sweep" not in graph.find_modules_directly_imported_by(m), m
         for other in graph.find_modules_directly_imported_by(m):
             assert not graph.chain_exists(importer=other, imported=m), (m, other)
+
+
+def test_a_workers_memo_serves_one_study_at_a_time(serial):
+    """A long-lived worker (Dask's) keeps one lookup memo per store: a chunk of another model
+    starts it afresh, so it does not grow with every study the worker ever ran, and the
+    figures are the same as from a fresh memo."""
+    import dataclasses
+    from core.sim.simulate import open_profile, profile_path
+    from core.studies.sweep.batch import solve_batch
+    s = serial.session
+    store = open_profile(profile_path(s))
+    data = sweep_parallel.store_bytes(store)
+    memo = sweep_parallel._open_store(data)[1]
+    plan = s.plan
+    job = [((plan.pipeline_parallel, plan.num_microbatches, plan.schedule, 1), [plan])]
+    first = sweep_parallel.solve_chunk(data, s.model, s.cluster, s.cost, job)
+    size = len(memo)
+    assert size > 1 and sweep_parallel.solve_chunk(data, s.model, s.cluster, s.cost, job) == first
+    other = dataclasses.replace(s.model, num_layers=s.model.num_layers * 2)
+    got = sweep_parallel.solve_chunk(data, other, s.cluster, s.cost, job)
+    assert memo[sweep_parallel._STUDY][0] == dataclasses.astuple(other)
+    # nothing of the first study is kept: its model object is gone from the memo
+    assert not any(v is s.model or (isinstance(v, tuple) and v and v[0] is s.model)
+                   for v in memo.values())
+    fresh = solve_batch(other, s.cluster, s.cost, job[0][0], [plan], sweep_parallel._open_store(
+        data)[0], {}, None)
+    assert np.array_equal(got[0][0], fresh[0])

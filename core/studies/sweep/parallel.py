@@ -28,6 +28,7 @@ solved by :func:`core.studies.sweep.batch.solve_batch`, as in the calling proces
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import multiprocessing
 import os
@@ -69,6 +70,8 @@ Batch = tuple[tuple[int, int, str, int], list[int]]  # ((p, m, schedule, v), pla
 
 # per worker process: store bytes digest -> (store, lookup memo)
 _WORKER_STORES: dict[str, tuple[Any, dict]] = {}
+#: The memo's key of the study (model and cluster fields) its entries belong to.
+_STUDY = ("study",)
 _INIT_DATA: bytes | None = None
 
 
@@ -141,6 +144,12 @@ def solve_chunk(data: bytes | None, model, cluster, cost, jobs: list[tuple[tuple
     list of :func:`core.studies.sweep.batch.solve_batch` results, one per job, in order.
     """
     store, memo = _open_store(_INIT_DATA if data is None else data)
+    # the memo serves one study: a long-lived worker (Dask's) handed another model or cluster
+    # starts it afresh, so it does not grow with every study it ever ran
+    study = (dataclasses.astuple(model), dataclasses.astuple(cluster))
+    if memo.get(_STUDY) != study:
+        memo.clear()
+        memo[_STUDY] = study
     with gc_paused():  # as in the calling process
         return [solve_batch(model, cluster, cost, key, plans, store, memo, compiled)
                 for key, plans in jobs]
