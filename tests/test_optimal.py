@@ -84,6 +84,10 @@ def test_cli_json_and_table(capsys):
     assert main(["optimal", path, "--gpus", "8", "--days", "2", "--candidates", "5"]) == 0
     out = capsys.readouterr().out
     assert "lowest loss" in out and "Chinchilla rule" in out
+    # the switches the candidates' sweeps keep from the file are named (they change the result)
+    kept = out.splitlines()[1]
+    assert kept.startswith("each plan keeps CONFIG's switches: precision=bf16 ")
+    assert "zero_stage=0" in kept and "overlap_grad_reduce=off" in kept
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -145,6 +145,15 @@ def test_cli_json(capsys):
     assert eff["metrics"]["gpu_hours"] <= req["metrics"]["gpu_hours"]
 
 
+def test_cli_names_the_network_and_the_switches_the_sweeps_keep(capsys):
+    """The default cluster's network (the GPU's reference node: 8 x 200 Gb/s) and the plan
+    switches every job's sweep keeps are printed (the help once gave 800 Gb/s)."""
+    assert main(["schedule", str(TRACE), "--gpus", "1024"]) == 0
+    head = capsys.readouterr().out.splitlines()[:2]
+    assert "(8 per node, 1,600 Gb/s per node)" in head[0]
+    assert head[1].startswith("each job's plans keep: precision=bf16 ") and "zero_stage=0" in head[1]
+
+
 def test_cli_bad_policy_exits_2(capsys):
     assert main(["schedule", str(TRACE), "--gpus", "64",
                  "--policies", "random"]) == 2

@@ -329,7 +329,10 @@ class OptimalPanel(_StudyPanel):
             self.form.addRow(label, w)
         self._watch(self.gpus, self.days, self.mfu, self.candidates, self.spread)
         hint = QtWidgets.QLabel("Cluster, global batch, sequence length and price come from the "
-                                "Plan tab; the model and plan there are not used.")
+                                "Plan tab, and so do the switches every plan keeps (precision, "
+                                "sequence parallelism, ZeRO stage, the overlaps and fusions, cp); "
+                                "the model there is not used, and t, p, d, b, schedule and "
+                                "recomputation are swept.")
         hint.setWordWrap(True)
         hint.setStyleSheet("color: #616161;")
         self.form.addRow(hint)
@@ -485,8 +488,10 @@ class SchedulePanel(_StudyPanel):
         self.form.addRow("Min. efficiency", self.min_efficiency)
         self.form.addRow("", self.backfill)
         self._watch(self.trace, self.gpus, self.min_efficiency, self.backfill)
-        hint = QtWidgets.QLabel("GPU kind, node size, network, precision and profile come from "
-                                "the Plan tab. Policies: requested (as asked), efficient (cut to "
+        hint = QtWidgets.QLabel("GPU kind, node size, network and profile come from the Plan tab, "
+                                "and so do the switches every job's plans keep (precision, "
+                                "sequence parallelism, ZeRO stage, the overlaps and fusions, cp). "
+                                "Policies: requested (as asked), efficient (cut to "
                                 "where GPUs still pay), adaptive (efficient, but start on half "
                                 "rather than wait).")
         hint.setWordWrap(True)

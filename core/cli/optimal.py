@@ -25,8 +25,11 @@ def add_parser(sub: Any) -> None:
                     "GPUs deliver in D days at an assumed MFU, find each model's fastest plan "
                     "that fits on exactly N GPUs, train it for the tokens that plan processes in "
                     "D days, and rank the models by Chinchilla's fitted loss. CONFIG supplies the "
-                    "cluster, global batch size, sequence length, vocabulary, precision and price; "
-                    "its model and plan are not used.")
+                    "cluster, global batch size, sequence length, vocabulary, precision and price, "
+                    "and the plan switches every candidate's sweep keeps (sequence parallelism, "
+                    "ZeRO stage, the overlaps, gradient-accumulation and cross-entropy fusion, cp; "
+                    "printed with the result); its model and its plan's sizes (t, p, d, b, "
+                    "schedule, recomputation) are not used: they are swept.")
     op.add_argument("path", metavar="CONFIG", help="session file (.json) or vTrain config (.json)")
     op.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs of the budget")
     op.add_argument("--days", type=float, required=True, metavar="D", help="wall-clock days")
@@ -86,6 +89,9 @@ def _print(result, session, console: Console) -> None:
                   f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour); global batch "
                   f"{s.plan.global_batch_size}, sequence {s.model.seq_length}, {s.plan.precision}",
                   highlight=False)
+    from core.studies.sweep.dimensions import kept_switches_text
+    console.print(f"each plan keeps CONFIG's switches: {esc(kept_switches_text(s.plan))} "
+                  "(t, p, d, b, schedule and recomputation are swept)", highlight=False)
     console.print(f"Chinchilla rule (loss fit of Besiroglu et al. 2024) at an assumed MFU of "
                   f"{result.assumed_mfu:.0%}: "
                   f"C = {result.budget_flops:.3g} FLOPs, N_opt = {format_params(result.rule_params)} "

@@ -36,8 +36,10 @@ def add_parser(sub: Any) -> None:
                          "requested_gpus")
     sc.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs of the cluster")
     sc.add_argument("--cluster", metavar="CONFIG",
-                    help="session file or vTrain config whose cluster, precision and profile to "
-                         "use (default: 8-GPU A100-SXM4-80GB nodes, 800 Gb/s per node, bf16)")
+                    help="session file or vTrain config whose cluster, profile and plan switches "
+                         "(precision, ZeRO stage, the overlaps and fusions every job's sweep keeps; "
+                         "printed with the result) to use (default: 8-GPU A100-SXM4-80GB nodes "
+                         "with the GPU's reference network, Megatron-LM's defaults)")
     sc.add_argument("--policies", default=",".join(POLICY_NAMES), metavar="P[,P...]",
                     help=f"policies to compare (default {','.join(POLICY_NAMES)})")
     sc.add_argument("--backfill", action="store_true",
@@ -120,9 +122,14 @@ def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
 
     from core.util.console import esc
     from core.studies.scheduler import target_index
+    from core.plan.cluster import node_network_gbits_per_s
+    from core.studies.sweep.dimensions import kept_switches_text
     console.print(f"[bold]{len(jobs)} jobs[/] on {args.gpus:,} x {esc(session.cluster.gpu)} "
-                  f"({session.cluster.gpus_per_node} per node), first come first served"
-                  f"{', with backfilling' if args.backfill else ''}", highlight=False)
+                  f"({session.cluster.gpus_per_node} per node, "
+                  f"{node_network_gbits_per_s(session.cluster):,.0f} Gb/s per node), first come first "
+                  f"served{', with backfilling' if args.backfill else ''}", highlight=False)
+    console.print(f"each job's plans keep: {esc(kept_switches_text(session.plan))} (t, p, d, b, "
+                  "schedule and recomputation are swept)", highlight=False)
     counts_a = np.asarray(counts)
     jt = Table(title="Jobs: predicted tokens/s per GPU as a share of the job's best over all "
                      "counts, at the request and at the efficient count", title_justify="left")

@@ -21,7 +21,23 @@ from core.studies.sweep.result import BEST_BY_FIELDS
 from core.studies.sweep.space import SPLIT_FLAG_FIELDS, SweepSpace
 from core.studies.sweep.pace import yield_interpreter
 
-__all__ = ["sweep_dimensions", "held_dimensions"]
+__all__ = ["sweep_dimensions", "held_dimensions", "KEPT_SWITCHES", "kept_switches_text"]
+
+#: The plan switches a study's sweeps keep at the session's values
+#: (``SweepSpace(hold_session_values=True)``: the compute-optimal and shared-cluster studies),
+#: named in their output so that a result is read with the plan it assumed; every other field
+#: the sweep does not choose (the FP8 recipe, recompute modules ...) is the session's too.
+KEPT_SWITCHES = ("precision", "sequence_parallel", "zero_stage", "overlap_grad_reduce",
+                 "overlap_param_gather", "tp_comm_overlap", "gradient_accumulation_fusion",
+                 "cross_entropy_loss_fusion", "context_parallel")
+
+
+def kept_switches_text(plan: ParallelPlan) -> str:
+    """``"precision=bf16 sequence_parallel=off zero_stage=1 ..."``: :data:`KEPT_SWITCHES` of
+    ``plan`` (booleans as on/off), the values a study's sweeps hold."""
+    def word(v: Any) -> str:
+        return ("on" if v else "off") if isinstance(v, bool) else str(v)
+    return " ".join(f"{name}={word(getattr(plan, name))}" for name in KEPT_SWITCHES)
 
 #: How the default sweep sets Megatron-Core's embedding / loss layer-slot flags
 _SPLIT_FLAG_DEFAULT = ("the session's, and set where the layers need it: on the (p, v) whose "
