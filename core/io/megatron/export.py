@@ -61,7 +61,10 @@ def refuse_megatron_rules(session: Session, args: list[str]) -> None:
              f"({r.source}; rule {r.name})" for r in rules]
     parts += [f"Megatron-LM refuses it: {v}" for v in others]
     raise MegatronArgsError(where + "; ".join(parts) + " (the simulator still simulates the "
-                            "plan; Megatron-LM cannot run it)")
+                            "plan; Megatron-LM cannot run it. A sweep kept to the cross-entropy and "
+                            "ZeRO stages Megatron-LM runs: "
+                            "vtrain sweep FILE --cross-entropy-fusion native --zero-stages 0,1 "
+                            "--pick fastest --out NEW.json)")
 
 
 def environment_lines(args: list[str], gpu: str | None) -> list[str]:
