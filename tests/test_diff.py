@@ -231,3 +231,11 @@ def test_values_whose_short_forms_agree_are_shown_exactly():
     assert _value(a, 13e9) == "2.6e+10"  # short where they read apart
     assert (_value(0.1, 0.10000001), _value(0.10000001, 0.1)) == ("0.1", "0.10000001")
     assert _value(4, 5) == "4"
+
+
+def test_cli_a_plan_against_itself_prints_no_negative_zero(capsys):
+    """Every difference rounds to +0.000 s (the new-user trial saw -0.000 s)."""
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    assert main(["diff", path, path]) == 0
+    out = capsys.readouterr().out
+    assert "+0.000 s (+0.0%)" in out and "-0.000" not in out

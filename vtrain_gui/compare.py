@@ -14,7 +14,7 @@ import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
-from core.studies.diff import PlanDiff, diff_results, plan_label
+from core.studies.diff import TERM_SHORT, PlanDiff, diff_results, plan_label
 from core.sim.report import gib_texts
 
 from .empty_state import EmptyStack
@@ -281,7 +281,8 @@ class CompareTab(QtWidgets.QWidget):
                            brushes=[pg.mkBrush(c) for c in colors],
                            pens=[pg.mkPen(c) for c in colors])
         axis = self._w_waterfall.getPlotItem().getAxis("bottom")
-        axis.setTicks([[(float(i), n) for i, n in enumerate(names)]])
+        # the terms' short names (vtrain diff prints them in full, TERM_LABELS)
+        axis.setTicks([[(float(i), TERM_SHORT.get(n, n)) for i, n in enumerate(names)]])
         tops = np.concatenate([bottoms, bottoms + np.asarray(heights, float)])
         lo, hi = float(min(tops.min(), 0.0)), float(max(tops.max(), 0.0))
         pad = 0.08 * (hi - lo or 1e-6)

@@ -126,10 +126,13 @@ def run(args: argparse.Namespace) -> int:
         a, b = d.terms_a.get(name, 0.0), d.terms_b.get(name, 0.0)
         if abs(a) <= tiny and abs(b) <= tiny:
             continue  # a term neither plan has (the rounding rest, a kind neither uses)
-        t.add_row(esc(TERM_LABELS.get(name, name.replace("_", " "))), _s(a), _s(b), f"{delta:+,.3f} s")
+        # rounded first: a difference under half a millisecond prints +0.000, never -0.000
+        t.add_row(esc(TERM_LABELS.get(name, name.replace("_", " "))), _s(a), _s(b),
+                  f"{round(delta, 3) + 0.0:+,.3f} s")
     ra, rb = d.a.report, d.b.report
     t.add_row("[bold]iteration time[/]", _s(ra.iteration_time_s), _s(rb.iteration_time_s),
-              f"[bold]{d.difference_s:+,.3f} s ({d.difference_s / ra.iteration_time_s:+.1%})[/]")
+              f"[bold]{round(d.difference_s, 3) + 0.0:+,.3f} s "
+              f"({round(d.difference_s / ra.iteration_time_s, 3) + 0.0:+.1%})[/]")
     con.print(t)
     for name, res, hidden in (("A", d.a, d.overlapped_a), ("B", d.b, d.overlapped_b)):
         if hidden:

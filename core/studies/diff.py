@@ -40,7 +40,7 @@ import numpy as np
 from core.plan.session import Session
 from core.sim.graph_types import KINDS
 
-__all__ = ["TERMS", "time_terms", "PlanDiff", "diff_plans"]
+__all__ = ["TERMS", "TERM_SHORT", "time_terms", "PlanDiff", "diff_plans"]
 
 #: Term of each task kind (kinds not listed are their own term, by name).
 KIND_TERM = {"forward": "compute", "backward": "compute", "wgrad": "compute",
@@ -61,6 +61,12 @@ TERM_LABELS = {"compute": "compute (forward, backward, embedding, output)",
                "cp_p2p": "exposed context-parallel exchange",
                "ep_all_to_all": "expert all-to-all (MoE token dispatch and combine)",
                "rest": "not attributed (rounding)"}
+#: Short names of the terms, under a chart's bars (:data:`TERM_LABELS` says each in full).
+TERM_SHORT = {"compute": "compute", "recomputation": "recompute", "tp_comm": "TP comm",
+              "pp_comm": "PP comm", "dp_comm": "DP comm", "bubble": "bubble",
+              "overlap_wait": "overlap wait", "imbalance": "imbalance",
+              "optimizer": "optimizer", "cp_p2p": "CP exchange", "ep_all_to_all": "EP all-to-all",
+              "rest": "rounding"}
 
 
 def time_terms(result) -> tuple[dict[str, float], dict[str, list[float]], dict[str, float]]:
