@@ -468,7 +468,7 @@ class CostPanel(QtWidgets.QWidget):
         price = e.energy_cost_usd / e.energy_kwh if e.energy_kwh > 0 else 0.0
         kwh = e.energy_kwh_without_failures
         v["gpu_hours"].setText(f"{v['gpu_hours'].text()} · {format_count(kwh / 1e3)} MWh, "
-                               f"{format_usd(kwh * price)}")
+                               f"{format_usd(kwh * price)} of energy")
         self._add_tip(v["gpu_hours"], (
             f"Energy without failures; with them: GPUs {e.gpu_kwh / 1e3:,.0f} MWh "
             f"({e.gpu_power_w:,.0f} W at {e.busy_fraction:.0%} busy) + node overhead "
