@@ -731,6 +731,16 @@ class ExploreTab(QtWidgets.QWidget):
         parts = [f"<b>{format_count(shown)}</b> of {format_count(r.num_plans)} plans shown "
                  f"({format_count(fit)} fit in memory, {format_count(simulated)} simulated), "
                  f"{format_count(int(self._front.sum()))} on the Pareto front"]
+        n_out = int(getattr(r, "num_outside_calibration", 0) or 0)
+        departures = getattr(r, "calibration_departures", None)
+        if n_out and departures is not None and any(departures):
+            # as vtrain sweep says it: the ⚠ plans' bands are of unknown coverage
+            named = sorted({departures[i] for i in np.flatnonzero(self._front).tolist()
+                            if departures[i]})
+            parts.append(f'<span style="color:#B26A00">⚠ {format_count(n_out)} plans that fit '
+                         "leave what the profile was calibrated on (error band of unknown "
+                         "coverage)" + (f"; on the front: {html.escape(' | '.join(named))}"
+                                        if named else "") + "</span>")
 
         def link(name: str, label: str, color: str) -> None:
             i = self._marks.get(name)

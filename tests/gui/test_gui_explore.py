@@ -257,6 +257,12 @@ def test_small_sweep_runs_in_the_background_and_is_drawn(window, qtbot, tmp_path
                      "deadline": result.cheapest_within_deadline}
     assert [int(v) for v in items["fastest"].data["data"]] == [result.fastest]
     assert "fastest" in explore.summary_text and "cheapest within 5 days" in explore.summary_text
+    # the plans outside the store's calibration are counted as the command line counts them
+    if result.num_outside_calibration:
+        assert (f"⚠ {result.num_outside_calibration:,} plans that fit leave what the profile was "
+                "calibrated on") in explore.summary_text
+    else:
+        assert "⚠" not in explore.summary_text
 
     # table: one row per plan, the front first
     assert explore.table_model.rowCount() == result.num_plans
