@@ -27,6 +27,8 @@ def add_parser(sub: Any) -> None:
                           "and the per-class table (docs/trace_import.md)")
     gui.add_argument("--explore", action="store_true",
                      help="with --screenshot: run the plan sweep and picture the Explore tab")
+    gui.add_argument("--tab", choices=("plan", "explore", "profiles", "studies", "compare"),
+                     help="the tab to open on (with --screenshot: to picture); default plan")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,4 +48,5 @@ def run(args: argparse.Namespace) -> int:
         from vtrain_gui.app import run_gui
     except ImportError as exc:
         raise UsageError(f"the desktop window needs PySide6 and pyqtgraph: {exc}") from None
-    return run_gui(args.path, screenshot=args.screenshot, explore=args.explore, traces=args.trace)
+    return run_gui(args.path, screenshot=args.screenshot, explore=args.explore, tab=args.tab,
+                   traces=args.trace)

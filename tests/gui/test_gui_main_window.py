@@ -206,3 +206,27 @@ def test_file_export_megatron_arguments(window, tmp_path, monkeypatch, message_b
     window.action_export_megatron.trigger()
     (kind, title, text), = message_boxes.of_kind("warning")
     assert "gpipe" in text and not out.exists()
+
+
+def test_gui_tab_option_opens_on_that_tab(tmp_path):
+    """``vtrain gui S.json --tab studies --screenshot OUT.png`` pictures the Studies tab; a tab
+    that does not exist is argparse's exit 2."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import EXAMPLES, ROOT
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    out = tmp_path / "studies.png"
+    args = [sys.executable, "-m", "core.cli", "gui", str(EXAMPLES / "gpt3_1.3b_single_node.json")]
+    proc = subprocess.run([*args, "--tab", "studies", "--screenshot", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    plan = tmp_path / "plan.png"
+    proc = subprocess.run([*args, "--screenshot", str(plan)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_size > 10_000 and out.read_bytes() != plan.read_bytes()
+    bad = subprocess.run([*args, "--tab", "nowhere"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert bad.returncode == 2 and "invalid choice: 'nowhere'" in bad.stderr
