@@ -257,9 +257,9 @@ def apply_sets(session, sets: list[str] | None):
 
 
 def check_profile_option(path: str, option: str = "--profile") -> None:
-    """Open the store ``--profile`` (``option``) names (cached: the simulation reuses it) and refuse it
-    naming ``--profile`` (ConfigError, exit 2): a missing file said so, an unreadable one with
-    the store reader's message. The user gave this path on the command line, so whether it
+    """Open the store ``--profile`` (or ``option``) names, cached (the simulation reuses it), and
+    refuse it naming that option (ConfigError, exit 2): a missing file said so, an unreadable one
+    with the store reader's message. The user gave this path on the command line, so whether it
     exists is told; a path a session file names is not (:func:`core.sim.simulate.session_profile`)."""
     from core.sim.simulate import open_profile
     from core.store.format import ProfileStoreError
