@@ -43,7 +43,8 @@ from core.io.kineto_classes import StepMeasurement, attributed, union_length
 from core.plan.fields import ConfigError, FieldError
 from core.sim.graph_types import KIND_COMPUTE, KINDS, OPS
 
-__all__ = ["check_world_size", "rank_stage", "predicted_by_stage", "ComparisonRow", "TraceComparison", "compare",
+__all__ = ["check_world_size", "rank_stage", "predicted_by_stage", "ComparisonRow",
+           "TraceComparison", "compare",
            "MeasuredLanes", "measured_lanes", "OPS_OF_CLASS", "NO_FIGURE"]
 
 #: Simulator ops summed into each collective class.

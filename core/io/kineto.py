@@ -24,7 +24,8 @@ file, the event (``traceEvents[12].dur``) and the rule, never a traceback.
 
 Ranks: a file's rank is its ``distributedInfo.rank`` (written by torch.distributed jobs; its
 ``world_size`` is kept as :attr:`KinetoTrace.world_size`, the job's GPU count, which a
-comparison checks against the plan's), else the number in ``rank<N>`` in its name (``trace_rank3.json``), else its position among
+comparison checks against the plan's), else the number in ``rank<N>`` in its name
+(``trace_rank3.json``), else its position among
 the files given. Iterations are the ``ProfilerStep#N`` ranges that ``prof.step()`` records
 (:func:`step_numbers`, :func:`choose_step`).
 

@@ -317,7 +317,8 @@ def _stage_spans(session: Session, store, inputs: SimpleNamespace, cache: dict |
     p, v = session.plan.pipeline_parallel, layout.v
     mkey = None
     if cache is not None:
-        mkey = ("spans", pinned(cache, store), pinned(cache, layout), tuple(ring.items()) if ring else None,
+        mkey = ("spans", pinned(cache, store), pinned(cache, layout),
+                tuple(ring.items()) if ring else None,
                 tuple(tp.items()) if tp else None, tuple(moe_comm.items()) if moe_comm else None,
                 tuple(None if dps[i] is None else tuple(vars(dps[i]).values()) for i in layout.reps),
                 fp8_speedup,
@@ -582,7 +583,8 @@ def _stage_op_times(session: Session, store, layout: SimpleNamespace, cache: dic
     per-op selective checkpointing, multi-token prediction (its ops only with MTP layers) and the
     ops CUDA graphs capture."""
     m, pl = session.model, session.plan
-    okey = ("ops", pinned(cache, store), layout.op_key_items, recompute_modules(pl), tp_overlap_applies(pl),
+    okey = ("ops", pinned(cache, store), layout.op_key_items, recompute_modules(pl),
+            tp_overlap_applies(pl),
             pl.recompute == "selective_op", model_math.mtp_layers(m) > 0, captured_ops(pl))
     if cache is None:
         return lookup_op_times(session, store)
@@ -633,8 +635,9 @@ def _stage_tails(session: Session, store, layout: SimpleNamespace, sc: StageComm
         opt_s[i] = memoized(cache, ("opt", pinned(cache, store), pl.precision, shards[i]), warnings,
                          lambda sink, n=shards[i]: optimizer_time(store, n, pl.precision))
         if recipe is not None:  # TE re-quantizes the updated weights once per iteration
-            opt_s[i] += memoized(cache, ("fp8_weights", pinned(cache, store), recipe, fp8_w[i]), warnings,
-                              lambda sink, n=fp8_w[i]: fp8_weight_cast_time(store, n, recipe))
+            opt_s[i] += memoized(cache, ("fp8_weights", pinned(cache, store), recipe, fp8_w[i]),
+                                 warnings,
+                                 lambda sink, n=fp8_w[i]: fp8_weight_cast_time(store, n, recipe))
     if p > 2 and layout.alike:
         for a in (reduce_s, opt_s, after_opt):
             a[1:-1] = a[1]
