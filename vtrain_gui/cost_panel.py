@@ -449,9 +449,12 @@ class CostPanel(QtWidgets.QWidget):
             v["run_days"].setText("–")
             return
         d = 86400.0
+        # the GPU-hours of the expected time at the plan's price, as vtrain simulate prints them
+        price = report.cost_usd / report.gpu_hours if report.gpu_hours > 0 else 0.0
+        cost = g.expected_time_s * report.num_gpus / 3600.0 * price
         v["run_days"].setText(f"{format_day_count(g.expected_time_s / d)} days "
                               f"({format_count(g.p10_time_s / d, 1)}–"
-                              f"{format_count(g.p90_time_s / d, 1)}), "
+                              f"{format_count(g.p90_time_s / d, 1)}), {format_usd(cost)}, "
                               f"goodput {format_fraction(g.goodput)}")
         mtbi = (f"one interruption every {g.mtbi_s / 3600:,.1f} h, "
                 f"{g.expected_interruptions:,.0f} expected" if g.mtbi_s is not None

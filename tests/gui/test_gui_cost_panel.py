@@ -60,6 +60,13 @@ def test_real_report(panel, real_simulate):
     report = real_simulate(load_any(EXAMPLES / "gpt3_1.3b_single_node.json")).report
     panel.set_report(report)
     assert panel.value_text("cost_usd") == format_usd(report.cost_usd)
+    # the run with failures: its expected days and, as vtrain simulate prints it, its cost (the
+    # GPU-hours of the expected time at the plan's price)
+    g = report.run
+    price = report.cost_usd / report.gpu_hours
+    cost = format_usd(g.expected_time_s * report.num_gpus / 3600 * price)
+    assert f", {cost}, goodput " in panel.value_text("run_days")
+    assert panel.value_text("gpu_hours").endswith(" of energy")
     panel.grab()
 
 
