@@ -238,8 +238,9 @@ class GpuChoicePanel(QtWidgets.QWidget):
                              f"{format_day_count(p['expected_days'])} days, "
                              f"{format_usd_short(p['expected_cost_usd'])}")
         text = "; ".join(parts) or choice.no_point_reason()
-        if choice.undecided:
-            text += f" ({format_count(choice.undecided)} pruned plans undecided)"
+        if choice.undecided:  # as the command line says it
+            text += (f" ({format_count(choice.undecided)} plans pruned by their sweep could still "
+                     "reach this front; vtrain sweep --gpus-from ... --exhaustive simulates them)")
         return text
 
     def _tip(self, x: float, y: float, data: Any) -> str:

@@ -51,12 +51,31 @@ class ValueAxis(pg.AxisItem):
     """An axis whose tick labels come from ``formatter(value)``, in linear or log mode.
 
     In log mode every minor tick (2..9 × 10^k) is drawn but only as many are
-    labelled as fit: 1, 2, 5 × 10^k on a normal plot, fewer or more by zoom.
+    labelled as fit: 1, 2, 5 × 10^k on a normal plot, fewer or more by zoom. A view of less
+    than a decade (costs of $0.8M to $2M, say) has too few such ticks: it gets evenly spaced
+    round values instead (a 1, 2, 2.5 or 5 × 10^k step), every one labelled.
     """
 
     def __init__(self, orientation: str, formatter: Callable[[float], str]) -> None:
         super().__init__(orientation)
         self._formatter = formatter
+        self._fine = False  # the last ticks were the round linear ones of a sub-decade view
+
+    def tickValues(self, minVal, maxVal, size):  # noqa: N802 - pyqtgraph API
+        lo_log, hi_log = sorted((float(minVal), float(maxVal)))
+        self._fine = bool(self.logMode) and 0.0 < hi_log - lo_log < 1.0
+        if not self._fine:
+            return super().tickValues(minVal, maxVal, size)
+        lo, hi = 10.0 ** lo_log, 10.0 ** hi_log
+        horizontal = self.orientation in ("bottom", "top")
+        wanted = max(2, int(float(size) / (90.0 if horizontal else 40.0)))
+        raw = (hi - lo) / wanted
+        mag = 10.0 ** math.floor(math.log10(raw))
+        step = next(m * mag for m in (1.0, 2.0, 2.5, 5.0, 10.0) if m * mag >= raw)
+        first = math.ceil(lo / step - 1e-9)
+        values = [math.log10(k * step) for k in range(first, int(math.floor(hi / step + 1e-9)) + 1)
+                  if k > 0]
+        return [(1.0, values)]
 
     def _labelled_mantissas(self) -> tuple[int, ...]:
         lo, hi = self.range
@@ -73,6 +92,8 @@ class ValueAxis(pg.AxisItem):
     def tickStrings(self, values, scale, spacing):  # noqa: N802 - pyqtgraph API
         if not self.logMode:
             return [self._formatter(float(v) * scale) for v in values]
+        if self._fine:  # round values of a sub-decade view: each labelled
+            return [self._formatter(10.0 ** float(v)) for v in values]
         keep = self._labelled_mantissas()
         out = []
         for v in values:

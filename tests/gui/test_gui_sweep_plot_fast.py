@@ -121,3 +121,23 @@ def test_a_hundred_thousand_points_in_the_fast_layer(qtbot):
     assert np.allclose(infeasible.data["x"], r.training_days[infeasible.data["data"]])
     plot.set_result(None)
     assert infeasible.data.size == 0 and infeasible.dataBounds(0) == (None, None)
+
+
+def test_a_sub_decade_log_axis_gets_round_labelled_ticks(qtbot):
+    """Costs of $0.8M to $2M on a log axis: the 1..9 x 10^k ticks would label $800k, $900k and
+    $1M and leave the rest bare; the axis gives round linear steps instead, all labelled. A
+    view of more than a decade keeps pyqtgraph's log ticks."""
+    import math
+
+    from vtrain_gui.formatting import format_usd_short
+    from vtrain_gui.sweep_plot import ValueAxis
+    axis = ValueAxis("left", format_usd_short)
+    axis.setLogMode(False, True)
+    levels = axis.tickValues(math.log10(8e5), math.log10(2e6), 400)
+    values = levels[0][1]
+    assert axis.tickStrings(values, 1.0, 1.0) == ["$800k", "$1M", "$1.2M", "$1.4M", "$1.6M",
+                                                  "$1.8M", "$2M"]
+    steps = np.diff([10 ** v for v in values])
+    assert np.allclose(steps, 2e5)
+    axis.tickValues(0.0, 3.0, 400)
+    assert not axis._fine  # decades: the log ticks as before
