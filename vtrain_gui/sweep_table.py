@@ -76,11 +76,19 @@ def _plan_columns(always: bool) -> tuple[_Column, ...]:
 #: Columns of the plan table: header, :class:`SweepResult` attribute, tooltip, formatter.
 #: The plan's columns come from its fields; :meth:`vtrain_gui.explore.ExploreTab.set_result`
 #: hides those that are the same for every plan (beyond t, p, d, b, schedule and recompute).
-#: Days, cost, memory, fits and front come right after the plan's main fields, before the
-#: fields a sweep may add (sp, ZeRO, overlaps, v, ...), so that they stay on screen in a narrow
-#: window; the long ``reason`` is last (elided, whole in the row's tooltip).
+#: The iteration time, days, cost, memory, fits, front and error band come right after the
+#: plan's main fields, before the fields a sweep may add (sp, ZeRO, overlaps, v, ...), so that
+#: they stay on screen in a narrow window (a new-user trial found the iteration time and the
+#: band's ⚠ off-screen); the long ``reason`` is last (elided, whole in the row's tooltip).
+_BAND_COLUMN = _Column(
+    "error band", "iteration_band",
+    "Error band of the iteration time at its nominal coverage (cross-validated residuals "
+    "of the profile); ⚠ marks a plan outside the calibration range (GPU count or model "
+    "size beyond the calibrated runs, or a feature such as recompute, micro-batch, "
+    "sequence length, precision, cp or ep none of them had)", lambda v: _band_text(*v))
 TABLE_COLUMNS = _plan_columns(always=True) + (
     _Column("GPUs", "num_gpus", "World size t·p·cp·d", format_count),
+    _Column("iteration", "iteration_time_s", "Predicted time of one iteration", format_duration),
     _Column("days", "training_days", "Training time for the token budget (days)",
             lambda v: format_count(v, 1)),
     _Column("cost", "cost_usd", "Cost of training on the token budget (USD)", format_usd),
@@ -91,13 +99,8 @@ TABLE_COLUMNS = _plan_columns(always=True) + (
             "of the capacity: kept by the sweep) or does not fit", str, False),
     _Column("front", "front", "On the time-versus-cost Pareto front of the plans shown", _yes_no,
             False),
+    _BAND_COLUMN,
 ) + _plan_columns(always=False) + (
-    _Column("iteration", "iteration_time_s", "Predicted time of one iteration", format_duration),
-    _Column("error band", "iteration_band",
-            "Error band of the iteration time at its nominal coverage (cross-validated residuals "
-            "of the profile); ⚠ marks a plan outside the calibration range (GPU count or model "
-            "size beyond the calibrated runs, or a feature such as recompute, micro-batch, "
-            "sequence length, precision, cp or ep none of them had)", lambda v: _band_text(*v)),
     _Column("MFU", "mfu", "Model FLOPs utilization", format_fraction),
     _Column("reason", "reason", "Why the plan does not fit in GPU memory", str, False),
 )
