@@ -326,6 +326,13 @@ def test_cli_import_hf(tmp_path):
     r = _cli("import", "hf", str(folder), "--out", str(tmp_path / "f.json"), "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == model
+    # a snapshot of the Hugging Face cache is named after its model, not its commit hash
+    snap = tmp_path / "models--meta-llama--Meta-Llama-3-8B" / "snapshots" / "8cde5ca8380496c9"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(LLAMA3_8B))
+    r = _cli("import", "hf", str(snap), "--out", str(tmp_path / "snap.json"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["name"] == "Meta-Llama-3-8B"
     # an empty folder is still refused by name
     (tmp_path / "empty").mkdir()
     r = _cli("import", "hf", str(tmp_path / "empty"), "--out", str(tmp_path / "e.json"))

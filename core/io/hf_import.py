@@ -726,4 +726,10 @@ def read_hf_config(path: str | Path, *, seq_length: int | None = None) -> HFImpo
         path = path / "config.json"
     raw = read_json(path)
     folder = path.resolve().parent.name if path.name == "config.json" else path.stem
+    snapshot = path.resolve().parent
+    if (path.name == "config.json" and snapshot.parent.name == "snapshots"
+            and snapshot.parent.parent.name.startswith("models--")):
+        # the Hugging Face cache's layout, models--ORG--NAME/snapshots/HASH/config.json: the
+        # model's name, not the commit hash
+        folder = snapshot.parent.parent.name.split("--")[-1]
     return session_from_hf_config(raw, path.name, seq_length=seq_length, name=folder or None)
