@@ -43,7 +43,7 @@ from core.io.kineto_classes import StepMeasurement, attributed, union_length
 from core.plan.fields import ConfigError, FieldError
 from core.sim.graph_types import KIND_COMPUTE, KINDS, OPS
 
-__all__ = ["check_world_size", "rank_stage", "predicted_by_stage", "ComparisonRow",
+__all__ = ["check_world_size", "rank_stages", "rank_stage", "predicted_by_stage", "ComparisonRow",
            "TraceComparison", "compare",
            "MeasuredLanes", "measured_lanes", "OPS_OF_CLASS", "NO_FIGURE"]
 
@@ -87,6 +87,20 @@ def check_world_size(world_size: int | None, plan) -> None:
             "plan.num_gpus", f"the traces were recorded by a job of {world_size:,} ranks "
             f"(distributedInfo.world_size), the plan runs on {n:,} GPUs ({plan.label()}): "
             "compare them with the plan that ran (its t, p, d and cp)")])
+
+
+def rank_stages(measurement: StepMeasurement, plan) -> dict[int, int]:
+    """Each measured rank's pipeline stage (:func:`rank_stage`), after checking that the traces'
+    job had the plan's GPU count (:func:`check_world_size`): what every comparison of a trace
+    with a plan lays its ranks out by.
+
+    Raises
+    ------
+    ConfigError
+        As :func:`check_world_size` and :func:`rank_stage`.
+    """
+    check_world_size(measurement.world_size, plan)
+    return {r: rank_stage(r, plan) for r in measurement.ranks}
 
 
 def rank_stage(rank: int, plan) -> int:
@@ -213,8 +227,7 @@ def compare(measurement: StepMeasurement, result) -> TraceComparison:
         another GPU count than the plan's (:func:`check_world_size`).
     """
     plan = result.session.plan
-    check_world_size(measurement.world_size, plan)
-    stages = {r: rank_stage(r, plan) for r in measurement.ranks}
+    stages = rank_stages(measurement, plan)
     predicted = predicted_by_stage(result)
     rows_of = list(measurement.rows)
     titles = dict(zip(measurement.rows, measurement.titles))
@@ -352,21 +365,23 @@ def measured_lanes(trace: KinetoTrace, measurement: StepMeasurement, plan) -> Me
     Raises
     ------
     ConfigError
-        A rank beyond the plan's GPUs (:func:`rank_stage`).
+        Traces of another GPU count than the plan's, or a rank beyond its GPUs
+        (:func:`rank_stages`).
     """
+    stages = rank_stages(measurement, plan)
     n_cls = measurement.rows.index("idle")
     classes = measurement.rows[:n_cls]
     other = classes.index("other")
     work = trace.category_mask(DEVICE_CATEGORIES | {"cpu_op"})
     order = sorted(range(len(measurement.ranks)),
-                   key=lambda i: (rank_stage(measurement.ranks[i], plan), measurement.ranks[i]))
+                   key=lambda i: (stages[measurement.ranks[i]], measurement.ranks[i]))
     cols: dict[str, list] = {"lane": [], "start": [], "dur": [], "cls": [], "name": [],
                              "range": []}
     lane_names, lane_stage, lane_rank = [], [], []
     for i in order:
         rank, idx = measurement.ranks[i], measurement.events[i]
         t0 = measurement.window_s[i, 0]
-        stage = rank_stage(rank, plan)
+        stage = stages[rank]
         for lane in np.unique(trace.lane[idx]).tolist():
             li = idx[trace.lane[idx] == lane]
             li, shown_cls = shown_value(trace, li, measurement.event_class[li], work[li], other)

@@ -54,7 +54,7 @@ import numpy as np
 
 from core.accuracy.fit_params import FIT_PARAMS, apply_fit, model_store, store_op_model
 from core.accuracy.linearize import COMPUTE_IDS, CP_PRE
-from core.accuracy.trace_compare import OPS_OF_CLASS, check_world_size, rank_stage
+from core.accuracy.trace_compare import OPS_OF_CLASS, rank_stages
 from core.io.kineto_classes import StepMeasurement
 from core.model.fp8 import FP8_WEIGHT_CAST_OP
 from core.model.keys import SWA_OPS
@@ -304,9 +304,9 @@ class TraceFit:
 
 def _stage_means(measurement: StepMeasurement, session: Session) -> dict[int, np.ndarray]:
     """Measured seconds per row (``measurement.rows``), mean over each stage's ranks (ConfigError
-    for traces of another GPU count than the plan's, :func:`check_world_size`)."""
-    check_world_size(measurement.world_size, session.plan)
-    stages = np.array([rank_stage(r, session.plan) for r in measurement.ranks])
+    for traces of another GPU count than the plan's or a rank beyond it, :func:`rank_stages`)."""
+    of = rank_stages(measurement, session.plan)
+    stages = np.array([of[r] for r in measurement.ranks])
     return {int(s): measurement.seconds[stages == s].mean(axis=0) for s in np.unique(stages)}
 
 

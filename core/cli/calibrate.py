@@ -94,8 +94,7 @@ def run(args: argparse.Namespace) -> int:
         raise field_error("--kernel-classes", "fits the kernel classes in the shared fit of the "
                                               "GPU kinds: needs --out-dir")
     _check_one_store_args(args)
-    check_profile_option(args.profile)
-    base = ProfileStore.open(args.profile)
+    base = check_profile_option(args.profile, opener=ProfileStore.open)
     per_file, rows = _read_files(args)
     shares = _check_file_weights(args.file_weights, len(per_file))
     files = [(ss, yy) for _, ss, yy in per_file]

@@ -52,14 +52,13 @@ def run_trace(args: argparse.Namespace) -> int:
     if args.step is not None and args.step < 0:
         raise field_error("--step", f"{args.step} must be a step number at or above 0")
     check_outputs([("--out", args.out)], [*args.trace, args.profile, args.session])
-    check_profile_option(args.profile, "--store")
+    base = check_profile_option(args.profile, "--store", opener=ProfileStore.open)
     table = load_class_table(args.classes)
     trace = read_traces(args.trace)
     step = choose_step(trace, args.step)
     measurement = measure_step(trace, step, table)
     args.path = args.session
     session = session_from_args(args)
-    base = ProfileStore.open(args.profile)
     try:
         result = fit_trace(measurement, session, base)
     except ConfigError as exc:

@@ -256,17 +256,19 @@ def apply_sets(session, sets: list[str] | None):
     return out
 
 
-def check_profile_option(path: str, option: str = "--profile") -> None:
-    """Open the store ``--profile`` (or ``option``) names, cached (the simulation reuses it), and
-    refuse it naming that option (ConfigError, exit 2): a missing file said so, an unreadable one
-    with the store reader's message. The user gave this path on the command line, so whether it
-    exists is told; a path a session file names is not (:func:`core.sim.simulate.session_profile`)."""
+def check_profile_option(path: str, option: str = "--profile", opener=None):
+    """The store ``--profile`` (or ``option``) names, opened with ``opener`` (default
+    :func:`core.sim.simulate.open_profile`, cached: the simulation reuses it; a calibration
+    passes ``ProfileStore.open`` for a copy of its own); refused naming that option
+    (ConfigError, exit 2): a missing file said so, an unreadable one with the store reader's
+    message. The user gave this path on the command line, so whether it exists is told; a path
+    a session file names is not (:func:`core.sim.simulate.session_profile`)."""
     from core.sim.simulate import open_profile
     from core.store.format import ProfileStoreError
     if not os.path.exists(path):
         raise field_error(option, f"{path}: no such file")
     try:
-        open_profile(path)
+        return (opener or open_profile)(path)
     except ProfileStoreError as exc:
         raise field_error(option, str(exc)) from None
 

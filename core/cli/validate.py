@@ -158,7 +158,7 @@ def _cross_validated(args: argparse.Namespace, ms, coverage: float):
         args.cross_validate = len(sessions)
     shared = not args.profile and use_shared_fit(sessions)
     if args.profile:
-        base, fit_kw = open_profile(args.profile), {}
+        base, fit_kw = open_profile(args.profile), {}  # opened (cached) by check_profile_option
     elif shared:  # the procedure of `vtrain calibrate --out-dir` (docs/accuracy.md)
         base = analytic_bases()
         fit_kw = shared_fit_kwargs(base, sessions, args.kernel_classes)

@@ -177,6 +177,11 @@ class PipelineSchedule:
         solver is handed an order with items that wait for work never scheduled."""
         return []
 
+    def check_order(self, p: int, m: int, v: int) -> None:
+        """ValueError ``"FIELD: message"`` for the first rule of :meth:`order_errors` broken."""
+        for field, message in self.order_errors(p, m, v)[:1]:
+            raise ValueError(f"{field}: {message}")
+
     def errors(self, p: int, m: int, v: int | None, num_layers: int, extra_slots: int = 0
                ) -> list[tuple[str, str]]:
         """Rules the plan breaks for this schedule: ``(field, message)`` pairs. ``extra_slots``:
@@ -282,16 +287,8 @@ def work_order(schedule: str, p: int, m: int, stage: int, v: int = 1) -> WorkOrd
         (:meth:`PipelineSchedule.order_errors`).
     """
     sched = get(schedule)
-    _refuse_order(sched, p, m, sched.chunks(v))
+    sched.check_order(p, m, sched.chunks(v))
     return sched.order(p, m, stage, sched.chunks(v))
-
-
-def _refuse_order(sched: PipelineSchedule, p: int, m: int, v: int) -> None:
-    """ValueError naming the first rule of :meth:`PipelineSchedule.order_errors` broken."""
-    errs = sched.order_errors(p, m, v)
-    if errs:
-        field, message = errs[0]
-        raise ValueError(f"{field}: {message}")
 
 
 @lru_cache(maxsize=64)
@@ -302,7 +299,7 @@ def work_orders(schedule: str, p: int, m: int, v: int = 1
     :func:`work_order` of stage ``i`` (cached; read-only). Raises ValueError for an unknown
     schedule or a (p, m, v) its order cannot run (:meth:`PipelineSchedule.order_errors`)."""
     sched = get(schedule)
-    _refuse_order(sched, p, m, sched.chunks(v))
+    sched.check_order(p, m, sched.chunks(v))
     out = sched.orders(p, m, sched.chunks(v))
     for a in out:
         a.setflags(write=False)

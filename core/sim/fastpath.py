@@ -213,8 +213,7 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     m = int(num_microbatches)
     if m < 1:
         raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
-    for field, message in sched.order_errors(p, m, v)[:1]:  # e.g. interleaved with m % p
-        raise ValueError(f"{field}: {message}")
+    sched.check_order(p, m, v)  # e.g. interleaved with m % p (a ValueError, not a schedule bug)
     phase, chunk, src, sends, first_f, last_g, deps, bwd_hop, asyn = _pipeline_structure(
         schedule, p, m, v)
     K = phase.shape[1]

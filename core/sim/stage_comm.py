@@ -114,16 +114,21 @@ def _memoized_ring(cache: dict | None, cp: int, core_fwd_s: float, core_bwd_s: f
     return dict(hit)
 
 
-def _cluster_values(cluster, cache: dict | None) -> tuple:
-    """Every field of ``cluster`` (a :class:`ClusterConfig`), as a tuple, read once per cluster
-    object and ``cache`` (which keeps the object: a cache's sessions must not change their
-    cluster in place, as :func:`core.sim.stages._layout_key` says of the model)."""
-    hit = cache.get(("cluster", id(cluster))) if cache is not None else None
-    if hit is None or hit[0] is not cluster:
-        hit = (cluster, tuple(getattr(cluster, f.name) for f in dataclasses.fields(cluster)))
+def read_once(cache: dict | None, tag: str, obj, read):
+    """``read(obj)`` (e.g. every field of a model or cluster, as a tuple), computed once per
+    object and ``cache``, which keeps the object beside it: a cache's sessions must not change
+    their model or cluster in place."""
+    key = (tag, id(obj))
+    hit = cache.get(key) if cache is not None else None
+    if hit is None or hit[0] is not obj:
+        hit = (obj, read(obj))
         if cache is not None:
-            cache[("cluster", id(cluster))] = hit
+            cache[key] = hit
     return hit[1]
+
+
+def _cluster_fields(cluster) -> tuple:
+    return tuple(getattr(cluster, f.name) for f in dataclasses.fields(cluster))
 
 
 class StageComm:
@@ -141,7 +146,7 @@ class StageComm:
         pl, cl = session.plan, session.cluster
         self.session, self.cache, self.warnings = session, cache, warnings
         self.comm = CommModel(store, pl, cl)
-        self.ckey = (pinned(cache, store), _cluster_values(cl, cache),
+        self.ckey = (pinned(cache, store), read_once(cache, "cluster", cl, _cluster_fields),
                      pl.tensor_parallel, pl.dp_cp_size, pl.context_parallel,
                      *((pl.data_parallel_shard_size,) if pl.data_parallel_shard_size else ()))
         self.ekey = self.ckey + ekey_extra

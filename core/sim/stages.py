@@ -29,7 +29,7 @@ from core.model.cuda_graphs import captured_ops
 from core.sim.op_times import (tp_overlap_applies, chunk_virtual_stages, fp8_weight_cast_time,
                                lookup_op_times, num_chunks, op_key, optimizer_time, params_per_gpu,
                                virtual_stage_layers)
-from core.sim.stage_comm import StageComm, cached_comm_call, memoized, pinned
+from core.sim.stage_comm import StageComm, cached_comm_call, memoized, pinned, read_once
 from core.sim.template_builder import stage_templates
 from core.sim.templates import (DataParallel, SOURCE_INDEX, StageStructure, Template,
                                 reduces_gradients, source_values, stage_structure, tail_overrun,
@@ -202,14 +202,10 @@ def _layout_key(session: Session, cache: dict | None = None) -> tuple:
     read once per model object and ``cache`` (which keeps the object: a cache's sessions
     must not change their model in place; so ``id(session.model)`` names the model in the
     cache's other keys once this has run)."""
-    m, pl = session.model, session.plan
-    hit = cache.get(("model", id(m))) if cache is not None else None
-    if hit is None or hit[0] is not m:
-        hit = (m, _MODEL_FIELD_VALUES(m))
-        if cache is not None:
-            cache[("model", id(m))] = hit
+    pl = session.plan
     fields = plan_key(pl)
-    return (hit[1], fields[:_D_FIELD] + fields[_D_FIELD + 1:], reduces_gradients(session))
+    return (read_once(cache, "model", session.model, _MODEL_FIELD_VALUES),
+            fields[:_D_FIELD] + fields[_D_FIELD + 1:], reduces_gradients(session))
 
 
 def _stage_layout(session: Session, cache: dict | None) -> SimpleNamespace:

@@ -411,13 +411,6 @@ def source_values(times: dict[str, float], tp: dict[str, float] | None,
     return v
 
 
-def _chain(dur: np.ndarray, ready: np.ndarray, code: np.ndarray) -> np.ndarray:
-    """End times of tasks run one after another per ``code`` (in list order), each no earlier
-    than its ``ready`` time: ``end[j] = max(end[prev], ready[j]) + dur[j]``, vectorized as a
-    running maximum over prefix sums (from time 0)."""
-    return _chain_groups(dur, ready, _code_groups(code))
-
-
 def _code_groups(code: np.ndarray) -> list[np.ndarray] | None:
     """The tasks of each code of ``code`` (int (k,)), as :func:`_chain_groups` takes them: None
     when every task has one code (one chain), else the positions of each code's tasks, codes in
@@ -429,7 +422,9 @@ def _code_groups(code: np.ndarray) -> list[np.ndarray] | None:
 
 def _chain_groups(dur: np.ndarray, ready: np.ndarray, groups: list[np.ndarray] | None
                   ) -> np.ndarray:
-    """:func:`_chain` of tasks whose codes :func:`_code_groups` has grouped as ``groups``."""
+    """End times of tasks run one after another per code (in list order), each no earlier than
+    its ``ready`` time: ``end[j] = max(end[prev], ready[j]) + dur[j]``, vectorized as a running
+    maximum over prefix sums (from time 0); the codes grouped by :func:`_code_groups`."""
     if groups is None:  # one stream: the same sums, no gathering
         D = np.cumsum(dur)
         return np.asarray(D + np.maximum.accumulate(np.maximum(ready - (D - dur), 0.0)), float)
