@@ -100,7 +100,7 @@ from core.plan.parallel import tensor_dtype
 
 __all__ = [
     "DTYPE_BYTES", "LAYER_OPS", "EDGE_OPS", "OPTIMIZER_OP", "ALL_OPS", "OP_KEYS", "Kernel",
-    "op_kernels", "kernel_times", "kernel_arrays", "analytic_op_time", "DEFAULT_OP_MODEL",
+    "op_kernels", "no_peak_error", "kernel_times", "kernel_arrays", "analytic_op_time", "DEFAULT_OP_MODEL",
     "combine_op_time", "DERIVED_OPS", "FAMILY_KEY_DEFAULTS", "full_op_key", "table_covers",
     "kernel_peak_flops", "device_key", "effective_op_model", "kernel_class", "kernel_fp8",
     "KERNEL_DENSE_GEMM", "KERNEL_GROUPED_GEMM", "KERNEL_FLASH", "KERNEL_MEMORY",
@@ -250,15 +250,21 @@ def kernel_peak_flops(kernels: list[Kernel], dtype: str, peak_flops: Mapping[str
     for d in dtypes:  # each dtype once, the first missing one named
         if d not in peaks:
             if d not in peak_flops:
-                raise KeyError(f"profile of {device_name} has no peak FLOP/s for dtype {d!r} "
-                               f"(it has {', '.join(peak_flops) or 'none'}; plan.precision and "
-                               "plan.fp8_recipe choose the dtypes)")
+                raise no_peak_error(device_name, d, peak_flops)
             peaks[d] = float(peak_flops[d])
     out = np.array([peaks[d] for d in dtypes], float).reshape(-1)
     flash = np.array([k.name == "flash_attn_bwd" for k in kernels], bool).reshape(-1)
     if flash.any():
         out[flash] *= FLASH_BWD_RELATIVE_EFFICIENCY
     return out
+
+
+def no_peak_error(device_name: str, dtype: str, peaks) -> KeyError:
+    """The refusal of a dtype a device has no peak FLOP/s for: names the device, the dtype, the
+    dtypes it has (``peaks``' keys) and the plan fields that choose the dtypes."""
+    return KeyError(f"profile of {device_name} has no peak FLOP/s for dtype {dtype!r} (it has "
+                    f"{', '.join(peaks) or 'none'}; plan.precision and plan.fp8_recipe choose "
+                    "the dtypes)")
 
 
 def device_key(key: Mapping[str, Any], peak_flops: Mapping[str, float]) -> dict[str, Any]:
@@ -294,9 +300,7 @@ def analytic_op_time(op: str, key: Mapping[str, Any], device: Any, host: bool = 
     dtype = str(key["dtype"])
     name = getattr(device, 'device_name', 'device')
     if tensor_dtype(dtype) not in device.peak_flops or dtype not in device.peak_flops:
-        raise KeyError(f"profile of {name} has no peak FLOP/s for dtype {dtype!r} (it has "
-                       f"{', '.join(device.peak_flops) or 'none'}; plan.precision and "
-                       "plan.fp8_recipe choose the dtypes)")
+        raise no_peak_error(name, dtype, device.peak_flops)
     op_model = device.op_model or {}
     kernels = op_kernels(op, device_key(key, device.peak_flops))
     if not kernels:

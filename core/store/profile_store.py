@@ -273,9 +273,8 @@ class PeakFlops(dict):
         self.device_name = device_name
 
     def __missing__(self, dtype: str) -> float:
-        raise KeyError(f"profile of {self.device_name} has no peak FLOP/s for dtype {dtype!r} "
-                       f"(it has {', '.join(self) or 'none'}; plan.precision and plan.fp8_recipe "
-                       "choose the dtypes)")
+        from core.model.ops import no_peak_error
+        raise no_peak_error(self.device_name, dtype, self)
 
 
 class ProfileStore:
