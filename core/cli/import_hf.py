@@ -60,10 +60,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError([FieldError("--out", "give --out SESSION.json (or --json to print the "
                                                "model section)")])
     check_seq_length(args.seq_length)
-    from pathlib import Path
-    folder = Path(args.config)
-    if folder.is_dir() and (folder / "config.json").is_file():  # a model folder: its config
-        args.config = str(folder / "config.json")
+    from core.io.hf_import import hf_config_path
+    args.config = str(hf_config_path(args.config))  # a model folder: its config (never --out)
     check_outputs([("--out", args.out)], [args.config])
     cluster = None if args.gpu is None else cluster_of_gpu(args.gpu)  # refused before reading
     imp = read_hf_config(args.config, seq_length=args.seq_length)

@@ -105,7 +105,8 @@ from core.plan.presets import LLAMA_FAMILY
 from core.plan.session import Session
 
 __all__ = ["DENSE_ARCHITECTURES", "MOE_ARCHITECTURES", "REFUSED_ARCHITECTURES", "USED", "IGNORED",
-           "HFImport", "session_from_hf_config", "read_hf_config", "default_plan"]
+           "HFImport", "session_from_hf_config", "read_hf_config", "hf_config_path",
+           "default_plan"]
 
 #: Dense decoder architectures we import, with the model fields their modelling code fixes.
 DENSE_ARCHITECTURES: dict[str, dict[str, Any]] = {
@@ -708,6 +709,13 @@ _HF_NAMES = {"model.num_layers": "num_hidden_layers", "model.hidden_size": "hidd
              "model.mtp_num_layers": "num_nextn_predict_layers"}
 
 
+def hf_config_path(path: str | Path) -> Path:
+    """``path``, or its ``config.json`` when it is a model's folder (as ``from_pretrained`` takes
+    it, or a snapshot of the Hugging Face cache)."""
+    path = Path(path)
+    return path / "config.json" if path.is_dir() and (path / "config.json").is_file() else path
+
+
 def read_hf_config(path: str | Path, *, seq_length: int | None = None) -> HFImport:
     """Read a Hugging Face ``config.json`` file (see :func:`session_from_hf_config`); a folder
     (a model as ``from_pretrained`` takes it, or a snapshot) is read through its
@@ -721,9 +729,7 @@ def read_hf_config(path: str | Path, *, seq_length: int | None = None) -> HFImpo
         The config is refused (the message names the file and the field).
     """
     from core.io.session import read_json
-    path = Path(path)
-    if path.is_dir() and (path / "config.json").is_file():
-        path = path / "config.json"
+    path = hf_config_path(path)
     raw = read_json(path)
     folder = path.resolve().parent.name if path.name == "config.json" else path.stem
     snapshot = path.resolve().parent
