@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``vtrain import hf``; returns the exit status (errors raise ConfigError)."""
     from core.plan.fields import ConfigError, FieldError
     from core.plan.rules import check
-    from core.io.hf_import import read_hf_config
+    from core.io.hf_import import hf_config_path, read_hf_config
     from core.util.inputs import strict_dumps
     from core.util.text import printable
     from core.model.counts import (num_active_parameters,
@@ -60,7 +60,6 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError([FieldError("--out", "give --out SESSION.json (or --json to print the "
                                                "model section)")])
     check_seq_length(args.seq_length)
-    from core.io.hf_import import hf_config_path
     args.config = str(hf_config_path(args.config))  # a model folder: its config (never --out)
     check_outputs([("--out", args.out)], [args.config])
     cluster = None if args.gpu is None else cluster_of_gpu(args.gpu)  # refused before reading
