@@ -145,12 +145,11 @@ def session_from_document(doc: Any, where: str = "session", base: str | Path | N
     body = {k: v for k, v in doc.items() if k not in ("format", "version")}
     missing = [name for name in REQUIRED_SECTIONS if name not in body]
     if missing:  # a default model or plan would be simulated without the user asking for it
-        from core.plan.session import Session as _S
         from core.util.text import did_you_mean
-        known = [f.name for f in dataclasses.fields(_S)]
-        typos = "".join(f"; {k}: unknown section{did_you_mean(k, known)}"
-                        for k in sorted((k for k in body if k not in known), key=str)
-                        if did_you_mean(k, known))
+        known = [f.name for f in dataclasses.fields(Session)]
+        hints = {k: did_you_mean(k, known) for k in body if k not in known}
+        typos = "".join(f"; {k}: unknown section{h}" for k, h in sorted(hints.items(), key=str)
+                        if h)
         raise SessionFileError(f"{where}: missing section{'s' if len(missing) > 1 else ''} "
                                f"{', '.join(repr(m) for m in missing)}; a session names its "
                                f"model and its parallel plan{typos}")
