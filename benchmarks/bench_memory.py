@@ -118,7 +118,8 @@ def predict(path: Path) -> list[dict]:
         out.append({"gpu": session.cluster.gpu, "scale": scale, "predicted_gib": predicted,
                     "measured_gib": measured, "error_percent": (predicted - measured) / measured * 100,
                     "verdict": memory_verdict(max(sm.total_bytes for sm in mem), capacity,
-                                              session.cluster.memory_reserve_fraction),
+                                              session.cluster.memory_reserve_fraction,
+                                              max(sm.required_bytes for sm in mem) <= capacity),
                     "plan": (f"t{pl.tensor_parallel} p{pl.pipeline_parallel} d{pl.data_parallel} "
                              f"v{pl.virtual_pipeline_stages or 1} m{pl.num_microbatches} "
                              f"L{session.model.num_layers}")})

@@ -124,7 +124,10 @@ def test_memory_verdict_arrays_counts_the_process_terms():
 
 def test_bench_memory_within_five_percent_median_and_every_run_fits():
     """benchmarks/bench_memory.py on the measured peaks: median error at most 5 % on
-    max_allocated and max_reserved, and every measured run (all ran) judged to fit."""
+    max_allocated and max_reserved (the issue's target), every row within 3 % (2.2 and 2.6 %
+    at most with Transformer Engine's placeholder weight gradients; 7.9 and 10.2 % without,
+    the 405B-shape rows short by one layer's linear weights in BF16), and every measured run
+    (all ran) judged to fit."""
     if not MEASURED.exists():
         pytest.skip(f"shared data not present: {MEASURED}")
     spec = importlib.util.spec_from_file_location("bench_memory", ROOT / "benchmarks" / "bench_memory.py")
@@ -134,6 +137,7 @@ def test_bench_memory_within_five_percent_median_and_every_run_fits():
     assert figures["verdicts_right"] == figures["rows"] == 20
     for scale in ("max_allocated", "max_reserved"):
         assert figures["median_abs_error_percent"][scale] <= 5.0
+        assert max(map(abs, figures["errors_percent"][scale])) <= 3.0
 
 
 def test_fp8_copies_still_counted_in_the_weights():

@@ -312,7 +312,10 @@ def test_coarse_and_fine_graphs_agree_for_moe():
 
 def test_bytes_per_parameter_with_expert_parallelism():
     """Distributed optimizer (bf16, fp32 main gradients): 6 + 12/d bytes per dense parameter,
-    6 + 12/edp per routed expert's parameter, edp = t*d/(etp*ep)."""
+    6 + 12/edp per routed expert's parameter, edp = t*d/(etp*ep); the gradients add Transformer
+    Engine's placeholder weight gradients in BF16, one per distinct weight shape: QKV (6144 x
+    4096), projection (4096 x 4096), an expert's fc1 (28672 x 4096) and fc2 (4096 x 14336) (all
+    local experts share them) and the output layer (32000 x 4096)."""
     s = _session(pipeline_parallel=1, data_parallel=16, expert_parallel=4, zero_stage=1,
                  global_batch_size=64)
     mem = mm.stage_memory(s.model, s.plan)[0]
@@ -321,7 +324,8 @@ def test_bytes_per_parameter_with_expert_parallelism():
     edp = 16 // 4
     assert experts == pytest.approx(32 * 8 * 3 * 4096 * 14336 / 4)
     assert mem.weights_bytes == pytest.approx(2 * (dense + experts))
-    assert mem.gradients_bytes == pytest.approx(4 * (dense + experts))
+    placeholders = 2 * 4096 * (6144 + 4096 + 28672 + 14336 + 32000)
+    assert mem.gradients_bytes == pytest.approx(4 * (dense + experts) + placeholders)
     assert mem.optimizer_bytes == pytest.approx(12 * dense / 16 + 12 * experts / edp)
 
 

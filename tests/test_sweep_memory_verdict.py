@@ -52,11 +52,21 @@ def sweeps():
     return _sweep(0.1), _sweep(0.8)
 
 
+def _required(r) -> np.ndarray:
+    """Each plan's largest stage need without the allocator's reserve (StageMemory.required_bytes),
+    from the scalar memory model plan by plan: what decides the fit."""
+    from core.sim.simulate import stage_memory
+    return np.array([max(sm.required_bytes for sm in stage_memory(
+        dataclasses.replace(r.session, plan=pl))) for pl in r.plans])
+
+
 def test_column_is_the_scalar_rule_plan_by_plan(sweeps):
     for r, margin in zip(sweeps, (0.1, 0.8)):
         cap = r.memory_capacity_bytes
         assert cap == 80 * 2**30
-        want = [memory_verdict(need, cap, margin) for need in r.max_memory_per_gpu_bytes.tolist()]
+        assert np.array_equal(r.fits_in_memory, _required(r) <= cap)
+        want = [memory_verdict(need, cap, margin, fit) for need, fit in
+                zip(r.max_memory_per_gpu_bytes.tolist(), r.fits_in_memory.tolist())]
         assert r.memory_verdict.tolist() == want
         assert "memory_verdict" in COLUMNS
         assert [row["memory_verdict"] for row in r.rows()] == want
@@ -67,13 +77,17 @@ def test_the_margin_marks_tight_plans_and_keeps_them(sweeps):
     narrow, wide = sweeps
     need, cap = wide.max_memory_per_gpu_bytes, wide.memory_capacity_bytes
     tight = wide.memory_verdict == "tight"
-    # closed form: tight is (1 - 0.8) * C < need <= C
-    assert np.array_equal(tight, (need > 0.2 * cap) & (need <= cap))
+    required = _required(wide)
+    # closed form: tight is (1 - 0.8) * C < need, need less the allocator's reserve <= C
+    assert np.array_equal(tight, (need > 0.2 * cap) & (required <= cap))
     assert tight.any() and (~tight).any()
     assert wide.fits_in_memory[tight].all()  # a tight plan fits: the sweep keeps it
+    # a plan over the capacity only with the allocator's cache is tight, not unfit
+    cached_only = (need > cap) & (required <= cap)
+    assert cached_only.any() and (wide.memory_verdict[cached_only] == "tight").all()
     # the margin takes nothing away: the same plans fit, the same answers
     assert np.array_equal(narrow.fits_in_memory, wide.fits_in_memory)
-    assert np.array_equal(narrow.fits_in_memory, need <= cap)
+    assert np.array_equal(narrow.fits_in_memory, required <= cap)
     assert (narrow.fastest, narrow.cheapest) == (wide.fastest, wide.cheapest)
     assert np.array_equal(narrow.pareto, wide.pareto)
     doc = json.loads(json.dumps(wide.to_dict()))
@@ -100,7 +114,8 @@ def test_sweep_cli_marks_tight_plans(capsys):
     doc = json.loads(capsys.readouterr().out)
     fastest = doc["fastest"]
     cap = 80 * 2**30
-    assert fastest["memory_verdict"] == memory_verdict(fastest["max_memory_per_gpu_bytes"], cap, 0.8)
+    assert fastest["memory_verdict"] == memory_verdict(fastest["max_memory_per_gpu_bytes"], cap, 0.8,
+                                                       fastest["fits_in_memory"])
     assert fastest["memory_verdict"] == "tight"  # 0.2 * C < need <= C: the fastest is tight
     assert all(row["memory_verdict"] in ("fits", "tight") for row in doc["pareto"])
 

@@ -616,6 +616,10 @@ class CostPanel(QtWidgets.QWidget):
             self._fit_label.setText(f"Fits: at most {need} of {capacity} per GPU "
                                     f"(below the {margin} margin)")
             self._fit_label.setStyleSheet("color: #2E7D32;")
+        elif verdict == "tight" and report.max_memory_per_gpu_bytes > report.memory_capacity_bytes:
+            self._fit_label.setText(f"Tight: at most {need} of {capacity} per GPU with the "
+                                    "allocator's cache; fits only once PyTorch frees it")
+            self._fit_label.setStyleSheet("color: #B07800; font-weight: bold;")
         elif verdict == "tight":
             self._fit_label.setText(f"Tight: at most {need} of {capacity} per GPU, inside the "
                                     f"{margin} margin (cluster.memory_reserve_fraction)")

@@ -36,6 +36,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from core.plan.fields import ConfigError
 from core.plan.session import Session
 from core.sim.simulate import SimulationResult
+from core.sim.report import tight_reason
 from core.studies.sweep import (SweepResult, pareto_front, restore_sweep,
                                 saved_sweep, stale_reasons)
 
@@ -769,7 +770,10 @@ class ExploreTab(QtWidgets.QWidget):
                 k = int(np.count_nonzero(self._shown_mask[r.dominated_by(i)]))
                 where = f"dominated by {format_count(k)} plan{'s' if k != 1 else ''} shown"
             if r.fits_in_memory[i] and r.memory_verdict[i] == "tight":
-                where += " (tight in memory: inside the margin)"
+                where += (" (tight in memory: "
+                          + tight_reason(float(r.max_memory_per_gpu_bytes[i]),
+                                         r.memory_capacity_bytes,
+                                         r.session.cluster.memory_reserve_fraction) + ")")
             parts.append(f'◇ <a href="plan:{i}">plan in the editor</a>: '
                          f"{format_day_count(r.training_days[i])} days, {format_usd(r.cost_usd[i])} "
                          f"({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs) — {where}")

@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     o = Table(show_header=True)
     for col in ("", "A", "B", "B - A"):
         o.add_column(col, justify="left" if not col else "right")
-    from core.sim.report import gib_texts
+    from core.sim.report import gib_texts, tight_reason
     figures = [gib_texts(r.max_memory_per_gpu_bytes, r.memory_capacity_bytes) for r in (ra, rb)]
     o.add_row("memory per GPU (max)", *(f"{need} GiB" for need, _ in figures),
               f"{(rb.max_memory_per_gpu_bytes - ra.max_memory_per_gpu_bytes) / 2**30:+,.1f} GiB")
@@ -163,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
                       f"{need} GiB per GPU of {cap} GiB"
                       + ("; its time and cost cannot be had as planned"
                          if r.memory_verdict == "does not fit" else
-                         f", inside the {r.memory_reserve_fraction * 100:g} % margin "
-                         "(cluster.memory_reserve_fraction)"), highlight=False)
+                         ", " + tight_reason(r.max_memory_per_gpu_bytes,
+                                             r.memory_capacity_bytes, r.memory_reserve_fraction)
+                         + " (cluster.memory_reserve_fraction)"), highlight=False)
     return 0

@@ -125,10 +125,11 @@ def _summary_table(s, r):
                       f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour"
               + band(r.cost_usd, lambda x: f"${x:,.0f}"))
     fit = verdict_markup(r.memory_verdict)
-    margin = (f", inside the {r.memory_reserve_fraction * 100:g} % margin"
+    from core.sim.report import gib_texts, tight_reason
+    margin = (", " + tight_reason(r.max_memory_per_gpu_bytes, r.memory_capacity_bytes,
+                                  r.memory_reserve_fraction)
               if r.memory_verdict == "tight" else
               f"; margin {r.memory_reserve_fraction * 100:g} %")
-    from core.sim.report import gib_texts
     need, cap = gib_texts(r.max_memory_per_gpu_bytes, r.memory_capacity_bytes)
     t.add_row("Memory per GPU", f"max {need} GiB of {cap} GiB ({fit}{margin})")
     return t

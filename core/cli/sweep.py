@@ -514,7 +514,8 @@ def _print_header(result, console: Console) -> None:
                       "--out FILE.csv gives each plan's reason).")
     margin = result.session.cluster.memory_reserve_fraction * 100
     console.print("[dim]cost: for the token budget; GiB: memory per GPU (! = does not fit, "
-                  f"~ = tight: inside the {margin:g} % margin of the GPU's memory)[/]")
+                  f"~ = tight: inside the {margin:g} % margin of the GPU's memory, or over it "
+                  "only with the allocator's cache)[/]")
 
 
 def _print_mfu_notes(result, console: Console) -> None:

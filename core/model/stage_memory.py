@@ -27,7 +27,9 @@ class StageMemory:
     main gradients, 20 for fp16 with fp16 gradients, 16 for fp32), divided by ``d`` per ZeRO
     stage (Rajbhandari et al. 2020); activations by Korthikanti et al. 2022, Table 2, for the
     plan's sequence parallelism and recomputation, times the micro-batches in flight of the
-    schedule (Megatron-Core's warm-up counts). The terms after ``activations_bytes`` are what
+    schedule (Megatron-Core's warm-up counts). ``gradients_bytes`` also holds Transformer
+    Engine's placeholder weight gradients, one buffer per distinct weight shape of the stage
+    (:mod:`core.model.wgrad_buffers`). The terms after ``activations_bytes`` are what
     a process holds besides the model's tensors (0 in reports written before they existed):
 
     * ``workspace_bytes``: GEMM workspaces allocated through PyTorch (counted by
@@ -66,6 +68,16 @@ class StageMemory:
         """The whole process as ``nvidia-smi`` shows it (what runs out of memory):
         :attr:`reserved_bytes` plus the CUDA context and NCCL's buffers."""
         return self.reserved_bytes + self.cuda_context_bytes + self.nccl_buffer_bytes
+
+    @property
+    def required_bytes(self) -> float:
+        """What the process cannot run without: :attr:`total_bytes` less the caching allocator's
+        reserve. When ``cudaMalloc`` fails, PyTorch's caching allocator frees its cached, unused
+        blocks and tries again before it raises out-of-memory (PyTorch docs, "CUDA semantics:
+        memory management"; ``CUDACachingAllocator``'s ``release_cached_blocks``), so a plan runs
+        out of memory for certain only when this exceeds the GPU's memory; between this and
+        :attr:`total_bytes` it depends on fragmentation (the memory verdict calls it tight)."""
+        return self.total_bytes - self.allocator_reserve_bytes
 
     def at_scale(self, scale: str) -> float:
         """Bytes as memory scale ``scale`` (one of :data:`MEMORY_SCALES`) counts them.

@@ -17,7 +17,8 @@ __all__ = ["StageMemory", "Report", "MEMORY_SCALES", "MEMORY_VERDICTS", "memory_
 MEMORY_VERDICTS = ("fits", "tight", "does not fit")
 
 
-def memory_verdict(need_bytes: float, capacity_bytes: float, margin: float) -> str:
+def memory_verdict(need_bytes: float, capacity_bytes: float, margin: float,
+                   fits: bool | None = None) -> str:
     """Whether a plan's peak memory per GPU fits the GPU, with the planner's margin named.
 
     The modelled need is the whole process (tensors, GEMM workspaces, the caching
@@ -34,30 +35,41 @@ def memory_verdict(need_bytes: float, capacity_bytes: float, margin: float) -> s
     margin : float
         The planner's margin (``cluster.memory_reserve_fraction``), a share of
         ``capacity_bytes`` in [0, 1).
+    fits : bool, optional
+        Whether the plan fits, as :func:`core.sim.simulate.memory_verdict` decides it: by the
+        need without the caching allocator's reserve
+        (:attr:`core.model.stage_memory.StageMemory.required_bytes`; PyTorch frees its cache
+        before it fails). None: ``need_bytes <= capacity_bytes`` (the whole process).
 
     Returns
     -------
     str
-        ``"does not fit"`` when ``need_bytes > capacity_bytes`` (or either is NaN: a need
-        without a figure never fits, as in :func:`memory_verdict_column`); ``"tight"`` when
-        ``need_bytes > (1 - margin) * capacity_bytes``; else ``"fits"``.
+        ``"does not fit"`` when it does not fit (or either figure is NaN: a need without a
+        figure never fits, as in :func:`memory_verdict_column`); ``"tight"`` when
+        ``need_bytes > (1 - margin) * capacity_bytes`` (a plan that fits only once the
+        allocator frees its cache is tight: its need with the cache exceeds the capacity);
+        else ``"fits"``.
     """
-    if not need_bytes <= capacity_bytes:
+    if fits is None:
+        fits = need_bytes <= capacity_bytes
+    if not fits or not (need_bytes == need_bytes and capacity_bytes == capacity_bytes):
         return "does not fit"
     if need_bytes > (1.0 - margin) * capacity_bytes:
         return "tight"
     return "fits"
 
 
-def memory_verdict_column(need_bytes: np.ndarray, capacity_bytes: float, margin: float
-                          ) -> np.ndarray:
+def memory_verdict_column(need_bytes: np.ndarray, capacity_bytes: float, margin: float,
+                          fits: np.ndarray | None = None) -> np.ndarray:
     """:func:`memory_verdict` of many plans at once: ``need_bytes`` float (n,) bytes (NaN, a
-    plan without a figure, counts as not fitting); returns a str array (n,) of
-    :data:`MEMORY_VERDICTS`, the same rule elementwise."""
+    plan without a figure, counts as not fitting) and ``fits`` bool (n,) or None (as
+    :func:`memory_verdict`'s); returns a str array (n,) of :data:`MEMORY_VERDICTS`, the same
+    rule elementwise."""
     need = np.asarray(need_bytes, float)
+    ok = need <= capacity_bytes if fits is None else np.asarray(fits, bool) & ~np.isnan(need)
     out = np.full(need.shape, MEMORY_VERDICTS[0], dtype=f"<U{max(map(len, MEMORY_VERDICTS))}")
     out[need > (1.0 - margin) * capacity_bytes] = MEMORY_VERDICTS[1]
-    out[~(need <= capacity_bytes)] = MEMORY_VERDICTS[2]
+    out[~ok | (capacity_bytes != capacity_bytes)] = MEMORY_VERDICTS[2]
     return out
 
 
@@ -76,15 +88,27 @@ def gib_texts(need_bytes: float, capacity_bytes: float) -> tuple[str, str]:
     return f">{cap:,.1f}", f"{cap:,.1f}"
 
 
-def memory_verdict_text(need_bytes: float, capacity_bytes: float, margin: float) -> str:
+def tight_reason(need_bytes: float, capacity_bytes: float, margin: float) -> str:
+    """Why a tight plan (:func:`memory_verdict`) is tight: ``"inside the 10 % margin"``, or,
+    for a need above the capacity that fits without the allocator's reserve, ``"fits only
+    without the allocator's cache"`` (bytes; ``margin`` a share of the capacity)."""
+    if need_bytes > capacity_bytes:
+        return "fits only without the allocator's cache"
+    return f"inside the {margin * 100:g} % margin"
+
+
+def memory_verdict_text(need_bytes: float, capacity_bytes: float, margin: float,
+                        fits: bool | None = None) -> str:
     """The verdict with its figures and, when tight, the margin named: ``"fits: 60.0 of 80.0
     GiB"``, ``"tight: 78.2 of 80.0 GiB, inside the 10 % margin"``, ``"does not fit: 87.9 of
-    80.0 GiB"`` (the figures of :func:`gib_texts`; arguments as :func:`memory_verdict`)."""
-    verdict = memory_verdict(need_bytes, capacity_bytes, margin)
+    80.0 GiB"``; a tight plan whose need exceeds the capacity says it fits only once the
+    allocator frees its cache (``"tight: 81.0 of 80.0 GiB, fits only without the allocator's
+    cache"``) (the figures of :func:`gib_texts`; arguments as :func:`memory_verdict`)."""
+    verdict = memory_verdict(need_bytes, capacity_bytes, margin, fits)
     need, cap = gib_texts(need_bytes, capacity_bytes)
     text = f"{verdict}: {need} of {cap} GiB"
     if verdict == "tight":
-        text += f", inside the {margin * 100:g} % margin"
+        text += ", " + tight_reason(need_bytes, capacity_bytes, margin)
     return text
 
 
@@ -214,14 +238,14 @@ class Report:
         """``"fits"``, ``"tight"`` or ``"does not fit"`` (:func:`memory_verdict` of the peak
         memory per GPU against the capacity, with :attr:`memory_reserve_fraction` the margin)."""
         return memory_verdict(self.max_memory_per_gpu_bytes, self.memory_capacity_bytes,
-                              self.memory_reserve_fraction)
+                              self.memory_reserve_fraction, self.fits_in_memory)
 
     @property
     def memory_verdict_text(self) -> str:
         """:attr:`memory_verdict` with its figures and the margin named
         (:func:`memory_verdict_text`)."""
         return memory_verdict_text(self.max_memory_per_gpu_bytes, self.memory_capacity_bytes,
-                                   self.memory_reserve_fraction)
+                                   self.memory_reserve_fraction, self.fits_in_memory)
 
     def band(self, value: float) -> tuple[float, float] | None:
         """``(low, high)`` of a figure proportional to the iteration time (days, GPU-hours,

@@ -162,13 +162,16 @@ def memory_verdict(memory: list[StageMemory], capacity_bytes: float
                    ) -> tuple[float, bool, str]:
     """``(largest per-GPU bytes, fits, reason)`` of a plan's stages (bytes each,
     :attr:`StageMemory.total_bytes`, the whole process) against the GPU's ``capacity_bytes``:
-    it fits when no stage needs more than the capacity (:func:`core.sim.report.memory_verdict`).
+    it fits when no stage's :attr:`StageMemory.required_bytes` (the whole process less the
+    caching allocator's reserve, which PyTorch frees before it fails) exceeds the capacity
+    (:func:`core.sim.report.memory_verdict`; the largest stage is the same by either figure:
+    the reserve grows with the tensors and the other terms are the same on every stage).
     The planner's margin (``cluster.memory_reserve_fraction``) takes no memory away, so the fit
     does not read it: it only makes a fit tight (:func:`tight_note`,
     :func:`core.sim.report.memory_verdict`). ``reason`` is "" when the plan fits, tight or
     not: it says why a plan is left out."""
     worst = max(memory, key=lambda mm: mm.total_bytes)
-    return _verdict(worst.stage, worst.total_bytes, capacity_bytes)
+    return _verdict(worst.stage, worst.total_bytes, worst.required_bytes, capacity_bytes)
 
 
 def memory_verdict_arrays(parts: tuple[np.ndarray, ...], capacity_bytes: float
@@ -179,11 +182,13 @@ def memory_verdict_arrays(parts: tuple[np.ndarray, ...], capacity_bytes: float
     rule, totals and message."""
     w, g, o, a = parts
     totals = w + g + o + a  # StageMemory.total_bytes' order
+    reserve = np.zeros_like(totals)
     if hasattr(parts, "workspace"):  # StageMemory's allocated, reserved, total order
         totals = (totals + parts.workspace + parts.allocator_reserve + parts.cuda_context
                   + parts.nccl_buffers)
+        reserve = parts.allocator_reserve
     i = int(np.argmax(totals))  # the first largest, as max() picks
-    return _verdict(i, totals[i], capacity_bytes)
+    return _verdict(i, totals[i], totals[i] - reserve[i], capacity_bytes)
 
 
 def memory_verdict_rows(parts: tuple[np.ndarray, ...], capacity_bytes: float
@@ -195,12 +200,15 @@ def memory_verdict_rows(parts: tuple[np.ndarray, ...], capacity_bytes: float
     (the same elementwise sums in the same order, the first largest stage, the same message)."""
     w, g, o, a = parts
     totals = w + g + o + a
+    reserve = np.zeros_like(totals)
     if hasattr(parts, "workspace"):
         totals = (totals + parts.workspace + parts.allocator_reserve + parts.cuda_context
                   + parts.nccl_buffers)
+        reserve = parts.allocator_reserve
     stage = np.argmax(totals, axis=1)                       # the first largest of each row
-    need = totals[np.arange(totals.shape[0]), stage]
-    fits = need <= capacity_bytes
+    rows = np.arange(totals.shape[0])
+    need = totals[rows, stage]
+    fits = need - reserve[rows, stage] <= capacity_bytes
     why = [""] * need.shape[0]
     bad = np.flatnonzero(~fits)
     texts: dict[tuple[int, float], str] = {}  # plans alike but for their exchange share theirs
@@ -212,8 +220,11 @@ def memory_verdict_rows(parts: tuple[np.ndarray, ...], capacity_bytes: float
     return need, fits, why
 
 
-def _verdict(stage: int, need: float, capacity_bytes: float) -> tuple[float, bool, str]:
-    if need <= capacity_bytes:
+def _verdict(stage: int, need: float, required: float, capacity_bytes: float
+             ) -> tuple[float, bool, str]:
+    """``(need, fits, reason)`` of the largest ``stage``: ``need`` the whole process, bytes,
+    ``required`` it less the allocator's reserve (what decides the fit)."""
+    if required <= capacity_bytes:
         return need, True, ""
     return need, False, _unfit_text(stage, need, capacity_bytes)
 
@@ -232,8 +243,16 @@ def tight_note(memory: list[StageMemory], capacity_bytes: float, margin: float) 
     (:func:`core.sim.report.memory_verdict`)."""
     worst = max(memory, key=lambda mm: mm.total_bytes)
     need = worst.total_bytes
-    if report_verdict(need, capacity_bytes, margin) != "tight":
+    fits = worst.required_bytes <= capacity_bytes
+    if report_verdict(need, capacity_bytes, margin, fits) != "tight":
         return ""
+    if need > capacity_bytes:
+        return (f"tight: stage {worst.stage} needs {need / 2**30:.1f} GiB per GPU with the "
+                f"caching allocator's cached blocks, more than the GPU's "
+                f"{capacity_bytes / 2**30:.1f} GiB, and {worst.required_bytes / 2**30:.1f} GiB "
+                "without them: it runs only if PyTorch's allocator can free enough of its "
+                "cache (fragmentation decides; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                "helps)")
     return (f"tight: stage {worst.stage} needs {need / 2**30:.1f} GiB per GPU of the GPU's "
             f"{capacity_bytes / 2**30:.1f} GiB, inside the {margin * 100:g} % margin "
             "(cluster.memory_reserve_fraction): a larger NCCL buffer or allocator "

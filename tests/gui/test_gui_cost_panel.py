@@ -114,21 +114,28 @@ def test_error_band_of_time_days_and_dollars(panel, real_simulate):
 
 
 def test_memory_inside_the_margin_is_tight_and_names_it(panel):
-    """Issue 27: the synthetic plan needs 75 GiB of 100 GiB; with a 30 % margin it is tight
-    (75 > 70), with a 20 % margin it fits (75 <= 80), and no margin takes memory away."""
+    """Issue 27: the synthetic plan needs 65 GiB of 100 GiB; with a 40 % margin it is tight
+    (65 > 60), with a 30 % margin it fits (65 <= 70), and no margin takes memory away; over
+    the capacity with the allocator's cache only (the simulator's fit, without the reserve),
+    it is tight and says so."""
     import dataclasses
     report = synthetic_report(p=4)
-    assert report.max_memory_per_gpu_bytes == 75 * 2**30
+    assert report.max_memory_per_gpu_bytes == 65 * 2**30
     tight = dataclasses.replace(report, memory_capacity_bytes=100 * 2**30,
-                                memory_reserve_fraction=0.3)
+                                memory_reserve_fraction=0.4)
     panel.set_report(tight)
-    assert panel.fit_text == ("Tight: at most 75.0 GiB of 100.0 GiB per GPU, inside the 30 % "
+    assert panel.fit_text == ("Tight: at most 65.0 GiB of 100.0 GiB per GPU, inside the 40 % "
                               "margin (cluster.memory_reserve_fraction)")
     assert panel.no_fit_text == ""
-    assert "tight within&nbsp;30&nbsp;%" in panel._memory_legend.text()
-    assert panel._capacity_line.value() == pytest.approx(100.0)  # the capacity, not 70 %
-    panel.set_report(dataclasses.replace(tight, memory_reserve_fraction=0.2))
-    assert panel.fit_text.startswith("Fits: at most 75.0 GiB of 100.0 GiB per GPU")
+    assert "tight within&nbsp;40&nbsp;%" in panel._memory_legend.text()
+    assert panel._capacity_line.value() == pytest.approx(100.0)  # the capacity, not 60 %
+    cached = dataclasses.replace(report, memory_capacity_bytes=64.5 * 2**30, fits_in_memory=True)
+    panel.set_report(cached)
+    assert panel.fit_text == ("Tight: at most 65.0 GiB of 64.5 GiB per GPU with the allocator's "
+                              "cache; fits only once PyTorch frees it")
+    assert panel.no_fit_text == ""
+    panel.set_report(dataclasses.replace(tight, memory_reserve_fraction=0.3))
+    assert panel.fit_text.startswith("Fits: at most 65.0 GiB of 100.0 GiB per GPU")
 
 
 def test_a_run_shorter_than_a_day_shows_its_days(panel):

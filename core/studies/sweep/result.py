@@ -240,7 +240,8 @@ class SweepResult:
         if self.memory_verdict is None:  # from the capacity, else (no capacity) from fits
             self.memory_verdict = (
                 memory_verdict_column(self.max_memory_per_gpu_bytes, self.memory_capacity_bytes,
-                                float(self.session.cluster.memory_reserve_fraction))
+                                float(self.session.cluster.memory_reserve_fraction),
+                                self.fits_in_memory)
                 if math.isfinite(self.memory_capacity_bytes) else
                 np.where(np.asarray(self.fits_in_memory, bool), "fits", "does not fit"))
         if self.pruned is None:

@@ -511,7 +511,7 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
     if progress is not None and runner.done_n < n:  # the plans that do not fit, never simulated
         progress(n, n)
     runner.prepare()
-    result = _result(session, space, runner, max_mem, reason, num_mb, sweep_notes,
+    result = _result(session, space, runner, max_mem, mem_fits, reason, num_mb, sweep_notes,
                      deadline_days, pruned, lower)
     result.dimensions = dimensions
     if deadline_days is not None:
@@ -572,7 +572,7 @@ def _branch_and_bound(runner: _Runner, session: Session, space: SweepSpace, lowe
 
 
 def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.ndarray,
-            reason: list[str], num_mb: np.ndarray, sweep_notes: list[str],
+            mem_fits: np.ndarray, reason: list[str], num_mb: np.ndarray, sweep_notes: list[str],
             deadline_days: float | None, pruned: np.ndarray, lower: np.ndarray) -> SweepResult:
     """The :class:`SweepResult` of a sweep whose batches are all solved (``runner``)."""
     plans, store, iteration, num_gpus = runner.plans, runner.store, runner.iteration, runner.num_gpus
@@ -580,7 +580,7 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
     figures = _figures(runner, session, iteration)
     capacity = float(store.memory_bytes)
     reserve = float(session.cluster.memory_reserve_fraction)
-    verdict = memory_verdict_column(max_mem, capacity, reserve)  # tight plans fit
+    verdict = memory_verdict_column(max_mem, capacity, reserve, mem_fits)  # tight plans fit
     fits = verdict != MEMORY_VERDICTS[2]  # the verdict's answer, simulated or not
     feasible = fits & np.isfinite(iteration)  # the answers are among plans with figures
     days, cost_usd = figures.training_days, figures.cost_usd
