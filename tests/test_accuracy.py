@@ -323,6 +323,11 @@ def test_calibrate_cli_round_trip(tmp_path, capsys):
     store = ProfileStore.open(out)
     assert store.provenance["method"] == "calibrated" and "a.csv" in store.provenance["data"]
     assert store.provenance["file_weights"] == {"a.csv": 1.0, "b.csv": 3.0}
+    # the fitted parameters and the bounds they were fitted within, for `vtrain profile show`'s
+    # at-a-bound lines (core.accuracy.shared_fit.parameters_at_bound)
+    from core.accuracy.fit_params import FIT_PARAMS
+    assert store.provenance["fitted_parameters"] == list(FIT_PARAMS)
+    assert store.provenance["parameter_bounds"]["gemm_efficiency_max"] == {"low": 0.2, "high": 1.0}
     # the out-of-fold predictions are kept: every run once, the multi-node runs again as
     # predicted by a fit on the single-node runs (scale transfer)
     r = store.residuals

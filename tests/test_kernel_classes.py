@@ -182,3 +182,15 @@ def test_kernel_classes_option_without_a_shared_fit_is_refused(argv, tmp_path, m
     (tmp_path / "runs.csv").write_text("")
     assert main(argv) == 2
     assert "--kernel-classes" in capsys.readouterr().err
+
+
+def test_the_shipped_a100_store_names_its_overheads_at_zero():
+    """The A100 store (fitted on all of FIT_PARAMS, bounds recorded by scripts/store_fit_bounds.py):
+    its per-kernel, per-launch, per-iteration and per-collective overheads ended at their lower
+    bound, 0; the efficiencies did not."""
+    from core.store.profile_store import ProfileStore
+    from tests.conftest import ROOT
+    store = ProfileStore.open(ROOT / "profiles" / "A100-SXM4-80GB.h5")
+    at = [line.split(" = ")[0] for line in parameters_at_bound(store.provenance)]
+    assert at == ["kernel_overhead_s", "kernel_launch_s", "iteration_overhead_s",
+                  "collective_overhead_s"]

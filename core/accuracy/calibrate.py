@@ -98,6 +98,10 @@ class FitResult:
     corrections: dict[tuple, float]
     rounds: int
     train_metrics: dict[str, float] = field(default_factory=dict)
+    #: the parameters fitted, in order, and the bounds each was fitted within (``(low, high)``,
+    #: SI units; :func:`core.accuracy.fit_params.param_bounds`)
+    fitted: tuple[str, ...] = ()
+    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def _fit_globals(sessions, measured_s, base, names, current, rounds, say, sqrt_w, prior=0.0,
@@ -228,7 +232,8 @@ def fit(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore,
             say(f"shape round {rnd + 1}/{rounds}: {len(corr)} shape factors")
     stores = _FittedStores(base, current, corr)
     pred = np.array([simulate(s, stores(s)).report.iteration_time_s for s in sessions])
-    return FitResult(current, corr, rounds, error_metrics(pred, measured_s))
+    return FitResult(current, corr, rounds, error_metrics(pred, measured_s), tuple(names),
+                     {n: tuple(map(float, param_bounds(n, bounds))) for n in names})
 
 
 def cross_validate(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore, *,
@@ -252,8 +257,10 @@ def calibrated_store(base: ProfileStore, result: FitResult, data: Sequence[str],
                      file_weights: Sequence[float] | None = None,
                      residuals: "ResidualTable | None" = None) -> ProfileStore:
     """The calibrated store for ``base``'s device, with provenance (data, file weights,
-    parameters, CV error) and the out-of-sample ``residuals`` that give predictions their
-    error band (:mod:`core.store.interval`)."""
+    parameters, the fitted ones and their bounds, CV error) and the out-of-sample
+    ``residuals`` that give predictions their error band (:mod:`core.store.interval`).
+    ``vtrain profile show`` names a fitted parameter that ended at a bound
+    (:func:`core.accuracy.shared_fit.parameters_at_bound`)."""
     store = apply_fit(base, result.op_model, result.corrections)
     store.residuals = residuals
     weights = [1.0] * len(data) if file_weights is None else [float(w) for w in file_weights]
@@ -262,6 +269,8 @@ def calibrated_store(base: ProfileStore, result: FitResult, data: Sequence[str],
         "base_profile": base.summary(), "data": "; ".join(data),
         "file_weights": {name: w for name, w in zip(data, weights)},
         "parameters": {k: float(v) for k, v in result.op_model.items()},
+        "fitted_parameters": list(result.fitted),
+        "parameter_bounds": {n: {"low": lo, "high": hi} for n, (lo, hi) in result.bounds.items()},
         "num_shape_factors": len(result.corrections),
         "cross_validation": cv,
         "cross_validation_procedure": (
