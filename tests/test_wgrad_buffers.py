@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from core.model import model_math as mm
-from core.model.wgrad_buffers import dummy_wgrad_bytes, stage_weight_shapes
+from core.model.wgrad_buffers import (dummy_wgrad_bytes, separate_wgrad_bytes, stage_weight_shapes,
+                                      weight_gradient_buffer_bytes)
 from core.plan.model_config import ModelConfig
 from core.plan.presets import MODEL_PRESETS
 from core.plan.parallel import ParallelPlan
@@ -56,10 +57,28 @@ def test_the_bytes_are_the_weights_dtype():
 
 
 @pytest.mark.parametrize("kw", [dict(gradient_accumulation_fusion=False), dict(zero_stage=3)])
-def test_none_without_fused_wgrad_accumulation(kw):
+def test_no_placeholders_without_fused_wgrad_accumulation(kw):
     """The placeholder is TE's answer to fuse_wgrad_accumulation; without it (or under FSDP, which
     reduce-scatters each micro-batch's gradients) the weight gradients are real tensors."""
     assert dummy_wgrad_bytes(LLAMA70B, _plan(**kw)).tolist() == [0.0, 0.0]
+
+
+def test_separate_accumulation_holds_the_largest_weight_gradient_once():
+    """Without the fusion each weight gradient lives until the data-parallel hook adds it to
+    main_grad: the largest of the stage counts, fc1 (57344 x 8192) on stage 0, the output layer
+    (128256 x 8192) on the loss stage; nothing with the fusion or under ZeRO-3."""
+    plan = _plan(gradient_accumulation_fusion=False)
+    want = [2.0 * 57344 * 8192, 2.0 * 128256 * 8192]
+    assert separate_wgrad_bytes(LLAMA70B, plan).tolist() == want
+    assert weight_gradient_buffer_bytes(LLAMA70B, plan).tolist() == want
+    assert separate_wgrad_bytes(LLAMA70B, _plan()).tolist() == [0.0, 0.0]
+    assert weight_gradient_buffer_bytes(LLAMA70B, _plan(zero_stage=3)).tolist() == [0.0, 0.0]
+    fused = mm.stage_memory(LLAMA70B, _plan())
+    apart = mm.stage_memory(LLAMA70B, plan)
+    placeholders = dummy_wgrad_bytes(LLAMA70B, _plan())
+    for i in range(2):
+        assert apart[i].gradients_bytes - fused[i].gradients_bytes == pytest.approx(
+            want[i] - placeholders[i], rel=1e-12)
 
 
 def test_shared_and_routed_experts_of_one_shape_share_a_buffer():

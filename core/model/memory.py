@@ -27,7 +27,7 @@ from core.model.mtp import mtp_extra_parameters, mtp_layers
 from core.model.recompute import recomputed_layers
 from core.model.softcap import final_logit_softcap_bytes
 from core.model.stage_memory import StageMemory
-from core.model.wgrad_buffers import dummy_wgrad_bytes
+from core.model.wgrad_buffers import weight_gradient_buffer_bytes
 from core.plan.parallel import (PLAN_FIELDS, ParallelPlan, fp8_recipe, grad_dtype, plan_key,
                                 tensor_dtype, zero_shard_size)
 from core.plan.model_config import ModelConfig, padded_vocab_size
@@ -627,7 +627,7 @@ def state_bytes_of(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
         elif fp8_gathers_params(plan):  # --fp8-param-gather: the compute weights are FP8 only
             fp8_w = fp8_w - fp8_weights_per_gpu(model, plan) * e
     return (n * w + experts * we + gathered + fp8_w,
-            n * g + experts * ge + gathered_grads + dummy_wgrad_bytes(model, plan),
+            n * g + experts * ge + gathered_grads + weight_gradient_buffer_bytes(model, plan),
             n * o + experts * oe)
 
 

@@ -27,9 +27,10 @@ class StageMemory:
     main gradients, 20 for fp16 with fp16 gradients, 16 for fp32), divided by ``d`` per ZeRO
     stage (Rajbhandari et al. 2020); activations by Korthikanti et al. 2022, Table 2, for the
     plan's sequence parallelism and recomputation, times the micro-batches in flight of the
-    schedule (Megatron-Core's warm-up counts). ``gradients_bytes`` also holds Transformer
-    Engine's placeholder weight gradients, one buffer per distinct weight shape of the stage
-    (:mod:`core.model.wgrad_buffers`). The terms after ``activations_bytes`` are what
+    schedule (Megatron-Core's warm-up counts). ``gradients_bytes`` also holds the weight
+    gradients beyond the gradient buffer (:mod:`core.model.wgrad_buffers`): Transformer
+    Engine's placeholders, one per distinct weight shape of the stage, with fused
+    accumulation; the largest weight's gradient, a transient, without. The terms after ``activations_bytes`` are what
     a process holds besides the model's tensors (0 in reports written before they existed):
 
     * ``workspace_bytes``: GEMM workspaces allocated through PyTorch (counted by

@@ -21,6 +21,15 @@ less than the buffers counted here).
 So after the first backward a GPU holds one buffer, in the weights' dtype, per distinct
 weight shape among its stage's linear layers: ``torch.cuda.max_memory_allocated`` counts
 them. :func:`dummy_wgrad_bytes` gives their sum per stage.
+
+Without the fusion (``"separate"``) each weight gradient is a real tensor in the weights'
+dtype (Megatron-Core's ``grad_output.t().matmul(total_input)``, TE's wgrad GEMM output) until
+the data-parallel hook adds it to ``main_grad`` and drops it (``param.main_grad.add_(
+param.grad.data); param.grad = None``, Megatron-Core ``DistributedDataParallel``'s backward
+hook): a transient of one weight at a time. :func:`weight_gradient_buffer_bytes` counts the
+largest of the stage's (the output layer's on the loss stage) at the peak, the backward's
+first ops running while the activations are all held: a bound that can exceed the
+transient at the true peak by the difference between the largest and the first weights.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from core.plan.model_config import ModelConfig, padded_vocab_size
 from core.plan.parallel import ParallelPlan, tensor_dtype, wgrad_accumulation
 
 __all__ = ["attention_weight_shapes", "mlp_weight_shapes", "stage_weight_shapes",
-           "dummy_wgrad_bytes"]
+           "dummy_wgrad_bytes", "separate_wgrad_bytes", "weight_gradient_buffer_bytes"]
 
 Shape = tuple[int, int]
 
@@ -122,3 +131,24 @@ def dummy_wgrad_bytes(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     return np.array([float(e * sum(r * c for r, c in shapes))
                      for shapes in stage_weight_shapes(model, plan)])
+
+
+def separate_wgrad_bytes(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """Bytes of the largest weight gradient of one GPU of each stage, float64 (p,), when the
+    weight gradients are tensors of their own (:func:`core.plan.parallel.wgrad_accumulation`
+    ``"separate"``; module doc): ``rows * cols`` of its largest :func:`stage_weight_shapes`
+    times the weights' bytes. Zero otherwise."""
+    p = plan.pipeline_parallel
+    if wgrad_accumulation(plan) != "separate":
+        return np.zeros(p)
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
+    return np.array([float(e * max((r * c for r, c in shapes), default=0))
+                     for shapes in stage_weight_shapes(model, plan)])
+
+
+def weight_gradient_buffer_bytes(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """The weight-gradient tensors of one GPU of each stage beyond the gradient buffer, bytes,
+    float64 (p,): :func:`dummy_wgrad_bytes` with fused accumulation,
+    :func:`separate_wgrad_bytes` without; none under ZeRO-3 (its unsharded gradients are
+    counted as such)."""
+    return dummy_wgrad_bytes(model, plan) + separate_wgrad_bytes(model, plan)
