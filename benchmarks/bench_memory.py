@@ -18,7 +18,11 @@ Every measured run ran, so the verdict (:func:`core.sim.report.memory_verdict` o
 whole-process peak against the GPU's whole memory, the session's margin naming a tight
 fit) must say it fits or is tight.
 
-Run: ``python benchmarks/bench_memory.py [--csv PATH]`` (a few seconds).
+Then the published runs of ../shared/data/public-modern (``published_runs.sessions.jsonl``),
+which have no measured memory but all ran: each one's verdict, which must say it fits or is
+tight (the rows the file skips, for what the simulator does not model, are listed apart).
+
+Run: ``python benchmarks/bench_memory.py [--csv PATH]`` (about 20 s).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from core.sim.report import memory_verdict  # noqa: E402
 from core.sim.simulate import session_profile, stage_memory  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "measured-memory" / "measured_memory.csv"
+PUBLISHED = ROOT.parent / "shared" / "data" / "public-modern" / "published_runs.sessions.jsonl"
 GiB = 2.0 ** 30
 
 #: Model columns -> ModelConfig fields, read as integers (empty cells keep the field's default:
@@ -138,6 +143,36 @@ def figures(path: Path = DATA) -> dict:
             "errors_percent": by}
 
 
+def published_verdicts(path: Path = PUBLISHED) -> list[dict]:
+    """One record per published run: its row, model, GPU, the skip reason of the file (None
+    for a run the simulator models), the whole-process need and the need without the
+    allocator's reserve of its largest stage (GiB), the GPU's memory (GiB) and the verdict
+    (:func:`core.sim.report.memory_verdict`, the fit decided as :func:`core.sim.simulate.memory_verdict`
+    decides it)."""
+    import json
+    import tempfile
+
+    from core.io.session import load_any
+    from core.sim.simulate import memory_verdict as fit_of
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for line in path.read_text().splitlines():
+            doc = json.loads(line)
+            file = Path(tmp) / f"row{doc['row']}.json"
+            file.write_text(json.dumps(doc["session"]))
+            session = load_any(file)
+            mem = stage_memory(session)
+            capacity = float(session_profile(session).memory_bytes)
+            need, fits, _ = fit_of(mem, capacity)
+            out.append({"row": doc["row"], "model": session.model.name, "gpu": session.cluster.gpu,
+                        "skip_reason": doc.get("skip_reason"), "need_gib": need / GiB,
+                        "required_gib": max(sm.required_bytes for sm in mem) / GiB,
+                        "capacity_gib": capacity / GiB,
+                        "verdict": memory_verdict(need, capacity,
+                                                  session.cluster.memory_reserve_fraction, fits)})
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=DATA)
@@ -160,6 +195,19 @@ def main() -> int:
         print(f"{scale:<13} {len(errs):>4} {np.median(a):>11.1f}% {a.mean():>9.1f}% "
               f"{a.max():>8.1f}% {np.median(errs):>+9.1f}%")
     print(f"\nverdicts right (every measured run ran): {f['verdicts_right']} of {f['rows']}")
+    if PUBLISHED.exists():
+        pub = published_verdicts(PUBLISHED)
+        print(f"\npublished runs (no measured memory; every one ran), {PUBLISHED.name}:")
+        print(f"{'row':>3} {'model':<22} {'gpu':<22} {'GiB':>7} {'w/o cache':>9} {'of':>6}  verdict")
+        for r in pub:
+            why = r["skip_reason"] or ""
+            note = f"  (skipped: {why[:60]}{'...' if len(why) > 60 else ''})" if why else ""
+            print(f"{r['row']:>3} {r['model'][:22]:<22} {r['gpu'][:22]:<22} {r['need_gib']:>7.1f} "
+                  f"{r['required_gib']:>9.1f} {r['capacity_gib']:>6.1f}  {r['verdict']}{note}")
+        modelled = [r for r in pub if not r["skip_reason"]]
+        right = sum(r["verdict"] != "does not fit" for r in modelled)
+        print(f"verdicts right (fits or tight) on the runs the file does not skip: "
+              f"{right} of {len(modelled)}")
     return 0
 
 

@@ -140,6 +140,24 @@ def test_bench_memory_within_five_percent_median_and_every_run_fits():
         assert max(map(abs, figures["errors_percent"][scale])) <= 3.0
 
 
+def test_every_published_run_the_simulator_models_fits_or_is_tight():
+    """The published modern runs all ran: bench_memory's verdict of each one the file does not
+    skip says it fits or is tight (30 of 30; row 16, Llama 3.1 405B on GB200, tight: over the
+    GPU's memory with the allocator's reserve only)."""
+    published = ROOT.parent / "shared" / "data" / "public-modern" / "published_runs.sessions.jsonl"
+    if not published.exists():
+        pytest.skip(f"shared data not present: {published}")
+    spec = importlib.util.spec_from_file_location("bench_memory", ROOT / "benchmarks" / "bench_memory.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.published_verdicts(published)
+    modelled = [r for r in rows if not r["skip_reason"]]
+    assert len(rows) == 43 and len(modelled) == 30
+    assert [r["row"] for r in modelled if r["verdict"] == "does not fit"] == []
+    row16 = next(r for r in rows if r["row"] == 16)
+    assert row16["verdict"] == "tight" and row16["required_gib"] < row16["capacity_gib"] < row16["need_gib"]
+
+
 def test_fp8_copies_still_counted_in_the_weights():
     """The FP8 weight copies stay a weights term (not a process term): per-tensor scaling on
     Hopper, 2 bytes + scales per linear weight."""
