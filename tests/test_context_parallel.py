@@ -364,14 +364,19 @@ def test_distributed_optimizer_shards_over_d_times_cp():
 _BEFORE = [
     (Session(plan=ParallelPlan(gradient_accumulation_fusion=False),
              cluster=ClusterConfig(inter_node_bandwidth_gbits_per_s=800.0)),
-     (57.69900268826715, 31749519360.0, 7.481048043229236)),
+     # memory: + the largest weight gradient of the peak stage, a tensor of its own without
+     # fused accumulation (core.model.wgrad_buffers.separate_wgrad_bytes), added later: fc1,
+     # 4h/t x h = 6144 x 12288 in fp16
+     (57.69900268826715, 31749519360.0 + 2 * 6144 * 12288, 7.481048043229236)),
     (Session(model=LLAMA3_8B, plan=ParallelPlan(
         tensor_parallel=2, pipeline_parallel=4, data_parallel=2, micro_batch_size=1,
         global_batch_size=32, schedule="zb-h1", recompute="selective", sequence_parallel=True,
         zero_stage=1, overlap_grad_reduce=True, overlap_param_gather=True,
         gradient_accumulation_fusion=False),
         cluster=ClusterConfig(gpu="H100-SXM5-80GB", inter_node_bandwidth_gbits_per_s=800.0)),
-     (2.0320441570691243, 36101210112.0, 0.0990150257777756)),
+     # memory: + the loss stage's output-layer weight gradient (V'/t x h = 64128 x 4096 in
+     # bf16), likewise
+     (2.0320441570691243, 36101210112.0 + 2 * 64128 * 4096, 0.0990150257777756)),
     (Session(model=MODEL_PRESETS["Llama 2 7B"], plan=ParallelPlan(
         tensor_parallel=4, pipeline_parallel=2, data_parallel=4, micro_batch_size=2,
         global_batch_size=64, schedule="interleaved", virtual_pipeline_stages=2, recompute="full",
