@@ -239,3 +239,22 @@ def test_cli_a_plan_against_itself_prints_no_negative_zero(capsys):
     assert main(["diff", path, path]) == 0
     out = capsys.readouterr().out
     assert "+0.000 s (+0.0%)" in out and "-0.000" not in out
+
+
+def test_tight_over_capacity_names_the_cache_not_the_margin(tmp_path, capsys):
+    """A plan over the GPU's memory only with the allocator's cache (GPT-3 1.3B at 3,968
+    tokens on A100: 82.3 of 80.0 GiB, 79.7 without the cache) is tight for that reason alone:
+    the line says so and does not point at the margin's setting."""
+    a = _variant()
+    a.model.seq_length = 3968
+    b = _variant(recompute="full")
+    b.model.seq_length = 3968
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    save_session(a, pa)
+    save_session(b, pb)
+    ra = simulate(a).report
+    assert ra.memory_verdict == "tight" and ra.max_memory_per_gpu_bytes > ra.memory_capacity_bytes
+    assert main(["diff", str(pa), str(pb)]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("A tight"))
+    assert "fits only without the allocator's cache" in line
+    assert "memory_reserve_fraction" not in line

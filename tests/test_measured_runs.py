@@ -219,6 +219,19 @@ def test_runs_over_memory_are_predicted_and_reported(tmp_path):
     assert doc["n"] == 1 and [r["row"] for r in doc["memory_over_capacity"]] == [1]
 
 
+def test_tight_run_over_capacity_only_with_the_cache_is_not_a_miss(published):
+    """Published row 16 (Llama 3.1 405B on GB200, which ran) needs more than the GPU's memory
+    only with the caching allocator's reserve: simulate calls it tight, so validate does not
+    list it among the runs the memory model says cannot fit."""
+    from core.accuracy.validate import row_memory, row_memory_fit
+    from core.sim.simulate import simulate
+    m = next(m for m in published if m.row == 16)
+    need, capacity, fits = row_memory_fit(m)
+    assert need > capacity and fits and row_memory(m) == (need, capacity)
+    assert simulate(m.session).report.memory_verdict == "tight"
+    assert 16 not in [r.row for r, _, _ in over_capacity(published)]
+
+
 def test_skip_causes_come_from_the_kind_of_rule_not_the_message():
     """A refusal's cause is its rule's kind (``FieldError.rule``) and field: an uneven pipeline
     split, a feature not modelled, an invalid value; the message text is for people only."""

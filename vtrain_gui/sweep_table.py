@@ -96,7 +96,8 @@ TABLE_COLUMNS = _plan_columns(always=True) + (
             format_bytes),
     _Column("fits", "memory_verdict", "Memory verdict of the largest stage against the GPU's "
             "memory: fits, tight (within the planner's margin, cluster.memory_reserve_fraction, "
-            "of the capacity: kept by the sweep) or does not fit", str, False),
+            "of the capacity, or over it only with the allocator's cache: kept by the sweep) or "
+            "does not fit", str, False),
     _Column("front", "front", "On the time-versus-cost Pareto front of the plans shown", _yes_no,
             False),
     _BAND_COLUMN,

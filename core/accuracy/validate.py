@@ -5,7 +5,7 @@
 predictions, the error bands and the figures (:mod:`core.accuracy.metrics`). The memory model
 is run here, not by the readers: :func:`row_memory` gives each predicted run's estimated need
 against its GPU's memory, and :func:`over_capacity` lists the runs that ran although the memory
-model says they cannot fit (reported, never dropped).
+model says they cannot fit (simulate's verdict; reported, never dropped).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from core.accuracy.measured import PROGRESS_EVERY, MeasuredRun
 from core.accuracy.metrics import error_metrics, interval_metrics
 from core.plan.session import Session
 
-__all__ = ["ValidationResult", "predict_rows", "predict_memory", "row_memory", "over_capacity"]
+__all__ = ["ValidationResult", "predict_rows", "predict_memory", "row_memory", "row_memory_fit",
+           "over_capacity"]
 
 
 @dataclass
@@ -186,8 +187,17 @@ def predict_memory(measurements: list[MeasuredRun]) -> np.ndarray:
 def row_memory(m: MeasuredRun) -> tuple[float, float] | None:
     """``(need, capacity)`` in bytes: what the memory model gives the fullest GPU of a row's plan
     (:func:`core.sim.simulate.stage_memory`, no reserve) and the GPU's whole memory; None when the
-    row has no session or its store cannot be read. A run that was measured ran: a predicted
-    row whose need exceeds the capacity is a miss of the memory model (or of an assumption)."""
+    row has no session or its store cannot be read (:func:`row_memory_fit` without the fit)."""
+    fit = row_memory_fit(m)
+    return None if fit is None else fit[:2]
+
+
+def row_memory_fit(m: MeasuredRun) -> tuple[float, float, bool] | None:
+    """``(need, capacity, fits)``: :func:`row_memory` and whether the plan fits as simulate
+    decides it (:func:`core.sim.simulate.memory_verdict`: the need less the caching allocator's
+    reserve against the capacity; a need above the capacity only with the reserve is tight, not
+    unfit). A run that was measured ran: a predicted row that does not fit is a miss of the
+    memory model (or of an assumption)."""
     from core.sim.simulate import memory_verdict, session_profile, stage_memory
 
     if m.session is None:
@@ -196,22 +206,24 @@ def row_memory(m: MeasuredRun) -> tuple[float, float] | None:
         store = session_profile(m.session)
         capacity = float(store.memory_bytes)
         # the store's peaks decide FP8's transposed weight copies, as simulate's do
-        need, _, _ = memory_verdict(stage_memory(m.session, store), capacity)
+        need, fits, _ = memory_verdict(stage_memory(m.session, store), capacity)
     except Exception:  # noqa: BLE001 - the simulator names what it cannot model when predicting
         return None
-    return float(need), capacity
+    return float(need), capacity, bool(fits)
 
 
 def over_capacity(runs: list[MeasuredRun]) -> list[tuple[MeasuredRun, float, float]]:
-    """``(run, need, capacity)`` (bytes, :func:`row_memory`) of every predicted run whose
-    estimated need exceeds its GPU's memory: runs that ran, so misses of the memory model or of
-    an assumption (a recomputation or offloading the source does not state), reported by
-    ``vtrain validate`` and kept in the figures."""
+    """``(run, need, capacity)`` (bytes, :func:`row_memory`) of every predicted run that does
+    not fit in its GPU's memory by simulate's verdict (:func:`row_memory_fit`; a run whose need
+    exceeds the capacity only with the allocator's reserve is tight, and ran as the verdict
+    allows): runs that ran, so misses of the memory model or of an assumption (a
+    recomputation or offloading the source does not state), reported by ``vtrain validate``
+    and kept in the figures."""
     out = []
     for m in runs:
         if m.skip_reason:
             continue
-        mem = row_memory(m)
-        if mem is not None and mem[0] > mem[1]:
+        mem = row_memory_fit(m)
+        if mem is not None and not mem[2]:
             out.append((m, mem[0], mem[1]))
     return out

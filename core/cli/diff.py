@@ -165,5 +165,7 @@ def run(args: argparse.Namespace) -> int:
                          if r.memory_verdict == "does not fit" else
                          ", " + tight_reason(r.max_memory_per_gpu_bytes,
                                              r.memory_capacity_bytes, r.memory_reserve_fraction)
-                         + " (cluster.memory_reserve_fraction)"), highlight=False)
+                         + (" (cluster.memory_reserve_fraction)"  # the margin's setting
+                            if r.max_memory_per_gpu_bytes <= r.memory_capacity_bytes else "")),
+                      highlight=False)
     return 0

@@ -151,7 +151,8 @@ def print_choice(choice, console: Any) -> None:
     console.print(t)
     if any(choice.point(k)["memory_verdict"] == "tight" for k in choice.front.tolist()):
         console.print("[dim]~ after the GPUs: tight, within the planner's memory margin "
-                      "(cluster.memory_reserve_fraction)[/]")
+                      "(cluster.memory_reserve_fraction), or over the GPU's memory only with the "
+                      "allocator's cache[/]")
     for name, k in (("fewest days", choice.best_by_days), ("fewest dollars", choice.best_by_dollars)):
         if k is None:
             console.print(esc(f"best by {name}: none ({choice.no_point_reason()})"))

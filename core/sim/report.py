@@ -170,8 +170,9 @@ class Report:
     max_memory_per_gpu_bytes: float
     fits_in_memory: bool
     #: the planner's margin (cluster.memory_reserve_fraction), a share of the capacity: fits
-    #: means max_memory_per_gpu_bytes <= memory_capacity_bytes; a fit within the margin of the
-    #: capacity is "tight" (:func:`memory_verdict`)
+    #: means the largest stage's need less the caching allocator's reserve is at most
+    #: memory_capacity_bytes (StageMemory.required_bytes); a fit within the margin of the
+    #: capacity, or over it only with the reserve, is "tight" (:func:`memory_verdict`)
     memory_reserve_fraction: float = 0.0
     #: exposed pipeline communication: what the transfers add to the iteration time (the
     #: iteration with free transfers is that much shorter); never counted as bubble
