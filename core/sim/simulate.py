@@ -251,8 +251,9 @@ def tight_note(memory: list[StageMemory], capacity_bytes: float, margin: float) 
                 f"caching allocator's cached blocks, more than the GPU's "
                 f"{capacity_bytes / 2**30:.1f} GiB, and {worst.required_bytes / 2**30:.1f} GiB "
                 "without them: it runs only if PyTorch's allocator can free enough of its "
-                "cache (fragmentation decides; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-                "helps)")
+                "cache (fragmentation decides), and each time it must it synchronizes "
+                "(torch.cuda.memory_stats()['num_alloc_retries']); "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps")
     return (f"tight: stage {worst.stage} needs {need / 2**30:.1f} GiB per GPU of the GPU's "
             f"{capacity_bytes / 2**30:.1f} GiB, inside the {margin * 100:g} % margin "
             "(cluster.memory_reserve_fraction): a larger NCCL buffer or allocator "

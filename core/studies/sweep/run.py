@@ -422,7 +422,10 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
     ``recompute_num_layers`` None) and fits (``mem``: :func:`memory_verdicts`' bytes, fits,
     reasons), the same plan recomputing the fewest layers per model chunk that still fit
     (Megatron-LM's ``--recompute-method block --recompute-num-layers N``), when fewer than
-    all: its plans and their memory verdicts. Exact for the sweep's answers: memory falls
+    all: its plans and their memory verdicts. "Fit" here is the whole need, the caching
+    allocator's reserve included, within the capacity (stricter than the verdict's, which
+    leaves the reserve out: :func:`core.sim.simulate.memory_verdict`), so no partial
+    recomputation the sweep builds needs PyTorch to free its cache. Exact for the sweep's answers: memory falls
     and the iteration time grows with N (each recomputed layer repeats its forward), so
     that N is the fastest of the plan's partial recomputations that fit. The N are found
     by bisection over all plans at once, :func:`memory_verdicts` of one batch per round
@@ -455,7 +458,10 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
             break
         mid = (lo[open_] + hi[open_]) // 2
         trial = [with_layers(plans[rows[k]], n) for k, n in zip(open_.tolist(), mid.tolist())]
-        ok = memory_verdicts(trial, session.model, store, memo=memo)[1]
+        # the whole need, the allocator's cache included, within the capacity: the sweep never
+        # builds a plan that runs only once PyTorch frees its cache (it may, each time it must
+        # retry a cudaMalloc, at a synchronization's cost: memory_stats' num_alloc_retries)
+        ok = memory_verdicts(trial, session.model, store, memo=memo)[0] <= float(store.memory_bytes)
         hi[open_[ok]] = mid[ok]
         lo[open_[~ok]] = mid[~ok]
     keep = np.flatnonzero(hi < most)
