@@ -184,6 +184,11 @@ def test_cli_pick_writes_the_plan_as_a_session(tmp_path, capsys):
     assert main(args + ["--pick", "fastest", "--out", str(tmp_path / "x.csv")]) == 2
     assert main(args + ["--pick", "soonest", "--out", str(bad)]) == 2
     assert not bad.exists()
+    # a .json out without --pick: no CSV written under a .json name; the message says what to do
+    capsys.readouterr()
+    assert main(args + ["--out", str(bad)]) == 2
+    assert "--out" in (err := capsys.readouterr().err) and "--pick fastest|cheapest|N" in err
+    assert "--out FILE.csv" in err and not bad.exists()
 
 
 def test_best_plan_per_gpu_count_is_exact_under_pruning():

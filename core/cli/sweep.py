@@ -324,8 +324,14 @@ def _sweep_interruptibly(sweep: Any, err_console: Console, show: bool) -> Any:
 
 def _pick_arg(text: str | None, out: str | None) -> str | int | None:
     """``--pick``'s value: ``"fastest"``, ``"cheapest"`` or a 1-based rank on the front; it
-    needs ``--out S.json``."""
+    needs ``--out S.json``, and ``--out S.json`` needs it (a CSV of every plan is ``--out
+    FILE.csv``): ConfigError otherwise."""
     if text is None:
+        if out and out.lower().endswith(".json"):
+            raise ConfigError([FieldError("--out", f"{out!r}: a .json file holds one plan as a "
+                                                   "session: add --pick fastest|cheapest|N, or "
+                                                   "give --out FILE.csv for every plan "
+                                                   "(--json prints the sweep as JSON)")])
         return None
     value = text.strip().lower()
     if value not in ("fastest", "cheapest"):
