@@ -317,9 +317,13 @@ class CompareTab(QtWidgets.QWidget):
                     verdict = (a, b)[c]["memory_verdict"]
                     if verdict != "fits":
                         cell.setForeground(QtGui.QColor(VERDICT_COLORS[verdict]))
-                        cell.setToolTip((a, b)[c]["memory_verdict_text"]
-                                        + " (need per GPU of the GPU's memory; the margin is "
-                                        "cluster.memory_reserve_fraction)")
+                        plan = (a, b)[c]
+                        cached = plan["max_memory_per_gpu_bytes"] > plan["memory_capacity_bytes"]
+                        cell.setToolTip(plan["memory_verdict_text"] + (
+                            " (need per GPU of the GPU's memory, with the allocator's cache)"
+                            if verdict == "tight" and cached else
+                            " (need per GPU of the GPU's memory; the margin is "
+                            "cluster.memory_reserve_fraction)"))
                 self._w_table.setItem(r, c, cell)
 
     def cell_text(self, row: int, column: int) -> str:
