@@ -122,6 +122,14 @@ def test_memory_verdict_arrays_counts_the_process_terms():
                                  rel=1e-12)
 
 
+def _bench_memory():
+    """benchmarks/bench_memory.py as a module."""
+    spec = importlib.util.spec_from_file_location("bench_memory", ROOT / "benchmarks" / "bench_memory.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
 def test_bench_memory_within_five_percent_median_and_every_run_fits():
     """benchmarks/bench_memory.py on the measured peaks: median error at most 5 % on
     max_allocated and max_reserved (the issue's target), every row within 3 % (2.2 and 2.6 %
@@ -130,9 +138,7 @@ def test_bench_memory_within_five_percent_median_and_every_run_fits():
     (all ran) judged to fit."""
     if not MEASURED.exists():
         pytest.skip(f"shared data not present: {MEASURED}")
-    spec = importlib.util.spec_from_file_location("bench_memory", ROOT / "benchmarks" / "bench_memory.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_memory()
     figures = bench.figures(MEASURED)
     assert figures["verdicts_right"] == figures["rows"] == 20
     for scale in ("max_allocated", "max_reserved"):
@@ -147,9 +153,7 @@ def test_every_published_run_the_simulator_models_fits_or_is_tight():
     published = ROOT.parent / "shared" / "data" / "public-modern" / "published_runs.sessions.jsonl"
     if not published.exists():
         pytest.skip(f"shared data not present: {published}")
-    spec = importlib.util.spec_from_file_location("bench_memory", ROOT / "benchmarks" / "bench_memory.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_memory()
     rows = bench.published_verdicts(published)
     modelled = [r for r in rows if not r["skip_reason"]]
     assert len(rows) == 43 and len(modelled) == 30
