@@ -30,8 +30,9 @@ class StageMemory:
     schedule (Megatron-Core's warm-up counts). ``gradients_bytes`` also holds the weight
     gradients beyond the gradient buffer (:mod:`core.model.wgrad_buffers`): Transformer
     Engine's placeholders, one per distinct weight shape of the stage, with fused
-    accumulation; the largest weight's gradient, a transient, without. The terms after ``activations_bytes`` are what
-    a process holds besides the model's tensors (0 in reports written before they existed):
+    accumulation; the largest weight's gradient, a transient, without. The terms after
+    ``activations_bytes`` are what a process holds besides the model's tensors (0 in reports
+    written before they existed):
 
     * ``workspace_bytes``: GEMM workspaces allocated through PyTorch (counted by
       ``max_memory_allocated``);

@@ -425,8 +425,8 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
     all: its plans and their memory verdicts. "Fit" here is the whole need, the caching
     allocator's reserve included, within the capacity (stricter than the verdict's, which
     leaves the reserve out: :func:`core.sim.simulate.memory_verdict`), so no partial
-    recomputation the sweep builds needs PyTorch to free its cache. Exact for the sweep's answers: memory falls
-    and the iteration time grows with N (each recomputed layer repeats its forward), so
+    recomputation the sweep builds needs PyTorch to free its cache. Exact for the sweep's
+    answers: memory falls and the iteration time grows with N (each recomputed layer repeats its forward), so
     that N is the fastest of the plan's partial recomputations that fit. The N are found
     by bisection over all plans at once, :func:`memory_verdicts` of one batch per round
     (at most log2 of the largest chunk's layers rounds), with ``memo`` (that of ``mem``'s
@@ -461,7 +461,8 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
         # the whole need, the allocator's cache included, within the capacity: the sweep never
         # builds a plan that runs only once PyTorch frees its cache (it may, each time it must
         # retry a cudaMalloc, at a synchronization's cost: memory_stats' num_alloc_retries)
-        ok = memory_verdicts(trial, session.model, store, memo=memo)[0] <= float(store.memory_bytes)
+        need = memory_verdicts(trial, session.model, store, memo=memo)[0]
+        ok = need <= float(store.memory_bytes)
         hi[open_[ok]] = mid[ok]
         lo[open_[~ok]] = mid[~ok]
     keep = np.flatnonzero(hi < most)
