@@ -174,8 +174,10 @@ def _stage_memory_table(r, p: int):
     """The memory per GPU by pipeline stage (bytes, formatted): every stage when ``p`` <= 8, else
     the first four and the last two with a ``...`` row between."""
     from rich.table import Table
-    mem = Table(title="Memory per GPU by pipeline stage (process: GEMM workspaces, the caching "
-                      "allocator's reserve, the CUDA context and NCCL's buffers)",
+    mem = Table(title="Memory per GPU by pipeline stage (gradients: the main gradients and "
+                      "the weight gradients beyond them, Transformer Engine's placeholders; "
+                      "process: GEMM workspaces, the caching allocator's reserve, the CUDA "
+                      "context and NCCL's buffers)",
                 title_justify="left")
     for col in ("stage", "weights", "gradients", "optimizer", "activations", "process", "total"):
         mem.add_column(col, justify="right")
