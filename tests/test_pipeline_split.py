@@ -320,7 +320,11 @@ def test_sweep_sets_the_flags_where_126_layers_need_them():
     s = _session_of(MODEL_PRESETS["Llama 3.1 405B"])
     plans = enumerate_plans(s, SweepSpace(max_gpus=1024, micro_batch_sizes=(1,),
                                           tensor_parallel=(8,)))
-    assert len(plans) == 7491  # 4,020 before the flags were set where needed
+    # 4,020 before the flags were set where needed; 7,491 before ZeRO 1-3 were swept at d = 1
+    # with cp > 1 (ZeRO shards over d*cp: 1,890 plans)
+    assert len(plans) == 9381
+    assert sum(pl.data_parallel == 1 and pl.context_parallel > 1 and pl.zero_stage > 0
+               for pl in plans) == 1890
     assert len({pl for pl in map(lambda pl: tuple(vars(pl).items()), plans)}) == len(plans)
     by_pv = {}
     for pl in plans:
@@ -352,11 +356,14 @@ def test_sweep_of_layers_that_split_adds_no_plan():
     """Llama 3 70B, 80 layers, on exactly 512 GPUs: every (p, v) tried splits the layers (81
     and 82 slots split over no power of two a plan of 512 GPUs has), so the plans and their
     count are those of the sweep before the flags were set where needed (12,312; the
-    context-parallel exchange held at the ring, as then: a2a adds 3,312 plans with cp > 1)."""
+    context-parallel exchange held at the ring, as then: a2a adds 3,312 plans with cp > 1), and
+    the 1,656 ZeRO 1-3 plans at d = 1 with cp > 1 swept since (ZeRO shards over d*cp)."""
     s = _session_of(MODEL_PRESETS["Llama 3 70B"])
     plans = enumerate_plans(s, SweepSpace(num_gpus=(512,), micro_batch_sizes=(1, 2),
                                           cp_comm_type=("p2p",)))
-    assert len(plans) == 12312
+    assert len(plans) == 12312 + 1656
+    assert sum(pl.data_parallel == 1 and pl.context_parallel > 1 and pl.zero_stage > 0
+               for pl in plans) == 1656
     assert not any(any(_flags(pl)) for pl in plans)
 
 

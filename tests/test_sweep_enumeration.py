@@ -52,7 +52,7 @@ def _reference_enumerate(session: Session, space: SweepSpace) -> list[ParallelPl
                          else c.sps[:1] if t == 1 else c.sps)
                 scheds_p = c.scheds if p > 1 else [one_stage_schedule(c.scheds)]
                 for d, ep in ((d, ep) for d in ds for ep in c.eps):
-                    zs_d = c.zs[:1] if d == 1 else c.zs
+                    zs_d = c.zs[:1] if d * cp == 1 else c.zs
                     for b in c.bs:
                         if B % (d * b):
                             continue
@@ -279,3 +279,26 @@ def test_plan_verdicts_equal_validate_on_random_plans(model):
                  for q in group]
         assert among.valid_among(group, varying) == truth
         assert among.valid_among(group, varying) == truth  # recalled
+
+
+def test_zero_stages_are_swept_at_d_1_with_context_parallelism():
+    """ZeRO shards over the data- and context-parallel ranks (d*cp, zero_shard_size): at d = 1
+    with cp = 8 the default space tries every stage, and ZeRO-3 puts Llama 2 7B at 32k tokens on
+    8 GPUs where ZeRO 0 does not fit (the new user's case: "cp 8: none of its plans fits");
+    at d*cp = 1 one stage stays (ZeRO changes nothing)."""
+    from core.studies.sweep import run_sweep
+    model = dataclasses.replace(MODEL_PRESETS["Llama 2 7B"], seq_length=32768)
+    session = Session(model, ParallelPlan(1, 1, 8, 1, 8, "1f1b", "none", "bf16"),
+                      ClusterConfig(gpu="H100-SXM5-80GB"))
+    space = SweepSpace(num_gpus=8, tensor_parallel=(1,), pipeline_parallel=(1,),
+                       context_parallel=(1, 8), micro_batch_sizes=(1,), recompute=("none",))
+    plans = enumerate_plans(session, space)
+    at: dict[tuple[int, int], set[int]] = {}
+    for pl in plans:
+        at.setdefault((pl.data_parallel, pl.context_parallel), set()).add(pl.zero_stage)
+    at = {k: sorted(v) for k, v in at.items()}
+    assert at[(1, 8)] == [0, 1, 2, 3] and at[(8, 1)] == [0, 1, 2, 3]
+    r = run_sweep(session, space, workers=1)
+    cp8 = [i for i, pl in enumerate(r.plans) if pl.context_parallel == 8]
+    fits = {r.plans[i].zero_stage: bool(r.fits_in_memory[i]) for i in cp8}
+    assert not fits[0] and fits[3]

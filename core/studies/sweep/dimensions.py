@@ -69,7 +69,7 @@ _DIMENSION_DEFAULTS = {
                           "on wherever t > 1, off at t = 1: what Megatron-Core users run (the "
                           "same communication volume as the all-reduces it replaces, less "
                           "activation memory); --sequence-parallel n,y tries it off too"),
-    "zero_stage": ("zero_stages", "0, 1, 2 and 3 where valid (one stage at d = 1)"),
+    "zero_stage": ("zero_stages", "0, 1, 2 and 3 where valid (one stage at d*cp = 1)"),
     "tp_comm_overlap": ("tp_comm_overlap", "on where Megatron supports it (sequence parallel, "
                                            "1 < t <= a node)"),
     "overlap_grad_reduce": ("dp_overlap", "on with data parallelism"),

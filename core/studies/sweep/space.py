@@ -576,8 +576,10 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
                 and ok("last_stage_layers", base.last_stage_layers if own_p else None)):
             continue
         ds = [d for d in c.data_parallel_sizes(space, t * p * cp, B) if ok("data_parallel", d)]
-        # sequence parallelism without tensor parallelism and ZeRO without data parallelism
-        # change nothing (Megatron turns sequence parallelism off at t = 1): one plan each
+        # sequence parallelism without tensor parallelism and ZeRO without a group to shard
+        # over (d*cp = 1: ZeRO shards over the data- and context-parallel ranks,
+        # core.plan.parallel.zero_shard_size) change nothing (Megatron turns sequence
+        # parallelism off at t = 1): one plan each
         if c.sps is None:  # Megatron-Core's choice: on with t > 1 (where s divides by t)
             sps_t = [t > 1 and m.seq_length % t == 0]
         else:
@@ -594,7 +596,7 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
                              if ok("virtual_pipeline_stages", v)])
                     for sched in scheds_p if ok("schedule", sched)]
         for d, ep in ((d, ep) for d in ds for ep in eps):
-            zs_d = c.zs[:1] if d == 1 else c.zs
+            zs_d = c.zs[:1] if d * cp == 1 else c.zs
             for b in bs:
                 if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
                     continue
