@@ -43,12 +43,16 @@ _WAITING = ("<p style='font-size:13pt'><b>Waiting for the editor's plan</b></p>"
 
 def _verdict_text(plan: dict) -> str:
     """``"fits"``, ``"tight (78.2 of 80.0 GiB)"`` or ``"does not fit (87.9 of 80.0 GiB)"`` for
-    one plan of :meth:`core.studies.diff.PlanDiff.to_dict` (need of the GPU's capacity)."""
+    one plan of :meth:`core.studies.diff.PlanDiff.to_dict` (need of the GPU's capacity); a
+    plan tight because it fits only once the allocator frees its cache says so
+    (``"tight (80.3 of 80.0 GiB with the cache)"``)."""
     verdict = plan["memory_verdict"]
     if verdict == "fits":
         return verdict
-    need, cap = gib_texts(plan["max_memory_per_gpu_bytes"], plan["memory_capacity_bytes"])
-    return f"{verdict} ({need} of {cap} GiB)"
+    need_b, cap_b = plan["max_memory_per_gpu_bytes"], plan["memory_capacity_bytes"]
+    need, cap = gib_texts(need_b, cap_b)
+    cache = " with the cache" if verdict == "tight" and need_b > cap_b else ""
+    return f"{verdict} ({need} of {cap} GiB{cache})"
 
 
 class CompareTab(QtWidgets.QWidget):
@@ -325,6 +329,7 @@ class CompareTab(QtWidgets.QWidget):
                             " (need per GPU of the GPU's memory; the margin is "
                             "cluster.memory_reserve_fraction)"))
                 self._w_table.setItem(r, c, cell)
+        self._w_table.resizeRowsToContents()  # a long verdict wraps instead of being cut
 
     def cell_text(self, row: int, column: int) -> str:
         """Text of the table's cell (rows: iteration time, memory per GPU, fits in memory,

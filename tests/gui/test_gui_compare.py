@@ -219,3 +219,15 @@ def test_compare_verdict_of_a_need_just_over_the_capacity_shows_it_above():
     plan = {"memory_verdict": "does not fit", "max_memory_per_gpu_bytes": cap + 2**20,
             "memory_capacity_bytes": cap}
     assert _verdict_text(plan) == "does not fit (80.001 of 80.000 GiB)"
+
+
+def test_verdict_text_says_when_a_tight_plan_needs_the_cache_freed():
+    """A plan over the GPU's memory only with the allocator's cache is tight, and its cell says
+    the need is with the cache (the tooltip has the verdict's whole text)."""
+    from vtrain_gui.compare import _verdict_text
+    gib = 2**30
+    plan = {"memory_verdict": "tight", "max_memory_per_gpu_bytes": 80.3 * gib,
+            "memory_capacity_bytes": 80.0 * gib}
+    assert _verdict_text(plan) == "tight (80.3 of 80.0 GiB with the cache)"
+    assert _verdict_text({**plan, "max_memory_per_gpu_bytes": 78.2 * gib}) == \
+        "tight (78.2 of 80.0 GiB)"
