@@ -99,6 +99,12 @@ def test_simulate_json_carries_the_verdict(capsys):
     assert doc["memory_verdict"] == "does not fit" and not doc["fits_in_memory"]
     assert doc["memory_verdict_text"] == "does not fit: 93.3 of 80.0 GiB"
     assert "usable_memory_bytes" not in doc  # nothing is taken away from the capacity any more
+    # each stage carries the figure the fit is decided on: the whole need less the reserve
+    worst = max(doc["memory"], key=lambda m: m["total_bytes"])
+    assert worst["total_bytes"] == doc["max_memory_per_gpu_bytes"]
+    assert worst["required_bytes"] == pytest.approx(
+        worst["total_bytes"] - worst["allocator_reserve_bytes"], rel=1e-12)
+    assert worst["required_bytes"] > doc["memory_capacity_bytes"]  # 90.4 GiB of 80
 
 
 def _published_row(row: int):

@@ -254,10 +254,12 @@ class Report:
         return self.interval.band(value) if self.interval is not None else None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict; memory stages gain a ``total_bytes`` key."""
+        """JSON-able dict; memory stages gain ``total_bytes`` and ``required_bytes`` (the
+        whole process less the allocator's reserve, which decides the fit) keys."""
         d = dataclasses.asdict(self)
         for m, obj in zip(d["memory"], self.memory):
             m["total_bytes"] = obj.total_bytes
+            m["required_bytes"] = obj.required_bytes
         iv = self.interval
         d["memory_verdict"] = self.memory_verdict
         d["memory_verdict_text"] = self.memory_verdict_text
