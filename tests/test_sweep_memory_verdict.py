@@ -279,3 +279,21 @@ def test_graph_tasks_bound_is_above_every_plans_exact_count():
         bound = graph_tasks_bound(model, [plan.num_microbatches], [steps],
                                   [plan.pipeline_parallel])[0]
         assert bound >= graph_size_estimate(s), (model.name, kw, t, sp, ov, cp, v)
+
+
+def test_a_tight_pick_names_the_best_plan_outside_the_margin(capsys, tmp_path):
+    """``--pick fastest`` of a tight plan says so and names the fastest simulated plan that fits
+    outside the margin, with what it costs in days (a planner whose run ran out of memory may
+    want that one); the plans of that kind left unsimulated are counted."""
+    from core.cli import main
+    out = tmp_path / "fast.json"
+    args = ["sweep", str(SMALL), "--gpus", "8", "--set", "cluster.memory_reserve_fraction=0.8",
+            "--pick", "fastest", "--out", str(out)]
+    assert main(args) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "the picked plan is tight: " in text and "inside the 80 % margin" in text
+    assert "the fastest simulated plan that fits outside the margin: t=1" in text
+    assert "% days" in text and out.exists()
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["fastest"]["memory_verdict"] == "tight"

@@ -259,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(no_plan_errors(session, space))
     unused = unused_values(session, space, result)
     if pick is not None:
-        _write_pick(result, pick, args.out)
+        picked = _write_pick(result, pick, args.out)
     elif args.out:
         result.write_csv(args.out)
     if args.json:
@@ -272,6 +272,9 @@ def run(args: argparse.Namespace) -> int:
         if pick is not None:
             console.print(f"[dim]the {pick if isinstance(pick, str) else f'plan {pick} of the front'}"
                           f" written as a session to {esc(args.out)}[/]")
+            tight = _tight_pick_note(result, pick, picked)
+            if tight:
+                console.print(esc(tight), highlight=False)
         if unused:
             from core.util.console import esc
             console.print("\nValues given but in no valid plan:")
@@ -347,9 +350,9 @@ def _pick_arg(text: str | None, out: str | None) -> str | int | None:
     return value
 
 
-def _write_pick(result, pick: str | int, path: str) -> None:
+def _write_pick(result, pick: str | int, path: str) -> int:
     """Write the picked plan of ``result`` as a session file at ``path`` (atomically,
-    :func:`core.io.session.save_session`)."""
+    :func:`core.io.session.save_session`); returns its row."""
     from core.io.session import save_session
     if pick == "fastest":
         i = result.fastest
@@ -366,6 +369,42 @@ def _write_pick(result, pick: str | int, path: str) -> None:
         why = result.why_none(np.ones(result.num_plans, bool)) if result.num_plans else "no plan"
         raise ConfigError([FieldError("--pick", f"{pick}: {why}")])
     save_session(result.session_for(i), path)
+    return i
+
+
+def _tight_pick_note(result, pick: str | int, i: int) -> str:
+    """"" unless the picked plan ``i`` is tight in memory; then its verdict and, for
+    ``fastest`` or ``cheapest``, the best plan by the same measure among those that fit
+    outside the margin (a planner whose run ran out of memory may want that one)."""
+    import numpy as np
+
+    from core.sim.report import memory_verdict_text
+    from core.studies.sweep.result import best_row, plan_label
+    if result.memory_verdict[i] != "tight":
+        return ""
+    need = float(result.max_memory_per_gpu_bytes[i])
+    note = ("the picked plan is " + memory_verdict_text(
+        need, result.memory_capacity_bytes, result.session.cluster.memory_reserve_fraction,
+        bool(result.fits_in_memory[i])))
+    roomy = result.feasible & (np.asarray(result.memory_verdict) == "fits")
+    if pick in ("fastest", "cheapest"):
+        by, then = ((result.training_days, result.cost_usd) if pick == "fastest"
+                    else (result.cost_usd, result.training_days))
+        j = best_row(by, then, roomy)
+        if j is None:
+            note += "; no plan that fits outside the margin was simulated"
+        else:
+            more = (by[j] / by[i] - 1) * 100
+            note += (f"; the {pick} simulated plan that fits outside the margin: "
+                     f"{plan_label(result.plans[j])}, "
+                     f"{float(result.max_memory_per_gpu_bytes[j]) / 2**30:,.1f} GiB, "
+                     f"{more:+.1f} % {'days' if pick == 'fastest' else 'cost'}")
+        pruned = int(np.count_nonzero(np.asarray(result.pruned, bool)
+                                      & (np.asarray(result.memory_verdict) == "fits")))
+        if pruned:
+            note += (f" ({pruned:,} plan{'s' if pruned != 1 else ''} that fit outside the margin "
+                     "were pruned unsimulated: --exhaustive simulates them)")
+    return note
 
 
 def _money(usd: float) -> str:
