@@ -53,6 +53,17 @@ def test_memory_verdicts_is_the_scalar_rule_elementwise():
     assert [memory_verdict(x, 80.0 * GiB, 0.1) for x in need.tolist()] == want
 
 
+def test_verdict_text_gives_the_need_without_the_cache_when_over_the_capacity():
+    """The figure the fit is decided on, where it says how far a plan is from fitting."""
+    assert memory_verdict_text(83.3 * GiB, 80.0 * GiB, 0.1, False, 80.7 * GiB) == (
+        "does not fit: 83.3 of 80.0 GiB, 80.7 without the allocator's cache")
+    assert memory_verdict_text(81.5 * GiB, 80.0 * GiB, 0.1, True, 79.0 * GiB) == (
+        "tight: 81.5 of 80.0 GiB, fits only without the allocator's cache (79.0 GiB without it)")
+    # under the capacity it adds nothing
+    assert memory_verdict_text(78.2 * GiB, 80.0 * GiB, 0.1, True, 75.7 * GiB) == (
+        "tight: 78.2 of 80.0 GiB, inside the 10 % margin")
+
+
 def test_verdict_text_names_the_margin():
     assert memory_verdict_text(78.2 * GiB, 80.0 * GiB, 0.1) == (
         "tight: 78.2 of 80.0 GiB, inside the 10 % margin")
@@ -79,7 +90,8 @@ def test_diff_marks_the_plan_that_does_not_fit(capsys):
     assert b["max_memory_per_gpu_bytes"] / GiB == pytest.approx(93.3, abs=0.05)
     assert b["memory_capacity_bytes"] == 80 * GiB
     assert (b["memory_verdict"], b["fits_in_memory"]) == ("does not fit", False)
-    assert b["memory_verdict_text"] == "does not fit: 93.3 of 80.0 GiB"
+    assert b["memory_verdict_text"] == ("does not fit: 93.3 of 80.0 GiB, 90.4 without the "
+                                        "allocator's cache")
     assert a["max_memory_per_gpu_bytes"] <= 0.9 * a["memory_capacity_bytes"]
     assert (a["memory_verdict"], a["fits_in_memory"]) == ("fits", True)
 
@@ -97,7 +109,8 @@ def test_simulate_json_carries_the_verdict(capsys):
     assert main(["simulate", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["memory_verdict"] == "does not fit" and not doc["fits_in_memory"]
-    assert doc["memory_verdict_text"] == "does not fit: 93.3 of 80.0 GiB"
+    assert doc["memory_verdict_text"] == ("does not fit: 93.3 of 80.0 GiB, 90.4 without the "
+                                          "allocator's cache")
     assert "usable_memory_bytes" not in doc  # nothing is taken away from the capacity any more
     # each stage carries the figure the fit is decided on: the whole need less the reserve
     worst = max(doc["memory"], key=lambda m: m["total_bytes"])

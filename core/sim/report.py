@@ -98,17 +98,27 @@ def tight_reason(need_bytes: float, capacity_bytes: float, margin: float) -> str
 
 
 def memory_verdict_text(need_bytes: float, capacity_bytes: float, margin: float,
-                        fits: bool | None = None) -> str:
+                        fits: bool | None = None, required_bytes: float | None = None) -> str:
     """The verdict with its figures and, when tight, the margin named: ``"fits: 60.0 of 80.0
     GiB"``, ``"tight: 78.2 of 80.0 GiB, inside the 10 % margin"``, ``"does not fit: 87.9 of
     80.0 GiB"``; a tight plan whose need exceeds the capacity says it fits only once the
     allocator frees its cache (``"tight: 81.0 of 80.0 GiB, fits only without the allocator's
-    cache"``) (the figures of :func:`gib_texts`; arguments as :func:`memory_verdict`)."""
+    cache"``) (the figures of :func:`gib_texts`; arguments as :func:`memory_verdict`). With
+    ``required_bytes`` (the need less the allocator's reserve,
+    :attr:`core.model.stage_memory.StageMemory.required_bytes`: what decides the fit), a plan
+    that does not fit, or fits only without the cache, gives it too (``"does not fit: 83.3 of
+    80.0 GiB, 80.7 without the allocator's cache"``; ``"tight: 187.5 of 186.0 GiB, fits only
+    without the allocator's cache (181.5 GiB without it)"``): how far it is from fitting."""
     verdict = memory_verdict(need_bytes, capacity_bytes, margin, fits)
     need, cap = gib_texts(need_bytes, capacity_bytes)
     text = f"{verdict}: {need} of {cap} GiB"
     if verdict == "tight":
         text += ", " + tight_reason(need_bytes, capacity_bytes, margin)
+    if (required_bytes is not None and required_bytes == required_bytes
+            and need_bytes > capacity_bytes):
+        req = f"{required_bytes / 2**30:,.1f}"
+        text += (f" ({req} GiB without it)" if verdict == "tight"
+                 else f", {req} without the allocator's cache")
     return text
 
 
@@ -245,8 +255,9 @@ class Report:
     def memory_verdict_text(self) -> str:
         """:attr:`memory_verdict` with its figures and the margin named
         (:func:`memory_verdict_text`)."""
+        required = max((m.required_bytes for m in self.memory), default=None)
         return memory_verdict_text(self.max_memory_per_gpu_bytes, self.memory_capacity_bytes,
-                                   self.memory_reserve_fraction, self.fits_in_memory)
+                                   self.memory_reserve_fraction, self.fits_in_memory, required)
 
     def band(self, value: float) -> tuple[float, float] | None:
         """``(low, high)`` of a figure proportional to the iteration time (days, GPU-hours,
