@@ -297,3 +297,34 @@ def test_a_tight_pick_names_the_best_plan_outside_the_margin(capsys, tmp_path):
     assert main([*args, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["fastest"]["memory_verdict"] == "tight"
+
+
+def test_fewest_gpus_that_fit_simulated_or_not(capsys):
+    """"How many GPUs does this model need": the fewest GPUs of the plans that fit (tight ones
+    too), and of those that fit outside the margin; every plan on fewer GPUs does not fit (or,
+    for the second, is tight); the command line and --json give both. GPT-3 1.3B with an 80 %
+    margin: 1 GPU (tight), 2 outside the margin."""
+    from core.cli import main
+    session = load_any(SMALL)
+    session = dataclasses.replace(session, cluster=dataclasses.replace(
+        session.cluster, memory_reserve_fraction=0.8), plan=dataclasses.replace(
+        session.plan, global_batch_size=64))
+    r = run_sweep(session, SweepSpace(max_gpus=8))
+    few = r.fewest_gpus()
+    assert few == {"fits or tight": 1, "fits": 2}
+    gpus, verdict = np.asarray(r.num_gpus), np.asarray(r.memory_verdict)
+    assert (verdict[gpus == 1] != "fits").all() and (verdict[gpus == 1] == "tight").any()
+    assert (verdict[gpus == 2] == "fits").any()
+    # GPT-3 175B on A100-80GB (the shipped example): 48 GPUs, no plan on fewer fits
+    big = load_any(EXAMPLES / "gpt3_175b.json")
+    r = run_sweep(big, SweepSpace(max_gpus=64))
+    gpus, fits = np.asarray(r.num_gpus), np.asarray(r.fits_in_memory, bool)
+    assert r.fewest_gpus()["fits or tight"] == 48
+    assert not fits[gpus < 48].any() and (gpus < 48).any() and fits[gpus == 48].any()
+    args = ["sweep", str(SMALL), "--max-gpus", "8", "--set", "cluster.memory_reserve_fraction=0.8",
+            "--set", "plan.global_batch_size=64"]
+    assert main(args) == 0
+    assert ("fewest GPUs with a plan that fits in memory: 1 (tight); outside the margin: 2"
+            in " ".join(capsys.readouterr().out.split()))
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fewest_gpus"] == few

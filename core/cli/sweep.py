@@ -552,6 +552,14 @@ def _print_header(result, console: Console) -> None:
     if layout is not None:  # every plan keeps it: only its p*v is tried
         n = len(expand_pipeline_layout(layout))
         console.print(esc(f"pipeline layout {layout} kept in every plan: only p*v = {n} tried"))
+    if n_fit and len(np.unique(result.num_gpus)) > 1:  # how many GPUs the model needs
+        few = result.fewest_gpus()
+        text = f"fewest GPUs with a plan that fits in memory: {few['fits or tight']:,}"
+        if few["fits"] != few["fits or tight"]:
+            text += (" (tight)" if few["fits"] is None else
+                     f" (tight); outside the margin: {few['fits']:,}")
+        console.print(text + " (simulated or not; --out FILE.csv lists each plan)",
+                      highlight=False)
     if n_fit == 0:
         console.print("[red]No plan fits in GPU memory[/] (the GiB column marks them with !).")
     elif result.num_feasible == 0:

@@ -415,7 +415,7 @@ class SweepResult:
         ``num_outside_calibration`` (:attr:`num_outside_calibration`),
         ``num_pruned`` (plans that fit but were not simulated), ``dimensions``
         (:attr:`dimensions`: what was swept and what held, and why), ``best_by``
-        (:meth:`best_by`), ``config`` (the
+        (:meth:`best_by`), ``fewest_gpus`` (:meth:`fewest_gpus`), ``config`` (the
         session's own plan: ``in_sweep``, and when in it ``plan``,
         ``on_pareto_front``, ``num_dominating`` and ``cheapest_dominating``, a
         plan dict or None; when not, ``why_not``, :meth:`SweepSpace.excludes`' words or
@@ -446,10 +446,25 @@ class SweepResult:
             "num_pruned": int(np.count_nonzero(self.pruned)),
             "num_outside_calibration": self.num_outside_calibration,
             "dimensions": self.dimensions, "best_by": self.best_by(),
+            "fewest_gpus": self.fewest_gpus(),
         }
         if include_all:
             doc["plans"] = self.rows()
         return doc
+
+    def fewest_gpus(self) -> dict[str, int | None]:
+        """The fewest GPUs among the plans that fit in memory, whether simulated or not (the
+        memory verdict needs no simulation): ``{"fits or tight": n, "fits": n}``, the second
+        among the plans that fit outside the margin (:data:`core.sim.report.MEMORY_VERDICTS`);
+        None where no plan qualifies. Answers "how many GPUs does this model need" over the
+        swept space (its other dimensions free)."""
+        gpus = np.asarray(self.num_gpus)
+        verdict = np.asarray(self.memory_verdict)
+        out: dict[str, int | None] = {}
+        for key, mask in (("fits or tight", np.asarray(self.fits_in_memory, bool)),
+                          ("fits", verdict == "fits")):
+            out[key] = int(gpus[mask].min()) if mask.any() else None
+        return out
 
     def best_by(self) -> dict[str, list[dict[str, Any]]]:
         """The fastest plan that fits for each value of each swept dimension of
