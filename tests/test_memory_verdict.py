@@ -89,6 +89,7 @@ def test_diff_marks_the_plan_that_does_not_fit(capsys):
     assert doc["difference_s"] < 0 and doc["cost_difference_usd"] < 0
     assert b["max_memory_per_gpu_bytes"] / GiB == pytest.approx(93.3, abs=0.05)
     assert b["memory_capacity_bytes"] == 80 * GiB
+    assert b["memory_margin"] == b["memory_reserve_fraction"] == 0.1  # simulate --json's name too
     assert (b["memory_verdict"], b["fits_in_memory"]) == ("does not fit", False)
     assert b["memory_verdict_text"] == ("does not fit: 93.3 of 80.0 GiB, 90.4 without the "
                                         "allocator's cache")

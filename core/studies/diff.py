@@ -149,7 +149,8 @@ class PlanDiff:
     def to_dict(self) -> dict[str, Any]:
         """What ``vtrain diff --json`` prints: ``difference_s`` (B - A), ``terms`` (name ->
         seconds, summing to it), and per plan its iteration time, terms, per-stage terms,
-        memory per GPU with the GPU's capacity, the planner's margin and the verdict
+        memory per GPU with the GPU's capacity, the planner's margin (``memory_margin``, also
+        as ``memory_reserve_fraction``, simulate's name) and the verdict
         (``memory_verdict``: fits, tight or does not fit, :func:`core.sim.report.memory_verdict`;
         ``memory_verdict_text`` with its figures and the margin named), days and cost."""
         def plan(res, terms, stages, overlapped) -> dict[str, Any]:
@@ -161,6 +162,8 @@ class PlanDiff:
                     "fits_in_memory": r.fits_in_memory,
                     "memory_capacity_bytes": r.memory_capacity_bytes,
                     "memory_margin": r.memory_reserve_fraction,
+                    # the same figure under simulate --json's (and the session's) name
+                    "memory_reserve_fraction": r.memory_reserve_fraction,
                     "memory_verdict": r.memory_verdict,
                     "memory_verdict_text": r.memory_verdict_text, "training_days": r.training_days,
                     "gpu_hours": r.gpu_hours, "cost_usd": r.cost_usd, "mfu": r.mfu,
