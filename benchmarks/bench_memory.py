@@ -149,27 +149,20 @@ def published_verdicts(path: Path = PUBLISHED) -> list[dict]:
     allocator's reserve of its largest stage (GiB), the GPU's memory (GiB) and the verdict
     (:func:`core.sim.report.memory_verdict`, the fit decided as :func:`core.sim.simulate.memory_verdict`
     decides it)."""
-    import json
-    import tempfile
-
-    from core.io.session import load_any
+    from core.accuracy.measured import read_measurements
     from core.sim.simulate import memory_verdict as fit_of
     out = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for line in path.read_text().splitlines():
-            doc = json.loads(line)
-            file = Path(tmp) / f"row{doc['row']}.json"
-            file.write_text(json.dumps(doc["session"]))
-            session = load_any(file)
-            mem = stage_memory(session)
-            capacity = float(session_profile(session).memory_bytes)
-            need, fits, _ = fit_of(mem, capacity)
-            out.append({"row": doc["row"], "model": session.model.name, "gpu": session.cluster.gpu,
-                        "skip_reason": doc.get("skip_reason"), "need_gib": need / GiB,
-                        "required_gib": max(sm.required_bytes for sm in mem) / GiB,
-                        "capacity_gib": capacity / GiB,
-                        "verdict": memory_verdict(need, capacity,
-                                                  session.cluster.memory_reserve_fraction, fits)})
+    for m in read_measurements(path):
+        session = m.session
+        mem = stage_memory(session)
+        capacity = float(session_profile(session).memory_bytes)
+        need, fits, _ = fit_of(mem, capacity)
+        out.append({"row": m.row, "model": session.model.name, "gpu": session.cluster.gpu,
+                    "skip_reason": m.skip_reason or None, "need_gib": need / GiB,
+                    "required_gib": max(sm.required_bytes for sm in mem) / GiB,
+                    "capacity_gib": capacity / GiB,
+                    "verdict": memory_verdict(need, capacity,
+                                              session.cluster.memory_reserve_fraction, fits)})
     return out
 
 
