@@ -167,8 +167,18 @@ class _SideTasks:
             last_of[op] = j
         dep = tmpl.side_after >= 0
         ends = tmpl.side_before < 0
-        out = (dep, np.flatnonzero(~dep), np.array(chain_prev, np.int64),
-               np.array(chain_next, np.int64), ends, np.flatnonzero(ends))
+        # Edges that a chain of one collective implies are left out (the times are the same, bit
+        # for bit: the implied path's arrival is never earlier): a side task after an earlier
+        # one of its collective needs no edges from the item's predecessors, and one before a
+        # later one (which gates a task of the item, or its successors) none to the successors.
+        # Without this an item of k such tasks adds k x k edges (49.8 M edges for 2.7 M tasks
+        # on Llama 3.1 405B with tp_comm_overlap; 4.2 M with it).
+        has_prev = np.zeros(ops.size, bool)
+        has_prev[chain_next] = True
+        has_next = np.zeros(ops.size, bool)
+        has_next[chain_prev] = True
+        out = (dep, np.flatnonzero(~dep & ~has_prev), np.array(chain_prev, np.int64),
+               np.array(chain_next, np.int64), ends, np.flatnonzero(ends & ~has_next))
         self.side_plan[id(tmpl)] = (tmpl, *out)
         return out
 
@@ -192,7 +202,7 @@ class _SideTasks:
             self.edges(np.repeat(pr, free.size), np.tile(x[free], pr.size))
         if c_prev.size:
             self.edges(x[c_prev], x[c_next])
-        if end_idx.size < k:
+        if not ends.all():
             self.edges(x[~ends], first + tmpl.side_before[~ends])
         if end_idx.size:
             ys = self.succs(last)
