@@ -288,6 +288,10 @@ class CostPanel(QtWidgets.QWidget):
         """The memory-per-GPU chart: title, fit line, legend, stacked bars, capacity line."""
         self._fit_label = QtWidgets.QLabel()
         self._fit_label.setWordWrap(True)
+        # what would make a plan that does not fit (or is tight) fit: the fastest, all on hover
+        self._fit_changes = _OneLineLabel()
+        self._fit_changes.setObjectName("fit_changes")
+        self._fit_changes.setVisible(False)
         self.memory_plot = pg.PlotWidget(background="w")
         item = self.memory_plot.getPlotItem()
         item.setMenuEnabled(False)
@@ -327,6 +331,7 @@ class CostPanel(QtWidgets.QWidget):
         title = QtWidgets.QLabel("<b>Memory per GPU by pipeline stage</b>")
         chart_layout.addWidget(title)
         chart_layout.addWidget(self._fit_label)
+        chart_layout.addWidget(self._fit_changes)
         chart_layout.addWidget(legend)
         chart_layout.addWidget(self.memory_plot, 1)
         return chart
@@ -349,6 +354,42 @@ class CostPanel(QtWidgets.QWidget):
         return self._fit_label.text()
 
     @property
+    def fit_changes_text(self) -> str:
+        """Text of the line saying what would make the plan fit ('' when none is shown)."""
+        return self._fit_changes.full_text() if not self._fit_changes.isHidden() else ""
+
+    def set_fit_changes(self, fit) -> None:
+        """Show what would make the plan fit (:class:`core.studies.fit_changes.FitChanges`, or
+        None: nothing to show): the fastest changed plan on one line, every one on hover."""
+        if fit is None:
+            self._fit_changes.set_full_text("", tooltip="")
+            self._fit_changes.setVisible(False)
+            return
+        want = "outside the margin" if fit.verdict == "tight" else "in memory"
+        if not fit.rows:
+            self._fit_changes.set_full_text(
+                f"To fit {want}: nothing up to three changes away fits; a sweep searches "
+                "every plan", tooltip=f"{fit.tried} plans tried; held fixed: {fit.held}")
+            self._fit_changes.setVisible(True)
+            return
+
+        def row_text(x) -> str:
+            return (f"{x.text} ({x.max_memory_per_gpu_bytes / _GIB:.1f} GiB, {x.verdict}, "
+                    f"{x.iteration_time_s / fit.iteration_time_s - 1:+.1%} time"
+                    + (f", {x.num_gpus:,} GPUs" if x.num_gpus != self._gpus() else "") + ")")
+        items = "".join(f"<li>{html.escape(row_text(x))}</li>" for x in fit.rows)
+        more = f"(+{len(fit.rows) - 1} more, hover)" if len(fit.rows) > 1 else ""
+        self._fit_changes.set_full_text(
+            f"To fit {want}: {row_text(fit.rows[0])}", suffix=more,
+            tooltip=f"<b>To fit {want}</b>, fastest first (iteration time against this "
+                    f"plan's):<ul>{items}</ul>Held fixed: {html.escape(fit.held)}. "
+                    "A sweep finds the best plan.")
+        self._fit_changes.setVisible(True)
+
+    def _gpus(self) -> int:
+        return self._report.num_gpus if self._report is not None else 0
+
+    @property
     def warnings_text(self) -> str:
         """The report's warnings, one per line, each after "⚠ " ('' when none)."""
         warnings = self._report.warnings if self._report is not None else []
@@ -365,6 +406,7 @@ class CostPanel(QtWidgets.QWidget):
         self._breakdown.set_values([])
         self._set_warnings([])
         self._fit_label.setText("")
+        self.set_fit_changes(None)
         self._memory_legend.setText(self._legend_parts)
         self._flag_no_fit(False)
         for bar in self._bars:
@@ -372,8 +414,9 @@ class CostPanel(QtWidgets.QWidget):
         self._capacity_line.setVisible(False)
 
     def set_report(self, report: Report) -> None:
-        """Show the figures of ``report``."""
+        """Show the figures of ``report`` (and no changes to fit: :meth:`set_fit_changes`)."""
         self._report = report
+        self.set_fit_changes(None)
         v = self._values
         v["iteration_time"].setText(format_duration(report.iteration_time_s))
         v["tokens_per_s"].setText(format_rate(report.tokens_per_s, "tokens/s"))

@@ -533,6 +533,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.results_view.set_empty(False)
         self.timeline.set_data(result.graph, result.schedule)
         self.cost_panel.set_report(result.report)
+        self.cost_panel.set_fit_changes(getattr(result, "fit_changes", None))
         if not self._plan_split_moved:
             self._fit_plan_split()  # a warning or the no-fit flag may need more height
         self.explore.show_simulation(result)

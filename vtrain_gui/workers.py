@@ -54,6 +54,10 @@ def _default_simulate(session: Session) -> Any:
     from core.sim import simulate as simulate_module
 
     result = simulate_module.simulate(session)
+    report = getattr(result, "report", None)
+    if getattr(report, "memory_verdict", "fits") != "fits":  # what would make it fit
+        from core.studies.fit_changes import fit_changes
+        result.fit_changes = fit_changes(result.session)
     # what the timeline asks of the graph first, computed here rather than on the GUI thread
     # (the lanes sort every task's stream: 0.1 s at 200,000 tasks, 0.5 s at 6 million)
     getattr(getattr(result, "graph", None), "lanes", None)

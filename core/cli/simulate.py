@@ -43,10 +43,12 @@ def add_parser(sub: Any) -> None:
                           "the share of runs whose measured time should fall inside it")
 
 
-def _print_report(result, console: Console, trace_path: str | None, wall_s: float) -> None:
+def _print_report(result, console: Console, trace_path: str | None, wall_s: float,
+                  fit=None) -> None:
     """The text report of one simulated iteration: the headline (model, GPUs, plan, profile),
     the summary table, the measured run (when the session has one), the memory per pipeline
-    stage, the warnings and a footer with the task count, ``wall_s`` (seconds) and the trace
+    stage, the warnings, what would make the plan fit (``fit``, a
+    :class:`core.studies.fit_changes.FitChanges`, when it does not fit or is tight) and a footer with the task count, ``wall_s`` (seconds) and the trace
     written to ``trace_path``."""
     from core.util.console import esc
 
@@ -61,6 +63,8 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     console.print(_stage_memory_table(r, pl.pipeline_parallel))
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {esc(w)}")
+    if fit is not None:
+        console.print(_fit_changes_table(fit, r))
     console.print(f"[dim]{result.graph.num_tasks:,} tasks simulated in {wall_s * 1000:,.0f} ms"
                   + (f"; trace written to {esc(trace_path)}" if trace_path else "") + "[/]")
 
@@ -194,6 +198,36 @@ def _stage_memory_table(r, p: int):
     return mem
 
 
+def _fit_changes_table(fit, r):
+    """What would make the plan fit (:func:`core.studies.fit_changes.fit_changes`): one row per
+    changed plan, its GPUs, memory per GPU, verdict, iteration time and the change in time; a
+    line saying so when nothing within three changes fits."""
+    from rich.table import Table
+
+    from core.util.console import esc
+    want = "outside the margin" if fit.verdict == "tight" else "in memory"
+    if not fit.rows:
+        return (f"[bold]To fit {want}:[/] none of the {fit.tried} plans up to three changes "
+                "away fits (nor with twice the pipeline or tensor parallel size); "
+                "vtrain sweep searches every plan")
+    levers = fit.rows[0].levers
+    away = {1: "one change", 2: "two changes", 3: "three changes"}.get(levers, f"{levers} changes")
+    t = Table(title=f"To fit {want}: the plans {away} away that do"
+                    + (" (no fewer changes do)" if levers > 1 else "")
+                    + f", fastest first (held: {fit.held})",
+              title_justify="left")
+    for col, just in (("change", "left"), ("GPUs", "right"), ("memory per GPU", "right"),
+                      ("verdict", "left"), ("iteration time", "right"), ("vs this plan", "right")):
+        t.add_column(col, justify=just)
+    cap = r.memory_capacity_bytes / 2**30
+    for x in fit.rows:
+        t.add_row(esc(x.text), f"{x.num_gpus:,}",
+                  f"{x.max_memory_per_gpu_bytes / 2**30:.1f} of {cap:.1f} GiB",
+                  verdict_markup(x.verdict), f"{x.iteration_time_s:,.3f} s",
+                  f"{x.iteration_time_s / fit.iteration_time_s - 1:+.1%}")
+    return t
+
+
 def _days(seconds: float) -> str:
     return f"{fmt_days(seconds / 86400)} days"
 
@@ -260,9 +294,10 @@ def _run_table(r, s):
     return t
 
 
-def _json_report(result, wall_s: float) -> dict:
+def _json_report(result, wall_s: float, fit=None) -> dict:
     r = result.report
     doc = r.to_dict()
+    doc["fit_changes"] = fit.as_dict() if fit is not None else None
     doc.update({
         "iteration_time_s": r.iteration_time_s, "bubble_fraction": r.bubble_fraction, "mfu": r.mfu,
         "tokens_per_s": r.tokens_per_s, "num_gpus": r.num_gpus,
@@ -300,9 +335,13 @@ def run(args: argparse.Namespace) -> int:
     if args.trace_out:
         from core.io.trace import write_trace
         write_trace(result.graph, result.schedule, args.trace_out)
+    fit = None
+    if result.report.memory_verdict != "fits":
+        from core.studies.fit_changes import fit_changes
+        fit = result.fit_changes = fit_changes(result.session)
     if args.json:
-        print(strict_dumps(_json_report(result, wall)))
+        print(strict_dumps(_json_report(result, wall, fit)))
     else:
         from core.util.console import Console
-        _print_report(result, Console(), args.trace_out, wall)
+        _print_report(result, Console(), args.trace_out, wall, fit)
     return 0

@@ -12,6 +12,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +70,9 @@ class SimulationResult:
     schedule: Schedule
     report: Report
     timings_s: dict[str, float] = field(default_factory=dict)
+    #: What would make a plan that does not fit (or is tight) fit, when the caller asked
+    #: (:func:`core.studies.fit_changes.fit_changes`; the window and ``vtrain simulate`` do).
+    fit_changes: Any = None
 
 
 def profile_path(session: Session) -> Path:

@@ -114,3 +114,35 @@ def test_a_moe_models_parameters_line_leaves_the_memory_chart_its_width(qtbot):
     assert label.toolTip() == full  # cut on screen, whole on hover
     assert label.text().startswith("46.70 B (12.75 B active") and label.text().endswith("…")
     assert label.fontMetrics().horizontalAdvance(label.text()) <= label.width()
+
+
+def test_what_would_make_the_plan_fit_shows_under_the_verdict(qtbot):
+    """The window's simulation worker asks what would make a plan that does not fit fit
+    (core.studies.fit_changes); the memory panel shows the fastest change, all on hover, and a
+    new report clears it."""
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
+    from vtrain_gui.workers import _default_simulate
+    s = Session(MODEL_PRESETS["Llama 3 70B"],
+                ParallelPlan(tensor_parallel=8, pipeline_parallel=2, data_parallel=4,
+                             micro_batch_size=1, global_batch_size=128, recompute="none",
+                             sequence_parallel=True, zero_stage=0),
+                ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+    result = _default_simulate(s)
+    assert result.report.memory_verdict == "does not fit"
+    panel = CostPanel()
+    qtbot.addWidget(panel)
+    panel.set_report(result.report)
+    panel.set_fit_changes(result.fit_changes)
+    first = result.fit_changes.rows[0]
+    ratio = first.iteration_time_s / result.fit_changes.iteration_time_s - 1
+    assert panel.fit_changes_text.startswith(
+        f"To fit in memory: zero_stage 0 -> 1 ({first.max_memory_per_gpu_bytes / 2**30:.1f} GiB, "
+        f"fits, {ratio:+.1%} time)")
+    assert panel._fit_changes.toolTip().count("<li>") == len(result.fit_changes.rows) >= 3
+    panel.set_report(result.report)
+    assert panel.fit_changes_text == ""
+    fits = _default_simulate(dataclasses.replace(s, plan=result.fit_changes.rows[0].plan))
+    assert fits.report.memory_verdict == "fits" and fits.fit_changes is None

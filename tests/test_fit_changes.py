@@ -1,0 +1,125 @@
+"""What would make a plan fit (core.studies.fit_changes): the changed plans are valid, their
+memory and time are the simulator's own, the fastest comes first, and the CLI prints them."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from core.plan.cluster import ClusterConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
+from core.sim.simulate import memory_verdict, session_profile, simulate, stage_memory
+from core.studies import fit_changes as fc
+
+
+def _session(model: str = "Llama 3 70B", **plan) -> Session:
+    base = dict(tensor_parallel=8, pipeline_parallel=2, data_parallel=4, micro_batch_size=1,
+                global_batch_size=128, schedule="1f1b", recompute="none", precision="bf16",
+                sequence_parallel=True, zero_stage=0)
+    return Session(MODEL_PRESETS[model], ParallelPlan(**{**base, **plan}),
+                   ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+
+
+def _verdict(s: Session) -> str:
+    r = simulate(s).report
+    return r.memory_verdict
+
+
+def test_a_plan_that_fits_gets_nothing_to_change():
+    s = _session(zero_stage=1)
+    assert _verdict(s) == "fits"
+    got = fc.fit_changes(s)
+    assert got.verdict == "fits" and got.rows == [] and got.tried == 0
+
+
+def test_each_change_is_valid_fits_and_has_the_simulators_memory_and_time():
+    s = _session()  # Llama 3 70B, t8 p2 d4, no distributed optimizer: 109 GiB per GPU
+    assert _verdict(s) == "does not fit"
+    got = fc.fit_changes(s)
+    assert got.verdict == "does not fit"
+    assert got.iteration_time_s == pytest.approx(simulate(s).report.iteration_time_s, rel=1e-9)
+    assert got.rows, "the distributed optimizer alone makes it fit"
+    store = session_profile(s)
+    for row in got.rows:
+        changed = dataclasses.replace(s, plan=row.plan)
+        assert validate(changed) == []
+        assert row.changes == tuple((f.name, getattr(s.plan, f.name), getattr(row.plan, f.name))
+                                    for f in dataclasses.fields(ParallelPlan)
+                                    if getattr(s.plan, f.name) != getattr(row.plan, f.name))
+        rep = simulate(changed).report
+        assert rep.memory_verdict == row.verdict and row.verdict in ("fits", "tight")
+        need, _, _ = memory_verdict(stage_memory(changed, store), float(store.memory_bytes))
+        assert row.max_memory_per_gpu_bytes == need == rep.max_memory_per_gpu_bytes
+        assert row.iteration_time_s == pytest.approx(rep.iteration_time_s, rel=1e-9)
+        assert row.num_gpus == 64 and row.levers == 1
+    # fits before tight, then the fastest first; ZeRO-1 is the cheapest lever here
+    keys = [(r.verdict != "fits", r.iteration_time_s) for r in got.rows]
+    assert keys == sorted(keys)
+    assert got.rows[0].changes == (("zero_stage", 0, 1),)
+    texts = [r.text for r in got.rows]
+    assert "zero_stage 0 -> 1" in texts
+    assert "pipeline_parallel 2 -> 4, data_parallel 4 -> 2" in texts
+
+
+def test_two_changes_only_when_no_single_one_fits():
+    # Llama 3 70B on 32 GPUs, t8 p2 d2 with micro-batch 2 and no recomputation: neither ZeRO
+    # nor recomputation alone is enough
+    s = _session(data_parallel=2, micro_batch_size=4, global_batch_size=64)
+    assert _verdict(s) == "does not fit"
+    for lever in fc.LEVERS:
+        new = lever(s.plan, s)
+        if new is not None and not validate(dataclasses.replace(s, plan=new)):
+            assert _verdict(dataclasses.replace(s, plan=new)) == "does not fit"
+    got = fc.fit_changes(s)
+    assert got.rows and all(r.levers == 2 and len(r.changes) >= 2 for r in got.rows)
+    assert all(r.num_gpus == s.plan.num_gpus for r in got.rows)
+    for r in got.rows:
+        assert _verdict(dataclasses.replace(s, plan=r.plan)) == r.verdict
+
+
+def test_a_tight_plan_is_offered_only_plans_outside_the_margin():
+    s = _session()
+    margin = dataclasses.replace(s.cluster, memory_reserve_fraction=0.3)  # 56 GiB and up: tight
+    s = dataclasses.replace(s, plan=dataclasses.replace(s.plan, zero_stage=1), cluster=margin)
+    assert _verdict(s) == "tight"
+    got = fc.fit_changes(s)
+    assert got.verdict == "tight" and got.rows
+    assert all(r.verdict == "fits" for r in got.rows)
+
+
+def test_the_pipeline_lever_sets_the_split_flags_megatron_needs():
+    # Llama 3.1 405B: its 126 layers do not split over 4 or 8 stages, its 128 slots (with the
+    # embedding and the loss counted as layers) do; 126 split over 2
+    s = _session("Llama 3.1 405B", pipeline_parallel=2, data_parallel=4, global_batch_size=64)
+    assert not s.plan.account_for_embedding_in_pipeline_split
+    new = fc._pipeline(s.plan, s)
+    assert (new.pipeline_parallel, new.data_parallel) == (4, 2)
+    assert new.account_for_embedding_in_pipeline_split and new.account_for_loss_in_pipeline_split
+    assert validate(dataclasses.replace(s, plan=new)) == []
+    s8 = _session("Llama 3.1 405B", pipeline_parallel=4, data_parallel=2, global_batch_size=64)
+    new = fc._pipeline(s8.plan, s8)
+    assert new.pipeline_parallel == 8
+    assert new.account_for_embedding_in_pipeline_split and new.account_for_loss_in_pipeline_split
+    assert validate(dataclasses.replace(s8, plan=new)) == []
+
+
+def test_cli_prints_the_changes_and_json_carries_them(tmp_path, capsys):
+    from core.cli import main
+    from core.io.session import save_session
+    path = tmp_path / "oom.json"
+    save_session(_session(), path)
+    assert main(["simulate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "To fit in memory" in out and "zero_stage 0 -> 1" in out
+    assert main(["simulate", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    first = doc["fit_changes"]["changes"][0]
+    assert first["changes"] == [{"field": "zero_stage", "from": 0, "to": 1}]
+    assert first["verdict"] == "fits" and first["num_gpus"] == 64
+    save_session(_session(zero_stage=1), path)
+    assert main(["simulate", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fit_changes"] is None
