@@ -7,7 +7,7 @@ import html
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 
 from core.sim.report import Report, gib_texts
 from core.store.interval import band_conditions
@@ -169,9 +169,14 @@ class CostPanel(QtWidgets.QWidget):
     exceeds it.
     """
 
+    #: The plan of the fastest change that makes the shown plan fit (a ParallelPlan), when
+    #: the user asks to use it.
+    fit_change_chosen = Signal(object)
+
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self._report: Report | None = None
+        self._fit_plan = None  # the plan "Use it" puts in the editor
         self._stale = False
         self._values: dict[str, QtWidgets.QLabel] = {}
         figures_scroll = self._build_figures()
@@ -331,7 +336,17 @@ class CostPanel(QtWidgets.QWidget):
         title = QtWidgets.QLabel("<b>Memory per GPU by pipeline stage</b>")
         chart_layout.addWidget(title)
         chart_layout.addWidget(self._fit_label)
-        chart_layout.addWidget(self._fit_changes)
+        fit_row = QtWidgets.QHBoxLayout()
+        fit_row.setContentsMargins(0, 0, 0, 0)
+        fit_row.addWidget(self._fit_changes, 1)
+        self._use_fit_change = QtWidgets.QToolButton()
+        self._use_fit_change.setObjectName("use_fit_change")
+        self._use_fit_change.setText("Use it")
+        self._use_fit_change.setToolTip("Put this changed plan in the editor and simulate it")
+        self._use_fit_change.setVisible(False)
+        self._use_fit_change.clicked.connect(self._on_use_fit_change)
+        fit_row.addWidget(self._use_fit_change)
+        chart_layout.addLayout(fit_row)
         chart_layout.addWidget(legend)
         chart_layout.addWidget(self.memory_plot, 1)
         return chart
@@ -361,6 +376,8 @@ class CostPanel(QtWidgets.QWidget):
     def set_fit_changes(self, fit) -> None:
         """Show what would make the plan fit (:class:`core.studies.fit_changes.FitChanges`, or
         None: nothing to show): the fastest changed plan on one line, every one on hover."""
+        self._fit_plan = fit.rows[0].plan if fit is not None and fit.rows else None
+        self._use_fit_change.setVisible(self._fit_plan is not None)
         if fit is None:
             self._fit_changes.set_full_text("", tooltip="")
             self._fit_changes.setVisible(False)
@@ -385,6 +402,10 @@ class CostPanel(QtWidgets.QWidget):
                     f"plan's):<ul>{items}</ul>Held fixed: {html.escape(fit.held)}. "
                     "A sweep finds the best plan.")
         self._fit_changes.setVisible(True)
+
+    def _on_use_fit_change(self) -> None:
+        if self._fit_plan is not None:
+            self.fit_change_chosen.emit(self._fit_plan)
 
     def _gpus(self) -> int:
         return self._report.num_gpus if self._report is not None else 0

@@ -151,6 +151,7 @@ class MainWindow(QtWidgets.QMainWindow):
         """The tabs: Plan, Explore, Profiles, Studies, Compare."""
         self.explore = ExploreTab()
         self.explore.plan_selected.connect(self._on_explore_plan_select)
+        self.cost_panel.fit_change_chosen.connect(self._on_fit_change_choose)
         self.explore.open_in_plan_requested.connect(self._on_explore_open_request)
         self.explore.pin_requested.connect(self.pin_plan)
         self.explore.settings_changed.connect(self._on_tab_settings_change)
@@ -579,6 +580,18 @@ class MainWindow(QtWidgets.QMainWindow):
         self.editor.set_session(picked)
         self.explore.set_session(picked)
         self.setWindowModified(True)
+        self._schedule_simulation(immediately=True)
+
+    @Slot(object)
+    def _on_fit_change_choose(self, plan) -> None:
+        """The memory panel's "Use it": the changed plan that fits, in the editor, simulated."""
+        current = self.editor.session()
+        if plan == current.plan:
+            return
+        self.editor.set_session(dataclasses.replace(current, plan=plan))
+        self.explore.set_session(self.editor.session())
+        self.setWindowModified(True)
+        self._status.setText(f"Plan changed to {plan.label()} so that it fits")
         self._schedule_simulation(immediately=True)
 
     @Slot()

@@ -146,3 +146,31 @@ def test_what_would_make_the_plan_fit_shows_under_the_verdict(qtbot):
     assert panel.fit_changes_text == ""
     fits = _default_simulate(dataclasses.replace(s, plan=result.fit_changes.rows[0].plan))
     assert fits.report.memory_verdict == "fits" and fits.fit_changes is None
+
+
+def test_use_it_puts_the_changed_plan_in_the_editor_and_it_fits(window, qtbot, real_simulate,
+                                                                tmp_path):
+    from core.io.session import save_session
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
+    path = tmp_path / "oom.json"
+    save_session(Session(MODEL_PRESETS["Llama 3 70B"],
+                         ParallelPlan(tensor_parallel=8, pipeline_parallel=2, data_parallel=4,
+                                      micro_batch_size=1, global_batch_size=128,
+                                      recompute="none", sequence_parallel=True, zero_stage=0),
+                         ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8)), path)
+    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+        assert window.open_path(path)
+    panel = window.cost_panel
+    assert panel.report.memory_verdict == "does not fit"
+    assert panel.fit_changes_text.startswith("To fit in memory: zero_stage 0 -> 1")
+    button = panel.findChild(QtWidgets.QToolButton, "use_fit_change")
+    assert button.isVisible()
+    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+        button.click()
+    assert window.editor.session().plan.zero_stage == 1
+    assert window.isWindowModified()
+    assert panel.report.memory_verdict == "fits"
+    assert panel.fit_changes_text == "" and not button.isVisible()
