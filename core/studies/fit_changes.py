@@ -11,8 +11,8 @@ suffice, on the session's model, precision, global batch and GPU kind (held fixe
   (``--recompute-granularity full``) of every layer;
 * a smaller micro-batch (``micro_batch_size``: half, and 1);
 * sequence parallelism where ``t > 1`` (``--sequence-parallel``);
-* moving GPUs from data parallelism to tensor, pipeline, context or expert parallelism (twice
-  the size, half the data-parallel size: the same GPU count);
+* moving GPUs from data parallelism to tensor (within a node), pipeline, context or expert
+  parallelism (twice the size, half the data-parallel size: the same GPU count);
 * with more GPUs: twice the pipeline or tensor parallel size at the same data-parallel size
   (tried only when nothing at the same GPU count fits, and marked).
 
@@ -164,6 +164,8 @@ def _sequence_parallel(pl: ParallelPlan, s: Session) -> ParallelPlan | None:
 
 
 def _tensor(pl: ParallelPlan, s: Session) -> ParallelPlan | None:
+    if 2 * pl.tensor_parallel > s.cluster.gpus_per_node:  # never across nodes (valid, slow)
+        return None
     return _halve_data(pl, tensor_parallel=2 * pl.tensor_parallel, sequence_parallel=True)
 
 
@@ -196,6 +198,8 @@ def _more_pipeline(pl: ParallelPlan, s: Session) -> ParallelPlan | None:
 
 
 def _more_tensor(pl: ParallelPlan, s: Session) -> ParallelPlan | None:
+    if 2 * pl.tensor_parallel > s.cluster.gpus_per_node:
+        return None
     return dataclasses.replace(pl, tensor_parallel=2 * pl.tensor_parallel, sequence_parallel=True)
 
 
