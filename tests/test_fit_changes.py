@@ -71,9 +71,9 @@ def test_two_changes_only_when_no_single_one_fits():
     s = _session(data_parallel=2, micro_batch_size=4, global_batch_size=64)
     assert _verdict(s) == "does not fit"
     for lever in fc.LEVERS:
-        new = lever(s.plan, s)
-        if new is not None and not validate(dataclasses.replace(s, plan=new)):
-            assert _verdict(dataclasses.replace(s, plan=new)) == "does not fit"
+        for new in lever(s.plan, s):
+            if not validate(dataclasses.replace(s, plan=new)):
+                assert _verdict(dataclasses.replace(s, plan=new)) == "does not fit"
     got = fc.fit_changes(s)
     assert got.rows and all(r.levers == 2 and len(r.changes) >= 2 for r in got.rows)
     assert all(r.num_gpus == s.plan.num_gpus for r in got.rows)
@@ -96,15 +96,35 @@ def test_the_pipeline_lever_sets_the_split_flags_megatron_needs():
     # embedding and the loss counted as layers) do; 126 split over 2
     s = _session("Llama 3.1 405B", pipeline_parallel=2, data_parallel=4, global_batch_size=64)
     assert not s.plan.account_for_embedding_in_pipeline_split
-    new = fc._pipeline(s.plan, s)
+    new = fc._pipeline(s.plan, s)[0]
     assert (new.pipeline_parallel, new.data_parallel) == (4, 2)
     assert new.account_for_embedding_in_pipeline_split and new.account_for_loss_in_pipeline_split
     assert validate(dataclasses.replace(s, plan=new)) == []
     s8 = _session("Llama 3.1 405B", pipeline_parallel=4, data_parallel=2, global_batch_size=64)
-    new = fc._pipeline(s8.plan, s8)
+    new = fc._pipeline(s8.plan, s8)[0]
     assert new.pipeline_parallel == 8
     assert new.account_for_embedding_in_pipeline_split and new.account_for_loss_in_pipeline_split
     assert validate(dataclasses.replace(s8, plan=new)) == []
+
+
+def test_a_parallel_size_moves_by_any_factor_and_only_megatron_plans_are_offered():
+    """Llama 3 70B on 64 H100s at t8 p1 d8 without the distributed optimizer or recomputation
+    (178 GiB): p=2 does not fit, p=4 d=2 does for a few per cent, far cheaper than ZeRO-3; a
+    plan Megatron-LM runs is offered only plans it runs (it has no ZeRO-2)."""
+    from core.io.megatron.export import megatron_refusal
+    s = _session(pipeline_parallel=1, data_parallel=8, global_batch_size=512)
+    assert megatron_refusal(s) is None
+    got = fc.fit_changes(s)
+    assert got.rows[0].changes == (("pipeline_parallel", 1, 4), ("data_parallel", 8, 2))
+    assert got.rows[0].levers == 1 and got.rows[0].verdict == "fits"
+    assert got.rows[0].iteration_time_s < 1.1 * got.iteration_time_s
+    assert "Megatron-LM" in got.held
+    for r in got.rows:
+        assert megatron_refusal(dataclasses.replace(s, plan=r.plan)) is None
+        assert r.plan.zero_stage != 2
+    p2 = dataclasses.replace(s, plan=dataclasses.replace(s.plan, pipeline_parallel=2,
+                                                         data_parallel=4))
+    assert _verdict(p2) == "does not fit"
 
 
 def test_cli_prints_the_changes_and_json_carries_them(tmp_path, capsys):

@@ -210,10 +210,10 @@ def _fit_changes_table(fit, r):
         return (f"[bold]To fit {want}:[/] none of the {fit.tried} plans up to three changes "
                 "away fits (nor with twice the pipeline or tensor parallel size); "
                 "vtrain sweep searches every plan")
-    levers = fit.rows[0].levers
-    away = {1: "one change", 2: "two changes", 3: "three changes"}.get(levers, f"{levers} changes")
+    levers = max(x.levers for x in fit.rows)
+    away = "one change" if levers == 1 else f"up to {levers} changes"
     t = Table(title=f"To fit {want}: the plans {away} away that do"
-                    + (" (no fewer changes do)" if levers > 1 else "")
+                    + (" (fewer fit nothing, or only tightly)" if levers > 1 else "")
                     + f", fastest first (held: {fit.held})",
               title_justify="left")
     for col, just in (("change", "left"), ("GPUs", "right"), ("memory per GPU", "right"),

@@ -36,6 +36,7 @@ from core.plan.session import Session
 from core.sim.op_times import num_chunks
 from core.sim.report import memory_verdict as report_verdict
 from core.sim.simulate import memory_verdict, session_profile, stage_memory
+from core.io.megatron.export import megatron_refusal
 from core.studies.sweep.batch import solve_batch
 from core.studies.sweep.space import SPLIT_FLAG_FIELDS, split_flag_options, split_flags_for
 
@@ -126,95 +127,112 @@ def _value(v: Any) -> str:
     return "none" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def _halve_data(pl: ParallelPlan, **changes: Any) -> ParallelPlan | None:
-    """``pl`` with ``changes`` and half its data-parallel size (None when d is odd)."""
-    if pl.data_parallel % 2:
-        return None
-    return dataclasses.replace(pl, data_parallel=pl.data_parallel // 2, **changes)
+Lever = Callable[[ParallelPlan, Session], list[ParallelPlan]]
 
 
-def _zero(z: int) -> Callable[[ParallelPlan, Session], ParallelPlan | None]:
-    return lambda pl, s: dataclasses.replace(pl, zero_stage=z) if pl.zero_stage < z else None
+def _factors(pl: ParallelPlan) -> list[int]:
+    """2, 4, 8, ...: the factors by which a parallel size can grow at the data-parallel
+    size's expense (those that divide ``d``)."""
+    out, f = [], 2
+    while pl.data_parallel % f == 0:
+        out.append(f)
+        f *= 2
+    return out
 
 
-def _recompute(mode: str) -> Callable[[ParallelPlan, Session], ParallelPlan | None]:
-    def f(pl: ParallelPlan, s: Session) -> ParallelPlan | None:
+def _zero(z: int) -> Lever:
+    return lambda pl, s: [dataclasses.replace(pl, zero_stage=z)] if pl.zero_stage < z else []
+
+
+def _recompute(mode: str) -> Lever:
+    def f(pl: ParallelPlan, s: Session) -> list[ParallelPlan]:
         cur = pl.recompute if pl.recompute in _RECOMPUTE_ORDER else "none"
         whole = mode == "full" and pl.recompute == "full" and pl.recompute_num_layers is not None
         if _RECOMPUTE_ORDER.index(cur) >= _RECOMPUTE_ORDER.index(mode) and not whole:
-            return None
-        return dataclasses.replace(pl, recompute=mode, recompute_num_layers=None,
-                                   recompute_modules=None)
+            return []
+        return [dataclasses.replace(pl, recompute=mode, recompute_num_layers=None,
+                                    recompute_modules=None)]
     return f
 
 
-def _micro_batch(to_one: bool) -> Callable[[ParallelPlan, Session], ParallelPlan | None]:
-    def f(pl: ParallelPlan, s: Session) -> ParallelPlan | None:
-        b = 1 if to_one else pl.micro_batch_size // 2
-        if b < 1 or b >= pl.micro_batch_size or (not to_one and b == 1):
-            return None
-        return dataclasses.replace(pl, micro_batch_size=b)
-    return f
+def _micro_batch(pl: ParallelPlan, s: Session) -> list[ParallelPlan]:
+    """Half the micro-batch, and 1."""
+    sizes = dict.fromkeys(b for b in (pl.micro_batch_size // 2, 1) if 1 <= b < pl.micro_batch_size)
+    return [dataclasses.replace(pl, micro_batch_size=b) for b in sizes]
 
 
-def _sequence_parallel(pl: ParallelPlan, s: Session) -> ParallelPlan | None:
+def _sequence_parallel(pl: ParallelPlan, s: Session) -> list[ParallelPlan]:
     if pl.tensor_parallel < 2 or pl.sequence_parallel:
-        return None
-    return dataclasses.replace(pl, sequence_parallel=True)
+        return []
+    return [dataclasses.replace(pl, sequence_parallel=True)]
 
 
-def _tensor(pl: ParallelPlan, s: Session) -> ParallelPlan | None:
-    if 2 * pl.tensor_parallel > s.cluster.gpus_per_node:  # never across nodes (valid, slow)
-        return None
-    return _halve_data(pl, tensor_parallel=2 * pl.tensor_parallel, sequence_parallel=True)
-
-
-def _split(pl: ParallelPlan | None, s: Session) -> ParallelPlan | None:
+def _split(pl: ParallelPlan, s: Session) -> ParallelPlan:
     """``pl`` with the embedding / loss slot flags a Megatron-Core user sets where its layers
     alone do not split over its virtual stages (:func:`core.studies.sweep.space.split_flags_for`)."""
-    if pl is None:
-        return None
     flags = split_flags_for(s.model.num_layers, split_flag_options(s.plan),
                             pl.pipeline_parallel * num_chunks(pl))
     return dataclasses.replace(pl, **dict(zip(SPLIT_FLAG_FIELDS, flags[0])))
 
 
-def _pipeline(pl: ParallelPlan, s: Session) -> ParallelPlan | None:
-    return _split(_halve_data(pl, pipeline_parallel=2 * pl.pipeline_parallel), s)
+def _tensor(pl: ParallelPlan, s: Session) -> list[ParallelPlan]:
+    """t times 2, 4, ... from d, within a node (across nodes it is valid and slow)."""
+    return [dataclasses.replace(pl, tensor_parallel=f * pl.tensor_parallel,
+                                data_parallel=pl.data_parallel // f, sequence_parallel=True)
+            for f in _factors(pl) if f * pl.tensor_parallel <= s.cluster.gpus_per_node]
 
 
-def _context(pl: ParallelPlan, s: Session) -> ParallelPlan | None:
-    return _halve_data(pl, context_parallel=2 * pl.context_parallel)
+def _pipeline(pl: ParallelPlan, s: Session) -> list[ParallelPlan]:
+    """p times 2, 4, ... from d."""
+    return [_split(dataclasses.replace(pl, pipeline_parallel=f * pl.pipeline_parallel,
+                                       data_parallel=pl.data_parallel // f), s)
+            for f in _factors(pl)]
 
 
-def _expert(pl: ParallelPlan, s: Session) -> ParallelPlan | None:
+def _context(pl: ParallelPlan, s: Session) -> list[ParallelPlan]:
+    """cp times 2, 4, ... from d."""
+    return [dataclasses.replace(pl, context_parallel=f * pl.context_parallel,
+                                data_parallel=pl.data_parallel // f) for f in _factors(pl)]
+
+
+def _expert(pl: ParallelPlan, s: Session) -> list[ParallelPlan]:
+    """ep times 2, 4, ... (carved out of d*cp, as Megatron-Core does: the GPU count stays)."""
     if not s.model.num_experts:
-        return None
-    return dataclasses.replace(pl, expert_parallel=2 * pl.expert_parallel)
+        return []
+    out, f = [], 2
+    while f * pl.expert_parallel <= s.model.num_experts:
+        out.append(dataclasses.replace(pl, expert_parallel=f * pl.expert_parallel))
+        f *= 2
+    return out
 
 
-def _more_pipeline(pl: ParallelPlan, s: Session) -> ParallelPlan | None:
-    return _split(dataclasses.replace(pl, pipeline_parallel=2 * pl.pipeline_parallel), s)
+def _more_pipeline(pl: ParallelPlan, s: Session) -> list[ParallelPlan]:
+    return [_split(dataclasses.replace(pl, pipeline_parallel=2 * pl.pipeline_parallel), s)]
 
 
-def _more_tensor(pl: ParallelPlan, s: Session) -> ParallelPlan | None:
+def _more_tensor(pl: ParallelPlan, s: Session) -> list[ParallelPlan]:
     if 2 * pl.tensor_parallel > s.cluster.gpus_per_node:
-        return None
-    return dataclasses.replace(pl, tensor_parallel=2 * pl.tensor_parallel, sequence_parallel=True)
+        return []
+    return [dataclasses.replace(pl, tensor_parallel=2 * pl.tensor_parallel,
+                                sequence_parallel=True)]
 
 
-#: The levers at the session's GPU count, in the order a Megatron-Core user tries them.
-LEVERS: tuple[Callable[[ParallelPlan, Session], ParallelPlan | None], ...] = (
-    _zero(1), _zero(2), _zero(3), _recompute("selective"), _recompute("full"),
-    _micro_batch(False), _micro_batch(True), _sequence_parallel, _tensor, _pipeline, _context,
-    _expert)
-#: The levers that add GPUs (tried when none of :data:`LEVERS`, alone or in pairs, fits).
-MORE_GPU_LEVERS = (_more_pipeline, _more_tensor)
+#: The levers at the session's GPU count, in the order a Megatron-Core user tries them; each
+#: gives its changed plans (a parallel size by every factor that divides d is one lever).
+LEVERS: tuple[Lever, ...] = (
+    _zero(1), _zero(2), _zero(3), _recompute("selective"), _recompute("full"), _micro_batch,
+    _sequence_parallel, _tensor, _pipeline, _context, _expert)
+#: The levers that add GPUs (tried when none of :data:`LEVERS`, up to :data:`MAX_LEVERS`
+#: combined, fits).
+MORE_GPU_LEVERS: tuple[Lever, ...] = (_more_pipeline, _more_tensor)
 
 #: Most levers combined (each level is tried only when the one before has nothing that fits).
 MAX_LEVERS = 3
-#: Most changed plans timed (the first found, in the order of :data:`LEVERS`).
+#: Most changed plans timed (those that fit outside the margin first, then by fewest levers
+#: and least memory).
 MAX_TIMED = 40
+#: Plans of one level (the least memory first) that the next level grows from.
+BEAM = 24
 
 _HELD = ("the model, precision, global batch, GPU kind and every other plan field; "
          "more GPUs only when nothing at the plan's GPU count fits")
@@ -266,40 +284,49 @@ def fit_changes(session: Session, store=None, *, max_rows: int = 8) -> FitChange
     base_time = time_of(base)
     if own == "fits":
         return FitChanges(own, base_time, [], 0, _HELD)
+    megatron = megatron_refusal(session) is None  # then only plans Megatron-LM runs too
     seen = {plan_key(base)}
     tried = 0
+    want = ("fits",) if own == "tight" else ("fits", "tight")
 
     def candidates(plans: list[ParallelPlan], levers) -> list[ParallelPlan]:
         out = []
         for pl in plans:
             for lever in levers:
-                new = lever(pl, session)
-                if new is None or plan_key(new) in seen:
-                    continue
-                seen.add(plan_key(new))
-                if not validate(dataclasses.replace(session, plan=new), sections=("plan",),
-                                model_checked=True):
+                for new in lever(pl, session):
+                    key = plan_key(new)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    changed = dataclasses.replace(session, plan=new)
+                    if validate(changed, sections=("plan",), model_checked=True):
+                        continue
+                    if megatron and megatron_refusal(changed) is not None:
+                        continue
                     out.append(new)
         return out
 
-    def better(plans: list[ParallelPlan]) -> list[tuple[str, float, ParallelPlan]]:
+    def verdicts(plans: list[ParallelPlan]) -> list[tuple[str, float, ParallelPlan]]:
         nonlocal tried
         tried += len(plans)
-        rows = [(*verdict_of(pl), pl) for pl in plans]
-        want = ("fits",) if own == "tight" else ("fits", "tight")
-        return [r for r in rows if r[0] in want]
+        return [(*verdict_of(pl), pl) for pl in plans]
 
-    found: list = []
+    found: list[tuple[str, float, ParallelPlan, int]] = []
     level = [base]
     for levers in range(1, MAX_LEVERS + 1):
-        level = candidates(level, LEVERS)
-        found = better(level)
-        if found or not level:
+        rows = verdicts(candidates(level, LEVERS))
+        found += [(v, need, pl, levers) for v, need, pl in rows if v in want]
+        if any(r[0] == "fits" for r in found) or not rows:
             break
+        # the next level grows from this one's plans that need the least memory (a beam)
+        level = [pl for _, _, pl in sorted(rows, key=lambda r: r[1])[:BEAM]]
     if not found:
-        found, levers = better(candidates([base], MORE_GPU_LEVERS)), 1
-    rows = [FitChange(_changes(base, pl), pl, v, need, time_of(pl), pl.num_gpus, levers)
-            for v, need, pl in found[:MAX_TIMED]]
-    rows.sort(key=lambda r: (r.num_gpus != base.num_gpus, r.verdict != "fits",
-                             r.iteration_time_s))
-    return FitChanges(own, base_time, rows[:max_rows], tried, _HELD)
+        rows = verdicts(candidates([base], MORE_GPU_LEVERS))
+        found = [(v, need, pl, 1) for v, need, pl in rows if v in want]
+    found.sort(key=lambda r: (r[0] != "fits", r[3], r[1]))  # what is timed, if not all
+    out = [FitChange(_changes(base, pl), pl, v, need, time_of(pl), pl.num_gpus, levers)
+           for v, need, pl, levers in found[:MAX_TIMED]]
+    out.sort(key=lambda r: (r.num_gpus != base.num_gpus, r.verdict != "fits",
+                            r.iteration_time_s))
+    held = _HELD + ("; only plans Megatron-LM runs, as it runs this one" if megatron else "")
+    return FitChanges(own, base_time, out[:max_rows], tried, held)

@@ -36,7 +36,7 @@ from core.io.megatron.to_session import session_from_launch
 from core.io.megatron.rules import SESSION_FIELDS, broken_rules, required_environment, violations
 from core.util.text import shell_comment, shell_word
 
-__all__ = ["refuse_megatron_rules", "environment_lines", "export_script",
+__all__ = ["refuse_megatron_rules", "megatron_refusal", "environment_lines", "export_script",
            "PLAN_ARGUMENTS", "rewrite_script", "unified_diff"]
 
 
@@ -65,6 +65,17 @@ def refuse_megatron_rules(session: Session, args: list[str]) -> None:
                             "ZeRO stages Megatron-LM runs: "
                             "vtrain sweep FILE --cross-entropy-fusion native --zero-stages 0,1 "
                             "--pick fastest --out NEW.json)")
+
+
+def megatron_refusal(session: Session) -> str | None:
+    """Why Megatron-LM cannot run ``session``'s model and plan (the message of
+    :func:`core.io.megatron.from_session.export_arguments` or :func:`refuse_megatron_rules`),
+    or None when it can."""
+    try:
+        refuse_megatron_rules(session, export_arguments(session))
+    except MegatronArgsError as exc:
+        return str(exc)
+    return None
 
 
 def environment_lines(args: list[str], gpu: str | None) -> list[str]:
