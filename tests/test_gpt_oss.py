@@ -342,7 +342,7 @@ def test_megatron_bridge_style_launch():
               "--position-embedding-type yarn --normalization RMSNorm "
               "--untie-embeddings-and-output-weights --window-size 128,0 "
               "--window-attn-skip-freq 2 --num-experts 32 --moe-router-topk 4 "
-              "--attention-backend flash --bf16")
+              "--moe-grouped-gemm --attention-backend flash --bf16")
     r = session_from_launch(read_launch(launch, "x"), num_gpus=8)
     m = r.session.model
     assert m == dataclasses.replace(MODEL_PRESETS["GPT-OSS 20B"], name="x", moe_ffn_hidden_size=None)

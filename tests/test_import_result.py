@@ -47,11 +47,12 @@ def test_every_importer_returns_the_shared_result():
     mg = session_from_launch(read_launch(LAUNCH + " --lr 1e-4 --moe-grouped-gemm", "x"),
                              num_gpus=1)
     assert isinstance(mg, MegatronImport) and isinstance(mg, ImportResult)
-    assert mg.ignored == {"--moe-grouped-gemm": "not modelled; may change the iteration time"}
+    assert mg.ignored == {"--moe-grouped-gemm": "without --num-experts it has no effect"}
     assert mg.neutral == ["--lr"]
     # used: each table argument the launch gives -> the fields it sets
     assert mg.used["--bf16"] == "plan.precision"
     assert set(mg.used) == {f for f in read_launch(LAUNCH, "x").arguments if f in ARGUMENTS}
+    assert "--moe-grouped-gemm" in ARGUMENTS and "--moe-grouped-gemm" not in mg.used
 
 
 def test_unknown_arguments_stay_listed_with_a_cp_comm_type():

@@ -605,10 +605,20 @@ def test_mixtral_megatron_core_launch(tmp_path):
     assert (pl.expert_parallel, pl.expert_tensor_parallel, pl.context_parallel) == (8, 1, 2)
     assert (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel) == (1, 4, 8)  # 64/(1*4*2)
     assert (pl.precision, pl.fp8_recipe) == ("fp8", None)  # tensorwise: the empty recipe
-    # the dispatcher is plan.moe_token_dispatcher_type; grouped GEMM may change the time: listed
-    # as ignored; the load-balancing loss's kind and weight act on the router's small scores
+    # the dispatcher is plan.moe_token_dispatcher_type; the load-balancing loss's kind and
+    # weight act on the router's small scores
     assert res.session.plan.moe_token_dispatcher_type == "alltoall"
-    assert "--moe-grouped-gemm" in dict(res.ignored)
+    # --moe-grouped-gemm is read, not ignored: the experts are timed as the grouped GEMMs it
+    # runs; without it each rank runs its experts one after another (SequentialMLP, not
+    # modelled): refused, unless each rank holds one expert (ep = E: the same work)
+    assert "--moe-grouped-gemm" not in dict(res.ignored)
+    sequential = MIXTRAL_LAUNCH.replace("--moe-grouped-gemm ", "")
+    one = import_file(_write(tmp_path, "mixtral_one.sh", sequential)).session.model
+    assert (one.num_experts, one.hidden_size, one.num_layers) == (8, 4096, 32)
+    with pytest.raises(MegatronArgsError, match="without --moe-grouped-gemm Megatron-Core runs "
+                                                "each rank's 4 experts one after another"):
+        import_file(_write(tmp_path, "four.sh", sequential.replace(
+            "--expert-model-parallel-size 8", "--expert-model-parallel-size 2")))
     assert "--moe-token-dispatcher-type" not in dict(res.ignored)
     assert {"--moe-router-load-balancing-type", "--moe-aux-loss-coeff"} <= set(res.neutral)
     # Megatron's default recipe is delayed scaling; its default top-k 2
@@ -888,8 +898,7 @@ def test_deepseek_v3_without_an_attention_flag_imports_as_flash(tmp_path):
                            "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate",
                            "--moe-router-load-balancing-type", "--moe-aux-loss-coeff",
                            "--mtp-loss-scaling-factor", "--lr", "--data-path", "--save"]
-    assert list(res.ignored) == ["--moe-grouped-gemm",
-                                           "--moe-router-dtype", "--moe-permute-fusion"]
+    assert list(res.ignored) == ["--moe-router-dtype", "--moe-permute-fusion"]
 
 
 _FLAGS = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 " \

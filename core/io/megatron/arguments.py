@@ -188,6 +188,11 @@ ARGUMENTS: dict[str, Arg] = {
                                "fused (TE's cuDNN attention) and flash are timed as "
                                "FlashAttention (flash); unfused and local as unfused"),
     "--num-experts": Arg(("model.num_experts",), True, "mixture of experts E"),
+    "--moe-grouped-gemm": Arg(("model.num_experts",), False,
+                              "the experts as grouped GEMMs (TEGroupedMLP), as they are timed; "
+                              "required with more than one expert per rank (without it "
+                              "Megatron-Core runs them one after another, SequentialMLP, which "
+                              "is not modelled)"),
     "--moe-router-topk": Arg(("model.moe_top_k",), True, "experts per token (top-k; default 2)"),
     "--moe-ffn-hidden-size": Arg(("model.moe_ffn_hidden_size",), True,
                                  "hidden size of each expert's MLP (default --ffn-hidden-size)"),

@@ -110,6 +110,7 @@ def _expert_words(m: Any, pl: Any) -> list[str]:
     E = _get(m, "num_experts")
     if E:
         out += ["--num-experts", str(E), "--moe-router-topk", str(m.moe_top_k),
+                "--moe-grouped-gemm",  # the experts are timed as grouped GEMMs (TEGroupedMLP)
                 "--moe-token-dispatcher-type", str(_get(pl, "moe_token_dispatcher_type")
                                                    or "alltoall")]
         if m.moe_ffn_hidden_size:

@@ -91,7 +91,7 @@ def attention_kernel(args: dict[str, list[str]], src: str) -> tuple[str, str, st
 
 
 #: Mixture-of-experts arguments that mean something only with --num-experts.
-MOE_ONLY = ("--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+MOE_ONLY = ("--moe-grouped-gemm", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
              "--moe-layer-freq", "--moe-token-dispatcher-type", "--moe-enable-deepep",
              "--moe-flex-dispatcher-backend", "--moe-router-num-groups", "--moe-router-group-topk")
 
@@ -160,7 +160,9 @@ def _moe_arguments(mp: Mapper, L: int, ffn: int) -> None:
     top-k 2, experts ``--ffn-hidden-size`` wide, no shared experts, every layer MoE)."""
     from core.io.hf_moe import moe_layer_fields
     args, src = mp.args, mp.source
-    mp.set("--num-experts", "model.num_experts", int_argument(args, "--num-experts", src))
+    E = int_argument(args, "--num-experts", src)
+    mp.set("--num-experts", "model.num_experts", E)
+    _grouped_gemm(mp, E)
     k = int_argument(args, "--moe-router-topk", src) if "--moe-router-topk" in args else 2
     mp.set("--moe-router-topk", "model.moe_top_k", k)
     width = ffn
@@ -195,6 +197,25 @@ def _moe_arguments(mp: Mapper, L: int, ffn: int) -> None:
         else:
             mp.set("--moe-layer-freq", "model.moe_first_dense_layers", fit[0])
             mp.set("--moe-layer-freq", "model.moe_layer_frequency", fit[1])
+
+
+def _grouped_gemm(mp: Mapper, num_experts: int) -> None:
+    """The experts are timed as grouped GEMMs (Transformer Engine's ``TEGroupedMLP``), which
+    Megatron-Core runs with ``--moe-grouped-gemm``; without it each rank runs its experts one
+    after another (``SequentialMLP``: one GEMM pair per local expert, each at its tokens'
+    size), which is not modelled, so such a launch is refused, unless each rank holds one
+    expert (``--expert-model-parallel-size`` = E: the two are then the same work)."""
+    args, src = mp.args, mp.source
+    if mp.switch("--moe-grouped-gemm"):  # read: what the experts are timed as
+        return
+    ep = (int_argument(args, "--expert-model-parallel-size", src)
+          if "--expert-model-parallel-size" in args else 1)
+    if ep and num_experts // max(ep, 1) > 1:
+        mp.refuse("--num-experts", f"without --moe-grouped-gemm Megatron-Core runs each rank's "
+                                   f"{num_experts // ep} experts one after another "
+                                   "(SequentialMLP), which is not modelled: the experts are "
+                                   "timed as grouped GEMMs (TEGroupedMLP); add "
+                                   "--moe-grouped-gemm, as Megatron-Bridge's MoE recipes do")
 
 
 def _model_shape(mp: Mapper) -> tuple[int, int, int]:

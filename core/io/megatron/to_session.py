@@ -225,7 +225,8 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     model = model_from_fields({**MEGATRON_MODEL_DEFAULTS, "name": name or Path(src).stem,
                                **mp.values["model"]})
     session = Session(model, plan, ClusterConfig(**cluster), CostConfig(**mp.values["cost"]))
-    used = {f: ", ".join(ARGUMENTS[f].targets) for f in args if f in ARGUMENTS}
+    used = {f: ", ".join(ARGUMENTS[f].targets) for f in args
+            if f in ARGUMENTS and f not in ignored}  # --moe-grouped-gemm without experts
     return MegatronImport(session, used, ignored, mp.notes, neutral=neutral, launch=launch,
                           unknown=[f for f, _ in unknown])
 
