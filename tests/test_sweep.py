@@ -546,9 +546,10 @@ def test_cli_table_output(capsys):
     (["--gpus", "7", "--tensor-parallel", "3"], "no valid plan"),
     (["--tensor-parallel", "3"], "--tensor-parallel 3: num_attention_heads=16 is not divisible by "
                                  "tensor_parallel_size=3"),
-    # 7 divides neither 24 layers nor 25 or 26 slots (5 would, with the embedding's)
-    (["--pipeline-parallel", "7"], "--pipeline-parallel 7: num_layers=24 is not divisible by "
-                                   "pipeline_parallel_size=7"),
+    # 7 divides neither 24 layers nor 25 or 26 slots (5 would, with the embedding's), and
+    # interleaving takes no uneven first / last stages (without it, 2 + 5 x 4 + 2 is swept)
+    (["--pipeline-parallel", "7", "--schedules", "interleaved"],
+     "--pipeline-parallel 7: num_layers=24 is not divisible by pipeline_parallel_size=7"),
 ])
 def test_cli_bad_input_exits_2_with_one_message(args, needle):
     proc = subprocess.run([sys.executable, "-m", "core.cli", "sweep",
@@ -623,8 +624,9 @@ def test_batch_equals_simulate_with_the_embedding_and_loss_in_the_pipeline_split
 
 def test_a_base_with_uneven_stages_is_swept_at_its_own_pipeline_size():
     """61 layers (DeepSeek-V3's count) split evenly only over p = 1 or 61; a base plan with
-    uneven first and last stages at p = 4 is among the default candidates, with its stages,
-    and other p values split evenly."""
+    uneven first and last stages at p = 4 is among the default candidates, with its stages;
+    p = 2 splits evenly with the loss's slot, p = 8 unevenly, Megatron-style
+    (core.studies.sweep.space.uneven_splits: 7 or 8 + 6 x 8 + 6 or 5)."""
     from core.plan.cluster import ClusterConfig
     from core.plan.parallel import ParallelPlan
     from core.plan.presets import MODEL_PRESETS
@@ -639,7 +641,7 @@ def test_a_base_with_uneven_stages_is_swept_at_its_own_pipeline_size():
     got = {(p.pipeline_parallel, p.first_stage_layers, p.last_stage_layers) for p in plans}
     # and p = 2 with the loss's layer slot (62 slots; Megatron-Core refuses
     # them with uneven stages, so never at p = 4)
-    assert got == {(1, None, None), (2, None, None), (4, 16, 15)}
+    assert got == {(1, None, None), (2, None, None), (4, 16, 15), (8, 7, 6), (8, 8, 5)}
     assert {(p.account_for_embedding_in_pipeline_split, p.account_for_loss_in_pipeline_split)
             for p in plans if p.pipeline_parallel == 2} == {(False, True)}
     assert not any(p.account_for_embedding_in_pipeline_split or p.account_for_loss_in_pipeline_split

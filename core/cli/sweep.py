@@ -508,6 +508,7 @@ def _print_tables(result, console: Console, csv_path: str | None) -> None:
     _print_mfu_notes(result, console)
     best, own = _best_table(result)
     console.print(best)
+    _print_megatron_lm(result, console)
     console.print()
     _print_own_plan(result, console, own)
     console.print()
@@ -605,6 +606,26 @@ def _best_table(result):
         else:
             best.add_row(label, *_plan_cells(result, i))
     return best, own
+
+
+#: The sweep options that keep a sweep to plans Megatron-LM's arguments run (its native
+#: cross-entropy, no ZeRO-2 or FSDP2, its two schedules).
+MEGATRON_LM_SPACE = ("--cross-entropy-fusion native --zero-stages 0,1 "
+                     "--schedules 1f1b,interleaved")
+
+
+def _print_megatron_lm(result, console: Console) -> None:
+    """When Megatron-LM runs the session's plan but not the fastest or the cheapest one: which,
+    why (its own assertion messages), and the options of a sweep kept to what it runs."""
+    from core.util.console import esc
+    refused = result.megatron_lm()
+    if not refused:
+        return
+    names = " and the ".join(refused)
+    why = "; ".join(dict.fromkeys(w for ws in refused.values() for w in ws))
+    console.print(f"[yellow]Megatron-LM cannot run the {names} plan[/] ({esc(why)}), though it "
+                  "runs the session's (other frameworks run it): " + MEGATRON_LM_SPACE
+                  + " keeps the sweep to plans it runs")
 
 
 def _print_own_plan(result, console: Console, own: int | None) -> None:

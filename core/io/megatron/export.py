@@ -36,7 +36,7 @@ from core.io.megatron.to_session import session_from_launch
 from core.io.megatron.rules import SESSION_FIELDS, broken_rules, required_environment, violations
 from core.util.text import shell_comment, shell_word
 
-__all__ = ["refuse_megatron_rules", "megatron_refusal", "environment_lines", "export_script",
+__all__ = ["refuse_megatron_rules", "megatron_refusal", "megatron_blockers", "environment_lines", "export_script",
            "PLAN_ARGUMENTS", "rewrite_script", "unified_diff"]
 
 
@@ -61,10 +61,10 @@ def refuse_megatron_rules(session: Session, args: list[str]) -> None:
              f"({r.source}; rule {r.name})" for r in rules]
     parts += [f"Megatron-LM refuses it: {v}" for v in others]
     raise MegatronArgsError(where + "; ".join(parts) + " (the simulator still simulates the "
-                            "plan; Megatron-LM cannot run it. A sweep kept to the cross-entropy and "
-                            "ZeRO stages Megatron-LM runs: "
+                            "plan; Megatron-LM cannot run it. A sweep kept to the cross-entropy, "
+                            "ZeRO stages and schedules Megatron-LM runs: "
                             "vtrain sweep FILE --cross-entropy-fusion native --zero-stages 0,1 "
-                            "--pick fastest --out NEW.json)")
+                            "--schedules 1f1b,interleaved --pick fastest --out NEW.json)")
 
 
 def megatron_refusal(session: Session) -> str | None:
@@ -76,6 +76,24 @@ def megatron_refusal(session: Session) -> str | None:
     except MegatronArgsError as exc:
         return str(exc)
     return None
+
+
+def megatron_blockers(session: Session) -> list[str]:
+    """What keeps Megatron-LM from running ``session``'s plan, each in a few words: what its
+    arguments cannot express (:func:`export_arguments`' refusal), or each start-up assertion
+    its arguments break (Megatron-LM's own message, :func:`core.io.megatron.rules.broken_rules`);
+    empty when it runs it (then :func:`megatron_refusal` is None, and only then)."""
+    try:
+        args = export_arguments(session)
+    except MegatronArgsError as exc:
+        return [str(exc)]
+    pl = session.plan
+    world = pl.tensor_parallel * pl.pipeline_parallel * (pl.context_parallel or 1) * \
+        pl.data_parallel
+    rules = broken_rules(args)
+    others = [v for v in violations(args, world_size=world) if " rule " not in v or
+              not any(f"rule {r.name})" in v for r in rules)]
+    return [r.message for r in rules] + others
 
 
 def environment_lines(args: list[str], gpu: str | None) -> list[str]:

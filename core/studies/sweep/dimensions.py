@@ -95,8 +95,11 @@ _DIMENSION_DEFAULTS = {
                                    "layers per model chunk that fit (Megatron's block "
                                    "method); the session's when it sets them"),
     "recompute_modules": (None, "the session's under selective recomputation"),
-    "first_stage_layers": (None, "the session's at its own p"),
-    "last_stage_layers": (None, "the session's at its own p"),
+    "first_stage_layers": (None, "the session's at its own p; where p splits the layers "
+                                 "unevenly, ceil(L/p) on each middle stage and the rest on the "
+                                 "first and last (halved, or the most on the first)"),
+    "last_stage_layers": (None, "the session's at its own p; where p splits the layers "
+                                "unevenly, the rest after the middle stages and the first"),
     "delay_wgrad_compute": (None, "the session's with the expert all-to-all overlap"),
     "account_for_embedding_in_pipeline_split": (None, _SPLIT_FLAG_DEFAULT),
     "account_for_loss_in_pipeline_split": (None, _SPLIT_FLAG_DEFAULT),

@@ -404,6 +404,24 @@ class SweepResult:
         return [self.row(i, columns)
                 for i in (range(self.num_plans) if indices is None else indices)]
 
+    def megatron_lm(self) -> dict[str, list[str]] | None:
+        """When Megatron-LM runs the session's own plan (the sweep's default space also holds
+        plans it refuses: ZeRO-2, FSDP2 with pipeline or expert parallelism, Transformer
+        Engine's cross-entropy, which Megatron-Bridge runs), what keeps it from running the
+        fastest and the cheapest plan: ``{"fastest": [...], "cheapest": [...]}`` for those it
+        refuses (:func:`core.io.megatron.export.megatron_blockers`); None when it does not run
+        the session's plan (a DeepSpeed, torchtitan or Bridge session: nothing to keep to)."""
+        from core.io.megatron.export import megatron_blockers
+        if megatron_blockers(self.session):
+            return None
+        out: dict[str, list[str]] = {}
+        for name, i in (("fastest", self.fastest), ("cheapest", self.cheapest)):
+            if i is not None:
+                why = megatron_blockers(self.session_for(i))
+                if why:
+                    out[name] = why
+        return out
+
     def to_dict(self, include_all: bool = False) -> dict[str, Any]:
         """The summary document ``vtrain sweep --json`` prints.
 
@@ -419,7 +437,8 @@ class SweepResult:
         session's own plan: ``in_sweep``, and when in it ``plan``,
         ``on_pareto_front``, ``num_dominating`` and ``cheapest_dominating``, a
         plan dict or None; when not, ``why_not``, :meth:`SweepSpace.excludes`' words or
-        None); with ``include_all``, ``plans`` (every row).
+        None), ``megatron_lm`` (:meth:`megatron_lm`); with ``include_all``, ``plans`` (every
+        row).
         """
         cols = self.row_columns()
         pick = (lambda i: None if i is None else self.row(i, cols))
@@ -442,6 +461,7 @@ class SweepResult:
             "training_tokens": self.session.cost.training_tokens,
             "price_per_gpu_hour_usd": self.session.cost.price_per_gpu_hour_usd,
             "profile": self.profile, "warnings": self.warnings, "config": config,
+            "megatron_lm": self.megatron_lm(),
             "interval_coverage": self.interval_coverage, "interval_note": self.interval_note,
             "num_pruned": int(np.count_nonzero(self.pruned)),
             "num_outside_calibration": self.num_outside_calibration,

@@ -503,6 +503,53 @@ def split_flags_for(num_layers: int, options: list, virtual_stages: int
     return own
 
 
+def uneven_splits(num_layers: int, p: int) -> list[tuple[int, int]]:
+    """Megatron-Core's uneven pipeline splits of ``num_layers`` over ``p`` stages where they do
+    not split evenly (``--decoder-first-pipeline-num-layers`` /
+    ``--decoder-last-pipeline-num-layers``, :attr:`ParallelPlan.first_stage_layers`):
+    ``k = ceil(L/p)`` layers on each of the ``p - 2`` middle stages and the rest on the first
+    and last, either halved (the last no more than the first) or with ``k`` on the first and
+    the least on the last (which also runs the output layer and the loss). DeepSeek-V3's 61
+    layers on p=8: 7 + 6 x 8 + 6 and 8 + 6 x 8 + 5. ``(first, last)`` pairs, each with
+    ``1 <= last <= first <= k``; none when ``p < 3`` or the rest leaves the last stage no
+    layer."""
+    if p < 3:
+        return []
+    k = -(-num_layers // p)
+    rest = num_layers - (p - 2) * k
+    halves = (-(-rest // 2), rest // 2)
+    return [(f, l) for f, l in dict.fromkeys((halves, (k, rest - k))) if 1 <= l <= f <= k]
+
+
+def splits_evenly(num_layers: int, options: list, p: int) -> bool:
+    """Whether the layers (or the one or two more layer slots of :func:`split_flag_options`
+    ``options``) split evenly over ``p`` stages without interleaving."""
+    slots = num_layers + sum(map(bool, options[0][1][0]))
+    return any(slots_split(slots + extra, p, extra) for extra, _ in options)
+
+
+def pipeline_splits(session: Session, ps: list[int]) -> dict[int, list[tuple[int, int]]]:
+    """The uneven (first, last) stage layers of the plans of each ``p`` in ``ps`` that has
+    them: the session's at its own p when it sets them, else :func:`uneven_splits` where the
+    layers (and layer slots) do not split evenly, unless the session has a custom pipeline
+    layout or sets the embedding / loss slot flags (Megatron-Core refuses either with uneven
+    stages)."""
+    base, L = session.plan, session.model.num_layers
+    out: dict[int, list[tuple[int, int]]] = {}
+    if base.first_stage_layers is not None or base.last_stage_layers is not None:
+        out[base.pipeline_parallel] = [(base.first_stage_layers, base.last_stage_layers)]
+    if (pipeline_layout_text(base) is not None or base.account_for_embedding_in_pipeline_split
+            or base.account_for_loss_in_pipeline_split):
+        return out
+    options = split_flag_options(base)
+    for p in ps:
+        if p not in out and not splits_evenly(L, options, p):
+            splits = uneven_splits(L, p)
+            if splits:
+                out[p] = splits
+    return out
+
+
 def slots_split(slots: int, virtual_stages: int, extra: int) -> bool:
     """Whether ``slots`` layer slots split evenly over ``virtual_stages`` in a sweep's plan,
     ``extra`` of them the slots its flags add to the session's: with flags added, at least two
@@ -569,11 +616,12 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
     ticker = PhaseTicker("enumerate", len(outer), cancel, phase)
     for step, (t, p, cp) in enumerate(outer):
         ticker.tick(step)
-        own_p = p == base.pipeline_parallel  # the base's uneven first / last stages
+        # uneven (first, last) stages: the base's at its own p, Megatron-style where p splits
+        # the layers unevenly (pipeline_splits); (None, None): even
+        splits = [(f, l) for f, l in c.uneven.get(p, [(None, None)])
+                  if ok("first_stage_layers", f) and ok("last_stage_layers", l)]
         if not (ok("tensor_parallel", t) and ok("pipeline_parallel", p)
-                and ok("context_parallel", cp)
-                and ok("first_stage_layers", base.first_stage_layers if own_p else None)
-                and ok("last_stage_layers", base.last_stage_layers if own_p else None)):
+                and ok("context_parallel", cp) and splits):
             continue
         ds = [d for d in c.data_parallel_sizes(space, t * p * cp, B) if ok("data_parallel", d)]
         # sequence parallelism without tensor parallelism and ZeRO without a group to shard
@@ -589,8 +637,7 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
         scheds_p = c.scheds if p > 1 else [one_stage_schedule(c.scheds)]
         # the (schedule, v) of p whose values pass alone, in order, each with the (embedding,
         # loss) slot flags of its plans (the session's, or those its layers need)
-        own_uneven = own_p and (base.first_stage_layers is not None
-                                or base.last_stage_layers is not None)
+        own_uneven = p in c.uneven
         sched_vs = [(sched, [(v, c.split_flags(sched, p, v, own_uneven))
                              for v in c.virtual_sizes(space, sched, p)
                              if ok("virtual_pipeline_stages", v)])
@@ -615,9 +662,10 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
                         yield_interpreter()
                         ticker.tick(step)
                         for flags in flag_sets:
-                            plans += size_variants(session, c, verdicts,
-                                                   (t, p, cp, ep, d, b, sched, v), sps_t, zs_d,
-                                                   flags)
+                            for split in splits:
+                                plans += size_variants(session, c, verdicts,
+                                                       (t, p, cp, ep, d, b, sched, v), sps_t,
+                                                       zs_d, flags, split)
     ticker.finish(len(outer))
     return plans
 
@@ -668,6 +716,7 @@ class _Choices:
     d_divisors: list
     extra_slots: int
     split_options: list
+    uneven: dict
     mla: bool
     delay: bool
     base_values: dict
@@ -749,6 +798,7 @@ class _Choices:
             d_divisors=divisors(base.global_batch_size),  # d must divide B (d*b divides B)
             extra_slots=pipeline_split_slots(m.num_layers, base) - m.num_layers,  # embedding, loss
             split_options=split_flag_options(base),
+            uneven=pipeline_splits(session, ps),
             mla=bool(getattr(m, "multi_latent_attention", False)),
             delay=base.delay_wgrad_compute is True,
             base_values={f: getattr(base, f) for f in PLAN_FIELDS}, make=plan_maker(base),
@@ -867,9 +917,10 @@ def tp_pp_candidates(session: Session, space: SweepSpace) -> tuple[list[int], li
     """The tensor- and pipeline-parallel sizes a sweep of ``space`` tries: the given ones, or
     t the divisors of the node's GPUs (and multiples of it up to the heads with
     ``tensor_parallel_across_nodes``), p the even splits of the layer slots, the session's
-    and those one or two more slots of :func:`split_flag_options` make (and the base's
-    own p when its first / last stages are uneven); a custom pipeline layout of ``n``
-    virtual stages keeps the p that divide ``n``."""
+    and those one or two more slots of :func:`split_flag_options` make, the base's own p
+    when its first / last stages are uneven, and the powers of two from 4 the layers split
+    over unevenly (:func:`pipeline_splits`: DeepSeek-V3's 61 layers on p = 4, 8, 16); a
+    custom pipeline layout of ``n`` virtual stages keeps the p that divide ``n``."""
     m, base, g = session.model, session.plan, session.cluster.gpus_per_node
     if space.tensor_parallel is not None:
         ts = sorted(set(as_list(space.tensor_parallel)))
@@ -887,6 +938,9 @@ def tp_pp_candidates(session: Session, space: SweepSpace) -> tuple[list[int], li
     if layout_n is not None:
         ps = [p for p in (ps if space.pipeline_parallel is not None else divisors(layout_n))
               if layout_n % p == 0]
+    elif space.pipeline_parallel is None:  # and the powers of two the layers split unevenly over
+        more = [1 << k for k in range(2, m.num_layers.bit_length())]
+        ps = sorted(set(ps) | set(pipeline_splits(session, more)))
     return ts, ps
 
 def budget_text(space: SweepSpace) -> str:

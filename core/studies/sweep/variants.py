@@ -124,8 +124,8 @@ def plan_maker(base: ParallelPlan) -> Callable[[dict], ParallelPlan]:
 
 
 def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
-                  sizes: tuple, sps_t: list, zs_d: list, split_flags: tuple | None = None
-                  ) -> list[ParallelPlan]:
+                  sizes: tuple, sps_t: list, zs_d: list, split_flags: tuple | None = None,
+                  split: tuple = (None, None)) -> list[ParallelPlan]:
     """The valid plans of one ``sizes`` = (t, p, cp, ep, d, b, schedule, v) under the choices
     ``c`` (:class:`core.studies.sweep.space._Choices`): each recomputation, each
     context-parallel exchange (with cp > 1: ``c.cpcs``' (``cp_comm_type``, ``cp_a2a_size``);
@@ -138,17 +138,17 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
     :data:`VARIANT_FIELDS`, with cp > 1 :data:`CP_VARIANT_FIELDS`, checked once).
     ``split_flags``: the plans' (``account_for_embedding_in_pipeline_split``,
     ``account_for_loss_in_pipeline_split``), default the session's
-    (:func:`core.studies.sweep.space.split_flags_for`)."""
+    (:func:`core.studies.sweep.space.split_flags_for`); ``split``: their (``first_stage_layers``,
+    ``last_stage_layers``), (None, None) for an even split."""
     t, p, cp, ep, d, b, sched, v = sizes
     cl, base = session.cluster, session.plan
     make = c.make
-    # the base's uneven first / last stages at its own p
-    own_p = p == base.pipeline_parallel
+    # uneven first / last stages (the base's at its own p, Megatron-style where p splits the
+    # layers unevenly: core.studies.sweep.space.pipeline_splits); (None, None): even
+    first, last = split
     group = dict(c.base_values, tensor_parallel=t, pipeline_parallel=p, context_parallel=cp,
                  expert_parallel=ep, data_parallel=d, micro_batch_size=b, schedule=sched,
-                 virtual_pipeline_stages=v,
-                 first_stage_layers=base.first_stage_layers if own_p else None,
-                 last_stage_layers=base.last_stage_layers if own_p else None)
+                 virtual_pipeline_stages=v, first_stage_layers=first, last_stage_layers=last)
     if split_flags is not None:
         (group["account_for_embedding_in_pipeline_split"],
          group["account_for_loss_in_pipeline_split"]) = split_flags

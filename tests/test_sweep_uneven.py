@@ -1,0 +1,106 @@
+"""Uneven pipeline splits in the sweep (Megatron-Core's --decoder-first/last-pipeline-num-layers):
+where p splits the layers unevenly, ceil(L/p) layers on each middle stage and the rest on the
+first and last; and the note on the best plans Megatron-LM cannot run."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from core.io.megatron.export import megatron_blockers
+from core.io.session import load_any
+from core.plan.cluster import ClusterConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
+from core.sim.simulate import simulate
+from core.studies.sweep import SweepSpace, run_sweep
+from core.studies.sweep.space import pipeline_splits, uneven_splits
+from tests.conftest import EXAMPLES
+
+
+def test_uneven_splits_closed_form():
+    # DeepSeek-V3's 61 layers: 8 stages of ceil(61/8) = 8 in the middle, 13 left for the ends
+    assert uneven_splits(61, 8) == [(7, 6), (8, 5)]
+    assert uneven_splits(61, 16) == [(3, 2), (4, 1)]   # 14 x 4 = 56 in the middle
+    assert uneven_splits(61, 4) == [(15, 14), (16, 13)]
+    assert uneven_splits(61, 32) == []                  # 30 x 2 = 60: one layer for two ends
+    assert uneven_splits(24, 7) == [(2, 2)]             # (4, 0) leaves the last stage none
+    assert uneven_splits(61, 2) == []                   # no middle stage
+    for L, p in ((61, 8), (61, 16), (24, 7), (126, 16)):
+        for first, last in uneven_splits(L, p):
+            assert first + last + (p - 2) * -(-L // p) == L
+
+
+def _dsv3(**plan) -> Session:
+    base = dict(tensor_parallel=8, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+                global_batch_size=1024, recompute="full", precision="bf16",
+                cross_entropy_loss_fusion=False, cross_entropy_fusion_impl="native")
+    return Session(MODEL_PRESETS["DeepSeek-V3"], ParallelPlan(**{**base, **plan}),
+                   ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+
+
+def test_session_flags_or_layout_keep_the_even_splits_only():
+    s = _dsv3()
+    assert set(pipeline_splits(s, [4, 8, 16])) == {4, 8, 16}
+    flagged = dataclasses.replace(s, plan=dataclasses.replace(
+        s.plan, account_for_loss_in_pipeline_split=True))
+    assert pipeline_splits(flagged, [4, 8, 16]) == {}   # Megatron-Core refuses both together
+    own = dataclasses.replace(s, plan=dataclasses.replace(
+        s.plan, pipeline_parallel=8, data_parallel=1, first_stage_layers=9,
+        last_stage_layers=4, tensor_parallel=1, expert_parallel=8))
+    assert pipeline_splits(own, [8])[8] == [(9, 4)]      # the session's own at its p
+
+
+def test_a_pipeline_size_the_layers_do_not_divide_is_swept_with_first_and_last_stages():
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")   # 24 layers
+    res = run_sweep(s, SweepSpace(pipeline_parallel=[7], max_gpus=8, micro_batch_sizes=[1, 2]))
+    assert res.num_plans > 0
+    assert {(pl.first_stage_layers, pl.last_stage_layers) for pl in res.plans} == {(2, 2)}
+    i = res.fastest
+    sim = simulate(res.session_for(i))
+    assert validate(res.session_for(i)) == []
+    assert res.iteration_time_s[i] == pytest.approx(sim.report.iteration_time_s, rel=1e-9)
+
+
+def test_deepseek_v3_gets_deep_pipelines_and_megatron_lm_plans():
+    """61 layers split evenly over p = 1 and 2 only (62 slots): on 256 GPUs the sweep tried no
+    deeper pipeline; with Megatron-style uneven stages p = 4, 8 and 16 come in, and among the
+    plans Megatron-LM runs the fastest is a deep one, faster than every even split."""
+    s = _dsv3()
+    space = dict(num_gpus=256, cross_entropy_fusion=["native"], zero_stages=[0, 1],
+                 schedules=["1f1b", "interleaved"])
+    res = run_sweep(s, SweepSpace(**space))
+    ps = {pl.pipeline_parallel for pl in res.plans}
+    assert {1, 2, 4, 8, 16} <= ps
+    for pl in res.plans:
+        if pl.pipeline_parallel in (4, 8, 16):
+            assert (pl.first_stage_layers, pl.last_stage_layers) in uneven_splits(
+                61, pl.pipeline_parallel)
+    best = res.session_for(res.fastest)
+    assert best.plan.pipeline_parallel >= 4 and megatron_blockers(best) == []
+    even = [i for i, pl in enumerate(res.plans)
+            if pl.pipeline_parallel <= 2 and res.feasible[i]
+            and res.iteration_time_s[i] == res.iteration_time_s[i]]
+    assert even and res.iteration_time_s[res.fastest] < 0.8 * min(res.iteration_time_s[even])
+    assert res.iteration_time_s[res.fastest] == pytest.approx(
+        simulate(best).report.iteration_time_s, rel=1e-9)
+    assert res.megatron_lm() == {}   # it runs both best plans
+
+
+def test_the_sweep_says_when_megatron_lm_cannot_run_its_best_plan():
+    s = _dsv3()
+    assert megatron_blockers(s) == []
+    res = run_sweep(s, SweepSpace(num_gpus=256, pipeline_parallel=[1], micro_batch_sizes=[4]))
+    got = res.megatron_lm()
+    assert got and "fastest" in got
+    best = res.session_for(res.fastest)
+    assert got["fastest"] == megatron_blockers(best) != []
+    assert res.to_dict()["megatron_lm"] == got
+    # a session Megatron-LM does not run (Transformer Engine's cross-entropy): nothing to keep to
+    te = dataclasses.replace(s, plan=dataclasses.replace(
+        s.plan, cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te"))
+    assert megatron_blockers(te) != []
+    assert run_sweep(te, SweepSpace(num_gpus=256, pipeline_parallel=[1],
+                                    micro_batch_sizes=[4])).megatron_lm() is None
