@@ -442,3 +442,16 @@ def test_into_keeps_crlf_line_endings():
     new = rewrite_script(session, crlf, "train.sh")
     assert new.count("\n") == new.count("\r\n")
     assert new.replace("\r\n", "\n") == rewrite_script(session, TRAIN_SH, "train.sh")
+
+
+def test_the_import_summary_says_the_gpu_came_from_the_cluster_comment(tmp_path, capsys):
+    """The GPU of an exported script comes from its ``# vtrain: cluster`` comment: the summary
+    says so (it used to say the arguments do not name it and the default was taken)."""
+    script = tmp_path / "b.sh"
+    session = load_any(EXAMPLES / "gpt3_175b.json")
+    session.cluster.gpu = "H100-SXM5-80GB"
+    script.write_text(export_script(session))
+    assert main(["import", "megatron-args", str(script), "--out", str(tmp_path / "s.json")]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "on H100-SXM5-80GB (from the script's # vtrain: cluster comment)" in line
+    assert "do not name the GPU" not in line

@@ -167,7 +167,9 @@ def _megatron(args: argparse.Namespace) -> int:
               + f"d={pl.data_parallel}" + (f", ep={ep}" if ep > 1 else "")
               + f"; b={pl.micro_batch_size}, "
               f"B={pl.global_batch_size}) on {esc(res.session.cluster.gpu)}"
-              + ("" if args.gpu else " (Megatron's arguments do not name the GPU: the default; "
+              + ("" if args.gpu else " (from the script's # vtrain: cluster comment)"
+                 if any(about == "cluster" for about, _ in res.notes)
+                 else " (Megatron's arguments do not name the GPU: the default; "
                  "--gpu KIND for yours)")
               + f", from {res.launch.launcher}", highlight=False)
     if res.session.cluster.inter_node_bandwidth_gbits_per_s is None and pl.num_gpus > \
