@@ -1201,3 +1201,24 @@ def test_import_summary_names_cp_ep_and_the_network_it_did_not_get(tmp_path, cap
     out = capsys.readouterr().out
     assert "16 GPUs (t=1, p=1, cp=4, d=4;" in out
     assert "network: Megatron's arguments do not give it" in out
+
+
+def test_a_tokenizer_that_keeps_its_size_in_its_files_takes_the_imports_vocab_size(tmp_path,
+                                                                                  capsys):
+    script = _write(tmp_path, "hf.sh", "torchrun --nproc-per-node 8 pretrain_gpt.py "
+                    "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+                    "--max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 "
+                    "--tokenizer-type HuggingFaceTokenizer --tokenizer-model x/y --bf16\n")
+    out = tmp_path / "s.json"
+    assert main(["import", "megatron-args", str(script), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--tokenizer-type HuggingFaceTokenizer: its vocabulary size is in its files" in err
+    assert "give it to the import: --vocab-size N" in err and not out.exists()
+    assert main(["import", "megatron-args", str(script), "--out", str(out),
+                 "--vocab-size", "128256"]) == 0
+    assert load_session(out).model.vocab_size == 128256
+    with pytest.raises(MegatronArgsError, match="the launch gives --vocab-size"):
+        import_file(_write(tmp_path, "v.sh", script.read_text().replace(
+            "--bf16", "--bf16 --vocab-size 32000")), vocab_size=5)
+    assert main(["import", "megatron-args", str(script), "--out", str(out),
+                 "--vocab-size", "0"]) == 2

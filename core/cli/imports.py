@@ -69,6 +69,11 @@ def add_parser(sub: Any) -> None:
                         "never run: a variable it sets itself wins, except one it sets from a "
                         "command's output")
     m.add_argument("--gpu", metavar="KIND", help="GPU kind of the cluster (default A100-SXM4-80GB)")
+    m.add_argument("--vocab-size", type=int, metavar="N",
+                   help="the tokenizer's vocabulary size, when the launch does not give "
+                        "--vocab-size and its tokenizer keeps it in its files "
+                        "(HuggingFaceTokenizer, SentencePieceTokenizer ...); read as the "
+                        "launch's --vocab-size")
     m.add_argument("--allow-unknown", action="store_true",
                    help="list arguments that are not Megatron-LM's as ignored (with a close "
                         "match) instead of refusing them; use it for a fork's or another "
@@ -146,9 +151,11 @@ def _megatron(args: argparse.Namespace) -> int:
         if gpu not in GPU_KINDS:
             raise MegatronArgsError(f"--gpu {args.gpu!r}: known kinds are {', '.join(GPU_KINDS)}")
     check_outputs([("--out", args.out)], [args.file])
+    if args.vocab_size is not None and args.vocab_size < 1:
+        raise MegatronArgsError(f"--vocab-size {args.vocab_size} must be a positive integer")
     res = import_checked(args.file, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node,
                          gpu=gpu, allow_unknown=args.allow_unknown, nodes=args.nodes,
-                         variables=variables)
+                         variables=variables, vocab_size=args.vocab_size)
     save_session(res.session, args.out)
     if args.json:
         from core.util.inputs import strict_dumps

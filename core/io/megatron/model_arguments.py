@@ -264,7 +264,8 @@ def _vocabulary(mp: Mapper) -> None:
         mp.set("--tokenizer-type", "model.vocab_size", TOKENIZER_VOCAB[tok])
     elif tok is not None:
         raise MegatronArgsError(f"{src}: --tokenizer-type {tok}: its vocabulary size is in its "
-                                "files, not in the launch; add --vocab-size N to the arguments")
+                                "files, not in the launch; add --vocab-size N to the arguments "
+                                "(or give it to the import: --vocab-size N)")
     elif "--vocab-file" in args:  # Megatron's default tokenizer for a vocab file is GPT-2 BPE
         mp.set("--vocab-file", "model.vocab_size", TOKENIZER_VOCAB["GPT2BPETokenizer"])
     else:

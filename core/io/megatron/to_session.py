@@ -285,7 +285,8 @@ def refuse_broken_rules(launch: Launch) -> None:
 
 def import_file(path: str | Path, **kw: Any) -> MegatronImport:
     """:func:`read_launch` + :func:`session_from_launch` of a file (``variables`` goes to the
-    former, the other keywords to the latter), refused where Megatron-LM would not start it
+    former, ``vocab_size`` is added to the launch as ``--vocab-size`` where it gives none,
+    the other keywords go to the latter), refused where Megatron-LM would not start it
     (:func:`refuse_broken_rules`, once the arguments are read and mapped).
 
     Raises MegatronArgsError (also for an unreadable file, one that is not a regular file,
@@ -296,7 +297,14 @@ def import_file(path: str | Path, **kw: Any) -> MegatronImport:
     path = Path(path)
     text = read_text(path, MegatronArgsError, "launch", encoding="utf-8")
     variables = kw.pop("variables", None)
-    res = session_from_launch(read_launch(text, str(path), variables), **kw)
+    vocab = kw.pop("vocab_size", None)
+    launch = read_launch(text, str(path), variables)
+    if vocab is not None:  # the tokenizer's size, where the launch leaves it to its files
+        if "--vocab-size" in launch.arguments:
+            raise MegatronArgsError(f"{path}: the launch gives --vocab-size; the import's "
+                                    f"--vocab-size {vocab} is for a launch that does not")
+        launch.arguments += ["--vocab-size", str(vocab)]
+    res = session_from_launch(launch, **kw)
     refuse_broken_rules(res.launch)
     return with_cluster_comment(res, text, kw)
 
