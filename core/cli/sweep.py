@@ -93,7 +93,11 @@ def add_parser(sub: Any) -> None:
                          "of two that split the sequence in 2*cp chunks, up to the budget)")
     sw.add_argument("--cp-comm-types", metavar="X[,X...]",
                     help=f"context-parallel exchanges (--cp-comm-type) to try with cp > 1, of "
-                         f"{','.join(CP_COMM_TYPES)} (default: p2p, a2a where the heads divide by "
+                         f"{','.join(CP_COMM_TYPES)}: p2p Megatron-Core's ring, a2a its "
+                         "all-to-all (Ulysses), a2a+p2p its hierarchical one, all_gather its "
+                         "all-gather of K and V, allgather PyTorch's (torchtitan's "
+                         "context_parallel_rotate_method; Megatron-LM cannot run it) "
+                         "(default: p2p, a2a where the heads divide by "
                          "cp, and the session's own; a2a+p2p keeps the session's "
                          "plan.cp_a2a_size)")
     sw.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
