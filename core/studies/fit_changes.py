@@ -17,7 +17,8 @@ suffice, on the session's model, precision, global batch and GPU kind (held fixe
   (tried only when nothing at the same GPU count fits, and marked).
 
 Each candidate is checked by the plan rules (:func:`core.plan.rules.validate`; a plan
-Megatron-LM would refuse is never proposed), its memory by the same model and verdict as the
+Megatron-LM would refuse is never proposed) and by the graph size ``vtrain simulate`` holds
+(:func:`core.sim.simulate.graph_too_large`: a plan it refuses is never proposed), its memory by the same model and verdict as the
 report (:func:`core.sim.simulate.stage_memory`, :func:`core.sim.simulate.memory_verdict`,
 :func:`core.sim.report.memory_verdict`), and each one that fits is timed by the sweep's solver
 (:func:`core.studies.sweep.batch.solve_batch`: the same iteration time as ``vtrain simulate``).
@@ -35,7 +36,7 @@ from core.plan.parallel import ParallelPlan, plan_key
 from core.plan.session import Session
 from core.sim.op_times import num_chunks
 from core.sim.report import memory_verdict as report_verdict
-from core.sim.simulate import memory_verdict, session_profile, stage_memory
+from core.sim.simulate import graph_too_large, memory_verdict, session_profile, stage_memory
 from core.studies.sweep.batch import solve_batch
 from core.studies.sweep.space import SPLIT_FLAG_FIELDS, split_flag_options, split_flags_for
 
@@ -274,7 +275,7 @@ def fit_changes(session: Session, store=None, *, max_rows: int = 8) -> FitChange
                     continue
                 seen.add(plan_key(new))
                 if not validate(dataclasses.replace(session, plan=new), sections=("plan",),
-                                model_checked=True):
+                                model_checked=True) and not graph_too_large(session.model, new):
                     out.append(new)
         return out
 
