@@ -60,11 +60,12 @@ class FitChange:
     max_memory_per_gpu_bytes : float
         The largest stage's modelled need per GPU, bytes (the whole process).
     iteration_time_s : float
-        Simulated iteration time, seconds; NaN for a plan that does not fit (not timed).
+        Simulated iteration time, seconds (every row fits or is tight, and is timed).
     num_gpus : int
     levers : int
-        How many of the levers (:data:`LEVERS`, :data:`MORE_GPU_LEVERS`) were applied: 1 or 2
-        (a lever may change several fields: twice the pipeline size and half the data-parallel).
+        How many of the levers (:data:`LEVERS`, :data:`MORE_GPU_LEVERS`) were applied: 1 to
+        :data:`MAX_LEVERS` (a lever may change several fields: twice the pipeline size and half
+        the data-parallel).
     """
 
     changes: tuple[tuple[str, Any, Any], ...]
@@ -103,7 +104,7 @@ class FitChanges:
     rows : list of FitChange
         The changed plans that fit (``"fits"`` first, then ``"tight"``), at the session's GPU
         count first, each group by iteration time; only the fewest changes that fit (one
-        when any single change fits, else two).
+        when any single change fits, else two, else three).
     tried : int
         Valid changed plans whose memory was computed.
     held : str
