@@ -97,3 +97,30 @@ def test_interleaved_work_orders_refuse_m_not_a_multiple_of_p():
     with pytest.raises(ValueError, match="multiple of pipeline_parallel_size=4"):
         schedules.work_order("interleaved", 4, 6, 0, 2)
     assert schedules.work_orders("interleaved", 4, 8, 2)[0].shape == (4, 32)
+
+
+def test_zb_v_with_many_micro_batches_takes_the_compiled_pass_by_default(monkeypatch):
+    """ZB-V's numpy sweeps grow with m (about 2*m updates per stage: p = 8, m = 1,024 took
+    0.7 s for one plan, 2.3 s at m = 2,048, against a few ms under 1F1B), so by default its
+    large batches take the compiled pass, as other schedules' do from COMPILED_MIN_ELEMENTS
+    elements (what made core.studies.fit_changes take 27 s for Llama 3 70B at B = 65,536)."""
+    from core.sim import fastpath
+
+    class Compiled(Exception):
+        pass
+
+    def spy(*args, **kwargs):
+        raise Compiled
+
+    monkeypatch.setattr(fastpath_kernel, "available", lambda: True)
+    monkeypatch.setattr(fastpath_kernel, "loaded", lambda: False)
+    monkeypatch.setattr(fastpath, "_solve_compiled", spy)
+    p, m = 8, 1024
+    one, per_chunk = np.ones((p, 1)), np.ones((p, 2, 1))
+    with pytest.raises(Compiled):
+        pipeline_iteration_times("zb-v", m, per_chunk, 2 * per_chunk, *[0.05 * one] * 2,
+                                 0 * one, 0 * one, wgrad_s=per_chunk)
+    # a small ZB-V batch and 1F1B at this m still take the numpy sweeps (no Numba import)
+    pipeline_iteration_times("zb-v", 16, per_chunk, 2 * per_chunk, *[0.05 * one] * 2,
+                             0 * one, 0 * one, wgrad_s=per_chunk)
+    pipeline_iteration_times("1f1b", m, one, 2 * one, *[0.05 * one] * 2, 0 * one, 0 * one)

@@ -143,3 +143,18 @@ def test_cli_prints_the_changes_and_json_carries_them(tmp_path, capsys):
     save_session(_session(zero_stage=1), path)
     assert main(["simulate", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["fit_changes"] is None
+
+
+def test_no_change_makes_a_graph_simulate_refuses():
+    # Llama 3 8B on 8 GPUs, B = 524288 at b = 8: 65,536 micro-batches simulate (1.7 M tasks);
+    # at b = 1 the graph would have 13 M tasks, more than simulate holds (MAX_GRAPH_TASKS)
+    from core.sim.simulate import graph_too_large
+    s = _session("Llama 3 8B", tensor_parallel=1, pipeline_parallel=1, data_parallel=8,
+                 micro_batch_size=8, global_batch_size=524288, sequence_parallel=False)
+    assert not graph_too_large(s.model, s.plan)
+    one = dataclasses.replace(s.plan, micro_batch_size=1)
+    assert graph_too_large(s.model, one)
+    got = fc.fit_changes(s)
+    assert got.verdict == "does not fit" and got.rows
+    for row in got.rows:
+        assert not graph_too_large(s.model, row.plan), row.text

@@ -602,6 +602,8 @@ class CostPanel(QtWidgets.QWidget):
         """Veil the figures and the chart (they belong to an earlier configuration), or unveil."""
         self._stale = bool(stale)
         self._veil.set_stale(self._stale)
+        # the changes that would make it fit are of that earlier configuration too
+        self._use_fit_change.setEnabled(not self._stale)
 
     def figures_height(self) -> int:
         """Height in pixels the figures need to show without scrolling."""

@@ -584,9 +584,19 @@ class MainWindow(QtWidgets.QMainWindow):
 
     @Slot(object)
     def _on_fit_change_choose(self, plan) -> None:
-        """The memory panel's "Use it": the changed plan that fits, in the editor, simulated."""
+        """The memory panel's "Use it": the changed plan that fits, in the editor, simulated.
+
+        The change was found for the simulated session: when the editor holds another model,
+        plan or cluster (an edit not simulated yet, or one that breaks a rule) it is not
+        applied (it would undo those edits or pair the plan with another model)."""
         current = self.editor.session()
         if plan == current.plan:
+            return
+        shown = self._result.session if self._result is not None else None
+        if shown is None or (current.model, current.plan, current.cluster) != (
+                shown.model, shown.plan, shown.cluster):
+            self._status.setText("The configuration changed since that change was found; it "
+                                 "is not applied (the next simulation finds what fits)")
             return
         self.editor.set_session(dataclasses.replace(current, plan=plan))
         self.explore.set_session(self.editor.session())

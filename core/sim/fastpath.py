@@ -174,8 +174,9 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     compiled : bool, optional
         Use the compiled pass (when Numba is available): True, yes; False, the numpy
         sweeps; None (default), yes when it is already loaded or the batch has at least
-        :data:`COMPILED_MIN_ELEMENTS` (stage, item, plan) elements (importing Numba
-        costs about 0.3 s, so a single simulation never does).
+        :data:`COMPILED_MIN_ELEMENTS` (stage, item, plan) elements, ``m / 3`` times as many
+        under ZB-V, whose sweeps grow with ``m`` (:func:`_sweep_elements`; importing Numba
+        costs about 0.3 s, so a single simulation of a small plan never does).
     overlap_p2p : bool or bool array, shape (n,)
         Per plan: the sends the schedule runs asynchronously then
         (:meth:`core.schedules.PipelineSchedule.async_sends`, the interleaved schedule's steady
@@ -236,7 +237,8 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
         if R.shape != F.shape:
             raise ValueError("ready_s must have the shape of fwd_s")
     if compiled is None:
-        compiled = fastpath_kernel.loaded() or p * K * n >= COMPILED_MIN_ELEMENTS
+        compiled = fastpath_kernel.loaded() or _sweep_elements(p, K, n, m, bwd_hop) >= \
+            COMPILED_MIN_ELEMENTS
     if compiled and fastpath_kernel.available():
         E, A = _solve_compiled(table, hops, hop4, phase, chunk, src, sends, first_f, bwd_hop, R,
                                asyn, ov)
@@ -245,6 +247,15 @@ def pipeline_iteration_times(schedule: str, num_microbatches: int, fwd_s: np.nda
     E, A, updates = _solve_sweeps(table, hop4, phase, chunk, src, sends, first_f, deps, R, asyn, ov)
     return _tail(E, A, p, K, v, phase, chunk, sends, last_g, hop4, F, dp, opt, chunk_tail_s,
                  updates if return_updates else None, asyn, ov)
+
+
+def _sweep_elements(p: int, K: int, n: int, m: int, bwd_hop) -> int:
+    """The (stage, item, plan) elements the numpy sweeps' cost is measured in (see
+    :data:`COMPILED_MIN_ELEMENTS`): ``p*K*n``, where a few updates per stage settle the
+    schedule; times ``m / 3`` where some chunk sends the other way (ZB-V, ``bwd_hop``): there
+    each micro-batch's turn of the V takes more sweeps, about ``2*m`` updates per stage
+    (p = 8, m = 1,024: 15,293 updates, 0.7 s for one plan, against 41 under 1F1B)."""
+    return p * K * n * (max(1, m // 3) if bwd_hop is not None else 1)
 
 
 def _stage_arrays(schedule: str, sched, fwd_s, bwd_s, wgrad_s, per_stage: tuple):

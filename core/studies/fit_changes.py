@@ -2,8 +2,9 @@
 
 The question a planner asks after an out-of-memory verdict: which setting would make this
 plan fit, and what does it cost in time. :func:`fit_changes` answers it by trying the levers a
-Megatron-Core user reaches for, one at a time, then two and three at a time when fewer do not
-suffice, on the session's model, precision, global batch and GPU kind (held fixed):
+Megatron-Core user reaches for, one at a time, then two and three at a time while fewer give
+nothing that fits outside the margin, on the session's model, precision, global batch and GPU
+kind (held fixed):
 
 * the distributed optimizer and ZeRO-2/3 (``zero_stage`` 1-3, ``--use-distributed-optimizer``,
   FSDP);
@@ -11,14 +12,18 @@ suffice, on the session's model, precision, global batch and GPU kind (held fixe
   (``--recompute-granularity full``) of every layer;
 * a smaller micro-batch (``micro_batch_size``: half, and 1);
 * sequence parallelism where ``t > 1`` (``--sequence-parallel``);
-* moving GPUs from data parallelism to tensor (within a node), pipeline, context or expert
-  parallelism (twice the size, half the data-parallel size: the same GPU count);
+* moving GPUs from data parallelism to tensor (within a node), pipeline or context
+  parallelism, by any factor that divides d (the same GPU count), or a larger expert-parallel
+  size;
 * with more GPUs: twice the pipeline or tensor parallel size at the same data-parallel size
-  (tried only when nothing at the same GPU count fits, and marked).
+  (tried only when nothing at the same GPU count fits; the rows' ``num_gpus`` say so).
 
-Each candidate is checked by the plan rules (:func:`core.plan.rules.validate`; a plan
-Megatron-LM would refuse is never proposed), its memory by the same model and verdict as the
-report (:func:`core.sim.simulate.stage_memory`, :func:`core.sim.simulate.memory_verdict`,
+Each candidate is checked by the plan rules (:func:`core.plan.rules.validate`), by the graph
+size ``vtrain simulate`` holds (:func:`core.sim.simulate.graph_too_large`) and, when
+Megatron-LM runs the session's plan, by Megatron-LM's own start-up checks
+(:func:`core.io.megatron.export.megatron_refusal`): a plan any of them refuses is never
+proposed. Its memory comes from the same model and verdict as the report
+(:func:`core.sim.simulate.stage_memory`, :func:`core.sim.simulate.memory_verdict`,
 :func:`core.sim.report.memory_verdict`), and each one that fits is timed by the sweep's solver
 (:func:`core.studies.sweep.batch.solve_batch`: the same iteration time as ``vtrain simulate``).
 It is a neighbourhood of the plan, not a search: ``vtrain sweep`` finds the best plan.
@@ -35,7 +40,7 @@ from core.plan.parallel import ParallelPlan, plan_key
 from core.plan.session import Session
 from core.sim.op_times import num_chunks
 from core.sim.report import memory_verdict as report_verdict
-from core.sim.simulate import memory_verdict, session_profile, stage_memory
+from core.sim.simulate import graph_too_large, memory_verdict, session_profile, stage_memory
 from core.io.megatron.export import megatron_refusal
 from core.studies.sweep.batch import solve_batch
 from core.studies.sweep.space import SPLIT_FLAG_FIELDS, split_flag_options, split_flags_for
@@ -60,11 +65,12 @@ class FitChange:
     max_memory_per_gpu_bytes : float
         The largest stage's modelled need per GPU, bytes (the whole process).
     iteration_time_s : float
-        Simulated iteration time, seconds; NaN for a plan that does not fit (not timed).
+        Simulated iteration time, seconds (every row fits or is tight, and is timed).
     num_gpus : int
     levers : int
-        How many of the levers (:data:`LEVERS`, :data:`MORE_GPU_LEVERS`) were applied: 1 or 2
-        (a lever may change several fields: twice the pipeline size and half the data-parallel).
+        How many of the levers (:data:`LEVERS`, :data:`MORE_GPU_LEVERS`) were applied: 1 to
+        :data:`MAX_LEVERS` (a lever may change several fields: twice the pipeline size and half
+        the data-parallel).
     """
 
     changes: tuple[tuple[str, Any, Any], ...]
@@ -103,7 +109,7 @@ class FitChanges:
     rows : list of FitChange
         The changed plans that fit (``"fits"`` first, then ``"tight"``), at the session's GPU
         count first, each group by iteration time; only the fewest changes that fit (one
-        when any single change fits, else two).
+        when any single change fits, else two, else three).
     tried : int
         Valid changed plans whose memory was computed.
     held : str
@@ -299,7 +305,8 @@ def fit_changes(session: Session, store=None, *, max_rows: int = 8) -> FitChange
                         continue
                     seen.add(key)
                     changed = dataclasses.replace(session, plan=new)
-                    if validate(changed, sections=("plan",), model_checked=True):
+                    if (validate(changed, sections=("plan",), model_checked=True)
+                            or graph_too_large(session.model, new)):
                         continue
                     if megatron and megatron_refusal(changed) is not None:
                         continue

@@ -174,3 +174,49 @@ def test_use_it_puts_the_changed_plan_in_the_editor_and_it_fits(window, qtbot, r
     assert window.isWindowModified()
     assert panel.report.memory_verdict == "fits"
     assert panel.fit_changes_text == "" and not button.isVisible()
+
+
+def test_use_it_never_applies_a_change_found_for_an_earlier_configuration(window, qtbot,
+                                                                           real_simulate,
+                                                                           tmp_path):
+    """The changes were found for the simulated session: once the editor holds another one
+    (an edit not simulated yet, or one that breaks a rule), "Use it" must not overwrite the
+    editor's plan with that older plan (its global batch, precision, sizes: the user's edits
+    silently undone) or pair it with another model."""
+    from core.io.session import save_session
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
+    path = tmp_path / "oom.json"
+    save_session(Session(MODEL_PRESETS["Llama 3 70B"],
+                         ParallelPlan(tensor_parallel=8, pipeline_parallel=2, data_parallel=4,
+                                      micro_batch_size=1, global_batch_size=128,
+                                      recompute="none", sequence_parallel=True, zero_stage=0),
+                         ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8)), path)
+    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+        assert window.open_path(path)
+    panel = window.cost_panel
+    button = panel.findChild(QtWidgets.QToolButton, "use_fit_change")
+    assert button.isVisible() and panel.fit_changes_text
+    # an edit not simulated yet (the debounce pause): the button is there, the change is not
+    # applied
+    window.editor.field_widget("plan.global_batch_size").setValue(256)
+    assert not window.results_stale and button.isVisible() and button.isEnabled()
+    button.click()
+    assert window.editor.session().plan.global_batch_size == 256
+    assert window.editor.session().plan.zero_stage == 0
+    assert "changed" in window.status_text
+    # an edit that breaks a rule: the results (and the changes) are of the last valid session
+    window.editor.field_widget("plan.global_batch_size").setValue(130)
+    assert window.results_stale and not button.isEnabled()
+    edited = window.editor.session()
+    panel.fit_change_chosen.emit(panel._fit_plan)  # as a click would
+    assert window.editor.session().plan == edited.plan
+    assert window.editor.session().plan.global_batch_size == 130
+    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+        window.editor.field_widget("plan.global_batch_size").setValue(128)
+    assert button.isEnabled()
+    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+        button.click()
+    assert window.editor.session().plan.zero_stage == 1
