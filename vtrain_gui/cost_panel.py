@@ -385,7 +385,7 @@ class CostPanel(QtWidgets.QWidget):
         want = "outside the margin" if fit.verdict == "tight" else "in memory"
         if not fit.rows:
             self._fit_changes.set_full_text(
-                f"To fit {want}: nothing up to three changes away fits; a sweep searches "
+                f"To fit {want}: nothing tried fits (up to three changes away); a sweep searches "
                 "every plan", tooltip=f"{fit.tried} plans tried; held fixed: {fit.held}")
             self._fit_changes.setVisible(True)
             return

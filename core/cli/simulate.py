@@ -207,13 +207,17 @@ def _fit_changes_table(fit, r):
     from core.util.console import esc
     want = "outside the margin" if fit.verdict == "tight" else "in memory"
     if not fit.rows:
-        return (f"[bold]To fit {want}:[/] none of the {fit.tried} plans up to three changes "
-                "away fits (nor with twice the pipeline or tensor parallel size); "
+        return (f"[bold]To fit {want}:[/] none of the {fit.tried} valid plans tried fits (up to "
+                "three changes away, then twice the pipeline or tensor parallel size); "
                 "vtrain sweep searches every plan")
     levers = max(x.levers for x in fit.rows)
     away = "one change" if levers == 1 else f"up to {levers} changes"
+    gpus = r.num_gpus
+    more = all(x.num_gpus != gpus for x in fit.rows)
     t = Table(title=f"To fit {want}: the plans {away} away that do"
                     + (" (fewer fit nothing, or only tightly)" if levers > 1 else "")
+                    + (f", with more GPUs (nothing on {gpus:,} fits; the time is theirs)"
+                       if more else "")
                     + f", fastest first (held: {fit.held})",
               title_justify="left")
     for col, just in (("change", "left"), ("GPUs", "right"), ("memory per GPU", "right"),
