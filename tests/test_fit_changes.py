@@ -158,3 +158,26 @@ def test_no_change_makes_a_graph_simulate_refuses():
     assert got.verdict == "does not fit" and got.rows
     for row in got.rows:
         assert not graph_too_large(s.model, row.plan), row.text
+
+
+def test_a_new_pipeline_size_is_split_as_megatron_core_users_split_it():
+    """61 layers: p 1 -> 2 with the loss's layer slot (62), p 1 -> 4 and 8 with uneven first and
+    last stages (core.studies.sweep.space.uneven_splits); the session's own first / last stages
+    belong to its own p and never travel to another."""
+    m = dataclasses.replace(MODEL_PRESETS["Llama 3 70B"], num_layers=61)
+    s = Session(m, ParallelPlan(tensor_parallel=8, pipeline_parallel=1, data_parallel=8,
+                                micro_batch_size=1, global_batch_size=128, recompute="none",
+                                sequence_parallel=True, zero_stage=0),
+                ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+    got = {pl.pipeline_parallel: pl for pl in fc._pipeline(s.plan, s)}
+    assert got[2].account_for_loss_in_pipeline_split and got[2].first_stage_layers is None
+    assert (got[4].first_stage_layers, got[4].last_stage_layers) == (15, 14)
+    assert (got[8].first_stage_layers, got[8].last_stage_layers) == (7, 6)
+    for pl in got.values():
+        assert validate(dataclasses.replace(s, plan=pl)) == []
+    own = dataclasses.replace(s, plan=dataclasses.replace(
+        s.plan, pipeline_parallel=4, data_parallel=2, first_stage_layers=16,
+        last_stage_layers=13))
+    assert validate(own) == []
+    eight = fc._pipeline(own.plan, own)[0]
+    assert (eight.pipeline_parallel, eight.first_stage_layers, eight.last_stage_layers) == (8, 7, 6)

@@ -43,7 +43,8 @@ from core.sim.report import memory_verdict as report_verdict
 from core.sim.simulate import graph_too_large, memory_verdict, session_profile, stage_memory
 from core.io.megatron.export import megatron_refusal
 from core.studies.sweep.batch import solve_batch
-from core.studies.sweep.space import SPLIT_FLAG_FIELDS, split_flag_options, split_flags_for
+from core.studies.sweep.space import (SPLIT_FLAG_FIELDS, pipeline_splits, split_flag_options,
+                                     split_flags_for)
 
 __all__ = ["FitChange", "FitChanges", "fit_changes", "LEVERS"]
 
@@ -174,11 +175,23 @@ def _sequence_parallel(pl: ParallelPlan, s: Session) -> list[ParallelPlan]:
 
 
 def _split(pl: ParallelPlan, s: Session) -> ParallelPlan:
-    """``pl`` with the embedding / loss slot flags a Megatron-Core user sets where its layers
-    alone do not split over its virtual stages (:func:`core.studies.sweep.space.split_flags_for`)."""
+    """``pl`` (a new pipeline size) split over its stages as a Megatron-Core user would: with
+    the embedding / loss slot flags where its layers alone do not split
+    (:func:`core.studies.sweep.space.split_flags_for`), else without interleaving with uneven
+    first and last stages (:func:`core.studies.sweep.space.pipeline_splits`, the first of
+    them); the session's own first / last stages belong to its own pipeline size."""
     flags = split_flags_for(s.model.num_layers, split_flag_options(s.plan),
                             pl.pipeline_parallel * num_chunks(pl))
-    return dataclasses.replace(pl, **dict(zip(SPLIT_FLAG_FIELDS, flags[0])))
+    new = dataclasses.replace(pl, first_stage_layers=None, last_stage_layers=None,
+                              **dict(zip(SPLIT_FLAG_FIELDS, flags[0])))
+    if num_chunks(new) == 1:
+        even = dataclasses.replace(s, plan=dataclasses.replace(
+            s.plan, first_stage_layers=None, last_stage_layers=None))
+        splits = pipeline_splits(even, [new.pipeline_parallel]).get(new.pipeline_parallel)
+        if splits:
+            new = dataclasses.replace(new, first_stage_layers=splits[0][0],
+                                      last_stage_layers=splits[0][1])
+    return new
 
 
 def _tensor(pl: ParallelPlan, s: Session) -> list[ParallelPlan]:
