@@ -104,3 +104,14 @@ def test_the_sweep_says_when_megatron_lm_cannot_run_its_best_plan():
     assert megatron_blockers(te) != []
     assert run_sweep(te, SweepSpace(num_gpus=256, pipeline_parallel=[1],
                                     micro_batch_sizes=[4])).megatron_lm() is None
+
+
+def test_the_pipeline_dimension_says_where_its_uneven_sizes_come_from():
+    """p = 4, 8, 16 divide neither 61 nor 62 or 63: the dimension's words named only the
+    divisors (vtrain sweep --json, the Explore tab's summary, the command line's help)."""
+    res = run_sweep(_dsv3(), SweepSpace(num_gpus=128, micro_batch_sizes=[1], recompute=["full"],
+                                        zero_stages=[1], expert_parallel=[8],
+                                        cross_entropy_fusion=["native"], schedules=["1f1b"]))
+    dim = next(d for d in res.to_dict()["dimensions"] if d["field"] == "pipeline_parallel")
+    assert {4, 8, 16} <= set(dim["values"])
+    assert "powers of two from 4 that split the layers unevenly" in dim["why"]

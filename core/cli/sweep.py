@@ -49,7 +49,9 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--tensor-parallel-across-nodes", action="store_true",
                     help="also try tensor-parallel sizes that are multiples of a node")
     sw.add_argument("--pipeline-parallel", metavar="P[,P...]",
-                    help="pipeline-parallel sizes to try (default: divisors of the layer count)")
+                    help="pipeline-parallel sizes to try (default: divisors of the layer count "
+                         "and of one or two more layer slots, and the powers of two from 4 "
+                         "that split the layers unevenly, with uneven first / last stages)")
     sw.add_argument("--micro-batch-sizes", metavar="B[,B...]",
                     help="micro-batch sizes to try (default: every divisor of the global batch "
                          "while the smallest-memory plan of that size fits in memory)")
