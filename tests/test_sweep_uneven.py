@@ -115,3 +115,22 @@ def test_the_pipeline_dimension_says_where_its_uneven_sizes_come_from():
     dim = next(d for d in res.to_dict()["dimensions"] if d["field"] == "pipeline_parallel")
     assert {4, 8, 16} <= set(dim["values"])
     assert "powers of two from 4 that split the layers unevenly" in dim["why"]
+
+
+def test_no_plan_at_an_uneven_p_under_multi_chunk_schedules_says_why():
+    """--pipeline-parallel 8 --schedules interleaved for 61 layers: the sweep tries p = 8 with
+    uneven first / last stages, which the interleaved schedule does not take; the reason given
+    was the even split's ("61 is not divisible by 8"), which 1F1B's plans at p = 8 do not
+    break."""
+    from core.studies.sweep.explain import no_plan_errors
+    s = _dsv3()
+    for scheds in (["interleaved"], ["zb-v", "interleaved"]):
+        space = SweepSpace(num_gpus=256, pipeline_parallel=[8], schedules=scheds)
+        text = "; ".join(e.message for e in no_plan_errors(s, space))
+        assert "splits the 61 layers unevenly" in text and "not divisible" not in text
+    assert run_sweep(s, SweepSpace(num_gpus=256, pipeline_parallel=[8], schedules=["1f1b"],
+                                   micro_batch_sizes=[1], recompute=["full"], zero_stages=[1],
+                                   expert_parallel=[8])).num_plans > 0
+    text = "; ".join(e.message for e in no_plan_errors(s, SweepSpace(
+        num_gpus=256, pipeline_parallel=[32], schedules=["interleaved"])))
+    assert "num_layers=61 is not divisible by pipeline_parallel_size=32" in text  # no split
