@@ -1222,3 +1222,21 @@ def test_a_tokenizer_that_keeps_its_size_in_its_files_takes_the_imports_vocab_si
             "--bf16", "--bf16 --vocab-size 32000")), vocab_size=5)
     assert main(["import", "megatron-args", str(script), "--out", str(out),
                  "--vocab-size", "0"]) == 2
+
+
+def test_the_imports_vocab_size_never_overrides_the_launchs_nor_stands_for_nulltokenizers(
+        tmp_path):
+    """--vocab-size=N (one word) is the launch's --vocab-size too: the import's was taken over
+    it (a 151,936 vocabulary read as 5); NullTokenizer has no files, Megatron-LM needs the
+    launch's --vocab-size (the import read N as the launch's and added one)."""
+    head = ("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 "
+            "--num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 "
+            "--micro-batch-size 1 --global-batch-size 8 --bf16 ")
+    eq = _write(tmp_path, "eq.sh", head + "--tokenizer-type HuggingFaceTokenizer "
+                "--tokenizer-model x/y --vocab-size=151936\n")
+    assert import_file(eq).session.model.vocab_size == 151936
+    with pytest.raises(MegatronArgsError, match="the launch gives --vocab-size"):
+        import_file(eq, vocab_size=5)
+    null = _write(tmp_path, "null.sh", head + "--tokenizer-type NullTokenizer\n")
+    with pytest.raises(MegatronArgsError, match="NullTokenizer takes its size from the launch"):
+        import_file(null, vocab_size=1000)

@@ -549,7 +549,8 @@ def test_cli_table_output(capsys):
     # 7 divides neither 24 layers nor 25 or 26 slots (5 would, with the embedding's), and
     # interleaving takes no uneven first / last stages (without it, 2 + 5 x 4 + 2 is swept)
     (["--pipeline-parallel", "7", "--schedules", "interleaved"],
-     "--pipeline-parallel 7: num_layers=24 is not divisible by pipeline_parallel_size=7"),
+     "--pipeline-parallel 7: splits the 24 layers unevenly: its plans have uneven first / last "
+     "stages"),
 ])
 def test_cli_bad_input_exits_2_with_one_message(args, needle):
     proc = subprocess.run([sys.executable, "-m", "core.cli", "sweep",

@@ -51,6 +51,7 @@ def _reference_enumerate(session: Session, space: SweepSpace) -> list[ParallelPl
                 sps_t = ([t > 1 and m.seq_length % t == 0] if c.sps is None
                          else c.sps[:1] if t == 1 else c.sps)
                 scheds_p = c.scheds if p > 1 else [one_stage_schedule(c.scheds)]
+                splits = _reference_uneven_splits(session, p)
                 for d, ep in ((d, ep) for d in ds for ep in c.eps):
                     zs_d = c.zs[:1] if d * cp == 1 else c.zs
                     for b in c.bs:
@@ -58,16 +59,47 @@ def _reference_enumerate(session: Session, space: SweepSpace) -> list[ParallelPl
                             continue
                         for sched in scheds_p:
                             for v in c.virtual_sizes(space, sched, p):
-                                flag_sets = _reference_split_flags(session, sched, p, v)
+                                flag_sets = ([_own_flags(session)] if splits != [(None, None)]
+                                             else _reference_split_flags(session, sched, p, v))
                                 if schedule_errors(sched, p, B // (d * b), v,
                                                    m.num_layers if c.layout_n is None else None,
                                                    sum(flag_sets[0])):
                                     continue
                                 for flags in flag_sets:
-                                    out += _reference_variants(session, c, checks,
-                                                               (t, p, cp, ep, d, b, sched, v),
-                                                               sps_t, zs_d, flags)
+                                    for split in splits:
+                                        out += _reference_variants(
+                                            session, c, checks, (t, p, cp, ep, d, b, sched, v),
+                                            sps_t, zs_d, flags, split)
     return out
+
+
+def _own_flags(session):
+    base = session.plan
+    return (base.account_for_embedding_in_pipeline_split, base.account_for_loss_in_pipeline_split)
+
+
+def _reference_uneven_splits(session, p):
+    """The (first, last) stage layers of the plans of p: the session's at its own p when it
+    sets them; else, where neither the layers nor the L + 1 (the loss's) or L + 2 layer slots
+    split evenly over p (two slots or more per stage with slots added) and the session sets no
+    custom layout nor slot flag, Megatron-style uneven stages: ceil(L/p) layers on each of the
+    p - 2 middle stages, the rest on the first and last, 1 <= last <= first <= ceil(L/p), those
+    whose first and last differ by one at most, then the one with ceil(L/p) on the first;
+    (None, None) otherwise (an even split)."""
+    base, L = session.plan, session.model.num_layers
+    if p == base.pipeline_parallel and (base.first_stage_layers is not None
+                                        or base.last_stage_layers is not None):
+        return [(base.first_stage_layers, base.last_stage_layers)]
+    if base.pipeline_model_parallel_layout or any(_own_flags(session)):
+        return [(None, None)]
+    if any((L + extra) % p == 0 and (extra == 0 or (L + extra) // p >= 2) for extra in (0, 1, 2)):
+        return [(None, None)]
+    k = -(-L // p)
+    rest = L - (p - 2) * k
+    pairs = [(f, rest - f) for f in range(1, k + 1) if 1 <= rest - f <= f] if p >= 3 else []
+    out = [fl for fl in pairs if fl[0] - fl[1] <= 1] + [fl for fl in pairs if fl[0] == k
+                                                       and fl[0] - fl[1] > 1]
+    return out or [(None, None)]
 
 
 def _reference_split_flags(session, sched, p, v):
@@ -91,7 +123,7 @@ def _reference_split_flags(session, sched, p, v):
     return [f for f in more if sum(f) == sum(more[0])] if more else [own]
 
 
-def _reference_variants(session, c, checks, sizes, sps_t, zs_d, flags):
+def _reference_variants(session, c, checks, sizes, sps_t, zs_d, flags, split=(None, None)):
     t, p, cp, ep, d, b, sched, v = sizes
     m, cl, base = session.model, session.cluster, session.plan
     out = []
@@ -108,10 +140,7 @@ def _reference_variants(session, c, checks, sizes, sps_t, zs_d, flags):
                 expert_parallel=ep, data_parallel=d, micro_batch_size=b, schedule=sched,
                 virtual_pipeline_stages=v, recompute=rc, sequence_parallel=sp, zero_stage=z,
                 recompute_num_layers=(base.recompute_num_layers if rc == "full" else None),
-                first_stage_layers=(base.first_stage_layers if p == base.pipeline_parallel
-                                    else None),
-                last_stage_layers=(base.last_stage_layers if p == base.pipeline_parallel
-                                   else None),
+                first_stage_layers=split[0], last_stage_layers=split[1],
                 recompute_modules=(base.recompute_modules if rc == "selective" else None),
                 tp_comm_overlap=tpo, overlap_grad_reduce=og, overlap_param_gather=op,
                 moe_token_dispatcher_type=disp, cp_comm_type=cpc, cp_a2a_size=a2a,
@@ -196,6 +225,16 @@ CASES = {
                  account_for_embedding_in_pipeline_split=True),
         SweepSpace(max_gpus=1024, micro_batch_sizes=(1,), recompute=("full",),
                    schedules=("1f1b", "interleaved"), virtual_pipeline_stages=(2, 4))),
+    "61 layers: uneven first / last stages where p splits them unevenly": (
+        _session("DeepSeek-V3", global_batch_size=64),
+        SweepSpace(max_gpus=128, micro_batch_sizes=(1,), recompute=("full",),
+                   expert_parallel=(1, 8), schedules=("1f1b", "interleaved", "zb-h1"),
+                   zero_stages=(1,))),
+    "105 layers: the session's own first / last at its p, Megatron-style at the others": (
+        _session("MT-NLG 530B", global_batch_size=64, pipeline_parallel=8, first_stage_layers=9,
+                 last_stage_layers=12, tensor_parallel=8),
+        SweepSpace(max_gpus=512, tensor_parallel=(8,), micro_batch_sizes=(1,),
+                   recompute=("full",), schedules=("1f1b", "interleaved"), zero_stages=(1,))),
     "a held field breaks a rule": (_session("GPT-3 1.3B", moe_imbalance_factor=2.0),
                                    SweepSpace(max_gpus=16)),
 }

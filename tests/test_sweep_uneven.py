@@ -104,3 +104,60 @@ def test_the_sweep_says_when_megatron_lm_cannot_run_its_best_plan():
     assert megatron_blockers(te) != []
     assert run_sweep(te, SweepSpace(num_gpus=256, pipeline_parallel=[1],
                                     micro_batch_sizes=[4])).megatron_lm() is None
+
+
+def test_the_pipeline_dimension_says_where_its_uneven_sizes_come_from():
+    """p = 4, 8, 16 divide neither 61 nor 62 or 63: the dimension's words named only the
+    divisors (vtrain sweep --json, the Explore tab's summary, the command line's help)."""
+    res = run_sweep(_dsv3(), SweepSpace(num_gpus=128, micro_batch_sizes=[1], recompute=["full"],
+                                        zero_stages=[1], expert_parallel=[8],
+                                        cross_entropy_fusion=["native"], schedules=["1f1b"]))
+    dim = next(d for d in res.to_dict()["dimensions"] if d["field"] == "pipeline_parallel")
+    assert {4, 8, 16} <= set(dim["values"])
+    assert "powers of two from 4 that split the layers unevenly" in dim["why"]
+
+
+def test_no_plan_at_an_uneven_p_under_multi_chunk_schedules_says_why():
+    """--pipeline-parallel 8 --schedules interleaved for 61 layers: the sweep tries p = 8 with
+    uneven first / last stages, which the interleaved schedule does not take; the reason given
+    was the even split's ("61 is not divisible by 8"), which 1F1B's plans at p = 8 do not
+    break."""
+    from core.studies.sweep.explain import no_plan_errors
+    s = _dsv3()
+    for scheds in (["interleaved"], ["zb-v", "interleaved"]):
+        space = SweepSpace(num_gpus=256, pipeline_parallel=[8], schedules=scheds)
+        text = "; ".join(e.message for e in no_plan_errors(s, space))
+        assert "splits the 61 layers unevenly" in text and "not divisible" not in text
+    assert run_sweep(s, SweepSpace(num_gpus=256, pipeline_parallel=[8], schedules=["1f1b"],
+                                   micro_batch_sizes=[1], recompute=["full"], zero_stages=[1],
+                                   expert_parallel=[8])).num_plans > 0
+    text = "; ".join(e.message for e in no_plan_errors(s, SweepSpace(
+        num_gpus=256, pipeline_parallel=[32], schedules=["interleaved"])))
+    assert "num_layers=61 is not divisible by pipeline_parallel_size=32" in text  # no split
+
+
+def test_the_megatron_lm_note_suggests_what_the_sweeps_own_options_need():
+    """The note under "Best plans" gave the same three options whatever the sweep asked: with
+    --recompute selective_op (and those three already given) the best plans were torchtitan's
+    per-op recomputation, and it still said the three options keep the sweep to plans
+    Megatron-LM runs."""
+    from core.cli.sweep import MEGATRON_LM_SPACE, megatron_lm_options
+    assert megatron_lm_options(SweepSpace()) == MEGATRON_LM_SPACE   # the default space
+    kept = dict(cross_entropy_fusion=["native"], zero_stages=[0, 1],
+                schedules=["1f1b", "interleaved"])
+    assert megatron_lm_options(SweepSpace(**kept)) == ""
+    assert megatron_lm_options(SweepSpace(**kept, recompute=["selective_op"])) == \
+        "--recompute none,selective,full"
+    assert megatron_lm_options(SweepSpace(**kept, recompute=["selective_op", "full"],
+                                          cp_comm_type=["p2p", "allgather"])) == \
+        "--recompute full --cp-comm-types p2p"
+    assert megatron_lm_options(SweepSpace(cross_entropy_fusion=["off", "te"], zero_stages=[1, 3],
+                                          schedules=["zb-v"])) == \
+        "--cross-entropy-fusion off --zero-stages 1 --schedules 1f1b,interleaved"
+    # and each suggestion is one Megatron-LM runs the best plans of: Llama 3 8B, selective_op
+    s = dataclasses.replace(_dsv3(), model=MODEL_PRESETS["Llama 3 8B"])
+    space = SweepSpace(max_gpus=16, micro_batch_sizes=[1], **kept, recompute=["selective_op"])
+    res = run_sweep(s, space)
+    assert res.megatron_lm()
+    fixed = run_sweep(s, dataclasses.replace(space, recompute=["none", "selective", "full"]))
+    assert fixed.megatron_lm() == {}

@@ -23,7 +23,7 @@ from core.plan.layout import pipeline_split_slots
 from core.plan.parallel import RECOMPUTE_CHOICES, SCHEDULES, ZERO_STAGES, ParallelPlan
 from core.plan.session import Session
 from core.studies.sweep import SweepSpace
-from core.studies.sweep.space import slots_split, split_flag_options
+from core.studies.sweep.space import pipeline_splits, slots_split, split_flag_options
 
 from .formatting import ERROR_STYLE
 from .int_spin import INT64_MAX, IntSpinBox
@@ -72,6 +72,19 @@ def _divisors(n: Any) -> list[int]:
         return []
     small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
     return small + [n // k for k in reversed(small) if k * k != n]
+
+
+def _uneven_sizes(session: Session) -> list[int]:
+    """The pipeline sizes the default sweep tries with uneven first / last stages (the powers of
+    two from 4 that split the layers unevenly, :func:`core.studies.sweep.space.pipeline_splits`),
+    none where the session's fields do not say (an edit in progress)."""
+    L = session.model.num_layers
+    if isinstance(L, bool) or not isinstance(L, int) or not 0 < L <= _DIVISORS_LIMIT:
+        return []
+    try:
+        return sorted(pipeline_splits(session, [1 << k for k in range(2, L.bit_length())]))
+    except (TypeError, ValueError, AttributeError):
+        return []
 
 
 def _check_box_row(form: QtWidgets.QFormLayout, label: str, names, prefix: str
@@ -338,12 +351,20 @@ class SweepSettingsPanel(QtWidgets.QWidget):
             name += "".join(f", +{e}" for e in more)
         ds = sorted({p for e in (0, *more) if isinstance(slots, int)
                      for p in _divisors(slots + e) if slots_split(slots + e, p, e)})
+        # and the powers of two the layers split over unevenly, with Megatron-style first /
+        # last stages (core.studies.sweep.space.tp_pp_candidates: DeepSeek-V3's 61 on 4, 8, 16)
+        uneven = _uneven_sizes(session) if ds else []
+        uneven = [p for p in uneven if p not in ds]
         # the field is narrow: the placeholder names the rule, the tooltip lists the sizes
-        self.pipeline_parallel.setPlaceholderText(f"divisors of {name} ({len(ds)} sizes)" if ds
-                                                  else "divisors of the layer count")
+        self.pipeline_parallel.setPlaceholderText(
+            f"divisors of {name}{' + uneven' if uneven else ''} ({len(ds) + len(uneven)} sizes)"
+            if ds else "divisors of the layer count")
         self.pipeline_parallel.setToolTip(
             "Pipeline-parallel sizes p to try, comma-separated; empty: "
-            + (f"the divisors of {name}: {_join(ds)}" if ds else "the divisors of the layer count"))
+            + (f"the divisors of {name}: {_join(ds)}" if ds else "the divisors of the layer count")
+            + (f"; and {_join(uneven)} with uneven first / last stages (ceil(L/p) layers on "
+               "each middle stage, the rest on the first and last: Megatron-Core's "
+               "--decoder-first/last-pipeline-num-layers)" if uneven else ""))
         E = session.model.num_experts
         es = _divisors(E) if session.model.is_moe and isinstance(E, int) and E > 0 else []
         self.expert_parallel.setPlaceholderText(f"divisors of E={E}: {_join(es)}" if es else "")

@@ -49,7 +49,9 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--tensor-parallel-across-nodes", action="store_true",
                     help="also try tensor-parallel sizes that are multiples of a node")
     sw.add_argument("--pipeline-parallel", metavar="P[,P...]",
-                    help="pipeline-parallel sizes to try (default: divisors of the layer count)")
+                    help="pipeline-parallel sizes to try (default: divisors of the layer count "
+                         "and of one or two more layer slots, and the powers of two from 4 "
+                         "that split the layers unevenly, with uneven first / last stages)")
     sw.add_argument("--micro-batch-sizes", metavar="B[,B...]",
                     help="micro-batch sizes to try (default: every divisor of the global batch "
                          "while the smallest-memory plan of that size fits in memory)")
@@ -613,23 +615,51 @@ def _best_table(result):
 
 
 #: The sweep options that keep a sweep to plans Megatron-LM's arguments run (its native
-#: cross-entropy, no ZeRO-2 or FSDP2, its two schedules).
+#: cross-entropy, no ZeRO-2 or FSDP2, its two schedules), from the default space.
 MEGATRON_LM_SPACE = ("--cross-entropy-fusion native --zero-stages 0,1 "
                      "--schedules 1f1b,interleaved")
 
 
+def megatron_lm_options(space) -> str:
+    """The sweep options that keep a sweep of ``space`` to what Megatron-LM's arguments run
+    (:data:`MEGATRON_LM_SPACE` from the default space): each of the space's choices Megatron-LM
+    has no argument for left out -- Transformer Engine's cross-entropy, ZeRO-2 and FSDP2, the
+    GPipe and zero-bubble schedules, torchtitan's per-op recomputation and PyTorch's
+    all-gather exchange -- where the space has it (the default space: the first three);
+    empty when it has none of them."""
+    from core.plan.parallel import RECOMPUTE_MODES
+    from core.studies.sweep.space import DEFAULT_CP_COMM_TYPES, as_list
+    hold = space.hold_session_values  # None: the session's, which Megatron-LM runs
+    out = []
+    for option, given, default, refused, fallback in (
+            ("--cross-entropy-fusion", space.cross_entropy_fusion, ["te"], {"te"}, ["native"]),
+            ("--zero-stages", space.zero_stages, [0, 1, 2, 3], {2, 3}, [0, 1]),
+            ("--schedules", space.schedules, [], {"gpipe", "zb-h1", "zb-v"},
+             ["1f1b", "interleaved"]),
+            ("--recompute", space.recompute, [], {"selective_op"}, list(RECOMPUTE_MODES)),
+            ("--cp-comm-types", space.cp_comm_type, [], {"allgather"},
+             list(DEFAULT_CP_COMM_TYPES))):
+        values = list(as_list(given)) if given is not None else [] if hold else default
+        if any(v in refused for v in values):
+            kept = [v for v in values if v not in refused] or fallback
+            out.append(f"{option} {','.join(map(str, kept))}")
+    return " ".join(out)
+
+
 def _print_megatron_lm(result, console: Console) -> None:
     """When Megatron-LM runs the session's plan but not the fastest or the cheapest one: which,
-    why (its own assertion messages), and the options of a sweep kept to what it runs."""
+    why (its own assertion messages), and the options of a sweep kept to what it runs
+    (:func:`megatron_lm_options`; none when the space asks for nothing Megatron-LM refuses)."""
     from core.util.console import esc
     refused = result.megatron_lm()
     if not refused:
         return
     names = " and the ".join(refused)
     why = "; ".join(dict.fromkeys(w for ws in refused.values() for w in ws))
+    options = megatron_lm_options(result.space)
     console.print(f"[yellow]Megatron-LM cannot run the {names} plan[/] ({esc(why)}), though it "
-                  "runs the session's (other frameworks run it): " + MEGATRON_LM_SPACE
-                  + " keeps the sweep to plans it runs")
+                  "runs the session's (other frameworks run it)"
+                  + (f": {options} keeps the sweep to plans it runs" if options else ""))
 
 
 def _print_own_plan(result, console: Console, own: int | None) -> None:

@@ -19,6 +19,7 @@ from core.plan.session import Session
 from core.io.session import load_any
 from tests.conftest import EXAMPLES, case_file
 from vtrain_gui.int_spin import INT64_MAX, IntSpinBox
+from core.studies.sweep import SweepSpace
 from vtrain_gui.sweep_settings import _divisors
 
 EXAMPLE = EXAMPLES / "gpt3_1.3b_single_node.json"
@@ -215,5 +216,14 @@ def test_the_explore_hint_names_the_sizes_the_layer_slots_reach(window):
     where the layers need it); the hint listed the divisors of 105 only."""
     window.editor.set_field("model.num_layers", 105)
     panel = window.explore.settings_panel
-    assert panel.pipeline_parallel.placeholderText() == "divisors of L=105, +1, +2 (10 sizes)"
-    assert panel.pipeline_parallel.toolTip().endswith("1, 2, 3, 5, 7, 15, 21, 35, 53, 105")
+    # and p = 4, 8, 16 with uneven first / last stages (the sweep's 13 sizes)
+    assert panel.pipeline_parallel.placeholderText() == \
+        "divisors of L=105, +1, +2 + uneven (13 sizes)"
+    tip = panel.pipeline_parallel.toolTip()
+    assert "1, 2, 3, 5, 7, 15, 21, 35, 53, 105; and 4, 8, 16 with uneven first / last" in tip
+    from core.studies.sweep.space import tp_pp_candidates
+    session = window.editor.session()
+    assert tp_pp_candidates(session, SweepSpace())[1] == [1, 2, 3, 4, 5, 7, 8, 15, 16, 21, 35,
+                                                          53, 105]
+    window.editor.set_field("model.num_layers", 32)   # even everywhere: no uneven size
+    assert panel.pipeline_parallel.placeholderText() == "divisors of L=32, +1, +2 (9 sizes)"

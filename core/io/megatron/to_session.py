@@ -300,9 +300,17 @@ def import_file(path: str | Path, **kw: Any) -> MegatronImport:
     vocab = kw.pop("vocab_size", None)
     launch = read_launch(text, str(path), variables)
     if vocab is not None:  # the tokenizer's size, where the launch leaves it to its files
-        if "--vocab-size" in launch.arguments:
+        given = parse_arguments(launch.arguments, str(path))  # --vocab-size=N too
+        if "--vocab-size" in given:
             raise MegatronArgsError(f"{path}: the launch gives --vocab-size; the import's "
                                     f"--vocab-size {vocab} is for a launch that does not")
+        if given.get("--tokenizer-type") == ["NullTokenizer"]:
+            # Megatron-LM's NullTokenizer has no files: it asserts the launch's --vocab-size
+            raise MegatronArgsError(f"{path}: --tokenizer-type NullTokenizer takes its size "
+                                    "from the launch's --vocab-size, which Megatron-LM needs "
+                                    "(it does not start without it): add it to the launch; "
+                                    f"the import's --vocab-size {vocab} is for a tokenizer that "
+                                    "keeps its size in its files")
         launch.arguments += ["--vocab-size", str(vocab)]
     res = session_from_launch(launch, **kw)
     refuse_broken_rules(res.launch)

@@ -51,7 +51,9 @@ _DIMENSION_DEFAULTS = {
     "tensor_parallel": ("tensor_parallel", "the divisors of the GPUs per node"),
     "pipeline_parallel": ("pipeline_parallel", "the divisors of the layer count L and of the "
                                                "L + 1 and L + 2 layer slots with the embedding "
-                                               "/ loss counted"),
+                                               "/ loss counted, and the powers of two from 4 "
+                                               "that split the layers unevenly (with uneven "
+                                               "first / last stages)"),
     "data_parallel": ("data_parallel", "every d the budget and the global batch allow"),
     "micro_batch_size": ("micro_batch_sizes", "every divisor of the global batch while the "
                                               "smallest-memory plan of that b fits"),

@@ -21,7 +21,7 @@ from core.plan.parallel import RECOMPUTE_MODES
 from core.plan.rules import probe_plan, validate
 from core.studies.sweep.result import SweepResult
 from core.studies.sweep.space import (SweepSpace, as_list, budget_text, cp_candidates, divisors,
-                                      slots_split, split_flag_options,
+                                      pipeline_splits, slots_split, split_flag_options,
                                       layout_stages, tp_pp_candidates)
 
 __all__ = ["no_plan_errors", "value_errors", "unused_values", "left_out_values"]
@@ -145,6 +145,24 @@ def _value_groups(session: Session, space: SweepSpace, values: dict[str, set] | 
             # d = ep (and a batch of one micro-batch per rank) so only ep's own rules speak
             room = (dict(data_parallel=v, global_batch_size=v)
                     if name == "expert_parallel" and isinstance(v, int) and v > 0 else {})
+            if name == "pipeline_parallel" and isinstance(v, int) and not isinstance(v, bool):
+                # a p that splits the layers unevenly: its plans' first / last stages
+                # (pipeline_splits), which no schedule of several model chunks takes
+                split = pipeline_splits(session, [v]).get(v)
+                if split:
+                    room = dict(first_stage_layers=split[0][0], last_stage_layers=split[0][1])
+                    multi = [sc for sc in as_list(space.schedules)
+                             if sc in pipeline_schedules.names()
+                             and (pipeline_schedules.get(sc).uses_virtual_stages
+                                  or pipeline_schedules.get(sc).fixed_chunks > 1)]
+                    if multi and len(multi) == len(as_list(space.schedules)):
+                        grouped.setdefault((option, (
+                            f"splits the {session.model.num_layers} layers unevenly: its plans "
+                            "have uneven first / last stages (Megatron-Core's --decoder-first/"
+                            "last-pipeline-num-layers), which are not modelled with the "
+                            f"{', '.join(multi)} schedule{'s' if len(multi) > 1 else ''} "
+                            "(several model chunks per stage); try 1f1b")), []).append(v)
+                        continue
             probe.plan = probe_plan(session.plan, **{**room, name: v})
             if name == "recompute" and v != "selective":  # as the sweep's variants set them
                 probe.plan = dataclasses.replace(probe.plan, recompute_modules=None)
