@@ -1240,3 +1240,9 @@ def test_the_imports_vocab_size_never_overrides_the_launchs_nor_stands_for_nullt
     null = _write(tmp_path, "null.sh", head + "--tokenizer-type NullTokenizer\n")
     with pytest.raises(MegatronArgsError, match="NullTokenizer takes its size from the launch"):
         import_file(null, vocab_size=1000)
+    # a tokenizer of known size keeps it: the import's would silently replace it
+    gpt2 = _write(tmp_path, "gpt2.sh", head + "--tokenizer-type GPT2BPETokenizer "
+                  "--vocab-file v.json --merge-file m.txt\n")
+    assert import_file(gpt2).session.model.vocab_size == 50257
+    with pytest.raises(MegatronArgsError, match="GPT2BPETokenizer has 50,257 tokens"):
+        import_file(gpt2, vocab_size=32000)

@@ -33,7 +33,7 @@ from core.io.cluster_comment import apply_cluster_comment
 from core.io.import_result import ImportResult
 from core.io.megatron.arguments import (ARGUMENTS, MEGATRON_MODEL_DEFAULTS, NEUTRAL_ARGUMENTS,
                                         REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, MegatronArgsError,
-                                        field_origin, unknown_arguments)
+                                        TOKENIZER_VOCAB, field_origin, unknown_arguments)
 from core.io.megatron.launch import Launch, parse_arguments, read_launch
 from core.io.megatron.mapping import Mapper, int_argument
 from core.io.megatron.model_arguments import MOE_ONLY, map_model
@@ -311,6 +311,11 @@ def import_file(path: str | Path, **kw: Any) -> MegatronImport:
                                     "(it does not start without it): add it to the launch; "
                                     f"the import's --vocab-size {vocab} is for a tokenizer that "
                                     "keeps its size in its files")
+        tok = (given.get("--tokenizer-type") or [""])[-1]
+        if tok in TOKENIZER_VOCAB:  # its size is known: the import's would replace it
+            raise MegatronArgsError(f"{path}: --tokenizer-type {tok} has {TOKENIZER_VOCAB[tok]:,} "
+                                    f"tokens; the import's --vocab-size {vocab} is for a "
+                                    "tokenizer that keeps its size in its files")
         launch.arguments += ["--vocab-size", str(vocab)]
     res = session_from_launch(launch, **kw)
     refuse_broken_rules(res.launch)
