@@ -92,7 +92,8 @@ SOURCES: dict[str, ImportSource] = {s.key: s for s in (
                  "vtrain import megatron-args",
                  "Launch scripts and argument lists (*.sh *.sbatch *.slurm *.txt *.log);;"
                  "All files (*)",
-                 ("gpu", "num_gpus", "gpus_per_node", "nodes", "variables", "allow_unknown"),
+                 ("gpu", "num_gpus", "gpus_per_node", "nodes", "vocab_size", "variables",
+                  "allow_unknown"),
                  "A torchrun/srun/sbatch launch of pretrain_gpt.py, an argument list, or "
                  "Megatron-LM's printed argument dump: the model and the plan it runs"),
     ImportSource("torchtitan", "&torchtitan job config…", "torchtitan job config",
@@ -116,6 +117,9 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
                       "launcher's processes per node, else 8)"),
     "nodes": ("Nodes", "--nodes", "Nodes, when the script takes them from its environment "
               "(with the GPUs per node: the world size)"),
+    "vocab_size": ("Vocabulary size", "--vocab-size", "The tokenizer's vocabulary size, when "
+                   "the launch does not give --vocab-size and its tokenizer keeps it in its "
+                   "files (HuggingFaceTokenizer, SentencePieceTokenizer ...)"),
     "seq_length": ("Sequence length", "--seq-length", "Sequence length to train at "
                    "(default: max_position_embeddings)"),
     "variables": ("Script variables", "--var", "Values of the script's environment or its "
@@ -137,6 +141,7 @@ class ImportOptions:
     gpus_per_node: int | None = None
     nodes: int | None = None
     seq_length: int | None = None
+    vocab_size: int | None = None
     variables: list[str] = dataclasses.field(default_factory=list)
     allow_unknown: bool = False
 
@@ -197,7 +202,8 @@ def _read_megatron(path: Path, opts: ImportOptions):
     variables = dict(parse_variable(item) for item in opts.variables)
     res = import_checked(path, num_gpus=opts.num_gpus, gpus_per_node=opts.gpus_per_node,
                          gpu=gpu_kind(opts.gpu) if opts.gpu else None,
-                         allow_unknown=opts.allow_unknown, nodes=opts.nodes, variables=variables)
+                         allow_unknown=opts.allow_unknown, nodes=opts.nodes, variables=variables,
+                         vocab_size=opts.vocab_size)
     s = res.session
     notes = [f"read from: {res.launch.launcher}"]
     if s.cluster.inter_node_bandwidth_gbits_per_s is None and s.plan.num_gpus > \
@@ -300,7 +306,7 @@ class ImportOptionsDialog(QtWidgets.QDialog):
         if name == "allow_unknown":
             return QtWidgets.QCheckBox(f"{OPTIONS[name][0]} ({OPTIONS[name][1]})")
         spin = QtWidgets.QSpinBox()
-        spin.setRange(0, 10_000_000 if name == "seq_length" else 1_000_000)
+        spin.setRange(0, 10_000_000 if name in ("seq_length", "vocab_size") else 1_000_000)
         spin.setSpecialValueText("from the file")
         spin.setGroupSeparatorShown(True)
         return spin

@@ -14,7 +14,7 @@ from core.cli import build_parser
 from core.model import model_math
 from tests.test_llama import LLAMA3_8B
 from vtrain_gui.import_dialogs import (OPTIONS, SOURCES, ImportOptions, ImportOptionsDialog,
-                                       ImportReviewDialog)
+                                       ImportReviewDialog, read_import)
 
 #: A launch in today's style: a bash array with +=, the node count from the environment.
 LAUNCH = r"""#!/bin/bash
@@ -241,3 +241,17 @@ def test_vtrain_json_opens_untitled_and_a_wrong_key_is_refused(window, qtbot, tm
     assert "tensor_parallel" in text and "bad.json" in text
     assert window.session().to_dict() == after
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=60_000)
+
+
+def test_megatron_launch_with_a_tokenizer_of_unknown_size_takes_the_dialogs_vocabulary(tmp_path):
+    """A HuggingFaceTokenizer launch gives no --vocab-size (it is in the tokenizer's files): the
+    read is refused, naming the option; with the dialog's vocabulary size it imports."""
+    path = _write(tmp_path, "hf.sh", "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2 "
+                  "--hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+                  "--max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 "
+                  "--tokenizer-type HuggingFaceTokenizer --tokenizer-model x/y --bf16\n")
+    from core.io.megatron.arguments import MegatronArgsError
+    with pytest.raises(MegatronArgsError, match="--vocab-size N"):
+        read_import("megatron", path, ImportOptions())
+    got = read_import("megatron", path, ImportOptions(vocab_size=151936))
+    assert got.session.model.vocab_size == 151936
