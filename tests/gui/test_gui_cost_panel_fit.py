@@ -148,8 +148,9 @@ def test_what_would_make_the_plan_fit_shows_under_the_verdict(qtbot):
     assert fits.report.memory_verdict == "fits" and fits.fit_changes is None
 
 
-def test_use_it_puts_the_changed_plan_in_the_editor_and_it_fits(window, qtbot, real_simulate,
-                                                                tmp_path):
+def _oom_session_file(tmp_path):
+    """A session file of Llama 3 70B on 64 H100s without the distributed optimizer or
+    recomputation (109 GiB per GPU: it does not fit)."""
     from core.io.session import save_session
     from core.plan.cluster import ClusterConfig
     from core.plan.parallel import ParallelPlan
@@ -161,6 +162,12 @@ def test_use_it_puts_the_changed_plan_in_the_editor_and_it_fits(window, qtbot, r
                                       micro_batch_size=1, global_batch_size=128,
                                       recompute="none", sequence_parallel=True, zero_stage=0),
                          ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8)), path)
+    return path
+
+
+def test_use_it_puts_the_changed_plan_in_the_editor_and_it_fits(window, qtbot, real_simulate,
+                                                                tmp_path):
+    path = _oom_session_file(tmp_path)
     with qtbot.waitSignal(window.result_shown, timeout=60_000):
         assert window.open_path(path)
     panel = window.cost_panel
@@ -183,17 +190,7 @@ def test_use_it_never_applies_a_change_found_for_an_earlier_configuration(window
     (an edit not simulated yet, or one that breaks a rule), "Use it" must not overwrite the
     editor's plan with that older plan (its global batch, precision, sizes: the user's edits
     silently undone) or pair it with another model."""
-    from core.io.session import save_session
-    from core.plan.cluster import ClusterConfig
-    from core.plan.parallel import ParallelPlan
-    from core.plan.presets import MODEL_PRESETS
-    from core.plan.session import Session
-    path = tmp_path / "oom.json"
-    save_session(Session(MODEL_PRESETS["Llama 3 70B"],
-                         ParallelPlan(tensor_parallel=8, pipeline_parallel=2, data_parallel=4,
-                                      micro_batch_size=1, global_batch_size=128,
-                                      recompute="none", sequence_parallel=True, zero_stage=0),
-                         ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8)), path)
+    path = _oom_session_file(tmp_path)
     with qtbot.waitSignal(window.result_shown, timeout=60_000):
         assert window.open_path(path)
     panel = window.cost_panel

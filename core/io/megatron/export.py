@@ -40,6 +40,18 @@ __all__ = ["refuse_megatron_rules", "megatron_refusal", "megatron_blockers", "en
            "PLAN_ARGUMENTS", "rewrite_script", "unified_diff"]
 
 
+def _broken(session: Session, args: list[str]) -> tuple[list, list[str]]:
+    """The start-up rules ``args`` break (:func:`core.io.megatron.rules.broken_rules`) and the
+    other start-up checks they fail at the session's world size, each once."""
+    pl = session.plan
+    world = pl.tensor_parallel * pl.pipeline_parallel * (pl.context_parallel or 1) * \
+        pl.data_parallel
+    rules = broken_rules(args)
+    others = [v for v in violations(args, world_size=world) if " rule " not in v or
+              not any(f"rule {r.name})" in v for r in rules)]
+    return rules, others
+
+
 def refuse_megatron_rules(session: Session, args: list[str]) -> None:
     """Raise :class:`MegatronArgsError` when Megatron-LM's start-up refuses ``args``.
 
@@ -48,12 +60,7 @@ def refuse_megatron_rules(session: Session, args: list[str]) -> None:
     simulates such a plan (it may be a DeepSpeed or torchtitan plan); only the Megatron-LM
     export refuses it.
     """
-    pl = session.plan
-    world = pl.tensor_parallel * pl.pipeline_parallel * (pl.context_parallel or 1) * \
-        pl.data_parallel
-    rules = broken_rules(args)
-    others = [v for v in violations(args, world_size=world) if " rule " not in v or
-              not any(f"rule {r.name})" in v for r in rules)]
+    rules, others = _broken(session, args)
     if not rules and not others:
         return
     where = f"{session.source}: " if session.source else ""
@@ -87,12 +94,7 @@ def megatron_blockers(session: Session) -> list[str]:
         args = export_arguments(session)
     except MegatronArgsError as exc:
         return [str(exc)]
-    pl = session.plan
-    world = pl.tensor_parallel * pl.pipeline_parallel * (pl.context_parallel or 1) * \
-        pl.data_parallel
-    rules = broken_rules(args)
-    others = [v for v in violations(args, world_size=world) if " rule " not in v or
-              not any(f"rule {r.name})" in v for r in rules)]
+    rules, others = _broken(session, args)
     return [r.message for r in rules] + others
 
 
