@@ -141,8 +141,9 @@ def test_the_megatron_lm_note_suggests_what_the_sweeps_own_options_need():
     --recompute selective_op (and those three already given) the best plans were torchtitan's
     per-op recomputation, and it still said the three options keep the sweep to plans
     Megatron-LM runs."""
-    from core.cli.sweep import MEGATRON_LM_SPACE, megatron_lm_options
-    assert megatron_lm_options(SweepSpace()) == MEGATRON_LM_SPACE   # the default space
+    from core.cli.sweep import megatron_lm_options
+    from core.io.megatron.export import MEGATRON_LM_SWEEP_OPTIONS
+    assert megatron_lm_options(SweepSpace()) == MEGATRON_LM_SWEEP_OPTIONS   # the default space
     kept = dict(cross_entropy_fusion=["native"], zero_stages=[0, 1],
                 schedules=["1f1b", "interleaved"])
     assert megatron_lm_options(SweepSpace(**kept)) == ""

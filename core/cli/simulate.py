@@ -48,8 +48,8 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     """The text report of one simulated iteration: the headline (model, GPUs, plan, profile),
     the summary table, the measured run (when the session has one), the memory per pipeline
     stage, the warnings, what would make the plan fit (``fit``, a
-    :class:`core.studies.fit_changes.FitChanges`, when it does not fit or is tight) and a footer with the task count, ``wall_s`` (seconds) and the trace
-    written to ``trace_path``."""
+    :class:`core.studies.fit_changes.FitChanges`, when it does not fit or is tight) and a
+    footer with the task count, ``wall_s`` (seconds) and the trace written to ``trace_path``."""
     from core.util.console import esc
 
     from core.cli.profile import profile_line

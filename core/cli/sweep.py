@@ -614,26 +614,20 @@ def _best_table(result):
     return best, own
 
 
-#: The sweep options that keep a sweep to plans Megatron-LM's arguments run (its native
-#: cross-entropy, no ZeRO-2 or FSDP2, its two schedules), from the default space.
-MEGATRON_LM_SPACE = ("--cross-entropy-fusion native --zero-stages 0,1 "
-                     "--schedules 1f1b,interleaved")
-
-
 def megatron_lm_options(space) -> str:
     """The sweep options that keep a sweep of ``space`` to what Megatron-LM's arguments run
-    (:data:`MEGATRON_LM_SPACE` from the default space): each of the space's choices Megatron-LM
-    has no argument for left out -- Transformer Engine's cross-entropy, ZeRO-2 and FSDP2, the
-    GPipe and zero-bubble schedules, torchtitan's per-op recomputation and PyTorch's
-    all-gather exchange -- where the space has it (the default space: the first three);
-    empty when it has none of them."""
-    from core.plan.parallel import RECOMPUTE_MODES
+    (:data:`core.io.megatron.export.MEGATRON_LM_SWEEP_OPTIONS` from the default space): each of
+    the space's choices Megatron-LM has no argument for left out -- Transformer Engine's
+    cross-entropy, ZeRO-2 and FSDP2, the GPipe and zero-bubble schedules, torchtitan's per-op
+    recomputation and PyTorch's all-gather exchange -- where the space has it (the default
+    space: the first three); empty when it has none of them."""
+    from core.plan.parallel import RECOMPUTE_MODES, ZERO_STAGES
     from core.studies.sweep.space import DEFAULT_CP_COMM_TYPES, as_list
     hold = space.hold_session_values  # None: the session's, which Megatron-LM runs
     out = []
     for option, given, default, refused, fallback in (
             ("--cross-entropy-fusion", space.cross_entropy_fusion, ["te"], {"te"}, ["native"]),
-            ("--zero-stages", space.zero_stages, [0, 1, 2, 3], {2, 3}, [0, 1]),
+            ("--zero-stages", space.zero_stages, list(ZERO_STAGES), {2, 3}, [0, 1]),
             ("--schedules", space.schedules, [], {"gpipe", "zb-h1", "zb-v"},
              ["1f1b", "interleaved"]),
             ("--recompute", space.recompute, [], {"selective_op"}, list(RECOMPUTE_MODES)),

@@ -36,8 +36,14 @@ from core.io.megatron.to_session import session_from_launch
 from core.io.megatron.rules import SESSION_FIELDS, broken_rules, required_environment, violations
 from core.util.text import shell_comment, shell_word
 
-__all__ = ["refuse_megatron_rules", "megatron_refusal", "megatron_blockers", "environment_lines", "export_script",
-           "PLAN_ARGUMENTS", "rewrite_script", "unified_diff"]
+__all__ = ["refuse_megatron_rules", "megatron_refusal", "megatron_blockers",
+           "MEGATRON_LM_SWEEP_OPTIONS", "environment_lines", "export_script", "PLAN_ARGUMENTS",
+           "rewrite_script", "unified_diff"]
+
+#: The ``vtrain sweep`` options that keep the default space to plans Megatron-LM's arguments
+#: run: its native cross-entropy, no ZeRO-2 or FSDP2, its two schedules.
+MEGATRON_LM_SWEEP_OPTIONS = ("--cross-entropy-fusion native --zero-stages 0,1 "
+                             "--schedules 1f1b,interleaved")
 
 
 def _broken(session: Session, args: list[str]) -> tuple[list, list[str]]:
@@ -70,8 +76,8 @@ def refuse_megatron_rules(session: Session, args: list[str]) -> None:
     raise MegatronArgsError(where + "; ".join(parts) + " (the simulator still simulates the "
                             "plan; Megatron-LM cannot run it. A sweep kept to the cross-entropy, "
                             "ZeRO stages and schedules Megatron-LM runs: "
-                            "vtrain sweep FILE --cross-entropy-fusion native --zero-stages 0,1 "
-                            "--schedules 1f1b,interleaved --pick fastest --out NEW.json)")
+                            f"vtrain sweep FILE {MEGATRON_LM_SWEEP_OPTIONS} "
+                            "--pick fastest --out NEW.json)")
 
 
 def megatron_refusal(session: Session) -> str | None:

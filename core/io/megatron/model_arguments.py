@@ -91,9 +91,10 @@ def attention_kernel(args: dict[str, list[str]], src: str) -> tuple[str, str, st
 
 
 #: Mixture-of-experts arguments that mean something only with --num-experts.
-MOE_ONLY = ("--moe-grouped-gemm", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
-             "--moe-layer-freq", "--moe-token-dispatcher-type", "--moe-enable-deepep",
-             "--moe-flex-dispatcher-backend", "--moe-router-num-groups", "--moe-router-group-topk")
+MOE_ONLY = ("--moe-grouped-gemm", "--moe-router-topk", "--moe-ffn-hidden-size",
+            "--moe-shared-expert-intermediate-size", "--moe-layer-freq",
+            "--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-flex-dispatcher-backend",
+            "--moe-router-num-groups", "--moe-router-group-topk")
 
 
 def layer_pattern(text: str, num_layers: int, source: str = "arguments") -> list[int]:

@@ -304,14 +304,14 @@ def import_file(path: str | Path, **kw: Any) -> MegatronImport:
         if "--vocab-size" in given:
             raise MegatronArgsError(f"{path}: the launch gives --vocab-size; the import's "
                                     f"--vocab-size {vocab} is for a launch that does not")
-        if given.get("--tokenizer-type") == ["NullTokenizer"]:
+        tok = (given.get("--tokenizer-type") or [""])[-1]
+        if tok == "NullTokenizer":
             # Megatron-LM's NullTokenizer has no files: it asserts the launch's --vocab-size
             raise MegatronArgsError(f"{path}: --tokenizer-type NullTokenizer takes its size "
                                     "from the launch's --vocab-size, which Megatron-LM needs "
                                     "(it does not start without it): add it to the launch; "
                                     f"the import's --vocab-size {vocab} is for a tokenizer that "
                                     "keeps its size in its files")
-        tok = (given.get("--tokenizer-type") or [""])[-1]
         if tok in TOKENIZER_VOCAB:  # its size is known: the import's would replace it
             raise MegatronArgsError(f"{path}: --tokenizer-type {tok} has {TOKENIZER_VOCAB[tok]:,} "
                                     f"tokens; the import's --vocab-size {vocab} is for a "
