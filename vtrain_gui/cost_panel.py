@@ -349,6 +349,8 @@ class CostPanel(QtWidgets.QWidget):
         self._use_fit_change.setVisible(False)
         self._use_fit_change.clicked.connect(self._on_use_fit_change)
         fit_row.addWidget(self._use_fit_change)
+        # as tall with the button as without it ("Looking for changes…"): the chart stays put
+        self._fit_changes.setMinimumHeight(self._use_fit_change.sizeHint().height())
         chart_layout.addLayout(fit_row)
         chart_layout.addWidget(legend)
         chart_layout.addWidget(self.memory_plot, 1)
