@@ -738,7 +738,7 @@ class MainWindow(QtWidgets.QMainWindow):
             return
         self._debounce.stop()
         self.runner.shutdown()
-        self.fit_runner.shutdown()  # a running search ends first (it takes no cancel)
+        self.fit_runner.shutdown()  # a running search stops at its next plan
         self.trace_overlay.shutdown()
         self.explore.shutdown()
         self.profiles.shutdown()  # a running profile stops; its store keeps the finished groups
@@ -758,8 +758,10 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _request_fit_changes(self, result: SimulationResult) -> None:
         """Show what would make ``result`` (just put on screen) fit: known already, nothing
-        (it fits), or "looking for changes" while :attr:`fit_runner` searches; the answer of an
-        earlier result's search is dropped when it comes."""
+        (it fits), or "looking for changes" while :attr:`fit_runner` searches; an earlier
+        result's search is cancelled, and its answer dropped if it comes all the same."""
+        if self._fit_request_id:
+            self.fit_runner.cancel()  # of the result this one replaces
         self._fit_request_id = 0
         known = getattr(result, "fit_changes", None)
         if known is not None or result.report.memory_verdict == "fits":

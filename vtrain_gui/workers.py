@@ -18,8 +18,9 @@ never queues a backlog.
 simulated plan that does not fit (or is tight) fit, on a thread of its own, after the
 simulation: the window shows the result at once and fills in the memory panel's "To fit" line
 when the search is done (seconds for a ZB-V plan of many micro-batches). Latest wins as for
-simulations; the search takes no cancel event, so a newer request waits for the running one
-to end and the window drops an answer that is not of the result on screen (by request id).
+simulations, and a newer request cancels the running search (it checks its cancel event
+before each plan it sizes or times); the window also drops an answer that is not of the result
+on screen (by request id).
 
 :class:`SweepRunner` does the same for design-space sweeps, which take
 seconds: each run gets its own ``threading.Event`` that Cancel (or a newer
@@ -144,18 +145,24 @@ class SimulationRunner(QtCore.QObject):
 
 # --------------------------------------------------------------------------- fit changes
 
-def _default_fit_changes(session: Session) -> Any:
+def _default_fit_changes(session: Session, cancel: threading.Event) -> Any:
     # looked up at call time so a test's stand-in (core.studies.fit_changes.fit_changes) is used
     from core.studies import fit_changes as fit_module
 
-    return fit_module.fit_changes(session)
+    return fit_module.fit_changes(session, cancel=cancel)
 
 
-def _fit_changes_job(fit_fn: Callable[[Session], Any], session: Session) -> Job:
-    """The job asking what would make ``session``'s plan fit (Qt-free)."""
+def _fit_changes_job(fit_fn: Callable[[Session, threading.Event], Any], session: Session) -> Job:
+    """The job asking what would make ``session``'s plan fit (Qt-free); a set ``cancel`` ends it
+    as cancelled."""
+    from core.studies.sweep.cancel import SweepCancelled
+
     def job(report: Callable[[Any], None], cancel: threading.Event) -> Any:
-        with fastpath_kernel.kept_out():  # it times plans with the sweep's solver
-            return fit_fn(session)
+        try:
+            with fastpath_kernel.kept_out():  # it times plans with the sweep's solver
+                return fit_fn(session, cancel)
+        except SweepCancelled:
+            raise JobCancelled() from None
     return job
 
 
@@ -163,9 +170,9 @@ class FitChangesRunner(QtCore.QObject):
     """Asks :func:`core.studies.fit_changes.fit_changes` on a worker thread; the latest request
     wins.
 
-    The search takes no cancel event: a request made while one runs waits for it to end
-    (replacing any earlier waiting one), and the caller tells a stale answer by its id.
-    ``fit_fn(session)`` replaces ``fit_changes`` in tests.
+    A request made while a search runs cancels it (and replaces any earlier waiting one); the
+    caller also tells a stale answer by its id. ``fit_fn(session, cancel)`` replaces
+    ``fit_changes`` in tests (``cancel``: the job's ``threading.Event``).
 
     Signals (emitted on the GUI thread)
     -----------------------------------
@@ -179,11 +186,12 @@ class FitChangesRunner(QtCore.QObject):
     finished = Signal(int, object, float)
     failed = Signal(int, str)
 
-    def __init__(self, fit_fn: Callable[[Session], Any] | None = None,
+    def __init__(self, fit_fn: Callable[[Session, threading.Event], Any] | None = None,
                  parent: QtCore.QObject | None = None) -> None:
         super().__init__(parent)
         self._fit_fn = fit_fn or _default_fit_changes
-        self._runner = BackgroundRunner("fit-changes", describe_error=_error_text, parent=self)
+        self._runner = BackgroundRunner("fit-changes", cancel_running=True,
+                                        describe_error=_error_text, parent=self)
         self._runner.finished.connect(self.finished)
         self._runner.failed.connect(self.failed)
 
@@ -196,6 +204,10 @@ class FitChangesRunner(QtCore.QObject):
             The runner is shut down.
         """
         return self._runner.submit(_fit_changes_job(self._fit_fn, session.copy()))
+
+    def cancel(self) -> None:
+        """Drop a waiting request and stop a running search at its next plan (no signal)."""
+        self._runner.cancel()
 
     @property
     def busy(self) -> bool:
@@ -212,7 +224,7 @@ class FitChangesRunner(QtCore.QObject):
         return self._runner.is_thread_running()
 
     def shutdown(self, timeout_ms: int = 60_000) -> bool:
-        """Drop a waiting request, let a running search finish, stop the thread.
+        """Drop a waiting request, cancel a running search, stop the thread.
 
         Returns whether the thread stopped within ``timeout_ms``. Safe to call twice.
         """

@@ -133,7 +133,7 @@ def test_what_would_make_the_plan_fit_shows_under_the_verdict(qtbot):
     result = _default_simulate(s)
     assert result.report.memory_verdict == "does not fit"
     assert result.fit_changes is None  # the simulation job no longer searches (a second job)
-    result.fit_changes = _default_fit_changes(result.session)
+    result.fit_changes = _default_fit_changes(result.session, None)
     panel = CostPanel()
     qtbot.addWidget(panel)
     panel.set_report(result.report)
@@ -148,7 +148,7 @@ def test_what_would_make_the_plan_fit_shows_under_the_verdict(qtbot):
     assert panel.fit_changes_text == ""
     fits = _default_simulate(dataclasses.replace(s, plan=result.fit_changes.rows[0].plan))
     assert fits.report.memory_verdict == "fits" and fits.fit_changes is None
-    assert _default_fit_changes(fits.session).rows == []  # nothing to change
+    assert _default_fit_changes(fits.session, None).rows == []  # nothing to change
 
 
 def test_use_it_puts_the_changed_plan_in_the_editor_and_it_fits(window, qtbot, real_simulate,

@@ -1,6 +1,6 @@
 """What would make a plan fit is a second background job: the simulated result shows at once,
-the memory panel's "To fit" line says it is looking, then shows the changes; an answer for an
-earlier result is dropped and a failed search is one line in the panel."""
+the memory panel's "To fit" line says it is looking, then shows the changes; the search of an
+earlier result is cancelled (its answer dropped) and a failed search is one line in the panel."""
 
 from __future__ import annotations
 
@@ -23,15 +23,17 @@ class _GatedFitChanges:
         self.gates: dict[int, threading.Event] = {}
         self.asked: list[int] = []
         self.answers: dict[int, object] = {}
+        self.cancels: dict[int, threading.Event] = {}
 
     def gate(self, global_batch: int) -> threading.Event:
         return self.gates.setdefault(global_batch, threading.Event())
 
-    def __call__(self, session: Session, *args, **kwargs):
+    def __call__(self, session: Session, *args, cancel=None, **kwargs):
         b = session.plan.global_batch_size
         self.asked.append(b)
+        self.cancels[b] = cancel
         assert self.gate(b).wait(20), "the test never released the search"
-        self.answers[b] = _REAL_FIT_CHANGES(session, *args, **kwargs)
+        self.answers[b] = _REAL_FIT_CHANGES(session, *args, cancel=cancel, **kwargs)
         return self.answers[b]
 
     def release_all(self) -> None:
@@ -42,7 +44,7 @@ class _GatedFitChanges:
 def test_runner_answers_on_the_gui_thread_and_reports_a_failure(qtbot):
     threads = []
 
-    def fake(session):
+    def fake(session, cancel):
         threads.append(threading.current_thread())
         if session.plan.global_batch_size == 13:
             raise ValueError("no memory model for this plan")
@@ -122,12 +124,13 @@ def test_an_answer_for_an_earlier_result_is_dropped(window, qtbot, real_simulate
         assert second.args[0].session.plan.global_batch_size == 256
         assert panel.report is second.args[0].report
         assert panel.fit_changes_state == "searching"
-        # the first search answers: of a result no longer on screen, dropped
-        with qtbot.waitSignal(window.fit_runner.finished, timeout=60_000):
-            fake.gate(128).set()
-        assert shown == [] and panel.fit_changes_state == "searching"
-        assert window.fit_search_pending
+        # the first search is cancelled: it stops at its first plan once released
+        assert fake.cancels[128].is_set()
+        fake.gate(128).set()
         qtbot.waitUntil(lambda: fake.asked == [128, 256], timeout=10_000)
+        assert 128 not in fake.answers  # it raised instead of answering
+        assert shown == [] and panel.fit_changes_state == "searching"
+        assert window.fit_search_pending and not fake.cancels[256].is_set()
         with qtbot.waitSignal(window.fit_changes_shown, timeout=60_000):
             fake.gate(256).set()
     finally:
@@ -154,10 +157,12 @@ def test_a_result_that_fits_drops_the_search_of_the_one_before(window, qtbot, re
         assert fits.args[0].report.memory_verdict == "fits"
         assert panel.fit_changes_state == "none" and panel.fit_changes_text == ""
         assert not window.fit_search_pending
-        with qtbot.waitSignal(window.fit_runner.finished, timeout=60_000):
-            fake.gate(128).set()
+        assert fake.cancels[128].is_set()  # its search is not wanted any more
+        fake.gate(128).set()
+        qtbot.waitUntil(lambda: not window.fit_runner.busy, timeout=60_000)
     finally:
         fake.release_all()
+    assert 128 not in fake.answers  # cancelled at its first plan
     assert shown == [] and panel.fit_changes_state == "none"
     assert fits.args[0].fit_changes is None
     assert fake.asked == [128]  # a plan that fits is not searched
