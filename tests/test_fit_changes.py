@@ -181,3 +181,25 @@ def test_a_new_pipeline_size_is_split_as_megatron_core_users_split_it():
     assert validate(own) == []
     eight = fc._pipeline(own.plan, own)[0]
     assert (eight.pipeline_parallel, eight.first_stage_layers, eight.last_stage_layers) == (8, 7, 6)
+
+
+def test_a_set_cancel_stops_the_search_before_its_next_plan():
+    """``cancel`` (an event or a callable) is checked before each plan sized or timed: set from
+    the start, nothing is sized; set after the k-th check, the search stops there."""
+    import threading
+
+    from core.studies.sweep.cancel import SweepCancelled
+    s = _session()
+    ev = threading.Event()
+    ev.set()
+    with pytest.raises(SweepCancelled):
+        fc.fit_changes(s, cancel=ev)
+    calls = []
+
+    def after_five() -> bool:
+        calls.append(1)
+        return len(calls) > 5
+
+    with pytest.raises(SweepCancelled):
+        fc.fit_changes(s, cancel=after_five)
+    assert len(calls) == 6  # the sixth check raised: no further plan was looked at

@@ -60,7 +60,8 @@ def offscreen_noise_dropped():
 
 
 class _ScreenshotTaker(QtCore.QObject):
-    """Grabs the window once the first simulation finished (or failed) and quits the app.
+    """Grabs the window once the first simulation finished (or failed), and what would make a
+    plan that does not fit fit is on screen, and quits the app.
 
     With ``explore``, the Explore tab is grabbed after a sweep that starts once the
     first simulation is shown.
@@ -151,6 +152,10 @@ class _ScreenshotTaker(QtCore.QObject):
         print("vtrain gui: timed out waiting for the simulation", file=sys.stderr)
         self._finish(3)
 
+    @Slot(object)
+    def _on_fit_changes_shown(self, fit) -> None:
+        self._finish(0)
+
     @Slot()
     def _on_trace_settled(self) -> None:
         error = self._window.trace_overlay.last_error
@@ -168,6 +173,11 @@ class _ScreenshotTaker(QtCore.QObject):
             if not getattr(self, "_waiting_trace", False):
                 self._waiting_trace = True
                 overlay.settled.connect(self._on_trace_settled)
+            return
+        if code == 0 and self._window.fit_search_pending:  # and what would make it fit
+            if not getattr(self, "_waiting_fit", False):
+                self._waiting_fit = True
+                self._window.fit_changes_shown.connect(self._on_fit_changes_shown)
             return
         self._done = True
         self._timeout.stop()

@@ -16,9 +16,11 @@ from .empty_state import StaleVeil
 from .formatting import (KIND_COLORS, format_bytes, format_count, format_day_count, format_duration,
                          format_fraction, format_rate, format_usd, format_usd_short)
 
-__all__ = ["CostPanel"]
+__all__ = ["CostPanel", "FIT_STATES"]
 
 _GIB = float(2**30)
+#: What the memory chart's "To fit" line shows (:attr:`CostPanel.fit_changes_state`).
+FIT_STATES = ("none", "searching", "found", "failed")
 #: Memory parts of :class:`core.sim.report.StageMemory`: attribute, label, colour.
 _MEMORY_PARTS = (
     ("weights_bytes", "weights", "#4C78A8"),
@@ -177,6 +179,7 @@ class CostPanel(QtWidgets.QWidget):
         super().__init__(parent)
         self._report: Report | None = None
         self._fit_plan = None  # the plan "Use it" puts in the editor
+        self._fit_state = "none"  # of the "To fit" line: FIT_STATES
         self._stale = False
         self._values: dict[str, QtWidgets.QLabel] = {}
         figures_scroll = self._build_figures()
@@ -346,6 +349,8 @@ class CostPanel(QtWidgets.QWidget):
         self._use_fit_change.setVisible(False)
         self._use_fit_change.clicked.connect(self._on_use_fit_change)
         fit_row.addWidget(self._use_fit_change)
+        # as tall with the button as without it ("Looking for changes…"): the chart stays put
+        self._fit_changes.setMinimumHeight(self._use_fit_change.sizeHint().height())
         chart_layout.addLayout(fit_row)
         chart_layout.addWidget(legend)
         chart_layout.addWidget(self.memory_plot, 1)
@@ -373,9 +378,39 @@ class CostPanel(QtWidgets.QWidget):
         """Text of the line saying what would make the plan fit ('' when none is shown)."""
         return self._fit_changes.full_text() if not self._fit_changes.isHidden() else ""
 
+    @property
+    def fit_changes_state(self) -> str:
+        """What the "To fit" line shows (:data:`FIT_STATES`): ``"none"`` (hidden),
+        ``"searching"`` (:meth:`set_fit_changes_searching`), ``"found"``
+        (:meth:`set_fit_changes`) or ``"failed"`` (:meth:`set_fit_changes_failed`)."""
+        return self._fit_state
+
+    def set_fit_changes_searching(self) -> None:
+        """Say that what would make the plan fit is being looked for (the window runs
+        :func:`core.studies.fit_changes.fit_changes` after the simulation; :meth:`set_fit_changes`
+        or :meth:`set_fit_changes_failed` follows)."""
+        self._show_fit_note("searching", "Looking for changes that fit…",
+                            "Trying the plans a few changes away (distributed optimizer, "
+                            "recomputation, micro-batch, parallel sizes) on a background thread")
+
+    def set_fit_changes_failed(self, message: str) -> None:
+        """Say that the search for changes that fit failed, with ``message`` (one line on
+        screen, whole on hover)."""
+        line = " ".join(message.split())
+        self._show_fit_note("failed", f"Could not look for changes that fit: {line}", message)
+
+    def _show_fit_note(self, state: str, text: str, tooltip: str) -> None:
+        """The "To fit" line as a plain note (no plan to use)."""
+        self._fit_state = state
+        self._fit_plan = None
+        self._use_fit_change.setVisible(False)
+        self._fit_changes.set_full_text(text, tooltip=f"<p>{html.escape(tooltip)}</p>")
+        self._fit_changes.setVisible(True)
+
     def set_fit_changes(self, fit) -> None:
         """Show what would make the plan fit (:class:`core.studies.fit_changes.FitChanges`, or
         None: nothing to show): the fastest changed plan on one line, every one on hover."""
+        self._fit_state = "none" if fit is None else "found"
         self._fit_plan = fit.rows[0].plan if fit is not None and fit.rows else None
         self._use_fit_change.setVisible(self._fit_plan is not None)
         if fit is None:

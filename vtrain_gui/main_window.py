@@ -32,7 +32,7 @@ from .session_files import RecentFiles, examples_dir, is_shipped_example
 from .studies import StudiesTab
 from .timeline.widget import TimelineWidget
 from .trace_overlay import TraceOverlay
-from .workers import SimulationRunner
+from .workers import FitChangesRunner, SimulationRunner
 
 __all__ = ["MainWindow"]
 
@@ -61,7 +61,9 @@ class MainWindow(QtWidgets.QMainWindow):
 
     Every valid edit re-simulates in the background after a short pause; an
     invalid edit shows its messages next to the fields and keeps the last
-    valid result on screen. Picking a plan in the Explore tab loads it into the
+    valid result on screen. A result that does not fit (or is tight) shows at once; what
+    would make it fit (:func:`core.studies.fit_changes.fit_changes`) is looked for on a
+    second thread and fills in the memory panel's "To fit" line after. Picking a plan in the Explore tab loads it into the
     editor (an edit) and simulates it; its timeline shows in both tabs. The
     sweep settings are saved with the session (``Session.sweep``).
     ``settings`` stores the recent files (a private ``QSettings`` in tests).
@@ -72,10 +74,15 @@ class MainWindow(QtWidgets.QMainWindow):
         A :class:`core.sim.simulate.SimulationResult` is now on screen.
     simulation_failed(str)
         The latest simulation raised; the message is in the status bar too.
+    fit_changes_shown(object)
+        What would make the result on screen fit is on screen: a
+        :class:`core.studies.fit_changes.FitChanges`, or None when the search failed (the
+        memory panel says why).
     """
 
     result_shown = Signal(object)
     simulation_failed = Signal(str)
+    fit_changes_shown = Signal(object)
 
     def __init__(self, settings: QtCore.QSettings | None = None,
                  parent: QtWidgets.QWidget | None = None) -> None:
@@ -84,6 +91,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._path: Path | None = None
         self._copy_of: str | None = None  # the shipped example an untitled session came from
         self._result: SimulationResult | None = None
+        self._fit_request_id = 0  # the fit search of the result on screen; 0: none waited for
         self._last_error: str | None = None
 
         self.setCentralWidget(self._build_tabs(self._build_plan_tab()))
@@ -196,6 +204,10 @@ class MainWindow(QtWidgets.QMainWindow):
         self.runner.started.connect(self._on_simulation_start)
         self.runner.finished.connect(self._on_simulation_finish)
         self.runner.failed.connect(self._on_simulation_fail)
+        # what would make a plan that does not fit fit: after the result is on screen
+        self.fit_runner = FitChangesRunner(parent=self)
+        self.fit_runner.finished.connect(self._on_fit_search_finish)
+        self.fit_runner.failed.connect(self._on_fit_search_fail)
 
     # ------------------------------------------------------------------ menus
     def _build_menus(self) -> None:
@@ -534,7 +546,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.results_view.set_empty(False)
         self.timeline.set_data(result.graph, result.schedule)
         self.cost_panel.set_report(result.report)
-        self.cost_panel.set_fit_changes(getattr(result, "fit_changes", None))
+        self._request_fit_changes(result)
         if not self._plan_split_moved:
             self._fit_plan_split()  # a warning or the no-fit flag may need more height
         self.explore.show_simulation(result)
@@ -558,6 +570,23 @@ class MainWindow(QtWidgets.QMainWindow):
         kept = " (showing the last result)" if self._result is not None else ""
         self._status.setText(f"Simulation failed: {message}{kept}")
         self.simulation_failed.emit(message)
+
+    @Slot(int, object, float)
+    def _on_fit_search_finish(self, request_id: int, fit, seconds: float) -> None:
+        if request_id != self._fit_request_id:
+            return  # of a result no longer on screen
+        self._fit_request_id = 0
+        self._result.fit_changes = fit  # what saving or a pin of the result reads
+        self.cost_panel.set_fit_changes(fit)
+        self.fit_changes_shown.emit(fit)
+
+    @Slot(int, str)
+    def _on_fit_search_fail(self, request_id: int, message: str) -> None:
+        if request_id != self._fit_request_id:
+            return
+        self._fit_request_id = 0
+        self.cost_panel.set_fit_changes_failed(message)
+        self.fit_changes_shown.emit(None)
 
     @Slot(int)
     def _on_timeline_task_hover(self, index: int) -> None:
@@ -709,6 +738,7 @@ class MainWindow(QtWidgets.QMainWindow):
             return
         self._debounce.stop()
         self.runner.shutdown()
+        self.fit_runner.shutdown()  # a running search stops at its next plan
         self.trace_overlay.shutdown()
         self.explore.shutdown()
         self.profiles.shutdown()  # a running profile stops; its store keeps the finished groups
@@ -725,6 +755,25 @@ class MainWindow(QtWidgets.QMainWindow):
         self.editor.set_session(session)
         self.explore.reset(session)
         return self.studies.reset(session) + self._restore_pin(session)
+
+    def _request_fit_changes(self, result: SimulationResult) -> None:
+        """Show what would make ``result`` (just put on screen) fit: known already, nothing
+        (it fits), or "looking for changes" while :attr:`fit_runner` searches; an earlier
+        result's search is cancelled, and its answer dropped if it comes all the same."""
+        if self._fit_request_id:
+            self.fit_runner.cancel()  # of the result this one replaces
+        self._fit_request_id = 0
+        known = getattr(result, "fit_changes", None)
+        if known is not None or result.report.memory_verdict == "fits":
+            self.cost_panel.set_fit_changes(known)
+            return
+        self.cost_panel.set_fit_changes_searching()
+        self._fit_request_id = self.fit_runner.request(result.session)
+
+    @property
+    def fit_search_pending(self) -> bool:
+        """Whether what would make the result on screen fit is still being looked for."""
+        return self._fit_request_id != 0
 
     def _mark_stale(self, message: str | None) -> None:
         """Dim the Plan tab's results under ``message`` (None: they are current again)."""

@@ -14,6 +14,14 @@ with one worker, the numpy pass here).
 replace each other and only the latest runs next ("latest wins"), so typing into a field
 never queues a backlog.
 
+:class:`FitChangesRunner` asks :func:`core.studies.fit_changes.fit_changes` what would make a
+simulated plan that does not fit (or is tight) fit, on a thread of its own, after the
+simulation: the window shows the result at once and fills in the memory panel's "To fit" line
+when the search is done (seconds for a ZB-V plan of many micro-batches). Latest wins as for
+simulations, and a newer request cancels the running search (it checks its cancel event
+before each plan it sizes or times); the window also drops an answer that is not of the result
+on screen (by request id).
+
 :class:`SweepRunner` does the same for design-space sweeps, which take
 seconds: each run gets its own ``threading.Event`` that Cancel (or a newer
 run, or :meth:`SweepRunner.shutdown`) sets; the Qt-free sweep checks it
@@ -43,7 +51,8 @@ from core.plan.session import Session
 
 from .background import BackgroundRunner, Job, JobCancelled, JobFailed
 
-__all__ = ["SimulationRunner", "SweepRunner", "ProfileRunner", "PROGRESS_INTERVAL_S"]
+__all__ = ["SimulationRunner", "FitChangesRunner", "SweepRunner", "ProfileRunner",
+           "PROGRESS_INTERVAL_S"]
 
 #: Sweep progress reaches the GUI thread at most this often (plus the first and last report).
 PROGRESS_INTERVAL_S = 0.05
@@ -54,10 +63,7 @@ def _default_simulate(session: Session) -> Any:
     from core.sim import simulate as simulate_module
 
     result = simulate_module.simulate(session)
-    report = getattr(result, "report", None)
-    if getattr(report, "memory_verdict", "fits") != "fits":  # what would make it fit
-        from core.studies.fit_changes import fit_changes
-        result.fit_changes = fit_changes(result.session)
+    # what would make it fit is a second job (:class:`FitChangesRunner`): the result shows first
     # what the timeline asks of the graph first, computed here rather than on the GUI thread
     # (the lanes sort every task's stream: 0.1 s at 200,000 tasks, 0.5 s at 6 million)
     getattr(getattr(result, "graph", None), "lanes", None)
@@ -131,6 +137,94 @@ class SimulationRunner(QtCore.QObject):
 
     def shutdown(self, timeout_ms: int = 60_000) -> bool:
         """Drop waiting work, let a running simulation finish, stop the thread.
+
+        Returns whether the thread stopped within ``timeout_ms``. Safe to call twice.
+        """
+        return self._runner.shutdown(timeout_ms)
+
+
+# --------------------------------------------------------------------------- fit changes
+
+def _default_fit_changes(session: Session, cancel: threading.Event) -> Any:
+    # looked up at call time so a test's stand-in (core.studies.fit_changes.fit_changes) is used
+    from core.studies import fit_changes as fit_module
+
+    return fit_module.fit_changes(session, cancel=cancel)
+
+
+def _fit_changes_job(fit_fn: Callable[[Session, threading.Event], Any], session: Session) -> Job:
+    """The job asking what would make ``session``'s plan fit (Qt-free); a set ``cancel`` ends it
+    as cancelled."""
+    from core.studies.sweep.cancel import SweepCancelled
+
+    def job(report: Callable[[Any], None], cancel: threading.Event) -> Any:
+        try:
+            with fastpath_kernel.kept_out():  # it times plans with the sweep's solver
+                return fit_fn(session, cancel)
+        except SweepCancelled:
+            raise JobCancelled() from None
+    return job
+
+
+class FitChangesRunner(QtCore.QObject):
+    """Asks :func:`core.studies.fit_changes.fit_changes` on a worker thread; the latest request
+    wins.
+
+    A request made while a search runs cancels it (and replaces any earlier waiting one); the
+    caller also tells a stale answer by its id. ``fit_fn(session, cancel)`` replaces
+    ``fit_changes`` in tests (``cancel``: the job's ``threading.Event``).
+
+    Signals (emitted on the GUI thread)
+    -----------------------------------
+    finished(int, object, float)
+        Request ``id`` produced a :class:`core.studies.fit_changes.FitChanges` in the given
+        seconds.
+    failed(int, str)
+        Request ``id`` raised; the message is readable (one exception line).
+    """
+
+    finished = Signal(int, object, float)
+    failed = Signal(int, str)
+
+    def __init__(self, fit_fn: Callable[[Session, threading.Event], Any] | None = None,
+                 parent: QtCore.QObject | None = None) -> None:
+        super().__init__(parent)
+        self._fit_fn = fit_fn or _default_fit_changes
+        self._runner = BackgroundRunner("fit-changes", cancel_running=True,
+                                        describe_error=_error_text, parent=self)
+        self._runner.finished.connect(self.finished)
+        self._runner.failed.connect(self.failed)
+
+    def request(self, session: Session) -> int:
+        """Ask what would make (a copy of) ``session``'s plan fit; returns the request id.
+
+        Raises
+        ------
+        RuntimeError
+            The runner is shut down.
+        """
+        return self._runner.submit(_fit_changes_job(self._fit_fn, session.copy()))
+
+    def cancel(self) -> None:
+        """Drop a waiting request and stop a running search at its next plan (no signal)."""
+        self._runner.cancel()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a search is running or waiting."""
+        return self._runner.busy
+
+    @property
+    def latest_request_id(self) -> int:
+        """Id of the newest request (0 before the first)."""
+        return self._runner.latest_id
+
+    def is_thread_running(self) -> bool:
+        """Whether the worker thread exists and runs."""
+        return self._runner.is_thread_running()
+
+    def shutdown(self, timeout_ms: int = 60_000) -> bool:
+        """Drop a waiting request, cancel a running search, stop the thread.
 
         Returns whether the thread stopped within ``timeout_ms``. Safe to call twice.
         """

@@ -71,7 +71,8 @@ class SimulationResult:
     report: Report
     timings_s: dict[str, float] = field(default_factory=dict)
     #: What would make a plan that does not fit (or is tight) fit, when the caller asked
-    #: (:func:`core.studies.fit_changes.fit_changes`; the window and ``vtrain simulate`` do).
+    #: (:func:`core.studies.fit_changes.fit_changes`; ``vtrain simulate`` does, and the window
+    #: sets it when its search after the simulation answers).
     fit_changes: Any = None
 
 

@@ -43,6 +43,7 @@ from core.sim.report import memory_verdict as report_verdict
 from core.sim.simulate import graph_too_large, memory_verdict, session_profile, stage_memory
 from core.io.megatron.export import megatron_refusal
 from core.studies.sweep.batch import solve_batch
+from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.space import (SPLIT_FLAG_FIELDS, pipeline_splits, split_flag_options,
                                      split_flags_for)
 
@@ -263,7 +264,8 @@ def _changes(a: ParallelPlan, b: ParallelPlan) -> tuple[tuple[str, Any, Any], ..
                  if getattr(a, f.name) != getattr(b, f.name))
 
 
-def fit_changes(session: Session, store=None, *, max_rows: int = 8) -> FitChanges:
+def fit_changes(session: Session, store=None, *, max_rows: int = 8,
+                cancel: Any = None) -> FitChanges:
     """The plans the fewest changes away from ``session``'s (at most :data:`MAX_LEVERS`) that
     fit in memory, timed.
 
@@ -275,12 +277,19 @@ def fit_changes(session: Session, store=None, *, max_rows: int = 8) -> FitChange
         Its profile (:func:`core.sim.simulate.session_profile` when None).
     max_rows : int
         Most rows kept (the fastest).
+    cancel : threading.Event or callable returning bool, optional
+        Checked before each plan's memory or time (the window's newer request sets it).
 
     Returns
     -------
     FitChanges
         Empty ``rows`` when nothing within three changes (or with twice the GPUs) fits; a
         plan that fits outside the margin already gets no rows (nothing to change).
+
+    Raises
+    ------
+    core.studies.sweep.cancel.SweepCancelled
+        ``cancel`` was set.
     """
     store = store if store is not None else session_profile(session)
     capacity = float(store.memory_bytes)
@@ -289,11 +298,13 @@ def fit_changes(session: Session, store=None, *, max_rows: int = 8) -> FitChange
     cache: dict = {}
 
     def verdict_of(pl: ParallelPlan) -> tuple[str, float]:
+        check_cancelled(cancel)
         memory = stage_memory(dataclasses.replace(session, plan=pl), store)
         need, fits, _ = memory_verdict(memory, capacity)
         return report_verdict(need, capacity, margin, fits), need
 
     def time_of(pl: ParallelPlan) -> float:
+        check_cancelled(cancel)
         key = (pl.pipeline_parallel, pl.num_microbatches, pl.schedule, num_chunks(pl))
         t, _, _, _ = solve_batch(session.model, session.cluster, session.cost, key, [pl], store,
                                  cache, fits=[True])

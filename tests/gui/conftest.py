@@ -129,3 +129,21 @@ def real_simulate():
     except NotImplementedError:
         pytest.skip("core.sim.simulate.simulate is not implemented yet")
     return simulate
+
+
+@pytest.fixture
+def oom_session_file(tmp_path):
+    """A session file of Llama 3 70B on 64 H100s without the distributed optimizer or
+    recomputation (t=8 p=2 d=4, b=1, B=128; 109 GiB per GPU: it does not fit)."""
+    from core.io.session import save_session
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
+    path = tmp_path / "oom.json"
+    save_session(Session(MODEL_PRESETS["Llama 3 70B"],
+                         ParallelPlan(tensor_parallel=8, pipeline_parallel=2, data_parallel=4,
+                                      micro_batch_size=1, global_batch_size=128,
+                                      recompute="none", sequence_parallel=True, zero_stage=0),
+                         ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8)), path)
+    return path

@@ -236,7 +236,7 @@ def _actions(app: QtWidgets.QApplication, settings: QtCore.QSettings, example: s
     out["loadavg_end"] = os.getloadavg()
     window.setWindowModified(False)
     window.close()
-    for runner in (window.runner, explore.runner):
+    for runner in (window.runner, window.fit_runner, explore.runner):
         runner.shutdown()
 
 

@@ -117,14 +117,14 @@ def test_a_moe_models_parameters_line_leaves_the_memory_chart_its_width(qtbot):
 
 
 def test_what_would_make_the_plan_fit_shows_under_the_verdict(qtbot):
-    """The window's simulation worker asks what would make a plan that does not fit fit
-    (core.studies.fit_changes); the memory panel shows the fastest change, all on hover, and a
-    new report clears it."""
+    """What would make a plan that does not fit fit (core.studies.fit_changes, the window's
+    second worker: test_gui_fit_changes_runner.py): the memory panel shows the fastest change,
+    all on hover, and a new report clears it."""
     from core.plan.cluster import ClusterConfig
     from core.plan.parallel import ParallelPlan
     from core.plan.presets import MODEL_PRESETS
     from core.plan.session import Session
-    from vtrain_gui.workers import _default_simulate
+    from vtrain_gui.workers import _default_fit_changes, _default_simulate
     s = Session(MODEL_PRESETS["Llama 3 70B"],
                 ParallelPlan(tensor_parallel=8, pipeline_parallel=2, data_parallel=4,
                              micro_batch_size=1, global_batch_size=128, recompute="none",
@@ -132,6 +132,8 @@ def test_what_would_make_the_plan_fit_shows_under_the_verdict(qtbot):
                 ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
     result = _default_simulate(s)
     assert result.report.memory_verdict == "does not fit"
+    assert result.fit_changes is None  # the simulation job no longer searches (a second job)
+    result.fit_changes = _default_fit_changes(result.session, None)
     panel = CostPanel()
     qtbot.addWidget(panel)
     panel.set_report(result.report)
@@ -146,30 +148,13 @@ def test_what_would_make_the_plan_fit_shows_under_the_verdict(qtbot):
     assert panel.fit_changes_text == ""
     fits = _default_simulate(dataclasses.replace(s, plan=result.fit_changes.rows[0].plan))
     assert fits.report.memory_verdict == "fits" and fits.fit_changes is None
-
-
-def _oom_session_file(tmp_path):
-    """A session file of Llama 3 70B on 64 H100s without the distributed optimizer or
-    recomputation (109 GiB per GPU: it does not fit)."""
-    from core.io.session import save_session
-    from core.plan.cluster import ClusterConfig
-    from core.plan.parallel import ParallelPlan
-    from core.plan.presets import MODEL_PRESETS
-    from core.plan.session import Session
-    path = tmp_path / "oom.json"
-    save_session(Session(MODEL_PRESETS["Llama 3 70B"],
-                         ParallelPlan(tensor_parallel=8, pipeline_parallel=2, data_parallel=4,
-                                      micro_batch_size=1, global_batch_size=128,
-                                      recompute="none", sequence_parallel=True, zero_stage=0),
-                         ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8)), path)
-    return path
+    assert _default_fit_changes(fits.session, None).rows == []  # nothing to change
 
 
 def test_use_it_puts_the_changed_plan_in_the_editor_and_it_fits(window, qtbot, real_simulate,
-                                                                tmp_path):
-    path = _oom_session_file(tmp_path)
-    with qtbot.waitSignal(window.result_shown, timeout=60_000):
-        assert window.open_path(path)
+                                                                oom_session_file):
+    with qtbot.waitSignals([window.result_shown, window.fit_changes_shown], timeout=60_000):
+        assert window.open_path(oom_session_file)
     panel = window.cost_panel
     assert panel.report.memory_verdict == "does not fit"
     assert panel.fit_changes_text.startswith("To fit in memory: zero_stage 0 -> 1")
@@ -185,14 +170,13 @@ def test_use_it_puts_the_changed_plan_in_the_editor_and_it_fits(window, qtbot, r
 
 def test_use_it_never_applies_a_change_found_for_an_earlier_configuration(window, qtbot,
                                                                            real_simulate,
-                                                                           tmp_path):
+                                                                           oom_session_file):
     """The changes were found for the simulated session: once the editor holds another one
     (an edit not simulated yet, or one that breaks a rule), "Use it" must not overwrite the
     editor's plan with that older plan (its global batch, precision, sizes: the user's edits
     silently undone) or pair it with another model."""
-    path = _oom_session_file(tmp_path)
-    with qtbot.waitSignal(window.result_shown, timeout=60_000):
-        assert window.open_path(path)
+    with qtbot.waitSignals([window.result_shown, window.fit_changes_shown], timeout=60_000):
+        assert window.open_path(oom_session_file)
     panel = window.cost_panel
     button = panel.findChild(QtWidgets.QToolButton, "use_fit_change")
     assert button.isVisible() and panel.fit_changes_text
@@ -211,9 +195,9 @@ def test_use_it_never_applies_a_change_found_for_an_earlier_configuration(window
     panel.fit_change_chosen.emit(panel._fit_plan)  # as a click would
     assert window.editor.session().plan == edited.plan
     assert window.editor.session().plan.global_batch_size == 130
-    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+    with qtbot.waitSignals([window.result_shown, window.fit_changes_shown], timeout=60_000):
         window.editor.field_widget("plan.global_batch_size").setValue(128)
-    assert button.isEnabled()
+    assert button.isEnabled() and button.isVisible()
     with qtbot.waitSignal(window.result_shown, timeout=60_000):
         button.click()
     assert window.editor.session().plan.zero_stage == 1
