@@ -78,15 +78,18 @@ def _why_no_plan(session: Session, space: SweepSpace) -> list[FieldError]:
             if s in pipeline_schedules.names()) and n is None
             and space.virtual_pipeline_stages is not None):
         L = pipeline_split_slots(session.model.num_layers, session.plan)  # + embedding, loss slots
-        # the slot counts a plan may have: the session's, and one or two more where the
-        # layers need the embedding / loss flags (split_flag_options)
+        # the slot counts a plan may have: the session's, one or two more where the layers
+        # need the embedding / loss flags, the layers alone with the session's flags off
+        # (split_flag_options)
         slots = [(L + extra, extra) for extra, _ in split_flag_options(session.plan)]
         what = (f"num_layers={L}" if L == session.model.num_layers else
                 f"num_layers + embedding + loss = {L} layer slots")
-        if len(slots) > 1:
-            what += (f" (or {' or '.join(str(n) for n, _ in slots[1:])} slots with the "
-                     "embedding / loss)")
-        ps = [p for p in (space.pipeline_parallel or range(2, slots[-1][0] + 1))
+        more = [str(n) for n, extra in slots if extra > 0]
+        if more:
+            what += f" (or {' or '.join(more)} slots with the embedding / loss)"
+        if any(extra < 0 for _, extra in slots):
+            what += f" or num_layers={session.model.num_layers} with those flags off"
+        ps = [p for p in (space.pipeline_parallel or range(2, max(n for n, _ in slots) + 1))
               if p >= 2 and any(slots_split(n, p, extra) for n, extra in slots)]
         for v in space.virtual_pipeline_stages:
             if not any(slots_split(n, p * v, extra) for p in ps for n, extra in slots):
