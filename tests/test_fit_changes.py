@@ -181,6 +181,18 @@ def test_a_new_pipeline_size_is_split_as_megatron_core_users_split_it():
     assert validate(own) == []
     eight = fc._pipeline(own.plan, own)[0]
     assert (eight.pipeline_parallel, eight.first_stage_layers, eight.last_stage_layers) == (8, 7, 6)
+    # a session with the loss's slot: kept at p = 2 (62 slots), off with the uneven stages of
+    # p = 4 and 8 (Megatron-Core refuses both together)
+    flagged = dataclasses.replace(s, plan=dataclasses.replace(
+        s.plan, account_for_loss_in_pipeline_split=True))
+    got = {pl.pipeline_parallel: pl for pl in fc._pipeline(flagged.plan, flagged)}
+    assert got[2].account_for_loss_in_pipeline_split and got[2].first_stage_layers is None
+    for p, split in ((4, (15, 14)), (8, (7, 6))):
+        assert (got[p].first_stage_layers, got[p].last_stage_layers) == split
+        assert not (got[p].account_for_loss_in_pipeline_split
+                    or got[p].account_for_embedding_in_pipeline_split)
+    for pl in got.values():
+        assert validate(dataclasses.replace(flagged, plan=pl)) == []
 
 
 def test_a_set_cancel_stops_the_search_before_its_next_plan():

@@ -340,8 +340,9 @@ def test_sweep_sets_the_flags_where_126_layers_need_them():
 
 
 def test_sweep_keeps_a_flag_the_session_sets():
-    """The session counts the embedding (127 slots): every plan keeps it; where 127 does
-    not split the loss's slot is added (128), never the embedding's dropped (126)."""
+    """The session counts the embedding (127 slots): every 1F1B plan keeps it; where 127 does
+    not split the loss's slot is added (128), never the embedding's dropped (126: only where
+    neither 127 nor 128 splits, tests/test_sweep_uneven.py)."""
     s = _session_of(MODEL_PRESETS["Llama 3.1 405B"], account_for_embedding_in_pipeline_split=True)
     plans = enumerate_plans(s, SweepSpace(max_gpus=1024, micro_batch_sizes=(1,),
                                           tensor_parallel=(8,), schedules=("1f1b",)))

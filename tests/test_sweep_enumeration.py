@@ -59,8 +59,10 @@ def _reference_enumerate(session: Session, space: SweepSpace) -> list[ParallelPl
                             continue
                         for sched in scheds_p:
                             for v in c.virtual_sizes(space, sched, p):
-                                flag_sets = ([_own_flags(session)] if splits != [(None, None)]
-                                             else _reference_split_flags(session, sched, p, v))
+                                flag_sets = (_reference_split_flags(session, sched, p, v)
+                                             if splits == [(None, None)]
+                                             else [_own_flags(session)] if _own_p(session, p)
+                                             else [(False, False)])
                                 if schedule_errors(sched, p, B // (d * b), v,
                                                    m.num_layers if c.layout_n is None else None,
                                                    sum(flag_sets[0])):
@@ -78,21 +80,39 @@ def _own_flags(session):
     return (base.account_for_embedding_in_pipeline_split, base.account_for_loss_in_pipeline_split)
 
 
+def _own_p(session, p):
+    """Whether p is the session's own and it sets uneven first / last stages."""
+    base = session.plan
+    return p == base.pipeline_parallel and (base.first_stage_layers is not None
+                                            or base.last_stage_layers is not None)
+
+
+def _supersets(own):
+    """The (embedding, loss) flags a sweep may add to the session's ``own``: a true one kept
+    true; one more where the session sets none: the loss's."""
+    return [(e, lo) for e in (False, True) for lo in (False, True)
+            if (e, lo) != own and e >= own[0] and lo >= own[1]
+            and not (own == (False, False) and (e, lo) == (True, False))]
+
+
 def _reference_uneven_splits(session, p):
     """The (first, last) stage layers of the plans of p: the session's at its own p when it
-    sets them; else, where neither the layers nor the L + 1 (the loss's) or L + 2 layer slots
-    split evenly over p (two slots or more per stage with slots added) and the session sets no
-    custom layout nor slot flag, Megatron-style uneven stages: ceil(L/p) layers on each of the
-    p - 2 middle stages, the rest on the first and last, 1 <= last <= first <= ceil(L/p), those
-    whose first and last differ by one at most, then the one with ceil(L/p) on the first;
-    (None, None) otherwise (an even split)."""
+    sets them; else, where the session sets no custom layout and over p split evenly neither
+    its layer slots (L + its flags) nor the slots of more flags (two slots or more per stage
+    with slots added) nor, when it sets a flag, the L layers alone, Megatron-style uneven
+    stages (the flags off): ceil(L/p) layers on each of the p - 2 middle stages, the rest on
+    the first and last, 1 <= last <= first <= ceil(L/p), those whose first and last differ by
+    one at most, then the one with ceil(L/p) on the first; (None, None) otherwise (an even
+    split)."""
     base, L = session.plan, session.model.num_layers
-    if p == base.pipeline_parallel and (base.first_stage_layers is not None
-                                        or base.last_stage_layers is not None):
+    if _own_p(session, p):
         return [(base.first_stage_layers, base.last_stage_layers)]
-    if base.pipeline_model_parallel_layout or any(_own_flags(session)):
+    if base.pipeline_model_parallel_layout:
         return [(None, None)]
-    if any((L + extra) % p == 0 and (extra == 0 or (L + extra) // p >= 2) for extra in (0, 1, 2)):
+    own = _own_flags(session)
+    counts = [(L + sum(own), 0)] + [(L + sum(f), sum(f) - sum(own)) for f in _supersets(own)]
+    counts += [(L, -sum(own))] if any(own) else []
+    if any(n % p == 0 and (extra <= 0 or n // p >= 2) for n, extra in counts):
         return [(None, None)]
     k = -(-L // p)
     rest = L - (p - 2) * k
@@ -107,7 +127,8 @@ def _reference_split_flags(session, sched, p, v):
     layer slots split over the p*chunks virtual stages (or it has a custom layout, or uneven
     first / last stages at its own p); else every way of setting more flags (a true one kept
     true; one more where the session sets none: the loss's) that adds the fewest slots and
-    splits, two slots or more per virtual stage; the session's when none does."""
+    splits, two slots or more per virtual stage; else both off where the session sets one and
+    the L layers split; the session's when none does."""
     base, L = session.plan, session.model.num_layers
     own = (base.account_for_embedding_in_pipeline_split, base.account_for_loss_in_pipeline_split)
     n = p * schedules_get(sched).chunks(v)
@@ -115,12 +136,11 @@ def _reference_split_flags(session, sched, p, v):
             or (p == base.pipeline_parallel and (base.first_stage_layers is not None
                                                   or base.last_stage_layers is not None))):
         return [own]
-    supersets = [(e, lo) for e in (False, True) for lo in (False, True)
-                 if (e, lo) != own and e >= own[0] and lo >= own[1]
-                 and not (own == (False, False) and (e, lo) == (True, False))]
-    more = sorted((f for f in supersets if (L + sum(f)) % n == 0 and (L + sum(f)) // n >= 2),
-                  key=sum)
-    return [f for f in more if sum(f) == sum(more[0])] if more else [own]
+    more = sorted((f for f in _supersets(own) if (L + sum(f)) % n == 0
+                   and (L + sum(f)) // n >= 2), key=sum)
+    if more:
+        return [f for f in more if sum(f) == sum(more[0])]
+    return [(False, False)] if any(own) and L % n == 0 else [own]
 
 
 def _reference_variants(session, c, checks, sizes, sps_t, zs_d, flags, split=(None, None)):
@@ -230,6 +250,14 @@ CASES = {
         SweepSpace(max_gpus=128, micro_batch_sizes=(1,), recompute=("full",),
                    expert_parallel=(1, 8), schedules=("1f1b", "interleaved", "zb-h1"),
                    zero_stages=(1,))),
+    "61 layers, the session's loss slot: off with uneven stages where no slot count splits": (
+        _session("DeepSeek-V3", global_batch_size=64, account_for_loss_in_pipeline_split=True),
+        SweepSpace(max_gpus=128, micro_batch_sizes=(1,), recompute=("full",),
+                   expert_parallel=(8,), schedules=("1f1b", "interleaved"), zero_stages=(1,))),
+    "80 layers, the session's loss slot: off where only the layers split": (
+        _session("Llama 3 70B", global_batch_size=64, account_for_loss_in_pipeline_split=True),
+        SweepSpace(max_gpus=64, tensor_parallel=(4, 8), micro_batch_sizes=(1,),
+                   recompute=("full",), schedules=("1f1b", "interleaved"), zero_stages=(1,))),
     "105 layers: the session's own first / last at its p, Megatron-style at the others": (
         _session("MT-NLG 530B", global_batch_size=64, pipeline_parallel=8, first_stage_layers=9,
                  last_stage_layers=12, tensor_parallel=8),

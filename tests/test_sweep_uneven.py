@@ -16,7 +16,7 @@ from core.plan.rules import validate
 from core.plan.session import Session
 from core.sim.simulate import simulate
 from core.studies.sweep import SweepSpace, run_sweep
-from core.studies.sweep.space import pipeline_splits, uneven_splits
+from core.studies.sweep.space import enumerate_plans, pipeline_splits, uneven_splits
 from tests.conftest import EXAMPLES
 
 
@@ -41,16 +41,95 @@ def _dsv3(**plan) -> Session:
                    ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
 
 
-def test_session_flags_or_layout_keep_the_even_splits_only():
+def test_a_custom_layout_keeps_the_even_splits_only():
     s = _dsv3()
     assert set(pipeline_splits(s, [4, 8, 16])) == {4, 8, 16}
-    flagged = dataclasses.replace(s, plan=dataclasses.replace(
-        s.plan, account_for_loss_in_pipeline_split=True))
-    assert pipeline_splits(flagged, [4, 8, 16]) == {}   # Megatron-Core refuses both together
+    layout = dataclasses.replace(s, plan=dataclasses.replace(
+        s.plan, pipeline_parallel=16, pipeline_model_parallel_layout="Et|(tt|)*30mL"))
+    assert pipeline_splits(layout, [4, 8, 16]) == {}     # the layout places every layer
+    plans = enumerate_plans(layout, SweepSpace(max_gpus=1024, micro_batch_sizes=(1,),
+                                               recompute=("full",), schedules=("1f1b",),
+                                               expert_parallel=(8,), zero_stages=(1,)))
+    assert plans and all(pl.first_stage_layers is None and pl.last_stage_layers is None
+                         and pl.pipeline_model_parallel_layout == "Et|(tt|)*30mL"
+                         for pl in plans)
     own = dataclasses.replace(s, plan=dataclasses.replace(
         s.plan, pipeline_parallel=8, data_parallel=1, first_stage_layers=9,
         last_stage_layers=4, tensor_parallel=1, expert_parallel=8))
     assert pipeline_splits(own, [8])[8] == [(9, 4)]      # the session's own at its p
+
+
+def _flags(pl: ParallelPlan) -> tuple:
+    return pl.account_for_embedding_in_pipeline_split, pl.account_for_loss_in_pipeline_split
+
+
+def test_a_session_slot_flag_is_turned_off_where_no_slot_count_splits():
+    """A session with the loss's slot (Megatron-Bridge's recipes set it) had no plan at p = 4,
+    8, 16 for 61 layers (62 or 63 slots split over none of them; Megatron-Core refuses the
+    flags with uneven stages): those plans now have the flags off and uneven first / last
+    stages, as a Megatron-Core user runs them; where the slots split (p = 2: 62, p = 3: 63
+    with both flags) the plans keep the flags and get no uneven stages."""
+    s = _dsv3(account_for_loss_in_pipeline_split=True)
+    assert pipeline_splits(s, [2, 3, 4, 8, 16]) == {4: [(15, 14), (16, 13)],
+                                                    8: [(7, 6), (8, 5)],
+                                                    16: [(3, 2), (4, 1)]}
+    space = SweepSpace(num_gpus=(128, 192), micro_batch_sizes=(1,), recompute=("full",),
+                       expert_parallel=(8,), schedules=("1f1b", "interleaved"),
+                       zero_stages=(1,), cross_entropy_fusion=("native",))
+    plans = enumerate_plans(s, space)
+    got: dict[int, set] = {}
+    for pl in plans:
+        got.setdefault(pl.pipeline_parallel, set()).add(
+            (*_flags(pl), pl.first_stage_layers, pl.last_stage_layers))
+    assert got[2] == {(False, True, None, None)}                  # 62 slots over 2
+    assert got[3] == {(True, True, None, None)}                   # 63 slots over 3
+    assert got[8] == {(False, False, 7, 6), (False, False, 8, 5)}
+    assert got[16] == {(False, False, 3, 2), (False, False, 4, 1)}
+    for p in (8, 16):
+        pl = next(pl for pl in plans if pl.pipeline_parallel == p)
+        session = dataclasses.replace(s, plan=pl)
+        assert validate(session) == [] and megatron_blockers(session) == []
+    # on 256 GPUs the fastest plan has the flag off and uneven stages, equals simulate, and
+    # Megatron-LM runs it; the dimensions name the flag as swept
+    res = run_sweep(s, dataclasses.replace(space, num_gpus=(256,), schedules=("1f1b",)))
+    best = res.session_for(res.fastest)
+    assert best.plan.pipeline_parallel >= 4 and _flags(best.plan) == (False, False)
+    assert (best.plan.first_stage_layers, best.plan.last_stage_layers) in uneven_splits(
+        61, best.plan.pipeline_parallel)
+    assert res.iteration_time_s[res.fastest] == pytest.approx(
+        simulate(best).report.iteration_time_s, rel=1e-9)
+    assert megatron_blockers(best) == []
+    dims = {d["field"]: d for d in res.to_dict()["dimensions"]}
+    loss = dims["account_for_loss_in_pipeline_split"]
+    assert loss["swept"] and sorted(loss["values"]) == [False, True]
+
+
+def test_a_session_slot_flag_is_turned_off_where_only_the_layers_split():
+    """Llama 3 70B with the loss's slot: 81 or 82 slots split over no p of 4, 8, 16, the 80
+    layers do: the plans there have the flags off and an even split (interleaved too), no
+    uneven stages; p = 2 keeps the flag (both: 82 slots)."""
+    s = dataclasses.replace(_dsv3(account_for_loss_in_pipeline_split=True),
+                            model=MODEL_PRESETS["Llama 3 70B"])
+    assert pipeline_splits(s, [2, 4, 8, 16]) == {}
+    plans = enumerate_plans(s, SweepSpace(num_gpus=(64,), micro_batch_sizes=(1,),
+                                          recompute=("full",), schedules=("1f1b", "interleaved"),
+                                          zero_stages=(1,)))
+    got: dict[tuple, set] = {}
+    for pl in plans:
+        got.setdefault((pl.pipeline_parallel, pl.schedule), set()).add(
+            (*_flags(pl), pl.first_stage_layers, pl.last_stage_layers))
+    off = {(False, False, None, None)}
+    assert got[(2, "1f1b")] == {(True, True, None, None)}
+    assert got[(4, "1f1b")] == got[(8, "1f1b")] == got[(16, "1f1b")] == off
+    assert got[(4, "interleaved")] == got[(8, "interleaved")] == off
+    pl = next(pl for pl in plans if pl.pipeline_parallel == 8)
+    assert validate(dataclasses.replace(s, plan=pl)) == []
+    # a space without plans there does not blame p = 4 (81 slots do not split over it, the
+    # 80 layers do, with the flag off)
+    from core.studies.sweep.explain import no_plan_errors
+    errs = no_plan_errors(s, SweepSpace(num_gpus=64, pipeline_parallel=[4],
+                                        schedules=["interleaved"], virtual_pipeline_stages=[3]))
+    assert errs and not any(e.field.startswith("--pipeline-parallel") for e in errs)
 
 
 def test_a_pipeline_size_the_layers_do_not_divide_is_swept_with_first_and_last_stages():

@@ -74,17 +74,22 @@ def _divisors(n: Any) -> list[int]:
     return small + [n // k for k in reversed(small) if k * k != n]
 
 
-def _uneven_sizes(session: Session) -> list[int]:
+def _uneven_sizes(session: Session) -> tuple[list[int], list[int]]:
     """The pipeline sizes the default sweep tries with uneven first / last stages (the powers of
-    two from 4 that split the layers unevenly, :func:`core.studies.sweep.space.pipeline_splits`),
-    none where the session's fields do not say (an edit in progress)."""
+    two from 4 that split the layers unevenly, :func:`core.studies.sweep.space.pipeline_splits`)
+    and, where the session sets an embedding / loss slot flag, those the layers alone divide
+    (their plans turn the flags off: :func:`core.studies.sweep.space.tp_pp_candidates`); none
+    where the session's fields do not say (an edit in progress)."""
     L = session.model.num_layers
     if isinstance(L, bool) or not isinstance(L, int) or not 0 < L <= _DIVISORS_LIMIT:
-        return []
+        return [], []
+    powers = [1 << k for k in range(2, L.bit_length())]
     try:
-        return sorted(pipeline_splits(session, [1 << k for k in range(2, L.bit_length())]))
+        uneven = sorted(pipeline_splits(session, powers))
+        flagged = pipeline_split_slots(L, session.plan) != L
     except (TypeError, ValueError, AttributeError):
-        return []
+        return [], []
+    return uneven, [p for p in powers if flagged and L % p == 0]
 
 
 def _check_box_row(form: QtWidgets.QFormLayout, label: str, names, prefix: str
@@ -346,25 +351,32 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         name = f"L={L}" if slots == L else f"L+{slots - L}={slots}"
         # and the sizes the sweep reaches by setting the layer-slot flags where the layers
         # need them (core.studies.sweep.space.split_flags_for): L+1 / L+2 slots
-        more = [e for e, _ in split_flag_options(session.plan) if e]
+        more = [e for e, _ in split_flag_options(session.plan) if e > 0]
         if more and isinstance(slots, int):
             name += "".join(f", +{e}" for e in more)
         ds = sorted({p for e in (0, *more) if isinstance(slots, int)
                      for p in _divisors(slots + e) if slots_split(slots + e, p, e)})
         # and the powers of two the layers split over unevenly, with Megatron-style first /
         # last stages (core.studies.sweep.space.tp_pp_candidates: DeepSeek-V3's 61 on 4, 8, 16)
-        uneven = _uneven_sizes(session) if ds else []
+        # and, with the session's slot flags, the powers of two only the layers divide (the
+        # flags off there)
+        uneven, off = _uneven_sizes(session) if ds else ([], [])
         uneven = [p for p in uneven if p not in ds]
+        off = [p for p in off if p not in ds]
+        extra = (" + uneven" if uneven else "") + (" + flags off" if off else "")
         # the field is narrow: the placeholder names the rule, the tooltip lists the sizes
         self.pipeline_parallel.setPlaceholderText(
-            f"divisors of {name}{' + uneven' if uneven else ''} ({len(ds) + len(uneven)} sizes)"
+            f"divisors of {name}{extra} ({len(ds) + len(uneven) + len(off)} sizes)"
             if ds else "divisors of the layer count")
         self.pipeline_parallel.setToolTip(
             "Pipeline-parallel sizes p to try, comma-separated; empty: "
             + (f"the divisors of {name}: {_join(ds)}" if ds else "the divisors of the layer count")
+            + (f"; and {_join(off)} with the embedding / loss slot flags off (L={L} splits "
+               "evenly there)" if off else "")
             + (f"; and {_join(uneven)} with uneven first / last stages (ceil(L/p) layers on "
                "each middle stage, the rest on the first and last: Megatron-Core's "
-               "--decoder-first/last-pipeline-num-layers)" if uneven else ""))
+               "--decoder-first/last-pipeline-num-layers; the slot flags off)" if uneven
+               else ""))
         E = session.model.num_experts
         es = _divisors(E) if session.model.is_moe and isinstance(E, int) and E > 0 else []
         self.expert_parallel.setPlaceholderText(f"divisors of E={E}: {_join(es)}" if es else "")

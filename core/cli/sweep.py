@@ -51,7 +51,8 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--pipeline-parallel", metavar="P[,P...]",
                     help="pipeline-parallel sizes to try (default: divisors of the layer count "
                          "and of one or two more layer slots, and the powers of two from 4 "
-                         "that split the layers unevenly, with uneven first / last stages)")
+                         "that split the layers unevenly, with uneven first / last stages and "
+                         "the embedding / loss slot flags off)")
     sw.add_argument("--micro-batch-sizes", metavar="B[,B...]",
                     help="micro-batch sizes to try (default: every divisor of the global batch "
                          "while the smallest-memory plan of that size fits in memory)")

@@ -45,7 +45,7 @@ from core.io.megatron.export import megatron_refusal
 from core.studies.sweep.batch import solve_batch
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.space import (SPLIT_FLAG_FIELDS, pipeline_splits, split_flag_options,
-                                     split_flags_for)
+                                     split_flags_for, uneven_split_flags)
 
 __all__ = ["FitChange", "FitChanges", "fit_changes", "LEVERS"]
 
@@ -177,12 +177,13 @@ def _sequence_parallel(pl: ParallelPlan, s: Session) -> list[ParallelPlan]:
 
 def _split(pl: ParallelPlan, s: Session) -> ParallelPlan:
     """``pl`` (a new pipeline size) split over its stages as a Megatron-Core user would: with
-    the embedding / loss slot flags where its layers alone do not split
-    (:func:`core.studies.sweep.space.split_flags_for`), else without interleaving with uneven
-    first and last stages (:func:`core.studies.sweep.space.pipeline_splits`, the first of
-    them); the session's own first / last stages belong to its own pipeline size."""
-    flags = split_flags_for(s.model.num_layers, split_flag_options(s.plan),
-                            pl.pipeline_parallel * num_chunks(pl))
+    the embedding / loss slot flags where its layers alone do not split, or the session's
+    flags off where only the layers do (:func:`core.studies.sweep.space.split_flags_for`),
+    else without interleaving with uneven first and last stages and the flags off
+    (:func:`core.studies.sweep.space.pipeline_splits`, the first of them); the session's own
+    first / last stages belong to its own pipeline size."""
+    options = split_flag_options(s.plan)
+    flags = split_flags_for(s.model.num_layers, options, pl.pipeline_parallel * num_chunks(pl))
     new = dataclasses.replace(pl, first_stage_layers=None, last_stage_layers=None,
                               **dict(zip(SPLIT_FLAG_FIELDS, flags[0])))
     if num_chunks(new) == 1:
@@ -191,7 +192,8 @@ def _split(pl: ParallelPlan, s: Session) -> ParallelPlan:
         splits = pipeline_splits(even, [new.pipeline_parallel]).get(new.pipeline_parallel)
         if splits:
             new = dataclasses.replace(new, first_stage_layers=splits[0][0],
-                                      last_stage_layers=splits[0][1])
+                                      last_stage_layers=splits[0][1],
+                                      **dict(zip(SPLIT_FLAG_FIELDS, uneven_split_flags(options))))
     return new
 
 

@@ -227,3 +227,17 @@ def test_the_explore_hint_names_the_sizes_the_layer_slots_reach(window):
                                                           53, 105]
     window.editor.set_field("model.num_layers", 32)   # even everywhere: no uneven size
     assert panel.pipeline_parallel.placeholderText() == "divisors of L=32, +1, +2 (9 sizes)"
+
+
+def test_the_explore_hint_names_the_sizes_a_slot_flag_turns_off_at(window):
+    """80 layers with the loss's slot: 81 or 82 slots split over no p of 4, 8, 16, the layers
+    do; the sweep tries them with the flags off, and the hint counts them (no "+-1" size)."""
+    window.editor.set_field("model.num_layers", 80)
+    window.editor.set_field("plan.account_for_loss_in_pipeline_split", True)
+    panel = window.explore.settings_panel
+    from core.studies.sweep.space import tp_pp_candidates
+    ps = tp_pp_candidates(window.editor.session(), SweepSpace())[1]
+    assert ps == [1, 2, 3, 4, 8, 9, 16, 27, 41, 81]
+    assert panel.pipeline_parallel.placeholderText() == \
+        f"divisors of L+1=81, +1 + flags off ({len(ps)} sizes)"
+    assert "4, 8, 16 with the embedding / loss slot flags off" in panel.pipeline_parallel.toolTip()

@@ -43,9 +43,12 @@ def kept_switches_text(plan: ParallelPlan) -> str:
 _SPLIT_FLAG_DEFAULT = ("the session's, and set where the layers need it: on the (p, v) whose "
                        "layers do not split evenly over the p*v virtual stages but L + 1 or "
                        "L + 2 layer slots do (Megatron-Core's --account-for-embedding/loss-in-"
-                       "pipeline-split; L + 2: both, L + 1: the loss's)")
+                       "pipeline-split; L + 2: both, L + 1: the loss's); off where the "
+                       "session's are on and only the L layers split, or where nothing splits "
+                       "and the plans have uneven first / last stages")
 #: The note the command line and the Explore tab print with those flags when swept
-_SPLIT_FLAG_NOTE = "set where the layers need it: L + 1 or L + 2 slots split over p*v"
+_SPLIT_FLAG_NOTE = ("set where the layers need it: L + 1 or L + 2 slots split over p*v; off "
+                    "where only the layers split or with uneven first / last stages")
 
 _DIMENSION_DEFAULTS = {
     "tensor_parallel": ("tensor_parallel", "the divisors of the GPUs per node"),
@@ -53,7 +56,8 @@ _DIMENSION_DEFAULTS = {
                                                "L + 1 and L + 2 layer slots with the embedding "
                                                "/ loss counted, and the powers of two from 4 "
                                                "that split the layers unevenly (with uneven "
-                                               "first / last stages)"),
+                                               "first / last stages, the embedding / loss "
+                                               "flags off)"),
     "data_parallel": ("data_parallel", "every d the budget and the global batch allow"),
     "micro_batch_size": ("micro_batch_sizes", "every divisor of the global batch while the "
                                               "smallest-memory plan of that b fits"),
@@ -97,9 +101,10 @@ _DIMENSION_DEFAULTS = {
                                    "layers per model chunk that fit (Megatron's block "
                                    "method); the session's when it sets them"),
     "recompute_modules": (None, "the session's under selective recomputation"),
-    "first_stage_layers": (None, "the session's at its own p; where p splits the layers "
-                                 "unevenly, ceil(L/p) on each middle stage and the rest on the "
-                                 "first and last (halved, or the most on the first)"),
+    "first_stage_layers": (None, "the session's at its own p; where p splits neither the "
+                                 "layers nor the layer slots evenly, ceil(L/p) on each middle "
+                                 "stage and the rest on the first and last (halved, or the most "
+                                 "on the first), with the embedding / loss flags off"),
     "last_stage_layers": (None, "the session's at its own p; where p splits the layers "
                                 "unevenly, the rest after the middle stages and the first"),
     "delay_wgrad_compute": (None, "the session's with the expert all-to-all overlap"),

@@ -20,9 +20,10 @@ from core.plan.layout import pipeline_split_slots
 from core.plan.parallel import RECOMPUTE_MODES
 from core.plan.rules import probe_plan, validate
 from core.studies.sweep.result import SweepResult
-from core.studies.sweep.space import (SweepSpace, as_list, budget_text, cp_candidates, divisors,
-                                      pipeline_splits, slots_split, split_flag_options,
-                                      layout_stages, tp_pp_candidates)
+from core.studies.sweep.space import (SPLIT_FLAG_FIELDS, SweepSpace, as_list, budget_text,
+                                      cp_candidates, divisors, pipeline_splits, slots_split,
+                                      split_flag_options, split_flags_for, layout_stages,
+                                      tp_pp_candidates, uneven_split_flags)
 
 __all__ = ["no_plan_errors", "value_errors", "unused_values", "left_out_values"]
 
@@ -78,15 +79,18 @@ def _why_no_plan(session: Session, space: SweepSpace) -> list[FieldError]:
             if s in pipeline_schedules.names()) and n is None
             and space.virtual_pipeline_stages is not None):
         L = pipeline_split_slots(session.model.num_layers, session.plan)  # + embedding, loss slots
-        # the slot counts a plan may have: the session's, and one or two more where the
-        # layers need the embedding / loss flags (split_flag_options)
+        # the slot counts a plan may have: the session's, one or two more where the layers
+        # need the embedding / loss flags, the layers alone with the session's flags off
+        # (split_flag_options)
         slots = [(L + extra, extra) for extra, _ in split_flag_options(session.plan)]
         what = (f"num_layers={L}" if L == session.model.num_layers else
                 f"num_layers + embedding + loss = {L} layer slots")
-        if len(slots) > 1:
-            what += (f" (or {' or '.join(str(n) for n, _ in slots[1:])} slots with the "
-                     "embedding / loss)")
-        ps = [p for p in (space.pipeline_parallel or range(2, slots[-1][0] + 1))
+        more = [str(n) for n, extra in slots if extra > 0]
+        if more:
+            what += f" (or {' or '.join(more)} slots with the embedding / loss)"
+        if any(extra < 0 for _, extra in slots):
+            what += f" or num_layers={session.model.num_layers} with those flags off"
+        ps = [p for p in (space.pipeline_parallel or range(2, max(n for n, _ in slots) + 1))
               if p >= 2 and any(slots_split(n, p, extra) for n, extra in slots)]
         for v in space.virtual_pipeline_stages:
             if not any(slots_split(n, p * v, extra) for p in ps for n, extra in slots):
@@ -145,12 +149,24 @@ def _value_groups(session: Session, space: SweepSpace, values: dict[str, set] | 
             # d = ep (and a batch of one micro-batch per rank) so only ep's own rules speak
             room = (dict(data_parallel=v, global_batch_size=v)
                     if name == "expert_parallel" and isinstance(v, int) and v > 0 else {})
-            if name == "pipeline_parallel" and isinstance(v, int) and not isinstance(v, bool):
+            if name == "pipeline_parallel" and isinstance(v, int) and not isinstance(v, bool) \
+                    and v >= 1:
+                # the slot flags of its 1F1B plans: the session's, those the slots need, or off
+                # where only the layers split (split_flags_for)
+                options = split_flag_options(session.plan)
+                room = dict(zip(SPLIT_FLAG_FIELDS,
+                                split_flags_for(session.model.num_layers, options, v)[0]))
                 # a p that splits the layers unevenly: its plans' first / last stages
-                # (pipeline_splits), which no schedule of several model chunks takes
+                # (pipeline_splits), the flags off but at the session's own p, which no
+                # schedule of several model chunks takes
                 split = pipeline_splits(session, [v]).get(v)
                 if split:
-                    room = dict(first_stage_layers=split[0][0], last_stage_layers=split[0][1])
+                    own = (v == session.plan.pipeline_parallel
+                           and split[0] == (session.plan.first_stage_layers,
+                                            session.plan.last_stage_layers))
+                    room = dict(first_stage_layers=split[0][0], last_stage_layers=split[0][1],
+                                **({} if own else dict(zip(SPLIT_FLAG_FIELDS,
+                                                           uneven_split_flags(options)))))
                     multi = [sc for sc in as_list(space.schedules)
                              if sc in pipeline_schedules.names()
                              and (pipeline_schedules.get(sc).uses_virtual_stages

@@ -40,7 +40,7 @@ __all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "CROSS_ENTROPY_FUSIONS",
            "micro_batch_sizes_of",
            "check_enumerable", "cp_candidates", "tp_pp_candidates", "layout_stages", "in_budget",
            "index_of_plan", "SPLIT_FLAG_FIELDS", "split_flag_options", "split_flags_for",
-           "slots_split"]
+           "uneven_split_flags", "slots_split"]
 
 #: The cross-entropy choices of :attr:`SweepSpace.cross_entropy_fusion`: each the plan's
 #: (``cross_entropy_loss_fusion``, ``cross_entropy_fusion_impl``)
@@ -85,8 +85,14 @@ class SweepSpace:
         the session's two flags; one whose layers do not but ``L + 1`` or ``L + 2`` slots do
         gets the flags that make them split (:func:`split_flags_for`: ``L + 2`` both, ``L +
         1`` the loss's), what Megatron-Core users run (Llama 3.1 405B, 126 layers:
-        p=8 or 16 with both); a flag the session sets true stays true. The sweep does not try
-        the flags both ways where the layers split without them. With a custom
+        p=8 or 16 with both); a flag the session sets true stays true wherever its slots
+        split. Where none of those slot counts split, the plans turn the session's flags off:
+        the layers alone split evenly (Llama 3 70B with the loss's slot, a Megatron-Bridge
+        recipe's: 80 layers on p=4, 8, 16), or, without interleaving, uneven first / last
+        stages (:func:`pipeline_splits`; the powers of two from 4 too: DeepSeek-V3's 61
+        layers on p=8 as 7 + 6 x 8 + 6 and 8 + 6 x 8 + 5), as a Megatron-Core user would run
+        them (it refuses the flags with ``--decoder-first/last-pipeline-num-layers``). The
+        sweep does not try the flags both ways where the layers split without them. With a custom
         pipeline layout (``plan.pipeline_model_parallel_layout``, n virtual stages) every plan
         keeps the layout, so only p*v = n is tried: p a divisor of n (of those given), v = n/p
         under the interleaved schedule (when among ``virtual_pipeline_stages``, if given) and
@@ -463,16 +469,19 @@ def split_flag_options(plan: ParallelPlan) -> list[tuple[int, list[tuple[Any, An
     """The (embedding, loss) slot flags a sweep may give the plans of ``plan``'s session,
     ``[(extra, [(embedding, loss), ...]), ...]`` by the layer slots they add to the session's
     own (``extra`` 0, 1, 2): first the session's flags as they are, then each way of setting
-    one more of them, then both. A flag the session sets true stays true in every plan
-    (Megatron-Core: ``--account-for-embedding-in-pipeline-split`` /
-    ``--account-for-loss-in-pipeline-split``, either or both). One more slot where the session
-    sets neither is the loss's: the last stage runs the output layer and the loss, so one
-    layer fewer there balances the stages better than on the first (the embedding is a
-    lookup); the sweep's own times agreed on every pair checked (Llama 3 8B / 70B with 31 /
-    79 layers: 731 plans of each flag, the loss's faster in every one, none fitting with one
-    flag only), so the embedding's alone is not tried (half of the plans these sizes add). Only the session's with a
-    custom pipeline layout (which places every layer; Megatron-Core refuses the flags with
-    it) or flags that are not booleans (validation names them)."""
+    one more of them, then both; last, where the session sets a flag true, both off (``extra``
+    -1 or -2: the layers alone), tried only where no flagged slot count splits (a Megatron-Core
+    user turns the flags off there: ``--account-for-embedding-in-pipeline-split`` /
+    ``--account-for-loss-in-pipeline-split``, either or both, split the slots evenly only).
+    A flag the session sets true stays true wherever its slots split. One more slot where
+    the session sets neither is the loss's: the last stage runs the output layer and the
+    loss, so one layer fewer there balances the stages better than on the first (the
+    embedding is a lookup); the sweep's own times agreed on every pair checked (Llama 3 8B /
+    70B with 31 / 79 layers: 731 plans of each flag, the loss's faster in every one, none
+    fitting with one flag only), so the embedding's alone is not tried (half of the plans
+    these sizes add). Only the session's with a custom pipeline layout (which places every
+    layer; Megatron-Core refuses the flags with it) or flags that are not booleans
+    (validation names them)."""
     e0, l0 = (getattr(plan, f) for f in SPLIT_FLAG_FIELDS)
     own: list[tuple[int, list[tuple[Any, Any]]]] = [(0, [(e0, l0)])]
     if (pipeline_layout_text(plan) is not None
@@ -484,7 +493,8 @@ def split_flag_options(plan: ParallelPlan) -> list[tuple[int, list[tuple[Any, An
             n = int(e and not e0) + int(loss and not l0)
             if n and not (n == 1 and not e0 and not l0 and e):  # one more: the loss's
                 more.setdefault(n, []).append((e, loss))
-    return own + sorted(more.items())
+    off = [(-(int(e0) + int(l0)), [(False, False)])] if e0 or l0 else []
+    return own + sorted(more.items()) + off
 
 
 def split_flags_for(num_layers: int, options: list, virtual_stages: int
@@ -494,13 +504,25 @@ def split_flags_for(num_layers: int, options: list, virtual_stages: int
     split evenly over them; else those of the fewest more slots (``L + 1``: the loss's, or
     the one the session does not set; ``L + 2``: both flags) that do, what a Megatron-Core
     user sets when the layers alone do not split (Llama 3.1 405B: 126 layers, 128 slots over
-    p=8 or 16); the session's when none does (validation refuses those plans)."""
+    p=8 or 16); else both off where the session sets a flag and the layers alone split (Llama
+    3 70B with the loss's slot: 80 layers, 81 or 82 slots, over p=4, 8 or 16); the session's
+    when none does (validation refuses those plans, or :func:`pipeline_splits` gives them
+    uneven first / last stages)."""
     own = options[0][1]
     slots = num_layers + sum(map(bool, own[0]))
     for extra, flags in options:
         if slots_split(slots + extra, virtual_stages, extra):
             return flags
     return own
+
+
+def uneven_split_flags(options: list) -> tuple[Any, Any]:
+    """The (embedding, loss) slot flags of the plans with uneven first / last stages that the
+    sweep makes, of :func:`split_flag_options` ``options``: both off (Megatron-Core refuses
+    either with ``--decoder-first/last-pipeline-num-layers``), the session's where it sets
+    none true."""
+    extra, flags = options[-1]
+    return flags[0] if extra < 0 else options[0][1][0]
 
 
 def uneven_splits(num_layers: int, p: int) -> list[tuple[int, int]]:
@@ -523,23 +545,27 @@ def uneven_splits(num_layers: int, p: int) -> list[tuple[int, int]]:
 
 def splits_evenly(num_layers: int, options: list, p: int) -> bool:
     """Whether the layers (or the one or two more layer slots of :func:`split_flag_options`
-    ``options``) split evenly over ``p`` stages without interleaving."""
+    ``options``, or the layers alone with the session's flags off) split evenly over ``p``
+    stages without interleaving."""
     slots = num_layers + sum(map(bool, options[0][1][0]))
     return any(slots_split(slots + extra, p, extra) for extra, _ in options)
 
 
 def pipeline_splits(session: Session, ps: list[int]) -> dict[int, list[tuple[int, int]]]:
     """The uneven (first, last) stage layers of the plans of each ``p`` in ``ps`` that has
-    them: the session's at its own p when it sets them, else :func:`uneven_splits` where the
-    layers (and layer slots) do not split evenly, unless the session has a custom pipeline
-    layout or sets the embedding / loss slot flags (Megatron-Core refuses either with uneven
-    stages)."""
+    them: the session's at its own p when it sets them, else :func:`uneven_splits` where
+    neither the layers nor any layer slot count of :func:`split_flag_options` split evenly
+    (:func:`splits_evenly`); those plans turn the session's embedding / loss slot flags off
+    (:func:`uneven_split_flags`: Megatron-Core refuses them with uneven stages). None but the
+    session's with a custom pipeline layout (which places every layer) or slot flags that
+    are not booleans (validation names them)."""
     base, L = session.plan, session.model.num_layers
     out: dict[int, list[tuple[int, int]]] = {}
     if base.first_stage_layers is not None or base.last_stage_layers is not None:
         out[base.pipeline_parallel] = [(base.first_stage_layers, base.last_stage_layers)]
-    if (pipeline_layout_text(base) is not None or base.account_for_embedding_in_pipeline_split
-            or base.account_for_loss_in_pipeline_split):
+    flags = [getattr(base, f) for f in SPLIT_FLAG_FIELDS]
+    if (pipeline_layout_text(base) is not None
+            or any(f and not isinstance(f, bool) for f in flags)):
         return out
     options = split_flag_options(base)
     for p in ps:
@@ -552,10 +578,11 @@ def pipeline_splits(session: Session, ps: list[int]) -> dict[int, list[tuple[int
 
 def slots_split(slots: int, virtual_stages: int, extra: int) -> bool:
     """Whether ``slots`` layer slots split evenly over ``virtual_stages`` in a sweep's plan,
-    ``extra`` of them the slots its flags add to the session's: with flags added, at least two
-    slots per virtual stage, so that no (virtual) stage holds only the embedding or the loss
-    (a stage of GPUs without a transformer layer, never a fast plan)."""
-    return slots % virtual_stages == 0 and (extra == 0 or slots // virtual_stages >= 2)
+    ``extra`` of them the slots its flags add to the session's (negative: the session's
+    flags turned off): with flags added, at least two slots per virtual stage, so that no
+    (virtual) stage holds only the embedding or the loss (a stage of GPUs without a
+    transformer layer, never a fast plan)."""
+    return slots % virtual_stages == 0 and (extra <= 0 or slots // virtual_stages >= 2)
 
 
 def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
@@ -616,8 +643,9 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
     ticker = PhaseTicker("enumerate", len(outer), cancel, phase)
     for step, (t, p, cp) in enumerate(outer):
         ticker.tick(step)
-        # uneven (first, last) stages: the base's at its own p, Megatron-style where p splits
-        # the layers unevenly (pipeline_splits); (None, None): even
+        # uneven (first, last) stages: the base's at its own p, Megatron-style (the slot flags
+        # off) where neither the layers nor any slot count split over p (pipeline_splits);
+        # (None, None): even
         splits = [(f, l) for f, l in c.uneven.get(p, [(None, None)])
                   if ok("first_stage_layers", f) and ok("last_stage_layers", l)]
         if not (ok("tensor_parallel", t) and ok("pipeline_parallel", p)
@@ -636,9 +664,8 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
         # keep one of them (1F1B when swept)
         scheds_p = c.scheds if p > 1 else [one_stage_schedule(c.scheds)]
         # the (schedule, v) of p whose values pass alone, in order, each with the (embedding,
-        # loss) slot flags of its plans (the session's, or those its layers need)
-        own_uneven = p in c.uneven
-        sched_vs = [(sched, [(v, c.split_flags(sched, p, v, own_uneven))
+        # loss) slot flags of its plans (the session's, those its layers need, or off)
+        sched_vs = [(sched, [(v, c.split_flags(sched, p, v))
                              for v in c.virtual_sizes(space, sched, p)
                              if ok("virtual_pipeline_stages", v)])
                     for sched in scheds_p if ok("schedule", sched)]
@@ -717,6 +744,7 @@ class _Choices:
     extra_slots: int
     split_options: list
     uneven: dict
+    own_split_p: int | None
     mla: bool
     delay: bool
     base_values: dict
@@ -799,6 +827,8 @@ class _Choices:
             extra_slots=pipeline_split_slots(m.num_layers, base) - m.num_layers,  # embedding, loss
             split_options=split_flag_options(base),
             uneven=pipeline_splits(session, ps),
+            own_split_p=(base.pipeline_parallel if base.first_stage_layers is not None
+                         or base.last_stage_layers is not None else None),
             mla=bool(getattr(m, "multi_latent_attention", False)),
             delay=base.delay_wgrad_compute is True,
             base_values={f: getattr(base, f) for f in PLAN_FIELDS}, make=plan_maker(base),
@@ -822,16 +852,19 @@ class _Choices:
                 and (self.d_allowed is None or d in self.d_allowed)
                 and (space.max_data_parallel is None or d <= space.max_data_parallel)]
 
-    def split_flags(self, sched: str, p: int, v: int | None, own_uneven: bool) -> list:
+    def split_flags(self, sched: str, p: int, v: int | None) -> list:
         """The (embedding, loss) slot flags of the plans of ``p`` stages under ``sched`` with
         ``v`` (:func:`split_flags_for` over the schedule's ``p*chunks`` virtual stages): the
-        session's, or those the layers need; the session's alone at its own p when it sets
-        uneven first / last stages (Megatron-Core refuses both together)."""
-        k = (sched, p, v, own_uneven)
+        session's, those the layers need, or off where only the layers split; at a p with
+        uneven first / last stages (:attr:`uneven`; Megatron-Core refuses both together) the
+        session's alone at its own p, off at the others (:func:`uneven_split_flags`)."""
+        k = (sched, p, v)
         out = self.flags_of.get(k)
         if out is None:
-            if own_uneven:
+            if p == self.own_split_p:
                 out = self.split_options[0][1]
+            elif p in self.uneven:
+                out = [uneven_split_flags(self.split_options)]
             else:
                 chunks = pipeline_schedules.get(sched).chunks(v)
                 out = split_flags_for(self.num_layers, self.split_options, p * chunks)
@@ -918,8 +951,10 @@ def tp_pp_candidates(session: Session, space: SweepSpace) -> tuple[list[int], li
     t the divisors of the node's GPUs (and multiples of it up to the heads with
     ``tensor_parallel_across_nodes``), p the even splits of the layer slots, the session's
     and those one or two more slots of :func:`split_flag_options` make, the base's own p
-    when its first / last stages are uneven, and the powers of two from 4 the layers split
-    over unevenly (:func:`pipeline_splits`: DeepSeek-V3's 61 layers on p = 4, 8, 16); a
+    when its first / last stages are uneven, and the powers of two from 4 that divide the
+    layers (with the session's slot flags off where no slot count splits: Llama 3 70B's 80
+    layers with the loss's slot on p = 4, 8, 16) or split them unevenly
+    (:func:`pipeline_splits`: DeepSeek-V3's 61 layers on p = 4, 8, 16, the flags off); a
     custom pipeline layout of ``n`` virtual stages keeps the p that divide ``n``."""
     m, base, g = session.model, session.plan, session.cluster.gpus_per_node
     if space.tensor_parallel is not None:
@@ -932,15 +967,17 @@ def tp_pp_candidates(session: Session, space: SweepSpace) -> tuple[list[int], li
     slots = pipeline_split_slots(m.num_layers, base)
     ps = (sorted(set(as_list(space.pipeline_parallel))) if space.pipeline_parallel is not None
           else sorted(set().union(*(divisors(slots + extra)[:-1 if extra else None]
-                                    for extra, _ in split_flag_options(base)))
+                                    for extra, _ in split_flag_options(base) if extra >= 0))
                       | ({base.pipeline_parallel} if uneven else set())))
     layout_n = layout_stages(base)
     if layout_n is not None:
         ps = [p for p in (ps if space.pipeline_parallel is not None else divisors(layout_n))
               if layout_n % p == 0]
-    elif space.pipeline_parallel is None:  # and the powers of two the layers split unevenly over
+    elif space.pipeline_parallel is None:  # and the powers of two that divide the layers (the
+        # slot flags off where no slot count splits) or split them unevenly
         more = [1 << k for k in range(2, m.num_layers.bit_length())]
-        ps = sorted(set(ps) | set(pipeline_splits(session, more)))
+        ps = sorted(set(ps) | {p for p in more if m.num_layers % p == 0}
+                    | set(pipeline_splits(session, more)))
     return ts, ps
 
 def budget_text(space: SweepSpace) -> str:
