@@ -25,7 +25,8 @@ __all__ = ["sweep_dimensions", "held_dimensions", "merge_dimensions", "KEPT_SWIT
            "kept_switches_text"]
 
 #: The plan switches a study's sweeps keep at the session's values
-#: (``SweepSpace(hold_session_values=True)``: the compute-optimal and shared-cluster studies),
+#: (``SweepSpace(hold_session_values=True)``: the shared-cluster study, and the compute-optimal
+#: study with ``hold_session_values``),
 #: named in their output so that a result is read with the plan it assumed; every other field
 #: the sweep does not choose (the FP8 recipe, recompute modules ...) is the session's too.
 KEPT_SWITCHES = ("precision", "sequence_parallel", "zero_stage", "overlap_grad_reduce",
