@@ -181,7 +181,6 @@ def _print_outside_calibration(result, console: Console) -> None:
         return
     named = " | ".join(dict.fromkeys(c.calibration_departures for c in marked))
     n = len(marked)
-    console.print(f"[yellow]⚠[/] {n} candidate{'s' if n != 1 else ''}' fastest plan"
-                  f"{'s' if n != 1 else ''} leave{'' if n != 1 else 's'} what the profile was "
-                  f"calibrated on (error band of unknown coverage): {esc(named)}",
-                  highlight=False)
+    whose = "candidates' fastest plans leave" if n != 1 else "candidate's fastest plan leaves"
+    console.print(f"[yellow]⚠[/] {n} {whose} what the profile was calibrated on (error band of "
+                  f"unknown coverage): {esc(named)}", highlight=False)
