@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -81,13 +82,89 @@ def test_cli_json_and_table(capsys):
     best = doc["candidates"][doc["best"]]
     assert best["plan"]["num_gpus"] == 8 and best["loss"] == min(
         c["loss"] for c in doc["candidates"] if c["loss"] is not None)
+    # what the candidates' sweeps swept and held: vtrain sweep's default space, ZeRO swept
+    dims = {d["field"]: d for d in doc["dimensions"]}
+    assert not doc["hold_session_values"]
+    assert dims["zero_stage"]["swept"] and dims["zero_stage"]["values"] == [0, 1, 2, 3]
+    assert main(["optimal", path, "--gpus", "8", "--days", "2", "--candidates", "5",
+                 "--hold-session-values", "--json"]) == 0
+    held = json.loads(capsys.readouterr().out)
+    dims = {d["field"]: d for d in held["dimensions"]}
+    assert held["hold_session_values"] and dims["zero_stage"]["values"] == [0]
+    assert not dims["zero_stage"]["swept"] and "hold_session_values" in dims["zero_stage"]["why"]
+    assert all(c["plan"]["zero_stage"] == 0 for c in held["candidates"] if c["plan"])
     assert main(["optimal", path, "--gpus", "8", "--days", "2", "--candidates", "5"]) == 0
     out = capsys.readouterr().out
     assert "lowest loss" in out and "Chinchilla rule" in out
-    # the switches the candidates' sweeps keep from the file are named (they change the result)
-    kept = out.splitlines()[1]
-    assert kept.startswith("each plan keeps CONFIG's switches: precision=bf16 ")
-    assert "zero_stage=0" in kept and "overlap_grad_reduce=off" in kept
+    # the swept and held lines, as vtrain sweep prints them
+    flat = " ".join(out.split())
+    assert "swept: t 1, 2, 4, 8;" in flat and "zero 0, 1, 2, 3" in flat and "held: " in flat
+
+
+def _as_session(session, c):
+    """``session`` with candidate ``c``'s model and plan."""
+    from core.plan.parallel import ParallelPlan
+    s = session.copy()
+    s.model = c.model
+    s.plan = ParallelPlan(**{f.name: c.plan[f.name] for f in dataclasses.fields(ParallelPlan)})
+    return s
+
+
+def test_candidates_get_the_plans_a_megatron_core_user_runs_not_the_sessions_switches():
+    """The example holds ZeRO 0 without the overlaps or the cross-entropy fusion. The study
+    sweeps vtrain sweep's default space: every candidate's fastest plan is a sharded
+    (ZeRO >= 1) one with the data-parallel overlaps, faster than the fastest with the
+    session's switches held (``hold_session_values``, the study before), as a simulation of
+    each plan alone says too; so each trains on more tokens to a lower loss."""
+    from core.sim.simulate import simulate
+    session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    assert session.plan.zero_stage == 0 and not session.plan.overlap_grad_reduce
+    free = compute_optimal(session, 8, 2.0, num_candidates=5, spread=4.0)
+    held = compute_optimal(session, 8, 2.0, num_candidates=5, spread=4.0,
+                           hold_session_values=True)
+    assert [c.n_params for c in free.candidates] == [c.n_params for c in held.candidates]
+    assert not free.hold_session_values and held.hold_session_values
+    for f, h in zip(free.candidates, held.candidates):
+        assert h.plan["zero_stage"] == 0 and not h.plan["overlap_grad_reduce"]
+        assert f.plan["zero_stage"] >= 1 and f.plan["overlap_grad_reduce"]
+        for c in (f, h):  # the study's figures are those of the plan simulated alone
+            assert simulate(_as_session(session, c)).report.tokens_per_s == pytest.approx(
+                c.tokens_per_s, rel=1e-9)
+        assert f.tokens_per_s > 1.03 * h.tokens_per_s and f.loss < h.loss
+    assert free.candidates[free.best].loss < held.candidates[held.best].loss
+
+
+def test_candidates_carry_their_plans_calibration_departures_and_are_marked(capsys, monkeypatch):
+    """Each candidate carries its plan's row's within_calibration and departures (the A100
+    store's calibration runs all use full recomputation: a plan without it departs), into
+    --json too; the table marks the departing plans (still the fastest: not replaced) and
+    names their departures under it."""
+    session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    r = compute_optimal(session, 8, 2.0, num_candidates=5, spread=4.0)
+    fit = [c for c in r.candidates if c.plan is not None]
+    for c in fit:
+        assert c.within_calibration is c.plan["within_calibration"]
+        assert c.calibration_departures == c.plan["calibration_departures"]
+        assert ("recompute" in c.calibration_departures) == (c.plan["recompute"] != "full")
+        if c.calibration_departures:
+            assert c.within_calibration is False
+    departing = [c for c in fit if c.calibration_departures]
+    assert departing  # the fastest plans skip recomputation: outside the runs, still chosen
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    assert main(["optimal", path, "--gpus", "8", "--days", "2", "--candidates", "5",
+                 "--spread", "4", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(c["within_calibration"], c["calibration_departures"]) for c in doc["candidates"]] \
+        == [(c.within_calibration, c.calibration_departures) for c in r.candidates]
+    monkeypatch.setenv("COLUMNS", "250")  # one line per row
+    assert main(["optimal", path, "--gpus", "8", "--days", "2", "--candidates", "5",
+                 "--spread", "4"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert [("⚠" in row) for row in rows] == [bool(c.calibration_departures)
+                                             for c in r.candidates]
+    flat = " ".join(out.split())
+    assert all(" ".join(c.calibration_departures.split()) in flat for c in departing)
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -116,3 +193,28 @@ def test_budgets_beyond_the_bounds_are_refused(kw, needle):
     with pytest.raises(ConfigError, match=needle):
         compute_optimal(load_any(EXAMPLES / "gpt3_1.3b_single_node.json"), args.pop("num_gpus"),
                         args.pop("days"), **args)
+
+
+def test_merged_dimensions_read_as_one_sweeps():
+    """A field each sweep held at its only valid value, but at different values, is swept
+    (without "the only valid value"); one held at one value stays held with its why; values
+    are the union, sorted; micro-batch sizes stopped at different b say so once."""
+    from core.studies.sweep import merge_dimensions
+    why = "the only valid value; default: the divisors of the GPUs per node"
+
+    def dims(t, zero_why, stopped):
+        return [{"field": "tensor_parallel", "swept": False, "values": [t], "why": why,
+                 "left_out": []},
+                {"field": "zero_stage", "swept": False, "values": [0], "why": zero_why,
+                 "left_out": []},
+                {"field": "micro_batch_size", "swept": True, "values": [1, t], "why": "default",
+                 "left_out": [], "stopped": stopped}]
+    t, zero, b = merge_dimensions([dims(4, "held", "stopped at b = 8"),
+                                   dims(2, "held", "stopped at b = 4")])
+    assert t == {"field": "tensor_parallel", "swept": True, "values": [2, 4],
+                 "why": "default: the divisors of the GPUs per node", "left_out": []}
+    assert zero == {"field": "zero_stage", "swept": False, "values": [0], "why": "held",
+                    "left_out": []}
+    assert b["values"] == [1, 2, 4] and b["swept"] and b["stopped"].startswith("each model's")
+    assert merge_dimensions([dims(4, "held", "x")])[2]["stopped"] == "x"
+    assert merge_dimensions([]) == []

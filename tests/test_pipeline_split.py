@@ -412,7 +412,7 @@ def test_sweep_tries_each_flag_alone_for_one_more_slot_and_says_so(capsys):
     each row equals simulate; the dimensions and the command line name the flags."""
     from tests.test_sweep import check_against_simulate
     from core.studies.sweep import run_sweep
-    from core.cli.sweep import _print_dimensions
+    from core.cli.sweep import print_dimensions
     from rich.console import Console
     m = dataclasses.replace(MODEL_PRESETS["GPT-3 1.3B"], num_layers=23)
     s = Session(m, ParallelPlan(2, 1, 1, 1, 32, "1f1b", "full", "bf16"), ClusterConfig(),
@@ -432,7 +432,7 @@ def test_sweep_tries_each_flag_alone_for_one_more_slot_and_says_so(capsys):
     assert dims["account_for_embedding_in_pipeline_split"]["swept"]
     assert "L + 1 or L + 2" in dims["account_for_loss_in_pipeline_split"]["why"]
     console = Console(width=2000, force_terminal=False, color_system=None)
-    _print_dimensions(result, console)
+    print_dimensions(result.dimensions, result.session.plan, console)
     out = capsys.readouterr().out
     assert "emb_split n, y (set where the layers need it" in out
     assert "loss_split n, y (set where the layers need it" in out

@@ -91,6 +91,19 @@ def test_simulated_plans_have_the_exhaustive_figures_and_bounds_stay_below(pair)
     assert np.all(exhaustive.fits_in_memory[pruned.pruned])
 
 
+def test_a_sweep_without_best_by_answers_the_front_and_best_plans_as_the_exhaustive_one(pair):
+    """``best_by=False`` (the compute-optimal study's sweeps): the front, fastest, cheapest and
+    deadline plans stay exact, fewer plans are simulated, and best_by is empty (not wrong)."""
+    pruned, exhaustive = pair
+    lean = run_sweep(pruned.session, pruned.space, deadline_days=pruned.deadline_days,
+                     best_by=False)
+    want = {k: v for k, v in answers(exhaustive).items() if k != "best_by"}
+    assert {k: v for k, v in answers(lean).items() if k != "best_by"} == want
+    assert lean.best_by() == {} and not lean.answers_best_by and pruned.answers_best_by
+    assert lean.num_feasible <= pruned.num_feasible
+    assert lean.num_feasible + int(lean.pruned.sum()) == exhaustive.num_feasible
+
+
 def test_pruning_skips_plans_somewhere():
     make, kw = CASES["dense-schedules"]
     r = run_sweep(make(), SweepSpace(**kw))

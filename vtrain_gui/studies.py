@@ -23,9 +23,10 @@ from core.plan.session import Session
 from core.studies.optimal import MAX_DAYS, MAX_GPUS, MAX_SPREAD
 
 from .empty_state import EmptyStack
+from .sweep_header import dimensions_html
 from .workers import SweepRunner
 
-__all__ = ["StudiesTab", "OptimalPanel", "SchedulePanel", "DEFAULT_TRACE"]
+__all__ = ["StudiesTab", "OptimalPanel", "SchedulePanel", "DEFAULT_TRACE", "OPTIMAL_COLUMNS"]
 
 #: The trace the scheduler study opens with.
 DEFAULT_TRACE = Path(__file__).resolve().parent.parent / "resources" / "traces" / "jobs_trace.json"
@@ -33,6 +34,9 @@ _BEST = "#2E7D32"
 _POINT = "#1565C0"
 _WAIT = "#CFD8DC"
 _RUN = "#1565C0"
+#: The compute-optimal table's columns.
+OPTIMAL_COLUMNS = ("params", "L", "h", "heads", "t p d b", "SP", "ZeRO", "cp", "schedule",
+                   "recompute", "MFU", "tokens", "tokens/param", "loss", "note")
 
 
 def _cancel_check(cancel: Any) -> None:
@@ -328,11 +332,12 @@ class OptimalPanel(_StudyPanel):
                          ("Candidate sizes", self.candidates), ("Size spread", self.spread)):
             self.form.addRow(label, w)
         self._watch(self.gpus, self.days, self.mfu, self.candidates, self.spread)
-        hint = QtWidgets.QLabel("Cluster, global batch, sequence length and price come from the "
-                                "Plan tab, and so do the switches every plan keeps (precision, "
-                                "sequence parallelism, ZeRO stage, the overlaps and fusions, cp); "
-                                "the model there is not used, and t, p, d, b, schedule and "
-                                "recomputation are swept.")
+        hint = QtWidgets.QLabel("Cluster, global batch, sequence length, precision and price "
+                                "come from the Plan tab; the model there is not used. Each "
+                                "model's plans are those the Explore tab sweeps by default (t, "
+                                "p, d, b, schedule, recomputation, sequence parallelism, ZeRO "
+                                "stage, cp, the overlaps); ⚠ marks a plan outside what the "
+                                "profile was calibrated on.")
         hint.setWordWrap(True)
         hint.setStyleSheet("color: #616161;")
         self.form.addRow(hint)
@@ -340,8 +345,7 @@ class OptimalPanel(_StudyPanel):
                                         "optimal size and train each with its fastest plan.")
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.table = _table(["params", "L", "h", "heads", "t p d b", "schedule", "recompute",
-                             "MFU", "tokens", "tokens/param", "loss", "note"])
+        self.table = _table(list(OPTIMAL_COLUMNS))
         self.plot = pg.PlotWidget(background="w")
         self.plot.setLabel("bottom", "parameters (billions)", color=_AXIS_TEXT)
         self.plot.setLabel("left", "Chinchilla loss (nats/token)", color=_AXIS_TEXT)
@@ -401,18 +405,29 @@ class OptimalPanel(_StudyPanel):
                                              ("rule's size", k == result.rule_index)) if on)
             if c.plan is None:
                 rows.append([fp(c.n_params), str(m.num_layers), str(m.hidden_size),
-                             str(m.num_attention_heads), "–", "–", "–", "–", "–", "–", "–",
+                             str(m.num_attention_heads), *["–"] * (len(OPTIMAL_COLUMNS) - 5),
                              c.reason + (f" ({mark})" if mark else "")])
                 continue
             p = c.plan
+            # ⚠ as the Explore table's band: a plan outside what the profile was calibrated on
+            outside = " ⚠" if c.within_calibration is False else ""
             rows.append([fp(c.n_params), str(m.num_layers), str(m.hidden_size),
                          str(m.num_attention_heads),
                          f"{p['tensor_parallel']} {p['pipeline_parallel']} {p['data_parallel']} "
-                         f"{p['micro_batch_size']}", p["schedule"], p["recompute"], f"{c.mfu:.1%}",
-                         fp(c.tokens), f"{c.tokens_per_parameter:.3g}",
-                         f"{c.loss:.4f}", mark])
+                         f"{p['micro_batch_size']}", "yes" if p["sequence_parallel"] else "no",
+                         str(p["zero_stage"]), str(p["context_parallel"]), p["schedule"],
+                         p["recompute"], f"{c.mfu:.1%}{outside}", fp(c.tokens),
+                         f"{c.tokens_per_parameter:.3g}", f"{c.loss:.4f}", mark])
         _fill(self.table, rows, bold={result.best} if result.best is not None else set(),
-              left={5, 6, 11})
+              left={OPTIMAL_COLUMNS.index(n) for n in ("schedule", "recompute", "note")})
+        mfu = OPTIMAL_COLUMNS.index("MFU")
+        for k, c in enumerate(result.candidates):  # the ⚠'s why, as the Explore band's tooltip
+            if c.plan is not None and c.within_calibration is False:
+                self.table.item(k, mfu).setToolTip(
+                    "⚠ outside the calibration runs' features: " + c.calibration_departures
+                    if c.calibration_departures else
+                    "⚠ outside the calibration range (GPU count or model size beyond the "
+                    "calibrated runs)")
         session = self._session_fn()
         cost = result.num_gpus * result.days * 24 * session.cost.price_per_gpu_hour_usd
         text = (f"<b>{result.num_gpus:,} GPUs for {result.days:g} days</b> (${cost:,.0f}). "
@@ -433,6 +448,9 @@ class OptimalPanel(_StudyPanel):
             if r is not None and r is not b and r.plan is not None:
                 text += f" (the rule's size: {r.loss:.4f})"
             text += "."
+        dims = dimensions_html(result.dimensions, session.plan)  # what the sweeps swept and held
+        if dims:
+            text += f"<br><small>{dims}</small>"
         if result.warnings:
             from core.sim.comm import summarize_warnings
             text += f"<br><span style='color:#7A5C00'>⚠ {summarize_warnings(result.warnings)[0]}</span>"

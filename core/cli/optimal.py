@@ -24,12 +24,14 @@ def add_parser(sub: Any) -> None:
         description="Size GPT models around the Chinchilla-optimal size for the FLOPs that N "
                     "GPUs deliver in D days at an assumed MFU, find each model's fastest plan "
                     "that fits on exactly N GPUs, train it for the tokens that plan processes in "
-                    "D days, and rank the models by Chinchilla's fitted loss. CONFIG supplies the "
-                    "cluster, global batch size, sequence length, vocabulary, precision and price, "
-                    "and the plan switches every candidate's sweep keeps (sequence parallelism, "
-                    "ZeRO stage, the overlaps, gradient-accumulation and cross-entropy fusion, cp; "
-                    "printed with the result); its model and its plan's sizes (t, p, d, b, "
-                    "schedule, recomputation) are not used: they are swept.")
+                    "D days, and rank the models by Chinchilla's fitted loss. Each model's plans "
+                    "are those vtrain sweep tries by default (t, p, d, b, schedule, "
+                    "recomputation, sequence parallelism, ZeRO stage, cp, the overlaps: what a "
+                    "Megatron-Core user would run; printed with the result as swept and held). "
+                    "CONFIG supplies the cluster, global batch size, sequence length, "
+                    "vocabulary, precision and price, and every plan field the sweep does not "
+                    "choose; its model is not used. A plan outside what the profile was "
+                    "calibrated on is marked with ⚠ (it is still chosen when fastest).")
     op.add_argument("path", metavar="CONFIG", help="session file (.json) or vTrain config (.json)")
     op.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs of the budget")
     op.add_argument("--days", type=float, required=True, metavar="D", help="wall-clock days")
@@ -41,6 +43,10 @@ def add_parser(sub: Any) -> None:
                     help="largest / smallest candidate size (default 8)")
     op.add_argument("--price-per-gpu-hour", type=float, metavar="USD",
                     help="price of one GPU-hour in USD (overrides the file)")
+    op.add_argument("--hold-session-values", action="store_true",
+                    help="sweep only CONFIG's own sequence parallelism, ZeRO stage, cp, overlaps "
+                         "and fusions (the study before it searched vtrain sweep's default "
+                         "space)")
     op.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
     op.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
@@ -63,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         raise session.in_its_terms(exc) from None
     progress = study_progress(args.json)
     result = compute_optimal(session, args.gpus, args.days, assumed_mfu=args.assumed_mfu,
-                             num_candidates=args.candidates, spread=args.spread, progress=progress)
+                             num_candidates=args.candidates, spread=args.spread, progress=progress,
+                             hold_session_values=args.hold_session_values)
     if args.json:
         doc = result.to_dict()
         doc["price_per_gpu_hour_usd"] = session.cost.price_per_gpu_hour_usd
@@ -72,6 +79,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print(result, session, Console())
     return 0
+
+
+#: Plan fields of the candidates' table beside t, p, d and b (the default space sweeps them).
+_SWITCHES = ("sequence_parallel", "zero_stage", "context_parallel")
+
+
+def _value_text(v: Any) -> str:
+    """A plan value as the sweep's table writes it: y / n for booleans, - for none."""
+    return "-" if v is None else "y" if v is True else "n" if v is False else str(v)
 
 
 def _cost(result, session) -> float:
@@ -89,9 +105,8 @@ def _print(result, session, console: Console) -> None:
                   f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour); global batch "
                   f"{s.plan.global_batch_size}, sequence {s.model.seq_length}, {s.plan.precision}",
                   highlight=False)
-    from core.studies.sweep.dimensions import kept_switches_text
-    console.print(f"each plan keeps CONFIG's switches: {esc(kept_switches_text(s.plan))} "
-                  "(t, p, d, b, schedule and recomputation are swept)", highlight=False)
+    from core.cli.sweep import calibration_mark, print_dimensions
+    print_dimensions(result.dimensions, s.plan, console)  # the candidates' sweeps, as one
     console.print(f"Chinchilla rule (loss fit of Besiroglu et al. 2024) at an assumed MFU of "
                   f"{result.assumed_mfu:.0%}: "
                   f"C = {result.budget_flops:.3g} FLOPs, N_opt = {format_params(result.rule_params)} "
@@ -100,7 +115,9 @@ def _print(result, session, console: Console) -> None:
                   highlight=False)
     t = Table(title="Candidates: each trained with its fastest plan that fits, for the whole budget",
               title_justify="left")
-    for col in ("params", "L", "h", "a", "t p d b", "sched", "recomp", "MFU", "tokens",
+    from core.plan.parallel import plan_field_title
+    swept = [plan_field_title(name) for name in _SWITCHES]  # sp, zero, cp: now swept too
+    for col in ("params", "L", "h", "a", "t p d b", *swept, "sched", "recomp", "MFU", "tokens",
                 "tok/param", "loss", "note"):
         t.add_column(col, justify="left" if col in ("sched", "recomp", "note") else "right")
     for k, c in enumerate(result.candidates):
@@ -110,18 +127,21 @@ def _print(result, session, console: Console) -> None:
         style = "bold" if k == result.best else None
         if c.plan is None:
             t.add_row(format_params(c.n_params), str(m.num_layers), str(m.hidden_size),
-                      str(m.num_attention_heads), "-", "-", "-", "-", "-", "-", "-",
+                      str(m.num_attention_heads), *["-"] * (7 + len(swept)),
                       esc(c.reason) + (f" ({mark})" if mark else ""))
             continue
         p = c.plan
         t.add_row(format_params(c.n_params), str(m.num_layers), str(m.hidden_size),
                   str(m.num_attention_heads), f"{p['tensor_parallel']} {p['pipeline_parallel']} "
-                  f"{p['data_parallel']} {p['micro_batch_size']}", p["schedule"], p["recompute"],
-                  f"{c.mfu:.1%}", format_params(c.tokens), f"{c.tokens_per_parameter:.3g}",
+                  f"{p['data_parallel']} {p['micro_batch_size']}",
+                  *(_value_text(p[name]) for name in _SWITCHES), p["schedule"], p["recompute"],
+                  f"{c.mfu:.1%}{calibration_mark(c.within_calibration, c.calibration_departures)}",
+                  format_params(c.tokens), f"{c.tokens_per_parameter:.3g}",
                   f"{c.loss:.4f}", mark, style=style)
     console.print(t)
     console.print("[dim]MFU counts attention and the output layer too (Megatron-LM's "
                   "definition); the rule's budget counts 6 N D.[/]")
+    _print_outside_calibration(result, console)
     smallest = result.candidates[0].n_params
     if result.rule_index is None:
         console.print(f"The rule's N_opt ({format_params(result.rule_params)}) is not within a factor "
@@ -148,3 +168,19 @@ def _print(result, session, console: Console) -> None:
         console.print(f"[yellow]warning:[/] {esc(w)}", highlight=False)
     if len(warnings) > 3:
         console.print(f"[yellow]... and {len(warnings) - 3} more warnings (all in --json)[/]")
+
+
+def _print_outside_calibration(result, console: Console) -> None:
+    """The candidates whose plan leaves what the profile was calibrated on (⚠ beside their
+    MFU, :func:`core.cli.sweep.calibration_mark`), counted, with their departures named."""
+    from core.cli.sweep import calibration_mark
+    from core.util.console import esc
+    marked = [c for c in result.candidates if c.plan is not None
+              and calibration_mark(c.within_calibration, c.calibration_departures)]
+    if not marked:
+        return
+    named = " | ".join(dict.fromkeys(c.calibration_departures for c in marked))
+    n = len(marked)
+    whose = "candidates' fastest plans leave" if n != 1 else "candidate's fastest plan leaves"
+    console.print(f"[yellow]⚠[/] {n} {whose} what the profile was calibrated on (error band of "
+                  f"unknown coverage): {esc(named)}", highlight=False)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them 
 
     from core.util.console import Console
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "run", "print_dimensions", "calibration_mark"]
 
 GiB = 2**30
 
@@ -452,6 +452,13 @@ def _wide_width(result) -> int:
         w + 1 for _, w in _FIGURE_COLUMNS)
 
 
+def calibration_mark(within: bool, departures: str) -> str:
+    """``" ⚠"`` beside the figures of a plan that leaves the features its profile was
+    calibrated on (outside calibration with ``departures`` named), else ``""``: the tables'
+    mark, which a footnote explains."""
+    return "" if within or not departures else " ⚠"
+
+
 def _plan_cells(result, i: int) -> list[str]:
     from core.util.console import esc
     mem = f"{result.max_memory_per_gpu_bytes[i] / GiB:,.1f}"
@@ -461,7 +468,7 @@ def _plan_cells(result, i: int) -> list[str]:
     else:
         cells = ["-" if v is None else "y" if v is True else "n" if v is False else str(v)
                  for v in (getattr(plan, name) for name in _wide_fields(result))]
-    outside = "" if result.within_calibration[i] or not result.calibration_departures[i] else " ⚠"
+    outside = calibration_mark(result.within_calibration[i], result.calibration_departures[i])
     if not math.isfinite(result.iteration_time_s[i]):  # not simulated (it does not fit): no figures
         return [*cells, f"{result.num_gpus[i]:,}", "-", "-", "-", "-",
                 f"[red]{mem}![/]" if not result.fits_in_memory[i] else mem]
@@ -546,7 +553,7 @@ def _print_header(result, console: Console) -> None:
                   f"memory, {result.num_feasible:,} of them simulated"
                   + (f" ({n_pruned:,} pruned: their lower bound cannot change the answers)"
                      if n_pruned else "") + f"; swept in {result.wall_s:.2f} s")
-    _print_dimensions(result, console)
+    print_dimensions(result.dimensions, result.session.plan, console)
     most = int(np.max(result.num_gpus)) if result.num_plans else 0
     tokens = s.plan.global_batch_size * s.model.seq_length
     if most > s.plan.global_batch_size:  # e.g. a preset's or an import's small batch
@@ -729,19 +736,20 @@ def _print_outside_calibration(result, console: Console) -> None:
                   highlight=False)
 
 
-def _print_dimensions(result, console: Console) -> None:
-    """What the sweep chose (each field with its values) and what it held, and why; the
-    precision (with TF32 matmuls, ``plan.tf32``) and the CUDA graphs (``plan.cuda_graph_impl``)
-    the session holds."""
+def print_dimensions(dimensions: list[dict[str, Any]], plan, console: Console) -> None:
+    """What a sweep chose (each field with its values) and what it held, and why, from its
+    ``dimensions`` (:func:`core.studies.sweep.sweep_dimensions`); the precision (with TF32
+    matmuls, ``plan.tf32``) and the CUDA graphs (``plan.cuda_graph_impl``) the session's
+    ``plan`` holds. ``vtrain optimal`` prints its sweeps' the same way."""
     from core.plan.parallel import plan_field_title, tf32_matmuls
     from core.util.console import esc
 
     def text(v: Any) -> str:
         return "-" if v is None else ("y" if v is True else "n" if v is False else str(v))
 
-    swept = [d for d in result.dimensions if d["swept"]]
+    swept = [d for d in dimensions if d["swept"]]
     from core.studies.sweep import held_dimensions
-    held = held_dimensions(result.dimensions, result.session.plan)
+    held = held_dimensions(dimensions, plan)
 
     def left_out(d: dict) -> str:
         return "".join(f" [dim]({esc(text(x['value']))} left out: {esc(x['why'])})[/]"
@@ -758,7 +766,7 @@ def _print_dimensions(result, console: Console) -> None:
             f"{esc(plan_field_title(d['field']))} {esc(text(d['values'][0]))} "
             f"[dim]({esc(d['why'])})[/]" + left_out(d) for d in held))
     # the precision and TF32 are the session's framework settings, never swept: say which
-    pl = result.session.plan
+    pl = plan
     precision = f"precision {pl.precision}" + (" with TF32 matmuls" if tf32_matmuls(pl) else "")
     if getattr(pl, "cuda_graph_impl", "none") != "none":  # a framework setting too, never swept
         precision += f"; CUDA graphs {pl.cuda_graph_impl}" + (

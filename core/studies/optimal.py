@@ -25,8 +25,10 @@ simulator knows (the compute-optimal study of Bang et al. 2024: under a
 wall-clock budget the best model is not the one the FLOP budget suggests).
 So :func:`compute_optimal` sizes candidate GPT models around the rule's
 answer, finds each one's fastest plan that fits on exactly ``G`` GPUs with a
-plan sweep (:func:`core.studies.sweep.run_sweep`), trains it for the tokens that plan
-processes in ``T`` days, and ranks the candidates by ``L(N, D)``.
+plan sweep (:func:`core.studies.sweep.run_sweep`) of the space ``vtrain sweep`` searches
+by default (:meth:`core.studies.sweep.SweepSpace.default_for`: the plans a Megatron-Core
+user would try, sequence parallelism, ZeRO stages, cp and the overlaps too), trains it for
+the tokens that plan processes in ``T`` days, and ranks the candidates by ``L(N, D)``.
 
 Parameters ``N`` count every weight (embeddings included, as
 :meth:`core.plan.model_config.ModelConfig.num_parameters`); tokens ``D`` are training
@@ -35,6 +37,7 @@ tokens.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -120,7 +123,12 @@ class Candidate:
     """One candidate model and the best it does on the budget.
 
     ``plan`` is None when no plan of it fits on the GPUs (``reason`` says why);
-    then ``tokens``, ``loss`` and the plan figures are NaN.
+    then ``tokens``, ``loss`` and the plan figures are NaN. ``within_calibration`` (None
+    without a plan) and ``calibration_departures`` ("" when none) are the plan's row of its
+    sweep (:attr:`core.studies.sweep.SweepResult.within_calibration`,
+    :attr:`~core.studies.sweep.SweepResult.calibration_departures`): whether the profile was
+    calibrated on plans like it, and the features it was not. The fastest plan is chosen
+    whether or not it is within calibration.
     """
 
     model: ModelConfig
@@ -131,6 +139,8 @@ class Candidate:
     tokens: float
     loss: float
     reason: str = ""
+    within_calibration: bool | None = None
+    calibration_departures: str = ""
 
     @property
     def tokens_per_parameter(self) -> float:
@@ -159,6 +169,13 @@ class OptimalResult:
         when none is within a factor of 2 of it.
     best : int or None
         Index of the candidate with the lowest loss (None when no candidate fits).
+    hold_session_values : bool
+        Whether the sweeps held the session's switches (``SweepSpace.hold_session_values``)
+        instead of searching ``vtrain sweep``'s default space.
+    dimensions : list of dict
+        What the candidates' sweeps swept and held, and why, as one sweep's
+        (:func:`core.studies.sweep.merge_dimensions` of their
+        :attr:`~core.studies.sweep.SweepResult.dimensions`).
     """
 
     num_gpus: int
@@ -172,6 +189,8 @@ class OptimalResult:
     candidates: list[Candidate] = field(default_factory=list)
     best: int | None = None
     warnings: list[str] = field(default_factory=list)
+    hold_session_values: bool = False
+    dimensions: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (what ``vtrain optimal --json`` prints)."""
@@ -181,12 +200,16 @@ class OptimalResult:
                     "num_attention_heads": m.num_attention_heads, "n_params": c.n_params,
                     "plan": c.plan, "tokens_per_s": _num(c.tokens_per_s), "mfu": _num(c.mfu),
                     "tokens": _num(c.tokens), "tokens_per_parameter": _num(c.tokens_per_parameter),
-                    "loss": _num(c.loss), "reason": c.reason}
+                    "loss": _num(c.loss), "reason": c.reason,
+                    "within_calibration": c.within_calibration,
+                    "calibration_departures": c.calibration_departures}
         return {"num_gpus": self.num_gpus, "days": self.days, "assumed_mfu": self.assumed_mfu,
                 "peak_flops_per_gpu": self.peak_flops, "budget_flops": self.budget_flops,
                 "rule_params": self.rule_params, "rule_tokens": self.rule_tokens,
                 "rule_index": self.rule_index, "best": self.best,
-                "candidates": [cand(c) for c in self.candidates], "warnings": self.warnings}
+                "candidates": [cand(c) for c in self.candidates], "warnings": self.warnings,
+                "hold_session_values": self.hold_session_values,
+                "dimensions": self.dimensions}
 
 
 def no_plan_explanation(result: "OptimalResult", global_batch_size: int) -> str:
@@ -243,11 +266,14 @@ def _candidate_models(m: ModelConfig, n_rule: float, num_candidates: int, spread
 
 
 def _candidate(session: Session, model: ModelConfig, space: Any, store: Any, cancel: Any,
-               seconds: float, out: OptimalResult) -> Candidate:
+               seconds: float, out: OptimalResult,
+               dimensions: list[list[dict[str, Any]]] | None = None) -> Candidate:
     """``model``'s :class:`Candidate`: its fastest plan of the sweep ``space`` on ``session``
-    with ``model`` (:func:`core.studies.sweep.run_sweep`), the tokens it trains in ``seconds``
-    and their Chinchilla loss; without a plan (a refused model, none on exactly these GPUs or
-    none that fits) the reason and NaNs. The sweep's new warnings are added to ``out``.
+    with ``model`` (:func:`core.studies.sweep.run_sweep`; its pruning keeps the fastest plan
+    exact, not the best plan of each value, ``best_by=False``), the tokens it trains in
+    ``seconds`` and their Chinchilla loss; without a plan (a refused model, none on exactly
+    these GPUs or none that fits) the reason and NaNs. The sweep's new warnings are added to
+    ``out``, its dimensions appended to ``dimensions`` (when given).
 
     Raises
     ------
@@ -259,10 +285,12 @@ def _candidate(session: Session, model: ModelConfig, space: Any, store: Any, can
     s.model = model
     n = num_parameters(model)
     try:
-        res = run_sweep(s, space, store=store, cancel=cancel)
+        res = run_sweep(s, space, store=store, cancel=cancel, best_by=False)
     except ConfigError as exc:
         return Candidate(model, n, None, math.nan, math.nan, math.nan, math.nan, str(exc))
     out.warnings += [w for w in res.warnings if w not in out.warnings]
+    if dimensions is not None and res.dimensions:
+        dimensions.append(res.dimensions)
     i = res.fastest
     if i is None:
         reason = ("no plan on exactly this many GPUs" if res.num_plans == 0
@@ -271,20 +299,23 @@ def _candidate(session: Session, model: ModelConfig, space: Any, store: Any, can
     tps = float(res.tokens_per_s[i])
     tokens = tps * seconds
     return Candidate(model, n, res.plan_row(i), tps, float(res.mfu[i]), tokens,
-                     chinchilla_loss(n, tokens))
+                     chinchilla_loss(n, tokens),
+                     within_calibration=bool(res.within_calibration[i]),
+                     calibration_departures=res.calibration_departures[i])
 
 
 def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu: float = 0.4,
                     num_candidates: int = 9, spread: float = 8.0, store=None,
                     progress: Callable[[int, int, str], None] | None = None,
-                    cancel: Any = None) -> OptimalResult:
+                    cancel: Any = None, hold_session_values: bool = False) -> OptimalResult:
     """The model that trains to the lowest Chinchilla loss on ``num_gpus`` GPUs in ``days`` days.
 
     Parameters
     ----------
     session : Session
         Cluster, global batch size, sequence length, vocabulary, precision and
-        profile; its model and plan are not used.
+        profile, and every plan field the sweep does not choose; its model is not used, nor
+        the plan fields the sweep chooses.
     num_gpus : int
         GPUs of the budget (at most :data:`MAX_GPUS`); every plan uses exactly this many.
     days : float
@@ -301,6 +332,11 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     progress : callable ``(done, total, model_name)``, optional
     cancel : threading.Event or callable returning bool, optional
         Passed to each plan sweep (:func:`core.studies.sweep.run_sweep`).
+    hold_session_values : bool
+        Sweep only the session's own sequence parallelism, ZeRO stage, cp, overlaps and
+        fusions (``SweepSpace.hold_session_values``: the study before it searched the default
+        space). Default False: each candidate's sweep is ``vtrain sweep``'s default space on
+        exactly ``num_gpus`` GPUs (:meth:`~core.studies.sweep.SweepSpace.default_for`).
 
     Raises
     ------
@@ -310,7 +346,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         ``cancel`` was set.
     """
     from core.sim.simulate import session_profile
-    from core.studies.sweep import SweepSpace
+    from core.studies.sweep import SweepSpace, merge_dimensions
 
     _check_budget(num_gpus, days, assumed_mfu, num_candidates, spread)
     store = store or session_profile(session)
@@ -324,12 +360,18 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     closest = int(np.argmin(np.abs(np.log(params / n_rule))))
     rule_index = closest if abs(math.log(params[closest] / n_rule)) <= math.log(2.0) else None
     out = OptimalResult(num_gpus, float(days), float(assumed_mfu), peak, flops, n_rule, d_rule,
-                        rule_index)
-    space = SweepSpace(num_gpus=num_gpus, hold_session_values=True)  # the session's SP, ZeRO, cp
+                        rule_index, hold_session_values=bool(hold_session_values))
+    # vtrain sweep's default space, on exactly the budget's GPUs
+    space = dataclasses.replace(SweepSpace.default_for(session), num_gpus=num_gpus, max_gpus=None,
+                                max_data_parallel=None,
+                                hold_session_values=bool(hold_session_values))
+    dimensions: list[list[dict[str, Any]]] = []
     for k, model in enumerate(models):
         if progress:
             progress(k, len(models), model.name)
-        out.candidates.append(_candidate(session, model, space, store, cancel, seconds, out))
+        out.candidates.append(_candidate(session, model, space, store, cancel, seconds, out,
+                                         dimensions))
+    out.dimensions = merge_dimensions(dimensions)
     if progress:
         progress(len(models), len(models), "")
     losses = np.array([c.loss for c in out.candidates])

@@ -10,7 +10,7 @@ import pytest
 from core.plan.session import Session
 from core.studies.optimal import compute_optimal, format_params
 from core.studies.scheduler import POLICIES
-from vtrain_gui.studies import DEFAULT_TRACE, StudiesTab
+from vtrain_gui.studies import DEFAULT_TRACE, OPTIMAL_COLUMNS, StudiesTab
 
 
 @pytest.fixture
@@ -35,8 +35,21 @@ def test_compute_optimal_study_shows_the_core_result(studies, qtbot):
     assert got.best == expected.best and got.best is not None
     assert panel.table.rowCount() == len(expected.candidates)
     best = expected.candidates[expected.best]
-    assert panel.table.item(expected.best, 10).text() == f"{best.loss:.4f}"
-    assert "lowest loss" in panel.table.item(expected.best, 11).text()
+    col = OPTIMAL_COLUMNS.index
+    assert panel.table.item(expected.best, col("loss")).text() == f"{best.loss:.4f}"
+    assert "lowest loss" in panel.table.item(expected.best, col("note")).text()
+    # ⚠ beside the MFU of a plan outside calibration (as the Explore table's band), its why in
+    # the tooltip; the plan is still the candidate's fastest
+    for k, c in enumerate(expected.candidates):
+        if c.plan is None:
+            continue
+        item = panel.table.item(k, col("MFU"))
+        assert item.text().endswith("⚠") == (c.within_calibration is False)
+        assert item.text().startswith(f"{c.mfu:.1%}")
+        if c.calibration_departures:
+            assert c.calibration_departures in item.toolTip()
+        assert panel.table.item(k, col("ZeRO")).text() == str(c.plan["zero_stage"])
+    assert any(c.within_calibration is False for c in expected.candidates)
     assert f"{format_params(best.n_params)} parameters" in panel.summary.text()
     assert panel.run_button.isEnabled() and not panel.cancel_button.isEnabled()
 

@@ -97,11 +97,12 @@ from core.studies.sweep.run import run_sweep
 from core.studies.sweep.saved import restore_sweep, saved_sweep, stale_reasons
 from core.studies.sweep.space import (DEFAULT_MICRO_BATCH_SIZES, SweepSpace, budget_text,
                                       enumerate_plans, one_stage_schedule)
-from core.studies.sweep.dimensions import held_dimensions, sweep_dimensions
+from core.studies.sweep.dimensions import held_dimensions, merge_dimensions, sweep_dimensions
 
 __all__ = ["SweepSpace", "SweepResult", "SweepCancelled", "COLUMNS", "PLAN_COLUMNS",
            "DEFAULT_MICRO_BATCH_SIZES", "BEST_BY_FIELDS", "MAX_PIPELINE_STEPS", "LARGE_SWEEP_WORK",
-           "enumerate_plans", "sweep_dimensions", "held_dimensions", "one_stage_schedule", "budget_text",
+           "enumerate_plans", "sweep_dimensions", "held_dimensions", "merge_dimensions",
+           "one_stage_schedule", "budget_text",
            "run_sweep", "solve_batch", "pareto_front", "plan_label", "plans_note",
            "no_plan_errors", "value_errors", "unused_values", "sweep_work", "work_seconds",
            "iteration_lower_bound_s", "saved_sweep", "restore_sweep", "stale_reasons"]

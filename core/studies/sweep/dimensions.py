@@ -21,10 +21,12 @@ from core.studies.sweep.result import BEST_BY_FIELDS
 from core.studies.sweep.space import SPLIT_FLAG_FIELDS, SweepSpace
 from core.studies.sweep.pace import yield_interpreter
 
-__all__ = ["sweep_dimensions", "held_dimensions", "KEPT_SWITCHES", "kept_switches_text"]
+__all__ = ["sweep_dimensions", "held_dimensions", "merge_dimensions", "KEPT_SWITCHES",
+           "kept_switches_text"]
 
 #: The plan switches a study's sweeps keep at the session's values
-#: (``SweepSpace(hold_session_values=True)``: the compute-optimal and shared-cluster studies),
+#: (``SweepSpace(hold_session_values=True)``: the shared-cluster study, and the compute-optimal
+#: study with ``hold_session_values``),
 #: named in their output so that a result is read with the plan it assumed; every other field
 #: the sweep does not choose (the FP8 recipe, recompute modules ...) is the session's too.
 KEPT_SWITCHES = ("precision", "sequence_parallel", "zero_stage", "overlap_grad_reduce",
@@ -183,7 +185,7 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
     for name in PLAN_FIELDS:
         yield_interpreter()
         seen = list(distinct[name]) if plans else [getattr(session.plan, name)]
-        values = sorted(seen, key=lambda v: (v is None, str(type(v)), v if v is not None else 0))
+        values = sorted(seen, key=_value_order)
         attr, default = _DIMENSION_DEFAULTS.get(name, (None, None))
         if default is None:
             why = "the session's value (the sweep does not choose it)"
@@ -211,6 +213,51 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
                  "left_out": left_out_values(session, space, name, values) if plans else []}
         if note is not None:
             entry["note"] = note
+        out.append(entry)
+    return out
+
+
+def _value_order(v: Any) -> tuple:
+    """Sort key of a dimension's values: by type, None last."""
+    return (v is None, str(type(v)), v if v is not None else 0)
+
+
+def merge_dimensions(sweeps: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The :func:`sweep_dimensions` of several sweeps of one space (one sweep per model: the
+    compute-optimal study) as those of one sweep, so that the study says what its sweeps
+    swept and held as a sweep does: per field (in the first sweep's order) the values of
+    every sweep (sorted), swept when any sweep swept it or the sweeps held it at different
+    values, ``why`` of the first sweep that swept it (else the first sweep's, without "the
+    only valid value" when the values differ), the ``left_out`` values of every sweep (the
+    first rule named for each), the first ``note`` and where the micro-batch sizes
+    ``stopped`` (one text when the sweeps stopped at different b). Empty for no sweeps."""
+    if not sweeps:
+        return []
+    out = []
+    for k, first in enumerate(sweeps[0]):
+        entries = [dims[k] for dims in sweeps]
+        assert all(e["field"] == first["field"] for e in entries), "sweeps of other fields"
+        values: dict[tuple, Any] = {}
+        left_out: dict[tuple, dict] = {}
+        for e in entries:
+            values.update({(type(v), v): v for v in e["values"]})
+            for x in e.get("left_out", ()):
+                left_out.setdefault((type(x["value"]), x["value"]), x)
+        swept = [e for e in entries if e["swept"]]
+        merged = sorted(values.values(), key=_value_order)
+        why = (swept[0] if swept else first)["why"]
+        if len(merged) > 1:
+            why = why.removeprefix("the only valid value; ")
+        entry = {"field": first["field"], "swept": bool(swept) or len(merged) > 1,
+                 "values": merged, "why": why, "left_out": list(left_out.values())}
+        note = next((e["note"] for e in entries if e.get("note")), None)
+        if note is not None:
+            entry["note"] = note
+        stopped = list(dict.fromkeys(e["stopped"] for e in entries if e.get("stopped")))
+        if stopped:  # where the micro-batch sizes stopped: one b per model
+            entry["stopped"] = stopped[0] if len(stopped) == 1 else (
+                "each model's up to the first b whose smallest-memory plan does not fit, or "
+                "to the global batch")
         out.append(entry)
     return out
 

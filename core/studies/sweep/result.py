@@ -234,6 +234,9 @@ class SweepResult:
     saved: dict[str, Any] | None = None
     memory_capacity_bytes: float = math.nan
     memory_verdict: np.ndarray | None = None
+    #: False for a sweep run with ``best_by=False`` (:func:`core.studies.sweep.run_sweep`): its
+    #: pruning kept only the front and the best plans exact, so :meth:`best_by` is empty.
+    answers_best_by: bool = True
 
     def __post_init__(self) -> None:
         n = int(np.asarray(self.iteration_time_s).shape[0])
@@ -493,8 +496,11 @@ class SweepResult:
         ``{field: [{"value": v, "plan": row dict}, ...]}`` (values
         sorted; a value whose plans none fits has ``"plan": None`` and a ``"reason"`` saying
         so, with the least memory one of them needs). Exact under pruning: a
-        plan is pruned only when a plan of each of its values is already faster than it."""
+        plan is pruned only when a plan of each of its values is already faster than it.
+        Empty for a sweep run with ``best_by=False`` (:attr:`answers_best_by`)."""
         out: dict[str, list[dict[str, Any]]] = {}
+        if not self.answers_best_by:
+            return out
         swept = {d["field"] for d in self.dimensions if d["swept"]} if self.dimensions else None
         counts = list(self.space.gpu_counts() or ())
         cols = self.row_columns()
