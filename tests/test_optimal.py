@@ -99,6 +99,7 @@ def test_cli_json_and_table(capsys):
     # the swept and held lines, as vtrain sweep prints them
     flat = " ".join(out.split())
     assert "swept: t 1, 2, 4, 8;" in flat and "zero 0, 1, 2, 3" in flat and "held: " in flat
+    assert f"{best['plan']['max_memory_per_gpu_bytes'] / 2 ** 30:.1f}" in out  # GiB
 
 
 def _as_session(session, c):
@@ -161,7 +162,9 @@ def test_candidates_carry_their_plans_calibration_departures_and_are_marked(caps
                  "--spread", "4"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("│")]
-    assert [("⚠" in row) for row in rows] == [bool(c.calibration_departures)
+    # ⚠ on every plan outside calibration, by a feature or by its GPU count or model size (as
+    # the window's Studies and Explore tables mark it)
+    assert [("⚠" in row) for row in rows] == [c.within_calibration is False
                                              for c in r.candidates]
     flat = " ".join(out.split())
     assert all(" ".join(c.calibration_departures.split()) in flat for c in departing)
@@ -218,3 +221,12 @@ def test_merged_dimensions_read_as_one_sweeps():
     assert b["values"] == [1, 2, 4] and b["swept"] and b["stopped"].startswith("each model's")
     assert merge_dimensions([dims(4, "held", "x")])[2]["stopped"] == "x"
     assert merge_dimensions([]) == []
+
+
+def test_the_table_gives_each_plans_memory_and_marks_a_tight_one():
+    """The GiB column is the plan's memory per GPU (its sweep row's), ``~`` when tight, as in
+    ``vtrain sweep``'s table."""
+    from core.cli.optimal import _memory_cell
+    row = {"max_memory_per_gpu_bytes": 81.7 * 2 ** 30, "memory_verdict": "tight"}
+    assert _memory_cell(row) == "[yellow]81.7~[/]"
+    assert _memory_cell({**row, "memory_verdict": "fits"}) == "81.7"

@@ -36,7 +36,7 @@ _WAIT = "#CFD8DC"
 _RUN = "#1565C0"
 #: The compute-optimal table's columns.
 OPTIMAL_COLUMNS = ("params", "L", "h", "heads", "t p d b", "SP", "ZeRO", "cp", "schedule",
-                   "recompute", "MFU", "tokens", "tokens/param", "loss", "note")
+                   "recompute", "MFU", "GiB", "tokens", "tokens/param", "loss", "note")
 
 
 def _cancel_check(cancel: Any) -> None:
@@ -416,7 +416,9 @@ class OptimalPanel(_StudyPanel):
                          f"{p['tensor_parallel']} {p['pipeline_parallel']} {p['data_parallel']} "
                          f"{p['micro_batch_size']}", "yes" if p["sequence_parallel"] else "no",
                          str(p["zero_stage"]), str(p["context_parallel"]), p["schedule"],
-                         p["recompute"], f"{c.mfu:.1%}{outside}", fp(c.tokens),
+                         p["recompute"], f"{c.mfu:.1%}{outside}",
+                         f"{p['max_memory_per_gpu_bytes'] / 2 ** 30:.1f}"
+                         + (" ~" if p["memory_verdict"] == "tight" else ""), fp(c.tokens),
                          f"{c.tokens_per_parameter:.3g}", f"{c.loss:.4f}", mark])
         _fill(self.table, rows, bold={result.best} if result.best is not None else set(),
               left={OPTIMAL_COLUMNS.index(n) for n in ("schedule", "recompute", "note")})
@@ -428,6 +430,12 @@ class OptimalPanel(_StudyPanel):
                     if c.calibration_departures else
                     "⚠ outside the calibration range (GPU count or model size beyond the "
                     "calibrated runs)")
+        gib = OPTIMAL_COLUMNS.index("GiB")
+        for k, c in enumerate(result.candidates):  # a tight plan's why, as the sweep's "~"
+            if c.plan is not None and c.plan["memory_verdict"] == "tight":
+                self.table.item(k, gib).setToolTip(
+                    "~ tight: inside the margin of the GPU's memory, or over it only with the "
+                    "allocator's cache")
         session = self._session_fn()
         cost = result.num_gpus * result.days * 24 * session.cost.price_per_gpu_hour_usd
         text = (f"<b>{result.num_gpus:,} GPUs for {result.days:g} days</b> (${cost:,.0f}). "

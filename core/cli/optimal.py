@@ -90,6 +90,13 @@ def _value_text(v: Any) -> str:
     return "-" if v is None else "y" if v is True else "n" if v is False else str(v)
 
 
+def _memory_cell(plan: dict[str, Any]) -> str:
+    """The plan's memory per GPU in GiB, marked ``~`` when tight (as ``vtrain sweep``'s GiB
+    column: :attr:`core.studies.sweep.SweepResult.memory_verdict`); a chosen plan fits."""
+    mem = f"{plan['max_memory_per_gpu_bytes'] / 2 ** 30:.1f}"
+    return f"[yellow]{mem}~[/]" if plan["memory_verdict"] == "tight" else mem
+
+
 def _cost(result, session) -> float:
     return result.num_gpus * result.days * 24 * session.cost.price_per_gpu_hour_usd
 
@@ -117,8 +124,8 @@ def _print(result, session, console: Console) -> None:
               title_justify="left")
     from core.plan.parallel import plan_field_title
     swept = [plan_field_title(name) for name in _SWITCHES]  # sp, zero, cp: now swept too
-    for col in ("params", "L", "h", "a", "t p d b", *swept, "sched", "recomp", "MFU", "tokens",
-                "tok/param", "loss", "note"):
+    for col in ("params", "L", "h", "a", "t p d b", *swept, "sched", "recomp", "MFU", "GiB",
+                "tokens", "tok/param", "loss", "note"):
         t.add_column(col, justify="left" if col in ("sched", "recomp", "note") else "right")
     for k, c in enumerate(result.candidates):
         m = c.model
@@ -127,7 +134,7 @@ def _print(result, session, console: Console) -> None:
         style = "bold" if k == result.best else None
         if c.plan is None:
             t.add_row(format_params(c.n_params), str(m.num_layers), str(m.hidden_size),
-                      str(m.num_attention_heads), *["-"] * (7 + len(swept)),
+                      str(m.num_attention_heads), *["-"] * (8 + len(swept)),
                       esc(c.reason) + (f" ({mark})" if mark else ""))
             continue
         p = c.plan
@@ -136,11 +143,14 @@ def _print(result, session, console: Console) -> None:
                   f"{p['data_parallel']} {p['micro_batch_size']}",
                   *(_value_text(p[name]) for name in _SWITCHES), p["schedule"], p["recompute"],
                   f"{c.mfu:.1%}{calibration_mark(c.within_calibration, c.calibration_departures)}",
-                  format_params(c.tokens), f"{c.tokens_per_parameter:.3g}",
+                  _memory_cell(p), format_params(c.tokens), f"{c.tokens_per_parameter:.3g}",
                   f"{c.loss:.4f}", mark, style=style)
     console.print(t)
+    margin = s.cluster.memory_reserve_fraction * 100
     console.print("[dim]MFU counts attention and the output layer too (Megatron-LM's "
-                  "definition); the rule's budget counts 6 N D.[/]")
+                  "definition); the rule's budget counts 6 N D. GiB: memory per GPU (~ = tight: "
+                  f"inside the {margin:g} % margin of the GPU's memory, or over it only with the "
+                  "allocator's cache)[/]")
     _print_outside_calibration(result, console)
     smallest = result.candidates[0].n_params
     if result.rule_index is None:
@@ -173,13 +183,13 @@ def _print(result, session, console: Console) -> None:
 def _print_outside_calibration(result, console: Console) -> None:
     """The candidates whose plan leaves what the profile was calibrated on (⚠ beside their
     MFU, :func:`core.cli.sweep.calibration_mark`), counted, with their departures named."""
-    from core.cli.sweep import calibration_mark
+    from core.cli.sweep import calibration_mark, outside_calibration_text
     from core.util.console import esc
     marked = [c for c in result.candidates if c.plan is not None
               and calibration_mark(c.within_calibration, c.calibration_departures)]
     if not marked:
         return
-    named = " | ".join(dict.fromkeys(c.calibration_departures for c in marked))
+    named = outside_calibration_text([c.calibration_departures for c in marked])
     n = len(marked)
     whose = "candidates' fastest plans leave" if n != 1 else "candidate's fastest plan leaves"
     console.print(f"[yellow]⚠[/] {n} {whose} what the profile was calibrated on (error band of "

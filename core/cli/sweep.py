@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them 
 
     from core.util.console import Console
 
-__all__ = ["add_parser", "run", "print_dimensions", "calibration_mark"]
+__all__ = ["add_parser", "run", "print_dimensions", "calibration_mark",
+           "outside_calibration_text", "OUTSIDE_RANGE"]
 
 GiB = 2**30
 
@@ -452,11 +453,24 @@ def _wide_width(result) -> int:
         w + 1 for _, w in _FIGURE_COLUMNS)
 
 
-def calibration_mark(within: bool, departures: str) -> str:
-    """``" ⚠"`` beside the figures of a plan that leaves the features its profile was
-    calibrated on (outside calibration with ``departures`` named), else ``""``: the tables'
-    mark, which a footnote explains."""
-    return "" if within or not departures else " ⚠"
+#: What a plan outside calibration with no feature departure leaves: the GPU count or the
+#: model size (:attr:`core.studies.sweep.SweepResult.in_calibration_range`).
+OUTSIDE_RANGE = "GPU count or model size outside the calibration runs'"
+
+
+def calibration_mark(within: bool | None, departures: str) -> str:
+    """``" ⚠"`` beside the figures of a plan outside what its profile was calibrated on
+    (``within`` false: :attr:`core.studies.sweep.SweepResult.within_calibration`, its GPU
+    count or model size beyond the calibration runs' or a feature none of them had, named in
+    ``departures``), else ``""``: the tables' mark, as the window's Explore table puts it,
+    which a footnote explains (:func:`outside_calibration_text`)."""
+    return "" if within or within is None else " ⚠"
+
+
+def outside_calibration_text(departures: list[str]) -> str:
+    """What the marked plans (their ``departures``, one per plan, "" for a plan outside the
+    GPU-count or model-size range only) leave, each kind once, joined by " | "."""
+    return " | ".join(dict.fromkeys(d or OUTSIDE_RANGE for d in departures))
 
 
 def _plan_cells(result, i: int) -> list[str]:
@@ -722,14 +736,16 @@ def _print_warnings(result, console: Console) -> None:
 
 
 def _print_outside_calibration(result, console: Console) -> None:
-    """The plans that fit but leave the features the store was calibrated on (⚠ in the tables),
-    counted, with the front's departures named."""
+    """The plans that fit but leave what the store was calibrated on (⚠ in the tables: a
+    feature none of its runs had, or a GPU count or model size beyond theirs), counted, with the
+    front's departures named."""
     n = result.num_outside_calibration
-    if not n or not any(result.calibration_departures):
+    if not n:
         return
     from core.util.console import esc
-    named = sorted({result.calibration_departures[i] for i in result.pareto_indices().tolist()
-                    if result.calibration_departures[i]})
+    within = result.within_calibration
+    named = sorted(dict.fromkeys(result.calibration_departures[i] or OUTSIDE_RANGE
+                                 for i in result.pareto_indices().tolist() if not within[i]))
     console.print(f"[yellow]⚠[/] {n:,} plan{'s' if n != 1 else ''} that fit leave what the "
                   "profile was calibrated on (error band of unknown coverage)"
                   + (f"; on the front: {esc(' | '.join(named))}" if named else ""),

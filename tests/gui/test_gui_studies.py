@@ -49,6 +49,9 @@ def test_compute_optimal_study_shows_the_core_result(studies, qtbot):
         if c.calibration_departures:
             assert c.calibration_departures in item.toolTip()
         assert panel.table.item(k, col("ZeRO")).text() == str(c.plan["zero_stage"])
+        gib = panel.table.item(k, col("GiB"))  # memory per GPU, "~" when tight
+        assert gib.text().split()[0] == f"{c.plan['max_memory_per_gpu_bytes'] / 2 ** 30:.1f}"
+        assert gib.text().endswith("~") == (c.plan["memory_verdict"] == "tight")
     assert any(c.within_calibration is False for c in expected.candidates)
     assert f"{format_params(best.n_params)} parameters" in panel.summary.text()
     assert panel.run_button.isEnabled() and not panel.cancel_button.isEnabled()
