@@ -1246,3 +1246,20 @@ def test_the_imports_vocab_size_never_overrides_the_launchs_nor_stands_for_nullt
     assert import_file(gpt2).session.model.vocab_size == 50257
     with pytest.raises(MegatronArgsError, match="GPT2BPETokenizer has 50,257 tokens"):
         import_file(gpt2, vocab_size=32000)
+
+
+def test_deepseek_v3_with_kv_channels_imports_with_the_latent_head_sizes(tmp_path):
+    """Megatron-Core's MLA sizes its heads by --qk-head-dim + --qk-pos-emb-head-dim (query,
+    key) and --v-head-dim (value), never by --kv-channels; DeepSeek-V3 launches (Megatron-
+    MoE-ModelZoo, Megatron-Bridge's provider) give --kv-channels 128 beside them. The launch
+    imports as the same model as without it, and the import says it had no effect."""
+    plain = import_file(_write(tmp_path, "dsv3.sh", DSV3_LAUNCH), gpu="H100-SXM5-80GB")
+    text = DSV3_LAUNCH.replace("--num-attention-heads 128", "--num-attention-heads 128 "
+                               "--kv-channels 128")
+    (tmp_path / "kv").mkdir()
+    res = import_file(_write(tmp_path / "kv", "dsv3.sh", text), gpu="H100-SXM5-80GB")
+    from core.plan.rules import validate
+    assert validate(res.session) == []
+    assert res.session.model == plain.session.model
+    assert num_parameters(res.session.model) == num_parameters(plain.session.model)
+    assert "--kv-channels" in dict(res.notes)

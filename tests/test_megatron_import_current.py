@@ -414,3 +414,32 @@ def test_a_printed_argument_dump_is_read_through_the_dests(tmp_path):
     assert p.overlap_grad_reduce is True
     assert res.launch.launcher == "argument dump"
     assert {"--lr", "--data-path", "--hidden-dropout"} <= set(res.neutral)
+
+
+# Slurm launch as posted in issues: the master address from scontrol (a command's output),
+# inside a DISTRIBUTED_ARGS string that also holds the world size
+SLURM_STRING_ARGS = r"""#!/bin/bash
+NNODES=${SLURM_NNODES:-4}
+MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1)
+DISTRIBUTED_ARGS="--nproc_per_node 8 --nnodes $NNODES --node_rank $SLURM_NODEID --master_addr $MASTER_ADDR --master_port 6000"
+torchrun $DISTRIBUTED_ARGS pretrain_gpt.py \
+    --num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 4096 \
+    --micro-batch-size 1 --global-batch-size 256 --vocab-size 32000 --bf16 \
+    --tensor-model-parallel-size 2
+"""
+
+
+def test_a_string_of_arguments_keeps_its_known_words_beside_an_unknown_master_address(tmp_path):
+    """bash expands DISTRIBUTED_ARGS with MASTER_ADDR's value in place: the reader keeps the
+    other words (the world size) and leaves $MASTER_ADDR as written, where nothing needs it;
+    a word that needs an unknown value names that variable."""
+    text = SLURM_STRING_ARGS
+    res = import_file(_write(tmp_path, "slurm.sh", text))
+    p = res.session.plan
+    assert (p.tensor_parallel, p.data_parallel, p.num_gpus) == (2, 16, 32)
+    unset = text.replace("NNODES=${SLURM_NNODES:-4}", "NNODES=$SLURM_NNODES")
+    with pytest.raises(MegatronArgsError) as err:
+        import_file(_write(tmp_path, "unset.sh", unset))
+    assert "NNODES" in str(err.value)
+    res = import_file(tmp_path / "unset.sh", variables={"SLURM_NNODES": "2"})
+    assert res.session.plan.num_gpus == 16

@@ -57,7 +57,7 @@ def test_deepseek_v3_parameters_match_the_published_671b_and_37b():
     # the HF import of the public config gives the same model
     imp = session_from_hf_config(V3_CONFIG, seq_length=4096)
     assert mm.num_parameters(imp.session.model) == total
-    assert {"n_group", "topk_group", "topk_method"} <= set(imp.ignored)
+    assert "topk_method" in imp.ignored  # n_group, topk_group: the routing groups (below)
 
 
 def test_mla_forward_flops_per_layer_closed_form():
@@ -386,3 +386,33 @@ def test_mla_without_query_compression_under_fp8():
     # BF16: the rules do not apply (no FP8 copies)
     assert acts("core_attn", "bf16") - acts("core_attn,layernorm", "bf16") == pytest.approx(
         2 * sbh, rel=1e-12)
+
+
+def test_deepseek_group_limited_routing_imports_its_groups():
+    """DeepSeek's n_group / topk_group pick a token's experts within topk_group of n_group
+    groups under topk_method noaux_tc (V3) or group_limited_greedy (V2): Megatron-Core's
+    --moe-router-num-groups / --moe-router-group-topk, which the flex dispatcher's remote
+    copies depend on. The import sets them, as the DeepSeek-V3 preset has them; greedy
+    routing (V2-Lite) does not read them."""
+    from core.plan.fields import ConfigError
+    imp = session_from_hf_config(V3_CONFIG, seq_length=4096)
+    m = imp.session.model
+    preset = MODEL_PRESETS["DeepSeek-V3"]
+    assert (m.moe_router_num_groups, m.moe_router_group_topk) == (8, 4)
+    assert (m.moe_router_num_groups, m.moe_router_group_topk) == (
+        preset.moe_router_num_groups, preset.moe_router_group_topk)
+    assert not {"n_group", "topk_group"} & set(imp.ignored)
+    v2 = {**V3_CONFIG, "architectures": ["DeepseekV2ForCausalLM"], "n_group": 8,
+          "topk_group": 3, "topk_method": "group_limited_greedy", "n_routed_experts": 160,
+          "num_experts_per_tok": 6, "n_shared_experts": 2, "num_hidden_layers": 60,
+          "hidden_size": 5120, "vocab_size": 102400, "intermediate_size": 12288,
+          "first_k_dense_replace": 1, "scoring_func": "softmax"}
+    del v2["num_nextn_predict_layers"]
+    m2 = session_from_hf_config(v2, seq_length=4096).session.model
+    assert (m2.moe_router_num_groups, m2.moe_router_group_topk) == (8, 3)
+    greedy = session_from_hf_config({**v2, "topk_method": "greedy"}, seq_length=4096)
+    assert greedy.session.model.moe_router_num_groups is None
+    assert {"n_group", "topk_group"} <= set(greedy.ignored)
+    with pytest.raises(ConfigError) as err:  # named by the config's own key
+        session_from_hf_config({**V3_CONFIG, "n_group": 7}, "config.json", seq_length=4096)
+    assert err.value.errors[0].field == "config.json: n_group"

@@ -43,8 +43,10 @@ null for no query compression, ``kv_lora_rank``, ``qk_nope_head_dim``,
 ``kv_a_layernorm`` are ``model.qk_layernorm``), ``n_routed_experts`` experts of
 ``moe_intermediate_size``, ``n_shared_experts`` shared experts of the same width,
 dense first ``first_k_dense_replace`` layers and every ``moe_layer_freq``-th layer
-MoE after them. Group-limited routing (``n_group``, ``topk_group``,
-``topk_method``) and the sigmoid scores cost nothing extra here (ignored, with the
+MoE after them. Group-limited routing (``n_group``, ``topk_group`` under
+``topk_method`` group_limited_greedy or noaux_tc) is ``model.moe_router_num_groups``
+and ``moe_router_group_topk`` (the flex dispatcher's remote copies depend on them);
+``topk_method`` and the sigmoid scores cost nothing extra here (ignored, with the
 reason); DeepSeek-V3's multi-token prediction layers (``num_nextn_predict_layers``)
 are ``model.mtp_num_layers`` (trained with the model); its published checkpoint's
 ``quantization_config`` (``quant_method: fp8``, block-scaled FP8 storage of the
@@ -271,6 +273,10 @@ USED: dict[str, str] = {
     "num_nextn_predict_layers": "model.mtp_num_layers (DeepSeek-V3's multi-token prediction "
     "layers, trained with the model; transformers' inference code does not run them)",
     "topk_method": "checked: one of greedy, group_limited_greedy, noaux_tc (DeepSeek)",
+    "n_group": "model.moe_router_num_groups (DeepSeek's group-limited routing under topk_method "
+    "group_limited_greedy or noaux_tc: the token's experts lie in topk_group of n_group "
+    "groups; greedy does not read it)",
+    "topk_group": "model.moe_router_group_topk (see n_group)",
 }
 #: Fields that do not change the cost of training, with the reason.
 IGNORED: dict[str, str] = {
@@ -307,10 +313,6 @@ IGNORED: dict[str, str] = {
     "output_router_logits": "returns the router logits for the load-balancing loss (a small "
     "reduction over the router's output)",
     "router_jitter_noise": "multiplicative noise on the router's input (elementwise)",
-    "n_group": "DeepSeek's group-limited routing: experts are picked within the best "
-    "topk_group of n_group groups, a few small operations on the router's (T, E) scores; no "
-    "extra cost is modelled (the dispatch is the same top-k all-to-all)",
-    "topk_group": "see n_group (group-limited routing: no extra cost modelled)",
     "scoring_func": "DeepSeek's router score function (softmax or sigmoid): elementwise on "
     "the router's (T, E) logits",
     "routed_scaling_factor": "a constant scale of the routed experts' output",
@@ -698,6 +700,7 @@ _HF_NAMES = {"model.num_layers": "num_hidden_layers", "model.hidden_size": "hidd
              "model.num_query_groups": "num_key_value_heads",
              "model.ffn_hidden_size": "intermediate_size", "model.vocab_size": "vocab_size",
              "model.seq_length": "max_position_embeddings", "model.kv_channels": "head_dim",
+             "model.moe_router_num_groups": "n_group", "model.moe_router_group_topk": "topk_group",
              "model.moe_top_k": "num_experts_per_tok",
              "model.moe_ffn_hidden_size": "moe_intermediate_size",
              "model.q_lora_rank": "q_lora_rank", "model.kv_lora_rank": "kv_lora_rank",

@@ -116,6 +116,16 @@ def _deepseek_expert_fields(cfg: dict[str, Any], where: str, ignored: dict[str, 
     if method != "greedy":
         ignored["topk_method"] = (f"{method}: group-limited / bias-corrected top-k picks "
                                   "the same number of experts; no extra cost is modelled")
+        # HF DeepseekV2/V3MoEGate: the experts in topk_group of n_group groups (Megatron-Core's
+        # node-limited routing, --moe-router-num-groups / --moe-router-group-topk)
+        groups = positive_int(cfg, "n_group", where, required=False)
+        topk = positive_int(cfg, "topk_group", where, required=False)
+        if groups is not None and topk is not None:
+            out["moe_router_num_groups"], out["moe_router_group_topk"] = groups, topk
+    else:
+        for key in ("n_group", "topk_group"):
+            if key in cfg:
+                ignored[key] = "not read under topk_method greedy (top-k over all experts)"
     out["num_shared_experts"] = cfg.get("n_shared_experts") or 0
     if not (isinstance(out["num_shared_experts"], int)
             and not isinstance(out["num_shared_experts"], bool)

@@ -146,6 +146,17 @@ class _Budget:
         return value
 
 
+_REFERENCE = re.compile(r"\$(\{)?([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?(1)\})")
+
+
+def _words_around_references(value: str, missing: list[str]) -> bool:
+    """Whether ``value`` is several words whose unknown parts (``missing``, as written) are
+    each a plain variable reference (``$NAME``, ``${NAME}``), one word wherever it lands; a
+    command's or an arithmetic's text, or a value of one word, is not."""
+    return (all(_REFERENCE.fullmatch(ref) for ref in missing)
+            and len(value.split()) > 1)
+
+
 def missing_variable(word: str) -> str | None:
     """The variable an unexpanded word names (``$NNODES``, ``${1}`` -> ``NNODES``, ``1``), or
     None when the word holds no ``$`` reference."""
@@ -419,7 +430,14 @@ class _Reader:
                 if m.group("op") == "+=" and isinstance(old, str):
                     value = old + value
                 if missing:
-                    if name not in self.given:  # the caller's value stays
+                    if name in self.given:  # the caller's value stays
+                        pass
+                    elif _words_around_references(value, missing):
+                        # a string of several words (DISTRIBUTED_ARGS="... --master_addr
+                        # $MASTER_ADDR"): bash puts the value in place; the other words stay
+                        # known and the reference stays as written, named where needed
+                        self.env[name] = value
+                    else:
                         self.env[name] = _Unknown(missing[0])
                 elif m.group("op") == "+=" and isinstance(old, list):
                     self.env[name] = old + [value]

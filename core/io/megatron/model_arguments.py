@@ -241,7 +241,16 @@ def _model_shape(mp: Mapper) -> tuple[int, int, int]:
     if mp.take("--ffn-hidden-size"):
         mp.set("--ffn-hidden-size", "model.ffn_hidden_size", int_argument(args, "--ffn-hidden-size", src))
     if mp.take("--kv-channels"):
-        mp.set("--kv-channels", "model.kv_channels", int_argument(args, "--kv-channels", src))
+        kv = int_argument(args, "--kv-channels", src)
+        if "--multi-latent-attention" in args:
+            # Megatron-Core's MultiLatentAttention sizes Q/K heads by qk_head_dim +
+            # qk_pos_emb_head_dim and V heads by v_head_dim; kv_channels goes unread
+            # (DeepSeek-V3 launches and Megatron-Bridge's provider give 128 beside them)
+            mp.notes.append(("--kv-channels", f"{kv} has no effect with --multi-latent-attention "
+                             "(its heads are --qk-head-dim + --qk-pos-emb-head-dim and "
+                             "--v-head-dim wide)"))
+        else:
+            mp.set("--kv-channels", "model.kv_channels", kv)
     return L, h, s
 
 
