@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -522,11 +523,15 @@ def test_round_trip_sessions_use_issue_11_fields():
 
 @pytest.mark.parametrize("session", _random_sessions(), ids=lambda s: s.model.name)
 def test_round_trip_session_arguments_session(tmp_path, session, capsys):
-    """session -> torchrun script -> session is exact for every field Megatron has."""
+    """session -> torchrun script -> session is exact for every field Megatron has, but
+    sequence parallelism at t=1, which Megatron-LM turns off (validate_args)."""
     script = _write(tmp_path, "run.sh", export_script(session))
     back = import_file(script, name=session.model.name).session
     assert back.model == session.model
-    assert back.plan == session.plan
+    ran = session.plan
+    if ran.tensor_parallel == 1 and ran.sequence_parallel:
+        ran = dataclasses.replace(ran, sequence_parallel=False)
+    assert back.plan == ran
     assert back.cluster.gpus_per_node == session.cluster.gpus_per_node
     assert back.cost.training_tokens == session.cost.training_tokens
     # and through the CLI, from a session file
@@ -1263,3 +1268,20 @@ def test_deepseek_v3_with_kv_channels_imports_with_the_latent_head_sizes(tmp_pat
     assert res.session.model == plain.session.model
     assert num_parameters(res.session.model) == num_parameters(plain.session.model)
     assert "--kv-channels" in dict(res.notes)
+
+
+def test_sequence_parallel_at_tensor_parallel_1_is_off_as_megatron_turns_it_off(tmp_path):
+    """validate_args sets ``args.sequence_parallel = False`` when
+    ``tensor_model_parallel_size == 1``: the import does the same and says so; at t=2 it
+    stays on."""
+    from core.io.megatron.to_session import import_file
+    base = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 512 "
+            "--num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 "
+            "--micro-batch-size 1 --global-batch-size 8 --bf16 --vocab-size 32000 "
+            "--tokenizer-type NullTokenizer --sequence-parallel --tensor-model-parallel-size ")
+    for t, expected in ((1, False), (2, True)):
+        path = tmp_path / f"t{t}.sh"
+        path.write_text(base + str(t) + "\n")
+        res = import_file(path)
+        assert res.session.plan.sequence_parallel is expected
+        assert any(flag == "--sequence-parallel" for flag, _ in res.notes) is (t == 1)

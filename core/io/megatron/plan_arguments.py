@@ -219,11 +219,18 @@ def _pipeline_schedule(mp: Mapper, L: int, p: int) -> None:
         mp.set("schedule", "plan.schedule", megatron_schedule(None))  # Megatron's 1F1B
 
 
-def _sharding(mp: Mapper, d: int) -> None:
-    """Sequence parallelism, the distributed optimizer or FSDP (zero_stage), hybrid
-    sharding over ``d``, and FP8 parameter gathers."""
+def _sharding(mp: Mapper, d: int, t: int) -> None:
+    """Sequence parallelism (off with ``t`` 1, as Megatron-LM turns it off), the distributed
+    optimizer or FSDP (zero_stage), hybrid sharding over ``d``, and FP8 parameter gathers."""
     args, src = mp.args, mp.source
-    if mp.switch("--sequence-parallel"):
+    sp = mp.switch("--sequence-parallel")
+    if sp and t == 1:
+        # validate_args: "Disabling sequence parallelism because tensor model parallelism is
+        # disabled" (args.sequence_parallel = False when tensor_model_parallel_size == 1)
+        mp.set("--sequence-parallel", "plan.sequence_parallel", False)
+        mp.notes.append(("--sequence-parallel", "off: Megatron-LM turns sequence parallelism "
+                         "off with --tensor-model-parallel-size 1"))
+    elif sp:
         mp.set("--sequence-parallel", "plan.sequence_parallel", True)
     elif field_exists("plan.sequence_parallel"):
         mp.set("--sequence-parallel", "plan.sequence_parallel", False)
@@ -443,7 +450,7 @@ def map_plan(mp: Mapper, launch: Launch, L: int, *, num_gpus: int | None = None,
     _expert_parallel(mp)
     d, B, nproc = _world_and_batch(mp, launch, (t, p, cp), num_gpus, gpus_per_node, nodes)
     _pipeline_schedule(mp, L, p)
-    _sharding(mp, d)
+    _sharding(mp, d, t)
     _overlap_and_fusion(mp)
     _recompute(mp)
     _precision(mp)
