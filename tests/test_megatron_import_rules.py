@@ -141,3 +141,24 @@ def test_no_overlap_switch_of_a_plain_launch_keeps_the_default(tmp_path):
                           "--no-overlap-p2p-communication --num-virtual-stages-per-pipeline-rank 2")
     res = import_file(_write(tmp_path, "inter.sh", inter))
     assert res.session.plan.schedule == "interleaved" and res.session.plan.overlap_p2p_comm is False
+
+
+def test_a_rule_left_on_import_is_noted_and_the_export_refuses_it(tmp_path, capsys):
+    """``--cross-entropy-fusion-impl te`` (Megatron-Bridge's 25.11-26.04 recipes run it; this
+    Megatron-LM commit refuses it) imports as those versions run it, and the summary says the
+    current commit refuses it, so the export's refusal is no surprise."""
+    te = FSDP2_LAUNCH.replace("--bf16", "--bf16 --cross-entropy-loss-fusion "
+                              "--cross-entropy-fusion-impl te")
+    path = _write(tmp_path, "te.sh", te)
+    res = import_file(path)
+    assert res.session.plan.cross_entropy_fusion_impl == "te"
+    assert [flag for flag, _ in res.notes if flag.startswith("rule ")] == ["rule cross-entropy-te"]
+    out = tmp_path / "s.json"
+    assert main(["import", "megatron-args", str(path), "--out", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "rule cross-entropy-te" in text and "--cross-entropy-fusion-impl te is disabled" in text
+    assert main(["export", "megatron-args", str(out)]) == 2
+    assert "cross-entropy-te" in capsys.readouterr().err
+    # a launch that keeps every rule gets no such note
+    assert not [f for f, _ in import_file(_write(tmp_path, "ok.sh", FSDP2_LAUNCH)).notes
+                if f.startswith("rule ")]

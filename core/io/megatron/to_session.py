@@ -319,6 +319,11 @@ def import_file(path: str | Path, **kw: Any) -> MegatronImport:
         launch.arguments += ["--vocab-size", str(vocab)]
     res = session_from_launch(launch, **kw)
     refuse_broken_rules(res.launch)
+    for r in broken_rules(res.launch.arguments):  # those left on import: earlier versions run
+        res.notes.append((f"rule {r.name}", f"Megatron-LM ({MEGATRON_COMMIT[:7]}) refuses it "
+                          f"(\"{r.message}\", {r.source}); imported as the earlier versions "
+                          "that run it do, and vtrain export megatron-args refuses it until "
+                          "it is changed"))
     return with_cluster_comment(res, text, kw)
 
 
