@@ -206,7 +206,11 @@ def test_gpt3_175b_script(tmp_path):
             "--init-method-std"} <= set(res.neutral)
     # --attention-backend auto: Transformer Engine's fused or flash attention, timed as flash
     assert res.session.model.attention_kernel == "flash"
-    assert res.notes == [("attention", "--attention-backend auto: Transformer Engine picks its "
+    assert res.notes == [("--vocab-file", "vocabulary 50,257 assumed: GPT-2 BPE, the tokenizer "
+                          "of Megatron-LM's GPT examples that give only --vocab-file / "
+                          "--merge-file; for another, add --vocab-size N to the launch or the "
+                          "import"),
+                         ("attention", "--attention-backend auto: Transformer Engine picks its "
                           "fused (cuDNN) or flash attention, timed as FlashAttention")]
 
 
@@ -237,7 +241,8 @@ def test_gpt3_175b_script_runs_through_the_cli(tmp_path, capsys):
     assert main(["import", "megatron-args", str(script), "--out", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert {d["argument"] for d in doc["ignored"]} == {"--rampup-batch-size"}
-    assert doc["notes"][0]["about"] == "attention" and doc["unknown"] == []
+    assert [n["about"] for n in doc["notes"]] == ["--vocab-file", "attention"]
+    assert doc["unknown"] == []
     assert doc["session"]["model"]["attention_kernel"] == "flash"
     s = load_session(out)
     assert s.plan.num_gpus == 1024
@@ -1251,6 +1256,16 @@ def test_the_imports_vocab_size_never_overrides_the_launchs_nor_stands_for_nullt
     assert import_file(gpt2).session.model.vocab_size == 50257
     with pytest.raises(MegatronArgsError, match="GPT2BPETokenizer has 50,257 tokens"):
         import_file(gpt2, vocab_size=32000)
+    # a vocab file alone (Megatron-LM's GPT examples): GPT-2 BPE assumed, and said; the
+    # import's size replaces the assumption
+    files = _write(tmp_path, "files.sh", head + "--vocab-file v.json --merge-file m.txt\n")
+    res = import_file(files)
+    assert res.session.model.vocab_size == 50257
+    assert [n for f, n in res.notes if f == "--vocab-file"] == [
+        "vocabulary 50,257 assumed: GPT-2 BPE, the tokenizer of Megatron-LM's GPT examples "
+        "that give only --vocab-file / --merge-file; for another, add --vocab-size N to the "
+        "launch or the import"]
+    assert import_file(files, vocab_size=32000).session.model.vocab_size == 32000
 
 
 def test_deepseek_v3_with_kv_channels_imports_with_the_latent_head_sizes(tmp_path):

@@ -277,7 +277,11 @@ def _vocabulary(mp: Mapper) -> None:
                                 "files, not in the launch; add --vocab-size N to the arguments "
                                 "(or give it to the import: --vocab-size N)")
     elif "--vocab-file" in args:  # Megatron's default tokenizer for a vocab file is GPT-2 BPE
-        mp.set("--vocab-file", "model.vocab_size", TOKENIZER_VOCAB["GPT2BPETokenizer"])
+        n = TOKENIZER_VOCAB["GPT2BPETokenizer"]
+        mp.set("--vocab-file", "model.vocab_size", n)
+        mp.notes.append(("--vocab-file", f"vocabulary {n:,} assumed: GPT-2 BPE, the tokenizer of "
+                         "Megatron-LM's GPT examples that give only --vocab-file / --merge-file; "
+                         "for another, add --vocab-size N to the launch or the import"))
     else:
         raise MegatronArgsError(f"{src}: the vocabulary size is unknown: give --vocab-size or "
                                 "--tokenizer-type")
