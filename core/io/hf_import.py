@@ -4,7 +4,8 @@
 ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM`` or
 ``Qwen3ForCausalLM`` or ``NemotronForCausalLM`` (Nemotron-4) checkpoint, or of a mixture-of-experts
 ``MixtralForCausalLM``, ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``,
-``DeepseekV2ForCausalLM`` or ``DeepseekV3ForCausalLM`` one, into a :class:`~core.plan.session.Session` with a default plan
+``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM`` or
+``Glm4MoeForCausalLM`` one, into a :class:`~core.plan.session.Session` with a default plan
 (:func:`default_plan`). Every field of the file is one of:
 
 * **used**: it fills a model field (:data:`USED`);
@@ -74,6 +75,18 @@ experts when ``(i + 1) % decoder_sparse_step == 0`` and ``i`` is not in
 ``mlp_only_layers``; Qwen2-MoE adds one shared expert of
 ``shared_expert_intermediate_size`` (``num_shared_experts`` experts of
 ``moe_intermediate_size``, Megatron's ``--moe-shared-expert-intermediate-size``).
+
+GLM-4.5, GLM-4.5-Air and GLM-4.6 (``Glm4MoeForCausalLM``, the ``transformers`` modelling code
+``modeling_glm4_moe.py``; Megatron-Bridge has a GLM-4.5 bridge): a GQA decoder with heads of
+``head_dim`` whose Q, K and V projections have biases when ``attention_bias`` (the output
+projection never: ``model.add_qkv_bias``) and per-head QK-norm when ``use_qk_norm``
+(``model.qk_layernorm``; GLM-4.5 yes, the Air no), both the config's switches
+(:data:`_CONFIG_SWITCHES`); RoPE on ``partial_rotary_factor`` of each head (ignored: the same
+kernel bytes); ``n_routed_experts`` experts and ``n_shared_experts`` shared experts of
+``moe_intermediate_size``, the first ``first_k_dense_replace`` layers dense
+(``intermediate_size``), every later one MoE; a sigmoid router whose top-k choice adds
+``e_score_correction_bias`` (DeepSeek-V3's ``noaux_tc``; no extra cost modelled, listed);
+``num_nextn_predict_layers`` multi-token prediction layers (``model.mtp_num_layers``).
 
 GPT-OSS (``GptOssForCausalLM``, the ``transformers`` modelling code and Megatron-Bridge's
 ``GPTOSSProvider``): every layer has ``num_local_experts`` experts of ``intermediate_size``
