@@ -168,6 +168,9 @@ def _glm_expert_fields(cfg: dict[str, Any], where: str, ignored: dict[str, str]
         raise refusal(where, "moe_layer_freq", f"{freq!r}: Glm4MoeForCausalLM's modelling code "
                       "puts experts on every layer from first_k_dense_replace on; a config "
                       "asking for another pattern is not one we know")
+    if "topk_method" in cfg:  # DeepSeek's field; Glm4MoeTopkRouter does not read it
+        ignored["topk_method"] = (f"{cfg['topk_method']!r}: not read by Glm4Moe's modelling "
+                                  "code (its router is always noaux_tc); the same k experts")
     ignored["e_score_correction_bias"] = (
         "GLM-4.5's router (noaux_tc, as DeepSeek-V3's): sigmoid scores plus a per-expert bias "
         "for the top-k choice (Megatron's --moe-router-score-function sigmoid "
