@@ -4,7 +4,8 @@
 ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM`` or
 ``Qwen3ForCausalLM`` or ``NemotronForCausalLM`` (Nemotron-4) checkpoint, or of a mixture-of-experts
 ``MixtralForCausalLM``, ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``,
-``DeepseekV2ForCausalLM`` or ``DeepseekV3ForCausalLM`` one, into a :class:`~core.plan.session.Session` with a default plan
+``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM`` or
+``Glm4MoeForCausalLM`` one, into a :class:`~core.plan.session.Session` with a default plan
 (:func:`default_plan`). Every field of the file is one of:
 
 * **used**: it fills a model field (:data:`USED`);
@@ -76,6 +77,18 @@ experts when ``(i + 1) % decoder_sparse_step == 0`` and ``i`` is not in
 ``mlp_only_layers``; Qwen2-MoE adds one shared expert of
 ``shared_expert_intermediate_size`` (``num_shared_experts`` experts of
 ``moe_intermediate_size``, Megatron's ``--moe-shared-expert-intermediate-size``).
+
+GLM-4.5, GLM-4.5-Air and GLM-4.6 (``Glm4MoeForCausalLM``, the ``transformers`` modelling code
+``modeling_glm4_moe.py``; Megatron-Bridge has a GLM-4.5 bridge): a GQA decoder with heads of
+``head_dim`` whose Q, K and V projections have biases when ``attention_bias`` (the output
+projection never: ``model.add_qkv_bias``) and per-head QK-norm when ``use_qk_norm``
+(``model.qk_layernorm``; GLM-4.5 yes, the Air no), both the config's switches
+(:data:`_CONFIG_SWITCHES`); RoPE on ``partial_rotary_factor`` of each head (ignored: the same
+kernel bytes); ``n_routed_experts`` experts and ``n_shared_experts`` shared experts of
+``moe_intermediate_size``, the first ``first_k_dense_replace`` layers dense
+(``intermediate_size``), every later one MoE; a sigmoid router whose top-k choice adds
+``e_score_correction_bias`` (DeepSeek-V3's ``noaux_tc``; no extra cost modelled, listed);
+``num_nextn_predict_layers`` multi-token prediction layers (``model.mtp_num_layers``).
 
 GPT-OSS (``GptOssForCausalLM``, the ``transformers`` modelling code and Megatron-Bridge's
 ``GPTOSSProvider``): every layer has ``num_local_experts`` experts of ``intermediate_size``
@@ -154,7 +167,24 @@ MOE_ARCHITECTURES: dict[str, tuple[dict[str, Any], str]] = {
                               "n_routed_experts"),
     "GptOssForCausalLM": ({"add_bias_linear": True, "softmax_type": "learnable",
                            "glu_linear_offset": 1.0}, "num_local_experts"),
+    # GLM-4.5, GLM-4.5-Air, GLM-4.6: its QKV bias and QK-norm are the config's switches
+    # (_CONFIG_SWITCHES), its multi-token prediction layers num_nextn_predict_layers
+    "Glm4MoeForCausalLM": ({}, "n_routed_experts"),
 }
+#: Model fields an architecture's modelling code takes from a config switch rather than fixing
+#: them: HF key -> (model field, the modelling code's default when the key is absent).
+#: Glm4Moe: ``q_proj``, ``k_proj``, ``v_proj`` have ``bias=attention_bias`` (``o_proj`` none:
+#: Megatron's --add-qkv-bias); ``use_qk_norm`` adds ``q_norm`` / ``k_norm`` (RMSNorm over each
+#: head of head_dim: --qk-layernorm); both default to false in ``Glm4MoeConfig``.
+_CONFIG_SWITCHES: dict[str, dict[str, tuple[str, bool]]] = {
+    "Glm4MoeForCausalLM": {"attention_bias": ("add_qkv_bias", False),
+                           "use_qk_norm": ("qk_layernorm", False)},
+}
+#: Architectures with multi-token prediction layers (``num_nextn_predict_layers``) besides the
+#: MLA ones: GLM-4.5's checkpoints carry one MTP layer (a decoder layer like the last, with
+#: ``eh_proj``, ``enorm``, ``hnorm``), trained with the model; transformers' inference code
+#: does not load it.
+_MTP_WITHOUT_MLA = ("Glm4MoeForCausalLM",)
 #: Architectures whose released checkpoints store quantized weights, with the methods (GPT-OSS:
 #: MXFP4 after training; DeepSeek-V3: the 128x128 block-scaled FP8 weights of its FP8 training):
 #: their ``quantization_config`` describes the stored weights, not how the model trains (the
@@ -250,9 +280,11 @@ USED: dict[str, str] = {
     "decoder_sparse_step": "model.moe_layer_frequency and moe_first_dense_layers (with "
     "mlp_only_layers)",
     "mlp_only_layers": "model.moe_first_dense_layers (first layers dense)",
-    "attention_bias": "checked: must be false (GPT-OSS: true, model.add_bias_linear)",
+    "attention_bias": "checked: must be false (GPT-OSS: true, model.add_bias_linear; "
+    "GLM-4.5: model.add_qkv_bias, biases in q/k/v_proj)",
     "qkv_bias": "checked: must be the architecture's QKV bias (Qwen3-Coder: false)",
-    "use_qk_norm": "checked: must be the architecture's QK-norm (Qwen3-Coder: true)",
+    "use_qk_norm": "checked: must be the architecture's QK-norm (Qwen3-Coder: true); GLM-4.5: "
+    "model.qk_layernorm",
     "kv_channels": "model.kv_channels (Nemotron's name for head_dim; must agree with it)",
     "sliding_window": "model.window_size (with layer_types; Mistral, Mixtral: every layer when "
     "shorter than the sequence)",
@@ -261,17 +293,18 @@ USED: dict[str, str] = {
     "and the FP8 one of DeepSeek-V3: listed as ignored)",
     "swiglu_limit": "model.activation_func_clamp_value (GPT-OSS)",
     "experts_per_token": "checked: equals num_experts_per_tok (GPT-OSS)",
-    "n_routed_experts": "model.num_experts (DeepSeek)",
-    "n_shared_experts": "model.num_shared_experts (DeepSeek: experts of moe_intermediate_size)",
-    "first_k_dense_replace": "model.moe_first_dense_layers (DeepSeek)",
-    "moe_layer_freq": "model.moe_layer_frequency (DeepSeek)",
+    "n_routed_experts": "model.num_experts (DeepSeek, GLM-4.5)",
+    "n_shared_experts": "model.num_shared_experts (DeepSeek, GLM-4.5: experts of "
+    "moe_intermediate_size)",
+    "first_k_dense_replace": "model.moe_first_dense_layers (DeepSeek, GLM-4.5)",
+    "moe_layer_freq": "model.moe_layer_frequency (DeepSeek; GLM-4.5: must be 1)",
     "q_lora_rank": "model.q_lora_rank (DeepSeek MLA; null: no query compression)",
     "kv_lora_rank": "model.kv_lora_rank (DeepSeek MLA)",
     "qk_nope_head_dim": "model.qk_head_dim (DeepSeek MLA)",
     "qk_rope_head_dim": "model.qk_pos_emb_head_dim (DeepSeek MLA)",
     "v_head_dim": "model.v_head_dim (DeepSeek MLA)",
-    "num_nextn_predict_layers": "model.mtp_num_layers (DeepSeek-V3's multi-token prediction "
-    "layers, trained with the model; transformers' inference code does not run them)",
+    "num_nextn_predict_layers": "model.mtp_num_layers (DeepSeek-V3's and GLM-4.5's multi-token "
+    "prediction layers, trained with the model; transformers' inference code does not run them)",
     "topk_method": "checked: one of greedy, group_limited_greedy, noaux_tc (DeepSeek)",
     "n_group": "model.moe_router_num_groups (DeepSeek's group-limited routing under topk_method "
     "group_limited_greedy or noaux_tc: the token's experts lie in topk_group of n_group "
@@ -299,7 +332,9 @@ IGNORED: dict[str, str] = {
     "max_position_embeddings (Phi-3; give --seq-length to simulate it)",
     "embd_pdrop": "dropout rate (kernels run either way)",
     "resid_pdrop": "dropout rate (kernels run either way)",
-    "partial_rotary_factor": "RoPE's width on a head changes only a memory-bound kernel's size",
+    "partial_rotary_factor": "RoPE on part of each head (Megatron's --rotary-percent): the "
+    "rotary kernel still reads and writes all of Q and K (Megatron-Core concatenates the "
+    "unrotated channels back, Transformer Engine's fused RoPE copies them), the same bytes",
     "use_cache": "inference only", "pretraining_tp": "Meta's tensor-parallel layout at "
     "pre-training: same result, same GEMMs", "attention_dropout": "dropout rate (kernels "
     "run either way)", "max_window_layers": "used only with use_sliding_window",
@@ -601,7 +636,8 @@ def _sizes(cfg: dict[str, Any], where: str, seq_length: int | None) -> dict[str,
 
 def _check_activation_and_biases(cfg: dict[str, Any], arch: str, where: str) -> None:
     """Check the MLP's activation (``hidden_act``, by architecture) and the linear layers'
-    biases (GPT-OSS must have them, the others may not).
+    biases (GPT-OSS must have them, the others may not; GLM-4.5's ``attention_bias`` is a
+    switch, :data:`_CONFIG_SWITCHES`).
 
     Raises ConfigError for one that is not modelled."""
     act = cfg.get("hidden_act", _ARCH_ACTIVATIONS.get(arch, ("silu",))[0])
@@ -615,6 +651,8 @@ def _check_activation_and_biases(cfg: dict[str, Any], arch: str, where: str) -> 
                       "attention biases (its router and experts keep theirs) is not modelled: "
                       "model.add_bias_linear sets them all")
     for bias in ("attention_bias", "mlp_bias"):
+        if bias in _CONFIG_SWITCHES.get(arch, {}):
+            continue  # read by _architecture_fields
         if not biased and cfg.get(bias) not in (None, False):
             raise _refuse(where, bias, f"{cfg[bias]!r}: biases in the attention and MLP linear "
                           "layers are not modelled for this architecture (only Qwen2's QKV bias)")
@@ -623,15 +661,23 @@ def _check_activation_and_biases(cfg: dict[str, Any], arch: str, where: str) -> 
 def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str,
                          ignored: dict[str, str]) -> dict[str, Any]:
     """The model fields the architecture fixes (:data:`DENSE_ARCHITECTURES`,
-    :data:`MOE_ARCHITECTURES`) with its multi-head latent attention and multi-token prediction
-    fields and its experts' (:func:`core.io.hf_moe.moe_fields`); the architecture's approximation, if any, is
+    :data:`MOE_ARCHITECTURES`) or takes from a switch (:data:`_CONFIG_SWITCHES`) with its
+    multi-head latent attention and multi-token prediction fields and its experts' (:func:`core.io.hf_moe.moe_fields`); the architecture's approximation, if any, is
     added to ``ignored``.
 
     Raises ConfigError for a field that disagrees with the architecture's modelling code or
     MLA fields in an architecture without MLA."""
     moe = arch in MOE_ARCHITECTURES
     fixed = dict(MOE_ARCHITECTURES[arch][0] if moe else DENSE_ARCHITECTURES[arch])
+    switches = _CONFIG_SWITCHES.get(arch, {})
+    for key, (target, default) in switches.items():
+        value = cfg.get(key, default)
+        if not isinstance(value, bool):
+            raise _refuse(where, key, f"{value!r} must be true or false")
+        fixed[target] = value
     for key, target in _AGREE.items():
+        if key in switches:
+            continue
         want = fixed.get(target, LLAMA_FAMILY[target])
         if key in cfg and cfg[key] is not want:
             raise _refuse(where, key, f"{cfg[key]!r}: {arch}'s modelling code has "
@@ -640,18 +686,23 @@ def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str
     if arch in _APPROXIMATED:
         what, why = _APPROXIMATED[arch]
         ignored[what] = why
-    mla_fields = [k for k in (*_MLA_HF_FIELDS, "num_nextn_predict_layers") if k in cfg]
-    if fixed.get("multi_latent_attention"):
+    mla = bool(fixed.get("multi_latent_attention"))
+    with_mtp = mla or arch in _MTP_WITHOUT_MLA
+    mla_fields = [k for k in (*_MLA_HF_FIELDS, "num_nextn_predict_layers") if k in cfg
+                  and not (with_mtp and k == "num_nextn_predict_layers")]
+    if mla:
         for key, target in _MLA_HF_FIELDS.items():
             fixed[target] = positive_int(cfg, key, where, required=key != "q_lora_rank")
+    elif mla_fields:
+        raise _refuse(where, mla_fields[0], f"{arch!r} has no multi-head latent attention"
+                      f"{'' if with_mtp else ' or multi-token prediction'}; a config with "
+                      f"{'it' if with_mtp else 'them'} is not one we know")
+    if with_mtp:
         mtp = cfg.get("num_nextn_predict_layers") or 0
         if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
             raise _refuse(where, "num_nextn_predict_layers", f"{mtp!r} must be a non-negative "
                           "integer")
         fixed["mtp_num_layers"] = mtp
-    elif mla_fields:
-        raise _refuse(where, mla_fields[0], f"{arch!r} has no multi-head latent attention or "
-                      "multi-token prediction; a config with them is not one we know")
     if moe:
         fixed.update(moe_fields(cfg, arch, MOE_ARCHITECTURES[arch][1], layers, where,
                                 ignored))

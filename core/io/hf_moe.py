@@ -1,6 +1,6 @@
 """The mixture-of-experts fields of a Hugging Face ``config.json`` (:mod:`core.io.hf_import`):
 the experts, top-k and expert width of each MoE architecture's layout (Mixtral, GPT-OSS,
-DeepSeek-V2/V3, Qwen-MoE), their shared experts and which layers have experts
+DeepSeek-V2/V3, GLM-4.5, Qwen-MoE), their shared experts and which layers have experts
 (:func:`moe_layer_fields`, Megatron-Core's ``--moe-layer-freq`` with first dense layers).
 """
 
@@ -65,6 +65,8 @@ def moe_fields(cfg: dict[str, Any], arch: str, experts_key: str, layers: int, wh
     out["moe_ffn_hidden_size"] = moe_ffn
     if arch.startswith("Deepseek"):  # DeepseekV2/V3MoE: shared experts of moe_intermediate_size
         out.update(_deepseek_expert_fields(cfg, where, ignored))
+    elif arch == "Glm4MoeForCausalLM":
+        out.update(_glm_expert_fields(cfg, where, ignored))
     else:
         out.update(_qwen_expert_fields(cfg, arch, layers, moe_ffn, where, ignored))
     return out
@@ -140,6 +142,50 @@ def _deepseek_expert_fields(cfg: dict[str, Any], where: str, ignored: dict[str, 
                       "integer")
     out["moe_first_dense_layers"] = first
     out["moe_layer_frequency"] = positive_int(cfg, "moe_layer_freq", where, required=False) or 1
+    return out
+
+
+def _required_count(cfg: dict[str, Any], name: str, where: str, why: str) -> int:
+    """``cfg[name]``, a non-negative integer the config must give (``why``: what it counts).
+
+    Raises ConfigError when it is absent or not one."""
+    value = cfg.get(name)
+    if name not in cfg:
+        raise refusal(where, name, f"is missing: the number of {why} (the importer does not "
+                      "take a default for a number that changes the work)")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise refusal(where, name, f"{value!r} must be a non-negative integer ({why})")
+    return value
+
+
+def _glm_expert_fields(cfg: dict[str, Any], where: str, ignored: dict[str, str]
+                       ) -> dict[str, Any]:
+    """GLM-4.5's expert fields (transformers' ``modeling_glm4_moe.py``): ``Glm4MoeMoE`` has
+    ``n_routed_experts`` experts and one shared ``Glm4MoeMLP`` of ``moe_intermediate_size *
+    n_shared_experts`` (Megatron's --moe-shared-expert-intermediate-size: ``n_shared_experts``
+    shared experts of ``moe_intermediate_size``); decoder layer ``i`` has experts when ``i >=
+    first_k_dense_replace``, the others a dense ``Glm4MoeMLP`` of ``intermediate_size``. Both
+    counts must be given. ``moe_layer_freq`` is not read by that code, so only 1 (every layer
+    after the dense ones) is accepted. The router (``Glm4MoeTopkRouter``: sigmoid scores plus
+    ``e_score_correction_bias`` for the choice, DeepSeek-V3's ``noaux_tc``) is noted in
+    ``ignored``."""
+    out = {"num_shared_experts": _required_count(cfg, "n_shared_experts", where,
+                                                 "shared experts of moe_intermediate_size"),
+           "moe_first_dense_layers": _required_count(cfg, "first_k_dense_replace", where,
+                                                     "dense layers before the MoE layers")}
+    freq = cfg.get("moe_layer_freq", 1)
+    if freq != 1 or isinstance(freq, bool):
+        raise refusal(where, "moe_layer_freq", f"{freq!r}: Glm4MoeForCausalLM's modelling code "
+                      "puts experts on every layer from first_k_dense_replace on; a config "
+                      "asking for another pattern is not one we know")
+    if "topk_method" in cfg:  # DeepSeek's field; Glm4MoeTopkRouter does not read it
+        ignored["topk_method"] = (f"{cfg['topk_method']!r}: not read by Glm4Moe's modelling "
+                                  "code (its router is always noaux_tc); the same k experts")
+    ignored["e_score_correction_bias"] = (
+        "GLM-4.5's router (noaux_tc, as DeepSeek-V3's): sigmoid scores plus a per-expert bias "
+        "for the top-k choice (Megatron's --moe-router-score-function sigmoid "
+        "--moe-router-enable-expert-bias); elementwise on the (T, E) scores, the bias a buffer "
+        "of E numbers per MoE layer updated outside the gradient: not counted")
     return out
 
 
