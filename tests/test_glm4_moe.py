@@ -135,6 +135,7 @@ def test_switches_follow_the_config():
     ({"num_nextn_predict_layers": 1.5}, "num_nextn_predict_layers"),
     ({"mlp_bias": True}, "mlp_bias"),
     ({"moe_router_type": "x"}, "moe_router_type"),     # unknown to the importer
+    ({"n_group": 8, "topk_group": None}, "topk_group"),  # groups without how many are picked
 ])
 def test_refusals_name_the_field(change, field):
     cfg = {k: v for k, v in {**GLM45_AIR, **change}.items() if v is not None}
@@ -185,3 +186,13 @@ def test_cli_import_round_trip_and_simulation_on_64_h100(tmp_path):
     assert report["num_gpus"] == 64 and report["fits_in_memory"]
     assert report["num_parameters"] == mm.num_parameters(first.model)
     assert report["iteration_time_s"] > 0 and 0 < report["mfu"] < 1 and report["ep_comm_s"] > 0
+
+
+def test_group_limited_routing_is_read_as_deepseek_v3s():
+    """Glm4MoeTopkRouter picks the experts in topk_group of n_group groups, as DeepSeek-V3's
+    router: more than one group sets the model's router groups (the flex dispatcher's remote
+    copies depend on them); the published configs' one group is the top-k over all experts."""
+    m = _model({**GLM45_AIR, "n_group": 8, "topk_group": 4})
+    assert (m.moe_router_num_groups, m.moe_router_group_topk) == (8, 4)
+    assert (_model(GLM45_AIR).moe_router_num_groups, _model(GLM45_AIR).moe_router_group_topk) \
+        == (None, None)

@@ -168,7 +168,9 @@ def _glm_expert_fields(cfg: dict[str, Any], where: str, ignored: dict[str, str]
     counts must be given. ``moe_layer_freq`` is not read by that code, so only 1 (every layer
     after the dense ones) is accepted. The router (``Glm4MoeTopkRouter``: sigmoid scores plus
     ``e_score_correction_bias`` for the choice, DeepSeek-V3's ``noaux_tc``) is noted in
-    ``ignored``."""
+    ``ignored``; its group-limited routing (``n_group`` > 1 groups, ``topk_group`` of them) is
+    ``model.moe_router_num_groups`` / ``moe_router_group_topk`` as DeepSeek-V3's (one group,
+    the published configs': ignored)."""
     out = {"num_shared_experts": _required_count(cfg, "n_shared_experts", where,
                                                  "shared experts of moe_intermediate_size"),
            "moe_first_dense_layers": _required_count(cfg, "first_k_dense_replace", where,
@@ -178,6 +180,19 @@ def _glm_expert_fields(cfg: dict[str, Any], where: str, ignored: dict[str, str]
         raise refusal(where, "moe_layer_freq", f"{freq!r}: Glm4MoeForCausalLM's modelling code "
                       "puts experts on every layer from first_k_dense_replace on; a config "
                       "asking for another pattern is not one we know")
+    # Glm4MoeTopkRouter is DeepSeek-V3's: the experts in topk_group of n_group groups
+    groups = positive_int(cfg, "n_group", where, required=False)
+    topk = positive_int(cfg, "topk_group", where, required=False)
+    if groups is not None and groups > 1:
+        if topk is None:
+            raise refusal(where, "topk_group", f"is missing with n_group={groups}: the groups a "
+                          "token's experts may lie in (the importer does not take a default "
+                          "for a number that changes the work)")
+        out["moe_router_num_groups"], out["moe_router_group_topk"] = groups, topk
+    else:
+        for key in ("n_group", "topk_group"):
+            if key in cfg:
+                ignored[key] = "one group (n_group 1): the top-k over all experts"
     if "topk_method" in cfg:  # DeepSeek's field; Glm4MoeTopkRouter does not read it
         ignored["topk_method"] = (f"{cfg['topk_method']!r}: not read by Glm4Moe's modelling "
                                   "code (its router is always noaux_tc); the same k experts")
