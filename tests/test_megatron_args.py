@@ -367,8 +367,11 @@ def test_plain_argument_list_with_equals_and_srun_counts(tmp_path):
      "--vocab-size 9 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2",
      {"num_gpus": 1}, "--recompute-method uniform: not modelled yet"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --micro-batch-size 1 "
-     "--vocab-size 9 --make-vocab-size-divisible-by 64", {"num_gpus": 1},
-     "--make-vocab-size-divisible-by: not modelled yet"),
+     "--vocab-size 9 --make-vocab-size-divisible-by 0", {"num_gpus": 1},
+     "--make-vocab-size-divisible-by 0 must be at least 1"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --micro-batch-size 1 "
+     "--vocab-size 9 --make-vocab-size-divisible-by x", {"num_gpus": 1},
+     "--make-vocab-size-divisible-by 'x' must be a positive integer"),
     ("echo hello", {}, "no Megatron-LM arguments found"),
 ])
 def test_bad_launches_are_named(tmp_path, text, kw, needle):

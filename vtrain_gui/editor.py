@@ -53,6 +53,7 @@ _LABELS = {
     "model.ffn_hidden_size": "MLP hidden size",
     "model.seq_length": "Sequence length s",
     "model.vocab_size": "Vocabulary V",
+    "model.make_vocab_size_divisible_by": "Vocabulary padded to multiple of",
     "model.num_query_groups": "Query groups g",
     "model.kv_channels": "Head size (kv channels)",
     "model.tied_embeddings": "Tied output layer",

@@ -145,7 +145,8 @@ def shape_key(session: Session) -> tuple:
     m, pl = session.model, session.plan
     t = pl.tensor_parallel
     key = ("shape", m.seq_length, m.hidden_size, m.num_attention_heads, m.ffn,
-           padded_vocab_size(m.vocab_size, t), t, pl.micro_batch_size, pl.precision)
+           padded_vocab_size(m.vocab_size, t, divisible_by=m.make_vocab_size_divisible_by), t,
+           pl.micro_batch_size, pl.precision)
     family = (m.query_groups, m.activation, m.normalization, m.position_embedding,
               m.attention_kernel, int(m.qk_layernorm), m.head_dim)
     gpt = (m.num_attention_heads, "gelu", "layernorm", "learned", "unfused", 0,

@@ -95,7 +95,8 @@ def _summary_table(s, r):
     sched = get_schedule(s.plan.schedule)
     ideal = sched.ideal_bubble_fraction(pl.pipeline_parallel, pl.num_microbatches,
                                         num_chunks(s.plan))
-    V = padded_vocab_size(s.model.vocab_size, pl.tensor_parallel)
+    V = padded_vocab_size(s.model.vocab_size, pl.tensor_parallel,
+                          divisible_by=s.model.make_vocab_size_divisible_by)
     t.add_row("Parameters", f"{r.num_parameters / 1e9:,.2f} B" + (
         f" (vocabulary padded to {V:,} for t={pl.tensor_parallel})" if V != s.model.vocab_size else ""))
     if s.model.is_moe:

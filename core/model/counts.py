@@ -245,7 +245,9 @@ def model_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> float:
     """Model FLOPs of one iteration (Narayanan et al. 2021, Eq. 3, general MLP size).
 
     Forward FLOPs per token: ``L*(8h^2 + 4hf + 4sh) + 2hV'`` with ``V'`` the
-    vocabulary padded to a multiple of ``128*t``, as Megatron computes it;
+    vocabulary padded to a multiple of ``make_vocab_size_divisible_by * t`` (128*t by
+    default), as Megatron-LM's ``num_floating_point_operations`` counts it
+    (``args.padded_vocab_size``);
     training is 3x forward. With ``f = 4h`` this is
     ``72*B*s*L*h^2*(1 + s/(6h) + V'/(12*L*h))``. MoE layers count the GEMMs a token
     passes through (router, ``k`` experts, shared experts: the active parameters).

@@ -174,8 +174,9 @@ def op_key(model: ModelConfig, plan: ParallelPlan) -> dict[str, Any]:
     m, pl = model, plan
     t, cp = pl.tensor_parallel, pl.context_parallel
     fam = family_key_columns(m)
+    V = padded_vocab_size(m.vocab_size, t, divisible_by=m.make_vocab_size_divisible_by)
     key = dict(b=pl.micro_batch_size, s=m.seq_length // cp, cp=cp, h=fam.pop("h"),
-               a=fam.pop("a"), f=m.ffn, t=t, V=padded_vocab_size(m.vocab_size, t),
+               a=fam.pop("a"), f=m.ffn, t=t, V=V,
                dtype=pl.precision, g=fam.pop("g"), act=fam.pop("act"), norm=fam.pop("norm"),
                cpa=cp_a2a_size(pl), cpg=int(cp_all_gather(pl)), pos=fam.pop("pos"),
                attn=fam.pop("attn"), qkn=fam.pop("qkn"), kv=fam.pop("kv"),

@@ -226,7 +226,7 @@ def dense_edge_parameters(model: ModelConfig, t: int) -> tuple[tuple[float, floa
     ``p > 1`` the last stage holds a copy, see :func:`edge_params_per_gpu`). ``V'`` is padded
     for ``t``."""
     h = model.hidden_size
-    V = padded_vocab_size(model.vocab_size, t)
+    V = padded_vocab_size(model.vocab_size, t, divisible_by=model.make_vocab_size_divisible_by)
     positions = model.seq_length * h if model.position_embedding == "learned" else 0.0
     norm = 2 * h if model.normalization == "layernorm" else h
     output = 0.0 if model.tied_embeddings else V * h
@@ -245,7 +245,7 @@ def dense_forward_flops_per_token(model: ModelConfig, t: int) -> tuple[float, fl
     2021, Eq. 3; Megatron counts the padded ``V``).
     """
     h = model.hidden_size
-    V = padded_vocab_size(model.vocab_size, t)
+    V = padded_vocab_size(model.vocab_size, t, divisible_by=model.make_vocab_size_divisible_by)
     linear, core = attention_forward_flops_per_token(model)
     mlp = (6 if is_gated(model.activation) else 4) * h * model.ffn
     return linear + mlp + core, core, 2 * h * V

@@ -468,7 +468,7 @@ def _flight_parts(model: ModelConfig, plan: ParallelPlan, last: int,
     t = plan.tensor_parallel
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     n_mtp = mtp_layers(model)
-    V = padded_vocab_size(model.vocab_size, t)
+    V = padded_vocab_size(model.vocab_size, t, divisible_by=model.make_vocab_size_divisible_by)
     in_flight = ep_overlap_in_flight(plan, schedule_in_flight(  # of every stage
         plan.schedule, plan.pipeline_parallel, plan.num_microbatches, chunks_per_stage(plan),
         uneven), model)

@@ -112,7 +112,8 @@ def stage_weight_shapes(model: ModelConfig, plan: ParallelPlan) -> list[set[Shap
         out.append(shapes)
     h = model.hidden_size
     last = loss_stage(plan)
-    out[last].add((padded_vocab_size(model.vocab_size, t) // t, h))
+    V = padded_vocab_size(model.vocab_size, t, divisible_by=model.make_vocab_size_divisible_by)
+    out[last].add((V // t, h))
     if mtp_layers(model):
         out[last].add((h // t, 2 * h))
     return out

@@ -45,6 +45,9 @@ BOUNDS: dict[str, Bound] = {
     "ffn": Bound(1, 4_000_000, "four times the hidden-size bound"),
     "seq": Bound(1, 2**24, "the longest published training contexts are about 2^20 tokens"),
     "vocab": Bound(1, 2**31 - 1, "token ids are 32-bit integers in Megatron-LM's datasets"),
+    "vocab_divisor": Bound(1, 2**31 - 1, "the vocabulary is padded to a multiple of it and token "
+                           "ids are 32-bit integers; Megatron-LM's default is 128, DeepSeek-V3's "
+                           "launches give 3232"),
     "parallel": Bound(1, 2**20, "the largest training clusters have about 10^5 GPUs"),
     "micro_batch": Bound(1, 2**20, "a micro-batch is at most the global batch"),
     "global_batch": Bound(1, 2**24, "the largest published global batches are about 2^24 tokens"),

@@ -73,7 +73,8 @@ class ModelConfig:
     Every field is ``required`` in a session file (the defaults serve code that builds a
     GPT model; a file that leaves a field out is refused, never filled with GPT's value),
     but for the first release's GPT-shape files (:data:`GPT_SHAPE_FIELDS`), and but ``family``
-    (added later: a file without it describes a ``dense`` model, its default).
+    and ``make_vocab_size_divisible_by`` (added later: a file without them describes a
+    ``dense`` model padding its vocabulary as Megatron-LM does by default, to ``128*t``).
     """
 
     name: str = described_field("GPT-3 175B", "", "Display name of the model", required=True)
@@ -90,6 +91,12 @@ class ModelConfig:
                          required=True)
     vocab_size: int = described_field(50257, "tokens", "Vocabulary size V before Megatron's padding",
                          bounds=BOUNDS["vocab"], required=True)
+    make_vocab_size_divisible_by: int = described_field(
+        128, "", "Megatron pads the vocabulary to a multiple of this times the tensor-parallel "
+        "size t (--make-vocab-size-divisible-by; default 128; DeepSeek-V3's launches give 3232, "
+        "129280 = 3232*40: no padding at t = 1, 2, 4, 8, where 128 pads to 129536 at t=4 and "
+        "130048 at t=8). Not required: files written before it pad to 128*t",
+        bounds=BOUNDS["vocab_divisor"])
     num_query_groups: int | None = described_field(
         None, "", "Query groups g of grouped-query attention (--num-query-groups; 1 is multi-query "
         "attention); empty means one per head (multi-head attention)", min=1,
@@ -275,7 +282,9 @@ def padded_vocab_size(vocab_size: int, tensor_parallel: int, divisible_by: int =
     """Vocabulary padded as Megatron-LM does (``--make-vocab-size-divisible-by``).
 
     The padded size is the smallest multiple of ``divisible_by * t`` that is
-    at least ``vocab_size`` (Megatron-LM ``_vocab_size_with_padding``).
+    at least ``vocab_size`` (Megatron-LM ``_vocab_size_with_padding``, megatron/training/
+    tokenizer). Callers that have the model pass its
+    :attr:`ModelConfig.make_vocab_size_divisible_by`; the default 128 is Megatron-LM's.
     """
     multiple = divisible_by * tensor_parallel
     return -(-vocab_size // multiple) * multiple

@@ -71,14 +71,17 @@ class Session:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of all sections (no format header); ``sweep``, ``studies`` and
-        ``compare`` only when set, the model's ``family`` only when not ``dense`` (so a dense
-        model's file is what it was before the field existed)."""
+        ``compare`` only when set, the model's ``family`` only when not ``dense`` and its
+        ``make_vocab_size_divisible_by`` only when not Megatron-LM's 128 (so such a model's
+        file is what it was before the fields existed)."""
         out = dataclasses.asdict(self)
         for name in ("sweep", "studies", "compare"):
             if out[name] is None:
                 del out[name]
         if out["model"].get("family") == "dense":
             del out["model"]["family"]
+        if out["model"].get("make_vocab_size_divisible_by") == 128:
+            del out["model"]["make_vocab_size_divisible_by"]
         return out
 
     @classmethod

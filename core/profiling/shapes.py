@@ -165,6 +165,8 @@ def shape_from_dict(d: dict[str, Any], default_dtype: str = "fp32") -> list[Shap
             vocab = d.get("vocab_size", DEFAULT_VOCAB)
             if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab <= 0:
                 raise ShapeFileError(f"vocab_size={vocab!r} must be a positive integer")
+            # a shape file gives a vocabulary, no model: Megatron-LM's default padding (128*t);
+            # a file that needs another padding gives the padded V itself
             V = padded_vocab_size(vocab, t)
         f = d.get("f", 4 * h if isinstance(h, int) else h)
         groups.append(ShapeGroup(
@@ -199,8 +201,9 @@ def shapes_from_session(session: Session, dtype: str | None = None) -> ShapeGrou
     other = [f"model.{n}={getattr(m, n)!r}" for n, ok in gpt.items() if getattr(m, n) not in ok]
     if other:  # the profiler builds GPT layers; the analytic model times the others
         raise ShapeFileError(f"profiling measures Megatron-LM GPT layers only; not {', '.join(other)}")
+    V = padded_vocab_size(m.vocab_size, t, divisible_by=m.make_vocab_size_divisible_by)
     return ShapeGroup(s=m.seq_length, h=m.hidden_size, a=m.num_attention_heads, f=m.ffn,
-                      V=padded_vocab_size(m.vocab_size, t), t=t, dtype=dtype or pl.precision,
+                      V=V, t=t, dtype=dtype or pl.precision,
                       b=(pl.micro_batch_size,),
                       layers=tuple(sorted({max(1, n) for n in stage_layer_counts(m.num_layers,
                                                                                   pl)})))

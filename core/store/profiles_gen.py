@@ -156,13 +156,15 @@ def fill_op_tables(store: ProfileStore, extra_keys: list[dict] | None = None,
     """
     gpt = [m for m in MODEL_PRESETS.values() if table_covers("attention_fwd", family_key_columns(m), ())
            and table_covers("mlp_fwd", family_key_columns(m), ())]
-    shapes = sorted({(m.hidden_size, m.num_attention_heads, m.ffn, m.vocab_size) for m in gpt})
+    shapes = sorted({(m.hidden_size, m.num_attention_heads, m.ffn, m.vocab_size,
+                      m.make_vocab_size_divisible_by) for m in gpt})
     keys = []
     dtypes = [d for d in DTYPES if d in store.peak_flops]  # a spec may give only some
-    for (h, a, f, vocab), s, t, b, dtype in itertools.product(
+    for (h, a, f, vocab, divisor), s, t, b, dtype in itertools.product(
             shapes, SEQ_LENGTHS, TP_SIZES, MICRO_BATCHES, dtypes):
         if a % t == 0 and f % t == 0:
-            keys.append(dict(b=b, s=s, h=h, a=a, f=f, t=t, V=padded_vocab_size(vocab, t), dtype=dtype))
+            V = padded_vocab_size(vocab, t, divisible_by=divisor)
+            keys.append(dict(b=b, s=s, h=h, a=a, f=f, t=t, V=V, dtype=dtype))
     for k in extra_keys or []:
         if not all(table_covers(op, k, ()) for op in ("attention_fwd", "mlp_fwd", "embedding_fwd",
                                                       "output_fwd")):

@@ -222,3 +222,14 @@ def test_cuda_graph_fields_are_edited_and_checked(editor):
     assert "mamba is not modelled" in editor.error_text("plan.cuda_graph_modules")
     editor.set_field("plan.cuda_graph_modules", "attn")
     assert editor.is_valid(), editor.summary_text()
+
+
+def test_the_vocabulary_padding_field_is_shown_and_kept(editor):
+    """``model.make_vocab_size_divisible_by`` (DeepSeek-V3 launches: 3232) has a widget with
+    the session's value and comes back from the form unchanged."""
+    import dataclasses
+    s = Session()
+    s.model = dataclasses.replace(MODEL_PRESETS["DeepSeek-V3"], make_vocab_size_divisible_by=3232)
+    editor.set_session(s)
+    assert editor.field_widget("model.make_vocab_size_divisible_by").value() == 3232
+    assert editor.session().model.make_vocab_size_divisible_by == 3232

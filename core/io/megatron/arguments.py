@@ -164,8 +164,9 @@ ARGUMENTS: dict[str, Arg] = {
     "--tokenizer-type": Arg(("model.vocab_size",), True,
                             "a tokenizer of known size (GPT2BPETokenizer: 50257, Llama2Tokenizer: "
                             "32000, BERT word pieces) or NullTokenizer with --vocab-size"),
-    "--make-vocab-size-divisible-by": Arg(("model.vocab_size",), True,
-                                          "vocabulary padding: only Megatron's 128 is modelled"),
+    "--make-vocab-size-divisible-by": Arg(("model.make_vocab_size_divisible_by",), True,
+                                          "vocabulary padding: a multiple of this times t "
+                                          "(default 128)"),
     "--kv-channels": Arg(("model.kv_channels",), True, "attention head size (default h/a)"),
     "--group-query-attention": Arg(("model.num_query_groups",), False, "grouped-query attention"),
     "--num-query-groups": Arg(("model.num_query_groups",), True, "query groups g"),
@@ -387,7 +388,8 @@ MEGATRON_MODEL_DEFAULTS: dict[str, Any] = {
     "moe_router_group_topk": None, "multi_latent_attention": False, "q_lora_rank": None,
     "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128,
     "mtp_num_layers": 0, "window_size": None, "window_attn_skip_freq": None,
-    "softmax_type": "vanilla", "activation_func_clamp_value": None, "glu_linear_offset": 0.0}
+    "softmax_type": "vanilla", "activation_func_clamp_value": None, "glu_linear_offset": 0.0,
+    "make_vocab_size_divisible_by": 128}
 #: The session's sections and their records (``section.field`` targets name them).
 SECTIONS = {"model": ModelConfig, "plan": ParallelPlan, "cluster": ClusterConfig, "cost": CostConfig}
 

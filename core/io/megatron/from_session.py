@@ -30,7 +30,8 @@ def _get(obj: Any, name: str, default: Any = None) -> Any:
 
 
 def _shape_words(m: Any) -> list[str]:
-    """The model's shape, sequence length, vocabulary (a tokenizer) and query groups."""
+    """The model's shape, sequence length, vocabulary (a tokenizer and its padding) and query
+    groups."""
     out = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
            "--num-attention-heads", str(m.num_attention_heads)]
     if m.ffn_hidden_size or _get(m, "activation") == "swiglu":  # SwiGLU's default is not 4h
@@ -41,6 +42,9 @@ def _shape_words(m: Any) -> list[str]:
                 "--merge-file", "gpt2-merges.txt"]
     else:
         out += ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab_size - 1)]
+    divisor = _get(m, "make_vocab_size_divisible_by", 128)
+    if divisor != 128:  # Megatron-LM's default pads to 128*t
+        out += ["--make-vocab-size-divisible-by", str(divisor)]
     if _get(m, "kv_channels") is not None:
         out += ["--kv-channels", str(m.kv_channels)]
     g = _get(m, "num_query_groups")

@@ -256,12 +256,12 @@ def _model_shape(mp: Mapper) -> tuple[int, int, int]:
 
 def _vocabulary(mp: Mapper) -> None:
     """The vocabulary: ``--vocab-size`` (NullTokenizer: plus one), a tokenizer of known size,
-    or GPT-2 BPE for a ``--vocab-file``; only Megatron's padding to 128 is modelled."""
+    or GPT-2 BPE for a ``--vocab-file``; and its padding, ``--make-vocab-size-divisible-by``
+    (Megatron-LM pads to a multiple of it times t; DeepSeek-V3 launches give 3232)."""
     args, src = mp.args, mp.source
     if mp.take("--make-vocab-size-divisible-by"):
-        if int_argument(args, "--make-vocab-size-divisible-by", src) != 128:
-            mp.refuse("--make-vocab-size-divisible-by", "not modelled yet (vtrain pads the "
-                                                        "vocabulary to a multiple of 128*t)")
+        mp.set("--make-vocab-size-divisible-by", "model.make_vocab_size_divisible_by",
+               int_argument(args, "--make-vocab-size-divisible-by", src))
     tok = one_value(args, "--tokenizer-type", src) if mp.take("--tokenizer-type") else None
     vocab = int_argument(args, "--vocab-size", src) if mp.take("--vocab-size") else None
     if tok == "NullTokenizer":
