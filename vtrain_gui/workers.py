@@ -82,7 +82,63 @@ def _simulation_job(simulate_fn: Callable[[Session], Any], session: Session) -> 
     return job
 
 
-class SimulationRunner(QtCore.QObject):
+class _SessionRunner(QtCore.QObject):
+    """What the simulation and fit-search runners share: one :class:`BackgroundRunner` (named
+    ``name``, with ``runner_options``) whose ``finished`` and ``failed`` it forwards, the
+    latest request winning; a subclass submits its jobs through :meth:`_submit`.
+
+    Signals (emitted on the GUI thread)
+    -----------------------------------
+    finished(int, object, float)
+        Request ``id`` produced its result in the given seconds.
+    failed(int, str)
+        Request ``id`` raised; the message is readable.
+    """
+
+    finished = Signal(int, object, float)
+    failed = Signal(int, str)
+
+    def __init__(self, name: str, parent: QtCore.QObject | None = None,
+                 **runner_options: Any) -> None:
+        super().__init__(parent)
+        self._runner = BackgroundRunner(name, parent=self, **runner_options)
+        self._runner.finished.connect(self.finished)
+        self._runner.failed.connect(self.failed)
+
+    def _submit(self, job: Job) -> int:
+        """Run ``job`` next (replacing a waiting one); its request id.
+
+        Raises
+        ------
+        RuntimeError
+            The runner is shut down.
+        """
+        return self._runner.submit(job)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request is running or waiting."""
+        return self._runner.busy
+
+    @property
+    def latest_request_id(self) -> int:
+        """Id of the newest request (0 before the first)."""
+        return self._runner.latest_id
+
+    def is_thread_running(self) -> bool:
+        """Whether the worker thread exists and runs."""
+        return self._runner.is_thread_running()
+
+    def shutdown(self, timeout_ms: int = 60_000) -> bool:
+        """Drop a waiting request, stop the thread once the running one ends (cancelled, for a
+        runner that cancels its running job).
+
+        Returns whether the thread stopped within ``timeout_ms``. Safe to call twice.
+        """
+        return self._runner.shutdown(timeout_ms)
+
+
+class SimulationRunner(_SessionRunner):
     """Runs simulations on a worker thread; the latest request wins.
 
     Signals (emitted on the GUI thread)
@@ -97,50 +153,25 @@ class SimulationRunner(QtCore.QObject):
     """
 
     started = Signal(int)
-    finished = Signal(int, object, float)
-    failed = Signal(int, str)
 
     def __init__(self, simulate_fn: Callable[[Session], Any] | None = None,
                  parent: QtCore.QObject | None = None) -> None:
-        super().__init__(parent)
+        super().__init__("simulation", parent)
         self._simulate_fn = simulate_fn or _default_simulate
-        self._runner = BackgroundRunner("simulation", parent=self)
         self._runner.started.connect(self.started)
-        self._runner.finished.connect(self.finished)
-        self._runner.failed.connect(self.failed)
 
     def request(self, session: Session) -> int:
         """Ask for a simulation of (a copy of) ``session``; returns the request id.
 
-        If one is running, this request replaces any earlier waiting one.
+        If one is running, this request replaces any earlier waiting one (the running one
+        finishes).
 
         Raises
         ------
         RuntimeError
             The runner is shut down.
         """
-        return self._runner.submit(_simulation_job(self._simulate_fn, session.copy()))
-
-    @property
-    def busy(self) -> bool:
-        """Whether a simulation is running or waiting."""
-        return self._runner.busy
-
-    @property
-    def latest_request_id(self) -> int:
-        """Id of the newest request (0 before the first)."""
-        return self._runner.latest_id
-
-    def is_thread_running(self) -> bool:
-        """Whether the worker thread exists and runs."""
-        return self._runner.is_thread_running()
-
-    def shutdown(self, timeout_ms: int = 60_000) -> bool:
-        """Drop waiting work, let a running simulation finish, stop the thread.
-
-        Returns whether the thread stopped within ``timeout_ms``. Safe to call twice.
-        """
-        return self._runner.shutdown(timeout_ms)
+        return self._submit(_simulation_job(self._simulate_fn, session.copy()))
 
 
 # --------------------------------------------------------------------------- fit changes
@@ -166,7 +197,7 @@ def _fit_changes_job(fit_fn: Callable[[Session, threading.Event], Any], session:
     return job
 
 
-class FitChangesRunner(QtCore.QObject):
+class FitChangesRunner(_SessionRunner):
     """Asks :func:`core.studies.fit_changes.fit_changes` on a worker thread; the latest request
     wins.
 
@@ -183,17 +214,10 @@ class FitChangesRunner(QtCore.QObject):
         Request ``id`` raised; the message is readable (one exception line).
     """
 
-    finished = Signal(int, object, float)
-    failed = Signal(int, str)
-
     def __init__(self, fit_fn: Callable[[Session, threading.Event], Any] | None = None,
                  parent: QtCore.QObject | None = None) -> None:
-        super().__init__(parent)
+        super().__init__("fit-changes", parent, cancel_running=True, describe_error=_error_text)
         self._fit_fn = fit_fn or _default_fit_changes
-        self._runner = BackgroundRunner("fit-changes", cancel_running=True,
-                                        describe_error=_error_text, parent=self)
-        self._runner.finished.connect(self.finished)
-        self._runner.failed.connect(self.failed)
 
     def request(self, session: Session) -> int:
         """Ask what would make (a copy of) ``session``'s plan fit; returns the request id.
@@ -203,32 +227,11 @@ class FitChangesRunner(QtCore.QObject):
         RuntimeError
             The runner is shut down.
         """
-        return self._runner.submit(_fit_changes_job(self._fit_fn, session.copy()))
+        return self._submit(_fit_changes_job(self._fit_fn, session.copy()))
 
     def cancel(self) -> None:
         """Drop a waiting request and stop a running search at its next plan (no signal)."""
         self._runner.cancel()
-
-    @property
-    def busy(self) -> bool:
-        """Whether a search is running or waiting."""
-        return self._runner.busy
-
-    @property
-    def latest_request_id(self) -> int:
-        """Id of the newest request (0 before the first)."""
-        return self._runner.latest_id
-
-    def is_thread_running(self) -> bool:
-        """Whether the worker thread exists and runs."""
-        return self._runner.is_thread_running()
-
-    def shutdown(self, timeout_ms: int = 60_000) -> bool:
-        """Drop a waiting request, cancel a running search, stop the thread.
-
-        Returns whether the thread stopped within ``timeout_ms``. Safe to call twice.
-        """
-        return self._runner.shutdown(timeout_ms)
 
 
 # --------------------------------------------------------------------------- sweeps

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from PySide6 import QtWidgets
 
 from core.plan.session import Session
@@ -107,61 +109,59 @@ def test_result_shows_before_a_slow_fit_search_ends(window, qtbot, real_simulate
     assert message_boxes.calls == []
 
 
-def test_an_answer_for_an_earlier_result_is_dropped(window, qtbot, real_simulate,
-                                                    oom_session_file, monkeypatch):
+@pytest.fixture
+def searching(window, qtbot, real_simulate, oom_session_file, monkeypatch):
+    """The window showing the out-of-memory session's result while its fit search waits at
+    its gate: ``(fake, shown)``, the gated search and the list of what the window showed
+    (``fit_changes_shown``); every gate is released at the end."""
     fake = _GatedFitChanges()
     monkeypatch.setattr(fit_module, "fit_changes", fake)
-    panel = window.cost_panel
     shown = []
     window.fit_changes_shown.connect(shown.append)
     try:
         with qtbot.waitSignal(window.result_shown, timeout=60_000):
             assert window.open_path(oom_session_file)
         qtbot.waitUntil(lambda: fake.asked == [128], timeout=10_000)
-        # a new simulation is not held up by the running search of the first result
-        with qtbot.waitSignal(window.result_shown, timeout=60_000) as second:
-            window.editor.field_widget("plan.global_batch_size").setValue(256)
-        assert second.args[0].session.plan.global_batch_size == 256
-        assert panel.report is second.args[0].report
-        assert panel.fit_changes_state == "searching"
-        # the first search is cancelled: it stops at its first plan once released
-        assert fake.cancels[128].is_set()
-        fake.gate(128).set()
-        qtbot.waitUntil(lambda: fake.asked == [128, 256], timeout=10_000)
-        assert 128 not in fake.answers  # it raised instead of answering
-        assert shown == [] and panel.fit_changes_state == "searching"
-        assert window.fit_search_pending and not fake.cancels[256].is_set()
-        with qtbot.waitSignal(window.fit_changes_shown, timeout=60_000):
-            fake.gate(256).set()
+        yield fake, shown
     finally:
         fake.release_all()
+
+
+def test_an_answer_for_an_earlier_result_is_dropped(window, qtbot, searching):
+    fake, shown = searching
+    panel = window.cost_panel
+    # a new simulation is not held up by the running search of the first result
+    with qtbot.waitSignal(window.result_shown, timeout=60_000) as second:
+        window.editor.field_widget("plan.global_batch_size").setValue(256)
+    assert second.args[0].session.plan.global_batch_size == 256
+    assert panel.report is second.args[0].report
+    assert panel.fit_changes_state == "searching"
+    # the first search is cancelled: it stops at its first plan once released
+    assert fake.cancels[128].is_set()
+    fake.gate(128).set()
+    qtbot.waitUntil(lambda: fake.asked == [128, 256], timeout=10_000)
+    assert 128 not in fake.answers  # it raised instead of answering
+    assert shown == [] and panel.fit_changes_state == "searching"
+    assert window.fit_search_pending and not fake.cancels[256].is_set()
+    with qtbot.waitSignal(window.fit_changes_shown, timeout=60_000):
+        fake.gate(256).set()
     assert shown == [fake.answers[256]]
     assert second.args[0].fit_changes is fake.answers[256]
     assert panel.fit_changes_state == "found"
     assert panel._fit_plan.global_batch_size == 256
 
 
-def test_a_result_that_fits_drops_the_search_of_the_one_before(window, qtbot, real_simulate,
-                                                               oom_session_file, monkeypatch):
-    fake = _GatedFitChanges()
-    monkeypatch.setattr(fit_module, "fit_changes", fake)
+def test_a_result_that_fits_drops_the_search_of_the_one_before(window, qtbot, searching):
+    fake, shown = searching
     panel = window.cost_panel
-    shown = []
-    window.fit_changes_shown.connect(shown.append)
-    try:
-        with qtbot.waitSignal(window.result_shown, timeout=60_000):
-            assert window.open_path(oom_session_file)
-        qtbot.waitUntil(lambda: fake.asked == [128], timeout=10_000)
-        with qtbot.waitSignal(window.result_shown, timeout=60_000) as fits:
-            window.editor.set_field("plan.zero_stage", 1)
-        assert fits.args[0].report.memory_verdict == "fits"
-        assert panel.fit_changes_state == "none" and panel.fit_changes_text == ""
-        assert not window.fit_search_pending
-        assert fake.cancels[128].is_set()  # its search is not wanted any more
-        fake.gate(128).set()
-        qtbot.waitUntil(lambda: not window.fit_runner.busy, timeout=60_000)
-    finally:
-        fake.release_all()
+    with qtbot.waitSignal(window.result_shown, timeout=60_000) as fits:
+        window.editor.set_field("plan.zero_stage", 1)
+    assert fits.args[0].report.memory_verdict == "fits"
+    assert panel.fit_changes_state == "none" and panel.fit_changes_text == ""
+    assert not window.fit_search_pending
+    assert fake.cancels[128].is_set()  # its search is not wanted any more
+    fake.gate(128).set()
+    qtbot.waitUntil(lambda: not window.fit_runner.busy, timeout=60_000)
     assert 128 not in fake.answers  # cancelled at its first plan
     assert shown == [] and panel.fit_changes_state == "none"
     assert fits.args[0].fit_changes is None
