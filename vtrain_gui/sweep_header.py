@@ -16,16 +16,13 @@ from typing import Any
 from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_field_title
 from core.plan.session import Session
 from core.studies.sweep import SweepSpace, held_dimensions
+from core.studies.sweep.dimensions import value_text
 
 __all__ = ["dimensions_html", "PHASE_TEXT", "same_inputs", "stale_text"]
 
 #: What the progress bar and status line call each phase of a sweep.
 PHASE_TEXT = {"enumerate": "Enumerating plans", "memory": "Memory of each plan",
               "bound": "Lower bound of each plan", "simulate": "Simulating plans"}
-
-
-def _value_text(v: Any) -> str:
-    return "-" if v is None else ("y" if v is True else "n" if v is False else str(v))
 
 
 def dimensions_html(dimensions: list[dict[str, Any]], plan: ParallelPlan | None = None) -> str:
@@ -40,7 +37,7 @@ def dimensions_html(dimensions: list[dict[str, Any]], plan: ParallelPlan | None 
     held = held_dimensions(dimensions, plan)
 
     def left_out(d: dict[str, Any]) -> str:  # the values a rule rules out, with the rule
-        return "".join(f" <span style='color:gray'>({html.escape(_value_text(x['value']))} "
+        return "".join(f" <span style='color:gray'>({html.escape(value_text(x['value']))} "
                        f"left out: {html.escape(x['why'])})</span>"
                        for x in d.get("left_out", ()))
 
@@ -48,14 +45,14 @@ def dimensions_html(dimensions: list[dict[str, Any]], plan: ParallelPlan | None 
     if swept:
         lines.append("<b>swept</b>: " + "; ".join(
             html.escape(f"{plan_field_title(d['field'])} "
-                        f"{', '.join(_value_text(v) for v in d['values'])}")
+                        f"{', '.join(value_text(v) for v in d['values'])}")
             + (f" <span style='color:gray'>({html.escape(d['stopped'])})</span>"
                if d.get("stopped") else "")
             + (f" <span style='color:gray'>({html.escape(d['note'])})</span>"
                if d.get("note") else "") + left_out(d) for d in swept))
     if held:
         lines.append("<b>held</b>: " + "; ".join(
-            html.escape(f"{plan_field_title(d['field'])} {_value_text(d['values'][0])}")
+            html.escape(f"{plan_field_title(d['field'])} {value_text(d['values'][0])}")
             + f" <span style='color:gray'>({html.escape(d['why'])})</span>" + left_out(d)
             for d in held))
     return "<br>".join(lines)

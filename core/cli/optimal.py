@@ -85,11 +85,6 @@ def run(args: argparse.Namespace) -> int:
 _SWITCHES = ("sequence_parallel", "zero_stage", "context_parallel")
 
 
-def _value_text(v: Any) -> str:
-    """A plan value as the sweep's table writes it: y / n for booleans, - for none."""
-    return "-" if v is None else "y" if v is True else "n" if v is False else str(v)
-
-
 def _memory_cell(plan: dict[str, Any]) -> str:
     """The plan's memory per GPU in GiB, marked ``~`` when tight (as ``vtrain sweep``'s GiB
     column: :attr:`core.studies.sweep.SweepResult.memory_verdict`); a chosen plan fits."""
@@ -113,6 +108,7 @@ def _print(result, session, console: Console) -> None:
                   f"{s.plan.global_batch_size}, sequence {s.model.seq_length}, {s.plan.precision}",
                   highlight=False)
     from core.cli.sweep import calibration_mark, print_dimensions
+    from core.studies.sweep.dimensions import value_text
     print_dimensions(result.dimensions, s.plan, console)  # the candidates' sweeps, as one
     console.print(f"Chinchilla rule (loss fit of Besiroglu et al. 2024) at an assumed MFU of "
                   f"{result.assumed_mfu:.0%}: "
@@ -141,7 +137,7 @@ def _print(result, session, console: Console) -> None:
         t.add_row(format_params(c.n_params), str(m.num_layers), str(m.hidden_size),
                   str(m.num_attention_heads), f"{p['tensor_parallel']} {p['pipeline_parallel']} "
                   f"{p['data_parallel']} {p['micro_batch_size']}",
-                  *(_value_text(p[name]) for name in _SWITCHES), p["schedule"], p["recompute"],
+                  *(value_text(p[name]) for name in _SWITCHES), p["schedule"], p["recompute"],
                   f"{c.mfu:.1%}{calibration_mark(c.within_calibration, c.calibration_departures)}",
                   _memory_cell(p), format_params(c.tokens), f"{c.tokens_per_parameter:.3g}",
                   f"{c.loss:.4f}", mark, style=style)

@@ -480,8 +480,8 @@ def _plan_cells(result, i: int) -> list[str]:
     if _COMPACT:
         cells = [esc(plan.label())]
     else:
-        cells = ["-" if v is None else "y" if v is True else "n" if v is False else str(v)
-                 for v in (getattr(plan, name) for name in _wide_fields(result))]
+        from core.studies.sweep.dimensions import value_text
+        cells = [value_text(getattr(plan, name)) for name in _wide_fields(result)]
     outside = calibration_mark(result.within_calibration[i], result.calibration_departures[i])
     if not math.isfinite(result.iteration_time_s[i]):  # not simulated (it does not fit): no figures
         return [*cells, f"{result.num_gpus[i]:,}", "-", "-", "-", "-",
@@ -760,11 +760,9 @@ def print_dimensions(dimensions: list[dict[str, Any]], plan, console: Console) -
     from core.plan.parallel import plan_field_title, tf32_matmuls
     from core.util.console import esc
 
-    def text(v: Any) -> str:
-        return "-" if v is None else ("y" if v is True else "n" if v is False else str(v))
-
-    swept = [d for d in dimensions if d["swept"]]
     from core.studies.sweep import held_dimensions
+    from core.studies.sweep.dimensions import value_text as text
+    swept = [d for d in dimensions if d["swept"]]
     held = held_dimensions(dimensions, plan)
 
     def left_out(d: dict) -> str:

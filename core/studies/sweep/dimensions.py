@@ -22,7 +22,7 @@ from core.studies.sweep.space import SPLIT_FLAG_FIELDS, SweepSpace
 from core.studies.sweep.pace import yield_interpreter
 
 __all__ = ["sweep_dimensions", "held_dimensions", "merge_dimensions", "KEPT_SWITCHES",
-           "kept_switches_text"]
+           "kept_switches_text", "value_text"]
 
 #: The plan switches a study's sweeps keep at the session's values
 #: (``SweepSpace(hold_session_values=True)``: the shared-cluster study, and the compute-optimal
@@ -32,6 +32,12 @@ __all__ = ["sweep_dimensions", "held_dimensions", "merge_dimensions", "KEPT_SWIT
 KEPT_SWITCHES = ("precision", "sequence_parallel", "zero_stage", "overlap_grad_reduce",
                  "overlap_param_gather", "tp_comm_overlap", "gradient_accumulation_fusion",
                  "cross_entropy_loss_fusion", "context_parallel")
+
+
+def value_text(v: Any) -> str:
+    """A plan value as the sweep's tables and dimension lines write it: ``y`` / ``n`` for a
+    boolean, ``-`` for none, else ``str(v)``."""
+    return "-" if v is None else "y" if v is True else "n" if v is False else str(v)
 
 
 def kept_switches_text(plan: ParallelPlan) -> str:
