@@ -443,3 +443,44 @@ def test_a_string_of_arguments_keeps_its_known_words_beside_an_unknown_master_ad
     assert "NNODES" in str(err.value)
     res = import_file(tmp_path / "unset.sh", variables={"SLURM_NNODES": "2"})
     assert res.session.plan.num_gpus == 16
+
+
+# An unknown variable standing alone among the words may hold several words (bash splits it):
+# the launcher's counts, or Megatron arguments. Beside known words it must not drop out.
+_TRAIN = (" pretrain_gpt.py --num-layers 24 --hidden-size 2048 --num-attention-heads 16 "
+          "--seq-length 4096 --micro-batch-size 1 --global-batch-size 256 --vocab-size 32000 "
+          "--bf16")
+
+
+@pytest.mark.parametrize("launcher", [
+    'DA="--nproc_per_node 8 $EXTRA"\ntorchrun $DA',       # inside a string of known words
+    'torchrun --nproc_per_node 8 $EXTRA',                  # beside them on the command line
+])
+def test_an_unknown_variable_among_the_launchers_options_is_named(tmp_path, launcher):
+    """$EXTRA (from a command) may hold --nnodes 4: the world size is refused naming EXTRA,
+    not taken as 8 GPUs on one node; given EXTRA, it is read."""
+    text = "EXTRA=$(cat launch_extra.txt)\n" + launcher + _TRAIN + "\n"
+    path = _write(tmp_path, "extra.sh", text)
+    with pytest.raises(MegatronArgsError) as err:
+        import_file(path)
+    assert "EXTRA" in str(err.value)
+    res = import_file(path, variables={"EXTRA": "--nnodes 4"})
+    assert res.session.plan.num_gpus == 32
+    assert import_file(path, num_gpus=16).session.plan.num_gpus == 16
+
+
+@pytest.mark.parametrize("args", [
+    'PA="--lr 1e-4 $EXTRA"',                               # after a flag's one value
+    'PA="--use-distributed-optimizer $EXTRA"',             # after a switch
+    'PA="$EXTRA --lr 1e-4"',                               # before any flag
+])
+def test_an_unknown_variable_among_megatron_arguments_is_named(tmp_path, args):
+    """$EXTRA may hold --tensor-model-parallel-size 8: refused naming EXTRA, never dropped."""
+    text = (f"EXTRA=$(cat extra_args.txt)\n{args}\n"
+            "torchrun --nproc_per_node 8 --nnodes 1" + _TRAIN + " $PA\n")
+    path = _write(tmp_path, "extra.sh", text)
+    with pytest.raises(MegatronArgsError) as err:
+        import_file(path)
+    assert "EXTRA" in str(err.value)
+    res = import_file(path, variables={"EXTRA": "--tensor-model-parallel-size 8"})
+    assert res.session.plan.tensor_parallel == 8

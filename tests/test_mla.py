@@ -416,3 +416,19 @@ def test_deepseek_group_limited_routing_imports_its_groups():
     with pytest.raises(ConfigError) as err:  # named by the config's own key
         session_from_hf_config({**V3_CONFIG, "n_group": 7}, "config.json", seq_length=4096)
     assert err.value.errors[0].field == "config.json: n_group"
+
+
+@pytest.mark.parametrize("drop,field", [
+    (("topk_group",), "topk_group"),           # transformers' DeepseekV3Config would fill 4
+    (("n_group",), "n_group"),                 # ... and 8
+    (("n_group", "topk_group"), "n_group"),
+])
+def test_deepseek_group_limited_routing_without_its_counts_is_refused(drop, field):
+    """Under noaux_tc (or group_limited_greedy) a config that leaves out n_group or topk_group
+    does not say the groups a token's experts lie in; the import refuses it naming the key (as
+    GLM-4.5's does) instead of simulating the routing without groups."""
+    from core.plan.fields import ConfigError
+    cfg = {k: v for k, v in V3_CONFIG.items() if k not in drop}
+    with pytest.raises(ConfigError) as err:
+        session_from_hf_config(cfg, "config.json", seq_length=4096)
+    assert err.value.errors[0].field == f"config.json: {field}"

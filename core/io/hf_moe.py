@@ -120,10 +120,10 @@ def _deepseek_expert_fields(cfg: dict[str, Any], where: str, ignored: dict[str, 
                                   "the same number of experts; no extra cost is modelled")
         # HF DeepseekV2/V3MoEGate: the experts in topk_group of n_group groups (Megatron-Core's
         # node-limited routing, --moe-router-num-groups / --moe-router-group-topk)
-        groups = positive_int(cfg, "n_group", where, required=False)
-        topk = positive_int(cfg, "topk_group", where, required=False)
-        if groups is not None and topk is not None:
-            out["moe_router_num_groups"], out["moe_router_group_topk"] = groups, topk
+        # both required: transformers' DeepseekV3Config would fill 8 and 4 (no default taken
+        # for a number that changes the work)
+        out["moe_router_num_groups"] = positive_int(cfg, "n_group", where)
+        out["moe_router_group_topk"] = positive_int(cfg, "topk_group", where)
     else:
         for key in ("n_group", "topk_group"):
             if key in cfg:

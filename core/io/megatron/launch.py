@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.io.megatron.arguments import BY_DEST, MEGATRON_LM_COMMIT, MegatronArgsError
+from core.io.megatron.arguments import BY_DEST, BY_OPTION, MEGATRON_LM_COMMIT, MegatronArgsError
 from core.io.shell_reader import missing_variable, read_shell
 from core.io.shell_words import ShellError
 
@@ -64,9 +64,13 @@ class Launch:
 def unset_message(source: str, what: str, text: str) -> str:
     """The message for a value that holds a variable the script does not set (``what``: the
     flag or launcher option, ``text``: its value as written)."""
+    return f"{source}: {what} {text}: {_not_set(text)}"
+
+
+def _not_set(text: str) -> str:
     name = missing_variable(text) or "NAME"
-    return (f"{source}: {what} {text}: the variable {name} is not set in the file (or comes from "
-            f"a command vtrain does not run); give --var {name}=VALUE")
+    return (f"the variable {name} is not set in the file (or comes from a command vtrain does "
+            f"not run); give --var {name}=VALUE")
 
 
 def int_value(text: str, what: str, source: str) -> int:
@@ -122,6 +126,27 @@ def _launcher_counts(words: list[str], source: str, deferred: list[str] | None =
                 ntasks = n
         i += 1
     return nnodes, nproc, ntasks
+
+
+#: Launcher options that take no value (torchrun's), so that a word after one stands alone.
+_LAUNCHER_SWITCHES = frozenset({"--standalone", "--no-python", "--no_python", "--run-path",
+                                "--run_path"})
+
+
+def _unknown_launcher_words(pre: list[str], source: str) -> list[str]:
+    """Messages for the unknown values (``$EXTRA`` as written) among the launcher's options
+    that stand where an option would, not as the value of the option before them: bash splits
+    one into the words it holds, which may be ``--nnodes 4``. ``pre[0]`` (the program) is
+    not an option."""
+    out = []
+    for k in range(1, len(pre)):
+        w, before = pre[k], pre[k - 1]
+        alone = k == 1 or not before.startswith("-") or "=" in before or \
+            before in _LAUNCHER_SWITCHES
+        if w.startswith("$") and alone:
+            out.append(f"{source}: the launcher's {w} may hold --nnodes or --nproc-per-node: "
+                       f"{_not_set(w)}")
+    return out
 
 
 #: Scripts of Megatron-LM (and Megatron-DeepSpeed) that prepare data or convert checkpoints:
@@ -237,6 +262,7 @@ def read_launch(text: str, source: str = "arguments", variables: dict[str, str] 
         pre, args, launcher, script = picked
         # srun may launch torchrun: both parts count, torchrun's last
         nnodes, nproc, ntasks = _launcher_counts(sbatch + pre, source, deferred)
+        deferred += _unknown_launcher_words(pre, source)
     elif loose:
         args, launcher, script = loose, "argument list", ""
         nnodes, nproc, ntasks = _launcher_counts(sbatch, source, deferred)
@@ -357,9 +383,25 @@ def parse_arguments(args: list[str], source: str = "arguments") -> dict[str, lis
             out.pop(name, None)  # the last one wins, in the order given
             out[name] = [value] if eq else []
             flag = name
+        elif w.startswith("$") and not _takes_another(flag, out.get(flag, [])):
+            # an unknown value standing alone: bash splits it into the words it holds
+            where = f"after {flag} {' '.join(out[flag])}".rstrip() if flag else "first"
+            raise MegatronArgsError(f"{source}: {w} ({where}) may hold arguments: "
+                                    f"{_not_set(w)}")
         elif flag is None:
             raise MegatronArgsError(f"{source}: {w!r} comes before any --argument")
         else:
             out[flag].append(w)
     return out
+
+
+def _takes_another(flag: str | None, values: list[str]) -> bool:
+    """Whether Megatron-LM's ``flag``, given ``values`` so far, takes one more value (a flag
+    the table does not know may)."""
+    if flag is None:
+        return False
+    entry = BY_OPTION.get(flag)
+    if entry is None or entry.nargs in ("+", "*"):
+        return True
+    return len(values) < (1 if entry.nargs is None else entry.nargs)
 
