@@ -432,3 +432,24 @@ def test_deepseek_group_limited_routing_without_its_counts_is_refused(drop, fiel
     with pytest.raises(ConfigError) as err:
         session_from_hf_config(cfg, "config.json", seq_length=4096)
     assert err.value.errors[0].field == f"config.json: {field}"
+
+
+def test_deepseek_v3_without_topk_method_routes_within_its_groups():
+    """transformers' DeepseekV3TopkRouter always picks a token's experts within topk_group of
+    n_group groups (no topk_method is read): a V3 config without the key imports its groups,
+    and without them is refused; DeepSeek-V2's config default is greedy (groups not read)."""
+    from core.plan.fields import ConfigError
+    cfg = {k: v for k, v in V3_CONFIG.items() if k != "topk_method"}
+    imp = session_from_hf_config(cfg, seq_length=4096)
+    assert (imp.session.model.moe_router_num_groups, imp.session.model.moe_router_group_topk) \
+        == (8, 4)
+    assert "topk_method" not in imp.ignored  # not in the file
+    with pytest.raises(ConfigError) as err:
+        session_from_hf_config({k: v for k, v in cfg.items() if k != "n_group"}, "config.json",
+                               seq_length=4096)
+    assert err.value.errors[0].field == "config.json: n_group"
+    v2 = {**cfg, "architectures": ["DeepseekV2ForCausalLM"]}
+    del v2["num_nextn_predict_layers"]
+    greedy = session_from_hf_config(v2, seq_length=4096)
+    assert greedy.session.model.moe_router_num_groups is None
+    assert {"n_group", "topk_group"} <= set(greedy.ignored)

@@ -64,7 +64,7 @@ def moe_fields(cfg: dict[str, Any], arch: str, experts_key: str, layers: int, wh
     moe_ffn = positive_int(cfg, "moe_intermediate_size", where)
     out["moe_ffn_hidden_size"] = moe_ffn
     if arch.startswith("Deepseek"):  # DeepseekV2/V3MoE: shared experts of moe_intermediate_size
-        out.update(_deepseek_expert_fields(cfg, where, ignored))
+        out.update(_deepseek_expert_fields(cfg, arch, where, ignored))
     elif arch == "Glm4MoeForCausalLM":
         out.update(_glm_expert_fields(cfg, where, ignored))
     else:
@@ -105,19 +105,24 @@ def _gpt_oss_expert_fields(cfg: dict[str, Any], arch: str, k: int, where: str,
     return out
 
 
-def _deepseek_expert_fields(cfg: dict[str, Any], where: str, ignored: dict[str, str]
-                            ) -> dict[str, Any]:
+def _deepseek_expert_fields(cfg: dict[str, Any], arch: str, where: str,
+                            ignored: dict[str, str]) -> dict[str, Any]:
     """DeepSeek-V2/V3's expert fields: ``n_shared_experts`` shared experts, the first
     ``first_k_dense_replace`` layers dense, then every ``moe_layer_freq``-th; a ``topk_method``
-    other than greedy is noted in ``ignored``."""
+    other than greedy is noted in ``ignored``. A config without ``topk_method`` routes as
+    transformers' code for ``arch`` does: DeepSeek-V2's ``greedy`` (``DeepseekV2Config``'s
+    default), DeepSeek-V3's group-limited ``noaux_tc`` (``DeepseekV3TopkRouter`` always picks
+    within ``topk_group`` of ``n_group`` groups)."""
     out: dict[str, Any] = {}
-    method = cfg.get("topk_method", "greedy")
+    method = cfg.get("topk_method",
+                     "noaux_tc" if arch == "DeepseekV3ForCausalLM" else "greedy")
     if method not in _DEEPSEEK_TOPK_METHODS:
         raise refusal(where, "topk_method", f"{method!r}: expert selection other than "
                       f"{', '.join(_DEEPSEEK_TOPK_METHODS)} is not known to the importer")
     if method != "greedy":
-        ignored["topk_method"] = (f"{method}: group-limited / bias-corrected top-k picks "
-                                  "the same number of experts; no extra cost is modelled")
+        if "topk_method" in cfg:
+            ignored["topk_method"] = (f"{method}: group-limited / bias-corrected top-k picks "
+                                      "the same number of experts; no extra cost is modelled")
         # HF DeepseekV2/V3MoEGate: the experts in topk_group of n_group groups (Megatron-Core's
         # node-limited routing, --moe-router-num-groups / --moe-router-group-topk)
         # both required: transformers' DeepseekV3Config would fill 8 and 4 (no default taken
