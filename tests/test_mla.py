@@ -453,3 +453,19 @@ def test_deepseek_v3_without_topk_method_routes_within_its_groups():
     greedy = session_from_hf_config(v2, seq_length=4096)
     assert greedy.session.model.moe_router_num_groups is None
     assert {"n_group", "topk_group"} <= set(greedy.ignored)
+
+
+def test_one_group_is_no_groups_and_more_chosen_groups_than_groups_is_refused():
+    """n_group 1 (Kimi K2's DeepSeek-V3 config) is the top-k over all experts: no router
+    groups, as GLM-4.5's import reads it; topk_group above n_group is refused by name (both
+    routers take the top topk_group of n_group group scores)."""
+    from core.plan.fields import ConfigError
+    one = session_from_hf_config({**V3_CONFIG, "n_group": 1, "topk_group": 1},
+                                 seq_length=4096)
+    assert one.session.model.moe_router_num_groups is None
+    assert {"n_group", "topk_group"} <= set(one.ignored)
+    for arch_cfg in (V3_CONFIG, {**V3_CONFIG, "n_group": 1}):
+        with pytest.raises(ConfigError) as err:
+            session_from_hf_config({**arch_cfg, "topk_group": 9 if arch_cfg is V3_CONFIG
+                                    else 4}, "config.json", seq_length=4096)
+        assert err.value.errors[0].field == "config.json: topk_group"

@@ -125,10 +125,7 @@ def _deepseek_expert_fields(cfg: dict[str, Any], arch: str, where: str,
                                       "the same number of experts; no extra cost is modelled")
         # HF DeepseekV2/V3MoEGate: the experts in topk_group of n_group groups (Megatron-Core's
         # node-limited routing, --moe-router-num-groups / --moe-router-group-topk)
-        # both required: transformers' DeepseekV3Config would fill 8 and 4 (no default taken
-        # for a number that changes the work)
-        out["moe_router_num_groups"] = positive_int(cfg, "n_group", where)
-        out["moe_router_group_topk"] = positive_int(cfg, "topk_group", where)
+        out.update(_router_groups(cfg, where, ignored))
     else:
         for key in ("n_group", "topk_group"):
             if key in cfg:
@@ -148,6 +145,28 @@ def _deepseek_expert_fields(cfg: dict[str, Any], arch: str, where: str,
     out["moe_first_dense_layers"] = first
     out["moe_layer_frequency"] = positive_int(cfg, "moe_layer_freq", where, required=False) or 1
     return out
+
+
+def _router_groups(cfg: dict[str, Any], where: str, ignored: dict[str, str]) -> dict[str, Any]:
+    """The group-limited routing of DeepSeek-V3's router (transformers' ``DeepseekV3TopkRouter``,
+    which GLM-4.5's copies): a token's experts lie in ``topk_group`` of ``n_group`` groups,
+    Megatron-Core's ``--moe-router-num-groups`` / ``--moe-router-group-topk`` (the flex
+    dispatcher's remote copies depend on them). Both are required (transformers' configs would
+    fill 8 and 4 for DeepSeek-V3, 1 and 1 for GLM: no default is taken for a number that changes
+    the work); one group is the top-k over all experts (noted in ``ignored``, no groups set).
+
+    Raises ConfigError naming the key: missing, not a positive integer, or ``topk_group`` above
+    ``n_group`` (transformers' ``topk`` over the groups fails there)."""
+    groups = positive_int(cfg, "n_group", where)
+    topk = positive_int(cfg, "topk_group", where)
+    if topk > groups:
+        raise refusal(where, "topk_group", f"{topk} is more than n_group={groups}: a token's "
+                      "experts lie in topk_group of the n_group groups")
+    if groups == 1:
+        for key in ("n_group", "topk_group"):
+            ignored[key] = "one group (n_group 1): the top-k over all experts"
+        return {}
+    return {"moe_router_num_groups": groups, "moe_router_group_topk": topk}
 
 
 def _required_count(cfg: dict[str, Any], name: str, where: str, why: str) -> int:
@@ -185,19 +204,7 @@ def _glm_expert_fields(cfg: dict[str, Any], where: str, ignored: dict[str, str]
         raise refusal(where, "moe_layer_freq", f"{freq!r}: Glm4MoeForCausalLM's modelling code "
                       "puts experts on every layer from first_k_dense_replace on; a config "
                       "asking for another pattern is not one we know")
-    # Glm4MoeTopkRouter is DeepSeek-V3's: the experts in topk_group of n_group groups
-    groups = positive_int(cfg, "n_group", where, required=False)
-    topk = positive_int(cfg, "topk_group", where, required=False)
-    if groups is not None and groups > 1:
-        if topk is None:
-            raise refusal(where, "topk_group", f"is missing with n_group={groups}: the groups a "
-                          "token's experts may lie in (the importer does not take a default "
-                          "for a number that changes the work)")
-        out["moe_router_num_groups"], out["moe_router_group_topk"] = groups, topk
-    else:
-        for key in ("n_group", "topk_group"):
-            if key in cfg:
-                ignored[key] = "one group (n_group 1): the top-k over all experts"
+    out.update(_router_groups(cfg, where, ignored))  # Glm4MoeTopkRouter is DeepSeek-V3's
     if "topk_method" in cfg:  # DeepSeek's field; Glm4MoeTopkRouter does not read it
         ignored["topk_method"] = (f"{cfg['topk_method']!r}: not read by Glm4Moe's modelling "
                                   "code (its router is always noaux_tc); the same k experts")
