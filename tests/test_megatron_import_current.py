@@ -16,6 +16,7 @@ from core.io.megatron.to_session import import_file
 from core.io.megatron.arguments import (BY_OPTION, EFFECTS, ENTRIES, MEGATRON_LM_COMMIT,
                                         MODELLED_ARGUMENTS, OLDER_ARGUMENTS, REMOVED_ARGUMENTS)
 from tests.conftest import ROOT
+from core.cli import main
 
 PARSER = ROOT.parent / "shared" / "data" / "megatron-lm" / "arguments.json"
 ACTIONS = {"_StoreAction": "store", "_StoreTrueAction": "store_true",
@@ -484,3 +485,26 @@ def test_an_unknown_variable_among_megatron_arguments_is_named(tmp_path, args):
     assert "EXTRA" in str(err.value)
     res = import_file(path, variables={"EXTRA": "--tensor-model-parallel-size 8"})
     assert res.session.plan.tensor_parallel == 8
+
+
+def test_a_dump_gives_the_world_size_not_the_gpus_per_node(tmp_path, capsys):
+    """A printed dump has world_size (64) but not how the GPUs split into nodes: the import
+    takes nodes of the GPU's NVLink domain (8 H100s; one node when the world is smaller) and
+    says so, where it read 64 GPUs on one node, which the command line refused as larger than
+    the NVLink domain. ``padded_vocab_size`` is the vocabulary when the dump's vocab_size is
+    None (noted), not an ignored argument."""
+    path = _write(tmp_path, "issue.log", DUMP)
+    res = import_file(path, gpu="H100-SXM5-80GB")
+    assert (res.session.cluster.gpus_per_node, res.session.plan.num_gpus) == (8, 64)
+    assert [n for f, n in res.notes if f == "GPUs per node"] == [
+        "8: the H100-SXM5-80GB's NVLink domain (the launch gives only the world size, 64); give "
+        "--gpus-per-node G for your nodes"]
+    assert "--padded-vocab-size" not in res.ignored
+    assert any("padded_vocab_size 128,256" in n for n in res.launch.notes)
+    assert import_file(path, gpu="GB200-NVL72").session.cluster.gpus_per_node == 64
+    assert import_file(path, gpu="H100-SXM5-80GB",
+                       gpus_per_node=4).session.cluster.gpus_per_node == 4
+    out = tmp_path / "s.json"
+    assert main(["import", "megatron-args", str(path), "--gpu", "H100-SXM5-80GB",
+                 "--out", str(out)]) == 0
+    assert "GPUs per node: 8" in " ".join(capsys.readouterr().out.split())

@@ -49,6 +49,9 @@ class Launch:
     unset_counts : list of str
         Messages for launcher counts that hold a variable the script does not set (raised
         when the world size needs them and ``--nodes``/``--num-gpus`` do not give it).
+    world_size : int or None
+        The GPUs of the run when the launch gives them without nodes and GPUs per node (a
+        printed argument dump's ``world_size``).
     """
 
     arguments: list[str]
@@ -59,6 +62,7 @@ class Launch:
     source: str = "arguments"
     notes: list[str] = field(default_factory=list)
     unset_counts: list[str] = field(default_factory=list)
+    world_size: int | None = None
 
 
 def unset_message(source: str, what: str, text: str) -> str:
@@ -300,7 +304,8 @@ def read_argument_dump(text: str, source: str = "arguments") -> Launch | None:
     ``store_false`` one) gives its option, a value that differs from Megatron-LM's default
     gives ``--option value`` (a list one word per element; an enum ``AttnBackend.flash`` its
     name). Values Megatron-LM derives (``world_size``, ``data_parallel_size``, ``params_dtype``
-    ...) are not arguments; ``world_size`` gives the world size, and ``padded_vocab_size`` the
+    ...) are not arguments; ``world_size`` gives the world size (not the GPUs per node:
+    :attr:`Launch.world_size`), and ``padded_vocab_size`` the
     vocabulary when the dump has no ``vocab_size``. Dests the table does not know are noted.
     """
     lines = text.splitlines()
@@ -317,10 +322,11 @@ def read_argument_dump(text: str, source: str = "arguments") -> Launch | None:
     args: list[str] = []
     unknown = []
     for dest, raw in values.items():
+        if dest in _DERIVED_DESTS:  # set by validate_args (padded_vocab_size: read below)
+            continue
         entries = BY_DEST.get(dest)
         if not entries:
-            if dest not in _DERIVED_DESTS:
-                unknown.append(dest)
+            unknown.append(dest)
             continue
         value = _dump_value(raw)
         for e in entries:
@@ -344,15 +350,21 @@ def read_argument_dump(text: str, source: str = "arguments") -> Launch | None:
                     words = [raw]
                 args += [option] + words
             break
+    notes = []
     if "vocab_size" not in values or values.get("vocab_size") == "None":
         padded = values.get("padded_vocab_size", "")
         if padded.isdigit():
             args += ["--vocab-size", padded]
+            notes.append(f"vocabulary: the dump's padded_vocab_size {int(padded):,} (its "
+                         "vocab_size is None: the tokenizer's size is not printed); exact at "
+                         "the dump's tensor-parallel size, padded again at another")
     world = values.get("world_size", "")
-    notes = [f"argument dump entries that are not arguments of Megatron-LM {MEGATRON_LM_COMMIT[:7]} "
-             f"(not read): {' '.join(unknown)}"] if unknown else []
-    return Launch(args, 1 if world.isdigit() else None, int(world) if world.isdigit() else None,
-                  "argument dump", "", source, notes=notes)
+    if unknown:
+        notes.append(f"argument dump entries that are not arguments of Megatron-LM "
+                     f"{MEGATRON_LM_COMMIT[:7]} (not read): {' '.join(unknown)}")
+    # the dump gives the world size, not how the GPUs split into nodes
+    return Launch(args, None, None, "argument dump", "", source, notes=notes,
+                  world_size=int(world) if world.isdigit() else None)
 
 
 #: Values Megatron-LM's validate_args and initialization add to the printed arguments.

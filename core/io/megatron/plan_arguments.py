@@ -142,6 +142,8 @@ def _world_and_batch(mp: Mapper, launch: Launch, sizes: tuple[int, int, int],
         world = nodes * nproc
     if world is None and launch.nnodes is not None and launch.nproc_per_node is not None:
         world = launch.nnodes * launch.nproc_per_node
+    if world is None and launch.world_size is not None:  # a printed dump's world_size
+        world = launch.world_size
     if world is None and launch.unset_counts:
         raise MegatronArgsError(launch.unset_counts[0])
     if world is None:

@@ -39,7 +39,7 @@ from core.io.megatron.mapping import Mapper, int_argument
 from core.io.megatron.model_arguments import MOE_ONLY, map_model
 from core.io.megatron.plan_arguments import map_plan
 from core.io.megatron.rules import MEGATRON_COMMIT, OPTIONS, broken_rules, options_read
-from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.cluster import GPU_NVLINK_DOMAIN, ClusterConfig, CostConfig
 from core.plan.fields import ConfigError, FieldError
 from core.plan.rules import check
 from core.plan.parallel import ParallelPlan
@@ -219,6 +219,15 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         cluster["gpu"] = gpu
     if nproc:
         cluster["gpus_per_node"] = nproc
+    elif launch.world_size is not None and num_gpus is None and nodes is None:
+        # a dump's world size alone: nodes of the GPU's NVLink domain (one node when fewer)
+        kind = cluster.get("gpu", ClusterConfig().gpu)
+        domain = GPU_NVLINK_DOMAIN.get(kind)
+        if domain is not None:
+            cluster["gpus_per_node"] = min(domain, launch.world_size)
+            mp.notes.append(("GPUs per node", f"{cluster['gpus_per_node']}: the {kind}'s NVLink "
+                             f"domain (the launch gives only the world size, "
+                             f"{launch.world_size}); give --gpus-per-node G for your nodes"))
     # Megatron applies --recompute-num-layers to each model chunk: a count at or above the
     # largest recomputes every layer
     plan = capped_recompute_layers(ParallelPlan(**mp.values["plan"]), L)
