@@ -286,6 +286,12 @@ def test_the_shipped_a100_store_names_features_its_runs_never_had(capsys):
     iv = session_interval(none, 1.0, store)
     assert [(d.feature, d.value, d.calibrated) for d in iv.departures] == [
         ("recompute", "none", ("full",))]
+    # the band is still the like runs', and says its coverage for such a plan is unknown
+    assert iv.note.endswith("the band is that of calibration runs without these features: "
+                            "its coverage for a plan with them is not established")
+    inside = session_interval(dataclasses.replace(s, plan=dataclasses.replace(
+        s.plan, recompute="full", precision="fp16")), 1.0, store)
+    assert not inside.departures and "not established" not in inside.note
     path = EXAMPLES / "gpt3_1.3b_single_node.json"
     assert main(["simulate", str(path), "--json", "--set", "plan.recompute=none",
                  "--set", "plan.precision=fp16"]) == 0

@@ -333,6 +333,9 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
         note += ("; the band is the hull of the in-range band and the scale-transfer "
                  "residuals' band (a single-node fit predicting multi-node runs); its coverage "
                  "this far out is not established")
+    elif departures:
+        note += ("; the band is that of calibration runs without these features: its coverage "
+                 "for a plan with them is not established")
     lo = math.exp(min(b[0] for b in bounds))
     hi = math.exp(max(b[1] for b in bounds))
     return PredictionInterval(coverage, predicted_s * lo, predicted_s * hi, lo, hi, group,
