@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Slot
 
 from core.studies.diff import TERM_SHORT, PlanDiff, diff_results, plan_label
 from core.sim.report import gib_texts
@@ -76,8 +76,11 @@ class CompareTab(QtWidgets.QWidget):
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self._w_timeline_a = TimelineWidget()
         self._w_timeline_b = TimelineWidget()
-        # one time axis: B follows A's zoom and pan (and A follows B's)
+        # one time axis: B follows A's zoom and pan (and A follows B's); pyqtgraph aligns linked
+        # views by screen position, so both keep the wider lane labels' width
         self._w_timeline_b.plot.getPlotItem().setXLink(self._w_timeline_a.plot.getPlotItem())
+        for timeline in (self._w_timeline_a, self._w_timeline_b):
+            timeline.label_width_changed.connect(self._align_label_widths)
 
         def titled(label: QtWidgets.QLabel, timeline: TimelineWidget) -> QtWidgets.QWidget:
             box = QtWidgets.QWidget()
@@ -194,6 +197,14 @@ class CompareTab(QtWidgets.QWidget):
     def is_empty(self) -> bool:
         """Whether the empty state is shown."""
         return self.view.is_empty
+
+    @Slot(int)
+    def _align_label_widths(self, _pixels: int = 0) -> None:
+        """Both timelines' lane labels as wide as the wider: the plots then start at the same
+        x, and the linked time axis shows both from 0."""
+        wide = max(self._w_timeline_a.label_width, self._w_timeline_b.label_width)
+        for timeline in (self._w_timeline_a, self._w_timeline_b):
+            timeline.set_label_width_floor(wide)
 
     def set_pinned(self, result) -> None:
         """Pin ``result`` as plan A (None: unpin)."""

@@ -58,6 +58,16 @@ def test_pin_change_plan_compare(window, qtbot, real_simulate):
     assert tab.timeline_b.num_tasks == b.graph.num_tasks > 0
     item_a, item_b = tab.timeline_a.plot.getPlotItem(), tab.timeline_b.plot.getPlotItem()
     assert item_b.getViewBox().linkedView(0) is item_a.getViewBox()
+    # the lane labels differ (A's pipeline has PP send/recv lanes) but both plots start at the
+    # same x: pyqtgraph aligns linked views by screen position, which hid B's first seconds
+    window.show_tab("compare")
+    qtbot.waitUntil(lambda: tab.timeline_a.label_width > 0 and tab.timeline_b.label_width > 0,
+                    timeout=10_000)
+    assert tab.timeline_a.label_width != tab.timeline_b.label_width
+    wide = max(tab.timeline_a.label_width, tab.timeline_b.label_width)
+    assert item_a.getAxis("left").width() == item_b.getAxis("left").width() == wide
+    assert item_a.getViewBox().sceneBoundingRect().left() == pytest.approx(
+        item_b.getViewBox().sceneBoundingRect().left(), abs=0.5)
     item_a.getViewBox().setXRange(0.001, 0.002, padding=0.0)
     x0, x1 = item_b.getViewBox().viewRange()[0]
     assert x0 == pytest.approx(0.001, rel=1e-6) and x1 == pytest.approx(0.002, rel=1e-6)

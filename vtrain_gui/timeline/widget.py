@@ -58,6 +58,8 @@ class TimelineWidget(QtWidgets.QWidget):
 
     #: Index of the task under the mouse, or -1 when none.
     task_hovered = Signal(int)
+    #: The lane labels' own width changed (pixels, :attr:`label_width`).
+    label_width_changed = Signal(int)
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
@@ -107,6 +109,8 @@ class TimelineWidget(QtWidgets.QWidget):
         self._sim_rows = 0
         self.plot.scene().sigMouseMoved.connect(self._on_scene_mouse_moved)
         self._num_rows = 0
+        self._label_width = 0  # the lane labels' own width (px)
+        self._label_width_floor = 0  # at least this wide (another timeline's, to align)
         self.view_box.sigResized.connect(self._on_view_box_resize)
 
         layout = QtWidgets.QVBoxLayout(self)
@@ -393,7 +397,23 @@ class TimelineWidget(QtWidgets.QWidget):
         axis.setTicks([ticks, []])
         # fixed width from the longest label: the automatic text-space expansion lags one paint
         longest = max((metrics.horizontalAdvance(t) for _, t in ticks), default=40)
-        axis.setWidth(longest + 16)
+        natural = longest + 16
+        axis.setWidth(max(natural, self._label_width_floor))
+        if natural != self._label_width:
+            self._label_width = natural
+            self.label_width_changed.emit(natural)
+
+    @property
+    def label_width(self) -> int:
+        """The lane labels' own width in pixels (0 before the first labels)."""
+        return self._label_width
+
+    def set_label_width_floor(self, pixels: int) -> None:
+        """Keep the lane labels at least ``pixels`` wide: timelines stacked on one time axis
+        (the Compare tab) give theirs the widest one's, so their plots start at the same x
+        (a linked view aligns by screen position)."""
+        self._label_width_floor = int(pixels)
+        self.plot.getPlotItem().getAxis("left").setWidth(max(self._label_width, pixels))
 
     @Slot()
     def _on_view_box_resize(self) -> None:
