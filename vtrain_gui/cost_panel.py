@@ -433,7 +433,8 @@ class CostPanel(QtWidgets.QWidget):
         more = f"(+{len(fit.rows) - 1} more, hover)" if len(fit.rows) > 1 else ""
         self._fit_changes.set_full_text(
             f"To fit {want}: {row_text(fit.rows[0])}", suffix=more,
-            tooltip=f"<b>To fit {want}</b>, fastest first (iteration time against this "
+            tooltip=f"<b>To fit {want}</b>, those that fit first, then the tight ones; fastest "
+                    f"first in each (iteration time against this "
                     f"plan's):<ul>{items}</ul>Held fixed: {html.escape(fit.held)}. "
                     "A sweep finds the best plan.")
         self._fit_changes.setVisible(True)

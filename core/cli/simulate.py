@@ -211,15 +211,18 @@ def _fit_changes_table(fit, r):
         return (f"[bold]To fit {want}:[/] none of the {fit.tried} valid plans tried fits (up to "
                 "three changes away, then twice the pipeline or tensor parallel size); "
                 "vtrain sweep searches every plan")
-    levers = max(x.levers for x in fit.rows)
-    away = "one change" if levers == 1 else f"up to {levers} changes"
+    fewest, most = min(x.levers for x in fit.rows), max(x.levers for x in fit.rows)
+    away = ("one change" if most == 1 else f"{most} changes" if fewest == most
+            else f"{fewest} to {most} changes")
     gpus = r.num_gpus
     more = all(x.num_gpus != gpus for x in fit.rows)
+    tight = any(x.verdict == "tight" for x in fit.rows)
     t = Table(title=f"To fit {want}: the plans {away} away that do"
-                    + (" (fewer fit nothing, or only tightly)" if levers > 1 else "")
+                    + (" (fewer fit nothing, or only tightly)" if fewest > 1 else "")
                     + (f", with more GPUs (nothing on {gpus:,} fits; the time is theirs)"
                        if more else "")
-                    + f", fastest first (held: {fit.held})",
+                    + (", those that fit first, then the tight ones; fastest first in each"
+                       if tight else ", fastest first") + f" (held: {fit.held})",
               title_justify="left")
     for col, just in (("change", "left"), ("GPUs", "right"), ("memory per GPU", "right"),
                       ("verdict", "left"), ("iteration time", "right"), ("vs this plan", "right")):

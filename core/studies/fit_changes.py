@@ -3,8 +3,10 @@
 The question a planner asks after an out-of-memory verdict: which setting would make this
 plan fit, and what does it cost in time. :func:`fit_changes` answers it by trying the levers a
 Megatron-Core user reaches for, one at a time, then two and three at a time while fewer give
-nothing that fits outside the margin, on the session's model, precision, global batch and GPU
-kind (held fixed):
+nothing that fits outside the margin (and, once a level has a plan that fits, one change more
+on that level's tight plans: those that then fit are kept where faster than every plan that
+fits with fewer changes), on the session's model,
+precision, global batch and GPU kind (held fixed):
 
 * the distributed optimizer and ZeRO-2/3 (``zero_stage`` 1-3, ``--use-distributed-optimizer``,
   FSDP);
@@ -32,6 +34,7 @@ It is a neighbourhood of the plan, not a search: ``vtrain sweep`` finds the best
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -346,10 +349,20 @@ def fit_changes(session: Session, store=None, *, max_rows: int = 8,
 
     found: list[tuple[str, float, ParallelPlan, int]] = []
     level = [base]
+    closer = 0  # the level of the one-more-change plans, 0: none
     for levers in range(1, MAX_LEVERS + 1):
         rows = verdicts(candidates(level, LEVERS))
         found += [(v, need, pl, levers) for v, need, pl in rows if v in want]
         if any(r[0] == "fits" for r in found) or not rows:
+            if levers < MAX_LEVERS and rows:
+                # one change more from this level's tight plans, which are nearly there and
+                # often faster than its plans that fit (recomputation off and micro-batch 1
+                # tight; with selective recomputation too, it fits at a fraction of full
+                # recomputation's cost): only what then fits outside the margin is kept
+                near = [pl for v, _, pl in rows if v == "tight"][:BEAM]
+                found += [(v, need, pl, levers + 1)
+                          for v, need, pl in verdicts(candidates(near, LEVERS)) if v == "fits"]
+                closer = levers + 1
             break
         # the next level grows from this one's plans that need the least memory (a beam)
         level = [pl for _, _, pl in sorted(rows, key=lambda r: r[1])[:BEAM]]
@@ -357,8 +370,13 @@ def fit_changes(session: Session, store=None, *, max_rows: int = 8,
         rows = verdicts(candidates([base], MORE_GPU_LEVERS))
         found = [(v, need, pl, 1) for v, need, pl in rows if v in want]
     found.sort(key=lambda r: (r[0] != "fits", r[3], r[1]))  # what is timed, if not all
+    # (each level's plans that fit keep a share of the timing: the one-more-change level's)
     out = [FitChange(_changes(base, pl), pl, v, need, time_of(pl), pl.num_gpus, levers)
            for v, need, pl, levers in found[:MAX_TIMED]]
+    if closer:  # a change more only where it beats every plan that fits with fewer
+        best = min((r.iteration_time_s for r in out if r.levers < closer and r.verdict == "fits"),
+                   default=math.inf)
+        out = [r for r in out if r.levers < closer or r.iteration_time_s < best]
     out.sort(key=lambda r: (r.num_gpus != base.num_gpus, r.verdict != "fits",
                             r.iteration_time_s))
     held = _HELD + ("; only plans Megatron-LM runs, as it runs this one" if megatron else "")
