@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt, Signal
 
 from core.sim.report import Report, gib_texts
 from core.store.interval import band_conditions
+from core.store.profiles import method_text
 
 from .empty_state import StaleVeil
 from .formatting import (KIND_COLORS, format_bytes, format_count, format_day_count, format_duration,
@@ -529,7 +530,8 @@ class CostPanel(QtWidgets.QWidget):
         v["cost_usd"].setText(format_usd(report.cost_usd))
         self._set_band(report)
         profile = report.profile or {}
-        shown = [str(profile[k]) for k in ("device", "method", "date") if profile.get(k)]
+        shown = [str(x) for x in (profile.get("device"), method_text(profile),
+                                  profile.get("date")) if x]
         if profile.get("source"):
             shown.append(str(profile["source"]))
         v["profile"].set_full_text(" · ".join(shown) if shown else "–",

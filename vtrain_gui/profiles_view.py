@@ -25,7 +25,7 @@ from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
 from core.plan.session import Session
-from core.store.profiles import StoreInfo, list_stores, user_profiles_dir
+from core.store.profiles import StoreInfo, list_stores, method_text, user_profiles_dir
 
 from .workers import ProfileRunner
 
@@ -311,7 +311,7 @@ class ProfilesTab(QtWidgets.QWidget):
                 item.setToolTip(tip or text)
                 item.setData(Qt.ItemDataRole.UserRole, row)
                 if col == _COL["Method"]:
-                    colour = _METHOD_COLOURS.get(text)
+                    colour = _METHOD_COLOURS.get(info.method)
                     if colour:
                         item.setForeground(QtGui.QBrush(QtGui.QColor(colour)))
                 if info.error:
@@ -532,7 +532,10 @@ class ProfilesTab(QtWidgets.QWidget):
                      f"{max(max(v) for v in colls.values() if v)}"
                      if any(colls.values()) else "—")
         coll_tip = "\n".join(f"{k}: {v}" for k, v in colls.items()) or "no collective curves"
-        return [(info.device_name, info.summary), (info.method, ""), (info.date, ""),
+        method = method_text(info.provenance)
+        return [(info.device_name, info.summary),
+                (method, str(info.provenance.get("note", "")) if method != info.method else ""),
+                (info.date, ""),
                 (source, source), (torch_text, ""),
                 (str(info.threads) if info.threads is not None else "", ""),
                 (f"{num_rows:,} in {len(info.num_op_rows)} ops", rows_tip),

@@ -221,7 +221,8 @@ def provenance_lines(provenance: dict[str, Any]) -> list[str]:
 def profile_line(profile: dict[str, Any]) -> str:
     """One line naming a report's profile: device, method, date, and for measured stores the
     torch version and threads (``Report.profile`` as input)."""
-    parts = [str(profile.get("method", "?")), str(profile.get("date", "?"))]
+    from core.store.profiles import method_text
+    parts = [method_text(profile) or "?", str(profile.get("date", "?"))]
     if profile.get("method") == "measured":
         if profile.get("torch_version"):
             parts.append(f"torch {profile['torch_version']}")

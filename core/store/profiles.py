@@ -19,7 +19,8 @@ from core.store.format import ProfileStoreError
 from core.store.profile_store import ProfileStore
 from core.util.text import file_name_part
 
-__all__ = ["PROFILES_DIR", "StoreInfo", "list_stores", "store_info", "user_profiles_dir", "default_profile_path"]
+__all__ = ["PROFILES_DIR", "StoreInfo", "list_stores", "store_info", "user_profiles_dir",
+           "default_profile_path", "method_text"]
 
 #: The shipped profile stores, one ``<GPU kind>.h5`` per kind (the repository's ``profiles/``).
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
@@ -99,6 +100,18 @@ class StoreInfo:
         peaks = ", ".join(f"{k} {v / 1e12:,.4g}" for k, v in self.peak_flops.items())
         return (f"peak TFLOP/s {peaks}; HBM {self.memory_bytes / 2**30:,.1f} GiB at "
                 f"{self.memory_bandwidth_bytes_per_s / 1e9:,.0f} GB/s")
+
+
+def method_text(provenance: dict[str, Any]) -> str:
+    """How a store's numbers were made, as the report and the window name it: its provenance
+    ``method`` (measured, analytic, calibrated), and for a store calibrated with no run of its
+    own GPU kind in the data (``rows_of_this_kind`` 0: it takes the parameters fitted on other
+    kinds, :func:`core.accuracy.shared_fit.transferred_store`) "calibrated on other GPU kinds'
+    runs"."""
+    method = str(provenance.get("method", ""))
+    if method == "calibrated" and provenance.get("rows_of_this_kind") == 0:
+        return "calibrated on other GPU kinds' runs"
+    return method
 
 
 def store_info(path: str | Path, shipped: bool = False) -> StoreInfo:
