@@ -161,6 +161,21 @@ def test_checkpoint_size_is_the_memory_models_weights_and_optimizer(zero, preset
     assert checkpoint_bytes_per_parameter("fp8") == 14
 
 
+def test_a_node_holding_several_stages_writes_their_shares_never_more_than_the_whole():
+    """t=2 p=4 d=1 on one node of 8: the node holds all four stages and writes the whole
+    checkpoint (it read 8 shares of the largest stage, more than the whole); on 2 nodes of 4
+    each node holds two consecutive stages, the larger pair's sum."""
+    m = MODEL_PRESETS["GPT-3 1.3B"]
+    pl = _plan(tensor_parallel=2, pipeline_parallel=4, data_parallel=1, global_batch_size=8)
+    one = checkpoint_size(m, pl, gpus_per_node=8)
+    assert max(one.stage_bytes) > min(one.stage_bytes)  # the embedding's stages are larger
+    assert one.per_node_bytes == pytest.approx(one.total_bytes, rel=1e-12)
+    two = checkpoint_size(m, pl, gpus_per_node=4)
+    st = two.stage_bytes
+    assert two.per_node_bytes == pytest.approx(max(st[0] + st[1], st[2] + st[3]), rel=1e-12)
+    assert two.per_node_bytes < two.total_bytes
+
+
 def test_checkpoint_of_an_moe_model_counts_each_expert_once():
     m = MODEL_PRESETS["Mixtral 8x7B"]
     pl = _plan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8, expert_parallel=8,

@@ -118,7 +118,9 @@ def checkpoint_size(model, plan, gpus_per_node: int) -> CheckpointSize:
     checkpoint saves fully in parallel (``--ckpt-fully-parallel-save``, the default): every
     GPU of a stage writes an equal share, so a GPU writes the stage's state over the stage's
     GPUs and a node ``gpus_per_node`` such shares of the largest stage (a node holds GPUs of
-    one stage when ``t * cp * d`` is a multiple of its GPUs, as Megatron places ranks).
+    one stage when ``t * cp * d`` is a multiple of its GPUs, as Megatron places ranks), or,
+    when a stage has fewer GPUs than a node, the most that the node's whole consecutive stages
+    hold together (never more than the checkpoint).
     A tied embedding's copy on the last stage counts, as the memory model holds it.
     """
     from core.model.counts import expert_params_per_gpu, params_per_gpu
@@ -130,9 +132,15 @@ def checkpoint_size(model, plan, gpus_per_node: int) -> CheckpointSize:
              + experts * plan.expert_parallel * expert_tensor_parallel(plan)) * per_param  # (p,)
     gpus_per_stage = plan.num_gpus // plan.pipeline_parallel
     per_gpu = float(stage.max()) / gpus_per_stage
+    if gpus_per_stage < gpus_per_node and gpus_per_node % gpus_per_stage == 0:
+        # a node holds whole consecutive stages (the pipeline is Megatron's outermost rank
+        # order): the most any k of them hold together
+        k = gpus_per_node // gpus_per_stage
+        per_node = max(float(stage[i:i + k].sum()) for i in range(0, len(stage), k))
+    else:
+        per_node = per_gpu * min(gpus_per_node, plan.num_gpus)
     return CheckpointSize(total_bytes=float(stage.sum()), per_gpu_bytes=per_gpu,
-                          per_node_bytes=per_gpu * min(gpus_per_node, plan.num_gpus),
-                          stage_bytes=stage.tolist())
+                          per_node_bytes=per_node, stage_bytes=stage.tolist())
 
 
 # ----------------------------------------------------------------------------- intervals
