@@ -76,3 +76,13 @@ def test_a_gpu_kind_without_power_figures_gets_no_energy_not_another_kinds():
     from types import SimpleNamespace
     session = SimpleNamespace(cluster=SimpleNamespace(gpu="my-own-gpu"))
     assert run_energy(session, None, None) is None
+
+
+def test_small_amounts_never_read_zero_beside_a_nonzero_cost():
+    """A single-node run's energy and lost GPU-hours are below one MWh / ten hours: they read
+    in kWh and with three significant digits, never "0 MWh ($34)"."""
+    from core.util.text import format_amount, format_energy
+    assert format_energy(17_300) == "17 MWh" and format_energy(1_400) == "1.4 MWh"
+    assert format_energy(422.4) == "422 kWh" and format_energy(0.81) == "0.81 kWh"
+    assert format_amount(19_740.2) == "19,740" and format_amount(0.399) == "0.399"
+    assert format_amount(3.84) == "3.84" and format_amount(0) == "0"

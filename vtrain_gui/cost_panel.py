@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt, Signal
 from core.sim.report import Report, gib_texts
 from core.store.interval import band_conditions
 from core.store.profiles import method_text
+from core.util.text import format_amount, format_energy
 
 from .empty_state import StaleVeil
 from .formatting import (KIND_COLORS, format_bytes, format_count, format_day_count, format_duration,
@@ -566,18 +567,18 @@ class CostPanel(QtWidgets.QWidget):
             f"{g.work_s / d:,.1f} d + checkpoints {g.checkpoint_s / d:,.1f} d (every "
             f"{g.checkpoint_interval_iterations:,} iterations, {format_bytes(g.checkpoint_bytes)}) "
             f"+ restarts {g.restart_s / d:,.1f} d + lost work {g.lost_work_s / d:,.1f} d; lost "
-            f"{format_count(g.gpu_hours_checkpoints + g.gpu_hours_failures)} GPU-hours, "
+            f"{format_amount(g.gpu_hours_checkpoints + g.gpu_hours_failures)} GPU-hours, "
             f"{format_usd(g.cost_usd_checkpoints + g.cost_usd_failures)}. With failures the run "
-            f"takes {e.energy_kwh / 1e3:,.0f} MWh, {format_usd(e.energy_cost_usd)} "
+            f"takes {format_energy(e.energy_kwh)}, {format_usd(e.energy_cost_usd)} "
             "(docs/goodput.md)"))
         price = e.energy_cost_usd / e.energy_kwh if e.energy_kwh > 0 else 0.0
         kwh = e.energy_kwh_without_failures
-        v["gpu_hours"].setText(f"{v['gpu_hours'].text()} · {format_count(kwh / 1e3)} MWh, "
+        v["gpu_hours"].setText(f"{v['gpu_hours'].text()} · {format_energy(kwh)}, "
                                f"{format_usd(kwh * price)} of energy")
         self._add_tip(v["gpu_hours"], (
-            f"Energy without failures; with them: GPUs {e.gpu_kwh / 1e3:,.0f} MWh "
+            f"Energy without failures; with them: GPUs {format_energy(e.gpu_kwh)} "
             f"({e.gpu_power_w:,.0f} W at {e.busy_fraction:.0%} busy) + node overhead "
-            f"{e.node_kwh / 1e3:,.0f} MWh + facility {e.facility_kwh / 1e3:,.0f} MWh (PUE "
+            f"{format_energy(e.node_kwh)} + facility {format_energy(e.facility_kwh)} (PUE "
             f"{e.power_usage_effectiveness:g}); {e.source}"))
 
     @staticmethod

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.cli.common import (SET_HELP, field_error, fmt_bytes, fmt_days, check_outputs,
                      session_from_args, session_inputs, verdict_markup)
+from core.util.text import format_amount, format_energy, format_params
 
 if TYPE_CHECKING:  # rich is imported when tables are printed (not for --json)
     from core.util.console import Console
@@ -123,10 +124,10 @@ def _summary_table(s, r):
         t.add_row("Pipeline layout", f"{s.plan.pipeline_model_parallel_layout}: {summary} "
                                      "(virtual stage k is chunk k//p of stage k%p)")
     t.add_row("Per stage (mean)", _per_stage_text(s, r))
-    t.add_row("Training", f"{s.cost.training_tokens / 1e9:,.0f}B tokens: {r.num_iterations:,.0f} "
+    t.add_row("Training", f"{format_params(s.cost.training_tokens)} tokens: {r.num_iterations:,.0f} "
                           f"iterations, {fmt_days(r.training_days)} days"
               + band(r.training_days, fmt_days))
-    t.add_row("Cost", f"{r.gpu_hours:,.0f} GPU-hours, ${r.cost_usd:,.0f} at "
+    t.add_row("Cost", f"{format_amount(r.gpu_hours)} GPU-hours, ${r.cost_usd:,.0f} at "
                       f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour"
               + band(r.cost_usd, lambda x: f"${x:,.0f}"))
     fit = verdict_markup(r.memory_verdict)
@@ -280,24 +281,26 @@ def _run_table(r, s):
                          f"{g.restart_s / g.expected_time_s:.1%}, work lost to failures "
                          f"{g.lost_work_s / g.expected_time_s:.1%}")
     price = s.cost.price_per_gpu_hour_usd
-    t.add_row("Lost", f"checkpoints {g.gpu_hours_checkpoints:,.0f} GPU-hours "
-                      f"(${g.cost_usd_checkpoints:,.0f}), failures {g.gpu_hours_failures:,.0f} "
+    t.add_row("Lost", f"checkpoints {format_amount(g.gpu_hours_checkpoints)} GPU-hours "
+                      f"(${g.cost_usd_checkpoints:,.0f}), failures "
+                      f"{format_amount(g.gpu_hours_failures)} "
                       f"GPU-hours (${g.cost_usd_failures:,.0f}) at ${price:,.2f}/GPU-hour")
     total_h = g.expected_time_s * gpus / 3600
     if e is None:
         from core.sim.energy import no_power_figures
-        t.add_row("GPU-hours", f"{total_h:,.0f} GPU-hours (${total_h * price:,.0f}); "
+        t.add_row("GPU-hours", f"{format_amount(total_h)} GPU-hours (${total_h * price:,.0f}); "
                                + no_power_figures(s.cluster.gpu))
         return t
-    t.add_row("GPU-hours, energy", f"{total_h:,.0f} GPU-hours (${total_h * price:,.0f}); "
-                                   f"{e.energy_kwh / 1e3:,.0f} MWh (${e.energy_cost_usd:,.0f} at "
+    t.add_row("GPU-hours, energy", f"{format_amount(total_h)} GPU-hours "
+                                   f"(${total_h * price:,.0f}); "
+                                   f"{format_energy(e.energy_kwh)} (${e.energy_cost_usd:,.0f} at "
                                    f"${s.cost.price_per_kwh_usd:,.3f}/kWh)")
-    t.add_row("Energy terms", f"GPUs {e.gpu_kwh / 1e3:,.0f} MWh ({e.gpu_power_w:,.0f} W training "
+    t.add_row("Energy terms", f"GPUs {format_energy(e.gpu_kwh)} ({e.gpu_power_w:,.0f} W training "
                               f"at {e.busy_fraction:.0%} busy, {e.gpu_idle_power_w:,.0f} W "
-                              f"waiting) + node overhead {e.node_kwh / 1e3:,.0f} MWh "
+                              f"waiting) + node overhead {format_energy(e.node_kwh)} "
                               f"({e.node_overhead_w_per_gpu:,.0f} W per GPU at board power, "
                               "following the GPUs' load) + facility "
-                              f"{e.facility_kwh / 1e3:,.0f} MWh (PUE "
+                              f"{format_energy(e.facility_kwh)} (PUE "
                               f"{e.power_usage_effectiveness:g})")
     return t
 

@@ -18,7 +18,7 @@ import shlex
 from typing import Any
 
 __all__ = ["printable", "terminal_text", "shell_word", "shell_comment", "file_name_part",
-           "format_params", "format_days"]
+           "format_params", "format_days", "format_energy", "format_amount"]
 
 # Characters that must not reach a terminal raw: C0/C1 controls (escape sequences, carriage
 # returns, bells; U+0085 is C1) and the Unicode line separators and bidirectional overrides
@@ -118,6 +118,19 @@ def format_params(n: float) -> str:
         if n >= scale:
             return f"{n / scale:.3g}{unit}"
     return f"{n:.3g}"
+
+
+def format_amount(x: float) -> str:
+    """A count of hours or such for people: whole with thousands separators from 10 up
+    (``"19,740"``), three significant digits below (``"0.52"``, ``"3.8"``), so that a small
+    amount beside its nonzero cost never reads 0."""
+    return f"{x:,.0f}" if abs(x) >= 10 or x == 0 else f"{x:.3g}"
+
+
+def format_energy(kwh: float) -> str:
+    """Energy for people: MWh from 1 MWh up (``"17 MWh"``, ``"1.4 MWh"``), kWh below (``"420
+    kWh"``, ``"0.8 kWh"``)."""
+    return f"{format_amount(kwh / 1e3)} MWh" if abs(kwh) >= 1e3 else f"{format_amount(kwh)} kWh"
 
 
 def format_days(d: float) -> str:
