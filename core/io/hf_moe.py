@@ -208,11 +208,12 @@ def _glm_expert_fields(cfg: dict[str, Any], where: str, ignored: dict[str, str]
     if "topk_method" in cfg:  # DeepSeek's field; Glm4MoeTopkRouter does not read it
         ignored["topk_method"] = (f"{cfg['topk_method']!r}: not read by Glm4Moe's modelling "
                                   "code (its router is always noaux_tc); the same k experts")
-    ignored["e_score_correction_bias"] = (
-        "GLM-4.5's router (noaux_tc, as DeepSeek-V3's): sigmoid scores plus a per-expert bias "
-        "for the top-k choice (Megatron's --moe-router-score-function sigmoid "
-        "--moe-router-enable-expert-bias); elementwise on the (T, E) scores, the bias a buffer "
-        "of E numbers per MoE layer updated outside the gradient: not counted")
+    if "e_score_correction_bias" in cfg:  # a weight of the checkpoint, not a config field
+        ignored["e_score_correction_bias"] = (
+            "GLM-4.5's router (noaux_tc, as DeepSeek-V3's): sigmoid scores plus a per-expert bias "
+            "for the top-k choice (Megatron's --moe-router-score-function sigmoid "
+            "--moe-router-enable-expert-bias); elementwise on the (T, E) scores, the bias a buffer "
+            "of E numbers per MoE layer updated outside the gradient: not counted")
     return out
 
 
