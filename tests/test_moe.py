@@ -563,3 +563,15 @@ def test_chunk_sort_only_with_the_all_to_all_dispatcher_and_several_local_expert
     assert not any(k.name == "moe_sort_chunks" for op in ops for k in op_kernels(op, one))
     two = _key(_session(MIXTRAL, expert_parallel=4, data_parallel=8))
     assert sum(k.name == "moe_sort_chunks" for op in ops for k in op_kernels(op, two)) == 4
+
+
+def test_the_moe_ops_warning_only_where_they_are_timed_unlike_the_dense_ops():
+    """The A100 store's dense ops carry per-shape factors fitted on measured runs, its MoE ops
+    only the fitted model: the report says so. The modern stores time every op with the model
+    fitted on the published runs, MoE runs among them (no per-shape factors): no warning."""
+    from core.sim.simulate import simulate
+    text = "MoE ops (router, token permutation, experts, shared experts) are not in the"
+    h100 = simulate(_session()).report.warnings
+    a100 = simulate(_session(gpu="A100-SXM4-80GB", precision="bf16")).report.warnings
+    assert not any(w.startswith(text) for w in h100)
+    assert any(w.startswith(text + " calibrated profile of A100-SXM4-80GB") for w in a100)

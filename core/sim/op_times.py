@@ -171,7 +171,10 @@ def lookup_op_times(session: Session, store, memo: dict | None = None) -> OpTime
     window = int(getattr(session.model, "window_size", None) or 0)
     swa_used = bool(model_math.window_layer_mask(session.model).any())
     needed = {op for mod in recompute_modules(session.plan) for op in MODULE_OPS.get(mod, ())}
-    if moe_ops and method != "analytic" and not set(moe_ops) <= tables:
+    # a calibrated store without per-shape factors times every op with its fitted analytic
+    # model (the modern stores, fitted on MoE runs too): nothing sets the MoE ops apart there
+    per_shape = method == "measured" or bool(store.provenance.get("num_shape_factors", 1))
+    if moe_ops and method != "analytic" and per_shape and not set(moe_ops) <= tables:
         out.warnings.append(f"MoE ops (router, token permutation, experts, shared experts) are "
                             f"not in the {method} profile of {store.device_name}: the store's "
                             "analytic model (its fitted parameters, no measured or per-shape "
