@@ -453,6 +453,16 @@ _TRAIN = (" pretrain_gpt.py --num-layers 24 --hidden-size 2048 --num-attention-h
           "--bf16")
 
 
+def _named_then_read(tmp_path, text: str, extra: str):
+    """``text`` (a launch with ``EXTRA`` from a command) written, its import refused naming
+    EXTRA, then imported with ``EXTRA=extra``: ``(path, import)``."""
+    path = _write(tmp_path, "extra.sh", text)
+    with pytest.raises(MegatronArgsError) as err:
+        import_file(path)
+    assert "EXTRA" in str(err.value)
+    return path, import_file(path, variables={"EXTRA": extra})
+
+
 @pytest.mark.parametrize("launcher", [
     'DA="--nproc_per_node 8 $EXTRA"\ntorchrun $DA',       # inside a string of known words
     'torchrun --nproc_per_node 8 $EXTRA',                  # beside them on the command line
@@ -461,11 +471,7 @@ def test_an_unknown_variable_among_the_launchers_options_is_named(tmp_path, laun
     """$EXTRA (from a command) may hold --nnodes 4: the world size is refused naming EXTRA,
     not taken as 8 GPUs on one node; given EXTRA, it is read."""
     text = "EXTRA=$(cat launch_extra.txt)\n" + launcher + _TRAIN + "\n"
-    path = _write(tmp_path, "extra.sh", text)
-    with pytest.raises(MegatronArgsError) as err:
-        import_file(path)
-    assert "EXTRA" in str(err.value)
-    res = import_file(path, variables={"EXTRA": "--nnodes 4"})
+    path, res = _named_then_read(tmp_path, text, "--nnodes 4")
     assert res.session.plan.num_gpus == 32
     assert import_file(path, num_gpus=16).session.plan.num_gpus == 16
 
@@ -479,11 +485,7 @@ def test_an_unknown_variable_among_megatron_arguments_is_named(tmp_path, args):
     """$EXTRA may hold --tensor-model-parallel-size 8: refused naming EXTRA, never dropped."""
     text = (f"EXTRA=$(cat extra_args.txt)\n{args}\n"
             "torchrun --nproc_per_node 8 --nnodes 1" + _TRAIN + " $PA\n")
-    path = _write(tmp_path, "extra.sh", text)
-    with pytest.raises(MegatronArgsError) as err:
-        import_file(path)
-    assert "EXTRA" in str(err.value)
-    res = import_file(path, variables={"EXTRA": "--tensor-model-parallel-size 8"})
+    _, res = _named_then_read(tmp_path, text, "--tensor-model-parallel-size 8")
     assert res.session.plan.tensor_parallel == 8
 
 
