@@ -370,9 +370,11 @@ def fit_changes(session: Session, store=None, *, max_rows: int = 8,
         rows = verdicts(candidates([base], MORE_GPU_LEVERS))
         found = [(v, need, pl, 1) for v, need, pl in rows if v in want]
     found.sort(key=lambda r: (r[0] != "fits", r[3], r[1]))  # what is timed, if not all
-    # (each level's plans that fit keep a share of the timing: the one-more-change level's)
+    # the one-more-change plans keep a quarter of the timing (the least memory first)
+    more = [r for r in found if closer and r[3] == closer][:MAX_TIMED // 4]
+    timed = [r for r in found if not (closer and r[3] == closer)][:MAX_TIMED - len(more)] + more
     out = [FitChange(_changes(base, pl), pl, v, need, time_of(pl), pl.num_gpus, levers)
-           for v, need, pl, levers in found[:MAX_TIMED]]
+           for v, need, pl, levers in timed]
     if closer:  # a change more only where it beats every plan that fits with fewer
         best = min((r.iteration_time_s for r in out if r.levers < closer and r.verdict == "fits"),
                    default=math.inf)
