@@ -271,3 +271,24 @@ def test_a_job_that_never_finishes_is_refused(tmp_path, capsys):
     assert main(["simulate", str(path)]) == 2
     err = capsys.readouterr().err
     assert "reliability.failure_rate_per_gpu_hour" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("t,p,d,cp,g", [
+    (1, 2, 3, 1, 8),   # 6 GPUs on one node of 8: the whole checkpoint, not 8 shares of 3 GPUs
+    (1, 3, 3, 1, 8),   # 3-GPU stages on 8-GPU nodes: a node holds 2 stages and part of a third
+    (1, 3, 2, 2, 6),   # 4-GPU stages on 6-GPU nodes: stage boundaries inside nodes
+    (2, 2, 3, 1, 4),   # 6-GPU stages on 4-GPU nodes
+])
+def test_checkpoint_per_node_is_the_most_any_node_writes_in_megatron_rank_order(t, p, d, cp, g):
+    """Ranks run tp fastest, then cp, dp, pp outermost: rank r holds stage r // (t*cp*d) and
+    writes that stage's state over its GPUs; node n holds ranks n*g .. n*g+g-1. The per-node
+    figure is the most any node holds, and never more than the checkpoint."""
+    m = MODEL_PRESETS["GPT-3 1.3B"]
+    pl = _plan(tensor_parallel=t, pipeline_parallel=p, data_parallel=d, context_parallel=cp,
+               global_batch_size=12 * d)
+    size = checkpoint_size(m, pl, gpus_per_node=g)
+    gps = t * cp * d
+    share = np.repeat(np.asarray(size.stage_bytes) / gps, gps)
+    want = max(share[i:i + g].sum() for i in range(0, len(share), g))
+    assert size.per_node_bytes <= size.total_bytes * (1 + 1e-12)
+    assert size.per_node_bytes == pytest.approx(want, rel=1e-12)

@@ -117,10 +117,10 @@ def checkpoint_size(model, plan, gpus_per_node: int) -> CheckpointSize:
     parameters once times :func:`checkpoint_bytes_per_parameter`. Megatron-Core's distributed
     checkpoint saves fully in parallel (``--ckpt-fully-parallel-save``, the default): every
     GPU of a stage writes an equal share, so a GPU writes the stage's state over the stage's
-    GPUs and a node ``gpus_per_node`` such shares of the largest stage (a node holds GPUs of
-    one stage when ``t * cp * d`` is a multiple of its GPUs, as Megatron places ranks), or,
-    when a stage has fewer GPUs than a node, the most that the node's whole consecutive stages
-    hold together (never more than the checkpoint).
+    GPUs, and a node its GPUs' shares under Megatron's rank order (tp fastest, then cp, dp, pp
+    outermost: a node holds consecutive ranks, so part or all of one stage, or whole and part
+    stages when a stage does not fill it); the per-node figure is the most any node writes
+    (never more than the checkpoint).
     A tied embedding's copy on the last stage counts, as the memory model holds it.
     """
     from core.model.counts import expert_params_per_gpu, params_per_gpu
@@ -132,13 +132,20 @@ def checkpoint_size(model, plan, gpus_per_node: int) -> CheckpointSize:
              + experts * plan.expert_parallel * expert_tensor_parallel(plan)) * per_param  # (p,)
     gpus_per_stage = plan.num_gpus // plan.pipeline_parallel
     per_gpu = float(stage.max()) / gpus_per_stage
-    if gpus_per_stage < gpus_per_node and gpus_per_node % gpus_per_stage == 0:
-        # a node holds whole consecutive stages (the pipeline is Megatron's outermost rank
-        # order): the most any k of them hold together
-        k = gpus_per_node // gpus_per_stage
-        per_node = max(float(stage[i:i + k].sum()) for i in range(0, len(stage), k))
-    else:
-        per_node = per_gpu * min(gpus_per_node, plan.num_gpus)
+    # Megatron's rank order (tp fastest, then cp, dp, pp outermost): rank r writes
+    # stage[r // gpus_per_stage] / gpus_per_stage; node n holds ranks n*g .. n*g+g-1. The
+    # written bytes below rank x are ``before(x)``; a node writes before(end) - before(start).
+    n, g = plan.num_gpus, min(gpus_per_node, plan.num_gpus)
+    ahead = np.concatenate([[0.0], np.cumsum(stage)])
+    padded = np.append(stage, 0.0)
+
+    def before(x):
+        s = x // gpus_per_stage
+        return ahead[s] + padded[s] * (x % gpus_per_stage) / gpus_per_stage
+
+    starts = np.arange(0, n, g)
+    per_node = min(float((before(np.minimum(starts + g, n)) - before(starts)).max()),
+                   float(stage.sum()))
     return CheckpointSize(total_bytes=float(stage.sum()), per_gpu_bytes=per_gpu,
                           per_node_bytes=per_node, stage_bytes=stage.tolist())
 
