@@ -510,3 +510,18 @@ def test_a_dump_gives_the_world_size_not_the_gpus_per_node(tmp_path, capsys):
     assert main(["import", "megatron-args", str(path), "--gpu", "H100-SXM5-80GB",
                  "--out", str(out)]) == 0
     assert "GPUs per node: 8" in " ".join(capsys.readouterr().out.split())
+    # 12 GPUs (t=4 p=1 d=3) are not whole nodes of 8: refused, never 1.5 nodes (torchrun and
+    # srun start as many processes on every node); --gpus-per-node gives them
+    edits = {"world_size": ("64", "12"), "pipeline_model_parallel_size": ("2", "1"),
+             "data_parallel_size": ("4", "3"), "tensor_model_parallel_size": ("8", "4")}
+    lines = []
+    for line in DUMP.splitlines():
+        dest = line.split()[1] if line.startswith("[rank0]:   ") else ""
+        if dest in edits:
+            line = line[:-len(edits[dest][0])] + edits[dest][1]
+        lines.append(line)
+    twelve = _write(tmp_path, "w12.log", "\n".join(lines) + "\n")
+    with pytest.raises(MegatronArgsError, match="not a multiple of the H100-SXM5-80GB's 8 GPUs "
+                                                "per node"):
+        import_file(twelve, gpu="H100-SXM5-80GB")
+    assert import_file(twelve, gpu="H100-SXM5-80GB", gpus_per_node=4).session.plan.num_gpus == 12

@@ -223,6 +223,11 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         # a dump's world size alone: nodes of the GPU's NVLink domain (one node when fewer)
         kind = cluster.get("gpu", ClusterConfig().gpu)
         domain = GPU_NVLINK_DOMAIN.get(kind)
+        if domain is not None and launch.world_size > domain and launch.world_size % domain:
+            raise MegatronArgsError(f"{src}: the launch gives only the world size, "
+                                    f"{launch.world_size}, which is not a multiple of the "
+                                    f"{kind}'s {domain} GPUs per node (every node runs as many "
+                                    "processes): give --gpus-per-node G")
         if domain is not None:
             cluster["gpus_per_node"] = min(domain, launch.world_size)
             mp.notes.append(("GPUs per node", f"{cluster['gpus_per_node']}: the {kind}'s NVLink "
