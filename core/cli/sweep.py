@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them 
     from core.util.console import Console
 
 __all__ = ["add_parser", "run", "print_dimensions", "calibration_mark",
-           "outside_calibration_text", "OUTSIDE_RANGE"]
+           "outside_calibration_text"]
 
 GiB = 2**30
 
@@ -744,8 +744,8 @@ def _print_outside_calibration(result, console: Console) -> None:
         return
     from core.util.console import esc
     within = result.within_calibration
-    named = sorted(dict.fromkeys(result.calibration_departures[i] or OUTSIDE_RANGE
-                                 for i in result.pareto_indices().tolist() if not within[i]))
+    named = sorted({result.calibration_departures[i] or OUTSIDE_RANGE
+                    for i in result.pareto_indices().tolist() if not within[i]})
     console.print(f"[yellow]⚠[/] {n:,} plan{'s' if n != 1 else ''} that fit leave what the "
                   "profile was calibrated on (error band of unknown coverage)"
                   + (f"; on the front: {esc(' | '.join(named))}" if named else ""),

@@ -87,7 +87,7 @@ projection never: ``model.add_qkv_bias``) and per-head QK-norm when ``use_qk_nor
 kernel bytes); ``n_routed_experts`` experts and ``n_shared_experts`` shared experts of
 ``moe_intermediate_size``, the first ``first_k_dense_replace`` layers dense
 (``intermediate_size``), every later one MoE; a sigmoid router whose top-k choice adds
-``e_score_correction_bias`` (DeepSeek-V3's ``noaux_tc``; no extra cost modelled, listed);
+``e_score_correction_bias`` (DeepSeek-V3's ``noaux_tc``; no extra cost modelled);
 ``num_nextn_predict_layers`` multi-token prediction layers (``model.mtp_num_layers``).
 
 GPT-OSS (``GptOssForCausalLM``, the ``transformers`` modelling code and Megatron-Bridge's

@@ -123,12 +123,9 @@ class Candidate:
     """One candidate model and the best it does on the budget.
 
     ``plan`` is None when no plan of it fits on the GPUs (``reason`` says why);
-    then ``tokens``, ``loss`` and the plan figures are NaN. ``within_calibration`` (None
-    without a plan) and ``calibration_departures`` ("" when none) are the plan's row of its
-    sweep (:attr:`core.studies.sweep.SweepResult.within_calibration`,
-    :attr:`~core.studies.sweep.SweepResult.calibration_departures`): whether the profile was
-    calibrated on plans like it, and the features it was not. The fastest plan is chosen
-    whether or not it is within calibration.
+    then ``tokens``, ``loss`` and the plan figures are NaN. :attr:`within_calibration` and
+    :attr:`calibration_departures` read the plan's row of its sweep. The fastest plan is
+    chosen whether or not it is within calibration.
     """
 
     model: ModelConfig
@@ -139,8 +136,18 @@ class Candidate:
     tokens: float
     loss: float
     reason: str = ""
-    within_calibration: bool | None = None
-    calibration_departures: str = ""
+
+    @property
+    def within_calibration(self) -> bool | None:
+        """Whether the profile was calibrated on plans like the chosen one
+        (:attr:`core.studies.sweep.SweepResult.within_calibration`); None without a plan."""
+        return None if self.plan is None else self.plan["within_calibration"]
+
+    @property
+    def calibration_departures(self) -> str:
+        """The chosen plan's features no calibration run had
+        (:attr:`core.studies.sweep.SweepResult.calibration_departures`); "" when none."""
+        return "" if self.plan is None else self.plan["calibration_departures"]
 
     @property
     def tokens_per_parameter(self) -> float:
@@ -300,9 +307,7 @@ def _candidate(session: Session, model: ModelConfig, space: Any, store: Any, can
     tps = float(res.tokens_per_s[i])
     tokens = tps * seconds
     return Candidate(model, n, res.plan_row(i), tps, float(res.mfu[i]), tokens,
-                     chinchilla_loss(n, tokens),
-                     within_calibration=bool(res.within_calibration[i]),
-                     calibration_departures=res.calibration_departures[i])
+                     chinchilla_loss(n, tokens))
 
 
 def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu: float = 0.4,
