@@ -525,3 +525,25 @@ def test_a_dump_gives_the_world_size_not_the_gpus_per_node(tmp_path, capsys):
                                                 "per node"):
         import_file(twelve, gpu="H100-SXM5-80GB")
     assert import_file(twelve, gpu="H100-SXM5-80GB", gpus_per_node=4).session.plan.num_gpus == 12
+
+
+def test_num_gpus_alone_takes_nodes_of_the_gpus_nvlink_domain(tmp_path):
+    """``--num-gpus 144`` with ``--gpu GB200`` and a launch without a launcher's per-node count
+    is two NVL72 racks (core.plan.cluster.GPU_NVLINK_DOMAIN: 72), noted; it was 18 nodes of
+    8, the field's HGX default, which put most of the data-parallel ring on the NICs. A
+    world that is not whole nodes of the domain is refused asking for --gpus-per-node."""
+    path = _write(tmp_path, "plain.sh", "python" + _TRAIN.replace("256", "288") + "\n")
+    res = import_file(path, gpu="GB200-NVL72", num_gpus=144)
+    assert (res.session.cluster.gpus_per_node, res.session.plan.num_gpus) == (72, 144)
+    assert [n for f, n in res.notes if f == "GPUs per node"] == [
+        "72: the GB200-NVL72's NVLink domain (--num-gpus gives only the world size, 144); give "
+        "--gpus-per-node G for your nodes"]
+    assert import_file(path, gpu="H100-SXM5-80GB",
+                       num_gpus=16).session.cluster.gpus_per_node == 8
+    assert import_file(path, gpu="H100-SXM5-80GB",
+                       num_gpus=4).session.cluster.gpus_per_node == 4
+    with pytest.raises(MegatronArgsError, match=r"--num-gpus gives only the world size, 12, "
+                                                "which is not a multiple of the H100-SXM5-80GB's"):
+        import_file(path, gpu="H100-SXM5-80GB", num_gpus=12)
+    assert import_file(path, gpu="H100-SXM5-80GB", num_gpus=12,
+                       gpus_per_node=4).session.cluster.gpus_per_node == 4

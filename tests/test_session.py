@@ -185,3 +185,23 @@ def test_diff_of_one_file_without_a_pin_is_refused(tmp_path, capsys):
     assert main(["diff", str(path)]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and "no pinned plan" in err
+
+
+def test_a_cluster_without_gpus_per_node_takes_the_gpus_nvlink_domain():
+    """A hand-written cluster section naming a GB200 NVL72 but not ``gpus_per_node`` is one
+    72-GPU rack per node (core.plan.cluster.GPU_NVLINK_DOMAIN), not the field's HGX default
+    of 8; an H100 keeps 8, an unknown kind the default, and a given value is kept (also in
+    the Compare tab's pinned plan)."""
+    base = Session().to_dict()
+
+    def nodes(cluster: dict) -> int:
+        return Session.from_dict({**base, "cluster": cluster}).cluster.gpus_per_node
+
+    assert nodes({"gpu": "GB200-NVL72"}) == 72
+    assert nodes({"gpu": "H100-SXM5-80GB"}) == 8
+    assert nodes({"gpu": "GB200-NVL72", "gpus_per_node": 4}) == 4
+    assert nodes({"gpu": "MI300X"}) == 8
+    assert nodes({}) == 8
+    pinned = {"model": base["model"], "plan": base["plan"], "cluster": {"gpu": "GB200-NVL72"}}
+    s = Session.from_dict({**base, "compare": {"pinned": pinned}})
+    assert s.pinned().cluster.gpus_per_node == 72

@@ -571,8 +571,25 @@ class ConfigEditor(QtWidgets.QWidget):
     @Slot(str, object)
     def _on_field_edit(self, path: str, value: Any) -> None:
         section, name = path.split(".")
+        if path == "cluster.gpu":
+            self._follow_node(value)
         setattr(getattr(self._session, section), name, value)
         self._edited()
+
+    def _follow_node(self, gpu: Any) -> None:
+        """A GPU kind chosen while the GPUs per node are the old kind's NVLink domain (8 on
+        HGX boards) takes the new kind's (72 for a GB200 NVL72 rack); a node size the user set
+        to something else stays."""
+        from core.plan.cluster import GPU_NVLINK_DOMAIN
+        cl = self._session.cluster
+        new = GPU_NVLINK_DOMAIN.get(gpu)
+        if new is None or cl.gpus_per_node != GPU_NVLINK_DOMAIN.get(cl.gpu) \
+                or new == cl.gpus_per_node:
+            return
+        cl.gpus_per_node = new
+        binding = self._bindings.get("cluster.gpus_per_node")
+        if binding is not None:
+            binding.set_value(new)  # shown without reporting an edit
 
     @Slot(int)
     def _on_preset_activate(self, index: int) -> None:

@@ -128,6 +128,8 @@ class Session:
                            "reliability": ReliabilityConfig}[name]
             try:
                 kwargs[name] = _section_from_dict(section_cls, name, data[name], require)
+                if name == "cluster":
+                    _default_node(kwargs[name], data[name])
             except ConfigError as exc:  # every section's errors in one message
                 errors += exc.errors
         if errors:
@@ -200,6 +202,15 @@ def _did_you_mean(key: Any, fields) -> str:
     (:func:`core.util.text.did_you_mean`)."""
     from core.util.text import did_you_mean
     return did_you_mean(key, fields)
+
+
+def _default_node(cluster: ClusterConfig, data: dict[str, Any]) -> None:
+    """A cluster section that names a shipped GPU kind but not ``gpus_per_node`` gets that
+    kind's NVLink domain (:data:`core.plan.cluster.GPU_NVLINK_DOMAIN`: 72 for a GB200 NVL72
+    rack), not the field's default of 8, which is an HGX board's."""
+    if "gpus_per_node" not in data:
+        from core.plan.cluster import GPU_NVLINK_DOMAIN
+        cluster.gpus_per_node = GPU_NVLINK_DOMAIN.get(cluster.gpu, cluster.gpus_per_node)
 
 
 def _section_from_dict(cls: type, section: str, data: Any, require: bool = False) -> Any:

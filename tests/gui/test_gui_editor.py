@@ -233,3 +233,17 @@ def test_the_vocabulary_padding_field_is_shown_and_kept(editor):
     editor.set_session(s)
     assert editor.field_widget("model.make_vocab_size_divisible_by").value() == 3232
     assert editor.session().model.make_vocab_size_divisible_by == 3232
+
+
+def test_choosing_a_gpu_kind_takes_its_node_unless_the_user_set_one(editor):
+    """A GB200 NVL72 rack is a node of 72 GPUs (core.plan.cluster.GPU_NVLINK_DOMAIN): choosing
+    it while the node is an HGX board's 8 takes 72; back to H100 takes 8 again; a node size
+    the user typed (4) stays when the kind changes."""
+    editor.set_field("cluster.gpu", "GB200-NVL72")
+    assert editor.session().cluster.gpus_per_node == 72
+    assert editor._bindings["cluster.gpus_per_node"].widget.value() == 72
+    editor.set_field("cluster.gpu", "H100-SXM5-80GB")
+    assert editor.session().cluster.gpus_per_node == 8
+    editor.set_field("cluster.gpus_per_node", 4)
+    editor.set_field("cluster.gpu", "GB200-NVL72")
+    assert editor.session().cluster.gpus_per_node == 4

@@ -219,20 +219,23 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         cluster["gpu"] = gpu
     if nproc:
         cluster["gpus_per_node"] = nproc
-    elif launch.world_size is not None and num_gpus is None and nodes is None:
-        # a dump's world size alone: nodes of the GPU's NVLink domain (one node when fewer)
+    elif nodes is None and (num_gpus is not None or launch.world_size is not None):
+        # a world size alone (--num-gpus, or a dump's world_size): nodes of the GPU's NVLink
+        # domain (one node when fewer), not ClusterConfig's default of 8 (a GB200 rack has 72)
+        world = num_gpus if num_gpus is not None else launch.world_size
+        given = ("--num-gpus gives only the world size" if num_gpus is not None
+                 else "the launch gives only the world size")
         kind = cluster.get("gpu", ClusterConfig().gpu)
         domain = GPU_NVLINK_DOMAIN.get(kind)
-        if domain is not None and launch.world_size > domain and launch.world_size % domain:
-            raise MegatronArgsError(f"{src}: the launch gives only the world size, "
-                                    f"{launch.world_size}, which is not a multiple of the "
+        if domain is not None and world > domain and world % domain:
+            raise MegatronArgsError(f"{src}: {given}, {world}, which is not a multiple of the "
                                     f"{kind}'s {domain} GPUs per node (every node runs as many "
                                     "processes): give --gpus-per-node G")
         if domain is not None:
-            cluster["gpus_per_node"] = min(domain, launch.world_size)
+            cluster["gpus_per_node"] = min(domain, world)
             mp.notes.append(("GPUs per node", f"{cluster['gpus_per_node']}: the {kind}'s NVLink "
-                             f"domain (the launch gives only the world size, "
-                             f"{launch.world_size}); give --gpus-per-node G for your nodes"))
+                             f"domain ({given}, {world}); give --gpus-per-node G for your "
+                             "nodes"))
     # Megatron applies --recompute-num-layers to each model chunk: a count at or above the
     # largest recomputes every layer
     plan = capped_recompute_layers(ParallelPlan(**mp.values["plan"]), L)
