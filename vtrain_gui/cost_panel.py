@@ -527,7 +527,7 @@ class CostPanel(QtWidgets.QWidget):
         v["microbatches"].setText(format_count(report.num_microbatches))
         v["iterations"].setText(format_count(report.num_iterations))
         v["training_days"].setText(f"{format_day_count(report.training_days)} days")
-        v["gpu_hours"].setText(format_count(report.gpu_hours))
+        v["gpu_hours"].setText(format_amount(report.gpu_hours))
         v["cost_usd"].setText(format_usd(report.cost_usd))
         self._set_band(report)
         profile = report.profile or {}

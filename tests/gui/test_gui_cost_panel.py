@@ -149,3 +149,14 @@ def test_a_run_shorter_than_a_day_shows_its_days(panel):
     panel.set_report(report)
     assert panel.value_text("training_days") == "0.043 days" == f"{fmt_days(0.0433)} days"
     assert format_day_count(float("nan")) == "–" and format_day_count(298.51) == "298.5"
+
+
+def test_a_short_runs_gpu_hours_are_not_zero(panel):
+    """0.421 GPU-hours beside a nonzero cost read "0" (a whole count); now "0.421", the command
+    line's text (core.util.text.format_amount)."""
+    import dataclasses
+
+    from core.util.text import format_amount
+    report = dataclasses.replace(synthetic_report(p=4), gpu_hours=0.4213)
+    panel.set_report(report)
+    assert panel.value_text("gpu_hours") == "0.421" == format_amount(0.4213)
