@@ -243,3 +243,181 @@ def test_one_change_more_on_a_tight_plan_is_offered_where_it_beats_the_plans_tha
     assert [r.iteration_time_s for r in fits] == sorted(r.iteration_time_s for r in fits)
     for r in got.rows[:2]:
         assert simulate(dataclasses.replace(s, plan=r.plan)).report.memory_verdict == r.verdict
+
+
+# --------------------------------------------------------------------------- fewest GPUs
+
+def _llama405_on_8() -> Session:
+    """Llama 3.1 405B on one node of 8 H100s, t8 p1 d1 B16, no ZeRO, no recomputation (950 GiB
+    per GPU): nothing a few changes away fits on 8 GPUs."""
+    return _session("Llama 3.1 405B", pipeline_parallel=1, data_parallel=1, global_batch_size=16)
+
+
+def _store_with_memory(session: Session, memory_bytes: float):
+    """The session's profile as far as memory reads it (the FP8 peaks), with another GPU
+    memory, bytes."""
+    from types import SimpleNamespace
+    return SimpleNamespace(memory_bytes=float(memory_bytes),
+                           peak_flops=session_profile(session).peak_flops)
+
+
+def test_the_model_states_bound_is_the_closed_form():
+    """No fewer GPUs than N = ceil(P * 18 B / (capacity - fixed)) hold the model states: bf16
+    weights (2 B), fp32 main gradients (4 B) and Adam's master weights and two moments (12 B),
+    each held at least once over the N GPUs, beside each GPU's GEMM workspaces (64 MiB), CUDA
+    context (0.75 GiB) and one NCCL communicator (16 channels x 2 peers x 4 MiB = 128 MiB)."""
+    import math
+
+    from core.model.counts import num_parameters
+    gib = 2**30
+    fixed = 64 * 2**20 + 0.75 * gib + 128 * 2**20
+    s = _llama405_on_8()
+    assert num_parameters(s.model) == 405_853_388_800
+    assert fc.state_lower_bound_gpus(s, 80 * gib) == math.ceil(
+        405_853_388_800 * 18 / (80 * gib - fixed)) == 87          # 86.05
+    s70 = _session()
+    assert num_parameters(s70.model) == 70_553_706_496
+    assert fc.state_lower_bound_gpus(s70, 80 * gib) == 15          # 14.96
+    # fp32: 4 + 4 + 8 bytes per parameter
+    fp32 = dataclasses.replace(s70, plan=dataclasses.replace(s70.plan, precision="fp32"))
+    assert fc.state_lower_bound_gpus(fp32, 80 * gib) == math.ceil(
+        70_553_706_496 * 16 / (80 * gib - fixed)) == 14            # 13.30
+    # a model whose states and one process fit on one GPU: 1 (no NCCL communicator there)
+    small = Session(MODEL_PRESETS["GPT-3 1.3B"], ParallelPlan(
+        tensor_parallel=1, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+        global_batch_size=8), ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+    assert fc.state_lower_bound_gpus(small, 80 * gib) == 1
+    # fixed terms alone beyond the GPU: no count holds it
+    assert fc.state_lower_bound_gpus(s, 0.9 * gib) is None
+
+
+def test_fewest_gpus_for_405b_on_8_h100s_is_128_and_64_do_not_fit():
+    """Nothing on 8 GPUs fits; the fewest of 8, 16, ..., 512 GPUs that fit is 128: t8 d16 with
+    FSDP (Megatron-LM runs ZeRO-3 without pipelining), full recomputation, micro-batch 1 at
+    63.7 GiB, the simulator's own memory; every plan the search builds on 64 GPUs needs more
+    than 80 GiB (the model states alone need 87 GPUs)."""
+    from core.io.megatron.export import megatron_refusal
+    s = _llama405_on_8()
+    got = fc.fit_changes(s)
+    assert got.verdict == "does not fit" and got.rows == []
+    few = got.fewest_gpus
+    assert few is not None and few.reason == ""
+    assert (few.num_gpus, few.session_gpus, few.max_gpus, few.lower_bound_gpus) == (128, 8, 512, 87)
+    pl = few.plan
+    assert (pl.tensor_parallel, pl.pipeline_parallel, pl.context_parallel, pl.data_parallel,
+            pl.micro_batch_size, pl.recompute, pl.zero_stage, pl.sequence_parallel) == (
+        8, 1, 1, 16, 1, "full", 3, True)
+    assert pl.num_gpus == 128 and pl.global_batch_size == 16
+    changed = dataclasses.replace(s, plan=pl)
+    assert validate(changed) == [] and megatron_refusal(changed) is None
+    rep = simulate(changed).report
+    assert few.verdict == rep.memory_verdict == "fits"
+    assert few.max_memory_per_gpu_bytes == rep.max_memory_per_gpu_bytes
+    assert few.max_memory_per_gpu_bytes / 2**30 == pytest.approx(63.65, abs=0.01)
+    # the model states' share of the 128 GPUs is below what the plan needs
+    assert few.max_memory_per_gpu_bytes > 405_853_388_800 * 18 / 128
+    # one step fewer: 64 GPUs, below the bound, and every plan built there does not fit
+    store = session_profile(s)
+    plans64 = fc._fewest_gpus_plans(s, 64, True, None)
+    assert len(plans64) >= 5 and all(p.num_gpus == 64 for p in plans64)
+    for p in plans64:
+        need, fits, _ = memory_verdict(stage_memory(dataclasses.replace(s, plan=p), store),
+                                       float(store.memory_bytes))
+        assert not fits, p.label()
+    assert few.text == ("128 GPUs (16 x 8) with t=8 p=1 d=16 b=1 1f1b recompute=full sp zero=3, "
+                        "fits: 63.7 of 80.0 GiB; 64 do not; the model states alone need at "
+                        "least 87 GPUs")
+
+
+def test_fewest_gpus_moves_a_step_when_the_gpu_is_one_byte_smaller():
+    """At a GPU memory equal to the least that one plan of 128 GPUs requires (the need without
+    the allocator's reserve, what decides the fit) 128 GPUs fit; one byte less and no plan of
+    128 does, so the answer is 256."""
+    s = _llama405_on_8()
+    plans = fc._fewest_gpus_plans(s, 128, True, None)
+    required = min(max(m.required_bytes for m in stage_memory(dataclasses.replace(s, plan=p)))
+                   for p in plans)
+    at = fc.fewest_gpus(s, _store_with_memory(s, required))
+    assert at.num_gpus == 128 and at.verdict == "tight"  # within the 10 % margin
+    below = fc.fewest_gpus(s, _store_with_memory(s, required - 1))
+    assert below.num_gpus == 256 and below.verdict in ("fits", "tight")
+    assert "; 128 do not;" in below.text
+    # outside the margin only (a tight plan's question): a larger count
+    roomy = fc.fewest_gpus(s, _store_with_memory(s, required), want=("fits",))
+    assert roomy.num_gpus > 128 and roomy.verdict == "fits"
+
+
+def test_fewest_gpus_says_by_name_when_even_the_cap_does_not_fit():
+    # on 1 GPU the cap is 64 GPUs, below the 87 the model states alone need: nothing is sized
+    s = _session("Llama 3.1 405B", tensor_parallel=1, pipeline_parallel=1, data_parallel=1,
+                 global_batch_size=16, sequence_parallel=False)
+    few = fc.fit_changes(s).fewest_gpus
+    assert few.num_gpus is None and few.plan is None and few.tried == 0
+    assert (few.max_gpus, few.lower_bound_gpus) == (64, 87)
+    assert few.reason == few.text == ("nothing fits on up to 64 GPUs of H100-SXM5-80GB (64 x 1): "
+                                      "the model states alone need at least 87 GPUs")
+    # a 16 GiB GPU: the bound (452) is under the cap (512) but no plan of 512 GPUs fits
+    s8 = _llama405_on_8()
+    few = fc.fewest_gpus(s8, _store_with_memory(s8, 16 * 2**30))
+    assert few.num_gpus is None and few.lower_bound_gpus == 452 and few.max_gpus == 512
+    assert few.tried > 0
+    assert few.reason.startswith("nothing fits in memory on up to 512 GPUs of H100-SXM5-80GB "
+                                 "(64 x 8) with the model states sharded")
+    # the cap is at most 2**17 GPUs
+    big = _session("Llama 3.1 405B", pipeline_parallel=1, data_parallel=4096,
+                   global_batch_size=4096)
+    few = fc.fewest_gpus(big, _store_with_memory(big, 1.0 * 2**30))
+    assert few.max_gpus == 2**17 and few.num_gpus is None
+
+
+def test_fewest_gpus_only_when_nothing_on_the_plans_gpus_fits_and_it_is_cancellable(
+        monkeypatch):
+    from core.studies.sweep.cancel import SweepCancelled
+    assert fc.fit_changes(_session()).fewest_gpus is None  # ZeRO-1 on 64 GPUs fits
+    s = _llama405_on_8()
+    with pytest.raises(SweepCancelled):
+        fc.fewest_gpus(s, cancel=lambda: True)
+    calls = []
+
+    def after(n: int):
+        def cancel() -> bool:
+            calls.append(1)
+            return len(calls) > n
+        return cancel
+
+    assert fc.fewest_gpus(s, cancel=after(10**6)).num_gpus == 128
+    total = len(calls)  # checked before each plan built and each sized
+    assert total > 10
+    calls.clear()
+    with pytest.raises(SweepCancelled):
+        fc.fewest_gpus(s, cancel=after(total - 1))
+    assert len(calls) == total
+    # fit_changes hands its cancel on
+    seen = []
+    real = fc.fewest_gpus
+    monkeypatch.setattr(fc, "fewest_gpus",
+                        lambda *a, **k: seen.append(k["cancel"]) or real(*a, **k))
+    ev = after(10**6)
+    assert fc.fit_changes(s, cancel=ev).fewest_gpus.num_gpus == 128
+    assert seen == [ev]
+
+
+def test_cli_prints_the_fewest_gpus_and_json_carries_them(tmp_path, capsys):
+    from core.cli import main
+    from core.io.session import save_session
+    path = tmp_path / "405b.json"
+    save_session(_llama405_on_8(), path)
+    assert main(["simulate", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("Fewest GPUs that fit: 128 GPUs (16 x 8) with t=8 p=1 d=16 b=1 1f1b recompute=full "
+            "sp zero=3, fits: 63.7 of 80.0 GiB; 64 do not") in out
+    assert main(["simulate", str(path), "--json"]) == 0
+    few = json.loads(capsys.readouterr().out)["fit_changes"]["fewest_gpus"]
+    assert (few["num_gpus"], few["tensor_parallel"], few["pipeline_parallel"],
+            few["data_parallel"], few["micro_batch_size"], few["recompute"],
+            few["zero_stage"], few["verdict"]) == (128, 8, 1, 16, 1, "full", 3, "fits")
+    assert few["max_memory_per_gpu_gib"] == pytest.approx(63.65, abs=0.01)
+    assert (few["lower_bound_gpus"], few["max_gpus"], few["reason"]) == (87, 512, "")
+    save_session(_session(), path)  # something on its 64 GPUs fits: not looked for
+    assert main(["simulate", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fit_changes"]["fewest_gpus"] is None

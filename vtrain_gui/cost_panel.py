@@ -411,19 +411,35 @@ class CostPanel(QtWidgets.QWidget):
 
     def set_fit_changes(self, fit) -> None:
         """Show what would make the plan fit (:class:`core.studies.fit_changes.FitChanges`, or
-        None: nothing to show): the fastest changed plan on one line, every one on hover."""
+        None: nothing to show): the fastest changed plan on one line, every one on hover; when
+        none fits, the fewest GPUs that fit (``fit.fewest_gpus``; "Use it" puts its plan in
+        the editor) or why none up to the cap does."""
         self._fit_state = "none" if fit is None else "found"
-        self._fit_plan = fit.rows[0].plan if fit is not None and fit.rows else None
+        fewest = fit.fewest_gpus if fit is not None else None
+        self._fit_plan = (fit.rows[0].plan if fit is not None and fit.rows
+                          else fewest.plan if fewest is not None else None)
         self._use_fit_change.setVisible(self._fit_plan is not None)
         if fit is None:
             self._fit_changes.set_full_text("", tooltip="")
             self._fit_changes.setVisible(False)
             return
         want = "outside the margin" if fit.verdict == "tight" else "in memory"
+        fewest_tip = ("" if fewest is None else
+                      f"<p><b>Fewest GPUs that fit</b> (this plan's GPU count times 1, 2, 4, ... "
+                      f"up to {fewest.max_gpus:,}; memory only, not timed): "
+                      f"{html.escape(fewest.text)}</p>")
         if not fit.rows:
-            self._fit_changes.set_full_text(
-                f"To fit {want}: nothing tried fits (up to three changes away); a sweep searches "
-                "every plan", tooltip=f"{fit.tried} plans tried; held fixed: {fit.held}")
+            tip = (f"<p>{fit.tried} plans tried; held fixed: {html.escape(fit.held)}</p>"
+                   + fewest_tip)
+            if fewest is None:
+                text = (f"To fit {want}: nothing tried fits (up to three changes away); a sweep "
+                        "searches every plan")
+            elif fewest.num_gpus is None:
+                text = f"To fit {want}: nothing tried fits; {fewest.reason}"
+            else:
+                text = (f"To fit {want}: nothing on {self._gpus():,} GPUs fits; fewest GPUs "
+                        f"that fit: {fewest.text}")
+            self._fit_changes.set_full_text(text, tooltip=tip)
             self._fit_changes.setVisible(True)
             return
 
@@ -438,7 +454,7 @@ class CostPanel(QtWidgets.QWidget):
             tooltip=f"<b>To fit {want}</b>, those that fit first, then the tight ones; fastest "
                     f"first in each (iteration time against this "
                     f"plan's):<ul>{items}</ul>Held fixed: {html.escape(fit.held)}. "
-                    "A sweep finds the best plan.")
+                    "A sweep finds the best plan." + fewest_tip)
         self._fit_changes.setVisible(True)
 
     def _on_use_fit_change(self) -> None:

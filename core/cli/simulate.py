@@ -49,7 +49,8 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
     """The text report of one simulated iteration: the headline (model, GPUs, plan, profile),
     the summary table, the measured run (when the session has one), the memory per pipeline
     stage, the warnings, what would make the plan fit (``fit``, a
-    :class:`core.studies.fit_changes.FitChanges`, when it does not fit or is tight) and a
+    :class:`core.studies.fit_changes.FitChanges`, when it does not fit or is tight; with the
+    fewest GPUs that fit when nothing on the plan's GPU count does) and a
     footer with the task count, ``wall_s`` (seconds) and the trace written to ``trace_path``."""
     from core.util.console import esc
 
@@ -66,6 +67,8 @@ def _print_report(result, console: Console, trace_path: str | None, wall_s: floa
         console.print(f"[yellow]warning:[/] {esc(w)}")
     if fit is not None:
         console.print(_fit_changes_table(fit, r))
+        if fit.fewest_gpus is not None:
+            console.print(_fewest_gpus_line(fit.fewest_gpus))
     console.print(f"[dim]{result.graph.num_tasks:,} tasks simulated in {wall_s * 1000:,.0f} ms"
                   + (f"; trace written to {esc(trace_path)}" if trace_path else "") + "[/]")
 
@@ -235,6 +238,16 @@ def _fit_changes_table(fit, r):
                   verdict_markup(x.verdict), f"{x.iteration_time_s:,.3f} s",
                   f"{x.iteration_time_s / fit.iteration_time_s - 1:+.1%}")
     return t
+
+
+def _fewest_gpus_line(fewest) -> str:
+    """The fewest GPUs that fit (:func:`core.studies.fit_changes.fewest_gpus`, a
+    :class:`~core.studies.fit_changes.FewestGpus`): one line (markup escaped)."""
+    from core.util.console import esc
+    if fewest.num_gpus is None:
+        return f"[bold]Fewest GPUs:[/] {esc(fewest.text)}"
+    return (f"[bold]Fewest GPUs that fit:[/] {esc(fewest.text)} (the plan's GPU count times "
+            f"1, 2, 4, ... up to {fewest.max_gpus:,}; memory only, not timed)")
 
 
 def _days(seconds: float) -> str:

@@ -29,6 +29,13 @@ proposed. Its memory comes from the same model and verdict as the report
 :func:`core.sim.report.memory_verdict`), and each one that fits is timed by the sweep's solver
 (:func:`core.studies.sweep.batch.solve_batch`: the same iteration time as ``vtrain simulate``).
 It is a neighbourhood of the plan, not a search: ``vtrain sweep`` finds the best plan.
+
+When nothing at the session's GPU count fits (within the levers), :func:`fewest_gpus` says how
+many GPUs of the same kind it takes: the fewest of the session's count times 1, 2, 4, ... (up
+to :data:`FEWEST_GPUS_MAX_FACTOR` times, at most :data:`FEWEST_GPUS_MAX`) at which a plan the
+levers reach fits, each count's plans with the model states sharded as far as the levers and
+the session's framework allow and the fewest activations (memory only, nothing timed), and a
+lower bound from the model states alone (:func:`state_lower_bound_gpus`).
 """
 
 from __future__ import annotations
@@ -38,11 +45,16 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+
+from core.model.counts import num_parameters
+from core.model.fp8 import fp8_gathers_params
+from core.model.memory import bytes_per_parameter, nccl_buffer_bytes, process_terms_of
 from core.plan.rules import validate
 from core.plan.parallel import ParallelPlan, plan_key
 from core.plan.session import Session
 from core.sim.op_times import num_chunks
-from core.sim.report import memory_verdict as report_verdict
+from core.sim.report import memory_verdict as report_verdict, memory_verdict_text
 from core.sim.simulate import graph_too_large, memory_verdict, session_profile, stage_memory
 from core.io.megatron.export import megatron_refusal
 from core.studies.sweep.batch import solve_batch
@@ -50,7 +62,8 @@ from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.space import (SPLIT_FLAG_FIELDS, pipeline_splits, split_flag_options,
                                      split_flags_for, uneven_split_flags)
 
-__all__ = ["FitChange", "FitChanges", "fit_changes", "LEVERS"]
+__all__ = ["FitChange", "FitChanges", "FewestGpus", "fit_changes", "fewest_gpus",
+           "state_lower_bound_gpus", "LEVERS"]
 
 #: Recomputation modes from least to most memory saved (and time spent).
 _RECOMPUTE_ORDER = ("none", "selective_op", "selective", "full")
@@ -101,6 +114,88 @@ class FitChange:
                 "levers": self.levers}
 
 
+#: The plan fields :meth:`FewestGpus.as_dict` gives apart (what :func:`fewest_gpus` sets).
+_FEWEST_GPUS_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel",
+                       "data_parallel", "expert_parallel", "micro_batch_size", "recompute",
+                       "zero_stage")
+
+
+@dataclass(frozen=True)
+class FewestGpus:
+    """The fewest GPUs of the session's kind at which its model fits (:func:`fewest_gpus`).
+
+    Attributes
+    ----------
+    num_gpus : int or None
+        The fewest GPU count tried at which a plan fits; None when none up to
+        :attr:`max_gpus` does (:attr:`reason` says why).
+    plan : ParallelPlan or None
+        A plan that fits there (:func:`fewest_gpus` says which; None with ``num_gpus``).
+    verdict : str or None
+        Its verdict, ``"fits"`` or ``"tight"`` (:func:`core.sim.report.memory_verdict`).
+    max_memory_per_gpu_bytes : float or None
+        Its largest stage's modelled need per GPU, bytes (the whole process).
+    capacity_bytes : float
+        The GPU's memory, bytes.
+    session_gpus : int
+        The session plan's GPU count (the counts tried are it times 1, 2, 4, ...).
+    max_gpus : int
+        The most GPUs tried (the cap: :data:`FEWEST_GPUS_MAX_FACTOR` times ``session_gpus``,
+        at most :data:`FEWEST_GPUS_MAX`).
+    lower_bound_gpus : int or None
+        :func:`state_lower_bound_gpus`: no fewer GPUs can hold the model states with the
+        process's fixed terms; None when those terms alone exceed the GPU's memory.
+    tried : int
+        Valid plans whose memory was computed.
+    reason : str
+        Why nothing fits up to ``max_gpus`` ("" when a count fits).
+    verdict_text : str
+        The plan's verdict with its figures, the report's words
+        (:func:`core.sim.report.memory_verdict_text`: ``"fits: 63.7 of 80.0 GiB"``); "" with
+        ``num_gpus`` None.
+    """
+
+    num_gpus: int | None
+    plan: ParallelPlan | None
+    verdict: str | None
+    max_memory_per_gpu_bytes: float | None
+    capacity_bytes: float
+    session_gpus: int
+    max_gpus: int
+    lower_bound_gpus: int | None
+    tried: int
+    reason: str = ""
+    verdict_text: str = ""
+
+    @property
+    def text(self) -> str:
+        """One line: the count, the plan and its memory, or why nothing fits up to the cap."""
+        bound = ("" if self.lower_bound_gpus is None else
+                 f"; the model states alone need at least {self.lower_bound_gpus:,} GPUs")
+        if self.num_gpus is None:
+            return self.reason
+        below = self.num_gpus // 2
+        before = (f"; {below:,} do not" if self.num_gpus > self.session_gpus else
+                  " (the plan's own GPU count, with more changes combined)")
+        return (f"{self.num_gpus:,} GPUs ({self.num_gpus // self.session_gpus:,} x "
+                f"{self.session_gpus:,}) with {self.plan.label()}, {self.verdict_text}"
+                f"{before}{bound}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: the count, the plan (text and sizes), its verdict and need (bytes and
+        GiB), the cap, the lower bound, the plans sized and the reason; the plan's fields are
+        null when nothing fits up to the cap."""
+        pl, need = self.plan, self.max_memory_per_gpu_bytes
+        sizes = {f: getattr(pl, f) if pl is not None else None for f in _FEWEST_GPUS_FIELDS}
+        return {"num_gpus": self.num_gpus, "plan": pl.label() if pl is not None else None,
+                **sizes, "verdict": self.verdict, "max_memory_per_gpu_bytes": need,
+                "max_memory_per_gpu_gib": need / 2**30 if need is not None else None,
+                "capacity_bytes": self.capacity_bytes, "session_gpus": self.session_gpus,
+                "max_gpus": self.max_gpus, "lower_bound_gpus": self.lower_bound_gpus,
+                "tried": self.tried, "reason": self.reason, "verdict_text": self.verdict_text,
+                "text": self.text}
+
+
 @dataclass(frozen=True)
 class FitChanges:
     """What :func:`fit_changes` found.
@@ -119,6 +214,9 @@ class FitChanges:
         Valid changed plans whose memory was computed.
     held : str
         What was held fixed.
+    fewest_gpus : FewestGpus or None
+        How many GPUs it takes (:func:`fewest_gpus`), looked for only when no changed plan
+        at the session's GPU count fits (None otherwise).
     """
 
     verdict: str
@@ -126,12 +224,15 @@ class FitChanges:
     rows: list[FitChange]
     tried: int
     held: str
+    fewest_gpus: FewestGpus | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
+        """JSON-ready (``fewest_gpus`` null when it was not looked for)."""
         return {"verdict": self.verdict, "iteration_time_s": self.iteration_time_s,
                 "tried": self.tried, "held": self.held,
-                "changes": [r.as_dict() for r in self.rows]}
+                "changes": [r.as_dict() for r in self.rows],
+                "fewest_gpus": (self.fewest_gpus.as_dict() if self.fewest_gpus is not None
+                                else None)}
 
 
 def _value(v: Any) -> str:
@@ -269,6 +370,217 @@ def _changes(a: ParallelPlan, b: ParallelPlan) -> tuple[tuple[str, Any, Any], ..
                  if getattr(a, f.name) != getattr(b, f.name))
 
 
+def _verdict_fn(session: Session, store, cancel: Any
+                ) -> Callable[[ParallelPlan], tuple[str, float]]:
+    """``verdict_of(plan)``: ``(verdict, need)`` of ``plan`` on ``session``'s model and GPU, the
+    report's (:func:`core.sim.simulate.stage_memory`, :func:`core.sim.simulate.memory_verdict`,
+    :func:`core.sim.report.memory_verdict`; need in bytes per GPU, the largest stage's whole
+    process), checking ``cancel`` first."""
+    capacity = float(store.memory_bytes)
+    margin = float(session.cluster.memory_reserve_fraction)
+
+    def verdict_of(pl: ParallelPlan) -> tuple[str, float]:
+        check_cancelled(cancel)
+        memory = stage_memory(dataclasses.replace(session, plan=pl), store)
+        need, fits, _ = memory_verdict(memory, capacity)
+        return report_verdict(need, capacity, margin, fits), need
+    return verdict_of
+
+
+# --------------------------------------------------------------------------- fewest GPUs
+
+#: The most times the session's GPU count :func:`fewest_gpus` tries (1, 2, 4, ... times).
+FEWEST_GPUS_MAX_FACTOR = 64
+#: The most GPUs :func:`fewest_gpus` tries.
+FEWEST_GPUS_MAX = 2**17
+
+
+def state_lower_bound_gpus(session: Session, capacity_bytes: float) -> int | None:
+    """The fewest GPUs that can hold ``session``'s model states with the process's fixed terms.
+
+    Every parameter's weights, gradients and optimizer state are held at least once over the
+    ``N`` GPUs (:func:`core.model.memory.bytes_per_parameter` without ZeRO: ``e + g +
+    optimizer`` bytes, 18 for bf16 with fp32 gradients; the weights left out with
+    ``fp8_param_gather``, whose compute weights are FP8), so the largest GPU holds at least
+    :func:`core.model.counts.num_parameters` times that over ``N``; on top every GPU holds the
+    process's fixed terms (:func:`core.model.memory.process_terms_of`: the GEMM workspaces, the
+    CUDA context and, with ``N > 1``, at least one NCCL communicator's buffers,
+    :func:`core.model.memory.nccl_buffer_bytes`). The result is the least ``N`` with
+    ``states / N + fixed <= capacity_bytes`` (the fit leaves the allocator's reserve out:
+    :func:`core.sim.simulate.memory_verdict`). Activations, ZeRO-3's gathered layers, FP8
+    copies and the stages' imbalance are left out: no plan on fewer GPUs fits, and a plan on
+    this many need not.
+
+    Returns
+    -------
+    int or None
+        The bound (1 or more); None when the fixed terms alone exceed ``capacity_bytes``.
+    """
+    plan = session.plan
+    w, g, o = bytes_per_parameter(dataclasses.replace(plan, zero_stage=0))
+    if fp8_gathers_params(plan):
+        w = 0.0
+    states = num_parameters(session.model) * (w + g + o)
+
+    def fixed(one_communicator: bool) -> float:
+        # the fewest communicators a plan of N > 1 GPUs opens: one (a data-parallel group)
+        nccl = nccl_buffer_bytes(dataclasses.replace(
+            plan, tensor_parallel=1, pipeline_parallel=1, context_parallel=1, expert_parallel=1,
+            data_parallel=2)) if one_communicator else 0.0
+        terms = process_terms_of(np.zeros(1), nccl)
+        return float(terms["workspace"][0] + terms["cuda_context"][0] + terms["nccl_buffers"][0])
+
+    if states + fixed(False) <= capacity_bytes:
+        return 1
+    room = capacity_bytes - fixed(True)
+    if room <= 0:
+        return None
+    return max(2, math.ceil(states / room))
+
+
+def _fewest_gpus_plan(session: Session, t: int, p: int, cp: int, d: int, megatron: bool
+                      ) -> ParallelPlan | None:
+    """The session's plan with sizes ``t, p, cp, d`` as the levers set them (a new pipeline size
+    split by :func:`_split`; sequence parallelism where ``t > 1``), full recomputation of every
+    layer and micro-batch 1, with the highest ZeRO stage and expert-parallel size that pass the
+    plan rules (and Megatron-LM's checks with ``megatron``); a larger micro-batch only where
+    simulate would not hold the graph at 1. None when no such plan passes."""
+    base = session.plan
+    pl = dataclasses.replace(base, tensor_parallel=t, pipeline_parallel=p, context_parallel=cp,
+                             data_parallel=d, sequence_parallel=base.sequence_parallel or t > 1,
+                             recompute="full", recompute_num_layers=None, recompute_modules=None)
+    if p != base.pipeline_parallel:
+        pl = _split(pl, session)
+    eps = [base.expert_parallel]
+    if session.model.num_experts:
+        while 2 * eps[-1] <= session.model.num_experts:
+            eps.append(2 * eps[-1])
+    sizes = [1]
+    while 2 * sizes[-1] <= base.micro_batch_size:
+        sizes.append(2 * sizes[-1])
+    for ep in reversed(eps):
+        for zero in range(3, base.zero_stage - 1, -1):
+            for b in sizes:
+                new = dataclasses.replace(pl, expert_parallel=ep, zero_stage=zero,
+                                          micro_batch_size=b)
+                changed = dataclasses.replace(session, plan=new)
+                if validate(changed, sections=("plan",), model_checked=True):
+                    break  # a larger micro-batch passes no better
+                if graph_too_large(session.model, new):
+                    continue
+                if megatron and megatron_refusal(changed) is not None:
+                    break
+                return new
+    return None
+
+
+def _fewest_gpus_plans(session: Session, num_gpus: int, megatron: bool, cancel: Any
+                       ) -> list[ParallelPlan]:
+    """The plans of ``num_gpus`` GPUs :func:`fewest_gpus` sizes: ``t`` (up to a node), ``p`` and
+    ``cp`` the session's times 1, 2, 4, ... (as the levers move them), ``d`` the rest
+    (:func:`_fewest_gpus_plan` each); ``cancel`` checked before each."""
+    base = session.plan
+    node = max(session.cluster.gpus_per_node, base.tensor_parallel)
+    most_p = max(base.pipeline_parallel, session.model.num_layers)
+    out, seen = [], set()
+    t = base.tensor_parallel
+    while t <= node and num_gpus % t == 0:
+        p = base.pipeline_parallel
+        while p <= most_p and num_gpus % (t * p) == 0:
+            cp = base.context_parallel
+            while num_gpus % (t * p * cp) == 0:
+                check_cancelled(cancel)
+                pl = _fewest_gpus_plan(session, t, p, cp, num_gpus // (t * p * cp), megatron)
+                if pl is not None and plan_key(pl) not in seen:
+                    seen.add(plan_key(pl))
+                    out.append(pl)
+                cp *= 2
+            p *= 2
+        t *= 2
+    return out
+
+
+def fewest_gpus(session: Session, store=None, *, cancel: Any = None,
+                want: tuple[str, ...] = ("fits", "tight")) -> FewestGpus:
+    """The fewest GPUs of ``session``'s kind at which its model fits, with a plan that does.
+
+    The counts tried are the session's GPU count times 1, 2, 4, ... up to
+    :data:`FEWEST_GPUS_MAX_FACTOR` times (at most :data:`FEWEST_GPUS_MAX`), those below
+    :func:`state_lower_bound_gpus` skipped (they cannot hold the model states). At each count
+    every plan the levers reach is sized: the tensor parallel size (up to a node), the pipeline
+    and context parallel sizes the session's times a power of 2, the data-parallel size the
+    rest, each with the least activations (full recomputation of every layer, micro-batch 1,
+    sequence parallelism) and the model states sharded as far as the session's framework
+    allows (ZeRO-3 / FSDP where the plan rules and, for a plan Megatron-LM runs, Megatron-LM
+    take it, else the distributed optimizer over ``d`` with the weights split by ``t*p``; the
+    largest expert-parallel size) (:func:`_fewest_gpus_plan`). Memory only (the report's
+    model and verdict), nothing timed; held: the model, precision, global batch, GPU kind and
+    every other plan field.
+
+    Parameters
+    ----------
+    session : Session
+        A valid session.
+    store : ProfileStore, optional
+        Its profile (:func:`core.sim.simulate.session_profile` when None): the GPU's memory.
+    cancel : threading.Event or callable returning bool, optional
+        Checked before each plan is built and sized.
+    want : tuple of str
+        The verdicts that count as fitting: ``("fits", "tight")``, or ``("fits",)`` for a plan
+        that is tight already (outside the margin).
+
+    Returns
+    -------
+    FewestGpus
+        The first count with a plan whose verdict is in ``want`` and, of those there, one that
+        fits outside the margin first, then the one with the largest data-parallel size (the
+        least model parallelism), then the least memory per GPU; ``num_gpus`` None with the
+        reason when no count up to the cap has one.
+
+    Raises
+    ------
+    core.studies.sweep.cancel.SweepCancelled
+        ``cancel`` was set.
+    """
+    store = store if store is not None else session_profile(session)
+    capacity = float(store.memory_bytes)
+    verdict_of = _verdict_fn(session, store, cancel)
+    first = session.plan.num_gpus
+    most = max(first, min(FEWEST_GPUS_MAX_FACTOR * first, FEWEST_GPUS_MAX))
+    bound = state_lower_bound_gpus(session, capacity)
+    megatron = megatron_refusal(session) is None
+    tried, n = 0, first
+    while bound is not None and n <= most:
+        if n >= bound:
+            plans = _fewest_gpus_plans(session, n, megatron, cancel)
+            tried += len(plans)
+            ok = [(v, need, pl) for v, need, pl in ((*verdict_of(pl), pl) for pl in plans)
+                  if v in want]
+            if ok:
+                # fits before tight, then the most data parallelism (the least model
+                # parallelism, usually the fastest), then the least memory
+                v, need, pl = min(ok, key=lambda r: (r[0] != "fits", -r[2].data_parallel, r[1]))
+                text = memory_verdict_text(need, capacity,
+                                           float(session.cluster.memory_reserve_fraction), True)
+                return FewestGpus(n, pl, v, need, capacity, first, most, bound, tried,
+                                  verdict_text=text)
+        n *= 2
+    gpus = f"{most:,} GPUs of {session.cluster.gpu} ({most // first:,} x {first:,})"
+    if bound is None:
+        reason = (f"nothing fits on any number of {session.cluster.gpu}: the process's fixed "
+                  "terms alone (CUDA context, GEMM workspaces, NCCL buffers) exceed its "
+                  f"{capacity / 2**30:.1f} GiB")
+    elif bound > most:
+        reason = (f"nothing fits on up to {gpus}: the model states alone need at least "
+                  f"{bound:,} GPUs")
+    else:
+        how = "outside the margin" if want == ("fits",) else "in memory"
+        reason = (f"nothing fits {how} on up to {gpus} with the model states sharded as far "
+                  f"as the levers allow and the least activations ({tried:,} plans sized); "
+                  f"the model states alone need at least {bound:,} GPUs")
+    return FewestGpus(None, None, None, None, capacity, first, most, bound, tried, reason)
+
+
 def fit_changes(session: Session, store=None, *, max_rows: int = 8,
                 cancel: Any = None) -> FitChanges:
     """The plans the fewest changes away from ``session``'s (at most :data:`MAX_LEVERS`) that
@@ -289,7 +601,9 @@ def fit_changes(session: Session, store=None, *, max_rows: int = 8,
     -------
     FitChanges
         Empty ``rows`` when nothing within three changes (or with twice the GPUs) fits; a
-        plan that fits outside the margin already gets no rows (nothing to change).
+        plan that fits outside the margin already gets no rows (nothing to change). When no
+        changed plan at the session's GPU count fits, ``fewest_gpus`` says how many GPUs it
+        takes (:func:`fewest_gpus`, the same ``cancel``).
 
     Raises
     ------
@@ -297,16 +611,9 @@ def fit_changes(session: Session, store=None, *, max_rows: int = 8,
         ``cancel`` was set.
     """
     store = store if store is not None else session_profile(session)
-    capacity = float(store.memory_bytes)
-    margin = float(session.cluster.memory_reserve_fraction)
     base = session.plan
     cache: dict = {}
-
-    def verdict_of(pl: ParallelPlan) -> tuple[str, float]:
-        check_cancelled(cancel)
-        memory = stage_memory(dataclasses.replace(session, plan=pl), store)
-        need, fits, _ = memory_verdict(memory, capacity)
-        return report_verdict(need, capacity, margin, fits), need
+    verdict_of = _verdict_fn(session, store, cancel)
 
     def time_of(pl: ParallelPlan) -> float:
         check_cancelled(cancel)
@@ -366,7 +673,9 @@ def fit_changes(session: Session, store=None, *, max_rows: int = 8,
             break
         # the next level grows from this one's plans that need the least memory (a beam)
         level = [pl for _, _, pl in sorted(rows, key=lambda r: r[1])[:BEAM]]
-    if not found:
+    fewest = None
+    if not found:  # how many GPUs it takes, then twice the pipeline or tensor size
+        fewest = fewest_gpus(session, store, cancel=cancel, want=want)
         rows = verdicts(candidates([base], MORE_GPU_LEVERS))
         found = [(v, need, pl, 1) for v, need, pl in rows if v in want]
     found.sort(key=lambda r: (r[0] != "fits", r[3], r[1]))  # what is timed, if not all
@@ -382,4 +691,4 @@ def fit_changes(session: Session, store=None, *, max_rows: int = 8,
     out.sort(key=lambda r: (r.num_gpus != base.num_gpus, r.verdict != "fits",
                             r.iteration_time_s))
     held = _HELD + ("; only plans Megatron-LM runs, as it runs this one" if megatron else "")
-    return FitChanges(own, base_time, out[:max_rows], tried, held)
+    return FitChanges(own, base_time, out[:max_rows], tried, held, fewest)

@@ -201,3 +201,48 @@ def test_use_it_never_applies_a_change_found_for_an_earlier_configuration(window
     with qtbot.waitSignal(window.result_shown, timeout=60_000):
         button.click()
     assert window.editor.session().plan.zero_stage == 1
+
+
+def test_nothing_fits_on_the_plans_gpus_shows_the_fewest_gpus_that_fit(qtbot):
+    """Llama 3.1 405B on 8 H100s: no change fits on its 8 GPUs; the "To fit" line says the
+    fewest GPUs that fit (core.studies.fit_changes.fewest_gpus: 128), "Use it" takes that plan;
+    on 1 GPU (a cap of 64 GPUs, below the 87 its model states need) the line says so."""
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
+    from vtrain_gui.workers import _default_fit_changes, _default_simulate
+
+    def session(t: int) -> Session:
+        return Session(MODEL_PRESETS["Llama 3.1 405B"],
+                       ParallelPlan(tensor_parallel=t, pipeline_parallel=1, data_parallel=1,
+                                    micro_batch_size=1, global_batch_size=16, recompute="none",
+                                    sequence_parallel=t > 1, zero_stage=0),
+                       ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+    panel = CostPanel()
+    qtbot.addWidget(panel)
+    chosen = []
+    panel.fit_change_chosen.connect(chosen.append)
+    result = _default_simulate(session(8))
+    fit = _default_fit_changes(result.session, None)
+    assert fit.rows == [] and fit.fewest_gpus.num_gpus == 128
+    panel.set_report(result.report)
+    panel.set_fit_changes(fit)
+    assert panel.fit_changes_state == "found"
+    assert panel.fit_changes_text == (
+        "To fit in memory: nothing on 8 GPUs fits; fewest GPUs that fit: 128 GPUs (16 x 8) with "
+        "t=8 p=1 d=16 b=1 1f1b recompute=full sp zero=3, fits: 63.7 of 80.0 GiB; 64 do not; "
+        "the model states alone need at least 87 GPUs")
+    assert "Fewest GPUs that fit" in panel._fit_changes.toolTip()
+    button = panel.findChild(QtWidgets.QToolButton, "use_fit_change")
+    assert not button.isHidden()
+    button.click()
+    assert chosen == [fit.fewest_gpus.plan]
+    one = _default_simulate(session(1))
+    fit1 = _default_fit_changes(one.session, None)
+    panel.set_report(one.report)
+    panel.set_fit_changes(fit1)
+    assert panel.fit_changes_text == (
+        "To fit in memory: nothing tried fits; nothing fits on up to 64 GPUs of H100-SXM5-80GB "
+        "(64 x 1): the model states alone need at least 87 GPUs")
+    assert button.isHidden()
