@@ -491,8 +491,8 @@ def test_an_unknown_variable_among_megatron_arguments_is_named(tmp_path, args):
 
 def test_a_dump_gives_the_world_size_not_the_gpus_per_node(tmp_path, capsys):
     """A printed dump has world_size (64) but not how the GPUs split into nodes: the import
-    takes nodes of the GPU's NVLink domain (8 H100s; one node when the world is smaller) and
-    says so, where it read 64 GPUs on one node, which the command line refused as larger than
+    takes nodes of the GPU's NVLink domain (8 H100s; one node, partly used, when the world is
+    smaller) and says so, where it read 64 GPUs on one node, which the command line refused as larger than
     the NVLink domain. ``padded_vocab_size`` is the vocabulary when the dump's vocab_size is
     None (noted), not an ignored argument."""
     path = _write(tmp_path, "issue.log", DUMP)
@@ -503,7 +503,10 @@ def test_a_dump_gives_the_world_size_not_the_gpus_per_node(tmp_path, capsys):
         "--gpus-per-node G for your nodes"]
     assert "--padded-vocab-size" not in res.ignored
     assert any("padded_vocab_size 128,256" in n for n in res.launch.notes)
-    assert import_file(path, gpu="GB200-NVL72").session.cluster.gpus_per_node == 64
+    # 64 GB200s: one NVL72 rack, partly used (no note: one node is no assumption)
+    one_rack = import_file(path, gpu="GB200-NVL72")
+    assert one_rack.session.cluster.gpus_per_node == 72
+    assert not [n for f, n in one_rack.notes if f == "GPUs per node"]
     assert import_file(path, gpu="H100-SXM5-80GB",
                        gpus_per_node=4).session.cluster.gpus_per_node == 4
     out = tmp_path / "s.json"
@@ -541,7 +544,7 @@ def test_num_gpus_alone_takes_nodes_of_the_gpus_nvlink_domain(tmp_path):
     assert import_file(path, gpu="H100-SXM5-80GB",
                        num_gpus=16).session.cluster.gpus_per_node == 8
     assert import_file(path, gpu="H100-SXM5-80GB",
-                       num_gpus=4).session.cluster.gpus_per_node == 4
+                       num_gpus=4).session.cluster.gpus_per_node == 8  # one HGX board, half used
     with pytest.raises(MegatronArgsError, match=r"--num-gpus gives only the world size, 12, "
                                                 "which is not a multiple of the H100-SXM5-80GB's"):
         import_file(path, gpu="H100-SXM5-80GB", num_gpus=12)

@@ -221,7 +221,8 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         cluster["gpus_per_node"] = nproc
     elif nodes is None and (num_gpus is not None or launch.world_size is not None):
         # a world size alone (--num-gpus, or a dump's world_size): nodes of the GPU's NVLink
-        # domain (one node when fewer), not ClusterConfig's default of 8 (a GB200 rack has 72)
+        # domain (one node, partly used, when fewer: a sweep from the session may use it all),
+        # not ClusterConfig's default of 8 (a GB200 rack has 72)
         world = num_gpus if num_gpus is not None else launch.world_size
         given = ("--num-gpus gives only the world size" if num_gpus is not None
                  else "the launch gives only the world size")
@@ -232,10 +233,10 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                                     f"{kind}'s {domain} GPUs per node (every node runs as many "
                                     "processes): give --gpus-per-node G")
         if domain is not None:
-            cluster["gpus_per_node"] = min(domain, world)
-            mp.notes.append(("GPUs per node", f"{cluster['gpus_per_node']}: the {kind}'s NVLink "
-                             f"domain ({given}, {world}); give --gpus-per-node G for your "
-                             "nodes"))
+            cluster["gpus_per_node"] = domain
+        if domain is not None and world > domain:  # how many nodes is the import's assumption
+            mp.notes.append(("GPUs per node", f"{domain}: the {kind}'s NVLink domain ({given}, "
+                             f"{world}); give --gpus-per-node G for your nodes"))
     # Megatron applies --recompute-num-layers to each model chunk: a count at or above the
     # largest recomputes every layer
     plan = capped_recompute_layers(ParallelPlan(**mp.values["plan"]), L)
