@@ -5,6 +5,7 @@ rewrites the user's script keeping everything else; the cluster survives a round
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -15,13 +16,15 @@ import pytest
 from tests.conftest import EXAMPLES, ROOT
 from core.cli import main
 from core.plan.cluster import ClusterConfig, CostConfig
-from core.plan.model_config import ModelConfig
+from core.plan.model_config import ATTENTION_KERNELS, ModelConfig
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 from core.plan.rules import validate
 from core.io.megatron.arguments import MegatronArgsError
 from core.io.megatron.from_session import export_arguments
 from core.io.megatron.launch import read_launch
+from core.io.megatron.model_arguments import (ATTENTION_BACKENDS, DEFAULT_ATTENTION_BACKEND,
+                                              EXPORTED_ATTENTION_BACKENDS)
 from core.io.megatron.to_session import import_file
 from core.io.megatron.export import export_script
 from core.io.megatron.export import PLAN_ARGUMENTS, rewrite_script
@@ -455,3 +458,76 @@ def test_the_import_summary_says_the_gpu_came_from_the_cluster_comment(tmp_path,
     line = capsys.readouterr().out.splitlines()[0]
     assert "on H100-SXM5-80GB (from the script's # vtrain: cluster comment)" in line
     assert "do not name the GPU" not in line
+
+
+# --------------------------------------------------------------------------- the attention backend
+
+_LAUNCH = ("torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --num-layers 8 "
+           "--hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+           "--max-position-embeddings 2048 --tokenizer-type NullTokenizer --vocab-size 31999 "
+           "--micro-batch-size 1 --global-batch-size 64 --bf16 "
+           "--untie-embeddings-and-output-weights {backend}\n")
+
+
+def _backend_words(args: list[str]) -> list[str]:
+    """The values of every ``--attention-backend`` in ``args``."""
+    return [args[i + 1] for i, w in enumerate(args) if w == "--attention-backend"]
+
+
+#: A launch's attention arguments -> the session's kernel and the backend its export writes
+#: (None: none, Megatron-Core's default auto). flash and fused are TE backends Megatron forces;
+#: the field holds only the kernel class, so they export as the default TE chooses from.
+_BACKEND_ROUND_TRIPS = {
+    "": ("flash", None), "--attention-backend auto": ("flash", None),
+    "--attention-backend flash": ("flash", None), "--attention-backend fused": ("flash", None),
+    "--use-flash-attn": ("flash", None),
+    "--attention-backend unfused": ("unfused", "unfused"),
+    "--attention-backend local": ("unfused", "unfused"),
+}
+
+
+@pytest.mark.parametrize("backend", sorted(_BACKEND_ROUND_TRIPS))
+def test_attention_backend_round_trips_import_export_import(tmp_path, backend, parser_spec):
+    """import -> export -> import keeps the session; a launch that leaves the backend to
+    Megatron-Core (absent or auto) exports no --attention-backend (it used to write ``flash``,
+    which forces the flash-attn package's backend instead of TE's choice)."""
+    kernel, written = _BACKEND_ROUND_TRIPS[backend]
+    launch = tmp_path / "l.sh"
+    launch.write_text(_LAUNCH.format(backend=backend))
+    first = import_file(launch).session
+    assert first.model.attention_kernel == kernel
+    args = export_arguments(first)
+    assert _backend_words(args) == ([written] if written else [])
+    assert "--use-flash-attn" not in args
+    assert parse_problems(args, parser_spec) == []
+    assert violations(args, world_size=8) == []
+    out = tmp_path / "o.sh"
+    out.write_text(export_script(first))
+    back = import_file(out).session
+    assert back.model == dataclasses.replace(first.model, name=back.model.name)
+    assert back.plan == first.plan and back.cluster.gpu == first.cluster.gpu
+
+
+def test_the_cli_round_trip_of_a_default_backend_writes_none(tmp_path, capsys):
+    launch = tmp_path / "l.sh"
+    launch.write_text(_LAUNCH.format(backend="--attention-backend auto"))
+    s1, s2, out = tmp_path / "s1.json", tmp_path / "s2.json", tmp_path / "o.sh"
+    assert main(["import", "megatron-args", str(launch), "--out", str(s1)]) == 0
+    assert main(["export", "megatron-args", str(s1), "--out", str(out)]) == 0
+    assert "--attention-backend" not in out.read_text()
+    assert main(["import", "megatron-args", str(out), "--out", str(s2)]) == 0
+    a, b = load_any(s1), load_any(s2)
+    assert a.model.attention_kernel == b.model.attention_kernel == "flash"
+    assert dataclasses.replace(b.model, name=a.model.name) == a.model and b.plan == a.plan
+
+
+def test_exported_backends_invert_the_import_and_name_megatrons_default(parser_spec):
+    by = {o: a for a in parser_spec["arguments"] for o in a["options"]}
+    assert by["--attention-backend"]["default"] == f"<AttnBackend.{DEFAULT_ATTENTION_BACKEND}: 5>"
+    assert set(EXPORTED_ATTENTION_BACKENDS) == set(ATTENTION_KERNELS)
+    for kernel, backend in EXPORTED_ATTENTION_BACKENDS.items():
+        assert ATTENTION_BACKENDS[backend] == kernel
+    unfused = _session(model=ModelConfig("u", 8, 1024, 16, None, 2048, 32000,
+                                         tied_embeddings=False, attention_kernel="unfused"))
+    assert _backend_words(export_arguments(unfused)) == ["unfused"]
+    assert _backend_words(export_arguments(_session())) == []

@@ -93,3 +93,99 @@ def test_the_held_line_names_a_held_value_that_is_not_the_sessions(capsys):
     out = capsys.readouterr().out.splitlines()
     held = next((line for line in out if line.startswith("held:")), "")
     assert "ce_fusion" not in held and "ce_impl" not in held
+
+
+# --------------------------------------------------------------------------- every value given
+# (tester: --pipeline-parallel 1,2,3,5,7 on 8 GPUs listed 3, 5 and 7 "in no valid plan ...
+# (no combination ...)", and --virtual-pipeline-stages 2,5 dropped 5 without a word)
+
+def _made(p: int) -> str:
+    """t*p*cp*d with t=1, cp=1 and d a divisor of 256, the first eight."""
+    return ", ".join(str(p * d) for d in (1, 2, 4, 8, 16, 32, 64, 128)) + ", ..."
+
+
+def test_a_pipeline_size_no_gpu_count_takes_names_the_counts_it_makes():
+    from core.studies.sweep import SweepSpace, run_sweep, unused_values
+    s = load_any(EXAMPLE)
+    space = SweepSpace(num_gpus=8, tensor_parallel=[1], pipeline_parallel=[1, 2, 3, 7],
+                       micro_batch_sizes=[1])
+    result = run_sweep(s, space, workers=1)
+    assert set(result.plan_columns["pipeline_parallel"].tolist()) == {1, 2}
+    assert [(e.field, e.message) for e in unused_values(s, space, result)] == [
+        (f"--pipeline-parallel {p}", f"no plan with p={p} has 8 GPUs: t*p*cp*d with t in {{1}}, "
+         f"cp in {{1}} and d a divisor of the global batch 256 gives {_made(p)}")
+        for p in (3, 7)]
+
+
+def test_sizes_beyond_a_gpu_bound_and_layers_that_do_not_split():
+    from core.studies.sweep import SweepSpace, run_sweep, unused_values
+    s = load_any(EXAMPLE)  # 24 layers: p = 23 has no even and no uneven split
+    space = SweepSpace(max_gpus=8, tensor_parallel=[8], pipeline_parallel=[1, 2],
+                       micro_batch_sizes=[1])
+    notes = unused_values(s, space, run_sweep(s, space, workers=1))
+    assert [(e.field, e.message) for e in notes] == [(
+        "--pipeline-parallel 2", "a plan with p=2 takes at least 16 GPUs (t*p*cp*d with t in "
+        "{8}, cp in {1} and d a divisor of the global batch 256), more than the budget's 8")]
+    space = SweepSpace(max_gpus=64, tensor_parallel=[1], pipeline_parallel=[1, 23],
+                       micro_batch_sizes=[1])
+    notes = unused_values(s, space, run_sweep(s, space, workers=1))
+    assert [(e.field, e.message) for e in notes] == [
+        ("--pipeline-parallel 23", "num_layers=24 is not divisible by pipeline_parallel_size=23")]
+
+
+def test_a_micro_batch_and_a_virtual_stage_count_name_the_rule_their_plans_break():
+    from core.studies.sweep import SweepSpace, run_sweep, unused_values
+    s = load_any(EXAMPLE)
+    space = SweepSpace(num_gpus=8, tensor_parallel=[1], pipeline_parallel=[2],
+                       micro_batch_sizes=[1], schedules=["1f1b", "interleaved"],
+                       virtual_pipeline_stages=[2, 5])
+    notes = unused_values(s, space, run_sweep(s, space, workers=1))
+    assert [(e.field, e.message) for e in notes] == [(
+        "--virtual-pipeline-stages 5", "num_layers=24 is not divisible by pipeline_parallel_size*"
+        "virtual_pipeline_stages=2*5=10 (Megatron: layers per virtual stage must be whole) (in 1 "
+        "of the 1 size combinations of this budget with v=5, e.g. t=1 p=2 cp=1 d=4 b=1 "
+        "interleaved v=5)")]
+    space = SweepSpace(num_gpus=8, tensor_parallel=[1], pipeline_parallel=[2],
+                       micro_batch_sizes=[1, 256], schedules=["1f1b"])
+    notes = unused_values(s, space, run_sweep(s, space, workers=1))
+    assert [(e.field, e.message) for e in notes] == [(
+        "--micro-batch-sizes 256", "global_batch_size=256 is not divisible by micro_batch_size*"
+        "data_parallel_size=256*4=1024 (in 1 of the 1 size combinations of this budget with "
+        "b=256, e.g. t=1 p=2 cp=1 d=4 b=256 1f1b)")]
+
+
+def test_a_schedule_only_one_stage_plans_could_run_says_so():
+    from core.studies.sweep import SweepSpace, run_sweep, unused_values
+    s = load_any(EXAMPLE)
+    space = SweepSpace(num_gpus=8, tensor_parallel=[1], pipeline_parallel=[1],
+                       micro_batch_sizes=[1], schedules=["1f1b", "zb-h1"])
+    notes = unused_values(s, space, run_sweep(s, space, workers=1))
+    assert [(e.field, e.message) for e in notes] == [(
+        "--schedules zb-h1", "every plan of this budget has one pipeline stage (p=1), where every "
+        "schedule runs the same order: the sweep keeps 1f1b")]
+
+
+def test_the_command_line_names_each_value_of_an_empty_sweep_in_text_and_json(capsys):
+    from core.cli import main
+    args = ["sweep", EXAMPLE, "--gpus", "8", "--tensor-parallel", "1", "--micro-batch-sizes",
+            "1", "--pipeline-parallel", "7", "--workers", "1"]
+    p7 = ("no plan with p=7 has 8 GPUs: t*p*cp*d with t in {1}, cp in {1} and d a divisor of "
+          f"the global batch 256 gives {_made(7)}")
+    assert main(args) == 2
+    assert f"--pipeline-parallel 7: {p7}" in capsys.readouterr().err
+    assert main([*args, "--json"]) == 2
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
+    assert doc["num_plans"] == 0
+    reasons = {d["values"]: d["reason"] for d in doc["no_plan"]}
+    assert reasons["--pipeline-parallel 7"] == p7
+    assert reasons["--gpus 8"] == ("no t*p*cp*d makes 8 GPUs with t in {1}, p in {7}, cp in {1} "
+                                   "and d a divisor of the global batch 256")
+    assert p7 in out.err
+    # some plans: the value no plan takes, in the text and in --json
+    args[args.index("7")] = "1,2,7"
+    assert main(args) == 0
+    assert f"  --pipeline-parallel 7: {p7}" in capsys.readouterr().out.splitlines()
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["unused_values"] == [{"values": "--pipeline-parallel 7", "reason": p7}]

@@ -264,7 +264,11 @@ def run(args: argparse.Namespace) -> int:
         err_console.print("vtrain: sweep cancelled", highlight=False)
         return 130
     if result.num_plans == 0:
-        raise ConfigError(no_plan_errors(session, space))
+        why = no_plan_errors(session, space)
+        if args.json:  # the reasons as data too; the exit status and the error line stay
+            print(strict_dumps({"num_plans": 0, "no_plan": [
+                {"values": e.field, "reason": e.message} for e in why]}))
+        raise ConfigError(why)
     unused = unused_values(session, space, result)
     if pick is not None:
         picked = _write_pick(result, pick, args.out)

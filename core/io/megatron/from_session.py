@@ -14,6 +14,7 @@ from typing import Any
 
 from core.schedules import get as get_schedule
 from core.io.megatron.arguments import TOKENIZER_VOCAB, MegatronArgsError
+from core.io.megatron.model_arguments import DEFAULT_ATTENTION_BACKEND, EXPORTED_ATTENTION_BACKENDS
 from core.plan.parallel import wgrad_accumulation
 from core.plan.session import Session
 
@@ -90,8 +91,13 @@ def _layer_words(m: Any) -> list[str]:
         out.append("--add-qkv-bias")
     if _get(m, "qk_layernorm"):
         out.append("--qk-layernorm")
-    if _get(m, "attention_kernel") is not None:
-        out += ["--attention-backend", m.attention_kernel]
+    kernel = _get(m, "attention_kernel")
+    if kernel is not None and kernel not in EXPORTED_ATTENTION_BACKENDS:
+        raise MegatronArgsError(f"model.attention_kernel {kernel!r}: no Megatron-LM "
+                                "--attention-backend runs it")
+    backend = EXPORTED_ATTENTION_BACKENDS.get(kernel, DEFAULT_ATTENTION_BACKEND)
+    if backend != DEFAULT_ATTENTION_BACKEND:  # Megatron-Core's default auto goes unwritten
+        out += ["--attention-backend", backend]
     if _get(m, "window_size"):
         out += ["--window-size", f"({m.window_size},0)"]
         if _get(m, "window_attn_skip_freq"):

@@ -24,7 +24,8 @@ from core.io.megatron.mapping import Mapper, float_argument, int_argument, one_v
 from core.io.shell_reader import BINOPS
 from core.plan.fields import BOUNDS
 
-__all__ = ["ATTENTION_BACKENDS", "MOE_ONLY", "attention_kernel", "layer_pattern", "map_model"]
+__all__ = ["ATTENTION_BACKENDS", "DEFAULT_ATTENTION_BACKEND", "EXPORTED_ATTENTION_BACKENDS", "MOE_ONLY",
+           "attention_kernel", "layer_pattern", "map_model"]
 
 #: Modelled values of model-family arguments when the family fields do not exist yet.
 _DEFAULT_FAMILY = {"--normalization": ("LayerNorm",), "--position-embedding-type": ("learned_absolute",)}
@@ -34,6 +35,15 @@ _DEFAULT_FAMILY = {"--normalization": ("LayerNorm",), "--position-embedding-type
 #: timed as FlashAttention; unfused (TE's unfused) and local (Megatron-Core's own) as unfused.
 ATTENTION_BACKENDS = {"auto": "flash", "flash": "flash", "fused": "flash", "unfused": "unfused",
                       "local": "unfused"}
+#: Megatron-Core's default --attention-backend (arguments.json: ``AttnBackend.auto``).
+DEFAULT_ATTENTION_BACKEND = "auto"
+#: attention_kernel -> the backend the export writes (the inverse of ATTENTION_BACKENDS). The
+#: field does not say which of auto, flash and fused a launch named, so the flash kernel exports
+#: Megatron-Core's default auto (a launch without the argument, the common case): naming
+#: ``flash`` would force the flash-attn package's backend, another kernel than the one TE picks.
+#: The unfused kernel exports Transformer Engine's unfused backend (the export's layer spec is
+#: TE's; ``local`` is Megatron-Core's own attention, for its local spec).
+EXPORTED_ATTENTION_BACKENDS = {"flash": DEFAULT_ATTENTION_BACKEND, "unfused": "unfused"}
 
 
 def attention_kernel(args: dict[str, list[str]], src: str) -> tuple[str, str, str]:

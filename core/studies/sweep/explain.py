@@ -10,6 +10,7 @@ only; enumeration is :mod:`core.studies.sweep.space`'s.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 
@@ -17,11 +18,12 @@ from core import schedules as pipeline_schedules
 from core.plan.fields import FieldError
 from core.plan.session import Session
 from core.plan.layout import pipeline_split_slots
-from core.plan.parallel import RECOMPUTE_MODES
+from core.plan.parallel import RECOMPUTE_MODES, SWEEP_SCHEDULES
 from core.plan.rules import probe_plan, validate
 from core.studies.sweep.result import SweepResult
-from core.studies.sweep.space import (SPLIT_FLAG_FIELDS, SweepSpace, as_list, budget_text,
-                                      cp_candidates, divisors, pipeline_splits, slots_split,
+from core.studies.sweep.space import (DEFAULT_MICRO_BATCH_SIZES, SPLIT_FLAG_FIELDS, SweepSpace, as_list, budget_text,
+                                      cp_candidates, divisors, micro_batch_sizes_of,
+                                      one_stage_schedule, pipeline_splits, slots_split,
                                       split_flag_options, split_flags_for, layout_stages,
                                       tp_pp_candidates, uneven_split_flags)
 
@@ -55,9 +57,11 @@ def no_plan_errors(session: Session, space: SweepSpace) -> list[FieldError]:
 
 
 def _why_no_plan(session: Session, space: SweepSpace) -> list[FieldError]:
-    """The rules each value given for t, p, b, cp or ep breaks on its own (the others at 1,
-    :func:`value_errors`), each virtual-stage count v no pipeline-parallel size tried can
-    hold, and the all-to-all exchanges' rules when only they were asked for."""
+    """The rules the values given break on their own (:func:`value_errors`), each virtual-stage
+    count v no pipeline-parallel size tried can hold, and the all-to-all exchanges' rules when
+    only they were asked for; when none, why no plan takes each value given
+    (:func:`_value_reasons`: the GPU counts it cannot make, the rule its plans break), else the
+    exact GPU counts no product of the sizes makes."""
     out = []
     n = layout_stages(session.plan)
     if n is not None:
@@ -70,10 +74,40 @@ def _why_no_plan(session: Session, space: SweepSpace) -> list[FieldError]:
                               f"virtual_pipeline_stages = {n} are tried (p one of "
                               f"{', '.join(map(str, divisors(n)))}; v = {n}/p under the "
                               f"interleaved schedule, p = {n} under the others)"))
-    values = value_errors(session, space, skip_pipeline=n is not None)
-    # a GPU count no product of the sizes makes, when no size given is wrong on its own (a
-    # wrong size makes the count unreachable too: its own rule says more)
-    out += values or _gpu_count_errors(session, space)
+    later = _virtual_and_exchange_errors(session, space, n)
+    # the other values given: the rules they break alone, else why no plan of the budget takes
+    # each
+    given = {option: set(as_list(getattr(space, attr))) - {
+                v for e, vs in later if e.field.startswith(option + " ") for v in vs}
+             for option, attr, name in (*_PROBED, *_COMBINED)
+             if getattr(space, attr) is not None and not (n is not None and name in _LAYOUT_SETS)
+             and frozenset(as_list(getattr(space, attr))) != _NOT_GIVEN.get(option)}
+    given = {o: vs for o, vs in given.items() if vs}
+    alone = value_errors(session, space, given, skip_pipeline=n is not None)
+    if alone or later:  # a value wrong on its own leaves the others no plan: it is the reason
+        return out + alone + [e for e, _ in later]
+    counts = _gpu_count_errors(session, space)
+    if counts and len(counts) == len(space.gpu_counts()):
+        # no product of the sizes makes any count: the counts, and each t, p or cp given that
+        # makes none of them
+        fields = {option: name for option, _, name in _PROBED}
+        worlds: dict[tuple[str, str], list] = {}
+        for option, vs in given.items():
+            for v in sorted(vs, key=str):
+                why = _world_reason(session, space, fields.get(option, ""), v)
+                if why:
+                    worlds.setdefault((option, why), []).append(v)
+        return out + [FieldError(f"{option} {', '.join(map(str, vs))}", why)
+                      for (option, why), vs in worlds.items()] + counts
+    # why no plan of the budget takes each value given
+    return out + _value_reasons(session, space, given, skip_pipeline=n is not None) + counts
+
+
+def _virtual_and_exchange_errors(session: Session, space: SweepSpace, n: int | None
+                                 ) -> list[tuple[FieldError, set]]:
+    """Each virtual-stage count v given that no pipeline-parallel size tried can hold, and the
+    all-to-all exchanges' rules when only they were asked for; each with the values it names."""
+    out = []
     # the virtual-stage counts the user gave (the default 2..8 are tried quietly)
     if (any(pipeline_schedules.get(s).uses_virtual_stages for s in as_list(space.schedules)
             if s in pipeline_schedules.names()) and n is None
@@ -94,18 +128,18 @@ def _why_no_plan(session: Session, space: SweepSpace) -> list[FieldError]:
               if p >= 2 and any(slots_split(n, p, extra) for n, extra in slots)]
         for v in space.virtual_pipeline_stages:
             if not any(slots_split(n, p * v, extra) for p in ps for n, extra in slots):
-                out.append(FieldError(f"--virtual-pipeline-stages {v}", (
+                out.append((FieldError(f"--virtual-pipeline-stages {v}", (
                     f"the interleaved schedule needs {what} divisible by "
                     f"pipeline_parallel*virtual_pipeline_stages; no pipeline-parallel size tried "
-                    f"({', '.join(map(str, ps)) or 'none >= 2'}) gives that with v={v}")))
+                    f"({', '.join(map(str, ps)) or 'none >= 2'}) gives that with v={v}")), {v}))
     # the context-parallel exchanges the user gave: their rules depend on t and cp together
     named = [k for k in as_list(space.cp_comm_type or ()) if k in ("a2a", "a2a+p2p")]
     if named and "p2p" not in as_list(space.cp_comm_type):
-        out.append(FieldError(f"--cp-comm-types {','.join(as_list(space.cp_comm_type))}", (
+        out.append((FieldError(f"--cp-comm-types {','.join(as_list(space.cp_comm_type))}", (
             "with cp > 1 the all-to-all exchanges have rules of their own: a2a needs the query "
             "heads and the query groups of a tensor-parallel rank divisible by cp (and no "
             "multi-head latent attention), a2a+p2p the session's cp_a2a_size dividing cp; "
-            "p2p, the ring, has none")))
+            "p2p, the ring, has none")), set(as_list(space.cp_comm_type))))
     return out
 
 
@@ -121,8 +155,202 @@ _PROBED = (("--tensor-parallel", "tensor_parallel", "tensor_parallel"),
 
 #: The values a sweep tries when an option of :data:`_PROBED` is not given, where they are a
 #: list (the others' defaults are derived from the session): the values left out of these are
-#: the dimensions' ``left_out`` (:func:`left_out_values`), not "values given".
-_LISTED_DEFAULTS = {"--recompute": frozenset(RECOMPUTE_MODES)}
+#: the dimensions' ``left_out`` (:func:`left_out_values`; recompute), not "values given".
+_LISTED_DEFAULTS = {"--recompute": frozenset(RECOMPUTE_MODES),
+                    "--schedules": frozenset(SWEEP_SCHEDULES)}
+
+#: The values of a space that no one gave (the defaults of :class:`SweepSpace`'s lists).
+_NOT_GIVEN = {**_LISTED_DEFAULTS, "--micro-batch-sizes": frozenset(DEFAULT_MICRO_BATCH_SIZES)}
+
+#: Sweep options whose values no rule speaks of alone (a schedule or v means something only with
+#: p): explained with the sizes they run with (:func:`_combination_reason`).
+_COMBINED = (("--schedules", "schedules", "schedule"),
+             ("--virtual-pipeline-stages", "virtual_pipeline_stages", "virtual_pipeline_stages"))
+
+#: The plan fields a custom pipeline layout decides (their values are not probed with one).
+_LAYOUT_SETS = ("pipeline_parallel", "virtual_pipeline_stages")
+
+#: How a value is named in a reason: plan field -> its symbol (``p=7``).
+_SYMBOL = {"tensor_parallel": "t", "pipeline_parallel": "p", "context_parallel": "cp",
+           "data_parallel": "d", "micro_batch_size": "b", "expert_parallel": "ep",
+           "virtual_pipeline_stages": "v"}
+
+#: Size combinations :func:`_combination_reason` validates at most for one value.
+_MAX_PROBES = 400
+
+#: The reason of a value given that no plan takes when no rule of the sizes it runs with names one.
+NO_COMBINATION = ("in no valid plan of this budget (no combination with the other sizes tried "
+                  "passes the configuration rules)")
+
+
+def _named(name: str, v) -> str:
+    """``p=7``, ``schedule=zb-v``."""
+    return f"{_SYMBOL.get(name, name)}={v}"
+
+
+def _pipeline_fields(session: Session, p: int, chunks: int = 1) -> tuple[dict, list | None]:
+    """The stage fields of the plans of ``p`` stages (``chunks`` model chunks each) a sweep
+    makes: the (embedding, loss) slot flags (:func:`split_flags_for`), or, where the layers
+    split unevenly (:func:`pipeline_splits`), the first (first, last) stage layers with the
+    flags off but at the session's own p; and those uneven splits (None: even)."""
+    options = split_flag_options(session.plan)
+    room = dict(zip(SPLIT_FLAG_FIELDS,
+                    split_flags_for(session.model.num_layers, options, p * chunks)[0]))
+    split = pipeline_splits(session, [p]).get(p)
+    if split:
+        own = (p == session.plan.pipeline_parallel
+               and split[0] == (session.plan.first_stage_layers, session.plan.last_stage_layers))
+        room = dict(first_stage_layers=split[0][0], last_stage_layers=split[0][1],
+                    **({} if own else dict(zip(SPLIT_FLAG_FIELDS, uneven_split_flags(options)))))
+    return room, split
+
+
+def _sizes_tried(session: Session, space: SweepSpace) -> dict[str, list]:
+    """The values a sweep of ``space`` tries of each size and of the schedule and v (the
+    enumeration's lists, :func:`core.studies.sweep.space.enumerate_plans`); d: the divisors of
+    the global batch the budget's d bounds allow."""
+    m, B = session.model, session.plan.global_batch_size
+    ts, ps = tp_pp_candidates(session, space)
+    listed = {"expert_parallel": space.expert_parallel, "micro_batch_size": space.micro_batch_sizes,
+              "virtual_pipeline_stages": space.virtual_pipeline_stages}
+    out = {"tensor_parallel": ts, "pipeline_parallel": ps,
+           "context_parallel": cp_candidates(session, space),
+           "data_parallel": [d for d in divisors(B) if (
+               space.data_parallel is None or d in as_list(space.data_parallel))
+               and (space.max_data_parallel is None or d <= space.max_data_parallel)],
+           "expert_parallel": divisors(m.num_experts) if m.is_moe else [1],
+           "micro_batch_size": micro_batch_sizes_of(B),
+           "schedule": list(dict.fromkeys(as_list(space.schedules))),
+           "virtual_pipeline_stages": list(range(2, 9))}
+    out.update({k: sorted(set(as_list(v))) for k, v in listed.items() if v is not None})
+    return out
+
+
+def _world_reason(session: Session, space: SweepSpace, name: str, v) -> str | None:
+    """Why a t, p or cp of ``v`` is in no plan of the budget's GPU counts: no ``t*p*cp*d``
+    with it (the other sizes tried, d a divisor of the global batch) is one of the exact
+    counts, or the fewest is above the largest; None when one is (or for another field)."""
+    if name not in ("tensor_parallel", "pipeline_parallel", "context_parallel") or \
+            not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        return None
+    tried = _sizes_tried(session, space)
+    tried[name] = [v]
+    ds = tried["data_parallel"]
+    worlds = sorted({t * p * cp * d for t in tried["tensor_parallel"]
+                     for p in tried["pipeline_parallel"] for cp in tried["context_parallel"]
+                     for d in ds})
+    if not worlds:
+        return None
+    others = ", ".join(f"{_SYMBOL[f]} in {{{', '.join(map(str, tried[f]))}}}"
+                       for f in ("tensor_parallel", "pipeline_parallel", "context_parallel")
+                       if f != name)
+    B = session.plan.global_batch_size
+    made = f"t*p*cp*d with {others} and d " + (
+        f"a divisor of the global batch {B}" if len(ds) == len(divisors(B)) else
+        f"one of {', '.join(map(str, ds))} (the divisors of the global batch {B} the budget "
+        "allows)")
+    counts = space.gpu_counts()
+    if counts and not set(worlds) & set(counts):
+        shown = ", ".join(map(str, worlds[:8])) + (", ..." if len(worlds) > 8 else "")
+        return (f"no plan with {_named(name, v)} has {' or '.join(map(str, counts))} GPUs: "
+                f"{made} gives {shown}")
+    if space.max_gpus is not None and worlds[0] > space.max_gpus:
+        return (f"a plan with {_named(name, v)} takes at least {worlds[0]:,} GPUs ({made}), "
+                f"more than the budget's {space.max_gpus:,}")
+    return None
+
+
+def _combination_reason(session: Session, space: SweepSpace, name: str, v) -> str | None:
+    """The rule that refuses most of the plans of the budget with ``name`` = ``v`` (the sizes,
+    schedules and v tried, each other field as the rules' probe sets it,
+    :func:`core.plan.rules.probe_plan`), counted, with one such plan; or why none is tried
+    with it (one pipeline stage runs one schedule; no schedule tried has virtual stages);
+    None when no combination breaks a rule."""
+    tried = _sizes_tried(session, space)
+    scheds = tried["schedule"]
+    known = [sc for sc in scheds if sc in pipeline_schedules.names()]
+    if name == "virtual_pipeline_stages" and not any(
+            pipeline_schedules.get(sc).uses_virtual_stages for sc in known):
+        return (f"no schedule tried ({', '.join(scheds)}) has virtual stages: v is tried only "
+                "with the interleaved schedule")
+    if name in tried:
+        tried[name] = [v]
+    counts = space.gpu_counts()
+    m = session.model
+    tally: dict[str, list[str]] = {}
+    probes = one_stage = 0
+    for t, p, cp, d in itertools.product(*(tried[f] for f in (
+            "tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel"))):
+        world = t * p * cp * d
+        if (counts and world not in counts) or (space.max_gpus is not None
+                                                and world > space.max_gpus):
+            continue
+        for ep, b, sched in itertools.product(tried["expert_parallel"],
+                                              tried["micro_batch_size"], tried["schedule"]):
+            if p == 1 and sched != one_stage_schedule(scheds):
+                one_stage += 1  # one stage: every schedule runs the same order
+                continue
+            virtual = sched in known and pipeline_schedules.get(sched).uses_virtual_stages
+            for vv in (tried["virtual_pipeline_stages"] if virtual else [None]):
+                if name == "virtual_pipeline_stages" and vv is None:
+                    continue
+                chunks = pipeline_schedules.get(sched).chunks(vv) if sched in known else 1
+                room, _ = _pipeline_fields(session, p, chunks) if p > 1 else ({}, None)
+                probe = session.copy()
+                probe.plan = probe_plan(session.plan, **{
+                    **room, "tensor_parallel": t, "pipeline_parallel": p,
+                    "context_parallel": cp, "data_parallel": d, "expert_parallel": ep,
+                    "micro_batch_size": b, "schedule": sched, "virtual_pipeline_stages": vv,
+                    **({} if name in tried else {name: v})})
+                errs = validate(probe)
+                if errs:
+                    tally.setdefault(errs[0].message, []).append(
+                        f"t={t} p={p} cp={cp} d={d} b={b}" + (f" ep={ep}" if m.is_moe else "")
+                        + f" {sched}" + (f" v={vv}" if vv else ""))
+                probes += 1
+                if probes >= _MAX_PROBES:
+                    break
+            if probes >= _MAX_PROBES:
+                break
+        if probes >= _MAX_PROBES:
+            break
+    if not probes:
+        if name == "schedule" and one_stage:
+            return (f"every plan of this budget has one pipeline stage (p=1), where every "
+                    f"schedule runs the same order: the sweep keeps {one_stage_schedule(scheds)}")
+        sizes = ", ".join(f"{_SYMBOL[f]} in {{{', '.join(map(str, tried[f]))}}}" for f in (
+            "tensor_parallel", "pipeline_parallel", "context_parallel"))
+        return (f"no plan with {_named(name, v)} is in this budget ({budget_text(space)}): no "
+                f"t*p*cp*d with {sizes} and d a divisor of the global batch the budget allows "
+                "makes its GPU count")
+    if not tally:
+        return None
+    message, where = max(tally.items(), key=lambda kv: len(kv[1]))
+    return (f"{message} (in {len(where)} of the {probes} size combinations of this budget with "
+            f"{_named(name, v)}{'' if probes < _MAX_PROBES else ' probed'}, e.g. {where[0]})")
+
+
+def _value_reasons(session: Session, space: SweepSpace, wanted: dict[str, set],
+                   skip_pipeline: bool = False) -> list[FieldError]:
+    """Why no plan takes each value of ``wanted`` (``{option: values}``, options of
+    :data:`_PROBED` and :data:`_COMBINED`), the first that speaks: the rules it breaks alone
+    (:func:`value_errors`), the budget's GPU counts no t*p*cp*d with it makes
+    (:func:`_world_reason`), the rule most of its plans break (:func:`_combination_reason`),
+    else :data:`NO_COMBINATION`. One :class:`FieldError` per option and reason, its values
+    named together."""
+    groups = _value_groups(session, space, wanted, skip_pipeline)
+    named = {(option, v) for (option, _), vs in groups.items() for v in vs}
+    fields = {option: name for option, _, name in (*_PROBED, *_COMBINED)}
+    for option in wanted:
+        for v in sorted(wanted[option], key=str):
+            if (option, v) in named:
+                continue
+            name = fields[option]
+            why = (_world_reason(session, space, name, v)
+                   or _combination_reason(session, space, name, v) or NO_COMBINATION)
+            groups.setdefault((option, why), []).append(v)
+    return [FieldError(f"{option} {', '.join(map(str, vs))}", message)
+            for (option, message), vs in groups.items()]
 
 
 def _value_groups(session: Session, space: SweepSpace, values: dict[str, set] | None = None,
@@ -151,22 +379,11 @@ def _value_groups(session: Session, space: SweepSpace, values: dict[str, set] | 
                     if name == "expert_parallel" and isinstance(v, int) and v > 0 else {})
             if name == "pipeline_parallel" and isinstance(v, int) and not isinstance(v, bool) \
                     and v >= 1:
-                # the slot flags of its 1F1B plans: the session's, those the slots need, or off
-                # where only the layers split (split_flags_for)
-                options = split_flag_options(session.plan)
-                room = dict(zip(SPLIT_FLAG_FIELDS,
-                                split_flags_for(session.model.num_layers, options, v)[0]))
-                # a p that splits the layers unevenly: its plans' first / last stages
-                # (pipeline_splits), the flags off but at the session's own p, which no
-                # schedule of several model chunks takes
-                split = pipeline_splits(session, [v]).get(v)
+                # the slot flags of its 1F1B plans (the session's, those the slots need, or
+                # off where only the layers split), or the first / last stages of a p that
+                # splits the layers unevenly, which no schedule of several model chunks takes
+                room, split = _pipeline_fields(session, v)
                 if split:
-                    own = (v == session.plan.pipeline_parallel
-                           and split[0] == (session.plan.first_stage_layers,
-                                            session.plan.last_stage_layers))
-                    room = dict(first_stage_layers=split[0][0], last_stage_layers=split[0][1],
-                                **({} if own else dict(zip(SPLIT_FLAG_FIELDS,
-                                                           uneven_split_flags(options)))))
                     multi = [sc for sc in as_list(space.schedules)
                              if sc in pipeline_schedules.names()
                              and (pipeline_schedules.get(sc).uses_virtual_stages
@@ -217,7 +434,7 @@ def unused_values(session: Session, space: SweepSpace, result: SweepResult
                                                   "passes the configuration rules)"))
                 for n in counts if n not in used]
     unused: dict[str, set] = {}
-    for option, attr, name in _PROBED:
+    for option, attr, name in (*_PROBED, *_COMBINED):
         given = getattr(space, attr)
         if not given or name not in result.plan_columns:
             continue
@@ -227,19 +444,7 @@ def unused_values(session: Session, space: SweepSpace, result: SweepResult
         missing = {v for v in given if v not in seen}
         if missing:
             unused[option] = missing
-    if not unused:
-        return out
-    groups = _value_groups(session, space, unused)
-    out += [FieldError(f"{option} {', '.join(map(str, vs))}", message)
-            for (option, message), vs in groups.items()]
-    named = {(option, v) for (option, _), vs in groups.items() for v in vs}
-    for option, vs in unused.items():
-        rest = sorted(v for v in vs if (option, v) not in named)
-        if rest:
-            out.append(FieldError(f"{option} {', '.join(map(str, rest))}",
-                                  "in no valid plan of this budget (no combination with the "
-                                  "other sizes tried passes the configuration rules)"))
-    return out
+    return out + _value_reasons(session, space, unused)
 
 
 def left_out_values(session: Session, space: SweepSpace, field: str, taken) -> list[dict]:
