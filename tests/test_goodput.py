@@ -152,7 +152,7 @@ def test_checkpoint_size_is_the_memory_models_weights_and_optimizer(zero, preset
     mem = model_math.stage_memory(m, pl)
     d = pl.data_parallel
     state = sum(s.weights_bytes + s.optimizer_bytes * (d if zero else 1) for s in mem)
-    size = checkpoint_size(m, pl, gpus_per_node=8)
+    size = checkpoint_size(m, pl, gpus_per_host=8)
     assert size.total_bytes == pytest.approx(state * pl.tensor_parallel, rel=1e-12)
     assert size.per_gpu_bytes == pytest.approx(max(size.stage_bytes) / (8 * 4))
     assert size.per_node_bytes == pytest.approx(8 * size.per_gpu_bytes)
@@ -167,10 +167,10 @@ def test_a_node_holding_several_stages_writes_their_shares_never_more_than_the_w
     each node holds two consecutive stages, the larger pair's sum."""
     m = MODEL_PRESETS["GPT-3 1.3B"]
     pl = _plan(tensor_parallel=2, pipeline_parallel=4, data_parallel=1, global_batch_size=8)
-    one = checkpoint_size(m, pl, gpus_per_node=8)
+    one = checkpoint_size(m, pl, gpus_per_host=8)
     assert max(one.stage_bytes) > min(one.stage_bytes)  # the embedding's stages are larger
     assert one.per_node_bytes == pytest.approx(one.total_bytes, rel=1e-12)
-    two = checkpoint_size(m, pl, gpus_per_node=4)
+    two = checkpoint_size(m, pl, gpus_per_host=4)
     st = two.stage_bytes
     assert two.per_node_bytes == pytest.approx(max(st[0] + st[1], st[2] + st[3]), rel=1e-12)
     assert two.per_node_bytes < two.total_bytes
@@ -180,7 +180,7 @@ def test_checkpoint_of_an_moe_model_counts_each_expert_once():
     m = MODEL_PRESETS["Mixtral 8x7B"]
     pl = _plan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8, expert_parallel=8,
                global_batch_size=64)
-    size = checkpoint_size(m, pl, gpus_per_node=8)
+    size = checkpoint_size(m, pl, gpus_per_host=8)
     assert size.total_bytes == pytest.approx(model_math.num_parameters(m, 1) * 14, rel=1e-9)
 
 
@@ -286,9 +286,28 @@ def test_checkpoint_per_node_is_the_most_any_node_writes_in_megatron_rank_order(
     m = MODEL_PRESETS["GPT-3 1.3B"]
     pl = _plan(tensor_parallel=t, pipeline_parallel=p, data_parallel=d, context_parallel=cp,
                global_batch_size=12 * d)
-    size = checkpoint_size(m, pl, gpus_per_node=g)
+    size = checkpoint_size(m, pl, gpus_per_host=g)
     gps = t * cp * d
     share = np.repeat(np.asarray(size.stage_bytes) / gps, gps)
     want = max(share[i:i + g].sum() for i in range(0, len(share), g))
     assert size.per_node_bytes <= size.total_bytes * (1 + 1e-12)
     assert size.per_node_bytes == pytest.approx(want, rel=1e-12)
+
+
+def test_a_gb200_checkpoint_is_written_per_host_of_4_not_per_rack():
+    """A GB200 NVL72 rack (cluster.gpus_per_node 72) is 18 hosts of 4 GPUs, each with its own
+    storage link (core.plan.cluster.gpus_per_host): the save takes the most one host of 4
+    consecutive ranks writes over the per-host bandwidth, 18 times less than a rack's share
+    when every rank writes an equal part."""
+    from core.sim.goodput import run_goodput
+    from core.sim.simulate import simulate
+    m = MODEL_PRESETS["GPT-3 1.3B"]
+    pl = _plan(tensor_parallel=1, pipeline_parallel=1, data_parallel=144,
+               global_batch_size=144)
+    s = Session(m, pl, ClusterConfig("GB200-NVL72", 72), CostConfig(2.0, 2048 * 144 * 10))
+    g = run_goodput(s, simulate(s).report)
+    host = checkpoint_size(m, pl, gpus_per_host=4)
+    assert g.checkpoint_bytes_per_node == pytest.approx(host.per_node_bytes, rel=1e-12)
+    assert host.per_node_bytes == pytest.approx(host.total_bytes * 4 / 144, rel=1e-12)
+    assert checkpoint_size(m, pl, gpus_per_host=72).per_node_bytes == pytest.approx(
+        18 * host.per_node_bytes, rel=1e-12)

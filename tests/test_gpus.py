@@ -12,7 +12,7 @@ import pytest
 from core.accuracy.shared_fit import SHARED_FIXED
 from core.cli import main
 from core.sim.comm import CommModel
-from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, gpu_kind
+from core.plan.cluster import GPU_HOST_GPUS, GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, gpu_kind
 from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
@@ -41,7 +41,11 @@ def test_every_gpu_kind_has_a_spec_file_a_store_and_its_nvlink_domain():
         assert spec.path.name == f"{kind}.json"
         assert (ROOT / "profiles" / f"{kind}.h5").is_file()
         assert GPU_NVLINK_DOMAIN[kind] == spec.gpus_per_nvlink_domain
+        # a host's GPUs are part of one NVLink domain: 8 of 8, 4 of a GB200 rack's 72
+        assert GPU_NVLINK_DOMAIN[kind] % GPU_HOST_GPUS[kind] == 0
         assert set(spec.sources) == {"peak_tflops", "memory", "nvlink", "nic"}
+    assert sorted(GPU_HOST_GPUS) == sorted(GPU_KINDS)
+    assert (GPU_HOST_GPUS["GB200-NVL72"], GPU_HOST_GPUS["GH200-96GB"]) == (4, 1)
 
 
 def test_spec_figures_are_the_data_sheet_ones_in_base_units():

@@ -531,3 +531,51 @@ def test_exported_backends_invert_the_import_and_name_megatrons_default(parser_s
                                          tied_embeddings=False, attention_kernel="unfused"))
     assert _backend_words(export_arguments(unfused)) == ["unfused"]
     assert _backend_words(export_arguments(_session())) == []
+
+
+@pytest.mark.parametrize("gpu,gpn,t,p,d,launcher", [
+    # a GB200 NVL72 rack (node) of 72 is 18 hosts of 4: torchrun runs 4 processes per host
+    ("GB200-NVL72", 72, 8, 4, 36, "--nnodes 288 --nproc-per-node 4"),
+    ("GB200-NVL72", 72, 1, 1, 8, "--nnodes 2 --nproc-per-node 4"),
+    # a DGX GH200's 256 superchips are 256 hosts of one GPU
+    ("GH200-96GB", 256, 1, 1, 256, "--nnodes 256 --nproc-per-node 1"),
+    ("H100-SXM5-80GB", 8, 2, 2, 4, "--nnodes 2 --nproc-per-node 8"),
+    ("H100-SXM5-80GB", 4, 2, 1, 4, "--nnodes 2 --nproc-per-node 4"),
+])
+def test_torchrun_starts_processes_per_host_not_per_nvlink_domain(tmp_path, gpu, gpn, t, p, d,
+                                                                   launcher):
+    """torchrun starts ``--nproc-per-node`` processes on every host, each on ``cuda:LOCAL_RANK``:
+    a GB200 host (compute tray) has 4 GPUs and a GH200 one, so a node of 72 or 256
+    (cluster.gpus_per_node, the NVLink domain) launched as 72 or 256 processes per host cannot
+    start (core.plan.cluster.GPU_HOST_GPUS). The import of the exported script gives the same
+    cluster back."""
+    s = _session(gpu=gpu, tensor_parallel=t, pipeline_parallel=p, data_parallel=d,
+                 global_batch_size=4 * d)
+    s = dataclasses.replace(s, cluster=ClusterConfig(gpu, gpn))
+    text = export_script(s)
+    assert f"torchrun {launcher} pretrain_gpt.py" in text
+    path = tmp_path / "x.sh"
+    path.write_text(text)
+    back = import_file(path).session
+    assert (back.cluster, back.plan) == (s.cluster, s.plan)
+
+
+def test_a_gb200_launch_of_4_processes_per_host_is_a_node_of_72(tmp_path):
+    """A GB200 NVL72 job as people launch it (Slurm, 4 tasks per host): its NVLink domain is
+    the rack of 72, not the host of 4, so t=8 stays on NVLink (it was read as a node of 4 and
+    the tensor-parallel group priced over the network, 31 % slow); noted. An explicit
+    --gpus-per-node wins; an H100 launch of 8 per host stays a node of 8."""
+    text = ("#!/bin/bash\n#SBATCH --nodes=288\n#SBATCH --ntasks-per-node=4\n"
+            "srun python pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+            "--num-attention-heads 32 --seq-length 4096 --max-position-embeddings 4096 "
+            "--micro-batch-size 1 --global-batch-size 1152 --tensor-model-parallel-size 8 "
+            "--bf16 --vocab-size 128256 --train-iters 10\n")
+    path = tmp_path / "gb200.sh"
+    path.write_text(text)
+    res = import_file(path, gpu="GB200-NVL72")
+    assert (res.session.cluster.gpus_per_node, res.session.plan.num_gpus) == (72, 1152)
+    assert [n for f, n in res.notes if f == "GPUs per node"] == [
+        "72: the GB200-NVL72's NVLink domain, which spans its hosts of 4 GPUs (the launch's 4 "
+        "processes per host); give --gpus-per-node G for another"]
+    assert import_file(path, gpu="GB200-NVL72", gpus_per_node=4).session.cluster.gpus_per_node == 4
+    assert import_file(path, gpu="H100-SXM5-80GB").session.cluster.gpus_per_node == 4

@@ -525,7 +525,7 @@ def test_a_dump_gives_the_world_size_not_the_gpus_per_node(tmp_path, capsys):
         lines.append(line)
     twelve = _write(tmp_path, "w12.log", "\n".join(lines) + "\n")
     with pytest.raises(MegatronArgsError, match="not a multiple of the H100-SXM5-80GB's 8 GPUs "
-                                                "per node"):
+                                                "per host"):
         import_file(twelve, gpu="H100-SXM5-80GB")
     assert import_file(twelve, gpu="H100-SXM5-80GB", gpus_per_node=4).session.plan.num_gpus == 12
 

@@ -113,8 +113,9 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
             f"{ClusterConfig().gpu}) unless one is picked"),
     "num_gpus": ("GPUs (world size)", "--num-gpus", "World size, when the file does not give "
                  "it (or to override it)"),
-    "gpus_per_node": ("GPUs per node", "--gpus-per-node", "GPUs per node (default: the "
-                      "launcher's processes per node, else 8)"),
+    "gpus_per_node": ("GPUs per node", "--gpus-per-node", "GPUs per node, the NVLink domain "
+                      "(default: the launcher's processes per host, a GB200 NVL72 host's 4 "
+                      "being a rack of 72; else the GPU kind's NVLink domain)"),
     "nodes": ("Nodes", "--nodes", "Nodes, when the script takes them from its environment "
               "(with the GPUs per node: the world size)"),
     "vocab_size": ("Vocabulary size", "--vocab-size", "The tokenizer's vocabulary size, when "

@@ -58,8 +58,9 @@ def add_parser(sub: Any) -> None:
                    help="session file to write (atomically; nothing is written on an error)")
     m.add_argument("--num-gpus", type=int, metavar="N",
                    help="world size, when the launch does not give it (or to override it)")
-    m.add_argument("--gpus-per-node", type=int, metavar="G", help="GPUs per node (default: the "
-                   "launcher's processes per node, else 8)")
+    m.add_argument("--gpus-per-node", type=int, metavar="G", help="GPUs per node, the NVLink "
+                   "domain (default: the launcher's processes per host, a GB200 NVL72 host's 4 "
+                   "being a rack of 72; else the GPU kind's NVLink domain)")
     m.add_argument("--nodes", type=int, metavar="N", help="nodes (with the launcher's or "
                    "--gpus-per-node's GPUs per node: the world size), when the script takes them "
                    "from its environment")

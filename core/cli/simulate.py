@@ -272,9 +272,9 @@ def _run_table(r, s):
                                    f"{g.expected_interruptions:,.0f} expected in the run")
     mode = ("async: stall to copy to host memory, "
             f"{g.checkpoint_write_s:,.1f} s write in the background" if g.async_save
-            else "sync: the node's share over its write bandwidth")
+            else "sync: the host's share over its write bandwidth")
     t.add_row("Checkpoint", f"{fmt_bytes(g.checkpoint_bytes)} (weights and optimizer state), "
-                            f"{fmt_bytes(g.checkpoint_bytes_per_node)} per node; "
+                            f"{fmt_bytes(g.checkpoint_bytes_per_node)} per host; "
                             f"{g.checkpoint_save_s:,.1f} s per save ({mode})")
     rule = {"given": "given", "no failures": "once, at the end (no failures)"}.get(
         g.checkpoint_interval_rule,

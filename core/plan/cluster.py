@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from core.plan.fields import BOUNDS, described_field
 
-__all__ = ["GPU_KINDS", "GPU_NVLINK_DOMAIN", "GPU_FP8_DTYPES", "GPU_NIC_GBITS_PER_GPU",
+__all__ = ["GPU_KINDS", "GPU_NVLINK_DOMAIN", "GPU_HOST_GPUS", "NVLINK_DOMAIN_SPANS_HOSTS",
+           "gpus_per_host", "GPU_FP8_DTYPES", "GPU_NIC_GBITS_PER_GPU",
            "node_network_gbits_per_s", "ClusterConfig", "CostConfig",
            "LLAMA3_FAILURES_PER_GPU_HOUR", "ReliabilityConfig", "gpu_kind"]
 
@@ -39,6 +40,33 @@ GPU_NVLINK_DOMAIN = {"A100-SXM4-80GB": 8, "A800-SXM4-80GB": 8, "H100-SXM5-80GB":
                      "H100-96GB-HBM2e-500W": 8, "H800-SXM5-80GB": 8, "H20-96GB": 8,
                      "H200-SXM-141GB": 8, "GH200-96GB": 256, "B200-180GB": 8, "B300-288GB": 8,
                      "GB200-NVL72": 72}
+
+
+#: GPUs of one host (the machine one operating system runs, where torchrun starts
+#: ``--nproc-per-node`` processes and whose storage link writes checkpoints), per GPU kind:
+#: 8 on HGX/DGX boards (DGX A100/H100/H200/B200/B300 data sheets: 8 GPUs per system); 4 in a
+#: GB200 NVL72 compute tray (NVIDIA GB200 NVL72 data sheet: 18 compute trays of 2 GB200
+#: superchips, each one Grace CPU and two Blackwell GPUs, for 72 GPUs and 36 CPUs); 1 per GH200
+#: superchip (NVIDIA GH200 data sheet: one Grace CPU and one Hopper GPU; a DGX GH200's 256
+#: superchips are 256 hosts). Where it is below :data:`GPU_NVLINK_DOMAIN`, a "node"
+#: (``cluster.gpus_per_node``, the NVLink domain) spans several hosts.
+GPU_HOST_GPUS = {"A100-SXM4-80GB": 8, "A800-SXM4-80GB": 8, "H100-SXM5-80GB": 8,
+                 "H100-96GB-HBM2e-500W": 8, "H800-SXM5-80GB": 8, "H20-96GB": 8,
+                 "H200-SXM-141GB": 8, "GH200-96GB": 1, "B200-180GB": 8, "B300-288GB": 8,
+                 "GB200-NVL72": 4}
+
+#: GPU kinds whose hosts always sit in the full NVLink domain: a GB200 NVL72 compute tray is
+#: part of its rack's 72-GPU NVLink domain, so a launch of 4 processes per host is a node of
+#: 72. Not the GH200: only a DGX GH200's NVLink Switch System joins its hosts; most rented
+#: GH200 hosts reach each other over the network only.
+NVLINK_DOMAIN_SPANS_HOSTS = frozenset({"GB200-NVL72"})
+
+
+def gpus_per_host(cluster: "ClusterConfig") -> int:
+    """GPUs of one host of ``cluster``: its GPU kind's :data:`GPU_HOST_GPUS`, at most the
+    node's ``gpus_per_node`` (a node of 4 H100s is a host of 4); ``gpus_per_node`` for a kind
+    without an entry."""
+    return min(cluster.gpus_per_node, GPU_HOST_GPUS.get(cluster.gpu, cluster.gpus_per_node))
 
 
 #: FP8 GEMM dtypes each shipped GPU kind has tensor cores for: the ``fp8`` / ``mxfp8`` keys of its
@@ -209,7 +237,9 @@ class ReliabilityConfig:
         "GPUs (no published figure for Llama 3's); failures may strike during it too",
         min=0.0, max=7 * 86400.0)
     checkpoint_write_gbytes_per_s_per_node: float = described_field(
-        1.0, "GB/s", "Sustained checkpoint write bandwidth of one node to the storage system. "
+        1.0, "GB/s", "Sustained checkpoint write bandwidth of one node (host: the machine with "
+        "its storage link; a GB200 NVL72 compute tray of 4 GPUs, not the 72-GPU rack) to the "
+        "storage system. "
         "Default 1 GB/s: Llama 3's Tectonic storage sustains 2 TB/s for 16,384 GPUs, 2,048 "
         "nodes (Dubey et al. 2024, Sec. 3.1.1)", min=1e-3, max=1e4)
     async_save: bool = described_field(

@@ -108,7 +108,7 @@ class CheckpointSize:
     stage_bytes: list[float]
 
 
-def checkpoint_size(model, plan, gpus_per_node: int) -> CheckpointSize:
+def checkpoint_size(model, plan, gpus_per_host: int) -> CheckpointSize:
     """The checkpoint of ``plan`` as its memory model holds the state.
 
     Each stage holds :func:`core.model.counts.params_per_gpu` parameters per GPU, split over
@@ -120,7 +120,9 @@ def checkpoint_size(model, plan, gpus_per_node: int) -> CheckpointSize:
     GPUs, and a node its GPUs' shares under Megatron's rank order (tp fastest, then cp, dp, pp
     outermost: a node holds consecutive ranks, so part or all of one stage, or whole and part
     stages when a stage does not fill it); the per-node figure is the most any node writes
-    (never more than the checkpoint).
+    (never more than the checkpoint). A node here is a host of ``gpus_per_host`` GPUs, the
+    machine whose storage link writes (:func:`core.plan.cluster.gpus_per_host`: a GB200
+    NVL72 compute tray of 4, not its rack of 72).
     A tied embedding's copy on the last stage counts, as the memory model holds it.
     """
     from core.model.counts import expert_params_per_gpu, params_per_gpu
@@ -135,7 +137,7 @@ def checkpoint_size(model, plan, gpus_per_node: int) -> CheckpointSize:
     # Megatron's rank order (tp fastest, then cp, dp, pp outermost): rank r writes
     # stage[r // gpus_per_stage] / gpus_per_stage; node n holds ranks n*g .. n*g+g-1. The
     # written bytes below rank x are ``before(x)``; a node writes before(end) - before(start).
-    n, g = plan.num_gpus, min(gpus_per_node, plan.num_gpus)
+    n, g = plan.num_gpus, min(gpus_per_host, plan.num_gpus)
     ahead = np.concatenate([[0.0], np.cumsum(stage)])
     padded = np.append(stage, 0.0)
 
@@ -379,7 +381,8 @@ def goodput(*, iteration_time_s: float, num_iterations: int, num_gpus: int, reli
 
 def run_goodput(session, report, num_samples: int = SPREAD_SAMPLES) -> Goodput:
     """:func:`goodput` of a simulated session (its report's iteration time and iterations)."""
-    size = checkpoint_size(session.model, session.plan, session.cluster.gpus_per_node)
+    from core.plan.cluster import gpus_per_host
+    size = checkpoint_size(session.model, session.plan, gpus_per_host(session.cluster))
     return goodput(iteration_time_s=report.iteration_time_s,
                    num_iterations=report.num_iterations, num_gpus=report.num_gpus,
                    reliability=session.reliability, size=size,

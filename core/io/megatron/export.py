@@ -453,17 +453,27 @@ def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
     through :func:`core.util.text.shell_comment` (one line, line breaks escaped), the training
     script and every argument are single words through :func:`core.util.text.shell_word`, so
     the script runs the launch and nothing else, and holds no raw control character.
-    The node count is ``ceil(world / gpus_per_node)`` with
-    ``min(world, gpus_per_node)`` processes per node; a token budget that is not
-    a whole number of sequences is rounded (noted in a comment).
+    torchrun runs on every host: ``--nnodes`` is ``world / g`` hosts of
+    ``--nproc-per-node`` g = ``min(world, gpus_per_host(cluster))`` processes
+    (:func:`core.plan.cluster.gpus_per_host`: 8 on HGX boards, 4 in a GB200 NVL72 compute
+    tray, whose rack of 72 is one ``cluster.gpus_per_node``); a token budget that is not a
+    whole number of sequences is rounded (noted in a comment).
+
+    Raises
+    ------
+    MegatronArgsError
+        The world size does not fill whole hosts, or the plan breaks a Megatron-LM rule.
     """
+    from core.plan.cluster import gpus_per_host
     pl, cl = session.plan, session.cluster
     cp = pl.context_parallel or 1
     world = pl.tensor_parallel * pl.pipeline_parallel * cp * pl.data_parallel  # Megatron's t*p*cp*d
-    per_node = min(world, cl.gpus_per_node)
+    host = gpus_per_host(cl)
+    per_node = min(world, host)
     if world % per_node:
-        raise MegatronArgsError(f"world size {world} does not fill whole nodes of "
-                                f"{cl.gpus_per_node} GPUs (cluster.gpus_per_node)")
+        raise MegatronArgsError(f"world size {world} does not fill whole hosts of {host} GPUs "
+                                + ("(cluster.gpus_per_node)" if host == cl.gpus_per_node else
+                                   f"(a {cl.gpu} host; core.plan.cluster.GPU_HOST_GPUS)"))
     args = export_arguments(session)
     refuse_megatron_rules(session, args)
     lines = ["#!/usr/bin/env bash",

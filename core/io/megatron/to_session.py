@@ -39,7 +39,8 @@ from core.io.megatron.mapping import Mapper, int_argument
 from core.io.megatron.model_arguments import MOE_ONLY, map_model
 from core.io.megatron.plan_arguments import map_plan
 from core.io.megatron.rules import MEGATRON_COMMIT, OPTIONS, broken_rules, options_read
-from core.plan.cluster import GPU_NVLINK_DOMAIN, ClusterConfig, CostConfig
+from core.plan.cluster import (GPU_HOST_GPUS, GPU_NVLINK_DOMAIN, NVLINK_DOMAIN_SPANS_HOSTS,
+                               ClusterConfig, CostConfig)
 from core.plan.fields import ConfigError, FieldError
 from core.plan.rules import check
 from core.plan.parallel import ParallelPlan
@@ -217,7 +218,16 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     cluster = dict(mp.values["cluster"])
     if gpu:
         cluster["gpu"] = gpu
-    if nproc:
+    kind = cluster.get("gpu", ClusterConfig().gpu)
+    if nproc and gpus_per_node is None and kind in NVLINK_DOMAIN_SPANS_HOSTS \
+            and nproc == GPU_HOST_GPUS[kind] < GPU_NVLINK_DOMAIN[kind]:
+        # the launcher's processes per host of a GB200 NVL72 compute tray (4): its rack is the
+        # NVLink domain, the node
+        cluster["gpus_per_node"] = GPU_NVLINK_DOMAIN[kind]
+        mp.notes.append(("GPUs per node", f"{GPU_NVLINK_DOMAIN[kind]}: the {kind}'s NVLink "
+                         f"domain, which spans its hosts of {nproc} GPUs (the launch's "
+                         f"{nproc} processes per host); give --gpus-per-node G for another"))
+    elif nproc:
         cluster["gpus_per_node"] = nproc
     elif nodes is None and (num_gpus is not None or launch.world_size is not None):
         # a world size alone (--num-gpus, or a dump's world_size): nodes of the GPU's NVLink
@@ -226,11 +236,10 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         world = num_gpus if num_gpus is not None else launch.world_size
         given = ("--num-gpus gives only the world size" if num_gpus is not None
                  else "the launch gives only the world size")
-        kind = cluster.get("gpu", ClusterConfig().gpu)
-        domain = GPU_NVLINK_DOMAIN.get(kind)
-        if domain is not None and world > domain and world % domain:
+        domain, host = GPU_NVLINK_DOMAIN.get(kind), GPU_HOST_GPUS.get(kind)
+        if host is not None and world > host and world % host:
             raise MegatronArgsError(f"{src}: {given}, {world}, which is not a multiple of the "
-                                    f"{kind}'s {domain} GPUs per node (every node runs as many "
+                                    f"{kind}'s {host} GPUs per host (every host runs as many "
                                     "processes): give --gpus-per-node G")
         if domain is not None:
             cluster["gpus_per_node"] = domain
