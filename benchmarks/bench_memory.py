@@ -22,6 +22,9 @@ Then the published runs of ../shared/data/public-modern (``published_runs.sessio
 which have no measured memory but all ran: each one's verdict, which must say it fits or is
 tight (the rows the file skips, for what the simulator does not model, are listed apart).
 
+Last, the memory figures the shared cases state (``benchmarks/data/memory_cases.csv``, README
+there): bytes per parameter, model-state GB and fit verdicts, each against the model.
+
 Run: ``python benchmarks/bench_memory.py [--csv PATH]`` (about 20 s).
 """
 
@@ -166,6 +169,48 @@ def published_verdicts(path: Path = PUBLISHED) -> list[dict]:
     return out
 
 
+CASES = ROOT / "benchmarks" / "data" / "memory_cases.csv"
+
+
+def case_checks(path: Path = CASES) -> list[dict]:
+    """One record per row of ``benchmarks/data/memory_cases.csv`` (README there): the case,
+    the quantity, the expected figure or verdict, the modelled one and whether they agree
+    (bytes per parameter exactly, GB to the case's three digits, a verdict as stated: ``runs``
+    is fits or tight). Rows whose session ../shared lacks are left out."""
+    from core.io.session import load_any
+    from core.model.counts import num_parameters
+    from core.model.memory import bytes_per_parameter
+    from core.sim.simulate import memory_verdict as fit_of
+    from core.cli.common import apply_sets
+    out = []
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            file = ROOT.parent / "shared" / row["session"]
+            if not file.exists():
+                continue
+            session = apply_sets(load_any(file), [f"plan.{item}" for item in row["plan"].split()])
+            q, want = row["quantity"], row["expected"]
+            if q == "verdict":
+                mem = stage_memory(session)
+                capacity = float(session_profile(session).memory_bytes)
+                need, fits, _ = fit_of(mem, capacity)
+                got = memory_verdict(need, capacity, session.cluster.memory_reserve_fraction, fits)
+                shown = f"{got} ({need / GiB:.1f} of {capacity / GiB:.1f} GiB)"
+                right = got != "does not fit" if want == "runs" else got == want
+            else:
+                per = float(sum(bytes_per_parameter(session.plan)))
+                if q == "model_states_bytes_per_parameter":
+                    got, shown = per, f"{per:g}"
+                    right = abs(per - float(want)) < 1e-9
+                else:
+                    got = per * num_parameters(session.model, 1) / 1e9
+                    shown = f"{got:.2f}"
+                    right = round(got, 1) == float(want)
+            out.append({"case": row["case"], "plan": row["plan"], "quantity": q, "expected": want,
+                        "modelled": shown, "right": right, "source": row["source"]})
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=DATA)
@@ -201,6 +246,13 @@ def main() -> int:
         right = sum(r["verdict"] != "does not fit" for r in modelled)
         print(f"verdicts right (fits or tight) on the runs the file does not skip: "
               f"{right} of {len(modelled)}")
+    cases = case_checks()
+    if cases:
+        print(f"\nthe shared cases' memory figures ({CASES.relative_to(ROOT)}):")
+        for r in cases:
+            print(f"  {r['case']:<32} {r['plan'][:40]:<40} {r['quantity']:<33} expected "
+                  f"{r['expected']:<12} modelled {r['modelled']}  {'right' if r['right'] else 'WRONG'}")
+        print(f"right: {sum(r['right'] for r in cases)} of {len(cases)}")
     return 0
 
 

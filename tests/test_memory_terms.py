@@ -146,6 +146,18 @@ def test_bench_memory_within_five_percent_median_and_every_run_fits():
         assert max(map(abs, figures["errors_percent"][scale])) <= 3.0
 
 
+def test_the_shared_cases_memory_figures_hold():
+    """benchmarks/data/memory_cases.csv: the cases' 18 bytes per parameter (bf16 with fp32 main
+    gradients), 23.7 GB of model states for GPT-3 1.3B, 6 + 12/d = 7.5 with ZeRO-1 on 8, the
+    search case's plan running and the Compare case's editor plan not fitting."""
+    if not (ROOT.parent / "shared" / "cases" / "s3").exists():
+        pytest.skip("shared cases not present")
+    rows = _bench_memory().case_checks()
+    assert len(rows) == 5
+    assert [(r["case"], r["quantity"], r["modelled"]) for r in rows if not r["right"]] == []
+    assert [r["modelled"] for r in rows[:3]] == ["18", "23.68", "7.5"]
+
+
 def test_every_published_run_the_simulator_models_fits_or_is_tight():
     """The published modern runs all ran: bench_memory's verdict of each one the file does not
     skip says it fits or is tight (30 of 30; row 16, Llama 3.1 405B on GB200, tight: over the
