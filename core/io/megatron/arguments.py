@@ -390,6 +390,13 @@ MEGATRON_MODEL_DEFAULTS: dict[str, Any] = {
     "mtp_num_layers": 0, "window_size": None, "window_attn_skip_freq": None,
     "softmax_type": "vanilla", "activation_func_clamp_value": None, "glu_linear_offset": 0.0,
     "make_vocab_size_divisible_by": 128}
+#: Megatron-LM's value of each plan field a session file requires and a launch may leave out
+#: (arguments.py: ``--tensor-model-parallel-size`` and ``--pipeline-model-parallel-size`` 1,
+#: no ``--recompute-granularity``: nothing recomputed, neither ``--bf16`` nor ``--fp16``: fp32).
+#: The others have none: d is the world size over t*p*cp, ``--micro-batch-size`` must be given,
+#: and ``--global-batch-size`` defaults to the micro-batch size times d.
+MEGATRON_PLAN_DEFAULTS: dict[str, Any] = {"tensor_parallel": 1, "pipeline_parallel": 1,
+                                          "recompute": "none", "precision": "fp32"}
 #: The session's sections and their records (``section.field`` targets name them).
 SECTIONS = {"model": ModelConfig, "plan": ParallelPlan, "cluster": ClusterConfig, "cost": CostConfig}
 
