@@ -177,6 +177,14 @@ ARGUMENTS: dict[str, Arg] = {
     "--position-embedding-type": Arg(("model.position_embedding",), True,
                                      "learned_absolute (modelled) or rope (yarn: rope, YaRN's "
                                      "scaling changes the angles, not the work)"),
+    "--use-rotary-position-embeddings": Arg(
+        ("model.position_embedding",), False,
+        "RoPE (legacy switch): Megatron-LM's validate_args makes it --position-embedding-type "
+        "rope; beside an explicit --position-embedding-type learned_absolute it is refused"),
+    "--no-position-embedding": Arg(
+        ("model.position_embedding",), False,
+        "no learned position table: nothing to change with RoPE, which has none; without RoPE "
+        "it is NoPE, which Megatron-LM refuses and vtrain does not model: refused"),
     "--untie-embeddings-and-output-weights": Arg(("model.tied_embeddings",), False,
                                                  "separate output layer weights"),
     "--disable-bias-linear": Arg(("model.add_bias_linear",), False, "no biases in linear layers"),
