@@ -24,8 +24,11 @@ def add_parser(sub: Any) -> None:
                     "whose columns are session fields, or JSON lines of sessions with their "
                     "measurements; see docs/accuracy.md, 'Measurement file layouts') and print "
                     "MAPE, median and max absolute percentage error, R^2 and the error by model "
-                    "size, t and p. Runs the simulator does not support are skipped with their "
-                    "reason; runs the memory model says cannot fit are reported.")
+                    "size, t and p. A session-column CSV must give the model's shape and "
+                    "vocabulary, b, d, the precision and the GPU; the defaults it takes for the "
+                    "other columns (Megatron-LM's) are stated. Runs the simulator does not "
+                    "support are skipped with their reason (none predicted: exit 2); runs the "
+                    "memory model says cannot fit are reported.")
     v.add_argument("csv", metavar="FILE", help="measurement file: CSV or JSON lines (layouts: "
                    "docs/accuracy.md, 'Measurement file layouts')")
     v.add_argument("--profile", metavar="STORE.h5",
