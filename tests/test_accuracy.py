@@ -23,9 +23,10 @@ from core.store.profiles_gen import generate_store
 from core.sim.simulate import simulate
 from tests.conftest import shared_file
 
-#: A session-column CSV (docs/accuracy.md): the model's shape, the plan and the GPU; every other
-#: field is the session default (a GPT model: GeLU, LayerNorm, tied embeddings, vocabulary 50257).
-SESSION_HEADER = ("gpu,gpus_per_node,num_layers,hidden_size,num_attention_heads,seq_length,"
+#: A session-column CSV (docs/accuracy.md): the model's shape and vocabulary, the unfused
+#: attention kernel, the precision, the plan and the GPU; every other model field takes
+#: Megatron-LM's default (a GPT model: GeLU, LayerNorm, tied embeddings, biases).
+SESSION_HEADER = ("vocab_size,attention_kernel,precision,gpu,gpus_per_node,num_layers,hidden_size,num_attention_heads,seq_length,"
                   "global_batch_size,micro_batch_size,tensor_parallel,pipeline_parallel,data_parallel,"
                   "schedule,virtual_pipeline_stages,sequence_parallel,recompute,"
                   "measured_iteration_time_s,notes")
@@ -57,7 +58,7 @@ def test_authors_multi_node_layout_with_bom():
 def test_session_columns_and_skip_reasons(tmp_path):
     """Each column sets its session field; a plan that breaks a rule between fields is kept,
     skipped with the rule, and the other rows are predicted."""
-    base = "A100-SXM4-80GB,8,24,2048,16,1024,64,2,2,2,4,"
+    base = "50257,unfused,bf16,A100-SXM4-80GB,8,24,2048,16,1024,64,2,2,2,4,"
     rows = [base + "1f1b,,false,full,0.5,x",                    # ok
             base + "interleaved,2,n,full,0.5,x",               # interleaved
             base + "1f1b,,y,full,0.5,x",                       # sequence parallel
@@ -82,7 +83,7 @@ def test_session_columns_and_skip_reasons(tmp_path):
 
 def test_session_columns_sharding_and_uneven_split(tmp_path):
     header = SESSION_HEADER + ",zero_stage,overlap_grad_reduce,first_stage_layers,last_stage_layers"
-    base = "A100-SXM4-80GB,8,24,2048,16,1024,64,2,2,2,4,1f1b,,n,full,0.5,,"
+    base = "50257,unfused,bf16,A100-SXM4-80GB,8,24,2048,16,1024,64,2,2,2,4,1f1b,,n,full,0.5,,"
     path = tmp_path / "runs.csv"
     path.write_text(header + "\n" + "\n".join([base + "1,true,,", base + "3,,,",
                                                 base + ",,11,13", base + ",,20,20"]) + "\n")
@@ -264,9 +265,9 @@ def test_shape_factors_absorb_a_shape_specific_slowdown():
 
 def test_validate_cli_outputs(tmp_path, capsys):
     csv_path = tmp_path / "runs.csv"
-    rows = ["A100-SXM4-80GB,8,4,512,8,512,8,1,2,2,2,1f1b,,n,full,0.05,x",
-            "A100-SXM4-80GB,8,4,512,8,512,8,2,1,1,4,1f1b,,n,full,0.04,x",
-            "A100-SXM4-80GB,8,4,512,8,512,8,2,1,1,4,1f1b,,y,selective_op,0.04,x"]
+    rows = ["50257,unfused,bf16,A100-SXM4-80GB,8,4,512,8,512,8,1,2,2,2,1f1b,,n,full,0.05,x",
+            "50257,unfused,bf16,A100-SXM4-80GB,8,4,512,8,512,8,2,1,1,4,1f1b,,n,full,0.04,x",
+            "50257,unfused,bf16,A100-SXM4-80GB,8,4,512,8,512,8,2,1,1,4,1f1b,,y,selective_op,0.04,x"]
     csv_path.write_text(SESSION_HEADER + "\n" + "\n".join(rows) + "\n")
     out_csv, png = tmp_path / "pred.csv", tmp_path / "plot.png"
     assert main(["validate", str(csv_path), "--json", "--out", str(out_csv), "--plot", str(png)]) == 0
@@ -369,7 +370,7 @@ def test_calibrate_cli_round_trip(tmp_path, capsys):
 
 # --------------------------------------------------------------------------- other GPU kinds
 
-_GPT_COLUMNS = ("gpu,gpus_per_node,inter_node_bandwidth_gbits_per_s,name,num_layers,hidden_size,"
+_GPT_COLUMNS = ("vocab_size,attention_kernel,gpu,gpus_per_node,inter_node_bandwidth_gbits_per_s,name,num_layers,hidden_size,"
                 "num_attention_heads,ffn_hidden_size,seq_length,global_batch_size,micro_batch_size,"
                 "tensor_parallel,pipeline_parallel,data_parallel,recompute,precision,"
                 "measured_iteration_time_s")
@@ -377,7 +378,7 @@ _GPT_COLUMNS = ("gpu,gpus_per_node,inter_node_bandwidth_gbits_per_s,name,num_lay
 
 def _gpt_row(**kw) -> str:
     """A session-column row of GPT-3 1.3B on 16 H100 (what is modelled), ``kw`` replacing cells."""
-    cells = dict(gpu="H100-SXM5-80GB", gpus_per_node=8, inter_node_bandwidth_gbits_per_s=3200,
+    cells = dict(vocab_size=50257, attention_kernel="unfused", gpu="H100-SXM5-80GB", gpus_per_node=8, inter_node_bandwidth_gbits_per_s=3200,
                  name="GPT-3 1.3B", num_layers=24, hidden_size=2048, num_attention_heads=16,
                  ffn_hidden_size=8192, seq_length=2048, global_batch_size=64, micro_batch_size=2,
                  tensor_parallel=2, pipeline_parallel=2, data_parallel=4, recompute="full",

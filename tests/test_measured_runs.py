@@ -145,6 +145,12 @@ def test_recipe_column_fills_the_recipes_settings(published, tmp_path):
     assert graphs >= 2
 
 
+#: The required columns of a session-column CSV (REQUIRED_COLUMNS) with a GPT's values.
+REQUIRED_ROW = {"num_layers": "24", "hidden_size": "2048", "num_attention_heads": "16",
+                "seq_length": "1024", "vocab_size": "50257", "micro_batch_size": "1",
+                "data_parallel": "1", "precision": "bf16", "gpu": "A100-SXM4-80GB"}
+
+
 @pytest.mark.parametrize("header,row,where", [
     ("tensor_parallel,measured_iteration_time_s", "two,1.0", "row 1, column 'tensor_parallel'"),
     ("precision,measured_iteration_time_s", "fp7,1.0", "row 1, column 'precision'"),
@@ -158,7 +164,10 @@ def test_recipe_column_fills_the_recipes_settings(published, tmp_path):
 ])
 def test_session_csv_bad_input_is_one_named_error(tmp_path, header, row, where):
     path = tmp_path / "bad.csv"
-    path.write_text(f"{header}\n{row}\n")
+    # the required columns the case does not name, then the case's
+    base = [(c, v) for c, v in REQUIRED_ROW.items() if c not in header.split(",")]
+    path.write_text(",".join([c for c, _ in base] + [header]) + "\n"
+                    + ",".join([v for _, v in base] + [row]) + "\n")
     with pytest.raises(MeasurementFileError) as exc:
         read_measurements(path)
     assert str(path) in str(exc.value) and where in str(exc.value)
@@ -203,10 +212,11 @@ def test_runs_over_memory_are_predicted_and_reported(tmp_path):
     """A run the memory model says cannot fit (here 175B on 8 GPUs without recomputation) is
     read and predicted, and listed by over_capacity and by validate --json."""
     path = tmp_path / "big.csv"
-    path.write_text("num_layers,hidden_size,num_attention_heads,seq_length,tensor_parallel,"
-                    "pipeline_parallel,data_parallel,micro_batch_size,global_batch_size,"
-                    "recompute,gpu,gpus_per_node,measured_iteration_time_s\n"
-                    "96,12288,96,2048,8,1,1,1,8,none,A100-SXM4-80GB,8,30.0\n")
+    path.write_text("num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,"
+                    "tensor_parallel,pipeline_parallel,data_parallel,micro_batch_size,"
+                    "global_batch_size,recompute,precision,gpu,gpus_per_node,"
+                    "measured_iteration_time_s\n"
+                    "96,12288,96,2048,50257,8,1,1,1,8,none,bf16,A100-SXM4-80GB,8,30.0\n")
     ms = read_measurements(path)
     assert not ms[0].skip_reason
     over = over_capacity(ms)
@@ -261,3 +271,104 @@ def test_skip_causes_come_from_the_kind_of_rule_not_the_message():
         "invalid plan (plan.tensor_parallel)")
     assert skip_cause(FieldError("plan.context_parallel", "x", rule=NOT_MODELLED)) == (
         "context parallelism")
+
+
+# --- what a session-column CSV must state, and the defaults it takes -------------------------
+
+#: Llama 3 8B on one 8-GPU H100 node, every column but attention_kernel and pipeline_parallel
+#: (tests/data-free: a user's file as the new-user trial wrote it).
+LLAMA_HEADER = ("num_layers,hidden_size,num_attention_heads,num_query_groups,ffn_hidden_size,"
+                "seq_length,vocab_size,activation,normalization,position_embedding,"
+                "tied_embeddings,add_bias_linear,gpu,tensor_parallel,data_parallel,"
+                "micro_batch_size,global_batch_size,precision,recompute,sequence_parallel,"
+                "zero_stage,measured_iteration_time_s")
+LLAMA_ROW = ("32,4096,32,8,14336,8192,128256,swiglu,rmsnorm,rope,false,false,H100-SXM5-80GB,1,8,"
+             "1,128,bf16,none,false,1,10.1")
+
+
+def test_absent_columns_take_megatrons_defaults_and_say_so(tmp_path, capsys):
+    """A run without attention_kernel and pipeline_parallel columns is Megatron-LM's default
+    (Megatron-Core's auto attention: flash; p = 1: the 8 GPUs t*p*d gives), not the GPT-3
+    175B example's (unfused, p = 16 on 128 GPUs); each default is recorded and reported, and
+    the prediction equals that of the row stating them."""
+    path, stated = tmp_path / "runs.csv", tmp_path / "stated.csv"
+    path.write_text(f"{LLAMA_HEADER}\n{LLAMA_ROW}\n{LLAMA_ROW.replace(',128,bf16', ',,bf16')}\n")
+    stated.write_text(f"{LLAMA_HEADER},attention_kernel,pipeline_parallel\n{LLAMA_ROW},flash,1\n")
+    a, b = read_measurements(path)
+    (c,) = read_measurements(stated)
+    assert a.session.model.attention_kernel == "flash" and a.session.plan.pipeline_parallel == 1
+    assert a.session.plan.num_gpus == 8 and b.session.plan.global_batch_size == 8  # b*d
+    assert a.session.to_dict() == c.session.to_dict() and c.defaults == {
+        k: v for k, v in a.defaults.items() if k not in ("attention_kernel", "pipeline_parallel")}
+    assert a.defaults == {
+        "add_qkv_bias": False, "qk_layernorm": False, "kv_channels": None, "num_experts": None,
+        "moe_top_k": 2, "moe_ffn_hidden_size": None, "num_shared_experts": 0,
+        "moe_layer_frequency": 1, "moe_first_dense_layers": 0, "moe_router_num_groups": None,
+        "moe_router_group_topk": None, "multi_latent_attention": False, "q_lora_rank": None,
+        "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128,
+        "mtp_num_layers": 0, "window_size": None, "window_attn_skip_freq": None,
+        "softmax_type": "vanilla", "activation_func_clamp_value": None, "glu_linear_offset": 0.0,
+        "attention_kernel": "flash", "pipeline_parallel": 1}
+    assert b.defaults == {**a.defaults, "global_batch_size": 8}
+    predict = _predictor(None, 0.9)
+    assert predict(a.session)[0] == predict(c.session)[0]
+    assert vtrain(["validate", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["defaults"]["attention_kernel"] == [{"value": "flash", "rows": 2}]
+    assert doc["defaults"]["pipeline_parallel"] == [{"value": 1, "rows": 2}]
+    assert doc["defaults"]["global_batch_size"] == [{"value": 8, "rows": 1}]
+    assert [r["defaults"] for r in doc["rows"]] == [a.defaults, b.defaults]
+    assert vtrain(["validate", str(path)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "attention_kernel=flash; pipeline_parallel=1; global_batch_size=8 (1 rows)" in text
+
+
+def test_authors_layouts_take_no_defaults():
+    """The vTrain authors' files state every field by their layout: no default is taken."""
+    from tests.conftest import shared_file
+    for name in ("measured_single_node.csv", "measured_multi_node.csv"):
+        path = shared_file(name)
+        assert all(m.defaults == {} for m in read_measurements(path)), name
+
+
+def test_missing_required_columns_are_refused_by_name(tmp_path):
+    """The model's shape and vocabulary, b, d, the precision and the GPU have no default: a
+    file without their columns, or a row with an empty cell in one, is refused naming them."""
+    path = tmp_path / "nopp.csv"
+    header = LLAMA_HEADER.replace("gpu,", "").replace("precision,", "")
+    path.write_text(f"{header}\n{LLAMA_ROW.replace('H100-SXM5-80GB,', '').replace('bf16,', '')}\n")
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value) == (f"{path}: missing columns precision, gpu: a measured run's model "
+                              "shape, vocabulary, micro-batch size, data-parallel size, precision "
+                              "and GPU have no default (docs/accuracy.md, 'Session defaults')")
+    assert vtrain(["validate", str(path)]) == 2
+    path.write_text(f"{LLAMA_HEADER}\n{LLAMA_ROW.replace(',128256,', ',,')}\n")
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value) == (f"{path}: row 1, column 'vocab_size': empty, and a measured run "
+                              "has no default for it (docs/accuracy.md, 'Session defaults')")
+
+
+def test_misspelled_column_gets_the_close_name(tmp_path):
+    path = tmp_path / "typo.csv"
+    path.write_text(f"{LLAMA_HEADER.replace('hidden_size', 'hiden_size')}\n{LLAMA_ROW}\n")
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value).startswith(f"{path}: column 'hiden_size' is neither a session field")
+    assert str(exc.value).endswith("; did you mean hidden_size?")
+
+
+def test_no_row_predicted_is_an_error(tmp_path, capsys):
+    """A file none of whose rows can be predicted exits 2 with one line naming the file, the
+    causes and the first row's reason (t = 3 divides neither the heads nor the node)."""
+    path = tmp_path / "t3.csv"
+    path.write_text(f"{LLAMA_HEADER}\n{LLAMA_ROW.replace('H100-SXM5-80GB,1,8', 'H100-SXM5-80GB,3,8')}\n")
+    assert vtrain(["validate", str(path)]) == 2
+    assert vtrain(["validate", str(path), "--json"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert captured.out == "" and len(err) == 2 and err[0] == err[1]
+    assert err[0].startswith(f"vtrain: error: {path}: no row could be predicted (1 skipped: "
+                             "invalid plan (plan.tensor_parallel) 1); row 1: invalid plan: "
+                             "num_attention_heads=32 is not divisible by tensor_parallel_size=3")

@@ -865,7 +865,7 @@ def test_known_argument_lists():
 NO_FORMS = {"--no-masked-softmax-fusion": "ignored", "--no-bias-gelu-fusion": "ignored",
             "--no-bias-swiglu-fusion": "ignored", "--no-bias-dropout-fusion": "ignored",
             "--no-rope-fusion": "ignored", "--no-persist-layer-norm": "ignored",
-            "--no-position-embedding": "ignored",
+            "--no-position-embedding": "modelled",
             "--no-overlap-p2p-communication": "modelled", "--no-align-grad-reduce": "ignored",
             "--no-async-tensor-model-parallel-allreduce": "ignored", "--no-fp8-wgrad": "ignored",
             "--no-load-optim": "neutral", "--no-load-rng": "neutral", "--no-save-optim": "neutral",

@@ -162,3 +162,48 @@ def test_a_rule_left_on_import_is_noted_and_the_export_refuses_it(tmp_path, caps
     # a launch that keeps every rule gets no such note
     assert not [f for f, _ in import_file(_write(tmp_path, "ok.sh", FSDP2_LAUNCH)).notes
                 if f.startswith("rule ")]
+
+
+#: FSDP2_LAUNCH as a plain data-parallel run (1.3B-like, 8 GPUs, learned positions).
+PLAIN_LAUNCH = FSDP2_LAUNCH.replace(" --use-torch-fsdp2 --no-gradient-accumulation-fusion", "")
+
+
+@pytest.mark.parametrize("extra", ["--use-rotary-position-embeddings",
+                                   "--use-rotary-position-embeddings --no-position-embedding",
+                                   "--use-rotary-position-embeddings --position-embedding-type rope",
+                                   "--position-embedding-type rope --no-position-embedding"])
+def test_legacy_rope_switch_is_rope(tmp_path, extra):
+    """validate_args ("Legacy RoPE arguments"): --use-rotary-position-embeddings sets
+    position_embedding_type = 'rope'; --no-position-embedding beside RoPE drops a table RoPE
+    does not have. Both are read (neither listed as ignored); the model loses the s*h learned
+    position table of the launch without them."""
+    from core.model.counts import num_parameters
+    res = import_file(_write(tmp_path, "rope.sh", PLAIN_LAUNCH.replace("--bf16", f"--bf16 {extra}")))
+    learned = import_file(_write(tmp_path, "learned.sh", PLAIN_LAUNCH)).session.model
+    assert learned.position_embedding == "learned"
+    assert res.session.model.position_embedding == "rope"
+    assert not {"--use-rotary-position-embeddings", "--no-position-embedding"} & set(dict(res.ignored))
+    assert num_parameters(learned) - num_parameters(res.session.model) == 2048 * 2048
+
+
+@pytest.mark.parametrize("extra,why", [
+    ("--use-rotary-position-embeddings --position-embedding-type learned_absolute",
+     "--use-rotary-position-embeddings: contradicts --position-embedding-type learned_absolute "
+     "(Megatron-LM's validate_args makes the legacy switch rope): give one of them"),
+    ("--no-position-embedding",
+     "--no-position-embedding: without RoPE the model has no positions at all (NoPE), which "
+     "Megatron-LM refuses and vtrain does not model; a RoPE model gives --position-embedding-type "
+     "rope (or --use-rotary-position-embeddings)"),
+    ("--position-embedding-type learned_absolute --no-position-embedding",
+     "--no-position-embedding: without RoPE the model has no positions at all (NoPE), which "
+     "Megatron-LM refuses and vtrain does not model; a RoPE model gives --position-embedding-type "
+     "rope (or --use-rotary-position-embeddings)"),
+])
+def test_no_positions_or_contradicting_positions_are_refused(tmp_path, capsys, extra, why):
+    path = _write(tmp_path, "nope.sh", PLAIN_LAUNCH.replace("--bf16", f"--bf16 {extra}"))
+    with pytest.raises(MegatronArgsError) as exc:
+        import_file(path)
+    assert str(exc.value) == f"{path}: {why}"
+    out = tmp_path / "out.json"
+    assert main(["import", "megatron-args", str(path), "--out", str(out)]) == 2
+    assert not out.exists() and why in capsys.readouterr().err

@@ -87,9 +87,9 @@ def test_a_session_column_row_of_squared_relu(tmp_path):
                     "ffn_hidden_size,activation,position_embedding,add_bias_linear,"
                     "attention_kernel,tied_embeddings,seq_length,vocab_size,global_batch_size,"
                     "micro_batch_size,tensor_parallel,pipeline_parallel,data_parallel,"
-                    "sequence_parallel,recompute,zero_stage,measured_iteration_time_s\n"
+                    "sequence_parallel,recompute,zero_stage,precision,measured_iteration_time_s\n"
                     "H100-SXM5-80GB,Nemotron-4-15B,32,6144,48,8,24576,squared_relu,rope,false,"
-                    "flash,false,4096,256000,256,4,4,1,16,true,none,1,2.5\n")
+                    "flash,false,4096,256000,256,4,4,1,16,true,none,1,bf16,2.5\n")
     (m,) = read_measurements(path)
     assert m.skip_reason == ""
     model = m.session.model

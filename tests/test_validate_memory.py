@@ -16,10 +16,10 @@ from core.accuracy.measured import MeasurementFileError, read_measurements
 
 MEMORY_CSV = ROOT.parent / "shared" / "data" / "measured-memory" / "measured_memory.csv"
 
-HEADER = ("gpu,gpus_per_node,num_layers,hidden_size,num_attention_heads,seq_length,"
+HEADER = ("vocab_size,gpu,gpus_per_node,num_layers,hidden_size,num_attention_heads,seq_length,"
           "global_batch_size,micro_batch_size,tensor_parallel,pipeline_parallel,data_parallel,"
           "recompute,precision,measured_iteration_time_s,measured_memory_gib,memory_scale")
-PLAN = "A100-SXM4-80GB,8,24,2048,16,1024,64,2,2,2,4,full,fp16"
+PLAN = "50257,A100-SXM4-80GB,8,24,2048,16,1024,64,2,2,2,4,full,fp16"
 
 
 def _two_rows(tmp_path, scale: str = "max_reserved"):

@@ -12,7 +12,10 @@ layouts are in docs/accuracy.md, "Measurement file layouts"):
   accumulation fusion: DeepSpeed's engine owns the gradients, and the fused GEMMs write into
   the ``main_grad`` buffer that only Megatron's own data-parallel wrapper creates);
 * a CSV whose columns are session field names (``tensor_parallel``, ``num_layers``,
-  ``gpu`` ...; an absent column or an empty cell is the session default), plus
+  ``gpu`` ...; the columns of :data:`REQUIRED_COLUMNS` must be there, an absent column or an
+  empty cell of a field a session file requires takes Megatron-LM's default
+  (:data:`CSV_DEFAULTS`, recorded in :attr:`MeasuredRun.defaults`), any other the session
+  default), plus
   ``measured_iteration_time_s``, ``measured_memory_gib`` / ``memory_scale``, ``source``,
   ``assumptions``, ``notes`` and ``recipe`` (a Megatron-Bridge performance recipe of
   :mod:`core.accuracy.bridge_recipes`, the only column that sets more than its own field);
@@ -40,6 +43,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core.accuracy.bridge_recipes import BridgeRecipe, load_bridge_recipes
+from core.io.megatron.arguments import MEGATRON_MODEL_DEFAULTS, MEGATRON_PLAN_DEFAULTS
+from core.io.megatron.model_arguments import ATTENTION_BACKENDS, DEFAULT_ATTENTION_BACKEND
 from core.io.session import SessionFileError, session_from_document
 from core.model.counts import num_parameters
 from core.plan.presets import GPT_FAMILY
@@ -52,10 +57,11 @@ from core.plan.session import Session
 from core.plan.rules import validate
 from core.sim.report import MEMORY_SCALES
 from core.util.inputs import parse_json, read_bytes
+from core.util.text import did_you_mean
 
 __all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_cause", "skip_counts",
            "session_columns", "SESSION_SECTIONS", "RUN_COLUMNS", "FIELD_CAUSES", "MEASURED_TIME_RANGE_S",
-           "MAX_ROWS"]
+           "MAX_ROWS", "REQUIRED_COLUMNS", "CSV_DEFAULTS"]
 
 #: Seconds one measured (or derived) training iteration may take: from 0.1 ms to a day.
 MEASURED_TIME_RANGE_S = (1e-4, 86_400.0)
@@ -66,6 +72,29 @@ MAX_ROWS = 10_000
 #: Session sections whose fields are columns of the session-column CSV.
 SESSION_SECTIONS = {"model": ModelConfig, "plan": ParallelPlan, "cluster": ClusterConfig,
                     "cost": CostConfig}
+#: Columns a session-column CSV must have, with a value in every row: what a measured run has no
+#: default for. The model's shape and vocabulary and the micro-batch size, which Megatron-LM
+#: needs too (every required model field but those of MEGATRON_MODEL_DEFAULTS, the name and
+#: the attention kernel); d, which Megatron-LM takes from the world size that the file has no
+#: column for; the precision (Megatron-LM's default, fp32 without --bf16 or --fp16, is not what
+#: a run that leaves the column out is likely to have used, and it changes the time several
+#: times over); and the GPU the run ran on.
+REQUIRED_COLUMNS = (*(f.name for f in dataclasses.fields(ModelConfig) if f.metadata.get("required")
+                      and f.name not in (*MEGATRON_MODEL_DEFAULTS, "name", "attention_kernel")),
+                    "micro_batch_size", "data_parallel", "precision", "gpu")
+#: What an absent column or an empty cell of the session-column CSV means for the other fields
+#: a session file requires (a session file refuses their omission): Megatron-LM's default, as
+#: ``vtrain import megatron-args`` takes it (MEGATRON_MODEL_DEFAULTS; the attention kernel of
+#: Megatron-Core's default backend, auto: flash; MEGATRON_PLAN_DEFAULTS; the global batch is
+#: Megatron-LM's micro-batch size times d, set per row). Each default a row takes is recorded in
+#: MeasuredRun.defaults and stated by ``vtrain validate``. The model's name is a label (the
+#: size in billions of parameters without one); other fields take the session defaults.
+CSV_DEFAULTS: dict[str, dict[str, Any]] = {
+    "model": {**{k: v for k, v in MEGATRON_MODEL_DEFAULTS.items()
+                 if k not in ("make_vocab_size_divisible_by",)},
+              "attention_kernel": ATTENTION_BACKENDS[DEFAULT_ATTENTION_BACKEND]},
+    "plan": {**{k: v for k, v in MEGATRON_PLAN_DEFAULTS.items() if k not in REQUIRED_COLUMNS},
+             "global_batch_size": None}}
 #: Columns of the session-column CSV that are not session fields: the measurement and its record.
 RUN_COLUMNS = ("measured_iteration_time_s", "measured_memory_gib", "memory_scale", "source",
                "assumptions", "notes", "recipe")
@@ -145,6 +174,9 @@ class MeasuredRun:
         Why the run is not predicted ("" when it is).
     skip_causes : list of str
         Short causes of the skip, for counts per cause; empty when not skipped.
+    defaults : dict of str to object
+        Session-column CSV: field -> the value it took from :data:`CSV_DEFAULTS` (its column is
+        absent or its cell empty); empty for the other layouts, which state every field.
     group : dict
         Labels for the error tables: ``model``, ``t``, ``p``, ``source`` and (but for the
         authors' layouts) ``gpu``, ``kind`` (dense / MoE) and ``precision``.
@@ -160,6 +192,7 @@ class MeasuredRun:
     skip_reason: str = ""
     skip_causes: list[str] = field(default_factory=list)
     group: dict[str, str] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
     def has_time(self) -> bool:
@@ -374,7 +407,8 @@ def _session_columns(path: Path, header: list[str]) -> list[tuple[str, Any]]:
         if h not in known and h not in RUN_COLUMNS:
             raise MeasurementFileError(
                 f"{path}: column {h!r} is neither a session field (model, plan, cluster or cost; "
-                f"docs/accuracy.md) nor one of {', '.join(RUN_COLUMNS)}")
+                f"docs/accuracy.md) nor one of {', '.join(RUN_COLUMNS)}"
+                + did_you_mean(h, [*known, *RUN_COLUMNS]))
         key = known[h][1].name if h in known else h
         if key in seen:
             raise MeasurementFileError(f"{path}: columns {seen[key]!r} and {h!r} name the same field")
@@ -386,6 +420,12 @@ def _session_columns(path: Path, header: list[str]) -> list[tuple[str, Any]]:
     if "measured_memory_gib" in seen and "memory_scale" not in seen:
         raise MeasurementFileError(f"{path}: column 'measured_memory_gib' needs a column "
                                    f"'memory_scale' (one of {', '.join(MEMORY_SCALES)})")
+    missing = [c for c in REQUIRED_COLUMNS if c not in seen]
+    if missing:
+        raise MeasurementFileError(
+            f"{path}: missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}: a "
+            "measured run's model shape, vocabulary, micro-batch size, data-parallel size, "
+            "precision and GPU have no default (docs/accuracy.md, 'Session defaults')")
     return out
 
 
@@ -416,8 +456,12 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
     run: dict[str, str] = {}
     for (col, target), cell in zip(columns, r):
         cell = cell.strip()
+        if not cell and target is not None and target[1].name in REQUIRED_COLUMNS:
+            raise MeasurementFileError(f"{path}: row {row}, column {col!r}: empty, and a measured "
+                                       "run has no default for it (docs/accuracy.md, 'Session "
+                                       "defaults')")
         if not cell:
-            continue  # the session default
+            continue  # Megatron-LM's default (CSV_DEFAULTS) or the session default
         if target is None:
             run[col] = cell
         else:
@@ -426,6 +470,7 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
     recipe = _recipe_named(path, row, run["recipe"]) if "recipe" in run else None
     if recipe is not None:
         _apply_recipe(recipe, body)
+    defaults = _apply_defaults(body)
     names = {f"{s}.{f.name}": col for col, t in columns if t for s, f in [t]}
     try:
         session = Session.from_dict({**body, **({"notes": run["notes"]} if "notes" in run else {})})
@@ -447,10 +492,26 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
     if recipe is not None:
         assumptions.append(f"bridge-perf-recipe: {recipe.function} ({recipe.source})")
     out = MeasuredRun(session, time_s, memory, scale, source, assumptions, row,
-                      group=_group(session, source, "name" in body["model"]))
+                      group=_group(session, source, bool(session.model.name)), defaults=defaults)
     if recipe is not None and recipe.refuse is not None:
         out.skip_causes, out.skip_reason = [recipe.refuse[0]], recipe.refuse[1]
     return _finish(out, names)
+
+
+def _apply_defaults(body: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Fill ``body``'s absent fields of :data:`CSV_DEFAULTS` (the global batch: the micro-batch
+    size times d) and an empty model name; return the defaults taken, field -> value, in
+    field order."""
+    taken: dict[str, Any] = {}
+    for section, values in CSV_DEFAULTS.items():
+        for name, value in values.items():
+            if name in body[section]:
+                continue
+            if name == "global_batch_size":
+                value = body["plan"]["micro_batch_size"] * body["plan"]["data_parallel"]
+            body[section][name] = taken[name] = value
+    body["model"].setdefault("name", "")
+    return taken
 
 
 def _memory_scale(where: str, scale: str, memory: float) -> str:
@@ -506,16 +567,24 @@ def _apply_recipe(recipe: BridgeRecipe, body: dict[str, dict[str, Any]]) -> None
 
 
 def session_columns(session: Session) -> dict[str, Any]:
-    """The session-column CSV row of ``session``: every model, plan, cluster and cost field
-    whose value differs from the session default (``null`` for a None that is not the default;
-    booleans ``true``/``false``). Reading the row back gives the session."""
+    """The session-column CSV row of ``session``: the :data:`REQUIRED_COLUMNS` and every other
+    model, plan, cluster and cost field whose value differs from what its absence means
+    (:data:`CSV_DEFAULTS`, else the session default; ``null`` for a None that is not the
+    default; booleans ``true``/``false``). Reading the row back gives the session."""
     default = Session()
     out: dict[str, Any] = {}
     for section in SESSION_SECTIONS:
         own, base = getattr(session, section), getattr(default, section)
+        absent = CSV_DEFAULTS.get(section, {})
         for f in dataclasses.fields(own):
             value = getattr(own, f.name)
-            if value == getattr(base, f.name):
+            if f.name == "global_batch_size":
+                meant = own.micro_batch_size * own.data_parallel
+            elif f.name == "name":
+                meant = ""
+            else:
+                meant = absent.get(f.name, getattr(base, f.name))
+            if value == meant and f.name not in REQUIRED_COLUMNS:
                 continue
             out[f.name] = ("null" if value is None else
                            ("true" if value else "false") if isinstance(value, bool) else value)

@@ -13,7 +13,7 @@ from core.cli.common import check_outputs, check_profile_option, field_error, ro
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
     from core.util.console import Console
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "run", "defaults_taken"]
 
 
 def add_parser(sub: Any) -> None:
@@ -24,8 +24,11 @@ def add_parser(sub: Any) -> None:
                     "whose columns are session fields, or JSON lines of sessions with their "
                     "measurements; see docs/accuracy.md, 'Measurement file layouts') and print "
                     "MAPE, median and max absolute percentage error, R^2 and the error by model "
-                    "size, t and p. Runs the simulator does not support are skipped with their "
-                    "reason; runs the memory model says cannot fit are reported.")
+                    "size, t and p. A session-column CSV must give the model's shape and "
+                    "vocabulary, b, d, the precision and the GPU; the defaults it takes for the "
+                    "other columns (Megatron-LM's) are stated. Runs the simulator does not "
+                    "support are skipped with their reason (none predicted: exit 2); runs the "
+                    "memory model says cannot fit are reported.")
     v.add_argument("csv", metavar="FILE", help="measurement file: CSV or JSON lines (layouts: "
                    "docs/accuracy.md, 'Measurement file layouts')")
     v.add_argument("--profile", metavar="STORE.h5",
@@ -86,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         with row_progress("predicting", args.json) as progress:
             result = predict_rows(ms, _predictor(args.profile, coverage), progress)
     metrics = _metrics(result, ms, args.cross_validate)
+    if not metrics["n"] and not metrics["memory"]["n"]:
+        raise _nothing_predicted(args.csv, ms, metrics)
     if args.out:
         _write_rows(result, args.out)
     if args.plot and metrics["n"]:
@@ -96,6 +101,18 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_report(args, ms, result, metrics, _how(args, shared, result))
     return 0
+
+
+def _nothing_predicted(path: str, ms, metrics: dict) -> Exception:
+    """The error of a file none of whose rows could be predicted: the rows skipped per cause and
+    the first row's reason (every reason: ``vtrain validate`` of a file with a predictable row,
+    or the rows' ``skip_reason`` in :func:`core.accuracy.measured.read_measurements`)."""
+    from core.accuracy.measured import MeasurementFileError
+    causes = ", ".join(f"{c} {n}" for c, n in metrics["skipped_by_cause"].items())
+    first = next((m for m in ms if m.skip_reason), None)
+    reason = f"; row {first.row}: {first.skip_reason}" if first else ""
+    return MeasurementFileError(f"{path}: no row could be predicted ({len(ms)} skipped: "
+                                f"{causes}){reason}")
 
 
 def _check_args(args: argparse.Namespace) -> float:
@@ -190,6 +207,7 @@ def _metrics(result, ms, folds: int) -> dict:
     metrics = result.metrics()
     metrics["cross_validated_folds"] = folds
     metrics["skipped_by_cause"] = skip_counts(ms)
+    metrics["defaults"] = defaults_taken(ms)
     metrics["memory_over_capacity"] = [  # runs that ran though the memory model says no
         {"row": m.row, "need_gib": need / 2**30, "capacity_gib": cap / 2**30}
         for m, need, cap in over_capacity(ms)]
@@ -197,6 +215,34 @@ def _metrics(result, ms, folds: int) -> dict:
                                  for g, n, mape, mx in result.by_group(key)]
                            for key in _group_keys(ms)}
     return metrics
+
+
+def defaults_taken(ms) -> dict[str, list[dict]]:
+    """Every default the rows of a session-column CSV took (:data:`core.accuracy.measured.
+    CSV_DEFAULTS`: the column absent or the cell empty), field -> ``[{"value", "rows"}]``, one
+    entry per value with its row count, in the order first met; empty for files that state
+    every field."""
+    taken: dict[str, dict[str, list]] = {}
+    for m in ms:
+        for name, value in m.defaults.items():
+            entry = taken.setdefault(name, {}).setdefault(repr(value), [value, 0])
+            entry[1] += 1
+    return {name: [{"value": v, "rows": n} for v, n in values.values()]
+            for name, values in taken.items()}
+
+
+def _defaults_line(defaults: dict[str, list[dict]], rows: int) -> str:
+    """The report's line stating each default taken (:func:`defaults_taken`) with its rows."""
+    def shown(v):
+        return "null" if v is None else ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+    parts = []
+    for name, values in defaults.items():
+        text = ", ".join(shown(e["value"]) + ("" if e["rows"] == rows else f" ({e['rows']} rows)")
+                         for e in values)
+        parts.append(f"{name}={text}")
+    return ("defaults taken for absent columns and empty cells (Megatron-LM's, docs/accuracy.md "
+            f"'Session defaults'; every row unless counted): {'; '.join(parts)}")
 
 
 def _how(args: argparse.Namespace, shared: bool, result) -> str:
@@ -221,6 +267,8 @@ def _print_report(args: argparse.Namespace, ms, result, metrics: dict, how: str)
     console.print(f"[bold]{esc(Path(args.csv).name)}[/]: {metrics['n']} rows predicted"
                   + (f" for time, {mem['n']} for memory" if mem["n"] else "")
                   + f", {metrics['skipped']} skipped; {esc(how)}")
+    if metrics["defaults"]:
+        console.print(esc(_defaults_line(metrics["defaults"], len(ms))), highlight=False)
     if metrics["n"]:
         _print_errors(console, result, metrics, args.profile)
     if mem["n"]:
@@ -346,7 +394,7 @@ def _row_records(result) -> list[dict]:
                     "mfu_at_measured": _mfu(m.session, m.measured_iteration_time_s) if timed else None,
                     "mfu_at_predicted": _mfu(m.session, float(pred)) if ok else None,
                     "skip_reason": m.skip_reason, "skip_causes": m.skip_causes,
-                    "assumptions": m.assumptions})
+                    "assumptions": m.assumptions, "defaults": m.defaults})
     return out
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["Bound", "BOUNDS", "MAX_STRING_LENGTH", "MAX_INTEGER", "path_problem", "field_kind",
-           "check_value", "section_errors", "FieldError", "ConfigError", "rename_field"]
+           "check_value", "section_errors", "list_for_text", "FieldError", "ConfigError", "rename_field"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,9 @@ def described_field(default: Any, unit: str, help: str, **kw: Any) -> Any:
     enumerations), ``required`` (a session file must give the field, ``null`` where the type
     allows it: its default is not what a file that leaves it out means; every model field,
     see :func:`missing_required`), ``path`` (a string naming a file: it must be resolvable,
-    :func:`path_problem`). The type is the annotation (``int``, ``float``, ``str``, ``bool``,
+    :func:`path_problem`), ``comma_list`` (a string that holds a comma-separated list of
+    names, as Megatron-Core's option does: a list given for it is refused with the string it
+    means, :func:`list_for_text`). The type is the annotation (``int``, ``float``, ``str``, ``bool``,
     optionally ``| None``).
     """
     return field(default=default, metadata={"unit": unit, "help": help, **kw})
@@ -233,6 +235,17 @@ def check_value(name: str, f: dataclasses.Field, value: Any) -> str | None:
             return f"{name}={shown} must be at most {_num_text(bound.hi)} ({bound.why})"
         return _subnormal(name, shown, value)
     return None
+
+
+def list_for_text(f: dataclasses.Field, value: Any) -> str:
+    """What to say of ``value`` given for field ``f`` in place of its string: for a
+    ``comma_list`` field given a list of names, ``": the names as one comma-separated string,
+    e.g. "a,b""`` (the string it means); ``""`` otherwise."""
+    if not f.metadata.get("comma_list") or not isinstance(value, (list, tuple)):
+        return ""
+    if value and all(isinstance(v, str) and v and "," not in v for v in value):
+        return f': the names as one comma-separated string, e.g. {json.dumps(",".join(value))}'
+    return ": the names as one comma-separated string"
 
 
 def _subnormal(name: str, shown: str, value: Any) -> str | None:

@@ -25,7 +25,7 @@ __all__ = ["PipelineSplitError", "NotModelledError",
            "pipeline_split_slots", "LAYOUT_RULE", "MAX_LAYOUT_SYMBOLS", "pipeline_layout_text",
            "expand_pipeline_layout", "pipeline_layout_errors", "layout_layer_counts",
            "layout_summary", "stage_layer_counts", "capped_recompute_layers", "largest_model_chunk",
-           "virtual_stage_layer_counts"]
+           "virtual_stage_layer_counts", "uneven_splits"]
 
 
 #: Megatron-Core's rule for the layer-slot split, quoted by the validation messages.
@@ -37,14 +37,49 @@ _SLOT_RULE = ("Megatron-Core: with account_for_embedding_in_pipeline_split / "
 def _slot_hint(L: int, p: int) -> str:
     """How Megatron-Core splits ``L`` layers over ``p`` stages when they do not divide: counting
     the embedding and / or the loss as a layer (``L + 1`` or ``L + 2`` slots), named when one
-    of those divides by ``p``; empty otherwise."""
+    of those divides by ``p``, and the uneven first and last stages of
+    :func:`uneven_splits` (and the custom layout that places the same layers); empty when
+    neither splits them."""
+    hint = ""
     for extra, fields in ((2, "plan.account_for_embedding_in_pipeline_split and "
                               "plan.account_for_loss_in_pipeline_split"),
                           (1, "plan.account_for_loss_in_pipeline_split (or the embedding's)")):
         if (L + extra) % p == 0:
-            return (f"; {L} + {extra} = {L + extra} layer slots split over it with {fields} "
+            hint = (f"; {L} + {extra} = {L + extra} layer slots split over it with {fields} "
                     "(Megatron-Core's --account-for-embedding/loss-in-pipeline-split)")
-    return ""
+            break
+    splits = uneven_splits(L, p)
+    if not splits:
+        return hint
+    first, last = splits[0]
+    middle = (L - first - last) // (p - 2)
+
+    def ts(n: int) -> str:
+        return "t" if n == 1 else f"t*{n}"
+    layout = f"E{ts(first)}|({ts(middle)}|)*{p - 2}{ts(last)}L"
+    return (hint + f"; plan.first_stage_layers={first} and plan.last_stage_layers={last} split "
+            f"it ({first}, {p - 2} x {middle}, {last} layers; Megatron-Core's "
+            "--decoder-first/last-pipeline-num-layers), as does "
+            f"plan.pipeline_model_parallel_layout={layout} (with an m before the L per MTP "
+            "layer)")
+
+
+def uneven_splits(num_layers: int, p: int) -> list[tuple[int, int]]:
+    """Megatron-Core's uneven pipeline splits of ``num_layers`` over ``p`` stages where they do
+    not split evenly (``--decoder-first-pipeline-num-layers`` /
+    ``--decoder-last-pipeline-num-layers``, :attr:`ParallelPlan.first_stage_layers`):
+    ``k = ceil(L/p)`` layers on each of the ``p - 2`` middle stages and the rest on the first
+    and last, either halved (the last no more than the first) or with ``k`` on the first and
+    the least on the last (which also runs the output layer and the loss). DeepSeek-V3's 61
+    layers on p=8: 7 + 6 x 8 + 6 and 8 + 6 x 8 + 5. ``(first, last)`` pairs, each with
+    ``1 <= last <= first <= k``; none when ``p < 3`` or the rest leaves the last stage no
+    layer."""
+    if p < 3:
+        return []
+    k = -(-num_layers // p)
+    rest = num_layers - (p - 2) * k
+    halves = (-(-rest // 2), rest // 2)
+    return [(f, l) for f, l in dict.fromkeys((halves, (k, rest - k))) if 1 <= l <= f <= k]
 
 
 def pipeline_split_slots(num_layers: int, plan: ParallelPlan) -> int:

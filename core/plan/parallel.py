@@ -268,7 +268,8 @@ class ParallelPlan:
     recompute_modules: str | None = described_field(
         None, "", "With selective recomputation: the modules recomputed, comma-separated as "
         "Megatron-Core's --recompute-modules (core_attn, layernorm, mlp, moe_act, moe, "
-        "shared_experts); empty means core_attn", short="recompute_modules", label="never")
+        "shared_experts); empty means core_attn", short="recompute_modules", label="never",
+        comma_list=True)
     data_parallel_shard_size: int | None = described_field(
         None, "replicas", "Hybrid sharding (HSDP): the ZeRO/FSDP shards span groups of this many "
         "data-parallel ranks and are replicated over d/size groups (Megatron: "
@@ -325,7 +326,7 @@ class ParallelPlan:
         None, "", "With cuda_graph_impl transformer_engine or local: the modules captured, "
         "comma-separated as Megatron-Core's --cuda-graph-modules (--cuda-graph-scope): attn, mlp, "
         "moe_router, moe_preprocess (moe and mamba are not modelled); empty means the whole layer",
-        short="cuda_graph_modules")
+        short="cuda_graph_modules", comma_list=True)
 
     @property
     def num_gpus(self) -> int:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.plan.cluster import ClusterConfig, CostConfig, ReliabilityConfig
-from core.plan.fields import (TYPE_WORDS, ConfigError, FieldError, matches_type, shown_value,
-                              check_value, field_kind, rename_field)
+from core.plan.fields import (TYPE_WORDS, ConfigError, FieldError, list_for_text, matches_type,
+                              shown_value, check_value, field_kind, rename_field)
 from core.plan.model_config import ModelConfig, missing_required
 from core.plan.parallel import ParallelPlan
 
@@ -235,7 +235,8 @@ def _section_from_dict(cls: type, section: str, data: Any, require: bool = False
         base, optional = field_kind(fields[name])
         if base in TYPE_WORDS and not matches_type(base, value):
             errors.append(FieldError(f"{section}.{name}", f"must be of type {base}"
-                                     f"{' or null' if optional else ''}, got {shown_value(value)}"))
+                                     f"{' or null' if optional else ''}, got {shown_value(value)}"
+                                     + list_for_text(fields[name], value)))
             continue
         msg = check_value(name, fields[name], value)
         if msg:

@@ -177,6 +177,14 @@ ARGUMENTS: dict[str, Arg] = {
     "--position-embedding-type": Arg(("model.position_embedding",), True,
                                      "learned_absolute (modelled) or rope (yarn: rope, YaRN's "
                                      "scaling changes the angles, not the work)"),
+    "--use-rotary-position-embeddings": Arg(
+        ("model.position_embedding",), False,
+        "RoPE (legacy switch): Megatron-LM's validate_args makes it --position-embedding-type "
+        "rope; beside an explicit --position-embedding-type learned_absolute it is refused"),
+    "--no-position-embedding": Arg(
+        ("model.position_embedding",), False,
+        "no learned position table: nothing to change with RoPE, which has none; without RoPE "
+        "it is NoPE, which Megatron-LM refuses and vtrain does not model: refused"),
     "--untie-embeddings-and-output-weights": Arg(("model.tied_embeddings",), False,
                                                  "separate output layer weights"),
     "--disable-bias-linear": Arg(("model.add_bias_linear",), False, "no biases in linear layers"),
@@ -390,6 +398,13 @@ MEGATRON_MODEL_DEFAULTS: dict[str, Any] = {
     "mtp_num_layers": 0, "window_size": None, "window_attn_skip_freq": None,
     "softmax_type": "vanilla", "activation_func_clamp_value": None, "glu_linear_offset": 0.0,
     "make_vocab_size_divisible_by": 128}
+#: Megatron-LM's value of each plan field a session file requires and a launch may leave out
+#: (arguments.py: ``--tensor-model-parallel-size`` and ``--pipeline-model-parallel-size`` 1,
+#: no ``--recompute-granularity``: nothing recomputed, neither ``--bf16`` nor ``--fp16``: fp32).
+#: The others have none: d is the world size over t*p*cp, ``--micro-batch-size`` must be given,
+#: and ``--global-batch-size`` defaults to the micro-batch size times d.
+MEGATRON_PLAN_DEFAULTS: dict[str, Any] = {"tensor_parallel": 1, "pipeline_parallel": 1,
+                                          "recompute": "none", "precision": "fp32"}
 #: The session's sections and their records (``section.field`` targets name them).
 SECTIONS = {"model": ModelConfig, "plan": ParallelPlan, "cluster": ClusterConfig, "cost": CostConfig}
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import ast
 
-from core.io.megatron.arguments import TOKENIZER_VOCAB, MegatronArgsError, field_exists
+from core.io.megatron.arguments import (MEGATRON_MODEL_DEFAULTS, TOKENIZER_VOCAB, MegatronArgsError,
+                                       field_exists)
 from core.io.megatron.mapping import Mapper, float_argument, int_argument, one_value
 from core.io.shell_reader import BINOPS
 from core.plan.fields import BOUNDS
@@ -352,6 +353,7 @@ def _attention_and_norms(mp: Mapper, h: int) -> None:
                 mp.set(flag, target, mapping[v])
             elif v not in _DEFAULT_FAMILY[flag]:
                 mp.set(flag, target, mapping[v])  # refused: the field is absent
+    _legacy_positions(mp)
     if mp.switch("--untie-embeddings-and-output-weights"):
         mp.set("--untie-embeddings-and-output-weights", "model.tied_embeddings", False)
     if mp.switch("--disable-bias-linear"):
@@ -368,6 +370,29 @@ def _attention_and_norms(mp: Mapper, h: int) -> None:
     if "--swiglu" in args and "--ffn-hidden-size" not in args and field_exists("model.activation"):
         # Megatron-LM's default MLP size for SwiGLU (arguments.py): 2/3 of 4h, down to 64
         mp.set("--swiglu", "model.ffn_hidden_size", int((4 * h * 2 / 3) / 64) * 64)
+
+
+def _legacy_positions(mp: Mapper) -> None:
+    """The legacy position switches. ``--use-rotary-position-embeddings`` is RoPE: Megatron-LM's
+    ``validate_args`` ("Legacy RoPE arguments") sets ``position_embedding_type = 'rope'``; beside
+    an explicit ``--position-embedding-type learned_absolute`` the launch contradicts itself and
+    is refused. ``--no-position-embedding`` (``add_position_embedding`` False) drops the learned
+    position table: with RoPE there is none to drop; without it the model has no positions at
+    all (NoPE), which Megatron-LM refuses ("NoPE not supported") and vtrain does not model."""
+    args, src = mp.args, mp.source
+    if mp.switch("--use-rotary-position-embeddings"):
+        if one_value(args, "--position-embedding-type", src) == "learned_absolute":
+            mp.refuse("--use-rotary-position-embeddings", "contradicts --position-embedding-type "
+                      "learned_absolute (Megatron-LM's validate_args makes the legacy switch "
+                      "rope): give one of them")
+        else:
+            mp.set("--use-rotary-position-embeddings", "model.position_embedding", "rope")
+    positions = mp.values["model"].get("position_embedding",
+                                       MEGATRON_MODEL_DEFAULTS["position_embedding"])
+    if mp.switch("--no-position-embedding") and positions != "rope":
+        mp.refuse("--no-position-embedding", "without RoPE the model has no positions at all "
+                  "(NoPE), which Megatron-LM refuses and vtrain does not model; a RoPE model "
+                  "gives --position-embedding-type rope (or --use-rotary-position-embeddings)")
 
 
 def _window(mp: Mapper) -> None:

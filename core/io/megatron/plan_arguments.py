@@ -13,7 +13,7 @@ t = p = cp = 1, d = world / (t * p * cp), ``--global-batch-size`` defaults to
 from __future__ import annotations
 
 from core.schedules import megatron_schedule
-from core.io.megatron.arguments import MegatronArgsError, field_exists
+from core.io.megatron.arguments import MEGATRON_PLAN_DEFAULTS, MegatronArgsError, field_exists
 from core.io.megatron.launch import Launch
 from core.io.megatron.mapping import Mapper, int_argument, one_value
 from core.plan.parallel import CROSS_ENTROPY_FUSION_IMPLS, CUDA_GRAPH_IMPLS
@@ -25,8 +25,10 @@ __all__ = ["map_plan"]
 def _tensor_and_pipeline(mp: Mapper) -> tuple[int, int]:
     """``(t, p)``, and the experts' tensor-parallel size when given."""
     args, src = mp.args, mp.source
-    t = int_argument(args, "--tensor-model-parallel-size", src) or 1
-    p = int_argument(args, "--pipeline-model-parallel-size", src) or 1
+    t = (int_argument(args, "--tensor-model-parallel-size", src)
+         or MEGATRON_PLAN_DEFAULTS["tensor_parallel"])
+    p = (int_argument(args, "--pipeline-model-parallel-size", src)
+         or MEGATRON_PLAN_DEFAULTS["pipeline_parallel"])
     mp.take("--tensor-model-parallel-size")
     mp.take("--pipeline-model-parallel-size")
     mp.set("--tensor-model-parallel-size", "plan.tensor_parallel", t)
@@ -339,7 +341,7 @@ def _recompute(mp: Mapper) -> None:
     rflag = ("--recompute-activations" if "--recompute-activations" in args else
              "--recompute-granularity" if "--recompute-granularity" in args else
              "--checkpoint-activations")
-    mp.set(rflag, "plan.recompute", gran or "none")
+    mp.set(rflag, "plan.recompute", gran or MEGATRON_PLAN_DEFAULTS["recompute"])
     if gran == "full" and method == "block" and nrec is not None:
         # a count at or above the largest model chunk recomputes every layer: set to None
         # once the plan is whole (below), as Megatron caps it per chunk
@@ -431,7 +433,7 @@ def _precision(mp: Mapper) -> None:
             mp.set("--fp8-recipe", "plan.fp8_recipe", None if recipe == "tensorwise" else recipe)
     else:
         mp.set("--bf16" if bf16 else "--fp16" if fp16 else "precision", "plan.precision",
-               "bf16" if bf16 else "fp16" if fp16 else "fp32")
+               "bf16" if bf16 else "fp16" if fp16 else MEGATRON_PLAN_DEFAULTS["precision"])
 
 
 def map_plan(mp: Mapper, launch: Launch, L: int, *, num_gpus: int | None = None,

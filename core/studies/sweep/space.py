@@ -27,7 +27,7 @@ from core.plan.parallel import (CP_COMM_TYPES, MOE_DISPATCHERS, SWEEP_SCHEDULES,
                                 PLAN_FIELDS, ParallelPlan, plan_key)
 from core.plan.session import Session
 from core.plan.layout import (expand_pipeline_layout, pipeline_layout_text,
-                              pipeline_split_slots)
+                              pipeline_split_slots, uneven_splits)
 from core.plan.rules import probe_plan, validate
 from core.plan.verdicts import PlanVerdicts
 from core.studies.sweep.variants import plan_maker, size_variants, sweep_verdicts, value_check
@@ -523,24 +523,6 @@ def uneven_split_flags(options: list) -> tuple[Any, Any]:
     none true."""
     extra, flags = options[-1]
     return flags[0] if extra < 0 else options[0][1][0]
-
-
-def uneven_splits(num_layers: int, p: int) -> list[tuple[int, int]]:
-    """Megatron-Core's uneven pipeline splits of ``num_layers`` over ``p`` stages where they do
-    not split evenly (``--decoder-first-pipeline-num-layers`` /
-    ``--decoder-last-pipeline-num-layers``, :attr:`ParallelPlan.first_stage_layers`):
-    ``k = ceil(L/p)`` layers on each of the ``p - 2`` middle stages and the rest on the first
-    and last, either halved (the last no more than the first) or with ``k`` on the first and
-    the least on the last (which also runs the output layer and the loss). DeepSeek-V3's 61
-    layers on p=8: 7 + 6 x 8 + 6 and 8 + 6 x 8 + 5. ``(first, last)`` pairs, each with
-    ``1 <= last <= first <= k``; none when ``p < 3`` or the rest leaves the last stage no
-    layer."""
-    if p < 3:
-        return []
-    k = -(-num_layers // p)
-    rest = num_layers - (p - 2) * k
-    halves = (-(-rest // 2), rest // 2)
-    return [(f, l) for f, l in dict.fromkeys((halves, (k, rest - k))) if 1 <= l <= f <= k]
 
 
 def splits_evenly(num_layers: int, options: list, p: int) -> bool:

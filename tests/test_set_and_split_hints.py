@@ -1,0 +1,74 @@
+"""Messages that say what to give: a list for a comma-separated field names the string it
+means, and layers that do not split over p name the uneven first / last stages (and the
+custom layout) that split them, computed by core.plan.layout.uneven_splits."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from core.cli import main
+from core.plan.fields import ConfigError
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
+from tests.conftest import EXAMPLES
+
+EXAMPLE = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+
+
+@pytest.mark.parametrize("field,value,string", [
+    ("recompute_modules", '["mla_up_proj","mlp"]', '"mla_up_proj,mlp"'),
+    ("cuda_graph_modules", '["attn"]', '"attn"'),
+])
+def test_a_list_for_a_comma_separated_field_names_the_string(capsys, field, value, string):
+    assert main(["simulate", EXAMPLE, "--set", f"plan.{field}={value}"]) == 2
+    shown = value.replace('","', '", "')
+    assert capsys.readouterr().err.strip().endswith(
+        f"--set plan.{field}: must be of type str or null, got {shown}: the names as one "
+        f"comma-separated string, e.g. {string}")
+
+
+def test_a_list_in_a_session_file_names_the_string_too():
+    plan = dataclasses.asdict(ParallelPlan())
+    with pytest.raises(ConfigError) as exc:
+        Session.from_dict({"plan": {**plan, "recompute_modules": ["core_attn", "mlp"]}})
+    assert [(e.field, e.message) for e in exc.value.errors] == [(
+        "plan.recompute_modules", 'must be of type str or null, got ["core_attn", "mlp"]: the '
+        'names as one comma-separated string, e.g. "core_attn,mlp"')]
+    # a number is no list of names: the type alone
+    with pytest.raises(ConfigError) as exc:
+        Session.from_dict({"plan": {**plan, "tensor_parallel": [1, 2]}})
+    assert exc.value.errors[0].message == "must be of type int, got [1, 2]"
+
+
+def _pipeline_message(model: str, p: int, **plan) -> str:
+    s = Session(model=MODEL_PRESETS[model], plan=ParallelPlan(
+        tensor_parallel=8, pipeline_parallel=p, data_parallel=1, global_batch_size=64, **plan))
+    return " ".join(e.message for e in validate(s) if e.field == "plan.pipeline_parallel")
+
+
+def test_layers_that_do_not_split_name_the_first_and_last_stages_that_do():
+    """DeepSeek-V3's 61 layers on p = 16: 14 middle stages of ceil(61/16) = 4 layers and the 5
+    left on the first and last (3 and 2); the fields, and the custom layout with its MTP layer,
+    then split them."""
+    assert _pipeline_message("DeepSeek-V3", 16) == (
+        "num_layers=61 is not divisible by pipeline_parallel_size=16; plan.first_stage_layers=3 "
+        "and plan.last_stage_layers=2 split it (3, 14 x 4, 2 layers; Megatron-Core's "
+        "--decoder-first/last-pipeline-num-layers), as does "
+        "plan.pipeline_model_parallel_layout=Et*3|(t*4|)*14t*2L (with an m before the L per MTP "
+        "layer)")
+    assert MODEL_PRESETS["DeepSeek-V3"].mtp_num_layers == 1
+    assert _pipeline_message("DeepSeek-V3", 16, first_stage_layers=3, last_stage_layers=2) == ""
+    assert _pipeline_message("DeepSeek-V3", 16,
+                             pipeline_model_parallel_layout="Et*3|(t*4|)*14t*2mL") == ""
+    # Llama 3.1 405B, 126 layers on p = 16: the slot flags (128 slots) and the uneven stages
+    msg = _pipeline_message("Llama 3.1 405B", 16)
+    assert ("126 + 2 = 128 layer slots split over it" in msg
+            and "plan.first_stage_layers=7 and plan.last_stage_layers=7" in msg
+            and "Et*7|(t*8|)*14t*7L" in msg)
+    # 61 layers on p = 32 leave one layer for both ends: no uneven split to name
+    assert _pipeline_message("DeepSeek-V3", 32) == (
+        "num_layers=61 is not divisible by pipeline_parallel_size=32")
