@@ -300,13 +300,11 @@ def test_absent_columns_take_megatrons_defaults_and_say_so(tmp_path, capsys):
     assert a.session.plan.num_gpus == 8 and b.session.plan.global_batch_size == 8  # b*d
     assert a.session.to_dict() == c.session.to_dict() and c.defaults == {
         k: v for k, v in a.defaults.items() if k not in ("attention_kernel", "pipeline_parallel")}
+    # the defaults that bear on a dense model: no MoE, MLA or windowed-attention sizes (fields
+    # without effect, core.plan.rules.inactive_fields)
     assert a.defaults == {
         "add_qkv_bias": False, "qk_layernorm": False, "kv_channels": None, "num_experts": None,
-        "moe_top_k": 2, "moe_ffn_hidden_size": None, "num_shared_experts": 0,
-        "moe_layer_frequency": 1, "moe_first_dense_layers": 0, "moe_router_num_groups": None,
-        "moe_router_group_topk": None, "multi_latent_attention": False, "q_lora_rank": None,
-        "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128,
-        "mtp_num_layers": 0, "window_size": None, "window_attn_skip_freq": None,
+        "multi_latent_attention": False, "mtp_num_layers": 0, "window_size": None,
         "softmax_type": "vanilla", "activation_func_clamp_value": None, "glu_linear_offset": 0.0,
         "attention_kernel": "flash", "pipeline_parallel": 1}
     assert b.defaults == {**a.defaults, "global_batch_size": 8}

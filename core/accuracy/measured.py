@@ -478,6 +478,7 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
         e = exc.errors[0]
         raise MeasurementFileError(f"{path}: row {row}, column {names.get(e.field, e.field)!r}: "
                                    f"{e.message}") from None
+    defaults = _bearing(defaults, session)
     where = f"{path}: row {row}"
     time_s = (_number(f"{where}, column 'measured_iteration_time_s'", run["measured_iteration_time_s"])
               if "measured_iteration_time_s" in run else math.nan)
@@ -512,6 +513,16 @@ def _apply_defaults(body: dict[str, dict[str, Any]]) -> dict[str, Any]:
             body[section][name] = taken[name] = value
     body["model"].setdefault("name", "")
     return taken
+
+
+def _bearing(taken: dict[str, Any], session: Session) -> dict[str, Any]:
+    """The defaults of ``taken`` that bear on ``session``: those of fields without effect on it
+    (:func:`core.plan.rules.inactive_fields`: the MoE fields of a dense model, the MLA sizes
+    without latent attention, ...) left out, so the report states what the prediction used."""
+    from core.plan.rules import inactive_fields
+    idle = inactive_fields(session)
+    section = {name: sec for sec, values in CSV_DEFAULTS.items() for name in values}
+    return {k: v for k, v in taken.items() if f"{section[k]}.{k}" not in idle}
 
 
 def _memory_scale(where: str, scale: str, memory: float) -> str:
