@@ -324,9 +324,41 @@ def test_fewest_gpus_for_405b_on_8_h100s_is_128_and_64_do_not_fit():
         need, fits, _ = memory_verdict(stage_memory(dataclasses.replace(s, plan=p), store),
                                        float(store.memory_bytes))
         assert not fits, p.label()
-    assert few.text == ("128 GPUs (16 x 8) with t=8 p=1 d=16 b=1 1f1b recompute=full sp zero=3, "
+    assert few.text == ("128 GPUs (16 times this plan's 8) with t=8 p=1 d=16 b=1 1f1b recompute=full sp zero=3, "
                         "fits: 63.7 of 80.0 GiB; 64 do not; the model states alone need at "
                         "least 87 GPUs")
+
+
+def _dsv3_gb200(**plan) -> Session:
+    """DeepSeek-V3 on GB200 NVL72 racks as ``vtrain import preset`` writes it (t=8 on 8 GPUs,
+    full recomputation, B=8), with ``plan`` changed."""
+    from core.io.hf_import import default_plan
+    from core.plan.cluster import GPU_NVLINK_DOMAIN
+    m = MODEL_PRESETS["DeepSeek-V3"]
+    pl = dataclasses.replace(default_plan(m), **plan)
+    return Session(m, pl, ClusterConfig(gpu="GB200-NVL72",
+                                        gpus_per_node=GPU_NVLINK_DOMAIN["GB200-NVL72"]))
+
+
+def test_fewest_gpus_sizes_every_expert_parallel_size_and_zero_stage():
+    """DeepSeek-V3 on 8 GB200s: 64 GPUs hold it with ep=1 and ZeRO-3 (tight, 190.1 of 186.0
+    GiB, fits once the allocator's cache is freed), which the search missed by taking the
+    largest ep's plan (ep=8, ZeRO-1, does not fit) and answering 128. And from a ZeRO-3
+    session tight on 64 GPUs, the plans outside the margin need pipelining, where Megatron-LM
+    refuses ZeRO-3 and takes ZeRO-1: 128 GPUs, not "nothing fits up to 4,096" (the search
+    tried only the session's ZeRO stage and above)."""
+    few = fc.fewest_gpus(_dsv3_gb200())
+    assert (few.num_gpus, few.verdict) == (64, "tight")
+    pl = few.plan
+    assert (pl.tensor_parallel, pl.data_parallel, pl.expert_parallel, pl.zero_stage) == (8, 8, 1, 3)
+    assert few.max_memory_per_gpu_bytes / 2**30 == pytest.approx(190.1, abs=0.05)
+    tight = _dsv3_gb200(data_parallel=8, zero_stage=3, sequence_parallel=True)
+    assert _verdict(tight) == "tight"
+    few = fc.fit_changes(tight).fewest_gpus
+    assert few is not None and (few.num_gpus, few.verdict) == (128, "fits")
+    assert few.plan.zero_stage < 3 and few.plan.pipeline_parallel > 1
+    assert few.max_memory_per_gpu_bytes == simulate(
+        dataclasses.replace(tight, plan=few.plan)).report.max_memory_per_gpu_bytes
 
 
 def test_fewest_gpus_moves_a_step_when_the_gpu_is_one_byte_smaller():
@@ -354,7 +386,7 @@ def test_fewest_gpus_says_by_name_when_even_the_cap_does_not_fit():
     few = fc.fit_changes(s).fewest_gpus
     assert few.num_gpus is None and few.plan is None and few.tried == 0
     assert (few.max_gpus, few.lower_bound_gpus) == (64, 87)
-    assert few.reason == few.text == ("nothing fits on up to 64 GPUs of H100-SXM5-80GB (64 x 1): "
+    assert few.reason == few.text == ("nothing fits on up to 64 GPUs of H100-SXM5-80GB (64 times this plan's 1): "
                                       "the model states alone need at least 87 GPUs")
     # a 16 GiB GPU: the bound (452) is under the cap (512) but no plan of 512 GPUs fits
     s8 = _llama405_on_8()
@@ -362,7 +394,7 @@ def test_fewest_gpus_says_by_name_when_even_the_cap_does_not_fit():
     assert few.num_gpus is None and few.lower_bound_gpus == 452 and few.max_gpus == 512
     assert few.tried > 0
     assert few.reason.startswith("nothing fits in memory on up to 512 GPUs of H100-SXM5-80GB "
-                                 "(64 x 8) with the model states sharded")
+                                 "(64 times this plan's 8) with the model states sharded")
     # the cap is at most 2**17 GPUs
     big = _session("Llama 3.1 405B", pipeline_parallel=1, data_parallel=4096,
                    global_batch_size=4096)
@@ -409,7 +441,7 @@ def test_cli_prints_the_fewest_gpus_and_json_carries_them(tmp_path, capsys):
     save_session(_llama405_on_8(), path)
     assert main(["simulate", str(path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert ("Fewest GPUs that fit: 128 GPUs (16 x 8) with t=8 p=1 d=16 b=1 1f1b recompute=full "
+    assert ("Fewest GPUs that fit: 128 GPUs (16 times this plan's 8) with t=8 p=1 d=16 b=1 1f1b recompute=full "
             "sp zero=3, fits: 63.7 of 80.0 GiB; 64 do not") in out
     assert main(["simulate", str(path), "--json"]) == 0
     few = json.loads(capsys.readouterr().out)["fit_changes"]["fewest_gpus"]

@@ -177,8 +177,8 @@ class FewestGpus:
         below = self.num_gpus // 2
         before = (f"; {below:,} do not" if self.num_gpus > self.session_gpus else
                   " (the plan's own GPU count, with more changes combined)")
-        return (f"{self.num_gpus:,} GPUs ({self.num_gpus // self.session_gpus:,} x "
-                f"{self.session_gpus:,}) with {self.plan.label()}, {self.verdict_text}"
+        return (f"{self.num_gpus:,} GPUs ({self.num_gpus // self.session_gpus:,} times this "
+                f"plan's {self.session_gpus:,}) with {self.plan.label()}, {self.verdict_text}"
                 f"{before}{bound}")
 
     def as_dict(self) -> dict[str, Any]:
@@ -439,12 +439,16 @@ def state_lower_bound_gpus(session: Session, capacity_bytes: float) -> int | Non
 
 
 def _fewest_gpus_plan(session: Session, t: int, p: int, cp: int, d: int, megatron: bool
-                      ) -> ParallelPlan | None:
-    """The session's plan with sizes ``t, p, cp, d`` as the levers set them (a new pipeline size
-    split by :func:`_split`; sequence parallelism where ``t > 1``), full recomputation of every
-    layer and micro-batch 1, with the highest ZeRO stage and expert-parallel size that pass the
-    plan rules (and Megatron-LM's checks with ``megatron``); a larger micro-batch only where
-    simulate would not hold the graph at 1. None when no such plan passes."""
+                      ) -> list[ParallelPlan]:
+    """The session's plans with sizes ``t, p, cp, d`` as the levers set them (a new pipeline
+    size split by :func:`_split`; sequence parallelism where ``t > 1``), full recomputation of
+    every layer and micro-batch 1: for each expert-parallel size (the session's times 1, 2, 4,
+    ... up to the experts), the one with the highest ZeRO stage (3 down to 0, whatever the
+    session's: ZeRO-3 may be refused with pipelining where ZeRO-1 is not) that passes the plan
+    rules (and Megatron-LM's checks with ``megatron``); a larger micro-batch only where
+    simulate would not hold the graph at 1. Empty when none passes. Which needs the least
+    memory is the caller's to size: more experts per GPU with full sharding can beat a larger
+    ep with ZeRO-1."""
     base = session.plan
     pl = dataclasses.replace(base, tensor_parallel=t, pipeline_parallel=p, context_parallel=cp,
                              data_parallel=d, sequence_parallel=base.sequence_parallel or t > 1,
@@ -458,8 +462,10 @@ def _fewest_gpus_plan(session: Session, t: int, p: int, cp: int, d: int, megatro
     sizes = [1]
     while 2 * sizes[-1] <= base.micro_batch_size:
         sizes.append(2 * sizes[-1])
+    out = []
     for ep in reversed(eps):
-        for zero in range(3, base.zero_stage - 1, -1):
+        found = None
+        for zero in range(3, -1, -1):
             for b in sizes:
                 new = dataclasses.replace(pl, expert_parallel=ep, zero_stage=zero,
                                           micro_batch_size=b)
@@ -470,8 +476,12 @@ def _fewest_gpus_plan(session: Session, t: int, p: int, cp: int, d: int, megatro
                     continue
                 if megatron and megatron_refusal(changed) is not None:
                     break
-                return new
-    return None
+                found = new
+                break
+            if found is not None:
+                out.append(found)
+                break
+    return out
 
 
 def _fewest_gpus_plans(session: Session, num_gpus: int, megatron: bool, cancel: Any
@@ -490,10 +500,11 @@ def _fewest_gpus_plans(session: Session, num_gpus: int, megatron: bool, cancel: 
             cp = base.context_parallel
             while num_gpus % (t * p * cp) == 0:
                 check_cancelled(cancel)
-                pl = _fewest_gpus_plan(session, t, p, cp, num_gpus // (t * p * cp), megatron)
-                if pl is not None and plan_key(pl) not in seen:
-                    seen.add(plan_key(pl))
-                    out.append(pl)
+                for pl in _fewest_gpus_plan(session, t, p, cp, num_gpus // (t * p * cp),
+                                            megatron):
+                    if plan_key(pl) not in seen:
+                        seen.add(plan_key(pl))
+                        out.append(pl)
                 cp *= 2
             p *= 2
         t *= 2
@@ -512,8 +523,8 @@ def fewest_gpus(session: Session, store=None, *, cancel: Any = None,
     rest, each with the least activations (full recomputation of every layer, micro-batch 1,
     sequence parallelism) and the model states sharded as far as the session's framework
     allows (ZeRO-3 / FSDP where the plan rules and, for a plan Megatron-LM runs, Megatron-LM
-    take it, else the distributed optimizer over ``d`` with the weights split by ``t*p``; the
-    largest expert-parallel size) (:func:`_fewest_gpus_plan`). Memory only (the report's
+    take it, else the distributed optimizer over ``d`` with the weights split by ``t*p``; each
+    expert-parallel size) (:func:`_fewest_gpus_plan`). Memory only (the report's
     model and verdict), nothing timed; held: the model, precision, global batch, GPU kind and
     every other plan field.
 
@@ -565,7 +576,7 @@ def fewest_gpus(session: Session, store=None, *, cancel: Any = None,
                 return FewestGpus(n, pl, v, need, capacity, first, most, bound, tried,
                                   verdict_text=text)
         n *= 2
-    gpus = f"{most:,} GPUs of {session.cluster.gpu} ({most // first:,} x {first:,})"
+    gpus = f"{most:,} GPUs of {session.cluster.gpu} ({most // first:,} times this plan's {first:,})"
     if bound is None:
         reason = (f"nothing fits on any number of {session.cluster.gpu}: the process's fixed "
                   "terms alone (CUDA context, GEMM workspaces, NCCL buffers) exceed its "
