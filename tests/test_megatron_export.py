@@ -537,6 +537,8 @@ def test_exported_backends_invert_the_import_and_name_megatrons_default(parser_s
     # a GB200 NVL72 rack (node) of 72 is 18 hosts of 4: torchrun runs 4 processes per host
     ("GB200-NVL72", 72, 8, 4, 36, "--nnodes 288 --nproc-per-node 4"),
     ("GB200-NVL72", 72, 1, 1, 8, "--nnodes 2 --nproc-per-node 4"),
+    # 6 GPUs of one rack: 2 hosts of 3 (hosts inside the NVLink domain may run fewer)
+    ("GB200-NVL72", 72, 1, 1, 6, "--nnodes 2 --nproc-per-node 3"),
     # a DGX GH200's 256 superchips are 256 hosts of one GPU
     ("GH200-96GB", 256, 1, 1, 256, "--nnodes 256 --nproc-per-node 1"),
     ("H100-SXM5-80GB", 8, 2, 2, 4, "--nnodes 2 --nproc-per-node 8"),
@@ -579,3 +581,25 @@ def test_a_gb200_launch_of_4_processes_per_host_is_a_node_of_72(tmp_path):
         "processes per host); give --gpus-per-node G for another"]
     assert import_file(path, gpu="GB200-NVL72", gpus_per_node=4).session.cluster.gpus_per_node == 4
     assert import_file(path, gpu="H100-SXM5-80GB").session.cluster.gpus_per_node == 4
+    # 2 processes per GB200 host: still hosts of the rack (it was a node of 2, t=8 over the NICs)
+    two = tmp_path / "gb200_2.sh"
+    two.write_text(text.replace("--ntasks-per-node=4", "--ntasks-per-node=2")
+                   .replace("--global-batch-size 1152", "--global-batch-size 576"))
+    assert import_file(two, gpu="GB200-NVL72").session.cluster.gpus_per_node == 72
+    # --nodes stands for the launch's host count: 18 hosts of the launch's 4 are 72 GPUs, also
+    # when --gpus-per-node restates the rack (it counted 18 x 72 = 1,296)
+    env = tmp_path / "gb200_env.sh"
+    env.write_text("torchrun --nnodes $NNODES --nproc-per-node 4 pretrain_gpt.py "
+                   "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+                   "--max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 72 "
+                   "--tensor-model-parallel-size 8 --bf16 --vocab-size 128256 --train-iters 10\n")
+    for gpn in (None, 72):
+        res = import_file(env, gpu="GB200-NVL72", nodes=18, gpus_per_node=gpn)
+        assert (res.session.plan.num_gpus, res.session.cluster.gpus_per_node) == (72, 72)
+    # a world of 6 is one rack's 2 hosts of 3, not refused as "not a multiple of 4 per host"
+    six = tmp_path / "gb200_6.sh"
+    six.write_text(env.read_text().replace("--tensor-model-parallel-size 8",
+                                           "--tensor-model-parallel-size 1")
+                   .replace("--global-batch-size 72", "--global-batch-size 6"))
+    res = import_file(six, gpu="GB200-NVL72", num_gpus=6)
+    assert (res.session.plan.num_gpus, res.session.cluster.gpus_per_node) == (6, 72)

@@ -128,7 +128,7 @@ _LABELS = {
     "cost.power_usage_effectiveness": "PUE",
     "reliability.failure_rate_per_gpu_hour": "Failure rate",
     "reliability.restart_time_s": "Restart time",
-    "reliability.checkpoint_write_gbytes_per_s_per_node": "Checkpoint write per node",
+    "reliability.checkpoint_write_gbytes_per_s_per_node": "Checkpoint write per host",
     "reliability.async_save": "Asynchronous save",
     "reliability.host_copy_gbytes_per_s_per_gpu": "Copy to host per GPU",
     "reliability.checkpoint_interval_iterations": "Checkpoint interval",

@@ -93,8 +93,8 @@ def apply_cluster_comment(session: Session, text: str, source: str, *, launcher_
 
     ``gpu`` / ``gpus_per_node``: given on the command line, they win over the comment.
     ``launcher_nproc``: the launcher's processes per node; the comment's ``gpus_per_node`` is
-    taken only when the launcher agrees (the export runs ``min(world, gpus_per_host)`` per host,
-    :func:`core.plan.cluster.gpus_per_host`).
+    taken only when the launcher agrees (the export runs
+    :func:`core.plan.cluster.processes_per_host` per host).
     Raises ValueError for a malformed comment (:func:`read_cluster_comment`).
     """
     fields = read_cluster_comment(text, source)
@@ -106,11 +106,12 @@ def apply_cluster_comment(session: Session, text: str, source: str, *, launcher_
     gpn = fields.get("gpus_per_node")
     world = session.plan.num_gpus if hasattr(session.plan, "num_gpus") else None
     if gpn is not None and launcher_nproc is not None and world:
-        from core.plan.cluster import gpus_per_host
+        from core.plan.cluster import processes_per_host
         kind = gpu or fields.get("gpu", session.cluster.gpu)
-        host = gpus_per_host(dataclasses.replace(session.cluster, gpu=kind, gpus_per_node=gpn))
+        per_host = processes_per_host(
+            dataclasses.replace(session.cluster, gpu=kind, gpus_per_node=gpn), world)
     if gpus_per_node is not None or (gpn is not None and launcher_nproc is not None and world
-                                     and launcher_nproc != min(world, host)):
+                                     and launcher_nproc != per_host):
         fields.pop("gpus_per_node", None)
     cluster = dataclasses.replace(session.cluster, **fields)
     return dataclasses.replace(session, cluster=cluster), (

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from core.plan.fields import BOUNDS, described_field
 
 __all__ = ["GPU_KINDS", "GPU_NVLINK_DOMAIN", "GPU_HOST_GPUS", "NVLINK_DOMAIN_SPANS_HOSTS",
-           "gpus_per_host", "GPU_FP8_DTYPES", "GPU_NIC_GBITS_PER_GPU",
+           "gpus_per_host", "processes_per_host", "GPU_FP8_DTYPES", "GPU_NIC_GBITS_PER_GPU",
            "node_network_gbits_per_s", "ClusterConfig", "CostConfig",
            "LLAMA3_FAILURES_PER_GPU_HOUR", "ReliabilityConfig", "gpu_kind"]
 
@@ -67,6 +67,18 @@ def gpus_per_host(cluster: "ClusterConfig") -> int:
     node's ``gpus_per_node`` (a node of 4 H100s is a host of 4); ``gpus_per_node`` for a kind
     without an entry."""
     return min(cluster.gpus_per_node, GPU_HOST_GPUS.get(cluster.gpu, cluster.gpus_per_node))
+
+
+def processes_per_host(cluster: "ClusterConfig", world: int) -> int:
+    """The processes a launcher runs per host for ``world`` GPUs of ``cluster``: its
+    :func:`gpus_per_host` (at most the world); in an NVLink domain that spans hosts
+    (:data:`NVLINK_DOMAIN_SPANS_HOSTS`: a GB200 rack) the largest count up to that which divides
+    the world (6 GB200s: 2 hosts of 3), since the hosts may run fewer. A world it does not divide
+    is the caller's to refuse."""
+    per_host = min(world, gpus_per_host(cluster))
+    if cluster.gpu in NVLINK_DOMAIN_SPANS_HOSTS and cluster.gpus_per_node > per_host:
+        per_host = max(g for g in range(1, per_host + 1) if world % g == 0)
+    return per_host
 
 
 #: FP8 GEMM dtypes each shipped GPU kind has tensor cores for: the ``fp8`` / ``mxfp8`` keys of its

@@ -456,20 +456,21 @@ def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
     torchrun runs on every host: ``--nnodes`` is ``world / g`` hosts of
     ``--nproc-per-node`` g = ``min(world, gpus_per_host(cluster))`` processes
     (:func:`core.plan.cluster.gpus_per_host`: 8 on HGX boards, 4 in a GB200 NVL72 compute
-    tray, whose rack of 72 is one ``cluster.gpus_per_node``); a token budget that is not a
-    whole number of sequences is rounded (noted in a comment).
+    tray, whose rack of 72 is one ``cluster.gpus_per_node``; in such a rack the largest g up
+    to the host's that divides the world: 6 GB200s run as 2 hosts of 3); a token budget that
+    is not a whole number of sequences is rounded (noted in a comment).
 
     Raises
     ------
     MegatronArgsError
         The world size does not fill whole hosts, or the plan breaks a Megatron-LM rule.
     """
-    from core.plan.cluster import gpus_per_host
+    from core.plan.cluster import gpus_per_host, processes_per_host
     pl, cl = session.plan, session.cluster
     cp = pl.context_parallel or 1
     world = pl.tensor_parallel * pl.pipeline_parallel * cp * pl.data_parallel  # Megatron's t*p*cp*d
     host = gpus_per_host(cl)
-    per_node = min(world, host)
+    per_node = processes_per_host(cl, world)
     if world % per_node:
         raise MegatronArgsError(f"world size {world} does not fill whole hosts of {host} GPUs "
                                 + ("(cluster.gpus_per_node)" if host == cl.gpus_per_node else

@@ -136,12 +136,16 @@ def _world_and_batch(mp: Mapper, launch: Launch, sizes: tuple[int, int, int],
     world = num_gpus
     nproc = gpus_per_node or launch.nproc_per_node
     if world is None and nodes is not None:
-        if nproc is None and launch.unset_counts:
+        # --nodes stands for the launcher's node count (torchrun's --nnodes, srun -N): hosts,
+        # each running the launcher's processes; --gpus-per-node (the NVLink domain, 72 for a
+        # GB200 rack of 4-GPU hosts) counts them only where the launch does not
+        per_host = launch.nproc_per_node or gpus_per_node
+        if per_host is None and launch.unset_counts:
             raise MegatronArgsError(launch.unset_counts[0])
-        if nproc is None:
+        if per_host is None:
             raise MegatronArgsError(f"{src}: --nodes {nodes}: the GPUs per node are unknown (the "
                                     "launch has no --nproc-per-node); give --gpus-per-node G")
-        world = nodes * nproc
+        world = nodes * per_host
     if world is None and launch.nnodes is not None and launch.nproc_per_node is not None:
         world = launch.nnodes * launch.nproc_per_node
     if world is None and launch.world_size is not None:  # a printed dump's world_size

@@ -220,13 +220,14 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         cluster["gpu"] = gpu
     kind = cluster.get("gpu", ClusterConfig().gpu)
     if nproc and gpus_per_node is None and kind in NVLINK_DOMAIN_SPANS_HOSTS \
-            and nproc == GPU_HOST_GPUS[kind] < GPU_NVLINK_DOMAIN[kind]:
-        # the launcher's processes per host of a GB200 NVL72 compute tray (4): its rack is the
-        # NVLink domain, the node
+            and nproc <= GPU_HOST_GPUS[kind] < GPU_NVLINK_DOMAIN[kind]:
+        # the launcher's processes per host of a GB200 NVL72 compute tray (at most its 4): the
+        # rack is the NVLink domain, the node
         cluster["gpus_per_node"] = GPU_NVLINK_DOMAIN[kind]
         mp.notes.append(("GPUs per node", f"{GPU_NVLINK_DOMAIN[kind]}: the {kind}'s NVLink "
-                         f"domain, which spans its hosts of {nproc} GPUs (the launch's "
-                         f"{nproc} processes per host); give --gpus-per-node G for another"))
+                         f"domain, which spans its hosts of {GPU_HOST_GPUS[kind]} GPUs (the "
+                         f"launch's {nproc} processes per host); give --gpus-per-node G for "
+                         "another"))
     elif nproc:
         cluster["gpus_per_node"] = nproc
     elif nodes is None and (num_gpus is not None or launch.world_size is not None):
@@ -237,7 +238,9 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         given = ("--num-gpus gives only the world size" if num_gpus is not None
                  else "the launch gives only the world size")
         domain, host = GPU_NVLINK_DOMAIN.get(kind), GPU_HOST_GPUS.get(kind)
-        if host is not None and world > host and world % host:
+        # hosts inside one NVLink domain may run fewer processes (6 GB200s: 2 hosts of 3)
+        if host is not None and world > host and world % host \
+                and kind not in NVLINK_DOMAIN_SPANS_HOSTS:
             raise MegatronArgsError(f"{src}: {given}, {world}, which is not a multiple of the "
                                     f"{kind}'s {host} GPUs per host (every host runs as many "
                                     "processes): give --gpus-per-node G")

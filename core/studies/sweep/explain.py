@@ -277,7 +277,7 @@ def _combination_reason(session: Session, space: SweepSpace, name: str, v) -> st
         tried[name] = [v]
     counts = space.gpu_counts()
     m = session.model
-    tally: dict[str, list[str]] = {}
+    tally: dict[tuple[str, str], list] = {}
     probes = one_stage = 0
     for t, p, cp, d in itertools.product(*(tried[f] for f in (
             "tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel"))):
@@ -304,7 +304,10 @@ def _combination_reason(session: Session, space: SweepSpace, name: str, v) -> st
                     **({} if name in tried else {name: v})})
                 errs = validate(probe)
                 if errs:
-                    tally.setdefault(errs[0].message, []).append(
+                    # one rule per field and kind, whatever sizes its message names (p=2 and
+                    # p=4 break "layers divisible by p*v" alike): its first message and plans
+                    first = errs[0]
+                    tally.setdefault((first.field, first.rule), [first.message, []])[1].append(
                         f"t={t} p={p} cp={cp} d={d} b={b}" + (f" ep={ep}" if m.is_moe else "")
                         + f" {sched}" + (f" v={vv}" if vv else ""))
                 probes += 1
@@ -325,7 +328,7 @@ def _combination_reason(session: Session, space: SweepSpace, name: str, v) -> st
                 "makes its GPU count")
     if not tally:
         return None
-    message, where = max(tally.items(), key=lambda kv: len(kv[1]))
+    message, where = max(tally.values(), key=lambda mw: len(mw[1]))
     return (f"{message} (in {len(where)} of the {probes} size combinations of this budget with "
             f"{_named(name, v)}{'' if probes < _MAX_PROBES else ' probed'}, e.g. {where[0]})")
 
