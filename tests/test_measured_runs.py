@@ -111,7 +111,8 @@ def test_session_columns_round_trip(published, tmp_path):
 
 def test_recipe_column_fills_the_recipes_settings(published, tmp_path):
     """A row naming its Megatron-Bridge performance recipe and leaving the recipe's settings
-    out reads as the published session that took them from the same recipe. The rows state
+    out (ZeRO-1 included, where the recipe overlaps the parameter all-gather) reads as the
+    published session that took them from the same recipe. The rows state
     the token dispatcher and the MTP layers (some sources name them, against the recipe's; a
     model without MTP layers then takes the recipe's layout without them)."""
     recipe_fields = ("recompute", "recompute_modules", "recompute_num_layers", "sequence_parallel",
@@ -124,7 +125,10 @@ def test_recipe_column_fills_the_recipes_settings(published, tmp_path):
         if m.skip_reason or not named:
             continue
         function = named[0].split("(")[-1].split(",")[0].strip()
-        cols = {k: v for k, v in session_columns(m.session).items() if k not in recipe_fields}
+        # ZeRO-1 too: a recipe that overlaps the parameter all-gather has the distributed
+        # optimizer (Megatron-LM requires it)
+        cols = {k: v for k, v in session_columns(m.session).items() if k not in recipe_fields
+                and not (k == "zero_stage" and v == 1 and m.session.plan.overlap_param_gather)}
         records.append({**cols, "recipe": function, "mtp_num_layers": m.session.model.mtp_num_layers,
                         "moe_token_dispatcher_type": m.session.plan.moe_token_dispatcher_type,
                         "measured_iteration_time_s": m.measured_iteration_time_s})
@@ -306,7 +310,7 @@ def test_absent_columns_take_megatrons_defaults_and_say_so(tmp_path, capsys):
         "add_qkv_bias": False, "qk_layernorm": False, "kv_channels": None, "num_experts": None,
         "multi_latent_attention": False, "mtp_num_layers": 0, "window_size": None,
         "softmax_type": "vanilla", "activation_func_clamp_value": None, "glu_linear_offset": 0.0,
-        "attention_kernel": "flash", "pipeline_parallel": 1}
+        "attention_kernel": "flash", "pipeline_parallel": 1, "schedule": "1f1b"}
     assert b.defaults == {**a.defaults, "global_batch_size": 8}
     predict = _predictor(None, 0.9)
     assert predict(a.session)[0] == predict(c.session)[0]
@@ -318,7 +322,7 @@ def test_absent_columns_take_megatrons_defaults_and_say_so(tmp_path, capsys):
     assert [r["defaults"] for r in doc["rows"]] == [a.defaults, b.defaults]
     assert vtrain(["validate", str(path)]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "attention_kernel=flash; pipeline_parallel=1; global_batch_size=8 (1 rows)" in text
+    assert "attention_kernel=flash; pipeline_parallel=1; schedule=1f1b; global_batch_size=8 (1 rows)" in text
 
 
 def test_authors_layouts_take_no_defaults():
@@ -370,3 +374,54 @@ def test_no_row_predicted_is_an_error(tmp_path, capsys):
     assert err[0].startswith(f"vtrain: error: {path}: no row could be predicted (1 skipped: "
                              "invalid plan (plan.tensor_parallel) 1); row 1: invalid plan: "
                              "num_attention_heads=32 is not divisible by tensor_parallel_size=3")
+
+
+def _row_file(tmp_path, header: str, row: str):
+    path = tmp_path / "runs.csv"
+    path.write_text(f"{header}\n{row}\n")
+    return read_measurements(path)
+
+
+def test_absent_columns_mean_what_megatron_lm_runs(tmp_path):
+    """Megatron-LM's defaults where the launch says nothing, as the import takes them: a SwiGLU
+    MLP without ffn_hidden_size is 2/3 of 4h rounded down to 64 (5,440 for h = 2048; the
+    session's 4h made the model 31 % larger); virtual stages interleave (Megatron-LM has no
+    schedule argument); a mixture of experts without a token dispatcher is skipped by name
+    (Megatron-Core's default, allgather, is not modelled; it ran as alltoall unsaid)."""
+    head = ("num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,activation,"
+            "micro_batch_size,data_parallel,precision,gpu,measured_iteration_time_s")
+    (run,) = _row_file(tmp_path, head, "16,2048,16,2048,32000,swiglu,1,8,bf16,H100-SXM5-80GB,1.0")
+    assert run.session.model.ffn_hidden_size == 5440 == run.defaults["ffn_hidden_size"]
+    (gelu,) = _row_file(tmp_path, head, "16,2048,16,2048,32000,gelu,1,8,bf16,H100-SXM5-80GB,1.0")
+    assert gelu.session.model.ffn_hidden_size is None  # 4h
+    (v2,) = _row_file(tmp_path, head + ",pipeline_parallel,virtual_pipeline_stages",
+                      "16,2048,16,2048,32000,gelu,1,2,bf16,H100-SXM5-80GB,1.0,4,2")
+    assert (v2.session.plan.schedule, v2.defaults["schedule"]) == ("interleaved", "interleaved")
+    assert gelu.session.plan.schedule == "1f1b"
+    (moe,) = _row_file(tmp_path, head + ",num_experts,expert_parallel",
+                       "16,2048,16,2048,32000,gelu,1,8,bf16,H100-SXM5-80GB,1.0,8,8")
+    assert moe.skip_causes == ["token dispatcher not given"]
+    assert "allgather dispatcher, is not modelled" in moe.skip_reason
+    (given,) = _row_file(tmp_path, head + ",num_experts,expert_parallel,moe_token_dispatcher_type",
+                         "16,2048,16,2048,32000,gelu,1,8,bf16,H100-SXM5-80GB,1.0,8,8,alltoall")
+    assert not given.skip_reason
+
+
+def test_session_columns_read_back_for_every_gpu_node_and_the_notes(tmp_path):
+    """A GB200 session on nodes of 8 (not the rack's 72 a row without the column means) and a
+    session's notes survive session_columns -> CSV -> read_measurements."""
+    from core.plan.cluster import ClusterConfig
+    from core.plan.session import Session
+    from core.io.session import load_any
+    s = load_any(ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json")
+    for cluster in (ClusterConfig("GB200-NVL72", 8), ClusterConfig("GH200-96GB", 8),
+                    ClusterConfig("GB200-NVL72", 72)):
+        one = Session(s.model, s.plan, cluster, s.cost, notes=s.notes)
+        row = {**session_columns(one), "measured_iteration_time_s": 1.0}
+        path = tmp_path / "rt.csv"
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(row))
+            w.writeheader()
+            w.writerow(row)
+        (back,) = read_measurements(path)
+        assert back.session.cluster == cluster and back.session.notes == s.notes != ""

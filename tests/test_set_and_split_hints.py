@@ -72,3 +72,17 @@ def test_layers_that_do_not_split_name_the_first_and_last_stages_that_do():
     # 61 layers on p = 32 leave one layer for both ends: no uneven split to name
     assert _pipeline_message("DeepSeek-V3", 32) == (
         "num_layers=61 is not divisible by pipeline_parallel_size=32")
+
+
+def test_interleaved_layers_that_do_not_split_name_the_layout_of_p_times_v_stages():
+    """61 layers on p = 8 with v = 2: Megatron-Core has no first / last stage layers under
+    interleaving, so the hint names the custom layout over the 16 virtual stages (3, 14 x 4, 2),
+    which then simulates; it named first / last (refused with interleaving) and an 8-stage
+    layout (refused: it needs p*v = 16)."""
+    plan = dict(schedule="interleaved", virtual_pipeline_stages=2)
+    msg = _pipeline_message("DeepSeek-V3", 8, **plan)
+    assert "first_stage_layers" not in msg
+    assert ("the 16 virtual stages (3, 14 x 4, 2 layers) split it with "
+            "plan.pipeline_model_parallel_layout=Et*3|(t*4|)*14t*2L") in msg
+    assert _pipeline_message("DeepSeek-V3", 8, pipeline_model_parallel_layout="Et*3|(t*4|)*14t*2mL",
+                             **plan) == ""

@@ -94,7 +94,7 @@ CSV_DEFAULTS: dict[str, dict[str, Any]] = {
                  if k not in ("make_vocab_size_divisible_by",)},
               "attention_kernel": ATTENTION_BACKENDS[DEFAULT_ATTENTION_BACKEND]},
     "plan": {**{k: v for k, v in MEGATRON_PLAN_DEFAULTS.items() if k not in REQUIRED_COLUMNS},
-             "global_batch_size": None}}
+             "global_batch_size": None, "schedule": "1f1b"}}
 #: Columns of the session-column CSV that are not session fields: the measurement and its record.
 RUN_COLUMNS = ("measured_iteration_time_s", "measured_memory_gib", "memory_scale", "source",
                "assumptions", "notes", "recipe")
@@ -470,6 +470,7 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
     recipe = _recipe_named(path, row, run["recipe"]) if "recipe" in run else None
     if recipe is not None:
         _apply_recipe(recipe, body)
+    given_plan = set(body["plan"])  # the row's plan fields and its recipe's, before defaults
     defaults = _apply_defaults(body)
     names = {f"{s}.{f.name}": col for col, t in columns if t for s, f in [t]}
     try:
@@ -496,6 +497,12 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
                       group=_group(session, source, bool(session.model.name)), defaults=defaults)
     if recipe is not None and recipe.refuse is not None:
         out.skip_causes, out.skip_reason = [recipe.refuse[0]], recipe.refuse[1]
+    elif session.model.is_moe and "moe_token_dispatcher_type" not in given_plan:
+        # Megatron-Core's default dispatcher, allgather, is not modelled (as the import says)
+        out.skip_causes = ["token dispatcher not given"]
+        out.skip_reason = ("column moe_token_dispatcher_type is empty or absent: Megatron-Core's "
+                           "default, the allgather dispatcher, is not modelled; give alltoall "
+                           "or flex (DeepEP / HybridEP)")
     return _finish(out, names)
 
 
@@ -508,11 +515,29 @@ def _apply_defaults(body: dict[str, dict[str, Any]]) -> dict[str, Any]:
         for name, value in values.items():
             if name in body[section]:
                 continue
-            if name == "global_batch_size":
-                value = body["plan"]["micro_batch_size"] * body["plan"]["data_parallel"]
+            value = _absent_means(name, value, body)
             body[section][name] = taken[name] = value
     body["model"].setdefault("name", "")
     return taken
+
+
+def _absent_means(name: str, value: Any, body: dict[str, dict[str, Any]]) -> Any:
+    """What an absent ``name`` column means for a row of ``body`` (``value``: its entry in
+    :data:`CSV_DEFAULTS`): the global batch Megatron-LM's b times d; the interleaved 1F1B
+    schedule where virtual stages are given (Megatron-LM has no schedule argument: virtual
+    stages interleave), else 1F1B; a SwiGLU model's MLP size
+    Megatron-LM's 2/3 of 4h (:func:`core.io.megatron.model_arguments.swiglu_ffn_hidden_size`),
+    not the session's 4h."""
+    if name == "global_batch_size":
+        return body["plan"]["micro_batch_size"] * body["plan"]["data_parallel"]
+    if name == "schedule":  # Megatron-LM interleaves where virtual stages are given
+        v = body["plan"].get("virtual_pipeline_stages")
+        return "interleaved" if isinstance(v, int) and v > 1 else value
+    if name == "ffn_hidden_size" and body["model"].get("activation") == "swiglu" \
+            and isinstance(body["model"].get("hidden_size"), int):
+        from core.io.megatron.model_arguments import swiglu_ffn_hidden_size
+        return swiglu_ffn_hidden_size(body["model"]["hidden_size"])
+    return value
 
 
 def _bearing(taken: dict[str, Any], session: Session) -> dict[str, Any]:
@@ -550,8 +575,9 @@ def _apply_recipe(recipe: BridgeRecipe, body: dict[str, dict[str, Any]]) -> None
     (``recompute``, ``recompute_modules``, ``recompute_num_layers``), sequence parallelism, the
     DDP overlaps, TP communication overlap, the FP8 parameter all-gather, the custom pipeline
     layout (without its MTP layers when the model has none), MTP layers, the CUDA graphs
-    (``cuda_graph_impl``, ``cuda_graph_modules``) and, for a mixture-of-experts model, the
-    token dispatcher, the expert all-to-all overlap and delayed weight gradients."""
+    (``cuda_graph_impl``, ``cuda_graph_modules``), the distributed optimizer (ZeRO-1) where it
+    overlaps the parameter all-gather (Megatron-LM requires it) and, for a mixture-of-experts
+    model, the token dispatcher, the expert all-to-all overlap and delayed weight gradients."""
     plan, model = body["plan"], body["model"]
     settings = {"recompute": recipe.recompute, "recompute_modules": recipe.recompute_modules,
                 "recompute_num_layers": recipe.recompute_num_layers,
@@ -566,6 +592,9 @@ def _apply_recipe(recipe: BridgeRecipe, body: dict[str, dict[str, Any]]) -> None
         settings.update(moe_token_dispatcher_type=recipe.dispatcher,
                         overlap_moe_expert_parallel_comm=recipe.ep_overlap,
                         delay_wgrad_compute=recipe.delay_wgrad)
+    if recipe.overlap_param_gather:
+        # Megatron-LM's validate_args: --overlap-param-gather needs --use-distributed-optimizer
+        settings["zero_stage"] = 1
     if recipe.mtp_num_layers is not None:
         model.setdefault("mtp_num_layers", recipe.mtp_num_layers)
     layout = recipe.pipeline_layout
@@ -589,16 +618,24 @@ def session_columns(session: Session) -> dict[str, Any]:
         absent = CSV_DEFAULTS.get(section, {})
         for f in dataclasses.fields(own):
             value = getattr(own, f.name)
-            if f.name == "global_batch_size":
-                meant = own.micro_batch_size * own.data_parallel
+            if f.name in ("global_batch_size", "ffn_hidden_size", "schedule"):
+                meant = _absent_means(f.name, absent.get(f.name), {
+                    "model": dataclasses.asdict(session.model),
+                    "plan": dataclasses.asdict(session.plan)})
             elif f.name == "name":
                 meant = ""
+            elif f.name == "gpus_per_node":  # the reader's: the GPU's NVLink domain
+                from core.plan.cluster import GPU_NVLINK_DOMAIN
+                meant = GPU_NVLINK_DOMAIN.get(session.cluster.gpu, base.gpus_per_node)
             else:
                 meant = absent.get(f.name, getattr(base, f.name))
-            if value == meant and f.name not in REQUIRED_COLUMNS:
-                continue
+            if value == meant and f.name not in REQUIRED_COLUMNS and not (
+                    f.name == "moe_token_dispatcher_type" and session.model.is_moe):
+                continue  # (a mixture of experts states its dispatcher: absent is refused)
             out[f.name] = ("null" if value is None else
                            ("true" if value else "false") if isinstance(value, bool) else value)
+    if session.notes:
+        out["notes"] = session.notes
     return out
 
 

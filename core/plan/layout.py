@@ -34,34 +34,38 @@ _SLOT_RULE = ("Megatron-Core: with account_for_embedding_in_pipeline_split / "
               "divisible by pipeline_parallel_size * virtual_pipeline_stages")
 
 
-def _slot_hint(L: int, p: int) -> str:
-    """How Megatron-Core splits ``L`` layers over ``p`` stages when they do not divide: counting
-    the embedding and / or the loss as a layer (``L + 1`` or ``L + 2`` slots), named when one
-    of those divides by ``p``, and the uneven first and last stages of
-    :func:`uneven_splits` (and the custom layout that places the same layers); empty when
-    neither splits them."""
+def _slot_hint(L: int, p: int, v: int = 1) -> str:
+    """How Megatron-Core splits ``L`` layers over ``p`` stages of ``v`` model chunks (``v`` > 1
+    under an interleaved schedule) when they do not divide: counting the embedding and / or the
+    loss as a layer (``L + 1`` or ``L + 2`` slots), named when one of those divides by ``p*v``,
+    and the uneven first and last chunks of :func:`uneven_splits` over the ``p*v`` virtual
+    stages as a custom layout, with ``v`` = 1 also as the first and last stage layers (which
+    Megatron-Core has only without interleaving); empty when neither splits them."""
+    n = p * v
     hint = ""
     for extra, fields in ((2, "plan.account_for_embedding_in_pipeline_split and "
                               "plan.account_for_loss_in_pipeline_split"),
                           (1, "plan.account_for_loss_in_pipeline_split (or the embedding's)")):
-        if (L + extra) % p == 0:
+        if (L + extra) % n == 0:
             hint = (f"; {L} + {extra} = {L + extra} layer slots split over it with {fields} "
                     "(Megatron-Core's --account-for-embedding/loss-in-pipeline-split)")
             break
-    splits = uneven_splits(L, p)
+    splits = uneven_splits(L, n)
     if not splits:
         return hint
     first, last = splits[0]
-    middle = (L - first - last) // (p - 2)
+    middle = (L - first - last) // (n - 2)
 
-    def ts(n: int) -> str:
-        return "t" if n == 1 else f"t*{n}"
-    layout = f"E{ts(first)}|({ts(middle)}|)*{p - 2}{ts(last)}L"
-    return (hint + f"; plan.first_stage_layers={first} and plan.last_stage_layers={last} split "
-            f"it ({first}, {p - 2} x {middle}, {last} layers; Megatron-Core's "
-            "--decoder-first/last-pipeline-num-layers), as does "
-            f"plan.pipeline_model_parallel_layout={layout} (with an m before the L per MTP "
-            "layer)")
+    def ts(k: int) -> str:
+        return "t" if k == 1 else f"t*{k}"
+    layout = f"E{ts(first)}|({ts(middle)}|)*{n - 2}{ts(last)}L"
+    stages = (f"plan.first_stage_layers={first} and plan.last_stage_layers={last} split it "
+              f"({first}, {n - 2} x {middle}, {last} layers; Megatron-Core's "
+              "--decoder-first/last-pipeline-num-layers), as does " if v == 1 else
+              f"the {n} virtual stages ({first}, {n - 2} x {middle}, {last} layers) split it "
+              "with ")
+    return (hint + f"; {stages}plan.pipeline_model_parallel_layout={layout} (with an m before "
+            "the L per MTP layer)")
 
 
 def uneven_splits(num_layers: int, p: int) -> list[tuple[int, int]]:
@@ -343,7 +347,7 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
     if first is None and last is None:
         if L % p:
             raise PipelineSplitError(f"num_layers={L} is not divisible by pipeline_parallel_size={p}"
-                                     + _slot_hint(L, p))
+                                     + _slot_hint(L, p, layout_chunks(plan)))
         return [L // p] * p
     if p < 2:
         raise ValueError("first_stage_layers / last_stage_layers need pipeline_parallel_size >= 2")

@@ -25,7 +25,7 @@ from core.io.megatron.mapping import Mapper, float_argument, int_argument, one_v
 from core.io.shell_reader import BINOPS
 from core.plan.fields import BOUNDS
 
-__all__ = ["ATTENTION_BACKENDS", "DEFAULT_ATTENTION_BACKEND", "EXPORTED_ATTENTION_BACKENDS", "MOE_ONLY",
+__all__ = ["swiglu_ffn_hidden_size", "ATTENTION_BACKENDS", "DEFAULT_ATTENTION_BACKEND", "EXPORTED_ATTENTION_BACKENDS", "MOE_ONLY",
            "attention_kernel", "layer_pattern", "map_model"]
 
 #: Modelled values of model-family arguments when the family fields do not exist yet.
@@ -368,8 +368,13 @@ def _attention_and_norms(mp: Mapper, h: int) -> None:
     mp.set(flag, "model.attention_kernel", kernel)
     mp.notes.append(("attention", why))
     if "--swiglu" in args and "--ffn-hidden-size" not in args and field_exists("model.activation"):
-        # Megatron-LM's default MLP size for SwiGLU (arguments.py): 2/3 of 4h, down to 64
-        mp.set("--swiglu", "model.ffn_hidden_size", int((4 * h * 2 / 3) / 64) * 64)
+        mp.set("--swiglu", "model.ffn_hidden_size", swiglu_ffn_hidden_size(h))
+
+
+def swiglu_ffn_hidden_size(hidden_size: int) -> int:
+    """Megatron-LM's MLP size for ``--swiglu`` without ``--ffn-hidden-size`` (arguments.py,
+    ``validate_args``): 2/3 of 4h, rounded down to a multiple of 64 (h = 2048: 5,440)."""
+    return int((4 * hidden_size * 2 / 3) / 64) * 64
 
 
 def _legacy_positions(mp: Mapper) -> None:
