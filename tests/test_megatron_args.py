@@ -1303,3 +1303,14 @@ def test_sequence_parallel_at_tensor_parallel_1_is_off_as_megatron_turns_it_off(
         res = import_file(path)
         assert res.session.plan.sequence_parallel is expected
         assert any(flag == "--sequence-parallel" for flag, _ in res.notes) is (t == 1)
+
+
+@pytest.mark.parametrize("kind", ["none", "mrope", "relative"])
+def test_a_position_embedding_megatron_has_but_the_simulator_not_is_not_modelled(kind):
+    """Megatron-LM's --position-embedding-type none, mrope and relative are its choices: refused
+    as not modelled, naming what is (it read "expected one of", as if the launch were wrong)."""
+    with pytest.raises(MegatronArgsError, match=(
+            f"a.txt: --position-embedding-type '{kind}' is not modelled \\(the simulator models "
+            "learned_absolute, rope, yarn\\)")):
+        session_from_launch(read_launch(_FLAGS + f"--position-embedding-type {kind}", "a.txt"),
+                            num_gpus=1)

@@ -344,7 +344,8 @@ def _attention_and_norms(mp: Mapper, h: int) -> None:
         if mp.take(flag):
             v = one_value(args, flag, src)
             if v not in mapping:
-                raise MegatronArgsError(f"{src}: {flag} {v!r}: expected one of {', '.join(mapping)}")
+                raise MegatronArgsError(f"{src}: {flag} {v!r} is not modelled (the simulator "
+                                        f"models {', '.join(mapping)})")
             if v == "yarn":  # GPT-OSS: RoPE with YaRN's frequency scaling
                 mp.ignored.append((flag, "yarn: RoPE whose frequencies YaRN rescales; the "
                                      "scaling changes the rotation's angles, not the work "
