@@ -264,10 +264,11 @@ class CompareTab(QtWidgets.QWidget):
         self._due = False
         a, b = self._pinned, self._current
         self._diff = diff_results(a, b)
-        self._w_label_a.setText(f"A (pinned): {plan_label(a.session)}  ·  "
-                             f"{format_duration(a.report.iteration_time_s)} per iteration")
-        self._w_label_b.setText(f"B (editor): {plan_label(b.session)}  ·  "
-                             f"{format_duration(b.report.iteration_time_s)} per iteration")
+        for label, name, r in ((self._w_label_a, "A (pinned)", a), (self._w_label_b, "B (editor)", b)):
+            # the GPUs first: the count is what most often sets the cost apart
+            label.setText(f"{name}: {r.report.num_gpus:,} x {r.session.cluster.gpu}, "
+                          f"{plan_label(r.session)}  ·  "
+                          f"{format_duration(r.report.iteration_time_s)} per iteration")
         self._w_timeline_a.set_data(a.graph, a.schedule)
         self._w_timeline_b.set_data(b.graph, b.schedule)
         # one time axis: both views may show the longer iteration

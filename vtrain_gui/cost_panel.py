@@ -718,7 +718,7 @@ class CostPanel(QtWidgets.QWidget):
                 return format_bytes(nbytes).replace(" ", "&nbsp;")
             line = f"capacity&nbsp;{nb(report.memory_capacity_bytes)}"
             if report.memory_reserve_fraction > 0:  # the margin that makes a fit tight
-                line += f" (tight within&nbsp;{margin})"
+                line += f"&nbsp;(tight&nbsp;within&nbsp;{margin})"  # one item: never split
             self._memory_legend.setText(
                 f'{self._legend_parts}&nbsp;&nbsp; <span style="color:{_CAPACITY_COLOR}; '
                 f'font-weight:bold;">&#8211;&nbsp;&#8211;</span>&nbsp;{line}')

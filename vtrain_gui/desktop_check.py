@@ -182,22 +182,26 @@ def check_desktop(env: Mapping[str, str] | None = None,
                   os_ids: set[str] | None = None) -> str | None:
     """Why the window cannot open here (a message for the user), or None when it can.
 
-    Only the X11 platform (``xcb``) is checked: its libraries, then a
-    display (``DISPLAY``). Other platforms (offscreen, wayland, ...) pass.
+    Only the X11 platform (``xcb``) is checked: a display (``DISPLAY``; without one the
+    message says so first, naming any missing libraries too), then its libraries. Other
+    platforms (offscreen, wayland, ...) pass.
     """
     env = os.environ if env is None else env
     if qt_platform(env, platform) != "xcb":
         return None
     missing = missing_libraries(load)
+    if not env.get("DISPLAY"):  # first: installing libraries does not give a display
+        also = (f" On a desktop it will also need system libraries that are missing here: "
+                f"{', '.join(missing)} (README.md, \"The desktop window on Linux\")."
+                if missing else "")
+        return ("the window cannot start: no X display (DISPLAY is not set). Run it in a "
+                "desktop session, or over `ssh -X`." + also + " " + _NO_WINDOW)
     if missing:
         lines = [f"the window cannot start: Qt's X11 platform plugin (xcb) needs system "
                  f"libraries that are missing: {', '.join(missing)}.",
                  "Install them with one of:", *install_commands(missing, os_ids),
                  "(README.md, \"The desktop window on Linux\", lists them all.)", _NO_WINDOW]
         return "\n".join(lines)
-    if not env.get("DISPLAY"):
-        return ("the window cannot start: no X display (DISPLAY is not set). Run it in a "
-                "desktop session, or over `ssh -X`. " + _NO_WINDOW)
     return None
 
 

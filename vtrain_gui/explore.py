@@ -525,7 +525,7 @@ class ExploreTab(QtWidgets.QWidget):
     def _on_sweep_progress(self, run_id: int, done: int, total: int) -> None:
         if run_id != self.runner.latest_run_id:
             return
-        self.progress_bar.setFormat("%v / %m plans")
+        self.progress_bar.setFormat(f"{done:,} / {total:,} plans")  # thousands separated
         self.progress_bar.setRange(0, max(total, 1))
         self.progress_bar.setValue(done)
         self._set_status(f"Simulating {format_count(total)} plans…")
@@ -591,7 +591,7 @@ class ExploreTab(QtWidgets.QWidget):
     def _idle_progress(self) -> None:
         """The progress bar with no sweep running: the plans of the result shown, or none."""
         n = self._result.num_plans if self._result is not None else 0
-        self.progress_bar.setFormat("%v / %m plans" if n else _NO_SWEEP_FORMAT)
+        self.progress_bar.setFormat(f"{n:,} / {n:,} plans" if n else _NO_SWEEP_FORMAT)
         self.progress_bar.setRange(0, max(n, 1))
         self.progress_bar.setValue(n)
         self.plans_view.set_empty(self._result is None)

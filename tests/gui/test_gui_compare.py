@@ -50,8 +50,10 @@ def test_pin_change_plan_compare(window, qtbot, real_simulate):
     b = blocker.args[0]
     tab = window.compare
     assert not tab.is_empty
-    assert tab.label_a.text().startswith(f"A (pinned): {a_label}")
-    assert tab.label_b.text().startswith(f"B (editor): {plan_label(b.session)}")
+    assert tab.label_a.text().startswith(
+        f"A (pinned): {pinned.report.num_gpus:,} x {pinned.session.cluster.gpu}, {a_label}")
+    assert tab.label_b.text().startswith(
+        f"B (editor): {b.report.num_gpus:,} x {b.session.cluster.gpu}, {plan_label(b.session)}")
     assert plan_label(b.session) != a_label
     # both timelines show their iteration, on one linked time axis
     assert tab.timeline_a.num_tasks == pinned.graph.num_tasks > 0

@@ -127,7 +127,7 @@ def test_memory_inside_the_margin_is_tight_and_names_it(panel):
     assert panel.fit_text == ("Tight: at most 65.0 GiB of 100.0 GiB per GPU, inside the 40 % "
                               "margin (cluster.memory_reserve_fraction)")
     assert panel.no_fit_text == ""
-    assert "tight within&nbsp;40&nbsp;%" in panel._memory_legend.text()
+    assert "(tight&nbsp;within&nbsp;40&nbsp;%)" in panel._memory_legend.text()  # never split
     assert panel._capacity_line.value() == pytest.approx(100.0)  # the capacity, not 60 %
     cached = dataclasses.replace(report, memory_capacity_bytes=64.5 * 2**30, fits_in_memory=True)
     panel.set_report(cached)

@@ -66,7 +66,7 @@ def test_a_library_only_the_plugin_knows_is_named_from_the_loader():
     assert missing_libraries(_loader(set()), plugin=plugin) == []
 
 
-def test_check_names_libraries_then_display():
+def test_check_names_the_display_then_libraries():
     lacking = _loader({"libxcb-icccm.so.4"})
     text = check_desktop({"DISPLAY": ":0"}, lacking, "linux", {"debian"})
     assert "missing: libxcb-icccm.so.4." in text and "apt-get install libxcb-icccm4" in text
@@ -74,6 +74,10 @@ def test_check_names_libraries_then_display():
     text = check_desktop({}, _loader(set()), "linux", set())
     assert text.startswith("the window cannot start: no X display (DISPLAY is not set)")
     assert check_desktop({"DISPLAY": ":0"}, _loader(set()), "linux", set()) is None
+    # no display and missing libraries: the display first (installing them would not help)
+    text = check_desktop({}, lacking, "linux", {"debian"})
+    assert text.startswith("the window cannot start: no X display (DISPLAY is not set)")
+    assert "also need system libraries that are missing here: libxcb-icccm.so.4" in text
 
 
 def test_other_platforms_load_nothing():

@@ -65,7 +65,8 @@ def test_empty_explore_says_what_to_do(window, qtbot, real_simulate):
     with qtbot.waitSignal(explore.sweep_finished, timeout=60_000):
         assert explore.run()
     assert not explore.plans_view.is_empty
-    assert explore.progress_bar.text() == f"{explore.result.num_plans} / {explore.result.num_plans} plans"
+    n = explore.result.num_plans
+    assert explore.progress_bar.text() == f"{n:,} / {n:,} plans"  # thousands separated
     assert explore.fits_only.isEnabled()
     explore.gpu_filter_mode.setCurrentText("exactly")
     explore.gpu_filter.setValue(1)
