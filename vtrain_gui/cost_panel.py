@@ -437,8 +437,9 @@ class CostPanel(QtWidgets.QWidget):
             elif fewest.num_gpus is None:
                 text = f"To fit {want}: nothing tried fits; {fewest.reason}"
             else:
-                text = (f"To fit {want}: nothing on {self._gpus():,} GPUs fits; fewest GPUs "
-                        f"that fit: {fewest.text}")
+                # the count first: the line is cut to the panel's width (whole on hover)
+                text = (f"To fit {want}: {fewest.num_gpus:,} GPUs (none on {self._gpus():,}): "
+                        f"{fewest.text}")
             self._fit_changes.set_full_text(text, tooltip=tip)
             self._fit_changes.setVisible(True)
             return
@@ -719,8 +720,8 @@ class CostPanel(QtWidgets.QWidget):
             line = f"capacity&nbsp;{nb(report.memory_capacity_bytes)}"
             if report.memory_reserve_fraction > 0:  # the margin that makes a fit tight
                 line += f"&nbsp;(tight&nbsp;within&nbsp;{margin})"  # one item: never split
-            self._memory_legend.setText(
-                f'{self._legend_parts}&nbsp;&nbsp; <span style="color:{_CAPACITY_COLOR}; '
+            self._memory_legend.setText(  # the capacity on a line of its own: never split
+                f'{self._legend_parts}<br><span style="color:{_CAPACITY_COLOR}; '
                 f'font-weight:bold;">&#8211;&nbsp;&#8211;</span>&nbsp;{line}')
         item = self.memory_plot.getPlotItem()
         top = max(float(bottom.max()) if bottom.size else 0.0, capacity_gib) * 1.08
