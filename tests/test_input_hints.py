@@ -114,3 +114,18 @@ def test_a_misspelled_required_section(tmp_path, capsys):
     path.write_text(json.dumps(doc))
     err = _run(capsys, "simulate", str(path))
     assert "missing section 'plan'" in err and "plna: unknown section; did you mean plan?" in err
+
+
+def test_a_set_that_changes_the_gpu_count_says_so_with_the_d_that_keeps_it(capsys):
+    """MT-NLG on 3,360 GPUs with --set plan.tensor_parallel=4: d is held, so 1,680 GPUs; a note
+    says so (only the headline did) and names d=24, which keeps 3,360; none when d is set."""
+    from core.cli import main
+    from tests.conftest import EXAMPLES
+    path = str(EXAMPLES / "mtnlg_530b.json")
+    assert main(["simulate", path, "--set", "plan.tensor_parallel=4", "--json"]) == 0
+    assert capsys.readouterr().err.strip() == (
+        "note: --set changes the GPU count from 3,360 to 1,680 (t*p*cp*d, d held at 12); "
+        "--set plan.data_parallel=24 keeps 3,360")
+    assert main(["simulate", path, "--set", "plan.tensor_parallel=4", "--set",
+                 "plan.data_parallel=24", "--json"]) == 0
+    assert capsys.readouterr().err == ""

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import math
 import os
+import sys
 from contextlib import contextmanager
 
 from core.plan.cluster import CostConfig
@@ -284,7 +285,9 @@ def session_from_args(args: argparse.Namespace, validate: bool = True):
     session = load_any(args.path, validate=validate and not sets, profile_path=profile or None)
     if sets:
         from core.plan.rules import check
+        before = getattr(session.plan, "num_gpus", None)
         session = apply_sets(session, sets)
+        _note_gpu_count(before, session.plan, sets)
         if profile:
             session.cluster.profile_path = profile
         if validate:
@@ -303,6 +306,22 @@ def session_from_args(args: argparse.Namespace, validate: bool = True):
             raise ConfigError([FieldError(option, msg)])
         setattr(session.cost, name, value)
     return session
+
+
+def _note_gpu_count(before: int | None, plan, sets: list[str]) -> None:
+    """A note on standard error when ``--set`` changed the plan's GPU count (t*p*cp*d): a
+    changed t with d held halves or doubles the cluster, which the headline alone shows; with
+    the d that keeps the count where one does."""
+    after = getattr(plan, "num_gpus", None)
+    if before is None or after is None or before == after or any(
+            s.split("=", 1)[0].strip() == "plan.data_parallel" for s in sets):
+        return
+    from core.util.text import printable
+    rest = after // plan.data_parallel
+    keep = (f"; --set plan.data_parallel={before // rest} keeps {before:,}"
+            if before % rest == 0 else "")
+    print(printable(f"note: --set changes the GPU count from {before:,} to {after:,} "
+                    f"(t*p*cp*d, d held at {plan.data_parallel:,}){keep}"), file=sys.stderr)
 
 
 def list_items(option: str, text: str) -> list[str]:
