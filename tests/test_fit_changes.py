@@ -441,8 +441,9 @@ def test_cli_prints_the_fewest_gpus_and_json_carries_them(tmp_path, capsys):
     save_session(_llama405_on_8(), path)
     assert main(["simulate", str(path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert ("Fewest GPUs that fit: 128 GPUs (16 times this plan's 8) with t=8 p=1 d=16 b=1 1f1b recompute=full "
-            "sp zero=3, fits: 63.7 of 80.0 GiB; 64 do not") in out
+    assert ("Fewest GPUs that fit, of the plan's count doubled: 128 GPUs (16 times this plan's "
+            "8) with t=8 p=1 d=16 b=1 1f1b recompute=full sp zero=3, fits: 63.7 of 80.0 GiB; "
+            "64 do not") in out
     assert main(["simulate", str(path), "--json"]) == 0
     few = json.loads(capsys.readouterr().out)["fit_changes"]["fewest_gpus"]
     assert (few["num_gpus"], few["tensor_parallel"], few["pipeline_parallel"],

@@ -129,3 +129,18 @@ def test_a_set_that_changes_the_gpu_count_says_so_with_the_d_that_keeps_it(capsy
     assert main(["simulate", path, "--set", "plan.tensor_parallel=4", "--set",
                  "plan.data_parallel=24", "--json"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_the_gpu_count_note_names_no_d_the_global_batch_refuses(capsys, tmp_path):
+    """t=8 p=2 d=3 b=2 B=24 with --set plan.tensor_parallel=1: 6 GPUs; d=24 would keep 48 but
+    B=24 is not divisible by b*d = 48, so the note names no d."""
+    from core.cli import main
+    from core.io.session import load_any, save_session
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    s.plan.tensor_parallel, s.plan.data_parallel, s.plan.micro_batch_size = 8, 3, 2
+    s.plan.global_batch_size = 24
+    path = tmp_path / "d3.json"
+    save_session(s, path)
+    assert main(["simulate", str(path), "--set", "plan.tensor_parallel=1", "--json"]) == 0
+    assert capsys.readouterr().err.strip() == (
+        "note: --set changes the GPU count from 48 to 6 (t*p*cp*d, d held at 3)")

@@ -603,3 +603,23 @@ def test_a_gb200_launch_of_4_processes_per_host_is_a_node_of_72(tmp_path):
                    .replace("--global-batch-size 72", "--global-batch-size 6"))
     res = import_file(six, gpu="GB200-NVL72", num_gpus=6)
     assert (res.session.plan.num_gpus, res.session.cluster.gpus_per_node) == (6, 72)
+
+
+def test_a_gb200_world_beyond_a_rack_fills_its_hosts():
+    """Hosts of fewer than 4 processes only inside one rack: 74 GB200s as 37 hosts of 2 would
+    not be the racks of 72 the simulation has, so the export refuses it (whole hosts of 4); 6
+    run as 2 hosts of 3, and their checkpoint is written by those 2 hosts
+    (core.plan.cluster.processes_per_host)."""
+    from core.plan.cluster import processes_per_host
+    from core.sim.goodput import checkpoint_size, run_goodput
+    from core.sim.simulate import simulate
+    rack = ClusterConfig("GB200-NVL72", 72)
+    assert [processes_per_host(rack, n) for n in (6, 8, 10, 72, 74, 144)] == [3, 4, 2, 4, 4, 4]
+    s = dataclasses.replace(_session(gpu="GB200-NVL72", data_parallel=74, global_batch_size=74),
+                            cluster=rack)
+    with pytest.raises(MegatronArgsError, match="world size 74 does not fill whole hosts of 4"):
+        export_script(s)
+    six = dataclasses.replace(_session(gpu="GB200-NVL72", data_parallel=6, global_batch_size=6),
+                              cluster=rack)
+    g = run_goodput(six, simulate(six).report)
+    assert g.checkpoint_bytes_per_node == checkpoint_size(six.model, six.plan, 3).per_node_bytes

@@ -86,3 +86,14 @@ def test_interleaved_layers_that_do_not_split_name_the_layout_of_p_times_v_stage
             "plan.pipeline_model_parallel_layout=Et*3|(t*4|)*14t*2L") in msg
     assert _pipeline_message("DeepSeek-V3", 8, pipeline_model_parallel_layout="Et*3|(t*4|)*14t*2mL",
                              **plan) == ""
+
+
+def test_zb_v_gets_no_layout_hint_it_would_refuse():
+    """ZB-V places its two chunks per stage itself and refuses a custom layout: 30 layers on p=4
+    under ZB-V name the 32 slots of the embedding and loss, never a layout."""
+    m = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], num_layers=30)
+    s = Session(model=m, plan=ParallelPlan(tensor_parallel=8, pipeline_parallel=4, data_parallel=1,
+                                           global_batch_size=64, schedule="zb-v"))
+    msg = " ".join(e.message for e in validate(s) if e.field == "plan.pipeline_parallel")
+    assert "30 + 2 = 32 layer slots split over it" in msg
+    assert "pipeline_model_parallel_layout" not in msg and "first_stage_layers" not in msg

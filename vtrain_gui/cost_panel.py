@@ -438,8 +438,7 @@ class CostPanel(QtWidgets.QWidget):
                 text = f"To fit {want}: nothing tried fits; {fewest.reason}"
             else:
                 # the count first: the line is cut to the panel's width (whole on hover)
-                text = (f"To fit {want}: {fewest.num_gpus:,} GPUs (none on {self._gpus():,}): "
-                        f"{fewest.text}")
+                text = f"To fit {want}: none on {self._gpus():,} GPUs; {fewest.text}"
             self._fit_changes.set_full_text(text, tooltip=tip)
             self._fit_changes.setVisible(True)
             return

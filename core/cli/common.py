@@ -274,9 +274,12 @@ def check_profile_option(path: str, option: str = "--profile", opener=None):
         raise field_error(option, str(exc)) from None
 
 
-def session_from_args(args: argparse.Namespace, validate: bool = True):
+def session_from_args(args: argparse.Namespace, validate: bool = True,
+                      note_gpu_count: bool = False):
     """Load ``args.path`` (checking the configuration rules with ``validate``) and apply
-    ``--set`` (:func:`apply_sets`), ``--profile``, ``--tokens`` and ``--price-per-gpu-hour``."""
+    ``--set`` (:func:`apply_sets`), ``--profile``, ``--tokens`` and ``--price-per-gpu-hour``;
+    with ``note_gpu_count`` (a command that runs the session's own plan), a note on standard
+    error when ``--set`` changed its GPU count."""
     sets = getattr(args, "set", None)
     profile = getattr(args, "profile", None)
     if profile:  # part of the cluster before the rules: a GPU kind without a shipped store passes
@@ -287,7 +290,8 @@ def session_from_args(args: argparse.Namespace, validate: bool = True):
         from core.plan.rules import check
         before = getattr(session.plan, "num_gpus", None)
         session = apply_sets(session, sets)
-        _note_gpu_count(before, session.plan, sets)
+        if note_gpu_count:
+            _note_gpu_count(before, session.plan, sets)
         if profile:
             session.cluster.profile_path = profile
         if validate:
@@ -318,8 +322,9 @@ def _note_gpu_count(before: int | None, plan, sets: list[str]) -> None:
         return
     from core.util.text import printable
     rest = after // plan.data_parallel
-    keep = (f"; --set plan.data_parallel={before // rest} keeps {before:,}"
-            if before % rest == 0 else "")
+    d = before // rest
+    keep = (f"; --set plan.data_parallel={d} keeps {before:,}" if before % rest == 0
+            and plan.global_batch_size % (plan.micro_batch_size * d) == 0 else "")
     print(printable(f"note: --set changes the GPU count from {before:,} to {after:,} "
                     f"(t*p*cp*d, d held at {plan.data_parallel:,}){keep}"), file=sys.stderr)
 

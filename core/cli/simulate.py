@@ -246,8 +246,9 @@ def _fewest_gpus_line(fewest) -> str:
     from core.util.console import esc
     if fewest.num_gpus is None:
         return f"[bold]Fewest GPUs:[/] {esc(fewest.text)}"
-    return (f"[bold]Fewest GPUs that fit:[/] {esc(fewest.text)} (the plan's GPU count times "
-            f"1, 2, 4, ... up to {fewest.max_gpus:,}; memory only, not timed)")
+    return (f"[bold]Fewest GPUs that fit, of the plan's count doubled:[/] {esc(fewest.text)} "
+            f"(the plan's GPU count times 1, 2, 4, ... up to {fewest.max_gpus:,}, with p and "
+            "cp doubled too: a count in between, or another p, may fit; memory only, not timed)")
 
 
 def _days(seconds: float) -> str:
@@ -343,7 +344,7 @@ def run(args: argparse.Namespace) -> int:
     from core.sim.simulate import simulate
     outputs = [("--trace-out", args.trace_out)]
     check_outputs(outputs, [args.path, args.profile])
-    session = session_from_args(args)
+    session = session_from_args(args, note_gpu_count=True)
     check_outputs(outputs, session_inputs(session))
     try:
         from core.store.interval import check_coverage

@@ -71,12 +71,13 @@ def gpus_per_host(cluster: "ClusterConfig") -> int:
 
 def processes_per_host(cluster: "ClusterConfig", world: int) -> int:
     """The processes a launcher runs per host for ``world`` GPUs of ``cluster``: its
-    :func:`gpus_per_host` (at most the world); in an NVLink domain that spans hosts
-    (:data:`NVLINK_DOMAIN_SPANS_HOSTS`: a GB200 rack) the largest count up to that which divides
-    the world (6 GB200s: 2 hosts of 3), since the hosts may run fewer. A world it does not divide
-    is the caller's to refuse."""
+    :func:`gpus_per_host` (at most the world); for a world inside one NVLink domain that spans
+    hosts (:data:`NVLINK_DOMAIN_SPANS_HOSTS`: at most one GB200 rack) the largest count up to
+    that which divides the world (6 GB200s: 2 hosts of 3), since its hosts may run fewer. A
+    larger world fills its hosts (racks of 72 as the simulation has them); one it does not
+    divide is the caller's to refuse."""
     per_host = min(world, gpus_per_host(cluster))
-    if cluster.gpu in NVLINK_DOMAIN_SPANS_HOSTS and cluster.gpus_per_node > per_host:
+    if cluster.gpu in NVLINK_DOMAIN_SPANS_HOSTS and per_host < world <= cluster.gpus_per_node:
         per_host = max(g for g in range(1, per_host + 1) if world % g == 0)
     return per_host
 

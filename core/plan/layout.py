@@ -34,7 +34,18 @@ _SLOT_RULE = ("Megatron-Core: with account_for_embedding_in_pipeline_split / "
               "divisible by pipeline_parallel_size * virtual_pipeline_stages")
 
 
-def _slot_hint(L: int, p: int, v: int = 1) -> str:
+def _takes_layout(plan: ParallelPlan) -> bool:
+    """Whether ``plan``'s schedule takes a custom pipeline layout (ZB-V places its chunks
+    itself): its ``errors`` for a layout (``num_layers`` None) are none."""
+    from core.schedules import get as get_schedule
+    try:
+        p = plan.pipeline_parallel  # m = p: no micro-batch rule speaks
+        return not get_schedule(plan.schedule).errors(p, p, plan.virtual_pipeline_stages, None)
+    except ValueError:
+        return False
+
+
+def _slot_hint(L: int, p: int, v: int = 1, layouts: bool = True) -> str:
     """How Megatron-Core splits ``L`` layers over ``p`` stages of ``v`` model chunks (``v`` > 1
     under an interleaved schedule) when they do not divide: counting the embedding and / or the
     loss as a layer (``L + 1`` or ``L + 2`` slots), named when one of those divides by ``p*v``,
@@ -51,7 +62,7 @@ def _slot_hint(L: int, p: int, v: int = 1) -> str:
                     "(Megatron-Core's --account-for-embedding/loss-in-pipeline-split)")
             break
     splits = uneven_splits(L, n)
-    if not splits:
+    if not splits or not (v == 1 or layouts):
         return hint
     first, last = splits[0]
     middle = (L - first - last) // (n - 2)
@@ -59,6 +70,10 @@ def _slot_hint(L: int, p: int, v: int = 1) -> str:
     def ts(k: int) -> str:
         return "t" if k == 1 else f"t*{k}"
     layout = f"E{ts(first)}|({ts(middle)}|)*{n - 2}{ts(last)}L"
+    if v == 1 and not layouts:
+        return (hint + f"; plan.first_stage_layers={first} and plan.last_stage_layers={last} "
+                f"split it ({first}, {n - 2} x {middle}, {last} layers; Megatron-Core's "
+                "--decoder-first/last-pipeline-num-layers)")
     stages = (f"plan.first_stage_layers={first} and plan.last_stage_layers={last} split it "
               f"({first}, {n - 2} x {middle}, {last} layers; Megatron-Core's "
               "--decoder-first/last-pipeline-num-layers), as does " if v == 1 else
@@ -347,7 +362,7 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
     if first is None and last is None:
         if L % p:
             raise PipelineSplitError(f"num_layers={L} is not divisible by pipeline_parallel_size={p}"
-                                     + _slot_hint(L, p, layout_chunks(plan)))
+                                     + _slot_hint(L, p, layout_chunks(plan), _takes_layout(plan)))
         return [L // p] * p
     if p < 2:
         raise ValueError("first_stage_layers / last_stage_layers need pipeline_parallel_size >= 2")

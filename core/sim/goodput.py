@@ -381,8 +381,9 @@ def goodput(*, iteration_time_s: float, num_iterations: int, num_gpus: int, reli
 
 def run_goodput(session, report, num_samples: int = SPREAD_SAMPLES) -> Goodput:
     """:func:`goodput` of a simulated session (its report's iteration time and iterations)."""
-    from core.plan.cluster import gpus_per_host
-    size = checkpoint_size(session.model, session.plan, gpus_per_host(session.cluster))
+    from core.plan.cluster import processes_per_host
+    size = checkpoint_size(session.model, session.plan,
+                           processes_per_host(session.cluster, session.plan.num_gpus))
     return goodput(iteration_time_s=report.iteration_time_s,
                    num_iterations=report.num_iterations, num_gpus=report.num_gpus,
                    reliability=session.reliability, size=size,

@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from core.io.price_sheet import PriceSheet
-from core.plan.cluster import GPU_NVLINK_DOMAIN, gpus_per_host
+from core.plan.cluster import GPU_NVLINK_DOMAIN, processes_per_host
 from core.plan.fields import ConfigError
 from core.plan.session import Session
 from core.sim.goodput import SPREAD_SAMPLES, checkpoint_size, goodput
@@ -90,7 +90,7 @@ def expected_figures(result: SweepResult, i: int, iteration_time_s: float | None
     plan = result.plans[i]
     T = float(result.iteration_time_s[i] if iteration_time_s is None else iteration_time_s)
     n = int(math.ceil(s.cost.training_tokens / (s.plan.global_batch_size * s.model.seq_length)))
-    size = checkpoint_size(s.model, plan, gpus_per_host(s.cluster))
+    size = checkpoint_size(s.model, plan, processes_per_host(s.cluster, plan.num_gpus))
     return goodput(iteration_time_s=T, num_iterations=n, num_gpus=int(result.num_gpus[i]),
                    reliability=s.reliability, size=size,
                    price_per_gpu_hour_usd=s.cost.price_per_gpu_hour_usd, num_samples=num_samples)
@@ -367,7 +367,8 @@ def _undecided(choice: GpuChoice) -> int:
         c = work * res.num_gpus[pr] / 3600.0 * s.cost.price_per_gpu_hour_usd
         for j in np.flatnonzero(~_dominated(fd, fc, d, c)).tolist():
             i = int(pr[j])
-            size = checkpoint_size(s.model, res.plans[i], gpus_per_host(s.cluster))
+            size = checkpoint_size(s.model, res.plans[i],
+                                   processes_per_host(s.cluster, res.plans[i].num_gpus))
             C = (size.per_gpu_bytes / (rel.host_copy_gbytes_per_s_per_gpu * 1e9) if rel.async_save
                  else size.per_node_bytes / (rel.checkpoint_write_gbytes_per_s_per_node * 1e9))
             rate = rel.failure_rate_per_gpu_hour * int(res.num_gpus[i]) / 3600.0

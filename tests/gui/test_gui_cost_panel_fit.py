@@ -230,7 +230,7 @@ def test_nothing_fits_on_the_plans_gpus_shows_the_fewest_gpus_that_fit(qtbot):
     panel.set_fit_changes(fit)
     assert panel.fit_changes_state == "found"
     assert panel.fit_changes_text == (
-        "To fit in memory: 128 GPUs (none on 8): 128 GPUs (16 times this plan's 8) with "
+        "To fit in memory: none on 8 GPUs; 128 GPUs (16 times this plan's 8) with "
         "t=8 p=1 d=16 b=1 1f1b recompute=full sp zero=3, fits: 63.7 of 80.0 GiB; 64 do not; "
         "the model states alone need at least 87 GPUs")
     assert "Fewest GPUs that fit" in panel._fit_changes.toolTip()

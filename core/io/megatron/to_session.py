@@ -239,8 +239,8 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                  else "the launch gives only the world size")
         domain, host = GPU_NVLINK_DOMAIN.get(kind), GPU_HOST_GPUS.get(kind)
         # hosts inside one NVLink domain may run fewer processes (6 GB200s: 2 hosts of 3)
-        if host is not None and world > host and world % host \
-                and kind not in NVLINK_DOMAIN_SPANS_HOSTS:
+        if host is not None and world > host and world % host and not (
+                kind in NVLINK_DOMAIN_SPANS_HOSTS and world <= (domain or 0)):
             raise MegatronArgsError(f"{src}: {given}, {world}, which is not a multiple of the "
                                     f"{kind}'s {host} GPUs per host (every host runs as many "
                                     "processes): give --gpus-per-node G")
