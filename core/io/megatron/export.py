@@ -456,9 +456,10 @@ def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
     torchrun runs on every host: ``--nnodes`` is ``world / g`` hosts of
     ``--nproc-per-node`` g = ``min(world, gpus_per_host(cluster))`` processes
     (:func:`core.plan.cluster.gpus_per_host`: 8 on HGX boards, 4 in a GB200 NVL72 compute
-    tray, whose rack of 72 is one ``cluster.gpus_per_node``; in such a rack the largest g up
-    to the host's that divides the world: 6 GB200s run as 2 hosts of 3); a token budget that
-    is not a whole number of sequences is rounded (noted in a comment).
+    tray, whose rack of 72 is one ``cluster.gpus_per_node``; a world inside one such rack
+    takes the largest g up to the host's that divides it: 6 GB200s run as 2 hosts of 3,
+    :func:`core.plan.cluster.processes_per_host`); a token budget that is not a whole number
+    of sequences is rounded (noted in a comment).
 
     Raises
     ------
