@@ -97,3 +97,18 @@ def test_zb_v_gets_no_layout_hint_it_would_refuse():
     msg = " ".join(e.message for e in validate(s) if e.field == "plan.pipeline_parallel")
     assert "30 + 2 = 32 layer slots split over it" in msg
     assert "pipeline_model_parallel_layout" not in msg and "first_stage_layers" not in msg
+
+
+def test_layers_that_split_over_p_but_not_p_times_v_name_the_layout_that_does():
+    """36 layers on p = 4 with v = 2: 9 per stage, not a whole number per virtual stage; the
+    custom layout over the 8 virtual stages (3, 6 x 5, 3) splits them and validates."""
+    m = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], num_layers=36)
+    plan = dict(tensor_parallel=8, pipeline_parallel=4, data_parallel=1, global_batch_size=64,
+                schedule="interleaved", virtual_pipeline_stages=2)
+    s = Session(model=m, plan=ParallelPlan(**plan))
+    (msg,) = [e.message for e in validate(s) if e.field == "plan.virtual_pipeline_stages"]
+    assert msg.endswith("; the 8 virtual stages (3, 6 x 5, 3 layers) split it with "
+                        "plan.pipeline_model_parallel_layout=Et*3|(t*5|)*6t*3L (with an m before "
+                        "the L per MTP layer)")
+    s.plan.pipeline_model_parallel_layout = "Et*3|(t*5|)*6t*3L"
+    assert validate(s) == []

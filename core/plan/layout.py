@@ -25,7 +25,7 @@ __all__ = ["PipelineSplitError", "NotModelledError",
            "pipeline_split_slots", "LAYOUT_RULE", "MAX_LAYOUT_SYMBOLS", "pipeline_layout_text",
            "expand_pipeline_layout", "pipeline_layout_errors", "layout_layer_counts",
            "layout_summary", "stage_layer_counts", "capped_recompute_layers", "largest_model_chunk",
-           "virtual_stage_layer_counts", "uneven_splits"]
+           "virtual_stage_layer_counts", "uneven_splits", "layer_split_hint"]
 
 
 #: Megatron-Core's rule for the layer-slot split, quoted by the validation messages.
@@ -81,6 +81,15 @@ def _slot_hint(L: int, p: int, v: int = 1, layouts: bool = True) -> str:
               "with ")
     return (hint + f"; {stages}plan.pipeline_model_parallel_layout={layout} (with an m before "
             "the L per MTP layer)")
+
+
+def layer_split_hint(num_layers: int, plan: ParallelPlan) -> str:
+    """What splits ``num_layers`` over ``plan``'s ``p`` stages of its schedule's chunks where
+    they do not divide (:func:`_slot_hint`: the embedding and loss layer slots, the uneven first
+    and last stages, the custom layout where the schedule takes one); "" when nothing does.
+    Starts with ``"; "``: it follows the rule's message."""
+    return _slot_hint(num_layers, plan.pipeline_parallel, layout_chunks(plan),
+                      _takes_layout(plan))
 
 
 def uneven_splits(num_layers: int, p: int) -> list[tuple[int, int]]:
@@ -362,7 +371,7 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
     if first is None and last is None:
         if L % p:
             raise PipelineSplitError(f"num_layers={L} is not divisible by pipeline_parallel_size={p}"
-                                     + _slot_hint(L, p, layout_chunks(plan), _takes_layout(plan)))
+                                     + layer_split_hint(L, plan))
         return [L // p] * p
     if p < 2:
         raise ValueError("first_stage_layers / last_stage_layers need pipeline_parallel_size >= 2")

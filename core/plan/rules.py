@@ -23,7 +23,7 @@ from core.plan.fields import (BOUNDS, NOT_MODELLED, UNEVEN_PIPELINE_SPLIT, Confi
 from core.plan.layout import (NotModelledError, PipelineSplitError, layout_chunks,
                               layout_conflict, largest_model_chunk, pipeline_layout_errors,
                               pipeline_layout_text, pipeline_split_slots, stage_layer_counts,
-                              virtual_stage_layer_counts)
+                              virtual_stage_layer_counts, layer_split_hint)
 from core.plan.model_config import ModelConfig
 from core.plan.model_rules import MLA_FIELDS, model_feature_errors
 from core.plan.parallel import (CUDA_GRAPH_MODULES, GRAD_REDUCE_DTYPES, PRECISIONS,
@@ -232,10 +232,18 @@ def _batch_schedule_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]
                                f"micro_batch_size*data_parallel_size={b}*{d}={b * d}"))
     else:
         from core.schedules import schedule_errors  # numpy: not on the `vtrain --help` path
-        errs += [FieldError(f, msg) for f, msg in schedule_errors(
-            pl.schedule, pl.pipeline_parallel, pl.num_microbatches, pl.virtual_pipeline_stages,
-            None if layout is not None else m.num_layers,  # the layout places the layers
-            pipeline_split_slots(m.num_layers, pl) - m.num_layers)]
+        extra = pipeline_split_slots(m.num_layers, pl) - m.num_layers
+        L, p, v = m.num_layers, pl.pipeline_parallel, layout_chunks(pl)
+        # layers that split over p but not over its p*v virtual stages: what does (where they
+        # do not split over p, the split rule's message names it already)
+        hint = (layer_split_hint(L, pl) if layout is None and not extra and v > 1 and p > 0
+                and L % p == 0 and L % (p * v) else "")
+        errs += [FieldError(f, msg + (hint if f == "plan.virtual_pipeline_stages" else ""))
+                 for f, msg in schedule_errors(
+                     pl.schedule, pl.pipeline_parallel, pl.num_microbatches,
+                     pl.virtual_pipeline_stages,
+                     None if layout is not None else m.num_layers,  # the layout places them
+                     extra)]
     return errs
 
 
