@@ -44,24 +44,25 @@ from typing import Any, Callable
 
 from core.accuracy.bridge_recipes import BridgeRecipe, load_bridge_recipes
 from core.io.megatron.arguments import MEGATRON_MODEL_DEFAULTS, MEGATRON_PLAN_DEFAULTS
-from core.io.megatron.model_arguments import ATTENTION_BACKENDS, DEFAULT_ATTENTION_BACKEND
+from core.io.megatron.model_arguments import (ATTENTION_BACKENDS, DEFAULT_ATTENTION_BACKEND,
+                                              swiglu_ffn_hidden_size)
 from core.io.session import SessionFileError, session_from_document
 from core.model.counts import num_parameters
 from core.plan.presets import GPT_FAMILY
-from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.cluster import GPU_NVLINK_DOMAIN, ClusterConfig, CostConfig
 from core.plan.fields import (NOT_MODELLED, UNEVEN_PIPELINE_SPLIT, ConfigError, field_kind,
                               rename_field)
 from core.plan.model_config import ModelConfig, model_from_fields
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
-from core.plan.rules import validate
+from core.plan.rules import inactive_fields, validate
 from core.sim.report import MEMORY_SCALES
 from core.util.inputs import parse_json, read_bytes
 from core.util.text import did_you_mean
 
 __all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_cause", "skip_counts",
            "session_columns", "SESSION_SECTIONS", "RUN_COLUMNS", "FIELD_CAUSES", "MEASURED_TIME_RANGE_S",
-           "MAX_ROWS", "REQUIRED_COLUMNS", "CSV_DEFAULTS"]
+           "MAX_ROWS", "REQUIRED_COLUMNS", "CSV_DEFAULTS", "cell_text"]
 
 #: Seconds one measured (or derived) training iteration may take: from 0.1 ms to a day.
 MEASURED_TIME_RANGE_S = (1e-4, 86_400.0)
@@ -535,7 +536,6 @@ def _absent_means(name: str, value: Any, body: dict[str, dict[str, Any]]) -> Any
         return "interleaved" if isinstance(v, int) and v > 1 else value
     if name == "ffn_hidden_size" and body["model"].get("activation") == "swiglu" \
             and isinstance(body["model"].get("hidden_size"), int):
-        from core.io.megatron.model_arguments import swiglu_ffn_hidden_size
         return swiglu_ffn_hidden_size(body["model"]["hidden_size"])
     return value
 
@@ -544,7 +544,6 @@ def _bearing(taken: dict[str, Any], session: Session) -> dict[str, Any]:
     """The defaults of ``taken`` that bear on ``session``: those of fields without effect on it
     (:func:`core.plan.rules.inactive_fields`: the MoE fields of a dense model, the MLA sizes
     without latent attention, ...) left out, so the report states what the prediction used."""
-    from core.plan.rules import inactive_fields
     idle = inactive_fields(session)
     section = {name: sec for sec, values in CSV_DEFAULTS.items() for name in values}
     return {k: v for k, v in taken.items() if f"{section[k]}.{k}" not in idle}
@@ -606,12 +605,21 @@ def _apply_recipe(recipe: BridgeRecipe, body: dict[str, dict[str, Any]]) -> None
             plan.setdefault(name, value)
 
 
+def cell_text(value: Any) -> Any:
+    """A value as a session-column CSV cell holds it: ``null`` for None, ``true`` / ``false``
+    for booleans, else the value itself."""
+    return "null" if value is None else ("true" if value else "false") if isinstance(
+        value, bool) else value
+
+
 def session_columns(session: Session) -> dict[str, Any]:
     """The session-column CSV row of ``session``: the :data:`REQUIRED_COLUMNS` and every other
     model, plan, cluster and cost field whose value differs from what its absence means
     (:data:`CSV_DEFAULTS`, else the session default; ``null`` for a None that is not the
     default; booleans ``true``/``false``). Reading the row back gives the session."""
     default = Session()
+    fields_of = {"model": dataclasses.asdict(session.model),
+                 "plan": dataclasses.asdict(session.plan)}  # what _absent_means reads
     out: dict[str, Any] = {}
     for section in SESSION_SECTIONS:
         own, base = getattr(session, section), getattr(default, section)
@@ -619,21 +627,17 @@ def session_columns(session: Session) -> dict[str, Any]:
         for f in dataclasses.fields(own):
             value = getattr(own, f.name)
             if f.name in ("global_batch_size", "ffn_hidden_size", "schedule"):
-                meant = _absent_means(f.name, absent.get(f.name), {
-                    "model": dataclasses.asdict(session.model),
-                    "plan": dataclasses.asdict(session.plan)})
+                meant = _absent_means(f.name, absent.get(f.name), fields_of)
             elif f.name == "name":
                 meant = ""
             elif f.name == "gpus_per_node":  # the reader's: the GPU's NVLink domain
-                from core.plan.cluster import GPU_NVLINK_DOMAIN
                 meant = GPU_NVLINK_DOMAIN.get(session.cluster.gpu, base.gpus_per_node)
             else:
                 meant = absent.get(f.name, getattr(base, f.name))
             if value == meant and f.name not in REQUIRED_COLUMNS and not (
                     f.name == "moe_token_dispatcher_type" and session.model.is_moe):
                 continue  # (a mixture of experts states its dispatcher: absent is refused)
-            out[f.name] = ("null" if value is None else
-                           ("true" if value else "false") if isinstance(value, bool) else value)
+            out[f.name] = cell_text(value)
     if session.notes:
         out["notes"] = session.notes
     return out

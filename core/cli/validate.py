@@ -233,13 +233,11 @@ def defaults_taken(ms) -> dict[str, list[dict]]:
 
 def _defaults_line(defaults: dict[str, list[dict]], rows: int) -> str:
     """The report's line stating each default taken (:func:`defaults_taken`) with its rows."""
-    def shown(v):
-        return "null" if v is None else ("true" if v else "false") if isinstance(v, bool) else str(v)
-
+    from core.accuracy.measured import cell_text
     parts = []
     for name, values in defaults.items():
-        text = ", ".join(shown(e["value"]) + ("" if e["rows"] == rows else f" ({e['rows']} rows)")
-                         for e in values)
+        text = ", ".join(f"{cell_text(e['value'])}"
+                         + ("" if e["rows"] == rows else f" ({e['rows']} rows)") for e in values)
         parts.append(f"{name}={text}")
     return ("defaults taken for absent columns and empty cells (Megatron-LM's, docs/accuracy.md "
             f"'Session defaults'; every row unless counted): {'; '.join(parts)}")

@@ -24,7 +24,7 @@ import json
 import re
 from typing import Any
 
-from core.plan.cluster import ClusterConfig
+from core.plan.cluster import ClusterConfig, processes_per_host
 from core.plan.session import Session
 from core.util.text import shell_comment
 
@@ -105,13 +105,12 @@ def apply_cluster_comment(session: Session, text: str, source: str, *, launcher_
         fields.pop("gpu", None)
     gpn = fields.get("gpus_per_node")
     world = session.plan.num_gpus if hasattr(session.plan, "num_gpus") else None
+    agrees = True  # the launcher runs what the export of the comment's cluster runs per host
     if gpn is not None and launcher_nproc is not None and world:
-        from core.plan.cluster import processes_per_host
         kind = gpu or fields.get("gpu", session.cluster.gpu)
-        per_host = processes_per_host(
+        agrees = launcher_nproc == processes_per_host(
             dataclasses.replace(session.cluster, gpu=kind, gpus_per_node=gpn), world)
-    if gpus_per_node is not None or (gpn is not None and launcher_nproc is not None and world
-                                     and launcher_nproc != per_host):
+    if gpus_per_node is not None or not agrees:
         fields.pop("gpus_per_node", None)
     cluster = dataclasses.replace(session.cluster, **fields)
     return dataclasses.replace(session, cluster=cluster), (

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.plan.cluster import ClusterConfig, CostConfig, ReliabilityConfig
+from core.plan.cluster import GPU_NVLINK_DOMAIN, ClusterConfig, CostConfig, ReliabilityConfig
 from core.plan.fields import (TYPE_WORDS, ConfigError, FieldError, list_for_text, matches_type,
                               shown_value, check_value, field_kind, rename_field)
 from core.plan.model_config import ModelConfig, missing_required
@@ -209,7 +209,6 @@ def _default_node(cluster: ClusterConfig, data: dict[str, Any]) -> None:
     kind's NVLink domain (:data:`core.plan.cluster.GPU_NVLINK_DOMAIN`: 72 for a GB200 NVL72
     rack), not the field's default of 8, which is an HGX board's."""
     if "gpus_per_node" not in data:
-        from core.plan.cluster import GPU_NVLINK_DOMAIN
         cluster.gpus_per_node = GPU_NVLINK_DOMAIN.get(cluster.gpu, cluster.gpus_per_node)
 
 

@@ -438,7 +438,7 @@ def state_lower_bound_gpus(session: Session, capacity_bytes: float) -> int | Non
     return max(2, math.ceil(states / room))
 
 
-def _fewest_gpus_plan(session: Session, t: int, p: int, cp: int, d: int, megatron: bool
+def _fewest_gpus_candidates(session: Session, t: int, p: int, cp: int, d: int, megatron: bool
                       ) -> list[ParallelPlan]:
     """The session's plans with sizes ``t, p, cp, d`` as the levers set them (a new pipeline
     size split by :func:`_split`; sequence parallelism where ``t > 1``), full recomputation of
@@ -488,7 +488,7 @@ def _fewest_gpus_plans(session: Session, num_gpus: int, megatron: bool, cancel: 
                        ) -> list[ParallelPlan]:
     """The plans of ``num_gpus`` GPUs :func:`fewest_gpus` sizes: ``t`` (up to a node), ``p`` and
     ``cp`` the session's times 1, 2, 4, ... (as the levers move them), ``d`` the rest
-    (:func:`_fewest_gpus_plan` each); ``cancel`` checked before each."""
+    (:func:`_fewest_gpus_candidates` each); ``cancel`` checked before each."""
     base = session.plan
     node = max(session.cluster.gpus_per_node, base.tensor_parallel)
     most_p = max(base.pipeline_parallel, session.model.num_layers)
@@ -500,7 +500,7 @@ def _fewest_gpus_plans(session: Session, num_gpus: int, megatron: bool, cancel: 
             cp = base.context_parallel
             while num_gpus % (t * p * cp) == 0:
                 check_cancelled(cancel)
-                for pl in _fewest_gpus_plan(session, t, p, cp, num_gpus // (t * p * cp),
+                for pl in _fewest_gpus_candidates(session, t, p, cp, num_gpus // (t * p * cp),
                                             megatron):
                     if plan_key(pl) not in seen:
                         seen.add(plan_key(pl))
@@ -524,7 +524,7 @@ def fewest_gpus(session: Session, store=None, *, cancel: Any = None,
     sequence parallelism) and the model states sharded as far as the session's framework
     allows (ZeRO-3 / FSDP where the plan rules and, for a plan Megatron-LM runs, Megatron-LM
     take it, else the distributed optimizer over ``d`` with the weights split by ``t*p``; each
-    expert-parallel size) (:func:`_fewest_gpus_plan`). Memory only (the report's
+    expert-parallel size) (:func:`_fewest_gpus_candidates`). Memory only (the report's
     model and verdict), nothing timed; held: the model, precision, global batch, GPU kind and
     every other plan field.
 
