@@ -69,18 +69,14 @@ def _slot_hint(L: int, p: int, v: int = 1, layouts: bool = True) -> str:
 
     def ts(k: int) -> str:
         return "t" if k == 1 else f"t*{k}"
-    layout = f"E{ts(first)}|({ts(middle)}|)*{n - 2}{ts(last)}L"
-    if v == 1 and not layouts:
-        return (hint + f"; plan.first_stage_layers={first} and plan.last_stage_layers={last} "
-                f"split it ({first}, {n - 2} x {middle}, {last} layers; Megatron-Core's "
-                "--decoder-first/last-pipeline-num-layers)")
-    stages = (f"plan.first_stage_layers={first} and plan.last_stage_layers={last} split it "
-              f"({first}, {n - 2} x {middle}, {last} layers; Megatron-Core's "
-              "--decoder-first/last-pipeline-num-layers), as does " if v == 1 else
-              f"the {n} virtual stages ({first}, {n - 2} x {middle}, {last} layers) split it "
-              "with ")
-    return (hint + f"; {stages}plan.pipeline_model_parallel_layout={layout} (with an m before "
-            "the L per MTP layer)")
+    counts = f"{first}, {n - 2} x {middle}, {last} layers"
+    layout = (f"plan.pipeline_model_parallel_layout=E{ts(first)}|({ts(middle)}|)*{n - 2}"
+              f"{ts(last)}L (with an m before the L per MTP layer)")
+    if v > 1:
+        return hint + f"; the {n} virtual stages ({counts}) split it with {layout}"
+    return (hint + f"; plan.first_stage_layers={first} and plan.last_stage_layers={last} split "
+            f"it ({counts}; Megatron-Core's --decoder-first/last-pipeline-num-layers)"
+            + (f", as does {layout}" if layouts else ""))
 
 
 def layer_split_hint(num_layers: int, plan: ParallelPlan) -> str:

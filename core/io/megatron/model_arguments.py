@@ -25,8 +25,8 @@ from core.io.megatron.mapping import Mapper, float_argument, int_argument, one_v
 from core.io.shell_reader import BINOPS
 from core.plan.fields import BOUNDS
 
-__all__ = ["swiglu_ffn_hidden_size", "ATTENTION_BACKENDS", "DEFAULT_ATTENTION_BACKEND", "EXPORTED_ATTENTION_BACKENDS", "MOE_ONLY",
-           "attention_kernel", "layer_pattern", "map_model"]
+__all__ = ["ATTENTION_BACKENDS", "DEFAULT_ATTENTION_BACKEND", "EXPORTED_ATTENTION_BACKENDS",
+           "MOE_ONLY", "attention_kernel", "layer_pattern", "map_model", "swiglu_ffn_hidden_size"]
 
 #: Modelled values of model-family arguments when the family fields do not exist yet.
 _DEFAULT_FAMILY = {"--normalization": ("LayerNorm",), "--position-embedding-type": ("learned_absolute",)}
