@@ -291,42 +291,94 @@ def test_the_model_states_bound_is_the_closed_form():
     assert fc.state_lower_bound_gpus(s, 0.9 * gib) is None
 
 
-def test_fewest_gpus_for_405b_on_8_h100s_is_128_and_64_do_not_fit():
-    """Nothing on 8 GPUs fits; the fewest of 8, 16, ..., 512 GPUs that fit is 128: t8 d16 with
-    FSDP (Megatron-LM runs ZeRO-3 without pipelining), full recomputation, micro-batch 1 at
-    63.7 GiB, the simulator's own memory; every plan the search builds on 64 GPUs needs more
-    than 80 GiB (the model states alone need 87 GPUs)."""
+def test_fewest_gpus_for_405b_on_8_h100s_is_96_and_88_do_not_fit():
+    """Nothing on 8 GPUs fits. Doubling, 128 is the first count that fits (t8 d16 with FSDP,
+    which Megatron-LM runs without pipelining, full recomputation, micro-batch 1 at 63.7 GiB);
+    every plan built on 64 needs more than 80 GiB (the model states alone need 87 GPUs). The
+    whole hosts in between (72 and 80 below the bound, then 88, 96, ...) come next: 96 GPUs
+    as t8 p12 with ZeRO-1 and 8 layers on the first and last stages (126 = 8 + 10 x 11 + 8)
+    are tight (82.3 GiB, over 80 only with the allocator's cache), the simulator's own
+    memory; 88 do not fit. Outside the margin the fewest is 120 (t8 p15, 68.7 GiB)."""
     from core.io.megatron.export import megatron_refusal
     s = _llama405_on_8()
     got = fc.fit_changes(s)
     assert got.verdict == "does not fit" and got.rows == []
     few = got.fewest_gpus
     assert few is not None and few.reason == ""
-    assert (few.num_gpus, few.session_gpus, few.max_gpus, few.lower_bound_gpus) == (128, 8, 512, 87)
+    assert (few.num_gpus, few.session_gpus, few.max_gpus, few.lower_bound_gpus,
+            few.below_gpus, few.step_gpus) == (96, 8, 512, 87, 88, 8)
     pl = few.plan
     assert (pl.tensor_parallel, pl.pipeline_parallel, pl.context_parallel, pl.data_parallel,
-            pl.micro_batch_size, pl.recompute, pl.zero_stage, pl.sequence_parallel) == (
-        8, 1, 1, 16, 1, "full", 3, True)
-    assert pl.num_gpus == 128 and pl.global_batch_size == 16
+            pl.micro_batch_size, pl.recompute, pl.zero_stage, pl.sequence_parallel,
+            pl.first_stage_layers, pl.last_stage_layers) == (
+        8, 12, 1, 1, 1, "full", 1, True, 8, 8)
+    assert pl.num_gpus == 96 and pl.global_batch_size == 16
     changed = dataclasses.replace(s, plan=pl)
     assert validate(changed) == [] and megatron_refusal(changed) is None
     rep = simulate(changed).report
-    assert few.verdict == rep.memory_verdict == "fits"
+    assert few.verdict == rep.memory_verdict == "tight"
     assert few.max_memory_per_gpu_bytes == rep.max_memory_per_gpu_bytes
-    assert few.max_memory_per_gpu_bytes / 2**30 == pytest.approx(63.65, abs=0.01)
-    # the model states' share of the 128 GPUs is below what the plan needs
-    assert few.max_memory_per_gpu_bytes > 405_853_388_800 * 18 / 128
-    # one step fewer: 64 GPUs, below the bound, and every plan built there does not fit
+    assert few.max_memory_per_gpu_bytes / 2**30 == pytest.approx(82.31, abs=0.01)
+    # the doubled count: 128 GPUs as t8 d16 with ZeRO-3 fit at 63.7 GiB
     store = session_profile(s)
-    plans64 = fc._fewest_gpus_plans(s, 64, True, None)
-    assert len(plans64) >= 5 and all(p.num_gpus == 64 for p in plans64)
-    for p in plans64:
-        need, fits, _ = memory_verdict(stage_memory(dataclasses.replace(s, plan=p), store),
-                                       float(store.memory_bytes))
-        assert not fits, p.label()
-    assert few.text == ("128 GPUs (16 times this plan's 8) with t=8 p=1 d=16 b=1 1f1b recompute=full sp zero=3, "
-                        "fits: 63.7 of 80.0 GiB; 64 do not; the model states alone need at "
-                        "least 87 GPUs")
+    at128 = [p for p in fc._fewest_gpus_plans(s, 128, True, None)
+             if (p.pipeline_parallel, p.data_parallel, p.zero_stage) == (1, 16, 3)]
+    assert len(at128) == 1
+    need, fits, _ = memory_verdict(stage_memory(dataclasses.replace(s, plan=at128[0]), store),
+                                   float(store.memory_bytes))
+    assert fits and need / 2**30 == pytest.approx(63.65, abs=0.01)
+    # below: 64 and 88 GPUs, and every plan built there does not fit
+    for n in (64, 88):
+        plans = fc._fewest_gpus_plans(s, n, True, None)
+        assert len(plans) >= 1 and all(p.num_gpus == n for p in plans)
+        for p in plans:
+            need, fits, _ = memory_verdict(stage_memory(dataclasses.replace(s, plan=p), store),
+                                           float(store.memory_bytes))
+            assert not fits, p.label()
+    assert few.text == ("96 GPUs (this plan has 8) with t=8 p=12 d=1 b=1 1f1b recompute=full "
+                        "sp zero=1 first_layers=8 last_layers=8, tight: 82.3 of 80.0 GiB, fits "
+                        "only without the allocator's cache; 88 do not; the model states alone "
+                        "need at least 87 GPUs")
+    assert few.counts_text == ("the plan's 8 times 1, 2, 4, ... up to 96, then every 8 in "
+                               "between")
+    roomy = fc.fewest_gpus(s, want=("fits",))
+    assert (roomy.num_gpus, roomy.below_gpus, roomy.plan.pipeline_parallel) == (120, 112, 15)
+    assert roomy.max_memory_per_gpu_bytes / 2**30 == pytest.approx(68.7, abs=0.05)
+
+
+def test_fewest_gpus_step_is_whole_hosts_at_most_sixteen_counts():
+    """Between 64 and 128 H100s every host of 8; between 2,048 and 4,096 every 128 (16 hosts,
+    16 counts); below a host every GPU; GB200 compute trays of 4 inside a rack of 72."""
+    h100 = ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8)
+    gb200 = ClusterConfig(gpu="GB200-NVL72", gpus_per_node=72)
+    assert fc.fewest_gpus_step(h100, 64, 128) == 8
+    assert fc.fewest_gpus_step(h100, 2048, 4096) == 128
+    assert fc.fewest_gpus_step(h100, 2, 4) == 1
+    assert fc.fewest_gpus_step(gb200, 36, 72) == 4
+    assert fc.fewest_gpus_step(gb200, 144, 288) == 12
+    # Llama 3 70B on 8 A100s: 16 GPUs (tight), no whole host between 8 and 16: none tried
+    s = Session(MODEL_PRESETS["Llama 3 70B"], ParallelPlan(
+        tensor_parallel=8, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+        global_batch_size=1024), ClusterConfig(gpu="A100-SXM4-80GB", gpus_per_node=8))
+    few = fc.fewest_gpus(s)
+    assert (few.num_gpus, few.below_gpus, few.step_gpus, few.verdict) == (16, 8, 0, "tight")
+    assert few.counts_text == "the plan's 8 times 1, 2, 4, ... up to 16"
+
+
+def test_fewest_gpus_finds_a_pipeline_size_that_is_not_a_power_of_two():
+    """GPT-3 175B (96 layers) on 8 A100s: doubling gives 64; in between, 40 GPUs as t8 p5 with
+    18 layers on the first and last stages (96 = 18 + 3 x 20 + 18) are tight, 32 do not fit
+    (the model states alone need 38)."""
+    s = Session(MODEL_PRESETS["GPT-3 175B"], ParallelPlan(
+        tensor_parallel=8, pipeline_parallel=1, data_parallel=1, micro_batch_size=1,
+        global_batch_size=1536), ClusterConfig(gpu="A100-SXM4-80GB", gpus_per_node=8))
+    few = fc.fewest_gpus(s)
+    pl = few.plan
+    assert (few.num_gpus, few.below_gpus, few.lower_bound_gpus, few.verdict) == (40, 32, 38,
+                                                                                "tight")
+    assert (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel, pl.first_stage_layers,
+            pl.last_stage_layers) == (8, 5, 1, 18, 18)
+    assert simulate(dataclasses.replace(s, plan=pl)).report.memory_verdict == "tight"
 
 
 def _dsv3_gb200(**plan) -> Session:
@@ -345,8 +397,9 @@ def test_fewest_gpus_sizes_every_expert_parallel_size_and_zero_stage():
     GiB, fits once the allocator's cache is freed), which the search missed by taking the
     largest ep's plan (ep=8, ZeRO-1, does not fit) and answering 128. And from a ZeRO-3
     session tight on 64 GPUs, the plans outside the margin need pipelining, where Megatron-LM
-    refuses ZeRO-3 and takes ZeRO-1: 128 GPUs, not "nothing fits up to 4,096" (the search
-    tried only the session's ZeRO stage and above)."""
+    refuses ZeRO-3 and takes ZeRO-1: not "nothing fits up to 4,096" (the search tried only
+    the session's ZeRO stage and above) but 128 doubled, and in between 88 (t8 p11, 4 layers
+    on the first stage and 3 on the last, 153.2 GiB), 84 do not."""
     few = fc.fewest_gpus(_dsv3_gb200())
     assert (few.num_gpus, few.verdict) == (64, "tight")
     pl = few.plan
@@ -355,28 +408,29 @@ def test_fewest_gpus_sizes_every_expert_parallel_size_and_zero_stage():
     tight = _dsv3_gb200(data_parallel=8, zero_stage=3, sequence_parallel=True)
     assert _verdict(tight) == "tight"
     few = fc.fit_changes(tight).fewest_gpus
-    assert few is not None and (few.num_gpus, few.verdict) == (128, "fits")
-    assert few.plan.zero_stage < 3 and few.plan.pipeline_parallel > 1
+    assert few is not None and (few.num_gpus, few.verdict, few.below_gpus) == (88, "fits", 84)
+    assert few.plan.zero_stage == 1 and few.plan.pipeline_parallel == 11
+    assert few.max_memory_per_gpu_bytes / 2**30 == pytest.approx(153.2, abs=0.05)
     assert few.max_memory_per_gpu_bytes == simulate(
         dataclasses.replace(tight, plan=few.plan)).report.max_memory_per_gpu_bytes
 
 
 def test_fewest_gpus_moves_a_step_when_the_gpu_is_one_byte_smaller():
-    """At a GPU memory equal to the least that one plan of 128 GPUs requires (the need without
-    the allocator's reserve, what decides the fit) 128 GPUs fit; one byte less and no plan of
-    128 does, so the answer is 256."""
+    """At a GPU memory equal to the least that one plan of 96 GPUs requires (the need without
+    the allocator's reserve, what decides the fit) 96 GPUs fit; one byte less and no plan of
+    96 does, so the answer is the next host: 104."""
     s = _llama405_on_8()
-    plans = fc._fewest_gpus_plans(s, 128, True, None)
+    plans = fc._fewest_gpus_plans(s, 96, True, None)
     required = min(max(m.required_bytes for m in stage_memory(dataclasses.replace(s, plan=p)))
                    for p in plans)
     at = fc.fewest_gpus(s, _store_with_memory(s, required))
-    assert at.num_gpus == 128 and at.verdict == "tight"  # within the 10 % margin
+    assert at.num_gpus == 96 and at.verdict == "tight"  # within the 10 % margin
     below = fc.fewest_gpus(s, _store_with_memory(s, required - 1))
-    assert below.num_gpus == 256 and below.verdict in ("fits", "tight")
-    assert "; 128 do not;" in below.text
+    assert (below.num_gpus, below.below_gpus) == (104, 96)
+    assert below.verdict in ("fits", "tight") and "; 96 do not;" in below.text
     # outside the margin only (a tight plan's question): a larger count
     roomy = fc.fewest_gpus(s, _store_with_memory(s, required), want=("fits",))
-    assert roomy.num_gpus > 128 and roomy.verdict == "fits"
+    assert roomy.num_gpus == 120 and roomy.verdict == "fits"
 
 
 def test_fewest_gpus_says_by_name_when_even_the_cap_does_not_fit():
@@ -417,7 +471,7 @@ def test_fewest_gpus_only_when_nothing_on_the_plans_gpus_fits_and_it_is_cancella
             return len(calls) > n
         return cancel
 
-    assert fc.fewest_gpus(s, cancel=after(10**6)).num_gpus == 128
+    assert fc.fewest_gpus(s, cancel=after(10**6)).num_gpus == 96
     total = len(calls)  # checked before each plan built and each sized
     assert total > 10
     calls.clear()
@@ -430,7 +484,7 @@ def test_fewest_gpus_only_when_nothing_on_the_plans_gpus_fits_and_it_is_cancella
     monkeypatch.setattr(fc, "fewest_gpus",
                         lambda *a, **k: seen.append(k["cancel"]) or real(*a, **k))
     ev = after(10**6)
-    assert fc.fit_changes(s, cancel=ev).fewest_gpus.num_gpus == 128
+    assert fc.fit_changes(s, cancel=ev).fewest_gpus.num_gpus == 96
     assert seen == [ev]
 
 
@@ -441,16 +495,20 @@ def test_cli_prints_the_fewest_gpus_and_json_carries_them(tmp_path, capsys):
     save_session(_llama405_on_8(), path)
     assert main(["simulate", str(path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert ("Fewest GPUs that fit, of the plan's count doubled: 128 GPUs (16 times this plan's "
-            "8) with t=8 p=1 d=16 b=1 1f1b recompute=full sp zero=3, fits: 63.7 of 80.0 GiB; "
-            "64 do not") in out
+    assert ("Fewest GPUs that fit: 96 GPUs (this plan has 8) with t=8 p=12 d=1 b=1 1f1b "
+            "recompute=full sp zero=1 first_layers=8 last_layers=8, tight: 82.3 of 80.0 GiB, "
+            "fits only without the allocator's cache; 88 do not; the model states alone need "
+            "at least 87 GPUs (counts tried: the plan's 8 times 1, 2, 4, ... up to 96, then "
+            "every 8 in between; t and cp doubled, every p that divides the count; memory "
+            "only, not timed)") in out
     assert main(["simulate", str(path), "--json"]) == 0
     few = json.loads(capsys.readouterr().out)["fit_changes"]["fewest_gpus"]
     assert (few["num_gpus"], few["tensor_parallel"], few["pipeline_parallel"],
             few["data_parallel"], few["micro_batch_size"], few["recompute"],
-            few["zero_stage"], few["verdict"]) == (128, 8, 1, 16, 1, "full", 3, "fits")
-    assert few["max_memory_per_gpu_gib"] == pytest.approx(63.65, abs=0.01)
-    assert (few["lower_bound_gpus"], few["max_gpus"], few["reason"]) == (87, 512, "")
+            few["zero_stage"], few["verdict"]) == (96, 8, 12, 1, 1, "full", 1, "tight")
+    assert few["max_memory_per_gpu_gib"] == pytest.approx(82.31, abs=0.01)
+    assert (few["lower_bound_gpus"], few["max_gpus"], few["reason"], few["below_gpus"],
+            few["step_gpus"]) == (87, 512, "", 88, 8)
     save_session(_session(), path)  # something on its 64 GPUs fits: not looked for
     assert main(["simulate", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["fit_changes"]["fewest_gpus"] is None

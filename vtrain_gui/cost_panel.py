@@ -425,8 +425,8 @@ class CostPanel(QtWidgets.QWidget):
             return
         want = "outside the margin" if fit.verdict == "tight" else "in memory"
         fewest_tip = ("" if fewest is None else
-                      f"<p><b>Fewest GPUs that fit</b> (this plan's GPU count times 1, 2, 4, ... "
-                      f"up to {fewest.max_gpus:,}; memory only, not timed): "
+                      f"<p><b>Fewest GPUs that fit</b> (counts tried: "
+                      f"{html.escape(fewest.counts_text)}; memory only, not timed): "
                       f"{html.escape(fewest.text)}</p>")
         if not fit.rows:
             tip = (f"<p>{fit.tried} plans tried; held fixed: {html.escape(fit.held)}</p>"

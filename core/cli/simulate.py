@@ -246,9 +246,9 @@ def _fewest_gpus_line(fewest) -> str:
     from core.util.console import esc
     if fewest.num_gpus is None:
         return f"[bold]Fewest GPUs:[/] {esc(fewest.text)}"
-    return (f"[bold]Fewest GPUs that fit, of the plan's count doubled:[/] {esc(fewest.text)} "
-            f"(the plan's GPU count times 1, 2, 4, ... up to {fewest.max_gpus:,}, with p and "
-            "cp doubled too: a count in between, or another p, may fit; memory only, not timed)")
+    return (f"[bold]Fewest GPUs that fit:[/] {esc(fewest.text)} (counts tried: "
+            f"{esc(fewest.counts_text)}; t and cp doubled, every p that divides the count; "
+            "memory only, not timed)")
 
 
 def _days(seconds: float) -> str:

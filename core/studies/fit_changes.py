@@ -31,11 +31,12 @@ proposed. Its memory comes from the same model and verdict as the report
 It is a neighbourhood of the plan, not a search: ``vtrain sweep`` finds the best plan.
 
 When nothing at the session's GPU count fits (within the levers), :func:`fewest_gpus` says how
-many GPUs of the same kind it takes: the fewest of the session's count times 1, 2, 4, ... (up
-to :data:`FEWEST_GPUS_MAX_FACTOR` times, at most :data:`FEWEST_GPUS_MAX`) at which a plan the
-levers reach fits, each count's plans with the model states sharded as far as the levers and
-the session's framework allow and the fewest activations (memory only, nothing timed), and a
-lower bound from the model states alone (:func:`state_lower_bound_gpus`).
+many GPUs of the same kind it takes: the session's count times 1, 2, 4, ... (up to
+:data:`FEWEST_GPUS_MAX_FACTOR` times, at most :data:`FEWEST_GPUS_MAX`) until a plan the levers
+reach fits, then the counts between that one and half of it in whole hosts
+(:func:`fewest_gpus_step`), each count's plans with the model states sharded as far as the
+levers and the session's framework allow and the fewest activations (memory only, nothing
+timed), and a lower bound from the model states alone (:func:`state_lower_bound_gpus`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import numpy as np
 from core.model.counts import num_parameters
 from core.model.fp8 import fp8_gathers_params
 from core.model.memory import bytes_per_parameter, nccl_buffer_bytes, process_terms_of
+from core.plan.cluster import gpus_per_host
 from core.plan.rules import validate
 from core.plan.parallel import ParallelPlan, plan_key
 from core.plan.session import Session
@@ -138,7 +140,8 @@ class FewestGpus:
     capacity_bytes : float
         The GPU's memory, bytes.
     session_gpus : int
-        The session plan's GPU count (the counts tried are it times 1, 2, 4, ...).
+        The session plan's GPU count (the counts tried are it times 1, 2, 4, ..., then those
+        in between, see ``step_gpus``).
     max_gpus : int
         The most GPUs tried (the cap: :data:`FEWEST_GPUS_MAX_FACTOR` times ``session_gpus``,
         at most :data:`FEWEST_GPUS_MAX`).
@@ -153,6 +156,12 @@ class FewestGpus:
         The plan's verdict with its figures, the report's words
         (:func:`core.sim.report.memory_verdict_text`: ``"fits: 63.7 of 80.0 GiB"``); "" with
         ``num_gpus`` None.
+    below_gpus : int or None
+        The largest count tried below ``num_gpus``, at which no plan fits (None when
+        ``num_gpus`` is the session's own count or None).
+    step_gpus : int
+        The step of the counts tried between the doubled count that fits and half of it
+        (:func:`fewest_gpus_step`; 0 when none were tried there).
     """
 
     num_gpus: int | None
@@ -166,6 +175,8 @@ class FewestGpus:
     tried: int
     reason: str = ""
     verdict_text: str = ""
+    below_gpus: int | None = None
+    step_gpus: int = 0
 
     @property
     def text(self) -> str:
@@ -174,12 +185,21 @@ class FewestGpus:
                  f"; the model states alone need at least {self.lower_bound_gpus:,} GPUs")
         if self.num_gpus is None:
             return self.reason
-        below = self.num_gpus // 2
-        before = (f"; {below:,} do not" if self.num_gpus > self.session_gpus else
-                  " (the plan's own GPU count, with more changes combined)")
-        return (f"{self.num_gpus:,} GPUs ({self.num_gpus // self.session_gpus:,} times this "
-                f"plan's {self.session_gpus:,}) with {self.plan.label()}, {self.verdict_text}"
-                f"{before}{bound}")
+        before = (f"; {self.below_gpus:,} do not" if self.below_gpus is not None else
+                  " (the plan's own GPU count, with more changes combined)"
+                  if self.num_gpus == self.session_gpus else "")
+        return (f"{self.num_gpus:,} GPUs (this plan has {self.session_gpus:,}) with "
+                f"{self.plan.label()}, {self.verdict_text}{before}{bound}")
+
+    @property
+    def counts_text(self) -> str:
+        """Which GPU counts were tried, in words: ``"the plan's 8 times 1, 2, 4, ... up to
+        128, then every 8 in between"``."""
+        top = self.max_gpus if self.num_gpus is None else self.num_gpus
+        doubled = f"the plan's {self.session_gpus:,} times 1, 2, 4, ... up to {top:,}"
+        if self.step_gpus:
+            return f"{doubled}, then every {self.step_gpus:,} in between"
+        return doubled
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: the count, the plan (text and sizes), its verdict and need (bytes and
@@ -193,7 +213,8 @@ class FewestGpus:
                 "capacity_bytes": self.capacity_bytes, "session_gpus": self.session_gpus,
                 "max_gpus": self.max_gpus, "lower_bound_gpus": self.lower_bound_gpus,
                 "tried": self.tried, "reason": self.reason, "verdict_text": self.verdict_text,
-                "text": self.text}
+                "below_gpus": self.below_gpus, "step_gpus": self.step_gpus,
+                "counts_tried": self.counts_text, "text": self.text}
 
 
 @dataclass(frozen=True)
@@ -393,6 +414,18 @@ def _verdict_fn(session: Session, store, cancel: Any
 FEWEST_GPUS_MAX_FACTOR = 64
 #: The most GPUs :func:`fewest_gpus` tries.
 FEWEST_GPUS_MAX = 2**17
+#: The most counts :func:`fewest_gpus` tries between the doubled count that fits and half of it.
+FEWEST_GPUS_BETWEEN = 16
+
+
+def fewest_gpus_step(cluster, low: int, high: int) -> int:
+    """The step of the GPU counts :func:`fewest_gpus` tries between ``low`` (no plan fits)
+    and ``high`` (one does): whole hosts (:func:`core.plan.cluster.gpus_per_host`: 8 on an HGX
+    node, 4 on a GB200 compute tray) once ``low`` is a host or more, else single GPUs, times
+    the least whole number that keeps them at most :data:`FEWEST_GPUS_BETWEEN` (2,048 to
+    4,096 H100s: every 128)."""
+    unit = gpus_per_host(cluster) if low >= gpus_per_host(cluster) else 1
+    return unit * max(1, math.ceil((high - low) / unit / FEWEST_GPUS_BETWEEN))
 
 
 def state_lower_bound_gpus(session: Session, capacity_bytes: float) -> int | None:
@@ -486,17 +519,20 @@ def _fewest_gpus_candidates(session: Session, t: int, p: int, cp: int, d: int, m
 
 def _fewest_gpus_plans(session: Session, num_gpus: int, megatron: bool, cancel: Any
                        ) -> list[ParallelPlan]:
-    """The plans of ``num_gpus`` GPUs :func:`fewest_gpus` sizes: ``t`` (up to a node), ``p`` and
-    ``cp`` the session's times 1, 2, 4, ... (as the levers move them), ``d`` the rest
-    (:func:`_fewest_gpus_candidates` each); ``cancel`` checked before each."""
+    """The plans of ``num_gpus`` GPUs :func:`fewest_gpus` sizes: ``t`` and ``cp`` the
+    session's times 1, 2, 4, ... (as the levers move them; ``t`` up to a node), ``p`` every
+    size from the session's up to the layers that divides what ``t`` leaves (p=6 on 48 GPUs
+    with t=8), ``d`` the rest (:func:`_fewest_gpus_candidates` each); ``cancel`` checked
+    before each."""
     base = session.plan
     node = max(session.cluster.gpus_per_node, base.tensor_parallel)
     most_p = max(base.pipeline_parallel, session.model.num_layers)
     out, seen = [], set()
     t = base.tensor_parallel
     while t <= node and num_gpus % t == 0:
-        p = base.pipeline_parallel
-        while p <= most_p and num_gpus % (t * p) == 0:
+        for p in range(base.pipeline_parallel, min(most_p, num_gpus // t) + 1):
+            if (num_gpus // t) % p:
+                continue
             cp = base.context_parallel
             while num_gpus % (t * p * cp) == 0:
                 check_cancelled(cancel)
@@ -506,7 +542,6 @@ def _fewest_gpus_plans(session: Session, num_gpus: int, megatron: bool, cancel: 
                         seen.add(plan_key(pl))
                         out.append(pl)
                 cp *= 2
-            p *= 2
         t *= 2
     return out
 
@@ -516,11 +551,13 @@ def fewest_gpus(session: Session, store=None, *, cancel: Any = None,
     """The fewest GPUs of ``session``'s kind at which its model fits, with a plan that does.
 
     The counts tried are the session's GPU count times 1, 2, 4, ... up to
-    :data:`FEWEST_GPUS_MAX_FACTOR` times (at most :data:`FEWEST_GPUS_MAX`), those below
-    :func:`state_lower_bound_gpus` skipped (they cannot hold the model states). At each count
-    every plan the levers reach is sized: the tensor parallel size (up to a node), the pipeline
-    and context parallel sizes the session's times a power of 2, the data-parallel size the
-    rest, each with the least activations (full recomputation of every layer, micro-batch 1,
+    :data:`FEWEST_GPUS_MAX_FACTOR` times (at most :data:`FEWEST_GPUS_MAX`) until one fits,
+    then those between it and half of it in steps of :func:`fewest_gpus_step` (whole hosts),
+    those below :func:`state_lower_bound_gpus` skipped (they cannot hold the model states). At
+    each count every plan the levers reach is sized (:func:`_fewest_gpus_plans`): the tensor
+    and context parallel sizes the session's times a power of 2 (``t`` up to a node), every
+    pipeline parallel size from the session's that divides the count, the data-parallel size
+    the rest, each with the least activations (full recomputation of every layer, micro-batch 1,
     sequence parallelism) and the model states sharded as far as the session's framework
     allows (ZeRO-3 / FSDP where the plan rules and, for a plan Megatron-LM runs, Megatron-LM
     take it, else the distributed optimizer over ``d`` with the weights split by ``t*p``; each
@@ -560,22 +597,40 @@ def fewest_gpus(session: Session, store=None, *, cancel: Any = None,
     most = max(first, min(FEWEST_GPUS_MAX_FACTOR * first, FEWEST_GPUS_MAX))
     bound = state_lower_bound_gpus(session, capacity)
     megatron = megatron_refusal(session) is None
-    tried, n = 0, first
-    while bound is not None and n <= most:
-        if n >= bound:
-            plans = _fewest_gpus_plans(session, n, megatron, cancel)
-            tried += len(plans)
-            ok = [(v, need, pl) for v, need, pl in ((*verdict_of(pl), pl) for pl in plans)
-                  if v in want]
-            if ok:
-                # fits before tight, then the most data parallelism (the least model
-                # parallelism, usually the fastest), then the least memory
-                v, need, pl = min(ok, key=lambda r: (r[0] != "fits", -r[2].data_parallel, r[1]))
-                text = memory_verdict_text(need, capacity,
-                                           float(session.cluster.memory_reserve_fraction), True)
-                return FewestGpus(n, pl, v, need, capacity, first, most, bound, tried,
-                                  verdict_text=text)
-        n *= 2
+    tried = 0
+
+    def best_at(n: int) -> tuple[str, float, ParallelPlan] | None:
+        nonlocal tried
+        plans = _fewest_gpus_plans(session, n, megatron, cancel)
+        tried += len(plans)
+        ok = [(v, need, pl) for v, need, pl in ((*verdict_of(pl), pl) for pl in plans)
+              if v in want]
+        # fits before tight, then the most data parallelism (the least model parallelism,
+        # usually the fastest), then the least memory
+        return min(ok, key=lambda r: (r[0] != "fits", -r[2].data_parallel, r[1]), default=None)
+
+    n, found = first, None
+    while bound is not None and n <= most and found is None:
+        found = best_at(n) if n >= bound else None
+        n = n if found is not None else 2 * n
+    if found is not None:
+        below, step = (n // 2 if n > first else None), 0
+        if below is not None:
+            # the counts between, in whole hosts (those below the bound cannot hold the states)
+            step = fewest_gpus_step(session.cluster, below, n)
+            between = range(below + step, n, step)
+            step = step if between else 0
+            for m in between:
+                at = best_at(m) if m >= bound else None
+                if at is not None:
+                    n, found = m, at
+                    break
+                below = m
+        v, need, pl = found
+        text = memory_verdict_text(need, capacity,
+                                   float(session.cluster.memory_reserve_fraction), True)
+        return FewestGpus(n, pl, v, need, capacity, first, most, bound, tried,
+                          verdict_text=text, below_gpus=below, step_gpus=step)
     gpus = f"{most:,} GPUs of {session.cluster.gpu} ({most // first:,} times this plan's {first:,})"
     if bound is None:
         reason = (f"nothing fits on any number of {session.cluster.gpu}: the process's fixed "

@@ -225,15 +225,17 @@ def test_nothing_fits_on_the_plans_gpus_shows_the_fewest_gpus_that_fit(qtbot):
     panel.fit_change_chosen.connect(chosen.append)
     result = _default_simulate(session(8))
     fit = _default_fit_changes(result.session, None)
-    assert fit.rows == [] and fit.fewest_gpus.num_gpus == 128
+    assert fit.rows == [] and fit.fewest_gpus.num_gpus == 96
     panel.set_report(result.report)
     panel.set_fit_changes(fit)
     assert panel.fit_changes_state == "found"
     assert panel.fit_changes_text == (
-        "To fit in memory: none on 8 GPUs; 128 GPUs (16 times this plan's 8) with "
-        "t=8 p=1 d=16 b=1 1f1b recompute=full sp zero=3, fits: 63.7 of 80.0 GiB; 64 do not; "
-        "the model states alone need at least 87 GPUs")
-    assert "Fewest GPUs that fit" in panel._fit_changes.toolTip()
+        "To fit in memory: none on 8 GPUs; 96 GPUs (this plan has 8) with t=8 p=12 d=1 b=1 "
+        "1f1b recompute=full sp zero=1 first_layers=8 last_layers=8, tight: 82.3 of 80.0 GiB, "
+        "fits only without the allocator's cache; 88 do not; the model states alone need at "
+        "least 87 GPUs")
+    assert ("Fewest GPUs that fit</b> (counts tried: the plan&#x27;s 8 times 1, 2, 4, ... up to "
+            "96, then every 8 in between; memory only, not timed)") in panel._fit_changes.toolTip()
     button = panel.findChild(QtWidgets.QToolButton, "use_fit_change")
     assert not button.isHidden()
     button.click()
