@@ -69,9 +69,31 @@ def test_layers_that_do_not_split_name_the_first_and_last_stages_that_do():
     assert ("126 + 2 = 128 layer slots split over it" in msg
             and "plan.first_stage_layers=7 and plan.last_stage_layers=7" in msg
             and "Et*7|(t*8|)*14t*7L" in msg)
-    # 61 layers on p = 32 leave one layer for both ends: no uneven split to name
+    # 61 layers on p = 32 leave one layer for both ends, and one fewer on the middle stages
+    # (30 x 1) leaves 31 for two stages of at most 2: no uneven split to name
     assert _pipeline_message("DeepSeek-V3", 32) == (
         "num_layers=61 is not divisible by pipeline_parallel_size=32")
+
+
+def test_layers_that_leave_the_ends_none_take_one_fewer_on_the_middle_stages():
+    """50 layers on p = 16: 14 middle stages of ceil(50/16) = 4 hold 56, more than all; of 3
+    they hold 42 and the first and last take 4 each (no stage above 4, as in any split). The
+    hint names it and the plan it names passes (the sweep's space builds it:
+    tests/test_sweep_enumeration.py)."""
+    from core.plan.layout import uneven_splits
+    model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], num_layers=50)
+    plan = ParallelPlan(tensor_parallel=8, pipeline_parallel=16, data_parallel=1,
+                        global_batch_size=64)
+    msgs = [e.message for e in validate(Session(model=model, plan=plan))
+            if e.field == "plan.pipeline_parallel"]
+    assert msgs == ["num_layers=50 is not divisible by pipeline_parallel_size=16; "
+                    "plan.first_stage_layers=4 and plan.last_stage_layers=4 split it (4, 14 x 3, "
+                    "4 layers; Megatron-Core's --decoder-first/last-pipeline-num-layers), as does "
+                    "plan.pipeline_model_parallel_layout=Et*4|(t*3|)*14t*4L (with an m before "
+                    "the L per MTP layer)"]
+    split = dataclasses.replace(plan, first_stage_layers=4, last_stage_layers=4)
+    assert validate(Session(model=model, plan=split)) == []
+    assert uneven_splits(50, 16) == [(4, 4)] and uneven_splits(10, 8) == [(2, 2)]
 
 
 def test_interleaved_layers_that_do_not_split_name_the_layout_of_p_times_v_stages():

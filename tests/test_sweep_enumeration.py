@@ -100,10 +100,10 @@ def _reference_uneven_splits(session, p):
     sets them; else, where the session sets no custom layout and over p split evenly neither
     its layer slots (L + its flags) nor the slots of more flags (two slots or more per stage
     with slots added) nor, when it sets a flag, the L layers alone, Megatron-style uneven
-    stages (the flags off): ceil(L/p) layers on each of the p - 2 middle stages, the rest on
-    the first and last, 1 <= last <= first <= ceil(L/p), those whose first and last differ by
-    one at most, then the one with ceil(L/p) on the first; (None, None) otherwise (an even
-    split)."""
+    stages (the flags off): ceil(L/p) layers on each of the p - 2 middle stages (one fewer
+    where that leaves no pair), the rest on the first and last, 1 <= last <= first <=
+    ceil(L/p), those whose first and last differ by one at most, then the one with ceil(L/p)
+    on the first; (None, None) otherwise (an even split)."""
     base, L = session.plan, session.model.num_layers
     if _own_p(session, p):
         return [(base.first_stage_layers, base.last_stage_layers)]
@@ -115,8 +115,12 @@ def _reference_uneven_splits(session, p):
     if any(n % p == 0 and (extra <= 0 or n // p >= 2) for n, extra in counts):
         return [(None, None)]
     k = -(-L // p)
-    rest = L - (p - 2) * k
-    pairs = [(f, rest - f) for f in range(1, k + 1) if 1 <= rest - f <= f] if p >= 3 else []
+    pairs = []
+    for middle in ((k, k - 1) if p >= 3 and k > 1 else (k,) if p >= 3 else ()):
+        rest = L - (p - 2) * middle
+        pairs = [(f, rest - f) for f in range(1, k + 1) if 1 <= rest - f <= f]
+        if pairs:
+            break
     out = [fl for fl in pairs if fl[0] - fl[1] <= 1] + [fl for fl in pairs if fl[0] == k
                                                        and fl[0] - fl[1] > 1]
     return out or [(None, None)]

@@ -95,15 +95,21 @@ def uneven_splits(num_layers: int, p: int) -> list[tuple[int, int]]:
     ``k = ceil(L/p)`` layers on each of the ``p - 2`` middle stages and the rest on the first
     and last, either halved (the last no more than the first) or with ``k`` on the first and
     the least on the last (which also runs the output layer and the loss). DeepSeek-V3's 61
-    layers on p=8: 7 + 6 x 8 + 6 and 8 + 6 x 8 + 5. ``(first, last)`` pairs, each with
-    ``1 <= last <= first <= k``; none when ``p < 3`` or the rest leaves the last stage no
+    layers on p=8: 7 + 6 x 8 + 6 and 8 + 6 x 8 + 5. Where ``k`` on every middle stage leaves
+    the last none, ``k - 1`` on each and the rest so split (50 layers on p=16: 4 + 14 x 3 +
+    4; no stage holds more than ``k``, as in any split). ``(first, last)`` pairs, each with
+    ``1 <= last <= first <= k``; none when ``p < 3`` or neither leaves the last stage a
     layer."""
     if p < 3:
         return []
     k = -(-num_layers // p)
-    rest = num_layers - (p - 2) * k
-    halves = (-(-rest // 2), rest // 2)
-    return [(f, l) for f, l in dict.fromkeys((halves, (k, rest - k))) if 1 <= l <= f <= k]
+    for middle in (k, k - 1):
+        rest = num_layers - (p - 2) * middle
+        halves = (-(-rest // 2), rest // 2)
+        pairs = [(f, l) for f, l in dict.fromkeys((halves, (k, rest - k))) if 1 <= l <= f <= k]
+        if pairs or middle == 1:
+            return pairs
+    return []
 
 
 def pipeline_split_slots(num_layers: int, plan: ParallelPlan) -> int:
