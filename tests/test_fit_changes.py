@@ -393,26 +393,39 @@ def _dsv3_gb200(**plan) -> Session:
 
 
 def test_fewest_gpus_sizes_every_expert_parallel_size_and_zero_stage():
-    """DeepSeek-V3 on 8 GB200s: 64 GPUs hold it with ep=1 and ZeRO-3 (tight, 190.1 of 186.0
-    GiB, fits once the allocator's cache is freed), which the search missed by taking the
-    largest ep's plan (ep=8, ZeRO-1, does not fit) and answering 128. And from a ZeRO-3
-    session tight on 64 GPUs, the plans outside the margin need pipelining, where Megatron-LM
+    """DeepSeek-V3 on 8 GB200s: on 64 GPUs the search sizes every expert-parallel size (the
+    first version took the largest ep's plan only) at the highest ZeRO stage each passes:
+    ep=1 with ZeRO-3 comes closest but needs 198.0 GiB, since FSDP gathers a whole MoE
+    layer with its 256 experts (1.41 B parameters at t=8), and nothing there fits; 72 GPUs
+    as t8 p9 with the embedding and loss slots (63 = 9 x 7) are tight. And from a ZeRO-3
+    session on 64 GPUs, the plans outside the margin need pipelining, where Megatron-LM
     refuses ZeRO-3 and takes ZeRO-1: not "nothing fits up to 4,096" (the search tried only
     the session's ZeRO stage and above) but 128 doubled, and in between 88 (t8 p11, 4 layers
     on the first stage and 3 on the last, 153.2 GiB), 84 do not."""
-    few = fc.fewest_gpus(_dsv3_gb200())
-    assert (few.num_gpus, few.verdict) == (64, "tight")
+    s = _dsv3_gb200()
+    store = session_profile(s)
+    at64 = fc._fewest_gpus_plans(s, 64, True, None)
+    assert {p.expert_parallel for p in at64 if p.pipeline_parallel == 1} == {1, 2, 4, 8}
+    z3 = [p for p in at64 if p.zero_stage == 3]
+    assert [p.expert_parallel for p in z3] == [1]
+    need, fits, _ = memory_verdict(stage_memory(dataclasses.replace(s, plan=z3[0]), store),
+                                   float(store.memory_bytes))
+    assert not fits and need / 2**30 == pytest.approx(198.0, abs=0.05)
+    few = fc.fewest_gpus(s)
+    assert (few.num_gpus, few.verdict, few.below_gpus) == (72, "tight", 68)
     pl = few.plan
-    assert (pl.tensor_parallel, pl.data_parallel, pl.expert_parallel, pl.zero_stage) == (8, 8, 1, 3)
-    assert few.max_memory_per_gpu_bytes / 2**30 == pytest.approx(190.1, abs=0.05)
-    tight = _dsv3_gb200(data_parallel=8, zero_stage=3, sequence_parallel=True)
-    assert _verdict(tight) == "tight"
-    few = fc.fit_changes(tight).fewest_gpus
+    assert (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel, pl.expert_parallel,
+            pl.zero_stage, pl.account_for_embedding_in_pipeline_split,
+            pl.account_for_loss_in_pipeline_split) == (8, 9, 1, 1, 1, True, True)
+    assert few.max_memory_per_gpu_bytes / 2**30 == pytest.approx(183.4, abs=0.05)
+    z3_session = _dsv3_gb200(data_parallel=8, zero_stage=3, sequence_parallel=True)
+    assert _verdict(z3_session) == "does not fit"
+    few = fc.fewest_gpus(z3_session, want=("fits",))
     assert few is not None and (few.num_gpus, few.verdict, few.below_gpus) == (88, "fits", 84)
     assert few.plan.zero_stage == 1 and few.plan.pipeline_parallel == 11
     assert few.max_memory_per_gpu_bytes / 2**30 == pytest.approx(153.2, abs=0.05)
     assert few.max_memory_per_gpu_bytes == simulate(
-        dataclasses.replace(tight, plan=few.plan)).report.max_memory_per_gpu_bytes
+        dataclasses.replace(z3_session, plan=few.plan)).report.max_memory_per_gpu_bytes
 
 
 def test_fewest_gpus_moves_a_step_when_the_gpu_is_one_byte_smaller():

@@ -183,3 +183,49 @@ def test_fp8_copies_still_counted_in_the_weights():
     assert extra == pytest.approx(float(mm.fp8_weights_per_gpu(model, fp8)[0])
                                   * mm.fp8_weight_bytes_per_parameter("tensorwise", True), rel=1e-12)
     assert dataclasses.fields(StageMemory)[5].name == "workspace_bytes"
+
+
+def test_zero3_gathers_the_largest_unit_the_stage_holds():
+    """FSDP gathers whole wrapped modules (Megatron-LM's torch FSDP2: each TransformerLayer,
+    the embedding and the output layer; torchtitan likewise): Mixtral 8x7B at t = ep = 1
+    gathers its MoE layer with all 8 experts, 1,451.3 M parameters (attention 41.9 M, router
+    and norms, 8 x 176.2 M experts), not the 218.1 M of its attention and one MLP; Llama 3
+    8B's largest unit is its output layer with the final norm, V' h + h = 128,256 x 4,096 +
+    4,096 = 525.3 M (torchtitan wraps the two together; its layers are 218.1 M). Under ZeRO-3 the weights add that unit in bf16 and the gradients in fp32."""
+    from core.model.memory import fsdp_unit_parameters
+    from core.plan.presets import MODEL_PRESETS
+    mixtral, llama = MODEL_PRESETS["Mixtral 8x7B"], MODEL_PRESETS["Llama 3 8B"]
+    plan = _plan(data_parallel=8, zero_stage=3, global_batch_size=8)
+    moe = mm.moe_layer_parameters(mixtral)
+    unit, _ = fsdp_unit_parameters(mixtral, plan)
+    assert unit[0] == moe.sharded + moe.replicated + moe.experts
+    assert unit[0] / 1e6 == pytest.approx(1451.3, abs=0.05)
+    assert sum(mm.family_of(mixtral).layer_parameters(mixtral)) / 1e6 == pytest.approx(218.1, abs=0.05)
+    out = 128_256 * 4_096 + 4_096
+    unit, fp8 = fsdp_unit_parameters(llama, plan)
+    assert unit[0] == out and fp8[0] == 0.0
+    # two stages: the first holds the embedding, the last the output layer (and the norm)
+    unit2, _ = fsdp_unit_parameters(llama, _plan(pipeline_parallel=2, zero_stage=3))
+    assert unit2.tolist() == [128_256 * 4_096, out]
+    # the weights and gradients terms carry it: 2 bytes gathered, 4 bytes of fp32 gradient
+    from core.model.wgrad_buffers import weight_gradient_buffer_bytes
+    z3 = mm.stage_memory(llama, plan)[0]
+    n = float(mm.params_per_gpu(llama, plan)[0])
+    assert z3.weights_bytes == pytest.approx(n * 2 / 8 + out * 2, rel=1e-12)
+    assert z3.gradients_bytes == pytest.approx(
+        n * 4 / 8 + out * 4 + float(weight_gradient_buffer_bytes(llama, plan)[0]), rel=1e-12)
+
+
+def test_fp32_logits_are_their_own_fp32_copy():
+    """The loss stage keeps the logits and their fp32 copy, s b V' (e + 4) bytes; in fp32 the
+    cast returns the same tensor (``Tensor.float()`` of an fp32 tensor is itself), so 4 bytes
+    per logit, not 8: seen as the activations' growth with the padded vocabulary."""
+    model = ModelConfig(num_layers=2, hidden_size=1024, num_attention_heads=8, seq_length=2048,
+                        vocab_size=32_000)
+    wider = dataclasses.replace(model, vocab_size=64_000)
+    tokens = 2048
+    for precision, per_logit in (("bf16", 2 + 4), ("fp32", 4)):
+        plan = _plan(precision=precision)
+        grow = (mm.stage_memory(wider, plan)[0].activations_bytes
+                - mm.stage_memory(model, plan)[0].activations_bytes)
+        assert grow == pytest.approx(tokens * (64_000 - 32_000) * per_logit, rel=1e-12)

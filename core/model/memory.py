@@ -352,7 +352,7 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     activations once (Korthikanti et al. 2022, Sec. 4.3); the last stage adds the
     logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)`` (Megatron-Core
     ``VocabParallelCrossEntropy``: the logits cast to fp32, exponentiated in place and saved
-    for the backward), and ``s*b*V'/t*4`` more for each further micro-batch whose loss awaits
+    for the backward; fp32 logits, ``e = 4``, are their own copy: ``s*b*V'/t*4``), and ``s*b*V'/t*4`` more for each further micro-batch whose loss awaits
     its backward (with Transformer Engine's fused cross-entropy,
     :func:`cross_entropy_fusion` ``te``, the logits' place holds their gradient instead:
     ``s*b*V'/t*e`` per such micro-batch) (:func:`core.schedules.loss_in_flight`: GPipe's ``m``; 1 otherwise). With FP8 the weights add
@@ -478,8 +478,8 @@ def _flight_parts(model: ModelConfig, plan: ParallelPlan, last: int,
                                       chunks_per_stage(plan))
     if cross_entropy_fusion(plan) == "te":  # the forward's gradient, in the logits' place
         adds = [(1 + n_mtp) * tokens * V / t * e * losses]
-    else:
-        adds = [(1 + n_mtp) * tokens * V / t * (e + 4 * losses)]
+    else:  # fp32 logits are their own fp32 copy (``.float()`` returns the same tensor)
+        adds = [(1 + n_mtp) * tokens * V / t * ((e if e < 4 else 0) + 4 * losses)]
     if family_of(model).final_logit_softcap:  # the cap's tanh output (the layer spec's)
         adds.append(final_logit_softcap_bytes(tokens, V, t, e) * losses)
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
@@ -605,19 +605,17 @@ def _state_bytes(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
 def state_bytes_of(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_state_bytes` computed (see :func:`stage_memory_arrays` for the formulas)."""
-    t = plan.tensor_parallel
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     experts = expert_params_per_gpu(model, plan)
     n = params_per_gpu(model, plan) - experts
     w, g, o = bytes_per_parameter(plan)
     we, ge, oe = bytes_per_parameter(plan, expert_data_parallel(plan)) if experts.any() else (0, 0, 0)
-    sharded, replicated = family_of(model).layer_parameters(model)
     gathered = gathered_grads = 0.0
-    if plan.zero_stage >= 3:  # the current layer (and, prefetched, the next) unsharded
-        layer_n = sharded / t + replicated
+    if plan.zero_stage >= 3:  # the current unit (and, prefetched, the next) unsharded
+        unit, unit_fp8 = fsdp_unit_parameters(model, plan)
         live = 2 if plan.overlap_param_gather else 1
-        gathered = live * param_gather_bytes(plan, layer_n, fp8_linear_params_per_layer(model, t))
-        gathered_grads = layer_n * DTYPE_BYTES[grad_dtype(plan)]
+        gathered = live * param_gather_bytes(plan, unit, unit_fp8)
+        gathered_grads = unit * DTYPE_BYTES[grad_dtype(plan)]
     recipe = fp8_recipe(plan)
     fp8_w = np.zeros(len(n))
     if recipe is not None:
@@ -629,6 +627,47 @@ def state_bytes_of(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
     return (n * w + experts * we + gathered + fp8_w,
             n * g + experts * ge + gathered_grads + weight_gradient_buffer_bytes(model, plan),
             n * o + experts * oe)
+
+
+def fsdp_unit_parameters(model: ModelConfig, plan: ParallelPlan
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """Parameters of the largest unit ZeRO-3 / FSDP gathers on one GPU of each stage, and of
+    its FP8 linear weights, two float arrays shape (p,).
+
+    The units are those both frameworks wrap: each transformer layer (Megatron-LM's
+    ``--use-torch-fsdp2`` wraps ``TransformerLayer``, ``LanguageModelEmbedding`` and the output
+    ``ColumnParallelLinear``; torchtitan each block, the token embedding and the final norm
+    with the output layer): a dense layer's ``sharded/t + replicated`` (the family's
+    :meth:`layer_parameters`), an MoE layer's attention, router and shared experts with its
+    ``E/ep`` local experts over ``etp`` (:func:`moe_layer_parameters`: all of them are in
+    the layer's unit, sharded over the expert-data-parallel group), the first stage's
+    embedding and the loss stage's output layer (the family's ``edge_parameters``, ``V'h/t``
+    each; a tied output layer is the embedding's unit).
+    Each stage gathers the largest of those it holds: Mixtral 8x7B at ``ep = 1``, 1,451 M
+    parameters per MoE layer against 218 M for its attention and one MLP; Llama 3 8B's output
+    layer, 525 M against 218 M per layer. The FP8 weights are the layers' linear weights
+    (:func:`fp8_linear_params_per_layer`; the experts' too), none of the embedding's or the
+    output layer's (Transformer Engine runs them in BF16)."""
+    t = plan.tensor_parallel
+    sharded, replicated = family_of(model).layer_parameters(model)
+    dense_layers = stage_layers_with_mtp(model, plan) - stage_moe_layer_counts(model, plan)
+    dense_fp8 = fp8_linear_params_per_layer(model, t)
+    unit = np.where(dense_layers > 0, sharded / t + replicated, 0.0)
+    fp8 = np.where(dense_layers > 0, dense_fp8, 0.0)
+    moe_layers = stage_moe_layer_counts(model, plan)
+    if moe_layers.any():
+        moe = moe_layer_parameters(model)
+        experts = moe.experts / (plan.expert_parallel * expert_tensor_parallel(plan))
+        moe_unit = moe.sharded / t + moe.replicated + experts
+        # linear weights: the attention's (the dense layer's less its MLP's) and the experts'
+        moe_fp8 = moe.sharded / t + experts
+        bigger = (moe_layers > 0) & (moe_unit > unit)
+        unit, fp8 = np.where(bigger, moe_unit, unit), np.where(bigger, moe_fp8, fp8)
+    (first_sh, first_rep), (last_sh, last_rep) = family_of(model).edge_parameters(model, t)
+    for stage, edge in ((0, first_sh / t + first_rep), (loss_stage(plan), last_sh / t + last_rep)):
+        if edge > unit[stage]:
+            unit[stage], fp8[stage] = edge, 0.0
+    return unit, fp8
 
 
 def stage_memory(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True) -> list[StageMemory]:
