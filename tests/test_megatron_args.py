@@ -1314,3 +1314,79 @@ def test_a_position_embedding_megatron_has_but_the_simulator_not_is_not_modelled
             "learned_absolute, rope, yarn\\)")):
         session_from_launch(read_launch(_FLAGS + f"--position-embedding-type {kind}", "a.txt"),
                             num_gpus=1)
+
+
+_LLAMA_ARGS = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+               "--micro-batch-size 1 --bf16 --swiglu --normalization RMSNorm "
+               "--position-embedding-type rope --disable-bias-linear ")
+
+
+def test_a_known_tokenizer_keeps_its_size_over_the_launchs_vocab_size(tmp_path):
+    """Megatron-LM's build_tokenizer builds GPT2BPETokenizer from its files (50,257 tokens) and
+    reads --vocab-size only for the NullTokenizer and TikTokenizer: the launch's 32,000 is
+    noted as not used, not taken."""
+    res = import_file(_write(tmp_path, "tok.txt", _LLAMA_ARGS + "--tokenizer-type "
+                             "GPT2BPETokenizer --vocab-file v.json --merge-file m.txt "
+                             "--vocab-size 32000"), num_gpus=8)
+    assert res.session.model.vocab_size == 50257
+    assert [n for f, n in res.notes if f == "--vocab-size"] == [
+        "32,000 not used: --tokenizer-type GPT2BPETokenizer has 50,257 tokens from its files, "
+        "and Megatron-LM reads --vocab-size only for the NullTokenizer and TikTokenizer"]
+
+
+def test_full_recomputation_without_a_method_or_a_layer_count_is_refused(tmp_path):
+    """Megatron-Core's TransformerConfig refuses full granularity without --recompute-method
+    and without --recompute-num-layers; the launch never starts, so it is not simulated (it
+    was read as every layer recomputed)."""
+    for extra, rules in (("--recompute-granularity full", ("recompute-full-method",
+                                                           "recompute-full-num-layers")),
+                         ("--recompute-granularity full --recompute-method block",
+                          ("recompute-full-num-layers",)),
+                         ("--recompute-granularity full --recompute-num-layers 2",
+                          ("recompute-full-method",))):
+        with pytest.raises(MegatronArgsError) as exc:
+            import_file(_write(tmp_path, "r.txt", _LLAMA_ARGS + "--vocab-size 32000 " + extra),
+                        num_gpus=8)
+        assert [r for r in ("recompute-full-method", "recompute-full-num-layers")
+                if f"rule {r}:" in str(exc.value)] == list(rules)
+    ok = import_file(_write(tmp_path, "ok.txt", _LLAMA_ARGS + "--vocab-size 32000 "
+                            "--recompute-granularity full --recompute-method uniform "
+                            "--recompute-num-layers 1"), num_gpus=8).session.plan
+    assert (ok.recompute, ok.recompute_num_layers) == ("full", None)
+
+
+def test_group_query_attention_alone_is_megatrons_one_group(tmp_path):
+    """--num-query-groups defaults to 1 (arguments.json): --group-query-attention alone is
+    multi-query attention, said in the notes (it was refused)."""
+    res = import_file(_write(tmp_path, "g.txt", _LLAMA_ARGS + "--vocab-size 32000 "
+                             "--group-query-attention"), num_gpus=8)
+    assert res.session.model.num_query_groups == 1
+    assert [f for f, _ in res.notes].count("--group-query-attention") == 1
+
+
+def test_padded_vocab_size_is_the_embeddings_rows(tmp_path):
+    """With --padded-vocab-size Megatron-LM does not pad the tokenizer's size: 64,000 rows,
+    where the 32,000 vocabulary pads to 32,000 (a multiple of 128) alone."""
+    from core.plan.model_config import padded_vocab_size
+    m = import_file(_write(tmp_path, "p.txt", _LLAMA_ARGS + "--vocab-size 32000 "
+                           "--padded-vocab-size 64000"), num_gpus=8).session.model
+    assert padded_vocab_size(m.vocab_size, 1, divisible_by=m.make_vocab_size_divisible_by) == 64000
+
+
+def test_heterogeneous_layers_and_a_longer_position_table_are_said(tmp_path):
+    """Layers of different shapes are another model (refused by name); a learned position table
+    longer than the sequence is listed as ignored with its rows, and one as long is not."""
+    for flag in ("--heterogeneous-layers-config-path c.json",
+                 "--heterogeneous-layers-config-encoded-json {}"):
+        with pytest.raises(MegatronArgsError, match=flag.split()[0] + ": not modelled"):
+            import_file(_write(tmp_path, "h.txt", _LLAMA_ARGS + "--vocab-size 32000 " + flag),
+                        num_gpus=8)
+    gpt = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 "
+           "--micro-batch-size 1 --bf16 --vocab-size 50257 --max-position-embeddings ")
+    res = import_file(_write(tmp_path, "m.txt", gpt + "4096"), num_gpus=8)
+    assert res.ignored["--max-position-embeddings"] == (
+        "4,096: the learned position table's rows; the parameter count takes the sequence "
+        "length's 2,048 (2,048 rows of h apart)")
+    res = import_file(_write(tmp_path, "m2.txt", gpt + "2048"), num_gpus=8)
+    assert "--max-position-embeddings" not in res.ignored
+    assert "--max-position-embeddings" in res.neutral

@@ -167,6 +167,9 @@ ARGUMENTS: dict[str, Arg] = {
     "--make-vocab-size-divisible-by": Arg(("model.make_vocab_size_divisible_by",), True,
                                           "vocabulary padding: a multiple of this times t "
                                           "(default 128)"),
+    "--padded-vocab-size": Arg(("model.vocab_size", "model.make_vocab_size_divisible_by"), True,
+                               "the padded vocabulary as given (Megatron-LM pads only when it "
+                               "is not): model.vocab_size with make_vocab_size_divisible_by 1"),
     "--kv-channels": Arg(("model.kv_channels",), True, "attention head size (default h/a)"),
     "--group-query-attention": Arg(("model.num_query_groups",), False, "grouped-query attention"),
     "--num-query-groups": Arg(("model.num_query_groups",), True, "query groups g"),

@@ -266,8 +266,9 @@ def _model_shape(mp: Mapper) -> tuple[int, int, int]:
 
 
 def _vocabulary(mp: Mapper) -> None:
-    """The vocabulary: ``--vocab-size`` (NullTokenizer: plus one), a tokenizer of known size,
-    or GPT-2 BPE for a ``--vocab-file``; and its padding, ``--make-vocab-size-divisible-by``
+    """The vocabulary: a tokenizer of known size (whatever ``--vocab-size`` says: Megatron-LM
+    reads it for the NullTokenizer, plus one, and TikTokenizer only), ``--vocab-size``, or GPT-2
+    BPE for a ``--vocab-file``; and its padding, ``--make-vocab-size-divisible-by``
     (Megatron-LM pads to a multiple of it times t; DeepSeek-V3 launches give 3232)."""
     args, src = mp.args, mp.source
     if mp.take("--make-vocab-size-divisible-by"):
@@ -279,10 +280,16 @@ def _vocabulary(mp: Mapper) -> None:
         if vocab is None:
             raise MegatronArgsError(f"{src}: --tokenizer-type NullTokenizer needs --vocab-size")
         mp.set("--vocab-size", "model.vocab_size", vocab + 1)  # plus the end-of-document token
+    elif tok in TOKENIZER_VOCAB:
+        # Megatron-LM's build_tokenizer builds these from their files; --vocab-size is read by
+        # the NullTokenizer and TikTokenizer only
+        mp.set("--tokenizer-type", "model.vocab_size", TOKENIZER_VOCAB[tok])
+        if vocab is not None and vocab != TOKENIZER_VOCAB[tok]:
+            mp.notes.append(("--vocab-size", f"{vocab:,} not used: --tokenizer-type {tok} has "
+                             f"{TOKENIZER_VOCAB[tok]:,} tokens from its files, and Megatron-LM "
+                             "reads --vocab-size only for the NullTokenizer and TikTokenizer"))
     elif vocab is not None:
         mp.set("--vocab-size", "model.vocab_size", vocab)
-    elif tok in TOKENIZER_VOCAB:
-        mp.set("--tokenizer-type", "model.vocab_size", TOKENIZER_VOCAB[tok])
     elif tok is not None:
         raise MegatronArgsError(f"{src}: --tokenizer-type {tok}: its vocabulary size is in its "
                                 "files, not in the launch; add --vocab-size N to the arguments "
@@ -293,9 +300,35 @@ def _vocabulary(mp: Mapper) -> None:
         mp.notes.append(("--vocab-file", f"vocabulary {n:,} assumed: GPT-2 BPE, the tokenizer of "
                          "Megatron-LM's GPT examples that give only --vocab-file / --merge-file; "
                          "for another, add --vocab-size N to the launch or the import"))
-    else:
+    elif not mp.take("--padded-vocab-size"):
         raise MegatronArgsError(f"{src}: the vocabulary size is unknown: give --vocab-size or "
                                 "--tokenizer-type")
+    if mp.take("--padded-vocab-size"):
+        # build_tokenizer pads the tokenizer's size only when --padded-vocab-size is not given
+        padded = int_argument(args, "--padded-vocab-size", src)
+        mp.set("--padded-vocab-size", "model.vocab_size", padded)
+        mp.set("--padded-vocab-size", "model.make_vocab_size_divisible_by", 1)
+        mp.notes.append(("--padded-vocab-size", f"the embedding and output layer have {padded:,} "
+                         "rows as given (Megatron-LM pads the tokenizer's size only without it)"))
+
+
+def _position_table(mp: Mapper) -> None:
+    """``--max-position-embeddings``: the learned position table's rows (GPTModel's
+    ``max_sequence_length``), which the parameter count takes as ``seq_length``: listed as
+    ignored where the two differ under learned positions, else it changes nothing."""
+    args, src = mp.args, mp.source
+    if "--max-position-embeddings" not in args:
+        return
+    rows = int_argument(args, "--max-position-embeddings", src)
+    model = mp.values["model"]
+    learned = model.get("position_embedding", MEGATRON_MODEL_DEFAULTS["position_embedding"]) \
+        == "learned"
+    if learned and rows != model.get("seq_length"):
+        mp.take("--max-position-embeddings")
+        mp.ignored.append(("--max-position-embeddings", f"{rows:,}: the learned position "
+                           f"table's rows; the parameter count takes the sequence length's "
+                           f"{model.get('seq_length'):,} ({abs(rows - model.get('seq_length')):,} "
+                           "rows of h apart)"))
 
 
 def _activation(mp: Mapper) -> None:
@@ -334,8 +367,10 @@ def _attention_and_norms(mp: Mapper, h: int) -> None:
     if mp.switch("--group-query-attention") or mp.take("--num-query-groups"):
         g = int_argument(args, "--num-query-groups", src) if "--num-query-groups" in args else None
         if "--group-query-attention" in args:
-            if g is None:
-                raise MegatronArgsError(f"{src}: --group-query-attention needs --num-query-groups")
+            if g is None:  # Megatron-LM's default --num-query-groups is 1
+                g = 1
+                mp.notes.append(("--group-query-attention", "without --num-query-groups: "
+                                 "Megatron-LM's default of 1 query group, multi-query attention"))
             mp.set("--group-query-attention", "model.num_query_groups", g)
     for flag, target, mapping in (
             ("--normalization", "model.normalization", {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}),
@@ -355,6 +390,7 @@ def _attention_and_norms(mp: Mapper, h: int) -> None:
             elif v not in _DEFAULT_FAMILY[flag]:
                 mp.set(flag, target, mapping[v])  # refused: the field is absent
     _legacy_positions(mp)
+    _position_table(mp)
     if mp.switch("--untie-embeddings-and-output-weights"):
         mp.set("--untie-embeddings-and-output-weights", "model.tied_embeddings", False)
     if mp.switch("--disable-bias-linear"):

@@ -81,6 +81,7 @@ OPTIONS: dict[str, tuple[str, Any, Any]] = {
     "--recompute-activations": ("recompute_activations", 0, False),
     "--recompute-granularity": ("recompute_granularity", None, None),
     "--recompute-method": ("recompute_method", None, None),
+    "--recompute-num-layers": ("recompute_num_layers", None, None),
 }
 
 #: Compute capability (major) of each shipped GPU kind: Megatron-LM's
@@ -228,6 +229,14 @@ RULES: tuple[Rule, ...] = (
     Rule("recompute-method-selective", lambda ns: ns["recompute_granularity"] == "selective",
          lambda ns: ns["recompute_method"] is None,
          "recompute method is not yet supported for selective recomputing granularity"),
+    Rule("recompute-full-method", lambda ns: ns["recompute_granularity"] == "full",
+         lambda ns: ns["recompute_method"] is not None,
+         'Using recompute_granularity: full so recompute_method must be "block" or "uniform"',
+         _CONFIG_SOURCE, wording="paraphrased"),
+    Rule("recompute-full-num-layers", lambda ns: ns["recompute_granularity"] == "full",
+         lambda ns: ns["recompute_num_layers"] is not None,
+         "When using recompute_granularity: full recompute_num_layers must be between 1 and "
+         "num_layers_per_pipeline_rank", _CONFIG_SOURCE, wording="paraphrased"),
 )
 
 
@@ -292,6 +301,8 @@ SESSION_FIELDS = {
     "pipeline-layers-divisible": "plan.pipeline_parallel",
     "interleaved-layers-divisible": "plan.virtual_pipeline_stages",
     "recompute-method-selective": "plan.recompute",
+    "recompute-full-method": "plan.recompute",
+    "recompute-full-num-layers": "plan.recompute_num_layers",
 }
 
 
