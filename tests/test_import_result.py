@@ -66,7 +66,7 @@ def test_unknown_arguments_stay_listed_with_a_cp_comm_type():
 
 HF_TINY = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 64,
            "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 128,
-           "max_position_embeddings": 32}
+           "max_position_embeddings": 32, "tie_word_embeddings": False}  # no class default used
 
 
 def test_an_import_whose_input_has_no_batch_notes_the_global_batch_it_wrote():

@@ -121,6 +121,7 @@ def test_moe_flavour_with_expert_parallelism():
     ("float8", "filter_fqns", []),
     ("training", "enable_cpu_offload", True),
     ("training", "mixed_precision_param", "float8"),
+    ("training", "dtype", "bfloat16"),
     ("optimizer", "name", "Muon"),
     ("training", "some_new_knob", 3),
 ])
@@ -172,3 +173,86 @@ def test_steps_that_are_no_step_count_are_refused_by_key(steps):
     with pytest.raises(ConfigError) as err:
         session_from_torchtitan(raw, num_gpus=8)
     assert err.value.errors[0].field == "config.toml: training.steps"
+
+
+def _llama3_8b(**parallelism) -> dict:
+    """Llama 3 8B, one 8,192-token sequence per rank, full checkpointing, the degrees 1 but
+    those given."""
+    return {"model": {"name": "llama3", "flavor": "8B"},
+            "training": {"local_batch_size": 1, "seq_len": 8192, "steps": 1000},
+            "parallelism": {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 1,
+                            "tensor_parallel_degree": 1, "pipeline_parallel_degree": 1,
+                            "context_parallel_degree": 1, **parallelism},
+            "activation_checkpoint": {"mode": "full"}}
+
+
+def test_tensor_parallelism_without_fsdp_trains_in_fp32():
+    """TP 8 with no FSDP: torchtitan's maybe_enable_amp has no mixed precision for TP or PP
+    without FSDP/HSDP/CP, so the model trains in fp32 (TF32 off, PyTorch's default); it was
+    imported as bf16."""
+    s = session_from_torchtitan(_llama3_8b(tensor_parallel_degree=8), num_gpus=8,
+                                gpu="H100-SXM5-80GB").session
+    assert s.plan == _plan(tensor_parallel=8, pipeline_parallel=1, data_parallel=1,
+                           micro_batch_size=1, global_batch_size=1, schedule="1f1b",
+                           recompute="full", precision="fp32", tf32=False, zero_stage=0,
+                           sequence_parallel=True, overlap_grad_reduce=False,
+                           overlap_param_gather=False)
+
+
+def test_pipeline_parallelism_without_fsdp_trains_in_fp32():
+    s = session_from_torchtitan(_llama3_8b(pipeline_parallel_degree=2), num_gpus=2).session
+    assert (s.plan.precision, s.plan.tf32, s.plan.zero_stage) == ("fp32", False, 0)
+
+
+def test_float8_without_fsdp_under_tensor_parallelism_is_refused():
+    """FP8 linears in torchtitan's fp32 model (TP, no FSDP) are not what plan.precision fp8
+    models (bf16 weights)."""
+    raw = _llama3_8b(tensor_parallel_degree=8)
+    raw["model"]["converters"] = ["float8"]
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB")
+    assert err.value.errors[0].field == "config.toml: model.converters"
+    raw["parallelism"].update(tensor_parallel_degree=1, data_parallel_shard_degree=8)
+    assert session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB"
+                                   ).session.plan.precision == "fp8"
+
+
+def test_context_parallelism_alone_is_fsdp_over_its_ranks():
+    """cp 8 with dp_shard 1: torchtitan's fsdp_enabled is dp_shard > 1 or cp > 1 and FSDP
+    shards over the dp_shard * cp mesh: ZeRO-3 over d*cp = 8 ranks, in bf16 (it was ZeRO 0,
+    142 GiB a GPU)."""
+    from core.plan.parallel import zero_replicas, zero_shard_size
+    s = session_from_torchtitan(_llama3_8b(context_parallel_degree=8), num_gpus=8,
+                                gpu="H100-SXM5-80GB").session
+    assert s.plan == _plan(tensor_parallel=1, pipeline_parallel=1, data_parallel=1,
+                           micro_batch_size=1, global_batch_size=1, schedule="1f1b",
+                           recompute="full", precision="bf16", zero_stage=3,
+                           context_parallel=8, overlap_grad_reduce=True,
+                           overlap_param_gather=True)
+    assert (zero_shard_size(s.plan), zero_replicas(s.plan)) == (8, 1)
+    # HSDP: 2 replicas of FSDP over dp_shard 1 x cp 4
+    s = session_from_torchtitan(_llama3_8b(context_parallel_degree=4,
+                                           data_parallel_replicate_degree=2),
+                                num_gpus=8).session
+    assert (s.plan.zero_stage, s.plan.data_parallel_shard_size, s.plan.precision) == (3, 1, "bf16")
+    assert (zero_shard_size(s.plan), zero_replicas(s.plan)) == (4, 2)
+
+
+def test_ddp_replicas_overlap_their_all_reduce():
+    """replicate 8 alone is torch DDP (bucketed all-reduce in the backward hooks: overlapped)
+    under torch.autocast to mixed_precision_param (bf16); it was not overlapped."""
+    s = session_from_torchtitan(_llama3_8b(data_parallel_replicate_degree=8), num_gpus=8,
+                                gpu="H100-SXM5-80GB").session
+    assert s.plan == _plan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8,
+                           micro_batch_size=1, global_batch_size=8, schedule="1f1b",
+                           recompute="full", precision="bf16", zero_stage=0,
+                           overlap_grad_reduce=True, overlap_param_gather=False)
+
+
+def test_ddp_with_tensor_parallelism_is_refused_as_torchtitan_does():
+    """torchtitan raises "DDP has not supported > 1D parallelism" for replicas without FSDP
+    beside other parallelism."""
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(_llama3_8b(data_parallel_replicate_degree=2,
+                                           tensor_parallel_degree=4), num_gpus=8)
+    assert err.value.errors[0].field == "config.toml: parallelism.data_parallel_replicate_degree"

@@ -19,7 +19,11 @@
   fields cannot express, an architecture we do not know); the error names the field.
 
 A field that is in none of these lists is refused too: we cannot tell
-whether it changes the model. Architectures with something the simulator
+whether it changes the model. A key the file leaves out takes its transformers configuration
+class's default, as transformers does (:func:`core.io.hf_defaults.fill_class_defaults`,
+``resources/hf_config_defaults.json``: MistralConfig's ``sliding_window`` 4096, Gemma2Config's
+``head_dim`` 256 ...), noted in the result; a needed key whose class default the importer does
+not know is refused by name. Architectures with something the simulator
 does not model are refused naming the field that has it and what it would change
 (:data:`REFUSED_ARCHITECTURES`: Gemma 1, Gemma 3's multimodal model, Llama 4, Nemotron-H).
 
@@ -109,6 +113,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.io.hf_defaults import fill_class_defaults
 from core.io.hf_moe import moe_fields
 from core.io.import_result import (ImportResult, global_batch_note, positive_int, refusal,
                                    seq_length_note, switched_off_or_refuse)
@@ -151,8 +156,6 @@ _ARCH_ACTIVATIONS: dict[str, tuple[str, ...]] = {"NemotronForCausalLM": ("relu2"
                                                  "Gemma3ForCausalLM": ("gelu_pytorch_tanh",)}
 #: Gemma's soft-capping fields: set (numbers) for Gemma 2, null or absent for Gemma 3.
 _GEMMA_SOFTCAP = {"Gemma2ForCausalLM": True, "Gemma3ForCausalLM": False}
-#: Architectures whose output layer is tied to the embedding when the config does not say.
-_TIED_BY_DEFAULT = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
 #: Mixture-of-experts architectures we import: the model fields their modelling code fixes and
 #: the field that gives the number of experts.
 MOE_ARCHITECTURES: dict[str, tuple[dict[str, Any], str]] = {
@@ -494,19 +497,21 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     ------
     ConfigError
         Not a JSON object; a refused or unknown architecture; a field that is refused
-        (named in the message); a missing or bad size; or (``check_rules``) a model that
+        (named in the message); a missing or bad size; a missing key whose class default the
+        importer does not know; or (``check_rules``) a model that
         breaks the session rules.
     """
     if not isinstance(cfg, dict):
         raise ConfigError([FieldError(where, "must be a JSON object (a Hugging Face config.json)")])
     arch = _architecture(cfg, where)
+    cfg, default_notes = fill_class_defaults(cfg, arch, where)
     moe = arch in MOE_ARCHITECTURES
     ignored, storage = _ignored_fields(cfg, arch, where)
     sizes = _sizes(cfg, where, seq_length)
     layers, s = sizes["num_layers"], sizes["seq_length"]
     _check_activation_and_biases(cfg, arch, where)
     window_fields, window_note = _window_fields(cfg, arch, layers, s, where)
-    tied = cfg.get("tie_word_embeddings", arch in _TIED_BY_DEFAULT)
+    tied = cfg["tie_word_embeddings"]  # the file's or its class's (a needed default)
     if not isinstance(tied, bool):
         raise _refuse(where, "tie_word_embeddings", f"{tied!r} must be true or false")
     ignored.update({k: IGNORED[k] for k in cfg if k in IGNORED})
@@ -532,7 +537,8 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     length = [] if seq_length is not None else (
         _length_notes(cfg, seq_length, s)
         or [seq_length_note(s, "the config's max_position_embeddings")])
-    notes = length + [global_batch_note(session.plan.global_batch_size)]  # a config.json has no batch
+    # the class defaults used for absent keys, and the batch (a config.json has none)
+    notes = length + default_notes + [global_batch_note(session.plan.global_batch_size)]
     return HFImport(session, ignored=ignored, notes=notes, architecture=arch)
 
 

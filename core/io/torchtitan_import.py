@@ -1,9 +1,11 @@
 """torchtitan job configs (``train_configs/*.toml``) into sessions.
 
 torchtitan (``torchtitan/config/job_config.py``) trains a model named by ``[model] name`` and
-``flavor`` with FSDP2 over ``data_parallel_shard_degree`` ranks (``-1``: the ranks the other
-degrees leave), replicas over ``data_parallel_replicate_degree`` (HSDP when both exceed one),
-tensor parallelism that is always sequence-parallel, pipeline parallelism with
+``flavor`` with FSDP2 over ``data_parallel_shard_degree`` (``-1``: the ranks the other degrees
+leave) times ``context_parallel_degree`` ranks when either exceeds one (``ParallelDims.
+fsdp_enabled``), replicas over ``data_parallel_replicate_degree`` (HSDP with FSDP, torch DDP
+without), mixed precision by FSDP or ``torch.autocast`` but none for tensor or pipeline
+parallelism without FSDP (``maybe_enable_amp``: fp32), tensor parallelism that is always sequence-parallel, pipeline parallelism with
 ``torch.distributed.pipelining``'s schedules, context parallelism through PyTorch's
 ``context_parallel`` and expert parallelism over the data-parallel ranks.
 :func:`session_from_torchtitan` reads such a file; every key is one of (:data:`KEYS`):
@@ -116,8 +118,11 @@ KEYS: dict[str, Rule] = {
                                         "the data-parallel degree)"),
     "training.seq_len": _used("model.seq_length"),
     "training.steps": _used("cost.training_tokens = steps * global batch * seq_len"),
-    "training.mixed_precision_param": _used("plan.precision (bfloat16: bf16, float32: fp32)"),
-    "training.mixed_precision_reduce": _used("plan.grad_reduce_dtype"),
+    "training.mixed_precision_param": _used("plan.precision (bfloat16: bf16, float32: fp32; "
+                                            "fp32 with tensor or pipeline parallelism and no "
+                                            "FSDP, where torchtitan has no mixed precision)"),
+    "training.mixed_precision_reduce": _used("plan.grad_reduce_dtype (FSDP's; DDP reduces the "
+                                             "fp32 gradients)"),
     "training.max_norm": _none("gradient clipping: a norm over the gradients (a small "
                                "reduction), not timed"),
     "training.warmup_steps": _none("the learning-rate warm-up (older torchtitan)"),
@@ -129,18 +134,21 @@ KEYS: dict[str, Rule] = {
     "training.enable_cpu_offload": _refused("FSDP's CPU offload of parameters, gradients and "
                                             "the optimizer step: host transfers and a CPU Adam",
                                             False),
-    "training.dtype": _none("the model's storage type when not mixed precision (the plan sets "
-                            "the training precision)"),
+    "training.dtype": _refused("bfloat16 training: parameters, gradients and optimizer state "
+                               "stored in bf16 with no fp32 copy (the simulator's precisions "
+                               "keep fp32 master weights)", "float32"),
     "parallelism.data_parallel_replicate_degree": _used("plan.data_parallel (times the shard "
                                                         "degree); HSDP replicas"),
-    "parallelism.data_parallel_shard_degree": _used("plan.data_parallel (times the replicas), "
-                                                    "FSDP: plan.zero_stage, "
+    "parallelism.data_parallel_shard_degree": _used("plan.data_parallel (times the replicas); "
+                                                    "FSDP over shard x cp ranks when either "
+                                                    "exceeds one: plan.zero_stage, "
                                                     "plan.data_parallel_shard_size"),
     "parallelism.tensor_parallel_degree": _used("plan.tensor_parallel (sequence-parallel, as "
                                                 "torchtitan's TP always is)"),
     "parallelism.pipeline_parallel_degree": _used("plan.pipeline_parallel (torchtitan's split: "
                                                   "plan.pipeline_model_parallel_layout)"),
-    "parallelism.context_parallel_degree": _used("plan.context_parallel"),
+    "parallelism.context_parallel_degree": _used("plan.context_parallel (above one FSDP "
+                                                 "shards over the context-parallel ranks too)"),
     "parallelism.expert_parallel_degree": _used("plan.expert_parallel"),
     "parallelism.expert_tensor_parallel_degree": _used("plan.expert_tensor_parallel"),
     "parallelism.pipeline_parallel_schedule": _used("plan.schedule (1F1B, GPipe, "
@@ -425,16 +433,33 @@ def _batch(used: dict[str, Any], where: str, d: int, p: int) -> tuple[int, int]:
     return b, glob
 
 
-def _fsdp_zero(used: dict[str, Any], where: str, shard: int, p: int, notes: list[str]) -> int:
-    """The ZeRO stage FSDP over ``shard`` ranks is: 3, or 2 when the gathered parameters are
-    kept from the forward to the backward (``fsdp_reshard_after_forward``), 0 unsharded."""
+def _fsdp_enabled(rep: int, shard: int, t: int, p: int, cp: int, where: str) -> bool:
+    """Whether torchtitan applies FSDP: ``ParallelDims.fsdp_enabled``, ``dp_shard > 1 or
+    cp > 1`` (torchtitan v0.1-v0.2 ``distributed/parallel_dims.py``; FSDP then shards over the
+    ``dp_shard * cp`` ranks, the ``dp_shard_cp`` mesh). Without it, replicas are torch DDP,
+    which torchtitan applies only when they are the whole mesh (``models/llama3/infra/
+    parallelize.py``: "DDP has not supported > 1D parallelism"): replicas with tensor or
+    pipeline parallelism and no FSDP are refused, as torchtitan refuses them."""
+    fsdp = shard > 1 or cp > 1
+    if rep > 1 and not fsdp and t * p > 1:
+        raise refusal(where, _PAR + "data_parallel_replicate_degree", f"{rep} replicas with "
+                      "tensor or pipeline parallelism and data_parallel_shard_degree 1: torchtitan "
+                      "replicates with DDP only when it is the only parallelism (\"DDP has not "
+                      "supported > 1D parallelism\"); shard over FSDP or HSDP instead")
+    return fsdp
+
+
+def _fsdp_zero(used: dict[str, Any], where: str, fsdp: bool, p: int, notes: list[str]) -> int:
+    """The ZeRO stage of torchtitan's FSDP (``fsdp`` from :func:`_fsdp_enabled`): 3, or 2
+    when the gathered parameters are kept from the forward to the backward
+    (``fsdp_reshard_after_forward``), 0 without FSDP."""
     reshard = used.get(_PAR + "fsdp_reshard_after_forward", "default")
     if reshard not in ("default", "always", "never"):
         raise refusal(where, _PAR + "fsdp_reshard_after_forward", f"{reshard!r}: one of default, "
                       "always, never")
     keep = reshard == "never" or (reshard == "default" and p > 1)
-    zero = (2 if keep else 3) if shard > 1 else 0
-    if shard > 1 and keep:
+    zero = (2 if keep else 3) if fsdp else 0
+    if fsdp and keep:
         notes.append("FSDP keeps the gathered parameters from the forward to the backward "
                      "(fsdp_reshard_after_forward " + reshard + "): modelled as ZeRO-2, one "
                      "all-gather and one reduce-scatter of the parameters per iteration")
@@ -455,10 +480,26 @@ def _checkpointing(used: dict[str, Any], where: str) -> str:
     return mode
 
 
-def _precision(used: dict[str, Any], where: str) -> tuple[str, bool, str | None, bool]:
+def _precision(used: dict[str, Any], where: str, fsdp: bool, t: int, p: int,
+               notes: list[str]) -> tuple[str, bool, str | None, bool]:
     """``(precision, fp8, fp8 recipe, fp8 all-gather)`` of the mixed precision and the float8
-    converters."""
+    converters.
+
+    torchtitan's ``maybe_enable_amp`` (``distributed/utils.py``, v0.1-v0.2): under FSDP
+    (``fsdp``) fully_shard's MixedPrecisionPolicy casts to ``mixed_precision_param``; without
+    it, DDP and a single GPU run under ``torch.autocast`` to ``mixed_precision_param``, and
+    tensor or pipeline parallelism runs with no mixed precision at all ("Mixed precision
+    training with TP or PP is only supported when FSDP/HSDP/CP is enabled"): fp32, with
+    PyTorch's default fp32 matmuls (torchtitan does not turn TF32 on: ``plan.tf32`` off). FP8
+    linears in such an fp32 model are refused (the simulator's fp8 trains bf16 weights)."""
     precision = _choice(used, "training.mixed_precision_param", where, "bfloat16", _PRECISIONS)
+    no_amp = not fsdp and t * p > 1
+    if no_amp and precision != "fp32":
+        notes.append("training.mixed_precision_param " + used.get(
+            "training.mixed_precision_param", "bfloat16") + " has no effect: torchtitan trains "
+            "tensor or pipeline parallelism without FSDP in fp32 (maybe_enable_amp: no mixed "
+            "precision), so plan.precision is fp32 (TF32 off, PyTorch's default)")
+        precision = "fp32"
     converters = used.get("model.converters", [])
     if isinstance(converters, str):
         converters = [converters]
@@ -468,6 +509,12 @@ def _precision(used: dict[str, Any], where: str) -> tuple[str, bool, str | None,
     fp8 = bool(converters) or used.get("float8.enable_float8_linear") is True
     recipe = None
     if fp8:
+        if no_amp:
+            raise refusal(where, "model.converters" if converters else
+                          "float8.enable_float8_linear", "float8 with tensor or pipeline "
+                          "parallelism and no FSDP: torchtitan trains that model in fp32 (no "
+                          "mixed precision), and FP8 linears in an fp32 model are not modelled "
+                          "(the simulator's fp8 trains bf16 weights)")
         precision = "fp8"
         recipe = _choice(used, "float8.recipe_name", where, "tensorwise",
                          {"tensorwise": "tensorwise"})
@@ -485,15 +532,18 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
     if used.get("training.global_batch_size", -1) == -1 and not {
             "training.local_batch_size", "training.batch_size"} & used.keys():
         notes.append(global_batch_note(glob))  # torchtitan's default local batch (8) times d
-    zero = _fsdp_zero(used, where, shard, p, notes)
+    fsdp = _fsdp_enabled(rep, shard, t, p, cp, where)
+    zero = _fsdp_zero(used, where, fsdp, p, notes)
     mode = _checkpointing(used, where)
     _choice(used, "optimizer.name", where, "AdamW", {"AdamW": 0, "Adam": 0})
-    precision, fp8, recipe, gather = _precision(used, where)
+    precision, fp8, recipe, gather = _precision(used, where, fsdp, t, p, notes)
     plan = ParallelPlan(
         tensor_parallel=t, pipeline_parallel=p, data_parallel=d, micro_batch_size=b,
         global_batch_size=glob, schedule=schedule, recompute=mode, precision=precision,
         virtual_pipeline_stages=chunks if chunks > 1 else None, sequence_parallel=t > 1,
-        zero_stage=zero, overlap_grad_reduce=shard > 1, overlap_param_gather=zero == 3,
+        # FSDP reduce-scatters each layer's gradients as its backward ends; DDP (torch's
+        # replicate, 100 MB buckets) all-reduces a bucket as soon as its gradients are ready
+        zero_stage=zero, overlap_grad_reduce=fsdp or rep > 1, overlap_param_gather=zero == 3,
         grad_reduce_dtype=_choice(used, "training.mixed_precision_reduce", where, "float32",
                                   _REDUCE_DTYPES),
         context_parallel=cp,
@@ -506,7 +556,7 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         gradient_accumulation_fusion=False)
     if model.is_moe:
         plan.expert_tensor_parallel = _int(used, _PAR + "expert_tensor_parallel_degree", where, 1)
-    if rep > 1 and shard > 1:
+    if rep > 1 and fsdp:  # HSDP: FSDP over the dp_shard * cp ranks, replicated rep times
         plan.data_parallel_shard_size = shard
     if fp8:
         plan.fp8_recipe = recipe
