@@ -57,7 +57,8 @@ def test_llama3_405b_hsdp_tp_pp_float8():
     tp_comm_overlap), PP 8 interleaved with two stages per rank, torchtitan's split of 126
     layers over 16 virtual stages (the embedding and the output layer counted as layers: first
     and last 7), micro-batches of 1 from the local 16, FP8 tensorwise with the FP8 all-gather;
-    FSDP keeps its parameters with pipelining (torchtitan's default): ZeRO-2."""
+    FSDP keeps its parameters gathered with pipelining (torchtitan's default) and
+    PipelineStage its gradients unsharded to the last micro-batch: ZeRO-1."""
     imp = read_torchtitan_config(LLAMA3_405B, num_gpus=512, gpu="H100-SXM5-80GB")
     s = imp.session
     assert s.model.name.startswith("Llama 3.1 405B") and s.model.seq_length == 8192
@@ -65,11 +66,11 @@ def test_llama3_405b_hsdp_tp_pp_float8():
         tensor_parallel=8, pipeline_parallel=8, data_parallel=8, micro_batch_size=1,
         global_batch_size=16 * 8, schedule="interleaved", virtual_pipeline_stages=2,
         recompute="full", precision="fp8", fp8_recipe="tensorwise", fp8_param_gather=True,
-        sequence_parallel=True, tp_comm_overlap=True, zero_stage=2, overlap_grad_reduce=True,
+        sequence_parallel=True, tp_comm_overlap=True, zero_stage=1, overlap_grad_reduce=True,
         data_parallel_shard_size=4,
         pipeline_model_parallel_layout="Et*7|" + "t*8|" * 14 + "t*7L")
     assert s.plan.num_gpus == 512 and s.plan.num_microbatches == 16
-    assert any("ZeRO-2" in n for n in imp.notes)
+    assert any("modelled as ZeRO-1" in n for n in imp.notes)
     # FSDP under pipelining syncs gradients at the last micro-batch: autograd adds the others
     from core.plan.parallel import wgrad_accumulation
     assert wgrad_accumulation(s.plan) == "separate"
@@ -99,7 +100,7 @@ def test_moe_flavour_with_expert_parallelism():
     assert s.model.num_experts == 256 and s.model.mtp_num_layers == 0
     assert (s.plan.expert_parallel, s.plan.expert_tensor_parallel, s.plan.data_parallel) == \
         (64, 1, 64)
-    assert s.plan.zero_stage == 2  # FSDP keeps the parameters under pipelining (default)
+    assert s.plan.zero_stage == 1  # FSDP under pipelining keeps parameters and gradients
     # per-op selective checkpointing of MLA and MoE is refused by the session rules, named by
     # the file's key
     raw["activation_checkpoint"]["mode"] = "selective"
@@ -256,3 +257,36 @@ def test_ddp_with_tensor_parallelism_is_refused_as_torchtitan_does():
         session_from_torchtitan(_llama3_8b(data_parallel_replicate_degree=2,
                                            tensor_parallel_degree=4), num_gpus=8)
     assert err.value.errors[0].field == "config.toml: parallelism.data_parallel_replicate_degree"
+
+
+def test_fsdp_under_pipelining_keeps_the_gradients_unsharded(tmp_path):
+    """torch.distributed.pipelining's PipelineStage turns FSDP's gradient sync and its
+    resharding after the backward off for every micro-batch but the last: Llama 3 70B with FSDP
+    4 x PP 8 holds its stage's parameters gathered and its fp32 gradients unsharded, ZeRO-1
+    (the optimizer state over the 4): stage 0's 9.6 B parameters need 4 bytes of gradient
+    each, 35.8 GiB, and the plan does not fit on 80 GiB (as ZeRO-2 it came out at 70.2 GiB,
+    fits). ``always`` (gathered again per micro-batch) is refused by its key."""
+    from core.model.counts import params_per_gpu
+    from core.sim.simulate import simulate, stage_memory
+    raw = {"model": {"name": "llama3", "flavor": "70B"},
+           "training": {"seq_len": 8192, "local_batch_size": 8, "global_batch_size": 64,
+                        "steps": 1000, "mixed_precision_param": "bfloat16",
+                        "mixed_precision_reduce": "float32"},
+           "parallelism": {"data_parallel_shard_degree": 4, "data_parallel_replicate_degree": 1,
+                           "tensor_parallel_degree": 1, "pipeline_parallel_degree": 8,
+                           "pipeline_parallel_schedule": "1F1B",
+                           "pipeline_parallel_microbatch_size": 1},
+           "activation_checkpoint": {"mode": "full"}}
+    imp = session_from_torchtitan(raw, num_gpus=32, gpu="H100-SXM5-80GB")
+    s = imp.session
+    assert (s.plan.zero_stage, s.plan.data_parallel, s.plan.pipeline_parallel) == (1, 4, 8)
+    stage0 = stage_memory(s)[0]
+    n0 = float(params_per_gpu(s.model, s.plan)[0])
+    assert n0 / 1e9 == pytest.approx(9.61, abs=0.01)
+    assert stage0.weights_bytes == pytest.approx(n0 * 2, rel=1e-9)
+    assert stage0.gradients_bytes >= n0 * 4
+    assert stage0.optimizer_bytes == pytest.approx(n0 * 12 / 4, rel=1e-9)
+    assert simulate(s).report.memory_verdict == "does not fit"
+    raw["parallelism"]["fsdp_reshard_after_forward"] = "always"
+    with pytest.raises(ConfigError, match="fsdp_reshard_after_forward: always with pipeline"):
+        session_from_torchtitan(raw, num_gpus=32, gpu="H100-SXM5-80GB")

@@ -452,12 +452,34 @@ def _fsdp_enabled(rep: int, shard: int, t: int, p: int, cp: int, where: str) -> 
 def _fsdp_zero(used: dict[str, Any], where: str, fsdp: bool, p: int, notes: list[str]) -> int:
     """The ZeRO stage of torchtitan's FSDP (``fsdp`` from :func:`_fsdp_enabled`): 3, or 2
     when the gathered parameters are kept from the forward to the backward
-    (``fsdp_reshard_after_forward``), 0 without FSDP."""
+    (``fsdp_reshard_after_forward``), 0 without FSDP.
+
+    With pipeline parallelism it is 1: ``torch.distributed.pipelining``'s ``PipelineStage``
+    turns FSDP's gradient sync and its resharding after the backward off for every
+    micro-batch but the last (``set_requires_gradient_sync(False)``,
+    ``set_reshard_after_backward(False)``; the reduce-scatter runs once, in
+    ``perform_reduce_grad``), so each stage holds its parameters gathered and its gradients
+    unsharded in the reduce dtype (fp32) through the step, the optimizer state sharded:
+    ZeRO-1's memory and its one all-gather and one reduce-scatter per iteration. torchtitan's
+    default keeps the parameters gathered after the forward with pipelining; ``always``
+    gathers them again in every micro-batch's forward while the gradients stay unsharded,
+    which no ZeRO stage is: refused."""
     reshard = used.get(_PAR + "fsdp_reshard_after_forward", "default")
     if reshard not in ("default", "always", "never"):
         raise refusal(where, _PAR + "fsdp_reshard_after_forward", f"{reshard!r}: one of default, "
                       "always, never")
-    keep = reshard == "never" or (reshard == "default" and p > 1)
+    if fsdp and p > 1:
+        if reshard == "always":
+            raise refusal(where, _PAR + "fsdp_reshard_after_forward", "always with pipeline "
+                          "parallelism: the parameters gathered again in every micro-batch's "
+                          "forward while PipelineStage keeps the gradients unsharded to the "
+                          "last micro-batch is not modelled (default or never: ZeRO-1)")
+        notes.append("FSDP with pipeline parallelism: PipelineStage keeps each stage's "
+                     "parameters gathered and its gradients unsharded (fp32) until the last "
+                     "micro-batch's reduce-scatter (set_requires_gradient_sync(False)): "
+                     "modelled as ZeRO-1, the optimizer state sharded")
+        return 1
+    keep = reshard == "never"
     zero = (2 if keep else 3) if fsdp else 0
     if fsdp and keep:
         notes.append("FSDP keeps the gathered parameters from the forward to the backward "
