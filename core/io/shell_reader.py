@@ -13,6 +13,20 @@ and returns the simple commands it would run, their words expanded, with nothing
   (``[[ "$DTYPE" == fp8 ]]``, ``[ -z "$X" ]``, ``-eq`` ...): only the branch bash would take is
   read. A condition that needs the machine (``[ -f path ]``, a command's status) is not
   evaluated: its branches are read in order, and the reader says so (:attr:`Shell.notes`);
+* ``case WORD in ... esac`` (patterns ``a|b)``, ``(a)``, ``*``, ``?``, ``[...]``, quoted parts
+  literal): on a known word only the branch bash takes is read; on a word that is not known
+  every branch is read in order and noted, as an undecided ``if``. Fall-throughs ``;&``
+  ``;;&``, a pattern or ``in`` on another line, and an unclosed case are refused by name;
+* and-or lists ``[ -z "$TP" ] && TP=2``, ``[ -n "$PP" ] || PP=1``, ``A | B``, with ``{ ...; }``
+  groups: a command after ``&&``/``||`` is read when bash runs it, its list's status known (a
+  test of known values, ``true``/``false``, an assignment without ``$(...)``), and skipped
+  when bash skips it; after a status that is not known (a command's) it is read, and noted
+  when it changes a variable or runs a command other than ``echo``, ``exit`` and the like;
+* functions ``NAME() { ... }``, ``function NAME { ... }``: the body is kept and read where the
+  function is called, ``$1 $2 ...`` its arguments, ``local`` values put back after it,
+  ``return`` followed; a function that is never called changes nothing. A body other than
+  ``{ ... }``, calls nested more than :data:`MAX_NESTING` deep and an unclosed body are
+  refused;
 * ``eval WORDS`` and ``bash -c STRING`` / ``sh -c STRING`` are read as the statement they hold
   (nested at most :data:`MAX_NESTING` deep); here-documents are skipped.
 
@@ -185,6 +199,164 @@ class Shell:
     notes: list[str] = field(default_factory=list)
 
 
+class _Refused(Exception):
+    """A construct the reader does not read (``read_shell`` names the file and the statement)."""
+
+
+class _Return(Exception):
+    """``return`` in a function bash certainly reaches: the rest of its body is not read."""
+
+
+#: Commands whose running changes nothing a launch is read from: a command read without
+#: knowing whether bash runs it is noted unless it is one of these (or changes no variable).
+_NO_CONSEQUENCE = frozenset({"echo", "printf", "exit", "return", "true", "false", ":", "[",
+                             "[[", "test"})
+
+
+@dataclass
+class _Frame:
+    """An open ``if``, ``case`` or ``{ ... }`` group."""
+
+    kind: str  # "if", "case", "group"
+    state: bool | None  # True: bash reads it; False: bash skips it; None: read, not decided
+    taken: bool = False  # a branch bash takes was found (if, case)
+    unknown: bool = False  # a branch was read undecided (if)
+    word: str | None = None  # case: the word's value (None: not known)
+    pattern: bool = True  # case: a pattern comes next
+    before: tuple | None = None  # group read undecided: what the reader knew before it
+    note: str | None = None  # group read undecided: what to say if it changed that
+
+
+@dataclass
+class _Definition:
+    """A function's body as it is defined: tokens, read when a call runs them."""
+
+    name: str
+    active: bool  # defined where bash runs the definition
+    tokens: list = field(default_factory=list)
+    depth: int = 0  # braces open (0: the opening one is still to come)
+    start: bool = True  # the next token starts a command
+
+    def size(self) -> int:
+        """Characters of the body, as a call reads them."""
+        return sum(len(t.raw) + 1 if isinstance(t, Word) else len(t) + 1 for t in self.tokens)
+
+
+@dataclass
+class _Call:
+    """A function being run: where its frames start and the values its ``local`` hides."""
+
+    base: int
+    saved: dict = field(default_factory=dict)  # name -> value before the call (None: unset)
+
+
+@dataclass
+class _List:
+    """An and-or list being read (``a && b || c``, pipelines ``a | b`` within it)."""
+
+    op: str | None = None  # the operator before the next command (None: it starts the list)
+    status: bool | None = True  # the list's exit status so far (None: not known)
+    last: bool | None = True  # whether its last command was run (None: not known)
+    text: str = ""  # the list so far, as written (for notes)
+
+    def gate(self) -> bool | None:
+        """Whether bash runs the next command: True, False, or None when it depends on a status
+        the reader does not know."""
+        if self.op is None:
+            return True
+        if self.op in ("|", "|&"):
+            return self.last
+        if self.status is None:
+            return None
+        return self.status if self.op == "&&" else not self.status
+
+    def add(self, gate: bool | None, status: bool | None, text: str) -> None:
+        """The next command was read under ``gate`` and gave ``status``."""
+        if gate is True:
+            self.status = status
+        elif gate is None:  # run or not: the status is known only where both ways agree
+            self.status = False if self.op == "&&" and status is False else \
+                True if self.op == "||" and status is True else None
+        self.last = gate
+        self.text = f"{self.text} {self.op} {text}" if self.op else text
+        self.op = None
+
+    def reset(self) -> None:
+        self.op, self.status, self.last, self.text = None, True, True, ""
+
+
+def _keywords_only(items: list) -> bool:
+    """Whether ``items`` holds only the reserved words that may open a command (``then``,
+    ``else`` ...): a compound command may start after them."""
+    return all(isinstance(w, Word) and w.literal() in ("then", "do", "else", "{") for w in items)
+
+
+def _raw(items: list) -> str:
+    """A command as written (its words; an array assignment by its name)."""
+    return " ".join(w.raw if isinstance(w, Word) else f"{w[1]}(...)" for w in items)
+
+
+#: One character of a bash pattern: (negated, ranges) — a character c matches when it lies in
+#: a range, unless negated: ``a`` is (False, (("a", "a"),)), ``?`` (True, ()), ``[!0-9]``
+#: (True, (("0", "9"),)); ``*`` is the string "*".
+_Element = tuple[bool, tuple[tuple[str, str], ...]] | str
+
+
+def _glob(text: str, quoted: bool) -> list[_Element] | None:
+    """The elements of a bash pattern's text (``*``, ``?``, ``[abc]``, ``[!a-z]`` unless
+    ``quoted``; other characters stand for themselves); None for a POSIX class ``[[:digit:]]``,
+    which the reader does not read."""
+    out: list[_Element] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        end = text.find("]", i + 2) if c == "[" and not quoted else -1
+        if quoted or c not in "*?[" or (c == "[" and end < 0):
+            out.append((False, ((c, c),)))
+        elif c == "*":
+            out.append("*")
+        elif c == "?":
+            out.append((True, ()))
+        else:
+            body = text[i + 1:end]
+            if "[:" in body:
+                return None
+            negate = body[:1] in ("!", "^")
+            body = body[1:] if negate else body
+            ranges, k = [], 0
+            while k < len(body):
+                if k + 2 < len(body) and body[k + 1] == "-":
+                    ranges.append((body[k], body[k + 2]))
+                    k += 3
+                else:
+                    ranges.append((body[k], body[k]))
+                    k += 1
+            out.append((negate, tuple(ranges)))
+            i = end
+        i += 1
+    return out
+
+
+def _wildcard(pattern: list[_Element], value: str) -> bool:
+    """Whether ``value`` matches ``pattern`` (:func:`_glob`) whole: the two-pointer match,
+    going back only to the last ``*``, in O(len(pattern) * len(value)) steps for any input."""
+    p = v = 0
+    star, mark = -1, 0
+    while v < len(value):
+        e = pattern[p] if p < len(pattern) else None
+        if e == "*":
+            star, mark = p, v
+            p += 1
+        elif e is not None and any(lo <= value[v] <= hi for lo, hi in e[1]) != e[0]:
+            p, v = p + 1, v + 1
+        elif star >= 0:
+            p, mark = star + 1, mark + 1
+            v = mark
+        else:
+            return False
+    return all(e == "*" for e in pattern[p:])
+
+
 class _Reader:
     def __init__(self, source: str, variables: dict[str, str], positional: list[str | None]):
         self.source = source
@@ -192,7 +364,10 @@ class _Reader:
         self.given = set(variables)
         self.positional = list(positional)
         self.shell = Shell(variables=self.env)
-        self.frames: list[list] = []  # [state True/False/None, a branch taken, any unknown]
+        self.frames: list[_Frame] = []  # the open if, case and { } groups
+        self.functions: dict[str, _Definition] = {}
+        self.body: _Definition | None = None  # a function being defined
+        self.calls: list[_Call] = []  # the functions being run
         self.total = [MAX_LAUNCH_BYTES]
         self.budget = _Budget(self.total)
 
@@ -253,6 +428,8 @@ class _Reader:
         if op is None:
             if value is None and name in ("@", "*"):
                 return []
+            if value is None and name.isdigit() and self.calls:
+                return ""  # a function's parameter beyond those its call gives: unset
             return value
         empty = value is None or (op.startswith(":") and value in ("", []))
         kind = op[-1]
@@ -355,12 +532,25 @@ class _Reader:
     def statement(self, text: str, prefix: list[str] | None = None, depth: int = 0) -> None:
         if depth > MAX_NESTING:
             raise _Unbounded(f"eval or bash -c nested more than {MAX_NESTING} deep")
-        tokens = lex(text)
+        self._tokens(lex(text), prefix, depth)
+
+    def _tokens(self, tokens: list, prefix: list[str] | None, depth: int) -> None:
+        """Read one statement's words and operators: its and-or lists (``a && b || c``), case
+        patterns, function definitions, and the simple commands between them."""
         command: list = []
         condition = False
+        chain = _List()
         i = 0
         while i < len(tokens):
             tok = tokens[i]
+            if self.body is not None:  # inside a function's definition: kept, not read
+                i = self._collect(tokens, i)
+                continue
+            if not condition and _keywords_only(command):
+                j = self._compound(tokens, i, command, chain, prefix, depth)
+                if j is not None:
+                    command, i = [], j
+                    continue
             if isinstance(tok, Word):
                 lit = tok.literal()
                 if lit is not None and command == [] and lit in ("if", "elif", "while", "until"):
@@ -377,39 +567,288 @@ class _Reader:
             elif tok in REDIRECTIONS:
                 i += 1  # the redirection's target
             elif tok in SEPARATORS and not (condition and tok in ("&&", "||", "|")):
-                self.command(command, prefix, depth)
+                self._list_item(command, chain, prefix, depth)
                 command, condition = [], False
+                self._separator(tok, tokens[i + 1] if i + 1 < len(tokens) else None, chain)
             elif condition and tok in ("&&", "||"):
                 command.append(tok)
             i += 1
-        self.command(command, prefix, depth)
+        self._list_item(command, chain, prefix, depth)
+        if self.body is not None and self.body.depth:
+            self.body.tokens.append(";")  # the end of a line ends the body's command
+            self.body.start = True
+
+    def _separator(self, tok: str, following: Word | str | None, chain: _List) -> None:
+        """After a command: the and-or list goes on (``&&``, ``||``, ``|``) or ends; ``;;``
+        ends a case branch (``;&`` and ``;;&``, which fall through, are refused)."""
+        case = self.frames[-1] if self.frames and self.frames[-1].kind == "case" else None
+        if case is not None and tok in (";", ";;") and following == "&":
+            raise _Refused(f"the case fall-through {tok}& is not read (vtrain reads a case "
+                           "whose branches end with ;;)")
+        if tok in ("&&", "||", "|", "|&"):
+            chain.op = tok
+            return
+        chain.reset()
+        if tok == ";;" and case is not None:
+            case.state, case.pattern = False, True
+
+    def _compound(self, tokens: list, i: int, keywords: list, chain: _List,
+                  prefix: list[str] | None, depth: int) -> int | None:
+        """At the start of a command: a case pattern, ``esac``, ``case WORD in`` or a function
+        definition, read up to the index returned; None when ``tokens[i]`` starts none."""
+        tok = tokens[i]
+        lit = tok.literal() if isinstance(tok, Word) else None
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+        case = self.frames[-1] if self.frames and self.frames[-1].kind == "case" else None
+        if lit == "esac" and case is not None:
+            self._list_item(keywords, chain, prefix, depth)
+            self.frames.pop()
+            return i + 1
+        if case is not None and case.pattern and not keywords and \
+                (isinstance(tok, Word) or tok == "("):
+            return self._pattern(tokens, i, case)
+        if lit == "case" or lit == "function" or (
+                lit is not None and NAME.fullmatch(lit) and nxt == "("
+                and tokens[i + 2:i + 3] == [")"]):
+            if chain.op is not None:
+                raise _Refused(f"a {'case' if lit == 'case' else 'function definition'} after "
+                               f"{chain.op} is not read")
+            self._list_item(keywords, chain, prefix, depth)  # then, else, {
+            return self._case(tokens, i) if lit == "case" else self._define(tokens, i)
+        return None
+
+    # ---- case
+    def _case(self, tokens: list, i: int) -> int:
+        """``case WORD in``: a frame whose branches :meth:`_pattern` chooses."""
+        word = tokens[i + 1] if i + 1 < len(tokens) else None
+        if not isinstance(word, Word) or i + 2 >= len(tokens) or \
+                not isinstance(tokens[i + 2], Word) or tokens[i + 2].literal() != "in":
+            raise _Refused("a case is read only as 'case WORD in' on one line")
+        value: str | None = None
+        if self._active():
+            fields, missing = self._expand_parts(word.parts, split=False)
+            value = None if missing else "".join(fields)
+            if value is None:
+                name = missing_variable(word.raw)
+                give = f" (--var {name}=VALUE chooses one)" if name else ""
+                self.shell.notes.append(
+                    f"the case word {word.raw!r} is not known (vtrain runs no shell code): its "
+                    f"branches are read in order{give}")
+        self.frames.append(_Frame("case", False, word=value))
+        return i + 3
+
+    def _pattern(self, tokens: list, i: int, case: _Frame) -> int:
+        """A case branch's patterns ``a|b*)`` (an opening ``(`` allowed): the branch is read
+        when bash takes it (the word known, the first pattern it matches), skipped when bash
+        does not, read and noted when the reader cannot tell."""
+        j = i + 1 if tokens[i] == "(" else i
+        patterns: list[Word] = []
+        while j < len(tokens) and isinstance(tokens[j], Word):
+            patterns.append(tokens[j])
+            j += 1
+            if j < len(tokens) and tokens[j] == "|":
+                j += 1
+            else:
+                break
+        if not patterns or j >= len(tokens) or tokens[j] != ")":
+            raise _Refused("a case pattern is read only as words joined by | and closed by ) "
+                           "on one line")
+        parent = all(f.state is not False for f in self.frames[:-1])
+        if not parent or case.taken:
+            state: bool | None = False
+        elif case.word is None:
+            state = None
+        else:
+            matches = [self._matches(case.word, p) for p in patterns]
+            state = True if True in matches else (None if None in matches else False)
+            if state is None:
+                self.shell.notes.append(
+                    f"the case pattern {' | '.join(p.raw for p in patterns)!r} is not known "
+                    "(vtrain runs no shell code): its branch is read")
+        case.state, case.pattern = state, False
+        case.taken |= state is True
+        return j + 1
+
+    def _matches(self, value: str, pattern: Word) -> bool | None:
+        """Whether ``value`` matches the bash pattern ``pattern`` (``*``, ``?``, ``[...]``
+        where unquoted), None when the pattern holds an unknown value or a POSIX class."""
+        elements: list[_Element] = []
+        for part in pattern.parts:
+            if part.kind == "lit":
+                text = part.text
+            else:
+                fields, missing = self._expand_parts([part], split=False)
+                if missing:
+                    return None
+                text = "".join(fields)
+            more = _glob(text, part.quoted)
+            if more is None:
+                return None
+            elements += more
+        return _wildcard(elements, value)
+
+    # ---- functions
+    def _define(self, tokens: list, i: int) -> int:
+        """``NAME() {``, ``function NAME {``, ``function NAME() {``: the body is kept (not read)
+        until a call runs it."""
+        if tokens[i].literal() == "function":
+            name = tokens[i + 1].literal() if i + 1 < len(tokens) and \
+                isinstance(tokens[i + 1], Word) else None
+            if name is None or not NAME.fullmatch(name):
+                raise _Refused("a function is read only as 'function NAME {' or 'NAME() {'")
+            i += 2
+            if tokens[i:i + 2] == ["(", ")"]:
+                i += 2
+        else:
+            name = tokens[i].literal()
+            i += 3
+        self.body = _Definition(name, self._active())
+        return i
+
+    def _collect(self, tokens: list, i: int) -> int:
+        """One more token of a function's body: kept until the ``}`` that closes it."""
+        body, tok = self.body, tokens[i]
+        lit = tok.literal() if isinstance(tok, Word) else None
+        if not body.depth:
+            if lit != "{":
+                raise _Refused(f"function {body.name}: only a body in {{ ... }} is read")
+            body.depth = 1
+            return i + 1
+        if body.start and lit in ("{", "}"):
+            body.depth += 1 if lit == "{" else -1
+            if not body.depth:
+                if body.active:
+                    self.functions[body.name] = body
+                self.body = None
+                return i + 1
+        body.tokens.append(tok)
+        body.start = lit in ("then", "do", "else", "{", "!", "time") or (
+            isinstance(tok, str) and tok not in REDIRECTIONS)
+        return i + 1
+
+    def _call(self, name: str, args: list[str], depth: int) -> None:
+        """Run a defined function's body with ``args`` as ``$1 $2 ...``; its ``local``
+        variables are put back after it."""
+        if depth >= MAX_NESTING:
+            raise _Unbounded(f"function calls nested more than {MAX_NESTING} deep")
+        body = self.functions[name]
+        self.total[0] -= body.size()
+        if self.total[0] < 0:
+            raise _Unbounded(f"function calls read more than {MAX_LAUNCH_BYTES // 2**20} MiB of "
+                             "script, more than a launch can mean")
+        positional, base = self.positional, len(self.frames)
+        self.positional = list(args)
+        self.calls.append(_Call(base))
+        try:
+            self._tokens(body.tokens, None, depth + 1)
+        except _Return:
+            pass
+        finally:
+            del self.frames[base:]
+            self.positional = positional
+            for var, old in self.calls.pop().saved.items():
+                if old is None:
+                    self.env.pop(var, None)
+                else:
+                    self.env[var] = old
+
+    # ---- and-or lists
+    def _list_item(self, items: list, chain: _List, prefix: list[str] | None,
+                   depth: int) -> None:
+        """Read one command of an and-or list: run when bash runs it (the list's status so far
+        known), skipped when bash skips it, read and noted when the status is not known and the
+        command changes what the reader knows."""
+        if not items:
+            return
+        gate = chain.gate()
+        text = _raw(items)
+        shown = "{ ... }" if isinstance(items[0], Word) and items[0].literal() == "{" else text
+        note = None if gate is not None else (
+            f"the status of {chain.text[:60]!r} is not known (vtrain runs no shell code): "
+            f"{shown[:60]!r} after {chain.op} is read")
+        chain.add(gate, self.command(items, prefix, depth, gate, note), text)
+
+    def _effects(self) -> tuple:
+        return dict(self.env), list(self.positional), len(self.shell.commands)
+
+    def _changed(self, before: tuple) -> bool:
+        """Whether a variable, a positional parameter or a command of consequence was read
+        since ``before`` (:meth:`_effects`)."""
+        env, positional, num_commands = before
+        return env != self.env or positional != self.positional or any(
+            words[0].rsplit("/", 1)[-1] not in _NO_CONSEQUENCE
+            for words in self.shell.commands[num_commands:])
 
     def _active(self) -> bool:
-        return all(f[0] is not False for f in self.frames)
+        return all(f.state is not False for f in self.frames)
 
-    def command(self, items: list, prefix: list[str] | None, depth: int) -> None:
+    def command(self, items: list, prefix: list[str] | None, depth: int,
+                gate: bool | None = True, note: str | None = None) -> bool | None:
+        """Read one simple command after its keywords (``then``, ``{`` ...); its exit status
+        when known. ``gate``: whether its and-or list runs it (None: not known; then ``note``
+        is made when the command, or the ``{ ... }`` group it opens, changes what the reader
+        knows)."""
+        negate = False
         while items and isinstance(items[0], Word):
             kw = items[0].literal()
-            if kw in ("then", "do", "{", "}", "!", "time", "nohup", "exec", "command", "builtin",
-                      "done", "esac"):
+            if kw == "{":
+                active = self._active()
+                self.frames.append(_Frame("group", gate if active else False, note=note,
+                                          before=self._effects() if note and active else None))
+                gate, note = True, None
                 items = items[1:]
+            elif kw == "}":
+                self._close_group()
+                items = items[1:]
+            elif kw in ("then", "do", "time", "nohup", "exec", "command", "builtin", "done",
+                        "esac"):
+                items = items[1:]
+            elif kw == "!":
+                negate, items = not negate, items[1:]
             elif kw in ("if", "elif"):
+                if gate is not True:
+                    raise _Refused("an if after && or || is not read")
                 self._branch(kw, items[1:])
-                return
+                return None
             elif kw in ("else", "fi"):
                 self._branch(kw, [])
                 items = items[1:]
             else:
                 break
-        if not items or not self._active():
+        if not items or gate is False or not self._active():
+            return None
+        before = self._effects() if note else None
+        status = self._simple(items, prefix, depth)
+        if before is not None and self._changed(before):
+            self.shell.notes.append(note)
+        return None if status is None else status != negate
+
+    def _close_group(self) -> None:
+        """``}``: the group ends; one read without knowing whether bash runs it is noted when
+        it changed what the reader knows."""
+        if not self.frames or self.frames[-1].kind != "group":
             return
+        frame = self.frames.pop()
+        if frame.before is not None and self._changed(frame.before):
+            self.shell.notes.append(frame.note)
+
+    def _simple(self, items: list, prefix: list[str] | None, depth: int) -> bool | None:
+        """A simple command's assignments and words; its exit status when known (a test of
+        known values, an assignment without a command substitution)."""
+        lit = items[0].literal() if isinstance(items[0], Word) else None
+        if lit in ("[", "[[", "test", "true", "false", ":"):
+            status = self._test([w for w in items if isinstance(w, Word)])
+        else:
+            status = None
         # assignments, and the declarations that make them
-        declare = False
+        declare = None
+        substituted = False
         while items:
             item = items[0]
             if isinstance(item, tuple):
                 _, lit, elements = item
                 m = ASSIGNMENT.fullmatch(lit)
+                self._local(declare, m.group("name"))
                 values, _ = self.words(elements)  # an unknown element stays as written
                 old = self.env.get(m.group("name"))
                 if m.group("op") == "+=" and not isinstance(old, _Unknown) and old is not None:
@@ -422,40 +861,64 @@ class _Reader:
             m = ASSIGNMENT.match(first.text) if first and first.kind == "lit" and \
                 not first.quoted else None
             if m:
-                value_parts = [Part("lit", first.text[m.end():], False)] + item.parts[1:]
-                fields, missing = self._expand_parts(value_parts, split=False)
-                name = m.group("name")
-                value = "".join(fields)
-                old = self.env.get(name)
-                if m.group("op") == "+=" and isinstance(old, str):
-                    value = old + value
-                if missing:
-                    if name in self.given:  # the caller's value stays
-                        pass
-                    elif _words_around_references(value, missing):
-                        # a string of several words (DISTRIBUTED_ARGS="... --master_addr
-                        # $MASTER_ADDR"): bash puts the value in place; the other words stay
-                        # known and the reference stays as written, named where needed
-                        self.env[name] = value
-                    else:
-                        self.env[name] = _Unknown(missing[0])
-                elif m.group("op") == "+=" and isinstance(old, list):
-                    self.env[name] = old + [value]
-                else:
-                    self.env[name] = value
+                self._local(declare, m.group("name"))
+                substituted |= any(p.kind == "cmd" for p in item.parts)
+                self._assign(m, first, item)
                 items = items[1:]
                 continue
             if lit in ("export", "declare", "typeset", "local", "readonly") or \
                     (declare and lit is not None and lit.startswith("-")):
-                declare = True
+                declare = declare or lit
+                items = items[1:]
+                continue
+            if declare and lit is not None and NAME.fullmatch(lit):
+                if self._local(declare, lit):
+                    self.env.pop(lit, None)  # ``local X``: X unset inside the function
                 items = items[1:]
                 continue
             break
         if declare or not items:
-            return
+            return None if substituted else True
         words, _ = self.words([w for w in items if isinstance(w, Word)])
-        if not words:
-            return
+        if words:
+            self._run(words, prefix, depth)
+        return status
+
+    def _local(self, declare: str | None, name: str) -> bool:
+        """Inside a function, ``local NAME`` (``declare``, ``typeset``): keep NAME's value to
+        put back after the call. Whether NAME is local."""
+        if not self.calls or declare not in ("local", "declare", "typeset"):
+            return False
+        self.calls[-1].saved.setdefault(name, self.env.get(name))
+        return True
+
+    def _assign(self, m: re.Match, first: Part, item: Word) -> None:
+        """``NAME=value`` / ``NAME+=value`` (``m`` the match of ``NAME=`` in ``first``)."""
+        value_parts = [Part("lit", first.text[m.end():], False)] + item.parts[1:]
+        fields, missing = self._expand_parts(value_parts, split=False)
+        name = m.group("name")
+        value = "".join(fields)
+        old = self.env.get(name)
+        if m.group("op") == "+=" and isinstance(old, str):
+            value = old + value
+        if missing:
+            if name in self.given:  # the caller's value stays
+                pass
+            elif _words_around_references(value, missing):
+                # a string of several words (DISTRIBUTED_ARGS="... --master_addr
+                # $MASTER_ADDR"): bash puts the value in place; the other words stay
+                # known and the reference stays as written, named where needed
+                self.env[name] = value
+            else:
+                self.env[name] = _Unknown(missing[0])
+        elif m.group("op") == "+=" and isinstance(old, list):
+            self.env[name] = old + [value]
+        else:
+            self.env[name] = value
+
+    def _run(self, words: list[str], prefix: list[str] | None, depth: int) -> None:
+        """A command's expanded words: a builtin the reader follows, a function's body, or a
+        command recorded in :attr:`Shell.commands`."""
         head = words[0].rsplit("/", 1)[-1]
         if head == "unset":
             for name in words[1:]:
@@ -465,12 +928,18 @@ class _Reader:
             k = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
             self.positional = self.positional[k:]
             return
+        if head == "return" and self.calls and \
+                all(f.state is True for f in self.frames[self.calls[-1].base:]):
+            raise _Return
         if head in ("source", "."):
             self.shell.notes.append(f"{' '.join(words[:2])}: another file is not read (its "
                                     "variables can be given with --var NAME=VALUE)")
             return
         if head == "eval":
             self.statement(" ".join(words[1:]), prefix, depth + 1)
+            return
+        if words[0] in self.functions and not prefix:
+            self._call(words[0], words[1:], depth)
             return
         if head == "env":
             k = 1
@@ -488,22 +957,22 @@ class _Reader:
     def _branch(self, kw: str, condition: list) -> None:
         if kw == "if":
             state = self._condition(condition) if self._active() else False
-            self.frames.append([state, state is True, state is None])
-        elif not self.frames:
+            self.frames.append(_Frame("if", state, taken=state is True, unknown=state is None))
+        elif not self.frames or self.frames[-1].kind != "if":
             return
         elif kw == "fi":
             self.frames.pop()
         else:
             frame = self.frames[-1]
-            parent = all(f[0] is not False for f in self.frames[:-1])
-            if not parent or frame[1]:
-                frame[0] = False
+            parent = all(f.state is not False for f in self.frames[:-1])
+            if not parent or frame.taken:
+                frame.state = False
             elif kw == "else":
-                frame[0] = None if frame[2] else True
+                frame.state = None if frame.unknown else True
             else:
-                frame[0] = self._condition(condition)
-                frame[1] |= frame[0] is True
-                frame[2] |= frame[0] is None
+                frame.state = self._condition(condition)
+                frame.taken |= frame.state is True
+                frame.unknown |= frame.state is None
 
     def _condition(self, items: list) -> bool | None:
         """True/False for tests of known strings and integers, None when it needs the machine
@@ -612,9 +1081,14 @@ def read_shell(text: str, source: str = "script", variables: dict[str, str] | No
         reader.budget = _Budget(reader.total)
         try:
             reader.statement(stmt)
-        except _Unbounded as exc:
+        except (_Unbounded, _Refused) as exc:
             raise ShellError(f"{source}: statement {head(stmt)}: {exc}") from None
         except ShellError as exc:
             raise ShellError(f"{source}: cannot split {head(stmt)} into shell words: {exc}"
                              ) from None
+    if reader.body is not None:
+        raise ShellError(f"{source}: function {reader.body.name}: its body has no closing '}}' "
+                         "(bash refuses the script)")
+    if any(f.kind == "case" for f in reader.frames):
+        raise ShellError(f"{source}: a case has no closing 'esac' (bash refuses the script)")
     return reader.shell

@@ -225,10 +225,10 @@ def lex(text: str, spaces_literal: bool = False) -> list[Word | str]:
     i, n = 0, len(text)
     start = 0
 
-    def add(part: Part) -> None:
+    def add(part: Part, at: int | None = None) -> None:
         nonlocal parts, start
-        if parts is None:
-            parts, start = [], i
+        if parts is None:  # the word starts here (at ``at`` for an expansion read already)
+            parts, start = [], i if at is None else at
         if part.kind == "lit" and parts and parts[-1].kind == "lit" and \
                 parts[-1].quoted == part.quoted:
             parts[-1] = Part("lit", parts[-1].text + part.text, part.quoted)
@@ -285,11 +285,13 @@ def lex(text: str, spaces_literal: bool = False) -> list[Word | str]:
                     add(Part("lit", c, True))
                     i += 1
         elif c == "$":
-            part, i = _dollar(text, i, False)
-            add(part)
+            part, j = _dollar(text, i, False)
+            add(part, i)
+            i = j
         elif c == "`":
-            part, i = _backtick(text, i, False)
-            add(part)
+            part, j = _backtick(text, i, False)
+            add(part, i)
+            i = j
         elif c in ";&|()<>" and not spaces_literal:
             if c in "<>" and parts is not None and Word(parts).literal() is not None and \
                     (Word(parts).literal() or "x").isdigit():

@@ -1,0 +1,219 @@
+"""The launch-script reader's compound commands: ``case``, functions and ``&&``/``||`` lists.
+
+Where the words are known the reader takes what bash takes (checked against bash itself);
+where they are not, what it reads is noted or the script is refused, never a branch picked in
+silence.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import shutil
+import subprocess
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.io.megatron.arguments import MegatronArgsError
+from core.io.megatron.launch import read_launch
+from core.io.megatron.to_session import session_from_launch
+from core.io.shell_reader import read_shell
+from core.io.shell_words import ShellError
+from tests.test_hardening import cli
+
+BASH = shutil.which("bash")
+
+CASE_SCRIPT = """#!/bin/bash
+MODEL_SIZE=${MODEL_SIZE:-8B}
+case "$MODEL_SIZE" in
+    8B)
+        NUM_LAYERS=32
+        HIDDEN=4096
+        ;;
+    70B)
+        NUM_LAYERS=80
+        HIDDEN=8192
+        ;;
+    *)
+        echo "unknown"; exit 1
+        ;;
+esac
+torchrun --nproc_per_node 8 --nnodes 1 pretrain_gpt.py --num-layers $NUM_LAYERS --hidden-size \
+$HIDDEN --num-attention-heads 64 --seq-length 4096 --micro-batch-size 1 --vocab-size 32000 --bf16
+"""
+
+TORCHRUN = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 "
+            "--num-attention-heads 4 --seq-length 128 --micro-batch-size 1 --vocab-size 1000 "
+            "--tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP")
+
+
+def _arg(launch, flag: str) -> str:
+    return launch.arguments[launch.arguments.index(flag) + 1]
+
+
+# --------------------------------------------------------------------------- case
+
+def test_the_testers_case_script_takes_the_branch_bash_takes(tmp_path):
+    path = tmp_path / "case.sh"
+    path.write_text(CASE_SCRIPT)
+    out = tmp_path / "s.json"
+    for extra, layers, hidden in (((), 32, 4096), (("--var", "MODEL_SIZE=70B"), 80, 8192)):
+        proc = cli("import", "megatron-args", str(path), "--out", str(out), "--json",
+                   "--gpu", "H100-SXM5-80GB", *extra)
+        assert proc.returncode == 0, proc.stderr
+        doc = json.loads(proc.stdout)
+        model = doc["session"]["model"]
+        assert (model["num_layers"], model["hidden_size"]) == (layers, hidden)
+        assert doc["reader"] == []
+
+
+def test_a_case_no_branch_matches_sets_nothing():
+    # the * branch sets neither: the value a launch needs is named, not taken from a branch
+    with pytest.raises(MegatronArgsError, match="NUM_LAYERS"):
+        session_from_launch(read_launch(CASE_SCRIPT, "case.sh", {"MODEL_SIZE": "13B"}))
+
+
+@pytest.mark.parametrize("size, want", [("8B", "1"), ("70B", "2"), ("70b", "2"), ("13B", "4"),
+                                        ("1.5B", "3"), ("x", "3")])
+def test_one_line_branches_alternatives_globs_and_the_default(size, want):
+    text = ('case $S in (8B) X=1 ;; "70B"|70b) X=2;; 1[0-9]B|1?9B) X=4 ;;\n'
+            '  *) X=3 ;; esac\n')
+    assert read_shell(text, variables={"S": size}).variables["X"] == want
+
+
+def test_a_case_inside_a_branch_bash_skips_is_skipped_and_nested_ifs_are_read():
+    text = ("A=a\nif [ $A = b ]; then\ncase $A in\n a) X=1;;\nesac\nfi\n"
+            "case $A in\n a) if [ $A = a ]; then Y=1; else Y=2; fi;;\n *) Y=3\nesac\n")
+    env = read_shell(text).variables
+    assert "X" not in env and env["Y"] == "1"
+
+
+def test_a_case_on_an_unknown_word_is_read_in_order_and_noted():
+    text = "S=$(cat size)\ncase $S in\n 8B) X=1 ;;\n 70B) X=2 ;;\nesac\n"
+    shell = read_shell(text)
+    assert shell.variables["X"] == "2"  # as an undecided if: every branch read, in order
+    assert len(shell.notes) == 1 and "--var S=" in shell.notes[0]
+    launch = read_launch(CASE_SCRIPT.replace("${MODEL_SIZE:-8B}", "$(cat size)"), "c.sh")
+    assert len(launch.notes) == 1 and "MODEL_SIZE" in launch.notes[0]
+
+
+@pytest.mark.parametrize("text", [
+    "case a in\n a) X=1;&\n *) X=2;;\nesac\n",  # fall-through
+    "case a in\n a) X=1;;&\n *) X=2;;\nesac\n",
+    "case a in\n a) X=1;;\n",  # no esac
+    "case a\nin a) X=1;;\nesac\n",  # 'in' on another line
+    "case a in\n a\n) X=1;;\nesac\n",  # a pattern over two lines
+    "true && case a in a) X=1;; esac\n",
+])
+def test_case_forms_the_reader_does_not_read_are_refused(text):
+    with pytest.raises(ShellError, match="script: .*case"):
+        read_shell(text)
+
+
+# --------------------------------------------------------------------------- functions
+
+def test_a_function_never_called_changes_nothing():
+    text = ("TP=2\nset_tp() { TP=8; }\nfunction launch {\n  torchrun pretrain_gpt.py "
+            "--num-layers 99\n}\n" + TORCHRUN + "\n")
+    launch = read_launch(text, "f.sh", {"PP": "1"})
+    assert _arg(launch, "--tensor-model-parallel-size") == "2"
+    assert _arg(launch, "--num-layers") == "2" and launch.notes == []
+    with pytest.raises(MegatronArgsError, match="no Megatron-LM arguments"):
+        read_launch("run() {\n  " + TORCHRUN + "\n}\n", "f.sh")
+
+
+def test_a_called_function_runs_its_body_with_its_arguments():
+    text = ("Y=1\nset_parallel() {\n  local Y=$2\n  TP=$1\n  PP=$Y\n  if [ -z \"$3\" ]; then\n"
+            "    return\n  fi\n  TP=99\n}\nset_parallel 4 2\nrun() { " + TORCHRUN + "; }\nrun\n")
+    shell = read_shell(text)
+    assert (shell.variables["TP"], shell.variables["PP"], shell.variables["Y"]) == ("4", "2", "1")
+    assert shell.commands[-1][-4:] == ["--tensor-model-parallel-size", "4",
+                                       "--pipeline-model-parallel-size", "2"]
+    assert shell.notes == []
+
+
+def test_a_function_defined_in_a_branch_bash_skips_is_not_defined():
+    shell = read_shell("if false; then\n  f() { X=1; }\nfi\nf\n")
+    assert "X" not in shell.variables
+
+
+@pytest.mark.parametrize("text", ["f() {\n  X=1\n", "f() ( X=1 )\n", "f() { f; }\nf\n"])
+def test_function_forms_the_reader_does_not_read_are_refused(text):
+    with pytest.raises(ShellError, match="script: .*function"):
+        read_shell(text)
+
+
+# --------------------------------------------------------------------------- && and ||
+
+@pytest.mark.parametrize("values, tp, pp", [({"TP": "4", "PP": "3"}, "4", "3"),
+                                           ({"TP": "", "PP": ""}, "2", "1")])
+def test_and_or_lists_assign_only_where_bash_does(values, tp, pp):
+    text = '[ -z "$TP" ] && TP=2\n[ -n "$PP" ] || PP=1\n' + TORCHRUN + "\n"
+    launch = read_launch(text, "x.sh", values)
+    assert _arg(launch, "--tensor-model-parallel-size") == tp
+    assert _arg(launch, "--pipeline-model-parallel-size") == pp
+    assert launch.notes == []
+
+
+def test_an_unknown_status_is_read_and_noted():
+    shell = read_shell('[ -z "$TP" ] && TP=2\nN=$(nproc) || N=8\n')
+    assert (shell.variables["TP"], shell.variables["N"]) == ("2", "8")
+    assert len(shell.notes) == 2 and "TP" in shell.notes[0] and "nproc" in shell.notes[1]
+    # a guard that only stops the script changes nothing the launch is read from: no note
+    assert read_shell('mkdir -p "$DIR" || { echo no; exit 1; }\n').notes == []
+    # a group is noted once, where it changed something
+    shell = read_shell('[ -z "$X" ] && {\n  TP=2\n  PP=2\n}\n')
+    assert (shell.variables["TP"], shell.variables["PP"]) == ("2", "2") and len(shell.notes) == 1
+
+
+def test_groups_follow_their_list():
+    text = ('TP=4\n[ -z "$TP" ] && { TP=2; PP=2; }\n[ "$TP" -eq 4 ] && {\n  PP=1\n}\n'
+            '[ $TP = 4 ] || PP=9\n')
+    env = read_shell(text).variables
+    assert (env["TP"], env["PP"]) == ("4", "1")
+
+
+# --------------------------------------------------------------------------- against bash
+
+BASH_CASES = [
+    'S=70B\ncase "$S" in\n 8B)\n  T=1\n  ;;\n 70B|405B)\n  T=8\n  ;;\n *)\n  T=0\n  ;;\nesac',
+    "S=a.b\ncase $S in a\\*) T=1;; a?b) T=2;; *) T=3;; esac",
+    "S=q\ncase $S in [!a-p]) T=1;; *) T=2;; esac",
+    "P=7\ncase $P in $P) T=same;; esac",
+    "T=1\nf() { T=$((T * $1)); }\nf 3\nf 5",
+    "T=1\ng() {\n  local T=5\n  U=$T\n}\ng",
+    'T=\n[ -z "$T" ] && T=2 || T=3\n[ "$T" = 2 ] || T=4\nU=1; false && U=2 || U=3',
+    "T=1\n[ $T -gt 0 ] && { T=2; U=1; }\n[ $T -lt 0 ] || {\n  U=$((U + 1))\n}",
+    "T=1\nh() {\n  if [ $T -eq 1 ]; then\n    return\n  fi\n  T=9\n}\nh\nU=x",
+]
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+@pytest.mark.parametrize("text", BASH_CASES)
+def test_known_values_give_what_bash_gives(text):
+    script = text + '\necho "T=${T-unset} U=${U-unset}"\n'
+    proc = subprocess.run([BASH, "-c", script], capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 0, proc.stderr
+    shell = read_shell(text + "\n")
+    got = " ".join(f"{v}={shell.variables.get(v, 'unset')}" for v in ("T", "U"))
+    assert got == proc.stdout.strip() and shell.notes == []
+
+
+def _case_matches(value: str, pattern: str) -> bool:
+    return "X" in read_shell(f"case '{value}' in {pattern}) X=1;; esac\n").variables
+
+
+@settings(max_examples=300, deadline=None)
+@given(pattern=st.text("ab-*?[]!", min_size=1, max_size=10), value=st.text("ab-]!", max_size=8))
+def test_patterns_match_as_fnmatch_does(pattern, value):
+    # fnmatch reads * ? [...] [!...] as bash does (bash's ^ negation aside, not drawn here)
+    assert _case_matches(value, pattern) is fnmatch.fnmatchcase(value, pattern)
+
+
+def test_a_pattern_of_many_stars_is_matched_in_linear_steps():
+    start = time.perf_counter()
+    assert not _case_matches("a" * 20_000, "*a" * 40 + "b")
+    assert time.perf_counter() - start < 2
