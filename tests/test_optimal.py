@@ -230,3 +230,15 @@ def test_the_table_gives_each_plans_memory_and_marks_a_tight_one():
     row = {"max_memory_per_gpu_bytes": 81.7 * 2 ** 30, "memory_verdict": "tight"}
     assert _memory_cell(row) == "[yellow]81.7~[/]"
     assert _memory_cell({**row, "memory_verdict": "fits"}) == "81.7"
+
+
+def test_candidates_run_the_sessions_attention_kernel():
+    """The candidates are GPT shapes, but the attention kernel is how the session trains: a
+    FlashAttention session's candidates are timed with FlashAttention (they ran unfused, 2.4x
+    slower at s = 8192), an unfused session's unfused."""
+    from core.studies.optimal import _candidate_models
+    m = MODEL_PRESETS["Llama 3 70B"]
+    for kernel in ("flash", "unfused"):
+        models = _candidate_models(dataclasses.replace(m, attention_kernel=kernel), 70e9, 3, 4.0)
+        assert len(models) == 3 and {x.attention_kernel for x in models} == {kernel}
+        assert {x.activation for x in models} == {gpt_shape(1e9).activation}  # still GPT shapes

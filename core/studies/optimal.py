@@ -259,14 +259,17 @@ def _check_budget(num_gpus: int, days: float, assumed_mfu: float, num_candidates
 
 def _candidate_models(m: ModelConfig, n_rule: float, num_candidates: int, spread: float
                       ) -> list[ModelConfig]:
-    """GPT shapes (:func:`gpt_shape`, at ``m``'s sequence length, vocabulary and its padding) of
-    ``num_candidates`` sizes geometric from ``n_rule / sqrt(spread)`` to ``n_rule * sqrt(spread)``
-    parameters; neighbouring sizes that round to one shape are kept once."""
+    """GPT shapes (:func:`gpt_shape`, at ``m``'s sequence length, vocabulary and its padding,
+    run with ``m``'s attention kernel: the kernel is how the session trains, not the model's
+    shape) of ``num_candidates`` sizes geometric from ``n_rule / sqrt(spread)`` to
+    ``n_rule * sqrt(spread)`` parameters; neighbouring sizes that round to one shape are kept
+    once."""
     sizes = n_rule * spread ** np.linspace(-0.5, 0.5, num_candidates)
     models: list[ModelConfig] = []
     for n in sizes:  # neighbouring sizes can round to one shape: keep it once
         shape = dataclasses.replace(gpt_shape(n, m.seq_length, m.vocab_size),
-                                    make_vocab_size_divisible_by=m.make_vocab_size_divisible_by)
+                                    make_vocab_size_divisible_by=m.make_vocab_size_divisible_by,
+                                    attention_kernel=m.attention_kernel)
         if not models or (shape.num_layers, shape.hidden_size) != (models[-1].num_layers,
                                                                    models[-1].hidden_size):
             models.append(shape)
