@@ -245,6 +245,7 @@ def apply_sets(session, sets: list[str] | None):
             value = gpu_kind(value)  # other tools' names ("H800", "H100 SXM"), as --gpu reads them
         doc[section][name] = value
         named[f"{section}.{name}"] = f"--set {path.strip()}"
+    _follow_node(session, doc, named)
     try:
         out = Session.from_dict(doc)
     except ConfigError as exc:
@@ -255,6 +256,20 @@ def apply_sets(session, sets: list[str] | None):
                   if session.source else None)
     out.key_names = None  # --set speaks the session's field names
     return out
+
+
+def _follow_node(session, doc: dict, named: dict[str, str]) -> None:
+    """A GPU kind ``--set`` gives while the GPUs per node stay the old kind's NVLink domain
+    (8 on HGX boards) and are not set too takes the new kind's domain (72 for a GB200 NVL72
+    rack), as the editor does; a node size the session set to something else stays."""
+    from core.plan.cluster import GPU_NVLINK_DOMAIN
+    if "cluster.gpu" not in named or "cluster.gpus_per_node" in named:
+        return
+    old, new_gpu = session.cluster, doc["cluster"].get("gpu")
+    new = GPU_NVLINK_DOMAIN.get(new_gpu) if isinstance(new_gpu, str) else None
+    if new is not None and old.gpus_per_node == GPU_NVLINK_DOMAIN.get(old.gpu) \
+            and new != old.gpus_per_node:
+        doc["cluster"]["gpus_per_node"] = new
 
 
 def check_profile_option(path: str, option: str = "--profile", opener=None):
@@ -289,7 +304,15 @@ def session_from_args(args: argparse.Namespace, validate: bool = True,
     if sets:
         from core.plan.rules import check
         before = getattr(session.plan, "num_gpus", None)
+        node = session.cluster.gpus_per_node
         session = apply_sets(session, sets)
+        if session.cluster.gpus_per_node != node and not any(
+                s.split("=", 1)[0].strip() == "cluster.gpus_per_node" for s in sets):
+            from core.util.text import printable
+            print(printable(f"note: --set cluster.gpu={session.cluster.gpu} takes its NVLink "
+                            f"domain as the node: {session.cluster.gpus_per_node} GPUs (was "
+                            f"{node}); --set cluster.gpus_per_node=N for another"),
+                  file=sys.stderr)
         if note_gpu_count:
             _note_gpu_count(before, session.plan, sets)
         if profile:
