@@ -306,6 +306,8 @@ def test_cli_imports_phi4(tmp_path):
                         str(tmp_path / "never.json")], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "hybrid_override_pattern" in r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "never.json").exists()
+    # every model folder holds a config.json: the message names the path given
+    assert f"{path}: hybrid_override_pattern" in r.stderr
 
 
 @pytest.mark.parametrize("key,value", [("num_hidden_layers", 10**12), ("hidden_size", 10**12),

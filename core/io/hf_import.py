@@ -798,4 +798,4 @@ def read_hf_config(path: str | Path, *, seq_length: int | None = None) -> HFImpo
         # the Hugging Face cache's layout, models--ORG--NAME/snapshots/HASH/config.json: the
         # model's name, not the commit hash
         folder = snapshot.parent.parent.name.split("--")[-1]
-    return session_from_hf_config(raw, path.name, seq_length=seq_length, name=folder or None)
+    return session_from_hf_config(raw, str(path), seq_length=seq_length, name=folder or None)
