@@ -168,3 +168,23 @@ def test_a_set_gpu_kind_takes_its_nvlink_domain_as_the_node(capsys, tmp_path):
     assert main(["simulate", str(tmp_path / "n4.json"), "--set", "cluster.gpu=GB200",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["session"]["cluster"]["gpus_per_node"] == 4
+
+
+def test_a_session_files_gpu_alias_names_the_kind_it_means(tmp_path, capsys):
+    """A session file's "H100" or "H100 SXM" (names --gpu and --set read as H100-SXM5-80GB) is
+    refused with the kind it means, not with the list of every kind; a name of no shipped kind
+    keeps the list."""
+    doc = json.loads((EXAMPLES / "gpt3_1.3b_single_node.json").read_text())
+    for name in ("H100", "H100 SXM"):
+        doc["cluster"]["gpu"] = name
+        path = tmp_path / "s.json"
+        path.write_text(json.dumps(doc))
+        assert main(["simulate", str(path)]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"vtrain: error: {path}: cluster.gpu: gpu={name!r} is not a GPU kind of the session "
+            "format; did you mean 'H100-SXM5-80GB' (as --gpu and --set cluster.gpu= read that "
+            "name)?")
+    doc["cluster"]["gpu"] = "V100"
+    path.write_text(json.dumps(doc))
+    assert main(["simulate", str(path)]) == 2
+    assert "gpu='V100' has no shipped profile; choose one of" in capsys.readouterr().err

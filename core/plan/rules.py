@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any, Callable
 
 from core.plan.cluster import (GPU_FP8_DTYPES, GPU_KINDS, GPU_NIC_GBITS_PER_GPU, GPU_NVLINK_DOMAIN,
-                               ClusterConfig)
+                               ClusterConfig, gpu_kind)
 from core.plan.fields import (BOUNDS, NOT_MODELLED, UNEVEN_PIPELINE_SPLIT, ConfigError, FieldError,
                               is_int, section_errors)
 from core.plan.layout import (NotModelledError, PipelineSplitError, layout_chunks,
@@ -82,6 +82,11 @@ def validate(session: Session, *, sections: tuple[str, ...] = ("model", "plan", 
 def _gpu_kind_errors(c: ClusterConfig) -> list[FieldError]:
     """``cluster.gpu`` a shipped GPU kind, unless ``cluster.profile_path`` names a store."""
     if c.gpu not in GPU_KINDS and not c.profile_path:
+        kind = gpu_kind(c.gpu) if isinstance(c.gpu, str) else c.gpu
+        if kind in GPU_KINDS:  # another tool's name (--gpu and --set take it): the file's kind
+            return [FieldError("cluster.gpu", f"gpu={c.gpu!r} is not a GPU kind of the session "
+                               f"format; did you mean {kind!r} (as --gpu and --set cluster.gpu= "
+                               "read that name)?")]
         return [FieldError("cluster.gpu", f"gpu={c.gpu!r} has no shipped profile; "
                            f"choose one of {', '.join(GPU_KINDS)}, or give a profile store of "
                            "it (cluster.profile_path in a session file; --profile STORE.h5 "
