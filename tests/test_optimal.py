@@ -242,3 +242,23 @@ def test_candidates_run_the_sessions_attention_kernel():
         models = _candidate_models(dataclasses.replace(m, attention_kernel=kernel), 70e9, 3, 4.0)
         assert len(models) == 3 and {x.attention_kernel for x in models} == {kernel}
         assert {x.activation for x in models} == {gpt_shape(1e9).activation}  # still GPT shapes
+
+
+def test_a_batch_too_small_for_the_gpus_is_said_and_set_changes_it(capsys):
+    """A global batch below the budget's nodes keeps d below them: every plan of 64 GPUs with
+    B = 4 needs t*p*cp >= 16 (the trial's Llama session had B = 8 on 1,024 GPUs: 2 % MFU with
+    no word why); --set changes the batch as on simulate and sweep."""
+    from core.studies.optimal import small_batch_note
+    from core.io.session import load_any
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    s = load_any(path)  # B = 256 on nodes of 8
+    assert small_batch_note(s, 2048) == "" and small_batch_note(s, 2049) != ""
+    assert main(["optimal", path, "--gpus", "64", "--days", "1", "--candidates", "2",
+                 "--set", "plan.global_batch_size=4", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["warnings"][0] == (
+        "the global batch of 4 sequences allows data parallelism up to 4: every plan of 64 GPUs "
+        "needs t*p*cp >= 16, so the candidates' MFU is that of deep pipelines; --set "
+        "plan.global_batch_size=N for a pretraining batch (GPT-3: 1,536 sequences; Llama 3: "
+        "16 M tokens)")
+    assert all(c["plan"] is None or c["plan"]["data_parallel"] <= 4 for c in doc["candidates"])

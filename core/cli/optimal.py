@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from core.cli.common import check_number, session_from_args, study_progress
+from core.cli.common import SET_HELP, check_number, session_from_args, study_progress
 
 if TYPE_CHECKING:  # rich and numpy (core.studies.optimal) are imported when the command runs
     from core.util.console import Console
@@ -48,6 +48,7 @@ def add_parser(sub: Any) -> None:
                          "and fusions (the study before it searched vtrain sweep's default "
                          "space)")
     op.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
+    op.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
     op.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 

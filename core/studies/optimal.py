@@ -257,6 +257,21 @@ def _check_budget(num_gpus: int, days: float, assumed_mfu: float, num_candidates
         raise ConfigError(errs)
 
 
+def small_batch_note(session: Session, num_gpus: int) -> str:
+    """A warning when ``session``'s global batch keeps the data-parallel size below the number
+    of nodes of ``num_gpus`` GPUs (``B < N / gpus_per_node``): every plan then needs
+    ``t*p*cp >= N / B`` with ``t`` at most a node, so pipelines and context parallelism take
+    what data parallelism would (GPT-3's batch was 1,536 sequences, Llama 3's 16 M tokens); ""
+    otherwise."""
+    B, node = session.plan.global_batch_size, session.cluster.gpus_per_node
+    if B * node >= num_gpus:
+        return ""
+    return (f"the global batch of {B:,} sequences allows data parallelism up to {B:,}: every "
+            f"plan of {num_gpus:,} GPUs needs t*p*cp >= {-(-num_gpus // B):,}, so the candidates' "
+            "MFU is that of deep pipelines; --set plan.global_batch_size=N for a pretraining "
+            "batch (GPT-3: 1,536 sequences; Llama 3: 16 M tokens)")
+
+
 def _candidate_models(m: ModelConfig, n_rule: float, num_candidates: int, spread: float
                       ) -> list[ModelConfig]:
     """GPT shapes (:func:`gpt_shape`, at ``m``'s sequence length, vocabulary and its padding,
@@ -370,6 +385,9 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     rule_index = closest if abs(math.log(params[closest] / n_rule)) <= math.log(2.0) else None
     out = OptimalResult(num_gpus, float(days), float(assumed_mfu), peak, flops, n_rule, d_rule,
                         rule_index, hold_session_values=bool(hold_session_values))
+    note = small_batch_note(session, num_gpus)
+    if note:
+        out.warnings.append(note)
     # vtrain sweep's default space, on exactly the budget's GPUs
     space = dataclasses.replace(SweepSpace.default_for(session), num_gpus=num_gpus, max_gpus=None,
                                 max_data_parallel=None,
