@@ -131,7 +131,7 @@ def test_refused_hf_config_leaves_the_session_untouched(window, tmp_path, review
                   json.dumps({**LLAMA3_8B, "quantization_config": {"quant_method": "gptq"}}))
     assert not window.importer.import_path("hf", path)
     (kind, title, text), = message_boxes.of_kind("critical")
-    assert text == "config.json: quantization_config: quantized weights are not modelled"
+    assert text == f"{path}: quantization_config: quantized weights are not modelled"
     assert not reviews.shown
     assert window.session().to_dict() == before and window.path is None
 
