@@ -317,6 +317,12 @@ def _write(tmp_path, raw, name="gpu.json"):
     ({"tdp_w": 700}, "tdp_w", "unknown field"),
     ({"peak_fraction_fitted": "yes"}, "peak_fraction_fitted", "true or false"),
     ({"efficiencies": {"peak_fraction": 1.2}}, "efficiencies.peak_fraction", "(0, 1]"),
+    # figures in another unit, named by the spec's field and unit (not the store's)
+    ({"peak_tflops": {"bf16": 1.3074e15}}, "peak_tflops.bf16",
+     "1.3074e+15 is above 100,000 TFLOP/s, beyond any GPU: the field is in TFLOP/s"),
+    ({"memory_gib": 192e9}, "memory_gib", "1.92e+11 is above 10,000 GiB, beyond any GPU"),
+    ({"memory_bandwidth_tbytes_per_s": 5300}, "memory_bandwidth_tbytes_per_s",
+     "5300 is above 1,000 TB/s"),
 ])
 def test_spec_errors_name_the_file_field_and_rule(tmp_path, changes, field, rule):
     path = _write(tmp_path, _spec(**changes))
@@ -356,6 +362,24 @@ def test_cli_generates_a_store_from_a_spec_file(tmp_path, capsys):
     s.cluster.gpus_per_node, s.cluster.profile_path = 4, str(out)
     s.plan.data_parallel, s.plan.global_batch_size = 1, 128
     assert simulate(s).report.profile["device"] == "My-GPU"
+
+
+def test_a_spec_without_efficiencies_says_which_defaults_it_takes(tmp_path, capsys):
+    """A spec that gives no efficiencies takes the op model's defaults: generate and `profile
+    show` name each with its value (generate said "assumed efficiencies" and show printed an
+    empty line); one the spec gives is not listed."""
+    from core.store.gpu_spec import assumed_efficiencies
+    spec_path, out = _write(tmp_path, _spec(efficiencies=None)), tmp_path / "my.h5"
+    assert main(["profile", "generate", "--spec", str(spec_path), "--out", str(out)]) == 0
+    listed = ("gemm_efficiency_max 0.8, gemm_half_size 160, memory_efficiency 0.75, "
+              "inter_node_efficiency 1, nvlink_efficiency 0.8")
+    assert f"not in the spec, the op model's defaults: {listed}" in capsys.readouterr().out
+    assert main(["profile", "show", str(out)]) == 0
+    assert ("efficiencies not in the spec, the op model's defaults: "
+            + listed.replace(" 0", "=0").replace(" 1", "=1")) in capsys.readouterr().out
+    values, defaulted = assumed_efficiencies(_spec()["efficiencies"])  # the H100 spec's
+    assert (values["gemm_efficiency_max"], values["gemm_half_size"]) == (0.75, 224)
+    assert defaulted == ["inter_node_efficiency"] and values["inter_node_efficiency"] == 1.0
 
 
 def test_cli_spec_error_exits_2_naming_the_field_without_traceback(tmp_path):

@@ -104,9 +104,13 @@ def _generate(args: argparse.Namespace) -> int:
     peaks = ", ".join(f"{k} {v / 1e12:,.4g}" for k, v in store.peak_flops.items())
     figures = ("reference part's peaks; its share of them, peak_fraction, to be fitted by "
                "vtrain calibrate" if spec.peak_fraction_fitted else "data-sheet figures")
-    print(printable(f"wrote {args.out}: {spec.name}, analytic ({figures}, assumed "
-                    f"efficiencies); peak TFLOP/s {peaks}; NVLink domain "
-                    f"{spec.gpus_per_nvlink_domain} GPUs"))
+    from core.store.gpu_spec import assumed_efficiencies
+    values, defaulted = assumed_efficiencies(spec.efficiencies)
+    assumed = ("assumed efficiencies" if not defaulted else
+               "assumed efficiencies; not in the spec, the op model's defaults: " + ", ".join(
+                   f"{k} {values[k]:g}" for k in defaulted))
+    print(printable(f"wrote {args.out}: {spec.name}, analytic ({figures}, {assumed}); peak "
+                    f"TFLOP/s {peaks}; NVLink domain {spec.gpus_per_nvlink_domain} GPUs"))
     return 0
 
 
@@ -305,6 +309,13 @@ def print_store(store: Any, console: Console, provenance: bool = True) -> None:
     if provenance:
         for line in provenance_lines(store.provenance):
             console.print(f"  {_esc(line)}", highlight=False)
+        if store.provenance.get("method") == "analytic":  # what the spec left to the defaults
+            from core.store.gpu_spec import assumed_efficiencies
+            values, defaulted = assumed_efficiencies(store.provenance.get("efficiencies") or {})
+            if defaulted:
+                console.print("  efficiencies not in the spec, the op model's defaults: "
+                              + ", ".join(f"{k}={values[k]:g}" for k in defaulted),
+                              highlight=False)
         from core.accuracy.shared_fit import parameters_at_bound
         for line in parameters_at_bound(store.provenance):
             console.print(f"  [yellow]at a bound of its fit:[/] {_esc(line)}: a sign of a term the "

@@ -53,6 +53,11 @@ GPU_SPECS_DIR = Path(__file__).resolve().parents[2] / "resources" / "gpu_specs"
 SPEC_SOURCES = ("peak_tflops", "memory", "nvlink", "nic")
 #: Defaults of the spec-only assumptions (the op-model keys default to DEFAULT_OP_MODEL).
 _SPEC_ONLY = {"nvlink_efficiency": 0.8, "collective_latency_s": 2e-6}
+#: Upper bounds of the spec's figures, in the spec's units: far above any GPU (GB300's dense FP4
+#: is 15,000 TFLOP/s, its HBM 288 GB at 8 TB/s, NVLink 5 1,800 GB/s, 800 Gb/s NICs), so a figure
+#: above one is in another unit (FLOP/s for TFLOP/s, bytes for GiB) and is named as such.
+SPEC_LIMITS = {"peak_tflops": 1e5, "memory_gib": 1e4, "memory_bandwidth_tbytes_per_s": 1e3,
+               "nvlink_gbytes_per_s_bidirectional": 1e5, "nic_gbits_per_s": 1e5}
 #: Allowed keys of ``efficiencies``.
 SPEC_EFFICIENCIES = tuple(DEFAULT_OP_MODEL) + tuple(_SPEC_ONLY)
 _FIELDS = ("format", "version", "name", "peak_tflops", "memory_gib", "memory_bandwidth_tbytes_per_s",
@@ -247,6 +252,28 @@ def _check_header(raw: dict[str, Any], bad: Any) -> None:
             bad(k, "missing required field")
 
 
+#: The efficiencies an analytic store assumes that a spec may leave out, said with their
+#: values (:func:`assumed_efficiencies`).
+ASSUMED_EFFICIENCIES = ("gemm_efficiency_max", "gemm_half_size", "memory_efficiency",
+                        "inter_node_efficiency", "nvlink_efficiency")
+
+
+def assumed_efficiencies(given: dict[str, float]) -> tuple[dict[str, float], list[str]]:
+    """``(values, defaulted)``: each of :data:`ASSUMED_EFFICIENCIES` as a spec's
+    ``efficiencies`` (``given``) sets it or, where it does not, the default it takes
+    (:data:`core.model.ops.DEFAULT_OP_MODEL`, ``nvlink_efficiency`` 0.8), and the names of
+    those defaulted, in that order."""
+    defaults = {**DEFAULT_OP_MODEL, **_SPEC_ONLY}
+    values = {k: float(given.get(k, defaults[k])) for k in ASSUMED_EFFICIENCIES}
+    return values, [k for k in ASSUMED_EFFICIENCIES if k not in given]
+
+
+def _beyond(v: float, limit: float, unit: str) -> str:
+    """The message for a figure above its :data:`SPEC_LIMITS` bound: another unit, likely."""
+    return (f"{v:g} is above {limit:,g} {unit}, beyond any GPU: the field is in {unit} (a figure "
+            "in another unit, such as FLOP/s or bytes?)")
+
+
 def _peaks(pt: Any, bad: Any) -> dict[str, float]:
     """``peak_tflops`` (dtype -> TFLOP/s, a non-empty object of positive numbers) as dtype ->
     FLOP/s; the broken entries go to ``bad(field, message)`` and are left out."""
@@ -257,6 +284,8 @@ def _peaks(pt: Any, bad: Any) -> dict[str, float]:
         for dtype, v in pt.items():
             if not _is_number(v) or v <= 0:
                 bad(f"peak_tflops.{dtype}", f"{v!r} must be a positive number (TFLOP/s)")
+            elif v > SPEC_LIMITS["peak_tflops"]:
+                bad(f"peak_tflops.{dtype}", _beyond(v, SPEC_LIMITS["peak_tflops"], "TFLOP/s"))
             else:
                 peaks[str(dtype)] = _decimal(v, 12)
     return peaks
@@ -344,6 +373,8 @@ def gpu_spec_from_dict(raw: Any, where: str = "spec", path: Path | None = None) 
         v = raw[k]
         if not _is_number(v) or v <= 0:
             bad(k, f"{v!r} must be a positive number ({unit})")
+        elif v > SPEC_LIMITS[k]:
+            bad(k, _beyond(v, SPEC_LIMITS[k], unit))
         else:
             numbers[k] = float(v)
     dom = raw["gpus_per_nvlink_domain"]
