@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import math
 import re
@@ -49,7 +50,8 @@ from core.io.megatron.model_arguments import (ATTENTION_BACKENDS, DEFAULT_ATTENT
 from core.io.session import SessionFileError, session_from_document
 from core.model.counts import num_parameters
 from core.plan.presets import GPT_FAMILY
-from core.plan.cluster import GPU_NVLINK_DOMAIN, ClusterConfig, CostConfig
+from core.plan.cluster import (GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, CostConfig, gpu_kind,
+                               node_network_gbits_per_s)
 from core.plan.fields import (NOT_MODELLED, UNEVEN_PIPELINE_SPLIT, ConfigError, field_kind,
                               rename_field)
 from core.plan.model_config import ModelConfig, model_from_fields
@@ -62,7 +64,8 @@ from core.util.text import did_you_mean
 
 __all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_cause", "skip_counts",
            "session_columns", "SESSION_SECTIONS", "RUN_COLUMNS", "FIELD_CAUSES", "MEASURED_TIME_RANGE_S",
-           "MAX_ROWS", "REQUIRED_COLUMNS", "CSV_DEFAULTS", "cell_text"]
+           "MAX_ROWS", "REQUIRED_COLUMNS", "CSV_DEFAULTS", "NOT_TIMED_FIELDS", "cell_text",
+           "default_origin"]
 
 #: Seconds one measured (or derived) training iteration may take: from 0.1 ms to a day.
 MEASURED_TIME_RANGE_S = (1e-4, 86_400.0)
@@ -176,8 +179,17 @@ class MeasuredRun:
     skip_causes : list of str
         Short causes of the skip, for counts per cause; empty when not skipped.
     defaults : dict of str to object
-        Session-column CSV: field -> the value it took from :data:`CSV_DEFAULTS` (its column is
-        absent or its cell empty); empty for the other layouts, which state every field.
+        Session-column CSV: field -> the default it took because its column is absent or its
+        cell empty (:data:`CSV_DEFAULTS`, else the session default; only fields that bear on
+        the row's simulated time: :data:`NOT_TIMED_FIELDS` and the row's inactive fields left
+        out; ``inter_node_bandwidth_gbits_per_s`` as the GPU's reference node gives it); empty
+        for the other layouts, which state every field.
+    gpu_name : str
+        The ``gpu`` a session-column CSV gave when it is another tool's name of a shipped kind
+        (``"H100"``, read as ``"H100-SXM5-80GB"`` by :func:`core.plan.cluster.gpu_kind`, as
+        ``--set cluster.gpu=`` reads it); "" when the file gave the kind itself.
+    time_column : str
+        The file's column (or key) of the measured time, for messages about it.
     group : dict
         Labels for the error tables: ``model``, ``t``, ``p``, ``source`` and (but for the
         authors' layouts) ``gpu``, ``kind`` (dense / MoE) and ``precision``.
@@ -194,6 +206,8 @@ class MeasuredRun:
     skip_causes: list[str] = field(default_factory=list)
     group: dict[str, str] = field(default_factory=dict)
     defaults: dict[str, Any] = field(default_factory=dict)
+    gpu_name: str = ""
+    time_column: str = "measured_iteration_time_s"
 
     @property
     def has_time(self) -> bool:
@@ -202,31 +216,58 @@ class MeasuredRun:
 
 
 def read_measurements(path: str | Path,
-                      progress: Callable[[int, int], None] | None = None) -> list[MeasuredRun]:
+                      progress: Callable[[int, int], None] | None = None,
+                      profile_path: str | None = None) -> list[MeasuredRun]:
     """Read a measurement file: JSON lines (a ``.jsonl`` name, or a first character ``{``), the
     vTrain authors' CSV (its exact header) or the session-column CSV (any other header).
 
     ``progress(done, total)``, if given, is called as rows are read (every 50 and at the end).
+    ``profile_path`` (an absolute path: the command line's ``--profile``) becomes every row's
+    ``cluster.profile_path`` before the configuration rules are checked, as
+    :func:`core.io.session.load_any` does for ``vtrain simulate --profile``: the rows are
+    predicted with that store, and a row of a GPU kind without a shipped store is not skipped
+    for it. Whether the store's GPU kind is the rows' is the caller's to tell (``vtrain
+    validate`` warns per kind).
 
     Raises
     ------
     MeasurementFileError
         Unreadable, non-regular or too large file (:mod:`core.util.inputs`), not CSV or JSON
-        lines, more than :data:`MAX_ROWS` rows, an unknown column or key, or a value of the
-        wrong type, out of bounds or not among its field's choices (the message names the file,
-        row or line, field and rule). A plan that breaks a rule between fields is kept,
-        skipped with that reason.
+        lines (a CSV of another separator named), more than :data:`MAX_ROWS` rows, an unknown
+        column or key, or a value of the wrong type, out of bounds or not among its field's
+        choices (the message names the file, row or line, field and rule). A plan that breaks
+        a rule between fields is kept, skipped with that reason.
     """
     path = Path(path)
     text = _text(path)
     if path.suffix.lower() == ".jsonl" or text.lstrip().startswith("{"):
-        return _read_jsonl(path, text, progress)
-    rows = _csv_rows(path, text)
-    header = [h.strip().lstrip("\ufeff").strip() for h in rows[0]]
-    if header in (_AUTHORS_SINGLE, _AUTHORS_MULTI):
-        return _each(rows[1:], lambda i, r: _authors_row(path, i, header, r), progress)
-    columns = _session_columns(path, header)
-    return _each(rows[1:], lambda i, r: _session_row(path, i, columns, r), progress)
+        runs = _read_jsonl(path, text, progress)
+    else:
+        rows = _csv_rows(path, text)
+        header = [h.strip().lstrip("\ufeff").strip() for h in rows[0]]
+        if header in (_AUTHORS_SINGLE, _AUTHORS_MULTI):
+            runs = _each(rows[1:], lambda i, r: _authors_row(path, i, header, r), progress)
+        else:
+            _check_separator(path, header)
+            columns = _session_columns(path, header)
+            runs = _each(rows[1:], lambda i, r: _session_row(path, i, columns, r), progress)
+    return [_finish(run, names, profile_path) for run, names in runs]
+
+
+#: Separators a spreadsheet may write a "CSV" with (a locale whose decimal mark is the comma
+#: writes ``;``), named when a header is one cell holding one of them.
+_OTHER_SEPARATORS = (";", "\t", "|")
+
+
+def _check_separator(path: Path, header: list[str]) -> None:
+    """Refuse a header that is one cell holding another separator (:data:`_OTHER_SEPARATORS`):
+    the file is not comma-separated, which would otherwise read as one unknown column."""
+    if len(header) == 1:
+        found = [sep for sep in _OTHER_SEPARATORS if sep in header[0]]
+        if found:
+            raise MeasurementFileError(f"{path}: the file is not comma-separated ({found[0]!r} "
+                                       "found in the header): a measurement CSV separates its "
+                                       "columns with ','")
 
 
 def _text(path: Path) -> str:
@@ -261,8 +302,8 @@ def _csv_rows(path: Path, text: str) -> list[list[str]]:
     return rows
 
 
-def _each(rows: list, read: Callable[[int, Any], MeasuredRun],
-          progress: Callable[[int, int], None] | None) -> list[MeasuredRun]:
+def _each(rows: list, read: Callable[[int, Any], Any],
+          progress: Callable[[int, int], None] | None) -> list:
     """``read(row number, row)`` of every data row (numbered from 1), telling ``progress``."""
     out = []
     for i, r in enumerate(rows):
@@ -272,11 +313,15 @@ def _each(rows: list, read: Callable[[int, Any], MeasuredRun],
     return out
 
 
-def _finish(run: MeasuredRun, names: dict[str, str] | None = None) -> MeasuredRun:
+def _finish(run: MeasuredRun, names: dict[str, str] | None = None,
+            profile_path: str | None = None) -> MeasuredRun:
     """``run`` with the reasons it cannot be predicted: every configuration rule its session
     breaks (named by session field, or by ``names``: the file's names for them) and a measured
     time or memory that is not a positive number or a time outside
-    :data:`MEASURED_TIME_RANGE_S`. A run already skipped keeps its reason."""
+    :data:`MEASURED_TIME_RANGE_S`. A run already skipped keeps its reason. ``profile_path``
+    (``--profile``) replaces the session's ``cluster.profile_path`` first."""
+    if profile_path and run.session is not None:
+        run.session.cluster.profile_path = profile_path
     if run.skip_reason:
         return run
     errs = validate(run.session)
@@ -352,8 +397,10 @@ def _number(where: str, text: str, kind: type = float) -> Any:
     return v
 
 
-def _authors_row(path: Path, row: int, header: list[str], r: list[str]) -> MeasuredRun:
-    """A row of the vTrain authors' layouts (module doc)."""
+def _authors_row(path: Path, row: int, header: list[str], r: list[str]
+                 ) -> tuple[MeasuredRun, dict[str, str]]:
+    """A row of the vTrain authors' layouts (module doc), with the file's names of its session
+    fields (for :func:`_finish`)."""
     if len(r) != len(header):
         raise MeasurementFileError(f"{path}: row {row} has {len(r)} fields, the header {len(header)}")
     v = {h: r[i].strip() for i, h in enumerate(header)}
@@ -377,18 +424,20 @@ def _authors_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     source = "multi-node" if multi else "single-node"
     time_s = _number(f"{path}: row {row}, column 'iteration time (ms)'", v["iteration time (ms)"]) / 1e3
     run = MeasuredRun(Session(model, plan, cluster, CostConfig()), time_s, source=source, row=row,
+                      time_column="iteration time (ms)",
                       group={"model": model.name, "t": str(plan.tensor_parallel),
                              "p": str(plan.pipeline_parallel), "source": source})
     if plan.num_gpus != ints["# GPUs"]:
         run.skip_reason = (f"# GPUs={ints['# GPUs']} disagrees with t*p*d={plan.tensor_parallel}*"
                            f"{plan.pipeline_parallel}*{plan.data_parallel}")
         run.skip_causes = ["# GPUs"]
-    return _finish(run, _AUTHORS_COLUMNS)
+    return run, _AUTHORS_COLUMNS
 
 
 # --- the session-column CSV ------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1)
 def _field_columns() -> dict[str, tuple[str, dataclasses.Field]]:
     """Column name -> (section, field) of every session field: ``field`` and ``section.field``
     (field names are unique across the sections)."""
@@ -449,8 +498,10 @@ def _cell_value(where: str, f: dataclasses.Field, text: str) -> Any:
     return text
 
 
-def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[str]) -> MeasuredRun:
-    """A row of the session-column CSV (module doc)."""
+def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[str]
+                 ) -> tuple[MeasuredRun, dict[str, str]]:
+    """A row of the session-column CSV (module doc), with the file's names of its session
+    fields (for :func:`_finish`)."""
     if len(r) != len(columns):
         raise MeasurementFileError(f"{path}: row {row} has {len(r)} fields, the header {len(columns)}")
     body: dict[str, dict[str, Any]] = {s: {} for s in SESSION_SECTIONS}
@@ -468,6 +519,7 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
         else:
             section, f = target
             body[section][f.name] = _cell_value(f"{path}: row {row}, column {col!r}", f, cell)
+    gpu_name = _read_gpu_alias(body["cluster"])
     recipe = _recipe_named(path, row, run["recipe"]) if "recipe" in run else None
     if recipe is not None:
         _apply_recipe(recipe, body)
@@ -480,7 +532,7 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
         e = exc.errors[0]
         raise MeasurementFileError(f"{path}: row {row}, column {names.get(e.field, e.field)!r}: "
                                    f"{e.message}") from None
-    defaults = _bearing(defaults, session)
+    defaults = _bearing({**defaults, **_session_defaults(body, session)}, session)
     where = f"{path}: row {row}"
     time_s = (_number(f"{where}, column 'measured_iteration_time_s'", run["measured_iteration_time_s"])
               if "measured_iteration_time_s" in run else math.nan)
@@ -495,7 +547,8 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
     if recipe is not None:
         assumptions.append(f"bridge-perf-recipe: {recipe.function} ({recipe.source})")
     out = MeasuredRun(session, time_s, memory, scale, source, assumptions, row,
-                      group=_group(session, source, bool(session.model.name)), defaults=defaults)
+                      group=_group(session, source, bool(session.model.name)), defaults=defaults,
+                      gpu_name=gpu_name)
     if recipe is not None and recipe.refuse is not None:
         out.skip_causes, out.skip_reason = [recipe.refuse[0]], recipe.refuse[1]
     elif session.model.is_moe and "moe_token_dispatcher_type" not in given_plan:
@@ -504,7 +557,7 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
         out.skip_reason = ("column moe_token_dispatcher_type is empty or absent: Megatron-Core's "
                            "default, the allgather dispatcher, is not modelled; give alltoall "
                            "or flex (DeepEP / HybridEP)")
-    return _finish(out, names)
+    return out, names
 
 
 def _apply_defaults(body: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -540,13 +593,69 @@ def _absent_means(name: str, value: Any, body: dict[str, dict[str, Any]]) -> Any
     return value
 
 
+def _read_gpu_alias(cluster: dict[str, Any]) -> str:
+    """Read a row's ``gpu`` that is another tool's name of a shipped kind (``"H100"``, ``"A100
+    80GB"``) as that kind (:func:`core.plan.cluster.gpu_kind`, as ``--gpu`` and ``--set
+    cluster.gpu=`` read it), in ``cluster`` (the row's cluster fields); return the name the
+    file gave, or "" when it gave a kind (or a name of no shipped kind, which the rules
+    refuse)."""
+    name = cluster.get("gpu")
+    if not isinstance(name, str) or name in GPU_KINDS:
+        return ""
+    kind = gpu_kind(name)
+    if kind not in GPU_KINDS:
+        return ""
+    cluster["gpu"] = kind
+    return name
+
+
+#: Session fields whose value does not enter the simulated iteration time, so a default taken
+#: for them is not stated: a label, the store (the report names the profile used) and the
+#: planner's memory margin (the fit verdict only). The cost section is never read by the time.
+NOT_TIMED_FIELDS = ("model.name", "cluster.profile_path", "cluster.memory_reserve_fraction")
+#: Sections whose absent fields take the session default and are stated when they bear on the
+#: simulated time (:func:`_session_defaults`); the cost section prices, it does not time.
+_TIMED_SECTIONS = ("model", "plan", "cluster")
+
+
+def _session_defaults(body: dict[str, dict[str, Any]], session: Session) -> dict[str, Any]:
+    """The session defaults a row took: field -> value of every model, plan and cluster field
+    the row (with :data:`CSV_DEFAULTS` and its recipe) leaves out, but :data:`NOT_TIMED_FIELDS`;
+    ``gpus_per_node`` as the session gives it (the GPU's NVLink domain) and an empty
+    ``inter_node_bandwidth_gbits_per_s`` as the GPU's reference node gives it
+    (:func:`core.plan.cluster.node_network_gbits_per_s`; null for a kind without one)."""
+    taken: dict[str, Any] = {}
+    for section in _TIMED_SECTIONS:
+        own = getattr(session, section)
+        for f in dataclasses.fields(own):
+            if f.name in body[section] or f"{section}.{f.name}" in NOT_TIMED_FIELDS:
+                continue
+            value = getattr(own, f.name)
+            if f.name == "inter_node_bandwidth_gbits_per_s" and value is None:
+                try:
+                    value = node_network_gbits_per_s(session.cluster)
+                except ValueError:
+                    pass  # no reference node: the rules name it where the plan spans nodes
+            taken[f.name] = value
+    return taken
+
+
+def default_origin(name: str) -> str:
+    """Where the default of field ``name`` (:attr:`MeasuredRun.defaults`) comes from:
+    ``"Megatron-LM"`` (:data:`CSV_DEFAULTS`), ``"reference node"`` (a cluster field: the GPU
+    kind's reference node) or ``"session"`` (the session default, as a session file has it)."""
+    if any(name in values for values in CSV_DEFAULTS.values()):
+        return "Megatron-LM"
+    return "reference node" if _field_columns()[name][0] == "cluster" else "session"
+
+
 def _bearing(taken: dict[str, Any], session: Session) -> dict[str, Any]:
     """The defaults of ``taken`` that bear on ``session``: those of fields without effect on it
     (:func:`core.plan.rules.inactive_fields`: the MoE fields of a dense model, the MLA sizes
     without latent attention, ...) left out, so the report states what the prediction used."""
     idle = inactive_fields(session)
-    section = {name: sec for sec, values in CSV_DEFAULTS.items() for name in values}
-    return {k: v for k, v in taken.items() if f"{section[k]}.{k}" not in idle}
+    known = _field_columns()
+    return {k: v for k, v in taken.items() if f"{known[k][0]}.{k}" not in idle}
 
 
 def _memory_scale(where: str, scale: str, memory: float) -> str:
@@ -647,8 +756,8 @@ def session_columns(session: Session) -> dict[str, Any]:
 
 
 def _read_jsonl(path: Path, text: str, progress: Callable[[int, int], None] | None
-                ) -> list[MeasuredRun]:
-    """Every non-blank line of a JSON-lines file as a run (module doc)."""
+                ) -> list[tuple[MeasuredRun, None]]:
+    """Every non-blank line of a JSON-lines file as a run (module doc), for :func:`_finish`."""
     lines = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip()]
     if not lines:
         raise MeasurementFileError(f"{path}: empty file")
@@ -658,8 +767,8 @@ def _read_jsonl(path: Path, text: str, progress: Callable[[int, int], None] | No
     return _each(lines, lambda _, nl: _jsonl_run(path, *nl), progress)
 
 
-def _jsonl_run(path: Path, line: int, text: str) -> MeasuredRun:
-    """One record of a JSON-lines file."""
+def _jsonl_run(path: Path, line: int, text: str) -> tuple[MeasuredRun, None]:
+    """One record of a JSON-lines file (and no names of its own for its fields)."""
     where = f"{path}: line {line}"
     doc = parse_json(text, where, MeasurementFileError)  # NaN, huge numbers, deep nesting named
     if not isinstance(doc, dict):
@@ -695,7 +804,7 @@ def _jsonl_run(path: Path, line: int, text: str) -> MeasuredRun:
                       group=_group(session, source))
     if reason:  # the file's own, reviewed reason (its text is the cause: runs share it)
         run.skip_reason, run.skip_causes = reason, [reason]
-    return _finish(run)
+    return run, None
 
 
 def _json_number(where: str, doc: dict, key: str) -> float:

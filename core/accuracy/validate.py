@@ -22,7 +22,8 @@ from core.accuracy.metrics import error_metrics, interval_metrics
 from core.plan.session import Session
 
 __all__ = ["ValidationResult", "predict_rows", "predict_memory", "row_memory", "row_memory_fit",
-           "over_capacity"]
+           "over_capacity", "unit_warnings", "TIME_UNIT_SUSPECT_RATIO", "MEMORY_UNIT_SUSPECT_RATIO",
+           "TIME_COLUMN_SLIPS"]
 
 
 @dataclass
@@ -46,6 +47,9 @@ class ValidationResult:
     #: predicted peak memory per GPU (GiB) at each row's memory_scale, NaN where the row has no
     #: measured memory or was skipped; None when not computed (:func:`predict_memory`)
     predicted_memory_gib: np.ndarray | None = None
+    #: why the first predicted row without an error band has none (the interval's note); ""
+    #: when every predicted row has one or no band was computed
+    band_note: str = ""
 
     @property
     def used(self) -> np.ndarray:
@@ -137,7 +141,7 @@ def predict_rows(measurements: list[MeasuredRun], predict: Callable[[Session], A
     """
     out = np.full(len(measurements), np.nan)
     low, high = np.full(len(measurements), np.nan), np.full(len(measurements), np.nan)
-    coverage = None
+    coverage, note = None, ""
     for i, m in enumerate(measurements):
         if progress and i and (i % PROGRESS_EVERY == 0):
             progress(i, len(measurements))
@@ -154,13 +158,15 @@ def predict_rows(measurements: list[MeasuredRun], predict: Callable[[Session], A
             coverage = iv.coverage
             if iv.available:
                 low[i], high[i] = iv.low_s, iv.high_s
+            elif not note:
+                note = iv.note
         out[i] = value
     if progress:
         progress(len(measurements), len(measurements))
     memory = predict_memory(measurements)
     if coverage is None:
         return ValidationResult(measurements, out, predicted_memory_gib=memory)
-    return ValidationResult(measurements, out, low, high, coverage, memory)
+    return ValidationResult(measurements, out, low, high, coverage, memory, note)
 
 
 def predict_memory(measurements: list[MeasuredRun]) -> np.ndarray:
@@ -226,4 +232,49 @@ def over_capacity(runs: list[MeasuredRun]) -> list[tuple[MeasuredRun, float, flo
         mem = row_memory_fit(m)
         if mem is not None and not mem[2]:
             out.append((m, mem[0], mem[1]))
+    return out
+
+
+#: A measured time this many times its prediction (or this fraction of it, in a milliseconds
+#: column) is taken for a unit slip and warned of: the simulator's errors on the shipped files
+#: stay well within a factor of two, so a factor of 100 is no model error, while milliseconds
+#: written in a seconds column give about 1,000.
+TIME_UNIT_SUSPECT_RATIO = 100.0
+#: A measured peak memory this many times the GPU's whole memory cannot have been measured on
+#: one GPU (nothing per GPU exceeds its capacity; the margin leaves room for GB written as GiB,
+#: 7 %, and a store of a smaller variant), and is warned of: MiB written in the GiB column give
+#: about 1,024 times.
+MEMORY_UNIT_SUSPECT_RATIO = 2.0
+#: Time column (or JSON-lines key) -> (measured / predicted ratio that is suspect: at least it
+#: when above 1, at most it when below, and the unit slip it suggests).
+TIME_COLUMN_SLIPS = {
+    "measured_iteration_time_s": (TIME_UNIT_SUSPECT_RATIO, "milliseconds? the column is in seconds"),
+    "iteration time (ms)": (1 / TIME_UNIT_SUSPECT_RATIO, "seconds? the column is in milliseconds"),
+}
+
+
+def unit_warnings(result: ValidationResult) -> list[dict[str, Any]]:
+    """Rows whose measurement looks like a unit slip, each ``{"row", "column", "message"}``:
+    a measured time :data:`TIME_UNIT_SUSPECT_RATIO` times its prediction (the other way round
+    for a milliseconds column, :data:`TIME_COLUMN_SLIPS`), and a measured peak memory
+    :data:`MEMORY_UNIT_SUSPECT_RATIO` times the GPU's whole memory (:func:`row_memory`: the
+    store's). Warnings, not refusals: the rows stay in the figures."""
+    out = []
+    for m, pred in zip(result.measurements, result.predicted_s):
+        if m.skip_reason or math.isnan(pred):
+            continue
+        slip = TIME_COLUMN_SLIPS.get(m.time_column)
+        if m.has_time and slip is not None and pred > 0:
+            ratio = m.measured_iteration_time_s / pred
+            if (ratio >= slip[0]) if slip[0] > 1 else (ratio <= slip[0]):
+                out.append({"row": m.row, "column": m.time_column, "message": (
+                    f"measured {m.measured_iteration_time_s:,.6g} is {ratio:,.4g} times the "
+                    f"prediction, {pred:.4g} s: {slip[1]}")})
+        if not math.isnan(m.measured_memory_gib):
+            mem = row_memory(m)
+            if mem is not None and m.measured_memory_gib * 2**30 > MEMORY_UNIT_SUSPECT_RATIO * mem[1]:
+                out.append({"row": m.row, "column": "measured_memory_gib", "message": (
+                    f"measured {m.measured_memory_gib:,.6g} GiB is {m.measured_memory_gib * 2**30 / mem[1]:,.4g} "
+                    f"times the GPU's whole memory, {mem[1] / 2**30:,.4g} GiB, which no run can "
+                    "use: MiB? the column is GiB")})
     return out

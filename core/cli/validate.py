@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,10 @@ def add_parser(sub: Any) -> None:
     v.add_argument("csv", metavar="FILE", help="measurement file: CSV or JSON lines (layouts: "
                    "docs/accuracy.md, 'Measurement file layouts')")
     v.add_argument("--profile", metavar="STORE.h5",
-                   help="profile store for every row (default: the shipped store of each row's GPU)")
+                   help="profile store for every row, as simulate --profile: rows of a GPU kind "
+                        "without a shipped store are predicted with it, and rows of another kind "
+                        "than the store's are predicted with it too, with a warning naming both "
+                        "kinds (default: the shipped store of each row's GPU)")
     v.add_argument("--cross-validate", type=int, metavar="K", default=0,
                    help="k-fold cross-validation: refit the profile's parameters on K-1 folds "
                         "and predict the held-out fold (accuracy on data not used in the fit)")
@@ -79,16 +83,17 @@ def run(args: argparse.Namespace) -> int:
     from core.accuracy.measured import read_measurements
     from core.accuracy.validate import predict_rows
 
-    coverage = _check_args(args)
+    coverage, store = _check_args(args)
+    profile_path = os.path.abspath(args.profile) if args.profile else None  # as simulate's
     with row_progress(f"reading {Path(args.csv).name}", args.json) as progress:
-        ms = read_measurements(args.csv, progress)
+        ms = read_measurements(args.csv, progress, profile_path=profile_path)
     shared = False
     if args.cross_validate:
         result, shared = _cross_validated(args, ms, coverage)
     else:
         with row_progress("predicting", args.json) as progress:
             result = predict_rows(ms, _predictor(args.profile, coverage), progress)
-    metrics = _metrics(result, ms, args.cross_validate)
+    metrics = _metrics(result, ms, args.cross_validate, store)
     if not metrics["n"] and not metrics["memory"]["n"]:
         raise _nothing_predicted(args.csv, ms, metrics)
     if args.out:
@@ -115,9 +120,9 @@ def _nothing_predicted(path: str, ms, metrics: dict) -> Exception:
                                 f"{causes}){reason}")
 
 
-def _check_args(args: argparse.Namespace) -> float:
+def _check_args(args: argparse.Namespace):
     """Refuse a fold count of 1 or below 0 and an ``--out`` / ``--plot`` that would overwrite an
-    input; return the checked ``--coverage``.
+    input; return the checked ``--coverage`` and ``--profile``'s store (None without).
 
     Raises
     ------
@@ -131,9 +136,8 @@ def _check_args(args: argparse.Namespace) -> float:
                                               "--cross-validate K and no --profile")
     coverage = _check_coverage(args.coverage)
     check_outputs([("--out", args.out), ("--plot", args.plot)], [args.csv, args.profile])
-    if args.profile:
-        check_profile_option(args.profile)
-    return coverage
+    store = check_profile_option(args.profile) if args.profile else None
+    return coverage, store
 
 
 def _cross_validated(args: argparse.Namespace, ms, coverage: float):
@@ -188,26 +192,34 @@ def _cross_validated(args: argparse.Namespace, ms, coverage: float):
     pred = np.full(len(ms), np.nan)
     pred[used] = pred_used
     # each fold's bands from the out-of-fold residuals of the other folds
-    from core.store.interval import cross_conformal, residual_table_from_cv
+    from core.store.interval import cross_conformal_intervals, residual_table_from_cv
     table = residual_table_from_cv(sessions, measured, pred_used, Path(args.csv).name,
                                    [ms[i].row for i in used])
-    lo_used, hi_used = cross_conformal(table, coverage, folds=args.cross_validate)
+    ivs = cross_conformal_intervals(table, coverage, folds=args.cross_validate)
     low, high = np.full(len(ms), np.nan), np.full(len(ms), np.nan)
-    low[used], high[used] = lo_used, hi_used
+    for i, iv in zip(used, ivs):
+        if iv.available:
+            low[i], high[i] = iv.low_s, iv.high_s
+    note = next((iv.note for iv in ivs if not iv.available), "")
     from core.accuracy.validate import predict_memory
-    return ValidationResult(ms, pred, low, high, coverage, predict_memory(ms)), shared
+    return ValidationResult(ms, pred, low, high, coverage, predict_memory(ms), note), shared
 
 
-def _metrics(result, ms, folds: int) -> dict:
+def _metrics(result, ms, folds: int, profile=None) -> dict:
     """The report's figures: :meth:`ValidationResult.metrics` plus the fold count (0: none),
-    skipped rows by cause, the runs the memory model says cannot fit (GiB) and the error by
-    group (:func:`_group_keys`)."""
+    skipped rows by cause, the defaults taken, the GPU names read as kinds, the warnings
+    (:func:`_warnings`), the runs the memory model says cannot fit (GiB) and the error by
+    group (:func:`_group_keys`). ``profile``: ``--profile``'s store, or None."""
     from core.accuracy.measured import skip_counts
     from core.accuracy.validate import over_capacity
     metrics = result.metrics()
     metrics["cross_validated_folds"] = folds
     metrics["skipped_by_cause"] = skip_counts(ms)
     metrics["defaults"] = defaults_taken(ms)
+    metrics["gpu_names_read"] = _gpu_names_read(ms)
+    metrics["warnings"] = _warnings(result, profile)
+    if metrics.get("interval_coverage", 0) is None:  # why no row has a band
+        metrics["interval_note"] = result.band_note or "no predicted row has one"
     metrics["memory_over_capacity"] = [  # runs that ran though the memory model says no
         {"row": m.row, "need_gib": need / 2**30, "capacity_gib": cap / 2**30}
         for m, need, cap in over_capacity(ms)]
@@ -215,6 +227,39 @@ def _metrics(result, ms, folds: int) -> dict:
                                  for g, n, mape, mx in result.by_group(key)]
                            for key in _group_keys(ms)}
     return metrics
+
+
+def _gpu_names_read(ms) -> list[dict]:
+    """The GPU names of a session-column CSV read as shipped kinds (:attr:`core.accuracy.
+    measured.MeasuredRun.gpu_name`), each ``{"name", "kind", "rows"}`` with its row count."""
+    seen: dict[tuple[str, str], int] = {}
+    for m in ms:
+        if m.gpu_name and m.session is not None:
+            key = (m.gpu_name, m.session.cluster.gpu)
+            seen[key] = seen.get(key, 0) + 1
+    return [{"name": n, "kind": k, "rows": c} for (n, k), c in seen.items()]
+
+
+def _warnings(result, profile) -> list[dict]:
+    """What the report warns of, each ``{"rows", "column", "message"}``: rows predicted with
+    ``--profile``'s store (``profile``) though their GPU is another kind (one entry per kind,
+    as simulate warns: "the profile is of X, not of cluster.gpu Y"), and the unit slips of
+    :func:`core.accuracy.validate.unit_warnings`, one per row."""
+    from core.accuracy.validate import unit_warnings
+    out = []
+    if profile is not None:
+        kinds: dict[str, list[int]] = {}
+        for m, used in zip(result.measurements, result.used):
+            if used and m.session.cluster.gpu != profile.device_name:
+                kinds.setdefault(m.session.cluster.gpu, []).append(m.row)
+        for gpu, rows in kinds.items():
+            out.append({"rows": rows, "column": "gpu", "message": (
+                f"the profile is of {profile.device_name}, not of cluster.gpu {gpu}: these rows "
+                f"were predicted with it (--profile is every row's store), so their times, MFU "
+                f"and memory capacity are {profile.device_name}'s")})
+    out += [{"rows": [w["row"]], "column": w["column"], "message": w["message"]}
+            for w in unit_warnings(result)]
+    return out
 
 
 def defaults_taken(ms) -> dict[str, list[dict]]:
@@ -231,16 +276,24 @@ def defaults_taken(ms) -> dict[str, list[dict]]:
             for name, values in taken.items()}
 
 
+#: How the report's defaults line names each origin of a default
+#: (:func:`core.accuracy.measured.default_origin`), in the order it lists them.
+_DEFAULT_ORIGINS = {"Megatron-LM": "Megatron-LM's", "session": "the session's",
+                    "reference node": "the GPU's reference node"}
+
+
 def _defaults_line(defaults: dict[str, list[dict]], rows: int) -> str:
-    """The report's line stating each default taken (:func:`defaults_taken`) with its rows."""
-    from core.accuracy.measured import cell_text
-    parts = []
+    """The report's line stating each default taken (:func:`defaults_taken`) with its rows,
+    grouped by where it comes from (:data:`_DEFAULT_ORIGINS`)."""
+    from core.accuracy.measured import cell_text, default_origin
+    groups: dict[str, list[str]] = {origin: [] for origin in _DEFAULT_ORIGINS}
     for name, values in defaults.items():
         text = ", ".join(f"{cell_text(e['value'])}"
                          + ("" if e["rows"] == rows else f" ({e['rows']} rows)") for e in values)
-        parts.append(f"{name}={text}")
-    return ("defaults taken for absent columns and empty cells (Megatron-LM's, docs/accuracy.md "
-            f"'Session defaults'; every row unless counted): {'; '.join(parts)}")
+        groups[default_origin(name)].append(f"{name}={text}")
+    parts = [f"{_DEFAULT_ORIGINS[o]}: {'; '.join(p)}" for o, p in groups.items() if p]
+    return ("defaults taken for absent columns and empty cells (docs/accuracy.md 'Session "
+            f"defaults'; every row unless counted) - {' - '.join(parts)}")
 
 
 def _how(args: argparse.Namespace, shared: bool, result) -> str:
@@ -267,6 +320,14 @@ def _print_report(args: argparse.Namespace, ms, result, metrics: dict, how: str)
                   + f", {metrics['skipped']} skipped; {esc(how)}")
     if metrics["defaults"]:
         console.print(esc(_defaults_line(metrics["defaults"], len(ms))), highlight=False)
+    for g in metrics["gpu_names_read"]:
+        console.print(f"gpu {esc(repr(g['name']))} read as {esc(g['kind'])} ({g['rows']} rows; "
+                      "as --set cluster.gpu= reads it)", highlight=False)
+    for w in metrics["warnings"]:
+        rows = ", ".join(str(r) for r in w["rows"][:10]) + (
+            f" and {len(w['rows']) - 10} more" if len(w["rows"]) > 10 else "")
+        console.print(f"[yellow]warning:[/] row{'s' if len(w['rows']) > 1 else ''} {rows}, "
+                      f"column {esc(w['column'])}: {esc(w['message'])}", highlight=False)
     if metrics["n"]:
         _print_errors(console, result, metrics, args.profile)
     if mem["n"]:
@@ -411,15 +472,16 @@ def _print_errors(console: Console, result, metrics: dict, profile: str | None) 
     t.add_row("MAPE", f"{metrics['mape_percent']:.2f} %")
     t.add_row("median APE", f"{metrics['median_ape_percent']:.2f} %")
     t.add_row("max APE", f"{metrics['max_ape_percent']:.2f} %")
-    t.add_row("R^2", f"{metrics['r2']:.4f}")
+    t.add_row("R^2", "n/a (one row)" if metrics["n"] == 1 else f"{metrics['r2']:.4f}")
     if metrics.get("interval_coverage") is not None:
         t.add_row(f"inside {result.coverage:.0%} band",
                   f"{metrics['interval_coverage']:.1%} of {metrics['interval_rows']} rows "
                   f"(median width {metrics['interval_median_width_percent']:.1f} % of the "
                   "prediction)")
-    elif "interval_coverage" in metrics:
-        t.add_row("error band", "none: " + _no_band_reason(profile, result))
     console.print(t)
+    if "interval_note" in metrics:  # below the table: a long note would widen its figures
+        console.print(f" [bold]error band[/] none: {esc(metrics['interval_note'])}",
+                      highlight=False)
     titles = {"model": "model size", "t": "tensor parallel t", "p": "pipeline parallel p",
               "gpu": "GPU kind", "kind": "dense / MoE", "precision": "precision", "source": "source"}
     for key in _group_keys(result.measurements):
@@ -464,21 +526,6 @@ def _print_memory_errors(console: Console, result, mem: dict) -> None:
     console.print(rows)
     if shown > _MAX_ROWS_SHOWN:
         console.print(f"... and {shown - _MAX_ROWS_SHOWN} more rows (see --json or --out)")
-
-
-def _no_band_reason(profile: str | None, result) -> str:
-    """Why no row got an error band (the first row's note)."""
-    import numpy as np
-
-    from core.store.interval import session_interval
-    from core.sim.simulate import open_profile, session_profile
-
-    used = [(m, p) for m, p in zip(result.measurements, result.predicted_s) if not np.isnan(p)]
-    if not used:
-        return "no row could be predicted"
-    m, pred = used[0]
-    store = open_profile(profile) if profile else session_profile(m.session)
-    return session_interval(m.session, float(pred), store, result.coverage or 0.9).note
 
 
 def _profile_note(profile: str | None, result, csv_name: str) -> str:
@@ -576,7 +623,8 @@ def _plot(result, path: str, metrics: dict) -> None:
         axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     folds = metrics.get("cross_validated_folds")
-    ax.set_title(f"MAPE {metrics['mape_percent']:.2f} %, R² {metrics['r2']:.3f}"
+    r2 = "n/a (one row)" if metrics["n"] == 1 else f"{metrics['r2']:.3f}"
+    ax.set_title(f"MAPE {metrics['mape_percent']:.2f} %, R² {r2}"
                  + (f" ({folds}-fold CV)" if folds else ""), fontsize=10)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()

@@ -90,7 +90,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["DEFAULT_COVERAGE", "RESIDUAL_SETS", "NODE_CLASSES", "ResidualTable",
            "PredictionInterval", "conformal_bounds", "node_class", "interval_for",
-           "interval_factors", "cross_conformal", "check_coverage", "residual_table_from_cv"]
+           "interval_factors", "cross_conformal", "cross_conformal_intervals", "check_coverage",
+           "residual_table_from_cv"]
 
 #: Nominal coverage of the band when none is asked for.
 DEFAULT_COVERAGE = 0.9
@@ -521,20 +522,29 @@ def cross_conformal(table: ResidualTable, coverage: float = DEFAULT_COVERAGE, fo
     Returns
     -------
     low_s, high_s : float arrays, shape (n,)
-        NaN where a row gets no band.
+        NaN where a row gets no band (:func:`cross_conformal_intervals` says why).
     """
+    ivs = cross_conformal_intervals(table, coverage, folds, seed)
+    low = np.array([iv.low_s if iv.available else np.nan for iv in ivs], dtype=float)
+    high = np.array([iv.high_s if iv.available else np.nan for iv in ivs], dtype=float)
+    return low, high
+
+
+def cross_conformal_intervals(table: ResidualTable, coverage: float = DEFAULT_COVERAGE,
+                              folds: int = 5, seed: int = 0) -> list[PredictionInterval]:
+    """:func:`cross_conformal`'s interval of each row of ``table`` (length ``len(table)``), with
+    its note where it has no band (too few residuals in the other folds ...)."""
     n = len(table)
     fold_of = np.random.default_rng(seed).permutation(n) % folds
-    low, high = np.full(n, np.nan), np.full(n, np.nan)
+    out: list[PredictionInterval | None] = [None] * n
     for k in range(folds):
         others = table.subset(fold_of != k)
         for i in np.flatnonzero(fold_of == k):
-            iv = interval_for(others, float(table.predicted_s[i]), int(table.num_gpus[i]),
-                              int(table.gpus_per_node[i]), float(table.layer_parameters[i]), coverage,
-                              features=table.row_features(i))
-            if iv.available:
-                low[i], high[i] = iv.low_s, iv.high_s
-    return low, high
+            out[i] = interval_for(others, float(table.predicted_s[i]), int(table.num_gpus[i]),
+                                  int(table.gpus_per_node[i]), float(table.layer_parameters[i]),
+                                  coverage, store_name="the other folds' table",
+                                  features=table.row_features(i))
+    return out  # type: ignore[return-value]  (every row is in one fold)
 
 
 def residual_table_from_cv(sessions: Sequence["Session"], measured_s: np.ndarray,

@@ -1,0 +1,198 @@
+"""``vtrain validate``: a trial's faults (--profile of a GPU kind without a shipped store, the
+cross-validated band's reason, unit slips, the defaults stated, GPU aliases, separators, R^2 of
+one row). Small inputs are written by each test."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.accuracy.measured import (MeasurementFileError, cell_text, default_origin,
+                                    read_measurements)
+from core.accuracy.validate import MEMORY_UNIT_SUSPECT_RATIO, TIME_UNIT_SUSPECT_RATIO
+from core.cli import main as vtrain
+from core.store.interval import min_residuals
+
+#: A GPT-3 3.6B row of the vTrain authors' multi-node file in the session-column layout
+#: (measured 3.5665 s on 64 A100s), its GPU and time left to each test.
+GPT_HEADER = ("name,num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,"
+              "attention_kernel,micro_batch_size,global_batch_size,tensor_parallel,"
+              "pipeline_parallel,data_parallel,precision,recompute,gpu,measured_iteration_time_s")
+GPT_ROWS = ("3.6B,30,3072,32,2048,50257,unfused,8,512,1,1,64,fp16,full,{gpu},{t1}\n"
+            "3.6B,30,3072,32,2048,50257,unfused,4,512,1,1,64,fp16,full,{gpu},{t2}\n")
+#: An MI300X spec (a GPU kind without a shipped store), for `profile generate --spec`.
+MI300X_SPEC = {
+    "format": "vtrain-gpu-spec", "version": 1, "name": "MI300X-192GB",
+    "peak_tflops": {"bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9}, "memory_gib": 192,
+    "memory_bandwidth_tbytes_per_s": 5.3, "nvlink_gbytes_per_s_bidirectional": 896,
+    "gpus_per_nvlink_domain": 8, "nic_gbits_per_s": 400,
+    "sources": {"peak_tflops": "data sheet", "memory": "data sheet", "nvlink": "data sheet",
+                "nic": "assumed 8x400G"}}
+
+
+#: The network of the rows of a kind without a reference node (the rules ask for it: 64 GPUs).
+NETWORK = ",inter_node_bandwidth_gbits_per_s|,3200"
+
+
+def _gpt_csv(tmp_path, name="runs.csv", gpu="A100-SXM4-80GB", t1="3.5665", t2="3.6383",
+             extra=""):
+    path = tmp_path / name
+    path.write_text(GPT_HEADER + extra.split("|")[0] + "\n"
+                    + "".join(line + (extra.split("|")[1] if extra else "") + "\n" for line in
+                              GPT_ROWS.format(gpu=gpu, t1=t1, t2=t2).splitlines()))
+    return path
+
+
+def _json(capsys, argv) -> dict:
+    assert vtrain(["validate", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def mi300x_store(tmp_path_factory):
+    """An analytic MI300X store (a kind with no shipped store), as `profile generate --spec`."""
+    from core.store.profiles_gen import read_gpu_spec, store_from_spec
+    folder = tmp_path_factory.mktemp("mi300x")
+    spec = folder / "mi300x.json"
+    spec.write_text(json.dumps(MI300X_SPEC))
+    path = folder / "mi300x.h5"
+    store_from_spec(read_gpu_spec(spec)).save(path)
+    return path
+
+
+def test_profile_predicts_the_rows_of_its_own_unshipped_kind(tmp_path, capsys, mi300x_store):
+    """--profile supplies the store of rows of its GPU kind though the kind has no shipped
+    store: they are predicted with it (its memory capacity too) and no warning is given;
+    without --profile they are skipped for the kind (exit 2: none predicted)."""
+    path = _gpt_csv(tmp_path, gpu="MI300X-192GB", extra=NETWORK)
+    assert vtrain(["validate", str(path)]) == 2
+    capsys.readouterr()
+    doc = _json(capsys, [str(path), "--profile", str(mi300x_store)])
+    assert doc["n"] == 2 and doc["skipped"] == 0 and doc["warnings"] == []
+    assert {r["memory_capacity_gib"] for r in doc["rows"]} == {192.0}
+    assert all(r["predicted_s"] > 0 for r in doc["rows"])
+
+
+def test_profile_of_another_kind_is_used_with_a_warning_naming_both(tmp_path, capsys,
+                                                                    mi300x_store):
+    """A100 rows with an MI300X store are predicted with that store (as simulate --profile
+    does), and one warning per GPU kind lists the rows and names both kinds."""
+    path = _gpt_csv(tmp_path)
+    own = _json(capsys, [str(path)])
+    other = _json(capsys, [str(path), "--profile", str(mi300x_store)])
+    assert own["warnings"] == []
+    (w,) = other["warnings"]
+    assert w["rows"] == [1, 2] and w["column"] == "gpu"
+    assert "MI300X-192GB" in w["message"] and "A100-SXM4-80GB" in w["message"]
+    assert [r["predicted_s"] for r in other["rows"]] != [r["predicted_s"] for r in own["rows"]]
+    assert {r["memory_capacity_gib"] for r in other["rows"]} == {192.0}
+
+
+def test_read_measurements_takes_the_profile_as_every_rows_store(tmp_path, mi300x_store):
+    """The shared reader (validate and calibrate): ``profile_path`` is every row's
+    cluster.profile_path before the rules, so a row of an unshipped kind is not skipped."""
+    path = _gpt_csv(tmp_path, gpu="MI300X-192GB", extra=NETWORK)
+    assert all(m.skip_reason for m in read_measurements(path))
+    runs = read_measurements(path, profile_path=str(mi300x_store))
+    assert [m.skip_reason for m in runs] == ["", ""]
+    assert {m.session.cluster.profile_path for m in runs} == {str(mi300x_store)}
+
+
+def test_cross_validated_band_gives_the_real_reason(tmp_path, capsys):
+    """Too few out-of-fold residuals for a band: the reason is the count the band needs, not the
+    shipped store's note (which has a band)."""
+    path = _gpt_csv(tmp_path)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0]] + lines[1:] * 3) + "\n")  # 6 rows, 3 folds
+    doc = _json(capsys, [str(path), "--cross-validate", "3"])
+    assert doc["interval_coverage"] is None
+    assert f"at least {min_residuals(0.9)} " in doc["interval_note"]
+    assert vtrain(["validate", str(path), "--cross-validate", "3"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert doc["interval_note"] in out
+
+
+def test_milliseconds_in_the_seconds_column_are_warned_of(tmp_path, capsys):
+    """A measured time about 1,000 times its prediction warns, naming row and column (the rows
+    stay in the figures); times in seconds do not."""
+    ok = _json(capsys, [str(_gpt_csv(tmp_path))])
+    assert ok["warnings"] == []
+    ms = _json(capsys, [str(_gpt_csv(tmp_path, "ms.csv", t1="3566.5", t2="3638.3"))])
+    assert ms["n"] == 2
+    assert [(w["rows"], w["column"]) for w in ms["warnings"]] == [
+        ([1], "measured_iteration_time_s"), ([2], "measured_iteration_time_s")]
+    assert all(r["measured_s"] / r["predicted_s"] >= TIME_UNIT_SUSPECT_RATIO for r in ms["rows"])
+
+
+def test_mib_in_the_gib_column_is_warned_of(tmp_path, capsys):
+    """A measured peak memory far above the GPU's whole memory (MiB given as GiB) warns, naming
+    row and column; a plausible one does not."""
+    path = tmp_path / "mem.csv"
+    path.write_text(GPT_HEADER.replace("measured_iteration_time_s",
+                                       "measured_memory_gib,memory_scale") + "\n"
+                    + GPT_ROWS.format(gpu="A100-SXM4-80GB", t1="76288,nvidia-smi",
+                                      t2="60.5,nvidia-smi"))
+    doc = _json(capsys, [str(path)])
+    assert [(w["rows"], w["column"]) for w in doc["warnings"]] == [([1], "measured_memory_gib")]
+    assert doc["rows"][0]["measured_memory_gib"] > (MEMORY_UNIT_SUSPECT_RATIO
+                                                    * doc["rows"][0]["memory_capacity_gib"])
+
+
+def test_every_default_that_bears_on_the_time_is_stated(tmp_path, capsys):
+    """The cluster's network and node size and the plan's gradient accumulation fusion are
+    stated when absent; a row that states every default recorded reads back with none taken
+    and the same prediction (the list is complete), and cost or label fields are not listed."""
+    path = _gpt_csv(tmp_path)
+    doc = _json(capsys, [str(path)])
+    defaults = {k: v[0]["value"] for k, v in doc["defaults"].items()}
+    assert defaults["inter_node_bandwidth_gbits_per_s"] == 1600.0  # 8 x 200 Gb/s (A100)
+    assert defaults["gpus_per_node"] == 8
+    assert defaults["gradient_accumulation_fusion"] is True
+    assert default_origin("gpus_per_node") == "reference node"
+    assert default_origin("gradient_accumulation_fusion") == "session"
+    assert default_origin("activation") == "Megatron-LM"
+    assert not {"name", "profile_path", "memory_reserve_fraction",
+                "price_per_gpu_hour_usd"} & set(defaults)
+    names = list(defaults)
+    cells = ",".join(str(cell_text(defaults[k])) for k in names)
+    stated = _gpt_csv(tmp_path, "stated.csv", extra="," + ",".join(names) + "|," + cells)
+    assert all(m.defaults == {} for m in read_measurements(stated))
+    again = _json(capsys, [str(stated)])
+    assert again["defaults"] == {}
+    assert [r["predicted_s"] for r in again["rows"]] == [r["predicted_s"] for r in doc["rows"]]
+    assert vtrain(["validate", str(path)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "inter_node_bandwidth_gbits_per_s=1600.0" in text and "gpus_per_node=8" in text
+
+
+@pytest.mark.parametrize("name,kind", [("H100", "H100-SXM5-80GB"),
+                                       ("A100 80GB", "A100-SXM4-80GB")])
+def test_a_gpu_alias_is_read_as_its_kind_and_noted(tmp_path, capsys, name, kind):
+    """A CSV gpu that --set cluster.gpu= maps (core.plan.cluster.gpu_kind) is read as that kind,
+    predicted as the row naming the kind, and noted with its row count."""
+    alias = _json(capsys, [str(_gpt_csv(tmp_path, "alias.csv", gpu=name))])
+    exact = _json(capsys, [str(_gpt_csv(tmp_path, "kind.csv", gpu=kind))])
+    assert alias["gpu_names_read"] == [{"name": name, "kind": kind, "rows": 2}]
+    assert exact["gpu_names_read"] == []
+    assert [r["predicted_s"] for r in alias["rows"]] == [r["predicted_s"] for r in exact["rows"]]
+
+
+def test_a_semicolon_separated_file_is_named_so(tmp_path, capsys):
+    """A CSV written with ';' is refused as not comma-separated, not as one unknown column."""
+    path = _gpt_csv(tmp_path)
+    path.write_text(path.read_text().replace(",", ";"))
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert "';'" in str(exc.value) and "column" not in str(exc.value).split("(")[0]
+    assert vtrain(["validate", str(path)]) == 2
+
+
+def test_r2_of_one_row_is_not_a_number_printed(tmp_path, capsys):
+    """R^2 of one row is undefined: None in --json, "n/a" in the text, never "nan"."""
+    path = _gpt_csv(tmp_path)
+    path.write_text("\n".join(path.read_text().splitlines()[:2]) + "\n")
+    assert _json(capsys, [str(path)])["r2"] is None
+    assert vtrain(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "n/a" in out and "nan" not in out
