@@ -18,7 +18,11 @@ Method (a Gauss-Newton-style fixed point around the critical path):
    built at moved parameter points, exact because those terms are linear);
 3. fit the parameters by bounded robust least squares (soft-L1) on
    ``log(predicted / measured)`` (scipy.optimize.least_squares), then repeat from 1 with the
-   new parameters (the critical path may move) for a few rounds;
+   new parameters (the critical path may move) for a few rounds. Before the first round's
+   solve, a parameter no row's linearized time depends on (:func:`parameter_sensitivity`:
+   its Jacobian column is below :data:`MIN_SENSITIVITY` over all rows, e.g. the inter-node
+   efficiency when no row sends across nodes) is dropped from the fit: it keeps the base
+   store's value and is reported as not determined by these rows;
 4. then, as a profile would, give each measured shape its own op times: a
    factor on the model's time of the transformer-layer ops (attention, MLP)
    and the embedding and output ops, per shape (s, h, a, f, V, t, b, dtype)
@@ -70,6 +74,16 @@ MIN_ROWS_PER_SHAPE = 3
 #: (a measurement anomaly) pulls the fit as a ~5% error would, not quadratically.
 ROBUST_LOSS = "soft_l1"
 ROBUST_SCALE = 0.05
+#: A parameter whose move across its whole bound range changes no row's linearized log
+#: iteration time by more than this carries no information in the rows (:func:`fit` keeps the
+#: base store's value): a structural zero, not a weak dependence.
+MIN_SENSITIVITY = 1e-6
+#: What a row lacks when its time does not depend on a parameter, for the parameters whose
+#: dependence is one kind of traffic on the critical path (the reason :func:`fit` reports).
+_TRAFFIC_OF = {"inter_node_efficiency": "inter-node traffic",
+               "p2p_overhead_s": "pipeline transfer", "p2p_efficiency": "pipeline transfer",
+               "collective_overhead_s": "collective",
+               "all_to_all_efficiency": "all-to-all", "flex_all_to_all_efficiency": "all-to-all"}
 
 
 class _FittedStores:
@@ -102,19 +116,75 @@ class FitResult:
     #: SI units; :func:`core.accuracy.fit_params.param_bounds`)
     fitted: tuple[str, ...] = ()
     bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: parameters asked for but not determined by the rows (name -> why): they kept the base
+    #: store's values (:func:`parameter_sensitivity`)
+    not_determined: dict[str, str] = field(default_factory=dict)
+
+
+def parameter_sensitivity(rows: Sequence[LinearizedRow], names: Sequence[str],
+                          op_model: dict[str, float],
+                          bounds: dict[str, tuple[float, float]] | None = None) -> np.ndarray:
+    """Jacobian of the rows' log iteration time over each parameter's bound range.
+
+    Column ``j`` is ``log t(high_j) - log t(low_j)`` per row, the linearized time
+    (:func:`predict_linearized`) with parameter ``names[j]`` at the two ends of its bounds
+    (:func:`param_bounds`) and every other at ``op_model``: how far the whole admissible range
+    of the parameter moves each row. A column of zeros means no row's critical path depends on
+    the parameter (no inter-node traffic, no pipeline transfer ...): the rows cannot determine it.
+
+    Returns
+    -------
+    float array, shape (len(rows), len(names))
+    """
+    out = np.zeros((len(rows), len(names)))
+    for j, name in enumerate(names):
+        lo, hi = param_bounds(name, bounds)
+        out[:, j] = (np.log(predict_linearized(rows, {**op_model, name: hi}))
+                     - np.log(predict_linearized(rows, {**op_model, name: lo})))
+    return out
+
+
+def _not_determined(rows, names, op_model, bounds) -> dict[str, str]:
+    """The ``names`` no row depends on (:func:`parameter_sensitivity` below
+    :data:`MIN_SENSITIVITY` on every row), each with why."""
+    sens = np.abs(parameter_sensitivity(rows, names, op_model, bounds))
+    out = {}
+    for j, name in enumerate(names):
+        if np.all(np.isfinite(sens[:, j])) and sens[:, j].max(initial=0.0) < MIN_SENSITIVITY:
+            what = _TRAFFIC_OF.get(name)
+            out[name] = (f"no {what} on any row's critical path" if what
+                         else "no row's critical path depends on it")
+    return out
 
 
 def _fit_globals(sessions, measured_s, base, names, current, rounds, say, sqrt_w, prior=0.0,
-                 bounds=None):
+                 bounds=None, held=None):
+    """Fit ``names`` (steps 1-3 of the module doc) from ``current``. A parameter the rows do
+    not determine (:func:`_not_determined`, on the first round's linearization) is dropped and
+    set to its ``held`` value (the base store's).
+
+    Returns
+    -------
+    (dict, list of str, dict)
+        The op model, the parameters fitted, the ones not determined (name -> why).
+    """
     from scipy.optimize import least_squares
 
+    rows = [linearize(s, base_of(base, s), current) for s in sessions]
+    undetermined = _not_determined(rows, names, current, bounds)
+    names = [n for n in names if n not in undetermined]
+    current = {**current, **{n: (held or current)[n] for n in undetermined}}
+    for n, why in undetermined.items():
+        say(f"{n} kept at {current[n]:.4g}: not determined by these rows ({why})")
+    if not names:
+        return current, names, undetermined
     lim = {n: param_bounds(n, bounds) for n in names}
     lo = np.array([lim[n][0] for n in names])
     hi = np.array([lim[n][1] for n in names])
     centre = np.array([current[n] for n in names], float)  # the prior's centre: the start
-    rows = []
     for rnd in range(rounds):
-        rows = [linearize(s, base_of(base, s), current) for s in sessions]
+        if rnd:  # the first round's rows are those the determination read
+            rows = [linearize(s, base_of(base, s), current) for s in sessions]
 
         def residuals(u: np.ndarray) -> np.ndarray:
             x = lo + u * (hi - lo)
@@ -129,7 +199,7 @@ def _fit_globals(sessions, measured_s, base, names, current, rounds, say, sqrt_w
                             loss=ROBUST_LOSS, f_scale=ROBUST_SCALE)
         current = {**current, **dict(zip(names, (lo + sol.x * (hi - lo)).tolist()))}
         say(f"model round {rnd + 1}/{rounds}: in-sample RMS log error {np.sqrt(np.mean(sol.fun**2)):.4f}")
-    return current
+    return current, names, undetermined
 
 
 def _fit_corrections(rows, measured_s, op_model, ridge, sqrt_w):
@@ -173,6 +243,12 @@ def fit(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore,
         Supplies the device (peaks) and the collective curves; a function gives each
         session its own (runs on several GPU kinds fitted with shared parameters, which
         are fractions of each device's peaks).
+    params : sequence of str, optional
+        Parameters to fit. One no row's time depends on (its column of
+        :func:`parameter_sensitivity` under :data:`MIN_SENSITIVITY` on every row, read off the
+        linearization at the start: the Jacobian, not the rows' features, decides) is not
+        fitted: it keeps ``base``'s value (``start``'s where given; the start when ``base``
+        is a function) and is listed in :attr:`FitResult.not_determined`.
     start : dict, optional
         Starting parameter values (default :data:`FIT_START` for the fitted ones; the others
         keep ``base``'s own values when ``base`` is a store, else the defaults).
@@ -218,9 +294,12 @@ def fit(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore,
     # no run pins follows it (core.model.ops.effective_op_model's fallback)
     tied = current["flex_all_to_all_efficiency"] == current["all_to_all_efficiency"]
     sqrt_w = np.sqrt(np.ones(len(sessions)) if weights is None else np.asarray(weights, float))
+    # a parameter the rows do not determine keeps the value the base times with
+    held = {**(current if callable(base) else effective_op_model(own)), **(start or {})}
+    undetermined: dict[str, str] = {}
     if names:
-        current = _fit_globals(sessions, measured_s, base, names, current, rounds, say, sqrt_w,
-                               prior, bounds)
+        current, names, undetermined = _fit_globals(sessions, measured_s, base, names, current,
+                                                    rounds, say, sqrt_w, prior, bounds, held)
     if tied and "flex_all_to_all_efficiency" not in names:
         current["flex_all_to_all_efficiency"] = current["all_to_all_efficiency"]
     corr: dict[tuple, float] = {}
@@ -233,7 +312,7 @@ def fit(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore,
     stores = _FittedStores(base, current, corr)
     pred = np.array([simulate(s, stores(s)).report.iteration_time_s for s in sessions])
     return FitResult(current, corr, rounds, error_metrics(pred, measured_s), tuple(names),
-                     {n: tuple(map(float, param_bounds(n, bounds))) for n in names})
+                     {n: tuple(map(float, param_bounds(n, bounds))) for n in names}, undetermined)
 
 
 def cross_validate(sessions: Sequence[Session], measured_s: np.ndarray, base: ProfileStore, *,
@@ -256,21 +335,27 @@ def calibrated_store(base: ProfileStore, result: FitResult, data: Sequence[str],
                      cv: dict[str, dict[str, float]],
                      file_weights: Sequence[float] | None = None,
                      residuals: "ResidualTable | None" = None) -> ProfileStore:
-    """The calibrated store for ``base``'s device, with provenance (data, file weights,
-    parameters, the fitted ones and their bounds, CV error) and the out-of-sample
-    ``residuals`` that give predictions their error band (:mod:`core.store.interval`).
-    ``vtrain profile show`` names a fitted parameter that ended at a bound
-    (:func:`core.accuracy.shared_fit.parameters_at_bound`)."""
+    """The calibrated store for ``base``'s device, with provenance (source: the base store
+    and the data; data, file weights, parameters, the fitted ones and their bounds, those the
+    rows did not determine and why, CV error) and the out-of-sample ``residuals`` that give
+    predictions their error band (:mod:`core.store.interval`). ``vtrain profile show`` names
+    a fitted parameter that ended at a bound (:func:`core.accuracy.shared_fit.bound_hits`)."""
     store = apply_fit(base, result.op_model, result.corrections)
     store.residuals = residuals
     weights = [1.0] * len(data) if file_weights is None else [float(w) for w in file_weights]
+    # the source is where the numbers come from: the base store refitted to the data (without
+    # it, ProfileStore.summary() would name the calibrated file itself)
+    base_name = (base.path.name if getattr(base, "path", None)
+                 else base.provenance.get("source") or base.device_name)
     store.provenance = {
-        "method": "calibrated", "date": _dt.date.today().isoformat(),
+        "method": "calibrated", "source": f"{base_name} fitted to {', '.join(data)}",
+        "date": _dt.date.today().isoformat(),
         "base_profile": base.summary(), "data": "; ".join(data),
         "file_weights": {name: w for name, w in zip(data, weights)},
         "parameters": {k: float(v) for k, v in result.op_model.items()},
         "fitted_parameters": list(result.fitted),
         "parameter_bounds": {n: {"low": lo, "high": hi} for n, (lo, hi) in result.bounds.items()},
+        "not_determined": dict(result.not_determined),
         "num_shape_factors": len(result.corrections),
         "cross_validation": cv,
         "cross_validation_procedure": (
@@ -316,10 +401,10 @@ def scale_transfer(sessions: Sequence[Session], measured_s: np.ndarray, base: Pr
 
 
 def calibration_residuals(files: Sequence[tuple[str, Sequence[Session], np.ndarray, Sequence[int]]],
-                          cv_predicted: Sequence[np.ndarray], base: ProfileStore, *,
-                          folds: int, file_weights: Sequence[float] | None = None,
+                          cv_predicted: Sequence[np.ndarray | None], base: ProfileStore, *,
+                          folds: int | Sequence[int], file_weights: Sequence[float] | None = None,
                           transfer: bool = True,
-                          progress: Callable[[str], None] | None = None) -> "ResidualTable":
+                          progress: Callable[[str], None] | None = None) -> "ResidualTable | None":
     """The residual table of a calibration: every run's k-fold prediction plus the scale transfer.
 
     Parameters
@@ -327,22 +412,35 @@ def calibration_residuals(files: Sequence[tuple[str, Sequence[Session], np.ndarr
     files : sequence of (name, sessions, measured_s, rows)
         Per measurement file: its name, usable runs, measured seconds (n,) and
         1-based data rows (n,).
-    cv_predicted : sequence of float arrays
-        Per file, the out-of-fold predictions of :func:`cross_validate_files` (n,).
-    folds : int
-        Folds used (for the procedure text).
+    cv_predicted : sequence of float arrays or None
+        Per file, the out-of-fold predictions of :func:`cross_validate_files` (n,); None for
+        a file that was not cross-validated (too few rows): it adds no cross-validated rows.
+    folds : int or sequence of int
+        Folds used, for all files or per file (for the procedure text).
     transfer : bool
         Add the ``scale_transfer`` rows (:func:`scale_transfer`, one more fit).
+
+    Returns
+    -------
+    ResidualTable or None
+        None when no file was cross-validated and there is no scale transfer.
     """
     from core.store.interval import residual_table_from_cv
 
     weights = ("equal file weights" if file_weights is None else "file weights "
                + ", ".join(f"{n} {w:g}" for (n, *_), w in zip(files, file_weights)))
-    procedure = (f"cross_validated: {folds}-fold cross-validation per file, folds from "
+    per_file = [folds] * len(files) if isinstance(folds, int) else list(folds)
+    used = {k for k, pred in zip(per_file, cv_predicted) if pred is not None}
+    how = (f"{used.pop()}-fold" if len(used) == 1 else "k-fold ("
+           + ", ".join(f"{n}: {k}" for (n, *_), k, pred in zip(files, per_file, cv_predicted)
+                       if pred is not None) + " folds)")
+    procedure = (f"cross_validated: {how} cross-validation per file, folds from "
                  f"numpy default_rng(0), each fold fitted on the other files plus the other folds "
                  f"({weights}; core.accuracy.calibrate.cross_validate_files)")
     table = None
     for (name, sessions, measured, rows), pred in zip(files, cv_predicted):
+        if pred is None:
+            continue
         part = residual_table_from_cv(sessions, measured, pred, name, rows, procedure=procedure)
         table = part if table is None else table.concat(part)
     if transfer:
@@ -356,7 +454,7 @@ def calibration_residuals(files: Sequence[tuple[str, Sequence[Session], np.ndarr
             part = residual_table_from_cv([sessions[i] for i in idx], measured[idx], pred,
                                           [names[i] for i in idx], [rows[i] for i in idx],
                                           set_name="scale_transfer")
-            table = table.concat(part)
+            table = part if table is None else table.concat(part)
             table.procedure = procedure + ("; scale_transfer: fitted on all single-node runs "
                                            "(weighted equally), predicting every multi-node run")
     return table

@@ -229,27 +229,40 @@ def shared_stores(result: FitResult, kinds: Sequence[str], base, data: Sequence[
 AT_BOUND_TOLERANCE = 1e-3
 
 
-def parameters_at_bound(provenance: dict) -> list[str]:
-    """The fitted parameters of a store's ``provenance`` that ended at a bound of their fit,
-    as ``"name = value (lower bound low)"`` lines: a sign of a term the op model lacks (the runs
-    pull the parameter past what the hardware does, docs/accuracy.md). Reads ``parameters``,
-    ``fitted_parameters`` and ``parameter_bounds`` (stores written before the bounds were kept
-    have none: no line)."""
+def bound_hits(provenance: dict) -> dict[str, dict]:
+    """The fitted parameters of a store's ``provenance`` that ended at a bound of their fit
+    (within :data:`AT_BOUND_TOLERANCE` of the bounds' width): a sign of a term the op model
+    lacks (the runs pull the parameter past what the hardware does, docs/accuracy.md). Reads
+    ``parameters``, ``fitted_parameters`` and ``parameter_bounds`` (stores written before the
+    bounds were kept have none: no entry).
+
+    Returns
+    -------
+    dict
+        name -> ``{"value": float, "bound": "lower" | "upper", "limit": float}``, in the
+        order of ``fitted_parameters``.
+    """
     params, bounds = provenance.get("parameters") or {}, provenance.get("parameter_bounds") or {}
-    out = []
+    out = {}
     for name in provenance.get("fitted_parameters") or []:
         if name not in params or not isinstance(bounds.get(name), dict):
             continue
         v, lo, hi = float(params[name]), float(bounds[name]["low"]), float(bounds[name]["high"])
         tol = AT_BOUND_TOLERANCE * (hi - lo)
         if v <= lo + tol:
-            out.append(f"{name} = {v:.4g} (lower bound {lo:g})")
+            out[name] = {"value": v, "bound": "lower", "limit": lo}
         elif v >= hi - tol:
-            out.append(f"{name} = {v:.4g} (upper bound {hi:g})")
+            out[name] = {"value": v, "bound": "upper", "limit": hi}
     return out
 
 
-__all__ = ["analytic_bases", "shared_fit_kwargs", "parameters_at_bound", "AT_BOUND_TOLERANCE",
+def parameters_at_bound(provenance: dict) -> list[str]:
+    """:func:`bound_hits` as ``"name = value (lower bound low)"`` lines (``vtrain profile show``)."""
+    return [f"{name} = {h['value']:.4g} ({h['bound']} bound {h['limit']:g})"
+            for name, h in bound_hits(provenance).items()]
+
+
+__all__ = ["analytic_bases", "shared_fit_kwargs", "parameters_at_bound", "bound_hits", "AT_BOUND_TOLERANCE",
            "KERNEL_CLASS_PARAMS", "use_shared_fit", "shared_stores", "finite_metrics",
            "supported_params", "fits_peak_fraction", "store_op_model", "SHARED_FIXED"]
 

@@ -59,7 +59,8 @@ def add_parser(sub: Any) -> None:
                         "published runs they made the held-out error worse, docs/accuracy.md); "
                         "refused with --trace, whose classes cannot determine them")
     c.add_argument("--folds", type=int, default=5, metavar="K",
-                   help="cross-validation folds per file (0: skip cross-validation)")
+                   help="cross-validation folds per file (0: skip cross-validation; a file "
+                        "with fewer usable rows gets one fold per row, a file of one row none)")
     c.add_argument("--file-weights", type=float, nargs="+", metavar="W",
                    help="share of the fit each CSV gets, one per CSV in order (default: equal), "
                         "e.g. 1 4 to let the second file count four times as much as the first")
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     per_file, rows = _read_files(args)
     shares = _check_file_weights(args.file_weights, len(per_file))
     files = [(ss, yy) for _, ss, yy in per_file]
-    cv, cv_pred = _cross_validate_each(per_file, base, args.folds, shares, console)
+    cv, cv_pred, folds = _cross_validate_each(per_file, base, args.folds, shares, console)
     sessions, measured = _all_rows(per_file)
     how = ("files weighted equally" if shares is None else
            "file weights " + ", ".join(f"{n} {w:g}" for (n, _, _), w in zip(per_file, shares)))
@@ -106,12 +107,17 @@ def run(args: argparse.Namespace) -> int:
     result = fit(sessions, measured, base,
                  weights=balanced_weights([len(ss) for ss, _ in files], shares),
                  progress=lambda msg: console.print(f"  {esc(msg)}"))
-    residuals = _residuals(per_file, rows, cv_pred, base, args.folds, shares, console)
+    if len(sessions) < len(result.fitted):  # each row pins one combination of them at most
+        console.print(f"[yellow]{len(sessions)} rows for {len(result.fitted)} fitted parameters: "
+                      "the rows cannot pin them all; treat the fitted values as one fit among "
+                      "many that match[/]", highlight=False)
+    residuals = _residuals(per_file, rows, cv_pred, base, folds, shares, console)
     store = calibrated_store(base, result, [n for n, _, _ in per_file], cv, shares, residuals)
     store.save(args.out)
     out = {"out": str(args.out), "parameters": result.op_model,
-           "num_shape_factors": len(result.corrections), "cross_validation": cv,
-           "in_sample": result.train_metrics}
+           **_parameter_groups(result, store.provenance),
+           "num_shape_factors": len(result.corrections), "folds": folds,
+           "cross_validation": cv, "in_sample": result.train_metrics}
     if args.json:  # figures a file cannot define (R^2 of one run) as null, as the shared fit's
         print(strict_dumps({**out, "cross_validation": {k: finite_metrics(v) for k, v in cv.items()},
                             "in_sample": finite_metrics(result.train_metrics)}, indent=2))
@@ -120,8 +126,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parameter_groups(result: Any, provenance: dict) -> dict:
+    """The op model's parameters as a calibration treated them.
+
+    Returns
+    -------
+    dict
+        ``fitted_parameters``: the names fitted, in order; ``held_parameters``: every other
+        parameter of the op model -> why it kept the base store's value (not determined by
+        these rows, :attr:`core.accuracy.calibrate.FitResult.not_determined`, or not part of
+        this fit); ``at_bound``: the fitted ones that ended at a bound of their fit, name ->
+        value, side and limit (:func:`core.accuracy.shared_fit.bound_hits`, as
+        ``vtrain profile show`` finds them).
+    """
+    from core.accuracy.shared_fit import bound_hits
+    held = {n: (f"not determined by these rows: {result.not_determined[n]}"
+                if n in result.not_determined else "not part of this fit")
+            for n in result.op_model if n not in result.fitted}
+    return {"fitted_parameters": list(result.fitted), "held_parameters": held,
+            "at_bound": bound_hits(provenance)}
+
+
 def _check_measurement_args(args: argparse.Namespace) -> None:
-    """Refuse the ``--trace``-only options without ``--trace`` and a call without files.
+    """Refuse the ``--trace``-only options without ``--trace``, a call without files and a
+    ``--folds`` that is neither 0 nor 2 or more.
 
     Raises
     ------
@@ -133,6 +161,9 @@ def _check_measurement_args(args: argparse.Namespace) -> None:
             raise field_error(f"--{name}", "needs --trace")
     if not args.csv:
         raise field_error("FILE", "give measurement files (or --trace with profiler traces)")
+    if args.folds < 0 or args.folds == 1:  # one fold holds nothing out
+        raise field_error("--folds", f"{args.folds}: give 2 or more folds, or 0 to skip "
+                                     "cross-validation")
 
 
 def _check_one_store_args(args: argparse.Namespace) -> None:
@@ -197,29 +228,44 @@ def _check_file_weights(shares: list[float] | None, n_files: int) -> list[float]
 def _cross_validate_each(per_file, base, folds: int, shares, console: Any):
     """``folds``-fold cross-validation of each file (fit on the other files and the other folds,
     :func:`core.accuracy.calibrate.cross_validate_files`), its figures printed to ``console``.
+    A file with fewer usable rows than ``folds`` is cross-validated with one fold per row
+    (leave-one-out), one with fewer than 2 not at all; each is noted on ``console``.
 
     Returns
     -------
-    (dict, list of ndarray)
-        Per file name its error metrics (floats); per file its out-of-fold predictions (s).
-        Both empty when ``folds`` is 0.
+    (dict, list of ndarray or None, dict)
+        Per file name its error metrics (floats, files cross-validated only); per file its
+        out-of-fold predictions (s; None where not cross-validated); per file name the folds
+        used (0: none). The first two empty when ``folds`` is 0.
     """
     from core.accuracy.calibrate import cross_validate_files
     from core.util.console import esc
     cv: dict[str, dict[str, float]] = {}
     files = [(ss, yy) for _, ss, yy in per_file]
-    cv_pred = []
-    if folds:
-        for j, (name, sessions, measured) in enumerate(per_file):
-            console.print(f"cross-validating on {esc(name)} ({len(sessions)} rows, {folds} folds)...")
-            pred, met = cross_validate_files(files, j, base, folds=folds, shares=shares,
-                                             progress=lambda msg: console.print(f"  {esc(msg)}"))
-            cv_pred.append(pred)
-            cv[name] = {k: float(v) for k, v in met.items()}
-            console.print(f"  {esc(name)}: MAPE {met['mape_percent']:.2f} %, median "
-                          f"{met['median_ape_percent']:.2f} %, max {met['max_ape_percent']:.2f} %, "
-                          f"R^2 {met['r2']:.4f}")
-    return cv, cv_pred
+    cv_pred: list = []
+    used: dict[str, int] = {}
+    if not folds:
+        return cv, cv_pred, used
+    for j, (name, sessions, measured) in enumerate(per_file):
+        k = min(folds, len(sessions))
+        used[name] = k if k >= 2 else 0
+        if k < 2:  # nothing to hold out: the row is the whole file
+            console.print(f"{esc(name)}: {len(sessions)} usable row: no cross-validation "
+                          "(needs 2 rows)", highlight=False)
+            cv_pred.append(None)
+            continue
+        if k < folds:  # each row its own fold, as vtrain validate --cross-validate does
+            console.print(f"{esc(name)}: {folds} folds asked, {len(sessions)} usable rows: "
+                          f"{k} folds (leave-one-out)", highlight=False)
+        console.print(f"cross-validating on {esc(name)} ({len(sessions)} rows, {k} folds)...")
+        pred, met = cross_validate_files(files, j, base, folds=k, shares=shares,
+                                         progress=lambda msg: console.print(f"  {esc(msg)}"))
+        cv_pred.append(pred)
+        cv[name] = {kk: float(v) for kk, v in met.items()}
+        console.print(f"  {esc(name)}: MAPE {met['mape_percent']:.2f} %, median "
+                      f"{met['median_ape_percent']:.2f} %, max {met['max_ape_percent']:.2f} %, "
+                      f"R^2 {met['r2']:.4f}")
+    return cv, cv_pred, used
 
 
 def _all_rows(per_file):
@@ -230,19 +276,24 @@ def _all_rows(per_file):
     return sessions, measured
 
 
-def _residuals(per_file, rows, cv_pred, base, folds: int, shares, console: Any):
+def _residuals(per_file, rows, cv_pred, base, folds: dict[str, int], shares, console: Any):
     """The store's residual table from the out-of-fold predictions
-    (:func:`core.accuracy.calibrate.calibration_residuals`), which gives every prediction its
-    error band; None (with a note) when ``folds`` is 0."""
+    (:func:`core.accuracy.calibrate.calibration_residuals`; ``folds``: per file name the folds
+    used, 0 for none), which gives every prediction its error band; None (with a note) when
+    no file was cross-validated."""
     from core.accuracy.calibrate import calibration_residuals
     from core.util.console import esc
-    if folds:  # the out-of-fold predictions give every prediction its error band
-        return calibration_residuals(
-            [(n, ss, yy, rr) for (n, ss, yy), rr in zip(per_file, rows)], cv_pred, base,
-            folds=folds, file_weights=shares,
-            progress=lambda msg: console.print(f"  {esc(msg)}"))
-    console.print("no cross-validation (--folds 0): the store gets no error band")
-    return None
+    if not folds:
+        console.print("no cross-validation (--folds 0): the store gets no error band")
+        return None
+    if all(p is None for p in cv_pred):
+        console.print("no file was cross-validated: the store gets no error band")
+        return None
+    # the out-of-fold predictions give every prediction its error band
+    return calibration_residuals(
+        [(n, ss, yy, rr) for (n, ss, yy), rr in zip(per_file, rows)], cv_pred, base,
+        folds=[folds[n] for n, _, _ in per_file], file_weights=shares,
+        progress=lambda msg: console.print(f"  {esc(msg)}"))
 
 
 def _run_shared(args: argparse.Namespace, console: Any) -> int:
@@ -273,10 +324,12 @@ def _run_shared(args: argparse.Namespace, console: Any) -> int:
                                                        base, kw, kinds_of, rows_by_kind, console)
     console.print(f"fitting the shared parameters on all {len(sessions)} rows...")
     result = fit(sessions, measured, base, progress=say, **kw)
+    # the parameters fitted: those of kw["params"] the rows' critical paths depend on (fit)
     names = _write_shared(args, result, extra, rows_by_kind, base, cv, cv_by_kind, residuals,
-                          kw["params"], console)
+                          list(result.fitted), console)
     out = {"out_dir": str(Path(args.out_dir)), "stores": list(names.values()),
-           "parameters": result.op_model, "fitted_parameters": kw["params"],
+           "parameters": result.op_model, "fitted_parameters": list(result.fitted),
+           "not_determined": dict(result.not_determined),
            "rows_by_kind": rows_by_kind, "cross_validation": cv,
            "cross_validation_by_kind": cv_by_kind,
            "in_sample": finite_metrics(result.train_metrics)}
@@ -466,7 +519,8 @@ def _print_shared(out: dict, console: Any) -> None:
 
 
 def _print(out: dict, base: Any, console: Any) -> None:
-    """The calibration as tables: the fitted parameters beside the base store's, the
+    """The calibration as tables: the fitted parameters beside the base store's (each that
+    ended at a bound of its fit marked), those held at the base store's values with why, the
     cross-validated error per file and the in-sample error."""
     from rich.table import Table
 
@@ -474,14 +528,28 @@ def _print(out: dict, base: Any, console: Any) -> None:
     from core.model.ops import effective_op_model
 
     console.print(f"[bold]wrote {esc(out['out'])}[/]: calibrated from {esc(base.summary())}")
-    t = Table(title="Fitted parameters", title_justify="left")
-    for col in ("parameter", "base", "fitted"):
-        t.add_column(col, justify="left" if col == "parameter" else "right")
     own = effective_op_model(base.op_model)  # what the base store times with
-    for name, value in out["parameters"].items():
-        before = own.get(name)
-        t.add_row(esc(name), "-" if before is None else f"{before:.4g}", f"{value:.4g}")
+
+    def was(name: str) -> str:
+        return "-" if own.get(name) is None else f"{own[name]:.4g}"
+
+    t = Table(title="Fitted parameters", title_justify="left")
+    for col in ("parameter", "base", "fitted", "note"):
+        t.add_column(col, justify="right" if col in ("base", "fitted") else "left")
+    for name in out["fitted_parameters"]:
+        hit = out["at_bound"].get(name)
+        note = f"[yellow]at its {hit['bound']} bound {hit['limit']:g}[/]" if hit else ""
+        t.add_row(esc(name), was(name), f"{out['parameters'][name]:.4g}", note)
     console.print(t)
+    if out["at_bound"]:
+        console.print("[yellow]a fitted parameter at a bound of its fit is a sign of a term the "
+                      "op model lacks (docs/accuracy.md)[/]", highlight=False)
+    h = Table(title="Held at the base store's values", title_justify="left")
+    for col in ("parameter", "value", "why"):
+        h.add_column(col, justify="right" if col == "value" else "left")
+    for name, why in out["held_parameters"].items():
+        h.add_row(esc(name), f"{out['parameters'][name]:.4g}", esc(why))
+    console.print(h)
     console.print(f"{out['num_shape_factors']:,} per-shape op-time factors", highlight=False)
     cols = (("rows", "n", "d"), ("MAPE %", "mape_percent", ".2f"),
             ("median APE %", "median_ape_percent", ".2f"), ("max APE %", "max_ape_percent", ".2f"),

@@ -210,8 +210,8 @@ def provenance_lines(provenance: dict[str, Any]) -> list[str]:
             lines.append(f"{k}:")
             lines += [f"  {name}: " + ", ".join(f"{a}={_value(b)}" for a, b in sub.items())
                       for name, sub in v.items()]
-        elif isinstance(v, dict):
-            lines.append(f"{k}: " + ", ".join(f"{a}={_value(b)}" for a, b in v.items()))
+        elif isinstance(v, dict):  # an empty one (no parameter left undetermined) as "none"
+            lines.append(f"{k}: " + (", ".join(f"{a}={_value(b)}" for a, b in v.items()) or "none"))
         elif isinstance(v, list) and 0 < len(v) <= _LIST_NAMED and all(
                 isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in v):
             lines.append(f"{k}: " + ", ".join(_value(x) for x in v))
