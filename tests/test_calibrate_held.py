@@ -133,3 +133,28 @@ def test_a_fold_count_that_holds_nothing_out_is_refused_naming_the_option(tmp_pa
                  folds]) == 2
     err = capsys.readouterr().err
     assert "--folds" in err and "internal error" not in err and not out.exists()
+
+
+def test_the_profiles_gpu_kind_is_the_rows_store_and_another_kind_is_warned(tmp_path, capsys,
+                                                                           base_path):
+    """--profile is the store of every row, as on validate: rows of a GPU kind without a
+    shipped store are fitted with it (they were skipped: "no usable rows"); rows of another
+    kind than the store's are fitted with it and warned of on standard error."""
+    from core.store.gpu_spec import GPU_SPECS_DIR
+    spec = json.loads((GPU_SPECS_DIR / "H100-SXM5-80GB.json").read_text())
+    spec["name"] = "My-GPU"
+    (tmp_path / "my.json").write_text(json.dumps(spec))
+    store = tmp_path / "my.h5"
+    assert main(["profile", "generate", "--spec", str(tmp_path / "my.json"), "--out",
+                 str(store)]) == 0
+    rows = _csv(tmp_path / "my.csv", [(512, 1, 0.05), (512, 2, 0.09)])
+    mine = tmp_path / "mine.csv"
+    mine.write_text(open(rows).read().replace("A100-SXM4-80GB", "My-GPU"))
+    capsys.readouterr()
+    assert main(["calibrate", str(mine), "--profile", str(store), "--out",
+                 str(tmp_path / "fit.h5"), "--folds", "0"]) == 0
+    assert "another GPU's figures" not in capsys.readouterr().err
+    assert main(["calibrate", rows, "--profile", str(store), "--out", str(tmp_path / "fit2.h5"),
+                 "--folds", "0"]) == 0
+    assert (f"warning: {rows}: rows of A100-SXM4-80GB fitted with the store of My-GPU "
+            "(--profile): another GPU's figures") in capsys.readouterr().err.splitlines()

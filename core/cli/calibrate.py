@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
                                               "GPU kinds: needs --out-dir")
     _check_one_store_args(args)
     base = check_profile_option(args.profile, opener=ProfileStore.open)
-    per_file, rows = _read_files(args)
+    per_file, rows = _read_files(args, base.device_name)
     shares = _check_file_weights(args.file_weights, len(per_file))
     files = [(ss, yy) for _, ss, yy in per_file]
     cv, cv_pred, folds = _cross_validate_each(per_file, base, args.folds, shares, console)
@@ -183,8 +183,11 @@ def _check_one_store_args(args: argparse.Namespace) -> None:
     check_outputs([("--out", args.out)], [*args.csv, args.profile])
 
 
-def _read_files(args: argparse.Namespace):
-    """Read every measurement file of ``args.csv``.
+def _read_files(args: argparse.Namespace, device: str):
+    """Read every measurement file of ``args.csv``, each row simulated with the store
+    ``--profile`` names (as ``vtrain validate --profile``: rows of a GPU kind without a shipped
+    store are read with it); rows of another kind than the store's ``device`` are warned of on
+    standard error (their times are fitted with another GPU's figures).
 
     Returns
     -------
@@ -199,13 +202,23 @@ def _read_files(args: argparse.Namespace):
     """
     from core.accuracy.calibrate import measured_sessions
     from core.accuracy.measured import read_measurements
+    import os
+    import sys
+
+    from core.util.text import printable
     per_file, rows = [], []
     for path in args.csv:
         with row_progress(f"reading {Path(path).name}", args.json) as progress:
-            ms = read_measurements(path, progress)
+            ms = read_measurements(path, progress, profile_path=os.path.abspath(args.profile))
         sessions, measured = measured_sessions(ms)
         if not sessions:
-            raise field_error(path, "no usable rows")
+            first = next((m for m in ms if m.skip_reason), None)
+            raise field_error(path, "no usable rows" + (
+                f" (row {first.row}: {first.skip_reason})" if first is not None else ""))
+        other = sorted({s.cluster.gpu for s in sessions} - {device})
+        if other:
+            print(printable(f"warning: {path}: rows of {', '.join(other)} fitted with the store "
+                            f"of {device} (--profile): another GPU's figures"), file=sys.stderr)
         per_file.append((Path(path).name, sessions, measured))
         rows.append([m.row for m in ms if not m.skip_reason and m.has_time])
     return per_file, rows
