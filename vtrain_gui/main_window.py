@@ -522,6 +522,7 @@ class MainWindow(QtWidgets.QMainWindow):
     def _on_editor_session_change(self, session: Session) -> None:
         self.setWindowModified(True)
         self.explore.set_session(session)
+        self.studies.set_session(session)
         self._schedule_simulation()
 
     @Slot()
@@ -608,6 +609,7 @@ class MainWindow(QtWidgets.QMainWindow):
             return
         self.editor.set_session(picked)
         self.explore.set_session(picked)
+        self.studies.set_session(picked)
         self.setWindowModified(True)
         self._schedule_simulation(immediately=True)
 
@@ -629,6 +631,7 @@ class MainWindow(QtWidgets.QMainWindow):
             return
         self.editor.set_session(dataclasses.replace(current, plan=plan))
         self.explore.set_session(self.editor.session())
+        self.studies.set_session(self.editor.session())
         self.setWindowModified(True)
         self._status.setText(f"Plan changed to {plan.label()} so that it fits")
         self._schedule_simulation(immediately=True)

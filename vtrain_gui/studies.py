@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+import html
 import json
 
 import numpy as np
@@ -22,7 +23,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from core.plan.session import Session
 from core.studies.optimal import MAX_DAYS, MAX_GPUS, MAX_SPREAD
 
-from .empty_state import EmptyStack
+from .empty_state import EmptyStack, StaleVeil
 from .sweep_header import dimensions_html
 from .workers import SweepRunner
 
@@ -37,6 +38,16 @@ _RUN = "#1565C0"
 #: The compute-optimal table's columns.
 OPTIMAL_COLUMNS = ("params", "L", "h", "heads", "t p d b", "SP", "ZeRO", "cp", "schedule",
                    "recompute", "MFU", "GiB", "tokens", "tokens/param", "loss", "note")
+
+
+def stale_text(changed: list[str]) -> str:
+    """The banner over a study's result when the Plan tab changed a field the study reads,
+    naming the fields ``changed`` (:func:`core.studies.sweep.saved.changed_inputs`, the first
+    four)."""
+    text = "The Plan tab changed since this study ran: press Run to update it."
+    if changed:
+        text += f" Changed: {'; '.join(changed[:4])}{' …' if len(changed) > 4 else ''}."
+    return text
 
 
 def _cancel_check(cancel: Any) -> None:
@@ -155,6 +166,9 @@ class _StudyPanel(QtWidgets.QWidget):
         self.status.setWordWrap(True)
         self.status.setObjectName("status")
         self.result: Any = None
+        #: the session the result shown was computed from (None without a result)
+        self.result_session: Session | None = None
+        self._run_session: Session | None = None
 
     def _layout(self, top: list[QtWidgets.QWidget],
                 bottom: list[QtWidgets.QWidget]) -> QtWidgets.QSplitter:
@@ -170,10 +184,49 @@ class _StudyPanel(QtWidgets.QWidget):
             right.addWidget(pane)
         # no result: say what to do instead of empty tables and placeholder axes
         self.results_view = EmptyStack(right, self._empty_text)
+        # over the result while the Plan tab holds other inputs than those it ran with, as
+        # the Plan and Explore tabs' banners
+        self.stale_banner = QtWidgets.QLabel()
+        self.stale_banner.setObjectName("stale_banner")
+        self.stale_banner.setWordWrap(True)
+        self.stale_banner.setStyleSheet("background: #FFF4CE; color: #5C4400; padding: 4px; "
+                                        "border: 1px solid #E6C86E;")
+        self.stale_banner.setVisible(False)
+        self._veil = StaleVeil(right)
+        results = QtWidgets.QWidget()
+        col = QtWidgets.QVBoxLayout(results)
+        col.setContentsMargins(0, 0, 0, 0)
+        col.setSpacing(2)
+        col.addWidget(self.stale_banner)
+        col.addWidget(self.results_view, 1)
         lay = QtWidgets.QHBoxLayout(self)
         lay.addWidget(self._side())
-        lay.addWidget(self.results_view, 1)
+        lay.addWidget(results, 1)
         return right
+
+    @property
+    def is_stale(self) -> bool:
+        """Whether the result shown was computed from other Plan-tab inputs than the current."""
+        return not self.stale_banner.isHidden()
+
+    def set_session(self, session: Session) -> None:
+        """The Plan tab's session changed: mark the result stale when a field the study reads
+        (:meth:`study_inputs`) differs from the run's, unmark it when they agree again."""
+        changed: list[str] = []
+        if self.result is not None and self.result_session is not None:
+            from core.studies.sweep.saved import changed_inputs
+            try:
+                changed = changed_inputs(self.study_inputs(self.result_session),
+                                         self.study_inputs(session))
+            except (TypeError, ValueError, AttributeError):  # fields the editor flags as invalid
+                changed = ["(the Plan tab's inputs are invalid)"]
+        self.stale_banner.setText(stale_text(changed))
+        self.stale_banner.setVisible(bool(changed))
+        self._veil.set_stale(bool(changed))
+
+    def study_inputs(self, session: Session) -> dict:  # pragma: no cover - overridden
+        """What the study reads of ``session`` (``{section: {field: value}}``)."""
+        raise NotImplementedError
 
     def _side(self) -> QtWidgets.QWidget:
         side = QtWidgets.QWidget()
@@ -249,6 +302,7 @@ class _StudyPanel(QtWidgets.QWidget):
             return None
         self._set_status("Running…", True)
         self.clear_result()
+        self._run_session = session.copy()  # what the result will be of
         self.results_view.set_empty(True, "<p style='font-size:13pt'><b>Running…</b></p>"
                                           "<p>The results appear here when the study finishes.</p>")
         return self.runner.start(session, self.settings())
@@ -290,9 +344,11 @@ class _StudyPanel(QtWidgets.QWidget):
     @Slot(int, object, float)
     def _on_finish(self, _run: int, result: object, seconds: float) -> None:
         self.result = result
+        self.result_session = self._run_session
         self._set_status(f"Done in {seconds:.1f} s.", False)
         self.show_result(result)
         self.results_view.set_empty(False)
+        self.set_session(self._session_fn())  # edited while it ran: stale at once
 
     def show_result(self, result: Any) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -372,6 +428,11 @@ class OptimalPanel(_StudyPanel):
         return {"num_gpus": self.gpus, "days": self.days, "assumed_mfu": self.mfu,
                 "num_candidates": self.candidates, "spread": self.spread}
 
+    def study_inputs(self, session: Session) -> dict:
+        """:func:`core.studies.optimal.study_inputs`."""
+        from core.studies.optimal import study_inputs
+        return study_inputs(session)
+
     def check_session(self, session: Session) -> None:
         """Raise ConfigError when the session's cluster, batch or sequence cannot run the study."""
         from core.plan.rules import check_all_but_the_plan
@@ -382,7 +443,9 @@ class OptimalPanel(_StudyPanel):
     def clear_result(self) -> None:
         """Empty the table, the summary and the plot."""
         self.result = None
+        self.result_session = None
         self.results_view.set_empty(True)
+        self.set_session(self._session_fn())  # no result: nothing stale
         self.table.setRowCount(0)
         self.summary.setText("")
         for item in (self._points, self._line, self._best):
@@ -436,9 +499,13 @@ class OptimalPanel(_StudyPanel):
                 self.table.item(k, gib).setToolTip(
                     "~ tight: inside the margin of the GPU's memory, or over it only with the "
                     "allocator's cache")
-        session = self._session_fn()
-        cost = result.num_gpus * result.days * 24 * session.cost.price_per_gpu_hour_usd
-        text = (f"<b>{result.num_gpus:,} GPUs for {result.days:g} days</b> (${cost:,.0f}). "
+        # the inputs it ran with (the Plan tab may hold others since: the banner says so)
+        session = self.result_session or self._session_fn()
+        price = session.cost.price_per_gpu_hour_usd
+        cost = result.num_gpus * result.days * 24 * price
+        text = (f"<b>{result.num_gpus:,} x {html.escape(str(session.cluster.gpu))} for "
+                f"{result.days:g} days</b> (${cost:,.{0 if cost >= 100 else 2}f} at "
+                f"${price:,.2f}/GPU-hour). "
                 f"Chinchilla rule at an assumed MFU of {result.assumed_mfu:.0%}: "
                 f"C = {result.budget_flops:.3g} FLOPs → N_opt {fp(result.rule_params)} "
                 f"parameters on {fp(result.rule_tokens)} tokens.")
@@ -544,6 +611,11 @@ class SchedulePanel(_StudyPanel):
         return {"trace": self.trace, "gpus": self.gpus, "backfill": self.backfill,
                 "min_efficiency": self.min_efficiency}
 
+    def study_inputs(self, session: Session) -> dict:
+        """:func:`core.studies.scheduler.study_inputs`."""
+        from core.studies.scheduler import study_inputs
+        return study_inputs(session)
+
     def check_session(self, session: Session) -> None:
         """Raise ConfigError when the session's cluster, precision or profile cannot run the
         study (the jobs bring their own models and batches)."""
@@ -554,7 +626,9 @@ class SchedulePanel(_StudyPanel):
     def clear_result(self) -> None:
         """Empty the policy table, the notes and the chart."""
         self.result = None
+        self.result_session = None
         self.results_view.set_empty(True)
+        self.set_session(self._session_fn())  # no result: nothing stale
         self.policies.setRowCount(0)
         self.notes.setText("")
         for item in self._bars:
@@ -665,6 +739,12 @@ class StudiesTab(QtWidgets.QTabWidget):
         for panel in (self.optimal, self.schedule):
             panel.settings_changed.connect(self._on_edit)
             panel.run_button.clicked.connect(self._on_run)
+
+    def set_session(self, session: Session) -> None:
+        """The Plan tab's session changed: each study's result is marked stale when a field it
+        reads changed since it ran (:meth:`_StudyPanel.set_session`)."""
+        self.optimal.set_session(session)
+        self.schedule.set_session(session)
 
     def current_settings(self) -> dict:
         """``{"optimal": {...}, "schedule": {...}}`` as the forms show them."""

@@ -52,7 +52,7 @@ from core.model.counts import num_parameters
 
 __all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "format_params",
            "no_plan_explanation", "Candidate",
-           "OptimalResult", "compute_optimal"]
+           "OptimalResult", "compute_optimal", "study_inputs"]
 
 #: Parametric loss fit: Besiroglu et al. 2024's refit of Hoffmann et al. 2022's Approach 3.
 CHINCHILLA = {"E": 1.8172, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}
@@ -326,6 +326,24 @@ def _candidate(session: Session, model: ModelConfig, space: Any, store: Any, can
     tokens = tps * seconds
     return Candidate(model, n, res.plan_row(i), tps, float(res.mfu[i]), tokens,
                      chinchilla_loss(n, tokens))
+
+
+def study_inputs(session: Session) -> dict[str, Any]:
+    """What :func:`compute_optimal` reads of ``session``, as plain JSON
+    ``{section: {field: value}}``: the model fields the candidates' shapes keep (sequence
+    length, vocabulary, its padding, the attention kernel), the whole cluster, the price per
+    GPU-hour (the budget's cost) and every plan field the candidates' sweeps do not choose
+    (the global batch, precision ...). Two sessions with equal inputs give one study; compare
+    them with :func:`core.studies.sweep.saved.changed_inputs`."""
+    from core.studies.sweep import SweepSpace
+    from core.studies.sweep.saved import saved_inputs
+
+    doc = saved_inputs(session, SweepSpace.default_for(session))
+    doc["model"] = {k: doc["model"][k] for k in ("seq_length", "vocab_size",
+                                                 "make_vocab_size_divisible_by",
+                                                 "attention_kernel")}
+    doc["cost"] = {"price_per_gpu_hour_usd": doc["cost"]["price_per_gpu_hour_usd"]}
+    return doc
 
 
 def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu: float = 0.4,

@@ -52,7 +52,8 @@ from core.plan.presets import GPT_FAMILY, MODEL_PRESETS
 from core.plan.session import Session
 
 __all__ = ["POLICIES", "Job", "read_jobs", "jobs_from_list", "gpu_counts", "throughput_table",
-           "target_index", "JobRun", "ScheduleResult", "run_schedule", "schedule_study"]
+           "target_index", "JobRun", "ScheduleResult", "run_schedule", "schedule_study",
+           "study_inputs"]
 
 POLICIES = ("requested", "efficient", "adaptive")
 #: Latest arrival a trace may have, hours (about 114 years: later ones lose hour precision).
@@ -475,6 +476,19 @@ def run_schedule(jobs: Sequence[Job], tokens_per_s: np.ndarray, counts: Sequence
         now = nxt
     result.runs = [runs[j] for j in range(len(jobs)) if j in runs]
     return result
+
+
+def study_inputs(session: Session) -> dict[str, Any]:
+    """What :func:`schedule_study` reads of ``session``, as plain JSON ``{section: {field:
+    value}}``: the whole cluster and the plan fields every job's sweep holds (precision,
+    sequence parallelism, ZeRO stage, the overlaps ...; not the global batch, each job brings
+    its own, nor the model). Compare two with :func:`core.studies.sweep.saved.changed_inputs`."""
+    from core.studies.sweep import SweepSpace
+    from core.studies.sweep.saved import saved_inputs
+
+    doc = saved_inputs(session, SweepSpace(num_gpus=[1], hold_session_values=True))
+    del doc["model"], doc["cost"], doc["plan"]["global_batch_size"]
+    return doc
 
 
 def schedule_study(jobs: Sequence[Job], session: Session, total_gpus: int, *,

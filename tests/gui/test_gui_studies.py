@@ -159,3 +159,58 @@ def test_a_job_left_out_or_moved_is_named_under_the_policy_table(studies, qtbot,
     with qtbot.waitSignal(panel.runner.finished, timeout=240_000):
         panel.run()
     assert "No plan fits on any count for huge" in panel.notes.text()
+
+
+def test_a_plan_tab_change_the_study_reads_marks_its_result_stale(window, qtbot):
+    """Trial s3: a compute-optimal result stays on screen after the Plan tab's GPU changes; it
+    is marked stale, naming the field, until the change is undone or the study runs again.
+    The summary names the GPU kind and costs the budget at the price the study ran with."""
+    from pathlib import Path
+    example = (Path(__file__).resolve().parents[2] / "resources" / "examples"
+               / "gpt3_1.3b_single_node.json")
+    with qtbot.waitSignal(window.result_shown, timeout=60_000):
+        assert window.open_path(example)
+    panel = window.studies.optimal
+    panel.gpus.setValue(8)
+    panel.days.setValue(1.0)
+    panel.candidates.setValue(2)
+    with qtbot.waitSignal(panel.runner.finished, timeout=240_000):
+        panel.run()
+    session = window.editor.session()
+    gpu, price = session.cluster.gpu, session.cost.price_per_gpu_hour_usd
+    summary = panel.summary.text()
+    assert f"8 x {gpu} for 1 days" in summary
+    assert f"${8 * 24 * price:,.0f} at ${price:,.2f}/GPU-hour" in summary
+    assert not panel.is_stale and not window.studies.schedule.is_stale
+
+    window.editor.set_field("cluster.gpu", "H100-SXM5-80GB")
+    assert panel.is_stale
+    assert f"cluster.gpu: '{gpu}' -> 'H100-SXM5-80GB'" in panel.stale_banner.text()
+    assert not window.studies.schedule.is_stale  # it has no result
+    window.editor.set_field("cluster.gpu", gpu)  # undone
+    assert not panel.is_stale
+    window.editor.set_field("model.num_layers", 12)  # the study makes its own shapes
+    assert not panel.is_stale
+    window.editor.set_field("cost.price_per_gpu_hour_usd", price + 1.0)
+    assert panel.is_stale and "cost.price_per_gpu_hour_usd" in panel.stale_banner.text()
+    panel.show_result(panel.result)  # redrawn: still at the price it ran with
+    assert f"at ${price:,.2f}/GPU-hour" in panel.summary.text()
+    with qtbot.waitSignal(panel.runner.finished, timeout=240_000):
+        panel.run()
+    assert not panel.is_stale
+    assert f"at ${price + 1.0:,.2f}/GPU-hour" in panel.summary.text()
+    window.setWindowModified(False)
+
+
+def test_the_scheduler_study_reads_the_cluster_and_held_plan_fields_only():
+    """What the shared-cluster study is stale for: not the model or the batch (each job brings
+    its own), nor the price; the GPU and the precision, yes."""
+    from core.studies.scheduler import study_inputs
+    from core.studies.sweep.saved import changed_inputs
+    a = Session()
+    b = a.copy()
+    b.model.num_layers, b.plan.global_batch_size, b.cost.price_per_gpu_hour_usd = 2, 16, 9.0
+    assert changed_inputs(study_inputs(a), study_inputs(b)) == []
+    b.cluster.gpu, b.plan.precision = "H100-SXM5-80GB", "fp8"
+    assert changed_inputs(study_inputs(a), study_inputs(b)) == [
+        "cluster.gpu: 'A100-SXM4-80GB' -> 'H100-SXM5-80GB'", "plan.precision: 'bf16' -> 'fp8'"]

@@ -26,7 +26,8 @@ from core.plan.session import Session
 from core.studies.sweep.result import SweepResult, plan_column_arrays
 from core.studies.sweep.space import SweepSpace
 
-__all__ = ["SAVED_VERSION", "saved_sweep", "restore_sweep", "stale_reasons", "saved_inputs"]
+__all__ = ["SAVED_VERSION", "saved_sweep", "restore_sweep", "stale_reasons", "saved_inputs",
+           "changed_inputs"]
 
 #: Version of :func:`saved_sweep`'s document (its ``"version"``).
 SAVED_VERSION = 1
@@ -50,6 +51,18 @@ def saved_inputs(session: Session, space: SweepSpace) -> dict[str, Any]:
                    "cluster": dataclasses.asdict(session.cluster),
                    "cost": dataclasses.asdict(session.cost),
                    "plan": {f: getattr(session.plan, f) for f in PLAN_FIELDS if f not in swept}})
+
+
+def changed_inputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """One line per field that differs between two ``{section: {field: value}}`` documents
+    (:func:`saved_inputs`, or a study's inputs), ``"cluster.gpu: 'A100-SXM4-80GB' ->
+    'H100-SXM5-80GB'"``, sections and fields in order; empty when they are equal."""
+    out = []
+    for section in dict.fromkeys([*old, *new]):
+        a, b = old.get(section, {}), new.get(section, {})
+        out += [f"{section}.{key}: {a.get(key)!r} -> {b.get(key)!r}"
+                for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
+    return out
 
 
 def saved_sweep(result: SweepResult) -> dict[str, Any]:
