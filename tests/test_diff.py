@@ -225,12 +225,15 @@ def test_a_misspelled_field_names_the_closest_one(capsys):
 
 def test_values_whose_short_forms_agree_are_shown_exactly():
     """The breaker: 26,000,000,000 and 25,999,998,976 training tokens both read 2.6e+10."""
-    from core.cli.diff import _value
-    a, b = 26e9, 25999998976.0
-    assert (_value(a, b), _value(b, a)) == ("26,000,000,000", "25,999,998,976")
-    assert _value(a, 13e9) == "2.6e+10"  # short where they read apart
-    assert (_value(0.1, 0.10000001), _value(0.10000001, 0.1)) == ("0.1", "0.10000001")
-    assert _value(4, 5) == "4"
+    from core.studies.diff import beyond_plan_text
+
+    def text(a, b):
+        return beyond_plan_text([{"field": "f", "a": a, "b": b}])
+    assert text(26e9, 25999998976.0) == "f 26,000,000,000 / 25,999,998,976"
+    assert text(26e9, 13e9) == "f 2.6e+10 / 1.3e+10"  # short where they read apart
+    assert text(0.1, 0.10000001) == "f 0.1 / 0.10000001"
+    assert text(4, 5) == "f 4 / 5"
+    assert beyond_plan_text([]) == ""
 
 
 def test_cli_a_plan_against_itself_prints_no_negative_zero(capsys):

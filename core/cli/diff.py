@@ -59,18 +59,6 @@ def _simulated(session: Any, file: str, pinned: bool = False) -> Any:
                                 else f"{file}: compare.pinned.cluster: {text}") from None
 
 
-def _value(v, other=None) -> str:
-    """A session field's value as the line of differences shows it: floats in short form, or
-    exactly when the short forms of ``v`` and the ``other`` side's value would read the same
-    (26,000,000,000 and 25,999,998,976 tokens are not both "2.6e+10")."""
-    if not isinstance(v, float):
-        return str(v)
-    short = f"{v:,.4g}"
-    if isinstance(other, float) and other != v and f"{other:,.4g}" == short:
-        return f"{v:,.0f}" if abs(v) >= 1e4 and v == int(v) else repr(v)
-    return short
-
-
 def _s(x: float) -> str:
     return f"{x:,.3f} s"
 
@@ -114,10 +102,9 @@ def run(args: argparse.Namespace) -> int:
     con.print(f"[bold]B[/] {esc(name_b)}: {esc(doc['b']['label'])}, {doc['b']['num_gpus']:,} GPUs",
               highlight=False)
     if doc["beyond_plan"]:
+        from core.studies.diff import beyond_plan_text
         con.print("[bold]A and B differ beyond the plan[/] (the differences below are not the "
-                  "plans' alone): " + "; ".join(
-                      f"{esc(x['field'])} {esc(_value(x['a'], x['b']))} / {esc(_value(x['b'], x['a']))}"
-                      for x in doc["beyond_plan"]), highlight=False)
+                  "plans' alone): " + esc(beyond_plan_text(doc["beyond_plan"])), highlight=False)
     t = Table(title="Iteration time, mean over pipeline stages", title_justify="left")
     for col in ("term", "A", "B", "B - A"):
         t.add_column(col, justify="left" if col == "term" else "right")

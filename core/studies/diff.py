@@ -202,6 +202,26 @@ def beyond_plan(a: Session, b: Session) -> list[dict[str, Any]]:
     return out
 
 
+def _value_text(v: Any, other: Any = None) -> str:
+    """A session field's value as :func:`beyond_plan_text` shows it: floats in short form, or
+    exactly when the short forms of ``v`` and the ``other`` side's value would read the same
+    (26,000,000,000 and 25,999,998,976 tokens are not both "2.6e+10")."""
+    if not isinstance(v, float):
+        return str(v)
+    short = f"{v:,.4g}"
+    if isinstance(other, float) and other != v and f"{other:,.4g}" == short:
+        return f"{v:,.0f}" if abs(v) >= 1e4 and v == int(v) else repr(v)
+    return short
+
+
+def beyond_plan_text(items: list[dict[str, Any]]) -> str:
+    """``"model GPT-3 1.3B / MT-NLG 530B; cluster.gpus_per_node 8 / 16"``: the fields of
+    :func:`beyond_plan` with A's value, then B's (what ``vtrain diff`` and the Compare tab
+    print after "A and B differ beyond the plan"); empty for no items."""
+    return "; ".join(f"{x['field']} {_value_text(x['a'], x['b'])} / {_value_text(x['b'], x['a'])}"
+                     for x in items)
+
+
 def plan_label(session: Session) -> str:
     """``"t=8 p=16 d=4 b=1 1f1b recompute=full"``-style label of a session's plan; a precision
     other than bf16 is named (``"... precision=fp8 fp8=delayed"``, ``"... precision=fp32
@@ -248,4 +268,5 @@ def diff_results(ra, rb) -> PlanDiff:
     return PlanDiff(ra, rb, ta, tb, terms, sa, sb, oa, ob)
 
 
-__all__ += ["KIND_TERM", "TERM_LABELS", "plan_label", "diff_results", "beyond_plan"]
+__all__ += ["KIND_TERM", "TERM_LABELS", "plan_label", "diff_results", "beyond_plan",
+            "beyond_plan_text"]
