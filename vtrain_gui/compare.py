@@ -9,25 +9,30 @@ in a table. Every number comes from :mod:`core.studies.diff`; this module only l
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt, Slot
 
-from core.studies.diff import TERM_SHORT, PlanDiff, diff_results, plan_label
+from core.studies.diff import TERM_SHORT, PlanDiff, beyond_plan_text, diff_results, plan_label
 from core.sim.report import gib_texts
 
 from .empty_state import EmptyStack
-from .formatting import VERDICT_COLORS, format_bytes, format_duration, format_usd
+from .formatting import VERDICT_COLORS, format_duration, format_usd
 from .timeline.widget import TimelineWidget
 
-__all__ = ["CompareTab", "FASTER_COLOR", "SLOWER_COLOR", "TOTAL_COLOR"]
+__all__ = ["CompareTab", "FASTER_COLOR", "SLOWER_COLOR", "TOTAL_COLOR", "TABLE_ROWS"]
 
 #: Bar colours of the waterfall: a term that makes B faster, slower, and the total difference.
 FASTER_COLOR = "#2E9E4F"
 SLOWER_COLOR = "#D0433B"
 TOTAL_COLOR = "#4A6FA5"
 _NEUTRAL_COLOR = "#9AA0A6"
+#: Rows of the table of both plans' figures (``cell_text`` takes a row by its name).
+TABLE_ROWS = ("Iteration time", "Memory per GPU", "GPU memory", "Fits in memory",
+              "Training days", "Cost")
 
 _NOTHING_PINNED = ("<p style='font-size:13pt'><b>Nothing pinned yet</b></p>"
                    "<p>Choose <b>Plan &gt; Pin plan for comparison</b> (Ctrl+Shift+P) to keep the "
@@ -39,6 +44,9 @@ _WAITING = ("<p style='font-size:13pt'><b>Waiting for the editor's plan</b></p>"
             "simulated; fix the fields marked in red if there are any.</p>")
 
 
+def _gib(num_bytes: float) -> str:
+    """Bytes as GiB with one decimal (``"80.0"``), ``"–"`` when unknown."""
+    return f"{num_bytes / 2**30:,.1f}" if np.isfinite(num_bytes) else "–"
 
 
 def _verdict_text(plan: dict) -> str:
@@ -74,6 +82,14 @@ class CompareTab(QtWidgets.QWidget):
         for label in (self._w_label_a, self._w_label_b):
             label.setStyleSheet("font-weight: bold; padding: 2px 6px;")
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # the plans are not all that differs: the waterfall is not the plans' difference alone
+        self._w_beyond = QtWidgets.QLabel()
+        self._w_beyond.setObjectName("beyond_plan")
+        self._w_beyond.setWordWrap(True)
+        self._w_beyond.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._w_beyond.setStyleSheet("background: #FFF4CE; color: #5C4400; padding: 6px; "
+                                     "border: 1px solid #E6C86E; font-size: 11pt;")
+        self._w_beyond.setVisible(False)
         self._w_timeline_a = TimelineWidget()
         self._w_timeline_b = TimelineWidget()
         # one time axis: B follows A's zoom and pan (and A follows B's); pyqtgraph aligns linked
@@ -107,10 +123,9 @@ class CompareTab(QtWidgets.QWidget):
         item.addItem(self._bars)
         item.addItem(pg.InfiniteLine(pos=0, angle=0, pen=pg.mkPen("#606060")))
 
-        self._w_table = QtWidgets.QTableWidget(5, 3)
+        self._w_table = QtWidgets.QTableWidget(len(TABLE_ROWS), 3)
         self._w_table.setHorizontalHeaderLabels(["A (pinned)", "B (editor)", "B − A"])
-        self._w_table.setVerticalHeaderLabels(["Iteration time", "Memory per GPU", "Fits in memory",
-                                            "Training days", "Cost"])
+        self._w_table.setVerticalHeaderLabels(list(TABLE_ROWS))
         self._w_table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
         self._w_table.horizontalHeader().setSectionResizeMode(
             QtWidgets.QHeaderView.ResizeMode.Stretch)
@@ -133,7 +148,13 @@ class CompareTab(QtWidgets.QWidget):
         split.setStretchFactor(2, 2)
         split.setChildrenCollapsible(False)
 
-        self.view = EmptyStack(split, _NOTHING_PINNED)
+        content = QtWidgets.QWidget()
+        col = QtWidgets.QVBoxLayout(content)
+        col.setContentsMargins(0, 0, 0, 0)
+        col.setSpacing(2)
+        col.addWidget(self._w_beyond)
+        col.addWidget(split, 1)
+        self.view = EmptyStack(content, _NOTHING_PINNED)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.view)
@@ -153,6 +174,13 @@ class CompareTab(QtWidgets.QWidget):
         """Title of plan B's timeline (drawn first if due)."""
         self._flush()
         return self._w_label_b
+
+    @property
+    def beyond_plan_note(self) -> QtWidgets.QLabel:
+        """The note over the comparison naming what differs besides the plan (model, cluster,
+        cost: :func:`core.studies.diff.beyond_plan`); hidden when only the plans differ."""
+        self._flush()
+        return self._w_beyond
 
     @property
     def timeline_a(self) -> TimelineWidget:
@@ -264,9 +292,15 @@ class CompareTab(QtWidgets.QWidget):
         self._due = False
         a, b = self._pinned, self._current
         self._diff = diff_results(a, b)
+        beyond = self._diff.to_dict()["beyond_plan"]
+        self._w_beyond.setText(
+            "<b>A and B differ beyond the plan</b> (the differences below are not the plans' "
+            "alone): " + html.escape(beyond_plan_text(beyond)) if beyond else "")
+        self._w_beyond.setVisible(bool(beyond))
         for label, name, r in ((self._w_label_a, "A (pinned)", a), (self._w_label_b, "B (editor)", b)):
-            # the GPUs first: the count is what most often sets the cost apart
-            label.setText(f"{name}: {r.report.num_gpus:,} x {r.session.cluster.gpu}, "
+            # the model, then the GPUs: the count is what most often sets the cost apart
+            label.setText(f"{name}: {r.session.model.name}, {r.report.num_gpus:,} x "
+                          f"{r.session.cluster.gpu}, "
                           f"{plan_label(r.session)}  ·  "
                           f"{format_duration(r.report.iteration_time_s)} per iteration")
         self._w_timeline_a.set_data(a.graph, a.schedule)
@@ -314,11 +348,26 @@ class CompareTab(QtWidgets.QWidget):
         def signed(text: str, value: float) -> str:
             return ("+" if value > 0 else "") + text if value >= 0 else "−" + text
 
+        def gib_delta(num_bytes: float) -> str:  # rounded first: never "−0.0 GiB"
+            if not np.isfinite(num_bytes):
+                return "–"
+            gib = round(num_bytes / 2**30, 1) + 0.0
+            return signed(f"{abs(gib):,.1f} GiB", gib)
+
+        # in GiB, as vtrain diff prints them: the need and the capacity with the decimals
+        # that keep a need over the capacity reading above it (core.sim.report.gib_texts)
+        need_a, cap_a = gib_texts(a["max_memory_per_gpu_bytes"], a["memory_capacity_bytes"])
+        need_b, cap_b = gib_texts(b["max_memory_per_gpu_bytes"], b["memory_capacity_bytes"])
+        if not np.isfinite(a["memory_capacity_bytes"]):
+            need_a, cap_a = _gib(a["max_memory_per_gpu_bytes"]), "–"
+        if not np.isfinite(b["memory_capacity_bytes"]):
+            need_b, cap_b = _gib(b["max_memory_per_gpu_bytes"]), "–"
         rows = [
             (format_duration(a["iteration_time_s"]), format_duration(b["iteration_time_s"]),
              signed(format_duration(abs(d["difference_s"])), d["difference_s"])),
-            (format_bytes(a["max_memory_per_gpu_bytes"]), format_bytes(b["max_memory_per_gpu_bytes"]),
-             signed(format_bytes(abs(d["memory_difference_bytes"])), d["memory_difference_bytes"])),
+            (f"{need_a} GiB", f"{need_b} GiB", gib_delta(d["memory_difference_bytes"])),
+            (f"{cap_a} GiB" if cap_a != "–" else cap_a, f"{cap_b} GiB" if cap_b != "–" else cap_b,
+             gib_delta(b["memory_capacity_bytes"] - a["memory_capacity_bytes"])),
             (_verdict_text(a), _verdict_text(b), ""),
             (f"{a['training_days']:,.1f}", f"{b['training_days']:,.1f}",
              signed(f"{abs(d['training_days_difference']):,.1f}", d["training_days_difference"])),
@@ -329,7 +378,7 @@ class CompareTab(QtWidgets.QWidget):
             for c, text in enumerate(cells):
                 cell = QtWidgets.QTableWidgetItem(text)
                 cell.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                if r == 2 and c < 2:
+                if TABLE_ROWS[r] == "Fits in memory" and c < 2:
                     verdict = (a, b)[c]["memory_verdict"]
                     if verdict != "fits":
                         cell.setForeground(QtGui.QColor(VERDICT_COLORS[verdict]))
@@ -343,10 +392,11 @@ class CompareTab(QtWidgets.QWidget):
                 self._w_table.setItem(r, c, cell)
         self._w_table.resizeRowsToContents()  # a long verdict wraps instead of being cut
 
-    def cell_text(self, row: int, column: int) -> str:
-        """Text of the table's cell (rows: iteration time, memory per GPU, fits in memory,
-        training days, cost;
-        columns: A, B, B − A); for tests."""
+    def cell_text(self, row: int | str, column: int) -> str:
+        """Text of the table's cell (rows: :data:`TABLE_ROWS`, by index or name; columns: A,
+        B, B − A); for tests."""
         self._flush()
+        if isinstance(row, str):
+            row = TABLE_ROWS.index(row)
         item = self._w_table.item(row, column)
         return item.text() if item is not None else ""

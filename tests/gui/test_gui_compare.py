@@ -4,11 +4,12 @@ difference as a waterfall whose bars are core.studies.diff's terms."""
 from __future__ import annotations
 
 import dataclasses
+import html
 
 import pytest
 
 from core.studies.diff import diff_results, plan_label
-from vtrain_gui.compare import FASTER_COLOR, SLOWER_COLOR, TOTAL_COLOR
+from vtrain_gui.compare import FASTER_COLOR, SLOWER_COLOR, TABLE_ROWS, TOTAL_COLOR
 
 
 def _tiny_session():
@@ -51,9 +52,12 @@ def test_pin_change_plan_compare(window, qtbot, real_simulate):
     tab = window.compare
     assert not tab.is_empty
     assert tab.label_a.text().startswith(
-        f"A (pinned): {pinned.report.num_gpus:,} x {pinned.session.cluster.gpu}, {a_label}")
+        f"A (pinned): GPT-3 1.3B, {pinned.report.num_gpus:,} x {pinned.session.cluster.gpu}, "
+        f"{a_label}")
     assert tab.label_b.text().startswith(
-        f"B (editor): {b.report.num_gpus:,} x {b.session.cluster.gpu}, {plan_label(b.session)}")
+        f"B (editor): GPT-3 1.3B, {b.report.num_gpus:,} x {b.session.cluster.gpu}, "
+        f"{plan_label(b.session)}")
+    assert tab.beyond_plan_note.isHidden()  # only the plans differ
     assert plan_label(b.session) != a_label
     # both timelines show their iteration, on one linked time axis
     assert tab.timeline_a.num_tasks == pinned.graph.num_tasks > 0
@@ -93,12 +97,15 @@ def test_pin_change_plan_compare(window, qtbot, real_simulate):
             assert c == FASTER_COLOR
     assert tab.bar_colors()[-1] == TOTAL_COLOR
     # the table holds both plans' iteration time, memory per GPU, cost
-    from vtrain_gui.formatting import format_bytes, format_usd
-    assert tab.cell_text(1, 0) == format_bytes(pinned.report.max_memory_per_gpu_bytes)
-    assert tab.cell_text(1, 1) == format_bytes(b.report.max_memory_per_gpu_bytes)
-    assert tab.cell_text(4, 0) == format_usd(pinned.report.cost_usd)
-    assert tab.cell_text(4, 1) == format_usd(b.report.cost_usd)
-    assert tab.cell_text(2, 0).startswith(pinned.report.memory_verdict)
+    from vtrain_gui.formatting import format_usd
+    gib = pinned.report.max_memory_per_gpu_bytes / 2**30
+    assert tab.cell_text("Memory per GPU", 0) == f"{gib:,.1f} GiB"
+    assert tab.cell_text("Memory per GPU", 1) == \
+        f"{b.report.max_memory_per_gpu_bytes / 2**30:,.1f} GiB"
+    assert tab.cell_text("GPU memory", 0) == tab.cell_text("GPU memory", 1) == "80.0 GiB"
+    assert tab.cell_text("Cost", 0) == format_usd(pinned.report.cost_usd)
+    assert tab.cell_text("Cost", 1) == format_usd(b.report.cost_usd)
+    assert tab.cell_text("Fits in memory", 0).startswith(pinned.report.memory_verdict)
 
     window.unpin_plan()
     assert tab.is_empty and tab.pinned is None
@@ -182,8 +189,8 @@ def test_compare_tab_marks_a_plan_that_does_not_fit(qtbot):
     tab.set_current(b)
     assert b.report.memory_verdict == "does not fit" and a.report.memory_verdict != "does not fit"
     need_b = b.report.max_memory_per_gpu_bytes / 2**30
-    assert tab.cell_text(2, 1) == f"does not fit ({need_b:,.1f} of 80.0 GiB)"
-    assert tab.cell_text(2, 0) == "fits"  # below 72 GiB, outside the 10 % margin
+    assert tab.cell_text("Fits in memory", 1) == f"does not fit ({need_b:,.1f} of 80.0 GiB)"
+    assert tab.cell_text("Fits in memory", 0) == "fits"  # below 72 GiB, outside the 10 % margin
 
     import dataclasses
     def wide(s):  # the same plan with a margin of 50 % (the pin keeps its own cluster)
@@ -194,9 +201,9 @@ def test_compare_tab_marks_a_plan_that_does_not_fit(qtbot):
     tab.set_current(b)
     need_a = a.report.max_memory_per_gpu_bytes / 2**30
     assert 40.0 < need_a <= 80.0 and a.report.fits_in_memory
-    assert tab.cell_text(2, 0) == f"tight ({need_a:,.1f} of 80.0 GiB)"
-    assert tab.cell_text(2, 1) == f"does not fit ({need_b:,.1f} of 80.0 GiB)"  # none freed
-    tip = tab._w_table.item(2, 0).toolTip()
+    assert tab.cell_text("Fits in memory", 0) == f"tight ({need_a:,.1f} of 80.0 GiB)"
+    assert tab.cell_text("Fits in memory", 1) == f"does not fit ({need_b:,.1f} of 80.0 GiB)"  # none freed
+    tip = tab.table.item(TABLE_ROWS.index("Fits in memory"), 0).toolTip()
     assert tip.startswith(f"tight: {need_a:,.1f} of 80.0 GiB, inside the 50 % margin")
 
 
@@ -244,3 +251,63 @@ def test_verdict_text_says_when_a_tight_plan_needs_the_cache_freed():
     assert _verdict_text(plan) == "tight (80.3 of 80.0 GiB with the cache)"
     assert _verdict_text({**plan, "max_memory_per_gpu_bytes": 78.2 * gib}) == \
         "tight (78.2 of 80.0 GiB)"
+
+
+def test_a_comparison_beyond_the_plan_says_so_and_names_each_model(qtbot):
+    """Trial s11: a GPT-3 1.3B plan pinned, MT-NLG 530B opened: the waterfall is not the plans'
+    difference alone, and the tab says what else differs as `vtrain diff` does."""
+    from core.io.session import load_any
+    from core.sim.simulate import simulate
+    from core.studies.diff import beyond_plan, beyond_plan_text
+    from tests.conftest import EXAMPLES
+    from vtrain_gui.compare import CompareTab
+
+    a = simulate(_tiny_session())
+    b = simulate(load_any(EXAMPLES / "mtnlg_530b.json"))
+    tab = CompareTab()
+    qtbot.addWidget(tab)
+    tab.set_pinned(a)
+    tab.set_current(b)
+    note = tab.beyond_plan_note
+    assert not note.isHidden()
+    items = beyond_plan(a.session, b.session)
+    assert items[0] == {"field": "model", "a": "GPT-3 1.3B", "b": b.session.model.name}
+    text = note.text()
+    assert "A and B differ beyond the plan" in text
+    assert html.escape(beyond_plan_text(items)) in text
+    assert tab.label_a.text().startswith(f"A (pinned): GPT-3 1.3B, {a.report.num_gpus:,} x ")
+    assert tab.label_b.text().startswith(f"B (editor): {b.session.model.name}, ")
+    tab.set_current(simulate(_tiny_session()))  # the same inputs again: no note
+    assert tab.beyond_plan_note.isHidden()
+
+
+def test_memory_rows_are_in_gib_with_each_gpus_capacity(qtbot):
+    """Trial s10 (Llama 70B pinned on H100, then on GB200), on GPT-3 1.3B: memory per GPU, its
+    difference and each GPU's memory (a row of its own, as `vtrain diff` prints it) in GiB."""
+    from core.sim.simulate import simulate
+    from vtrain_gui.compare import CompareTab
+
+    a_session = _tiny_session()
+    b_session = _tiny_session()
+    b_session.cluster.gpu = "GB200-NVL72"
+    a, b = simulate(a_session), simulate(b_session)
+    tab = CompareTab()
+    qtbot.addWidget(tab)
+    tab.set_pinned(a)
+    tab.set_current(b)
+    need_a = a.report.max_memory_per_gpu_bytes / 2**30
+    need_b = b.report.max_memory_per_gpu_bytes / 2**30
+    assert tab.cell_text("Memory per GPU", 0) == f"{need_a:,.1f} GiB"
+    assert tab.cell_text("Memory per GPU", 1) == f"{need_b:,.1f} GiB"
+    delta = round(need_b - need_a, 1) + 0.0
+    assert tab.cell_text("Memory per GPU", 2) == (
+        ("+" if delta > 0 else "−" if delta < 0 else "") + f"{abs(delta):,.1f} GiB")
+    cap_a = a.report.memory_capacity_bytes / 2**30
+    cap_b = b.report.memory_capacity_bytes / 2**30
+    assert tab.cell_text("GPU memory", 0) == f"{cap_a:,.1f} GiB"
+    assert tab.cell_text("GPU memory", 1) == f"{cap_b:,.1f} GiB"
+    assert tab.cell_text("GPU memory", 2).endswith(" GiB")
+    assert cap_b > cap_a and "cluster.gpu A100-SXM4-80GB / GB200-NVL72" in tab.beyond_plan_note.text()
+    tab.set_current(simulate(a_session))  # the same plan: a zero difference, never "−0.0"
+    assert tab.cell_text("Memory per GPU", 2) == "0.0 GiB"
+    assert tab.cell_text("GPU memory", 2) == "0.0 GiB"
