@@ -192,7 +192,7 @@ class _StudyPanel(QtWidgets.QWidget):
         self.stale_banner.setStyleSheet("background: #FFF4CE; color: #5C4400; padding: 4px; "
                                         "border: 1px solid #E6C86E;")
         self.stale_banner.setVisible(False)
-        self._veil = StaleVeil(right)
+        self._veil = StaleVeil(self.results_view)  # not on the splitter: it would be a pane
         results = QtWidgets.QWidget()
         col = QtWidgets.QVBoxLayout(results)
         col.setContentsMargins(0, 0, 0, 0)

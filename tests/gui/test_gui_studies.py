@@ -214,3 +214,11 @@ def test_the_scheduler_study_reads_the_cluster_and_held_plan_fields_only():
     b.cluster.gpu, b.plan.precision = "H100-SXM5-80GB", "fp8"
     assert changed_inputs(study_inputs(a), study_inputs(b)) == [
         "cluster.gpu: 'A100-SXM4-80GB' -> 'H100-SXM5-80GB'", "plan.precision: 'bf16' -> 'fp8'"]
+
+
+def test_the_stale_veil_covers_the_result_and_is_no_splitter_pane(studies):
+    """The veil lies over the results (a child of a QSplitter would become a pane of it)."""
+    panel = studies.optimal
+    splitter = panel.results_view.widget(1)
+    assert splitter.count() == 2
+    assert panel._veil.parentWidget() is panel.results_view
