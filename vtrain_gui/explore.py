@@ -529,6 +529,11 @@ class ExploreTab(QtWidgets.QWidget):
     def _on_sweep_progress(self, run_id: int, done: int, total: int) -> None:
         if run_id != self.runner.latest_run_id:
             return
+        if done >= total:  # every plan simulated, pruned or not fitting: the result is built
+            # (costs, the front, the best plans; on a million plans, minutes) and then drawn
+            self.progress_bar.setRange(0, 0)  # busy: not finished until the result is shown
+            self._set_status(f"Building the result of {format_count(total)} plans…")
+            return
         self.progress_bar.setFormat(f"{done:,} / {total:,} plans")  # thousands separated
         self.progress_bar.setRange(0, max(total, 1))
         self.progress_bar.setValue(done)
@@ -539,8 +544,10 @@ class ExploreTab(QtWidgets.QWidget):
         if run_id != self.runner.latest_run_id:
             return
         self._sweep_ended()
-        self.progress_bar.setRange(0, max(result.num_plans, 1))
-        self.progress_bar.setValue(result.num_plans)
+        n = result.num_plans
+        self.progress_bar.setFormat(f"{n:,} / {n:,} plans")
+        self.progress_bar.setRange(0, max(n, 1))
+        self.progress_bar.setValue(n)
         self.set_result(result)
         self.settings_changed.emit()  # the result is saved with the session
         rate = result.num_plans / seconds if seconds > 0 else 0.0
