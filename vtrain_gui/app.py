@@ -30,7 +30,8 @@ __all__ = ["run_gui", "DEFAULT_EXAMPLE", "SCREENSHOT_SIZE", "OFFSCREEN_NOISE",
 DEFAULT_EXAMPLE = "mtnlg_530b.json"
 #: Window size of ``--screenshot`` images, in pixels.
 SCREENSHOT_SIZE = (1600, 1000)
-#: Give up on a screenshot when the first simulation takes longer than this.
+#: Give up on a screenshot when what it waits for (the first simulation, with ``explore`` the
+#: sweep too) takes longer than this, by default (``vtrain gui --timeout SECONDS``).
 SCREENSHOT_TIMEOUT_MS = 300_000
 #: The warning Qt's offscreen platform plugin prints each time a window's size limits change
 #: (its QPlatformWindow lacks propagateSizeHints); it says nothing about the picture.
@@ -68,7 +69,8 @@ class _ScreenshotTaker(QtCore.QObject):
     """
 
     def __init__(self, window, out_path: str, app: QtWidgets.QApplication,
-                 explore: bool = False, tab: str | None = None, source: str | None = None) -> None:
+                 explore: bool = False, tab: str | None = None, source: str | None = None,
+                 timeout_ms: int = SCREENSHOT_TIMEOUT_MS) -> None:
         super().__init__(window)
         self._window = window
         self._out = out_path
@@ -79,6 +81,7 @@ class _ScreenshotTaker(QtCore.QObject):
         self._explore = explore
         self._tab = tab  # shown before grabbing (not with explore, which shows its own)
         self._swept = False
+        self._timeout_ms = int(timeout_ms)
         self.exit_code = 1
         window.result_shown.connect(self._on_result_shown)
         window.simulation_failed.connect(self._on_simulation_failed)
@@ -87,7 +90,7 @@ class _ScreenshotTaker(QtCore.QObject):
         self._timeout = QtCore.QTimer(self)
         self._timeout.setSingleShot(True)
         self._timeout.timeout.connect(self._on_timeout)
-        self._timeout.start(SCREENSHOT_TIMEOUT_MS)
+        self._timeout.start(self._timeout_ms)
 
     def start(self) -> None:
         """Finish at once when nothing will be simulated (the session is invalid): exit status
@@ -147,9 +150,24 @@ class _ScreenshotTaker(QtCore.QObject):
         print(f"vtrain gui: simulation failed: {message}", file=sys.stderr)
         self._finish(1)
 
+    def waiting_for(self) -> str:
+        """What the picture waits for now, in words (with its progress where it has one)."""
+        window = self._window
+        if getattr(self, "_waiting_trace", False):
+            return "the measured traces (--trace)"
+        if getattr(self, "_waiting_fit", False):
+            return "the search for what would make the plan fit in memory"
+        if self._swept:
+            explore = window.explore
+            status = " ".join(explore.status_text.split())
+            return "the sweep" + (f" ({status})" if status else "")
+        return "the simulation"
+
     @Slot()
     def _on_timeout(self) -> None:
-        print("vtrain gui: timed out waiting for the simulation", file=sys.stderr)
+        limit = self._timeout_ms / 1000
+        print(f"vtrain gui: gave up after {limit:,g} s waiting for {self.waiting_for()}; "
+              "--timeout SECONDS waits longer", file=sys.stderr)
         self._finish(3)
 
     @Slot(object)
@@ -193,7 +211,7 @@ class _ScreenshotTaker(QtCore.QObject):
             # band in view of the timelines on screen, not every band of every timeline (the
             # Compare tab's too: a 6.4-million-task plan took 10 s and 1.4 GB more)
             if timeline.isVisible():
-                timeline.wait_view_ready(SCREENSHOT_TIMEOUT_MS / 1000)
+                timeline.wait_view_ready(self._timeout_ms / 1000)
         self._app.processEvents()
         try:
             save_pixmap(self._window.grab(), self._out)
@@ -213,7 +231,8 @@ class _ScreenshotTaker(QtCore.QObject):
 
 
 def run_gui(path: str | None = None, screenshot: str | None = None, explore: bool = False,
-            tab: str | None = None, traces: list[str] | None = None) -> int:
+            tab: str | None = None, traces: list[str] | None = None,
+            timeout_s: float | None = None) -> int:
     """Run the GUI; returns the process exit code.
 
     Parameters
@@ -240,6 +259,10 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
         PyTorch profiler traces (one per rank) overlaid on the Plan tab's timeline
         (:class:`vtrain_gui.trace_overlay.TraceOverlay`); with ``screenshot`` the picture
         waits for them.
+    timeout_s
+        With ``screenshot``: give up (exit status 3, a line on stderr naming what it waited
+        for) when the simulation, the sweep, the traces or the fit search take longer than
+        this many seconds altogether; None: :data:`SCREENSHOT_TIMEOUT_MS`.
     """
     if screenshot and path:
         # No one is there to dismiss an error dialog: report on stderr and exit instead.
@@ -268,12 +291,14 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
     app.setOrganizationName("vtrain")
     if not screenshot:
         return _show_window(app, path, None, explore, tab, traces)
+    timeout_ms = SCREENSHOT_TIMEOUT_MS if timeout_s is None else max(1, round(timeout_s * 1000))
     with offscreen_noise_dropped():  # a picture's run prints only what concerns the user
-        return _show_window(app, path, screenshot, explore, tab, traces)
+        return _show_window(app, path, screenshot, explore, tab, traces, timeout_ms)
 
 
 def _show_window(app: QtWidgets.QApplication, path: str | None, screenshot: str | None,
-                 explore: bool, tab: str | None, traces: list[str] | None) -> int:
+                 explore: bool, tab: str | None, traces: list[str] | None,
+                 timeout_ms: int = SCREENSHOT_TIMEOUT_MS) -> int:
     """Open the window on ``path`` (the arguments of :func:`run_gui`) and run ``app``;
     returns the exit status."""
     from .main_window import MainWindow
@@ -304,7 +329,7 @@ def _show_window(app: QtWidgets.QApplication, path: str | None, screenshot: str 
             window.close()
             return 2
         taker = _ScreenshotTaker(window, str(Path(screenshot)), app, explore=explore, tab=tab,
-                                 source=str(Path(path)) if path else None)
+                                 source=str(Path(path)) if path else None, timeout_ms=timeout_ms)
         taker.start()
         return app.exec()
     return app.exec()

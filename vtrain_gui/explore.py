@@ -47,7 +47,7 @@ from .int_spin import INT64_MAX, IntSpinBox
 from .save_image import save_pixmap
 from .sweep_plot import CHEAPEST_COLOR, DEADLINE_COLOR, FASTEST_COLOR, SweepPlot, plan_text
 from .plan_preview import PlanPreview
-from .sweep_header import PHASE_TEXT, dimensions_html, same_inputs, stale_text
+from .sweep_header import PHASE_TEXT, dimensions_html, no_points_html, same_inputs, stale_text
 from .sweep_settings import SweepSettingsPanel
 from .sweep_table import SweepTableModel, SweepTableView
 from .workers import SweepRunner
@@ -119,6 +119,7 @@ class ExploreTab(QtWidgets.QWidget):
         self._session = Session()
         self._run_inputs: tuple | None = None  # (session, space) of the latest run
         self._result: SweepResult | None = None
+        self._fewest: tuple[Any, Session] | None = None  # set_fewest_gpus's
         self._saved_doc: dict | None = None  # the saved form of the result shown
         self._selected: int | None = None
         self._shown_mask = np.empty(0, bool)
@@ -279,7 +280,10 @@ class ExploreTab(QtWidgets.QWidget):
     def _build_plans_and_preview(self) -> QtWidgets.QSplitter:
         """Plot over table (or the empty-state text), over the preview of the editor's plan."""
         plans = QtWidgets.QSplitter(Qt.Orientation.Vertical)
-        plans.addWidget(self.plot)
+        # no plan with a point (none fits in memory, say): why, instead of empty axes
+        self.plot_view = EmptyStack(self.plot, "")
+        self.plot_view.set_empty(False)
+        plans.addWidget(self.plot_view)
         plans.addWidget(self.table)
         plans.setChildrenCollapsible(True)
         plans.setStretchFactor(0, 4)
@@ -525,6 +529,11 @@ class ExploreTab(QtWidgets.QWidget):
     def _on_sweep_progress(self, run_id: int, done: int, total: int) -> None:
         if run_id != self.runner.latest_run_id:
             return
+        if done >= total:  # every plan simulated, pruned or not fitting: the result is built
+            # (costs, the front, the best plans; on a million plans, minutes) and then drawn
+            self.progress_bar.setRange(0, 0)  # busy: not finished until the result is shown
+            self._set_status(f"Building the result of {format_count(total)} plans…")
+            return
         self.progress_bar.setFormat(f"{done:,} / {total:,} plans")  # thousands separated
         self.progress_bar.setRange(0, max(total, 1))
         self.progress_bar.setValue(done)
@@ -535,8 +544,10 @@ class ExploreTab(QtWidgets.QWidget):
         if run_id != self.runner.latest_run_id:
             return
         self._sweep_ended()
-        self.progress_bar.setRange(0, max(result.num_plans, 1))
-        self.progress_bar.setValue(result.num_plans)
+        n = result.num_plans
+        self.progress_bar.setFormat(f"{n:,} / {n:,} plans")
+        self.progress_bar.setRange(0, max(n, 1))
+        self.progress_bar.setValue(n)
         self.set_result(result)
         self.settings_changed.emit()  # the result is saved with the session
         rate = result.num_plans / seconds if seconds > 0 else 0.0
@@ -694,6 +705,7 @@ class ExploreTab(QtWidgets.QWidget):
             self._marks = {}
             self._update_summary()
             self.plot.set_view(self._shown_mask, self._front, {}, None)
+            self._update_plot_empty()
             return
         deadline = self.settings_panel.deadline_days()
         self.within_deadline.setEnabled(deadline is not None)
@@ -711,9 +723,29 @@ class ExploreTab(QtWidgets.QWidget):
                               if deadline is not None else None)}
         self._shown_mask, self._front, self._marks = shown, front, marks
         self.plot.set_view(shown, front, marks, deadline, auto_range=auto_range)
+        self._update_plot_empty()
         self.table_model.set_mask(shown, front)
         self._sync_table_selection()
         self._update_summary()
+
+    def set_fewest_gpus(self, fewest: Any, session: Session) -> None:
+        """The fewest GPUs at which ``session``'s model fits
+        (:class:`core.studies.fit_changes.FewestGpus`, or None): named by the plot when no plan
+        of a sweep of that session fits."""
+        self._fewest = (fewest, session.copy()) if fewest is not None else None
+        self._update_plot_empty()
+
+    def _update_plot_empty(self) -> None:
+        """The plot, or why it has no point (no plan fits in memory ...) and what to try."""
+        r = self._result
+        if r is None:
+            self.plot_view.set_empty(False)
+            return
+        fewest = None
+        if self._fewest is not None and same_inputs(r.session, self._fewest[1], r.space):
+            fewest = self._fewest[0]
+        text = no_points_html(r, self._shown_mask, fewest)
+        self.plot_view.set_empty(text is not None, text)
 
     def _update_summary(self) -> None:
         r = self._result

@@ -579,6 +579,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._fit_request_id = 0
         self._result.fit_changes = fit  # what saving or a pin of the result reads
         self.cost_panel.set_fit_changes(fit)
+        self.explore.set_fewest_gpus(getattr(fit, "fewest_gpus", None), self._result.session)
         self.fit_changes_shown.emit(fit)
 
     @Slot(int, str)

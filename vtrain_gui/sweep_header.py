@@ -13,12 +13,14 @@ import dataclasses
 import html
 from typing import Any
 
+import numpy as np
+
 from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_field_title
 from core.plan.session import Session
 from core.studies.sweep import SweepSpace, held_dimensions
 from core.studies.sweep.dimensions import value_text
 
-__all__ = ["dimensions_html", "PHASE_TEXT", "same_inputs", "stale_text"]
+__all__ = ["dimensions_html", "no_points_html", "PHASE_TEXT", "same_inputs", "stale_text"]
 
 #: What the progress bar and status line call each phase of a sweep.
 PHASE_TEXT = {"enumerate": "Enumerating plans", "memory": "Memory of each plan",
@@ -76,3 +78,51 @@ def same_inputs(a: Session, b: Session, space: SweepSpace | None = None) -> bool
             and dataclasses.asdict(a.cluster) == dataclasses.asdict(b.cluster)
             and dataclasses.asdict(a.cost) == dataclasses.asdict(b.cost)
             and all(getattr(a.plan, f) == getattr(b.plan, f) for f in PLAN_FIELDS if f not in swept))
+
+
+def _gib(num_bytes: float) -> str:
+    return f"{num_bytes / 2**30:,.1f}&nbsp;GiB"  # kept on one line
+
+
+def no_points_html(result: Any, shown: np.ndarray, fewest: Any = None) -> str | None:
+    """What the plot says in place of empty axes when none of the plans ``shown`` (bool mask
+    over ``result``'s plans) has a point: why, and what to try; None when one has.
+
+    ``result`` is a :class:`core.studies.sweep.SweepResult`; ``fewest`` the fewest GPUs at
+    which the session's model fits (:func:`core.studies.fit_changes.fewest_gpus`, a
+    ``FewestGpus``: its ``text``), None when not known. Rich text, escaped."""
+    shown = np.asarray(shown, bool)
+    if result.num_plans and (shown & result.feasible).any():
+        return None
+    if result.num_plans == 0:
+        return ("<p style='font-size:13pt'><b>No valid plan in this space</b></p>"
+                "<p>The status on the left says why.</p>")
+    fits = np.asarray(result.fits_in_memory, bool)
+    if not fits.any():
+        need = np.asarray(result.max_memory_per_gpu_bytes, float)
+        ok = np.flatnonzero(np.isfinite(need))
+        gpus = np.asarray(result.num_gpus)
+        counts = (f"{int(gpus.min()):,}" if gpus.min() == gpus.max()
+                  else f"{int(gpus.min()):,} to {int(gpus.max()):,}")
+        kind = html.escape(str(result.session.cluster.gpu))
+        text = (f"<p style='font-size:13pt'><b>No plan fits in GPU memory</b></p>"
+                f"<p>None of the {result.num_plans:,} plans on {counts} {kind} GPUs fits in a "
+                f"GPU's {_gib(result.memory_capacity_bytes)}")
+        if ok.size:
+            i = int(ok[np.argmin(need[ok])])
+            text += (f": the smallest needs {_gib(need[i])} per GPU "
+                     f"({html.escape(result.plans[i].label())})")
+        text += (".</p><p>Try more GPUs (<b>GPUs</b> on the left), or a GPU kind with more "
+                 "memory (Plan tab).")
+        if fewest is not None and getattr(fewest, "text", ""):
+            label = "Fewest GPUs that fit" if fewest.num_gpus is not None else "Fewest GPUs"
+            text += f"<br>{label}: {html.escape(fewest.text)}."
+        return text + " The table below lists each plan's memory.</p>"
+    if not (fits & np.asarray(result.feasible, bool)).any():
+        first = int(np.flatnonzero(fits)[0])
+        why = html.escape(str(result.reason[first]))
+        return (f"<p style='font-size:13pt'><b>No plan that fits was simulated</b></p>"
+                f"<p>{int(fits.sum()):,} plans fit in memory, none has figures"
+                + (f": {why}" if why else "") + ". The table below gives each plan's reason.</p>")
+    return ("<p style='font-size:13pt'><b>No plan shown has figures</b></p>"
+            f"<p>The filters above hide the {result.num_feasible:,} plans simulated.</p>")

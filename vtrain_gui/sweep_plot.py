@@ -1,6 +1,6 @@
 """The Explore tab's plot: training days against dollars, one point per plan of a sweep.
 
-Plans that do not fit in memory are greyed, the Pareto front is a line, the
+Plans that do not fit in memory and have figures (none of a sweep's) are greyed, the Pareto front is a line, the
 fastest, cheapest and cheapest-within-deadline plans are marked. Used by
 :class:`vtrain_gui.explore.ExploreTab`.
 """
@@ -54,14 +54,51 @@ class ValueAxis(pg.AxisItem):
     labelled as fit: 1, 2, 5 × 10^k on a normal plot, fewer or more by zoom. A view of less
     than a decade (costs of $0.8M to $2M, say) has too few such ticks: it gets evenly spaced
     round values instead (a 1, 2, 2.5 or 5 × 10^k step), every one labelled.
+
+    Round ticks rarely fall on the data's ends (the fastest plan at 2.2 days, the cheapest
+    at $838, below the first tick of $1k): the values of :meth:`set_end_values` get a
+    labelled tick of their own in log mode, and round ticks too close to one for both labels
+    are left out.
     """
 
     def __init__(self, orientation: str, formatter: Callable[[float], str]) -> None:
         super().__init__(orientation)
         self._formatter = formatter
         self._fine = False  # the last ticks were the round linear ones of a sub-decade view
+        self._ends: tuple[float, ...] = ()  # data units (days, USD)
+        self._end_ticks: tuple[float, ...] = ()  # of the last ticks: axis units (log10)
+
+    @property
+    def _label_px(self) -> float:
+        """Room a tick label takes along the axis, pixels."""
+        return 60.0 if self.orientation in ("bottom", "top") else 22.0
+
+    def set_end_values(self, values: Any) -> None:
+        """Values (data units, > 0) that get a labelled tick in log mode when in view: the
+        ends of the data (the least and the most days or cost plotted)."""
+        ends = tuple(sorted({float(v) for v in values if np.isfinite(v) and v > 0}))
+        if ends != self._ends:
+            self._ends = ends
+            self.picture = None  # redrawn with the new ticks
+            self.update()
 
     def tickValues(self, minVal, maxVal, size):  # noqa: N802 - pyqtgraph API
+        levels = self._round_tick_values(minVal, maxVal, size)
+        lo_log, hi_log = sorted((float(minVal), float(maxVal)))
+        ends = ([math.log10(v) for v in self._ends] if self.logMode else [])
+        ends = [v for v in ends if lo_log <= v <= hi_log]
+        self._end_ticks = tuple(ends)
+        if not ends or not levels:
+            return levels
+        # a round tick within a label's room of an end value would overwrite its label
+        room = self._label_px * (hi_log - lo_log) / max(float(size), 1.0)  # axis units
+        kept = [(spacing, [v for v in values if min(abs(float(v) - e) for e in ends) >= room])
+                for spacing, values in levels]
+        spacing, first = kept[0]
+        return [(spacing, sorted([*first, *ends])), *kept[1:]]
+
+    def _round_tick_values(self, minVal: float, maxVal: float, size: float) -> list:
+        """pyqtgraph's ticks, or round linear values in a log view of less than a decade."""
         lo_log, hi_log = sorted((float(minVal), float(maxVal)))
         self._fine = bool(self.logMode) and 0.0 < hi_log - lo_log < 1.0
         if not self._fine:
@@ -83,9 +120,8 @@ class ValueAxis(pg.AxisItem):
         horizontal = self.orientation in ("bottom", "top")
         length = self.width() if horizontal else self.height()
         per_decade = length / span  # pixels
-        label_px = 60.0 if horizontal else 22.0
         for mantissas, gap in _LOG_LABEL_SETS:
-            if per_decade * gap >= label_px:
+            if per_decade * gap >= self._label_px:
                 return mantissas
         return (1,)
 
@@ -98,6 +134,9 @@ class ValueAxis(pg.AxisItem):
         out = []
         for v in values:
             v = float(v)
+            if v in self._end_ticks:  # the data's ends: always labelled
+                out.append(self._formatter(10.0 ** v))
+                continue
             mantissa = 10.0 ** (v - math.floor(v + 1e-9))
             near = round(mantissa)
             labelled = abs(mantissa - near) < 1e-6 * near and (near in keep or near == 10)
@@ -218,25 +257,28 @@ class SweepPlot(pg.PlotWidget):
             sample.visibleChanged.connect(self._on_sample_visible)
             self._layer_samples[sample] = layer
         self._legend_samples = [front_sample, *self._layer_samples]  # keep alive; not in the plot
-        self._legend_deadline: bool | None = None
-        self._fill_legend(with_deadline=False)
+        self._legend_state: tuple[bool, bool] | None = None
+        self._fill_legend(with_deadline=False, with_unfit=False)
 
-    def _fill_legend(self, with_deadline: bool) -> None:
-        """Legend entries; "cheapest within deadline" only while a deadline is set."""
-        if with_deadline == self._legend_deadline:
+    def _fill_legend(self, with_deadline: bool, with_unfit: bool) -> None:
+        """Legend entries; "cheapest within deadline" only while a deadline is set, "does not
+        fit" only while that layer has points (a sweep never simulates a plan that does not
+        fit, so it has none: only results made elsewhere give such plans figures)."""
+        if (with_deadline, with_unfit) == self._legend_state:
             return
         legend = self._legend
         legend.clear()
         samples = {layer: sample for sample, layer in self._layer_samples.items()}
         legend.addItem(samples[self._feasible], "fits in memory")
-        legend.addItem(samples[self._infeasible], "does not fit")
+        if with_unfit:
+            legend.addItem(samples[self._infeasible], "does not fit")
         legend.addItem(self._legend_samples[0], "Pareto front")
         legend.addItem(self._mark_items["fastest"], "fastest")
         legend.addItem(self._mark_items["cheapest"], "cheapest")
         if with_deadline:
             legend.addItem(self._mark_items["deadline"], "cheapest within deadline")
         legend.addItem(self._current_item, "plan in the editor")
-        self._legend_deadline = with_deadline
+        self._legend_state = (with_deadline, with_unfit)
 
     def legend_labels(self) -> list[str]:
         """Texts of the legend entries, top to bottom."""
@@ -278,7 +320,6 @@ class SweepPlot(pg.PlotWidget):
         self._front_idx = idx
         self._marks = dict(marks)
         self._deadline = deadline_days
-        self._fill_legend(with_deadline=deadline_days is not None)
         self._redraw(auto_range=auto_range)
 
     def set_selected(self, index: int | None) -> None:
@@ -336,6 +377,16 @@ class SweepPlot(pg.PlotWidget):
                  and bool(np.isin(index, self._shown)))
         self._set_points(item, np.array([index] if shown else [], np.int64))
 
+    def _set_end_ticks(self, idx: np.ndarray) -> None:
+        """Label the least and the most days and cost of plans ``idx`` on the axes."""
+        r = self._result
+        item = self.getPlotItem()
+        for name, values in (("bottom", r.training_days if r is not None else None),
+                             ("left", r.cost_usd if r is not None else None)):
+            v = np.asarray(values[idx], float) if values is not None and idx.size else np.empty(0)
+            v = v[np.isfinite(v) & (v > 0)]
+            item.getAxis(name).set_end_values((v.min(), v.max()) if v.size else ())
+
     def _redraw(self, auto_range: bool = False) -> None:
         r = self._result
         if r is None:
@@ -343,10 +394,15 @@ class SweepPlot(pg.PlotWidget):
                 it.setData(x=[], y=[], data=[])
             self._front_line.setData(x=[], y=[])
             self._deadline_line.setVisible(False)
+            self._set_end_ticks(np.empty(0, np.int64))
+            self._fill_legend(with_deadline=False, with_unfit=False)
             return
         fits = r.feasible[self._shown]  # with figures: a point to draw
         self._set_points(self._infeasible, self._shown[~fits])
         self._set_points(self._feasible, self._shown[fits])
+        self._set_end_ticks(self._shown[fits])
+        self._fill_legend(with_deadline=self._deadline is not None,
+                          with_unfit=bool(len(self._infeasible.data)))
         self._set_points(self._front_points, self._front_idx)
         fx, fy, _ = self._xy(self._front_idx)
         self._front_line.setData(x=fx, y=fy)

@@ -27,6 +27,10 @@ def add_parser(sub: Any) -> None:
                           "and the per-class table (docs/trace_import.md)")
     gui.add_argument("--explore", action="store_true",
                      help="with --screenshot: run the plan sweep and picture the Explore tab")
+    gui.add_argument("--timeout", metavar="SECONDS", type=float, default=300.0,
+                     help="with --screenshot: give up (exit status 3, a line on stderr naming "
+                          "what it waited for: the simulation, the --explore sweep ...) when "
+                          "the picture is not ready after this long; default %(default)g")
     gui.add_argument("--tab", choices=("plan", "explore", "profiles", "studies", "compare"),
                      help="the tab to open on (with --screenshot: to picture); default plan")
 
@@ -40,8 +44,10 @@ def run(args: argparse.Namespace) -> int:
         ``--screenshot`` names a file that cannot be written (:func:`core.cli.common.check_outputs`,
         before the window opens, exit status 2).
     UsageError
-        The GUI libraries are missing.
+        The GUI libraries are missing, or ``--timeout`` is not above 0.
     """
+    if not args.timeout > 0:  # (nan too)
+        raise UsageError(f"--timeout: {args.timeout:g} is not a number of seconds above 0")
     if args.screenshot:
         check_outputs([("--screenshot", args.screenshot)], [args.path, *(args.trace or [])])
     try:
@@ -49,4 +55,4 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UsageError(f"the desktop window needs PySide6 and pyqtgraph: {exc}") from None
     return run_gui(args.path, screenshot=args.screenshot, explore=args.explore, tab=args.tab,
-                   traces=args.trace)
+                   traces=args.trace, timeout_s=args.timeout)
