@@ -19,7 +19,7 @@ from PySide6.QtCore import Qt, Slot
 from core.studies.diff import TERM_SHORT, PlanDiff, beyond_plan_text, diff_results, plan_label
 from core.sim.report import gib_texts
 
-from .empty_state import EmptyStack
+from .empty_state import EmptyStack, under_banner, warning_banner
 from .formatting import VERDICT_COLORS, format_duration, format_usd
 from .timeline.widget import TimelineWidget
 
@@ -83,13 +83,8 @@ class CompareTab(QtWidgets.QWidget):
             label.setStyleSheet("font-weight: bold; padding: 2px 6px;")
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         # the plans are not all that differs: the waterfall is not the plans' difference alone
-        self._w_beyond = QtWidgets.QLabel()
-        self._w_beyond.setObjectName("beyond_plan")
-        self._w_beyond.setWordWrap(True)
+        self._w_beyond = warning_banner("beyond_plan", padding=6, extra_style="font-size: 11pt;")
         self._w_beyond.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self._w_beyond.setStyleSheet("background: #FFF4CE; color: #5C4400; padding: 6px; "
-                                     "border: 1px solid #E6C86E; font-size: 11pt;")
-        self._w_beyond.setVisible(False)
         self._w_timeline_a = TimelineWidget()
         self._w_timeline_b = TimelineWidget()
         # one time axis: B follows A's zoom and pan (and A follows B's); pyqtgraph aligns linked
@@ -97,15 +92,6 @@ class CompareTab(QtWidgets.QWidget):
         self._w_timeline_b.plot.getPlotItem().setXLink(self._w_timeline_a.plot.getPlotItem())
         for timeline in (self._w_timeline_a, self._w_timeline_b):
             timeline.label_width_changed.connect(self._align_label_widths)
-
-        def titled(label: QtWidgets.QLabel, timeline: TimelineWidget) -> QtWidgets.QWidget:
-            box = QtWidgets.QWidget()
-            lay = QtWidgets.QVBoxLayout(box)
-            lay.setContentsMargins(0, 0, 0, 0)
-            lay.setSpacing(0)
-            lay.addWidget(label)
-            lay.addWidget(timeline, 1)
-            return box
 
         self._w_waterfall = pg.PlotWidget(background="w")
         item = self._w_waterfall.getPlotItem()
@@ -140,21 +126,15 @@ class CompareTab(QtWidgets.QWidget):
         bottom.setChildrenCollapsible(False)
 
         split = QtWidgets.QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(titled(self._w_label_a, self._w_timeline_a))
-        split.addWidget(titled(self._w_label_b, self._w_timeline_b))
+        split.addWidget(under_banner(self._w_label_a, self._w_timeline_a, spacing=0))
+        split.addWidget(under_banner(self._w_label_b, self._w_timeline_b, spacing=0))
         split.addWidget(bottom)
         split.setStretchFactor(0, 2)
         split.setStretchFactor(1, 2)
         split.setStretchFactor(2, 2)
         split.setChildrenCollapsible(False)
 
-        content = QtWidgets.QWidget()
-        col = QtWidgets.QVBoxLayout(content)
-        col.setContentsMargins(0, 0, 0, 0)
-        col.setSpacing(2)
-        col.addWidget(self._w_beyond)
-        col.addWidget(split, 1)
-        self.view = EmptyStack(content, _NOTHING_PINNED)
+        self.view = EmptyStack(under_banner(self._w_beyond, split), _NOTHING_PINNED)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.view)

@@ -6,7 +6,38 @@ from __future__ import annotations
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
-__all__ = ["EmptyStack", "StaleVeil"]
+__all__ = ["EmptyStack", "StaleVeil", "warning_banner", "under_banner"]
+
+
+#: The look of a warning banner over results (pale yellow, dark brown text): the Plan,
+#: Explore and Studies tabs' stale banners and Compare's beyond-the-plan note.
+_BANNER_STYLE = "background: #FFF4CE; color: #5C4400; padding: {pad}px; border: 1px solid #E6C86E;"
+
+
+def warning_banner(object_name: str, padding: int = 4, extra_style: str = "") -> QtWidgets.QLabel:
+    """A hidden, word-wrapped warning label named ``object_name`` in the banner look
+    (:data:`_BANNER_STYLE` with ``padding`` px and ``extra_style`` appended); the caller sets
+    its text and shows it."""
+    label = QtWidgets.QLabel()
+    label.setObjectName(object_name)
+    label.setWordWrap(True)
+    label.setStyleSheet(_BANNER_STYLE.format(pad=padding) + (" " + extra_style if extra_style
+                                                             else ""))
+    label.setVisible(False)
+    return label
+
+
+def under_banner(banner: QtWidgets.QWidget, content: QtWidgets.QWidget,
+                 spacing: int = 2) -> QtWidgets.QWidget:
+    """A widget holding ``banner`` (or a title) over ``content``, which takes the height; no
+    margins, ``spacing`` px between."""
+    out = QtWidgets.QWidget()
+    col = QtWidgets.QVBoxLayout(out)
+    col.setContentsMargins(0, 0, 0, 0)
+    col.setSpacing(spacing)
+    col.addWidget(banner)
+    col.addWidget(content, 1)
+    return out
 
 
 class EmptyStack(QtWidgets.QStackedWidget):

@@ -23,7 +23,7 @@ from .background import shutdown_all
 from .compare import CompareTab
 from .cost_panel import CostPanel
 from .editor import ConfigEditor
-from .empty_state import EmptyStack, StaleVeil
+from .empty_state import EmptyStack, StaleVeil, under_banner, warning_banner
 from .explore import ExploreTab
 from .formatting import format_count
 from .import_dialogs import ImportMenu
@@ -132,18 +132,8 @@ class MainWindow(QtWidgets.QMainWindow):
         right.splitterMoved.connect(self._on_plan_splitter_move)
         right.installEventFilter(self)
         # over the results while they are not those of the configuration in the editor
-        self._stale_banner = QtWidgets.QLabel()
-        self._stale_banner.setObjectName("stale_banner")
-        self._stale_banner.setWordWrap(True)
-        self._stale_banner.setStyleSheet("background: #FFF4CE; color: #5C4400; padding: 4px; "
-                                         "border: 1px solid #E6C86E;")
-        self._stale_banner.setVisible(False)
-        results = QtWidgets.QWidget()
-        results_layout = QtWidgets.QVBoxLayout(results)
-        results_layout.setContentsMargins(0, 0, 0, 0)
-        results_layout.setSpacing(2)
-        results_layout.addWidget(self._stale_banner)
-        results_layout.addWidget(right, 1)
+        self._stale_banner = warning_banner("stale_banner")
+        results = under_banner(self._stale_banner, right)
         main = QtWidgets.QSplitter(Qt.Orientation.Horizontal)
         main.addWidget(editor_scroll)
         # before the first result: say why nothing is drawn, not empty axes

@@ -23,7 +23,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from core.plan.session import Session
 from core.studies.optimal import MAX_DAYS, MAX_GPUS, MAX_SPREAD
 
-from .empty_state import EmptyStack, StaleVeil
+from .empty_state import EmptyStack, StaleVeil, under_banner, warning_banner
 from .sweep_header import dimensions_html
 from .workers import SweepRunner
 
@@ -186,22 +186,11 @@ class _StudyPanel(QtWidgets.QWidget):
         self.results_view = EmptyStack(right, self._empty_text)
         # over the result while the Plan tab holds other inputs than those it ran with, as
         # the Plan and Explore tabs' banners
-        self.stale_banner = QtWidgets.QLabel()
-        self.stale_banner.setObjectName("stale_banner")
-        self.stale_banner.setWordWrap(True)
-        self.stale_banner.setStyleSheet("background: #FFF4CE; color: #5C4400; padding: 4px; "
-                                        "border: 1px solid #E6C86E;")
-        self.stale_banner.setVisible(False)
+        self.stale_banner = warning_banner("stale_banner")
         self._veil = StaleVeil(self.results_view)  # not on the splitter: it would be a pane
-        results = QtWidgets.QWidget()
-        col = QtWidgets.QVBoxLayout(results)
-        col.setContentsMargins(0, 0, 0, 0)
-        col.setSpacing(2)
-        col.addWidget(self.stale_banner)
-        col.addWidget(self.results_view, 1)
         lay = QtWidgets.QHBoxLayout(self)
         lay.addWidget(self._side())
-        lay.addWidget(results, 1)
+        lay.addWidget(under_banner(self.stale_banner, self.results_view), 1)
         return right
 
     @property
