@@ -44,87 +44,28 @@ most :data:`MAX_LAUNCH_BYTES`; one statement at most
 :data:`~core.io.shell_words.MAX_STATEMENT_BYTES` once expanded
 (counted while expanding, so ``A=$A$A`` twenty times is refused at the thirteenth); all
 statements together at most :data:`MAX_LAUNCH_BYTES` expanded; ``$((...))`` at most
-:data:`MAX_ARITH_TOKENS` terms, every value inside bash's 64-bit range. Beyond a bound
-:class:`core.io.shell_words.ShellError` names the source and the statement. Statements and
-words are split by :mod:`core.io.shell_words`.
+:data:`core.io.shell_values.MAX_ARITH_TOKENS` terms, every value inside bash's 64-bit range.
+Beyond a bound :class:`core.io.shell_words.ShellError` names the source and the statement. Statements and
+words are split by :mod:`core.io.shell_words`; arithmetic, tests and patterns are evaluated
+by :mod:`core.io.shell_values`.
 """
 
 from __future__ import annotations
 
-import ast
-import operator
 import re
 from dataclasses import dataclass, field
 
+from core.io.shell_values import Element, Unbounded, arith, compare, pattern_elements, wildcard
 from core.io.shell_words import (ASSIGNMENT, MAX_STATEMENT_BYTES, NAME, PARAMETER, REDIRECTIONS,
                                  SEPARATORS, Part, ShellError, Word, head, lex, statements)
 
-__all__ = ["Shell", "read_shell", "missing_variable", "MAX_LAUNCH_BYTES", "MAX_ARITH_TOKENS",
-           "ARITH_LIMIT", "MAX_NESTING", "BINOPS"]
+__all__ = ["Shell", "read_shell", "missing_variable", "MAX_LAUNCH_BYTES", "MAX_NESTING"]
 
 
 #: Bounds of reading a launch (a launch script is a few KB; its expansion a few times that).
 #: Beyond them the script is refused, so that no input makes the reader run for long:
 #: ``A=$A$A`` on twenty lines doubles a value a million times over.
 MAX_LAUNCH_BYTES = 2**20  # the script file, and all its statements once expanded
-MAX_ARITH_TOKENS = 512  # numbers, names and operators of one $((...))
-#: Integers of ``$((...))`` and of counts: |x| < 2^63, the range of bash's 64-bit arithmetic.
-ARITH_LIMIT = 2**63
-
-
-class _Unbounded(Exception):
-    """A statement's expansion or arithmetic beyond the bounds above (``read_launch`` names
-    the file and the statement)."""
-
-
-#: bash's integer operators as Python functions (``/`` is integer division in bash).
-BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-          ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
-
-
-def _arith(expr: str) -> int | None:
-    """Integer value of a bash ``$((...))`` expression of numbers and + - * / % (), or None
-    when it is not such an expression (it then stays as written).
-
-    Raises :class:`_Unbounded` for more than :data:`MAX_ARITH_TOKENS` tokens, or a number
-    or any intermediate result of :data:`ARITH_LIMIT` or more in magnitude (bash's 64-bit
-    range; no launch means such a number), before Python computes anything larger.
-    """
-    if len(expr) > 32 * MAX_ARITH_TOKENS or \
-            len(re.findall(r"\w+|[^\w\s]", expr)) > MAX_ARITH_TOKENS:
-        raise _Unbounded(f"$(({expr[:20]}...)) has more than {MAX_ARITH_TOKENS} terms and "
-                         "operators, more than a launch's arithmetic needs")
-    if re.search(r"\d{20}", expr):  # a literal of 20 digits or more is 2^63 or more
-        raise _Unbounded("arithmetic on a number of 20 digits or more, outside bash's 64-bit "
-                         "range (|x| < 2^63) and any count a launch can mean")
-    try:
-        tree = ast.parse(expr.strip(), mode="eval")
-    except (SyntaxError, RecursionError, MemoryError, ValueError):
-        return None
-
-    def bounded(x: int) -> int:
-        if not -ARITH_LIMIT < x < ARITH_LIMIT:
-            raise _Unbounded("arithmetic with a result outside bash's 64-bit range "
-                             "(|x| < 2^63) and any count a launch can mean")
-        return x
-
-    def ev(node: ast.AST) -> int:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            return bounded(node.value)
-        if isinstance(node, ast.BinOp) and type(node.op) in BINOPS:
-            return bounded(BINOPS[type(node.op)](ev(node.left), ev(node.right)))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        raise ValueError("not integer arithmetic")
-
-    try:
-        return ev(tree)
-    except (ValueError, ZeroDivisionError, RecursionError):
-        return None
-
-
 # --------------------------------------------------------------------------- words
 
 #: How deep ``eval``, ``bash -c`` and nested ``${A:-${B:-...}}`` defaults may go.
@@ -152,10 +93,10 @@ class _Budget:
         self.left -= len(value)
         self.total[0] -= len(value)
         if self.left < 0:
-            raise _Unbounded(f"expands to more than {MAX_STATEMENT_BYTES // 1024} KiB, more "
+            raise Unbounded(f"expands to more than {MAX_STATEMENT_BYTES // 1024} KiB, more "
                              "than a launch's statement can mean")
         if self.total[0] < 0:
-            raise _Unbounded(f"the script expands to more than {MAX_LAUNCH_BYTES // 2**20} MiB, "
+            raise Unbounded(f"the script expands to more than {MAX_LAUNCH_BYTES // 2**20} MiB, "
                              "more than a launch can mean")
         return value
 
@@ -296,67 +237,6 @@ def _raw(items: list) -> str:
     return " ".join(w.raw if isinstance(w, Word) else f"{w[1]}(...)" for w in items)
 
 
-#: One character of a bash pattern: (negated, ranges) — a character c matches when it lies in
-#: a range, unless negated: ``a`` is (False, (("a", "a"),)), ``?`` (True, ()), ``[!0-9]``
-#: (True, (("0", "9"),)); ``*`` is the string "*".
-_Element = tuple[bool, tuple[tuple[str, str], ...]] | str
-
-
-def _glob(text: str, quoted: bool) -> list[_Element] | None:
-    """The elements of a bash pattern's text (``*``, ``?``, ``[abc]``, ``[!a-z]`` unless
-    ``quoted``; other characters stand for themselves); None for a POSIX class ``[[:digit:]]``,
-    which the reader does not read."""
-    out: list[_Element] = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        end = text.find("]", i + 2) if c == "[" and not quoted else -1
-        if quoted or c not in "*?[" or (c == "[" and end < 0):
-            out.append((False, ((c, c),)))
-        elif c == "*":
-            out.append("*")
-        elif c == "?":
-            out.append((True, ()))
-        else:
-            body = text[i + 1:end]
-            if "[:" in body:
-                return None
-            negate = body[:1] in ("!", "^")
-            body = body[1:] if negate else body
-            ranges, k = [], 0
-            while k < len(body):
-                if k + 2 < len(body) and body[k + 1] == "-":
-                    ranges.append((body[k], body[k + 2]))
-                    k += 3
-                else:
-                    ranges.append((body[k], body[k]))
-                    k += 1
-            out.append((negate, tuple(ranges)))
-            i = end
-        i += 1
-    return out
-
-
-def _wildcard(pattern: list[_Element], value: str) -> bool:
-    """Whether ``value`` matches ``pattern`` (:func:`_glob`) whole: the two-pointer match,
-    going back only to the last ``*``, in O(len(pattern) * len(value)) steps for any input."""
-    p = v = 0
-    star, mark = -1, 0
-    while v < len(value):
-        e = pattern[p] if p < len(pattern) else None
-        if e == "*":
-            star, mark = p, v
-            p += 1
-        elif e is not None and any(lo <= value[v] <= hi for lo, hi in e[1]) != e[0]:
-            p, v = p + 1, v + 1
-        elif star >= 0:
-            p, mark = star + 1, mark + 1
-            v = mark
-        else:
-            return False
-    return all(e == "*" for e in pattern[p:])
-
-
 class _Reader:
     def __init__(self, source: str, variables: dict[str, str], positional: list[str | None]):
         self.source = source
@@ -402,7 +282,7 @@ class _Reader:
         """``text`` (a default word, an index, arithmetic) expanded as one string; raises
         ValueError when it holds an unknown value."""
         if depth > MAX_NESTING:
-            raise _Unbounded(f"expansions nested more than {MAX_NESTING} deep")
+            raise Unbounded(f"expansions nested more than {MAX_NESTING} deep")
         fields, missing = self._expand_parts(
             [p for w in lex(text, spaces_literal=True) if isinstance(w, Word) for p in w.parts],
             split=False, depth=depth)
@@ -459,7 +339,7 @@ class _Reader:
             return None
         expr = NAME.sub(lambda v: self.env[v.group()] if isinstance(self.env.get(v.group()), str)
                          else v.group(), expr)
-        value = _arith(expr)
+        value = arith(expr)
         return None if value is None else str(value)
 
     def _expand_parts(self, parts: list[Part], split: bool, depth: int = 0
@@ -531,7 +411,7 @@ class _Reader:
     # ---- statements
     def statement(self, text: str, prefix: list[str] | None = None, depth: int = 0) -> None:
         if depth > MAX_NESTING:
-            raise _Unbounded(f"eval or bash -c nested more than {MAX_NESTING} deep")
+            raise Unbounded(f"eval or bash -c nested more than {MAX_NESTING} deep")
         self._tokens(lex(text), prefix, depth)
 
     def _tokens(self, tokens: list, prefix: list[str] | None, depth: int) -> None:
@@ -672,7 +552,7 @@ class _Reader:
     def _matches(self, value: str, pattern: Word) -> bool | None:
         """Whether ``value`` matches the bash pattern ``pattern`` (``*``, ``?``, ``[...]``
         where unquoted), None when the pattern holds an unknown value or a POSIX class."""
-        elements: list[_Element] = []
+        elements: list[Element] = []
         for part in pattern.parts:
             if part.kind == "lit":
                 text = part.text
@@ -681,11 +561,11 @@ class _Reader:
                 if missing:
                     return None
                 text = "".join(fields)
-            more = _glob(text, part.quoted)
+            more = pattern_elements(text, part.quoted)
             if more is None:
                 return None
             elements += more
-        return _wildcard(elements, value)
+        return wildcard(elements, value)
 
     # ---- functions
     def _define(self, tokens: list, i: int) -> int:
@@ -730,11 +610,11 @@ class _Reader:
         """Run a defined function's body with ``args`` as ``$1 $2 ...``; its ``local``
         variables are put back after it."""
         if depth >= MAX_NESTING:
-            raise _Unbounded(f"function calls nested more than {MAX_NESTING} deep")
+            raise Unbounded(f"function calls nested more than {MAX_NESTING} deep")
         body = self.functions[name]
         self.total[0] -= body.size()
         if self.total[0] < 0:
-            raise _Unbounded(f"function calls read more than {MAX_LAUNCH_BYTES // 2**20} MiB of "
+            raise Unbounded(f"function calls read more than {MAX_LAUNCH_BYTES // 2**20} MiB of "
                              "script, more than a launch can mean")
         positional, base = self.positional, len(self.frames)
         self.positional = list(args)
@@ -1019,7 +899,7 @@ class _Reader:
                 if missing:
                     return None
                 vals.append("".join(f))
-            value = None if glob else _compare(vals)
+            value = None if glob else compare(vals)
         elif lit[0] in ("true", ":"):
             value = True
         elif lit[0] == "false":
@@ -1027,29 +907,6 @@ class _Reader:
         else:
             return None
         return None if value is None else value != negate
-
-
-def _compare(vals: list[str]) -> bool | None:
-    """A test's value (``-z``, ``-n``, ``=``, ``==``, ``!=``, ``-eq`` ...), None for the others
-    (files, patterns)."""
-    negate = False
-    if vals[:1] == ["!"]:
-        negate, vals = True, vals[1:]
-    value: bool | None = None
-    if len(vals) == 1:
-        value = vals[0] != ""
-    elif len(vals) == 2 and vals[0] in ("-z", "-n"):
-        value = (vals[1] == "") == (vals[0] == "-z")
-    elif len(vals) == 3 and vals[1] in ("=", "==", "!="):
-        value = (vals[0] == vals[2]) == (vals[1] != "!=")
-    elif len(vals) == 3 and vals[1] in ("-eq", "-ne", "-lt", "-le", "-gt", "-ge"):
-        try:
-            a, b = int(vals[0]), int(vals[2])
-        except ValueError:
-            return None
-        value = {"-eq": a == b, "-ne": a != b, "-lt": a < b, "-le": a <= b, "-gt": a > b,
-                 "-ge": a >= b}[vals[1]]
-    return None if value is None else value != negate
 
 
 def read_shell(text: str, source: str = "script", variables: dict[str, str] | None = None,
@@ -1081,7 +938,7 @@ def read_shell(text: str, source: str = "script", variables: dict[str, str] | No
         reader.budget = _Budget(reader.total)
         try:
             reader.statement(stmt)
-        except (_Unbounded, _Refused) as exc:
+        except (Unbounded, _Refused) as exc:
             raise ShellError(f"{source}: statement {head(stmt)}: {exc}") from None
         except ShellError as exc:
             raise ShellError(f"{source}: cannot split {head(stmt)} into shell words: {exc}"

@@ -232,7 +232,7 @@ def read_launch(text: str, source: str = "arguments", variables: dict[str, str] 
         script beyond the bounds of what a launch can mean: more than
         :data:`core.io.shell_reader.MAX_LAUNCH_BYTES` as written or once expanded, a statement
         of more than :data:`core.io.shell_words.MAX_STATEMENT_BYTES` as written or expanded, or
-        arithmetic beyond |x| < 2^63 or :data:`core.io.shell_reader.MAX_ARITH_TOKENS` terms (the
+        arithmetic beyond |x| < 2^63 or :data:`core.io.shell_values.MAX_ARITH_TOKENS` terms (the
         message names the statement).
     """
     variables = dict(variables or {})

@@ -22,7 +22,7 @@ import ast
 from core.io.megatron.arguments import (MEGATRON_MODEL_DEFAULTS, TOKENIZER_VOCAB, MegatronArgsError,
                                        field_exists)
 from core.io.megatron.mapping import Mapper, float_argument, int_argument, one_value
-from core.io.shell_reader import BINOPS
+from core.io.shell_values import BINOPS
 from core.plan.fields import BOUNDS
 
 __all__ = ["ATTENTION_BACKENDS", "DEFAULT_ATTENTION_BACKEND", "EXPORTED_ATTENTION_BACKENDS",
