@@ -8,6 +8,7 @@ silence.
 from __future__ import annotations
 
 import fnmatch
+import re
 import json
 import shutil
 import subprocess
@@ -71,9 +72,13 @@ def test_the_testers_case_script_takes_the_branch_bash_takes(tmp_path):
 
 
 def test_a_case_no_branch_matches_sets_nothing():
-    # the * branch sets neither: the value a launch needs is named, not taken from a branch
-    with pytest.raises(MegatronArgsError, match="NUM_LAYERS"):
+    # the * branch exits, as bash does: no command is read, and the message says where
+    with pytest.raises(MegatronArgsError, match="bash exits at 'echo \"unknown\"; exit 1'"):
         session_from_launch(read_launch(CASE_SCRIPT, "case.sh", {"MODEL_SIZE": "13B"}))
+    # without the exit, the * branch sets neither value: the one the launch needs is named
+    script = CASE_SCRIPT.replace('echo "unknown"; exit 1', 'echo "unknown"')
+    with pytest.raises(MegatronArgsError, match="NUM_LAYERS"):
+        session_from_launch(read_launch(script, "case.sh", {"MODEL_SIZE": "13B"}))
 
 
 @pytest.mark.parametrize("size, want", [("8B", "1"), ("70B", "2"), ("70b", "2"), ("13B", "4"),
@@ -188,6 +193,19 @@ BASH_CASES = [
     'T=\n[ -z "$T" ] && T=2 || T=3\n[ "$T" = 2 ] || T=4\nU=1; false && U=2 || U=3',
     "T=1\n[ $T -gt 0 ] && { T=2; U=1; }\n[ $T -lt 0 ] || {\n  U=$((U + 1))\n}",
     "T=1\nh() {\n  if [ $T -eq 1 ]; then\n    return\n  fi\n  T=9\n}\nh\nU=x",
+    # loops: over words, with break / continue, nested, while and until on known tests
+    'T=""\nfor k in 1 2 3; do T="$T$k"; done',
+    "T=0\nfor k in a b c d\ndo\n  [ $k = b ] && continue\n  [ $k = d ] && break\n  T=$((T + 1))\ndone",
+    'T=""\nfor a in 1 2; do\n  for b in x y; do\n    [ $b = y ] && break 2\n    T="$T$a$b"\n  done\ndone',
+    "T=1\nwhile [ $T -lt 100 ]; do T=$((T * 3)); done\nU=0\nuntil [ $U -ge 4 ]; do U=$((U + 1)); done",
+    "T=0\nwhile true; do\n  T=$((T + 1))\n  if [ $T -eq 5 ]; then\n    break\n  fi\ndone",
+    'T=0\nfor k in; do T=9; done\nL="p q"\nfor k in $L "$L"; do T=$((T + 1)); done',
+    # subshells and another bash keep their variables; a group does not
+    "T=1\n( T=2; U=3 )\n{ U=4; }",
+    "T=1\n(\n  T=2\n  exit 0\n)\nbash -c 'T=5; exit 1'\nU=$T",
+    "T=1\n( for k in 1 2; do T=$k; done ) && U=ok",
+    "T=1\nfor k in 1; do\n  false\ndone && T=2 || U=no\nwhile false; do :; done && U=ran",
+    'T=""\nfor k in {1..3} x{a,b}y {6..0..2} "{1..2}"; do T="$T.$k"; done',
 ]
 
 
@@ -217,3 +235,65 @@ def test_a_pattern_of_many_stars_is_matched_in_linear_steps():
     start = time.perf_counter()
     assert not _case_matches("a" * 20_000, "*a" * 40 + "b")
     assert time.perf_counter() - start < 2
+
+
+# --------------------------------------------------------------------------- loops, exit
+
+def test_exit_ends_the_script_where_bash_certainly_reaches_it():
+    shell = read_shell("T=1\nexit 0\nT=2\ntorchrun x.py\n")
+    assert shell.variables["T"] == "1" and shell.commands == [] and shell.exited == "'exit 0'"
+    # an exit in a branch the reader cannot decide does not end the reading
+    shell = read_shell('T=1\nif [ -f /data ]; then\n  exit 1\nfi\nT=2\n')
+    assert shell.variables["T"] == "2" and shell.exited is None and len(shell.notes) == 1
+    # nor one after a status it cannot know (the guard of a launch)
+    shell = read_shell('mkdir -p "$DIR" || exit 1\nT=2\n')
+    assert shell.variables["T"] == "2" and shell.exited is None
+    # an exit in a subshell or another bash ends only that
+    assert read_shell("( exit 1 )\nbash -c 'exit 2'\nT=3\n").variables["T"] == "3"
+
+
+def test_a_loop_over_words_the_reader_cannot_know_is_read_once_and_noted():
+    shell = read_shell('A=""\nfor n in $(seq 1 $N); do A="$A --x"; done\n')
+    assert shell.variables["A"] == " --x" and len(shell.notes) == 1
+    assert "for n in $(seq 1 $N)" in shell.notes[0] and "read once" in shell.notes[0]
+    shell = read_shell("while read line; do T=1; done\n")
+    assert shell.variables["T"] == "1" and "'while read line'" in shell.notes[0]
+
+
+def test_the_argument_loop_of_a_launch_reads_its_positional_parameters(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text(
+        'TP=1\nPP=1\nwhile [[ $# -gt 0 ]]; do\n  case "$1" in\n    --tp) TP="$2"; shift 2;;\n'
+        '    --pp) PP="$2"; shift 2;;\n    *) shift;;\n  esac\ndone\nEXTRA=()\n'
+        'for flag in --bf16 --use-flash-attn; do EXTRA+=("$flag"); done\n'
+        + TORCHRUN + ' "${EXTRA[@]}"\n')
+    launch = read_launch(script.read_text(), "run.sh", {"1": "--pp", "2": "2", "3": "--tp",
+                                                        "4": "4"})
+    assert (_arg(launch, "--tensor-model-parallel-size"),
+            _arg(launch, "--pipeline-model-parallel-size")) == ("4", "2")
+    assert launch.arguments[-2:] == ["--bf16", "--use-flash-attn"] and launch.notes == []
+    out = tmp_path / "s.json"
+    proc = cli("import", "megatron-args", str(script), "--out", str(out), "--json",
+               "--gpu", "H100-SXM5-80GB", "--var", "1=--tp", "--var", "2=2")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)["session"]["plan"]
+    assert (plan["tensor_parallel"], plan["pipeline_parallel"]) == (2, 1)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("if true; then\n  T=1\n", "an if has no closing 'fi'"),
+    ("{ T=1\n", "a { group has no closing '}'"),
+    ("( T=1\n", "a subshell has no closing ')'"),
+    ("for k in 1 2; do\n  T=$k\n", "a for loop has no closing 'done'"),
+    ("while true; do T=1; done\n", "'while true' loops more than 1,024 times"),
+    ("for ((i = 0; i < 4; i++)); do T=1; done\n", "a C-style for (( ... )) is not read"),
+    ("select x in a b; do T=1; done\n", "a select loop"),
+    ("N=1\n(( N = N * 8 ))\n", "the arithmetic command (( N = N * 8 )) is not read"),
+    ("[ -z $X ] && for k in 1; do T=1; done\n", "a for loop after && is not read"),
+    ("for k in {a,{b,c}}; do T=1; done\n", "the brace expansion in '{a,{b,c}}' is not read"),
+    ("for k in {1..5000}; do T=1; done\n", "{1..5000} expands to more than 1,024 words"),
+])
+def test_constructs_bash_refuses_or_the_reader_cannot_follow_are_named(text, message):
+    with pytest.raises(ShellError, match=re.escape(message)) as err:
+        read_shell(text, "run.sh")
+    assert str(err.value).startswith("run.sh")

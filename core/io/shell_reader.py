@@ -27,8 +27,17 @@ and returns the simple commands it would run, their words expanded, with nothing
   ``return`` followed; a function that is never called changes nothing. A body other than
   ``{ ... }``, calls nested more than :data:`MAX_NESTING` deep and an unclosed body are
   refused;
+* loops ``for NAME in WORDS; do ... done`` (``for NAME``: over ``$@``; the brace expansions
+  ``{1..8}``, ``{0..6..2}``, ``{a,b}``), ``while``/``until`` on tests of known values, with
+  ``break [N]`` and ``continue``: read once per pass as bash runs them; words or a condition
+  that are not known read the body once, noted; more than :data:`MAX_LOOP_ITERATIONS` passes
+  are refused. ``select``, C-style ``for ((...))`` and the arithmetic command ``((...))`` are
+  refused by name;
+* ``exit`` bash certainly reaches ends the reading (:attr:`Shell.exited`); subshells
+  ``( ... )`` and ``bash -c`` keep their variables and their ``exit`` to themselves;
 * ``eval WORDS`` and ``bash -c STRING`` / ``sh -c STRING`` are read as the statement they hold
-  (nested at most :data:`MAX_NESTING` deep); here-documents are skipped.
+  (nested at most :data:`MAX_NESTING` deep); here-documents are skipped. An ``if``, ``case``,
+  group, subshell, loop or function left open at the end is refused, as bash refuses it.
 
 Command substitutions ``$(...)`` and backquotes are never run: a variable assigned from one is
 unknown, like a variable neither the script nor the caller sets. An unknown value stays in the
@@ -59,7 +68,8 @@ from core.io.shell_values import Element, Unbounded, arith, compare, pattern_ele
 from core.io.shell_words import (ASSIGNMENT, MAX_STATEMENT_BYTES, NAME, PARAMETER, REDIRECTIONS,
                                  SEPARATORS, Part, ShellError, Word, head, lex, statements)
 
-__all__ = ["Shell", "read_shell", "missing_variable", "MAX_LAUNCH_BYTES", "MAX_NESTING"]
+__all__ = ["Shell", "read_shell", "missing_variable", "MAX_LAUNCH_BYTES", "MAX_NESTING",
+           "MAX_LOOP_ITERATIONS"]
 
 
 #: Bounds of reading a launch (a launch script is a few KB; its expansion a few times that).
@@ -70,6 +80,9 @@ MAX_LAUNCH_BYTES = 2**20  # the script file, and all its statements once expande
 
 #: How deep ``eval``, ``bash -c`` and nested ``${A:-${B:-...}}`` defaults may go.
 MAX_NESTING = 8
+#: How many times one loop's body may be read (``while true`` without a ``break`` bash
+#: certainly reaches never ends; no launch loops this often over what it is read from).
+MAX_LOOP_ITERATIONS = 1024
 
 
 # --------------------------------------------------------------------------- expansion
@@ -133,11 +146,15 @@ class Shell:
     notes : list of str
         What the reader could not decide (a condition it did not evaluate, a file it did not
         source).
+    exited : str or None
+        The statement whose ``exit`` bash certainly reaches, as written (the script ends
+        there: nothing after it is read); None when bash reads to the end.
     """
 
     commands: list[list[str]] = field(default_factory=list)
     variables: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    exited: str | None = None
 
 
 class _Refused(Exception):
@@ -148,6 +165,19 @@ class _Return(Exception):
     """``return`` in a function bash certainly reaches: the rest of its body is not read."""
 
 
+class _Exit(Exception):
+    """``exit`` bash certainly reaches outside a subshell: the rest of the script is not read."""
+
+
+class _Break(Exception):
+    """``break`` (``continue``: ``again`` True) in a loop bash certainly reaches, leaving
+    ``levels`` loops (``break 2``)."""
+
+    def __init__(self, again: bool = False, levels: int = 1):
+        super().__init__()
+        self.again, self.levels = again, levels
+
+
 #: Commands whose running changes nothing a launch is read from: a command read without
 #: knowing whether bash runs it is noted unless it is one of these (or changes no variable).
 _NO_CONSEQUENCE = frozenset({"echo", "printf", "exit", "return", "true", "false", ":", "[",
@@ -156,9 +186,9 @@ _NO_CONSEQUENCE = frozenset({"echo", "printf", "exit", "return", "true", "false"
 
 @dataclass
 class _Frame:
-    """An open ``if``, ``case`` or ``{ ... }`` group."""
+    """An open ``if``, ``case``, ``{ ... }`` group or ``( ... )`` subshell."""
 
-    kind: str  # "if", "case", "group"
+    kind: str  # "if", "case", "group", "subshell"
     state: bool | None  # True: bash reads it; False: bash skips it; None: read, not decided
     taken: bool = False  # a branch bash takes was found (if, case)
     unknown: bool = False  # a branch was read undecided (if)
@@ -166,17 +196,21 @@ class _Frame:
     pattern: bool = True  # case: a pattern comes next
     before: tuple | None = None  # group read undecided: what the reader knew before it
     note: str | None = None  # group read undecided: what to say if it changed that
+    saved: tuple | None = None  # subshell: the variables, positional parameters and functions
 
 
 @dataclass
 class _Definition:
-    """A function's body as it is defined: tokens, read when a call runs them."""
+    """A function's body as it is defined, or a loop's header and body as they are written:
+    tokens, read when a call runs them (a function) or when the loop's ``done`` is reached."""
 
-    name: str
-    active: bool  # defined where bash runs the definition
+    name: str  # the function's name; a loop's keyword (for, while, until)
+    active: bool  # defined (a loop: reached) where bash runs it
     tokens: list = field(default_factory=list)
-    depth: int = 0  # braces open (0: the opening one is still to come)
+    depth: int = 0  # braces (a loop: do ... done) open (0: the opening one is still to come)
     start: bool = True  # the next token starts a command
+    loop: bool = False  # a loop (for, while, until) rather than a function
+    header: list = field(default_factory=list)  # a loop's words before its ``do``
 
     def size(self) -> int:
         """Characters of the body, as a call reads them."""
@@ -228,13 +262,51 @@ class _List:
 
 def _keywords_only(items: list) -> bool:
     """Whether ``items`` holds only the reserved words that may open a command (``then``,
-    ``else`` ...): a compound command may start after them."""
-    return all(isinstance(w, Word) and w.literal() in ("then", "do", "else", "{") for w in items)
+    ``else`` ..., a subshell's ``(``): a compound command may start after them."""
+    return all(w == "(" or isinstance(w, Word) and w.literal() in ("then", "do", "else", "{")
+               for w in items)
+
+
+_SEQUENCE = re.compile(r"\{(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?\}")
+_CHOICES = re.compile(r"\{([^{},]*(?:,[^{},]*)+)\}")
+
+
+def _braces(words: list[Word]) -> list[Word]:
+    """A for loop's words with bash's brace expansion: a word that is one unquoted literal
+    ``{1..8}``, ``{0..6..2}`` or ``{a,b,c}`` (between a prefix and a suffix) becomes its words,
+    as bash expands them before the loop runs. Any other unquoted brace with ``..`` or ``,``
+    (nested, or beside an expansion) is refused by name, never read as one word."""
+    out: list[Word] = []
+    for w in words:
+        lit = w.literal()
+        seq = _SEQUENCE.search(lit) if lit is not None else None
+        alt = _CHOICES.search(lit) if lit is not None and seq is None else None
+        m = seq or alt
+        if m is not None and "{" not in lit[:m.start()] + lit[m.end():]:
+            if seq:
+                a, b = int(seq.group(1)), int(seq.group(2))
+                step = abs(int(seq.group(3) or 1)) or 1
+                if abs(b - a) // step >= MAX_LOOP_ITERATIONS:
+                    raise Unbounded(f"{lit} expands to more than {MAX_LOOP_ITERATIONS:,} words")
+                items = [str(k) for k in range(a, b + (1 if b >= a else -1),
+                                               step if b >= a else -step)]
+            else:
+                items = alt.group(1).split(",")
+            out += [Word([Part("lit", lit[:m.start()] + x + lit[m.end():], False)],
+                         lit[:m.start()] + x + lit[m.end():]) for x in items]
+            continue
+        if any(p.kind == "lit" and not p.quoted and "{" in p.text and (
+                ".." in p.text or "," in p.text) for p in w.parts):
+            raise _Refused(f"the brace expansion in {w.raw!r} is not read (vtrain reads "
+                           "{N..M} and {a,b} as a whole word)")
+        out.append(w)
+    return out
 
 
 def _raw(items: list) -> str:
     """A command as written (its words; an array assignment by its name)."""
-    return " ".join(w.raw if isinstance(w, Word) else f"{w[1]}(...)" for w in items)
+    return " ".join(w.raw if isinstance(w, Word) else w if isinstance(w, str) else f"{w[1]}(...)"
+                    for w in items)
 
 
 class _Reader:
@@ -248,6 +320,9 @@ class _Reader:
         self.functions: dict[str, _Definition] = {}
         self.body: _Definition | None = None  # a function being defined
         self.calls: list[_Call] = []  # the functions being run
+        self.loops: list[int] = []  # the loops being run: where each one's frames start
+        self.sure = True  # whether bash certainly runs the command being read (its list's gate)
+        self.status: bool | None = True  # the exit status of the last list read ($?)
         self.total = [MAX_LAUNCH_BYTES]
         self.budget = _Budget(self.total)
 
@@ -414,17 +489,23 @@ class _Reader:
             raise Unbounded(f"eval or bash -c nested more than {MAX_NESTING} deep")
         self._tokens(lex(text), prefix, depth)
 
-    def _tokens(self, tokens: list, prefix: list[str] | None, depth: int) -> None:
+    def _tokens(self, tokens: list, prefix: list[str] | None, depth: int) -> bool | None:
         """Read one statement's words and operators: its and-or lists (``a && b || c``), case
-        patterns, function definitions, and the simple commands between them."""
+        patterns, function definitions, loops, subshells and the simple commands between them.
+        Returns the exit status of its last list when known."""
         command: list = []
         condition = False
         chain = _List()
         i = 0
         while i < len(tokens):
             tok = tokens[i]
-            if self.body is not None:  # inside a function's definition: kept, not read
+            if self.body is not None:  # inside a function's definition or a loop: kept
+                body = self.body
                 i = self._collect(tokens, i)
+                if self.body is None and body.loop:  # its done: the loop runs now
+                    status = self._loop(body, prefix, depth) if body.active else True
+                    chain.add(True, status, f"{body.name} ... done")
+                    self.status = chain.status
                 continue
             if not condition and _keywords_only(command):
                 j = self._compound(tokens, i, command, chain, prefix, depth)
@@ -433,7 +514,7 @@ class _Reader:
                     continue
             if isinstance(tok, Word):
                 lit = tok.literal()
-                if lit is not None and command == [] and lit in ("if", "elif", "while", "until"):
+                if lit is not None and all(x == "(" for x in command) and lit in ("if", "elif"):
                     condition = True
                 if lit is not None and i + 1 < len(tokens) and tokens[i + 1] == "(" and \
                         ASSIGNMENT.fullmatch(lit):
@@ -446,6 +527,15 @@ class _Reader:
                 command.append(tok)
             elif tok in REDIRECTIONS:
                 i += 1  # the redirection's target
+            elif tok == "(" and not condition and _keywords_only(command):
+                if tokens[i + 1:i + 2] == ["("]:
+                    i = self._arithmetic_command(tokens, i)
+                    continue
+                command.append("(")  # a subshell: read, its variables put back at its ")"
+            elif tok == ")" and not condition:
+                self._list_item(command, chain, prefix, depth)
+                command = []
+                self._close_subshell()
             elif tok in SEPARATORS and not (condition and tok in ("&&", "||", "|")):
                 self._list_item(command, chain, prefix, depth)
                 command, condition = [], False
@@ -457,6 +547,10 @@ class _Reader:
         if self.body is not None and self.body.depth:
             self.body.tokens.append(";")  # the end of a line ends the body's command
             self.body.start = True
+        elif self.body is not None and self.body.loop:
+            self.body.header.append(";")  # the loop's words end with the line; its do follows
+            self.body.start = True
+        return self.status
 
     def _separator(self, tok: str, following: Word | str | None, chain: _List) -> None:
         """After a command: the and-or list goes on (``&&``, ``||``, ``|``) or ends; ``;;``
@@ -487,6 +581,14 @@ class _Reader:
         if case is not None and case.pattern and not keywords and \
                 (isinstance(tok, Word) or tok == "("):
             return self._pattern(tokens, i, case)
+        if lit in ("for", "while", "until", "select"):
+            if chain.op is not None:
+                raise _Refused(f"a {lit} loop after {chain.op} is not read")
+            if lit == "select":
+                raise _Refused("a select loop (a menu read from the terminal) is not read")
+            self._list_item(keywords, chain, prefix, depth)  # then, else, {
+            self.body = _Definition(lit, self._active(), loop=True)
+            return i + 1
         if lit == "case" or lit == "function" or (
                 lit is not None and NAME.fullmatch(lit) and nxt == "("
                 and tokens[i + 2:i + 3] == [")"]):
@@ -586,10 +688,24 @@ class _Reader:
         return i
 
     def _collect(self, tokens: list, i: int) -> int:
-        """One more token of a function's body: kept until the ``}`` that closes it."""
+        """One more token of a function's body, kept until the ``}`` that closes it, or of a
+        loop's words and body, kept until the ``done`` that closes it."""
         body, tok = self.body, tokens[i]
         lit = tok.literal() if isinstance(tok, Word) else None
-        if not body.depth:
+        if body.loop:
+            if not body.depth:  # the loop's words, up to its do
+                if body.start and lit == "do":
+                    body.depth, body.start = 1, True
+                else:
+                    body.header.append(tok)
+                    body.start = isinstance(tok, str) and tok not in REDIRECTIONS
+                return i + 1
+            if body.start and lit in ("do", "done"):
+                body.depth += 1 if lit == "do" else -1
+                if not body.depth:
+                    self.body = None
+                    return i + 1
+        elif not body.depth:
             if lit != "{":
                 raise _Refused(f"function {body.name}: only a body in {{ ... }} is read")
             body.depth = 1
@@ -605,6 +721,119 @@ class _Reader:
         body.start = lit in ("then", "do", "else", "{", "!", "time") or (
             isinstance(tok, str) and tok not in REDIRECTIONS)
         return i + 1
+
+    # ---- loops
+    def _loop(self, loop: _Definition, prefix: list[str] | None, depth: int) -> bool | None:
+        """Run a loop bash reaches: ``for NAME in WORDS`` (``for NAME``: over ``$@``) once per
+        word with NAME set; ``while``/``until`` as long as its condition, a test of known
+        values, holds (fails). A condition or words the reader cannot know read the body once,
+        noted. ``break``/``continue`` bash certainly reaches are followed; more than
+        :data:`MAX_LOOP_ITERATIONS` readings are refused. Returns the loop's exit status when
+        known: its body's last list's, or success when the body was not read (bash's)."""
+        header = list(loop.header)
+        while header and header[-1] in (";", "&"):
+            header.pop()
+        shown = " ".join(w.raw if isinstance(w, Word) else w for w in header)[:60]
+        if loop.name == "for":
+            words = [w for w in header if isinstance(w, Word)]
+            name = words[0].literal() if words else None
+            if name is None or not NAME.fullmatch(name) or len(words) != len(header) or (
+                    len(words) > 1 and words[1].literal() != "in"):
+                raise _Refused("a for loop is read only as 'for NAME in WORDS; do ... done' "
+                               "(a C-style for (( ... )) is not read)")
+            if len(words) > 1:
+                values, missing = self.words(_braces(words[2:]))
+            else:  # for NAME: the positional parameters
+                values = [v for v in self.positional if v is not None]
+                missing = ["1"] if None in self.positional else []
+            if missing:
+                self.shell.notes.append(
+                    f"the words of 'for {shown}' are not known (vtrain runs no shell code): "
+                    f"its body is read once, ${name} not known")
+                self.env[name] = _Unknown(missing[0])
+                self._iterate(loop, prefix, depth)
+                return None
+            if len(values) > MAX_LOOP_ITERATIONS:
+                raise Unbounded(f"a for loop over {len(values):,} words, more than the "
+                                f"{MAX_LOOP_ITERATIONS:,} a launch can mean")
+            status: bool | None = True
+            for value in values:
+                self.env[name] = value
+                go, status = self._iterate(loop, prefix, depth)
+                if not go:
+                    break
+            return status
+        status = True
+        for _ in range(MAX_LOOP_ITERATIONS):
+            holds = self._condition(header, note=False)
+            if holds is not None and loop.name == "until":
+                holds = not holds
+            if holds is False:
+                return status
+            if holds is None:
+                self.shell.notes.append(
+                    f"the condition of '{loop.name} {shown}' is not evaluated (vtrain runs no "
+                    "shell code): its body is read once")
+                self._iterate(loop, prefix, depth)
+                return None
+            go, status = self._iterate(loop, prefix, depth)
+            if not go:
+                return status
+        raise Unbounded(f"'{loop.name} {shown}' loops more than {MAX_LOOP_ITERATIONS:,} times "
+                        "(no break bash certainly reaches ends it)")
+
+    def _iterate(self, loop: _Definition, prefix: list[str] | None, depth: int
+                 ) -> tuple[bool, bool | None]:
+        """Read a loop's body once: whether the loop goes on (False after a ``break``), and the
+        body's exit status when known (``break`` and ``continue`` succeed)."""
+        if depth >= MAX_NESTING:
+            raise Unbounded(f"loops nested more than {MAX_NESTING} deep")
+        self.total[0] -= loop.size()
+        if self.total[0] < 0:
+            raise Unbounded(f"loops read more than {MAX_LAUNCH_BYTES // 2**20} MiB of script, "
+                             "more than a launch can mean")
+        base = len(self.frames)
+        self.loops.append(base)
+        try:
+            status = self._tokens(list(loop.tokens), prefix, depth + 1)
+        except _Break as stop:
+            if stop.levels > 1:
+                stop.levels -= 1
+                raise
+            return stop.again, True
+        finally:
+            del self.frames[base:]
+            self.loops.pop()
+        return True, status
+
+    def _arithmetic_command(self, tokens: list, i: int) -> int:
+        """``(( ... ))`` at the start of a command: refused where bash runs it (it may change a
+        variable the launch is read from); the index after its ``))``."""
+        j = i + 2
+        while j + 1 < len(tokens) and tokens[j:j + 2] != [")", ")"]:
+            j += 1
+        if self._active():
+            text = " ".join(t.raw if isinstance(t, Word) else t for t in tokens[i + 2:j])
+            raise _Refused(f"the arithmetic command (( {text[:40]} )) is not read (vtrain reads "
+                           "NAME=$(( ... )))")
+        return j + 2
+
+    # ---- subshells
+    def _close_subshell(self) -> None:
+        """``)``: the subshell ends; its variables, positional parameters and functions are
+        put back (a subshell is another process). One read without knowing whether bash runs
+        it is noted when it ran a command of consequence."""
+        at = next((k for k in range(len(self.frames) - 1, -1, -1)
+                   if self.frames[k].kind == "subshell"), None)
+        if at is None:
+            return
+        frame = self.frames[at]
+        del self.frames[at:]
+        env, self.positional, self.functions = frame.saved
+        self.env.clear()
+        self.env.update(env)
+        if frame.before is not None and self._changed(frame.before):
+            self.shell.notes.append(frame.note)
 
     def _call(self, name: str, args: list[str], depth: int) -> None:
         """Run a defined function's body with ``args`` as ``$1 $2 ...``; its ``local``
@@ -647,6 +876,7 @@ class _Reader:
             f"the status of {chain.text[:60]!r} is not known (vtrain runs no shell code): "
             f"{shown[:60]!r} after {chain.op} is read")
         chain.add(gate, self.command(items, prefix, depth, gate, note), text)
+        self.status = chain.status
 
     def _effects(self) -> tuple:
         return dict(self.env), list(self.positional), len(self.shell.commands)
@@ -669,9 +899,17 @@ class _Reader:
         is made when the command, or the ``{ ... }`` group it opens, changes what the reader
         knows)."""
         negate = False
-        while items and isinstance(items[0], Word):
-            kw = items[0].literal()
-            if kw == "{":
+        while items and (isinstance(items[0], Word) or items[0] == "("):
+            kw = items[0].literal() if isinstance(items[0], Word) else items[0]
+            if kw == "(":
+                active = self._active()
+                self.frames.append(_Frame(
+                    "subshell", gate if active else False, note=note,
+                    before=self._effects() if note and active else None,
+                    saved=(dict(self.env), list(self.positional), dict(self.functions))))
+                gate, note = True, None
+                items = items[1:]
+            elif kw == "{":
                 active = self._active()
                 self.frames.append(_Frame("group", gate if active else False, note=note,
                                           before=self._effects() if note and active else None))
@@ -698,6 +936,7 @@ class _Reader:
         if not items or gate is False or not self._active():
             return None
         before = self._effects() if note else None
+        self.sure = gate is True
         status = self._simple(items, prefix, depth)
         if before is not None and self._changed(before):
             self.shell.notes.append(note)
@@ -811,6 +1050,21 @@ class _Reader:
         if head == "return" and self.calls and \
                 all(f.state is True for f in self.frames[self.calls[-1].base:]):
             raise _Return
+        if head in ("break", "continue") and self.loops:
+            levels = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
+            if self.sure and levels >= 1 and \
+                    all(f.state is True for f in self.frames[self.loops[-1]:]):
+                raise _Break(head == "continue", min(levels, len(self.loops)))
+            return
+        if head == "exit":
+            sub = next((k for k in range(len(self.frames) - 1, -1, -1)
+                        if self.frames[k].kind == "subshell"), -1)
+            if self.sure and all(f.state is True for f in self.frames[sub + 1:]):
+                if sub >= 0:
+                    self.frames[sub].state = False  # the subshell ends, not the script
+                else:
+                    raise _Exit
+            return
         if head in ("source", "."):
             self.shell.notes.append(f"{' '.join(words[:2])}: another file is not read (its "
                                     "variables can be given with --var NAME=VALUE)")
@@ -828,7 +1082,17 @@ class _Reader:
             words = words[k:]
         for k, w in enumerate(words[:-1]):
             if w.rsplit("/", 1)[-1] in ("bash", "sh") and words[k + 1] == "-c" and k + 2 < len(words):
-                self.statement(words[k + 2], (prefix or []) + words[:k], depth + 1)
+                # another bash: its commands are read, its variables and exit are its own
+                base, saved = len(self.frames), (dict(self.env), list(self.positional))
+                try:
+                    self.statement(words[k + 2], (prefix or []) + words[:k], depth + 1)
+                except _Exit:
+                    pass
+                finally:
+                    del self.frames[base:]
+                    self.env.clear()
+                    self.env.update(saved[0])
+                    self.positional = saved[1]
                 return
         if words:
             self.shell.commands.append((prefix or []) + words)
@@ -854,9 +1118,9 @@ class _Reader:
                 frame.taken |= frame.state is True
                 frame.unknown |= frame.state is None
 
-    def _condition(self, items: list) -> bool | None:
+    def _condition(self, items: list, note: bool = True) -> bool | None:
         """True/False for tests of known strings and integers, None when it needs the machine
-        (noted)."""
+        (noted, unless ``note`` is False)."""
         groups: list[list] = [[]]
         ops: list[str] = []
         for item in items:
@@ -874,7 +1138,7 @@ class _Reader:
             else:
                 value = True if True in (value, right) else (None if None in (value, right)
                                                              else False)
-        if value is None:
+        if value is None and note:
             text = " ".join(w.raw if isinstance(w, Word) else w for w in items)
             self.shell.notes.append(f"the condition {text[:60]!r} is not evaluated (vtrain runs "
                                     "no shell code): its branches are read in order")
@@ -938,14 +1202,23 @@ def read_shell(text: str, source: str = "script", variables: dict[str, str] | No
         reader.budget = _Budget(reader.total)
         try:
             reader.statement(stmt)
+        except _Exit:  # bash stops here: what follows is never read
+            reader.shell.exited = head(stmt)
+            return reader.shell
         except (Unbounded, _Refused) as exc:
             raise ShellError(f"{source}: statement {head(stmt)}: {exc}") from None
         except ShellError as exc:
             raise ShellError(f"{source}: cannot split {head(stmt)} into shell words: {exc}"
                              ) from None
-    if reader.body is not None:
+    if reader.body is not None and not reader.body.loop:
         raise ShellError(f"{source}: function {reader.body.name}: its body has no closing '}}' "
                          "(bash refuses the script)")
-    if any(f.kind == "case" for f in reader.frames):
-        raise ShellError(f"{source}: a case has no closing 'esac' (bash refuses the script)")
+    if reader.body is not None:
+        raise ShellError(f"{source}: a {reader.body.name} loop has no closing 'done' (bash "
+                         "refuses the script)")
+    closing = {"case": "esac", "if": "fi", "group": "}", "subshell": ")"}
+    for frame in reader.frames:
+        raise ShellError(f"{source}: {'an' if frame.kind == 'if' else 'a'} "
+                         f"{'{ group' if frame.kind == 'group' else frame.kind} has no closing "
+                         f"'{closing[frame.kind]}' (bash refuses the script)")
     return reader.shell

@@ -271,6 +271,9 @@ def read_launch(text: str, source: str = "arguments", variables: dict[str, str] 
         args, launcher, script = loose, "argument list", ""
         nnodes, nproc, ntasks = _launcher_counts(sbatch, source, deferred)
     else:
+        if shell.exited:
+            raise MegatronArgsError(f"{source}: no Megatron-LM arguments found: bash exits at "
+                                    f"{shell.exited}, before any 'pretrain_*.py' command")
         raise MegatronArgsError(f"{source}: no Megatron-LM arguments found (neither a "
                                 "'pretrain_*.py --num-layers ...' command nor an argument list)")
     if nproc is None and ntasks is not None and nnodes:
