@@ -710,7 +710,7 @@ class _Reader:
                 raise _Refused(f"function {body.name}: only a body in {{ ... }} is read")
             body.depth = 1
             return i + 1
-        if body.start and lit in ("{", "}"):
+        if not body.loop and body.start and lit in ("{", "}"):
             body.depth += 1 if lit == "{" else -1
             if not body.depth:
                 if body.active:
