@@ -206,7 +206,7 @@ BASH_CASES = [
     "T=1\n( for k in 1 2; do T=$k; done ) && U=ok",
     "T=1\nfor k in 1; do\n  false\ndone && T=2 || U=no\nwhile false; do :; done && U=ran",
     'T=""\nfor k in {1..3} x{a,b}y {6..0..2} "{1..2}"; do T="$T.$k"; done',
-    'T=""\nfor k in 1 2; do { T="$T$k"; }; done\nf() {\n  for k in a b; do U="$U$k"; done\n}\nf',
+    'T=""\nfor k in 1 2; do { T="$T$k"; }; done\nf() {\n  U=\n  for k in a b; do U="$U$k"; done\n}\nf',
 ]
 
 
