@@ -273,7 +273,9 @@ def read_launch(text: str, source: str = "arguments", variables: dict[str, str] 
     else:
         if shell.exited:
             raise MegatronArgsError(f"{source}: no Megatron-LM arguments found: bash exits at "
-                                    f"{shell.exited}, before any 'pretrain_*.py' command")
+                                    f"{shell.exited}, before any 'pretrain_*.py' command (as "
+                                    "the script is run: give its arguments with --var "
+                                    "1=VALUE ..., its environment with --var NAME=VALUE)")
         raise MegatronArgsError(f"{source}: no Megatron-LM arguments found (neither a "
                                 "'pretrain_*.py --num-layers ...' command nor an argument list)")
     if nproc is None and ntasks is not None and nnodes:
