@@ -165,10 +165,6 @@ def _dense_and_moe(a: float = 0.02, b: float = 0.3) -> ResidualTable:
     return _table(rows)
 
 
-def _rms(x: np.ndarray) -> float:
-    return float(np.sqrt(np.mean(np.square(x))))
-
-
 def test_the_rule_picks_dense_versus_moe_over_the_gpu_kind_and_narrows():
     t = _dense_and_moe()
     base = np.ones(len(t), bool)
@@ -186,14 +182,14 @@ def test_the_rule_picks_dense_versus_moe_over_the_gpu_kind_and_narrows():
     iv = interval_for(t, 10.0, 64, 8, 1e10, 0.9, features=plan)
     assert iv.conditioned_on[:2] == ("family", "ep") and iv.not_conditioned_on == ("gpu",)
     assert iv.like_runs == 12 and iv.num_residuals == 24 and MIN_LIKE_RUNS <= 12 < 19
-    # the band in closed form: each run standardized by the root mean square of the 11 other
-    # runs of its family (u_j / rms(u without j), the same for both families); the plan's band
-    # is a * rms(u) times the shortest window of the 24 standardized residuals
-    z = np.sort([_U[j] / _rms(np.delete(_U, j)) for j in range(12)] * 2)
-    lo, hi = conformal_bounds(z, 0.9)
-    assert np.log(iv.low_factor) == pytest.approx(0.02 * _rms(_U) * lo)
-    assert np.log(iv.high_factor) == pytest.approx(0.02 * _rms(_U) * hi)
-    # a MoE plan gets the same window scaled by b / a; the node class's band is far wider
+    # the band in closed form: the normal-theory prediction interval of the 12 dense runs'
+    # residuals a * u (mean 0, sample sd a * sd(u)): +- t(0.95, 11 dof) * sd * sqrt(1 + 1/12),
+    # t(0.95, 11) = 1.7959 (Student's table)
+    half = 1.795884818704 * 0.02 * float(np.std(_U, ddof=1)) * np.sqrt(1 + 1 / 12)
+    assert np.log(iv.low_factor) == pytest.approx(-half)
+    assert np.log(iv.high_factor) == pytest.approx(half)
+    assert "a normal-theory band of 12 runs with the same family" in interval_line(iv)
+    # a MoE plan gets the same interval scaled by b / a; the node class's band is far wider
     moe = interval_for(t, 10.0, 64, 8, 1e10, 0.9, features={**plan, "family": "moe", "ep": 8})
     assert np.log(moe.high_factor) == pytest.approx(15 * np.log(iv.high_factor))
     assert np.log(moe.low_factor) == pytest.approx(15 * np.log(iv.low_factor))

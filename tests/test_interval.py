@@ -12,7 +12,7 @@ import pytest
 
 from core.cli import main
 from core.store.interval import (ResidualTable, conformal_bounds, cross_conformal, interval_for,
-                           min_residuals, node_class)
+                           min_residuals, node_class, normal_prediction_bounds)
 from core.store.format import SCHEMA_VERSION
 from core.store.profile_store import ProfileStore
 from core.store.profiles_gen import generate_store
@@ -282,3 +282,17 @@ def test_validate_table_states_coverage_or_why_no_band(capsys, tmp_path):
     assert main(["validate", str(path), "--profile", str(_analytic_h100(tmp_path))]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "error band none: no error band:" in out and "holds no cross-validated residuals" in out
+
+
+def test_normal_prediction_bounds_in_closed_form():
+    # residuals 0.1, -0.1, 0.2, 0.0: mean 0.05, sample sd sqrt(0.05 / 3); Student's t at
+    # 0.95 with 3 degrees of freedom 2.353363 (table), at 0.975 3.182446
+    x = np.array([0.1, -0.1, 0.2, 0.0])
+    sd = np.sqrt(0.05 / 3)
+    lo, hi = normal_prediction_bounds(x, 0.9)
+    half = 2.353363435 * sd * np.sqrt(1 + 1 / 4)
+    assert (lo, hi) == pytest.approx((0.05 - half, 0.05 + half))
+    lo95, hi95 = normal_prediction_bounds(x, 0.95)
+    assert hi95 - 0.05 == pytest.approx(3.182446305 * sd * np.sqrt(1.25))
+    with pytest.raises(ValueError, match="at least 2 residuals"):
+        normal_prediction_bounds(np.array([0.1]), 0.9)

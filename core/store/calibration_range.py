@@ -41,12 +41,13 @@ RANGE_FEATURES = ("micro_batch_size", "seq_length", "cp", "ep")
 #: breaks ties: the conditions are tried in the order of the spread they explain
 #: (:func:`condition_order`).
 CONDITIONS = ("gpu", "family", "precision", "cp", "ep", "recompute")
-#: Fewest calibration runs like a plan whose residual spread scales its band
+#: Fewest calibration runs like a plan whose residuals make its band
 #: (:func:`core.store.interval.interval_for`); a condition leaving fewer is left out. The
 #: root mean square of k log residuals has a relative standard error of about ``1/sqrt(2k)``
 #: (29 % at 6). Chosen among 4, 6, 8 and 10 on the held-out folds of the modern stores' 30
-#: runs (median width 101, 66, 104, 113 % at fold seed 0; docs/accuracy.md "Error band"), so
-#: the modern figures carry that small selection.
+#: runs (with the normal-theory band of the like runs, coverage 88.5-92.3 % at median widths
+#: of 48-59 % over fold seeds 0-4 at 6; docs/accuracy.md "Error band"), so the modern
+#: figures carry that small selection.
 MIN_LIKE_RUNS = 6
 
 _NAMES = {"gpu": "GPU", "family": "family", "precision": "precision", "recompute": "recompute",
