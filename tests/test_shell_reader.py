@@ -293,6 +293,7 @@ def test_the_argument_loop_of_a_launch_reads_its_positional_parameters(tmp_path)
     ("[ -z $X ] && for k in 1; do T=1; done\n", "a for loop after && is not read"),
     ("for k in {a,{b,c}}; do T=1; done\n", "the brace expansion in '{a,{b,c}}' is not read"),
     ("for k in {1..5000}; do T=1; done\n", "{1..5000} expands to more than 1,024 words"),
+    ("for a in {1..1000}; do for b in {1..1000}; do :; done; done\n", "16,384 passes"),
 ])
 def test_constructs_bash_refuses_or_the_reader_cannot_follow_are_named(text, message):
     with pytest.raises(ShellError, match=re.escape(message)) as err:

@@ -788,10 +788,12 @@ class _Reader:
         body's exit status when known (``break`` and ``continue`` succeed)."""
         if depth >= MAX_NESTING:
             raise Unbounded(f"loops nested more than {MAX_NESTING} deep")
-        self.total[0] -= loop.size()
+        # a pass costs at least 64 bytes: at most 16,384 passes in a script, however short
+        self.total[0] -= max(loop.size(), 64)
         if self.total[0] < 0:
-            raise Unbounded(f"loops read more than {MAX_LAUNCH_BYTES // 2**20} MiB of script, "
-                             "more than a launch can mean")
+            raise Unbounded(f"loops read more than {MAX_LAUNCH_BYTES // 2**20} MiB of script "
+                             f"(or {MAX_LAUNCH_BYTES // 64:,} passes), more than a launch can "
+                             "mean")
         base = len(self.frames)
         self.loops.append(base)
         try:
