@@ -1364,6 +1364,22 @@ def test_group_query_attention_alone_is_megatrons_one_group(tmp_path):
     assert [f for f, _ in res.notes].count("--group-query-attention") == 1
 
 
+def test_query_groups_without_the_switch_are_said_unused(tmp_path):
+    """Megatron-LM reads --num-query-groups only with --group-query-attention
+    (core_transformer_config_from_args: num_query_groups None otherwise; Megatron-Bridge's
+    mlm_compat/arguments.py keeps the same code): --num-query-groups 8 alone trains multi-head
+    attention. The model is simulated so, and the notes say the 8 went unused (it was silent)."""
+    res = import_file(_write(tmp_path, "q.txt", _LLAMA_ARGS + "--vocab-size 32000 "
+                             "--num-query-groups 8"), num_gpus=8)
+    assert res.session.model.num_query_groups is None
+    notes = dict(res.notes)
+    assert notes["--num-query-groups"].startswith("8 not used: without --group-query-attention")
+    gqa = import_file(_write(tmp_path, "g.txt", _LLAMA_ARGS + "--vocab-size 32000 "
+                             "--group-query-attention --num-query-groups 8"), num_gpus=8)
+    assert gqa.session.model.num_query_groups == 8
+    assert "--num-query-groups" not in dict(gqa.notes)
+
+
 def test_padded_vocab_size_is_the_embeddings_rows(tmp_path):
     """With --padded-vocab-size Megatron-LM does not pad the tokenizer's size: 64,000 rows,
     where the 32,000 vocabulary pads to 32,000 (a multiple of 128) alone."""

@@ -372,6 +372,11 @@ def _attention_and_norms(mp: Mapper, h: int) -> None:
                 mp.notes.append(("--group-query-attention", "without --num-query-groups: "
                                  "Megatron-LM's default of 1 query group, multi-query attention"))
             mp.set("--group-query-attention", "model.num_query_groups", g)
+        else:  # core_transformer_config_from_args: num_query_groups None without the switch
+            mp.notes.append(("--num-query-groups", f"{g} not used: without "
+                             "--group-query-attention Megatron-LM builds multi-head attention "
+                             "(one key/value head per attention head, as simulated); add "
+                             f"--group-query-attention for {g} query groups"))
     for flag, target, mapping in (
             ("--normalization", "model.normalization", {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}),
             ("--position-embedding-type", "model.position_embedding",
