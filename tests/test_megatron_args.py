@@ -1316,6 +1316,19 @@ def test_a_position_embedding_megatron_has_but_the_simulator_not_is_not_modelled
                             num_gpus=1)
 
 
+@pytest.mark.parametrize("flag,value,choices", [
+    ("--normalization", "rmsnorm", "LayerNorm, RMSNorm"),
+    ("--position-embedding-type", "alibi", "learned_absolute, rope, yarn, mrope, relative, none")])
+def test_a_value_outside_megatrons_choices_is_named_as_megatrons_error(flag, value, choices):
+    """--normalization rmsnorm (Megatron-DeepSpeed's spelling) is not one of Megatron-LM's
+    argparse choices (arguments.json: LayerNorm, RMSNorm): argparse refuses it. It read "is not
+    modelled (the simulator models LayerNorm, RMSNorm)", as if RMSNorm were not modelled."""
+    with pytest.raises(MegatronArgsError) as err:
+        session_from_launch(read_launch(_FLAGS + f"{flag} {value}", "a.txt"), num_gpus=1)
+    assert str(err.value) == (f"a.txt: {flag} {value!r} is not one of Megatron-LM's choices "
+                              f"({choices}; argparse compares them case by case)")
+
+
 _LLAMA_ARGS = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
                "--micro-batch-size 1 --bf16 --swiglu --normalization RMSNorm "
                "--position-embedding-type rope --disable-bias-linear ")
