@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import random
+import re
 
 import pytest
 
@@ -1327,6 +1328,41 @@ def test_a_value_outside_megatrons_choices_is_named_as_megatrons_error(flag, val
         session_from_launch(read_launch(_FLAGS + f"{flag} {value}", "a.txt"), num_gpus=1)
     assert str(err.value) == (f"a.txt: {flag} {value!r} is not one of Megatron-LM's choices "
                               f"({choices}; argparse compares them case by case)")
+
+
+_MOE_ARGS = ("--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --seq-length 4096 "
+             "--micro-batch-size 1 --vocab-size 32000 --bf16 --swiglu --num-experts 64 "
+             "--moe-ffn-hidden-size 1024 --moe-router-topk 4 --moe-grouped-gemm "
+             "--moe-token-dispatcher-type alltoall --expert-model-parallel-size 8 ")
+
+
+@pytest.mark.parametrize("extra,refused", [
+    ("--moe-expert-capacity-factor 2 --moe-pad-expert-input-to-capacity",
+     "--moe-pad-expert-input-to-capacity: pads every expert's input"),
+    ("--moe-expert-capacity-factor 0.5", "--moe-expert-capacity-factor: 0.5 drops tokens"),
+    ("--moe-pad-expert-input-to-capacity",
+     "--moe-pad-expert-input-to-capacity: needs --moe-expert-capacity-factor"),
+    ("--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity", None),
+    ("--moe-expert-capacity-factor 1.25", None)])
+def test_expert_capacity_that_changes_the_work_is_refused(tmp_path, extra, refused):
+    """Megatron-Core pads each expert's input to ceil(cf x T k / E) tokens with
+    --moe-pad-expert-input-to-capacity (token_dispatcher.py: capacity x tp x ep tokens per
+    local expert; moe_utils.get_capacity) and drops what exceeds it: cf 2 with padding doubles
+    the experts' GEMMs and the all-to-all, cf 0.5 halves them even under balanced routing. Both
+    were listed as ignored and simulated at the balanced load; now refused by name. cf >= 1
+    without padding, and cf 1 with it, change nothing under balanced routing: listed, with
+    why, and the session is the same as without them."""
+    path = _write(tmp_path, "m.txt", _MOE_ARGS + extra)
+    if refused:
+        with pytest.raises(MegatronArgsError, match=re.escape(refused)):
+            import_file(path, num_gpus=8)
+        return
+    res = import_file(path, num_gpus=8)
+    why = dict(res.ignored)["--moe-expert-capacity-factor"]
+    assert "under the balanced routing simulated no expert exceeds its capacity" in why
+    plain = import_file(_write(tmp_path, "p.txt", _MOE_ARGS), num_gpus=8)
+    assert res.session.model == dataclasses.replace(plain.session.model, name="m")
+    assert res.session.plan == plain.session.plan
 
 
 _LLAMA_ARGS = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "

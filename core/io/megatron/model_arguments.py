@@ -194,6 +194,7 @@ def _moe_arguments(mp: Mapper, L: int, ffn: int) -> None:
                          ("--moe-router-group-topk", "model.moe_router_group_topk")):
         if flag in args:  # node-limited routing (validation checks the two go together)
             mp.set(flag, target, int_argument(args, flag, src))
+    _expert_capacity(mp)
     if "--moe-layer-freq" in args:
         text = one_value(args, "--moe-layer-freq", src) or ""
         if "[" not in text:
@@ -209,6 +210,44 @@ def _moe_arguments(mp: Mapper, L: int, ffn: int) -> None:
         else:
             mp.set("--moe-layer-freq", "model.moe_first_dense_layers", fit[0])
             mp.set("--moe-layer-freq", "model.moe_layer_frequency", fit[1])
+
+
+def _expert_capacity(mp: Mapper) -> None:
+    """Token dropping. ``--moe-expert-capacity-factor`` cf caps each expert at
+    ``ceil(cf * T k / E)`` tokens (Megatron-Core ``moe_utils.get_capacity``; a negative cf is
+    no cap, ``TransformerConfig``), and ``--moe-pad-expert-input-to-capacity`` pads every
+    expert's input to that capacity (``token_dispatcher``: each local expert processes
+    ``capacity * tp * ep`` tokens, the all-to-all carries ``capacity * E``). Under the balanced
+    routing simulated, cf >= 1 drops nothing and cf = 1 pads nothing: listed, with why. cf < 1
+    drops tokens, and padding with cf > 1 pads the experts' GEMMs and the all-to-all by cf:
+    another amount of work, refused by name."""
+    args, src = mp.args, mp.source
+    pad = mp.switch("--moe-pad-expert-input-to-capacity")
+    if not mp.take("--moe-expert-capacity-factor"):
+        if pad:
+            mp.refuse("--moe-pad-expert-input-to-capacity", "needs --moe-expert-capacity-factor "
+                      "(Megatron-Core's TransformerConfig raises without it)")
+        return
+    cf = float_argument(args, "--moe-expert-capacity-factor", src)
+    if cf < 0:
+        mp.ignored.append(("--moe-expert-capacity-factor", f"{cf:g}: no capacity (Megatron-Core "
+                           "reads a negative factor as none): nothing dropped or padded"))
+        if pad:
+            mp.refuse("--moe-pad-expert-input-to-capacity", "needs a capacity: "
+                      f"--moe-expert-capacity-factor is {cf:g} (none)")
+    elif cf < 1:
+        mp.refuse("--moe-expert-capacity-factor", f"{cf:g} drops tokens even under balanced "
+                  f"routing (each expert keeps ceil({cf:g} x its share)): the experts' work "
+                  "shrinks, which is not modelled")
+    elif pad and cf > 1:
+        mp.refuse("--moe-pad-expert-input-to-capacity", f"pads every expert's input to "
+                  f"--moe-expert-capacity-factor {cf:g} times its balanced share: the experts' "
+                  f"GEMMs and the all-to-all carry {cf:g}x the tokens, which is not modelled")
+    else:
+        mp.ignored.append(("--moe-expert-capacity-factor", f"{cf:g}: under the balanced "
+                           "routing simulated no expert exceeds its capacity"
+                           + (" and none is padded (the capacity is its share)" if pad else "")
+                           + "; with real, unbalanced routing it caps the busiest expert"))
 
 
 def _grouped_gemm(mp: Mapper, num_experts: int) -> None:
