@@ -1365,6 +1365,25 @@ def test_expert_capacity_that_changes_the_work_is_refused(tmp_path, extra, refus
     assert res.session.plan == plain.session.plan
 
 
+def test_moe_layer_recompute_is_selective_recomputation_of_the_moe_layer(tmp_path):
+    """Megatron-Core's TransformerConfig.__post_init__ (0.16): the deprecated
+    --moe-layer-recompute sets recompute_granularity selective and adds "moe" to
+    recompute_modules (default ["core_attn"]), and raises beside full granularity. It was listed
+    as ignored and simulated without recomputation."""
+    res = import_file(_write(tmp_path, "r.txt", _MOE_ARGS + "--moe-layer-recompute"), num_gpus=8)
+    p = res.session.plan
+    assert (p.recompute, p.recompute_modules) == ("selective", "core_attn,moe")
+    assert "--moe-layer-recompute" not in dict(res.ignored)
+    mods = import_file(_write(tmp_path, "s.txt", _MOE_ARGS + "--moe-layer-recompute "
+                              "--recompute-granularity selective --recompute-modules moe_act"),
+                       num_gpus=8).session.plan
+    assert (mods.recompute, mods.recompute_modules) == ("selective", "moe_act,moe")
+    with pytest.raises(MegatronArgsError, match="--moe-layer-recompute with "
+                       "--recompute-granularity full"):
+        import_file(_write(tmp_path, "f.txt", _MOE_ARGS + "--moe-layer-recompute "
+                           "--recompute-granularity full"), num_gpus=8)
+
+
 _LLAMA_ARGS = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
                "--micro-batch-size 1 --bf16 --swiglu --normalization RMSNorm "
                "--position-embedding-type rope --disable-bias-linear ")

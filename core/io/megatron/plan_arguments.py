@@ -340,6 +340,17 @@ def _recompute(mp: Mapper) -> None:
             nrec = int_argument(args, "--checkpoint-num-layers", src)
     if gran not in (None, "full", "selective"):
         raise MegatronArgsError(f"{src}: --recompute-granularity {gran!r}: expected full or selective")
+    # Megatron-Core's TransformerConfig.__post_init__: the deprecated --moe-layer-recompute is
+    # selective recomputation with "moe" added to the modules (default ["core_attn"]); beside
+    # full granularity it raises ("Do not set --moe-layer-recompute with full recompute
+    # granularity")
+    moe_layer = mp.switch("--moe-layer-recompute")
+    if moe_layer and gran == "full":
+        raise MegatronArgsError(f"{src}: --moe-layer-recompute with --recompute-granularity full: "
+                                "Megatron-Core refuses them together (the switch is selective "
+                                "recomputation of the MoE layer)")
+    if moe_layer:
+        gran = "selective"
     if method not in (None, "block", "uniform"):
         raise MegatronArgsError(f"{src}: --recompute-method {method!r}: expected block or uniform")
     rflag = ("--recompute-activations" if "--recompute-activations" in args else
@@ -353,7 +364,15 @@ def _recompute(mp: Mapper) -> None:
     elif gran == "full" and method == "uniform" and nrec not in (None, 1):
         mp.refuse("--recompute-method uniform", f"not modelled yet (one checkpoint per {nrec} "
                                                 "layers; vtrain keeps every layer's input)")
-    if mp.take("--recompute-modules"):  # nargs='*': a space-separated list (commas accepted too)
+    if moe_layer:
+        mods = (" ".join(args["--recompute-modules"]).replace(",", " ").split()
+                if mp.take("--recompute-modules") else []) or ["core_attn"]
+        mp.set("--moe-layer-recompute", "plan.recompute_modules",
+               ",".join(mods + ["moe"] * ("moe" not in mods)), check_value=False)
+        mp.notes.append(("--moe-layer-recompute", "Megatron-Core's deprecated switch: "
+                         "--recompute-granularity selective with moe added to "
+                         "--recompute-modules (TransformerConfig)"))
+    elif mp.take("--recompute-modules"):  # nargs='*': a space-separated list (commas accepted too)
         mods = " ".join(args["--recompute-modules"]).replace(",", " ").split()
         if gran == "selective" and mods:
             mp.set("--recompute-modules", "plan.recompute_modules", ",".join(mods),
