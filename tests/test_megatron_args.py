@@ -1384,6 +1384,41 @@ def test_moe_layer_recompute_is_selective_recomputation_of_the_moe_layer(tmp_pat
                            "--recompute-granularity full"), num_gpus=8)
 
 
+@pytest.mark.parametrize("extra,refused", [
+    ("--optimizer sgd", "--optimizer: sgd: not modelled"),
+    ("--optimizer-cpu-offload --optimizer-offload-fraction 0.5",
+     "--optimizer-cpu-offload: the optimizer state and its step on the CPU"),
+    ("--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
+     "--use-precision-aware-optimizer: with --exp-avg-dtype bf16, --exp-avg-sq-dtype bf16"),
+    ("--cpu-offloading-num-layers 4", "--cpu-offloading-num-layers: activations"),
+    ("--fine-grained-activation-offloading --offload-modules attn_norm",
+     "--fine-grained-activation-offloading: activations offloaded"),
+    ("--optimizer adam --cpu-offloading-num-layers 0", None),
+    ("--exp-avg-dtype bf16 --optimizer-offload-fraction 0.5", None)])
+def test_what_moves_or_shrinks_the_counted_memory_is_refused(tmp_path, extra, refused):
+    """Another optimizer (arguments.json: --optimizer adam, sgd, muon ...), the optimizer state
+    on the CPU, optimizer state below fp32 (--use-precision-aware-optimizer with
+    --exp-avg-dtype bf16 ...) and activations offloaded to the host change the memory the
+    verdict counts (fp32 Adam state and every activation on the GPU). They were listed as
+    "ignored; may change the iteration time" and the verdict printed as if absent; now refused
+    by name. Their off values (adam, 0 layers) and the dtypes or fraction without their switch
+    change nothing: the session is the plain launch's, the latter listed with why."""
+    path = _write(tmp_path, "o.txt", _LLAMA_ARGS + "--vocab-size 32000 " + extra)
+    if refused:
+        with pytest.raises(MegatronArgsError, match=re.escape(refused)):
+            import_file(path, num_gpus=8)
+        return
+    res = import_file(path, num_gpus=8)
+    plain = import_file(_write(tmp_path, "o.txt", _LLAMA_ARGS + "--vocab-size 32000"),
+                        num_gpus=8)
+    assert res.session.plan == plain.session.plan
+    ignored = dict(res.ignored)
+    if "--exp-avg-dtype" in extra:
+        assert ignored["--exp-avg-dtype"] == "no effect without --use-precision-aware-optimizer"
+        assert ignored["--optimizer-offload-fraction"] == ("no effect without "
+                                                          "--optimizer-cpu-offload")
+
+
 _LLAMA_ARGS = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
                "--micro-batch-size 1 --bf16 --swiglu --normalization RMSNorm "
                "--position-embedding-type rope --disable-bias-linear ")

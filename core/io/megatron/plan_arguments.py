@@ -482,4 +482,62 @@ def map_plan(mp: Mapper, launch: Launch, L: int, *, num_gpus: int | None = None,
     _recompute(mp)
     _precision(mp)
     _cuda_graphs(mp)
+    _optimizer_and_offloading(mp)
     return B, nproc
+
+
+#: Megatron-LM's optimizer state dtypes under --use-precision-aware-optimizer (arguments.json:
+#: each defaults to fp32, the state the simulator counts).
+_STATE_DTYPES = ("--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
+                 "--exp-avg-sq-dtype")
+
+
+def _optimizer_and_offloading(mp: Mapper) -> None:
+    """What moves the optimizer state or the activations off the GPU, shrinks the state, or
+    runs another optimizer: refused by name when on, since the memory verdict (and the
+    optimizer step) would be another run's. The simulator's optimizer is Adam with fp32
+    master weights and moments on the GPU, and its activations stay on the GPU.
+
+    * ``--optimizer`` other than ``adam`` (sgd, muon, lion, soap ...): other state and step;
+    * ``--optimizer-cpu-offload``: the state (a fraction, ``--optimizer-offload-fraction``)
+      and its step on the CPU;
+    * ``--use-precision-aware-optimizer`` with a state dtype other than fp32
+      (``--exp-avg-dtype bf16`` ...); the dtypes without the switch have no effect (listed);
+    * ``--cpu-offloading-num-layers`` above 0 and ``--fine-grained-activation-offloading``:
+      activations offloaded to the host."""
+    args, src = mp.args, mp.source
+    if mp.take("--optimizer"):
+        opt = one_value(args, "--optimizer", src)
+        if opt != "adam":
+            mp.refuse("--optimizer", f"{opt}: not modelled (the simulator's optimizer is Adam: "
+                      "fp32 master weights and two fp32 moments per parameter, Adam's step)")
+    offload = mp.switch("--optimizer-cpu-offload")
+    if offload:
+        mp.refuse("--optimizer-cpu-offload", "the optimizer state and its step on the CPU are "
+                  "not modelled (the memory verdict would count the state on the GPU)")
+    if mp.take("--optimizer-offload-fraction") and not offload:
+        mp.ignored.append(("--optimizer-offload-fraction", "no effect without "
+                           "--optimizer-cpu-offload"))
+    aware = "--use-precision-aware-optimizer" in args
+    low = [f"{f} {one_value(args, f, src)}" for f in _STATE_DTYPES
+           if f in args and one_value(args, f, src) != "fp32"]
+    if aware and low:
+        mp.take("--use-precision-aware-optimizer")
+        mp.used.update(_STATE_DTYPES)
+        mp.refuse("--use-precision-aware-optimizer", f"with {', '.join(low)}: optimizer state "
+                  "below fp32 is not modelled (the memory verdict counts fp32 master weights, "
+                  "gradients and moments)")
+    elif low:
+        for f in _STATE_DTYPES:
+            if f in args:
+                mp.take(f)
+                mp.ignored.append((f, "no effect without --use-precision-aware-optimizer"))
+    if mp.take("--cpu-offloading-num-layers") and \
+            int_argument(args, "--cpu-offloading-num-layers", src, minimum=0) > 0:
+        mp.refuse("--cpu-offloading-num-layers", "activations (and weights) of that many layers "
+                  "offloaded to the host are not modelled (the memory verdict would count them "
+                  "on the GPU)")
+    if mp.switch("--fine-grained-activation-offloading"):
+        mp.refuse("--fine-grained-activation-offloading", "activations offloaded to the host "
+                  "(--offload-modules) are not modelled (the memory verdict would count them "
+                  "on the GPU)")
