@@ -1393,6 +1393,11 @@ def test_moe_layer_recompute_is_selective_recomputation_of_the_moe_layer(tmp_pat
     ("--cpu-offloading-num-layers 4", "--cpu-offloading-num-layers: activations"),
     ("--fine-grained-activation-offloading --offload-modules attn_norm",
      "--fine-grained-activation-offloading: activations offloaded"),
+    ("--fp32-residual-connection", "--fp32-residual-connection: the residual stream"),
+    ("--tensor-model-parallel-size 2 --recompute-granularity full --recompute-method uniform "
+     "--recompute-num-layers 1 --distribute-saved-activations",
+     "--distribute-saved-activations: the recomputed layers' saved inputs"),
+    ("--distribute-saved-activations", None),
     ("--optimizer adam --cpu-offloading-num-layers 0", None),
     ("--exp-avg-dtype bf16 --optimizer-offload-fraction 0.5", None)])
 def test_what_moves_or_shrinks_the_counted_memory_is_refused(tmp_path, extra, refused):
@@ -1413,6 +1418,8 @@ def test_what_moves_or_shrinks_the_counted_memory_is_refused(tmp_path, extra, re
                         num_gpus=8)
     assert res.session.plan == plain.session.plan
     ignored = dict(res.ignored)
+    if "--distribute-saved-activations" in extra:
+        assert ignored["--distribute-saved-activations"].startswith("no effect without full")
     if "--exp-avg-dtype" in extra:
         assert ignored["--exp-avg-dtype"] == "no effect without --use-precision-aware-optimizer"
         assert ignored["--optimizer-offload-fraction"] == ("no effect without "

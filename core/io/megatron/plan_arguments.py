@@ -504,7 +504,10 @@ def _optimizer_and_offloading(mp: Mapper) -> None:
     * ``--use-precision-aware-optimizer`` with a state dtype other than fp32
       (``--exp-avg-dtype bf16`` ...); the dtypes without the switch have no effect (listed);
     * ``--cpu-offloading-num-layers`` above 0 and ``--fine-grained-activation-offloading``:
-      activations offloaded to the host."""
+      activations offloaded to the host;
+    * ``--fp32-residual-connection``: the residual stream in fp32;
+    * ``--distribute-saved-activations`` with full recomputation and t > 1: the saved layer
+      inputs split over the tensor-parallel ranks (without them it has no effect: listed)."""
     args, src = mp.args, mp.source
     if mp.take("--optimizer"):
         opt = one_value(args, "--optimizer", src)
@@ -537,6 +540,18 @@ def _optimizer_and_offloading(mp: Mapper) -> None:
         mp.refuse("--cpu-offloading-num-layers", "activations (and weights) of that many layers "
                   "offloaded to the host are not modelled (the memory verdict would count them "
                   "on the GPU)")
+    if mp.switch("--fp32-residual-connection"):
+        mp.refuse("--fp32-residual-connection", "the residual stream kept in fp32 is not "
+                  "modelled (its activations and the adds on it would be twice as wide)")
+    if mp.switch("--distribute-saved-activations"):
+        plan = mp.values["plan"]
+        if plan.get("recompute") == "full" and (plan.get("tensor_parallel") or 1) > 1:
+            mp.refuse("--distribute-saved-activations", "the recomputed layers' saved inputs "
+                      "split over the tensor-parallel ranks are not modelled (the memory "
+                      "verdict counts each rank's whole copy)")
+        else:
+            mp.ignored.append(("--distribute-saved-activations", "no effect without full "
+                               "recomputation and tensor parallelism"))
     if mp.switch("--fine-grained-activation-offloading"):
         mp.refuse("--fine-grained-activation-offloading", "activations offloaded to the host "
                   "(--offload-modules) are not modelled (the memory verdict would count them "
