@@ -1474,6 +1474,21 @@ def test_group_query_attention_alone_is_megatrons_one_group(tmp_path):
     assert [f for f, _ in res.notes].count("--group-query-attention") == 1
 
 
+def test_llama2_tokenizer_size_is_its_model_files(tmp_path):
+    """Megatron-LM's _Llama2Tokenizer is a _SentencePieceTokenizer: its size is the piece count
+    of --tokenizer-model's file (Megatron-Bridge's copy, training/tokenizers/tokenizer.py), any
+    SentencePiece model. 32,000 (Meta's Llama 2 file) is assumed and now noted; the import's
+    --vocab-size gives another file's size (it was refused: "Llama2Tokenizer has 32,000
+    tokens"), e.g. a 55,296-piece Chinese-extended Llama 2 tokenizer."""
+    text = _LLAMA_ARGS + "--tokenizer-type Llama2Tokenizer --tokenizer-model /t/tokenizer.model"
+    res = import_file(_write(tmp_path, "l.txt", text), num_gpus=8)
+    assert res.session.model.vocab_size == 32000
+    assert dict(res.notes)["--tokenizer-type"].startswith("vocabulary 32,000 assumed: Meta's")
+    other = import_file(_write(tmp_path, "l.txt", text), num_gpus=8, vocab_size=55296)
+    assert other.session.model.vocab_size == 55296
+    assert "--tokenizer-type" not in dict(other.notes)
+
+
 def test_query_groups_without_the_switch_are_said_unused(tmp_path):
     """Megatron-LM reads --num-query-groups only with --group-query-attention
     (core_transformer_config_from_args: num_query_groups None otherwise; Megatron-Bridge's

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import ast
 
-from core.io.megatron.arguments import (MEGATRON_MODEL_DEFAULTS, TOKENIZER_VOCAB, MegatronArgsError,
-                                       field_exists)
+from core.io.megatron.arguments import (LLAMA2_TOKENIZER, MEGATRON_MODEL_DEFAULTS,
+                                        TOKENIZER_VOCAB, MegatronArgsError, field_exists)
 from core.io.megatron.mapping import Mapper, float_argument, int_argument, one_value
 from core.io.shell_values import BINOPS
 from core.plan.fields import BOUNDS
@@ -322,10 +322,19 @@ def _vocabulary(mp: Mapper) -> None:
     elif tok in TOKENIZER_VOCAB:
         # Megatron-LM's build_tokenizer builds these from their files; --vocab-size is read by
         # the NullTokenizer and TikTokenizer only
-        mp.set("--tokenizer-type", "model.vocab_size", TOKENIZER_VOCAB[tok])
-        if vocab is not None and vocab != TOKENIZER_VOCAB[tok]:
+        n = TOKENIZER_VOCAB[tok]
+        if tok == LLAMA2_TOKENIZER:  # the --tokenizer-model file's pieces: any SentencePiece
+            if mp.tokenizer_vocab_size is not None:
+                n = mp.tokenizer_vocab_size
+            else:
+                mp.notes.append(("--tokenizer-type", f"vocabulary {n:,} assumed: Meta's Llama 2 "
+                                 "tokenizer.model; Megatron-LM's Llama2Tokenizer counts the "
+                                 "pieces of --tokenizer-model's file, so for another give the "
+                                 "import --vocab-size N"))
+        mp.set("--tokenizer-type", "model.vocab_size", n)
+        if vocab is not None and vocab != n:
             mp.notes.append(("--vocab-size", f"{vocab:,} not used: --tokenizer-type {tok} has "
-                             f"{TOKENIZER_VOCAB[tok]:,} tokens from its files, and Megatron-LM "
+                             f"{n:,} tokens from its files, and Megatron-LM "
                              "reads --vocab-size only for the NullTokenizer and TikTokenizer"))
     elif vocab is not None:
         mp.set("--vocab-size", "model.vocab_size", vocab)
