@@ -255,3 +255,19 @@ def test_gemma_with_experts_is_refused_by_validation_naming_the_family():
     mtp = dataclasses.replace(m, mtp_num_layers=1)
     assert "model.family" in [e.field for e in validate(Session(model=mtp, plan=pl))
                               if e.rule == NOT_MODELLED]
+
+
+def test_gemma3_with_its_vision_tower_is_refused_for_the_tower():
+    """Gemma3ForConditionalGeneration (the 4B-27B releases: text_config + vision_config) is
+    refused for what the simulator lacks, the SigLIP tower and its projector, named by
+    vision_config. It named hidden_activation (not in such a file) and gave Gemma 3's GeGLU MLP
+    and four norms as unmodelled, which Gemma3ForCausalLM models."""
+    from core.plan.fields import ConfigError
+    cfg = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+           "text_config": {k: v for k, v in GEMMA3_1B.items() if k != "architectures"},
+           "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152}}
+    with pytest.raises(ConfigError) as err:
+        _model(cfg)
+    e = err.value.errors[0]
+    assert e.field == "config.json: vision_config"
+    assert "SigLIP vision tower" in e.message and "Gemma3ForCausalLM's, modelled" in e.message

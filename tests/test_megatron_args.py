@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import random
+import re
 
 import pytest
 
@@ -1316,6 +1317,115 @@ def test_a_position_embedding_megatron_has_but_the_simulator_not_is_not_modelled
                             num_gpus=1)
 
 
+@pytest.mark.parametrize("flag,value,choices", [
+    ("--normalization", "rmsnorm", "LayerNorm, RMSNorm"),
+    ("--position-embedding-type", "alibi", "learned_absolute, rope, yarn, mrope, relative, none")])
+def test_a_value_outside_megatrons_choices_is_named_as_megatrons_error(flag, value, choices):
+    """--normalization rmsnorm (Megatron-DeepSpeed's spelling) is not one of Megatron-LM's
+    argparse choices (arguments.json: LayerNorm, RMSNorm): argparse refuses it. It read "is not
+    modelled (the simulator models LayerNorm, RMSNorm)", as if RMSNorm were not modelled."""
+    with pytest.raises(MegatronArgsError) as err:
+        session_from_launch(read_launch(_FLAGS + f"{flag} {value}", "a.txt"), num_gpus=1)
+    assert str(err.value) == (f"a.txt: {flag} {value!r} is not one of Megatron-LM's choices "
+                              f"({choices}; argparse compares them case by case)")
+
+
+_MOE_ARGS = ("--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --seq-length 4096 "
+             "--micro-batch-size 1 --vocab-size 32000 --bf16 --swiglu --num-experts 64 "
+             "--moe-ffn-hidden-size 1024 --moe-router-topk 4 --moe-grouped-gemm "
+             "--moe-token-dispatcher-type alltoall --expert-model-parallel-size 8 ")
+
+
+@pytest.mark.parametrize("extra,refused", [
+    ("--moe-expert-capacity-factor 2 --moe-pad-expert-input-to-capacity",
+     "--moe-pad-expert-input-to-capacity: pads every expert's input"),
+    ("--moe-expert-capacity-factor 0.5", "--moe-expert-capacity-factor: 0.5 drops tokens"),
+    ("--moe-pad-expert-input-to-capacity",
+     "--moe-pad-expert-input-to-capacity: needs --moe-expert-capacity-factor"),
+    ("--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity", None),
+    ("--moe-expert-capacity-factor 1.25", None)])
+def test_expert_capacity_that_changes_the_work_is_refused(tmp_path, extra, refused):
+    """Megatron-Core pads each expert's input to ceil(cf x T k / E) tokens with
+    --moe-pad-expert-input-to-capacity (token_dispatcher.py: capacity x tp x ep tokens per
+    local expert; moe_utils.get_capacity) and drops what exceeds it: cf 2 with padding doubles
+    the experts' GEMMs and the all-to-all, cf 0.5 halves them even under balanced routing. Both
+    were listed as ignored and simulated at the balanced load; now refused by name. cf >= 1
+    without padding, and cf 1 with it, change nothing under balanced routing: listed, with
+    why, and the session is the same as without them."""
+    path = _write(tmp_path, "m.txt", _MOE_ARGS + extra)
+    if refused:
+        with pytest.raises(MegatronArgsError, match=re.escape(refused)):
+            import_file(path, num_gpus=8)
+        return
+    res = import_file(path, num_gpus=8)
+    why = dict(res.ignored)["--moe-expert-capacity-factor"]
+    assert "under the balanced routing simulated no expert exceeds its capacity" in why
+    plain = import_file(_write(tmp_path, "p.txt", _MOE_ARGS), num_gpus=8)
+    assert res.session.model == dataclasses.replace(plain.session.model, name="m")
+    assert res.session.plan == plain.session.plan
+
+
+def test_moe_layer_recompute_is_selective_recomputation_of_the_moe_layer(tmp_path):
+    """Megatron-Core's TransformerConfig.__post_init__ (0.16): the deprecated
+    --moe-layer-recompute sets recompute_granularity selective and adds "moe" to
+    recompute_modules (default ["core_attn"]), and raises beside full granularity. It was listed
+    as ignored and simulated without recomputation."""
+    res = import_file(_write(tmp_path, "r.txt", _MOE_ARGS + "--moe-layer-recompute"), num_gpus=8)
+    p = res.session.plan
+    assert (p.recompute, p.recompute_modules) == ("selective", "core_attn,moe")
+    assert "--moe-layer-recompute" not in dict(res.ignored)
+    mods = import_file(_write(tmp_path, "s.txt", _MOE_ARGS + "--moe-layer-recompute "
+                              "--recompute-granularity selective --recompute-modules moe_act"),
+                       num_gpus=8).session.plan
+    assert (mods.recompute, mods.recompute_modules) == ("selective", "moe_act,moe")
+    with pytest.raises(MegatronArgsError, match="--moe-layer-recompute with "
+                       "--recompute-granularity full"):
+        import_file(_write(tmp_path, "f.txt", _MOE_ARGS + "--moe-layer-recompute "
+                           "--recompute-granularity full"), num_gpus=8)
+
+
+@pytest.mark.parametrize("extra,refused", [
+    ("--optimizer sgd", "--optimizer: sgd: not modelled"),
+    ("--optimizer-cpu-offload --optimizer-offload-fraction 0.5",
+     "--optimizer-cpu-offload: the optimizer state and its step on the CPU"),
+    ("--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
+     "--use-precision-aware-optimizer: with --exp-avg-dtype bf16, --exp-avg-sq-dtype bf16"),
+    ("--cpu-offloading-num-layers 4", "--cpu-offloading-num-layers: activations"),
+    ("--fine-grained-activation-offloading --offload-modules attn_norm",
+     "--fine-grained-activation-offloading: activations offloaded"),
+    ("--fp32-residual-connection", "--fp32-residual-connection: the residual stream"),
+    ("--tensor-model-parallel-size 2 --recompute-granularity full --recompute-method uniform "
+     "--recompute-num-layers 1 --distribute-saved-activations",
+     "--distribute-saved-activations: the recomputed layers' saved inputs"),
+    ("--distribute-saved-activations", None),
+    ("--optimizer adam --cpu-offloading-num-layers 0", None),
+    ("--exp-avg-dtype bf16 --optimizer-offload-fraction 0.5", None)])
+def test_what_moves_or_shrinks_the_counted_memory_is_refused(tmp_path, extra, refused):
+    """Another optimizer (arguments.json: --optimizer adam, sgd, muon ...), the optimizer state
+    on the CPU, optimizer state below fp32 (--use-precision-aware-optimizer with
+    --exp-avg-dtype bf16 ...) and activations offloaded to the host change the memory the
+    verdict counts (fp32 Adam state and every activation on the GPU). They were listed as
+    "ignored; may change the iteration time" and the verdict printed as if absent; now refused
+    by name. Their off values (adam, 0 layers) and the dtypes or fraction without their switch
+    change nothing: the session is the plain launch's, the latter listed with why."""
+    path = _write(tmp_path, "o.txt", _LLAMA_ARGS + "--vocab-size 32000 " + extra)
+    if refused:
+        with pytest.raises(MegatronArgsError, match=re.escape(refused)):
+            import_file(path, num_gpus=8)
+        return
+    res = import_file(path, num_gpus=8)
+    plain = import_file(_write(tmp_path, "o.txt", _LLAMA_ARGS + "--vocab-size 32000"),
+                        num_gpus=8)
+    assert res.session.plan == plain.session.plan
+    ignored = dict(res.ignored)
+    if "--distribute-saved-activations" in extra:
+        assert ignored["--distribute-saved-activations"].startswith("no effect without full")
+    if "--exp-avg-dtype" in extra:
+        assert ignored["--exp-avg-dtype"] == "no effect without --use-precision-aware-optimizer"
+        assert ignored["--optimizer-offload-fraction"] == ("no effect without "
+                                                          "--optimizer-cpu-offload")
+
+
 _LLAMA_ARGS = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
                "--micro-batch-size 1 --bf16 --swiglu --normalization RMSNorm "
                "--position-embedding-type rope --disable-bias-linear ")
@@ -1362,6 +1472,37 @@ def test_group_query_attention_alone_is_megatrons_one_group(tmp_path):
                              "--group-query-attention"), num_gpus=8)
     assert res.session.model.num_query_groups == 1
     assert [f for f, _ in res.notes].count("--group-query-attention") == 1
+
+
+def test_llama2_tokenizer_size_is_its_model_files(tmp_path):
+    """Megatron-LM's _Llama2Tokenizer is a _SentencePieceTokenizer: its size is the piece count
+    of --tokenizer-model's file (Megatron-Bridge's copy, training/tokenizers/tokenizer.py), any
+    SentencePiece model. 32,000 (Meta's Llama 2 file) is assumed and now noted; the import's
+    --vocab-size gives another file's size (it was refused: "Llama2Tokenizer has 32,000
+    tokens"), e.g. a 55,296-piece Chinese-extended Llama 2 tokenizer."""
+    text = _LLAMA_ARGS + "--tokenizer-type Llama2Tokenizer --tokenizer-model /t/tokenizer.model"
+    res = import_file(_write(tmp_path, "l.txt", text), num_gpus=8)
+    assert res.session.model.vocab_size == 32000
+    assert dict(res.notes)["--tokenizer-type"].startswith("vocabulary 32,000 assumed: Meta's")
+    other = import_file(_write(tmp_path, "l.txt", text), num_gpus=8, vocab_size=55296)
+    assert other.session.model.vocab_size == 55296
+    assert "--tokenizer-type" not in dict(other.notes)
+
+
+def test_query_groups_without_the_switch_are_said_unused(tmp_path):
+    """Megatron-LM reads --num-query-groups only with --group-query-attention
+    (core_transformer_config_from_args: num_query_groups None otherwise; Megatron-Bridge's
+    mlm_compat/arguments.py keeps the same code): --num-query-groups 8 alone trains multi-head
+    attention. The model is simulated so, and the notes say the 8 went unused (it was silent)."""
+    res = import_file(_write(tmp_path, "q.txt", _LLAMA_ARGS + "--vocab-size 32000 "
+                             "--num-query-groups 8"), num_gpus=8)
+    assert res.session.model.num_query_groups is None
+    notes = dict(res.notes)
+    assert notes["--num-query-groups"].startswith("8 not used: without --group-query-attention")
+    gqa = import_file(_write(tmp_path, "g.txt", _LLAMA_ARGS + "--vocab-size 32000 "
+                             "--group-query-attention --num-query-groups 8"), num_gpus=8)
+    assert gqa.session.model.num_query_groups == 8
+    assert "--num-query-groups" not in dict(gqa.notes)
 
 
 def test_padded_vocab_size_is_the_embeddings_rows(tmp_path):

@@ -290,3 +290,48 @@ def test_fsdp_under_pipelining_keeps_the_gradients_unsharded(tmp_path):
     raw["parallelism"]["fsdp_reshard_after_forward"] = "always"
     with pytest.raises(ConfigError, match="fsdp_reshard_after_forward: always with pipeline"):
         session_from_torchtitan(raw, num_gpus=32, gpu="H100-SXM5-80GB")
+
+
+def test_v02_quantize_section_is_the_float8_section():
+    """torchtitan v0.2 (config/job_config.py: Quantize.linear.float8, a Float8Linear) moved
+    [float8] to [quantize.linear.float8], with the converter quantize.linear.float8; its keys
+    were refused as unknown. Read as [float8]'s, listed under the file's names; the MXFP8 and
+    grouped-GEMM converters' settings change nothing without their converter."""
+    raw = load_toml(LLAMA3_8B)
+    old = raw.pop("float8")
+    raw["model"]["converters"] = ["quantize.linear.float8"]
+    raw["quantize"] = {"linear": {"float8": {**old, "enable_fsdp_float8_all_gather": True,
+                                             "recipe_name": "tensorwise",
+                                             "filter_fqns": ["output"]},
+                                  "mx": {"recipe_name": "mxfp8_cublas"}},
+                       "grouped_mm": {"float8": {"fqns": []}}}
+    imp = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB")
+    p = imp.session.plan
+    assert (p.precision, p.fp8_recipe, p.fp8_param_gather) == ("fp8", "tensorwise", True)
+    assert {"quantize.linear.float8.recipe_name",
+            "quantize.linear.float8.enable_fsdp_float8_all_gather"} <= set(imp.used)
+    assert {"quantize.linear.float8.filter_fqns", "quantize.linear.mx.recipe_name",
+            "quantize.grouped_mm.float8.fqns"} <= set(imp.ignored)
+    raw["quantize"]["linear"]["float8"]["recipe_name"] = "rowwise"
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB")
+    assert err.value.errors[0].field == "config.toml: quantize.linear.float8.recipe_name"
+
+
+@pytest.mark.parametrize("name,flavor", [("qwen3", "30B-A3B"), ("deepseek_v3", "671B")])
+def test_float8_on_a_moe_flavour_is_refused(name, flavor):
+    """torchtitan's float8 converter swaps nn.Linear only (components/quantization/float8.py);
+    GroupedExperts' w1/w2/w3 are nn.Parameter run by grouped_mm (models/moe/moe.py): the routed
+    experts stay BF16 while the simulator's fp8 would run them in FP8. Refused by the
+    converter's key (it was simulated with FP8 experts); the same flavour in bf16 imports."""
+    raw = load_toml(LLAMA3_8B)
+    raw["model"].update(name=name, flavor=flavor, converters=["float8"])
+    raw["training"]["seq_len"] = 4096
+    raw["parallelism"]["expert_parallel_degree"] = 8
+    raw["activation_checkpoint"]["mode"] = "full"
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=64, gpu="H100-SXM5-80GB")
+    assert err.value.errors[0].field == "config.toml: model.converters"
+    assert "routed experts" in str(err.value)
+    raw["model"]["converters"] = []
+    assert session_from_torchtitan(raw, num_gpus=64).session.plan.precision == "bf16"

@@ -74,7 +74,8 @@ def add_parser(sub: Any) -> None:
                    help="the tokenizer's vocabulary size, when the launch does not give "
                         "--vocab-size and its tokenizer keeps it in its files "
                         "(HuggingFaceTokenizer, SentencePieceTokenizer ...); read as the "
-                        "launch's --vocab-size")
+                        "launch's --vocab-size; with Llama2Tokenizer, the size of its "
+                        "--tokenizer-model file (32,000, Meta's, is assumed without it)")
     m.add_argument("--allow-unknown", action="store_true",
                    help="list arguments that are not Megatron-LM's as ignored (with a close "
                         "match) instead of refusing them; use it for a fork's or another "

@@ -203,9 +203,10 @@ _MLA_HF_FIELDS = {"q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
 #: components), each with the field that has what the simulator does not model and what that
 #: would change in the simulated compute.
 REFUSED_ARCHITECTURES: dict[str, tuple[str, str]] = {
-    "Gemma3ForConditionalGeneration": ("hidden_activation", "Gemma 3 (see Gemma3ForCausalLM): "
-                                       "a gated GELU MLP and four norms per layer, and a vision "
-                                       "tower"),
+    "Gemma3ForConditionalGeneration": ("vision_config", "a SigLIP vision tower and its "
+                                       "projector, whose image tokens join the text decoder's "
+                                       "sequence (the decoder alone is Gemma3ForCausalLM's, "
+                                       "modelled: import its text_config as such a config)"),
     "GemmaForCausalLM": ("hidden_activation", "a gated GELU MLP (GeGLU: SwiGLU's GEMMs with "
                          "another activation kernel)"),
     "Llama4ForCausalLM": ("attention_chunk_size", "chunked attention on three layers of four "

@@ -229,6 +229,33 @@ def _rule(section: str, key: str) -> Rule | None:
     return KEYS.get(f"{section}.{key}") or KEYS.get(f"{section}.*")
 
 
+#: torchtitan v0.2's ``[quantize.linear.float8]`` (``config/job_config.py``: ``Quantize.linear
+#: .float8``, a ``Float8Linear``) is v0.1's ``[float8]``, the same fields; it goes with the
+#: converter ``quantize.linear.float8``. Its keys follow the ``float8.*`` rules.
+_FLOAT8_V02 = "quantize.linear.float8."
+
+
+#: v0.2's other ``[quantize]`` converters' settings (MXFP8 linears, FP8 / MXFP8 grouped GEMMs):
+#: read only when ``model.converters`` names their converter, which is refused.
+_QUANTIZE_OTHER = ("quantize.linear.mx.", "quantize.grouped_mm.")
+_QUANTIZE_OTHER_RULE = _none("settings of the MXFP8 linear and grouped-GEMM converters, read "
+                             "only when model.converters names them (refused: float8 is "
+                             "modelled)")
+
+
+def _float8_key(used: dict[str, Any], key: str) -> str:
+    """The name ``float8.KEY`` has in this file: ``quantize.linear.float8.KEY`` where the file
+    uses torchtitan v0.2's section, else ``float8.KEY``."""
+    return _FLOAT8_V02 + key if _FLOAT8_V02 + key in used else "float8." + key
+
+
+def _described(name: str) -> Rule:
+    """The rule of a used key, ``[quantize.linear.float8]``'s under its ``[float8]`` name."""
+    if name.startswith(_FLOAT8_V02):
+        name = "float8." + name[len(_FLOAT8_V02):]
+    return KEYS.get(name, KEYS.get(name.split(".")[0] + ".*"))
+
+
 def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
     """``({"section.key": value} of the used keys, {"section.key": why} of those that change
     nothing})``. Raises ConfigError for the first unknown or switched-on refused key."""
@@ -239,7 +266,12 @@ def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str
                           "has only [sections]")
         for key, value in _flatten(table):
             name = f"{section}.{key}"
-            rule = _rule(section, key.split(".")[0])
+            if name.startswith(_FLOAT8_V02):
+                rule = _rule("float8", name[len(_FLOAT8_V02):])
+            elif name.startswith(_QUANTIZE_OTHER):
+                rule = _QUANTIZE_OTHER_RULE
+            else:
+                rule = _rule(section, key.split(".")[0])
             if rule is None:
                 raise refusal(where, name, "is not a key of torchtitan's job config the importer "
                            "knows, so it cannot tell whether it changes the run")
@@ -326,7 +358,7 @@ def session_from_torchtitan(cfg: Any, where: str = "config.toml", *, num_gpus: i
                                    if plan.precision == "fp8" else {})}
         raise ConfigError([FieldError(f"{where}: {names.get(e.field, e.field)}", e.message, rule=e.rule)
                            for e in errs])
-    described = {k: KEYS.get(k, KEYS.get(k.split(".")[0] + ".*")).text for k in used}
+    described = {k: _described(k).text for k in used}
     return ImportResult(session, described, ignored, notes)
 
 
@@ -528,7 +560,7 @@ def _precision(used: dict[str, Any], where: str, fsdp: bool, t: int, p: int,
     for c in converters:
         if c not in ("float8", "quantize.linear.float8"):
             raise refusal(where, "model.converters", f"{c!r}: not modelled (float8 is)")
-    fp8 = bool(converters) or used.get("float8.enable_float8_linear") is True
+    fp8 = bool(converters) or used.get(_float8_key(used, "enable_float8_linear")) is True
     recipe = None
     if fp8:
         if no_amp:
@@ -538,9 +570,9 @@ def _precision(used: dict[str, Any], where: str, fsdp: bool, t: int, p: int,
                           "mixed precision), and FP8 linears in an fp32 model are not modelled "
                           "(the simulator's fp8 trains bf16 weights)")
         precision = "fp8"
-        recipe = _choice(used, "float8.recipe_name", where, "tensorwise",
+        recipe = _choice(used, _float8_key(used, "recipe_name"), where, "tensorwise",
                          {"tensorwise": "tensorwise"})
-    gather = used.get("float8.enable_fsdp_float8_all_gather", False) is True
+    gather = used.get(_float8_key(used, "enable_fsdp_float8_all_gather"), False) is True
     return precision, fp8, recipe, gather
 
 
@@ -559,6 +591,17 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
     mode = _checkpointing(used, where)
     _choice(used, "optimizer.name", where, "AdamW", {"AdamW": 0, "Adam": 0})
     precision, fp8, recipe, gather = _precision(used, where, fsdp, t, p, notes)
+    if fp8 and model.is_moe:
+        # components/quantization/float8.py: Float8LinearConverter swaps nn.Linear modules
+        # (torchao convert_to_float8_training); models/moe/moe.py's GroupedExperts holds its
+        # w1, w2, w3 as nn.Parameter run by grouped_mm: not converted
+        raise refusal(where, "model.converters" if used.get("model.converters") else
+                      _float8_key(used, "enable_float8_linear"), "float8 on a mixture-of-"
+                      "experts flavour is not modelled: torchtitan's float8 converter swaps "
+                      "nn.Linear modules only, so attention (and shared experts, the router) "
+                      "run FP8 GEMMs while the routed experts (GroupedExperts' grouped_mm) "
+                      "stay BF16; the simulator's fp8 runs the experts' GEMMs in FP8 too, and "
+                      "that mix is not a plan it has; import without float8 (bf16)")
     plan = ParallelPlan(
         tensor_parallel=t, pipeline_parallel=p, data_parallel=d, micro_batch_size=b,
         global_batch_size=glob, schedule=schedule, recompute=mode, precision=precision,

@@ -385,6 +385,11 @@ KNOWN_ARGUMENTS = frozenset(ARGUMENTS) | TIMING_ARGUMENTS | NEUTRAL_ARGUMENTS | 
 #: Vocabulary sizes of Megatron-LM's tokenizers that need no file to know them.
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000,
                    "BertWordPieceLowerCase": 30522, "BertWordPieceCase": 28996}
+#: The tokenizer whose size in TOKENIZER_VOCAB is only its usual file's: Megatron-LM's
+#: _Llama2Tokenizer (a _SentencePieceTokenizer) counts the pieces of --tokenizer-model, any
+#: SentencePiece model; 32,000 is Meta's Llama 2 file (assumed, noted; the import's
+#: --vocab-size gives another).
+LLAMA2_TOKENIZER = "Llama2Tokenizer"
 #: Megatron-LM's value of each model field a launch leaves to it (arguments.py and Megatron-
 #: Core's TransformerConfig defaults: a GPT model), stated field by field and checked against
 #: the model's fields by :func:`core.plan.model_config.model_from_fields`. The shape and vocabulary are

@@ -106,6 +106,8 @@ class Mapper:
         self.used: set[str] = set()
         self.ignored: list[tuple[str, str]] = []
         self.notes: list[tuple[str, str]] = []
+        #: the --tokenizer-model file's size for Llama2Tokenizer, given to the import
+        self.tokenizer_vocab_size: int | None = None
 
     def set(self, flag: str, target: str, value: Any, check_value: bool = True) -> None:
         """Set ``target`` (``section.field``) to ``value``, or refuse ``flag`` when this

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import ast
 
-from core.io.megatron.arguments import (MEGATRON_MODEL_DEFAULTS, TOKENIZER_VOCAB, MegatronArgsError,
-                                       field_exists)
+from core.io.megatron.arguments import (LLAMA2_TOKENIZER, MEGATRON_MODEL_DEFAULTS,
+                                        TOKENIZER_VOCAB, MegatronArgsError, field_exists)
 from core.io.megatron.mapping import Mapper, float_argument, int_argument, one_value
 from core.io.shell_values import BINOPS
 from core.plan.fields import BOUNDS
@@ -194,6 +194,7 @@ def _moe_arguments(mp: Mapper, L: int, ffn: int) -> None:
                          ("--moe-router-group-topk", "model.moe_router_group_topk")):
         if flag in args:  # node-limited routing (validation checks the two go together)
             mp.set(flag, target, int_argument(args, flag, src))
+    _expert_capacity(mp)
     if "--moe-layer-freq" in args:
         text = one_value(args, "--moe-layer-freq", src) or ""
         if "[" not in text:
@@ -209,6 +210,44 @@ def _moe_arguments(mp: Mapper, L: int, ffn: int) -> None:
         else:
             mp.set("--moe-layer-freq", "model.moe_first_dense_layers", fit[0])
             mp.set("--moe-layer-freq", "model.moe_layer_frequency", fit[1])
+
+
+def _expert_capacity(mp: Mapper) -> None:
+    """Token dropping. ``--moe-expert-capacity-factor`` cf caps each expert at
+    ``ceil(cf * T k / E)`` tokens (Megatron-Core ``moe_utils.get_capacity``; a negative cf is
+    no cap, ``TransformerConfig``), and ``--moe-pad-expert-input-to-capacity`` pads every
+    expert's input to that capacity (``token_dispatcher``: each local expert processes
+    ``capacity * tp * ep`` tokens, the all-to-all carries ``capacity * E``). Under the balanced
+    routing simulated, cf >= 1 drops nothing and cf = 1 pads nothing: listed, with why. cf < 1
+    drops tokens, and padding with cf > 1 pads the experts' GEMMs and the all-to-all by cf:
+    another amount of work, refused by name."""
+    args, src = mp.args, mp.source
+    pad = mp.switch("--moe-pad-expert-input-to-capacity")
+    if not mp.take("--moe-expert-capacity-factor"):
+        if pad:
+            mp.refuse("--moe-pad-expert-input-to-capacity", "needs --moe-expert-capacity-factor "
+                      "(Megatron-Core's TransformerConfig raises without it)")
+        return
+    cf = float_argument(args, "--moe-expert-capacity-factor", src)
+    if cf < 0:
+        mp.ignored.append(("--moe-expert-capacity-factor", f"{cf:g}: no capacity (Megatron-Core "
+                           "reads a negative factor as none): nothing dropped or padded"))
+        if pad:
+            mp.refuse("--moe-pad-expert-input-to-capacity", "needs a capacity: "
+                      f"--moe-expert-capacity-factor is {cf:g} (none)")
+    elif cf < 1:
+        mp.refuse("--moe-expert-capacity-factor", f"{cf:g} drops tokens even under balanced "
+                  f"routing (each expert keeps ceil({cf:g} x its share)): the experts' work "
+                  "shrinks, which is not modelled")
+    elif pad and cf > 1:
+        mp.refuse("--moe-pad-expert-input-to-capacity", f"pads every expert's input to "
+                  f"--moe-expert-capacity-factor {cf:g} times its balanced share: the experts' "
+                  f"GEMMs and the all-to-all carry {cf:g}x the tokens, which is not modelled")
+    else:
+        mp.ignored.append(("--moe-expert-capacity-factor", f"{cf:g}: under the balanced "
+                           "routing simulated no expert exceeds its capacity"
+                           + (" and none is padded (the capacity is its share)" if pad else "")
+                           + "; with real, unbalanced routing it caps the busiest expert"))
 
 
 def _grouped_gemm(mp: Mapper, num_experts: int) -> None:
@@ -283,10 +322,19 @@ def _vocabulary(mp: Mapper) -> None:
     elif tok in TOKENIZER_VOCAB:
         # Megatron-LM's build_tokenizer builds these from their files; --vocab-size is read by
         # the NullTokenizer and TikTokenizer only
-        mp.set("--tokenizer-type", "model.vocab_size", TOKENIZER_VOCAB[tok])
-        if vocab is not None and vocab != TOKENIZER_VOCAB[tok]:
+        n = TOKENIZER_VOCAB[tok]
+        if tok == LLAMA2_TOKENIZER:  # the --tokenizer-model file's pieces: any SentencePiece
+            if mp.tokenizer_vocab_size is not None:
+                n = mp.tokenizer_vocab_size
+            else:
+                mp.notes.append(("--tokenizer-type", f"vocabulary {n:,} assumed: Meta's Llama 2 "
+                                 "tokenizer.model; Megatron-LM's Llama2Tokenizer counts the "
+                                 "pieces of --tokenizer-model's file, so for another give the "
+                                 "import --vocab-size N"))
+        mp.set("--tokenizer-type", "model.vocab_size", n)
+        if vocab is not None and vocab != n:
             mp.notes.append(("--vocab-size", f"{vocab:,} not used: --tokenizer-type {tok} has "
-                             f"{TOKENIZER_VOCAB[tok]:,} tokens from its files, and Megatron-LM "
+                             f"{n:,} tokens from its files, and Megatron-LM "
                              "reads --vocab-size only for the NullTokenizer and TikTokenizer"))
     elif vocab is not None:
         mp.set("--vocab-size", "model.vocab_size", vocab)
@@ -360,6 +408,16 @@ def _activation(mp: Mapper) -> None:
         mp.set("--softmax-type", "model.softmax_type", one_value(args, "--softmax-type", src))
 
 
+#: Megatron-LM's argparse choices of the two model-family flags read below
+#: (data/megatron-lm/arguments.json): a value outside them is Megatron-LM's error, not a model
+#: vtrain lacks (Megatron-DeepSpeed launches spell it ``--normalization rmsnorm``).
+_MEGATRON_CHOICES = {
+    "--normalization": ("LayerNorm", "RMSNorm"),
+    "--position-embedding-type": ("learned_absolute", "rope", "yarn", "mrope", "relative",
+                                  "none"),
+}
+
+
 def _attention_and_norms(mp: Mapper, h: int) -> None:
     """Query groups, norm, position embedding, biases, the attention kernel (noted), and
     SwiGLU's default MLP size."""
@@ -372,12 +430,21 @@ def _attention_and_norms(mp: Mapper, h: int) -> None:
                 mp.notes.append(("--group-query-attention", "without --num-query-groups: "
                                  "Megatron-LM's default of 1 query group, multi-query attention"))
             mp.set("--group-query-attention", "model.num_query_groups", g)
+        else:  # core_transformer_config_from_args: num_query_groups None without the switch
+            mp.notes.append(("--num-query-groups", f"{g} not used: without "
+                             "--group-query-attention Megatron-LM builds multi-head attention "
+                             "(one key/value head per attention head, as simulated); add "
+                             f"--group-query-attention for {g} query groups"))
     for flag, target, mapping in (
             ("--normalization", "model.normalization", {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}),
             ("--position-embedding-type", "model.position_embedding",
              {"learned_absolute": "learned", "rope": "rope", "yarn": "rope"})):
         if mp.take(flag):
             v = one_value(args, flag, src)
+            if v not in _MEGATRON_CHOICES[flag]:  # argparse's choices (arguments.json)
+                raise MegatronArgsError(f"{src}: {flag} {v!r} is not one of Megatron-LM's "
+                                        f"choices ({', '.join(_MEGATRON_CHOICES[flag])}; "
+                                        "argparse compares them case by case)")
             if v not in mapping:
                 raise MegatronArgsError(f"{src}: {flag} {v!r} is not modelled (the simulator "
                                         f"models {', '.join(mapping)})")

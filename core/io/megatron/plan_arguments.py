@@ -340,6 +340,17 @@ def _recompute(mp: Mapper) -> None:
             nrec = int_argument(args, "--checkpoint-num-layers", src)
     if gran not in (None, "full", "selective"):
         raise MegatronArgsError(f"{src}: --recompute-granularity {gran!r}: expected full or selective")
+    # Megatron-Core's TransformerConfig.__post_init__: the deprecated --moe-layer-recompute is
+    # selective recomputation with "moe" added to the modules (default ["core_attn"]); beside
+    # full granularity it raises ("Do not set --moe-layer-recompute with full recompute
+    # granularity")
+    moe_layer = mp.switch("--moe-layer-recompute")
+    if moe_layer and gran == "full":
+        raise MegatronArgsError(f"{src}: --moe-layer-recompute with --recompute-granularity full: "
+                                "Megatron-Core refuses them together (the switch is selective "
+                                "recomputation of the MoE layer)")
+    if moe_layer:
+        gran = "selective"
     if method not in (None, "block", "uniform"):
         raise MegatronArgsError(f"{src}: --recompute-method {method!r}: expected block or uniform")
     rflag = ("--recompute-activations" if "--recompute-activations" in args else
@@ -353,7 +364,15 @@ def _recompute(mp: Mapper) -> None:
     elif gran == "full" and method == "uniform" and nrec not in (None, 1):
         mp.refuse("--recompute-method uniform", f"not modelled yet (one checkpoint per {nrec} "
                                                 "layers; vtrain keeps every layer's input)")
-    if mp.take("--recompute-modules"):  # nargs='*': a space-separated list (commas accepted too)
+    if moe_layer:
+        mods = (" ".join(args["--recompute-modules"]).replace(",", " ").split()
+                if mp.take("--recompute-modules") else []) or ["core_attn"]
+        mp.set("--moe-layer-recompute", "plan.recompute_modules",
+               ",".join(mods + ["moe"] * ("moe" not in mods)), check_value=False)
+        mp.notes.append(("--moe-layer-recompute", "Megatron-Core's deprecated switch: "
+                         "--recompute-granularity selective with moe added to "
+                         "--recompute-modules (TransformerConfig)"))
+    elif mp.take("--recompute-modules"):  # nargs='*': a space-separated list (commas accepted too)
         mods = " ".join(args["--recompute-modules"]).replace(",", " ").split()
         if gran == "selective" and mods:
             mp.set("--recompute-modules", "plan.recompute_modules", ",".join(mods),
@@ -463,4 +482,77 @@ def map_plan(mp: Mapper, launch: Launch, L: int, *, num_gpus: int | None = None,
     _recompute(mp)
     _precision(mp)
     _cuda_graphs(mp)
+    _optimizer_and_offloading(mp)
     return B, nproc
+
+
+#: Megatron-LM's optimizer state dtypes under --use-precision-aware-optimizer (arguments.json:
+#: each defaults to fp32, the state the simulator counts).
+_STATE_DTYPES = ("--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
+                 "--exp-avg-sq-dtype")
+
+
+def _optimizer_and_offloading(mp: Mapper) -> None:
+    """What moves the optimizer state or the activations off the GPU, shrinks the state, or
+    runs another optimizer: refused by name when on, since the memory verdict (and the
+    optimizer step) would be another run's. The simulator's optimizer is Adam with fp32
+    master weights and moments on the GPU, and its activations stay on the GPU.
+
+    * ``--optimizer`` other than ``adam`` (sgd, muon, lion, soap ...): other state and step;
+    * ``--optimizer-cpu-offload``: the state (a fraction, ``--optimizer-offload-fraction``)
+      and its step on the CPU;
+    * ``--use-precision-aware-optimizer`` with a state dtype other than fp32
+      (``--exp-avg-dtype bf16`` ...); the dtypes without the switch have no effect (listed);
+    * ``--cpu-offloading-num-layers`` above 0 and ``--fine-grained-activation-offloading``:
+      activations offloaded to the host;
+    * ``--fp32-residual-connection``: the residual stream in fp32;
+    * ``--distribute-saved-activations`` with full recomputation and t > 1: the saved layer
+      inputs split over the tensor-parallel ranks (without them it has no effect: listed)."""
+    args, src = mp.args, mp.source
+    if mp.take("--optimizer"):
+        opt = one_value(args, "--optimizer", src)
+        if opt != "adam":
+            mp.refuse("--optimizer", f"{opt}: not modelled (the simulator's optimizer is Adam: "
+                      "fp32 master weights and two fp32 moments per parameter, Adam's step)")
+    offload = mp.switch("--optimizer-cpu-offload")
+    if offload:
+        mp.refuse("--optimizer-cpu-offload", "the optimizer state and its step on the CPU are "
+                  "not modelled (the memory verdict would count the state on the GPU)")
+    if mp.take("--optimizer-offload-fraction") and not offload:
+        mp.ignored.append(("--optimizer-offload-fraction", "no effect without "
+                           "--optimizer-cpu-offload"))
+    aware = "--use-precision-aware-optimizer" in args
+    low = [f"{f} {one_value(args, f, src)}" for f in _STATE_DTYPES
+           if f in args and one_value(args, f, src) != "fp32"]
+    if aware and low:
+        mp.take("--use-precision-aware-optimizer")
+        mp.used.update(_STATE_DTYPES)
+        mp.refuse("--use-precision-aware-optimizer", f"with {', '.join(low)}: optimizer state "
+                  "below fp32 is not modelled (the memory verdict counts fp32 master weights, "
+                  "gradients and moments)")
+    elif low:
+        for f in _STATE_DTYPES:
+            if f in args:
+                mp.take(f)
+                mp.ignored.append((f, "no effect without --use-precision-aware-optimizer"))
+    if mp.take("--cpu-offloading-num-layers") and \
+            int_argument(args, "--cpu-offloading-num-layers", src, minimum=0) > 0:
+        mp.refuse("--cpu-offloading-num-layers", "activations (and weights) of that many layers "
+                  "offloaded to the host are not modelled (the memory verdict would count them "
+                  "on the GPU)")
+    if mp.switch("--fp32-residual-connection"):
+        mp.refuse("--fp32-residual-connection", "the residual stream kept in fp32 is not "
+                  "modelled (its activations and the adds on it would be twice as wide)")
+    if mp.switch("--distribute-saved-activations"):
+        plan = mp.values["plan"]
+        if plan.get("recompute") == "full" and (plan.get("tensor_parallel") or 1) > 1:
+            mp.refuse("--distribute-saved-activations", "the recomputed layers' saved inputs "
+                      "split over the tensor-parallel ranks are not modelled (the memory "
+                      "verdict counts each rank's whole copy)")
+        else:
+            mp.ignored.append(("--distribute-saved-activations", "no effect without full "
+                               "recomputation and tensor parallelism"))
+    if mp.switch("--fine-grained-activation-offloading"):
+        mp.refuse("--fine-grained-activation-offloading", "activations offloaded to the host "
+                  "(--offload-modules) are not modelled (the memory verdict would count them "
+                  "on the GPU)")

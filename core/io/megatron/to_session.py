@@ -33,7 +33,8 @@ from core.io.cluster_comment import apply_cluster_comment
 from core.io.import_result import ImportResult
 from core.io.megatron.arguments import (ARGUMENTS, MEGATRON_MODEL_DEFAULTS, NEUTRAL_ARGUMENTS,
                                         REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, MegatronArgsError,
-                                        TOKENIZER_VOCAB, field_origin, unknown_arguments)
+                                        TOKENIZER_VOCAB, field_origin, unknown_arguments,
+                                        LLAMA2_TOKENIZER)
 from core.io.megatron.launch import Launch, parse_arguments, read_launch
 from core.io.megatron.mapping import Mapper, int_argument
 from core.io.megatron.model_arguments import MOE_ONLY, map_model
@@ -173,7 +174,8 @@ def _unused(mp: Mapper, unknown: list[tuple[str, str]]) -> tuple[dict[str, str],
 def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                         gpus_per_node: int | None = None, gpu: str | None = None,
                         name: str | None = None, allow_unknown: bool = False,
-                        nodes: int | None = None) -> MegatronImport:
+                        nodes: int | None = None,
+                        tokenizer_vocab_size: int | None = None) -> MegatronImport:
     """Map a launch's arguments to a session (see :data:`~core.io.megatron.arguments.ARGUMENTS`).
 
     Parameters
@@ -191,6 +193,9 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         Model name (default: the file's stem).
     allow_unknown : bool
         List arguments Megatron-LM does not define as ignored instead of refusing them.
+    tokenizer_vocab_size : int, optional
+        The size of a ``--tokenizer-type Llama2Tokenizer`` model file (Megatron-LM reads it
+        from ``--tokenizer-model``; without it Meta's Llama 2 file, 32,000, is assumed, noted).
 
     Raises
     ------
@@ -207,6 +212,7 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     args = parse_arguments(launch.arguments, src)
     unknown = _refuse_unknown(args, allow_unknown, src)
     mp = Mapper(src, args)
+    mp.tokenizer_vocab_size = tokenizer_vocab_size
     L, h, s = map_model(mp)
     B, nproc = map_plan(mp, launch, L, num_gpus=num_gpus, gpus_per_node=gpus_per_node,
                         nodes=nodes)
@@ -331,10 +337,14 @@ def import_file(path: str | Path, **kw: Any) -> MegatronImport:
     launch = read_launch(text, str(path), variables)
     if vocab is not None:  # the tokenizer's size, where the launch leaves it to its files
         given = parse_arguments(launch.arguments, str(path))  # --vocab-size=N too
+        tok = (given.get("--tokenizer-type") or [""])[-1]
+        if tok == LLAMA2_TOKENIZER:  # its size is its --tokenizer-model file's (any SentencePiece)
+            kw["tokenizer_vocab_size"] = vocab
+            vocab = None
+    if vocab is not None:
         if "--vocab-size" in given:
             raise MegatronArgsError(f"{path}: the launch gives --vocab-size; the import's "
                                     f"--vocab-size {vocab} is for a launch that does not")
-        tok = (given.get("--tokenizer-type") or [""])[-1]
         if tok == "NullTokenizer":
             # Megatron-LM's NullTokenizer has no files: it asserts the launch's --vocab-size
             raise MegatronArgsError(f"{path}: --tokenizer-type NullTokenizer takes its size "
