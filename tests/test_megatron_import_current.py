@@ -67,6 +67,12 @@ def test_the_modelled_arguments_are_the_mapping_table_and_older_names_stay_alias
 
 def test_choices_vtrain_validates_agree_with_the_parser(parser):
     by = {o: a for a in parser["arguments"] for o in a["options"]}
+    # the table carries every plain (str or int) choice list of the parser, and only those
+    plain = {a["options"][0]: tuple(a["choices"]) for a in parser["arguments"]
+             if a.get("choices") and a.get("type") in ("str", "int", None)}
+    assert {o: e.choices for o, e in BY_OPTION.items() if e.choices} == {
+        o: plain[by[o]["options"][0]] for o in BY_OPTION
+        if o in by and by[o]["options"][0] in plain}
     assert set(by["--cross-entropy-fusion-impl"]["choices"]) == set(CROSS_ENTROPY_FUSION_IMPLS)
     backends = {c.split(".")[1].split(":")[0] for c in by["--attention-backend"]["choices"]}
     assert backends == set(ATTENTION_BACKENDS)

@@ -77,6 +77,9 @@ class Entry:
         One of :data:`EFFECTS`.
     note : str
         For ``refused`` and ``removed``: what it would change, or the argument to use.
+    choices : tuple or None
+        argparse's choices (str or int), where the parser declares plain ones: a value outside
+        them is Megatron-LM's error (:func:`check_choices`); None otherwise.
     """
 
     options: tuple[str, ...]
@@ -86,6 +89,7 @@ class Entry:
     default: Any
     effect: str
     note: str = ""
+    choices: tuple | None = None
 
     @property
     def takes_value(self) -> bool:
@@ -95,7 +99,9 @@ class Entry:
 def _load() -> tuple[str, list[Entry], dict[str, Entry]]:
     data = json.loads(TABLE_FILE.read_text(encoding="utf-8"))
     entries = [Entry(tuple(e["options"]), e["dest"], e["action"], e["nargs"], e["default"],
-                     e["effect"], e.get("note", "")) for e in data["arguments"]]
+                     e["effect"], e.get("note", ""),
+                     tuple(e["choices"]) if e.get("choices") else None)
+               for e in data["arguments"]]
     older = {e["option"]: Entry((e["option"],), e["option"][2:].replace("-", "_"),
                                 "store", None, None, e["effect"], e.get("note", ""))
              for e in data["older"]}
@@ -118,6 +124,32 @@ def _with(effect: str) -> frozenset[str]:
 
 #: Arguments vtrain maps to session fields (checked against ARGUMENTS below).
 MODELLED_ARGUMENTS = _with("modelled")
+def check_choices(args: dict[str, list[str]], source: str) -> None:
+    """Refuse a value outside an argument's argparse choices (:attr:`Entry.choices`), as
+    Megatron-LM's parser does before training starts: ``{"--flag": [values]}`` as
+    :func:`core.io.megatron.launch.parse_arguments` gives them (each value of an ``nargs``
+    list is checked; argparse compares case by case, an integer choice by its value).
+
+    Raises
+    ------
+    MegatronArgsError
+        Naming the file, the argument, the value and the choices.
+    """
+    for flag, values in args.items():
+        entry = BY_OPTION.get(flag)
+        if entry is None or entry.choices is None:
+            continue
+        for v in values:
+            if isinstance(entry.choices[0], int):
+                ok = v.lstrip("+-").isdigit() and int(v) in entry.choices
+            else:
+                ok = v in entry.choices
+            if not ok:
+                raise MegatronArgsError(
+                    f"{source}: {flag} {v!r} is not one of Megatron-LM's choices "
+                    f"({', '.join(map(str, entry.choices))}; its parser refuses it)")
+
+
 #: Megatron-LM arguments vtrain does not map that may change the iteration time (listed as ignored).
 TIMING_ARGUMENTS = _with("ignored")
 #: Megatron-LM arguments that cannot change the iteration time (listed apart, never mapped).

@@ -408,16 +408,6 @@ def _activation(mp: Mapper) -> None:
         mp.set("--softmax-type", "model.softmax_type", one_value(args, "--softmax-type", src))
 
 
-#: Megatron-LM's argparse choices of the two model-family flags read below
-#: (data/megatron-lm/arguments.json): a value outside them is Megatron-LM's error, not a model
-#: vtrain lacks (Megatron-DeepSpeed launches spell it ``--normalization rmsnorm``).
-_MEGATRON_CHOICES = {
-    "--normalization": ("LayerNorm", "RMSNorm"),
-    "--position-embedding-type": ("learned_absolute", "rope", "yarn", "mrope", "relative",
-                                  "none"),
-}
-
-
 def _attention_and_norms(mp: Mapper, h: int) -> None:
     """Query groups, norm, position embedding, biases, the attention kernel (noted), and
     SwiGLU's default MLP size."""
@@ -441,10 +431,6 @@ def _attention_and_norms(mp: Mapper, h: int) -> None:
              {"learned_absolute": "learned", "rope": "rope", "yarn": "rope"})):
         if mp.take(flag):
             v = one_value(args, flag, src)
-            if v not in _MEGATRON_CHOICES[flag]:  # argparse's choices (arguments.json)
-                raise MegatronArgsError(f"{src}: {flag} {v!r} is not one of Megatron-LM's "
-                                        f"choices ({', '.join(_MEGATRON_CHOICES[flag])}; "
-                                        "argparse compares them case by case)")
             if v not in mapping:
                 raise MegatronArgsError(f"{src}: {flag} {v!r} is not modelled (the simulator "
                                         f"models {', '.join(mapping)})")
