@@ -469,3 +469,34 @@ def test_one_group_is_no_groups_and_more_chosen_groups_than_groups_is_refused():
             session_from_hf_config({**arch_cfg, "topk_group": 9 if arch_cfg is V3_CONFIG
                                     else 4}, "config.json", seq_length=4096)
         assert err.value.errors[0].field == "config.json: topk_group"
+
+
+def test_mtp_layers_recomputed_only_by_the_uniform_method():
+    # Megatron-Core 0.16.1 MultiTokenPredictionLayer._checkpointed_forward: under full
+    # recomputation the uniform method (recompute_num_layers unset) checkpoints the MTP layer's
+    # norms, eh_proj and transformer layer, keeping the checkpoint's two inputs (the hidden
+    # states and the shifted tokens' embedding, 2h per token); the block method
+    # (recompute_num_layers set) "is not supported for MTP yet. Skipping recompute.": the MTP
+    # layer keeps its activations, its norms' and eh_proj's inputs (4h) and is not run again
+    h, V, s = 7168, 129280, 4096
+    kw = dict(pipeline_parallel=2, data_parallel=1, global_batch_size=4, expert_parallel=1,
+              first_stage_layers=31, recompute="full")
+    uniform, block = _plan(**kw), _plan(**kw, recompute_num_layers=1)
+
+    def extra(pl):  # the last stage's activations with the MTP layer less without (1F1B: 1 in flight)
+        return mm.stage_memory_arrays(V3_MTP, pl)[3][1] - mm.stage_memory_arrays(V3, pl)[3][1]
+    logits = s * V * (2 + 4)  # the MTP layer's bf16 logits and their fp32 copy
+    assert extra(uniform) == pytest.approx(2 * s * h * 2 + logits, rel=1e-12)
+    keep = mm.moe_activation_bytes_per_layer(V3, block, "none")  # the MTP layer, not recomputed
+    assert extra(block) == pytest.approx(keep + s * 4 * h * 2 + logits, rel=1e-12)
+    assert keep > 50 * s * h  # far more than the checkpoint: the fit can turn on it
+    # the hardware FLOPs: the MTP transformer layer's forward again only by the uniform method
+    # (an MoE layer; FlashAttention skips the masked share of its attention core)
+    from core.model.families import family_of
+    tokens = 4 * s
+    core = family_of(V3).forward_flops_per_token(V3, 1)[1]
+
+    def hw(pl):
+        return mm.hardware_flops_per_iteration(V3_MTP, pl) - mm.hardware_flops_per_iteration(V3, pl)
+    mtp_layer = mm.moe_forward_flops_per_token(V3) - core * (1 - mm.causal_core_fraction(V3))
+    assert hw(uniform) - hw(block) == pytest.approx(tokens * mtp_layer, rel=1e-12)

@@ -18,7 +18,8 @@ from core.model.mla import mla_up_proj_forward_flops_per_token
 from core.model.moe import (expert_tensor_parallel, moe_ffn, moe_forward_flops_per_token,
                             moe_layer_mask, moe_layer_parameters, num_moe_layers)
 from core.model.mtp import mtp_extra_parameters, mtp_layer_is_moe, mtp_layers
-from core.model.recompute import recomputed_layers, selective_op_flops_per_token
+from core.model.recompute import (mtp_layers_recomputed, recomputed_layers,
+                                  selective_op_flops_per_token)
 from core.model.mlp import is_gated
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan, recompute_modules
@@ -297,7 +298,8 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
         mean = layers_forward_flops_per_token(model, layer) / model.num_layers
         extra = float(recomputed_layers(model, plan).sum()) * mean
         core_passes += float(recomputed_layers(model, plan).sum())
-        if n_mtp:  # the MTP layers' transformer layers are checkpointed under full
+        if n_mtp and mtp_layers_recomputed(plan):  # the MTP layers' transformer layers are
+            # checkpointed under full recomputation by the uniform method, not by the block one
             extra += n_mtp * (moe_forward_flops_per_token(model) if mtp_layer_is_moe(model)
                               else layer)
             core_passes += n_mtp

@@ -24,7 +24,7 @@ from core.model.mla import mla_dims
 from core.model.moe import (expert_data_parallel, expert_tensor_parallel,
                             moe_activation_bytes_per_layer, moe_layer_parameters)
 from core.model.mtp import mtp_extra_parameters, mtp_layers
-from core.model.recompute import recomputed_layers
+from core.model.recompute import mtp_layers_recomputed, recomputed_layers
 from core.model.softcap import final_logit_softcap_bytes
 from core.model.stage_memory import StageMemory
 from core.model.wgrad_buffers import weight_gradient_buffer_bytes
@@ -366,9 +366,14 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     linear weights take 1 byte (:func:`param_gather_bytes`). With context parallelism
     every activation is of the rank's ``s/cp`` tokens. Multi-token prediction (``N`` layers on
     the last stage): their transformer layers count with the stage's layers (checkpointed under
-    full recomputation: Megatron-Core's MTP layer recomputes its transformer layer then), each
+    full recomputation of every layer: Megatron-Core's MTP layer recomputes its transformer layer
+    by the uniform method, not by the block one, ``recompute_num_layers`` set, which keeps their
+    activations: :func:`core.model.recompute.mtp_layers_recomputed`), each
     keeps its two norms' inputs and ``eh_proj``'s input (``4h`` elements per token, split over
-    ``t`` with sequence parallelism) and adds its logits, ``N + 1`` times the logits in all.
+    ``t`` with sequence parallelism; checkpointed, only the checkpoint's inputs, the hidden
+    states and the shifted tokens' embedding, ``2h``: Megatron-Core 0.16.1
+    ``MultiTokenPredictionLayer._proj_and_transformer_layer`` runs the norms and ``eh_proj``
+    inside the checkpoint) and adds its logits, ``N + 1`` times the logits in all.
     Soft-capped output logits (Gemma 2, the layer spec's ``final_logit_softcap``) keep the
     cap's ``tanh`` output too, ``s*b*V'/t*e`` for each micro-batch whose loss awaits its
     backward (:func:`core.model.softcap.final_logit_softcap_bytes`).
@@ -482,9 +487,14 @@ def _flight_parts(model: ModelConfig, plan: ParallelPlan, last: int,
         adds = [(1 + n_mtp) * tokens * V / t * ((e if e < 4 else 0) + 4 * losses)]
     if family_of(model).final_logit_softcap:  # the cap's tanh output (the layer spec's)
         adds.append(final_logit_softcap_bytes(tokens, V, t, e) * losses)
-    if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
+    if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input (4h); when
+        # checkpointed (mtp_layers_recomputed) only the checkpoint's two inputs, the hidden
+        # states and the shifted tokens' embedding (2h), of which the transformer layer's
+        # checkpoint counts h (_stage_layer_parts): h more
         sp = plan.sequence_parallel and t > 1
-        adds.append(n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[last])
+        width = 1 if mtp_layers_recomputed(plan) else 4
+        adds.append(n_mtp * tokens * width * model.hidden_size * e / (t if sp else 1)
+                    * in_flight[last])
     return in_flight, tuple(adds)
 
 
@@ -501,12 +511,12 @@ _PER_LAYER_FREE_PLAN_FIELDS = ("pipeline_parallel", "data_parallel", "schedule",
                                "overlap_param_gather", "recompute_num_layers")
 #: Plan fields the micro-batches in flight and the loss stage's terms do not read
 #: (:func:`_flight_parts`: the schedule, the sizes, the layout, the expert all-to-all overlap
-#: and the cross-entropy): the recomputation, the exchanges, the dispatcher, the tensor-parallel
-#: overlap and the data-parallel side but d.
-_FLIGHT_FREE_PLAN_FIELDS = ("recompute", "recompute_num_layers", "recompute_modules",
-                            "cp_comm_type", "cp_a2a_size", "moe_token_dispatcher_type",
-                            "tp_comm_overlap", "zero_stage", "overlap_grad_reduce",
-                            "overlap_param_gather")
+#: and the cross-entropy; the recomputation and its layer count too, which decide whether the
+#: MTP layers are checkpointed): the recomputed modules, the exchanges, the dispatcher, the
+#: tensor-parallel overlap and the data-parallel side but d.
+_FLIGHT_FREE_PLAN_FIELDS = ("recompute_modules", "cp_comm_type", "cp_a2a_size",
+                            "moe_token_dispatcher_type", "tp_comm_overlap", "zero_stage",
+                            "overlap_grad_reduce", "overlap_param_gather")
 _LAYOUT_KEY = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
                                     if f not in _LAYOUT_FREE_PLAN_FIELDS))
 _PER_LAYER_KEY = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
@@ -529,13 +539,16 @@ def _stage_layer_parts(model: ModelConfig, plan: ParallelPlan) -> tuple:
     """The layer counts of :func:`stage_activation_bytes`: ``(layers, moe_counts, recomputed,
     last, uneven, has_moe)``: each stage's transformer layers (int64 (p,), with the MTP
     layers), MoE layers (float (p,)), recomputed layers (with the MTP layers' under full
-    recomputation), the loss stage, :func:`uneven_chunks` and whether any stage has MoE
+    recomputation of every layer, :func:`mtp_layers_recomputed`), the loss stage,
+    :func:`uneven_chunks` and whether any stage has MoE
     layers (arrays read-only)."""
     counts = stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
     recomputed = recomputed_layers(model, plan)
     n_mtp = mtp_layers(model)
-    if n_mtp and plan.recompute == "full":  # the MTP layers' transformer layers: checkpointed
+    if n_mtp and mtp_layers_recomputed(plan):  # the MTP layers' transformer layers: checkpointed
+        # (uniform method; with the block method, recompute_num_layers set, Megatron-Core
+        # skips their recomputation and they keep their activations)
         recomputed = recomputed.copy()
         recomputed[loss_stage(plan)] += n_mtp
     layers = np.array(counts, np.int64)
