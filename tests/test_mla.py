@@ -500,3 +500,46 @@ def test_mtp_layers_recomputed_only_by_the_uniform_method():
         return mm.hardware_flops_per_iteration(V3_MTP, pl) - mm.hardware_flops_per_iteration(V3, pl)
     mtp_layer = mm.moe_forward_flops_per_token(V3) - core * (1 - mm.causal_core_fraction(V3))
     assert hw(uniform) - hw(block) == pytest.approx(tokens * mtp_layer, rel=1e-12)
+
+
+@pytest.mark.parametrize("first_dense, freq, n, kept", [
+    # DeepSeek-V3's pattern (3 dense layers first): recomputing 3 of stage 0's layers 0-3 keeps
+    # the MoE layer 3, and 3 of stage 1's 4-7 keeps the MoE layer 7
+    (3, 1, 3, ((0, 1), (0, 1))),
+    # every other layer MoE (0, 2, 4, 6): recomputing 1 of 0-3 (the MoE layer 0) keeps dense 1
+    # and 3 and MoE 2; of 4-7 (MoE 4) keeps dense 5, 7 and MoE 6
+    (0, 2, 1, ((2, 1), (2, 1))),
+])
+def test_block_recomputation_keeps_the_layers_after_the_first_n_of_each_chunk(
+        first_dense, freq, n, kept):
+    # Megatron-Core 0.16.1 TransformerBlock._checkpointed_forward, recompute_method 'block':
+    # the chunk's layers with layer_idx < recompute_num_layers are checkpointed (their input
+    # kept), the others keep their activations, dense or MoE as the layer is
+    from core.model.families import family_of
+    m = dataclasses.replace(V3, num_layers=8, moe_first_dense_layers=first_dense,
+                            moe_layer_frequency=freq)
+    pl = _plan(pipeline_parallel=2, data_parallel=1, global_batch_size=4, expert_parallel=1,
+               recompute="full", recompute_num_layers=n)
+    s, h, V = m.seq_length, m.hidden_size, 129280
+    ckpt = mm.activation_bytes_per_layer(m, pl, "full")  # 2 s h
+    assert ckpt == 2 * s * h
+    dense = mm.activation_bytes_per_layer(m, pl, "none")
+    moe = mm.moe_activation_bytes_per_layer(m, pl, "none")
+    assert moe != dense
+    working = max(dense, moe)  # the layer being recomputed
+    acts = mm.stage_memory_arrays(m, pl)[3]
+    for stage, in_flight in ((0, 2), (1, 1)):  # 1F1B on p = 2: min(p - stage, m)
+        kd, km = kept[stage]
+        want = (n * ckpt + kd * dense + km * moe) * in_flight + working
+        if stage == 1:
+            want += s * V * (2 + 4)  # the logits and their fp32 copy
+        assert acts[stage] == pytest.approx(want, rel=1e-12)
+    # the hardware FLOPs recompute the recomputed layers' forwards, dense or MoE
+    tokens = 4 * s
+    layer, core, _ = family_of(m).forward_flops_per_token(m, 1)
+    masked = core * (1 - mm.causal_core_fraction(m))  # FlashAttention skips the masked share
+    rec_moe = sum(int(mm.moe_layer_mask(m)[start:start + n].sum()) for start in (0, 4))
+    extra = (2 * n - rec_moe) * layer + rec_moe * mm.moe_forward_flops_per_token(m) - 2 * n * masked
+    none = dataclasses.replace(pl, recompute="none", recompute_num_layers=None)
+    assert (mm.hardware_flops_per_iteration(m, pl) - mm.hardware_flops_per_iteration(m, none)
+            == pytest.approx(tokens * extra, rel=1e-12))

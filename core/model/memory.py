@@ -15,7 +15,8 @@ from core import schedules
 from core.model.base import DTYPE_BYTES
 from core.model.context_parallel import cp_exchange_buffer_bytes
 from core.model.counts import (MODEL_FIELD_VALUES, expert_params_per_gpu, params_per_gpu,
-                               stage_layers_with_mtp, stage_moe_layer_counts)
+                               recomputed_moe_layers, stage_layers_with_mtp,
+                               stage_moe_layer_counts)
 from core.model.families import family_of
 from core.model.fp8 import fp8_gathers_params, fp8_weight_bytes_per_parameter, param_gather_bytes
 from core.model.keys import cross_entropy_fusion
@@ -23,7 +24,7 @@ from core.model.layout import chunk_layout, chunks_per_stage, loss_stage
 from core.model.mla import mla_dims
 from core.model.moe import (expert_data_parallel, expert_tensor_parallel,
                             moe_activation_bytes_per_layer, moe_layer_parameters)
-from core.model.mtp import mtp_extra_parameters, mtp_layers
+from core.model.mtp import mtp_extra_parameters, mtp_layer_is_moe, mtp_layers
 from core.model.recompute import mtp_layers_recomputed, recomputed_layers
 from core.model.softcap import final_logit_softcap_bytes
 from core.model.stage_memory import StageMemory
@@ -398,9 +399,9 @@ def stage_activation_bytes(model: ModelConfig, plan: ParallelPlan, memo: dict | 
     :data:`_PER_LAYER_FREE_PLAN_FIELDS`) and the micro-batches in flight with the loss
     stage's terms (:func:`_flight_parts`, without :data:`_FLIGHT_FREE_PLAN_FIELDS`); the
     figures are the same with it or without (tests compare)."""
-    (layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
+    (layers, kept_moe, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
      adds, cp_buffers) = _activation_inputs(model, plan, memo)
-    return _activations(layers, moe_counts, recomputed, has_moe, keep, ckpt, working,
+    return _activations(layers, kept_moe, recomputed, keep, ckpt, working,
                         moe_keep if has_moe else 0.0, np.array(in_flight, float), last, adds,
                         cp_buffers is not None, 0.0 if cp_buffers is None else cp_buffers)
 
@@ -412,31 +413,29 @@ def stage_activation_rows(model: ModelConfig, plans: list[ParallelPlan], memo: d
     elementwise operations in the same order (:func:`_activations`) on the plans' parts
     stacked as rows and columns. ``memo`` as there."""
     cols = list(zip(*(_activation_inputs(model, pl, memo) for pl in plans)))
-    (layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
+    (layers, kept_moe, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
      adds, cp_buffers) = cols
     col = (lambda xs: np.array(xs, float).reshape(-1, 1))
-    has = np.array(has_moe, bool).reshape(-1, 1)
     cp_on = np.array([c is not None for c in cp_buffers], bool).reshape(-1, 1)
     return _activations(
-        np.array(layers), np.array(moe_counts), np.array(recomputed), has, col(keep), col(ckpt),
+        np.array(layers), np.array(kept_moe), np.array(recomputed), col(keep), col(ckpt),
         col(working), col([m if h else 0.0 for m, h in zip(moe_keep, has_moe)]),
         np.array(in_flight, float), (np.arange(len(plans)), np.array(last, np.int64)),
         [np.array(a, float) for a in zip(*adds)], cp_on,
         col([0.0 if c is None else c for c in cp_buffers]))
 
 
-def _activations(layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep,
+def _activations(layers, kept_moe, recomputed, keep, ckpt, working, moe_keep,
                  in_flight, last, adds, cp_on, cp_buffers) -> np.ndarray:
     """The arithmetic of :func:`stage_activation_bytes` on one plan's parts (arrays (p,),
     python scalars, ``last`` an int, ``adds`` the loss stage's terms) or on ``k`` plans' (arrays
     (k, p), columns (k, 1), ``last`` an index pair, ``adds`` arrays (k,)): every stage at once,
-    the same IEEE operations in the same order either way."""
-    keep_s = np.full(layers.shape, keep)
-    if np.any(has_moe):  # an MoE model's stage keeps its mean layer's activations
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mean = (keep * (layers - moe_counts) + moe_keep * moe_counts) / layers
-        keep_s = np.where((moe_counts != 0) & has_moe, mean, keep_s)
-    acts = (recomputed * ckpt + (layers - recomputed) * keep_s) * in_flight
+    the same IEEE operations in the same order either way. ``kept_moe``: the stage's MoE
+    layers that are not recomputed (``moe_keep`` 0.0 for a model without them)."""
+    # the checkpointed layers keep their input, the others their activations: the dense ones
+    # ``keep`` each, the MoE ones ``moe_keep``
+    acts = (recomputed * ckpt + (layers - recomputed - kept_moe) * keep
+            + kept_moe * moe_keep) * in_flight
     acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
     for add in adds:  # the loss stage's logits, their soft cap, the MTP layers' inputs
         acts[last] += add
@@ -446,13 +445,13 @@ def _activations(layers, moe_counts, recomputed, has_moe, keep, ckpt, working, m
 
 
 def _activation_inputs(model: ModelConfig, plan: ParallelPlan, memo: dict | None) -> tuple:
-    """The parts of :func:`stage_activation_bytes` of one plan: ``(layers, moe_counts,
+    """The parts of :func:`stage_activation_bytes` of one plan: ``(layers, kept_moe,
     recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last, adds, cp_buffers)``
     (:func:`_stage_layer_parts`, :func:`_layer_activation_parts`, the micro-batches in flight
     per stage (tuple), the loss stage, its added terms in order (tuple of floats) and the
     context-parallel buffers, None with ``cp = 1``)."""
     key = plan_key(plan) if memo is not None else None
-    layers, moe_counts, recomputed, last, uneven, has_moe = _memoized(
+    layers, kept_moe, recomputed, last, uneven, has_moe = _memoized(
         memo, ("layout", _LAYOUT_KEY(key)) if key is not None else None,
         _stage_layer_parts, model, plan)
     keep, ckpt, working, moe_keep, cp_buffers = _memoized(
@@ -461,7 +460,7 @@ def _activation_inputs(model: ModelConfig, plan: ParallelPlan, memo: dict | None
     in_flight, adds = _memoized(
         memo, ("flight", _FLIGHT_KEY(key), last, uneven) if key is not None else None,
         _flight_parts, model, plan, last, uneven)
-    return (layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight,
+    return (layers, kept_moe, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight,
             last, adds, cp_buffers if plan.context_parallel > 1 else None)
 
 
@@ -536,14 +535,15 @@ def _memoized(memo: dict | None, key: tuple | None, fn, *args):
 
 
 def _stage_layer_parts(model: ModelConfig, plan: ParallelPlan) -> tuple:
-    """The layer counts of :func:`stage_activation_bytes`: ``(layers, moe_counts, recomputed,
+    """The layer counts of :func:`stage_activation_bytes`: ``(layers, kept_moe, recomputed,
     last, uneven, has_moe)``: each stage's transformer layers (int64 (p,), with the MTP
-    layers), MoE layers (float (p,)), recomputed layers (with the MTP layers' under full
+    layers), MoE layers not recomputed (float (p,): :func:`stage_moe_layer_counts` less
+    :func:`recomputed_moe_layers` and the recomputed MTP layers), recomputed layers (with the MTP layers' under full
     recomputation of every layer, :func:`mtp_layers_recomputed`), the loss stage,
-    :func:`uneven_chunks` and whether any stage has MoE
-    layers (arrays read-only)."""
+    :func:`uneven_chunks` and whether any stage has MoE layers (arrays read-only)."""
     counts = stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
+    kept_moe = moe_counts - recomputed_moe_layers(model, plan)
     recomputed = recomputed_layers(model, plan)
     n_mtp = mtp_layers(model)
     if n_mtp and mtp_layers_recomputed(plan):  # the MTP layers' transformer layers: checkpointed
@@ -551,10 +551,12 @@ def _stage_layer_parts(model: ModelConfig, plan: ParallelPlan) -> tuple:
         # skips their recomputation and they keep their activations)
         recomputed = recomputed.copy()
         recomputed[loss_stage(plan)] += n_mtp
+        if mtp_layer_is_moe(model):
+            kept_moe[loss_stage(plan)] -= n_mtp
     layers = np.array(counts, np.int64)
-    for a in (layers, moe_counts, recomputed):
+    for a in (layers, kept_moe, recomputed):
         a.setflags(write=False)
-    return (layers, moe_counts, recomputed, loss_stage(plan), uneven_chunks(plan, model),
+    return (layers, kept_moe, recomputed, loss_stage(plan), uneven_chunks(plan, model),
             bool(moe_counts.any()))
 
 
