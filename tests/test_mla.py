@@ -543,3 +543,26 @@ def test_block_recomputation_keeps_the_layers_after_the_first_n_of_each_chunk(
     none = dataclasses.replace(pl, recompute="none", recompute_num_layers=None)
     assert (mm.hardware_flops_per_iteration(m, pl) - mm.hardware_flops_per_iteration(m, none)
             == pytest.approx(tokens * extra, rel=1e-12))
+
+
+def test_a_block_count_above_every_chunk_stays_block_with_mtp_layers(tmp_path):
+    # Megatron caps --recompute-num-layers per model chunk, so a count at or above the largest
+    # chunk recomputes every decoder layer (None: every layer); with MTP layers it stays the
+    # block method, which Megatron-Core 0.16.1 runs without recomputing them ("Skipping
+    # recompute"), capped at the largest chunk, not None (the uniform method, which does)
+    from core.io.megatron.export import export_script
+    from core.io.megatron.to_session import import_file
+    from core.plan.layout import capped_recompute_layers
+    pl = ParallelPlan(tensor_parallel=1, pipeline_parallel=2, data_parallel=4, micro_batch_size=1,
+                      global_batch_size=8, recompute="full", recompute_num_layers=31,
+                      expert_parallel=4, first_stage_layers=31)  # chunks of 31 and 30 layers
+    over = dataclasses.replace(pl, recompute_num_layers=40)
+    assert capped_recompute_layers(over, 61).recompute_num_layers is None
+    assert capped_recompute_layers(over, 61, 1).recompute_num_layers == 31
+    assert capped_recompute_layers(pl, 61, 1) is pl
+    for model, want in ((V3_MTP, 31), (V3, None)):
+        text = export_script(Session(model=model, plan=pl))
+        assert "--recompute-method block" in text and "--recompute-num-layers 31 " in text
+        path = tmp_path / "run.sh"
+        path.write_text(text.replace("--recompute-num-layers 31", "--recompute-num-layers 40"))
+        assert import_file(path, name=V3.name).session.plan.recompute_num_layers == want
