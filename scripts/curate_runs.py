@@ -2589,7 +2589,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     if cluster.gpu in GPU_KINDS and kind_fits_peak_fraction(cluster.gpu):
         rw.assume("gpu-peak-fraction-fitted", cluster.gpu)
     if plan.recompute_num_layers is not None:
-        capped = capped_recompute_layers(plan, model.num_layers)
+        capped = capped_recompute_layers(plan, model.num_layers, model.mtp_num_layers or 0)
         if capped is not plan:  # Megatron caps the count per model chunk: every layer
             rw.withdraw("megatron-recompute-method")
             rw.assume("megatron-recompute-method", f"block, {plan.recompute_num_layers} layers: at "

@@ -469,3 +469,100 @@ def test_one_group_is_no_groups_and_more_chosen_groups_than_groups_is_refused():
             session_from_hf_config({**arch_cfg, "topk_group": 9 if arch_cfg is V3_CONFIG
                                     else 4}, "config.json", seq_length=4096)
         assert err.value.errors[0].field == "config.json: topk_group"
+
+
+def test_mtp_layers_recomputed_only_by_the_uniform_method():
+    # Megatron-Core 0.16.1 MultiTokenPredictionLayer._checkpointed_forward: under full
+    # recomputation the uniform method (recompute_num_layers unset) checkpoints the MTP layer's
+    # norms, eh_proj and transformer layer, keeping the checkpoint's two inputs (the hidden
+    # states and the shifted tokens' embedding, 2h per token); the block method
+    # (recompute_num_layers set) "is not supported for MTP yet. Skipping recompute.": the MTP
+    # layer keeps its activations, its norms' and eh_proj's inputs (4h) and is not run again
+    h, V, s = 7168, 129280, 4096
+    kw = dict(pipeline_parallel=2, data_parallel=1, global_batch_size=4, expert_parallel=1,
+              first_stage_layers=31, recompute="full")
+    uniform, block = _plan(**kw), _plan(**kw, recompute_num_layers=1)
+
+    def extra(pl):  # the last stage's activations with the MTP layer less without (1F1B: 1 in flight)
+        return mm.stage_memory_arrays(V3_MTP, pl)[3][1] - mm.stage_memory_arrays(V3, pl)[3][1]
+    logits = s * V * (2 + 4)  # the MTP layer's bf16 logits and their fp32 copy
+    assert extra(uniform) == pytest.approx(2 * s * h * 2 + logits, rel=1e-12)
+    keep = mm.moe_activation_bytes_per_layer(V3, block, "none")  # the MTP layer, not recomputed
+    assert extra(block) == pytest.approx(keep + s * 4 * h * 2 + logits, rel=1e-12)
+    assert keep > 50 * s * h  # far more than the checkpoint: the fit can turn on it
+    # the hardware FLOPs: the MTP transformer layer's forward again only by the uniform method
+    # (an MoE layer; FlashAttention skips the masked share of its attention core)
+    from core.model.families import family_of
+    tokens = 4 * s
+    core = family_of(V3).forward_flops_per_token(V3, 1)[1]
+
+    def hw(pl):
+        return mm.hardware_flops_per_iteration(V3_MTP, pl) - mm.hardware_flops_per_iteration(V3, pl)
+    mtp_layer = mm.moe_forward_flops_per_token(V3) - core * (1 - mm.causal_core_fraction(V3))
+    assert hw(uniform) - hw(block) == pytest.approx(tokens * mtp_layer, rel=1e-12)
+
+
+@pytest.mark.parametrize("first_dense, freq, n, kept", [
+    # DeepSeek-V3's pattern (3 dense layers first): recomputing 3 of stage 0's layers 0-3 keeps
+    # the MoE layer 3, and 3 of stage 1's 4-7 keeps the MoE layer 7
+    (3, 1, 3, ((0, 1), (0, 1))),
+    # every other layer MoE (0, 2, 4, 6): recomputing 1 of 0-3 (the MoE layer 0) keeps dense 1
+    # and 3 and MoE 2; of 4-7 (MoE 4) keeps dense 5, 7 and MoE 6
+    (0, 2, 1, ((2, 1), (2, 1))),
+])
+def test_block_recomputation_keeps_the_layers_after_the_first_n_of_each_chunk(
+        first_dense, freq, n, kept):
+    # Megatron-Core 0.16.1 TransformerBlock._checkpointed_forward, recompute_method 'block':
+    # the chunk's layers with layer_idx < recompute_num_layers are checkpointed (their input
+    # kept), the others keep their activations, dense or MoE as the layer is
+    from core.model.families import family_of
+    m = dataclasses.replace(V3, num_layers=8, moe_first_dense_layers=first_dense,
+                            moe_layer_frequency=freq)
+    pl = _plan(pipeline_parallel=2, data_parallel=1, global_batch_size=4, expert_parallel=1,
+               recompute="full", recompute_num_layers=n)
+    s, h, V = m.seq_length, m.hidden_size, 129280
+    ckpt = mm.activation_bytes_per_layer(m, pl, "full")  # 2 s h
+    assert ckpt == 2 * s * h
+    dense = mm.activation_bytes_per_layer(m, pl, "none")
+    moe = mm.moe_activation_bytes_per_layer(m, pl, "none")
+    assert moe != dense
+    working = max(dense, moe)  # the layer being recomputed
+    acts = mm.stage_memory_arrays(m, pl)[3]
+    for stage, in_flight in ((0, 2), (1, 1)):  # 1F1B on p = 2: min(p - stage, m)
+        kd, km = kept[stage]
+        want = (n * ckpt + kd * dense + km * moe) * in_flight + working
+        if stage == 1:
+            want += s * V * (2 + 4)  # the logits and their fp32 copy
+        assert acts[stage] == pytest.approx(want, rel=1e-12)
+    # the hardware FLOPs recompute the recomputed layers' forwards, dense or MoE
+    tokens = 4 * s
+    layer, core, _ = family_of(m).forward_flops_per_token(m, 1)
+    masked = core * (1 - mm.causal_core_fraction(m))  # FlashAttention skips the masked share
+    rec_moe = sum(int(mm.moe_layer_mask(m)[start:start + n].sum()) for start in (0, 4))
+    extra = (2 * n - rec_moe) * layer + rec_moe * mm.moe_forward_flops_per_token(m) - 2 * n * masked
+    none = dataclasses.replace(pl, recompute="none", recompute_num_layers=None)
+    assert (mm.hardware_flops_per_iteration(m, pl) - mm.hardware_flops_per_iteration(m, none)
+            == pytest.approx(tokens * extra, rel=1e-12))
+
+
+def test_a_block_count_above_every_chunk_stays_block_with_mtp_layers(tmp_path):
+    # Megatron caps --recompute-num-layers per model chunk, so a count at or above the largest
+    # chunk recomputes every decoder layer (None: every layer); with MTP layers it stays the
+    # block method, which Megatron-Core 0.16.1 runs without recomputing them ("Skipping
+    # recompute"), capped at the largest chunk, not None (the uniform method, which does)
+    from core.io.megatron.export import export_script
+    from core.io.megatron.to_session import import_file
+    from core.plan.layout import capped_recompute_layers
+    pl = ParallelPlan(tensor_parallel=1, pipeline_parallel=2, data_parallel=4, micro_batch_size=1,
+                      global_batch_size=8, recompute="full", recompute_num_layers=31,
+                      expert_parallel=4, first_stage_layers=31)  # chunks of 31 and 30 layers
+    over = dataclasses.replace(pl, recompute_num_layers=40)
+    assert capped_recompute_layers(over, 61).recompute_num_layers is None
+    assert capped_recompute_layers(over, 61, 1).recompute_num_layers == 31
+    assert capped_recompute_layers(pl, 61, 1) is pl
+    for model, want in ((V3_MTP, 31), (V3, None)):
+        text = export_script(Session(model=model, plan=pl))
+        assert "--recompute-method block" in text and "--recompute-num-layers 31 " in text
+        path = tmp_path / "run.sh"
+        path.write_text(text.replace("--recompute-num-layers 31", "--recompute-num-layers 40"))
+        assert import_file(path, name=V3.name).session.plan.recompute_num_layers == want

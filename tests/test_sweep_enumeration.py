@@ -172,7 +172,7 @@ def _reference_variants(session, c, checks, sizes, sps_t, zs_d, flags, split=(No
                 cross_entropy_fusion_impl=impl, account_for_embedding_in_pipeline_split=flags[0],
                 account_for_loss_in_pipeline_split=flags[1])
             if plan.recompute_num_layers is not None:
-                plan = capped_recompute_layers(plan, m.num_layers)
+                plan = capped_recompute_layers(plan, m.num_layers, m.mtp_num_layers or 0)
             for ov in c.ovs:
                 cand = plan
                 if (ov != plan.overlap_moe_expert_parallel_comm

@@ -18,7 +18,8 @@ from core.model.mla import mla_up_proj_forward_flops_per_token
 from core.model.moe import (expert_tensor_parallel, moe_ffn, moe_forward_flops_per_token,
                             moe_layer_mask, moe_layer_parameters, num_moe_layers)
 from core.model.mtp import mtp_extra_parameters, mtp_layer_is_moe, mtp_layers
-from core.model.recompute import recomputed_layers, selective_op_flops_per_token
+from core.model.recompute import (mtp_layers_recomputed, recomputed_layers,
+                                  selective_op_flops_per_token)
 from core.model.mlp import is_gated
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan, recompute_modules
@@ -30,7 +31,7 @@ __all__ = [
     "layers_forward_flops_per_token", "model_flops_per_iteration", "mtp_edge_parameters",
     "mtp_forward_flops_per_token", "mtp_layer_total_parameters", "num_active_parameters",
     "num_active_parameters_with_embedding", "num_parameters", "params_per_gpu",
-    "stage_layers_with_mtp", "stage_moe_layer_counts",
+    "recomputed_moe_layers", "stage_layers_with_mtp", "stage_moe_layer_counts",
 ]
 
 
@@ -220,6 +221,27 @@ def stage_moe_layer_counts(model: ModelConfig, plan: ParallelPlan) -> np.ndarray
     return out
 
 
+def recomputed_moe_layers(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
+    """MoE layers among each stage's recomputed decoder layers (:func:`recomputed_layers`; the
+    MTP layers not included), float array shape (p,).
+
+    Megatron-Core's block method (``TransformerBlock._checkpointed_forward``, Megatron-Core
+    0.16.1: the model chunk's layers with ``layer_idx < recompute_num_layers`` are
+    checkpointed, the rest run plainly) recomputes the first ``recompute_num_layers`` layers of
+    each chunk, so which of them are MoE layers (:func:`moe_layer_mask`) depends on where they
+    sit: DeepSeek-V3's three dense layers lead stage 0's first chunk, so recomputing 3 layers
+    of each chunk keeps that chunk's MoE layer, not a mean layer. Zero without full
+    recomputation or MoE layers."""
+    p = plan.pipeline_parallel
+    if plan.recompute != "full" or not model.is_moe:
+        return np.zeros(p)
+    mask = moe_layer_mask(model)
+    n = plan.recompute_num_layers
+    return np.array([float(sum(int(mask[r.start:r.stop if n is None else min(r.stop, r.start + n)]
+                                   .sum()) for r in chunks))
+                     for chunks in chunk_layout(model, plan)[0]])
+
+
 def stage_layers_with_mtp(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     """Transformer layers one GPU of each stage holds, float array shape (p,): the stage's
     decoder layers (:func:`stage_counts`) and, on the last stage, the ``N`` MTP layers'
@@ -293,11 +315,14 @@ def hardware_flops_per_iteration(model: ModelConfig, plan: ParallelPlan) -> floa
     extra = 0.0
     n_mtp = mtp_layers(model)
     core_passes = 3.0 * (model.num_layers + n_mtp)  # cores in the model FLOPs (fwd + 2x bwd)
-    if plan.recompute == "full":  # MoE models: the mean layer's FLOPs per recomputed layer
-        mean = layers_forward_flops_per_token(model, layer) / model.num_layers
-        extra = float(recomputed_layers(model, plan).sum()) * mean
-        core_passes += float(recomputed_layers(model, plan).sum())
-        if n_mtp:  # the MTP layers' transformer layers are checkpointed under full
+    if plan.recompute == "full":  # the recomputed layers' forwards, MoE ones and dense ones
+        rec = float(recomputed_layers(model, plan).sum())
+        rec_moe = float(recomputed_moe_layers(model, plan).sum())
+        moe = moe_forward_flops_per_token(model) if rec_moe else 0.0
+        extra = (rec - rec_moe) * layer + rec_moe * moe
+        core_passes += rec
+        if n_mtp and mtp_layers_recomputed(plan):  # the MTP layers' transformer layers are
+            # checkpointed under full recomputation by the uniform method, not by the block one
             extra += n_mtp * (moe_forward_flops_per_token(model) if mtp_layer_is_moe(model)
                               else layer)
             core_passes += n_mtp

@@ -15,7 +15,8 @@ from core import schedules
 from core.model.base import DTYPE_BYTES
 from core.model.context_parallel import cp_exchange_buffer_bytes
 from core.model.counts import (MODEL_FIELD_VALUES, expert_params_per_gpu, params_per_gpu,
-                               stage_layers_with_mtp, stage_moe_layer_counts)
+                               recomputed_moe_layers, stage_layers_with_mtp,
+                               stage_moe_layer_counts)
 from core.model.families import family_of
 from core.model.fp8 import fp8_gathers_params, fp8_weight_bytes_per_parameter, param_gather_bytes
 from core.model.keys import cross_entropy_fusion
@@ -23,8 +24,8 @@ from core.model.layout import chunk_layout, chunks_per_stage, loss_stage
 from core.model.mla import mla_dims
 from core.model.moe import (expert_data_parallel, expert_tensor_parallel,
                             moe_activation_bytes_per_layer, moe_layer_parameters)
-from core.model.mtp import mtp_extra_parameters, mtp_layers
-from core.model.recompute import recomputed_layers
+from core.model.mtp import mtp_extra_parameters, mtp_layer_is_moe, mtp_layers
+from core.model.recompute import mtp_layers_recomputed, recomputed_layers
 from core.model.softcap import final_logit_softcap_bytes
 from core.model.stage_memory import StageMemory
 from core.model.wgrad_buffers import weight_gradient_buffer_bytes
@@ -366,9 +367,14 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     linear weights take 1 byte (:func:`param_gather_bytes`). With context parallelism
     every activation is of the rank's ``s/cp`` tokens. Multi-token prediction (``N`` layers on
     the last stage): their transformer layers count with the stage's layers (checkpointed under
-    full recomputation: Megatron-Core's MTP layer recomputes its transformer layer then), each
+    full recomputation of every layer: Megatron-Core's MTP layer recomputes its transformer layer
+    by the uniform method, not by the block one, ``recompute_num_layers`` set, which keeps their
+    activations: :func:`core.model.recompute.mtp_layers_recomputed`), each
     keeps its two norms' inputs and ``eh_proj``'s input (``4h`` elements per token, split over
-    ``t`` with sequence parallelism) and adds its logits, ``N + 1`` times the logits in all.
+    ``t`` with sequence parallelism; checkpointed, only the checkpoint's inputs, the hidden
+    states and the shifted tokens' embedding, ``2h``: Megatron-Core 0.16.1
+    ``MultiTokenPredictionLayer._proj_and_transformer_layer`` runs the norms and ``eh_proj``
+    inside the checkpoint) and adds its logits, ``N + 1`` times the logits in all.
     Soft-capped output logits (Gemma 2, the layer spec's ``final_logit_softcap``) keep the
     cap's ``tanh`` output too, ``s*b*V'/t*e`` for each micro-batch whose loss awaits its
     backward (:func:`core.model.softcap.final_logit_softcap_bytes`).
@@ -393,9 +399,9 @@ def stage_activation_bytes(model: ModelConfig, plan: ParallelPlan, memo: dict | 
     :data:`_PER_LAYER_FREE_PLAN_FIELDS`) and the micro-batches in flight with the loss
     stage's terms (:func:`_flight_parts`, without :data:`_FLIGHT_FREE_PLAN_FIELDS`); the
     figures are the same with it or without (tests compare)."""
-    (layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
+    (layers, kept_moe, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
      adds, cp_buffers) = _activation_inputs(model, plan, memo)
-    return _activations(layers, moe_counts, recomputed, has_moe, keep, ckpt, working,
+    return _activations(layers, kept_moe, recomputed, keep, ckpt, working,
                         moe_keep if has_moe else 0.0, np.array(in_flight, float), last, adds,
                         cp_buffers is not None, 0.0 if cp_buffers is None else cp_buffers)
 
@@ -407,31 +413,29 @@ def stage_activation_rows(model: ModelConfig, plans: list[ParallelPlan], memo: d
     elementwise operations in the same order (:func:`_activations`) on the plans' parts
     stacked as rows and columns. ``memo`` as there."""
     cols = list(zip(*(_activation_inputs(model, pl, memo) for pl in plans)))
-    (layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
+    (layers, kept_moe, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
      adds, cp_buffers) = cols
     col = (lambda xs: np.array(xs, float).reshape(-1, 1))
-    has = np.array(has_moe, bool).reshape(-1, 1)
     cp_on = np.array([c is not None for c in cp_buffers], bool).reshape(-1, 1)
     return _activations(
-        np.array(layers), np.array(moe_counts), np.array(recomputed), has, col(keep), col(ckpt),
+        np.array(layers), np.array(kept_moe), np.array(recomputed), col(keep), col(ckpt),
         col(working), col([m if h else 0.0 for m, h in zip(moe_keep, has_moe)]),
         np.array(in_flight, float), (np.arange(len(plans)), np.array(last, np.int64)),
         [np.array(a, float) for a in zip(*adds)], cp_on,
         col([0.0 if c is None else c for c in cp_buffers]))
 
 
-def _activations(layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep,
+def _activations(layers, kept_moe, recomputed, keep, ckpt, working, moe_keep,
                  in_flight, last, adds, cp_on, cp_buffers) -> np.ndarray:
     """The arithmetic of :func:`stage_activation_bytes` on one plan's parts (arrays (p,),
     python scalars, ``last`` an int, ``adds`` the loss stage's terms) or on ``k`` plans' (arrays
     (k, p), columns (k, 1), ``last`` an index pair, ``adds`` arrays (k,)): every stage at once,
-    the same IEEE operations in the same order either way."""
-    keep_s = np.full(layers.shape, keep)
-    if np.any(has_moe):  # an MoE model's stage keeps its mean layer's activations
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mean = (keep * (layers - moe_counts) + moe_keep * moe_counts) / layers
-        keep_s = np.where((moe_counts != 0) & has_moe, mean, keep_s)
-    acts = (recomputed * ckpt + (layers - recomputed) * keep_s) * in_flight
+    the same IEEE operations in the same order either way. ``kept_moe``: the stage's MoE
+    layers that are not recomputed (``moe_keep`` 0.0 for a model without them)."""
+    # the checkpointed layers keep their input, the others their activations: the dense ones
+    # ``keep`` each, the MoE ones ``moe_keep``
+    acts = (recomputed * ckpt + (layers - recomputed - kept_moe) * keep
+            + kept_moe * moe_keep) * in_flight
     acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
     for add in adds:  # the loss stage's logits, their soft cap, the MTP layers' inputs
         acts[last] += add
@@ -441,13 +445,13 @@ def _activations(layers, moe_counts, recomputed, has_moe, keep, ckpt, working, m
 
 
 def _activation_inputs(model: ModelConfig, plan: ParallelPlan, memo: dict | None) -> tuple:
-    """The parts of :func:`stage_activation_bytes` of one plan: ``(layers, moe_counts,
+    """The parts of :func:`stage_activation_bytes` of one plan: ``(layers, kept_moe,
     recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last, adds, cp_buffers)``
     (:func:`_stage_layer_parts`, :func:`_layer_activation_parts`, the micro-batches in flight
     per stage (tuple), the loss stage, its added terms in order (tuple of floats) and the
     context-parallel buffers, None with ``cp = 1``)."""
     key = plan_key(plan) if memo is not None else None
-    layers, moe_counts, recomputed, last, uneven, has_moe = _memoized(
+    layers, kept_moe, recomputed, last, uneven, has_moe = _memoized(
         memo, ("layout", _LAYOUT_KEY(key)) if key is not None else None,
         _stage_layer_parts, model, plan)
     keep, ckpt, working, moe_keep, cp_buffers = _memoized(
@@ -456,7 +460,7 @@ def _activation_inputs(model: ModelConfig, plan: ParallelPlan, memo: dict | None
     in_flight, adds = _memoized(
         memo, ("flight", _FLIGHT_KEY(key), last, uneven) if key is not None else None,
         _flight_parts, model, plan, last, uneven)
-    return (layers, moe_counts, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight,
+    return (layers, kept_moe, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight,
             last, adds, cp_buffers if plan.context_parallel > 1 else None)
 
 
@@ -482,9 +486,14 @@ def _flight_parts(model: ModelConfig, plan: ParallelPlan, last: int,
         adds = [(1 + n_mtp) * tokens * V / t * ((e if e < 4 else 0) + 4 * losses)]
     if family_of(model).final_logit_softcap:  # the cap's tanh output (the layer spec's)
         adds.append(final_logit_softcap_bytes(tokens, V, t, e) * losses)
-    if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input
+    if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input (4h); when
+        # checkpointed (mtp_layers_recomputed) only the checkpoint's two inputs, the hidden
+        # states and the shifted tokens' embedding (2h), of which the transformer layer's
+        # checkpoint counts h (_stage_layer_parts): h more
         sp = plan.sequence_parallel and t > 1
-        adds.append(n_mtp * tokens * 4 * model.hidden_size * e / (t if sp else 1) * in_flight[last])
+        width = 1 if mtp_layers_recomputed(plan) else 4
+        adds.append(n_mtp * tokens * width * model.hidden_size * e / (t if sp else 1)
+                    * in_flight[last])
     return in_flight, tuple(adds)
 
 
@@ -501,12 +510,12 @@ _PER_LAYER_FREE_PLAN_FIELDS = ("pipeline_parallel", "data_parallel", "schedule",
                                "overlap_param_gather", "recompute_num_layers")
 #: Plan fields the micro-batches in flight and the loss stage's terms do not read
 #: (:func:`_flight_parts`: the schedule, the sizes, the layout, the expert all-to-all overlap
-#: and the cross-entropy): the recomputation, the exchanges, the dispatcher, the tensor-parallel
-#: overlap and the data-parallel side but d.
-_FLIGHT_FREE_PLAN_FIELDS = ("recompute", "recompute_num_layers", "recompute_modules",
-                            "cp_comm_type", "cp_a2a_size", "moe_token_dispatcher_type",
-                            "tp_comm_overlap", "zero_stage", "overlap_grad_reduce",
-                            "overlap_param_gather")
+#: and the cross-entropy; the recomputation and its layer count too, which decide whether the
+#: MTP layers are checkpointed): the recomputed modules, the exchanges, the dispatcher, the
+#: tensor-parallel overlap and the data-parallel side but d.
+_FLIGHT_FREE_PLAN_FIELDS = ("recompute_modules", "cp_comm_type", "cp_a2a_size",
+                            "moe_token_dispatcher_type", "tp_comm_overlap", "zero_stage",
+                            "overlap_grad_reduce", "overlap_param_gather")
 _LAYOUT_KEY = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
                                     if f not in _LAYOUT_FREE_PLAN_FIELDS))
 _PER_LAYER_KEY = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
@@ -526,22 +535,28 @@ def _memoized(memo: dict | None, key: tuple | None, fn, *args):
 
 
 def _stage_layer_parts(model: ModelConfig, plan: ParallelPlan) -> tuple:
-    """The layer counts of :func:`stage_activation_bytes`: ``(layers, moe_counts, recomputed,
+    """The layer counts of :func:`stage_activation_bytes`: ``(layers, kept_moe, recomputed,
     last, uneven, has_moe)``: each stage's transformer layers (int64 (p,), with the MTP
-    layers), MoE layers (float (p,)), recomputed layers (with the MTP layers' under full
-    recomputation), the loss stage, :func:`uneven_chunks` and whether any stage has MoE
-    layers (arrays read-only)."""
+    layers), MoE layers not recomputed (float (p,): :func:`stage_moe_layer_counts` less
+    :func:`recomputed_moe_layers` and the recomputed MTP layers), recomputed layers (with the MTP layers' under full
+    recomputation of every layer, :func:`mtp_layers_recomputed`), the loss stage,
+    :func:`uneven_chunks` and whether any stage has MoE layers (arrays read-only)."""
     counts = stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
+    kept_moe = moe_counts - recomputed_moe_layers(model, plan)
     recomputed = recomputed_layers(model, plan)
     n_mtp = mtp_layers(model)
-    if n_mtp and plan.recompute == "full":  # the MTP layers' transformer layers: checkpointed
+    if n_mtp and mtp_layers_recomputed(plan):  # the MTP layers' transformer layers: checkpointed
+        # (uniform method; with the block method, recompute_num_layers set, Megatron-Core
+        # skips their recomputation and they keep their activations)
         recomputed = recomputed.copy()
         recomputed[loss_stage(plan)] += n_mtp
+        if mtp_layer_is_moe(model):
+            kept_moe[loss_stage(plan)] -= n_mtp
     layers = np.array(counts, np.int64)
-    for a in (layers, moe_counts, recomputed):
+    for a in (layers, kept_moe, recomputed):
         a.setflags(write=False)
-    return (layers, moe_counts, recomputed, loss_stage(plan), uneven_chunks(plan, model),
+    return (layers, kept_moe, recomputed, loss_stage(plan), uneven_chunks(plan, model),
             bool(moe_counts.any()))
 
 

@@ -15,7 +15,7 @@ from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan, tensor_dtype
 
 __all__ = [
-    "SELECTIVE_OP_SAVED", "recomputed_in_chunk", "recomputed_layers",
+    "SELECTIVE_OP_SAVED", "mtp_layers_recomputed", "recomputed_in_chunk", "recomputed_layers",
     "selective_op_activation_bytes", "selective_op_flops_per_token", "selective_op_linears",
 ]
 
@@ -103,6 +103,23 @@ def recomputed_in_chunk(plan: ParallelPlan, layers: int) -> int:
         return 0
     n = plan.recompute_num_layers
     return layers if n is None else min(n, layers)
+
+
+def mtp_layers_recomputed(plan: ParallelPlan) -> bool:
+    """Whether full recomputation checkpoints the multi-token prediction layers' transformer
+    layers too (their input kept, their forward run again in the backward).
+
+    Megatron-Core (0.16.1, ``transformer/multi_token_prediction.py``,
+    ``MultiTokenPredictionLayer.forward`` and ``_checkpointed_forward``): under
+    ``recompute_granularity == "full"`` the MTP layer checkpoints its projection and transformer
+    layer with ``--recompute-method uniform`` (which it asserts is by 1 layer), while with
+    ``--recompute-method block`` it warns "recompute_method == 'block' is not supported for MTP
+    yet. Skipping recompute." and runs them plainly, keeping their activations. A plan's
+    ``recompute_num_layers`` is the block method's count (``--recompute-method block
+    --recompute-num-layers``, :mod:`core.io.megatron.from_session`); unset, every layer is
+    recomputed (``uniform`` by 1): so True only with ``recompute = "full"`` and no
+    ``recompute_num_layers``."""
+    return plan.recompute == "full" and plan.recompute_num_layers is None
 
 
 def recomputed_layers(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:

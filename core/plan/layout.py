@@ -394,22 +394,31 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
     return counts
 
 
-def capped_recompute_layers(plan: ParallelPlan, num_layers: int) -> ParallelPlan:
+def capped_recompute_layers(plan: ParallelPlan, num_layers: int, mtp_layers: int = 0
+                            ) -> ParallelPlan:
     """``plan`` with ``recompute_num_layers`` None when the count reaches the plan's largest
-    model chunk, else ``plan`` itself.
+    model chunk, else ``plan`` itself; with ``mtp_layers`` (the model's multi-token prediction
+    layers) above 0, such a count becomes the largest chunk's layers instead.
 
     Megatron's block method applies ``--recompute-num-layers`` to each model chunk
     (TransformerBlock: a pipeline stage, or a virtual stage under the interleaved schedule)
     and a chunk with fewer layers recomputes them all, so such a count is "every layer"
-    (the same simulation). Readers of other tools' settings (Megatron arguments, published
-    runs) and the sweep's plans take it through here; :func:`validate` refuses a count above
-    every chunk in a session, where it reads as a per-stage count. A plan whose layers do
-    not split is returned as is (validation names it)."""
+    (the same simulation). Not with MTP layers: Megatron-Core recomputes them by the uniform
+    method only (:func:`core.model.recompute.mtp_layers_recomputed`; None reads as uniform),
+    so the block method's count stays one, capped. Readers of other tools' settings
+    (Megatron arguments, published runs) and the sweep's plans take it through here;
+    :func:`validate` refuses a count above every chunk in a session, where it reads as a
+    per-stage count. A plan whose layers do not split is returned as is (validation names
+    it)."""
     n = plan.recompute_num_layers
     if not isinstance(n, int) or isinstance(n, bool):
         return plan
     most = largest_model_chunk(num_layers, plan)
-    return dataclasses.replace(plan, recompute_num_layers=None) if most and n >= most else plan
+    if not most or n < most:
+        return plan
+    if mtp_layers > 0:
+        return plan if n == most else dataclasses.replace(plan, recompute_num_layers=most)
+    return dataclasses.replace(plan, recompute_num_layers=None)
 
 
 def largest_model_chunk(num_layers: int, plan: ParallelPlan, chunks: int | None = None

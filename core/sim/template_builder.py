@@ -377,7 +377,8 @@ class _TemplateBuilder:
 
     def mtp_backward(self) -> None:
         """The MTP layers' backward first (they ran last): the transformer layer (recomputed
-        under full recomputation: Megatron-Core's MTP layer checkpoints it), then eh_proj, its
+        under full recomputation of every layer: Megatron-Core's MTP layer checkpoints it by the
+        uniform method, ``st.mtp_recompute``), then eh_proj, its
         collectives and the shifted tokens' embedding; the "mtp" bucket completes with the
         first."""
         st = self.st

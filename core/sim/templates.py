@@ -22,6 +22,7 @@ from core import schedules
 from core.plan.session import Session
 from core.model.keys import MOE_DERIVED_OPS, MOE_OPS, TP_OVERLAP_GEMMS
 from core.model.moe import expert_data_parallel, expert_tensor_parallel
+from core.model.recompute import mtp_layers_recomputed
 from core.plan.parallel import recompute_modules
 from core.sim.pipeline_graph import OP
 from core.sim.op_times import (LOOKUP_OPS, SAC_GATHERS, SAC_GATHER_SOURCES, TP_OVERLAP_BLOCKS,
@@ -263,8 +264,9 @@ class StageStructure:
     collectives move the latents (``tp_mla_*``, :func:`core.model.mla.mla_tp_latent_width`).
     ``mtp``: the multi-token prediction layers the (last) virtual stage runs after its layers
     (0 elsewhere); ``mtp_moe``: theirs is an MoE layer (:func:`core.model.mtp.mtp_layer_is_moe`);
-    ``mtp_recompute``: full recomputation, under which each MTP layer's transformer layer is
-    recomputed (Megatron-Core's ``MultiTokenPredictionLayer`` checkpoints it).
+    ``mtp_recompute``: full recomputation of every layer, under which each MTP layer's
+    transformer layer is recomputed (Megatron-Core's ``MultiTokenPredictionLayer`` checkpoints
+    it by the uniform method, not by the block one: :func:`core.model.recompute.mtp_layers_recomputed`).
     ``norms``: whether the input norm and a dense layer's pre-MLP norm are modules of their
     own (:func:`core.model.attention.norms_separate`), which ``layernorm`` recomputation runs again.
     ``ep_overlap``: ``overlap_moe_expert_parallel_comm`` with ``ep > 1``: the forward's and the
@@ -342,7 +344,7 @@ def stage_structure(session: Session, stage: int, chunk: int = 0,
                       mla=m.multi_latent_attention is True,
                       mtp=model_math.mtp_layers(m) if k == p * v - 1 else 0,
                       mtp_moe=model_math.mtp_layer_is_moe(m),
-                      mtp_recompute=pl.recompute == "full",
+                      mtp_recompute=mtp_layers_recomputed(pl),
                       norms=model_math.norms_separate(m), **moe)
 
 

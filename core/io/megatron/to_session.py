@@ -257,8 +257,9 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
             mp.notes.append(("GPUs per node", f"{domain}: the {kind}'s NVLink domain ({given}, "
                              f"{world}); give --gpus-per-node G for your nodes"))
     # Megatron applies --recompute-num-layers to each model chunk: a count at or above the
-    # largest recomputes every layer
-    plan = capped_recompute_layers(ParallelPlan(**mp.values["plan"]), L)
+    # largest recomputes every layer (but the MTP layers: capped, the block method stays)
+    plan = capped_recompute_layers(ParallelPlan(**mp.values["plan"]), L,
+                                   int(mp.values["model"].get("mtp_num_layers") or 0))
     model = model_from_fields({**MEGATRON_MODEL_DEFAULTS, "name": name or Path(src).stem,
                                **mp.values["model"]})
     session = Session(model, plan, ClusterConfig(**cluster), CostConfig(**mp.values["cost"]))

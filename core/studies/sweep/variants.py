@@ -216,7 +216,7 @@ def _variant_plans(session: Session, c: Any, group: dict, fields: list[dict]
     for f in fields:
         plan = make({**group, **f})
         if plan.recompute_num_layers is not None:
-            plan = capped_recompute_layers(plan, m.num_layers)
+            plan = capped_recompute_layers(plan, m.num_layers, m.mtp_num_layers or 0)
         values.append(plan.__dict__)
     return list(map(make, _with_overlaps(m, c, values)))
 
