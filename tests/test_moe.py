@@ -575,3 +575,18 @@ def test_the_moe_ops_warning_only_where_they_are_timed_unlike_the_dense_ops():
     a100 = simulate(_session(gpu="A100-SXM4-80GB", precision="bf16")).report.warnings
     assert not any(w.startswith(text) for w in h100)
     assert any(w.startswith(text + " calibrated profile of A100-SXM4-80GB") for w in a100)
+
+
+def test_report_says_memory_does_not_count_the_flex_dispatchers_buffers():
+    """DeepEP / HybridEP allocate their NVLink and RDMA buffers outside PyTorch's allocator,
+    sized by their configuration: the memory figure is the same, with the caveat named."""
+    s = _session()
+    store = session_profile(s)
+    plain = simulate(s, store).report
+    flex = simulate(_session(moe_token_dispatcher_type="flex"), store).report
+    assert not any("DeepEP" in w for w in plain.warnings)
+    assert any("DeepEP" in w and "memory per GPU does not count" in w for w in flex.warnings)
+    assert flex.max_memory_per_gpu_bytes == plain.max_memory_per_gpu_bytes
+    one_rank = simulate(_session(moe_token_dispatcher_type="flex", expert_parallel=1,
+                                 data_parallel=8), store).report  # no exchange, no buffers
+    assert not any("DeepEP" in w for w in one_rank.warnings)

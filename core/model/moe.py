@@ -493,3 +493,17 @@ def moe_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mode:
         # the fc1 output the clamps keep (core.model.mlp.glu_clamp_kernels)
         routed += R * 4 * (fe // etp)
     return out + routed * DTYPE_BYTES[tensor_dtype(plan.precision)] / 2
+
+
+def flex_buffer_memory_note(model: ModelConfig, plan) -> str | None:
+    """The report's caveat on memory under the flex dispatcher (None without it): DeepEP's and
+    HybridEP's communication buffers (Megatron-Core ``fused_a2a``: NVLink and RDMA buffers
+    allocated outside PyTorch's caching allocator, sized by the kernels' configuration hints)
+    are not in the memory per GPU; no source here gives their size, so none is guessed."""
+    if plan.moe_token_dispatcher_type != "flex" or not num_moe_layers(model) or \
+            plan.expert_parallel <= 1:
+        return None
+    return ("moe_token_dispatcher_type=flex: the memory per GPU does not count DeepEP's / "
+            "HybridEP's communication buffers (NVLink and RDMA buffers allocated outside "
+            "PyTorch's caching allocator; their size follows the kernels' configuration, not "
+            "modelled)")

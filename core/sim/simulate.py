@@ -18,6 +18,7 @@ import numpy as np
 
 from core.model import model_math
 from core.model.cuda_graphs import cuda_graph_memory_note
+from core.model.moe import flex_buffer_memory_note
 from core.plan.cluster import GPU_FP8_DTYPES
 from core.plan.fields import ConfigError, FieldError, path_problem
 from core.plan.parallel import fp8_recipe, gemm_peak_dtype, recompute_modules
@@ -546,7 +547,8 @@ def _memory_and_notes(session: Session, store: ProfileStore, warnings: list[str]
     planner's margin: it makes a fit tight, :func:`tight_note`); appends to ``warnings`` (in
     place) why the plan does not fit or that it is tight, the notes on small NVLink
     domains and straddling context-parallel groups, that the memory does not count CUDA
-    graphs' pools (:func:`core.model.cuda_graphs.cuda_graph_memory_note`), and a note when the profile's
+    graphs' pools (:func:`core.model.cuda_graphs.cuda_graph_memory_note`) nor the flex
+    dispatcher's buffers (:func:`core.model.moe.flex_buffer_memory_note`), and a note when the profile's
     ``peak_fraction`` was never fitted.
 
     Returns
@@ -563,7 +565,8 @@ def _memory_and_notes(session: Session, store: ProfileStore, warnings: list[str]
     if tight:
         warnings.append(tight)
     for note in (small_nvlink_domain_note(session.cluster, session.plan.num_gpus),
-                 cp_straddle_note(session), cuda_graph_memory_note(session.plan)):
+                 cp_straddle_note(session), cuda_graph_memory_note(session.plan),
+                 flex_buffer_memory_note(session.model, session.plan)):
         if note:
             warnings.append(note)
     if fits_peak_fraction(store) and store.op_model.get("peak_fraction", 1.0) == 1.0:
