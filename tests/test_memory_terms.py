@@ -78,7 +78,10 @@ def test_process_terms_closed_forms():
     (dict(tensor_parallel=2, data_parallel=2), 2),
     (dict(pipeline_parallel=2), 2),  # pp and the model-parallel group (t*p = 2)
     (dict(data_parallel=2, context_parallel=2), 2),  # cp, and dp*cp
-    (dict(data_parallel=4, expert_parallel=4), 2),
+    (dict(data_parallel=4, expert_parallel=4), 2),  # dp, ep: every rank holds other experts
+    (dict(data_parallel=8, expert_parallel=4), 3),  # + the experts' data-parallel group (2)
+    (dict(tensor_parallel=2, data_parallel=4, expert_parallel=4, expert_tensor_parallel=1),
+     4),  # tp, dp, ep, and expert dp t*d/(etp*ep) = 2
 ])
 def test_nccl_communicators(kw, n):
     assert mm.nccl_communicators(_plan(**kw)) == n

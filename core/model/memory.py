@@ -245,13 +245,16 @@ def nccl_communicators(plan: ParallelPlan) -> int:
     collective): tensor-parallel (``t > 1``), context-parallel (``cp > 1``), data-parallel
     (``d*cp > 1``: the gradient reduction and, sharded, the parameter gather), pipeline
     (``p > 1``: the stage-to-stage sends), the model-parallel group (``t*p > 1`` with ``p > 1``:
-    Megatron-Core's gradient-norm all-reduce, ``parallel_state.get_model_parallel_group``) and
-    expert-parallel (``ep > 1``)."""
+    Megatron-Core's gradient-norm all-reduce, ``parallel_state.get_model_parallel_group``),
+    expert-parallel (``ep > 1``) and, with it, expert-data-parallel (:func:`expert_data_parallel`
+    ``> 1``: Megatron-Core's DDP reduces the experts' gradients over their own group,
+    ``parallel_state.get_expert_data_parallel_group``)."""
     t, p = plan.tensor_parallel, plan.pipeline_parallel
     cp = getattr(plan, "context_parallel", 1) or 1
     ep = getattr(plan, "expert_parallel", 1) or 1
     return int(t > 1) + int(cp > 1) + int(plan.data_parallel * cp > 1) + int(p > 1) \
-        + int(p > 1 and t * p > 1) + int(ep > 1)
+        + int(p > 1 and t * p > 1) + int(ep > 1) \
+        + int(ep > 1 and expert_data_parallel(plan) > 1)
 
 
 def nccl_buffer_bytes(plan: ParallelPlan) -> float:
