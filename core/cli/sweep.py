@@ -741,8 +741,9 @@ def _print_warnings(result, console: Console) -> None:
 
 def _print_outside_calibration(result, console: Console) -> None:
     """The plans that fit but leave what the store was calibrated on (⚠ in the tables: a
-    feature none of its runs had, or a GPU count or model size beyond theirs), counted, with the
-    front's departures named."""
+    feature none of its runs had, or a GPU count or model size beyond theirs), counted among
+    the simulated ones ("simulated" said when branch and bound pruned some), with the front's
+    departures named."""
     n = result.num_outside_calibration
     if not n:
         return
@@ -750,8 +751,11 @@ def _print_outside_calibration(result, console: Console) -> None:
     within = result.within_calibration
     named = sorted({result.calibration_departures[i] or OUTSIDE_RANGE
                     for i in result.pareto_indices().tolist() if not within[i]})
-    console.print(f"[yellow]⚠[/] {n:,} plan{'s' if n != 1 else ''} that fit leave what the "
-                  "profile was calibrated on (error band of unknown coverage)"
+    # counted among the simulated plans: a pruned plan has no figures (--exhaustive counts all)
+    pruned = bool(result.pruned.any())
+    console.print(f"[yellow]⚠[/] {n:,} {'simulated ' if pruned else ''}plan{'s' if n != 1 else ''}"
+                  " that fit leave what the profile was calibrated on (error band of unknown "
+                  "coverage)"
                   + (f"; on the front: {esc(' | '.join(named))}" if named else ""),
                   highlight=False)
 
