@@ -48,7 +48,7 @@ _CANCEL_EVERY = 2048
 BEST_BY_FIELDS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
                   "context_parallel", "expert_parallel", "schedule", "virtual_pipeline_stages",
                   "recompute", "sequence_parallel", "zero_stage", "cp_comm_type",
-                  "moe_token_dispatcher_type")
+                  "moe_token_dispatcher_type", "expert_tensor_parallel")
 
 
 def column_is_constant(values: Any) -> bool:
