@@ -135,7 +135,8 @@ def add_parser(sub: Any) -> None:
                     help="simulate every plan that fits (no branch and bound; the same answers, "
                          "slower)")
     sw.add_argument("--json", action="store_true",
-                    help="print one JSON object (num_plans, num_feasible, wall_s, fastest, "
+                    help="print one JSON object (num_plans, num_fit: those that fit in "
+                         "memory, num_feasible: those of them simulated, wall_s, fastest, "
                          "cheapest, pareto, ...) instead of tables")
     from core.cli.sweep_gpus import add_arguments as add_gpu_choice_arguments
     add_gpu_choice_arguments(sw)  # --gpus-from: which GPUs to rent (core/cli/sweep_gpus.py)
