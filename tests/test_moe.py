@@ -372,6 +372,70 @@ def test_sweep_adds_expert_parallel_only_for_moe_models():
     assert len(moe_plans) == 2 * 4
 
 
+def test_default_sweep_tries_expert_tensor_parallel_t_and_1():
+    """A Megatron-Core user of an MoE model with t > 1 tries --expert-tensor-parallel-size t
+    (its default, unset) and 1 (Megatron-Bridge's MoE recipes): Qwen3-30B-A3B (128 experts)
+    on 16 GPUs at t=2, d=8 places etp*ep inside t*cp*d = 16 ranks, so ep=16 exists only with
+    etp=1; at t=1 unset and 1 are one plan (the session's alone), and held values keep it."""
+    from core.plan.presets import MODEL_PRESETS
+    from core.studies.sweep import SweepSpace, enumerate_plans, sweep_dimensions
+    qwen = dataclasses.replace(MODEL_PRESETS["Qwen3-30B-A3B"], seq_length=4096)
+    s = _session(qwen, tensor_parallel=2, pipeline_parallel=1, data_parallel=8,
+                 sequence_parallel=True, expert_parallel=8)
+    space = SweepSpace(num_gpus=16, tensor_parallel=(1, 2), pipeline_parallel=(1,),
+                       context_parallel=(1,), micro_batch_sizes=(1,), recompute=("none",),
+                       zero_stages=(1,), moe_token_dispatcher_type=("alltoall",),
+                       overlap_moe_expert_parallel_comm=(False,))
+    plans = enumerate_plans(s, space)
+    pairs = {(pl.tensor_parallel, pl.expert_tensor_parallel, pl.expert_parallel) for pl in plans}
+    assert pairs == ({(2, None, ep) for ep in (1, 2, 4, 8)}
+                     | {(2, 1, ep) for ep in (1, 2, 4, 8, 16)}
+                     | {(1, None, ep) for ep in (1, 2, 4, 8, 16)})
+    dims = {d["field"]: d for d in sweep_dimensions(s, space, plans)}
+    assert dims["expert_tensor_parallel"]["swept"] and dims["expert_tensor_parallel"]["values"] == [1, None]
+    held = enumerate_plans(s, dataclasses.replace(space, hold_session_values=True,
+                                                  sequence_parallel=(True,)))
+    assert {pl.expert_tensor_parallel for pl in held} == {None}
+    # the session's own size is kept first and each size tried once: etp=2 at t=2 is unset
+    two = enumerate_plans(dataclasses.replace(s, plan=dataclasses.replace(
+        s.plan, expert_tensor_parallel=2)), dataclasses.replace(space, tensor_parallel=(2,)))
+    assert [pl.expert_tensor_parallel for pl in two if pl.expert_parallel == 8] == [2, 1]
+
+
+def test_sweep_best_by_expert_tensor_parallel_is_the_simulated_plan():
+    """The sweep's fastest plan of each expert tensor-parallel size is what vtrain simulate
+    gives that plan (time, memory and its verdict), and etp=1 is the faster at t=2 here (each
+    expert's GEMMs whole, no expert tensor-parallel collectives)."""
+    from core.plan.presets import MODEL_PRESETS
+    from core.studies.sweep import SweepSpace, run_sweep
+    qwen = dataclasses.replace(MODEL_PRESETS["Qwen3-30B-A3B"], seq_length=4096)
+    s = _session(qwen, tensor_parallel=2, pipeline_parallel=1, data_parallel=8,
+                 sequence_parallel=True, expert_parallel=8, global_batch_size=16)
+    space = SweepSpace(num_gpus=16, tensor_parallel=(2,), pipeline_parallel=(1,),
+                       context_parallel=(1,), micro_batch_sizes=(1,), recompute=("none",),
+                       zero_stages=(1,), moe_token_dispatcher_type=("alltoall",),
+                       overlap_moe_expert_parallel_comm=(False,))
+    res = run_sweep(s, space)
+    best = {r["value"]: r["plan"] for r in res.best_by()["expert_tensor_parallel"]}
+    assert set(best) == {1, None}
+    for etp, row in best.items():
+        pl = res.plan(res.index_of(ParallelPlan(**{f: row[f] for f in
+                                                   dataclasses.asdict(s.plan)})))
+        assert pl.expert_tensor_parallel == etp
+        rep = simulate(dataclasses.replace(s, plan=pl)).report
+        assert rep.iteration_time_s == pytest.approx(row["iteration_time_s"], rel=1e-9)
+        assert rep.max_memory_per_gpu_bytes == pytest.approx(row["max_memory_per_gpu_bytes"],
+                                                             rel=1e-9)
+        assert rep.memory_verdict == row["memory_verdict"]
+    assert best[1]["iteration_time_s"] < best[None]["iteration_time_s"]
+    # branch and bound keeps each size's best: an exhaustive sweep's
+    full = run_sweep(s, space, prune=False)
+    assert {r["value"]: r["plan"]["iteration_time_s"]
+            for r in full.best_by()["expert_tensor_parallel"]} == {
+        v: row["iteration_time_s"] for v, row in best.items()}
+    assert full.fastest == res.fastest
+
+
 def test_graph_size_estimate_bounds_moe_graphs():
     """The simulator's task-count guard stays an upper estimate with MoE layers (every MoE
     task: expert tensor parallelism, shared experts, full recomputation, split backward)."""

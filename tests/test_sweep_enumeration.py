@@ -153,8 +153,17 @@ def _reference_variants(session, c, checks, sizes, sps_t, zs_d, flags, split=(No
     out = []
     disps = c.disps if ep > 1 else [base.moe_token_dispatcher_type]
     cpcs = c.cpcs if cp > 1 else [(base.cp_comm_type, base.cp_a2a_size)]
-    for rc, (cpc, a2a), disp, (ce, impl) in ((rc, x, disp, ce) for rc in c.rcs for x in cpcs
-                                             for disp in disps for ce in c.ces):
+    # the expert tensor-parallel sizes: at t > 1 one of each size (unset is t), the first kept
+    etps = c.etps[:1]
+    if t > 1:
+        etps, sizes_seen = [], set()
+        for e in c.etps:
+            if (t if e is None else e) not in sizes_seen:
+                sizes_seen.add(t if e is None else e)
+                etps.append(e)
+    for rc, (cpc, a2a), disp, etp, (ce, impl) in (
+            (rc, x, disp, etp, ce) for rc in c.rcs for x in cpcs for disp in disps
+            for etp in etps for ce in c.ces):
         for sp, z, tpo, og, op in overlap_choices(
                 sps_t, zs_d, c.tpos, c.dpos, t, d * cp,
                 1 < t <= cl.gpus_per_node and not c.mla,
@@ -167,7 +176,8 @@ def _reference_variants(session, c, checks, sizes, sps_t, zs_d, flags, split=(No
                 first_stage_layers=split[0], last_stage_layers=split[1],
                 recompute_modules=(base.recompute_modules if rc == "selective" else None),
                 tp_comm_overlap=tpo, overlap_grad_reduce=og, overlap_param_gather=op,
-                moe_token_dispatcher_type=disp, cp_comm_type=cpc, cp_a2a_size=a2a,
+                moe_token_dispatcher_type=disp, expert_tensor_parallel=etp,
+                cp_comm_type=cpc, cp_a2a_size=a2a,
                 cross_entropy_loss_fusion=ce,
                 cross_entropy_fusion_impl=impl, account_for_embedding_in_pipeline_split=flags[0],
                 account_for_loss_in_pipeline_split=flags[1])
@@ -267,6 +277,10 @@ CASES = {
                  last_stage_layers=12, tensor_parallel=8),
         SweepSpace(max_gpus=512, tensor_parallel=(8,), micro_batch_sizes=(1,),
                    recompute=("full",), schedules=("1f1b", "interleaved"), zero_stages=(1,))),
+    "expert tensor-parallel sizes: the session's 2, t and 1": (
+        _session("Qwen3-30B-A3B", global_batch_size=64, expert_tensor_parallel=2),
+        SweepSpace(max_gpus=16, tensor_parallel=(1, 2, 4), micro_batch_sizes=(1,),
+                   recompute=("none",), schedules=("1f1b",), zero_stages=(1,))),
     "a held field breaks a rule": (_session("GPT-3 1.3B", moe_imbalance_factor=2.0),
                                    SweepSpace(max_gpus=16)),
 }

@@ -155,6 +155,12 @@ def test_cli_json_has_dimensions_best_by_and_no_cap(capsys):
     full = json.loads(capsys.readouterr().out)
     assert full["num_pruned"] == 0 and full["fastest"] == doc["fastest"]
     assert full["best_by"] == doc["best_by"] and full["pareto"] == doc["pareto"]
+    # the plans that fit, simulated or not, as the table counts them ("N fit in memory, M of
+    # them simulated"): the exhaustive sweep simulates each of them; num_feasible is those
+    # simulated, fewer where branch and bound pruned
+    assert doc["num_pruned"] > 0 and doc["num_feasible"] < doc["num_fit"]
+    assert doc["num_fit"] == doc["num_feasible"] + doc["num_pruned"] == full["num_fit"] \
+        == full["num_feasible"]
     # --max-work refuses by name, exit 2, with the estimate; no limit otherwise
     assert main(["sweep", str(cfg), "--context-parallel", "1", "--max-work", "10"]) == 2
     err = capsys.readouterr().err

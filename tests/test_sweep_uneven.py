@@ -162,7 +162,9 @@ def test_deepseek_v3_gets_deep_pipelines_and_megatron_lm_plans():
     even = [i for i, pl in enumerate(res.plans)
             if pl.pipeline_parallel <= 2 and res.feasible[i]
             and res.iteration_time_s[i] == res.iteration_time_s[i]]
-    assert even and res.iteration_time_s[res.fastest] < 0.8 * min(res.iteration_time_s[even])
+    # 15.95 s (t=4 p=16 etp=1, 4 + 4 x 14 + 1 layers) against 19.00 s (t=8 p=1 d=32 ep=256
+    # etp=1); before the sweep tried etp=1: 17.51 s (t=1 p=16) against 31.48 s (t=4 p=2)
+    assert even and res.iteration_time_s[res.fastest] < 0.85 * min(res.iteration_time_s[even])
     assert res.iteration_time_s[res.fastest] == pytest.approx(
         simulate(best).report.iteration_time_s, rel=1e-9)
     assert res.megatron_lm() == {}   # it runs both best plans

@@ -770,8 +770,9 @@ class ExploreTab(QtWidgets.QWidget):
             # as vtrain sweep says it: the ⚠ plans' bands are of unknown coverage
             named = sorted({departures[i] for i in np.flatnonzero(self._front).tolist()
                             if departures[i]})
-            parts.append(f'<span style="color:#B26A00">⚠ {format_count(n_out)} plans that fit '
-                         "leave what the profile was calibrated on (error band of unknown "
+            pruned = "simulated " if simulated < fit else ""
+            parts.append(f'<span style="color:#B26A00">⚠ {format_count(n_out)} {pruned}plans '
+                         "that fit leave what the profile was calibrated on (error band of unknown "
                          "coverage)" + (f"; on the front: {html.escape(' | '.join(named))}"
                                         if named else "") + "</span>")
 

@@ -71,7 +71,8 @@ def add_parser(sub: Any) -> None:
                          "as Megatron-Core users run it; off at t = 1)")
     sw.add_argument("--expert-parallel", metavar="EP[,EP...]",
                     help="expert-parallel sizes to try (default: the divisors of the number of "
-                         "experts for a mixture-of-experts model, 1 for a dense one)")
+                         "experts for a mixture-of-experts model, 1 for a dense one; with t > 1 "
+                         "each with the expert tensor-parallel size t, 1 and the session's)")
     sw.add_argument("--overlap-moe-expert-parallel-comm", metavar="N|Y[,...]",
                     help="the expert all-to-all overlap (combined 1F1B) off (n) and/or on (y), on "
                          "only where a plan allows it (default: both for a mixture-of-experts "
@@ -134,7 +135,8 @@ def add_parser(sub: Any) -> None:
                     help="simulate every plan that fits (no branch and bound; the same answers, "
                          "slower)")
     sw.add_argument("--json", action="store_true",
-                    help="print one JSON object (num_plans, num_feasible, wall_s, fastest, "
+                    help="print one JSON object (num_plans, num_fit: those that fit in "
+                         "memory, num_feasible: those of them simulated, wall_s, fastest, "
                          "cheapest, pareto, ...) instead of tables")
     from core.cli.sweep_gpus import add_arguments as add_gpu_choice_arguments
     add_gpu_choice_arguments(sw)  # --gpus-from: which GPUs to rent (core/cli/sweep_gpus.py)
@@ -741,8 +743,9 @@ def _print_warnings(result, console: Console) -> None:
 
 def _print_outside_calibration(result, console: Console) -> None:
     """The plans that fit but leave what the store was calibrated on (⚠ in the tables: a
-    feature none of its runs had, or a GPU count or model size beyond theirs), counted, with the
-    front's departures named."""
+    feature none of its runs had, or a GPU count or model size beyond theirs), counted among
+    the simulated ones ("simulated" said when branch and bound pruned some), with the front's
+    departures named."""
     n = result.num_outside_calibration
     if not n:
         return
@@ -750,8 +753,11 @@ def _print_outside_calibration(result, console: Console) -> None:
     within = result.within_calibration
     named = sorted({result.calibration_departures[i] or OUTSIDE_RANGE
                     for i in result.pareto_indices().tolist() if not within[i]})
-    console.print(f"[yellow]⚠[/] {n:,} plan{'s' if n != 1 else ''} that fit leave what the "
-                  "profile was calibrated on (error band of unknown coverage)"
+    # counted among the simulated plans: a pruned plan has no figures (--exhaustive counts all)
+    pruned = bool(result.pruned.any())
+    console.print(f"[yellow]⚠[/] {n:,} {'simulated ' if pruned else ''}plan{'s' if n != 1 else ''}"
+                  " that fit leave what the profile was calibrated on (error band of unknown "
+                  "coverage)"
                   + (f"; on the front: {esc(' | '.join(named))}" if named else ""),
                   highlight=False)
 

@@ -91,6 +91,9 @@ _DIMENSION_DEFAULTS = {
     "overlap_moe_expert_parallel_comm": ("overlap_moe_expert_parallel_comm",
                                          "off and on where a plan allows it (a "
                                          "mixture-of-experts model; off for a dense one)"),
+    "expert_tensor_parallel": (None, "the session's, t (unset: Megatron-Core's default) and "
+                                     "1 (Megatron-Bridge's MoE recipes) with t > 1, for a "
+                                     "mixture-of-experts model; the session's at t = 1"),
     "moe_token_dispatcher_type": ("moe_token_dispatcher_type",
                                   "alltoall and flex with expert parallelism (ep > 1)"),
     "cp_comm_type": ("cp_comm_type", "p2p, a2a and the session's exchange with context "
@@ -272,10 +275,10 @@ def held_dimensions(dimensions: list[dict[str, Any]], plan: ParallelPlan | None 
                     ) -> list[dict[str, Any]]:
     """The held entries of :func:`sweep_dimensions`' ``dimensions`` a sweep's summary names
     (the command line's and the Explore tab's "held:" line): those of
-    :data:`~core.studies.sweep.result.BEST_BY_FIELDS` but the exchange and the dispatcher
-    (variants of cp > 1 and ep > 1 plans: held at the session's, they say nothing a dense or
-    cp = 1 sweep needs), those with a ``note`` (the layer-slot flags) and, given the session's
-    ``plan``, every field held at a value that is not the plan's (the te cross-entropy by
+    :data:`~core.studies.sweep.result.BEST_BY_FIELDS` but the exchange, the dispatcher and the
+    expert tensor-parallel size (variants of cp > 1, ep > 1 and MoE t > 1 plans: held at the
+    session's, they say nothing a dense or cp = 1 sweep needs), those with a ``note`` (the
+    layer-slot flags) and, given the session's ``plan``, every field held at a value that is not the plan's (the te cross-entropy by
     default), so that "every other plan field is the session's" holds."""
     def away(d: dict[str, Any]) -> bool:
         return (plan is not None and len(d["values"]) == 1
@@ -287,4 +290,5 @@ def held_dimensions(dimensions: list[dict[str, Any]], plan: ParallelPlan | None 
 
 
 #: Fields of BEST_BY_FIELDS that are variants of some plans only (held, named when away).
-_VARIANT_FIELDS = frozenset({"cp_comm_type", "moe_token_dispatcher_type"})
+_VARIANT_FIELDS = frozenset({"cp_comm_type", "moe_token_dispatcher_type",
+                             "expert_tensor_parallel"})

@@ -48,7 +48,7 @@ _CANCEL_EVERY = 2048
 BEST_BY_FIELDS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
                   "context_parallel", "expert_parallel", "schedule", "virtual_pipeline_stages",
                   "recompute", "sequence_parallel", "zero_stage", "cp_comm_type",
-                  "moe_token_dispatcher_type")
+                  "moe_token_dispatcher_type", "expert_tensor_parallel")
 
 
 def column_is_constant(values: Any) -> bool:
@@ -434,7 +434,9 @@ class SweepResult:
         ``price_per_gpu_hour_usd``, ``profile``, ``warnings``, ``interval_coverage`` and
         ``interval_note`` (the error bands' nominal coverage, and why there are none),
         ``num_outside_calibration`` (:attr:`num_outside_calibration`),
-        ``num_pruned`` (plans that fit but were not simulated), ``dimensions``
+        ``num_fit`` (plans that fit in memory, simulated or not: the table's "fit in memory";
+        ``num_feasible`` counts those simulated), ``num_pruned`` (plans that fit but were not
+        simulated), ``dimensions``
         (:attr:`dimensions`: what was swept and what held, and why), ``best_by``
         (:meth:`best_by`), ``fewest_gpus`` (:meth:`fewest_gpus`), ``config`` (the
         session's own plan: ``in_sweep``, and when in it ``plan``,
@@ -466,6 +468,7 @@ class SweepResult:
             "profile": self.profile, "warnings": self.warnings, "config": config,
             "megatron_lm": self.megatron_lm(),
             "interval_coverage": self.interval_coverage, "interval_note": self.interval_note,
+            "num_fit": int(np.count_nonzero(self.fits_in_memory)),
             "num_pruned": int(np.count_nonzero(self.pruned)),
             "num_outside_calibration": self.num_outside_calibration,
             "dimensions": self.dimensions, "best_by": self.best_by(),

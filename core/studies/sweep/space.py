@@ -148,7 +148,14 @@ class SweepSpace:
     expert_parallel : sequence of int, optional
         Candidate expert-parallel sizes ep (inside the ``t*cp*d`` ranks, no extra GPUs). Default:
         for a mixture-of-experts model the divisors of ``num_experts``; for a dense model 1 (a
-        dense model's sweep does not grow). The expert tensor-parallel size is the session's.
+        dense model's sweep does not grow). The expert tensor-parallel size
+        (``plan.expert_tensor_parallel``, ``--expert-tensor-parallel-size``) of a
+        mixture-of-experts model's plans with t > 1: the session's, t (unset, Megatron-Core's
+        default) and 1 (what Megatron-Bridge's MoE recipes with tensor parallelism set:
+        Qwen3-235B-A22B at t=2, ep=32; DeepSeek-V3 at t=2, ep=64), each size once (the
+        experts' weights and all-to-all change with it, and at t=2 with etp=t an expert group
+        of ep=32 needs twice the ranks); the session's at t = 1 and with
+        ``hold_session_values``.
     overlap_moe_expert_parallel_comm : sequence of bool, optional
         The expert all-to-all overlap off / on (Megatron-Core's combined 1F1B), on only for the
         plans that allow it (:func:`core.plan.rules.ep_overlap_errors`; the others are tried
@@ -243,6 +250,8 @@ class SweepSpace:
                "recompute_modules", "first_stage_layers", "last_stage_layers", "context_parallel",
                "expert_parallel")
         hold = self.hold_session_values
+        if not hold:
+            out += ("expert_tensor_parallel",)
         if not hold or self.sequence_parallel is not None or self.tp_comm_overlap is not None:
             out += ("sequence_parallel", "tp_comm_overlap")
         if not hold or self.zero_stages is not None:
@@ -706,6 +715,7 @@ class _Choices:
     ps: list
     cps: list
     eps: list
+    etps: list
     bs: list
     scheds: list
     rcs: list
@@ -735,6 +745,7 @@ class _Choices:
     variants_of: dict = dataclasses.field(default_factory=dict)
     overlap_variants_of: dict = dataclasses.field(default_factory=dict)  # size_variants memos
     flags_of: dict = dataclasses.field(default_factory=dict)
+    etps_of: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, session: Session, space: SweepSpace) -> "_Choices":
@@ -793,6 +804,10 @@ class _Choices:
             ts=ts, ps=ps, cps=cp_candidates(session, space),
             eps=(sorted(set(as_list(space.expert_parallel))) if space.expert_parallel is not None
                  else divisors(m.num_experts) if m.is_moe else [1]),
+            # the expert tensor-parallel sizes: for a mixture-of-experts model the session's,
+            # t (unset: Megatron-Core's default) and 1 (Megatron-Bridge's MoE recipes); held
+            etps=(list(dict.fromkeys((base.expert_tensor_parallel, None, 1)))
+                  if m.is_moe and not hold else [base.expert_tensor_parallel]),
             bs=(sorted(set(as_list(space.micro_batch_sizes)))
                 if space.micro_batch_sizes is not None
                 else micro_batch_sizes_of(base.global_batch_size)),
@@ -820,6 +835,24 @@ class _Choices:
                    and not (ovs[0] != base.overlap_moe_expert_parallel_comm
                             or (base.delay_wgrad_compute is True and ovs[0])
                             != base.delay_wgrad_compute)))
+
+    def expert_tensor_sizes(self, t: int) -> list:
+        """The expert tensor-parallel sizes (``plan.expert_tensor_parallel``) tried at ``t``:
+        :attr:`etps` with t > 1, one of each size they give (unset is ``t``: Megatron-Core's
+        ``--expert-tensor-parallel-size`` defaults to the tensor-parallel size), the first
+        kept (the session's value first); the session's alone at t = 1 (where unset and 1
+        are the same plan)."""
+        out = self.etps_of.get(t)
+        if out is None:
+            if t > 1:
+                seen: dict = {}
+                for v in self.etps:
+                    seen.setdefault(t if v is None else v, v)
+                out = list(seen.values())
+            else:
+                out = self.etps[:1]
+            self.etps_of[t] = out
+        return out
 
     def data_parallel_sizes(self, space: SweepSpace, tp: int, B: int) -> list[int]:
         """The d tried with ``tp`` GPUs per data-parallel replica (t*p*cp): within the budget,

@@ -1,6 +1,6 @@
 """A sweep's candidates of one size (t, p, cp, ep, d, b, schedule, v): their variants
-(recomputation, context-parallel exchange, MoE dispatcher, cross-entropy, sequence
-parallelism, ZeRO stage, overlaps) built as plans
+(recomputation, context-parallel exchange, MoE dispatcher, expert tensor-parallel size,
+cross-entropy, sequence parallelism, ZeRO stage, overlaps) built as plans
 (:func:`size_variants`) and checked (:func:`sweep_verdicts`: each swept value alone, then
 validate's cross-field rules, memoized by :class:`core.plan.verdicts.PlanVerdicts`).
 :mod:`core.studies.sweep.space` loops over the sizes; which sizes a space tries does not
@@ -32,7 +32,8 @@ SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "exp
                 "last_stage_layers", "account_for_embedding_in_pipeline_split",
                 "account_for_loss_in_pipeline_split", "moe_token_dispatcher_type",
                 "cp_comm_type", "cp_a2a_size", "cross_entropy_fusion_impl",
-                "cross_entropy_loss_fusion", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
+                "cross_entropy_loss_fusion", "expert_tensor_parallel",
+                "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
                 "overlap_grad_reduce", "overlap_param_gather")
 #: Those whose values enumerate_plans checks per plan (the overlap flags it sets are bools)
 CHECKED_SWEPT_FIELDS = SWEPT_FIELDS[:-4]
@@ -41,7 +42,8 @@ VARIANT_FIELDS = ("recompute", "sequence_parallel", "zero_stage", "recompute_num
                   "tp_comm_overlap", "recompute_modules", "overlap_grad_reduce",
                   "overlap_param_gather", "overlap_moe_expert_parallel_comm",
                   "delay_wgrad_compute", "moe_token_dispatcher_type",
-                  "cross_entropy_loss_fusion", "cross_entropy_fusion_impl")
+                  "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
+                  "expert_tensor_parallel")
 #: Those of the plans with context parallelism (cp > 1), whose exchange is a variant too (at
 #: cp = 1 every variant keeps the session's: the rules' verdicts then read one value)
 CP_VARIANT_FIELDS = VARIANT_FIELDS + ("cp_comm_type", "cp_a2a_size")
@@ -129,7 +131,8 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
     """The valid plans of one ``sizes`` = (t, p, cp, ep, d, b, schedule, v) under the choices
     ``c`` (:class:`core.studies.sweep.space._Choices`): each recomputation, each
     context-parallel exchange (with cp > 1: ``c.cpcs``' (``cp_comm_type``, ``cp_a2a_size``);
-    at cp = 1 the session's), each MoE token dispatcher (with ep > 1), each cross-entropy
+    at cp = 1 the session's), each MoE token dispatcher (with ep > 1), each expert
+    tensor-parallel size (``c.expert_tensor_sizes(t)``), each cross-entropy
     choice, each (sequence parallel, ZeRO, overlaps) choice (:func:`overlap_choices`) and
     each expert all-to-all overlap, in that order; those that break a rule (an all-to-all
     exchange whose heads do not split over cp ...) are left out. ``verdicts``: the swept
@@ -154,8 +157,10 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
          group["account_for_loss_in_pipeline_split"]) = split_flags
     # what overlap_choices reads of the sizes (its other arguments are c's): the variants'
     # fields, built once per value of it
+    # the expert tensor-parallel sizes of t (a mixture-of-experts model's)
+    etps = c.expert_tensor_sizes(t)
     how = (tuple(sps_t), tuple(zs_d), d * cp > 1, 1 < t <= cl.gpus_per_node and not c.mla,
-           ep > 1, cp > 1)
+           ep > 1, cp > 1, tuple(etps))
     varying = CP_VARIANT_FIELDS if cp > 1 else VARIANT_FIELDS
     known = c.variants_of.get(how)
     if known is None:
@@ -171,11 +176,11 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
                    # the base's recomputed modules under selective
                    "recompute_modules": base.recompute_modules if rc == "selective" else None,
                    "overlap_grad_reduce": og, "overlap_param_gather": op,
-                   "moe_token_dispatcher_type": disp,
+                   "moe_token_dispatcher_type": disp, "expert_tensor_parallel": etp,
                    "cp_comm_type": cpc, "cp_a2a_size": a2a_size,
                    "cross_entropy_loss_fusion": ce, "cross_entropy_fusion_impl": impl}
                   for rc in c.rcs for cpc, a2a_size in cpcs for disp in disps
-                  for ce, impl in c.ces
+                  for etp in etps for ce, impl in c.ces
                   for sp, z, tpo, og, op in overlaps]
         known = c.variants_of[how] = [fields, None]
     fields, rows = known
