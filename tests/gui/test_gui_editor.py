@@ -247,3 +247,41 @@ def test_choosing_a_gpu_kind_takes_its_node_unless_the_user_set_one(editor):
     editor.set_field("cluster.gpus_per_node", 4)
     editor.set_field("cluster.gpu", "GB200-NVL72")
     assert editor.session().cluster.gpus_per_node == 4
+
+
+def test_several_errors_under_one_field_are_shown_whole(qtbot):
+    """t=3 with Llama 3 70B breaks four divisibility rules at once: the messages under the field
+    wrap to many lines in the form's narrow field column, and the row is as tall as they are
+    (they were cut off at the top and bottom, drawn over the field above)."""
+    from PySide6 import QtCore
+
+    editor = ConfigEditor()
+    scroll = QtWidgets.QScrollArea()
+    scroll.setWidget(editor)
+    scroll.setWidgetResizable(True)
+    scroll.setHorizontalScrollBarPolicy(QtCore.Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    qtbot.addWidget(scroll)
+    scroll.resize(editor.sizeHint().width() + 24, 800)  # as the Plan tab sizes it
+    scroll.show()
+    session = Session()
+    session.model = MODEL_PRESETS["Llama 3 70B"]
+    editor.set_session(session)
+    qtbot.waitExposed(scroll)
+    qtbot.wait(50)  # laid out without errors first, as a window before the edit
+    editor.field_widget("plan.tensor_parallel").setValue(3)
+    label = editor.error_label("plan.tensor_parallel")
+    assert len(label.text().split("\n")) == 4  # heads, query groups, MLP size, node size
+
+    below = editor.field_widget("plan.pipeline_parallel")
+
+    def whole() -> bool:
+        needed = label.fontMetrics().boundingRect(
+            QtCore.QRect(0, 0, label.width(), 100_000),
+            int(QtCore.Qt.TextFlag.TextWordWrap), label.text()).height()
+        bottom = label.mapTo(editor, QtCore.QPoint(0, label.height())).y()
+        return (label.height() >= needed
+                and bottom <= below.mapTo(editor, QtCore.QPoint(0, 0)).y())
+
+    qtbot.waitUntil(whole, timeout=2000)
+    editor.field_widget("plan.tensor_parallel").setValue(8)  # fixed: the row shrinks back
+    assert label.isHidden() and label.minimumHeight() == 0
