@@ -718,8 +718,10 @@ class CostPanel(QtWidgets.QWidget):
                 return format_bytes(nbytes).replace(" ", "&nbsp;")
             line = f"capacity&nbsp;{nb(report.memory_capacity_bytes)}"
             if report.memory_reserve_fraction > 0:  # the margin that makes a fit tight
-                line += f"&nbsp;(tight&nbsp;within&nbsp;{margin})"  # one item: never split
-            self._memory_legend.setText(  # the capacity on a line of its own: never split
+                # may go to the next line: at the chart's narrowest (a 1,280 px window) the
+                # whole item did not fit, and Qt broke it after the dashes, away from its text
+                line += f" (tight&nbsp;within&nbsp;{margin})"
+            self._memory_legend.setText(  # the capacity on a line of its own
                 f'{self._legend_parts}<br><span style="color:{_CAPACITY_COLOR}; '
                 f'font-weight:bold;">&#8211;&nbsp;&#8211;</span>&nbsp;{line}')
         item = self.memory_plot.getPlotItem()
