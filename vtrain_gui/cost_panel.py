@@ -339,6 +339,9 @@ class CostPanel(QtWidgets.QWidget):
         legend = self._memory_legend = QtWidgets.QLabel(self._legend_parts)
         legend.setWordWrap(True)
         title = QtWidgets.QLabel("<b>Memory per GPU by pipeline stage</b>")
+        # wraps at the chart's narrowest: on one line it kept a modern plan's window wider
+        # than a 1,280 px screen
+        title.setWordWrap(True)
         chart_layout.addWidget(title)
         chart_layout.addWidget(self._fit_label)
         fit_row = QtWidgets.QHBoxLayout()
