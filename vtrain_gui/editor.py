@@ -13,7 +13,7 @@ import dataclasses
 import math
 from typing import Any
 
-from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6 import QtCore, QtWidgets
 from PySide6.QtCore import Signal, Slot
 
 from core.plan.cluster import ClusterConfig, CostConfig, ReliabilityConfig
@@ -27,6 +27,7 @@ from core.model.counts import num_parameters
 
 from .formatting import format_count
 from .int_spin import INT64_MAX, IntSpinBox
+from .wrapped_label import WrappedLabel
 
 __all__ = ["ConfigEditor", "FieldSpec", "field_specs", "FLOAT_FIELD_MAX"]
 
@@ -181,47 +182,6 @@ _SINGULAR = {"sequences": "sequence", "stages": "stage", "replicas": "replica", 
              "tokens": "token", "layers": "layer"}
 
 
-class WrappedLabel(QtWidgets.QLabel):
-    """A word-wrapped plain-text label that asks for the height its text takes at its width.
-
-    A form row reserves a wrapped label's height for the width of its size hint, wider than
-    the form's field column: several error messages under one field (t=3 breaks four rules)
-    were cut off at the top and bottom. On each resize the label sets its minimum height to
-    what its text needs at its own width, and the form makes the row that tall.
-    """
-
-    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setWordWrap(True)
-        self.setTextFormat(QtCore.Qt.TextFormat.PlainText)
-
-    def setText(self, text: str) -> None:  # noqa: N802 - Qt API
-        super().setText(text)
-        self._claim_height()
-
-    def resizeEvent(self, event: QtGui.QResizeEvent) -> None:  # noqa: N802 - Qt API
-        super().resizeEvent(event)
-        self._claim_height()
-
-    def text_height(self, width: int) -> int:
-        """Pixels the text takes wrapped at ``width`` (QLabel's own heightForWidth counts the
-        minimum height set here, so it cannot measure)."""
-        margins = self.contentsMargins()
-        pad = 2 * self.margin()
-        inner = max(1, width - margins.left() - margins.right() - pad)
-        rect = self.fontMetrics().boundingRect(
-            QtCore.QRect(0, 0, inner, 1 << 24),
-            int(self.alignment()) | int(QtCore.Qt.TextFlag.TextWordWrap), self.text())
-        return rect.height() + margins.top() + margins.bottom() + pad
-
-    def _claim_height(self) -> None:
-        if self.width() <= 0:
-            return
-        needed = self.text_height(self.width()) if self.text() else 0
-        if needed != self.minimumHeight():
-            self.setMinimumHeight(needed)
-
-
 @dataclasses.dataclass(frozen=True)
 class FieldSpec:
     """How one dataclass field is edited: dotted ``path``, Python type and metadata."""
@@ -271,7 +231,8 @@ class _FieldBinding(QtCore.QObject):
         self.widget = self._make_widget(spec, unit, parent)
         self.widget.setToolTip(spec.help + (f" [{spec.unit}]" if spec.unit else ""))
         self.widget.setObjectName(spec.path)
-        self.error_label = WrappedLabel(parent)
+        self.error_label = WrappedLabel(parent=parent)
+        self.error_label.setTextFormat(QtCore.Qt.TextFormat.PlainText)
         self.error_label.setObjectName(f"error:{spec.path}")
         self.error_label.setStyleSheet("color: #C62828;")
         self.error_label.setVisible(False)
