@@ -249,6 +249,34 @@ def test_choosing_a_gpu_kind_takes_its_node_unless_the_user_set_one(editor):
     assert editor.session().cluster.gpus_per_node == 4
 
 
+def test_choosing_a_gpu_kind_takes_its_network_when_it_was_the_old_kinds(editor):
+    """A session of 8-GPU H100 nodes with their reference network written out (3,200 Gb/s:
+    8 NICs of 400 Gb/s, as `vtrain import` and the published-runs sessions write it) moved to
+    GB200 kept 3,200 Gb/s for a 72-GPU rack (44 Gb/s per GPU; Llama 3.1 405B on 1,024 GPUs
+    10.8 % slower than on the rack's 28,800). The network follows the node as its size does;
+    a network the user typed stays."""
+    from core.plan.cluster import GPU_NIC_GBITS_PER_GPU, node_network_gbits_per_s
+
+    editor.set_field("cluster.gpu", "H100-SXM5-80GB")
+    editor.set_field("cluster.inter_node_bandwidth_gbits_per_s", 3200.0)
+    assert node_network_gbits_per_s(editor.session().cluster) == 8 * 400.0
+    editor.set_field("cluster.gpu", "GB200-NVL72")
+    cluster = editor.session().cluster
+    assert cluster.gpus_per_node == 72
+    rack = 72 * GPU_NIC_GBITS_PER_GPU["GB200-NVL72"]
+    assert cluster.inter_node_bandwidth_gbits_per_s == rack == 28_800.0
+    widget = editor.field_widget("cluster.inter_node_bandwidth_gbits_per_s")
+    assert widget.value() == rack  # shown, as the session holds it
+    editor.set_field("cluster.gpu", "H100-SXM5-80GB")  # and back
+    assert editor.session().cluster.inter_node_bandwidth_gbits_per_s == 3200.0
+    editor.set_field("cluster.inter_node_bandwidth_gbits_per_s", 1600.0)  # the user's own
+    editor.set_field("cluster.gpu", "GB200-NVL72")
+    assert editor.session().cluster.inter_node_bandwidth_gbits_per_s == 1600.0
+    editor.set_field("cluster.inter_node_bandwidth_gbits_per_s", None)  # the kind's reference
+    editor.set_field("cluster.gpu", "B200-180GB")
+    assert editor.session().cluster.inter_node_bandwidth_gbits_per_s is None
+
+
 def test_several_errors_under_one_field_are_shown_whole(qtbot):
     """t=3 with Llama 3 70B breaks four divisibility rules at once: the messages under the field
     wrap to many lines in the form's narrow field column, and the row is as tall as they are
