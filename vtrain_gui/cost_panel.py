@@ -738,6 +738,7 @@ class CostPanel(QtWidgets.QWidget):
         capacity = format_bytes(report.memory_capacity_bytes)
         margin = f"{report.memory_reserve_fraction * 100:g} %"
         verdict = report.memory_verdict if report.fits_in_memory else "does not fit"
+        self._fit_label.setToolTip("")
         if verdict != "tight" and report.fits_in_memory:
             self._fit_label.setText(f"Fits: at most {need} of {capacity} per GPU "
                                     f"(below the {margin} margin)")
@@ -747,8 +748,12 @@ class CostPanel(QtWidgets.QWidget):
                                     "allocator's cache; fits only once PyTorch frees it")
             self._fit_label.setStyleSheet("color: #B07800; font-weight: bold;")
         elif verdict == "tight":
+            # the field's name on hover: "(cluster.memory_reserve_fraction)", one unbreakable
+            # word of 232 px, kept a tight plan's window wider than a 1,280 px screen
             self._fit_label.setText(f"Tight: at most {need} of {capacity} per GPU, inside the "
-                                    f"{margin} margin (cluster.memory_reserve_fraction)")
+                                    f"{margin} memory margin")
+            self._fit_label.setToolTip("The planner's margin: the Cluster section's Memory "
+                                       "margin (cluster.memory_reserve_fraction)")
             self._fit_label.setStyleSheet("color: #B07800; font-weight: bold;")
         else:
             need, capacity = gib_texts(report.max_memory_per_gpu_bytes,

@@ -124,8 +124,9 @@ def test_memory_inside_the_margin_is_tight_and_names_it(panel):
     tight = dataclasses.replace(report, memory_capacity_bytes=100 * 2**30,
                                 memory_reserve_fraction=0.4)
     panel.set_report(tight)
-    assert panel.fit_text == ("Tight: at most 65.0 GiB of 100.0 GiB per GPU, inside the 40 % "
-                              "margin (cluster.memory_reserve_fraction)")
+    assert panel.fit_text.startswith("Tight: at most 65.0 GiB of 100.0 GiB per GPU, inside "
+                                     "the 40 % ")
+    assert "cluster.memory_reserve_fraction" in panel._fit_label.toolTip()  # the field, on hover
     assert panel.no_fit_text == ""
     assert "(tight&nbsp;within&nbsp;40&nbsp;%)" in panel._memory_legend.text()  # never split
     assert panel._capacity_line.value() == pytest.approx(100.0)  # the capacity, not 60 %

@@ -259,3 +259,11 @@ def test_a_modern_plan_fits_a_1280_pixel_screen(window, qtbot, real_simulate):
     qtbot.wait(100)  # the figures' width follows their new values
     assert window.minimumSizeHint().width() <= 1280
     qtbot.waitUntil(lambda: window.width() <= 1280)
+    # tight in memory (a 90 % margin): the verdict's words, not the field's long name
+    session.cluster = dataclasses.replace(session.cluster, memory_reserve_fraction=0.9)
+    with qtbot.waitSignal(window.result_shown, timeout=60_000) as blocker:
+        window.open_session(session)
+        window.simulate_now()
+    assert blocker.args[0].report.memory_verdict == "tight"
+    qtbot.wait(100)
+    assert window.minimumSizeHint().width() <= 1280
