@@ -188,3 +188,25 @@ def test_an_uneven_layer_split_names_megatrons_embedding_and_loss_slots():
                                            data_parallel=8, global_batch_size=64))
     msg = " ".join(e.message for e in validate(s) if e.field == "plan.pipeline_parallel")
     assert "pipeline_parallel_size=5" in msg and "account_for" not in msg  # 126..128: none / 5
+
+
+def test_on_gpu_kind_moves_the_reference_node_and_keeps_a_node_of_ones_own():
+    """core.plan.cluster.on_gpu_kind: the old kind's reference node (8 GPUs, 8 x 400 Gb/s for
+    H100) becomes the new kind's (72 GPUs, 72 x 400 Gb/s for a GB200 NVL72 rack; 8 x 800 for
+    B300); a node size or network of one's own stays; the input is not changed."""
+    from core.plan.cluster import ClusterConfig, node_network_gbits_per_s, on_gpu_kind
+
+    h100 = ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8,
+                         inter_node_bandwidth_gbits_per_s=3200.0)
+    rack = on_gpu_kind(h100, "GB200-NVL72")
+    assert (rack.gpus_per_node, rack.inter_node_bandwidth_gbits_per_s) == (72, 28_800.0)
+    assert h100.gpu == "H100-SXM5-80GB" and h100.inter_node_bandwidth_gbits_per_s == 3200.0
+    b300 = on_gpu_kind(h100, "B300-288GB")
+    assert (b300.gpus_per_node, b300.inter_node_bandwidth_gbits_per_s) == (8, 6400.0)
+    empty = on_gpu_kind(ClusterConfig(gpu="H100-SXM5-80GB"), "GB200-NVL72")
+    assert empty.inter_node_bandwidth_gbits_per_s is None
+    assert node_network_gbits_per_s(empty) == node_network_gbits_per_s(rack)
+    own = ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=4,
+                        inter_node_bandwidth_gbits_per_s=1600.0)  # 4 x 400: its own node
+    moved = on_gpu_kind(own, "GB200-NVL72")
+    assert (moved.gpus_per_node, moved.inter_node_bandwidth_gbits_per_s) == (4, 1600.0)

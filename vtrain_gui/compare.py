@@ -82,6 +82,9 @@ class CompareTab(QtWidgets.QWidget):
         for label in (self._w_label_a, self._w_label_b):
             label.setStyleSheet("font-weight: bold; padding: 2px 6px;")
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            # a modern plan's title (cp, fp8, overlaps ...) is ~1,900 px on one line: it wraps
+            # rather than widen the window past the screen
+            label.setWordWrap(True)
         # the plans are not all that differs: the waterfall is not the plans' difference alone
         self._w_beyond = warning_banner("beyond_plan", padding=6, extra_style="font-size: 11pt;")
         self._w_beyond.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

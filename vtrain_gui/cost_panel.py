@@ -339,6 +339,9 @@ class CostPanel(QtWidgets.QWidget):
         legend = self._memory_legend = QtWidgets.QLabel(self._legend_parts)
         legend.setWordWrap(True)
         title = QtWidgets.QLabel("<b>Memory per GPU by pipeline stage</b>")
+        # wraps at the chart's narrowest: on one line it kept a modern plan's window wider
+        # than a 1,280 px screen
+        title.setWordWrap(True)
         chart_layout.addWidget(title)
         chart_layout.addWidget(self._fit_label)
         fit_row = QtWidgets.QHBoxLayout()
@@ -718,8 +721,10 @@ class CostPanel(QtWidgets.QWidget):
                 return format_bytes(nbytes).replace(" ", "&nbsp;")
             line = f"capacity&nbsp;{nb(report.memory_capacity_bytes)}"
             if report.memory_reserve_fraction > 0:  # the margin that makes a fit tight
-                line += f"&nbsp;(tight&nbsp;within&nbsp;{margin})"  # one item: never split
-            self._memory_legend.setText(  # the capacity on a line of its own: never split
+                # may go to the next line: at the chart's narrowest (a 1,280 px window) the
+                # whole item did not fit, and Qt broke it after the dashes, away from its text
+                line += f" (tight&nbsp;within&nbsp;{margin})"
+            self._memory_legend.setText(  # the capacity on a line of its own
                 f'{self._legend_parts}<br><span style="color:{_CAPACITY_COLOR}; '
                 f'font-weight:bold;">&#8211;&nbsp;&#8211;</span>&nbsp;{line}')
         item = self.memory_plot.getPlotItem()
@@ -733,6 +738,7 @@ class CostPanel(QtWidgets.QWidget):
         capacity = format_bytes(report.memory_capacity_bytes)
         margin = f"{report.memory_reserve_fraction * 100:g} %"
         verdict = report.memory_verdict if report.fits_in_memory else "does not fit"
+        self._fit_label.setToolTip("")
         if verdict != "tight" and report.fits_in_memory:
             self._fit_label.setText(f"Fits: at most {need} of {capacity} per GPU "
                                     f"(below the {margin} margin)")
@@ -742,8 +748,12 @@ class CostPanel(QtWidgets.QWidget):
                                     "allocator's cache; fits only once PyTorch frees it")
             self._fit_label.setStyleSheet("color: #B07800; font-weight: bold;")
         elif verdict == "tight":
+            # the field's name on hover: "(cluster.memory_reserve_fraction)", one unbreakable
+            # word of 232 px, kept a tight plan's window wider than a 1,280 px screen
             self._fit_label.setText(f"Tight: at most {need} of {capacity} per GPU, inside the "
-                                    f"{margin} margin (cluster.memory_reserve_fraction)")
+                                    f"{margin} memory margin")
+            self._fit_label.setToolTip("The planner's margin: the Cluster section's Memory "
+                                       "margin (cluster.memory_reserve_fraction)")
             self._fit_label.setStyleSheet("color: #B07800; font-weight: bold;")
         else:
             need, capacity = gib_texts(report.max_memory_per_gpu_bytes,

@@ -27,6 +27,7 @@ from core.model.counts import num_parameters
 
 from .formatting import format_count
 from .int_spin import INT64_MAX, IntSpinBox
+from .wrapped_label import WrappedLabel
 
 __all__ = ["ConfigEditor", "FieldSpec", "field_specs", "FLOAT_FIELD_MAX"]
 
@@ -230,9 +231,9 @@ class _FieldBinding(QtCore.QObject):
         self.widget = self._make_widget(spec, unit, parent)
         self.widget.setToolTip(spec.help + (f" [{spec.unit}]" if spec.unit else ""))
         self.widget.setObjectName(spec.path)
-        self.error_label = QtWidgets.QLabel(parent)
+        self.error_label = WrappedLabel(parent=parent)
+        self.error_label.setTextFormat(QtCore.Qt.TextFormat.PlainText)
         self.error_label.setObjectName(f"error:{spec.path}")
-        self.error_label.setWordWrap(True)
         self.error_label.setStyleSheet("color: #C62828;")
         self.error_label.setVisible(False)
         self._updating = False
@@ -577,19 +578,22 @@ class ConfigEditor(QtWidgets.QWidget):
         self._edited()
 
     def _follow_node(self, gpu: Any) -> None:
-        """A GPU kind chosen while the GPUs per node are the old kind's NVLink domain (8 on
-        HGX boards) takes the new kind's (72 for a GB200 NVL72 rack); a node size the user set
-        to something else stays."""
-        from core.plan.cluster import GPU_NVLINK_DOMAIN
-        cl = self._session.cluster
-        new = GPU_NVLINK_DOMAIN.get(gpu)
-        if new is None or cl.gpus_per_node != GPU_NVLINK_DOMAIN.get(cl.gpu) \
-                or new == cl.gpus_per_node:
+        """A GPU kind chosen while the GPUs per node and the network per node are the old
+        kind's reference node (8 GPUs, 3,200 Gb/s on HGX H100 boards) takes the new kind's
+        (72 GPUs, 28,800 Gb/s for a GB200 NVL72 rack; :func:`core.plan.cluster.on_gpu_kind`);
+        values the user set to something else stay."""
+        from core.plan.cluster import on_gpu_kind
+        if not isinstance(gpu, str):
             return
-        cl.gpus_per_node = new
-        binding = self._bindings.get("cluster.gpus_per_node")
-        if binding is not None:
-            binding.set_value(new)  # shown without reporting an edit
+        followed = on_gpu_kind(self._session.cluster, gpu)
+        for name in ("gpus_per_node", "inter_node_bandwidth_gbits_per_s"):
+            value = getattr(followed, name)
+            if value == getattr(self._session.cluster, name):
+                continue
+            setattr(self._session.cluster, name, value)
+            binding = self._bindings.get(f"cluster.{name}")
+            if binding is not None:
+                binding.set_value(value)  # shown without reporting an edit
 
     @Slot(int)
     def _on_preset_activate(self, index: int) -> None:

@@ -11,6 +11,7 @@ from core.sim.simulate import SimulationResult
 from .formatting import (VERDICT_COLORS, format_day_count, format_duration, format_fraction,
                          format_usd)
 from .timeline.widget import TimelineWidget
+from .wrapped_label import WrappedLabel
 
 __all__ = ["PlanPreview"]
 
@@ -30,9 +31,8 @@ class PlanPreview(QtWidgets.QWidget):
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.timeline = TimelineWidget()
-        self.title = QtWidgets.QLabel(_NONE_YET)
+        self.title = WrappedLabel(_NONE_YET)  # as tall as its lines: the timeline keeps room
         self.title.setObjectName("sweep.preview_title")
-        self.title.setWordWrap(True)
         self.open_button = QtWidgets.QPushButton("Open in Plan tab")
         self.open_button.setToolTip("Show the plan with the editor, full timeline and cost panel "
                                     "(or double-click a point or row)")

@@ -15,7 +15,7 @@ from core.plan.fields import BOUNDS, described_field
 
 __all__ = ["GPU_KINDS", "GPU_NVLINK_DOMAIN", "GPU_HOST_GPUS", "NVLINK_DOMAIN_SPANS_HOSTS",
            "gpus_per_host", "processes_per_host", "GPU_FP8_DTYPES", "GPU_NIC_GBITS_PER_GPU",
-           "node_network_gbits_per_s", "ClusterConfig", "CostConfig",
+           "node_network_gbits_per_s", "on_gpu_kind", "ClusterConfig", "CostConfig",
            "LLAMA3_FAILURES_PER_GPU_HOUR", "ReliabilityConfig", "gpu_kind"]
 
 
@@ -126,6 +126,28 @@ def node_network_gbits_per_s(cluster: "ClusterConfig") -> float:
                          f"{cluster.gpu!r} has no reference node to take it from: set the "
                          "network bandwidth per node")
     return nic * cluster.gpus_per_node
+
+
+def on_gpu_kind(cluster: "ClusterConfig", gpu: str) -> "ClusterConfig":
+    """``cluster`` with GPU kind ``gpu`` (a copy), its node following the kind.
+
+    The GPUs per node and the network per node that were the old kind's reference node
+    (:data:`GPU_NVLINK_DOMAIN`; :data:`GPU_NIC_GBITS_PER_GPU` times the GPUs per node: the
+    3,200 Gb/s of an 8-GPU H100 node) become the new kind's (72 GPUs and 28,800 Gb/s for a
+    GB200 NVL72 rack); values set to something else stay. Without this an H100 session
+    moved to GB200 kept 3,200 Gb/s for a 72-GPU rack, 44 Gb/s per GPU.
+    """
+    import dataclasses
+    new = dataclasses.replace(cluster, gpu=gpu)
+    domain, old_domain = GPU_NVLINK_DOMAIN.get(gpu), GPU_NVLINK_DOMAIN.get(cluster.gpu)
+    if domain is not None and cluster.gpus_per_node == old_domain:
+        new.gpus_per_node = domain
+    nic, old_nic = GPU_NIC_GBITS_PER_GPU.get(gpu), GPU_NIC_GBITS_PER_GPU.get(cluster.gpu)
+    bw = cluster.inter_node_bandwidth_gbits_per_s
+    if (bw is not None and nic is not None and old_nic is not None
+            and bw == old_nic * cluster.gpus_per_node):
+        new.inter_node_bandwidth_gbits_per_s = nic * new.gpus_per_node
+    return new
 
 
 #: How other tools' configuration files and published tables name the shipped GPU kinds: a

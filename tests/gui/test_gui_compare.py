@@ -311,3 +311,39 @@ def test_memory_rows_are_in_gib_with_each_gpus_capacity(qtbot):
     tab.set_current(simulate(a_session))  # the same plan: a zero difference, never "−0.0"
     assert tab.cell_text("Memory per GPU", 2) == "0.0 GiB"
     assert tab.cell_text("GPU memory", 2) == "0.0 GiB"
+
+
+def test_a_long_plan_title_wraps_instead_of_widening_the_window(qtbot):
+    """A modern plan's title (Llama 3.1 405B on 1,024 H100s with cp, FP8 and the overlaps) is
+    wider than a screen on one line: it made the window 1,983 px wide when asked for 1,600. The
+    titles wrap, whole, within the tab's width."""
+    from PySide6 import QtCore
+
+    from core.sim.simulate import simulate
+    from vtrain_gui.compare import CompareTab
+
+    session = _tiny_session()
+    session.plan = dataclasses.replace(
+        session.plan, virtual_pipeline_stages=2, schedule="interleaved", sequence_parallel=True,
+        zero_stage=1, overlap_grad_reduce=True, overlap_param_gather=True, tp_comm_overlap=True,
+        precision="fp8", fp8_recipe="tensorwise", cross_entropy_loss_fusion=True)
+    session.cluster = dataclasses.replace(session.cluster, gpu="H100-SXM5-80GB")
+    a = simulate(session)
+    b_session = session.copy()
+    b_session.plan = dataclasses.replace(session.plan, micro_batch_size=2)
+    b = simulate(b_session)
+    tab = CompareTab()
+    qtbot.addWidget(tab)
+    tab.resize(1000, 900)
+    tab.show()
+    tab.set_pinned(a)
+    tab.set_current(b)
+    label = tab.label_b
+    one_line = label.fontMetrics().horizontalAdvance(label.text())
+    assert one_line > 1000  # longer than the tab is wide
+    assert tab.minimumSizeHint().width() < 1000
+    qtbot.waitUntil(lambda: tab.width() == 1000 and label.width() <= 1000)
+    needed = label.fontMetrics().boundingRect(
+        QtCore.QRect(0, 0, label.contentsRect().width(), 100_000),
+        int(QtCore.Qt.TextFlag.TextWordWrap), label.text()).height()
+    qtbot.waitUntil(lambda: label.contentsRect().height() >= needed)  # every line shown

@@ -124,8 +124,9 @@ def test_memory_inside_the_margin_is_tight_and_names_it(panel):
     tight = dataclasses.replace(report, memory_capacity_bytes=100 * 2**30,
                                 memory_reserve_fraction=0.4)
     panel.set_report(tight)
-    assert panel.fit_text == ("Tight: at most 65.0 GiB of 100.0 GiB per GPU, inside the 40 % "
-                              "margin (cluster.memory_reserve_fraction)")
+    assert panel.fit_text.startswith("Tight: at most 65.0 GiB of 100.0 GiB per GPU, inside "
+                                     "the 40 % ")
+    assert "cluster.memory_reserve_fraction" in panel._fit_label.toolTip()  # the field, on hover
     assert panel.no_fit_text == ""
     assert "(tight&nbsp;within&nbsp;40&nbsp;%)" in panel._memory_legend.text()  # never split
     assert panel._capacity_line.value() == pytest.approx(100.0)  # the capacity, not 60 %
@@ -160,3 +161,30 @@ def test_a_short_runs_gpu_hours_are_not_zero(panel):
     report = dataclasses.replace(synthetic_report(p=4), gpu_hours=0.4213)
     panel.set_report(report)
     assert panel.value_text("gpu_hours") == "0.421" == format_amount(0.4213)
+
+
+def test_capacity_legend_keeps_its_dashes_with_its_text_at_the_narrowest(panel):
+    """At the chart's narrowest (a 1,280 x 800 window on GB200: 233 px for the legend) the
+    capacity item did not fit on one line and Qt broke it after the red dashes, leaving them
+    alone on a line above "capacity 186.0 GiB ...". The dashes and "capacity" share a line."""
+    import dataclasses
+
+    from PySide6 import QtGui
+
+    report = dataclasses.replace(synthetic_report(p=4), memory_capacity_bytes=186 * 2**30,
+                                 memory_reserve_fraction=0.1)
+    panel.set_report(report)
+    legend = panel._memory_legend
+    for width in (200, 233, 260, 400):
+        doc = QtGui.QTextDocument()
+        doc.setDefaultFont(legend.font())
+        doc.setHtml(legend.text())
+        doc.setTextWidth(width)
+        doc.documentLayout()  # lays it out
+        block = doc.lastBlock()
+        layout = block.layout()
+        lines = [block.text()[layout.lineAt(i).textStart():
+                              layout.lineAt(i).textStart() + layout.lineAt(i).textLength()]
+                 for i in range(layout.lineCount())]
+        dashes = next(line for line in lines if "\u2013" in line)
+        assert "capacity" in dashes, (width, lines)

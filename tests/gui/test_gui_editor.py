@@ -247,3 +247,69 @@ def test_choosing_a_gpu_kind_takes_its_node_unless_the_user_set_one(editor):
     editor.set_field("cluster.gpus_per_node", 4)
     editor.set_field("cluster.gpu", "GB200-NVL72")
     assert editor.session().cluster.gpus_per_node == 4
+
+
+def test_choosing_a_gpu_kind_takes_its_network_when_it_was_the_old_kinds(editor):
+    """A session of 8-GPU H100 nodes with their reference network written out (3,200 Gb/s:
+    8 NICs of 400 Gb/s, as `vtrain import` and the published-runs sessions write it) moved to
+    GB200 kept 3,200 Gb/s for a 72-GPU rack (44 Gb/s per GPU; Llama 3.1 405B on 1,024 GPUs
+    10.8 % slower than on the rack's 28,800). The network follows the node as its size does;
+    a network the user typed stays."""
+    from core.plan.cluster import GPU_NIC_GBITS_PER_GPU, node_network_gbits_per_s
+
+    editor.set_field("cluster.gpu", "H100-SXM5-80GB")
+    editor.set_field("cluster.inter_node_bandwidth_gbits_per_s", 3200.0)
+    assert node_network_gbits_per_s(editor.session().cluster) == 8 * 400.0
+    editor.set_field("cluster.gpu", "GB200-NVL72")
+    cluster = editor.session().cluster
+    assert cluster.gpus_per_node == 72
+    rack = 72 * GPU_NIC_GBITS_PER_GPU["GB200-NVL72"]
+    assert cluster.inter_node_bandwidth_gbits_per_s == rack == 28_800.0
+    widget = editor.field_widget("cluster.inter_node_bandwidth_gbits_per_s")
+    assert widget.value() == rack  # shown, as the session holds it
+    editor.set_field("cluster.gpu", "H100-SXM5-80GB")  # and back
+    assert editor.session().cluster.inter_node_bandwidth_gbits_per_s == 3200.0
+    editor.set_field("cluster.inter_node_bandwidth_gbits_per_s", 1600.0)  # the user's own
+    editor.set_field("cluster.gpu", "GB200-NVL72")
+    assert editor.session().cluster.inter_node_bandwidth_gbits_per_s == 1600.0
+    editor.set_field("cluster.inter_node_bandwidth_gbits_per_s", None)  # the kind's reference
+    editor.set_field("cluster.gpu", "B200-180GB")
+    assert editor.session().cluster.inter_node_bandwidth_gbits_per_s is None
+
+
+def test_several_errors_under_one_field_are_shown_whole(qtbot):
+    """t=3 with Llama 3 70B breaks four divisibility rules at once: the messages under the field
+    wrap to many lines in the form's narrow field column, and the row is as tall as they are
+    (they were cut off at the top and bottom, drawn over the field above)."""
+    from PySide6 import QtCore
+
+    editor = ConfigEditor()
+    scroll = QtWidgets.QScrollArea()
+    scroll.setWidget(editor)
+    scroll.setWidgetResizable(True)
+    scroll.setHorizontalScrollBarPolicy(QtCore.Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    qtbot.addWidget(scroll)
+    scroll.resize(editor.sizeHint().width() + 24, 800)  # as the Plan tab sizes it
+    scroll.show()
+    session = Session()
+    session.model = MODEL_PRESETS["Llama 3 70B"]
+    editor.set_session(session)
+    qtbot.waitExposed(scroll)
+    qtbot.wait(50)  # laid out without errors first, as a window before the edit
+    editor.field_widget("plan.tensor_parallel").setValue(3)
+    label = editor.error_label("plan.tensor_parallel")
+    assert len(label.text().split("\n")) == 4  # heads, query groups, MLP size, node size
+
+    below = editor.field_widget("plan.pipeline_parallel")
+
+    def whole() -> bool:
+        needed = label.fontMetrics().boundingRect(
+            QtCore.QRect(0, 0, label.width(), 100_000),
+            int(QtCore.Qt.TextFlag.TextWordWrap), label.text()).height()
+        bottom = label.mapTo(editor, QtCore.QPoint(0, label.height())).y()
+        return (label.height() >= needed
+                and bottom <= below.mapTo(editor, QtCore.QPoint(0, 0)).y())
+
+    qtbot.waitUntil(whole, timeout=2000)
+    editor.field_widget("plan.tensor_parallel").setValue(8)  # fixed: the row shrinks back
+    assert label.isHidden() and label.minimumHeight() == 0

@@ -230,3 +230,40 @@ def test_gui_tab_option_opens_on_that_tab(tmp_path):
     bad = subprocess.run([*args, "--tab", "nowhere"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60, env=env)
     assert bad.returncode == 2 and "invalid choice: 'nowhere'" in bad.stderr
+
+
+def test_a_modern_plan_fits_a_1280_pixel_screen(window, qtbot, real_simulate):
+    """A Llama 3 plan in FP8 with context parallelism and the overlaps on H100s: its figures
+    (MFU with the causal count, the exposed context-parallel exchange, the wait for overlapped
+    communication) and the memory chart's one-line title made the window at least 1,323 px
+    wide, past a 1,280 x 800 screen. The chart's title and legend wrap instead."""
+    import dataclasses
+
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+
+    session = Session(model=MODEL_PRESETS["Llama 3 8B"], plan=ParallelPlan(
+        tensor_parallel=2, pipeline_parallel=2, data_parallel=2, context_parallel=2,
+        micro_batch_size=1, global_batch_size=16, schedule="interleaved",
+        virtual_pipeline_stages=2, sequence_parallel=True, zero_stage=1,
+        overlap_grad_reduce=True, overlap_param_gather=True, tp_comm_overlap=True,
+        precision="fp8", fp8_recipe="tensorwise"))
+    session.cluster = dataclasses.replace(session.cluster, gpu="H100-SXM5-80GB")
+    window.resize(1280, 800)
+    with qtbot.waitSignal(window.result_shown, timeout=60_000) as blocker:
+        window.open_session(session)
+        window.simulate_now()
+    report = blocker.args[0].report
+    assert report.memory_capacity_bytes > 0
+    assert "causal" in window.cost_panel.value_text("mfu")
+    qtbot.wait(100)  # the figures' width follows their new values
+    assert window.minimumSizeHint().width() <= 1280
+    qtbot.waitUntil(lambda: window.width() <= 1280)
+    # tight in memory (a 90 % margin): the verdict's words, not the field's long name
+    session.cluster = dataclasses.replace(session.cluster, memory_reserve_fraction=0.9)
+    with qtbot.waitSignal(window.result_shown, timeout=60_000) as blocker:
+        window.open_session(session)
+        window.simulate_now()
+    assert blocker.args[0].report.memory_verdict == "tight"
+    qtbot.wait(100)
+    assert window.minimumSizeHint().width() <= 1280

@@ -18,6 +18,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from core.sim.graph_types import KINDS, STREAMS, ExecutionGraph, Schedule
 
 from ..formatting import KIND_COLORS, KIND_LABELS, format_duration
+from ..wrapped_label import WrappedLabel
 from . import items
 from .colors import LANE_COLORS, blend, kind_color
 from .layout import BAR_HEIGHT, BAR_TOP, SHADES
@@ -71,7 +72,8 @@ class TimelineWidget(QtWidgets.QWidget):
         self._row_index = np.empty(0, dtype=np.int64)
         self.hovered_task = -1
 
-        self._legend = QtWidgets.QLabel()
+        # as tall as its lines: wrapped to two in a narrow preview, it was cut under the hover line
+        self._legend = WrappedLabel()
         self._legend.setTextFormat(Qt.TextFormat.RichText)
         self._info = QtWidgets.QLabel("Hover a bar for details")
         self._info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

@@ -1,0 +1,63 @@
+"""A word-wrapped label whose row is as tall as its text at the width the row gives it."""
+
+from __future__ import annotations
+
+import math
+
+from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6.QtCore import Qt
+
+__all__ = ["WrappedLabel"]
+
+
+class WrappedLabel(QtWidgets.QLabel):
+    """A word-wrapped label that asks for the height its text takes at its own width.
+
+    Layouts reserve a wrapped label's height for the width of its size hint (QFormLayout), or
+    ignore height-for-width altogether (QSplitter); a label narrower than that showed its
+    text cut off at the top and bottom: several error messages under one editor field, the
+    Explore preview's three-line title over a timeline left without room for its bars. On
+    each resize and each new text the label sets its minimum height to what its text needs
+    at its width, and the layout makes the row that tall.
+    """
+
+    def __init__(self, text: str = "", parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.setWordWrap(True)
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt API
+        super().setText(text)
+        self._claim_height()
+
+    def resizeEvent(self, event: QtGui.QResizeEvent) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        self._claim_height()
+
+    def text_height(self, width: int) -> int:
+        """Pixels the text takes wrapped at ``width`` (QLabel's own heightForWidth counts the
+        minimum height set here, so it cannot measure)."""
+        margins = self.contentsMargins()
+        pad = 2 * self.margin()
+        inner = max(1, width - margins.left() - margins.right() - pad)
+        text = self.text()
+        rich = (self.textFormat() == Qt.TextFormat.RichText
+                or (self.textFormat() == Qt.TextFormat.AutoText and QtGui.Qt.mightBeRichText(text)))
+        if rich:  # as QLabel lays it out: a text document without margins
+            doc = QtGui.QTextDocument()
+            doc.setDefaultFont(self.font())
+            doc.setDocumentMargin(0)
+            doc.setHtml(text)
+            doc.setTextWidth(inner)
+            height = math.ceil(doc.size().height())
+        else:
+            height = self.fontMetrics().boundingRect(
+                QtCore.QRect(0, 0, inner, 1 << 24),
+                int(self.alignment()) | int(Qt.TextFlag.TextWordWrap), text).height()
+        return height + margins.top() + margins.bottom() + pad
+
+    def _claim_height(self) -> None:
+        if self.width() <= 0:
+            return
+        needed = self.text_height(self.width()) if self.text() else 0
+        if needed != self.minimumHeight():
+            self.setMinimumHeight(needed)
