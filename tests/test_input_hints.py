@@ -168,6 +168,18 @@ def test_a_set_gpu_kind_takes_its_nvlink_domain_as_the_node(capsys, tmp_path):
     assert main(["simulate", str(tmp_path / "n4.json"), "--set", "cluster.gpu=GB200",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["session"]["cluster"]["gpus_per_node"] == 4
+    # an H100 node's network (8 x 400 Gb/s) follows too: the rack's 72 x 400 Gb/s
+    s.cluster.gpu, s.cluster.gpus_per_node = "H100-SXM5-80GB", 8
+    s.cluster.inter_node_bandwidth_gbits_per_s = 3200.0
+    save_session(s, tmp_path / "h100.json")
+    assert main(["simulate", str(tmp_path / "h100.json"), "--set", "cluster.gpu=GB200",
+                 "--json"]) == 0
+    out = capsys.readouterr()
+    cluster = json.loads(out.out)["session"]["cluster"]
+    assert (cluster["gpus_per_node"], cluster["inter_node_bandwidth_gbits_per_s"]) == (72, 28800)
+    assert out.err.strip().splitlines()[1] == (
+        "note: --set cluster.gpu=GB200-NVL72 takes its node's network: 28,800 Gb/s (was 3,200, "
+        "the old kind's node); --set cluster.inter_node_bandwidth_gbits_per_s=N for another")
 
 
 def test_a_session_files_gpu_alias_names_the_kind_it_means(tmp_path, capsys):

@@ -259,17 +259,20 @@ def apply_sets(session, sets: list[str] | None):
 
 
 def _follow_node(session, doc: dict, named: dict[str, str]) -> None:
-    """A GPU kind ``--set`` gives while the GPUs per node stay the old kind's NVLink domain
-    (8 on HGX boards) and are not set too takes the new kind's domain (72 for a GB200 NVL72
-    rack), as the editor does; a node size the session set to something else stays."""
-    from core.plan.cluster import GPU_NVLINK_DOMAIN
-    if "cluster.gpu" not in named or "cluster.gpus_per_node" in named:
+    """A GPU kind ``--set`` gives takes the new kind's node where the session had the old
+    kind's (:func:`core.plan.cluster.on_gpu_kind`, as the editor does): the GPUs per node of
+    its NVLink domain (8 on HGX boards, 72 for a GB200 NVL72 rack) and the network per node of
+    its NICs; a value the session set to something else, or ``--set`` gives too, stays."""
+    from core.plan.cluster import GPU_NVLINK_DOMAIN, on_gpu_kind
+    new_gpu = doc["cluster"].get("gpu")
+    if "cluster.gpu" not in named or not isinstance(new_gpu, str) or \
+            new_gpu not in GPU_NVLINK_DOMAIN:
         return
-    old, new_gpu = session.cluster, doc["cluster"].get("gpu")
-    new = GPU_NVLINK_DOMAIN.get(new_gpu) if isinstance(new_gpu, str) else None
-    if new is not None and old.gpus_per_node == GPU_NVLINK_DOMAIN.get(old.gpu) \
-            and new != old.gpus_per_node:
-        doc["cluster"]["gpus_per_node"] = new
+    old = session.cluster
+    moved = on_gpu_kind(old, new_gpu)
+    for name in ("gpus_per_node", "inter_node_bandwidth_gbits_per_s"):
+        if f"cluster.{name}" not in named and getattr(moved, name) != getattr(old, name):
+            doc["cluster"][name] = getattr(moved, name)
 
 
 def check_profile_option(path: str, option: str = "--profile", opener=None):
@@ -305,13 +308,21 @@ def session_from_args(args: argparse.Namespace, validate: bool = True,
         from core.plan.rules import check
         before = getattr(session.plan, "num_gpus", None)
         node = session.cluster.gpus_per_node
+        net = session.cluster.inter_node_bandwidth_gbits_per_s
         session = apply_sets(session, sets)
-        if session.cluster.gpus_per_node != node and not any(
-                s.split("=", 1)[0].strip() == "cluster.gpus_per_node" for s in sets):
+        given = {s.split("=", 1)[0].strip() for s in sets}
+        if session.cluster.gpus_per_node != node and "cluster.gpus_per_node" not in given:
             from core.util.text import printable
             print(printable(f"note: --set cluster.gpu={session.cluster.gpu} takes its NVLink "
                             f"domain as the node: {session.cluster.gpus_per_node} GPUs (was "
                             f"{node}); --set cluster.gpus_per_node=N for another"),
+                  file=sys.stderr)
+        new_net = session.cluster.inter_node_bandwidth_gbits_per_s
+        if new_net != net and "cluster.inter_node_bandwidth_gbits_per_s" not in given:
+            from core.util.text import printable
+            print(printable(f"note: --set cluster.gpu={session.cluster.gpu} takes its node's "
+                            f"network: {new_net:,g} Gb/s (was {net:,g}, the old kind's node); "
+                            "--set cluster.inter_node_bandwidth_gbits_per_s=N for another"),
                   file=sys.stderr)
         if note_gpu_count:
             _note_gpu_count(before, session.plan, sets)
