@@ -48,6 +48,9 @@ _SECTIONS = (
 #: Short labels; the long explanation is the field's ``help`` (tooltip).
 _LABELS = {
     "model.name": "Name",
+    # "dense" is the family of Megatron-Core's GPT layer, MoE and MLA included: the label says
+    # what is chosen (the layer), each choice's tooltip what it holds (MODEL_FAMILIES)
+    "model.family": "Layer family",
     "model.num_layers": "Layers L",
     "model.hidden_size": "Hidden size h",
     "model.num_attention_heads": "Attention heads a",
@@ -196,6 +199,8 @@ class FieldSpec:
     choices: tuple[str, ...] | None
     minimum: float | None = None
     maximum: float | None = None
+    #: what each choice is (the field's ``choice_notes``), shown as the choice's tooltip
+    choice_notes: dict | None = None
 
     @property
     def label(self) -> str:
@@ -215,7 +220,8 @@ def field_specs(section: str, cls: type) -> list[FieldSpec]:
             path=f"{section}.{f.name}", section=section, name=f.name, type_name=base,
             optional=optional, unit=f.metadata.get("unit", ""), help=f.metadata.get("help", ""),
             choices=tuple(f.metadata["choices"]) if "choices" in f.metadata else None,
-            minimum=f.metadata.get("min"), maximum=f.metadata.get("max")))
+            minimum=f.metadata.get("min"), maximum=f.metadata.get("max"),
+            choice_notes=f.metadata.get("choice_notes")))
     return specs
 
 
@@ -248,7 +254,8 @@ class _FieldBinding(QtCore.QObject):
             if spec.optional:  # the first item stands for None
                 w.addItem(_NONE_TEXT.get(spec.path, "default"))
             w.addItems(list(spec.choices))
-            for value, tip in _CHOICE_TIPS.get(spec.path, {}).items():
+            tips = {**(spec.choice_notes or {}), **_CHOICE_TIPS.get(spec.path, {})}
+            for value, tip in tips.items():
                 w.setItemData(w.findText(value), tip, QtCore.Qt.ItemDataRole.ToolTipRole)
             w.currentTextChanged.connect(self._on_combo_text_change)
             return w

@@ -203,6 +203,21 @@ def test_cp_exchange_items_say_which_framework_each_is(editor):
     assert "Transformer Engine" in tips["all_gather"] and "not overlapped" in tips["all_gather"]
 
 
+def test_the_layer_family_says_dense_is_the_gpt_layer_moe_included(editor):
+    """model.family "dense" is Megatron-Core's GPT layer, MoE and MLA included (a DeepSeek-V3
+    session read "Family: dense"): the row is labelled as the layer's family and each choice's
+    tooltip is its note from MODEL_FAMILIES."""
+    from PySide6 import QtCore
+
+    from core.plan.model_config import MODEL_FAMILIES
+    w = editor.field_widget("model.family")
+    tips = {w.itemText(i): w.itemData(i, QtCore.Qt.ItemDataRole.ToolTipRole)
+            for i in range(w.count())}
+    assert tips == MODEL_FAMILIES and "MoE" in tips["dense"]
+    labels = [lab.text() for lab in editor.findChildren(QtWidgets.QLabel)]
+    assert any(t.startswith("Layer family") for t in labels)
+
+
 def test_cuda_graph_fields_are_edited_and_checked(editor):
     """The CUDA graph fields (plan.cuda_graph_impl, plan.cuda_graph_modules): a list of
     Megatron's implementations; the modules greyed out until Transformer Engine's graphs are
