@@ -207,6 +207,23 @@ def test_json_depth_counts_nesting_outside_strings():
     assert inputs.json_depth(b'{"a": [1, {"b": "]]]"}]}') == 3
     assert inputs.json_depth(b'"[\\"["') == 0
     assert inputs.json_depth(b"[" * 1000 + b"]" * 1000) == 1000
+    # a string left open runs to the end: what follows it is not nesting
+    assert inputs.json_depth(b'[["a\\"]", "[[[') == 2
+    assert inputs.json_depth(b'[{"a": "x\\') == 2
+
+
+def test_json_depth_is_linear_in_an_open_string_of_escaped_quotes(tmp_path):
+    """``["\"\"\"...`` (80 KB, never closed) took 28 s to refuse: each escaped quote started
+    a scan to the end for a closing one. 2 MB of them is refused as JSON at once."""
+    import time
+    path = tmp_path / "open_string.json"
+    path.write_bytes(b'["' + b'\\"' * 2**20)
+    start = time.monotonic()
+    with pytest.raises(ValueError) as err:
+        inputs.read_json_file(path, ValueError)
+    assert time.monotonic() - start < 5
+    assert str(err.value) == (f"{path}: not a valid JSON file (Unterminated string starting at: "
+                              "line 1 column 2 (char 1))")
 
 
 def test_every_numeric_field_declares_bounds_and_every_field_help():

@@ -52,7 +52,10 @@ MAX_JSON_INTEGER = int(sys.float_info.max)
 #: Digits of :data:`MAX_JSON_INTEGER`: a longer literal is never turned into an int at all.
 _MAX_INT_DIGITS = len(str(MAX_JSON_INTEGER))
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+#: A JSON string literal; one left open runs to the end of the text (JSON cannot parse it
+#: anyway). Every ``"`` starts a match, so the scan is linear: with a closing quote required,
+#: each of the many ``\\"`` of an open string would start a scan to the end (quadratic).
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.S)
 
 
 def _fail(error: type[Exception], path: Path, rule: str) -> Exception:
