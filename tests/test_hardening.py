@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -19,6 +20,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from core.util import atomic
 from core.util import inputs
@@ -33,6 +36,7 @@ from core.store.profile_store import ProfileStore
 from core.io.session import SessionFileError, load_any, load_session, save_session, session_to_json
 from core.sim.simulate import MAX_GRAPH_TASKS, simulate
 from core.model.counts import num_parameters
+from core.cli.common import apply_sets
 from tests.conftest import EXAMPLES, ROOT
 
 CASES = ROOT.parent / "shared" / "cases"
@@ -604,3 +608,48 @@ def test_a_save_never_replaces_a_device_or_a_pipe(tmp_path, capsys):
     assert str(fifo) in capsys.readouterr().err
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+@pytest.mark.parametrize("value,rule", [
+    ("[" * 100_000, "JSON nested 100000 levels deep, more than 64"),  # was RecursionError, exit 1
+    ("NaN", "NaN must be a finite number"),
+    ("1e400", "Infinity must be a finite number"),
+    ("9" * 5000, "an integer of about 5,000 digits is beyond the range of any number"),
+    ("[1, [-Infinity]]", "[1][0]: -Infinity must be a finite number"),
+])
+def test_set_values_are_read_under_the_session_files_json_rules(value, rule):
+    session = load_session(EXAMPLES / "gpt3_1.3b_single_node.json")
+    with pytest.raises(ConfigError) as err:
+        apply_sets(session, [f"model.num_layers={value}"])
+    assert str(err.value).startswith(f"--set model.num_layers: {rule}"), str(err.value)
+
+
+def test_set_value_nested_too_deeply_exits_2_naming_the_option():
+    line = assert_one_line_error(cli("simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json"),
+                                     "--set", "model.name=" + "[" * 100_000, timeout=60))
+    assert line == ("vtrain: error: --set model.name: JSON nested 100000 levels deep, "
+                    "more than 64")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(field=st.sampled_from(["model.num_layers", "model.name", "plan.tensor_parallel",
+                              "cluster.gpu", "cost.price_per_gpu_hour_usd",
+                              "cluster.profile_path", "plan.recompute"]),
+       value=st.one_of(st.text(max_size=40), st.recursive(
+           st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                         max_size=3),
+           max_leaves=8).map(lambda v: json.dumps(v))))
+def test_fuzz_set_values_are_applied_or_refused_by_name(field, value):
+    session = _SET_FUZZ_SESSION
+    try:
+        out = apply_sets(session, [f"{field}={value}"])
+    except ConfigError as exc:
+        assert str(exc).startswith(f"--set {field}: "), str(exc)
+        return
+    section, name = field.split(".")
+    got = getattr(getattr(out, section), name)
+    assert not isinstance(got, float) or math.isfinite(got)
+
+
+_SET_FUZZ_SESSION = load_session(EXAMPLES / "gpt3_1.3b_single_node.json")

@@ -223,9 +223,8 @@ def apply_sets(session, sets: list[str] | None):
         A malformed ``--set``, an unknown section or field, or a value of the wrong type, out
         of bounds or not among the choices (named ``--set SECTION.FIELD``).
     """
-    import json
-
     from core.plan.session import Session
+    from core.util.inputs import parse_json_or_text
     if not sets:
         return session
     doc = session.to_dict()
@@ -237,9 +236,9 @@ def apply_sets(session, sets: list[str] | None):
             raise ConfigError([FieldError(f"--set {item}", "give SECTION.FIELD=VALUE with "
                                           "SECTION one of " + ", ".join(_SET_SECTIONS))])
         try:
-            value = json.loads(text)
-        except ValueError:
-            value = text
+            value = parse_json_or_text(text, ValueError)
+        except ValueError as exc:
+            raise field_error(f"--set {section}.{name}", str(exc)) from None
         if (section, name) == ("cluster", "gpu") and isinstance(value, str):
             from core.plan.cluster import gpu_kind
             value = gpu_kind(value)  # other tools' names ("H800", "H100 SXM"), as --gpu reads them

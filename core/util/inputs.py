@@ -29,7 +29,7 @@ from typing import Any
 
 __all__ = ["MAX_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "read_json_file",
            "parse_json", "json_depth", "check_regular_file", "nonfinite_path", "strict_dumps",
-           "NonFiniteError", "MAX_JSON_INTEGER", "describe_number"]
+           "NonFiniteError", "MAX_JSON_INTEGER", "describe_number", "parse_json_or_text"]
 
 #: Largest file of each kind that is read, bytes. Sessions and configs are a few KB;
 #: a measurement CSV or nccl-tests log a few hundred KB; profile stores a few MB.
@@ -237,6 +237,29 @@ def parse_json(data: bytes | str, where: str, error: type[Exception]) -> Any:
     if bad is not None:
         raise error(f"{where}: {bad[0]}: {_refusal(bad[1])}")
     return doc
+
+
+def parse_json_or_text(text: str, error: type[Exception]) -> Any:
+    """``text`` as a JSON value (``4``, ``true``, ``null``, ``"x"``, ``[1, 2]``) under the rules
+    of :func:`parse_json`, or ``text`` itself when it is not JSON (``H100 SXM``): a command
+    line's ``--set FIELD=VALUE``.
+
+    Raises ``error`` with the rule alone (the caller names the option) for JSON nested deeper
+    than :data:`MAX_JSON_DEPTH` (never ``RecursionError``), ``NaN``, ``Infinity``, ``1e400``
+    and integers beyond :data:`MAX_JSON_INTEGER` (never taken as text, nor converted).
+    """
+    depth = json_depth(text.encode("utf-8", "surrogatepass"))
+    if depth > MAX_JSON_DEPTH:
+        raise error(f"JSON nested {depth} levels deep, more than {MAX_JSON_DEPTH}")
+    try:
+        value = json.loads(text, parse_int=_parse_int)
+    except (ValueError, RecursionError):  # not JSON: the text itself
+        return text
+    bad = nonfinite_path(value)
+    if bad is not None:
+        inner = "" if bad[0] == "(top level)" else f"{bad[0]}: "
+        raise error(f"{inner}{_refusal(bad[1])}")
+    return value
 
 
 def read_json_file(path: str | Path, error: type[Exception]) -> Any:
