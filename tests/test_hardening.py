@@ -207,6 +207,28 @@ def test_json_parsing_bounds_depth_and_refuses_non_finite_numbers(text, needle):
     assert needle in str(err.value) and str(err.value).startswith("x: ")
 
 
+@pytest.mark.parametrize("text,path", [
+    ('{"model": {"num_layers": 2, "num_layers": 24}}', "model.num_layers"),
+    ('{"model": {}, "plan": {}, "model": {"name": "x"}}', "model"),
+    ('{"jobs": [{"a": 1}, {"b": 1, "b": 1}]}', "jobs[1].b"),
+])
+def test_a_key_given_twice_is_refused_naming_it(text, path):
+    """json keeps the last of two equal keys silently: an edit to the first was lost."""
+    with pytest.raises(ValueError) as err:
+        inputs.parse_json(text, "x", ValueError)
+    assert str(err.value) == (f"x: {path}: given twice in one object; a key is given once "
+                              "(which value was meant is unknown)")
+
+
+def test_a_session_with_a_key_given_twice_exits_2(tmp_path):
+    text = (EXAMPLES / "gpt3_1.3b_single_node.json").read_text()
+    path = tmp_path / "twice.json"
+    path.write_text(text.replace('"num_layers": 24,', '"num_layers": 2, "num_layers": 24,', 1))
+    line = assert_one_line_error(cli("simulate", str(path), "--json", timeout=60))
+    assert line == (f"vtrain: error: {path}: model.num_layers: given twice in one object; a key "
+                    "is given once (which value was meant is unknown)")
+
+
 def test_json_depth_counts_nesting_outside_strings():
     assert inputs.json_depth(b'{"a": [1, {"b": "]]]"}]}') == 3
     assert inputs.json_depth(b'"[\\"["') == 0

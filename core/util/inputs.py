@@ -27,9 +27,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from core.util.text import printable
+
 __all__ = ["MAX_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "read_json_file",
            "parse_json", "json_depth", "check_regular_file", "nonfinite_path", "strict_dumps",
-           "NonFiniteError", "MAX_JSON_INTEGER", "describe_number", "parse_json_or_text"]
+           "NonFiniteError", "MAX_JSON_INTEGER", "describe_number", "parse_json_or_text", "duplicate_key_path"]
 
 #: Largest file of each kind that is read, bytes. Sessions and configs are a few KB;
 #: a measurement CSV or nccl-tests log a few hundred KB; profile stores a few MB.
@@ -159,6 +161,39 @@ def _parse_int(text: str) -> int | _HugeInteger:
     return int(text) if len(text) <= _MAX_INT_DIGITS + 1 else _HugeInteger(text)
 
 
+class _Duplicated(dict):
+    """A JSON object that gave a key twice (``json`` would keep the last value silently); the
+    first such key is ``duplicate``."""
+
+    duplicate: str = ""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict:
+    """``json``'s object hook: a dict, or a :class:`_Duplicated` one when a key repeats."""
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    seen: set[str] = set()
+    out = _Duplicated(obj)
+    out.duplicate = next(k for k, _ in pairs if k in seen or seen.add(k))
+    return out
+
+
+def duplicate_key_path(doc: Any) -> str | None:
+    """Dotted path (``model.num_layers``) of the first key a parsed document's object gives
+    twice, or None. Iterative."""
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, _Duplicated):
+            return f"{where}.{node.duplicate}" if where else node.duplicate
+        if isinstance(node, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(node))))
+    return None
+
+
 def _too_large(node: Any) -> bool:
     """Whether ``node`` is an integer beyond :data:`MAX_JSON_INTEGER` in magnitude."""
     if isinstance(node, _HugeInteger):
@@ -213,7 +248,9 @@ def _refusal(value: Any) -> str:
 def parse_json(data: bytes | str, where: str, error: type[Exception]) -> Any:
     """Parse JSON text strictly: nesting at most :data:`MAX_JSON_DEPTH`; ``NaN``, ``Infinity``,
     numbers too large for a float (``1e400``) and integers beyond :data:`MAX_JSON_INTEGER`
-    (a 401-digit literal; it is never converted) are refused naming the key that holds them.
+    (a 401-digit literal; it is never converted) are refused naming the key that holds them,
+    and so is a key an object gives twice (``json`` would keep the last one silently: an
+    edit to the first would be lost).
 
     Raises ``error`` naming ``where`` on any problem (never ``RecursionError`` or
     ``OverflowError``).
@@ -224,7 +261,7 @@ def parse_json(data: bytes | str, where: str, error: type[Exception]) -> Any:
         raise error(f"{where}: JSON nested {depth} levels deep, more than {MAX_JSON_DEPTH}")
     try:
         text = raw.decode("utf-8-sig") if isinstance(data, bytes) else data
-        doc = json.loads(text, parse_int=_parse_int)
+        doc = json.loads(text, parse_int=_parse_int, object_pairs_hook=_object)
     except UnicodeDecodeError as exc:
         raise error(f"{where}: not a valid JSON file (not UTF-8 text at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
@@ -236,6 +273,10 @@ def parse_json(data: bytes | str, where: str, error: type[Exception]) -> Any:
     bad = nonfinite_path(doc)
     if bad is not None:
         raise error(f"{where}: {bad[0]}: {_refusal(bad[1])}")
+    twice = duplicate_key_path(doc)
+    if twice is not None:
+        raise error(f"{where}: {printable(twice)}: given twice in one object; a key is given "
+                    "once (which value was meant is unknown)")
     return doc
 
 
@@ -252,13 +293,16 @@ def parse_json_or_text(text: str, error: type[Exception]) -> Any:
     if depth > MAX_JSON_DEPTH:
         raise error(f"JSON nested {depth} levels deep, more than {MAX_JSON_DEPTH}")
     try:
-        value = json.loads(text, parse_int=_parse_int)
+        value = json.loads(text, parse_int=_parse_int, object_pairs_hook=_object)
     except (ValueError, RecursionError):  # not JSON: the text itself
         return text
     bad = nonfinite_path(value)
     if bad is not None:
         inner = "" if bad[0] == "(top level)" else f"{bad[0]}: "
         raise error(f"{inner}{_refusal(bad[1])}")
+    twice = duplicate_key_path(value)
+    if twice is not None:
+        raise error(f"{printable(twice)}: given twice in one object; a key is given once")
     return value
 
 
