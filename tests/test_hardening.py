@@ -614,6 +614,39 @@ def test_hugging_face_config_values_are_bounded_and_named_by_their_keys(tmp_path
                           "must be at most 10,000")
 
 
+_HF_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 32,
+             "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192,
+             "hidden_act": "silu", "tie_word_embeddings": False}
+_HF_GEMMA3 = {"architectures": ["Gemma3ForCausalLM"], "attn_logit_softcapping": None,
+              "final_logit_softcapping": None, "head_dim": 256, "hidden_activation":
+              "gelu_pytorch_tanh", "hidden_size": 1152, "intermediate_size": 6912,
+              "max_position_embeddings": 32768, "model_type": "gemma3_text",
+              "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1,
+              "sliding_window": 512, "sliding_window_pattern": 6, "vocab_size": 262144}
+
+
+@pytest.mark.parametrize("cfg,rule", [
+    # a list where the class name belongs: TypeError (unhashable), exit 1
+    ({**_HF_LLAMA, "model_type": ["llama"]},
+     'model_type: ["llama"] must be text (the name of the config\'s class, such as "llama")'),
+    # Gemma 3 has no cap: anything but null was read as "off", though its code caps then
+    ({**_HF_GEMMA3, "final_logit_softcapping": "x"},
+     "final_logit_softcapping: 'x': a cap must be a positive number, or null for none"),
+    ({**_HF_GEMMA3, "attn_logit_softcapping": -1},
+     "attn_logit_softcapping: -1: a cap must be a positive number, or null for none"),
+    # an unused window of the wrong type was read as "inactive"
+    ({**_HF_LLAMA, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "head_dim": 128,
+      "use_sliding_window": False, "sliding_window": "x"},
+     "sliding_window: 'x': a window must be a positive integer, or null for none"),
+])
+def test_hugging_face_config_values_of_the_wrong_type_are_refused_by_key(cfg, rule):
+    from core.io.hf_import import session_from_hf_config
+    with pytest.raises(ConfigError) as err:
+        session_from_hf_config(cfg, "config.json")
+    assert str(err.value) == f"config.json: {rule}", str(err.value)
+
+
 def test_a_save_never_replaces_a_device_or_a_pipe(tmp_path, capsys):
     """--out naming something that is not a regular file (/dev/null, a FIFO) is refused naming
     it; the rename would have replaced it (tester: `--out /dev/null` as root turned /dev/null
