@@ -31,7 +31,8 @@ from core.util.text import printable
 
 __all__ = ["MAX_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "read_json_file",
            "parse_json", "json_depth", "check_regular_file", "nonfinite_path", "strict_dumps",
-           "NonFiniteError", "MAX_JSON_INTEGER", "describe_number", "parse_json_or_text", "duplicate_key_path"]
+           "NonFiniteError", "MAX_JSON_INTEGER", "describe_number", "parse_json_or_text", "duplicate_key_path",
+           "read_toml_file"]
 
 #: Largest file of each kind that is read, bytes. Sessions and configs are a few KB;
 #: a measurement CSV or nccl-tests log a few hundred KB; profile stores a few MB.
@@ -208,8 +209,10 @@ def describe_number(value: Any) -> str:
     if isinstance(value, _HugeInteger) or (isinstance(value, int) and not isinstance(value, bool)):
         if isinstance(value, _HugeInteger):
             digits, negative = value.digits, value.negative
-        else:  # digits from the bit length: str() of 4,300 digits or more raises
-            digits = max(1, int(abs(value).bit_length() * 0.30103) + 1)
+        else:  # exact below 4,000 digits; from the bit length above (str() of 4,300 raises)
+            bits = abs(value).bit_length()
+            digits = (len(str(abs(value))) if bits < 13_000
+                      else max(1, int(bits * 0.30103) + 1))
             negative = value < 0
             if abs(value) < 10**18:
                 return str(value)
@@ -304,6 +307,53 @@ def parse_json_or_text(text: str, error: type[Exception]) -> Any:
     if twice is not None:
         raise error(f"{printable(twice)}: given twice in one object; a key is given once")
     return value
+
+
+def _depth(doc: Any) -> int:
+    """Deepest nesting of lists and dicts in a parsed document (iterative)."""
+    deepest, stack = 0, [(doc, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth + 1)
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def read_toml_file(path: str | Path, error: type[Exception]) -> dict[str, Any]:
+    """Read and parse the TOML file ``path`` under the rules of the JSON readers: a regular
+    file of bounded size (:func:`read_bytes`, ``json``'s limit: a FIFO never blocks), UTF-8,
+    nesting (arrays, tables, dotted keys) at most :data:`MAX_JSON_DEPTH`, no ``nan`` or
+    ``inf`` and no integer beyond :data:`MAX_JSON_INTEGER` (named by its dotted key).
+
+    Raises ``error`` naming the file on any problem (never ``RecursionError``, or the
+    ``ValueError`` of an integer of 4,300 digits or more).
+    """
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    path = Path(path)
+    data = read_bytes(path, error, "json")
+    try:
+        doc = tomllib.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise _fail(error, path, f"is not TOML: not UTF-8 text at byte {exc.start}") from None
+    except RecursionError:
+        raise _fail(error, path, f"is not TOML this program reads: nested more than "
+                                 f"{MAX_JSON_DEPTH} levels deep") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise _fail(error, path, f"is not TOML: {exc}") from None
+    except ValueError:  # int() of an integer literal of 4,300 digits or more
+        raise _fail(error, path, "an integer of 4,300 digits or more is beyond the range of any "
+                                 "number (at most about 1.8e308 in magnitude)") from None
+    depth = _depth(doc)
+    if depth > MAX_JSON_DEPTH:
+        raise _fail(error, path, f"TOML nested {depth} levels deep, more than {MAX_JSON_DEPTH}")
+    bad = nonfinite_path(doc)
+    if bad is not None:
+        raise _fail(error, path, f"{printable(bad[0])}: {_refusal(bad[1])}")
+    return doc
 
 
 def read_json_file(path: str | Path, error: type[Exception]) -> Any:
