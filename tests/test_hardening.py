@@ -410,6 +410,26 @@ def test_corrupted_values_are_refused_with_the_reason(tmp_path, change, needle):
     _refused(p, needle)
 
 
+@pytest.mark.parametrize("change,needle", [
+    # without its json-keys list, the JSON text was read as text: `profile show` exited 1
+    # (AttributeError: 'str' object has no attribute 'get')
+    (lambda f: f["provenance"].attrs.__delitem__("json-keys"),
+     "provenance['cross_validation'] must be a JSON object, got str '{"),
+    # a count as text: "0" read as a true value (one shape factor per shape)
+    (lambda f: f["provenance"].attrs.__setitem__("num_shape_factors", "0"),
+     "provenance['num_shape_factors'] must be a whole number at or above 0, got str '0'"),
+])
+def test_provenance_entries_read_as_structures_or_counts_are_refused_by_name(tmp_path, change,
+                                                                              needle):
+    p = tmp_path / "bad.h5"
+    _tiny(p)
+    with h5py.File(p, "a") as f:
+        change(f)
+    _refused(p, needle)
+    line = assert_one_line_error(cli("profile", "show", str(p), timeout=60))
+    assert line.startswith(f"vtrain: error: {p}: {needle}"), line
+
+
 def _first_op(f):
     return f["ops"][next(iter(f["ops"]))]
 
