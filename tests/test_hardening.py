@@ -348,6 +348,15 @@ def test_job_trace_values_are_bounded(tmp_path):
                           "t.json[0].tokens: 1e+300 must be at most")
 
 
+def test_job_trace_values_below_their_bound_are_refused():
+    """1e-300 tokens was a job that takes no time (only the upper bound was checked)."""
+    from core.studies.scheduler import _job_number
+    errs: list = []
+    _job_number({"tokens": 1e-300}, "t.json[0]", "tokens", errs)
+    assert [str(e) for e in errs] == ["t.json[0].tokens: 1e-300 must be at least 1 (the largest "
+                                      "published training runs use about 4e13 tokens)"]
+
+
 # --------------------------------------------------------------------------- profile stores
 
 def _tiny(path: Path) -> None:
