@@ -326,6 +326,31 @@ def test_measurement_csv_refuses_non_finite_values(tmp_path):
     assert_one_line_error(cli("validate", str(tmp_path / "z.csv")), "z.csv")
 
 
+_AUTHORS_HEADER = ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,"
+                   "sequence length,tensor parallelism,data parallelism,pipeline parallelism,"
+                   "iteration time (ms)")
+
+
+def test_text_numbers_are_decimal_digits_only(tmp_path):
+    """float() reads "1_5" as 15: a measured time of 1_5 ms was predicted as 15 ms."""
+    from core.accuracy.measured import MeasurementFileError, read_measurements
+    from core.store.nccl_tests import NcclTestsError, read_nccl_tests
+    path = tmp_path / "m.csv"
+    path.write_text(f"{_AUTHORS_HEADER}\n8,64,1,2048,16,24,2048,8,1,1,1_5\n")
+    with pytest.raises(MeasurementFileError) as err:
+        read_measurements(path)
+    assert str(err.value) == f"{path}: row 1, column 'iteration time (ms)': '1_5' is not a number"
+    nccl = tmp_path / "all_reduce_8gpu.csv"
+    nccl.write_text("size(B),count,type,time(ns),busbw(GB/s),time(ns),busbw(GB/s)\n"
+                    "1024,256,float,1_000,1,1,1\n")
+    with pytest.raises(NcclTestsError, match="line 2: expected size"):
+        read_nccl_tests(nccl)
+    assert inputs.decimal_number(" -1.5e3 ") == -1500.0
+    for text in ("1_5", "0x10", "١٢", "1.2.3", ""):
+        with pytest.raises(ValueError):
+            inputs.decimal_number(text)
+
+
 def test_nccl_tests_output_refuses_absurd_rows(tmp_path):
     from core.store.nccl_tests import NcclTestsError, read_nccl_tests
     path = tmp_path / "all_reduce_8gpu.csv"

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, gpu_kind
 from core.plan.fields import BOUNDS, ConfigError, FieldError
-from core.util.inputs import read_text
+from core.util.inputs import decimal_number, read_text
 
 __all__ = ["PRICE_COLUMNS", "REQUIRED_COLUMNS", "MAX_PRICE_ROWS", "PriceRow", "PriceSheet",
            "read_price_sheet", "parse_price_sheet"]
@@ -157,8 +157,8 @@ def _number(text: str, column: str, where: str, errors: list[FieldError], *, int
     """The number in ``text`` within ``bounds`` (a :class:`core.plan.fields.Bound` or a pair),
     or None (an error added to ``errors``)."""
     lo, hi = (bounds.lo, bounds.hi) if hasattr(bounds, "lo") else bounds
-    try:
-        value = float(text)
+    try:  # decimal digits only: float() reads "1_5" as 15
+        value = decimal_number(text)
     except ValueError:
         errors.append(FieldError(f"{where}: {column}", f"{text!r} is not a number"))
         return None

@@ -32,7 +32,7 @@ from core.util.text import printable
 __all__ = ["MAX_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "read_json_file",
            "parse_json", "json_depth", "check_regular_file", "nonfinite_path", "strict_dumps",
            "NonFiniteError", "MAX_JSON_INTEGER", "describe_number", "parse_json_or_text", "duplicate_key_path",
-           "read_toml_file"]
+           "read_toml_file", "decimal_number"]
 
 #: Largest file of each kind that is read, bytes. Sessions and configs are a few KB;
 #: a measurement CSV or nccl-tests log a few hundred KB; profile stores a few MB.
@@ -59,6 +59,25 @@ _MAX_INT_DIGITS = len(str(MAX_JSON_INTEGER))
 #: anyway). Every ``"`` starts a match, so the scan is linear: with a closing quote required,
 #: each of the many ``\\"`` of an open string would start a scan to the end (quadratic).
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.S)
+
+
+#: A number as a text file (CSV cell, log column) writes it: ASCII digits, an optional sign,
+#: point and exponent. Python's ``float()`` takes more: ``1_5`` (15), ``nan``, ``infinity``,
+#: other scripts' digits.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+
+
+def decimal_number(text: str) -> float:
+    """``text`` (surrounding blanks ignored) as a float when it is a decimal number
+    (:data:`_DECIMAL`) or spells NaN or infinity (``nan``, ``inf``, ``-Infinity``: the caller
+    refuses those by name, as it refuses ``1e400``, which is infinite); ValueError for any
+    other text (``1_5``, which ``float()`` reads as 15, ``0x10``, other scripts' digits)."""
+    t = text.strip()
+    if t.lower().lstrip("+-") in ("nan", "inf", "infinity"):
+        return float(t)
+    if len(t) > 400 or not _DECIMAL.fullmatch(t):
+        raise ValueError(f"{t[:40]!r} is not a decimal number")
+    return float(t)
 
 
 def _fail(error: type[Exception], path: Path, rule: str) -> Exception:
