@@ -563,6 +563,7 @@ def _write_rows(result, path: str) -> None:
     import numpy as np
 
     from core.io.session import atomic_write_text
+    from core.util.text import spreadsheet_cell  # names from the file are text, never formulas
 
     buf = io.StringIO()
     w = csv.writer(buf)
@@ -588,12 +589,14 @@ def _write_rows(result, path: str) -> None:
                   m.memory_scale, "" if np.isnan(mp) else f"{mp:.6g}",
                   "" if np.isnan(me) else f"{me:.3f}"]
         band = ["", ""] if np.isnan(lo) else [f"{lo:.6g}", f"{hi:.6g}"]
-        w.writerow([m.row, m.group.get("model", ""), pl.num_gpus if pl else "",
+        w.writerow([spreadsheet_cell(m.row), spreadsheet_cell(m.group.get("model", "")),
+                    pl.num_gpus if pl else "",
                     pl.tensor_parallel if pl else "", pl.pipeline_parallel if pl else "",
                     pl.data_parallel if pl else "", pl.micro_batch_size if pl else "",
                     pl.global_batch_size if pl else "",
                     f"{m.measured_iteration_time_s:.6g}" if m.has_time else "",
-                    "" if np.isnan(pred) else f"{pred:.6g}", err, *band, *memory, m.skip_reason])
+                    "" if np.isnan(pred) else f"{pred:.6g}", err, *band,
+                    *map(spreadsheet_cell, memory), spreadsheet_cell(m.skip_reason)])
     atomic_write_text(path, buf.getvalue())
 
 
