@@ -31,6 +31,7 @@ import csv
 import io
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,6 +165,10 @@ def _number(text: str, column: str, where: str, errors: list[FieldError], *, int
         return None
     if not math.isfinite(value):
         errors.append(FieldError(f"{where}: {column}", f"{text!r} must be a finite number"))
+        return None
+    if 0.0 < abs(value) < sys.float_info.min:  # named here, with the file and row
+        errors.append(FieldError(f"{where}: {column}", f"{text!r} is a subnormal number (under "
+                                                       "2.2e-308 in magnitude)"))
         return None
     if integer:
         if value != int(value):
