@@ -762,3 +762,26 @@ def test_fuzz_set_values_are_applied_or_refused_by_name(field, value):
 
 
 _SET_FUZZ_SESSION = load_session(EXAMPLES / "gpt3_1.3b_single_node.json")
+
+
+@pytest.mark.parametrize("args,line", [
+    # float() and int() read Python's forms: 1_5 was a price of $15, 1_024 GPUs were 1024
+    (["simulate", "{S}", "--price-per-gpu-hour", "1_5"],
+     "vtrain simulate: error: argument --price-per-gpu-hour: '1_5' is not a number"),
+    (["optimal", "{S}", "--gpus", "1_024", "--days", "3"],
+     "vtrain optimal: error: argument --gpus: '1_024' is not a whole number"),
+    (["sweep", "{S}", "--deadline-days", "1e-320"],
+     "vtrain sweep: error: argument --deadline-days: '1e-320' is a subnormal number (under "
+     "2.2e-308 in magnitude)"),
+])
+def test_number_options_take_decimal_digits_only(args, line):
+    proc = cli(*[a.replace("{S}", str(EXAMPLES / "gpt3_1.3b_single_node.json")) for a in args],
+               timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.splitlines()[-1] == line
+
+
+def test_number_option_types_accept_what_a_user_writes():
+    from core.cli.common import decimal_arg, integer_arg
+    assert [decimal_arg(t) for t in ("2.5", "1e9", "-0.5", "300e9")] == [2.5, 1e9, -0.5, 300e9]
+    assert [integer_arg(t) for t in ("1024", "+8", "-1", " 64 ")] == [1024, 8, -1, 64]

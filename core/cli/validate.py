@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.cli.common import decimal_arg, integer_arg
 from core.cli.common import check_outputs, check_profile_option, field_error, row_progress
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
@@ -37,14 +38,14 @@ def add_parser(sub: Any) -> None:
                         "without a shipped store are predicted with it, and rows of another kind "
                         "than the store's are predicted with it too, with a warning naming both "
                         "kinds (default: the shipped store of each row's GPU)")
-    v.add_argument("--cross-validate", type=int, metavar="K", default=0,
+    v.add_argument("--cross-validate", type=integer_arg, metavar="K", default=0,
                    help="k-fold cross-validation: refit the profile's parameters on K-1 folds "
                         "and predict the held-out fold (accuracy on data not used in the fit)")
     v.add_argument("--kernel-classes", action="store_true",
                    help="with --cross-validate on modern GPU runs: the shared fit also fits the "
                         "grouped expert GEMM and FlashAttention efficiencies (vtrain calibrate "
                         "--kernel-classes)")
-    v.add_argument("--coverage", type=float, default=0.9, metavar="C",
+    v.add_argument("--coverage", type=decimal_arg, default=0.9, metavar="C",
                    help="nominal coverage of each row's error band, between 0 and 1 (default "
                         "0.9); the report gives the share of rows inside their band")
     v.add_argument("--json", action="store_true", help="print one JSON object")
