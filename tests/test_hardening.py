@@ -785,3 +785,10 @@ def test_number_option_types_accept_what_a_user_writes():
     from core.cli.common import decimal_arg, integer_arg
     assert [decimal_arg(t) for t in ("2.5", "1e9", "-0.5", "300e9")] == [2.5, 1e9, -0.5, 300e9]
     assert [integer_arg(t) for t in ("1024", "+8", "-1", " 64 ")] == [1024, 8, -1, 64]
+
+
+def test_integer_list_options_take_decimal_digits_only():
+    """sweep --gpus 1_6 swept 16 GPUs (int() reads Python's digit groups)."""
+    proc = cli("sweep", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "1_6", timeout=60)
+    assert_one_line_error(proc)
+    assert proc.stderr == "vtrain: error: --gpus: '1_6' is not a comma-separated list of integers\n"

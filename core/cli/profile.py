@@ -357,12 +357,12 @@ def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> 
     from rich.table import Table
     check_outputs([("--out", args.out)], [])  # before the measurement, not after it
     try:
-        sizes = ([int(x) for x in list_items("--sizes", args.sizes)]
+        sizes = ([integer_arg(x) for x in list_items("--sizes", args.sizes)]  # ASCII digits
                  if args.sizes is not None else None)
         kinds = list_items("--kinds", args.kinds) if args.kinds is not None else None
     except ConfigError as exc:
         return _error(str(exc.errors[0]))
-    except ValueError:
+    except (ValueError, argparse.ArgumentTypeError):
         return _error(f"--sizes {args.sizes!r}: expected comma-separated integers (bytes)")
     last = {"saved": 0}
     with _progress_bar(console) as bar:

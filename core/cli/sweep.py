@@ -145,9 +145,9 @@ def _ints(option: str, text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     items = list_items(option, text)
-    try:
-        values = tuple(int(v) for v in items)
-    except ValueError:
+    try:  # ASCII digits (integer_arg): int() reads "1_6" as 16
+        values = tuple(integer_arg(v) for v in items)
+    except argparse.ArgumentTypeError:
         raise ConfigError([FieldError(option, f"{text!r} is not a comma-separated list of "
                                               "integers")]) from None
     if not values or any(v <= 0 for v in values):
