@@ -130,7 +130,6 @@ PROVENANCE_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
         for b in v.values()), "a JSON object of {\"low\": number, \"high\": number}"),
     "fitted_parameters": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
                           "a JSON list of names"),
-    "shapes": (lambda v: isinstance(v, list), "a JSON list"),
     **{k: (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
            "a whole number at or above 0") for k in (
         "num_shape_factors", "rows_of_this_kind", "threads")},
