@@ -263,3 +263,30 @@ def test_handed_case_newline_in_model_name(tmp_path):
     assert calls == ["torchrun"]
     assert argv == ["--nnodes", "1", "--nproc-per-node", "8", "pretrain_gpt.py",
                     *export_arguments(load_any(path))]
+
+
+def test_spreadsheet_cells_never_start_a_formula():
+    from core.util.text import spreadsheet_cell
+    assert spreadsheet_cell('=HYPERLINK("http://x","y")') == '\'=HYPERLINK("http://x","y")'
+    assert [spreadsheet_cell(v) for v in ("+1+2", "@SUM(A1)", "-x", "\tx")] == [
+        "'+1+2", "'@SUM(A1)", "'-x", "'\tx"]
+    assert [spreadsheet_cell(v) for v in ("-72.905", "+3", "GPT-3", 5, None)] == [
+        "-72.905", "+3", "GPT-3", 5, None]
+
+
+def test_validate_out_writes_a_formula_like_model_name_as_text(tmp_path):
+    """A model name "=HYPERLINK(...)" in a measurement CSV was written into validate --out's
+    CSV as it was: a spreadsheet opening that file ran it as a formula."""
+    import csv
+    from core.cli import main
+    src = tmp_path / "runs.csv"
+    src.write_text("name,gpu,num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,"
+                   "micro_batch_size,global_batch_size,data_parallel,precision,"
+                   "measured_iteration_time_s\n"
+                   '"=HYPERLINK(""http://evil.example"",""x"")",H100-SXM5-80GB,2,1024,16,2048,'
+                   "50257,1,8,8,bf16,0.05\n")
+    out = tmp_path / "rows.csv"
+    assert main(["validate", str(src), "--out", str(out), "--json"]) == 0
+    rows = list(csv.DictReader(out.open(encoding="utf-8")))
+    assert rows[0]["model"] == "'=HYPERLINK(\"http://evil.example\",\"x\")"
+    assert rows[0]["error_percent"].startswith("-")  # numbers stay numbers

@@ -159,6 +159,8 @@ def test_row_session_keeps_the_sessions_own_cluster_and_resets_another_kinds():
     ("H100 SXM,2,8,16,,", "gpus_per_node"),
     ("H100 SXM,2,8,8,,2026-13-01", "date"),
     ("missing.h5,2,8,,,", "gpu"),
+    ("H100 SXM,1_5,8,,,", "price_per_gpu_hour_usd"),  # float() read it as 15
+    ("H100 SXM,1e-320,8,,,", "price_per_gpu_hour_usd"),  # was named by GPU kind, not file
 ])
 def test_malformed_rows_are_refused_by_file_row_and_column(tmp_path, line, column):
     path = tmp_path / "prices.csv"

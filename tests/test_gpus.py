@@ -449,3 +449,29 @@ def test_an_unfitted_store_of_a_part_without_a_data_sheet_warns_and_a_chain_keep
         "method": "calibrated", "base_provenance": dict(analytic.provenance)}}})()
     assert fits_peak_fraction(chained)
     assert not fits_peak_fraction(ProfileStore.open(ROOT / "profiles" / "H100-SXM5-80GB.h5"))
+
+
+@pytest.mark.parametrize("change, rule", [
+    # a peak or bandwidth whose repr has an exponent was scaled as text ("1e-05e12": exit 1)
+    (lambda d: d["peak_tflops"].__setitem__("bf16", 1e-320),
+     "peak_tflops.bf16: 1e-320 is a subnormal number (under 2.2e-308 in magnitude): give 0 or a "
+     "normal number"),
+    # a subnormal NIC bandwidth was written to the store (exit 0)
+    (lambda d: d.__setitem__("nic_gbits_per_s", 1e-320),
+     "nic_gbits_per_s: 1e-320 is a subnormal number"),
+])
+def test_spec_figures_that_are_no_normal_number_are_refused_by_field(tmp_path, change, rule):
+    raw = json.loads((GPU_SPECS_DIR / "H100-96GB-HBM2e-500W.json").read_text())
+    change(raw)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(GpuSpecError) as err:
+        read_gpu_spec(path)
+    assert str(err.value).startswith(f"{path}: {rule}"), str(err.value)
+
+
+def test_spec_figures_with_an_exponent_scale_exactly(tmp_path):
+    """1e-05 TFLOP/s made "1e-05e12", no number: ValueError, exit 1."""
+    from core.store.gpu_spec import _decimal
+    assert _decimal(1e-05, 12) == 1e7 and _decimal(2.039, 12) == 2.039e12
+    assert _decimal(989, 12) == 989e12 and _decimal(1.5e3, 9) == 1.5e12

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -19,6 +20,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from core.util import atomic
 from core.util import inputs
@@ -33,6 +36,7 @@ from core.store.profile_store import ProfileStore
 from core.io.session import SessionFileError, load_any, load_session, save_session, session_to_json
 from core.sim.simulate import MAX_GRAPH_TASKS, simulate
 from core.model.counts import num_parameters
+from core.cli.common import apply_sets
 from tests.conftest import EXAMPLES, ROOT
 
 CASES = ROOT.parent / "shared" / "cases"
@@ -203,10 +207,49 @@ def test_json_parsing_bounds_depth_and_refuses_non_finite_numbers(text, needle):
     assert needle in str(err.value) and str(err.value).startswith("x: ")
 
 
+@pytest.mark.parametrize("text,path", [
+    ('{"model": {"num_layers": 2, "num_layers": 24}}', "model.num_layers"),
+    ('{"model": {}, "plan": {}, "model": {"name": "x"}}', "model"),
+    ('{"jobs": [{"a": 1}, {"b": 1, "b": 1}]}', "jobs[1].b"),
+])
+def test_a_key_given_twice_is_refused_naming_it(text, path):
+    """json keeps the last of two equal keys silently: an edit to the first was lost."""
+    with pytest.raises(ValueError) as err:
+        inputs.parse_json(text, "x", ValueError)
+    assert str(err.value) == (f"x: {path}: given twice in one object; a key is given once "
+                              "(which value was meant is unknown)")
+
+
+def test_a_session_with_a_key_given_twice_exits_2(tmp_path):
+    text = (EXAMPLES / "gpt3_1.3b_single_node.json").read_text()
+    path = tmp_path / "twice.json"
+    path.write_text(text.replace('"num_layers": 24,', '"num_layers": 2, "num_layers": 24,', 1))
+    line = assert_one_line_error(cli("simulate", str(path), "--json", timeout=60))
+    assert line == (f"vtrain: error: {path}: model.num_layers: given twice in one object; a key "
+                    "is given once (which value was meant is unknown)")
+
+
 def test_json_depth_counts_nesting_outside_strings():
     assert inputs.json_depth(b'{"a": [1, {"b": "]]]"}]}') == 3
     assert inputs.json_depth(b'"[\\"["') == 0
     assert inputs.json_depth(b"[" * 1000 + b"]" * 1000) == 1000
+    # a string left open runs to the end: what follows it is not nesting
+    assert inputs.json_depth(b'[["a\\"]", "[[[') == 2
+    assert inputs.json_depth(b'[{"a": "x\\') == 2
+
+
+def test_json_depth_is_linear_in_an_open_string_of_escaped_quotes(tmp_path):
+    """``["\"\"\"...`` (80 KB, never closed) took 28 s to refuse: each escaped quote started
+    a scan to the end for a closing one. 2 MB of them is refused as JSON at once."""
+    import time
+    path = tmp_path / "open_string.json"
+    path.write_bytes(b'["' + b'\\"' * 2**20)
+    start = time.monotonic()
+    with pytest.raises(ValueError) as err:
+        inputs.read_json_file(path, ValueError)
+    assert time.monotonic() - start < 5
+    assert str(err.value) == (f"{path}: not a valid JSON file (Unterminated string starting at: "
+                              "line 1 column 2 (char 1))")
 
 
 def test_every_numeric_field_declares_bounds_and_every_field_help():
@@ -283,6 +326,31 @@ def test_measurement_csv_refuses_non_finite_values(tmp_path):
     assert_one_line_error(cli("validate", str(tmp_path / "z.csv")), "z.csv")
 
 
+_AUTHORS_HEADER = ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,"
+                   "sequence length,tensor parallelism,data parallelism,pipeline parallelism,"
+                   "iteration time (ms)")
+
+
+def test_text_numbers_are_decimal_digits_only(tmp_path):
+    """float() reads "1_5" as 15: a measured time of 1_5 ms was predicted as 15 ms."""
+    from core.accuracy.measured import MeasurementFileError, read_measurements
+    from core.store.nccl_tests import NcclTestsError, read_nccl_tests
+    path = tmp_path / "m.csv"
+    path.write_text(f"{_AUTHORS_HEADER}\n8,64,1,2048,16,24,2048,8,1,1,1_5\n")
+    with pytest.raises(MeasurementFileError) as err:
+        read_measurements(path)
+    assert str(err.value) == f"{path}: row 1, column 'iteration time (ms)': '1_5' is not a number"
+    nccl = tmp_path / "all_reduce_8gpu.csv"
+    nccl.write_text("size(B),count,type,time(ns),busbw(GB/s),time(ns),busbw(GB/s)\n"
+                    "1024,256,float,1_000,1,1,1\n")
+    with pytest.raises(NcclTestsError, match="line 2: expected size"):
+        read_nccl_tests(nccl)
+    assert inputs.decimal_number(" -1.5e3 ") == -1500.0
+    for text in ("1_5", "0x10", "١٢", "1.2.3", ""):
+        with pytest.raises(ValueError):
+            inputs.decimal_number(text)
+
+
 def test_nccl_tests_output_refuses_absurd_rows(tmp_path):
     from core.store.nccl_tests import NcclTestsError, read_nccl_tests
     path = tmp_path / "all_reduce_8gpu.csv"
@@ -303,6 +371,15 @@ def test_job_trace_values_are_bounded(tmp_path):
     (tmp_path / "t.json").write_text(json.dumps(trace))
     assert_one_line_error(cli("schedule", str(tmp_path / "t.json"), "--gpus", "8"),
                           "t.json[0].tokens: 1e+300 must be at most")
+
+
+def test_job_trace_values_below_their_bound_are_refused():
+    """1e-300 tokens was a job that takes no time (only the upper bound was checked)."""
+    from core.studies.scheduler import _job_number
+    errs: list = []
+    _job_number({"tokens": 1e-300}, "t.json[0]", "tokens", errs)
+    assert [str(e) for e in errs] == ["t.json[0].tokens: 1e-300 must be at least 1 (the largest "
+                                      "published training runs use about 4e13 tokens)"]
 
 
 # --------------------------------------------------------------------------- profile stores
@@ -365,6 +442,26 @@ def test_corrupted_values_are_refused_with_the_reason(tmp_path, change, needle):
     with h5py.File(p, "a") as f:
         change(f)
     _refused(p, needle)
+
+
+@pytest.mark.parametrize("change,needle", [
+    # without its json-keys list, the JSON text was read as text: `profile show` exited 1
+    # (AttributeError: 'str' object has no attribute 'get')
+    (lambda f: f["provenance"].attrs.__delitem__("json-keys"),
+     "provenance['cross_validation'] must be a JSON object, got str '{"),
+    # a count as text: "0" read as a true value (one shape factor per shape)
+    (lambda f: f["provenance"].attrs.__setitem__("num_shape_factors", "0"),
+     "provenance['num_shape_factors'] must be a whole number at or above 0, got str '0'"),
+])
+def test_provenance_entries_read_as_structures_or_counts_are_refused_by_name(tmp_path, change,
+                                                                              needle):
+    p = tmp_path / "bad.h5"
+    _tiny(p)
+    with h5py.File(p, "a") as f:
+        change(f)
+    _refused(p, needle)
+    line = assert_one_line_error(cli("profile", "show", str(p), timeout=60))
+    assert line.startswith(f"vtrain: error: {p}: {needle}"), line
 
 
 def _first_op(f):
@@ -571,6 +668,39 @@ def test_hugging_face_config_values_are_bounded_and_named_by_their_keys(tmp_path
                           "must be at most 10,000")
 
 
+_HF_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 32,
+             "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192,
+             "hidden_act": "silu", "tie_word_embeddings": False}
+_HF_GEMMA3 = {"architectures": ["Gemma3ForCausalLM"], "attn_logit_softcapping": None,
+              "final_logit_softcapping": None, "head_dim": 256, "hidden_activation":
+              "gelu_pytorch_tanh", "hidden_size": 1152, "intermediate_size": 6912,
+              "max_position_embeddings": 32768, "model_type": "gemma3_text",
+              "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1,
+              "sliding_window": 512, "sliding_window_pattern": 6, "vocab_size": 262144}
+
+
+@pytest.mark.parametrize("cfg,rule", [
+    # a list where the class name belongs: TypeError (unhashable), exit 1
+    ({**_HF_LLAMA, "model_type": ["llama"]},
+     'model_type: ["llama"] must be text (the name of the config\'s class, such as "llama")'),
+    # Gemma 3 has no cap: anything but null was read as "off", though its code caps then
+    ({**_HF_GEMMA3, "final_logit_softcapping": "x"},
+     "final_logit_softcapping: 'x': a cap must be a positive number, or null for none"),
+    ({**_HF_GEMMA3, "attn_logit_softcapping": -1},
+     "attn_logit_softcapping: -1: a cap must be a positive number, or null for none"),
+    # an unused window of the wrong type was read as "inactive"
+    ({**_HF_LLAMA, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "head_dim": 128,
+      "use_sliding_window": False, "sliding_window": "x"},
+     "sliding_window: 'x': a window must be a positive integer, or null for none"),
+])
+def test_hugging_face_config_values_of_the_wrong_type_are_refused_by_key(cfg, rule):
+    from core.io.hf_import import session_from_hf_config
+    with pytest.raises(ConfigError) as err:
+        session_from_hf_config(cfg, "config.json")
+    assert str(err.value) == f"config.json: {rule}", str(err.value)
+
+
 def test_a_save_never_replaces_a_device_or_a_pipe(tmp_path, capsys):
     """--out naming something that is not a regular file (/dev/null, a FIFO) is refused naming
     it; the rename would have replaced it (tester: `--out /dev/null` as root turned /dev/null
@@ -587,3 +717,78 @@ def test_a_save_never_replaces_a_device_or_a_pipe(tmp_path, capsys):
     assert str(fifo) in capsys.readouterr().err
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+@pytest.mark.parametrize("value,rule", [
+    ("[" * 100_000, "JSON nested 100000 levels deep, more than 64"),  # was RecursionError, exit 1
+    ("NaN", "NaN must be a finite number"),
+    ("1e400", "Infinity must be a finite number"),
+    ("9" * 5000, "an integer of about 5,000 digits is beyond the range of any number"),
+    ("[1, [-Infinity]]", "[1][0]: -Infinity must be a finite number"),
+])
+def test_set_values_are_read_under_the_session_files_json_rules(value, rule):
+    session = load_session(EXAMPLES / "gpt3_1.3b_single_node.json")
+    with pytest.raises(ConfigError) as err:
+        apply_sets(session, [f"model.num_layers={value}"])
+    assert str(err.value).startswith(f"--set model.num_layers: {rule}"), str(err.value)
+
+
+def test_set_value_nested_too_deeply_exits_2_naming_the_option():
+    line = assert_one_line_error(cli("simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json"),
+                                     "--set", "model.name=" + "[" * 100_000, timeout=60))
+    assert line == ("vtrain: error: --set model.name: JSON nested 100000 levels deep, "
+                    "more than 64")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(field=st.sampled_from(["model.num_layers", "model.name", "plan.tensor_parallel",
+                              "cluster.gpu", "cost.price_per_gpu_hour_usd",
+                              "cluster.profile_path", "plan.recompute"]),
+       value=st.one_of(st.text(max_size=40), st.recursive(
+           st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                         max_size=3),
+           max_leaves=8).map(lambda v: json.dumps(v))))
+def test_fuzz_set_values_are_applied_or_refused_by_name(field, value):
+    session = _SET_FUZZ_SESSION
+    try:
+        out = apply_sets(session, [f"{field}={value}"])
+    except ConfigError as exc:
+        assert str(exc).startswith(f"--set {field}: "), str(exc)
+        return
+    section, name = field.split(".")
+    got = getattr(getattr(out, section), name)
+    assert not isinstance(got, float) or math.isfinite(got)
+
+
+_SET_FUZZ_SESSION = load_session(EXAMPLES / "gpt3_1.3b_single_node.json")
+
+
+@pytest.mark.parametrize("args,line", [
+    # float() and int() read Python's forms: 1_5 was a price of $15, 1_024 GPUs were 1024
+    (["simulate", "{S}", "--price-per-gpu-hour", "1_5"],
+     "vtrain simulate: error: argument --price-per-gpu-hour: '1_5' is not a number"),
+    (["optimal", "{S}", "--gpus", "1_024", "--days", "3"],
+     "vtrain optimal: error: argument --gpus: '1_024' is not a whole number"),
+    (["sweep", "{S}", "--deadline-days", "1e-320"],
+     "vtrain sweep: error: argument --deadline-days: '1e-320' is a subnormal number (under "
+     "2.2e-308 in magnitude)"),
+])
+def test_number_options_take_decimal_digits_only(args, line):
+    proc = cli(*[a.replace("{S}", str(EXAMPLES / "gpt3_1.3b_single_node.json")) for a in args],
+               timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.splitlines()[-1] == line
+
+
+def test_number_option_types_accept_what_a_user_writes():
+    from core.cli.common import decimal_arg, integer_arg
+    assert [decimal_arg(t) for t in ("2.5", "1e9", "-0.5", "300e9")] == [2.5, 1e9, -0.5, 300e9]
+    assert [integer_arg(t) for t in ("1024", "+8", "-1", " 64 ")] == [1024, 8, -1, 64]
+
+
+def test_integer_list_options_take_decimal_digits_only():
+    """sweep --gpus 1_6 swept 16 GPUs (int() reads Python's digit groups)."""
+    proc = cli("sweep", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "1_6", timeout=60)
+    assert_one_line_error(proc)
+    assert proc.stderr == "vtrain: error: --gpus: '1_6' is not a comma-separated list of integers\n"

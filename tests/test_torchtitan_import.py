@@ -335,3 +335,38 @@ def test_float8_on_a_moe_flavour_is_refused(name, flavor):
     assert "routed experts" in str(err.value)
     raw["model"]["converters"] = []
     assert session_from_torchtitan(raw, num_gpus=64).session.plan.precision == "bf16"
+
+
+_BASE_TOML = LLAMA3_8B.read_text() if LLAMA3_8B.exists() else ""
+
+
+@pytest.mark.parametrize("text,rule", [
+    # each exited 1: RecursionError, ValueError (int() of 5,000 digits), OverflowError
+    (_BASE_TOML + "\n[extra]\nx = " + "[" * 5000 + "]" * 5000 + "\n",
+     "is not TOML this program reads: nested more than 64 levels deep"),
+    (_BASE_TOML + "\n[extra]\n" + "a." * 3000 + "b = 1\n",
+     "TOML nested 3002 levels deep, more than 64"),
+    (_BASE_TOML.replace("local_batch_size = 1", "local_batch_size = " + "9" * 5000),
+     "an integer of 4,300 digits or more is beyond the range of any number"),
+    (_BASE_TOML.replace("local_batch_size = 1", "local_batch_size = " + "9" * 400),
+     "training.local_batch_size: an integer of about 400 digits is beyond the range of any number"),
+    # TOML's nan and inf: refused by key, as a session file's NaN is
+    (_BASE_TOML.replace("lr = 3e-4", "lr = nan"), "optimizer.lr: NaN must be a finite number"),
+])
+def test_toml_beyond_a_config_is_refused_naming_the_file(tmp_path, text, rule):
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_toml(path)
+    assert str(err.value).startswith(f"{path}: {rule}"), str(err.value)
+
+
+def test_a_toml_fifo_is_refused_without_blocking(tmp_path):
+    """open() of a FIFO waited for a writer forever."""
+    import os
+    path = tmp_path / "job.toml"
+    os.mkfifo(path)
+    r = subprocess.run([sys.executable, "-m", "core.cli", "import", "torchtitan", str(path),
+                        "--num-gpus", "8", "--out", str(tmp_path / "s.json")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr == (f"vtrain: error: {path}: is not a regular file (a "
+                                              "FIFO, device or socket is not read)\n"), r.stderr

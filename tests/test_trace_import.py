@@ -473,3 +473,68 @@ def test_a_table_of_ones_own_classes(tmp_path, capsys):
                                                             "all_to_all", "idle", "iteration"))
     assert rows["compute"]["measured_s"] == pytest.approx(parts, rel=1e-12)
 
+
+
+def _one_rank_with(change) -> dict:
+    doc = json.loads(ONE.read_text())
+    change(doc, doc["traceEvents"])
+    return doc
+
+
+def _first(events, pred) -> dict:
+    return next(e for e in events if e.get("ph") == "X" and pred(e))
+
+
+def _op(events) -> dict:
+    return _first(events, lambda e: e.get("cat") == "cpu_op")
+
+
+def _rename_steps(events, prefix: str) -> None:
+    for e in events:
+        if str(e.get("name", "")).startswith("ProfilerStep#"):
+            e["name"] = e["name"].replace("ProfilerStep#", prefix)
+
+
+@pytest.mark.parametrize("change, rule", [
+    # integers beyond a float were converted (OverflowError, exit 1)
+    (lambda d, ev: _op(ev).__setitem__("dur", 10**400),
+     ".dur: an integer of about 401 digits must be a number from 0 to 86,400,000,000 "
+     "(the duration, microseconds: a day)"),
+    (lambda d, ev: _op(ev).__setitem__("ts", -10**400),
+     ".ts: a negative integer of about 401 digits must be a number from -2^53 to 2^53"),
+    # finite but beyond any trace: measured 1e294 s, exit 0
+    (lambda d, ev: _op(ev).__setitem__("dur", 1e300),
+     ".dur: 1e+300 must be a number from 0 to 86,400,000,000"),
+    (lambda d, ev: _op(ev).setdefault("args", {}).__setitem__("correlation", 2**70),
+     ".args.correlation: an integer of about 22 digits must be a whole number of at most 64 bits"),
+    # ranks went into int32 columns (OverflowError, exit 1)
+    (lambda d, ev: (d["distributedInfo"].pop("world_size"),
+                    d["distributedInfo"].__setitem__("rank", 2**40)),
+     "distributedInfo.rank: 1099511627776 must be a whole number from 0 to 16,777,215"),
+    (lambda d, ev: d["distributedInfo"].__setitem__("world_size", 10**30),
+     "distributedInfo.world_size: an integer of about 31 digits must be a whole number from 1 "
+     "to 16,777,216"),
+    (lambda d, ev: d.__setitem__("distributedInfo", [0]),
+     "distributedInfo: must be a JSON object"),  # was ignored: exit 0
+    # step numbers: "ProfilerStep#01" and 5,000 digits raised ValueError (exit 1)
+    (lambda d, ev: _rename_steps(ev, "ProfilerStep#0"),
+     ".name: ProfilerStep#01: a step's number is written as prof.step() writes it"),
+    (lambda d, ev: _rename_steps(ev, "ProfilerStep#" + "9" * 5000),
+     ": a step's number is written as prof.step() writes it (no leading zero, at most 18 digits)"),
+])
+def test_numbers_beyond_a_trace_are_refused_by_name(tmp_path, change, rule):
+    path = _bad(tmp_path, "t.json", _one_rank_with(change))
+    with pytest.raises(TraceFileError) as err:
+        read_traces([path])
+    msg = str(err.value)
+    assert msg.startswith(f"{path}: ") and rule in msg, msg
+
+
+def test_a_step_number_in_other_digits_is_not_a_step(tmp_path):
+    """"ProfilerStep#١" (Arabic-Indic one) was read as step 1, then not found (ValueError)."""
+    path = _bad(tmp_path, "t.json", _one_rank_with(lambda d, ev: _rename_steps(ev, "ProfilerStep#١")))
+    trace = read_traces([path])
+    assert step_numbers(trace) == []
+    with pytest.raises(TraceFileError) as err:
+        choose_step(trace)
+    assert str(err.value).startswith(f"{path}: traceEvents: no ProfilerStep#N range common")

@@ -53,8 +53,9 @@ def new_profile_path(device: str = "cpu", when: float | None = None) -> Path:
 def _expand(value: Any) -> Any:
     """Nested provenance values are stored as JSON text: show them as the structures they are."""
     if isinstance(value, str) and value[:1] in "[{":
-        try:
-            return _expand(json.loads(value))
+        from core.util.inputs import parse_json
+        try:  # bounded nesting, finite numbers: a note of 100,000 "[" raised RecursionError
+            return _expand(parse_json(value, "provenance", ValueError))
         except ValueError:
             return value
     if isinstance(value, dict):

@@ -59,7 +59,7 @@ from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 from core.plan.rules import inactive_fields, validate
 from core.sim.report import MEMORY_SCALES
-from core.util.inputs import parse_json, read_bytes
+from core.util.inputs import decimal_number, parse_json, read_bytes
 from core.util.text import did_you_mean
 
 __all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_cause", "skip_counts",
@@ -385,11 +385,11 @@ def _number(where: str, text: str, kind: type = float) -> Any:
     """``text`` as a finite float or an integer; MeasurementFileError naming ``where``."""
     t = text.strip()
     if kind is int:
-        if not re.fullmatch(r"[+-]?\d{1,30}", t):
+        if not re.fullmatch(r"[+-]?[0-9]{1,30}", t):
             raise MeasurementFileError(f"{where}: {t[:40]!r} is not an integer")
         return int(t)
-    try:
-        v = float(t)
+    try:  # decimal digits only: float() reads "1_5" as 15
+        v = decimal_number(t)
     except ValueError:
         raise MeasurementFileError(f"{where}: {t[:40]!r} is not a number") from None
     if not math.isfinite(v):

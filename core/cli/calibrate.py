@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from core.cli.common import decimal_arg, integer_arg
 from core.cli.common import SET_HELP, check_outputs, check_profile_option, field_error, row_progress
 
 __all__ = ["add_parser", "run"]
@@ -33,7 +34,7 @@ def add_parser(sub: Any) -> None:
                         "docs/trace_import.md)")
     c.add_argument("--session", metavar="S.json", help="with --trace: the session the traces "
                                                        "were taken of")
-    c.add_argument("--step", type=int, metavar="N",
+    c.add_argument("--step", type=integer_arg, metavar="N",
                    help="with --trace: the ProfilerStep#N to fit (default: the last complete one)")
     c.add_argument("--classes", metavar="TABLE.json",
                    help="with --trace: operation class table (default: the shipped one)")
@@ -58,10 +59,10 @@ def add_parser(sub: Any) -> None:
                         "efficiencies (each kernel class its own; off by default: on the "
                         "published runs they made the held-out error worse, docs/accuracy.md); "
                         "refused with --trace, whose classes cannot determine them")
-    c.add_argument("--folds", type=int, default=5, metavar="K",
+    c.add_argument("--folds", type=integer_arg, default=5, metavar="K",
                    help="cross-validation folds per file (0: skip cross-validation; a file "
                         "with fewer usable rows gets one fold per row, a file of one row none)")
-    c.add_argument("--file-weights", type=float, nargs="+", metavar="W",
+    c.add_argument("--file-weights", type=decimal_arg, nargs="+", metavar="W",
                    help="share of the fit each CSV gets, one per CSV in order (default: equal), "
                         "e.g. 1 4 to let the second file count four times as much as the first")
 

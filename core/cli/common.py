@@ -19,6 +19,7 @@ from core.io.session import load_any
 from core.util.text import format_days
 
 __all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_HELP",
+           "decimal_arg", "integer_arg",
            "check_number", "fmt_bytes", "GiB", "verdict_markup", "check_outputs",
            "session_inputs", "row_progress", "GPU_HELP", "cluster_of_gpu", "plan_fit_note"]
 
@@ -209,6 +210,31 @@ SET_HELP = ("set one field of the session, SECTION.FIELD=VALUE (repeatable), e.g
             "as JSON (4, true, null, \"x\") or else as text; the file is not changed")
 
 
+def decimal_arg(text: str) -> float:
+    """argparse ``type`` of a number option: decimal digits only (``float()`` reads ``1_5`` as
+    15), never a subnormal number; NaN and infinity pass, for the option's own check to refuse
+    by name."""
+    from core.util.inputs import decimal_number
+    try:
+        value = decimal_number(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if 0.0 < abs(value) < sys.float_info.min:
+        raise argparse.ArgumentTypeError(f"{text!r} is a subnormal number (under 2.2e-308 in "
+                                         "magnitude)")
+    return value
+
+
+def integer_arg(text: str) -> int:
+    """argparse ``type`` of a whole-number option: ASCII digits only (``int()`` reads ``1_000``
+    as 1000 and other scripts' digits too); the option's own check bounds it."""
+    import re
+    t = text.strip()
+    if not re.fullmatch(r"[+-]?[0-9]{1,4000}", t, re.ASCII):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number")
+    return int(t)
+
+
 def apply_sets(session, sets: list[str] | None):
     """``session`` with each ``SECTION.FIELD=VALUE`` of ``sets`` applied (a new session).
 
@@ -223,9 +249,8 @@ def apply_sets(session, sets: list[str] | None):
         A malformed ``--set``, an unknown section or field, or a value of the wrong type, out
         of bounds or not among the choices (named ``--set SECTION.FIELD``).
     """
-    import json
-
     from core.plan.session import Session
+    from core.util.inputs import parse_json_or_text
     if not sets:
         return session
     doc = session.to_dict()
@@ -237,9 +262,9 @@ def apply_sets(session, sets: list[str] | None):
             raise ConfigError([FieldError(f"--set {item}", "give SECTION.FIELD=VALUE with "
                                           "SECTION one of " + ", ".join(_SET_SECTIONS))])
         try:
-            value = json.loads(text)
-        except ValueError:
-            value = text
+            value = parse_json_or_text(text, ValueError)
+        except ValueError as exc:
+            raise field_error(f"--set {section}.{name}", str(exc)) from None
         if (section, name) == ("cluster", "gpu") and isinstance(value, str):
             from core.plan.cluster import gpu_kind
             value = gpu_kind(value)  # other tools' names ("H800", "H100 SXM"), as --gpu reads them

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from core.cli.common import decimal_arg
 from core.cli.common import UsageError, check_outputs
 
 __all__ = ["add_parser", "run"]
@@ -27,7 +28,7 @@ def add_parser(sub: Any) -> None:
                           "and the per-class table (docs/trace_import.md)")
     gui.add_argument("--explore", action="store_true",
                      help="with --screenshot: run the plan sweep and picture the Explore tab")
-    gui.add_argument("--timeout", metavar="SECONDS", type=float, default=300.0,
+    gui.add_argument("--timeout", metavar="SECONDS", type=decimal_arg, default=300.0,
                      help="with --screenshot: give up (exit status 3, a line on stderr naming "
                           "what it waited for: the simulation, the --explore sweep ...) when "
                           "the picture is not ready after this long; default %(default)g")

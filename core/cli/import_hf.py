@@ -8,6 +8,7 @@ import dataclasses
 import sys
 from typing import Any
 
+from core.cli.common import integer_arg
 from core.cli.common import (GPU_HELP, check_outputs, check_seq_length, cluster_of_gpu,
                              plan_fit_note)
 
@@ -39,7 +40,7 @@ def add_source(isub: Any) -> None:
                     help="the model's config.json, or its folder (which holds config.json)")
     hf.add_argument("--out", metavar="SESSION.json", help="session file to write")
     hf.add_argument("--json", action="store_true", help="print the model section as JSON")
-    hf.add_argument("--seq-length", type=int, metavar="S",
+    hf.add_argument("--seq-length", type=integer_arg, metavar="S",
                     help="sequence length to train at (default: max_position_embeddings)")
     from core.plan.cluster import GPU_KINDS
     hf.add_argument("--gpu", metavar="KIND", help=GPU_HELP.format(", ".join(GPU_KINDS)))

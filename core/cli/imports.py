@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from core.cli.common import integer_arg
 from core.cli.common import (GPU_HELP, check_outputs, check_seq_length, cluster_of_gpu,
                              plan_fit_note)
 
@@ -39,7 +40,7 @@ def add_parser(sub: Any) -> None:
     pr.add_argument("--out", metavar="SESSION.json", required=True,
                     help="session file to write (atomically)")
     pr.add_argument("--gpu", metavar="KIND", help=GPU_HELP.format(", ".join(GPU_KINDS)))
-    pr.add_argument("--seq-length", type=int, metavar="S",
+    pr.add_argument("--seq-length", type=integer_arg, metavar="S",
                     help="sequence length (default: the preset's)")
     m = isub.add_parser(
         "megatron-args", help="a Megatron-LM launch script or argument list",
@@ -56,12 +57,12 @@ def add_parser(sub: Any) -> None:
                         "script), argument list, or Megatron-LM's printed argument dump")
     m.add_argument("--out", metavar="SESSION.json", required=True,
                    help="session file to write (atomically; nothing is written on an error)")
-    m.add_argument("--num-gpus", type=int, metavar="N",
+    m.add_argument("--num-gpus", type=integer_arg, metavar="N",
                    help="world size, when the launch does not give it (or to override it)")
-    m.add_argument("--gpus-per-node", type=int, metavar="G", help="GPUs per node, the NVLink "
+    m.add_argument("--gpus-per-node", type=integer_arg, metavar="G", help="GPUs per node, the NVLink "
                    "domain (default: the launcher's processes per host, a GB200 NVL72 host's 4 "
                    "being a rack of 72; else the GPU kind's NVLink domain)")
-    m.add_argument("--nodes", type=int, metavar="N", help="nodes (with the launcher's or "
+    m.add_argument("--nodes", type=integer_arg, metavar="N", help="nodes (with the launcher's or "
                    "--gpus-per-node's GPUs per node: the world size), when the script takes them "
                    "from its environment")
     m.add_argument("--var", action="append", default=[], metavar="NAME=VALUE",
@@ -70,7 +71,7 @@ def add_parser(sub: Any) -> None:
                         "never run: a variable it sets itself wins, except one it sets from a "
                         "command's output")
     m.add_argument("--gpu", metavar="KIND", help="GPU kind of the cluster (default A100-SXM4-80GB)")
-    m.add_argument("--vocab-size", type=int, metavar="N",
+    m.add_argument("--vocab-size", type=integer_arg, metavar="N",
                    help="the tokenizer's vocabulary size, when the launch does not give "
                         "--vocab-size and its tokenizer keeps it in its files "
                         "(HuggingFaceTokenizer, SentencePieceTokenizer ...); read as the "
@@ -209,7 +210,7 @@ def add_torchtitan(isub: Any) -> None:
     tt.add_argument("config", metavar="CONFIG.toml", help="the job config")
     tt.add_argument("--out", metavar="SESSION.json", required=True,
                     help="session file to write (atomically; nothing is written on an error)")
-    tt.add_argument("--num-gpus", type=int, metavar="N", help="world size (torchrun's); needed "
+    tt.add_argument("--num-gpus", type=integer_arg, metavar="N", help="world size (torchrun's); needed "
                     "when data_parallel_shard_degree is -1")
     tt.add_argument("--gpu", metavar="KIND", help="GPU kind of the cluster (default "
                     "A100-SXM4-80GB)")

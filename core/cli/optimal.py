@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from core.cli.common import decimal_arg, integer_arg
 from core.cli.common import SET_HELP, check_number, session_from_args, study_progress
 
 if TYPE_CHECKING:  # rich and numpy (core.studies.optimal) are imported when the command runs
@@ -33,15 +34,15 @@ def add_parser(sub: Any) -> None:
                     "choose; its model is not used. A plan outside what the profile was "
                     "calibrated on is marked with ⚠ (it is still chosen when fastest).")
     op.add_argument("path", metavar="CONFIG", help="session file (.json) or vTrain config (.json)")
-    op.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs of the budget")
-    op.add_argument("--days", type=float, required=True, metavar="D", help="wall-clock days")
-    op.add_argument("--assumed-mfu", type=float, default=0.4, metavar="U",
+    op.add_argument("--gpus", type=integer_arg, required=True, metavar="N", help="GPUs of the budget")
+    op.add_argument("--days", type=decimal_arg, required=True, metavar="D", help="wall-clock days")
+    op.add_argument("--assumed-mfu", type=decimal_arg, default=0.4, metavar="U",
                     help="MFU the Chinchilla rule's FLOP budget assumes (default 0.4)")
-    op.add_argument("--candidates", type=int, default=9, metavar="K",
+    op.add_argument("--candidates", type=integer_arg, default=9, metavar="K",
                     help="candidate model sizes (default 9)")
-    op.add_argument("--spread", type=float, default=8.0, metavar="R",
+    op.add_argument("--spread", type=decimal_arg, default=8.0, metavar="R",
                     help="largest / smallest candidate size (default 8)")
-    op.add_argument("--price-per-gpu-hour", type=float, metavar="USD",
+    op.add_argument("--price-per-gpu-hour", type=decimal_arg, metavar="USD",
                     help="price of one GPU-hour in USD (overrides the file)")
     op.add_argument("--hold-session-values", action="store_true",
                     help="sweep only CONFIG's own sequence parallelism, ZeRO stage, cp, overlaps "

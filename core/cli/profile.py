@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.util.text import printable
 from core.plan.fields import ConfigError
+from core.cli.common import integer_arg
 from core.cli.common import UsageError, list_items, check_outputs
 
 if TYPE_CHECKING:  # rich is imported by the functions that print (fast ``vtrain --help``)
@@ -142,7 +143,7 @@ def add_profiling_parsers(psub: Any) -> None:
     run.add_argument("--shapes", metavar="FILE",
                      help="JSON list of shape dicts and/or session files (default: a small set "
                           "for the device; format in core/profiling/shapes.py)")
-    run.add_argument("--threads", type=int, metavar="N",
+    run.add_argument("--threads", type=integer_arg, metavar="N",
                      help="CPU threads for torch (pin the same number when training)")
     run.add_argument("--dtype", choices=("fp32", "bf16", "fp16"),
                      help="dtype of shape dicts that give none (default fp32 on cpu, bf16 on cuda)")
@@ -155,7 +156,7 @@ def add_profiling_parsers(psub: Any) -> None:
         description="Spawn WORLD_SIZE local processes (gloo on CPUs, nccl on GPUs), time "
                     "all-reduce, all-gather, reduce-scatter and send/recv over buffer sizes "
                     "(nccl-tests conventions) and add the curves to a store.")
-    coll.add_argument("--world-size", type=int, required=True, metavar="N",
+    coll.add_argument("--world-size", type=integer_arg, required=True, metavar="N",
                       help="processes (ranks) to spawn on this machine, at least 2")
     coll.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                       help="torch.distributed backend: gloo on CPUs, nccl on GPUs (default gloo)")
@@ -176,10 +177,10 @@ def add_import_parser(psub: Any) -> None:
                      help="nccl-tests stdout or the vTrain authors' CSV form, one file per run")
     imp.add_argument("--into", metavar="STORE.h5", required=True,
                      help="store to add the curves to (saved atomically)")
-    imp.add_argument("--group-size", type=int, help="GPUs per run, when the file does not say")
+    imp.add_argument("--group-size", type=integer_arg, help="GPUs per run, when the file does not say")
     imp.add_argument("--kind", choices=["all_reduce", "all_gather", "reduce_scatter", "send_recv"],
                      help="collective, when the file does not say")
-    imp.add_argument("--knots", type=int, metavar="N",
+    imp.add_argument("--knots", type=integer_arg, metavar="N",
                      help="store a piecewise log-log fit with N knots instead of every measured size")
 
 
@@ -356,12 +357,12 @@ def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> 
     from rich.table import Table
     check_outputs([("--out", args.out)], [])  # before the measurement, not after it
     try:
-        sizes = ([int(x) for x in list_items("--sizes", args.sizes)]
+        sizes = ([integer_arg(x) for x in list_items("--sizes", args.sizes)]  # ASCII digits
                  if args.sizes is not None else None)
         kinds = list_items("--kinds", args.kinds) if args.kinds is not None else None
     except ConfigError as exc:
         return _error(str(exc.errors[0]))
-    except ValueError:
+    except (ValueError, argparse.ArgumentTypeError):
         return _error(f"--sizes {args.sizes!r}: expected comma-separated integers (bytes)")
     last = {"saved": 0}
     with _progress_bar(console) as bar:

@@ -7,6 +7,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any
 
+from core.cli.common import decimal_arg, integer_arg
 from core.cli.common import check_number, check_profile_option, list_items, study_progress
 
 if TYPE_CHECKING:  # rich is imported when the command runs (fast ``vtrain --help``)
@@ -34,7 +35,7 @@ def add_parser(sub: Any) -> None:
                     help="JSON list of jobs: name, arrival_h, model (preset name) or num_layers/"
                          "hidden_size/num_attention_heads, global_batch_size, tokens, "
                          "requested_gpus")
-    sc.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs of the cluster")
+    sc.add_argument("--gpus", type=integer_arg, required=True, metavar="N", help="GPUs of the cluster")
     sc.add_argument("--cluster", metavar="CONFIG",
                     help="session file or vTrain config whose cluster, profile and plan switches "
                          "(precision, ZeRO stage, the overlaps and fusions every job's sweep keeps; "
@@ -44,7 +45,7 @@ def add_parser(sub: Any) -> None:
                     help=f"policies to compare (default {','.join(POLICY_NAMES)})")
     sc.add_argument("--backfill", action="store_true",
                     help="let a later job start ahead of a waiting one when it fits")
-    sc.add_argument("--min-efficiency", type=float, default=0.8, metavar="F",
+    sc.add_argument("--min-efficiency", type=decimal_arg, default=0.8, metavar="F",
                     help="least tokens/s per GPU, relative to the job's best, that 'efficient' "
                          "and 'adaptive' accept (default 0.8)")
     sc.add_argument("--runs", action="store_true", help="also print every job's run per policy")

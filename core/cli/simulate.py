@@ -6,6 +6,7 @@ import argparse
 import time
 from typing import TYPE_CHECKING, Any
 
+from core.cli.common import decimal_arg
 from core.cli.common import (SET_HELP, field_error, fmt_bytes, fmt_days, check_outputs,
                      session_from_args, session_inputs, verdict_markup)
 from core.util.text import format_amount, format_energy, format_params
@@ -36,10 +37,10 @@ def add_parser(sub: Any) -> None:
                      help="write the timeline as Chrome trace-event JSON (open in Perfetto)")
     sim.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
     sim.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
-    sim.add_argument("--tokens", type=float, metavar="T", help="training token budget (overrides the file)")
-    sim.add_argument("--price-per-gpu-hour", type=float, metavar="USD",
+    sim.add_argument("--tokens", type=decimal_arg, metavar="T", help="training token budget (overrides the file)")
+    sim.add_argument("--price-per-gpu-hour", type=decimal_arg, metavar="USD",
                      help="price of one GPU-hour in USD (overrides the file)")
-    sim.add_argument("--coverage", type=float, metavar="C", default=0.9,
+    sim.add_argument("--coverage", type=decimal_arg, metavar="C", default=0.9,
                      help="nominal coverage of the error band, between 0 and 1 (default 0.9): "
                           "the share of runs whose measured time should fall inside it")
 

@@ -16,6 +16,7 @@ from core.plan.fields import ConfigError, FieldError
 from core.plan.parallel import (CP_COMM_TYPES, MOE_DISPATCHERS, RECOMPUTE_CHOICES,
                                 RECOMPUTE_MODES, SCHEDULES, SWEEP_SCHEDULES)
 from core.plan.rules import check_all_but_the_plan
+from core.cli.common import decimal_arg, integer_arg
 from core.cli.common import (SET_HELP, check_number, fmt_days, list_items, check_outputs,
                      session_from_args, session_inputs)
 
@@ -106,10 +107,10 @@ def add_parser(sub: Any) -> None:
                          "cp, and the session's own; a2a+p2p keeps the session's "
                          "plan.cp_a2a_size)")
     sw.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
-    sw.add_argument("--tokens", type=float, metavar="T", help="training token budget (overrides the file)")
-    sw.add_argument("--price-per-gpu-hour", type=float, metavar="USD",
+    sw.add_argument("--tokens", type=decimal_arg, metavar="T", help="training token budget (overrides the file)")
+    sw.add_argument("--price-per-gpu-hour", type=decimal_arg, metavar="USD",
                     help="price of one GPU-hour in USD (overrides the file)")
-    sw.add_argument("--deadline-days", type=float, metavar="D",
+    sw.add_argument("--deadline-days", type=decimal_arg, metavar="D",
                     help="also report the cheapest plan that trains within D days")
     sw.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
     sw.add_argument("--out", metavar="FILE.csv|S.json",
@@ -126,7 +127,7 @@ def add_parser(sub: Any) -> None:
                     help="send the plans to the Dask scheduler at ADDRESS (tcp://host:8786), or "
                          "'local' to start a local Dask cluster of --workers processes; needs "
                          "dask[distributed] (see docs/sweep_parallel.md)")
-    sw.add_argument("--max-work", metavar="STEPS", type=int,
+    sw.add_argument("--max-work", metavar="STEPS", type=integer_arg,
                     help="refuse the sweep when its plans that fit need more than STEPS pipeline "
                          "steps to simulate (default: no limit; a sweep of more than "
                          "300,000,000, about two minutes, is run with a warning and its time "
@@ -146,9 +147,9 @@ def _ints(option: str, text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     items = list_items(option, text)
-    try:
-        values = tuple(int(v) for v in items)
-    except ValueError:
+    try:  # ASCII digits (integer_arg): int() reads "1_6" as 16
+        values = tuple(integer_arg(v) for v in items)
+    except argparse.ArgumentTypeError:
         raise ConfigError([FieldError(option, f"{text!r} is not a comma-separated list of "
                                               "integers")]) from None
     if not values or any(v <= 0 for v in values):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from core.cli.common import integer_arg
 from core.cli.common import SET_HELP, field_error, session_from_args
 
 __all__ = ["add_parser", "run"]
@@ -35,7 +36,7 @@ def add_parser(sub: Any) -> None:
                           "else rank<N> in its name, else its position)")
     imp.add_argument("--session", required=True, metavar="S.json",
                      help="the session (or vTrain config) the traces were taken of")
-    imp.add_argument("--step", type=int, metavar="N",
+    imp.add_argument("--step", type=integer_arg, metavar="N",
                      help="the ProfilerStep#N to measure (default: the last complete one)")
     imp.add_argument("--classes", metavar="TABLE.json",
                      help="operation class table (default: the shipped "

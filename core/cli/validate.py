@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.cli.common import decimal_arg, integer_arg
 from core.cli.common import check_outputs, check_profile_option, field_error, row_progress
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
@@ -37,14 +38,14 @@ def add_parser(sub: Any) -> None:
                         "without a shipped store are predicted with it, and rows of another kind "
                         "than the store's are predicted with it too, with a warning naming both "
                         "kinds (default: the shipped store of each row's GPU)")
-    v.add_argument("--cross-validate", type=int, metavar="K", default=0,
+    v.add_argument("--cross-validate", type=integer_arg, metavar="K", default=0,
                    help="k-fold cross-validation: refit the profile's parameters on K-1 folds "
                         "and predict the held-out fold (accuracy on data not used in the fit)")
     v.add_argument("--kernel-classes", action="store_true",
                    help="with --cross-validate on modern GPU runs: the shared fit also fits the "
                         "grouped expert GEMM and FlashAttention efficiencies (vtrain calibrate "
                         "--kernel-classes)")
-    v.add_argument("--coverage", type=float, default=0.9, metavar="C",
+    v.add_argument("--coverage", type=decimal_arg, default=0.9, metavar="C",
                    help="nominal coverage of each row's error band, between 0 and 1 (default "
                         "0.9); the report gives the share of rows inside their band")
     v.add_argument("--json", action="store_true", help="print one JSON object")
@@ -563,6 +564,7 @@ def _write_rows(result, path: str) -> None:
     import numpy as np
 
     from core.io.session import atomic_write_text
+    from core.util.text import spreadsheet_cell  # names from the file are text, never formulas
 
     buf = io.StringIO()
     w = csv.writer(buf)
@@ -588,12 +590,14 @@ def _write_rows(result, path: str) -> None:
                   m.memory_scale, "" if np.isnan(mp) else f"{mp:.6g}",
                   "" if np.isnan(me) else f"{me:.3f}"]
         band = ["", ""] if np.isnan(lo) else [f"{lo:.6g}", f"{hi:.6g}"]
-        w.writerow([m.row, m.group.get("model", ""), pl.num_gpus if pl else "",
+        w.writerow([spreadsheet_cell(m.row), spreadsheet_cell(m.group.get("model", "")),
+                    pl.num_gpus if pl else "",
                     pl.tensor_parallel if pl else "", pl.pipeline_parallel if pl else "",
                     pl.data_parallel if pl else "", pl.micro_batch_size if pl else "",
                     pl.global_batch_size if pl else "",
                     f"{m.measured_iteration_time_s:.6g}" if m.has_time else "",
-                    "" if np.isnan(pred) else f"{pred:.6g}", err, *band, *memory, m.skip_reason])
+                    "" if np.isnan(pred) else f"{pred:.6g}", err, *band,
+                    *map(spreadsheet_cell, memory), spreadsheet_cell(m.skip_reason)])
     atomic_write_text(path, buf.getvalue())
 
 

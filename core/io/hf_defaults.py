@@ -70,6 +70,9 @@ def fill_class_defaults(cfg: dict[str, Any], arch: str, where: str
         named by the key."""
     needed, table = load_class_defaults()
     mt = cfg.get("model_type")
+    if mt is not None and not isinstance(mt, str):
+        raise refusal(where, "model_type", f"{json.dumps(mt)[:60]} must be text (the name of "
+                      "the config's class, such as \"llama\")")
     entry = (table.get(mt) if mt is not None else
              next((e for e in table.values() if arch in e.architectures), None))
     out, notes = dict(cfg), []

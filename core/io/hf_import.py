@@ -401,6 +401,10 @@ def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: s
     Raises ConfigError for a window that is not a positive integer or a layer pattern Megatron-
     Core's ``--window-attn-skip-freq`` cannot give."""
     window = cfg.get("sliding_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int)
+                               or window < 1):  # whether or not a layer uses it
+        raise _refuse(where, "sliding_window", f"{window!r}: a window must be a positive "
+                      "integer, or null for none")
     types = cfg.get("layer_types")
     if types is not None:
         if not (isinstance(types, list) and len(types) == layers and all(
@@ -449,6 +453,9 @@ def _gemma_softcap(cfg: dict[str, Any], arch: str, where: str) -> dict[str, str]
     for key in ("attn_logit_softcapping", "final_logit_softcapping"):
         value = cfg.get(key)
         number = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        if value is not None and not number:  # the modelling code caps whenever it is not null
+            raise _refuse(where, key, f"{value!r}: a cap must be a positive number, or null "
+                          "for none")
         if _GEMMA_SOFTCAP[arch] != number:
             raise _refuse(where, key, f"{value!r}: {arch}'s modelling code has "
                           f"{'a positive cap' if _GEMMA_SOFTCAP[arch] else 'none'}; a config "

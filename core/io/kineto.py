@@ -47,7 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from core.util.inputs import MAX_BYTES, read_bytes
+from core.util.inputs import MAX_BYTES, describe_number, read_bytes
+from core.util.text import printable
 
 __all__ = ["TraceFileError", "KinetoTrace", "read_traces", "read_trace_document", "step_numbers",
            "choose_step", "step_window", "step_events", "DEVICE_CATEGORIES", "HOST_CATEGORIES",
@@ -57,10 +58,19 @@ __all__ = ["TraceFileError", "KinetoTrace", "read_traces", "read_trace_document"
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 #: Categories of host work that operation classes are read from in a trace without device work.
 HOST_CATEGORIES = frozenset({"cpu_op", "user_annotation"})
-#: A profiler step's range: ``ProfilerStep#N``.
-STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+#: A profiler step's range: ``ProfilerStep#N`` (ASCII digits: ``\\d`` would take "١" or "１"
+#: for 1). Its number is read only as ``prof.step()`` writes it (:func:`_step_number`).
+STEP_NAME = re.compile(r"^ProfilerStep#([0-9]+)$")
 #: A rank number in a file name: ``trace_rank3.json``, ``rank-12.pt.trace.json``.
-_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+_RANK_IN_NAME = re.compile(r"rank[_-]?([0-9]+)", re.IGNORECASE)
+#: Most ranks a job may have (``distributedInfo.rank`` and ``world_size``, a rank in a file
+#: name): the largest training clusters have about 10^5 GPUs.
+MAX_RANKS = 2**24
+#: Largest magnitude of an event's start, microseconds (``ts``): 2^53 us (285 years) is where
+#: float64 microseconds stop being exact; profilers count from the boot or the Unix epoch.
+MAX_TS_US = 2.0**53
+#: Longest event, microseconds (``dur``): one day; a profiled step lasts seconds.
+MAX_DUR_US = 86_400e6
 
 
 class TraceFileError(ValueError):
@@ -204,10 +214,24 @@ def read_trace_document(path: str | Path) -> dict:
     return doc
 
 
-def _number(value: Any) -> bool:
-    """A finite JSON number (no bool; ``1e400`` parses to infinity and is refused)."""
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
+def _number(value: Any, low: float, high: float) -> bool:
+    """A JSON number from ``low`` to ``high`` (no bool; ``1e400`` parses to infinity and is
+    refused, and an integer is compared as an integer: a 400-digit one is never converted)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, int):
+        return int(low) <= value <= int(high)
+    return math.isfinite(value) and low <= value <= high
+
+
+def _step_number(name: str) -> int | None:
+    """``N`` of a ``ProfilerStep#N`` name as ``prof.step()`` writes it (no leading zero, at most
+    18 digits), or None for another name or ``N`` written otherwise."""
+    m = STEP_NAME.match(name)
+    if m is None:
+        return None
+    digits = m.group(1)
+    return int(digits) if len(digits) <= 18 and str(int(digits)) == digits else None
 
 
 def _lane_id(value: Any) -> str | None:
@@ -219,29 +243,51 @@ def _lane_id(value: Any) -> str | None:
     return None
 
 
+def describe_value(value: Any) -> str:
+    """A value as a message shows it: JSON for short ones, a size for numbers too large."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            isinstance(value, int) and abs(value) >= 10**18 or not math.isfinite(value)):
+        return describe_number(value)
+    text = json.dumps(value)
+    return printable(text if len(text) <= 40 else text[:40] + "...")
+
+
+def _distributed_info(doc: dict, path: Path) -> dict:
+    info = doc.get("distributedInfo", {})
+    if info is None:
+        return {}
+    if not isinstance(info, dict):
+        raise TraceFileError(f"{path}: distributedInfo: must be a JSON object (torch.distributed's "
+                             "rank and world_size)")
+    return info
+
+
 def _file_rank(doc: dict, path: Path, position: int) -> int:
-    info = doc.get("distributedInfo")
-    if isinstance(info, dict) and "rank" in info:
+    info = _distributed_info(doc, path)
+    if "rank" in info:
         rank = info["rank"]
-        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
-            raise TraceFileError(f"{path}: distributedInfo.rank: {rank!r} must be a whole "
-                                 "number at or above 0")
+        if not _number(rank, 0, MAX_RANKS - 1) or not isinstance(rank, int):
+            raise TraceFileError(f"{path}: distributedInfo.rank: {describe_value(rank)} must be a "
+                                 f"whole number from 0 to {MAX_RANKS - 1:,}")
         return rank
     found = _RANK_IN_NAME.findall(path.name)
+    if found and not len(found[-1]) <= 8 or found and int(found[-1]) >= MAX_RANKS:
+        raise TraceFileError(f"{path}: the rank in the file's name, {found[-1]}, is beyond "
+                             f"{MAX_RANKS - 1:,}: give distributedInfo.rank or rename the file")
     return int(found[-1]) if found else position
 
 
 def _file_world_size(doc: dict, path: Path) -> int | None:
     """The file's ``distributedInfo.world_size`` (a whole number >= 1), None when absent."""
-    info = doc.get("distributedInfo")
-    if not isinstance(info, dict) or info.get("world_size") is None:  # absent or null: not given
+    info = _distributed_info(doc, path)
+    if info.get("world_size") is None:  # absent or null: not given
         return None
     size = info["world_size"]
-    if isinstance(size, float) and size.is_integer():
+    if isinstance(size, float) and size.is_integer() and abs(size) <= MAX_RANKS:
         size = int(size)
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise TraceFileError(f"{path}: distributedInfo.world_size: {json.dumps(size)} must be a "
-                             "whole number at or above 1")
+    if not isinstance(size, int) or not _number(size, 1, MAX_RANKS):
+        raise TraceFileError(f"{path}: distributedInfo.world_size: {describe_value(size)} must "
+                             f"be a whole number from 1 to {MAX_RANKS:,}")
     return size
 
 
@@ -298,24 +344,28 @@ class _Builder:
             if not isinstance(cat, str):
                 raise fail(i, ".cat", "must be text (the event's category)")
             ts, dur = ev.get("ts"), ev.get("dur", 0)
-            if not _number(ts):
-                raise fail(i, ".ts", "must be a finite number (the start, microseconds)")
-            if not _number(dur) or dur < 0:
-                raise fail(i, ".dur", "must be a finite number at or above 0 (the duration, "
-                                      "microseconds)")
+            if not _number(ts, -MAX_TS_US, MAX_TS_US):
+                raise fail(i, ".ts", f"{describe_value(ts)} must be a number from -2^53 to 2^53 "
+                                     "(the start, microseconds)")
+            if not _number(dur, 0, MAX_DUR_US):
+                raise fail(i, ".dur", f"{describe_value(dur)} must be a number from 0 to "
+                                      f"{MAX_DUR_US:,.0f} (the duration, microseconds: a day)")
             pid, tid = _lane_id(ev.get("pid")), _lane_id(ev.get("tid"))
             if pid is None or tid is None:
                 raise fail(i, ".pid" if pid is None else ".tid",
                            "must be a whole number or text (the process or thread)")
             args = ev.get("args")
             corr = args.get("correlation", -1) if isinstance(args, dict) else -1
-            if not isinstance(corr, int) or isinstance(corr, bool):
-                raise fail(i, ".args.correlation", "must be a whole number (the launch it "
-                                                   "belongs to)")
+            if not isinstance(corr, int) or not _number(corr, -2**63, 2**63 - 1):
+                raise fail(i, ".args.correlation", f"{describe_value(corr)} must be a whole "
+                           "number of at most 64 bits (the launch it belongs to)")
             start, length = ts * 1e-6, dur * 1e-6
-            m = STEP_NAME.match(name)
-            if m and cat in HOST_CATEGORIES:
-                n = int(m.group(1))
+            if STEP_NAME.match(name) and cat in HOST_CATEGORIES:
+                n = _step_number(name)
+                if n is None:
+                    raise fail(i, ".name", f"{printable(name[:40])}: a step's number is written "
+                                           "as prof.step() writes it (no leading zero, at most "
+                                           "18 digits)")
                 if n in steps:
                     raise fail(i, ".name", f"{name} appears twice in one trace")
                 steps[n] = (start, start + length)

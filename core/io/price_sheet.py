@@ -31,12 +31,13 @@ import csv
 import io
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, gpu_kind
 from core.plan.fields import BOUNDS, ConfigError, FieldError
-from core.util.inputs import read_text
+from core.util.inputs import decimal_number, read_text
 
 __all__ = ["PRICE_COLUMNS", "REQUIRED_COLUMNS", "MAX_PRICE_ROWS", "PriceRow", "PriceSheet",
            "read_price_sheet", "parse_price_sheet"]
@@ -157,13 +158,17 @@ def _number(text: str, column: str, where: str, errors: list[FieldError], *, int
     """The number in ``text`` within ``bounds`` (a :class:`core.plan.fields.Bound` or a pair),
     or None (an error added to ``errors``)."""
     lo, hi = (bounds.lo, bounds.hi) if hasattr(bounds, "lo") else bounds
-    try:
-        value = float(text)
+    try:  # decimal digits only: float() reads "1_5" as 15
+        value = decimal_number(text)
     except ValueError:
         errors.append(FieldError(f"{where}: {column}", f"{text!r} is not a number"))
         return None
     if not math.isfinite(value):
         errors.append(FieldError(f"{where}: {column}", f"{text!r} must be a finite number"))
+        return None
+    if 0.0 < abs(value) < sys.float_info.min:  # named here, with the file and row
+        errors.append(FieldError(f"{where}: {column}", f"{text!r} is a subnormal number (under "
+                                                       "2.2e-308 in magnitude)"))
         return None
     if integer:
         if value != int(value):

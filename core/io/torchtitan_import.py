@@ -640,22 +640,19 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
-    """Parse a TOML file (:mod:`tomllib`, Python 3.11+; ``tomli`` before).
+    """Parse a TOML file (:func:`core.util.inputs.read_toml_file`: a regular file of bounded
+    size, bounded nesting, finite numbers of a float's range).
 
-    Raises ConfigError naming the file when it cannot be read or is not TOML."""
+    Raises ConfigError naming the file when it cannot be read or is not such TOML."""
+    from core.util.inputs import read_toml_file
+
+    class _Unreadable(Exception):
+        pass
+
     try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except OSError as exc:
-        raise ConfigError([FieldError(str(path), f"cannot be read: {exc.strerror or exc}")]) \
-            from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError([FieldError(str(path), f"is not TOML: {exc}")]) from None
+        return read_toml_file(path, _Unreadable)
+    except _Unreadable as exc:
+        raise ConfigError([FieldError(str(path), str(exc)[len(str(path)) + 2:])]) from None
 
 
 def read_torchtitan_config(path: str | Path, **kw: Any) -> ImportResult:

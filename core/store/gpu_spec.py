@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -77,8 +78,10 @@ class GpuSpecError(ConfigError):
 
 def _decimal(value: float, exponent: int) -> float:
     """``value * 10**exponent`` rounded once from the decimal text (``2.039, 12 -> 2.039e12``
-    exactly as the literal would be), so spec figures equal the literals written in code."""
-    return float(f"{value!r}e{exponent}")
+    exactly as the literal would be), so spec figures equal the literals written in code.
+    Decimal arithmetic, not text: ``f"{1e-05!r}e12"`` is no number (a ValueError, exit 1)."""
+    from decimal import Decimal
+    return float(Decimal(repr(value)).scaleb(exponent))
 
 
 #: Keys of a spec's ``power`` object: ``board_w`` and ``source`` always, and either the data
@@ -228,6 +231,19 @@ class GpuSpec:
         return self.efficiencies.get("collective_latency_s", _SPEC_ONLY["collective_latency_s"])
 
 
+def _subnormals(raw: dict[str, Any]) -> list[tuple[str, float]]:
+    """``(dotted field, value)`` of each subnormal float (0 < |x| < 2.2e-308) in a spec's
+    fields and their objects (``peak_tflops.bf16``, ``power.board_w``)."""
+    out, stack = [], [("", raw)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in node.items())
+        elif isinstance(node, float) and 0.0 < abs(node) < sys.float_info.min:
+            out.append((where, node))
+    return sorted(out)
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -358,6 +374,9 @@ def gpu_spec_from_dict(raw: Any, where: str = "spec", path: Path | None = None) 
 
     if not isinstance(raw, dict):
         raise GpuSpecError([FieldError(where, "must be a JSON object (a GPU spec)")])
+    for fld, v in _subnormals(raw):  # no figure means one; 1e-320 Gb/s was written to a store
+        bad(fld, f"{v!r} is a subnormal number (under 2.2e-308 in magnitude): give 0 or a normal "
+                 "number")
     _check_header(raw, bad)
     if errs:
         raise GpuSpecError(errs)

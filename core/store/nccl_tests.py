@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from core.store.profile_store import STORE_BOUNDS
+from core.util.inputs import decimal_number
 
 __all__ = ["RING_STEPS", "BUS_BANDWIDTH_FACTOR", "CollectiveCurve", "read_nccl_tests", "NcclTestsError"]
 
@@ -115,8 +116,8 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
                 if not row:
                     continue
                 try:
-                    sizes.append(float(row[0]))
-                    times.append(float(row[3]) * 1e-9)
+                    sizes.append(decimal_number(row[0]))
+                    times.append(decimal_number(row[3]) * 1e-9)
                 except (ValueError, IndexError):
                     raise NcclTestsError(f"{path}: line {i}: expected size(B),count,type,time(ns),"
                                          f"... got {','.join(row)[:80]!r}") from None
@@ -144,7 +145,7 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
             # size count type redop root time algbw busbw ... (older versions lack root)
             time_idx = 5 if len(tok) >= 13 else 4
             try:
-                size, time_s = float(tok[0]), float(tok[time_idx]) * 1e-6
+                size, time_s = decimal_number(tok[0]), decimal_number(tok[time_idx]) * 1e-6
             except ValueError:
                 continue
             sizes.append(size)

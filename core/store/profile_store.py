@@ -26,7 +26,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -36,7 +36,8 @@ from core.store.format import is_number
 from core.util.atomic import atomic_target
 
 __all__ = ["COLLECTIVE_KINDS", "PROVENANCE_METHODS", "Lookup", "PeakFlops", "ProfileStore",
-           "CURVE_DIP_TOLERANCE", "STORE_BOUNDS", "OP_MODEL_BOUND", "PROVENANCE_FLAGS"]
+           "CURVE_DIP_TOLERANCE", "STORE_BOUNDS", "OP_MODEL_BOUND", "PROVENANCE_FLAGS",
+           "PROVENANCE_TYPES"]
 
 #: Collective kinds a store can hold curves for.
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
@@ -112,18 +113,48 @@ def _in_bound(what: str, value: Any, bound: str) -> float:
 PROVENANCE_FLAGS = ("peak_fraction_fitted",)
 
 
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+#: Provenance entries that code reads as structures or counts, with the rule each must meet
+#: (a JSON object written as text, ``"0"`` for a count, would be read as something else or
+#: fail where it is used): name -> (test, what it must be).
+PROVENANCE_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **{k: (lambda v: isinstance(v, dict), "a JSON object") for k in (
+        "base_provenance", "cross_validation", "cross_validation_this_kind", "efficiencies",
+        "file_weights", "collectives", "kernels")},
+    "parameters": (lambda v: isinstance(v, dict), "a JSON object"),
+    "parameter_bounds": (lambda v: isinstance(v, dict) and all(
+        isinstance(b, dict) and _finite(b.get("low")) and _finite(b.get("high"))
+        for b in v.values()), "a JSON object of {\"low\": number, \"high\": number}"),
+    "fitted_parameters": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+                          "a JSON list of names"),
+    **{k: (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+           "a whole number at or above 0") for k in (
+        "num_shape_factors", "rows_of_this_kind", "threads")},
+    **{k: (lambda v: isinstance(v, bool), "true or false") for k in PROVENANCE_FLAGS},
+}
+
+
 def _check_flags(provenance: dict[str, Any]) -> None:
-    """ValueError naming the key unless every :data:`PROVENANCE_FLAGS` entry of
-    ``provenance`` and of its chain of ``base_provenance`` dicts is a boolean (the string
-    ``"false"`` would read as true)."""
+    """ValueError naming the key unless every :data:`PROVENANCE_TYPES` entry of
+    ``provenance`` and of its chain of ``base_provenance`` dicts meets its rule (a flag is a
+    boolean: the string ``"false"`` would read as true; a structure is one, not JSON text)."""
     prov, where = provenance, "provenance"
     for _ in range(64):
         if not isinstance(prov, dict):
             return
-        for flag in PROVENANCE_FLAGS:
-            if flag in prov and not isinstance(prov[flag], bool):
-                raise ValueError(f"{where}[{flag!r}] must be true or false, got "
-                                 f"{type(prov[flag]).__name__} {prov[flag]!r:.60}")
+        for key, (ok, rule) in PROVENANCE_TYPES.items():
+            if key in prov and not ok(prov[key]):
+                raise ValueError(f"{where}[{key!r}] must be {rule}, got "
+                                 f"{type(prov[key]).__name__} {prov[key]!r:.60}")
+        params = prov.get("parameters") or {}
+        for name in prov.get("fitted_parameters") or ():
+            if name in params and not _finite(params[name]):
+                raise ValueError(f"{where}['parameters'][{name!r}] must be a finite number (a "
+                                 f"fitted parameter), got {type(params[name]).__name__} "
+                                 f"{params[name]!r:.60}")
         prov, where = prov.get("base_provenance"), f"{where}['base_provenance']"
 
 

@@ -133,8 +133,8 @@ def jobs_from_list(items: Any, source: str = "trace") -> list[Job]:
 def _job_number(it: dict[str, Any], where: str, key: str, errs: list[FieldError],
                 integer: bool = False, allow_zero: bool = False) -> Any:
     """The job's ``key`` as given; an error for it appended to ``errs`` when it is missing, not
-    a positive (``allow_zero``: non-negative) number (``integer``: integer) or above its
-    :data:`_JOB_BOUNDS` bound."""
+    a positive (``allow_zero``: non-negative) number (``integer``: integer) or outside its
+    :data:`_JOB_BOUNDS` bounds."""
     v = it.get(key)
     ok = (isinstance(v, int) and not isinstance(v, bool)) if integer else (
         isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
@@ -144,9 +144,10 @@ def _job_number(it: dict[str, Any], where: str, key: str, errs: list[FieldError]
         kind = "integer" if integer else "number"
         errs.append(FieldError(f"{where}.{key}", f"{v!r} must be a "
                                f"{'non-negative' if allow_zero else 'positive'} {kind}"))
-    elif key in _JOB_BOUNDS and not v <= _JOB_BOUNDS[key].hi:
-        b = _JOB_BOUNDS[key]
-        errs.append(FieldError(f"{where}.{key}", f"{v!r} must be at most {b.hi:,.0f} ({b.why})"))
+    elif key in _JOB_BOUNDS and not _JOB_BOUNDS[key].lo <= v <= _JOB_BOUNDS[key].hi:
+        b = _JOB_BOUNDS[key]  # below: 1e-300 tokens was a job that takes no time
+        rule = f"at most {b.hi:,.0f}" if v > b.hi else f"at least {b.lo:,g}"
+        errs.append(FieldError(f"{where}.{key}", f"{v!r} must be {rule} ({b.why})"))
     return v
 
 

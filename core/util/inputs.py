@@ -27,9 +27,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from core.util.text import printable
+
 __all__ = ["MAX_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "read_json_file",
            "parse_json", "json_depth", "check_regular_file", "nonfinite_path", "strict_dumps",
-           "NonFiniteError", "MAX_JSON_INTEGER", "describe_number"]
+           "NonFiniteError", "MAX_JSON_INTEGER", "describe_number", "parse_json_or_text", "duplicate_key_path",
+           "read_toml_file", "decimal_number"]
 
 #: Largest file of each kind that is read, bytes. Sessions and configs are a few KB;
 #: a measurement CSV or nccl-tests log a few hundred KB; profile stores a few MB.
@@ -52,7 +55,29 @@ MAX_JSON_INTEGER = int(sys.float_info.max)
 #: Digits of :data:`MAX_JSON_INTEGER`: a longer literal is never turned into an int at all.
 _MAX_INT_DIGITS = len(str(MAX_JSON_INTEGER))
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+#: A JSON string literal; one left open runs to the end of the text (JSON cannot parse it
+#: anyway). Every ``"`` starts a match, so the scan is linear: with a closing quote required,
+#: each of the many ``\\"`` of an open string would start a scan to the end (quadratic).
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.S)
+
+
+#: A number as a text file (CSV cell, log column) writes it: ASCII digits, an optional sign,
+#: point and exponent. Python's ``float()`` takes more: ``1_5`` (15), ``nan``, ``infinity``,
+#: other scripts' digits.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+
+
+def decimal_number(text: str) -> float:
+    """``text`` (surrounding blanks ignored) as a float when it is a decimal number
+    (:data:`_DECIMAL`) or spells NaN or infinity (``nan``, ``inf``, ``-Infinity``: the caller
+    refuses those by name, as it refuses ``1e400``, which is infinite); ValueError for any
+    other text (``1_5``, which ``float()`` reads as 15, ``0x10``, other scripts' digits)."""
+    t = text.strip()
+    if t.lower().lstrip("+-") in ("nan", "inf", "infinity"):
+        return float(t)
+    if len(t) > 400 or not _DECIMAL.fullmatch(t):
+        raise ValueError(f"{t[:40]!r} is not a decimal number")
+    return float(t)
 
 
 def _fail(error: type[Exception], path: Path, rule: str) -> Exception:
@@ -156,6 +181,39 @@ def _parse_int(text: str) -> int | _HugeInteger:
     return int(text) if len(text) <= _MAX_INT_DIGITS + 1 else _HugeInteger(text)
 
 
+class _Duplicated(dict):
+    """A JSON object that gave a key twice (``json`` would keep the last value silently); the
+    first such key is ``duplicate``."""
+
+    duplicate: str = ""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict:
+    """``json``'s object hook: a dict, or a :class:`_Duplicated` one when a key repeats."""
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    seen: set[str] = set()
+    out = _Duplicated(obj)
+    out.duplicate = next(k for k, _ in pairs if k in seen or seen.add(k))
+    return out
+
+
+def duplicate_key_path(doc: Any) -> str | None:
+    """Dotted path (``model.num_layers``) of the first key a parsed document's object gives
+    twice, or None. Iterative."""
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, _Duplicated):
+            return f"{where}.{node.duplicate}" if where else node.duplicate
+        if isinstance(node, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(node))))
+    return None
+
+
 def _too_large(node: Any) -> bool:
     """Whether ``node`` is an integer beyond :data:`MAX_JSON_INTEGER` in magnitude."""
     if isinstance(node, _HugeInteger):
@@ -170,8 +228,10 @@ def describe_number(value: Any) -> str:
     if isinstance(value, _HugeInteger) or (isinstance(value, int) and not isinstance(value, bool)):
         if isinstance(value, _HugeInteger):
             digits, negative = value.digits, value.negative
-        else:  # digits from the bit length: str() of 4,300 digits or more raises
-            digits = max(1, int(abs(value).bit_length() * 0.30103) + 1)
+        else:  # exact below 4,000 digits; from the bit length above (str() of 4,300 raises)
+            bits = abs(value).bit_length()
+            digits = (len(str(abs(value))) if bits < 13_000
+                      else max(1, int(bits * 0.30103) + 1))
             negative = value < 0
             if abs(value) < 10**18:
                 return str(value)
@@ -210,7 +270,9 @@ def _refusal(value: Any) -> str:
 def parse_json(data: bytes | str, where: str, error: type[Exception]) -> Any:
     """Parse JSON text strictly: nesting at most :data:`MAX_JSON_DEPTH`; ``NaN``, ``Infinity``,
     numbers too large for a float (``1e400``) and integers beyond :data:`MAX_JSON_INTEGER`
-    (a 401-digit literal; it is never converted) are refused naming the key that holds them.
+    (a 401-digit literal; it is never converted) are refused naming the key that holds them,
+    and so is a key an object gives twice (``json`` would keep the last one silently: an
+    edit to the first would be lost).
 
     Raises ``error`` naming ``where`` on any problem (never ``RecursionError`` or
     ``OverflowError``).
@@ -221,7 +283,7 @@ def parse_json(data: bytes | str, where: str, error: type[Exception]) -> Any:
         raise error(f"{where}: JSON nested {depth} levels deep, more than {MAX_JSON_DEPTH}")
     try:
         text = raw.decode("utf-8-sig") if isinstance(data, bytes) else data
-        doc = json.loads(text, parse_int=_parse_int)
+        doc = json.loads(text, parse_int=_parse_int, object_pairs_hook=_object)
     except UnicodeDecodeError as exc:
         raise error(f"{where}: not a valid JSON file (not UTF-8 text at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
@@ -233,6 +295,83 @@ def parse_json(data: bytes | str, where: str, error: type[Exception]) -> Any:
     bad = nonfinite_path(doc)
     if bad is not None:
         raise error(f"{where}: {bad[0]}: {_refusal(bad[1])}")
+    twice = duplicate_key_path(doc)
+    if twice is not None:
+        raise error(f"{where}: {printable(twice)}: given twice in one object; a key is given "
+                    "once (which value was meant is unknown)")
+    return doc
+
+
+def parse_json_or_text(text: str, error: type[Exception]) -> Any:
+    """``text`` as a JSON value (``4``, ``true``, ``null``, ``"x"``, ``[1, 2]``) under the rules
+    of :func:`parse_json`, or ``text`` itself when it is not JSON (``H100 SXM``): a command
+    line's ``--set FIELD=VALUE``.
+
+    Raises ``error`` with the rule alone (the caller names the option) for JSON nested deeper
+    than :data:`MAX_JSON_DEPTH` (never ``RecursionError``), ``NaN``, ``Infinity``, ``1e400``
+    and integers beyond :data:`MAX_JSON_INTEGER` (never taken as text, nor converted).
+    """
+    depth = json_depth(text.encode("utf-8", "surrogatepass"))
+    if depth > MAX_JSON_DEPTH:
+        raise error(f"JSON nested {depth} levels deep, more than {MAX_JSON_DEPTH}")
+    try:
+        value = json.loads(text, parse_int=_parse_int, object_pairs_hook=_object)
+    except (ValueError, RecursionError):  # not JSON: the text itself
+        return text
+    bad = nonfinite_path(value)
+    if bad is not None:
+        inner = "" if bad[0] == "(top level)" else f"{bad[0]}: "
+        raise error(f"{inner}{_refusal(bad[1])}")
+    twice = duplicate_key_path(value)
+    if twice is not None:
+        raise error(f"{printable(twice)}: given twice in one object; a key is given once")
+    return value
+
+
+def _depth(doc: Any) -> int:
+    """Deepest nesting of lists and dicts in a parsed document (iterative)."""
+    deepest, stack = 0, [(doc, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth + 1)
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def read_toml_file(path: str | Path, error: type[Exception]) -> dict[str, Any]:
+    """Read and parse the TOML file ``path`` under the rules of the JSON readers: a regular
+    file of bounded size (:func:`read_bytes`, ``json``'s limit: a FIFO never blocks), UTF-8,
+    nesting (arrays, tables, dotted keys) at most :data:`MAX_JSON_DEPTH`, no ``nan`` or
+    ``inf`` and no integer beyond :data:`MAX_JSON_INTEGER` (named by its dotted key).
+
+    Raises ``error`` naming the file on any problem (never ``RecursionError``, or the
+    ``ValueError`` of an integer of 4,300 digits or more).
+    """
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    path = Path(path)
+    data = read_bytes(path, error, "json")
+    try:
+        doc = tomllib.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise _fail(error, path, f"is not TOML: not UTF-8 text at byte {exc.start}") from None
+    except RecursionError:
+        raise _fail(error, path, f"is not TOML this program reads: nested more than "
+                                 f"{MAX_JSON_DEPTH} levels deep") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise _fail(error, path, f"is not TOML: {exc}") from None
+    except ValueError:  # int() of an integer literal of 4,300 digits or more
+        raise _fail(error, path, "an integer of 4,300 digits or more is beyond the range of any "
+                                 "number (at most about 1.8e308 in magnitude)") from None
+    depth = _depth(doc)
+    if depth > MAX_JSON_DEPTH:
+        raise _fail(error, path, f"TOML nested {depth} levels deep, more than {MAX_JSON_DEPTH}")
+    bad = nonfinite_path(doc)
+    if bad is not None:
+        raise _fail(error, path, f"{printable(bad[0])}: {_refusal(bad[1])}")
     return doc
 
 

@@ -18,7 +18,7 @@ import shlex
 from typing import Any
 
 __all__ = ["printable", "terminal_text", "shell_word", "shell_comment", "file_name_part",
-           "format_params", "format_days", "format_energy", "format_amount"]
+           "format_params", "format_days", "format_energy", "format_amount", "spreadsheet_cell"]
 
 # Characters that must not reach a terminal raw: C0/C1 controls (escape sequences, carriage
 # returns, bells; U+0085 is C1) and the Unicode line separators and bidirectional overrides
@@ -76,6 +76,23 @@ def shell_comment(text: Any) -> str:
     ``\\v``, ``\\f``, U+0085, U+2028, U+2029) and other control characters are escaped
     (:func:`printable`), so nothing in ``text`` can end the comment and start a command."""
     return "# " + printable(text)
+
+
+#: First characters that make a spreadsheet read a CSV cell as a formula (OWASP's list).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_cell(value: Any) -> Any:
+    """``value`` for a CSV cell that a spreadsheet opens as the text it is: a string that
+    starts like a formula (``=HYPERLINK(...)``, ``+1``, ``@SUM``) and is not a plain number
+    (``-1.5`` stays) gets a leading ``'``; other values are returned unchanged."""
+    if not isinstance(value, str) or not value.startswith(_FORMULA_START):
+        return value
+    try:
+        float(value)  # "-72.905": a number, written as one
+        return value
+    except ValueError:
+        return "'" + value
 
 
 # Characters not allowed (or with a meaning) in a file name on POSIX or Windows, and the

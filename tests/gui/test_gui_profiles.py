@@ -286,3 +286,13 @@ def test_use_for_this_session_sets_the_profile_path_and_resimulates(window, qtbo
     assert window.isWindowModified()
     # the edit schedules a new simulation after the usual pause
     qtbot.waitUntil(lambda: window.runner.latest_request_id > requests_before, timeout=5000)
+
+
+def test_provenance_text_nested_too_deeply_is_shown_as_text():
+    """A store's provenance note of 100,000 "[" raised RecursionError in the Profiles tab; JSON
+    text is read under the session files' bounds, and what they refuse is shown as written."""
+    from vtrain_gui.profiles_view import format_provenance
+    deep = "[" * 100_000 + "]" * 100_000
+    assert format_provenance({"note": deep}) == f"note: {deep}"
+    assert format_provenance({"note": "[" * 65 + "]" * 65}) == "note: " + "[" * 65 + "]" * 65
+    assert format_provenance({"fit": '{"a": [1, 2]}'}) == "fit:\n  a: [1, 2]"

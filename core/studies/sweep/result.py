@@ -29,6 +29,7 @@ from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.space import SweepSpace, as_list
 from core.sim.comm import CollectiveExtrapolation
+from core.util.text import spreadsheet_cell
 
 __all__ = ["SweepResult", "COLUMNS", "column_is_constant", "PLAN_COLUMNS", "BEST_BY_FIELDS",
            "pareto_front", "plan_column_arrays", "column_codes", "plan_figures", "best_row", "plan_label", "plans_note", "with_plans"]
@@ -548,9 +549,9 @@ class SweepResult:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(COLUMNS)
-        for r in self.rows():
-            w.writerow(["" if v is None else repr(v) if isinstance(v, float) else v
-                        for v in r.values()])
+        for r in self.rows():  # text cells never open as formulas (spreadsheet_cell)
+            w.writerow(["" if v is None else repr(v) if isinstance(v, float)
+                        else spreadsheet_cell(v) for v in r.values()])
         return buf.getvalue()
 
     def write_csv(self, path: str | Path) -> None:
