@@ -1,6 +1,7 @@
 """The Explore tab's plot: training days against dollars, one point per plan of a sweep.
 
-Plans that do not fit in memory and have figures (none of a sweep's) are greyed, the Pareto front is a line, the
+Plans that do not fit in memory and have figures (none of a sweep's) are greyed, the Pareto front is a line
+(its tight plans ringed, those beyond the store's calibration runs crossed), the
 fastest, cheapest and cheapest-within-deadline plans are marked. Used by
 :class:`vtrain_gui.explore.ExploreTab`.
 """
@@ -31,6 +32,10 @@ FRONT_COLOR = "#D62728"
 FASTEST_COLOR = "#2CA02C"
 CHEAPEST_COLOR = "#9467BD"
 DEADLINE_COLOR = "#F2B701"
+#: The front's tight plans (memory within the margin) are ringed in this colour; its plans
+#: outside the store's calibration runs carry a cross.
+TIGHT_COLOR = "#FF7F0E"
+UNCALIBRATED_COLOR = "#202020"
 
 
 def plan_text(result: SweepResult, i: int) -> str:
@@ -216,6 +221,16 @@ class SweepPlot(pg.PlotWidget):
         item.addItem(self._front_line)
         self._front_points = scatter(3, size=9, pen=pg.mkPen("w", width=1),
                                      brush=pg.mkBrush(FRONT_COLOR), symbol="o")
+        # the front's plans a planner should not take at face value (issue 27): memory within
+        # the margin (ringed), or beyond what the store was calibrated on (crossed)
+        # over the fastest and cheapest marks (z 4), which are front plans too and the ones a
+        # planner acts on: the ring hollow and wider than they are, the cross inside them
+        self._front_flags = {
+            "tight": scatter(4.6, size=23, symbol="o", brush=pg.mkBrush(None),
+                             pen=pg.mkPen(TIGHT_COLOR, width=2)),
+            "uncalibrated": scatter(4.7, size=9, symbol="x", brush=pg.mkBrush(UNCALIBRATED_COLOR),
+                                    pen=pg.mkPen(UNCALIBRATED_COLOR, width=0.5)),
+        }
         self._mark_items = {
             "fastest": scatter(4, size=17, symbol="t1", brush=pg.mkBrush(FASTEST_COLOR),
                                pen=pg.mkPen("#1B5E20", width=1.2)),
@@ -257,14 +272,16 @@ class SweepPlot(pg.PlotWidget):
             sample.visibleChanged.connect(self._on_sample_visible)
             self._layer_samples[sample] = layer
         self._legend_samples = [front_sample, *self._layer_samples]  # keep alive; not in the plot
-        self._legend_state: tuple[bool, bool] | None = None
+        self._legend_state: tuple | None = None
         self._fill_legend(with_deadline=False, with_unfit=False)
 
-    def _fill_legend(self, with_deadline: bool, with_unfit: bool) -> None:
+    def _fill_legend(self, with_deadline: bool, with_unfit: bool,
+                     flags: tuple[str, ...] = ()) -> None:
         """Legend entries; "cheapest within deadline" only while a deadline is set, "does not
         fit" only while that layer has points (a sweep never simulates a plan that does not
-        fit, so it has none: only results made elsewhere give such plans figures)."""
-        if (with_deadline, with_unfit) == self._legend_state:
+        fit, so it has none: only results made elsewhere give such plans figures), the front's
+        flags (:meth:`front_flags`) only while some plan of the front has them."""
+        if (with_deadline, with_unfit, flags) == self._legend_state:
             return
         legend = self._legend
         legend.clear()
@@ -273,12 +290,16 @@ class SweepPlot(pg.PlotWidget):
         if with_unfit:
             legend.addItem(samples[self._infeasible], "does not fit")
         legend.addItem(self._legend_samples[0], "Pareto front")
+        if "tight" in flags:
+            legend.addItem(self._front_flags["tight"], "tight (memory within the margin)")
+        if "uncalibrated" in flags:
+            legend.addItem(self._front_flags["uncalibrated"], "beyond the calibration runs")
         legend.addItem(self._mark_items["fastest"], "fastest")
         legend.addItem(self._mark_items["cheapest"], "cheapest")
         if with_deadline:
             legend.addItem(self._mark_items["deadline"], "cheapest within deadline")
         legend.addItem(self._current_item, "plan in the editor")
-        self._legend_state = (with_deadline, with_unfit)
+        self._legend_state = (with_deadline, with_unfit, flags)
 
     def legend_labels(self) -> list[str]:
         """Texts of the legend entries, top to bottom."""
@@ -343,7 +364,24 @@ class SweepPlot(pg.PlotWidget):
         fields ``x``, ``y``, ``data``, ``points()`` and ``sigClicked``)."""
         return {"feasible": self._feasible, "infeasible": self._infeasible,
                 "front": self._front_points, "current": self._current_item,
-                "selected": self._selected_item, **self._mark_items}
+                "selected": self._selected_item, **self._mark_items,
+                **{f"front_{k}": v for k, v in self._front_flags.items()}}
+
+    def front_flags(self) -> dict[str, np.ndarray]:
+        """The front's plans (indices, int64) flagged ``tight`` (memory verdict "tight",
+        :func:`core.sim.report.memory_verdict`) and ``uncalibrated`` (outside the store's
+        calibration runs: :attr:`core.studies.sweep.SweepResult.within_calibration` False)."""
+        r, idx = self._result, self._front_idx
+        out = {k: np.empty(0, np.int64) for k in self._front_flags}
+        if r is None or not idx.size:
+            return out
+        verdict = getattr(r, "memory_verdict", None)  # results read from older files lack them
+        within = getattr(r, "within_calibration", None)
+        if verdict is not None:
+            out["tight"] = idx[np.asarray(verdict)[idx] == "tight"]
+        if within is not None:
+            out["uncalibrated"] = idx[~np.asarray(within, bool)[idx]]
+        return out
 
     def front_line_xy(self) -> tuple[np.ndarray, np.ndarray]:
         """Vertices of the front line (plot coordinates)."""
@@ -401,8 +439,12 @@ class SweepPlot(pg.PlotWidget):
         self._set_points(self._infeasible, self._shown[~fits])
         self._set_points(self._feasible, self._shown[fits])
         self._set_end_ticks(self._shown[fits])
+        flagged = self.front_flags()
+        for name, it in self._front_flags.items():
+            self._set_points(it, flagged[name])
         self._fill_legend(with_deadline=self._deadline is not None,
-                          with_unfit=bool(len(self._infeasible.data)))
+                          with_unfit=bool(len(self._infeasible.data)),
+                          flags=tuple(k for k in self._front_flags if flagged[k].size))
         self._set_points(self._front_points, self._front_idx)
         fx, fy, _ = self._xy(self._front_idx)
         self._front_line.setData(x=fx, y=fy)

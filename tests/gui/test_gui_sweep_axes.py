@@ -98,3 +98,31 @@ def test_the_legend_names_the_unfit_layer_only_when_it_has_points(qtbot, qapp):
     assert "cheapest within deadline" in labels
     plot.set_result(None)
     assert "does not fit" not in plot.legend_labels()
+
+
+def test_the_front_rings_tight_plans_and_crosses_those_beyond_the_calibration(qtbot, qapp):
+    """Issue 27: the sweep's front marks the plans a planner should not take at face value:
+    memory within the margin ("tight") and plans beyond the store's calibration runs; each
+    legend entry only while the front has such a plan."""
+    days = np.array([2.0, 3.0, 4.0, 5.0])
+    cost = np.array([1100.0, 1000.0, 900.0, 1200.0])
+    r = _result(days, cost)
+    r.memory_verdict = np.array(["tight", "fits", "fits", "tight"])
+    r.within_calibration = np.array([True, False, True, False])
+    plot = _plot(qtbot, qapp, r)
+    front = np.array([True, True, True, False])  # plan 3 is not on the front
+    plot.set_view(np.ones(4, bool), front, {}, None)
+    flags = plot.front_flags()
+    assert flags["tight"].tolist() == [0] and flags["uncalibrated"].tolist() == [1]
+    items = plot.scatter_items()
+    assert list(items["front_tight"].data["data"]) == [0]
+    assert list(items["front_uncalibrated"].data["data"]) == [1]
+    labels = plot.legend_labels()
+    assert labels.index("Pareto front") + 1 == labels.index("tight (memory within the margin)")
+    assert "beyond the calibration runs" in labels
+    r.memory_verdict = np.array(["fits"] * 4)
+    r.within_calibration = np.ones(4, bool)
+    plot.set_result(r)
+    plot.set_view(np.ones(4, bool), front, {}, None)
+    assert not {"tight (memory within the margin)", "beyond the calibration runs"} & set(
+        plot.legend_labels())
