@@ -173,6 +173,8 @@ class MainWindow(QtWidgets.QMainWindow):
                                 "shared cluster (Ctrl+4)")
         self.compare = CompareTab()
         self.compare_tab_index = self.tabs.addTab(self.compare, "Compare")
+        self._profiles_shown_for: Path | None = None  # the session store the tab last selected
+        self.tabs.currentChanged.connect(self._on_tab_change)
         self.tabs.setTabToolTip(self.compare_tab_index,
                                 "A pinned plan against the plan in the editor: both timelines on "
                                 "one time axis, the difference by term (Ctrl+5)")
@@ -632,6 +634,22 @@ class MainWindow(QtWidgets.QMainWindow):
         self.show_tab("plan")
 
     @Slot()
+    @Slot(int)
+    def _on_tab_change(self, index: int) -> None:
+        """The Profiles tab, shown, selects the store the session uses
+        (:func:`core.sim.simulate.profile_path`) whenever that store changed since it last did
+        (a new session, another GPU kind); a store the user picked meanwhile stays."""
+        if index != self.profiles_tab_index:
+            return
+        from core.sim.simulate import profile_path
+        try:
+            path = profile_path(self.editor.session())
+        except (ConfigError, OSError, ValueError):  # a session being edited: nothing to follow
+            return
+        if path != self._profiles_shown_for:
+            self._profiles_shown_for = path
+            self.profiles.select_path(path)
+
     def _on_tab_settings_change(self) -> None:
         self.setWindowModified(True)
 

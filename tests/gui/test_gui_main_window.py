@@ -267,3 +267,20 @@ def test_a_modern_plan_fits_a_1280_pixel_screen(window, qtbot, real_simulate):
     assert blocker.args[0].report.memory_verdict == "tight"
     qtbot.wait(100)
     assert window.minimumSizeHint().width() <= 1280
+
+
+def test_the_profiles_tab_selects_the_sessions_store(window):
+    """The Profiles tab opened on the first store listed (the A100's) for a GB200 session: shown,
+    it selects the session's store; one the user picks then stays until the store changes."""
+    import dataclasses
+
+    session = window.session()
+    session.cluster = dataclasses.replace(session.cluster, gpu="GB200-NVL72", gpus_per_node=72)
+    window.open_session(session)
+    window.tabs.setCurrentIndex(window.profiles_tab_index)
+    assert window.profiles.selected_info().path.name == "GB200-NVL72.h5"
+    window.profiles.table.selectRow(0)
+    picked = window.profiles.selected_info().path
+    window.tabs.setCurrentIndex(window.plan_tab_index)
+    window.tabs.setCurrentIndex(window.profiles_tab_index)
+    assert window.profiles.selected_info().path == picked
