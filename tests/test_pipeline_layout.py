@@ -148,9 +148,9 @@ def test_layer_counts_and_summary():
     assert model_math.stage_chunk_layers(llama(), pl) == [
         [range(0, 1), range(10, 13)], [range(1, 3), range(13, 15)],
         [range(3, 7), range(15, 15)], [range(7, 10), range(15, 16)]]
-    assert layout_summary(16, pl) == "8 virtual stages: 1, 2, 4, 3 x2, 2, 0, 1 layers"
+    assert layout_summary(16, pl) == "8 virtual stages: 1, 2, 4, 2 x 3, 2, 0, 1 layers"
     mtp = dataclasses.replace(plan(8, DSV3, v=4))
-    assert layout_summary(61, mtp) == ("32 virtual stages: 1, 2 x30, 0 layers; 1 MTP layer "
+    assert layout_summary(61, mtp) == ("32 virtual stages: 1, 30 x 2, 0 layers; 1 MTP layer "
                                        "with the loss")
 
 

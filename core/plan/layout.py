@@ -288,7 +288,7 @@ def layout_layer_counts(text: str, num_layers: int, p: int, v: int) -> list[int]
 
 def layout_summary(num_layers: int, plan: ParallelPlan) -> str | None:
     """One line on ``plan``'s custom pipeline layout: its virtual stages and the transformer
-    layers of each, runs of equal counts collapsed (``"32 virtual stages: 1, 2 x30, 0 layers;
+    layers of each, runs of equal counts collapsed (``"32 virtual stages: 1, 30 x 2, 0 layers;
     E first, L last"``); None without a layout. Raises ValueError when the layout does not fit
     (:func:`virtual_stage_layer_counts`)."""
     text = pipeline_layout_text(plan)
@@ -301,7 +301,8 @@ def layout_summary(num_layers: int, plan: ParallelPlan) -> str | None:
             runs[-1][1] += 1
         else:
             runs.append([c, 1])
-    parts = ", ".join(f"{c} x{n}" if n > 1 else str(c) for c, n in runs)
+    # as the even split's text: a run of n stages of c layers is "n x c" ("7, 6 x 8, 6")
+    parts = ", ".join(f"{n} x {c}" if n > 1 else str(c) for c, n in runs)
     mtp = "".join(expand_pipeline_layout(text)).count("m")
     return (f"{len(counts)} virtual stages: {parts} layers"
             + (f"; {mtp} MTP layer{'s' if mtp > 1 else ''} with the loss" if mtp else ""))
