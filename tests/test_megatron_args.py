@@ -681,10 +681,10 @@ def test_moe_layer_freq_refusals(tmp_path, freq, needle):
     (("--bf16 --fp8-format", "--fp8-format"), "--fp8-format: without --bf16 (fp32 weights) is not "
                                               "modelled yet"),
     (("--fp8-format hybrid", "--fp8-format e5m2"),
-     "--fp8-format 'e5m2' is not one of Megatron-LM's choices (e4m3, hybrid; its parser "
-     "refuses it)"),
-    (("--fp8-recipe tensorwise", "--fp8-recipe per-row"), "--fp8-recipe 'per-row' is not one of "
-     "Megatron-LM's choices (tensorwise, delayed, mxfp8, blockwise, custom"),
+     "--fp8-format 'e5m2': invalid choice (choose from e4m3, hybrid): Megatron-LM's parser "
+     "refuses it"),
+    (("--fp8-recipe tensorwise", "--fp8-recipe per-row"), "--fp8-recipe 'per-row': invalid "
+     "choice (choose from tensorwise, delayed, mxfp8, blockwise, custom)"),
     (("--fp8-recipe tensorwise", "--fp8-recipe custom"), "--fp8-recipe: not modelled yet"),
 ])
 def test_issue11_arguments_refused_by_name(tmp_path, change, needle):
@@ -1329,8 +1329,8 @@ def test_a_value_outside_megatrons_choices_is_named_as_megatrons_error(flag, val
     modelled (the simulator models LayerNorm, RMSNorm)", as if RMSNorm were not modelled."""
     with pytest.raises(MegatronArgsError) as err:
         session_from_launch(read_launch(_FLAGS + f"{flag} {value}", "a.txt"), num_gpus=1)
-    assert str(err.value) == (f"a.txt: {flag} {value!r} is not one of Megatron-LM's choices "
-                              f"({choices}; its parser refuses it)")
+    assert str(err.value) == (f"a.txt: {flag} {value!r}: invalid choice (choose from "
+                              f"{choices}): Megatron-LM's parser refuses it")
 
 
 _MOE_ARGS = ("--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --seq-length 4096 "

@@ -146,8 +146,8 @@ def check_choices(args: dict[str, list[str]], source: str) -> None:
                 ok = v in entry.choices
             if not ok:
                 raise MegatronArgsError(
-                    f"{source}: {flag} {v!r} is not one of Megatron-LM's choices "
-                    f"({', '.join(map(str, entry.choices))}; its parser refuses it)")
+                    f"{source}: {flag} {v!r}: invalid choice (choose from "
+                    f"{', '.join(map(str, entry.choices))}): Megatron-LM's parser refuses it")
 
 
 #: Megatron-LM arguments vtrain does not map that may change the iteration time (listed as ignored).
