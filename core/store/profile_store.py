@@ -128,8 +128,11 @@ PROVENANCE_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "parameter_bounds": (lambda v: isinstance(v, dict) and all(
         isinstance(b, dict) and _finite(b.get("low")) and _finite(b.get("high"))
         for b in v.values()), "a JSON object of {\"low\": number, \"high\": number}"),
-    "fitted_parameters": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
-                          "a JSON list of names"),
+    # a list of names (vtrain calibrate), or an object keyed by them, each with its base and
+    # fitted values (vtrain calibrate-trace, core.accuracy.trace_fit); readers iterate the names
+    "fitted_parameters": (lambda v: isinstance(v, (list, dict)) and all(isinstance(x, str)
+                                                                       for x in v),
+                          "a JSON list of names (or an object keyed by them)"),
     **{k: (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
            "a whole number at or above 0") for k in (
         "num_shape_factors", "rows_of_this_kind", "threads")},
