@@ -57,10 +57,10 @@ own), the band is the normal-theory prediction interval of one more residual fro
 (:func:`normal_prediction_bounds`: ``mean +- t * sd * sqrt(1 + 1/k)`` over the k like runs'
 log residuals; Hahn and Meeker 1991, "Statistical Intervals", Sec. 4.7): it assumes their log
 residuals normal, a guarantee conformal prediction does not need, so its coverage is the one
-measured on held-out folds (docs/accuracy.md "Error band": 89-93 % at 90 % on the modern
+measured on held-out folds (docs/accuracy.md "Error band": 88.5-92.3 % at 90 % on the modern
 stores' runs, where the normalized conformal band it replaced, each residual scaled by its like
-runs' root mean square, covered 85-96 % at nearly twice the width). The band names the conditions applied, those left out and how many like
-runs it rests on (:attr:`PredictionInterval.like_runs`). The plan's features outside the
+runs' root mean square, covered 84.6-96.2 % at nearly twice the width). The band names the
+conditions applied, those left out and how many like runs it rests on (:attr:`PredictionInterval.like_runs`). The plan's features outside the
 calibration runs (:func:`core.store.calibration_range.feature_departures`) are listed with
 the band. A table without the features (stores written before them) groups by node class only,
 as above; so does a table whose runs share every condition (the A100 store).
@@ -587,8 +587,8 @@ def session_interval(session: "Session", predicted_s: float, store: "ProfileStor
                         features=plan_features(session))
 
 
-__all__ += ["min_residuals", "normal_prediction_bounds", "session_interval", "layer_parameters", "plan_departures",
-            "band_key"]
+__all__ += ["min_residuals", "normal_prediction_bounds", "session_interval", "layer_parameters",
+            "plan_departures", "band_key"]
 
 
 def interval_line(iv: PredictionInterval) -> str:
