@@ -60,9 +60,9 @@ residuals normal, a guarantee conformal prediction does not need, so its coverag
 measured on held-out folds (docs/accuracy.md "Error band": 88.5-92.3 % at 90 % on the modern
 stores' runs, where the normalized conformal band it replaced, each residual scaled by its like
 runs' root mean square, covered 84.6-96.2 % at nearly twice the width). The band names the
-conditions applied, those left out and how many like runs it rests on (:attr:`PredictionInterval.like_runs`). The plan's features outside the
-calibration runs (:func:`core.store.calibration_range.feature_departures`) are listed with
-the band. A table without the features (stores written before them) groups by node class only,
+conditions applied, those left out and how many like runs it rests on
+(:attr:`PredictionInterval.like_runs`). The plan's features outside the calibration runs
+(:func:`core.store.calibration_range.feature_departures`) are listed with the band. A table without the features (stores written before them) groups by node class only,
 as above; so does a table whose runs share every condition (the A100 store).
 
 A store without residuals (an analytic or measured store) gives no interval
