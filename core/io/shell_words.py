@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["ShellError", "MAX_STATEMENT_BYTES", "MAX_STATEMENT_LINES", "statements",
-           "quote_state", "head", "lex", "Part", "Word", "REDIRECTIONS", "SEPARATORS", "NAME",
+           "missing_variable", "quote_state", "head", "lex", "Part", "Word", "REDIRECTIONS", "SEPARATORS", "NAME",
            "ASSIGNMENT", "PARAMETER"]
 
 
@@ -307,3 +307,8 @@ def lex(text: str, spaces_literal: bool = False) -> list[Word | str]:
     return out
 
 
+def missing_variable(word: str) -> str | None:
+    """The variable an unexpanded word names (``$NNODES``, ``${1}`` -> ``NNODES``, ``1``), or
+    None when the word holds no ``$`` reference."""
+    m = re.search(r"\$\{?#?([A-Za-z_][A-Za-z0-9_]*|[0-9]+)", word)
+    return m.group(1) if m else None
