@@ -278,8 +278,9 @@ def held_dimensions(dimensions: list[dict[str, Any]], plan: ParallelPlan | None 
     :data:`~core.studies.sweep.result.BEST_BY_FIELDS` but the exchange, the dispatcher and the
     expert tensor-parallel size (variants of cp > 1, ep > 1 and MoE t > 1 plans: held at the
     session's, they say nothing a dense or cp = 1 sweep needs), those with a ``note`` (the
-    layer-slot flags) and, given the session's ``plan``, every field held at a value that is not the plan's (the te cross-entropy by
-    default), so that "every other plan field is the session's" holds."""
+    layer-slot flags) and, given the session's ``plan``, every field held at a value that is
+    not the plan's (the te cross-entropy by default), so that "every other plan field is the
+    session's" holds."""
     def away(d: dict[str, Any]) -> bool:
         return (plan is not None and len(d["values"]) == 1
                 and d["values"][0] != getattr(plan, d["field"], d["values"][0]))

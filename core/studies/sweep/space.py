@@ -745,7 +745,6 @@ class _Choices:
     variants_of: dict = dataclasses.field(default_factory=dict)
     overlap_variants_of: dict = dataclasses.field(default_factory=dict)  # size_variants memos
     flags_of: dict = dataclasses.field(default_factory=dict)
-    etps_of: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, session: Session, space: SweepSpace) -> "_Choices":
@@ -835,24 +834,6 @@ class _Choices:
                    and not (ovs[0] != base.overlap_moe_expert_parallel_comm
                             or (base.delay_wgrad_compute is True and ovs[0])
                             != base.delay_wgrad_compute)))
-
-    def expert_tensor_sizes(self, t: int) -> list:
-        """The expert tensor-parallel sizes (``plan.expert_tensor_parallel``) tried at ``t``:
-        :attr:`etps` with t > 1, one of each size they give (unset is ``t``: Megatron-Core's
-        ``--expert-tensor-parallel-size`` defaults to the tensor-parallel size), the first
-        kept (the session's value first); the session's alone at t = 1 (where unset and 1
-        are the same plan)."""
-        out = self.etps_of.get(t)
-        if out is None:
-            if t > 1:
-                seen: dict = {}
-                for v in self.etps:
-                    seen.setdefault(t if v is None else v, v)
-                out = list(seen.values())
-            else:
-                out = self.etps[:1]
-            self.etps_of[t] = out
-        return out
 
     def data_parallel_sizes(self, space: SweepSpace, tp: int, B: int) -> list[int]:
         """The d tried with ``tp`` GPUs per data-parallel replica (t*p*cp): within the budget,

@@ -22,7 +22,7 @@ from core.plan.verdicts import PlanVerdicts
 
 __all__ = ["SWEPT_FIELDS", "CHECKED_SWEPT_FIELDS", "SIZE_SWEPT_FIELDS", "VARIANT_FIELDS",
            "CP_VARIANT_FIELDS", "sweep_verdicts", "value_check", "plan_maker", "size_variants",
-           "overlap_choices"]
+           "expert_tensor_sizes", "overlap_choices"]
 
 #: The plan fields a sweep sets; every other field is the session plan's
 SWEPT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
@@ -125,6 +125,19 @@ def plan_maker(base: ParallelPlan) -> Callable[[dict], ParallelPlan]:
     return make
 
 
+def expert_tensor_sizes(etps: list, t: int) -> list:
+    """The expert tensor-parallel sizes (``plan.expert_tensor_parallel``) tried at ``t``, of the
+    space's ``etps`` (the session's first): with t > 1 one of each size they give, the first
+    kept (unset is ``t``: Megatron-Core's ``--expert-tensor-parallel-size`` defaults to the
+    tensor-parallel size); the session's alone at t = 1 (where unset and 1 are one plan)."""
+    if t == 1:
+        return etps[:1]
+    first: dict = {}
+    for v in etps:
+        first.setdefault(t if v is None else v, v)
+    return list(first.values())
+
+
 def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
                   sizes: tuple, sps_t: list, zs_d: list, split_flags: tuple | None = None,
                   split: tuple = (None, None)) -> list[ParallelPlan]:
@@ -132,7 +145,7 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
     ``c`` (:class:`core.studies.sweep.space._Choices`): each recomputation, each
     context-parallel exchange (with cp > 1: ``c.cpcs``' (``cp_comm_type``, ``cp_a2a_size``);
     at cp = 1 the session's), each MoE token dispatcher (with ep > 1), each expert
-    tensor-parallel size (``c.expert_tensor_sizes(t)``), each cross-entropy
+    tensor-parallel size (:func:`expert_tensor_sizes`), each cross-entropy
     choice, each (sequence parallel, ZeRO, overlaps) choice (:func:`overlap_choices`) and
     each expert all-to-all overlap, in that order; those that break a rule (an all-to-all
     exchange whose heads do not split over cp ...) are left out. ``verdicts``: the swept
@@ -157,8 +170,7 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
          group["account_for_loss_in_pipeline_split"]) = split_flags
     # what overlap_choices reads of the sizes (its other arguments are c's): the variants'
     # fields, built once per value of it
-    # the expert tensor-parallel sizes of t (a mixture-of-experts model's)
-    etps = c.expert_tensor_sizes(t)
+    etps = expert_tensor_sizes(c.etps, t)
     how = (tuple(sps_t), tuple(zs_d), d * cp > 1, 1 < t <= cl.gpus_per_node and not c.mla,
            ep > 1, cp > 1, tuple(etps))
     varying = CP_VARIANT_FIELDS if cp > 1 else VARIANT_FIELDS
