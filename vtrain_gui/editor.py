@@ -589,11 +589,11 @@ class ConfigEditor(QtWidgets.QWidget):
         kind's reference node (8 GPUs, 3,200 Gb/s on HGX H100 boards) takes the new kind's
         (72 GPUs, 28,800 Gb/s for a GB200 NVL72 rack; :func:`core.plan.cluster.on_gpu_kind`);
         values the user set to something else stay."""
-        from core.plan.cluster import on_gpu_kind
+        from core.plan.cluster import NODE_FIELDS, on_gpu_kind
         if not isinstance(gpu, str):
             return
         followed = on_gpu_kind(self._session.cluster, gpu)
-        for name in ("gpus_per_node", "inter_node_bandwidth_gbits_per_s"):
+        for name in NODE_FIELDS:
             value = getattr(followed, name)
             if value == getattr(self._session.cluster, name):
                 continue

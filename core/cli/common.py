@@ -288,14 +288,14 @@ def _follow_node(session, doc: dict, named: dict[str, str]) -> None:
     kind's (:func:`core.plan.cluster.on_gpu_kind`, as the editor does): the GPUs per node of
     its NVLink domain (8 on HGX boards, 72 for a GB200 NVL72 rack) and the network per node of
     its NICs; a value the session set to something else, or ``--set`` gives too, stays."""
-    from core.plan.cluster import GPU_NVLINK_DOMAIN, on_gpu_kind
+    from core.plan.cluster import GPU_NVLINK_DOMAIN, NODE_FIELDS, on_gpu_kind
     new_gpu = doc["cluster"].get("gpu")
     if "cluster.gpu" not in named or not isinstance(new_gpu, str) or \
             new_gpu not in GPU_NVLINK_DOMAIN:
         return
     old = session.cluster
     moved = on_gpu_kind(old, new_gpu)
-    for name in ("gpus_per_node", "inter_node_bandwidth_gbits_per_s"):
+    for name in NODE_FIELDS:
         if f"cluster.{name}" not in named and getattr(moved, name) != getattr(old, name):
             doc["cluster"][name] = getattr(moved, name)
 
@@ -332,23 +332,20 @@ def session_from_args(args: argparse.Namespace, validate: bool = True,
     if sets:
         from core.plan.rules import check
         before = getattr(session.plan, "num_gpus", None)
-        node = session.cluster.gpus_per_node
-        net = session.cluster.inter_node_bandwidth_gbits_per_s
+        old_cluster = session.cluster
         session = apply_sets(session, sets)
         given = {s.split("=", 1)[0].strip() for s in sets}
-        if session.cluster.gpus_per_node != node and "cluster.gpus_per_node" not in given:
-            from core.util.text import printable
-            print(printable(f"note: --set cluster.gpu={session.cluster.gpu} takes its NVLink "
-                            f"domain as the node: {session.cluster.gpus_per_node} GPUs (was "
-                            f"{node}); --set cluster.gpus_per_node=N for another"),
-                  file=sys.stderr)
-        new_net = session.cluster.inter_node_bandwidth_gbits_per_s
-        if new_net != net and "cluster.inter_node_bandwidth_gbits_per_s" not in given:
-            from core.util.text import printable
-            print(printable(f"note: --set cluster.gpu={session.cluster.gpu} takes its node's "
-                            f"network: {new_net:,g} Gb/s (was {net:,g}, the old kind's node); "
-                            "--set cluster.inter_node_bandwidth_gbits_per_s=N for another"),
-                  file=sys.stderr)
+        for name, what in (("gpus_per_node", "its NVLink domain as the node: {new:,g} GPUs "
+                                              "(was {old:,g})"),
+                           ("inter_node_bandwidth_gbits_per_s", "its node's network: {new:,g} "
+                                                                "Gb/s (was {old:,g}, the old "
+                                                                "kind's node)")):
+            old, new = getattr(old_cluster, name), getattr(session.cluster, name)
+            if new != old and f"cluster.{name}" not in given:  # moved by the GPU kind
+                from core.util.text import printable
+                print(printable(f"note: --set cluster.gpu={session.cluster.gpu} takes "
+                                + what.format(new=new, old=old)
+                                + f"; --set cluster.{name}=N for another"), file=sys.stderr)
         if note_gpu_count:
             _note_gpu_count(before, session.plan, sets)
         if profile:

@@ -15,7 +15,7 @@ from core.plan.fields import BOUNDS, described_field
 
 __all__ = ["GPU_KINDS", "GPU_NVLINK_DOMAIN", "GPU_HOST_GPUS", "NVLINK_DOMAIN_SPANS_HOSTS",
            "gpus_per_host", "processes_per_host", "GPU_FP8_DTYPES", "GPU_NIC_GBITS_PER_GPU",
-           "node_network_gbits_per_s", "on_gpu_kind", "ClusterConfig", "CostConfig",
+           "node_network_gbits_per_s", "NODE_FIELDS", "on_gpu_kind", "ClusterConfig", "CostConfig",
            "LLAMA3_FAILURES_PER_GPU_HOUR", "ReliabilityConfig", "gpu_kind"]
 
 
@@ -126,6 +126,10 @@ def node_network_gbits_per_s(cluster: "ClusterConfig") -> float:
                          f"{cluster.gpu!r} has no reference node to take it from: set the "
                          "network bandwidth per node")
     return nic * cluster.gpus_per_node
+
+
+#: The cluster fields :func:`on_gpu_kind` moves with the GPU kind (the node).
+NODE_FIELDS = ("gpus_per_node", "inter_node_bandwidth_gbits_per_s")
 
 
 def on_gpu_kind(cluster: "ClusterConfig", gpu: str) -> "ClusterConfig":
