@@ -18,8 +18,8 @@ from core.model.mla import mla_up_proj_forward_flops_per_token
 from core.model.moe import (expert_tensor_parallel, moe_ffn, moe_forward_flops_per_token,
                             moe_layer_mask, moe_layer_parameters, num_moe_layers)
 from core.model.mtp import mtp_extra_parameters, mtp_layer_is_moe, mtp_layers
-from core.model.recompute import (mtp_layers_recomputed, recomputed_layers,
-                                  selective_op_flops_per_token)
+from core.model.recompute import (mtp_layers_recomputed, recomputed_in_chunk,
+                                  recomputed_layers, selective_op_flops_per_token)
 from core.model.mlp import is_gated
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan, recompute_modules
@@ -236,8 +236,7 @@ def recomputed_moe_layers(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     if plan.recompute != "full" or not model.is_moe:
         return np.zeros(p)
     mask = moe_layer_mask(model)
-    n = plan.recompute_num_layers
-    return np.array([float(sum(int(mask[r.start:r.stop if n is None else min(r.stop, r.start + n)]
+    return np.array([float(sum(int(mask[r.start:r.start + recomputed_in_chunk(plan, len(r))]
                                    .sum()) for r in chunks))
                      for chunks in chunk_layout(model, plan)[0]])
 

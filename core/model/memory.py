@@ -541,8 +541,9 @@ def _stage_layer_parts(model: ModelConfig, plan: ParallelPlan) -> tuple:
     """The layer counts of :func:`stage_activation_bytes`: ``(layers, kept_moe, recomputed,
     last, uneven, has_moe)``: each stage's transformer layers (int64 (p,), with the MTP
     layers), MoE layers not recomputed (float (p,): :func:`stage_moe_layer_counts` less
-    :func:`recomputed_moe_layers` and the recomputed MTP layers), recomputed layers (with the MTP layers' under full
-    recomputation of every layer, :func:`mtp_layers_recomputed`), the loss stage,
+    :func:`recomputed_moe_layers` and the recomputed MTP layers), recomputed layers (with the
+    MTP layers' under full recomputation of every layer, :func:`mtp_layers_recomputed`), the
+    loss stage,
     :func:`uneven_chunks` and whether any stage has MoE layers (arrays read-only)."""
     counts = stage_layers_with_mtp(model, plan)
     moe_counts = stage_moe_layer_counts(model, plan)
