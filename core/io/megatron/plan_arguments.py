@@ -16,7 +16,6 @@ from core.schedules import megatron_schedule
 from core.io.megatron.arguments import MEGATRON_PLAN_DEFAULTS, MegatronArgsError, field_exists
 from core.io.megatron.launch import Launch
 from core.io.megatron.mapping import Mapper, int_argument, one_value
-from core.plan.parallel import CROSS_ENTROPY_FUSION_IMPLS, CUDA_GRAPH_IMPLS
 from core.plan.layout import LAYOUT_RULE, expand_pipeline_layout
 
 __all__ = ["map_plan"]
@@ -301,10 +300,7 @@ def _overlap_and_fusion(mp: Mapper) -> None:
                              "transfers; plan.overlap_p2p_comm keeps its default (true) for the "
                              "interleaved plans a sweep tries"))
     if mp.take("--cross-entropy-fusion-impl"):
-        impl = one_value(args, "--cross-entropy-fusion-impl", src)
-        if impl not in CROSS_ENTROPY_FUSION_IMPLS:  # Megatron-LM's argparse choices
-            raise MegatronArgsError(f"{src}: --cross-entropy-fusion-impl {impl!r}: invalid choice "
-                                    f"(choose from {', '.join(CROSS_ENTROPY_FUSION_IMPLS)})")
+        impl = one_value(args, "--cross-entropy-fusion-impl", src)  # among the parser's choices
         mp.set("--cross-entropy-fusion-impl", "plan.cross_entropy_fusion_impl", impl)
     if mp.switch("--overlap-moe-expert-parallel-comm") and mp.switch("--moe-shared-expert-overlap"):
         raise MegatronArgsError(f"{src}: --overlap-moe-expert-parallel-comm with "
@@ -338,8 +334,6 @@ def _recompute(mp: Mapper) -> None:
         gran, method = gran or "full", method or "uniform"
         if mp.take("--checkpoint-num-layers"):
             nrec = int_argument(args, "--checkpoint-num-layers", src)
-    if gran not in (None, "full", "selective"):
-        raise MegatronArgsError(f"{src}: --recompute-granularity {gran!r}: expected full or selective")
     # Megatron-Core's TransformerConfig.__post_init__: the deprecated --moe-layer-recompute is
     # selective recomputation with "moe" added to the modules (default ["core_attn"]); beside
     # full granularity it raises ("Do not set --moe-layer-recompute with full recompute
@@ -351,8 +345,6 @@ def _recompute(mp: Mapper) -> None:
                                 "recomputation of the MoE layer)")
     if moe_layer:
         gran = "selective"
-    if method not in (None, "block", "uniform"):
-        raise MegatronArgsError(f"{src}: --recompute-method {method!r}: expected block or uniform")
     rflag = ("--recompute-activations" if "--recompute-activations" in args else
              "--recompute-granularity" if "--recompute-granularity" in args else
              "--checkpoint-activations")
@@ -400,10 +392,7 @@ def _cuda_graphs(mp: Mapper) -> None:
     Megatron-Core migrates it). The modules' rules are :func:`core.plan.rules.cuda_graph_errors`'s."""
     args, src = mp.args, mp.source
     flag = "--cuda-graph-impl"
-    impl = one_value(args, flag, src) if mp.take(flag) else "none"
-    if impl not in CUDA_GRAPH_IMPLS:  # Megatron-LM's argparse choices
-        raise MegatronArgsError(f"{src}: --cuda-graph-impl {impl!r}: invalid choice (choose from "
-                                f"{', '.join(CUDA_GRAPH_IMPLS)})")
+    impl = one_value(args, flag, src) if mp.take(flag) else "none"  # among the parser's choices
     for old, meant in (("--enable-cuda-graph", "local"), ("--external-cuda-graph", "transformer_engine")):
         if mp.switch(old):
             if impl not in ("none", meant):
@@ -440,9 +429,8 @@ def _precision(mp: Mapper) -> None:
     recipe = one_value(args, "--fp8-recipe", src) if mp.take("--fp8-recipe") else None
     if fp8 is not None:
         # E4M3 everywhere or E5M2 gradients (hybrid): the same FP8 tensor-core rate, one model
-        if fp8 not in ("hybrid", "e4m3"):
-            mp.refuse("--fp8-format", f"{fp8!r} is not one of Megatron-LM's formats hybrid, e4m3")
-        elif fp16:
+        # (the parser's choices, hybrid and e4m3, checked before: core.io.megatron.arguments)
+        if fp16:
             mp.refuse("--fp8-format", "with --fp16 is not modelled yet (vtrain models FP8 training "
                                       "on bf16 weights, --bf16)")
         elif not bf16:
