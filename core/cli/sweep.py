@@ -16,9 +16,8 @@ from core.plan.fields import ConfigError, FieldError
 from core.plan.parallel import (CP_COMM_TYPES, MOE_DISPATCHERS, RECOMPUTE_CHOICES,
                                 RECOMPUTE_MODES, SCHEDULES, SWEEP_SCHEDULES)
 from core.plan.rules import check_all_but_the_plan
-from core.cli.common import decimal_arg, integer_arg
-from core.cli.common import (SET_HELP, check_number, fmt_days, list_items, check_outputs,
-                     session_from_args, session_inputs)
+from core.cli.common import (SET_HELP, check_number, decimal_arg, fmt_days, integer_arg,
+                             list_items, check_outputs, session_from_args, session_inputs)
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
     from rich.table import Table

@@ -114,7 +114,7 @@ PROVENANCE_FLAGS = ("peak_fraction_fitted",)
 
 
 def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return is_number(v) and math.isfinite(v)
 
 
 #: Provenance entries that code reads as structures or counts, with the rule each must meet
