@@ -636,9 +636,10 @@ class MainWindow(QtWidgets.QMainWindow):
     @Slot()
     @Slot(int)
     def _on_tab_change(self, index: int) -> None:
-        """The Profiles tab, shown, selects the store the session uses
-        (:func:`core.sim.simulate.profile_path`) whenever that store changed since it last did
-        (a new session, another GPU kind); a store the user picked meanwhile stays."""
+        """The Profiles tab, shown (or showing when a session opens), selects the store the
+        session uses (:func:`core.sim.simulate.profile_path`) whenever that store changed since
+        it last did (a new session, another GPU kind); a store the user picked meanwhile
+        stays."""
         if index != self.profiles_tab_index:
             return
         from core.sim.simulate import profile_path
@@ -766,6 +767,7 @@ class MainWindow(QtWidgets.QMainWindow):
         (and ``compare.pinned`` when the saved pin cannot be simulated)."""
         self.editor.set_session(session)
         self.explore.reset(session)
+        self._on_tab_change(self.tabs.currentIndex())  # the Profiles tab, when shown: its store
         return self.studies.reset(session) + self._restore_pin(session)
 
     def _request_fit_changes(self, result: SimulationResult) -> None:
