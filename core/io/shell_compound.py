@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from core.io.shell_values import Element, Unbounded, pattern_elements, wildcard
 from core.io.shell_words import NAME, REDIRECTIONS, Part, Word, missing_variable
 
-if TYPE_CHECKING:  # pragma: no cover
-    from core.io.shell_reader import _List
-
-__all__ = ["MAX_LAUNCH_BYTES", "MAX_NESTING", "MAX_LOOP_ITERATIONS", "CompoundCommands"]
+__all__ = ["MAX_LAUNCH_BYTES", "MAX_NESTING", "MAX_LOOP_ITERATIONS", "CompoundCommands", "Unknown",
+           "Refused", "ReturnFromFunction", "Exit", "Break", "Frame", "Definition", "Call"]
 
 #: Bounds of reading a launch (a launch script is a few KB; its expansion a few times that).
 #: Beyond them the script is refused, so that no input makes the reader run for long:
@@ -32,26 +30,26 @@ MAX_LOOP_ITERATIONS = 1024
 
 
 @dataclass
-class _Unknown:
+class Unknown:
     """A variable whose value the reader cannot know (assigned from a command's output, or
     from another unknown value)."""
 
     why: str
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """A construct the reader does not read (``read_shell`` names the file and the statement)."""
 
 
-class _Return(Exception):
+class ReturnFromFunction(Exception):
     """``return`` in a function bash certainly reaches: the rest of its body is not read."""
 
 
-class _Exit(Exception):
+class Exit(Exception):
     """``exit`` bash certainly reaches outside a subshell: the rest of the script is not read."""
 
 
-class _Break(Exception):
+class Break(Exception):
     """``break`` (``continue``: ``again`` True) in a loop bash certainly reaches, leaving
     ``levels`` loops (``break 2``)."""
 
@@ -61,7 +59,7 @@ class _Break(Exception):
 
 
 @dataclass
-class _Frame:
+class Frame:
     """An open ``if``, ``case``, ``{ ... }`` group or ``( ... )`` subshell."""
 
     kind: str  # "if", "case", "group", "subshell"
@@ -76,7 +74,7 @@ class _Frame:
 
 
 @dataclass
-class _Definition:
+class Definition:
     """A function's body as it is defined, or a loop's header and body as they are written:
     tokens, read when a call runs them (a function) or when the loop's ``done`` is reached."""
 
@@ -94,7 +92,7 @@ class _Definition:
 
 
 @dataclass
-class _Call:
+class Call:
     """A function being run: where its frames start and the values its ``local`` hides."""
 
     base: int
@@ -131,7 +129,7 @@ def _braces(words: list[Word]) -> list[Word]:
             continue
         if any(p.kind == "lit" and not p.quoted and "{" in p.text and (
                 ".." in p.text or "," in p.text) for p in w.parts):
-            raise _Refused(f"the brace expansion in {w.raw!r} is not read (vtrain reads "
+            raise Refused(f"the brace expansion in {w.raw!r} is not read (vtrain reads "
                            "{N..M} and {a,b} as a whole word)")
         out.append(w)
     return out
@@ -142,7 +140,7 @@ class CompoundCommands:
     ``core.io.shell_reader._Reader``, whose state (``env``, ``frames``, ``functions``, ``body``,
     ``calls``, ``loops``, ``positional``, ``shell``, ``total``) and methods they use."""
 
-    def _compound(self, tokens: list, i: int, keywords: list, chain: _List,
+    def _compound(self, tokens: list, i: int, keywords: list, chain: Any,
                   prefix: list[str] | None, depth: int) -> int | None:
         """At the start of a command: a case pattern, ``esac``, ``case WORD in`` or a function
         definition, read up to the index returned; None when ``tokens[i]`` starts none."""
@@ -159,17 +157,17 @@ class CompoundCommands:
             return self._pattern(tokens, i, case)
         if lit in ("for", "while", "until", "select"):
             if chain.op is not None:
-                raise _Refused(f"a {lit} loop after {chain.op} is not read")
+                raise Refused(f"a {lit} loop after {chain.op} is not read")
             if lit == "select":
-                raise _Refused("a select loop (a menu read from the terminal) is not read")
+                raise Refused("a select loop (a menu read from the terminal) is not read")
             self._list_item(keywords, chain, prefix, depth)  # then, else, {
-            self.body = _Definition(lit, self._active(), loop=True)
+            self.body = Definition(lit, self._active(), loop=True)
             return i + 1
         if lit == "case" or lit == "function" or (
                 lit is not None and NAME.fullmatch(lit) and nxt == "("
                 and tokens[i + 2:i + 3] == [")"]):
             if chain.op is not None:
-                raise _Refused(f"a {'case' if lit == 'case' else 'function definition'} after "
+                raise Refused(f"a {'case' if lit == 'case' else 'function definition'} after "
                                f"{chain.op} is not read")
             self._list_item(keywords, chain, prefix, depth)  # then, else, {
             return self._case(tokens, i) if lit == "case" else self._define(tokens, i)
@@ -181,7 +179,7 @@ class CompoundCommands:
         word = tokens[i + 1] if i + 1 < len(tokens) else None
         if not isinstance(word, Word) or i + 2 >= len(tokens) or \
                 not isinstance(tokens[i + 2], Word) or tokens[i + 2].literal() != "in":
-            raise _Refused("a case is read only as 'case WORD in' on one line")
+            raise Refused("a case is read only as 'case WORD in' on one line")
         value: str | None = None
         if self._active():
             fields, missing = self._expand_parts(word.parts, split=False)
@@ -192,10 +190,10 @@ class CompoundCommands:
                 self.shell.notes.append(
                     f"the case word {word.raw!r} is not known (vtrain runs no shell code): its "
                     f"branches are read in order{give}")
-        self.frames.append(_Frame("case", False, word=value))
+        self.frames.append(Frame("case", False, word=value))
         return i + 3
 
-    def _pattern(self, tokens: list, i: int, case: _Frame) -> int:
+    def _pattern(self, tokens: list, i: int, case: Frame) -> int:
         """A case branch's patterns ``a|b*)`` (an opening ``(`` allowed): the branch is read
         when bash takes it (the word known, the first pattern it matches), skipped when bash
         does not, read and noted when the reader cannot tell."""
@@ -209,7 +207,7 @@ class CompoundCommands:
             else:
                 break
         if not patterns or j >= len(tokens) or tokens[j] != ")":
-            raise _Refused("a case pattern is read only as words joined by | and closed by ) "
+            raise Refused("a case pattern is read only as words joined by | and closed by ) "
                            "on one line")
         parent = all(f.state is not False for f in self.frames[:-1])
         if not parent or case.taken:
@@ -253,14 +251,14 @@ class CompoundCommands:
             name = tokens[i + 1].literal() if i + 1 < len(tokens) and \
                 isinstance(tokens[i + 1], Word) else None
             if name is None or not NAME.fullmatch(name):
-                raise _Refused("a function is read only as 'function NAME {' or 'NAME() {'")
+                raise Refused("a function is read only as 'function NAME {' or 'NAME() {'")
             i += 2
             if tokens[i:i + 2] == ["(", ")"]:
                 i += 2
         else:
             name = tokens[i].literal()
             i += 3
-        self.body = _Definition(name, self._active())
+        self.body = Definition(name, self._active())
         return i
 
     def _collect(self, tokens: list, i: int) -> int:
@@ -283,7 +281,7 @@ class CompoundCommands:
                     return i + 1
         elif not body.depth:
             if lit != "{":
-                raise _Refused(f"function {body.name}: only a body in {{ ... }} is read")
+                raise Refused(f"function {body.name}: only a body in {{ ... }} is read")
             body.depth = 1
             return i + 1
         if not body.loop and body.start and lit in ("{", "}"):
@@ -299,7 +297,7 @@ class CompoundCommands:
         return i + 1
 
     # ---- loops
-    def _loop(self, loop: _Definition, prefix: list[str] | None, depth: int) -> bool | None:
+    def _loop(self, loop: Definition, prefix: list[str] | None, depth: int) -> bool | None:
         """Run a loop bash reaches: ``for NAME in WORDS`` (``for NAME``: over ``$@``) once per
         word with NAME set; ``while``/``until`` as long as its condition, a test of known
         values, holds (fails). A condition or words the reader cannot know read the body once,
@@ -315,7 +313,7 @@ class CompoundCommands:
             name = words[0].literal() if words else None
             if name is None or not NAME.fullmatch(name) or len(words) != len(header) or (
                     len(words) > 1 and words[1].literal() != "in"):
-                raise _Refused("a for loop is read only as 'for NAME in WORDS; do ... done' "
+                raise Refused("a for loop is read only as 'for NAME in WORDS; do ... done' "
                                "(a C-style for (( ... )) is not read)")
             if len(words) > 1:
                 values, missing = self.words(_braces(words[2:]))
@@ -326,7 +324,7 @@ class CompoundCommands:
                 self.shell.notes.append(
                     f"the words of 'for {shown}' are not known (vtrain runs no shell code): "
                     f"its body is read once, ${name} not known")
-                self.env[name] = _Unknown(missing[0])
+                self.env[name] = Unknown(missing[0])
                 self._iterate(loop, prefix, depth)
                 return None
             if len(values) > MAX_LOOP_ITERATIONS:
@@ -358,7 +356,7 @@ class CompoundCommands:
         raise Unbounded(f"'{loop.name} {shown}' loops more than {MAX_LOOP_ITERATIONS:,} times "
                         "(no break bash certainly reaches ends it)")
 
-    def _iterate(self, loop: _Definition, prefix: list[str] | None, depth: int
+    def _iterate(self, loop: Definition, prefix: list[str] | None, depth: int
                  ) -> tuple[bool, bool | None]:
         """Read a loop's body once: whether the loop goes on (False after a ``break``), and the
         body's exit status when known (``break`` and ``continue`` succeed)."""
@@ -374,7 +372,7 @@ class CompoundCommands:
         self.loops.append(base)
         try:
             status = self._tokens(list(loop.tokens), prefix, depth + 1)
-        except _Break as stop:
+        except Break as stop:
             if stop.levels > 1:
                 stop.levels -= 1
                 raise
@@ -392,7 +390,7 @@ class CompoundCommands:
             j += 1
         if self._active():
             text = " ".join(t.raw if isinstance(t, Word) else t for t in tokens[i + 2:j])
-            raise _Refused(f"the arithmetic command (( {text[:40]} )) is not read (vtrain reads "
+            raise Refused(f"the arithmetic command (( {text[:40]} )) is not read (vtrain reads "
                            "NAME=$(( ... )))")
         return j + 2
 
@@ -425,10 +423,10 @@ class CompoundCommands:
                              "script, more than a launch can mean")
         positional, base = self.positional, len(self.frames)
         self.positional = list(args)
-        self.calls.append(_Call(base))
+        self.calls.append(Call(base))
         try:
             self._tokens(body.tokens, None, depth + 1)
-        except _Return:
+        except ReturnFromFunction:
             pass
         finally:
             del self.frames[base:]

@@ -66,8 +66,8 @@ import re
 from dataclasses import dataclass, field
 
 from core.io.shell_compound import (MAX_LAUNCH_BYTES, MAX_LOOP_ITERATIONS, MAX_NESTING,
-                                    CompoundCommands, _Break, _Call, _Definition, _Exit, _Frame,
-                                    _Refused, _Return, _Unknown)
+                                    CompoundCommands, Break, Call, Definition, Exit, Frame,
+                                    Refused, ReturnFromFunction, Unknown)
 from core.io.shell_values import Unbounded, arith, compare
 from core.io.shell_words import (ASSIGNMENT, MAX_STATEMENT_BYTES, NAME, PARAMETER, REDIRECTIONS,
                                  SEPARATORS, Part, ShellError, Word, head, lex,
@@ -191,14 +191,14 @@ def _raw(items: list) -> str:
 class _Reader(CompoundCommands):
     def __init__(self, source: str, variables: dict[str, str], positional: list[str | None]):
         self.source = source
-        self.env: dict[str, str | list[str] | _Unknown] = dict(variables)
+        self.env: dict[str, str | list[str] | Unknown] = dict(variables)
         self.given = set(variables)
         self.positional = list(positional)
         self.shell = Shell(variables=self.env)
-        self.frames: list[_Frame] = []  # the open if, case and { } groups
-        self.functions: dict[str, _Definition] = {}
-        self.body: _Definition | None = None  # a function being defined
-        self.calls: list[_Call] = []  # the functions being run
+        self.frames: list[Frame] = []  # the open if, case and { } groups
+        self.functions: dict[str, Definition] = {}
+        self.body: Definition | None = None  # a function being defined
+        self.calls: list[Call] = []  # the functions being run
         self.loops: list[int] = []  # the loops being run: where each one's frames start
         self.sure = True  # whether bash certainly runs the command being read (its list's gate)
         self.status: bool | None = True  # the exit status of the last list read ($?)
@@ -206,7 +206,7 @@ class _Reader(CompoundCommands):
         self.budget = _Budget(self.total)
 
     # ---- values
-    def _lookup(self, name: str, index: str | None) -> str | list[str] | _Unknown | None:
+    def _lookup(self, name: str, index: str | None) -> str | list[str] | Unknown | None:
         if name.isdigit():
             k = int(name)
             if k == 0:
@@ -217,9 +217,9 @@ class _Reader(CompoundCommands):
         if name == "#":
             return str(len(self.positional))
         if name in "?$!-":
-            return _Unknown("a shell status")
+            return Unknown("a shell status")
         v = self.env.get(name)
-        if v is None or isinstance(v, _Unknown):
+        if v is None or isinstance(v, Unknown):
             return v
         if index is None:
             return v[0] if isinstance(v, list) and v else ("" if isinstance(v, list) else v)
@@ -228,7 +228,7 @@ class _Reader(CompoundCommands):
         try:
             k = int(self._string(index, depth=1))
         except ValueError:
-            return _Unknown("an index")
+            return Unknown("an index")
         items = v if isinstance(v, list) else [v]
         return items[k] if -len(items) <= k < len(items) else None
 
@@ -252,7 +252,7 @@ class _Reader(CompoundCommands):
             return None  # ${NAME%pattern} and the like: not read
         name, index, op, word = m.group("name"), m.group("index"), m.group("op"), m.group("word")
         value = self._lookup(name, index)
-        if isinstance(value, _Unknown):
+        if isinstance(value, Unknown):
             return None
         if m.group("length"):
             if value is None:
@@ -436,7 +436,7 @@ class _Reader(CompoundCommands):
         ends a case branch (``;&`` and ``;;&``, which fall through, are refused)."""
         case = self.frames[-1] if self.frames and self.frames[-1].kind == "case" else None
         if case is not None and tok in (";", ";;") and following == "&":
-            raise _Refused(f"the case fall-through {tok}& is not read (vtrain reads a case "
+            raise Refused(f"the case fall-through {tok}& is not read (vtrain reads a case "
                            "whose branches end with ;;)")
         if tok in ("&&", "||", "|", "|&"):
             chain.op = tok
@@ -487,7 +487,7 @@ class _Reader(CompoundCommands):
             kw = items[0].literal() if isinstance(items[0], Word) else items[0]
             if kw == "(":
                 active = self._active()
-                self.frames.append(_Frame(
+                self.frames.append(Frame(
                     "subshell", gate if active else False, note=note,
                     before=self._effects() if note and active else None,
                     saved=(dict(self.env), list(self.positional), dict(self.functions))))
@@ -495,7 +495,7 @@ class _Reader(CompoundCommands):
                 items = items[1:]
             elif kw == "{":
                 active = self._active()
-                self.frames.append(_Frame("group", gate if active else False, note=note,
+                self.frames.append(Frame("group", gate if active else False, note=note,
                                           before=self._effects() if note and active else None))
                 gate, note = True, None
                 items = items[1:]
@@ -509,7 +509,7 @@ class _Reader(CompoundCommands):
                 negate, items = not negate, items[1:]
             elif kw in ("if", "elif"):
                 if gate is not True:
-                    raise _Refused("an if after && or || is not read")
+                    raise Refused("an if after && or || is not read")
                 self._branch(kw, items[1:])
                 return None
             elif kw in ("else", "fi"):
@@ -554,7 +554,7 @@ class _Reader(CompoundCommands):
                 self._local(declare, m.group("name"))
                 values, _ = self.words(elements)  # an unknown element stays as written
                 old = self.env.get(m.group("name"))
-                if m.group("op") == "+=" and not isinstance(old, _Unknown) and old is not None:
+                if m.group("op") == "+=" and not isinstance(old, Unknown) and old is not None:
                     values = (old if isinstance(old, list) else [old]) + values
                 self.env[m.group("name")] = values
                 items = items[1:]
@@ -613,7 +613,7 @@ class _Reader(CompoundCommands):
                 # known and the reference stays as written, named where needed
                 self.env[name] = value
             else:
-                self.env[name] = _Unknown(missing[0])
+                self.env[name] = Unknown(missing[0])
         elif m.group("op") == "+=" and isinstance(old, list):
             self.env[name] = old + [value]
         else:
@@ -633,12 +633,12 @@ class _Reader(CompoundCommands):
             return
         if head == "return" and self.calls and \
                 all(f.state is True for f in self.frames[self.calls[-1].base:]):
-            raise _Return
+            raise ReturnFromFunction
         if head in ("break", "continue") and self.loops:
             levels = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
             if self.sure and levels >= 1 and \
                     all(f.state is True for f in self.frames[self.loops[-1]:]):
-                raise _Break(head == "continue", min(levels, len(self.loops)))
+                raise Break(head == "continue", min(levels, len(self.loops)))
             return
         if head == "exit":
             sub = next((k for k in range(len(self.frames) - 1, -1, -1)
@@ -647,7 +647,7 @@ class _Reader(CompoundCommands):
                 if sub >= 0:
                     self.frames[sub].state = False  # the subshell ends, not the script
                 else:
-                    raise _Exit
+                    raise Exit
             return
         if head in ("source", "."):
             self.shell.notes.append(f"{' '.join(words[:2])}: another file is not read (its "
@@ -670,7 +670,7 @@ class _Reader(CompoundCommands):
                 base, saved = len(self.frames), (dict(self.env), list(self.positional))
                 try:
                     self.statement(words[k + 2], (prefix or []) + words[:k], depth + 1)
-                except _Exit:
+                except Exit:
                     pass
                 finally:
                     del self.frames[base:]
@@ -685,7 +685,7 @@ class _Reader(CompoundCommands):
     def _branch(self, kw: str, condition: list) -> None:
         if kw == "if":
             state = self._condition(condition) if self._active() else False
-            self.frames.append(_Frame("if", state, taken=state is True, unknown=state is None))
+            self.frames.append(Frame("if", state, taken=state is True, unknown=state is None))
         elif not self.frames or self.frames[-1].kind != "if":
             return
         elif kw == "fi":
@@ -786,10 +786,10 @@ def read_shell(text: str, source: str = "script", variables: dict[str, str] | No
         reader.budget = _Budget(reader.total)
         try:
             reader.statement(stmt)
-        except _Exit:  # bash stops here: what follows is never read
+        except Exit:  # bash stops here: what follows is never read
             reader.shell.exited = head(stmt)
             return reader.shell
-        except (Unbounded, _Refused) as exc:
+        except (Unbounded, Refused) as exc:
             raise ShellError(f"{source}: statement {head(stmt)}: {exc}") from None
         except ShellError as exc:
             raise ShellError(f"{source}: cannot split {head(stmt)} into shell words: {exc}"
