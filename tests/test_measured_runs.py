@@ -434,3 +434,19 @@ def test_session_columns_read_back_for_every_gpu_node_and_the_notes(tmp_path):
             w.writerow(row)
         (back,) = read_measurements(path)
         assert back.session.cluster == cluster and back.session.notes == s.notes != ""
+
+
+def test_published_runs_layout_names_the_conversion(tmp_path, capsys):
+    """A file of the published-runs layout (its own column names, free-text notes) is refused
+    with the way to convert it, not a guess at a close column name."""
+    path = tmp_path / "runs.csv"
+    path.write_text("source_id,gpu,num_gpus,notes,measured_iteration_time_s\n"
+                    "X,H100-SXM5-80GB,8,,1.0\n")
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}: column 'source_id' is neither a session field")
+    assert "did you mean" not in msg
+    assert "python scripts/curate_runs.py FILE > runs.jsonl" in msg
+    assert vtrain(["validate", str(path)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -102,6 +102,17 @@ CSV_DEFAULTS: dict[str, dict[str, Any]] = {
 #: Columns of the session-column CSV that are not session fields: the measurement and its record.
 RUN_COLUMNS = ("measured_iteration_time_s", "measured_memory_gib", "memory_scale", "source",
                "assumptions", "notes", "recipe")
+#: Columns only the retired published-runs layout has (../shared/data/public-modern/README.md:
+#: named cells plus free-text ``notes`` that decide the model and plan), which vtrain does not read.
+GENERAL_LAYOUT_COLUMNS = ("source_id", "num_gpus", "framework", "inter_node_bandwidth_gbps",
+                          "distributed_optimizer", "fsdp", "tokens_per_s_per_gpu",
+                          "model_tflops_per_gpu", "mfu_percent", "expert_parallel",
+                          "virtual_pipeline_stages")
+_GENERAL_LAYOUT_HINT = (
+    ": this is the published-runs layout, whose free-text notes decide the model and plan, "
+    "which vtrain does not read; convert it to JSON lines of sessions under named assumptions "
+    "with `python scripts/curate_runs.py FILE > runs.jsonl` (a source checkout), review them, "
+    "and validate that file (docs/accuracy.md, 'Measurement file layouts')")
 #: Keys of a JSON-lines record besides ``session``: the measurement, its record and labels
 #: (``row``: the record's own row number; ``source_id``: another name of ``source``;
 #: ``model_name``: a label; ``skip_reason``: why the run cannot be predicted, reviewed).
@@ -458,7 +469,8 @@ def _session_columns(path: Path, header: list[str]) -> list[tuple[str, Any]]:
             raise MeasurementFileError(
                 f"{path}: column {h!r} is neither a session field (model, plan, cluster or cost; "
                 f"docs/accuracy.md) nor one of {', '.join(RUN_COLUMNS)}"
-                + did_you_mean(h, [*known, *RUN_COLUMNS]))
+                + (_GENERAL_LAYOUT_HINT if h in GENERAL_LAYOUT_COLUMNS
+                   else did_you_mean(h, [*known, *RUN_COLUMNS])))
         key = known[h][1].name if h in known else h
         if key in seen:
             raise MeasurementFileError(f"{path}: columns {seen[key]!r} and {h!r} name the same field")
