@@ -293,7 +293,7 @@ def test_the_model_states_bound_is_the_closed_form():
 
 def test_fewest_gpus_for_405b_on_8_h100s_is_96_and_88_do_not_fit():
     """Nothing on 8 GPUs fits. Doubling, 128 is the first count that fits (t8 d16 with FSDP,
-    which Megatron-LM runs without pipelining, full recomputation, micro-batch 1 at 63.7 GiB);
+    which Megatron-LM runs without pipelining, full recomputation, micro-batch 1 at 63.1 GiB);
     every plan built on 64 needs more than 80 GiB (the model states alone need 87 GPUs). The
     whole hosts in between (72 and 80 below the bound, then 88, 96, ...) come next: 96 GPUs
     as t8 p12 with ZeRO-1 and 8 layers on the first and last stages (126 = 8 + 10 x 11 + 8)
@@ -319,14 +319,15 @@ def test_fewest_gpus_for_405b_on_8_h100s_is_96_and_88_do_not_fit():
     assert few.verdict == rep.memory_verdict == "tight"
     assert few.max_memory_per_gpu_bytes == rep.max_memory_per_gpu_bytes
     assert few.max_memory_per_gpu_bytes / 2**30 == pytest.approx(82.31, abs=0.01)
-    # the doubled count: 128 GPUs as t8 d16 with ZeRO-3 fit at 63.7 GiB
+    # the doubled count: 128 GPUs as t8 d16 with ZeRO-3 fit at 63.1 GiB (the logits freed
+    # before the last layer's recomputation: the larger of the two, not both)
     store = session_profile(s)
     at128 = [p for p in fc._fewest_gpus_plans(s, 128, True, None)
              if (p.pipeline_parallel, p.data_parallel, p.zero_stage) == (1, 16, 3)]
     assert len(at128) == 1
     need, fits, _ = memory_verdict(stage_memory(dataclasses.replace(s, plan=at128[0]), store),
                                    float(store.memory_bytes))
-    assert fits and need / 2**30 == pytest.approx(63.65, abs=0.01)
+    assert fits and need / 2**30 == pytest.approx(63.11, abs=0.01)
     # below: 64 and 88 GPUs, and every plan built there does not fit
     for n in (64, 88):
         plans = fc._fewest_gpus_plans(s, n, True, None)

@@ -232,3 +232,27 @@ def test_fp32_logits_are_their_own_fp32_copy():
         grow = (mm.stage_memory(wider, plan)[0].activations_bytes
                 - mm.stage_memory(model, plan)[0].activations_bytes)
         assert grow == pytest.approx(tokens * (64_000 - 32_000) * per_logit, rel=1e-12)
+
+
+def test_loss_stage_holds_the_larger_of_logits_and_recompute_working_set():
+    """Under full recomputation the micro-batch in its backward has freed its logits and their
+    fp32 copy (the loss's and the output layer's backward run first) before its last layer runs
+    again: the loss stage holds ``L ckpt + max(working, logits)`` (1F1B, one micro-batch in
+    flight), not both. Closed form from the per-layer terms; a small vocabulary (the working
+    set larger) and a large one (the logits larger)."""
+    from core.model.memory import activation_bytes_per_layer, stage_activation_bytes
+    from core.plan.model_config import padded_vocab_size
+    for vocab in (1_024, 256_000):
+        model = ModelConfig(num_layers=4, hidden_size=1024, num_attention_heads=8,
+                            seq_length=2048, vocab_size=vocab)
+        plan = _plan(recompute="full", precision="bf16")
+        ckpt = activation_bytes_per_layer(model, plan, "full")
+        working = activation_bytes_per_layer(model, plan, "none")
+        V = padded_vocab_size(vocab, 1)
+        logits = 2048 * V * (2 + 4)
+        got = float(stage_activation_bytes(model, plan)[0])
+        assert (working > logits) == (vocab == 1_024)
+        assert got == pytest.approx(4 * ckpt + max(working, logits), rel=1e-12)
+        # without recomputation nothing runs again: the layers' activations and the logits
+        kept = float(stage_activation_bytes(model, _plan(recompute="none"))[0])
+        assert kept == pytest.approx(4 * working + logits, rel=1e-12)

@@ -353,7 +353,9 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     Activations: :func:`activation_bytes_per_layer` of each layer times
     :func:`in_flight_microbatches`; under full recomputation the recomputed layers
     keep only their input and the layer being recomputed needs its full
-    activations once (Korthikanti et al. 2022, Sec. 4.3); the last stage adds the
+    activations once (Korthikanti et al. 2022, Sec. 4.3; on the loss stage only the larger of
+    that working set and one micro-batch's logits terms below, which the loss's and the output
+    layer's backward free before the micro-batch's last layer runs again); the last stage adds the
     logits and their fp32 copy for the loss, ``s*b*V'/t*(e + 4)`` (Megatron-Core
     ``VocabParallelCrossEntropy``: the logits cast to fp32, exponentiated in place and saved
     for the backward; fp32 logits, ``e = 4``, are their own copy: ``s*b*V'/t*4``), and ``s*b*V'/t*4`` more for each further micro-batch whose loss awaits
@@ -403,10 +405,10 @@ def stage_activation_bytes(model: ModelConfig, plan: ParallelPlan, memo: dict | 
     stage's terms (:func:`_flight_parts`, without :data:`_FLIGHT_FREE_PLAN_FIELDS`); the
     figures are the same with it or without (tests compare)."""
     (layers, kept_moe, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
-     adds, cp_buffers) = _activation_inputs(model, plan, memo)
+     adds, cp_buffers, freed) = _activation_inputs(model, plan, memo)
     return _activations(layers, kept_moe, recomputed, keep, ckpt, working,
                         moe_keep if has_moe else 0.0, np.array(in_flight, float), last, adds,
-                        cp_buffers is not None, 0.0 if cp_buffers is None else cp_buffers)
+                        cp_buffers is not None, 0.0 if cp_buffers is None else cp_buffers, freed)
 
 
 def stage_activation_rows(model: ModelConfig, plans: list[ParallelPlan], memo: dict
@@ -417,7 +419,7 @@ def stage_activation_rows(model: ModelConfig, plans: list[ParallelPlan], memo: d
     stacked as rows and columns. ``memo`` as there."""
     cols = list(zip(*(_activation_inputs(model, pl, memo) for pl in plans)))
     (layers, kept_moe, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
-     adds, cp_buffers) = cols
+     adds, cp_buffers, freed) = cols
     col = (lambda xs: np.array(xs, float).reshape(-1, 1))
     cp_on = np.array([c is not None for c in cp_buffers], bool).reshape(-1, 1)
     return _activations(
@@ -425,16 +427,19 @@ def stage_activation_rows(model: ModelConfig, plans: list[ParallelPlan], memo: d
         col(working), col([m if h else 0.0 for m, h in zip(moe_keep, has_moe)]),
         np.array(in_flight, float), (np.arange(len(plans)), np.array(last, np.int64)),
         [np.array(a, float) for a in zip(*adds)], cp_on,
-        col([0.0 if c is None else c for c in cp_buffers]))
+        col([0.0 if c is None else c for c in cp_buffers]), np.array(freed, float))
 
 
 def _activations(layers, kept_moe, recomputed, keep, ckpt, working, moe_keep,
-                 in_flight, last, adds, cp_on, cp_buffers) -> np.ndarray:
+                 in_flight, last, adds, cp_on, cp_buffers, freed=0.0) -> np.ndarray:
     """The arithmetic of :func:`stage_activation_bytes` on one plan's parts (arrays (p,),
     python scalars, ``last`` an int, ``adds`` the loss stage's terms) or on ``k`` plans' (arrays
     (k, p), columns (k, 1), ``last`` an index pair, ``adds`` arrays (k,)): every stage at once,
     the same IEEE operations in the same order either way. ``kept_moe``: the stage's MoE
-    layers that are not recomputed (``moe_keep`` 0.0 for a model without them)."""
+    layers that are not recomputed (``moe_keep`` 0.0 for a model without them). ``freed``: the
+    loss stage's bytes of the micro-batch in its backward that are gone before its first
+    recomputed layer runs again (:func:`_flight_parts`), so that only the larger of them and
+    the working set counts there."""
     # the checkpointed layers keep their input, the others their activations: the dense ones
     # ``keep`` each, the MoE ones ``moe_keep``
     acts = (recomputed * ckpt + (layers - recomputed - kept_moe) * keep
@@ -442,6 +447,10 @@ def _activations(layers, kept_moe, recomputed, keep, ckpt, working, moe_keep,
     acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
     for add in adds:  # the loss stage's logits, their soft cap, the MTP layers' inputs
         acts[last] += add
+    # the micro-batch whose backward recomputes a layer of the loss stage has freed its logits
+    # (and their cap) by then: the stage's peak holds the larger of the two, not both
+    acts[last] -= np.minimum(freed, np.where(recomputed[last] != 0,
+                                             np.broadcast_to(working, acts.shape)[last], 0.0))
     if np.any(cp_on):  # the exchange's buffers of the layer running (transient)
         acts = np.where((layers > 0) & cp_on, acts + cp_buffers, acts)
     return acts
@@ -449,10 +458,11 @@ def _activations(layers, kept_moe, recomputed, keep, ckpt, working, moe_keep,
 
 def _activation_inputs(model: ModelConfig, plan: ParallelPlan, memo: dict | None) -> tuple:
     """The parts of :func:`stage_activation_bytes` of one plan: ``(layers, kept_moe,
-    recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last, adds, cp_buffers)``
-    (:func:`_stage_layer_parts`, :func:`_layer_activation_parts`, the micro-batches in flight
-    per stage (tuple), the loss stage, its added terms in order (tuple of floats) and the
-    context-parallel buffers, None with ``cp = 1``)."""
+    recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last, adds, cp_buffers,
+    freed)`` (:func:`_stage_layer_parts`, :func:`_layer_activation_parts`, the micro-batches
+    in flight per stage (tuple), the loss stage, its added terms in order (tuple of floats),
+    the context-parallel buffers, None with ``cp = 1``, and what of the added terms the
+    micro-batch in its backward frees before a recomputed layer runs, :func:`_flight_parts`)."""
     key = plan_key(plan) if memo is not None else None
     layers, kept_moe, recomputed, last, uneven, has_moe = _memoized(
         memo, ("layout", _LAYOUT_KEY(key)) if key is not None else None,
@@ -460,18 +470,21 @@ def _activation_inputs(model: ModelConfig, plan: ParallelPlan, memo: dict | None
     keep, ckpt, working, moe_keep, cp_buffers = _memoized(
         memo, ("layer", _PER_LAYER_KEY(key), has_moe) if key is not None else None,
         _layer_activation_parts, model, plan, has_moe)
-    in_flight, adds = _memoized(
+    in_flight, adds, freed = _memoized(
         memo, ("flight", _FLIGHT_KEY(key), last, uneven) if key is not None else None,
         _flight_parts, model, plan, last, uneven)
     return (layers, kept_moe, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight,
-            last, adds, cp_buffers if plan.context_parallel > 1 else None)
+            last, adds, cp_buffers if plan.context_parallel > 1 else None, freed)
 
 
 def _flight_parts(model: ModelConfig, plan: ParallelPlan, last: int,
-                  uneven: tuple | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """The micro-batches in flight of :func:`stage_activation_bytes` (per stage) and the loss
-    stage's added terms (the logits, their soft cap, the MTP layers' inputs), ``last`` being
-    the loss stage and ``uneven`` :func:`uneven_chunks`."""
+                  uneven: tuple | None) -> tuple[tuple[float, ...], tuple[float, ...], float]:
+    """The micro-batches in flight of :func:`stage_activation_bytes` (per stage), the loss
+    stage's added terms (the logits, their soft cap, the MTP layers' inputs) and what of them
+    one micro-batch frees before its backward recomputes a layer of the stage (its logits, or
+    their gradient under Transformer Engine's fused cross-entropy, and their cap's output: the
+    loss's and output layer's backward run first; 0.0 with MTP layers, whose backward order
+    is not modelled), ``last`` being the loss stage and ``uneven`` :func:`uneven_chunks`."""
     t = plan.tensor_parallel
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     n_mtp = mtp_layers(model)
@@ -485,10 +498,13 @@ def _flight_parts(model: ModelConfig, plan: ParallelPlan, last: int,
                                       chunks_per_stage(plan))
     if cross_entropy_fusion(plan) == "te":  # the forward's gradient, in the logits' place
         adds = [(1 + n_mtp) * tokens * V / t * e * losses]
+        freed = tokens * V / t * e
     else:  # fp32 logits are their own fp32 copy (``.float()`` returns the same tensor)
         adds = [(1 + n_mtp) * tokens * V / t * ((e if e < 4 else 0) + 4 * losses)]
+        freed = tokens * V / t * ((e if e < 4 else 0) + 4)
     if family_of(model).final_logit_softcap:  # the cap's tanh output (the layer spec's)
         adds.append(final_logit_softcap_bytes(tokens, V, t, e) * losses)
+        freed += final_logit_softcap_bytes(tokens, V, t, e)
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input (4h); when
         # checkpointed (mtp_layers_recomputed) only the checkpoint's two inputs, the hidden
         # states and the shifted tokens' embedding (2h), of which the transformer layer's
@@ -497,7 +513,7 @@ def _flight_parts(model: ModelConfig, plan: ParallelPlan, last: int,
         width = 1 if mtp_layers_recomputed(plan) else 4
         adds.append(n_mtp * tokens * width * model.hidden_size * e / (t if sp else 1)
                     * in_flight[last])
-    return in_flight, tuple(adds)
+    return in_flight, tuple(adds), (0.0 if n_mtp else float(freed))
 
 
 #: Plan fields the stages' layer counts of :func:`stage_activation_bytes` do not read
