@@ -50,7 +50,8 @@ __all__ = ["TABLE_FILE", "MEGATRON_LM_COMMIT", "Entry", "ENTRIES", "BY_OPTION", 
            "EFFECTS", "TIMING_ARGUMENTS", "NEUTRAL_ARGUMENTS", "REFUSED_ARGUMENTS",
            "REMOVED_ARGUMENTS", "MODELLED_ARGUMENTS", "OLDER_ARGUMENTS", "MegatronArgsError",
            "Arg", "ARGUMENTS", "KNOWN_ARGUMENTS", "TOKENIZER_VOCAB", "MEGATRON_MODEL_DEFAULTS",
-           "SECTIONS", "MEGATRON_FSDP_STRATEGIES", "field_exists", "unknown_arguments", "field_origin"]
+           "SECTIONS", "MEGATRON_FSDP_STRATEGIES", "field_exists", "unknown_arguments",
+           "field_origin"]
 
 TABLE_FILE = Path(__file__).resolve().parents[3] / "resources" / "megatron_arguments.json"
 #: What an argument does to a simulated iteration (see the module's docstring).
