@@ -228,3 +228,8 @@ def test_the_sweep_options_keep_every_zero_stage():
     from core.studies.sweep.space import SweepSpace
     assert "--zero-stages" not in MEGATRON_LM_SWEEP_OPTIONS
     assert megatron_lm_options(SweepSpace(zero_stages=[2, 3])) == MEGATRON_LM_SWEEP_OPTIONS
+    # without the overlaps Megatron-FSDP forces, ZeRO-2 is left out
+    assert megatron_lm_options(SweepSpace(zero_stages=[2, 3], dp_overlap=[False, True])) == \
+        "--cross-entropy-fusion native --zero-stages 3 --schedules 1f1b,interleaved"
+    assert megatron_lm_options(SweepSpace(dp_overlap=[False])) == \
+        "--cross-entropy-fusion native --zero-stages 0,1,3 --schedules 1f1b,interleaved"
