@@ -70,6 +70,12 @@ STARTS = {
     "zero1-overlap": _session(zero_stage=1, overlap_grad_reduce=True, overlap_param_gather=True),
     "fsdp2": _session(zero_stage=3),
     "fsdp2-t2": _session(zero_stage=3, tensor_parallel=2, data_parallel=4),
+    # ZeRO-2, and ZeRO-3 with the parameter gather overlapped (FSDP2 refuses it): Megatron-FSDP
+    "megatron-fsdp-zero2": _session(zero_stage=2, overlap_grad_reduce=True),
+    "megatron-fsdp-zero3-t2": _session(zero_stage=3, tensor_parallel=2, data_parallel=4,
+                                       overlap_grad_reduce=True, overlap_param_gather=True),
+    "megatron-fsdp-zero3-p2": _session(zero_stage=3, pipeline_parallel=2, data_parallel=4,
+                                       overlap_grad_reduce=True, overlap_param_gather=True),
     "fp8": _session(precision="fp8", zero_stage=1, fp8_param_gather=True, fp8_recipe="delayed"),
     "interleaved": _session(pipeline_parallel=2, data_parallel=4, schedule="interleaved",
                             virtual_pipeline_stages=2),
@@ -92,8 +98,6 @@ REFUSED = {
                                          "overlap-param-gather-grad-reduce"),
     "fsdp2-hybrid-shards": (_session(zero_stage=3, data_parallel_shard_size=4),
                             "distributed-optimizer-instances"),
-    "fsdp2-param-gather": (_session(zero_stage=3, overlap_grad_reduce=True,
-                                    overlap_param_gather=True), "overlap-param-gather-optimizer"),
 }
 
 

@@ -235,7 +235,7 @@ def test_the_megatron_lm_note_suggests_what_the_sweeps_own_options_need():
         "--recompute full --cp-comm-types p2p"
     assert megatron_lm_options(SweepSpace(cross_entropy_fusion=["off", "te"], zero_stages=[1, 3],
                                           schedules=["zb-v"])) == \
-        "--cross-entropy-fusion off --zero-stages 1 --schedules 1f1b,interleaved"
+        "--cross-entropy-fusion off --schedules 1f1b,interleaved"  # every ZeRO stage runs
     # and each suggestion is one Megatron-LM runs the best plans of: Llama 3 8B, selective_op
     s = dataclasses.replace(_dsv3(), model=MODEL_PRESETS["Llama 3 8B"])
     space = SweepSpace(max_gpus=16, micro_batch_sizes=[1], **kept, recompute=["selective_op"])

@@ -646,16 +646,22 @@ def megatron_lm_options(space) -> str:
     """The sweep options that keep a sweep of ``space`` to what Megatron-LM's arguments run
     (:data:`core.io.megatron.export.MEGATRON_LM_SWEEP_OPTIONS` from the default space): each of
     the space's choices Megatron-LM has no argument for left out -- Transformer Engine's
-    cross-entropy, ZeRO-2 and FSDP2, the GPipe and zero-bubble schedules, torchtitan's per-op
-    recomputation and PyTorch's all-gather exchange -- where the space has it (the default
-    space: the first three); empty when it has none of them."""
+    cross-entropy, the GPipe and zero-bubble schedules, torchtitan's per-op recomputation and
+    PyTorch's all-gather exchange -- where the space has it (the default space: the first
+    two); empty when it has none of them. Every ZeRO stage has an argument (ZeRO-2 and ZeRO-3
+    as Megatron-FSDP or FSDP2), but ZeRO-2 runs only with the overlaps on (Megatron-FSDP
+    overlaps its reduce-scatters whatever the launch says): with ``--dp-overlap`` off among
+    the space's, ZeRO-2 is left out. Another plan Megatron-LM still refuses (FSDP2 with
+    pipeline parallelism) is named by its own message."""
     from core.plan.parallel import RECOMPUTE_MODES, ZERO_STAGES
     from core.studies.sweep.space import DEFAULT_CP_COMM_TYPES, as_list
     hold = space.hold_session_values  # None: the session's, which Megatron-LM runs
+    no_overlap = space.dp_overlap is not None and False in list(as_list(space.dp_overlap))
     out = []
     for option, given, default, refused, fallback in (
             ("--cross-entropy-fusion", space.cross_entropy_fusion, ["te"], {"te"}, ["native"]),
-            ("--zero-stages", space.zero_stages, list(ZERO_STAGES), {2, 3}, [0, 1]),
+            ("--zero-stages", space.zero_stages, list(ZERO_STAGES), {2} if no_overlap else set(),
+             [0, 1, 3]),
             ("--schedules", space.schedules, [], {"gpipe", "zb-h1", "zb-v"},
              ["1f1b", "interleaved"]),
             ("--recompute", space.recompute, [], {"selective_op"}, list(RECOMPUTE_MODES)),

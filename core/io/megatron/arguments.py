@@ -50,7 +50,8 @@ __all__ = ["TABLE_FILE", "MEGATRON_LM_COMMIT", "Entry", "ENTRIES", "BY_OPTION", 
            "EFFECTS", "TIMING_ARGUMENTS", "NEUTRAL_ARGUMENTS", "REFUSED_ARGUMENTS",
            "REMOVED_ARGUMENTS", "MODELLED_ARGUMENTS", "OLDER_ARGUMENTS", "MegatronArgsError",
            "Arg", "ARGUMENTS", "KNOWN_ARGUMENTS", "TOKENIZER_VOCAB", "MEGATRON_MODEL_DEFAULTS",
-           "SECTIONS", "field_exists", "unknown_arguments", "field_origin"]
+           "SECTIONS", "MEGATRON_FSDP_STRATEGIES", "field_exists", "unknown_arguments",
+           "field_origin"]
 
 TABLE_FILE = Path(__file__).resolve().parents[3] / "resources" / "megatron_arguments.json"
 #: What an argument does to a simulated iteration (see the module's docstring).
@@ -321,6 +322,14 @@ ARGUMENTS: dict[str, Arg] = {
     "--use-distributed-optimizer": Arg(("plan.zero_stage",), False,
                                        "distributed optimizer (ZeRO-1): zero_stage 1"),
     "--use-torch-fsdp2": Arg(("plan.zero_stage",), False, "FSDP (ZeRO-3): zero_stage 3"),
+    "--use-megatron-fsdp": Arg(
+        ("plan.zero_stage",), False,
+        "Megatron-FSDP: zero_stage from --data-parallel-sharding-strategy (with "
+        "--use-distributed-optimizer; docs/megatron_args.md)"),
+    "--data-parallel-sharding-strategy": Arg(
+        ("plan.zero_stage",), True,
+        "Megatron-FSDP's sharding: no_shard 0, optim 1, optim_grads 2, optim_grads_params 3 "
+        "(Megatron-LM's default)"),
     "--num-distributed-optimizer-instances": Arg(
         ("plan.data_parallel_shard_size",), True,
         "hybrid sharding: n instances of the sharded optimizer, each over d/n data-parallel "
@@ -404,6 +413,14 @@ ARGUMENTS: dict[str, Arg] = {
     "--train-samples": Arg(("cost.training_tokens",), True, "token budget = samples * s"),
     "--train-iters": Arg(("cost.training_tokens",), True, "token budget = iterations * B * s"),
 }
+
+#: Megatron-FSDP's ``--data-parallel-sharding-strategy`` -> ``plan.zero_stage``: what each
+#: shards over the data-parallel group (Megatron-Core 0.16.1,
+#: ``megatron/core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py``
+#: ``_init_each_parameter_group_buffers``): ``optim`` the fp32 main weights (the distributed
+#: optimizer's state with them), ``optim_grads`` the gradients too, ``optim_grads_params`` the
+#: model weights too; ``no_shard`` nothing (all-reduced gradients, plain data parallelism).
+MEGATRON_FSDP_STRATEGIES = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 
 #: Megatron-LM's arguments that are not mapped (resources/megatron_arguments.json, read
 #: above): those that may change the iteration time are listed as ignored,

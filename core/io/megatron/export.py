@@ -41,9 +41,9 @@ __all__ = ["refuse_megatron_rules", "megatron_refusal", "megatron_blockers",
            "rewrite_script", "unified_diff"]
 
 #: The ``vtrain sweep`` options that keep the default space to plans Megatron-LM's arguments
-#: run: its native cross-entropy, no ZeRO-2 or FSDP2, its two schedules.
-MEGATRON_LM_SWEEP_OPTIONS = ("--cross-entropy-fusion native --zero-stages 0,1 "
-                             "--schedules 1f1b,interleaved")
+#: run: its native cross-entropy and its two schedules (ZeRO-2 and ZeRO-3 run as Megatron-FSDP
+#: or FSDP2: :func:`core.io.megatron.from_session.export_arguments`).
+MEGATRON_LM_SWEEP_OPTIONS = "--cross-entropy-fusion native --schedules 1f1b,interleaved"
 
 
 def _broken(session: Session, args: list[str]) -> tuple[list, list[str]]:
@@ -110,7 +110,7 @@ def environment_lines(args: list[str], gpu: str | None) -> list[str]:
     for var, value in required_environment(args, gpu).items():
         out.append(f"export {var}={shell_word(value)}  # Megatron-LM validate_args requires it"
                    if value is not None else
-                   f"unset {var}  # Megatron-LM validate_args: not 1 with --use-torch-fsdp2")
+                   f"unset {var}  # Megatron-LM validate_args: not 1 with FSDP")
     return out
 
 
@@ -122,8 +122,11 @@ PLAN_ARGUMENTS = frozenset(f for f, a in ARGUMENTS.items()
 #: Plan arguments kept from the user's script when the plan agrees with them (the export has
 #: no argument of its own for them): the flex dispatcher's backend.
 _KEPT_WITH_FLEX = frozenset({"--moe-flex-dispatcher-backend", "--moe-enable-deepep"})
-#: Arguments Megatron needs beside a plan's (added when the script lacks them, never removed).
-_NEEDED_WITH = {"--use-torch-fsdp2": ("--no-gradient-accumulation-fusion",)}
+#: Arguments Megatron needs beside a plan's (added after the plan's, never removed): FSDP2's
+#: switch, Megatron-FSDP's checkpoint format (a user's own later --ckpt-format wins, and the
+#: read-back then names the rule it breaks).
+_NEEDED_WITH = {"--use-torch-fsdp2": (("--no-gradient-accumulation-fusion",),),
+                "--use-megatron-fsdp": (("--ckpt-format", "fsdp_dtensor"),)}
 
 _ASSIGN = re.compile(r"^\s*(?:(?:export|declare|local|readonly)\s+(?:-\w+\s+)*)?"
                      r"(?P<name>[A-Za-z_]\w*)\+?=")
@@ -279,7 +282,8 @@ def rewrite_script(session: Session, text: str, source: str = "train.sh",
     new_args = [g for g in _groups(exported) if g[0] in PLAN_ARGUMENTS]
     for g in list(new_args):
         for need in _NEEDED_WITH.get(g[0], ()):
-            new_args.append([need])
+            if list(need) not in new_args:
+                new_args.append(list(need))
 
     lines = text.splitlines(keepends=True)
     spans = _statements(lines)
@@ -406,8 +410,7 @@ def _environment_and_comment(session: Session, lines: list[str], new_lines: list
             env_lines.append(f"export {var}={shell_word(value)}  # Megatron-LM validate_args "
                              "requires it")
         elif value is None and have is not None:
-            env_lines.append(f"unset {var}  # Megatron-LM validate_args: not 1 with "
-                             "--use-torch-fsdp2")
+            env_lines.append(f"unset {var}  # Megatron-LM validate_args: not 1 with FSDP")
     comment = cluster_comment(session.cluster)
     marked = [i for i, x in enumerate(lines) if keep[i] and
               re.match(rf"^[ \t]*#[ \t]*{re.escape(MARK)}\b", _body(x)[0])]

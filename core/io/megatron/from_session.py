@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.schedules import get as get_schedule
-from core.io.megatron.arguments import TOKENIZER_VOCAB, MegatronArgsError
+from core.io.megatron.arguments import MEGATRON_FSDP_STRATEGIES, TOKENIZER_VOCAB, MegatronArgsError
 from core.io.megatron.model_arguments import DEFAULT_ATTENTION_BACKEND, EXPORTED_ATTENTION_BACKENDS
 from core.plan.parallel import wgrad_accumulation
 from core.plan.session import Session
@@ -186,6 +186,40 @@ def _parallel_words(pl: Any) -> list[str]:
     return out
 
 
+def _megatron_fsdp(pl: Any, zero: int) -> bool:
+    """Whether a ZeRO-2 or ZeRO-3 plan is exported as Megatron-FSDP
+    (``--data-parallel-sharding-strategy`` optim_grads or optim_grads_params) rather than
+    torch FSDP2 (ZeRO-3 only): ZeRO-2 always (FSDP2 has no ZeRO-2), ZeRO-3 when the plan
+    overlaps the parameter gather (FSDP2 refuses ``--overlap-param-gather``). Megatron-FSDP
+    forces its overlaps on (:data:`core.io.megatron.plan_arguments.MEGATRON_FSDP_OVERLAPS`):
+    a ZeRO-2 plan without the gradient overlap, and what the import refuses under
+    Megatron-FSDP (hybrid sharding, FP8 parameter gathers), is refused here naming the field
+    (a ZeRO-3 plan that gathers overlapped without it breaks Megatron-LM's own rule
+    ``overlap-param-gather-grad-reduce``, which the export names).
+
+    Raises
+    ------
+    MegatronArgsError
+        The plan is one Megatron-FSDP would run otherwise than the simulator models it.
+    """
+    if zero == 3 and not _get(pl, "overlap_param_gather"):
+        return False
+    which = f"plan.zero_stage {zero} (Megatron-FSDP, --data-parallel-sharding-strategy " + \
+        ("optim_grads)" if zero == 2 else "optim_grads_params)")
+    if zero == 2 and not _get(pl, "overlap_grad_reduce"):
+        raise MegatronArgsError(f"{which} with plan.overlap_grad_reduce false: Megatron-FSDP "
+                                "always overlaps the gradient reduce-scatters (megatron_fsdp.py "
+                                "MegatronFSDP.__init__); set plan.overlap_grad_reduce true")
+    size = _get(pl, "data_parallel_shard_size")
+    if size and size != pl.data_parallel:
+        raise MegatronArgsError(f"{which} with plan.data_parallel_shard_size {size}: "
+                                "Megatron-FSDP's hybrid sharding is not modelled")
+    if _get(pl, "fp8_param_gather"):
+        raise MegatronArgsError(f"{which} with plan.fp8_param_gather: FP8 parameter gathers "
+                                "under Megatron-FSDP are not modelled")
+    return True
+
+
 def _sharding_words(pl: Any) -> list[str]:
     """Sequence parallelism, the distributed optimizer or FSDP, hybrid sharding, overlaps,
     fusions, the gradient-reduction dtype and CUDA graphs."""
@@ -195,13 +229,16 @@ def _sharding_words(pl: Any) -> list[str]:
     zero = _get(pl, "zero_stage", 0) or 0
     if zero == 1:
         out.append("--use-distributed-optimizer")
+    elif zero >= 2 and _megatron_fsdp(pl, zero):
+        strategy = next(k for k, v in MEGATRON_FSDP_STRATEGIES.items() if v == zero)
+        out += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy,
+                "--use-distributed-optimizer", "--ckpt-format", "fsdp_dtensor"]
     elif zero == 3:
         out.append("--use-torch-fsdp2")
-    elif zero:
-        raise MegatronArgsError(f"plan.zero_stage {zero}: Megatron-LM has the distributed "
-                                "optimizer (1) and FSDP (3), not ZeRO-2")
-    # off, and under FSDP2, which Megatron runs only without it (core.io.megatron.rules)
-    if wgrad_accumulation(pl) != "fused":
+    # off, and under FSDP2, which Megatron runs only without it (core.io.megatron.rules);
+    # Megatron-FSDP takes the plan's choice (its ZeRO-3 wgrad GEMMs write into the bucket)
+    if (_get(pl, "gradient_accumulation_fusion") is False if "--use-megatron-fsdp" in out
+            else wgrad_accumulation(pl) != "fused"):
         out.append("--no-gradient-accumulation-fusion")
     size = _get(pl, "data_parallel_shard_size")
     if size:  # hybrid sharding: d/size instances of the distributed optimizer
@@ -270,7 +307,8 @@ def export_arguments(session: Session) -> list[str]:
     ------
     MegatronArgsError
         The session has something Megatron-LM's arguments cannot express (GPipe,
-        ZB-H1, ZeRO-2, a model family other than ``dense``), naming the field.
+        ZB-H1, a ZeRO-2 or ZeRO-3 plan Megatron-FSDP runs otherwise than modelled, a model
+        family other than ``dense``), naming the field.
     """
     m, pl = session.model, session.plan
     return (_shape_words(m) + _layer_words(m) + _expert_words(m, pl) + _parallel_words(pl)

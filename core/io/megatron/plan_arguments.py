@@ -13,7 +13,8 @@ t = p = cp = 1, d = world / (t * p * cp), ``--global-batch-size`` defaults to
 from __future__ import annotations
 
 from core.schedules import megatron_schedule
-from core.io.megatron.arguments import MEGATRON_PLAN_DEFAULTS, MegatronArgsError, field_exists
+from core.io.megatron.arguments import (MEGATRON_FSDP_STRATEGIES, MEGATRON_PLAN_DEFAULTS,
+                                        MegatronArgsError, field_exists)
 from core.io.megatron.launch import Launch
 from core.io.megatron.mapping import Mapper, int_argument, one_value
 from core.plan.layout import LAYOUT_RULE, expand_pipeline_layout
@@ -245,7 +246,9 @@ def _sharding(mp: Mapper, d: int, t: int) -> None:
     if fsdp and dist:
         raise MegatronArgsError(f"{src}: --use-torch-fsdp2 and --use-distributed-optimizer "
                                 "exclude each other")
-    if fsdp or dist:
+    if _megatron_fsdp(mp, fsdp, dist):
+        pass
+    elif fsdp or dist:
         mp.set("--use-torch-fsdp2" if fsdp else "--use-distributed-optimizer", "plan.zero_stage",
                3 if fsdp else 1)
     elif field_exists("plan.zero_stage"):
@@ -265,6 +268,88 @@ def _sharding(mp: Mapper, d: int, t: int) -> None:
         mp.set("--fp8-param-gather", "plan.fp8_param_gather", False)
 
 
+#: Megatron-FSDP's own arguments that change the memory or the communication it does:
+#: option -> (its default, arguments.json; what the simulator models). Another value is
+#: refused under --use-megatron-fsdp.
+_MEGATRON_FSDP_DEFAULTS = {
+    "--megatron-fsdp-main-params-dtype": ("fp32", "fp32 main weights"),
+    "--megatron-fsdp-main-grads-dtype": ("auto", "gradients in plan.grad_reduce_dtype"),
+    "--megatron-fsdp-grad-comm-dtype": ("auto", "gradients reduced in their own dtype"),
+    "--outer-dp-sharding-strategy": ("no_shard", "no outer data-parallel group"),
+    "--megatron-fsdp-version": ("1", "Megatron-FSDP as Megatron-Core 0.16.1 has it")}
+
+
+def _megatron_fsdp(mp: Mapper, fsdp2: bool, dist: bool) -> bool:
+    """Megatron-FSDP (``--use-megatron-fsdp``): ``plan.zero_stage`` from
+    ``--data-parallel-sharding-strategy`` (:data:`MEGATRON_FSDP_STRATEGIES`; Megatron-LM's
+    default optim_grads_params is ZeRO-3); whether the launch uses it. What the simulator does
+    not model is refused by name: Megatron-FSDP without the distributed optimizer (Megatron-
+    Core then builds ``Float16OptimizerWithFloat16Params`` over FSDP's parameters,
+    ``megatron/core/optimizer/__init__.py``, beside FSDP's own main weights), its hybrid
+    sharding (an outer data-parallel group, ``--num-distributed-optimizer-instances``), FP8
+    parameter gathers, and its main-weight, gradient and communication dtypes other than the
+    defaults. The overlaps it forces are set by :func:`_overlap_and_fusion`."""
+    args, src = mp.args, mp.source
+    flag = "--data-parallel-sharding-strategy"
+    strategy = one_value(args, flag, src) if mp.take(flag) else None
+    if not mp.switch("--use-megatron-fsdp"):
+        if strategy is not None:
+            mp.notes.append((flag, "without --use-megatron-fsdp it has no effect"))
+        return False
+    if fsdp2:
+        raise MegatronArgsError(f"{src}: --use-megatron-fsdp and --use-torch-fsdp2 exclude "
+                                "each other (two FSDP implementations)")
+    strategy = strategy or "optim_grads_params"
+    zero = MEGATRON_FSDP_STRATEGIES[strategy]
+    if zero and not dist:
+        mp.refuse("--use-megatron-fsdp", f"{flag} {strategy} without "
+                  "--use-distributed-optimizer is not modelled (Megatron-Core then keeps the "
+                  "optimizer's own fp32 copies beside Megatron-FSDP's main weights, "
+                  "Float16OptimizerWithFloat16Params); add --use-distributed-optimizer")
+    if zero and (int_argument(args, "--num-distributed-optimizer-instances", src) or 1) > 1:
+        mp.refuse("--num-distributed-optimizer-instances", "Megatron-FSDP's hybrid sharding "
+                  "(an outer data-parallel group that all-reduces the shards) is not modelled")
+    if zero and mp.switch("--fp8-param-gather"):
+        mp.refuse("--fp8-param-gather", "FP8 parameter gathers under Megatron-FSDP are not "
+                  "modelled")
+    for option, (default, modelled) in _MEGATRON_FSDP_DEFAULTS.items():
+        value = one_value(args, option, src) if mp.take(option) else None
+        if value is not None and value != default:
+            mp.refuse(option, f"{value} under Megatron-FSDP is not modelled (the simulator "
+                      f"models {default}: {modelled})")
+    if mp.switch("--enable-full-sharding-in-hsdp"):
+        mp.refuse("--enable-full-sharding-in-hsdp", "Megatron-FSDP's hybrid sharding is not "
+                  "modelled")
+    mp.set("--use-megatron-fsdp", "plan.zero_stage", zero)
+    return True
+
+
+#: The overlaps ``MegatronFSDP.__init__`` turns on whatever the launch says (Megatron-Core
+#: 0.16.1, ``megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py``, lines
+#: 274-283): optim_grads_params (ZeRO-3) gathers the parameters and reduce-scatters the
+#: gradients under the compute, optim_grads (ZeRO-2) the reduce-scatters.
+MEGATRON_FSDP_OVERLAPS = {3: ("--overlap-grad-reduce", "--overlap-param-gather"),
+                          2: ("--overlap-grad-reduce",)}
+
+
+def _megatron_fsdp_overlaps(mp: Mapper) -> None:
+    """Under Megatron-FSDP, the overlaps it forces on (:data:`MEGATRON_FSDP_OVERLAPS`), and no
+    parameter gather to overlap with ``no_shard`` (its ``--overlap-param-gather`` gathers
+    nothing)."""
+    if "--use-megatron-fsdp" not in mp.args:
+        return
+    zero = mp.values["plan"].get("zero_stage")
+    for flag in MEGATRON_FSDP_OVERLAPS.get(zero, ()):
+        mp.set(flag, "plan." + flag[2:].replace("-", "_"), True)
+        if flag not in mp.args:
+            mp.notes.append((flag, f"on: Megatron-FSDP overlaps it at zero_stage {zero} "
+                             "whatever the launch says"))
+    if zero == 0 and "--overlap-param-gather" in mp.args:
+        mp.set("--overlap-param-gather", "plan.overlap_param_gather", False)
+        mp.notes.append(("--overlap-param-gather", "off: Megatron-FSDP's no_shard gathers no "
+                         "parameters"))
+
+
 def _overlap_and_fusion(mp: Mapper) -> None:
     """Communication overlaps, the fused cross-entropy, and the gradient-reduction dtype."""
     args, src = mp.args, mp.source
@@ -279,6 +364,7 @@ def _overlap_and_fusion(mp: Mapper) -> None:
             mp.set(flag, target, True)
         elif field_exists(target):
             mp.set(flag, target, False)
+    _megatron_fsdp_overlaps(mp)
     no_fusion = mp.switch("--no-gradient-accumulation-fusion")
     if "--use-torch-fsdp2" in args:
         pass  # what FSDP2 requires (core.io.megatron.rules); the field has no effect at zero 3

@@ -59,6 +59,8 @@ OPTIONS: dict[str, tuple[str, Any, Any]] = {
     "--num-distributed-optimizer-instances": ("num_distributed_optimizer_instances", None, 1),
     "--use-torch-fsdp2": ("use_torch_fsdp2", 0, False),
     "--use-megatron-fsdp": ("use_megatron_fsdp", 0, False),
+    "--data-parallel-sharding-strategy": ("data_parallel_sharding_strategy", None,
+                                          "optim_grads_params"),
     "--no-gradient-accumulation-fusion": ("gradient_accumulation_fusion", 0, True),
     "--ckpt-format": ("ckpt_format", None, "torch_dist"),
     "--untie-embeddings-and-output-weights": ("untie_embeddings_and_output_weights", 0, False),
@@ -134,6 +136,10 @@ def _fsdp2(ns: Mapping[str, Any]) -> bool:
     return bool(ns["use_torch_fsdp2"])
 
 
+def _megatron_fsdp(ns: Mapping[str, Any]) -> bool:
+    return bool(ns["use_megatron_fsdp"])
+
+
 def _interleaved(ns: Mapping[str, Any]) -> bool:
     return ns["num_virtual_stages_per_pipeline_rank"] is not None or \
         ns["num_layers_per_virtual_pipeline_stage"] is not None
@@ -169,6 +175,13 @@ RULES: tuple[Rule, ...] = (
          "--use-torch-fsdp2 requires --untie-embeddings-and-output-weights"),
     Rule("fsdp2-fp16", _fsdp2, lambda ns: not ns["fp16"],
          "--use-torch-fsdp2 not supported with fp16 yet"),
+    # Megatron-Core 0.16.1 saves Megatron-FSDP's optimizer state only as fsdp_dtensor
+    # (megatron/core/optimizer/distrib_optimizer.py:1229, NotImplementedError otherwise);
+    # earlier Megatron-LM versions started with torch_dist
+    Rule("megatron-fsdp-checkpoint-format", _megatron_fsdp,
+         lambda ns: ns["ckpt_format"] == "fsdp_dtensor",
+         "Megatron FSDP only supports fsdp_dtensor checkpoint format", wording="paraphrased",
+         on_import=False),
     Rule("cross-entropy-te", lambda ns: bool(ns["cross_entropy_loss_fusion"]),
          lambda ns: ns["cross_entropy_fusion_impl"] != "te",
          "--cross-entropy-fusion-impl te is disabled; use native", wording="paraphrased",
@@ -270,8 +283,8 @@ ENVIRONMENT_RULES: tuple[EnvRule, ...] = (
             and not (ns["use_torch_fsdp2"] or ns["use_megatron_fsdp"]),
             "Using tensor model parallelism or context parallelism require setting the "
             "environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1"),
-    EnvRule("fsdp2-cuda-device-max-connections", "CUDA_DEVICE_MAX_CONNECTIONS", None,
-            lambda ns, cc: bool(ns["use_torch_fsdp2"]),
+    EnvRule("fsdp-cuda-device-max-connections", "CUDA_DEVICE_MAX_CONNECTIONS", None,
+            lambda ns, cc: bool(ns["use_torch_fsdp2"] or ns["use_megatron_fsdp"]),
             "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large than one",
             forbidden="1"),
 )
@@ -286,6 +299,8 @@ SESSION_FIELDS = {
     "fsdp2-checkpoint-format": "plan.zero_stage",
     "fsdp2-untied-embeddings": "plan.zero_stage 3 with model.tied_embeddings",
     "fsdp2-fp16": "plan.zero_stage 3 with plan.precision fp16",
+    "megatron-fsdp-checkpoint-format": "plan.zero_stage (Megatron-FSDP; the export writes "
+                                       "--ckpt-format fsdp_dtensor)",
     "cross-entropy-te": "plan.cross_entropy_fusion_impl",
     "tp-comm-overlap-sequence-parallel": "plan.tp_comm_overlap",
     "overlap-param-gather-optimizer": "plan.overlap_param_gather",

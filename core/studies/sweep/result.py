@@ -410,11 +410,12 @@ class SweepResult:
 
     def megatron_lm(self) -> dict[str, list[str]] | None:
         """When Megatron-LM runs the session's own plan (the sweep's default space also holds
-        plans it refuses: ZeRO-2, FSDP2 with pipeline or expert parallelism, Transformer
-        Engine's cross-entropy, which Megatron-Bridge runs), what keeps it from running the
-        fastest and the cheapest plan: ``{"fastest": [...], "cheapest": [...]}`` for those it
-        refuses (:func:`core.io.megatron.export.megatron_blockers`); None when it does not run
-        the session's plan (a DeepSpeed, torchtitan or Bridge session: nothing to keep to)."""
+        plans it refuses: ZeRO-2 without overlapped gradient reduction, FSDP2 with pipeline or
+        expert parallelism, Transformer Engine's cross-entropy, which Megatron-Bridge runs),
+        what keeps it from running the fastest and the cheapest plan: ``{"fastest": [...],
+        "cheapest": [...]}`` for those it refuses
+        (:func:`core.io.megatron.export.megatron_blockers`); None when it does not run the
+        session's plan (a DeepSpeed, torchtitan or Bridge session: nothing to keep to)."""
         from core.io.megatron.export import megatron_blockers
         if megatron_blockers(self.session):
             return None
