@@ -167,6 +167,8 @@ def test_every_rule_fires_and_is_kept():
                                       "--account-for-loss-in-pipeline-split"),
         "recompute-method-selective": ("--recompute-granularity selective --recompute-method "
                                        "block", "--recompute-granularity full"),
+        "iteration-or-sample-based": ("--train-samples 5000 --train-iters 100",
+                                      "--train-iters 0"),
     }
     assert set(cases) <= {r.name for r in RULES}
     for name, (bad, fix) in cases.items():
