@@ -200,3 +200,27 @@ def test_a_session_files_gpu_alias_names_the_kind_it_means(tmp_path, capsys):
     path.write_text(json.dumps(doc))
     assert main(["simulate", str(path)]) == 2
     assert "gpu='V100' has no shipped profile; choose one of" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, text, importer", [
+    ("train_llama3_8b.sh", "#!/bin/bash\ntorchrun --nproc-per-node 8 pretrain_gpt.py \\\n"
+                           "    --num-layers 32 --hidden-size 4096\n", "vtrain import megatron-args"),
+    ("llama3_70b.toml", "[model]\nname = \"llama3\"\nflavor = \"70B\"\n",
+     "vtrain import torchtitan")])
+@pytest.mark.parametrize("command", ["simulate", "sweep"])
+def test_another_tools_file_given_as_a_session_names_its_importer(tmp_path, capsys, name, text,
+                                                                  importer, command):
+    """A launch script or a torchtitan config given to simulate or sweep (a new user's first
+    try) is refused as not JSON, and the message names the importer that reads it."""
+    path = tmp_path / name
+    path.write_text(text)
+    err = _run(capsys, command, str(path))
+    assert err.count("\n") == 1 and f"{path}: not a valid JSON file" in err
+    assert f"{importer} turns it into a session" in err
+
+
+def test_a_file_of_another_suffix_that_is_not_json_gets_no_importer_hint(tmp_path, capsys):
+    path = tmp_path / "notes.txt"
+    path.write_text("not json\n")
+    err = _run(capsys, "simulate", str(path))
+    assert "not a valid JSON file" in err and "import" not in err

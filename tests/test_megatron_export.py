@@ -171,6 +171,8 @@ def test_every_rule_fires_and_is_kept():
                                       "--account-for-loss-in-pipeline-split"),
         "recompute-method-selective": ("--recompute-granularity selective --recompute-method "
                                        "block", "--recompute-granularity full"),
+        "iteration-or-sample-based": ("--train-samples 5000 --train-iters 100",
+                                      "--train-iters 0"),
     }
     assert set(cases) <= {r.name for r in RULES}
     for name, (bad, fix) in cases.items():
@@ -627,3 +629,28 @@ def test_a_gb200_world_beyond_a_rack_fills_its_hosts():
                               cluster=rack)
     g = run_goodput(six, simulate(six).report)
     assert g.checkpoint_bytes_per_node == checkpoint_size(six.model, six.plan, 3).per_node_bytes
+
+
+@pytest.mark.parametrize("family, named, not_named", [
+    ("gemma2", "(post-norms, embedding scale, soft-capping)", None),
+    ("gemma3", "(post-norms, embedding scale)", "soft-capping")])  # Gemma 3 has no soft-capping
+def test_a_refused_model_names_the_session_file(tmp_path, capsys, family, named, not_named):
+    """Every refusal of the export names the session's file: the model family one (from the
+    arguments' writer) did not ("vtrain: error: model.family 'gemma2': ..."), unlike the rules'
+    and the launch's; and only Gemma 2 is soft-capped."""
+    m = ModelConfig("g", 8, 1024, 16, None, 2048, 32000, tied_embeddings=True,
+                    attention_kernel="flash", activation="swiglu", normalization="rmsnorm",
+                    position_embedding="rope", family=family)
+    path = tmp_path / f"{family}.json"
+    save_session(_session(model=m), path)
+    for argv in (["export", "megatron-args", str(path)],
+                 ["export", "megatron-args", str(path), "--into", str(tmp_path / "t.sh"),
+                  "--out", str(tmp_path / "new.sh")]):
+        (tmp_path / "t.sh").write_text("torchrun --nproc-per-node 8 pretrain_gpt.py "
+                                       "--num-layers 8\n")
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"vtrain: error: {path}: model.family '{family}': ")
+        assert named in err and err.count("\n") == 1
+        assert not_named is None or not_named not in err
+        assert not (tmp_path / "new.sh").exists()

@@ -43,6 +43,12 @@ REFUSED = {
     "selective_method.sh": (FSDP2_LAUNCH.replace(
         "--bf16", "--bf16 --recompute-activations --recompute-method uniform"),
         "recompute-method-selective"),
+    # the run's length both ways: Megatron asserts one; the import read --train-samples and
+    # dropped --train-iters unsaid (a token budget of 5,000 x 2,048 from a launch that also
+    # says 1,000 iterations of 64)
+    "iters_and_samples.sh": (FSDP2_LAUNCH.replace("--train-iters 1000",
+                                                  "--train-iters 1000 --train-samples 5000"),
+                             "iteration-or-sample-based"),
 }
 
 

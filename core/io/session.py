@@ -168,6 +168,17 @@ def session_from_document(doc: Any, where: str = "session", base: str | Path | N
     return session
 
 
+#: The importer for another tool's file that a user may give where a session belongs, by the
+#: file's suffix (the file is not read for it): named when such a file is not JSON.
+_IMPORTER_BY_SUFFIX = {
+    ".sh": "a Megatron-LM launch script? vtrain import megatron-args turns it into a session",
+    ".bash": "a Megatron-LM launch script? vtrain import megatron-args turns it into a session",
+    ".sbatch": "a Megatron-LM launch script? vtrain import megatron-args turns it into a session",
+    ".slurm": "a Megatron-LM launch script? vtrain import megatron-args turns it into a session",
+    ".toml": "a torchtitan job config? vtrain import torchtitan turns it into a session",
+}
+
+
 def load_any(path: str | Path, *, validate: bool = True, profile_path: str | None = None
              ) -> Session:
     """Read a session file or a vTrain authors'-format config, detected from its content.
@@ -184,7 +195,13 @@ def load_any(path: str | Path, *, validate: bool = True, profile_path: str | Non
         The file parses but breaks configuration rules.
     """
     path = Path(path)
-    doc = read_json(path)
+    try:
+        doc = read_json(path)
+    except SessionFileError as exc:
+        hint = _IMPORTER_BY_SUFFIX.get(path.suffix.lower())
+        if hint is None or "not a valid JSON file" not in str(exc):
+            raise
+        raise SessionFileError(f"{exc}; {hint}") from None
     try:
         if isinstance(doc, dict) and "format" in doc:
             session = session_from_document(doc, str(path), path.parent)

@@ -273,7 +273,7 @@ def rewrite_script(session: Session, text: str, source: str = "train.sh",
     pl = session.plan
     world = pl.tensor_parallel * pl.pipeline_parallel * (pl.context_parallel or 1) * \
         pl.data_parallel
-    exported = export_arguments(session)
+    exported = _session_arguments(session)
     refuse_megatron_rules(session, exported)
     launch = read_launch(text, source)
     _check_script(session, text, source, world, launch)
@@ -449,6 +449,23 @@ def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
                                         new.splitlines(keepends=True), old_name, new_name))
 
 
+def _where(session: Session) -> str:
+    """The session's file as a message's prefix (``""`` for a session made in memory)."""
+    return f"{session.source}: " if session.source else ""
+
+
+def _session_arguments(session: Session) -> list[str]:
+    """:func:`export_arguments`, its refusal naming the session's file (as every other refusal
+    of the export does: one line naming the file, the field and the rule)."""
+    try:
+        return export_arguments(session)
+    except MegatronArgsError as exc:
+        where = _where(session)
+        if not where or str(exc).startswith(where):
+            raise
+        raise MegatronArgsError(where + str(exc)) from None
+
+
 def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
     """A bash script of one torchrun command that runs the plan, one argument per line.
 
@@ -476,10 +493,11 @@ def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
     host = gpus_per_host(cl)
     per_node = processes_per_host(cl, world)
     if world % per_node:
-        raise MegatronArgsError(f"world size {world} does not fill whole hosts of {host} GPUs "
+        raise MegatronArgsError(_where(session) + f"world size {world} does not fill whole hosts "
+                                f"of {host} GPUs "
                                 + ("(cluster.gpus_per_node)" if host == cl.gpus_per_node else
                                    f"(a {cl.gpu} host; core.plan.cluster.GPU_HOST_GPUS)"))
-    args = export_arguments(session)
+    args = _session_arguments(session)
     refuse_megatron_rules(session, args)
     lines = ["#!/usr/bin/env bash",
              shell_comment(f"{session.model.name} on {world} x {cl.gpu}: t={pl.tensor_parallel} "

@@ -62,7 +62,8 @@ def _layer_words(m: Any) -> list[str]:
     if family != "dense":
         raise MegatronArgsError(f"model.family {family!r}: Megatron-LM's pretrain_gpt.py builds "
                                 "Megatron-Core's GPT layer specs only, which have no such layer "
-                                "(post-norms, embedding scale, soft-capping)")
+                                "(post-norms, embedding scale"
+                                + (", soft-capping)" if family == "gemma2" else ")"))
     if _get(m, "activation") == "geglu":
         raise MegatronArgsError("model.activation 'geglu': Megatron-LM has no tanh-GeLU gated "
                                 "MLP argument (--quick-geglu is x*sigmoid(1.702x))")

@@ -84,6 +84,8 @@ OPTIONS: dict[str, tuple[str, Any, Any]] = {
     "--recompute-granularity": ("recompute_granularity", None, None),
     "--recompute-method": ("recompute_method", None, None),
     "--recompute-num-layers": ("recompute_num_layers", None, None),
+    "--train-iters": ("train_iters", None, None),
+    "--train-samples": ("train_samples", None, None),
 }
 
 #: Compute capability (major) of each shipped GPU kind: Megatron-LM's
@@ -250,6 +252,9 @@ RULES: tuple[Rule, ...] = (
          lambda ns: ns["recompute_num_layers"] is not None,
          "When using recompute_granularity: full recompute_num_layers must be between 1 and "
          "num_layers_per_pipeline_rank", _CONFIG_SOURCE, wording="paraphrased"),
+    # validate_args' "Iteration-based training" block: the run's length is given one way
+    Rule("iteration-or-sample-based", lambda ns: bool(ns["train_iters"]),
+         lambda ns: ns["train_samples"] is None, "expected iteration-based training"),
 )
 
 
@@ -318,6 +323,7 @@ SESSION_FIELDS = {
     "recompute-method-selective": "plan.recompute",
     "recompute-full-method": "plan.recompute",
     "recompute-full-num-layers": "plan.recompute_num_layers",
+    "iteration-or-sample-based": "cost.training_tokens (the export writes --train-samples only)",
 }
 
 
@@ -365,7 +371,8 @@ SET_BEFORE_CHECKS: dict[str, tuple[str, Any]] = {
 _INT_DESTS = frozenset({"num_layers", "micro_batch_size", "global_batch_size", "num_experts",
                         "num_layers_per_virtual_pipeline_stage",
                         "num_virtual_stages_per_pipeline_rank",
-                        "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"})
+                        "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                        "train_iters", "train_samples"})
 
 
 def broken_rules(args: Iterable[str]) -> list[Rule]:
