@@ -38,7 +38,7 @@ def test_llama3_8b_on_one_node():
     imp = read_torchtitan_config(LLAMA3_8B, num_gpus=8)
     s = imp.session
     assert s.model == dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=8192,
-                                          name=s.model.name)
+                                          name=s.model.name, make_vocab_size_divisible_by=1)
     assert s.plan == _plan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8,
                            micro_batch_size=1, global_batch_size=8, schedule="1f1b",
                            recompute="selective_op", precision="bf16", zero_stage=3,
@@ -74,6 +74,20 @@ def test_llama3_405b_hsdp_tp_pp_float8():
     # FSDP under pipelining syncs gradients at the last micro-batch: autograd adds the others
     from core.plan.parallel import wgrad_accumulation
     assert wgrad_accumulation(s.plan) == "separate"
+
+
+def test_the_vocabulary_is_the_tokenizers_unpadded():
+    """torchtitan's output layer has the tokenizer's 128,256 rows at any t (no Megatron-style
+    padding to 128 t: 129,024 at t = 8); the parameters count them so."""
+    from core.model.counts import num_parameters
+    from core.plan.model_config import padded_vocab_size
+    s = read_torchtitan_config(LLAMA3_8B, num_gpus=8).session
+    assert s.model.make_vocab_size_divisible_by == 1
+    assert padded_vocab_size(s.model.vocab_size, 8, s.model.make_vocab_size_divisible_by) == 128_256
+    padded = dataclasses.replace(s.model, make_vocab_size_divisible_by=128)
+    assert padded_vocab_size(128_256, 8, 128) == 129_024
+    # two untied (V x h) matrices: 2 x 768 x 4096 parameters fewer than with the padding
+    assert num_parameters(padded, 8) - num_parameters(s.model, 8) == 2 * (129_024 - 128_256) * 4096
 
 
 def test_degrees_without_minus_one_give_the_world_size():

@@ -399,8 +399,10 @@ def _model(used: dict[str, Any], where: str, notes: list[str]):
         key = "model.flavor" if any(n == name for n, _ in FLAVOURS) else "model.name"
         raise refusal(where, key, f"{name} {flavor!r}: not a flavour the importer knows (debug "
                    f"models and other sizes have no preset); known: {known}")
+    # torchtitan's output layer is the tokenizer's vocabulary, unpadded (its TP plan shards it
+    # as a DTensor): a divisor of 1 pads only to a multiple of t (Llama 3's 128,256 is one of 8)
     model = dataclasses.replace(MODEL_PRESETS[preset], name=f"{preset} (torchtitan {name} "
-                                f"{flavor})")
+                                f"{flavor})", make_vocab_size_divisible_by=1)
     if model.mtp_num_layers:
         model.mtp_num_layers = 0
         notes.append("torchtitan's DeepSeek-V3 trains without multi-token prediction: the "
