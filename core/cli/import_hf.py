@@ -28,8 +28,8 @@ def add_source(isub: Any) -> None:
     from core.io.hf_import import DENSE_ARCHITECTURES, MOE_ARCHITECTURES
     hf = isub.add_parser(
         "hf", help="a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2, Qwen3 and their "
-                   "MoE variants, DeepSeek-V2/V3, GPT-OSS, Gemma 2/3, Nemotron-4, Phi-3/4, "
-                   "OLMo 2)",
+                   "MoE variants, DeepSeek-V2/V3, GPT-OSS, GLM-4.5/4.6, Gemma 2/3, Nemotron-4, "
+                   "Phi-3/4, OLMo 2)",
         description="Read a Hugging Face config.json of the dense "
                     + ", ".join(DENSE_ARCHITECTURES) + " or the mixture-of-experts "
                     + ", ".join(MOE_ARCHITECTURES) + " (the importer's own lists) into a "
