@@ -210,3 +210,12 @@ def test_on_gpu_kind_moves_the_reference_node_and_keeps_a_node_of_ones_own():
                         inter_node_bandwidth_gbits_per_s=1600.0)  # 4 x 400: its own node
     moved = on_gpu_kind(own, "GB200-NVL72")
     assert (moved.gpus_per_node, moved.inter_node_bandwidth_gbits_per_s) == (4, 1600.0)
+    # a network of one's own on the reference node's size keeps its share per GPU as the node
+    # grows to the rack (800 Gb/s for 8 A100s, 100 per GPU: 7,200 for 72), or to a size given
+    a100 = ClusterConfig(gpu="A100-SXM4-80GB", gpus_per_node=8,
+                         inter_node_bandwidth_gbits_per_s=800.0)
+    rack = on_gpu_kind(a100, "GB200-NVL72")
+    assert (rack.gpus_per_node, rack.inter_node_bandwidth_gbits_per_s) == (72, 7200.0)
+    four = on_gpu_kind(a100, "GB200-NVL72", gpus_per_node=4)
+    assert (four.gpus_per_node, four.inter_node_bandwidth_gbits_per_s) == (4, 400.0)
+    assert on_gpu_kind(a100, "H100-SXM5-80GB").inter_node_bandwidth_gbits_per_s == 800.0

@@ -155,9 +155,15 @@ def test_a_set_gpu_kind_takes_its_nvlink_domain_as_the_node(capsys, tmp_path):
     assert main(["simulate", path, "--set", "cluster.gpu=GB200", "--json"]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["session"]["cluster"]["gpus_per_node"] == 72
-    assert out.err.strip() == ("note: --set cluster.gpu=GB200-NVL72 takes its NVLink domain as "
-                               "the node: 72 GPUs (was 8); --set cluster.gpus_per_node=N for "
-                               "another")
+    assert json.loads(out.out)["session"]["cluster"]["inter_node_bandwidth_gbits_per_s"] == 7200
+    assert out.err.strip().splitlines() == [
+        "note: --set cluster.gpu=GB200-NVL72 takes its NVLink domain as the node: 72 GPUs (was "
+        "8); --set cluster.gpus_per_node=N for another",
+        # the example's own network (800 Gb/s for 8 A100s, not their 1,600 reference) keeps
+        # its 100 Gb/s per GPU: the field is the whole node's
+        "note: --set cluster.gpu=GB200-NVL72 takes the node's network at the same share per "
+        "GPU: 7,200 Gb/s for 72 GPUs (was 800 for 8); --set "
+        "cluster.inter_node_bandwidth_gbits_per_s=N for another"]
     assert main(["simulate", path, "--set", "cluster.gpu=GB200", "--set",
                  "cluster.gpus_per_node=8", "--json"]) == 0
     out = capsys.readouterr()

@@ -294,7 +294,9 @@ def _follow_node(session, doc: dict, named: dict[str, str]) -> None:
             new_gpu not in GPU_NVLINK_DOMAIN:
         return
     old = session.cluster
-    moved = on_gpu_kind(old, new_gpu)
+    named_size = doc["cluster"].get("gpus_per_node") if "cluster.gpus_per_node" in named else None
+    moved = on_gpu_kind(old, new_gpu, named_size if isinstance(named_size, int)
+                        and not isinstance(named_size, bool) and named_size > 0 else None)
     for name in NODE_FIELDS:
         if f"cluster.{name}" not in named and getattr(moved, name) != getattr(old, name):
             doc["cluster"][name] = getattr(moved, name)
@@ -342,7 +344,13 @@ def session_from_args(args: argparse.Namespace, validate: bool = True,
                                                                 "kind's node)")):
             old, new = getattr(old_cluster, name), getattr(session.cluster, name)
             if new != old and f"cluster.{name}" not in given:  # moved by the GPU kind
+                from core.plan.cluster import GPU_NIC_GBITS_PER_GPU
                 from core.util.text import printable
+                if name != "gpus_per_node" and old != GPU_NIC_GBITS_PER_GPU.get(
+                        old_cluster.gpu, -1) * old_cluster.gpus_per_node:
+                    what = ("the node's network at the same share per GPU: {new:,g} Gb/s for "
+                            f"{session.cluster.gpus_per_node:,} GPUs (was {{old:,g}} for "
+                            f"{old_cluster.gpus_per_node:,})")
                 print(printable(f"note: --set cluster.gpu={session.cluster.gpu} takes "
                                 + what.format(new=new, old=old)
                                 + f"; --set cluster.{name}=N for another"), file=sys.stderr)

@@ -132,25 +132,33 @@ def node_network_gbits_per_s(cluster: "ClusterConfig") -> float:
 NODE_FIELDS = ("gpus_per_node", "inter_node_bandwidth_gbits_per_s")
 
 
-def on_gpu_kind(cluster: "ClusterConfig", gpu: str) -> "ClusterConfig":
-    """``cluster`` with GPU kind ``gpu`` (a copy), its node following the kind.
+def on_gpu_kind(cluster: "ClusterConfig", gpu: str,
+                gpus_per_node: int | None = None) -> "ClusterConfig":
+    """``cluster`` with GPU kind ``gpu`` (a copy), its node following the kind, or of
+    ``gpus_per_node`` GPUs when given (the user's own node size, set with the kind).
 
     The GPUs per node and the network per node that were the old kind's reference node
     (:data:`GPU_NVLINK_DOMAIN`; :data:`GPU_NIC_GBITS_PER_GPU` times the GPUs per node: the
     3,200 Gb/s of an 8-GPU H100 node) become the new kind's (72 GPUs and 28,800 Gb/s for a
-    GB200 NVL72 rack); values set to something else stay. Without this an H100 session
+    GB200 NVL72 rack); values set to something else stay, except that a network of one's own
+    keeps its share per GPU when the node's size moves (800 Gb/s for 8 GPUs, 100 per GPU, is
+    7,200 for a 72-GPU rack): the field is the whole node's. Without this an H100 session
     moved to GB200 kept 3,200 Gb/s for a 72-GPU rack, 44 Gb/s per GPU.
     """
     import dataclasses
     new = dataclasses.replace(cluster, gpu=gpu)
     domain, old_domain = GPU_NVLINK_DOMAIN.get(gpu), GPU_NVLINK_DOMAIN.get(cluster.gpu)
-    if domain is not None and cluster.gpus_per_node == old_domain:
+    if gpus_per_node is not None:
+        new.gpus_per_node = gpus_per_node
+    elif domain is not None and cluster.gpus_per_node == old_domain:
         new.gpus_per_node = domain
     nic, old_nic = GPU_NIC_GBITS_PER_GPU.get(gpu), GPU_NIC_GBITS_PER_GPU.get(cluster.gpu)
     bw = cluster.inter_node_bandwidth_gbits_per_s
     if (bw is not None and nic is not None and old_nic is not None
             and bw == old_nic * cluster.gpus_per_node):
         new.inter_node_bandwidth_gbits_per_s = nic * new.gpus_per_node
+    elif bw is not None and new.gpus_per_node != cluster.gpus_per_node:
+        new.inter_node_bandwidth_gbits_per_s = bw / cluster.gpus_per_node * new.gpus_per_node
     return new
 
 

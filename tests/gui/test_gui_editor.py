@@ -269,7 +269,7 @@ def test_choosing_a_gpu_kind_takes_its_network_when_it_was_the_old_kinds(editor)
     8 NICs of 400 Gb/s, as `vtrain import` and the published-runs sessions write it) moved to
     GB200 kept 3,200 Gb/s for a 72-GPU rack (44 Gb/s per GPU; Llama 3.1 405B on 1,024 GPUs
     10.8 % slower than on the rack's 28,800). The network follows the node as its size does;
-    a network the user typed stays."""
+    a network the user typed keeps its share per GPU (the field is the whole node's)."""
     from core.plan.cluster import GPU_NIC_GBITS_PER_GPU, node_network_gbits_per_s
 
     editor.set_field("cluster.gpu", "H100-SXM5-80GB")
@@ -285,7 +285,9 @@ def test_choosing_a_gpu_kind_takes_its_network_when_it_was_the_old_kinds(editor)
     editor.set_field("cluster.gpu", "H100-SXM5-80GB")  # and back
     assert editor.session().cluster.inter_node_bandwidth_gbits_per_s == 3200.0
     editor.set_field("cluster.inter_node_bandwidth_gbits_per_s", 1600.0)  # the user's own
-    editor.set_field("cluster.gpu", "GB200-NVL72")
+    editor.set_field("cluster.gpu", "GB200-NVL72")  # its 200 Gb/s per GPU, for 72 GPUs
+    assert editor.session().cluster.inter_node_bandwidth_gbits_per_s == 14_400.0
+    editor.set_field("cluster.gpu", "B200-180GB")  # and back to 8: the same share
     assert editor.session().cluster.inter_node_bandwidth_gbits_per_s == 1600.0
     editor.set_field("cluster.inter_node_bandwidth_gbits_per_s", None)  # the kind's reference
     editor.set_field("cluster.gpu", "B200-180GB")
