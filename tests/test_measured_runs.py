@@ -450,3 +450,20 @@ def test_published_runs_layout_names_the_conversion(tmp_path, capsys):
     assert "python scripts/curate_runs.py FILE > runs.jsonl" in msg
     assert vtrain(["validate", str(path)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_session_file_is_not_measured_runs(tmp_path, capsys):
+    """A session (one JSON document over many lines) given to validate is named as such, with
+    what validate reads, not as line 1's JSON parse error."""
+    path = ROOT / "resources" / "examples" / "mtnlg_530b.json"
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value).startswith(f"{path}: a session file, not measured runs: vtrain "
+                                     "validate and calibrate read JSON lines")
+    assert vtrain(["validate", str(path)]) == 2
+    # a JSON-lines file whose first record is broken over lines still names its line
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{\n"session": 1}\n{"session": 2}\n')
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(bad)
+    assert str(exc.value).startswith(f"{bad}: line 1: not a valid JSON file")

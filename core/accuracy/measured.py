@@ -36,6 +36,7 @@ import csv
 import dataclasses
 import functools
 import io
+import json
 import math
 import re
 from collections import defaultdict
@@ -776,7 +777,25 @@ def _read_jsonl(path: Path, text: str, progress: Callable[[int, int], None] | No
     if len(lines) > MAX_ROWS:
         raise MeasurementFileError(f"{path}: more than {MAX_ROWS:,} lines (the most a "
                                    "measurement file may have)")
+    if len(lines) > 1 and lines[0][1].strip() == "{":  # one JSON document over many lines
+        _refuse_one_document(path, text)
     return _each(lines, lambda _, nl: _jsonl_run(path, *nl), progress)
+
+
+def _refuse_one_document(path: Path, text: str) -> None:
+    """A JSON file of one document written over many lines (a session, a vTrain config) is not
+    measured runs: said so, and what is, instead of line 1's parse error. Returns when the
+    text is not one JSON document (the line-by-line reading names the fault)."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return
+    kind = ("a session file" if isinstance(doc, dict) and doc.get("format") == "vtrain-session"
+            else "one JSON document")
+    raise MeasurementFileError(
+        f"{path}: {kind}, not measured runs: vtrain validate and calibrate read JSON lines, one "
+        "{\"session\": ..., \"measured_iteration_time_s\": ...} object per line, or a CSV "
+        "(docs/accuracy.md, 'Measurement file layouts'); vtrain simulate predicts a session")
 
 
 def _jsonl_run(path: Path, line: int, text: str) -> tuple[MeasuredRun, None]:
