@@ -268,8 +268,8 @@ def test_gloo_collectives_world_size_2_stored_positive(tmp_path):
     result = run_collectives(2, "gloo", out=out, sizes=sizes,
                              timing={"warmup": 2, "min_repeats": 5, "max_repeats": 15,
                                      "target_s": 0.02, "statistic": "min"})
-    assert set(result.curves) | set(result.skipped) == {"all_reduce", "all_gather",
-                                                         "reduce_scatter", "send_recv"}
+    assert set(result.curves) | set(result.skipped) | set(result.rejected) == {
+        "all_reduce", "all_gather", "reduce_scatter", "send_recv"}
     assert "all_reduce" in result.curves and "send_recv" in result.curves
     store = ProfileStore.open(out)
     for kind in result.curves:
@@ -280,6 +280,24 @@ def test_gloo_collectives_world_size_2_stored_positive(tmp_path):
         assert t[-1] > t[0], (kind, t)
     assert store.provenance["collectives"]["all_reduce/2"]["backend"] == "gloo"
     assert store.collective_time("all_reduce", 2, 1 << 22).source == "table"
+
+
+def test_a_curve_the_store_refuses_is_reported_and_the_other_kinds_go_on(tmp_path):
+    """A measured curve whose time falls as the size grows (another process competing for the
+    CPU) is not stored and is named with why; a later kind is still measured and saved (the run
+    stopped at the first such curve, losing the kinds after it)."""
+    _torch()
+    from core.profiling.collectives import _CollectiveRun
+    store = ProfileStore.open(ROOT / "profiles" / "A100-SXM4-80GB.h5")
+    out = tmp_path / "coll.h5"
+    run = _CollectiveRun(2, "gloo", 6, 3, store, out, None, None)
+    run.on_result(("curve", "all_reduce", [1024, 2048, 4096], [1e-3, 5e-4, 2e-3]))
+    assert run.curves == {} and list(run.rejected) == ["all_reduce"]
+    assert "time_s falls as the size grows" in run.rejected["all_reduce"]
+    run.on_result(("curve", "all_gather", [1024, 2048, 4096], [1e-4, 2e-4, 4e-4]))
+    assert list(run.curves) == ["all_gather"]
+    x, t = ProfileStore.open(out).collective_curve("all_gather", 2)
+    assert x.tolist() == [1024, 2048, 4096] and t.tolist() == [1e-4, 2e-4, 4e-4]
 
 
 def test_profile_show_prints_peaks_and_calibration_provenance(capsys):

@@ -389,7 +389,11 @@ def _collectives(args: argparse.Namespace, profiling: Any, console: Console) -> 
         console.print(f"[yellow]skipped {kind}:[/] {_esc(why)}")
     if result.path is not None:
         console.print(f"added {len(result.curves)} curve(s) to {_esc(result.path)}")
-    return 0
+    for kind, why in result.rejected.items():  # measured, refused by the store's checks
+        console.print(f"[red]not stored {kind}:[/] {_esc(why)}; measure it again on an idle "
+                      f"machine (--kinds {kind}): other processes competing for the CPU make "
+                      "gloo's times noisy")
+    return 1 if result.rejected else 0
 
 
 def run_import_nccl(args: argparse.Namespace) -> int:

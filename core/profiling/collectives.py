@@ -223,6 +223,7 @@ class _CollectiveRun:
         self.done, self.saved = 0, 0
         self.curves: dict[str, tuple[list[float], list[float]]] = {}
         self.skipped: dict[str, str] = {}
+        self.rejected: dict[str, str] = {}
 
     def report(self, msg: str) -> None:
         """Report the run's state with ``msg`` to the progress callback, if any."""
@@ -242,11 +243,17 @@ class _CollectiveRun:
             self.report(f"{msg[1]} skipped: {msg[2]}")
         elif msg[0] == "curve":
             kind, xs, ts = msg[1], msg[2], msg[3]
-            self.curves[kind] = (xs, ts)
             store = self.store
             if store is not None:
-                store.add_collective(kind, self.world_size, np.array(xs, float),
-                                     np.array(ts, float))
+                try:  # a curve the store refuses is reported; the other kinds go on
+                    store.add_collective(kind, self.world_size, np.array(xs, float),
+                                         np.array(ts, float))
+                except ValueError as exc:
+                    self.rejected[kind] = str(exc)
+                    self.report(f"{kind}: not stored ({exc})")
+                    return
+            self.curves[kind] = (xs, ts)
+            if store is not None:
                 col = dict(store.provenance.get("collectives", {}))
                 col[f"{kind}/{self.world_size}"] = {
                     "backend": self.backend, "torch_version": str(torch.__version__),
@@ -370,5 +377,5 @@ def measure_collectives(world_size: int, backend: str, *, sizes: Sequence[int] |
         raise RuntimeError(error)
     curves, skipped = run.curves, run.skipped
     return CollectiveRunResult(curves, skipped, out if store is not None else None, world_size,
-                               backend, time.perf_counter() - t_start)
+                               backend, time.perf_counter() - t_start, rejected=run.rejected)
 

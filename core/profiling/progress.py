@@ -93,6 +93,9 @@ class CollectiveRunResult:
     world_size : int
     backend : str
     wall_s : float
+    rejected : dict[str, str]
+        kind -> why its measured curve was not stored (the store's checks: a time that falls
+        as the size grows, usually another process competing for the CPU); not in ``curves``.
     """
 
     curves: dict[str, tuple[list[float], list[float]]]
@@ -102,3 +105,4 @@ class CollectiveRunResult:
     backend: str
     wall_s: float
     notes: dict[str, Any] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)
