@@ -157,6 +157,11 @@ def test_step_selection(one, p2):
     assert m.column("gemm")[0] == pytest.approx(want["gemm"], rel=1e-9)
     with pytest.raises(TraceFileError, match="--step 9"):
         choose_step(one, 9)
+    # the empty step asked for by number is refused, not compared as a 0 ms iteration
+    with pytest.raises(TraceFileError) as exc:
+        choose_step(one, 3)
+    assert str(exc.value) == ("--step 3: ProfilerStep#3 holds no operator or device work on "
+                              "rank 0: nothing to compare (steps with work: 1, 2)")
 
 
 def test_gzip_and_plain_read_alike(one, tmp_path):

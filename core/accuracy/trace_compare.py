@@ -84,7 +84,8 @@ def check_world_size(world_size: int | None, plan) -> None:
     n = plan.num_gpus
     if world_size is not None and world_size != n:
         raise ConfigError([FieldError(
-            "plan.num_gpus", f"the traces were recorded by a job of {world_size:,} ranks "
+            "plan.num_gpus", f"the traces were recorded by a job of {world_size:,} "
+            f"rank{'s' if world_size != 1 else ''} "
             f"(distributedInfo.world_size), the plan runs on {n:,} GPUs ({plan.label()}): "
             "compare them with the plan that ran (its t, p, d and cp)")])
 

@@ -500,8 +500,8 @@ def choose_step(trace: KinetoTrace, step: int | None = None) -> int:
     Raises
     ------
     TraceFileError
-        No ``ProfilerStep#N`` range common to all ranks, or ``step`` not among them (the message
-        lists those there are).
+        No ``ProfilerStep#N`` range common to all ranks, or ``step`` not among them, or
+        ``step`` holding no work on some rank (the message lists the steps that do).
     """
     numbers = step_numbers(trace)
     if not numbers:
@@ -513,8 +513,16 @@ def choose_step(trace: KinetoTrace, step: int | None = None) -> int:
         if step not in numbers:
             raise TraceFileError(f"--step {step}: not a step of every trace (there are "
                                  f"{', '.join(map(str, numbers))})")
-        return step
     complete = [n for n in numbers if all(_holds_work(trace, r, n) for r in trace.ranks)]
+    if step is not None:
+        if step not in complete:  # the range of the profiler's last prof.step(), say
+            empty = [r for r in trace.ranks if not _holds_work(trace, r, step)]
+            raise TraceFileError(
+                f"--step {step}: ProfilerStep#{step} holds no operator or device work on rank"
+                f"{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))}: nothing to "
+                "compare (steps with work: "
+                f"{', '.join(map(str, complete)) if complete else 'none'})")
+        return step
     if not complete:
         raise TraceFileError(f"{trace.files[0]}: traceEvents: no ProfilerStep#N range holds "
                              "work on every rank")
