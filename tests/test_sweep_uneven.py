@@ -243,3 +243,26 @@ def test_the_megatron_lm_note_suggests_what_the_sweeps_own_options_need():
     assert res.megatron_lm()
     fixed = run_sweep(s, dataclasses.replace(space, recompute=["none", "selective", "full"]))
     assert fixed.megatron_lm() == {}
+
+
+def test_the_megatron_lm_note_gives_each_plan_its_own_reasons():
+    """Two best plans refused for different reasons: each named with its own (the note joined
+    every reason after both plans, so an interleaved cheapest plan read as refused for zb-h1);
+    one reason shared by both is said once."""
+    import types
+    from rich.console import Console
+    from core.cli.sweep import _print_megatron_lm
+    from core.studies.sweep import SweepSpace
+
+    def note(refused):
+        console = Console(record=True, width=400)
+        fake = types.SimpleNamespace(megatron_lm=lambda: refused,
+                                     space=SweepSpace(hold_session_values=True))
+        _print_megatron_lm(fake, console)
+        return console.export_text().strip().split(": --", 1)[0]  # without the options
+    assert note({"fastest": ["schedule zb-h1"], "cheapest": ["te is disabled"]}) == (
+        "Megatron-LM cannot run the fastest plan (schedule zb-h1) nor the cheapest plan (te is "
+        "disabled), though it runs the session's (other frameworks run it)")
+    assert note({"fastest": ["te is disabled"], "cheapest": ["te is disabled"]}) == (
+        "Megatron-LM cannot run the fastest and the cheapest plan (te is disabled), though it "
+        "runs the session's (other frameworks run it)")

@@ -682,10 +682,13 @@ def _print_megatron_lm(result, console: Console) -> None:
     refused = result.megatron_lm()
     if not refused:
         return
-    names = " and the ".join(refused)
-    why = "; ".join(dict.fromkeys(w for ws in refused.values() for w in ws))
+    whys = {name: "; ".join(dict.fromkeys(ws)) for name, ws in refused.items()}
+    if len(set(whys.values())) == 1:  # one reason for both: said once
+        what = f"the {' and the '.join(whys)} plan ({esc(next(iter(whys.values())))})"
+    else:  # each plan with its own reasons
+        what = " nor ".join(f"the {name} plan ({esc(w)})" for name, w in whys.items())
     options = megatron_lm_options(result.space)
-    console.print(f"[yellow]Megatron-LM cannot run the {names} plan[/] ({esc(why)}), though it "
+    console.print(f"[yellow]Megatron-LM cannot run[/] {what}, though it "
                   "runs the session's (other frameworks run it)"
                   + (f": {options} keeps the sweep to plans it runs" if options else ""))
 
