@@ -14,6 +14,7 @@ from core.store.interval import band_conditions
 from core.store.profiles import method_text
 from core.util.text import format_amount, format_energy
 
+from .category_axis import CategoryAxis
 from .empty_state import StaleVeil
 from .formatting import (KIND_COLORS, format_bytes, format_count, format_day_count, format_duration,
                          format_fraction, format_rate, format_usd, format_usd_short)
@@ -302,7 +303,9 @@ class CostPanel(QtWidgets.QWidget):
         self._fit_changes = _OneLineLabel()
         self._fit_changes.setObjectName("fit_changes")
         self._fit_changes.setVisible(False)
-        self.memory_plot = pg.PlotWidget(background="w")
+        # the stage numbers thinned to what fits (sixteen ran "9101112" at 1,280 px)
+        self.memory_plot = pg.PlotWidget(background="w",
+                                         axisItems={"bottom": CategoryAxis(fit="thin")})
         item = self.memory_plot.getPlotItem()
         item.setMenuEnabled(False)
         item.setMouseEnabled(x=False, y=False)
@@ -331,7 +334,8 @@ class CostPanel(QtWidgets.QWidget):
 
         chart = QtWidgets.QWidget()
         chart_layout = QtWidgets.QVBoxLayout(chart)
-        chart_layout.setContentsMargins(6, 6, 0, 0)
+        # a margin on the right too: the last bar and its number stood against the window's edge
+        chart_layout.setContentsMargins(6, 6, 8, 0)
         chart_layout.setSpacing(2)
         self._legend_parts = "&nbsp;&nbsp; ".join(
             f'<span style="color:{color}; font-size:13pt;">&#9632;</span>&nbsp;'
@@ -732,8 +736,9 @@ class CostPanel(QtWidgets.QWidget):
         n = max(stages.size, 1)
         item.setXRange(-0.6, n - 0.4, padding=0)
         item.setYRange(0, max(top, 1.0), padding=0)
-        step = max(1, int(np.ceil(n / 16)))
-        item.getAxis("bottom").setTicks([[(float(s), str(int(s))) for s in stages[::step]], []])
+        # the bars stand at x = stage (0 .. p-1): one category each
+        item.getAxis("bottom").set_categories([str(int(s)) for s in stages],
+                                              [f"pipeline stage {int(s)}" for s in stages])
         need = format_bytes(report.max_memory_per_gpu_bytes)
         capacity = format_bytes(report.memory_capacity_bytes)
         margin = f"{report.memory_reserve_fraction * 100:g} %"

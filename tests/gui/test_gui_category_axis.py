@@ -98,3 +98,19 @@ def test_waterfall_labels_do_not_overlap_on_a_laptop(qtbot, width):
     assert tips[tab.bar_names().index("ep_all_to_all")].startswith(
         "expert all-to-all (MoE token dispatch and combine): ")
     assert tips[-1].startswith("iteration time B − A: ")
+
+
+def test_memory_chart_thins_sixteen_stage_numbers(qtbot):
+    from vtrain_gui.cost_panel import CostPanel
+
+    panel = CostPanel()
+    qtbot.addWidget(panel)
+    panel.resize(780, 440)  # the Plan tab's cost panel in a 1,280 x 800 window
+    panel.show()
+    panel.set_report(synthetic_report(p=16))
+    axis = panel.memory_plot.getPlotItem().getAxis("bottom")
+    qtbot.waitUntil(lambda: bool(axis.label_rects()), timeout=5000)
+    panel.grab()
+    _assert_apart(axis)
+    shown = [t for t, _ in axis.label_rects()]
+    assert shown[0] == "0" and len(shown) < 16
