@@ -115,6 +115,18 @@ def test_lists_the_shipped_stores_with_their_method(tab, profiles_dir):
     assert str(profiles_dir) in tab.folder_label.text()
 
 
+def test_a_store_not_measured_with_torch_says_so_instead_of_blank_cells(tab):
+    """A calibrated store has no torch version and no CPU thread count: its cells are a dash
+    that says why on hover, not blank."""
+    from vtrain_gui.profiles_view import COLUMNS
+    row = _row_of(tab, "H100-SXM5-80GB")
+    for name in ("Torch", "Threads"):
+        item = tab.table.item(row, COLUMNS.index(name))
+        assert item.text() == "—" and item.toolTip()
+    for col in range(len(COLUMNS)):  # no cell of a readable store is blank
+        assert tab.table.item(row, col).text().strip()
+
+
 def test_an_unreadable_store_is_listed_with_its_error(tab, profiles_dir):
     profiles_dir.mkdir()
     (profiles_dir / "broken.h5").write_bytes(b"not an HDF5 file")
