@@ -16,7 +16,7 @@ import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
-from core.plan.parallel import ParallelPlan, plan_field_title
+from core.plan.parallel import RECOMPUTE_CHOICES, SCHEDULES, ParallelPlan, plan_field_title
 from core.studies.sweep import SweepResult
 
 from .formatting import format_bytes, format_count, format_duration, format_fraction, format_usd
@@ -333,9 +333,15 @@ class SweepTableView(QtWidgets.QTableView):
             self.setColumnHidden(i, hide)
 
     def _size_columns(self) -> None:
-        fm = self.fontMetrics()
-        samples = {"t": "888", "p": "888", "d": "8888", "b": "88", "m": "88,888", "schedule": "schedule",
-                   "recompute": "recompute", "GPUs": "88,888", "iteration": "888.888 ms",
+        # the Pareto front's rows are bold: measured in bold ("interleaved" was cut to
+        # "interleav…" in the plans worth reading)
+        bold = QtGui.QFont(self.font())
+        bold.setBold(True)
+        fm = QtGui.QFontMetrics(bold)
+        samples = {"t": "888", "p": "888", "d": "8888", "b": "88", "m": "88,888",
+                   "schedule": max(SCHEDULES, key=fm.horizontalAdvance),
+                   "recompute": max(RECOMPUTE_CHOICES, key=fm.horizontalAdvance),
+                   "GPUs": "88,888", "iteration": "888.888 ms",
                    "error band": "888.8 – 888.8 ms ⚠",
                    "days": "88,888.8", "cost": "$888,888,888", "MFU": "88.8 %",
                    "memory/GPU": "8,888.8 GiB", "fits": "does not fit", "front": "front"}
