@@ -125,11 +125,15 @@ class _OneLineLabel(QtWidgets.QLabel):
     before the layout runs, and a long warning never pushes the figures into a scroll area.
     """
 
-    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+    def __init__(self, parent: QtWidgets.QWidget | None = None, max_lines: int = 1) -> None:
         super().__init__(parent)
         self._full = ""
         self._suffix = ""
         self._tooltip: str | None = None
+        # more than one: the text wraps onto up to this many lines, the last one cut (the
+        # height then follows the width; "To fit in memory: n…" said nothing at 1,280 px)
+        self._max_lines = max(1, int(max_lines))
+        self._height_floor = 0
         # takes the width the column has; never widens it
         self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored,
                            QtWidgets.QSizePolicy.Policy.Fixed)
@@ -140,6 +144,13 @@ class _OneLineLabel(QtWidgets.QLabel):
         when the text is cut, the whole text."""
         self._full, self._suffix = text, suffix
         self._tooltip = tooltip
+        self._elide()
+
+    def set_height_floor(self, pixels: int) -> None:
+        """Never lower than ``pixels`` (with ``max_lines`` above one: the height follows the
+        lines shown)."""
+        self._height_floor = int(pixels)
+        self.setMinimumHeight(self._height_floor)
         self._elide()
 
     def full_text(self) -> str:
@@ -153,13 +164,41 @@ class _OneLineLabel(QtWidgets.QLabel):
     def _elide(self) -> None:
         metrics = self.fontMetrics()
         suffix = f" {self._suffix}" if self._suffix else ""
-        room = max(0, self.contentsRect().width() - metrics.horizontalAdvance(suffix) - 2)
-        shown = metrics.elidedText(self._full, Qt.TextElideMode.ElideRight, room)
+        width = self.contentsRect().width()
+        lines = self._wrapped(self._full, width) if self._max_lines > 1 else [self._full]
+        head, last = lines[:self._max_lines - 1], " ".join(lines[self._max_lines - 1:])
+        room = max(0, width - metrics.horizontalAdvance(suffix) - 2)
+        cut = metrics.elidedText(last, Qt.TextElideMode.ElideRight, room)
+        shown = "\n".join([*head, cut])
+        cut_short = cut != last
         super().setText(shown + suffix if self._full else "")
+        if self._max_lines > 1:  # as tall as the lines shown
+            margins = self.contentsMargins()
+            self.setFixedHeight(max(self._height_floor,
+                                    (len(head) + 1) * metrics.lineSpacing()
+                                    + margins.top() + margins.bottom() + 2))
+        shown = self._full if not cut_short else shown
         if self._tooltip is not None:
             self.setToolTip(self._tooltip)
         else:
             self.setToolTip(self._full if shown != self._full else "")
+
+    def _wrapped(self, text: str, width: int) -> list[str]:
+        """``text`` broken into lines at most ``width`` pixels wide (at spaces where it can)."""
+        layout = QtGui.QTextLayout(text, self.font())
+        option = QtGui.QTextOption()
+        option.setWrapMode(QtGui.QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        layout.setTextOption(option)
+        layout.beginLayout()
+        lines = []
+        while True:
+            line = layout.createLine()
+            if not line.isValid():
+                break
+            line.setLineWidth(max(1, width))
+            lines.append(text[line.textStart():line.textStart() + line.textLength()].rstrip())
+        layout.endLayout()
+        return lines or [""]
 
 
 class CostPanel(QtWidgets.QWidget):
@@ -300,7 +339,7 @@ class CostPanel(QtWidgets.QWidget):
         self._fit_label = QtWidgets.QLabel()
         self._fit_label.setWordWrap(True)
         # what would make a plan that does not fit (or is tight) fit: the fastest, all on hover
-        self._fit_changes = _OneLineLabel()
+        self._fit_changes = _OneLineLabel(max_lines=3)
         self._fit_changes.setObjectName("fit_changes")
         self._fit_changes.setVisible(False)
         # the stage numbers thinned to what fits (sixteen ran "9101112" at 1,280 px)
@@ -359,7 +398,7 @@ class CostPanel(QtWidgets.QWidget):
         self._use_fit_change.clicked.connect(self._on_use_fit_change)
         fit_row.addWidget(self._use_fit_change)
         # as tall with the button as without it ("Looking for changes…"): the chart stays put
-        self._fit_changes.setMinimumHeight(self._use_fit_change.sizeHint().height())
+        self._fit_changes.set_height_floor(self._use_fit_change.sizeHint().height())
         chart_layout.addLayout(fit_row)
         chart_layout.addWidget(legend)
         chart_layout.addWidget(self.memory_plot, 1)
