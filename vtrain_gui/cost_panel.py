@@ -354,7 +354,9 @@ class CostPanel(QtWidgets.QWidget):
             axis.setPen(pg.mkPen("#404040"))
             axis.setTextPen(pg.mkPen("#202020"))
             axis.enableAutoSIPrefix(False)  # stage numbers and GiB, never "(x0.001)"
-        item.setLabel("left", "memory per GPU (GiB)")
+        # the title over the chart says "Memory per GPU": the unit alone fits the short axis
+        # of a 1,280 px window ("memory per GPU (GiB)" was cut to "memory per GPU (G")
+        item.setLabel("left", "GiB")
         item.setLabel("bottom", "pipeline stage")
         item.showGrid(x=False, y=True, alpha=0.2)
         self._bars: list[pg.BarGraphItem] = []
