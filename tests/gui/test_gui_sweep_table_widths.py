@@ -1,6 +1,6 @@
 """The sweep table's schedule and recompute columns hold every schedule and every mode a
-sweep tries by default whole, in bold (the
-Pareto front's rows): "interleaved" was cut to "interleav…" in the rows worth reading."""
+sweep tries by default whole, in bold (the Pareto front's rows): "interleaved" was cut to
+"interleav…" in the rows worth reading."""
 
 from __future__ import annotations
 
