@@ -444,3 +444,25 @@ def test_legend_breaks_lines_only_between_items(qtbot):
                 start = layout.lineAt(i).textStart()
                 assert plain[start - 1] == " ", (width, plain[max(0, start - 12):start + 12])
             block = block.next()
+
+
+def test_the_time_axis_names_its_start(qtbot):
+    """The time axis labels 0 at its left end (pyqtgraph dropped the "0", half outside the
+    axis: the Plan tab's timeline began at "5")."""
+    graph, schedule = synthetic_iteration(p=2, m=4)
+    w = TimelineWidget()
+    qtbot.addWidget(w)
+    w.resize(760, 300)
+    w.show()
+    qtbot.waitExposed(w)
+    w.set_data(graph, schedule)
+    assert w.wait_ready()
+    axis = w.plot.getPlotItem().getAxis("bottom")
+    image = QtGui.QImage(10, 10, QtGui.QImage.Format.Format_ARGB32)
+    painter = QtGui.QPainter(image)
+    try:
+        _, _, texts = axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    shown = [text for _, _, text in texts]
+    assert shown and shown[0] == "0", shown

@@ -108,6 +108,9 @@ class TimelineWidget(QtWidgets.QWidget):
             axis.setTextPen(pg.mkPen("#202020"))
         item.setLabel("bottom", "time since iteration start", units="s")
         item.getAxis("bottom").enableAutoSIPrefix(True)
+        # the "0" at the axis's left end may reach past it by half its width: pyqtgraph drops
+        # a label that leaves the axis, and the Plan tab's timeline started at "5"
+        item.getAxis("bottom").setStyle(hideOverlappingLabels=12)
         self.gantt = items.GanttItem()
         self.gantt.grid_ticks = self._grid_ticks
         self.gantt.layout_ready.connect(self._on_layout_ready)
