@@ -308,3 +308,13 @@ def test_provenance_text_nested_too_deeply_is_shown_as_text():
     assert format_provenance({"note": deep}) == f"note: {deep}"
     assert format_provenance({"note": "[" * 65 + "]" * 65}) == "note: " + "[" * 65 + "]" * 65
     assert format_provenance({"fit": '{"a": [1, 2]}'}) == "fit:\n  a: [1, 2]"
+
+
+def test_every_shipped_store_is_in_view_on_a_laptop(tab, qtbot):
+    """In a 1,280 x 800 window the table showed five of the eleven shipped stores (a third of
+    the height, two thirds for the provenance text): every row is in view."""
+    tab.resize(1280, 720)  # the tab in a 1,280 x 800 window
+    tab.show()
+    qtbot.waitExposed(tab)
+    rows = sum(tab.table.rowHeight(r) for r in range(tab.table.rowCount()))
+    assert tab.table.rowCount() >= 11 and tab.table.viewport().height() >= rows
