@@ -98,6 +98,13 @@ def test_waterfall_labels_do_not_overlap_on_a_laptop(qtbot, width):
     assert tips[tab.bar_names().index("ep_all_to_all")].startswith(
         "expert all-to-all (MoE token dispatch and combine): ")
     assert tips[-1].startswith("iteration time B − A: ")
+    # hovering a name shows its tooltip
+    from PySide6 import QtTest
+    plot = tab.waterfall
+    k = tab.bar_names().index("overlap_wait")
+    rect = axis.label_rects()[k][1]
+    QtTest.QTest.mouseMove(plot.viewport(), plot.mapFromScene(axis.mapToScene(rect.center())))
+    qtbot.waitUntil(lambda: axis.toolTip() == tips[k], timeout=5000)
 
 
 def test_memory_chart_thins_sixteen_stage_numbers(qtbot):
