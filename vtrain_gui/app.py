@@ -232,7 +232,7 @@ class _ScreenshotTaker(QtCore.QObject):
 
 def run_gui(path: str | None = None, screenshot: str | None = None, explore: bool = False,
             tab: str | None = None, traces: list[str] | None = None,
-            timeout_s: float | None = None) -> int:
+            timeout_s: float | None = None, size: tuple[int, int] | None = None) -> int:
     """Run the GUI; returns the process exit code.
 
     Parameters
@@ -242,7 +242,7 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
         example ``resources/examples/mtnlg_530b.json`` as an untitled session.
     screenshot
         If given, wait for the first simulation, save a PNG of the window
-        (1600x1000) to this path and exit: 0 when the simulation succeeded,
+        (``size``, by default :data:`SCREENSHOT_SIZE`) to this path and exit: 0 when the simulation succeeded,
         1 when it failed, 2 when the session cannot be opened or the profile
         store it names (``cluster.profile_path``) cannot be read (no picture),
         2 too when the session breaks a rule: the picture then shows the window
@@ -263,6 +263,9 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
         With ``screenshot``: give up (exit status 3, a line on stderr naming what it waited
         for) when the simulation, the sweep, the traces or the fit search take longer than
         this many seconds altogether; None: :data:`SCREENSHOT_TIMEOUT_MS`.
+    size
+        With ``screenshot``: the window's (width, height) in pixels; None:
+        :data:`SCREENSHOT_SIZE`.
     """
     if screenshot and path:
         # No one is there to dismiss an error dialog: report on stderr and exit instead.
@@ -293,12 +296,14 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
         return _show_window(app, path, None, explore, tab, traces)
     timeout_ms = SCREENSHOT_TIMEOUT_MS if timeout_s is None else max(1, round(timeout_s * 1000))
     with offscreen_noise_dropped():  # a picture's run prints only what concerns the user
-        return _show_window(app, path, screenshot, explore, tab, traces, timeout_ms)
+        return _show_window(app, path, screenshot, explore, tab, traces, timeout_ms,
+                            size or SCREENSHOT_SIZE)
 
 
 def _show_window(app: QtWidgets.QApplication, path: str | None, screenshot: str | None,
                  explore: bool, tab: str | None, traces: list[str] | None,
-                 timeout_ms: int = SCREENSHOT_TIMEOUT_MS) -> int:
+                 timeout_ms: int = SCREENSHOT_TIMEOUT_MS,
+                 size: tuple[int, int] = SCREENSHOT_SIZE) -> int:
     """Open the window on ``path`` (the arguments of :func:`run_gui`) and run ``app``;
     returns the exit status."""
     from .main_window import MainWindow
@@ -311,7 +316,7 @@ def _show_window(app: QtWidgets.QApplication, path: str | None, screenshot: str 
                                     QtCore.QSettings.Format.IniFormat)
     window = MainWindow(settings=settings)
     if screenshot:
-        window.resize(*SCREENSHOT_SIZE)
+        window.resize(*size)
     if tab:
         window.show_tab(tab)
     window.show()

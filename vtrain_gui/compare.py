@@ -16,9 +16,11 @@ import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt, Slot
 
-from core.studies.diff import TERM_SHORT, PlanDiff, beyond_plan_text, diff_results, plan_label
+from core.studies.diff import (TERM_LABELS, TERM_SHORT, PlanDiff, beyond_plan_text, diff_results,
+                               plan_label)
 from core.sim.report import gib_texts
 
+from .category_axis import CategoryAxis
 from .empty_state import EmptyStack, under_banner, warning_banner
 from .formatting import VERDICT_COLORS, format_duration, format_usd
 from .timeline.widget import TimelineWidget
@@ -96,7 +98,10 @@ class CompareTab(QtWidgets.QWidget):
         for timeline in (self._w_timeline_a, self._w_timeline_b):
             timeline.label_width_changed.connect(self._align_label_widths)
 
-        self._w_waterfall = pg.PlotWidget(background="w")
+        # the terms' names fit their bars: wrapped, else elided, in full on hover (at 1,280 px
+        # "overlap wait" ran into "imbalance")
+        self._w_waterfall = pg.PlotWidget(background="w",
+                                          axisItems={"bottom": CategoryAxis(fit="wrap")})
         item = self._w_waterfall.getPlotItem()
         item.setMenuEnabled(False)
         item.setMouseEnabled(x=False, y=False)
@@ -314,13 +319,28 @@ class CompareTab(QtWidgets.QWidget):
                            brushes=[pg.mkBrush(c) for c in colors],
                            pens=[pg.mkPen(c) for c in colors])
         axis = self._w_waterfall.getPlotItem().getAxis("bottom")
-        # the terms' short names (vtrain diff prints them in full, TERM_LABELS)
-        axis.setTicks([[(float(i), TERM_SHORT.get(n, n)) for i, n in enumerate(names)]])
+        # the terms' short names under the bars; on hover in full, as vtrain diff prints them
+        # (TERM_LABELS), with the bar's seconds
+        tips = [f"{TERM_LABELS.get(n, n)}: {self._signed_duration(h)}"
+                for n, h in zip(names[:-1], heights[:-1])]
+        tips.append(f"iteration time B − A: {self._signed_duration(diff.difference_s)}")
+        axis.set_categories([TERM_SHORT.get(n, n) for n in names], tips)
         tops = np.concatenate([bottoms, bottoms + np.asarray(heights, float)])
         lo, hi = float(min(tops.min(), 0.0)), float(max(tops.max(), 0.0))
         pad = 0.08 * (hi - lo or 1e-6)
         vb = self._w_waterfall.getPlotItem().getViewBox()
         vb.setRange(xRange=(-0.6, len(names) - 0.4), yRange=(lo - pad, hi + pad), padding=0.0)
+
+    @staticmethod
+    def _signed_duration(seconds: float) -> str:
+        """``"+1.234 s"``, ``"−12.09 ms"`` (:func:`format_duration` with its sign)."""
+        text = format_duration(abs(seconds))
+        return ("−" if seconds < 0 else "+" if seconds > 0 else "") + text
+
+    def bar_tooltips(self) -> list[str]:
+        """What hovering each bar's name shows, in the order of :meth:`bar_heights`."""
+        self._flush()
+        return list(self._w_waterfall.getPlotItem().getAxis("bottom").tooltips())
 
     def _fill_table(self, diff: PlanDiff) -> None:
         """Fill the table from :meth:`core.studies.diff.PlanDiff.to_dict` (a plan that does not fit, or

@@ -14,6 +14,7 @@ from core.store.interval import band_conditions
 from core.store.profiles import method_text
 from core.util.text import format_amount, format_energy
 
+from .category_axis import CategoryAxis
 from .empty_state import StaleVeil
 from .formatting import (KIND_COLORS, format_bytes, format_count, format_day_count, format_duration,
                          format_fraction, format_rate, format_usd, format_usd_short)
@@ -124,11 +125,15 @@ class _OneLineLabel(QtWidgets.QLabel):
     before the layout runs, and a long warning never pushes the figures into a scroll area.
     """
 
-    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+    def __init__(self, parent: QtWidgets.QWidget | None = None, max_lines: int = 1) -> None:
         super().__init__(parent)
         self._full = ""
         self._suffix = ""
         self._tooltip: str | None = None
+        # more than one: the text wraps onto up to this many lines, the last one cut (the
+        # height then follows the width; "To fit in memory: n…" said nothing at 1,280 px)
+        self._max_lines = max(1, int(max_lines))
+        self._height_floor = 0
         # takes the width the column has; never widens it
         self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored,
                            QtWidgets.QSizePolicy.Policy.Fixed)
@@ -139,6 +144,13 @@ class _OneLineLabel(QtWidgets.QLabel):
         when the text is cut, the whole text."""
         self._full, self._suffix = text, suffix
         self._tooltip = tooltip
+        self._elide()
+
+    def set_height_floor(self, pixels: int) -> None:
+        """Never lower than ``pixels`` (with ``max_lines`` above one: the height follows the
+        lines shown)."""
+        self._height_floor = int(pixels)
+        self.setMinimumHeight(self._height_floor)
         self._elide()
 
     def full_text(self) -> str:
@@ -152,13 +164,41 @@ class _OneLineLabel(QtWidgets.QLabel):
     def _elide(self) -> None:
         metrics = self.fontMetrics()
         suffix = f" {self._suffix}" if self._suffix else ""
-        room = max(0, self.contentsRect().width() - metrics.horizontalAdvance(suffix) - 2)
-        shown = metrics.elidedText(self._full, Qt.TextElideMode.ElideRight, room)
+        width = self.contentsRect().width()
+        lines = self._wrapped(self._full, width) if self._max_lines > 1 else [self._full]
+        head, last = lines[:self._max_lines - 1], " ".join(lines[self._max_lines - 1:])
+        room = max(0, width - metrics.horizontalAdvance(suffix) - 2)
+        cut = metrics.elidedText(last, Qt.TextElideMode.ElideRight, room)
+        shown = "\n".join([*head, cut])
+        cut_short = cut != last
         super().setText(shown + suffix if self._full else "")
+        if self._max_lines > 1:  # as tall as the lines shown
+            margins = self.contentsMargins()
+            self.setFixedHeight(max(self._height_floor,
+                                    (len(head) + 1) * metrics.lineSpacing()
+                                    + margins.top() + margins.bottom() + 2))
+        shown = self._full if not cut_short else shown
         if self._tooltip is not None:
             self.setToolTip(self._tooltip)
         else:
             self.setToolTip(self._full if shown != self._full else "")
+
+    def _wrapped(self, text: str, width: int) -> list[str]:
+        """``text`` broken into lines at most ``width`` pixels wide (at spaces where it can)."""
+        layout = QtGui.QTextLayout(text, self.font())
+        option = QtGui.QTextOption()
+        option.setWrapMode(QtGui.QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        layout.setTextOption(option)
+        layout.beginLayout()
+        lines = []
+        while True:
+            line = layout.createLine()
+            if not line.isValid():
+                break
+            line.setLineWidth(max(1, width))
+            lines.append(text[line.textStart():line.textStart() + line.textLength()].rstrip())
+        layout.endLayout()
+        return lines or [""]
 
 
 class CostPanel(QtWidgets.QWidget):
@@ -299,10 +339,12 @@ class CostPanel(QtWidgets.QWidget):
         self._fit_label = QtWidgets.QLabel()
         self._fit_label.setWordWrap(True)
         # what would make a plan that does not fit (or is tight) fit: the fastest, all on hover
-        self._fit_changes = _OneLineLabel()
+        self._fit_changes = _OneLineLabel(max_lines=3)
         self._fit_changes.setObjectName("fit_changes")
         self._fit_changes.setVisible(False)
-        self.memory_plot = pg.PlotWidget(background="w")
+        # the stage numbers thinned to what fits (sixteen ran "9101112" at 1,280 px)
+        self.memory_plot = pg.PlotWidget(background="w",
+                                         axisItems={"bottom": CategoryAxis(fit="thin")})
         item = self.memory_plot.getPlotItem()
         item.setMenuEnabled(False)
         item.setMouseEnabled(x=False, y=False)
@@ -312,7 +354,9 @@ class CostPanel(QtWidgets.QWidget):
             axis.setPen(pg.mkPen("#404040"))
             axis.setTextPen(pg.mkPen("#202020"))
             axis.enableAutoSIPrefix(False)  # stage numbers and GiB, never "(x0.001)"
-        item.setLabel("left", "memory per GPU (GiB)")
+        # the title over the chart says "Memory per GPU": the unit alone fits the short axis
+        # of a 1,280 px window ("memory per GPU (GiB)" was cut to "memory per GPU (G")
+        item.setLabel("left", "GiB")
         item.setLabel("bottom", "pipeline stage")
         item.showGrid(x=False, y=True, alpha=0.2)
         self._bars: list[pg.BarGraphItem] = []
@@ -331,7 +375,8 @@ class CostPanel(QtWidgets.QWidget):
 
         chart = QtWidgets.QWidget()
         chart_layout = QtWidgets.QVBoxLayout(chart)
-        chart_layout.setContentsMargins(6, 6, 0, 0)
+        # a margin on the right too: the last bar and its number stood against the window's edge
+        chart_layout.setContentsMargins(6, 6, 8, 0)
         chart_layout.setSpacing(2)
         self._legend_parts = "&nbsp;&nbsp; ".join(
             f'<span style="color:{color}; font-size:13pt;">&#9632;</span>&nbsp;'
@@ -355,7 +400,7 @@ class CostPanel(QtWidgets.QWidget):
         self._use_fit_change.clicked.connect(self._on_use_fit_change)
         fit_row.addWidget(self._use_fit_change)
         # as tall with the button as without it ("Looking for changes…"): the chart stays put
-        self._fit_changes.setMinimumHeight(self._use_fit_change.sizeHint().height())
+        self._fit_changes.set_height_floor(self._use_fit_change.sizeHint().height())
         chart_layout.addLayout(fit_row)
         chart_layout.addWidget(legend)
         chart_layout.addWidget(self.memory_plot, 1)
@@ -732,8 +777,9 @@ class CostPanel(QtWidgets.QWidget):
         n = max(stages.size, 1)
         item.setXRange(-0.6, n - 0.4, padding=0)
         item.setYRange(0, max(top, 1.0), padding=0)
-        step = max(1, int(np.ceil(n / 16)))
-        item.getAxis("bottom").setTicks([[(float(s), str(int(s))) for s in stages[::step]], []])
+        # the bars stand at x = stage (0 .. p-1): one category each
+        item.getAxis("bottom").set_categories([str(int(s)) for s in stages],
+                                              [f"pipeline stage {int(s)}" for s in stages])
         need = format_bytes(report.max_memory_per_gpu_bytes)
         capacity = format_bytes(report.memory_capacity_bytes)
         margin = f"{report.memory_reserve_fraction * 100:g} %"

@@ -140,7 +140,9 @@ _LABELS = {
 
 #: Fields shown in another unit: path -> (factor the stored value is divided by, unit shown).
 _DISPLAY_SCALE = {"cost.training_tokens": (1e9, "billion tokens"),
-                  "reliability.failure_rate_per_gpu_hour": (1e-6, "per million GPU-hours")}
+                  "reliability.failure_rate_per_gpu_hour": (1e-6, "per million GPU-hours"),
+                  # a share, in percent as the memory chart names it ("below the 10 % margin")
+                  "cluster.memory_reserve_fraction": (0.01, "%")}
 #: Tooltips of a choice field's items where the values alone do not tell them apart
 #: (PyTorch's allgather and Transformer Engine's all_gather are different exchanges).
 _CHOICE_TIPS = {"plan.cp_comm_type": {
@@ -389,7 +391,16 @@ class _FieldBinding(QtCore.QObject):
 
     @Slot(float)
     def _on_float_value_change(self, value: float) -> None:
-        self._report(None if (self.spec.optional and value == 0.0) else float(value) * self.scale)
+        self._report(None if (self.spec.optional and value == 0.0) else self._stored(value))
+
+    def _stored(self, shown: float) -> float:
+        """The stored value of ``shown`` (in the unit shown): divided by the inverse of a
+        scale below 1 (7 % is 0.07, where 7 * 0.01 is 0.07000000000000001)."""
+        if self.scale < 1:
+            inverse = round(1 / self.scale)
+            if inverse * self.scale == 1.0:
+                return float(shown) / inverse
+        return float(shown) * self.scale
 
     @Slot(bool)
     def _on_check_toggle(self, checked: bool) -> None:

@@ -56,6 +56,8 @@ __all__ = ["ExploreTab", "best_index"]
 
 #: Progress bar text before any sweep (not "0 / 1 plans", which reads as a result).
 _NO_SWEEP_FORMAT = "no sweep run yet"
+#: Lines of what a sweep swept and held shown over the plot; the rest scrolls.
+DIMENSION_LINES = 4
 _EMPTY_TEXT = ("<p style='font-size:13pt'><b>No sweep yet</b></p>"
                "<p>Set the plans to try on the left (empty fields: every plan the GPU budget "
                "allows) and press <b>Run sweep</b> (Ctrl+R).</p>"
@@ -276,6 +278,25 @@ class ExploreTab(QtWidgets.QWidget):
         self._summary.setWordWrap(True)
         self._summary.setTextFormat(Qt.TextFormat.RichText)
         self._summary.linkActivated.connect(self._on_summary_link)
+        # what the sweep swept and held: a long paragraph (every value of every field), in a
+        # box of a few lines that scrolls; at 1,280 x 800 it took half the tab's height and
+        # left two rows of the table in view
+        self._dimensions = QtWidgets.QLabel()
+        self._dimensions.setObjectName("sweep.dimensions")
+        self._dimensions.setWordWrap(True)
+        self._dimensions.setTextFormat(Qt.TextFormat.RichText)
+        self._dimensions.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        small = self._dimensions.font()
+        small.setPointSizeF(small.pointSizeF() * 0.85)
+        self._dimensions.setFont(small)
+        scroll = self.dimensions_box = QtWidgets.QScrollArea()
+        scroll.setObjectName("sweep.dimensions_box")
+        scroll.setWidget(self._dimensions)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setMaximumHeight(DIMENSION_LINES * QtGui.QFontMetrics(small).lineSpacing() + 4)
+        scroll.setVisible(False)
 
     def _build_plans_and_preview(self) -> QtWidgets.QSplitter:
         """Plot over table (or the empty-state text), over the preview of the editor's plan."""
@@ -318,6 +339,7 @@ class ExploreTab(QtWidgets.QWidget):
         summary_row.setContentsMargins(6, 0, 6, 0)
         summary_row.addWidget(self._stale)
         summary_row.addWidget(self._summary)
+        summary_row.addWidget(self.dimensions_box)
         right_layout.addLayout(summary_row)
         right_layout.addWidget(splitter, 1)
 
@@ -349,8 +371,10 @@ class ExploreTab(QtWidgets.QWidget):
 
     @property
     def summary_text(self) -> str:
-        """Text of the summary above the plot (rich text)."""
-        return self._summary.text()
+        """Text of the summary above the plot (rich text), with what the sweep swept and held
+        (the box under it) after a ``<br>``."""
+        dims = self._dimensions.text()
+        return self._summary.text() + (f"<br>{dims}" if dims else "")
 
     @property
     def is_stale(self) -> bool:
@@ -751,6 +775,8 @@ class ExploreTab(QtWidgets.QWidget):
         r = self._result
         running = self.runner.busy
         if r is None:
+            self._dimensions.setText("")
+            self.dimensions_box.setVisible(False)
             self._summary.setText("<b>Sweep running…</b> the plans appear when it finishes."
                                   if running else
                                   "No sweep yet: set the space on the left and press Run.")
@@ -813,8 +839,9 @@ class ExploreTab(QtWidgets.QWidget):
         if running:
             parts[0] = "<b>A new sweep is running</b>; the previous one: " + parts[0]
         dims = dimensions_html(r.dimensions, r.session.plan)  # what the sweep swept and held, and why
-        self._summary.setText(" · ".join(parts[:1]) + "<br>" + "<br>".join(parts[1:])
-                              + (f"<br><small>{dims}</small>" if dims else ""))
+        self._summary.setText(" · ".join(parts[:1]) + "<br>" + "<br>".join(parts[1:]))
+        self._dimensions.setText(dims)
+        self.dimensions_box.setVisible(bool(dims))
 
     def _sync_table_selection(self) -> None:
         """Select the row of the picked plan without reporting it again."""

@@ -24,15 +24,26 @@ from core.plan.session import Session
 from core.studies.gpu_choice import GpuChoice
 
 from .background import BackgroundRunner, JobCancelled
+from .empty_state import EmptyStack
 from .formatting import (format_count, format_day_count, format_fraction, format_number_short,
                          format_usd, format_usd_short)
 from .sweep_plot import ValueAxis
 
-__all__ = ["GpuChoicePanel", "KIND_COLORS", "point_text"]
+__all__ = ["GpuChoicePanel", "KIND_COLORS", "NO_CHOICE_TEXT", "NO_POINTS_TEXT", "point_text"]
 
 #: One colour per price-sheet row, in order (Tableau 10).
 KIND_COLORS = ("#4E79A7", "#F28E2B", "#59A14F", "#E15759", "#76B7B2", "#EDC948", "#B07AA1",
                "#FF9DA7", "#9C755F", "#BAB0AC")
+
+
+#: The chart's empty state before a price sheet is loaded (rich text).
+NO_CHOICE_TEXT = ("<p style='font-size:13pt'><b>No price sheet yet</b></p>"
+                  "<p>Press <b>Load price sheet…</b>: each GPU kind of the sheet is swept with "
+                  "this model, and its plans appear here by expected training days and dollars, "
+                  "failures and checkpoints included.</p>")
+#: The chart's empty state when the sheet's kinds gave no plan to plot (rich text).
+NO_POINTS_TEXT = ("<p style='font-size:13pt'><b>No plan to plot</b></p>"
+                  "<p>None of the price sheet's GPU kinds gave a plan with days and dollars.</p>")
 
 
 def point_text(choice: GpuChoice, k: int) -> str:
@@ -109,7 +120,9 @@ class GpuChoicePanel(QtWidgets.QWidget):
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(row)
-        layout.addWidget(self.plot, 1)
+        # no sheet loaded: say what the chart would show, not empty axes with made-up ticks
+        self.plot_view = EmptyStack(self.plot, NO_CHOICE_TEXT)
+        layout.addWidget(self.plot_view, 1)
         self.runner = BackgroundRunner("gpu choice", cancel_running=True, parent=self)
         self.runner.progress.connect(self._on_progress)
         self.runner.finished.connect(self._on_finished)
@@ -182,7 +195,9 @@ class GpuChoicePanel(QtWidgets.QWidget):
         self._legend.clear()
         if choice is None or choice.num_points == 0:
             self._front_line.setData([], [])
+            self.plot_view.set_empty(True, NO_CHOICE_TEXT if choice is None else NO_POINTS_TEXT)
             return
+        self.plot_view.set_empty(False)
         x = np.log10(choice.expected_days)
         y = np.log10(choice.expected_cost_usd)
         on_front = np.zeros(choice.num_points, bool)

@@ -17,7 +17,7 @@ import json
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtWidgets
+from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
 from core.plan.session import Session
@@ -100,6 +100,37 @@ def _dark_axes(plot: pg.PlotWidget) -> None:
         axis = plot.getAxis(side)
         axis.setPen(pg.mkPen(_AXIS_LINE))
         axis.setTextPen(pg.mkPen(_AXIS_TEXT))
+
+
+class PercentSpinBox(QtWidgets.QDoubleSpinBox):
+    """A fraction (``value()`` 0.4) shown and typed as a percentage ("40 %"), as the tables
+    beside it show MFU; the study form showed "0.40" next to a table of "38.2 %"."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setDecimals(4)  # of the fraction: whole tenths of a percent
+        self.setSuffix(" %")
+
+    def textFromValue(self, value: float) -> str:  # noqa: N802 - Qt API
+        return f"{value * 100:.1f}".rstrip("0").rstrip(".")
+
+    def valueFromText(self, text: str) -> float:  # noqa: N802 - Qt API
+        number = self._number(text)
+        return self.value() if number is None else number / 100
+
+    def validate(self, text: str, pos: int):  # noqa: N802 - Qt API
+        number = self._number(text)
+        if number is None:
+            return QtGui.QValidator.State.Intermediate, text, pos
+        ok = self.minimum() <= number / 100 <= self.maximum()
+        return (QtGui.QValidator.State.Acceptable if ok
+                else QtGui.QValidator.State.Intermediate), text, pos
+
+    def _number(self, text: str) -> float | None:
+        try:
+            return float(text.removesuffix(self.suffix()).strip().rstrip("%").strip())
+        except ValueError:
+            return None
 
 
 def _gpu_spin() -> QtWidgets.QSpinBox:
@@ -361,7 +392,7 @@ class OptimalPanel(_StudyPanel):
         self.days.setRange(0.01, float(MAX_DAYS))
         self.days.setValue(30.0)
         self.days.setSuffix(" days")
-        self.mfu = QtWidgets.QDoubleSpinBox()
+        self.mfu = PercentSpinBox()
         self.mfu.setRange(0.01, 1.0)
         self.mfu.setSingleStep(0.05)
         self.mfu.setValue(0.40)
@@ -372,6 +403,7 @@ class OptimalPanel(_StudyPanel):
         self.spread = QtWidgets.QDoubleSpinBox()
         self.spread.setRange(1.5, MAX_SPREAD)
         self.spread.setValue(8.0)
+        self.spread.setSuffix(" ×")  # a ratio: "8.00" alone read as a size
         self.spread.setToolTip("Largest over smallest candidate size")
         for label, w in (("Budget", self.gpus), ("for", self.days), ("Assumed MFU", self.mfu),
                          ("Candidate sizes", self.candidates), ("Size spread", self.spread)):

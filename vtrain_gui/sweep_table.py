@@ -16,7 +16,7 @@ import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
-from core.plan.parallel import ParallelPlan, plan_field_title
+from core.plan.parallel import RECOMPUTE_MODES, SCHEDULES, ParallelPlan, plan_field_title
 from core.studies.sweep import SweepResult
 
 from .formatting import format_bytes, format_count, format_duration, format_fraction, format_usd
@@ -334,8 +334,16 @@ class SweepTableView(QtWidgets.QTableView):
 
     def _size_columns(self) -> None:
         fm = self.fontMetrics()
-        samples = {"t": "888", "p": "888", "d": "8888", "b": "88", "m": "88,888", "schedule": "schedule",
-                   "recompute": "recompute", "GPUs": "88,888", "iteration": "888.888 ms",
+        # the Pareto front's rows are bold: the schedules and recomputation modes a sweep
+        # tries by default measured in bold ("interleaved" was cut to "interleav…" in the
+        # plans worth reading); not selective_op, rare and 20 px wider: memory, fits and front
+        # stay on screen at 1,600 px
+        bold = QtGui.QFont(self.font())
+        bold.setBold(True)
+        wide = QtGui.QFontMetrics(bold).horizontalAdvance
+        samples = {"t": "888", "p": "888", "d": "8888", "b": "88", "m": "88,888",
+                   "schedule": max(SCHEDULES, key=wide), "recompute": max(RECOMPUTE_MODES, key=wide),
+                   "GPUs": "88,888", "iteration": "888.888 ms",
                    "error band": "888.8 – 888.8 ms ⚠",
                    "days": "88,888.8", "cost": "$888,888,888", "MFU": "88.8 %",
                    "memory/GPU": "8,888.8 GiB", "fits": "does not fit", "front": "front"}
@@ -345,5 +353,6 @@ class SweepTableView(QtWidgets.QTableView):
         # whole text in the row's tooltip)
         for i, col in enumerate(TABLE_COLUMNS):
             sample = samples.get(col.header, "888" if col.right else "yes")
-            w = max(fm.horizontalAdvance(sample), fm.horizontalAdvance(col.header))
+            measure = wide if col.header in ("schedule", "recompute") else fm.horizontalAdvance
+            w = max(measure(sample), fm.horizontalAdvance(col.header))
             self.setColumnWidth(i, w + 26)  # room for the sort arrow

@@ -32,8 +32,24 @@ def add_parser(sub: Any) -> None:
                      help="with --screenshot: give up (exit status 3, a line on stderr naming "
                           "what it waited for: the simulation, the --explore sweep ...) when "
                           "the picture is not ready after this long; default %(default)g")
+    gui.add_argument("--size", metavar="WxH", type=_size_arg,
+                     help="with --screenshot: the window's size in pixels, e.g. 1280x800 (a "
+                          "laptop) or 1920x1080; default 1600x1000")
     gui.add_argument("--tab", choices=("plan", "explore", "profiles", "studies", "compare"),
                      help="the tab to open on (with --screenshot: to picture); default plan")
+
+
+def _size_arg(text: str) -> tuple[int, int]:
+    """``--size``'s ``WxH`` as (width, height) in pixels, each at least 320."""
+    width, sep, height = text.lower().partition("x")
+    try:
+        size = (int(width), int(height))
+    except ValueError:
+        size = None
+    if not sep or size is None or min(size) < 320:
+        raise argparse.ArgumentTypeError(f"{text!r} is not WIDTHxHEIGHT in pixels (each at "
+                                         f"least 320), e.g. 1280x800")
+    return size
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,4 +72,4 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UsageError(f"the desktop window needs PySide6 and pyqtgraph: {exc}") from None
     return run_gui(args.path, screenshot=args.screenshot, explore=args.explore, tab=args.tab,
-                   traces=args.trace, timeout_s=args.timeout)
+                   traces=args.trace, timeout_s=args.timeout, size=args.size)

@@ -248,3 +248,29 @@ def test_nothing_fits_on_the_plans_gpus_shows_the_fewest_gpus_that_fit(qtbot):
         "To fit in memory: nothing tried fits; nothing fits on up to 64 GPUs of H100-SXM5-80GB "
         "(64 times this plan's 1): the model states alone need at least 87 GPUs")
     assert button.isHidden()
+
+
+def test_the_to_fit_line_wraps_onto_three_lines_in_a_narrow_chart(qtbot):
+    """At 1,280 px the memory chart is ~200 px wide: "To fit in memory: n…" said nothing. The
+    line wraps onto up to three lines, the last cut, each within the label, all on hover."""
+    from PySide6 import QtWidgets
+    from vtrain_gui.cost_panel import CostPanel
+
+    panel = CostPanel()
+    qtbot.addWidget(panel)
+    panel.resize(780, 440)
+    panel.show()
+    panel.set_report(synthetic_report(p=1, fits=False))
+    message = ("the search stopped: " + "a long reason of many words " * 12).strip()
+    panel.set_fit_changes_failed(message)
+    label = panel.findChild(QtWidgets.QLabel, "fit_changes")
+    qtbot.waitUntil(lambda: label.width() > 0 and "\n" in label.text(), timeout=5000)
+    lines = label.text().split("\n")
+    assert 1 < len(lines) <= 3
+    assert lines[0].startswith("Could not look for changes that fit:")
+    assert lines[-1].endswith("…")
+    metrics = label.fontMetrics()
+    assert all(metrics.horizontalAdvance(line) <= label.contentsRect().width() for line in lines)
+    assert label.height() >= len(lines) * metrics.lineSpacing()
+    assert message in label.toolTip()
+    assert panel.fit_changes_text.endswith(message.split()[-1])

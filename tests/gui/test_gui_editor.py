@@ -113,6 +113,16 @@ def test_optional_and_scaled_fields(editor):
     assert editor.session().cluster.profile_path is None
 
 
+def test_memory_margin_in_percent_as_the_memory_chart_names_it(editor):
+    """The form read "Memory margin 0.10" beside "below the 10 % margin"; a percentage typed
+    is stored as the share it is, exactly (7 % is 0.07, not 0.07000000000000001)."""
+    margin = editor.field_widget("cluster.memory_reserve_fraction")
+    assert margin.suffix() == " %" and margin.text() == "10.00 %"
+    for shown in range(0, 91):
+        margin.setValue(float(shown))
+        assert editor.session().cluster.memory_reserve_fraction == shown / 100
+
+
 def test_unknown_choice_from_a_file_is_shown_and_flagged(editor):
     s = Session()
     s.plan.schedule = "zb-h2"

@@ -24,9 +24,12 @@ def test_load_sweeps_every_kind_and_plots_one_colour_each_with_the_front(qtbot, 
     panel = GpuChoicePanel(choose=choose)
     qtbot.addWidget(panel)
     panel.set_session(tiny_session())
+    # before a sheet: what the chart would show, not empty axes with made-up ticks
+    assert panel.plot_view.is_empty and "Load price sheet" in panel.plot_view.message_text
     with qtbot.waitSignal(panel.choice_finished, timeout=120_000):
         assert panel.load(sheet)
     c = panel.choice
+    assert not panel.plot_view.is_empty
     assert calls == [["A100-SXM4-80GB", "H100-SXM5-80GB"]]
     assert panel.legend_labels() == ["A100-SXM4-80GB  $0.30/GPU-h", "H100-SXM5-80GB  $2.90/GPU-h",
                                      "combined front"]
@@ -52,6 +55,7 @@ def test_a_refused_sheet_starts_nothing(qtbot, tmp_path):
     assert not panel.load(sheet)
     assert "row 2: price_per_gpu_hour_usd" in panel.status.text()
     assert not panel.runner.busy and panel.choice is None
+    assert panel.plot_view.is_empty
 
 
 def test_the_explore_tab_has_the_gpu_choice_beside_its_plans(qtbot):

@@ -115,6 +115,18 @@ def test_lists_the_shipped_stores_with_their_method(tab, profiles_dir):
     assert str(profiles_dir) in tab.folder_label.text()
 
 
+def test_a_store_not_measured_with_torch_says_so_instead_of_blank_cells(tab):
+    """A calibrated store has no torch version and no CPU thread count: its cells are a dash
+    that says why on hover, not blank."""
+    from vtrain_gui.profiles_view import COLUMNS
+    row = _row_of(tab, "H100-SXM5-80GB")
+    for name in ("Torch", "Threads"):
+        item = tab.table.item(row, COLUMNS.index(name))
+        assert item.text() == "—" and item.toolTip()
+    for col in range(len(COLUMNS)):  # no cell of a readable store is blank
+        assert tab.table.item(row, col).text().strip()
+
+
 def test_an_unreadable_store_is_listed_with_its_error(tab, profiles_dir):
     profiles_dir.mkdir()
     (profiles_dir / "broken.h5").write_bytes(b"not an HDF5 file")
@@ -296,3 +308,13 @@ def test_provenance_text_nested_too_deeply_is_shown_as_text():
     assert format_provenance({"note": deep}) == f"note: {deep}"
     assert format_provenance({"note": "[" * 65 + "]" * 65}) == "note: " + "[" * 65 + "]" * 65
     assert format_provenance({"fit": '{"a": [1, 2]}'}) == "fit:\n  a: [1, 2]"
+
+
+def test_every_shipped_store_is_in_view_on_a_laptop(tab, qtbot):
+    """In a 1,280 x 800 window the table showed five of the eleven shipped stores (a third of
+    the height, two thirds for the provenance text): every row is in view."""
+    tab.resize(1280, 720)  # the tab in a 1,280 x 800 window
+    tab.show()
+    qtbot.waitExposed(tab)
+    rows = sum(tab.table.rowHeight(r) for r in range(tab.table.rowCount()))
+    assert tab.table.rowCount() >= 11 and tab.table.viewport().height() >= rows

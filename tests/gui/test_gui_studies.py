@@ -222,3 +222,22 @@ def test_the_stale_veil_covers_the_result_and_is_no_splitter_pane(studies):
     splitter = panel.results_view.widget(1)
     assert splitter.count() == 2
     assert panel._veil.parentWidget() is panel.results_view
+
+
+def test_assumed_mfu_is_shown_and_typed_in_percent_as_the_table_shows_it(qtbot):
+    """The form showed "0.40" beside a table of "38.2 %": a percentage, the value a fraction."""
+    from PySide6 import QtCore
+    from vtrain_gui.studies import PercentSpinBox
+
+    spin = PercentSpinBox()
+    qtbot.addWidget(spin)
+    spin.setRange(0.01, 1.0)
+    spin.setValue(0.4)
+    assert spin.text() == "40 %" and spin.value() == 0.4
+    spin.lineEdit().selectAll()
+    qtbot.keyClicks(spin, "37.5")
+    qtbot.keyClick(spin, QtCore.Qt.Key.Key_Enter)
+    assert spin.value() == 0.375 and spin.text() == "37.5 %"
+    spin.setSingleStep(0.05)
+    spin.stepUp()  # a step of 5 %
+    assert spin.value() == 0.425 and spin.text() == "42.5 %"

@@ -96,6 +96,16 @@ def test_window_sweep_prunes_reports_phases_and_names_dimensions(window, qtbot, 
     assert dimensions_html(result.dimensions) in explore.summary_text
     swept = {d["field"] for d in result.dimensions if d["swept"]}
     assert {"sequence_parallel", "zero_stage", "micro_batch_size"} & swept
+    # ... in a box of a few lines that scrolls: at 1,280 x 800 the paragraph took half the
+    # tab and left two rows of the table in view
+    from PySide6 import QtGui
+    from vtrain_gui.explore import DIMENSION_LINES
+    window.resize(1280, 800)
+    box = explore.dimensions_box
+    qtbot.waitUntil(lambda: box.isVisible() and box.width() < 900, timeout=5000)
+    line = QtGui.QFontMetrics(box.widget().font()).lineSpacing()
+    assert box.height() <= DIMENSION_LINES * line + 4
+    assert box.widget().text() == dimensions_html(result.dimensions, result.session.plan)
 
 
 def test_the_header_names_a_value_left_out_with_its_rule():

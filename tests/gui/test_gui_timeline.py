@@ -419,3 +419,50 @@ def test_a_context_parallel_plan_draws_a_cp_ring_lane_per_stage(timeline, real_s
                                   cluster=ClusterConfig(gpu="H100-SXM5-80GB")))
     timeline.set_data(plain.graph, plain.schedule)
     assert timeline.gantt.num_rows == 2 * 3
+
+
+def test_legend_breaks_lines_only_between_items(qtbot):
+    """At 1,280 px the legend broke "PP send/recv" after the slash, "PP send/" ending one line
+    and "recv" starting the next: every name is one unbreakable run, so a line only ever
+    starts after the plain space that separates two items."""
+    graph, schedule = synthetic_iteration(p=2, m=4)
+    w = TimelineWidget()
+    qtbot.addWidget(w)
+    w.set_data(graph, schedule)
+    text = w.legend.text()
+    assert "PP send/" in QtGui.QTextDocumentFragment.fromHtml(text).toPlainText()
+    for width in range(400, 1400, 7):  # (each item fits on a line)
+        doc = QtGui.QTextDocument()
+        doc.setDefaultFont(w.legend.font())
+        doc.setHtml(text)
+        doc.setTextWidth(width)
+        doc.size()  # lays the lines out
+        block = doc.begin()
+        while block.isValid():
+            layout, plain = block.layout(), block.text()
+            for i in range(1, layout.lineCount()):
+                start = layout.lineAt(i).textStart()
+                assert plain[start - 1] == " ", (width, plain[max(0, start - 12):start + 12])
+            block = block.next()
+
+
+def test_the_time_axis_names_its_start(qtbot):
+    """The time axis labels 0 at its left end (pyqtgraph dropped the "0", half outside the
+    axis: the Plan tab's timeline began at "5")."""
+    graph, schedule = synthetic_iteration(p=2, m=4)
+    w = TimelineWidget()
+    qtbot.addWidget(w)
+    w.resize(760, 300)
+    w.show()
+    qtbot.waitExposed(w)
+    w.set_data(graph, schedule)
+    assert w.wait_ready()
+    axis = w.plot.getPlotItem().getAxis("bottom")
+    image = QtGui.QImage(10, 10, QtGui.QImage.Format.Format_ARGB32)
+    painter = QtGui.QPainter(image)
+    try:
+        _, _, texts = axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    shown = [text for _, _, text in texts]
+    assert shown and shown[0] == "0", shown

@@ -8,6 +8,7 @@ text of a task that hover shows.
 
 from __future__ import annotations
 
+import html
 import math
 
 import numpy as np
@@ -46,6 +47,12 @@ def task_description(graph: ExecutionGraph, schedule: Schedule, index: int) -> s
     parts.append(f"start {format_duration(float(schedule.start_s[index]))}")
     parts.append(f"duration {format_duration(float(graph.duration_s[index]))}")
     return " · ".join(parts)
+
+
+def _unbreakable(text: str) -> str:
+    """``text`` as HTML that never breaks across lines: no-break spaces and hyphens, and a word
+    joiner after each slash (at 1,280 px the legend broke "PP send/recv" after the slash)."""
+    return html.escape(text).replace(" ", "&nbsp;").replace("-", "&#8209;").replace("/", "/&#8288;")
 
 
 class TimelineWidget(QtWidgets.QWidget):
@@ -101,6 +108,9 @@ class TimelineWidget(QtWidgets.QWidget):
             axis.setTextPen(pg.mkPen("#202020"))
         item.setLabel("bottom", "time since iteration start", units="s")
         item.getAxis("bottom").enableAutoSIPrefix(True)
+        # the "0" at the axis's left end may reach past it by half its width: pyqtgraph drops
+        # a label that leaves the axis, and the Plan tab's timeline started at "5"
+        item.getAxis("bottom").setStyle(hideOverlappingLabels=12)
         self.gantt = items.GanttItem()
         self.gantt.grid_ticks = self._grid_ticks
         self.gantt.layout_ready.connect(self._on_layout_ready)
@@ -192,6 +202,11 @@ class TimelineWidget(QtWidgets.QWidget):
         """Process events until what the view shows is prepared (pictures:
         :meth:`GanttItem.wait_view_ready`); the other zoom bands follow in the background."""
         return self.gantt.wait_view_ready(timeout_s)
+
+    @property
+    def legend(self) -> QtWidgets.QLabel:
+        """The legend over the plot (rich text: the kinds' colours and names)."""
+        return self._legend
 
     @property
     def is_ready(self) -> bool:
@@ -425,7 +440,7 @@ class TimelineWidget(QtWidgets.QWidget):
         items = []
         for k in kinds:
             name = KINDS[k]
-            label = KIND_LABELS.get(name, name).replace(" ", "&nbsp;").replace("-", "&#8209;")
+            label = _unbreakable(KIND_LABELS.get(name, name))
             items.append(f'<span style="color:{kind_color(k).name()}; font-size:14pt;">&#9632;</span>'
                          f"&nbsp;{label}")
         items.append('<span style="color:#DCE1EA; font-size:14pt;">&#9632;</span>&nbsp;idle&nbsp;(bubble)')
@@ -444,7 +459,7 @@ class TimelineWidget(QtWidgets.QWidget):
         lanes = getattr(self, "_lane_streams", (0, 1))
         if len(lanes) > 1:  # the rows of one stage, top to bottom (unlabelled when zoomed out)
             items.append("lanes&nbsp;per&nbsp;stage:&nbsp;" + "&nbsp;/&nbsp;".join(
-                STREAMS[i].replace(" ", "&nbsp;") for i in lanes))
+                _unbreakable(STREAMS[i]) for i in lanes))
         self._legend.setText("&nbsp;&nbsp; ".join(items))
         self._legend.setToolTip(
             "Where bars are narrower than a pixel or two, each such stretch of the lane shows "
