@@ -32,7 +32,8 @@ from core.sim.op_times import (tp_overlap_applies, chunk_virtual_stages, fp8_wei
 from core.sim.stage_comm import StageComm, cached_comm_call, memoized, pinned, read_once
 from core.sim.template_builder import stage_templates
 from core.sim.templates import (DataParallel, SOURCE_INDEX, StageStructure, Template,
-                                reduces_gradients, source_values, stage_structure, tail_overrun,
+                                reduces_gradients, source_values, stage_structure,
+                                stage_structures, tail_overrun,
                                 template_times)
 
 __all__ = ["StageTimes", "ep_overlap_exposed", "ep_overlap_pair", "moe_comm_bytes", "stage_busy_times",
@@ -259,8 +260,10 @@ def _layout_shape(session: Session, key: tuple, cache: dict | None) -> SimpleNam
     for a in (params, experts):
         a.setflags(write=False)
     out = SimpleNamespace(v=v, alike=alike, reps=reps, params=params, experts=experts,
-                          structs={i: [stage_structure(session, i, c, bounds) for c in range(v)]
-                                   for i in reps}, counts={}, span_structs={})
+                          structs={}, counts={}, span_structs={})
+    flat = stage_structures(session, [(i, c) for i in reps for c in range(v)], bounds)
+    for n, i in enumerate(reps):
+        out.structs[i] = flat[n * v:(n + 1) * v]
     if cache is not None:
         cache[key] = out
     return out
