@@ -332,7 +332,7 @@ def _stage_spans(session: Session, store, inputs: SimpleNamespace, cache: dict |
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     for i, structs in layout.structs.items():
         shared = _stage_values(session, inputs, i, cache)
-        values = ep_overlap_exposed(shared, structs, session, i)
+        values = ep_overlap_exposed(shared, structs, session, i, cache)
         # the chunks' figures are memoized by the values' identity: the cache's arrays only
         memo = cache if values is shared else None
         spans = layout.span_structs.get(i)
@@ -421,7 +421,8 @@ def _stage_busy(session: Session, inputs: SimpleNamespace, cache: dict | None
     p, v = session.plan.pipeline_parallel, layout.v
     fwd_b, bwd_b, w_b = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
     for i, structs in layout.structs.items():
-        values = ep_overlap_exposed(_stage_values(session, inputs, i, cache), structs, session, i)
+        values = ep_overlap_exposed(_stage_values(session, inputs, i, cache), structs, session, i,
+                                    cache)
         for c, struct in enumerate(structs):
             counts = layout.counts.get((i, c))
             if counts is None:
@@ -759,17 +760,33 @@ def _delayed_wgrad_s(session: Session, values: np.ndarray) -> float:
     return float(values[SOURCE_INDEX["experts_bwd:W"]])
 
 
+def _ep_segment_kinds(st: StageStructure, src_f: int, src_b: int, cache: dict | None) -> tuple:
+    """:func:`_layer_segment_kinds` of the forward and the backward template of the chunk
+    ``st`` (its :func:`_span_templates`, the MoE layers of its :func:`_span_structure`, the
+    forward's and the backward's all-to-all sources ``src_f``, ``src_b``), kept in ``cache``
+    (small lists, where the templates' own cache holds only the last few thousand
+    structures): ``(kinds_f, groups_f, kinds_b, groups_b)``."""
+    key = ("ep segment kinds", st, src_f, src_b)
+    hit = cache.get(key) if cache is not None else None
+    if hit is None:
+        fwd, bwd, _ = _span_templates(st)
+        layers = _span_structure(st).moe_layers
+        hit = (*_layer_segment_kinds(fwd, layers, src_f), *_layer_segment_kinds(bwd, layers, src_b))
+        if cache is not None:
+            cache[key] = hit
+    return hit
+
+
 def _chunk_ep_exposed(st: StageStructure, values: np.ndarray, wgrad_s: float, src_f: int,
-                      src_b: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+                      src_b: int, cache: dict | None = None
+                      ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """The exposed seconds of the forward's and of the backward's all-to-alls of each MoE layer
     of the chunk ``st`` (:func:`ep_overlap_exposed`'s terms, in layer order): its forward's
     and its backward's segments (the seconds before the pass's first all-to-all, of it,
     between, of the second, after; the layer's own tasks only, from the templates timed with
-    ``values``) paired by :func:`ep_overlap_pair`."""
-    fwd, bwd, _ = _span_templates(st)
-    layers = _span_structure(st).moe_layers
-    (kinds_f, groups_f), (kinds_b, groups_b) = (_layer_segment_kinds(fwd, layers, src_f),
-                                                _layer_segment_kinds(bwd, layers, src_b))
+    ``values``) paired by :func:`ep_overlap_pair`; the templates' places kept in ``cache``
+    (:func:`_ep_segment_kinds`)."""
+    kinds_f, groups_f, kinds_b, groups_b = _ep_segment_kinds(st, src_f, src_b, cache)
     # the layers of a kind alike (their tasks' sources): each kind's segments and each pair of
     # kinds' exposures computed once (the same operations on the same figures)
     seg_f = [_segments(values[srcs], i, j) for srcs, i, j in kinds_f]
@@ -790,7 +807,7 @@ def _chunk_ep_exposed(st: StageStructure, values: np.ndarray, wgrad_s: float, sr
 
 
 def ep_overlap_exposed(values: np.ndarray, structs: list[StageStructure], session: Session,
-                       stage: int) -> np.ndarray:
+                       stage: int, cache: dict | None = None) -> np.ndarray:
     """``values`` (:func:`source_values` of stage ``stage``, whose chunks' structures are
     ``structs``) with the overlapped expert all-to-alls
     (``ep_all_to_all@fwd``, ``@bwd``) set to their mean exposed seconds under
@@ -808,7 +825,8 @@ def ep_overlap_exposed(values: np.ndarray, structs: list[StageStructure], sessio
     whole, so each all-to-all is timed at ``paired * exposed + (1 - paired) * whole`` (the mean
     over the stage's items: the items' durations, not their places in the schedule, are what the
     pipeline graph takes). With ``delay_wgrad_compute`` the experts' weight gradient of a
-    layer's backward is deferred (:func:`ep_overlap_pair`'s ``wgrad``).
+    layer's backward is deferred (:func:`ep_overlap_pair`'s ``wgrad``). ``cache``: a sweep's
+    memo (:func:`stage_times`'), which keeps the templates' places read here.
     """
     if not structs or not structs[0].ep_overlap:
         return values
@@ -819,7 +837,7 @@ def ep_overlap_exposed(values: np.ndarray, structs: list[StageStructure], sessio
     eb: list[float] = []
     for st in structs:
         if st.moe_layers:
-            x, y = _chunk_ep_exposed(st, values, wgrad_s, src_f, src_b)
+            x, y = _chunk_ep_exposed(st, values, wgrad_s, src_f, src_b, cache)
             ef.extend(x)
             eb.extend(y)
     if not ef:
