@@ -32,7 +32,8 @@ from core.sim.op_times import (tp_overlap_applies, chunk_virtual_stages, fp8_wei
 from core.sim.stage_comm import StageComm, cached_comm_call, memoized, pinned, read_once
 from core.sim.template_builder import stage_templates
 from core.sim.templates import (DataParallel, SOURCE_INDEX, StageStructure, Template,
-                                reduces_gradients, source_values, stage_structure, tail_overrun,
+                                reduces_gradients, source_values, stage_structure,
+                                stage_structures, tail_overrun,
                                 template_times)
 
 __all__ = ["StageTimes", "ep_overlap_exposed", "ep_overlap_pair", "moe_comm_bytes", "stage_busy_times",
@@ -259,8 +260,10 @@ def _layout_shape(session: Session, key: tuple, cache: dict | None) -> SimpleNam
     for a in (params, experts):
         a.setflags(write=False)
     out = SimpleNamespace(v=v, alike=alike, reps=reps, params=params, experts=experts,
-                          structs={i: [stage_structure(session, i, c, bounds) for c in range(v)]
-                                   for i in reps}, counts={}, span_structs={})
+                          structs={}, counts={}, span_structs={})
+    flat = stage_structures(session, [(i, c) for i in reps for c in range(v)], bounds)
+    for n, i in enumerate(reps):
+        out.structs[i] = flat[n * v:(n + 1) * v]
     if cache is not None:
         cache[key] = out
     return out
@@ -329,7 +332,7 @@ def _stage_spans(session: Session, store, inputs: SimpleNamespace, cache: dict |
     ready, over = np.zeros((p, v)), np.full((p, v), -np.inf)
     for i, structs in layout.structs.items():
         shared = _stage_values(session, inputs, i, cache)
-        values = ep_overlap_exposed(shared, structs, session, i)
+        values = ep_overlap_exposed(shared, structs, session, i, cache)
         # the chunks' figures are memoized by the values' identity: the cache's arrays only
         memo = cache if values is shared else None
         spans = layout.span_structs.get(i)
@@ -418,7 +421,8 @@ def _stage_busy(session: Session, inputs: SimpleNamespace, cache: dict | None
     p, v = session.plan.pipeline_parallel, layout.v
     fwd_b, bwd_b, w_b = np.empty((p, v)), np.empty((p, v)), np.zeros((p, v))
     for i, structs in layout.structs.items():
-        values = ep_overlap_exposed(_stage_values(session, inputs, i, cache), structs, session, i)
+        values = ep_overlap_exposed(_stage_values(session, inputs, i, cache), structs, session, i,
+                                    cache)
         for c, struct in enumerate(structs):
             counts = layout.counts.get((i, c))
             if counts is None:
@@ -707,21 +711,45 @@ def ep_overlap_pair(f: tuple[float, float, float, float], b: tuple[float, float,
     return af + mf + mb + ab + ef + eb, ef, eb
 
 
-def _layer_segments(tmpl: Template, layers: tuple[int, ...], src: int
-                    ) -> list[tuple[float, float, float, float, float]]:
-    """Per layer of ``layers`` with two tasks of source ``src`` among the timed template's
-    compute-stream tasks: the seconds before the first, of the first, between, of the second,
-    after (the layer's own tasks only)."""
-    out = []
+def _segments(dur: np.ndarray, i: int, j: int) -> tuple[float, float, float, float, float]:
+    """The seconds of one layer's compute-stream tasks (``dur``, in program order) before its
+    first task of a source (at ``i``), of that task, between it and its second (at ``j``), of
+    the second, and after."""
+    return (float(dur[:i].sum()), float(dur[i]), float(dur[i + 1:j].sum()), float(dur[j]),
+            float(dur[j + 1:].sum()))
+
+
+def _layer_segment_kinds(tmpl: Template, layers: tuple[int, ...], src: int
+                         ) -> tuple[list[tuple[np.ndarray, int, int]], list[int]]:
+    """The layers of ``layers`` with two compute-stream tasks of source ``src`` in the
+    (untimed) template, told apart by their tasks' sources: ``kinds``, the sources of a layer
+    of each kind (its own tasks, in program order) and the places ``i < j`` of its two tasks of
+    ``src`` (:func:`_segments`' arguments), and ``groups``, each such layer's kind, in layer
+    order. Layers of one kind have the same durations in the same order, so their segments are
+    the same figures. Kept on the template (as its :attr:`Template.counts`) under ``layers``
+    and ``src``: the places only, no duration."""
+    memo = tmpl.__dict__.setdefault("_segment_kinds", {})
+    key = (layers, src)
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
+    kinds: list[tuple[np.ndarray, int, int]] = []
+    index: dict[tuple, int] = {}
+    groups: list[int] = []
     for x in layers:
         idx = np.flatnonzero(tmpl.layer == x)
-        dur, hit = tmpl.dur[idx], np.flatnonzero(tmpl.src[idx] == src)
-        if hit.size != 2:
+        srcs = tmpl.src[idx]
+        hit_ = np.flatnonzero(srcs == src)
+        if hit_.size != 2:
             continue
-        i, j = int(hit[0]), int(hit[1])
-        out.append((float(dur[:i].sum()), float(dur[i]), float(dur[i + 1:j].sum()),
-                    float(dur[j]), float(dur[j + 1:].sum())))
-    return out
+        sig = tuple(srcs.tolist())
+        g = index.get(sig)
+        if g is None:
+            g = index[sig] = len(kinds)
+            kinds.append((srcs, int(hit_[0]), int(hit_[1])))
+        groups.append(g)
+    memo[key] = hit = (kinds, groups)
+    return hit
 
 
 def _delayed_wgrad_s(session: Session, values: np.ndarray) -> float:
@@ -732,8 +760,54 @@ def _delayed_wgrad_s(session: Session, values: np.ndarray) -> float:
     return float(values[SOURCE_INDEX["experts_bwd:W"]])
 
 
+def _ep_segment_kinds(st: StageStructure, src_f: int, src_b: int, cache: dict | None) -> tuple:
+    """:func:`_layer_segment_kinds` of the forward and the backward template of the chunk
+    ``st`` (its :func:`_span_templates`, the MoE layers of its :func:`_span_structure`, the
+    forward's and the backward's all-to-all sources ``src_f``, ``src_b``), kept in ``cache``
+    (small lists, where the templates' own cache holds only the last few thousand
+    structures): ``(kinds_f, groups_f, kinds_b, groups_b)``."""
+    key = ("ep segment kinds", st, src_f, src_b)
+    hit = cache.get(key) if cache is not None else None
+    if hit is None:
+        fwd, bwd, _ = _span_templates(st)
+        layers = _span_structure(st).moe_layers
+        hit = (*_layer_segment_kinds(fwd, layers, src_f), *_layer_segment_kinds(bwd, layers, src_b))
+        if cache is not None:
+            cache[key] = hit
+    return hit
+
+
+def _chunk_ep_exposed(st: StageStructure, values: np.ndarray, wgrad_s: float, src_f: int,
+                      src_b: int, cache: dict | None = None
+                      ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The exposed seconds of the forward's and of the backward's all-to-alls of each MoE layer
+    of the chunk ``st`` (:func:`ep_overlap_exposed`'s terms, in layer order): its forward's
+    and its backward's segments (the seconds before the pass's first all-to-all, of it,
+    between, of the second, after; the layer's own tasks only, from the templates timed with
+    ``values``) paired by :func:`ep_overlap_pair`; the templates' places kept in ``cache``
+    (:func:`_ep_segment_kinds`)."""
+    kinds_f, groups_f, kinds_b, groups_b = _ep_segment_kinds(st, src_f, src_b, cache)
+    # the layers of a kind alike (their tasks' sources): each kind's segments and each pair of
+    # kinds' exposures computed once (the same operations on the same figures)
+    seg_f = [_segments(values[srcs], i, j) for srcs, i, j in kinds_f]
+    seg_b = [_segments(values[srcs], i, j) for srcs, i, j in kinds_b]
+    pairs: dict[tuple[int, int], tuple[float, float]] = {}
+    ef, eb = [], []
+    for gf, gb in zip(groups_f, groups_b):
+        xy = pairs.get((gf, gb))
+        if xy is None:
+            a, d, mid, c, post = seg_f[gf]
+            pre, cb, midb, db, postb = seg_b[gb]
+            _, x, y = ep_overlap_pair((a + post, d, mid, c), (cb, pre + midb, db, postb),
+                                      wgrad_s)
+            xy = pairs[gf, gb] = (x, y)
+        ef.append(xy[0])
+        eb.append(xy[1])
+    return tuple(ef), tuple(eb)
+
+
 def ep_overlap_exposed(values: np.ndarray, structs: list[StageStructure], session: Session,
-                       stage: int) -> np.ndarray:
+                       stage: int, cache: dict | None = None) -> np.ndarray:
     """``values`` (:func:`source_values` of stage ``stage``, whose chunks' structures are
     ``structs``) with the overlapped expert all-to-alls
     (``ep_all_to_all@fwd``, ``@bwd``) set to their mean exposed seconds under
@@ -751,27 +825,21 @@ def ep_overlap_exposed(values: np.ndarray, structs: list[StageStructure], sessio
     whole, so each all-to-all is timed at ``paired * exposed + (1 - paired) * whole`` (the mean
     over the stage's items: the items' durations, not their places in the schedule, are what the
     pipeline graph takes). With ``delay_wgrad_compute`` the experts' weight gradient of a
-    layer's backward is deferred (:func:`ep_overlap_pair`'s ``wgrad``).
+    layer's backward is deferred (:func:`ep_overlap_pair`'s ``wgrad``). ``cache``: a sweep's
+    memo (:func:`stage_times`'), which keeps the templates' places read here.
     """
     if not structs or not structs[0].ep_overlap:
         return values
     paired = model_math.ep_overlap_paired_share(session.plan, stage)
     wgrad_s = _delayed_wgrad_s(session, values)
     src_f, src_b = SOURCE_INDEX["ep_all_to_all@fwd"], SOURCE_INDEX["ep_all_to_all@bwd"]
-    ef, eb = [], []
+    ef: list[float] = []
+    eb: list[float] = []
     for st in structs:
-        if not st.moe_layers:
-            continue
-        fwd, bwd, _ = _span_templates(st)
-        layers = _span_structure(st).moe_layers
-        for fs, bs in zip(_layer_segments(fwd.timed(values), layers, src_f),
-                          _layer_segments(bwd.timed(values), layers, src_b)):
-            a, d, mid, c, post = fs
-            pre, cb, midb, db, postb = bs
-            _, x, y = ep_overlap_pair((a + post, d, mid, c), (cb, pre + midb, db, postb),
-                                      wgrad_s)
-            ef.append(x)
-            eb.append(y)
+        if st.moe_layers:
+            x, y = _chunk_ep_exposed(st, values, wgrad_s, src_f, src_b, cache)
+            ef.extend(x)
+            eb.extend(y)
     if not ef:
         return values
     out = values.copy()

@@ -311,41 +311,56 @@ def stage_structure(session: Session, stage: int, chunk: int = 0,
                bounds: np.ndarray | None = None) -> StageStructure:
     """The :class:`StageStructure` of chunk ``chunk`` of ``stage`` of ``session``'s plan
     (``bounds``: :func:`virtual_stage_layers` of the session, when the caller has it)."""
+    return stage_structures(session, [(stage, chunk)], bounds)[0]
+
+
+def stage_structures(session: Session, cells: list[tuple[int, int]],
+                     bounds: np.ndarray | None = None) -> list[StageStructure]:
+    """:func:`stage_structure` of each ``(stage, chunk)`` of ``cells``, what they share (all
+    but the virtual stage's place and layers) read once."""
     pl = session.plan
     p, v = pl.pipeline_parallel, num_chunks(pl)
-    k = int(chunk_virtual_stages(pl)[stage, chunk])
+    place = chunk_virtual_stages(pl)
     if bounds is None:
         bounds = virtual_stage_layers(session)
-    first, stop = int(bounds[k]), int(bounds[k + 1])
     t = pl.tensor_parallel > 1
-    moe: dict = {}
     m = session.model
+    mask = None
+    shared: dict = {}
     if m.is_moe:
         mask = model_math.moe_layer_mask(m)
         sp = bool(pl.sequence_parallel and t)
         etp = expert_tensor_parallel(pl)
-        moe = dict(moe_layers=tuple(int(x) for x in np.flatnonzero(mask[first:stop]) + first),
-                   ep=pl.expert_parallel > 1,
-                   etp_mode="none" if etp == 1 else ("all_reduce" if t and not sp else "gather"),
-                   shared=m.num_shared_experts > 0,
-                   ep_overlap=model_math.ep_overlap_on(pl))
-    return StageStructure(k, p * v, (first, stop),
-                      model_math.recomputed_in_chunk(pl, stop - first),
-                      "core_attn" in recompute_modules(pl),
-                      schedules.get(pl.schedule).splits_backward,
-                      t, bool(pl.sequence_parallel and t), reduces_gradients(session),
-                      pl.zero_stage, bool(pl.overlap_grad_reduce), bool(pl.overlap_param_gather),
-                      pl.context_parallel > 1, modules=recompute_modules(pl),
-                      window_layers=_window_layers(m.num_layers,
-                                                   bool(getattr(m, "window_size", None)),
-                                                   getattr(m, "window_attn_skip_freq", None),
-                                                   first, stop),
-                      tp_overlap=tp_overlap_applies(pl), selective_op=pl.recompute == "selective_op",
-                      mla=m.multi_latent_attention is True,
-                      mtp=model_math.mtp_layers(m) if k == p * v - 1 else 0,
-                      mtp_moe=model_math.mtp_layer_is_moe(m),
-                      mtp_recompute=mtp_layers_recomputed(pl),
-                      norms=model_math.norms_separate(m), **moe)
+        shared = dict(ep=pl.expert_parallel > 1,
+                      etp_mode="none" if etp == 1 else ("all_reduce" if t and not sp else "gather"),
+                      shared=m.num_shared_experts > 0,
+                      ep_overlap=model_math.ep_overlap_on(pl))
+    modules = recompute_modules(pl)
+    selective = "core_attn" in modules
+    splits = schedules.get(pl.schedule).splits_backward
+    sp_on, reduces = bool(pl.sequence_parallel and t), reduces_gradients(session)
+    windowed = bool(getattr(m, "window_size", None))
+    skip_freq = getattr(m, "window_attn_skip_freq", None)
+    tp_overlap, selective_op = tp_overlap_applies(pl), pl.recompute == "selective_op"
+    mla, mtp_moe = m.multi_latent_attention is True, model_math.mtp_layer_is_moe(m)
+    mtp_recompute, norms = mtp_layers_recomputed(pl), model_math.norms_separate(m)
+    out = []
+    for stage, chunk in cells:
+        k = int(place[stage, chunk])
+        first, stop = int(bounds[k]), int(bounds[k + 1])
+        moe = shared
+        if mask is not None:
+            moe = dict(moe_layers=tuple(int(x) for x in np.flatnonzero(mask[first:stop]) + first),
+                       **shared)
+        out.append(StageStructure(
+            k, p * v, (first, stop), model_math.recomputed_in_chunk(pl, stop - first), selective,
+            splits, t, sp_on, reduces, pl.zero_stage, bool(pl.overlap_grad_reduce),
+            bool(pl.overlap_param_gather), pl.context_parallel > 1, modules=modules,
+            window_layers=_window_layers(m.num_layers, windowed, skip_freq, first, stop),
+            tp_overlap=tp_overlap, selective_op=selective_op, mla=mla,
+            mtp=model_math.mtp_layers(m) if k == p * v - 1 else 0, mtp_moe=mtp_moe,
+            mtp_recompute=mtp_recompute, norms=norms, **moe))
+    return out
 
 
 @lru_cache(maxsize=4096)
