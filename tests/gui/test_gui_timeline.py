@@ -17,14 +17,19 @@ from vtrain_gui.timeline.layout import BAR_HEIGHT, BAR_TOP
 from vtrain_gui.timeline.widget import TimelineWidget
 
 
-@pytest.fixture
-def timeline(qtbot):
+def _shown_timeline(qtbot, width: int, height: int) -> TimelineWidget:
+    """A new timeline widget of ``width`` x ``height`` px, shown and exposed."""
     w = TimelineWidget()
     qtbot.addWidget(w)
-    w.resize(1200, 500)
+    w.resize(width, height)
     w.show()
     qtbot.waitExposed(w)
     return w
+
+
+@pytest.fixture
+def timeline(qtbot):
+    return _shown_timeline(qtbot, 1200, 500)
 
 
 def _view_to_viewport(w: TimelineWidget, x: float, y: float) -> QtCore.QPoint:
@@ -128,11 +133,7 @@ def test_a_large_iteration_draws_the_same_pixels_prepared_in_a_thread_or_at_once
     pictures = []
     for sync_max in (10**9, 1000):  # at once; then in a worker thread
         monkeypatch.setattr(items_module, "SYNC_MAX_TASKS", sync_max)
-        w = TimelineWidget()
-        qtbot.addWidget(w)
-        w.resize(900, 400)
-        w.show()
-        qtbot.waitExposed(w)
+        w = _shown_timeline(qtbot, 900, 400)
         w.set_data(graph, schedule)
         assert (w.gantt.layout is None) == (sync_max == 1000)
         assert w.wait_ready()
@@ -450,11 +451,7 @@ def test_the_time_axis_names_its_start(qtbot):
     """The time axis labels 0 at its left end (pyqtgraph dropped the "0", half outside the
     axis: the Plan tab's timeline began at "5")."""
     graph, schedule = synthetic_iteration(p=2, m=4)
-    w = TimelineWidget()
-    qtbot.addWidget(w)
-    w.resize(760, 300)
-    w.show()
-    qtbot.waitExposed(w)
+    w = _shown_timeline(qtbot, 760, 300)
     w.set_data(graph, schedule)
     assert w.wait_ready()
     axis = w.plot.getPlotItem().getAxis("bottom")
