@@ -447,7 +447,44 @@ def unused_values(session: Session, space: SweepSpace, result: SweepResult
         missing = {v for v in given if v not in seen}
         if missing:
             unused[option] = missing
+    out += _variant_reasons(space, result, unused)
     return out + _value_reasons(session, space, unused)
+
+
+#: Sweep options whose values are variants of the plans with one size above 1 (option, space
+#: attribute, plan field, the size's plan field, its symbol, what the values are).
+_VARIANTS = (("--cp-comm-types", "cp_comm_type", "cp_comm_type", "context_parallel", "cp",
+              "context-parallel exchanges"),
+             ("--moe-token-dispatcher", "moe_token_dispatcher_type",
+              "moe_token_dispatcher_type", "expert_parallel", "ep", "MoE token dispatchers"))
+
+
+def _variant_reasons(space: SweepSpace, result: SweepResult,
+                     unused: dict[str, set]) -> list[FieldError]:
+    """The values given for an exchange (``--cp-comm-types``) or a token dispatcher
+    (``--moe-token-dispatcher``) that no plan takes because no valid plan has the size they
+    vary (cp > 1, ep > 1): named with that reason (and taken out of ``unused``), not with a
+    rule of some other size combination; the dispatcher, not a probed option, is checked here
+    too."""
+    out = []
+    for option, attr, name, size, sym, what in _VARIANTS:
+        given = as_list(getattr(space, attr) or ())
+        if not given or size not in result.plan_columns:
+            continue
+        sizes = np.asarray(result.plan_columns[size])
+        if (sizes > 1).any():
+            continue  # some plan has the size: the values' own rules speak (_value_reasons)
+        missing = set(unused.pop(option, ())) if option in unused else set()
+        if name in result.plan_columns:
+            seen = set(np.asarray(result.plan_columns[name]).tolist())
+            missing |= {v for v in given if v not in seen}
+        if missing:
+            tried = sorted(set(sizes.tolist()))
+            out.append(FieldError(
+                f"{option} {', '.join(sorted(map(str, missing)))}",
+                f"{what} apply to the plans with {sym} > 1 only, and no valid plan of this "
+                f"sweep has one ({sym} tried: {', '.join(map(str, tried)) or 'none'})"))
+    return out
 
 
 def left_out_values(session: Session, space: SweepSpace, field: str, taken) -> list[dict]:
