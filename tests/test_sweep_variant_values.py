@@ -83,3 +83,27 @@ def test_dense_dispatcher_refusal_from_the_library():
         run_sweep(session, SweepSpace(num_gpus=(8,), context_parallel=(1,),
                                       moe_token_dispatcher_type=("flex",)))
     assert [e.field for e in info.value.errors] == ["sweep.moe_token_dispatcher_type"]
+
+
+def test_no_plan_reason_counts_only_the_default_virtual_stages_the_sweep_tries(tmp_path, capsys):
+    """Without --virtual-pipeline-stages the sweep tries the v of 2 to 8 whose p*v split the
+    layers; the reason a value is in no plan counts only those: GPT-3 13B (40 layers), p=4,
+    global batch 6 (m = 6 micro-batches, not a multiple of 4) -- the micro-batch rule, not "40
+    layers not divisible by 4*3" of a v=3 the sweep never tries (20 of the 28 combinations
+    before). With no such v at all (32 layers, p=3), that is the reason."""
+    cfg = str(tmp_path / "g13.json")
+    assert main(["import", "preset", "GPT-3 13B", "--gpu", "H100-SXM5-80GB", "--out", cfg]) == 0
+    capsys.readouterr()
+    assert main(["sweep", cfg, "--gpus", "8", "--set", "plan.global_batch_size=6",
+                 "--schedules", "interleaved", "--pipeline-parallel", "4",
+                 "--tensor-parallel", "2", "--zero-stages", "1", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "to be a multiple of pipeline_parallel_size=4" in err
+    assert "4*3=12" not in err and "in 8 of the 8 size combinations" in err
+    assert main(["sweep", str(DENSE), "--gpus", "3", "--set", "plan.global_batch_size=12",
+                 "--set", "model.num_layers=32", "--schedules", "interleaved",
+                 "--pipeline-parallel", "3", "--tensor-parallel", "1", "--zero-stages", "1",
+                 "--context-parallel", "1", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert ("--schedules interleaved: no virtual-stage count v of 2 to 8 splits the 32 layers"
+            in err)

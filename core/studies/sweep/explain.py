@@ -278,7 +278,7 @@ def _combination_reason(session: Session, space: SweepSpace, name: str, v) -> st
     counts = space.gpu_counts()
     m = session.model
     tally: dict[tuple[str, str], list] = {}
-    probes = one_stage = 0
+    probes = one_stage = unsplit = 0
     for t, p, cp, d in itertools.product(*(tried[f] for f in (
             "tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel"))):
         world = t * p * cp * d
@@ -296,6 +296,12 @@ def _combination_reason(session: Session, space: SweepSpace, name: str, v) -> st
                     continue
                 chunks = pipeline_schedules.get(sched).chunks(vv) if sched in known else 1
                 room, _ = _pipeline_fields(session, p, chunks) if p > 1 else ({}, None)
+                if vv is not None and space.virtual_pipeline_stages is None and \
+                        pipeline_split_slots(m.num_layers, probe_plan(session.plan, **{
+                            **room, "pipeline_parallel": p, "schedule": sched,
+                            "virtual_pipeline_stages": vv})) % (p * vv):
+                    unsplit += 1
+                    continue  # not a default v of this p: the sweep tries only those that split
                 probe = session.copy()
                 probe.plan = probe_plan(session.plan, **{
                     **room, "tensor_parallel": t, "pipeline_parallel": p,
@@ -317,6 +323,12 @@ def _combination_reason(session: Session, space: SweepSpace, name: str, v) -> st
                 break
         if probes >= _MAX_PROBES:
             break
+    if not probes and unsplit:
+        return (f"no virtual-stage count v of 2 to 8 splits the {m.num_layers} layers (or one "
+                "or two more layer slots) evenly over the p*v virtual stages of the p tried "
+                f"({', '.join(map(str, tried['pipeline_parallel']))}): the schedules with "
+                "virtual stages have no plan in this budget (give --virtual-pipeline-stages, "
+                "or another p)")
     if not probes:
         if name == "schedule" and one_stage:
             return (f"every plan of this budget has one pipeline stage (p=1), where every "
