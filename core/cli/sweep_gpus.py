@@ -102,7 +102,9 @@ def run_gpu_choice(args: argparse.Namespace) -> int:
     import dataclasses
 
     from core.cli.sweep import _space_from_args
-    base = _space_from_args(args, session)
+    # (a stand-in budget: each row's max_gpus replaces it, and the session's own plan, which
+    # need not be valid here, is not asked for its GPU count)
+    base = _space_from_args(argparse.Namespace(**{**vars(args), "max_gpus": "1"}), session)
 
     def space_for(row):
         return dataclasses.replace(base, num_gpus=None, max_gpus=row.max_gpus)
