@@ -236,3 +236,39 @@ def test_no_point_says_why_none_fits_or_none_finishes(tmp_path, capsys):
     for k in range(fine.num_points):
         res = fine.sweeps[int(fine.row[k])]
         assert fine.point(k)["memory_verdict"] == res.memory_verdict[int(fine.index[k])]
+
+
+def test_plan_space_options_apply_to_every_row(tmp_path, capsys):
+    """``--gpus-from`` with plan-space options (--micro-batch-sizes, --schedules, --zero-stages,
+    --context-parallel ...) sweeps each row over that space, up to its max_gpus: each row is
+    ``vtrain sweep --max-gpus max_gpus`` with the same options (they were dropped silently:
+    a front plan had b=1 under --micro-batch-sizes 2,4); --max-work is refused by name, and
+    options that leave no valid plan on any row exit 2 saying why, per row."""
+    cfg = tmp_path / "s.json"
+    save_session(tiny_session(), cfg)
+    sheet = tmp_path / "p.csv"
+    sheet.write_text(HEADER + "A100-SXM4-80GB,0.3,8,,test,2026-01-01\n"
+                     "H100-SXM5-80GB,2.9,4,,test,2026-01-01\n")
+    opts = ["--micro-batch-sizes", "2,4", "--schedules", "1f1b", "--zero-stages", "1",
+            "--context-parallel", "1", "--workers", "1"]
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--json"] + opts) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["front"], "the case needs a front"
+    labels = [p["plan"].split() for p in doc["front"]]  # "t=1 p=1 d=8 b=2 1f1b ... zero=1"
+    assert all(("b=2" in w or "b=4" in w) and "1f1b" in w and "zero=1" in w for w in labels)
+    # each row's plan count is vtrain sweep's with the row's budget and the same options
+    counts = []
+    for gpu, budget in (("A100-SXM4-80GB", 8), ("H100-SXM5-80GB", 4)):
+        assert main(["sweep", str(cfg), "--max-gpus", str(budget), "--json",
+                     "--set", f"cluster.gpu={gpu}"] + opts) == 0
+        counts.append(json.loads(capsys.readouterr().out)["num_plans"])
+    assert [r["num_plans"] for r in doc["rows"]] == counts
+    # refused by name
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--max-work", "5"]) == 2
+    assert "--max-work: does not apply with --gpus-from" in capsys.readouterr().err
+    # no valid plan on any row: exit 2, why per row, not "no plan fits in memory"
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--tensor-parallel", "3",
+                 "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "A100-SXM4-80GB: sweep: no valid plan" in err and "--tensor-parallel 3" in err
+    assert "H100-SXM5-80GB: sweep: no valid plan" in err and "fits in memory" not in err

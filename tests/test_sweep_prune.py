@@ -206,7 +206,7 @@ def test_cli_pick_writes_the_plan_as_a_session(tmp_path, capsys):
     # a .json out without --pick: no CSV written under a .json name; the message says what to do
     capsys.readouterr()
     assert main(args + ["--out", str(bad)]) == 2
-    assert "--out" in (err := capsys.readouterr().err) and "--pick fastest|cheapest|N" in err
+    assert "--out" in (err := capsys.readouterr().err) and "--pick fastest|cheapest|deadline|N" in err
     assert "--out FILE.csv" in err and not bad.exists()
 
 

@@ -110,15 +110,18 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--price-per-gpu-hour", type=decimal_arg, metavar="USD",
                     help="price of one GPU-hour in USD (overrides the file)")
     sw.add_argument("--deadline-days", type=decimal_arg, metavar="D",
-                    help="also report the cheapest plan that trains within D days")
+                    help="also report the cheapest plan that trains within D days (the "
+                         "failure-free days, iterations x iteration time; --pick deadline "
+                         "writes it as a session)")
     sw.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
     sw.add_argument("--out", metavar="FILE.csv|S.json",
                     help="write every plan to a CSV file; with --pick, write the picked plan as a "
                          "session file (.json) instead")
-    sw.add_argument("--pick", metavar="fastest|cheapest|N",
+    sw.add_argument("--pick", metavar="fastest|cheapest|deadline|N",
                     help="with --out S.json: the plan to write as a session (the sweep's model, "
-                         "cluster and cost): the fastest or cheapest plan that fits, or the N-th "
-                         "plan of the Pareto front, fastest first (1 = the fastest)")
+                         "cluster and cost): the fastest or cheapest plan that fits, the "
+                         "cheapest that fits and trains within --deadline-days (deadline), or "
+                         "the N-th plan of the Pareto front, fastest first (1 = the fastest)")
     sw.add_argument("--workers", metavar="N",
                     help="processes to sweep on (default: all cores; 1: this process only); with "
                          "--dask local, the size of the local Dask cluster")
@@ -234,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_work is not None and args.max_work < 1:
         raise ConfigError([FieldError("--max-work", f"{args.max_work} must be a positive number "
                                                     "of pipeline steps")])
-    pick = _pick_arg(args.pick, args.out)
+    pick = _pick_arg(args.pick, args.out, args.deadline_days)
     session = session_from_args(args, validate=False)
     check_outputs([("--out", args.out)], session_inputs(session))
     try:
@@ -284,8 +287,10 @@ def run(args: argparse.Namespace) -> int:
         console = Console()
         _print_result(result, console, None if pick is not None else args.out)
         if pick is not None:
-            console.print(f"[dim]the {pick if isinstance(pick, str) else f'plan {pick} of the front'}"
-                          f" written as a session to {esc(args.out)}[/]")
+            what = (f"plan {pick} of the front" if not isinstance(pick, str)
+                    else f"cheapest plan within {result.deadline_days:g} days"
+                    if pick == "deadline" else pick)
+            console.print(f"[dim]the {what} written as a session to {esc(args.out)}[/]")
             tight = _tight_pick_note(result, pick, picked)
             if tight:
                 console.print(esc(tight), highlight=False)
@@ -339,26 +344,33 @@ def _sweep_interruptibly(sweep: Any, err_console: Console, show: bool) -> Any:
             signal.signal(signal.SIGINT, previous)
 
 
-def _pick_arg(text: str | None, out: str | None) -> str | int | None:
-    """``--pick``'s value: ``"fastest"``, ``"cheapest"`` or a 1-based rank on the front; it
+def _pick_arg(text: str | None, out: str | None,
+              deadline_days: float | None = None) -> str | int | None:
+    """``--pick``'s value: ``"fastest"``, ``"cheapest"``, ``"deadline"`` (the cheapest plan
+    that fits within ``--deadline-days``, which it needs) or a 1-based rank on the front; it
     needs ``--out S.json``, and ``--out S.json`` needs it (a CSV of every plan is ``--out
     FILE.csv``): ConfigError otherwise."""
     if text is None:
         if out and out.lower().endswith(".json"):
             raise ConfigError([FieldError("--out", f"{out!r}: a .json file holds one plan as a "
-                                                   "session: add --pick fastest|cheapest|N, or "
+                                                   "session: add --pick fastest|cheapest|"
+                                                   "deadline|N, or "
                                                    "give --out FILE.csv for every plan "
                                                    "(--json prints the sweep as JSON)")])
         return None
     value = text.strip().lower()
-    if value not in ("fastest", "cheapest"):
+    if value not in ("fastest", "cheapest", "deadline"):
         try:
             value = int(value)
         except ValueError:
             value = 0
         if value < 1:
-            raise ConfigError([FieldError("--pick", f"{text!r}: give fastest, cheapest or a "
-                                                    "positive rank on the Pareto front")])
+            raise ConfigError([FieldError("--pick", f"{text!r}: give fastest, cheapest, "
+                                                    "deadline or a positive rank on the Pareto "
+                                                    "front")])
+    if value == "deadline" and deadline_days is None:
+        raise ConfigError([FieldError("--pick", "deadline: the cheapest plan within a deadline "
+                                                "needs --deadline-days D")])
     if not out or not out.lower().endswith(".json"):
         raise ConfigError([FieldError("--out", "--pick writes a session: give --out S.json")])
     return value
@@ -372,6 +384,13 @@ def _write_pick(result, pick: str | int, path: str) -> int:
         i = result.fastest
     elif pick == "cheapest":
         i = result.cheapest
+    elif pick == "deadline":
+        i = result.cheapest_within_deadline
+        if i is None and result.fastest is not None:
+            raise ConfigError([FieldError("--pick", (
+                f"deadline: no plan that fits finishes within {result.deadline_days:g} days; "
+                f"the fastest plan that fits takes "
+                f"{fmt_days(result.training_days[result.fastest])} days"))])
     else:
         front = result.pareto_indices()
         if pick > front.size:

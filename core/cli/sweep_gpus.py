@@ -20,7 +20,7 @@ __all__ = ["add_arguments", "run_gpu_choice", "SHEET_OPTIONS_REFUSED"]
 SHEET_OPTIONS_REFUSED = (("gpus", "--gpus"), ("max_gpus", "--max-gpus"),
                          ("profile", "--profile"), ("price_per_gpu_hour", "--price-per-gpu-hour"),
                          ("pick", "--pick"), ("out", "--out"), ("dask", "--dask"),
-                         ("deadline_days", "--deadline-days"))
+                         ("deadline_days", "--deadline-days"), ("max_work", "--max-work"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,8 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "columns gpu, price_per_gpu_hour_usd, max_gpus, optional gpus_per_node, source, "
              "date; docs/gpu_choice.md) up to its max_gpus, and print the front of expected "
              "days (with failures and checkpoints, CONFIG's reliability section) against "
-             "expected dollars across the kinds; --tokens, --set, --workers, --exhaustive and "
-             "--json apply, the plan-space options do not (each kind's default space)")
+             "expected dollars across the kinds; --tokens, --set, --workers, --exhaustive, "
+             "--json and the plan-space options (--micro-batch-sizes, --schedules, "
+             "--zero-stages, --context-parallel ...) apply to each kind's sweep, up to its "
+             "max_gpus")
 
 
 def _money(usd: float | None) -> str:
@@ -95,17 +97,41 @@ def run_gpu_choice(args: argparse.Namespace) -> int:
         raise session.in_its_terms(exc) from None
     from core.studies.sweep.parallel import default_workers
     workers = _workers(args.workers) or default_workers()
+    # the plan-space options given apply to every row's sweep, up to the row's max_gpus (the
+    # defaults are vtrain sweep's: SweepSpace.default_for's space with max_gpus=row.max_gpus)
+    import dataclasses
+
+    from core.cli.sweep import _space_from_args
+    # (a stand-in budget: each row's max_gpus replaces it, and the session's own plan, which
+    # need not be valid here, is not asked for its GPU count)
+    base = _space_from_args(argparse.Namespace(**{**vars(args), "max_gpus": "1"}), session)
+
+    def space_for(row):
+        return dataclasses.replace(base, num_gpus=None, max_gpus=row.max_gpus)
+
     err = Console(stderr=True)
     if args.json or not err.is_terminal:
-        choice = choose_gpus(session, sheet, prune=not args.exhaustive, workers=workers)
+        choice = choose_gpus(session, sheet, prune=not args.exhaustive, workers=workers,
+                             space_for=space_for)
     else:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       console=err, transient=True) as bar:
             tasks = [bar.add_task(f"sweeping {lab}", total=None) for lab in sheet.labels]
             choice = choose_gpus(session, sheet, prune=not args.exhaustive, workers=workers,
+                                 space_for=space_for,
                                  progress=lambda r, d, t: bar.update(tasks[r], completed=d,
                                                                      total=t))
+    if not any(res.num_plans for res in choice.sweeps):
+        # the plan-space options leave no valid plan on any row: say why, as vtrain sweep does
+        # (exit 2), for each row's own GPU kind and budget
+        from core.studies.gpu_choice import row_session
+        from core.studies.sweep import no_plan_errors
+        why = []
+        for r, row in enumerate(sheet.rows):
+            why += [dataclasses.replace(e, field=f"{sheet.labels[r]}: {e.field}")
+                    for e in no_plan_errors(row_session(session, row), space_for(row))]
+        raise ConfigError(why)
     if args.json:
         print(strict_dumps(choice.to_dict()))
     else:

@@ -278,7 +278,7 @@ def _combination_reason(session: Session, space: SweepSpace, name: str, v) -> st
     counts = space.gpu_counts()
     m = session.model
     tally: dict[tuple[str, str], list] = {}
-    probes = one_stage = 0
+    probes = one_stage = unsplit = 0
     for t, p, cp, d in itertools.product(*(tried[f] for f in (
             "tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel"))):
         world = t * p * cp * d
@@ -296,6 +296,12 @@ def _combination_reason(session: Session, space: SweepSpace, name: str, v) -> st
                     continue
                 chunks = pipeline_schedules.get(sched).chunks(vv) if sched in known else 1
                 room, _ = _pipeline_fields(session, p, chunks) if p > 1 else ({}, None)
+                if vv is not None and space.virtual_pipeline_stages is None and \
+                        pipeline_split_slots(m.num_layers, probe_plan(session.plan, **{
+                            **room, "pipeline_parallel": p, "schedule": sched,
+                            "virtual_pipeline_stages": vv})) % (p * vv):
+                    unsplit += 1
+                    continue  # not a default v of this p: the sweep tries only those that split
                 probe = session.copy()
                 probe.plan = probe_plan(session.plan, **{
                     **room, "tensor_parallel": t, "pipeline_parallel": p,
@@ -317,6 +323,12 @@ def _combination_reason(session: Session, space: SweepSpace, name: str, v) -> st
                 break
         if probes >= _MAX_PROBES:
             break
+    if not probes and unsplit:
+        return (f"no virtual-stage count v of 2 to 8 splits the {m.num_layers} layers (or one "
+                "or two more layer slots) evenly over the p*v virtual stages of the p tried "
+                f"({', '.join(map(str, tried['pipeline_parallel']))}): the schedules with "
+                "virtual stages have no plan in this budget (give --virtual-pipeline-stages, "
+                "or another p)")
     if not probes:
         if name == "schedule" and one_stage:
             return (f"every plan of this budget has one pipeline stage (p=1), where every "
@@ -447,7 +459,44 @@ def unused_values(session: Session, space: SweepSpace, result: SweepResult
         missing = {v for v in given if v not in seen}
         if missing:
             unused[option] = missing
+    out += _variant_reasons(space, result, unused)
     return out + _value_reasons(session, space, unused)
+
+
+#: Sweep options whose values are variants of the plans with one size above 1 (option, space
+#: attribute, plan field, the size's plan field, its symbol, what the values are).
+_VARIANTS = (("--cp-comm-types", "cp_comm_type", "cp_comm_type", "context_parallel", "cp",
+              "context-parallel exchanges"),
+             ("--moe-token-dispatcher", "moe_token_dispatcher_type",
+              "moe_token_dispatcher_type", "expert_parallel", "ep", "MoE token dispatchers"))
+
+
+def _variant_reasons(space: SweepSpace, result: SweepResult,
+                     unused: dict[str, set]) -> list[FieldError]:
+    """The values given for an exchange (``--cp-comm-types``) or a token dispatcher
+    (``--moe-token-dispatcher``) that no plan takes because no valid plan has the size they
+    vary (cp > 1, ep > 1): named with that reason (and taken out of ``unused``), not with a
+    rule of some other size combination; the dispatcher, not a probed option, is checked here
+    too."""
+    out = []
+    for option, attr, name, size, sym, what in _VARIANTS:
+        given = as_list(getattr(space, attr) or ())
+        if not given or size not in result.plan_columns:
+            continue
+        sizes = np.asarray(result.plan_columns[size])
+        if (sizes > 1).any():
+            continue  # some plan has the size: the values' own rules speak (_value_reasons)
+        missing = set(unused.pop(option, ())) if option in unused else set()
+        if name in result.plan_columns:
+            seen = set(np.asarray(result.plan_columns[name]).tolist())
+            missing |= {v for v in given if v not in seen}
+        if missing:
+            tried = sorted(set(sizes.tolist()))
+            out.append(FieldError(
+                f"{option} {', '.join(sorted(map(str, missing)))}",
+                f"{what} apply to the plans with {sym} > 1 only, and no valid plan of this "
+                f"sweep has one ({sym} tried: {', '.join(map(str, tried)) or 'none'})"))
+    return out
 
 
 def left_out_values(session: Session, space: SweepSpace, field: str, taken) -> list[dict]:

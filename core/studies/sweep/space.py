@@ -753,7 +753,8 @@ class _Choices:
         Raises
         ------
         ConfigError
-            The expert all-to-all overlap asked on for a dense model, the session's
+            The expert all-to-all overlap asked on, or a token dispatcher other than the
+            session's, for a dense model, the session's
             ``delay_wgrad_compute`` without that overlap, or the a2a+p2p exchange asked
             without the session's ``cp_a2a_size``.
         """
@@ -789,6 +790,12 @@ class _Choices:
                 raise ConfigError([FieldError(
                     "sweep.overlap_moe_expert_parallel_comm", "on needs a mixture-of-experts "
                     "model (model.num_experts): a dense model has no expert all-to-alls")])
+            other = [d for d in disps if d != base.moe_token_dispatcher_type]
+            if space.moe_token_dispatcher_type is not None and other:
+                raise ConfigError([FieldError(
+                    "sweep.moe_token_dispatcher_type", f"{', '.join(other)} "
+                    "(--moe-token-dispatcher) needs a mixture-of-experts model "
+                    "(model.num_experts): a dense model dispatches no tokens to experts")])
             ovs = [False]
         if base.delay_wgrad_compute is True and True not in ovs:  # what validate says of the file
             raise ConfigError([FieldError("plan.delay_wgrad_compute", "delay_wgrad_compute needs "
