@@ -13,7 +13,6 @@ import json
 import pytest
 
 from core.cli import main
-from core.io.session import save_session
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.fields import ConfigError
 from core.plan.parallel import ParallelPlan
