@@ -77,9 +77,11 @@ def _workers(text: str | None) -> int | None:
     return n
 
 
-def run_gpu_choice(args: argparse.Namespace) -> int:
+def run_gpu_choice(args: argparse.Namespace, space_from_args: Any) -> int:
     """Run ``vtrain sweep CONFIG --gpus-from PRICES.csv``; returns the exit status (errors
-    raise ConfigError and friends: exit 2)."""
+    raise ConfigError and friends: exit 2). ``space_from_args(args, session)`` is
+    ``vtrain sweep``'s reading of the plan-space options (passed in: this module is
+    ``core.cli.sweep``'s, which imports it)."""
     from core.cli.common import check_number, session_from_args
     from core.io.price_sheet import read_price_sheet
     from core.plan.rules import check_all_but_the_plan
@@ -101,10 +103,9 @@ def run_gpu_choice(args: argparse.Namespace) -> int:
     # defaults are vtrain sweep's: SweepSpace.default_for's space with max_gpus=row.max_gpus)
     import dataclasses
 
-    from core.cli.sweep import _space_from_args
     # (a stand-in budget: each row's max_gpus replaces it, and the session's own plan, which
     # need not be valid here, is not asked for its GPU count)
-    base = _space_from_args(argparse.Namespace(**{**vars(args), "max_gpus": "1"}), session)
+    base = space_from_args(argparse.Namespace(**{**vars(args), "max_gpus": "1"}), session)
 
     def space_for(row):
         return dataclasses.replace(base, num_gpus=None, max_gpus=row.max_gpus)
