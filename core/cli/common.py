@@ -344,10 +344,9 @@ def session_from_args(args: argparse.Namespace, validate: bool = True,
                                                                 "kind's node)")):
             old, new = getattr(old_cluster, name), getattr(session.cluster, name)
             if new != old and f"cluster.{name}" not in given:  # moved by the GPU kind
-                from core.plan.cluster import GPU_NIC_GBITS_PER_GPU
+                from core.plan.cluster import has_reference_network
                 from core.util.text import printable
-                if name != "gpus_per_node" and old != GPU_NIC_GBITS_PER_GPU.get(
-                        old_cluster.gpu, -1) * old_cluster.gpus_per_node:
+                if name != "gpus_per_node" and not has_reference_network(old_cluster):
                     what = ("the node's network at the same share per GPU: {new:,g} Gb/s for "
                             f"{session.cluster.gpus_per_node:,} GPUs (was {{old:,g}} for "
                             f"{old_cluster.gpus_per_node:,})")

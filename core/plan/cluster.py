@@ -15,7 +15,8 @@ from core.plan.fields import BOUNDS, described_field
 
 __all__ = ["GPU_KINDS", "GPU_NVLINK_DOMAIN", "GPU_HOST_GPUS", "NVLINK_DOMAIN_SPANS_HOSTS",
            "gpus_per_host", "processes_per_host", "GPU_FP8_DTYPES", "GPU_NIC_GBITS_PER_GPU",
-           "node_network_gbits_per_s", "NODE_FIELDS", "on_gpu_kind", "ClusterConfig", "CostConfig",
+           "node_network_gbits_per_s", "NODE_FIELDS", "has_reference_network", "on_gpu_kind",
+           "ClusterConfig", "CostConfig",
            "LLAMA3_FAILURES_PER_GPU_HOUR", "ReliabilityConfig", "gpu_kind"]
 
 
@@ -132,6 +133,15 @@ def node_network_gbits_per_s(cluster: "ClusterConfig") -> float:
 NODE_FIELDS = ("gpus_per_node", "inter_node_bandwidth_gbits_per_s")
 
 
+def has_reference_network(cluster: "ClusterConfig") -> bool:
+    """Whether the cluster's network per node is its GPU kind's reference node's, written
+    out: one NIC of :data:`GPU_NIC_GBITS_PER_GPU` per GPU (3,200 Gb/s for 8 H100s); False when
+    it is empty or the kind has no reference node."""
+    nic = GPU_NIC_GBITS_PER_GPU.get(cluster.gpu)
+    bw = cluster.inter_node_bandwidth_gbits_per_s
+    return bw is not None and nic is not None and bw == nic * cluster.gpus_per_node
+
+
 def on_gpu_kind(cluster: "ClusterConfig", gpu: str,
                 gpus_per_node: int | None = None) -> "ClusterConfig":
     """``cluster`` with GPU kind ``gpu`` (a copy), its node following the kind, or of
@@ -152,10 +162,9 @@ def on_gpu_kind(cluster: "ClusterConfig", gpu: str,
         new.gpus_per_node = gpus_per_node
     elif domain is not None and cluster.gpus_per_node == old_domain:
         new.gpus_per_node = domain
-    nic, old_nic = GPU_NIC_GBITS_PER_GPU.get(gpu), GPU_NIC_GBITS_PER_GPU.get(cluster.gpu)
+    nic = GPU_NIC_GBITS_PER_GPU.get(gpu)
     bw = cluster.inter_node_bandwidth_gbits_per_s
-    if (bw is not None and nic is not None and old_nic is not None
-            and bw == old_nic * cluster.gpus_per_node):
+    if nic is not None and has_reference_network(cluster):
         new.inter_node_bandwidth_gbits_per_s = nic * new.gpus_per_node
     elif bw is not None and new.gpus_per_node != cluster.gpus_per_node:
         new.inter_node_bandwidth_gbits_per_s = bw / cluster.gpus_per_node * new.gpus_per_node

@@ -246,12 +246,11 @@ def _sharding(mp: Mapper, d: int, t: int) -> None:
     if fsdp and dist:
         raise MegatronArgsError(f"{src}: --use-torch-fsdp2 and --use-distributed-optimizer "
                                 "exclude each other")
-    if _megatron_fsdp(mp, fsdp, dist):
-        pass
-    elif fsdp or dist:
+    megatron_fsdp = _megatron_fsdp(mp, fsdp, dist)  # sets plan.zero_stage when it is used
+    if not megatron_fsdp and (fsdp or dist):
         mp.set("--use-torch-fsdp2" if fsdp else "--use-distributed-optimizer", "plan.zero_stage",
                3 if fsdp else 1)
-    elif field_exists("plan.zero_stage"):
+    elif not megatron_fsdp and field_exists("plan.zero_stage"):
         mp.set("zero stage", "plan.zero_stage", 0)
     flag = "--num-distributed-optimizer-instances"
     if mp.take(flag):  # Megatron-Core: each instance shards over d*cp/n ranks, i.e. d/n of d

@@ -463,12 +463,13 @@ def unused_values(session: Session, space: SweepSpace, result: SweepResult
     return out + _value_reasons(session, space, unused)
 
 
-#: Sweep options whose values are variants of the plans with one size above 1 (option, space
-#: attribute, plan field, the size's plan field, its symbol, what the values are).
-_VARIANTS = (("--cp-comm-types", "cp_comm_type", "cp_comm_type", "context_parallel", "cp",
+#: Sweep options whose values are variants of the plans with one size above 1 (option, the
+#: plan field it sweeps (the space's attribute of that name), the size's plan field, its
+#: symbol, what the values are).
+_VARIANTS = (("--cp-comm-types", "cp_comm_type", "context_parallel", "cp",
               "context-parallel exchanges"),
-             ("--moe-token-dispatcher", "moe_token_dispatcher_type",
-              "moe_token_dispatcher_type", "expert_parallel", "ep", "MoE token dispatchers"))
+             ("--moe-token-dispatcher", "moe_token_dispatcher_type", "expert_parallel", "ep",
+              "MoE token dispatchers"))
 
 
 def _variant_reasons(space: SweepSpace, result: SweepResult,
@@ -479,14 +480,14 @@ def _variant_reasons(space: SweepSpace, result: SweepResult,
     rule of some other size combination; the dispatcher, not a probed option, is checked here
     too."""
     out = []
-    for option, attr, name, size, sym, what in _VARIANTS:
-        given = as_list(getattr(space, attr) or ())
+    for option, name, size, sym, what in _VARIANTS:
+        given = as_list(getattr(space, name) or ())
         if not given or size not in result.plan_columns:
             continue
         sizes = np.asarray(result.plan_columns[size])
         if (sizes > 1).any():
             continue  # some plan has the size: the values' own rules speak (_value_reasons)
-        missing = set(unused.pop(option, ())) if option in unused else set()
+        missing = set(unused.pop(option, ()))
         if name in result.plan_columns:
             seen = set(np.asarray(result.plan_columns[name]).tolist())
             missing |= {v for v in given if v not in seen}
