@@ -242,8 +242,9 @@ class ProfilesTab(QtWidgets.QWidget):
         split.addWidget(self.table)
         split.addWidget(self.details)
         # the stores over their provenance: at 1,280 x 800 a third for the table showed five
-        # of the eleven shipped stores, two thirds for a text that mostly scrolls
-        split.setStretchFactor(0, 2)
+        # of the eleven shipped stores, two thirds for a text that mostly scrolls; two thirds
+        # left it a dozen pixels short of the eleventh when a horizontal scroll bar showed
+        split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 1)
         split.setChildrenCollapsible(False)
         return split
