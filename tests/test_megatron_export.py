@@ -173,6 +173,12 @@ def test_every_rule_fires_and_is_kept():
                                        "block", "--recompute-granularity full"),
         "iteration-or-sample-based": ("--train-samples 5000 --train-iters 100",
                                       "--train-iters 0"),
+        "iteration-based-lr-decay": ("--train-iters 100 --lr-decay-samples 900",
+                                     "--train-iters 0"),
+        "iteration-based-lr-warmup": ("--train-iters 100 --lr-warmup-samples 90",
+                                      "--lr-warmup-samples 0"),
+        "iteration-based-no-rampup": ("--train-iters 100 --rampup-batch-size 16 16 5000",
+                                      "--train-iters 0"),
     }
     assert set(cases) <= {r.name for r in RULES}
     for name, (bad, fix) in cases.items():

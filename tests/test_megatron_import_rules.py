@@ -49,6 +49,11 @@ REFUSED = {
     "iters_and_samples.sh": (FSDP2_LAUNCH.replace("--train-iters 1000",
                                                   "--train-iters 1000 --train-samples 5000"),
                              "iteration-or-sample-based"),
+    # Megatron ramps the batch size up in sample-based runs only (validate_args: "expected no
+    # batch-size rampup for iteration-based training"); the import listed it as ignored
+    "rampup_with_iters.sh": (FSDP2_LAUNCH.replace(
+        "--train-iters 1000", "--train-iters 1000 --rampup-batch-size 16 16 5000"),
+        "iteration-based-no-rampup"),
 }
 
 

@@ -86,6 +86,9 @@ OPTIONS: dict[str, tuple[str, Any, Any]] = {
     "--recompute-num-layers": ("recompute_num_layers", None, None),
     "--train-iters": ("train_iters", None, None),
     "--train-samples": ("train_samples", None, None),
+    "--rampup-batch-size": ("rampup_batch_size", 3, None),
+    "--lr-decay-samples": ("lr_decay_samples", None, None),
+    "--lr-warmup-samples": ("lr_warmup_samples", None, 0),
 }
 
 #: Compute capability (major) of each shipped GPU kind: Megatron-LM's
@@ -255,6 +258,15 @@ RULES: tuple[Rule, ...] = (
     # validate_args' "Iteration-based training" block: the run's length is given one way
     Rule("iteration-or-sample-based", lambda ns: bool(ns["train_iters"]),
          lambda ns: ns["train_samples"] is None, "expected iteration-based training"),
+    Rule("iteration-based-lr-decay", lambda ns: bool(ns["train_iters"]),
+         lambda ns: ns["lr_decay_samples"] is None,
+         "expected iteration-based learning rate decay"),
+    Rule("iteration-based-lr-warmup", lambda ns: bool(ns["train_iters"]),
+         lambda ns: ns["lr_warmup_samples"] == 0,
+         "expected iteration-based learning rate warmup"),
+    Rule("iteration-based-no-rampup", lambda ns: bool(ns["train_iters"]),
+         lambda ns: ns["rampup_batch_size"] is None,
+         "expected no batch-size rampup for iteration-based training"),
 )
 
 
@@ -324,6 +336,9 @@ SESSION_FIELDS = {
     "recompute-full-method": "plan.recompute",
     "recompute-full-num-layers": "plan.recompute_num_layers",
     "iteration-or-sample-based": "cost.training_tokens (the export writes --train-samples only)",
+    "iteration-based-lr-decay": "(a launch's own arguments: the export writes no schedule)",
+    "iteration-based-lr-warmup": "(a launch's own arguments: the export writes no schedule)",
+    "iteration-based-no-rampup": "(a launch's own arguments: the export writes no ramp-up)",
 }
 
 
@@ -372,7 +387,8 @@ _INT_DESTS = frozenset({"num_layers", "micro_batch_size", "global_batch_size", "
                         "num_layers_per_virtual_pipeline_stage",
                         "num_virtual_stages_per_pipeline_rank",
                         "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                        "train_iters", "train_samples"})
+                        "train_iters", "train_samples", "lr_decay_samples",
+                        "lr_warmup_samples"})
 
 
 def broken_rules(args: Iterable[str]) -> list[Rule]:
