@@ -86,7 +86,7 @@ def test_waterfall_labels_do_not_overlap_on_a_laptop(qtbot, width):
     tab.set_pinned(simulate(a_session))
     tab.set_current(simulate(b_session))
     axis = tab.waterfall.getPlotItem().getAxis("bottom")
-    assert "ep_all_to_all" in tab.bar_names()
+    assert "ep_comm" in tab.bar_names()
     qtbot.waitUntil(lambda: len(axis.label_rects()) == len(tab.bar_names()), timeout=5000)
     tab.grab()  # paint at the final size
     _assert_apart(axis)
@@ -95,8 +95,7 @@ def test_waterfall_labels_do_not_overlap_on_a_laptop(qtbot, width):
     for rect in (r for _, r in axis.label_rects()):  # whole lines, inside the axis's height
         assert rect.bottom() <= axis.height() + 0.5
     tips = tab.bar_tooltips()
-    assert tips[tab.bar_names().index("ep_all_to_all")].startswith(
-        "expert all-to-all (MoE token dispatch and combine): ")
+    assert tips[tab.bar_names().index("ep_comm")].startswith("exposed EP all-to-all: ")
     assert tips[-1].startswith("iteration time B − A: ")
     # hovering a name shows its tooltip
     from PySide6 import QtTest

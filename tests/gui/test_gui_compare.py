@@ -99,8 +99,8 @@ def test_pin_change_plan_compare(window, qtbot, real_simulate):
     # the table holds both plans' iteration time, memory per GPU, cost
     from vtrain_gui.formatting import format_usd
     gib = pinned.report.max_memory_per_gpu_bytes / 2**30
-    assert tab.cell_text("Memory per GPU", 0) == f"{gib:,.1f} GiB"
-    assert tab.cell_text("Memory per GPU", 1) == \
+    assert tab.cell_text("Memory per GPU (max)", 0) == f"{gib:,.1f} GiB"
+    assert tab.cell_text("Memory per GPU (max)", 1) == \
         f"{b.report.max_memory_per_gpu_bytes / 2**30:,.1f} GiB"
     assert tab.cell_text("GPU memory", 0) == tab.cell_text("GPU memory", 1) == "80.0 GiB"
     assert tab.cell_text("Cost", 0) == format_usd(pinned.report.cost_usd)
@@ -297,10 +297,10 @@ def test_memory_rows_are_in_gib_with_each_gpus_capacity(qtbot):
     tab.set_current(b)
     need_a = a.report.max_memory_per_gpu_bytes / 2**30
     need_b = b.report.max_memory_per_gpu_bytes / 2**30
-    assert tab.cell_text("Memory per GPU", 0) == f"{need_a:,.1f} GiB"
-    assert tab.cell_text("Memory per GPU", 1) == f"{need_b:,.1f} GiB"
+    assert tab.cell_text("Memory per GPU (max)", 0) == f"{need_a:,.1f} GiB"
+    assert tab.cell_text("Memory per GPU (max)", 1) == f"{need_b:,.1f} GiB"
     delta = round(need_b - need_a, 1) + 0.0
-    assert tab.cell_text("Memory per GPU", 2) == (
+    assert tab.cell_text("Memory per GPU (max)", 2) == (
         ("+" if delta > 0 else "−" if delta < 0 else "") + f"{abs(delta):,.1f} GiB")
     cap_a = a.report.memory_capacity_bytes / 2**30
     cap_b = b.report.memory_capacity_bytes / 2**30
@@ -309,7 +309,7 @@ def test_memory_rows_are_in_gib_with_each_gpus_capacity(qtbot):
     assert tab.cell_text("GPU memory", 2).endswith(" GiB")
     assert cap_b > cap_a and "cluster.gpu A100-SXM4-80GB / GB200-NVL72" in tab.beyond_plan_note.text()
     tab.set_current(simulate(a_session))  # the same plan: a zero difference, never "−0.0"
-    assert tab.cell_text("Memory per GPU", 2) == "0.0 GiB"
+    assert tab.cell_text("Memory per GPU (max)", 2) == "0.0 GiB"
     assert tab.cell_text("GPU memory", 2) == "0.0 GiB"
 
 
