@@ -308,7 +308,9 @@ class CompareTab(QtWidgets.QWidget):
         self._fill_table(self._diff)
 
     def _draw_waterfall(self, diff: PlanDiff) -> None:
-        names = list(diff.terms)
+        # the terms vtrain diff prints: not those neither plan has (a zero bar took a slot,
+        # and at 1,280 px the names of the others were cut)
+        names = diff.shown_terms()
         heights = [diff.terms[n] for n in names]
         # each term's bar starts where the sum of the terms before it ends
         bottoms = np.concatenate([[0.0], np.cumsum(heights)[:-1]]) if heights else np.empty(0)
@@ -398,7 +400,26 @@ class CompareTab(QtWidgets.QWidget):
                             " (need per GPU of the GPU's memory; the margin is "
                             "cluster.memory_reserve_fraction)"))
                 self._w_table.setItem(r, c, cell)
+        self._fit_table_width()
         self._w_table.resizeRowsToContents()  # a long verdict wraps instead of being cut
+
+    def _fit_table_width(self) -> None:
+        """The table at least as wide as its row names and its widest cell in each column (the
+        memory verdict's figures wrap instead):
+        at 1,280 px the stretched columns cut "$1,682,122" to "$1,682,…" and broke the cost's
+        difference after its sign."""
+        table = self._w_table
+        fm = table.fontMetrics()
+        # the verdict's figures may wrap (resizeRowsToContents): not measured
+        cells = max((fm.horizontalAdvance(item.text()) + 12 for r in range(table.rowCount())
+                     for c in range(table.columnCount())
+                     if r != _FITS_ROW and (item := table.item(r, c)) is not None), default=0)
+        heads = max((table.horizontalHeader().sectionSizeHint(c)
+                     for c in range(table.columnCount())), default=0)
+        need = (table.verticalHeader().sizeHint().width() + table.columnCount() * max(cells, heads)
+                + 2 * table.frameWidth() + table.verticalScrollBar().sizeHint().width())
+        table.setMinimumWidth(max(380, need))
+        table.setMaximumWidth(max(520, need))
 
     def cell_text(self, row: int | str, column: int) -> str:
         """Text of the table's cell (rows: :data:`TABLE_ROWS`, by index or name; columns: A,

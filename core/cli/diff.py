@@ -106,11 +106,8 @@ def run(args: argparse.Namespace) -> int:
     t = Table(title="Iteration time, mean over pipeline stages", title_justify="left")
     for col in ("term", "A", "B", "B - A"):
         t.add_column(col, justify="left" if col == "term" else "right")
-    tiny = 1e-9 * max(d.a.report.iteration_time_s, d.b.report.iteration_time_s)
-    for name, delta in d.terms.items():
-        a, b = d.terms_a.get(name, 0.0), d.terms_b.get(name, 0.0)
-        if abs(a) <= tiny and abs(b) <= tiny:
-            continue  # a term neither plan has (the rounding rest, a kind neither uses)
+    for name in d.shown_terms():  # not a term neither plan has (the rounding rest ...)
+        a, b, delta = d.terms_a.get(name, 0.0), d.terms_b.get(name, 0.0), d.terms[name]
         # rounded first: a difference under half a millisecond prints +0.000, never -0.000
         t.add_row(esc(TIME_TERMS.get(name, name.replace("_", " "))), _s(a), _s(b),
                   f"{round(delta, 3) + 0.0:+,.3f} s")

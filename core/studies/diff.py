@@ -129,6 +129,15 @@ class PlanDiff:
     overlapped_a: dict[str, float] = field(default_factory=dict)
     overlapped_b: dict[str, float] = field(default_factory=dict)
 
+    def shown_terms(self) -> list[str]:
+        """The terms a table or chart of this diff shows, in order: those either plan has
+        (more than 1e-9 of the longer iteration time in A or B); a term neither has (the
+        rounding rest, overlap wait without overlapped communication, a kind neither plan
+        uses) is left out. ``vtrain diff`` and the Compare tab show the same terms."""
+        tiny = 1e-9 * max(self.a.report.iteration_time_s, self.b.report.iteration_time_s)
+        return [name for name in self.terms
+                if abs(self.terms_a.get(name, 0.0)) > tiny or abs(self.terms_b.get(name, 0.0)) > tiny]
+
     @property
     def difference_s(self) -> float:
         """Iteration time of B minus A, seconds."""
