@@ -17,7 +17,7 @@ from core.util.text import format_amount, format_energy
 
 from .category_axis import CategoryAxis
 from .empty_state import StaleVeil
-from .formatting import (KIND_COLORS, format_bytes, format_count, format_day_count, format_duration,
+from .formatting import (IDLE_COLOR, KIND_COLORS, format_bytes, format_count, format_day_count, format_duration,
                          format_fraction, format_rate, format_usd, format_usd_short)
 
 __all__ = ["CostPanel", "FIT_STATES"]
@@ -37,7 +37,7 @@ _MEMORY_PARTS = tuple((k, MEMORY_TERMS[k], c) for k, c in _MEMORY_COLORS.items()
 #: their colours, in the bar's order; a communication term in its kind's timeline colour.
 _BREAKDOWN_COLORS = {"compute": "#4C78A8", "comm": KIND_COLORS["tp_comm"],
                      "pp_comm": KIND_COLORS["pp_p2p"], "cp_comm": KIND_COLORS["cp_p2p"],
-                     "ep_comm": KIND_COLORS["ep_all_to_all"], "bubble": "#C9CED6",
+                     "ep_comm": KIND_COLORS["ep_all_to_all"], "bubble": IDLE_COLOR,
                      "overlap_wait": "#A8B4C4", "imbalance": "#E6D5C3"}
 #: The breakdown bar's parts: report attribute, name (:data:`core.sim.labels.TIME_TERMS`), colour.
 _BREAKDOWN = tuple((f"{k}_s", TIME_TERMS[k], c) for k, c in _BREAKDOWN_COLORS.items())

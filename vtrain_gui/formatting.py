@@ -8,13 +8,18 @@ from core.util.text import format_days
 
 __all__ = ["format_duration", "format_bytes", "format_count", "format_day_count", "format_usd",
            "format_fraction", "format_rate", "format_number_short", "format_usd_short",
-           "KIND_COLORS", "ERROR_STYLE", "VERDICT_COLORS"]
+           "KIND_COLORS", "IDLE_COLOR", "ERROR_STYLE", "VERDICT_COLORS"]
 
 #: Style sheet of a label that reports an error.
 ERROR_STYLE = "color: #C62828;"
 
 #: Text colour of the memory verdicts that need attention (:data:`core.sim.report.MEMORY_VERDICTS`).
 VERDICT_COLORS = {"tight": "#b07800", "does not fit": "#c0392b"}
+
+#: Colour of idle time (the pipeline bubble): the timeline legend's swatch and the cost panel's
+#: time breakdown (the timeline's idle lanes are a paler tint of it, LANE_COLORS); one colour,
+#: so the two tabs' legends name the same thing alike (they were #DCE1EA and #C9CED6).
+IDLE_COLOR = "#DCE1EA"
 
 #: Colour per kind name (Okabe-Ito / Tableau-like, distinguishable by most colour-blind readers).
 KIND_COLORS = {
