@@ -60,7 +60,7 @@ def test_recomputation_is_its_own_term_and_compute_is_unchanged():
     a, b = _variant(recompute="none"), _variant(recompute="full")
     d = diff_plans(a, b)
     assert d.terms_a["recomputation"] == 0 and d.terms_b["recomputation"] > 0
-    assert d.terms["compute"] == pytest.approx(0, abs=1e-12)
+    assert d.terms["forward_backward"] == pytest.approx(0, abs=1e-12)
     # the recomputed forward costs what the forward of the layers costs: mean over stages of
     # the recompute tasks' busy time
     res = simulate(b)
@@ -82,9 +82,9 @@ def test_interleaving_shows_as_less_bubble_and_more_pipeline_transfers():
     assert d.terms["bubble"] == pytest.approx(d.b.report.bubble_s - d.a.report.bubble_s)
     assert 0.45 < d.terms_b["bubble"] / d.terms_a["bubble"] < 0.6
     assert d.terms["pp_comm"] > 0
-    assert d.terms["compute"] == pytest.approx(0, abs=1e-12)
+    assert d.terms["forward_backward"] == pytest.approx(0, abs=1e-12)
     over = diff_plans(blocking, b)
-    assert over.terms["pp_comm"] < 0 and over.terms["compute"] == pytest.approx(0, abs=1e-12)
+    assert over.terms["pp_comm"] < 0 and over.terms["forward_backward"] == pytest.approx(0, abs=1e-12)
 
 
 def test_per_stage_terms():
@@ -92,8 +92,8 @@ def test_per_stage_terms():
     terms, stages, overlapped = time_terms(res)
     assert overlapped == {}
     p = res.session.plan.pipeline_parallel
-    assert len(stages["compute"]) == p
-    assert sum(stages["compute"]) / p == pytest.approx(terms["compute"])
+    assert len(stages["forward_backward"]) == p
+    assert sum(stages["forward_backward"]) / p == pytest.approx(terms["forward_backward"])
 
 
 def test_cli_json_and_table(tmp_path, capsys):
@@ -110,7 +110,8 @@ def test_cli_json_and_table(tmp_path, capsys):
     assert doc["a"]["label"].startswith("t=2 p=2 d=2")
     assert main(["diff", str(pa), str(pb)]) == 0
     out = capsys.readouterr().out
-    assert "exposed tensor-parallel communication" in out and "pipeline bubble" in out
+    from core.sim.labels import TIME_TERMS
+    assert TIME_TERMS["tp_comm"] in out and TIME_TERMS["bubble"] in out
     assert "not attributed" not in out  # a term neither plan has is left out
     assert main(["diff", str(pa), str(tmp_path / "missing.json")]) == 2
     assert "missing.json" in capsys.readouterr().err

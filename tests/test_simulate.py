@@ -248,8 +248,10 @@ def test_cli_output_to_a_pipe_is_not_wrapped_at_80_columns():
                           cwd=ROOT, capture_output=True, text=True, env=env)
     assert proc.returncode == 0
     line = next(x for x in proc.stdout.splitlines() if x.startswith("Per stage"))
-    assert re.search(r"compute [\d.]+ s, exposed TP/DP communication [\d.]+ s, pipeline sends [\d.]+ s, "
-                     r"bubble [\d.]+ s, stage imbalance [\d.]+ s", line)
+    from core.sim.labels import TIME_TERMS
+    # the terms on one line, each named as every view names it
+    assert re.search(", ".join(rf"{re.escape(TIME_TERMS[t])} [\d.]+ s"
+                               for t in ("compute", "comm", "pp_comm", "bubble", "imbalance")), line)
 
 
 def test_collective_warnings_fold_into_one_line_naming_the_largest():

@@ -6,8 +6,9 @@ chart's sixteen stages ran "9101112". :class:`CategoryAxis` fits its labels to t
 one bar slot each time it is drawn (so after every resize):
 
 - ``fit="wrap"`` (names): a label too wide for its slot breaks onto two lines at a space or
-  a hyphen, and a line still too wide is elided with "…"; the full name is the tooltip of
-  the slot under the mouse.
+  a hyphen, one long word that does not fit even with its neighbours' room inside it with a
+  hyphen, and a line still too wide is elided with "…"; the full name is the tooltip of the
+  slot under the mouse.
 - ``fit="thin"`` (numbers such as stage indices): every k-th label is shown, k the smallest
   that leaves room between the widest labels.
 """
@@ -91,9 +92,24 @@ def fit_labels(labels: Sequence[str], slot_px: float, width: Callable[[str], flo
         left = fits[i - 1] if i > 0 else room
         right = fits[i + 1] if i + 1 < len(fits) else room
         allowed = min(2 * room - left, 2 * room - right) if w > room else w
+        if len(ls) == 1 and w > allowed:  # one long word: broken inside, else elided
+            ls = _hyphenated(ls[0], width, allowed) or ls
         out.append("\n".join(line if width(line) <= allowed else elide(line, allowed)
                               for line in ls))
     return out
+
+
+def _hyphenated(word: str, width: Callable[[str], float], room: float) -> tuple[str, str] | None:
+    """One word too wide for ``room`` pixels on two lines, broken inside it with a hyphen
+    (at least four letters on each line; the break where the wider line is narrowest), when
+    both lines then fit; None for text with a space or no such break ("recomputation" under
+    a 1,280 px waterfall's bar was cut to "recomputat…")."""
+    if " " in word:
+        return None
+    cuts = [(max(width(word[:i] + "-"), width(word[i:])), word[:i] + "-", word[i:])
+            for i in range(4, len(word) - 3)]
+    best = min(cuts, default=None)
+    return None if best is None or best[0] > room else (best[1], best[2])
 
 
 class CategoryAxis(pg.AxisItem):

@@ -16,8 +16,8 @@ import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt, Slot
 
-from core.studies.diff import (TERM_LABELS, TERM_SHORT, PlanDiff, beyond_plan_text, diff_results,
-                               plan_label)
+from core.sim.labels import MEMORY_FIGURES, TIME_TERMS, capitalized, short_name
+from core.studies.diff import PlanDiff, beyond_plan_text, diff_results, plan_label
 from core.sim.report import gib_texts
 
 from .category_axis import CategoryAxis
@@ -32,9 +32,14 @@ FASTER_COLOR = "#2E9E4F"
 SLOWER_COLOR = "#D0433B"
 TOTAL_COLOR = "#4A6FA5"
 _NEUTRAL_COLOR = "#9AA0A6"
-#: Rows of the table of both plans' figures (``cell_text`` takes a row by its name).
-TABLE_ROWS = ("Iteration time", "Memory per GPU", "GPU memory", "Fits in memory",
+#: Rows of the table of both plans' figures (``cell_text`` takes a row by its name); the memory
+#: rows named as ``vtrain diff`` names them (:data:`core.sim.labels.MEMORY_FIGURES`).
+TABLE_ROWS = ("Iteration time",
+              *(capitalized(MEMORY_FIGURES[k]) for k in ("max_memory_per_gpu_bytes",
+                                                         "memory_capacity_bytes",
+                                                         "memory_verdict")),
               "Training days", "Cost")
+_FITS_ROW = TABLE_ROWS.index(capitalized(MEMORY_FIGURES["memory_verdict"]))
 
 _NOTHING_PINNED = ("<p style='font-size:13pt'><b>Nothing pinned yet</b></p>"
                    "<p>Choose <b>Plan &gt; Pin plan for comparison</b> (Ctrl+Shift+P) to keep the "
@@ -303,7 +308,9 @@ class CompareTab(QtWidgets.QWidget):
         self._fill_table(self._diff)
 
     def _draw_waterfall(self, diff: PlanDiff) -> None:
-        names = list(diff.terms)
+        # the terms vtrain diff prints: not those neither plan has (a zero bar took a slot,
+        # and at 1,280 px the names of the others were cut)
+        names = diff.shown_terms()
         heights = [diff.terms[n] for n in names]
         # each term's bar starts where the sum of the terms before it ends
         bottoms = np.concatenate([[0.0], np.cumsum(heights)[:-1]]) if heights else np.empty(0)
@@ -320,11 +327,11 @@ class CompareTab(QtWidgets.QWidget):
                            pens=[pg.mkPen(c) for c in colors])
         axis = self._w_waterfall.getPlotItem().getAxis("bottom")
         # the terms' short names under the bars; on hover in full, as vtrain diff prints them
-        # (TERM_LABELS), with the bar's seconds
-        tips = [f"{TERM_LABELS.get(n, n)}: {self._signed_duration(h)}"
+        # (core.sim.labels.TIME_TERMS), with the bar's seconds
+        tips = [f"{TIME_TERMS.get(n, n)}: {self._signed_duration(h)}"
                 for n, h in zip(names[:-1], heights[:-1])]
         tips.append(f"iteration time B − A: {self._signed_duration(diff.difference_s)}")
-        axis.set_categories([TERM_SHORT.get(n, n) for n in names], tips)
+        axis.set_categories([short_name(n) for n in names], tips)
         tops = np.concatenate([bottoms, bottoms + np.asarray(heights, float)])
         lo, hi = float(min(tops.min(), 0.0)), float(max(tops.max(), 0.0))
         pad = 0.08 * (hi - lo or 1e-6)
@@ -381,7 +388,7 @@ class CompareTab(QtWidgets.QWidget):
             for c, text in enumerate(cells):
                 cell = QtWidgets.QTableWidgetItem(text)
                 cell.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                if TABLE_ROWS[r] == "Fits in memory" and c < 2:
+                if r == _FITS_ROW and c < 2:
                     verdict = (a, b)[c]["memory_verdict"]
                     if verdict != "fits":
                         cell.setForeground(QtGui.QColor(VERDICT_COLORS[verdict]))
@@ -393,7 +400,26 @@ class CompareTab(QtWidgets.QWidget):
                             " (need per GPU of the GPU's memory; the margin is "
                             "cluster.memory_reserve_fraction)"))
                 self._w_table.setItem(r, c, cell)
+        self._fit_table_width()
         self._w_table.resizeRowsToContents()  # a long verdict wraps instead of being cut
+
+    def _fit_table_width(self) -> None:
+        """The table at least as wide as its row names and its widest cell in each column (the
+        memory verdict's figures wrap instead):
+        at 1,280 px the stretched columns cut "$1,682,122" to "$1,682,…" and broke the cost's
+        difference after its sign."""
+        table = self._w_table
+        fm = table.fontMetrics()
+        # the verdict's figures may wrap (resizeRowsToContents): not measured
+        cells = max((fm.horizontalAdvance(item.text()) + 12 for r in range(table.rowCount())
+                     for c in range(table.columnCount())
+                     if r != _FITS_ROW and (item := table.item(r, c)) is not None), default=0)
+        heads = max((table.horizontalHeader().sectionSizeHint(c)
+                     for c in range(table.columnCount())), default=0)
+        need = (table.verticalHeader().sizeHint().width() + table.columnCount() * max(cells, heads)
+                + 2 * table.frameWidth() + table.verticalScrollBar().sizeHint().width())
+        table.setMinimumWidth(max(380, need))
+        table.setMaximumWidth(max(520, need))
 
     def cell_text(self, row: int | str, column: int) -> str:
         """Text of the table's cell (rows: :data:`TABLE_ROWS`, by index or name; columns: A,

@@ -9,6 +9,7 @@ import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal
 
+from core.sim.labels import (MEMORY_TERMS, TIME_TERM_MEANINGS, TIME_TERMS, capitalized)
 from core.sim.report import Report, gib_texts
 from core.store.interval import band_conditions
 from core.store.profiles import method_text
@@ -16,7 +17,7 @@ from core.util.text import format_amount, format_energy
 
 from .category_axis import CategoryAxis
 from .empty_state import StaleVeil
-from .formatting import (KIND_COLORS, format_bytes, format_count, format_day_count, format_duration,
+from .formatting import (IDLE_COLOR, KIND_COLORS, format_bytes, format_count, format_day_count, format_duration,
                          format_fraction, format_rate, format_usd, format_usd_short)
 
 __all__ = ["CostPanel", "FIT_STATES"]
@@ -24,24 +25,22 @@ __all__ = ["CostPanel", "FIT_STATES"]
 _GIB = float(2**30)
 #: What the memory chart's "To fit" line shows (:attr:`CostPanel.fit_changes_state`).
 FIT_STATES = ("none", "searching", "found", "failed")
+#: Colour of each memory term (:class:`core.model.stage_memory.StageMemory` attribute); the
+#: names are core's (:data:`core.sim.labels.MEMORY_TERMS`), as in ``vtrain simulate``'s table.
+_MEMORY_COLORS = {"weights_bytes": "#4C78A8", "gradients_bytes": "#72B7B2",
+                  "optimizer_bytes": "#B279A2", "activations_bytes": "#F58518",
+                  "workspace_bytes": "#E45756", "allocator_reserve_bytes": "#9D755D",
+                  "cuda_context_bytes": "#BAB0AC", "nccl_buffer_bytes": "#54A24B"}
 #: Memory parts of :class:`core.sim.report.StageMemory`: attribute, label, colour.
-_MEMORY_PARTS = (
-    ("weights_bytes", "weights", "#4C78A8"),
-    ("gradients_bytes", "gradients", "#72B7B2"),
-    ("optimizer_bytes", "optimizer state", "#B279A2"),
-    ("activations_bytes", "activations", "#F58518"),
-    ("workspace_bytes", "workspaces", "#E45756"),
-    ("allocator_reserve_bytes", "allocator reserve", "#9D755D"),
-    ("cuda_context_bytes", "CUDA context", "#BAB0AC"),
-    ("nccl_buffer_bytes", "NCCL buffers", "#54A24B"),
-)
-_BREAKDOWN = (("compute_s", "compute", "#4C78A8"), ("comm_s", "exposed TP/DP communication", "#54A24B"),
-              ("pp_comm_s", "pipeline sends", "#EECA3B"),
-              ("cp_comm_s", "context-parallel exchange", "#17BECF"),
-              ("ep_comm_s", "expert all-to-all", KIND_COLORS["ep_all_to_all"]),
-              ("bubble_s", "idle (bubble)", "#C9CED6"),
-              ("overlap_wait_s", "idle (waiting for overlapped communication)", "#A8B4C4"),
-              ("imbalance_s", "idle (stage imbalance)", "#E6D5C3"))
+_MEMORY_PARTS = tuple((k, MEMORY_TERMS[k], c) for k, c in _MEMORY_COLORS.items())
+#: Report terms of the time breakdown (:class:`core.sim.report.Report`'s ``<term>_s``) and
+#: their colours, in the bar's order; a communication term in its kind's timeline colour.
+_BREAKDOWN_COLORS = {"compute": "#4C78A8", "comm": KIND_COLORS["tp_comm"],
+                     "pp_comm": KIND_COLORS["pp_p2p"], "cp_comm": KIND_COLORS["cp_p2p"],
+                     "ep_comm": KIND_COLORS["ep_all_to_all"], "bubble": IDLE_COLOR,
+                     "overlap_wait": "#A8B4C4", "imbalance": "#E6D5C3"}
+#: The breakdown bar's parts: report attribute, name (:data:`core.sim.labels.TIME_TERMS`), colour.
+_BREAKDOWN = tuple((f"{k}_s", TIME_TERMS[k], c) for k, c in _BREAKDOWN_COLORS.items())
 #: Figures that describe running the plan: flagged when the plan does not fit in memory.
 _RUN_FIGURES = ("iteration_time", "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours",
                 "cost_usd", "run_days")
@@ -60,14 +59,7 @@ _FIGURE_ROWS = (
     ("hfu", "HFU (hardware FLOPs utilization)"),
     ("bubble_fraction", "Pipeline bubble fraction"),
     ("Time per iteration (mean over stages)", None),
-    ("compute", "Compute"),
-    ("comm", "Exposed TP/DP communication"),
-    ("pp_comm", "Pipeline sends"),
-    ("cp_comm", "Exposed context-parallel exchange"),
-    ("ep_comm", "Expert all-to-all (MoE)"),
-    ("bubble", "Idle (bubble)"),
-    ("overlap_wait", "Idle (waiting for overlapped comm.)"),
-    ("imbalance", "Idle (stage imbalance)"),
+    *((k, capitalized(TIME_TERMS[k])) for k in _BREAKDOWN_COLORS),
     ("breakdown", ""),
     ("Training run", None),
     ("num_parameters", "Model parameters"),
@@ -268,12 +260,11 @@ class CostPanel(QtWidgets.QWidget):
         # shown for plans that wait for overlapped communication only
         self._wait_row = (names["overlap_wait"], self._values["overlap_wait"])
         self._values["band_note"].setStyleSheet("color: #505860;")
-        for key, (_, _, color) in zip(("compute", "comm", "pp_comm", "cp_comm", "ep_comm", "bubble",
-                                        "overlap_wait", "imbalance"),
-                                      _BREAKDOWN):
+        for key, color in _BREAKDOWN_COLORS.items():
             name = names[key]
             name.setText(f'<span style="color:{color}; font-size:13pt;">&#9632;</span>&nbsp;'
                          f"{name.text()}")
+            name.setToolTip(TIME_TERM_MEANINGS[key])
         # one line whatever the number of warnings (the first, cut, and "+N more"); all of them
         # in the tooltip: the figures keep their height, so they fit under the timeline
         self._warnings = _OneLineLabel()
@@ -305,9 +296,7 @@ class CostPanel(QtWidgets.QWidget):
             return
         if key == "breakdown":
             self._breakdown = _BreakdownBar()
-            self._breakdown.setToolTip("compute / exposed TP/DP communication / pipeline sends / "
-                                       "idle (bubble) / idle (waiting for overlapped "
-                                       "communication) / idle (stage imbalance)")
+            self._breakdown.setToolTip(" / ".join(name for _, name, _ in _BREAKDOWN))
             grid.addWidget(self._breakdown, r, 0, 1, 2)
             return
         # the lines that can be long take one line each, cut to fit, whole in the tooltip
@@ -560,7 +549,7 @@ class CostPanel(QtWidgets.QWidget):
         v["bubble_fraction"].setText(format_fraction(report.bubble_fraction))
         v["compute"].setText(format_duration(report.compute_s))
         v["comm"].setText(format_duration(report.comm_s)
-                          + (f" ({format_duration(report.tp_hidden_s)} TP hidden)"
+                          + (f" ({format_duration(report.tp_hidden_s)} hidden)"
                              if report.tp_hidden_s > 0 else ""))
         v["pp_comm"].setText(format_duration(report.pp_comm_s))
         v["cp_comm"].setText(format_duration(report.cp_comm_s)

@@ -24,6 +24,7 @@ from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import inactive_fields, validate
 from core.plan.session import Session
 from core.model.counts import num_parameters
+from core.sim.labels import KIND_NAMES
 
 from .formatting import format_count
 from .int_spin import INT64_MAX, IntSpinBox
@@ -88,7 +89,7 @@ _LABELS = {
     "plan.micro_batch_size": "Micro-batch size b",
     "plan.global_batch_size": "Global batch size B",
     "plan.schedule": "Pipeline schedule",
-    "plan.recompute": "Activation recompute",
+    "plan.recompute": "Activation recomputation",
     "plan.precision": "Precision",
     "plan.virtual_pipeline_stages": "Virtual stages v",
     "plan.sequence_parallel": "Sequence parallel",
@@ -96,9 +97,9 @@ _LABELS = {
     "plan.zero_stage": "ZeRO stage",
     "plan.overlap_grad_reduce": "Overlap grad reduce",
     "plan.overlap_param_gather": "Overlap param gather",
-    "plan.tp_comm_overlap": "Overlap TP comm",
+    "plan.tp_comm_overlap": f"Overlap {KIND_NAMES['tp_comm']}",
     "plan.gradient_accumulation_fusion": "Grad accumulation fusion",
-    "plan.overlap_p2p_comm": "Overlap PP send/recv",
+    "plan.overlap_p2p_comm": f"Overlap {KIND_NAMES['pp_p2p']}",
     "plan.grad_reduce_dtype": "Gradient dtype",
     "plan.fp8_recipe": "FP8 recipe",
     "plan.tf32": "TF32 matmuls (fp32)",
@@ -107,13 +108,13 @@ _LABELS = {
     "plan.account_for_embedding_in_pipeline_split": "Embedding in split",
     "plan.account_for_loss_in_pipeline_split": "Loss in split",
     "plan.context_parallel": "Context parallel cp",
-    "plan.cp_comm_type": "CP exchange",
+    "plan.cp_comm_type": KIND_NAMES["cp_p2p"],
     "plan.cp_a2a_size": "CP all-to-all group",
     "plan.expert_parallel": "Expert parallel ep",
     "plan.expert_tensor_parallel": "Expert tensor parallel",
     "plan.moe_token_dispatcher_type": "Token dispatcher (MoE)",
     "plan.moe_imbalance_factor": "MoE routing imbalance",
-    "plan.overlap_moe_expert_parallel_comm": "Overlap EP all-to-all",
+    "plan.overlap_moe_expert_parallel_comm": f"Overlap {KIND_NAMES['ep_all_to_all']}",
     "plan.delay_wgrad_compute": "Delay expert wgrad",
     "plan.data_parallel_shard_size": "Shard group (HSDP)",
     "plan.fp8_param_gather": "FP8 param all-gather",

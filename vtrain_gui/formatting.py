@@ -8,7 +8,7 @@ from core.util.text import format_days
 
 __all__ = ["format_duration", "format_bytes", "format_count", "format_day_count", "format_usd",
            "format_fraction", "format_rate", "format_number_short", "format_usd_short",
-           "KIND_LABELS", "KIND_COLORS", "ERROR_STYLE", "VERDICT_COLORS"]
+           "KIND_COLORS", "IDLE_COLOR", "ERROR_STYLE", "VERDICT_COLORS"]
 
 #: Style sheet of a label that reports an error.
 ERROR_STYLE = "color: #C62828;"
@@ -16,21 +16,10 @@ ERROR_STYLE = "color: #C62828;"
 #: Text colour of the memory verdicts that need attention (:data:`core.sim.report.MEMORY_VERDICTS`).
 VERDICT_COLORS = {"tight": "#b07800", "does not fit": "#c0392b"}
 
-#: Display names of :data:`core.sim.graph_types.KINDS`, by kind name.
-KIND_LABELS = {
-    "forward": "forward",
-    "backward": "backward",
-    "recompute": "recompute",
-    "embedding": "embedding",
-    "output": "output + loss",
-    "optimizer": "optimizer",
-    "tp_comm": "TP collective",
-    "pp_p2p": "PP send/recv",
-    "dp_comm": "DP collective",
-    "wgrad": "weight gradient (W)",
-    "cp_p2p": "CP exchange (ring, all-gather or all-to-all)",
-    "ep_all_to_all": "EP all-to-all (token dispatch / combine)",
-}
+#: Colour of idle time (the pipeline bubble): the timeline legend's swatch and the cost panel's
+#: time breakdown (the timeline's idle lanes are a paler tint of it, LANE_COLORS); one colour,
+#: so the two tabs' legends name the same thing alike (they were #DCE1EA and #C9CED6).
+IDLE_COLOR = "#DCE1EA"
 
 #: Colour per kind name (Okabe-Ito / Tableau-like, distinguishable by most colour-blind readers).
 KIND_COLORS = {

@@ -22,6 +22,7 @@ from core.plan.fields import ConfigError, FieldError
 from core.plan.layout import pipeline_split_slots
 from core.plan.parallel import RECOMPUTE_CHOICES, SCHEDULES, ZERO_STAGES, ParallelPlan
 from core.plan.session import Session
+from core.sim.labels import KIND_NAMES
 from core.studies.sweep import SweepSpace
 from core.studies.sweep.space import pipeline_splits, slots_split, split_flag_options
 
@@ -234,7 +235,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         """A check box per value to try: schedules, recomputation, sequence parallel, ZeRO
         stages, expert all-to-all overlap (MoE)."""
         self.schedule_boxes = _check_box_row(form, "Schedules", SCHEDULES, "sweep.schedules")
-        self.recompute_boxes = _check_box_row(form, "Recompute", RECOMPUTE_CHOICES, "sweep.recompute")
+        self.recompute_boxes = _check_box_row(form, "Recomputation", RECOMPUTE_CHOICES, "sweep.recompute")
         # "default": the command line's default (vtrain sweep without the option)
         self.sp_default, self.sp_boxes = _defaulted_box_row(
             form, "Sequence parallel", ("off", "on"), "sweep.sequence_parallel",
@@ -245,7 +246,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
             "Default: 0, 1, 2 and 3 where valid (untick to choose)")
         # mixture-of-experts models only, as the expert-parallel sizes
         self.ep_overlap_default, self.ep_overlap_boxes = _defaulted_box_row(
-            form, "EP all-to-all overlap", ("off", "on"), "sweep.overlap_moe_expert_parallel_comm",
+            form, f"Overlap {KIND_NAMES['ep_all_to_all']}", ("off", "on"), "sweep.overlap_moe_expert_parallel_comm",
             "Default: off and on, on where a plan allows it; with expert parallelism the "
             "alltoall and flex dispatchers too (untick to choose)")
         self._defaults = ((self.sp_default, self.sp_boxes), (self.zero_default, self.zero_boxes),

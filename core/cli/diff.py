@@ -8,24 +8,22 @@ import dataclasses
 from typing import Any
 
 from core.cli.common import fmt_days, verdict_markup
+from core.sim.labels import DIFF_TERMS, MEMORY_FIGURES, TIME_TERMS, short_name
 
 __all__ = ["add_parser", "run"]
 
 
-#: Names of overlapped communication kinds in the diff's note (the task kind ``cp_p2p`` is the
-#: context-parallel exchange of any type: ring, all-gather or all-to-all).
-_HIDDEN_NAMES = {"cp_p2p": "CP exchange", "ep_all_to_all": "expert all-to-all",
-                 "tp_comm": "TP collectives", "dp_comm": "DP collectives"}
 
 def add_parser(sub: Any) -> None:
     """Add the ``diff`` subcommand to ``vtrain``'s sub-parsers."""
     d = sub.add_parser(
         "diff", help="explain the difference between two plans, term by term",
         description="Simulate two sessions (or vTrain configs) and split the difference of their "
-                    "iteration times (B minus A) into compute, recomputation, exposed tensor-, "
-                    "pipeline- and data-parallel communication, pipeline bubble, stage imbalance "
-                    "and optimizer step; the terms sum to the difference. Also memory per GPU, "
-                    "days and cost.")
+                    "iteration times (B minus A) into "
+                    + ", ".join(TIME_TERMS[t] for t in DIFF_TERMS if t != "rest")
+                    + " (and, where a plan has them, "
+                    + ", ".join(TIME_TERMS[t] for t in ("cp_comm", "ep_comm"))
+                    + "); the terms sum to the difference. Also memory per GPU, days and cost.")
     d.add_argument("a", metavar="A.json", help="plan A: a session file or vTrain config; alone, "
                                                "a session with a pinned plan (the window's "
                                                "Plan > Pin plan for comparison, saved with it): "
@@ -69,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     from core.plan.fields import ConfigError
     from core.util.console import Console, esc
-    from core.studies.diff import TERM_LABELS, diff_results
+    from core.studies.diff import diff_results
     from core.io.session import load_any
 
     if args.b is None:
@@ -108,13 +106,10 @@ def run(args: argparse.Namespace) -> int:
     t = Table(title="Iteration time, mean over pipeline stages", title_justify="left")
     for col in ("term", "A", "B", "B - A"):
         t.add_column(col, justify="left" if col == "term" else "right")
-    tiny = 1e-9 * max(d.a.report.iteration_time_s, d.b.report.iteration_time_s)
-    for name, delta in d.terms.items():
-        a, b = d.terms_a.get(name, 0.0), d.terms_b.get(name, 0.0)
-        if abs(a) <= tiny and abs(b) <= tiny:
-            continue  # a term neither plan has (the rounding rest, a kind neither uses)
+    for name in d.shown_terms():  # not a term neither plan has (the rounding rest ...)
+        a, b, delta = d.terms_a.get(name, 0.0), d.terms_b.get(name, 0.0), d.terms[name]
         # rounded first: a difference under half a millisecond prints +0.000, never -0.000
-        t.add_row(esc(TERM_LABELS.get(name, name.replace("_", " "))), _s(a), _s(b),
+        t.add_row(esc(TIME_TERMS.get(name, name.replace("_", " "))), _s(a), _s(b),
                   f"{round(delta, 3) + 0.0:+,.3f} s")
     ra, rb = d.a.report, d.b.report
     t.add_row("[bold]iteration time[/]", _s(ra.iteration_time_s), _s(rb.iteration_time_s),
@@ -125,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         if hidden:
             con.print(f"[dim]{name}: communication overlapped with compute, not in the terms "
                       "(what it does not hide shows as idle): "
-                      + ", ".join(f"{_HIDDEN_NAMES.get(k, k.replace('_', ' '))} {v:,.3f} s"
+                      + ", ".join(f"{short_name(k)} {v:,.3f} s"
                                   for k, v in hidden.items())
                       + "[/]", highlight=False)
     o = Table(show_header=True)
@@ -133,10 +128,10 @@ def run(args: argparse.Namespace) -> int:
         o.add_column(col, justify="left" if not col else "right")
     from core.sim.report import gib_texts, tight_reason
     figures = [gib_texts(r.max_memory_per_gpu_bytes, r.memory_capacity_bytes) for r in (ra, rb)]
-    o.add_row("memory per GPU (max)", *(f"{need} GiB" for need, _ in figures),
+    o.add_row(MEMORY_FIGURES["max_memory_per_gpu_bytes"], *(f"{need} GiB" for need, _ in figures),
               f"{(rb.max_memory_per_gpu_bytes - ra.max_memory_per_gpu_bytes) / 2**30:+,.1f} GiB")
-    o.add_row("GPU memory", *(f"{cap} GiB" for _, cap in figures), "")
-    o.add_row("fits in memory", *(verdict_markup(r.memory_verdict) for r in (ra, rb)), "")
+    o.add_row(MEMORY_FIGURES["memory_capacity_bytes"], *(f"{cap} GiB" for _, cap in figures), "")
+    o.add_row(MEMORY_FIGURES["memory_verdict"], *(verdict_markup(r.memory_verdict) for r in (ra, rb)), "")
     delta = rb.training_days - ra.training_days
     o.add_row("training days", fmt_days(ra.training_days), fmt_days(rb.training_days),
               ("+" if delta >= 0 else "-") + fmt_days(abs(delta)))

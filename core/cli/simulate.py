@@ -162,44 +162,46 @@ def _mfu_text(r) -> str:
 
 def _per_stage_text(s, r) -> str:
     """The per-stage (mean) cell: compute, exposed and hidden communication by kind, bubble,
-    overlap wait and stage imbalance, in seconds."""
-    cp_part = (f"context-parallel exchange {r.cp_comm_s:,.3f} s ({r.cp_hidden_s:,.3f} s more "
-               "hidden under attention), " if s.plan.context_parallel > 1 else "")
-    tp_part = (f" ({r.tp_hidden_s:,.3f} s more TP hidden under GEMMs)"
-               if r.tp_hidden_s > 0 else "")
-    return (f"compute {r.compute_s:,.3f} s, exposed TP/DP communication "
-            f"{r.comm_s:,.3f} s{tp_part}, "
-            + (f"expert all-to-all {r.ep_comm_s:,.3f} s"
-               + (f" ({r.ep_hidden_s:,.3f} s more hidden under another "
-                  "micro-batch)" if r.ep_hidden_s > 0 else "") + ", "
-               if r.ep_comm_s or r.ep_hidden_s else "")
-            + f"pipeline sends {r.pp_comm_s:,.3f} s, "
-            f"{cp_part}bubble {r.bubble_s:,.3f} s, "
-            + (f"waiting for overlapped communication "
-               f"{r.overlap_wait_s:,.3f} s, " if r.overlap_wait_s else "")
-            + f"stage imbalance {r.imbalance_s:,.3f} s")
+    overlap wait and stage imbalance, in seconds, each named by
+    :data:`core.sim.labels.TIME_TERMS` (hidden parts by :func:`core.sim.labels.hidden`)."""
+    from core.sim.labels import TIME_TERMS as N, hidden
+
+    def term(name: str, seconds: float, hidden_kind: str = "", hidden_s: float = 0.0) -> str:
+        return (f"{N[name]} {seconds:,.3f} s"
+                + (f" ({hidden(hidden_kind)} {hidden_s:,.3f} s)" if hidden_s > 0 else ""))
+
+    parts = [term("compute", r.compute_s), term("comm", r.comm_s, "tp_comm", r.tp_hidden_s)]
+    if r.ep_comm_s or r.ep_hidden_s:
+        parts.append(term("ep_comm", r.ep_comm_s, "ep_all_to_all", r.ep_hidden_s))
+    parts.append(term("pp_comm", r.pp_comm_s))
+    if s.plan.context_parallel > 1:
+        parts.append(term("cp_comm", r.cp_comm_s, "cp_p2p", r.cp_hidden_s))
+    parts.append(term("bubble", r.bubble_s))
+    if r.overlap_wait_s:
+        parts.append(term("overlap_wait", r.overlap_wait_s))
+    parts.append(term("imbalance", r.imbalance_s))
+    return ", ".join(parts)
 
 
 def _stage_memory_table(r, p: int):
     """The memory per GPU by pipeline stage (bytes, formatted): every stage when ``p`` <= 8, else
     the first four and the last two with a ``...`` row between."""
     from rich.table import Table
-    mem = Table(title="Memory per GPU by pipeline stage (gradients: the main gradients and "
-                      "the weight gradients beyond them, Transformer Engine's placeholders; "
-                      "process: GEMM workspaces, the caching allocator's reserve, the CUDA "
-                      "context and NCCL's buffers)",
+    from core.sim.labels import MEMORY_TERM_MEANINGS, MEMORY_TERMS, PROCESS_TERMS
+    mem = Table(title=f"Memory per GPU by pipeline stage ({MEMORY_TERMS['gradients_bytes']}: "
+                      f"{MEMORY_TERM_MEANINGS['gradients_bytes']}; process: "
+                      + ", ".join(MEMORY_TERMS[k] for k in PROCESS_TERMS) + ")",
                 title_justify="left")
-    for col in ("stage", "weights", "gradients", "optimizer", "activations", "process", "total"):
+    shown = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes")
+    for col in ("stage", *(MEMORY_TERMS[k] for k in shown), "process", "total"):
         mem.add_column(col, justify="right")
     rows = r.memory if p <= 8 else r.memory[:4] + [None] + r.memory[-2:]
     for sm in rows:
         if sm is None:
-            mem.add_row("...", "", "", "", "", "", "")
+            mem.add_row("...", *[""] * (len(shown) + 2))
             continue
-        process = (sm.workspace_bytes + sm.allocator_reserve_bytes + sm.cuda_context_bytes
-                   + sm.nccl_buffer_bytes)
-        mem.add_row(str(sm.stage), fmt_bytes(sm.weights_bytes), fmt_bytes(sm.gradients_bytes),
-                    fmt_bytes(sm.optimizer_bytes), fmt_bytes(sm.activations_bytes),
+        process = sum(getattr(sm, k) for k in PROCESS_TERMS)
+        mem.add_row(str(sm.stage), *(fmt_bytes(getattr(sm, k)) for k in shown),
                     fmt_bytes(process), fmt_bytes(sm.total_bytes))
     return mem
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from core.sim.graph_types import KINDS, STREAMS, ExecutionGraph, Schedule
+from core.sim.labels import KIND_NAMES
 from core.util.inputs import strict_dumps
 from core.io.session import atomic_write_text
 
@@ -54,7 +55,7 @@ def trace_events(graph: ExecutionGraph, schedule: Schedule) -> dict:
 
 
 #: Thread id of the pipeline transfers (their stream's, as every stream's thread id).
-PP_TID = STREAMS.index("PP send/recv")
+PP_TID = STREAMS.index(KIND_NAMES["pp_p2p"])
 
 #: Event names that differ from the task kind's: the context-parallel exchange is a ring, an
 #: all-gather or an all-to-all (plan.cp_comm_type), not only the ring's p2p.

@@ -11,6 +11,8 @@ from functools import cached_property
 
 import numpy as np
 
+from core.sim.labels import KIND_NAMES
+
 __all__ = ["KINDS", "STREAMS", "OPS", "KIND_COMPUTE", "KIND_COMM", "ExecutionGraph", "Schedule"]
 
 #: Task kinds; ``ExecutionGraph.kind`` holds indices into this tuple.
@@ -70,7 +72,9 @@ OPS = (
 #: compute stream as the tensor-parallel collectives do) have a lane of their own, and so do the
 #: pipeline transfers (``pp_p2p``: Megatron-Core's ``p2p_communication``, asynchronous in the
 #: interleaved schedule's steady state, so they can run beside a stage's other collectives).
-STREAMS = ("compute", "comm", "CP exchange", "EP all-to-all", "PP send/recv")
+#: The lanes of one kind are named as the kind (:data:`core.sim.labels.KIND_NAMES`).
+STREAMS = ("compute", "comm", KIND_NAMES["cp_p2p"], KIND_NAMES["ep_all_to_all"],
+           KIND_NAMES["pp_p2p"])
 
 
 @dataclass

@@ -4,14 +4,16 @@ One plan's iteration time ``T`` is the sum of the report's per-stage means
 (:class:`core.sim.report.Report`): compute + blocking tensor- and data-parallel
 communication + exposed pipeline communication + pipeline bubble + stage
 imbalance. :func:`time_terms` splits the compute and the communication by task
-kind (mean over stages of each kind's busy time):
+kind (mean over stages of each kind's busy time); every view names the terms by
+:data:`core.sim.labels.TIME_TERMS`:
 
-* ``compute``: forward, backward (input and weight gradients), embedding and
-  output + loss work;
+* ``forward_backward``: forward, backward (input and weight gradients), embedding
+  and output + loss work (the report's ``compute_s`` is this plus recomputation and
+  the optimizer step);
 * ``recomputation``: the recomputed forward of activation recomputation;
 * ``optimizer``: the optimizer step;
-* ``tp_comm``, ``dp_comm`` (and any other communication kind a later model
-  adds, e.g. ``cp_comm`` or ``ep_comm``, by its kind name): communication of
+* ``tp_comm``, ``dp_comm``, ``cp_comm``, ``ep_comm`` (the report's names; a
+  communication kind a later model adds, by its kind name): communication of
   that kind that blocks the compute stream. Communication overlapped with
   compute (``--overlap-grad-reduce`` buckets, on a stream of their own) is
   left out, as the report leaves it out: it is hidden, and what it does not
@@ -39,34 +41,20 @@ import numpy as np
 
 from core.plan.session import Session
 from core.sim.graph_types import KINDS
+from core.sim.labels import DIFF_TERMS
 
-__all__ = ["TERMS", "TERM_SHORT", "time_terms", "PlanDiff", "diff_plans"]
+__all__ = ["TERMS", "time_terms", "PlanDiff", "diff_plans"]
 
-#: Term of each task kind (kinds not listed are their own term, by name).
-KIND_TERM = {"forward": "compute", "backward": "compute", "wgrad": "compute",
-             "embedding": "compute", "output": "compute", "recompute": "recomputation",
+#: Term of each task kind (kinds not listed are their own term, by name); the terms'
+#: names are :data:`core.sim.labels.TIME_TERMS`.
+KIND_TERM = {"forward": "forward_backward", "backward": "forward_backward",
+             "wgrad": "forward_backward", "embedding": "forward_backward",
+             "output": "forward_backward", "recompute": "recomputation",
              "optimizer": "optimizer", "tp_comm": "tp_comm", "dp_comm": "dp_comm",
+             "cp_p2p": "cp_comm", "ep_all_to_all": "ep_comm",
              "pp_p2p": None}  # pipeline transfers: the report's pp_comm_s
-#: Terms in display order (kinds a later model adds come after ``dp_comm``).
-TERMS = ("compute", "recomputation", "tp_comm", "pp_comm", "dp_comm", "bubble", "overlap_wait",
-         "imbalance", "optimizer", "rest")
-#: What each term means, for tables.
-TERM_LABELS = {"compute": "compute (forward, backward, embedding, output)",
-               "recomputation": "recomputation", "tp_comm": "exposed tensor-parallel communication",
-               "pp_comm": "exposed pipeline-parallel communication",
-               "dp_comm": "exposed data-parallel communication", "bubble": "pipeline bubble",
-               "overlap_wait": "waiting for overlapped communication (ZeRO/FSDP gathers, "
-                               "bucketed reduce-scatters)",
-               "imbalance": "stage imbalance", "optimizer": "optimizer step",
-               "cp_p2p": "exposed context-parallel exchange",
-               "ep_all_to_all": "expert all-to-all (MoE token dispatch and combine)",
-               "rest": "not attributed (rounding)"}
-#: Short names of the terms, under a chart's bars (:data:`TERM_LABELS` says each in full).
-TERM_SHORT = {"compute": "compute", "recomputation": "recompute", "tp_comm": "TP comm",
-              "pp_comm": "PP comm", "dp_comm": "DP comm", "bubble": "bubble",
-              "overlap_wait": "overlap wait", "imbalance": "imbalance",
-              "optimizer": "optimizer", "cp_p2p": "CP exchange", "ep_all_to_all": "EP all-to-all",
-              "rest": "rounding"}
+#: Terms in display order (:data:`core.sim.labels.DIFF_TERMS`).
+TERMS = DIFF_TERMS
 
 
 def time_terms(result) -> tuple[dict[str, float], dict[str, list[float]], dict[str, float]]:
@@ -140,6 +128,15 @@ class PlanDiff:
     per_stage_b: dict[str, list[float]] = field(default_factory=dict)
     overlapped_a: dict[str, float] = field(default_factory=dict)
     overlapped_b: dict[str, float] = field(default_factory=dict)
+
+    def shown_terms(self) -> list[str]:
+        """The terms a table or chart of this diff shows, in order: those either plan has
+        (more than 1e-9 of the longer iteration time in A or B); a term neither has (the
+        rounding rest, overlap wait without overlapped communication, a kind neither plan
+        uses) is left out. ``vtrain diff`` and the Compare tab show the same terms."""
+        tiny = 1e-9 * max(self.a.report.iteration_time_s, self.b.report.iteration_time_s)
+        return [name for name in self.terms
+                if abs(self.terms_a.get(name, 0.0)) > tiny or abs(self.terms_b.get(name, 0.0)) > tiny]
 
     @property
     def difference_s(self) -> float:
@@ -268,5 +265,5 @@ def diff_results(ra, rb) -> PlanDiff:
     return PlanDiff(ra, rb, ta, tb, terms, sa, sb, oa, ob)
 
 
-__all__ += ["KIND_TERM", "TERM_LABELS", "plan_label", "diff_results", "beyond_plan",
+__all__ += ["KIND_TERM", "plan_label", "diff_results", "beyond_plan",
             "beyond_plan_text"]

@@ -71,7 +71,7 @@ def _moe_session():
 
 @pytest.mark.parametrize("width", [1280, 900])
 def test_waterfall_labels_do_not_overlap_on_a_laptop(qtbot, width):
-    """Twelve bars (the MoE terms) in a 1,280 px window, and narrower: wrapped or elided, the
+    """Ten bars (the MoE terms) in a 1,280 px window, and narrower: wrapped or elided, the
     names stay apart, and each bar's name says on hover what the term is, with its seconds."""
     from core.sim.simulate import simulate
     from vtrain_gui.compare import CompareTab
@@ -86,22 +86,23 @@ def test_waterfall_labels_do_not_overlap_on_a_laptop(qtbot, width):
     tab.set_pinned(simulate(a_session))
     tab.set_current(simulate(b_session))
     axis = tab.waterfall.getPlotItem().getAxis("bottom")
-    assert "ep_all_to_all" in tab.bar_names()
+    assert "ep_comm" in tab.bar_names()
     qtbot.waitUntil(lambda: len(axis.label_rects()) == len(tab.bar_names()), timeout=5000)
     tab.grab()  # paint at the final size
     _assert_apart(axis)
     shown = [t for t, _ in axis.label_rects()]
-    assert "overlap\nwait" in shown or any("…" in t for t in shown)
+    assert "forward +\nbackward" in shown or any("…" in t for t in shown)
+    # the terms vtrain diff prints: not one neither plan has (no overlapped communication)
+    assert "overlap_wait" not in tab.bar_names() and "rest" not in tab.bar_names()
     for rect in (r for _, r in axis.label_rects()):  # whole lines, inside the axis's height
         assert rect.bottom() <= axis.height() + 0.5
     tips = tab.bar_tooltips()
-    assert tips[tab.bar_names().index("ep_all_to_all")].startswith(
-        "expert all-to-all (MoE token dispatch and combine): ")
+    assert tips[tab.bar_names().index("ep_comm")].startswith("exposed EP all-to-all: ")
     assert tips[-1].startswith("iteration time B − A: ")
     # hovering a name shows its tooltip
     from PySide6 import QtTest
     plot = tab.waterfall
-    k = tab.bar_names().index("overlap_wait")
+    k = tab.bar_names().index("forward_backward")
     rect = axis.label_rects()[k][1]
     QtTest.QTest.mouseMove(plot.viewport(), plot.mapFromScene(axis.mapToScene(rect.center())))
     qtbot.waitUntil(lambda: axis.toolTip() == tips[k], timeout=5000)
@@ -121,3 +122,15 @@ def test_memory_chart_thins_sixteen_stage_numbers(qtbot):
     _assert_apart(axis)
     shown = [t for t, _ in axis.label_rects()]
     assert shown[0] == "0" and len(shown) < 16
+
+
+def test_one_long_word_breaks_inside_with_a_hyphen_before_it_is_cut():
+    """At 1,280 px the Compare tab's "recomputation" between two full slots was cut to
+    "recomputat…": it breaks inside, with a hyphen, when both halves fit."""
+    shown = fit_labels(["forward + backward", "recomputation", "TP collectives"], slot_px=70.0,
+                       width=_width, elide=_elide)
+    first, second = shown[1].split("\n")
+    assert first.endswith("-") and first[:-1] + second == "recomputation"
+    assert max(_width(first), _width(second)) <= 70.0 - LABEL_GAP_PX
+    # room enough from short neighbours: whole, as before
+    assert fit_labels(["TP", "recompute", "DP"], 60.0, _width, _elide) == ["TP", "recompute", "DP"]

@@ -52,7 +52,8 @@ def test_the_cost_panel_names_the_exposed_exchange_of_a_cp_plan_only(qtbot):
     assert r.cp_comm_s > 0 and r.cp_hidden_s > 0
     panel.set_report(r)
     name, value = panel._cp_row
-    assert name.isVisible() and "context-parallel" in name.text()
+    from core.sim.labels import TIME_TERMS, capitalized
+    assert name.isVisible() and name.text().endswith(capitalized(TIME_TERMS["cp_comm"]))
     assert value.text().startswith(format_duration(r.cp_comm_s))
     plain = simulate(Session(model=model, plan=dataclasses.replace(plan, context_parallel=1),
                              cluster=cluster)).report

@@ -463,3 +463,28 @@ def test_the_time_axis_names_its_start(qtbot):
         painter.end()
     shown = [text for _, _, text in texts]
     assert shown and shown[0] == "0", shown
+
+
+def test_legend_and_cost_panel_name_and_colour_a_quantity_alike(qtbot):
+    """The timeline's legend and the cost panel's time breakdown name the pipeline bubble and
+    the pipeline transfers with core's names (core.sim.labels) and draw the bubble in one colour:
+    they said "idle (bubble)" in #DCE1EA and "Idle (bubble)" in #C9CED6, "PP send/recv" and
+    "Pipeline sends"."""
+    import re
+
+    from core.sim.labels import KIND_NAMES, TIME_TERMS, capitalized
+
+    graph, schedule = synthetic_iteration(p=2, m=4)
+    w = TimelineWidget()
+    qtbot.addWidget(w)
+    w.set_data(graph, schedule)
+    legend = w.legend.text()
+    plain = QtGui.QTextDocumentFragment.fromHtml(legend).toPlainText().replace("\u2060", "")
+    assert f"idle ({TIME_TERMS['bubble']})" in plain.replace("\u00a0", " ").replace("\u2011", "-")
+    assert KIND_NAMES["pp_p2p"] in plain.replace("\u00a0", " ")
+    idle_swatch = re.search(r'color:(#[0-9A-Fa-f]{6})[^>]*>&#9632;</span>&nbsp;idle', legend)
+    from vtrain_gui import cost_panel
+    parts = {attr: (name, color) for attr, name, color in cost_panel._BREAKDOWN}
+    assert parts["bubble_s"] == (TIME_TERMS["bubble"], idle_swatch.group(1))
+    assert parts["pp_comm_s"][0] == "exposed " + KIND_NAMES["pp_p2p"]
+    assert dict(cost_panel._FIGURE_ROWS)["pp_comm"] == capitalized(TIME_TERMS["pp_comm"])

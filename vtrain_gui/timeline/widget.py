@@ -17,8 +17,9 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
 from core.sim.graph_types import KINDS, STREAMS, ExecutionGraph, Schedule
+from core.sim.labels import KIND_MEANINGS, KIND_NAMES, TIME_TERMS
 
-from ..formatting import KIND_COLORS, KIND_LABELS, format_duration
+from ..formatting import IDLE_COLOR, KIND_COLORS, format_duration
 from ..wrapped_label import WrappedLabel
 from . import items
 from .colors import LANE_COLORS, blend, kind_color
@@ -34,7 +35,7 @@ _HOVER_TOLERANCE_PX = 3.0
 def task_description(graph: ExecutionGraph, schedule: Schedule, index: int) -> str:
     """One line describing task ``index``: kind, stage, stream, micro-batch, layer, start, duration."""
     kind = KINDS[int(graph.kind[index])]
-    parts = [KIND_LABELS.get(kind, kind),
+    parts = [KIND_NAMES.get(kind, kind),
              f"stage {int(graph.stage[index])} {STREAMS[int(graph.stream[index])]}"]
     mb = int(graph.microbatch[index])
     parts.append(f"micro-batch {mb}" if mb >= 0 else "micro-batch –")
@@ -440,10 +441,11 @@ class TimelineWidget(QtWidgets.QWidget):
         items = []
         for k in kinds:
             name = KINDS[k]
-            label = _unbreakable(KIND_LABELS.get(name, name))
+            label = _unbreakable(KIND_NAMES.get(name, name))
             items.append(f'<span style="color:{kind_color(k).name()}; font-size:14pt;">&#9632;</span>'
                          f"&nbsp;{label}")
-        items.append('<span style="color:#DCE1EA; font-size:14pt;">&#9632;</span>&nbsp;idle&nbsp;(bubble)')
+        items.append(f'<span style="color:{IDLE_COLOR}; font-size:14pt;">&#9632;</span>&nbsp;'
+                     + _unbreakable(f"idle ({TIME_TERMS['bubble']})"))
         # bars narrower than a pixel are merged; their opacity is the lane's busy share there
         base, lane = QtGui.QColor(KIND_COLORS["tp_comm"]), LANE_COLORS[1]
         swatches = "".join(
@@ -461,8 +463,12 @@ class TimelineWidget(QtWidgets.QWidget):
             items.append("lanes&nbsp;per&nbsp;stage:&nbsp;" + "&nbsp;/&nbsp;".join(
                 _unbreakable(STREAMS[i]) for i in lanes))
         self._legend.setText("&nbsp;&nbsp; ".join(items))
+        # what each colour is (core's one table of names and meanings), then the opacity rule
+        meanings = "\n".join(f"{KIND_NAMES.get(KINDS[k], KINDS[k])}: {KIND_MEANINGS[KINDS[k]]}"
+                             for k in kinds if KINDS[k] in KIND_MEANINGS)
         self._legend.setToolTip(
-            "Where bars are narrower than a pixel or two, each such stretch of the lane shows "
+            (meanings + "\n\n" if meanings else "")
+            + "Where bars are narrower than a pixel or two, each such stretch of the lane shows "
             "the share of its time the lane is busy as the opacity (in steps of 1/5): a pale "
             "stretch of a communication lane is many short collectives with gaps between them, "
             "not one long one.")
