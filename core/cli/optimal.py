@@ -150,11 +150,9 @@ def _print(result, session, console: Console) -> None:
                   f"inside the {margin:g} % margin of the GPU's memory, or over it only with the "
                   "allocator's cache)[/]")
     _print_outside_calibration(result, console)
-    smallest = result.candidates[0].n_params
-    if result.rule_index is None:
-        console.print(f"The rule's N_opt ({format_params(result.rule_params)}) is not within a factor "
-                      f"of 2 of any candidate shape (the smallest is {format_params(smallest)}: L=8, "
-                      "h=1024).", highlight=False)
+    if result.rule_index is None and result.candidates:
+        from core.studies.optimal import no_rule_candidate_note
+        console.print(no_rule_candidate_note(result), highlight=False)
     if result.best is None:
         from core.studies.optimal import no_plan_explanation
         console.print(f"[red]{esc(no_plan_explanation(result, s.plan.global_batch_size))}[/]",
