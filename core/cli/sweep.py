@@ -223,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``vtrain sweep``; returns the exit status (errors raise ConfigError and friends)."""
     if getattr(args, "gpus_from", None) is not None:  # which GPUs to rent: its own module
         from core.cli.sweep_gpus import run_gpu_choice
-        return run_gpu_choice(args, _space_from_args)
+        return run_gpu_choice(args, _space_from_args, print_dimensions)
 
     from core.util.console import Console
     from core.util.inputs import strict_dumps

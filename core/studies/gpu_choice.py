@@ -50,7 +50,7 @@ from core.studies.sweep.run import run_sweep
 from core.studies.sweep.space import SweepSpace
 
 __all__ = ["GpuChoice", "choose_gpus", "combine", "row_session", "expected_figures",
-           "overhead_lower_bound", "POINT_KEYS"]
+           "overhead_lower_bound", "node_network", "POINT_KEYS"]
 
 #: Keys of each point of :meth:`GpuChoice.point` (and of ``--json``'s ``front``).
 POINT_KEYS = ("gpu", "row", "num_gpus", "plan", "iteration_time_s", "mfu", "goodput",
@@ -207,9 +207,11 @@ class GpuChoice:
 
     def to_dict(self) -> dict[str, Any]:
         """The document ``vtrain sweep --gpus-from --json`` prints: ``sheet``, ``rows`` (per
-        row: label, plans, plans that fit, pruned, its fastest and cheapest point by expected
-        figures), ``front`` (points, fastest first), ``best_by_days``, ``best_by_dollars``,
-        ``undecided``, ``never_finish``, ``interval_coverage``, ``training_tokens``."""
+        row: label, plans, plans that fit, pruned, its profile, its cluster (``gpus_per_node``
+        and the network), its sweep's ``warnings`` and ``dimensions``, its fastest and
+        cheapest point by expected figures), ``front`` (points, fastest first),
+        ``best_by_days``, ``best_by_dollars``, ``undecided``, ``never_finish``,
+        ``interval_coverage``, ``training_tokens``."""
         pick = (lambda k: None if k is None else self.point(k))
         rows = []
         for r, res in enumerate(self.sweeps):
@@ -218,6 +220,9 @@ class GpuChoice:
                          "num_feasible": res.num_feasible,
                          "num_pruned": int(np.count_nonzero(res.pruned)),
                          "profile": res.profile,
+                         "gpus_per_node": res.session.cluster.gpus_per_node,
+                         "node_network_gbits_per_s": node_network(res.session.cluster),
+                         "warnings": list(res.warnings), "dimensions": res.dimensions,
                          "fastest": pick(_best(ks, self.expected_days, self.expected_cost_usd)),
                          "cheapest": pick(_best(ks, self.expected_cost_usd, self.expected_days))})
         s = self.sweeps[0].session if self.sweeps else None
@@ -228,6 +233,17 @@ class GpuChoice:
                 "undecided": self.undecided, "never_finish": self.never_finish,
                 "interval_coverage": self.coverage,
                 "training_tokens": s.cost.training_tokens if s is not None else None}
+
+
+def node_network(cluster) -> float | None:
+    """The node's network bandwidth of ``cluster``, Gb/s
+    (:func:`core.plan.cluster.node_network_gbits_per_s`), or None when neither the cluster nor
+    its GPU kind gives one (a store of your own of an unknown kind)."""
+    from core.plan.cluster import node_network_gbits_per_s
+    try:
+        return float(node_network_gbits_per_s(cluster))
+    except ValueError:
+        return None
 
 
 def _best(ks: np.ndarray, first: np.ndarray, second: np.ndarray) -> int | None:
