@@ -57,11 +57,37 @@ def test_the_shared_cluster_study_names_its_store_and_the_mismatch(tmp_path, cap
     assert main(["schedule", trace, "--gpus", "8", "--policies", "requested", "--json",
                  "--profile", H100]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["profile"] == "H100-SXM5-80GB" and doc["warnings"] == [NOTE]
+    assert doc["profile"] == "H100-SXM5-80GB" and doc["warnings"][0] == NOTE
     assert main(["schedule", trace, "--gpus", "8", "--policies", "requested",
                  "--profile", H100]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "profile: H100-SXM5-80GB" in out and f"warning: {NOTE}" in out
     assert main(["schedule", trace, "--gpus", "8", "--policies", "requested", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["profile"] == "A100-SXM4-80GB" and doc["warnings"] == []
+    assert doc["profile"] == "A100-SXM4-80GB"
+    assert not any("the profile is of" in w for w in doc["warnings"])
+
+
+def test_the_shared_cluster_study_passes_on_its_sweeps_warnings(tmp_path, capsys):
+    """The jobs' sweeps warned (here: GB200 nodes of 8 GPUs, below its NVLink domain of 72, in
+    a 16-GPU plan) and the study dropped every warning."""
+    from core.io.session import save_session
+    from core.plan.session import Session
+    s = Session()
+    s.cluster.gpu, s.cluster.gpus_per_node = "GB200-NVL72", 8
+    cluster = tmp_path / "gb200.json"
+    save_session(s, cluster)
+    trace = tmp_path / "one.json"
+    trace.write_text(json.dumps([{"name": "j", "arrival_h": 0, "num_layers": 2,
+                                  "hidden_size": 256, "num_attention_heads": 4,
+                                  "seq_length": 256, "vocab_size": 1000,
+                                  "global_batch_size": 16, "tokens": 1e8,
+                                  "requested_gpus": 16}]))
+    assert main(["schedule", str(trace), "--gpus", "16", "--policies", "requested",
+                 "--cluster", str(cluster), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any(w.startswith("cluster.gpus_per_node=8 is below the GB200-NVL72's NVLink domain "
+                            "of 72 GPUs") for w in doc["warnings"])
+    assert main(["schedule", str(trace), "--gpus", "16", "--policies", "requested",
+                 "--cluster", str(cluster)]) == 0
+    assert "warning: cluster.gpus_per_node=8 is below" in " ".join(capsys.readouterr().out.split())

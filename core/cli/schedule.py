@@ -94,7 +94,9 @@ def run(args: argparse.Namespace) -> int:
                                           backfill=args.backfill,
                                           min_efficiency=args.min_efficiency,
                                           source=Path(args.trace).name, store=store,
-                                          progress=progress)
+                                          progress=progress, warnings=warnings)
+    from core.sim.comm import summarize_warnings
+    warnings = summarize_warnings(warnings)  # the sweeps' (the profile's note is theirs too)
     if args.json:
         print(strict_dumps({**_document(jobs, counts, tps, results, args),
                             "profile": store.device_name, "warnings": warnings}))
@@ -102,8 +104,10 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     _print(jobs, counts, tps, results, args, session, console, store)
     from core.util.console import esc
-    for w in warnings:
+    for w in warnings[:3]:
         console.print(f"[yellow]warning: {esc(w)}[/]", highlight=False)
+    if len(warnings) > 3:
+        console.print(f"[yellow]... and {len(warnings) - 3} more warnings (--json: warnings)[/]")
     return 0
 
 
