@@ -315,3 +315,21 @@ def test_cli_names_the_nearest_candidate_when_none_is_the_rules_size(capsys):
     assert (f"the nearest, {near['name'].split()[0]} (L={near['num_layers']}, "
             f"h={near['hidden_size']}), is {ratio:.3g} times") in out
     assert "L=8, h=1024" not in out
+
+
+def test_the_header_names_the_node_network_and_the_peak_the_budget_uses(capsys):
+    """The header named the GPU kind only: --set cluster.gpu=H100-SXM5-80GB on the vTrain
+    examples keeps its own 800 Gb/s per node (a quarter of a DGX H100's), which nothing said;
+    and the peak behind C = GPUs x peak x seconds x MFU was not given (the GPT-3 1.3B example
+    has the same 800 Gb/s per node)."""
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    args = ["optimal", path, "--gpus", "8", "--days", "1", "--candidates", "2",
+            "--hold-session-values", "--set", "cluster.gpu=H100-SXM5-80GB"]
+    assert main(args + ["--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["peak_flops_per_gpu"] == 989e12  # the H100 data sheet's dense BF16
+    assert doc["budget_flops"] == 8 * 989e12 * 86400 * 0.4
+    assert main(args) == 0
+    head = " ".join(capsys.readouterr().out.split())
+    assert head.startswith("Compute-optimal model for 8 x H100-SXM5-80GB (8 per node, 800 Gb/s "
+                           "per node; peak 989.0 TFLOP/s per GPU) for 1 days")

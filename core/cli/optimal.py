@@ -103,8 +103,14 @@ def _print(result, session, console: Console) -> None:
 
     from core.util.console import esc
     from core.studies.optimal import format_params
+    from core.studies.gpu_choice import node_network
     s = session
-    console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {esc(s.cluster.gpu)} for "
+    net = node_network(s.cluster)
+    node = (f"{s.cluster.gpus_per_node} per node"
+            + (f", {net:,.0f} Gb/s per node" if net else "")
+            + f"; peak {result.peak_flops / 1e12:,.1f} TFLOP/s per GPU")
+    console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {esc(s.cluster.gpu)} "
+                  f"({esc(node)}) for "
                   f"{result.days:g} days (${_cost(result, s):,.{0 if _cost(result, s) >= 100 else 2}f} at "
                   f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour); global batch "
                   f"{s.plan.global_batch_size}, sequence {s.model.seq_length}, {s.plan.precision}",
