@@ -620,7 +620,9 @@ def _print_header(result, console: Console) -> None:
         console.print("[red]No plan that fits was simulated[/] (too large to simulate: "
                       "--out FILE.csv gives each plan's reason).")
     margin = result.session.cluster.memory_reserve_fraction * 100
-    console.print("[dim]cost: for the token budget; GiB: memory per GPU (! = does not fit, "
+    console.print("[dim]days and cost: for the token budget, iterations x iteration time "
+                  "(without failures, restarts or checkpoints: vtrain simulate's goodput lines, "
+                  "--gpus-from's expected figures); GiB: memory per GPU (! = does not fit, "
                   f"~ = tight: inside the {margin:g} % margin of the GPU's memory, or over it "
                   "only with the allocator's cache)[/]")
 
