@@ -47,3 +47,8 @@ def test_a_sweeps_days_are_iterations_times_the_iteration_time_and_say_so(capsys
     out = " ".join(capsys.readouterr().out.split())
     assert ("days and cost: for the token budget, iterations x iteration time (without "
             "failures, restarts or checkpoints") in out
+    # what the tokens per iteration and the network rest on, held: the sequence length (B x s)
+    # and the node (this vTrain example's own 800 Gb/s per node, not the A100's reference)
+    assert out.startswith("GPT-3 1.3B on A100-SXM4-80GB (8 per node, 800 Gb/s per node), "
+                          f"sequence {s.model.seq_length:,}, global batch "
+                          f"{s.plan.global_batch_size}, ")

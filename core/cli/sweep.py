@@ -581,9 +581,13 @@ def _print_header(result, console: Console) -> None:
     from core.util.console import esc
     from core.studies.sweep import budget_text
     s = result.session
-    console.print(f"[bold]{esc(s.model.name)}[/] on {esc(s.cluster.gpu)}, global batch {s.plan.global_batch_size}, "
+    from core.studies.gpu_choice import node_network
+    net = node_network(s.cluster)
+    console.print(f"[bold]{esc(s.model.name)}[/] on {esc(s.cluster.gpu)} ({s.cluster.gpus_per_node} per "
+                  f"node{f', {net:,.0f} Gb/s per node' if net else ''}), sequence "
+                  f"{s.model.seq_length:,}, global batch {s.plan.global_batch_size}, "
                   f"{s.cost.training_tokens / 1e9:,.0f}B tokens at ${s.cost.price_per_gpu_hour_usd:,.2f}"
-                  f"/GPU-hour; budget: {budget_text(result.space)}")
+                  f"/GPU-hour; budget: {budget_text(result.space)}", highlight=False)
     prov = result.profile
     console.print(esc(f"profile: {prov.get('device')} ({prov.get('method')}) {prov.get('path', '')}"))
     n_pruned = int(np.count_nonzero(result.pruned))
