@@ -103,7 +103,7 @@ def _print(result, session, console: Console) -> None:
 
     from core.util.console import esc
     from core.studies.optimal import format_params
-    from core.studies.gpu_choice import node_network
+    from core.plan.cluster import node_network
     s = session
     net = node_network(s.cluster)
     node = (f"{s.cluster.gpus_per_node} per node"

@@ -581,7 +581,7 @@ def _print_header(result, console: Console) -> None:
     from core.util.console import esc
     from core.studies.sweep import budget_text
     s = result.session
-    from core.studies.gpu_choice import node_network
+    from core.plan.cluster import node_network
     net = node_network(s.cluster)
     console.print(f"[bold]{esc(s.model.name)}[/] on {esc(s.cluster.gpu)} ({s.cluster.gpus_per_node} per "
                   f"node{f', {net:,.0f} Gb/s per node' if net else ''}), sequence "

@@ -151,7 +151,7 @@ def print_choice(choice, console: Any, print_dimensions: Any = None) -> None:
     from rich.table import Table
 
     from core.sim.comm import summarize_warnings
-    from core.studies.gpu_choice import node_network
+    from core.plan.cluster import node_network
     from core.util.console import esc
     s = choice.sweeps[0].session if choice.sweeps else None
     if s is not None:

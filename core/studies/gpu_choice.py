@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from core.io.price_sheet import PriceSheet
-from core.plan.cluster import GPU_NVLINK_DOMAIN, processes_per_host
+from core.plan.cluster import GPU_NVLINK_DOMAIN, node_network, processes_per_host
 from core.plan.fields import ConfigError
 from core.plan.session import Session
 from core.sim.goodput import SPREAD_SAMPLES, checkpoint_size, goodput
@@ -50,7 +50,7 @@ from core.studies.sweep.run import run_sweep
 from core.studies.sweep.space import SweepSpace
 
 __all__ = ["GpuChoice", "choose_gpus", "combine", "row_session", "expected_figures",
-           "overhead_lower_bound", "node_network", "POINT_KEYS"]
+           "overhead_lower_bound", "POINT_KEYS"]
 
 #: Keys of each point of :meth:`GpuChoice.point` (and of ``--json``'s ``front``).
 POINT_KEYS = ("gpu", "row", "num_gpus", "plan", "iteration_time_s", "mfu", "goodput",
@@ -233,17 +233,6 @@ class GpuChoice:
                 "undecided": self.undecided, "never_finish": self.never_finish,
                 "interval_coverage": self.coverage,
                 "training_tokens": s.cost.training_tokens if s is not None else None}
-
-
-def node_network(cluster) -> float | None:
-    """The node's network bandwidth of ``cluster``, Gb/s
-    (:func:`core.plan.cluster.node_network_gbits_per_s`), or None when neither the cluster nor
-    its GPU kind gives one (a store of your own of an unknown kind)."""
-    from core.plan.cluster import node_network_gbits_per_s
-    try:
-        return float(node_network_gbits_per_s(cluster))
-    except ValueError:
-        return None
 
 
 def _best(ks: np.ndarray, first: np.ndarray, second: np.ndarray) -> int | None:
