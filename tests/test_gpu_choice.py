@@ -272,3 +272,39 @@ def test_plan_space_options_apply_to_every_row(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "A100-SXM4-80GB: sweep: no valid plan" in err and "--tensor-parallel 3" in err
     assert "H100-SXM5-80GB: sweep: no valid plan" in err and "fits in memory" not in err
+
+
+def test_the_text_says_what_each_row_held_and_its_sweeps_warnings(tmp_path, capsys):
+    """The text output named neither each row's node (a GB200 row of gpus_per_node 8 ran on
+    8-GPU nodes, 8 x 400 Gb/s) nor the plan space (--schedules 1f1b was not said), and dropped
+    every sweep warning (the row's own: 8 is below the GB200's NVLink domain of 72). Now: the
+    sequence length, each row's node and network, vtrain sweep's swept/held lines, and each
+    row's warnings, labelled (and in --json per row)."""
+    cfg = tmp_path / "s.json"
+    save_session(tiny_session(), cfg)
+    sheet = tmp_path / "p.csv"
+    sheet.write_text(HEADER + "A100-SXM4-80GB,0.3,16,,test,2026-01-01\n"
+                     "GB200-NVL72,2.9,16,8,test,2026-01-01\n")
+    opts = ["--micro-batch-sizes", "2", "--schedules", "1f1b", "--zero-stages", "1",
+            "--context-parallel", "1", "--tensor-parallel", "2", "--pipeline-parallel", "1",
+            "--workers", "1"]
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet)] + opts) == 0
+    out = capsys.readouterr().out
+    lines = [" ".join(x.split()) for x in out.splitlines()]
+    assert lines[0].startswith("tiny, sequence 256, global batch 16,")
+    # the reference nodes: 8 x 200 Gb/s for the A100 (DGX A100), 8 x 400 Gb/s for the GB200
+    assert lines[1].startswith("A100-SXM4-80GB: $0.30/GPU-hour, up to 16 GPUs, 8 per node "
+                               "(1,600 Gb/s per node)")
+    assert lines[2].startswith("GB200-NVL72: $2.90/GPU-hour, up to 16 GPUs, 8 per node "
+                               "(3,200 Gb/s per node)")
+    text = " ".join(lines)
+    assert "swept: " in text and "schedule 1f1b (the only valid value; the values given)" in text
+    assert ("warning: GB200-NVL72: cluster.gpus_per_node=8 is below the GB200-NVL72's NVLink "
+            "domain of 72 GPUs") in text
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--json"] + opts) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["gpus_per_node"], r["node_network_gbits_per_s"]) for r in rows] == [
+        (8, 1600.0), (8, 3200.0)]
+    assert rows[0]["warnings"] == [] or not any("NVLink domain" in w for w in rows[0]["warnings"])
+    assert any("NVLink domain of 72" in w for w in rows[1]["warnings"])
+    assert {d["field"] for d in rows[1]["dimensions"]} >= {"schedule", "tensor_parallel"}

@@ -262,3 +262,74 @@ def test_a_batch_too_small_for_the_gpus_is_said_and_set_changes_it(capsys):
         "plan.global_batch_size=N for a pretraining batch (GPT-3: 1,536 sequences; Llama 3: "
         "16 M tokens)")
     assert all(c["plan"] is None or c["plan"]["data_parallel"] <= 4 for c in doc["candidates"])
+
+
+def test_no_rule_candidate_note_names_the_nearest_shape_not_the_smallest_one():
+    """Two candidates over the default spread of 8 sit sqrt(8) = 2.83 times below and above
+    N_opt, so neither is the rule's size; the note named "the smallest is 913M: L=8, h=1024"
+    though that candidate is L=16, h=2048 (the shape L=8, h=1024 is 154M). It names the
+    nearest candidate, its own shape and the factor, and says L=8, h=1024 only below it."""
+    from core.studies.optimal import (Candidate, OptimalResult, _candidate_models,
+                                      no_rule_candidate_note)
+    m = load_any(EXAMPLES / "gpt3_175b.json").model
+
+    def result(n_rule, k):
+        models = _candidate_models(m, n_rule, k, 8.0)
+        r = OptimalResult(64, 1.0, 0.4, 312e12, 6.9e20, n_rule, 50e9, None)
+        r.candidates = [Candidate(x, num_parameters(x), None, *[math.nan] * 4) for x in models]
+        return r
+
+    r = result(2.3e9, 2)
+    small, large = r.candidates
+    assert (small.model.num_layers, small.model.hidden_size) == (16, 2048)
+    assert small.n_params / 2.3e9 > 1 / 2.9 and large.n_params / 2.3e9 < 2.9  # both beyond 2x
+    near = min(r.candidates, key=lambda c: abs(math.log(c.n_params / 2.3e9)))
+    ratio = max(near.n_params / 2.3e9, 2.3e9 / near.n_params)
+    note = no_rule_candidate_note(r)
+    assert f"(L={near.model.num_layers}, h={near.model.hidden_size})" in note
+    assert f"{ratio:.3g} times" in note and "L=8, h=1024" not in note
+    below = result(1e7, 9)  # every size rounds to the smallest shape, 154M
+    assert len(below.candidates) == 1
+    assert below.candidates[0].n_params == num_parameters(gpt_shape(1e7, m.seq_length, m.vocab_size))
+    note = no_rule_candidate_note(below)
+    ratio = below.candidates[0].n_params / 1e7
+    assert f"(L=8, h=1024), is {ratio:.3g} times larger" in note
+    assert note.endswith("(no GPT shape is smaller than L=8, h=1024).")
+    r.rule_index = 0
+    assert no_rule_candidate_note(r) == ""
+
+
+def test_cli_names_the_nearest_candidate_when_none_is_the_rules_size(capsys):
+    """8 GPUs for a day: N_opt = 791M; two candidates over a spread of 8 are 255M (L=16,
+    h=1024) and 1.97B (L=16, h=3072), both beyond a factor of 2 of it."""
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    assert main(["optimal", path, "--gpus", "8", "--days", "1", "--candidates", "2",
+                 "--hold-session-values", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["rule_index"] is None
+    near = min(doc["candidates"], key=lambda c: abs(math.log(c["n_params"] / doc["rule_params"])))
+    ratio = max(near["n_params"] / doc["rule_params"], doc["rule_params"] / near["n_params"])
+    assert main(["optimal", path, "--gpus", "8", "--days", "1", "--candidates", "2",
+                 "--hold-session-values"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (f"the nearest, {near['name'].split()[0]} (L={near['num_layers']}, "
+            f"h={near['hidden_size']}), is {ratio:.3g} times") in out
+    assert "L=8, h=1024" not in out
+
+
+def test_the_header_names_the_node_network_and_the_peak_the_budget_uses(capsys):
+    """The header named the GPU kind only: --set cluster.gpu=H100-SXM5-80GB on the vTrain
+    examples keeps its own 800 Gb/s per node (a quarter of a DGX H100's), which nothing said;
+    and the peak behind C = GPUs x peak x seconds x MFU was not given (the GPT-3 1.3B example
+    has the same 800 Gb/s per node)."""
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    args = ["optimal", path, "--gpus", "8", "--days", "1", "--candidates", "2",
+            "--hold-session-values", "--set", "cluster.gpu=H100-SXM5-80GB"]
+    assert main(args + ["--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["peak_flops_per_gpu"] == 989e12  # the H100 data sheet's dense BF16
+    assert doc["budget_flops"] == 8 * 989e12 * 86400 * 0.4
+    assert main(args) == 0
+    head = " ".join(capsys.readouterr().out.split())
+    assert head.startswith("Compute-optimal model for 8 x H100-SXM5-80GB (8 per node, 800 Gb/s "
+                           "per node; peak 989.0 TFLOP/s per GPU) for 1 days")

@@ -103,8 +103,14 @@ def _print(result, session, console: Console) -> None:
 
     from core.util.console import esc
     from core.studies.optimal import format_params
+    from core.plan.cluster import node_network
     s = session
-    console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {esc(s.cluster.gpu)} for "
+    net = node_network(s.cluster)
+    node = (f"{s.cluster.gpus_per_node} per node"
+            + (f", {net:,.0f} Gb/s per node" if net else "")
+            + f"; peak {result.peak_flops / 1e12:,.1f} TFLOP/s per GPU")
+    console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {esc(s.cluster.gpu)} "
+                  f"({esc(node)}) for "
                   f"{result.days:g} days (${_cost(result, s):,.{0 if _cost(result, s) >= 100 else 2}f} at "
                   f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour); global batch "
                   f"{s.plan.global_batch_size}, sequence {s.model.seq_length}, {s.plan.precision}",
@@ -150,11 +156,9 @@ def _print(result, session, console: Console) -> None:
                   f"inside the {margin:g} % margin of the GPU's memory, or over it only with the "
                   "allocator's cache)[/]")
     _print_outside_calibration(result, console)
-    smallest = result.candidates[0].n_params
-    if result.rule_index is None:
-        console.print(f"The rule's N_opt ({format_params(result.rule_params)}) is not within a factor "
-                      f"of 2 of any candidate shape (the smallest is {format_params(smallest)}: L=8, "
-                      "h=1024).", highlight=False)
+    if result.rule_index is None and result.candidates:
+        from core.studies.optimal import no_rule_candidate_note
+        console.print(no_rule_candidate_note(result), highlight=False)
     if result.best is None:
         from core.studies.optimal import no_plan_explanation
         console.print(f"[red]{esc(no_plan_explanation(result, s.plan.global_batch_size))}[/]",

@@ -86,15 +86,28 @@ def run(args: argparse.Namespace) -> int:
         check_all_but_the_plan(session, gpt_shape(1e9), global_batch_size=1)
     except ConfigError as exc:  # name the file, in its own terms
         raise session.in_its_terms(exc) from None
+    from core.sim.simulate import profile_gpu_note, session_profile
+    store = session_profile(session)  # opened once: its GPU kind is checked against the cluster's
+    warnings = [w for w in [profile_gpu_note(store, session.cluster)] if w]
     progress = study_progress(args.json)
     counts, tps, results = schedule_study(jobs, session, args.gpus, policies=policies,
                                           backfill=args.backfill,
                                           min_efficiency=args.min_efficiency,
-                                          source=Path(args.trace).name, progress=progress)
+                                          source=Path(args.trace).name, store=store,
+                                          progress=progress, warnings=warnings)
+    from core.sim.comm import summarize_warnings
+    warnings = summarize_warnings(warnings)  # the sweeps' (the profile's note is theirs too)
     if args.json:
-        print(strict_dumps(_document(jobs, counts, tps, results, args)))
+        print(strict_dumps({**_document(jobs, counts, tps, results, args),
+                            "profile": store.device_name, "warnings": warnings}))
         return 0
-    _print(jobs, counts, tps, results, args, session, Console())
+    console = Console()
+    _print(jobs, counts, tps, results, args, session, console, store)
+    from core.util.console import esc
+    for w in warnings[:3]:
+        console.print(f"[yellow]warning: {esc(w)}[/]", highlight=False)
+    if len(warnings) > 3:
+        console.print(f"[yellow]... and {len(warnings) - 3} more warnings (--json: warnings)[/]")
     return 0
 
 
@@ -117,7 +130,7 @@ def _document(jobs, counts, tps, results, args) -> dict[str, Any]:
     }
 
 
-def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
+def _print(jobs, counts, tps, results, args, session, console: Console, store=None) -> None:
     import numpy as np
     from rich.table import Table
 
@@ -131,6 +144,8 @@ def _print(jobs, counts, tps, results, args, session, console: Console) -> None:
                   f"served{', with backfilling' if args.backfill else ''}", highlight=False)
     console.print(f"each job's plans keep: {esc(kept_switches_text(session.plan))} (t, p, d, b, "
                   "schedule and recomputation are swept)", highlight=False)
+    if store is not None:  # the store the throughputs come from (--profile or the GPU's own)
+        console.print(esc(f"profile: {store.device_name} {store.path or ''}"), highlight=False)
     counts_a = np.asarray(counts)
     jt = Table(title="Jobs: predicted tokens/s per GPU as a share of the job's best over all "
                      "counts, at the request and at the efficient count", title_justify="left")

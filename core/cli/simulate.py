@@ -115,7 +115,10 @@ def _summary_table(s, r):
               + band(r.iteration_time_s, lambda x: f"{x:,.3f} s"))
     if iv is not None:
         t.add_row("Error band", interval_line(iv))
-    t.add_row("Throughput", f"{r.tokens_per_s:,.0f} tokens/s")
+    per_iteration = pl.global_batch_size * s.model.seq_length
+    t.add_row("Throughput", f"{r.tokens_per_s:,.0f} tokens/s, {r.tokens_per_s / r.num_gpus:,.0f} "
+              f"per GPU ({per_iteration:,} tokens per iteration: B={pl.global_batch_size:,} "
+              f"sequences of {s.model.seq_length:,})")
     if r.fp8_recipe is not None:
         t.add_row("Precision", f"fp8, recipe {r.fp8_recipe}: the linear layers' GEMMs in FP8, "
                                "attention core, embedding and output layer in BF16")

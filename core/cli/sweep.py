@@ -223,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``vtrain sweep``; returns the exit status (errors raise ConfigError and friends)."""
     if getattr(args, "gpus_from", None) is not None:  # which GPUs to rent: its own module
         from core.cli.sweep_gpus import run_gpu_choice
-        return run_gpu_choice(args, _space_from_args)
+        return run_gpu_choice(args, _space_from_args, print_dimensions)
 
     from core.util.console import Console
     from core.util.inputs import strict_dumps
@@ -581,9 +581,13 @@ def _print_header(result, console: Console) -> None:
     from core.util.console import esc
     from core.studies.sweep import budget_text
     s = result.session
-    console.print(f"[bold]{esc(s.model.name)}[/] on {esc(s.cluster.gpu)}, global batch {s.plan.global_batch_size}, "
+    from core.plan.cluster import node_network
+    net = node_network(s.cluster)
+    console.print(f"[bold]{esc(s.model.name)}[/] on {esc(s.cluster.gpu)} ({s.cluster.gpus_per_node} per "
+                  f"node{f', {net:,.0f} Gb/s per node' if net else ''}), sequence "
+                  f"{s.model.seq_length:,}, global batch {s.plan.global_batch_size}, "
                   f"{s.cost.training_tokens / 1e9:,.0f}B tokens at ${s.cost.price_per_gpu_hour_usd:,.2f}"
-                  f"/GPU-hour; budget: {budget_text(result.space)}")
+                  f"/GPU-hour; budget: {budget_text(result.space)}", highlight=False)
     prov = result.profile
     console.print(esc(f"profile: {prov.get('device')} ({prov.get('method')}) {prov.get('path', '')}"))
     n_pruned = int(np.count_nonzero(result.pruned))
@@ -620,7 +624,9 @@ def _print_header(result, console: Console) -> None:
         console.print("[red]No plan that fits was simulated[/] (too large to simulate: "
                       "--out FILE.csv gives each plan's reason).")
     margin = result.session.cluster.memory_reserve_fraction * 100
-    console.print("[dim]cost: for the token budget; GiB: memory per GPU (! = does not fit, "
+    console.print("[dim]days and cost: for the token budget, iterations x iteration time "
+                  "(without failures, restarts or checkpoints: vtrain simulate's goodput lines, "
+                  "--gpus-from's expected figures); GiB: memory per GPU (! = does not fit, "
                   f"~ = tight: inside the {margin:g} % margin of the GPU's memory, or over it "
                   "only with the allocator's cache)[/]")
 

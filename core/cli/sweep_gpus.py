@@ -77,11 +77,13 @@ def _workers(text: str | None) -> int | None:
     return n
 
 
-def run_gpu_choice(args: argparse.Namespace, space_from_args: Any) -> int:
+def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
+                   print_dimensions: Any = None) -> int:
     """Run ``vtrain sweep CONFIG --gpus-from PRICES.csv``; returns the exit status (errors
     raise ConfigError and friends: exit 2). ``space_from_args(args, session)`` is
-    ``vtrain sweep``'s reading of the plan-space options (passed in: this module is
-    ``core.cli.sweep``'s, which imports it)."""
+    ``vtrain sweep``'s reading of the plan-space options and ``print_dimensions(dimensions,
+    plan, console)`` its swept/held lines (passed in: this module is ``core.cli.sweep``'s,
+    which imports it)."""
     from core.cli.common import check_number, session_from_args
     from core.io.price_sheet import read_price_sheet
     from core.plan.rules import check_all_but_the_plan
@@ -136,27 +138,41 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any) -> int:
     if args.json:
         print(strict_dumps(choice.to_dict()))
     else:
-        print_choice(choice, Console())
+        print_choice(choice, Console(), print_dimensions)
     return 0
 
 
-def print_choice(choice, console: Any) -> None:
-    """The combined front as a rich table, the best by days and by dollars, and what was held."""
+def print_choice(choice, console: Any, print_dimensions: Any = None) -> None:
+    """What was held (the model, sequence length, batch, tokens and failure model; each row's
+    node and network; with ``print_dimensions``, ``vtrain sweep``'s swept/held lines of the
+    rows' sweeps as one), the combined front as a rich table, the best by days and by
+    dollars, and each row's sweep warnings (the first three, summarized)."""
     from rich import box
     from rich.table import Table
 
+    from core.sim.comm import summarize_warnings
+    from core.plan.cluster import node_network
     from core.util.console import esc
     s = choice.sweeps[0].session if choice.sweeps else None
     if s is not None:
-        console.print(f"[bold]{esc(s.model.name)}[/], global batch {s.plan.global_batch_size}, "
+        console.print(f"[bold]{esc(s.model.name)}[/], sequence {s.model.seq_length:,}, global "
+                      f"batch {s.plan.global_batch_size}, "
                       f"{s.cost.training_tokens / 1e9:,.0f}B tokens; failures "
                       f"{s.reliability.failure_rate_per_gpu_hour:.3g} per GPU-hour, restart "
-                      f"{s.reliability.restart_time_s:,.0f} s")
+                      f"{s.reliability.restart_time_s:,.0f} s", highlight=False)
     for r, (row, res) in enumerate(zip(choice.sheet.rows, choice.sweeps)):
+        c = res.session.cluster
+        net = node_network(c)
         console.print(esc(f"{choice.sheet.labels[r]}: ${row.price_per_gpu_hour_usd:,.2f}/GPU-hour, "
-                          f"up to {row.max_gpus:,} GPUs ({row.source or 'no source'}"
+                          f"up to {row.max_gpus:,} GPUs, {c.gpus_per_node} per node "
+                          + (f"({net:,.0f} Gb/s per node) " if net else "")
+                          + f"({row.source or 'no source'}"
                           f"{', ' + row.date if row.date else ''}); {res.num_plans:,} plans, "
-                          f"{res.num_feasible:,} fit and simulated"))
+                          f"{res.num_feasible:,} fit and simulated"), highlight=False)
+    dims = [res.dimensions for res in choice.sweeps if res.dimensions]
+    if print_dimensions is not None and s is not None and dims:
+        from core.studies.sweep import merge_dimensions
+        print_dimensions(merge_dimensions(dims), s.plan, console)
     cov = f"{choice.coverage:.0%}"
     t = Table(title=f"Combined front of expected days and dollars: {choice.front.size} plans, "
                     "fastest first", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
@@ -192,6 +208,10 @@ def print_choice(choice, console: Any) -> None:
     console.print("[dim]expected: with failures, restarts and checkpoints (docs/goodput.md); "
                   f"band: the iteration time's {cov} error band of each store carried through "
                   "(none where the store has no calibration runs)[/]")
+    for r, res in enumerate(choice.sweeps):
+        for w in summarize_warnings(res.warnings)[:3]:
+            console.print(f"[yellow]warning:[/] {esc(choice.sheet.labels[r])}: {esc(w)}",
+                          highlight=False)
     if choice.undecided:
         console.print(f"[yellow]warning:[/] {choice.undecided:,} plans pruned by their sweep "
                       "could still reach this front; --exhaustive simulates them")

@@ -15,7 +15,8 @@ from core.plan.fields import BOUNDS, described_field
 
 __all__ = ["GPU_KINDS", "GPU_NVLINK_DOMAIN", "GPU_HOST_GPUS", "NVLINK_DOMAIN_SPANS_HOSTS",
            "gpus_per_host", "processes_per_host", "GPU_FP8_DTYPES", "GPU_NIC_GBITS_PER_GPU",
-           "node_network_gbits_per_s", "NODE_FIELDS", "has_reference_network", "on_gpu_kind",
+           "node_network_gbits_per_s", "node_network", "NODE_FIELDS", "has_reference_network",
+           "on_gpu_kind",
            "ClusterConfig", "CostConfig",
            "LLAMA3_FAILURES_PER_GPU_HOUR", "ReliabilityConfig", "gpu_kind"]
 
@@ -131,6 +132,16 @@ def node_network_gbits_per_s(cluster: "ClusterConfig") -> float:
 
 #: The cluster fields :func:`on_gpu_kind` moves with the GPU kind (the node).
 NODE_FIELDS = ("gpus_per_node", "inter_node_bandwidth_gbits_per_s")
+
+
+def node_network(cluster: "ClusterConfig") -> float | None:
+    """The node's network bandwidth of ``cluster``, Gb/s (:func:`node_network_gbits_per_s`),
+    or None when neither the cluster nor its GPU kind gives one (a store of your own of an
+    unknown kind): for reports that name the node they held."""
+    try:
+        return float(node_network_gbits_per_s(cluster))
+    except ValueError:
+        return None
 
 
 def has_reference_network(cluster: "ClusterConfig") -> bool:

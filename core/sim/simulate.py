@@ -45,7 +45,7 @@ from core.util.text import file_name_part
 
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
            "stage_memory", "fp8_tn", "model_flops_per_iteration", "memory_verdict", "tight_note",
-           "session_profile",
+           "session_profile", "profile_gpu_note",
            "graph_size_estimate", "graph_too_large", "graph_tasks_bound", "MAX_GRAPH_TASKS",
            "check_finite"]
 
@@ -359,6 +359,17 @@ def schedule_times_without_transfers(session: Session, st: StageTimes
     return out[0], out[1], out[n - 1]
 
 
+def profile_gpu_note(store, cluster) -> str | None:
+    """A warning when ``store`` (a :class:`core.store.ProfileStore`, ``--profile`` or
+    ``cluster.profile_path``) is of another GPU kind than ``cluster.gpu``: the times, the
+    MFU's peak and the memory capacity are then the store's GPU's, while the report names the
+    cluster's; None when they agree."""
+    if store.device_name == cluster.gpu:
+        return None
+    return (f"the profile is of {store.device_name}, not of cluster.gpu {cluster.gpu}: times, "
+            f"MFU and memory capacity are {store.device_name}'s")
+
+
 def small_nvlink_domain_note(c, n: int) -> str | None:
     """A warning when cluster ``c``'s nodes are of 8 GPUs or fewer (an HGX board's, the
     default, kept when the GPU is changed) while its GPU kind's NVLink domain has more (a GB200
@@ -474,10 +485,9 @@ def _build(session: Session, store: ProfileStore) -> tuple[StageTimes, Execution
     cache: dict = {}
     st = stage_times(session, store, cache)
     graph, warnings = build_graph(session, store, cache=cache, times=st)
-    if store.device_name != session.cluster.gpu:
-        warnings.insert(0, f"the profile is of {store.device_name}, not of cluster.gpu "
-                           f"{session.cluster.gpu}: times, MFU and memory capacity are "
-                           f"{store.device_name}'s")
+    note = profile_gpu_note(store, session.cluster)
+    if note:
+        warnings.insert(0, note)
     return st, graph, warnings
 
 

@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from core.io.price_sheet import PriceSheet
-from core.plan.cluster import GPU_NVLINK_DOMAIN, processes_per_host
+from core.plan.cluster import GPU_NVLINK_DOMAIN, node_network, processes_per_host
 from core.plan.fields import ConfigError
 from core.plan.session import Session
 from core.sim.goodput import SPREAD_SAMPLES, checkpoint_size, goodput
@@ -207,9 +207,11 @@ class GpuChoice:
 
     def to_dict(self) -> dict[str, Any]:
         """The document ``vtrain sweep --gpus-from --json`` prints: ``sheet``, ``rows`` (per
-        row: label, plans, plans that fit, pruned, its fastest and cheapest point by expected
-        figures), ``front`` (points, fastest first), ``best_by_days``, ``best_by_dollars``,
-        ``undecided``, ``never_finish``, ``interval_coverage``, ``training_tokens``."""
+        row: label, plans, plans that fit, pruned, its profile, its cluster (``gpus_per_node``
+        and the network), its sweep's ``warnings`` and ``dimensions``, its fastest and
+        cheapest point by expected figures), ``front`` (points, fastest first),
+        ``best_by_days``, ``best_by_dollars``, ``undecided``, ``never_finish``,
+        ``interval_coverage``, ``training_tokens``."""
         pick = (lambda k: None if k is None else self.point(k))
         rows = []
         for r, res in enumerate(self.sweeps):
@@ -218,6 +220,9 @@ class GpuChoice:
                          "num_feasible": res.num_feasible,
                          "num_pruned": int(np.count_nonzero(res.pruned)),
                          "profile": res.profile,
+                         "gpus_per_node": res.session.cluster.gpus_per_node,
+                         "node_network_gbits_per_s": node_network(res.session.cluster),
+                         "warnings": list(res.warnings), "dimensions": res.dimensions,
                          "fastest": pick(_best(ks, self.expected_days, self.expected_cost_usd)),
                          "cheapest": pick(_best(ks, self.expected_cost_usd, self.expected_days))})
         s = self.sweeps[0].session if self.sweeps else None

@@ -51,7 +51,7 @@ from core.util.text import format_params
 from core.model.counts import num_parameters
 
 __all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "format_params",
-           "no_plan_explanation", "Candidate",
+           "no_plan_explanation", "no_rule_candidate_note", "Candidate",
            "OptimalResult", "compute_optimal", "study_inputs"]
 
 #: Parametric loss fit: Besiroglu et al. 2024's refit of Hoffmann et al. 2022's Approach 3.
@@ -227,6 +227,31 @@ def no_plan_explanation(result: "OptimalResult", global_batch_size: int) -> str:
                 f"GPUs with t dividing a node and d*b dividing the global batch "
                 f"({global_batch_size}); try another GPU count or global batch.")
     return "No candidate has a plan that fits on exactly these GPUs (see each candidate's note)."
+
+
+def no_rule_candidate_note(result: "OptimalResult") -> str:
+    """Why ``result`` names no candidate as the rule's size (``rule_index`` None), for people:
+    the candidate nearest the rule's ``N_opt`` in log size, with its own shape (L, h) and how
+    many times smaller or larger it is, and where ``N_opt`` lies: below the smallest shape
+    (L = 8, h = 1,024: every smaller size rounds to it) or between candidates that
+    ``--candidates`` / ``--spread`` spaced more than a factor of 2 from it (2 candidates
+    over the default spread of 8 sit sqrt(8) = 2.8 times below and above it). "" when a
+    candidate is the rule's size or there is none."""
+    if result.rule_index is not None or not result.candidates:
+        return ""
+    n_rule = result.rule_params
+    sizes = np.array([c.n_params for c in result.candidates], float)
+    k = int(np.argmin(np.abs(np.log(sizes / n_rule))))
+    c = result.candidates[k]
+    ratio = c.n_params / n_rule
+    how = f"{ratio:.3g} times larger" if ratio >= 1 else f"{1 / ratio:.3g} times smaller"
+    text = (f"The rule's N_opt ({format_params(n_rule)}) is not within a factor of 2 of any "
+            f"candidate shape: the nearest, {format_params(c.n_params)} "
+            f"(L={c.model.num_layers}, h={c.model.hidden_size}), is {how}")
+    smallest = result.candidates[0].model
+    if n_rule < sizes[0] and (smallest.num_layers, smallest.hidden_size) == (8, 8 * HEAD_DIM):
+        return text + " (no GPT shape is smaller than L=8, h=1024)."
+    return text + "; more --candidates or a smaller --spread puts one nearer."
 
 
 def _num(v: float) -> float | None:

@@ -251,7 +251,8 @@ def gpu_counts(total_gpus: int, gpus_per_node: int, extra: Sequence[int] = ()) -
 
 def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int], *,
                      store=None, progress: Callable[[int, int, str], None] | None = None,
-                     cancel: Any = None) -> tuple[np.ndarray, list[list[dict | None]]]:
+                     cancel: Any = None, warnings: list[str] | None = None
+                     ) -> tuple[np.ndarray, list[list[dict | None]]]:
     """Best predicted tokens/s of every job at every GPU count.
 
     One plan sweep per distinct (model, global batch) over exactly ``counts``
@@ -264,7 +265,8 @@ def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int
     plans : list (per job) of lists (per count) of plan dicts or None
 
     ``progress(done, total, name)`` is called before each job's sweep; ``cancel`` is passed
-    to the sweeps (:class:`core.studies.sweep.SweepCancelled` when it is set).
+    to the sweeps (:class:`core.studies.sweep.SweepCancelled` when it is set); the sweeps'
+    distinct warnings are appended to ``warnings`` when it is given.
     """
     from core.sim.simulate import session_profile
     from core.studies.sweep import SweepSpace, run_sweep
@@ -284,6 +286,8 @@ def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int
             s.plan.global_batch_size = job.global_batch_size
             res = run_sweep(s, SweepSpace(num_gpus=list(counts), hold_session_values=True),
                             store=store, cancel=cancel)
+            if warnings is not None:
+                warnings += [w for w in res.warnings if w not in warnings]
             tps = np.zeros(len(counts))
             best: list[dict | None] = [None] * len(counts)
             for k, n in enumerate(counts):
@@ -495,10 +499,12 @@ def study_inputs(session: Session) -> dict[str, Any]:
 def schedule_study(jobs: Sequence[Job], session: Session, total_gpus: int, *,
                    policies: Sequence[str] = POLICIES, backfill: bool = False,
                    min_efficiency: float = 0.8, source: str = "trace", store=None,
-                   progress: Callable[[int, int, str], None] | None = None, cancel: Any = None
+                   progress: Callable[[int, int, str], None] | None = None, cancel: Any = None,
+                   warnings: list[str] | None = None
                    ) -> tuple[list[int], np.ndarray, list[ScheduleResult]]:
     """The whole study: candidate counts (:func:`gpu_counts`), the throughput table and one
-    :func:`run_schedule` per policy, on ``session``'s cluster.
+    :func:`run_schedule` per policy, on ``session``'s cluster (the sweeps' warnings appended
+    to ``warnings`` when given).
 
     Returns ``(counts, tokens_per_s, results)``.
 
@@ -515,7 +521,7 @@ def schedule_study(jobs: Sequence[Job], session: Session, total_gpus: int, *,
         raise ConfigError(too_big)
     counts = gpu_counts(total_gpus, session.cluster.gpus_per_node, [j.requested_gpus for j in jobs])
     tps, plans = throughput_table(jobs, session, counts, store=store, progress=progress,
-                                  cancel=cancel)
+                                  cancel=cancel, warnings=warnings)
     results = [run_schedule(jobs, tps, counts, total_gpus, p, plans=plans, backfill=backfill,
                             min_efficiency=min_efficiency) for p in policies]
     return counts, tps, results

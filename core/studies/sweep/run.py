@@ -25,7 +25,7 @@ from core.plan.session import Session
 from core.plan.rules import validate
 from core.sim import fastpath_kernel
 from core.sim.costing import costing, mfu_peak_flops
-from core.sim.simulate import session_profile, small_nvlink_domain_note
+from core.sim.simulate import profile_gpu_note, session_profile, small_nvlink_domain_note
 from core.sim.report import MEMORY_VERDICTS, memory_verdict_column
 from core.store.interval import DEFAULT_COVERAGE
 from core.studies.sweep import parallel
@@ -611,8 +611,8 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
         max_memory_per_gpu_bytes=max_mem, fits_in_memory=fits, reason=reason, pareto=pareto,
         fastest=best_row(days, cost_usd, feasible), cheapest=best_row(cost_usd, days, feasible),
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
-        warnings=sweep_notes + sorted(with_plans(w, [plans[i] for i in sorted(idx)])
-                                      for w, idx in runner.warned.items())
+        warnings=[w for w in [profile_gpu_note(store, session.cluster)] if w] + sweep_notes
+        + sorted(with_plans(w, [plans[i] for i in sorted(idx)]) for w, idx in runner.warned.items())
         + [w for w in [small_nvlink_domain_note(session.cluster, int(num_gpus.max(initial=0)))]
            if w],
         profile={"device": store.device_name, "path": str(store.path) if store.path else "",
