@@ -10,6 +10,7 @@ import pytest
 
 from core.cli import main
 from core.plan.fields import ConfigError
+from core.plan.parallel import PLAN_FIELDS
 from core.plan.presets import MODEL_PRESETS
 from core.plan.session import Session
 from core.studies.scheduler import (Job, gpu_counts, jobs_from_list, read_jobs, run_schedule, target_index,
@@ -117,7 +118,7 @@ def test_throughput_table_is_the_best_simulated_plan_at_each_count():
     jobs = read_jobs(str(TRACE))[:1]  # GPT-3 1.3B, B=512
     session = Session()
     counts = [8, 16]
-    tps, plans = throughput_table(jobs, session, counts)
+    tps, plans = throughput_table(jobs, session, counts, hold_session_values=True)
     for k, n in enumerate(counts):
         p = plans[0][k]
         assert p["num_gpus"] == n and p["fits_in_memory"]
@@ -132,9 +133,34 @@ def test_throughput_table_is_the_best_simulated_plan_at_each_count():
     assert tps[0, 1] > tps[0, 0]
 
 
+def test_throughput_table_searches_the_default_sweep_space():
+    """Without hold_session_values each job's sweep is vtrain sweep's default space (it held
+    Megatron-LM's argparse defaults, ZeRO 0 and no overlaps, the sweep fault of issue 27's kind):
+    at each count its best plan is the simulated time of that whole plan and at least as fast
+    as the held search's, here faster, with switches the held search never tries."""
+    jobs = read_jobs(str(TRACE))[:1]  # GPT-3 1.3B, B=512
+    session = Session()
+    counts = [8]
+    held, _ = throughput_table(jobs, session, counts, hold_session_values=True)
+    tps, plans = throughput_table(jobs, session, counts)
+    p = plans[0][0]
+    assert tps[0, 0] > held[0, 0] * 1.01
+    assert p["zero_stage"] > 0 or p["overlap_grad_reduce"] or p["sequence_parallel"]
+    s = session.copy()
+    s.model = jobs[0].model
+    s.plan.global_batch_size = 512
+    for key in PLAN_FIELDS:
+        if key in p:
+            setattr(s.plan, key, p[key])
+    r = simulate(s).report
+    assert tps[0, 0] == pytest.approx(512 * 2048 / r.iteration_time_s, rel=1e-9)
+
+
 def test_cli_json(capsys):
-    assert main(["schedule", str(TRACE), "--gpus", "1024", "--json"]) == 0
+    assert main(["schedule", str(TRACE), "--gpus", "1024", "--json",
+                 "--hold-session-values"]) == 0
     doc = json.loads(capsys.readouterr().out)
+    assert doc["hold_session_values"] is True
     assert [p["policy"] for p in doc["policies"]] == ["requested", "efficient", "adaptive"]
     req = doc["policies"][0]
     assert len(req["runs"]) == 12
@@ -148,10 +174,27 @@ def test_cli_json(capsys):
 def test_cli_names_the_network_and_the_switches_the_sweeps_keep(capsys):
     """The default cluster's network (the GPU's reference node: 8 x 200 Gb/s) and the plan
     switches every job's sweep keeps are printed (the help once gave 800 Gb/s)."""
-    assert main(["schedule", str(TRACE), "--gpus", "1024"]) == 0
+    assert main(["schedule", str(TRACE), "--gpus", "1024", "--hold-session-values"]) == 0
     head = capsys.readouterr().out.splitlines()[:2]
     assert "(8 per node, 1,600 Gb/s per node)" in head[0]
     assert head[1].startswith("each job's plans keep: precision=bf16 ") and "zero_stage=0" in head[1]
+
+
+def test_cli_says_the_sweeps_search_the_default_space(tmp_path, capsys):
+    trace = tmp_path / "one.json"
+    trace.write_text(json.dumps([{"name": "j", "arrival_h": 0, "num_layers": 2,
+                                  "hidden_size": 256, "num_attention_heads": 4,
+                                  "seq_length": 256, "vocab_size": 1000,
+                                  "global_batch_size": 16, "tokens": 1e8,
+                                  "requested_gpus": 8}]))
+    assert main(["schedule", str(trace), "--gpus", "8", "--policies", "requested"]) == 0
+    line = " ".join(capsys.readouterr().out.split())
+    assert ("each job's plans: vtrain sweep's default space (t, p, d, b, schedule, "
+            "recomputation, sequence parallelism, ZeRO stage, cp, overlaps and fusions swept; "
+            "precision=bf16 held;") in line
+    assert main(["schedule", str(trace), "--gpus", "8", "--policies", "requested",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["hold_session_values"] is False
 
 
 def test_cli_bad_policy_exits_2(capsys):
@@ -223,7 +266,8 @@ def test_gpu_counts_reject_a_zero_node_size():
 
 
 def test_cli_plans_carry_no_figures_of_another_token_budget(capsys):
-    assert main(["schedule", str(TRACE), "--gpus", "1024", "--json", "--policies", "requested"]) == 0
+    assert main(["schedule", str(TRACE), "--gpus", "1024", "--json", "--policies", "requested",
+                 "--hold-session-values"]) == 0
     run = json.loads(capsys.readouterr().out)["policies"][0]["runs"][0]
     assert "training_days" not in run["plan"] and "cost_usd" not in run["plan"]
 

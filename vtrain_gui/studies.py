@@ -85,7 +85,9 @@ def run_schedule_study(session: Session, settings: dict, _unused: Any,
                                           backfill=settings["backfill"],
                                           min_efficiency=settings["min_efficiency"],
                                           source=Path(path).name, progress=on_progress,
-                                          cancel=cancel)
+                                          cancel=cancel,
+                                          hold_session_values=bool(
+                                              settings.get("hold_session_values", False)))
     return jobs, counts, tps, results
 
 
@@ -597,14 +599,20 @@ class SchedulePanel(_StudyPanel):
                                        "'efficient' and 'adaptive' accept")
         self.backfill = QtWidgets.QCheckBox("backfill")
         self.backfill.setToolTip("Let a later job start ahead of a waiting one when it fits")
+        self.hold = QtWidgets.QCheckBox("keep the Plan tab's switches")
+        self.hold.setToolTip("Each job's sweep keeps the Plan tab's sequence parallelism, ZeRO "
+                             "stage, cp, overlaps and fusions (t, p, d, b, schedule and "
+                             "recomputation swept) instead of searching what the Explore tab "
+                             "searches by default: about 18 times faster, slower plans")
         self.form.addRow("Job trace", row)
         self.form.addRow("Cluster", self.gpus)
         self.form.addRow("Min. efficiency", self.min_efficiency)
         self.form.addRow("", self.backfill)
-        self._watch(self.trace, self.gpus, self.min_efficiency, self.backfill)
-        hint = QtWidgets.QLabel("GPU kind, node size, network and profile come from the Plan tab, "
-                                "and so do the switches every job's plans keep (precision, "
-                                "sequence parallelism, ZeRO stage, the overlaps and fusions, cp). "
+        self.form.addRow("", self.hold)
+        self._watch(self.trace, self.gpus, self.min_efficiency, self.backfill, self.hold)
+        hint = QtWidgets.QLabel("GPU kind, node size, network, precision and profile come from "
+                                "the Plan tab; each job's sweep searches the Explore tab's default "
+                                "space (or keeps the Plan tab's switches). "
                                 "Policies: requested (as asked), efficient (cut to "
                                 "where GPUs still pay), adaptive (efficient, but start on half "
                                 "rather than wait).")
@@ -630,7 +638,7 @@ class SchedulePanel(_StudyPanel):
 
     def _fields(self) -> dict[str, QtWidgets.QWidget]:
         return {"trace": self.trace, "gpus": self.gpus, "backfill": self.backfill,
-                "min_efficiency": self.min_efficiency}
+                "min_efficiency": self.min_efficiency, "hold_session_values": self.hold}
 
     def study_inputs(self, session: Session) -> dict:
         """:func:`core.studies.scheduler.study_inputs`."""
@@ -658,10 +666,12 @@ class SchedulePanel(_StudyPanel):
         self.gantt_title.setText("")
 
     def settings(self) -> dict:
-        """The form: trace path (empty: the example trace), GPUs, backfill, min_efficiency."""
+        """The form: trace path (empty: the example trace), GPUs, backfill, min_efficiency,
+        hold_session_values (:func:`core.studies.scheduler.throughput_table`)."""
         return {"trace": self.trace.text().strip(), "gpus": self.gpus.value(),
                 "backfill": self.backfill.isChecked(),
-                "min_efficiency": self.min_efficiency.value()}
+                "min_efficiency": self.min_efficiency.value(),
+                "hold_session_values": self.hold.isChecked()}
 
     def _browse(self) -> None:
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open a job trace",

@@ -251,12 +251,19 @@ def gpu_counts(total_gpus: int, gpus_per_node: int, extra: Sequence[int] = ()) -
 
 def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int], *,
                      store=None, progress: Callable[[int, int, str], None] | None = None,
-                     cancel: Any = None, warnings: list[str] | None = None
+                     cancel: Any = None, warnings: list[str] | None = None,
+                     hold_session_values: bool = False
                      ) -> tuple[np.ndarray, list[list[dict | None]]]:
     """Best predicted tokens/s of every job at every GPU count.
 
     One plan sweep per distinct (model, global batch) over exactly ``counts``
-    GPUs; per count, the fastest plan that fits in memory.
+    GPUs; per count, the fastest plan that fits in memory. Each sweep is ``vtrain sweep``'s
+    default space (:meth:`core.studies.sweep.SweepSpace.default_for`: every schedule,
+    recomputation, sequence parallelism, ZeRO stage, cp, overlap and fusion a Megatron-Core
+    user has), or with ``hold_session_values`` only the session's own switches
+    (:data:`core.studies.sweep.dimensions.KEPT_SWITCHES`; t, p, d, b, schedule and
+    recomputation swept: about 18 times faster, and up to a fifth slower plans on the shipped
+    trace).
 
     Returns
     -------
@@ -284,8 +291,12 @@ def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int
             s = session.copy()
             s.model = job.model
             s.plan.global_batch_size = job.global_batch_size
-            res = run_sweep(s, SweepSpace(num_gpus=list(counts), hold_session_values=True),
-                            store=store, cancel=cancel)
+            if hold_session_values:
+                space = SweepSpace(num_gpus=list(counts), hold_session_values=True)
+            else:  # vtrain sweep's default space, on exactly these counts
+                space = dataclasses.replace(SweepSpace.default_for(s), num_gpus=list(counts),
+                                            max_gpus=None, max_data_parallel=None)
+            res = run_sweep(s, space, store=store, cancel=cancel)
             if warnings is not None:
                 warnings += [w for w in res.warnings if w not in warnings]
             tps = np.zeros(len(counts))
@@ -500,11 +511,12 @@ def schedule_study(jobs: Sequence[Job], session: Session, total_gpus: int, *,
                    policies: Sequence[str] = POLICIES, backfill: bool = False,
                    min_efficiency: float = 0.8, source: str = "trace", store=None,
                    progress: Callable[[int, int, str], None] | None = None, cancel: Any = None,
-                   warnings: list[str] | None = None
+                   warnings: list[str] | None = None, hold_session_values: bool = False
                    ) -> tuple[list[int], np.ndarray, list[ScheduleResult]]:
-    """The whole study: candidate counts (:func:`gpu_counts`), the throughput table and one
-    :func:`run_schedule` per policy, on ``session``'s cluster (the sweeps' warnings appended
-    to ``warnings`` when given).
+    """The whole study: candidate counts (:func:`gpu_counts`), the throughput table
+    (:func:`throughput_table`, its sweeps holding the session's switches only with
+    ``hold_session_values``) and one :func:`run_schedule` per policy, on ``session``'s cluster
+    (the sweeps' warnings appended to ``warnings`` when given).
 
     Returns ``(counts, tokens_per_s, results)``.
 
@@ -521,7 +533,8 @@ def schedule_study(jobs: Sequence[Job], session: Session, total_gpus: int, *,
         raise ConfigError(too_big)
     counts = gpu_counts(total_gpus, session.cluster.gpus_per_node, [j.requested_gpus for j in jobs])
     tps, plans = throughput_table(jobs, session, counts, store=store, progress=progress,
-                                  cancel=cancel, warnings=warnings)
+                                  cancel=cancel, warnings=warnings,
+                                  hold_session_values=hold_session_values)
     results = [run_schedule(jobs, tps, counts, total_gpus, p, plans=plans, backfill=backfill,
                             min_efficiency=min_efficiency) for p in policies]
     return counts, tps, results

@@ -60,6 +60,9 @@ def test_compute_optimal_study_shows_the_core_result(studies, qtbot):
 def test_schedule_study_shows_every_policy_and_draws_the_selected_one(studies, qtbot):
     panel = studies.schedule
     assert panel.trace.text() == "" and str(DEFAULT_TRACE) in panel.trace.toolTip()  # the example
+    assert not panel.hold.isChecked()  # the default: each job's sweep searches the default space
+    panel.hold.setChecked(True)  # the Plan tab's switches held: the 18 times faster study
+    assert panel.settings()["hold_session_values"] is True
     with qtbot.waitSignal(panel.runner.finished, timeout=240_000):
         panel.run()
     jobs, _counts, _tps, results = panel.result
@@ -134,6 +137,7 @@ def test_an_invalid_plan_tab_cluster_is_refused_before_running(qtbot):
 
 def test_an_edit_after_a_run_marks_the_result_stale_and_a_failure_clears_it(studies, qtbot, tmp_path):
     panel = studies.schedule
+    panel.hold.setChecked(True)  # the fast study: what is tested is the staleness
     with qtbot.waitSignal(panel.runner.finished, timeout=240_000):
         panel.run()
     panel.gpus.setValue(2048)
