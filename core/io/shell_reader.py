@@ -101,12 +101,31 @@ class _Budget:
 _REFERENCE = re.compile(r"\$(\{)?([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?(1)\})")
 
 
+def _inside_a_word(value: str, ref: str) -> bool:
+    """Whether every occurrence of ``ref`` in ``value`` is glued to other text of its word
+    (```pwd`/pretrain_gpt.py``, ``$(dirname $0)/../train.py``): a path's part, not a
+    word of its own."""
+    i = value.find(ref)
+    while i >= 0:
+        before, after = value[i - 1:i], value[i + len(ref):i + len(ref) + 1]
+        if not ((before and not before.isspace()) or (after and not after.isspace())):
+            return False
+        i = value.find(ref, i + 1)
+    return True
+
+
 def _words_around_references(value: str, missing: list[str]) -> bool:
     """Whether ``value`` is several words whose unknown parts (``missing``, as written) are
-    each a plain variable reference (``$NAME``, ``${NAME}``), one word wherever it lands; a
-    command's or an arithmetic's text, or a value of one word, is not."""
-    return (all(_REFERENCE.fullmatch(ref) for ref in missing)
-            and len(value.split()) > 1)
+    each a plain variable reference (``$NAME``, ``${NAME}``), one word wherever it lands, or a
+    command substitution glued to the text of its word (the script path of Megatron-DeepSpeed's
+    ``CMD=" `pwd`/pretrain_gpt.py --num-layers ..."``, kept as written); a command
+    substitution or arithmetic standing as a word of its own, or a value of one word, is not."""
+    def kept(ref: str) -> bool:
+        if _REFERENCE.fullmatch(ref):
+            return True
+        command = ref.startswith("`") or (ref.startswith("$(") and not ref.startswith("$(("))
+        return command and _inside_a_word(value, ref)
+    return all(kept(ref) for ref in missing) and len(value.split()) > 1
 
 
 @dataclass

@@ -196,6 +196,26 @@ def _training_command(commands: list[list[str]], source: str
     return pre, args, launcher, script
 
 
+#: Programs that launch the training script (``python -m torch.distributed.run`` is python).
+_LAUNCH_PROGRAMS = frozenset({"torchrun", "srun", "deepspeed", "mpirun", "python", "python3"})
+
+
+def _launch_behind_variable(commands: list[list[str]]) -> tuple[str, str, str] | None:
+    """``(command, word, variable)`` of the last launcher command (torchrun, python, srun ...)
+    that runs no ``.py`` script but holds a word vtrain could not expand (``torchrun
+    --nproc_per_node 8 $CMD`` with ``CMD=$(cat args.txt)``): the training command is behind
+    that variable. None when there is none."""
+    for words in reversed(commands):
+        if not words or Path(words[0]).name not in _LAUNCH_PROGRAMS:
+            continue
+        for w in words[1:]:
+            name = missing_variable(w)
+            if name is not None:
+                text = " ".join(words)
+                return (text if len(text) <= 60 else text[:57] + "...", w, name)
+    return None
+
+
 def _sbatch(text: str) -> list[str]:
     """The words of the script's ``#SBATCH`` directives."""
     words: list[str] = []
@@ -276,6 +296,13 @@ def read_launch(text: str, source: str = "arguments", variables: dict[str, str] 
                                     f"{shell.exited}, before any 'pretrain_*.py' command (as "
                                     "the script is run: give its arguments with --var "
                                     "1=VALUE ..., its environment with --var NAME=VALUE)")
+        hidden = _launch_behind_variable(shell.commands)
+        if hidden is not None:
+            raise MegatronArgsError(
+                f"{source}: no Megatron-LM arguments found: the launch {hidden[0]!r} runs "
+                f"{hidden[1]}, whose value vtrain does not know (the variable {hidden[2]} is not "
+                "set in the file, or comes from a command's output, which vtrain does not run); "
+                f"give --var {hidden[2]}=VALUE")
         raise MegatronArgsError(f"{source}: no Megatron-LM arguments found (neither a "
                                 "'pretrain_*.py --num-layers ...' command nor an argument list)")
     if nproc is None and ntasks is not None and nnodes:

@@ -1,0 +1,81 @@
+"""Launch scripts as users post them with a measured throughput (BLOOM's tr11-176B-ml,
+Megatron-DeepSpeed's ``CMD`` strings): what the launch reader takes from them, checked
+against bash where bash is installed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from core.io.megatron.arguments import MegatronArgsError
+from core.io.megatron.launch import read_launch
+from core.io.megatron.to_session import session_from_launch
+from core.io.shell_reader import read_shell
+
+BASH = shutil.which("bash")
+
+#: BigScience's tr11-176B-ml.slurm: a flag commented out, its line still ending in a backslash
+COMMENTED_CONTINUATION = """\
+OPTIMIZER_ARGS=" \\
+    --lr 6e-5 \\
+    "
+# for 20h 1190, for 100h 5990
+#    --exit-duration-in-mins 1190 \\
+EXIT_OPTS=" \\
+    --exit-duration-in-mins 5990 \\
+    "
+echo "$EXIT_OPTS"
+"""
+
+TINY = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+        "--micro-batch-size 1 --vocab-size 1000")
+
+
+def test_a_backslash_ending_a_comment_does_not_continue_the_line():
+    # bash ends a comment at its newline, backslash or not: EXIT_OPTS is assigned (it was
+    # read into the comment, and the launch refused as holding an unset $EXIT_OPTS)
+    env = read_shell(COMMENTED_CONTINUATION).variables
+    assert env["EXIT_OPTS"].split() == ["--exit-duration-in-mins", "5990"]
+    assert env["OPTIMIZER_ARGS"].split() == ["--lr", "6e-5"]
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+def test_a_backslash_ending_a_comment_as_bash_reads_it():
+    out = subprocess.run([BASH, "-c", COMMENTED_CONTINUATION], capture_output=True, text=True,
+                         timeout=10).stdout
+    assert out.split() == read_shell(COMMENTED_CONTINUATION).variables["EXIT_OPTS"].split()
+
+
+def test_a_continuation_inside_double_quotes_still_joins():
+    env = read_shell('A="--x 1 \\\n  --y 2"\n').variables
+    assert env["A"].split() == ["--x", "1", "--y", "2"]
+
+
+def test_a_command_substitution_glued_to_the_script_path_keeps_the_other_words():
+    # Megatron-DeepSpeed scripts: export CMD=" `pwd`/pretrain_gpt.py --tensor-model-parallel-size
+    # ..." (the whole string was unknown: "no Megatron-LM arguments found")
+    script = f'export CMD=" \\\n    `pwd`/pretrain_gpt.py \\\n    {TINY} \\\n    "\n' \
+             "torchrun --nproc_per_node 8 $CMD\n"
+    launch = read_launch(script, "bloom.slurm")
+    assert launch.script.endswith("/pretrain_gpt.py")
+    assert launch.arguments[launch.arguments.index("--num-layers") + 1] == "2"
+    assert launch.nproc_per_node == 8
+
+
+def test_a_command_substitution_standing_as_a_word_stays_unknown():
+    # its output may be any number of words: the variable is named, never guessed
+    script = f'CMD="$(cat /job/args.txt) {TINY}"\ntorchrun --nproc_per_node 8 pretrain_gpt.py $CMD\n'
+    with pytest.raises(MegatronArgsError, match=r"the variable CMD .*--var CMD=VALUE"):
+        session_from_launch(read_launch(script, "x.sh"))
+
+
+def test_a_launch_behind_an_unknown_variable_names_it():
+    script = "CMD=$(cat /job/args.txt)\ntorchrun --nproc_per_node 8 $CMD\n"
+    with pytest.raises(MegatronArgsError) as err:
+        read_launch(script, "x.sh")
+    msg = str(err.value)
+    assert "x.sh: no Megatron-LM arguments found: the launch 'torchrun --nproc_per_node 8 $CMD'" \
+        in msg
+    assert "--var CMD=VALUE" in msg
