@@ -79,3 +79,39 @@ def test_a_launch_behind_an_unknown_variable_names_it():
     assert "x.sh: no Megatron-LM arguments found: the launch 'torchrun --nproc_per_node 8 $CMD'" \
         in msg
     assert "--var CMD=VALUE" in msg
+
+
+def _world(script: str, **kw) -> tuple[int, int]:
+    """(GPUs, GPUs per node) of the session a launch imports to."""
+    s = session_from_launch(read_launch(script, "x.sh"), **kw).session
+    return (s.plan.tensor_parallel * s.plan.pipeline_parallel * s.plan.data_parallel,
+            s.cluster.gpus_per_node)
+
+
+def test_mpirun_process_counts_give_the_world_size():
+    # Open MPI: -np the processes in all, -N / -npernode those per node (not srun's nodes)
+    assert _world(f"mpirun -np 16 -npernode 8 python pretrain_gpt.py {TINY}\n") == (16, 8)
+    assert _world(f"mpirun -np 32 -N 8 --bind-to none python pretrain_gpt.py {TINY}\n") == (32, 8)
+    launch = read_launch(f"mpirun -np 32 -N 8 python pretrain_gpt.py {TINY}\n", "x.sh")
+    assert (launch.nnodes, launch.nproc_per_node) == (4, 8)
+    # -np alone: the world, its nodes those of the GPU kind's NVLink domain
+    assert _world(f"mpirun -np 16 python pretrain_gpt.py {TINY}\n")[0] == 16
+    with pytest.raises(MegatronArgsError, match="not a whole number of nodes of 8"):
+        read_launch(f"mpirun -np 12 -npernode 8 python pretrain_gpt.py {TINY}\n", "x.sh")
+
+
+def test_srun_node_count_is_still_nodes():
+    launch = read_launch(f"srun -N 2 --ntasks-per-node 8 python pretrain_gpt.py {TINY}\n", "x.sh")
+    assert (launch.nnodes, launch.nproc_per_node) == (2, 8)
+
+
+def test_torchrun_nproc_per_node_gpu_asks_for_the_hosts_gpus():
+    # torchrun's --nproc-per-node gpu (or auto) is the host's GPU count, not in the script
+    script = f"torchrun --nproc-per-node=gpu --nnodes=2 pretrain_gpt.py {TINY}\n"
+    with pytest.raises(MegatronArgsError, match=r"--nproc-per-node gpu: one process per GPU of "
+                       r"the host.*give --gpus-per-node G"):
+        session_from_launch(read_launch(script, "x.sh"))
+    assert _world(script, gpus_per_node=8) == (16, 8)
+    assert _world(script, num_gpus=16)[0] == 16
+    assert _world(f"torchrun --nproc_per_node auto pretrain_gpt.py {TINY}\n",
+                  gpus_per_node=4)[0] == 4

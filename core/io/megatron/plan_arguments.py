@@ -148,6 +148,10 @@ def _world_and_batch(mp: Mapper, launch: Launch, sizes: tuple[int, int, int],
         world = nodes * per_host
     if world is None and launch.nnodes is not None and launch.nproc_per_node is not None:
         world = launch.nnodes * launch.nproc_per_node
+    if world is None and launch.host_nproc is not None:  # torchrun --nproc-per-node gpu
+        if gpus_per_node is None:
+            raise MegatronArgsError(launch.host_nproc)
+        world = (launch.nnodes or 1) * gpus_per_node
     if world is None and launch.world_size is not None:  # a printed dump's world_size
         world = launch.world_size
     if world is None and launch.unset_counts:
