@@ -115,3 +115,59 @@ def test_torchrun_nproc_per_node_gpu_asks_for_the_hosts_gpus():
     assert _world(script, num_gpus=16)[0] == 16
     assert _world(f"torchrun --nproc_per_node auto pretrain_gpt.py {TINY}\n",
                   gpus_per_node=4)[0] == 4
+
+
+ARGS = "--num-layers 8 --hidden-size 64 --num-attention-heads 4 --micro-batch-size 1 --vocab-size 1000"
+
+
+def _session(extra: str, **kw):
+    text = f"torchrun --nproc_per_node 8 pretrain_gpt.py {ARGS} {extra}\n"
+    return session_from_launch(read_launch(text, "x.sh"), **kw).session
+
+
+def test_encoder_seq_length_alone_is_the_sequence_length():
+    # Megatron-LM's validate_args: args.seq_length = args.encoder_seq_length when only it is
+    # given (the import refused: "missing --seq-length")
+    assert _session("--encoder-seq-length 2048").model.seq_length == 2048
+    assert _session("--seq-length 1024").model.seq_length == 1024
+
+
+def test_encoder_num_layers_alone_is_the_layer_count():
+    text = ("torchrun --nproc_per_node 8 pretrain_gpt.py --encoder-num-layers 6 --hidden-size 64 "
+            "--num-attention-heads 4 --seq-length 128 --micro-batch-size 1 --vocab-size 1000\n")
+    assert session_from_launch(read_launch(text, "x.sh")).session.model.num_layers == 6
+
+
+def test_both_names_of_the_sequence_length_are_refused():
+    # validate_args asserts encoder_seq_length is None when --seq-length is given (it was
+    # listed as ignored and the run simulated at --seq-length)
+    with pytest.raises(MegatronArgsError, match="--seq-length and --encoder-seq-length are both"):
+        _session("--seq-length 4096 --encoder-seq-length 2048")
+
+
+def test_a_printed_dump_with_encoder_seq_length_reads():
+    # validate_args sets encoder_seq_length from seq_length: a dump prints both
+    dump = ("------------------------ arguments ------------------------\n"
+            "  encoder_seq_length .............................. 512\n"
+            "  hidden_size ..................................... 64\n"
+            "  micro_batch_size ................................ 1\n"
+            "  num_attention_heads ............................. 4\n"
+            "  num_layers ...................................... 2\n"
+            "  seq_length ...................................... 512\n"
+            "  vocab_size ...................................... 1000\n"
+            "  world_size ...................................... 8\n"
+            "-------------------- end of arguments ---------------------\n")
+    assert session_from_launch(read_launch(dump, "log.txt")).session.model.seq_length == 512
+
+
+def test_activations_checkpoint_method_is_full_recomputation():
+    # Megatron-LM's examples/pretrain_gpt3_175B.sh (2021): --activations-checkpoint-method
+    # uniform, --activations-checkpoint-num-layers 1 by default (was refused as unknown)
+    s = _session("--seq-length 128 --activations-checkpoint-method uniform")
+    assert (s.plan.recompute, s.plan.recompute_num_layers) == ("full", None)
+    s = _session("--seq-length 128 --pipeline-model-parallel-size 2 "
+                 "--activations-checkpoint-method block --activations-checkpoint-num-layers 2")
+    assert (s.plan.recompute, s.plan.recompute_num_layers) == ("full", 2)
+    with pytest.raises(MegatronArgsError, match="--distribute-checkpointed-activations"):
+        _session("--seq-length 128 --tensor-model-parallel-size 2 --activations-checkpoint-"
+                 "method uniform --distribute-checkpointed-activations")

@@ -449,7 +449,8 @@ _DERIVED_DESTS = frozenset(
     "iteration curr_iteration do_train do_valid do_test train_iters_derived "
     "global_batch_size_derived expert_data_parallel_size async_tensor_model_parallel_allreduce "
     "num_floating_point_operations_so_far pipeline_model_parallel_split_rank encoder_num_layers "
-    "decoder_num_layers encoder_tensor_model_parallel_size encoder_pipeline_model_parallel_size "
+    "encoder_seq_length decoder_num_layers encoder_tensor_model_parallel_size "
+    "encoder_pipeline_model_parallel_size "
     "save_retain_interval timing_log_option".split())
 
 
