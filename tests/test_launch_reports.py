@@ -171,3 +171,77 @@ def test_activations_checkpoint_method_is_full_recomputation():
     with pytest.raises(MegatronArgsError, match="--distribute-checkpointed-activations"):
         _session("--seq-length 128 --tensor-model-parallel-size 2 --activations-checkpoint-"
                  "method uniform --distribute-checkpointed-activations")
+
+
+#: Parameter operations launch scripts use (model names lower-cased for a case, file names cut
+#: from paths, the script's own arguments passed on with "${@:2}"), each with bash's value.
+OPERATIONS = r'''
+P=/data/models/llama-2-13b.tar.gz
+S=Llama2-13B
+A=(a b c d e)
+R1=${P##*/}
+R2=${P#*/}
+R3=${P%%.*}
+R4=${P%.*}
+R5=${S,,}
+R6=${S^^}
+R7=${S,}
+R8=${P/llama/LL}
+R9=${P//a/_}
+R10=${P/#\/data/X}
+R11=${P/%gz/bz}
+R12=${S:2:3}
+R13=${S: -3}
+R14="${A[@]:1:2}"
+R15="${@:2}"
+R16="${@:2:2}"
+R17=${S:1}
+R18=${P//[ae]/}
+R19="${A[@]}"
+R20=${P/*\//}
+'''
+BASH_VALUES = {
+    "R1": "llama-2-13b.tar.gz", "R2": "data/models/llama-2-13b.tar.gz",
+    "R3": "/data/models/llama-2-13b", "R4": "/data/models/llama-2-13b.tar",
+    "R5": "llama2-13b", "R6": "LLAMA2-13B", "R7": "llama2-13B",
+    "R8": "/data/models/LL-2-13b.tar.gz", "R9": "/d_t_/models/ll_m_-2-13b.t_r.gz",
+    "R10": "X/models/llama-2-13b.tar.gz", "R11": "/data/models/llama-2-13b.tar.bz",
+    "R12": "ama", "R13": "13B", "R14": "b c", "R15": "y z w", "R16": "y z",
+    "R17": "lama2-13B", "R18": "/dt/modls/llm-2-13b.tr.gz", "R19": "a b c d e",
+    "R20": "llama-2-13b.tar.gz"}
+
+
+def test_parameter_operations_as_bash_evaluates_them():
+    # ${NAME%pattern}, ${NAME,,}, ${@:2} ... were left unknown ("the variable NAME is not
+    # set"), and "${A[@]}" assigned to a variable lost its spaces
+    env = read_shell(OPERATIONS, positional=["x", "y", "z", "w"]).variables
+    assert {k: env[k] for k in BASH_VALUES} == BASH_VALUES
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+def test_the_parameter_operations_table_is_bashs():
+    echo = "".join(f'echo "{k}=${k}"\n' for k in BASH_VALUES)
+    out = subprocess.run([BASH, "-c", OPERATIONS + echo, "bash", "x", "y", "z", "w"],
+                         capture_output=True, text=True, timeout=10).stdout
+    assert dict(line.split("=", 1) for line in out.splitlines()) == BASH_VALUES
+
+
+def test_a_size_case_on_a_lower_cased_argument_and_the_rest_passed_on():
+    script = ('SIZE=${1:-7B}\ncase ${SIZE,,} in\n  7b) L=32; H=4096; A=32 ;;\n'
+              '  13b) L=40; H=5120; A=40 ;;\nesac\n'
+              'torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers $L --hidden-size $H '
+              '--num-attention-heads $A --seq-length 4096 --micro-batch-size 1 '
+              '--vocab-size 32000 --bf16 "${@:2}"\n')
+    launch = read_launch(script, "x.sh", {"1": "13B", "2": "--tensor-model-parallel-size",
+                                          "3": "2"})
+    s = session_from_launch(launch).session
+    assert (s.model.num_layers, s.model.hidden_size, s.plan.tensor_parallel) == (40, 5120, 2)
+
+
+def test_a_substitution_on_a_long_value_stays_unknown_and_quick():
+    import time
+    long = "a" * 5000
+    t0 = time.perf_counter()
+    env = read_shell(f"V={long}\nW=${{V//a*b/x}}\nX=${{V%%a*b}}\n").variables
+    assert time.perf_counter() - t0 < 1.0
+    assert not isinstance(env.get("W"), str) and not isinstance(env.get("X"), str)
