@@ -245,3 +245,25 @@ def test_a_substitution_on_a_long_value_stays_unknown_and_quick():
     env = read_shell(f"V={long}\nW=${{V//a*b/x}}\nX=${{V%%a*b}}\n").variables
     assert time.perf_counter() - t0 < 1.0
     assert not isinstance(env.get("W"), str) and not isinstance(env.get("X"), str)
+
+
+def test_model_arguments_in_a_yaml_file_or_a_checkpoint_are_named():
+    # "Megatron-LM needs them to build the model" was wrong: it reads them from there
+    text = "torchrun --nproc_per_node 8 pretrain_gpt.py --yaml-cfg /cfg/gpt.yaml\n"
+    with pytest.raises(MegatronArgsError, match=r"missing --num-layers.*takes its arguments "
+                       r"from --yaml-cfg /cfg/gpt\.yaml, which vtrain does not read"):
+        session_from_launch(read_launch(text, "x.sh"))
+    text = ("torchrun --nproc_per_node 8 pretrain_gpt.py --use-checkpoint-args --load /ckpt "
+            "--micro-batch-size 1 --bf16\n")
+    with pytest.raises(MegatronArgsError, match=r"from the checkpoint in /ckpt "
+                       r"\(--use-checkpoint-args\), which vtrain does not read"):
+        session_from_launch(read_launch(text, "x.sh"))
+
+
+def test_checkpoint_arguments_beside_the_launchs_are_noted():
+    res = session_from_launch(read_launch(
+        f"torchrun --nproc_per_node 8 pretrain_gpt.py --use-checkpoint-args --load /ckpt "
+        f"{ARGS} --seq-length 128\n", "x.sh"))
+    assert res.session.model.num_layers == 8
+    assert any(about == "--use-checkpoint-args" and "check they agree" in note
+               for about, note in res.notes)

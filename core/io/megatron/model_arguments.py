@@ -295,6 +295,19 @@ def _encoder_names(mp: Mapper) -> None:
                          f"{name[2:].replace('-', '_')} from it)"))
 
 
+def _arguments_elsewhere(mp: Mapper) -> str:
+    """Where Megatron-LM takes arguments the launch does not write (``--yaml-cfg FILE``, the
+    checkpoint of ``--use-checkpoint-args``), said for messages; "" when nowhere."""
+    args = mp.args
+    if mp.take("--yaml-cfg") and args["--yaml-cfg"]:
+        return f"Megatron-LM takes its arguments from --yaml-cfg {args['--yaml-cfg'][0]}"
+    if "--use-checkpoint-args" in args:
+        where = " ".join(args.get("--load") or []) or "--load"
+        return f"Megatron-LM takes the model's arguments from the checkpoint in {where} " \
+               "(--use-checkpoint-args)"
+    return ""
+
+
 def _model_shape(mp: Mapper) -> tuple[int, int, int]:
     """``(L, h, s)``: the layers, hidden size, heads and sequence length Megatron-LM needs,
     and the MLP and head sizes when given."""
@@ -302,9 +315,20 @@ def _model_shape(mp: Mapper) -> tuple[int, int, int]:
     _encoder_names(mp)
     missing = [f for f in ("--num-layers", "--hidden-size", "--num-attention-heads",
                            "--micro-batch-size", "--seq-length") if f not in args]
+    elsewhere = _arguments_elsewhere(mp)
+    if missing and elsewhere:
+        raise MegatronArgsError(f"{src}: missing {', '.join(missing)}: {elsewhere}, which vtrain "
+                                "does not read; give them in the launch")
     if missing:
         raise MegatronArgsError(f"{src}: missing {', '.join(missing)} (Megatron-LM needs "
                                 f"{'it' if len(missing) == 1 else 'them'} to build the model)")
+    if elsewhere and "--use-checkpoint-args" in args:
+        mp.notes.append(("--use-checkpoint-args", f"{elsewhere}, which vtrain does not read: the "
+                         "launch's model arguments are taken; Megatron-LM's "
+                         "load_args_from_checkpoint keeps the sizes given but takes the "
+                         "checkpoint's position embedding, linear biases, activation (swiglu, "
+                         "squared ReLU), untied output layer, normalization, tokenizer and "
+                         "padded vocabulary over the launch's: check they agree"))
     # ---- model
     L = int_argument(args, "--num-layers", src)
     h = int_argument(args, "--hidden-size", src)
