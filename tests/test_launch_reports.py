@@ -267,3 +267,12 @@ def test_checkpoint_arguments_beside_the_launchs_are_noted():
     assert res.session.model.num_layers == 8
     assert any(about == "--use-checkpoint-args" and "check they agree" in note
                for about, note in res.notes)
+
+
+def test_an_outer_launcher_of_torchrun_keeps_torchruns_counts():
+    # one srun / mpirun task per node running torchrun: torchrun's counts give the world
+    launch = read_launch("mpirun -np 2 -npernode 1 torchrun --nnodes 2 --nproc_per_node 8 "
+                         f"pretrain_gpt.py {TINY}\n", "x.sh")
+    assert (launch.nnodes, launch.nproc_per_node) == (2, 8)
+    launch = read_launch(f"srun -n 2 torchrun --nproc_per_node 8 pretrain_gpt.py {TINY}\n", "x.sh")
+    assert launch.nproc_per_node == 8 and launch.world_size is None

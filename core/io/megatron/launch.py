@@ -339,8 +339,13 @@ def read_launch(text: str, source: str = "arguments", variables: dict[str, str] 
         raise MegatronArgsError(f"{source}: no Megatron-LM arguments found (neither a "
                                 "'pretrain_*.py --num-layers ...' command nor an argument list)")
     world = None
+    # srun's / mpirun's processes are the GPUs only when they run the training script itself,
+    # not a torchrun or deepspeed launcher per node
+    gpu_tasks = launcher not in ("torchrun", "deepspeed")
     if nproc is None and ntasks is not None and nnodes:
         nproc = ntasks // nnodes
+    elif not gpu_tasks:
+        pass
     elif nnodes is None and ntasks is not None and nproc:  # mpirun -np 16 -npernode 8
         if ntasks % nproc:
             raise MegatronArgsError(f"{source}: {ntasks} processes in all are not a whole "
