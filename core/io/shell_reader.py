@@ -62,6 +62,7 @@ by :mod:`core.io.shell_values`; case, functions, loops and subshells are read by
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass, field
 
@@ -98,15 +99,107 @@ class _Budget:
         return value
 
 
+#: ``${NAME OP WORD}`` forms :meth:`Shell._operation` evaluates: ``:`` substring / slice,
+#: ``,,`` ``^^`` ``,`` ``^`` case changes, ``#`` ``##`` ``%`` ``%%`` prefix and suffix removal,
+#: ``/`` ``//`` ``/#`` ``/%`` substitution.
+_OPERATION = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*])(?:\[(?P<index>[^\]]*)\])?"
+                        r"(?P<op>,,|\^\^|,|\^|##|#|%%|%|//|/|:)(?P<word>.*)", re.S)
+#: Longest value a pattern removal (``#``, ``%`` ...) and a substitution (``/``) are applied to,
+#: and the pattern operations one script may run (their matching is quadratic and cubic in the
+#: length): beyond them the value is left unknown (named where it is needed).
+_REMOVAL_MAX, _SUBSTITUTION_MAX, MAX_PATTERN_OPERATIONS = 1024, 128, 256
+
+
+class _TooLong(ValueError):
+    """A value too long for a pattern operation (left unknown)."""
+
+
+def _pattern_operation(op: str, word: str, repl: str = ""):
+    """The function ``${NAME OP WORD}`` applies to one string (``word`` the pattern, already
+    expanded; ``repl`` a substitution's replacement): bash's
+    glob patterns by :func:`fnmatch.fnmatchcase`, the shortest (``#``, ``%``) or longest
+    (``##``, ``%%``) matching prefix or suffix removed; ``/pattern/string`` the longest match at
+    the leftmost place replaced (``//`` every one, ``/#`` a match at the start, ``/%`` at the
+    end). Raises _TooLong past :data:`_REMOVAL_MAX` / :data:`_SUBSTITUTION_MAX` characters."""
+    def check(v: str, most: int) -> int:
+        if len(v) > most:
+            raise _TooLong(v[:20])
+        return len(v)
+
+    if op in ("#", "##"):
+        def remove_prefix(v: str) -> str:
+            ends = range(check(v, _REMOVAL_MAX) + 1)
+            for i in (reversed(ends) if op == "##" else ends):
+                if fnmatch.fnmatchcase(v[:i], word):
+                    return v[i:]
+            return v
+        return remove_prefix
+    if op in ("%", "%%"):
+        def remove_suffix(v: str) -> str:
+            starts = range(check(v, _REMOVAL_MAX) + 1)
+            for i in (starts if op == "%%" else reversed(starts)):
+                if fnmatch.fnmatchcase(v[i:], word):
+                    return v[:i]
+            return v
+        return remove_suffix
+    pattern = word
+    anchor = ""
+    if op == "/" and pattern[:1] in ("#", "%"):
+        anchor, pattern = pattern[0], pattern[1:]
+
+    def substitute(v: str) -> str:
+        n = check(v, _SUBSTITUTION_MAX)
+        if anchor == "#":
+            j = next((j for j in range(n, -1, -1) if fnmatch.fnmatchcase(v[:j], pattern)), None)
+            return v if j is None else repl + v[j:]
+        if anchor == "%":
+            k = next((k for k in range(n + 1) if fnmatch.fnmatchcase(v[k:], pattern)), None)
+            return v if k is None else v[:k] + repl
+        if not pattern:
+            return v
+        out, i = [], 0
+        while i < n:
+            j = next((j for j in range(n, i, -1) if fnmatch.fnmatchcase(v[i:j], pattern)), None)
+            if j is None:
+                out.append(v[i])
+                i += 1
+                continue
+            out.append(repl)
+            i = j
+            if op != "//":
+                break
+        return "".join(out) + v[i:]
+    return substitute
+
+
 _REFERENCE = re.compile(r"\$(\{)?([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?(1)\})")
+
+
+def _inside_a_word(value: str, ref: str) -> bool:
+    """Whether every occurrence of ``ref`` in ``value`` is glued to other text of its word
+    (```pwd`/pretrain_gpt.py``, ``$(dirname $0)/../train.py``): a path's part, not a
+    word of its own."""
+    i = value.find(ref)
+    while i >= 0:
+        before, after = value[i - 1:i], value[i + len(ref):i + len(ref) + 1]
+        if not ((before and not before.isspace()) or (after and not after.isspace())):
+            return False
+        i = value.find(ref, i + 1)
+    return True
 
 
 def _words_around_references(value: str, missing: list[str]) -> bool:
     """Whether ``value`` is several words whose unknown parts (``missing``, as written) are
-    each a plain variable reference (``$NAME``, ``${NAME}``), one word wherever it lands; a
-    command's or an arithmetic's text, or a value of one word, is not."""
-    return (all(_REFERENCE.fullmatch(ref) for ref in missing)
-            and len(value.split()) > 1)
+    each a plain variable reference (``$NAME``, ``${NAME}``), one word wherever it lands, or a
+    command substitution glued to the text of its word (the script path of Megatron-DeepSpeed's
+    ``CMD=" `pwd`/pretrain_gpt.py --num-layers ..."``, kept as written); a command
+    substitution or arithmetic standing as a word of its own, or a value of one word, is not."""
+    def kept(ref: str) -> bool:
+        if _REFERENCE.fullmatch(ref):
+            return True
+        command = ref.startswith("`") or (ref.startswith("$(") and not ref.startswith("$(("))
+        return command and _inside_a_word(value, ref)
+    return all(kept(ref) for ref in missing) and len(value.split()) > 1
 
 
 @dataclass
@@ -201,6 +294,7 @@ class _Reader(CompoundCommands):
         self.calls: list[Call] = []  # the functions being run
         self.loops: list[int] = []  # the loops being run: where each one's frames start
         self.sure = True  # whether bash certainly runs the command being read (its list's gate)
+        self.pattern_operations = 0  # ${NAME%pattern} and the like evaluated so far
         self.status: bool | None = True  # the exit status of the last list read ($?)
         self.total = [MAX_LAUNCH_BYTES]
         self.budget = _Budget(self.total)
@@ -249,7 +343,7 @@ class _Reader(CompoundCommands):
         when it is unknown (the caller keeps the text as written)."""
         m = PARAMETER.fullmatch(part.text)
         if not m:
-            return None  # ${NAME%pattern} and the like: not read
+            return self._operation(part, depth)  # ${NAME%pattern}, ${@:2}, ${NAME,,} ...
         name, index, op, word = m.group("name"), m.group("index"), m.group("op"), m.group("word")
         value = self._lookup(name, index)
         if isinstance(value, Unknown):
@@ -285,6 +379,69 @@ class _Reader(CompoundCommands):
             except ValueError:
                 return None
         return None if empty else value  # ${NAME:?message}
+
+    def _operation(self, part: Part, depth: int) -> str | list[str] | None:
+        """``${NAME OP WORD}`` for the operations of :data:`_OPERATION` as bash evaluates them
+        (substrings and positional slices, case changes, pattern removal and substitution,
+        element by element for an array); None when the value or the word is unknown, or the
+        form is another (kept as written)."""
+        m = _OPERATION.fullmatch(part.text)
+        if not m:
+            return None
+        name, index, op, word = m.group("name"), m.group("index"), m.group("op"), m.group("word")
+        if name in ("@", "*"):
+            if op != ":":
+                value = self._lookup(name, None)
+            else:  # ${@:offset:length}: $0 counts as parameter 0
+                value = [self.source] + list(self.positional)
+        else:
+            value = self._lookup(name, index)
+        if value is None or isinstance(value, Unknown):
+            return None
+        if op == ":":
+            return self._slice(value, word, name in ("@", "*") or index in ("@", "*"), depth)
+        if op in (",,", "^^", ",", "^"):
+            if word:
+                return None  # a case change limited to a pattern: not read
+            change = str.lower if op[0] == "," else str.upper
+            conv = (change if len(op) == 2 else (lambda v: change(v[:1]) + v[1:]))
+        else:
+            cut = re.search(r"(?<!\\)/", word) if op[0] == "/" else None
+            raw, repl = (word, "") if cut is None else (word[:cut.start()], word[cut.end():])
+            try:  # a substitution's pattern ends at its first slash not escaped
+                pattern = self._string(raw, depth + 1)
+                repl = self._string(repl, depth + 1)
+            except ValueError:
+                return None
+            self.pattern_operations += 1
+            if self.pattern_operations > MAX_PATTERN_OPERATIONS:
+                return None
+            conv = _pattern_operation(op, pattern, repl)
+        try:
+            return [conv(v) for v in value] if isinstance(value, list) else conv(value)
+        except _TooLong:
+            return None
+
+    def _slice(self, value: str | list[str], word: str, items: bool, depth: int
+               ) -> str | list[str] | None:
+        """``${NAME:offset:length}`` (characters) or ``${ARRAY[@]:offset:length}`` /
+        ``${@:offset:length}`` (elements); None when a bound or an element is unknown."""
+        off_text, _, len_text = word.partition(":")
+        off = self._arith(Part("arith", off_text, False), depth)
+        length = self._arith(Part("arith", len_text, False), depth) if _ else None
+        if off is None or (_ and length is None):
+            return None
+        off_n = int(off)
+        seq = value if items and isinstance(value, list) else (
+            value if isinstance(value, str) else " ".join(value))
+        if off_n < 0:
+            off_n = max(len(seq) + off_n, 0) if not items or off_n >= -len(seq) else len(seq)
+        end = len(seq) if length is None else (
+            off_n + int(length) if int(length) >= 0 else len(seq) + int(length))
+        out = seq[off_n:max(end, off_n)]
+        if isinstance(out, list) and any(v is None for v in out):
+            return None  # a positional parameter nobody gives
+        return out
 
     def _arith(self, part: Part, depth: int) -> str | None:
         try:
@@ -600,7 +757,7 @@ class _Reader(CompoundCommands):
         value_parts = [Part("lit", first.text[m.end():], False)] + item.parts[1:]
         fields, missing = self._expand_parts(value_parts, split=False)
         name = m.group("name")
-        value = "".join(fields)
+        value = " ".join(fields)  # "${A[@]}" in an assignment: its elements joined by spaces
         old = self.env.get(name)
         if m.group("op") == "+=" and isinstance(old, str):
             value = old + value

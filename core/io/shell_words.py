@@ -91,30 +91,44 @@ _HEREDOC = re.compile(r"(?<!<)<<(?!<)-?\s*(['\"]?)(?P<word>[A-Za-z_][A-Za-z0-9_]
 def statements(text: str, source: str = "arguments") -> list[str]:
     """Logical statements: continuation lines joined, multi-line quotes and arrays kept whole.
 
+    A line continues on the next where it ends in a backslash outside single quotes and
+    outside a comment, as bash reads it: ``#   --fp16 \\`` (a flag commented out in a
+    continued command) is a comment to the end of its line, so the command ends there and the
+    next line is a statement of its own. The backslash and newline are read as one space.
+
     Raises ShellError (naming ``source`` and the statement) for a statement longer than
     :data:`MAX_STATEMENT_BYTES` or :data:`MAX_STATEMENT_LINES` (an unclosed quote or array).
     """
-    text = re.sub(r"\\\r?\n", " ", text)
     out: list[str] = []
     buf, state, lines = "", None, 0
+    joined = False  # the line before ended in a continuation backslash
     heredoc = None  # the word that ends a here-document being skipped
     for line in text.splitlines():
         if heredoc is not None:
             if line.strip() == heredoc:
                 heredoc = None
             continue
-        if state is None and not lines:
+        if state is None and (joined or not lines):
             m = _HEREDOC.search(line)
             if m:  # a here-document's body is data for a command, not statements
                 heredoc = m.group("word")
-        state = quote_state(f"\n{line}" if lines else line, state)
-        buf = f"{buf}\n{line}" if lines else line
+        if joined:  # bash drops the backslash and newline; a space keeps the words apart
+            state = quote_state(line, state)
+            buf = f"{buf} {line}"
+        else:
+            state = quote_state(f"\n{line}" if lines else line, state)
+            buf = f"{buf}\n{line}" if lines else line
         lines += 1
         if len(buf) > MAX_STATEMENT_BYTES or lines > MAX_STATEMENT_LINES:
             raise ShellError(
                 f"{source}: statement {head(buf)} is longer than {MAX_STATEMENT_BYTES // 1024} "
                 f"KiB or {MAX_STATEMENT_LINES:,} lines, more than a launch can mean (an unclosed "
                 "quote or array?)")
+        joined = state in ("\\", '"\\')
+        if joined:  # a continuation: outside quotes or inside double quotes
+            buf = buf[:-1]
+            state = None if state == "\\" else '"'
+            continue
         if state is not None:  # an open quotation: the statement goes on
             continue
         if _open_array(buf):

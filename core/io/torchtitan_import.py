@@ -89,6 +89,7 @@ def _refused(text: str, *inert: Any) -> Rule:
 
 
 _LOGGING = "logging, not the iteration"
+_OLDER_MICROBATCHES_KEY = "experimental.pipeline_parallel_microbatches"
 _CKPT = "checkpoints (saved between iterations; not timed)"
 #: Every key of torchtitan's job config the importer knows; a whole section maps with "*".
 KEYS: dict[str, Rule] = {
@@ -214,10 +215,20 @@ KEYS: dict[str, Rule] = {
     "float8.moe_fqns_prototype": _refused("FP8 grouped GEMMs of the experts (a prototype)",
                                           None, []),
     "float8.enable_float8_linear": _used("plan.precision fp8 (torchtitan's older switch)"),
+    "float8.scaling_type_input": _refused("delayed scaling of the inputs' FP8 casts (older "
+                                          "torchtitan; amax histories, not modelled)", "dynamic"),
+    "float8.scaling_type_weight": _refused("delayed scaling of the weights' FP8 casts (older "
+                                           "torchtitan; amax histories, not modelled)", "dynamic"),
+    "float8.scaling_type_grad_output": _refused("delayed scaling of the output gradients' FP8 "
+                                                "casts (older torchtitan; amax histories, not "
+                                                "modelled)", "dynamic"),
     "fault_tolerance.enable": _refused("torchft's fault-tolerant replicas (a quorum each step)",
                                        False),
     "fault_tolerance.*": _none("torchft's settings (off)"),
     "memory_estimation.*": _none("torchtitan's memory estimator (a dry run)"),
+    _OLDER_MICROBATCHES_KEY: _used("plan.micro_batch_size with pipelining: the local batch "
+                                   "over this many micro-batches (older torchtitan; default "
+                                   "the pipeline degree)"),
     "experimental.custom_import": _refused("a model or component of your own: the importer "
                                            "cannot tell what it runs", None, ""),
     "experimental.custom_args_module": _refused("arguments of your own", None, ""),
@@ -227,6 +238,71 @@ KEYS: dict[str, Rule] = {
 
 def _rule(section: str, key: str) -> Rule | None:
     return KEYS.get(f"{section}.{key}") or KEYS.get(f"{section}.*")
+
+
+#: torchtitan's older layout (the job config of late 2024, the torchtitan paper's runs:
+#: ``torchtitan/config_manager.py``): the parallel degrees under ``[training]`` and
+#: ``[experimental]``, ``compile`` a switch of ``[training]``. Each is read as the key it was
+#: renamed to, the same meaning; messages name the file's key. ``pipeline_parallel_microbatches``
+#: (the number of micro-batches the local batch is split into, default the pipeline degree)
+#: gives the micro-batch size (:func:`_older_microbatches`).
+OLDER_NAMES: dict[str, str] = {
+    "training.data_parallel_replicate_degree": "parallelism.data_parallel_replicate_degree",
+    "training.data_parallel_shard_degree": "parallelism.data_parallel_shard_degree",
+    "training.tensor_parallel_degree": "parallelism.tensor_parallel_degree",
+    "training.disable_loss_parallel": "parallelism.disable_loss_parallel",
+    "training.compile": "compile.enable",
+    "experimental.pipeline_parallel_degree": "parallelism.pipeline_parallel_degree",
+    "experimental.pipeline_parallel_schedule": "parallelism.pipeline_parallel_schedule",
+    "experimental.pipeline_parallel_split_points": "parallelism.pipeline_parallel_split_points",
+    "experimental.enable_async_tensor_parallel": "parallelism.enable_async_tensor_parallel",
+    "experimental.context_parallel_degree": "parallelism.context_parallel_degree",
+    "experimental.context_parallel_rotate_method": "parallelism.context_parallel_rotate_method",
+    "experimental.enable_compiled_autograd": "parallelism.enable_compiled_autograd",
+}
+_OLDER_MICROBATCHES = _OLDER_MICROBATCHES_KEY
+
+
+def _older_layout(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(cfg in the current layout, {current key: the file's older key})``: the keys of
+    :data:`OLDER_NAMES` moved to their current sections. A file that gives a key under both
+    names is refused (which one runs depends on the torchtitan version)."""
+    renamed: dict[str, str] = {}
+    out = {sec: (dict(t) if isinstance(t, dict) else t) for sec, t in cfg.items()}
+    for old, new in OLDER_NAMES.items():
+        sec, key = old.split(".")
+        table = out.get(sec)
+        if not isinstance(table, dict) or key not in table:
+            continue
+        nsec, nkey = new.split(".")
+        target = out.setdefault(nsec, {})
+        if not isinstance(target, dict) or nkey in target:
+            raise refusal(where, old, f"given twice: as torchtitan's older {old} and as {new}")
+        target[nkey] = table.pop(key)
+        renamed[new] = old
+    return out, renamed
+
+
+def _older_microbatches(used: dict[str, Any], where: str, renamed: dict[str, str]) -> None:
+    """Older torchtitan split the local batch into ``pipeline_parallel_microbatches``
+    micro-batches (None: as many as pipeline stages): set the current
+    ``pipeline_parallel_microbatch_size`` from it."""
+    n = used.pop(_OLDER_MICROBATCHES, None)
+    p = used.get(_PAR + "pipeline_parallel_degree", 1)
+    if (n is None and _PAR + "pipeline_parallel_degree" not in renamed) or p == 1 \
+            or _PAR + "pipeline_parallel_microbatch_size" in used:
+        if n is not None and _PAR + "pipeline_parallel_microbatch_size" in used:
+            raise refusal(where, _OLDER_MICROBATCHES, "given with pipeline_parallel_"
+                          "microbatch_size: one splits the local batch, the other sizes it")
+        return
+    n = p if n is None else n
+    local = used.get("training.local_batch_size", used.get("training.batch_size", 8))
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1 or not isinstance(local, int) \
+            or local % n:
+        raise refusal(where, _OLDER_MICROBATCHES, f"{n!r} micro-batches must divide the local "
+                      f"batch_size {local!r}")
+    used[_PAR + "pipeline_parallel_microbatch_size"] = local // n
+    renamed[_PAR + "pipeline_parallel_microbatch_size"] = _OLDER_MICROBATCHES
 
 
 #: torchtitan v0.2's ``[quantize.linear.float8]`` (``config/job_config.py``: ``Quantize.linear
@@ -338,8 +414,33 @@ def session_from_torchtitan(cfg: Any, where: str = "config.toml", *, num_gpus: i
     """
     if not isinstance(cfg, dict):
         raise ConfigError([FieldError(where, "must be a TOML table (a torchtitan job config)")])
+    cfg, renamed = _older_layout(cfg, where)
+    try:
+        return _session(cfg, where, num_gpus, gpu, renamed)
+    except ConfigError as exc:  # the file's own (older) names in the messages
+        raise ConfigError([_in_file_names(e, renamed) for e in exc.errors],
+                          exc.source) from None
+
+
+def _in_file_names(error: FieldError, renamed: dict[str, str]) -> FieldError:
+    """``error`` naming the file's older key where the current one it was renamed to is named."""
+    field = error.field
+    for new, old in renamed.items():
+        if field.endswith(": " + new):
+            field = field[:-len(new)] + old
+    return dataclasses.replace(error, field=field)
+
+
+def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | None,
+             renamed: dict[str, str]) -> ImportResult:
+    """:func:`session_from_torchtitan` of a file in the current layout (``renamed``: current
+    key -> the file's older name)."""
     used, ignored = _classify(cfg, where)
+    _older_microbatches(used, where, renamed)
     notes: list[str] = []
+    if renamed:
+        notes.append("torchtitan's older layout (late 2024): " + ", ".join(
+            f"{old} read as {new}" for new, old in renamed.items()))
     model = _model(used, where, notes)
     plan, tokens = _plan(used, model, where, num_gpus, notes)
     cluster = ClusterConfig()
@@ -354,11 +455,17 @@ def session_from_torchtitan(cfg: Any, where: str = "config.toml", *, num_gpus: i
     from core.plan.rules import validate
     errs = validate(session)
     if errs:
-        names = {**_FIELD_KEYS, **({"plan.precision": "model.converters"}
+        fp8_key = ("float8.enable_float8_linear" if used.get("float8.enable_float8_linear")
+                   else "model.converters")
+        names = {**_FIELD_KEYS, **({"plan.precision": fp8_key}
                                    if plan.precision == "fp8" else {})}
         raise ConfigError([FieldError(f"{where}: {names.get(e.field, e.field)}", e.message, rule=e.rule)
                            for e in errs])
-    described = {k: _described(k).text for k in used}
+    described = {renamed.get(k, k): _described(k).text for k in used
+                 if k not in renamed or renamed[k] != _OLDER_MICROBATCHES}
+    if _OLDER_MICROBATCHES in renamed.values():
+        described[_OLDER_MICROBATCHES] = KEYS[_OLDER_MICROBATCHES].text
+    ignored = {renamed.get(k, k): v for k, v in ignored.items()}
     return ImportResult(session, described, ignored, notes)
 
 

@@ -382,6 +382,12 @@ ARGUMENTS: dict[str, Arg] = {
     "--recompute-activations": Arg(("plan.recompute",), False, "selective recomputation (old name)"),
     "--checkpoint-activations": Arg(("plan.recompute",), False,
                                     "full recomputation (Megatron-LM before 2022, Megatron-DeepSpeed)"),
+    "--activations-checkpoint-method": Arg(("plan.recompute", "plan.recompute_num_layers"), True,
+                                           "full recomputation, uniform or block (Megatron-LM "
+                                           "late 2021 to mid 2022)"),
+    "--activations-checkpoint-num-layers": Arg(("plan.recompute_num_layers",), True,
+                                               "with --activations-checkpoint-method: layers "
+                                               "per checkpoint (uniform) or per stage (block)"),
     "--recompute-modules": Arg(("plan.recompute_modules",), True,
                                "modules selective recomputation runs again (core_attn, "
                                "layernorm, mlp, moe_act, moe, shared_experts, mla_up_proj)"),

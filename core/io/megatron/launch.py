@@ -51,7 +51,10 @@ class Launch:
         when the world size needs them and ``--nodes``/``--num-gpus`` do not give it).
     world_size : int or None
         The GPUs of the run when the launch gives them without nodes and GPUs per node (a
-        printed argument dump's ``world_size``).
+        printed argument dump's ``world_size``, ``mpirun -np N`` or ``srun -n N`` alone).
+    host_nproc : str or None
+        The message for a per-node count the launcher takes from the host (torchrun's
+        ``--nproc-per-node gpu``): ``--gpus-per-node`` or ``--num-gpus`` gives it.
     """
 
     arguments: list[str]
@@ -63,6 +66,7 @@ class Launch:
     notes: list[str] = field(default_factory=list)
     unset_counts: list[str] = field(default_factory=list)
     world_size: int | None = None
+    host_nproc: str | None = None
 
 
 def unset_message(source: str, what: str, text: str) -> str:
@@ -97,20 +101,42 @@ def int_value(text: str, what: str, source: str) -> int:
                             + (" (an elastic range is not a plan)" if ":" in text else ""))
 
 
-def _launcher_counts(words: list[str], source: str, deferred: list[str] | None = None
+#: Launcher options -> what they count: "n" nodes, "g" processes (GPUs) per node, "w" all
+#: processes (torchrun, torch.distributed.launch, srun, deepspeed, #SBATCH).
+_COUNT_OPTIONS = {"--nnodes": "n", "--num-nodes": "n", "--num_nodes": "n", "-N": "n",
+                  "--nodes": "n", "--nproc-per-node": "g", "--nproc_per_node": "g",
+                  "--ntasks-per-node": "g", "--num_gpus": "g", "--num-gpus": "g",
+                  "--gpus-per-node": "g", "--ntasks": "w", "-n": "w"}
+#: The same for MPI launchers (Open MPI's mpirun / mpiexec, MPICH's and Intel MPI's -ppn):
+#: ``-np`` / ``-n`` the processes in all, ``-N`` / ``-npernode`` / ``-ppn`` those per node (Open
+#: MPI's ``-N`` is per node, not srun's node count).
+_MPI_COUNT_OPTIONS = {"-np": "w", "--np": "w", "-n": "w", "-c": "w", "-N": "g",
+                      "-npernode": "g", "--npernode": "g", "-ppn": "g", "--ppn": "g",
+                      "-perhost": "g"}
+_MPI_PROGRAMS = frozenset({"mpirun", "mpiexec", "orterun"})
+#: torchrun's ``--nproc-per-node`` values that take the host's device count
+#: (``torch.distributed.run.determine_local_world_size``: gpu, auto; cpu is no GPU run).
+HOST_NPROC = frozenset({"gpu", "auto"})
+
+
+def _launcher_counts(words: list[str], source: str, deferred: list[str] | None = None,
+                     host: list[str] | None = None
                      ) -> tuple[int | None, int | None, int | None]:
     """``(nnodes, nproc_per_node, ntasks)`` from launcher options (torchrun, launch, srun,
-    deepspeed, #SBATCH)."""
+    deepspeed, mpirun, #SBATCH). A per-node count torchrun takes from the host (``gpu``,
+    ``auto``) is left None and its message appended to ``host``."""
     nnodes = nproc = ntasks = None
-    names = {"--nnodes": "n", "--num-nodes": "n", "--num_nodes": "n", "-N": "n", "--nodes": "n",
-             "--nproc-per-node": "g", "--nproc_per_node": "g", "--ntasks-per-node": "g",
-             "--num_gpus": "g", "--num-gpus": "g", "--gpus-per-node": "g", "--ntasks": "w",
-             "-n": "w"}
+    names = _COUNT_OPTIONS
     i = 0
     while i < len(words):
         w = words[i]
+        program = Path(w).name
+        if program in _MPI_PROGRAMS:
+            names = _MPI_COUNT_OPTIONS
+        elif program in ("srun", "torchrun", "deepspeed", "python", "python3"):
+            names = _COUNT_OPTIONS
         key, value = (w.split("=", 1) + [None])[:2] if w.startswith("--") else (w, None)
-        if key not in names and re.fullmatch(r"-N\d+", w):
+        if names is _COUNT_OPTIONS and key not in names and re.fullmatch(r"-N\d+", w):
             key, value = "-N", w[2:]
         if key in names:
             if value is None and i + 1 < len(words):
@@ -118,6 +144,12 @@ def _launcher_counts(words: list[str], source: str, deferred: list[str] | None =
                 i += 1
             if deferred is not None and "$" in (value or ""):
                 deferred.append(unset_message(source, key, value or ""))  # --nodes/--var may give it
+                i += 1
+                continue
+            if names[key] == "g" and value in HOST_NPROC and host is not None:
+                host.append(f"{source}: {key} {value}: one process per GPU of the host, which "
+                            "the launch does not say; give --gpus-per-node G (or --num-gpus N)")
+                nproc = None
                 i += 1
                 continue
             n = int_value(value or "", key, source)
@@ -196,6 +228,26 @@ def _training_command(commands: list[list[str]], source: str
     return pre, args, launcher, script
 
 
+#: Programs that launch the training script (``python -m torch.distributed.run`` is python).
+_LAUNCH_PROGRAMS = frozenset({"torchrun", "srun", "deepspeed", "mpirun", "python", "python3"})
+
+
+def _launch_behind_variable(commands: list[list[str]]) -> tuple[str, str, str] | None:
+    """``(command, word, variable)`` of the last launcher command (torchrun, python, srun ...)
+    that runs no ``.py`` script but holds a word vtrain could not expand (``torchrun
+    --nproc_per_node 8 $CMD`` with ``CMD=$(cat args.txt)``): the training command is behind
+    that variable. None when there is none."""
+    for words in reversed(commands):
+        if not words or Path(words[0]).name not in _LAUNCH_PROGRAMS:
+            continue
+        for w in words[1:]:
+            name = missing_variable(w)
+            if name is not None:
+                text = " ".join(words)
+                return (text if len(text) <= 60 else text[:57] + "...", w, name)
+    return None
+
+
 def _sbatch(text: str) -> list[str]:
     """The words of the script's ``#SBATCH`` directives."""
     words: list[str] = []
@@ -262,10 +314,11 @@ def read_launch(text: str, source: str = "arguments", variables: dict[str, str] 
             loose += words  # an argument file with one word per line: the value of the flag above
     picked = _training_command(shell.commands, source)
     deferred: list[str] = []  # counts that hold a variable the script does not set
+    host: list[str] = []  # torchrun's --nproc-per-node gpu / auto
     if picked is not None:
         pre, args, launcher, script = picked
         # srun may launch torchrun: both parts count, torchrun's last
-        nnodes, nproc, ntasks = _launcher_counts(sbatch + pre, source, deferred)
+        nnodes, nproc, ntasks = _launcher_counts(sbatch + pre, source, deferred, host)
         deferred += _unknown_launcher_words(pre, source)
     elif loose:
         args, launcher, script = loose, "argument list", ""
@@ -276,14 +329,35 @@ def read_launch(text: str, source: str = "arguments", variables: dict[str, str] 
                                     f"{shell.exited}, before any 'pretrain_*.py' command (as "
                                     "the script is run: give its arguments with --var "
                                     "1=VALUE ..., its environment with --var NAME=VALUE)")
+        hidden = _launch_behind_variable(shell.commands)
+        if hidden is not None:
+            raise MegatronArgsError(
+                f"{source}: no Megatron-LM arguments found: the launch {hidden[0]!r} runs "
+                f"{hidden[1]}, whose value vtrain does not know (the variable {hidden[2]} is not "
+                "set in the file, or comes from a command's output, which vtrain does not run); "
+                f"give --var {hidden[2]}=VALUE")
         raise MegatronArgsError(f"{source}: no Megatron-LM arguments found (neither a "
                                 "'pretrain_*.py --num-layers ...' command nor an argument list)")
+    world = None
+    # srun's / mpirun's processes are the GPUs only when they run the training script itself,
+    # not a torchrun or deepspeed launcher per node
+    gpu_tasks = launcher not in ("torchrun", "deepspeed")
     if nproc is None and ntasks is not None and nnodes:
         nproc = ntasks // nnodes
-    if nnodes is None and nproc is not None and not deferred:
-        nnodes = 1
+    elif not gpu_tasks:
+        pass
+    elif nnodes is None and ntasks is not None and nproc:  # mpirun -np 16 -npernode 8
+        if ntasks % nproc:
+            raise MegatronArgsError(f"{source}: {ntasks} processes in all are not a whole "
+                                    f"number of nodes of {nproc}")
+        nnodes = ntasks // nproc
+    elif nnodes is None and nproc is None and ntasks is not None and not host:
+        world = ntasks  # mpirun -np 16, srun -n 16: the world without its nodes
+    if nnodes is None and (nproc is not None or host) and not deferred:
+        nnodes = 1  # torchrun's default --nnodes
     return Launch(args, nnodes, nproc, launcher, script, source, notes=list(shell.notes),
-                  unset_counts=deferred)
+                  unset_counts=deferred, world_size=world,
+                  host_nproc=host[0] if host and nproc is None else None)
 
 
 #: The lines that open and close Megatron-LM's printed arguments (``_print_args``).
@@ -380,7 +454,8 @@ _DERIVED_DESTS = frozenset(
     "iteration curr_iteration do_train do_valid do_test train_iters_derived "
     "global_batch_size_derived expert_data_parallel_size async_tensor_model_parallel_allreduce "
     "num_floating_point_operations_so_far pipeline_model_parallel_split_rank encoder_num_layers "
-    "decoder_num_layers encoder_tensor_model_parallel_size encoder_pipeline_model_parallel_size "
+    "encoder_seq_length decoder_num_layers encoder_tensor_model_parallel_size "
+    "encoder_pipeline_model_parallel_size "
     "save_retain_interval timing_log_option".split())
 
 

@@ -269,15 +269,66 @@ def _grouped_gemm(mp: Mapper, num_experts: int) -> None:
                                    "--moe-grouped-gemm, as Megatron-Bridge's MoE recipes do")
 
 
+#: Megatron-LM's other names of the layer count and sequence length: ``validate_args`` sets
+#: ``num_layers`` from ``--encoder-num-layers`` and ``seq_length`` from
+#: ``--encoder-seq-length`` when only they are given, and refuses to start when both names are
+#: ("cannot have both num-layers and encoder-num-layers specified"; ``assert
+#: args.encoder_seq_length is None``).
+ENCODER_NAMES = (("--num-layers", "--encoder-num-layers"),
+                 ("--seq-length", "--encoder-seq-length"))
+
+
+def _encoder_names(mp: Mapper) -> None:
+    """Read ``--encoder-num-layers`` / ``--encoder-seq-length`` as ``--num-layers`` /
+    ``--seq-length`` (:data:`ENCODER_NAMES`), noted. Raises MegatronArgsError when a launch
+    gives both names of one, which Megatron-LM refuses."""
+    args, src = mp.args, mp.source
+    for name, other in ENCODER_NAMES:
+        if not mp.take(other):
+            continue
+        if name in args:
+            raise MegatronArgsError(f"{src}: {name} and {other} are both given: Megatron-LM "
+                                    "refuses to start (validate_args sets each from the other "
+                                    "and asserts only one is given); keep one")
+        args[name] = args[other]
+        mp.notes.append((other, f"read as {name} (Megatron-LM's validate_args sets "
+                         f"{name[2:].replace('-', '_')} from it)"))
+
+
+def _arguments_elsewhere(mp: Mapper) -> str:
+    """Where Megatron-LM takes arguments the launch does not write (``--yaml-cfg FILE``, the
+    checkpoint of ``--use-checkpoint-args``), said for messages; "" when nowhere."""
+    args = mp.args
+    if mp.take("--yaml-cfg") and args["--yaml-cfg"]:
+        return f"Megatron-LM takes its arguments from --yaml-cfg {args['--yaml-cfg'][0]}"
+    if "--use-checkpoint-args" in args:
+        where = " ".join(args.get("--load") or []) or "--load"
+        return f"Megatron-LM takes the model's arguments from the checkpoint in {where} " \
+               "(--use-checkpoint-args)"
+    return ""
+
+
 def _model_shape(mp: Mapper) -> tuple[int, int, int]:
     """``(L, h, s)``: the layers, hidden size, heads and sequence length Megatron-LM needs,
     and the MLP and head sizes when given."""
     args, src = mp.args, mp.source
+    _encoder_names(mp)
     missing = [f for f in ("--num-layers", "--hidden-size", "--num-attention-heads",
                            "--micro-batch-size", "--seq-length") if f not in args]
+    elsewhere = _arguments_elsewhere(mp)
+    if missing and elsewhere:
+        raise MegatronArgsError(f"{src}: missing {', '.join(missing)}: {elsewhere}, which vtrain "
+                                "does not read; give them in the launch")
     if missing:
         raise MegatronArgsError(f"{src}: missing {', '.join(missing)} (Megatron-LM needs "
                                 f"{'it' if len(missing) == 1 else 'them'} to build the model)")
+    if elsewhere and "--use-checkpoint-args" in args:
+        mp.notes.append(("--use-checkpoint-args", f"{elsewhere}, which vtrain does not read: the "
+                         "launch's model arguments are taken; Megatron-LM's "
+                         "load_args_from_checkpoint keeps the sizes given but takes the "
+                         "checkpoint's position embedding, linear biases, activation (swiglu, "
+                         "squared ReLU), untied output layer, normalization, tokenizer and "
+                         "padded vocabulary over the launch's: check they agree"))
     # ---- model
     L = int_argument(args, "--num-layers", src)
     h = int_argument(args, "--hidden-size", src)

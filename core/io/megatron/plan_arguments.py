@@ -148,6 +148,10 @@ def _world_and_batch(mp: Mapper, launch: Launch, sizes: tuple[int, int, int],
         world = nodes * per_host
     if world is None and launch.nnodes is not None and launch.nproc_per_node is not None:
         world = launch.nnodes * launch.nproc_per_node
+    if world is None and launch.host_nproc is not None:  # torchrun --nproc-per-node gpu
+        if gpus_per_node is None:
+            raise MegatronArgsError(launch.host_nproc)
+        world = (launch.nnodes or 1) * gpus_per_node
     if world is None and launch.world_size is not None:  # a printed dump's world_size
         world = launch.world_size
     if world is None and launch.unset_counts:
@@ -419,6 +423,25 @@ def _recompute(mp: Mapper) -> None:
         gran, method = gran or "full", method or "uniform"
         if mp.take("--checkpoint-num-layers"):
             nrec = int_argument(args, "--checkpoint-num-layers", src)
+    if mp.take("--activations-checkpoint-method"):
+        # Megatron-LM of late 2021 to mid 2022 (examples/pretrain_gpt3_175B.sh): a method turns
+        # full recomputation on, --activations-checkpoint-num-layers (default 1) layers per
+        # checkpoint (uniform) or per stage (block); renamed --recompute-method and
+        # --recompute-num-layers with --recompute-granularity full
+        old = one_value(args, "--activations-checkpoint-method", src)
+        if old not in ("uniform", "block"):
+            raise MegatronArgsError(f"{src}: --activations-checkpoint-method {old!r}: uniform or "
+                                    "block")
+        gran, method = gran or "full", method or old
+        if nrec is None:
+            nrec = (int_argument(args, "--activations-checkpoint-num-layers", src)
+                    if mp.take("--activations-checkpoint-num-layers") else 1)
+        mp.notes.append(("--activations-checkpoint-method", f"Megatron-LM's earlier name: "
+                         f"--recompute-granularity full --recompute-method {method} "
+                         f"--recompute-num-layers {nrec}"))
+    elif mp.take("--activations-checkpoint-num-layers"):
+        mp.ignored.append(("--activations-checkpoint-num-layers", "no effect without "
+                           "--activations-checkpoint-method"))
     # Megatron-Core's TransformerConfig.__post_init__: the deprecated --moe-layer-recompute is
     # selective recomputation with "moe" added to the modules (default ["core_attn"]); beside
     # full granularity it raises ("Do not set --moe-layer-recompute with full recompute
@@ -432,6 +455,7 @@ def _recompute(mp: Mapper) -> None:
         gran = "selective"
     rflag = ("--recompute-activations" if "--recompute-activations" in args else
              "--recompute-granularity" if "--recompute-granularity" in args else
+             "--activations-checkpoint-method" if "--activations-checkpoint-method" in args else
              "--checkpoint-activations")
     mp.set(rflag, "plan.recompute", gran or MEGATRON_PLAN_DEFAULTS["recompute"])
     if gran == "full" and method == "block" and nrec is not None:
@@ -616,14 +640,17 @@ def _optimizer_and_offloading(mp: Mapper) -> None:
     if mp.switch("--fp32-residual-connection"):
         mp.refuse("--fp32-residual-connection", "the residual stream kept in fp32 is not "
                   "modelled (its activations and the adds on it would be twice as wide)")
-    if mp.switch("--distribute-saved-activations"):
+    distribute = [f for f in ("--distribute-saved-activations",
+                              "--distribute-checkpointed-activations")  # and its earlier name
+                  if mp.switch(f)]
+    if distribute:
         plan = mp.values["plan"]
         if plan.get("recompute") == "full" and (plan.get("tensor_parallel") or 1) > 1:
-            mp.refuse("--distribute-saved-activations", "the recomputed layers' saved inputs "
+            mp.refuse(distribute[0], "the recomputed layers' saved inputs "
                       "split over the tensor-parallel ranks are not modelled (the memory "
                       "verdict counts each rank's whole copy)")
         else:
-            mp.ignored.append(("--distribute-saved-activations", "no effect without full "
+            mp.ignored.append((distribute[0], "no effect without full "
                                "recomputation and tensor parallelism"))
     if mp.switch("--fine-grained-activation-offloading"):
         mp.refuse("--fine-grained-activation-offloading", "activations offloaded to the host "

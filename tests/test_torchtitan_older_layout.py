@@ -1,0 +1,111 @@
+"""torchtitan's older job-config layout (late 2024, the torchtitan paper's benchmarks: the
+parallel degrees under [training] and [experimental], ``compile`` a [training] switch): read as
+the current keys, named in messages as the file names them."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from core.io.torchtitan_import import session_from_torchtitan
+from core.plan.fields import ConfigError
+
+#: torchtitan's train_configs/llama3_8b.toml of late 2024 (torchtitan paper, Table 1's runs:
+#: 8 H100, FSDP, local batch 2, seq 8192, per-op selective AC, compile)
+OLDER = """
+[model]
+name = "llama3"
+flavor = "8B"
+norm_type = "rmsnorm"
+tokenizer_path = "./torchtitan/datasets/tokenizer/original/tokenizer.model"
+
+[training]
+batch_size = 2
+seq_len = 8192
+warmup_steps = 200
+max_norm = 1.0
+steps = 1000
+data_parallel_replicate_degree = 1
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 1
+compile = true
+dataset = "c4"
+
+[experimental]
+pipeline_parallel_degree = 1
+enable_async_tensor_parallel = false
+
+[checkpoint]
+enable_checkpoint = false
+model_weights_only = false
+
+[activation_checkpoint]
+mode = 'selective'
+selective_ac_option = 'op'
+
+[float8]
+enable_float8_linear = false
+"""
+
+
+def _cfg(**changes):
+    cfg = tomllib.loads(OLDER)
+    for key, value in changes.items():
+        sec, name = key.split("__")
+        cfg.setdefault(sec, {})[name] = value
+    return cfg
+
+
+def test_the_older_layout_reads_as_the_current_one():
+    res = session_from_torchtitan(_cfg(), "llama3_8b.toml", num_gpus=8)
+    plan = res.session.plan
+    assert (plan.tensor_parallel, plan.pipeline_parallel, plan.data_parallel) == (1, 1, 8)
+    assert (plan.micro_batch_size, plan.global_batch_size) == (2, 16)
+    assert plan.zero_stage == 3 and plan.recompute == "selective_op"
+    assert res.session.model.seq_length == 8192
+    assert "training.tensor_parallel_degree" in res.used
+    assert "training.compile" in res.ignored
+
+
+def test_older_pipeline_microbatches_default_to_the_pipeline_degree():
+    # torchtitan of late 2024: n_microbatches = pipeline_parallel_microbatches or the degree
+    res = session_from_torchtitan(_cfg(training__batch_size=8,
+                                       experimental__pipeline_parallel_degree=4),
+                                  "x.toml", num_gpus=8)
+    plan = res.session.plan
+    assert (plan.pipeline_parallel, plan.data_parallel, plan.micro_batch_size) == (4, 2, 2)
+    assert plan.global_batch_size == 16
+    res = session_from_torchtitan(_cfg(training__batch_size=8,
+                                       experimental__pipeline_parallel_degree=4,
+                                       experimental__pipeline_parallel_microbatches=8),
+                                  "x.toml", num_gpus=8)
+    assert res.session.plan.micro_batch_size == 1
+
+
+def test_messages_name_the_files_older_key():
+    with pytest.raises(ConfigError, match=r"x\.toml: training\.tensor_parallel_degree"):
+        session_from_torchtitan(_cfg(training__tensor_parallel_degree=3), "x.toml", num_gpus=24)
+
+
+def test_a_degree_given_under_both_names_is_refused():
+    cfg = _cfg()
+    cfg["parallelism"] = {"tensor_parallel_degree": 2}
+    with pytest.raises(ConfigError, match="given twice"):
+        session_from_torchtitan(cfg, "x.toml", num_gpus=8)
+
+
+def test_older_delayed_float8_scaling_is_refused_by_name():
+    with pytest.raises(ConfigError, match=r"float8\.scaling_type_weight.*delayed"):
+        session_from_torchtitan(_cfg(float8__enable_float8_linear=True,
+                                     float8__scaling_type_weight="delayed"), "x.toml", num_gpus=8,
+                                gpu="H100-SXM5-80GB")
+    res = session_from_torchtitan(_cfg(float8__enable_float8_linear=True,
+                                       float8__scaling_type_weight="dynamic"), "x.toml",
+                                  num_gpus=8, gpu="H100-SXM5-80GB")
+    assert res.session.plan.precision == "fp8"
+
+
+def test_fp8_on_a_gpu_without_it_names_the_older_switch():
+    with pytest.raises(ConfigError, match=r"x\.toml: float8\.enable_float8_linear: "):
+        session_from_torchtitan(_cfg(float8__enable_float8_linear=True), "x.toml", num_gpus=8)
