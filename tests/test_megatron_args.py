@@ -192,8 +192,29 @@ def _write(tmp_path, name, text):
     return path
 
 
+#: The example without its batch-size ramp-up: Megatron-LM's validate_args refuses the ramp-up
+#: in an iteration-based run ("expected no batch-size rampup for iteration-based training"), so
+#: the example as published does not start (test_the_examples_ramp_up_is_refused_as_megatron_does)
+GPT3_175B_NO_RAMPUP = GPT3_175B.replace("    --rampup-batch-size 16 16 5859375\n", "")
+
+
+def test_the_examples_ramp_up_is_refused_as_megatron_does(tmp_path):
+    assert GPT3_175B_NO_RAMPUP != GPT3_175B
+    path = _write(tmp_path, "train_gpt3_175b.sh", GPT3_175B)
+    with pytest.raises(MegatronArgsError) as exc:
+        import_file(path)
+    assert ("rule iteration-based-no-rampup: \"expected no batch-size rampup for iteration-based "
+            "training\"" in str(exc.value))
+    assert "--train-iters 500000, --rampup-batch-size 16 16 5859375" in str(exc.value)
+    # a sample-based run may ramp the batch up: listed as ignored (training days assume the
+    # full batch from the first step)
+    one = _write(tmp_path, "gpt_1p3b.sh", GPT_1P3B.replace(
+        "--train-samples", "--rampup-batch-size 32 32 1000000 --train-samples"))
+    assert dict(import_file(one).ignored).keys() == {"--rampup-batch-size"}
+
+
 def test_gpt3_175b_script(tmp_path):
-    res = import_file(_write(tmp_path, "train_gpt3_175b.sh", GPT3_175B))
+    res = import_file(_write(tmp_path, "train_gpt3_175b.sh", GPT3_175B_NO_RAMPUP))
     m, pl, cl = res.session.model, res.session.plan, res.session.cluster
     assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn_hidden_size, m.seq_length,
             m.vocab_size) == (96, 12288, 96, None, 2048, 50257)
@@ -202,7 +223,7 @@ def test_gpt3_175b_script(tmp_path):
     assert (pl.schedule, pl.recompute, pl.precision) == ("1f1b", "full", "fp16")
     assert cl.gpus_per_node == 8 and res.launch.launcher == "torchrun"
     assert res.session.cost.training_tokens == 500000 * 1536 * 2048
-    assert dict(res.ignored).keys() == {"--rampup-batch-size"}
+    assert not res.ignored
     assert {"--lr", "--save", "--data-path", "--split", "--weight-decay",
             "--init-method-std"} <= set(res.neutral)
     # --attention-backend auto: Transformer Engine's fused or flash attention, timed as flash
@@ -237,11 +258,11 @@ def test_gpt_1p3b_script_old_style(tmp_path):
 
 
 def test_gpt3_175b_script_runs_through_the_cli(tmp_path, capsys):
-    script = _write(tmp_path, "train.sh", GPT3_175B)
+    script = _write(tmp_path, "train.sh", GPT3_175B_NO_RAMPUP)
     out = tmp_path / "s.json"
     assert main(["import", "megatron-args", str(script), "--out", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert {d["argument"] for d in doc["ignored"]} == {"--rampup-batch-size"}
+    assert doc["ignored"] == []
     assert [n["about"] for n in doc["notes"]] == ["--vocab-file", "attention"]
     assert doc["unknown"] == []
     assert doc["session"]["model"]["attention_kernel"] == "flash"

@@ -179,6 +179,13 @@ def test_every_rule_fires_and_is_kept():
                                       "--lr-warmup-samples 0"),
         "iteration-based-no-rampup": ("--train-iters 100 --rampup-batch-size 16 16 5000",
                                       "--train-iters 0"),
+        "iteration-based-one-warmup": ("--train-iters 100 --lr-warmup-fraction .01 "
+                                       "--lr-warmup-iters 10", "--lr-warmup-iters 0"),
+        "sample-based-lr-decay": ("--train-samples 100 --lr-decay-iters 90", "--train-samples 0"),
+        "sample-based-lr-warmup": ("--train-samples 100 --lr-warmup-iters 9",
+                                   "--lr-warmup-iters 0"),
+        "sample-based-one-warmup": ("--train-samples 100 --lr-warmup-fraction .01 "
+                                    "--lr-warmup-samples 10", "--lr-warmup-samples 0"),
     }
     assert set(cases) <= {r.name for r in RULES}
     for name, (bad, fix) in cases.items():

@@ -123,6 +123,10 @@ def _summary_table(s, r):
         t.add_row("Precision", f"fp8, recipe {r.fp8_recipe}: the linear layers' GEMMs in FP8, "
                                "attention core, embedding and output layer in BF16")
     t.add_row("MFU / HFU", _mfu_text(r))
+    if r.model_tflops_per_gpu:
+        t.add_row("Model TFLOP/s", f"{r.model_tflops_per_gpu:,.1f} per GPU  [dim](what Megatron-LM's "
+                  "--log-throughput logs as throughput per GPU: its FLOP count, the causal "
+                  "attention half)[/]")
     t.add_row("Pipeline bubble", f"{r.bubble_fraction:.1%} of the {sched.title} schedule"
               + (f" (uniform-stage ideal {ideal:.1%})" if ideal is not None else ""))
     from core.plan.layout import layout_summary

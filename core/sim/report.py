@@ -231,6 +231,10 @@ class Report:
     #: below :attr:`mfu` by the masked half of the core's ``s x s`` square, which Eq. 3 credits;
     #: None in reports written before it existed
     mfu_causal: float | None = None
+    #: model TFLOP/s per GPU as Megatron-LM's ``--log-throughput`` logs it ("throughput per GPU
+    #: (TFLOP/s/GPU)": ``num_floating_point_operations`` over the iteration time and the world
+    #: size), the count of :attr:`mfu_causal`, 10^12 FLOP/s; 0 in reports written before it existed
+    model_tflops_per_gpu: float = 0.0
     #: :attr:`num_active_parameters` with the input embedding (Mistral's and Qwen's convention;
     #: equal to num_parameters for dense models),
     #: :func:`core.model.counts.num_active_parameters_with_embedding`; 0 in reports written before

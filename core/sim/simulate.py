@@ -613,6 +613,7 @@ def _assemble_report(session: Session, store: ProfileStore, graph: ExecutionGrap
                    training_tokens=session.cost.training_tokens,
                    price_per_gpu_hour_usd=session.cost.price_per_gpu_hour_usd)
     memory, capacity, reserve, max_mem, fits = _memory_and_notes(session, store, warnings)
+    causal = model_math.causal_model_flops_per_iteration(session.model, pl)
     return Report(
         num_gpus=pl.num_gpus,
         num_microbatches=pl.num_microbatches,
@@ -649,8 +650,8 @@ def _assemble_report(session: Session, store: ProfileStore, graph: ExecutionGrap
         cost_usd=cost.cost_usd,
         memory=memory,
         precision=pl.precision, fp8_recipe=fp8_recipe(pl), mfu_peak_dtype=gemm_peak_dtype(pl),
-        mfu_causal=(cost.mfu * model_math.causal_model_flops_per_iteration(session.model, pl) / flops
-                    if flops > 0 else cost.mfu),
+        mfu_causal=(cost.mfu * causal / flops if flops > 0 else cost.mfu),
+        model_tflops_per_gpu=causal / T / pl.num_gpus / 1e12 if T > 0 else 0.0,
         memory_capacity_bytes=capacity,
         max_memory_per_gpu_bytes=max_mem,
         fits_in_memory=fits,

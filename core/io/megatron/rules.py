@@ -89,6 +89,9 @@ OPTIONS: dict[str, tuple[str, Any, Any]] = {
     "--rampup-batch-size": ("rampup_batch_size", 3, None),
     "--lr-decay-samples": ("lr_decay_samples", None, None),
     "--lr-warmup-samples": ("lr_warmup_samples", None, 0),
+    "--lr-decay-iters": ("lr_decay_iters", None, None),
+    "--lr-warmup-iters": ("lr_warmup_iters", None, 0),
+    "--lr-warmup-fraction": ("lr_warmup_fraction", None, None),
 }
 
 #: Compute capability (major) of each shipped GPU kind: Megatron-LM's
@@ -267,6 +270,19 @@ RULES: tuple[Rule, ...] = (
     Rule("iteration-based-no-rampup", lambda ns: bool(ns["train_iters"]),
          lambda ns: ns["rampup_batch_size"] is None,
          "expected no batch-size rampup for iteration-based training"),
+    Rule("iteration-based-one-warmup",
+         lambda ns: bool(ns["train_iters"]) and ns["lr_warmup_fraction"] is not None,
+         lambda ns: ns["lr_warmup_iters"] == 0,
+         "can only specify one of lr-warmup-fraction and lr-warmup-iters"),
+    # the "Sample-based training" block
+    Rule("sample-based-lr-decay", lambda ns: bool(ns["train_samples"]),
+         lambda ns: ns["lr_decay_iters"] is None, "expected sample-based learning rate decay"),
+    Rule("sample-based-lr-warmup", lambda ns: bool(ns["train_samples"]),
+         lambda ns: ns["lr_warmup_iters"] == 0, "expected sample-based learnig rate warmup"),
+    Rule("sample-based-one-warmup",
+         lambda ns: bool(ns["train_samples"]) and ns["lr_warmup_fraction"] is not None,
+         lambda ns: ns["lr_warmup_samples"] == 0,
+         "can only specify one of lr-warmup-fraction and lr-warmup-samples"),
 )
 
 
@@ -339,6 +355,10 @@ SESSION_FIELDS = {
     "iteration-based-lr-decay": "(a launch's own arguments: the export writes no schedule)",
     "iteration-based-lr-warmup": "(a launch's own arguments: the export writes no schedule)",
     "iteration-based-no-rampup": "(a launch's own arguments: the export writes no ramp-up)",
+    "iteration-based-one-warmup": "(a launch's own arguments: the export writes no schedule)",
+    "sample-based-lr-decay": "(a launch's own arguments: the export writes no schedule)",
+    "sample-based-lr-warmup": "(a launch's own arguments: the export writes no schedule)",
+    "sample-based-one-warmup": "(a launch's own arguments: the export writes no schedule)",
 }
 
 
@@ -388,7 +408,7 @@ _INT_DESTS = frozenset({"num_layers", "micro_batch_size", "global_batch_size", "
                         "num_virtual_stages_per_pipeline_rank",
                         "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
                         "train_iters", "train_samples", "lr_decay_samples",
-                        "lr_warmup_samples"})
+                        "lr_warmup_samples", "lr_decay_iters", "lr_warmup_iters"})
 
 
 def broken_rules(args: Iterable[str]) -> list[Rule]:
