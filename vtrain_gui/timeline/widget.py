@@ -23,7 +23,7 @@ from ..formatting import IDLE_COLOR, KIND_COLORS, format_duration
 from ..wrapped_label import WrappedLabel
 from . import items
 from .colors import LANE_COLORS, blend, kind_color
-from .layout import BAR_HEIGHT, BAR_TOP, SHADES
+from .layout import BAR_HEIGHT, BAR_TOP, SHADES, STRIPS
 from .measured import MeasuredItem, class_color, matched_span, phase_of
 
 __all__ = ["TimelineWidget", "task_description"]
@@ -471,4 +471,6 @@ class TimelineWidget(QtWidgets.QWidget):
             + "Where bars are narrower than a pixel or two, each such stretch of the lane shows "
             "the share of its time the lane is busy as the opacity (in steps of 1/5): a pale "
             "stretch of a communication lane is many short collectives with gaps between them, "
-            "not one long one.")
+            "not one long one. A stretch holding several kinds is split into "
+            f"{STRIPS} strips stacked by their shares of its time: a kind with at least "
+            f"1/{STRIPS} of it always has a strip.")
