@@ -16,9 +16,10 @@ ERROR_STYLE = "color: #C62828;"
 #: Text colour of the memory verdicts that need attention (:data:`core.sim.report.MEMORY_VERDICTS`).
 VERDICT_COLORS = {"tight": "#b07800", "does not fit": "#c0392b"}
 
-#: Colour of idle time (the pipeline bubble): the timeline legend's swatch and the cost panel's
-#: time breakdown (the timeline's idle lanes are a paler tint of it, LANE_COLORS); one colour,
-#: so the two tabs' legends name the same thing alike (they were #DCE1EA and #C9CED6).
+#: Colour of idle time (the pipeline bubble): the timeline's compute lanes between bars
+#: (vtrain_gui.timeline.colors.LANE_COLORS), its legend's swatch and the cost panel's time
+#: breakdown; one colour, so what the lanes show is what both legends name (they were #EEF1F6
+#: on the lanes, #DCE1EA and #C9CED6 in the legends).
 IDLE_COLOR = "#DCE1EA"
 
 #: Colour per kind name (Okabe-Ito / Tableau-like, distinguishable by most colour-blind readers).

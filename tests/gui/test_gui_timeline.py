@@ -578,6 +578,37 @@ def test_legend_and_cost_panel_name_and_colour_a_quantity_alike(qtbot):
     idle_swatch = re.search(r'color:(#[0-9A-Fa-f]{6})[^>]*>&#9632;</span>&nbsp;idle', legend)
     from vtrain_gui import cost_panel
     parts = {attr: (name, color) for attr, name, color in cost_panel._BREAKDOWN}
-    assert parts["bubble_s"] == (TIME_TERMS["bubble"], idle_swatch.group(1))
+    assert parts["bubble_s"][0] == TIME_TERMS["bubble"]
+    assert QtGui.QColor(parts["bubble_s"][1]) == QtGui.QColor(idle_swatch.group(1))
     assert parts["pp_comm_s"][0] == "exposed " + KIND_NAMES["pp_p2p"]
     assert dict(cost_panel._FIGURE_ROWS)["pp_comm"] == capitalized(TIME_TERMS["pp_comm"])
+
+
+def test_the_legend_swatches_of_idle_time_are_the_colours_the_idle_lanes_show(timeline):
+    """In 1F1B, stage 1's compute lane waits for stage 0's first forward (pipeline bubble) and
+    stage 0's communication lane carries nothing before it: the pixels there are the colours
+    of the legend's "idle (pipeline bubble)" and "no communication" swatches (the lanes were
+    #EEF1F6 and #F7F7F7, the idle swatch #DCE1EA)."""
+    import re
+
+    graph, schedule = synthetic_iteration(p=2, m=4)
+    timeline.set_data(graph, schedule)
+    legend = timeline.legend.text()
+    swatch = {name: QtGui.QColor(color) for color, name in re.findall(
+        r'color:(#[0-9A-Fa-f]{6})[^>]*>&#9632;</span>&nbsp;([a-z]+(?:&nbsp;[a-z]+)?)', legend)}
+    t_first = schedule.end_s[graph.kind == KINDS.index("forward")].min()
+    timeline.view_box.setRange(xRange=(0.0, schedule.iteration_time_s), padding=0)
+    picture = timeline.plot.grab().toImage()
+    ratio = picture.devicePixelRatio()
+    streams = timeline.gantt.streams_per_stage
+
+    def colour_at(row: int) -> QtGui.QColor:
+        seen = []
+        for x in np.linspace(0.2, 0.8, 5) * t_first:  # the most frequent: off any grid line
+            point = _view_to_viewport(timeline, x, row + 0.5)
+            seen.append(picture.pixel(round(point.x() * ratio), round(point.y() * ratio)))
+        return QtGui.QColor.fromRgb(max(set(seen), key=seen.count))
+
+    assert colour_at(streams) == swatch["idle"]  # stage 1 compute
+    assert colour_at(1) == swatch["no&nbsp;communication"]  # stage 0 comm
+    assert swatch["idle"] != swatch["no&nbsp;communication"]

@@ -19,7 +19,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from core.sim.graph_types import KINDS, STREAMS, ExecutionGraph, Schedule
 from core.sim.labels import KIND_MEANINGS, KIND_NAMES, TIME_TERMS
 
-from ..formatting import IDLE_COLOR, KIND_COLORS, format_duration
+from ..formatting import KIND_COLORS, format_duration
 from ..wrapped_label import WrappedLabel
 from . import items
 from .colors import LANE_COLORS, blend, kind_color
@@ -444,8 +444,11 @@ class TimelineWidget(QtWidgets.QWidget):
             label = _unbreakable(KIND_NAMES.get(name, name))
             items.append(f'<span style="color:{kind_color(k).name()}; font-size:14pt;">&#9632;</span>'
                          f"&nbsp;{label}")
-        items.append(f'<span style="color:{IDLE_COLOR}; font-size:14pt;">&#9632;</span>&nbsp;'
-                     + _unbreakable(f"idle ({TIME_TERMS['bubble']})"))
+        # the lanes' own backgrounds: a compute lane's idle time, a communication lane's
+        items.append(f'<span style="color:{LANE_COLORS[0].name()}; font-size:14pt;">&#9632;</span>'
+                     "&nbsp;" + _unbreakable(f"idle ({TIME_TERMS['bubble']})"))
+        items.append(f'<span style="color:{LANE_COLORS[1].name()}; font-size:14pt;">&#9632;</span>'
+                     "&nbsp;" + _unbreakable("no communication"))
         # bars narrower than a pixel are merged; their opacity is the lane's busy share there
         base, lane = QtGui.QColor(KIND_COLORS["tp_comm"]), LANE_COLORS[1]
         swatches = "".join(
