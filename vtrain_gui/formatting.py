@@ -6,7 +6,7 @@ import math
 
 from core.util.text import format_days
 
-__all__ = ["format_duration", "format_bytes", "format_count", "format_day_count", "format_usd",
+__all__ = ["format_duration", "format_durations", "format_bytes", "format_count", "format_day_count", "format_usd",
            "format_fraction", "format_rate", "format_number_short", "format_usd_short",
            "KIND_COLORS", "IDLE_COLOR", "ERROR_STYLE", "VERDICT_COLORS"]
 
@@ -51,6 +51,18 @@ def format_duration(seconds: float) -> str:
     if a >= 1e-6:
         return f"{seconds * 1e6:.2f} µs"
     return f"{seconds * 1e9:.1f} ns"
+
+
+def format_durations(*seconds: float) -> list[str]:
+    """Durations printed side by side, all in the unit :func:`format_duration` picks for the
+    largest: ``(0.0, 0.01398)`` -> ``['0.00 ms', '13.98 ms']``, not ``'0.000 s'`` beside
+    ``'13.98 ms'``. A value that is None or not finite is ``'–'``."""
+    finite = [abs(v) for v in seconds if v is not None and math.isfinite(v)]
+    a = max(finite, default=0.0)
+    scale, unit, digits = ((1.0, "s", 3) if a >= 1.0 or a == 0.0 else (1e3, "ms", 2) if a >= 1e-3
+                           else (1e6, "µs", 2) if a >= 1e-6 else (1e9, "ns", 1))
+    return [f"{v * scale:.{digits}f} {unit}" if v is not None and math.isfinite(v) else "–"
+            for v in seconds]
 
 
 def format_bytes(num_bytes: float) -> str:
