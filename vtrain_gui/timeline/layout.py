@@ -88,10 +88,8 @@ def stack_kinds(time_s: np.ndarray, kinds: np.ndarray) -> np.ndarray:
     order = np.argsort(count - quota, axis=1, kind="stable")              # largest remainder first
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.broadcast_to(np.arange(K), order.shape), axis=1)
-    count += rank < left[:, None]
-    last = np.cumsum(count, axis=1)                                       # (c, K)
-    for strip in range(STRIPS):
-        out[:, strip] = kinds[(last <= strip).sum(axis=1)]
+    count += rank < left[:, None]                                         # each row sums to STRIPS
+    out[:] = np.repeat(np.tile(kinds, c), count.reshape(-1)).reshape(c, STRIPS)
     return out
 
 
@@ -363,7 +361,7 @@ class Layout:
         slot[present] = np.arange(K)
         # the kinds' time per cell in one pass: (size, K)
         per_kind = np.bincount(key * K + slot[k], weights=cover, minlength=size * K).reshape(size, K)
-        total = per_kind.sum(axis=1)                                      # (size,)
+        total = np.bincount(key, weights=cover, minlength=size)           # (size,)
         cells = np.flatnonzero(total)                                     # (c,)
         _put_strips(out, cells, _stacked_codes(per_kind[cells], present,
                                                shade_step(total[cells] / w)))
