@@ -18,7 +18,7 @@ from core.util.text import format_amount, format_energy
 from .category_axis import CategoryAxis
 from .empty_state import StaleVeil
 from .formatting import (IDLE_COLOR, KIND_COLORS, format_bytes, format_count, format_day_count, format_duration,
-                         format_fraction, format_rate, format_usd, format_usd_short)
+                         format_durations, format_fraction, format_rate, format_usd, format_usd_short)
 
 __all__ = ["CostPanel", "FIT_STATES"]
 
@@ -41,6 +41,16 @@ _BREAKDOWN_COLORS = {"compute": "#4C78A8", "comm": KIND_COLORS["tp_comm"],
                      "overlap_wait": "#A8B4C4", "imbalance": "#E6D5C3"}
 #: The breakdown bar's parts: report attribute, name (:data:`core.sim.labels.TIME_TERMS`), colour.
 _BREAKDOWN = tuple((f"{k}_s", TIME_TERMS[k], c) for k, c in _BREAKDOWN_COLORS.items())
+
+
+def _with_hidden(exposed_s: float, hidden_s: float) -> str:
+    """An exposed communication time and, when some ran hidden under other work, that part in
+    parentheses, both in one unit: ``"0.00 ms (13.98 ms hidden)"``, not ``"0.000 s (13.98 ms
+    hidden)"``."""
+    if not hidden_s > 0:
+        return format_duration(exposed_s)
+    exposed, hidden = format_durations(exposed_s, hidden_s)
+    return f"{exposed} ({hidden} hidden)"
 #: Figures that describe running the plan: flagged when the plan does not fit in memory.
 _RUN_FIGURES = ("iteration_time", "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours",
                 "cost_usd", "run_days")
@@ -548,18 +558,13 @@ class CostPanel(QtWidgets.QWidget):
         v["hfu"].setText(format_fraction(report.hfu) + of_peak)
         v["bubble_fraction"].setText(format_fraction(report.bubble_fraction))
         v["compute"].setText(format_duration(report.compute_s))
-        v["comm"].setText(format_duration(report.comm_s)
-                          + (f" ({format_duration(report.tp_hidden_s)} hidden)"
-                             if report.tp_hidden_s > 0 else ""))
+        v["comm"].setText(_with_hidden(report.comm_s, report.tp_hidden_s))
         v["pp_comm"].setText(format_duration(report.pp_comm_s))
-        v["cp_comm"].setText(format_duration(report.cp_comm_s)
-                             + (f" ({format_duration(report.cp_hidden_s)} hidden)"
-                                if report.cp_hidden_s > 0 else ""))
+        v["cp_comm"].setText(_with_hidden(report.cp_comm_s, report.cp_hidden_s))
         for w in self._cp_row:
             w.setVisible(report.cp_comm_s > 0 or report.cp_hidden_s > 0)
         ep_hidden = getattr(report, "ep_hidden_s", 0.0)
-        v["ep_comm"].setText(format_duration(report.ep_comm_s)
-                             + (f" ({format_duration(ep_hidden)} hidden)" if ep_hidden > 0 else ""))
+        v["ep_comm"].setText(_with_hidden(report.ep_comm_s, ep_hidden))
         for w in self._ep_row:
             w.setVisible(report.ep_comm_s > 0 or ep_hidden > 0)
         v["bubble"].setText(format_duration(report.bubble_s))

@@ -6,7 +6,7 @@ import math
 
 from core.util.text import format_days
 
-__all__ = ["format_duration", "format_bytes", "format_count", "format_day_count", "format_usd",
+__all__ = ["format_duration", "format_durations", "format_bytes", "format_count", "format_day_count", "format_usd",
            "format_fraction", "format_rate", "format_number_short", "format_usd_short",
            "KIND_COLORS", "IDLE_COLOR", "ERROR_STYLE", "VERDICT_COLORS"]
 
@@ -16,9 +16,10 @@ ERROR_STYLE = "color: #C62828;"
 #: Text colour of the memory verdicts that need attention (:data:`core.sim.report.MEMORY_VERDICTS`).
 VERDICT_COLORS = {"tight": "#b07800", "does not fit": "#c0392b"}
 
-#: Colour of idle time (the pipeline bubble): the timeline legend's swatch and the cost panel's
-#: time breakdown (the timeline's idle lanes are a paler tint of it, LANE_COLORS); one colour,
-#: so the two tabs' legends name the same thing alike (they were #DCE1EA and #C9CED6).
+#: Colour of idle time (the pipeline bubble): the timeline's compute lanes between bars
+#: (vtrain_gui.timeline.colors.LANE_COLORS), its legend's swatch and the cost panel's time
+#: breakdown; one colour, so what the lanes show is what both legends name (they were #EEF1F6
+#: on the lanes, #DCE1EA and #C9CED6 in the legends).
 IDLE_COLOR = "#DCE1EA"
 
 #: Colour per kind name (Okabe-Ito / Tableau-like, distinguishable by most colour-blind readers).
@@ -50,6 +51,18 @@ def format_duration(seconds: float) -> str:
     if a >= 1e-6:
         return f"{seconds * 1e6:.2f} µs"
     return f"{seconds * 1e9:.1f} ns"
+
+
+def format_durations(*seconds: float) -> list[str]:
+    """Durations printed side by side, all in the unit :func:`format_duration` picks for the
+    largest: ``(0.0, 0.01398)`` -> ``['0.00 ms', '13.98 ms']``, not ``'0.000 s'`` beside
+    ``'13.98 ms'``. A value that is None or not finite is ``'–'``."""
+    finite = [abs(v) for v in seconds if v is not None and math.isfinite(v)]
+    a = max(finite, default=0.0)
+    scale, unit, digits = ((1.0, "s", 3) if a >= 1.0 or a == 0.0 else (1e3, "ms", 2) if a >= 1e-3
+                           else (1e6, "µs", 2) if a >= 1e-6 else (1e9, "ns", 1))
+    return [f"{v * scale:.{digits}f} {unit}" if v is not None and math.isfinite(v) else "–"
+            for v in seconds]
 
 
 def format_bytes(num_bytes: float) -> str:

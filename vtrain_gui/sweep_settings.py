@@ -252,7 +252,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self._defaults = ((self.sp_default, self.sp_boxes), (self.zero_default, self.zero_boxes),
                           (self.ep_overlap_default, self.ep_overlap_boxes))
         for box in self.ep_overlap_boxes.values():
-            box.setToolTip("Sweep the expert all-to-all overlap (Megatron-Core's combined 1F1B) "
+            box.setToolTip(f"Sweep the {KIND_NAMES['ep_all_to_all']} overlap (Megatron-Core's "
+                           "combined 1F1B) "
                            "off and/or on; on only where a plan allows it (ep > 1, the "
                            "interleaved schedule with p > 1, no full recomputation)")
         label_item = form.itemAt(form.rowCount() - 1, QtWidgets.QFormLayout.ItemRole.LabelRole)

@@ -81,7 +81,7 @@ MIN_SENSITIVITY = 1e-6
 #: What a row lacks when its time does not depend on a parameter, for the parameters whose
 #: dependence is one kind of traffic on the critical path (the reason :func:`fit` reports).
 _TRAFFIC_OF = {"inter_node_efficiency": "inter-node traffic",
-               "p2p_overhead_s": "pipeline transfer", "p2p_efficiency": "pipeline transfer",
+               "p2p_overhead_s": "PP send/recv", "p2p_efficiency": "PP send/recv",
                "collective_overhead_s": "collective",
                "all_to_all_efficiency": "all-to-all", "flex_all_to_all_efficiency": "all-to-all"}
 

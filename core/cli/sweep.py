@@ -74,7 +74,7 @@ def add_parser(sub: Any) -> None:
                          "experts for a mixture-of-experts model, 1 for a dense one; with t > 1 "
                          "each with the expert tensor-parallel size t, 1 and the session's)")
     sw.add_argument("--overlap-moe-expert-parallel-comm", metavar="N|Y[,...]",
-                    help="the expert all-to-all overlap (combined 1F1B) off (n) and/or on (y), on "
+                    help="the EP all-to-all overlap (combined 1F1B) off (n) and/or on (y), on "
                          "only where a plan allows it (default: both for a mixture-of-experts "
                          "model)")
     sw.add_argument("--moe-token-dispatcher", metavar="D[,D...]",

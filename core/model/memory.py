@@ -144,7 +144,7 @@ def ep_overlap_in_flight(plan: ParallelPlan, in_flight: tuple[float, ...],
     if not ep_overlap_on(plan):
         return in_flight
     if model is None:
-        raise ValueError("the in-flight activations of the expert all-to-all overlap need the model")
+        raise ValueError("the in-flight activations of the EP all-to-all overlap need the model")
     m = plan.num_microbatches
     counts = stage_layer_counts(model.num_layers, plan)
     warm = 1.0 / chunks_per_stage(plan) if plan.pipeline_parallel > 1 else 0.0

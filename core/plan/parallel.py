@@ -171,7 +171,7 @@ class ParallelPlan:
         "(--num-virtual-stages-per-pipeline-rank); empty for other schedules", short="v", min=2,
         bounds=BOUNDS["layers"])
     overlap_p2p_comm: bool = described_field(
-        True, "", "Overlap the interleaved schedule's pipeline sends and receives with compute "
+        True, "", "Overlap the interleaved schedule's PP send/recv with compute "
         "(Megatron-LM's default with virtual stages; off with --no-overlap-p2p-communication): "
         "in the steady state (one forward and one backward in turn) a stage issues its sends "
         "asynchronously and goes on with its next item; the warm-up and cool-down transfers "
@@ -188,8 +188,8 @@ class ParallelPlan:
     zero_stage: int = described_field(0, "", "ZeRO stage: 0 replicated, 1 distributed optimizer (optimizer "
                          "state sharded over d), 2 gradients too, 3 parameters too (FSDP)",
                          short="zero", min=0, max=3)
-    overlap_grad_reduce: bool = described_field(False, "", "Overlap the data-parallel gradient reduction with "
-                                   "the backward pass, bucket by bucket (--overlap-grad-reduce)",
+    overlap_grad_reduce: bool = described_field(False, "", "Overlap the DP collectives' gradient reduction "
+                                   "with the backward pass, bucket by bucket (--overlap-grad-reduce)",
                                    short="overlap_grad")
     gradient_accumulation_fusion: bool = described_field(
         True, "", "The linear layers' weight-gradient GEMMs add into the fp32 main gradients "
@@ -197,11 +197,11 @@ class ParallelPlan:
         "--no-gradient-accumulation-fusion): no separate kernel adds each micro-batch's weight "
         "gradient to the gradient buffer. Has no effect with zero_stage 3 (FSDP reduce-scatters "
         "each micro-batch's gradients)", short="grad_acc_fusion")
-    overlap_param_gather: bool = described_field(False, "", "Overlap the parameter all-gather of a sharded "
-                                    "optimizer with the forward pass (--overlap-param-gather; "
+    overlap_param_gather: bool = described_field(False, "", "Overlap the DP collectives' parameter all-gather "
+                                    "of a sharded optimizer with the forward pass (--overlap-param-gather; "
                                     "needs zero_stage >= 1)", short="overlap_param")
-    tp_comm_overlap: bool = described_field(False, "", "Overlap the tensor-parallel all-gathers and "
-                               "reduce-scatters of the attention and MLP with their GEMMs, split "
+    tp_comm_overlap: bool = described_field(False, "", "Overlap the TP collectives (all-gathers and "
+                               "reduce-scatters) of the attention and MLP with their GEMMs, split "
                                "into t chunks (--tp-comm-overlap, Transformer Engine userbuffers; "
                                "needs sequence parallelism)", short="tp_overlap")
     grad_reduce_dtype: str | None = described_field(
@@ -287,7 +287,7 @@ class ParallelPlan:
         "destination node, forwarded to its experts over NVLink)", choices=MOE_DISPATCHERS,
         short="dispatcher")
     overlap_moe_expert_parallel_comm: bool = described_field(
-        False, "", "Overlap the expert all-to-alls of one micro-batch with the computation of "
+        False, "", "Overlap the EP all-to-all of one micro-batch with the computation of "
         "another (Megatron-Core --overlap-moe-expert-parallel-comm, the combined 1F1B schedule: "
         "each steady-state forward runs layer by layer beside a backward); needs expert_parallel "
         "> 1, the interleaved schedule when pipeline_parallel > 1, and no full recomputation",

@@ -862,7 +862,7 @@ def probe_plan(plan: ParallelPlan, **changes: Any) -> ParallelPlan:
     """``plan`` with every size a study chooses at 1 (t, p, d, b, cp, ep), the 1F1B schedule,
     and the fields that depend on them cleared (v, the first/last stages' layers, the
     recomputed layers, the expert tensor-parallel and HSDP sizes, the custom layout, which
-    fixes p*v, the expert all-to-all overlap, which needs ep > 1); recomputation full, or
+    fixes p*v, the EP all-to-all overlap, which needs ep > 1); recomputation full, or
     selective when the plan names its modules, or none under per-layer CUDA graphs (which
     full recomputation rules out: a study tries the modes they allow). Then
     ``changes`` (a value None leaves the plan's own). What :func:`check_all_but_the_plan`
@@ -913,7 +913,7 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
         "the fused cross-entropy (plan.cross_entropy_loss_fusion)"),
     "plan.delay_wgrad_compute": (
         lambda s: s.plan.overlap_moe_expert_parallel_comm is True,
-        "the expert all-to-all overlap (plan.overlap_moe_expert_parallel_comm)"),
+        "the EP all-to-all overlap (plan.overlap_moe_expert_parallel_comm)"),
     **{f"model.{name}": (lambda s: bool(s.model.multi_latent_attention),
                          "multi-head latent attention (model.multi_latent_attention)")
        for name in MLA_FIELDS},
@@ -926,7 +926,7 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
                                      "the interleaved schedule (plan.schedule)"),
     "plan.overlap_p2p_comm": (lambda s: p2p_overlap_applies(s.plan),
                               "the interleaved schedule (plan.schedule: Megatron-LM overlaps no "
-                              "other schedule's pipeline transfers)"),
+                              "other schedule's PP send/recv)"),
     "plan.recompute_num_layers": (lambda s: s.plan.recompute == "full",
                                   "full recomputation (plan.recompute)"),
     "plan.recompute_modules": (lambda s: s.plan.recompute == "selective",

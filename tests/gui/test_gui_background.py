@@ -206,8 +206,7 @@ def test_timeline_layouts_take_turns(monkeypatch):
     n = 200
     start = np.linspace(0, 1, n)
     arrays = (start, start + 0.001, np.zeros(n, np.int64), np.zeros(n, np.int64), 1, None)
-    colors = np.zeros((8, layout_module.SHADES + 1), np.uint32)
-    preps = [layout_module.Preparation(g, arrays, colors) for g in (1, 2)]
+    preps = [layout_module.Preparation(g, arrays) for g in (1, 2)]
     threads = [threading.Thread(target=p.run, args=(lambda payload: None, threading.Event()))
                for p in preps]
     for t in threads:

@@ -188,3 +188,21 @@ def test_capacity_legend_keeps_its_dashes_with_its_text_at_the_narrowest(panel):
                  for i in range(layout.lineCount())]
         dashes = next(line for line in lines if "\u2013" in line)
         assert "capacity" in dashes, (width, lines)
+
+
+@pytest.mark.parametrize("exposed_s, hidden_s, text", [
+    (0.0, 0.01398, "0.00 ms (13.98 ms hidden)"),    # was "0.000 s (13.98 ms hidden)"
+    (2.5, 0.01398, "2.500 s (0.014 s hidden)"),
+    (3e-4, 2e-5, "300.00 µs (20.00 µs hidden)"),
+    (0.25, 0.0, "250.00 ms"),
+])
+def test_exposed_and_hidden_communication_are_printed_in_one_unit(panel, exposed_s, hidden_s, text):
+    """The TP/DP, CP and EP rows print the exposed time and the hidden part in the unit of the
+    larger, so the two read side by side."""
+    import dataclasses
+
+    report = dataclasses.replace(synthetic_report(p=4), comm_s=exposed_s, tp_hidden_s=hidden_s,
+                                 cp_comm_s=exposed_s, cp_hidden_s=hidden_s,
+                                 ep_comm_s=exposed_s, ep_hidden_s=hidden_s)
+    panel.set_report(report)
+    assert [panel.value_text(k) for k in ("comm", "cp_comm", "ep_comm")] == [text] * 3

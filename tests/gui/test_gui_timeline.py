@@ -171,7 +171,8 @@ def _covered_bins(n_rows: int, start: np.ndarray, row: np.ndarray, w: float, nbi
 
 def test_band_image_marks_every_bin_where_a_sub_bin_bar_starts_and_no_other():
     """Zoomed out: bins are 1 to 2 pixels wide; a bin is coloured iff a bar narrower than a bin
-    starts in it, in the colour of the kind with the most time there."""
+    starts in it, its STRIPS strips in the kinds' colours, each kind over a number of strips
+    that is its share of the bin's time times STRIPS rounded down or up."""
     item = GanttItem()
     rng = np.random.default_rng(1)
     n = 50_000
@@ -188,19 +189,24 @@ def test_band_image_marks_every_bin_where_a_sub_bin_bar_starts_and_no_other():
     pixels, left, w = item.band_image_in_view(0.0, 1.0, px)
     assert left == 0.0 and 1.0 <= w / px < 2.0
     nbins = int(round(layout.t_end / w))
-    assert pixels.shape == (4, nbins)
+    strips = layout_module.STRIPS
+    assert pixels.shape == (4, strips, nbins)
     need = _covered_bins(4, start, row, w, nbins)
-    assert ((pixels != 0) == need).all()
-    # each coloured bin has the colour of its most frequent kind (all bars equally long)
+    assert ((pixels != 0).all(axis=1) == need).all() and ((pixels != 0).any(axis=1) == need).all()
+    # the strips of each coloured bin: its kinds by their share (all bars equally long)
     colors = colors_module.color_table()
     cell = row.astype(int) * nbins + np.minimum((start / w).astype(int), nbins - 1)
     counts = np.zeros((4 * nbins, 3))
     np.add.at(counts, (cell, kind), 1)
-    sole = (counts.max(axis=1) > 0) & ((counts == counts.max(axis=1, keepdims=True)).sum(axis=1) == 1)
-    best = counts.argmax(axis=1)
-    flat = pixels.reshape(-1)
-    assert sole.sum() > 100
-    assert (flat[sole] == colors[best[sole], 1]).all()  # 1 ns in a bin: the lowest opacity step
+    busy = counts.sum(axis=1) > 0
+    share = counts[busy] / counts[busy].sum(axis=1, keepdims=True)       # (c, 3)
+    by_strip = pixels.transpose(0, 2, 1).reshape(4 * nbins, strips)[busy]  # (c, STRIPS)
+    # 1 ns in a bin: the lowest opacity step
+    got = np.stack([(by_strip == colors[k, 1]).sum(axis=1) for k in range(3)], axis=1)
+    assert (got.sum(axis=1) == strips).all()
+    assert ((got >= np.floor(share * strips)) & (got <= np.ceil(share * strips))).all()
+    assert ((share >= 1 / strips) <= (got >= 1)).all()  # a kind with a quarter of the time shows
+    assert ((share > 0) & (share < 1) & (got > 0)).sum() > 100  # bins with several kinds: checked
 
 
 def test_zoomed_in_beyond_the_bands_merged_rectangles_cover_every_pixel_that_has_a_task(monkeypatch):
@@ -228,13 +234,17 @@ def test_zoomed_in_beyond_the_bands_merged_rectangles_cover_every_pixel_that_has
         c1 = np.round((rects[:, 0] + rects[:, 2]) / px).astype(int)
         for rr, a, b in zip(r, c0, c1):
             covered[rr, max(a, 0):min(b, columns + 2)] = True
-        assert np.allclose(rects[:, 3], BAR_HEIGHT) and np.allclose(rects[:, 1] % 1, BAR_TOP)
+        # a cell of one kind whole, one of several kinds as strips of the bar area
+        strip_h = BAR_HEIGHT / layout_module.STRIPS
+        assert np.isclose(rects[:, 3][:, None], [BAR_HEIGHT, strip_h]).any(axis=1).all()
+        top = rects[:, 1] % 1 - BAR_TOP
+        assert np.isclose(top[:, None] / strip_h, np.arange(layout_module.STRIPS)).any(axis=1).all()
     need = np.zeros_like(covered)
     inside = start <= x1
     need[row[inside].astype(int), (start[inside] / px).astype(int)] = True
     assert not (need & ~covered).any()
     assert not (covered[:, :columns] & ~need[:, :columns]).any()
-    assert sum(r.shape[0] for _, r, _, _ in parts) < 4 * (columns + 2)
+    assert sum(r.shape[0] for _, r, _, _ in parts) < layout_module.STRIPS * 4 * (columns + 2)
 
 
 def _busy_rows(n: int) -> tuple[np.ndarray, ...]:
@@ -257,9 +267,9 @@ def test_band_image_shades_a_bin_by_the_busy_part_of_its_time(n):
     assert item.draw_list(0.0, 1.0, px) == []
     pixels, _, w = item.band_image_in_view(0.0, 1.0, px)
     assert w > 1.0 / n  # every bar is narrower than a bin
-    alpha = _alpha(pixels[:, : int(1.0 / w)])
-    assert set(alpha[0].tolist()) == {round(255 * 0.2)}
-    assert set(alpha[1].tolist()) == {255}
+    alpha = _alpha(pixels[:, :, : int(1.0 / w)])
+    assert set(alpha[0].reshape(-1).tolist()) == {round(255 * 0.2)}
+    assert set(alpha[1].reshape(-1).tolist()) == {255}
 
 
 @pytest.mark.parametrize("n, full", [(500, 0.8), (20_000, 1.0)],
@@ -320,8 +330,91 @@ def test_each_zoom_band_draws_wide_bars_as_rectangles_and_narrow_ones_in_its_ima
             pixels, left, _ = image
             cols = ((schedule.start_s[narrow] - left) / w).astype(int)
             ok = (cols >= 0) & (cols < pixels.shape[1])
-            assert (pixels[graph.row[narrow][ok], cols[ok]] != 0).all()
+            assert (pixels[graph.row[narrow][ok], :, cols[ok]] != 0).any(axis=1).all()
     assert len(seen) >= 8 and layout.num_bands in seen
+
+
+@pytest.mark.parametrize("shares, strips", [
+    ((1 / 3, 2 / 3), [1, 3]),      # recompute beside a backward step twice as long
+    ((0.25, 0.75), [1, 3]),        # exactly a strip's share
+    ((0.2, 0.8), [1, 3]),          # 0.8 and 3.2 strips: the larger remainder rounds up
+    ((0.1, 0.9), [0, 4]),          # below 1/STRIPS and the smaller remainder: not drawn
+    ((0.26, 0.26, 0.48), [1, 1, 2]),
+    ((1.0, 0.0), [4, 0]),
+])
+def test_stack_kinds_gives_each_kind_its_share_of_the_strips_by_largest_remainder(shares, strips):
+    """Hamilton's rounding of share * STRIPS (STRIPS = 4), stacked in kind order."""
+    assert layout_module.STRIPS == 4
+    kinds = np.array([2, 1, 6][:len(shares)])
+    got = layout_module.stack_kinds(np.array([shares]) * 0.01, kinds)
+    assert got.shape == (1, 4)
+    assert [int((got[0] == k).sum()) for k in kinds] == strips
+    assert got[0].tolist() == sorted(got[0].tolist(), key=kinds.tolist().index)
+
+
+def _kind_pixels(picture: QtGui.QImage, kind: str, y0: int, y1: int) -> np.ndarray:
+    """Boolean (y1 - y0, width): where ``picture``'s rows y0:y1 are kind ``kind``'s colour."""
+    image = picture.convertToFormat(QtGui.QImage.Format.Format_RGB32)  # alive while read
+    w, h = image.width(), image.height()
+    assert image.bytesPerLine() == 4 * w
+    rgb = np.frombuffer(image.constBits(), np.uint32, w * h).reshape(h, w)[y0:y1].copy() & 0xFFFFFF
+    return rgb == (QtGui.QColor(KIND_COLORS[kind]).rgb() & 0xFFFFFF)
+
+
+def test_recomputation_beside_a_backward_twice_as_long_is_seen_zoomed_out(timeline):
+    """A lane of 3,000 recompute steps (0.1 ms) each followed by a backward step twice as long,
+    all below a pixel: a pixel column held the colour of its kind with the most time, so every
+    column was backward and recomputation, a third of the time, never showed. Now each column
+    is 4 strips stacked by share: one strip recomputation (4/3 rounds to 1), three backward,
+    so a quarter of the lane's pixels, in every column, are recomputation's colour."""
+    n, d = 3000, 1e-4
+    start = np.repeat(np.arange(n) * 3 * d, 2) + np.tile([0.0, d], n)
+    dur = np.tile([d, 2 * d], n)
+    kind = np.tile([KINDS.index("recompute"), KINDS.index("backward")], n)
+    gantt = timeline.gantt
+    gantt.set_tasks(start, dur, kind, np.zeros(2 * n), 1)
+    timeline.view_box.setRange(xRange=(0.0, 3 * n * d), yRange=(0.0, 1.0), padding=0)
+    picture = timeline.plot.grab().toImage()
+    assert gantt.last_paint_band < gantt.layout.num_bands  # the zoom band's merged image
+    ratio = picture.devicePixelRatio()
+    top = timeline.plot.mapFromScene(timeline.view_box.mapViewToScene(QtCore.QPointF(0, BAR_TOP)))
+    bottom = timeline.plot.mapFromScene(timeline.view_box.mapViewToScene(
+        QtCore.QPointF(0, BAR_TOP + BAR_HEIGHT)))
+    y0, y1 = round(top.y() * ratio) + 1, round(bottom.y() * ratio) - 1  # inside the bar area
+    recompute = _kind_pixels(picture, "recompute", y0, y1)
+    backward = _kind_pixels(picture, "backward", y0, y1)
+    columns = np.flatnonzero(backward.any(axis=0))
+    assert columns.size > 0.8 * timeline.view_box.width() * ratio
+    assert recompute[:, columns].any(axis=0).mean() > 0.97  # in (nearly) every column
+    share = recompute[:, columns].sum() / (recompute[:, columns].sum() + backward[:, columns].sum())
+    assert 0.2 < share < 0.35
+
+
+def test_recomputation_beside_a_backward_twice_as_long_is_seen_zoomed_in_beyond_the_bands(
+        monkeypatch):
+    """The same lane zoomed in beyond the finest band, where sub-pixel bars are merged per
+    (row, pixel): each pixel's strips are stacked as in the band images, one recomputation
+    strip (a quarter of the bar's height) per pixel beside three backward ones."""
+    monkeypatch.setattr(layout_module, "_BAND_MAX_PIXELS", 1 << 7)  # bands up to 128 bins
+    n, d = 3000, 1e-4
+    start = np.repeat(np.arange(n) * 3 * d, 2) + np.tile([0.0, d], n)
+    kind = np.tile([KINDS.index("recompute"), KINDS.index("backward")], n)
+    item = GanttItem()
+    item.set_tasks(start, np.tile([d, 2 * d], n), kind, np.zeros(2 * n), 1)
+    columns = 1000  # a pixel holds 0.9 recompute/backward pairs
+    px = 3 * n * d / columns
+    assert item.layout.band_for(px) == item.layout.num_bands
+    height = {}  # kind -> bar height in pixel columns, rows of the bar area
+    for k, rects, exact, opacity in item.draw_list(0.0, 3 * n * d, px):
+        assert not exact and opacity == 1.0
+        cols = np.zeros(columns + 1)
+        for x, _, w, h in rects.tolist():
+            cols[round(x / px):round((x + w) / px)] += h
+        height[KINDS[k]] = cols[:columns] / BAR_HEIGHT
+    assert set(height) == {"recompute", "backward"}
+    assert np.allclose(height["recompute"] + height["backward"], 1.0)
+    assert (height["recompute"] >= 0.25 - 1e-9).all()  # at least a strip in every pixel
+    assert height["recompute"].mean() == pytest.approx(0.25, abs=0.05)
 
 
 def test_a_kind_added_to_kinds_gets_its_own_colour(monkeypatch):
@@ -485,6 +578,37 @@ def test_legend_and_cost_panel_name_and_colour_a_quantity_alike(qtbot):
     idle_swatch = re.search(r'color:(#[0-9A-Fa-f]{6})[^>]*>&#9632;</span>&nbsp;idle', legend)
     from vtrain_gui import cost_panel
     parts = {attr: (name, color) for attr, name, color in cost_panel._BREAKDOWN}
-    assert parts["bubble_s"] == (TIME_TERMS["bubble"], idle_swatch.group(1))
+    assert parts["bubble_s"][0] == TIME_TERMS["bubble"]
+    assert QtGui.QColor(parts["bubble_s"][1]) == QtGui.QColor(idle_swatch.group(1))
     assert parts["pp_comm_s"][0] == "exposed " + KIND_NAMES["pp_p2p"]
     assert dict(cost_panel._FIGURE_ROWS)["pp_comm"] == capitalized(TIME_TERMS["pp_comm"])
+
+
+def test_the_legend_swatches_of_idle_time_are_the_colours_the_idle_lanes_show(timeline):
+    """In 1F1B, stage 1's compute lane waits for stage 0's first forward (pipeline bubble) and
+    stage 0's communication lane carries nothing before it: the pixels there are the colours
+    of the legend's "idle (pipeline bubble)" and "no communication" swatches (the lanes were
+    #EEF1F6 and #F7F7F7, the idle swatch #DCE1EA)."""
+    import re
+
+    graph, schedule = synthetic_iteration(p=2, m=4)
+    timeline.set_data(graph, schedule)
+    legend = timeline.legend.text()
+    swatch = {name: QtGui.QColor(color) for color, name in re.findall(
+        r'color:(#[0-9A-Fa-f]{6})[^>]*>&#9632;</span>&nbsp;([a-z]+(?:&nbsp;[a-z]+)?)', legend)}
+    t_first = schedule.end_s[graph.kind == KINDS.index("forward")].min()
+    timeline.view_box.setRange(xRange=(0.0, schedule.iteration_time_s), padding=0)
+    picture = timeline.plot.grab().toImage()
+    ratio = picture.devicePixelRatio()
+    streams = timeline.gantt.streams_per_stage
+
+    def colour_at(row: int) -> QtGui.QColor:
+        seen = []
+        for x in np.linspace(0.2, 0.8, 5) * t_first:  # the most frequent: off any grid line
+            point = _view_to_viewport(timeline, x, row + 0.5)
+            seen.append(picture.pixel(round(point.x() * ratio), round(point.y() * ratio)))
+        return QtGui.QColor.fromRgb(max(set(seen), key=seen.count))
+
+    assert colour_at(streams) == swatch["idle"]  # stage 1 compute
+    assert colour_at(1) == swatch["no&nbsp;communication"]  # stage 0 comm
+    assert swatch["idle"] != swatch["no&nbsp;communication"]

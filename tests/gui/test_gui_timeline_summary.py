@@ -9,11 +9,11 @@ import threading
 import numpy as np
 import pytest
 
+from core.sim.graph_types import KINDS
 from synthetic import synthetic_iteration
 from vtrain_gui.timeline import items as items_module
 from vtrain_gui.timeline import layout as layout_module
-from vtrain_gui.timeline.colors import color_table
-from vtrain_gui.timeline.layout import Layout, summary_image
+from vtrain_gui.timeline.layout import STRIPS, Layout, cell_code, summary_image
 from vtrain_gui.timeline.widget import TimelineWidget
 
 
@@ -33,28 +33,39 @@ def test_summary_of_narrow_bars_is_the_band_image(nbins, monkeypatch):
     layout = Layout(start, end, kind, row, 6)
     i = int(np.log2(nbins)) - layout.band_lo
     assert (layout.rs_group > i).all()  # every bar below a bin
-    colors = color_table()
-    band = layout.band_image(i, colors)
-    summary = summary_image(start, end, kind, row, 6, layout.t_end, nbins, colors)
-    assert summary.shape == band.shape == (6, nbins)
+    band = layout.band_image(i)
+    summary = summary_image(start, end, kind, row, 6, layout.t_end, nbins)
+    assert summary.shape == band.shape == (6, STRIPS, nbins)
     assert ((summary != 0) == (band != 0)).all()
     assert (summary == band).mean() > 0.999  # the shade step may round apart at an edge
 
 
 def test_summary_counts_the_whole_time_of_wide_bars():
     """A bar over many bins colours each at full opacity; its partial end bins by their share."""
-    colors = color_table()
     nbins, t_end = 100, 1.0
     # kind 1 over bins 10.5 .. 40.25 on row 0; kind 2 a quarter of bin 60 on row 1
     start, end = np.array([0.105, 0.6, 0.0]), np.array([0.4025, 0.6025, 1.0])
     kind, row = np.array([1, 2, 0]), np.array([0, 1, 2])
-    image = summary_image(start, end, kind, row, 3, t_end, nbins, colors)
+    image = summary_image(start, end, kind, row, 3, t_end, nbins)
     full = layout_module.SHADES
-    assert (image[0, 11:40] == colors[1, full]).all()
-    assert image[0, 10] == colors[1, 3] and image[0, 40] == colors[1, 2]  # 1/2, 1/4 of a bin
-    assert (image[0, :10] == 0).all() and (image[0, 41:] == 0).all()
-    assert image[1, 60] == colors[2, 2] and np.count_nonzero(image[1]) == 1
-    assert (image[2] == colors[0, full]).all()
+    assert (image[0, :, 11:40] == cell_code(1, full)).all()
+    # 1/2, 1/4 of a bin
+    assert (image[0, :, 10] == cell_code(1, 3)).all() and (image[0, :, 40] == cell_code(1, 2)).all()
+    assert (image[0, :, :10] == 0).all() and (image[0, :, 41:] == 0).all()
+    assert (image[1, :, 60] == cell_code(2, 2)).all() and np.count_nonzero(image[1]) == STRIPS
+    assert (image[2] == cell_code(0, full)).all()
+
+
+def test_summary_stacks_the_kinds_of_a_bin_by_their_time():
+    """Recomputation a third of a bin's time beside backward (two thirds): the summary gives it
+    a strip (of STRIPS = 4: 4/3 rounds to 1), instead of the bin's whole colour to backward."""
+    backward, recompute = KINDS.index("backward"), KINDS.index("recompute")
+    # bin 0 of 10: recompute 1/30 s then backward 2/30 s; both fully busy the bin
+    start, end = np.array([0.0, 1 / 30, 0.5]), np.array([1 / 30, 0.1, 1.0])
+    image = summary_image(start, end, np.array([recompute, backward, 0]), np.zeros(3, int), 1,
+                          1.0, 10)
+    full = layout_module.SHADES
+    assert image[0, :, 0].tolist() == [cell_code(backward, full)] * 3 + [cell_code(recompute, full)]
 
 
 def test_a_huge_iteration_shows_its_summary_before_the_layout(qtbot, monkeypatch):
@@ -80,7 +91,7 @@ def test_a_huge_iteration_shows_its_summary_before_the_layout(qtbot, monkeypatch
     assert w.wait_view_ready(timeout_s=30)
     assert w.gantt.layout is None and w.gantt.summary is not None
     bins, image = w.gantt.summary
-    assert image.shape == (w.gantt.num_rows, bins) and np.count_nonzero(image)
+    assert image.shape == (w.gantt.num_rows, STRIPS, bins) and np.count_nonzero(image)
     picture = w.plot.grab().toImage()
     gate.set()
     assert w.wait_ready()

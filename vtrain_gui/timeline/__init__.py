@@ -13,11 +13,14 @@ Drawing is batched and its cost does not grow with the number of tasks:
   rectangles (one ``QPainter.drawRects`` call per kind, straight from
   float64 ``(n, 4)`` arrays sliced to the visible time range with
   ``np.searchsorted``); narrower bars are merged into the
-  band's image, one ARGB pixel per (row, bin): the colour of the kind that
-  covers most of the bin, at an opacity given by the part of the bin's time
-  the row is busy (one of :data:`~.layout.SHADES` steps), so a stream busy 10 % of
-  the time in thousands of short bars reads as a pale band, not as solid
-  colour. A paint draws the visible columns of that image (one
+  band's image, :data:`~.layout.STRIPS` pixels per (row, bin) stretched over the
+  bar's height: strips stacked by the kinds' shares of the bin's time
+  (:func:`~.layout.stack_kinds`; a kind with at least ``1 / STRIPS`` of it always
+  has one, so recomputation beside a backward step twice as long is seen, not
+  painted over by the kind with the most time), at an opacity given by the part
+  of the bin's time the row is busy (one of :data:`~.layout.SHADES` steps), so a
+  stream busy 10 % of the time in thousands of short bars reads as a pale band,
+  not as solid colour. A paint draws the visible columns of that image (one
   ``drawImage`` per row) and, bars on a row not overlapping, at most one
   rectangle per pixel and row.
 * **Off the GUI thread.** The sorted arrays and the band images depend only on
@@ -28,7 +31,8 @@ Drawing is batched and its cost does not grow with the number of tasks:
   until then the lanes are drawn empty (and hover finds nothing). Smaller
   data sets are prepared at once and their bands on first use.
 * Zoomed in beyond the finest band (few tasks in view), the visible bars are
-  drawn exactly and only those below a pixel are merged, per (row, pixel).
+  drawn exactly and only those below a pixel are merged, per (row, pixel), in
+  the same strips.
 * **Huge iterations** (at least :data:`~.items.SUMMARY_MIN_TASKS` tasks) are summarized
   first: the worker's first step merges every bar into the bins of the view the
   first paint asked for (:func:`~.layout.summary_image`, no sorting), drawn until the

@@ -7,12 +7,16 @@ from PySide6 import QtGui
 
 from core.sim.graph_types import KINDS
 
-from ..formatting import KIND_COLORS
+from ..formatting import IDLE_COLOR, KIND_COLORS
 from .layout import SHADES
 
 __all__ = ["kind_color", "color_table", "blend", "LANE_COLORS"]
 
-LANE_COLORS = (QtGui.QColor("#EEF1F6"), QtGui.QColor("#F7F7F7"))  # compute, comm lanes
+#: Backgrounds of the compute lanes and of the communication lanes (comm, PP send/recv, CP ...).
+#: A compute lane's background is its idle time, in IDLE_COLOR, the colour of the legend's
+#: "idle (pipeline bubble)" swatch and of the cost panel's pipeline bubble (the lanes were a
+#: paler #EEF1F6 than that swatch); a communication lane's is time without a transfer.
+LANE_COLORS = (QtGui.QColor(IDLE_COLOR), QtGui.QColor("#F7F7F7"))
 #: Colours of kinds that :data:`vtrain_gui.formatting.KIND_COLORS` does not name yet.
 _SPARE_COLORS = ("#8CD17D", "#B6992D", "#FF9D9A", "#79706E", "#D37295", "#499894")
 

@@ -84,13 +84,14 @@ class GanttItem(pg.GraphicsObject):
         self._pending: tuple | None = None  # arrays to lay out in a thread once the item is painted
         self._generation = 0
         self._summary: tuple[int, np.ndarray] | None = None  # (bins, image) until the layout
+        self._summary_pixels: np.ndarray | None = None  # its ARGB pixels (num_rows, STRIPS, bins)
         self._num_rows = 0
         #: lanes per pipeline stage (compute, comm and the other streams the graph uses)
         self.streams_per_stage = 2
         self._num_tasks = 0
         self._t_end = 0.0
         self._lanes = np.empty((0, 4))
-        self._colors = color_table()
+        self._palette = color_table().reshape(-1)  # code -> premultiplied ARGB (layout.cell_code)
         self._brushes = [QtGui.QBrush(kind_color(k)) for k in range(len(KINDS))]
         self._shaded: dict[tuple[int, float], QtGui.QBrush] = {}
         self._pens = [pg.mkPen(kind_color(k).darker(150), width=1, cosmetic=True)
@@ -173,12 +174,13 @@ class GanttItem(pg.GraphicsObject):
         if self._layout is not None:
             return
         self._summary = (bins, image)
+        self._summary_pixels = self._palette[image]  # ARGB once, not per paint
         self.update()
 
     @property
     def summary(self) -> tuple[int, np.ndarray] | None:
-        """``(bins, image)`` drawn while the layout of a huge iteration is being built
-        (:func:`summary_image`), or None."""
+        """``(bins, codes)`` drawn while the layout of a huge iteration is being built
+        (:func:`~.layout.summary_image`: codes ``(num_rows, STRIPS, bins)``), or None."""
         return self._summary
 
     def _on_layout(self, layout: Layout) -> None:
@@ -219,7 +221,7 @@ class GanttItem(pg.GraphicsObject):
                 b = (math.floor(math.log2(self._t_end / px_s))
                      if px_s and math.isfinite(px_s) and self._t_end > 0 else 11)
                 bins = 1 << int(min(max(b, BAND_MIN), 14))
-            self._prep = Preparation(self._generation, arrays, self._colors, summary_bins=bins)
+            self._prep = Preparation(self._generation, arrays, summary_bins=bins)
             # a runner (thread) per data set: a new one need not wait for an old one to stop
             self._preparer = BackgroundRunner(f"timeline-layout-{self._generation}",
                                               stop_when_idle=True)
@@ -332,7 +334,7 @@ class GanttItem(pg.GraphicsObject):
         if i >= lay.num_bands or i in lay.images:
             return i, lay.images.get(i)
         if self._prep is None:
-            lay.images[i] = lay.band_image(i, self._colors)
+            lay.images[i] = lay.band_image(i)
             return i, lay.images[i]
         self._prep.wanted = i
         if not lay.images:
@@ -379,7 +381,8 @@ class GanttItem(pg.GraphicsObject):
                            px_s: float) -> tuple[np.ndarray, float, float] | None:
         """The visible columns of the band image painted at ``px_s``: ``(pixels, x_left, bin_s)``.
 
-        ``pixels`` is uint32 premultiplied ARGB, shape ``(num_rows, c)``, column
+        ``pixels`` is uint32 premultiplied ARGB, shape ``(num_rows, STRIPS, c)``: the strips
+        of a row's bar area top to bottom (:func:`~.layout.stack_kinds`), column
         ``j`` covering ``[x_left + j*bin_s, x_left + (j+1)*bin_s)``. None when
         no image is drawn (zoomed in beyond the finest band, no bar narrower
         than a bin, or nothing prepared yet).
@@ -391,12 +394,12 @@ class GanttItem(pg.GraphicsObject):
         if image is None:
             return None
         w = float(lay.widths[i])
-        nbins = image.shape[1]
+        nbins = image.shape[2]
         c0 = min(max(int(math.floor(x0 / w)), 0), nbins)
         c1 = min(max(int(math.ceil(x1 / w)) + 1, c0), nbins)
         if c1 <= c0:
             return None
-        return image[:, c0:c1], c0 * w, w
+        return self._palette[image[:, :, c0:c1]], c0 * w, w  # visible columns only: cheap
 
     def _visible_draw_list(self, x0: float, x1: float,
                            px_s: float) -> list[tuple[int, np.ndarray, bool, float]]:
@@ -432,34 +435,31 @@ class GanttItem(pg.GraphicsObject):
             brush = self._shaded[(kind, shade)] = QtGui.QBrush(color)
         return brush
 
+    @staticmethod
+    def _draw_rows(painter: QtGui.QPainter, pixels: np.ndarray, left: float, width: float) -> None:
+        """Draw ARGB ``pixels`` ``(num_rows, STRIPS, c)`` over ``[left, left + width]``: one
+        ``drawImage`` per busy row, its strips stretched over the row's bar area (as the
+        rectangles are)."""
+        rows, strips, cols = pixels.shape
+        pixels = np.ascontiguousarray(pixels)
+        image = QtGui.QImage(pixels.data, cols, rows * strips, cols * 4,
+                             QtGui.QImage.Format.Format_ARGB32_Premultiplied)
+        for r in np.flatnonzero(pixels.reshape(rows, -1).any(axis=1)).tolist():
+            painter.drawImage(QtCore.QRectF(left, r + BAR_TOP, width, BAR_HEIGHT), image,
+                              QtCore.QRectF(0, r * strips, cols, strips))
+        del image  # before `pixels`, whose memory it points into
+
     def _draw_band_image(self, painter: QtGui.QPainter, x0: float, x1: float, px_s: float) -> None:
-        """Draw the visible columns of the band image: one ``drawImage`` per row, each pixel row
-        of the image stretched over the row's bar area (as the rectangles are)."""
+        """Draw the visible columns of the band image (:meth:`band_image_in_view`)."""
         part = self.band_image_in_view(x0, x1, px_s)
         if part is None:
             return
         pixels, left, w = part
-        rows, cols = pixels.shape
-        pixels = np.ascontiguousarray(pixels)
-        image = QtGui.QImage(pixels.data, cols, rows, cols * 4,
-                             QtGui.QImage.Format.Format_ARGB32_Premultiplied)
-        busy = np.flatnonzero(pixels.any(axis=1)).tolist()
-        for r in busy:
-            painter.drawImage(QtCore.QRectF(left, r + BAR_TOP, cols * w, BAR_HEIGHT), image,
-                              QtCore.QRectF(0, r, cols, 1))
-        del image  # before `pixels`, whose memory it points into
+        self._draw_rows(painter, pixels, left, pixels.shape[2] * w)
 
     def _draw_summary(self, painter: QtGui.QPainter) -> None:
-        """Draw the summary image over the whole iteration, one ``drawImage`` per busy row."""
-        bins, pixels = self._summary
-        pixels = np.ascontiguousarray(pixels)
-        rows, cols = pixels.shape
-        image = QtGui.QImage(pixels.data, cols, rows, cols * 4,
-                             QtGui.QImage.Format.Format_ARGB32_Premultiplied)
-        for r in np.flatnonzero(pixels.any(axis=1)).tolist():
-            painter.drawImage(QtCore.QRectF(0.0, r + BAR_TOP, self._t_end, BAR_HEIGHT), image,
-                              QtCore.QRectF(0, r, cols, 1))
-        del image  # before `pixels`, whose memory it points into
+        """Draw the summary image over the whole iteration (its codes: :attr:`summary`)."""
+        self._draw_rows(painter, self._summary_pixels, 0.0, self._t_end)
 
     def paint(self, painter: QtGui.QPainter, option, widget=None) -> None:  # noqa: D102
         if self._num_rows == 0:

@@ -1,12 +1,20 @@
 """Draw-ready numpy columns of a timeline's bars (Qt-free: built on worker threads too).
 
 :class:`Layout` sorts one iteration's bars by (row, start) and by (kind, width class) and
-merges the bars narrower than a zoom band's bins into one ARGB image per band
+merges the bars narrower than a zoom band's bins into one image per band
 (:meth:`Layout.band_image`); :func:`summary_image` merges all bars of a huge iteration without
 sorting; :func:`small_bar_rects` merges bars below a pixel when zoomed in beyond the finest
 band. :class:`Preparation` is the Qt-free job that builds a layout and its band images in the
-background (run by :class:`vtrain_gui.background.BackgroundRunner`). Colours come in as
-tables of premultiplied ARGB pixels (:func:`vtrain_gui.timeline.colors.color_table`).
+background (run by :class:`vtrain_gui.background.BackgroundRunner`).
+
+A merged cell (a row's bin or pixel column) is drawn as :data:`STRIPS` horizontal strips
+stacked by the kinds' shares of its time (:func:`stack_kinds`, largest-remainder rounding), so
+that every kind holding at least ``1 / STRIPS`` of a cell's time is seen: a recomputation step
+beside a backward step twice as long gets a strip of its own instead of losing the whole
+cell to the backward (as Perfetto and Nsight Systems show every kind that has time). The
+images hold one code per (row, strip, bin), ``kind * (SHADES + 1) + opacity step``
+(:func:`cell_code`; 0 is empty); :func:`vtrain_gui.timeline.colors.color_table` flattened is
+their palette of premultiplied ARGB pixels.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import numpy as np
 from core.sim.graph_types import KINDS
 
 __all__ = ["Layout", "KindColumn", "Preparation", "summary_image", "small_bar_rects", "shade_step",
-           "BAR_TOP", "BAR_HEIGHT", "BAND_MIN", "SHADES"]
+           "stack_kinds", "cell_code", "BAR_TOP", "BAR_HEIGHT", "BAND_MIN", "SHADES", "STRIPS"]
 
 #: Bars occupy this part of their row (in row units, y grows downwards).
 BAR_TOP, BAR_HEIGHT = 0.12, 0.76
@@ -36,6 +44,74 @@ _CHUNK = 1 << 19
 #: Opacity steps of merged sub-pixel bars: a bin busy a fraction f of its time gets
 #: opacity ceil(f * SHADES) / SHADES.
 SHADES = 5
+#: A merged cell is drawn as this many strips stacked by the kinds' shares of its time: a kind
+#: with at least ``1 / STRIPS`` of the cell's time gets at least one strip (:func:`stack_kinds`).
+STRIPS = 4
+#: dtype of the band images' codes (``len(KINDS) * (SHADES + 1)`` codes).
+_CODE_DTYPE = np.uint8 if len(KINDS) * (SHADES + 1) <= 256 else np.uint16
+
+
+def cell_code(kind, step):
+    """Code of a merged cell's strip: ``kind * (SHADES + 1) + step`` (index into the flattened
+    :func:`vtrain_gui.timeline.colors.color_table`; step 0, code 0 of kind 0, is empty)."""
+    return np.asarray(kind) * (SHADES + 1) + np.asarray(step)
+
+
+def stack_kinds(time_s: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+    """The kind of each of the :data:`STRIPS` strips of merged cells, stacked by share.
+
+    Parameters
+    ----------
+    time_s : float array, shape (c, K)
+        Seconds of each of ``K`` kinds in each of ``c`` cells (each row's sum > 0).
+    kinds : int array, shape (K,)
+        Kind index (into :data:`core.sim.graph_types.KINDS`) of each column of ``time_s``.
+
+    Returns
+    -------
+    int64 array, shape (c, STRIPS)
+        Strip ``s`` (top to bottom) of cell ``i`` is ``kinds[...]``, the kinds in ``kinds``'s
+        order, each over a number of strips proportional to its share, rounded by largest
+        remainder (Hamilton's method): a kind holding a share ``f`` gets ``floor(f * STRIPS)``
+        or one more strip, so one with ``f >= 1 / STRIPS`` is always drawn.
+    """
+    c, K = time_s.shape
+    out = np.empty((c, STRIPS), np.int64)
+    if c == 0:
+        return out
+    if K == 1:
+        out[:] = kinds[0]
+        return out
+    quota = time_s * (STRIPS / time_s.sum(axis=1, keepdims=True)) + 1e-9  # (c, K)
+    count = np.floor(quota).astype(np.int64)
+    left = STRIPS - count.sum(axis=1)                                     # (c,) in 0..K-1
+    order = np.argsort(count - quota, axis=1, kind="stable")              # largest remainder first
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(K), order.shape), axis=1)
+    count += rank < left[:, None]                                         # each row sums to STRIPS
+    out[:] = np.repeat(np.tile(kinds, c), count.reshape(-1)).reshape(c, STRIPS)
+    return out
+
+
+def _stacked_codes(time_s: np.ndarray, kinds: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Codes ``(c, STRIPS)`` of cells with ``time_s`` (c, K) per kind and opacity ``step`` (c,):
+    cells with one kind fill all strips with it without :func:`stack_kinds`' sort."""
+    code = cell_code(kinds[time_s.argmax(axis=1)], step).astype(_CODE_DTYPE)  # (c,)
+    codes = np.repeat(code[:, None], STRIPS, axis=1)                      # (c, STRIPS)
+    mixed = np.flatnonzero(np.count_nonzero(time_s, axis=1) > 1)
+    if mixed.size:
+        codes[mixed] = cell_code(stack_kinds(time_s[mixed], kinds), step[mixed, None])
+    return codes
+
+
+def _put_strips(out: np.ndarray, cells: np.ndarray, codes: np.ndarray) -> None:
+    """Write ``codes`` (c, STRIPS) into image ``out`` (rows, STRIPS, nbins) at flat
+    (row, bin) cells ``cells`` (c,): one 1-d scatter per strip."""
+    nbins = out.shape[2]
+    flat = out.reshape(-1)
+    base = cells + (cells // nbins) * ((STRIPS - 1) * nbins)  # (row * STRIPS) * nbins + bin
+    for strip in range(STRIPS):
+        flat[base + strip * nbins] = codes[:, strip]
 
 
 def shade_step(busy: np.ndarray) -> np.ndarray:
@@ -84,11 +160,11 @@ class KindColumn:
 
 
 def summary_image(start: np.ndarray, end: np.ndarray, kind: np.ndarray, row: np.ndarray,
-                  num_rows: int, t_end: float, nbins: int, colors: np.ndarray) -> np.ndarray:
-    """Every bar merged into ``nbins`` bins of ``t_end / nbins`` seconds per row: uint32
-    ``(num_rows, nbins)`` premultiplied ARGB, as :meth:`Layout.band_image` merges the narrow
-    bars (the colour of the kind with the most time in the bin, the opacity step of the bin's
-    busy share), but of all bars, wide ones too, and without sorting the tasks.
+                  num_rows: int, t_end: float, nbins: int) -> np.ndarray:
+    """Every bar merged into ``nbins`` bins of ``t_end / nbins`` seconds per row: codes
+    (:func:`cell_code`) of shape ``(num_rows, STRIPS, nbins)``, as :meth:`Layout.band_image`
+    merges the narrow bars (the strips stacked by the kinds' time in the bin, the opacity step
+    of the bin's busy share), but of all bars, wide ones too, and without sorting the tasks.
 
     Parameters
     ----------
@@ -96,8 +172,6 @@ def summary_image(start: np.ndarray, end: np.ndarray, kind: np.ndarray, row: np.
         Seconds.
     kind, row : int arrays, shape (n,)
         Kind (index into :data:`core.sim.graph_types.KINDS`) and row (``0..num_rows-1``).
-    colors : uint32 array, shape (len(KINDS), SHADES + 1)
-        :func:`color_table`.
 
     A bar adds the time it overlaps each bin to that bin's tally of its kind: its first and
     last bins directly, the whole bins between them through a count per (row, kind, bin)
@@ -105,7 +179,7 @@ def summary_image(start: np.ndarray, end: np.ndarray, kind: np.ndarray, row: np.
     that no numpy call holds the interpreter long.
     """
     n = start.shape[0]
-    image = np.zeros((num_rows, nbins), np.uint32)
+    image = np.zeros((num_rows, STRIPS, nbins), _CODE_DTYPE)
     if n == 0 or not t_end > 0:
         return image
     present = np.flatnonzero(np.bincount(kind, minlength=len(KINDS)))
@@ -132,10 +206,11 @@ def summary_image(start: np.ndarray, end: np.ndarray, kind: np.ndarray, row: np.
         whole -= np.bincount(base[span] + j1[span], minlength=size)
     per_kind = (tally.reshape(num_rows, K, width)
                 + np.cumsum(whole.reshape(num_rows, K, width), axis=2) * w)[:, :, :nbins]
-    total = per_kind.sum(axis=1)                                          # (rows, nbins)
-    best = present[per_kind.argmax(axis=1)]                               # (rows, nbins)
-    cells = total > 0
-    image[cells] = colors[best[cells], shade_step(total[cells] / w)]
+    per_kind = per_kind.transpose(0, 2, 1).reshape(num_rows * nbins, K)  # (rows * nbins, K)
+    total = per_kind.sum(axis=1)
+    cells = np.flatnonzero(total)                                         # row * nbins + bin
+    _put_strips(image, cells, _stacked_codes(per_kind[cells], present,
+                                             shade_step(total[cells] / w)))
     return image
 
 
@@ -223,22 +298,23 @@ class Layout:
         b = math.floor(math.log2(self.t_end / px_s))
         return int(min(max(b - self.band_lo, 0), self.num_bands))
 
-    def band_image(self, i: int, colors: np.ndarray) -> np.ndarray | None:
-        """The merged picture of band ``i``'s narrow bars: uint32 ``(num_rows, 2**(band_lo+i))``.
+    def band_image(self, i: int) -> np.ndarray | None:
+        """The merged picture of band ``i``'s narrow bars: codes (:func:`cell_code`) of shape
+        ``(num_rows, STRIPS, 2**(band_lo+i))``.
 
         Every bar narrower than a bin adds the time it
         overlaps each bin to that bin's tally of its kind; a bin with any bar
-        gets the colour (from ``colors``, see :func:`color_table`) of the kind
-        with the most time and the opacity step of its busy share (the tallies'
-        sum over the bin width; at least the lowest step, so zero-length tasks
-        show). None when no bar is that narrow.
+        gets :data:`STRIPS` strips stacked by the kinds' tallies (:func:`stack_kinds`: a
+        kind with at least ``1 / STRIPS`` of the bin's time has a strip) and the opacity
+        step of its busy share (the tallies' sum over the bin width; at least the lowest
+        step, so zero-length tasks show). None when no bar is that narrow.
         Works through blocks of rows of at most :data:`_CHUNK` bars or pixels, so
         that no numpy call holds the interpreter long (the GUI thread runs meanwhile).
         """
         if not (self.rs_group > i).any():
             return None
         nbins = 1 << (self.band_lo + i)
-        image = np.zeros((self.num_rows, nbins), np.uint32)
+        image = np.zeros((self.num_rows, STRIPS, nbins), _CODE_DTYPE)
         rb = self.row_bounds
         r0 = 0
         while r0 < self.num_rows:
@@ -248,15 +324,14 @@ class Layout:
                 r1 += 1
             a, b = int(rb[r0]), int(rb[r1])
             if b > a:
-                self._band_block(i, a, b, r0, r1, image[r0:r1], colors)
+                self._band_block(i, a, b, r0, r1, image[r0:r1])
             r0 = r1
         return image
 
-    def _band_block(self, i: int, a: int, b: int, r0: int, r1: int, out: np.ndarray,
-                    colors: np.ndarray) -> None:
-        """Fill ``out`` (rows ``r0:r1`` of band ``i``'s image) from the bars at (row, start)
-        positions ``a:b``."""
-        nbins = out.shape[1]
+    def _band_block(self, i: int, a: int, b: int, r0: int, r1: int, out: np.ndarray) -> None:
+        """Fill ``out`` (rows ``r0:r1`` of band ``i``'s image, ``(r1 - r0, STRIPS, nbins)``)
+        from the bars at (row, start) positions ``a:b``."""
+        nbins = out.shape[2]
         w = float(self.widths[i])
         narrow = self.rs_group[a:b] > i
         if not narrow.any():
@@ -273,24 +348,23 @@ class Layout:
             cover = np.concatenate([cover, e[over] - edge[over]])
             k = np.concatenate([k, k[over]])
         size = (r1 - r0) * nbins
-        present = np.flatnonzero(np.bincount(k))
+        counts = np.bincount(k)
+        present = np.flatnonzero(counts)
         if present.size == 1:
             total = np.bincount(key, weights=cover, minlength=size)
-            best = np.full(size, present[0])
-        else:  # one dense pass per kind, keeping the running maximum
-            total = np.zeros(size)
-            best_time = np.zeros(size)
-            best = np.zeros(size, np.int64)
-            better = np.empty(size, bool)
-            for kk in present.tolist():
-                m = k == kk
-                t = np.bincount(key[m], weights=cover[m], minlength=size)
-                total += t
-                np.greater(t, best_time, out=better)
-                np.copyto(best_time, t, where=better)
-                np.copyto(best, kk, where=better)
-        cells = np.flatnonzero(total)
-        out.reshape(-1)[cells] = colors[best[cells], shade_step(total[cells] / w)]
+            cells = np.flatnonzero(total)
+            code = cell_code(present[0], shade_step(total[cells] / w)).astype(_CODE_DTYPE)
+            _put_strips(out, cells, np.broadcast_to(code[:, None], (cells.size, STRIPS)))
+            return
+        K = present.size
+        slot = np.zeros(counts.size, np.int64)
+        slot[present] = np.arange(K)
+        # the kinds' time per cell in one pass: (size, K)
+        per_kind = np.bincount(key * K + slot[k], weights=cover, minlength=size * K).reshape(size, K)
+        total = np.bincount(key, weights=cover, minlength=size)           # (size,)
+        cells = np.flatnonzero(total)                                     # (c,)
+        _put_strips(out, cells, _stacked_codes(per_kind[cells], present,
+                                               shade_step(total[cells] / w)))
 
 
 def small_bar_rects(start: np.ndarray, dur: np.ndarray, row: np.ndarray, kind: np.ndarray,
@@ -300,10 +374,11 @@ def small_bar_rects(start: np.ndarray, dur: np.ndarray, row: np.ndarray, kind: n
     ``start``, ``dur`` (seconds), ``row`` and ``kind`` are arrays of shape (s,).
 
     Few bars are widened to one pixel, with the opacity of their own width.
-    Many are merged (level of detail): each (row, pixel column) cell gets
-    the kind that covers most of its time and the opacity of the time all
-    its bars cover, and runs of adjacent cells with the same kind and
-    opacity become one rectangle. Cells are
+    Many are merged (level of detail): each (row, pixel column) cell gets the
+    opacity of the time all its bars cover and is drawn whole in its one kind
+    or, holding several, as :data:`STRIPS` strips stacked by the kinds' time
+    (:func:`stack_kinds`); runs of adjacent cells with the same kind, opacity
+    and strip become one rectangle. Cells are
     ``row * columns + floor((start - origin) / px_s)``.
     """
     n = start.shape[0]
@@ -337,19 +412,31 @@ def small_bar_rects(start: np.ndarray, dur: np.ndarray, row: np.ndarray, kind: n
     # time covered per (cell, kind); +tiny so zero-length tasks still count
     cover = np.bincount(cell_id * nk + slot, weights=dur + 1e-300,
                         minlength=cells.size * nk).reshape(-1, nk)
-    best = cover.argmax(axis=1)
     step = shade_step(cover.sum(axis=1) / px_s)
-    brk = np.ones(cells.size, dtype=bool)
-    brk[1:] = ((np.diff(cells) != 1) | (best[1:] != best[:-1]) | (step[1:] != step[:-1])
-               | (cells[1:] // ncols != cells[:-1] // ncols))
+    # pieces: a one-kind cell whole (strip -1), a mixed cell as STRIPS strips (0..STRIPS-1)
+    single = (cover > 0).sum(axis=1) <= 1
+    one = np.flatnonzero(single)
+    mix = np.flatnonzero(~single)
+    strip_kind = stack_kinds(cover[mix], np.arange(nk))                   # (m, STRIPS) slots
+    piece_cell = np.concatenate([one, np.repeat(mix, STRIPS)])            # compact cell index
+    piece_strip = np.concatenate([np.full(one.size, -1), np.tile(np.arange(STRIPS), mix.size)])
+    piece_slot = np.concatenate([cover[one].argmax(axis=1), strip_kind.reshape(-1)])
+    order = np.lexsort((piece_cell, piece_strip))                         # strip, then cell
+    piece_cell, piece_strip, piece_slot = piece_cell[order], piece_strip[order], piece_slot[order]
+    pc, ps = cells[piece_cell], step[piece_cell]
+    brk = np.ones(pc.size, dtype=bool)
+    brk[1:] = ((np.diff(pc) != 1) | (piece_slot[1:] != piece_slot[:-1]) | (ps[1:] != ps[:-1])
+               | (piece_strip[1:] != piece_strip[:-1]) | (pc[1:] // ncols != pc[:-1] // ncols))
     run_first = np.flatnonzero(brk)
-    length = np.diff(np.append(run_first, cells.size))
-    run_cell, run_slot, run_step = cells[run_first], best[run_first], step[run_first]
+    length = np.diff(np.append(run_first, pc.size))
+    run_cell, run_slot, run_step = pc[run_first], piece_slot[run_first], ps[run_first]
+    run_strip = piece_strip[run_first]
+    strip_h = BAR_HEIGHT / STRIPS
     merged = np.empty((run_first.size, 4))
     merged[:, 0] = origin + (run_cell % ncols) * px_s
-    merged[:, 1] = run_cell // ncols + BAR_TOP
+    merged[:, 1] = run_cell // ncols + BAR_TOP + np.maximum(run_strip, 0) * strip_h
     merged[:, 2] = length * px_s
-    merged[:, 3] = BAR_HEIGHT
+    merged[:, 3] = np.where(run_strip < 0, BAR_HEIGHT, strip_h)
     out = []
     for s_, k in enumerate(kinds_present):
         for lv in np.unique(run_step[run_slot == s_]):
@@ -381,17 +468,14 @@ class Preparation:
         Number of the data set (the receiver drops reports of older ones).
     arrays : tuple
         ``(start, end, kind, row, num_rows, duration)``: the arguments of :class:`Layout`.
-    colors : uint32 array, shape (len(KINDS), SHADES + 1)
-        :func:`vtrain_gui.timeline.colors.color_table`.
     summary_bins : int
         Bins of the summary image reported first (0: none).
     """
 
-    def __init__(self, generation: int, arrays: tuple, colors: np.ndarray, summary_bins: int = 0):
+    def __init__(self, generation: int, arrays: tuple, summary_bins: int = 0):
         self.generation = generation
         self.wanted = -1
         self._arrays = arrays
-        self._colors = colors
         self._summary_bins = summary_bins
 
     def run(self, report: Callable[[Any], None], cancel: threading.Event) -> None:
@@ -406,7 +490,7 @@ class Preparation:
             time.sleep(_YIELD_S)
             return _TURN
 
-        arrays, colors = self._arrays, self._colors
+        arrays = self._arrays
         self._arrays = None  # the layout holds what it needs
         if self._summary_bins:
             start, end, kind, row, num_rows, duration = arrays
@@ -415,7 +499,7 @@ class Preparation:
             t_end = float(end.max()) if end.size else 0.0
             with turn():
                 image = summary_image(start, end, kind, row, num_rows, t_end,
-                                      self._summary_bins, colors)
+                                      self._summary_bins)
             if not emit("summary", self._summary_bins, image):
                 return
         with turn():
@@ -427,7 +511,7 @@ class Preparation:
         while remaining and not cancel.is_set():
             i = self.wanted if self.wanted in remaining else min(remaining, key=lambda j: abs(j - last))
             with turn():
-                image = layout.band_image(i, colors)
+                image = layout.band_image(i)
             if not emit("band", i, image):
                 return
             remaining.discard(i)

@@ -19,11 +19,11 @@ from PySide6.QtCore import Qt, Signal, Slot
 from core.sim.graph_types import KINDS, STREAMS, ExecutionGraph, Schedule
 from core.sim.labels import KIND_MEANINGS, KIND_NAMES, TIME_TERMS
 
-from ..formatting import IDLE_COLOR, KIND_COLORS, format_duration
+from ..formatting import KIND_COLORS, format_duration
 from ..wrapped_label import WrappedLabel
 from . import items
 from .colors import LANE_COLORS, blend, kind_color
-from .layout import BAR_HEIGHT, BAR_TOP, SHADES
+from .layout import BAR_HEIGHT, BAR_TOP, SHADES, STRIPS
 from .measured import MeasuredItem, class_color, matched_span, phase_of
 
 __all__ = ["TimelineWidget", "task_description"]
@@ -444,8 +444,11 @@ class TimelineWidget(QtWidgets.QWidget):
             label = _unbreakable(KIND_NAMES.get(name, name))
             items.append(f'<span style="color:{kind_color(k).name()}; font-size:14pt;">&#9632;</span>'
                          f"&nbsp;{label}")
-        items.append(f'<span style="color:{IDLE_COLOR}; font-size:14pt;">&#9632;</span>&nbsp;'
-                     + _unbreakable(f"idle ({TIME_TERMS['bubble']})"))
+        # the lanes' own backgrounds: a compute lane's idle time, a communication lane's
+        items.append(f'<span style="color:{LANE_COLORS[0].name()}; font-size:14pt;">&#9632;</span>'
+                     "&nbsp;" + _unbreakable(f"idle ({TIME_TERMS['bubble']})"))
+        items.append(f'<span style="color:{LANE_COLORS[1].name()}; font-size:14pt;">&#9632;</span>'
+                     "&nbsp;" + _unbreakable("no communication"))
         # bars narrower than a pixel are merged; their opacity is the lane's busy share there
         base, lane = QtGui.QColor(KIND_COLORS["tp_comm"]), LANE_COLORS[1]
         swatches = "".join(
@@ -471,4 +474,6 @@ class TimelineWidget(QtWidgets.QWidget):
             + "Where bars are narrower than a pixel or two, each such stretch of the lane shows "
             "the share of its time the lane is busy as the opacity (in steps of 1/5): a pale "
             "stretch of a communication lane is many short collectives with gaps between them, "
-            "not one long one.")
+            "not one long one. A stretch holding several kinds is split into "
+            f"{STRIPS} strips stacked by their shares of its time: a kind with at least "
+            f"1/{STRIPS} of it always has a strip.")

@@ -45,6 +45,7 @@ from typing import Any
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
+from core.sim.labels import KIND_NAMES
 
 __all__ = ["TABLE_FILE", "MEGATRON_LM_COMMIT", "Entry", "ENTRIES", "BY_OPTION", "BY_DEST",
            "EFFECTS", "TIMING_ARGUMENTS", "NEUTRAL_ARGUMENTS", "REFUSED_ARGUMENTS",
@@ -293,7 +294,7 @@ ARGUMENTS: dict[str, Arg] = {
                                           "pipeline-parallel size p"),
     "--context-parallel-size": Arg(("plan.context_parallel",), True, "context-parallel size cp"),
     "--cp-comm-type": Arg(("plan.cp_comm_type",), True,
-                          "context-parallel exchange: p2p (the ring, Megatron-Core's default), "
+                          f"{KIND_NAMES['cp_p2p']}: p2p (the ring, Megatron-Core's default), "
                           "a2a (all-to-all, Ulysses), a2a+p2p (with "
                           "--hierarchical-context-parallel-sizes) and all_gather (Transformer "
                           "Engine's, not overlapped; also spelled allgather, as Megatron-LM's "
@@ -342,22 +343,25 @@ ARGUMENTS: dict[str, Arg] = {
         "plan.gradient_accumulation_fusion false; the fused wgrad GEMMs are Megatron's default)"),
     "--no-overlap-p2p-communication": Arg(
         ("plan.overlap_p2p_comm",), False,
-        "the interleaved schedule's pipeline sends block the sender (off: plan.overlap_p2p_comm "
-        "false; Megatron overlaps them by default with virtual stages)"),
+        f"the interleaved schedule's {KIND_NAMES['pp_p2p']} blocks the sender (off: "
+        "plan.overlap_p2p_comm false; Megatron overlaps it by default with virtual stages)"),
     "--overlap-grad-reduce": Arg(("plan.overlap_grad_reduce",), False,
-                                 "gradient reduction under the backward"),
+                                 f"the {KIND_NAMES['dp_comm']}' gradient reduction under the "
+                                 "backward"),
     "--overlap-param-gather": Arg(("plan.overlap_param_gather",), False,
-                                  "parameter all-gather under the forward"),
+                                  f"the {KIND_NAMES['dp_comm']}' parameter all-gather under "
+                                  "the forward"),
     "--tp-comm-overlap": Arg(("plan.tp_comm_overlap",), False,
-                             "tensor-parallel all-gathers and reduce-scatters under the GEMMs "
-                             "(Transformer Engine userbuffers)"),
+                             f"{KIND_NAMES['tp_comm']} (all-gathers and reduce-scatters) "
+                             "under the GEMMs (Transformer Engine userbuffers)"),
     "--overlap-moe-expert-parallel-comm": Arg(
         ("plan.overlap_moe_expert_parallel_comm",), False,
-        "expert all-to-alls under another micro-batch's computation (combined 1F1B)"),
+        f"{KIND_NAMES['ep_all_to_all']} under another micro-batch's computation (combined "
+        "1F1B)"),
     "--delay-wgrad-compute": Arg(
         ("plan.delay_wgrad_compute",), False,
         "with --overlap-moe-expert-parallel-comm: the experts' weight gradients beside the "
-        "backward's dispatch all-to-all"),
+        f"backward's {KIND_NAMES['ep_all_to_all']} (dispatch)"),
     "--cross-entropy-loss-fusion": Arg(("plan.cross_entropy_loss_fusion",), False,
                                        "the loss's fused cross-entropy kernels"),
     "--cross-entropy-fusion-impl": Arg(("plan.cross_entropy_fusion_impl",), True,

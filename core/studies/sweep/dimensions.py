@@ -16,6 +16,7 @@ import numpy as np
 
 from core.plan.parallel import PLAN_FIELDS, RECOMPUTE_MODES, SWEEP_SCHEDULES, ParallelPlan
 from core.plan.session import Session
+from core.sim.labels import KIND_NAMES
 from core.studies.sweep.explain import left_out_values
 from core.studies.sweep.result import BEST_BY_FIELDS
 from core.studies.sweep.space import SPLIT_FLAG_FIELDS, SweepSpace
@@ -96,8 +97,8 @@ _DIMENSION_DEFAULTS = {
                                      "mixture-of-experts model; the session's at t = 1"),
     "moe_token_dispatcher_type": ("moe_token_dispatcher_type",
                                   "alltoall and flex with expert parallelism (ep > 1)"),
-    "cp_comm_type": ("cp_comm_type", "p2p, a2a and the session's exchange with context "
-                                     "parallelism (cp > 1; a2a where the heads of a "
+    "cp_comm_type": ("cp_comm_type", f"p2p, a2a and the session's {KIND_NAMES['cp_p2p']} "
+                                     "with context parallelism (cp > 1; a2a where the heads of a "
                                      "tensor-parallel rank divide by cp), the session's at "
                                      "cp = 1"),
     "cp_a2a_size": (None, "the session's with the a2a+p2p exchange, none with the others"),
@@ -118,7 +119,8 @@ _DIMENSION_DEFAULTS = {
                                  "on the first), with the embedding / loss flags off"),
     "last_stage_layers": (None, "the session's at its own p; where p splits the layers "
                                 "unevenly, the rest after the middle stages and the first"),
-    "delay_wgrad_compute": (None, "the session's with the expert all-to-all overlap"),
+    "delay_wgrad_compute": (None, f"the session's with the {KIND_NAMES['ep_all_to_all']} "
+                                  "overlap"),
     "account_for_embedding_in_pipeline_split": (None, _SPLIT_FLAG_DEFAULT),
     "account_for_loss_in_pipeline_split": (None, _SPLIT_FLAG_DEFAULT),
 }

@@ -789,7 +789,7 @@ class _Choices:
             if space.overlap_moe_expert_parallel_comm is not None and True in ovs:
                 raise ConfigError([FieldError(
                     "sweep.overlap_moe_expert_parallel_comm", "on needs a mixture-of-experts "
-                    "model (model.num_experts): a dense model has no expert all-to-alls")])
+                    "model (model.num_experts): a dense model has no EP all-to-all")])
             other = [d for d in disps if d != base.moe_token_dispatcher_type]
             if space.moe_token_dispatcher_type is not None and other:
                 raise ConfigError([FieldError(
