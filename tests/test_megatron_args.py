@@ -836,6 +836,10 @@ def test_misspelled_arguments_are_refused_naming_the_file_and_a_close_match(tmp_
     ("--use-flash-attention", "did you mean --use-flash-attn?"),
     ("--batch-size", "no longer valid in Megatron-LM: use --micro-batch-size"),
     ("--model-parallel-size", "no longer valid in Megatron-LM: use --tensor-model-parallel-size"),
+    # NeMo's and Megatron-Bridge's name (difflib offered --pipeline-model-parallel-size)
+    ("--virtual-pipeline-model-parallel-size", "a NeMo / Megatron-Bridge config name: "
+                                               "Megatron-LM's option is "
+                                               "--num-virtual-stages-per-pipeline-rank"),
 ])
 def test_unknown_argument_hints(flag, hint):
     assert unknown_arguments([flag, "--num-layers", "--lr"]) == [(flag, hint)]

@@ -161,6 +161,12 @@ REFUSED_ARGUMENTS = {o: e.note for o, e in BY_OPTION.items() if e.effect == "ref
 #: Names Megatron-LM's validate_args rejects as "no longer valid", with the argument to use.
 REMOVED_ARGUMENTS = {"--batch-size": "--micro-batch-size", "--warmup": "--lr-warmup-fraction",
                      "--model-parallel-size": "--tensor-model-parallel-size"}
+#: Config keys of tools built on Megatron-Core (NeMo 2, Megatron-Bridge: ``TransformerConfig``
+#: and ``ModelParallelConfig`` field names) that users write as Megatron-LM options, which
+#: Megatron-LM's parser does not define, with Megatron-LM's option for the same setting
+#: (``validate_args`` sets ``virtual_pipeline_model_parallel_size`` from it).
+OTHER_TOOLS_NAMES = {"--virtual-pipeline-model-parallel-size":
+                     "--num-virtual-stages-per-pipeline-rank"}
 
 
 class MegatronArgsError(ValueError):
@@ -491,13 +497,18 @@ def unknown_arguments(flags: Any) -> list[tuple[str, str]]:
     """The arguments among ``flags`` (``--name`` strings) that Megatron-LM does not define,
     each with a hint: ``"did you mean --x?"`` (the closest known name by :mod:`difflib`,
     ratio at least 0.75, or the name with ``-`` for ``_``), ``"no longer valid: use --x"``
-    for a name Megatron-LM's ``validate_args`` rejects, or ``""``."""
+    for a name Megatron-LM's ``validate_args`` rejects, Megatron-LM's option for a NeMo /
+    Megatron-Bridge config name (:data:`OTHER_TOOLS_NAMES`), or ``""``."""
     out = []
     for flag in flags:
         if flag in KNOWN_ARGUMENTS:
             continue
         if flag in REMOVED_ARGUMENTS:
             out.append((flag, f"no longer valid in Megatron-LM: use {REMOVED_ARGUMENTS[flag]}"))
+            continue
+        if flag in OTHER_TOOLS_NAMES:
+            out.append((flag, f"a NeMo / Megatron-Bridge config name: Megatron-LM's option is "
+                              f"{OTHER_TOOLS_NAMES[flag]}"))
             continue
         dashed = flag[:2] + flag[2:].replace("_", "-")
         close = [dashed] if dashed in KNOWN_ARGUMENTS else difflib.get_close_matches(
