@@ -143,6 +143,25 @@ def test_cli_workers_and_json(capsys, monkeypatch):
     assert "--workers" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("extra", [1, 10**23])
+def test_more_workers_than_cores_are_refused_before_any_process_starts(capsys, monkeypatch, extra):
+    """A forked pool starts every worker at once: ``--workers 100000`` forked 100,000
+    processes. Refused by the machine's core count, naming it, with no process started."""
+    import multiprocessing
+
+    monkeypatch.setattr(sweep_run, "_PARALLEL_MIN_PLANS", 0)
+    cores = sweep_parallel.default_workers()
+    workers = cores + extra
+    assert main(["sweep", str(SMALL), "--workers", str(workers)]) == 2
+    err = capsys.readouterr().err
+    assert f"workers={workers:,} is more than this machine's {cores} cores" in err
+    assert multiprocessing.active_children() == []
+    with pytest.raises(ConfigError, match="sweep.workers"):
+        run_sweep(load_any(SMALL), SPACE, workers=workers, dask="local")
+    # a remote scheduler's workers are its own: the number is not this machine's to bound
+    assert sweep_run._check_workers(workers, local=False) == workers
+
+
 # --------------------------------------------------------------------------- speed-ups keep results
 
 def test_zb_h1_order_equals_its_rule_item_by_item():
