@@ -6,6 +6,7 @@ The study itself is :func:`core.studies.optimal.compute_optimal`.
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING, Any
 
 from core.cli.common import decimal_arg, integer_arg
@@ -142,7 +143,8 @@ def _print(result, session, console: Console) -> None:
                   *(value_text(p[name]) for name in _SWITCHES), p["schedule"], p["recompute"],
                   f"{c.mfu:.1%}{calibration_mark(c.within_calibration, c.calibration_departures)}",
                   _memory_cell(p), format_params(c.tokens), f"{c.tokens_per_parameter:.3g}",
-                  f"{c.loss:.4f}", mark, style=style)
+                  f"{c.loss:.4f}" if math.isfinite(c.loss) else "-",
+                  ", ".join(x for x in (esc(c.reason), mark) if x), style=style)
     console.print(t)
     margin = s.cluster.memory_reserve_fraction * 100
     console.print("[dim]MFU counts attention and the output layer too (Megatron-LM's "
