@@ -365,6 +365,37 @@ def test_nccl_tests_output_refuses_absurd_rows(tmp_path):
         read_nccl_tests(path2)
 
 
+_NCCL_2GPU = ("#  Rank  0 Group  0 Pid 1 on x device  0 [0x00] A100\n"
+              "#  Rank  1 Group  0 Pid 1 on x device  1 [0x00] A100\n"
+              "  1048576  262144  float  sum  -1  100.0  10.49  15.73  0  100.0  10.49  15.73  0\n"
+              "  2097152  524288  float  sum  -1  150.0  13.98  20.97  0  150.0  13.98  20.97  0\n")
+
+
+@pytest.mark.parametrize("extra, message", [
+    # --knots 0 stored every size as if not given; --group-size 0 took the file's 2 GPUs;
+    # --group-size 1 and --knots -1 were refused for another reason than theirs
+    (["--knots", "0"], "--knots: 0 must be at least 2"),
+    (["--knots", "-1"], "--knots: -1 must be at least 2"),
+    (["--group-size", "0"], "--group-size: 0 must be from 2 to 1,048,576 GPUs"),
+    (["--group-size", "1"], "--group-size: 1 must be from 2 to 1,048,576 GPUs"),
+    ([], "size 1048576 bytes is measured twice (0.0001 s and 0.00015 s); one run per file"),
+])
+def test_nccl_tests_import_options_and_repeated_sizes_are_refused_by_name(tmp_path, extra,
+                                                                           message):
+    store = tmp_path / "s.h5"
+    assert cli("profile", "generate", "--gpu", "A100-SXM4-80GB", "--out", str(store)).returncode == 0
+    before = store.read_bytes()
+    nccl = tmp_path / "all_reduce_2gpu.txt"
+    text = _NCCL_2GPU
+    if not extra:  # two runs pasted into one file: the second time of 1 MiB was dropped
+        text += _NCCL_2GPU.splitlines(keepends=True)[2].replace("100.0", "150.0")
+    nccl.write_text(text)
+    line = assert_one_line_error(cli("profile", "import-nccl-tests", str(nccl), "--into",
+                                     str(store), *extra))
+    assert message in line, line
+    assert store.read_bytes() == before
+
+
 def test_job_trace_values_are_bounded(tmp_path):
     trace = [{"arrival_h": 0, "model": "GPT-3 1.3B", "global_batch_size": 64, "tokens": 1e300,
               "requested_gpus": 8}]

@@ -401,13 +401,23 @@ def run_import_nccl(args: argparse.Namespace) -> int:
     from core.store.nccl_tests import NcclTestsError, fit_curve, read_nccl_tests
     from core.store.profile_store import ProfileStore
 
+    from core.plan.fields import ConfigError, FieldError
+    from core.store.profile_store import STORE_BOUNDS
+
     check_outputs([("--into", args.into)], args.files)  # --into is read and extended
+    glo, ghi, _ = STORE_BOUNDS["group_size"]
+    if args.group_size is not None and not glo <= args.group_size <= ghi:
+        raise ConfigError([FieldError("--group-size", f"{args.group_size:,} must be from {glo} to "
+                                      f"{ghi:,} GPUs (a collective runs on two or more)")])
+    if args.knots is not None and args.knots < 2:
+        raise ConfigError([FieldError("--knots", f"{args.knots:,} must be at least 2 (a "
+                                      "piecewise fit has a knot at each end)")])
     store = ProfileStore.open(args.into)
     imported = []
     for f in args.files:
         curve = read_nccl_tests(f, kind=args.kind, group_size=args.group_size)
         try:
-            if args.knots:
+            if args.knots is not None:
                 curve = fit_curve(curve, args.knots)
             store.add_collective(curve.kind, curve.group_size, curve.nbytes, curve.time_s)
         except ValueError as exc:
