@@ -823,3 +823,35 @@ def test_integer_list_options_take_decimal_digits_only():
     proc = cli("sweep", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "1_6", timeout=60)
     assert_one_line_error(proc)
     assert proc.stderr == "vtrain: error: --gpus: '1_6' is not a comma-separated list of integers\n"
+
+
+_RUNS = ("num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,micro_batch_size,"
+         "data_parallel,tensor_parallel,pipeline_parallel,global_batch_size,precision,gpu,"
+         "recompute,measured_iteration_time_s\n"
+         + "24,2048,16,2048,50257,4,2,2,2,256,bf16,A100-SXM4-80GB,full,5.0\n" * 3)
+
+
+@pytest.mark.parametrize("args, message", [
+    # 0 folds ran the plain validation (0 was the option's "not given"), exit 0
+    (["validate", "{csv}", "--cross-validate", "0"], "--cross-validate: 0: needs at least 2 folds"),
+    # inf and 1e308 (inf once multiplied) were "internal error: ValueError: Residuals are not
+    # finite in the initial point", exit 1
+    (["calibrate", "{csv}", "--profile", "profiles/A100-SXM4-80GB.h5", "--out", "{out}",
+      "--file-weights", "inf"], "--file-weights: needs one positive finite weight per CSV (1), "
+                                "got inf"),
+])
+def test_fold_counts_and_file_weights_out_of_range_are_refused_by_option(tmp_path, args, message):
+    csv_path = tmp_path / "runs.csv"
+    csv_path.write_text(_RUNS)
+    out = tmp_path / "cal.h5"
+    line = assert_one_line_error(cli(*[a.format(csv=csv_path, out=out) for a in args]))
+    assert line == f"vtrain: error: {message}" and not out.exists()
+
+
+def test_file_weights_count_by_their_ratio_even_near_the_float_limit():
+    from core.accuracy.calibrate import balanced_weights
+    # each file gets its share of the 5 runs' total weight: equal shares 2.5 / 3 and 2.5 / 2
+    assert balanced_weights([3, 2], [1e308, 1e308]) == pytest.approx([5 / 6] * 3 + [1.25] * 2)
+    assert balanced_weights([3, 2], [1, 4]) == pytest.approx([1 / 3] * 3 + [2.0] * 2)
+    with pytest.raises(ValueError, match="positive finite"):
+        balanced_weights([3, 2], [1, math.inf])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -226,15 +227,17 @@ def _read_files(args: argparse.Namespace, device: str):
 
 
 def _check_file_weights(shares: list[float] | None, n_files: int) -> list[float] | None:
-    """``--file-weights`` (None: files weighted equally), checked: one positive weight per file.
+    """``--file-weights`` (None: files weighted equally), checked: one positive finite weight
+    per file (only their ratios count).
 
     Raises
     ------
     ConfigError
-        A count other than ``n_files`` or a weight not above 0.
+        A count other than ``n_files`` or a weight not above 0 or not finite.
     """
-    if shares is not None and (len(shares) != n_files or not all(w > 0 for w in shares)):
-        raise field_error("--file-weights", f"needs one positive weight per CSV ({n_files}), "
+    if shares is not None and (len(shares) != n_files or not all(0 < w < math.inf
+                                                                    for w in shares)):
+        raise field_error("--file-weights", f"needs one positive finite weight per CSV ({n_files}), "
                                        f"got {' '.join(f'{w:g}' for w in shares)}")
     return shares
 
