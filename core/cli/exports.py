@@ -45,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.into and not args.out:
         raise field_error("--into", "needs --out NEW.sh (the script is never rewritten in place)")
+    if not args.script.strip():  # torchrun '' runs nothing: no launch at all
+        raise field_error("--script", f"{args.script!r}: give the training script (default "
+                                      "pretrain_gpt.py)")
     check_outputs([("--out", args.out)], [args.session, args.into])
     session = load_any(args.session)
     if args.into:
