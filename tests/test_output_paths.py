@@ -97,3 +97,18 @@ def test_an_output_under_a_file_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"--trace-out {blocker / 't.json'}" in err and f"{blocker} is not a folder" in err
     assert blocker.read_text() == ""
+
+
+@pytest.mark.parametrize("index", range(11))
+def test_an_empty_output_path_is_refused_naming_the_option(tmp_path, capsys, monkeypatch, index):
+    """``--out ""`` was taken as "not given": simulate --trace-out "" and sweep --out ""
+    reported success with nothing written, gui --screenshot "" opened the window; import
+    megatron-args and profile generate failed at the end on ".: Is a directory"."""
+    from core.cli import main
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")  # gui --screenshot "" opened the window
+    option, argv = _commands(tmp_path)[index]
+    argv[argv.index(option) + 1] = ""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vtrain: error: {option}") and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["args.txt", "config.json", "runs.csv"]

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     """
     if not args.timeout > 0:  # (nan too)
         raise UsageError(f"--timeout: {args.timeout:g} is not a number of seconds above 0")
-    if args.screenshot:
+    if args.screenshot is not None:  # "" too: refused, not the window opened instead
         check_outputs([("--screenshot", args.screenshot)], [args.path, *(args.trace or [])])
     try:
         from vtrain_gui.app import run_gui
