@@ -231,6 +231,15 @@ def decimal_arg(text: str) -> float:
     return value
 
 
+def path_arg(text: str) -> str:
+    """argparse ``type`` of a file or folder option: any path but the empty one (``--profile
+    ""`` used the shipped store, ``--into ""`` exported a new script, ``simulate ""`` read the
+    folder ``.``)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path: give a file name")
+    return text
+
+
 def integer_arg(text: str) -> int:
     """argparse ``type`` of a whole-number option: ASCII digits only (``int()`` reads ``1_000``
     as 1000 and other scripts' digits too); the option's own check bounds it."""

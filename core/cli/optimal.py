@@ -9,7 +9,7 @@ import argparse
 import math
 from typing import TYPE_CHECKING, Any
 
-from core.cli.common import decimal_arg, integer_arg
+from core.cli.common import decimal_arg, integer_arg, path_arg
 from core.cli.common import SET_HELP, check_number, session_from_args, study_progress
 
 if TYPE_CHECKING:  # rich and numpy (core.studies.optimal) are imported when the command runs
@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> None:
                     "vocabulary, precision and price, and every plan field the sweep does not "
                     "choose; its model is not used. A plan outside what the profile was "
                     "calibrated on is marked with ⚠ (it is still chosen when fastest).")
-    op.add_argument("path", metavar="CONFIG", help="session file (.json) or vTrain config (.json)")
+    op.add_argument("path", type=path_arg, metavar="CONFIG", help="session file (.json) or vTrain config (.json)")
     op.add_argument("--gpus", type=integer_arg, required=True, metavar="N", help="GPUs of the budget")
     op.add_argument("--days", type=decimal_arg, required=True, metavar="D", help="wall-clock days")
     op.add_argument("--assumed-mfu", type=decimal_arg, default=0.4, metavar="U",
@@ -49,7 +49,7 @@ def add_parser(sub: Any) -> None:
                     help="sweep only CONFIG's own sequence parallelism, ZeRO stage, cp, overlaps "
                          "and fusions (the study before it searched vtrain sweep's default "
                          "space)")
-    op.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
+    op.add_argument("--profile", type=path_arg, metavar="STORE.h5", help="profile store to use instead of the shipped one")
     op.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
     op.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.cli.common import decimal_arg, integer_arg
+from core.cli.common import decimal_arg, integer_arg, path_arg
 from core.cli.common import check_outputs, check_profile_option, field_error, row_progress
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
@@ -31,9 +31,9 @@ def add_parser(sub: Any) -> None:
                     "other columns (Megatron-LM's) are stated. Runs the simulator does not "
                     "support are skipped with their reason (none predicted: exit 2); runs the "
                     "memory model says cannot fit are reported.")
-    v.add_argument("csv", metavar="FILE", help="measurement file: CSV or JSON lines (layouts: "
+    v.add_argument("csv", type=path_arg, metavar="FILE", help="measurement file: CSV or JSON lines (layouts: "
                    "docs/accuracy.md, 'Measurement file layouts')")
-    v.add_argument("--profile", metavar="STORE.h5",
+    v.add_argument("--profile", type=path_arg, metavar="STORE.h5",
                    help="profile store for every row, as simulate --profile: rows of a GPU kind "
                         "without a shipped store are predicted with it, and rows of another kind "
                         "than the store's are predicted with it too, with a warning naming both "
@@ -49,9 +49,9 @@ def add_parser(sub: Any) -> None:
                    help="nominal coverage of each row's error band, between 0 and 1 (default "
                         "0.9); the report gives the share of rows inside their band")
     v.add_argument("--json", action="store_true", help="print one JSON object")
-    v.add_argument("--out", metavar="FILE.csv",
+    v.add_argument("--out", type=path_arg, metavar="FILE.csv",
                    help="write every row with its prediction and error band")
-    v.add_argument("--plot", metavar="FILE.png", help="plot predicted against measured (log axes)")
+    v.add_argument("--plot", type=path_arg, metavar="FILE.png", help="plot predicted against measured (log axes)")
 
 
 def _predictor(profile: str | None, coverage: float):
