@@ -23,6 +23,14 @@ SMALL = EXAMPLES / "gpt3_1.3b_single_node.json"  # GPT-3 1.3B, B=256, 8 GPUs in 
 SPACE = SweepSpace(hold_session_values=True, max_gpus=8, micro_batch_sizes=(1, 2, 4))
 
 
+@pytest.fixture(autouse=True)
+def two_cores_at_least(monkeypatch):
+    """These tests run two workers, at most the machine's cores (``sweep --workers``' bound):
+    a one-core machine runs them too, only slower."""
+    cores = sweep_parallel.default_workers()
+    monkeypatch.setattr(sweep_parallel, "default_workers", lambda: max(cores, 2))
+
+
 @pytest.fixture
 def parallel_always(monkeypatch):
     """Use the workers even for a small sweep (the default runs small sweeps in process)."""
