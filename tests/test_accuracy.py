@@ -208,7 +208,7 @@ def test_balanced_weights_give_each_file_its_share():
     np.testing.assert_allclose(w, [2 / 3, 2 / 3, 2 / 3, 2.0])  # each file half of the total, 4
     w = balanced_weights([3, 1], [1, 4])
     np.testing.assert_allclose(w, [4 / 15] * 3 + [16 / 5])      # one fifth and four fifths of 4
-    with pytest.raises(ValueError, match="one positive share per file"):
+    with pytest.raises(ValueError, match="one positive finite share per file"):
         balanced_weights([3, 1], [1, 0])
 
 
@@ -314,7 +314,7 @@ def test_calibrate_cli_round_trip(tmp_path, capsys):
     # a weight per file, or the command says what is wrong and writes nothing
     assert main(["calibrate", *paths, "--profile", str(base_path), "--out", str(out),
                  "--file-weights", "1"]) == 2
-    assert "--file-weights: needs one positive weight per CSV (2), got 1" in capsys.readouterr().err
+    assert "--file-weights: needs one positive finite weight per CSV (2), got 1" in capsys.readouterr().err
     assert not out.exists()
     assert main(["calibrate", *paths, "--profile", str(base_path), "--out", str(out), "--folds", "2",
                  "--file-weights", "1", "3", "--json"]) == 0

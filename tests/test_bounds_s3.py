@@ -291,6 +291,15 @@ def test_unresolvable_profile_paths_are_refused_naming_the_path_given(path_dir, 
     assert "environ" not in message and "/proc/" not in message  # never where a link points
 
 
+def test_an_empty_profile_path_is_refused_not_read_as_none(path_dir):
+    # "" was read as "no store of its own": the shipped store was used, exit 0
+    message = _open_with_profile(path_dir, "")
+    assert message is not None
+    assert message.endswith('cluster.profile_path: profile_path="" is an empty path (null when '
+                            'there is none)')
+    assert _open_with_profile(path_dir, None) is None  # null: the shipped store
+
+
 def test_cli_profile_option_names_the_path_given(tmp_path, path_dir):
     path = tmp_path / "s.json"
     path.write_text(json.dumps(_session_doc()))

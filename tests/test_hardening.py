@@ -365,6 +365,37 @@ def test_nccl_tests_output_refuses_absurd_rows(tmp_path):
         read_nccl_tests(path2)
 
 
+_NCCL_2GPU = ("#  Rank  0 Group  0 Pid 1 on x device  0 [0x00] A100\n"
+              "#  Rank  1 Group  0 Pid 1 on x device  1 [0x00] A100\n"
+              "  1048576  262144  float  sum  -1  100.0  10.49  15.73  0  100.0  10.49  15.73  0\n"
+              "  2097152  524288  float  sum  -1  150.0  13.98  20.97  0  150.0  13.98  20.97  0\n")
+
+
+@pytest.mark.parametrize("extra, message", [
+    # --knots 0 stored every size as if not given; --group-size 0 took the file's 2 GPUs;
+    # --group-size 1 and --knots -1 were refused for another reason than theirs
+    (["--knots", "0"], "--knots: 0 must be at least 2"),
+    (["--knots", "-1"], "--knots: -1 must be at least 2"),
+    (["--group-size", "0"], "--group-size: 0 must be from 2 to 1,048,576 GPUs"),
+    (["--group-size", "1"], "--group-size: 1 must be from 2 to 1,048,576 GPUs"),
+    ([], "size 1048576 bytes is measured twice (0.0001 s and 0.00015 s); one run per file"),
+])
+def test_nccl_tests_import_options_and_repeated_sizes_are_refused_by_name(tmp_path, extra,
+                                                                           message):
+    store = tmp_path / "s.h5"
+    assert cli("profile", "generate", "--gpu", "A100-SXM4-80GB", "--out", str(store)).returncode == 0
+    before = store.read_bytes()
+    nccl = tmp_path / "all_reduce_2gpu.txt"
+    text = _NCCL_2GPU
+    if not extra:  # two runs pasted into one file: the second time of 1 MiB was dropped
+        text += _NCCL_2GPU.splitlines(keepends=True)[2].replace("100.0", "150.0")
+    nccl.write_text(text)
+    line = assert_one_line_error(cli("profile", "import-nccl-tests", str(nccl), "--into",
+                                     str(store), *extra))
+    assert message in line, line
+    assert store.read_bytes() == before
+
+
 def test_job_trace_values_are_bounded(tmp_path):
     trace = [{"arrival_h": 0, "model": "GPT-3 1.3B", "global_batch_size": 64, "tokens": 1e300,
               "requested_gpus": 8}]
@@ -792,3 +823,35 @@ def test_integer_list_options_take_decimal_digits_only():
     proc = cli("sweep", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "1_6", timeout=60)
     assert_one_line_error(proc)
     assert proc.stderr == "vtrain: error: --gpus: '1_6' is not a comma-separated list of integers\n"
+
+
+_RUNS = ("num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,micro_batch_size,"
+         "data_parallel,tensor_parallel,pipeline_parallel,global_batch_size,precision,gpu,"
+         "recompute,measured_iteration_time_s\n"
+         + "24,2048,16,2048,50257,4,2,2,2,256,bf16,A100-SXM4-80GB,full,5.0\n" * 3)
+
+
+@pytest.mark.parametrize("args, message", [
+    # 0 folds ran the plain validation (0 was the option's "not given"), exit 0
+    (["validate", "{csv}", "--cross-validate", "0"], "--cross-validate: 0: needs at least 2 folds"),
+    # inf and 1e308 (inf once multiplied) were "internal error: ValueError: Residuals are not
+    # finite in the initial point", exit 1
+    (["calibrate", "{csv}", "--profile", "profiles/A100-SXM4-80GB.h5", "--out", "{out}",
+      "--file-weights", "inf"], "--file-weights: needs one positive finite weight per CSV (1), "
+                                "got inf"),
+])
+def test_fold_counts_and_file_weights_out_of_range_are_refused_by_option(tmp_path, args, message):
+    csv_path = tmp_path / "runs.csv"
+    csv_path.write_text(_RUNS)
+    out = tmp_path / "cal.h5"
+    line = assert_one_line_error(cli(*[a.format(csv=csv_path, out=out) for a in args]))
+    assert line == f"vtrain: error: {message}" and not out.exists()
+
+
+def test_file_weights_count_by_their_ratio_even_near_the_float_limit():
+    from core.accuracy.calibrate import balanced_weights
+    # each file gets its share of the 5 runs' total weight: equal shares 2.5 / 3 and 2.5 / 2
+    assert balanced_weights([3, 2], [1e308, 1e308]) == pytest.approx([5 / 6] * 3 + [1.25] * 2)
+    assert balanced_weights([3, 2], [1, 4]) == pytest.approx([1 / 3] * 3 + [2.0] * 2)
+    with pytest.raises(ValueError, match="positive finite"):
+        balanced_weights([3, 2], [1, math.inf])

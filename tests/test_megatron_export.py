@@ -667,3 +667,18 @@ def test_a_refused_model_names_the_session_file(tmp_path, capsys, family, named,
         assert named in err and err.count("\n") == 1
         assert not_named is None or not_named not in err
         assert not (tmp_path / "new.sh").exists()
+
+
+@pytest.mark.parametrize("script", ["", "  "])
+def test_a_blank_training_script_is_refused(tmp_path, capsys, script):
+    # --script '' wrote "torchrun ... '' \" (a launch that runs nothing), exit 0
+    session = json.loads((EXAMPLES / "gpt3_1.3b_single_node.json").read_text())
+    session["plan"]["cross_entropy_fusion_impl"] = "native"
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(session))
+    out = tmp_path / "run.sh"
+    assert main(["export", "megatron-args", str(path), "--script", script, "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("vtrain: error: --script: ")
+    assert not out.exists()
+    assert main(["export", "megatron-args", str(path), "--out", str(out)]) == 0
+    assert "--nproc-per-node 8 pretrain_gpt.py \\" in out.read_text()

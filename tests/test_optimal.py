@@ -333,3 +333,24 @@ def test_the_header_names_the_node_network_and_the_peak_the_budget_uses(capsys):
     head = " ".join(capsys.readouterr().out.split())
     assert head.startswith("Compute-optimal model for 8 x H100-SXM5-80GB (8 per node, 800 Gb/s "
                            "per node; peak 989.0 TFLOP/s per GPU) for 1 days")
+
+
+def test_a_budget_shorter_than_one_iteration_is_refused_not_given_a_loss(capsys):
+    # --days 1e-300 printed "lowest loss 1.16e108" for 8.35e-290 tokens, exit 0
+    session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    with pytest.raises(ConfigError) as err:
+        compute_optimal(session, 8, 1e-300)
+    assert err.value.errors[0].field == "--days"
+    assert "shorter than one iteration" in err.value.errors[0].message
+    assert main(["optimal", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "8",
+                 "--days", "1e-300", "--json"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith("vtrain: error: --days: 1e-300 days is shorter")
+    # a budget of a few iterations: every candidate that trains has a finite loss of its tokens
+    result = compute_optimal(session, 8, 1e-4)
+    for c in result.candidates:
+        if c.plan is not None and math.isfinite(c.loss):
+            assert c.tokens >= session.plan.global_batch_size * session.model.seq_length
+            assert c.loss == pytest.approx(chinchilla_loss(c.n_params, c.tokens))
+        elif c.plan is not None:
+            assert c.reason.startswith("less than one iteration in the budget")

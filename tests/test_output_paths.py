@@ -97,3 +97,41 @@ def test_an_output_under_a_file_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"--trace-out {blocker / 't.json'}" in err and f"{blocker} is not a folder" in err
     assert blocker.read_text() == ""
+
+
+@pytest.mark.parametrize("index", range(11))
+def test_an_empty_output_path_is_refused_naming_the_option(tmp_path, capsys, monkeypatch, index):
+    """``--out ""`` was taken as "not given": simulate --trace-out "" and sweep --out ""
+    reported success with nothing written, gui --screenshot "" opened the window; import
+    megatron-args and profile generate failed at the end on ".: Is a directory"."""
+    from core.cli import main
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")  # gui --screenshot "" opened the window
+    option, argv = _commands(tmp_path)[index]
+    argv[argv.index(option) + 1] = ""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: argument {option}: an empty path: give a file name" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["args.txt", "config.json", "runs.csv"]
+    from core.cli.common import check_outputs  # the same rule for a caller of check_outputs
+    from core.plan.fields import ConfigError
+    with pytest.raises(ConfigError, match="an empty path"):
+        check_outputs([(option, "")], [])
+
+
+@pytest.mark.parametrize("argv, option", [
+    # each was read as "not given": the shipped store, the default cluster, a new script
+    (["simulate", EXAMPLE, "--profile", ""], "--profile"),
+    (["sweep", EXAMPLE, "--profile", "", "--workers", "1"], "--profile"),
+    (["schedule", "resources/traces/jobs_trace.json", "--gpus", "64", "--cluster", ""],
+     "--cluster"),
+    (["export", "megatron-args", EXAMPLE, "--into", "", "--out", "x.sh"], "--into"),
+    (["simulate", ""], "PATH"),  # read the folder "."
+])
+def test_an_empty_input_path_is_refused_naming_the_option(capsys, argv, option):
+    from core.cli import main
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert f"error: argument {option}: an empty path" in capsys.readouterr().err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -204,3 +206,60 @@ def test_all_stage_orders_equal_the_per_stage_orders(schedule):
                         for i in range(p))
                 checked += 1
     assert checked > 20
+
+
+def _in_flight_from_the_orders(name, p, m, v, chunk_layers=None):
+    """The peak in-flight counts and losses from the full orders (the definition)."""
+    from core.schedules import base
+    s = base.get(name)
+    phase, _, chunk = base.work_orders(name, p, m, v)
+    release = base.PHASE_W if s.splits_backward else base.PHASE_B
+    step = np.where(phase == base.PHASE_F, 1, np.where(phase == release, -1, 0))
+    vv = s.chunks(v)
+    out = [float(x) / vv for x in np.cumsum(step, axis=1).max(axis=1).tolist()]
+    if vv > 1 and chunk_layers is not None:
+        for i, layers in enumerate(chunk_layers):
+            w = np.asarray(layers, np.int64)[chunk[i]]
+            out[i] = float(np.cumsum(step[i] * w).max()) / float(sum(layers))
+    stage_of, chunk_of = s.placement(p, vv)
+    st, c = int(stage_of[-1]), int(chunk_of[-1])
+    last = chunk[st] == c
+    loss = np.where(last & (phase[st] == base.PHASE_F), 1,
+                    np.where(last & (phase[st] == base.PHASE_B), -1, 0))
+    return tuple(out), int(np.cumsum(loss).max())
+
+
+def test_in_flight_counts_past_the_steady_state_equal_the_full_orders():
+    """Beyond ``in_flight_steady_from`` the counts come from a shorter order (GPipe's from
+    its closed form): equal, for every valid m up to 10 p v, to the full orders'."""
+    from core.schedules import base
+    checked = 0
+    for name in base.names():
+        s = base.get(name)
+        for p in range(1, 7):
+            for v in ([1] if not s.uses_virtual_stages else [2, 3]):
+                ch = s.chunks(v)
+                layers = (tuple(tuple((i + j) % 3 + 1 for j in range(ch)) for i in range(p))
+                          if ch > 1 else None)
+                for m in range(1, 10 * p * ch + 1):
+                    if s.order_errors(p, m, ch):
+                        continue
+                    want, want_loss = _in_flight_from_the_orders(name, p, m, v, layers)
+                    assert base.in_flight_all(name, p, m, v, layers) == want, (name, p, v, m)
+                    assert base.loss_in_flight(name, p, m, v) == want_loss, (name, p, v, m)
+                    checked += 1
+    assert checked > 1000
+
+
+def test_in_flight_of_millions_of_micro_batches_needs_no_order_of_millions():
+    # a sweep of a 2^24-sequence global batch asked for orders of 8M items per stage for every
+    # (p, m, v): no output after minutes
+    from core.schedules import base
+    t0 = time.perf_counter()
+    assert base.in_flight_all("1f1b", 4, 8_388_608) == (4.0, 3.0, 2.0, 1.0)
+    assert base.in_flight_all("interleaved", 4, 8_388_608, 2) == base.in_flight_all(
+        "interleaved", 4, 16, 2)
+    assert base.in_flight_all("gpipe", 4, 8_388_608) == (8_388_608.0,) * 4
+    assert base.loss_in_flight("gpipe", 4, 8_388_608) == 8_388_608
+    assert base.loss_in_flight("zb-v", 4, 8_388_608) == base.loss_in_flight("zb-v", 4, 16)
+    assert time.perf_counter() - t0 < 1.0

@@ -277,3 +277,21 @@ def test_cli_policy_names_are_the_schedulers():
     from core.studies.scheduler import POLICIES
     from core.cli.schedule import POLICY_NAMES
     assert POLICY_NAMES == POLICIES
+
+
+@pytest.mark.parametrize("extra, option", [(["--min-efficiency", "2.5"], "--min-efficiency"),
+                                           (["--min-efficiency", "1.0000001"], "--min-efficiency")])
+def test_a_policy_argument_out_of_range_is_refused_before_any_sweep(monkeypatch, capsys, extra,
+                                                                    option):
+    # --min-efficiency 2.5 on 512 GPUs was refused only after every job's sweeps (13.7 s)
+    from core.studies import scheduler
+
+    def no_sweep(*args, **kw):
+        raise AssertionError("a sweep ran before the arguments were checked")
+
+    monkeypatch.setattr(scheduler, "throughput_table", no_sweep)
+    assert main(["schedule", str(TRACE), "--gpus", "512", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vtrain: error: {option}: ") and "must be in (0, 1]" in err
+    with pytest.raises(ConfigError, match="--min-efficiency"):
+        scheduler.schedule_study(read_jobs(str(TRACE)), Session(), 512, min_efficiency=float("nan"))

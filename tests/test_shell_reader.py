@@ -299,3 +299,70 @@ def test_constructs_bash_refuses_or_the_reader_cannot_follow_are_named(text, mes
     with pytest.raises(ShellError, match=re.escape(message)) as err:
         read_shell(text, "run.sh")
     assert str(err.value).startswith("run.sh")
+
+
+# --------------------------------------------------------------------------- $((...)) as bash
+
+#: ``$((...))`` and bash 5's value of it (``A=1+2; B=A*2; E=``): the constants of every base,
+#: C's division and remainder, ``**`` to the right and below the unary signs, and variables
+#: whose values are themselves arithmetic. Python's own reading gave 2 for ``2#11000`` (``#``
+#: began a comment), 7 for ``A*3`` (the text pasted in), -4 for ``-7/2``.
+BASH_ARITHMETIC = [
+    ("2#11000", 24), ("64#zz", 2275), ("64#@_", 4031), ("36#Z", 35), ("64#Z", 61),
+    ("16#ff", 255), ("0X1f", 31), ("010", 8), ("-7/2", -3), ("-7%2", -1), ("7%-2", 1),
+    ("-2**2", 4), ("2**3**2", 512), ("A*3", 9), ("B+1", 7), ("E+1", 1), ("- -3", 3),
+    ("(1+2)*3", 9), ("9223372036854775807 - 9223372036854775805", 2),
+]
+
+
+@pytest.mark.parametrize("expr, value", BASH_ARITHMETIC)
+def test_arithmetic_gives_what_bash_gives(expr, value):
+    shell = read_shell(f"A=1+2\nB=A*2\nE=\nT=$(({expr}))\n")
+    assert shell.variables["T"] == str(value)
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+def test_the_arithmetic_table_is_bash_s():
+    for expr, value in BASH_ARITHMETIC:
+        proc = subprocess.run([BASH, "-c", f"A=1+2; B=A*2; E=; echo $(({expr}))"],
+                              capture_output=True, text=True, timeout=10)
+        assert proc.stdout.strip() == str(value), (expr, proc.stderr)
+
+
+@pytest.mark.parametrize("expr, message", [
+    ("1/0", "$((1/0)): division by 0"), ("3 % 0", "$((3 % 0)): division by 0"),
+    ("08", "08: value too great for base (8)"), ("0b11", "0b11: value too great for base (8)"),
+    ("1_000", "1_000: value too great for base (10)"), ("1#0", "1#0: invalid arithmetic base"),
+    ("2**-1", "exponent less than 0"),
+])
+def test_arithmetic_bash_stops_on_is_refused_naming_it(expr, message):
+    with pytest.raises(ShellError, match=re.escape(message)) as err:
+        read_shell(f"L=$(({expr}))\n", "run.sh")
+    assert str(err.value).startswith(f"run.sh: statement 'L=$(({expr}))': ")
+    assert str(err.value).endswith("(bash stops the script here)")
+
+
+def test_a_launch_s_layers_in_base_2_are_bash_s_24(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text("L=$((2#11000))\n" + TORCHRUN_24.replace("--num-layers 24", "--num-layers $L"))
+    out = tmp_path / "s.json"
+    proc = cli("import", "megatron-args", str(script), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["model"]["num_layers"] == 24
+
+
+@pytest.mark.parametrize("expr, names", [("1 << 3", "an arithmetic expansion"),
+                                         ("L * 2", "the variable L is not set")])
+def test_arithmetic_the_reader_does_not_evaluate_is_named_not_called_name(tmp_path, expr, names):
+    script = tmp_path / "run.sh"
+    script.write_text(TORCHRUN_24.replace("--num-layers 24", f"--num-layers $(({expr}))"))
+    proc = cli("import", "megatron-args", str(script), "--out", str(tmp_path / "s.json"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert names in proc.stderr and "variable NAME" not in proc.stderr
+    assert not (tmp_path / "s.json").exists()
+
+
+TORCHRUN_24 = ("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 24 --hidden-size 2048 "
+               "--num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 "
+               "--micro-batch-size 4 --global-batch-size 256 --tensor-model-parallel-size 2 "
+               "--pipeline-model-parallel-size 2 --bf16 --vocab-size 50257\n")

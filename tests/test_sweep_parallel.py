@@ -23,6 +23,14 @@ SMALL = EXAMPLES / "gpt3_1.3b_single_node.json"  # GPT-3 1.3B, B=256, 8 GPUs in 
 SPACE = SweepSpace(hold_session_values=True, max_gpus=8, micro_batch_sizes=(1, 2, 4))
 
 
+@pytest.fixture(autouse=True)
+def two_cores_at_least(monkeypatch):
+    """These tests run two workers, at most the machine's cores (``sweep --workers``' bound):
+    a one-core machine runs them too, only slower."""
+    cores = sweep_parallel.default_workers()
+    monkeypatch.setattr(sweep_parallel, "default_workers", lambda: max(cores, 2))
+
+
 @pytest.fixture
 def parallel_always(monkeypatch):
     """Use the workers even for a small sweep (the default runs small sweeps in process)."""
@@ -141,6 +149,25 @@ def test_cli_workers_and_json(capsys, monkeypatch):
     assert docs[0] == docs[1] and docs[0]["num_plans"] > 100
     assert main(["sweep", str(SMALL), "--workers", "0"]) == 2
     assert "--workers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra", [1, 10**23])
+def test_more_workers_than_cores_are_refused_before_any_process_starts(capsys, monkeypatch, extra):
+    """A forked pool starts every worker at once: ``--workers 100000`` forked 100,000
+    processes. Refused by the machine's core count, naming it, with no process started."""
+    import multiprocessing
+
+    monkeypatch.setattr(sweep_run, "_PARALLEL_MIN_PLANS", 0)
+    cores = sweep_parallel.default_workers()
+    workers = cores + extra
+    assert main(["sweep", str(SMALL), "--workers", str(workers)]) == 2
+    err = capsys.readouterr().err
+    assert f"workers={workers:,} is more than this machine's {cores} cores" in err
+    assert multiprocessing.active_children() == []
+    with pytest.raises(ConfigError, match="sweep.workers"):
+        run_sweep(load_any(SMALL), SPACE, workers=workers, dask="local")
+    # a remote scheduler's workers are its own: the number is not this machine's to bound
+    assert sweep_run._check_workers(workers, local=False) == workers
 
 
 # --------------------------------------------------------------------------- speed-ups keep results

@@ -384,3 +384,49 @@ def test_a_toml_fifo_is_refused_without_blocking(tmp_path):
                         "--num-gpus", "8", "--out", str(tmp_path / "s.json")], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr == (f"vtrain: error: {path}: is not a regular file (a "
                                               "FIFO, device or socket is not read)\n"), r.stderr
+
+
+@pytest.mark.parametrize("section,key,value", [
+    ("parallelism", "enable_async_tensor_parallel", "true"),
+    ("float8", "enable_float8_linear", "true"),
+    ("float8", "enable_float8_linear", 1),
+    ("float8", "enable_fsdp_float8_all_gather", "true"),
+])
+def test_a_switch_that_is_no_boolean_is_refused_not_read_as_off(section, key, value):
+    # "true" (a string) was read as off: tensor_parallel_degree 2 with async TP "true" gave
+    # tp_comm_overlap false, enable_float8_linear "true" a bf16 plan, exit 0
+    raw = load_toml(LLAMA3_8B)
+    raw["parallelism"]["tensor_parallel_degree"] = 2
+    raw.setdefault(section, {})[key] = value
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB")
+    assert err.value.errors[0].field == f"config.toml: {section}.{key}"
+    assert "must be true or false" in err.value.errors[0].message
+    raw[section][key] = True  # the boolean is used
+    s = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB").session
+    assert (s.plan.tp_comm_overlap, s.plan.precision, s.plan.fp8_param_gather) == {
+        "enable_async_tensor_parallel": (True, "bf16", False),
+        "enable_float8_linear": (False, "fp8", False),
+        "enable_fsdp_float8_all_gather": (False, "bf16", False)}[key]  # FP8 gathers need fp8
+
+
+@pytest.mark.parametrize("section,key,value", [
+    ("model", "flavor", ["8B"]), ("model", "name", {"a": 1}),
+    ("activation_checkpoint", "mode", ["full"]), ("optimizer", "name", ["AdamW"]),
+    ("parallelism", "pipeline_parallel_schedule", ["1F1B"]),
+    ("training", "mixed_precision_param", {"x": "bfloat16"}),
+])
+def test_an_array_or_table_where_a_name_belongs_is_refused_by_key(tmp_path, section, key, value):
+    # each was "internal error: TypeError: unhashable type: 'list'" (or AttributeError), exit 1
+    raw = load_toml(LLAMA3_8B)
+    raw[section][key] = value
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert err.value.errors[0].field == f"config.toml: {section}.{key}"
+    text = LLAMA3_8B.read_text().replace('flavor = "8B"', 'flavor = ["8B"]')
+    (tmp_path / "c.toml").write_text(text)
+    r = subprocess.run([sys.executable, "-m", "core.cli", "import", "torchtitan",
+                        str(tmp_path / "c.toml"), "--num-gpus", "8", "--out",
+                        str(tmp_path / "s.json")], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and not (tmp_path / "s.json").exists()
+    assert r.stderr.strip() == "vtrain: error: c.toml: model.flavor: ['8B'] must be a string"

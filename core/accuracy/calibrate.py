@@ -42,6 +42,7 @@ The parameter tables, shape keys and the stores a fit makes are
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -479,13 +480,17 @@ def balanced_weights(sizes: Sequence[int], shares: Sequence[float] | None = None
     Raises
     ------
     ValueError
-        ``shares`` of another length than ``sizes``, or a share that is not positive.
+        ``shares`` of another length than ``sizes``, or a share that is not a positive finite
+        number.
     """
     shares = [1.0] * len(sizes) if shares is None else [float(x) for x in shares]
-    if len(shares) != len(sizes) or not all(x > 0 for x in shares):
-        raise ValueError(f"need one positive share per file, got {shares} for {len(sizes)} files")
+    if len(shares) != len(sizes) or not all(0 < x < math.inf for x in shares):
+        raise ValueError(f"need one positive finite share per file, got {shares} for "
+                         f"{len(sizes)} files")
+    top = max(shares)  # relative shares: 1e308 and 1e308 are 1 and 1, their sum finite
+    shares = [x / top for x in shares]
     total, norm = float(sum(sizes)), sum(shares)
-    return np.concatenate([np.full(n, total * w / (norm * n)) for n, w in zip(sizes, shares)])
+    return np.concatenate([np.full(n, total * (w / norm) / n) for n, w in zip(sizes, shares)])
 
 
 def cross_validate_files(files: Sequence[tuple[Sequence[Session], np.ndarray]], target: int,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
-from core.cli.common import decimal_arg, integer_arg
+from core.cli.common import decimal_arg, integer_arg, path_arg
 from core.cli.common import SET_HELP, check_outputs, check_profile_option, field_error, row_progress
 
 __all__ = ["add_parser", "run"]
@@ -22,26 +23,26 @@ def add_parser(sub: Any) -> None:
                     "says otherwise), report per file the "
                     "k-fold cross-validated error of that fit and write a calibrated store whose provenance lists the data, the "
                     "parameters and the cross-validated error.")
-    c.add_argument("csv", metavar="FILE", nargs="*",
+    c.add_argument("csv", type=path_arg, metavar="FILE", nargs="*",
                    help="measurement files, CSV or JSON lines (the layouts of vtrain validate, "
                         "docs/accuracy.md)")
-    c.add_argument("--profile", "--store", metavar="STORE.h5",
+    c.add_argument("--profile", "--store", type=path_arg, metavar="STORE.h5",
                    help="store to start from (one GPU kind; with --out)")
-    c.add_argument("--trace", metavar="TRACE.json", nargs="+",
+    c.add_argument("--trace", type=path_arg, metavar="TRACE.json", nargs="+",
                    help="instead of measurement files: PyTorch profiler traces of one run, one "
                         "file per rank; fits the op model's efficiencies to the measured time "
                         "per operation class (with --session, --store and --out; "
                         "docs/trace_import.md)")
-    c.add_argument("--session", metavar="S.json", help="with --trace: the session the traces "
+    c.add_argument("--session", type=path_arg, metavar="S.json", help="with --trace: the session the traces "
                                                        "were taken of")
     c.add_argument("--step", type=integer_arg, metavar="N",
                    help="with --trace: the ProfilerStep#N to fit (default: the last complete one)")
-    c.add_argument("--classes", metavar="TABLE.json",
+    c.add_argument("--classes", type=path_arg, metavar="TABLE.json",
                    help="with --trace: operation class table (default: the shipped one)")
     c.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
-    c.add_argument("--out", metavar="STORE.h5",
+    c.add_argument("--out", type=path_arg, metavar="STORE.h5",
                    help="calibrated store to write (atomically; an existing file is replaced)")
-    c.add_argument("--out-dir", metavar="DIR",
+    c.add_argument("--out-dir", type=path_arg, metavar="DIR",
                    help="shared fit of several GPU kinds: each run starts from the analytic store "
                         "of its GPU (built from resources/gpu_specs), one set of efficiencies "
                         "(fractions of each GPU's data-sheet peaks) is fitted on all runs, no "
@@ -226,15 +227,17 @@ def _read_files(args: argparse.Namespace, device: str):
 
 
 def _check_file_weights(shares: list[float] | None, n_files: int) -> list[float] | None:
-    """``--file-weights`` (None: files weighted equally), checked: one positive weight per file.
+    """``--file-weights`` (None: files weighted equally), checked: one positive finite weight
+    per file (only their ratios count).
 
     Raises
     ------
     ConfigError
-        A count other than ``n_files`` or a weight not above 0.
+        A count other than ``n_files`` or a weight not above 0 or not finite.
     """
-    if shares is not None and (len(shares) != n_files or not all(w > 0 for w in shares)):
-        raise field_error("--file-weights", f"needs one positive weight per CSV ({n_files}), "
+    if shares is not None and (len(shares) != n_files or not all(0 < w < math.inf
+                                                                    for w in shares)):
+        raise field_error("--file-weights", f"needs one positive finite weight per CSV ({n_files}), "
                                        f"got {' '.join(f'{w:g}' for w in shares)}")
     return shares
 

@@ -64,7 +64,10 @@ def check_outputs(outputs, inputs, folders: bool = False) -> None:
     is lost to a typo in a path.
 
     ``outputs`` are ``(option, path)`` pairs (``("--out", "train.sh")``), ``inputs`` paths;
-    a None or empty path is left out. An output is refused when
+    a None path (the option not given) is left out. An output is refused when
+
+    - it is empty (``--out ""`` wrote nothing while the command reported success, or failed
+      at the end on the folder ``.``);
 
     - it is an existing folder (a file is written there), or its folder does not exist, is
       not a folder or is not writable; with ``folders`` (``--out-dir``, made with its
@@ -79,6 +82,9 @@ def check_outputs(outputs, inputs, folders: bool = False) -> None:
         Named ``OPTION PATH``, with the rule it breaks (exit status 2).
     """
     from core.util.atomic import same_file
+    for option, path in outputs:
+        if path is not None and not str(path):
+            raise field_error(option, "an empty path: give a file name")
     outs = [(option, str(path)) for option, path in outputs if path]
     ins = [str(path) for path in inputs if path]
     for option, out in outs:
@@ -223,6 +229,15 @@ def decimal_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is a subnormal number (under 2.2e-308 in "
                                          "magnitude)")
     return value
+
+
+def path_arg(text: str) -> str:
+    """argparse ``type`` of a file or folder option: any path but the empty one (``--profile
+    ""`` used the shipped store, ``--into ""`` exported a new script, ``simulate ""`` read the
+    folder ``.``)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path: give a file name")
+    return text
 
 
 def integer_arg(text: str) -> int:

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from core.cli.common import fmt_days, verdict_markup
+from core.cli.common import fmt_days, verdict_markup, path_arg
 from core.sim.labels import DIFF_TERMS, MEMORY_FIGURES, TIME_TERMS, short_name
 
 __all__ = ["add_parser", "run"]
@@ -24,11 +24,11 @@ def add_parser(sub: Any) -> None:
                     + " (and, where a plan has them, "
                     + ", ".join(TIME_TERMS[t] for t in ("cp_comm", "ep_comm"))
                     + "); the terms sum to the difference. Also memory per GPU, days and cost.")
-    d.add_argument("a", metavar="A.json", help="plan A: a session file or vTrain config; alone, "
+    d.add_argument("a", type=path_arg, metavar="A.json", help="plan A: a session file or vTrain config; alone, "
                                                "a session with a pinned plan (the window's "
                                                "Plan > Pin plan for comparison, saved with it): "
                                                "A is the pinned plan, B the session's own")
-    d.add_argument("b", metavar="B.json", nargs="?", default=None,
+    d.add_argument("b", type=path_arg, metavar="B.json", nargs="?", default=None,
                    help="plan B, compared with A (B minus A)")
     d.add_argument("--json", action="store_true",
                    help="print one JSON object (difference_s, terms, and both plans)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from core.cli.common import field_error, check_outputs
+from core.cli.common import field_error, check_outputs, path_arg
 
 __all__ = ["add_parser", "run"]
 
@@ -29,10 +29,10 @@ def add_parser(sub: Any) -> None:
                     "naming Megatron's rule (exit status 2). With --into SCRIPT --out NEW, "
                     "rewrite your own launch script instead: the plan's arguments replaced, "
                     "every other line kept, the diff printed.")
-    e.add_argument("session", metavar="SESSION.json", help="session file (or vTrain config)")
-    e.add_argument("--out", metavar="FILE.sh", help="write the script to FILE.sh instead "
+    e.add_argument("session", type=path_arg, metavar="SESSION.json", help="session file (or vTrain config)")
+    e.add_argument("--out", type=path_arg, metavar="FILE.sh", help="write the script to FILE.sh instead "
                    "(atomically; required with --into)")
-    e.add_argument("--into", metavar="SCRIPT.sh", help="your launch script: write it to --out "
+    e.add_argument("--into", type=path_arg, metavar="SCRIPT.sh", help="your launch script: write it to --out "
                    "with the plan's arguments in place of its own, and print the diff")
     e.add_argument("--script", default="pretrain_gpt.py", help="training script (default %(default)s)")
 
@@ -45,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.into and not args.out:
         raise field_error("--into", "needs --out NEW.sh (the script is never rewritten in place)")
+    if not args.script.strip():  # torchrun '' runs nothing: no launch at all
+        raise field_error("--script", f"{args.script!r}: give the training script (default "
+                                      "pretrain_gpt.py)")
     check_outputs([("--out", args.out)], [args.session, args.into])
     session = load_any(args.session)
     if args.into:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from core.cli.common import decimal_arg
+from core.cli.common import decimal_arg, path_arg
 from core.cli.common import UsageError, check_outputs
 
 __all__ = ["add_parser", "run"]
@@ -15,14 +15,14 @@ def add_parser(sub: Any) -> None:
     """Add the ``gui`` subcommand to ``vtrain``'s sub-parsers."""
     gui = sub.add_parser("gui", help="open the desktop window",
                          description="Open the desktop window on PATH or the shipped example.")
-    gui.add_argument("path", metavar="PATH", nargs="?", help="session file or vTrain config")
-    gui.add_argument("--screenshot", metavar="OUT.png",
+    gui.add_argument("path", type=path_arg, metavar="PATH", nargs="?", help="session file or vTrain config")
+    gui.add_argument("--screenshot", type=path_arg, metavar="OUT.png",
                      help="simulate, save a picture of the window to OUT.png and exit (0); a "
                           "session that breaks a rule is not simulated: the picture shows the "
                           "fields marked in red, one line on stderr names the file, the fields "
                           "and the rules, and the exit status is 2 (a file that cannot be "
                           "opened: exit status 2 and no picture)")
-    gui.add_argument("--trace", metavar="TRACE.json", nargs="+",
+    gui.add_argument("--trace", type=path_arg, metavar="TRACE.json", nargs="+",
                      help="PyTorch profiler traces of a run of the plan (one file per rank): the "
                           "measured iteration under the simulated one on the Plan tab's timeline, "
                           "and the per-class table (docs/trace_import.md)")
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     """
     if not args.timeout > 0:  # (nan too)
         raise UsageError(f"--timeout: {args.timeout:g} is not a number of seconds above 0")
-    if args.screenshot:
+    if args.screenshot is not None:  # "" too: refused, not the window opened instead
         check_outputs([("--screenshot", args.screenshot)], [args.path, *(args.trace or [])])
     try:
         from vtrain_gui.app import run_gui

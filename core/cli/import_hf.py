@@ -8,7 +8,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from core.cli.common import integer_arg
+from core.cli.common import integer_arg, path_arg
 from core.cli.common import (GPU_HELP, check_outputs, check_seq_length, cluster_of_gpu,
                              plan_fit_note)
 
@@ -36,9 +36,9 @@ def add_source(isub: Any) -> None:
                     "session with a default plan (one 8-GPU node). Fields that do "
                     "not change the cost are listed as ignored; fields the simulator does not "
                     "model, and other architectures, are refused by name (exit status 2).")
-    hf.add_argument("config", metavar="CONFIG.json",
+    hf.add_argument("config", type=path_arg, metavar="CONFIG.json",
                     help="the model's config.json, or its folder (which holds config.json)")
-    hf.add_argument("--out", metavar="SESSION.json", help="session file to write")
+    hf.add_argument("--out", type=path_arg, metavar="SESSION.json", help="session file to write")
     hf.add_argument("--json", action="store_true", help="print the model section as JSON")
     hf.add_argument("--seq-length", type=integer_arg, metavar="S",
                     help="sequence length to train at (default: max_position_embeddings)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from core.cli.common import integer_arg
+from core.cli.common import integer_arg, path_arg
 from core.cli.common import (GPU_HELP, check_outputs, check_seq_length, cluster_of_gpu,
                              plan_fit_note)
 
@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
                     "recomputation, bf16), to simulate or sweep from the command line. Presets: "
                     + "; ".join(MODEL_PRESETS) + ".")
     pr.add_argument("name", metavar="PRESET", help="preset name, e.g. \"Llama 3 70B\" (quoted)")
-    pr.add_argument("--out", metavar="SESSION.json", required=True,
+    pr.add_argument("--out", type=path_arg, metavar="SESSION.json", required=True,
                     help="session file to write (atomically)")
     pr.add_argument("--gpu", metavar="KIND", help=GPU_HELP.format(", ".join(GPU_KINDS)))
     pr.add_argument("--seq-length", type=integer_arg, metavar="S",
@@ -52,10 +52,10 @@ def add_parser(sub: Any) -> None:
                     "as ignored, those that cannot (logging, paths, learning rate, numerics) "
                     "apart. Transformer Engine's fused (cuDNN) attention, the default "
                     "--attention-backend auto, is timed as FlashAttention.")
-    m.add_argument("file", metavar="FILE",
+    m.add_argument("file", type=path_arg, metavar="FILE",
                    help="launch script (torchrun/srun/deepspeed ... pretrain_gpt.py ..., an sbatch "
                         "script), argument list, or Megatron-LM's printed argument dump")
-    m.add_argument("--out", metavar="SESSION.json", required=True,
+    m.add_argument("--out", type=path_arg, metavar="SESSION.json", required=True,
                    help="session file to write (atomically; nothing is written on an error)")
     m.add_argument("--num-gpus", type=integer_arg, metavar="N",
                    help="world size, when the launch does not give it (or to override it)")
@@ -207,8 +207,8 @@ def add_torchtitan(isub: Any) -> None:
                     "degrees, [training] batch and sequence, [activation_checkpoint], [float8], "
                     "[compile]) into a session file (core/io/torchtitan_import.py). Every key is "
                     "used, listed as changing nothing, or refused by name (exit status 2).")
-    tt.add_argument("config", metavar="CONFIG.toml", help="the job config")
-    tt.add_argument("--out", metavar="SESSION.json", required=True,
+    tt.add_argument("config", type=path_arg, metavar="CONFIG.toml", help="the job config")
+    tt.add_argument("--out", type=path_arg, metavar="SESSION.json", required=True,
                     help="session file to write (atomically; nothing is written on an error)")
     tt.add_argument("--num-gpus", type=integer_arg, metavar="N", help="world size (torchrun's); needed "
                     "when data_parallel_shard_degree is -1")

@@ -6,9 +6,10 @@ The study itself is :func:`core.studies.optimal.compute_optimal`.
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING, Any
 
-from core.cli.common import decimal_arg, integer_arg
+from core.cli.common import decimal_arg, integer_arg, path_arg
 from core.cli.common import SET_HELP, check_number, session_from_args, study_progress
 
 if TYPE_CHECKING:  # rich and numpy (core.studies.optimal) are imported when the command runs
@@ -33,7 +34,7 @@ def add_parser(sub: Any) -> None:
                     "vocabulary, precision and price, and every plan field the sweep does not "
                     "choose; its model is not used. A plan outside what the profile was "
                     "calibrated on is marked with ⚠ (it is still chosen when fastest).")
-    op.add_argument("path", metavar="CONFIG", help="session file (.json) or vTrain config (.json)")
+    op.add_argument("path", type=path_arg, metavar="CONFIG", help="session file (.json) or vTrain config (.json)")
     op.add_argument("--gpus", type=integer_arg, required=True, metavar="N", help="GPUs of the budget")
     op.add_argument("--days", type=decimal_arg, required=True, metavar="D", help="wall-clock days")
     op.add_argument("--assumed-mfu", type=decimal_arg, default=0.4, metavar="U",
@@ -48,7 +49,7 @@ def add_parser(sub: Any) -> None:
                     help="sweep only CONFIG's own sequence parallelism, ZeRO stage, cp, overlaps "
                          "and fusions (the study before it searched vtrain sweep's default "
                          "space)")
-    op.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
+    op.add_argument("--profile", type=path_arg, metavar="STORE.h5", help="profile store to use instead of the shipped one")
     op.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
     op.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
@@ -148,7 +149,8 @@ def _print(result, session, console: Console) -> None:
                   *(value_text(p[name]) for name in _SWITCHES), p["schedule"], p["recompute"],
                   f"{c.mfu:.1%}{calibration_mark(c.within_calibration, c.calibration_departures)}",
                   _memory_cell(p), format_params(c.tokens), f"{c.tokens_per_parameter:.3g}",
-                  f"{c.loss:.4f}", mark, style=style)
+                  f"{c.loss:.4f}" if math.isfinite(c.loss) else "-",
+                  ", ".join(x for x in (esc(c.reason), mark) if x), style=style)
     console.print(t)
     margin = s.cluster.memory_reserve_fraction * 100
     console.print("[dim]MFU counts attention and the output layer too (Megatron-LM's "

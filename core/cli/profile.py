@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.util.text import printable
 from core.plan.fields import ConfigError
-from core.cli.common import integer_arg
+from core.cli.common import integer_arg, path_arg
 from core.cli.common import UsageError, list_items, check_outputs
 
 if TYPE_CHECKING:  # rich is imported by the functions that print (fast ``vtrain --help``)
@@ -48,15 +48,15 @@ def add_parser(sub: Any) -> None:
                     "or from the shipped spec of a GPU kind (resources/gpu_specs/).")
     what = gen.add_mutually_exclusive_group(required=True)
     what.add_argument("--gpu", help="shipped GPU kind, e.g. H100-SXM5-80GB")
-    what.add_argument("--spec", metavar="GPU.json", help="GPU spec file (any GPU)")
-    gen.add_argument("--out", required=True, metavar="STORE.h5",
+    what.add_argument("--spec", type=path_arg, metavar="GPU.json", help="GPU spec file (any GPU)")
+    gen.add_argument("--out", type=path_arg, required=True, metavar="STORE.h5",
                      help="store to write (atomically; an existing file is replaced)")
-    gen.add_argument("--parameters-from", metavar="CALIBRATED.h5",
+    gen.add_argument("--parameters-from", type=path_arg, metavar="CALIBRATED.h5",
                      help="take the fitted parameters of this calibrated store (a GPU of the same "
                           "architecture) instead of the spec's assumed efficiencies: how the "
                           "shipped A800 store takes the A100's")
     show = psub.add_parser("show", help="print a store's device, provenance and contents")
-    show.add_argument("store", metavar="STORE.h5", nargs="+", help="one or more profile stores")
+    show.add_argument("store", type=path_arg, metavar="STORE.h5", nargs="+", help="one or more profile stores")
     add_profiling_parsers(psub)  # profile run / collectives (torch when run)
     add_import_parser(psub)
 
@@ -138,9 +138,9 @@ def add_profiling_parsers(psub: Any) -> None:
                     "with torch, for each shape, and write a measured profile store. The store "
                     "is saved after every shape group, so Ctrl-C keeps what was finished.")
     run.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    run.add_argument("--out", required=True, metavar="STORE.h5",
+    run.add_argument("--out", type=path_arg, required=True, metavar="STORE.h5",
                      help="store to write; an existing store of the same device is extended")
-    run.add_argument("--shapes", metavar="FILE",
+    run.add_argument("--shapes", type=path_arg, metavar="FILE",
                      help="JSON list of shape dicts and/or session files (default: a small set "
                           "for the device; format in core/profiling/shapes.py)")
     run.add_argument("--threads", type=integer_arg, metavar="N",
@@ -160,7 +160,7 @@ def add_profiling_parsers(psub: Any) -> None:
                       help="processes (ranks) to spawn on this machine, at least 2")
     coll.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                       help="torch.distributed backend: gloo on CPUs, nccl on GPUs (default gloo)")
-    coll.add_argument("--out", metavar="STORE.h5",
+    coll.add_argument("--out", type=path_arg, metavar="STORE.h5",
                       help="store to add the curves to (created if missing); omit to only print")
     coll.add_argument("--sizes", metavar="BYTES,...",
                       help="comma-separated buffer sizes in bytes (default 4 KiB..16 MiB on gloo, "
@@ -173,9 +173,9 @@ def add_import_parser(psub: Any) -> None:
     """Register ``profile import-nccl-tests`` on the ``profile`` sub-parsers."""
     imp = psub.add_parser("import-nccl-tests",
                           help="add collective curves from nccl-tests output to a store")
-    imp.add_argument("files", metavar="FILE", nargs="+",
+    imp.add_argument("files", type=path_arg, metavar="FILE", nargs="+",
                      help="nccl-tests stdout or the vTrain authors' CSV form, one file per run")
-    imp.add_argument("--into", metavar="STORE.h5", required=True,
+    imp.add_argument("--into", type=path_arg, metavar="STORE.h5", required=True,
                      help="store to add the curves to (saved atomically)")
     imp.add_argument("--group-size", type=integer_arg, help="GPUs per run, when the file does not say")
     imp.add_argument("--kind", choices=["all_reduce", "all_gather", "reduce_scatter", "send_recv"],
@@ -401,13 +401,23 @@ def run_import_nccl(args: argparse.Namespace) -> int:
     from core.store.nccl_tests import NcclTestsError, fit_curve, read_nccl_tests
     from core.store.profile_store import ProfileStore
 
+    from core.plan.fields import ConfigError, FieldError
+    from core.store.profile_store import STORE_BOUNDS
+
     check_outputs([("--into", args.into)], args.files)  # --into is read and extended
+    glo, ghi, _ = STORE_BOUNDS["group_size"]
+    if args.group_size is not None and not glo <= args.group_size <= ghi:
+        raise ConfigError([FieldError("--group-size", f"{args.group_size:,} must be from {glo} to "
+                                      f"{ghi:,} GPUs (a collective runs on two or more)")])
+    if args.knots is not None and args.knots < 2:
+        raise ConfigError([FieldError("--knots", f"{args.knots:,} must be at least 2 (a "
+                                      "piecewise fit has a knot at each end)")])
     store = ProfileStore.open(args.into)
     imported = []
     for f in args.files:
         curve = read_nccl_tests(f, kind=args.kind, group_size=args.group_size)
         try:
-            if args.knots:
+            if args.knots is not None:
                 curve = fit_curve(curve, args.knots)
             store.add_collective(curve.kind, curve.group_size, curve.nbytes, curve.time_s)
         except ValueError as exc:

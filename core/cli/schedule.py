@@ -7,7 +7,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any
 
-from core.cli.common import decimal_arg, integer_arg
+from core.cli.common import decimal_arg, integer_arg, path_arg
 from core.cli.common import check_number, check_profile_option, list_items, study_progress
 
 if TYPE_CHECKING:  # rich is imported when the command runs (fast ``vtrain --help``)
@@ -31,12 +31,12 @@ def add_parser(sub: Any) -> None:
                     "within --min-efficiency of the job's best) and 'adaptive' (efficient, but "
                     "start at once on at least half of it rather than wait). Prints job "
                     "completion time, queueing delay, makespan, utilization and GPU-hours.")
-    sc.add_argument("trace", metavar="TRACE.json",
+    sc.add_argument("trace", type=path_arg, metavar="TRACE.json",
                     help="JSON list of jobs: name, arrival_h, model (preset name) or num_layers/"
                          "hidden_size/num_attention_heads, global_batch_size, tokens, "
                          "requested_gpus")
     sc.add_argument("--gpus", type=integer_arg, required=True, metavar="N", help="GPUs of the cluster")
-    sc.add_argument("--cluster", metavar="CONFIG",
+    sc.add_argument("--cluster", type=path_arg, metavar="CONFIG",
                     help="session file or vTrain config whose cluster, profile, precision and "
                          "(with --hold-session-values) plan switches to use (default: 8-GPU "
                          "A100-SXM4-80GB nodes with the GPU's reference network, bf16)")
@@ -53,7 +53,7 @@ def add_parser(sub: Any) -> None:
                     help="least tokens/s per GPU, relative to the job's best, that 'efficient' "
                          "and 'adaptive' accept (default 0.8)")
     sc.add_argument("--runs", action="store_true", help="also print every job's run per policy")
-    sc.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
+    sc.add_argument("--profile", type=path_arg, metavar="STORE.h5", help="profile store to use instead of the shipped one")
     sc.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 

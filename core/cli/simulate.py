@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import TYPE_CHECKING, Any
 
-from core.cli.common import decimal_arg
+from core.cli.common import decimal_arg, path_arg
 from core.cli.common import (SET_HELP, field_error, fmt_bytes, fmt_days, check_outputs,
                      session_from_args, session_inputs, verdict_markup)
 from core.util.text import format_amount, format_energy, format_params
@@ -31,11 +31,11 @@ def add_parser(sub: Any) -> None:
                                 "distributed optimizer, 3: FSDP); no-X names a switch that is "
                                 "off. MFU is model FLOPs utilization (Narayanan et al. 2021, "
                                 "Eq. 3), HFU counts the recomputed FLOPs too.")
-    sim.add_argument("path", metavar="PATH", help="session file (.json) or vTrain config (.json)")
+    sim.add_argument("path", type=path_arg, metavar="PATH", help="session file (.json) or vTrain config (.json)")
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    sim.add_argument("--trace-out", metavar="FILE",
+    sim.add_argument("--trace-out", type=path_arg, metavar="FILE",
                      help="write the timeline as Chrome trace-event JSON (open in Perfetto)")
-    sim.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
+    sim.add_argument("--profile", type=path_arg, metavar="STORE.h5", help="profile store to use instead of the shipped one")
     sim.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
     sim.add_argument("--tokens", type=decimal_arg, metavar="T", help="training token budget (overrides the file)")
     sim.add_argument("--price-per-gpu-hour", type=decimal_arg, metavar="USD",

@@ -16,7 +16,7 @@ from core.plan.fields import ConfigError, FieldError
 from core.plan.parallel import (CP_COMM_TYPES, MOE_DISPATCHERS, RECOMPUTE_CHOICES,
                                 RECOMPUTE_MODES, SCHEDULES, SWEEP_SCHEDULES)
 from core.plan.rules import check_all_but_the_plan
-from core.cli.common import (SET_HELP, check_number, decimal_arg, fmt_days, integer_arg,
+from core.cli.common import (SET_HELP, check_number, decimal_arg, fmt_days, integer_arg, path_arg,
                              list_items, check_outputs, session_from_args, session_inputs)
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
@@ -40,7 +40,7 @@ def add_parser(sub: Any) -> None:
                     "print the fastest and cheapest plans and the (days, dollars) Pareto front. "
                     "Without --gpus, --max-gpus or --max-data-parallel the budget is at most "
                     "the GPU count of CONFIG's plan.")
-    sw.add_argument("path", metavar="CONFIG", help="session file (.json) or vTrain config (.json)")
+    sw.add_argument("path", type=path_arg, metavar="CONFIG", help="session file (.json) or vTrain config (.json)")
     budget = sw.add_mutually_exclusive_group()
     budget.add_argument("--gpus", metavar="N[,N...]", help="exact GPU count(s)")
     budget.add_argument("--max-gpus", metavar="N", help="largest GPU count")
@@ -113,8 +113,8 @@ def add_parser(sub: Any) -> None:
                     help="also report the cheapest plan that trains within D days (the "
                          "failure-free days, iterations x iteration time; --pick deadline "
                          "writes it as a session)")
-    sw.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the shipped one")
-    sw.add_argument("--out", metavar="FILE.csv|S.json",
+    sw.add_argument("--profile", type=path_arg, metavar="STORE.h5", help="profile store to use instead of the shipped one")
+    sw.add_argument("--out", type=path_arg, metavar="FILE.csv|S.json",
                     help="write every plan to a CSV file; with --pick, write the picked plan as a "
                          "session file (.json) instead")
     sw.add_argument("--pick", metavar="fastest|cheapest|deadline|N",

@@ -25,8 +25,9 @@ SHEET_OPTIONS_REFUSED = (("gpus", "--gpus"), ("max_gpus", "--max-gpus"),
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--gpus-from`` to ``vtrain sweep``'s parser."""
+    from core.cli.common import path_arg
     parser.add_argument(
-        "--gpus-from", metavar="PRICES.csv",
+        "--gpus-from", type=path_arg, metavar="PRICES.csv",
         help="which GPUs to rent: sweep CONFIG's model on each GPU kind of a price sheet (CSV "
              "columns gpu, price_per_gpu_hour_usd, max_gpus, optional gpus_per_node, source, "
              "date; docs/gpu_choice.md) up to its max_gpus, and print the front of expected "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from core.cli.common import integer_arg
+from core.cli.common import integer_arg, path_arg
 from core.cli.common import SET_HELP, field_error, session_from_args
 
 __all__ = ["add_parser", "run"]
@@ -31,17 +31,17 @@ def add_parser(sub: Any) -> None:
                     "and print it against the session's prediction, stage by stage (ranks in "
                     "Megatron-LM's order, pipeline outermost), the largest departures first. "
                     "Classes the simulator has no figure for say so.")
-    imp.add_argument("traces", nargs="+", metavar="TRACE.json",
+    imp.add_argument("traces", type=path_arg, nargs="+", metavar="TRACE.json",
                      help="trace files, one per rank (rank from the file's distributedInfo, "
                           "else rank<N> in its name, else its position)")
-    imp.add_argument("--session", required=True, metavar="S.json",
+    imp.add_argument("--session", type=path_arg, required=True, metavar="S.json",
                      help="the session (or vTrain config) the traces were taken of")
     imp.add_argument("--step", type=integer_arg, metavar="N",
                      help="the ProfilerStep#N to measure (default: the last complete one)")
-    imp.add_argument("--classes", metavar="TABLE.json",
+    imp.add_argument("--classes", type=path_arg, metavar="TABLE.json",
                      help="operation class table (default: the shipped "
                           "resources/trace_classes.json)")
-    imp.add_argument("--profile", metavar="STORE.h5", help="profile store to use instead of the "
+    imp.add_argument("--profile", type=path_arg, metavar="STORE.h5", help="profile store to use instead of the "
                                                            "shipped one")
     imp.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
     imp.add_argument("--json", action="store_true", help="print one JSON object instead of tables")

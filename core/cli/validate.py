@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.cli.common import decimal_arg, integer_arg
+from core.cli.common import decimal_arg, integer_arg, path_arg
 from core.cli.common import check_outputs, check_profile_option, field_error, row_progress
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
@@ -31,14 +31,14 @@ def add_parser(sub: Any) -> None:
                     "other columns (Megatron-LM's) are stated. Runs the simulator does not "
                     "support are skipped with their reason (none predicted: exit 2); runs the "
                     "memory model says cannot fit are reported.")
-    v.add_argument("csv", metavar="FILE", help="measurement file: CSV or JSON lines (layouts: "
+    v.add_argument("csv", type=path_arg, metavar="FILE", help="measurement file: CSV or JSON lines (layouts: "
                    "docs/accuracy.md, 'Measurement file layouts')")
-    v.add_argument("--profile", metavar="STORE.h5",
+    v.add_argument("--profile", type=path_arg, metavar="STORE.h5",
                    help="profile store for every row, as simulate --profile: rows of a GPU kind "
                         "without a shipped store are predicted with it, and rows of another kind "
                         "than the store's are predicted with it too, with a warning naming both "
                         "kinds (default: the shipped store of each row's GPU)")
-    v.add_argument("--cross-validate", type=integer_arg, metavar="K", default=0,
+    v.add_argument("--cross-validate", type=integer_arg, metavar="K", default=None,
                    help="k-fold cross-validation: refit the profile's parameters on K-1 folds "
                         "and predict the held-out fold (accuracy on data not used in the fit)")
     v.add_argument("--kernel-classes", action="store_true",
@@ -49,9 +49,9 @@ def add_parser(sub: Any) -> None:
                    help="nominal coverage of each row's error band, between 0 and 1 (default "
                         "0.9); the report gives the share of rows inside their band")
     v.add_argument("--json", action="store_true", help="print one JSON object")
-    v.add_argument("--out", metavar="FILE.csv",
+    v.add_argument("--out", type=path_arg, metavar="FILE.csv",
                    help="write every row with its prediction and error band")
-    v.add_argument("--plot", metavar="FILE.png", help="plot predicted against measured (log axes)")
+    v.add_argument("--plot", type=path_arg, metavar="FILE.png", help="plot predicted against measured (log axes)")
 
 
 def _predictor(profile: str | None, coverage: float):
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         with row_progress("predicting", args.json) as progress:
             result = predict_rows(ms, _predictor(args.profile, coverage), progress)
-    metrics = _metrics(result, ms, args.cross_validate, store)
+    metrics = _metrics(result, ms, args.cross_validate or 0, store)
     if not metrics["n"] and not metrics["memory"]["n"]:
         raise _nothing_predicted(args.csv, ms, metrics)
     if args.out:
@@ -122,7 +122,7 @@ def _nothing_predicted(path: str, ms, metrics: dict) -> Exception:
 
 
 def _check_args(args: argparse.Namespace):
-    """Refuse a fold count of 1 or below 0 and an ``--out`` / ``--plot`` that would overwrite an
+    """Refuse a fold count below 2 (0 too: it is not "no cross-validation") and an ``--out`` / ``--plot`` that would overwrite an
     input; return the checked ``--coverage`` and ``--profile``'s store (None without).
 
     Raises
@@ -130,8 +130,8 @@ def _check_args(args: argparse.Namespace):
     ConfigError
         Naming the option at fault (:func:`core.cli.common.field_error`).
     """
-    if args.cross_validate == 1 or args.cross_validate < 0:
-        raise field_error("--cross-validate", "needs at least 2 folds")
+    if args.cross_validate is not None and args.cross_validate < 2:
+        raise field_error("--cross-validate", f"{args.cross_validate}: needs at least 2 folds")
     if args.kernel_classes and (not args.cross_validate or args.profile):
         raise field_error("--kernel-classes", "fits the kernel classes in the shared fit: needs "
                                               "--cross-validate K and no --profile")

@@ -8,7 +8,7 @@ and returns the simple commands it would run, their words expanded, with nothing
 * ``$NAME``, ``${NAME}``, ``${NAME:-default}``, ``${NAME-default}``, ``${NAME:=default}``
   (assigns), ``${NAME:+alternative}``, ``${#NAME}``, ``${ARRAY[@]}``, ``${ARRAY[*]}``,
   ``${ARRAY[i]}``, positional parameters ``$1 ${2:-x} $@ $* $#`` and ``shift``, integer
-  ``$((...))``; unquoted expansions are split into words, quoted ones are not, as bash does;
+  ``$((...))`` as bash evaluates it (:func:`core.io.shell_values.arith`); unquoted expansions are split into words, quoted ones are not, as bash does;
 * ``if``/``elif``/``else``/``fi`` whose conditions are string or integer tests of known values
   (``[[ "$DTYPE" == fp8 ]]``, ``[ -z "$X" ]``, ``-eq`` ...): only the branch bash would take is
   read. A condition that needs the machine (``[ -f path ]``, a command's status) is not
@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from core.io.shell_compound import (MAX_LAUNCH_BYTES, MAX_LOOP_ITERATIONS, MAX_NESTING,
                                     CompoundCommands, Break, Call, Definition, Exit, Frame,
                                     Refused, ReturnFromFunction, Unknown)
-from core.io.shell_values import Unbounded, arith, compare
+from core.io.shell_values import BashArithmeticError, Unbounded, arith, compare
 from core.io.shell_words import (ASSIGNMENT, MAX_STATEMENT_BYTES, NAME, PARAMETER, REDIRECTIONS,
                                  SEPARATORS, Part, ShellError, Word, head, lex,
                                  missing_variable, statements)
@@ -448,9 +448,8 @@ class _Reader(CompoundCommands):
             expr = self._string(part.text, depth + 1)
         except ValueError:
             return None
-        expr = NAME.sub(lambda v: self.env[v.group()] if isinstance(self.env.get(v.group()), str)
-                         else v.group(), expr)
-        value = arith(expr)
+        value = arith(expr, lambda name: self.env[name] if isinstance(self.env.get(name), str)
+                      else None)
         return None if value is None else str(value)
 
     def _expand_parts(self, parts: list[Part], split: bool, depth: int = 0
@@ -948,6 +947,9 @@ def read_shell(text: str, source: str = "script", variables: dict[str, str] | No
             return reader.shell
         except (Unbounded, Refused) as exc:
             raise ShellError(f"{source}: statement {head(stmt)}: {exc}") from None
+        except BashArithmeticError as exc:
+            raise ShellError(f"{source}: statement {head(stmt)}: {exc} (bash stops the "
+                             "script here)") from None
         except ShellError as exc:
             raise ShellError(f"{source}: cannot split {head(stmt)} into shell words: {exc}"
                              ) from None

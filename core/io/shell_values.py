@@ -8,8 +8,10 @@ from __future__ import annotations
 import ast
 import operator
 import re
+from collections.abc import Callable
 
-__all__ = ["MAX_ARITH_TOKENS", "ARITH_LIMIT", "BINOPS", "Unbounded", "arith", "Element",
+__all__ = ["MAX_ARITH_TOKENS", "MAX_ARITH_NESTING", "ARITH_LIMIT", "BINOPS", "Unbounded",
+           "BashArithmeticError", "arith", "Element",
            "pattern_elements", "wildcard", "compare"]
 
 MAX_ARITH_TOKENS = 512  # numbers, names and operators of one $((...))
@@ -22,52 +24,208 @@ class Unbounded(Exception):
     :mod:`core.io.shell_reader`'s; ``read_launch`` names the file and the statement)."""
 
 
-#: bash's integer operators as Python functions (``/`` is integer division in bash).
+#: bash's integer operators as Python functions (``/`` is integer division in bash), for
+#: readers of other arithmetic (:mod:`core.io.megatron.model_arguments`' list patterns).
 BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
           ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
 
+#: Nesting of variables whose values are arithmetic (``A=B+1``, ``B=C*2`` ...) the reader
+#: follows in one ``$((...))`` (bash's own limit is 1,024).
+MAX_ARITH_NESTING = 16
 
-def arith(expr: str) -> int | None:
-    """Integer value of a bash ``$((...))`` expression of numbers and + - * / % (), or None
-    when it is not such an expression (it then stays as written).
+_ARITH_TOKEN = re.compile(r"\s*(?:(?P<num>[0-9][0-9A-Za-z@_#]*)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
+                          r"|(?P<op>\*\*|[-+*/%()]))")
+
+
+class BashArithmeticError(Exception):
+    """A ``$((...))`` bash itself stops the script on (division by zero, a digit beyond its
+    base, a negative exponent: bash prints the error and exits); ``read_launch`` names the
+    file and the statement."""
+
+
+class _NotEvaluated(Exception):
+    """An operator, a name without a value or a form the reader does not evaluate."""
+
+
+def _constant(token: str) -> int:
+    """The value of a bash integer constant (``help let``): decimal, ``0`` octal, ``0x`` hex or
+    ``BASE#DIGITS`` with BASE 2 to 64 and the digits 0-9, a-z, A-Z, @ and _ (letters of either
+    case are 10-35 up to base 36). Raises :class:`BashArithmeticError` where bash does."""
+    if len(token) > 70:  # base 2 needs at most 64 digits below 2^63
+        raise Unbounded(f"arithmetic on a number of {len(token):,} characters, outside bash's "
+                        "64-bit range (|x| < 2^63) and any count a launch can mean")
+    if "#" in token:
+        base_text, digits = token.split("#", 1)
+        if not base_text.isdecimal() or not 2 <= int(base_text) <= 64:
+            raise BashArithmeticError(f"{token}: invalid arithmetic base (bash takes 2 to 64)")
+        base = int(base_text)
+    elif token[:2] in ("0x", "0X"):
+        base, digits = 16, token[2:]
+    elif token[:1] == "0" and len(token) > 1:
+        base, digits = 8, token[1:]
+    else:
+        base, digits = 10, token
+    if not digits:
+        raise BashArithmeticError(f"{token}: invalid integer constant")
+    value = 0
+    for c in digits:
+        if "0" <= c <= "9":
+            d = ord(c) - ord("0")
+        elif "a" <= c <= "z":
+            d = ord(c) - ord("a") + 10
+        elif "A" <= c <= "Z":
+            d = ord(c) - ord("A") + (36 if base > 36 else 10)
+        else:
+            d = {"@": 62, "_": 63}.get(c, 64)
+        if d >= base:
+            raise BashArithmeticError(f"{token}: value too great for base ({base})")
+        value = value * base + d
+    return value
+
+
+def arith(expr: str, lookup: Callable[[str], str | None] = lambda name: None) -> int | None:
+    """Integer value of a bash ``$((...))`` expression of integer constants (:func:`_constant`),
+    variables, unary ``+ -``, ``**``, ``* / %``, ``+ -`` and parentheses, evaluated as bash
+    does (64-bit integers; ``/`` and ``%`` truncate toward zero, as in C; ``**`` binds to the
+    right and below the unary signs: ``-2**2`` is 4), or None when it holds another operator
+    or a variable without a value (it then stays as written).
+
+    ``lookup(name)`` gives a variable's value, None when it has none; the value is itself
+    evaluated as arithmetic, as bash does (``A=1+2``: ``$((A*3))`` is 9), an empty one as 0.
 
     Raises :class:`Unbounded` for more than :data:`MAX_ARITH_TOKENS` tokens, or a number
     or any intermediate result of :data:`ARITH_LIMIT` or more in magnitude (bash's 64-bit
-    range; no launch means such a number), before Python computes anything larger.
+    range; no launch means such a number), before Python computes anything larger, and
+    :class:`BashArithmeticError` where bash stops the script (division by zero, a digit
+    beyond its base, a negative exponent).
     """
     if len(expr) > 32 * MAX_ARITH_TOKENS or \
             len(re.findall(r"\w+|[^\w\s]", expr)) > MAX_ARITH_TOKENS:
         raise Unbounded(f"$(({expr[:20]}...)) has more than {MAX_ARITH_TOKENS} terms and "
-                         "operators, more than a launch's arithmetic needs")
-    if re.search(r"\d{20}", expr):  # a literal of 20 digits or more is 2^63 or more
-        raise Unbounded("arithmetic on a number of 20 digits or more, outside bash's 64-bit "
-                         "range (|x| < 2^63) and any count a launch can mean")
+                        "operators, more than a launch's arithmetic needs")
     try:
-        tree = ast.parse(expr.strip(), mode="eval")
-    except (SyntaxError, RecursionError, MemoryError, ValueError):
+        return _evaluate(expr, lookup, 0)
+    except _NotEvaluated:
         return None
+    except BashArithmeticError as exc:
+        raise BashArithmeticError(f"$(({expr.strip()[:40]})): {exc}") from None
+    except RecursionError:
+        raise Unbounded(f"$(({expr[:20]}...)) nests its parentheses deeper than a launch's "
+                        "arithmetic needs") from None
 
-    def bounded(x: int) -> int:
-        if not -ARITH_LIMIT < x < ARITH_LIMIT:
+
+def _bounded(x: int) -> int:
+    if not -ARITH_LIMIT < x < ARITH_LIMIT:
+        raise Unbounded("arithmetic with a result outside bash's 64-bit range "
+                        "(|x| < 2^63) and any count a launch can mean")
+    return x
+
+
+def _tokens(expr: str) -> list[tuple[str, str]]:
+    out, i = [], 0
+    while i < len(expr):
+        m = _ARITH_TOKEN.match(expr, i)
+        if m is None or m.end() == i:
+            if expr[i:].strip():
+                raise _NotEvaluated
+            break
+        kind = m.lastgroup
+        out.append((kind, m.group(kind)))
+        i = m.end()
+    return out
+
+
+def _evaluate(expr: str, lookup: Callable[[str], str | None], depth: int) -> int:
+    """:func:`arith`'s recursive descent (precedence of bash's ``help let``, the operators
+    the reader evaluates)."""
+    if depth > MAX_ARITH_NESTING:
+        raise _NotEvaluated
+    toks = _tokens(expr)
+    if not toks:
+        if depth:  # an empty variable is 0 in bash's arithmetic
+            return 0
+        raise _NotEvaluated
+    pos = 0
+
+    def peek() -> tuple[str, str] | None:
+        return toks[pos] if pos < len(toks) else None
+
+    def take() -> tuple[str, str]:
+        nonlocal pos
+        if pos >= len(toks):
+            raise _NotEvaluated
+        pos += 1
+        return toks[pos - 1]
+
+    def operand() -> int:
+        kind, text = take()
+        if kind == "num":
+            return _bounded(_constant(text))
+        if kind == "name":
+            value = lookup(text)
+            if value is None:
+                raise _NotEvaluated
+            return _evaluate(value, lookup, depth + 1)
+        if text == "(":
+            value = additive()
+            if take() != ("op", ")"):
+                raise _NotEvaluated
+            return value
+        raise _NotEvaluated
+
+    def unary() -> int:
+        if peek() in (("op", "-"), ("op", "+")):
+            sign = take()[1]
+            value = unary()
+            return -value if sign == "-" else value
+        return operand()
+
+    def power() -> int:
+        base = unary()
+        if peek() != ("op", "**"):
+            return base
+        take()
+        exponent = power()  # right-associative
+        if exponent < 0:
+            raise BashArithmeticError("exponent less than 0")
+        if exponent == 0:
+            return 1
+        if base in (0, 1):
+            return base
+        if base == -1:
+            return -1 if exponent % 2 else 1
+        if exponent >= 64:
             raise Unbounded("arithmetic with a result outside bash's 64-bit range "
-                             "(|x| < 2^63) and any count a launch can mean")
-        return x
+                            "(|x| < 2^63) and any count a launch can mean")
+        return _bounded(base ** exponent)
 
-    def ev(node: ast.AST) -> int:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            return bounded(node.value)
-        if isinstance(node, ast.BinOp) and type(node.op) in BINOPS:
-            return bounded(BINOPS[type(node.op)](ev(node.left), ev(node.right)))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        raise ValueError("not integer arithmetic")
+    def multiplicative() -> int:
+        value = power()
+        while peek() in (("op", "*"), ("op", "/"), ("op", "%")):
+            op = take()[1]
+            right = power()
+            if op == "*":
+                value = _bounded(value * right)
+                continue
+            if right == 0:
+                raise BashArithmeticError("division by 0")
+            q = abs(value) // abs(right)
+            q = q if (value >= 0) == (right > 0) else -q  # C's division: toward zero
+            value = _bounded(q if op == "/" else value - right * q)
+        return value
 
-    try:
-        return ev(tree)
-    except (ValueError, ZeroDivisionError, RecursionError):
-        return None
+    def additive() -> int:
+        value = multiplicative()
+        while peek() in (("op", "+"), ("op", "-")):
+            op = take()[1]
+            right = multiplicative()
+            value = _bounded(value + right if op == "+" else value - right)
+        return value
+
+    result = additive()
+    if pos != len(toks):
+        raise _NotEvaluated
+    return result
 
 
 #: One character of a bash pattern: (negated, ranges) — a character c matches when it lies in

@@ -348,6 +348,9 @@ def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str
                 rule = _QUANTIZE_OTHER_RULE
             else:
                 rule = _rule(section, key.split(".")[0])
+                if rule is not None and rule.kind == "used" and "." in key:
+                    raise refusal(where, f"{section}.{key.split('.')[0]}", "a table where "
+                                  "torchtitan's job config has a value")
             if rule is None:
                 raise refusal(where, name, "is not a key of torchtitan's job config the importer "
                            "knows, so it cannot tell whether it changes the run")
@@ -379,10 +382,19 @@ def _int(used: dict[str, Any], name: str, where: str, default: int, minimum: int
     return v
 
 
+def _switch(used: dict[str, Any], name: str, where: str) -> bool:
+    """A used switch: a TOML boolean (torchtitan's field is a ``bool``; ``"true"`` or ``1``
+    is refused, never read as off), False when not given."""
+    v = used.get(name, False)
+    if not isinstance(v, bool):
+        raise refusal(where, name, f"{v!r} must be true or false (a TOML boolean)")
+    return v
+
+
 def _choice(used: dict[str, Any], name: str, where: str, default: Any,
             choices: dict[Any, Any]) -> Any:
     v = used.get(name, default)
-    if v not in choices:
+    if not isinstance(v, str) or v not in choices:  # every choice is a string
         raise refusal(where, name, f"{v!r}: not modelled; the importer knows "
                    + ", ".join(map(str, choices)))
     return choices[v]
@@ -498,6 +510,9 @@ _FIELD_KEYS = {
 def _model(used: dict[str, Any], where: str, notes: list[str]):
     name = used.get("model.name", "llama3")
     flavor = used.get("model.flavor", "debugmodel")
+    for key, value in (("model.name", name), ("model.flavor", flavor)):
+        if not isinstance(value, str):
+            raise refusal(where, key, f"{value!r} must be a string")
     if name in _REFUSED_MODELS:
         raise refusal(where, "model.name", f"{name!r}: not modelled yet: {_REFUSED_MODELS[name]}")
     preset = FLAVOURS.get((name, flavor))
@@ -669,7 +684,7 @@ def _precision(used: dict[str, Any], where: str, fsdp: bool, t: int, p: int,
     for c in converters:
         if c not in ("float8", "quantize.linear.float8"):
             raise refusal(where, "model.converters", f"{c!r}: not modelled (float8 is)")
-    fp8 = bool(converters) or used.get(_float8_key(used, "enable_float8_linear")) is True
+    fp8 = bool(converters) or _switch(used, _float8_key(used, "enable_float8_linear"), where)
     recipe = None
     if fp8:
         if no_amp:
@@ -681,7 +696,7 @@ def _precision(used: dict[str, Any], where: str, fsdp: bool, t: int, p: int,
         precision = "fp8"
         recipe = _choice(used, _float8_key(used, "recipe_name"), where, "tensorwise",
                          {"tensorwise": "tensorwise"})
-    gather = used.get(_float8_key(used, "enable_fsdp_float8_all_gather"), False) is True
+    gather = _switch(used, _float8_key(used, "enable_fsdp_float8_all_gather"), where)
     return precision, fp8, recipe, gather
 
 
@@ -724,7 +739,7 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         cp_comm_type=_choice(used, _PAR + "context_parallel_rotate_method", where, "allgather",
                              {"allgather": "allgather", "alltoall": "p2p"}),
         expert_parallel=ep,
-        tp_comm_overlap=used.get(_PAR + "enable_async_tensor_parallel", False) is True,
+        tp_comm_overlap=_switch(used, _PAR + "enable_async_tensor_parallel", where),
         # PyTorch's autograd adds each micro-batch's weight gradients into .grad (DDP); no
         # fused weight-gradient GEMM (under FSDP the field has no effect: nothing is added)
         gradient_accumulation_fusion=False)

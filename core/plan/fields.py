@@ -98,10 +98,12 @@ MAX_INTEGER = 2**63 - 1
 def path_problem(text: str) -> str | None:
     """Why the path ``text`` cannot be resolved, or None.
 
-    Lexical and local only (no file is opened, and whether it exists is not told): a NUL
-    byte, characters the file system cannot encode, or ``~user`` naming a user this machine does not have. A path that is a symlink
+    Lexical and local only (no file is opened, and whether it exists is not told): an empty
+    path, a NUL byte, characters the file system cannot encode, or ``~user`` naming a user this machine does not have. A path that is a symlink
     loop is refused when it is opened, with the message of any unreadable store.
     """
+    if not text:  # read as "none" it silently used the shipped store instead
+        return "is an empty path (null when there is none)"
     if "\0" in text:
         return "cannot be resolved: it holds a NUL byte"
     try:

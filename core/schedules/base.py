@@ -29,7 +29,7 @@ import numpy as np
 __all__ = ["PHASE_F", "PHASE_B", "PHASE_W", "PHASES", "WorkOrder", "PipelineSchedule",
            "NotInMegatron", "register", "get", "names", "work_order", "work_orders",
            "in_flight_microbatches", "in_flight_all", "loss_in_flight", "schedule_errors",
-           "combined_1f1b_paired_share", "order_of", "megatron_schedule"]
+           "combined_1f1b_paired_share", "order_of", "megatron_schedule", "steady_microbatches"]
 
 PHASE_F, PHASE_B, PHASE_W = 0, 1, 2
 #: Phase names, indexed by the phase codes above.
@@ -171,6 +171,22 @@ class PipelineSchedule:
         when it depends on more than p, m and v."""
         return (p - 1) / (m + p - 1)
 
+    def in_flight_steady_from(self, p: int, v: int) -> int | None:
+        """A micro-batch count ``m0`` from which the peak in-flight counts no longer change with
+        ``m`` (:func:`in_flight_all`, :func:`loss_in_flight`), None when they grow with it.
+        The peak is reached in the warm-up and the cool-down; a longer steady phase (one
+        forward, one backward) repeats without raising it. Default ``2 * p * v`` (``v`` the
+        chunks per stage): 1F1B's is reached at ``m = p``, interleaved 1F1B's at ``2p``
+        (Narayanan et al. 2021 Sec. 2.2.2's warm-up); ``tests/test_pipeline.py`` checks every
+        valid ``m`` up to ``10 p v`` against the full orders."""
+        return 2 * p * v
+
+    def in_flight_closed_form(self, p: int, m: int, v: int) -> tuple[tuple[float, ...], int] | None:
+        """``(in-flight counts of every stage, loss in flight)`` without building the orders,
+        for a schedule whose counts grow with ``m`` (:meth:`in_flight_steady_from` None);
+        None to build them."""
+        return None
+
     def order_errors(self, p: int, m: int, v: int) -> list[tuple[str, str]]:
         """The rules its work order itself needs (``(field, message)`` pairs; none by default):
         :func:`work_order` and :func:`work_orders` refuse a (p, m, v) that breaks one, so no
@@ -306,11 +322,36 @@ def work_orders(schedule: str, p: int, m: int, v: int = 1
     return out
 
 
+def steady_microbatches(schedule: str, p: int, m: int, v: int = 1) -> int:
+    """The micro-batch count whose peak in-flight counts equal ``m``'s that is cheapest to
+    order: ``m`` itself, or for ``m`` beyond the schedule's
+    :meth:`PipelineSchedule.in_flight_steady_from` the smallest count from there on that its
+    order accepts (``m`` when none is found within ``p * v`` more). A sweep of a global batch of
+    millions of sequences asks for orders of millions of items per stage otherwise (minutes,
+    gigabytes)."""
+    sched = get(schedule)
+    m0 = sched.in_flight_steady_from(p, sched.chunks(v))
+    if m0 is None or m <= m0:
+        return m
+    for k in range(m0, min(m, m0 + p * sched.chunks(v) + 1)):
+        if not sched.order_errors(p, k, sched.chunks(v)):
+            return k
+    return m
+
+
 @lru_cache(maxsize=1024)
 def in_flight_all(schedule: str, p: int, m: int, v: int = 1,
                   chunk_layers: tuple[tuple[int, ...], ...] | None = None) -> tuple[float, ...]:
     """:func:`in_flight_microbatches` of every stage (``chunk_layers``: each stage's chunks'
-    layers, or None), from :func:`work_orders` in one pass; the same floats."""
+    layers, or None), from :func:`work_orders` in one pass; the same floats. Beyond the
+    schedule's steady state the orders of :func:`steady_microbatches` give them; GPipe's
+    closed form (:meth:`PipelineSchedule.in_flight_closed_form`) needs none."""
+    sched = get(schedule)
+    sched.check_order(p, m, sched.chunks(v))
+    closed = sched.in_flight_closed_form(p, m, sched.chunks(v))
+    if closed is not None:
+        return closed[0]
+    m = steady_microbatches(schedule, p, m, v)
     phase, _, chunk = work_orders(schedule, p, m, v)
     sched = get(schedule)
     release = PHASE_W if sched.splits_backward else PHASE_B
@@ -334,9 +375,14 @@ def loss_in_flight(schedule: str, p: int, m: int, v: int = 1) -> int:
     stage's program. 1F1B, interleaved 1F1B and ZB-H1: 1 (each loss's backward follows its
     forward); GPipe: ``m`` when ``p > 1`` (all forwards run before the first backward).
     Each such micro-batch keeps its cross entropy's saved softmax
-    (:func:`core.model.memory.stage_memory_arrays`)."""
-    phase, _, chunk = work_orders(schedule, p, m, v)
+    (:func:`core.model.memory.stage_memory_arrays`). Beyond the steady state, from the orders
+    of :func:`steady_microbatches` (or the closed form), as :func:`in_flight_all`."""
     sched = get(schedule)
+    sched.check_order(p, m, sched.chunks(v))
+    closed = sched.in_flight_closed_form(p, m, sched.chunks(v))
+    if closed is not None:
+        return closed[1]
+    phase, _, chunk = work_orders(schedule, p, steady_microbatches(schedule, p, m, v), v)
     vv = sched.chunks(v)
     stage_of, chunk_of = sched.placement(p, vv)
     s, c = int(stage_of[-1]), int(chunk_of[-1])  # the virtual stage of the loss
@@ -359,7 +405,10 @@ def in_flight_microbatches(schedule: str, p: int, m: int, stage: int, v: int = 1
     item by its chunk's layers when the chunks differ (the embedding / loss counted in the
     pipeline split): the peak of layers held over the stage's layers.
     """
-    order = work_order(schedule, p, m, stage, v)
+    closed = get(schedule).in_flight_closed_form(p, m, get(schedule).chunks(v))
+    if closed is not None:
+        return closed[0][stage]
+    order = work_order(schedule, p, steady_microbatches(schedule, p, m, v), stage, v)
     release = PHASE_W if get(schedule).splits_backward else PHASE_B
     step = np.where(order.phase == PHASE_F, 1, np.where(order.phase == release, -1, 0))
     vv = get(schedule).chunks(v)

@@ -26,6 +26,17 @@ class GPipe(PipelineSchedule):
             return OneFOneB().order(p, m, stage, v)
         return order_of(np.repeat([PHASE_F, PHASE_B], m), np.concatenate([np.arange(m)] * 2))
 
+    def in_flight_steady_from(self, p: int, v: int) -> int | None:
+        """With a pipeline every forward runs before the first backward: the counts grow
+        with ``m`` (:meth:`in_flight_closed_form`); without one, 1F1B's."""
+        return None if p > 1 else 2
+
+    def in_flight_closed_form(self, p: int, m: int, v: int) -> tuple[tuple[float, ...], int] | None:
+        """``m`` micro-batches in flight on every stage, and ``m`` losses on the last, when
+        ``p > 1`` (all forwards, then all backwards: Huang et al. 2019); None without a
+        pipeline (1F1B's order)."""
+        return ((float(m),) * p, m) if p > 1 else None
+
     def orders(self, p: int, m: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if p == 1:
             return OneFOneB().orders(p, m, v)

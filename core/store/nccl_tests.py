@@ -100,11 +100,13 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
     NcclTestsError
         Unreadable, non-regular or too large file, no data rows, a size or time that is not
         finite or outside :data:`core.store.profile_store.STORE_BOUNDS`, or the operation or
-        group size cannot be determined (or is out of bounds).
+        group size cannot be determined (or is out of bounds, given or read), or a size
+        measured twice (two runs in one file).
     """
     from core.util.inputs import read_text
 
     path = Path(path)
+    given_group = group_size is not None  # out of bounds is refused as such, not as unknown
     text = read_text(path, NcclTestsError, "text")
     lines = text.splitlines()
     first = lines[0].strip().lower() if lines else ""
@@ -125,7 +127,7 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
         except csv.Error as exc:
             raise NcclTestsError(f"{path}: not a readable CSV file ({exc})") from None
         kind = kind or _kind_from(path.stem)
-        group_size = group_size or _group_from_name(path)
+        group_size = group_size if group_size is not None else _group_from_name(path)
     else:
         ranks = 0
         for number, line in enumerate(lines, start=1):
@@ -152,13 +154,13 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
             times.append(time_s)
             _check_point(path, number, size, time_s)
         kind = kind or _kind_from(path.stem)
-        group_size = group_size or ranks or _group_from_name(path)
+        group_size = group_size if group_size is not None else ranks or _group_from_name(path)
     if not sizes:
         raise NcclTestsError(f"{path}: no nccl-tests data rows found")
     if kind is None:
         raise NcclTestsError(f"{path}: cannot tell the collective; name it in the file name "
                              f"(e.g. all_reduce_8gpu.txt) or pass it explicitly")
-    if not group_size or group_size < 2:
+    if not given_group and (not group_size or group_size < 2):
         raise NcclTestsError(f"{path}: cannot tell the number of GPUs; put it in the file name "
                              f"(e.g. a100_allreduce_8gpu.csv) or pass it explicitly")
     glo, ghi, _ = STORE_BOUNDS["group_size"]
@@ -166,8 +168,13 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
         raise NcclTestsError(f"{path}: group size {group_size:,} is not from {glo} to {ghi:,} GPUs")
     nb = np.array(sizes)
     ts = np.array(times)
-    order = np.argsort(nb)
+    order = np.argsort(nb, kind="stable")
     nb, ts = nb[order], ts[order]
+    twice = np.flatnonzero(np.diff(nb) == 0)
+    if twice.size:  # two runs in one file: which time was meant is unknown
+        size = nb[twice[0]]
+        raise NcclTestsError(f"{path}: size {size:.0f} bytes is measured twice ("
+                             f"{ts[twice[0]]:.3g} s and {ts[twice[0] + 1]:.3g} s); one run per file")
     keep = np.concatenate([[True], np.diff(nb) > 0]) & (nb > 0) & (ts > 0)
     return CollectiveCurve(kind, int(group_size), nb[keep], ts[keep])
 
@@ -188,7 +195,10 @@ def fit_curve(curve: CollectiveCurve, num_knots: int = 12) -> CollectiveCurve:
     """
     x = np.log(curve.nbytes)
     y = np.log(curve.time_s)
-    if x.size < num_knots or num_knots < 2:
+    if num_knots < 2:
+        raise NcclTestsError(f"{curve.kind} on {curve.group_size} GPUs: {num_knots} knots: a "
+                             "piecewise fit needs at least 2")
+    if x.size < num_knots:
         raise NcclTestsError(f"{curve.kind} on {curve.group_size} GPUs: {x.size} sizes are too "
                              f"few for {num_knots} knots")
     knots = np.linspace(x[0], x[-1], num_knots)

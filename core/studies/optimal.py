@@ -349,6 +349,11 @@ def _candidate(session: Session, model: ModelConfig, space: Any, store: Any, can
         return Candidate(model, n, None, math.nan, math.nan, math.nan, math.nan, reason)
     tps = float(res.tokens_per_s[i])
     tokens = tps * seconds
+    iteration = s.plan.global_batch_size * model.seq_length  # tokens of one iteration, B x s
+    if tokens < iteration:  # no step of training: the loss fit says nothing (1e108 at 1e-300 days)
+        return Candidate(model, n, res.plan_row(i), tps, float(res.mfu[i]), tokens, math.nan,
+                         f"less than one iteration in the budget ({iteration / tps:.3g} s for "
+                         f"{iteration:,} tokens)")
     return Candidate(model, n, res.plan_row(i), tps, float(res.mfu[i]), tokens,
                      chinchilla_loss(n, tokens))
 
@@ -408,7 +413,9 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     Raises
     ------
     ConfigError
-        A budget argument out of range (named as the CLI option).
+        A budget argument out of range (named as the CLI option), or ``days`` shorter than
+        one iteration (B x s tokens) of every candidate's fastest plan (``--days``); a
+        candidate that trains less than one iteration has no loss and says so in its reason.
     core.studies.sweep.SweepCancelled
         ``cancel`` was set.
     """
@@ -447,4 +454,11 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     losses = np.array([c.loss for c in out.candidates])
     if np.isfinite(losses).any():
         out.best = int(np.nanargmin(losses))
+    planned = [c for c in out.candidates if c.plan is not None]
+    if out.best is None and planned:  # every plan that runs trains less than one iteration
+        shortest = min((session.plan.global_batch_size * c.model.seq_length) / c.tokens_per_s
+                       for c in planned)
+        raise ConfigError([FieldError("--days", f"{days:g} days is shorter than one iteration "
+                                      f"of every candidate's fastest plan (the shortest takes "
+                                      f"{shortest:.3g} s, {shortest / 86400:.3g} days)")])
     return out

@@ -409,6 +409,17 @@ def _choice(policy: str, job: Job, counts: np.ndarray, tps: np.ndarray, free: in
     return None
 
 
+def _policy_errors(policies: Sequence[str], min_efficiency: Any) -> list[FieldError]:
+    """The errors of :func:`run_schedule`'s policy arguments: a policy not in
+    :data:`POLICIES`, ``min_efficiency`` not a number in (0, 1]."""
+    errs = [FieldError("--policy", f"{p!r} is not one of {', '.join(POLICIES)}")
+            for p in policies if p not in POLICIES]
+    if isinstance(min_efficiency, bool) or not isinstance(min_efficiency, (int, float)) or \
+            not 0 < min_efficiency <= 1:
+        errs.append(FieldError("--min-efficiency", f"{min_efficiency!r} must be in (0, 1]"))
+    return errs
+
+
 def run_schedule(jobs: Sequence[Job], tokens_per_s: np.ndarray, counts: Sequence[int],
                  total_gpus: int, policy: str, *, plans: list[list[dict | None]] | None = None,
                  backfill: bool = False, min_efficiency: float = 0.8) -> ScheduleResult:
@@ -437,11 +448,7 @@ def run_schedule(jobs: Sequence[Job], tokens_per_s: np.ndarray, counts: Sequence
         or ``min_efficiency`` outside (0, 1].
     """
     counts_a = np.asarray(counts, np.int64)
-    errs = []
-    if policy not in POLICIES:
-        errs.append(FieldError("--policy", f"{policy!r} is not one of {', '.join(POLICIES)}"))
-    if not 0 < min_efficiency <= 1:
-        errs.append(FieldError("--min-efficiency", f"{min_efficiency!r} must be in (0, 1]"))
+    errs = _policy_errors([policy], min_efficiency)
     for job in jobs:
         if job.requested_gpus > total_gpus:
             errs.append(FieldError(f"{job.name}.requested_gpus", f"{job.requested_gpus} is more "
@@ -523,14 +530,16 @@ def schedule_study(jobs: Sequence[Job], session: Session, total_gpus: int, *,
     Raises
     ------
     ConfigError
-        A request above ``total_gpus`` (named ``source[i].requested_gpus``, before any sweep),
-        or what :func:`run_schedule` raises.
+        A request above ``total_gpus`` (named ``source[i].requested_gpus``), an unknown policy
+        or ``min_efficiency`` outside (0, 1], all before any sweep, or what
+        :func:`run_schedule` raises.
     """
     too_big = [FieldError(f"{source}[{i}].requested_gpus",
                           f"{j.requested_gpus} is more than the cluster's {total_gpus} GPUs")
                for i, j in enumerate(jobs) if j.requested_gpus > total_gpus]
-    if too_big:
-        raise ConfigError(too_big)
+    errs = too_big + _policy_errors(policies, min_efficiency)
+    if errs:
+        raise ConfigError(errs)
     counts = gpu_counts(total_gpus, session.cluster.gpus_per_node, [j.requested_gpus for j in jobs])
     tps, plans = throughput_table(jobs, session, counts, store=store, progress=progress,
                                   cancel=cancel, warnings=warnings,

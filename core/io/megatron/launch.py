@@ -75,8 +75,22 @@ def unset_message(source: str, what: str, text: str) -> str:
     return f"{source}: {what} {text}: {_not_set(text)}"
 
 
+#: A name inside a ``$((...))`` or ``$[...]`` that the reader left as written (not a digit
+#: of a constant such as ``16#ff`` or ``0x1f``).
+_ARITH_NAME = re.compile(r"(?<![0-9A-Za-z_#@])[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _not_set(text: str) -> str:
-    name = missing_variable(text) or "NAME"
+    name = missing_variable(text)
+    if name is None:
+        inner = re.search(r"\$\(\((.*?)\)\)|\$\[(.*?)\]", text)
+        found = _ARITH_NAME.search(next(g for g in inner.groups() if g is not None)) if inner else None
+        name = found.group() if found else None
+    if name is None:
+        return ("an arithmetic expansion or a command's output vtrain does not evaluate (it "
+                "reads integer constants, variables the file sets, + - * / % ** and "
+                "parentheses); write the value itself, or set it in a variable and give --var "
+                "NAME=VALUE")
     return (f"the variable {name} is not set in the file (or comes from a command vtrain does "
             f"not run); give --var {name}=VALUE")
 

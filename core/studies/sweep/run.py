@@ -85,11 +85,20 @@ def _early_pool(session: Session, space: SweepSpace, workers: int, dask: str | N
     return parallel.start_pool(workers - 1, compiled=True)
 
 
-def _check_workers(workers: Any) -> int:
-    """``workers`` as an int; :class:`ConfigError` (field ``sweep.workers``) unless a positive integer."""
+def _check_workers(workers: Any, local: bool = True) -> int:
+    """``workers`` as an int; :class:`ConfigError` (field ``sweep.workers``) unless a positive
+    integer, and, for processes started on this machine (``local``: a process pool or a local
+    Dask cluster), at most its cores (:func:`core.studies.sweep.parallel.default_workers`):
+    each worker is one process solving on one core, so more cannot make the sweep faster, and
+    a forked pool starts all of them at once (100,000 would be 100,000 processes)."""
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
         raise ConfigError([FieldError("sweep.workers", f"workers={workers!r} must be a positive "
                                       "integer")])
+    cores = parallel.default_workers()
+    if local and workers > cores:
+        raise ConfigError([FieldError("sweep.workers", f"workers={int(workers):,} is more than "
+                                      f"this machine's {cores} cores (one process per core; "
+                                      "more cannot make the sweep faster)")])
     return int(workers)
 
 
@@ -102,13 +111,14 @@ def _check_arguments(deadline_days: Any, workers: Any, max_work: Any, dask: Any)
     ConfigError
         ``deadline_days`` not a positive finite number (field ``sweep.deadline_days``),
         ``workers`` or ``max_work`` not a positive integer (``sweep.workers``,
-        ``sweep.max_work``), ``dask`` not a non-blank string (``sweep.dask``).
+        ``sweep.max_work``), ``workers`` above this machine's cores for processes started
+        here (a pool or ``dask="local"``), ``dask`` not a non-blank string (``sweep.dask``).
     """
     if deadline_days is not None and not (isinstance(deadline_days, (int, float))
                                           and math.isfinite(deadline_days) and deadline_days > 0):
         raise ConfigError([FieldError("sweep.deadline_days", f"deadline_days={deadline_days!r} "
                                       "must be a positive number")])
-    workers = _check_workers(workers)
+    workers = _check_workers(workers, local=dask is None or dask == "local")
     if max_work is not None and (isinstance(max_work, bool) or not isinstance(
             max_work, (int, np.integer)) or max_work < 1):
         raise ConfigError([FieldError("sweep.max_work", f"max_work={max_work!r} must be a "
@@ -157,7 +167,8 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         ``dask``, every 0.1 s while chunks run: the chunks not started are dropped);
         when set, :class:`core.studies.sweep.cancel.SweepCancelled` is raised.
     workers : int
-        Processes to solve the batches on (1: this process; default). The batches are
+        Processes to solve the batches on (1: this process; default; at most this machine's
+        cores, unless ``dask`` is a remote scheduler). The batches are
         grouped in chunks, solved by this thread and a pool of ``workers - 1`` processes
         (:mod:`core.studies.sweep.parallel`; each worker opens the profile store itself) and put
         back in order: the result is the serial one, bit for bit. Sweeps of fewer than ``_PARALLEL_MIN_PLANS`` plans
