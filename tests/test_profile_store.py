@@ -310,3 +310,17 @@ def test_a_stores_communication_and_fp8_efficiencies_are_range_checked(name, val
     else:
         with pytest.raises(ValueError, match=rf"op_model\['{name}'\]"):
             make()
+
+
+def test_an_unknown_op_model_parameter_is_refused_naming_the_closest():
+    """A misspelled parameter (``gemm_eficiency_max``) was stored and never read: the op model
+    silently took the default 0.8 for the parameter the file meant to set."""
+    with pytest.raises(ValueError) as exc:
+        ProfileStore("H100-SXM5-80GB", {"bf16": 989e12}, 80 * 2**30, 3.35e12,
+                     {"method": "analytic"}, op_model={"gemm_eficiency_max": 0.6})
+    msg = str(exc.value)
+    assert msg.startswith("op_model['gemm_eficiency_max'] is not a parameter of the op model "
+                          "(did you mean 'gemm_efficiency_max'?)")
+    from core.model.ops import DEFAULT_OP_MODEL
+    from core.store.profile_store import OP_MODEL_BOUND
+    assert set(OP_MODEL_BOUND) == set(DEFAULT_OP_MODEL)  # every parameter the model reads

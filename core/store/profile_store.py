@@ -21,6 +21,7 @@ shape and reuses the times) and say when they extrapolate.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
 import os
@@ -329,7 +330,9 @@ class ProfileStore:
         plus free keys (``date``, ``torch_version``, ``cuda_version``, ``source``,
         ``parameters`` ...). Nested values are stored as JSON.
     op_model : dict[str, float], optional
-        Free parameters of the analytic op model (e.g. ``gemm_efficiency_max``).
+        Free parameters of the analytic op model (e.g. ``gemm_efficiency_max``): names of
+        :data:`OP_MODEL_BOUND` only (ValueError naming any other, with the closest name: a
+        misspelled parameter would silently take its default), each within its bound.
 
     Attributes
     ----------
@@ -369,11 +372,12 @@ class ProfileStore:
         self.op_model = {}
         for k, v in (op_model or {}).items():
             bound = OP_MODEL_BOUND.get(str(k))
-            if bound is None:
-                v = _number(f"op_model[{k!r}]", v)
-                if not math.isfinite(v):
-                    raise ValueError(f"op_model[{k!r}] = {v!r} must be finite")
-            self.op_model[str(k)] = _in_bound(f"op_model[{k!r}]", v, bound) if bound else v
+            if bound is None:  # a misspelled parameter would silently take its default
+                close = difflib.get_close_matches(str(k), sorted(OP_MODEL_BOUND), n=1)
+                raise ValueError(f"op_model[{k!r}] is not a parameter of the op model"
+                                 + (f" (did you mean {close[0]!r}?)" if close else "")
+                                 + f"; the parameters are {', '.join(sorted(OP_MODEL_BOUND))}")
+            self.op_model[str(k)] = _in_bound(f"op_model[{k!r}]", v, bound)
         self.path: Path | None = None
         self._ops: dict[str, _OpTable] = {}
         self._curves: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
