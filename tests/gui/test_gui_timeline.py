@@ -573,7 +573,9 @@ def test_legend_and_cost_panel_name_and_colour_a_quantity_alike(qtbot):
     w.set_data(graph, schedule)
     legend = w.legend.text()
     plain = QtGui.QTextDocumentFragment.fromHtml(legend).toPlainText().replace("\u2060", "")
-    assert f"idle ({TIME_TERMS['bubble']})" in plain.replace("\u00a0", " ").replace("\u2011", "-")
+    # a compute lane's idle time is the bubble, stage imbalance and overlap wait alike
+    assert (f"idle ({TIME_TERMS['bubble']}, {TIME_TERMS['imbalance']}, "
+            f"{TIME_TERMS['overlap_wait']})") in plain.replace("\u00a0", " ").replace("\u2011", "-")
     assert KIND_NAMES["pp_p2p"] in plain.replace("\u00a0", " ")
     idle_swatch = re.search(r'color:(#[0-9A-Fa-f]{6})[^>]*>&#9632;</span>&nbsp;idle', legend)
     from vtrain_gui import cost_panel

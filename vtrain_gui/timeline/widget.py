@@ -446,7 +446,8 @@ class TimelineWidget(QtWidgets.QWidget):
                          f"&nbsp;{label}")
         # the lanes' own backgrounds: a compute lane's idle time, a communication lane's
         items.append(f'<span style="color:{LANE_COLORS[0].name()}; font-size:14pt;">&#9632;</span>'
-                     "&nbsp;" + _unbreakable(f"idle ({TIME_TERMS['bubble']})"))
+                     "&nbsp;" + _unbreakable("idle (" + ", ".join(
+                         TIME_TERMS[t] for t in ("bubble", "imbalance", "overlap_wait")) + ")"))
         items.append(f'<span style="color:{LANE_COLORS[1].name()}; font-size:14pt;">&#9632;</span>'
                      "&nbsp;" + _unbreakable("no communication"))
         # bars narrower than a pixel are merged; their opacity is the lane's busy share there
