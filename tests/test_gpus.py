@@ -303,6 +303,9 @@ def _write(tmp_path, raw, name="gpu.json"):
     ({"memory_gib": None}, "memory_gib", "missing required field"),
     ({"peak_tflops": {"bf16": -1}}, "peak_tflops.bf16", "must be a positive number"),
     ({"peak_tflops": {}}, "peak_tflops", "non-empty object"),
+    # a typo of bf16 was kept and never read: a bf16 plan then failed for want of a bf16 peak
+    ({"peak_tflops": {"bf61": 989}}, "peak_tflops.bf61", "unknown dtype (known: fp32, tf32, "
+                                                         "fp16, bf16, fp8, mxfp8"),
     ({"memory_bandwidth_tbytes_per_s": "fast"}, "memory_bandwidth_tbytes_per_s", "positive number"),
     ({"nvlink_gbytes_per_s_bidirectional": 0}, "nvlink_gbytes_per_s_bidirectional", "positive number"),
     ({"gpus_per_nvlink_domain": 7.5}, "gpus_per_nvlink_domain", "integer from 1 to 576"),

@@ -43,7 +43,7 @@ from core.model.ops import DEFAULT_OP_MODEL
 from core.util.text import file_name_part
 
 __all__ = ["GpuPower", "POWER_FIELDS", "gpu_power", "GPU_SPEC_FORMAT", "GPU_SPEC_VERSION", "GPU_SPECS_DIR", "SPEC_SOURCES",
-           "SPEC_EFFICIENCIES", "GpuSpec", "GpuSpecError", "read_gpu_spec", "gpu_spec_from_dict",
+           "SPEC_PEAK_DTYPES", "SPEC_EFFICIENCIES", "GpuSpec", "GpuSpecError", "read_gpu_spec", "gpu_spec_from_dict",
            "shipped_spec_path", "shipped_specs", "kind_fits_peak_fraction", "fits_peak_fraction"]
 
 GPU_SPEC_FORMAT = "vtrain-gpu-spec"
@@ -59,6 +59,11 @@ _SPEC_ONLY = {"nvlink_efficiency": 0.8, "collective_latency_s": 2e-6}
 #: above one is in another unit (FLOP/s for TFLOP/s, bytes for GiB) and is named as such.
 SPEC_LIMITS = {"peak_tflops": 1e5, "memory_gib": 1e4, "memory_bandwidth_tbytes_per_s": 1e3,
                "nvlink_gbytes_per_s_bidirectional": 1e5, "nic_gbits_per_s": 1e5}
+#: Keys of ``peak_tflops``: the dtypes whose dense peak the op model reads (GEMMs in fp32
+#: without and with TF32 matmuls, FP16, BF16, per-tensor or blockwise FP8 and Blackwell's
+#: MXFP8; core.model.fp8.fp8_gemm_dtype, core.plan.parallel.gemm_peak_dtype). Another key
+#: (a typo such as ``bf61``, or ``fp4``, which nothing times) is refused by name.
+SPEC_PEAK_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8")
 #: Allowed keys of ``efficiencies``.
 SPEC_EFFICIENCIES = tuple(DEFAULT_OP_MODEL) + tuple(_SPEC_ONLY)
 _FIELDS = ("format", "version", "name", "peak_tflops", "memory_gib", "memory_bandwidth_tbytes_per_s",
@@ -298,7 +303,10 @@ def _peaks(pt: Any, bad: Any) -> dict[str, float]:
         bad("peak_tflops", "must be a non-empty object: dtype -> dense peak in TFLOP/s")
     else:
         for dtype, v in pt.items():
-            if not _is_number(v) or v <= 0:
+            if dtype not in SPEC_PEAK_DTYPES:
+                bad(f"peak_tflops.{dtype}", f"unknown dtype (known: {', '.join(SPEC_PEAK_DTYPES)}"
+                                            "; a peak nothing is timed at is left out)")
+            elif not _is_number(v) or v <= 0:
                 bad(f"peak_tflops.{dtype}", f"{v!r} must be a positive number (TFLOP/s)")
             elif v > SPEC_LIMITS["peak_tflops"]:
                 bad(f"peak_tflops.{dtype}", _beyond(v, SPEC_LIMITS["peak_tflops"], "TFLOP/s"))
