@@ -14,7 +14,10 @@ order ``tp + t * (dp + d * pp)``.
   fitted latency is used instead.
 * Collectives spanning nodes are hierarchical (NCCL's tree/ring over nodes):
   reduce-scatter inside the node, ring all-reduce of the shard across nodes at
-  each GPU's share of the node bandwidth, all-gather inside the node.
+  each GPU's share of the node bandwidth, all-gather inside the node. A job that does
+  not fill whole nodes leaves ``num_gpus % gpus_per_node`` ranks on its last node; a
+  group crossing into it moves the shard of its fewest members there
+  (:func:`partial_node_share`), the slowest node setting the ring's pace.
 * Pipeline send/recv between two nodes moves ``nbytes`` at one GPU's share of
   the node bandwidth, plus a fixed latency.
 * Expert parallelism (MoE): Megatron-Core places the expert groups by a second rank order,
@@ -160,6 +163,30 @@ def _group_per_node(n: int, t: int, g: int, in_node: bool) -> int:
     return max(1, min(n, g // t))
 
 
+def partial_node_share(n: int, stride: int, g: int, num_gpus: int) -> int | None:
+    """Members on the job's last, partial node of the group that has the fewest there, among
+    the groups of ``n`` ranks ``stride`` apart (the ranks ``off + stride*j`` of a block of
+    ``stride*n`` consecutive ranks, Megatron-Core's order) that span more than one node;
+    None when the job fills whole nodes of ``g`` GPUs (or one node), or no group spanning
+    nodes touches the partial node.
+
+    Ranks sit on nodes consecutively (node of rank ``r`` is ``r // g``), so ``num_gpus % g``
+    ranks share the last node. A group holding ``k`` members there moves ``nbytes / k`` of
+    the inter-node shard through each of their NICs (:meth:`CommModel.hierarchical`), more
+    than the ``nbytes / per_node`` of a full node; the inter-node ring goes at the pace of
+    its slowest node. Cost: O(``num_gpus % g``)."""
+    rest = num_gpus % g
+    if n <= 1 or num_gpus <= g or not rest:
+        return None
+    counts: dict[tuple[int, int], int] = {}
+    for r in range(num_gpus - rest, num_gpus):
+        block, off = divmod(r, stride * n)
+        key = (block, off % stride)
+        counts[key] = counts.get(key, 0) + 1
+    spanning = [c for c in counts.values() if c < n]
+    return min(spanning) if spanning else None
+
+
 @dataclass
 class CommModel:
     """Times of the collectives of one plan on one cluster, in seconds.
@@ -262,23 +289,29 @@ class CommModel:
                 + BUS_BANDWIDTH_FACTOR[kind](num_nodes) * nbytes / self._gpu_inter_bytes_per_s)
 
     # ------------------------------------------------------------------ plan-level
-    def hierarchical_all_reduce(self, group_size: int, per_node: int, nbytes: float) -> float:
+    def hierarchical_all_reduce(self, group_size: int, per_node: int, nbytes: float,
+                                shard_per_node: int | None = None) -> float:
         """All-reduce of ``nbytes`` among ``group_size`` GPUs, ``per_node`` of them in each node.
 
         One node: the profile's intra-node collective. Several: reduce-scatter
         in the node, ring all-reduce of the ``nbytes/per_node`` shard across
         ``ceil(group_size/per_node)`` nodes, all-gather in the node.
+        ``shard_per_node``: the members on the node with the fewest of them, when fewer
+        than ``per_node`` (a job's last, partial node, :func:`partial_node_share`): the ring
+        moves ``nbytes/shard_per_node`` per GPU there and goes at that node's pace.
         """
         if group_size <= 1:
             return 0.0
         num_nodes = math.ceil(group_size / per_node)
         if num_nodes == 1:
             return self.collective_overhead_s + self.intra("all_reduce", group_size, nbytes)
+        shard = min(per_node, shard_per_node) if shard_per_node else per_node
         return (self.collective_overhead_s + self.intra("reduce_scatter", per_node, nbytes)
-                + self.inter_all_reduce(num_nodes, nbytes / per_node)
+                + self.inter_all_reduce(num_nodes, nbytes / shard)
                 + self.intra("all_gather", per_node, nbytes))
 
-    def hierarchical(self, kind: str, group_size: int, per_node: int, nbytes: float) -> float:
+    def hierarchical(self, kind: str, group_size: int, per_node: int, nbytes: float,
+                     shard_per_node: int | None = None) -> float:
         """Collective ``kind`` of an ``nbytes`` buffer among ``group_size`` GPUs, ``per_node`` of
         them in each node (nccl-tests convention: ``nbytes`` is the whole buffer, the input of a
         reduce-scatter and the output of an all-gather).
@@ -286,16 +319,22 @@ class CommModel:
         All-reduce: :meth:`hierarchical_all_reduce`. Reduce-scatter: in the node, then a ring
         reduce-scatter of the ``nbytes/per_node`` shard across the nodes; all-gather the
         reverse. A reduce-scatter plus an all-gather moves what one all-reduce moves.
+        ``shard_per_node``: as :meth:`hierarchical_all_reduce`.
         """
         if kind == "all_reduce":
-            return self.hierarchical_all_reduce(group_size, per_node, nbytes)
+            return self.hierarchical_all_reduce(group_size, per_node, nbytes, shard_per_node)
         if group_size <= 1:
             return 0.0
         num_nodes = math.ceil(group_size / per_node)
         if num_nodes == 1:
             return self.collective_overhead_s + self.intra(kind, group_size, nbytes)
+        shard = min(per_node, shard_per_node) if shard_per_node else per_node
         return (self.collective_overhead_s + self.intra(kind, per_node, nbytes)
-                + self.inter_ring(kind, num_nodes, nbytes / per_node))
+                + self.inter_ring(kind, num_nodes, nbytes / shard))
+
+    def _partial(self, n: int, stride: int) -> int | None:
+        """:func:`partial_node_share` of a group of ``n`` ranks ``stride`` apart in this plan."""
+        return partial_node_share(n, stride, self.cluster.gpus_per_node, self.plan.num_gpus)
 
     def tp_all_reduce(self, nbytes: float) -> float:
         """Tensor-parallel all-reduce of ``nbytes``: consecutive ranks, across nodes when t > gpus_per_node."""
@@ -306,7 +345,8 @@ class CommModel:
         buffer (sequence parallelism replaces each all-reduce by a reduce-scatter and an
         all-gather of the same buffer; Korthikanti et al. 2022, Sec. 4.2.2)."""
         t = self.plan.tensor_parallel
-        return self.hierarchical(kind, t, min(t, self.cluster.gpus_per_node), nbytes)
+        return self.hierarchical(kind, t, min(t, self.cluster.gpus_per_node), nbytes,
+                                 self._partial(t, 1))
 
     def dp_collective(self, kind: str, nbytes: float) -> float:
         """Data-parallel ``kind`` of an ``nbytes`` buffer per GPU over the ``d*cp`` ranks
@@ -323,17 +363,20 @@ class CommModel:
         ``DistributedDataParallel``: reduce-scatter over the intra-instance group, all-reduce
         over the inter-instance group; ``max(1, gpus_per_node // (t*S))`` replicas share a
         node, across nodes when the shard group fills one). An all-reduce (unsharded
-        gradients) spans all ``d*cp`` ranks as without hybrid sharding."""
+        gradients) spans all ``d*cp`` ranks as without hybrid sharding. A job whose GPUs do
+        not fill whole nodes prices the inter-node shard at the members of the group on its
+        last, partial node (:func:`partial_node_share`)."""
         from core.plan.parallel import zero_replicas, zero_shard_size
         t, g = self.plan.tensor_parallel, self.cluster.gpus_per_node
         R = zero_replicas(self.plan)
         if R <= 1 or kind == "all_reduce":
             d = self.plan.dp_cp_size
-            return self.hierarchical(kind, d, max(1, min(d, g // t)), nbytes)
+            return self.hierarchical(kind, d, max(1, min(d, g // t)), nbytes, self._partial(d, t))
         S = zero_shard_size(self.plan)
-        out = self.hierarchical(kind, S, max(1, min(S, g // t)), nbytes)
+        out = self.hierarchical(kind, S, max(1, min(S, g // t)), nbytes, self._partial(S, t))
         if kind == "reduce_scatter":
-            out += self.hierarchical_all_reduce(R, max(1, min(R, g // (t * S))), nbytes / S)
+            out += self.hierarchical_all_reduce(R, max(1, min(R, g // (t * S))), nbytes / S,
+                                                self._partial(R, t * S))
         return out
 
     def dp_all_reduce(self, nbytes: float) -> float:
@@ -345,7 +388,8 @@ class CommModel:
         node (at least 1), and the group spans ``ceil(D / k)`` nodes.
         """
         d, t, g = self.plan.dp_cp_size, self.plan.tensor_parallel, self.cluster.gpus_per_node
-        return self.hierarchical_all_reduce(d, max(1, min(d, g // t)), nbytes)
+        return self.hierarchical_all_reduce(d, max(1, min(d, g // t)), nbytes,
+                                            self._partial(d, t))
 
     def all_to_all(self, group_size: int, per_node: int, nbytes: float,
                    inter_fraction: float | None = None) -> float:
@@ -427,7 +471,8 @@ class CommModel:
         after the dispatch and reduce-scatters the experts' output)."""
         from core.model.moe import expert_tensor_parallel
         etp = expert_tensor_parallel(self.plan)
-        return self.hierarchical(kind, etp, min(etp, self.cluster.gpus_per_node), nbytes)
+        return self.hierarchical(kind, etp, min(etp, self.cluster.gpus_per_node), nbytes,
+                                 self._partial(etp, 1))
 
     def edp_collective(self, kind: str, nbytes: float) -> float:
         """Expert-data-parallel ``kind`` of an ``nbytes`` buffer per GPU: the gradient
@@ -436,7 +481,8 @@ class CommModel:
         from core.model.moe import expert_data_parallel, expert_tensor_parallel
         edp = expert_data_parallel(self.plan)
         stride = expert_tensor_parallel(self.plan) * self.plan.expert_parallel
-        return self.hierarchical(kind, edp, self._expert_node_share(stride, edp), nbytes)
+        return self.hierarchical(kind, edp, self._expert_node_share(stride, edp), nbytes,
+                                 self._partial(edp, stride))
     def cp_ring_in_node(self) -> bool:
         """Whether every context-parallel ring stays inside a node: the cp group of a
         tensor-parallel rank is the ``cp`` ranks ``tp + t*j`` of a block of ``t*cp`` consecutive

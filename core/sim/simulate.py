@@ -385,6 +385,19 @@ def small_nvlink_domain_note(c, n: int) -> str | None:
             f"network; set {domain} (or the GPUs the job uses of each rack, e.g. 64)")
 
 
+def partial_node_note(c, n: int) -> str | None:
+    """A one-line warning when a job of ``n`` GPUs spans several nodes of cluster ``c`` without
+    filling them (``n % gpus_per_node != 0``): ranks sit on nodes consecutively, so the last
+    node holds the rest, and the collectives of the groups that cross into it move a larger
+    share per GPU over its network and set the pace (:func:`core.sim.comm.partial_node_share`);
+    None otherwise."""
+    g = c.gpus_per_node
+    if n <= g or not n % g:
+        return None
+    return (f"{n} GPUs on nodes of {g}: the last node holds {n % g}; "
+            "collectives across nodes are paced by it")
+
+
 def cp_straddle_note(session: Session) -> str | None:
     """A warning when context-parallel groups straddle node boundaries: ``t*cp`` smaller than
     the node but not dividing it, in a job of several nodes (Megatron-Core's rank order puts
@@ -556,7 +569,7 @@ def _memory_and_notes(session: Session, store: ProfileStore, warnings: list[str]
     """Each stage's memory and the verdict against ``store``'s capacity (the reserve is the
     planner's margin: it makes a fit tight, :func:`tight_note`); appends to ``warnings`` (in
     place) why the plan does not fit or that it is tight, the notes on small NVLink
-    domains and straddling context-parallel groups, that the memory does not count CUDA
+    domains, a last partial node and straddling context-parallel groups, that the memory does not count CUDA
     graphs' pools (:func:`core.model.cuda_graphs.cuda_graph_memory_note`) nor the flex
     dispatcher's buffers (:func:`core.model.moe.flex_buffer_memory_note`), and a note when the profile's
     ``peak_fraction`` was never fitted.
@@ -575,6 +588,7 @@ def _memory_and_notes(session: Session, store: ProfileStore, warnings: list[str]
     if tight:
         warnings.append(tight)
     for note in (small_nvlink_domain_note(session.cluster, session.plan.num_gpus),
+                 partial_node_note(session.cluster, session.plan.num_gpus),
                  cp_straddle_note(session), cuda_graph_memory_note(session.plan),
                  flex_buffer_memory_note(session.model, session.plan)):
         if note:

@@ -137,7 +137,7 @@ class StageComm:
 
     ``comm``: the plan's :class:`CommModel`; ``ckey``: what it reads (the store, the cluster
     and the plan's t, d*cp and cp: rank placement; the shard group of hybrid sharding, which
-    data-parallel collectives span); ``ekey``: ``ckey`` with ``ep`` and ``etp`` for MoE
+    data-parallel collectives span; the GPU count when the job does not fill whole nodes); ``ekey``: ``ckey`` with ``ep`` and ``etp`` for MoE
     models (the expert groups' placement).
     """
 
@@ -148,7 +148,9 @@ class StageComm:
         self.comm = CommModel(store, pl, cl)
         self.ckey = (pinned(cache, store), read_once(cache, "cluster", cl, _cluster_fields),
                      pl.tensor_parallel, pl.dp_cp_size, pl.context_parallel,
-                     *((pl.data_parallel_shard_size,) if pl.data_parallel_shard_size else ()))
+                     *((pl.data_parallel_shard_size,) if pl.data_parallel_shard_size else ()),
+                     # a last, partial node (core.sim.comm.partial_node_share) reads num_gpus
+                     *((pl.num_gpus,) if pl.num_gpus % cl.gpus_per_node else ()))
         self.ekey = self.ckey + ekey_extra
 
     def tp_call(self, kind: str, nbytes: float) -> float:
