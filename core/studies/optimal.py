@@ -439,9 +439,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     if note:
         out.warnings.append(note)
     # vtrain sweep's default space, on exactly the budget's GPUs
-    space = dataclasses.replace(SweepSpace.default_for(session), num_gpus=num_gpus, max_gpus=None,
-                                max_data_parallel=None,
-                                hold_session_values=bool(hold_session_values))
+    space = SweepSpace.default_on(session, num_gpus, hold_session_values)
     dimensions: list[list[dict[str, Any]]] = []
     for k, model in enumerate(models):
         if progress:

@@ -293,9 +293,8 @@ def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int
             s.plan.global_batch_size = job.global_batch_size
             if hold_session_values:
                 space = SweepSpace(num_gpus=list(counts), hold_session_values=True)
-            else:  # vtrain sweep's default space, on exactly these counts
-                space = dataclasses.replace(SweepSpace.default_for(s), num_gpus=list(counts),
-                                            max_gpus=None, max_data_parallel=None)
+            else:
+                space = SweepSpace.default_on(s, list(counts))
             res = run_sweep(s, space, store=store, cancel=cancel)
             if warnings is not None:
                 warnings += [w for w in res.warnings if w not in warnings]

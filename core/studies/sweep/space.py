@@ -243,6 +243,17 @@ class SweepSpace:
         return cls(max_gpus=budget, max_data_parallel=None if budget else 64,
                    micro_batch_sizes=None)
 
+    @classmethod
+    def default_on(cls, session: Session, num_gpus: int | Sequence[int],
+                   hold_session_values: bool = False) -> "SweepSpace":
+        """:meth:`default_for` on exactly ``num_gpus`` GPUs (a count or a list of counts; no
+        GPU or data-parallel bound beyond them): the space of the studies that choose each
+        candidate's or job's plan (compute-optimal, shared cluster), with
+        ``hold_session_values`` as given."""
+        return dataclasses.replace(cls.default_for(session), num_gpus=num_gpus, max_gpus=None,
+                                   max_data_parallel=None,
+                                   hold_session_values=bool(hold_session_values))
+
     def swept_fields(self) -> tuple[str, ...]:
         """Plan fields this space chooses; every other plan field is the session plan's."""
         out = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size",
