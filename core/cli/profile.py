@@ -1,4 +1,5 @@
-"""``vtrain profile generate|show|run|collectives|import-nccl-tests`` (argument parsing and output).
+"""``vtrain profile generate|show|run|collectives|kernels|check-kernels|import-nccl-tests`` (argument
+parsing and output; ``kernels`` and ``check-kernels`` in :mod:`core.cli.profile_kernels`).
 
 The command line itself never imports torch: :mod:`core.profiling` imports it
 only when a profile actually runs.
@@ -58,6 +59,8 @@ def add_parser(sub: Any) -> None:
     show = psub.add_parser("show", help="print a store's device, provenance and contents")
     show.add_argument("store", type=path_arg, metavar="STORE.h5", nargs="+", help="one or more profile stores")
     add_profiling_parsers(psub)  # profile run / collectives (torch when run)
+    from core.cli.profile_kernels import add_parsers as add_kernel_parsers
+    add_kernel_parsers(psub)  # profile kernels (torch when run) / check-kernels
     add_import_parser(psub)
 
 
@@ -70,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
         return run_measurement(args)
     if args.profile_command == "generate":
         return _generate(args)
+    if args.profile_command in ("kernels", "check-kernels"):
+        from core.cli import profile_kernels
+        return (profile_kernels.run_kernels if args.profile_command == "kernels"
+                else profile_kernels.run_check_kernels)(args)
     from core.util.console import Console
     stores = [ProfileStore.open(path) for path in args.store]  # all readable before printing
     console = Console()

@@ -1,0 +1,340 @@
+"""Kernel classes measured alone, against the op model: read a kernel-classes file, time each
+point with a store's op model, and fit each class's parameters on its own points.
+
+A kernel-classes file (``vtrain-kernel-classes``, written by
+:mod:`core.profiling.kernel_classes` on a GPU) holds one point per kernel timed alone:
+dense GEMMs (bf16 in nn.Linear's three layouts, TF32, fp32, FP8 with tensor-wise and row-wise
+scales), fused attention forward and backward (FlashAttention-2 and cuDNN), grouped expert
+GEMMs and element-wise and norm kernels. Each point becomes the op model's
+:class:`core.model.base.Kernel` with the same FLOPs, bytes and GEMM shape, and is timed by
+:func:`core.model.ops.kernel_times` with the class's efficiency: that is the time the simulator
+charges for that kernel inside an op. A point's error is ``modelled / measured - 1``.
+
+:func:`fit_kernel_classes` fits, each on its own class's points (so that one class's error
+cannot be absorbed by another's, issue 27), in this order:
+
+1. the dense curve ``gemm_efficiency_max * x / (x + gemm_half_size)`` on the bf16 GEMMs
+   (bounded least squares on ``log(modelled / measured)``);
+2. with the curve fixed, one factor per class: ``fp8_gemm_efficiency`` (tensor-wise FP8 GEMMs,
+   Megatron's default recipe on Hopper), ``flash_attention_efficiency`` (the forward of the
+   backend Transformer Engine runs, cuDNN, else FlashAttention-2), the backward's share of the
+   forward's efficiency (:data:`core.model.ops.FLASH_BWD_RELATIVE_EFFICIENCY` in the model),
+   ``grouped_gemm_efficiency``, and ``memory_efficiency`` (element-wise and norm kernels); each
+   factor is the exponential of the median log-ratio, robust to a few odd points.
+
+Points the host paces are not fitted (:func:`host_bound`: their time is near the file's shortest,
+the per-call floor of an eager torch call, about 15 us on the H200 of
+``benchmarks/data/h200_kernel_classes.json``, and their kernel is far shorter than that): the
+model's device time says nothing there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from core.accuracy.measured import MeasurementFileError
+from core.model.base import Kernel, gemm, mem
+from core.model.ops import (DEFAULT_OP_MODEL, FLASH_BWD_RELATIVE_EFFICIENCY, kernel_class, kernel_fp8,
+                            kernel_times)
+
+__all__ = ["KERNEL_CLASSES_FORMAT", "KernelClassesError", "KernelClasses", "read_kernel_classes",
+           "point_kernel", "modelled_seconds", "class_errors", "KernelFit", "fit_kernel_classes",
+           "HOST_BOUND_FACTOR", "host_bound"]
+
+KERNEL_CLASSES_FORMAT, KERNEL_CLASSES_VERSION = "vtrain-kernel-classes", 1
+#: A point whose time is within this factor of the file's shortest point is paced by the host
+#: (the per-call floor of eager torch), not by the kernel: reported, not fitted.
+HOST_BOUND_FACTOR = 2.0
+#: Required numeric fields of each point class (besides ``flops``, ``bytes``, ``seconds``).
+_FIELDS = {
+    "gemm": ("m", "n", "k"),
+    "attention_fwd": ("b", "s", "hq", "hkv", "d", "causal"),
+    "attention_bwd": ("b", "s", "hq", "hkv", "d", "causal"),
+    "grouped_gemm": ("e", "m", "n", "k"),
+    "memory": ("tokens", "h"),
+}
+#: The peak FLOP/s dtype of each GEMM point's ``dtype`` field.
+_GEMM_DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
+
+
+class KernelClassesError(MeasurementFileError):
+    """A kernel-classes file cannot be read; the message names the file, point and field (a
+    :class:`core.accuracy.measured.MeasurementFileError`: the command line prints it as one line,
+    exit status 2)."""
+
+
+@dataclass
+class KernelClasses:
+    """A kernel-classes file: its provenance and its timed points (points that failed on the
+    device, with an ``error``, are kept apart in ``failed``)."""
+
+    path: str
+    provenance: dict[str, Any]
+    points: list[dict[str, Any]]
+    failed: list[dict[str, Any]] = field(default_factory=list)
+
+
+def read_kernel_classes(path: str | Path) -> KernelClasses:
+    """Read and check a ``vtrain-kernel-classes`` JSON file.
+
+    Raises
+    ------
+    KernelClassesError
+        Not JSON, another format or version, or a point with an unknown class or a missing,
+        non-numeric or non-positive field (named with the point's index).
+    """
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise KernelClassesError(f"{path}: cannot read as JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != KERNEL_CLASSES_FORMAT:
+        raise KernelClassesError(f"{path}: field 'format' must be {KERNEL_CLASSES_FORMAT!r}")
+    if doc.get("version") != KERNEL_CLASSES_VERSION:
+        raise KernelClassesError(f"{path}: field 'version' must be {KERNEL_CLASSES_VERSION}")
+    points, failed = [], []
+    for i, p in enumerate(doc.get("points") or []):
+        where = f"{path}: points[{i}]"
+        if not isinstance(p, dict) or p.get("class") not in _FIELDS:
+            raise KernelClassesError(f"{where}: field 'class' must be one of {', '.join(_FIELDS)}")
+        if "error" in p:
+            failed.append(p)
+            continue
+        for name in (*_FIELDS[p["class"]], "flops", "bytes", "seconds"):
+            v = p.get(name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise KernelClassesError(f"{where}: field {name!r} must be a finite number >= 0")
+        if p["seconds"] <= 0:
+            raise KernelClassesError(f"{where}: field 'seconds' must be > 0")
+        if p["class"] == "gemm" and p.get("dtype") not in _GEMM_DTYPES:
+            raise KernelClassesError(f"{where}: field 'dtype' must be one of {', '.join(_GEMM_DTYPES)}")
+        points.append(p)
+    if not points:
+        raise KernelClassesError(f"{path}: no timed points")
+    return KernelClasses(str(path), dict(doc.get("provenance") or {}), points, failed)
+
+
+def point_kernel(p: Mapping[str, Any]) -> tuple[Kernel, str]:
+    """The op model's kernel for a point and the dtype of the peak it runs at: a GEMM as
+    :func:`core.model.base.gemm` (FP8 ones carry ``dtype="fp8"``), attention as the
+    ``flash_attn`` / ``flash_attn_bwd`` kernel of :mod:`core.model.attention` (M = N = s, K = d,
+    batch b hq), a grouped GEMM as ``experts_fc1`` of its per-expert shape, batch e, a
+    memory-bound kernel as :func:`core.model.base.mem` of its bytes."""
+    cls = p["class"]
+    if cls == "gemm":
+        dtype = str(p["dtype"])
+        k = gemm("linear", int(p["m"]), int(p["n"]), int(p["k"]), 2)
+        k = Kernel(k.name, float(p["flops"]), float(p["bytes"]), k.m, k.n, k.k, 1,
+                   "fp8" if dtype == "fp8" else "")
+        return k, ("bf16" if dtype == "fp8" else dtype)
+    if cls.startswith("attention"):
+        name = "flash_attn_bwd" if cls == "attention_bwd" else "flash_attn"
+        return Kernel(name, float(p["flops"]), float(p["bytes"]), int(p["s"]), int(p["s"]),
+                      int(p["d"]), int(p["b"]) * int(p["hq"])), "bf16"
+    if cls == "grouped_gemm":
+        return Kernel("experts_fc1", float(p["flops"]), float(p["bytes"]), int(p["m"]),
+                      int(p["n"]), int(p["k"]), int(p["e"])), "bf16"
+    return mem(str(p.get("kernel", "memory")), float(p["bytes"])), "bf16"
+
+
+def modelled_seconds(points: Sequence[Mapping[str, Any]], peak_flops: Mapping[str, float],
+                     memory_bandwidth_bytes_per_s: float, op_model: Mapping[str, float]
+                     ) -> np.ndarray:
+    """The op model's device seconds for each point, shape (n,): :func:`core.model.ops.kernel_times`
+    with each kernel's class, FP8 flag and peak (a FlashAttention backward at
+    :data:`FLASH_BWD_RELATIVE_EFFICIENCY` of the peak, as :func:`core.model.ops.kernel_peak_flops`).
+
+    Raises
+    ------
+    KeyError
+        ``peak_flops`` lacks a dtype a point needs.
+    """
+    kernels, peaks = [], []
+    for p in points:
+        k, dtype = point_kernel(p)
+        peak = float(peak_flops["fp8" if k.dtype == "fp8" else dtype])
+        kernels.append(k)
+        peaks.append(peak * (FLASH_BWD_RELATIVE_EFFICIENCY if k.name == "flash_attn_bwd" else 1.0))
+    flops = np.array([k.flops for k in kernels], float)
+    nbytes = np.array([k.bytes for k in kernels], float)
+    size = np.array([(float(k.m) * k.n * k.k) ** (1 / 3) for k in kernels], float)
+    is_gemm = np.array([k.is_gemm for k in kernels], bool)
+    return kernel_times(flops, nbytes, size, is_gemm, np.array(peaks), memory_bandwidth_bytes_per_s,
+                        op_model, kernel_fp8(kernels), kernel_class(kernels))
+
+
+def host_bound(points: Sequence[Mapping[str, Any]], peak_flops: Mapping[str, float],
+               memory_bandwidth_bytes_per_s: float) -> np.ndarray:
+    """Whether each point is paced by the host, bool shape (n,): its time is within
+    :data:`HOST_BOUND_FACTOR` of the file's shortest (the per-call floor of an eager torch call)
+    and its kernel could not take even half that floor at the data-sheet peak or bandwidth
+    (``max(flops / peak, bytes / bandwidth)``): the host, not the kernel, set its time."""
+    t = np.array([p["seconds"] for p in points], float)
+    floor = t.min()
+    ideal = []
+    for p in points:
+        k, dtype = point_kernel(p)
+        peak = float(peak_flops.get("fp8" if k.dtype == "fp8" else dtype, math.inf))
+        ideal.append(max(k.flops / peak, k.bytes / memory_bandwidth_bytes_per_s))
+    return (t < HOST_BOUND_FACTOR * floor) & (np.array(ideal) < 0.5 * floor)
+
+
+def _group(p: Mapping[str, Any]) -> str:
+    """The row a point is reported in: class and what distinguishes kernels within it."""
+    cls = p["class"]
+    if cls == "gemm":
+        extra = f" {p['recipe']}" if p.get("recipe") else ""
+        return f"gemm {p['dtype']}{extra}"
+    if cls.startswith("attention"):
+        return f"{cls} {p.get('backend', '')} d{p['d']}".replace("  ", " ")
+    if cls == "memory":
+        return f"memory {p.get('kernel', '')}".strip()
+    return cls
+
+
+def class_errors(points: Sequence[Mapping[str, Any]], peak_flops: Mapping[str, float],
+                 memory_bandwidth_bytes_per_s: float, op_model: Mapping[str, float]
+                 ) -> list[dict[str, Any]]:
+    """Per reported group (:func:`_group`): ``group``, ``n`` device-bound points, ``host_bound``
+    points left out, ``median_error`` and ``mape`` of ``modelled / measured - 1`` (fractions),
+    ``min_error``, ``max_error``. Groups in the file's order."""
+    model = modelled_seconds(points, peak_flops, memory_bandwidth_bytes_per_s, op_model)
+    meas = np.array([p["seconds"] for p in points], float)
+    hb = host_bound(points, peak_flops, memory_bandwidth_bytes_per_s)
+    err = model / meas - 1.0
+    rows: dict[str, dict[str, Any]] = {}
+    for i, p in enumerate(points):
+        g = rows.setdefault(_group(p), {"group": _group(p), "errors": [], "host_bound": 0})
+        if hb[i]:
+            g["host_bound"] += 1
+        else:
+            g["errors"].append(err[i])
+    out = []
+    for g in rows.values():
+        e = np.array(g.pop("errors"), float)
+        g.update(n=int(e.size), median_error=float(np.median(e)) if e.size else math.nan,
+                 mape=float(np.mean(np.abs(e))) if e.size else math.nan,
+                 min_error=float(e.min()) if e.size else math.nan,
+                 max_error=float(e.max()) if e.size else math.nan)
+        out.append(g)
+    return out
+
+
+@dataclass
+class KernelFit:
+    """Parameters fitted on measured kernels (:func:`fit_kernel_classes`): ``params`` holds op
+    model parameters (``gemm_efficiency_max``, ``gemm_half_size``, ``fp8_gemm_efficiency``,
+    ``flash_attention_efficiency``, ``grouped_gemm_efficiency``, ``memory_efficiency``);
+    ``reported`` what the model has no parameter for (``flash_bwd_relative_efficiency``,
+    ``fp8_rowwise_gemm_efficiency``, ``tf32_gemm_efficiency``, ``fp32_gemm_efficiency``,
+    ``memory_efficiency_elementwise``, ``memory_efficiency_norm``, ``flashattention2_efficiency``);
+    ``points`` the device-bound points each rests on."""
+
+    params: dict[str, float]
+    reported: dict[str, float]
+    points: dict[str, int]
+
+
+def _factor(model: np.ndarray, meas: np.ndarray) -> float:
+    """The efficiency factor that makes the median modelled time equal the measured one."""
+    return float(np.exp(np.median(np.log(model / meas))))
+
+
+def fit_kernel_classes(points: Sequence[Mapping[str, Any]], peak_flops: Mapping[str, float],
+                       memory_bandwidth_bytes_per_s: float,
+                       base: Mapping[str, float] | None = None) -> KernelFit:
+    """Fit each kernel class's op-model parameters on its own device-bound points (module doc).
+
+    Parameters
+    ----------
+    points : the points of a :class:`KernelClasses`
+    peak_flops : peak FLOP/s by dtype of the GPU that was measured (its spec's data-sheet figures)
+    memory_bandwidth_bytes_per_s : its data-sheet HBM bandwidth
+    base : op-model parameters the fit starts from (kernel_overhead_s is kept)
+
+    Raises
+    ------
+    ValueError
+        Fewer than three device-bound bf16 GEMM points (the curve has two parameters).
+    """
+    from scipy.optimize import least_squares
+
+    base = {**DEFAULT_OP_MODEL, **(base or {}), "peak_fraction": 1.0, "fp8_gemm_efficiency": 1.0,
+            "grouped_gemm_efficiency": 1.0, "flash_attention_efficiency": 1.0}
+    keep = ~host_bound(points, peak_flops, memory_bandwidth_bytes_per_s)
+    pts = [p for p, k in zip(points, keep) if k]
+    meas = np.array([p["seconds"] for p in pts], float)
+
+    def sel(pred) -> np.ndarray:
+        return np.array([bool(pred(p)) for p in pts], bool)
+
+    dense = sel(lambda p: p["class"] == "gemm" and p["dtype"] in ("bf16", "fp16"))
+    if dense.sum() < 3:
+        raise ValueError(f"{int(dense.sum())} device-bound bf16 GEMM points: the curve needs 3")
+    dense_pts = [p for p, d in zip(pts, dense) if d]
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        om = {**base, "gemm_efficiency_max": x[0], "gemm_half_size": x[1]}
+        return np.log(modelled_seconds(dense_pts, peak_flops, memory_bandwidth_bytes_per_s, om)
+                      / meas[dense])
+    fit = least_squares(resid, x0=[0.75, 200.0], bounds=([0.05, 1.0], [1.5, 1e5]), loss="soft_l1",
+                        f_scale=0.05)
+    params = {**base, "gemm_efficiency_max": float(fit.x[0]), "gemm_half_size": round(float(fit.x[1]), 3)}
+    counts = {"dense_gemm": int(dense.sum())}
+    reported: dict[str, float] = {}
+
+    def factor(name: str, pred) -> float | None:
+        """modelled / measured (median in logs) of the points ``pred`` picks, under ``params``:
+        the factor by which the efficiency that times them is to be multiplied."""
+        mask = sel(pred)
+        if not mask.any():
+            return None
+        sub = [p for p, m in zip(pts, mask) if m]
+        counts[name] = int(mask.sum())
+        return _factor(modelled_seconds(sub, peak_flops, memory_bandwidth_bytes_per_s, params),
+                       meas[mask])
+
+    def gemm_of(dtype: str, recipe: str | None = None):
+        return lambda p: (p["class"] == "gemm" and p["dtype"] == dtype
+                          and (recipe is None or p.get("recipe", "tensorwise") == recipe))
+
+    main = "cudnn" if any(p.get("backend") == "cudnn" for p in pts) else "flash"
+    # the op model's own parameters, each on its class (the curve fixed above)
+    for key, name, pred in (
+            ("fp8_gemm_efficiency", "fp8_gemm", gemm_of("fp8", "tensorwise")),
+            ("flash_attention_efficiency", "attention_fwd",
+             lambda p: p["class"] == "attention_fwd" and p.get("backend", main) == main),
+            ("grouped_gemm_efficiency", "grouped_gemm", lambda p: p["class"] == "grouped_gemm"),
+            ("memory_efficiency", "memory", lambda p: p["class"] == "memory")):
+        f = factor(name, pred)
+        if f is not None:
+            params[key] = params[key] * f
+    # what the model has no parameter of its own for, under the fitted parameters
+    for key, name, pred, scale in (
+            ("fp8_rowwise_gemm_efficiency", "fp8_rowwise_gemm", gemm_of("fp8", "rowwise"), 1.0),
+            ("tf32_gemm_efficiency", "tf32_gemm", gemm_of("tf32"), 1.0),
+            ("fp32_gemm_efficiency", "fp32_gemm", gemm_of("fp32"), 1.0),
+            ("flash_bwd_relative_efficiency", "attention_bwd",
+             lambda p: p["class"] == "attention_bwd" and p.get("backend", main) == main,
+             FLASH_BWD_RELATIVE_EFFICIENCY),
+            ("flashattention2_efficiency", "flashattention2_fwd",
+             lambda p: main == "cudnn" and p["class"] == "attention_fwd" and p.get("backend") == "flash",
+             params["flash_attention_efficiency"]),
+            ("memory_efficiency_elementwise", "memory_elementwise",
+             lambda p: p["class"] == "memory" and "norm" not in str(p.get("kernel", "")),
+             params["memory_efficiency"]),
+            ("memory_efficiency_norm", "memory_norm",
+             lambda p: p["class"] == "memory" and "norm" in str(p.get("kernel", "")),
+             params["memory_efficiency"])):
+        f = factor(name, pred)
+        if f is not None:
+            reported[key] = f * scale
+    return KernelFit({k: params[k] for k in (
+        "gemm_efficiency_max", "gemm_half_size", "fp8_gemm_efficiency", "flash_attention_efficiency",
+        "grouped_gemm_efficiency", "memory_efficiency") if k in params}, reported, counts)

@@ -1,0 +1,163 @@
+"""Kernel classes measured alone (core.accuracy.kernel_fit, core.profiling.kernel_classes,
+``vtrain profile kernels`` / ``check-kernels``): each point timed by the op model in closed
+form, each class's parameters recovered from synthetic points, host-paced points left out, the
+committed H200 measurements' fitted values, and bad files refused naming point and field."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from core.accuracy.kernel_fit import (KernelClassesError, class_errors, fit_kernel_classes,
+                                      host_bound, modelled_seconds, read_kernel_classes)
+from core.cli import main
+from core.model.ops import DEFAULT_OP_MODEL, FLASH_BWD_RELATIVE_EFFICIENCY
+
+ROOT = Path(__file__).resolve().parents[1]
+H200_FILE = ROOT / "benchmarks" / "data" / "h200_kernel_classes.json"
+PEAKS = {"bf16": 989e12, "fp8": 1979e12, "tf32": 495e12, "fp32": 67e12}
+BW = 4.8e12
+TRUTH = {**DEFAULT_OP_MODEL, "gemm_efficiency_max": 0.7, "gemm_half_size": 150.0,
+         "kernel_overhead_s": 0.0, "fp8_gemm_efficiency": 0.9, "flash_attention_efficiency": 0.85,
+         "grouped_gemm_efficiency": 0.95, "memory_efficiency": 0.8}
+
+
+def _gemm(m, n, k, dtype="bf16", **extra):
+    return {"class": "gemm", "dtype": dtype, "layout": "fprop", "m": m, "n": n, "k": k,
+            "flops": 2.0 * m * n * k, "bytes": 2.0 * (m * k + n * k + m * n), **extra}
+
+
+def _attn(cls, s, d=128, b=1, hq=32):
+    fwd = 4.0 * b * hq * s * s * d * 0.5
+    return {"class": cls, "backend": "cudnn", "b": b, "s": s, "hq": hq, "hkv": 8, "d": d,
+            "causal": 1, "flops": fwd * (2.5 if cls == "attention_bwd" else 1.0),
+            "bytes": 2.0 * b * s * d * 80}
+
+
+def _synthetic() -> list[dict]:
+    pts = [_gemm(m, n, k) for m, n, k in ((256, 256, 256), (512, 1024, 512), (2048, 2048, 2048),
+                                          (8192, 4096, 4096), (4096, 14336, 4096))]
+    pts += [_gemm(8192, 4096, 4096, "fp8", recipe="tensorwise"), _gemm(8192, 8192, 8192, "fp8")]
+    pts += [_attn(c, s) for c in ("attention_fwd", "attention_bwd") for s in (2048, 8192)]
+    pts += [{"class": "grouped_gemm", "dtype": "bf16", "e": 8, "m": 1024, "n": 4096, "k": 7168,
+             "flops": 2.0 * 8 * 1024 * 4096 * 7168, "bytes": 1e8}]
+    pts += [{"class": "memory", "kernel": kname, "tokens": 8192, "h": 8192, "flops": 0.0,
+             "bytes": 3 * 8192 * 8192 * 2.0} for kname in ("add", "rms_norm")]
+    secs = modelled_seconds(pts, PEAKS, BW, TRUTH)
+    return [{**p, "seconds": float(t)} for p, t in zip(pts, secs)]
+
+
+def test_closed_forms():
+    g = _gemm(4096, 4096, 4096)
+    x = 4096.0  # the geometric mean of M, N, K
+    eff = 0.7 * x / (x + 150.0)
+    assert modelled_seconds([g], PEAKS, BW, TRUTH)[0] == pytest.approx(g["flops"] / (989e12 * eff))
+    f8 = _gemm(4096, 4096, 4096, "fp8")
+    assert modelled_seconds([f8], PEAKS, BW, TRUTH)[0] == pytest.approx(
+        f8["flops"] / (1979e12 * eff * 0.9))
+    fb = _attn("attention_bwd", 8192)
+    xa = (8192.0 * 8192 * 128) ** (1 / 3)  # M = N = s, K = d
+    ea = 0.7 * xa / (xa + 150.0) * 0.85
+    assert modelled_seconds([fb], PEAKS, BW, TRUTH)[0] == pytest.approx(
+        fb["flops"] / (989e12 * FLASH_BWD_RELATIVE_EFFICIENCY * ea))
+    m = {"class": "memory", "kernel": "copy", "tokens": 1, "h": 1, "flops": 0.0, "bytes": 4.8e9}
+    assert modelled_seconds([m], PEAKS, BW, TRUTH)[0] == pytest.approx(1e-3 / 0.8)
+
+
+def test_fit_recovers_each_class():
+    pts = _synthetic()
+    fit = fit_kernel_classes(pts, PEAKS, BW, {"kernel_overhead_s": 0.0})
+    for name in ("gemm_efficiency_max", "fp8_gemm_efficiency", "flash_attention_efficiency",
+                 "grouped_gemm_efficiency", "memory_efficiency"):
+        assert fit.params[name] == pytest.approx(TRUTH[name], rel=1e-3), name
+    assert fit.params["gemm_half_size"] == pytest.approx(150.0, rel=1e-2)
+    # the backward's share of the forward's efficiency is the model's own 0.8 here
+    assert fit.reported["flash_bwd_relative_efficiency"] == pytest.approx(
+        FLASH_BWD_RELATIVE_EFFICIENCY, rel=1e-3)
+    assert fit.points["attention_fwd"] == 2 and fit.points["grouped_gemm"] == 1
+    # one class off leaves the others' parameters where they were
+    off = [{**p, "seconds": p["seconds"] * (2.0 if p["class"] == "memory" else 1.0)} for p in pts]
+    fit2 = fit_kernel_classes(off, PEAKS, BW, {"kernel_overhead_s": 0.0})
+    assert fit2.params["memory_efficiency"] == pytest.approx(0.4, rel=1e-3)
+    assert fit2.params["gemm_efficiency_max"] == pytest.approx(0.7, rel=1e-3)
+    rows = {r["group"]: r for r in class_errors(pts, PEAKS, BW, TRUTH)}
+    assert rows["gemm bf16"]["mape"] == pytest.approx(0.0, abs=1e-9)
+    assert rows["gemm fp8 tensorwise"]["n"] == 1 and rows["gemm fp8"]["n"] == 1
+
+
+def test_host_paced_points_are_left_out():
+    pts = [p for p in _synthetic() if p["seconds"] > 20e-6]  # the kernels longer than the floor
+    tiny = {**_gemm(64, 64, 64), "seconds": 15e-6}   # 0.5 MFLOP: the host's 15 us, not the GEMM's
+    floor_kernel = {**_gemm(2048, 2048, 2048), "seconds": 15e-6 * 1.5}  # a real 17 us GEMM
+    hb = host_bound([*pts, tiny, floor_kernel], PEAKS, BW)
+    assert list(hb[-2:]) == [True, False]
+    assert not hb[:-2].any()
+    fit = fit_kernel_classes([*pts, tiny], PEAKS, BW, {"kernel_overhead_s": 0.0})
+    assert fit.params["gemm_efficiency_max"] == pytest.approx(0.7, rel=1e-3)
+    # a tiny GEMM far slower than the floor is the kernel's own time: kept
+    assert not host_bound([*pts, {**tiny, "seconds": 15e-4}], PEAKS, BW)[-1]
+
+
+def test_committed_h200_measurements():
+    """The H200 file measured on 2026-12-04 (benchmarks/data/README.md): what each class
+    sustains, as fractions of the data-sheet peaks (989 TFLOP/s bf16, 4.8 TB/s)."""
+    kc = read_kernel_classes(H200_FILE)
+    assert kc.provenance["gpu"] == "NVIDIA H200" and not kc.failed and len(kc.points) == 555
+    fit = fit_kernel_classes(kc.points, PEAKS, BW)
+    assert fit.params["gemm_efficiency_max"] == pytest.approx(0.676, abs=0.005)
+    assert fit.params["fp8_gemm_efficiency"] == pytest.approx(0.894, abs=0.01)
+    assert fit.params["memory_efficiency"] == pytest.approx(0.85, abs=0.02)
+    assert fit.reported["memory_efficiency_elementwise"] == pytest.approx(0.90, abs=0.02)
+    assert fit.reported["memory_efficiency_norm"] == pytest.approx(0.55, abs=0.03)
+    assert fit.reported["flash_bwd_relative_efficiency"] == pytest.approx(0.81, abs=0.03)
+    # cuDNN's fused attention (Transformer Engine's) against torch's FlashAttention-2
+    assert fit.reported["flashattention2_efficiency"] < 0.6 * fit.params["flash_attention_efficiency"]
+
+
+@pytest.mark.parametrize("doc, rule", [
+    ({"format": "other", "version": 1, "points": []}, "field 'format'"),
+    ({"format": "vtrain-kernel-classes", "version": 2, "points": []}, "field 'version'"),
+    ({"format": "vtrain-kernel-classes", "version": 1, "points": [{"class": "conv"}]},
+     "points[0]: field 'class'"),
+    ({"format": "vtrain-kernel-classes", "version": 1, "points": [
+        {"class": "memory", "tokens": 1, "h": 1, "flops": 0, "bytes": 8, "seconds": 0}]},
+     "points[0]: field 'seconds' must be > 0"),
+    ({"format": "vtrain-kernel-classes", "version": 1, "points": [
+        {"class": "gemm", "dtype": "bf16", "m": 1, "n": "2", "k": 1, "flops": 4, "bytes": 8,
+         "seconds": 1}]}, "points[0]: field 'n'"),
+    ({"format": "vtrain-kernel-classes", "version": 1, "points": [
+        {"class": "memory", "error": "skipped"}]}, "no timed points"),
+])
+def test_bad_files_named(tmp_path, doc, rule):
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(KernelClassesError, match=rule.replace("[", r"\[").replace("]", r"\]")):
+        read_kernel_classes(path)
+
+
+def test_check_kernels_command(capsys, tmp_path):
+    store = ROOT / "profiles" / "H200-SXM-141GB.h5"
+    assert main(["profile", "check-kernels", str(H200_FILE), "--profile", str(store), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {r["group"]: r for r in doc["store_errors"]}
+    assert rows["gemm bf16"]["n"] + rows["gemm bf16"]["host_bound"] == 303
+    assert math.isfinite(rows["attention_fwd cudnn d128"]["median_error"])
+    assert doc["fit"]["gemm_efficiency_max"] == pytest.approx(0.676, abs=0.005)
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    assert main(["profile", "check-kernels", str(bad), "--profile", str(store)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "field 'format'" in err[0] and str(bad) in err[0]
+
+
+def test_measurement_runs_on_cpu(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "k.json"
+    assert main(["profile", "kernels", "--out", str(out), "--quick", "--device", "cpu"]) == 0
+    kc = read_kernel_classes(out)
+    classes = {p["class"] for p in kc.points} | {p["class"] for p in kc.failed}
+    assert classes == {"gemm", "attention_fwd", "attention_bwd", "grouped_gemm", "memory"}
+    assert all(p["seconds"] > 0 for p in kc.points)
