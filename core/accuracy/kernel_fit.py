@@ -45,7 +45,7 @@ from core.model.ops import (DEFAULT_OP_MODEL, FLASH_BWD_RELATIVE_EFFICIENCY, ker
 
 __all__ = ["KERNEL_CLASSES_FORMAT", "KernelClassesError", "KernelClasses", "read_kernel_classes",
            "point_kernel", "modelled_seconds", "class_errors", "KernelFit", "fit_kernel_classes",
-           "HOST_BOUND_FACTOR", "host_bound"]
+           "HOST_BOUND_FACTOR", "host_bound", "layer_errors", "LAYER_OPS"]
 
 KERNEL_CLASSES_FORMAT, KERNEL_CLASSES_VERSION = "vtrain-kernel-classes", 1
 #: A point whose time is within this factor of the file's shortest point is paced by the host
@@ -58,7 +58,10 @@ _FIELDS = {
     "attention_bwd": ("b", "s", "hq", "hkv", "d", "causal"),
     "grouped_gemm": ("e", "m", "n", "k"),
     "memory": ("tokens", "h"),
+    "layer": ("h", "a", "g", "f", "t", "b", "s"),
 }
+#: The ops a ``layer`` point times (one tensor-parallel rank's Llama layer, eager torch).
+LAYER_OPS = ("attention_fwd", "attention_bwd", "mlp_fwd", "mlp_bwd")
 #: The peak FLOP/s dtype of each GEMM point's ``dtype`` field.
 _GEMM_DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
 
@@ -71,13 +74,15 @@ class KernelClassesError(MeasurementFileError):
 
 @dataclass
 class KernelClasses:
-    """A kernel-classes file: its provenance and its timed points (points that failed on the
-    device, with an ``error``, are kept apart in ``failed``)."""
+    """A kernel-classes file: its provenance, its timed kernel points, its whole-layer points
+    (``layers``: class ``layer``, :func:`layer_errors`), and the points that failed on the
+    device, with an ``error`` (``failed``)."""
 
     path: str
     provenance: dict[str, Any]
     points: list[dict[str, Any]]
     failed: list[dict[str, Any]] = field(default_factory=list)
+    layers: list[dict[str, Any]] = field(default_factory=list)
 
 
 def read_kernel_classes(path: str | Path) -> KernelClasses:
@@ -98,7 +103,7 @@ def read_kernel_classes(path: str | Path) -> KernelClasses:
         raise KernelClassesError(f"{path}: field 'format' must be {KERNEL_CLASSES_FORMAT!r}")
     if doc.get("version") != KERNEL_CLASSES_VERSION:
         raise KernelClassesError(f"{path}: field 'version' must be {KERNEL_CLASSES_VERSION}")
-    points, failed = [], []
+    points, failed, layers = [], [], []
     for i, p in enumerate(doc.get("points") or []):
         where = f"{path}: points[{i}]"
         if not isinstance(p, dict) or p.get("class") not in _FIELDS:
@@ -114,10 +119,15 @@ def read_kernel_classes(path: str | Path) -> KernelClasses:
             raise KernelClassesError(f"{where}: field 'seconds' must be > 0")
         if p["class"] == "gemm" and p.get("dtype") not in _GEMM_DTYPES:
             raise KernelClassesError(f"{where}: field 'dtype' must be one of {', '.join(_GEMM_DTYPES)}")
+        if p["class"] == "layer":
+            if p.get("op") not in LAYER_OPS:
+                raise KernelClassesError(f"{where}: field 'op' must be one of {', '.join(LAYER_OPS)}")
+            layers.append(p)
+            continue
         points.append(p)
-    if not points:
+    if not points and not layers:
         raise KernelClassesError(f"{path}: no timed points")
-    return KernelClasses(str(path), dict(doc.get("provenance") or {}), points, failed)
+    return KernelClasses(str(path), dict(doc.get("provenance") or {}), points, failed, layers)
 
 
 def point_kernel(p: Mapping[str, Any]) -> tuple[Kernel, str]:
@@ -223,6 +233,49 @@ def class_errors(points: Sequence[Mapping[str, Any]], peak_flops: Mapping[str, f
                  min_error=float(e.min()) if e.size else math.nan,
                  max_error=float(e.max()) if e.size else math.nan)
         out.append(g)
+    return out
+
+
+def layer_errors(layers: Sequence[Mapping[str, Any]], peak_flops: Mapping[str, float],
+                 memory_bandwidth_bytes_per_s: float, op_model: Mapping[str, float]
+                 ) -> list[dict[str, Any]]:
+    """Whole Llama layer ops measured (class ``layer``) against the op model: per point its
+    ``model``, ``op``, ``t``, ``b``, ``s``, ``measured_s``, ``modelled_s`` (the op's device time,
+    :func:`core.model.ops.analytic_op_time` without host time, for the Llama family's key of
+    that shape with FlashAttention, :func:`core.model.kernels.op_key`) and ``error``
+    (``modelled / measured - 1``). Each point's ``h, a, g, f`` make the model
+    (:func:`core.plan.presets.MODEL_PRESETS`' Llama family with those sizes, head size 128 or
+    ``h / a``).
+
+    Raises
+    ------
+    KeyError
+        ``peak_flops`` lacks the point's dtype.
+    """
+    from types import SimpleNamespace
+
+    from core.model.kernels import op_key
+    from core.model.ops import analytic_op_time
+    from core.plan.model_config import ModelConfig
+    from core.plan.parallel import ParallelPlan
+
+    device = SimpleNamespace(peak_flops=dict(peak_flops), op_model=dict(op_model),
+                             memory_bandwidth_bytes_per_s=memory_bandwidth_bytes_per_s,
+                             device_name="measured GPU")
+    out = []
+    for p in layers:
+        model = ModelConfig(name=str(p.get("model", "layer")), num_layers=1, hidden_size=int(p["h"]),
+                            num_attention_heads=int(p["a"]), num_query_groups=int(p["g"]),
+                            ffn_hidden_size=int(p["f"]), seq_length=int(p["s"]),
+                            vocab_size=32000, activation="swiglu", normalization="rmsnorm",
+                            position_embedding="rope", tied_embeddings=False,
+                            add_bias_linear=False, attention_kernel="flash")
+        plan = ParallelPlan(tensor_parallel=int(p["t"]), micro_batch_size=int(p["b"]),
+                            precision=str(p.get("dtype", "bf16")))
+        t = analytic_op_time(str(p["op"]), op_key(model, plan), device, host=False)
+        out.append({"model": model.name, "op": p["op"], "t": int(p["t"]), "b": int(p["b"]),
+                    "s": int(p["s"]), "measured_s": float(p["seconds"]), "modelled_s": t,
+                    "error": t / float(p["seconds"]) - 1.0})
     return out
 
 

@@ -33,8 +33,9 @@ def add_parsers(psub: Any) -> None:
                     "simulator charges for it inside an op), print the error per kernel class, "
                     "and fit each class's parameters on its own points "
                     "(core/accuracy/kernel_fit.py; docs/accuracy.md).")
-    c.add_argument("file", type=path_arg, metavar="FILE.json", help="kernel-classes file "
-                   "(vtrain profile kernels; benchmarks/data/h200_kernel_classes.json)")
+    c.add_argument("files", type=path_arg, metavar="FILE.json", nargs="+",
+                   help="kernel-classes files of one GPU, read together (vtrain profile kernels; "
+                        "benchmarks/data/h200_kernel_classes.json)")
     c.add_argument("--profile", type=path_arg, metavar="STORE.h5", required=True,
                    help="store whose op model is checked (its peaks and bandwidth are the ones "
                         "the fit's fractions refer to: the store of the GPU kind measured)")
@@ -60,25 +61,39 @@ def _pct(x: float) -> str:
 
 def run_check_kernels(args: argparse.Namespace) -> int:
     """``vtrain profile check-kernels``: the table and the fit (see module doc)."""
-    from core.accuracy.kernel_fit import class_errors, fit_kernel_classes, read_kernel_classes
+    from core.accuracy.kernel_fit import (KernelFit, class_errors, fit_kernel_classes, layer_errors,
+                                          read_kernel_classes)
     from core.store.profile_store import ProfileStore
-    kc = read_kernel_classes(args.file)
+    files = [read_kernel_classes(f) for f in args.files]  # every file readable before printing
+    kc = files[0]
+    for other in files[1:]:
+        kc.points += other.points
+        kc.layers += other.layers
+        kc.failed += other.failed
+    args.file = ", ".join(args.files)
     store = check_profile_option(args.profile, opener=ProfileStore.open)
     peaks, bw, om = store.peak_flops, store.memory_bandwidth_bytes_per_s, dict(store.op_model or {})
+    rows: list[dict] = []
+    fitted_rows: list[dict] = []
+    fit = KernelFit({}, {}, {})
     try:
-        rows = class_errors(kc.points, peaks, bw, om)
-        fit = fit_kernel_classes(kc.points, peaks, bw, om)
+        if kc.points:
+            rows = class_errors(kc.points, peaks, bw, om)
+            fit = fit_kernel_classes(kc.points, peaks, bw, om)
+            fitted_rows = class_errors(kc.points, peaks, bw, {**om, **fit.params})
+        layers = layer_errors(kc.layers, peaks, bw, om)
+        layers_fitted = layer_errors(kc.layers, peaks, bw, {**om, **fit.params}) if fit.params else []
     except KeyError as exc:
         raise UsageError(f"{args.profile}: {exc.args[0] if exc.args else exc}") from None
     except ValueError as exc:
         raise UsageError(f"{args.file}: {exc}") from None
-    fitted_rows = class_errors(kc.points, peaks, bw, {**om, **fit.params})
     measured_on = kc.provenance.get("gpu", "unknown GPU")
     if args.json:
         print(json.dumps({"file": args.file, "profile": args.profile, "measured_on": measured_on,
                           "device_of_store": store.device_name, "failed_points": len(kc.failed),
                           "store_errors": rows, "fit": fit.params, "reported": fit.reported,
-                          "fit_points": fit.points, "fitted_errors": fitted_rows},
+                          "fit_points": fit.points, "fitted_errors": fitted_rows,
+                          "layers": layers, "layers_fitted": layers_fitted},
                          indent=1, default=lambda x: None if isinstance(x, float) and not math.isfinite(x) else x))
         return 0
     from rich.table import Table
@@ -91,6 +106,29 @@ def run_check_kernels(args: argparse.Namespace) -> int:
     if store.device_name and measured_on.replace("NVIDIA ", "") not in store.device_name:
         console.print(f"[yellow]note:[/] the store is of {esc(store.device_name)}: the fit's "
                       "fractions are of its peaks and bandwidth", highlight=False)
+    if rows:
+        _print_classes(console, rows, fitted_rows, fit, om)
+    if layers:
+        lt = Table(title="whole layer ops (eager torch, one tensor-parallel rank): modelled / "
+                         "measured - 1", title_justify="left")
+        for col in ("model", "op", "t", "b", "s", "measured ms", "store", "fitted kernels"):
+            lt.add_column(col, justify="left" if col in ("model", "op") else "right")
+        for i, r in enumerate(layers):
+            f = layers_fitted[i]["error"] if layers_fitted else math.nan
+            lt.add_row(esc(r["model"]), r["op"], str(r["t"]), str(r["b"]), str(r["s"]),
+                       f"{1e3 * r['measured_s']:.3f}", _pct(r["error"]), _pct(f))
+        console.print(lt)
+    return 0
+
+
+def _print_classes(console: Any, rows: list[dict], fitted_rows: list[dict], fit: Any,
+                   om: dict) -> None:
+    """The per-class error table and the fitted parameters."""
+    import math
+
+    from rich.table import Table
+
+    from core.util.console import esc
     t = Table(title="modelled / measured - 1 (device-bound points; host-paced ones left out)",
               title_justify="left")
     for col in ("kernel class", "points", "host-paced", "store: median", "store: mean |error|",
@@ -115,4 +153,3 @@ def run_check_kernels(args: argparse.Namespace) -> int:
         p.add_row(f"{k} (no parameter of its own)" if k not in model_has else k,
                   model_has.get(k, "-"), f"{v:.4g}", "")
     console.print(p)
-    return 0

@@ -314,6 +314,90 @@ def measure_memory_bound(device: torch.device, quick: bool, log: Callable[[str],
     return points
 
 
+#: Llama layers measured whole (``layer`` class): (preset name in :data:`core.plan.presets.MODEL_PRESETS`,
+#: h, a, g, f, tensor-parallel sizes, (b, s) pairs).
+LAYER_MODELS = (
+    ("Llama 3 8B", 4096, 32, 8, 14336, (1, 2, 4, 8), ((1, 8192), (2, 4096))),
+    ("Llama 3 70B", 8192, 64, 8, 28672, (2, 4, 8), ((1, 8192),)),
+    ("Llama 2 7B", 4096, 32, 32, 11008, (1,), ((2, 4096),)),
+)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding as Megatron-Core's unfused ``apply_rotary_pos_emb``: ``x cos +
+    rotate_half(x) sin`` on ``(s, b, heads, d)``."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def measure_layers(device: torch.device, quick: bool, log: Callable[[str], None]) -> list[dict]:
+    """One tensor-parallel rank's share of a Llama layer run eagerly in Megatron's ``(s, b, h)``
+    layout, as the op model splits it (:func:`core.model.kernels.op_kernels`): the attention op
+    (RMSNorm, QKV GEMM, rotary embedding on Q and K, causal grouped-query attention through
+    cuDNN on ``(b, heads, s, d)`` copies, projection GEMM) and the MLP op (residual add, RMSNorm, fc1 of gate and up, SiLU
+    times up, fc2, residual add), forward and backward (the backward of an untimed forward,
+    the graph kept). No tensor-parallel communication: the graph inserts it. bf16."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    dt = torch.bfloat16 if device.type == "cuda" else torch.float32
+    models = LAYER_MODELS if not quick else (("tiny", 64, 4, 2, 128, (1,), ((1, 32),)),)
+    backend = SDPBackend.CUDNN_ATTENTION if device.type == "cuda" else SDPBackend.MATH
+    points = []
+    for name, h, a, g, f, tps, bss in models:
+        d = h // a
+        for t in tps:
+            for b, s in bss:
+                ha, hg, ft = a // t, max(1, g // t), f // t
+
+                def weights(*shape):
+                    return (torch.randn(*shape, device=device, dtype=dt) * 0.02).requires_grad_()
+                w_qkv, w_proj = weights((ha + 2 * hg) * d, h), weights(h, ha * d)
+                w_fc1, w_fc2 = weights(2 * ft, h), weights(h, ft)
+                n1 = torch.ones(h, device=device, dtype=dt, requires_grad=True)
+                n2 = torch.ones(h, device=device, dtype=dt, requires_grad=True)
+                pos = torch.arange(s, device=device, dtype=torch.float32)[:, None]
+                inv = 1.0 / (10000 ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
+                ang = torch.cat((pos * inv, pos * inv), dim=-1)[:, None, None, :]
+                cos, sin = ang.cos().to(dt), ang.sin().to(dt)
+                x = torch.randn(s, b, h, device=device, dtype=dt, requires_grad=True)
+
+                def attention(x=x, w_qkv=w_qkv, w_proj=w_proj, n1=n1, ha=ha, hg=hg, d=d, s=s, b=b,
+                              cos=cos, sin=sin):
+                    qkv = F.linear(F.rms_norm(x, (x.shape[-1],), n1), w_qkv)
+                    q, k, v = qkv.split([ha * d, hg * d, hg * d], dim=-1)
+                    q = _rope(q.view(s, b, ha, d), cos, sin)
+                    k = _rope(k.view(s, b, hg, d), cos, sin)
+                    v = v.view(s, b, hg, d)
+                    with sdpa_kernel([backend]):  # (s, b, n, d) -> (b, n, s, d), contiguous
+                        o = F.scaled_dot_product_attention(
+                            *(z.permute(1, 2, 0, 3).contiguous() for z in (q, k, v)),
+                            is_causal=True, enable_gqa=ha != hg)
+                    return F.linear(o.permute(2, 0, 1, 3).reshape(s, b, ha * d), w_proj)
+                y = torch.randn(s, b, h, device=device, dtype=dt, requires_grad=True)
+
+                def mlp(x=x, y=y, w_fc1=w_fc1, w_fc2=w_fc2, n2=n2, ft=ft):
+                    r = x + y  # the attention's residual add
+                    gate, up = F.linear(F.rms_norm(r, (r.shape[-1],), n2), w_fc1).split(ft, dim=-1)
+                    return F.linear(F.silu(gate) * up, w_fc2) + r
+
+                fields = dict(model=name, h=h, a=a, g=g, f=f, t=t, b=b, s=s, dtype="bf16")
+                for part, fn, inputs in (("attention", attention, (x, n1, w_qkv, w_proj)),
+                                         ("mlp", mlp, (x, y, n2, w_fc1, w_fc2))):
+                    def run_fwd(fn=fn) -> float:
+                        with torch.enable_grad():
+                            return _timed(fn, device)
+
+                    def run_bwd(fn=fn, inputs=inputs) -> float:
+                        out = fn()
+                        grad = torch.randn_like(out)
+                        step = lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True)  # noqa: E731
+                        return _timed(step, device)
+                    points.append(_point("layer", dict(op=f"{part}_fwd", **fields), 0.0, 0.0, run_fwd))
+                    points.append(_point("layer", dict(op=f"{part}_bwd", **fields), 0.0, 0.0, run_bwd))
+                del w_qkv, w_proj, w_fc1, w_fc2, x, y
+    log(f"layers: {len(points)} points")
+    return points
+
+
 def _nvidia_smi(query: str) -> str:
     try:
         return subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
@@ -345,13 +429,14 @@ def provenance(device: torch.device) -> dict[str, Any]:
 
 
 def measure(device: torch.device, quick: bool = False, classes: tuple[str, ...] = (
-        "gemm", "attention", "grouped_gemm", "memory"), log: Callable[[str], None] = print
+        "gemm", "attention", "grouped_gemm", "memory", "layer"), log: Callable[[str], None] = print
             ) -> dict[str, Any]:
     """Every point of the classes named; a JSON-able document (module doc)."""
     torch.manual_seed(0)
     doc = {"format": FORMAT, "version": VERSION, "provenance": provenance(device), "points": []}
     steps = {"memory": measure_memory_bound, "gemm": measure_gemms,
-             "attention": measure_attention, "grouped_gemm": measure_grouped}
+             "attention": measure_attention, "grouped_gemm": measure_grouped,
+             "layer": measure_layers}
     t0 = time.perf_counter()
     for name in classes:
         try:
@@ -373,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="JSON file to write")
     ap.add_argument("--quick", action="store_true", help="tiny shapes (a smoke test)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--classes", nargs="+", default=["memory", "gemm", "attention", "grouped_gemm"])
+    ap.add_argument("--classes", nargs="+", default=["memory", "gemm", "attention", "grouped_gemm",
+                                                     "layer"])
     ap.add_argument("--budget-s", type=float, default=None,
                     help="skip the points left after this many seconds (each named)")
     args = ap.parse_args(argv)
