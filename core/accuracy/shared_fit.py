@@ -51,9 +51,11 @@ def analytic_bases() -> Callable[[Session], ProfileStore]:
 #: at the data-sheet assumption and lets many runs outweigh it.
 SHARED_PRIOR = 0.1
 #: Bounds of the shared fit that are narrower than :data:`FIT_PARAMS`', from what the hardware
-#: does: a large BF16/FP16 GEMM reaches at least 0.65 of the dense peak (cuBLAS on A100, H100
-#: and B200 reaches 0.7-0.8), an element-wise kernel streams at least 0.4 of the data-sheet HBM
-#: bandwidth (0.6-0.9 in practice). The published rows alone push both lower: the MoE rows are
+#: does: a large BF16/FP16 GEMM reaches at least 0.65 of the dense peak (measured on an H200 at
+#: its 700 W limit, ``benchmarks/data/h200_kernel_classes.json``: Llama layer GEMMs sustain
+#: 0.66-0.69, fitted 0.676; cuBLAS bursts on cool clocks reach 0.8), an element-wise kernel
+#: streams at least 0.4 of the data-sheet HBM bandwidth (the same H200: 0.85-0.91 for copies,
+#: adds and SiLU, 0.45-0.69 for torch's norms; docs/accuracy.md, twelfth round). The published rows alone push both lower: the MoE rows are
 #: slower than the model makes them, and these two parameters are the only ones that can slow
 #: them, at the cost of every dense plan (at the 22 rows' own optimum, HBM 0.23, GPT-3 1.3B on
 #: an H100 comes out barely faster than on an A100, 4.46 s against 4.98 s, which no

@@ -228,7 +228,9 @@ def kernel_class(kernels: list[Kernel]) -> np.ndarray:
 #: about 63 % (0.86); Shah et al., "FlashAttention-3" (2024), Sec. 4.1, H100 BF16: the forward up
 #: to 740 TFLOP/s, the backward 1.5-1.75 times FlashAttention-2's, some 500-550 (about 0.7-0.75).
 #: The middle, 0.8, applies to every GPU kind (cuDNN's fused attention, which Transformer Engine
-#: runs, behaves alike); no measured run of ours pins it (docs/accuracy.md).
+#: runs, behaves alike): measured on an H200, cuDNN's backward sustains 0.81 of its forward's
+#: efficiency over s 1k-32k, head size 128 (``benchmarks/data/h200_kernel_classes.json``,
+#: ``vtrain profile check-kernels``; docs/accuracy.md, twelfth round); no end-to-end run pins it.
 FLASH_BWD_RELATIVE_EFFICIENCY = 0.8
 
 
