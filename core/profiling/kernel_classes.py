@@ -182,7 +182,6 @@ def measure_gemms(device: torch.device, quick: bool, log: Callable[[str], None])
                            ("wgrad", lambda: dy.t() @ x)):
             points.append(_point("gemm", dict(dtype="bf16", layout=layout, m=m, n=n, k=k),
                                  flops, size, lambda fn=fn: _timed(fn, device)))
-        del x, w, dy
     log(f"gemm: {len(points)} points")
     square = [(n, n, n) for n in (1024, 4096, 8192)] if not quick else [(64, 64, 64)]
     for m, n, k in square:
@@ -198,7 +197,6 @@ def measure_gemms(device: torch.device, quick: bool, log: Callable[[str], None])
                     torch.backends.cuda.matmul.allow_tf32 = old
             points.append(_point("gemm", dict(dtype=name, layout="fprop", m=m, n=n, k=k),
                                  2.0 * m * n * k, 4 * (m * k + n * k + m * n), run))
-        del a, b
     fp8_shapes = [s for s in gemm_shapes(quick) if s[0] == 8192 or quick]
     for m, n, k in fp8_shapes:
         for recipe in ("tensorwise", "rowwise"):
@@ -258,7 +256,6 @@ def measure_attention(device: torch.device, quick: bool, log: Callable[[str], No
             fields = dict(backend=name, **p)
             points.append(_point("attention_fwd", fields, fwd_flops, nbytes, run_fwd))
             points.append(_point("attention_bwd", fields, 2.5 * fwd_flops, 2 * nbytes, run_bwd))
-            del q, kk, v
     log(f"attention: {len(points)} points")
     return points
 
@@ -309,7 +306,6 @@ def measure_memory_bound(device: torch.device, quick: bool, log: Callable[[str],
             points.append(_point("memory", dict(kernel=name, dtype=str(dt).split(".")[-1], **p),
                                  0.0, float(passes * n * es),
                                  lambda fn=fn: _timed(fn, device)))
-        del a, b, out
     log(f"memory-bound: {len(points)} points")
     return points
 
@@ -393,7 +389,6 @@ def measure_layers(device: torch.device, quick: bool, log: Callable[[str], None]
                         return _timed(step, device)
                     points.append(_point("layer", dict(op=f"{part}_fwd", **fields), 0.0, 0.0, run_fwd))
                     points.append(_point("layer", dict(op=f"{part}_bwd", **fields), 0.0, 0.0, run_bwd))
-                del w_qkv, w_proj, w_fc1, w_fc2, x, y
     log(f"layers: {len(points)} points")
     return points
 
