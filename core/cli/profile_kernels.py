@@ -100,7 +100,8 @@ def run_check_kernels(args: argparse.Namespace) -> int:
 
     from core.util.console import Console, esc
     console = Console()
-    console.print(f"{esc(args.file)}: {len(kc.points)} points measured on {esc(measured_on)} "
+    what = f"{len(kc.points)} kernel points" + (f" and {len(kc.layers)} layer ops" if kc.layers else "")
+    console.print(f"{esc(args.file)}: {what} measured on {esc(measured_on)} "
                   f"({esc(kc.provenance.get('torch', '?'))}, {esc(kc.provenance.get('measured_utc', '?'))})"
                   + (f"; {len(kc.failed)} failed there" if kc.failed else ""), highlight=False)
     if store.device_name and measured_on.replace("NVIDIA ", "") not in store.device_name:
