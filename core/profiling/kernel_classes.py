@@ -166,6 +166,15 @@ def _timed(fn: Callable[[], Any], device: torch.device) -> float:
     return time_calls(fn, device, calls=_calls_for(guess))
 
 
+def _backward_seconds(fn: Callable[[], torch.Tensor], inputs: tuple[torch.Tensor, ...],
+                      device: torch.device) -> float:
+    """Seconds of the backward of ``fn()`` with respect to ``inputs``: one untimed forward whose
+    graph is kept, then each timed call runs the backward alone with a fixed random gradient."""
+    out = fn()
+    grad = torch.randn_like(out)
+    return _timed(lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True), device)
+
+
 def measure_gemms(device: torch.device, quick: bool, log: Callable[[str], None]) -> list[dict]:
     """Dense BF16 GEMMs in nn.Linear's three layouts (forward ``x W^T``, data gradient
     ``dy W``, weight gradient ``dy^T x``), TF32 and fp32 on square shapes, FP8 (e4m3) with
@@ -247,12 +256,8 @@ def measure_attention(device: torch.device, quick: bool, log: Callable[[str], No
                 with torch.no_grad():
                     return _timed(fwd, device)
 
-            def run_bwd(fwd=fwd, q=q) -> float:
-                out = fwd()
-                grad = torch.randn_like(out)
-                # the forward's graph kept: each call runs the backward kernel alone
-                step = lambda: torch.autograd.grad(out, (q, kk, v), grad, retain_graph=True)  # noqa: E731
-                return _timed(step, device)
+            def run_bwd(fwd=fwd, inputs=(q, kk, v)) -> float:
+                return _backward_seconds(fwd, inputs, device)
             fields = dict(backend=name, **p)
             points.append(_point("attention_fwd", fields, fwd_flops, nbytes, run_fwd))
             points.append(_point("attention_bwd", fields, 2.5 * fwd_flops, 2 * nbytes, run_bwd))
@@ -383,10 +388,7 @@ def measure_layers(device: torch.device, quick: bool, log: Callable[[str], None]
                             return _timed(fn, device)
 
                     def run_bwd(fn=fn, inputs=inputs) -> float:
-                        out = fn()
-                        grad = torch.randn_like(out)
-                        step = lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True)  # noqa: E731
-                        return _timed(step, device)
+                        return _backward_seconds(fn, inputs, device)
                     points.append(_point("layer", dict(op=f"{part}_fwd", **fields), 0.0, 0.0, run_fwd))
                     points.append(_point("layer", dict(op=f"{part}_bwd", **fields), 0.0, 0.0, run_bwd))
     log(f"layers: {len(points)} points")
