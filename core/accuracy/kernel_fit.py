@@ -8,7 +8,10 @@ scales), fused attention forward and backward (FlashAttention-2 and cuDNN), grou
 GEMMs and element-wise and norm kernels. Each point becomes the op model's
 :class:`core.model.base.Kernel` with the same FLOPs, bytes and GEMM shape, and is timed by
 :func:`core.model.ops.kernel_times` with the class's efficiency: that is the time the simulator
-charges for that kernel inside an op. A point's error is ``modelled / measured - 1``.
+charges for that kernel inside an op. A point's error is ``modelled / measured - 1``. Whole
+layer ops (class ``layer``: one tensor-parallel rank's Llama attention or MLP op, forward or
+backward, run eagerly) are kept apart and compared with the op's modelled device time
+(:func:`layer_errors`).
 
 :func:`fit_kernel_classes` fits, each on its own class's points (so that one class's error
 cannot be absorbed by another's, issue 27), in this order:
