@@ -9,7 +9,38 @@ import numpy as np
 from core.schedules.base import PHASE_B, PHASE_F, PipelineSchedule, WorkOrder, order_of
 from core.schedules.one_f_one_b import one_f_one_b_all
 
-__all__ = ["Interleaved"]
+__all__ = ["Interleaved", "MEGATRON_CORE_MICROBATCH_RULE", "megatron_core_refusal"]
+
+#: Where Megatron-Core checks the interleaved schedule's micro-batch count m against the
+#: pipeline size p and N = ``microbatch_group_size_per_vp_stage`` (default p,
+#: ``ModelParallelConfig.__post_init__``): megatron-core 0.16.1,
+#: ``megatron/core/pipeline_parallel/schedules.py`` lines 995-1015,
+#: ``if (N > num_microbatches or N < pipeline_parallel_size): raise ValueError('The number of
+#: contiguous micro-batches in a virtual pipeline stage should range in [PP=.., M=..]')`` and
+#: ``final_microbatch_group_size = num_microbatches % N; if 0 < final_microbatch_group_size <
+#: pipeline_parallel_size: raise RuntimeError('The remainder of M (the total micro-batches)
+#: divided by N ... should be 0, or larger than or equal to the pipeline-parallel size ...')``.
+MEGATRON_CORE_MICROBATCH_RULE = ("Megatron-Core (0.16.1, pipeline_parallel/schedules.py "
+                                 "forward_backward_pipelining_with_interleaving)")
+
+
+def megatron_core_refusal(p: int, m: int, n: int | None = None) -> str | None:
+    """Megatron-Core's own message where ``forward_backward_pipelining_with_interleaving``
+    refuses ``m`` micro-batches on ``p`` stages with ``n`` contiguous micro-batches per virtual
+    stage (``--microbatch-group-size-per-virtual-pipeline-stage``; None: its default ``p``);
+    None where it runs them (:data:`MEGATRON_CORE_MICROBATCH_RULE`). The texts are Megatron's,
+    its missing space in "stageshould" included."""
+    n = p if n is None else n
+    if n > m or n < p:  # ValueError
+        return ("The number of contiguous micro-batches in a virtual pipeline stage"
+                f"should range in [PP={p} , M={m}]")
+    final = m % n
+    if 0 < final < p:  # RuntimeError
+        return ("The remainder of M (the total micro-batches) divided by N (number of "
+                "contiguous micro-batches in a virtual pipeline stage) should be 0, or larger "
+                f"than or equal to the pipeline-parallel size, but it is {final}. Otherwise, it "
+                "introduces dependency bubbles in the pipeline and reduces throughput.")
+    return None
 
 
 class Interleaved(PipelineSchedule):
@@ -23,8 +54,10 @@ class Interleaved(PipelineSchedule):
     forward first when ``m == p`` is gone from Megatron-Core), then one forward and one backward in
     turn, then the remaining backwards. Item ``k`` in forward order runs chunk
     ``(k mod p*v) // p`` on micro-batch ``(k // (p*v))*p + k mod p``; backward
-    items run the chunks in reverse. Megatron requires ``m`` to be a multiple
-    of ``p`` for this order. Ideal bubble: ``(p-1)/(v*m)`` of the ideal time.
+    items run the chunks in reverse (``get_schedule_table`` with groups of ``p``). Megatron-Core
+    refuses an ``m`` that is not a multiple of ``p`` with ``N`` at its default ``p``
+    (:meth:`order_errors`); with ``N != p`` it runs orders not modelled here. Ideal bubble:
+    ``(p-1)/(v*m)`` of the ideal time.
     """
 
     name, title = "interleaved", "Interleaved 1F1B"
@@ -107,11 +140,17 @@ class Interleaved(PipelineSchedule):
         return errs + self.order_errors(p, m, v)
 
     def order_errors(self, p: int, m: int, v: int) -> list[tuple[str, str]]:
-        # the order runs micro-batches in groups of p (``(k // (p*v))*p + k mod p``): with m
-        # not a multiple of p it would schedule micro-batches that do not exist
-        if p >= 1 and m % p:
+        # Megatron-Core's check with N at its default p: N > m (m < p) raises ValueError,
+        # 0 < m % N < p (any other m not a multiple of p) RuntimeError; m % p == 0 passes both.
+        # The order below needs it too: it runs the micro-batches in groups of p
+        # (``(k // (p*v))*p + k mod p``)
+        if p >= 1 and megatron_core_refusal(p, m) is not None:
+            why = (f"N={p} > m={m}" if m < p else f"0 < m % N = {m % p} < pipeline size {p}")
             return [("plan.global_batch_size",
                      f"the interleaved schedule needs the number of micro-batches "
                      f"m=global_batch_size/(data_parallel*micro_batch_size)={m} to be a "
-                     f"multiple of pipeline_parallel_size={p} (Megatron's rule)")]
+                     f"multiple of pipeline_parallel_size={p}: {MEGATRON_CORE_MICROBATCH_RULE} "
+                     f"refuses N > m and 0 < m % N < p, with N = "
+                     f"--microbatch-group-size-per-virtual-pipeline-stage at its default p "
+                     f"(here {why})")]
         return []

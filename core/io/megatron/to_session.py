@@ -50,7 +50,8 @@ from core.plan.layout import capped_recompute_layers
 from core.plan.model_config import model_from_fields
 
 __all__ = ["MegatronImport", "session_from_launch", "import_file", "with_cluster_comment",
-           "parse_variable", "import_checked", "refuse_broken_rules"]
+           "parse_variable", "import_checked", "refuse_broken_rules",
+           "refuse_microbatch_groups"]
 
 
 @dataclass
@@ -321,6 +322,54 @@ def refuse_broken_rules(launch: Launch) -> None:
                             "start this launch, so it is not simulated: " + "; ".join(parts))
 
 
+GROUP_OPTION = "--microbatch-group-size-per-virtual-pipeline-stage"
+
+
+def refuse_microbatch_groups(res: MegatronImport) -> None:
+    """Refuse an interleaved launch whose micro-batch count Megatron-Core refuses
+    (:func:`core.schedules.interleaved.megatron_core_refusal`, with the launch's
+    ``--microbatch-group-size-per-virtual-pipeline-stage`` N where it gives one), or that it
+    runs with an N other than p on a count that is not a multiple of p: an order vtrain does not
+    model (it models N = p, Megatron-Core's default). Without N the session rules name the
+    default's refusal; with N the import names it, as Megatron-Core would. A launch it keeps
+    gets a note for N = p (the order modelled) and the reason N is ignored otherwise.
+
+    Raises
+    ------
+    MegatronArgsError
+        One line: the file, m, p, N, and Megatron-Core's message or why it is not modelled.
+    """
+    from core.schedules.interleaved import MEGATRON_CORE_MICROBATCH_RULE, megatron_core_refusal
+
+    plan, launch = res.session.plan, res.launch
+    n = int_argument(parse_arguments(launch.arguments, launch.source), GROUP_OPTION,
+                     launch.source)
+    if plan.schedule != "interleaved" or n is None:
+        return
+    p, m = plan.pipeline_parallel, plan.num_microbatches
+    counts = (f"m = global_batch_size/(data_parallel*micro_batch_size) = {m} micro-batches on "
+              f"p = {p} stages with {GROUP_OPTION} {n}")
+    why = megatron_core_refusal(p, m, n)
+    if why is not None:
+        raise MegatronArgsError(f"{launch.source}: {MEGATRON_CORE_MICROBATCH_RULE} refuses "
+                                f"{counts}: \"{why}\"; change one of --global-batch-size, "
+                                f"--micro-batch-size, {GROUP_OPTION}")
+    if m % p:
+        raise MegatronArgsError(f"{launch.source}: {counts}: Megatron-Core runs it, but its "
+                                f"interleaved order with N != p is not modelled (vtrain models "
+                                f"N = p, Megatron-Core's default, which needs m to be a multiple "
+                                f"of p)")
+    res.ignored.pop(GROUP_OPTION, None)
+    if n == p:
+        res.notes.append((GROUP_OPTION, f"{n} = p, Megatron-Core's default: the interleaved "
+                          "order vtrain models"))
+    else:
+        res.ignored[GROUP_OPTION] = (f"Megatron-Core runs N = {n} micro-batches of a virtual "
+                                     f"stage at a time ((v-1)*N warm-up forwards besides "
+                                     f"2(p-1-i)); vtrain models its default N = p = {p}: may "
+                                     "change the iteration time and the activation memory")
+
+
 def import_file(path: str | Path, **kw: Any) -> MegatronImport:
     """:func:`read_launch` + :func:`session_from_launch` of a file (``variables`` goes to the
     former, ``vocab_size`` is added to the launch as ``--vocab-size`` where it gives none,
@@ -361,6 +410,7 @@ def import_file(path: str | Path, **kw: Any) -> MegatronImport:
         launch.arguments += ["--vocab-size", str(vocab)]
     res = session_from_launch(launch, **kw)
     refuse_broken_rules(res.launch)
+    refuse_microbatch_groups(res)
     for r in broken_rules(res.launch.arguments):  # those left on import: earlier versions run
         res.notes.append((f"rule {r.name}", f"Megatron-LM ({MEGATRON_COMMIT[:7]}) refuses it "
                           f"(\"{r.message}\", {r.source}); imported as the earlier versions "
