@@ -16,14 +16,19 @@ backward, run eagerly) are kept apart and compared with the op's modelled device
 :func:`fit_kernel_classes` fits, each on its own class's points (so that one class's error
 cannot be absorbed by another's, issue 27), in this order:
 
-1. the dense curve ``gemm_efficiency_max * x / (x + gemm_half_size)`` on the bf16 GEMMs
+1. ``memory_efficiency`` on the element-wise and norm kernels (their time depends on nothing
+   else, and GEMMs with little work per byte are timed by it too);
+2. the dense curve ``gemm_efficiency_max * x / (x + gemm_half_size)`` on the bf16 GEMMs
    (bounded least squares on ``log(modelled / measured)``);
-2. with the curve fixed, one factor per class: ``fp8_gemm_efficiency`` (tensor-wise FP8 GEMMs,
+3. with the curve fixed, one factor per class: ``fp8_gemm_efficiency`` (tensor-wise FP8 GEMMs,
    Megatron's default recipe on Hopper), ``flash_attention_efficiency`` (the forward of the
    backend Transformer Engine runs, cuDNN, else FlashAttention-2), the backward's share of the
-   forward's efficiency (:data:`core.model.ops.FLASH_BWD_RELATIVE_EFFICIENCY` in the model),
-   ``grouped_gemm_efficiency``, and ``memory_efficiency`` (element-wise and norm kernels); each
-   factor is the exponential of the median log-ratio, robust to a few odd points.
+   forward's efficiency (:data:`core.model.ops.FLASH_BWD_RELATIVE_EFFICIENCY` in the model) and
+   ``grouped_gemm_efficiency``.
+
+Each factor (1 and 3) makes the class's median ``log(modelled / measured)`` zero, robust to a
+few odd points; it is solved for (:func:`_factor`), since ``kernel_overhead_s`` and a
+memory-bound GEMM's bytes make the time no plain multiple of ``1 / efficiency``.
 
 Points the host paces are not fitted (:func:`host_bound`: their time is near the file's shortest,
 the per-call floor of an eager torch call, about 15 us on the H200 of
@@ -33,7 +38,6 @@ model's device time says nothing there.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +51,7 @@ from core.model.ops import (DEFAULT_OP_MODEL, FLASH_BWD_RELATIVE_EFFICIENCY, ker
                             kernel_times)
 
 __all__ = ["KERNEL_CLASSES_FORMAT", "KernelClassesError", "KernelClasses", "read_kernel_classes",
-           "point_kernel", "modelled_seconds", "class_errors", "KernelFit", "fit_kernel_classes",
+           "point_kernel", "require_peaks", "modelled_seconds", "class_errors", "KernelFit", "fit_kernel_classes",
            "HOST_BOUND_FACTOR", "host_bound", "layer_errors", "LAYER_OPS"]
 
 KERNEL_CLASSES_FORMAT, KERNEL_CLASSES_VERSION = "vtrain-kernel-classes", 1
@@ -79,58 +83,156 @@ class KernelClassesError(MeasurementFileError):
 class KernelClasses:
     """A kernel-classes file: its provenance, its timed kernel points, its whole-layer points
     (``layers``: class ``layer``, :func:`layer_errors`), and the points that failed on the
-    device, with an ``error`` (``failed``)."""
+    device, with an ``error`` (``failed``); ``index`` and ``layer_index`` give each point's
+    place in the file."""
 
     path: str
     provenance: dict[str, Any]
     points: list[dict[str, Any]]
     failed: list[dict[str, Any]] = field(default_factory=list)
     layers: list[dict[str, Any]] = field(default_factory=list)
+    #: Each point's and each layer point's index in the file's ``points`` (for messages).
+    index: list[int] = field(default_factory=list)
+    layer_index: list[int] = field(default_factory=list)
 
 
 def read_kernel_classes(path: str | Path) -> KernelClasses:
     """Read and check a ``vtrain-kernel-classes`` JSON file.
 
+    Rules (each refusal names the file, the point's index and the field): strict JSON
+    (:func:`core.util.inputs.read_json_file`: no NaN, Infinity, duplicate keys or deep nesting);
+    ``format`` and ``version`` (an integer, not ``true``); ``provenance`` an object and
+    ``points`` a list of objects; each point's ``class`` one of :data:`_FIELDS`; a point without
+    ``error`` has its class's shape fields as positive integers of at most 2**53 (``causal`` 0 or
+    1), ``flops`` and ``bytes`` finite and >= 0, ``seconds`` finite and > 0; a GEMM's ``dtype``
+    one of :data:`_GEMM_DTYPES` (an FP8 one's ``recipe``, if given, ``tensorwise`` or
+    ``rowwise``); a layer point's ``op`` one of :data:`LAYER_OPS`, its ``dtype`` (if given) a
+    training precision, and its sizes split as Megatron-LM requires (``h`` divisible by ``a``,
+    ``a`` by ``g``, ``a``, ``g`` and ``f`` by ``t``; :mod:`core.plan.rules`); the text fields
+    (``backend``, ``kernel``, ``layout``, ``model``) text.
+
     Raises
     ------
     KernelClassesError
-        Not JSON, another format or version, or a point with an unknown class or a missing,
-        non-numeric or non-positive field (named with the point's index).
+        Any rule broken, or no timed point at all.
     """
+    from core.util.inputs import read_json_file
+
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise KernelClassesError(f"{path}: cannot read as JSON ({exc})") from None
+    doc = read_json_file(path, KernelClassesError)
     if not isinstance(doc, dict) or doc.get("format") != KERNEL_CLASSES_FORMAT:
         raise KernelClassesError(f"{path}: field 'format' must be {KERNEL_CLASSES_FORMAT!r}")
-    if doc.get("version") != KERNEL_CLASSES_VERSION:
+    version = doc.get("version")
+    if isinstance(version, bool) or version != KERNEL_CLASSES_VERSION:
         raise KernelClassesError(f"{path}: field 'version' must be {KERNEL_CLASSES_VERSION}")
-    points, failed, layers = [], [], []
-    for i, p in enumerate(doc.get("points") or []):
+    provenance = doc.get("provenance", {})
+    if not isinstance(provenance, dict):
+        raise KernelClassesError(f"{path}: field 'provenance' must be an object")
+    raw = doc.get("points", [])
+    if not isinstance(raw, list):
+        raise KernelClassesError(f"{path}: field 'points' must be a list of points")
+    points, failed, layers, index, layer_index = [], [], [], [], []
+    for i, p in enumerate(raw):
         where = f"{path}: points[{i}]"
-        if not isinstance(p, dict) or p.get("class") not in _FIELDS:
+        if not isinstance(p, dict) or not isinstance(p.get("class"), str) or p["class"] not in _FIELDS:
             raise KernelClassesError(f"{where}: field 'class' must be one of {', '.join(_FIELDS)}")
         if "error" in p:
             failed.append(p)
             continue
-        for name in (*_FIELDS[p["class"]], "flops", "bytes", "seconds"):
-            v = p.get(name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise KernelClassesError(f"{where}: field {name!r} must be a finite number >= 0")
-        if p["seconds"] <= 0:
-            raise KernelClassesError(f"{where}: field 'seconds' must be > 0")
-        if p["class"] == "gemm" and p.get("dtype") not in _GEMM_DTYPES:
-            raise KernelClassesError(f"{where}: field 'dtype' must be one of {', '.join(_GEMM_DTYPES)}")
+        _check_point(p, where)
         if p["class"] == "layer":
-            if p.get("op") not in LAYER_OPS:
-                raise KernelClassesError(f"{where}: field 'op' must be one of {', '.join(LAYER_OPS)}")
             layers.append(p)
-            continue
-        points.append(p)
+            layer_index.append(i)
+        else:
+            points.append(p)
+            index.append(i)
     if not points and not layers:
-        raise KernelClassesError(f"{path}: no timed points")
-    return KernelClasses(str(path), dict(doc.get("provenance") or {}), points, failed, layers)
+        why = f" ({len(failed)} failed on the device, e.g. {str(failed[0]['error'])[:120]!r})" if failed else ""
+        raise KernelClassesError(f"{path}: field 'points': no timed points{why}")
+    return KernelClasses(str(path), dict(provenance), points, failed, layers, index, layer_index)
+
+
+#: Largest shape field read (exact in a float; products of three stay finite).
+_MAX_SIZE = 2**53
+#: Text fields a point may carry (labels; checked as text when present).
+_TEXT_FIELDS = ("backend", "kernel", "layout", "model", "recipe", "dtype")
+
+
+def _check_point(p: Mapping[str, Any], where: str) -> None:
+    """Refuse a timed point that breaks a rule of :func:`read_kernel_classes` (KernelClassesError)."""
+    cls = p["class"]
+    for name in _FIELDS[cls]:
+        v = p.get(name)
+        if name == "causal":
+            if isinstance(v, bool) or v not in (0, 1):
+                raise KernelClassesError(f"{where}: field 'causal' must be 0 or 1")
+        elif isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or not 0 < v <= _MAX_SIZE:
+            raise KernelClassesError(f"{where}: field {name!r} must be a whole number > 0 and "
+                                     "at most 2**53")
+    for name in ("flops", "bytes", "seconds"):
+        v = p.get(name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise KernelClassesError(f"{where}: field {name!r} must be a finite number >= 0")
+    if p["seconds"] <= 0:
+        raise KernelClassesError(f"{where}: field 'seconds' must be > 0")
+    for name in _TEXT_FIELDS:
+        if name in p and not isinstance(p[name], str):
+            raise KernelClassesError(f"{where}: field {name!r} must be text")
+    if cls == "gemm":
+        if p.get("dtype") not in _GEMM_DTYPES:
+            raise KernelClassesError(f"{where}: field 'dtype' must be one of {', '.join(_GEMM_DTYPES)}")
+        if p["dtype"] == "fp8" and p.get("recipe", "tensorwise") not in _FP8_RECIPES:
+            raise KernelClassesError(f"{where}: field 'recipe' must be one of {', '.join(_FP8_RECIPES)}")
+    if cls == "layer":
+        _check_layer(p, where)
+
+
+#: The scaling recipes of an FP8 GEMM point (``torch._scaled_mm``'s scales).
+_FP8_RECIPES = ("tensorwise", "rowwise")
+
+
+def _check_layer(p: Mapping[str, Any], where: str) -> None:
+    """A layer point's op, precision and Megatron-LM's head and MLP splits (core.plan.rules)."""
+    from core.plan.parallel import PRECISIONS
+
+    if p.get("op") not in LAYER_OPS:
+        raise KernelClassesError(f"{where}: field 'op' must be one of {', '.join(LAYER_OPS)}")
+    if p.get("dtype", "bf16") not in PRECISIONS:
+        raise KernelClassesError(f"{where}: field 'dtype' must be one of {', '.join(PRECISIONS)}")
+    h, a, g, f, t = (int(p[k]) for k in ("h", "a", "g", "f", "t"))
+    for name, n, d, dname in (("h", h, a, "a"), ("a", a, g, "g"), ("a", a, t, "t"),
+                              ("g", g, t, "t"), ("f", f, t, "t")):
+        if n % d:
+            raise KernelClassesError(f"{where}: field {name!r} ({n}) must be divisible by "
+                                     f"field {dname!r} ({d})")
+
+
+def require_peaks(kc: KernelClasses, peak_flops: Mapping[str, float], store: str) -> None:
+    """Refuse a file with a point whose dtype ``store`` (its name in the message) has no peak
+    FLOP/s for: an FP8 GEMM checked against an A100's store, say. The message names the file,
+    the point and its ``dtype`` field.
+
+    Raises
+    ------
+    KernelClassesError
+        The first such point.
+    """
+    from core.plan.parallel import tensor_dtype
+
+    def refuse(i: int, dtype: str) -> KernelClassesError:
+        return KernelClassesError(
+            f"{kc.path}: points[{i}]: field 'dtype' {dtype!r}: the store {store} has no peak "
+            f"FLOP/s for it (it has {', '.join(peak_flops) or 'none'}): check the file against "
+            "the store of the GPU kind it measured")
+    for i, p in zip(kc.index, kc.points):
+        k, dtype = point_kernel(p)
+        need = "fp8" if k.dtype == "fp8" else dtype
+        if need not in peak_flops:
+            raise refuse(i, need)
+    for i, p in zip(kc.layer_index, kc.layers):
+        dtype = str(p.get("dtype", "bf16"))
+        if dtype not in peak_flops or tensor_dtype(dtype) not in peak_flops:
+            raise refuse(i, dtype)
 
 
 def point_kernel(p: Mapping[str, Any]) -> tuple[Kernel, str]:
@@ -297,9 +399,31 @@ class KernelFit:
     points: dict[str, int]
 
 
-def _factor(model: np.ndarray, meas: np.ndarray) -> float:
-    """The efficiency factor that makes the median modelled time equal the measured one."""
-    return float(np.exp(np.median(np.log(model / meas))))
+def _factor(points: Sequence[Mapping[str, Any]], meas: np.ndarray, peak_flops: Mapping[str, float],
+            memory_bandwidth_bytes_per_s: float, op_model: Mapping[str, float], memory: bool
+            ) -> float | None:
+    """The factor ``x`` by which the efficiency that times ``points`` is to be multiplied so that
+    the median of ``log(modelled / measured)`` is 0: the compute efficiency (every peak times
+    ``x``) or, with ``memory``, the memory efficiency (the bandwidth times ``x``). Solved by
+    bisection on ``log x`` in [-12, 12] (each point's modelled time falls as ``x`` grows, so the
+    median log-ratio does too): exact with ``kernel_overhead_s`` and memory-bound GEMMs, where
+    ``exp(median(log(modelled / measured)))`` is only the first step. None when no ``x`` in
+    that range balances the median (the points' time does not depend on that efficiency)."""
+    def g(log_x: float) -> float:
+        x = math.exp(log_x)
+        peaks = peak_flops if memory else {d: v * x for d, v in peak_flops.items()}
+        bw = memory_bandwidth_bytes_per_s * (x if memory else 1.0)
+        return float(np.median(np.log(modelled_seconds(points, peaks, bw, op_model) / meas)))
+    lo, hi = -12.0, 12.0
+    if g(lo) < 0 or g(hi) > 0:
+        return None
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if g(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp(0.5 * (lo + hi))
 
 
 def fit_kernel_classes(points: Sequence[Mapping[str, Any]], peak_flops: Mapping[str, float],
@@ -330,6 +454,28 @@ def fit_kernel_classes(points: Sequence[Mapping[str, Any]], peak_flops: Mapping[
     def sel(pred) -> np.ndarray:
         return np.array([bool(pred(p)) for p in pts], bool)
 
+    counts: dict[str, int] = {}
+    reported: dict[str, float] = {}
+
+    def factor(name: str, pred, params: Mapping[str, float]) -> float | None:
+        """The factor by which the efficiency that times the points ``pred`` picks is to be
+        multiplied, under ``params``, for their median modelled time to be the measured one
+        (:func:`_factor`)."""
+        mask = sel(pred)
+        if not mask.any():
+            return None
+        sub = [p for p, m in zip(pts, mask) if m]
+        f = _factor(sub, meas[mask], peak_flops, memory_bandwidth_bytes_per_s, params,
+                    memory=name.startswith("memory"))
+        if f is not None:  # points counted only where they fixed the factor
+            counts[name] = int(mask.sum())
+        return f
+
+    # the memory efficiency first: memory-bound kernels' time depends on nothing else, and
+    # GEMMs with little work per byte (small grouped GEMMs) are timed by it too
+    f = factor("memory", lambda p: p["class"] == "memory", base)
+    if f is not None:
+        base["memory_efficiency"] *= f
     dense = sel(lambda p: p["class"] == "gemm" and p["dtype"] in ("bf16", "fp16"))
     if dense.sum() < 3:
         raise ValueError(f"{int(dense.sum())} device-bound bf16 GEMM points: the curve needs 3")
@@ -342,19 +488,7 @@ def fit_kernel_classes(points: Sequence[Mapping[str, Any]], peak_flops: Mapping[
     fit = least_squares(resid, x0=[0.75, 200.0], bounds=([0.05, 1.0], [1.5, 1e5]), loss="soft_l1",
                         f_scale=0.05)
     params = {**base, "gemm_efficiency_max": float(fit.x[0]), "gemm_half_size": round(float(fit.x[1]), 3)}
-    counts = {"dense_gemm": int(dense.sum())}
-    reported: dict[str, float] = {}
-
-    def factor(name: str, pred) -> float | None:
-        """modelled / measured (median in logs) of the points ``pred`` picks, under ``params``:
-        the factor by which the efficiency that times them is to be multiplied."""
-        mask = sel(pred)
-        if not mask.any():
-            return None
-        sub = [p for p, m in zip(pts, mask) if m]
-        counts[name] = int(mask.sum())
-        return _factor(modelled_seconds(sub, peak_flops, memory_bandwidth_bytes_per_s, params),
-                       meas[mask])
+    counts["dense_gemm"] = int(dense.sum())
 
     def gemm_of(dtype: str, recipe: str | None = None):
         return lambda p: (p["class"] == "gemm" and p["dtype"] == dtype
@@ -366,9 +500,8 @@ def fit_kernel_classes(points: Sequence[Mapping[str, Any]], peak_flops: Mapping[
             ("fp8_gemm_efficiency", "fp8_gemm", gemm_of("fp8", "tensorwise")),
             ("flash_attention_efficiency", "attention_fwd",
              lambda p: p["class"] == "attention_fwd" and p.get("backend", main) == main),
-            ("grouped_gemm_efficiency", "grouped_gemm", lambda p: p["class"] == "grouped_gemm"),
-            ("memory_efficiency", "memory", lambda p: p["class"] == "memory")):
-        f = factor(name, pred)
+            ("grouped_gemm_efficiency", "grouped_gemm", lambda p: p["class"] == "grouped_gemm")):
+        f = factor(name, pred, params)
         if f is not None:
             params[key] = params[key] * f
     # what the model has no parameter of its own for, under the fitted parameters
@@ -388,7 +521,7 @@ def fit_kernel_classes(points: Sequence[Mapping[str, Any]], peak_flops: Mapping[
             ("memory_efficiency_norm", "memory_norm",
              lambda p: p["class"] == "memory" and "norm" in str(p.get("kernel", "")),
              params["memory_efficiency"])):
-        f = factor(name, pred)
+        f = factor(name, pred, params)
         if f is not None:
             reported[key] = f * scale
     return KernelFit({k: params[k] for k in (

@@ -50,9 +50,26 @@ def run_kernels(args: argparse.Namespace) -> int:
         raise UsageError(text)
     check_outputs([("--out", args.out)], [])
     from core.profiling import kernel_classes
+    try:  # refused before anything is measured, as one line
+        if args.device:
+            kernel_classes.device_of(args.device)
+        kernel_classes.check_out(args.out)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     argv = ["--out", args.out] + (["--quick"] if args.quick else []) + (
         ["--device", args.device] if args.device else [])
     return kernel_classes.main(argv)
+
+
+def _finite_or_none(doc: Any) -> Any:
+    """``doc`` with each NaN (a class whose points were all host-paced) as None: strict JSON."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: _finite_or_none(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_finite_or_none(v) for v in doc]
+    return doc
 
 
 def _pct(x: float) -> str:
@@ -61,17 +78,26 @@ def _pct(x: float) -> str:
 
 def run_check_kernels(args: argparse.Namespace) -> int:
     """``vtrain profile check-kernels``: the table and the fit (see module doc)."""
-    from core.accuracy.kernel_fit import (KernelFit, class_errors, fit_kernel_classes, layer_errors,
-                                          read_kernel_classes)
+    from core.accuracy.kernel_fit import (KernelClassesError, KernelFit, class_errors,
+                                          fit_kernel_classes, layer_errors, read_kernel_classes,
+                                          require_peaks)
     from core.store.profile_store import ProfileStore
+    from core.util.atomic import same_file
+    for j, f in enumerate(args.files):  # one file twice would count its points twice
+        for earlier in args.files[:j]:
+            if same_file(f, earlier):
+                raise KernelClassesError(f"{f}: given twice (as {earlier} too): each file's "
+                                         "points are read once")
     files = [read_kernel_classes(f) for f in args.files]  # every file readable before printing
+    store = check_profile_option(args.profile, opener=ProfileStore.open)
+    for f in files:
+        require_peaks(f, store.peak_flops, args.profile)
     kc = files[0]
     for other in files[1:]:
         kc.points += other.points
         kc.layers += other.layers
         kc.failed += other.failed
     args.file = ", ".join(args.files)
-    store = check_profile_option(args.profile, opener=ProfileStore.open)
     peaks, bw, om = store.peak_flops, store.memory_bandwidth_bytes_per_s, dict(store.op_model or {})
     rows: list[dict] = []
     fitted_rows: list[dict] = []
@@ -87,14 +113,14 @@ def run_check_kernels(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.profile}: {exc.args[0] if exc.args else exc}") from None
     except ValueError as exc:
         raise UsageError(f"{args.file}: {exc}") from None
-    measured_on = kc.provenance.get("gpu", "unknown GPU")
+    measured_on = str(kc.provenance.get("gpu", "unknown GPU"))
     if args.json:
-        print(json.dumps({"file": args.file, "profile": args.profile, "measured_on": measured_on,
+        print(json.dumps(_finite_or_none({"file": args.file, "profile": args.profile, "measured_on": measured_on,
                           "device_of_store": store.device_name, "failed_points": len(kc.failed),
                           "store_errors": rows, "fit": fit.params, "reported": fit.reported,
                           "fit_points": fit.points, "fitted_errors": fitted_rows,
-                          "layers": layers, "layers_fitted": layers_fitted},
-                         indent=1, default=lambda x: None if isinstance(x, float) and not math.isfinite(x) else x))
+                          "layers": layers, "layers_fitted": layers_fitted}),
+                         indent=1, allow_nan=False))
         return 0
     from rich.table import Table
 
@@ -102,7 +128,8 @@ def run_check_kernels(args: argparse.Namespace) -> int:
     console = Console()
     what = f"{len(kc.points)} kernel points" + (f" and {len(kc.layers)} layer ops" if kc.layers else "")
     console.print(f"{esc(args.file)}: {what} measured on {esc(measured_on)} "
-                  f"({esc(kc.provenance.get('torch', '?'))}, {esc(kc.provenance.get('measured_utc', '?'))})"
+                  f"({esc(str(kc.provenance.get('torch', '?')))}, "
+                  f"{esc(str(kc.provenance.get('measured_utc', '?')))})"
                   + (f"; {len(kc.failed)} failed there" if kc.failed else ""), highlight=False)
     if store.device_name and measured_on.replace("NVIDIA ", "") not in store.device_name:
         console.print(f"[yellow]note:[/] the store is of {esc(store.device_name)}: the fit's "

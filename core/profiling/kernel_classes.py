@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import statistics
@@ -449,21 +450,77 @@ def measure(device: torch.device, quick: bool = False, classes: tuple[str, ...] 
     return doc
 
 
+#: The classes ``--classes`` names (:func:`measure`'s steps).
+CLASSES = ("memory", "gemm", "attention", "grouped_gemm", "layer")
+
+
+def device_of(text: str) -> torch.device:
+    """The torch device ``--device`` names (``cpu``, ``cuda``, ``cuda:N``).
+
+    Raises
+    ------
+    ValueError
+        Not a device name, a CUDA device where torch has none, or an index past the last GPU.
+    """
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError, TypeError):
+        raise ValueError(f"--device {text!r}: must be cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device {text!r}: must be cpu, cuda or cuda:N")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"--device {text!r}: torch here has no CUDA device "
+                             f"(torch {torch.__version__}); use --device cpu")
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"--device {text!r}: there are {count} CUDA devices "
+                             f"(cuda:0 to cuda:{count - 1})")
+    return device
+
+
+def check_out(path: str) -> None:
+    """Refuse, before anything is measured, an ``--out`` that could not be written at the end:
+    a folder, or a path whose temporary file (``PATH.tmp``) cannot be made.
+
+    Raises
+    ------
+    ValueError
+        Naming the path and why.
+    """
+    if not path or os.path.isdir(path):
+        raise ValueError(f"--out {path!r}: must be a file path, not a folder")
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8"):
+            pass
+        os.remove(tmp)
+    except OSError as exc:
+        raise ValueError(f"--out {path}: cannot write {tmp} ({exc.strerror or exc})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python3 core/profiling/kernel_classes.py --out FILE [--quick] [--device cpu]``."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    """``python3 core/profiling/kernel_classes.py --out FILE [--quick] [--device cpu]
+    [--classes ...] [--budget-s S]``; a bad option is one line ``kernel_classes.py: error: ...``
+    on stderr, exit status 2, before anything is measured."""
+    ap = argparse.ArgumentParser(prog="kernel_classes.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="JSON file to write")
     ap.add_argument("--quick", action="store_true", help="tiny shapes (a smoke test)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--classes", nargs="+", default=["memory", "gemm", "attention", "grouped_gemm",
-                                                     "layer"])
+    ap.add_argument("--classes", nargs="+", default=list(CLASSES), choices=CLASSES)
     ap.add_argument("--budget-s", type=float, default=None,
                     help="skip the points left after this many seconds (each named)")
     args = ap.parse_args(argv)
-    if args.budget_s is not None:
-        _DEADLINE[0] = time.perf_counter() + args.budget_s
-    doc = measure(torch.device(args.device), args.quick, tuple(args.classes),
-                  log=lambda s: print(s, flush=True))
+    try:
+        device = device_of(args.device)
+        if args.budget_s is not None and not (math.isfinite(args.budget_s) and args.budget_s > 0):
+            raise ValueError(f"--budget-s {args.budget_s}: must be a finite number of seconds > 0")
+        check_out(args.out)
+    except ValueError as exc:
+        print(f"{ap.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    _DEADLINE[0] = None if args.budget_s is None else time.perf_counter() + args.budget_s
+    doc = measure(device, args.quick, tuple(args.classes), log=lambda s: print(s, flush=True))
     tmp = f"{args.out}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1)
