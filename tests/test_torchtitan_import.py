@@ -124,7 +124,8 @@ def test_moe_flavour_with_expert_parallelism():
 
 
 @pytest.mark.parametrize("section,key,value", [
-    ("model", "flavor", "debugmodel"),
+    ("model", "flavor", "8B_flex"),
+    ("model", "flavor", "7B"),
     ("model", "name", "llama4"),
     ("model", "converters", ["mx"]),
     ("parallelism", "pipeline_parallel_schedule", "ZBVZeroBubble"),

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from core.io.import_result import ImportResult, global_batch_note, refusal, switched_off_or_refuse
+from core.io.torchtitan_flavours import (FLAVOUR_NOTES, FLAVOURS, REFUSED_FLAVOURS,
+                                         REFUSED_MODELS)
 from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, CostConfig
-from core.plan.presets import MODEL_PRESETS
 from core.plan.fields import ConfigError, FieldError
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
@@ -39,23 +40,6 @@ from core.plan.session import Session
 __all__ = ["KEYS", "FLAVOURS", "SCHEDULES", "session_from_torchtitan",
            "read_torchtitan_config", "load_toml"]
 
-#: ``(model name, flavor)`` -> the preset it builds (torchtitan's ``models/*/__init__.py``
-#: flavour tables: the same shapes; the vocabulary is the tokenizer's). torchtitan's
-#: DeepSeek-V3 trains without multi-token prediction: the preset's MTP layer is dropped.
-FLAVOURS: dict[tuple[str, str], str] = {
-    ("llama3", "8B"): "Llama 3 8B", ("llama3", "70B"): "Llama 3 70B",
-    ("llama3", "405B"): "Llama 3.1 405B",
-    ("llama2", "7B"): "Llama 2 7B", ("llama2", "70B"): "Llama 2 70B",
-    ("deepseek_v3", "671B"): "DeepSeek-V3",
-    ("qwen3", "30B-A3B"): "Qwen3-30B-A3B",
-    ("gpt_oss", "20b"): "GPT-OSS 20B", ("gpt_oss", "120b"): "GPT-OSS 120B",
-}
-#: Models torchtitan has that are refused by name, with what they would change.
-_REFUSED_MODELS: dict[str, str] = {
-    "llama4": "chunked attention on three layers of four and MoE layers interleaved with dense "
-              "ones (see the Hugging Face import's Llama 4 refusal)",
-    "flux": "a diffusion transformer, not a decoder LLM",
-}
 #: torchtitan's ``pipeline_parallel_schedule`` -> ``(plan.schedule, model chunks per rank)``
 #: (torchtitan builds two stages per rank for a multi-stage schedule when
 #: ``pipeline_parallel_layers_per_stage`` is not given).
@@ -104,8 +88,10 @@ KEYS: dict[str, Rule] = {
                          "fused or foreach kernels: the same optimizer step)"),
     "lr_scheduler.*": _none("the learning-rate schedule (a number per step)"),
     "validation.*": _none("validation runs between training iterations (not timed)"),
-    "model.name": _used("the model (with flavor): a preset"),
-    "model.flavor": _used("the model (with name): a preset"),
+    "model.name": _used("the model (with flavor): torchtitan's shape "
+                        "(core.io.torchtitan_flavours)"),
+    "model.flavor": _used("the model (with name): torchtitan's shape "
+                          "(core.io.torchtitan_flavours)"),
     "model.converters": _used("float8 / quantize.linear.float8: plan.precision fp8; others "
                               "refused"),
     "model.tokenizer_path": _none("a path (the vocabulary is the flavour's)"),
@@ -513,22 +499,22 @@ def _model(used: dict[str, Any], where: str, notes: list[str]):
     for key, value in (("model.name", name), ("model.flavor", flavor)):
         if not isinstance(value, str):
             raise refusal(where, key, f"{value!r} must be a string")
-    if name in _REFUSED_MODELS:
-        raise refusal(where, "model.name", f"{name!r}: not modelled yet: {_REFUSED_MODELS[name]}")
-    preset = FLAVOURS.get((name, flavor))
-    if preset is None:
+    if name in REFUSED_MODELS:
+        raise refusal(where, "model.name", f"{name!r}: not modelled yet: {REFUSED_MODELS[name]}")
+    if (name, flavor) in REFUSED_FLAVOURS:
+        raise refusal(where, "model.flavor", f"{name} {flavor!r}: not modelled yet: "
+                      f"{REFUSED_FLAVOURS[name, flavor]}")
+    flavour = FLAVOURS.get((name, flavor))
+    if flavour is None:
         known = ", ".join(f"{n} {f}" for n, f in FLAVOURS)
         key = "model.flavor" if any(n == name for n, _ in FLAVOURS) else "model.name"
-        raise refusal(where, key, f"{name} {flavor!r}: not a flavour the importer knows (debug "
-                   f"models and other sizes have no preset); known: {known}")
+        raise refusal(where, key, f"{name} {flavor!r}: not a flavour the importer knows; "
+                      f"known: {known}")
     # torchtitan's output layer is the tokenizer's vocabulary, unpadded (its TP plan shards it
     # as a DTensor): a divisor of 1 pads only to a multiple of t (Llama 3's 128,256 is one of 8)
-    model = dataclasses.replace(MODEL_PRESETS[preset], name=f"{preset} (torchtitan {name} "
-                                f"{flavor})", make_vocab_size_divisible_by=1)
-    if model.mtp_num_layers:
-        model.mtp_num_layers = 0
-        notes.append("torchtitan's DeepSeek-V3 trains without multi-token prediction: the "
-                     "preset's MTP layer is left out")
+    model = dataclasses.replace(flavour, name=f"{flavour.name} (torchtitan {name} {flavor})",
+                                make_vocab_size_divisible_by=1)
+    notes.extend(FLAVOUR_NOTES.get((name, flavor), ()))
     if used.get("model.norm_type", "rmsnorm") != "rmsnorm":
         raise refusal(where, "model.norm_type", f"{used['model.norm_type']!r}: the flavours use "
                       "RMSNorm; another norm is not one we know")
