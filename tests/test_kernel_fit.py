@@ -161,3 +161,15 @@ def test_measurement_runs_on_cpu(tmp_path, capsys):
     classes = {p["class"] for p in kc.points} | {p["class"] for p in kc.failed}
     assert classes == {"gemm", "attention_fwd", "attention_bwd", "grouped_gemm", "memory"}
     assert all(p["seconds"] > 0 for p in kc.points)
+
+
+def test_no_cuda_without_device_is_refused(tmp_path, capsys, monkeypatch):
+    """Without --device on a machine whose torch sees no CUDA device, the command refuses in
+    one line (exit 2) instead of running the GPU-sized points on the CPU for hours."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "k.json"
+    assert main(["profile", "kernels", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "--device" in err[0] and "no CUDA device" in err[0]
+    assert not out.exists()
