@@ -265,12 +265,6 @@ def _days(seconds: float) -> str:
     return f"{fmt_days(seconds / 86400)} days"
 
 
-def _count(x: float) -> str:
-    """An expected count: whole from 10 up, two significant digits below (0.18 expected
-    interruptions is not "0": the run still loses work and restarts to them)."""
-    return f"{x:,.0f}" if x >= 10 else f"{x:.2g}"
-
-
 def _run_table(r, s):
     """The "Run" table: the whole run with failures, checkpoints and energy, term by term
     (:mod:`core.sim.goodput`, :mod:`core.sim.energy`)."""
@@ -286,7 +280,7 @@ def _run_table(r, s):
     else:
         t.add_row("Interruptions", f"one every {g.mtbi_s / 3600:,.2f} h ({gpus:,} GPUs x "
                                    f"{rel.failure_rate_per_gpu_hour:.3g} per GPU-hour); "
-                                   f"{_count(g.expected_interruptions)} expected in the run")
+                                   f"{format_amount(g.expected_interruptions)} expected in the run")
     mode = ("async: stall to copy to host memory, "
             f"{g.checkpoint_write_s:,.1f} s write in the background" if g.async_save
             else "sync: the host's share over its write bandwidth")
