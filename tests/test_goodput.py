@@ -311,3 +311,19 @@ def test_a_gb200_checkpoint_is_written_per_host_of_4_not_per_rack():
     assert host.per_node_bytes == pytest.approx(host.total_bytes * 4 / 144, rel=1e-12)
     assert checkpoint_size(m, pl, gpus_per_host=72).per_node_bytes == pytest.approx(
         18 * host.per_node_bytes, rel=1e-12)
+
+
+def test_report_prints_a_small_expected_count(capsys):
+    """A single-node run expects well under one interruption; the report prints it to three
+    significant digits (core.util.text.format_amount), as --json gives it, not rounded to "0"."""
+    import re
+
+    from core.cli import main
+    ex = "resources/examples/gpt3_1.3b_single_node.json"
+    assert main(["simulate", ex, "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)["run"]["expected_interruptions"]
+    assert 0 < expected < 1
+    assert main(["simulate", ex]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    printed = re.search(r"([\d.,]+) expected in the run", out).group(1)
+    assert printed == f"{expected:.3g}" and float(printed) > 0

@@ -292,3 +292,15 @@ def test_measurement_options_refused_before_measuring(tmp_path, capsys):
     err = _one_line_error(capsys, ["profile", "kernels", "--out", out, "--quick", "--device", "meta"])
     assert "--device 'meta'" in err
     assert not Path(out).exists()
+
+
+def test_no_cuda_without_device_is_refused(tmp_path, capsys, monkeypatch):
+    """Without --device on a machine whose torch sees no CUDA device, the command refuses in
+    one line (exit 2) instead of running the GPU-sized points on the CPU for hours."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "k.json"
+    assert main(["profile", "kernels", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "--device" in err[0] and "no CUDA device" in err[0]
+    assert not out.exists()

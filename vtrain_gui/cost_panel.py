@@ -618,7 +618,7 @@ class CostPanel(QtWidgets.QWidget):
                               f"{format_count(g.p90_time_s / d, 1)}), {format_usd(cost)}, "
                               f"goodput {format_fraction(g.goodput)}")
         mtbi = (f"one interruption every {g.mtbi_s / 3600:,.1f} h, "
-                f"{g.expected_interruptions:,.0f} expected" if g.mtbi_s is not None
+                f"{format_amount(g.expected_interruptions)} expected" if g.mtbi_s is not None
                 else "no failures")
         self._add_tip(v["run_days"], (
             f"Expected time with failures (10th–90th percentile): {mtbi}; work "

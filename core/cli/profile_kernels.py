@@ -25,7 +25,7 @@ def add_parsers(psub: Any) -> None:
                     "(core/profiling/kernel_classes.py; about 80 s on an H200).")
     k.add_argument("--out", type=path_arg, required=True, metavar="FILE.json",
                    help="file to write (atomically)")
-    k.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if present)")
+    k.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda; without a CUDA device it must be given)")
     k.add_argument("--quick", action="store_true", help="a few tiny shapes (a smoke test)")
     c = psub.add_parser(
         "check-kernels", help="a store's op model against measured kernels, per kernel class",
@@ -50,6 +50,12 @@ def run_kernels(args: argparse.Namespace) -> int:
         raise UsageError(text)
     check_outputs([("--out", args.out)], [])
     from core.profiling import kernel_classes
+    if args.device is None and not kernel_classes.cuda_available():
+        # the full point set is sized for a data-centre GPU (about 80 s on an H200); on a CPU it
+        # would run for hours without saying why, so a CPU run is asked for by name
+        raise UsageError("--device: torch sees no CUDA device here; vtrain profile kernels times "
+                         "GPU kernels (give --device cpu to time them on the CPU, with --quick "
+                         "for a few tiny shapes)")
     try:  # refused before anything is measured, as one line
         if args.device:
             kernel_classes.device_of(args.device)

@@ -280,7 +280,7 @@ def _run_table(r, s):
     else:
         t.add_row("Interruptions", f"one every {g.mtbi_s / 3600:,.2f} h ({gpus:,} GPUs x "
                                    f"{rel.failure_rate_per_gpu_hour:.3g} per GPU-hour); "
-                                   f"{g.expected_interruptions:,.0f} expected in the run")
+                                   f"{format_amount(g.expected_interruptions)} expected in the run")
     mode = ("async: stall to copy to host memory, "
             f"{g.checkpoint_write_s:,.1f} s write in the background" if g.async_save
             else "sync: the host's share over its write bandwidth")

@@ -110,6 +110,12 @@ def memory_shapes(quick: bool) -> list[dict[str, int]]:
     return [dict(tokens=tok, h=h) for tok in (4096, 16384) for h in (4096, 8192, 16384)]
 
 
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device here (``vtrain profile kernels`` asks before choosing
+    its default device; the command line itself never imports torch)."""
+    return bool(torch.cuda.is_available())
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

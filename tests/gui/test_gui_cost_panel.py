@@ -66,6 +66,9 @@ def test_real_report(panel, real_simulate):
     price = report.cost_usd / report.gpu_hours
     cost = format_usd(g.expected_time_s * report.num_gpus / 3600 * price)
     assert f", {cost}, goodput " in panel.value_text("run_days")
+    # one node expects well under one interruption: the tooltip gives it, not "0 expected"
+    assert 0 < g.expected_interruptions < 1
+    assert f", {g.expected_interruptions:.3g} expected;" in panel._values["run_days"].toolTip()
     assert panel.value_text("gpu_hours").endswith(" of energy")
     panel.grab()
 
