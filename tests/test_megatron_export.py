@@ -682,3 +682,18 @@ def test_a_blank_training_script_is_refused(tmp_path, capsys, script):
     assert not out.exists()
     assert main(["export", "megatron-args", str(path), "--out", str(out)]) == 0
     assert "--nproc-per-node 8 pretrain_gpt.py \\" in out.read_text()
+
+
+def test_export_names_what_the_plan_does_not_set(parser_spec):
+    """The exported launch ends with what a run needs besides the plan: Megatron-LM's parser has
+    no default for the learning rate or the data (arguments.json), and the plan sets neither."""
+    from core.io.megatron.export import NOT_IN_THE_PLAN, export_script
+    from core.io.session import load_session
+    defaults = {o: a["default"] for a in parser_spec["arguments"] for o in a["options"]}
+    assert defaults["--lr"] is None and defaults["--data-path"] is None
+    assert defaults["--mock-data"] is False
+    text = export_script(load_session(EXAMPLES / "gpt3_1.3b_single_node.json"))
+    tail = text.splitlines()[-len(NOT_IN_THE_PLAN):]
+    assert tail == [f"# {line}" for line in NOT_IN_THE_PLAN]
+    assert "--lr" in " ".join(tail) and "--mock-data" in " ".join(tail)
+    assert "--lr " not in text.split("pretrain_gpt.py", 1)[1].split("#", 1)[0]  # no value guessed

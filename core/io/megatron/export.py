@@ -466,6 +466,17 @@ def _session_arguments(session: Session) -> list[str]:
         raise MegatronArgsError(where + str(exc)) from None
 
 
+
+#: What a Megatron-LM run needs besides the plan, written under the exported launch: the plan
+#: sets no data, learning rate or checkpoints, and Megatron-LM's parser has no default for
+#: ``--lr`` or the data (``../shared/data/megatron-lm/arguments.json``: ``--lr``,
+#: ``--data-path``, ``--save`` and ``--load`` default to None, ``--mock-data`` to False).
+NOT_IN_THE_PLAN = (
+    "not set by the plan; add them for a run: the data (--data-path PREFIX, or --mock-data for",
+    "a benchmark), the learning rate and its schedule (--lr has no default), checkpoints",
+    "(--save, --load) and logging",
+)
+
 def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
     """A bash script of one torchrun command that runs the plan, one argument per line.
 
@@ -514,6 +525,7 @@ def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
         lines.append("    " + " ".join(shell_word(a) for a in args[i:j]) + " \\")
         i = j
     lines[-1] = lines[-1][:-2]
+    lines += [shell_comment(line) for line in NOT_IN_THE_PLAN]
     if session.cost.training_tokens % session.model.seq_length:
         lines.insert(3, shell_comment("--train-samples rounds the token budget to whole sequences"))
     return "\n".join(lines) + "\n"
