@@ -52,7 +52,7 @@ from core.model.ops import (DEFAULT_OP_MODEL, FLASH_BWD_RELATIVE_EFFICIENCY, ker
 
 __all__ = ["KERNEL_CLASSES_FORMAT", "KernelClassesError", "KernelClasses", "read_kernel_classes",
            "point_kernel", "require_peaks", "modelled_seconds", "class_errors", "KernelFit", "fit_kernel_classes",
-           "HOST_BOUND_FACTOR", "host_bound", "layer_errors", "LAYER_OPS"]
+           "HOST_BOUND_FACTOR", "host_bound", "layer_errors", "LAYER_OPS", "STEP_OPS"]
 
 KERNEL_CLASSES_FORMAT, KERNEL_CLASSES_VERSION = "vtrain-kernel-classes", 1
 #: A point whose time is within this factor of the file's shortest point is paced by the host
@@ -66,7 +66,13 @@ _FIELDS = {
     "grouped_gemm": ("e", "m", "n", "k"),
     "memory": ("tokens", "h"),
     "layer": ("h", "a", "g", "f", "t", "b", "s"),
+    "step": ("h", "a", "g", "f", "V", "layers", "t", "b", "s"),
 }
+#: What a ``step`` point times (a whole Llama model on one GPU) and the ops whose sum the model
+#: charges for it (``L`` times the layer ops).
+STEP_OPS = {"forward": ("embedding_fwd", "L*attention_fwd", "L*mlp_fwd", "output_fwd"),
+            "forward_backward": ("embedding_fwd", "L*attention_fwd", "L*mlp_fwd", "output_fwd",
+                                 "output_bwd", "L*mlp_bwd", "L*attention_bwd", "embedding_bwd")}
 #: The ops a ``layer`` point times (one tensor-parallel rank's Llama layer, eager torch).
 LAYER_OPS = ("attention_fwd", "attention_bwd", "mlp_fwd", "mlp_bwd")
 #: The peak FLOP/s dtype of each GEMM point's ``dtype`` field.
@@ -140,7 +146,7 @@ def read_kernel_classes(path: str | Path) -> KernelClasses:
             failed.append(p)
             continue
         _check_point(p, where)
-        if p["class"] == "layer":
+        if p["class"] in ("layer", "step"):
             layers.append(p)
             layer_index.append(i)
         else:
@@ -183,7 +189,7 @@ def _check_point(p: Mapping[str, Any], where: str) -> None:
             raise KernelClassesError(f"{where}: field 'dtype' must be one of {', '.join(_GEMM_DTYPES)}")
         if p["dtype"] == "fp8" and p.get("recipe", "tensorwise") not in _FP8_RECIPES:
             raise KernelClassesError(f"{where}: field 'recipe' must be one of {', '.join(_FP8_RECIPES)}")
-    if cls == "layer":
+    if cls in ("layer", "step"):
         _check_layer(p, where)
 
 
@@ -195,8 +201,9 @@ def _check_layer(p: Mapping[str, Any], where: str) -> None:
     """A layer point's op, precision and Megatron-LM's head and MLP splits (core.plan.rules)."""
     from core.plan.parallel import PRECISIONS
 
-    if p.get("op") not in LAYER_OPS:
-        raise KernelClassesError(f"{where}: field 'op' must be one of {', '.join(LAYER_OPS)}")
+    ops = LAYER_OPS if p["class"] == "layer" else tuple(STEP_OPS)
+    if p.get("op") not in ops:
+        raise KernelClassesError(f"{where}: field 'op' must be one of {', '.join(ops)}")
     if p.get("dtype", "bf16") not in PRECISIONS:
         raise KernelClassesError(f"{where}: field 'dtype' must be one of {', '.join(PRECISIONS)}")
     h, a, g, f, t = (int(p[k]) for k in ("h", "a", "g", "f", "t"))
@@ -344,7 +351,9 @@ def class_errors(points: Sequence[Mapping[str, Any]], peak_flops: Mapping[str, f
 def layer_errors(layers: Sequence[Mapping[str, Any]], peak_flops: Mapping[str, float],
                  memory_bandwidth_bytes_per_s: float, op_model: Mapping[str, float]
                  ) -> list[dict[str, Any]]:
-    """Whole Llama layer ops measured (class ``layer``) against the op model: per point its
+    """Whole Llama layer ops (class ``layer``) and whole-model steps on one GPU (class ``step``:
+    the sum of the ops :data:`STEP_OPS` names, ``layers`` times each layer op) measured against
+    the op model: per point its
     ``model``, ``op``, ``t``, ``b``, ``s``, ``measured_s``, ``modelled_s`` (the op's device time,
     :func:`core.model.ops.analytic_op_time` without host time, for the Llama family's key of
     that shape with FlashAttention, :func:`core.model.kernels.op_key`) and ``error``
@@ -369,16 +378,26 @@ def layer_errors(layers: Sequence[Mapping[str, Any]], peak_flops: Mapping[str, f
                              device_name="measured GPU")
     out = []
     for p in layers:
-        model = ModelConfig(name=str(p.get("model", "layer")), num_layers=1, hidden_size=int(p["h"]),
-                            num_attention_heads=int(p["a"]), num_query_groups=int(p["g"]),
-                            ffn_hidden_size=int(p["f"]), seq_length=int(p["s"]),
-                            vocab_size=32000, activation="swiglu", normalization="rmsnorm",
-                            position_embedding="rope", tied_embeddings=False,
-                            add_bias_linear=False, attention_kernel="flash")
+        n_layers = int(p.get("layers", 1))
+        model = ModelConfig(name=str(p.get("model", "layer")), num_layers=n_layers,
+                            hidden_size=int(p["h"]), num_attention_heads=int(p["a"]),
+                            num_query_groups=int(p["g"]), ffn_hidden_size=int(p["f"]),
+                            seq_length=int(p["s"]), vocab_size=int(p.get("V", 32000)),
+                            make_vocab_size_divisible_by=1, activation="swiglu",
+                            normalization="rmsnorm", position_embedding="rope",
+                            tied_embeddings=False, add_bias_linear=False, attention_kernel="flash")
         plan = ParallelPlan(tensor_parallel=int(p["t"]), micro_batch_size=int(p["b"]),
                             precision=str(p.get("dtype", "bf16")))
-        t = analytic_op_time(str(p["op"]), op_key(model, plan), device, host=False)
-        out.append({"model": model.name, "op": p["op"], "t": int(p["t"]), "b": int(p["b"]),
+        key = op_key(model, plan)
+        if p["class"] == "step":
+            t = sum((n_layers if op.startswith("L*") else 1)
+                    * analytic_op_time(op.removeprefix("L*"), key, device, host=False)
+                    for op in STEP_OPS[str(p["op"])])
+            op_name = f"step {p['op']} ({n_layers} layers)"
+        else:
+            t = analytic_op_time(str(p["op"]), key, device, host=False)
+            op_name = str(p["op"])
+        out.append({"model": model.name, "op": op_name, "t": int(p["t"]), "b": int(p["b"]),
                     "s": int(p["s"]), "measured_s": float(p["seconds"]), "modelled_s": t,
                     "error": t / float(p["seconds"]) - 1.0})
     return out

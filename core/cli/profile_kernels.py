@@ -11,7 +11,11 @@ from typing import Any
 
 from core.cli.common import UsageError, check_outputs, check_profile_option, path_arg
 
-__all__ = ["add_parsers", "run_kernels", "run_check_kernels"]
+__all__ = ["add_parsers", "run_kernels", "run_check_kernels", "KERNEL_CLASS_NAMES"]
+
+#: ``--classes`` choices: :data:`core.profiling.kernel_classes.CLASSES` (named here so that the
+#: command line builds its parser without importing torch; a test keeps the two equal).
+KERNEL_CLASS_NAMES = ("memory", "gemm", "attention", "grouped_gemm", "layer", "step")
 
 
 def add_parsers(psub: Any) -> None:
@@ -27,6 +31,9 @@ def add_parsers(psub: Any) -> None:
                    help="file to write (atomically)")
     k.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda; without a CUDA device it must be given)")
     k.add_argument("--quick", action="store_true", help="a few tiny shapes (a smoke test)")
+    k.add_argument("--classes", nargs="+", choices=KERNEL_CLASS_NAMES, metavar="CLASS",
+                   help=f"what to time: {', '.join(KERNEL_CLASS_NAMES)} (default all but step, "
+                        "a whole Llama 3 8B on one GPU: about 80 GB of GPU memory)")
     c = psub.add_parser(
         "check-kernels", help="a store's op model against measured kernels, per kernel class",
         description="Time each measured kernel with the store's op model (the time the "
@@ -63,7 +70,8 @@ def run_kernels(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     argv = ["--out", args.out] + (["--quick"] if args.quick else []) + (
-        ["--device", args.device] if args.device else [])
+        ["--device", args.device] if args.device else []) + (
+        ["--classes", *args.classes] if args.classes else [])
     return kernel_classes.main(argv)
 
 

@@ -402,6 +402,73 @@ def measure_layers(device: torch.device, quick: bool, log: Callable[[str], None]
     return points
 
 
+#: Whole models timed one step (``step`` class): (name, h, a, g, f, vocabulary, layer counts,
+#: (b, s)); two layer counts separate the per-layer time from the fixed part (embedding,
+#: output layer, loss).
+STEP_MODELS = (("Llama 3 8B", 4096, 32, 8, 14336, 128256, (8, 32), (1, 8192)),)
+
+
+def measure_steps(device: torch.device, quick: bool, log: Callable[[str], None]) -> list[dict]:
+    """One GPU's training step of a whole Llama model, eagerly (no parallelism: t = p = d = 1):
+    embedding, ``layers`` times the attention and MLP ops of :func:`measure_layers`, final
+    RMSNorm, the untied output GEMM and the cross-entropy in fp32; ``forward`` (autograd on) and
+    ``forward_backward`` (gradients set to None first, as a step with gradient-accumulation
+    fusion writes them once). No optimizer step. bf16."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    dt = torch.bfloat16 if device.type == "cuda" else torch.float32
+    models = STEP_MODELS if not quick else (("tiny", 64, 4, 2, 128, 256, (1, 2), (1, 32)),)
+    backend = SDPBackend.CUDNN_ATTENTION if device.type == "cuda" else SDPBackend.MATH
+    points = []
+    for name, h, a, g, f, vocab, layer_counts, (b, s) in models:
+        d = h // a
+
+        def weights(*shape):
+            return (torch.randn(*shape, device=device, dtype=dt) * 0.02).requires_grad_()
+        pos = torch.arange(s, device=device, dtype=torch.float32)[:, None]
+        inv = 1.0 / (10000 ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
+        ang = torch.cat((pos * inv, pos * inv), dim=-1)[:, None, None, :]
+        cos, sin = ang.cos().to(dt), ang.sin().to(dt)
+        ids = torch.randint(0, vocab, (s, b), device=device)
+        targets = torch.randint(0, vocab, (s * b,), device=device)
+        for n_layers in layer_counts:
+            emb, w_out, n_final = weights(vocab, h), weights(vocab, h), weights(h)
+            layers = [(weights(h), weights((a + 2 * g) * d, h), weights(h, a * d), weights(h),
+                       weights(2 * f, h), weights(h, f)) for _ in range(n_layers)]
+            params = [emb, w_out, n_final, *(w for layer in layers for w in layer)]
+
+            def forward(layers=layers, emb=emb, w_out=w_out, n_final=n_final):
+                x = F.embedding(ids, emb)
+                for n1, w_qkv, w_proj, n2, w_fc1, w_fc2 in layers:
+                    q, k, v = F.linear(F.rms_norm(x, (h,), n1), w_qkv).split(
+                        [a * d, g * d, g * d], dim=-1)
+                    q = _rope(q.view(s, b, a, d), cos, sin)
+                    k = _rope(k.view(s, b, g, d), cos, sin)
+                    with sdpa_kernel([backend]):
+                        o = F.scaled_dot_product_attention(
+                            *(z.permute(1, 2, 0, 3).contiguous() for z in (q, k, v.view(s, b, g, d))),
+                            is_causal=True, enable_gqa=a != g)
+                    x = x + F.linear(o.permute(2, 0, 1, 3).reshape(s, b, a * d), w_proj)
+                    gate, up = F.linear(F.rms_norm(x, (h,), n2), w_fc1).split(f, dim=-1)
+                    x = x + F.linear(F.silu(gate) * up, w_fc2)
+                logits = F.linear(F.rms_norm(x, (h,), n_final), w_out)
+                return F.cross_entropy(logits.float().view(-1, vocab), targets)
+
+            def step(forward=forward, params=params):
+                for w in params:
+                    w.grad = None
+                forward().backward()
+
+            fields = dict(model=name, h=h, a=a, g=g, f=f, V=vocab, layers=n_layers, t=1, b=b, s=s,
+                          dtype="bf16")
+            points.append(_point("step", dict(op="forward", **fields), 0.0, 0.0,
+                                 lambda forward=forward: _timed(forward, device)))
+            points.append(_point("step", dict(op="forward_backward", **fields), 0.0, 0.0,
+                                 lambda step=step: _timed(step, device)))
+            log(f"step {name} L={n_layers}: " + ", ".join(
+                f"{p['op']} {p.get('seconds', float('nan')):.4f} s" for p in points[-2:]))
+    return points
+
+
 def _nvidia_smi(query: str) -> str:
     try:
         return subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
@@ -440,7 +507,7 @@ def measure(device: torch.device, quick: bool = False, classes: tuple[str, ...] 
     doc = {"format": FORMAT, "version": VERSION, "provenance": provenance(device), "points": []}
     steps = {"memory": measure_memory_bound, "gemm": measure_gemms,
              "attention": measure_attention, "grouped_gemm": measure_grouped,
-             "layer": measure_layers}
+             "layer": measure_layers, "step": measure_steps}
     t0 = time.perf_counter()
     for name in classes:
         try:
@@ -456,8 +523,10 @@ def measure(device: torch.device, quick: bool = False, classes: tuple[str, ...] 
     return doc
 
 
-#: The classes ``--classes`` names (:func:`measure`'s steps).
-CLASSES = ("memory", "gemm", "attention", "grouped_gemm", "layer")
+#: The classes ``--classes`` names (:func:`measure`'s steps); all but ``step`` by default (a
+#: whole Llama 3 8B needs about 80 GB of GPU memory).
+CLASSES = ("memory", "gemm", "attention", "grouped_gemm", "layer", "step")
+DEFAULT_CLASSES = CLASSES[:-1]
 
 
 def device_of(text: str) -> torch.device:
@@ -513,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="JSON file to write")
     ap.add_argument("--quick", action="store_true", help="tiny shapes (a smoke test)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--classes", nargs="+", default=list(CLASSES), choices=CLASSES)
+    ap.add_argument("--classes", nargs="+", default=list(DEFAULT_CLASSES), choices=CLASSES)
     ap.add_argument("--budget-s", type=float, default=None,
                     help="skip the points left after this many seconds (each named)")
     args = ap.parse_args(argv)
