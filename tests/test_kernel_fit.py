@@ -133,9 +133,12 @@ def test_whole_step_is_the_sum_of_its_ops():
     from core.store.profile_store import ProfileStore
 
     kc = read_kernel_classes(ROOT / "benchmarks" / "data" / "h200_llama_step.json")
-    steps = {(p["layers"], p["op"]): p for p in kc.layers}
-    assert set(steps) == {(8, "forward"), (8, "forward_backward"), (32, "forward"),
-                          (32, "forward_backward")}
+    steps = {(p["layers"], p["op"]): p for p in kc.layers if not p["compile"]}
+    compiled = {(p["layers"], p["op"]): p for p in kc.layers if p["compile"]}
+    assert set(steps) == set(compiled) == {(8, "forward"), (8, "forward_backward"),
+                                           (32, "forward"), (32, "forward_backward")}
+    # torch.compile's fusion takes 9 % off the 32-layer step
+    assert compiled[(32, "forward_backward")]["seconds"] == pytest.approx(0.712, abs=0.001)
     store = ProfileStore.open(ROOT / "profiles" / "H200-SXM-141GB.h5")
     p = steps[(32, "forward_backward")]
     model = ModelConfig(name="x", num_layers=32, hidden_size=4096, num_attention_heads=32,
@@ -154,9 +157,13 @@ def test_whole_step_is_the_sum_of_its_ops():
     (row,) = layer_errors([p], store.peak_flops, store.memory_bandwidth_bytes_per_s, store.op_model)
     assert row["modelled_s"] == pytest.approx(want, rel=1e-12)
     assert row["op"] == "step forward_backward (32 layers)"
-    # measured 0.798 s for the 8B step; the shipped store within 3 % of it (docs/accuracy.md)
-    assert p["seconds"] == pytest.approx(0.798, abs=0.001)
-    assert abs(row["error"]) < 0.03
+    # measured 0.786 s for the eager 8B step; the shipped store within 4 % of it
+    assert p["seconds"] == pytest.approx(0.786, abs=0.001)
+    assert abs(row["error"]) < 0.04
+    # per layer (the slope from 8 to 32 layers), the shipped store is the eager layer to 1 %
+    slope = (p["seconds"] - steps[(8, "forward_backward")]["seconds"]) / 24
+    model_slope = t["attention_fwd"] + t["attention_bwd"] + t["mlp_fwd"] + t["mlp_bwd"]
+    assert model_slope / slope == pytest.approx(1.0, abs=0.01)
 
 
 @pytest.mark.parametrize("doc, rule", [

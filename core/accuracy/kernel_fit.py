@@ -393,7 +393,8 @@ def layer_errors(layers: Sequence[Mapping[str, Any]], peak_flops: Mapping[str, f
             t = sum((n_layers if op.startswith("L*") else 1)
                     * analytic_op_time(op.removeprefix("L*"), key, device, host=False)
                     for op in STEP_OPS[str(p["op"])])
-            op_name = f"step {p['op']} ({n_layers} layers)"
+            op_name = (f"step {p['op']} ({n_layers} layers"
+                       + (", compiled)" if p.get("compile") else ")"))
         else:
             t = analytic_op_time(str(p["op"]), key, device, host=False)
             op_name = str(p["op"])

@@ -409,15 +409,16 @@ STEP_MODELS = (("Llama 3 8B", 4096, 32, 8, 14336, 128256, (8, 32), (1, 8192)),)
 
 
 def measure_steps(device: torch.device, quick: bool, log: Callable[[str], None]) -> list[dict]:
-    """One GPU's training step of a whole Llama model, eagerly (no parallelism: t = p = d = 1):
+    """One GPU's training step of a whole Llama model (no parallelism: t = p = d = 1):
     embedding, ``layers`` times the attention and MLP ops of :func:`measure_layers`, final
     RMSNorm, the untied output GEMM and the cross-entropy in fp32; ``forward`` (autograd on) and
     ``forward_backward`` (gradients set to None first, as a step with gradient-accumulation
-    fusion writes them once). No optimizer step. bf16."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    fusion writes them once). No optimizer step. bf16. Each model eagerly (``compile`` 0) and
+    with each layer and the loss compiled by ``torch.compile`` (``compile`` 1: torchtitan's
+    per-block compilation, which fuses the element-wise work around the GEMMs and the
+    attention kernel); a compilation torch cannot do here is kept as the point's error."""
     dt = torch.bfloat16 if device.type == "cuda" else torch.float32
     models = STEP_MODELS if not quick else (("tiny", 64, 4, 2, 128, 256, (1, 2), (1, 32)),)
-    backend = SDPBackend.CUDNN_ATTENTION if device.type == "cuda" else SDPBackend.MATH
     points = []
     for name, h, a, g, f, vocab, layer_counts, (b, s) in models:
         d = h // a
@@ -430,43 +431,64 @@ def measure_steps(device: torch.device, quick: bool, log: Callable[[str], None])
         cos, sin = ang.cos().to(dt), ang.sin().to(dt)
         ids = torch.randint(0, vocab, (s, b), device=device)
         targets = torch.randint(0, vocab, (s * b,), device=device)
-        for n_layers in layer_counts:
-            emb, w_out, n_final = weights(vocab, h), weights(vocab, h), weights(h)
-            layers = [(weights(h), weights((a + 2 * g) * d, h), weights(h, a * d), weights(h),
-                       weights(2 * f, h), weights(h, f)) for _ in range(n_layers)]
-            params = [emb, w_out, n_final, *(w for layer in layers for w in layer)]
+        shape = dict(h=h, a=a, g=g, f=f, d=d, s=s, b=b, cuda=device.type == "cuda")
 
-            def forward(layers=layers, emb=emb, w_out=w_out, n_final=n_final):
-                x = F.embedding(ids, emb)
-                for n1, w_qkv, w_proj, n2, w_fc1, w_fc2 in layers:
-                    q, k, v = F.linear(F.rms_norm(x, (h,), n1), w_qkv).split(
-                        [a * d, g * d, g * d], dim=-1)
-                    q = _rope(q.view(s, b, a, d), cos, sin)
-                    k = _rope(k.view(s, b, g, d), cos, sin)
-                    with sdpa_kernel([backend]):
-                        o = F.scaled_dot_product_attention(
-                            *(z.permute(1, 2, 0, 3).contiguous() for z in (q, k, v.view(s, b, g, d))),
-                            is_causal=True, enable_gqa=a != g)
-                    x = x + F.linear(o.permute(2, 0, 1, 3).reshape(s, b, a * d), w_proj)
-                    gate, up = F.linear(F.rms_norm(x, (h,), n2), w_fc1).split(f, dim=-1)
-                    x = x + F.linear(F.silu(gate) * up, w_fc2)
-                logits = F.linear(F.rms_norm(x, (h,), n_final), w_out)
-                return F.cross_entropy(logits.float().view(-1, vocab), targets)
+        def block(x, n1, w_qkv, w_proj, n2, w_fc1, w_fc2, shape=shape, cos=cos, sin=sin):
+            return _llama_block(x, (n1, w_qkv, w_proj, n2, w_fc1, w_fc2), cos, sin, **shape)
 
-            def step(forward=forward, params=params):
-                for w in params:
-                    w.grad = None
-                forward().backward()
+        def loss(x, n_final, w_out, targets=targets, h=h, vocab=vocab):
+            logits = F.linear(F.rms_norm(x, (h,), n_final), w_out)
+            return F.cross_entropy(logits.float().view(-1, vocab), targets)
 
-            fields = dict(model=name, h=h, a=a, g=g, f=f, V=vocab, layers=n_layers, t=1, b=b, s=s,
-                          dtype="bf16")
-            points.append(_point("step", dict(op="forward", **fields), 0.0, 0.0,
-                                 lambda forward=forward: _timed(forward, device)))
-            points.append(_point("step", dict(op="forward_backward", **fields), 0.0, 0.0,
-                                 lambda step=step: _timed(step, device)))
-            log(f"step {name} L={n_layers}: " + ", ".join(
-                f"{p['op']} {p.get('seconds', float('nan')):.4f} s" for p in points[-2:]))
+        for compiled in ((0,) if quick else (0, 1)):  # quick: no compilation (minutes on a CPU)
+            run_block, run_loss = ((torch.compile(block), torch.compile(loss)) if compiled
+                                   else (block, loss))
+            for n_layers in layer_counts:
+                emb, w_out, n_final = weights(vocab, h), weights(vocab, h), weights(h)
+                layers = [(weights(h), weights((a + 2 * g) * d, h), weights(h, a * d), weights(h),
+                           weights(2 * f, h), weights(h, f)) for _ in range(n_layers)]
+                params = [emb, w_out, n_final, *(w for layer in layers for w in layer)]
+
+                def forward(layers=layers, emb=emb, w_out=w_out, n_final=n_final,
+                            run_block=run_block, run_loss=run_loss):
+                    x = F.embedding(ids, emb)
+                    for ws in layers:
+                        x = run_block(x, *ws)
+                    return run_loss(x, n_final, w_out)
+
+                def step(forward=forward, params=params):
+                    for w in params:
+                        w.grad = None
+                    forward().backward()
+
+                fields = dict(model=name, h=h, a=a, g=g, f=f, V=vocab, layers=n_layers, t=1, b=b,
+                              s=s, dtype="bf16", compile=compiled)
+                points.append(_point("step", dict(op="forward", **fields), 0.0, 0.0,
+                                     lambda forward=forward: _timed(forward, device)))
+                points.append(_point("step", dict(op="forward_backward", **fields), 0.0, 0.0,
+                                     lambda step=step: _timed(step, device)))
+                log(f"step {name} L={n_layers} compile={compiled}: " + ", ".join(
+                    f"{p['op']} {p.get('seconds', float('nan')):.4f} s" for p in points[-2:]))
     return points
+
+
+def _llama_block(x: torch.Tensor, ws: tuple, cos: torch.Tensor, sin: torch.Tensor, *, h: int,
+                 a: int, g: int, f: int, d: int, s: int, b: int, cuda: bool) -> torch.Tensor:
+    """One Llama layer on ``(s, b, h)`` as :func:`measure_layers` runs its two ops: RMSNorm,
+    QKV, rotary embedding, causal grouped-query attention (cuDNN on a GPU), projection and
+    residual; RMSNorm, fc1 of gate and up, SiLU times up, fc2 and residual."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    n1, w_qkv, w_proj, n2, w_fc1, w_fc2 = ws
+    q, k, v = F.linear(F.rms_norm(x, (h,), n1), w_qkv).split([a * d, g * d, g * d], dim=-1)
+    q = _rope(q.view(s, b, a, d), cos, sin)
+    k = _rope(k.view(s, b, g, d), cos, sin)
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION if cuda else SDPBackend.MATH]):
+        o = F.scaled_dot_product_attention(
+            *(z.permute(1, 2, 0, 3).contiguous() for z in (q, k, v.view(s, b, g, d))),
+            is_causal=True, enable_gqa=a != g)
+    x = x + F.linear(o.permute(2, 0, 1, 3).reshape(s, b, a * d), w_proj)
+    gate, up = F.linear(F.rms_norm(x, (h,), n2), w_fc1).split(f, dim=-1)
+    return x + F.linear(F.silu(gate) * up, w_fc2)
 
 
 def _nvidia_smi(query: str) -> str:
