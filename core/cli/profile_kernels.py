@@ -140,7 +140,7 @@ def run_check_kernels(args: argparse.Namespace) -> int:
 
     from core.util.console import Console, esc
     console = Console()
-    what = f"{len(kc.points)} kernel points" + (f" and {len(kc.layers)} layer ops" if kc.layers else "")
+    what = f"{len(kc.points)} kernel points" + (f" and {len(kc.layers)} layer and step ops" if kc.layers else "")
     console.print(f"{esc(args.file)}: {what} measured on {esc(measured_on)} "
                   f"({esc(str(kc.provenance.get('torch', '?')))}, "
                   f"{esc(str(kc.provenance.get('measured_utc', '?')))})"
@@ -151,8 +151,8 @@ def run_check_kernels(args: argparse.Namespace) -> int:
     if rows:
         _print_classes(console, rows, fitted_rows, fit, om)
     if layers:
-        lt = Table(title="whole layer ops (eager torch, one tensor-parallel rank): modelled / "
-                         "measured - 1", title_justify="left")
+        lt = Table(title="layer ops (one tensor-parallel rank) and whole steps (one GPU), eager "
+                         "unless compiled: modelled / measured - 1", title_justify="left")
         for col in ("model", "op", "t", "b", "s", "measured ms", "store", "fitted kernels"):
             lt.add_column(col, justify="left" if col in ("model", "op") else "right")
         for i, r in enumerate(layers):
