@@ -431,3 +431,47 @@ def test_an_array_or_table_where_a_name_belongs_is_refused_by_key(tmp_path, sect
                         str(tmp_path / "s.json")], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "Traceback" not in r.stderr and not (tmp_path / "s.json").exists()
     assert r.stderr.strip() == "vtrain: error: c.toml: model.flavor: ['8B'] must be a string"
+
+
+def _interleaved_job(local: int, glob: int = -1) -> dict:
+    """A Llama 3 debugmodel job on 8 GPUs: Interleaved1F1B over 2 ranks (4 stages), FSDP 4,
+    micro-batches of 1, so ``local`` micro-batches per step."""
+    return {"model": {"name": "llama3", "flavor": "debugmodel"},
+            "training": {"seq_len": 2048, "local_batch_size": local, "global_batch_size": glob},
+            "parallelism": {"pipeline_parallel_degree": 2,
+                            "pipeline_parallel_schedule": "Interleaved1F1B",
+                            "pipeline_parallel_microbatch_size": 1},
+            "activation_checkpoint": {"mode": "none"}}
+
+
+@pytest.mark.parametrize("local,glob", [(3, -1), (1, -1), (3, 24)])
+def test_an_interleaved_count_torch_runs_in_rounds_is_refused_by_the_files_key(local, glob):
+    """torch.distributed.pipelining's ScheduleInterleaved1F1B runs n micro-batches a step in
+    max(1, n // p) rounds (3 on 2 ranks: one round); the simulator's order is Megatron-Core's,
+    groups of p, so n must be a multiple of p. The refusal names the file's key (not a
+    global batch the file may not give), and gradient accumulation (24 = 2 steps of 3 on 4
+    replicas) does not hide a step's count: as m = 6 it was imported as one pipeline of 6."""
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(_interleaved_job(local, glob), num_gpus=8)
+    (e,) = err.value.errors
+    assert e.field == "config.toml: parallelism.pipeline_parallel_microbatch_size"
+    assert f"{local} micro-batches per step" in e.message and "\n" not in e.message
+    plan = session_from_torchtitan(_interleaved_job(4, 32), num_gpus=8).session.plan
+    assert (plan.schedule, plan.virtual_pipeline_stages, plan.num_microbatches) == (
+        "interleaved", 2, 8)
+
+
+def test_the_default_every_second_layer_checkpointing_is_refused_as_the_default():
+    """torchtitan's defaults (mode selective, selective_ac_option "2") are what a job without
+    [activation_checkpoint] runs: refused by the key, saying the value is the default (the
+    file holds no "2" to find)."""
+    raw = {"model": {"name": "llama3", "flavor": "8B"}}
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    (e,) = err.value.errors
+    assert e.field == "config.toml: activation_checkpoint.selective_ac_option"
+    assert "torchtitan's default" in e.message
+    raw["activation_checkpoint"] = {"selective_ac_option": "2"}
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert "default" not in err.value.errors[0].message

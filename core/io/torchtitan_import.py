@@ -556,9 +556,9 @@ def _degrees(used: dict[str, Any], where: str, num_gpus: int | None
     return rep, shard, t, p, cp, ep
 
 
-def _batch(used: dict[str, Any], where: str, d: int, p: int) -> tuple[int, int]:
-    """``(b, B)``: the micro-batch (the pipeline's, else the local batch) and the global batch
-    (-1: the local batch times d)."""
+def _batch(used: dict[str, Any], where: str, d: int, p: int) -> tuple[int, int, int]:
+    """``(b, B, local)``: the micro-batch (the pipeline's, else the local batch), the global
+    batch (-1: the local batch times d) and the local batch."""
     local = _int(used, "training.local_batch_size", where,
                  _int(used, "training.batch_size", where, 8))
     glob = used.get("training.global_batch_size", -1)
@@ -574,7 +574,30 @@ def _batch(used: dict[str, Any], where: str, d: int, p: int) -> tuple[int, int]:
         if local % b:
             raise refusal(where, _PAR + "pipeline_parallel_microbatch_size", f"{b} does not divide "
                           f"local_batch_size {local}")
-    return b, glob
+    return b, glob, local
+
+
+def _interleaved_microbatches(used: dict[str, Any], where: str, p: int, n: int) -> None:
+    """Refuse an Interleaved1F1B job whose micro-batch count the simulator's interleaved order
+    cannot run. torchtitan runs it with ``torch.distributed.pipelining``'s
+    ``ScheduleInterleaved1F1B`` (PyTorch 2.6-2.13), which splits ``n_microbatches`` (the local
+    batch over the micro-batch size) into ``max(1, n // p)`` rounds and raises only where
+    ``n % rounds != 0``; vtrain's interleaved order is Megatron-Core's, groups of ``p``
+    micro-batches (:func:`core.schedules.interleaved.megatron_core_refusal` with N = p), which
+    needs ``n`` a multiple of ``p``. Gradient accumulation repeats the schedule, so the count
+    checked is one step's. Raises ConfigError naming the field that sets the count."""
+    from core.schedules.interleaved import megatron_core_refusal
+
+    if megatron_core_refusal(p, n) is None:
+        return
+    key = next((k for k in (_PAR + "pipeline_parallel_microbatch_size", "training.batch_size")
+                if k in used), "training.local_batch_size")
+    raise refusal(where, key, f"{n} micro-batches per step (the local batch over the "
+                  f"micro-batch size) on {p} stages: torchtitan's Interleaved1F1B "
+                  f"(torch.distributed.pipelining ScheduleInterleaved1F1B) runs them in "
+                  f"{max(1, n // p)} round(s), an order not modelled: the simulator's "
+                  f"interleaved schedule is Megatron-Core's, which needs the count to be a "
+                  f"multiple of the {p} stages")
 
 
 def _fsdp_enabled(rep: int, shard: int, t: int, p: int, cp: int, where: str) -> bool:
@@ -637,11 +660,18 @@ def _checkpointing(used: dict[str, Any], where: str) -> str:
     mode = _choice(used, "activation_checkpoint.mode", where, "selective",
                    {"none": "none", "selective": "selective", "full": "full"})
     if mode == "selective":
+        given = "activation_checkpoint.selective_ac_option" in used
         option = str(used.get("activation_checkpoint.selective_ac_option", "2"))
         if option not in ("op", "1"):
+            # torchtitan's ActivationCheckpoint defaults: mode "selective", option "2"; a file
+            # that gives neither is refused for a value it does not hold, so say where it is from
+            default = "" if given else (" (torchtitan's default with activation_checkpoint.mode"
+                                        " selective, its default: give mode none or full, or "
+                                        "selective_ac_option op)")
             raise refusal(where, "activation_checkpoint.selective_ac_option", f"{option!r}: full "
                           "checkpointing of every N-th layer is not modelled (the simulator's "
-                          "recompute_num_layers takes the first layers of each stage); op or 1")
+                          "recompute_num_layers takes the first layers of each stage); op or 1"
+                          + default)
         mode = "selective_op" if option == "op" else "full"
     return mode
 
@@ -694,7 +724,9 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
     rep, shard, t, p, cp, ep = _degrees(used, where, num_gpus)
     d = rep * shard
     schedule, chunks = _choice(used, _PAR + "pipeline_parallel_schedule", where, "1F1B", SCHEDULES)
-    b, glob = _batch(used, where, d, p)
+    b, glob, local = _batch(used, where, d, p)
+    if schedule == "interleaved":
+        _interleaved_microbatches(used, where, p, local // b)
     if used.get("training.global_batch_size", -1) == -1 and not {
             "training.local_batch_size", "training.batch_size"} & used.keys():
         notes.append(global_batch_note(glob))  # torchtitan's default local batch (8) times d
