@@ -237,3 +237,15 @@ def test_a_launch_megatron_core_runs_at_a_multiple_of_p_imports_with_what_n_mean
     other = _import(tmp_path, 12, 6)[1]()  # N = 6: runs, imported with N = p's order, said so
     assert other.ignored[GROUP].startswith("Megatron-Core runs N = 6 micro-batches")
     assert other.session.plan == same.session.plan
+
+
+def test_n_without_the_interleaved_schedule_has_no_effect(tmp_path):
+    """Only forward_backward_pipelining_with_interleaving reads N: a 1F1B launch (no virtual
+    stages) lists it among the arguments of no effect, not as one that may change the time."""
+    from core.io.megatron.to_session import import_checked
+    path = tmp_path / "one_f_one_b.sh"
+    path.write_text(LAUNCH.replace("--num-virtual-stages-per-pipeline-rank 2", "")
+                    .format(B=6, extra=f"{GROUP} 2"))
+    res = import_checked(path, gpu="H100-SXM5-80GB")
+    assert res.session.plan.schedule == "1f1b" and res.session.plan.num_microbatches == 6
+    assert GROUP not in res.ignored and GROUP in res.neutral

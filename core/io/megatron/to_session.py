@@ -332,7 +332,8 @@ def refuse_microbatch_groups(res: MegatronImport) -> None:
     runs with an N other than p on a count that is not a multiple of p: an order vtrain does not
     model (it models N = p, Megatron-Core's default). Without N the session rules name the
     default's refusal; with N the import names it, as Megatron-Core would. A launch it keeps
-    gets a note for N = p (the order modelled) and the reason N is ignored otherwise.
+    gets a note for N = p (the order modelled) and the reason N is ignored otherwise; a launch
+    without the interleaved schedule lists N among the arguments of no effect.
 
     Raises
     ------
@@ -344,7 +345,13 @@ def refuse_microbatch_groups(res: MegatronImport) -> None:
     plan, launch = res.session.plan, res.launch
     n = int_argument(parse_arguments(launch.arguments, launch.source), GROUP_OPTION,
                      launch.source)
-    if plan.schedule != "interleaved" or n is None:
+    if n is None:
+        return
+    if plan.schedule != "interleaved":
+        # only forward_backward_pipelining_with_interleaving reads N (megatron-core 0.16.1
+        # schedules.py): without virtual stages it changes nothing
+        res.ignored.pop(GROUP_OPTION, None)
+        res.neutral.append(GROUP_OPTION)
         return
     p, m = plan.pipeline_parallel, plan.num_microbatches
     counts = (f"m = global_batch_size/(data_parallel*micro_batch_size) = {m} micro-batches on "
