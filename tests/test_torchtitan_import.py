@@ -475,3 +475,17 @@ def test_the_default_every_second_layer_checkpointing_is_refused_as_the_default(
     with pytest.raises(ConfigError) as err:
         session_from_torchtitan(raw, num_gpus=8)
     assert "default" not in err.value.errors[0].message
+
+
+def test_gradient_accumulation_under_pipelining_is_noted_as_one_pipeline():
+    """2 accumulation steps of 4 micro-batches on 2 stages: torchtitan runs two schedules (two
+    bubbles), the plan one of 8; the import says so, and says nothing without accumulation."""
+    raw = _interleaved_job(4, 32)
+    raw["parallelism"]["pipeline_parallel_schedule"] = "1F1B"
+    imp = session_from_torchtitan(raw, num_gpus=8)
+    assert imp.session.plan.num_microbatches == 8
+    (note,) = [n for n in imp.notes if n.startswith("gradient accumulation")]
+    assert "2 pipeline schedules of 4" in note and "one of 8" in note
+    raw["training"]["global_batch_size"] = 16
+    assert not [n for n in session_from_torchtitan(raw, num_gpus=8).notes
+                if n.startswith("gradient accumulation")]

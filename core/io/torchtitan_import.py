@@ -727,6 +727,14 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
     b, glob, local = _batch(used, where, d, p)
     if schedule == "interleaved":
         _interleaved_microbatches(used, where, p, local // b)
+    if p > 1 and glob > local * d:
+        # torchtitan's train_step runs the pipeline schedule once per accumulation step
+        # (forward_backward_step: pp_schedule.step on the local batch), each with its own fill
+        # and drain; the plan runs all of the iteration's micro-batches as one pipeline
+        notes.append(f"gradient accumulation under pipelining: torchtitan runs "
+                     f"{glob // (local * d)} pipeline schedules of {local // b} micro-batches a "
+                     f"step, each with its fill and drain; simulated as one of "
+                     f"{glob // (d * b)} (one bubble: the iteration time is low by the others)")
     if used.get("training.global_batch_size", -1) == -1 and not {
             "training.local_batch_size", "training.batch_size"} & used.keys():
         notes.append(global_batch_note(glob))  # torchtitan's default local batch (8) times d
