@@ -489,3 +489,17 @@ def test_gradient_accumulation_under_pipelining_is_noted_as_one_pipeline():
     raw["training"]["global_batch_size"] = 16
     assert not [n for n in session_from_torchtitan(raw, num_gpus=8).notes
                 if n.startswith("gradient accumulation")]
+
+
+def test_a_sequence_tp_does_not_split_is_refused_by_the_tp_degree():
+    """torchtitan's TP is always sequence-parallel (plan.sequence_parallel is no key of the
+    file): 4097 tokens over 2 ranks is refused naming parallelism.tensor_parallel_degree."""
+    raw = {"model": {"name": "llama3", "flavor": "8B"},
+           "training": {"seq_len": 4097, "local_batch_size": 1},
+           "parallelism": {"tensor_parallel_degree": 2},
+           "activation_checkpoint": {"mode": "none"}}
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert [e.field for e in err.value.errors] == [
+        "config.toml: parallelism.tensor_parallel_degree"]
+    assert "seq_length=4097" in err.value.errors[0].message

@@ -472,6 +472,8 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
 #: Session field -> the torchtitan key that sets it (for error messages).
 _FIELD_KEYS = {
     "plan.tensor_parallel": "parallelism.tensor_parallel_degree",
+    # torchtitan's TP is always sequence-parallel: the file's key is the TP degree
+    "plan.sequence_parallel": "parallelism.tensor_parallel_degree",
     "plan.pipeline_parallel": "parallelism.pipeline_parallel_degree",
     "plan.context_parallel": "parallelism.context_parallel_degree",
     "plan.expert_parallel": "parallelism.expert_parallel_degree",
