@@ -46,8 +46,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from core.accuracy.measured import MeasurementFileError
-from core.model.base import Kernel, gemm, mem
-from core.model.ops import (DEFAULT_OP_MODEL, FLASH_BWD_RELATIVE_EFFICIENCY, kernel_class, kernel_fp8,
+from core.model.base import Kernel, mem
+from core.model.ops import (DEFAULT_OP_MODEL, FLASH_BWD_RELATIVE_EFFICIENCY, kernel_arrays,
+                            kernel_class, kernel_fp8, kernel_peak_flops,
                             kernel_times)
 
 __all__ = ["KERNEL_CLASSES_FORMAT", "KernelClassesError", "KernelClasses", "read_kernel_classes",
@@ -232,8 +233,7 @@ def require_peaks(kc: KernelClasses, peak_flops: Mapping[str, float], store: str
             f"FLOP/s for it (it has {', '.join(peak_flops) or 'none'}): check the file against "
             "the store of the GPU kind it measured")
     for i, p in zip(kc.index, kc.points):
-        k, dtype = point_kernel(p)
-        need = "fp8" if k.dtype == "fp8" else dtype
+        need = point_kernel(p).dtype or "bf16"
         if need not in peak_flops:
             raise refuse(i, need)
     for i, p in zip(kc.layer_index, kc.layers):
@@ -242,53 +242,44 @@ def require_peaks(kc: KernelClasses, peak_flops: Mapping[str, float], store: str
             raise refuse(i, dtype)
 
 
-def point_kernel(p: Mapping[str, Any]) -> tuple[Kernel, str]:
-    """The op model's kernel for a point and the dtype of the peak it runs at: a GEMM as
-    :func:`core.model.base.gemm` (FP8 ones carry ``dtype="fp8"``), attention as the
+def point_kernel(p: Mapping[str, Any]) -> Kernel:
+    """The op model's kernel for a point: a GEMM with the point's FLOPs, bytes and shape, its
+    ``dtype`` the peak it runs at unless bf16 (``fp8``, ``tf32``, ``fp32``, ``fp16``: what
+    :class:`core.model.base.Kernel` holds for a GEMM off the op's dtype); attention as the
     ``flash_attn`` / ``flash_attn_bwd`` kernel of :mod:`core.model.attention` (M = N = s, K = d,
-    batch b hq), a grouped GEMM as ``experts_fc1`` of its per-expert shape, batch e, a
+    batch b hq); a grouped GEMM as ``experts_fc1`` of its per-expert shape, batch e; a
     memory-bound kernel as :func:`core.model.base.mem` of its bytes."""
-    cls = p["class"]
+    cls, flops, nbytes = p["class"], float(p["flops"]), float(p["bytes"])
     if cls == "gemm":
         dtype = str(p["dtype"])
-        k = gemm("linear", int(p["m"]), int(p["n"]), int(p["k"]), 2)
-        k = Kernel(k.name, float(p["flops"]), float(p["bytes"]), k.m, k.n, k.k, 1,
-                   "fp8" if dtype == "fp8" else "")
-        return k, ("bf16" if dtype == "fp8" else dtype)
+        return Kernel("linear", flops, nbytes, int(p["m"]), int(p["n"]), int(p["k"]), 1,
+                      "" if dtype == "bf16" else dtype)
     if cls.startswith("attention"):
         name = "flash_attn_bwd" if cls == "attention_bwd" else "flash_attn"
-        return Kernel(name, float(p["flops"]), float(p["bytes"]), int(p["s"]), int(p["s"]),
-                      int(p["d"]), int(p["b"]) * int(p["hq"])), "bf16"
+        return Kernel(name, flops, nbytes, int(p["s"]), int(p["s"]), int(p["d"]),
+                      int(p["b"]) * int(p["hq"]))
     if cls == "grouped_gemm":
-        return Kernel("experts_fc1", float(p["flops"]), float(p["bytes"]), int(p["m"]),
-                      int(p["n"]), int(p["k"]), int(p["e"])), "bf16"
-    return mem(str(p.get("kernel", "memory")), float(p["bytes"])), "bf16"
+        return Kernel("experts_fc1", flops, nbytes, int(p["m"]), int(p["n"]), int(p["k"]),
+                      int(p["e"]))
+    return mem(str(p.get("kernel", "memory")), nbytes)
 
 
 def modelled_seconds(points: Sequence[Mapping[str, Any]], peak_flops: Mapping[str, float],
                      memory_bandwidth_bytes_per_s: float, op_model: Mapping[str, float]
                      ) -> np.ndarray:
     """The op model's device seconds for each point, shape (n,): :func:`core.model.ops.kernel_times`
-    with each kernel's class, FP8 flag and peak (a FlashAttention backward at
-    :data:`FLASH_BWD_RELATIVE_EFFICIENCY` of the peak, as :func:`core.model.ops.kernel_peak_flops`).
+    with each kernel's class, FP8 flag and peak (:func:`core.model.ops.kernel_peak_flops`: a
+    FlashAttention backward at :data:`FLASH_BWD_RELATIVE_EFFICIENCY` of the peak).
 
     Raises
     ------
     KeyError
         ``peak_flops`` lacks a dtype a point needs.
     """
-    kernels, peaks = [], []
-    for p in points:
-        k, dtype = point_kernel(p)
-        peak = float(peak_flops["fp8" if k.dtype == "fp8" else dtype])
-        kernels.append(k)
-        peaks.append(peak * (FLASH_BWD_RELATIVE_EFFICIENCY if k.name == "flash_attn_bwd" else 1.0))
-    flops = np.array([k.flops for k in kernels], float)
-    nbytes = np.array([k.bytes for k in kernels], float)
-    size = np.array([(float(k.m) * k.n * k.k) ** (1 / 3) for k in kernels], float)
-    is_gemm = np.array([k.is_gemm for k in kernels], bool)
-    return kernel_times(flops, nbytes, size, is_gemm, np.array(peaks), memory_bandwidth_bytes_per_s,
-                        op_model, kernel_fp8(kernels), kernel_class(kernels))
+    kernels = [point_kernel(p) for p in points]
+    return kernel_times(*kernel_arrays(kernels), kernel_peak_flops(kernels, "bf16", peak_flops),
+                        memory_bandwidth_bytes_per_s, op_model, kernel_fp8(kernels),
+                        kernel_class(kernels))
 
 
 def host_bound(points: Sequence[Mapping[str, Any]], peak_flops: Mapping[str, float],
@@ -301,8 +292,8 @@ def host_bound(points: Sequence[Mapping[str, Any]], peak_flops: Mapping[str, flo
     floor = t.min()
     ideal = []
     for p in points:
-        k, dtype = point_kernel(p)
-        peak = float(peak_flops.get("fp8" if k.dtype == "fp8" else dtype, math.inf))
+        k = point_kernel(p)
+        peak = float(peak_flops.get(k.dtype or "bf16", math.inf))
         ideal.append(max(k.flops / peak, k.bytes / memory_bandwidth_bytes_per_s))
     return (t < HOST_BOUND_FACTOR * floor) & (np.array(ideal) < 0.5 * floor)
 
