@@ -596,6 +596,33 @@ def check_out(path: str) -> None:
         raise ValueError(f"--out {path}: cannot write {tmp} ({exc.strerror or exc})") from None
 
 
+def measure_to_file(out: str, device_name: str, quick: bool = False,
+                    classes: tuple[str, ...] = DEFAULT_CLASSES, budget_s: float | None = None,
+                    log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Check the options, then :func:`measure` and write the document to ``out`` atomically
+    (``OUT.tmp``, then a rename); the document is returned and a last line logged.
+
+    Raises
+    ------
+    ValueError
+        Before anything is measured: a bad device (:func:`device_of`), a ``budget_s`` that is
+        not a finite number > 0, or an ``out`` that cannot be written (:func:`check_out`).
+    """
+    device = device_of(device_name)
+    if budget_s is not None and not (math.isfinite(budget_s) and budget_s > 0):
+        raise ValueError(f"--budget-s {budget_s}: must be a finite number of seconds > 0")
+    check_out(out)
+    _DEADLINE[0] = None if budget_s is None else time.perf_counter() + budget_s
+    doc = measure(device, quick, tuple(classes), log=log)
+    tmp = f"{out}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)
+    os.replace(tmp, out)
+    bad = [p for p in doc["points"] if "error" in p]
+    log(f"wrote {out}: {len(doc['points'])} points, {len(bad)} with errors")
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python3 core/profiling/kernel_classes.py --out FILE [--quick] [--device cpu]
     [--classes ...] [--budget-s S]``; a bad option is one line ``kernel_classes.py: error: ...``
@@ -609,21 +636,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the points left after this many seconds (each named)")
     args = ap.parse_args(argv)
     try:
-        device = device_of(args.device)
-        if args.budget_s is not None and not (math.isfinite(args.budget_s) and args.budget_s > 0):
-            raise ValueError(f"--budget-s {args.budget_s}: must be a finite number of seconds > 0")
-        check_out(args.out)
+        measure_to_file(args.out, args.device, args.quick, tuple(args.classes), args.budget_s,
+                        log=lambda s: print(s, flush=True))
     except ValueError as exc:
         print(f"{ap.prog}: error: {exc}", file=sys.stderr)
         return 2
-    _DEADLINE[0] = None if args.budget_s is None else time.perf_counter() + args.budget_s
-    doc = measure(device, args.quick, tuple(args.classes), log=lambda s: print(s, flush=True))
-    tmp = f"{args.out}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1)
-    os.replace(tmp, args.out)
-    bad = [p for p in doc["points"] if "error" in p]
-    print(f"wrote {args.out}: {len(doc['points'])} points, {len(bad)} with errors", flush=True)
     return 0
 
 
