@@ -338,6 +338,43 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
+def _rope_tables(s: int, d: int, device: torch.device, dt: torch.dtype
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and ``sin`` of the rotary angles, shape ``(s, 1, 1, d)`` (base 10,000)."""
+    pos = torch.arange(s, device=device, dtype=torch.float32)[:, None]
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
+    ang = torch.cat((pos * inv, pos * inv), dim=-1)[:, None, None, :]
+    return ang.cos().to(dt), ang.sin().to(dt)
+
+
+def _attention_op(x: torch.Tensor, n1: torch.Tensor, w_qkv: torch.Tensor, w_proj: torch.Tensor,
+                  cos: torch.Tensor, sin: torch.Tensor, heads: int, groups: int, d: int
+                  ) -> torch.Tensor:
+    """The attention op on ``(s, b, h)``: RMSNorm, QKV GEMM, rotary embedding on Q and K, causal
+    grouped-query attention (cuDNN on a GPU, on ``(b, heads, s, d)`` copies), projection GEMM;
+    ``heads`` and ``groups`` the rank's query heads and KV heads."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    s, b, h = x.shape
+    q, k, v = F.linear(F.rms_norm(x, (h,), n1), w_qkv).split(
+        [heads * d, groups * d, groups * d], dim=-1)
+    q = _rope(q.view(s, b, heads, d), cos, sin)
+    k = _rope(k.view(s, b, groups, d), cos, sin)
+    backend = SDPBackend.CUDNN_ATTENTION if x.is_cuda else SDPBackend.MATH
+    with sdpa_kernel([backend]):
+        o = F.scaled_dot_product_attention(
+            *(z.permute(1, 2, 0, 3).contiguous() for z in (q, k, v.view(s, b, groups, d))),
+            is_causal=True, enable_gqa=heads != groups)
+    return F.linear(o.permute(2, 0, 1, 3).reshape(s, b, heads * d), w_proj)
+
+
+def _mlp_op(r: torch.Tensor, n2: torch.Tensor, w_fc1: torch.Tensor, w_fc2: torch.Tensor
+            ) -> torch.Tensor:
+    """The MLP op's layers on the residual stream ``r``: RMSNorm, fc1 of gate and up, SiLU
+    times up, fc2 (the residual add is the caller's)."""
+    gate, up = F.linear(F.rms_norm(r, (r.shape[-1],), n2), w_fc1).chunk(2, dim=-1)
+    return F.linear(F.silu(gate) * up, w_fc2)
+
+
 def measure_layers(device: torch.device, quick: bool, log: Callable[[str], None]) -> list[dict]:
     """One tensor-parallel rank's share of a Llama layer run eagerly in Megatron's ``(s, b, h)``
     layout, as the op model splits it (:func:`core.model.kernels.op_kernels`): the attention op
@@ -345,10 +382,8 @@ def measure_layers(device: torch.device, quick: bool, log: Callable[[str], None]
     cuDNN on ``(b, heads, s, d)`` copies, projection GEMM) and the MLP op (residual add, RMSNorm, fc1 of gate and up, SiLU
     times up, fc2, residual add), forward and backward (the backward of an untimed forward,
     the graph kept). No tensor-parallel communication: the graph inserts it. bf16."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     dt = torch.bfloat16 if device.type == "cuda" else torch.float32
     models = LAYER_MODELS if not quick else (("tiny", 64, 4, 2, 128, (1,), ((1, 32),)),)
-    backend = SDPBackend.CUDNN_ATTENTION if device.type == "cuda" else SDPBackend.MATH
     points = []
     for name, h, a, g, f, tps, bss in models:
         d = h // a
@@ -362,30 +397,17 @@ def measure_layers(device: torch.device, quick: bool, log: Callable[[str], None]
                 w_fc1, w_fc2 = weights(2 * ft, h), weights(h, ft)
                 n1 = torch.ones(h, device=device, dtype=dt, requires_grad=True)
                 n2 = torch.ones(h, device=device, dtype=dt, requires_grad=True)
-                pos = torch.arange(s, device=device, dtype=torch.float32)[:, None]
-                inv = 1.0 / (10000 ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
-                ang = torch.cat((pos * inv, pos * inv), dim=-1)[:, None, None, :]
-                cos, sin = ang.cos().to(dt), ang.sin().to(dt)
+                cos, sin = _rope_tables(s, d, device, dt)
                 x = torch.randn(s, b, h, device=device, dtype=dt, requires_grad=True)
-
-                def attention(x=x, w_qkv=w_qkv, w_proj=w_proj, n1=n1, ha=ha, hg=hg, d=d, s=s, b=b,
-                              cos=cos, sin=sin):
-                    qkv = F.linear(F.rms_norm(x, (x.shape[-1],), n1), w_qkv)
-                    q, k, v = qkv.split([ha * d, hg * d, hg * d], dim=-1)
-                    q = _rope(q.view(s, b, ha, d), cos, sin)
-                    k = _rope(k.view(s, b, hg, d), cos, sin)
-                    v = v.view(s, b, hg, d)
-                    with sdpa_kernel([backend]):  # (s, b, n, d) -> (b, n, s, d), contiguous
-                        o = F.scaled_dot_product_attention(
-                            *(z.permute(1, 2, 0, 3).contiguous() for z in (q, k, v)),
-                            is_causal=True, enable_gqa=ha != hg)
-                    return F.linear(o.permute(2, 0, 1, 3).reshape(s, b, ha * d), w_proj)
                 y = torch.randn(s, b, h, device=device, dtype=dt, requires_grad=True)
 
-                def mlp(x=x, y=y, w_fc1=w_fc1, w_fc2=w_fc2, n2=n2, ft=ft):
+                def attention(x=x, n1=n1, w_qkv=w_qkv, w_proj=w_proj, cos=cos, sin=sin, ha=ha,
+                              hg=hg, d=d):
+                    return _attention_op(x, n1, w_qkv, w_proj, cos, sin, ha, hg, d)
+
+                def mlp(x=x, y=y, n2=n2, w_fc1=w_fc1, w_fc2=w_fc2):
                     r = x + y  # the attention's residual add
-                    gate, up = F.linear(F.rms_norm(r, (r.shape[-1],), n2), w_fc1).split(ft, dim=-1)
-                    return F.linear(F.silu(gate) * up, w_fc2) + r
+                    return _mlp_op(r, n2, w_fc1, w_fc2) + r
 
                 fields = dict(model=name, h=h, a=a, g=g, f=f, t=t, b=b, s=s, dtype="bf16")
                 for part, fn, inputs in (("attention", attention, (x, n1, w_qkv, w_proj)),
@@ -425,16 +447,12 @@ def measure_steps(device: torch.device, quick: bool, log: Callable[[str], None])
 
         def weights(*shape):
             return (torch.randn(*shape, device=device, dtype=dt) * 0.02).requires_grad_()
-        pos = torch.arange(s, device=device, dtype=torch.float32)[:, None]
-        inv = 1.0 / (10000 ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
-        ang = torch.cat((pos * inv, pos * inv), dim=-1)[:, None, None, :]
-        cos, sin = ang.cos().to(dt), ang.sin().to(dt)
+        cos, sin = _rope_tables(s, d, device, dt)
         ids = torch.randint(0, vocab, (s, b), device=device)
         targets = torch.randint(0, vocab, (s * b,), device=device)
-        shape = dict(h=h, a=a, g=g, f=f, d=d, s=s, b=b, cuda=device.type == "cuda")
-
-        def block(x, n1, w_qkv, w_proj, n2, w_fc1, w_fc2, shape=shape, cos=cos, sin=sin):
-            return _llama_block(x, (n1, w_qkv, w_proj, n2, w_fc1, w_fc2), cos, sin, **shape)
+        def block(x, n1, w_qkv, w_proj, n2, w_fc1, w_fc2, cos=cos, sin=sin, a=a, g=g, d=d):
+            x = x + _attention_op(x, n1, w_qkv, w_proj, cos, sin, a, g, d)
+            return x + _mlp_op(x, n2, w_fc1, w_fc2)
 
         def loss(x, n_final, w_out, targets=targets, h=h, vocab=vocab):
             logits = F.linear(F.rms_norm(x, (h,), n_final), w_out)
@@ -470,25 +488,6 @@ def measure_steps(device: torch.device, quick: bool, log: Callable[[str], None])
                 log(f"step {name} L={n_layers} compile={compiled}: " + ", ".join(
                     f"{p['op']} {p.get('seconds', float('nan')):.4f} s" for p in points[-2:]))
     return points
-
-
-def _llama_block(x: torch.Tensor, ws: tuple, cos: torch.Tensor, sin: torch.Tensor, *, h: int,
-                 a: int, g: int, f: int, d: int, s: int, b: int, cuda: bool) -> torch.Tensor:
-    """One Llama layer on ``(s, b, h)`` as :func:`measure_layers` runs its two ops: RMSNorm,
-    QKV, rotary embedding, causal grouped-query attention (cuDNN on a GPU), projection and
-    residual; RMSNorm, fc1 of gate and up, SiLU times up, fc2 and residual."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    n1, w_qkv, w_proj, n2, w_fc1, w_fc2 = ws
-    q, k, v = F.linear(F.rms_norm(x, (h,), n1), w_qkv).split([a * d, g * d, g * d], dim=-1)
-    q = _rope(q.view(s, b, a, d), cos, sin)
-    k = _rope(k.view(s, b, g, d), cos, sin)
-    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION if cuda else SDPBackend.MATH]):
-        o = F.scaled_dot_product_attention(
-            *(z.permute(1, 2, 0, 3).contiguous() for z in (q, k, v.view(s, b, g, d))),
-            is_causal=True, enable_gqa=a != g)
-    x = x + F.linear(o.permute(2, 0, 1, 3).reshape(s, b, a * d), w_proj)
-    gate, up = F.linear(F.rms_norm(x, (h,), n2), w_fc1).split(f, dim=-1)
-    return x + F.linear(F.silu(gate) * up, w_fc2)
 
 
 def _nvidia_smi(query: str) -> str:
