@@ -36,7 +36,6 @@ from core.plan.presets import LLAMA_FAMILY, MODEL_PRESETS
 __all__ = ["FLAVOURS", "REFUSED_MODELS", "REFUSED_FLAVOURS", "FLAVOUR_NOTES", "ffn_hidden_dim"]
 
 _SEQ = 2048  # a placeholder: the importer sets the job's training.seq_len
-_V030 = "torchtitan 0.3.0"
 
 
 def ffn_hidden_dim(dim: int, multiple_of: int = 1, ffn_dim_multiplier: float | None = None) -> int:

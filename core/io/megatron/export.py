@@ -466,7 +466,6 @@ def _session_arguments(session: Session) -> list[str]:
         raise MegatronArgsError(where + str(exc)) from None
 
 
-
 #: What a Megatron-LM run needs besides the plan, written under the exported launch: the plan
 #: sets no data, learning rate or checkpoints, and Megatron-LM's parser has no default for
 #: ``--lr`` or the data (``../shared/data/megatron-lm/arguments.json``: ``--lr``,
@@ -476,6 +475,7 @@ NOT_IN_THE_PLAN = (
     "a benchmark), the learning rate and its schedule (--lr has no default), checkpoints",
     "(--save, --load) and logging",
 )
+
 
 def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
     """A bash script of one torchrun command that runs the plan, one argument per line.
