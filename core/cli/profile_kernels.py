@@ -163,8 +163,6 @@ def run_check_kernels(args: argparse.Namespace) -> int:
 def _print_classes(console: Any, rows: list[dict], fitted_rows: list[dict], fit: Any,
                    om: dict) -> None:
     """The per-class error table and the fitted parameters."""
-    import math
-
     from rich.table import Table
 
     from core.util.console import esc
