@@ -1,9 +1,10 @@
 """Add the run-feature columns to the residual tables of the shipped stores, parameters unchanged.
 
 The shipped stores' residual tables (``profiles/*.h5``, :mod:`core.store.residuals`) were
-written before the feature columns (:data:`core.store.residuals.FEATURE_COLUMNS`). This
-script finds each residual row's run, computes its features
-(:func:`core.store.calibration_range.plan_features`) and writes the store back with the same
+written before the feature columns (:data:`core.store.residuals.FEATURE_COLUMNS`), or before
+their second group (attention kernel, TP overlap, ZeRO stage). This script finds each residual
+row's run, computes its features (:func:`core.store.calibration_range.plan_features`; the
+columns a table already has must come out the same) and writes the store back with the same
 op tables, collectives, provenance and residuals (measured and predicted times untouched):
 only the residual table gains columns. A row's run is looked up by its file and data row
 (``file``, ``row``) in the measurement files under ``../shared/data``; a file the reader no
@@ -84,16 +85,22 @@ def main() -> int:
     ap.add_argument("stores", nargs="*")
     ap.add_argument("--check", action="store_true", help="report only, write nothing")
     args = ap.parse_args()
+    import numpy as np
+
     from core.store.image import to_image
     from core.store.profile_store import ProfileStore
+    from core.store.residuals import FEATURE_COLUMNS
     paths = args.stores or sorted(str(p) for p in (ROOT / "profiles").glob("*.h5"))
     for path in paths:
         store = ProfileStore.open(path)
-        if store.residuals is None or store.residuals.has_features:
+        if store.residuals is None or store.residuals.feature_columns == FEATURE_COLUMNS:
             print(f"{path}: {'no residuals' if store.residuals is None else 'has features'}")
             continue
         old = store.residuals
         new = features_table(old)
+        for c in old.feature_columns:  # what the table has is what its runs give
+            if not np.array_equal(getattr(old, c), getattr(new, c)):
+                raise SystemExit(f"{path}: residual column {c!r} differs from its runs' features")
         before = to_image(store)
         store.residuals = new
         if args.check:
@@ -104,7 +111,7 @@ def main() -> int:
         again_res, again.residuals = again.residuals, old
         if to_image(again) != before:
             raise SystemExit(f"{path}: the store's contents changed beyond the residual features")
-        assert again_res.has_features and len(again_res) == len(old)
+        assert again_res.feature_columns == FEATURE_COLUMNS and len(again_res) == len(old)
         print(f"{path}: {len(new)} residual rows with features; parameters unchanged")
     return 0
 

@@ -21,12 +21,13 @@ from core.store.interval import (conformal_bounds, cross_conformal, interval_fac
                                  residual_table_from_cv, session_interval)
 from core.store.profile_store import ProfileStore
 from core.store.profiles_gen import generate_store
-from core.store.residuals import FEATURE_COLUMNS, ResidualTable
+from core.store.residuals import FEATURE_COLUMNS, FEATURE_GROUPS, ResidualTable
 from tests.conftest import EXAMPLES
 
 #: The features of every crafted calibration run unless a row says otherwise.
 BASE = {"gpu": "A100-SXM4-80GB", "family": "dense", "precision": "bf16", "recompute": "full",
-        "schedule": "1f1b", "micro_batch_size": 1, "seq_length": 2048, "cp": 1, "ep": 1}
+        "schedule": "1f1b", "micro_batch_size": 1, "seq_length": 2048, "cp": 1, "ep": 1,
+        "attention_kernel": "unfused", "tp_comm_overlap": "off", "fsdp": "off"}
 
 
 def _table(rows: list[tuple[float, dict]], num_gpus: int = 64) -> ResidualTable:
@@ -64,7 +65,8 @@ def test_the_range_check_names_each_feature_against_the_calibration_runs():
     assert feature_departures(t, dict(BASE)) == ()
     cases = {"recompute": "none", "cp": 8, "micro_batch_size": 8, "seq_length": 131072,
              "precision": "fp8-mxfp8", "family": "mla", "schedule": "interleaved",
-             "gpu": "H100-SXM5-80GB", "ep": 16}
+             "gpu": "H100-SXM5-80GB", "ep": 16, "attention_kernel": "flash",
+             "tp_comm_overlap": "on", "fsdp": "on"}
     for name, value in cases.items():
         (d,) = feature_departures(t, {**BASE, name: value})
         assert (d.feature, d.value) == (name, value)
@@ -252,7 +254,7 @@ def test_calibrate_writes_the_features_and_the_store_keeps_them(tmp_path):
     path = tmp_path / "with_features.h5"
     store.save(path)
     with h5py.File(path) as f:
-        assert int(f["residuals"].attrs["encoding-version"]) == 2 and "recompute" in f["residuals"]
+        assert int(f["residuals"].attrs["encoding-version"]) == 3 and "fsdp" in f["residuals"]
     for back in (ProfileStore.open(path).residuals,
                  from_image(to_image(store), ProfileStore).residuals):
         for c in table.columns:
@@ -265,9 +267,84 @@ def test_calibrate_writes_the_features_and_the_store_keeps_them(tmp_path):
     assert not ProfileStore.open(tmp_path / "plain.h5").residuals.has_features
     lo, hi = cross_conformal(table, 0.5, folds=2)
     assert np.isfinite(lo).all() and np.all(lo <= table.measured_s) and np.all(table.measured_s <= hi)
-    # half-given features are refused
+    # a table of the first group only (stores written before the second): version 2
+    first = _first_group(table)
+    store.residuals = first
+    store.save(tmp_path / "v2.h5")
+    with h5py.File(tmp_path / "v2.h5") as f:
+        assert int(f["residuals"].attrs["encoding-version"]) == 2 and "fsdp" not in f["residuals"]
+    back = ProfileStore.open(tmp_path / "v2.h5").residuals
+    assert back.feature_columns == FEATURE_GROUPS[0] and back.fsdp is None
+    # half-given features are refused, per group, and the second group needs the first
     with pytest.raises(ValueError, match="all or none"):
         ResidualTable(**{c: getattr(table, c) for c in table.COLUMNS}, gpu=table.gpu)
+    with pytest.raises(ValueError, match="all or none"):
+        ResidualTable(**{c: getattr(first, c) for c in first.columns}, fsdp=table.fsdp)
+    with pytest.raises(ValueError, match="need the first"):
+        ResidualTable(**{c: getattr(table, c) for c in table.COLUMNS + FEATURE_GROUPS[1]})
+    with pytest.raises(ValueError, match="unknown value"):
+        ResidualTable(**{c: getattr(table, c) for c in table.columns if c != "fsdp"},
+                      fsdp=["zero3"] * len(table))
+
+
+def _first_group(t: ResidualTable) -> ResidualTable:
+    """``t`` with only the first group of feature columns (a residual table of version 2)."""
+    return ResidualTable(**{c: getattr(t, c) for c in t.COLUMNS + FEATURE_GROUPS[0]},
+                         procedure=t.procedure)
+
+
+def test_the_second_feature_group_names_the_kernel_the_overlap_and_fsdp():
+    """A plan with FlashAttention, TP overlap or FSDP against runs without them departs, one
+    clause each; a table of the first group only (written before the second) compares none of
+    the three, and concatenating it with a full table keeps the common columns."""
+    t = _crafted()
+    plan = {**BASE, "attention_kernel": "flash", "tp_comm_overlap": "on", "fsdp": "on"}
+    out = feature_departures(t, plan)
+    assert [(d.feature, d.value, d.calibrated) for d in out] == [
+        ("attention_kernel", "flash", ("unfused",)), ("tp_comm_overlap", "on", ("off",)),
+        ("fsdp", "on", ("off",))]
+    assert [d.text for d in out] == [
+        "attention flash: the store was calibrated on unfused only",
+        "TP overlap on: no calibration run overlapped TP communication with its GEMMs",
+        "FSDP on: no calibration run sharded its weights (ZeRO-3)"]
+    assert feature_departures(_first_group(t), plan) == ()
+    both = t.concat(_first_group(t))
+    assert both.feature_columns == FEATURE_GROUPS[0] and len(both) == 2 * len(t)
+    # runs with both values: neither departs; ZeRO 1 counts as "off" (features_of)
+    mixed = _table([(0.0, {}), (0.0, {"tp_comm_overlap": "on", "fsdp": "on",
+                                      "attention_kernel": "flash"})])
+    assert feature_departures(mixed, plan) == ()
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    for zero, fsdp in ((0, "off"), (1, "off"), (2, "off"), (3, "on")):
+        assert features_of(s.model, s.cluster, dataclasses.replace(s.plan, zero_stage=zero))[
+            "fsdp"] == fsdp
+
+
+def test_the_shipped_stores_name_the_attention_kernel_and_tp_overlap_they_never_ran():
+    """The A100 store's runs are unfused, without TP overlap or FSDP; the modern stores' runs are
+    all FlashAttention, with and without TP overlap and FSDP."""
+    from core.sim.simulate import open_profile, profile_path
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    a100 = open_profile(profile_path(s))
+    assert a100.residuals.feature_columns == FEATURE_COLUMNS
+    flash = dataclasses.replace(
+        s, model=dataclasses.replace(s.model, attention_kernel="flash"),
+        plan=dataclasses.replace(s.plan, precision="fp16", recompute="full", tp_comm_overlap=True,
+                                 sequence_parallel=True))
+    iv = session_interval(flash, 1.0, a100)
+    assert [(d.feature, d.value, d.calibrated) for d in iv.departures] == [
+        ("attention_kernel", "flash", ("unfused",)), ("tp_comm_overlap", "on", ("off",))]
+    assert not iv.within_calibration
+    h100 = dataclasses.replace(flash, cluster=dataclasses.replace(s.cluster, gpu="H100-SXM5-80GB"),
+                               plan=dataclasses.replace(flash.plan, precision="bf16"),
+                               model=dataclasses.replace(flash.model, seq_length=4096))
+    store = open_profile(profile_path(h100))
+    assert [d.feature for d in session_interval(h100, 1.0, store).departures] == []
+    unfused = dataclasses.replace(h100, model=dataclasses.replace(h100.model,
+                                                                  attention_kernel="unfused"))
+    assert [(d.feature, d.value, d.calibrated) for d in
+            session_interval(unfused, 1.0, store).departures] == [
+        ("attention_kernel", "unfused", ("flash",))]
 
 
 def test_the_shipped_a100_store_names_features_its_runs_never_had(capsys):

@@ -2,7 +2,8 @@
 
 What belongs here: the features of a plan that drive the simulator's error
 (:func:`plan_features`: GPU kind, model family, precision with its FP8 recipe, recompute
-mode, pipeline schedule, micro-batch size, sequence length, cp, ep), the check of a plan's
+mode, pipeline schedule, micro-batch size, sequence length, cp, ep, attention kernel, TP
+communication overlap, FSDP), the check of a plan's
 features against the calibration runs of a residual table (:func:`feature_departures`, data:
 a list of :class:`Departure`, never prose to parse) and the choice of the residuals a plan's
 band is built from (:func:`conditioned_rows`: runs like the plan, wider only where too few,
@@ -10,8 +11,9 @@ the conditions tried in the order of the residual spread they explain, :func:`co
 The band itself is :mod:`core.store.interval`; the table :mod:`core.store.residuals`.
 
 The calibration runs are the ``cross_validated`` rows of a table with the feature columns
-(:data:`core.store.residuals.FEATURE_COLUMNS`); a table without them (stores written before
-them) has no feature range and its bands are grouped as before (by node class only).
+(:data:`core.store.residuals.FEATURE_GROUPS`); a table without them (stores written before
+them) has no feature range and its bands are grouped as before (by node class only), and a
+table with the first group only compares those features.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from core.plan.parallel import FP8_DEFAULT_RECIPE, tf32_matmuls
-from core.store.residuals import FEATURE_COLUMNS, ResidualTable
+from core.store.residuals import ResidualTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.plan.session import Session
@@ -31,8 +33,15 @@ __all__ = ["CATEGORY_FEATURES", "RANGE_FEATURES", "CONDITIONS", "MIN_LIKE_RUNS",
            "plan_features", "features_of", "model_family", "precision_label", "feature_departures",
            "conditioned_rows", "condition_order", "explained_spread", "condition_key"]
 
-#: Features compared by value: a plan's value must be one the calibration runs had.
-CATEGORY_FEATURES = ("gpu", "family", "precision", "recompute", "schedule")
+#: Features compared by value: a plan's value must be one the calibration runs had. The
+#: attention kernel, the TP communication overlap and FSDP (ZeRO-3) change what is timed
+#: (FlashAttention's kernels or the unfused path, collectives hidden under GEMMs, the weights'
+#: all-gathers and the gradients' reduce-scatters in every micro-batch), so a store calibrated
+#: without them has no measured error for them: the A100 store's runs are all unfused, without
+#: TP overlap or FSDP (docs/accuracy.md "Error band"). ZeRO 1 and 2 count with 0 (the same
+#: gradient bytes once per iteration).
+CATEGORY_FEATURES = ("gpu", "family", "precision", "recompute", "schedule", "attention_kernel",
+                     "tp_comm_overlap", "fsdp")
 #: Features compared by range: a plan's value must lie within the calibration runs' min..max.
 RANGE_FEATURES = ("micro_batch_size", "seq_length", "cp", "ep")
 #: What a plan's band can be conditioned on (:func:`conditioned_rows`): the same GPU kind,
@@ -52,8 +61,12 @@ MIN_LIKE_RUNS = 6
 
 _NAMES = {"gpu": "GPU", "family": "family", "precision": "precision", "recompute": "recompute",
           "schedule": "schedule", "micro_batch_size": "micro-batch", "seq_length": "sequence length",
-          "cp": "cp", "ep": "ep"}
+          "cp": "cp", "ep": "ep", "attention_kernel": "attention", "tp_comm_overlap": "TP overlap",
+          "fsdp": "FSDP"}
 _USES = {"cp": "context parallelism", "ep": "expert parallelism"}
+#: A switch off in every calibration run: what no run did.
+_SWITCHES = {"tp_comm_overlap": "overlapped TP communication with its GEMMs",
+             "fsdp": "sharded its weights (ZeRO-3)"}
 
 
 def model_family(model: Any) -> str:
@@ -87,7 +100,9 @@ def features_of(model: Any, cluster: Any, plan: Any) -> dict[str, Any]:
             "precision": precision_label(plan), "recompute": str(plan.recompute),
             "schedule": str(plan.schedule), "micro_batch_size": int(plan.micro_batch_size),
             "seq_length": int(model.seq_length), "cp": int(plan.context_parallel),
-            "ep": int(plan.expert_parallel)}
+            "ep": int(plan.expert_parallel), "attention_kernel": str(model.attention_kernel),
+            "tp_comm_overlap": "on" if plan.tp_comm_overlap else "off",
+            "fsdp": "on" if plan.zero_stage >= 3 else "off"}
 
 
 @dataclass(frozen=True)
@@ -114,6 +129,8 @@ class Departure:
         name, cal = _NAMES[self.feature], self.calibrated
         if self.feature in _USES and max(cal) == 1:
             return f"{name} {self.value}: no calibration run used {_USES[self.feature]}"
+        if self.feature in _SWITCHES and cal == ("off",):
+            return f"{name} {self.value}: no calibration run {_SWITCHES[self.feature]}"
         if self.feature in RANGE_FEATURES:
             span = f"{cal[0]:,}" if len(cal) == 1 else f"{cal[0]:,}-{cal[-1]:,}"
             return f"{name} {self.value:,}: the store was calibrated on {span} only"
@@ -152,7 +169,7 @@ def feature_departures(table: ResidualTable | None, features: dict[str, Any] | N
     if calibrated is None:
         return ()
     out = []
-    for name in FEATURE_COLUMNS:
+    for name in table.feature_columns:
         cal, classes = calibrated[name]
         v = features[name]
         if name in RANGE_FEATURES:
@@ -176,7 +193,7 @@ def _calibrated_values(table: ResidualTable) -> dict[str, tuple[tuple, frozenset
         out = None
         if cv.any():
             out = {}
-            for name in FEATURE_COLUMNS:
+            for name in table.feature_columns:
                 cal = tuple(_python(v) for v in np.unique(getattr(table, name)[cv]))
                 out[name] = (cal, frozenset(_precision_class(c) for c in cal))
         table.__dict__[key] = out

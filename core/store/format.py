@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from core.store.residuals import FEATURE_COLUMNS, ResidualTable
+from core.store.residuals import FEATURE_GROUPS, ResidualTable
 
 if TYPE_CHECKING:  # annotations only: h5py is loaded through load_h5py(), plugins switched off
     import h5py
@@ -40,7 +40,7 @@ _JSON_KEYS = "json-keys"  # attribute listing the dict-group attributes that hol
 _RESERVED = (_ENC_TYPE, _ENC_VERSION, _JSON_KEYS)
 # encoding-type -> newest encoding-version this build reads
 _GROUP_VERSIONS = {_ROOT_TYPE: SCHEMA_VERSION, "dict": 1, "op-table": 1, "collective-curve": 1,
-                   "residual-table": 2}
+                   "residual-table": 3}
 
 
 #: The one message for a path that is not a readable store (missing, unreadable, not a
@@ -315,22 +315,25 @@ def _check(node: h5py.Group, expected: str) -> None:
         raise ProfileStoreError(f"{where}: unknown {expected} encoding-version {int(ever)}")
 
 
-_STR_COLUMNS = ("set", "file", "gpu", "family", "precision", "recompute", "schedule")
+_STR_COLUMNS = ("set", "file", "gpu", "family", "precision", "recompute", "schedule",
+                "attention_kernel", "tp_comm_overlap", "fsdp")
 #: dtype role (:data:`_DTYPE_RULES`) of each residual column; the others are floats.
 _RESIDUAL_ROLES = {"set": "str", "file": "str", "row": "int", "num_gpus": "int",
                    "gpus_per_node": "int", "gpu": "str", "family": "str", "precision": "str",
                    "recompute": "str", "schedule": "str", "micro_batch_size": "int",
-                   "seq_length": "int", "cp": "int", "ep": "int"}
+                   "seq_length": "int", "cp": "int", "ep": "int", "attention_kernel": "str",
+                   "tp_comm_overlap": "str", "fsdp": "str"}
 
 
 def _write_residuals(g: h5py.Group, table: Any) -> None:
     """Write a :class:`core.store.interval.ResidualTable` as a "residual-table" group: encoding
-    version 1 without the feature columns (:data:`core.store.residuals.FEATURE_COLUMNS`), 2 with
-    them (a minor change: version 1 readers of the other columns are unaffected)."""
+    version 1 without the feature columns, 2 with the first group of
+    :data:`core.store.residuals.FEATURE_GROUPS`, 3 with both (this build reads all three; a
+    build that reads up to version 2 refuses version 3 by name)."""
     h5py = load_h5py()  # on first use only: a cached store needs no HDF5
 
-    g.attrs.update({_ENC_TYPE: "residual-table",
-                    _ENC_VERSION: np.int64(2 if table.has_features else 1),
+    version = 1 + sum(getattr(table, group[0]) is not None for group in FEATURE_GROUPS)
+    g.attrs.update({_ENC_TYPE: "residual-table", _ENC_VERSION: np.int64(version),
                     "procedure": str(table.procedure)})
     for c in table.columns:
         v = getattr(table, c)
@@ -347,11 +350,14 @@ def _read_residuals(g: h5py.Group) -> Any:
     if missing:
         raise ProfileStoreError(f"{g.name}: missing column(s) {', '.join(missing)}")
     cols = {c: _typed_dataset(g[c], _RESIDUAL_ROLES.get(c, "float")) for c in ResidualTable.COLUMNS}
-    if int(g.attrs[_ENC_VERSION]) >= 2:  # the feature columns: all or none
-        feats = [c for c in FEATURE_COLUMNS if c in g]
-        if feats and len(feats) != len(FEATURE_COLUMNS):
+    version = int(g.attrs[_ENC_VERSION])
+    for since, group in enumerate(FEATURE_GROUPS, start=2):  # each group: all or none
+        if version < since:
+            break
+        feats = [c for c in group if c in g]
+        if feats and len(feats) != len(group):
             raise ProfileStoreError(f"{g.name}: missing feature column(s) "
-                                    f"{', '.join(c for c in FEATURE_COLUMNS if c not in g)}")
+                                    f"{', '.join(c for c in group if c not in g)}")
         cols.update({c: _typed_dataset(g[c], _RESIDUAL_ROLES[c]) for c in feats})
     procedure = g.attrs.get("procedure", "")
     if not isinstance(procedure, str):

@@ -11,18 +11,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["RESIDUAL_SETS", "NODE_CLASSES", "FEATURE_COLUMNS", "ResidualTable", "node_class"]
+__all__ = ["RESIDUAL_SETS", "NODE_CLASSES", "FEATURE_COLUMNS", "FEATURE_GROUPS", "ResidualTable",
+           "node_class"]
 
 #: How a residual row's prediction was obtained.
 RESIDUAL_SETS = ("cross_validated", "scale_transfer")
 #: Residual groups by node count.
 NODE_CLASSES = ("single_node", "multi_node")
-#: Optional columns (residual-table encoding version 2): the features of each calibration run
-#: that drive the error (:func:`core.store.calibration_range.plan_features`). A table has all
-#: of them or none (tables written before them).
-FEATURE_COLUMNS = ("gpu", "family", "precision", "recompute", "schedule", "micro_batch_size",
-                   "seq_length", "cp", "ep")
-_STR_FEATURES = ("gpu", "family", "precision", "recompute", "schedule")
+#: Optional columns: the features of each calibration run that drive the error
+#: (:func:`core.store.calibration_range.plan_features`), in two groups, each all or none: the
+#: first nine (residual-table encoding version 2), then the attention kernel, the TP
+#: communication overlap and FSDP (ZeRO-3) (version 3, which needs the first group). Tables
+#: written before a group lack it, and what it holds is not compared.
+FEATURE_GROUPS = (("gpu", "family", "precision", "recompute", "schedule", "micro_batch_size",
+                   "seq_length", "cp", "ep"),
+                  ("attention_kernel", "tp_comm_overlap", "fsdp"))
+#: Every feature column a table written now has, in order.
+FEATURE_COLUMNS = FEATURE_GROUPS[0] + FEATURE_GROUPS[1]
+_STR_FEATURES = ("gpu", "family", "precision", "recompute", "schedule", "attention_kernel",
+                 "tp_comm_overlap", "fsdp")
 
 
 def node_class(num_gpus: int, gpus_per_node: int) -> str:
@@ -53,11 +60,16 @@ class ResidualTable:
     procedure : str
         How the predictions were obtained (folds, seed, weights).
     gpu, family, precision, recompute, schedule : str arrays or None
-        Features of the run (:data:`FEATURE_COLUMNS`, optional: all or none): GPU kind, model
-        family (``dense``, ``moe``, ``mla``, ``moe+mla``), precision (``fp8-<recipe>`` for
-        FP8), recompute mode and pipeline schedule.
+        Features of the run (:data:`FEATURE_GROUPS`' first group, optional: all or none): GPU
+        kind, model family (``dense``, ``moe``, ``mla``, ``moe+mla``), precision
+        (``fp8-<recipe>`` for FP8), recompute mode and pipeline schedule.
     micro_batch_size, seq_length, cp, ep : int arrays or None
         Micro-batch size b, sequence length s (tokens), context- and expert-parallel sizes.
+    attention_kernel, tp_comm_overlap, fsdp : str arrays or None
+        The second group (optional: all or none, and only with the first): the attention kernel
+        (``unfused`` or ``flash``, ``model.attention_kernel``), the TP communication overlap
+        (``on`` or ``off``, ``plan.tp_comm_overlap``) and whether the weights are sharded
+        (``on`` for ``plan.zero_stage`` 3, FSDP; ``off`` for 0-2).
     """
 
     set: np.ndarray
@@ -78,26 +90,42 @@ class ResidualTable:
     seq_length: np.ndarray | None = None
     cp: np.ndarray | None = None
     ep: np.ndarray | None = None
+    attention_kernel: np.ndarray | None = None
+    tp_comm_overlap: np.ndarray | None = None
+    fsdp: np.ndarray | None = None
 
     COLUMNS = ("set", "file", "row", "num_gpus", "gpus_per_node", "layer_parameters",
                "measured_s", "predicted_s")
 
     @property
     def has_features(self) -> bool:
-        """True when the table has the :data:`FEATURE_COLUMNS`."""
+        """True when the table has the feature columns (at least :data:`FEATURE_GROUPS`' first
+        group)."""
         return self.gpu is not None
 
     @property
+    def feature_columns(self) -> tuple[str, ...]:
+        """The feature columns the table has: the groups of :data:`FEATURE_GROUPS` it holds,
+        in order (``()`` without features)."""
+        return tuple(c for group in FEATURE_GROUPS if getattr(self, group[0]) is not None
+                     for c in group)
+
+    @property
     def columns(self) -> tuple[str, ...]:
-        """The table's columns: :attr:`COLUMNS`, then :data:`FEATURE_COLUMNS` when it has them."""
-        return self.COLUMNS + (FEATURE_COLUMNS if self.has_features else ())
+        """The table's columns: :attr:`COLUMNS`, then its :attr:`feature_columns`."""
+        return self.COLUMNS + self.feature_columns
 
     def __post_init__(self) -> None:
         given = [c for c in FEATURE_COLUMNS if getattr(self, c) is not None]
-        if given and len(given) != len(FEATURE_COLUMNS):
-            missing = [c for c in FEATURE_COLUMNS if c not in given]
-            raise ValueError(f"residual table has feature column(s) {given} but not {missing}: "
-                             "all or none")
+        for group in FEATURE_GROUPS:
+            part = [c for c in group if c in given]
+            if part and len(part) != len(group):
+                missing = [c for c in group if c not in part]
+                raise ValueError(f"residual table has feature column(s) {part} but not "
+                                 f"{missing}: all or none")
+        if given and self.gpu is None:
+            raise ValueError(f"residual table has feature column(s) {given} but not "
+                             f"{list(FEATURE_GROUPS[0])}: the later ones need the first")
         for name in given:
             dtype = str if name in _STR_FEATURES else np.int64
             setattr(self, name, np.asarray(getattr(self, name), dtype=dtype))
@@ -126,6 +154,13 @@ class ResidualTable:
         for name in given:
             if name not in _STR_FEATURES and np.any(getattr(self, name) < 1):
                 raise ValueError(f"residual table column {name!r} must be >= 1")
+        for name, allowed in (("attention_kernel", ("unfused", "flash")),  # ATTENTION_KERNELS
+                              ("tp_comm_overlap", ("on", "off")), ("fsdp", ("on", "off"))):
+            bad = sorted(set(getattr(self, name).tolist()) - set(allowed)) \
+                if getattr(self, name) is not None else []
+            if bad:
+                raise ValueError(f"residual table column {name!r}: unknown value(s) {bad}; "
+                                 f"expected {allowed}")
 
     def __len__(self) -> int:
         return int(self.set.shape[0])
@@ -141,10 +176,11 @@ class ResidualTable:
         return np.where(self.num_gpus <= self.gpus_per_node, "single_node", "multi_node")
 
     def row_features(self, i: int) -> dict | None:
-        """The features of row ``i`` (:data:`FEATURE_COLUMNS` -> str or int), None without them."""
+        """The features of row ``i`` (each of :attr:`feature_columns` -> str or int), None
+        without them."""
         if not self.has_features:
             return None
-        return {c: getattr(self, c)[i].item() for c in FEATURE_COLUMNS}
+        return {c: getattr(self, c)[i].item() for c in self.feature_columns}
 
     def subset(self, mask: np.ndarray) -> "ResidualTable":
         """The rows where ``mask`` (bool (n,) or indices) holds."""
@@ -152,8 +188,9 @@ class ResidualTable:
                              procedure=self.procedure)
 
     def concat(self, other: "ResidualTable") -> "ResidualTable":
-        """This table's rows followed by ``other``'s (with features only when both have them)."""
-        cols = self.COLUMNS + (FEATURE_COLUMNS if self.has_features and other.has_features else ())
+        """This table's rows followed by ``other``'s (with the feature columns both have)."""
+        theirs = set(other.feature_columns)
+        cols = self.COLUMNS + tuple(c for c in self.feature_columns if c in theirs)
         return ResidualTable(**{c: np.concatenate([getattr(self, c), getattr(other, c)])
                                 for c in cols}, procedure=self.procedure or other.procedure)
 
