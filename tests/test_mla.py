@@ -574,3 +574,48 @@ def test_a_block_count_above_every_chunk_stays_block_with_mtp_layers(tmp_path):
         path = tmp_path / "run.sh"
         path.write_text(text.replace("--recompute-num-layers 31", "--recompute-num-layers 40"))
         assert import_file(path, name=V3.name).session.plan.recompute_num_layers == want
+
+
+def test_a_dense_and_an_moe_mla_layer_stage_memory_is_the_closed_form():
+    """DeepSeek-V3 cut to two layers, the first dense (``moe_first_dense_layers``), the second
+    MoE (256 experts of 2048, one shared), at t1 p1 d8 ep8, bf16, distributed optimizer, fp32
+    main gradients, b1, s 4096, no recomputation, TE's fused cross-entropy: one GPU's memory
+    term by term, as Megatron-Core 0.16.1 allocates it (the audit of the MoE and MLA memory):
+
+    * MLA per layer 171,966,464 sharded + 15,148,032 replicated weights (the down projections
+      ``TELinear`` whole on every rank, ``gpt_layer_specs.py``), the dense MLP 3 x 7168 x 18432
+      and its norm; the MoE layer's router gate 7168 x 256, its shared expert 3 x 7168 x 2048
+      (a dense, tensor-parallel parameter: its gradient reduces over d) and 256/ep routed
+      experts, whose optimizer state shards over the expert-data-parallel group, t d/(etp ep)
+      = 1 rank (``parallel_state.py`` ``expert_data_parallel_size``);
+    * TE's placeholder weight gradients, one per distinct linear weight shape (the shared
+      expert's are a routed expert's, ``tensor_parallel/layers.py`` ``get_dummy_wgrad`` for the
+      output layer);
+    * activations: MLA keeps Q and K (128 heads x 192), V and the core's output (128 x 128) and
+      the latents' norm inputs and outputs, ``TELayerNormColumnParallelLinear`` (4 (1536 +
+      512)); the routed copies 2h + 6 f_e each (k = 8), the router's fp32 scores 4E per token,
+      the logits' gradient in BF16."""
+    h, a, V, E, fe, f = 7168, 128, 129280, 256, 2048, 18432
+    m = dataclasses.replace(V3, num_layers=2, moe_first_dense_layers=1)
+    pl = ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8,
+                      micro_batch_size=1, global_batch_size=64, recompute="none",
+                      zero_stage=1, expert_parallel=8, cross_entropy_loss_fusion=True,
+                      cross_entropy_fusion_impl="te")
+    assert not validate(Session(model=m, plan=pl))
+    attention = 1536 * a * 192 + 512 * a * 256 + a * 128 * h + h * 1536 + h * 576 + 2048 + h
+    assert attention == 187_114_496
+    dense = (2 * attention + 3 * h * f + h + h * E + 3 * h * fe + h + 2 * V * h + h)
+    experts = E * 3 * h * fe / 8
+    mem = mm.stage_memory(m, pl)[0]
+    assert mem.weights_bytes == 2 * (dense + experts) == 8_158_263_296
+    shapes = (576 * h + a * 256 * 512 + h * a * 128 + 1536 * h + a * 192 * 1536
+              + 2 * f * h + h * f + 2 * fe * h + h * fe + V * h)
+    assert mem.gradients_bytes == 4 * (dense + experts) + 2 * shapes
+    assert mem.optimizer_bytes == 12 * dense / 8 + 12 * experts / 1
+    s = 4096
+    attn = 2 * a * (2 * 192 + 2 * 128) + 4 * (1536 + 512)  # Q, K, V, output; the latents
+    dense_layer = s * (10 * h + attn + 6 * f)
+    moe_layer = s * (10 * h + attn + 6 * fe) + s * 8 * (2 * h + 6 * fe) + s * 4 * E
+    assert mem.activations_bytes == pytest.approx(dense_layer + moe_layer + s * V * 2,
+                                                  rel=1e-15)
+    assert mem.activations_bytes == 4_435_476_480

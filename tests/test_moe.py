@@ -654,3 +654,46 @@ def test_report_says_memory_does_not_count_the_flex_dispatchers_buffers():
     one_rank = simulate(_session(moe_token_dispatcher_type="flex", expert_parallel=1,
                                  data_parallel=8), store).report  # no exchange, no buffers
     assert not any("DeepEP" in w for w in one_rank.warnings)
+
+
+def test_qwen3_30b_a3b_stage_memory_with_context_parallelism_is_the_closed_form():
+    """One GPU of Qwen3-30B-A3B at t1 p1 cp2 d8 ep8 (16 GPUs), bf16, distributed optimizer,
+    fp32 main gradients, b1, s 4096, no recomputation, TE's fused cross-entropy, term by term
+    (the audit of the MoE memory against Megatron-Core 0.16.1):
+
+    * per layer 18,874,368 attention weights (QKV 2048 x 5120, projection 4096 x 2048), 2,304
+      norm weights (two RMSNorms, QK-norm over the 128-wide heads) and the router's 2048 x 128
+      gate (``TopKRouter.weight``); 128 experts of 3 x 2048 x 768, 128/ep of them per GPU;
+      embedding and output layer 151936 x 2048 each, the final norm 2048;
+    * the experts' optimizer state shards over the expert-data-parallel group, world /
+      (etp ep p) = 2 ranks (``parallel_state.py`` ``expert_data_parallel_size``; ``optimizer/
+      __init__.py`` passes ``intra_expt_dp_group`` for the ``is_expert_parallel`` groups), the
+      rest over d*cp = 16 (``distributed_data_parallel.py``: ``intra_dp_cp_group``);
+    * activations of the rank's s/cp = 2048 tokens: 23.5 sbh per layer outside the experts
+      (the 10, Q, K, V and the output over 4 KV heads of 128, QK-norm's inputs), 2h + 6 f_e per
+      routed copy (k = 8 per token: the experts' fc1 input, fc1 output and SwiGLU output) and
+      the router's fp32 scores (4E per token); the logits' gradient in BF16; the ring's four
+      K/V blocks (2048 tokens x 2 x 4 heads x 128, BF16) of the layer running."""
+    from core.plan.presets import MODEL_PRESETS
+    m = MODEL_PRESETS["Qwen3-30B-A3B"]
+    s = _session(m, tensor_parallel=1, pipeline_parallel=1, context_parallel=2, data_parallel=8,
+                 expert_parallel=8, zero_stage=1, global_batch_size=64,
+                 cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te")
+    assert _errors(s) == {}
+    h, L, V, E, fe = 2048, 48, 151936, 128, 768
+    layer = 2048 * 5120 + 4096 * 2048 + 2 * h + 2 * 128 + h * E
+    dense = L * layer + 2 * V * h + h
+    experts = L * E * 3 * h * fe / 8
+    assert dense == 1_541_093_376 and experts == 3_623_878_656
+    assert mm.expert_data_parallel(s.plan) == 2
+    mem = mm.stage_memory(s.model, s.plan)[0]
+    assert mem.weights_bytes == 2 * (dense + experts)
+    placeholders = 2 * h * (5120 + 4096 + 2 * fe + fe + V)  # TE's one per weight shape
+    assert mem.gradients_bytes == 4 * (dense + experts) + placeholders
+    assert mem.optimizer_bytes == pytest.approx(12 * dense / 16 + 12 * experts / 2, rel=1e-15)
+    T = 4096 // 2
+    per_layer = T * h * 23.5 + T * 8 * (2 * h + 6 * fe) + T * 4 * E
+    logits_grad = T * V * 2
+    ring = 4 * (T * 2 * 4 * 128 * 2)
+    assert mem.activations_bytes == pytest.approx(L * per_layer + logits_grad + ring, rel=1e-15)
+    assert mem.activations_bytes == 12_265_717_760
