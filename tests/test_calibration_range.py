@@ -314,6 +314,15 @@ def test_the_second_feature_group_names_the_kernel_the_overlap_and_fsdp():
     mixed = _table([(0.0, {}), (0.0, {"tp_comm_overlap": "on", "fsdp": "on",
                                       "attention_kernel": "flash"})])
     assert feature_departures(mixed, plan) == ()
+    # runs that all overlapped and sharded (a store calibrated on FSDP runs): a plan without
+    # either departs, and the clause says what every run did
+    on = _table([(0.0, {"tp_comm_overlap": "on", "fsdp": "on"})] * 2)
+    out = feature_departures(on, dict(BASE))
+    assert [(d.feature, d.value, d.calibrated) for d in out] == [
+        ("tp_comm_overlap", "off", ("on",)), ("fsdp", "off", ("on",))]
+    assert [d.text for d in out] == [
+        "TP overlap off: every calibration run overlapped TP communication with its GEMMs",
+        "FSDP off: every calibration run sharded its weights (ZeRO-3)"]
     s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
     for zero, fsdp in ((0, "off"), (1, "off"), (2, "off"), (3, "on")):
         assert features_of(s.model, s.cluster, dataclasses.replace(s.plan, zero_stage=zero))[
