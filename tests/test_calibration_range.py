@@ -354,6 +354,19 @@ def test_the_shipped_stores_name_the_attention_kernel_and_tp_overlap_they_never_
     assert [(d.feature, d.value, d.calibrated) for d in
             session_interval(unfused, 1.0, store).departures] == [
         ("attention_kernel", "unfused", ("flash",))]
+    # what docs/accuracy.md says of the runs: the A100 store's micro-batch 1-64 and sequence
+    # 1,024-2,048, every run fp16 with full recompute; the modern table's six GPU kinds, with
+    # and without TP overlap and FSDP
+    cal = a100.residuals.subset(a100.residuals.set == "cross_validated")
+    assert (cal.micro_batch_size.min(), cal.micro_batch_size.max()) == (1, 64)
+    assert (cal.seq_length.min(), cal.seq_length.max()) == (1024, 2048)
+    assert {*cal.precision.tolist(), *cal.recompute.tolist()} == {"fp16", "full"}
+    modern = store.residuals
+    assert sorted(set(modern.gpu.tolist())) == [
+        "A100-SXM4-80GB", "B200-180GB", "GB200-NVL72", "H100-96GB-HBM2e-500W", "H100-SXM5-80GB",
+        "H200-SXM-141GB"]
+    assert len(modern) == 30 and set(modern.tp_comm_overlap.tolist()) == set(
+        modern.fsdp.tolist()) == {"on", "off"}
 
 
 def test_the_shipped_a100_store_names_features_its_runs_never_had(capsys):
