@@ -22,7 +22,7 @@ from core.store.interval import (conformal_bounds, cross_conformal, interval_fac
 from core.store.profile_store import ProfileStore
 from core.store.profiles_gen import generate_store
 from core.store.residuals import FEATURE_COLUMNS, FEATURE_GROUPS, ResidualTable
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, ROOT
 
 #: The features of every crafted calibration run unless a row says otherwise.
 BASE = {"gpu": "A100-SXM4-80GB", "family": "dense", "precision": "bf16", "recompute": "full",
@@ -393,3 +393,30 @@ def test_the_shipped_a100_store_names_features_its_runs_never_had(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["interval"]["departures"] == [
         {"feature": "recompute", "value": "none", "calibrated": ["full"]}]
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_the_frozen_residual_table_fixtures_open(version, tmp_path):
+    """A store of each released residual-table version (tests/data; version 2 written by the
+    build before version 3: the fixture-gpu store's 20 residuals with the nine features, runs
+    of micro-batch 1-4, bf16, full recompute; version 3 adds FlashAttention, TP overlap on
+    every other row, no FSDP) opens, compares the features its version has, and is written
+    back as the same version."""
+    path = ROOT / "tests" / "data" / f"profile_store_residuals_v{version}.h5"
+    with h5py.File(path) as f:
+        assert int(f["residuals"].attrs["encoding-version"]) == version
+    t = ProfileStore.open(path).residuals
+    assert t.feature_columns == FEATURE_COLUMNS[:9 + 3 * (version - 2)] and len(t) == 20
+    assert (t.set == "cross_validated").sum() == 19
+    assert t.micro_batch_size.tolist() == [1 + i % 4 for i in range(20)]
+    plan = {"gpu": "fixture-gpu", "family": "dense", "precision": "fp16", "recompute": "none",
+            "schedule": "1f1b", "micro_batch_size": 8, "seq_length": 2048, "cp": 1, "ep": 1,
+            "attention_kernel": "unfused", "tp_comm_overlap": "on", "fsdp": "on"}
+    want = [("recompute", "none", ("full",)), ("micro_batch_size", 8, (1, 2, 3, 4))]
+    if version == 3:  # the runs are FlashAttention, some with TP overlap, none with FSDP
+        want += [("attention_kernel", "unfused", ("flash",)), ("fsdp", "on", ("off",))]
+    assert [(d.feature, d.value, d.calibrated) for d in feature_departures(t, plan)] == want
+    store = ProfileStore.open(path)
+    store.save(tmp_path / "again.h5")
+    with h5py.File(tmp_path / "again.h5") as f:
+        assert int(f["residuals"].attrs["encoding-version"]) == version
