@@ -22,7 +22,7 @@ from core.store.interval import (conformal_bounds, cross_conformal, interval_fac
 from core.store.profile_store import ProfileStore
 from core.store.profiles_gen import generate_store
 from core.store.residuals import FEATURE_COLUMNS, FEATURE_GROUPS, ResidualTable
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, ROOT
 
 #: The features of every crafted calibration run unless a row says otherwise.
 BASE = {"gpu": "A100-SXM4-80GB", "family": "dense", "precision": "bf16", "recompute": "full",
@@ -314,6 +314,15 @@ def test_the_second_feature_group_names_the_kernel_the_overlap_and_fsdp():
     mixed = _table([(0.0, {}), (0.0, {"tp_comm_overlap": "on", "fsdp": "on",
                                       "attention_kernel": "flash"})])
     assert feature_departures(mixed, plan) == ()
+    # runs that all overlapped and sharded (a store calibrated on FSDP runs): a plan without
+    # either departs, and the clause says what every run did
+    on = _table([(0.0, {"tp_comm_overlap": "on", "fsdp": "on"})] * 2)
+    out = feature_departures(on, dict(BASE))
+    assert [(d.feature, d.value, d.calibrated) for d in out] == [
+        ("tp_comm_overlap", "off", ("on",)), ("fsdp", "off", ("on",))]
+    assert [d.text for d in out] == [
+        "TP overlap off: every calibration run overlapped TP communication with its GEMMs",
+        "FSDP off: every calibration run sharded its weights (ZeRO-3)"]
     s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
     for zero, fsdp in ((0, "off"), (1, "off"), (2, "off"), (3, "on")):
         assert features_of(s.model, s.cluster, dataclasses.replace(s.plan, zero_stage=zero))[
@@ -345,6 +354,19 @@ def test_the_shipped_stores_name_the_attention_kernel_and_tp_overlap_they_never_
     assert [(d.feature, d.value, d.calibrated) for d in
             session_interval(unfused, 1.0, store).departures] == [
         ("attention_kernel", "unfused", ("flash",))]
+    # what docs/accuracy.md says of the runs: the A100 store's micro-batch 1-64 and sequence
+    # 1,024-2,048, every run fp16 with full recompute; the modern table's six GPU kinds, with
+    # and without TP overlap and FSDP
+    cal = a100.residuals.subset(a100.residuals.set == "cross_validated")
+    assert (cal.micro_batch_size.min(), cal.micro_batch_size.max()) == (1, 64)
+    assert (cal.seq_length.min(), cal.seq_length.max()) == (1024, 2048)
+    assert {*cal.precision.tolist(), *cal.recompute.tolist()} == {"fp16", "full"}
+    modern = store.residuals
+    assert sorted(set(modern.gpu.tolist())) == [
+        "A100-SXM4-80GB", "B200-180GB", "GB200-NVL72", "H100-96GB-HBM2e-500W", "H100-SXM5-80GB",
+        "H200-SXM-141GB"]
+    assert len(modern) == 30 and set(modern.tp_comm_overlap.tolist()) == set(
+        modern.fsdp.tolist()) == {"on", "off"}
 
 
 def test_the_shipped_a100_store_names_features_its_runs_never_had(capsys):
@@ -371,3 +393,30 @@ def test_the_shipped_a100_store_names_features_its_runs_never_had(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["interval"]["departures"] == [
         {"feature": "recompute", "value": "none", "calibrated": ["full"]}]
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_the_frozen_residual_table_fixtures_open(version, tmp_path):
+    """A store of each released residual-table version (tests/data; version 2 written by the
+    build before version 3: the fixture-gpu store's 20 residuals with the nine features, runs
+    of micro-batch 1-4, bf16, full recompute; version 3 adds FlashAttention, TP overlap on
+    every other row, no FSDP) opens, compares the features its version has, and is written
+    back as the same version."""
+    path = ROOT / "tests" / "data" / f"profile_store_residuals_v{version}.h5"
+    with h5py.File(path) as f:
+        assert int(f["residuals"].attrs["encoding-version"]) == version
+    t = ProfileStore.open(path).residuals
+    assert t.feature_columns == FEATURE_COLUMNS[:9 + 3 * (version - 2)] and len(t) == 20
+    assert (t.set == "cross_validated").sum() == 19
+    assert t.micro_batch_size.tolist() == [1 + i % 4 for i in range(20)]
+    plan = {"gpu": "fixture-gpu", "family": "dense", "precision": "fp16", "recompute": "none",
+            "schedule": "1f1b", "micro_batch_size": 8, "seq_length": 2048, "cp": 1, "ep": 1,
+            "attention_kernel": "unfused", "tp_comm_overlap": "on", "fsdp": "on"}
+    want = [("recompute", "none", ("full",)), ("micro_batch_size", 8, (1, 2, 3, 4))]
+    if version == 3:  # the runs are FlashAttention, some with TP overlap, none with FSDP
+        want += [("attention_kernel", "unfused", ("flash",)), ("fsdp", "on", ("off",))]
+    assert [(d.feature, d.value, d.calibrated) for d in feature_departures(t, plan)] == want
+    store = ProfileStore.open(path)
+    store.save(tmp_path / "again.h5")
+    with h5py.File(tmp_path / "again.h5") as f:
+        assert int(f["residuals"].attrs["encoding-version"]) == version

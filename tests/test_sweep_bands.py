@@ -51,7 +51,7 @@ def _gpt_big() -> Session:
 
 SWEEPS = {
     "dense-a100": (gpt3_small, dict(num_gpus=(4, 8, 16, 64), context_parallel=(1,),
-                                    micro_batch_sizes=(1, 2), zero_stages=(0, 1))),
+                                    micro_batch_sizes=(1, 2), zero_stages=(0, 1, 3))),
     "dense-h100-cp": (_h100_dense, dict(num_gpus=(8, 32), context_parallel=(1, 2, 4),
                                         micro_batch_sizes=(1, 2), zero_stages=(0,))),
     "moe-ep": (moe_session, dict(num_gpus=(8, 16), pipeline_parallel=(1, 2),
@@ -127,6 +127,23 @@ def test_sweeps_cover_both_node_classes_and_the_range_edges():
                                             tables[which], g, 0.9)
             seen |= {(bool(a), bool(b)) for a, b in zip(np.isfinite(low), inside)}
     assert {(True, True), (False, False), (True, False)} <= seen
+
+
+def test_sweeps_reach_plans_that_differ_only_in_tp_overlap_or_fsdp():
+    """The features the sweep's plan columns must tell apart (not in
+    ``_FEATURE_FREE_PLAN_FIELDS``) though nothing else of the band does: the dense A100 sweep has
+    plans with and without TP overlap and FSDP (ZeRO 3), which against the A100 store's runs
+    (none overlapped or sharded) depart, one clause each, and ZeRO 1 plans, which do not."""
+    make, kw = SWEEPS["dense-a100"]
+    session = make()
+    plans = enumerate_plans(session, SweepSpace(**kw))
+    table = _tables()["a100"]
+    _, _, _, departures = _plan_bands(plans, session.model, session.cluster, table,
+                                      np.array([pl.num_gpus for pl in plans], np.int64), 0.9)
+    seen = {(pl.zero_stage, pl.tp_comm_overlap,
+             "FSDP on" in d, "TP overlap on" in d) for pl, d in zip(plans, departures)}
+    assert seen == {(0, False, False, False), (1, False, False, False), (3, False, True, False),
+                    (0, True, False, True), (1, True, False, True), (3, True, True, True)}
 
 
 def test_interval_factors_keep_the_shape_and_empty_input():

@@ -64,7 +64,8 @@ _NAMES = {"gpu": "GPU", "family": "family", "precision": "precision", "recompute
           "cp": "cp", "ep": "ep", "attention_kernel": "attention", "tp_comm_overlap": "TP overlap",
           "fsdp": "FSDP"}
 _USES = {"cp": "context parallelism", "ep": "expert parallelism"}
-#: A switch off in every calibration run: what no run did.
+#: A switch the same in every calibration run: what no run did (all "off"), or what every run
+#: did (all "on": "the store was calibrated on on only" says nothing).
 _SWITCHES = {"tp_comm_overlap": "overlapped TP communication with its GEMMs",
              "fsdp": "sharded its weights (ZeRO-3)"}
 
@@ -129,8 +130,9 @@ class Departure:
         name, cal = _NAMES[self.feature], self.calibrated
         if self.feature in _USES and max(cal) == 1:
             return f"{name} {self.value}: no calibration run used {_USES[self.feature]}"
-        if self.feature in _SWITCHES and cal == ("off",):
-            return f"{name} {self.value}: no calibration run {_SWITCHES[self.feature]}"
+        if self.feature in _SWITCHES and cal in (("off",), ("on",)):
+            runs = "no calibration run" if cal == ("off",) else "every calibration run"
+            return f"{name} {self.value}: {runs} {_SWITCHES[self.feature]}"
         if self.feature in RANGE_FEATURES:
             span = f"{cal[0]:,}" if len(cal) == 1 else f"{cal[0]:,}-{cal[-1]:,}"
             return f"{name} {self.value:,}: the store was calibrated on {span} only"

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.plan.model_config import ATTENTION_KERNELS
+
 __all__ = ["RESIDUAL_SETS", "NODE_CLASSES", "FEATURE_COLUMNS", "FEATURE_GROUPS", "ResidualTable",
            "node_class"]
 
@@ -154,7 +156,7 @@ class ResidualTable:
         for name in given:
             if name not in _STR_FEATURES and np.any(getattr(self, name) < 1):
                 raise ValueError(f"residual table column {name!r} must be >= 1")
-        for name, allowed in (("attention_kernel", ("unfused", "flash")),  # ATTENTION_KERNELS
+        for name, allowed in (("attention_kernel", ATTENTION_KERNELS),
                               ("tp_comm_overlap", ("on", "off")), ("fsdp", ("on", "off"))):
             bad = sorted(set(getattr(self, name).tolist()) - set(allowed)) \
                 if getattr(self, name) is not None else []
