@@ -314,37 +314,76 @@ def test_activation_memory_is_korthikantis_with_s_over_cp():
     s = _session(seq=131072, cp=8, t=4, recompute="none")
     mem = model_math.stage_memory(s.model, s.plan)[-1]
     one = model_math.stage_memory(s.model, dataclasses.replace(s.plan, context_parallel=1))[-1]
-    # plus the ring's buffers of the layer running: K/V and dK/dV, sent and received
+    # plus the ring's buffers of the layer running: K/V and dK/dV, sent and received, and
+    # the second dQ of its backward (dq_buffer beside each step's dq_)
     blk = 1 * (131072 // 8) * 2 * (8 // 4) * 128 * 2
+    q = 1 * (131072 // 8) * (32 // 4) * 128 * 2
     assert model_math.cp_kv_block_bytes(s.model, s.plan) == blk
-    assert mem.activations_bytes == pytest.approx(one.activations_bytes / 8 + 4 * blk, rel=1e-12)
+    assert model_math.cp_query_bytes(s.model, s.plan) == q
+    assert mem.activations_bytes == pytest.approx(one.activations_bytes / 8 + 4 * blk + q,
+                                                  rel=1e-12)
     assert mem.weights_bytes == one.weights_bytes  # every cp rank holds the weights
 
 
-@pytest.mark.parametrize("kind, size, blocks", [
-    ("p2p", None, 4), ("allgather", None, 4 + 2), ("all_gather", None, 3 * 4),
-    ("a2a", None, None), ("a2a+p2p", 2, None)])
-def test_exchange_buffers_of_one_layer_are_counted_once_on_every_stage(kind, size, blocks):
+@pytest.mark.parametrize("kind, size, blocks, queries", [
+    ("p2p", None, 4, 1), ("allgather", None, 4 + 2, 0), ("all_gather", None, 3.5 * 4 - 0.5, 1),
+    ("a2a", None, None, 0), ("a2a+p2p", 2, None, 1)])
+def test_exchange_buffers_of_one_layer_are_counted_once_on_every_stage(kind, size, blocks,
+                                                                        queries):
     """The exchange's buffers (transient, one layer's at a time) join every stage's activations
-    once, whatever the micro-batches in flight: the ring's K/V and dK/dV blocks sent and received
-    (4 blocks), PyTorch's gathered K/V plus the ring's dK/dV (cp + 2), TE's reordered gathered
-    K/V, whole dK/dV and its reordered copy (3 cp), the all-to-all's send and receive buffers of
-    Q, K, V (twice the larger buffer; a2a+p2p plus the ring's 4 blocks)."""
+    once, whatever the micro-batches in flight, beyond the dQ, dK, dV of a kernel without
+    context parallelism (Transformer Engine 2.11 / 2.20, context_parallel.py): the ring's two
+    (2, K/V) buffers, K/V and dK/dV sent and received (4 blocks), and its second dQ (dq_buffer
+    beside each step's dq_); PyTorch's gathered K/V plus the ring's dK/dV (cp + 2); TE's
+    all-gather's reordered gathered K/V (cp), the two chunks' dK/dV (cp + 1/2), the whole
+    dK/dV (cp) and one reordered copy (cp/2), less the kernel's own dK/dV (1), and the chunks'
+    dQ; the all-to-all's send and receive buffers of Q, K, V (twice the larger buffer;
+    a2a+p2p plus the ring's 4 blocks and dQ). Llama 3 8B at s = 131072, cp = 4, t = 2: a
+    block 32768 tokens x 2 x 4 K/V heads x 128 x 2 bytes, the queries 16 heads."""
     s = _session(seq=131072, cp=4, t=2, p=2, B=8, recompute="none", cp_comm_type=kind,
                  cp_a2a_size=size)
     check(s)
     blk = model_math.cp_kv_block_bytes(s.model, s.plan)
+    q = model_math.cp_query_bytes(s.model, s.plan)
+    assert (blk, q) == (32768 * 2 * 4 * 128 * 2, 32768 * 16 * 128 * 2)
     if blocks is None:
         before = model_math.cp_a2a_bytes(s.model, s.plan)[0]
         assert before == 1 * (131072 // 4) * (16 + 2 * 4) * 128 * 2  # Q, K, V of the rank
-        expect = 2 * before + (4 * blk if size else 0.0)
+        expect = 2 * before + (4 * blk if size else 0.0) + queries * q
     else:
-        expect = blocks * blk
+        expect = blocks * blk + queries * q
     assert model_math.cp_exchange_buffer_bytes(s.model, s.plan) == pytest.approx(expect, rel=1e-12)
     base = dataclasses.replace(s.plan, cp_comm_type="p2p", cp_a2a_size=None)
     got = [m.activations_bytes for m in model_math.stage_memory(s.model, s.plan)]
     ring = [m.activations_bytes for m in model_math.stage_memory(s.model, base)]
-    assert got == pytest.approx([r - 4 * blk + expect for r in ring], rel=1e-12)
+    # a2a keeps the core's output twice per layer (test_a2a_layer_keeps_the_core_output_twice):
+    # 16 layers a stage, 1F1B's 2 and 1 micro-batches in flight
+    extra = [q * 16 * 2, q * 16 * 1] if kind == "a2a" else [0.0, 0.0]
+    assert got == pytest.approx([r - 4 * blk - q + expect + x for r, x in zip(ring, extra)],
+                                rel=1e-12)
+
+
+@pytest.mark.parametrize("recompute, modules, precision, recipe, twice", [
+    ("none", None, "bf16", None, True), ("selective", "core_attn", "bf16", None, False),
+    ("selective", "layernorm", "bf16", None, True), ("full", None, "bf16", None, False),
+    ("none", None, "fp8", "delayed", False), ("none", None, "fp8", "tensorwise", True)])
+def test_a2a_layer_keeps_the_core_output_twice(recompute, modules, precision, recipe, twice):
+    """Transformer Engine's AttnFuncWithCPAndQKVOA2A saves its output in the head-split layout
+    (out_part) and returns a new tensor, the output all-to-all'd back, which the projection
+    keeps as its input: one more b s/cp (a/t) kv bytes per layer than the ring, whose saved
+    output is the tensor it returns. Not with core_attn recomputed (the checkpoint keeps Q, K,
+    V), full recomputation, or FP8 delayed scaling (the projection keeps its FP8 copy, already
+    counted, and frees the BF16 input); FP8 with another recipe saves the BF16 input."""
+    s = _session(seq=131072, cp=4, t=2, recompute=recompute, recompute_modules=modules,
+                 precision=precision, fp8_recipe=recipe, cp_comm_type="a2a")
+    check(s)
+    ring = dataclasses.replace(s.plan, cp_comm_type="p2p")
+    q = 1 * (131072 // 4) * (32 // 2) * 128 * 2  # BF16 under FP8 too
+    assert model_math.cp_core_output_kept_twice(s.plan)
+    assert not model_math.cp_core_output_kept_twice(ring)
+    got = model_math.activation_bytes_per_layer(s.model, s.plan)
+    base = model_math.activation_bytes_per_layer(s.model, ring)
+    assert got - base == pytest.approx(q if twice else 0.0, rel=1e-12)
 
 
 def test_distributed_optimizer_shards_over_d_times_cp():

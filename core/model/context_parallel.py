@@ -11,7 +11,8 @@ from core.plan.parallel import ParallelPlan, tensor_dtype
 
 __all__ = [
     "cp_a2a_bytes", "cp_a2a_size", "cp_all_gather", "cp_all_gather_core",
-    "cp_exchange_buffer_bytes", "cp_exchange_bytes", "cp_kv_block_bytes",
+    "cp_core_output_kept_twice", "cp_exchange_buffer_bytes", "cp_exchange_bytes",
+    "cp_kv_block_bytes", "cp_query_bytes",
 ]
 
 
@@ -113,34 +114,77 @@ def cp_exchange_bytes(model: ModelConfig, plan: ParallelPlan) -> tuple[float, fl
     return n * blk, 2 * n * blk
 
 
+def cp_query_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
+    """Bytes of the rank's queries (and of the core's output, the same shape) per
+    tensor-parallel rank: ``b * s/cp * (a/t) * kv_channels`` elements in the tensors' dtype
+    (BF16 under FP8, :func:`core.plan.parallel.tensor_dtype`). Under an all-to-all the core
+    holds ``1/cpa`` of the heads for ``cpa`` times the tokens: the same count. 0 without
+    context parallelism."""
+    cp = plan.context_parallel
+    if cp <= 1:
+        return 0.0
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
+    a = model.num_attention_heads // plan.tensor_parallel
+    return float(plan.micro_batch_size * (model.seq_length // cp) * a * model.head_dim * e)
+
+
+def cp_core_output_kept_twice(plan: ParallelPlan) -> bool:
+    """Whether each layer keeps the attention core's output twice under the plan's context
+    parallelism: with ``cp_comm_type`` a2a (cp > 1) Transformer Engine's
+    ``AttnFuncWithCPAndQKVOA2A.forward`` saves for its backward the output in the
+    all-to-all's head-split layout (``out_part``, ``f16_tensors = (q_part, k_part, v_part,
+    out_part)``) and returns a new tensor, the output all-to-all'd back to the sequence split
+    (``flash_attn_a2a_communicate(out_, ...)``), which the output projection keeps as its input:
+    two tensors of :func:`cp_query_bytes` where the ring (whose saved ``out`` is the tensor it
+    returns) and the all-gather keep one (TE 2.11 and 2.20,
+    ``pytorch/attention/dot_product_attention/context_parallel.py``).
+
+    a2a+p2p is left out: TE 2.20's ``AttnFuncWithCPAndKVP2P`` saves the pre-all-to-all output
+    too, but TE 2.11's saves the returned one (and runs the all-to-all again in its backward)."""
+    return plan.context_parallel > 1 and getattr(plan, "cp_comm_type", "p2p") == "a2a"
+
+
 def cp_exchange_buffer_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
     """Bytes of the context-parallel exchange's buffers that one GPU holds at once while one
     attention layer runs (transient: one layer at a time, freed after it; the backward's, the
-    larger), per exchange (``plan.cp_comm_type``), with ``blk`` the K/V block of
-    :func:`cp_kv_block_bytes`:
+    larger), beyond the dQ, dK and dV the attention kernel's backward writes without context
+    parallelism (not counted by the model), per exchange (``plan.cp_comm_type``), with ``blk``
+    the K/V block of :func:`cp_kv_block_bytes` and ``q`` the queries of :func:`cp_query_bytes`
+    (Transformer Engine's ``pytorch/attention/dot_product_attention/context_parallel.py``,
+    2.11 and 2.20):
 
-    * ``p2p`` (Transformer Engine's ring): the K/V block being sent and the one being received,
-      and in the backward those of the dK/dV blocks too, ``4 blk``;
+    * ``p2p`` (``AttnFuncWithCPAndKVP2P.backward``): the two ring buffers of K/V and dK/dV
+      (``p2p_comm_buffers``, two ``(2, *kv.shape)`` tensors: the K/V block and the dK/dV
+      block sent and received, the returned dK/dV one of them), ``4 blk``, and a second dQ:
+      ``dq_buffer`` accumulates while each step's kernel writes its own ``dq_``, ``q``;
     * ``allgather`` (PyTorch's): the gathered K/V of the whole sequence, ``cp blk``, and the
       dK/dV blocks passed around the ring, ``2 blk``;
-    * ``all_gather`` (TE's ``AttnFuncWithCPAndKVAllGather``): the gathered K/V put in sequence
-      order, the whole sequence's dK/dV and their copy put back in chunk order for the
-      reduce-scatter, ``3 cp blk``;
+    * ``all_gather`` (``AttnFuncWithCPAndKVAllGather.backward``): the gathered K/V put in
+      sequence order (``k_ag``, ``v_ag``, ``cp blk``), the two chunks' dK/dV over the keys up
+      to each chunk's end (``dk_per_step``, ``dv_per_step``, chunks ``r`` and ``2cp-1-r``:
+      ``(cp + 1/2) blk``; both held until the backward returns), the whole sequence's dK/dV
+      (``cp blk``) and, while they are put back in chunk order (``index_select``, one at a
+      time), the reordered copy of one (``cp/2 blk``); and the chunks' dQ beside ``dq``
+      (``q``); less the dK/dV of a kernel without context parallelism (``blk``):
+      ``(7 cp/2 - 1/2) blk + q``;
     * ``a2a``: the all-to-all's send and receive buffers of Q, K and V (the larger of its two,
-      :func:`cp_a2a_bytes`), twice that; ``a2a+p2p`` adds the ring's ``4 blk``.
+      :func:`cp_a2a_bytes`), twice that; ``a2a+p2p`` adds the ring's ``4 blk + q``.
 
-    0 without context parallelism. Approximate: TE's own temporaries (the softmax statistics,
-    the per-step outputs) are not counted."""
+    0 without context parallelism. Approximate: the softmax statistics (FP32, ``b a/t s/cp``)
+    and the forward's per-step outputs are not counted (TE 2.20's forward holds two K/V
+    blocks and two steps' outputs, TE 2.11's all ``cp`` of each, while the layer's MLP has
+    not yet kept its activations)."""
     cp = plan.context_parallel
     if cp <= 1:
         return 0.0
     blk = cp_kv_block_bytes(model, plan)
+    q = cp_query_bytes(model, plan)
     kind = getattr(plan, "cp_comm_type", "p2p")
     if kind == "allgather":
         return (cp + 2) * blk
     if kind == "all_gather":
-        return 3 * cp * blk
-    ring = 4 * blk if cp // cp_a2a_size(plan) > 1 else 0.0
+        return (3.5 * cp - 0.5) * blk + q
+    ring = 4 * blk + q if cp // cp_a2a_size(plan) > 1 else 0.0
     if cp_a2a_size(plan) > 1:
         return 2 * max(cp_a2a_bytes(model, plan)) + ring
     return ring

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from core.model.attention import mha_attention_kernels, norms_separate_of
+from core.model.context_parallel import cp_core_output_kept_twice
 from core.model.base import ADAM_BYTES_PER_PARAM, DTYPE_BYTES, Kernel, gemm, mem, wgrad_accumulate
 from core.model.fp8 import FP8_WEIGHT_CAST_OP, fp8_cast_kernels
 from core.model.keys import with_family_defaults
@@ -312,7 +313,9 @@ def dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mod
     Context parallelism: every term with ``s -> s/cp``
     (each rank keeps its own tokens' activations; ring attention needs FlashAttention, so
     no ``s x s`` term; the exchange's K/V buffers are transient, one layer's at a time:
-    :func:`cp_exchange_buffer_bytes`, added by :func:`stage_memory_arrays`).
+    :func:`cp_exchange_buffer_bytes`, added by :func:`stage_memory_arrays`); with the
+    all-to-all exchange (``cp_comm_type`` a2a) the core's output twice, ``+2 a kv / h``
+    (:func:`_core_output_kept_twice`).
 
     Selective recomputation by module (Megatron-Core ``--recompute-modules``,
     :func:`core.plan.parallel.recompute_modules`): ``core_attn`` drops the ``5as/h`` term (the
@@ -402,6 +405,8 @@ def _layer_terms(model: ModelConfig, plan: ParallelPlan, mods: tuple[str, ...],
         proj_width = a * model.v_head_dim  # the projection's input: a heads of v_head_dim
     else:
         attn = 4 + 4 * model.query_groups / a if flash else 8
+        if flash and _core_output_kept_twice(plan, mods):
+            attn += 2  # the core's head-split output beside the projection's input
         if model.qk_layernorm:  # the norms keep their inputs, Q and K before the norm
             attn += 2 + 2 * model.query_groups / a
         attn *= a * model.head_dim / h  # heads of kv_channels: Q, K, V a kv and g kv wide
@@ -414,6 +419,18 @@ def _layer_terms(model: ModelConfig, plan: ParallelPlan, mods: tuple[str, ...],
     # what the two norms' outputs cost here (QKV's and fc1's inputs), and the MLP's term
     return _LayerTerms(base=base, split=split, mla=mla, moe=moe, per_f=per_f, mlp=mlp,
                        proj_width=proj_width, mlp_kept=mlp)
+
+
+def _core_output_kept_twice(plan: ParallelPlan, mods: tuple[str, ...]) -> bool:
+    """Whether the layer keeps a second copy of the attention core's output, ``a kv`` wide
+    (:func:`core.model.context_parallel.cp_core_output_kept_twice`: Transformer Engine's
+    all-to-all context parallelism saves its output in the head-split layout while the
+    projection keeps the one all-to-all'd back): not when ``core_attn`` is recomputed (the
+    checkpoint keeps Q, K and V only) nor under FP8 with delayed scaling, whose projection
+    keeps its FP8 copy (counted by :func:`_fp8_terms`) and frees the BF16 input."""
+    if not cp_core_output_kept_twice(plan) or "core_attn" in mods:
+        return False
+    return not (plan.precision == "fp8" and fp8_recipe(plan) == "delayed")
 
 
 def _fp8_terms(terms: _LayerTerms, model: ModelConfig, plan: ParallelPlan, mode: str,

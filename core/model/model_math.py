@@ -48,8 +48,8 @@ from core.model.mtp import (  # noqa: F401
     mtp_extra_parameters, mtp_layer_is_moe, mtp_layers, mtp_tp_collectives,
 )
 from core.model.context_parallel import (  # noqa: F401
-    cp_a2a_bytes, cp_a2a_size, cp_all_gather, cp_exchange_buffer_bytes, cp_exchange_bytes,
-    cp_kv_block_bytes,
+    cp_a2a_bytes, cp_a2a_size, cp_all_gather, cp_core_output_kept_twice,
+    cp_exchange_buffer_bytes, cp_exchange_bytes, cp_kv_block_bytes, cp_query_bytes,
 )
 from core.model.layout import (  # noqa: F401
     chunks_per_stage, edge_stages, loss_stage, stage_chunk_layers, stage_layers,
@@ -96,7 +96,8 @@ __all__ = [
     "moe_ffn", "moe_forward_flops_per_token", "moe_layer_mask", "moe_layer_parameters",
     "num_moe_layers", "mtp_extra_parameters", "mtp_layer_is_moe", "mtp_layers",
     "mtp_tp_collectives", "cp_a2a_bytes", "cp_a2a_size", "cp_all_gather",
-    "cp_exchange_buffer_bytes", "cp_exchange_bytes", "cp_kv_block_bytes", "chunks_per_stage", "edge_stages", "loss_stage",
+    "cp_core_output_kept_twice", "cp_exchange_buffer_bytes", "cp_exchange_bytes",
+    "cp_kv_block_bytes", "cp_query_bytes", "chunks_per_stage", "edge_stages", "loss_stage",
     "stage_chunk_layers", "stage_layers", "recomputed_in_chunk", "recomputed_layers",
     "selective_op_flops_per_token", "selective_op_linears", "attention_forward_flops_per_token",
     "attention_parameters", "dense_edge_parameters", "dense_forward_flops_per_token",
