@@ -234,16 +234,22 @@ def test_runs_over_memory_are_predicted_and_reported(tmp_path):
 
 
 def test_tight_run_over_capacity_only_with_the_cache_is_not_a_miss(published):
-    """Published row 16 (Llama 3.1 405B on GB200, which ran) needs more than the GPU's memory
-    only with the caching allocator's reserve: simulate calls it tight, so validate does not
-    list it among the runs the memory model says cannot fit."""
+    """Published row 16 (Llama 3.1 405B, which ran on GB200's 186 GiB) put on B200s (180 GiB,
+    8 to a node) needs more than the GPU's memory only with the caching allocator's reserve
+    (181.3 GiB, 175.6 without): simulate calls it tight, so validate does not list it among the
+    runs the memory model says cannot fit; on GB200 it lies within the capacity."""
+    import dataclasses
     from core.accuracy.validate import row_memory, row_memory_fit
     from core.sim.simulate import simulate
     m = next(m for m in published if m.row == 16)
     need, capacity, fits = row_memory_fit(m)
+    assert need < capacity and fits
+    b200 = dataclasses.replace(m.session.cluster, gpu="B200-180GB", gpus_per_node=8)
+    m = dataclasses.replace(m, session=dataclasses.replace(m.session, cluster=b200))
+    need, capacity, fits = row_memory_fit(m)
     assert need > capacity and fits and row_memory(m) == (need, capacity)
     assert simulate(m.session).report.memory_verdict == "tight"
-    assert 16 not in [r.row for r, _, _ in over_capacity(published)]
+    assert 16 not in [r.row for r, _, _ in over_capacity([*published, m])]
 
 
 def test_skip_causes_come_from_the_kind_of_rule_not_the_message():

@@ -149,6 +149,33 @@ def test_bench_memory_within_five_percent_median_and_every_run_fits():
         assert max(map(abs, figures["errors_percent"][scale])) <= 3.0
 
 
+def test_the_fp32_gradient_copy_is_a_step_transient():
+    """Gradients reduced in bf16 get an fp32 copy in the optimizer step (Megatron-Core 0.16.1
+    distrib_optimizer.py:2419 ``shard_main_param.grad = shard_model_grad.float()``), freed by
+    the next ``zero_grad`` before the forward (distrib_optimizer.py:2286-2298): the peak holds
+    the larger of it and the activations. 1,024-wide, 4 layers, vocabulary 1,024, 16 tokens,
+    t = p = 1, ZeRO-1 over d = 2: the copy is 4/2 = 2 bytes per parameter, far above the
+    activations, so the optimizer term is 12/2 + 2 bytes per parameter less the activations
+    (stage total = states + the copy); with 4,096 tokens the activations exceed the copy and
+    the optimizer term is 12/2 bytes per parameter."""
+    model = ModelConfig(num_layers=4, hidden_size=1024, num_attention_heads=8, seq_length=16,
+                        vocab_size=1024)
+    for seq, copy_wins in ((16, True), (4096, False)):
+        m = dataclasses.replace(model, seq_length=seq)
+        pl = _plan(grad_reduce_dtype="bf16", zero_stage=1, data_parallel=2, global_batch_size=2)
+        assert mm.bytes_per_parameter(pl) == (2, 2, 8.0)  # 6 + 16/d: Megatron's table
+        assert mm.grad_copy_bytes_per_parameter(pl) == 2.0
+        n = float(mm.params_per_gpu(m, pl)[0])
+        sm = mm.stage_memory(m, pl)[0]
+        assert (2 * n < sm.activations_bytes) is not copy_wins
+        want = 6 * n + (2 * n - sm.activations_bytes if copy_wins else 0.0)
+        assert sm.optimizer_bytes == pytest.approx(want, rel=1e-12)
+        # fp32 gradients are their own copy: nothing to leave out
+        fp32 = _plan(zero_stage=1, data_parallel=2, global_batch_size=2)
+        assert mm.grad_copy_bytes_per_parameter(fp32) == 0.0
+        assert mm.stage_memory(m, fp32)[0].optimizer_bytes == pytest.approx(6 * n, rel=1e-12)
+
+
 def test_the_shared_cases_memory_figures_hold():
     """benchmarks/data/memory_cases.csv: the cases' 18 bytes per parameter (bf16 with fp32 main
     gradients), 23.7 GB of model states for GPT-3 1.3B, 6 + 12/d = 7.5 with ZeRO-1 on 8, the
@@ -163,8 +190,10 @@ def test_the_shared_cases_memory_figures_hold():
 
 def test_every_published_run_the_simulator_models_fits_or_is_tight():
     """The published modern runs all ran: bench_memory's verdict of each one the file does not
-    skip says it fits or is tight (30 of 30; row 16, Llama 3.1 405B on GB200, tight: over the
-    GPU's memory with the allocator's reserve only)."""
+    skip says it fits or is tight (30 of 30; row 16, Llama 3.1 405B on GB200 with gradients
+    reduced in bf16, tight: within the planner's margin of the GPU's memory, 181.3 GiB of
+    186.0, once the fp32 gradient copy, which exists only in the optimizer step, no longer adds
+    to the activations' peak; over the GPU's memory, 187.3 GiB, while it did)."""
     published = ROOT.parent / "shared" / "data" / "public-modern" / "published_runs.sessions.jsonl"
     if not published.exists():
         pytest.skip(f"shared data not present: {published}")
@@ -174,7 +203,8 @@ def test_every_published_run_the_simulator_models_fits_or_is_tight():
     assert len(rows) == 43 and len(modelled) == 30
     assert [r["row"] for r in modelled if r["verdict"] == "does not fit"] == []
     row16 = next(r for r in rows if r["row"] == 16)
-    assert row16["verdict"] == "tight" and row16["required_gib"] < row16["capacity_gib"] < row16["need_gib"]
+    assert row16["verdict"] == "tight"
+    assert 0.9 * row16["capacity_gib"] < row16["need_gib"] < row16["capacity_gib"]
 
 
 def test_fp8_copies_still_counted_in_the_weights():

@@ -108,8 +108,10 @@ def test_memory_state_does_not_depend_on_the_micro_batch_or_the_recomputation(pr
             continue
         state = mm.state_bytes_of(model, plan, True)
         states.append((v, state))
-        # the memoized figures are those computed
-        for got, want in zip(mm.stage_memory_arrays(model, plan)[:3], state):
+        # the memoized figures are those computed (the optimizer state at the peak: less the
+        # smaller of its fp32 gradient copy and the activations)
+        w, g, o, acts = mm.stage_memory_arrays(model, plan)
+        for got, want in zip((w, g, o), (state[0], state[1], state[2] - np.minimum(state[3], acts))):
             assert np.array_equal(got, want)
     assert len(states) >= 4, "too few valid variants to compare"
     (_, first), *rest = states

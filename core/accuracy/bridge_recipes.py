@@ -115,6 +115,8 @@ class BridgeRecipe:
     seq_length: int | None = None
     cuda_graph_impl: str = "none"
     cuda_graph_modules: str | None = None
+    #: the expert tensor-parallel size the recipe sets (None: Megatron-Core's default, t)
+    etp: int | None = None
 
     def settings(self) -> tuple:
         """The settings a prediction takes from the recipe (to compare recipes that share a
@@ -199,7 +201,8 @@ def _recipe(d: dict[str, Any]) -> BridgeRecipe:
         fp8_param_gather=d.get("fp8_param_gather"),
         pipeline_layout=_layout_string(d.get("pipeline_model_parallel_layout")),
         cuda_graph_impl=graph_impl, cuda_graph_modules=graph_modules,
-        seq_length=int(d["seq_length"]) if d.get("seq_length") else None)
+        seq_length=int(d["seq_length"]) if d.get("seq_length") else None,
+        etp=int(d["etp"]) if d.get("etp") else None)
 
 
 def parse_recipe_cuda_graph(text: str | None) -> tuple[str, str | None]:

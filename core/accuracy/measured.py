@@ -65,7 +65,7 @@ from core.util.text import did_you_mean
 
 __all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_cause", "skip_counts",
            "session_columns", "SESSION_SECTIONS", "RUN_COLUMNS", "FIELD_CAUSES", "MEASURED_TIME_RANGE_S",
-           "MAX_ROWS", "REQUIRED_COLUMNS", "CSV_DEFAULTS", "NOT_TIMED_FIELDS", "cell_text",
+           "MAX_ROWS", "REQUIRED_COLUMNS", "apply_recipe", "CSV_DEFAULTS", "NOT_TIMED_FIELDS", "cell_text",
            "default_origin"]
 
 #: Seconds one measured (or derived) training iteration may take: from 0.1 ms to a day.
@@ -535,7 +535,7 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
     gpu_name = _read_gpu_alias(body["cluster"])
     recipe = _recipe_named(path, row, run["recipe"]) if "recipe" in run else None
     if recipe is not None:
-        _apply_recipe(recipe, body)
+        apply_recipe(recipe, body)
     given_plan = set(body["plan"])  # the row's plan fields and its recipe's, before defaults
     defaults = _apply_defaults(body)
     names = {f"{s}.{f.name}": col for col, t in columns if t for s, f in [t]}
@@ -691,7 +691,7 @@ def _recipe_named(path: Path, row: int, name: str) -> BridgeRecipe:
                                "(resources/bridge_perf_recipes.json)")
 
 
-def _apply_recipe(recipe: BridgeRecipe, body: dict[str, dict[str, Any]]) -> None:
+def apply_recipe(recipe: BridgeRecipe, body: dict[str, dict[str, Any]]) -> None:
     """The recipe's settings into the session fields the row leaves empty: recomputation
     (``recompute``, ``recompute_modules``, ``recompute_num_layers``), sequence parallelism, the
     DDP overlaps, TP communication overlap, the FP8 parameter all-gather, the custom pipeline

@@ -38,11 +38,11 @@ __all__ = [
     "ACTIVATION_FREE_PLAN_FIELDS", "ALLOCATOR_RESERVE_FRACTION", "CUDA_CONTEXT_BYTES",
     "GEMM_WORKSPACE_BYTES", "NCCL_BUFFSIZE_BYTES", "NCCL_CHANNELS", "NCCL_RING_PEERS",
     "STATE_FREE_PLAN_FIELDS", "StageMemoryArrays", "activation_bytes_per_layer",
-    "bytes_per_parameter", "ep_overlap_in_flight", "ep_overlap_on", "ep_overlap_paired_share",
+    "bytes_per_parameter", "grad_copy_bytes_per_parameter", "ep_overlap_in_flight", "ep_overlap_on", "ep_overlap_paired_share",
     "fp8_linear_params_per_layer", "fp8_weights_per_gpu", "in_flight_microbatches",
     "nccl_buffer_bytes", "nccl_communicators", "process_memory_terms", "process_terms_of",
     "schedule_in_flight", "stage_activation_bytes", "stage_activation_rows", "stage_memory", "stage_memory_arrays",
-    "stage_state_bytes", "state_bytes_of",
+    "stage_state_bytes", "state_bytes_of", "optimizer_at_peak",
     "uneven_chunks",
 ]
 
@@ -239,6 +239,25 @@ def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
     return (e / d if z >= 3 else e, g / d if z >= 2 else g, opt / d if z >= 1 else opt)
 
 
+def grad_copy_bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None) -> float:
+    """The share of :func:`bytes_per_parameter`'s optimizer state that is the fp32 copy of
+    16-bit gradients, bytes per parameter on one GPU: 4 (``4/d`` under ZeRO, sharded as the
+    optimizer state is); 0 with fp32 gradients, which are their own copy.
+
+    The copy lives only from the optimizer step to the next iteration's ``zero_grad``, never
+    beside the activations (:func:`stage_memory_arrays` counts the larger of the two):
+    Megatron-Core 0.16.1 makes it in the step (``optimizer/optimizer.py:524-534``,
+    ``prepare_grads`` -> ``_copy_model_grads_to_main_grads``; ``distrib_optimizer.py:2419``
+    ``shard_main_param.grad = shard_model_grad.float()``, ``optimizer.py:759`` without the
+    distributed optimizer; ``.float()`` of an fp32 gradient is the tensor itself) and frees it
+    in ``zero_grad`` (``distrib_optimizer.py:2286-2298``, ``optimizer.py:710-723``:
+    ``set_to_none``), which the training step calls before its forward and backward passes."""
+    if DTYPE_BYTES[grad_dtype(plan)] >= 4:
+        return 0.0
+    d = data_parallel or zero_shard_size(plan)
+    return 4.0 / d if plan.zero_stage >= 1 else 4.0
+
+
 def nccl_communicators(plan: ParallelPlan) -> int:
     """NCCL communicators one rank of ``plan`` opens: one per process group with more than one
     rank that training communicates over (PyTorch creates a group's communicator at its first
@@ -386,9 +405,19 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     Context parallelism adds, on every stage with layers, the buffers of the exchange of the
     attention layer running (:func:`cp_exchange_buffer_bytes`: one layer's, transient).
     """
-    weights, grads, opt = _state_bytes(model, plan, fp8_tn)
-    return StageMemoryArrays.of(plan, weights.copy(), grads.copy(), opt.copy(),
-                                stage_activation_bytes(model, plan))
+    weights, grads, opt, copy = _state_bytes(model, plan, fp8_tn)
+    acts = stage_activation_bytes(model, plan)
+    return StageMemoryArrays.of(plan, weights.copy(), grads.copy(), optimizer_at_peak(opt, copy, acts),
+                                acts)
+
+
+def optimizer_at_peak(opt: np.ndarray, copy: np.ndarray, acts: np.ndarray) -> np.ndarray:
+    """The optimizer state at a stage's peak (bytes, float64, any shape): ``opt`` (of
+    :func:`state_bytes_of`) less the smaller of its fp32 gradient copy ``copy``
+    (:func:`grad_copy_bytes_per_parameter`) and the activations ``acts``: the copy exists only
+    in the optimizer step, when the activations are freed, so the peak holds the larger of the
+    two (the caching allocator reuses the one's blocks for the other)."""
+    return opt - np.minimum(copy, acts)
 
 
 def stage_activation_bytes(model: ModelConfig, plan: ParallelPlan, memo: dict | None = None
@@ -604,14 +633,16 @@ STATE_FREE_PLAN_FIELDS = ("micro_batch_size", "recompute", "recompute_num_layers
                           "recompute_modules")
 _STATE_KEY = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
                                    if f not in STATE_FREE_PLAN_FIELDS))
-_STATE: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+_STATE: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
 
 
 def stage_state_bytes(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = True
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The weights, gradients and optimizer state of :func:`stage_memory_arrays` (bytes per
-    GPU, float64 (p,) each, read-only; memoized): what the sweep adds to activations it
-    shares between plans that differ only on the data-parallel side."""
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The weights, gradients, optimizer state and its fp32 gradient copy of
+    :func:`stage_memory_arrays` (bytes per GPU, float64 (p,) each, read-only; memoized;
+    :func:`state_bytes_of`): what the sweep adds to activations it shares between plans that
+    differ only on the data-parallel side (the optimizer state at the peak by
+    :func:`optimizer_at_peak`)."""
     return _state_bytes(model, plan, fp8_tn)
 
 
@@ -621,7 +652,7 @@ ACTIVATION_FREE_PLAN_FIELDS = ("zero_stage", "overlap_grad_reduce", "overlap_par
 
 
 def _state_bytes(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The weights, gradients and optimizer state of :func:`stage_memory_arrays`, float64 (p,)
     each (read-only), memoized: a sweep's plans that differ only in the micro-batch size or the
     recomputation share them. Keyed by every model field, ``fp8_tn`` and every plan field but
@@ -638,8 +669,10 @@ def _state_bytes(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
 
 
 def state_bytes_of(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_state_bytes` computed (see :func:`stage_memory_arrays` for the formulas)."""
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_state_bytes` computed (see :func:`stage_memory_arrays` for the formulas): the
+    weights, gradients, optimizer state (:func:`bytes_per_parameter`) and the part of it that
+    is the fp32 gradient copy (:func:`grad_copy_bytes_per_parameter`)."""
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     experts = expert_params_per_gpu(model, plan)
     n = params_per_gpu(model, plan) - experts
@@ -659,9 +692,11 @@ def state_bytes_of(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
             fp8_w = fp8_w / zero_shard_size(plan)  # FSDP shards over d*cp (size*cp with HSDP)
         elif fp8_gathers_params(plan):  # --fp8-param-gather: the compute weights are FP8 only
             fp8_w = fp8_w - fp8_weights_per_gpu(model, plan) * e
+    c = grad_copy_bytes_per_parameter(plan)
+    ce = grad_copy_bytes_per_parameter(plan, expert_data_parallel(plan)) if experts.any() else 0
     return (n * w + experts * we + gathered + fp8_w,
             n * g + experts * ge + gathered_grads + weight_gradient_buffer_bytes(model, plan),
-            n * o + experts * oe)
+            n * o + experts * oe, n * c + experts * ce)
 
 
 def fsdp_unit_parameters(model: ModelConfig, plan: ParallelPlan

@@ -82,7 +82,10 @@ def _gpt_oss(name: str, layers: int, experts: int) -> ModelConfig:
 #: Qwen3-30B-A3B (the Hugging Face config Qwen/Qwen3-30B-A3B: 48 layers, h 2048, 32 heads of
 #: 128 channels, 4 KV heads, QK-norm, 128 experts of 768, top-8, untied, vocabulary 151936;
 #: Qwen3 Technical Report, Yang et al. 2025, Sec. 3: pre-trained at 4,096 tokens in its
-#: general stages; 30.5 B parameters, 3.3 B active); GPT-OSS 120B and 20B (the Hugging Face
+#: general stages; 30.5 B parameters, 3.3 B active); Qwen3-235B-A22B (the Hugging Face config
+#: Qwen/Qwen3-235B-A22B: 94 layers, h 4096, 64 heads of 128 channels, 4 KV heads, QK-norm,
+#: 128 experts of 1536, top-8, untied, vocabulary 151936; the same report: 235 B parameters,
+#: 22 B active; as Megatron-Bridge's qwen3_235b_a22b recipes, at 4,096 tokens); GPT-OSS 120B and 20B (the Hugging Face
 #: configs openai/gpt-oss-120b and -20b: 36 / 24 layers, h 2880, 64 heads of 64 channels, 8 KV
 #: heads, 128 / 32 experts of 2880, top-4, every layer MoE, untied, vocabulary 201088; a
 #: 128-token sliding window on every other layer starting with the first, attention sinks,
@@ -114,6 +117,8 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         _llama("Mixtral 8x7B", 32, 4096, 32, 8, 14336, 32768, 32000, num_experts=8, moe_top_k=2),
         _llama("Qwen3-30B-A3B", 48, 2048, 32, 4, 6144, 4096, 151936, kv_channels=128,
                qk_layernorm=True, num_experts=128, moe_top_k=8, moe_ffn_hidden_size=768),
+        _llama("Qwen3-235B-A22B", 94, 4096, 64, 4, 12288, 4096, 151936, kv_channels=128,
+               qk_layernorm=True, num_experts=128, moe_top_k=8, moe_ffn_hidden_size=1536),
         _llama("DeepSeek-V3", 61, 7168, 128, 128, 18432, 4096, 129280, multi_latent_attention=True,
                q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64,
                v_head_dim=128, qk_layernorm=True, num_experts=256, moe_top_k=8,

@@ -198,7 +198,8 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, *,
     memo = {} if memo is None else memo
     known_states: dict[tuple, tuple] = memo.setdefault("state", {})
     states: dict[tuple, int] = {}
-    state_list: list[tuple] = []             # (weights, gradients, optimizer, NCCL bytes)
+    # (weights, gradients, optimizer state, its fp32 gradient copy, NCCL bytes)
+    state_list: list[tuple] = []
     act_of, state_of = np.empty(n, np.int64), np.empty(n, np.int64)
     ticker = PhaseTicker("memory", n, cancel, phase)
     for start in range(0, n, _KEY_ROWS):
@@ -229,10 +230,11 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, *,
             ticker.tick(4 * n // 5 + done // 5)
             done += rows.size
             su, si = np.unique(state_of[rows], return_inverse=True)
-            st = [np.array([state_list[j][c] for j in su.tolist()]) for c in range(4)]
+            st = [np.array([state_list[j][c] for j in su.tolist()]) for c in range(5)]
+            act = tables[p][act_row[act_of[rows]]]
             parts = memory.StageMemoryArrays.rows(
-                st[0][si], st[1][si], st[2][si], tables[p][act_row[act_of[rows]]],
-                st[3][si].reshape(-1, 1))
+                st[0][si], st[1][si], memory.optimizer_at_peak(st[2][si], st[3][si], act), act,
+                st[4][si].reshape(-1, 1))
             need, ok, reasons = memory_verdict_rows(parts, capacity)
             mem[rows], fits[rows] = need, ok
             for r, text in zip(rows.tolist(), reasons):
