@@ -345,7 +345,9 @@ def test_megatron_bridge_style_launch():
               "--moe-grouped-gemm --attention-backend flash --bf16")
     r = session_from_launch(read_launch(launch, "x"), num_gpus=8)
     m = r.session.model
-    assert m == dataclasses.replace(MODEL_PRESETS["GPT-OSS 20B"], name="x", moe_ffn_hidden_size=None)
+    # the launch leaves the dropout at Megatron-LM's 0.1 (the preset, as Bridge, trains without)
+    assert m == dataclasses.replace(MODEL_PRESETS["GPT-OSS 20B"], name="x", moe_ffn_hidden_size=None,
+                                    hidden_dropout=0.1, attention_dropout=0.1)
     assert set(r.ignored) == {"--quick-geglu", "--position-embedding-type"}
     plain = dataclasses.replace(m, activation_func_clamp_value=None, glu_linear_offset=0.0)
     assert "--swiglu" in export_arguments(dataclasses.replace(r.session, model=plain))
@@ -378,7 +380,9 @@ def test_gpt_oss_rows_map_to_the_gpt_oss_model(published):
                          (21, "layernorm,moe_act")):
         m = published[row - 1]
         assert m.skip_reason == "", (row, m.skip_reason)
-        assert m.session.model == dataclasses.replace(preset, name="GPT-OSS-120B")
+        # the published sessions predate the dropout fields: Megatron-LM's 0.1
+        assert m.session.model == dataclasses.replace(preset, name="GPT-OSS-120B",
+                                                      hidden_dropout=0.1, attention_dropout=0.1)
         names = {a.split(":")[0] for a in m.assumptions}
         assert {"window-from-notes", "attention-sinks-learnable", "clamped-swiglu",
                 "biased-from-activation", "kv-channels-from-notes", "llama-family"} <= names

@@ -286,3 +286,57 @@ def test_loss_stage_holds_the_larger_of_logits_and_recompute_working_set():
         # without recomputation nothing runs again: the layers' activations and the logits
         kept = float(stage_activation_bytes(model, _plan(recompute="none"))[0])
         assert kept == pytest.approx(4 * working + logits, rel=1e-12)
+
+
+def test_dropout_zero_keeps_no_masks():
+    """Korthikanti et al. 2022 Table 2: a layer keeps ``sbh (10 + 24/t)`` bytes with sequence
+    parallelism the ``10`` over t too; two of the ``10`` are the hidden dropout's masks (1 byte
+    per element each), and the unfused core's ``5as/h`` holds its dropout mask and output
+    (``3as/h``). At probability 0 PyTorch's dropout keeps no mask: ``8`` and ``2as/h``."""
+    from core.model.layer import dense_activation_bytes_per_layer
+    from core.plan.presets import MODEL_PRESETS
+    gpt = dataclasses.replace(MODEL_PRESETS["GPT-3 1.3B"], attention_kernel="unfused")
+    plan = ParallelPlan(tensor_parallel=2, pipeline_parallel=1, data_parallel=1,
+                        micro_batch_size=4, global_batch_size=4, sequence_parallel=True,
+                        recompute="none", precision="bf16")
+    s, b, h, a, t = 2048, 4, 2048, 16, 2
+    assert (gpt.seq_length, gpt.hidden_size, gpt.num_attention_heads) == (s, h, a)
+    sbh = s * b * h
+    with_masks = dense_activation_bytes_per_layer(gpt, plan, "none")
+    assert with_masks == pytest.approx(sbh / t * (10 + 24 + 5 * a * s / h))
+    none = dense_activation_bytes_per_layer(
+        dataclasses.replace(gpt, hidden_dropout=0.0, attention_dropout=0.0), plan, "none")
+    assert none == pytest.approx(sbh / t * (8 + 24 + 2 * a * s / h))
+    hidden_only = dense_activation_bytes_per_layer(
+        dataclasses.replace(gpt, hidden_dropout=0.0), plan, "none")
+    assert hidden_only == pytest.approx(sbh / t * (8 + 24 + 5 * a * s / h))
+    # Llama-family presets (Megatron-Bridge sets both to 0) keep no masks; full recomputation
+    # keeps only the layer input either way
+    llama = MODEL_PRESETS["Llama 3 8B"]
+    assert (llama.hidden_dropout, llama.attention_dropout) == (0.0, 0.0)
+    full = dataclasses.replace(plan, recompute="full")
+    assert dense_activation_bytes_per_layer(gpt, full, "full") == \
+        dense_activation_bytes_per_layer(dataclasses.replace(gpt, hidden_dropout=0.0), full, "full")
+
+
+def test_dropout_from_a_megatron_launch_and_back():
+    """--hidden-dropout and --attention-dropout are read into the model and exported again
+    (Megatron-LM's default, 0.1, is left out of the export)."""
+    from core.io.megatron.from_session import export_arguments
+    from core.io.megatron.launch import read_launch
+    from core.io.megatron.to_session import session_from_launch
+    base = ["--num-layers", "2", "--hidden-size", "256", "--num-attention-heads", "4",
+            "--seq-length", "128", "--vocab-size", "1000", "--micro-batch-size", "1",
+            "--global-batch-size", "8", "--bf16"]
+
+    def load(words):
+        return session_from_launch(read_launch("\n".join(words) + "\n", "a.txt"),
+                                   num_gpus=8).session
+    s = load(base + ["--hidden-dropout", "0.0", "--attention-dropout", "0.05"])
+    assert (s.model.hidden_dropout, s.model.attention_dropout) == (0.0, 0.05)
+    words = export_arguments(s)
+    assert words[words.index("--hidden-dropout") + 1] == "0.0"
+    assert words[words.index("--attention-dropout") + 1] == "0.05"
+    d = load(base)
+    assert (d.model.hidden_dropout, d.model.attention_dropout) == (0.1, 0.1)
+    assert "--hidden-dropout" not in export_arguments(d)

@@ -293,6 +293,13 @@ def dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mod
     K and V keep ``g`` heads (``4 + 4g/a`` for Q, K, V and the projection
     input; the unfused path keeps K and V expanded to ``a`` heads); a SwiGLU
     MLP keeps its ``2f`` wide fc1 output and the ``f`` wide product (``6f/h``);
+    Dropout (Megatron-LM ``--hidden-dropout``, ``--attention-dropout``, 0.1 by default): at
+    probability 0 PyTorch's dropout returns its input and keeps no mask
+    (``torch.nn.functional.dropout``; Megatron-Core's bias-dropout-add calls it,
+    ``fusions/fused_bias_dropout.py``), so ``hidden_dropout`` 0 drops the two masks of the
+    ``10`` (``8``) and ``attention_dropout`` 0 the unfused core's mask and dropout output
+    (``5as/h -> 2as/h``). Megatron-Bridge sets both to 0 for its Llama, Qwen, DeepSeek and
+    GPT-OSS models. The kernels' times are unchanged (the fused bias-add runs either way).
     FlashAttention keeps no ``s x s`` tensor (no ``5as/h`` term; it recomputes
     the scores in the backward). RMSNorm keeps its input as LayerNorm does;
     RoPE keeps nothing (a rotation's gradient needs no input); QK-norm keeps
@@ -353,7 +360,11 @@ def dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mod
         out = 2 * sbh / t if plan.sequence_parallel else 2 * sbh
     elif mode in ("none", "selective"):
         # the unfused core keeps its s x s tensors unless selective recomputation redoes it
-        ss = 5 * a * s / h if (not flash and (mode == "none" or "core_attn" not in mods)) else 0.0
+        # (softmax output, dropout mask and output: 5; without attention dropout the softmax
+        # output alone, 2: PyTorch's dropout returns its input at p = 0)
+        ss_terms = 5 if getattr(model, "attention_dropout", 0.1) > 0 else 2
+        ss = ss_terms * a * s / h if (not flash and (mode == "none" or "core_attn" not in mods)) \
+            else 0.0
         base, split = terms.base, terms.split
         out = sbh / t * (base + split + ss) if plan.sequence_parallel else sbh * (
             base + (split + ss) / t)
@@ -368,7 +379,8 @@ class _LayerTerms:
     ``h`` (``sbh`` multiples), as its steps adjust them in turn.
 
     ``base`` is the part every rank keeps whole (Korthikanti et al. 2022 Table 2's ``10``: the
-    norms' inputs and outputs, dropout masks), ``split`` the part tensor parallelism splits
+    norms' inputs and outputs, the two dropout masks, 1 byte per element each, which a model
+    with ``hidden_dropout`` 0 does not keep: ``8``), ``split`` the part tensor parallelism splits
     (the ``24``: Q, K, V, the projection's input, the MLP's); ``norm_in`` and ``norm_mlp`` what
     the two norms' outputs (QKV's and fc1's inputs) cost, ``mlp_kept`` the MLP's term that
     ``mlp`` recomputation drops, ``shared_copy`` the shared experts' FP8 copy of their input
@@ -399,6 +411,8 @@ def _layer_terms(model: ModelConfig, plan: ParallelPlan, mods: tuple[str, ...],
     flash = model.attention_kernel == "flash"
     mla = getattr(model, "multi_latent_attention", False) is True
     base = 10.0
+    if getattr(model, "hidden_dropout", 0.1) == 0:  # no mask after attention and MLP (1 each)
+        base -= 2.0
     if mla:  # multi-head latent attention: its heads and latents (mla_activation_terms)
         attn, latent = mla_activation_terms(model, plan, mods)
         base += latent

@@ -66,6 +66,8 @@ BOUNDS: dict[str, Bound] = {
     "mtp_layers": Bound(0, 10_000, "DeepSeek-V3 predicts one extra token (one MTP layer)"),
     "clamp": Bound(0, 1e6, "GPT-OSS clamps its gated MLP's inputs at 7"),
     "glu_offset": Bound(-1e6, 1e6, "GPT-OSS adds 1 to the linear half of its gated MLP"),
+    "dropout": Bound(0, 1, "a probability; Megatron-LM's default is 0.1, Llama-family "
+                     "recipes train with 0"),
 }
 
 

@@ -207,6 +207,17 @@ class ModelConfig:
         "--glu-linear-offset; GPT-OSS: 1); element-wise inside the fused activation kernel, "
         "no time of its own", short="glu_offset", min=-1e6, bounds=BOUNDS["glu_offset"],
         required=True)
+    hidden_dropout: float = described_field(
+        0.1, "", "Dropout probability after the attention and MLP blocks (Megatron-LM "
+        "--hidden-dropout, default 0.1; Llama-family recipes 0). With 0 no dropout mask is "
+        "kept (PyTorch's dropout returns its input at p = 0). Not required: files written "
+        "before it count the masks, Megatron's default", short="hidden_dropout", max=0.999,
+        bounds=BOUNDS["dropout"])
+    attention_dropout: float = described_field(
+        0.1, "", "Dropout probability on the attention probabilities (Megatron-LM "
+        "--attention-dropout, default 0.1; Llama-family recipes 0). Only the unfused path "
+        "keeps its s x s mask. Not required: files written before it count the mask",
+        short="attention_dropout", max=0.999, bounds=BOUNDS["dropout"])
     family: str = described_field("dense", "", "Model family: the layer's components besides the fields "
                      "above (" + "; ".join(f"{k}: {v}" for k, v in MODEL_FAMILIES.items())
                      + "). Not required: files written before it describe dense models",

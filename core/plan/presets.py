@@ -25,7 +25,8 @@ GPT_FAMILY: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Mode
 #: Llama's values of every model field but the shape, query groups and head size (Touvron et
 #: al. 2023; Meta Llama 3 model card; the ``transformers`` Llama code, which Mistral, Mixtral,
 #: Qwen2/3 and DeepSeek descend from): SwiGLU, RMSNorm, RoPE, no linear biases, untied output
-#: layer, FlashAttention, no QK-norm; no experts, latent attention, window or sinks (their
+#: layer, FlashAttention, no QK-norm, no dropout (Megatron-Bridge's Llama, Qwen and DeepSeek
+#: bridges set ``hidden_dropout`` and ``attention_dropout`` 0); no experts, latent attention, window or sinks (their
 #: sizes inert, Megatron's defaults). The presets and ``vtrain import hf`` start from it and
 #: state what a model changes, so no field takes GPT's default.
 LLAMA_FAMILY: dict[str, Any] = {
@@ -37,7 +38,7 @@ LLAMA_FAMILY: dict[str, Any] = {
     "multi_latent_attention": False, "q_lora_rank": None, "kv_lora_rank": 512, "qk_head_dim": 128,
     "qk_pos_emb_head_dim": 64, "v_head_dim": 128, "mtp_num_layers": 0, "window_size": None,
     "window_attn_skip_freq": None, "softmax_type": "vanilla", "activation_func_clamp_value": None,
-    "glu_linear_offset": 0.0}
+    "glu_linear_offset": 0.0, "hidden_dropout": 0.0, "attention_dropout": 0.0}
 
 
 def _shape(name: str, layers: int, hidden: int, heads: int, ffn: int | None, seq: int,

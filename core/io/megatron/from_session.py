@@ -80,6 +80,10 @@ def _layer_words(m: Any) -> list[str]:
         out += ["--glu-linear-offset", repr(float(offset))]
     if (_get(m, "softmax_type") or "vanilla") != "vanilla":
         out += ["--softmax-type", m.softmax_type]
+    for name in ("hidden_dropout", "attention_dropout"):  # Megatron-LM's default is 0.1
+        p = _get(m, name, 0.1)
+        if p != 0.1:
+            out += ["--" + name.replace("_", "-"), repr(float(p))]
     if _get(m, "normalization") == "rmsnorm":
         out += ["--normalization", "RMSNorm"]
     if _get(m, "position_embedding") == "rope":

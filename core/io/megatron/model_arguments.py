@@ -452,7 +452,9 @@ def _activation(mp: Mapper) -> None:
                              "x*sigmoid(x): the same GEMMs and the same fused activation "
                              "kernel's bytes (model.activation swiglu)"))
     for flag, target in (("--activation-func-clamp-value", "model.activation_func_clamp_value"),
-                         ("--glu-linear-offset", "model.glu_linear_offset")):
+                         ("--glu-linear-offset", "model.glu_linear_offset"),
+                         ("--hidden-dropout", "model.hidden_dropout"),
+                         ("--attention-dropout", "model.attention_dropout")):
         if mp.take(flag):
             mp.set(flag, target, float_argument(args, flag, src))
     if mp.take("--softmax-type"):
