@@ -83,6 +83,8 @@ _LABELS = {
     "model.softmax_type": "Softmax (sinks)",
     "model.activation_func_clamp_value": "Gated MLP clamp",
     "model.glu_linear_offset": "Gated MLP linear offset",
+    "model.hidden_dropout": "Hidden dropout",
+    "model.attention_dropout": "Attention dropout",
     "plan.tensor_parallel": "Tensor parallel t",
     "plan.pipeline_parallel": "Pipeline parallel p",
     "plan.data_parallel": "Data parallel d",
