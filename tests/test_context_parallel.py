@@ -407,7 +407,10 @@ _BEFORE = [
      # fused accumulation (core.model.wgrad_buffers.separate_wgrad_bytes), added later: fc1,
      # 4h/t x h = 6144 x 12288 in fp16
      (57.69900268826715, 31749519360.0 + 2 * 6144 * 12288, 7.481048043229236)),
-    (Session(model=LLAMA3_8B, plan=ParallelPlan(
+    # (the Llama models with Megatron-LM's dropout of 0.1, as when these were frozen: the
+    # presets train without dropout now, and keep no masks)
+    (Session(model=dataclasses.replace(LLAMA3_8B, hidden_dropout=0.1, attention_dropout=0.1),
+             plan=ParallelPlan(
         tensor_parallel=2, pipeline_parallel=4, data_parallel=2, micro_batch_size=1,
         global_batch_size=32, schedule="zb-h1", recompute="selective", sequence_parallel=True,
         zero_stage=1, overlap_grad_reduce=True, overlap_param_gather=True,
@@ -416,7 +419,8 @@ _BEFORE = [
      # memory: + the loss stage's output-layer weight gradient (V'/t x h = 64128 x 4096 in
      # bf16), likewise
      (2.0320441570691243, 36101210112.0 + 2 * 64128 * 4096, 0.0990150257777756)),
-    (Session(model=MODEL_PRESETS["Llama 2 7B"], plan=ParallelPlan(
+    (Session(model=dataclasses.replace(MODEL_PRESETS["Llama 2 7B"], hidden_dropout=0.1,
+                                       attention_dropout=0.1), plan=ParallelPlan(
         tensor_parallel=4, pipeline_parallel=2, data_parallel=4, micro_batch_size=2,
         global_batch_size=64, schedule="interleaved", virtual_pipeline_stages=2, recompute="full",
         zero_stage=3, overlap_grad_reduce=True), cluster=ClusterConfig(gpu="H200-SXM-141GB",

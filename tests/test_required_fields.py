@@ -173,7 +173,8 @@ def test_first_release_gpt_shape_files_read_as_gpt():
 def test_shipped_examples_give_every_model_field():
     for path in sorted((ROOT / "resources" / "examples").glob("*.json")):
         doc = json.loads(path.read_text(encoding="utf-8"))
-        assert set(doc["model"]) == set(MODEL_FIELDS), path.name
+        assert set(doc["model"]) == set(MODEL_FIELDS) | {"hidden_dropout", "attention_dropout"}, \
+            path.name
 
 
 # --------------------------------------------------------------------------- other readers

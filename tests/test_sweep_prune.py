@@ -284,7 +284,9 @@ def test_default_space_tries_the_all_to_all_cp_exchange():
     # MiB on each of the 27 layers kept); with 7 layers recomputed it fits and beats the ring
     # (43.99 s). The default space tries both, and its pruning stays exact
     from core.sim.simulate import simulate
-    session = long_context_session()
+    session = long_context_session()  # with Megatron-LM's dropout (its masks), as computed
+    session = dataclasses.replace(session, model=dataclasses.replace(
+        session.model, hidden_dropout=0.1, attention_dropout=0.1))
     kw = dict(max_gpus=16, tensor_parallel=(1, 2), context_parallel=(2, 4),
               micro_batch_sizes=(1,))
     held = run_sweep(session, SweepSpace(**kw, cp_comm_type=("p2p",)), workers=1)
