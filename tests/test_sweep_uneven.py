@@ -16,7 +16,9 @@ from core.plan.rules import validate
 from core.plan.session import Session
 from core.sim.simulate import simulate
 from core.studies.sweep import SweepSpace, run_sweep
-from core.studies.sweep.space import enumerate_plans, pipeline_splits, uneven_splits
+from core.plan.layout import uneven_splits
+from core.studies.sweep.space import enumerate_plans
+from core.studies.sweep.splits import pipeline_splits
 from tests.conftest import EXAMPLES
 
 

@@ -24,7 +24,7 @@ from core.plan.parallel import RECOMPUTE_CHOICES, SCHEDULES, ZERO_STAGES, Parall
 from core.plan.session import Session
 from core.sim.labels import KIND_NAMES
 from core.studies.sweep import SweepSpace
-from core.studies.sweep.space import pipeline_splits, slots_split, split_flag_options
+from core.studies.sweep.splits import pipeline_splits, slots_split, split_flag_options
 
 from .formatting import ERROR_STYLE
 from .int_spin import INT64_MAX, IntSpinBox
@@ -77,7 +77,7 @@ def _divisors(n: Any) -> list[int]:
 
 def _uneven_sizes(session: Session) -> tuple[list[int], list[int]]:
     """The pipeline sizes the default sweep tries with uneven first / last stages (the powers of
-    two from 4 that split the layers unevenly, :func:`core.studies.sweep.space.pipeline_splits`)
+    two from 4 that split the layers unevenly, :func:`core.studies.sweep.splits.pipeline_splits`)
     and, where the session sets an embedding / loss slot flag, those the layers alone divide
     (their plans turn the flags off: :func:`core.studies.sweep.space.tp_pp_candidates`); none
     where the session's fields do not say (an edit in progress)."""
@@ -352,7 +352,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         slots = pipeline_split_slots(L, session.plan)  # + the embedding / loss layer slots
         name = f"L={L}" if slots == L else f"L+{slots - L}={slots}"
         # and the sizes the sweep reaches by setting the layer-slot flags where the layers
-        # need them (core.studies.sweep.space.split_flags_for): L+1 / L+2 slots
+        # need them (core.studies.sweep.splits.split_flags_for): L+1 / L+2 slots
         more = [e for e, _ in split_flag_options(session.plan) if e > 0]
         if more and isinstance(slots, int):
             name += "".join(f", +{e}" for e in more)

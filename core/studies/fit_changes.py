@@ -61,8 +61,8 @@ from core.sim.simulate import graph_too_large, memory_verdict, session_profile, 
 from core.io.megatron.export import megatron_refusal
 from core.studies.sweep.batch import solve_batch
 from core.studies.sweep.cancel import check_cancelled
-from core.studies.sweep.space import (SPLIT_FLAG_FIELDS, pipeline_splits, split_flag_options,
-                                     split_flags_for, uneven_split_flags)
+from core.studies.sweep.splits import (SPLIT_FLAG_FIELDS, pipeline_splits, split_flag_options,
+                                      split_flags_for, uneven_split_flags)
 
 __all__ = ["FitChange", "FitChanges", "FewestGpus", "fit_changes", "fewest_gpus",
            "state_lower_bound_gpus", "LEVERS"]
@@ -303,9 +303,9 @@ def _sequence_parallel(pl: ParallelPlan, s: Session) -> list[ParallelPlan]:
 def _split(pl: ParallelPlan, s: Session) -> ParallelPlan:
     """``pl`` (a new pipeline size) split over its stages as a Megatron-Core user would: with
     the embedding / loss slot flags where its layers alone do not split, or the session's
-    flags off where only the layers do (:func:`core.studies.sweep.space.split_flags_for`),
+    flags off where only the layers do (:func:`core.studies.sweep.splits.split_flags_for`),
     else without interleaving with uneven first and last stages and the flags off
-    (:func:`core.studies.sweep.space.pipeline_splits`, the first of them); the session's own
+    (:func:`core.studies.sweep.splits.pipeline_splits`, the first of them); the session's own
     first / last stages belong to its own pipeline size."""
     options = split_flag_options(s.plan)
     flags = split_flags_for(s.model.num_layers, options, pl.pipeline_parallel * num_chunks(pl))

@@ -19,7 +19,8 @@ from core.plan.session import Session
 from core.sim.labels import KIND_NAMES
 from core.studies.sweep.explain import left_out_values
 from core.studies.sweep.result import BEST_BY_FIELDS
-from core.studies.sweep.space import SPLIT_FLAG_FIELDS, SweepSpace
+from core.studies.sweep.space import SweepSpace
+from core.studies.sweep.splits import SPLIT_FLAG_FIELDS
 from core.studies.sweep.pace import yield_interpreter
 
 __all__ = ["sweep_dimensions", "held_dimensions", "merge_dimensions", "KEPT_SWITCHES",

@@ -21,11 +21,11 @@ from core.plan.layout import pipeline_split_slots
 from core.plan.parallel import RECOMPUTE_MODES, SWEEP_SCHEDULES
 from core.plan.rules import probe_plan, validate
 from core.studies.sweep.result import SweepResult
-from core.studies.sweep.space import (DEFAULT_MICRO_BATCH_SIZES, SPLIT_FLAG_FIELDS, SweepSpace, as_list, budget_text,
-                                      cp_candidates, divisors, micro_batch_sizes_of,
-                                      one_stage_schedule, pipeline_splits, slots_split,
-                                      split_flag_options, split_flags_for, layout_stages,
-                                      tp_pp_candidates, uneven_split_flags)
+from core.studies.sweep.space import (DEFAULT_MICRO_BATCH_SIZES, SweepSpace, as_list, budget_text,
+                                      cp_candidates, divisors, layout_stages,
+                                      micro_batch_sizes_of, one_stage_schedule, tp_pp_candidates)
+from core.studies.sweep.splits import (SPLIT_FLAG_FIELDS, pipeline_splits, slots_split,
+                                       split_flag_options, split_flags_for, uneven_split_flags)
 
 __all__ = ["no_plan_errors", "value_errors", "unused_values", "left_out_values"]
 

@@ -154,13 +154,13 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
     :data:`VARIANT_FIELDS`, with cp > 1 :data:`CP_VARIANT_FIELDS`, checked once).
     ``split_flags``: the plans' (``account_for_embedding_in_pipeline_split``,
     ``account_for_loss_in_pipeline_split``), default the session's
-    (:func:`core.studies.sweep.space.split_flags_for`); ``split``: their (``first_stage_layers``,
+    (:func:`core.studies.sweep.splits.split_flags_for`); ``split``: their (``first_stage_layers``,
     ``last_stage_layers``), (None, None) for an even split."""
     t, p, cp, ep, d, b, sched, v = sizes
     cl, base = session.cluster, session.plan
     make = c.make
     # uneven first / last stages (the base's at its own p, Megatron-style where p splits the
-    # layers unevenly: core.studies.sweep.space.pipeline_splits); (None, None): even
+    # layers unevenly: core.studies.sweep.splits.pipeline_splits); (None, None): even
     first, last = split
     group = dict(c.base_values, tensor_parallel=t, pipeline_parallel=p, context_parallel=cp,
                  expert_parallel=ep, data_parallel=d, micro_batch_size=b, schedule=sched,
