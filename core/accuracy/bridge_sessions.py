@@ -73,6 +73,10 @@ def recipe_session(recipe: BridgeRecipe) -> RecipeSession:
     if recipe.refuse is not None:
         return RecipeSession(recipe, None, recipe.refuse)
     gpu, name, n, prec, t, p, v, cp, ep, b, gb = recipe.key
+    if n % (t * p * cp):
+        return RecipeSession(recipe, None, (
+            "GPUs", f"{recipe.function} ({recipe.source}): {n} GPUs are not a multiple of "
+            f"t*p*cp = {t * p * cp}"))
     model = dataclasses.asdict(MODEL_PRESETS[RECIPE_MODELS[name]])
     model.pop("family", None)
     if recipe.seq_length:
@@ -99,9 +103,6 @@ def recipe_session(recipe: BridgeRecipe) -> RecipeSession:
         plan["account_for_loss_in_pipeline_split"] = True
     cluster = {"gpu": gpu, "gpus_per_node": GPU_NVLINK_DOMAIN.get(gpu, 8)}
     where = f"{recipe.function} ({recipe.source})"
-    if n % (t * p * cp):
-        return RecipeSession(recipe, None, (
-            "GPUs", f"{where}: {n} GPUs are not a multiple of t*p*cp = {t * p * cp}"))
     try:
         session = Session.from_dict({**body, "cluster": cluster, "notes": where})
     except ConfigError as exc:

@@ -362,9 +362,8 @@ def dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mod
         # the unfused core keeps its s x s tensors unless selective recomputation redoes it
         # (softmax output, dropout mask and output: 5; without attention dropout the softmax
         # output alone, 2: PyTorch's dropout returns its input at p = 0)
-        ss_terms = 5 if getattr(model, "attention_dropout", 0.1) > 0 else 2
-        ss = ss_terms * a * s / h if (not flash and (mode == "none" or "core_attn" not in mods)) \
-            else 0.0
+        kept = not flash and (mode == "none" or "core_attn" not in mods)
+        ss = (5 if model.attention_dropout > 0 else 2) * a * s / h if kept else 0.0
         base, split = terms.base, terms.split
         out = sbh / t * (base + split + ss) if plan.sequence_parallel else sbh * (
             base + (split + ss) / t)
@@ -411,7 +410,7 @@ def _layer_terms(model: ModelConfig, plan: ParallelPlan, mods: tuple[str, ...],
     flash = model.attention_kernel == "flash"
     mla = getattr(model, "multi_latent_attention", False) is True
     base = 10.0
-    if getattr(model, "hidden_dropout", 0.1) == 0:  # no mask after attention and MLP (1 each)
+    if model.hidden_dropout == 0:  # no mask after attention and MLP (1 each)
         base -= 2.0
     if mla:  # multi-head latent attention: its heads and latents (mla_activation_terms)
         attn, latent = mla_activation_terms(model, plan, mods)

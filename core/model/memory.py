@@ -38,7 +38,8 @@ __all__ = [
     "ACTIVATION_FREE_PLAN_FIELDS", "ALLOCATOR_RESERVE_FRACTION", "CUDA_CONTEXT_BYTES",
     "GEMM_WORKSPACE_BYTES", "NCCL_BUFFSIZE_BYTES", "NCCL_CHANNELS", "NCCL_RING_PEERS",
     "STATE_FREE_PLAN_FIELDS", "StageMemoryArrays", "activation_bytes_per_layer",
-    "bytes_per_parameter", "grad_copy_bytes_per_parameter", "ep_overlap_in_flight", "ep_overlap_on", "ep_overlap_paired_share",
+    "bytes_per_parameter", "grad_copy_bytes_per_parameter", "ep_overlap_in_flight",
+    "ep_overlap_on", "ep_overlap_paired_share",
     "fp8_linear_params_per_layer", "fp8_weights_per_gpu", "in_flight_microbatches",
     "nccl_buffer_bytes", "nccl_communicators", "process_memory_terms", "process_terms_of",
     "schedule_in_flight", "stage_activation_bytes", "stage_activation_rows", "stage_memory", "stage_memory_arrays",
@@ -407,8 +408,8 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     """
     weights, grads, opt, copy = _state_bytes(model, plan, fp8_tn)
     acts = stage_activation_bytes(model, plan)
-    return StageMemoryArrays.of(plan, weights.copy(), grads.copy(), optimizer_at_peak(opt, copy, acts),
-                                acts)
+    return StageMemoryArrays.of(plan, weights.copy(), grads.copy(),
+                                optimizer_at_peak(opt, copy, acts), acts)
 
 
 def optimizer_at_peak(opt: np.ndarray, copy: np.ndarray, acts: np.ndarray) -> np.ndarray:

@@ -113,5 +113,6 @@ __all__ = [
     "ep_overlap_paired_share", "fp8_linear_params_per_layer", "fp8_weights_per_gpu",
     "in_flight_microbatches", "nccl_buffer_bytes", "nccl_communicators", "process_memory_terms",
     "schedule_in_flight", "stage_memory", "stage_memory_arrays", "stage_state_bytes",
-    "state_bytes_of", "grad_copy_bytes_per_parameter", "optimizer_at_peak", "op_kernels", "selective_op_kernels",
+    "state_bytes_of", "grad_copy_bytes_per_parameter", "optimizer_at_peak", "op_kernels",
+    "selective_op_kernels",
 ]

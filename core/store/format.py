@@ -315,14 +315,13 @@ def _check(node: h5py.Group, expected: str) -> None:
         raise ProfileStoreError(f"{where}: unknown {expected} encoding-version {int(ever)}")
 
 
-_STR_COLUMNS = ("set", "file", "gpu", "family", "precision", "recompute", "schedule",
-                "attention_kernel", "tp_comm_overlap", "fsdp")
 #: dtype role (:data:`_DTYPE_RULES`) of each residual column; the others are floats.
 _RESIDUAL_ROLES = {"set": "str", "file": "str", "row": "int", "num_gpus": "int",
                    "gpus_per_node": "int", "gpu": "str", "family": "str", "precision": "str",
                    "recompute": "str", "schedule": "str", "micro_batch_size": "int",
                    "seq_length": "int", "cp": "int", "ep": "int", "attention_kernel": "str",
                    "tp_comm_overlap": "str", "fsdp": "str"}
+_STR_COLUMNS = tuple(c for c, role in _RESIDUAL_ROLES.items() if role == "str")
 
 
 def _write_residuals(g: h5py.Group, table: Any) -> None:

@@ -156,10 +156,11 @@ class ResidualTable:
         for name in given:
             if name not in _STR_FEATURES and np.any(getattr(self, name) < 1):
                 raise ValueError(f"residual table column {name!r} must be >= 1")
-        for name, allowed in (("attention_kernel", ATTENTION_KERNELS),
-                              ("tp_comm_overlap", ("on", "off")), ("fsdp", ("on", "off"))):
-            bad = sorted(set(getattr(self, name).tolist()) - set(allowed)) \
-                if getattr(self, name) is not None else []
+        allowed_values = {"attention_kernel": ATTENTION_KERNELS, "tp_comm_overlap": ("on", "off"),
+                          "fsdp": ("on", "off")}
+        for name, allowed in allowed_values.items():
+            col = getattr(self, name)
+            bad = [] if col is None else sorted(set(col.tolist()) - set(allowed))
             if bad:
                 raise ValueError(f"residual table column {name!r}: unknown value(s) {bad}; "
                                  f"expected {allowed}")
