@@ -116,3 +116,35 @@ def test_qwen3_235b_preset_is_the_published_rows_model():
     for name, value in doc["session"]["model"].items():
         if name != "name":
             assert getattr(m, name) == value, name
+
+
+def test_precision_aware_recipes_carry_their_state_dtypes():
+    """The 23 recipes with the precision-aware optimizer (Megatron-Bridge 0.6.2, traced and run
+    on CPU: the DeepSeek-V3 base recipe and the Qwen3 ``_dev`` recipes set BF16 moments, the
+    two 30B-A3B BF16 ones set every dtype back to fp32) take it into their plans, with
+    Megatron-Core's fp32 master weights (Bridge passes fp8_recipe tensorwise to the optimizer
+    config). DeepSeek-V3 on 256 B200 in BF16 (bf16 gradients): the optimizer state beside the
+    activations is 4 + 2 + 2 = 8 bytes per parameter over its shard group, against 12 without
+    it (the fp32 gradient copy, 4 more either way, is the step's transient, smaller than the
+    activations it replaces at the peak)."""
+    import dataclasses
+
+    from core.model.memory import stage_memory_arrays
+    pao = [r for r in BRIDGE_PERF_RECIPES if dict(r.optimizer).get("use_precision_aware_optimizer")]
+    assert len(pao) == 23
+    bf16_moments = {r.function for r in pao if dict(r.optimizer)["exp_avg_dtype"] == "bf16"}
+    assert len(bf16_moments) == 21
+    assert set(r.function for r in pao) - bf16_moments == {
+        "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config",
+        "qwen3_30b_a3b_pretrain_64gpu_h100_bf16_config"}
+    recipe = next(r for r in pao if r.function == "deepseek_v3_pretrain_256gpu_b200_bf16_config")
+    s = recipe_session(recipe).session
+    p = s.plan
+    assert (p.use_precision_aware_optimizer, p.te_master_weights, p.main_params_dtype,
+            p.exp_avg_dtype, p.exp_avg_sq_dtype, p.grad_reduce_dtype) == (
+        True, False, "fp32", "bf16", "bf16", "bf16")
+    plain = dataclasses.replace(p, use_precision_aware_optimizer=False, te_master_weights=True,
+                                exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32")
+    opt = stage_memory_arrays(s.model, p)[2]
+    opt_plain = stage_memory_arrays(s.model, plain)[2]
+    assert opt == pytest.approx(opt_plain * 8 / 12)

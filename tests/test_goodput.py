@@ -156,9 +156,13 @@ def test_checkpoint_size_is_the_memory_models_weights_and_optimizer(zero, preset
     assert size.total_bytes == pytest.approx(state * pl.tensor_parallel, rel=1e-12)
     assert size.per_gpu_bytes == pytest.approx(max(size.stage_bytes) / (8 * 4))
     assert size.per_node_bytes == pytest.approx(8 * size.per_gpu_bytes)
-    assert checkpoint_bytes_per_parameter("bf16") == 14
-    assert checkpoint_bytes_per_parameter("fp32") == 12
-    assert checkpoint_bytes_per_parameter("fp8") == 14
+    assert checkpoint_bytes_per_parameter(ParallelPlan(precision="bf16")) == 14
+    assert checkpoint_bytes_per_parameter(ParallelPlan(precision="fp32")) == 12
+    assert checkpoint_bytes_per_parameter(ParallelPlan(precision="fp8")) == 14
+    # precision-aware optimizer, BF16 moments: 2 weights + 2 remainders + 2 + 2
+    assert checkpoint_bytes_per_parameter(ParallelPlan(
+        precision="bf16", zero_stage=1, use_precision_aware_optimizer=True,
+        exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")) == 8
 
 
 def test_a_node_holding_several_stages_writes_their_shares_never_more_than_the_whole():

@@ -80,6 +80,10 @@ def test_jsonl_gives_the_calibration_the_same_runs(published, frozen):
         doc = s.to_dict()
         for name in ("hidden_dropout", "attention_dropout"):  # added after the freeze, at the
             assert doc["model"].pop(name) == 0.1            # default of a file without them
+        for name, default in (("use_precision_aware_optimizer", False),  # added after the
+                              ("te_master_weights", True), ("main_params_dtype", "fp32"),
+                              ("exp_avg_dtype", "fp32"), ("exp_avg_sq_dtype", "fp32")):
+            assert doc["plan"].pop(name) == default  # freeze, at their defaults
         digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
         assert digest == r["session_sha256"], r["row"]
         assert t == r["measured_s"]

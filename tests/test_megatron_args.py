@@ -1416,8 +1416,8 @@ def test_moe_layer_recompute_is_selective_recomputation_of_the_moe_layer(tmp_pat
     ("--optimizer sgd", "--optimizer: sgd: not modelled"),
     ("--optimizer-cpu-offload --optimizer-offload-fraction 0.5",
      "--optimizer-cpu-offload: the optimizer state and its step on the CPU"),
-    ("--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
-     "--use-precision-aware-optimizer: with --exp-avg-dtype bf16, --exp-avg-sq-dtype bf16"),
+    ("--use-distributed-optimizer --use-precision-aware-optimizer --main-grads-dtype bf16",
+     "--main-grads-dtype: bf16 without --grad-reduce-in-bf16"),
     ("--cpu-offloading-num-layers 4", "--cpu-offloading-num-layers: activations"),
     ("--fine-grained-activation-offloading --offload-modules attn_norm",
      "--fine-grained-activation-offloading: activations offloaded"),
@@ -1427,15 +1427,16 @@ def test_moe_layer_recompute_is_selective_recomputation_of_the_moe_layer(tmp_pat
      "--distribute-saved-activations: the recomputed layers' saved inputs"),
     ("--distribute-saved-activations", None),
     ("--optimizer adam --cpu-offloading-num-layers 0", None),
-    ("--exp-avg-dtype bf16 --optimizer-offload-fraction 0.5", None)])
+    ("--optimizer-offload-fraction 0.5", None)])
 def test_what_moves_or_shrinks_the_counted_memory_is_refused(tmp_path, extra, refused):
     """Another optimizer (arguments.json: --optimizer adam, sgd, muon ...), the optimizer state
-    on the CPU, optimizer state below fp32 (--use-precision-aware-optimizer with
-    --exp-avg-dtype bf16 ...) and activations offloaded to the host change the memory the
-    verdict counts (fp32 Adam state and every activation on the GPU). They were listed as
-    "ignored; may change the iteration time" and the verdict printed as if absent; now refused
-    by name. Their off values (adam, 0 layers) and the dtypes or fraction without their switch
-    change nothing: the session is the plain launch's, the latter listed with why."""
+    on the CPU and activations offloaded to the host change the memory the verdict counts
+    (fp32 Adam state and every activation on the GPU). They were listed as "ignored; may
+    change the iteration time" and the verdict printed as if absent; now refused by name (the
+    precision-aware optimizer's state dtypes are read since 2026-12-04, only a bf16
+    --main-grads-dtype the gradient buffer does not confirm is refused). Their off values
+    (adam, 0 layers) and the fraction without its switch change nothing: the session is the
+    plain launch's, the latter listed with why."""
     path = _write(tmp_path, "o.txt", _LLAMA_ARGS + "--vocab-size 32000 " + extra)
     if refused:
         with pytest.raises(MegatronArgsError, match=re.escape(refused)):
@@ -1448,8 +1449,7 @@ def test_what_moves_or_shrinks_the_counted_memory_is_refused(tmp_path, extra, re
     ignored = dict(res.ignored)
     if "--distribute-saved-activations" in extra:
         assert ignored["--distribute-saved-activations"].startswith("no effect without full")
-    if "--exp-avg-dtype" in extra:
-        assert ignored["--exp-avg-dtype"] == "no effect without --use-precision-aware-optimizer"
+    if extra == "--optimizer-offload-fraction 0.5":
         assert ignored["--optimizer-offload-fraction"] == ("no effect without "
                                                           "--optimizer-cpu-offload")
 

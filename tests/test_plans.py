@@ -422,7 +422,9 @@ def test_plan_key_and_label_derive_from_every_field():
                    cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te",
                    cp_comm_type="allgather", cp_a2a_size=2, tf32=True, gradient_accumulation_fusion=False,
                    cuda_graph_impl="transformer_engine", cuda_graph_modules="attn",
-                   overlap_p2p_comm=False)
+                   overlap_p2p_comm=False, use_precision_aware_optimizer=True,
+                   te_master_weights=False, main_params_dtype="fp16", exp_avg_dtype="bf16",
+                   exp_avg_sq_dtype="fp8")
     assert set(PLAN_FIELDS) <= set(changed) | {"virtual_pipeline_stages"}
     for name, value in changed.items():
         meta = ParallelPlan.__dataclass_fields__[name].metadata

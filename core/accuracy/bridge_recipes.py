@@ -38,9 +38,13 @@ What a matched recipe runs that is not modelled and changes the time refuses the
 than BF16, FP8 current scaling, MXFP8 and FP8 sub-channel (blockwise) scaling. Settings that
 the prediction does not represent but that do not change the modelled work are listed in
 ``not_represented`` for the record: ``moe_expert_rank_capacity_factor`` with forced balanced routing
-(no token is dropped), ``fp8_output_proj`` (no Megatron-Core 0.19.2 field: inert), the
-precision-aware optimizer (optimizer memory and step only), Transformer Engine's op fuser
-(the same GEMMs, fused).
+(no token is dropped), ``fp8_output_proj`` (no Megatron-Core 0.19.2 field: inert),
+Transformer Engine's op fuser (the same GEMMs, fused). The precision-aware optimizer is
+represented (``optimizer``: the plan's ``use_precision_aware_optimizer`` and state dtypes;
+Megatron-Bridge's ``MixedPrecisionConfig`` passes ``fp8_recipe`` tensorwise to the optimizer
+config even in BF16, so Megatron-Core keeps the fp32 master weights unless the recipe trains
+FP8 with delayed scaling: ``te_master_weights``, :func:`core.model.memory.
+optimizer_holds_master_weights`).
 
 CUDA graphs are represented: the recipe's ``cuda_graph`` (its implementation, then
 ``modules=[...]`` for Transformer Engine's per-module graphs, or a parenthesized remark) is
@@ -117,6 +121,8 @@ class BridgeRecipe:
     cuda_graph_modules: str | None = None
     #: the expert tensor-parallel size the recipe sets (None: Megatron-Core's default, t)
     etp: int | None = None
+    #: the precision-aware optimizer's plan fields, ``(name, value)`` pairs (:func:`_optimizer`)
+    optimizer: tuple[tuple[str, Any], ...] = ()
 
     def settings(self) -> tuple:
         """The settings a prediction takes from the recipe (to compare recipes that share a
@@ -125,7 +131,7 @@ class BridgeRecipe:
                 self.dispatcher, self.ep_overlap, self.delay_wgrad, self.tp_comm_overlap,
                 self.mtp_num_layers, self.refuse, self.overlap_grad_reduce,
                 self.overlap_param_gather, self.fp8_param_gather, self.pipeline_layout,
-                self.cuda_graph_impl, self.cuda_graph_modules)
+                self.cuda_graph_impl, self.cuda_graph_modules, self.optimizer)
 
     def setting(self, name: str) -> Any:
         """The value of one of :data:`FAMILY_SETTINGS`: the attribute, and for ``recompute``
@@ -179,8 +185,6 @@ def _recipe(d: dict[str, Any]) -> BridgeRecipe:
         notes.append(f"moe_expert_rank_capacity_factor {d['moe_expert_rank_capacity_factor']}")
     if d.get("fp8_output_proj"):
         notes.append("fp8_output_proj (inert in Megatron-Core 0.19.2)")
-    if d.get("use_precision_aware_optimizer"):
-        notes.append("precision-aware optimizer")
     if d.get("use_transformer_engine_op_fuser"):
         notes.append("Transformer Engine op fuser")
     key = (d["gpu"], d["model"], int(d["num_gpus"]), d["precision"], int(d["t"]), int(d["p"]),
@@ -202,7 +206,23 @@ def _recipe(d: dict[str, Any]) -> BridgeRecipe:
         pipeline_layout=_layout_string(d.get("pipeline_model_parallel_layout")),
         cuda_graph_impl=graph_impl, cuda_graph_modules=graph_modules,
         seq_length=int(d["seq_length"]) if d.get("seq_length") else None,
-        etp=int(d["etp"]) if d.get("etp") else None)
+        etp=int(d["etp"]) if d.get("etp") else None,
+        optimizer=_optimizer(d))
+
+
+def _optimizer(d: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The plan's precision-aware optimizer fields a recipe sets (``(name, value)`` pairs;
+    empty without it). Its ``main_grads_dtype`` is not among them: Megatron-Core 0.16.1 reads it
+    only in an assertion, and the perf recipes' gradient buffer is bf16
+    (``grad_reduce_in_fp32=False``, ``plan.grad_reduce_dtype``)."""
+    if not d.get("use_precision_aware_optimizer"):
+        return ()
+    # Bridge's optimizer config gets fp8_recipe tensorwise (BF16 too), and no perf recipe
+    # trains delayed-scaling FP8: Megatron-Core keeps the fp32 master weights in every one
+    return (("use_precision_aware_optimizer", True), ("te_master_weights", False),
+            ("main_params_dtype", d.get("main_params_dtype", "fp32")),
+            ("exp_avg_dtype", d.get("exp_avg_dtype", "fp32")),
+            ("exp_avg_sq_dtype", d.get("exp_avg_sq_dtype", "fp32")))
 
 
 def parse_recipe_cuda_graph(text: str | None) -> tuple[str, str | None]:

@@ -118,7 +118,7 @@ class GenericOps:
         times = lookup_op_times(self.session, self.probe).times
         scaled = sum(c * times[op] for op, c in self.coef.items() if SHAPE_FACTOR_FAMILY.get(op))
         rest = sum(c * times[op] for op, c in self.coef.items() if not SHAPE_FACTOR_FAMILY.get(op))
-        rest += sum(r * optimizer_time(self.probe, n, self.session.plan.precision)
+        rest += sum(r * optimizer_time(self.probe, n, self.session.plan)
                     for n, r in self.optimizer)
         return scaled, rest
 
@@ -354,7 +354,7 @@ def _generic_ops(session: Session, base: ProfileStore, op_model: dict[str, float
         name, dur = OPS[graph.op[task]], float(graph.duration_s[task])
         if name == OPTIMIZER_OP:
             n = float(n_params[graph.stage[task]])
-            now = optimizer_time(probe, n, session.plan.precision)
+            now = optimizer_time(probe, n, session.plan)
             optimizer.append((n, dur / now if now > 0 else 0.0))
         elif times.get(name, 0.0) > 0:
             coef[name] = coef.get(name, 0.0) + dur / times[name]

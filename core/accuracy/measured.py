@@ -696,8 +696,9 @@ def apply_recipe(recipe: BridgeRecipe, body: dict[str, dict[str, Any]]) -> None:
     (``recompute``, ``recompute_modules``, ``recompute_num_layers``), sequence parallelism, the
     DDP overlaps, TP communication overlap, the FP8 parameter all-gather, the custom pipeline
     layout (without its MTP layers when the model has none), MTP layers, the CUDA graphs
-    (``cuda_graph_impl``, ``cuda_graph_modules``), the distributed optimizer (ZeRO-1) where it
-    overlaps the parameter all-gather (Megatron-LM requires it) and, for a mixture-of-experts
+    (``cuda_graph_impl``, ``cuda_graph_modules``), the precision-aware optimizer and its state
+    dtypes, the distributed optimizer (ZeRO-1) where it overlaps the parameter all-gather
+    (Megatron-LM requires it) and, for a mixture-of-experts
     model, the token dispatcher, the expert all-to-all overlap and delayed weight gradients."""
     plan, model = body["plan"], body["model"]
     settings = {"recompute": recipe.recompute, "recompute_modules": recipe.recompute_modules,
@@ -716,6 +717,7 @@ def apply_recipe(recipe: BridgeRecipe, body: dict[str, dict[str, Any]]) -> None:
     if recipe.overlap_param_gather:
         # Megatron-LM's validate_args: --overlap-param-gather needs --use-distributed-optimizer
         settings["zero_stage"] = 1
+    settings.update(recipe.optimizer)
     if recipe.mtp_num_layers is not None:
         model.setdefault("mtp_num_layers", recipe.mtp_num_layers)
     layout = recipe.pipeline_layout

@@ -12,7 +12,7 @@ from functools import lru_cache
 import numpy as np
 
 from core import schedules
-from core.model.base import DTYPE_BYTES
+from core.model.base import ADAM_BYTES_PER_PARAM, DTYPE_BYTES
 from core.model.context_parallel import cp_exchange_buffer_bytes
 from core.model.counts import (MODEL_FIELD_VALUES, expert_params_per_gpu, params_per_gpu,
                                recomputed_moe_layers, stage_layers_with_mtp,
@@ -38,7 +38,8 @@ __all__ = [
     "ACTIVATION_FREE_PLAN_FIELDS", "ALLOCATOR_RESERVE_FRACTION", "CUDA_CONTEXT_BYTES",
     "GEMM_WORKSPACE_BYTES", "NCCL_BUFFSIZE_BYTES", "NCCL_CHANNELS", "NCCL_RING_PEERS",
     "STATE_FREE_PLAN_FIELDS", "StageMemoryArrays", "activation_bytes_per_layer",
-    "bytes_per_parameter", "grad_copy_bytes_per_parameter", "ep_overlap_in_flight",
+    "STATE_DTYPE_BYTES", "bytes_per_parameter", "grad_copy_bytes_per_parameter",
+    "optimizer_holds_master_weights", "optimizer_state_bytes", "optimizer_step_traffic", "ep_overlap_in_flight",
     "ep_overlap_on", "ep_overlap_paired_share",
     "fp8_linear_params_per_layer", "fp8_weights_per_gpu", "in_flight_microbatches",
     "nccl_buffer_bytes", "nccl_communicators", "process_memory_terms", "process_terms_of",
@@ -207,6 +208,90 @@ def fp8_linear_params_per_layer(model: ModelConfig, tensor_parallel: int) -> flo
     return family_of(model).layer_parameters(weights)[0] / tensor_parallel
 
 
+#: Bytes per element of the optimizer state's data types (:data:`OPTIMIZER_STATE_DTYPES`;
+#: Transformer Engine's ``FusedAdam`` keeps fp8 moments as uint8 with one scale per tensor).
+STATE_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+
+def optimizer_holds_master_weights(plan: ParallelPlan) -> bool:
+    """Whether Transformer Engine's ``FusedAdam`` holds the master weights and reads the
+    16-bit gradients as they are, without Megatron-Core's fp32 copy: Megatron-Core's
+    ``OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8`` (0.16.1
+    ``optimizer/optimizer_config.py:355``, ``distrib_optimizer.py:378``, ``:2411``): the
+    precision-aware optimizer with ``main_params_dtype`` not fp32, or with the config's
+    ``fp8_recipe`` empty or delayed. That recipe is not always the training's:
+    Megatron-LM's ``--fp8-recipe`` defaults to delayed and Megatron-Bridge's
+    ``MixedPrecisionConfig`` to tensorwise, each passed to the optimizer even without FP8, so
+    for BF16 training, and FP8 with delayed scaling, ``plan.te_master_weights`` says which;
+    FP8 with another recipe keeps Megatron-Core's fp32 master weights."""
+    if not getattr(plan, "use_precision_aware_optimizer", False):
+        return False
+    if plan.main_params_dtype != "fp32":
+        return True
+    if plan.precision == "fp8" and fp8_recipe(plan) != "delayed":
+        return False
+    return bool(plan.te_master_weights)
+
+
+def optimizer_state_bytes(plan: ParallelPlan) -> tuple[float, float, float, float]:
+    """``(master weights, exp_avg, exp_avg_sq, fp32 gradient copy)`` bytes per parameter of the
+    optimizer state, unsharded (:func:`bytes_per_parameter` divides them under ZeRO).
+
+    Without the precision-aware optimizer (Megatron-LM docs, distributed optimizer table):
+    fp32 master weights with 16-bit weights (none with fp32 weights, which are their own),
+    Adam's two fp32 moments, and the fp32 copy of 16-bit gradients (none of fp32 ones).
+
+    With it (``plan.use_precision_aware_optimizer``, Megatron-Core
+    ``--use-precision-aware-optimizer``): the moments in ``exp_avg_dtype`` and
+    ``exp_avg_sq_dtype`` (:data:`STATE_DTYPE_BYTES`). Where :func:`optimizer_holds_master_weights`,
+    Transformer Engine's ``FusedAdam`` holds the master weights: in ``main_params_dtype``, or,
+    fp32 over BF16 weights, only the 16 trailing bits the BF16 weight lacks (2 bytes,
+    ``store_param_remainders``, Megatron-Core's default from Transformer Engine 2.1:
+    ``optimizer_config.py:192``, ``distrib_optimizer.py:801`` allocates it as int16; TE 2.20
+    ``optimizers/fused_adam.py:217``), and it reads the 16-bit gradient as it is
+    (``decoupled_grad``, no fp32 copy, ``distrib_optimizer.py:2411``). Otherwise (FP8 with
+    current, MX or blockwise scaling and fp32 master weights) Megatron-Core keeps fp32 master
+    weights and the fp32 copy as without it. With BF16 moments: a Megatron-LM BF16 launch
+    (fp32 main gradients) 2 + 2 + 2 = 6 bytes instead of 4 + 4 + 4 = 12; Megatron-Bridge's
+    DeepSeek-V3 recipes (bf16 gradients, Megatron-Core's master weights) 4 + 2 + 2 + 4 = 12
+    instead of 16, in BF16 and in MXFP8 alike."""
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
+    g = DTYPE_BYTES[grad_dtype(plan)]
+    half = e < 4
+    if not getattr(plan, "use_precision_aware_optimizer", False):
+        return (4.0 if half else 0.0), 4.0, 4.0, (4.0 if g < 4 else 0.0)
+    m = float(STATE_DTYPE_BYTES[plan.exp_avg_dtype])
+    v = float(STATE_DTYPE_BYTES[plan.exp_avg_sq_dtype])
+    if not optimizer_holds_master_weights(plan):
+        return (4.0 if half else 0.0), m, v, (4.0 if g < 4 else 0.0)
+    if not half:
+        master = 0.0
+    elif plan.main_params_dtype == "fp32" and tensor_dtype(plan.precision) == "bf16":
+        master = 2.0  # store_param_remainders: the fp32 weight's low 16 bits
+    else:
+        master = float(STATE_DTYPE_BYTES[plan.main_params_dtype])
+    return master, m, v, 0.0
+
+
+def optimizer_step_traffic(plan: ParallelPlan) -> float:
+    """Bytes the Adam step moves per parameter, against :data:`ADAM_BYTES_PER_PARAM` of the
+    training dtype as a ratio (1 without the precision-aware optimizer): each moment read and
+    written in its dtype (``2 (4 - bytes)`` fewer each); master weights in fp16 read and
+    written in 2 bytes (4 fewer), as fp32 remainders beside the BF16 weight 2 + 2 and the
+    BF16 weight read (2 fewer). The step is memory-bound (:func:`core.model.layer` times it
+    as one memory kernel of ``ADAM_BYTES_PER_PARAM * n`` bytes), so its time scales by this
+    ratio."""
+    dtype = tensor_dtype(plan.precision)
+    full = float(ADAM_BYTES_PER_PARAM[dtype])
+    if not getattr(plan, "use_precision_aware_optimizer", False):
+        return 1.0
+    master, m, v, _ = optimizer_state_bytes(plan)
+    saved = 2 * (4 - m) + 2 * (4 - v)
+    if master and master < 4:
+        saved += 2 * (4 - master) - (2 if plan.main_params_dtype == "fp32" else 0)
+    return (full - saved) / full
+
+
 def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
                         ) -> tuple[float, float, float]:
     """``(weights, gradients, optimizer state)`` bytes per parameter on one GPU.
@@ -215,7 +300,8 @@ def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
     gradients in :func:`core.plan.parallel.grad_dtype` (fp32 main gradients with bf16), and
     an optimizer holding fp32 master weights (mixed precision only), Adam's two fp32
     moments and, when gradients are 16-bit, their fp32 copy: fp16/fp16 20, bf16/fp32 18,
-    fp32/fp32 16 bytes. ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 divides the
+    fp32/fp32 16 bytes (the optimizer state's parts, and the precision-aware optimizer's, in
+    :func:`optimizer_state_bytes`). ZeRO (Rajbhandari et al. 2020, Sec. 5): stage 1 divides the
     optimizer state by ``d`` (Megatron's distributed optimizer: 4 + 16/d, 6 + 12/d,
     8 + 8/d), stage 2 the gradients too, stage 3 the weights too.
 
@@ -233,8 +319,7 @@ def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
     """
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     g = DTYPE_BYTES[grad_dtype(plan)]
-    half = e < 4
-    opt = (4 if half else 0) + 8 + (4 if g < 4 else 0)
+    opt = sum(optimizer_state_bytes(plan))
     # Megatron-Core shards over d*cp; with hybrid sharding over the size*cp of a shard group
     d, z = data_parallel or zero_shard_size(plan), plan.zero_stage
     return (e / d if z >= 3 else e, g / d if z >= 2 else g, opt / d if z >= 1 else opt)
@@ -243,7 +328,9 @@ def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
 def grad_copy_bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None) -> float:
     """The share of :func:`bytes_per_parameter`'s optimizer state that is the fp32 copy of
     16-bit gradients, bytes per parameter on one GPU: 4 (``4/d`` under ZeRO, sharded as the
-    optimizer state is); 0 with fp32 gradients, which are their own copy.
+    optimizer state is); 0 with fp32 gradients, which are their own copy, and where the
+    precision-aware optimizer reads the 16-bit gradients as they are
+    (:func:`optimizer_state_bytes`).
 
     The copy lives only from the optimizer step to the next iteration's ``zero_grad``, never
     beside the activations (:func:`stage_memory_arrays` counts the larger of the two):
@@ -253,10 +340,11 @@ def grad_copy_bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None 
     distributed optimizer; ``.float()`` of an fp32 gradient is the tensor itself) and frees it
     in ``zero_grad`` (``distrib_optimizer.py:2286-2298``, ``optimizer.py:710-723``:
     ``set_to_none``), which the training step calls before its forward and backward passes."""
-    if DTYPE_BYTES[grad_dtype(plan)] >= 4:
+    copy = optimizer_state_bytes(plan)[3]
+    if copy == 0:
         return 0.0
     d = data_parallel or zero_shard_size(plan)
-    return 4.0 / d if plan.zero_stage >= 1 else 4.0
+    return copy / d if plan.zero_stage >= 1 else copy
 
 
 def nccl_communicators(plan: ParallelPlan) -> int:

@@ -22,7 +22,8 @@ from core.plan.fields import BOUNDS, described_field
 __all__ = ["SCHEDULES", "SWEEP_SCHEDULES", "RECOMPUTE_MODES", "RECOMPUTE_CHOICES", "RECOMPUTE_MODULES",
            "UNMODELLED_RECOMPUTE_MODULES", "PRECISIONS", "MOE_DISPATCHERS", "CP_COMM_TYPES",
            "FP8_RECIPES", "CROSS_ENTROPY_FUSION_IMPLS", "FP8_DEFAULT_RECIPE", "ZERO_STAGES",
-           "GRAD_REDUCE_DTYPES", "ParallelPlan", "PLAN_FIELDS", "plan_field_title", "plan_key",
+           "GRAD_REDUCE_DTYPES", "OPTIMIZER_STATE_DTYPES", "MAIN_PARAMS_DTYPES", "ParallelPlan",
+           "PLAN_FIELDS", "plan_field_title", "plan_key",
            "zero_shard_size", "zero_replicas", "grad_dtype", "parse_recompute_modules",
            "recompute_modules", "fp8_recipe", "tensor_dtype", "tf32_matmuls",
            "gemm_peak_dtype", "CUDA_GRAPH_IMPLS", "CUDA_GRAPH_MODULES", "parse_cuda_graph_modules",
@@ -130,6 +131,16 @@ ZERO_STAGES = (0, 1, 2, 3)
 
 #: Data types the data-parallel gradients can be accumulated and reduced in.
 GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
+
+
+#: Data types of Adam's moments under the precision-aware optimizer (Megatron-LM
+#: ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` choices at d98e8a64; Transformer Engine's
+#: ``FusedAdam`` keeps fp8 moments as uint8 with a scale per tensor).
+OPTIMIZER_STATE_DTYPES = ("fp32", "fp16", "bf16", "fp8")
+
+#: Data types of the master weights under the precision-aware optimizer (Megatron-LM
+#: ``--main-params-dtype`` choices).
+MAIN_PARAMS_DTYPES = ("fp32", "fp16")
 
 
 @dataclass
@@ -327,6 +338,35 @@ class ParallelPlan:
         "comma-separated as Megatron-Core's --cuda-graph-modules (--cuda-graph-scope): attn, mlp, "
         "moe_router, moe_preprocess (moe and mamba are not modelled); empty means the whole layer",
         short="cuda_graph_modules", comma_list=True)
+    use_precision_aware_optimizer: bool = described_field(
+        False, "", "Transformer Engine's FusedAdam holds the optimizer state in the dtypes of "
+        "main_params_dtype, exp_avg_dtype and exp_avg_sq_dtype (Megatron-Core "
+        "--use-precision-aware-optimizer; needs the distributed optimizer, zero_stage 1). "
+        "With BF16 weights and no FP8 (or delayed-scaling FP8) it also keeps only the 16 bits "
+        "of each fp32 master weight that the BF16 weight lacks, and reads the gradients without "
+        "an fp32 copy", short="pao")
+    te_master_weights: bool = described_field(
+        True, "", "Under the precision-aware optimizer, Transformer Engine's FusedAdam holds the "
+        "master weights (fp32 ones over BF16 weights as the 16 bits BF16 lacks) and reads the "
+        "16-bit gradients without an fp32 copy. Megatron-Core does so when its OptimizerConfig's "
+        "fp8_recipe is empty or delayed, or main_params_dtype is not fp32: a Megatron-LM launch "
+        "(--fp8-recipe defaults to delayed) unless it trains FP8 with another recipe. Off: "
+        "Megatron-Core keeps fp32 master weights and the fp32 gradient copy, as under "
+        "Megatron-Bridge's BF16 configs (their MixedPrecisionConfig passes fp8_recipe tensorwise "
+        "to the optimizer). FP8 with tensorwise, MX or blockwise scaling is always off",
+        short="te_master", label_needs="use_precision_aware_optimizer")
+    main_params_dtype: str = described_field(
+        "fp32", "", "Master weights' data type under the precision-aware optimizer "
+        "(--main-params-dtype)", choices=MAIN_PARAMS_DTYPES, short="main_params",
+        label_needs="use_precision_aware_optimizer")
+    exp_avg_dtype: str = described_field(
+        "fp32", "", "Adam's first moment's data type under the precision-aware optimizer "
+        "(--exp-avg-dtype)", choices=OPTIMIZER_STATE_DTYPES, short="exp_avg",
+        label_needs="use_precision_aware_optimizer")
+    exp_avg_sq_dtype: str = described_field(
+        "fp32", "", "Adam's second moment's data type under the precision-aware optimizer "
+        "(--exp-avg-sq-dtype)", choices=OPTIMIZER_STATE_DTYPES, short="exp_avg_sq",
+        label_needs="use_precision_aware_optimizer")
 
     @property
     def num_gpus(self) -> int:

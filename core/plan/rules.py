@@ -26,8 +26,8 @@ from core.plan.layout import (NotModelledError, PipelineSplitError, layout_chunk
                               virtual_stage_layer_counts, layer_split_hint)
 from core.plan.model_config import ModelConfig
 from core.plan.model_rules import MLA_FIELDS, model_feature_errors
-from core.plan.parallel import (CUDA_GRAPH_MODULES, GRAD_REDUCE_DTYPES, PRECISIONS,
-                                RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE_MODULES, ZERO_STAGES,
+from core.plan.parallel import (CUDA_GRAPH_MODULES, GRAD_REDUCE_DTYPES, OPTIMIZER_STATE_DTYPES,
+                                PRECISIONS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE_MODULES, ZERO_STAGES,
                                 ParallelPlan, fp8_recipe, parse_cuda_graph_modules,
                                 parse_recompute_modules, recompute_modules,
                                 p2p_overlap_applies, wgrad_accumulation)
@@ -713,6 +713,40 @@ def _plan_sharding_precision_errors(pl: ParallelPlan) -> list[FieldError]:
             errs.append(FieldError("plan.grad_reduce_dtype", f"grad_reduce_dtype={g!r} with precision="
                                    f"{pl.precision!r}: gradients are reduced in fp32 or in the "
                                    "training precision"))
+    return errs + _precision_aware_optimizer_errors(pl)
+
+
+def _precision_aware_optimizer_errors(pl: ParallelPlan) -> list[FieldError]:
+    """Rules of the precision-aware optimizer (Megatron-Core 0.16.1
+    ``OptimizerConfig.__post_init__``): the state dtypes other than fp32 need
+    ``use_precision_aware_optimizer``, which needs the distributed optimizer (zero_stage 1);
+    under Megatron-FSDP or FSDP (zero_stage 2 or 3) it is not modelled."""
+    errs: list[FieldError] = []
+    low = [f for f in ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+           if getattr(pl, f) in OPTIMIZER_STATE_DTYPES and getattr(pl, f) != "fp32"]
+    if pl.use_precision_aware_optimizer is True:
+        if pl.zero_stage == 0:
+            errs.append(FieldError("plan.use_precision_aware_optimizer", "use_precision_aware_"
+                                   "optimizer needs the distributed optimizer (zero_stage 1; "
+                                   "Megatron-Core: '--use-precision-aware-optimizer only "
+                                   "supported with distributed optimizer')"))
+        elif pl.zero_stage in (2, 3):
+            errs.append(FieldError("plan.use_precision_aware_optimizer", "use_precision_aware_"
+                                   f"optimizer with zero_stage {pl.zero_stage} (Megatron-FSDP or "
+                                   "FSDP): their state dtypes are not modelled; the precision-"
+                                   "aware optimizer is modelled with Megatron's distributed "
+                                   "optimizer, zero_stage 1", rule=NOT_MODELLED))
+        if pl.te_master_weights is False and pl.main_params_dtype == "fp16":
+            errs.append(FieldError("plan.te_master_weights", "te_master_weights off with "
+                                   "main_params_dtype='fp16': Megatron-Core leaves master weights "
+                                   "below fp32 to Transformer Engine's FusedAdam "
+                                   "(use_precision_aware_optimizer_no_fp8_or_ds_fp8)"))
+    elif pl.use_precision_aware_optimizer is False:
+        for f in low:
+            errs.append(FieldError(f"plan.{f}", f"{f}={getattr(pl, f)!r} needs "
+                                   "use_precision_aware_optimizer (Megatron-Core: "
+                                   f"'{f} can only be fp32 when not using precision-aware "
+                                   "optimizer')"))
     return errs
 
 
@@ -944,6 +978,10 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
                                           "each micro-batch's gradients)"),
     "plan.tp_comm_overlap": (lambda s: bool(s.plan.sequence_parallel),
                              "sequence parallelism (plan.sequence_parallel)"),
+    **{f"plan.{name}": (lambda s: s.plan.use_precision_aware_optimizer is True,
+                        "the precision-aware optimizer (plan.use_precision_aware_optimizer)")
+       for name in ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+                    "te_master_weights")},
     "plan.cuda_graph_modules": (lambda s: s.plan.cuda_graph_impl in ("local", "transformer_engine"),
                                 "per-layer CUDA graphs (plan.cuda_graph_impl local or "
                                 "transformer_engine)"),

@@ -81,16 +81,22 @@ MAX_FAILURES_EXPONENT = 30.0
 
 # ----------------------------------------------------------------------------- checkpoint size
 
-def checkpoint_bytes_per_parameter(precision: str) -> float:
-    """Bytes a checkpoint holds per parameter: the weights in the training dtype, and the
-    optimizer state Megatron-LM saves, fp32 main weights (mixed precision only) and Adam's two
-    fp32 moments (the distributed optimizer's ``param``, ``exp_avg``, ``exp_avg_sq``); not the
-    gradients. bf16, fp16 and fp8 (BF16 weights, :func:`core.plan.parallel.tensor_dtype`) 14, fp32 12.
+def checkpoint_bytes_per_parameter(plan) -> float:
+    """Bytes a checkpoint holds per parameter of ``plan``: the weights in the training dtype,
+    and the optimizer state Megatron-LM saves, fp32 main weights (mixed precision only) and
+    Adam's two fp32 moments (the distributed optimizer's ``param``, ``exp_avg``,
+    ``exp_avg_sq``); not the gradients. bf16, fp16 and fp8 (BF16 weights,
+    :func:`core.plan.parallel.tensor_dtype`) 14, fp32 12. Under the precision-aware optimizer
+    the state is saved as it is held (:func:`core.model.memory.optimizer_state_bytes`: the
+    moments in their dtypes, master weights as fp32 remainders where Transformer Engine holds
+    them; Megatron-Core 0.16.1 ``distrib_optimizer.py:795-806`` allocates the loaded state so):
+    BF16 with BF16 moments and remainders, 2 + 2 + 2 + 2 = 8.
     """
     from core.plan.parallel import tensor_dtype
     from core.model.base import DTYPE_BYTES
-    e = DTYPE_BYTES[tensor_dtype(precision)]
-    return e + (4 if e < 4 else 0) + 8
+    from core.model.memory import optimizer_state_bytes
+    master, m, v, _ = optimizer_state_bytes(plan)
+    return DTYPE_BYTES[tensor_dtype(plan.precision)] + master + m + v
 
 
 @dataclass
@@ -127,7 +133,7 @@ def checkpoint_size(model, plan, gpus_per_host: int) -> CheckpointSize:
     """
     from core.model.counts import expert_params_per_gpu, params_per_gpu
     from core.model.moe import expert_tensor_parallel
-    per_param = checkpoint_bytes_per_parameter(plan.precision)
+    per_param = checkpoint_bytes_per_parameter(plan)
     experts = expert_params_per_gpu(model, plan)
     dense = params_per_gpu(model, plan) - experts
     stage = (dense * plan.tensor_parallel

@@ -25,6 +25,7 @@ from core.model.ops import (DERIVED_OPS, EDGE_OPS, LAYER_OPS, OPTIMIZER_OP, anal
 from core.model.keys import (MODULE_OPS, MOE_DERIVED_OPS, MOE_OPS, SELECTIVE_OP_GEMMS,
                              SELECTIVE_OP_OPS, SWA_OPS, TP_OVERLAP_OPS)
 from core.model.cuda_graphs import captured_ops, is_captured, uses_cuda_graphs
+from core.model.memory import optimizer_step_traffic
 from core.model.moe import expert_data_parallel
 from core.model.tf32 import TF32_DTYPE, tf32_key
 from core.sim.stage_comm import pinned
@@ -226,13 +227,17 @@ def _has_tf32_rows(store) -> bool:
     return False
 
 
-def optimizer_time(store, num_params: float, dtype: str) -> float:
-    """Seconds for the optimizer step over ``num_params`` parameters on one GPU (``dtype`` the
-    training precision; FP8 training steps BF16 weights, :func:`core.plan.parallel.tensor_dtype`);
-    0 for a GPU without parameters (a stage a custom pipeline layout leaves empty)."""
+def optimizer_time(store, num_params: float, plan) -> float:
+    """Seconds for the optimizer step over ``num_params`` parameters on one GPU of ``plan``
+    (its training precision: FP8 training steps BF16 weights,
+    :func:`core.plan.parallel.tensor_dtype`; under the precision-aware optimizer the step moves
+    :func:`core.model.memory.optimizer_step_traffic` of the bytes, timed as that share of the
+    parameters); 0 for a GPU without parameters (a stage a custom pipeline layout leaves
+    empty)."""
     if num_params <= 0:
         return 0.0
-    key = {"n": int(num_params), "dtype": tensor_dtype(dtype)}
+    n = num_params * optimizer_step_traffic(plan)
+    key = {"n": int(n), "dtype": tensor_dtype(plan.precision)}
     lk = store.op_time(OPTIMIZER_OP, key)
     return lk.time_s if lk is not None else analytic_op_time(OPTIMIZER_OP, key, store)
 

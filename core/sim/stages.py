@@ -23,6 +23,7 @@ from core.plan.session import Session
 from core.plan.layout import pipeline_layout_text
 from core.model.ops import DTYPE_BYTES
 from core.model.moe import expert_data_parallel, expert_tensor_parallel
+from core.model.memory import optimizer_step_traffic
 from core.plan.parallel import recompute_modules
 from core.sim.pipeline_graph import (COMPUTE, K, StageProgram)
 from core.model.cuda_graphs import captured_ops
@@ -632,8 +633,9 @@ def _stage_tails(session: Session, store, layout: SimpleNamespace, sc: StageComm
                 reduce_s[i] = both("reduce_scatter" if z == 1 else "all_reduce", i, g)
             if z in (1, 2) and not pl.overlap_param_gather:  # updated shards gathered after the step
                 after_opt[i] = both("all_gather", i, e)
-        opt_s[i] = memoized(cache, ("opt", pinned(cache, store), pl.precision, shards[i]), warnings,
-                         lambda sink, n=shards[i]: optimizer_time(store, n, pl.precision))
+        opt_s[i] = memoized(cache, ("opt", pinned(cache, store), pl.precision,
+                                    optimizer_step_traffic(pl), shards[i]), warnings,
+                         lambda sink, n=shards[i]: optimizer_time(store, n, pl))
         if recipe is not None:  # TE re-quantizes the updated weights once per iteration
             opt_s[i] += memoized(cache, ("fp8_weights", pinned(cache, store), recipe, fp8_w[i]),
                                  warnings,

@@ -348,6 +348,21 @@ ARGUMENTS: dict[str, Arg] = {
         "ranks (data_parallel_shard_size = d/n)"),
     "--fp8-param-gather": Arg(("plan.fp8_param_gather",), False,
                               "FP8 linear weights kept and all-gathered in FP8"),
+    "--use-precision-aware-optimizer": Arg(
+        ("plan.use_precision_aware_optimizer",), False,
+        "Transformer Engine's FusedAdam holds the optimizer state in the dtypes below (with the "
+        "distributed optimizer; over BF16 weights the fp32 master weights as 16-bit remainders, "
+        "plan.te_master_weights)"),
+    "--main-params-dtype": Arg(("plan.main_params_dtype",), True,
+                               "master weights' dtype under the precision-aware optimizer"),
+    "--exp-avg-dtype": Arg(("plan.exp_avg_dtype",), True,
+                           "Adam's first moment's dtype under the precision-aware optimizer"),
+    "--exp-avg-sq-dtype": Arg(("plan.exp_avg_sq_dtype",), True,
+                              "Adam's second moment's dtype under the precision-aware optimizer"),
+    "--main-grads-dtype": Arg(("plan.grad_reduce_dtype",), True,
+                              "bf16 taken with --grad-reduce-in-bf16 (the gradient buffer the "
+                              "optimizer reads); bf16 without it refused (Megatron-Core 0.16.1 "
+                              "reads it only in an assertion)"),
     "--no-gradient-accumulation-fusion": Arg(
         ("plan.gradient_accumulation_fusion",), False,
         "weight gradients added to the main gradients by a kernel of their own (off: "

@@ -15,7 +15,7 @@ from typing import Any
 from core.schedules import get as get_schedule
 from core.io.megatron.arguments import MEGATRON_FSDP_STRATEGIES, TOKENIZER_VOCAB, MegatronArgsError
 from core.io.megatron.model_arguments import DEFAULT_ATTENTION_BACKEND, EXPORTED_ATTENTION_BACKENDS
-from core.plan.parallel import wgrad_accumulation
+from core.plan.parallel import fp8_recipe, wgrad_accumulation
 from core.plan.session import Session
 
 __all__ = ["export_arguments"]
@@ -227,7 +227,7 @@ def _megatron_fsdp(pl: Any, zero: int) -> bool:
 
 def _sharding_words(pl: Any) -> list[str]:
     """Sequence parallelism, the distributed optimizer or FSDP, hybrid sharding, overlaps,
-    fusions, the gradient-reduction dtype and CUDA graphs."""
+    fusions, the gradient-reduction dtype, the precision-aware optimizer and CUDA graphs."""
     out: list[str] = []
     if _get(pl, "sequence_parallel"):
         out.append("--sequence-parallel")
@@ -260,6 +260,17 @@ def _sharding_words(pl: Any) -> list[str]:
     elif gd is not None:
         raise MegatronArgsError(f"plan.grad_reduce_dtype {gd!r}: Megatron-LM reduces gradients "
                                 "in fp32 or bf16")
+    if _get(pl, "use_precision_aware_optimizer"):
+        if _get(pl, "te_master_weights") is False and not (
+                pl.precision == "fp8" and fp8_recipe(pl) != "delayed"):
+            raise MegatronArgsError("plan.te_master_weights false: Megatron-LM's launch leaves "
+                                    "the master weights to Transformer Engine's FusedAdam "
+                                    "(its --fp8-recipe defaults to delayed); Megatron-Core "
+                                    "keeps them only for Megatron-Bridge's configs")
+        out.append("--use-precision-aware-optimizer")
+        for name in ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+            if (_get(pl, name) or "fp32") != "fp32":
+                out += [f"--{name.replace('_', '-')}", str(_get(pl, name))]
     impl = _get(pl, "cuda_graph_impl", "none") or "none"
     if impl != "none":  # Megatron-LM's current names (not the deprecated switches)
         out += ["--cuda-graph-impl", str(impl)]

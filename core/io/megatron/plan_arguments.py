@@ -584,9 +584,34 @@ def map_plan(mp: Mapper, launch: Launch, L: int, *, num_gpus: int | None = None,
 
 
 #: Megatron-LM's optimizer state dtypes under --use-precision-aware-optimizer (arguments.json:
-#: each defaults to fp32, the state the simulator counts).
-_STATE_DTYPES = ("--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
-                 "--exp-avg-sq-dtype")
+#: each defaults to fp32) -> the plan field each sets (``--main-grads-dtype`` has none: the
+#: gradient buffer's dtype is ``plan.grad_reduce_dtype``, see :func:`_precision_aware_optimizer`).
+_STATE_DTYPES = {"--main-grads-dtype": None, "--main-params-dtype": "main_params_dtype",
+                 "--exp-avg-dtype": "exp_avg_dtype", "--exp-avg-sq-dtype": "exp_avg_sq_dtype"}
+
+
+def _precision_aware_optimizer(mp: Mapper) -> None:
+    """``--use-precision-aware-optimizer`` and its state dtypes -> ``plan.use_precision_aware_
+    optimizer``, ``main_params_dtype``, ``exp_avg_dtype``, ``exp_avg_sq_dtype`` (Megatron-Core
+    0.16.1 ``OptimizerConfig``; the memory they take, :func:`core.model.memory.
+    optimizer_state_bytes`). A dtype other than fp32 without the switch is Megatron-Core's
+    assertion (:data:`core.io.megatron.rules.RULES`, ``state-dtypes-precision-aware``).
+    ``--main-grads-dtype bf16``: Megatron-Core 0.16.1 reads it nowhere but in that assertion;
+    the optimizer reads the gradient buffer (``main_grad``), whose dtype ``--grad-reduce-in-bf16``
+    sets. With ``--grad-reduce-in-bf16`` both say bf16 and it is taken; without it the launch's
+    gradient dtype is not decided by what is read here, and it is refused by name."""
+    args, src = mp.args, mp.source
+    aware = mp.switch("--use-precision-aware-optimizer")
+    given = {f: one_value(args, f, src) for f in _STATE_DTYPES if mp.take(f)}
+    mp.set("--use-precision-aware-optimizer", "plan.use_precision_aware_optimizer", aware)
+    for flag, name in _STATE_DTYPES.items():
+        if name is not None:
+            mp.set(flag, f"plan.{name}", given.get(flag, "fp32"))
+    grads = given.get("--main-grads-dtype", "fp32")
+    if aware and grads != "fp32" and "--grad-reduce-in-bf16" not in args:
+        mp.refuse("--main-grads-dtype", f"{grads} without --grad-reduce-in-bf16: the gradient "
+                  "buffer's dtype is set by --grad-reduce-in-bf16 (Megatron-Core 0.16.1 reads "
+                  "--main-grads-dtype only in an assertion); say it with that flag")
 
 
 def _optimizer_and_offloading(mp: Mapper) -> None:
@@ -598,8 +623,8 @@ def _optimizer_and_offloading(mp: Mapper) -> None:
     * ``--optimizer`` other than ``adam`` (sgd, muon, lion, soap ...): other state and step;
     * ``--optimizer-cpu-offload``: the state (a fraction, ``--optimizer-offload-fraction``)
       and its step on the CPU;
-    * ``--use-precision-aware-optimizer`` with a state dtype other than fp32
-      (``--exp-avg-dtype bf16`` ...); the dtypes without the switch have no effect (listed);
+    * (the precision-aware optimizer and its state dtypes are read:
+      :func:`_precision_aware_optimizer`);
     * ``--cpu-offloading-num-layers`` above 0 and ``--fine-grained-activation-offloading``:
       activations offloaded to the host;
     * ``--fp32-residual-connection``: the residual stream in fp32;
@@ -618,20 +643,7 @@ def _optimizer_and_offloading(mp: Mapper) -> None:
     if mp.take("--optimizer-offload-fraction") and not offload:
         mp.ignored.append(("--optimizer-offload-fraction", "no effect without "
                            "--optimizer-cpu-offload"))
-    aware = "--use-precision-aware-optimizer" in args
-    low = [f"{f} {one_value(args, f, src)}" for f in _STATE_DTYPES
-           if f in args and one_value(args, f, src) != "fp32"]
-    if aware and low:
-        mp.take("--use-precision-aware-optimizer")
-        mp.used.update(_STATE_DTYPES)
-        mp.refuse("--use-precision-aware-optimizer", f"with {', '.join(low)}: optimizer state "
-                  "below fp32 is not modelled (the memory verdict counts fp32 master weights, "
-                  "gradients and moments)")
-    elif low:
-        for f in _STATE_DTYPES:
-            if f in args:
-                mp.take(f)
-                mp.ignored.append((f, "no effect without --use-precision-aware-optimizer"))
+    _precision_aware_optimizer(mp)
     if mp.take("--cpu-offloading-num-layers") and \
             int_argument(args, "--cpu-offloading-num-layers", src, minimum=0) > 0:
         mp.refuse("--cpu-offloading-num-layers", "activations (and weights) of that many layers "

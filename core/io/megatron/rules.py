@@ -40,6 +40,7 @@ MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 
 _SOURCE = "megatron/training/arguments.py validate_args"
 _CONFIG_SOURCE = "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__"
+_OPTIMIZER_SOURCE = "megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__"
 
 #: option -> (dest, nargs, default): argparse's ``store_true`` is nargs 0 with default False,
 #: ``store_false`` nargs 0 with default True (``--no-...`` switches); None is one value.
@@ -68,6 +69,11 @@ OPTIONS: dict[str, tuple[str, Any, Any]] = {
     "--bf16": ("bf16", 0, False),
     "--fp8-format": ("fp8", None, None),
     "--fp8-param-gather": ("fp8_param_gather", 0, False),
+    "--use-precision-aware-optimizer": ("use_precision_aware_optimizer", 0, False),
+    "--main-grads-dtype": ("main_grads_dtype", None, "fp32"),
+    "--main-params-dtype": ("main_params_dtype", None, "fp32"),
+    "--exp-avg-dtype": ("exp_avg_dtype", None, "fp32"),
+    "--exp-avg-sq-dtype": ("exp_avg_sq_dtype", None, "fp32"),
     "--overlap-grad-reduce": ("overlap_grad_reduce", 0, False),
     "--overlap-param-gather": ("overlap_param_gather", 0, False),
     "--cross-entropy-loss-fusion": ("cross_entropy_loss_fusion", 0, False),
@@ -209,6 +215,18 @@ RULES: tuple[Rule, ...] = (
                          or ns["use_megatron_fsdp"]),
          "--fp8-param-gather only supported with distributed optimizer, torch fsdp2, "
          "megatron fsdp, or inference mode"),
+    Rule("precision-aware-optimizer-distributed",
+         lambda ns: bool(ns["use_precision_aware_optimizer"]),
+         lambda ns: bool(ns["use_distributed_optimizer"]),
+         "--use-precision-aware-optimizer only supported with distributed optimizer",
+         source=_OPTIMIZER_SOURCE),
+    Rule("state-dtypes-precision-aware",
+         lambda ns: not ns["use_precision_aware_optimizer"],
+         lambda ns: all(ns[f] == "fp32" for f in ("main_grads_dtype", "main_params_dtype",
+                                                  "exp_avg_dtype", "exp_avg_sq_dtype")),
+         "main_grads_dtype, main_params_dtype, exp_avg_dtype and exp_avg_sq_dtype can only be "
+         "fp32 when not using precision-aware optimizer", source=_OPTIMIZER_SOURCE,
+         wording="paraphrased"),
     Rule("distributed-optimizer-instances",
          lambda ns: (_int(ns["num_distributed_optimizer_instances"]) or 1) > 1,
          lambda ns: bool(ns["use_distributed_optimizer"]),
@@ -339,6 +357,8 @@ SESSION_FIELDS = {
     "overlap-param-gather-optimizer": "plan.overlap_param_gather",
     "overlap-param-gather-grad-reduce": "plan.overlap_param_gather without plan.overlap_grad_reduce",
     "fp8-param-gather-optimizer": "plan.fp8_param_gather",
+    "precision-aware-optimizer-distributed": "plan.use_precision_aware_optimizer",
+    "state-dtypes-precision-aware": "plan.main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype",
     "distributed-optimizer-instances": "plan.data_parallel_shard_size",
     "expert-parallel-experts": "plan.expert_parallel",
     "expert-parallel-fp16": "plan.expert_parallel with plan.precision fp16",

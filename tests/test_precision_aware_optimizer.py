@@ -1,0 +1,189 @@
+"""The precision-aware optimizer (Megatron-Core --use-precision-aware-optimizer): its state
+bytes against Megatron-Core 0.16.1's and Transformer Engine's source, its rules, the optimizer
+step's traffic, and the Megatron-LM import and export."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from core.io.megatron.arguments import MegatronArgsError
+from core.io.megatron.export import export_script
+from core.io.megatron.from_session import export_arguments
+from core.io.megatron.to_session import import_file
+from core.model.memory import (bytes_per_parameter, grad_copy_bytes_per_parameter,
+                               optimizer_holds_master_weights, optimizer_state_bytes,
+                               optimizer_step_traffic, stage_memory_arrays)
+from core.model.counts import params_per_gpu
+from core.plan.cluster import ClusterConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.presets import MODEL_PRESETS
+from core.plan.rules import validate
+from core.plan.session import Session
+
+GiB = 2**30
+
+
+def _pao(**kw) -> ParallelPlan:
+    base = dict(tensor_parallel=2, pipeline_parallel=1, data_parallel=4, micro_batch_size=1,
+                global_batch_size=64, recompute="full", zero_stage=1,
+                use_precision_aware_optimizer=True, exp_avg_dtype="bf16",
+                exp_avg_sq_dtype="bf16")
+    base.update(kw)
+    return ParallelPlan(**base)
+
+
+@pytest.mark.parametrize("plan,want", [
+    # without it: fp32 master weights, two fp32 moments, the fp32 copy of 16-bit gradients
+    (ParallelPlan(precision="bf16"), (4, 4, 4, 0)),  # fp32 main gradients: their own copy
+    (ParallelPlan(precision="bf16", grad_reduce_dtype="bf16"), (4, 4, 4, 4)),
+    (ParallelPlan(precision="fp32"), (0, 4, 4, 0)),
+    # a Megatron-LM BF16 launch: TE holds the master weights as the 16 bits BF16 lacks
+    (_pao(), (2, 2, 2, 0)),
+    (_pao(grad_reduce_dtype="bf16"), (2, 2, 2, 0)),  # decoupled_grad: no fp32 copy
+    # Megatron-Bridge's BF16 configs (fp8_recipe tensorwise): Megatron-Core's fp32 master
+    # weights and copy, the moments alone in BF16 (DeepSeek-V3: 4 + 2 + 2 + 4 = 12, not 16)
+    (_pao(te_master_weights=False, grad_reduce_dtype="bf16"), (4, 2, 2, 4)),
+    # FP8 with current or MX scaling: Megatron-Core keeps fp32 master weights whatever the field
+    (_pao(precision="fp8", fp8_recipe="mxfp8", grad_reduce_dtype="bf16"), (4, 2, 2, 4)),
+    (_pao(precision="fp8", fp8_recipe="tensorwise"), (4, 2, 2, 0)),
+    # delayed scaling: TE's FusedAdam casts in its kernel, so it holds them
+    (_pao(precision="fp8", fp8_recipe="delayed"), (2, 2, 2, 0)),
+    # fp16 master weights (TE holds them: main_params_dtype not fp32); fp16 weights keep no
+    # remainders (store_param_remainders needs BF16 weights)
+    (_pao(main_params_dtype="fp16"), (2, 2, 2, 0)),
+    (_pao(precision="fp16"), (4, 2, 2, 0)),
+    (_pao(exp_avg_dtype="fp8", exp_avg_sq_dtype="fp16"), (2, 1, 2, 0)),
+    (_pao(precision="fp32"), (0, 2, 2, 0)),
+    (_pao(exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32"), (2, 4, 4, 0)),
+])
+def test_state_bytes_per_parameter(plan, want):
+    """Megatron-Core 0.16.1: the distributed optimizer keeps fp32 main params unless
+    ``use_precision_aware_optimizer_no_fp8_or_ds_fp8`` (distrib_optimizer.py:378), then TE's
+    FusedAdam holds them (int16 remainders with BF16 weights, distrib_optimizer.py:801) and
+    the gradient is the 16-bit buffer itself (:2411); the moments in their dtypes
+    (optimizer/__init__.py:365-370)."""
+    assert optimizer_state_bytes(plan) == tuple(float(x) for x in want)
+    d = plan.data_parallel * plan.context_parallel
+    w, g, o = bytes_per_parameter(plan)
+    assert o == pytest.approx(sum(want) / d if plan.zero_stage else sum(want))
+    assert grad_copy_bytes_per_parameter(plan) == pytest.approx(
+        want[3] / d if plan.zero_stage else want[3])
+
+
+def test_stage_memory_moves_by_the_closed_form():
+    """Llama 3 8B at t=2, d=4 (ZeRO-1): the optimizer state is params/GPU x 6/4 bytes with
+    BF16 moments and remainders, against 12/4 without; nothing else moves."""
+    model = MODEL_PRESETS["Llama 3 8B"]
+    plain = _pao(use_precision_aware_optimizer=False, exp_avg_dtype="fp32",
+                 exp_avg_sq_dtype="fp32")
+    aware = _pao()
+    a, b = stage_memory_arrays(model, plain), stage_memory_arrays(model, aware)
+    n = params_per_gpu(model, plain)
+    assert np.allclose(a[2], n * 12 / 4) and np.allclose(b[2], n * 6 / 4)
+    for i in (0, 1, 3):
+        assert np.array_equal(a[i], b[i])
+    assert (a[2] - b[2])[0] / GiB == pytest.approx(n[0] * 1.5 / GiB)
+
+
+@pytest.mark.parametrize("plan,bytes_moved", [
+    (_pao(use_precision_aware_optimizer=False, exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32"), 32),
+    (_pao(), 32 - 4 - 4 - 2),  # moments 2+2 bytes each way; remainders 2+2 plus the BF16 read
+    (_pao(te_master_weights=False), 32 - 4 - 4),
+    (_pao(main_params_dtype="fp16"), 32 - 4 - 4 - 4),
+    (_pao(exp_avg_dtype="fp8", exp_avg_sq_dtype="fp8"), 32 - 6 - 6 - 2),
+    (_pao(precision="fp32"), 28 - 4 - 4),
+])
+def test_optimizer_step_traffic(plan, bytes_moved):
+    """The step's bytes per parameter against ADAM_BYTES_PER_PARAM (32 mixed, 28 fp32)."""
+    full = 28 if plan.precision == "fp32" else 32
+    assert optimizer_step_traffic(plan) == pytest.approx(bytes_moved / full)
+
+
+def test_holds_master_weights_reads_the_recipe_megatron_core_reads():
+    assert optimizer_holds_master_weights(_pao())
+    assert not optimizer_holds_master_weights(_pao(te_master_weights=False))
+    assert not optimizer_holds_master_weights(_pao(use_precision_aware_optimizer=False))
+    assert not optimizer_holds_master_weights(_pao(precision="fp8", fp8_recipe="blockwise"))
+    assert optimizer_holds_master_weights(_pao(precision="fp8", fp8_recipe="delayed"))
+    assert optimizer_holds_master_weights(_pao(precision="fp8", fp8_recipe="mxfp8",
+                                               main_params_dtype="fp16"))
+
+
+def _session(plan: ParallelPlan) -> Session:
+    return Session(model=dataclasses.replace(MODEL_PRESETS["Llama 3 8B"]), plan=plan,
+                   cluster=ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+
+
+@pytest.mark.parametrize("changes,field,needle", [
+    (dict(zero_stage=0), "plan.use_precision_aware_optimizer", "needs the distributed optimizer"),
+    (dict(zero_stage=3), "plan.use_precision_aware_optimizer", "not modelled"),
+    (dict(zero_stage=2), "plan.use_precision_aware_optimizer", "not modelled"),
+    (dict(use_precision_aware_optimizer=False), "plan.exp_avg_dtype", "needs use_precision_aware"),
+    (dict(main_params_dtype="fp16", te_master_weights=False), "plan.te_master_weights",
+     "master weights below fp32"),
+])
+def test_rules(changes, field, needle):
+    errs = [e for e in validate(_session(_pao(**changes))) if e.field == field]
+    assert errs and needle in errs[0].message, validate(_session(_pao(**changes)))
+
+
+def test_valid_plan_has_no_errors():
+    assert validate(_session(_pao())) == []
+
+
+_LAUNCH = ("torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 8 --hidden-size 1024 "
+           "--num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 "
+           "--micro-batch-size 1 --global-batch-size 64 --tensor-model-parallel-size 2 --bf16 "
+           "--tokenizer-type NullTokenizer --vocab-size 32000 ")
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "run.sh"
+    path.write_text(text + "\n")
+    return path
+
+
+def test_megatron_import_reads_the_state_dtypes(tmp_path):
+    res = import_file(_write(tmp_path, _LAUNCH + "--use-distributed-optimizer "
+                             "--use-precision-aware-optimizer --exp-avg-dtype bf16 "
+                             "--exp-avg-sq-dtype fp8 --main-params-dtype fp16"))
+    p = res.session.plan
+    assert (p.use_precision_aware_optimizer, p.main_params_dtype, p.exp_avg_dtype,
+            p.exp_avg_sq_dtype, p.te_master_weights) == (True, "fp16", "bf16", "fp8", True)
+    # and back: the exported launch imports to the same plan
+    back = import_file(_write(tmp_path, export_script(res.session))).session.plan
+    assert back == p
+    assert "--use-precision-aware-optimizer" in export_arguments(res.session)
+
+
+def test_main_grads_bf16_needs_the_bf16_gradient_buffer(tmp_path):
+    pao = _LAUNCH + "--use-distributed-optimizer --use-precision-aware-optimizer "
+    with pytest.raises(MegatronArgsError, match="--main-grads-dtype: bf16 without "
+                       "--grad-reduce-in-bf16"):
+        import_file(_write(tmp_path, pao + "--main-grads-dtype bf16"))
+    p = import_file(_write(tmp_path, pao + "--main-grads-dtype bf16 --grad-reduce-in-bf16")
+                    ).session.plan
+    assert (p.use_precision_aware_optimizer, p.grad_reduce_dtype) == (True, "bf16")
+
+
+@pytest.mark.parametrize("extra,rule", [
+    ("--exp-avg-dtype bf16", "can only be fp32 when not using precision-aware optimizer"),
+    ("--use-precision-aware-optimizer", "only supported with distributed optimizer"),
+])
+def test_megatron_core_assertions_refuse_the_launch(tmp_path, extra, rule):
+    with pytest.raises(MegatronArgsError, match=rule):
+        import_file(_write(tmp_path, _LAUNCH + extra))
+
+
+def test_export_refuses_megatron_core_held_master_weights_in_bf16():
+    """Megatron-LM's --fp8-recipe defaults to delayed, so a BF16 launch always leaves the
+    master weights to TE: a plan saying otherwise (Megatron-Bridge's) has no launch."""
+    with pytest.raises(MegatronArgsError, match="plan.te_master_weights false"):
+        export_arguments(_session(_pao(te_master_weights=False)))
+    # FP8 with MX scaling keeps Megatron-Core's master weights whatever the field says
+    args = export_arguments(_session(_pao(te_master_weights=False, precision="fp8",
+                                          fp8_recipe="mxfp8")))
+    assert "--use-precision-aware-optimizer" in args
