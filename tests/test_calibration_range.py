@@ -327,6 +327,17 @@ def test_the_second_feature_group_names_the_kernel_the_overlap_and_fsdp():
     for zero, fsdp in ((0, "off"), (1, "off"), (2, "off"), (3, "on")):
         assert features_of(s.model, s.cluster, dataclasses.replace(s.plan, zero_stage=zero))[
             "fsdp"] == fsdp
+    # what runs as the switch off does not depart: FSDP over one rank shards nothing, the TP
+    # overlap needs t > 1 with sequence parallelism (the example is t=2 p=2 d=2)
+    assert (s.plan.tensor_parallel, s.plan.data_parallel, s.plan.context_parallel) == (2, 2, 1)
+    one = dataclasses.replace(s.plan, zero_stage=3, data_parallel=1)
+    assert features_of(s.model, s.cluster, one)["fsdp"] == "off"
+    tp2 = dataclasses.replace(s.plan, tp_comm_overlap=True, sequence_parallel=True)
+    assert features_of(s.model, s.cluster, tp2)["tp_comm_overlap"] == "on"
+    tp1 = dataclasses.replace(tp2, tensor_parallel=1, data_parallel=4)
+    assert features_of(s.model, s.cluster, tp1)["tp_comm_overlap"] == "off"
+    assert features_of(s.model, s.cluster, dataclasses.replace(
+        tp2, sequence_parallel=False))["tp_comm_overlap"] == "off"
 
 
 def test_the_shipped_stores_name_the_attention_kernel_and_tp_overlap_they_never_ran():
