@@ -27,7 +27,8 @@ from core.plan.layout import (NotModelledError, PipelineSplitError, layout_chunk
 from core.plan.model_config import ModelConfig
 from core.plan.model_rules import MLA_FIELDS, model_feature_errors
 from core.plan.parallel import (CUDA_GRAPH_MODULES, GRAD_REDUCE_DTYPES, OPTIMIZER_STATE_DTYPES,
-                                PRECISIONS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE_MODULES, ZERO_STAGES,
+                                PRECISIONS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE_MODULES,
+                                ZERO_STAGES,
                                 ParallelPlan, fp8_recipe, parse_cuda_graph_modules,
                                 parse_recompute_modules, recompute_modules,
                                 p2p_overlap_applies, wgrad_accumulation)
