@@ -143,7 +143,7 @@ def test_recipe_column_fills_the_recipes_settings(published, tmp_path):
     assert len(cases) >= 10
     path = tmp_path / "recipes.csv"
     _write_csv(path, records)
-    graphs = 0
+    graphs = pao = 0
     for a, b, r in zip(cases, read_measurements(path), records):
         # the recipe's CUDA graphs too, which the published sessions (written before the
         # plan had the fields) leave at none
@@ -151,9 +151,12 @@ def test_recipe_column_fills_the_recipes_settings(published, tmp_path):
         want = a.session.to_dict()
         want["plan"].update(cuda_graph_impl=recipe.cuda_graph_impl,
                             cuda_graph_modules=recipe.cuda_graph_modules)
+        # and its precision-aware optimizer (the plan's fields came after them too)
+        want["plan"].update(dict(recipe.optimizer))
+        pao += bool(recipe.optimizer)
         graphs += recipe.cuda_graph_impl != "none"
         assert b.session.to_dict() == want, a.row
-    assert graphs >= 2
+    assert graphs >= 2 and pao >= 2
 
 
 #: The required columns of a session-column CSV (REQUIRED_COLUMNS) with a GPT's values.

@@ -15,7 +15,9 @@ from core.io.megatron.from_session import export_arguments
 from core.io.megatron.to_session import import_file
 from core.model.memory import (bytes_per_parameter, grad_copy_bytes_per_parameter,
                                optimizer_holds_master_weights, optimizer_state_bytes,
-                               optimizer_step_traffic, stage_memory_arrays)
+                               optimizer_step_scratch_bytes, optimizer_step_traffic,
+                               stage_memory_arrays)
+from core.sim.goodput import checkpoint_bytes_per_parameter
 from core.model.counts import params_per_gpu
 from core.plan.cluster import ClusterConfig
 from core.plan.parallel import ParallelPlan
@@ -53,10 +55,15 @@ def _pao(**kw) -> ParallelPlan:
     (_pao(precision="fp8", fp8_recipe="delayed"), (2, 2, 2, 0)),
     # fp16 master weights (TE holds them: main_params_dtype not fp32); fp16 weights keep no
     # remainders (store_param_remainders needs BF16 weights)
-    (_pao(main_params_dtype="fp16"), (2, 2, 2, 0)),
+    (_pao(main_params_dtype="fp16"), (2, 2, 2, 4)),  # + their fp32 scratch in the step
     (_pao(precision="fp16"), (4, 2, 2, 0)),
-    (_pao(exp_avg_dtype="fp8", exp_avg_sq_dtype="fp16"), (2, 1, 2, 0)),
-    (_pao(precision="fp32"), (0, 2, 2, 0)),
+    # fp8 / fp16 moments: unscaled to fp32 scratch for the step (4 + 4, step-only)
+    (_pao(exp_avg_dtype="fp8", exp_avg_sq_dtype="fp16"), (2, 1, 2, 8)),
+    # one BF16 moment beside an fp32 one is not the fused case: its scratch, 4
+    (_pao(exp_avg_sq_dtype="fp32"), (2, 2, 4, 4)),
+    # fp32 weights: TE still allocates a master_param per parameter (fused_adam.py:465-471)
+    (_pao(precision="fp32"), (4, 2, 2, 0)),
+    (_pao(precision="fp32", main_params_dtype="fp16"), (2, 2, 2, 4)),
     (_pao(exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32"), (2, 4, 4, 0)),
 ])
 def test_state_bytes_per_parameter(plan, want):
@@ -92,9 +99,15 @@ def test_stage_memory_moves_by_the_closed_form():
     (_pao(use_precision_aware_optimizer=False, exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32"), 32),
     (_pao(), 32 - 4 - 4 - 2),  # moments 2+2 bytes each way; remainders 2+2 plus the BF16 read
     (_pao(te_master_weights=False), 32 - 4 - 4),
-    (_pao(main_params_dtype="fp16"), 32 - 4 - 4 - 4),
-    (_pao(exp_avg_dtype="fp8", exp_avg_sq_dtype="fp8"), 32 - 6 - 6 - 2),
+    # fp16 master weights are unscaled to fp32 and scaled back: 40 bytes against fp32's 8
+    (_pao(main_params_dtype="fp16"), 32 - 4 - 4 + 32),
+    # fp8 moments: 1+4 dequantize, 8 kernel, 4 aminmax, 4+1 quantize = 22 each, not 8
+    (_pao(exp_avg_dtype="fp8", exp_avg_sq_dtype="fp8"), 32 + 14 + 14 - 2),
+    # one BF16 moment without the other: 2+4 + 8 + 4+2 + 2+2 = 24 (fp32 one 8)
+    (_pao(exp_avg_sq_dtype="fp32"), 32 + 16 - 2),
+    (_pao(exp_avg_dtype="fp16", exp_avg_sq_dtype="fp16", te_master_weights=False), 32 + 64),
     (_pao(precision="fp32"), 28 - 4 - 4),
+    (_pao(precision="fp32", main_params_dtype="fp16"), 28 - 4 - 4 + 32),
 ])
 def test_optimizer_step_traffic(plan, bytes_moved):
     """The step's bytes per parameter against ADAM_BYTES_PER_PARAM (32 mixed, 28 fp32)."""
@@ -187,3 +200,71 @@ def test_export_refuses_megatron_core_held_master_weights_in_bf16():
     args = export_arguments(_session(_pao(te_master_weights=False, precision="fp8",
                                           fp8_recipe="mxfp8")))
     assert "--use-precision-aware-optimizer" in args
+
+
+def test_step_scratch_is_held_at_the_peak_only_beyond_the_activations():
+    """TE's fp32 scratch of fp8 moments (8 bytes per parameter, sharded over d) lives in the
+    step alone (fused_adam.py:616-912): the optimizer column holds it only where it exceeds the
+    stage's activations, as the fp32 gradient copy (optimizer_at_peak)."""
+    model = MODEL_PRESETS["Llama 3 8B"]
+    bf16, fp8 = _pao(), _pao(exp_avg_dtype="fp8", exp_avg_sq_dtype="fp8")
+    assert optimizer_step_scratch_bytes(bf16) == 0 and optimizer_step_scratch_bytes(fp8) == 8
+    n = params_per_gpu(model, fp8)
+    assert np.allclose(grad_copy_bytes_per_parameter(fp8) * n, n * 8 / 4)
+    a, b = stage_memory_arrays(model, bf16), stage_memory_arrays(model, fp8)
+    acts = b[3]
+    # full recompute, one sequence: 4.9 GiB of activations, less than the 7.5 GiB of scratch
+    assert acts[0] / GiB == pytest.approx(4.935, abs=1e-3) and n[0] * 2 / GiB > 7.4
+    # held: 2 + 1 + 1 bytes over 4 ranks, and the scratch beyond the activations
+    assert np.allclose(b[2], n * 4 / 4 + (n * 8 / 4 - acts))
+    assert np.allclose(a[2], n * 6 / 4)
+    # no recomputation: the activations exceed the scratch, which hides under them
+    bf16, fp8 = _pao(recompute="none"), _pao(recompute="none", exp_avg_dtype="fp8",
+                                             exp_avg_sq_dtype="fp8")
+    a, b = stage_memory_arrays(model, bf16), stage_memory_arrays(model, fp8)
+    assert np.all(b[3] > n * 8 / 4)
+    assert np.allclose(b[2], n * 4 / 4) and np.allclose(a[2] - b[2], n * 2 / 4)
+
+
+@pytest.mark.parametrize("plan,want", [
+    # TE holds the master weights: get_unscaled_state saves the moments in fp32 and the
+    # remainders as int16 (distrib_optimizer.py:883-908): 2 + 2 + 4 + 4
+    (_pao(), 12),
+    (_pao(exp_avg_dtype="fp8", exp_avg_sq_dtype="fp8"), 12),
+    (_pao(main_params_dtype="fp16"), 2 + 4 + 8),  # fp16 master weights unscaled to fp32
+    (_pao(precision="fp32"), 4 + 4 + 8),
+    # Megatron-Core's master weights: its fp32 param and the optimizer's tensors as held
+    (_pao(te_master_weights=False, grad_reduce_dtype="bf16"), 2 + 4 + 2 + 2),
+    (_pao(precision="fp8", fp8_recipe="mxfp8"), 2 + 4 + 2 + 2),
+    (_pao(use_precision_aware_optimizer=False, exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32"),
+     14),
+])
+def test_checkpoint_bytes_per_parameter(plan, want):
+    assert checkpoint_bytes_per_parameter(plan) == want
+
+
+def test_megatron_fsdp_with_it_is_refused(tmp_path):
+    with pytest.raises(MegatronArgsError, match="with --use-megatron-fsdp: Megatron-FSDP"):
+        import_file(_write(tmp_path, _LAUNCH + "--use-megatron-fsdp --use-distributed-optimizer "
+                           "--data-parallel-sharding-strategy optim "
+                           "--use-precision-aware-optimizer"))
+
+
+def test_sweep_keeps_zero_1_at_one_data_parallel_rank():
+    """At d*cp = 1 the sweep keeps one ZeRO stage; a session with the precision-aware
+    optimizer keeps 1 (0 breaks its rule), so 4 GPUs at t=2 p=2 still give a plan."""
+    from core.studies.sweep.space import single_rank_zero_stages
+    assert single_rank_zero_stages([0, 1, 2, 3], _pao()) == [1]
+    assert single_rank_zero_stages([0, 1, 2, 3], _pao(use_precision_aware_optimizer=False,
+                                                      exp_avg_dtype="fp32",
+                                                      exp_avg_sq_dtype="fp32")) == [0]
+    assert single_rank_zero_stages([0, 2, 3], ParallelPlan(fp8_param_gather=True,
+                                                           precision="fp8")) == [2]
+    assert single_rank_zero_stages([0, 2, 3], _pao()) == [0]  # no 1 asked: left to the rules
+    from core.studies.sweep import SweepSpace, enumerate_plans
+    s = _session(_pao(tensor_parallel=2, pipeline_parallel=2, data_parallel=2))
+    plans = enumerate_plans(s, SweepSpace(num_gpus=4, tensor_parallel=[2],
+                                          pipeline_parallel=[2], micro_batch_sizes=[1],
+                                          recompute=["full"], schedules=["1f1b"]))
+    assert plans and all(p.data_parallel == 1 and p.zero_stage == 1
+                         and p.use_precision_aware_optimizer for p in plans)

@@ -86,17 +86,28 @@ def checkpoint_bytes_per_parameter(plan) -> float:
     and the optimizer state Megatron-LM saves, fp32 main weights (mixed precision only) and
     Adam's two fp32 moments (the distributed optimizer's ``param``, ``exp_avg``,
     ``exp_avg_sq``); not the gradients. bf16, fp16 and fp8 (BF16 weights,
-    :func:`core.plan.parallel.tensor_dtype`) 14, fp32 12. Under the precision-aware optimizer
-    the state is saved as it is held (:func:`core.model.memory.optimizer_state_bytes`: the
-    moments in their dtypes, master weights as fp32 remainders where Transformer Engine holds
-    them; Megatron-Core 0.16.1 ``distrib_optimizer.py:795-806`` allocates the loaded state so):
-    BF16 with BF16 moments and remainders, 2 + 2 + 2 + 2 = 8.
+    :func:`core.plan.parallel.tensor_dtype`) 14, fp32 12.
+
+    Under the precision-aware optimizer Megatron-Core 0.16.1 saves the state through
+    ``_get_main_param_and_optimizer_states`` (``distrib_optimizer.py:883-908``, every
+    sharding type's save): where Transformer Engine's ``FusedAdam`` holds the master weights
+    (:func:`core.model.memory.optimizer_holds_master_weights`) each state is
+    ``get_unscaled_state``, fp32 whatever dtype it is held in (TE 2.20
+    ``fused_adam.py:310-356``), but for the int16 remainders of fp32 master weights over BF16
+    weights, saved as they are: BF16 weights 2 + 2 + 4 + 4 = 12, not the 8 bytes held; fp16
+    or fp32 ones (over fp16 or fp32 weights too) 4. Otherwise Megatron-Core's fp32 master
+    weights and the optimizer's own state tensors, the moments in their dtypes
+    (:func:`core.model.memory.optimizer_state_bytes`): Megatron-Bridge's BF16 recipes with
+    BF16 moments 2 + 4 + 2 + 2 = 10.
     """
     from core.plan.parallel import tensor_dtype
     from core.model.base import DTYPE_BYTES
-    from core.model.memory import optimizer_state_bytes
+    from core.model.memory import optimizer_holds_master_weights, optimizer_state_bytes
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     master, m, v, _ = optimizer_state_bytes(plan)
-    return DTYPE_BYTES[tensor_dtype(plan.precision)] + master + m + v
+    if optimizer_holds_master_weights(plan):
+        return e + (2.0 if master == 2.0 and plan.main_params_dtype == "fp32" else 4.0) + 8.0
+    return e + master + m + v
 
 
 @dataclass

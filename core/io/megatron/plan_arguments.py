@@ -607,6 +607,12 @@ def _precision_aware_optimizer(mp: Mapper) -> None:
     for flag, name in _STATE_DTYPES.items():
         if name is not None:
             mp.set(flag, f"plan.{name}", given.get(flag, "fp32"))
+    if aware and "--use-megatron-fsdp" in args:
+        mp.refuse("--use-precision-aware-optimizer", "with --use-megatron-fsdp: Megatron-FSDP "
+                  "keeps its own fp32 main weights (preserve_fp32_weights, Megatron-Core 0.16.1 "
+                  "megatron_fsdp/param_and_grad_buffer.py:2004) beside Transformer Engine's "
+                  "FusedAdam state; the precision-aware optimizer is modelled with the "
+                  "distributed optimizer only")
     grads = given.get("--main-grads-dtype", "fp32")
     if aware and grads != "fp32" and "--grad-reduce-in-bf16" not in args:
         mp.refuse("--main-grads-dtype", f"{grads} without --grad-reduce-in-bf16: the gradient "

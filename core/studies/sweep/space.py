@@ -56,6 +56,19 @@ DEFAULT_CP_COMM_TYPES = ("p2p", "a2a")
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
 
 
+def single_rank_zero_stages(zs: list, base: ParallelPlan) -> list:
+    """The one ZeRO stage of ``zs`` kept at d*cp = 1, where they all shard over one rank and
+    change nothing: the first, or the first a field the plans hold needs (the precision-aware
+    optimizer the distributed optimizer, zero_stage 1, ``core.plan.rules``; FP8 parameter
+    gathers a sharded optimizer, zero_stage >= 1), so such a session keeps its plans at
+    d*cp = 1 instead of none passing the rules."""
+    if base.use_precision_aware_optimizer is True:
+        return [z for z in zs if z == 1][:1] or zs[:1]
+    if base.fp8_param_gather:
+        return [z for z in zs if z >= 1][:1] or zs[:1]
+    return zs[:1]
+
+
 @dataclass
 class SweepSpace:
     """Which plans a sweep tries. Construction validates nothing; see :meth:`errors`.
@@ -564,7 +577,7 @@ def enumerate_plans(session: Session, space: SweepSpace, *, cancel: Any = None,
                              if ok("virtual_pipeline_stages", v)])
                     for sched in scheds_p if ok("schedule", sched)]
         for d, ep in ((d, ep) for d in ds for ep in eps):
-            zs_d = c.zs[:1] if d * cp == 1 else c.zs
+            zs_d = single_rank_zero_stages(c.zs, base) if d * cp == 1 else c.zs
             for b in bs:
                 if B % (d * b):  # validate's rule B % (d*b) == 0, before building plans
                     continue
