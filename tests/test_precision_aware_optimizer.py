@@ -191,11 +191,16 @@ def test_megatron_core_assertions_refuse_the_launch(tmp_path, extra, rule):
         import_file(_write(tmp_path, _LAUNCH + extra))
 
 
-def test_export_refuses_megatron_core_held_master_weights_in_bf16():
-    """Megatron-LM's --fp8-recipe defaults to delayed, so a BF16 launch always leaves the
-    master weights to TE: a plan saying otherwise (Megatron-Bridge's) has no launch."""
-    with pytest.raises(MegatronArgsError, match="plan.te_master_weights false"):
-        export_arguments(_session(_pao(te_master_weights=False)))
+def test_export_writes_the_recipe_that_keeps_megatron_core_master_weights():
+    """Megatron-LM's --fp8-recipe defaults to delayed, which leaves the master weights to TE;
+    a BF16 plan saying otherwise (Megatron-Bridge's) exports --fp8-recipe tensorwise, which
+    Megatron-LM gives the optimizer's config without FP8 too. FP8 with delayed scaling has
+    no such launch."""
+    args = export_arguments(_session(_pao(te_master_weights=False)))
+    assert args[args.index("--fp8-recipe") + 1] == "tensorwise" and "--fp8-format" not in args
+    with pytest.raises(MegatronArgsError, match="plan.te_master_weights false with FP8 delayed"):
+        export_arguments(_session(_pao(te_master_weights=False, precision="fp8",
+                                       fp8_recipe="delayed")))
     # FP8 with MX scaling keeps Megatron-Core's master weights whatever the field says
     args = export_arguments(_session(_pao(te_master_weights=False, precision="fp8",
                                           fp8_recipe="mxfp8")))
@@ -268,3 +273,62 @@ def test_sweep_keeps_zero_1_at_one_data_parallel_rank():
                                           recompute=["full"], schedules=["1f1b"]))
     assert plans and all(p.data_parallel == 1 and p.zero_stage == 1
                          and p.use_precision_aware_optimizer for p in plans)
+
+
+_PAO_DEFAULTS = dict(use_precision_aware_optimizer=False, te_master_weights=True,
+                     main_params_dtype="fp32", exp_avg_dtype="fp32", exp_avg_sq_dtype="fp32")
+
+
+def test_other_imports_and_old_sessions_leave_it_off(tmp_path):
+    """torchtitan (no precision-aware optimizer: torch.optim's AdamW, fp32 state), a Hugging
+    Face model's starting plan and a session file written before the fields all read as the
+    defaults, and the optimizer state is the 12 bytes of fp32 Adam with BF16 weights."""
+    import json
+    from pathlib import Path
+    from core.io.hf_import import default_plan
+    from core.io.torchtitan_import import load_toml, session_from_torchtitan
+    from core.io.session import load_session, save_session
+    toml = Path(__file__).resolve().parent / "data" / "torchtitan" / "llama3_8b.toml"
+    plans = [session_from_torchtitan(load_toml(toml), str(toml), num_gpus=8).session.plan,
+             default_plan(MODEL_PRESETS["Llama 3 8B"])]
+    path = tmp_path / "old.json"
+    save_session(_session(_pao(use_precision_aware_optimizer=False, exp_avg_dtype="fp32",
+                               exp_avg_sq_dtype="fp32")), path)
+    doc = json.loads(path.read_text())
+    for name in _PAO_DEFAULTS:
+        doc["plan"].pop(name)
+    path.write_text(json.dumps(doc))
+    plans.append(load_session(path).plan)
+    for p in plans:
+        assert {k: getattr(p, k) for k in _PAO_DEFAULTS} == _PAO_DEFAULTS
+        assert optimizer_state_bytes(p)[:3] == ((4.0, 4.0, 4.0) if p.precision != "fp32"
+                                                else (0.0, 4.0, 4.0))
+
+
+@pytest.mark.parametrize("extra,te_master,state", [
+    # Megatron-LM's --fp8-recipe (default delayed) reaches the optimizer's config in BF16 too
+    ("", True, (2, 2, 2, 0)),
+    ("--fp8-recipe delayed", True, (2, 2, 2, 0)),
+    # another recipe: Megatron-Core's fp32 master weights (and, with bf16 gradients, the copy)
+    ("--fp8-recipe tensorwise", False, (4, 2, 2, 0)),
+    ("--fp8-recipe mxfp8 --grad-reduce-in-bf16", False, (4, 2, 2, 4)),
+    # master weights below fp32 are TE's whatever the recipe
+    ("--fp8-recipe tensorwise --main-params-dtype fp16", True, (2, 2, 2, 4)),
+])
+def test_megatron_import_reads_the_recipe_the_optimizer_gets(tmp_path, extra, te_master, state):
+    launch = (_LAUNCH + "--use-distributed-optimizer --use-precision-aware-optimizer "
+              "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 " + extra)
+    s = import_file(_write(tmp_path, launch)).session
+    assert s.plan.precision == "bf16" and s.plan.te_master_weights is te_master
+    assert optimizer_state_bytes(s.plan) == tuple(float(x) for x in state)
+    assert validate(s) == []
+    # exported (--fp8-recipe tensorwise where Megatron-Core holds them) and back, the same plan
+    args = export_arguments(s)
+    assert ("--fp8-recipe" in args) is (not te_master)
+    assert import_file(_write(tmp_path, export_script(s))).session.plan == s.plan
+
+
+def test_a_plain_launch_keeps_the_field_at_its_default(tmp_path):
+    s = import_file(_write(tmp_path, _LAUNCH + "--use-distributed-optimizer "
+                           "--fp8-recipe tensorwise")).session
+    assert (s.plan.use_precision_aware_optimizer, s.plan.te_master_weights) == (False, True)

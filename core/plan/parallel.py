@@ -350,7 +350,8 @@ class ParallelPlan:
         "master weights (fp32 ones over BF16 weights as the 16 bits BF16 lacks) and reads the "
         "16-bit gradients without an fp32 copy. Megatron-Core does so when its OptimizerConfig's "
         "fp8_recipe is empty or delayed, or main_params_dtype is not fp32: a Megatron-LM launch "
-        "(--fp8-recipe defaults to delayed) unless it trains FP8 with another recipe. Off: "
+        "unless its --fp8-recipe (default delayed, given to the optimizer without FP8 too) is "
+        "another. Off: "
         "Megatron-Core keeps fp32 master weights and the fp32 gradient copy, as under "
         "Megatron-Bridge's BF16 configs (their MixedPrecisionConfig passes fp8_recipe tensorwise "
         "to the optimizer). FP8 with tensorwise, MX or blockwise scaling is always off",

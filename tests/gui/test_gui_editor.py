@@ -340,3 +340,35 @@ def test_several_errors_under_one_field_are_shown_whole(qtbot):
     qtbot.waitUntil(whole, timeout=2000)
     editor.field_widget("plan.tensor_parallel").setValue(8)  # fixed: the row shrinks back
     assert label.isHidden() and label.minimumHeight() == 0
+
+
+def test_precision_aware_optimizer_fields_grey_until_it_is_on(editor):
+    """The state dtypes and te_master_weights are greyed while the precision-aware optimizer is
+    off (their values do nothing then); on, they are edited; on without the distributed
+    optimizer the switch shows Megatron-Core's rule; a low dtype left after switching it off is
+    refused by name and stays editable until set back."""
+    fields = ("plan.te_master_weights", "plan.main_params_dtype", "plan.exp_avg_dtype",
+              "plan.exp_avg_sq_dtype")
+    assert all(not editor.field_widget(f).isEnabled() for f in fields)
+    editor.set_field("plan.use_precision_aware_optimizer", True)
+    assert all(editor.field_widget(f).isEnabled() for f in fields)
+    editor.set_field("plan.zero_stage", 0)
+    assert "needs the distributed optimizer" in editor.error_text(
+        "plan.use_precision_aware_optimizer")
+    editor.set_field("plan.zero_stage", 1)
+    editor.set_field("plan.exp_avg_dtype", "bf16")
+    editor.set_field("plan.exp_avg_sq_dtype", "fp8")
+    p = editor.session().plan
+    assert (p.use_precision_aware_optimizer, p.exp_avg_dtype, p.exp_avg_sq_dtype) == (
+        True, "bf16", "fp8")
+    assert editor.error_text("plan.exp_avg_dtype") == ""
+    editor.set_field("plan.use_precision_aware_optimizer", False)
+    # the untouched ones grey again; a dtype left below fp32 stays editable (as a recipe
+    # left without FP8) with the rule by name, until it is set back
+    assert not editor.field_widget("plan.main_params_dtype").isEnabled()
+    assert not editor.field_widget("plan.te_master_weights").isEnabled()
+    assert editor.field_widget("plan.exp_avg_dtype").isEnabled()
+    assert "needs use_precision_aware_optimizer" in editor.error_text("plan.exp_avg_dtype")
+    editor.set_field("plan.exp_avg_dtype", "fp32")
+    editor.set_field("plan.exp_avg_sq_dtype", "fp32")
+    assert not editor.field_widget("plan.exp_avg_dtype").isEnabled() and editor.is_valid()

@@ -261,13 +261,16 @@ def _sharding_words(pl: Any) -> list[str]:
         raise MegatronArgsError(f"plan.grad_reduce_dtype {gd!r}: Megatron-LM reduces gradients "
                                 "in fp32 or bf16")
     if _get(pl, "use_precision_aware_optimizer"):
-        if _get(pl, "te_master_weights") is False and not (
-                pl.precision == "fp8" and fp8_recipe(pl) != "delayed"):
-            raise MegatronArgsError("plan.te_master_weights false: Megatron-LM's launch leaves "
-                                    "the master weights to Transformer Engine's FusedAdam "
-                                    "(its --fp8-recipe defaults to delayed); Megatron-Core "
-                                    "keeps them only for Megatron-Bridge's configs")
+        if _get(pl, "te_master_weights") is False and pl.precision == "fp8" \
+                and fp8_recipe(pl) == "delayed":
+            raise MegatronArgsError("plan.te_master_weights false with FP8 delayed scaling: "
+                                    "Megatron-Core leaves the master weights to Transformer "
+                                    "Engine's FusedAdam with the delayed recipe")
         out.append("--use-precision-aware-optimizer")
+        if _get(pl, "te_master_weights") is False and pl.precision != "fp8":
+            # Megatron-LM gives --fp8-recipe (default delayed) to the optimizer's config in
+            # BF16 training too; another recipe keeps Megatron-Core's fp32 master weights
+            out += ["--fp8-recipe", "tensorwise"]
         for name in ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
             if (_get(pl, name) or "fp32") != "fp32":
                 out += [f"--{name.replace('_', '-')}", str(_get(pl, name))]

@@ -599,7 +599,10 @@ def _precision_aware_optimizer(mp: Mapper) -> None:
     ``--main-grads-dtype bf16``: Megatron-Core 0.16.1 reads it nowhere but in that assertion;
     the optimizer reads the gradient buffer (``main_grad``), whose dtype ``--grad-reduce-in-bf16``
     sets. With ``--grad-reduce-in-bf16`` both say bf16 and it is taken; without it the launch's
-    gradient dtype is not decided by what is read here, and it is refused by name."""
+    gradient dtype is not decided by what is read here, and it is refused by name.
+    ``plan.te_master_weights``: ``--fp8-recipe`` (default delayed), which Megatron-LM gives the
+    optimizer's config in BF16 training too: delayed, or master weights below fp32, leave them
+    to Transformer Engine; tensorwise, mxfp8, blockwise or custom to Megatron-Core."""
     args, src = mp.args, mp.source
     aware = mp.switch("--use-precision-aware-optimizer")
     given = {f: one_value(args, f, src) for f in _STATE_DTYPES if mp.take(f)}
@@ -607,6 +610,13 @@ def _precision_aware_optimizer(mp: Mapper) -> None:
     for flag, name in _STATE_DTYPES.items():
         if name is not None:
             mp.set(flag, f"plan.{name}", given.get(flag, "fp32"))
+    # Megatron-LM passes --fp8-recipe (default delayed) to Megatron-Core's OptimizerConfig
+    # whether or not it trains FP8; any other recipe leaves the fp32 master weights (and the
+    # fp32 gradient copy) to Megatron-Core unless they are below fp32
+    # (use_precision_aware_optimizer_no_fp8_or_ds_fp8, optimizer_config.py:355)
+    recipe = one_value(args, "--fp8-recipe", src) if "--fp8-recipe" in args else "delayed"
+    mp.set("--fp8-recipe", "plan.te_master_weights", not aware or recipe == "delayed"
+           or given.get("--main-params-dtype", "fp32") != "fp32")
     if aware and "--use-megatron-fsdp" in args:
         mp.refuse("--use-precision-aware-optimizer", "with --use-megatron-fsdp: Megatron-FSDP "
                   "keeps its own fp32 main weights (preserve_fp32_weights, Megatron-Core 0.16.1 "
