@@ -39,8 +39,8 @@ def cp_all_gather_core(b: int, s: int, cp: int, heads: int, groups: int, dh: int
     Sec. 3.3.2), forward and backward kernel lists for a rank of ``s`` tokens (``s_full/cp``,
     its two load-balanced chunks), ``heads`` / ``groups`` its query and K/V heads, ``dh`` the
     head size of Q and K, ``dv`` of V and the output (``dh`` when None; MLA's differ,
-    :func:`cp_head_sizes`), ``e`` bytes per element, ``step_flops`` the FLOPs of one causal ``s x s``
-    FlashAttention pass (the ring's step).
+    :func:`cp_head_sizes`), ``e`` bytes per element, ``step_flops`` the FLOPs of one causal
+    ``s x s`` FlashAttention pass (the ring's step).
 
     The all-gather (communication, timed by the graph) leaves the whole sequence's K and V on
     every rank; TE puts its ``2*cp`` chunks in sequence order (an index_select of each: one
@@ -71,8 +71,9 @@ def cp_all_gather_core(b: int, s: int, cp: int, heads: int, groups: int, dh: int
 def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
     """Bytes of one K/V block a context-parallel rank sends per ring step, per tensor-parallel
     rank: K and V of its ``s/cp`` tokens, ``b * s/cp * (g/t) * (d_qk + d_v)`` elements
-    (:func:`cp_head_sizes`: ``2 kv_channels``; MLA ``qk + rope + v``, ``g = a``) in the tensors' dtype (:func:`core.plan.parallel.tensor_dtype`: BF16 under FP8, whose attention runs
-    in BF16; Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V together; tensor
+    (:func:`cp_head_sizes`: ``2 kv_channels``; MLA ``qk + rope + v``, ``g = a``) in the
+    tensors' dtype (:func:`core.plan.parallel.tensor_dtype`: BF16 under FP8, whose attention
+    runs in BF16; Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V together; tensor
     parallelism splits the K/V heads, each tensor-parallel rank exchanges its own). 0 without
     context parallelism."""
     cp = plan.context_parallel
