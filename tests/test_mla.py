@@ -135,8 +135,13 @@ def test_mla_validation_refuses_by_name():
     gpt = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], q_lora_rank=1536)
     e = {x.field: x.message for x in validate(Session(model=gpt, plan=_plan()))}
     assert "needs multi_latent_attention" in e["model.q_lora_rank"]
+    # context parallelism runs MLA through TE's context-parallel attention (modelled; see
+    # tests/test_mla_context_parallel.py); PyTorch's allgather rotation is refused by name
     e = {x.field for x in validate(Session(model=V3, plan=_plan(context_parallel=2)))}
-    assert "plan.context_parallel" in e
+    assert "plan.context_parallel" not in e
+    e = {x.field for x in validate(Session(model=V3, plan=_plan(context_parallel=2,
+                                                                cp_comm_type="allgather")))}
+    assert "plan.cp_comm_type" in e
 
 
 def test_mla_simulates_with_latent_tp_collectives():

@@ -86,9 +86,12 @@ def causal_core_fraction(model: ModelConfig) -> float:
 
 
 def attention_core_kernels(key: Mapping[str, Any], b: int, s: int, heads: int, groups: int,
-                           dh: int, e: int) -> tuple[list[Kernel], list[Kernel]]:
+                           dh: int, e: int, dv: int | None = None
+                           ) -> tuple[list[Kernel], list[Kernel]]:
     """``(forward, backward)`` kernels of one rank's attention core (scores, softmax, values)
-    for ``heads`` query and ``groups`` K/V heads of ``dh`` channels over ``s`` tokens: one
+    for ``heads`` query and ``groups`` K/V heads of ``dh`` channels over ``s`` tokens (``dv``
+    the channels of V and the output when they differ: multi-head latent attention's
+    ``v_head_dim`` beside Q's and K's ``qk + rope``; FlashAttention only): one
     FlashAttention kernel per pass (with the window, context-parallel ring, all-gather or
     all-to-all of the key), or Megatron's unfused batched GEMMs and softmax (see
     :func:`core.model.layer.dense_op_kernels`).
@@ -104,19 +107,22 @@ def attention_core_kernels(key: Mapping[str, Any], b: int, s: int, heads: int, g
     if key.get("attn") == "flash":
         # the all-to-all exchanges (cpa > 1): the core runs on cpa times the tokens for
         # 1/cpa of the heads, in a ring of cp/cpa steps (one step for a2a)
+        dv = dh if dv is None else dv  # V's and the output's channels (MLA: v_head_dim)
         cpa = int(key.get("cpa", 1) or 1)
         ring, sc, hc, gc = cp // cpa, s * cpa, heads // cpa, groups // cpa
-        causal = 4.0 * b * hc * dh * attended_pairs(sc, int(key.get("w", 0) or 0))
-        io_fwd = e * b * sc * dh * (2 * hc + 2 * gc)  # Q, K, V in, O out
+        # scores over dh channels, values over dv: 2 (dh + dv) FLOPs per query-key pair
+        causal = 2.0 * b * hc * (dh + dv) * attended_pairs(sc, int(key.get("w", 0) or 0))
+        io_fwd = e * b * sc * (dh + dv) * (hc + gc)  # Q, K, V in, O out
         core = [Kernel("flash_attn", causal, float(io_fwd), sc, sc, dh, b * hc)]
         core_bwd = [Kernel("flash_attn_bwd", 2.5 * causal,
-                           float(e * b * sc * dh * (4 * hc + 4 * gc)), sc, sc, dh, b * hc)]
+                           float(e * b * sc * (dh + dv) * (2 * hc + 2 * gc)), sc, sc, dh, b * hc)]
         if cp > 1 and int(key.get("cpg", 0) or 0):
-            core, core_bwd = cp_all_gather_core(b, s, cp, heads, groups, dh, e, causal)
-        elif ring > 1:  # ring attention: cp steps, each a causal s x s problem (see above)
-            core = core * ring + [mem("cp_out_correction", 3 * e * T * heads * dh)] * (ring - 1)
-            core_bwd = core_bwd * ring + [mem("cp_grad_accumulate", 3 * e * T * dh * (
-                heads + 2 * groups))] * (ring - 1)
+            core, core_bwd = cp_all_gather_core(b, s, cp, heads, groups, dh, e, causal, dv)
+        elif ring > 1:  # ring attention: cp steps, each a causal s x s problem (see above):
+            # each later step corrects the output (dv) and the backward adds dQ, dK (dh), dV
+            core = core * ring + [mem("cp_out_correction", 3 * e * T * heads * dv)] * (ring - 1)
+            core_bwd = core_bwd * ring + [mem("cp_grad_accumulate", 3 * e * T * (
+                heads * dh + groups * (dh + dv)))] * (ring - 1)
         if cpa > 1:  # TE's a2a copies Q, K, V and O (dO, dQ, dK, dV) into its exchanges'
             # layout: each read and written once
             core = [mem("cp_a2a_layout", 2.0 * io_fwd), *core]

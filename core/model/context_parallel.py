@@ -12,18 +12,35 @@ from core.plan.parallel import ParallelPlan, tensor_dtype
 __all__ = [
     "cp_a2a_bytes", "cp_a2a_size", "cp_all_gather", "cp_all_gather_core",
     "cp_core_output_kept_twice", "cp_exchange_buffer_bytes", "cp_exchange_bytes",
-    "cp_kv_block_bytes", "cp_query_bytes",
+    "cp_head_sizes", "cp_kv_block_bytes", "cp_output_bytes", "cp_query_bytes",
 ]
 
 
+def cp_head_sizes(model: ModelConfig) -> tuple[int, int]:
+    """``(d_qk, d_v)``: channels per head of the attention core's queries and keys, and of its
+    values and output, the sizes context parallelism moves. Multi-head latent attention
+    (Megatron-Core ``MLASelfAttention``): ``qk_head_dim + qk_pos_emb_head_dim`` and
+    ``v_head_dim`` (DeepSeek-V3: 192 and 128), its K/V heads the query heads; every other model
+    ``(kv_channels, kv_channels)`` (:attr:`ModelConfig.head_dim`). Transformer Engine 2.20's
+    context-parallel functions take Q, K and V of their own sizes (``AttnFuncWithCPAndKVP2P``
+    flattens K and V into one buffer, ``torch.cat((k.view(-1), v.view(-1)))``; the all-gather
+    gathers K and V apart; the all-to-all moves each tensor apart; the output is
+    ``q.shape[:-1] + v.shape[-1:]``)."""
+    if getattr(model, "multi_latent_attention", False) is True:
+        return (int(model.qk_head_dim) + int(model.qk_pos_emb_head_dim), int(model.v_head_dim))
+    return model.head_dim, model.head_dim
+
+
 def cp_all_gather_core(b: int, s: int, cp: int, heads: int, groups: int, dh: int, e: int,
-                        step_flops: float) -> tuple[list[Kernel], list[Kernel]]:
+                        step_flops: float, dv: int | None = None
+                        ) -> tuple[list[Kernel], list[Kernel]]:
     """The attention core of Megatron-Core's all-gather context parallelism (``--cp-comm-type
     all_gather``; Transformer Engine's ``AttnFuncWithCPAndKVAllGather``, the Llama 3 paper's
     Sec. 3.3.2), forward and backward kernel lists for a rank of ``s`` tokens (``s_full/cp``,
     its two load-balanced chunks), ``heads`` / ``groups`` its query and K/V heads, ``dh`` the
-    head size, ``e`` bytes per element, ``step_flops`` the FLOPs of one causal ``s x s``
-    FlashAttention pass (the ring's step).
+    head size of Q and K, ``dv`` of V and the output (``dh`` when None; MLA's differ,
+    :func:`cp_head_sizes`), ``e`` bytes per element, ``step_flops`` the FLOPs of one causal
+    ``s x s`` FlashAttention pass (the ring's step).
 
     The all-gather (communication, timed by the graph) leaves the whole sequence's K and V on
     every rank; TE puts its ``2*cp`` chunks in sequence order (an index_select of each: one
@@ -36,13 +53,14 @@ def cp_all_gather_core(b: int, s: int, cp: int, heads: int, groups: int, dh: int
     the two chunks' backward kernels into a zeroed whole-sequence dK and dV (write, then
     read and write per chunk), and puts those back in chunk order (one read and one write)
     before their reduce-scatter (communication)."""
-    kv_all = e * b * cp * s * dh * 2 * groups  # the gathered K and V
-    q = e * b * s * dh * heads  # the rank's queries (and its output)
+    dv = dh if dv is None else dv
+    kv_all = e * b * cp * s * groups * (dh + dv)  # the gathered K and V
+    o = e * b * s * heads * dv  # the rank's output
     half_q, mean_kv = s // 2, cp * s // 2  # a chunk's queries; the keys it attends to, on average
-    io = float(e * b * dh * (half_q * 2 * heads + mean_kv * 2 * groups))
+    io = float(e * b * (dh + dv) * (half_q * heads + mean_kv * groups))  # Q, O; K, V
     fwd = [mem("cp_ag_reorder", 2 * kv_all),
            *[Kernel("flash_attn", cp * step_flops / 2, io, half_q, mean_kv, dh, b * heads)] * 2,
-           mem("cp_ag_out_copy", 2 * q)]
+           mem("cp_ag_out_copy", 2 * o)]
     bwd = [mem("cp_ag_reorder", 2 * kv_all), mem("cp_ag_grad_zero", kv_all),
            *[Kernel("flash_attn_bwd", 2.5 * cp * step_flops / 2, 2 * io, half_q, mean_kv, dh,
                     b * heads)] * 2,
@@ -52,9 +70,10 @@ def cp_all_gather_core(b: int, s: int, cp: int, heads: int, groups: int, dh: int
 
 def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
     """Bytes of one K/V block a context-parallel rank sends per ring step, per tensor-parallel
-    rank: K and V of its ``s/cp`` tokens, ``b * s/cp * 2 * (g/t) * kv_channels`` elements in
-    the tensors' dtype (:func:`core.plan.parallel.tensor_dtype`: BF16 under FP8, whose attention runs
-    in BF16; Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V together; tensor
+    rank: K and V of its ``s/cp`` tokens, ``b * s/cp * (g/t) * (d_qk + d_v)`` elements
+    (:func:`cp_head_sizes`: ``2 kv_channels``; MLA ``qk + rope + v``, ``g = a``) in the
+    tensors' dtype (:func:`core.plan.parallel.tensor_dtype`: BF16 under FP8, whose attention
+    runs in BF16; Transformer Engine's ``AttnFuncWithCPAndKVP2P`` passes K and V together; tensor
     parallelism splits the K/V heads, each tensor-parallel rank exchanges its own). 0 without
     context parallelism."""
     cp = plan.context_parallel
@@ -62,7 +81,8 @@ def cp_kv_block_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
         return 0.0
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]  # FP8 training keeps K and V in BF16
     g = model.query_groups // plan.tensor_parallel
-    return float(plan.micro_batch_size * (model.seq_length // cp) * 2 * g * model.head_dim * e)
+    dqk, dv = cp_head_sizes(model)
+    return float(plan.micro_batch_size * (model.seq_length // cp) * g * (dqk + dv) * e)
 
 
 def cp_all_gather(plan: ParallelPlan) -> bool:
@@ -89,8 +109,9 @@ def cp_a2a_bytes(model: ModelConfig, plan: ParallelPlan) -> tuple[float, float]:
     """``(before, after)`` send buffers, bytes per GPU, of the all-to-alls of one attention
     forward under all-to-all context parallelism (:func:`cp_a2a_size` > 1; TE's
     ``flash_attn_a2a_communicate``): before the core Q, K and V of the rank's ``s/cp`` tokens,
-    ``b * s/cp * (a/t + 2 g/t) * kv_channels`` elements; after it the output,
-    ``b * s/cp * (a/t) * kv_channels``; in the tensors' dtype (BF16 under FP8). The backward
+    ``b * s/cp * ((a/t) d_qk + (g/t) (d_qk + d_v))`` elements; after it the output,
+    ``b * s/cp * (a/t) * d_v`` (:func:`cp_head_sizes`; ``kv_channels`` each but MLA's); in the
+    tensors' dtype (BF16 under FP8). The backward
     moves the same two buffers the other way round (dO before its core; dQ, dK, dV after).
     Each rank keeps ``1/cpa`` of each buffer (nccl-tests' all-to-all convention). (0, 0)
     without an all-to-all."""
@@ -98,9 +119,10 @@ def cp_a2a_bytes(model: ModelConfig, plan: ParallelPlan) -> tuple[float, float]:
         return 0.0, 0.0
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     t = plan.tensor_parallel
-    tok = plan.micro_batch_size * (model.seq_length // plan.context_parallel) * model.head_dim * e
+    tok = plan.micro_batch_size * (model.seq_length // plan.context_parallel) * e
     heads, groups = model.num_attention_heads // t, model.query_groups // t
-    return float(tok * (heads + 2 * groups)), float(tok * heads)
+    dqk, dv = cp_head_sizes(model)
+    return float(tok * (heads * dqk + groups * (dqk + dv))), float(tok * heads * dv)
 
 
 def cp_exchange_bytes(model: ModelConfig, plan: ParallelPlan) -> tuple[float, float]:
@@ -115,17 +137,29 @@ def cp_exchange_bytes(model: ModelConfig, plan: ParallelPlan) -> tuple[float, fl
 
 
 def cp_query_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
-    """Bytes of the rank's queries (and of the core's output, the same shape) per
-    tensor-parallel rank: ``b * s/cp * (a/t) * kv_channels`` elements in the tensors' dtype
-    (BF16 under FP8, :func:`core.plan.parallel.tensor_dtype`). Under an all-to-all the core
-    holds ``1/cpa`` of the heads for ``cpa`` times the tokens: the same count. 0 without
-    context parallelism."""
+    """Bytes of the rank's queries (and of their gradient dQ) per tensor-parallel rank:
+    ``b * s/cp * (a/t) * d_qk`` elements (:func:`cp_head_sizes`: ``kv_channels``; MLA
+    ``qk + rope``) in the tensors' dtype (BF16 under FP8,
+    :func:`core.plan.parallel.tensor_dtype`). Under an all-to-all the core holds ``1/cpa`` of
+    the heads for ``cpa`` times the tokens: the same count. 0 without context parallelism."""
+    return _heads_bytes(model, plan, cp_head_sizes(model)[0])
+
+
+def cp_output_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
+    """Bytes of the attention core's output per tensor-parallel rank, ``b * s/cp * (a/t) *
+    d_v`` elements (:func:`cp_head_sizes`: :func:`cp_query_bytes` but for MLA, whose output
+    has ``v_head_dim`` channels per head). 0 without context parallelism."""
+    return _heads_bytes(model, plan, cp_head_sizes(model)[1])
+
+
+def _heads_bytes(model: ModelConfig, plan: ParallelPlan, d: int) -> float:
+    """Bytes of ``b * s/cp * (a/t) * d`` elements in the tensors' dtype; 0 without cp."""
     cp = plan.context_parallel
     if cp <= 1:
         return 0.0
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     a = model.num_attention_heads // plan.tensor_parallel
-    return float(plan.micro_batch_size * (model.seq_length // cp) * a * model.head_dim * e)
+    return float(plan.micro_batch_size * (model.seq_length // cp) * a * d * e)
 
 
 def cp_core_output_kept_twice(plan: ParallelPlan) -> bool:
@@ -135,7 +169,7 @@ def cp_core_output_kept_twice(plan: ParallelPlan) -> bool:
     all-to-all's head-split layout (``out_part``, ``f16_tensors = (q_part, k_part, v_part,
     out_part)``) and returns a new tensor, the output all-to-all'd back to the sequence split
     (``flash_attn_a2a_communicate(out_, ...)``), which the output projection keeps as its input:
-    two tensors of :func:`cp_query_bytes` where the ring (whose saved ``out`` is the tensor it
+    two tensors of :func:`cp_output_bytes` where the ring (whose saved ``out`` is the tensor it
     returns) and the all-gather keep one (TE 2.11 and 2.20,
     ``pytorch/attention/dot_product_attention/context_parallel.py``).
 
@@ -149,7 +183,8 @@ def cp_exchange_buffer_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
     attention layer runs (transient: one layer at a time, freed after it; the backward's, the
     larger), beyond the dQ, dK and dV the attention kernel's backward writes without context
     parallelism (not counted by the model), per exchange (``plan.cp_comm_type``), with ``blk``
-    the K/V block of :func:`cp_kv_block_bytes` and ``q`` the queries of :func:`cp_query_bytes`
+    the K/V block of :func:`cp_kv_block_bytes` and ``q`` the queries (dQ) of
+    :func:`cp_query_bytes` (per-tensor head sizes, :func:`cp_head_sizes`)
     (Transformer Engine's ``pytorch/attention/dot_product_attention/context_parallel.py``,
     2.11 and 2.20):
 

@@ -322,7 +322,7 @@ def dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mod
     no ``s x s`` term; the exchange's K/V buffers are transient, one layer's at a time:
     :func:`cp_exchange_buffer_bytes`, added by :func:`stage_memory_arrays`); with the
     all-to-all exchange (``cp_comm_type`` a2a) the core's output twice, ``+2 a kv / h``
-    (:func:`_core_output_kept_twice`).
+    (``+2 a d_v / h`` with multi-head latent attention; :func:`_core_output_kept_twice`).
 
     Selective recomputation by module (Megatron-Core ``--recompute-modules``,
     :func:`core.plan.parallel.recompute_modules`): ``core_attn`` drops the ``5as/h`` term (the
@@ -414,6 +414,8 @@ def _layer_terms(model: ModelConfig, plan: ParallelPlan, mods: tuple[str, ...],
         base -= 2.0
     if mla:  # multi-head latent attention: its heads and latents (mla_activation_terms)
         attn, latent = mla_activation_terms(model, plan, mods)
+        if _core_output_kept_twice(plan, mods):  # TE's a2a keeps its head-split output too
+            attn += 2 * a * model.v_head_dim / h  # (a d_v wide, as the projection's input)
         base += latent
         proj_width = a * model.v_head_dim  # the projection's input: a heads of v_head_dim
     else:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from core.model.attention import attended_pairs
+from core.model.attention import attention_core_kernels
 from core.model.base import DTYPE_BYTES, Kernel, mem, wgrad_accumulate, wgrad_accumulate_bytes
 from core.model.fp8 import linear_kernels
 from core.plan.model_config import ModelConfig
@@ -134,10 +134,13 @@ def mla_op_kernels(op: str, key: Mapping[str, Any]) -> list[Kernel]:
     d_v/t, h)``. The backward runs each GEMM's input and weight gradients and accumulates the
     weight gradients; FP8 quantizes each linear layer's input and output gradient as the dense
     layer's (:func:`linear_kernels`). The attention is FlashAttention only (validation
-    refuses MLA with the unfused kernel and with context parallelism).
+    refuses MLA with the unfused kernel); under context parallelism (the key's ``s`` the rank's
+    ``s/cp`` tokens) every token-wise kernel runs on the rank's tokens (Megatron-Core's fused
+    MLA RoPE takes the cp rank's positions) and the core is the exchange's
+    (:func:`_mla_core_kernels`).
     """
     sh = _mla_shape(key)
-    core, core_bwd = _mla_core_kernels(sh)
+    core, core_bwd = _mla_core_kernels(sh, key)
     if op == "attention_core_fwd":
         return core
     if op == "attention_core_bwd":
@@ -204,17 +207,15 @@ def _mla_shape(key: Mapping[str, Any]) -> _MlaShape:
                      qkn=qkn, q_cols=q_cols, kv_cols=kv_cols, ctx=ctx)
 
 
-def _mla_core_kernels(sh: _MlaShape) -> tuple[list[Kernel], list[Kernel]]:
+def _mla_core_kernels(sh: _MlaShape, key: Mapping[str, Any]) -> tuple[list[Kernel], list[Kernel]]:
     """``(forward, backward)`` FlashAttention kernels of the MLA core: causal, ``2 b (a/t)
-    (s^2/2) (d_qk + d_pe + d_v)`` FLOPs forward, 2.5x that backward (see :func:`mla_op_kernels`)."""
-    b, s, e, T, heads, dqk, dv = sh.b, sh.s, sh.e, sh.T, sh.heads, sh.dqk, sh.dv
-    pairs = attended_pairs(s)
-    flops = 2.0 * b * heads * pairs * (dqk + dv)
-    core = [Kernel("flash_attn", flops, float(e * T * heads * (2 * dqk + 2 * dv)), s, s, dqk,
-                   b * heads)]
-    core_bwd = [Kernel("flash_attn_bwd", 2.5 * flops, float(e * T * heads * (4 * dqk + 4 * dv)),
-                       s, s, dqk, b * heads)]
-    return core, core_bwd
+    (s^2/2) (d_qk + d_pe + d_v)`` FLOPs forward, 2.5x that backward (see :func:`mla_op_kernels`);
+    the dense core's kernels (:func:`core.model.attention.attention_core_kernels`) with K/V
+    heads = query heads, Q and K of ``d_qk + d_pe`` channels, V and the output of ``d_v``, so
+    that context parallelism (the key's ``cp``, ``cpa``, ``cpg``: the ring's steps, the
+    all-gather's two chunks, the all-to-all's head split) runs as for any other model."""
+    flash = {**key, "attn": "flash"}  # MLA runs in FlashAttention only (validation)
+    return attention_core_kernels(flash, sh.b, sh.s, sh.heads, sh.heads, sh.dqk, sh.e, sh.dv)
 
 
 def _mla_assemble_bytes(sh: _MlaShape) -> int:

@@ -49,7 +49,8 @@ from core.model.mtp import (  # noqa: F401
 )
 from core.model.context_parallel import (  # noqa: F401
     cp_a2a_bytes, cp_a2a_size, cp_all_gather, cp_core_output_kept_twice,
-    cp_exchange_buffer_bytes, cp_exchange_bytes, cp_kv_block_bytes, cp_query_bytes,
+    cp_exchange_buffer_bytes, cp_exchange_bytes, cp_head_sizes, cp_kv_block_bytes,
+    cp_output_bytes, cp_query_bytes,
 )
 from core.model.layout import (  # noqa: F401
     chunks_per_stage, edge_stages, loss_stage, stage_chunk_layers, stage_layers,
@@ -98,7 +99,8 @@ __all__ = [
     "num_moe_layers", "mtp_extra_parameters", "mtp_layer_is_moe", "mtp_layers",
     "mtp_tp_collectives", "cp_a2a_bytes", "cp_a2a_size", "cp_all_gather",
     "cp_core_output_kept_twice", "cp_exchange_buffer_bytes", "cp_exchange_bytes",
-    "cp_kv_block_bytes", "cp_query_bytes", "chunks_per_stage", "edge_stages", "loss_stage",
+    "cp_head_sizes", "cp_kv_block_bytes", "cp_output_bytes", "cp_query_bytes",
+    "chunks_per_stage", "edge_stages", "loss_stage",
     "stage_chunk_layers", "stage_layers", "recomputed_in_chunk", "recomputed_layers",
     "selective_op_flops_per_token", "selective_op_linears", "attention_forward_flops_per_token",
     "attention_parameters", "dense_edge_parameters", "dense_forward_flops_per_token",

@@ -64,9 +64,9 @@ def _mla_model_errors(m: ModelConfig) -> list[FieldError]:
       query attention (``num_query_groups`` unset or ``a``: MLA's keys and values have ``a``
       heads); ``attention_kernel`` flash (Megatron-Core runs MLA's core in Transformer
       Engine's fused attention, which takes a value head size other than the query's);
-      ``add_qkv_bias`` off (MLA's projections have no bias); no sliding window, no attention
-      sinks (``softmax_type``) and no context parallelism (not modelled with MLA; see
-      :func:`validate`'s plan rules).
+      ``add_qkv_bias`` off (MLA's projections have no bias); no sliding window and no attention
+      sinks (``softmax_type``). (Context parallelism with MLA: the plan rules,
+      :func:`core.plan.rules._mla_plan_errors`.)
     """
     errs: list[FieldError] = []
     mtp = m.mtp_num_layers

@@ -350,9 +350,6 @@ def _cp_a2a_errors(m: ModelConfig, pl: ParallelPlan, kind: str, size: int | None
                                "joins at least two all-to-all groups); use a2a for one group")]
     a = size if kind == "a2a+p2p" else cp
     errs = []
-    if m.multi_latent_attention is True:
-        return [FieldError("plan.cp_comm_type", f"cp_comm_type={kind!r} with multi-head latent "
-                           "attention is not modelled", rule=NOT_MODELLED)]
     heads, groups = m.num_attention_heads // t, m.query_groups // t
     for what, n in (("query heads", heads), ("K/V heads (query groups)", groups)):
         if n % a:
@@ -557,12 +554,26 @@ def ep_overlap_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
 def _mla_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     """Rules of a plan for multi-head latent attention: the recompute module ``mla_up_proj``
     (Megatron-Core: MLA's up-projections under ``CheckpointWithoutOutput``) needs an MLA model;
-    context parallelism with MLA is not modelled (the ring's K/V blocks of MLA's head sizes),
-    nor ``tp_comm_overlap`` (the userbuffer overlap pairs of MLA's latent collectives)."""
+    not modelled: ``tp_comm_overlap`` (the userbuffer overlap pairs of MLA's latent
+    collectives), torchtitan's per-op recomputation, and with context parallelism (cp > 1;
+    Megatron-Core 0.16.1 runs MLA through Transformer Engine 2.20's context-parallel attention,
+    whose p2p, all_gather, a2a and a2a+p2p functions all take Q/K and V of their own head
+    sizes, modelled with :func:`core.model.context_parallel.cp_head_sizes`):
+
+    * ``cp_comm_type`` ``allgather``, PyTorch's ``context_parallel`` (torchtitan): not TE's;
+      which SDPA backend runs MLA's unequal head sizes under it is not modelled;
+    * ``recompute_modules`` ``mla_up_proj``: TE's context-parallel functions save their own
+      copies of K and V (p2p: the ring's last K/V buffer, ``torch.cat`` of K and V; a2a: the
+      all-to-all'd Q, K, V), which the up-projections' checkpoint does not free;
+    * multi-token prediction (``model.mtp_num_layers`` > 0, any model): Megatron-Core's
+      ``roll_tensor(..., cp_group)`` sends the boundary tokens of the input ids, position ids,
+      labels and loss mask between neighbouring cp ranks (four send/receive pairs per MTP
+      layer and micro-batch), a communication the simulator does not charge."""
     errs: list[FieldError] = []
     mla = m.multi_latent_attention is True
-    if pl.recompute == "selective" and isinstance(pl.recompute_modules, str) and not mla \
-            and "mla_up_proj" in parse_recompute_modules(pl.recompute_modules):
+    mods = (parse_recompute_modules(pl.recompute_modules)
+            if pl.recompute == "selective" and isinstance(pl.recompute_modules, str) else ())
+    if not mla and "mla_up_proj" in mods:
         errs.append(FieldError("plan.recompute_modules", "recompute_modules: mla_up_proj needs "
                                "model.multi_latent_attention (it recomputes MLA's "
                                "up-projections)"))
@@ -575,15 +586,27 @@ def _mla_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
                                "attention is not modelled (the overlap of MLA's latent "
                                "all-gathers and gradient reduce-scatters with its up and down "
                                "projections)", rule=NOT_MODELLED))
+    cp = pl.context_parallel if is_int(pl.context_parallel) else 1
     mtp = m.mtp_num_layers
-    if is_int(mtp) and mtp > 0 and is_int(pl.context_parallel) and pl.context_parallel > 1:
-        errs.append(FieldError("plan.context_parallel", f"context_parallel_size="
-                               f"{pl.context_parallel} with multi-token prediction "
-                               "(model.mtp_num_layers) is not modelled", rule=NOT_MODELLED))
-    if mla and is_int(pl.context_parallel) and pl.context_parallel > 1:
-        errs.append(FieldError("plan.context_parallel", f"context_parallel_size="
-                               f"{pl.context_parallel} with multi-head latent attention is not "
-                               "modelled"))
+    if is_int(mtp) and mtp > 0 and cp > 1:
+        errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} with "
+                               "multi-token prediction (model.mtp_num_layers) is not modelled: "
+                               "Megatron-Core's roll_tensor sends the boundary tokens of the "
+                               "input ids, position ids, labels and loss mask between "
+                               "neighbouring cp ranks, a communication not charged",
+                               rule=NOT_MODELLED))
+    if mla and cp > 1 and getattr(pl, "cp_comm_type", "p2p") == "allgather":
+        errs.append(FieldError("plan.cp_comm_type", "cp_comm_type='allgather' (PyTorch's "
+                               "context_parallel) with multi-head latent attention is not "
+                               "modelled: MLA with context parallelism is modelled through "
+                               "Transformer Engine's p2p, all_gather, a2a and a2a+p2p",
+                               rule=NOT_MODELLED))
+    if mla and cp > 1 and "mla_up_proj" in mods:
+        errs.append(FieldError("plan.recompute_modules", f"recompute_modules: mla_up_proj with "
+                               f"context_parallel_size={cp} is not modelled: Transformer "
+                               "Engine's context-parallel attention saves its own copies of K "
+                               "and V, which the up-projections' checkpoint does not free",
+                               rule=NOT_MODELLED))
     return errs
 
 

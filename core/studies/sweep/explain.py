@@ -137,8 +137,8 @@ def _virtual_and_exchange_errors(session: Session, space: SweepSpace, n: int | N
     if named and "p2p" not in as_list(space.cp_comm_type):
         out.append((FieldError(f"--cp-comm-types {','.join(as_list(space.cp_comm_type))}", (
             "with cp > 1 the all-to-all exchanges have rules of their own: a2a needs the query "
-            "heads and the query groups of a tensor-parallel rank divisible by cp (and no "
-            "multi-head latent attention), a2a+p2p the session's cp_a2a_size dividing cp; "
+            "heads and the query groups of a tensor-parallel rank divisible by cp, a2a+p2p "
+            "the session's cp_a2a_size dividing cp; "
             "p2p, the ring, has none")), set(as_list(space.cp_comm_type))))
     return out
 

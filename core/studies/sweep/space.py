@@ -193,7 +193,7 @@ class SweepSpace:
         attention steps, the all-to-all exposes its exchanges of Q, K, V and
         the output and runs the core on the whole sequence), ``a2a`` only on the plans
         its rules allow (:func:`core.plan.rules.validate`: the query heads and K/V heads of a
-        tensor-parallel rank divisible by cp, no multi-head latent attention); a variant that
+        tensor-parallel rank divisible by cp); a variant that
         breaks a rule is not generated. The session's with ``hold_session_values``.
         ``a2a+p2p`` (Megatron-Core's hierarchical exchange) and ``allgather`` / ``all_gather``
         (PyTorch's and Transformer Engine's all-gather exchanges, which Megatron-Core users
