@@ -45,7 +45,7 @@ from core.model.moe import (  # noqa: F401
     moe_layer_parameters, num_moe_layers,
 )
 from core.model.mtp import (  # noqa: F401
-    mtp_extra_parameters, mtp_layer_is_moe, mtp_layers, mtp_tp_collectives,
+    mtp_cp_roll_bytes, mtp_extra_parameters, mtp_layer_is_moe, mtp_layers, mtp_tp_collectives,
 )
 from core.model.context_parallel import (  # noqa: F401
     cp_a2a_bytes, cp_a2a_size, cp_all_gather, cp_core_output_kept_twice,
@@ -96,7 +96,7 @@ __all__ = [
     "mla_up_proj_forward_flops_per_token", "MoeLayerParameters", "expert_data_parallel",
     "expert_tensor_parallel", "flex_remote_node_copies", "moe_activation_bytes_per_layer",
     "moe_ffn", "moe_forward_flops_per_token", "moe_layer_mask", "moe_layer_parameters",
-    "num_moe_layers", "mtp_extra_parameters", "mtp_layer_is_moe", "mtp_layers",
+    "num_moe_layers", "mtp_cp_roll_bytes", "mtp_extra_parameters", "mtp_layer_is_moe", "mtp_layers",
     "mtp_tp_collectives", "cp_a2a_bytes", "cp_a2a_size", "cp_all_gather",
     "cp_core_output_kept_twice", "cp_exchange_buffer_bytes", "cp_exchange_bytes",
     "cp_head_sizes", "cp_kv_block_bytes", "cp_output_bytes", "cp_query_bytes",

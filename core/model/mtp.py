@@ -1,5 +1,6 @@
 """Multi-token prediction (DeepSeek-V3; Megatron-Core ``MultiTokenPredictionLayer``): its layers,
-extra parameters, kernels of :data:`core.model.keys.MTP_OPS` and tensor-parallel collectives.
+extra parameters, kernels of :data:`core.model.keys.MTP_OPS`, tensor-parallel collectives and,
+with context parallelism, the boundary exchanges of ``roll_tensor``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,19 @@ from core.plan.model_config import ModelConfig
 from core.plan.parallel import tensor_dtype
 
 __all__ = [
-    "mtp_extra_parameters", "mtp_layer_is_moe", "mtp_layers", "mtp_op_kernels",
-    "mtp_tp_collectives",
+    "MTP_CP_ROLL_ELEMENT_BYTES", "mtp_cp_roll_bytes", "mtp_extra_parameters",
+    "mtp_layer_is_moe", "mtp_layers", "mtp_op_kernels", "mtp_tp_collectives",
 ]
+
+#: Bytes per element of the tensors Megatron-Core 0.16.1 rolls once per MTP layer and
+#: micro-batch (``roll_tensor(..., cp_group=self.cp_group)``), in call order: the input ids and
+#: position ids in ``MultiTokenPredictionLayer._get_embeddings``
+#: (``transformer/multi_token_prediction.py`` lines 705 and 712), the labels and the loss mask
+#: in ``GPTModel._postprocess`` before each MTP loss (``models/gpt/gpt_model.py`` lines 626 and
+#: 633). The ids, positions and labels are int64 (``GPTDataset.__getitem__``:
+#: ``torch.from_numpy(text).long()``; ``torch.arange(..., dtype=torch.long)``), the loss mask
+#: float32 (``torch.ones(seq_length, dtype=torch.float)``; ``datasets/gpt_dataset.py``).
+MTP_CP_ROLL_ELEMENT_BYTES = (8, 8, 8, 4)
 
 
 def mtp_layers(model: ModelConfig) -> int:
@@ -91,3 +102,18 @@ def mtp_tp_collectives(model: ModelConfig, sequence_parallel: bool
         return ((("all_gather", 2 * h), ("all_gather", h)),
                 (("all_gather", h), ("all_gather", 2 * h), ("reduce_scatter", 2 * h)))
     return (("all_gather", h),), (("all_reduce", 2 * h),)
+
+
+def mtp_cp_roll_bytes(micro_batch_size: int) -> tuple[float, ...]:
+    """Bytes of one boundary message of each ``roll_tensor`` call of one MTP layer and
+    micro-batch under context parallelism (cp > 1), one per call
+    (:data:`MTP_CP_ROLL_ELEMENT_BYTES`: four calls).
+
+    Megatron-Core 0.16.1 ``roll_tensor`` (``transformer/multi_token_prediction.py`` line 127):
+    the rank's ``(b, s/cp)`` tensor is split in its two load-balanced chunks, each rolled by
+    one token, and each chunk's boundary column (``select(-1, -1)``: shape ``(b,)``) is sent
+    to the previous or the next cp rank with ``isend``/``irecv``, the ops waited for before
+    the chunks are spliced (no autograd: nothing in the backward; outside the MTP layer's
+    checkpointed function: nothing again under full recomputation). ``b`` elements of each
+    tensor per message."""
+    return tuple(float(micro_batch_size * e) for e in MTP_CP_ROLL_ELEMENT_BYTES)

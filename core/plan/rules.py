@@ -564,11 +564,11 @@ def _mla_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
       which SDPA backend runs MLA's unequal head sizes under it is not modelled;
     * ``recompute_modules`` ``mla_up_proj``: TE's context-parallel functions save their own
       copies of K and V (p2p: the ring's last K/V buffer, ``torch.cat`` of K and V; a2a: the
-      all-to-all'd Q, K, V), which the up-projections' checkpoint does not free;
-    * multi-token prediction (``model.mtp_num_layers`` > 0, any model): Megatron-Core's
-      ``roll_tensor(..., cp_group)`` sends the boundary tokens of the input ids, position ids,
-      labels and loss mask between neighbouring cp ranks (four send/receive pairs per MTP
-      layer and micro-batch), a communication the simulator does not charge."""
+      all-to-all'd Q, K, V), which the up-projections' checkpoint does not free.
+
+    Multi-token prediction with cp > 1 (any model) is modelled: Megatron-Core's
+    ``roll_tensor(..., cp_group)`` boundary exchanges are charged on each MTP layer's forward
+    (:meth:`core.sim.stage_comm.StageComm.cp_mtp_roll`)."""
     errs: list[FieldError] = []
     mla = m.multi_latent_attention is True
     mods = (parse_recompute_modules(pl.recompute_modules)
@@ -587,14 +587,6 @@ def _mla_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
                                "all-gathers and gradient reduce-scatters with its up and down "
                                "projections)", rule=NOT_MODELLED))
     cp = pl.context_parallel if is_int(pl.context_parallel) else 1
-    mtp = m.mtp_num_layers
-    if is_int(mtp) and mtp > 0 and cp > 1:
-        errs.append(FieldError("plan.context_parallel", f"context_parallel_size={cp} with "
-                               "multi-token prediction (model.mtp_num_layers) is not modelled: "
-                               "Megatron-Core's roll_tensor sends the boundary tokens of the "
-                               "input ids, position ids, labels and loss mask between "
-                               "neighbouring cp ranks, a communication not charged",
-                               rule=NOT_MODELLED))
     if mla and cp > 1 and getattr(pl, "cp_comm_type", "p2p") == "allgather":
         errs.append(FieldError("plan.cp_comm_type", "cp_comm_type='allgather' (PyTorch's "
                                "context_parallel) with multi-head latent attention is not "

@@ -704,7 +704,8 @@ def graph_size_estimate(session: Session) -> int:
     all-to-alls, two expert tensor-parallel collectives, experts, un-permutation, shared
     experts and their collectives) where the dense MLP has 3, the same in the backward and the
     recomputed forward, and two more weight-gradient parts; each multi-token prediction layer
-    as one more layer and 16 tasks of its embedding, projection and output layer.
+    as one more layer and 16 tasks of its embedding, projection and output layer (17 with
+    context parallelism: its ``roll_tensor`` exchanges).
     """
     return _graph_tasks(session.model, session.plan)
 
@@ -723,7 +724,9 @@ def _graph_tasks(m, pl) -> int:
     # multi-token prediction: each MTP layer's transformer layer, its embedding, eh_proj and
     # one more output layer, forward and backward with their collectives and W parts
     n_mtp = model_math.mtp_layers(m)
-    mtp_extra = n_mtp * (per_layer + 16 + ((20 + moe_rec) if model_math.mtp_layer_is_moe(m) else 0))
+    # (and with context parallelism one more: roll_tensor's exchanges, cp_mtp_roll)
+    mtp_extra = n_mtp * (per_layer + 16 + (pl.context_parallel > 1)
+                         + ((20 + moe_rec) if model_math.mtp_layer_is_moe(m) else 0))
     per_microbatch = (m.num_layers * per_layer + moe_extra + mtp_extra + 8
                       + 2 * pl.pipeline_parallel * v)
     return pl.num_microbatches * per_microbatch + 2 * pl.pipeline_parallel
@@ -731,8 +734,9 @@ def _graph_tasks(m, pl) -> int:
 
 #: The most tasks one layer adds per micro-batch (:func:`_tasks_per_layer`'s largest value, 55,
 #: plus the 9 of context parallelism), an MoE layer's MLP half the most it adds (20 + 9), an
-#: MTP layer the most it adds beside them (16): :func:`graph_tasks_bound`'s constants.
-_MAX_TASKS_PER_LAYER, _MAX_MOE_EXTRA, _MAX_MTP_EXTRA = 64, 29, 16
+#: MTP layer the most it adds beside them (16, 17 with context parallelism's roll exchanges):
+#: :func:`graph_tasks_bound`'s constants.
+_MAX_TASKS_PER_LAYER, _MAX_MOE_EXTRA, _MAX_MTP_EXTRA = 64, 29, 17
 
 
 def graph_tasks_bound(model, num_microbatches: np.ndarray, pipeline_steps: np.ndarray,

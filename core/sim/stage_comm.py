@@ -203,6 +203,30 @@ class StageComm:
             ring["cp_bwd_exposed"] += a2a
         return ring
 
+    def cp_mtp_roll(self) -> float:
+        """Seconds of one MTP layer's ``roll_tensor`` boundary exchanges per micro-batch under
+        context parallelism (the :data:`_SOURCES` entry ``cp_mtp_roll``; 0 at ``cp = 1`` and
+        without MTP layers), blocking the compute stream of the MTP layer's forward.
+
+        Megatron-Core 0.16.1 rolls four tensors per MTP layer and micro-batch with
+        ``roll_tensor(..., cp_group)`` (:data:`core.model.mtp.MTP_CP_ROLL_ELEMENT_BYTES`: the
+        input ids and position ids, ``transformer/multi_token_prediction.py`` lines 705 and
+        712; the labels and loss mask, ``models/gpt/gpt_model.py`` lines 626 and 633), none in
+        the backward. Each call posts an ``isend`` and an ``irecv`` of one ``(b,)`` boundary
+        column per chunk with the previous and the next cp rank, all before the first
+        ``wait``, and waits for them all before its output is used: timed as one step of the
+        cp ring (:meth:`core.sim.comm.CommModel.cp_send_recv`: every rank sending to a
+        neighbour and receiving from one at once, in a node or across) of the call's
+        ``b * element size`` bytes (:func:`core.model.mtp.mtp_cp_roll_bytes`), summed over
+        the four calls. Messages of a few bytes: the time is the store's send/recv latency."""
+        pl = self.session.plan
+        if pl.context_parallel <= 1 or not model_math.mtp_layers(self.session.model):
+            return 0.0
+        return sum(memoized(self.cache, ("cp_send_recv", self.ckey, pl.pipeline_parallel, n,
+                                         model_math.cp_a2a_size(pl)), self.warnings,
+                            cached_comm_call(self.comm, "cp_send_recv", n))
+                   for n in model_math.mtp_cp_roll_bytes(pl.micro_batch_size))
+
     def tp_collectives(self, act_bytes: float, sp: bool) -> dict[str, float]:
         """Seconds of the tensor-parallel collectives of one activation of ``act_bytes``
         (``t > 1``): by kind (the all-reduce; with sequence parallelism the reduce-scatter and

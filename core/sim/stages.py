@@ -511,6 +511,8 @@ def _span_inputs(session: Session, store, cache: dict | None, warnings: list[str
     ring = None
     if cp > 1:
         ring = sc.cp_exchange(times)
+        if model_math.mtp_layers(m):  # roll_tensor's boundary exchanges (StageComm.cp_mtp_roll)
+            ring["cp_mtp_roll"] = sc.cp_mtp_roll()
         times = {**times, **ring}
     reduces = reduces_gradients(session)
     act_bytes = pl.micro_batch_size * (m.seq_length // cp) * m.hidden_size * e

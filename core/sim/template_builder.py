@@ -293,13 +293,19 @@ class _TemplateBuilder:
         """Multi-token prediction (Megatron-Core MultiTokenPredictionBlock on the last stage):
         each MTP layer embeds the tokens shifted once more, projects them with the previous
         hidden state (eh_proj and its tensor-parallel collectives, tp_mtp_*) and runs its
-        transformer layer; the output layer and loss then run once per prediction (1 + N)."""
+        transformer layer; the output layer and loss then run once per prediction (1 + N).
+        Under context parallelism each MTP layer's forward first waits for its four
+        ``roll_tensor`` boundary exchanges (``cp_mtp_roll``: the input and position ids rolled
+        here, the labels and loss mask rolled before its loss, all on the last stage in the
+        same forward, so charged together; :meth:`core.sim.stage_comm.StageComm.cp_mtp_roll`)."""
         st = self.st
         for j, x in enumerate(self.mtp_list):
             u = TemplateUnit()
             if j == 0:
                 self.prefetch(u, "mtp")
                 self.gather(u, "mtp")
+            if st.cp:  # roll_tensor's boundary exchanges with the neighbouring cp ranks
+                u.add(K["cp_p2p"], CP_RING, "cp_mtp_roll", "cp_send_recv")
             self.block(u, K["embedding"], "embedding_fwd", before=False, after=True)
             u.add(K["forward"], COMPUTE, "mtp_proj_fwd", "mtp_proj_fwd")
             self.mtp_comm(u, "fwd")

@@ -41,7 +41,9 @@ __all__: list[str] = []
 #: backward divides, or an MoE layer's expert all-to-all and expert tensor-parallel collectives.
 #: Context parallelism adds the attention ops' parts outside the ring core (``:pre``) and the
 #: ring's K/V exchange per attention op, split into its part hidden under the core's steps
-#: and its exposed part (:func:`core.sim.stage_comm._cp_ring_times`).
+#: and its exposed part (:func:`core.sim.stage_comm._cp_ring_times`), and an MTP layer's
+#: ``roll_tensor`` boundary exchanges (``cp_mtp_roll``,
+#: :meth:`core.sim.stage_comm.StageComm.cp_mtp_roll`).
 _SOURCES = (*LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
             "tp_mla_all_reduce", "tp_mla_reduce_scatter", "tp_mla_all_gather",
             "tp_mtp_fwd", "tp_mtp_bwd",
@@ -50,6 +52,7 @@ _SOURCES = (*LOOKUP_OPS, "tp_all_reduce", "tp_reduce_scatter", "tp_all_gather",
             *(f"{op}:{part}" for op in W_OPS for part in ("B", "W")),
             "attention_fwd:pre", "attention_bwd:pre", "attention_bwd:B:pre",
             *(f"cp_{ph}_{part}" for ph in ("fwd", "bwd") for part in ("hidden", "exposed")),
+            "cp_mtp_roll",
             *MOE_OPS, "ep_all_to_all", "ep_all_to_all@fwd", "ep_all_to_all@bwd",
             "etp_all_gather", "etp_reduce_scatter", *MOE_DERIVED_OPS,
             *TP_OVERLAP_SOURCES, *SAC_GATHER_SOURCES, "pass_through")
