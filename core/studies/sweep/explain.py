@@ -278,6 +278,7 @@ def _combination_reason(session: Session, space: SweepSpace, name: str, v) -> st
     counts = space.gpu_counts()
     m = session.model
     tally: dict[tuple[str, str], list] = {}
+    own, own_tally = f"plan.{name}", {}  # the rules of the value's own field, every plan's
     probes = one_stage = unsplit = 0
     for t, p, cp, d in itertools.product(*(tried[f] for f in (
             "tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel"))):
@@ -313,9 +314,17 @@ def _combination_reason(session: Session, space: SweepSpace, name: str, v) -> st
                     # one rule per field and kind, whatever sizes its message names (p=2 and
                     # p=4 break "layers divisible by p*v" alike): its first message and plans
                     first = errs[0]
+                    where = (f"t={t} p={p} cp={cp} d={d} b={b}" + (f" ep={ep}" if m.is_moe
+                                                                     else "")
+                             + f" {sched}" + (f" v={vv}" if vv else ""))
                     tally.setdefault((first.field, first.rule), [first.message, []])[1].append(
-                        f"t={t} p={p} cp={cp} d={d} b={b}" + (f" ep={ep}" if m.is_moe else "")
-                        + f" {sched}" + (f" v={vv}" if vv else ""))
+                        where)
+                    # the value's own field's rules, wherever they come in the list (another
+                    # size's rule may come first, e.g. before cp_comm_type='allgather' with MLA)
+                    for key in {(e.field, e.rule) for e in errs if e.field == own}:
+                        own_tally.setdefault(key, [next(
+                            e.message for e in errs if (e.field, e.rule) == key), []])[1].append(
+                            where)
                 probes += 1
                 if probes >= _MAX_PROBES:
                     break
@@ -340,7 +349,10 @@ def _combination_reason(session: Session, space: SweepSpace, name: str, v) -> st
                 "makes its GPU count")
     if not tally:
         return None
-    message, where = max(tally.values(), key=lambda mw: len(mw[1]))
+    # a rule of the value's own field that every plan with it breaks is the reason, whichever
+    # rule the validation reports first; else the rule reported first in the most plans
+    every = [mw for mw in own_tally.values() if len(mw[1]) == probes]
+    message, where = every[0] if every else max(tally.values(), key=lambda mw: len(mw[1]))
     return (f"{message} (in {len(where)} of the {probes} size combinations of this budget with "
             f"{_named(name, v)}{'' if probes < _MAX_PROBES else ' probed'}, e.g. {where[0]})")
 
