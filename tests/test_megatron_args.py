@@ -1186,6 +1186,32 @@ def test_hierarchical_sizes_without_a2a_p2p_are_listed_as_having_no_effect(tmp_p
     assert "without --cp-comm-type a2a+p2p" in why and "no effect" in why
 
 
+@pytest.mark.parametrize("sizes,kind", [("2 1", "a2a"), ("1 2", "p2p")])
+def test_a2a_p2p_with_a_group_of_one_rank_reads_as_the_other_exchange(tmp_path, sizes, kind):
+    """--cp-comm-type a2a+p2p with --hierarchical-context-parallel-sizes A P where one group has
+    one rank: Megatron-LM accepts it (A * P = cp) and Transformer Engine 2.20's
+    attn_forward_func_with_cp runs a2a when the p2p group has one rank (P = 1), p2p when the
+    all-to-all group has (A = 1); read as that exchange, with a note, where the session's rule
+    (cp_a2a_size between 2 and cp, exclusive) refused the launch before."""
+    from core.plan.rules import check
+    text = MIXTRAL_LAUNCH.replace("--context-parallel-size 2", "--context-parallel-size 2 "
+                                  f"--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes "
+                                  f"{sizes}")
+    res = import_file(_write(tmp_path, "cp.sh", text))
+    plan = res.session.plan
+    assert (plan.context_parallel, plan.cp_comm_type, plan.cp_a2a_size) == (2, kind, None)
+    res.session.cluster.gpu = "H100-SXM5-80GB"  # the launch's FP8 needs one
+    check(res.session)  # valid
+    note = dict(res.notes)["--hierarchical-context-parallel-sizes"]
+    assert note.startswith(f"{sizes} with --cp-comm-type a2a+p2p read as cp_comm_type {kind}")
+    # two groups of two ranks at cp = 4 stay a2a+p2p with the all-to-all group's size
+    four = import_file(_write(tmp_path, "cp4.sh", text.replace(
+        "--context-parallel-size 2", "--context-parallel-size 4").replace(
+        f"--hierarchical-context-parallel-sizes {sizes}",
+        "--hierarchical-context-parallel-sizes 2 2").replace("--nnodes 8", "--nnodes 16")))
+    assert (four.session.plan.cp_comm_type, four.session.plan.cp_a2a_size) == ("a2a+p2p", 2)
+
+
 def test_export_refuses_pytorchs_allgather_context_parallelism():
     """plan.cp_comm_type allgather is PyTorch's context_parallel (torchtitan): Megatron's
     --cp-comm-type allgather is Transformer Engine's other exchange, so the export refuses it

@@ -76,7 +76,16 @@ def _context_parallel(mp: Mapper) -> int:
                                     f"{' '.join(args['--hierarchical-context-parallel-sizes'])!r}: "
                                     f"expected two sizes A P with A * P = "
                                     f"--context-parallel-size {cp}")
-        if cp > 1 and mp.values["plan"].get("cp_comm_type") == "a2a+p2p":
+        if cp > 1 and mp.values["plan"].get("cp_comm_type") == "a2a+p2p" and 1 in sizes:
+            # one group of cp ranks: Transformer Engine 2.20's attn_forward_func_with_cp runs
+            # a2a when the p2p group has one rank, p2p when the all-to-all group has one
+            kind = "a2a" if sizes[1] == 1 else "p2p"
+            mp.set("--hierarchical-context-parallel-sizes", "plan.cp_comm_type", kind)
+            mp.notes.append(("--hierarchical-context-parallel-sizes", (
+                f"{sizes[0]} {sizes[1]} with --cp-comm-type a2a+p2p read as cp_comm_type {kind} "
+                "(Transformer Engine runs a2a+p2p with a group of one rank as "
+                f"{kind})")))
+        elif cp > 1 and mp.values["plan"].get("cp_comm_type") == "a2a+p2p":
             mp.set("--hierarchical-context-parallel-sizes", "plan.cp_a2a_size", sizes[0])
         else:  # the sizes only matter to a2a+p2p; Megatron-Core builds no groups for the others
             mp.ignored.append(("--hierarchical-context-parallel-sizes", "without "
