@@ -55,3 +55,29 @@ def test_allgather_beside_p2p_is_named_with_the_mla_rule():
     assert notes["--cp-comm-types allgather"] == (
         f"{MLA_RULE} (in 4 of the 4 size combinations of this budget with "
         "cp_comm_type=allgather, e.g. t=2 p=2 cp=2 d=4 b=1 ep=16 1f1b)")
+
+
+def test_sweep_where_nothing_fits_names_the_plan_needing_the_least_memory(tmp_path, capsys):
+    """DeepSeek-V3 (671 B) on 8 H100s: no plan fits; the sweep names the plan of least memory
+    (a context-parallel one here), its figure the smallest of the written plans' (the CSV)."""
+    import csv
+
+    from core.cli import main
+    from core.io.session import save_session
+    s = Session(model=dataclasses.replace(MODEL_PRESETS["DeepSeek-V3"], seq_length=32768),
+                plan=ParallelPlan(tensor_parallel=8, pipeline_parallel=1, data_parallel=1,
+                                  micro_batch_size=1, global_batch_size=8, recompute="full"),
+                cluster=ClusterConfig(gpu="H100-SXM5-80GB"))
+    path, out = tmp_path / "ds.json", tmp_path / "plans.csv"
+    save_session(s, path)
+    assert main(["sweep", str(path), "--gpus", "8", "--workers", "1", "--context-parallel",
+                 "1,2", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    rows = list(csv.DictReader(out.open()))
+    assert rows and not any(r["fits_in_memory"] == "True" for r in rows)
+    least = min(rows, key=lambda r: float(r["max_memory_per_gpu_bytes"]))
+    gib = float(least["max_memory_per_gpu_bytes"]) / 2**30
+    line = next(ln for ln in text.splitlines() if ln.startswith("the plan needing the least"))
+    assert line.startswith(f"the plan needing the least memory: {gib:,.1f} GiB per GPU of 80.0 (")
+    assert f"cp={least['context_parallel']}" in line and line.endswith(", 8 GPUs)")
+    assert 1000 < gib < 2000  # 671 B parameters' weights and Adam state over 8 GPUs

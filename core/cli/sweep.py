@@ -620,6 +620,15 @@ def _print_header(result, console: Console) -> None:
                       highlight=False)
     if n_fit == 0:
         console.print("[red]No plan fits in GPU memory[/] (the GiB column marks them with !).")
+        if result.num_plans:  # how far the closest plan is: the least memory one needs
+            import numpy as np
+            from core.studies.sweep.result import plan_label
+            mem = np.asarray(result.max_memory_per_gpu_bytes, float)
+            j = int(np.nanargmin(mem))
+            console.print(esc(
+                f"the plan needing the least memory: {mem[j] / 2**30:,.1f} GiB per GPU of "
+                f"{result.memory_capacity_bytes / 2**30:,.1f} ({plan_label(result.plans[j])}, "
+                f"{int(result.num_gpus[j]):,} GPUs)"), highlight=False)
     elif result.num_feasible == 0:
         console.print("[red]No plan that fits was simulated[/] (too large to simulate: "
                       "--out FILE.csv gives each plan's reason).")
