@@ -123,6 +123,30 @@ def test_moe_flavour_with_expert_parallelism():
     assert err.value.errors[0].field == "config.toml: activation_checkpoint.mode"
 
 
+@pytest.mark.parametrize("rotate", [None, "allgather", "alltoall"])
+def test_mla_flavour_with_context_parallelism_is_refused_whichever_rotation(rotate):
+    """DeepSeek-V3 with context_parallel_degree 2: torchtitan runs it through PyTorch's
+    context_parallel and SDPA, whose flash backend needs one head size for Q, K and V (MLA's
+    192 and 128), whichever rotate method; refused by the degree's key for both rotations (the
+    alltoall rotation was read as the p2p ring and timed as Transformer Engine's ring with
+    FlashAttention), the model and the rest of the plan importing without cp."""
+    raw = load_toml(LLAMA3_8B)
+    raw["model"].update(name="deepseek_v3", flavor="671B")
+    raw["parallelism"].update(expert_parallel_degree=64, context_parallel_degree=2)
+    raw["activation_checkpoint"]["mode"] = "full"
+    if rotate is not None:
+        raw["parallelism"]["context_parallel_rotate_method"] = rotate
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=128)
+    e = err.value.errors[0]
+    assert e.field == "config.toml: parallelism.context_parallel_degree"
+    assert e.message.startswith("2 with multi-head latent attention is not modelled")
+    raw["parallelism"]["context_parallel_degree"] = 1
+    s = session_from_torchtitan(raw, num_gpus=128).session
+    assert (s.model.multi_latent_attention, s.plan.context_parallel, s.plan.expert_parallel) \
+        == (True, 1, 64)
+
+
 @pytest.mark.parametrize("section,key,value", [
     ("model", "flavor", "8B_flex"),
     ("model", "flavor", "7B"),

@@ -756,6 +756,18 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
                       "run FP8 GEMMs while the routed experts (GroupedExperts' grouped_mm) "
                       "stay BF16; the simulator's fp8 runs the experts' GEMMs in FP8 too, and "
                       "that mix is not a plan it has; import without float8 (bf16)")
+    if cp > 1 and getattr(model, "multi_latent_attention", False) is True:
+        # PyTorch's context_parallel runs SDPA (or FlexAttention, whose CP all-gathers K and V)
+        # whichever rotate method: SDPA's flash backend needs one head size for Q, K and V, so
+        # MLA's (qk + rope, v) runs another backend, not modelled; the alltoall rotation read as
+        # the p2p ring would time Transformer Engine's ring and FlashAttention instead (the
+        # allgather rotation is refused by the plan's MLA rule for the same reason)
+        raise refusal(where, _PAR + "context_parallel_degree", (
+            f"{cp} with multi-head latent attention is not modelled: torchtitan runs it through "
+            "PyTorch's context_parallel and SDPA, whose flash backend needs one head size for "
+            "Q, K and V (MLA's are qk + rope and v); which backend runs it is not modelled "
+            "(MLA with context parallelism is modelled through Transformer Engine's exchanges: "
+            "a Megatron-LM launch)"))
     plan = ParallelPlan(
         tensor_parallel=t, pipeline_parallel=p, data_parallel=d, micro_batch_size=b,
         global_batch_size=glob, schedule=schedule, recompute=mode, precision=precision,
