@@ -265,9 +265,17 @@ def test_gloo_collectives_world_size_2_stored_positive(tmp_path):
     # 32x span between the smallest and the largest size is asserted to cost more. The minimum
     # over repetitions: other processes only add time.
     sizes = [1 << 20, 1 << 23, 1 << 25]
-    result = run_collectives(2, "gloo", out=out, sizes=sizes,
-                             timing={"warmup": 2, "min_repeats": 5, "max_repeats": 15,
-                                     "target_s": 0.02, "statistic": "min"})
+    # A curve the store refuses because its time fell with the size (another process took the
+    # CPU in the middle sizes; the full suite once had send_recv so) is measured again, up to
+    # twice: the store's refusal is right, the test wants the curves of a quiet moment
+    for attempt in range(3):
+        result = run_collectives(2, "gloo", out=out, sizes=sizes,
+                                 timing={"warmup": 2, "min_repeats": 5, "max_repeats": 15,
+                                         "target_s": 0.02, "statistic": "min"})
+        noisy = [k for k, why in result.rejected.items()
+                 if "falls as the size grows" in why]
+        if not noisy:
+            break
     assert set(result.curves) | set(result.skipped) | set(result.rejected) == {
         "all_reduce", "all_gather", "reduce_scatter", "send_recv"}
     assert "all_reduce" in result.curves and "send_recv" in result.curves
