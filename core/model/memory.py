@@ -210,7 +210,7 @@ def fp8_linear_params_per_layer(model: ModelConfig, tensor_parallel: int) -> flo
 
 #: Bytes per element of the optimizer state's data types (:data:`OPTIMIZER_STATE_DTYPES`;
 #: Transformer Engine's ``FusedAdam`` keeps fp8 moments as uint8 with one scale per tensor).
-STATE_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+STATE_DTYPE_BYTES = {**DTYPE_BYTES, "fp8": 1}
 
 
 def optimizer_holds_master_weights(plan: ParallelPlan) -> bool:

@@ -26,7 +26,7 @@ __all__ = ["SCHEDULES", "SWEEP_SCHEDULES", "RECOMPUTE_MODES", "RECOMPUTE_CHOICES
            "PLAN_FIELDS", "plan_field_title", "plan_key",
            "zero_shard_size", "zero_replicas", "grad_dtype", "parse_recompute_modules",
            "recompute_modules", "fp8_recipe", "tensor_dtype", "tf32_matmuls",
-           "gemm_peak_dtype", "CUDA_GRAPH_IMPLS", "CUDA_GRAPH_MODULES", "parse_cuda_graph_modules",
+           "gemm_peak_dtype", "tp_overlap_applies", "CUDA_GRAPH_IMPLS", "CUDA_GRAPH_MODULES", "parse_cuda_graph_modules",
            "cuda_graph_modules", "WGRAD_ACCUMULATIONS", "wgrad_accumulation"]
 
 
@@ -574,6 +574,13 @@ def p2p_overlap_applies(plan: ParallelPlan) -> bool:
     """Whether ``plan.overlap_p2p_comm`` has an effect: Megatron-LM overlaps the transfers of
     its interleaved schedule only (:meth:`core.schedules.PipelineSchedule.async_sends`)."""
     return plan.schedule == "interleaved"
+
+
+def tp_overlap_applies(plan: ParallelPlan) -> bool:
+    """Whether the plan overlaps its tensor-parallel collectives with GEMMs
+    (``plan.tp_comm_overlap`` with sequence parallelism and ``t > 1``; at ``t = 1`` there is
+    nothing to overlap)."""
+    return bool(plan.tp_comm_overlap and plan.sequence_parallel and plan.tensor_parallel > 1)
 
 
 def tf32_matmuls(plan: ParallelPlan) -> bool:

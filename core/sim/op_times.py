@@ -16,7 +16,7 @@ import numpy as np
 from core.model import kernels, model_math
 from core import schedules
 from core.plan.session import Session
-from core.plan.parallel import tensor_dtype, zero_shard_size
+from core.plan.parallel import tensor_dtype, tp_overlap_applies, zero_shard_size
 from core.plan.layout import virtual_stage_layer_counts
 from core.model.base import WGRAD_ACCUMULATION_KEY
 from core.model.fp8 import FP8_WEIGHT_CAST_OP
@@ -327,12 +327,6 @@ def weight_gradient_share(op: str, session: Session, fp8_speedup: float = 1.0) -
     if op == "embedding_bwd":
         return 1.0
     return 0.0
-
-
-def tp_overlap_applies(plan) -> bool:
-    """Whether the plan overlaps its tensor-parallel collectives with GEMMs
-    (``plan.tp_comm_overlap`` with sequence parallelism and ``t > 1``)."""
-    return bool(plan.tp_comm_overlap and plan.sequence_parallel and plan.tensor_parallel > 1)
 
 
 #: The layer ops whose sequence-parallel collectives ``tp_comm_overlap`` overlaps with a GEMM,

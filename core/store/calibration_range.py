@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from core.plan.parallel import FP8_DEFAULT_RECIPE, tf32_matmuls, zero_shard_size
+from core.plan.parallel import (FP8_DEFAULT_RECIPE, tf32_matmuls, tp_overlap_applies,
+                                zero_shard_size)
 from core.store.residuals import ResidualTable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -102,15 +103,8 @@ def features_of(model: Any, cluster: Any, plan: Any) -> dict[str, Any]:
             "schedule": str(plan.schedule), "micro_batch_size": int(plan.micro_batch_size),
             "seq_length": int(model.seq_length), "cp": int(plan.context_parallel),
             "ep": int(plan.expert_parallel), "attention_kernel": str(model.attention_kernel),
-            "tp_comm_overlap": "on" if _tp_overlap_runs(plan) else "off",
+            "tp_comm_overlap": "on" if tp_overlap_applies(plan) else "off",
             "fsdp": "on" if plan.zero_stage >= 3 and zero_shard_size(plan) > 1 else "off"}
-
-
-def _tp_overlap_runs(plan: Any) -> bool:
-    """Whether the plan's TP communication overlap does anything: with sequence parallelism at
-    ``t > 1`` (:func:`core.sim.op_times.tp_overlap_applies`; at ``t = 1`` there is nothing to
-    overlap, as FSDP over one rank shards nothing: such a plan runs what the switch off runs)."""
-    return bool(plan.tp_comm_overlap and plan.sequence_parallel and plan.tensor_parallel > 1)
 
 
 @dataclass(frozen=True)
