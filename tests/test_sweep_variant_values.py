@@ -106,3 +106,28 @@ def test_no_plan_reason_counts_only_the_default_virtual_stages_the_sweep_tries(t
     err = capsys.readouterr().err
     assert ("--schedules interleaved: no virtual-stage count v of 2 to 8 splits the 32 layers"
             in err)
+
+
+def _moe_session(**model_changes) -> Session:
+    model = dataclasses.replace(MODEL_PRESETS["Mixtral 8x7B"], **model_changes)
+    return Session(model, ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8,
+                                       micro_batch_size=1, global_batch_size=16,
+                                       precision="bf16"),
+                   ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+
+
+def test_tensor_parallel_reasons_hold_for_every_expert_tensor_parallel_size_tried():
+    """A mixture-of-experts sweep tries each t > 1 with etp = t (unset) and etp = 1 (with
+    sequence parallelism): a t only the first breaks (the experts' width 14,335 divisible by
+    etp = 2) is no value left out for a reason, and a t every variant breaks is named with the
+    rules all of them break, not with the etp = t one."""
+    from core.studies.sweep.explain import value_errors
+    s = _moe_session(moe_ffn_hidden_size=14335)
+    assert value_errors(s, SweepSpace(num_gpus=8, tensor_parallel=[2])) == []
+    msgs = [e.message for e in value_errors(s, SweepSpace(num_gpus=6, tensor_parallel=[3]))]
+    assert "num_attention_heads=32 is not divisible by tensor_parallel_size=3" in msgs
+    assert not any("expert_tensor_parallel" in m for m in msgs), msgs
+    # held to the session's values (etp unset = t) the experts' rule is the reason
+    held = [e.message for e in value_errors(
+        s, SweepSpace(num_gpus=8, tensor_parallel=[2], hold_session_values=True))]
+    assert any("expert_tensor_parallel=2" in m for m in held), held

@@ -399,7 +399,6 @@ def _value_groups(session: Session, space: SweepSpace, values: dict[str, set] | 
                 grouped.setdefault((option, f"more GPUs than the budget allows (at most "
                                             f"{most:,})"), []).append(v)
                 continue
-            probe = session.copy()
             # an expert-parallel group lives inside the data-parallel ranks: probe ep with
             # d = ep (and a batch of one micro-batch per rank) so only ep's own rules speak
             room = (dict(data_parallel=v, global_batch_size=v)
@@ -423,12 +422,39 @@ def _value_groups(session: Session, space: SweepSpace, values: dict[str, set] | 
                             f"{', '.join(multi)} schedule{'s' if len(multi) > 1 else ''} "
                             "(several model chunks per stage); try 1f1b")), []).append(v)
                         continue
-            probe.plan = probe_plan(session.plan, **{**room, name: v})
-            if name == "recompute" and v != "selective":  # as the sweep's variants set them
-                probe.plan = dataclasses.replace(probe.plan, recompute_modules=None)
-            for e in validate(probe):
-                grouped.setdefault((option, e.message), []).append(v)
+            for message in _probe_messages(session, space, name, v, room):
+                grouped.setdefault((option, message), []).append(v)
     return grouped
+
+
+def _probe_messages(session: Session, space: SweepSpace, name: str, v, room: dict) -> list[str]:
+    """The messages of the rules a plan with ``name = v`` (the other sizes at 1, ``room``'s
+    fields set) breaks in every variant the sweep tries of it: for a mixture-of-experts
+    model's t > 1 the expert tensor-parallel size t (unset) and 1, and sequence parallelism as
+    the sweep sets it (on at t > 1 unless ``--sequence-parallel`` says otherwise), since a rule
+    one variant alone breaks (etp = t: the experts' width divisible by t) leaves the value to
+    the other; when the variants break disjoint rules, those of the first (etp = 1)."""
+    variants = [{}]
+    if name == "tensor_parallel" and isinstance(v, int) and not isinstance(v, bool) and v > 1:
+        sps = ([True] if space.sequence_parallel is None
+               else list(dict.fromkeys(bool(x) for x in as_list(space.sequence_parallel))))
+        if space.hold_session_values:
+            sps = [session.plan.sequence_parallel]
+        etps = ([1, None] if session.model.is_moe and not space.hold_session_values
+                else [session.plan.expert_tensor_parallel])
+        variants = [{"expert_tensor_parallel": e, "sequence_parallel": sp}
+                    for e in etps for sp in sps]
+    found = []
+    for extra in variants:
+        probe = session.copy()
+        probe.plan = probe_plan(session.plan, **{**room, name: v})
+        # probe_plan keeps the plan's own value where a change is None: set these as given
+        probe.plan = dataclasses.replace(probe.plan, **extra)
+        if name == "recompute" and v != "selective":  # as the sweep's variants set them
+            probe.plan = dataclasses.replace(probe.plan, recompute_modules=None)
+        found.append(list(dict.fromkeys(e.message for e in validate(probe))))
+    common = [m for m in found[0] if all(m in other for other in found[1:])]
+    return common if common or not all(found) else found[0]
 
 
 def value_errors(session: Session, space: SweepSpace, values: dict[str, set] | None = None,
