@@ -231,6 +231,33 @@ def test_step_scratch_is_held_at_the_peak_only_beyond_the_activations():
     assert np.allclose(b[2], n * 4 / 4) and np.allclose(a[2] - b[2], n * 2 / 4)
 
 
+def test_step_scratch_of_a_mixture_of_experts_is_that_of_the_larger_optimizer():
+    """Megatron-Core steps the dense and the expert parameters' optimizers one after the other
+    (ChainedOptimizer.step: every prepare_grads, then each step_with_ready_grads), so TE's fp32
+    scratch of fp8 moments is held for one of them at a time, the larger; the fp32 gradient
+    copies (16-bit gradients reduced in BF16) of both are made before either steps and live
+    together."""
+    from core.model.counts import expert_params_per_gpu
+    from core.model.memory import expert_data_parallel, state_bytes_of
+    model = MODEL_PRESETS["Mixtral 8x7B"]
+    plan = _pao(tensor_parallel=1, data_parallel=8, expert_parallel=8, exp_avg_dtype="fp8",
+                exp_avg_sq_dtype="fp8", grad_reduce_dtype="bf16",
+                te_master_weights=False)
+    assert validate(Session(model, plan, ClusterConfig(gpu="H100-SXM5-80GB",
+                                                       gpus_per_node=8))) == []
+    experts = expert_params_per_gpu(model, plan)
+    dense = params_per_gpu(model, plan) - experts
+    de = expert_data_parallel(plan)
+    assert de == 1 and dense[0] > 0 and experts[0] > dense[0]
+    _, _, opt, transient = state_bytes_of(model, plan, True)
+    # Megatron-Core's fp32 master weights and copies, fp8 moments, over d = 8 (dense) and the
+    # expert data-parallel size 1; scratch 8 bytes each, of the experts' optimizer alone
+    want_transient = dense * 4 / 8 + experts * 4 / de + experts * 8 / de
+    assert np.allclose(transient, want_transient)
+    assert np.allclose(opt, dense * (4 + 1 + 1 + 4) / 8 + experts * (4 + 1 + 1 + 4) / de
+                       + experts * 8 / de)
+
+
 @pytest.mark.parametrize("plan,want", [
     # TE holds the master weights: get_unscaled_state saves the moments in fp32 and the
     # remainders as int16 (distrib_optimizer.py:883-908): 2 + 2 + 4 + 4

@@ -845,9 +845,25 @@ def state_bytes_of(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
             fp8_w = fp8_w - fp8_weights_per_gpu(model, plan) * e
     c = grad_copy_bytes_per_parameter(plan)
     ce = grad_copy_bytes_per_parameter(plan, expert_data_parallel(plan)) if experts.any() else 0
+    # the dense and the expert parameters have optimizers of their own, which Megatron-Core's
+    # ChainedOptimizer steps one after the other (optimizer/__init__.py:515 "separate optimizers
+    # for expert parameters"; optimizer.py ChainedOptimizer.step: every optimizer's
+    # prepare_grads, then each step_with_ready_grads): the fp32 gradient copies of both live
+    # together, Transformer Engine's step scratch only of the one stepping (the larger)
+    both = np.minimum(n * _step_scratch_per_parameter(plan),
+                      experts * _step_scratch_per_parameter(plan, expert_data_parallel(plan))
+                      ) if experts.any() else 0.0
     return (n * w + experts * we + gathered + fp8_w,
             n * g + experts * ge + gathered_grads + weight_gradient_buffer_bytes(model, plan),
-            n * o + experts * oe, n * c + experts * ce)
+            n * o + experts * oe - both, n * c + experts * ce - both)
+
+
+def _step_scratch_per_parameter(plan: ParallelPlan, data_parallel: int | None = None) -> float:
+    """:func:`optimizer_step_scratch_bytes` on one GPU, sharded as the optimizer state is
+    (``/d`` under ZeRO; ``data_parallel`` the group the parameters are sharded over)."""
+    scratch = optimizer_step_scratch_bytes(plan)
+    d = data_parallel or zero_shard_size(plan)
+    return scratch / d if plan.zero_stage >= 1 else scratch
 
 
 def fsdp_unit_parameters(model: ModelConfig, plan: ParallelPlan
