@@ -628,3 +628,30 @@ def test_a_dense_and_an_moe_mla_layer_stage_memory_is_the_closed_form():
     assert mem.activations_bytes == pytest.approx(dense_layer + moe_layer + s * V * 2,
                                                   rel=1e-15)
     assert mem.activations_bytes == 4_435_476_480
+
+
+def test_mla_keys_transformers_own_config_classes_write_are_read():
+    """A DeepSeek config saved by transformers' DeepseekV3Config (``save_pretrained`` of a
+    fine-tune) carries ``head_dim`` = ``qk_rope_head_dim`` (64, the class's ``self.head_dim``),
+    ``qk_head_dim`` = ``qk_nope_head_dim + qk_rope_head_dim`` (192) and ``rope_interleave``;
+    they were refused (head_dim 64 as the MLA head size, the others as unknown). The model is
+    the published config's; a ``qk_head_dim`` that is not the sum is refused by name."""
+    from core.plan.fields import ConfigError
+    saved = {**V3_CONFIG, "head_dim": 64, "qk_head_dim": 192, "rope_interleave": True}
+    imp = session_from_hf_config(saved, "config.json", seq_length=4096)
+    plain = session_from_hf_config(V3_CONFIG, "config.json", seq_length=4096)
+    assert imp.session.model == plain.session.model
+    assert mm.num_parameters(imp.session.model) == 671_026_404_352
+    assert {"head_dim", "qk_head_dim", "rope_interleave"} <= set(imp.ignored)
+    for change, field in (({"qk_head_dim": 128}, "qk_head_dim"),
+                          ({"head_dim": 96}, "head_dim")):  # neither the rotary part nor 192
+        with pytest.raises(ConfigError) as err:
+            session_from_hf_config({**saved, **change}, "config.json", seq_length=4096)
+        assert err.value.errors[0].field == f"config.json: {field}"
+    # qk_head_dim is MLA's: a dense architecture's config with it is refused by name
+    llama = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+             "vocab_size": 128256, "max_position_embeddings": 8192, "qk_head_dim": 128}
+    with pytest.raises(ConfigError) as err:
+        session_from_hf_config(llama)
+    assert err.value.errors[0].field == "config.json: qk_head_dim"

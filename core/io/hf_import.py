@@ -56,6 +56,9 @@ reason); DeepSeek-V3's multi-token prediction layers (``num_nextn_predict_layers
 are ``model.mtp_num_layers`` (trained with the model); its published checkpoint's
 ``quantization_config`` (``quant_method: fp8``, block-scaled FP8 storage of the
 weights) is ignored with that reason, any other quantization refused.
+A config saved by transformers' own ``DeepseekV2Config`` / ``DeepseekV3Config`` also has
+``head_dim`` (``qk_rope_head_dim``, not the head size), ``qk_head_dim`` (``qk_nope_head_dim +
+qk_rope_head_dim``) and ``rope_interleave``: checked and ignored (:func:`_mla_derived_keys`).
 
 Sliding windows: ``layer_types`` (``sliding_attention`` / ``full_attention``
 per layer) with ``sliding_window`` ``w`` gives ``model.window_size`` ``w`` and
@@ -307,6 +310,8 @@ USED: dict[str, str] = {
     "qk_nope_head_dim": "model.qk_head_dim (DeepSeek MLA)",
     "qk_rope_head_dim": "model.qk_pos_emb_head_dim (DeepSeek MLA)",
     "v_head_dim": "model.v_head_dim (DeepSeek MLA)",
+    "qk_head_dim": "checked: qk_nope_head_dim + qk_rope_head_dim (DeepSeek MLA; transformers' "
+    "DeepseekV2Config / DeepseekV3Config write the sum)",
     "num_nextn_predict_layers": "model.mtp_num_layers (DeepSeek-V3's and GLM-4.5's multi-token "
     "prediction layers, trained with the model; transformers' inference code does not run them)",
     "topk_method": "checked: one of greedy, group_limited_greedy, noaux_tc (DeepSeek)",
@@ -331,6 +336,8 @@ IGNORED: dict[str, str] = {
     "rope_scaling": "RoPE scaling changes the angles, not the work",
     "rope_parameters": "RoPE's base and scaling (transformers 5's rope_theta and rope_scaling): "
     "the angles, not the work",
+    "rope_interleave": "the order of RoPE's rotated channels (transformers' DeepSeek-V3; "
+    "Megatron's --rotary-interleaved): the same rotary kernel bytes",
     "use_mrope": "multimodal RoPE's position ids (Qwen2.5): the angles, not the work",
     "original_max_position_embeddings": "the context before RoPE scaling extended it to "
     "max_position_embeddings (Phi-3; give --seq-length to simulate it)",
@@ -515,6 +522,7 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     cfg, default_notes = fill_class_defaults(cfg, arch, where)
     moe = arch in MOE_ARCHITECTURES
     ignored, storage = _ignored_fields(cfg, arch, where)
+    cfg = _mla_derived_keys(cfg, arch, where, ignored)
     sizes = _sizes(cfg, where, seq_length)
     layers, s = sizes["num_layers"], sizes["seq_length"]
     _check_activation_and_biases(cfg, arch, where)
@@ -604,6 +612,36 @@ def _ignored_fields(cfg: dict[str, Any], arch: str, where: str) -> tuple[dict[st
     if quant is not None and not storage:
         raise _refuse(where, "quantization_config", "quantized weights are not modelled")
     return ignored, storage
+
+
+def _mla_derived_keys(cfg: dict[str, Any], arch: str, where: str,
+                      ignored: dict[str, str]) -> dict[str, Any]:
+    """``cfg`` without the keys transformers' ``DeepseekV2Config`` / ``DeepseekV3Config`` derive
+    from the multi-head latent attention's head sizes and write into the files they save
+    (``head_dim`` = ``qk_rope_head_dim``, the rotary part of a query/key head, not its size;
+    ``qk_head_dim`` = ``qk_nope_head_dim + qk_rope_head_dim``), each checked and listed in
+    ``ignored``. Other architectures' configs come back unchanged.
+
+    Raises ConfigError for a ``qk_head_dim`` that is not the sum."""
+    if not MOE_ARCHITECTURES.get(arch, ({}, ""))[0].get("multi_latent_attention"):
+        return cfg
+    out = dict(cfg)
+    rope = positive_int(cfg, "qk_rope_head_dim", where)
+    if "qk_head_dim" in cfg:
+        total = rope + positive_int(cfg, "qk_nope_head_dim", where)
+        if positive_int(cfg, "qk_head_dim", where) != total:
+            raise _refuse(where, "qk_head_dim", f"{cfg['qk_head_dim']!r} must be "
+                          f"qk_nope_head_dim + qk_rope_head_dim = {total} (the query/key head size "
+                          "transformers derives)")
+        ignored["qk_head_dim"] = f"{total}: qk_nope_head_dim + qk_rope_head_dim (checked)"
+        del out["qk_head_dim"]
+    head_dim = cfg.get("head_dim")
+    if head_dim == rope and not isinstance(head_dim, bool):
+        ignored["head_dim"] = (f"{rope}: transformers' {arch[:10]}Config sets it to "
+                               "qk_rope_head_dim (the rotary part of a query/key head, not the "
+                               "head size: qk_nope_head_dim, qk_rope_head_dim, v_head_dim)")
+        del out["head_dim"]
+    return out
 
 
 def _sizes(cfg: dict[str, Any], where: str, seq_length: int | None) -> dict[str, Any]:
@@ -702,7 +740,8 @@ def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str
         ignored[what] = why
     mla = bool(fixed.get("multi_latent_attention"))
     with_mtp = mla or arch in _MTP_WITHOUT_MLA
-    mla_fields = [k for k in (*_MLA_HF_FIELDS, "num_nextn_predict_layers") if k in cfg
+    mla_fields = [k for k in (*_MLA_HF_FIELDS, "qk_head_dim", "num_nextn_predict_layers")
+                  if k in cfg
                   and not (with_mtp and k == "num_nextn_predict_layers")]
     if mla:
         for key, target in _MLA_HF_FIELDS.items():
