@@ -33,7 +33,8 @@ Gemma 2 and Gemma 3 (``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``; the text mode
 ``tie_word_embeddings`` says otherwise, sliding windows on every other layer (Gemma 2) or all
 but every ``sliding_window_pattern``-th (Gemma 3), Gemma 2's ``attn_logit_softcapping`` and
 ``final_logit_softcapping`` must be set (modelled; their values do not change the work) and
-Gemma 3's null, Gemma 3 has QK-norm.
+Gemma 3's null, Gemma 3 has QK-norm; Gemma 3's ``_sliding_window_pattern`` (transformers
+4.53+) must agree with the layers' pattern, ``use_bidirectional_attention`` must be off.
 
 Also read: Phi-3, Phi-3.5 and Phi-4 (``Phi3ForCausalLM``: Llama's layer with fused ``qkv_proj``
 and ``gate_up_proj``, a layout with the same GEMMs), OLMo 2 (``Olmo2ForCausalLM``: QK-norm over
@@ -241,6 +242,9 @@ REFUSED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "attention_chunk_size": ("chunked attention: tokens attend within their chunk, a "
                              "block-diagonal mask whose attention-core FLOPs and kernel have no op "
                              "here", (None,)),
+    "use_bidirectional_attention": ("attention without the causal mask (EmbeddingGemma's "
+                                    "Gemma 3): the attention core over all s*s query-key pairs, "
+                                    "windows on both sides, not the causal kernels", (None, False)),
     "hybrid_override_pattern": ("Mamba-2 layers among the attention and MLP layers: "
                                 "selective-scan kernels, parameters and state not modelled", ()),
 }
@@ -268,6 +272,8 @@ USED: dict[str, str] = {
     "architectures": "the model family",
     "hidden_activation": "checked: gelu_pytorch_tanh (Gemma's GeGLU, model.activation geglu)",
     "sliding_window_pattern": "model.window_attn_skip_freq (Gemma 3: one global layer in N)",
+    "_sliding_window_pattern": "checked: Gemma 3's pattern as transformers 4.53+ writes it "
+    "beside layer_types (must agree with the layers' pattern)",
     "num_hidden_layers": "model.num_layers",
     "hidden_size": "model.hidden_size",
     "num_attention_heads": "model.num_attention_heads",
@@ -432,6 +438,8 @@ def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: s
         flags = [window is not None and (i + 1) % n != 0 for i in range(layers)]
     else:  # Qwen2/Qwen3: a window only with use_sliding_window (refused before)
         return {}, "inactive (use_sliding_window is false)" if window is not None else ""
+    if arch == "Gemma3ForCausalLM":
+        _check_gemma3_pattern(cfg, types, layers, where)
     if not any(flags):
         return {}, "inactive (every layer has full attention)" if window is not None else ""
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
@@ -448,6 +456,26 @@ def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: s
                       f"{' ...' if len(full) > 8 else ''}: only every N-th layer full, the others "
                       "windowed (Megatron-Core's --window-attn-skip-freq N) is modelled")
     return {"window_size": window, "window_attn_skip_freq": n}, ""
+
+
+def _check_gemma3_pattern(cfg: dict[str, Any], types: list[str] | None, layers: int,
+                          where: str) -> None:
+    """Check Gemma 3's ``_sliding_window_pattern`` (transformers 4.53+ writes it beside
+    ``layer_types``: one global layer in N) against the layers' pattern, ``layer_types`` or
+    else ``sliding_window_pattern`` (default 6).
+
+    Raises ConfigError naming it when it is not a positive integer or gives other layers."""
+    if "_sliding_window_pattern" not in cfg:
+        return
+    n = cfg["_sliding_window_pattern"]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise _refuse(where, "_sliding_window_pattern", f"{n!r} must be a positive integer")
+    want = ([x == "sliding_attention" for x in types] if types is not None else
+            [(i + 1) % cfg.get("sliding_window_pattern", 6) != 0 for i in range(layers)])
+    if [(i + 1) % n != 0 for i in range(layers)] != want:
+        raise _refuse(where, "_sliding_window_pattern", f"{n}: one global layer in {n} disagrees "
+                      "with the layers' pattern (" + ("layer_types" if types is not None else
+                                                      "sliding_window_pattern") + ")")
 
 
 def _gemma_softcap(cfg: dict[str, Any], arch: str, where: str) -> dict[str, str]:
