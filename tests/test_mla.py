@@ -655,3 +655,35 @@ def test_mla_keys_transformers_own_config_classes_write_are_read():
     with pytest.raises(ConfigError) as err:
         session_from_hf_config(llama)
     assert err.value.errors[0].field == "config.json: qk_head_dim"
+
+
+# moonshotai/Kimi-K2-Instruct config.json: DeepSeek-V3's architecture with model_type kimi_k2
+# (its own configuration class by auto_map), 64 heads, 384 experts, one dense layer, one group
+KIMI_K2_CONFIG = {**V3_CONFIG, "model_type": "kimi_k2", "num_attention_heads": 64,
+                  "num_key_value_heads": 64, "n_routed_experts": 384, "first_k_dense_replace": 1,
+                  "n_group": 1, "topk_group": 1, "vocab_size": 163840, "rope_theta": 50000.0,
+                  "routed_scaling_factor": 2.827, "max_position_embeddings": 131072,
+                  "bos_token_id": 163584, "eos_token_id": 163585,
+                  "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"},
+                  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                          "quant_method": "fp8", "weight_block_size": [128, 128]}}
+
+
+def test_kimi_k2_imports_by_its_model_type():
+    """Kimi-K2's model_type kimi_k2 had no class in the defaults table, so its absent head_dim
+    and sliding_window (keys its DeepseekV3Config does not have) were refused. The count by hand
+    (MLA with 64 heads; 60 MoE layers of 384 + 1 shared experts and a 384-wide router, one dense
+    layer; untied 163,840 x 7168 embeddings) is the model card's "1 trillion total, 32 billion
+    activated"; the same model as the file read with model_type deepseek_v3."""
+    h, a = 7168, 64
+    attn = (h * 1536 + 1536 + 1536 * a * 192 + h * 576 + 512 + 512 * a * 256 + a * 128 * h
+            + 2 * h)
+    def moe(k):
+        return (k + 1) * 3 * h * 2048 + 384 * h
+    total = 61 * attn + 3 * h * 18432 + 60 * moe(384) + 2 * 163840 * h + h
+    active = 61 * attn + 3 * h * 18432 + 60 * moe(8) + 163840 * h + h
+    m = session_from_hf_config(KIMI_K2_CONFIG, seq_length=4096).session.model
+    assert mm.num_parameters(m) == total == 1_026_408_209_408
+    assert mm.num_active_parameters(m) == active == 31_687_072_768
+    assert m == session_from_hf_config({**KIMI_K2_CONFIG, "model_type": "deepseek_v3"},
+                                       seq_length=4096).session.model
