@@ -661,7 +661,8 @@ def _mla_derived_keys(cfg: dict[str, Any], arch: str, where: str,
     ``ignored``. Other architectures' configs come back unchanged.
 
     Raises ConfigError for a ``qk_head_dim`` that is not the sum."""
-    if not MOE_ARCHITECTURES.get(arch, ({}, ""))[0].get("multi_latent_attention"):
+    if not (MOE_ARCHITECTURES.get(arch, ({}, ""))[0].get("multi_latent_attention")
+            and ("head_dim" in cfg or "qk_head_dim" in cfg)):
         return cfg
     out = dict(cfg)
     rope = positive_int(cfg, "qk_rope_head_dim", where)
