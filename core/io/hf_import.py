@@ -238,12 +238,12 @@ REFUSED: dict[str, tuple[str, tuple[Any, ...]]] = {
     # Phi3Config and modelling code do not read: only the published values are known
     "lm_head_bias": ("a bias on the output layer (V parameters and an add over the (s, V) "
                      "logits)", (None, False)),
-    "full_attn_mod": ("Phi-4-mini's attention layer pattern (not read by transformers' Phi3 "
-                      "code, whose layers are all alike): only 1, its published value, is known",
-                      (None, 1)),
-    "interpolate_factor": ("Phi-4-mini's position-interpolation factor (not read by "
-                           "transformers' Phi3 code): only 1, its published value, is known",
-                           (None, 1)),
+    "full_attn_mod": ("a key of Phi-4-mini's config that transformers' Phi3 code does not read "
+                      "(its layers are all alike); what a value other than the published 1 would "
+                      "change is not known", (None, 1)),
+    "interpolate_factor": ("a key of Phi-4-mini's config that transformers' Phi3 code does not "
+                           "read; what a value other than the published 1 would change is not "
+                           "known", (None, 1)),
     "attn_logit_softcapping": ("tanh soft-capping of every attention score: FlashAttention's "
                                "softcap variant, a kernel the profile stores have no times for",
                                (None,)),
