@@ -271,3 +271,37 @@ def test_gemma3_with_its_vision_tower_is_refused_for_the_tower():
     e = err.value.errors[0]
     assert e.field == "config.json: vision_config"
     assert "SigLIP vision tower" in e.message and "Gemma3ForCausalLM's, modelled" in e.message
+
+
+# google/gemma-3-270m config.json (transformers 4.55): written with layer_types, the pattern's
+# copy _sliding_window_pattern and use_bidirectional_attention (EmbeddingGemma's switch), both
+# once refused as unknown keys
+GEMMA3_270M = {"_sliding_window_pattern": 6, "architectures": ["Gemma3ForCausalLM"],
+               "attention_bias": False, "attn_logit_softcapping": None,
+               "final_logit_softcapping": None, "head_dim": 256,
+               "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 640,
+               "intermediate_size": 2048,
+               "layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                               for i in range(18)],
+               "max_position_embeddings": 32768, "model_type": "gemma3_text",
+               "num_attention_heads": 4, "num_hidden_layers": 18, "num_key_value_heads": 1,
+               "query_pre_attn_scalar": 256, "rope_local_base_freq": 10000.0,
+               "rope_scaling": None, "rope_theta": 1000000.0, "sliding_window": 512,
+               "use_bidirectional_attention": False, "vocab_size": 262144}
+
+
+def test_gemma3_270m_as_transformers_455_writes_it():
+    """Gemma 3 270M imports: the count by hand (tied 262144 x 640 embedding; per layer Q and O
+    640 x 1024, K and V 640 x 256, GeGLU 3 x 640 x 2048, four RMSNorms of 640 and QK-norm 2 x
+    256; the final norm) is the model card's 270M; the layers' pattern is layer_types'."""
+    m = _model(GEMMA3_270M)
+    layer = 2 * 640 * 1024 + 2 * 640 * 256 + 3 * 640 * 2048 + 4 * 640 + 2 * 256
+    assert mm.num_parameters(m) == 262144 * 640 + 18 * layer + 640 == 268_098_176
+    assert (m.family, m.window_size, m.window_attn_skip_freq, m.tied_embeddings) == (
+        "gemma3", 512, 6, True)
+    from core.plan.fields import ConfigError
+    for bad in ({"_sliding_window_pattern": 4}, {"_sliding_window_pattern": 0},
+                {"use_bidirectional_attention": True}):
+        with pytest.raises(ConfigError) as err:
+            _model({**GEMMA3_270M, **bad})
+        assert err.value.errors[0].field == f"config.json: {next(iter(bad))}"

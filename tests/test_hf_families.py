@@ -329,3 +329,38 @@ def test_cli_refuses_a_trillion_layers_by_field(tmp_path):
                           str(tmp_path / "s.json")], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2
     assert "num_hidden_layers" in out.stderr and "out of memory" not in out.stderr
+
+
+# microsoft/Phi-4-mini-instruct config.json (model card: "3.8B parameters"; tied embeddings, a
+# 200,064-token vocabulary, GQA 24/8, RoPE on 0.75 of each head); its keys full_attn_mod,
+# interpolate_factor and lm_head_bias were refused as unknown
+PHI4_MINI = {
+    "architectures": ["Phi3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 199999, "embd_pdrop": 0.0, "eos_token_id": 199999, "full_attn_mod": 1,
+    "hidden_act": "silu", "hidden_size": 3072, "initializer_range": 0.02,
+    "intermediate_size": 8192, "interpolate_factor": 1, "lm_head_bias": False,
+    "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "phi3",
+    "num_attention_heads": 24, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "original_max_position_embeddings": 4096, "pad_token_id": 199999,
+    "partial_rotary_factor": 0.75, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"long_factor": [1.0] * 48, "short_factor": [1.0] * 48, "type": "longrope"},
+    "rope_theta": 10000.0, "sliding_window": 262144, "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16", "transformers_version": "4.45.0", "use_cache": True,
+    "vocab_size": 200064}
+
+
+def test_phi4_mini_imports_and_its_own_keys_are_refused_when_on():
+    """Phi-4-mini: by hand, the tied 200,064 x 3072 embedding (a multiple of 128: not padded)
+    and per layer Q and O 3072 x 3072, K and V 3072 x 1024, SwiGLU 3 x 3072 x 8192, two RMSNorms;
+    the final norm: 3.84 B, the card's 3.8B. Its keys that transformers' Phi3 code does not read
+    are accepted at the published values only, named otherwise."""
+    imp = _import(PHI4_MINI, seq_length=4096)
+    m = imp.session.model
+    layer = 2 * 3072 * 3072 + 2 * 3072 * 1024 + 3 * 3072 * 8192 + 2 * 3072
+    assert mm.num_parameters(m) == 200064 * 3072 + 32 * layer + 3072 == 3_836_021_760
+    assert (m.tied_embeddings, m.num_query_groups, m.window_size) == (True, 8, None)
+    assert {"full_attn_mod", "interpolate_factor", "lm_head_bias"} <= set(imp.ignored)
+    for bad in ({"full_attn_mod": 2}, {"interpolate_factor": 4}, {"lm_head_bias": True}):
+        with pytest.raises(ConfigError) as err:
+            _import({**PHI4_MINI, **bad})
+        assert err.value.errors[0].field == f"config.json: {next(iter(bad))}"

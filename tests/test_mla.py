@@ -628,3 +628,62 @@ def test_a_dense_and_an_moe_mla_layer_stage_memory_is_the_closed_form():
     assert mem.activations_bytes == pytest.approx(dense_layer + moe_layer + s * V * 2,
                                                   rel=1e-15)
     assert mem.activations_bytes == 4_435_476_480
+
+
+def test_mla_keys_transformers_own_config_classes_write_are_read():
+    """A DeepSeek config saved by transformers' DeepseekV3Config (``save_pretrained`` of a
+    fine-tune) carries ``head_dim`` = ``qk_rope_head_dim`` (64, the class's ``self.head_dim``),
+    ``qk_head_dim`` = ``qk_nope_head_dim + qk_rope_head_dim`` (192) and ``rope_interleave``;
+    they were refused (head_dim 64 as the MLA head size, the others as unknown). The model is
+    the published config's; a ``qk_head_dim`` that is not the sum is refused by name."""
+    from core.plan.fields import ConfigError
+    saved = {**V3_CONFIG, "head_dim": 64, "qk_head_dim": 192, "rope_interleave": True}
+    imp = session_from_hf_config(saved, "config.json", seq_length=4096)
+    plain = session_from_hf_config(V3_CONFIG, "config.json", seq_length=4096)
+    assert imp.session.model == plain.session.model
+    assert mm.num_parameters(imp.session.model) == 671_026_404_352
+    assert {"head_dim", "qk_head_dim", "rope_interleave"} <= set(imp.ignored)
+    for change, field in (({"qk_head_dim": 128}, "qk_head_dim"),
+                          ({"head_dim": 96}, "head_dim")):  # neither the rotary part nor 192
+        with pytest.raises(ConfigError) as err:
+            session_from_hf_config({**saved, **change}, "config.json", seq_length=4096)
+        assert err.value.errors[0].field == f"config.json: {field}"
+    # qk_head_dim is MLA's: a dense architecture's config with it is refused by name
+    llama = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+             "vocab_size": 128256, "max_position_embeddings": 8192, "qk_head_dim": 128}
+    with pytest.raises(ConfigError) as err:
+        session_from_hf_config(llama)
+    assert err.value.errors[0].field == "config.json: qk_head_dim"
+
+
+# moonshotai/Kimi-K2-Instruct config.json: DeepSeek-V3's architecture with model_type kimi_k2
+# (its own configuration class by auto_map), 64 heads, 384 experts, one dense layer, one group
+KIMI_K2_CONFIG = {**V3_CONFIG, "model_type": "kimi_k2", "num_attention_heads": 64,
+                  "num_key_value_heads": 64, "n_routed_experts": 384, "first_k_dense_replace": 1,
+                  "n_group": 1, "topk_group": 1, "vocab_size": 163840, "rope_theta": 50000.0,
+                  "routed_scaling_factor": 2.827, "max_position_embeddings": 131072,
+                  "bos_token_id": 163584, "eos_token_id": 163585,
+                  "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"},
+                  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                          "quant_method": "fp8", "weight_block_size": [128, 128]}}
+
+
+def test_kimi_k2_imports_by_its_model_type():
+    """Kimi-K2's model_type kimi_k2 had no class in the defaults table, so its absent head_dim
+    and sliding_window (keys its DeepseekV3Config does not have) were refused. The count by hand
+    (MLA with 64 heads; 60 MoE layers of 384 + 1 shared experts and a 384-wide router, one dense
+    layer; untied 163,840 x 7168 embeddings) is the model card's "1 trillion total, 32 billion
+    activated"; the same model as the file read with model_type deepseek_v3."""
+    h, a = 7168, 64
+    attn = (h * 1536 + 1536 + 1536 * a * 192 + h * 576 + 512 + 512 * a * 256 + a * 128 * h
+            + 2 * h)
+    def moe(k):
+        return (k + 1) * 3 * h * 2048 + 384 * h
+    total = 61 * attn + 3 * h * 18432 + 60 * moe(384) + 2 * 163840 * h + h
+    active = 61 * attn + 3 * h * 18432 + 60 * moe(8) + 163840 * h + h
+    m = session_from_hf_config(KIMI_K2_CONFIG, seq_length=4096).session.model
+    assert mm.num_parameters(m) == total == 1_026_408_209_408
+    assert mm.num_active_parameters(m) == active == 31_687_072_768
+    assert m == session_from_hf_config({**KIMI_K2_CONFIG, "model_type": "deepseek_v3"},
+                                       seq_length=4096).session.model

@@ -33,7 +33,8 @@ Gemma 2 and Gemma 3 (``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``; the text mode
 ``tie_word_embeddings`` says otherwise, sliding windows on every other layer (Gemma 2) or all
 but every ``sliding_window_pattern``-th (Gemma 3), Gemma 2's ``attn_logit_softcapping`` and
 ``final_logit_softcapping`` must be set (modelled; their values do not change the work) and
-Gemma 3's null, Gemma 3 has QK-norm.
+Gemma 3's null, Gemma 3 has QK-norm; Gemma 3's ``_sliding_window_pattern`` (transformers
+4.53+) must agree with the layers' pattern, ``use_bidirectional_attention`` must be off.
 
 Also read: Phi-3, Phi-3.5 and Phi-4 (``Phi3ForCausalLM``: Llama's layer with fused ``qkv_proj``
 and ``gate_up_proj``, a layout with the same GEMMs), OLMo 2 (``Olmo2ForCausalLM``: QK-norm over
@@ -56,6 +57,9 @@ reason); DeepSeek-V3's multi-token prediction layers (``num_nextn_predict_layers
 are ``model.mtp_num_layers`` (trained with the model); its published checkpoint's
 ``quantization_config`` (``quant_method: fp8``, block-scaled FP8 storage of the
 weights) is ignored with that reason, any other quantization refused.
+A config saved by transformers' own ``DeepseekV2Config`` / ``DeepseekV3Config`` also has
+``head_dim`` (``qk_rope_head_dim``, not the head size), ``qk_head_dim`` (``qk_nope_head_dim +
+qk_rope_head_dim``) and ``rope_interleave``: checked and ignored (:func:`_mla_derived_keys`).
 
 Sliding windows: ``layer_types`` (``sliding_attention`` / ``full_attention``
 per layer) with ``sliding_window`` ``w`` gives ``model.window_size`` ``w`` and
@@ -230,6 +234,16 @@ REFUSED: dict[str, tuple[str, tuple[Any, ...]]] = {
                            "and cannot give that pattern", (None, False)),
     "mlp_bias": ("biases in the MLP's linear layers (f + h parameters per layer and a bias add "
                  "in each GEMM's epilogue)", (None, False)),
+    # Phi-4-mini's config.json keys (microsoft/Phi-4-mini-instruct), which transformers'
+    # Phi3Config and modelling code do not read: only the published values are known
+    "lm_head_bias": ("a bias on the output layer (V parameters and an add over the (s, V) "
+                     "logits)", (None, False)),
+    "full_attn_mod": ("a key of Phi-4-mini's config that transformers' Phi3 code does not read "
+                      "(its layers are all alike); what a value other than the published 1 would "
+                      "change is not known", (None, 1)),
+    "interpolate_factor": ("a key of Phi-4-mini's config that transformers' Phi3 code does not "
+                           "read; what a value other than the published 1 would change is not "
+                           "known", (None, 1)),
     "attn_logit_softcapping": ("tanh soft-capping of every attention score: FlashAttention's "
                                "softcap variant, a kernel the profile stores have no times for",
                                (None,)),
@@ -238,6 +252,9 @@ REFUSED: dict[str, tuple[str, tuple[Any, ...]]] = {
     "attention_chunk_size": ("chunked attention: tokens attend within their chunk, a "
                              "block-diagonal mask whose attention-core FLOPs and kernel have no op "
                              "here", (None,)),
+    "use_bidirectional_attention": ("attention without the causal mask (EmbeddingGemma's "
+                                    "Gemma 3): the attention core over all s*s query-key pairs, "
+                                    "windows on both sides, not the causal kernels", (None, False)),
     "hybrid_override_pattern": ("Mamba-2 layers among the attention and MLP layers: "
                                 "selective-scan kernels, parameters and state not modelled", ()),
 }
@@ -265,6 +282,8 @@ USED: dict[str, str] = {
     "architectures": "the model family",
     "hidden_activation": "checked: gelu_pytorch_tanh (Gemma's GeGLU, model.activation geglu)",
     "sliding_window_pattern": "model.window_attn_skip_freq (Gemma 3: one global layer in N)",
+    "_sliding_window_pattern": "checked: Gemma 3's pattern as transformers 4.53+ writes it "
+    "beside layer_types (must agree with the layers' pattern)",
     "num_hidden_layers": "model.num_layers",
     "hidden_size": "model.hidden_size",
     "num_attention_heads": "model.num_attention_heads",
@@ -307,6 +326,8 @@ USED: dict[str, str] = {
     "qk_nope_head_dim": "model.qk_head_dim (DeepSeek MLA)",
     "qk_rope_head_dim": "model.qk_pos_emb_head_dim (DeepSeek MLA)",
     "v_head_dim": "model.v_head_dim (DeepSeek MLA)",
+    "qk_head_dim": "checked: qk_nope_head_dim + qk_rope_head_dim (DeepSeek MLA; transformers' "
+    "DeepseekV2Config / DeepseekV3Config write the sum)",
     "num_nextn_predict_layers": "model.mtp_num_layers (DeepSeek-V3's and GLM-4.5's multi-token "
     "prediction layers, trained with the model; transformers' inference code does not run them)",
     "topk_method": "checked: one of greedy, group_limited_greedy, noaux_tc (DeepSeek)",
@@ -331,6 +352,8 @@ IGNORED: dict[str, str] = {
     "rope_scaling": "RoPE scaling changes the angles, not the work",
     "rope_parameters": "RoPE's base and scaling (transformers 5's rope_theta and rope_scaling): "
     "the angles, not the work",
+    "rope_interleave": "the order of RoPE's rotated channels (transformers' DeepSeek-V3; "
+    "Megatron's --rotary-interleaved): the same rotary kernel bytes",
     "use_mrope": "multimodal RoPE's position ids (Qwen2.5): the angles, not the work",
     "original_max_position_embeddings": "the context before RoPE scaling extended it to "
     "max_position_embeddings (Phi-3; give --seq-length to simulate it)",
@@ -425,6 +448,8 @@ def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: s
         flags = [window is not None and (i + 1) % n != 0 for i in range(layers)]
     else:  # Qwen2/Qwen3: a window only with use_sliding_window (refused before)
         return {}, "inactive (use_sliding_window is false)" if window is not None else ""
+    if arch == "Gemma3ForCausalLM":
+        _check_gemma3_pattern(cfg, types, layers, where)
     if not any(flags):
         return {}, "inactive (every layer has full attention)" if window is not None else ""
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
@@ -441,6 +466,26 @@ def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: s
                       f"{' ...' if len(full) > 8 else ''}: only every N-th layer full, the others "
                       "windowed (Megatron-Core's --window-attn-skip-freq N) is modelled")
     return {"window_size": window, "window_attn_skip_freq": n}, ""
+
+
+def _check_gemma3_pattern(cfg: dict[str, Any], types: list[str] | None, layers: int,
+                          where: str) -> None:
+    """Check Gemma 3's ``_sliding_window_pattern`` (transformers 4.53+ writes it beside
+    ``layer_types``: one global layer in N) against the layers' pattern, ``layer_types`` or
+    else ``sliding_window_pattern`` (default 6).
+
+    Raises ConfigError naming it when it is not a positive integer or gives other layers."""
+    if "_sliding_window_pattern" not in cfg:
+        return
+    n = cfg["_sliding_window_pattern"]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise _refuse(where, "_sliding_window_pattern", f"{n!r} must be a positive integer")
+    want = ([x == "sliding_attention" for x in types] if types is not None else
+            [(i + 1) % cfg.get("sliding_window_pattern", 6) != 0 for i in range(layers)])
+    if [(i + 1) % n != 0 for i in range(layers)] != want:
+        raise _refuse(where, "_sliding_window_pattern", f"{n}: one global layer in {n} disagrees "
+                      "with the layers' pattern (" + ("layer_types" if types is not None else
+                                                      "sliding_window_pattern") + ")")
 
 
 def _gemma_softcap(cfg: dict[str, Any], arch: str, where: str) -> dict[str, str]:
@@ -515,6 +560,7 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     cfg, default_notes = fill_class_defaults(cfg, arch, where)
     moe = arch in MOE_ARCHITECTURES
     ignored, storage = _ignored_fields(cfg, arch, where)
+    cfg = _mla_derived_keys(cfg, arch, where, ignored)
     sizes = _sizes(cfg, where, seq_length)
     layers, s = sizes["num_layers"], sizes["seq_length"]
     _check_activation_and_biases(cfg, arch, where)
@@ -604,6 +650,37 @@ def _ignored_fields(cfg: dict[str, Any], arch: str, where: str) -> tuple[dict[st
     if quant is not None and not storage:
         raise _refuse(where, "quantization_config", "quantized weights are not modelled")
     return ignored, storage
+
+
+def _mla_derived_keys(cfg: dict[str, Any], arch: str, where: str,
+                      ignored: dict[str, str]) -> dict[str, Any]:
+    """``cfg`` without the keys transformers' ``DeepseekV2Config`` / ``DeepseekV3Config`` derive
+    from the multi-head latent attention's head sizes and write into the files they save
+    (``head_dim`` = ``qk_rope_head_dim``, the rotary part of a query/key head, not its size;
+    ``qk_head_dim`` = ``qk_nope_head_dim + qk_rope_head_dim``), each checked and listed in
+    ``ignored``. Other architectures' configs come back unchanged.
+
+    Raises ConfigError for a ``qk_head_dim`` that is not the sum."""
+    if not (MOE_ARCHITECTURES.get(arch, ({}, ""))[0].get("multi_latent_attention")
+            and ("head_dim" in cfg or "qk_head_dim" in cfg)):
+        return cfg
+    out = dict(cfg)
+    rope = positive_int(cfg, "qk_rope_head_dim", where)
+    if "qk_head_dim" in cfg:
+        total = rope + positive_int(cfg, "qk_nope_head_dim", where)
+        if positive_int(cfg, "qk_head_dim", where) != total:
+            raise _refuse(where, "qk_head_dim", f"{cfg['qk_head_dim']!r} must be "
+                          f"qk_nope_head_dim + qk_rope_head_dim = {total} (the query/key head size "
+                          "transformers derives)")
+        ignored["qk_head_dim"] = f"{total}: qk_nope_head_dim + qk_rope_head_dim (checked)"
+        del out["qk_head_dim"]
+    head_dim = cfg.get("head_dim")
+    if head_dim == rope and not isinstance(head_dim, bool):
+        ignored["head_dim"] = (f"{rope}: transformers' {arch[:10]}Config sets it to "
+                               "qk_rope_head_dim (the rotary part of a query/key head, not the "
+                               "head size: qk_nope_head_dim, qk_rope_head_dim, v_head_dim)")
+        del out["head_dim"]
+    return out
 
 
 def _sizes(cfg: dict[str, Any], where: str, seq_length: int | None) -> dict[str, Any]:
@@ -702,7 +779,8 @@ def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str
         ignored[what] = why
     mla = bool(fixed.get("multi_latent_attention"))
     with_mtp = mla or arch in _MTP_WITHOUT_MLA
-    mla_fields = [k for k in (*_MLA_HF_FIELDS, "num_nextn_predict_layers") if k in cfg
+    mla_fields = [k for k in (*_MLA_HF_FIELDS, "qk_head_dim", "num_nextn_predict_layers")
+                  if k in cfg
                   and not (with_mtp and k == "num_nextn_predict_layers")]
     if mla:
         for key, target in _MLA_HF_FIELDS.items():
