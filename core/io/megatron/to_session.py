@@ -41,7 +41,7 @@ from core.io.megatron.model_arguments import MOE_ONLY, map_model
 from core.io.megatron.plan_arguments import map_plan
 from core.io.megatron.rules import MEGATRON_COMMIT, OPTIONS, broken_rules, options_read
 from core.plan.cluster import (GPU_HOST_GPUS, GPU_NVLINK_DOMAIN, NVLINK_DOMAIN_SPANS_HOSTS,
-                               ClusterConfig, CostConfig)
+                               ClusterConfig, CostConfig, ReliabilityConfig)
 from core.plan.fields import ConfigError, FieldError
 from core.plan.rules import check
 from core.plan.parallel import ParallelPlan
@@ -112,6 +112,22 @@ def _token_budget(mp: Mapper, s: int, B: int) -> None:
         mp.set("--train-samples", "cost.training_tokens", float(samples * s))
     elif iters is not None:
         mp.set("--train-iters", "cost.training_tokens", float(iters * B * s))
+
+
+def _checkpoints(mp: Mapper) -> None:
+    """The run's checkpoints (docs/goodput.md): ``--save-interval`` (or its other name
+    ``--persistent-save-interval``; the last given wins, as argparse takes one dest) is
+    ``reliability.checkpoint_interval_iterations``, ``--async-save`` ``reliability.async_save``.
+    Without them the session keeps its defaults (Daly's optimum interval, synchronous saves)."""
+    args, src = mp.args, mp.source
+    given = [f for f in args if f in ("--save-interval", "--persistent-save-interval")]
+    for flag in given:
+        mp.take(flag)
+    if given:  # parse_arguments keeps the order given: the last one is argparse's value
+        mp.set(given[-1], "reliability.checkpoint_interval_iterations",
+               int_argument(args, given[-1], src))
+    if mp.switch("--async-save"):
+        mp.set("--async-save", "reliability.async_save", True)
 
 
 #: Megatron-LM's arguments of hybrid (Mamba) models: refused, never ignored.
@@ -219,6 +235,7 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     B, nproc = map_plan(mp, launch, L, num_gpus=num_gpus, gpus_per_node=gpus_per_node,
                         nodes=nodes)
     _token_budget(mp, s, B)
+    _checkpoints(mp)
     _refuse_other_models(mp, launch)
     if mp.refused:
         raise MegatronArgsError(f"{src}: " + "; ".join(mp.refused))
@@ -263,7 +280,8 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                                    int(mp.values["model"].get("mtp_num_layers") or 0))
     model = model_from_fields({**MEGATRON_MODEL_DEFAULTS, "name": name or Path(src).stem,
                                **mp.values["model"]})
-    session = Session(model, plan, ClusterConfig(**cluster), CostConfig(**mp.values["cost"]))
+    session = Session(model, plan, ClusterConfig(**cluster), CostConfig(**mp.values["cost"]),
+                      ReliabilityConfig(**mp.values["reliability"]))
     used = {f: ", ".join(ARGUMENTS[f].targets) for f in args
             if f in ARGUMENTS and f not in ignored}  # --moe-grouped-gemm without experts
     return MegatronImport(session, used, ignored, mp.notes, neutral=neutral, launch=launch,
