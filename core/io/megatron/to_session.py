@@ -24,6 +24,7 @@ stops on it), or listed with ``allow_unknown``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,8 +125,14 @@ def _checkpoints(mp: Mapper) -> None:
     for flag in given:
         mp.take(flag)
     if given:  # parse_arguments keeps the order given: the last one is argparse's value
-        mp.set(given[-1], "reliability.checkpoint_interval_iterations",
-               int_argument(args, given[-1], src))
+        n = int_argument(args, given[-1], src, minimum=0)
+        if n == 0:  # Megatron-LM saves when iteration % interval == 0 only if the interval is
+            # not 0; it still saves once at the end: an interval no run reaches
+            n = next(f.metadata["max"] for f in dataclasses.fields(ReliabilityConfig)
+                     if f.name == "checkpoint_interval_iterations")
+            mp.notes.append((given[-1], "0: no periodic checkpoint, one at the end of the run "
+                             f"(reliability.checkpoint_interval_iterations {n:,}, beyond any run)"))
+        mp.set(given[-1], "reliability.checkpoint_interval_iterations", n)
     if mp.switch("--async-save"):
         mp.set("--async-save", "reliability.async_save", True)
 
