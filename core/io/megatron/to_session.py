@@ -191,7 +191,14 @@ def _unused(mp: Mapper, unknown: list[tuple[str, str]]) -> tuple[dict[str, str],
         ignored.update((flag, "without --num-experts it has no effect") for flag in MOE_ONLY
                        if flag in args)
     if "--fp8-recipe" in args and "--fp8-format" not in args:
-        ignored["--fp8-recipe"] = "without --fp8-format it has no effect"
+        if "--use-precision-aware-optimizer" in args:  # Megatron-LM gives it the optimizer too
+            te = mp.values["plan"].get("te_master_weights")
+            mp.notes.append(("--fp8-recipe", "without --fp8-format no GEMM runs in FP8, but "
+                             "Megatron-LM gives the recipe to the precision-aware optimizer: "
+                             "the master weights are " + ("Transformer Engine's" if te else
+                             "Megatron-Core's fp32 ones") + f" (plan.te_master_weights {str(te).lower()})"))
+        else:
+            ignored["--fp8-recipe"] = "without --fp8-format it has no effect"
     return ignored, neutral
 
 
