@@ -267,6 +267,21 @@ def test_set_reaches_reliability(capsys):
     assert doc["energy"]["energy_kwh"] > 0
 
 
+def test_report_prints_a_given_checkpoint_interval(capsys):
+    """reliability.checkpoint_interval_iterations set (Megatron-LM's --save-interval): the
+    report says so; it raised formatting the Daly and Young figures, None for a given interval."""
+    from core.cli import main
+    ex = "resources/examples/gpt3_1.3b_single_node.json"
+    assert main(["simulate", ex, "--set", "reliability.checkpoint_interval_iterations=500"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Checkpoint interval every 500 iterations (" in out and "given);" in out
+    assert main(["simulate", ex, "--json", "--set",
+                 "reliability.checkpoint_interval_iterations=500"]) == 0
+    run = json.loads(capsys.readouterr().out)["run"]
+    assert (run["checkpoint_interval_iterations"], run["checkpoint_interval_rule"],
+            run["daly_interval_s"]) == (500, "given", None)
+
+
 def test_a_job_that_never_finishes_is_refused(tmp_path, capsys):
     from core.cli import main
     from core.io.session import session_to_json

@@ -595,10 +595,42 @@ def test_every_table_target_names_a_section_field():
         assert flag.startswith("--") and arg.help
         for target in arg.targets:
             section, name = target.split(".")
-            assert section in ("model", "plan", "cluster", "cost") and name.isidentifier()
+            assert section in ("model", "plan", "cluster", "cost", "reliability") and \
+                name.isidentifier()
     launch = read_launch("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 8 "
                          "--micro-batch-size 1 --vocab-size 5", "x")
     assert session_from_launch(launch, num_gpus=1).session.model.vocab_size == 5
+
+
+def test_checkpoint_interval_and_async_save_are_read_and_written(tmp_path):
+    """--save-interval (or --persistent-save-interval) and --async-save are the session's
+    reliability.checkpoint_interval_iterations and async_save (docs/goodput.md): they were
+    listed as not used and the run's goodput taken at Daly's interval with synchronous saves."""
+    assert "    --save-interval 10000\n" in GPT3_175B_NO_RAMPUP
+    text = GPT3_175B_NO_RAMPUP.replace("--save-interval 10000", "--save-interval 500\n    --async-save")
+    res = import_file(_write(tmp_path, "ckpt.sh", text))
+    rel = res.session.reliability
+    assert (rel.checkpoint_interval_iterations, rel.async_save) == (500, True)
+    assert "--save-interval" not in res.neutral and "--async-save" not in res.neutral
+    args = export_arguments(res.session)
+    assert args[args.index("--save-interval") + 1] == "500" and "--async-save" in args
+    back = import_file(_write(tmp_path, "back.sh", export_script(res.session))).session
+    assert back.reliability == rel
+    other = GPT3_175B_NO_RAMPUP.replace("--save-interval 10000", "--save-interval 200\n"
+                                        "    --persistent-save-interval 300")  # the last wins
+    rel = import_file(_write(tmp_path, "alias.sh", other)).session.reliability
+    assert (rel.checkpoint_interval_iterations, rel.async_save) == (300, False)
+    plain = GPT3_175B_NO_RAMPUP.replace("    --save-interval 10000\n", "")
+    rel = import_file(_write(tmp_path, "plain.sh", plain)).session.reliability
+    assert (rel.checkpoint_interval_iterations, rel.async_save) == (None, False)
+    args = export_arguments(Session(res.session.model, res.session.plan, res.session.cluster,
+                                    res.session.cost))
+    assert "--save-interval" not in args and "--async-save" not in args
+    # 0: Megatron-LM saves no periodic checkpoint, only one at the end (it imported before)
+    never = import_file(_write(tmp_path, "never.sh", GPT3_175B_NO_RAMPUP.replace(
+        "--save-interval 10000", "--save-interval 0")))
+    assert never.session.reliability.checkpoint_interval_iterations == 2 ** 40
+    assert "--save-interval" in dict(never.notes)
 
 
 def test_docs_list_every_argument_of_the_table():

@@ -184,6 +184,33 @@ def test_what_is_not_modelled_is_refused_by_name(tmp_path, name, capsys):
     assert flag in capsys.readouterr().err and not out.exists()
 
 
+def test_fsdp2_keeping_the_gathered_parameters_is_refused_by_name(tmp_path, capsys):
+    """--torch-fsdp2-no-reshard-after-forward (fully_shard(reshard_after_forward=False)) keeps
+    every layer's whole weights from its forward to its backward: more memory than the ZeRO-3
+    plan counts, refused by name (it was listed as ignored and the plan read as ZeRO-3);
+    without FSDP2 it has no effect and is listed so."""
+    fsdp2 = LAUNCH.replace("--use-megatron-fsdp --use-distributed-optimizer --ckpt-format "
+                           "fsdp_dtensor", "--use-torch-fsdp2 --no-gradient-accumulation-fusion")
+    path = tmp_path / "fsdp2.sh"
+    path.write_text(fsdp2)
+    assert import_file(path).session.plan.zero_stage == 3  # the plan without the switch
+    path.write_text(fsdp2.rstrip("\n") + " --torch-fsdp2-no-reshard-after-forward\n")
+    with pytest.raises(MegatronArgsError, match="--torch-fsdp2-no-reshard-after-forward: FSDP2 "
+                       "keeping each layer's gathered parameters"):
+        import_file(path)
+    out = tmp_path / "s.json"
+    assert main(["import", "megatron-args", str(path), "--out", str(out)]) == 2
+    assert "--torch-fsdp2-no-reshard-after-forward" in capsys.readouterr().err
+    assert not out.exists()
+    plain = tmp_path / "plain.sh"
+    plain.write_text(fsdp2.replace("--use-torch-fsdp2 ", "").rstrip("\n")
+                     + " --torch-fsdp2-no-reshard-after-forward\n")
+    res = import_file(plain)
+    assert res.session.plan.zero_stage == 0
+    assert res.ignored["--torch-fsdp2-no-reshard-after-forward"] == ("no effect without "
+                                                                    "--use-torch-fsdp2")
+
+
 # --------------------------------------------------------------------------- export refusals
 
 @pytest.mark.parametrize("plan, field", [

@@ -424,6 +424,26 @@ def test_a_printed_argument_dump_is_read_through_the_dests(tmp_path):
     assert m.hidden_dropout == 0.0  # the dump's hidden_dropout: no masks kept
 
 
+def test_a_dump_reads_the_optimizer_dtypes_validate_args_prints_as_torch_dtypes(tmp_path):
+    """validate_args turns --main-grads-dtype, --main-params-dtype, --exp-avg-dtype and
+    --exp-avg-sq-dtype into torch dtypes before it prints them (its dtype_map, fp8 as
+    torch.uint8), so every dump of a current Megatron-LM has them: read back as the choices
+    (they were refused as "invalid choice")."""
+    fp32 = "".join(f"[rank0]:   {d} ........ torch.float32\n" for d in
+                   ("exp_avg_dtype", "exp_avg_sq_dtype", "main_grads_dtype", "main_params_dtype"))
+    text = DUMP.replace("[rank0]:   fp16 ", fp32 + "[rank0]:   fp16 ")
+    p = import_file(_write(tmp_path, "dump.log", text), gpu="H100-SXM5-80GB").session.plan
+    assert (p.use_precision_aware_optimizer, p.main_params_dtype, p.exp_avg_dtype,
+            p.exp_avg_sq_dtype) == (False, "fp32", "fp32", "fp32")
+    aware = (text.replace("exp_avg_dtype ........ torch.float32", "exp_avg_dtype ........ torch.bfloat16")
+             .replace("exp_avg_sq_dtype ........ torch.float32", "exp_avg_sq_dtype ........ torch.uint8")
+             .replace("[rank0]:   fp16 ", "[rank0]:   use_precision_aware_optimizer .... True\n"
+                      "[rank0]:   fp16 "))
+    p = import_file(_write(tmp_path, "aware.log", aware), gpu="H100-SXM5-80GB").session.plan
+    assert (p.use_precision_aware_optimizer, p.main_params_dtype, p.exp_avg_dtype,
+            p.exp_avg_sq_dtype) == (True, "fp32", "bf16", "fp8")
+
+
 # Slurm launch as posted in issues: the master address from scontrol (a command's output),
 # inside a DISTRIBUTED_ARGS string that also holds the world size
 SLURM_STRING_ARGS = r"""#!/bin/bash

@@ -207,6 +207,25 @@ def test_export_writes_the_recipe_that_keeps_megatron_core_master_weights():
     assert "--use-precision-aware-optimizer" in args
 
 
+def test_a_bf16_launchs_recipe_is_not_listed_as_having_no_effect(tmp_path):
+    """--fp8-recipe tensorwise without --fp8-format (the export's BF16 launch with Megatron-Core's
+    master weights): with the precision-aware optimizer it decides plan.te_master_weights, so
+    the import says so in a note; it was listed as ignored, "without --fp8-format it has no
+    effect", while the memory moved. Without that optimizer it has none and is listed so."""
+    pao = _LAUNCH + "--use-distributed-optimizer --use-precision-aware-optimizer "
+    res = import_file(_write(tmp_path, pao + "--fp8-recipe tensorwise"))
+    assert (res.session.plan.precision, res.session.plan.te_master_weights) == ("bf16", False)
+    assert "--fp8-recipe" not in res.ignored
+    assert dict(res.notes)["--fp8-recipe"].endswith("the master weights are Megatron-Core's "
+                                                    "fp32 ones (plan.te_master_weights false)")
+    assert import_file(_write(tmp_path, pao)).session.plan.te_master_weights is True
+    plain = import_file(_write(tmp_path, _LAUNCH + "--fp8-recipe tensorwise"))
+    assert plain.ignored["--fp8-recipe"] == "without --fp8-format it has no effect"
+    # the export's launch for such a plan reads back without the contradiction
+    back = import_file(_write(tmp_path, export_script(_session(_pao(te_master_weights=False)))))
+    assert back.session.plan.te_master_weights is False and "--fp8-recipe" not in back.ignored
+
+
 def test_step_scratch_is_held_at_the_peak_only_beyond_the_activations():
     """TE's fp32 scratch of fp8 moments (8 bytes per parameter, sharded over d) lives in the
     step alone (fused_adam.py:616-912): the optimizer column holds it only where it exceeds the

@@ -287,8 +287,9 @@ def _run_table(r, s):
     t.add_row("Checkpoint", f"{fmt_bytes(g.checkpoint_bytes)} (weights and optimizer state), "
                             f"{fmt_bytes(g.checkpoint_bytes_per_node)} per host; "
                             f"{g.checkpoint_save_s:,.1f} s per save ({mode})")
+    # the optimum's figures exist only where it chose the interval (None for a given one)
     rule = {"given": "given", "no failures": "once, at the end (no failures)"}.get(
-        g.checkpoint_interval_rule,
+        g.checkpoint_interval_rule) or (
         f"Daly 2006 optimum {g.daly_interval_s:,.0f} s, Young 1974 {g.young_interval_s:,.0f} s, "
         "rounded to whole iterations")
     t.add_row("Checkpoint interval", f"every {g.checkpoint_interval_iterations:,} iterations "

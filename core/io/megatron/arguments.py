@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.plan.cluster import ClusterConfig, CostConfig
+from core.plan.cluster import ClusterConfig, CostConfig, ReliabilityConfig
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 from core.sim.labels import KIND_NAMES
@@ -448,6 +448,13 @@ ARGUMENTS: dict[str, Arg] = {
     "--fp8-recipe": Arg(("plan.fp8_recipe",), True, "FP8 scaling recipe (Megatron's default delayed)"),
     "--train-samples": Arg(("cost.training_tokens",), True, "token budget = samples * s"),
     "--train-iters": Arg(("cost.training_tokens",), True, "token budget = iterations * B * s"),
+    "--save-interval": Arg(("reliability.checkpoint_interval_iterations",), True,
+                           "iterations between checkpoints (the run's goodput, docs/goodput.md)"),
+    "--persistent-save-interval": Arg(("reliability.checkpoint_interval_iterations",), True,
+                                      "--save-interval's other name"),
+    "--async-save": Arg(("reliability.async_save",), False,
+                        "asynchronous checkpointing: training stalls only for the copy to host "
+                        "memory (the run's goodput)"),
 }
 
 #: Megatron-FSDP's ``--data-parallel-sharding-strategy`` -> ``plan.zero_stage``: what each
@@ -499,7 +506,8 @@ MEGATRON_MODEL_DEFAULTS: dict[str, Any] = {
 MEGATRON_PLAN_DEFAULTS: dict[str, Any] = {"tensor_parallel": 1, "pipeline_parallel": 1,
                                           "recompute": "none", "precision": "fp32"}
 #: The session's sections and their records (``section.field`` targets name them).
-SECTIONS = {"model": ModelConfig, "plan": ParallelPlan, "cluster": ClusterConfig, "cost": CostConfig}
+SECTIONS = {"model": ModelConfig, "plan": ParallelPlan, "cluster": ClusterConfig, "cost": CostConfig,
+            "reliability": ReliabilityConfig}
 
 
 def field_exists(target: str, value: Any = None) -> bool:

@@ -284,8 +284,8 @@ def _sharding_words(pl: Any) -> list[str]:
 
 
 def _recompute_and_precision_words(session: Session) -> list[str]:
-    """Recomputation, the uneven pipeline split, precision (FP8's recipe always explicit)
-    and the token budget."""
+    """Recomputation, the uneven pipeline split, precision (FP8's recipe always explicit),
+    the token budget and the checkpoints' interval and asynchrony."""
     m, pl = session.model, session.plan
     out: list[str] = []
     if pl.recompute == "full":
@@ -316,6 +316,11 @@ def _recompute_and_precision_words(session: Session) -> list[str]:
                 _get(pl, "fp8_recipe") or "tensorwise"]
     samples = session.cost.training_tokens / m.seq_length
     out += ["--train-samples", str(int(round(samples)))]
+    rel = getattr(session, "reliability", None)  # the run's checkpoints (docs/goodput.md)
+    if rel is not None and rel.checkpoint_interval_iterations is not None:
+        out += ["--save-interval", str(rel.checkpoint_interval_iterations)]
+    if rel is not None and rel.async_save:
+        out.append("--async-save")
     return out
 
 

@@ -422,6 +422,8 @@ def read_argument_dump(text: str, source: str = "arguments") -> Launch | None:
             unknown.append(dest)
             continue
         value = _dump_value(raw)
+        if raw in _DUMP_DTYPES:  # validate_args maps the optimizer's dtypes to torch dtypes
+            value = raw = _DUMP_DTYPES[raw]
         for e in entries:
             option = e.options[0]
             if e.action == "store_true" and value is True and e.default is not True:
@@ -459,6 +461,12 @@ def read_argument_dump(text: str, source: str = "arguments") -> Launch | None:
     return Launch(args, None, None, "argument dump", "", source, notes=notes,
                   world_size=int(world) if world.isdigit() else None)
 
+
+#: The torch dtypes Megatron-LM's ``validate_args`` turns ``--main-grads-dtype``,
+#: ``--main-params-dtype``, ``--exp-avg-dtype`` and ``--exp-avg-sq-dtype`` into before it
+#: prints them (its ``dtype_map``: fp8 is ``torch.uint8``) -> the parser's choice.
+_DUMP_DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16",
+                "torch.uint8": "fp8"}
 
 #: Values Megatron-LM's validate_args and initialization add to the printed arguments.
 _DERIVED_DESTS = frozenset(

@@ -259,6 +259,16 @@ def _sharding(mp: Mapper, d: int, t: int) -> None:
     if fsdp and dist:
         raise MegatronArgsError(f"{src}: --use-torch-fsdp2 and --use-distributed-optimizer "
                                 "exclude each other")
+    # FSDP2 keeping the gathered parameters from the forward to the backward
+    # (fully_shard(reshard_after_forward=False)): every layer's whole weights held between
+    # them, more than ZeRO-3's sharded ones; the torchtitan import refuses the like
+    keep = "--torch-fsdp2-no-reshard-after-forward"
+    if mp.switch(keep) and fsdp:
+        mp.refuse(keep, "FSDP2 keeping each layer's gathered parameters from its forward to its "
+                  "backward (reshard_after_forward False) is not modelled: the memory verdict "
+                  "would count ZeRO-3's sharded parameters")
+    elif keep in args:
+        mp.ignored.append((keep, "no effect without --use-torch-fsdp2"))
     megatron_fsdp = _megatron_fsdp(mp, fsdp, dist)  # sets plan.zero_stage when it is used
     if not megatron_fsdp and (fsdp or dist):
         mp.set("--use-torch-fsdp2" if fsdp else "--use-distributed-optimizer", "plan.zero_stage",

@@ -24,6 +24,7 @@ stops on it), or listed with ``allow_unknown``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,7 @@ from core.io.megatron.model_arguments import MOE_ONLY, map_model
 from core.io.megatron.plan_arguments import map_plan
 from core.io.megatron.rules import MEGATRON_COMMIT, OPTIONS, broken_rules, options_read
 from core.plan.cluster import (GPU_HOST_GPUS, GPU_NVLINK_DOMAIN, NVLINK_DOMAIN_SPANS_HOSTS,
-                               ClusterConfig, CostConfig)
+                               ClusterConfig, CostConfig, ReliabilityConfig)
 from core.plan.fields import ConfigError, FieldError
 from core.plan.rules import check
 from core.plan.parallel import ParallelPlan
@@ -114,6 +115,28 @@ def _token_budget(mp: Mapper, s: int, B: int) -> None:
         mp.set("--train-iters", "cost.training_tokens", float(iters * B * s))
 
 
+def _checkpoints(mp: Mapper) -> None:
+    """The run's checkpoints (docs/goodput.md): ``--save-interval`` (or its other name
+    ``--persistent-save-interval``; the last given wins, as argparse takes one dest) is
+    ``reliability.checkpoint_interval_iterations``, ``--async-save`` ``reliability.async_save``.
+    Without them the session keeps its defaults (Daly's optimum interval, synchronous saves)."""
+    args, src = mp.args, mp.source
+    given = [f for f in args if f in ("--save-interval", "--persistent-save-interval")]
+    for flag in given:
+        mp.take(flag)
+    if given:  # parse_arguments keeps the order given: the last one is argparse's value
+        n = int_argument(args, given[-1], src, minimum=0)
+        if n == 0:  # Megatron-LM saves when iteration % interval == 0 only if the interval is
+            # not 0; it still saves once at the end: an interval no run reaches
+            n = next(f.metadata["max"] for f in dataclasses.fields(ReliabilityConfig)
+                     if f.name == "checkpoint_interval_iterations")
+            mp.notes.append((given[-1], "0: no periodic checkpoint, one at the end of the run "
+                             f"(reliability.checkpoint_interval_iterations {n:,}, beyond any run)"))
+        mp.set(given[-1], "reliability.checkpoint_interval_iterations", n)
+    if mp.switch("--async-save"):
+        mp.set("--async-save", "reliability.async_save", True)
+
+
 #: Megatron-LM's arguments of hybrid (Mamba) models: refused, never ignored.
 _HYBRID_FLAGS = ("--is-hybrid-model", "--hybrid-override-pattern", "--hybrid-attention-ratio",
                  "--hybrid-mlp-ratio", "--mamba-state-dim", "--mamba-head-dim",
@@ -168,7 +191,14 @@ def _unused(mp: Mapper, unknown: list[tuple[str, str]]) -> tuple[dict[str, str],
         ignored.update((flag, "without --num-experts it has no effect") for flag in MOE_ONLY
                        if flag in args)
     if "--fp8-recipe" in args and "--fp8-format" not in args:
-        ignored["--fp8-recipe"] = "without --fp8-format it has no effect"
+        if "--use-precision-aware-optimizer" in args:  # Megatron-LM gives it the optimizer too
+            te = mp.values["plan"].get("te_master_weights")
+            mp.notes.append(("--fp8-recipe", "without --fp8-format no GEMM runs in FP8, but "
+                             "Megatron-LM gives the recipe to the precision-aware optimizer: "
+                             "the master weights are " + ("Transformer Engine's" if te else
+                             "Megatron-Core's fp32 ones") + f" (plan.te_master_weights {str(te).lower()})"))
+        else:
+            ignored["--fp8-recipe"] = "without --fp8-format it has no effect"
     return ignored, neutral
 
 
@@ -219,6 +249,7 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     B, nproc = map_plan(mp, launch, L, num_gpus=num_gpus, gpus_per_node=gpus_per_node,
                         nodes=nodes)
     _token_budget(mp, s, B)
+    _checkpoints(mp)
     _refuse_other_models(mp, launch)
     if mp.refused:
         raise MegatronArgsError(f"{src}: " + "; ".join(mp.refused))
@@ -263,7 +294,8 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                                    int(mp.values["model"].get("mtp_num_layers") or 0))
     model = model_from_fields({**MEGATRON_MODEL_DEFAULTS, "name": name or Path(src).stem,
                                **mp.values["model"]})
-    session = Session(model, plan, ClusterConfig(**cluster), CostConfig(**mp.values["cost"]))
+    session = Session(model, plan, ClusterConfig(**cluster), CostConfig(**mp.values["cost"]),
+                      ReliabilityConfig(**mp.values["reliability"]))
     used = {f: ", ".join(ARGUMENTS[f].targets) for f in args
             if f in ARGUMENTS and f not in ignored}  # --moe-grouped-gemm without experts
     return MegatronImport(session, used, ignored, mp.notes, neutral=neutral, launch=launch,
