@@ -354,3 +354,19 @@ def test_a_budget_shorter_than_one_iteration_is_refused_not_given_a_loss(capsys)
             assert c.loss == pytest.approx(chinchilla_loss(c.n_params, c.tokens))
         elif c.plan is not None:
             assert c.reason.startswith("less than one iteration in the budget")
+
+
+def test_the_table_names_a_block_of_recomputed_layers(capsys):
+    """A candidate whose fastest plan recomputes only the first layers of each model chunk
+    (plan.recompute_num_layers, Megatron-LM's --recompute-method block) reads "full (block,
+    N)" in the recomp column, not "full" (every layer recomputed): GPT-3 175B's 1,024-GPU
+    budget gives its 18.4 B candidate 4 of 40 layers."""
+    path = str(EXAMPLES / "gpt3_175b.json")
+    assert main(["optimal", path, "--gpus", "1024", "--days", "30", "--json"]) == 0
+    cands = json.loads(capsys.readouterr().out)["candidates"]
+    blocks = [c["plan"]["recompute_num_layers"] for c in cands
+              if c["plan"] and c["plan"]["recompute_num_layers"]]
+    assert blocks == [4]
+    assert main(["optimal", path, "--gpus", "1024", "--days", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "full (block, 4)" in out

@@ -88,6 +88,15 @@ def run(args: argparse.Namespace) -> int:
 _SWITCHES = ("sequence_parallel", "zero_stage", "context_parallel")
 
 
+def _recompute_cell(p: dict) -> str:
+    """The recomp column: the mode, and with full recomputation of a block of layers
+    (``recompute_num_layers``, Megatron-LM's ``--recompute-method block
+    --recompute-num-layers N``: the first N layers of each model chunk) that count, "full
+    (block, 4)"; a plan recomputing every layer is "full"."""
+    n = p.get("recompute_num_layers")
+    return f"{p['recompute']} (block, {n})" if n else str(p["recompute"])
+
+
 def _memory_cell(plan: dict[str, Any]) -> str:
     """The plan's memory per GPU in GiB, marked ``~`` when tight (as ``vtrain sweep``'s GiB
     column: :attr:`core.studies.sweep.SweepResult.memory_verdict`); a chosen plan fits."""
@@ -146,7 +155,8 @@ def _print(result, session, console: Console) -> None:
         t.add_row(format_params(c.n_params), str(m.num_layers), str(m.hidden_size),
                   str(m.num_attention_heads), f"{p['tensor_parallel']} {p['pipeline_parallel']} "
                   f"{p['data_parallel']} {p['micro_batch_size']}",
-                  *(value_text(p[name]) for name in _SWITCHES), p["schedule"], p["recompute"],
+                  *(value_text(p[name]) for name in _SWITCHES), p["schedule"],
+                  _recompute_cell(p),
                   f"{c.mfu:.1%}{calibration_mark(c.within_calibration, c.calibration_departures)}",
                   _memory_cell(p), format_params(c.tokens), f"{c.tokens_per_parameter:.3g}",
                   f"{c.loss:.4f}" if math.isfinite(c.loss) else "-",
