@@ -169,7 +169,7 @@ def test_refused_by_key(section, key, value):
     raw = load_toml(LLAMA3_8B)
     raw["parallelism"]["pipeline_parallel_degree"] = 2
     raw[section][key] = value
-    if key == "recipe_name":
+    if key in ("recipe_name", "filter_fqns"):  # float8 settings act with the converter only
         raw["model"]["converters"] = ["float8"]
     with pytest.raises(ConfigError) as err:
         session_from_torchtitan(raw, num_gpus=8)
@@ -355,6 +355,36 @@ def test_v02_quantize_section_is_the_float8_section():
     with pytest.raises(ConfigError) as err:
         session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB")
     assert err.value.errors[0].field == "config.toml: quantize.linear.float8.recipe_name"
+
+
+def test_float8_settings_without_the_converter_change_nothing():
+    """torchtitan's deepseek_v3_16b.toml (v0.2) keeps a [quantize.linear.float8] section with
+    filter_fqns = ["output", "router.gate"] and no float8 in model.converters: the converter is
+    not built, so its settings change nothing (Float8LinearConverter reads them only when
+    listed). They were refused as FP8 on other modules; with the converter on they still are."""
+    raw = load_toml(LLAMA3_8B)
+    raw.pop("float8")
+    raw["quantize"] = {"linear": {"float8": {"enable_fsdp_float8_all_gather": False,
+                                             "precompute_float8_dynamic_scale_for_fsdp": False,
+                                             "filter_fqns": ["output", "router.gate"]}},
+                       "grouped_mm": {"float8": {"fqns": ["experts"]}}}
+    imp = session_from_torchtitan(raw, num_gpus=8)
+    assert imp.session.plan.precision == "bf16" and imp.session.plan.fp8_recipe is None
+    assert "without the float8 converter" in imp.ignored["quantize.linear.float8.filter_fqns"]
+    raw["model"]["converters"] = ["quantize.linear.float8"]
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert err.value.errors[0].field == "config.toml: quantize.linear.float8.filter_fqns"
+    # the older [float8] section: the same, with the older switch off
+    raw = load_toml(LLAMA3_8B)
+    raw["float8"].update(filter_fqns=[], emulate=True, enable_float8_linear=False)
+    imp = session_from_torchtitan(raw, num_gpus=8)
+    assert imp.session.plan.precision == "bf16"
+    assert {"float8.filter_fqns", "float8.emulate"} <= set(imp.ignored)
+    raw["float8"]["enable_float8_linear"] = True
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert err.value.errors[0].field == "config.toml: float8.filter_fqns"
 
 
 @pytest.mark.parametrize("name,flavor", [("qwen3", "30B-A3B"), ("deepseek_v3", "671B")])

@@ -320,10 +320,32 @@ def _described(name: str) -> Rule:
     return KEYS.get(name, KEYS.get(name.split(".")[0] + ".*"))
 
 
+def _float8_converter_on(cfg: dict[str, Any]) -> bool:
+    """Whether the file turns torchtitan's float8 linears on: ``model.converters`` names
+    ``float8`` or ``quantize.linear.float8``, or the older ``[float8] enable_float8_linear`` is
+    true. Without it the ``[float8]`` (``[quantize.linear.float8]``) settings configure a
+    converter that is not built (torchtitan's ``Float8LinearConverter`` reads them only when
+    listed): its refused keys change nothing (malformed values are refused by
+    :func:`_precision`)."""
+    model, float8 = cfg.get("model"), cfg.get("float8")
+    converters = model.get("converters", []) if isinstance(model, dict) else []
+    if isinstance(converters, str):
+        converters = [converters]
+    on = isinstance(converters, list) and any(
+        c in ("float8", "quantize.linear.float8") for c in converters if isinstance(c, str))
+    return on or (isinstance(float8, dict) and float8.get("enable_float8_linear") is True)
+
+
+_FLOAT8_OFF = "no effect without the float8 converter (model.converters does not list it)"
+
+
 def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
     """``({"section.key": value} of the used keys, {"section.key": why} of those that change
-    nothing})``. Raises ConfigError for the first unknown or switched-on refused key."""
+    nothing})``. Raises ConfigError for the first unknown or switched-on refused key; the
+    refused ``[float8]`` keys change nothing while the float8 converter is off
+    (:func:`_float8_converter_on`)."""
     used, ignored = {}, {}
+    float8_on = _float8_converter_on(cfg)
     for section, table in cfg.items():
         if not isinstance(table, dict):
             raise refusal(where, section, f"{table!r}: a top-level key; torchtitan's job config "
@@ -342,7 +364,10 @@ def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str
             if rule is None:
                 raise refusal(where, name, "is not a key of torchtitan's job config the importer "
                            "knows, so it cannot tell whether it changes the run")
-            if rule.kind == "refused":
+            if rule.kind == "refused" and not float8_on and (
+                    name.startswith(("float8.", _FLOAT8_V02))):
+                ignored[name] = f"{value!r}: {_FLOAT8_OFF}"
+            elif rule.kind == "refused":
                 ignored[name] = switched_off_or_refuse(where, name, value, rule.text, rule.inert)
             elif rule.kind == "no_effect":
                 ignored[name] = rule.text
