@@ -249,6 +249,7 @@ def test_float8_without_fsdp_under_tensor_parallelism_is_refused():
     models (bf16 weights)."""
     raw = _llama3_8b(tensor_parallel_degree=8)
     raw["model"]["converters"] = ["float8"]
+    raw["float8"] = {"filter_fqns": ["output"]}
     with pytest.raises(ConfigError) as err:
         session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB")
     assert err.value.errors[0].field == "config.toml: model.converters"
@@ -385,6 +386,36 @@ def test_float8_settings_without_the_converter_change_nothing():
     with pytest.raises(ConfigError) as err:
         session_from_torchtitan(raw, num_gpus=8)
     assert err.value.errors[0].field == "config.toml: float8.filter_fqns"
+
+
+@pytest.mark.parametrize("section", ["float8", "quantize.linear.float8"])
+def test_float8_without_filter_fqns_converts_the_output_layer_and_is_refused(section):
+    """torchtitan's Float8Linear.filter_fqns defaults to [] (config/job_config.py, v0.2.2:
+    field(default_factory=list)): module_filter_fn converts every nn.Linear with dimensions
+    that are multiples of 16, Llama 3's output layer (4096 x 128,256) included. It was imported
+    as the simulator's fp8, whose output layer stays BF16; refused by the file's key, and
+    accepted at ["output"] (torchtitan's train_configs), which the message says; the older
+    enable_float8_linear converter skipped the output layer itself and still imports."""
+    raw = load_toml(LLAMA3_8B)
+    raw.pop("float8")
+    settings = {"enable_fsdp_float8_all_gather": True}
+    if section == "float8":
+        raw["float8"] = settings
+    else:
+        raw["quantize"] = {"linear": {"float8": settings}}
+    raw["model"]["converters"] = [section]
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB")
+    assert err.value.errors[0].field == f"config.toml: {section}.filter_fqns"
+    assert 'filter_fqns = ["output"]' in err.value.errors[0].message
+    settings["filter_fqns"] = ["output"]
+    plan = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB").session.plan
+    assert (plan.precision, plan.fp8_recipe, plan.fp8_param_gather) == ("fp8", "tensorwise", True)
+    del settings["filter_fqns"]
+    raw["model"]["converters"] = []
+    raw.setdefault("float8", {})["enable_float8_linear"] = True
+    assert session_from_torchtitan(raw, num_gpus=8,
+                                   gpu="H100-SXM5-80GB").session.plan.precision == "fp8"
 
 
 @pytest.mark.parametrize("name,flavor", [("qwen3", "30B-A3B"), ("deepseek_v3", "671B")])

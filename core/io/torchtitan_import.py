@@ -196,8 +196,9 @@ KEYS: dict[str, Rule] = {
                                                       "backward (an elementwise kernel)"),
     "float8.recipe_name": _used("plan.fp8_recipe (tensorwise); rowwise recipes refused"),
     "float8.filter_fqns": _refused("FP8 on other modules than the transformer layers' "
-                                   "linears (['output'], torchtitan's default, keeps the output "
-                                   "layer in BF16, as the simulator does)", ["output"]),
+                                   "linears (['output'] keeps the output layer in BF16, as the "
+                                   "simulator does; torchtitan's default [] converts it too)",
+                                   ["output"]),
     "float8.emulate": _refused("FP8 emulated in BF16 (a test mode: BF16 GEMMs plus casts)",
                                False),
     "float8.moe_fqns_prototype": _refused("FP8 grouped GEMMs of the experts (a prototype)",
@@ -468,6 +469,7 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
             f"{old} read as {new}" for new, old in renamed.items()))
     model = _model(used, where, notes)
     plan, tokens = _plan(used, model, where, num_gpus, notes)
+    _output_layer_filtered(used, ignored, where, plan)
     cluster = ClusterConfig()
     if gpu is not None:
         if gpu not in GPU_KINDS:
@@ -492,6 +494,27 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
         described[_OLDER_MICROBATCHES] = KEYS[_OLDER_MICROBATCHES].text
     ignored = {renamed.get(k, k): v for k, v in ignored.items()}
     return ImportResult(session, described, ignored, notes)
+
+
+def _output_layer_filtered(used: dict[str, Any], ignored: dict[str, str], where: str,
+                           plan: ParallelPlan) -> None:
+    """Refuse float8 linears by ``model.converters`` without ``filter_fqns``: torchtitan's
+    default (``Float8Linear.filter_fqns``, v0.1-v0.3: ``field(default_factory=list)``) filters
+    nothing, so ``module_filter_fn`` converts every ``nn.Linear`` whose dimensions are multiples
+    of 16, the output layer included (Llama 3's 4096 x 128,256); the simulator's fp8 keeps the
+    output layer in BF16, as ``filter_fqns = ["output"]`` (torchtitan's own train_configs) does.
+    The older ``enable_float8_linear`` converter skipped the output layer itself
+    (``fqn != "output"``). Raises ConfigError naming the file's ``filter_fqns`` key."""
+    if plan.precision != "fp8" or not used.get("model.converters"):
+        return
+    keys = ("float8.filter_fqns", _FLOAT8_V02 + "filter_fqns")
+    if any(k in ignored for k in keys):
+        return
+    v02 = any(k.startswith(_FLOAT8_V02) for k in (*used, *ignored))
+    raise refusal(where, keys[1] if v02 else keys[0], "not given: torchtitan's default [] "
+                  "converts the output layer to FP8 too (every nn.Linear with dimensions that are "
+                  "multiples of 16), which is not modelled (the simulator's output layer stays "
+                  "BF16); give filter_fqns = [\"output\"], as torchtitan's train_configs do")
 
 
 #: Session field -> the torchtitan key that sets it (for error messages).
