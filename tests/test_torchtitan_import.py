@@ -226,6 +226,30 @@ def _llama3_8b(**parallelism) -> dict:
             "activation_checkpoint": {"mode": "full"}}
 
 
+@pytest.mark.parametrize("schedule", ["Interleaved1F1B", "ZBVZeroBubble"])
+def test_a_schedule_without_pipelining_changes_nothing(schedule):
+    """torchtitan reads pipeline_parallel_schedule only to build a pipeline (pipeline_llm, when
+    pp_enabled); its deepseek_v3 configs give Interleaved1F1B at pipeline_parallel_degree 1.
+    That was refused as an interleaved schedule on one stage (27 layers over 2 virtual
+    stages); it is FSDP over 8 ranks with no pipeline. A refused schedule is refused where
+    it runs (degree 2) only."""
+    raw = _llama3_8b(data_parallel_shard_degree=8, pipeline_parallel_schedule=schedule)
+    imp = session_from_torchtitan(raw, num_gpus=8)
+    p = imp.session.plan
+    assert (p.pipeline_parallel, p.schedule, p.virtual_pipeline_stages, p.zero_stage,
+            p.pipeline_model_parallel_layout) == (1, "1f1b", None, 3, None)
+    assert any(f"{schedule!r} has no effect" in n for n in imp.notes)
+    raw["parallelism"].update(pipeline_parallel_degree=2, data_parallel_shard_degree=4)
+    if schedule == "ZBVZeroBubble":
+        with pytest.raises(ConfigError) as err:
+            session_from_torchtitan(raw, num_gpus=8)
+        assert err.value.errors[0].field == "config.toml: parallelism.pipeline_parallel_schedule"
+    else:
+        raw["training"]["local_batch_size"] = 2
+        p = session_from_torchtitan(raw, num_gpus=8).session.plan
+        assert (p.schedule, p.virtual_pipeline_stages) == ("interleaved", 2)
+
+
 def test_tensor_parallelism_without_fsdp_trains_in_fp32():
     """TP 8 with no FSDP: torchtitan's maybe_enable_amp has no mixed precision for TP or PP
     without FSDP/HSDP/CP, so the model trains in fp32 (TF32 off, PyTorch's default); it was

@@ -773,7 +773,17 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
     """The plan and the token budget (None without ``training.steps``)."""
     rep, shard, t, p, cp, ep = _degrees(used, where, num_gpus)
     d = rep * shard
-    schedule, chunks = _choice(used, _PAR + "pipeline_parallel_schedule", where, "1F1B", SCHEDULES)
+    # torchtitan reads the schedule only to build a pipeline (pipeline_llm, when
+    # ParallelDims.pp_enabled: degree > 1); its deepseek_v3 configs name Interleaved1F1B at 1
+    schedule, chunks = ("1f1b", 1) if p == 1 else _choice(
+        used, _PAR + "pipeline_parallel_schedule", where, "1F1B", SCHEDULES)
+    if p == 1 and _PAR + "pipeline_parallel_schedule" in used:
+        if not isinstance(used[_PAR + "pipeline_parallel_schedule"], str):
+            raise refusal(where, _PAR + "pipeline_parallel_schedule",
+                          f"{used[_PAR + 'pipeline_parallel_schedule']!r} must be a string")
+        notes.append(f"pipeline_parallel_schedule "
+                     f"{used[_PAR + 'pipeline_parallel_schedule']!r} has no effect: "
+                     "pipeline_parallel_degree is 1 (torchtitan builds no pipeline)")
     b, glob, local = _batch(used, where, d, p)
     if schedule == "interleaved":
         _interleaved_microbatches(used, where, p, local // b)
