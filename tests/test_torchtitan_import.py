@@ -250,6 +250,32 @@ def test_a_schedule_without_pipelining_changes_nothing(schedule):
         assert (p.schedule, p.virtual_pipeline_stages) == ("interleaved", 2)
 
 
+def test_async_tp_is_what_torchtitan_runs():
+    """torchtitan's maybe_enable_async_tp (distributed/tensor_parallel.py) runs on a
+    tensor-parallel mesh only and raises "Async TP requires 'model' in --compile.components and
+    --compile.enable" without the compiled model. Async TP without compile was imported as
+    tp_comm_overlap (a job torchtitan does not run); at TP 1 it was refused as tp_comm_overlap
+    without sequence parallelism (torchtitan ignores it there)."""
+    raw = _llama3_8b(tensor_parallel_degree=2, data_parallel_shard_degree=4,
+                     enable_async_tensor_parallel=True)
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert err.value.errors[0].field == "config.toml: parallelism.enable_async_tensor_parallel"
+    assert "Async TP requires" in err.value.errors[0].message
+    raw["compile"] = {"enable": True, "components": ["loss"]}  # the model not compiled
+    with pytest.raises(ConfigError, match="Async TP requires"):
+        session_from_torchtitan(raw, num_gpus=8)
+    raw["compile"]["components"] = ["model", "loss"]
+    p = session_from_torchtitan(raw, num_gpus=8).session.plan
+    assert (p.tensor_parallel, p.tp_comm_overlap, p.sequence_parallel) == (2, True, True)
+    del raw["compile"]["components"]  # torchtitan's default ["model", "loss"]
+    assert session_from_torchtitan(raw, num_gpus=8).session.plan.tp_comm_overlap is True
+    raw = _llama3_8b(data_parallel_shard_degree=8, enable_async_tensor_parallel=True)
+    imp = session_from_torchtitan(raw, num_gpus=8)  # TP 1: no effect, compiled or not
+    assert (imp.session.plan.tp_comm_overlap, imp.session.plan.zero_stage) == (False, 3)
+    assert any("enable_async_tensor_parallel has no effect" in n for n in imp.notes)
+
+
 def test_tensor_parallelism_without_fsdp_trains_in_fp32():
     """TP 8 with no FSDP: torchtitan's maybe_enable_amp has no mixed precision for TP or PP
     without FSDP/HSDP/CP, so the model trains in fp32 (TF32 off, PyTorch's default); it was
@@ -513,6 +539,7 @@ def test_a_switch_that_is_no_boolean_is_refused_not_read_as_off(section, key, va
     assert err.value.errors[0].field == f"config.toml: {section}.{key}"
     assert "must be true or false" in err.value.errors[0].message
     raw[section][key] = True  # the boolean is used
+    raw["compile"]["enable"] = True  # async TP needs the compiled model
     s = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB").session
     assert (s.plan.tp_comm_overlap, s.plan.precision, s.plan.fp8_param_gather) == {
         "enable_async_tensor_parallel": (True, "bf16", False),

@@ -468,7 +468,7 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
         notes.append("torchtitan's older layout (late 2024): " + ", ".join(
             f"{old} read as {new}" for new, old in renamed.items()))
     model = _model(used, where, notes)
-    plan, tokens = _plan(used, model, where, num_gpus, notes)
+    plan, tokens = _plan(used, model, where, num_gpus, notes, _model_compiled(cfg))
     _output_layer_filtered(used, ignored, where, plan)
     cluster = ClusterConfig()
     if gpu is not None:
@@ -768,9 +768,44 @@ def _precision(used: dict[str, Any], where: str, fsdp: bool, t: int, p: int,
     return precision, fp8, recipe, gather
 
 
+def _model_compiled(cfg: dict[str, Any]) -> bool:
+    """Whether torchtitan compiles the model: ``compile.enable`` true (the older
+    ``training.compile``, moved there) and ``"model"`` in ``compile.components`` (default
+    ``["model", "loss"]``), ``model_compile_enabled`` in ``models/*/infra/parallelize.py``."""
+    table = cfg.get("compile")
+    if not isinstance(table, dict) or table.get("enable") is not True:
+        return False
+    components = table.get("components", ["model", "loss"])
+    return isinstance(components, list) and "model" in components
+
+
+def _async_tp(used: dict[str, Any], where: str, t: int, compiled: bool,
+              notes: list[str]) -> bool:
+    """``plan.tp_comm_overlap`` of ``enable_async_tensor_parallel``. torchtitan's
+    ``maybe_enable_async_tp`` (``distributed/tensor_parallel.py``, v0.2) runs only when tensor
+    parallelism is on (``tp_enabled``: degree > 1), and raises "Async TP requires 'model' in
+    --compile.components and --compile.enable" without the compiled model (``compiled``:
+    :func:`_model_compiled`; the older layout's "Async TP requires --training.compile"): a
+    job torchtitan does not run, refused by the key. Raises ConfigError."""
+    key = _PAR + "enable_async_tensor_parallel"
+    if not _switch(used, key, where):
+        return False
+    if t == 1:
+        notes.append("enable_async_tensor_parallel has no effect: tensor_parallel_degree is 1 "
+                     "(torchtitan enables async TP on a tensor-parallel mesh only)")
+        return False
+    if not compiled:
+        raise refusal(where, key, "true without torch.compile of the model: torchtitan raises "
+                      "\"Async TP requires 'model' in --compile.components and "
+                      "--compile.enable\" (its micro-pipelined TP is an inductor pass); give "
+                      "[compile] enable = true with \"model\" in components, or async TP off")
+    return True
+
+
 def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
-          notes: list[str]) -> tuple[ParallelPlan, int | None]:
-    """The plan and the token budget (None without ``training.steps``)."""
+          notes: list[str], compiled: bool = False) -> tuple[ParallelPlan, int | None]:
+    """The plan and the token budget (None without ``training.steps``); ``compiled``: whether
+    torchtitan compiles the model (:func:`_model_compiled`)."""
     rep, shard, t, p, cp, ep = _degrees(used, where, num_gpus)
     d = rep * shard
     # torchtitan reads the schedule only to build a pipeline (pipeline_llm, when
@@ -839,7 +874,7 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         cp_comm_type=_choice(used, _PAR + "context_parallel_rotate_method", where, "allgather",
                              {"allgather": "allgather", "alltoall": "p2p"}),
         expert_parallel=ep,
-        tp_comm_overlap=_switch(used, _PAR + "enable_async_tensor_parallel", where),
+        tp_comm_overlap=_async_tp(used, where, t, compiled, notes),
         # PyTorch's autograd adds each micro-batch's weight gradients into .grad (DDP); no
         # fused weight-gradient GEMM (under FSDP the field has no effect: nothing is added)
         gradient_accumulation_fusion=False)
