@@ -163,6 +163,8 @@ def test_mla_flavour_with_context_parallelism_is_refused_whichever_rotation(rota
     ("training", "mixed_precision_param", "float8"),
     ("training", "dtype", "bfloat16"),
     ("optimizer", "name", "Muon"),
+    # was listed as an optimizer constant: the step runs in the backward, gradients freed
+    ("optimizer", "early_step_in_backward", True),
     ("training", "some_new_knob", 3),
 ])
 def test_refused_by_key(section, key, value):

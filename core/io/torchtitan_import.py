@@ -84,6 +84,12 @@ KEYS: dict[str, Rule] = {
     "comm.*": _none("NCCL timeouts and the flight recorder's buffer: no effect on a healthy "
                     "iteration"),
     "optimizer.name": _used("checked: AdamW or Adam (the simulator's optimizer state is Adam's)"),
+    # components/optimizer.py: OptimizersInBackwardContainer steps each parameter's optimizer
+    # in a post-accumulate-grad hook and zeroes its gradient: no full gradient buffer held
+    "optimizer.early_step_in_backward": _refused("the optimizer step run in the backward, "
+                                                 "parameter by parameter, each gradient freed "
+                                                 "after its step (gradient memory and the "
+                                                 "step's timing)", False),
     "optimizer.*": _none("the optimizer's constants (learning rate, betas, eps, weight decay, "
                          "fused or foreach kernels: the same optimizer step)"),
     "lr_scheduler.*": _none("the learning-rate schedule (a number per step)"),
