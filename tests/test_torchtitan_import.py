@@ -187,6 +187,37 @@ def test_session_rules_named_by_the_files_keys():
                                                                   err.value.errors]
 
 
+def test_torchtitan_v02_keys_at_their_defaults_are_listed():
+    """torchtitan 0.2.2's job config (config/job_config.py) keys the importer did not know were
+    refused as unknown at their defaults (a [training.dataloader] table, gc_debug, the
+    pipeline CSV, CP's load balancer, the EP backend, the memory budget): listed at the
+    values that change nothing, refused by name at those that do."""
+    raw = load_toml(LLAMA3_8B)
+    raw["training"].update(gc_debug=False, dataloader={"num_workers": 2, "pin_memory": True})
+    raw["parallelism"].update(pipeline_parallel_schedule_csv="",
+                              pipeline_parallel_expert_parallel_overlap=True,
+                              context_parallel_load_balancer="headtail",
+                              expert_parallel_comm_backend="standard")
+    raw["activation_checkpoint"].update(memory_budget=0.5, visualize_memory_budget_pareto=False)
+    imp = session_from_torchtitan(raw, num_gpus=8)
+    assert {"training.gc_debug", "training.dataloader.num_workers",
+            "training.dataloader.pin_memory", "parallelism.pipeline_parallel_schedule_csv",
+            "parallelism.pipeline_parallel_expert_parallel_overlap",
+            "parallelism.context_parallel_load_balancer",
+            "parallelism.expert_parallel_comm_backend", "activation_checkpoint.memory_budget",
+            "activation_checkpoint.visualize_memory_budget_pareto"} <= set(imp.ignored)
+    assert imp.session.plan.zero_stage == 3 and imp.session.plan.recompute == "selective_op"
+    for key, value in (("gc_debug", True), ("context_parallel_load_balancer", "ptrr"),
+                       ("expert_parallel_comm_backend", "deepep"),
+                       ("pipeline_parallel_schedule_csv", "sched.csv")):
+        bad = load_toml(LLAMA3_8B)
+        section = "training" if key == "gc_debug" else "parallelism"
+        bad[section][key] = value
+        with pytest.raises(ConfigError) as err:
+            session_from_torchtitan(bad, num_gpus=8)
+        assert err.value.errors[0].field == f"config.toml: {section}.{key}"
+
+
 def test_every_rule_kind_is_known():
     assert {r.kind for r in KEYS.values()} == {"used", "no_effect", "refused"}
 

@@ -124,6 +124,10 @@ KEYS: dict[str, Rule] = {
     "training.gc_freq": _none("Python's garbage collection every few steps"),
     "training.seed": _none("a seed"), "training.deterministic": _none(
         "deterministic algorithms (close in speed for GEMMs and FlashAttention; not modelled)"),
+    "training.gc_debug": _refused("gc.collect() every step (a debugging mode: host time not "
+                                  "modelled)", False),
+    "training.dataloader": _none("the data loader's worker processes (host side: the same "
+                                 "token ids)"),
     "training.enable_cpu_offload": _refused("FSDP's CPU offload of parameters, gradients and "
                                             "the optimizer step: host transfers and a CPU Adam",
                                             False),
@@ -156,6 +160,19 @@ KEYS: dict[str, Rule] = {
                                                     "the parameters in the backward (always; "
                                                     "default without pipelining), 2 when it "
                                                     "keeps them (never; default with it)"),
+    "parallelism.pipeline_parallel_schedule_csv": _refused("a pipeline schedule of your own "
+                                                          "read from a CSV file", None, ""),
+    "parallelism.pipeline_parallel_expert_parallel_overlap": _none(
+        "DualPipeV's overlap of the expert-parallel all-to-alls (that schedule is refused; no "
+        "effect on the others)"),
+    # components/validate.py, train.py: the sequence split over the CP ranks; headtail is the
+    # 2 * cp chunks, head and tail to each rank, the simulator's (Megatron-Core's) balance
+    "parallelism.context_parallel_load_balancer": _refused(
+        "another split of the sequence over the context-parallel ranks than headtail (the "
+        "simulator's 2 * cp chunks): ptrr's or none, unbalanced causal attention", "headtail"),
+    "parallelism.expert_parallel_comm_backend": _refused("DeepEP's dispatch and combine kernels "
+                                                         "for the expert all-to-alls",
+                                                         "standard"),
     "parallelism.disable_loss_parallel": _refused("the output layer's logits gathered to every "
                                                   "tensor-parallel rank instead of the "
                                                   "vocabulary-parallel loss: (s, V) all-gather "
@@ -187,6 +204,9 @@ KEYS: dict[str, Rule] = {
                                                       "models)"),
     "activation_checkpoint.determinism_check": _none("a check mode of checkpointing"),
     "activation_checkpoint.debug": _none(_LOGGING),
+    "activation_checkpoint.memory_budget": _none("the budget of mode memory_budget (refused by "
+                                                 "activation_checkpoint.mode)"),
+    "activation_checkpoint.visualize_memory_budget_pareto": _none(_LOGGING),
     "compile.enable": _none("torch.compile: the simulator times the profile store's kernels "
                             "either way (compile's fusion of norms and activations is not "
                             "modelled: on an H200 it took 9 % off a Llama 3 8B step, which the "
