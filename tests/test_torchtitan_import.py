@@ -123,6 +123,25 @@ def test_moe_flavour_with_expert_parallelism():
     assert err.value.errors[0].field == "config.toml: activation_checkpoint.mode"
 
 
+@pytest.mark.parametrize("etp,ok", [(1, True), (2, True), (4, False)])
+def test_expert_tensor_parallelism_is_tp_or_one(etp, ok):
+    """torchtitan's ParallelDims._validate asserts "Currently we only support ETP=TP or ETP=1"
+    when expert_parallel_degree > 1 (the sparse mesh unflattens the dense one's fsdp x tp
+    ranks): ETP 4 beside TP 2 was imported as a plan torchtitan does not build."""
+    raw = _llama3_8b(tensor_parallel_degree=2, data_parallel_shard_degree=8,
+                     expert_parallel_degree=4, expert_tensor_parallel_degree=etp)
+    raw["model"].update(name="qwen3", flavor="30B-A3B")
+    raw["training"]["seq_len"] = 4096
+    if ok:
+        p = session_from_torchtitan(raw, num_gpus=16).session.plan
+        assert (p.tensor_parallel, p.expert_parallel, p.expert_tensor_parallel) == (2, 4, etp)
+        return
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=16)
+    assert err.value.errors[0].field == "config.toml: parallelism.expert_tensor_parallel_degree"
+    assert "ETP=TP or ETP=1" in err.value.errors[0].message
+
+
 @pytest.mark.parametrize("rotate", [None, "allgather", "alltoall"])
 def test_mla_flavour_with_context_parallelism_is_refused_whichever_rotation(rotate):
     """DeepSeek-V3 with context_parallel_degree 2: torchtitan runs it through PyTorch's

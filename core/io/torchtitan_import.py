@@ -906,6 +906,13 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         gradient_accumulation_fusion=False)
     if model.is_moe:
         plan.expert_tensor_parallel = _int(used, _PAR + "expert_tensor_parallel_degree", where, 1)
+        if ep > 1 and plan.expert_tensor_parallel not in (1, t):
+            # ParallelDims._validate (distributed/parallel_dims.py, v0.2): the sparse mesh
+            # [pp, dp_replicate, efsdp, ep, etp] unflattens the dense one's fsdp x tp ranks
+            raise refusal(where, _PAR + "expert_tensor_parallel_degree",
+                          f"{plan.expert_tensor_parallel} with tensor_parallel_degree {t}: "
+                          "torchtitan asserts \"Currently we only support ETP=TP or ETP=1\" "
+                          "(ParallelDims) when expert_parallel_degree > 1")
     if rep > 1 and fsdp:  # HSDP: FSDP over the dp_shard * cp ranks, replicated rep times
         plan.data_parallel_shard_size = shard
     if fp8:
