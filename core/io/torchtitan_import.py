@@ -106,7 +106,6 @@ KEYS: dict[str, Rule] = {
     "model.print_after_conversion": _none(_LOGGING),
     "training.local_batch_size": _used("plan.micro_batch_size without pipelining; the "
                                        "pipeline's micro-batches with it"),
-    "training.batch_size": _used("as local_batch_size (torchtitan's older name)"),
     "training.global_batch_size": _used("plan.global_batch_size (-1: local_batch_size times "
                                         "the data-parallel degree)"),
     "training.seq_len": _used("model.seq_length"),
@@ -262,6 +261,7 @@ def _rule(section: str, key: str) -> Rule | None:
 #: (the number of micro-batches the local batch is split into, default the pipeline degree)
 #: gives the micro-batch size (:func:`_older_microbatches`).
 OLDER_NAMES: dict[str, str] = {
+    "training.batch_size": "training.local_batch_size",
     "training.data_parallel_replicate_degree": "parallelism.data_parallel_replicate_degree",
     "training.data_parallel_shard_degree": "parallelism.data_parallel_shard_degree",
     "training.tensor_parallel_degree": "parallelism.tensor_parallel_degree",
@@ -311,7 +311,7 @@ def _older_microbatches(used: dict[str, Any], where: str, renamed: dict[str, str
                           "microbatch_size: one splits the local batch, the other sizes it")
         return
     n = p if n is None else n
-    local = used.get("training.local_batch_size", used.get("training.batch_size", 8))
+    local = used.get("training.local_batch_size", 8)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1 or not isinstance(local, int) \
             or local % n:
         raise refusal(where, _OLDER_MICROBATCHES, f"{n!r} micro-batches must divide the local "
@@ -635,8 +635,7 @@ def _degrees(used: dict[str, Any], where: str, num_gpus: int | None
 def _batch(used: dict[str, Any], where: str, d: int, p: int) -> tuple[int, int, int]:
     """``(b, B, local)``: the micro-batch (the pipeline's, else the local batch), the global
     batch (-1: the local batch times d) and the local batch."""
-    local = _int(used, "training.local_batch_size", where,
-                 _int(used, "training.batch_size", where, 8))
+    local = _int(used, "training.local_batch_size", where, 8)
     glob = used.get("training.global_batch_size", -1)
     if glob == -1:
         glob = local * d
@@ -666,8 +665,8 @@ def _interleaved_microbatches(used: dict[str, Any], where: str, p: int, n: int) 
 
     if megatron_core_refusal(p, n) is None:
         return
-    key = next((k for k in (_PAR + "pipeline_parallel_microbatch_size", "training.batch_size")
-                if k in used), "training.local_batch_size")
+    key = next((k for k in (_PAR + "pipeline_parallel_microbatch_size",) if k in used),
+               "training.local_batch_size")
     raise refusal(where, key, f"{n} micro-batches per step (the local batch over the "
                   f"micro-batch size) on {p} stages: torchtitan's Interleaved1F1B "
                   f"(torch.distributed.pipelining ScheduleInterleaved1F1B) runs them in "
@@ -856,8 +855,8 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
                      f"{glob // (local * d)} pipeline schedules of {local // b} micro-batches a "
                      f"step, each with its fill and drain; simulated as one of "
                      f"{glob // (d * b)} (one bubble: the iteration time is low by the others)")
-    if used.get("training.global_batch_size", -1) == -1 and not {
-            "training.local_batch_size", "training.batch_size"} & used.keys():
+    if used.get("training.global_batch_size", -1) == -1 and \
+            "training.local_batch_size" not in used:
         notes.append(global_batch_note(glob))  # torchtitan's default local batch (8) times d
     fsdp = _fsdp_enabled(rep, shard, t, p, cp, where)
     zero = _fsdp_zero(used, where, fsdp, p, notes)
