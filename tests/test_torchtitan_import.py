@@ -123,6 +123,25 @@ def test_moe_flavour_with_expert_parallelism():
     assert err.value.errors[0].field == "config.toml: activation_checkpoint.mode"
 
 
+@pytest.mark.parametrize("etp,ok", [(1, True), (2, True), (4, False)])
+def test_expert_tensor_parallelism_is_tp_or_one(etp, ok):
+    """torchtitan's ParallelDims._validate asserts "Currently we only support ETP=TP or ETP=1"
+    when expert_parallel_degree > 1 (the sparse mesh unflattens the dense one's fsdp x tp
+    ranks): ETP 4 beside TP 2 was imported as a plan torchtitan does not build."""
+    raw = _llama3_8b(tensor_parallel_degree=2, data_parallel_shard_degree=8,
+                     expert_parallel_degree=4, expert_tensor_parallel_degree=etp)
+    raw["model"].update(name="qwen3", flavor="30B-A3B")
+    raw["training"]["seq_len"] = 4096
+    if ok:
+        p = session_from_torchtitan(raw, num_gpus=16).session.plan
+        assert (p.tensor_parallel, p.expert_parallel, p.expert_tensor_parallel) == (2, 4, etp)
+        return
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=16)
+    assert err.value.errors[0].field == "config.toml: parallelism.expert_tensor_parallel_degree"
+    assert "ETP=TP or ETP=1" in err.value.errors[0].message
+
+
 @pytest.mark.parametrize("rotate", [None, "allgather", "alltoall"])
 def test_mla_flavour_with_context_parallelism_is_refused_whichever_rotation(rotate):
     """DeepSeek-V3 with context_parallel_degree 2: torchtitan runs it through PyTorch's
@@ -163,13 +182,15 @@ def test_mla_flavour_with_context_parallelism_is_refused_whichever_rotation(rota
     ("training", "mixed_precision_param", "float8"),
     ("training", "dtype", "bfloat16"),
     ("optimizer", "name", "Muon"),
+    # was listed as an optimizer constant: the step runs in the backward, gradients freed
+    ("optimizer", "early_step_in_backward", True),
     ("training", "some_new_knob", 3),
 ])
 def test_refused_by_key(section, key, value):
     raw = load_toml(LLAMA3_8B)
     raw["parallelism"]["pipeline_parallel_degree"] = 2
     raw[section][key] = value
-    if key == "recipe_name":
+    if key in ("recipe_name", "filter_fqns"):  # float8 settings act with the converter only
         raw["model"]["converters"] = ["float8"]
     with pytest.raises(ConfigError) as err:
         session_from_torchtitan(raw, num_gpus=8)
@@ -183,6 +204,37 @@ def test_session_rules_named_by_the_files_keys():
         session_from_torchtitan(raw, num_gpus=24)
     assert "config.toml: parallelism.tensor_parallel_degree" in [e.field for e in
                                                                   err.value.errors]
+
+
+def test_torchtitan_v02_keys_at_their_defaults_are_listed():
+    """torchtitan 0.2.2's job config (config/job_config.py) keys the importer did not know were
+    refused as unknown at their defaults (a [training.dataloader] table, gc_debug, the
+    pipeline CSV, CP's load balancer, the EP backend, the memory budget): listed at the
+    values that change nothing, refused by name at those that do."""
+    raw = load_toml(LLAMA3_8B)
+    raw["training"].update(gc_debug=False, dataloader={"num_workers": 2, "pin_memory": True})
+    raw["parallelism"].update(pipeline_parallel_schedule_csv="",
+                              pipeline_parallel_expert_parallel_overlap=True,
+                              context_parallel_load_balancer="headtail",
+                              expert_parallel_comm_backend="standard")
+    raw["activation_checkpoint"].update(memory_budget=0.5, visualize_memory_budget_pareto=False)
+    imp = session_from_torchtitan(raw, num_gpus=8)
+    assert {"training.gc_debug", "training.dataloader.num_workers",
+            "training.dataloader.pin_memory", "parallelism.pipeline_parallel_schedule_csv",
+            "parallelism.pipeline_parallel_expert_parallel_overlap",
+            "parallelism.context_parallel_load_balancer",
+            "parallelism.expert_parallel_comm_backend", "activation_checkpoint.memory_budget",
+            "activation_checkpoint.visualize_memory_budget_pareto"} <= set(imp.ignored)
+    assert imp.session.plan.zero_stage == 3 and imp.session.plan.recompute == "selective_op"
+    for key, value in (("gc_debug", True), ("context_parallel_load_balancer", "ptrr"),
+                       ("expert_parallel_comm_backend", "deepep"),
+                       ("pipeline_parallel_schedule_csv", "sched.csv")):
+        bad = load_toml(LLAMA3_8B)
+        section = "training" if key == "gc_debug" else "parallelism"
+        bad[section][key] = value
+        with pytest.raises(ConfigError) as err:
+            session_from_torchtitan(bad, num_gpus=8)
+        assert err.value.errors[0].field == f"config.toml: {section}.{key}"
 
 
 def test_every_rule_kind_is_known():
@@ -226,6 +278,56 @@ def _llama3_8b(**parallelism) -> dict:
             "activation_checkpoint": {"mode": "full"}}
 
 
+@pytest.mark.parametrize("schedule", ["Interleaved1F1B", "ZBVZeroBubble"])
+def test_a_schedule_without_pipelining_changes_nothing(schedule):
+    """torchtitan reads pipeline_parallel_schedule only to build a pipeline (pipeline_llm, when
+    pp_enabled); its deepseek_v3 configs give Interleaved1F1B at pipeline_parallel_degree 1.
+    That was refused as an interleaved schedule on one stage (27 layers over 2 virtual
+    stages); it is FSDP over 8 ranks with no pipeline. A refused schedule is refused where
+    it runs (degree 2) only."""
+    raw = _llama3_8b(data_parallel_shard_degree=8, pipeline_parallel_schedule=schedule)
+    imp = session_from_torchtitan(raw, num_gpus=8)
+    p = imp.session.plan
+    assert (p.pipeline_parallel, p.schedule, p.virtual_pipeline_stages, p.zero_stage,
+            p.pipeline_model_parallel_layout) == (1, "1f1b", None, 3, None)
+    assert any(f"{schedule!r} has no effect" in n for n in imp.notes)
+    raw["parallelism"].update(pipeline_parallel_degree=2, data_parallel_shard_degree=4)
+    if schedule == "ZBVZeroBubble":
+        with pytest.raises(ConfigError) as err:
+            session_from_torchtitan(raw, num_gpus=8)
+        assert err.value.errors[0].field == "config.toml: parallelism.pipeline_parallel_schedule"
+    else:
+        raw["training"]["local_batch_size"] = 2
+        p = session_from_torchtitan(raw, num_gpus=8).session.plan
+        assert (p.schedule, p.virtual_pipeline_stages) == ("interleaved", 2)
+
+
+def test_async_tp_is_what_torchtitan_runs():
+    """torchtitan's maybe_enable_async_tp (distributed/tensor_parallel.py) runs on a
+    tensor-parallel mesh only and raises "Async TP requires 'model' in --compile.components and
+    --compile.enable" without the compiled model. Async TP without compile was imported as
+    tp_comm_overlap (a job torchtitan does not run); at TP 1 it was refused as tp_comm_overlap
+    without sequence parallelism (torchtitan ignores it there)."""
+    raw = _llama3_8b(tensor_parallel_degree=2, data_parallel_shard_degree=4,
+                     enable_async_tensor_parallel=True)
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert err.value.errors[0].field == "config.toml: parallelism.enable_async_tensor_parallel"
+    assert "Async TP requires" in err.value.errors[0].message
+    raw["compile"] = {"enable": True, "components": ["loss"]}  # the model not compiled
+    with pytest.raises(ConfigError, match="Async TP requires"):
+        session_from_torchtitan(raw, num_gpus=8)
+    raw["compile"]["components"] = ["model", "loss"]
+    p = session_from_torchtitan(raw, num_gpus=8).session.plan
+    assert (p.tensor_parallel, p.tp_comm_overlap, p.sequence_parallel) == (2, True, True)
+    del raw["compile"]["components"]  # torchtitan's default ["model", "loss"]
+    assert session_from_torchtitan(raw, num_gpus=8).session.plan.tp_comm_overlap is True
+    raw = _llama3_8b(data_parallel_shard_degree=8, enable_async_tensor_parallel=True)
+    imp = session_from_torchtitan(raw, num_gpus=8)  # TP 1: no effect, compiled or not
+    assert (imp.session.plan.tp_comm_overlap, imp.session.plan.zero_stage) == (False, 3)
+    assert any("enable_async_tensor_parallel has no effect" in n for n in imp.notes)
+
+
 def test_tensor_parallelism_without_fsdp_trains_in_fp32():
     """TP 8 with no FSDP: torchtitan's maybe_enable_amp has no mixed precision for TP or PP
     without FSDP/HSDP/CP, so the model trains in fp32 (TF32 off, PyTorch's default); it was
@@ -249,6 +351,7 @@ def test_float8_without_fsdp_under_tensor_parallelism_is_refused():
     models (bf16 weights)."""
     raw = _llama3_8b(tensor_parallel_degree=8)
     raw["model"]["converters"] = ["float8"]
+    raw["float8"] = {"filter_fqns": ["output"]}
     with pytest.raises(ConfigError) as err:
         session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB")
     assert err.value.errors[0].field == "config.toml: model.converters"
@@ -357,6 +460,66 @@ def test_v02_quantize_section_is_the_float8_section():
     assert err.value.errors[0].field == "config.toml: quantize.linear.float8.recipe_name"
 
 
+def test_float8_settings_without_the_converter_change_nothing():
+    """torchtitan's deepseek_v3_16b.toml (v0.2) keeps a [quantize.linear.float8] section with
+    filter_fqns = ["output", "router.gate"] and no float8 in model.converters: the converter is
+    not built, so its settings change nothing (Float8LinearConverter reads them only when
+    listed). They were refused as FP8 on other modules; with the converter on they still are."""
+    raw = load_toml(LLAMA3_8B)
+    raw.pop("float8")
+    raw["quantize"] = {"linear": {"float8": {"enable_fsdp_float8_all_gather": False,
+                                             "precompute_float8_dynamic_scale_for_fsdp": False,
+                                             "filter_fqns": ["output", "router.gate"]}},
+                       "grouped_mm": {"float8": {"fqns": ["experts"]}}}
+    imp = session_from_torchtitan(raw, num_gpus=8)
+    assert imp.session.plan.precision == "bf16" and imp.session.plan.fp8_recipe is None
+    assert "without the float8 converter" in imp.ignored["quantize.linear.float8.filter_fqns"]
+    raw["model"]["converters"] = ["quantize.linear.float8"]
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert err.value.errors[0].field == "config.toml: quantize.linear.float8.filter_fqns"
+    # the older [float8] section: the same, with the older switch off
+    raw = load_toml(LLAMA3_8B)
+    raw["float8"].update(filter_fqns=[], emulate=True, enable_float8_linear=False)
+    imp = session_from_torchtitan(raw, num_gpus=8)
+    assert imp.session.plan.precision == "bf16"
+    assert {"float8.filter_fqns", "float8.emulate"} <= set(imp.ignored)
+    raw["float8"]["enable_float8_linear"] = True
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert err.value.errors[0].field == "config.toml: float8.filter_fqns"
+
+
+@pytest.mark.parametrize("section", ["float8", "quantize.linear.float8"])
+def test_float8_without_filter_fqns_converts_the_output_layer_and_is_refused(section):
+    """torchtitan's Float8Linear.filter_fqns defaults to [] (config/job_config.py, v0.2.2:
+    field(default_factory=list)): module_filter_fn converts every nn.Linear with dimensions
+    that are multiples of 16, Llama 3's output layer (4096 x 128,256) included. It was imported
+    as the simulator's fp8, whose output layer stays BF16; refused by the file's key, and
+    accepted at ["output"] (torchtitan's train_configs), which the message says; the older
+    enable_float8_linear converter skipped the output layer itself and still imports."""
+    raw = load_toml(LLAMA3_8B)
+    raw.pop("float8")
+    settings = {"enable_fsdp_float8_all_gather": True}
+    if section == "float8":
+        raw["float8"] = settings
+    else:
+        raw["quantize"] = {"linear": {"float8": settings}}
+    raw["model"]["converters"] = [section]
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB")
+    assert err.value.errors[0].field == f"config.toml: {section}.filter_fqns"
+    assert 'filter_fqns = ["output"]' in err.value.errors[0].message
+    settings["filter_fqns"] = ["output"]
+    plan = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB").session.plan
+    assert (plan.precision, plan.fp8_recipe, plan.fp8_param_gather) == ("fp8", "tensorwise", True)
+    del settings["filter_fqns"]
+    raw["model"]["converters"] = []
+    raw.setdefault("float8", {})["enable_float8_linear"] = True
+    assert session_from_torchtitan(raw, num_gpus=8,
+                                   gpu="H100-SXM5-80GB").session.plan.precision == "fp8"
+
+
 @pytest.mark.parametrize("name,flavor", [("qwen3", "30B-A3B"), ("deepseek_v3", "671B")])
 def test_float8_on_a_moe_flavour_is_refused(name, flavor):
     """torchtitan's float8 converter swaps nn.Linear only (components/quantization/float8.py);
@@ -428,6 +591,7 @@ def test_a_switch_that_is_no_boolean_is_refused_not_read_as_off(section, key, va
     assert err.value.errors[0].field == f"config.toml: {section}.{key}"
     assert "must be true or false" in err.value.errors[0].message
     raw[section][key] = True  # the boolean is used
+    raw["compile"]["enable"] = True  # async TP needs the compiled model
     s = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB").session
     assert (s.plan.tp_comm_overlap, s.plan.precision, s.plan.fp8_param_gather) == {
         "enable_async_tensor_parallel": (True, "bf16", False),

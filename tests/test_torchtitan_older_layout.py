@@ -95,6 +95,23 @@ def test_a_degree_given_under_both_names_is_refused():
         session_from_torchtitan(cfg, "x.toml", num_gpus=8)
 
 
+def test_the_batch_under_both_names_is_refused():
+    """[training] batch_size (older) beside local_batch_size (its current name): the older 8
+    was dropped silently (the plan took local_batch_size 2); refused by the older key, as the
+    degrees given twice are, and named as the file names it alone."""
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(_cfg(training__local_batch_size=2, training__batch_size=8),
+                                "x.toml", num_gpus=8)
+    assert err.value.errors[0].field == "x.toml: training.batch_size"
+    assert "given twice" in err.value.errors[0].message
+    res = session_from_torchtitan(_cfg(training__batch_size=4), "x.toml", num_gpus=8)
+    assert (res.session.plan.micro_batch_size, res.session.plan.global_batch_size) == (4, 32)
+    assert "training.batch_size" in res.used and "training.local_batch_size" not in res.used
+    with pytest.raises(ConfigError) as err:  # messages name it as the file does
+        session_from_torchtitan(_cfg(training__batch_size=0), "x.toml", num_gpus=8)
+    assert err.value.errors[0].field == "x.toml: training.batch_size"
+
+
 def test_older_delayed_float8_scaling_is_refused_by_name():
     with pytest.raises(ConfigError, match=r"float8\.scaling_type_weight.*delayed"):
         session_from_torchtitan(_cfg(float8__enable_float8_linear=True,

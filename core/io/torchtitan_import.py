@@ -84,6 +84,12 @@ KEYS: dict[str, Rule] = {
     "comm.*": _none("NCCL timeouts and the flight recorder's buffer: no effect on a healthy "
                     "iteration"),
     "optimizer.name": _used("checked: AdamW or Adam (the simulator's optimizer state is Adam's)"),
+    # components/optimizer.py: OptimizersInBackwardContainer steps each parameter's optimizer
+    # in a post-accumulate-grad hook and zeroes its gradient: no full gradient buffer held
+    "optimizer.early_step_in_backward": _refused("the optimizer step run in the backward, "
+                                                 "parameter by parameter, each gradient freed "
+                                                 "after its step (gradient memory and the "
+                                                 "step's timing)", False),
     "optimizer.*": _none("the optimizer's constants (learning rate, betas, eps, weight decay, "
                          "fused or foreach kernels: the same optimizer step)"),
     "lr_scheduler.*": _none("the learning-rate schedule (a number per step)"),
@@ -100,7 +106,6 @@ KEYS: dict[str, Rule] = {
     "model.print_after_conversion": _none(_LOGGING),
     "training.local_batch_size": _used("plan.micro_batch_size without pipelining; the "
                                        "pipeline's micro-batches with it"),
-    "training.batch_size": _used("as local_batch_size (torchtitan's older name)"),
     "training.global_batch_size": _used("plan.global_batch_size (-1: local_batch_size times "
                                         "the data-parallel degree)"),
     "training.seq_len": _used("model.seq_length"),
@@ -118,6 +123,10 @@ KEYS: dict[str, Rule] = {
     "training.gc_freq": _none("Python's garbage collection every few steps"),
     "training.seed": _none("a seed"), "training.deterministic": _none(
         "deterministic algorithms (close in speed for GEMMs and FlashAttention; not modelled)"),
+    "training.gc_debug": _refused("gc.collect() every step (a debugging mode: host time not "
+                                  "modelled)", False),
+    "training.dataloader": _none("the data loader's worker processes (host side: the same "
+                                 "token ids)"),
     "training.enable_cpu_offload": _refused("FSDP's CPU offload of parameters, gradients and "
                                             "the optimizer step: host transfers and a CPU Adam",
                                             False),
@@ -150,6 +159,19 @@ KEYS: dict[str, Rule] = {
                                                     "the parameters in the backward (always; "
                                                     "default without pipelining), 2 when it "
                                                     "keeps them (never; default with it)"),
+    "parallelism.pipeline_parallel_schedule_csv": _refused("a pipeline schedule of your own "
+                                                          "read from a CSV file", None, ""),
+    "parallelism.pipeline_parallel_expert_parallel_overlap": _none(
+        "DualPipeV's overlap of the expert-parallel all-to-alls (that schedule is refused; no "
+        "effect on the others)"),
+    # components/validate.py, train.py: the sequence split over the CP ranks; headtail is the
+    # 2 * cp chunks, head and tail to each rank, the simulator's (Megatron-Core's) balance
+    "parallelism.context_parallel_load_balancer": _refused(
+        "another split of the sequence over the context-parallel ranks than headtail (the "
+        "simulator's 2 * cp chunks): ptrr's or none, unbalanced causal attention", "headtail"),
+    "parallelism.expert_parallel_comm_backend": _refused("DeepEP's dispatch and combine kernels "
+                                                         "for the expert all-to-alls",
+                                                         "standard"),
     "parallelism.disable_loss_parallel": _refused("the output layer's logits gathered to every "
                                                   "tensor-parallel rank instead of the "
                                                   "vocabulary-parallel loss: (s, V) all-gather "
@@ -181,6 +203,9 @@ KEYS: dict[str, Rule] = {
                                                       "models)"),
     "activation_checkpoint.determinism_check": _none("a check mode of checkpointing"),
     "activation_checkpoint.debug": _none(_LOGGING),
+    "activation_checkpoint.memory_budget": _none("the budget of mode memory_budget (refused by "
+                                                 "activation_checkpoint.mode)"),
+    "activation_checkpoint.visualize_memory_budget_pareto": _none(_LOGGING),
     "compile.enable": _none("torch.compile: the simulator times the profile store's kernels "
                             "either way (compile's fusion of norms and activations is not "
                             "modelled: on an H200 it took 9 % off a Llama 3 8B step, which the "
@@ -196,8 +221,9 @@ KEYS: dict[str, Rule] = {
                                                       "backward (an elementwise kernel)"),
     "float8.recipe_name": _used("plan.fp8_recipe (tensorwise); rowwise recipes refused"),
     "float8.filter_fqns": _refused("FP8 on other modules than the transformer layers' "
-                                   "linears (['output'], torchtitan's default, keeps the output "
-                                   "layer in BF16, as the simulator does)", ["output"]),
+                                   "linears (['output'] keeps the output layer in BF16, as the "
+                                   "simulator does; torchtitan's default [] converts it too)",
+                                   ["output"]),
     "float8.emulate": _refused("FP8 emulated in BF16 (a test mode: BF16 GEMMs plus casts)",
                                False),
     "float8.moe_fqns_prototype": _refused("FP8 grouped GEMMs of the experts (a prototype)",
@@ -235,6 +261,7 @@ def _rule(section: str, key: str) -> Rule | None:
 #: (the number of micro-batches the local batch is split into, default the pipeline degree)
 #: gives the micro-batch size (:func:`_older_microbatches`).
 OLDER_NAMES: dict[str, str] = {
+    "training.batch_size": "training.local_batch_size",
     "training.data_parallel_replicate_degree": "parallelism.data_parallel_replicate_degree",
     "training.data_parallel_shard_degree": "parallelism.data_parallel_shard_degree",
     "training.tensor_parallel_degree": "parallelism.tensor_parallel_degree",
@@ -284,7 +311,7 @@ def _older_microbatches(used: dict[str, Any], where: str, renamed: dict[str, str
                           "microbatch_size: one splits the local batch, the other sizes it")
         return
     n = p if n is None else n
-    local = used.get("training.local_batch_size", used.get("training.batch_size", 8))
+    local = used.get("training.local_batch_size", 8)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1 or not isinstance(local, int) \
             or local % n:
         raise refusal(where, _OLDER_MICROBATCHES, f"{n!r} micro-batches must divide the local "
@@ -320,10 +347,32 @@ def _described(name: str) -> Rule:
     return KEYS.get(name, KEYS.get(name.split(".")[0] + ".*"))
 
 
+def _float8_converter_on(cfg: dict[str, Any]) -> bool:
+    """Whether the file turns torchtitan's float8 linears on: ``model.converters`` names
+    ``float8`` or ``quantize.linear.float8``, or the older ``[float8] enable_float8_linear`` is
+    true. Without it the ``[float8]`` (``[quantize.linear.float8]``) settings configure a
+    converter that is not built (torchtitan's ``Float8LinearConverter`` reads them only when
+    listed): its refused keys change nothing (malformed values are refused by
+    :func:`_precision`)."""
+    model, float8 = cfg.get("model"), cfg.get("float8")
+    converters = model.get("converters", []) if isinstance(model, dict) else []
+    if isinstance(converters, str):
+        converters = [converters]
+    on = isinstance(converters, list) and any(
+        c in ("float8", "quantize.linear.float8") for c in converters if isinstance(c, str))
+    return on or (isinstance(float8, dict) and float8.get("enable_float8_linear") is True)
+
+
+_FLOAT8_OFF = "no effect without the float8 converter (model.converters does not list it)"
+
+
 def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
     """``({"section.key": value} of the used keys, {"section.key": why} of those that change
-    nothing})``. Raises ConfigError for the first unknown or switched-on refused key."""
+    nothing})``. Raises ConfigError for the first unknown or switched-on refused key; the
+    refused ``[float8]`` keys change nothing while the float8 converter is off
+    (:func:`_float8_converter_on`)."""
     used, ignored = {}, {}
+    float8_on = _float8_converter_on(cfg)
     for section, table in cfg.items():
         if not isinstance(table, dict):
             raise refusal(where, section, f"{table!r}: a top-level key; torchtitan's job config "
@@ -342,7 +391,10 @@ def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str
             if rule is None:
                 raise refusal(where, name, "is not a key of torchtitan's job config the importer "
                            "knows, so it cannot tell whether it changes the run")
-            if rule.kind == "refused":
+            if rule.kind == "refused" and not float8_on and (
+                    name.startswith(("float8.", _FLOAT8_V02))):
+                ignored[name] = f"{value!r}: {_FLOAT8_OFF}"
+            elif rule.kind == "refused":
                 ignored[name] = switched_off_or_refuse(where, name, value, rule.text, rule.inert)
             elif rule.kind == "no_effect":
                 ignored[name] = rule.text
@@ -442,7 +494,8 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
         notes.append("torchtitan's older layout (late 2024): " + ", ".join(
             f"{old} read as {new}" for new, old in renamed.items()))
     model = _model(used, where, notes)
-    plan, tokens = _plan(used, model, where, num_gpus, notes)
+    plan, tokens = _plan(used, model, where, num_gpus, notes, _model_compiled(cfg))
+    _output_layer_filtered(used, ignored, where, plan)
     cluster = ClusterConfig()
     if gpu is not None:
         if gpu not in GPU_KINDS:
@@ -467,6 +520,27 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
         described[_OLDER_MICROBATCHES] = KEYS[_OLDER_MICROBATCHES].text
     ignored = {renamed.get(k, k): v for k, v in ignored.items()}
     return ImportResult(session, described, ignored, notes)
+
+
+def _output_layer_filtered(used: dict[str, Any], ignored: dict[str, str], where: str,
+                           plan: ParallelPlan) -> None:
+    """Refuse float8 linears by ``model.converters`` without ``filter_fqns``: torchtitan's
+    default (``Float8Linear.filter_fqns``, v0.1-v0.3: ``field(default_factory=list)``) filters
+    nothing, so ``module_filter_fn`` converts every ``nn.Linear`` whose dimensions are multiples
+    of 16, the output layer included (Llama 3's 4096 x 128,256); the simulator's fp8 keeps the
+    output layer in BF16, as ``filter_fqns = ["output"]`` (torchtitan's own train_configs) does.
+    The older ``enable_float8_linear`` converter skipped the output layer itself
+    (``fqn != "output"``). Raises ConfigError naming the file's ``filter_fqns`` key."""
+    if plan.precision != "fp8" or not used.get("model.converters"):
+        return
+    keys = ("float8.filter_fqns", _FLOAT8_V02 + "filter_fqns")
+    if any(k in ignored for k in keys):
+        return
+    v02 = any(k.startswith(_FLOAT8_V02) for k in (*used, *ignored))
+    raise refusal(where, keys[1] if v02 else keys[0], "not given: torchtitan's default [] "
+                  "converts the output layer to FP8 too (every nn.Linear with dimensions that are "
+                  "multiples of 16), which is not modelled (the simulator's output layer stays "
+                  "BF16); give filter_fqns = [\"output\"], as torchtitan's train_configs do")
 
 
 #: Session field -> the torchtitan key that sets it (for error messages).
@@ -561,8 +635,7 @@ def _degrees(used: dict[str, Any], where: str, num_gpus: int | None
 def _batch(used: dict[str, Any], where: str, d: int, p: int) -> tuple[int, int, int]:
     """``(b, B, local)``: the micro-batch (the pipeline's, else the local batch), the global
     batch (-1: the local batch times d) and the local batch."""
-    local = _int(used, "training.local_batch_size", where,
-                 _int(used, "training.batch_size", where, 8))
+    local = _int(used, "training.local_batch_size", where, 8)
     glob = used.get("training.global_batch_size", -1)
     if glob == -1:
         glob = local * d
@@ -592,8 +665,8 @@ def _interleaved_microbatches(used: dict[str, Any], where: str, p: int, n: int) 
 
     if megatron_core_refusal(p, n) is None:
         return
-    key = next((k for k in (_PAR + "pipeline_parallel_microbatch_size", "training.batch_size")
-                if k in used), "training.local_batch_size")
+    key = next((k for k in (_PAR + "pipeline_parallel_microbatch_size",) if k in used),
+               "training.local_batch_size")
     raise refusal(where, key, f"{n} micro-batches per step (the local batch over the "
                   f"micro-batch size) on {p} stages: torchtitan's Interleaved1F1B "
                   f"(torch.distributed.pipelining ScheduleInterleaved1F1B) runs them in "
@@ -720,12 +793,57 @@ def _precision(used: dict[str, Any], where: str, fsdp: bool, t: int, p: int,
     return precision, fp8, recipe, gather
 
 
+def _model_compiled(cfg: dict[str, Any]) -> bool:
+    """Whether torchtitan compiles the model: ``compile.enable`` true (the older
+    ``training.compile``, moved there) and ``"model"`` in ``compile.components`` (default
+    ``["model", "loss"]``), ``model_compile_enabled`` in ``models/*/infra/parallelize.py``."""
+    table = cfg.get("compile")
+    if not isinstance(table, dict) or table.get("enable") is not True:
+        return False
+    components = table.get("components", ["model", "loss"])
+    return isinstance(components, list) and "model" in components
+
+
+def _async_tp(used: dict[str, Any], where: str, t: int, compiled: bool,
+              notes: list[str]) -> bool:
+    """``plan.tp_comm_overlap`` of ``enable_async_tensor_parallel``. torchtitan's
+    ``maybe_enable_async_tp`` (``distributed/tensor_parallel.py``, v0.2) runs only when tensor
+    parallelism is on (``tp_enabled``: degree > 1), and raises "Async TP requires 'model' in
+    --compile.components and --compile.enable" without the compiled model (``compiled``:
+    :func:`_model_compiled`; the older layout's "Async TP requires --training.compile"): a
+    job torchtitan does not run, refused by the key. Raises ConfigError."""
+    key = _PAR + "enable_async_tensor_parallel"
+    if not _switch(used, key, where):
+        return False
+    if t == 1:
+        notes.append("enable_async_tensor_parallel has no effect: tensor_parallel_degree is 1 "
+                     "(torchtitan enables async TP on a tensor-parallel mesh only)")
+        return False
+    if not compiled:
+        raise refusal(where, key, "true without torch.compile of the model: torchtitan raises "
+                      "\"Async TP requires 'model' in --compile.components and "
+                      "--compile.enable\" (its micro-pipelined TP is an inductor pass); give "
+                      "[compile] enable = true with \"model\" in components, or async TP off")
+    return True
+
+
 def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
-          notes: list[str]) -> tuple[ParallelPlan, int | None]:
-    """The plan and the token budget (None without ``training.steps``)."""
+          notes: list[str], compiled: bool = False) -> tuple[ParallelPlan, int | None]:
+    """The plan and the token budget (None without ``training.steps``); ``compiled``: whether
+    torchtitan compiles the model (:func:`_model_compiled`)."""
     rep, shard, t, p, cp, ep = _degrees(used, where, num_gpus)
     d = rep * shard
-    schedule, chunks = _choice(used, _PAR + "pipeline_parallel_schedule", where, "1F1B", SCHEDULES)
+    # torchtitan reads the schedule only to build a pipeline (pipeline_llm, when
+    # ParallelDims.pp_enabled: degree > 1); its deepseek_v3 configs name Interleaved1F1B at 1
+    schedule, chunks = ("1f1b", 1) if p == 1 else _choice(
+        used, _PAR + "pipeline_parallel_schedule", where, "1F1B", SCHEDULES)
+    if p == 1 and _PAR + "pipeline_parallel_schedule" in used:
+        if not isinstance(used[_PAR + "pipeline_parallel_schedule"], str):
+            raise refusal(where, _PAR + "pipeline_parallel_schedule",
+                          f"{used[_PAR + 'pipeline_parallel_schedule']!r} must be a string")
+        notes.append(f"pipeline_parallel_schedule "
+                     f"{used[_PAR + 'pipeline_parallel_schedule']!r} has no effect: "
+                     "pipeline_parallel_degree is 1 (torchtitan builds no pipeline)")
     b, glob, local = _batch(used, where, d, p)
     if schedule == "interleaved":
         _interleaved_microbatches(used, where, p, local // b)
@@ -737,8 +855,8 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
                      f"{glob // (local * d)} pipeline schedules of {local // b} micro-batches a "
                      f"step, each with its fill and drain; simulated as one of "
                      f"{glob // (d * b)} (one bubble: the iteration time is low by the others)")
-    if used.get("training.global_batch_size", -1) == -1 and not {
-            "training.local_batch_size", "training.batch_size"} & used.keys():
+    if used.get("training.global_batch_size", -1) == -1 and \
+            "training.local_batch_size" not in used:
         notes.append(global_batch_note(glob))  # torchtitan's default local batch (8) times d
     fsdp = _fsdp_enabled(rep, shard, t, p, cp, where)
     zero = _fsdp_zero(used, where, fsdp, p, notes)
@@ -781,12 +899,19 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         cp_comm_type=_choice(used, _PAR + "context_parallel_rotate_method", where, "allgather",
                              {"allgather": "allgather", "alltoall": "p2p"}),
         expert_parallel=ep,
-        tp_comm_overlap=_switch(used, _PAR + "enable_async_tensor_parallel", where),
+        tp_comm_overlap=_async_tp(used, where, t, compiled, notes),
         # PyTorch's autograd adds each micro-batch's weight gradients into .grad (DDP); no
         # fused weight-gradient GEMM (under FSDP the field has no effect: nothing is added)
         gradient_accumulation_fusion=False)
     if model.is_moe:
         plan.expert_tensor_parallel = _int(used, _PAR + "expert_tensor_parallel_degree", where, 1)
+        if ep > 1 and plan.expert_tensor_parallel not in (1, t):
+            # ParallelDims._validate (distributed/parallel_dims.py, v0.2): the sparse mesh
+            # [pp, dp_replicate, efsdp, ep, etp] unflattens the dense one's fsdp x tp ranks
+            raise refusal(where, _PAR + "expert_tensor_parallel_degree",
+                          f"{plan.expert_tensor_parallel} with tensor_parallel_degree {t}: "
+                          "torchtitan asserts \"Currently we only support ETP=TP or ETP=1\" "
+                          "(ParallelDims) when expert_parallel_degree > 1")
     if rep > 1 and fsdp:  # HSDP: FSDP over the dp_shard * cp ranks, replicated rep times
         plan.data_parallel_shard_size = shard
     if fp8:
