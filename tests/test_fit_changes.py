@@ -384,11 +384,15 @@ def test_fewest_gpus_finds_a_pipeline_size_that_is_not_a_power_of_two():
 
 def _dsv3_gb200(**plan) -> Session:
     """DeepSeek-V3 on GB200 NVL72 racks as ``vtrain import preset`` writes it (t=8 on 8 GPUs,
-    full recomputation, B=8), with ``plan`` changed."""
+    full recomputation, B=8) without sequence parallelism, the distributed optimizer and the
+    DDP overlaps (the preset's plan before 2026-12-05: Megatron-LM's defaults; with the DDP
+    overlaps on, Megatron-LM also takes ZeRO-3 at ep > 1), with ``plan`` changed."""
     from core.io.hf_import import default_plan
     from core.plan.cluster import GPU_NVLINK_DOMAIN
     m = MODEL_PRESETS["DeepSeek-V3"]
-    pl = dataclasses.replace(default_plan(m), **plan)
+    pl = dataclasses.replace(default_plan(m), sequence_parallel=False, zero_stage=0,
+                             overlap_grad_reduce=False, overlap_param_gather=False)
+    pl = dataclasses.replace(pl, **plan)
     return Session(m, pl, ClusterConfig(gpu="GB200-NVL72",
                                         gpus_per_node=GPU_NVLINK_DOMAIN["GB200-NVL72"]))
 

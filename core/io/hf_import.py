@@ -405,14 +405,18 @@ def default_plan(model: ModelConfig) -> ParallelPlan:
     """The plan an imported model starts with: one 8-GPU node, tensor parallel ``t`` = the
     largest of 8, 4, 2, 1 that divides the heads, the query groups and the MLP sizes (the
     experts' too), data parallel over the rest of the node (``d = 8/t``), no pipeline, no
-    expert parallelism, ``b`` = 1, ``B`` = 8*d sequences, 1F1B, full recomputation, bf16.
-    Change it in the editor or the sweep."""
+    expert parallelism, ``b`` = 1, ``B`` = 8*d sequences, 1F1B, full recomputation, bf16,
+    and what Megatron-Core users run with it (every Megatron-Bridge pretraining recipe):
+    sequence parallelism with ``t > 1``, the distributed optimizer (ZeRO 1) with its gradient
+    reduce-scatter and parameter all-gather overlapped. Change it in the editor or the sweep."""
     experts = model.moe_ffn_hidden_size or model.ffn
     t = next(x for x in (8, 4, 2, 1) if model.num_attention_heads % x == 0
              and model.query_groups % x == 0 and model.ffn % x == 0 and experts % x == 0)
     d = 8 // t
     return ParallelPlan(tensor_parallel=t, pipeline_parallel=1, data_parallel=d, micro_batch_size=1,
-                        global_batch_size=8 * d, schedule="1f1b", recompute="full", precision="bf16")
+                        global_batch_size=8 * d, schedule="1f1b", recompute="full", precision="bf16",
+                        sequence_parallel=t > 1, zero_stage=1, overlap_grad_reduce=True,
+                        overlap_param_gather=True)
 
 
 def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: str
