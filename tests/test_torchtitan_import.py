@@ -66,8 +66,8 @@ def test_llama3_405b_hsdp_tp_pp_float8():
         tensor_parallel=8, pipeline_parallel=8, data_parallel=8, micro_batch_size=1,
         global_batch_size=16 * 8, schedule="interleaved", virtual_pipeline_stages=2,
         recompute="full", precision="fp8", fp8_recipe="tensorwise", fp8_param_gather=True,
-        sequence_parallel=True, tp_comm_overlap=True, zero_stage=1, overlap_grad_reduce=True,
-        data_parallel_shard_size=4,
+        sequence_parallel=True, tp_comm_overlap=True, tp_comm_overlap_backend="symmetric_memory",
+        zero_stage=1, overlap_grad_reduce=True, data_parallel_shard_size=4,
         pipeline_model_parallel_layout="Et*7|" + "t*8|" * 14 + "t*7L")
     assert s.plan.num_gpus == 512 and s.plan.num_microbatches == 16
     assert any("modelled as ZeRO-1" in n for n in imp.notes)

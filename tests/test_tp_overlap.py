@@ -81,6 +81,35 @@ def test_hidden_time_is_the_closed_form_and_leaves_the_critical_path():
     assert k.flops == 2 * 8192 * 4096 * (32 + 16) * 128 / 4
 
 
+def test_pytorch_async_tp_leaves_the_backward_reduce_scatters_exposed():
+    """tp_comm_overlap_backend symmetric_memory (PyTorch's micro-pipeline TP, torchtitan's
+    async TP): the backward's reduce-scatters after the QKV and fc1 input-gradient GEMMs, whose
+    input is a sum of matmuls (dq Wq + dk Wk + dv Wv; d1 W1 + d3 W3), are not fused
+    (torch/_inductor/fx_passes/micro_pipeline_tp.py, _find_producer_matmul), so per layer and
+    micro-batch the GEMMs hide all of userbuffers' but those two reduce-scatters' hidden parts:
+    the iteration is longer by exactly them. The Megatron-LM export refuses it."""
+    ub, sm = _session(tp_comm_overlap=True), _session(
+        tp_comm_overlap=True, tp_comm_overlap_backend="symmetric_memory")
+    store = open_profile(profile_path(ub))
+    r_ub, r_sm = simulate(ub).report, simulate(sm).report
+    t, m = 4, ub.plan.num_microbatches
+    times = lookup_op_times(ub, store).times
+    comm = CommModel(store, ub.plan, ub.cluster)
+    rs = comm.tp_collective("reduce_scatter", 1 * ub.model.seq_length * ub.model.hidden_size * 2)
+    lost = sum(tp_overlap_split(rs, times[model_math.TP_OVERLAP_GEMMS[op, "reduce_scatter"]],
+                                t)[1] for op in ("attention_bwd", "mlp_bwd"))
+    assert lost > 0
+    expected = lost * ub.model.num_layers * m
+    assert r_ub.tp_hidden_s - r_sm.tp_hidden_s == pytest.approx(expected, rel=1e-9)
+    assert r_sm.iteration_time_s - r_ub.iteration_time_s == pytest.approx(expected, rel=1e-9)
+    # without the overlap the backend changes nothing
+    off = simulate(_session(tp_comm_overlap_backend="symmetric_memory")).report
+    assert off.iteration_time_s == simulate(_session()).report.iteration_time_s
+    from core.io.megatron.arguments import MegatronArgsError
+    with pytest.raises(MegatronArgsError, match="tp_comm_overlap_backend 'symmetric_memory'"):
+        export_arguments(sm)
+
+
 def test_pipelined_plan_with_recompute_and_interleaving_gets_faster_not_slower():
     base = dict(pipeline_parallel=2, data_parallel=1, global_batch_size=8, recompute="full")
     for extra in (dict(), dict(schedule="interleaved", virtual_pipeline_stages=2),

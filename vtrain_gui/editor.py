@@ -100,6 +100,7 @@ _LABELS = {
     "plan.overlap_grad_reduce": "Overlap grad reduce",
     "plan.overlap_param_gather": "Overlap param gather",
     "plan.tp_comm_overlap": f"Overlap {KIND_NAMES['tp_comm']}",
+    "plan.tp_comm_overlap_backend": "TP overlap backend",
     "plan.gradient_accumulation_fusion": "Grad accumulation fusion",
     "plan.overlap_p2p_comm": f"Overlap {KIND_NAMES['pp_p2p']}",
     "plan.grad_reduce_dtype": "Gradient dtype",
@@ -165,6 +166,12 @@ _CHOICE_TIPS = {"plan.cp_comm_type": {
     "all_gather": "Megatron-Core / Transformer Engine all-gather (--cp-comm-type all_gather): "
                   "K/V gathered before attention and their gradients reduce-scattered after "
                   "it, not overlapped (the Llama 3 paper's)"}}
+_CHOICE_TIPS["plan.tp_comm_overlap_backend"] = {
+    "userbuffers": "Transformer Engine's userbuffers (Megatron-Core --tp-comm-overlap): every "
+                   "all-gather and reduce-scatter of a layer pipelined with its GEMM",
+    "symmetric_memory": "PyTorch's async TP (torchtitan's enable_async_tensor_parallel): the "
+                        "backward's reduce-scatters after the QKV and fc1 input gradients stay "
+                        "exposed"}
 #: Text an optional number shows at its minimum (0), which stands for None.
 _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "model.num_query_groups": "one per head (a)",

@@ -154,7 +154,9 @@ KEYS: dict[str, Rule] = {
     "parallelism.context_parallel_rotate_method": _used("plan.cp_comm_type (allgather; "
                                                         "alltoall: the p2p ring)"),
     "parallelism.enable_async_tensor_parallel": _used("plan.tp_comm_overlap (torchtitan's "
-                                                      "async TP: collective matmuls)"),
+                                                      "async TP: collective matmuls; "
+                                                      "tp_comm_overlap_backend "
+                                                      "symmetric_memory)"),
     "parallelism.fsdp_reshard_after_forward": _used("plan.zero_stage: 3 when FSDP re-gathers "
                                                     "the parameters in the backward (always; "
                                                     "default without pipelining), 2 when it "
@@ -899,7 +901,10 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         cp_comm_type=_choice(used, _PAR + "context_parallel_rotate_method", where, "allgather",
                              {"allgather": "allgather", "alltoall": "p2p"}),
         expert_parallel=ep,
-        tp_comm_overlap=_async_tp(used, where, t, compiled, notes),
+        tp_comm_overlap=(async_tp := _async_tp(used, where, t, compiled, notes)),
+        # PyTorch's micro-pipeline TP, not Transformer Engine's userbuffers (its backward's
+        # reduce-scatters of summed input gradients are not fused)
+        tp_comm_overlap_backend="symmetric_memory" if async_tp else "userbuffers",
         # PyTorch's autograd adds each micro-batch's weight gradients into .grad (DDP); no
         # fused weight-gradient GEMM (under FSDP the field has no effect: nothing is added)
         gradient_accumulation_fusion=False)

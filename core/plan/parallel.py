@@ -27,7 +27,8 @@ __all__ = ["SCHEDULES", "SWEEP_SCHEDULES", "RECOMPUTE_MODES", "RECOMPUTE_CHOICES
            "zero_shard_size", "zero_replicas", "grad_dtype", "parse_recompute_modules",
            "recompute_modules", "fp8_recipe", "tensor_dtype", "tf32_matmuls",
            "gemm_peak_dtype", "tp_overlap_applies", "CUDA_GRAPH_IMPLS", "CUDA_GRAPH_MODULES", "parse_cuda_graph_modules",
-           "cuda_graph_modules", "WGRAD_ACCUMULATIONS", "wgrad_accumulation"]
+           "cuda_graph_modules", "WGRAD_ACCUMULATIONS", "wgrad_accumulation",
+           "TP_COMM_OVERLAP_BACKENDS"]
 
 
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).
@@ -82,6 +83,20 @@ MOE_DISPATCHERS = ("alltoall", "flex")
 #: spelling, torchtitan's) and ``all_gather`` (TE's, which Megatron-Core passes on) name
 #: different exchanges: PyTorch overlaps its gather.
 CP_COMM_TYPES = ("p2p", "allgather", "a2a", "a2a+p2p", "all_gather")
+
+
+#: How ``tp_comm_overlap`` overlaps the tensor-parallel collectives with their GEMMs:
+#: ``userbuffers``, Transformer Engine's (Megatron-Core ``--tp-comm-overlap``: every sequence-
+#: parallel all-gather and reduce-scatter of a layer, forward and backward, pipelined with its
+#: GEMM), or ``symmetric_memory``, PyTorch's micro-pipeline TP (torchtitan's
+#: ``enable_async_tensor_parallel``: torch.compile's ``micro_pipeline_tp_pass`` fuses an
+#: all-gather with the matmuls that consume it and a reduce-scatter with the one matmul that
+#: produces it; in the backward the reduce-scatters after the QKV and fc1 input-gradient GEMMs
+#: take the sum of several matmuls' outputs, ``dq Wq + dk Wk + dv Wv`` and ``d1 W1 + d3 W3``,
+#: which its producer matcher does not take, so they stay exposed: torch 2.7.1-2.13
+#: ``torch/_inductor/fx_passes/micro_pipeline_tp.py`` ``_find_producer_matmul`` and
+#: ``fuse_matmul_reduce_scatter``).
+TP_COMM_OVERLAP_BACKENDS = ("userbuffers", "symmetric_memory")
 
 
 #: FP8 scaling recipes (Megatron-Core's --fp8-recipe; Transformer Engine): delayed scaling
@@ -368,6 +383,13 @@ class ParallelPlan:
         "fp32", "", "Adam's second moment's data type under the precision-aware optimizer "
         "(--exp-avg-sq-dtype)", choices=OPTIMIZER_STATE_DTYPES, short="exp_avg_sq",
         label_needs="use_precision_aware_optimizer")
+    tp_comm_overlap_backend: str = described_field(
+        "userbuffers", "", "How tp_comm_overlap overlaps: userbuffers (Transformer Engine, "
+        "Megatron-Core --tp-comm-overlap: every all-gather and reduce-scatter of a layer, forward "
+        "and backward) or symmetric_memory (PyTorch async TP, torchtitan's "
+        "enable_async_tensor_parallel: the backward's reduce-scatters after the QKV and fc1 "
+        "input-gradient GEMMs are not fused and stay exposed)",
+        choices=TP_COMM_OVERLAP_BACKENDS, short="tp_overlap_backend", label_needs="tp_comm_overlap")
 
     @property
     def num_gpus(self) -> int:

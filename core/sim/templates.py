@@ -414,10 +414,17 @@ def source_values(times: dict[str, float], tp: dict[str, float] | None,
     for kind, sec in (tp or {}).items():
         v[SOURCE_INDEX["tp_" + kind]] = sec
     if tp and tp_overlap_applies(session.plan):
+        torch_async = session.plan.tp_comm_overlap_backend == "symmetric_memory"
         for op, base in TP_OVERLAP_BLOCKS.items():
             for kind in ("all_gather", "reduce_scatter"):
-                exposed, hidden = tp_overlap_split(
-                    tp[kind], times[TP_OVERLAP_GEMMS[base, kind]], session.plan.tensor_parallel)
+                if torch_async and kind == "reduce_scatter" and base.endswith("_bwd"):
+                    # PyTorch's micro-pipeline TP does not fuse the reduce-scatter of the
+                    # summed input gradients (TP_COMM_OVERLAP_BACKENDS): exposed, as without
+                    exposed, hidden = tp[kind], 0.0
+                else:
+                    exposed, hidden = tp_overlap_split(
+                        tp[kind], times[TP_OVERLAP_GEMMS[base, kind]],
+                        session.plan.tensor_parallel)
                 v[SOURCE_INDEX[f"tp_{kind}@{op}"]], v[SOURCE_INDEX[f"tp_{kind}@{op}:hidden"]] = exposed, hidden
         for op, gemm in SAC_GATHERS.items():  # per-op checkpointing's recomputed all-gathers
             if gemm in times:

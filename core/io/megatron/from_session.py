@@ -248,6 +248,11 @@ def _sharding_words(pl: Any) -> list[str]:
     size = _get(pl, "data_parallel_shard_size")
     if size:  # hybrid sharding: d/size instances of the distributed optimizer
         out += ["--num-distributed-optimizer-instances", str(pl.data_parallel // size)]
+    if _get(pl, "tp_comm_overlap") and _get(pl, "tp_comm_overlap_backend") == "symmetric_memory":
+        raise MegatronArgsError(
+            "plan.tp_comm_overlap_backend 'symmetric_memory': PyTorch's async TP (torchtitan) has "
+            "no Megatron-LM argument (--tp-comm-overlap is Transformer Engine's userbuffers, "
+            "which also overlaps the backward's reduce-scatters): use userbuffers")
     out += [f"--{name.replace('_', '-')}" for name in _SWITCHES if _get(pl, name)]
     if _get(pl, "cross_entropy_loss_fusion"):
         out += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
