@@ -833,9 +833,13 @@ class ExploreTab(QtWidgets.QWidget):
                           + tight_reason(float(r.max_memory_per_gpu_bytes[i]),
                                          r.memory_capacity_bytes,
                                          r.session.cluster.memory_reserve_fraction) + ")")
+            # a plan the sweep did not simulate (it does not fit, say) has no figures: no
+            # "– days, –" (the Plan tab has its figures)
+            figures = (f"{format_day_count(r.training_days[i])} days, {format_usd(r.cost_usd[i])} "
+                       if np.isfinite(r.training_days[i]) and np.isfinite(r.cost_usd[i]) else "")
             parts.append(f'◇ <a href="plan:{i}">plan in the editor</a>: '
-                         f"{format_day_count(r.training_days[i])} days, {format_usd(r.cost_usd[i])} "
-                         f"({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs) — {where}")
+                         f"{figures}({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs)"
+                         f" — {where}")
         if running:
             parts[0] = "<b>A new sweep is running</b>; the previous one: " + parts[0]
         dims = dimensions_html(r.dimensions, r.session.plan)  # what the sweep swept and held, and why
