@@ -802,21 +802,25 @@ class ExploreTab(QtWidgets.QWidget):
                          "coverage)" + (f"; on the front: {html.escape(' | '.join(named))}"
                                         if named else "") + "</span>")
 
-        def link(name: str, label: str, color: str) -> None:
+        # one line per plan marked: a plan that is the fastest and the cheapest (and the
+        # cheapest within the deadline) is named once, its marks together (three identical
+        # two-line entries took the height the plot's axis needed at 1,280 x 800)
+        marked: dict[int, list[str]] = {}
+        for name, label, color in (
+                ("fastest", "fastest", FASTEST_COLOR), ("cheapest", "cheapest", CHEAPEST_COLOR),
+                ("deadline", f"cheapest within {format_number_short(deadline or 0)} days",
+                 DEADLINE_COLOR)):
             i = self._marks.get(name)
-            if i is None:
-                return
-            parts.append(f'<span style="color:{color}">■</span> <a href="plan:{i}">{label}</a>: '
+            if i is None or (name == "deadline" and deadline is None):
+                continue
+            marked.setdefault(i, []).append(f'<span style="color:{color}">■</span> '
+                                            f'<a href="plan:{i}">{label}</a>')
+        for i, names in marked.items():
+            parts.append(f"{', '.join(names)}: "
                          f"{format_day_count(r.training_days[i])} days, {format_usd(r.cost_usd[i])} "
                          f"({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs)")
-
-        link("fastest", "fastest", FASTEST_COLOR)
-        link("cheapest", "cheapest", CHEAPEST_COLOR)
-        if deadline is not None:
-            if self._marks.get("deadline") is None:
-                parts.append(f"no plan that fits trains within {format_number_short(deadline)} days")
-            else:
-                link("deadline", f"cheapest within {format_number_short(deadline)} days", DEADLINE_COLOR)
+        if deadline is not None and self._marks.get("deadline") is None:
+            parts.append(f"no plan that fits trains within {format_number_short(deadline)} days")
         i = self._current
         if i is not None and self._shown_mask[i]:
             if not r.fits_in_memory[i]:
