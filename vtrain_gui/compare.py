@@ -88,6 +88,7 @@ class CompareTab(QtWidgets.QWidget):
         self._w_label_b = QtWidgets.QLabel()
         for label in (self._w_label_a, self._w_label_b):
             label.setStyleSheet("font-weight: bold; padding: 2px 6px;")
+            label.setTextFormat(Qt.TextFormat.RichText)  # the memory verdict in its colour
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             # a modern plan's title (cp, fp8, overlaps ...) is ~1,900 px on one line: it wraps
             # rather than widen the window past the screen
@@ -292,10 +293,17 @@ class CompareTab(QtWidgets.QWidget):
         self._w_beyond.setVisible(bool(beyond))
         for label, name, r in ((self._w_label_a, "A (pinned)", a), (self._w_label_b, "B (editor)", b)):
             # the model, then the GPUs: the count is what most often sets the cost apart
-            label.setText(f"{name}: {r.session.model.name}, {r.report.num_gpus:,} x "
-                          f"{r.session.cluster.gpu}, "
-                          f"{plan_label(r.session)}  ·  "
-                          f"{format_duration(r.report.iteration_time_s)} per iteration")
+            # a plan that is tight or does not fit says so by its time (B "faster" by 1.3 s
+            # did not say that it needs 156 GiB of 80), as the Explore preview's title does
+            verdict = r.report.memory_verdict
+            mark = ("" if verdict == "fits" else
+                    f' — <span style="color:{VERDICT_COLORS[verdict]};">'
+                    f"{html.escape(r.report.memory_verdict_text)}</span>")
+            label.setText(html.escape(f"{name}: {r.session.model.name}, {r.report.num_gpus:,} x "
+                                      f"{r.session.cluster.gpu}, "
+                                      f"{plan_label(r.session)}  ·  "
+                                      f"{format_duration(r.report.iteration_time_s)} per "
+                                      "iteration") + mark)
         self._w_timeline_a.set_data(a.graph, a.schedule)
         self._w_timeline_b.set_data(b.graph, b.schedule)
         # one time axis: both views may show the longer iteration

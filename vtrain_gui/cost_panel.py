@@ -660,8 +660,14 @@ class CostPanel(QtWidgets.QWidget):
                          if iv.in_calibration_range is False else
                          "the profile has no cross-validated residuals (hover for more)"
                          if iv.in_calibration_range is None else "too few residuals (hover for more)")
-            note.set_full_text(short, tooltip=iv.note if iv is not None else "")
-            note.setStyleSheet("color: #505860;")
+            # a prediction beyond what the store was calibrated on warns as the banded one
+            # does, in orange with ⚠ (it read in grey, as the mere lack of residuals)
+            outside = iv is not None and not iv.within_calibration
+            if outside and iv.in_calibration_range is not False:
+                short = "beyond the calibration runs' features, and " + short
+            note.set_full_text(("⚠ " if outside else "") + short,
+                               tooltip=iv.note if iv is not None else "")
+            note.setStyleSheet("color: #B35C00;" if outside else "color: #505860;")
             return
         lo, hi = iv.band(report.iteration_time_s)
         v["iteration_band"].setText(f"{format_duration(lo)} – {format_duration(hi)}")

@@ -802,21 +802,25 @@ class ExploreTab(QtWidgets.QWidget):
                          "coverage)" + (f"; on the front: {html.escape(' | '.join(named))}"
                                         if named else "") + "</span>")
 
-        def link(name: str, label: str, color: str) -> None:
+        # one line per plan marked: a plan that is the fastest and the cheapest (and the
+        # cheapest within the deadline) is named once, its marks together (three identical
+        # two-line entries took the height the plot's axis needed at 1,280 x 800)
+        marked: dict[int, list[str]] = {}
+        for name, label, color in (
+                ("fastest", "fastest", FASTEST_COLOR), ("cheapest", "cheapest", CHEAPEST_COLOR),
+                ("deadline", f"cheapest within {format_number_short(deadline or 0)} days",
+                 DEADLINE_COLOR)):
             i = self._marks.get(name)
-            if i is None:
-                return
-            parts.append(f'<span style="color:{color}">■</span> <a href="plan:{i}">{label}</a>: '
+            if i is None or (name == "deadline" and deadline is None):
+                continue
+            marked.setdefault(i, []).append(f'<span style="color:{color}">■</span> '
+                                            f'<a href="plan:{i}">{label}</a>')
+        for i, names in marked.items():
+            parts.append(f"{', '.join(names)}: "
                          f"{format_day_count(r.training_days[i])} days, {format_usd(r.cost_usd[i])} "
                          f"({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs)")
-
-        link("fastest", "fastest", FASTEST_COLOR)
-        link("cheapest", "cheapest", CHEAPEST_COLOR)
-        if deadline is not None:
-            if self._marks.get("deadline") is None:
-                parts.append(f"no plan that fits trains within {format_number_short(deadline)} days")
-            else:
-                link("deadline", f"cheapest within {format_number_short(deadline)} days", DEADLINE_COLOR)
+        if deadline is not None and self._marks.get("deadline") is None:
+            parts.append(f"no plan that fits trains within {format_number_short(deadline)} days")
         i = self._current
         if i is not None and self._shown_mask[i]:
             if not r.fits_in_memory[i]:
@@ -833,9 +837,13 @@ class ExploreTab(QtWidgets.QWidget):
                           + tight_reason(float(r.max_memory_per_gpu_bytes[i]),
                                          r.memory_capacity_bytes,
                                          r.session.cluster.memory_reserve_fraction) + ")")
+            # a plan the sweep did not simulate (it does not fit, say) has no figures: no
+            # "– days, –" (the Plan tab has its figures)
+            figures = (f"{format_day_count(r.training_days[i])} days, {format_usd(r.cost_usd[i])} "
+                       if np.isfinite(r.training_days[i]) and np.isfinite(r.cost_usd[i]) else "")
             parts.append(f'◇ <a href="plan:{i}">plan in the editor</a>: '
-                         f"{format_day_count(r.training_days[i])} days, {format_usd(r.cost_usd[i])} "
-                         f"({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs) — {where}")
+                         f"{figures}({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs)"
+                         f" — {where}")
         if running:
             parts[0] = "<b>A new sweep is running</b>; the previous one: " + parts[0]
         dims = dimensions_html(r.dimensions, r.session.plan)  # what the sweep swept and held, and why

@@ -193,6 +193,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._debounce.timeout.connect(self._on_debounce_timeout)
 
         self.runner = SimulationRunner(parent=self)
+        self._forgotten_request_id = 0  # simulations up to this one are of an earlier session
         self.runner.started.connect(self._on_simulation_start)
         self.runner.finished.connect(self._on_simulation_finish)
         self.runner.failed.connect(self._on_simulation_fail)
@@ -332,6 +333,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.editor.set_session(session)
         self.explore.reset(session)
         self.studies.reset(session)
+        self._forget_result()
         self._set_path(None)
         self.setWindowModified(False)
         self._schedule_simulation(immediately=True)
@@ -378,6 +380,7 @@ class MainWindow(QtWidgets.QMainWindow):
                                            f"{path}: cannot be shown ({type(exc).__name__}: "
                                            f"{exc}); the previous session is kept")
             return False
+        self._forget_result()
         self._set_path(None if as_template or shipped else path,
                        copy_of=path.name if shipped else None)
         self.setWindowModified(bool(unusable))  # saving would drop the unusable study settings
@@ -390,6 +393,7 @@ class MainWindow(QtWidgets.QMainWindow):
         """Show ``session`` as a new untitled, unsaved session (File > Import: see
         :class:`~vtrain_gui.import_dialogs.ImportMenu`); a pinned plan stays pinned."""
         self._show_session(session)
+        self._forget_result()
         self._set_path(None)
         self.setWindowModified(True)  # nothing saved yet
         self._schedule_simulation(immediately=True)
@@ -531,8 +535,9 @@ class MainWindow(QtWidgets.QMainWindow):
 
     @Slot(int, object, float)
     def _on_simulation_finish(self, request_id: int, result: SimulationResult, seconds: float) -> None:
-        if request_id != self.runner.latest_request_id:
-            return  # a newer request is on its way; skip the stale picture
+        if (request_id != self.runner.latest_request_id
+                or request_id <= self._forgotten_request_id):
+            return  # a newer request is on its way, or another session's; skip the stale picture
         self._result = result
         self._last_error = None
         self._mark_stale(None)
@@ -552,7 +557,8 @@ class MainWindow(QtWidgets.QMainWindow):
 
     @Slot(int, str)
     def _on_simulation_fail(self, request_id: int, message: str) -> None:
-        if request_id != self.runner.latest_request_id:
+        if (request_id != self.runner.latest_request_id
+                or request_id <= self._forgotten_request_id):
             return
         self._last_error = message
         self._mark_stale("The simulation of the configuration in the editor failed (the status "
@@ -769,6 +775,21 @@ class MainWindow(QtWidgets.QMainWindow):
         self.explore.reset(session)
         self._on_tab_change(self.tabs.currentIndex())  # the Profiles tab, when shown: its store
         return self.studies.reset(session) + self._restore_pin(session)
+
+    def _forget_result(self) -> None:
+        """Drop the result on screen: it is another session's. An opened file that breaks a
+        rule showed the previous file's figures as "the last valid configuration", and Pin
+        pinned that plan, which the window no longer showed."""
+        # a simulation of the previous session still running: its answer is dropped
+        self._forgotten_request_id = self.runner.latest_request_id
+        if self._fit_request_id:
+            self.fit_runner.cancel()
+            self._fit_request_id = 0
+        self._result = None
+        self._mark_stale(None)
+        self.results_view.set_empty(True, _SIMULATING_TEXT)
+        self.compare.set_current(None)
+        self.action_pin.setEnabled(False)
 
     def _request_fit_changes(self, result: SimulationResult) -> None:
         """Show what would make ``result`` (just put on screen) fit: known already, nothing

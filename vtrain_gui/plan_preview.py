@@ -39,6 +39,7 @@ class PlanPreview(QtWidgets.QWidget):
         self.pin_button = QtWidgets.QPushButton("Pin for comparison")
         self.pin_button.setToolTip("Keep this plan as plan A of the Compare tab; pick another plan "
                                    "to compare it with")
+        self.pin_button.setEnabled(False)  # until a plan is shown (Plan > Pin plan likewise)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 2, 0, 0)
         layout.setSpacing(0)
@@ -55,6 +56,7 @@ class PlanPreview(QtWidgets.QWidget):
         not fit in memory says so beside its figures (the verdict with its need and the GPU's
         memory, :attr:`core.sim.report.Report.memory_verdict_text`)."""
         self.timeline.set_data(result.graph, result.schedule)
+        self.pin_button.setEnabled(True)
         pl, rep = result.session.plan, result.report
         verdict = rep.memory_verdict
         mark = ("" if verdict == "fits" else
@@ -70,3 +72,4 @@ class PlanPreview(QtWidgets.QWidget):
         """No simulation shown."""
         self.timeline.clear()
         self.title.setText(_NONE_YET)
+        self.pin_button.setEnabled(False)  # nothing to pin: it did nothing

@@ -231,12 +231,16 @@ class SweepPlot(pg.PlotWidget):
             "uncalibrated": scatter(4.7, size=9, symbol="x", brush=pg.mkBrush(UNCALIBRATED_COLOR),
                                     pen=pg.mkPen(UNCALIBRATED_COLOR, width=0.5)),
         }
+        # one plan can be two or three of these (a sweep's fastest plan is often its cheapest,
+        # and the cheapest within the deadline too): the square lowest, the star's points
+        # over its edges, the triangle on top, so each keeps a visible part (the square drawn
+        # over the triangle hid it, though the legend lists "fastest")
         self._mark_items = {
-            "fastest": scatter(4, size=17, symbol="t1", brush=pg.mkBrush(FASTEST_COLOR),
+            "fastest": scatter(4.2, size=17, symbol="t1", brush=pg.mkBrush(FASTEST_COLOR),
                                pen=pg.mkPen("#1B5E20", width=1.2)),
-            "cheapest": scatter(4, size=15, symbol="s", brush=pg.mkBrush(CHEAPEST_COLOR),
+            "cheapest": scatter(4.0, size=15, symbol="s", brush=pg.mkBrush(CHEAPEST_COLOR),
                                 pen=pg.mkPen("#4A2C6B", width=1.2)),
-            "deadline": scatter(4, size=21, symbol="star", brush=pg.mkBrush(DEADLINE_COLOR),
+            "deadline": scatter(4.1, size=21, symbol="star", brush=pg.mkBrush(DEADLINE_COLOR),
                                 pen=pg.mkPen("#7A5C00", width=1.2)),
         }
         # a large hollow diamond under the marks: a fastest or cheapest plan that is also the

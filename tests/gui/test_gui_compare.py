@@ -380,3 +380,34 @@ def test_the_table_shows_whole_figures_in_a_laptop_window(qtbot):
         for c in range(3):
             text = table.item(r, c).text()
             assert fm.horizontalAdvance(text) <= table.columnWidth(c), (row, c, text)
+
+
+def test_a_plan_that_does_not_fit_says_so_in_its_title(qtbot):
+    """Llama 3 70B t8 p1 on 8 H100s against t8 p4 d2 on 64: B's title read "11.720 s per
+    iteration" and the waterfall's total made it 1.3 s faster, with nothing by them saying it
+    needs 156 GiB of 80 (only the table's "Fits in memory" row did). The title of a plan that
+    does not fit (or is tight) ends with the verdict and its figures, in the verdict's colour,
+    as the Explore preview's title does."""
+    from synthetic import synthetic_report, synthetic_result
+    from vtrain_gui.compare import CompareTab
+    from vtrain_gui.formatting import VERDICT_COLORS
+
+    a, b = synthetic_result(p=4), synthetic_result(p=4)
+    b.report = synthetic_report(p=4, fits=False)
+    assert a.report.memory_verdict == "fits" and b.report.memory_verdict == "does not fit"
+    tab = CompareTab()
+    qtbot.addWidget(tab)
+    tab.show()
+    tab.set_pinned(a)
+    tab.set_current(b)
+    text_a, text_b = tab.label_a.text(), tab.label_b.text()
+    assert "per iteration" in text_a and "fit" not in text_a.split("per iteration")[1]
+    verdict = html.escape(b.report.memory_verdict_text)
+    assert verdict.startswith("does not fit: 110.0 of 74.5 GiB")
+    assert text_b.endswith(f'per iteration — <span style="color:{VERDICT_COLORS["does not fit"]};">'
+                           f"{verdict}</span>")
+    # the plain text shown (the label is rich text): the title, then the verdict
+    from PySide6 import QtGui
+    doc = QtGui.QTextDocument()
+    doc.setHtml(text_b)
+    assert doc.toPlainText().endswith(f"per iteration — {b.report.memory_verdict_text}")

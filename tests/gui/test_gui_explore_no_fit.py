@@ -76,3 +76,20 @@ def test_the_plot_shows_points_when_plans_fit_and_says_when_filters_hide_them(qt
     tab.gpu_filter.setValue(8)  # only the 8-GPU plans: none fits
     assert tab.plot_view.is_empty
     assert "filters" in tab.plot_view.message_text
+
+
+def test_the_editors_plan_that_does_not_fit_is_named_without_empty_figures(qtbot, no_fit):
+    """The sweep does not simulate a plan that does not fit: the summary's line for the
+    editor's plan read "plan in the editor: – days, – (t=8 ...) — does not fit in memory"."""
+    session, result = no_fit
+    own = result.index_of(session.plan)
+    assert own is not None and not np.isfinite(result.training_days[own])
+    tab = ExploreTab()
+    qtbot.addWidget(tab)
+    tab.set_session(session)
+    tab.set_result(result)
+    text = tab.summary_text
+    line = text[text.index("plan in the editor"):]
+    assert "– days" not in line and "days," not in line
+    assert (f"plan in the editor</a>: ({result.plans[own].label()}, 8 GPUs) — does not fit in "
+            "memory") in line.replace("&nbsp;", " ")
