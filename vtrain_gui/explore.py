@@ -41,7 +41,8 @@ from core.studies.sweep import (SweepResult, pareto_front, restore_sweep,
                                 saved_sweep, stale_reasons)
 
 from .gpu_choice_view import GpuChoicePanel
-from .formatting import ERROR_STYLE, format_count, format_day_count, format_number_short, format_usd
+from .formatting import (ERROR_STYLE, format_count, format_day_count, format_gpus,
+                         format_number_short, format_usd)
 from .empty_state import EmptyStack
 from .int_spin import INT64_MAX, IntSpinBox
 from .save_image import save_pixmap
@@ -818,7 +819,7 @@ class ExploreTab(QtWidgets.QWidget):
         for i, names in marked.items():
             parts.append(f"{', '.join(names)}: "
                          f"{format_day_count(r.training_days[i])} days, {format_usd(r.cost_usd[i])} "
-                         f"({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs)")
+                         f"({plan_text(r, i)}, {format_gpus(r.num_gpus[i])})")
         if deadline is not None and self._marks.get("deadline") is None:
             parts.append(f"no plan that fits trains within {format_number_short(deadline)} days")
         i = self._current
@@ -842,7 +843,7 @@ class ExploreTab(QtWidgets.QWidget):
             figures = (f"{format_day_count(r.training_days[i])} days, {format_usd(r.cost_usd[i])} "
                        if np.isfinite(r.training_days[i]) and np.isfinite(r.cost_usd[i]) else "")
             parts.append(f'◇ <a href="plan:{i}">plan in the editor</a>: '
-                         f"{figures}({plan_text(r, i)}, {format_count(int(r.num_gpus[i]))} GPUs)"
+                         f"{figures}({plan_text(r, i)}, {format_gpus(r.num_gpus[i])})"
                          f" — {where}")
         if running:
             parts[0] = "<b>A new sweep is running</b>; the previous one: " + parts[0]

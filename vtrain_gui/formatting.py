@@ -81,6 +81,11 @@ def format_count(value: float, decimals: int = 0) -> str:
     return f"{value:,.{decimals}f}"
 
 
+def format_gpus(n: int) -> str:
+    """``'1 GPU'``, ``'1,024 GPUs'``."""
+    return f"{format_count(int(n))} GPU{'' if int(n) == 1 else 's'}"
+
+
 def format_day_count(value: float) -> str:
     """Training days as the command line prints them (:func:`core.util.text.format_days`:
     under one day three decimals, ``'0.043'``, not ``'0.0'``); ``'–'`` when not finite."""

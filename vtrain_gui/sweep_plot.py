@@ -18,7 +18,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 
 from core.studies.sweep import SweepResult
 
-from .formatting import (format_bytes, format_count, format_day_count, format_duration,
+from .formatting import (format_bytes, format_day_count, format_duration, format_gpus,
                          format_fraction, format_number_short, format_usd, format_usd_short)
 from .point_cloud import PointCloudItem
 
@@ -485,7 +485,7 @@ class SweepPlot(pg.PlotWidget):
             return ""
         i = int(data)
         lines = [plan_text(r, i),
-                 f"{format_count(int(r.num_gpus[i]))} GPUs · {format_day_count(r.training_days[i])} days"
+                 f"{format_gpus(r.num_gpus[i])} · {format_day_count(r.training_days[i])} days"
                  f" · {format_usd(r.cost_usd[i])}",
                  f"iteration {format_duration(r.iteration_time_s[i])} · MFU {format_fraction(r.mfu[i])}"
                  f" · {format_bytes(r.max_memory_per_gpu_bytes[i])} per GPU"]

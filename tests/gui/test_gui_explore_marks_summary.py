@@ -30,10 +30,15 @@ def test_one_plan_with_three_marks_is_named_once(qtbot):
     tab.set_result(result)
     text = tab.summary_text
     i = result.fastest
-    plan = f"({result.plans[i].label()}, 1 GPUs)"
+    plan = f"({result.plans[i].label()}, 1 GPU)"
     assert text.count(plan) == 1  # named once ...
     line = next(part for part in text.split("<br>") if plan in part)
     for label in ("fastest", "cheapest", f"cheapest within {format_number_short(1000.0)} days"):  # ... with its marks
         assert f'<a href="plan:{i}">{label}</a>' in line
     assert line.index(">fastest<") < line.index(">cheapest<") < line.index(">cheapest within")
     assert np.isfinite(result.training_days[i])
+
+
+def test_gpu_counts_read_in_the_singular_for_one():
+    from vtrain_gui.formatting import format_gpus
+    assert [format_gpus(n) for n in (1, 2, 1024)] == ["1 GPU", "2 GPUs", "1,024 GPUs"]
