@@ -196,3 +196,28 @@ def test_r2_of_one_row_is_not_a_number_printed(tmp_path, capsys):
     assert vtrain(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "n/a" in out and "nan" not in out
+
+
+def test_a_spreadsheets_trailing_empty_columns_are_ignored(tmp_path):
+    """Trailing commas a spreadsheet writes (columns with neither a name nor a value) read as
+    the file without them, in the session-column and in the vTrain authors' layouts; an unnamed
+    column holding a value is refused by its row and position."""
+    from tests.conftest import shared_file
+    clean = _gpt_csv(tmp_path)
+    trail = tmp_path / "trail.csv"
+    trail.write_bytes(b"".join(line + b",,\r\n" for line in clean.read_bytes().splitlines()))
+    want = [(m.session, m.measured_iteration_time_s) for m in read_measurements(clean)]
+    assert [(m.session, m.measured_iteration_time_s) for m in read_measurements(trail)] == want
+    authors = shared_file("measured_single_node.csv").read_text().splitlines()[:4]
+    (tmp_path / "a.csv").write_text("\n".join(authors) + "\n")
+    (tmp_path / "a_trail.csv").write_text("".join(line + ",\n" for line in authors))
+    runs = [read_measurements(tmp_path / n) for n in ("a.csv", "a_trail.csv")]
+    assert [(m.session, m.measured_iteration_time_s) for m in runs[1]] == \
+        [(m.session, m.measured_iteration_time_s) for m in runs[0]] and len(runs[0]) == 3
+    lines = trail.read_text().splitlines()
+    lines[2] += "7"  # row 2's second unnamed cell (column 18) holds a value
+    trail.write_text("\n".join(lines) + "\n")
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(trail)
+    assert str(exc.value).startswith(f"{trail}: row 2, column 18: '7' in a column without a name")
+

@@ -255,7 +255,7 @@ def read_measurements(path: str | Path,
     if path.suffix.lower() == ".jsonl" or text.lstrip().startswith("{"):
         runs = _read_jsonl(path, text, progress)
     else:
-        rows = _csv_rows(path, text)
+        rows = _unnamed_columns_dropped(path, _csv_rows(path, text))
         header = [h.strip().lstrip("\ufeff").strip() for h in rows[0]]
         if header in (_AUTHORS_SINGLE, _AUTHORS_MULTI):
             runs = _each(rows[1:], lambda i, r: _authors_row(path, i, header, r), progress)
@@ -293,6 +293,25 @@ def _text(path: Path) -> str:
         except UnicodeDecodeError:
             continue
     raise MeasurementFileError(f"{path}: is not UTF-8, UTF-16 or Windows-1252 text")
+
+
+def _unnamed_columns_dropped(path: Path, rows: list[list[str]]) -> list[list[str]]:
+    """``rows`` (header first) without the columns that have neither a name in the header nor a
+    value in any row: the trailing commas a spreadsheet writes after a column once used. An
+    unnamed column that holds a value is refused, by its position and the first row holding
+    one (what the value is cannot be told)."""
+    unnamed = [j for j, h in enumerate(rows[0]) if not h.strip().lstrip("\ufeff").strip()]
+    for j in unnamed:
+        row = next((i for i, r in enumerate(rows[1:], 1) if j < len(r) and r[j].strip()), None)
+        if row is not None:
+            raise MeasurementFileError(f"{path}: row {row}, column {j + 1}: "
+                                       f"{rows[row][j].strip()[:40]!r} in a column without a name "
+                                       "in the header; name it (a session field or one of "
+                                       f"{', '.join(RUN_COLUMNS)}) or delete it")
+    if not unnamed:
+        return rows
+    drop = set(unnamed)
+    return [[c for j, c in enumerate(r) if j not in drop] for r in rows]
 
 
 def _csv_rows(path: Path, text: str) -> list[list[str]]:
