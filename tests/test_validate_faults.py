@@ -221,3 +221,15 @@ def test_a_spreadsheets_trailing_empty_columns_are_ignored(tmp_path):
         read_measurements(trail)
     assert str(exc.value).startswith(f"{trail}: row 2, column 18: '7' in a column without a name")
 
+
+def test_a_json_array_is_named_not_read_as_a_csv(tmp_path, capsys):
+    """A JSON array of records (json.dump of a list) is named as such, with what is read
+    instead; it read as a one-line CSV ("a header and no data rows")."""
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps([{"session": {}, "measured_iteration_time_s": 1.0}] * 2))
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value).startswith(f"{path}: a JSON array, not measured runs: vtrain validate "
+                                     "and calibrate read JSON lines")
+    assert vtrain(["validate", str(path)]) == 2
+    assert "a JSON array" in capsys.readouterr().err

@@ -252,6 +252,11 @@ def read_measurements(path: str | Path,
     """
     path = Path(path)
     text = _text(path)
+    if text.lstrip().startswith("["):
+        raise MeasurementFileError(
+            f"{path}: a JSON array, not measured runs: vtrain validate and calibrate read JSON "
+            "lines, one {\"session\": ..., \"measured_iteration_time_s\": ...} object per line "
+            "(no enclosing [ ]), or a CSV (docs/accuracy.md, 'Measurement file layouts')")
     if path.suffix.lower() == ".jsonl" or text.lstrip().startswith("{"):
         runs = _read_jsonl(path, text, progress)
     else:
