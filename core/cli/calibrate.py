@@ -109,12 +109,10 @@ def run(args: argparse.Namespace) -> int:
     result = fit(sessions, measured, base,
                  weights=balanced_weights([len(ss) for ss, _ in files], shares),
                  progress=lambda msg: console.print(f"  {esc(msg)}"))
-    if len(sessions) < len(result.fitted):  # each row pins one combination of them at most
-        console.print(f"[yellow]{len(sessions)} rows for {len(result.fitted)} fitted parameters: "
-                      "the rows cannot pin them all; treat the fitted values as one fit among "
-                      "many that match[/]", highlight=False)
     residuals = _residuals(per_file, rows, cv_pred, base, folds, shares, console)
     store = calibrated_store(base, result, [n for n, _, _ in per_file], cv, shares, residuals)
+    if "underdetermined" in store.provenance:  # fewer rows than fitted parameters
+        console.print(f"[yellow]{esc(store.provenance['underdetermined'])}[/]", highlight=False)
     store.save(args.out)
     out = {"out": str(args.out), "parameters": result.op_model,
            **_parameter_groups(result, store.provenance),
