@@ -13,6 +13,7 @@ from core.accuracy.measured import (MeasurementFileError, cell_text, default_ori
 from core.accuracy.validate import MEMORY_UNIT_SUSPECT_RATIO, TIME_UNIT_SUSPECT_RATIO
 from core.cli import main as vtrain
 from core.store.interval import min_residuals
+from tests.conftest import ROOT
 
 #: A GPT-3 3.6B row of the vTrain authors' multi-node file in the session-column layout
 #: (measured 3.5665 s on 64 A100s), its GPU and time left to each test.
@@ -233,3 +234,22 @@ def test_a_json_array_is_named_not_read_as_a_csv(tmp_path, capsys):
                                      "and calibrate read JSON lines")
     assert vtrain(["validate", str(path)]) == 2
     assert "a JSON array" in capsys.readouterr().err
+
+
+def test_in_sample_is_said_of_the_stores_own_file_names_only(tmp_path, capsys):
+    """The headline calls the figures in-sample when the store was calibrated on a file of
+    this name: the whole name (the A100 store's data lists measured_single_node.csv), not a
+    part of it (a user's single_node.csv was told its figures were in-sample); with --profile
+    it names the store's file."""
+    for name, in_sample in (("single_node.csv", False), ("measured_single_node.csv", True)):
+        path = _gpt_csv(tmp_path, name=name)
+        assert vtrain(["validate", str(path)]) == 0
+        head = capsys.readouterr().out.splitlines()[0]
+        assert head.startswith(f"{name}: 2 rows predicted, 0 skipped; profile A100-SXM4-80GB "
+                               "(calibrated)")
+        assert ("calibrated on this file: in-sample figures" in head) is in_sample, head
+    store = ROOT / "profiles" / "A100-SXM4-80GB.h5"
+    assert vtrain(["validate", str(path), "--profile", str(store)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith(
+        "measured_single_node.csv: 2 rows predicted, 0 skipped; profile A100-SXM4-80GB.h5: "
+        "A100-SXM4-80GB (calibrated), calibrated on this file")

@@ -546,18 +546,28 @@ def _profile_note(profile: str | None, result, csv_name: str) -> str:
             kinds = sorted({(st.device_name, (st.provenance or {}).get("method", "unknown method"))
                             for st in stores.values()})
             note = "profiles of each row's GPU: " + ", ".join(f"{d} ({m})" for d, m in kinds)
-            if any(csv_name in str((st.provenance or {}).get("data", "")) for st in stores.values()
-                   if (st.provenance or {}).get("method") == "calibrated"):
+            if any(_calibrated_on(st, csv_name) for st in stores.values()):
                 note += (", calibrated on this file: in-sample figures (use --cross-validate K "
                          "for out-of-sample ones)")
             return note
     store = open_profile(profile) if profile else session_profile(sessions[0])
     prov = store.provenance or {}
-    name = f"profile {store.device_name} ({prov.get('method', 'unknown method')})"
-    if prov.get("method") == "calibrated" and csv_name in str(prov.get("data", "")):
+    name = (f"profile {Path(profile).name + ': ' if profile else ''}{store.device_name} "
+            f"({prov.get('method', 'unknown method')})")
+    if _calibrated_on(store, csv_name):
         return (f"{name}, calibrated on this file: in-sample figures (use --cross-validate K "
                 "for out-of-sample ones)")
     return name
+
+
+def _calibrated_on(store, csv_name: str) -> bool:
+    """Whether ``store`` was calibrated on a file named ``csv_name``: one of the names its
+    provenance's ``data`` lists (``"a.csv; b.csv"``, :func:`core.accuracy.calibrate.
+    calibrated_store`), the whole name (a file ``sessions.jsonl`` is not the shipped stores'
+    ``published_runs.sessions.jsonl``)."""
+    prov = store.provenance or {}
+    return prov.get("method") == "calibrated" and csv_name in [
+        d.strip() for d in str(prov.get("data", "")).split(";")]
 
 
 def _write_rows(result, path: str) -> None:
