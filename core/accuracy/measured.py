@@ -252,7 +252,7 @@ def read_measurements(path: str | Path,
     """
     path = Path(path)
     text = _text(path)
-    if text.lstrip().startswith("["):
+    if text.lstrip().startswith("[") and path.suffix.lower() != ".jsonl":  # (a .jsonl: by line)
         raise MeasurementFileError(
             f"{path}: a JSON array, not measured runs: vtrain validate and calibrate read JSON "
             "lines, one {\"session\": ..., \"measured_iteration_time_s\": ...} object per line "
