@@ -253,3 +253,21 @@ def test_in_sample_is_said_of_the_stores_own_file_names_only(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[0].startswith(
         "measured_single_node.csv: 2 rows predicted, 0 skipped; profile A100-SXM4-80GB.h5: "
         "A100-SXM4-80GB (calibrated), calibrated on this file")
+
+
+def test_a_time_faster_than_the_gpus_peak_is_warned_of(tmp_path, capsys):
+    """A measured time at which the model's FLOPs would run above the GPU's data-sheet peak
+    (MFU > 1: another global batch than what ran, part of the step) is warned of by row; a
+    factor 3.6 off the prediction is no unit slip, and it went unremarked."""
+    from core.cli.validate import _mfu
+    path = _gpt_csv(tmp_path, t2="1.0")
+    runs = read_measurements(path)
+    assert _mfu(runs[0].session, 3.5665) < 1 < _mfu(runs[1].session, 1.0)
+    doc = _json(capsys, [str(path)])
+    mfu = _mfu(runs[1].session, 1.0)
+    assert doc["warnings"] == [{"rows": [2], "column": "measured_iteration_time_s", "message": (
+        f"measured 1 s gives a model FLOPs utilization of {mfu:.0%} at the GPU's data-sheet "
+        "peak, faster than the GPU can run the model's FLOPs: not the time of this plan's whole "
+        "iteration (another global batch, micro-batch size or model shape than what ran, or "
+        "part of the step?)")}]
+    assert doc["rows"][1]["mfu_at_measured"] == pytest.approx(mfu)

@@ -260,6 +260,24 @@ def _warnings(result, profile) -> list[dict]:
                 f"and memory capacity are {profile.device_name}'s")})
     out += [{"rows": [w["row"]], "column": w["column"], "message": w["message"]}
             for w in unit_warnings(result)]
+    out += _faster_than_peak(result)
+    return out
+
+
+def _faster_than_peak(result) -> list[dict]:
+    """A warning per predicted row whose measured time gives a model FLOPs utilization above 1
+    (:func:`_mfu`: Megatron's model FLOPs at the GPU's data-sheet peak): no GPU runs the
+    model's FLOPs faster than its peak, so the time is not of the plan's whole iteration (the
+    published runs reach 0.67 at most, the vTrain authors' 0.46)."""
+    out = []
+    for m, used in zip(result.measurements, result.used):
+        mfu = _mfu(m.session, m.measured_iteration_time_s) if used and m.has_time else None
+        if mfu is not None and mfu > 1:
+            out.append({"rows": [m.row], "column": m.time_column, "message": (
+                f"measured {m.measured_iteration_time_s:,.6g} s gives a model FLOPs utilization "
+                f"of {mfu:.0%} at the GPU's data-sheet peak, faster than the GPU can run the "
+                "model's FLOPs: not the time of this plan's whole iteration (another global "
+                "batch, micro-batch size or model shape than what ran, or part of the step?)")})
     return out
 
 
