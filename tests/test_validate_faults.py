@@ -271,3 +271,26 @@ def test_a_time_faster_than_the_gpus_peak_is_warned_of(tmp_path, capsys):
         "iteration (another global batch, micro-batch size or model shape than what ran, or "
         "part of the step?)")}]
     assert doc["rows"][1]["mfu_at_measured"] == pytest.approx(mfu)
+
+
+def test_rows_that_repeat_an_earlier_row_are_warned_of(tmp_path, capsys):
+    """A row pasted twice (the same session and measurement) is warned of by validate, naming
+    the row it repeats (it counts twice in the figures, and its copy in another fold is a row
+    the fit has seen), and by calibrate; the same plan measured to another time is no repeat."""
+    path = _gpt_csv(tmp_path)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines + [lines[1], lines[1], lines[2].replace("3.6383", "3.7")])
+                    + "\n")
+    doc = _json(capsys, [str(path)])
+    assert doc["n"] == 5 and doc["warnings"] == [
+        {"rows": [3, 4], "column": "measured_iteration_time_s", "message": (
+            "the same session and measurement as row 1: counted again in every figure (and in "
+            "--cross-validate, a copy in another fold is a row its fit has seen); delete the "
+            "repeat unless the run was measured twice to the same figure")}]
+    out = tmp_path / "s.h5"
+    assert vtrain(["calibrate", str(path), "--profile", str(ROOT / "profiles" / "A100-SXM4-80GB.h5"),
+                   "--out", str(out), "--folds", "0", "--json"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"warning: {path}: rows 3, 4 repeat row 1 (the same session and measurement): "
+            "fitted again, and in the cross-validation a copy in another fold is a row its fit "
+            "has seen") in err

@@ -23,7 +23,7 @@ from core.plan.session import Session
 
 __all__ = ["ValidationResult", "predict_rows", "predict_memory", "row_memory", "row_memory_fit",
            "over_capacity", "unit_warnings", "TIME_UNIT_SUSPECT_RATIO", "MEMORY_UNIT_SUSPECT_RATIO",
-           "TIME_COLUMN_SLIPS"]
+           "TIME_COLUMN_SLIPS", "repeated_rows"]
 
 
 @dataclass
@@ -278,3 +278,23 @@ def unit_warnings(result: ValidationResult) -> list[dict[str, Any]]:
                     f"times the GPU's whole memory, {mem[1] / 2**30:,.4g} GiB, which no run can "
                     "use: MiB? the column is GiB")})
     return out
+
+
+def repeated_rows(runs: list[MeasuredRun]) -> list[tuple[int, list[int]]]:
+    """Rows that repeat an earlier row of ``runs``: the same session and the same measured time
+    and memory (a row pasted twice, a file concatenated with itself), each ``(first row, [its
+    repeats])``, in file order; skipped rows left out (they are in no figure). A repeat counts
+    again in every figure, and in a cross-validation the copy in another fold is a row its fit
+    has seen. Two runs of one plan measured apart differ in their times: they are not repeats."""
+    first: dict[tuple, int] = {}
+    repeats: dict[int, list[int]] = {}
+    for m in runs:
+        if m.skip_reason or m.session is None:
+            continue
+        key = (repr(m.session), repr(m.measured_iteration_time_s), repr(m.measured_memory_gib),
+               m.memory_scale)
+        if key in first:
+            repeats.setdefault(first[key], []).append(m.row)
+        else:
+            first[key] = m.row
+    return list(repeats.items())

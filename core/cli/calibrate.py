@@ -187,7 +187,8 @@ def _read_files(args: argparse.Namespace, device: str):
     """Read every measurement file of ``args.csv``, each row simulated with the store
     ``--profile`` names (as ``vtrain validate --profile``: rows of a GPU kind without a shipped
     store are read with it); rows of another kind than the store's ``device`` are warned of on
-    standard error (their times are fitted with another GPU's figures).
+    standard error (their times are fitted with another GPU's figures), and so are rows that
+    repeat an earlier one (:func:`core.accuracy.validate.repeated_rows`).
 
     Returns
     -------
@@ -215,6 +216,7 @@ def _read_files(args: argparse.Namespace, device: str):
             first = next((m for m in ms if m.skip_reason), None)
             raise field_error(path, "no usable rows" + (
                 f" (row {first.row}: {first.skip_reason})" if first is not None else ""))
+        _warn_repeats(path, ms)
         other = sorted({s.cluster.gpu for s in sessions} - {device})
         if other:
             print(printable(f"warning: {path}: rows of {', '.join(other)} fitted with the store "
@@ -222,6 +224,22 @@ def _read_files(args: argparse.Namespace, device: str):
         per_file.append((Path(path).name, sessions, measured))
         rows.append([m.row for m in ms if not m.skip_reason and m.has_time])
     return per_file, rows
+
+
+def _warn_repeats(path: str, ms) -> None:
+    """Warn on standard error of the rows of ``ms`` (file ``path``) that repeat an earlier one
+    (:func:`core.accuracy.validate.repeated_rows`): each is fitted again, and in the
+    cross-validation a copy in another fold is a row its fit has seen."""
+    import sys
+
+    from core.accuracy.validate import repeated_rows
+    from core.util.text import printable
+    for row, again in repeated_rows(ms):
+        print(printable(f"warning: {path}: row{'s' if len(again) > 1 else ''} "
+                        f"{', '.join(map(str, again))} repeat{'' if len(again) > 1 else 's'} "
+                        f"row {row} (the same session and measurement): fitted again, and in "
+                        "the cross-validation a copy in another fold is a row its fit has seen"),
+              file=sys.stderr)
 
 
 def _check_file_weights(shares: list[float] | None, n_files: int) -> list[float] | None:
@@ -394,6 +412,7 @@ def _read_shared(args: argparse.Namespace):
     for path in args.csv:
         with row_progress(f"reading {Path(path).name}", args.json) as progress:
             ms = read_measurements(path, progress)
+        _warn_repeats(path, ms)
         ss, yy = measured_sessions(ms)
         if not ss:
             raise field_error(path, "no usable rows")

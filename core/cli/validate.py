@@ -244,8 +244,10 @@ def _gpu_names_read(ms) -> list[dict]:
 def _warnings(result, profile) -> list[dict]:
     """What the report warns of, each ``{"rows", "column", "message"}``: rows predicted with
     ``--profile``'s store (``profile``) though their GPU is another kind (one entry per kind,
-    as simulate warns: "the profile is of X, not of cluster.gpu Y"), and the unit slips of
-    :func:`core.accuracy.validate.unit_warnings`, one per row."""
+    as simulate warns: "the profile is of X, not of cluster.gpu Y"), the unit slips of
+    :func:`core.accuracy.validate.unit_warnings`, one per row, the times faster than the GPU's
+    peak (:func:`_faster_than_peak`) and the rows that repeat an earlier one
+    (:func:`core.accuracy.validate.repeated_rows`), one entry per row repeated."""
     from core.accuracy.validate import unit_warnings
     out = []
     if profile is not None:
@@ -261,6 +263,13 @@ def _warnings(result, profile) -> list[dict]:
     out += [{"rows": [w["row"]], "column": w["column"], "message": w["message"]}
             for w in unit_warnings(result)]
     out += _faster_than_peak(result)
+    from core.accuracy.validate import repeated_rows
+    column = {m.row: m.time_column for m in result.measurements}
+    out += [{"rows": again, "column": column[row], "message": (
+        f"the same session and measurement as row {row}: counted again in every figure (and "
+        "in --cross-validate, a copy in another fold is a row its fit has seen); delete the "
+        "repeat unless the run was measured twice to the same figure")}
+        for row, again in repeated_rows(result.measurements)]
     return out
 
 
