@@ -101,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
         _write_rows(result, args.out)
     if args.plot and metrics["n"]:
         _plot(result, args.plot, metrics)
+    elif args.plot:  # the plot is of times: said, not left for the user to find missing
+        from core.util.console import Console, esc
+        Console(stderr=True).print(f"--plot {esc(str(args.plot))}: not written: no predicted row "
+                                   "has a measured time (the plot is of iteration times)",
+                                   highlight=False)
     if args.json:
         metrics["rows"] = _row_records(result)
         print(strict_dumps(_no_nan(metrics)))
