@@ -294,3 +294,19 @@ def test_rows_that_repeat_an_earlier_row_are_warned_of(tmp_path, capsys):
     assert (f"warning: {path}: rows 3, 4 repeat row 1 (the same session and measurement): "
             "fitted again, and in the cross-validation a copy in another fold is a row its fit "
             "has seen") in err
+
+
+def test_calibrate_warns_of_rows_that_repeat_another_files(tmp_path, capsys):
+    """A file given to calibrate beside one that holds its rows (a month's file and the
+    year's) is warned of once per file: its held-out rows are fitted from the other file."""
+    year = _gpt_csv(tmp_path, name="year.csv")
+    month = tmp_path / "month.csv"
+    month.write_text("\n".join(year.read_text().splitlines()[:2]) + "\n")
+    assert vtrain(["calibrate", str(year), str(month), "--profile",
+                   str(ROOT / "profiles" / "A100-SXM4-80GB.h5"), "--out", str(tmp_path / "s.h5"),
+                   "--folds", "0", "--json"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"warning: {month}: row 1 repeats rows of {year} (the same session and "
+            "measurement): fitted again, and in the cross-validation a copy in another fold is "
+            "a row its fit has seen") in err
+    assert f"warning: {year}" not in err

@@ -23,7 +23,7 @@ from core.plan.session import Session
 
 __all__ = ["ValidationResult", "predict_rows", "predict_memory", "row_memory", "row_memory_fit",
            "over_capacity", "unit_warnings", "TIME_UNIT_SUSPECT_RATIO", "MEMORY_UNIT_SUSPECT_RATIO",
-           "TIME_COLUMN_SLIPS", "repeated_rows"]
+           "TIME_COLUMN_SLIPS", "repeated_rows", "measurement_key"]
 
 
 @dataclass
@@ -291,10 +291,16 @@ def repeated_rows(runs: list[MeasuredRun]) -> list[tuple[int, list[int]]]:
     for m in runs:
         if m.skip_reason or m.session is None:
             continue
-        key = (repr(m.session), repr(m.measured_iteration_time_s), repr(m.measured_memory_gib),
-               m.memory_scale)
+        key = measurement_key(m)
         if key in first:
             repeats.setdefault(first[key], []).append(m.row)
         else:
             first[key] = m.row
     return list(repeats.items())
+
+
+def measurement_key(run: MeasuredRun) -> tuple:
+    """What makes two runs repeats of one another (:func:`repeated_rows`): the session (all
+    its fields), the measured time and memory (NaN equal to NaN) and the memory's scale."""
+    return (repr(run.session), repr(run.measured_iteration_time_s),
+            repr(run.measured_memory_gib), run.memory_scale)

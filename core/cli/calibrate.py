@@ -207,7 +207,7 @@ def _read_files(args: argparse.Namespace, device: str):
     import sys
 
     from core.util.text import printable
-    per_file, rows = [], []
+    per_file, rows, seen = [], [], {}
     for path in args.csv:
         with row_progress(f"reading {Path(path).name}", args.json) as progress:
             ms = read_measurements(path, progress, profile_path=os.path.abspath(args.profile))
@@ -216,7 +216,7 @@ def _read_files(args: argparse.Namespace, device: str):
             first = next((m for m in ms if m.skip_reason), None)
             raise field_error(path, "no usable rows" + (
                 f" (row {first.row}: {first.skip_reason})" if first is not None else ""))
-        _warn_repeats(path, ms)
+        _warn_repeats(path, ms, seen)
         other = sorted({s.cluster.gpu for s in sessions} - {device})
         if other:
             print(printable(f"warning: {path}: rows of {', '.join(other)} fitted with the store "
@@ -226,20 +226,38 @@ def _read_files(args: argparse.Namespace, device: str):
     return per_file, rows
 
 
-def _warn_repeats(path: str, ms) -> None:
+def _warn_repeats(path: str, ms, seen: dict) -> None:
     """Warn on standard error of the rows of ``ms`` (file ``path``) that repeat an earlier one
-    (:func:`core.accuracy.validate.repeated_rows`): each is fitted again, and in the
-    cross-validation a copy in another fold is a row its fit has seen."""
+    of the file (:func:`core.accuracy.validate.repeated_rows`) or of an earlier file: each is
+    fitted again, and in the cross-validation a copy in another fold (or file) is a row its
+    fit has seen. ``seen`` (:func:`core.accuracy.validate.measurement_key` -> (file, row)) is
+    the earlier files' rows, and gets this file's."""
     import sys
 
-    from core.accuracy.validate import repeated_rows
+    from core.accuracy.validate import measurement_key, repeated_rows
     from core.util.text import printable
+    why = ("(the same session and measurement): fitted again, and in the cross-validation a "
+           "copy in another fold is a row its fit has seen")
+
+    def rows(numbers: list[int]) -> str:  # "row 9", "rows 9, 17, ... and 1,240 more"
+        more = f" and {len(numbers) - 10:,} more" if len(numbers) > 10 else ""
+        return (f"row{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers[:10]))}"
+                f"{more} repeat{'' if len(numbers) > 1 else 's'}")
+
     for row, again in repeated_rows(ms):
-        print(printable(f"warning: {path}: row{'s' if len(again) > 1 else ''} "
-                        f"{', '.join(map(str, again))} repeat{'' if len(again) > 1 else 's'} "
-                        f"row {row} (the same session and measurement): fitted again, and in "
-                        "the cross-validation a copy in another fold is a row its fit has seen"),
-              file=sys.stderr)
+        print(printable(f"warning: {path}: {rows(again)} row {row} {why}"), file=sys.stderr)
+    own, earlier = {}, {}
+    for m in ms:
+        if m.skip_reason or m.session is None:
+            continue
+        key = measurement_key(m)
+        if key in seen:  # of an earlier file: one warning per file
+            earlier.setdefault(seen[key][0], []).append(m.row)
+        own.setdefault(key, (path, m.row))
+    for other, again in earlier.items():
+        print(printable(f"warning: {path}: {rows(again)} rows of {other} {why}"), file=sys.stderr)
+    for key, where in own.items():
+        seen.setdefault(key, where)
 
 
 def _check_file_weights(shares: list[float] | None, n_files: int) -> list[float] | None:
@@ -408,11 +426,11 @@ def _read_shared(args: argparse.Namespace):
 
     from core.accuracy.calibrate import measured_sessions
     from core.accuracy.measured import read_measurements
-    sessions, measured, names, rows = [], [], [], []
+    sessions, measured, names, rows, seen = [], [], [], [], {}
     for path in args.csv:
         with row_progress(f"reading {Path(path).name}", args.json) as progress:
             ms = read_measurements(path, progress)
-        _warn_repeats(path, ms)
+        _warn_repeats(path, ms, seen)
         ss, yy = measured_sessions(ms)
         if not ss:
             raise field_error(path, "no usable rows")
