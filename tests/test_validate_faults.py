@@ -310,3 +310,29 @@ def test_calibrate_warns_of_rows_that_repeat_another_files(tmp_path, capsys):
             "measurement): fitted again, and in the cross-validation a copy in another fold is "
             "a row its fit has seen") in err
     assert f"warning: {year}" not in err
+
+
+@pytest.mark.parametrize("column,name,how", [
+    ("measured_memory_gb", "measured_memory_gib", "GB x 0.9313, MiB / 1024, MB x 0.0009313"),
+    ("measured_iteration_time_ms", "measured_iteration_time_s", "ms / 1000, us / 1e6, min x 60")])
+def test_a_measurement_column_in_another_unit_says_to_convert_the_values(tmp_path, column, name,
+                                                                         how):
+    """A column named for another unit got "did you mean measured_memory_gib?": renamed, GB
+    read as GiB is 7 % off, which no check can see. The message says the unit and how to
+    convert (1 GB = 1e9 / 2^30 GiB); so does a JSON-lines key."""
+    assert 1e9 / 2**30 == pytest.approx(0.9313, abs=1e-4)
+    path = _gpt_csv(tmp_path)
+    path.write_text(path.read_text().replace("measured_iteration_time_s", column))
+    unit = "seconds" if name.endswith("_s") else "GiB (2^30 bytes)"
+    hint = (f"; the measurement is read in {unit} from a column {name}: convert the values "
+            f"({how}), not only the column's name")
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value).startswith(f"{path}: column {column!r} is neither a session field")
+    assert str(exc.value).endswith(hint)
+    line = tmp_path / "runs.jsonl"
+    line.write_text(json.dumps({"session": {}, column: 1.0}) + "\n")
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(line)
+    assert str(exc.value).startswith(f"{line}: line 1: unknown key {column!r}")
+    assert str(exc.value).endswith(hint)

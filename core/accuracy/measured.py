@@ -495,7 +495,7 @@ def _session_columns(path: Path, header: list[str]) -> list[tuple[str, Any]]:
                 f"{path}: column {h!r} is neither a session field (model, plan, cluster or cost; "
                 f"docs/accuracy.md) nor one of {', '.join(RUN_COLUMNS)}"
                 + (_GENERAL_LAYOUT_HINT if h in GENERAL_LAYOUT_COLUMNS
-                   else did_you_mean(h, [*known, *RUN_COLUMNS])))
+                   else _unit_hint(h) or did_you_mean(h, [*known, *RUN_COLUMNS])))
         key = known[h][1].name if h in known else h
         if key in seen:
             raise MeasurementFileError(f"{path}: columns {seen[key]!r} and {h!r} name the same field")
@@ -514,6 +514,26 @@ def _session_columns(path: Path, header: list[str]) -> list[tuple[str, Any]]:
             "measured run's model shape, vocabulary, micro-batch size, data-parallel size, "
             "precision and GPU have no default (docs/accuracy.md, 'Session defaults')")
     return out
+
+
+#: The measurement columns, each with its unit, what other units convert by and the unit of
+#: the closest name a column in another unit gets without this hint (GB for GiB is 7 % off,
+#: which no check can see once the column is renamed).
+_UNIT_COLUMNS = {"measured_iteration_time_s": ("seconds", "ms / 1000, us / 1e6, min x 60"),
+                 "measured_memory_gib": ("GiB (2^30 bytes)", "GB x 0.9313, MiB / 1024, "
+                                         "MB x 0.0009313")}
+
+
+def _unit_hint(column: str) -> str:
+    """For an unknown column named as a measurement column in another unit
+    (``measured_memory_gb``, ``measured_iteration_time_ms``): the column and unit vtrain reads
+    and how to convert the values, not only the name; "" for another column."""
+    for name, (unit, how) in _UNIT_COLUMNS.items():
+        stem = name.rsplit("_", 1)[0] + "_"
+        if column.lower().startswith(stem) and column.lower() != name:
+            return (f"; the measurement is read in {unit} from a column {name}: convert the "
+                    f"values ({how}), not only the column's name")
+    return ""
 
 
 _TRUE, _FALSE = ("true", "yes", "y", "1"), ("false", "no", "n", "0")
@@ -833,7 +853,7 @@ def _jsonl_run(path: Path, line: int, text: str) -> tuple[MeasuredRun, None]:
     unknown = [k for k in doc if k not in _JSONL_KEYS]
     if unknown:
         raise MeasurementFileError(f"{where}: unknown key {unknown[0]!r} (keys: "
-                                   f"{', '.join(_JSONL_KEYS)})")
+                                   f"{', '.join(_JSONL_KEYS)}){_unit_hint(unknown[0])}")
     if "session" not in doc:
         raise MeasurementFileError(f"{where}: missing key 'session'")
     try:
