@@ -336,3 +336,24 @@ def test_a_measurement_column_in_another_unit_says_to_convert_the_values(tmp_pat
         read_measurements(line)
     assert str(exc.value).startswith(f"{line}: line 1: unknown key {column!r}")
     assert str(exc.value).endswith(hint)
+
+
+@pytest.mark.parametrize("above", ["sep=,", "Our cluster's runs, Nov 2026", "Runs,,,"])
+def test_a_line_above_the_header_or_a_header_among_the_rows_is_named(tmp_path, above):
+    """A title or a spreadsheet's 'sep=,' line above the header was read as the header: 'sep='
+    refused as an unknown column, or the rows' cells as values of unnamed columns. The row of
+    column names is named, and so is a header repeated among the rows (files concatenated)."""
+    path = _gpt_csv(tmp_path)
+    text = path.read_text()
+    path.write_text(above + "\n" + text)
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value) == (f"{path}: row 1 holds column names (name, num_layers, hidden_size "
+                              "...): the header must be the file's first line; delete the "
+                              "line(s) above it (a title, a spreadsheet's 'sep=,' line)")
+    path.write_text(text + text)
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value) == (f"{path}: row 3 holds column names (name, num_layers, hidden_size "
+                              "...): a header among the data rows (files concatenated?); "
+                              "delete it")

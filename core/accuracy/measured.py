@@ -260,7 +260,9 @@ def read_measurements(path: str | Path,
     if path.suffix.lower() == ".jsonl" or text.lstrip().startswith("{"):
         runs = _read_jsonl(path, text, progress)
     else:
-        rows = _unnamed_columns_dropped(path, _csv_rows(path, text))
+        rows = _csv_rows(path, text)
+        _check_header_first(path, rows)
+        rows = _unnamed_columns_dropped(path, rows)
         header = [h.strip().lstrip("\ufeff").strip() for h in rows[0]]
         if header in (_AUTHORS_SINGLE, _AUTHORS_MULTI):
             runs = _each(rows[1:], lambda i, r: _authors_row(path, i, header, r), progress)
@@ -298,6 +300,25 @@ def _text(path: Path) -> str:
         except UnicodeDecodeError:
             continue
     raise MeasurementFileError(f"{path}: is not UTF-8, UTF-16 or Windows-1252 text")
+
+
+def _check_header_first(path: Path, rows: list[list[str]]) -> None:
+    """Refuse a data row that holds column names (two or more cells that are session fields,
+    run columns or the authors' headers): row 1, when the header is not the first line (below
+    a title or a spreadsheet's ``sep=,`` line, which would be read as the header); a later
+    row, when files were concatenated with their headers."""
+    known = {*_field_columns(), *RUN_COLUMNS, *_AUTHORS_MULTI}
+    for i, r in enumerate(rows[1:], 1):
+        names = [c.strip() for c in r if c.strip() in known]
+        if len(names) < 2:
+            continue
+        listed = f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+        if i == 1:
+            raise MeasurementFileError(
+                f"{path}: row 1 holds column names ({listed}): the header must be the file's "
+                "first line; delete the line(s) above it (a title, a spreadsheet's 'sep=,' line)")
+        raise MeasurementFileError(f"{path}: row {i} holds column names ({listed}): a header "
+                                   "among the data rows (files concatenated?); delete it")
 
 
 def _unnamed_columns_dropped(path: Path, rows: list[list[str]]) -> list[list[str]]:
