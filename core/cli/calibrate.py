@@ -213,9 +213,7 @@ def _read_files(args: argparse.Namespace, device: str):
             ms = read_measurements(path, progress, profile_path=os.path.abspath(args.profile))
         sessions, measured = measured_sessions(ms)
         if not sessions:
-            first = next((m for m in ms if m.skip_reason), None)
-            raise field_error(path, "no usable rows" + (
-                f" (row {first.row}: {first.skip_reason})" if first is not None else ""))
+            raise _no_usable_rows(path, ms)
         _warn_repeats(path, ms, seen)
         other = sorted({s.cluster.gpu for s in sessions} - {device})
         if other:
@@ -224,6 +222,18 @@ def _read_files(args: argparse.Namespace, device: str):
         per_file.append((Path(path).name, sessions, measured))
         rows.append([m.row for m in ms if not m.skip_reason and m.has_time])
     return per_file, rows
+
+
+def _no_usable_rows(path: str, ms) -> Exception:
+    """The error of a file none of whose rows a fit can use, with why: the first skipped row's
+    reason, or that the predictable rows measured memory only (a fit is of iteration times;
+    the memory model has no fitted parameter)."""
+    first = next((m for m in ms if m.skip_reason), None)
+    memory_only = sum(1 for m in ms if not m.skip_reason and not m.has_time)
+    why = (f" (row {first.row}: {first.skip_reason})" if first is not None and not memory_only
+           else f" ({memory_only} rows measured peak memory only: a fit is of measured iteration "
+                "times, and the memory model has no fitted parameter)" if memory_only else "")
+    return field_error(path, "no usable rows" + why)
 
 
 def _warn_repeats(path: str, ms, seen: dict) -> None:
@@ -433,7 +443,7 @@ def _read_shared(args: argparse.Namespace):
         _warn_repeats(path, ms, seen)
         ss, yy = measured_sessions(ms)
         if not ss:
-            raise field_error(path, "no usable rows")
+            raise _no_usable_rows(path, ms)
         sessions += ss
         measured.append(yy)
         names += [Path(path).name] * len(ss)
