@@ -99,6 +99,10 @@ def test_calibrate_on_memory_only_rows_says_why_none_is_usable(tmp_path, capsys)
         assert main(["calibrate", str(path), *how]) == 2
         assert f"{path}{why}" in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "s.h5").exists() and not (tmp_path / "stores").exists()
+    assert main(["validate", str(path), "--cross-validate", "2"]) == 2
+    assert ("--cross-validate: 0 usable rows: cross-validation needs at least 2 with a measured "
+            "time (2 rows measured peak memory only: the fit is of iteration times)"
+            ) in " ".join(capsys.readouterr().err.split())
 
 
 @pytest.mark.parametrize("scale", MEMORY_SCALES)

@@ -177,8 +177,11 @@ def _cross_validated(args: argparse.Namespace, ms, coverage: float):
     sessions, measured = measured_sessions(ms)
     err = Console(stderr=True)
     if len(sessions) < 2:
+        memory_only = sum(1 for m in ms if not m.skip_reason and not m.has_time)
         raise field_error("--cross-validate", f"{len(sessions)} usable rows: cross-validation "
-                                              "needs at least 2")
+                                              "needs at least 2" + (
+            f" with a measured time ({memory_only} rows measured peak memory only: the fit is "
+            "of iteration times)" if memory_only else ""))
     if len(sessions) < args.cross_validate:  # each row its own fold (leave-one-out)
         err.print(f"{args.cross_validate} folds asked, {len(sessions)} usable rows: "
                   f"{len(sessions)} folds (leave-one-out)", highlight=False)
