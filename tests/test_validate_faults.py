@@ -357,3 +357,18 @@ def test_a_line_above_the_header_or_a_header_among_the_rows_is_named(tmp_path, a
     assert str(exc.value) == (f"{path}: row 3 holds column names (name, num_layers, hidden_size "
                               "...): a header among the data rows (files concatenated?); "
                               "delete it")
+
+
+def test_rows_without_a_band_beside_rows_with_one_are_counted_and_explained(tmp_path, capsys):
+    """The coverage is over the rows with a band ("100.0% of 5 rows" of 8): the rows without
+    one are counted and the first one's reason given (it was said only when no row had one).
+    On the H100 store a 64-GPU run has a band, a one-node run none (3 single-node residuals)."""
+    path = _gpt_csv(tmp_path, gpu="H100-SXM5-80GB", t1="1.5", t2="9.0")
+    path.write_text(path.read_text().replace(",4,512,1,1,64,", ",8,512,1,1,8,"))
+    doc = _json(capsys, [str(path)])
+    assert (doc["n"], doc["interval_rows"]) == (2, 1)
+    assert doc["interval_note"].startswith("1 of 2 rows have none: ")
+    assert doc["interval_note"].endswith("the H100-SXM5-80GB profile store (calibrated) has no "
+                                         "scale-transfer residuals")
+    assert vtrain(["validate", str(path)]) == 0
+    assert " error band 1 of 2 rows have none: " in capsys.readouterr().out

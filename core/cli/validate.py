@@ -229,6 +229,9 @@ def _metrics(result, ms, folds: int, profile=None) -> dict:
     metrics["warnings"] = _warnings(result, profile)
     if metrics.get("interval_coverage", 0) is None:  # why no row has a band
         metrics["interval_note"] = result.band_note or "no predicted row has one"
+    elif metrics.get("interval_rows", 0) < metrics["n"] and result.band_note:  # why some have none
+        metrics["interval_note"] = (f"{metrics['n'] - metrics['interval_rows']} of "
+                                    f"{metrics['n']} rows have none: {result.band_note}")
     metrics["memory_over_capacity"] = [  # runs that ran though the memory model says no
         {"row": m.row, "need_gib": need / 2**30, "capacity_gib": cap / 2**30}
         for m, need, cap in over_capacity(ms)]
@@ -516,7 +519,8 @@ def _print_errors(console: Console, result, metrics: dict, profile: str | None) 
                   "prediction)")
     console.print(t)
     if "interval_note" in metrics:  # below the table: a long note would widen its figures
-        console.print(f" [bold]error band[/] none: {esc(metrics['interval_note'])}",
+        none = "" if metrics.get("interval_coverage") is not None else " none:"
+        console.print(f" [bold]error band[/]{none} {esc(metrics['interval_note'])}",
                       highlight=False)
     titles = {"model": "model size", "t": "tensor parallel t", "p": "pipeline parallel p",
               "gpu": "GPU kind", "kind": "dense / MoE", "precision": "precision", "source": "source"}
