@@ -372,3 +372,22 @@ def test_rows_without_a_band_beside_rows_with_one_are_counted_and_explained(tmp_
                                          "scale-transfer residuals")
     assert vtrain(["validate", str(path)]) == 0
     assert " error band 1 of 2 rows have none: " in capsys.readouterr().out
+
+
+def test_two_json_lines_records_of_one_row_number_are_refused(tmp_path):
+    """Two records with one `row` (two files of rows 1..N concatenated) made every message
+    about "row 1" name two runs; the second line is refused, naming the first."""
+    sessions = ROOT.parent / "shared" / "data" / "public-modern" / "published_runs.sessions.jsonl"
+    lines = sessions.read_text().splitlines()
+    path = tmp_path / "two.jsonl"
+    path.write_text("\n".join(lines[:3] + lines[:2]) + "\n")
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value) == (f"{path}: line 4, key 'row': 1 is line 1's row too; each record's "
+                              "row must be its own (files concatenated? renumber the rows or "
+                              "leave the key out: the line is the row)")
+    records = [json.loads(line) for line in lines[:3] + lines[:2]]
+    for r in records:
+        del r["row"]  # the line is the row
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    assert [m.row for m in read_measurements(path)] == [1, 2, 3, 4, 5]

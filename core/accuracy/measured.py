@@ -846,7 +846,16 @@ def _read_jsonl(path: Path, text: str, progress: Callable[[int, int], None] | No
                                    "measurement file may have)")
     if len(lines) > 1 and lines[0][1].strip() == "{":  # one JSON document over many lines
         _refuse_one_document(path, text)
-    return _each(lines, lambda _, nl: _jsonl_run(path, *nl), progress)
+    runs = _each(lines, lambda _, nl: _jsonl_run(path, *nl), progress)
+    first: dict[int, int] = {}
+    for (line, _), (run, _) in zip(lines, runs):  # messages name records by their row
+        if run.row in first:
+            raise MeasurementFileError(
+                f"{path}: line {line}, key 'row': {run.row} is line {first[run.row]}'s row too; "
+                "each record's row must be its own (files concatenated? renumber the rows or "
+                "leave the key out: the line is the row)")
+        first[run.row] = line
+    return runs
 
 
 def _refuse_one_document(path: Path, text: str) -> None:
