@@ -23,7 +23,7 @@ from core.plan.session import Session
 
 __all__ = ["ValidationResult", "predict_rows", "predict_memory", "row_memory", "row_memory_fit",
            "over_capacity", "unit_warnings", "TIME_UNIT_SUSPECT_RATIO", "MEMORY_UNIT_SUSPECT_RATIO",
-           "TIME_COLUMN_SLIPS", "repeated_rows", "measurement_key"]
+           "TIME_COLUMN_SLIPS", "repeated_rows", "measurement_key", "time_unit_slips"]
 
 
 @dataclass
@@ -253,6 +253,41 @@ TIME_COLUMN_SLIPS = {
 }
 
 
+def _time_slip(m: MeasuredRun, pred: float) -> dict[str, Any] | None:
+    """The unit-slip warning of run ``m``'s measured time against its prediction ``pred``
+    (seconds; :data:`TIME_COLUMN_SLIPS`), ``{"row", "column", "message"}``, or None."""
+    slip = TIME_COLUMN_SLIPS.get(m.time_column)
+    if not m.has_time or slip is None or not pred > 0:
+        return None
+    ratio = m.measured_iteration_time_s / pred
+    if not ((ratio >= slip[0]) if slip[0] > 1 else (ratio <= slip[0])):
+        return None
+    return {"row": m.row, "column": m.time_column, "message": (
+        f"measured {m.measured_iteration_time_s:,.6g} is {ratio:,.4g} times the prediction, "
+        f"{pred:.4g} s: {slip[1]}")}
+
+
+def time_unit_slips(runs: list[MeasuredRun], predict: Callable[[Session], float]
+                    ) -> list[dict[str, Any]]:
+    """The unit slips of the measured times of ``runs`` (as :func:`unit_warnings` finds them),
+    each predicted with ``predict(session)`` (seconds): for ``vtrain calibrate``, which fits
+    the times as they are (a column of milliseconds drives every parameter to a bound). Rows
+    skipped, without a time or that ``predict`` refuses (``ValueError``, ``KeyError``) are
+    left out; the runs are not changed."""
+    out = []
+    for m in runs:
+        if m.skip_reason or not m.has_time or m.time_column not in TIME_COLUMN_SLIPS:
+            continue
+        try:
+            pred = float(predict(m.session))
+        except (ValueError, KeyError):
+            continue  # the fit names what it refuses
+        slip = _time_slip(m, pred)
+        if slip is not None:
+            out.append(slip)
+    return out
+
+
 def unit_warnings(result: ValidationResult) -> list[dict[str, Any]]:
     """Rows whose measurement looks like a unit slip, each ``{"row", "column", "message"}``:
     a measured time :data:`TIME_UNIT_SUSPECT_RATIO` times its prediction (the other way round
@@ -263,13 +298,9 @@ def unit_warnings(result: ValidationResult) -> list[dict[str, Any]]:
     for m, pred in zip(result.measurements, result.predicted_s):
         if m.skip_reason or math.isnan(pred):
             continue
-        slip = TIME_COLUMN_SLIPS.get(m.time_column)
-        if m.has_time and slip is not None and pred > 0:
-            ratio = m.measured_iteration_time_s / pred
-            if (ratio >= slip[0]) if slip[0] > 1 else (ratio <= slip[0]):
-                out.append({"row": m.row, "column": m.time_column, "message": (
-                    f"measured {m.measured_iteration_time_s:,.6g} is {ratio:,.4g} times the "
-                    f"prediction, {pred:.4g} s: {slip[1]}")})
+        slip = _time_slip(m, pred)
+        if slip is not None:
+            out.append(slip)
         if not math.isnan(m.measured_memory_gib):
             mem = row_memory(m)
             if mem is not None and m.measured_memory_gib * 2**30 > MEMORY_UNIT_SUSPECT_RATIO * mem[1]:

@@ -215,6 +215,7 @@ def _read_files(args: argparse.Namespace, device: str):
         if not sessions:
             raise _no_usable_rows(path, ms)
         _warn_repeats(path, ms, seen)
+        _warn_unit_slips(path, ms)
         other = sorted({s.cluster.gpu for s in sessions} - {device})
         if other:
             print(printable(f"warning: {path}: rows of {', '.join(other)} fitted with the store "
@@ -222,6 +223,28 @@ def _read_files(args: argparse.Namespace, device: str):
         per_file.append((Path(path).name, sessions, measured))
         rows.append([m.row for m in ms if not m.skip_reason and m.has_time])
     return per_file, rows
+
+
+def _warn_unit_slips(path: str, ms) -> None:
+    """Warn on standard error of the rows of ``ms`` (file ``path``) whose measured time looks
+    like a unit slip against the row's store (:func:`core.accuracy.validate.time_unit_slips`,
+    as ``vtrain validate`` warns): the fit takes the times as they are, and a column of
+    milliseconds drives the parameters to their bounds."""
+    import sys
+
+    from core.accuracy.validate import time_unit_slips
+    from core.sim.simulate import session_profile, simulate
+    from core.util.text import printable
+    slips = time_unit_slips(ms, lambda s: simulate(s, session_profile(s)).report.iteration_time_s)
+    for w in slips[:10]:
+        print(printable(f"warning: {path}: row {w['row']}, column {w['column']}: {w['message']}"),
+              file=sys.stderr)
+    if len(slips) > 10:
+        print(printable(f"warning: {path}: {len(slips) - 10} more rows like these"), file=sys.stderr)
+    if slips:
+        print(printable(f"warning: {path}: the fit takes these times as they are: convert the "
+                        "column, or the store's parameters are fitted to another unit"),
+              file=sys.stderr)
 
 
 def _no_usable_rows(path: str, ms) -> Exception:
@@ -441,6 +464,7 @@ def _read_shared(args: argparse.Namespace):
         with row_progress(f"reading {Path(path).name}", args.json) as progress:
             ms = read_measurements(path, progress)
         _warn_repeats(path, ms, seen)
+        _warn_unit_slips(path, ms)
         ss, yy = measured_sessions(ms)
         if not ss:
             raise _no_usable_rows(path, ms)
