@@ -98,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
                                               "GPU kinds: needs --out-dir")
     _check_one_store_args(args)
     base = check_profile_option(args.profile, opener=ProfileStore.open)
+    shares = _check_file_weights(args.file_weights, len(args.csv))  # before the files are read
     per_file, rows = _read_files(args, base.device_name)
-    shares = _check_file_weights(args.file_weights, len(per_file))
     files = [(ss, yy) for _, ss, yy in per_file]
     cv, cv_pred, folds = _cross_validate_each(per_file, base, args.folds, shares, console)
     sessions, measured = _all_rows(per_file)
