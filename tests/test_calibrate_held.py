@@ -78,6 +78,32 @@ def test_one_row_and_fewer_rows_than_folds_calibrate_without_an_internal_error(t
     assert residuals is not None and len(residuals) == 2
 
 
+def test_the_store_records_its_rows_and_a_fit_they_cannot_pin(tmp_path, capsys, base_path):
+    """The store's provenance has the rows fitted (num_rows) and, with fewer rows than fitted
+    parameters, says the fit is one among many (underdetermined), which `vtrain profile show`
+    prints: the console's warning alone left the store of one row looking like any other."""
+    out = tmp_path / "s.h5"
+    one = _csv(tmp_path / "one.csv", [(512, 1, 0.05)])
+    assert main(["calibrate", one, "--profile", str(base_path), "--out", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    k = len(json.loads(captured.out)["fitted_parameters"])
+    prov = ProfileStore.open(out).provenance
+    assert k > 1 and prov["num_rows"] == 1
+    assert prov["underdetermined"] == (f"1 rows for {k} fitted parameters: the rows cannot pin "
+                                       "them all; the fitted values are one fit among many that "
+                                       "match the rows")
+    assert prov["underdetermined"] in " ".join(captured.err.split())
+    assert main(["profile", "show", str(out)]) == 0
+    assert f"underdetermined: 1 rows for {k} fitted" in capsys.readouterr().out
+    many = _csv(tmp_path / "many.csv", [(256 * (1 + i % 4), 1 + i // 4, 0.03 * (1 + i))
+                                        for i in range(k)])
+    assert main(["calibrate", many, "--profile", str(base_path), "--out", str(out), "--json",
+                 "--folds", "0"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["fitted_parameters"]) <= k
+    prov = ProfileStore.open(out).provenance
+    assert prov["num_rows"] == k and "underdetermined" not in prov
+
+
 def test_parameters_the_rows_do_not_determine_keep_the_base_values(tmp_path, capsys, base_path):
     """Single-GPU rows: no collective, no pipeline transfer, no inter-node traffic; those three
     keep the base store's values (they used to take the fit's start, FIT_START)."""

@@ -211,12 +211,12 @@ def test_jsonl_time_bounds_and_skip_reason(published, tmp_path):
     others are read as they are."""
     doc = json.loads(SESSIONS.read_text().splitlines()[0])
     lines = [json.dumps({**doc, "measured_iteration_time_s": 1e6}),
-             json.dumps({**doc, "skip_reason": "not modelled: a reviewed reason"}),
+             json.dumps({**doc, "row": 2, "skip_reason": "not modelled: a reviewed reason"}),
              json.dumps({k: v for k, v in doc.items() if k != "row"})]
     path = tmp_path / "runs.jsonl"
     path.write_text("\n".join(lines) + "\n")
     ms = read_measurements(path)
-    assert [m.row for m in ms] == [1, 1, 3]
+    assert [m.row for m in ms] == [1, 2, 3]
     assert ms[0].skip_causes == ["measured time out of range"]
     assert ms[1].skip_reason == "not modelled: a reviewed reason"
     assert not ms[2].skip_reason and ms[2].measured_iteration_time_s == doc["measured_iteration_time_s"]

@@ -13,6 +13,7 @@ from core.accuracy.measured import (MeasurementFileError, cell_text, default_ori
 from core.accuracy.validate import MEMORY_UNIT_SUSPECT_RATIO, TIME_UNIT_SUSPECT_RATIO
 from core.cli import main as vtrain
 from core.store.interval import min_residuals
+from tests.conftest import ROOT
 
 #: A GPT-3 3.6B row of the vTrain authors' multi-node file in the session-column layout
 #: (measured 3.5665 s on 64 A100s), its GPU and time left to each test.
@@ -196,3 +197,211 @@ def test_r2_of_one_row_is_not_a_number_printed(tmp_path, capsys):
     assert vtrain(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "n/a" in out and "nan" not in out
+
+
+def test_a_spreadsheets_trailing_empty_columns_are_ignored(tmp_path):
+    """Trailing commas a spreadsheet writes (columns with neither a name nor a value) read as
+    the file without them, in the session-column and in the vTrain authors' layouts; an unnamed
+    column holding a value is refused by its row and position."""
+    from tests.conftest import shared_file
+    clean = _gpt_csv(tmp_path)
+    trail = tmp_path / "trail.csv"
+    trail.write_bytes(b"".join(line + b",,\r\n" for line in clean.read_bytes().splitlines()))
+    want = [(m.session, m.measured_iteration_time_s) for m in read_measurements(clean)]
+    assert [(m.session, m.measured_iteration_time_s) for m in read_measurements(trail)] == want
+    authors = shared_file("measured_single_node.csv").read_text().splitlines()[:4]
+    (tmp_path / "a.csv").write_text("\n".join(authors) + "\n")
+    (tmp_path / "a_trail.csv").write_text("".join(line + ",\n" for line in authors))
+    runs = [read_measurements(tmp_path / n) for n in ("a.csv", "a_trail.csv")]
+    assert [(m.session, m.measured_iteration_time_s) for m in runs[1]] == \
+        [(m.session, m.measured_iteration_time_s) for m in runs[0]] and len(runs[0]) == 3
+    lines = trail.read_text().splitlines()
+    lines[2] += "7"  # row 2's second unnamed cell (column 18) holds a value
+    trail.write_text("\n".join(lines) + "\n")
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(trail)
+    assert str(exc.value).startswith(f"{trail}: row 2, column 18: '7' in a column without a name")
+
+
+def test_a_json_array_is_named_not_read_as_a_csv(tmp_path, capsys):
+    """A JSON array of records (json.dump of a list) is named as such, with what is read
+    instead; it read as a one-line CSV ("a header and no data rows")."""
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps([{"session": {}, "measured_iteration_time_s": 1.0}] * 2))
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value).startswith(f"{path}: a JSON array, not measured runs: vtrain validate "
+                                     "and calibrate read JSON lines")
+    assert vtrain(["validate", str(path)]) == 2
+    assert "a JSON array" in capsys.readouterr().err
+
+
+def test_in_sample_is_said_of_the_stores_own_file_names_only(tmp_path, capsys):
+    """The headline calls the figures in-sample when the store was calibrated on a file of
+    this name: the whole name (the A100 store's data lists measured_single_node.csv), not a
+    part of it (a user's single_node.csv was told its figures were in-sample); with --profile
+    it names the store's file."""
+    for name, in_sample in (("single_node.csv", False), ("measured_single_node.csv", True)):
+        path = _gpt_csv(tmp_path, name=name)
+        assert vtrain(["validate", str(path)]) == 0
+        head = capsys.readouterr().out.splitlines()[0]
+        assert head.startswith(f"{name}: 2 rows predicted, 0 skipped; profile A100-SXM4-80GB "
+                               "(calibrated)")
+        assert ("calibrated on this file: in-sample figures" in head) is in_sample, head
+    store = ROOT / "profiles" / "A100-SXM4-80GB.h5"
+    assert vtrain(["validate", str(path), "--profile", str(store)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith(
+        "measured_single_node.csv: 2 rows predicted, 0 skipped; profile A100-SXM4-80GB.h5: "
+        "A100-SXM4-80GB (calibrated), calibrated on this file")
+
+
+def test_a_time_faster_than_the_gpus_peak_is_warned_of(tmp_path, capsys):
+    """A measured time at which the model's FLOPs would run above the GPU's data-sheet peak
+    (MFU > 1: another global batch than what ran, part of the step) is warned of by row; a
+    factor 3.6 off the prediction is no unit slip, and it went unremarked."""
+    from core.cli.validate import _mfu
+    path = _gpt_csv(tmp_path, t2="1.0")
+    runs = read_measurements(path)
+    assert _mfu(runs[0].session, 3.5665) < 1 < _mfu(runs[1].session, 1.0)
+    doc = _json(capsys, [str(path)])
+    mfu = _mfu(runs[1].session, 1.0)
+    assert doc["warnings"] == [{"rows": [2], "column": "measured_iteration_time_s", "message": (
+        f"measured 1 s gives a model FLOPs utilization of {mfu:.0%} at the GPU's data-sheet "
+        "peak, faster than the GPU can run the model's FLOPs: not the time of this plan's whole "
+        "iteration (another global batch, micro-batch size or model shape than what ran, or "
+        "part of the step?)")}]
+    assert doc["rows"][1]["mfu_at_measured"] == pytest.approx(mfu)
+
+
+def test_rows_that_repeat_an_earlier_row_are_warned_of(tmp_path, capsys):
+    """A row pasted twice (the same session and measurement) is warned of by validate, naming
+    the row it repeats (it counts twice in the figures, and its copy in another fold is a row
+    the fit has seen), and by calibrate; the same plan measured to another time is no repeat."""
+    path = _gpt_csv(tmp_path)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines + [lines[1], lines[1], lines[2].replace("3.6383", "3.7")])
+                    + "\n")
+    doc = _json(capsys, [str(path)])
+    assert doc["n"] == 5 and doc["warnings"] == [
+        {"rows": [3, 4], "column": "measured_iteration_time_s", "message": (
+            "the same session and measurement as row 1: counted again in every figure (and in "
+            "--cross-validate, a copy in another fold is a row its fit has seen); delete the "
+            "repeat unless the run was measured twice to the same figure")}]
+    out = tmp_path / "s.h5"
+    assert vtrain(["calibrate", str(path), "--profile", str(ROOT / "profiles" / "A100-SXM4-80GB.h5"),
+                   "--out", str(out), "--folds", "0", "--json"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"warning: {path}: rows 3, 4 repeat row 1 (the same session and measurement): "
+            "fitted again, and in the cross-validation a copy in another fold is a row its fit "
+            "has seen") in err
+
+
+def test_calibrate_warns_of_rows_that_repeat_another_files(tmp_path, capsys):
+    """A file given to calibrate beside one that holds its rows (a month's file and the
+    year's) is warned of once per file: its held-out rows are fitted from the other file."""
+    year = _gpt_csv(tmp_path, name="year.csv")
+    month = tmp_path / "month.csv"
+    month.write_text("\n".join(year.read_text().splitlines()[:2]) + "\n")
+    assert vtrain(["calibrate", str(year), str(month), "--profile",
+                   str(ROOT / "profiles" / "A100-SXM4-80GB.h5"), "--out", str(tmp_path / "s.h5"),
+                   "--folds", "0", "--json"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"warning: {month}: row 1 repeats rows of {year} (the same session and "
+            "measurement): fitted again, and in the cross-validation a copy in another fold is "
+            "a row its fit has seen") in err
+    assert f"warning: {year}" not in err
+
+
+@pytest.mark.parametrize("column,name,how", [
+    ("measured_memory_gb", "measured_memory_gib", "GB x 0.9313, MiB / 1024, MB x 0.0009313"),
+    ("measured_iteration_time_ms", "measured_iteration_time_s", "ms / 1000, us / 1e6, min x 60")])
+def test_a_measurement_column_in_another_unit_says_to_convert_the_values(tmp_path, column, name,
+                                                                         how):
+    """A column named for another unit got "did you mean measured_memory_gib?": renamed, GB
+    read as GiB is 7 % off, which no check can see. The message says the unit and how to
+    convert (1 GB = 1e9 / 2^30 GiB); so does a JSON-lines key."""
+    assert 1e9 / 2**30 == pytest.approx(0.9313, abs=1e-4)
+    path = _gpt_csv(tmp_path)
+    path.write_text(path.read_text().replace("measured_iteration_time_s", column))
+    unit = "seconds" if name.endswith("_s") else "GiB (2^30 bytes)"
+    hint = (f"; the measurement is read in {unit} from a column {name}: convert the values "
+            f"({how}), not only the column's name")
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value).startswith(f"{path}: column {column!r} is neither a session field")
+    assert str(exc.value).endswith(hint)
+    line = tmp_path / "runs.jsonl"
+    line.write_text(json.dumps({"session": {}, column: 1.0}) + "\n")
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(line)
+    assert str(exc.value).startswith(f"{line}: line 1: unknown key {column!r}")
+    assert str(exc.value).endswith(hint)
+
+
+@pytest.mark.parametrize("above", ["sep=,", "Our cluster's runs, Nov 2026", "Runs,,,"])
+def test_a_line_above_the_header_or_a_header_among_the_rows_is_named(tmp_path, above):
+    """A title or a spreadsheet's 'sep=,' line above the header was read as the header: 'sep='
+    refused as an unknown column, or the rows' cells as values of unnamed columns. The row of
+    column names is named, and so is a header repeated among the rows (files concatenated)."""
+    path = _gpt_csv(tmp_path)
+    text = path.read_text()
+    path.write_text(above + "\n" + text)
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value) == (f"{path}: row 1 holds column names (name, num_layers, hidden_size "
+                              "...): the header must be the file's first line; delete the "
+                              "line(s) above it (a title, a spreadsheet's 'sep=,' line)")
+    path.write_text(text + text)
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value) == (f"{path}: row 3 holds column names (name, num_layers, hidden_size "
+                              "...): a header among the data rows (files concatenated?); "
+                              "delete it")
+
+
+def test_rows_without_a_band_beside_rows_with_one_are_counted_and_explained(tmp_path, capsys):
+    """The coverage is over the rows with a band ("100.0% of 5 rows" of 8): the rows without
+    one are counted and the first one's reason given (it was said only when no row had one).
+    On the H100 store a 64-GPU run has a band, a one-node run none (3 single-node residuals)."""
+    path = _gpt_csv(tmp_path, gpu="H100-SXM5-80GB", t1="1.5", t2="9.0")
+    path.write_text(path.read_text().replace(",4,512,1,1,64,", ",8,512,1,1,8,"))
+    doc = _json(capsys, [str(path)])
+    assert (doc["n"], doc["interval_rows"]) == (2, 1)
+    assert doc["interval_note"].startswith("1 of 2 rows have none: ")
+    assert doc["interval_note"].endswith("the H100-SXM5-80GB profile store (calibrated) has no "
+                                         "scale-transfer residuals")
+    assert vtrain(["validate", str(path)]) == 0
+    assert " error band 1 of 2 rows have none: " in capsys.readouterr().out
+
+
+def test_two_json_lines_records_of_one_row_number_are_refused(tmp_path):
+    """Two records with one `row` (two files of rows 1..N concatenated) made every message
+    about "row 1" name two runs; the second line is refused, naming the first."""
+    sessions = ROOT.parent / "shared" / "data" / "public-modern" / "published_runs.sessions.jsonl"
+    lines = sessions.read_text().splitlines()
+    path = tmp_path / "two.jsonl"
+    path.write_text("\n".join(lines[:3] + lines[:2]) + "\n")
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value) == (f"{path}: line 4, key 'row': 1 is line 1's row too; each record's "
+                              "row must be its own (files concatenated? renumber the rows or "
+                              "leave the key out: the line is the row)")
+    records = [json.loads(line) for line in lines[:3] + lines[:2]]
+    for r in records:
+        del r["row"]  # the line is the row
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    assert [m.row for m in read_measurements(path)] == [1, 2, 3, 4, 5]
+
+
+def test_calibrate_warns_of_milliseconds_in_the_seconds_column(tmp_path, capsys):
+    """validate warned of a time 100 times its prediction; calibrate fitted it as it was (every
+    parameter at a bound, blamed on "a term the op model lacks"). It warns by row, as validate."""
+    path = _gpt_csv(tmp_path, t1="3566.5", t2="3.6383")
+    assert vtrain(["calibrate", str(path), "--profile", str(ROOT / "profiles" / "A100-SXM4-80GB.h5"),
+                   "--out", str(tmp_path / "s.h5"), "--folds", "0", "--json"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"warning: {path}: row 1, column measured_iteration_time_s: measured 3,566.5 is "
+            in err and "milliseconds? the column is in seconds" in err)
+    assert f"warning: {path}: row 2" not in err
+    assert (f"warning: {path}: the fit takes these times as they are: convert the column, or the "
+            "store's parameters are fitted to another unit") in err

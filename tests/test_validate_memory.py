@@ -71,6 +71,40 @@ def test_time_only_and_memory_only_rows(tmp_path, capsys):
     assert len(sessions) == 1 and measured.tolist() == [0.5]
 
 
+def test_a_plot_of_memory_only_rows_is_said_not_written(tmp_path, capsys):
+    """--plot draws measured against predicted times: a file of memory-only rows has none, and
+    the plot asked for was silently not written (exit 0, no word); it is said on stderr."""
+    path = tmp_path / "mem.csv"
+    path.write_text(f"{HEADER}\n{PLAN},,30.0,max_reserved\n")
+    plot = tmp_path / "p.png"
+    assert main(["validate", str(path), "--plot", str(plot)]) == 0
+    captured = capsys.readouterr()
+    assert not plot.exists() and "0 rows predicted for time, 1 for memory" in captured.out
+    err = " ".join(captured.err.split())
+    assert err.startswith("--plot ") and err.endswith(
+        "p.png: not written: no predicted row has a measured time (the plot is of iteration times)")
+    assert main(["validate", str(_two_rows(tmp_path)), "--plot", str(plot)]) == 0
+    assert plot.stat().st_size > 0 and capsys.readouterr().err == ""
+
+
+def test_calibrate_on_memory_only_rows_says_why_none_is_usable(tmp_path, capsys):
+    """A file of memory-only rows given to calibrate was refused as "no usable rows" without a
+    why; the error says the rows measured memory only, which a fit of times cannot use."""
+    path = tmp_path / "mem.csv"
+    path.write_text(f"{HEADER}\n{PLAN},,30.0,max_reserved\n{PLAN},,31.0,max_allocated\n")
+    why = (": no usable rows (2 rows measured peak memory only: a fit is of measured iteration "
+           "times, and the memory model has no fitted parameter)")
+    for how in (["--profile", str(ROOT / "profiles" / "A100-SXM4-80GB.h5"), "--out",
+                 str(tmp_path / "s.h5")], ["--out-dir", str(tmp_path / "stores")]):
+        assert main(["calibrate", str(path), *how]) == 2
+        assert f"{path}{why}" in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "s.h5").exists() and not (tmp_path / "stores").exists()
+    assert main(["validate", str(path), "--cross-validate", "2"]) == 2
+    assert ("--cross-validate: 0 usable rows: cross-validation needs at least 2 with a measured "
+            "time (2 rows measured peak memory only: the fit is of iteration times)"
+            ) in " ".join(capsys.readouterr().err.split())
+
+
 @pytest.mark.parametrize("scale", MEMORY_SCALES)
 def test_each_scale_is_the_memory_models(tmp_path, scale, capsys):
     path = _two_rows(tmp_path, scale)

@@ -332,17 +332,26 @@ def cross_validate(sessions: Sequence[Session], measured_s: np.ndarray, base: Pr
                                 progress=progress, **fit_kw)
 
 
+def underdetermined(rows: int, fitted: int) -> str:
+    """What a fit of ``fitted`` parameters to fewer ``rows`` is worth: each row pins one
+    combination of the parameters at most, so many sets of values match the rows as well."""
+    return (f"{rows} rows for {fitted} fitted parameters: the rows cannot pin them all; the "
+            "fitted values are one fit among many that match the rows")
+
+
 def calibrated_store(base: ProfileStore, result: FitResult, data: Sequence[str],
                      cv: dict[str, dict[str, float]],
                      file_weights: Sequence[float] | None = None,
                      residuals: "ResidualTable | None" = None) -> ProfileStore:
     """The calibrated store for ``base``'s device, with provenance (source: the base store
     and the data; data, file weights, parameters, the fitted ones and their bounds, those the
-    rows did not determine and why, CV error) and the out-of-sample ``residuals`` that give
+    rows did not determine and why, the rows fitted (``num_rows``; with fewer rows than fitted
+    parameters ``underdetermined`` says so, :func:`underdetermined`), CV error) and the out-of-sample ``residuals`` that give
     predictions their error band (:mod:`core.store.interval`). ``vtrain profile show`` names
     a fitted parameter that ended at a bound (:func:`core.accuracy.shared_fit.bound_hits`)."""
     store = apply_fit(base, result.op_model, result.corrections)
     store.residuals = residuals
+    rows = int(result.train_metrics.get("n", 0))  # the rows fitted (every file's)
     weights = [1.0] * len(data) if file_weights is None else [float(w) for w in file_weights]
     # the source is where the numbers come from: the base store refitted to the data (without
     # it, ProfileStore.summary() would name the calibrated file itself)
@@ -358,6 +367,7 @@ def calibrated_store(base: ProfileStore, result: FitResult, data: Sequence[str],
         "parameter_bounds": {n: {"low": lo, "high": hi} for n, (lo, hi) in result.bounds.items()},
         "not_determined": dict(result.not_determined),
         "num_shape_factors": len(result.corrections),
+        "num_rows": rows,
         "cross_validation": cv,
         "cross_validation_procedure": (
             "k-fold per file; each fold fitted on the other files plus the other folds of this "
@@ -365,6 +375,8 @@ def calibrated_store(base: ProfileStore, result: FitResult, data: Sequence[str],
         "fit": "bounded least squares on log(predicted/measured), critical-path linearization, "
                "ridge-penalized per-shape factors (core.accuracy.calibrate)",
     }
+    if rows < len(result.fitted):  # each row pins one combination of them at most
+        store.provenance["underdetermined"] = underdetermined(rows, len(result.fitted))
     if residuals is not None:
         store.provenance["error_band"] = (
             f"split conformal intervals from the {len(residuals)} out-of-sample residuals in "
@@ -461,7 +473,7 @@ def calibration_residuals(files: Sequence[tuple[str, Sequence[Session], np.ndarr
     return table
 
 
-__all__ += ["scale_transfer", "calibration_residuals"]
+__all__ += ["scale_transfer", "calibration_residuals", "underdetermined"]
 
 
 def measured_sessions(runs: Sequence[MeasuredRun]) -> tuple[list[Session], np.ndarray]:

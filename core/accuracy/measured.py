@@ -252,10 +252,17 @@ def read_measurements(path: str | Path,
     """
     path = Path(path)
     text = _text(path)
+    if text.lstrip().startswith("[") and path.suffix.lower() != ".jsonl":  # (a .jsonl: by line)
+        raise MeasurementFileError(
+            f"{path}: a JSON array, not measured runs: vtrain validate and calibrate read JSON "
+            "lines, one {\"session\": ..., \"measured_iteration_time_s\": ...} object per line "
+            "(no enclosing [ ]), or a CSV (docs/accuracy.md, 'Measurement file layouts')")
     if path.suffix.lower() == ".jsonl" or text.lstrip().startswith("{"):
         runs = _read_jsonl(path, text, progress)
     else:
         rows = _csv_rows(path, text)
+        _check_header_first(path, rows)
+        rows = _unnamed_columns_dropped(path, rows)
         header = [h.strip().lstrip("\ufeff").strip() for h in rows[0]]
         if header in (_AUTHORS_SINGLE, _AUTHORS_MULTI):
             runs = _each(rows[1:], lambda i, r: _authors_row(path, i, header, r), progress)
@@ -293,6 +300,44 @@ def _text(path: Path) -> str:
         except UnicodeDecodeError:
             continue
     raise MeasurementFileError(f"{path}: is not UTF-8, UTF-16 or Windows-1252 text")
+
+
+def _check_header_first(path: Path, rows: list[list[str]]) -> None:
+    """Refuse a data row that holds column names (two or more cells that are session fields,
+    run columns or the authors' headers): row 1, when the header is not the first line (below
+    a title or a spreadsheet's ``sep=,`` line, which would be read as the header); a later
+    row, when files were concatenated with their headers."""
+    known = {*_field_columns(), *RUN_COLUMNS, *_AUTHORS_MULTI}
+    for i, r in enumerate(rows[1:], 1):
+        names = [c.strip() for c in r if c.strip() in known]
+        if len(names) < 2:
+            continue
+        listed = f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+        if i == 1:
+            raise MeasurementFileError(
+                f"{path}: row 1 holds column names ({listed}): the header must be the file's "
+                "first line; delete the line(s) above it (a title, a spreadsheet's 'sep=,' line)")
+        raise MeasurementFileError(f"{path}: row {i} holds column names ({listed}): a header "
+                                   "among the data rows (files concatenated?); delete it")
+
+
+def _unnamed_columns_dropped(path: Path, rows: list[list[str]]) -> list[list[str]]:
+    """``rows`` (header first) without the columns that have neither a name in the header nor a
+    value in any row: the trailing commas a spreadsheet writes after a column once used. An
+    unnamed column that holds a value is refused, by its position and the first row holding
+    one (what the value is cannot be told)."""
+    unnamed = [j for j, h in enumerate(rows[0]) if not h.strip().lstrip("\ufeff").strip()]
+    for j in unnamed:
+        row = next((i for i, r in enumerate(rows[1:], 1) if j < len(r) and r[j].strip()), None)
+        if row is not None:
+            raise MeasurementFileError(f"{path}: row {row}, column {j + 1}: "
+                                       f"{rows[row][j].strip()[:40]!r} in a column without a name "
+                                       "in the header; name it (a session field or one of "
+                                       f"{', '.join(RUN_COLUMNS)}) or delete it")
+    if not unnamed:
+        return rows
+    drop = set(unnamed)
+    return [[c for j, c in enumerate(r) if j not in drop] for r in rows]
 
 
 def _csv_rows(path: Path, text: str) -> list[list[str]]:
@@ -471,7 +516,7 @@ def _session_columns(path: Path, header: list[str]) -> list[tuple[str, Any]]:
                 f"{path}: column {h!r} is neither a session field (model, plan, cluster or cost; "
                 f"docs/accuracy.md) nor one of {', '.join(RUN_COLUMNS)}"
                 + (_GENERAL_LAYOUT_HINT if h in GENERAL_LAYOUT_COLUMNS
-                   else did_you_mean(h, [*known, *RUN_COLUMNS])))
+                   else _unit_hint(h) or did_you_mean(h, [*known, *RUN_COLUMNS])))
         key = known[h][1].name if h in known else h
         if key in seen:
             raise MeasurementFileError(f"{path}: columns {seen[key]!r} and {h!r} name the same field")
@@ -490,6 +535,26 @@ def _session_columns(path: Path, header: list[str]) -> list[tuple[str, Any]]:
             "measured run's model shape, vocabulary, micro-batch size, data-parallel size, "
             "precision and GPU have no default (docs/accuracy.md, 'Session defaults')")
     return out
+
+
+#: The measurement columns, each with its unit, what other units convert by and the unit of
+#: the closest name a column in another unit gets without this hint (GB for GiB is 7 % off,
+#: which no check can see once the column is renamed).
+_UNIT_COLUMNS = {"measured_iteration_time_s": ("seconds", "ms / 1000, us / 1e6, min x 60"),
+                 "measured_memory_gib": ("GiB (2^30 bytes)", "GB x 0.9313, MiB / 1024, "
+                                         "MB x 0.0009313")}
+
+
+def _unit_hint(column: str) -> str:
+    """For an unknown column named as a measurement column in another unit
+    (``measured_memory_gb``, ``measured_iteration_time_ms``): the column and unit vtrain reads
+    and how to convert the values, not only the name; "" for another column."""
+    for name, (unit, how) in _UNIT_COLUMNS.items():
+        stem = name.rsplit("_", 1)[0] + "_"
+        if column.lower().startswith(stem) and column.lower() != name:
+            return (f"; the measurement is read in {unit} from a column {name}: convert the "
+                    f"values ({how}), not only the column's name")
+    return ""
 
 
 _TRUE, _FALSE = ("true", "yes", "y", "1"), ("false", "no", "n", "0")
@@ -781,7 +846,16 @@ def _read_jsonl(path: Path, text: str, progress: Callable[[int, int], None] | No
                                    "measurement file may have)")
     if len(lines) > 1 and lines[0][1].strip() == "{":  # one JSON document over many lines
         _refuse_one_document(path, text)
-    return _each(lines, lambda _, nl: _jsonl_run(path, *nl), progress)
+    runs = _each(lines, lambda _, nl: _jsonl_run(path, *nl), progress)
+    first: dict[int, int] = {}
+    for (line, _), (run, _) in zip(lines, runs):  # messages name records by their row
+        if run.row in first:
+            raise MeasurementFileError(
+                f"{path}: line {line}, key 'row': {run.row} is line {first[run.row]}'s row too; "
+                "each record's row must be its own (files concatenated? renumber the rows or "
+                "leave the key out: the line is the row)")
+        first[run.row] = line
+    return runs
 
 
 def _refuse_one_document(path: Path, text: str) -> None:
@@ -809,7 +883,7 @@ def _jsonl_run(path: Path, line: int, text: str) -> tuple[MeasuredRun, None]:
     unknown = [k for k in doc if k not in _JSONL_KEYS]
     if unknown:
         raise MeasurementFileError(f"{where}: unknown key {unknown[0]!r} (keys: "
-                                   f"{', '.join(_JSONL_KEYS)})")
+                                   f"{', '.join(_JSONL_KEYS)}){_unit_hint(unknown[0])}")
     if "session" not in doc:
         raise MeasurementFileError(f"{where}: missing key 'session'")
     try:

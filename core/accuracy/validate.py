@@ -23,7 +23,7 @@ from core.plan.session import Session
 
 __all__ = ["ValidationResult", "predict_rows", "predict_memory", "row_memory", "row_memory_fit",
            "over_capacity", "unit_warnings", "TIME_UNIT_SUSPECT_RATIO", "MEMORY_UNIT_SUSPECT_RATIO",
-           "TIME_COLUMN_SLIPS"]
+           "TIME_COLUMN_SLIPS", "repeated_rows", "measurement_key", "time_unit_slips"]
 
 
 @dataclass
@@ -253,6 +253,41 @@ TIME_COLUMN_SLIPS = {
 }
 
 
+def _time_slip(m: MeasuredRun, pred: float) -> dict[str, Any] | None:
+    """The unit-slip warning of run ``m``'s measured time against its prediction ``pred``
+    (seconds; :data:`TIME_COLUMN_SLIPS`), ``{"row", "column", "message"}``, or None."""
+    slip = TIME_COLUMN_SLIPS.get(m.time_column)
+    if not m.has_time or slip is None or not pred > 0:
+        return None
+    ratio = m.measured_iteration_time_s / pred
+    if not ((ratio >= slip[0]) if slip[0] > 1 else (ratio <= slip[0])):
+        return None
+    return {"row": m.row, "column": m.time_column, "message": (
+        f"measured {m.measured_iteration_time_s:,.6g} is {ratio:,.4g} times the prediction, "
+        f"{pred:.4g} s: {slip[1]}")}
+
+
+def time_unit_slips(runs: list[MeasuredRun], predict: Callable[[Session], float]
+                    ) -> list[dict[str, Any]]:
+    """The unit slips of the measured times of ``runs`` (as :func:`unit_warnings` finds them),
+    each predicted with ``predict(session)`` (seconds): for ``vtrain calibrate``, which fits
+    the times as they are (a column of milliseconds drives every parameter to a bound). Rows
+    skipped, without a time or that ``predict`` refuses (``ValueError``, ``KeyError``) are
+    left out; the runs are not changed."""
+    out = []
+    for m in runs:
+        if m.skip_reason or not m.has_time or m.time_column not in TIME_COLUMN_SLIPS:
+            continue
+        try:
+            pred = float(predict(m.session))
+        except (ValueError, KeyError):
+            continue  # the fit names what it refuses
+        slip = _time_slip(m, pred)
+        if slip is not None:
+            out.append(slip)
+    return out
+
+
 def unit_warnings(result: ValidationResult) -> list[dict[str, Any]]:
     """Rows whose measurement looks like a unit slip, each ``{"row", "column", "message"}``:
     a measured time :data:`TIME_UNIT_SUSPECT_RATIO` times its prediction (the other way round
@@ -263,13 +298,9 @@ def unit_warnings(result: ValidationResult) -> list[dict[str, Any]]:
     for m, pred in zip(result.measurements, result.predicted_s):
         if m.skip_reason or math.isnan(pred):
             continue
-        slip = TIME_COLUMN_SLIPS.get(m.time_column)
-        if m.has_time and slip is not None and pred > 0:
-            ratio = m.measured_iteration_time_s / pred
-            if (ratio >= slip[0]) if slip[0] > 1 else (ratio <= slip[0]):
-                out.append({"row": m.row, "column": m.time_column, "message": (
-                    f"measured {m.measured_iteration_time_s:,.6g} is {ratio:,.4g} times the "
-                    f"prediction, {pred:.4g} s: {slip[1]}")})
+        slip = _time_slip(m, pred)
+        if slip is not None:
+            out.append(slip)
         if not math.isnan(m.measured_memory_gib):
             mem = row_memory(m)
             if mem is not None and m.measured_memory_gib * 2**30 > MEMORY_UNIT_SUSPECT_RATIO * mem[1]:
@@ -278,3 +309,29 @@ def unit_warnings(result: ValidationResult) -> list[dict[str, Any]]:
                     f"times the GPU's whole memory, {mem[1] / 2**30:,.4g} GiB, which no run can "
                     "use: MiB? the column is GiB")})
     return out
+
+
+def repeated_rows(runs: list[MeasuredRun]) -> list[tuple[int, list[int]]]:
+    """Rows that repeat an earlier row of ``runs``: the same session and the same measured time
+    and memory (a row pasted twice, a file concatenated with itself), each ``(first row, [its
+    repeats])``, in file order; skipped rows left out (they are in no figure). A repeat counts
+    again in every figure, and in a cross-validation the copy in another fold is a row its fit
+    has seen. Two runs of one plan measured apart differ in their times: they are not repeats."""
+    first: dict[tuple, int] = {}
+    repeats: dict[int, list[int]] = {}
+    for m in runs:
+        if m.skip_reason or m.session is None:
+            continue
+        key = measurement_key(m)
+        if key in first:
+            repeats.setdefault(first[key], []).append(m.row)
+        else:
+            first[key] = m.row
+    return list(repeats.items())
+
+
+def measurement_key(run: MeasuredRun) -> tuple:
+    """What makes two runs repeats of one another (:func:`repeated_rows`): the session (all
+    its fields), the measured time and memory (NaN equal to NaN) and the memory's scale."""
+    return (repr(run.session), repr(run.measured_iteration_time_s),
+            repr(run.measured_memory_gib), run.memory_scale)

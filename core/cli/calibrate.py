@@ -98,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
                                               "GPU kinds: needs --out-dir")
     _check_one_store_args(args)
     base = check_profile_option(args.profile, opener=ProfileStore.open)
+    shares = _check_file_weights(args.file_weights, len(args.csv))  # before the files are read
     per_file, rows = _read_files(args, base.device_name)
-    shares = _check_file_weights(args.file_weights, len(per_file))
     files = [(ss, yy) for _, ss, yy in per_file]
     cv, cv_pred, folds = _cross_validate_each(per_file, base, args.folds, shares, console)
     sessions, measured = _all_rows(per_file)
@@ -109,12 +109,10 @@ def run(args: argparse.Namespace) -> int:
     result = fit(sessions, measured, base,
                  weights=balanced_weights([len(ss) for ss, _ in files], shares),
                  progress=lambda msg: console.print(f"  {esc(msg)}"))
-    if len(sessions) < len(result.fitted):  # each row pins one combination of them at most
-        console.print(f"[yellow]{len(sessions)} rows for {len(result.fitted)} fitted parameters: "
-                      "the rows cannot pin them all; treat the fitted values as one fit among "
-                      "many that match[/]", highlight=False)
     residuals = _residuals(per_file, rows, cv_pred, base, folds, shares, console)
     store = calibrated_store(base, result, [n for n, _, _ in per_file], cv, shares, residuals)
+    if "underdetermined" in store.provenance:  # fewer rows than fitted parameters
+        console.print(f"[yellow]{esc(store.provenance['underdetermined'])}[/]", highlight=False)
     store.save(args.out)
     out = {"out": str(args.out), "parameters": result.op_model,
            **_parameter_groups(result, store.provenance),
@@ -189,7 +187,8 @@ def _read_files(args: argparse.Namespace, device: str):
     """Read every measurement file of ``args.csv``, each row simulated with the store
     ``--profile`` names (as ``vtrain validate --profile``: rows of a GPU kind without a shipped
     store are read with it); rows of another kind than the store's ``device`` are warned of on
-    standard error (their times are fitted with another GPU's figures).
+    standard error (their times are fitted with another GPU's figures), and so are rows that
+    repeat an earlier one (:func:`core.accuracy.validate.repeated_rows`).
 
     Returns
     -------
@@ -208,15 +207,15 @@ def _read_files(args: argparse.Namespace, device: str):
     import sys
 
     from core.util.text import printable
-    per_file, rows = [], []
+    per_file, rows, seen = [], [], {}
     for path in args.csv:
         with row_progress(f"reading {Path(path).name}", args.json) as progress:
             ms = read_measurements(path, progress, profile_path=os.path.abspath(args.profile))
         sessions, measured = measured_sessions(ms)
         if not sessions:
-            first = next((m for m in ms if m.skip_reason), None)
-            raise field_error(path, "no usable rows" + (
-                f" (row {first.row}: {first.skip_reason})" if first is not None else ""))
+            raise _no_usable_rows(path, ms)
+        _warn_repeats(path, ms, seen)
+        _warn_unit_slips(path, ms)
         other = sorted({s.cluster.gpu for s in sessions} - {device})
         if other:
             print(printable(f"warning: {path}: rows of {', '.join(other)} fitted with the store "
@@ -224,6 +223,74 @@ def _read_files(args: argparse.Namespace, device: str):
         per_file.append((Path(path).name, sessions, measured))
         rows.append([m.row for m in ms if not m.skip_reason and m.has_time])
     return per_file, rows
+
+
+def _warn_unit_slips(path: str, ms) -> None:
+    """Warn on standard error of the rows of ``ms`` (file ``path``) whose measured time looks
+    like a unit slip against the row's store (:func:`core.accuracy.validate.time_unit_slips`,
+    as ``vtrain validate`` warns): the fit takes the times as they are, and a column of
+    milliseconds drives the parameters to their bounds."""
+    import sys
+
+    from core.accuracy.validate import time_unit_slips
+    from core.sim.simulate import session_profile, simulate
+    from core.util.text import printable
+    slips = time_unit_slips(ms, lambda s: simulate(s, session_profile(s)).report.iteration_time_s)
+    for w in slips[:10]:
+        print(printable(f"warning: {path}: row {w['row']}, column {w['column']}: {w['message']}"),
+              file=sys.stderr)
+    if len(slips) > 10:
+        print(printable(f"warning: {path}: {len(slips) - 10} more rows like these"), file=sys.stderr)
+    if slips:
+        print(printable(f"warning: {path}: the fit takes these times as they are: convert the "
+                        "column, or the store's parameters are fitted to another unit"),
+              file=sys.stderr)
+
+
+def _no_usable_rows(path: str, ms) -> Exception:
+    """The error of a file none of whose rows a fit can use, with why: the first skipped row's
+    reason, or that the predictable rows measured memory only (a fit is of iteration times;
+    the memory model has no fitted parameter)."""
+    first = next((m for m in ms if m.skip_reason), None)
+    memory_only = sum(1 for m in ms if not m.skip_reason and not m.has_time)
+    why = (f" (row {first.row}: {first.skip_reason})" if first is not None and not memory_only
+           else f" ({memory_only} rows measured peak memory only: a fit is of measured iteration "
+                "times, and the memory model has no fitted parameter)" if memory_only else "")
+    return field_error(path, "no usable rows" + why)
+
+
+def _warn_repeats(path: str, ms, seen: dict) -> None:
+    """Warn on standard error of the rows of ``ms`` (file ``path``) that repeat an earlier one
+    of the file (:func:`core.accuracy.validate.repeated_rows`) or of an earlier file: each is
+    fitted again, and in the cross-validation a copy in another fold (or file) is a row its
+    fit has seen. ``seen`` (:func:`core.accuracy.validate.measurement_key` -> (file, row)) is
+    the earlier files' rows, and gets this file's."""
+    import sys
+
+    from core.accuracy.validate import measurement_key, repeated_rows
+    from core.util.text import printable
+    why = ("(the same session and measurement): fitted again, and in the cross-validation a "
+           "copy in another fold is a row its fit has seen")
+
+    def rows(numbers: list[int]) -> str:  # "row 9", "rows 9, 17, ... and 1,240 more"
+        more = f" and {len(numbers) - 10:,} more" if len(numbers) > 10 else ""
+        return (f"row{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers[:10]))}"
+                f"{more} repeat{'' if len(numbers) > 1 else 's'}")
+
+    for row, again in repeated_rows(ms):
+        print(printable(f"warning: {path}: {rows(again)} row {row} {why}"), file=sys.stderr)
+    own, earlier = {}, {}
+    for m in ms:
+        if m.skip_reason or m.session is None:
+            continue
+        key = measurement_key(m)
+        if key in seen:  # of an earlier file: one warning per file
+            earlier.setdefault(seen[key][0], []).append(m.row)
+        own.setdefault(key, (path, m.row))
+    for other, again in earlier.items():
+        print(printable(f"warning: {path}: {rows(again)} rows of {other} {why}"), file=sys.stderr)
+    for key, where in own.items():
+        seen.setdefault(key, where)
 
 
 def _check_file_weights(shares: list[float] | None, n_files: int) -> list[float] | None:
@@ -392,13 +459,15 @@ def _read_shared(args: argparse.Namespace):
 
     from core.accuracy.calibrate import measured_sessions
     from core.accuracy.measured import read_measurements
-    sessions, measured, names, rows = [], [], [], []
+    sessions, measured, names, rows, seen = [], [], [], [], {}
     for path in args.csv:
         with row_progress(f"reading {Path(path).name}", args.json) as progress:
             ms = read_measurements(path, progress)
+        _warn_repeats(path, ms, seen)
+        _warn_unit_slips(path, ms)
         ss, yy = measured_sessions(ms)
         if not ss:
-            raise field_error(path, "no usable rows")
+            raise _no_usable_rows(path, ms)
         sessions += ss
         measured.append(yy)
         names += [Path(path).name] * len(ss)

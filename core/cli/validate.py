@@ -101,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
         _write_rows(result, args.out)
     if args.plot and metrics["n"]:
         _plot(result, args.plot, metrics)
+    elif args.plot:  # the plot is of times: said, not left for the user to find missing
+        from core.util.console import Console, esc
+        Console(stderr=True).print(f"--plot {esc(str(args.plot))}: not written: no predicted row "
+                                   "has a measured time (the plot is of iteration times)",
+                                   highlight=False)
     if args.json:
         metrics["rows"] = _row_records(result)
         print(strict_dumps(_no_nan(metrics)))
@@ -172,8 +177,11 @@ def _cross_validated(args: argparse.Namespace, ms, coverage: float):
     sessions, measured = measured_sessions(ms)
     err = Console(stderr=True)
     if len(sessions) < 2:
+        memory_only = sum(1 for m in ms if not m.skip_reason and not m.has_time)
         raise field_error("--cross-validate", f"{len(sessions)} usable rows: cross-validation "
-                                              "needs at least 2")
+                                              "needs at least 2" + (
+            f" with a measured time ({memory_only} rows measured peak memory only: the fit is "
+            "of iteration times)" if memory_only else ""))
     if len(sessions) < args.cross_validate:  # each row its own fold (leave-one-out)
         err.print(f"{args.cross_validate} folds asked, {len(sessions)} usable rows: "
                   f"{len(sessions)} folds (leave-one-out)", highlight=False)
@@ -221,6 +229,9 @@ def _metrics(result, ms, folds: int, profile=None) -> dict:
     metrics["warnings"] = _warnings(result, profile)
     if metrics.get("interval_coverage", 0) is None:  # why no row has a band
         metrics["interval_note"] = result.band_note or "no predicted row has one"
+    elif metrics.get("interval_rows", 0) < metrics["n"] and result.band_note:  # why some have none
+        metrics["interval_note"] = (f"{metrics['n'] - metrics['interval_rows']} of "
+                                    f"{metrics['n']} rows have none: {result.band_note}")
     metrics["memory_over_capacity"] = [  # runs that ran though the memory model says no
         {"row": m.row, "need_gib": need / 2**30, "capacity_gib": cap / 2**30}
         for m, need, cap in over_capacity(ms)]
@@ -244,8 +255,10 @@ def _gpu_names_read(ms) -> list[dict]:
 def _warnings(result, profile) -> list[dict]:
     """What the report warns of, each ``{"rows", "column", "message"}``: rows predicted with
     ``--profile``'s store (``profile``) though their GPU is another kind (one entry per kind,
-    as simulate warns: "the profile is of X, not of cluster.gpu Y"), and the unit slips of
-    :func:`core.accuracy.validate.unit_warnings`, one per row."""
+    as simulate warns: "the profile is of X, not of cluster.gpu Y"), the unit slips of
+    :func:`core.accuracy.validate.unit_warnings`, one per row, the times faster than the GPU's
+    peak (:func:`_faster_than_peak`) and the rows that repeat an earlier one
+    (:func:`core.accuracy.validate.repeated_rows`), one entry per row repeated."""
     from core.accuracy.validate import unit_warnings
     out = []
     if profile is not None:
@@ -260,6 +273,31 @@ def _warnings(result, profile) -> list[dict]:
                 f"and memory capacity are {profile.device_name}'s")})
     out += [{"rows": [w["row"]], "column": w["column"], "message": w["message"]}
             for w in unit_warnings(result)]
+    out += _faster_than_peak(result)
+    from core.accuracy.validate import repeated_rows
+    column = {m.row: m.time_column for m in result.measurements}
+    out += [{"rows": again, "column": column[row], "message": (
+        f"the same session and measurement as row {row}: counted again in every figure (and "
+        "in --cross-validate, a copy in another fold is a row its fit has seen); delete the "
+        "repeat unless the run was measured twice to the same figure")}
+        for row, again in repeated_rows(result.measurements)]
+    return out
+
+
+def _faster_than_peak(result) -> list[dict]:
+    """A warning per predicted row whose measured time gives a model FLOPs utilization above 1
+    (:func:`_mfu`: Megatron's model FLOPs at the GPU's data-sheet peak): no GPU runs the
+    model's FLOPs faster than its peak, so the time is not of the plan's whole iteration (the
+    published runs reach 0.67 at most, the vTrain authors' 0.46)."""
+    out = []
+    for m, used in zip(result.measurements, result.used):
+        mfu = _mfu(m.session, m.measured_iteration_time_s) if used and m.has_time else None
+        if mfu is not None and mfu > 1:
+            out.append({"rows": [m.row], "column": m.time_column, "message": (
+                f"measured {m.measured_iteration_time_s:,.6g} s gives a model FLOPs utilization "
+                f"of {mfu:.0%} at the GPU's data-sheet peak, faster than the GPU can run the "
+                "model's FLOPs: not the time of this plan's whole iteration (another global "
+                "batch, micro-batch size or model shape than what ran, or part of the step?)")})
     return out
 
 
@@ -481,7 +519,8 @@ def _print_errors(console: Console, result, metrics: dict, profile: str | None) 
                   "prediction)")
     console.print(t)
     if "interval_note" in metrics:  # below the table: a long note would widen its figures
-        console.print(f" [bold]error band[/] none: {esc(metrics['interval_note'])}",
+        none = "" if metrics.get("interval_coverage") is not None else " none:"
+        console.print(f" [bold]error band[/]{none} {esc(metrics['interval_note'])}",
                       highlight=False)
     titles = {"model": "model size", "t": "tensor parallel t", "p": "pipeline parallel p",
               "gpu": "GPU kind", "kind": "dense / MoE", "precision": "precision", "source": "source"}
@@ -546,18 +585,28 @@ def _profile_note(profile: str | None, result, csv_name: str) -> str:
             kinds = sorted({(st.device_name, (st.provenance or {}).get("method", "unknown method"))
                             for st in stores.values()})
             note = "profiles of each row's GPU: " + ", ".join(f"{d} ({m})" for d, m in kinds)
-            if any(csv_name in str((st.provenance or {}).get("data", "")) for st in stores.values()
-                   if (st.provenance or {}).get("method") == "calibrated"):
+            if any(_calibrated_on(st, csv_name) for st in stores.values()):
                 note += (", calibrated on this file: in-sample figures (use --cross-validate K "
                          "for out-of-sample ones)")
             return note
     store = open_profile(profile) if profile else session_profile(sessions[0])
     prov = store.provenance or {}
-    name = f"profile {store.device_name} ({prov.get('method', 'unknown method')})"
-    if prov.get("method") == "calibrated" and csv_name in str(prov.get("data", "")):
+    name = (f"profile {Path(profile).name + ': ' if profile else ''}{store.device_name} "
+            f"({prov.get('method', 'unknown method')})")
+    if _calibrated_on(store, csv_name):
         return (f"{name}, calibrated on this file: in-sample figures (use --cross-validate K "
                 "for out-of-sample ones)")
     return name
+
+
+def _calibrated_on(store, csv_name: str) -> bool:
+    """Whether ``store`` was calibrated on a file named ``csv_name``: one of the names its
+    provenance's ``data`` lists (``"a.csv; b.csv"``, :func:`core.accuracy.calibrate.
+    calibrated_store`), the whole name (a file ``sessions.jsonl`` is not the shipped stores'
+    ``published_runs.sessions.jsonl``)."""
+    prov = store.provenance or {}
+    return prov.get("method") == "calibrated" and csv_name in [
+        d.strip() for d in str(prov.get("data", "")).split(";")]
 
 
 def _write_rows(result, path: str) -> None:

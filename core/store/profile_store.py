@@ -136,7 +136,7 @@ PROVENANCE_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
                           "a JSON list of names (or an object keyed by them)"),
     **{k: (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
            "a whole number at or above 0") for k in (
-        "num_shape_factors", "rows_of_this_kind", "threads")},
+        "num_shape_factors", "num_rows", "rows_of_this_kind", "threads")},
     **{k: (lambda v: isinstance(v, bool), "true or false") for k in PROVENANCE_FLAGS},
 }
 
