@@ -22,17 +22,31 @@ faster than the sweep's best: a plan the sweep does not reach. For such a row (a
 ``--why``, for every row) the recipe plan's fields whose values are outside the sweep's
 space are named (each plan field's values in :attr:`SweepResult.dimensions`, swept or held:
 a custom pipeline layout, CUDA graphs, recompute modules, the precision-aware optimizer,
-gradients reduced in bf16 ...). ``--keep FIELD,...`` copies those fields of the recipe's
+gradients reduced in bf16 ...), and, when no swept plan has the recipe's combination of
+:data:`STRUCTURE` values, the pairs of them no swept plan has (:func:`missing_combination`).
+``--keep FIELD,...`` copies those fields of the recipe's
 plan into the sweep's session (the sweep then holds them at the recipe's values, or, for
 those it chooses, starts from them), to check that they explain the gap.
 
 The exit status is 0 (the flagged rows are findings, not failures).
 
-Wall time on the 2-core development machine (``--workers 1``, other work running): a dense
-Llama 3 8B recipe a few seconds, Llama 3 70B on 64 GPUs about 20 s, Llama 3.1 405B on 128 to
-1,024 GPUs about a minute each, a Qwen3-30B-A3B MoE recipe on 8 to 64 GPUs several minutes,
-DeepSeek-V3 on 256 GPUs about half a minute; every modelled recipe, well over an hour (use
-``--only`` / ``--max-gpus``).
+Found (2026-12-05, 35 dense and 10 MoE recipes): 6 missed, all Llama 3.1 405B, by 0.5-1.2 %.
+On H100 (512 and 1,024 GPUs) the gradients reduced in bf16 (``grad_reduce_dtype``, and
+``fp8_param_gather`` with FP8) that every recipe sets and the sweep holds at the session's
+(fp32): with ``--keep grad_reduce_dtype,fp8_param_gather`` the sweep finds the recipe's plan
+(ratio 1.0000). On B200 the same, and with v=8 the pair p=16, v=8 (126 layers + embedding +
+loss = 128 slots over 128 virtual stages, one slot each), which the sweep does not make
+(:func:`core.studies.sweep.splits.slots_split` asks two slots per virtual stage when it adds
+the flags): t4 p16 v8 on 128 B200s (mxfp8) stays 1.0 % faster than the sweep's best with the
+fields kept.
+
+Wall time of one recipe's sweep on the 2-core development machine (``--workers 1``, other
+work running; measured 2026-12-05): Llama 3 8B 1-11 s, Llama 3 70B on 64 GPUs 5-9 s, Llama 3.1
+405B on 128-1,024 GPUs 8-20 s (40-60 s with two other sweeps beside it): the 35 modelled
+Llama 3 recipes in about 6 minutes. Mixture-of-experts: Qwen3-30B-A3B 18 s on 8 GPUs, 34 s on
+16, 187 s on 64 (940,872 plans); GPT-OSS 120B on 64 GPUs 58-87 s; DeepSeek-V3 on 256 B200s
+585 s (2,087,320 plans, two other sweeps beside it). Every modelled recipe: well over an hour
+(use ``--only`` / ``--gpu`` / ``--precision`` / ``--max-gpus``).
 
 Run: ``python benchmarks/bench_sweep_recipes.py [--only Llama3-70B] [--gpu H100] [--max-gpus N]
 [--workers 1] [--keep FIELD,...] [--why]``.
