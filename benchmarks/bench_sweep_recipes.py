@@ -30,7 +30,7 @@ those it chooses, starts from them), to check that they explain the gap.
 
 The exit status is 0 (the flagged rows are findings, not failures).
 
-Found (2026-12-05, 35 dense and 10 MoE recipes): 6 missed, all Llama 3.1 405B, by 0.5-1.2 %.
+Found (2026-12-05, 35 dense and 12 MoE recipes): 6 missed, all Llama 3.1 405B, by 0.5-1.2 %.
 On H100 (512 and 1,024 GPUs) the gradients reduced in bf16 (``grad_reduce_dtype``, and
 ``fp8_param_gather`` with FP8) that every recipe sets and the sweep holds at the session's
 (fp32): with ``--keep grad_reduce_dtype,fp8_param_gather`` the sweep finds the recipe's plan
@@ -44,7 +44,8 @@ Wall time of one recipe's sweep on the 2-core development machine (``--workers 1
 work running; measured 2026-12-05): Llama 3 8B 1-11 s, Llama 3 70B on 64 GPUs 5-9 s, Llama 3.1
 405B on 128-1,024 GPUs 8-20 s (40-60 s with two other sweeps beside it): the 35 modelled
 Llama 3 recipes in about 6 minutes. Mixture-of-experts: Qwen3-30B-A3B 18 s on 8 GPUs, 34 s on
-16, 187 s on 64 (940,872 plans); GPT-OSS 120B on 64 GPUs 58-87 s; DeepSeek-V3 on 256 B200s
+16, 187 s on 64 (940,872 plans); GPT-OSS 120B on 64 GPUs 58-87 s; Qwen3-235B-A22B on 64 GPUs 111 s
+(840,552 plans); DeepSeek-V3 on 256 B200s
 585 s (2,087,320 plans, two other sweeps beside it). Every modelled recipe: well over an hour
 (use ``--only`` / ``--gpu`` / ``--precision`` / ``--max-gpus``).
 
