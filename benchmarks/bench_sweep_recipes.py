@@ -35,10 +35,12 @@ On H100 (512 and 1,024 GPUs) the gradients reduced in bf16 (``grad_reduce_dtype`
 ``fp8_param_gather`` with FP8) that every recipe sets and the sweep holds at the session's
 (fp32): with ``--keep grad_reduce_dtype,fp8_param_gather`` the sweep finds the recipe's plan
 (ratio 1.0000). On B200 the same, and with v=8 the pair p=16, v=8 (126 layers + embedding +
-loss = 128 slots over 128 virtual stages, one slot each), which the sweep does not make
-(:func:`core.studies.sweep.splits.slots_split` asks two slots per virtual stage when it adds
-the flags): t4 p16 v8 on 128 B200s (mxfp8) stays 1.0 % faster than the sweep's best with the
-fields kept.
+loss = 128 slots over 128 virtual stages, one slot each), which the sweep did not make
+(:func:`core.studies.sweep.splits.slots_split` asked two slots per virtual stage when it added
+the flags): t4 p16 v8 on 128 B200s (mxfp8) stayed 1.0 % faster than the sweep's best with the
+fields kept. Since then (2026-12-05) the interleaved schedule may give the embedding and the
+loss a virtual stage each: with the two fields kept (``--only 405B --gpu B200 --max-gpus 256
+--keep grad_reduce_dtype,fp8_param_gather``) none of the 12 B200 and GB200 recipes is missed.
 
 Wall time of one recipe's sweep on the 2-core development machine (``--workers 1``, other
 work running; measured 2026-12-05): Llama 3 8B 1-11 s, Llama 3 70B on 64 GPUs 5-9 s, Llama 3.1

@@ -64,13 +64,18 @@ def test_exact_budget_count_by_hand():
     # three recomputation modes (none, selective, full). The 6 (t,p,d,b) with p=1 have no
     # pipeline: one schedule each, 6 * 3 = 18. The 6 with p > 1: 1f1b, gpipe and zb-h1,
     # 6 * 3 * 3 = 54; interleaved needs p >= 2, L=4 divisible by p*v and m divisible by p: only
-    # p=2, v=2, for (t,d) in {(1,2), (2,1)} and b in {1,2} (m = 4, 2, 8, 4): 4 * 3 = 12. 84 in all
-    # (not p=2, v=3 with the embedding and the loss as layer slots: L + 2 = 6 slots over 6
-    # virtual stages leave the first and the last without a transformer layer).
+    # p=2, v=2, for (t,d) in {(1,2), (2,1)} and b in {1,2} (m = 4, 2, 8, 4): 4 * 3 = 12; and
+    # p=2, v=3 with the embedding and the loss as layer slots (L + 2 = 6 slots over 6 virtual
+    # stages, one each: the embedding's chunk and the loss's are alone, and their ranks hold
+    # layers in their other chunks, as Megatron-Bridge's Llama 3.1 405B p16 v8 recipes run):
+    # 12 more. 96 in all.
     plans = enumerate_plans(tiny_session(8), SweepSpace(hold_session_values=True, num_gpus=4,
                                                         micro_batch_sizes=(1, 2)))
-    assert len(plans) == 84
-    assert not any(p.account_for_embedding_in_pipeline_split for p in plans)
+    assert len(plans) == 96
+    flagged = [p for p in plans if p.account_for_embedding_in_pipeline_split]
+    assert len(flagged) == 12 and all(
+        p.account_for_loss_in_pipeline_split and (p.pipeline_parallel, p.virtual_pipeline_stages)
+        == (2, 3) for p in flagged)
 
 
 def test_max_budget_count_by_hand():
@@ -132,15 +137,19 @@ def brute_force(session: Session, space: SweepSpace, max_size: int = 16) -> set[
 def _split_flags(L: int, p: int, sched: str, v) -> list[tuple[bool, bool]]:
     """The (embedding, loss) layer-slot flags a sweep gives the plans of (p, sched, v) of a
     session without them: none where the L layers split over the p*chunks virtual stages,
-    else those of the fewest slots that split, two or more per virtual stage (L + 1: the
-    loss's; L + 2: both); none when no slot count splits."""
+    else those of the fewest slots that split, two or more per virtual stage (one under the
+    interleaved schedule with two or more chunks per rank) (L + 1: the loss's; L + 2: both);
+    none when no slot count splits."""
     from core.schedules import get as schedule_get
+    least = 2
     try:
-        n = p * schedule_get(sched).chunks(v)
+        chunks = schedule_get(sched).chunks(v)
+        n = p * chunks
+        least = 1 if schedule_get(sched).uses_virtual_stages and chunks > 1 else 2
     except (TypeError, ValueError):
         n = p
     fits = [f for f in ((False, False), (False, True), (True, True))
-            if (L + sum(f)) % n == 0 and (sum(f) == 0 or (L + sum(f)) // n >= 2)]
+            if (L + sum(f)) % n == 0 and (sum(f) == 0 or (L + sum(f)) // n >= least)]
     return [f for f in fits if sum(f) == sum(fits[0])] if fits else [(False, False)]
 
 

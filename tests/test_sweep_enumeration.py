@@ -131,17 +131,20 @@ def _reference_split_flags(session, sched, p, v):
     layer slots split over the p*chunks virtual stages (or it has a custom layout, or uneven
     first / last stages at its own p); else every way of setting more flags (a true one kept
     true; one more where the session sets none: the loss's) that adds the fewest slots and
-    splits, two slots or more per virtual stage; else both off where the session sets one and
-    the L layers split; the session's when none does."""
+    splits, two slots or more per virtual stage (one under the interleaved schedule with two or
+    more chunks per rank, whose other chunks hold layers); else both off where the session
+    sets one and the L layers split; the session's when none does."""
     base, L = session.plan, session.model.num_layers
     own = (base.account_for_embedding_in_pipeline_split, base.account_for_loss_in_pipeline_split)
-    n = p * schedules_get(sched).chunks(v)
+    chunks = schedules_get(sched).chunks(v)
+    n = p * chunks
+    least = 1 if schedules_get(sched).uses_virtual_stages and chunks > 1 else 2
     if ((L + sum(own)) % n == 0 or base.pipeline_model_parallel_layout
             or (p == base.pipeline_parallel and (base.first_stage_layers is not None
                                                   or base.last_stage_layers is not None))):
         return [own]
     more = sorted((f for f in _supersets(own) if (L + sum(f)) % n == 0
-                   and (L + sum(f)) // n >= 2), key=sum)
+                   and (L + sum(f)) // n >= least), key=sum)
     if more:
         return [f for f in more if sum(f) == sum(more[0])]
     return [(False, False)] if any(own) and L % n == 0 else [own]
@@ -387,3 +390,28 @@ def test_zero_stages_are_swept_at_d_1_with_context_parallelism():
     cp8 = [i for i, pl in enumerate(r.plans) if pl.context_parallel == 8]
     fits = {r.plans[i].zero_stage: bool(r.fits_in_memory[i]) for i in cp8}
     assert not fits[0] and fits[3]
+
+
+def test_interleaved_plans_may_give_the_embedding_and_the_loss_a_virtual_stage_each():
+    """Megatron-Bridge's Llama 3.1 405B recipes on B200 and GB200 run t4 p16 v8 with both
+    layer-slot flags: 126 layers + 2 = 128 slots over 128 virtual stages, one each. Under the
+    interleaved schedule the ranks of the embedding's and the loss's chunks hold layers in
+    their other chunks, so the sweep tries it (it required two slots per virtual stage, and
+    its best plan was 1 % slower than NVIDIA's); without interleaving a stage of the
+    embedding alone would be GPUs without a layer, and ZB-V puts the first and last chunks on
+    one rank: two slots there still."""
+    from core.studies.sweep.splits import slots_split
+    assert slots_split(128, 128, 2, interleaved=True)
+    assert not slots_split(128, 128, 2) and not slots_split(128, 128, 2, interleaved=False)
+    assert slots_split(128, 64, 2)  # two per virtual stage: either way
+    s = Session(MODEL_PRESETS["Llama 3.1 405B"],
+                ParallelPlan(tensor_parallel=4, pipeline_parallel=16, data_parallel=2,
+                             micro_batch_size=1, global_batch_size=768, recompute="none",
+                             precision="bf16", sequence_parallel=True, zero_stage=1),
+                ClusterConfig(gpu="B200-180GB", gpus_per_node=8))
+    plans = enumerate_plans(s, SweepSpace(num_gpus=128, tensor_parallel=[4],
+                                          pipeline_parallel=[16], schedules=["interleaved"],
+                                          recompute=["none"], micro_batch_sizes=[1]))
+    v8 = [pl for pl in plans if pl.virtual_pipeline_stages == 8]
+    assert v8 and all(pl.account_for_embedding_in_pipeline_split
+                      and pl.account_for_loss_in_pipeline_split for pl in v8)

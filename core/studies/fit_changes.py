@@ -48,6 +48,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from core import schedules as pipeline_schedules
 from core.model.counts import num_parameters
 from core.model.fp8 import fp8_gathers_params
 from core.model.memory import bytes_per_parameter, nccl_buffer_bytes, process_terms_of
@@ -308,7 +309,9 @@ def _split(pl: ParallelPlan, s: Session) -> ParallelPlan:
     (:func:`core.studies.sweep.splits.pipeline_splits`, the first of them); the session's own
     first / last stages belong to its own pipeline size."""
     options = split_flag_options(s.plan)
-    flags = split_flags_for(s.model.num_layers, options, pl.pipeline_parallel * num_chunks(pl))
+    interleaved = num_chunks(pl) > 1 and pipeline_schedules.get(pl.schedule).uses_virtual_stages
+    flags = split_flags_for(s.model.num_layers, options, pl.pipeline_parallel * num_chunks(pl),
+                            interleaved)
     new = dataclasses.replace(pl, first_stage_layers=None, last_stage_layers=None,
                               **dict(zip(SPLIT_FLAG_FIELDS, flags[0])))
     if num_chunks(new) == 1:

@@ -127,7 +127,7 @@ def _virtual_and_exchange_errors(session: Session, space: SweepSpace, n: int | N
         ps = [p for p in (space.pipeline_parallel or range(2, max(n for n, _ in slots) + 1))
               if p >= 2 and any(slots_split(n, p, extra) for n, extra in slots)]
         for v in space.virtual_pipeline_stages:
-            if not any(slots_split(n, p * v, extra) for p in ps for n, extra in slots):
+            if not any(slots_split(n, p * v, extra, v > 1) for p in ps for n, extra in slots):
                 out.append((FieldError(f"--virtual-pipeline-stages {v}", (
                     f"the interleaved schedule needs {what} divisible by "
                     f"pipeline_parallel*virtual_pipeline_stages; no pipeline-parallel size tried "
@@ -188,14 +188,16 @@ def _named(name: str, v) -> str:
     return f"{_SYMBOL.get(name, name)}={v}"
 
 
-def _pipeline_fields(session: Session, p: int, chunks: int = 1) -> tuple[dict, list | None]:
-    """The stage fields of the plans of ``p`` stages (``chunks`` model chunks each) a sweep
-    makes: the (embedding, loss) slot flags (:func:`split_flags_for`), or, where the layers
-    split unevenly (:func:`pipeline_splits`), the first (first, last) stage layers with the
-    flags off but at the session's own p; and those uneven splits (None: even)."""
+def _pipeline_fields(session: Session, p: int, chunks: int = 1, interleaved: bool = False
+                     ) -> tuple[dict, list | None]:
+    """The stage fields of the plans of ``p`` stages (``chunks`` model chunks each;
+    ``interleaved``: the interleaved schedule's round-robin chunks) a sweep makes: the
+    (embedding, loss) slot flags (:func:`split_flags_for`), or, where the layers split
+    unevenly (:func:`pipeline_splits`), the first (first, last) stage layers with the flags
+    off but at the session's own p; and those uneven splits (None: even)."""
     options = split_flag_options(session.plan)
-    room = dict(zip(SPLIT_FLAG_FIELDS,
-                    split_flags_for(session.model.num_layers, options, p * chunks)[0]))
+    room = dict(zip(SPLIT_FLAG_FIELDS, split_flags_for(session.model.num_layers, options,
+                                                       p * chunks, interleaved)[0]))
     split = pipeline_splits(session, [p]).get(p)
     if split:
         own = (p == session.plan.pipeline_parallel
@@ -296,7 +298,8 @@ def _combination_reason(session: Session, space: SweepSpace, name: str, v) -> st
                 if name == "virtual_pipeline_stages" and vv is None:
                     continue
                 chunks = pipeline_schedules.get(sched).chunks(vv) if sched in known else 1
-                room, _ = _pipeline_fields(session, p, chunks) if p > 1 else ({}, None)
+                room, _ = (_pipeline_fields(session, p, chunks, virtual and chunks > 1)
+                           if p > 1 else ({}, None))
                 if vv is not None and space.virtual_pipeline_stages is None and \
                         pipeline_split_slots(m.num_layers, probe_plan(session.plan, **{
                             **room, "pipeline_parallel": p, "schedule": sched,

@@ -785,8 +785,10 @@ class _Choices:
             elif p in self.uneven:
                 out = [uneven_split_flags(self.split_options)]
             else:
-                chunks = pipeline_schedules.get(sched).chunks(v)
-                out = split_flags_for(self.num_layers, self.split_options, p * chunks)
+                schedule = pipeline_schedules.get(sched)
+                chunks = schedule.chunks(v)
+                out = split_flags_for(self.num_layers, self.split_options, p * chunks,
+                                      schedule.uses_virtual_stages and chunks > 1)
             out = self.flags_of[k] = out
         return out
 

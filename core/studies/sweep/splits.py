@@ -54,8 +54,8 @@ def split_flag_options(plan: ParallelPlan) -> list[tuple[int, list[tuple[Any, An
     return own + sorted(more.items()) + off
 
 
-def split_flags_for(num_layers: int, options: list, virtual_stages: int
-                    ) -> list[tuple[Any, Any]]:
+def split_flags_for(num_layers: int, options: list, virtual_stages: int,
+                    interleaved: bool = False) -> list[tuple[Any, Any]]:
     """The (embedding, loss) slot flags of the plans of ``virtual_stages`` (``p*v``) virtual
     stages, of :func:`split_flag_options` ``options``: the session's when its layer slots
     split evenly over them; else those of the fewest more slots (``L + 1``: the loss's, or
@@ -64,11 +64,12 @@ def split_flags_for(num_layers: int, options: list, virtual_stages: int
     p=8 or 16); else both off where the session sets a flag and the layers alone split (Llama
     3 70B with the loss's slot: 80 layers, 81 or 82 slots, over p=4, 8 or 16); the session's
     when none does (validation refuses those plans, or :func:`pipeline_splits` gives them
-    uneven first / last stages)."""
+    uneven first / last stages). ``interleaved``: the interleaved schedule with ``v >= 2``
+    (:func:`slots_split`)."""
     own = options[0][1]
     slots = num_layers + sum(map(bool, own[0]))
     for extra, flags in options:
-        if slots_split(slots + extra, virtual_stages, extra):
+        if slots_split(slots + extra, virtual_stages, extra, interleaved):
             return flags
     return own
 
@@ -115,10 +116,16 @@ def pipeline_splits(session: Session, ps: list[int]) -> dict[int, list[tuple[int
     return out
 
 
-def slots_split(slots: int, virtual_stages: int, extra: int) -> bool:
+def slots_split(slots: int, virtual_stages: int, extra: int, interleaved: bool = False) -> bool:
     """Whether ``slots`` layer slots split evenly over ``virtual_stages`` in a sweep's plan,
     ``extra`` of them the slots its flags add to the session's (negative: the session's
     flags turned off): with flags added, at least two slots per virtual stage, so that no
-    (virtual) stage holds only the embedding or the loss (a stage of GPUs without a
-    transformer layer, never a fast plan)."""
-    return slots % virtual_stages == 0 and (extra <= 0 or slots // virtual_stages >= 2)
+    stage holds only the embedding or the loss (a stage of GPUs without a transformer layer,
+    never a fast plan); one is enough under the ``interleaved`` schedule with two or more
+    model chunks per rank, whose round-robin placement (rank r holds chunks r, p + r, ...)
+    leaves the ranks of the embedding's and the loss's chunks layers in their other chunks
+    (Megatron-Bridge's Llama 3.1 405B recipes on B200 and GB200: 126 layers and both slots,
+    128 over t4 p16 v8, one per virtual stage). Not under ZB-V, whose V places the first and
+    the last chunk on one rank."""
+    least = 1 if interleaved else 2
+    return slots % virtual_stages == 0 and (extra <= 0 or slots // virtual_stages >= least)
