@@ -9,6 +9,8 @@ warm-up and cool-down leave pipeline bubbles.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from core.plan.session import Session
@@ -125,3 +127,13 @@ def synthetic_result(session: Session | None = None, p: int | None = None, m: in
     graph, schedule = synthetic_iteration(p=p, m=m, layers_per_stage=layers_per_stage)
     report = synthetic_report(p=p, m=m, iteration_time_s=schedule.iteration_time_s)
     return SimulationResult(session=session, graph=graph, schedule=schedule, report=report)
+
+
+def plot_points(days: np.ndarray, cost: np.ndarray, fits: np.ndarray | None = None,
+                num_gpus: int = 8) -> SimpleNamespace:
+    """The fields of a sweep result the Explore plot reads (``SweepPlot.set_result``): each
+    plan's training days and cost, all fitting unless ``fits`` says otherwise."""
+    n = days.size
+    fits = np.ones(n, bool) if fits is None else fits
+    return SimpleNamespace(num_plans=n, training_days=days, cost_usd=cost, fits_in_memory=fits,
+                           feasible=fits, num_gpus=np.full(n, num_gpus), reason=[""] * n)

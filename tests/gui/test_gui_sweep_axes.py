@@ -9,14 +9,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from synthetic import plot_points
 from vtrain_gui.sweep_plot import SweepPlot
 
 
 def _result(days: np.ndarray, cost: np.ndarray, fits: np.ndarray | None = None) -> SimpleNamespace:
-    n = days.size
-    fits = np.ones(n, bool) if fits is None else fits
-    return SimpleNamespace(num_plans=n, training_days=days, cost_usd=cost, fits_in_memory=fits,
-                           feasible=fits, num_gpus=np.full(n, 8), reason=[""] * n)
+    return plot_points(days, cost, fits)
 
 
 def _plot(qtbot, qapp, result: SimpleNamespace) -> SweepPlot:

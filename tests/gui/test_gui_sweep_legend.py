@@ -9,6 +9,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore
 
+from synthetic import plot_points
 from vtrain_gui.sweep_plot import SweepPlot
 
 
@@ -17,9 +18,7 @@ def _result(n: int = 3000) -> SimpleNamespace:
     rng = np.random.default_rng(3)
     days = np.concatenate([[1.0, 1.0, 1000.0, 1000.0], 10.0 ** rng.uniform(0.0, 3.0, n - 4)])
     cost = np.concatenate([[1e5, 1e8, 1e5, 1e8], 10.0 ** rng.uniform(5.0, 8.0, n - 4)])
-    fits = np.ones(n, bool)
-    return SimpleNamespace(num_plans=n, training_days=days, cost_usd=cost, fits_in_memory=fits,
-                           feasible=fits, num_gpus=np.full(n, 64), reason=[""] * n)
+    return plot_points(days, cost, num_gpus=64)
 
 
 def _legend(plot: SweepPlot) -> pg.LegendItem:

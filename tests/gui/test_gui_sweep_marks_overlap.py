@@ -10,15 +10,13 @@ from types import SimpleNamespace
 import numpy as np
 from PySide6 import QtCore, QtGui
 
+from synthetic import plot_points
 from vtrain_gui.sweep_plot import CHEAPEST_COLOR, DEADLINE_COLOR, FASTEST_COLOR, SweepPlot
 
 
 def _result() -> SimpleNamespace:
-    days = np.array([10.0, 20.0, 40.0, 80.0])
-    cost = np.array([1e5, 2e5, 4e5, 8e5])
-    fits = np.ones(4, bool)
-    return SimpleNamespace(num_plans=4, training_days=days, cost_usd=cost, fits_in_memory=fits,
-                           feasible=fits, num_gpus=np.full(4, 64), reason=[""] * 4)
+    return plot_points(np.array([10.0, 20.0, 40.0, 80.0]), np.array([1e5, 2e5, 4e5, 8e5]),
+                       num_gpus=64)
 
 
 def _pixels_of(image: QtGui.QImage, color: str, center, radius: int, tolerance: int = 24) -> int:
