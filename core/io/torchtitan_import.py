@@ -667,8 +667,8 @@ def _interleaved_microbatches(used: dict[str, Any], where: str, p: int, n: int) 
 
     if megatron_core_refusal(p, n) is None:
         return
-    key = next((k for k in (_PAR + "pipeline_parallel_microbatch_size",) if k in used),
-               "training.local_batch_size")
+    key = _PAR + "pipeline_parallel_microbatch_size"
+    key = key if key in used else "training.local_batch_size"
     raise refusal(where, key, f"{n} micro-batches per step (the local batch over the "
                   f"micro-batch size) on {p} stages: torchtitan's Interleaved1F1B "
                   f"(torch.distributed.pipelining ScheduleInterleaved1F1B) runs them in "
