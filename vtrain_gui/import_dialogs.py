@@ -186,13 +186,14 @@ def _read_hf(path: Path, opts: ImportOptions):
     """``vtrain import hf`` (core/cli/import_hf.py): :func:`core.io.hf_import.read_hf_config`,
     then the GPU kind's cluster and the rules checked."""
     from core.cli.common import cluster_of_gpu
-    from core.io.hf_import import read_hf_config
+    from core.io.hf_import import read_hf_config, start_recompute
     from core.plan.rules import check
     imp = read_hf_config(path, seq_length=opts.seq_length)
     if opts.gpu:
         imp.session.cluster = cluster_of_gpu(opts.gpu, imp.session.cluster)
         check(imp.session)
-    return imp.session, [("Notes", list(imp.notes)),
+    imp.session, recompute_note = start_recompute(imp.session)
+    return imp.session, [("Notes", [*imp.notes, recompute_note]),
                          (f"Ignored ({imp.architecture}: no effect on the cost)",
                           [f"{k}: {why}" for k, why in imp.ignored.items()])]
 

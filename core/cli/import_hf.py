@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``vtrain import hf``; returns the exit status (errors raise ConfigError)."""
     from core.plan.fields import ConfigError, FieldError
     from core.plan.rules import check
-    from core.io.hf_import import hf_config_path, read_hf_config
+    from core.io.hf_import import hf_config_path, read_hf_config, start_recompute
     from core.util.inputs import strict_dumps
     from core.util.text import printable
     from core.model.counts import (num_active_parameters,
@@ -68,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     if cluster is not None:
         imp.session.cluster = cluster_of_gpu(args.gpu, imp.session.cluster)
         check(imp.session)  # the plan on that GPU (FP8 needs its tensor cores ...; exit 2)
+    imp.session, recompute_note = start_recompute(imp.session)
+    imp.notes.append(recompute_note)
     model = imp.session.model
     if args.out:
         save_session(imp.session, args.out)

@@ -107,7 +107,7 @@ def _preset(args: argparse.Namespace) -> int:
     from core.plan.presets import MODEL_PRESETS
     from core.plan.rules import check
     from core.plan.session import Session
-    from core.io.hf_import import default_plan
+    from core.io.hf_import import default_plan, start_recompute
     from core.io.import_result import global_batch_note, seq_length_note
     from core.io.session import save_session
     from core.util.text import printable
@@ -123,6 +123,7 @@ def _preset(args: argparse.Namespace) -> int:
         model.seq_length = args.seq_length
     cluster = ClusterConfig() if args.gpu is None else cluster_of_gpu(args.gpu)
     session = check(Session(model=model, plan=default_plan(model), cluster=cluster))
+    session, recompute_note = start_recompute(session)
     save_session(session, args.out)
     print(printable(f"{name}: plan {session.plan.label()} on {session.cluster.gpu}; wrote "
                     f"{args.out} (change the plan with vtrain simulate/sweep --set, or in the "
@@ -131,6 +132,7 @@ def _preset(args: argparse.Namespace) -> int:
         length = seq_length_note(model.seq_length, "the preset's")
         print(printable(f"  note: {length}"))
     print(printable(f"  note: {global_batch_note(session.plan.global_batch_size)}"))
+    print(printable(f"  note: {recompute_note}"))
     fit = plan_fit_note(session, args.out)
     if fit:
         print(printable(f"  note: {fit}"))
