@@ -52,6 +52,7 @@ from .sweep_header import PHASE_TEXT, dimensions_html, no_points_html, same_inpu
 from .sweep_settings import SweepSettingsPanel
 from .sweep_table import SweepTableModel, SweepTableView
 from .workers import SweepRunner
+from .wrapped_label import CappedTextBox
 
 __all__ = ["ExploreTab", "best_index"]
 
@@ -59,6 +60,8 @@ __all__ = ["ExploreTab", "best_index"]
 _NO_SWEEP_FORMAT = "no sweep run yet"
 #: Lines of what a sweep swept and held shown over the plot; the rest scrolls.
 DIMENSION_LINES = 4
+#: Lines of the summary over the plot (counts, marked plans, warnings) in view; the rest scrolls.
+SUMMARY_LINES = 6
 _EMPTY_TEXT = ("<p style='font-size:13pt'><b>No sweep yet</b></p>"
                "<p>Set the plans to try on the left (empty fields: every plan the GPU budget "
                "allows) and press <b>Run sweep</b> (Ctrl+R).</p>"
@@ -274,11 +277,16 @@ class ExploreTab(QtWidgets.QWidget):
         self._stale.setWordWrap(True)
         self._stale.setStyleSheet("background: #FFF4CE; color: #5C4400; padding: 3px;")
         self._stale.setVisible(False)
-        self._summary = QtWidgets.QLabel("No sweep yet.")
+        # the counts, the marked plans and the calibration warning: as tall as its lines up to
+        # SUMMARY_LINES, the rest scrolls (unbounded, it took the height the plot needed, whose
+        # time axis was cut off at 1,280 x 800 with three marked plans)
+        self.summary_box = CappedTextBox(SUMMARY_LINES)
+        self.summary_box.setObjectName("sweep.summary_box")
+        self._summary = self.summary_box.label
         self._summary.setObjectName("sweep.summary")
-        self._summary.setWordWrap(True)
         self._summary.setTextFormat(Qt.TextFormat.RichText)
         self._summary.linkActivated.connect(self._on_summary_link)
+        self.summary_box.setText("No sweep yet.")
         # what the sweep swept and held: a long paragraph (every value of every field), in a
         # box of a few lines that scrolls; at 1,280 x 800 it took half the tab's height and
         # left two rows of the table in view
@@ -339,7 +347,7 @@ class ExploreTab(QtWidgets.QWidget):
         summary_row = QtWidgets.QVBoxLayout()
         summary_row.setContentsMargins(6, 0, 6, 0)
         summary_row.addWidget(self._stale)
-        summary_row.addWidget(self._summary)
+        summary_row.addWidget(self.summary_box)
         summary_row.addWidget(self.dimensions_box)
         right_layout.addLayout(summary_row)
         right_layout.addWidget(splitter, 1)
@@ -778,7 +786,7 @@ class ExploreTab(QtWidgets.QWidget):
         if r is None:
             self._dimensions.setText("")
             self.dimensions_box.setVisible(False)
-            self._summary.setText("<b>Sweep running…</b> the plans appear when it finishes."
+            self.summary_box.setText("<b>Sweep running…</b> the plans appear when it finishes."
                                   if running else
                                   "No sweep yet: set the space on the left and press Run.")
             return
@@ -791,18 +799,6 @@ class ExploreTab(QtWidgets.QWidget):
         parts = [f"<b>{format_count(shown)}</b> of {format_count(r.num_plans)} plans shown "
                  f"({format_count(fit)} fit in memory, {format_count(simulated)} simulated), "
                  f"{format_count(int(self._front.sum()))} on the Pareto front"]
-        n_out = int(getattr(r, "num_outside_calibration", 0) or 0)
-        departures = getattr(r, "calibration_departures", None)
-        if n_out and departures is not None and any(departures):
-            # as vtrain sweep says it: the ⚠ plans' bands are of unknown coverage
-            named = sorted({departures[i] for i in np.flatnonzero(self._front).tolist()
-                            if departures[i]})
-            pruned = "simulated " if simulated < fit else ""
-            parts.append(f'<span style="color:#B26A00">⚠ {format_count(n_out)} {pruned}plans '
-                         "that fit leave what the profile was calibrated on (error band of unknown "
-                         "coverage)" + (f"; on the front: {html.escape(' | '.join(named))}"
-                                        if named else "") + "</span>")
-
         # one line per plan marked: a plan that is the fastest and the cheapest (and the
         # cheapest within the deadline) is named once, its marks together (three identical
         # two-line entries took the height the plot's axis needed at 1,280 x 800)
@@ -845,10 +841,23 @@ class ExploreTab(QtWidgets.QWidget):
             parts.append(f'◇ <a href="plan:{i}">plan in the editor</a>: '
                          f"{figures}({plan_text(r, i)}, {format_gpus(r.num_gpus[i])})"
                          f" — {where}")
+        # the calibration warning after the marked plans: in a summary of more lines than
+        # its box shows, the plans a planner picks stay in view and the warning scrolls
+        n_out = int(getattr(r, "num_outside_calibration", 0) or 0)
+        departures = getattr(r, "calibration_departures", None)
+        if n_out and departures is not None and any(departures):
+            # as vtrain sweep says it: the ⚠ plans' bands are of unknown coverage
+            named = sorted({departures[i] for i in np.flatnonzero(self._front).tolist()
+                            if departures[i]})
+            pruned = "simulated " if simulated < fit else ""
+            parts.append(f'<span style="color:#B26A00">⚠ {format_count(n_out)} {pruned}plans '
+                         "that fit leave what the profile was calibrated on (error band of unknown "
+                         "coverage)" + (f"; on the front: {html.escape(' | '.join(named))}"
+                                        if named else "") + "</span>")
         if running:
             parts[0] = "<b>A new sweep is running</b>; the previous one: " + parts[0]
         dims = dimensions_html(r.dimensions, r.session.plan)  # what the sweep swept and held, and why
-        self._summary.setText(" · ".join(parts[:1]) + "<br>" + "<br>".join(parts[1:]))
+        self.summary_box.setText(" · ".join(parts[:1]) + "<br>" + "<br>".join(parts[1:]))
         self._dimensions.setText(dims)
         self.dimensions_box.setVisible(bool(dims))
 

@@ -7,7 +7,7 @@ import math
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
-__all__ = ["WrappedLabel"]
+__all__ = ["WrappedLabel", "CappedTextBox"]
 
 
 class WrappedLabel(QtWidgets.QLabel):
@@ -61,3 +61,59 @@ class WrappedLabel(QtWidgets.QLabel):
         needed = self.text_height(self.width()) if self.text() else 0
         if needed != self.minimumHeight():
             self.setMinimumHeight(needed)
+
+
+class CappedTextBox(QtWidgets.QScrollArea):
+    """A :class:`WrappedLabel` in a frameless scroll area as tall as its text, up to
+    ``max_lines`` lines of its font; a longer text scrolls (vertically only).
+
+    A word-wrapped label in a box layout takes every line its text needs, whatever the
+    widgets under it need: the Explore summary (the counts, a calibration warning and three
+    marked plans of two lines each) took the height of the splitter under it, which then
+    squeezed the plot below its minimum height, and the plot's time axis and its title were
+    cut off at 1,280 x 800. With the box the height over the splitter has a bound.
+
+    Attributes
+    ----------
+    label : WrappedLabel
+        The text (set it with :meth:`setText`, which fits the box to it).
+    """
+
+    def __init__(self, max_lines: int, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.label = WrappedLabel()
+        self.label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        self._max_lines = int(max_lines)
+        self.setWidget(self.label)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred,
+                           QtWidgets.QSizePolicy.Policy.Fixed)
+        self._fit()
+
+    @property
+    def max_height(self) -> int:
+        """The most pixels the box takes: ``max_lines`` lines of the label's font."""
+        return self._max_lines * QtGui.QFontMetrics(self.label.font()).lineSpacing() + 4
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt API
+        """Show ``text`` and fit the box's height to it (at most :attr:`max_height`)."""
+        self.label.setText(text)
+        self._fit()
+
+    def text(self) -> str:
+        """The label's text."""
+        return self.label.text()
+
+    def resizeEvent(self, event: QtGui.QResizeEvent) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        if event.oldSize().width() != event.size().width():
+            self._fit()
+
+    def _fit(self) -> None:
+        width = self.width() - 2 * self.frameWidth()
+        needed = self.label.text_height(max(width, 1)) if self.label.text() else 0
+        height = min(needed, self.max_height) + 2 * self.frameWidth()
+        if height != self.height() or self.minimumHeight() != height:
+            self.setFixedHeight(height)

@@ -56,6 +56,11 @@ def _unbreakable(text: str) -> str:
     return html.escape(text).replace(" ", "&nbsp;").replace("-", "&#8209;").replace("/", "/&#8288;")
 
 
+#: Pixels an end label of the time axis may reach past the axis (pyqtgraph's
+#: ``hideOverlappingLabels``); the widget keeps that much room right of the axis.
+END_LABEL_OVERHANG = 12
+
+
 class TimelineWidget(QtWidgets.QWidget):
     """Gantt chart of one iteration: rows ``stage s compute`` / ``stage s comm``, stage 0 on top.
 
@@ -111,7 +116,11 @@ class TimelineWidget(QtWidgets.QWidget):
         item.getAxis("bottom").enableAutoSIPrefix(True)
         # the "0" at the axis's left end may reach past it by half its width: pyqtgraph drops
         # a label that leaves the axis, and the Plan tab's timeline started at "5"
-        item.getAxis("bottom").setStyle(hideOverlappingLabels=12)
+        item.getAxis("bottom").setStyle(hideOverlappingLabels=END_LABEL_OVERHANG)
+        # ... and the label at the right end as far past it: room for it in the widget (the
+        # axis ended at the widget's edge, and the MT-NLG example's "35" was cut in half)
+        left, top, right, bottom = item.layout.getContentsMargins()
+        item.layout.setContentsMargins(left, top, max(right, END_LABEL_OVERHANG), bottom)
         self.gantt = items.GanttItem()
         self.gantt.grid_ticks = self._grid_ticks
         self.gantt.layout_ready.connect(self._on_layout_ready)
