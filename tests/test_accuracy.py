@@ -406,7 +406,7 @@ def test_validate_cli_prints_the_skip_counts(tmp_path, capsys):
     path.write_text(_GPT_COLUMNS + ",activation\n" + "\n".join([
         _gpt_row() + ",", _gpt_row(gpu="H100-96GB-HBM2e-500W") + ",relu",
         _gpt_row() + ",squared_relu"]) + "\n")
-    with pytest.raises(MeasurementFileError, match="row 2, column 'activation'"):
+    with pytest.raises(MeasurementFileError, match=r"row 2 \(line 3\), column 'activation'"):
         read_measurements(path)  # not among the activation's choices: bad input
     path.write_text(_GPT_COLUMNS + "\n" + "\n".join([
         _gpt_row(), _gpt_row(num_layers=25), _gpt_row(gpu="H100-96GB-HBM2e-500W", num_layers=25)])
@@ -414,7 +414,7 @@ def test_validate_cli_prints_the_skip_counts(tmp_path, capsys):
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "modern.csv: 1 rows predicted, 2 skipped" in out
-    assert "skipped row 2: invalid plan:" in out and "uneven pipeline split" in out
+    assert "skipped row 2 (line 3): invalid plan:" in out and "uneven pipeline split" in out
 
 
 def test_calibrating_one_store_on_one_run_prints_null_for_what_one_run_cannot_define(tmp_path,

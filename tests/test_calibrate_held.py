@@ -184,3 +184,45 @@ def test_the_profiles_gpu_kind_is_the_rows_store_and_another_kind_is_warned(tmp_
                  "--folds", "0"]) == 0
     assert (f"warning: {rows}: rows of A100-SXM4-80GB fitted with the store of My-GPU "
             "(--profile): another GPU's figures") in capsys.readouterr().err.splitlines()
+
+
+def test_validate_says_what_the_stores_calibration_left_open(tmp_path, capsys, base_path):
+    """`vtrain validate --profile` with a store fitted to fewer rows than parameters said
+    nothing of it (calibrate and `profile show` do): the figures looked like any store's. The
+    report names the store's `underdetermined` note and the parameters its rows did not
+    determine (kept at the base store's values), text and --json (`profile_fit`)."""
+    out = tmp_path / "one.h5"
+    one = _csv(tmp_path / "one.csv", [(512, 1, 0.05)])
+    assert main(["calibrate", one, "--profile", str(base_path), "--out", str(out), "--json"]) == 0
+    capsys.readouterr()
+    prov = ProfileStore.open(out).provenance
+    assert prov["underdetermined"].startswith("1 rows for ") and prov["not_determined"]
+    other = _csv(tmp_path / "other.csv", [(1024, 2, 0.2), (512, 2, 0.1)])
+    assert main(["validate", other, "--profile", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["profile_fit"] == [{"store": "one.h5", "device": "A100-SXM4-80GB", "rows": [1, 2],
+                                   "underdetermined": prov["underdetermined"],
+                                   "not_determined": prov["not_determined"]}]
+    assert main(["validate", other, "--profile", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (f"profile one.h5 is underdetermined: {prov['underdetermined']} (2 rows predicted "
+            "with it)") in text
+    name, why = next(iter(prov["not_determined"].items()))
+    assert ("profile one.h5: parameters its calibration rows did not determine, at its base "
+            f"store's values: {name} ({why})") in text
+    # a store whose rows pinned every parameter and determined all: nothing said
+    assert main(["validate", other, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["profile_fit"] == []
+
+
+def test_calibrate_reports_no_r2_for_one_row(tmp_path, capsys, base_path):
+    """The in-sample table of a one-row fit printed R^2 "nan"; it says "n/a (one row)", as
+    `vtrain validate` does (and --json has null)."""
+    one = _csv(tmp_path / "one.csv", [(512, 1, 0.05)])
+    out = str(tmp_path / "s.h5")
+    assert main(["calibrate", one, "--profile", str(base_path), "--out", out]) == 0
+    text = capsys.readouterr().out
+    row = next(line for line in text.splitlines() if "all rows, in-sample" in line)
+    assert "n/a (one row)" in row and "nan" not in row
+    assert main(["calibrate", one, "--profile", str(base_path), "--out", out, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["in_sample"]["r2"] is None

@@ -317,7 +317,7 @@ def test_measurement_csv_refuses_non_finite_values(tmp_path):
               "sequence length,tensor parallelism,data parallelism,pipeline parallelism,"
               "iteration time (ms)")
     (tmp_path / "m.csv").write_text(f"{header}\n8,64,1,2048,16,24,2048,8,1,1,inf\n")
-    with pytest.raises(MeasurementFileError, match="row 1, column 'iteration time \\(ms\\)'.*not a finite"):
+    with pytest.raises(MeasurementFileError, match="row 1 \\(line 2\\), column 'iteration time \\(ms\\)'.*not a finite"):
         read_measurements(tmp_path / "m.csv")
     (tmp_path / "n.csv").write_text(f"{header}\n8,64,1,2048,16,99999999999,2048,8,1,1,100\n")
     (m,) = read_measurements(tmp_path / "n.csv")  # kept, skipped with the bound as reason
@@ -339,7 +339,7 @@ def test_text_numbers_are_decimal_digits_only(tmp_path):
     path.write_text(f"{_AUTHORS_HEADER}\n8,64,1,2048,16,24,2048,8,1,1,1_5\n")
     with pytest.raises(MeasurementFileError) as err:
         read_measurements(path)
-    assert str(err.value) == f"{path}: row 1, column 'iteration time (ms)': '1_5' is not a number"
+    assert str(err.value) == f"{path}: row 1 (line 2), column 'iteration time (ms)': '1_5' is not a number"
     nccl = tmp_path / "all_reduce_8gpu.csv"
     nccl.write_text("size(B),count,type,time(ns),busbw(GB/s),time(ns),busbw(GB/s)\n"
                     "1024,256,float,1_000,1,1,1\n")

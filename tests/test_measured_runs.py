@@ -167,15 +167,15 @@ REQUIRED_ROW = {"num_layers": "24", "hidden_size": "2048", "num_attention_heads"
 
 
 @pytest.mark.parametrize("header,row,where", [
-    ("tensor_parallel,measured_iteration_time_s", "two,1.0", "row 1, column 'tensor_parallel'"),
-    ("precision,measured_iteration_time_s", "fp7,1.0", "row 1, column 'precision'"),
-    ("sequence_parallel,measured_iteration_time_s", "maybe,1.0", "row 1, column 'sequence_parallel'"),
+    ("tensor_parallel,measured_iteration_time_s", "two,1.0", "row 1 (line 2), column 'tensor_parallel'"),
+    ("precision,measured_iteration_time_s", "fp7,1.0", "row 1 (line 2), column 'precision'"),
+    ("sequence_parallel,measured_iteration_time_s", "maybe,1.0", "row 1 (line 2), column 'sequence_parallel'"),
     ("tensor_parallel,notes_of_mine,measured_iteration_time_s", "2,x,1.0", "'notes_of_mine'"),
     ("tensor_parallel,plan.tensor_parallel,measured_iteration_time_s", "2,2,1.0", "same field"),
     ("tensor_parallel", "2", "measured_iteration_time_s"),
-    ("recipe,measured_iteration_time_s", "no_such_recipe,1.0", "row 1, column 'recipe'"),
+    ("recipe,measured_iteration_time_s", "no_such_recipe,1.0", "row 1 (line 2), column 'recipe'"),
     ("measured_memory_gib,memory_scale,measured_iteration_time_s", "10,peak,1.0",
-     "row 1, column 'memory_scale'"),
+     "row 1 (line 2), column 'memory_scale'"),
 ])
 def test_session_csv_bad_input_is_one_named_error(tmp_path, header, row, where):
     path = tmp_path / "bad.csv"
@@ -375,7 +375,7 @@ def test_missing_required_columns_are_refused_by_name(tmp_path):
     path.write_text(f"{LLAMA_HEADER}\n{LLAMA_ROW.replace(',128256,', ',,')}\n")
     with pytest.raises(MeasurementFileError) as exc:
         read_measurements(path)
-    assert str(exc.value) == (f"{path}: row 1, column 'vocab_size': empty, and a measured run "
+    assert str(exc.value) == (f"{path}: row 1 (line 2), column 'vocab_size': empty, and a measured run "
                               "has no default for it (docs/accuracy.md, 'Session defaults')")
 
 
@@ -399,7 +399,7 @@ def test_no_row_predicted_is_an_error(tmp_path, capsys):
     err = captured.err.strip().splitlines()
     assert captured.out == "" and len(err) == 2 and err[0] == err[1]
     assert err[0].startswith(f"vtrain: error: {path}: no row could be predicted (1 skipped: "
-                             "invalid plan (plan.tensor_parallel) 1); row 1: invalid plan: "
+                             "invalid plan (plan.tensor_parallel) 1); row 1 (line 2): invalid plan: "
                              "num_attention_heads=32 is not divisible by tensor_parallel_size=3")
 
 
@@ -485,3 +485,29 @@ def test_a_session_file_is_not_measured_runs(tmp_path, capsys):
     with pytest.raises(MeasurementFileError) as exc:
         read_measurements(bad)
     assert str(exc.value).startswith(f"{bad}: line 1: not a valid JSON file")
+
+
+def test_a_recipe_of_another_gpu_kind_is_refused(tmp_path, capsys):
+    """A ``recipe`` of another GPU kind than the row's was applied silently: its overlaps,
+    recomputation and CUDA graphs are the choices Megatron-Bridge made for its own kind
+    (the recipe's ``perf_recipes/<family>/<gpu>/`` file). It is refused by name, exit 2; the
+    row's kind given by another tool's name ('B200') is read as the kind first."""
+    recipe = next(r for r in BRIDGE_PERF_RECIPES if r.key[0] == "B200-180GB"
+                  and r.function.startswith("llama3_8b_") and r.refuse is None)
+    path = tmp_path / "r.csv"
+    row = {**REQUIRED_ROW, "recipe": recipe.function, "measured_iteration_time_s": "1.0"}
+    _write_csv(path, [row])
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value) == (
+        f"{path}: row 1 (line 2), column 'recipe': {recipe.function} is Megatron-Bridge's recipe "
+        f"for B200-180GB ({recipe.source}), and the row's gpu is A100-SXM4-80GB: a recipe's "
+        "settings are those of its GPU kind; name a recipe of the row's kind, or leave the cell "
+        "empty and give the settings as columns")
+    assert vtrain(["validate", str(path)]) == 2
+    assert "is Megatron-Bridge's recipe for B200-180GB" in capsys.readouterr().err
+    for gpu in ("B200-180GB", "B200"):
+        _write_csv(path, [{**row, "gpu": gpu}])
+        (m,) = read_measurements(path)
+        assert m.session.cluster.gpu == "B200-180GB"
+        assert f"bridge-perf-recipe: {recipe.function} ({recipe.source})" in m.assumptions

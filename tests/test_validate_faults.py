@@ -220,7 +220,7 @@ def test_a_spreadsheets_trailing_empty_columns_are_ignored(tmp_path):
     trail.write_text("\n".join(lines) + "\n")
     with pytest.raises(MeasurementFileError) as exc:
         read_measurements(trail)
-    assert str(exc.value).startswith(f"{trail}: row 2, column 18: '7' in a column without a name")
+    assert str(exc.value).startswith(f"{trail}: row 2 (line 3), column 18: '7' in a column without a name")
 
 
 def test_a_json_array_is_named_not_read_as_a_csv(tmp_path, capsys):
@@ -284,14 +284,14 @@ def test_rows_that_repeat_an_earlier_row_are_warned_of(tmp_path, capsys):
     doc = _json(capsys, [str(path)])
     assert doc["n"] == 5 and doc["warnings"] == [
         {"rows": [3, 4], "column": "measured_iteration_time_s", "message": (
-            "the same session and measurement as row 1: counted again in every figure (and in "
+            "the same session and measurement as row 1 (line 2): counted again in every figure (and in "
             "--cross-validate, a copy in another fold is a row its fit has seen); delete the "
             "repeat unless the run was measured twice to the same figure")}]
     out = tmp_path / "s.h5"
     assert vtrain(["calibrate", str(path), "--profile", str(ROOT / "profiles" / "A100-SXM4-80GB.h5"),
                    "--out", str(out), "--folds", "0", "--json"]) == 0
     err = " ".join(capsys.readouterr().err.split())
-    assert (f"warning: {path}: rows 3, 4 repeat row 1 (the same session and measurement): "
+    assert (f"warning: {path}: rows 3 (line 4), 4 (line 5) repeat row 1 (line 2) (the same session and measurement): "
             "fitted again, and in the cross-validation a copy in another fold is a row its fit "
             "has seen") in err
 
@@ -306,7 +306,7 @@ def test_calibrate_warns_of_rows_that_repeat_another_files(tmp_path, capsys):
                    str(ROOT / "profiles" / "A100-SXM4-80GB.h5"), "--out", str(tmp_path / "s.h5"),
                    "--folds", "0", "--json"]) == 0
     err = " ".join(capsys.readouterr().err.split())
-    assert (f"warning: {month}: row 1 repeats rows of {year} (the same session and "
+    assert (f"warning: {month}: row 1 (line 2) repeats rows of {year} (the same session and "
             "measurement): fitted again, and in the cross-validation a copy in another fold is "
             "a row its fit has seen") in err
     assert f"warning: {year}" not in err
@@ -348,13 +348,13 @@ def test_a_line_above_the_header_or_a_header_among_the_rows_is_named(tmp_path, a
     path.write_text(above + "\n" + text)
     with pytest.raises(MeasurementFileError) as exc:
         read_measurements(path)
-    assert str(exc.value) == (f"{path}: row 1 holds column names (name, num_layers, hidden_size "
+    assert str(exc.value) == (f"{path}: row 1 (line 2) holds column names (name, num_layers, hidden_size "
                               "...): the header must be the file's first line; delete the "
                               "line(s) above it (a title, a spreadsheet's 'sep=,' line)")
     path.write_text(text + text)
     with pytest.raises(MeasurementFileError) as exc:
         read_measurements(path)
-    assert str(exc.value) == (f"{path}: row 3 holds column names (name, num_layers, hidden_size "
+    assert str(exc.value) == (f"{path}: row 3 (line 4) holds column names (name, num_layers, hidden_size "
                               "...): a header among the data rows (files concatenated?); "
                               "delete it")
 
@@ -400,8 +400,93 @@ def test_calibrate_warns_of_milliseconds_in_the_seconds_column(tmp_path, capsys)
     assert vtrain(["calibrate", str(path), "--profile", str(ROOT / "profiles" / "A100-SXM4-80GB.h5"),
                    "--out", str(tmp_path / "s.h5"), "--folds", "0", "--json"]) == 0
     err = " ".join(capsys.readouterr().err.split())
-    assert (f"warning: {path}: row 1, column measured_iteration_time_s: measured 3,566.5 is "
+    assert (f"warning: {path}: row 1 (line 2), column measured_iteration_time_s: measured 3,566.5 is "
             in err and "milliseconds? the column is in seconds" in err)
     assert f"warning: {path}: row 2" not in err
     assert (f"warning: {path}: the fit takes these times as they are: convert the column, or the "
             "store's parameters are fitted to another unit") in err
+
+
+def test_csv_messages_name_the_line_an_editor_shows(tmp_path, capsys):
+    """Messages named a CSV row by its count of non-blank rows: with blank lines (and a quoted
+    cell over two lines) above it, "row 2" was not the line to edit. They name the data row and
+    the file's line, the header and blank lines counted: csv.reader's line_num where the
+    record starts."""
+    header = GPT_HEADER + ",notes"
+    first, second = GPT_ROWS.format(gpu="A100-SXM4-80GB", t1="3.5665", t2="x").splitlines()
+    path = tmp_path / "blank.csv"
+    # line 1 header, 2 blank, 3-4 row 1 (its notes over two lines), 5-6 blank, 7 row 2
+    path.write_bytes((f"{header}\r\n\r\n{first},\"two\r\nlines\"\r\n\r\n  \r\n"
+                      f"{second},n\r\n").encode())
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value) == (f"{path}: row 2 (line 7), column 'measured_iteration_time_s': "
+                              "'x' is not a number")
+    assert vtrain(["validate", str(path)]) == 2
+    assert "row 2 (line 7), column 'measured_iteration_time_s'" in capsys.readouterr().err
+    path.write_bytes(path.read_bytes().replace(b",x,n", b",3.6383,n"))
+    assert [(m.row, m.line) for m in read_measurements(path)] == [(1, 3), (2, 7)]
+    doc = _json(capsys, [str(path)])
+    assert [(r["row"], r["line"]) for r in doc["rows"]] == [(1, 3), (2, 7)]
+    # a skipped row is named the same way in the report
+    path.write_bytes(path.read_bytes().replace(b",1,1,64,fp16,full,A100-SXM4-80GB,3.6383",
+                                               b",3,1,64,fp16,full,A100-SXM4-80GB,3.6383"))
+    assert vtrain(["validate", str(path)]) == 0
+    assert "skipped row 2 (line 7): invalid plan" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("column,hint", [
+    ("measured_iteration_time_s (s)", "; the header names a column by its name alone: name it "
+     "measured_iteration_time_s (the name says the unit: seconds)"),
+    ("measured_iteration_time_s [seconds]", "; the header names a column by its name alone: "
+     "name it measured_iteration_time_s (the name says the unit: seconds)"),
+    ("measured_iteration_time_s (ms)", "; a unit after the name: name the column "
+     "measured_iteration_time_s, read in seconds, and convert the values if they are 'ms' "
+     "(ms / 1000, us / 1e6, min x 60)"),
+    ("iteration_time_ms", "; did you mean measured_iteration_time_s? (read in seconds: convert "
+     "the values of another unit, ms / 1000, us / 1e6, min x 60)"),
+    ("MEASURED_ITERATION_TIME_S", "; did you mean measured_iteration_time_s? (column names are "
+     "lower case) (read in seconds: convert the values of another unit, ms / 1000, us / 1e6, "
+     "min x 60)"),
+])
+def test_a_header_with_a_unit_or_in_capitals_is_told_what_to_write(tmp_path, column, hint):
+    """A unit after a column's name ('measured_iteration_time_s (s)') was told to "convert the
+    values (ms / 1000 ...)" though they are seconds; a name close to a measurement column
+    ('iteration_time_ms') got the name alone (renamed, milliseconds read as seconds); a header
+    in capitals no suggestion. Each is told the name to write and, where the unit may differ,
+    to convert."""
+    path = _gpt_csv(tmp_path)
+    path.write_text(path.read_text().replace("measured_iteration_time_s", column, 1))
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value) == (f"{path}: column {column!r} is neither a session field (model, "
+                              "plan, cluster or cost; docs/accuracy.md) nor one of "
+                              "measured_iteration_time_s, measured_memory_gib, memory_scale, "
+                              f"source, assumptions, notes, recipe{hint}")
+    assert vtrain(["validate", str(path)]) == 2
+
+
+def test_a_column_named_twice_is_named_with_its_positions(tmp_path, capsys):
+    """The same column twice read "columns 'tensor_parallel' and 'tensor_parallel' name the
+    same field"; it names the column once and both positions."""
+    path = _gpt_csv(tmp_path, extra=",tensor_parallel|,1")
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value) == (f"{path}: column 'tensor_parallel' is given twice (columns 10 "
+                              "and 17); keep one")
+    path = _gpt_csv(tmp_path, extra=",plan.tensor_parallel|,1")
+    with pytest.raises(MeasurementFileError, match="columns 'tensor_parallel' and "
+                                                   "'plan.tensor_parallel' name the same field"):
+        read_measurements(path)
+
+
+def test_an_unreadable_csv_names_the_line(tmp_path):
+    """A cell past the csv module's field limit (a log pasted in, an unclosed quote over the
+    rest of the file) named the file alone; it names the line the row starts on."""
+    path = _gpt_csv(tmp_path)
+    with path.open("a") as f:
+        f.write("\n\"" + "a" * 140_000 + "\",1\n")  # line 4 blank, line 5 the huge cell
+    with pytest.raises(MeasurementFileError) as exc:
+        read_measurements(path)
+    assert str(exc.value) == (f"{path}: line 5: not a readable CSV file (field larger than "
+                              "field limit (131072))")

@@ -116,14 +116,14 @@ def test_each_scale_is_the_memory_models(tmp_path, scale, capsys):
 
 def test_bad_or_missing_memory_scale_is_refused(tmp_path, capsys):
     path = _two_rows(tmp_path, "peak")
-    with pytest.raises(MeasurementFileError, match="row 2, column 'memory_scale': 'peak' is not one of "
+    with pytest.raises(MeasurementFileError, match="row 2 \\(line 3\\), column 'memory_scale': 'peak' is not one of "
                                                    "max_allocated, max_reserved, nvidia-smi"):
         read_measurements(path)
     assert main(["validate", str(path)]) == 2
     assert "'peak' is not one of" in capsys.readouterr().err
     path.write_text(f"{HEADER}\n{PLAN},0.5,30,\n")
     assert main(["validate", str(path)]) == 2
-    assert "row 1, column 'memory_scale': '' is not one of" in capsys.readouterr().err
+    assert "row 1 (line 2), column 'memory_scale': '' is not one of" in capsys.readouterr().err
     path.write_text(HEADER.removesuffix(",memory_scale") + f"\n{PLAN},0.5,30\n")
     assert main(["validate", str(path)]) == 2
     assert "needs a column 'memory_scale'" in capsys.readouterr().err
@@ -135,7 +135,7 @@ def test_a_row_needs_a_time_or_a_memory(tmp_path):
     (m,) = read_measurements(path)
     assert m.skip_causes == ["measured memory not positive"]
     path.write_text(f"{HEADER}\n{PLAN},,0,max_allocated\n{PLAN},,,\n")
-    with pytest.raises(MeasurementFileError, match="row 2: neither measured_iteration_time_s nor "
+    with pytest.raises(MeasurementFileError, match="row 2 \\(line 3\\): neither measured_iteration_time_s nor "
                                                    "measured_memory_gib"):
         read_measurements(path)
     # a file without either column is no measurement file

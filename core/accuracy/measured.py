@@ -66,7 +66,7 @@ from core.util.text import did_you_mean
 __all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_cause", "skip_counts",
            "session_columns", "SESSION_SECTIONS", "RUN_COLUMNS", "FIELD_CAUSES", "MEASURED_TIME_RANGE_S",
            "MAX_ROWS", "REQUIRED_COLUMNS", "apply_recipe", "CSV_DEFAULTS", "NOT_TIMED_FIELDS", "cell_text",
-           "default_origin"]
+           "default_origin", "row_where"]
 
 #: Seconds one measured (or derived) training iteration may take: from 0.1 ms to a day.
 MEASURED_TIME_RANGE_S = (1e-4, 86_400.0)
@@ -186,6 +186,10 @@ class MeasuredRun:
         unstated, as the file records them.
     row : int
         1-based data row (CSV) or line (JSON lines) in the file, or the record's own ``row``.
+    line : int
+        The file's line the record starts on, as an editor numbers it (CSV: the header and
+        blank lines counted; JSON lines: the line); 0 when not read from a file. Messages name
+        both (:func:`row_where`, :attr:`where`).
     skip_reason : str
         Why the run is not predicted ("" when it is).
     skip_causes : list of str
@@ -220,6 +224,12 @@ class MeasuredRun:
     defaults: dict[str, Any] = field(default_factory=dict)
     gpu_name: str = ""
     time_column: str = "measured_iteration_time_s"
+    line: int = 0
+
+    @property
+    def where(self) -> str:
+        """The record as messages name it: ``"row 3 (line 5)"`` (:func:`row_where`)."""
+        return row_where(self.row, self.line)
 
     @property
     def has_time(self) -> bool:
@@ -260,16 +270,19 @@ def read_measurements(path: str | Path,
     if path.suffix.lower() == ".jsonl" or text.lstrip().startswith("{"):
         runs = _read_jsonl(path, text, progress)
     else:
-        rows = _csv_rows(path, text)
-        _check_header_first(path, rows)
-        rows = _unnamed_columns_dropped(path, rows)
+        lines, rows = _csv_rows(path, text)
+        _check_header_first(path, rows, lines)
+        rows = _unnamed_columns_dropped(path, rows, lines)
         header = [h.strip().lstrip("\ufeff").strip() for h in rows[0]]
+        data = list(zip(lines[1:], rows[1:]))
         if header in (_AUTHORS_SINGLE, _AUTHORS_MULTI):
-            runs = _each(rows[1:], lambda i, r: _authors_row(path, i, header, r), progress)
+            runs = _each(data, lambda i, lr: _authors_row(path, i, header, lr[1], lr[0]),
+                         progress)
         else:
             _check_separator(path, header)
             columns = _session_columns(path, header)
-            runs = _each(rows[1:], lambda i, r: _session_row(path, i, columns, r), progress)
+            runs = _each(data, lambda i, lr: _session_row(path, i, columns, lr[1], lr[0]),
+                         progress)
     return [_finish(run, names, profile_path) for run, names in runs]
 
 
@@ -302,11 +315,19 @@ def _text(path: Path) -> str:
     raise MeasurementFileError(f"{path}: is not UTF-8, UTF-16 or Windows-1252 text")
 
 
-def _check_header_first(path: Path, rows: list[list[str]]) -> None:
+def row_where(row: int, line: int = 0) -> str:
+    """How a message names a record: ``"row 3 (line 5)"``, its data row (the number
+    :attr:`MeasuredRun.row` has: the reports' and ``--out``'s) and the file's line where it
+    starts as an editor numbers it (the header and blank lines counted); ``"row 3"`` where the
+    line is the row (JSON lines) or unknown (0)."""
+    return f"row {row}" + (f" (line {line})" if line and line != row else "")
+
+
+def _check_header_first(path: Path, rows: list[list[str]], lines: list[int]) -> None:
     """Refuse a data row that holds column names (two or more cells that are session fields,
     run columns or the authors' headers): row 1, when the header is not the first line (below
     a title or a spreadsheet's ``sep=,`` line, which would be read as the header); a later
-    row, when files were concatenated with their headers."""
+    row, when files were concatenated with their headers. ``lines``: each row's line."""
     known = {*_field_columns(), *RUN_COLUMNS, *_AUTHORS_MULTI}
     for i, r in enumerate(rows[1:], 1):
         names = [c.strip() for c in r if c.strip() in known]
@@ -315,22 +336,25 @@ def _check_header_first(path: Path, rows: list[list[str]]) -> None:
         listed = f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
         if i == 1:
             raise MeasurementFileError(
-                f"{path}: row 1 holds column names ({listed}): the header must be the file's "
-                "first line; delete the line(s) above it (a title, a spreadsheet's 'sep=,' line)")
-        raise MeasurementFileError(f"{path}: row {i} holds column names ({listed}): a header "
-                                   "among the data rows (files concatenated?); delete it")
+                f"{path}: {row_where(1, lines[1])} holds column names ({listed}): the header "
+                "must be the file's first line; delete the line(s) above it (a title, a "
+                "spreadsheet's 'sep=,' line)")
+        raise MeasurementFileError(f"{path}: {row_where(i, lines[i])} holds column names "
+                                   f"({listed}): a header among the data rows (files "
+                                   "concatenated?); delete it")
 
 
-def _unnamed_columns_dropped(path: Path, rows: list[list[str]]) -> list[list[str]]:
+def _unnamed_columns_dropped(path: Path, rows: list[list[str]], lines: list[int]
+                             ) -> list[list[str]]:
     """``rows`` (header first) without the columns that have neither a name in the header nor a
     value in any row: the trailing commas a spreadsheet writes after a column once used. An
     unnamed column that holds a value is refused, by its position and the first row holding
-    one (what the value is cannot be told)."""
+    one (what the value is cannot be told; ``lines``: each row's line)."""
     unnamed = [j for j, h in enumerate(rows[0]) if not h.strip().lstrip("\ufeff").strip()]
     for j in unnamed:
         row = next((i for i, r in enumerate(rows[1:], 1) if j < len(r) and r[j].strip()), None)
         if row is not None:
-            raise MeasurementFileError(f"{path}: row {row}, column {j + 1}: "
+            raise MeasurementFileError(f"{path}: {row_where(row, lines[row])}, column {j + 1}: "
                                        f"{rows[row][j].strip()[:40]!r} in a column without a name "
                                        "in the header; name it (a session field or one of "
                                        f"{', '.join(RUN_COLUMNS)}) or delete it")
@@ -340,23 +364,30 @@ def _unnamed_columns_dropped(path: Path, rows: list[list[str]]) -> list[list[str
     return [[c for j, c in enumerate(r) if j not in drop] for r in rows]
 
 
-def _csv_rows(path: Path, text: str) -> list[list[str]]:
-    """The non-blank rows of a CSV text, header first (at least one data row)."""
-    rows = []
+def _csv_rows(path: Path, text: str) -> tuple[list[int], list[list[str]]]:
+    """The non-blank rows of a CSV text, header first (at least one data row), and the line
+    each starts on, as an editor numbers them (blank lines counted; a quoted cell over
+    several lines: the row's first)."""
+    rows, lines = [], []
+    reader = csv.reader(io.StringIO(text, newline=""))
+    start = 1
     try:
-        for r in csv.reader(io.StringIO(text, newline="")):
+        for r in reader:
             if r and any(c.strip() for c in r):
                 rows.append(r)
+                lines.append(start)
                 if len(rows) > MAX_ROWS + 1:
                     raise MeasurementFileError(f"{path}: more than {MAX_ROWS:,} data rows "
                                                "(the most a measurement file may have)")
+            start = reader.line_num + 1
     except csv.Error as exc:
-        raise MeasurementFileError(f"{path}: not a readable CSV file ({exc})") from None
+        raise MeasurementFileError(f"{path}: line {start}: not a readable CSV file ({exc})"
+                                   ) from None
     if not rows:
         raise MeasurementFileError(f"{path}: empty file")
     if len(rows) == 1:
         raise MeasurementFileError(f"{path}: a header and no data rows")
-    return rows
+    return lines, rows
 
 
 def _each(rows: list, read: Callable[[int, Any], Any],
@@ -454,14 +485,15 @@ def _number(where: str, text: str, kind: type = float) -> Any:
     return v
 
 
-def _authors_row(path: Path, row: int, header: list[str], r: list[str]
+def _authors_row(path: Path, row: int, header: list[str], r: list[str], line: int = 0
                  ) -> tuple[MeasuredRun, dict[str, str]]:
     """A row of the vTrain authors' layouts (module doc), with the file's names of its session
-    fields (for :func:`_finish`)."""
+    fields (for :func:`_finish`); ``line``: the file's line it starts on."""
+    where = f"{path}: {row_where(row, line)}"
     if len(r) != len(header):
-        raise MeasurementFileError(f"{path}: row {row} has {len(r)} fields, the header {len(header)}")
+        raise MeasurementFileError(f"{where} has {len(r)} fields, the header {len(header)}")
     v = {h: r[i].strip() for i, h in enumerate(header)}
-    ints = {h: _number(f"{path}: row {row}, column {h!r}", v[h], int) for h in _AUTHORS_SINGLE[:-1]}
+    ints = {h: _number(f"{where}, column {h!r}", v[h], int) for h in _AUTHORS_SINGLE[:-1]}
     multi = "Parameters (billion)" in v
     # the authors' measurements are of GPT models (their columns hold the shape only)
     model = model_from_fields({**GPT_FAMILY, "name": (f"{v['Parameters (billion)']}B" if multi
@@ -479,9 +511,9 @@ def _authors_row(path: Path, row: int, header: list[str], r: list[str]
     cluster = ClusterConfig(gpu="A100-SXM4-80GB", gpus_per_node=8,
                             inter_node_bandwidth_gbits_per_s=800.0)
     source = "multi-node" if multi else "single-node"
-    time_s = _number(f"{path}: row {row}, column 'iteration time (ms)'", v["iteration time (ms)"]) / 1e3
+    time_s = _number(f"{where}, column 'iteration time (ms)'", v["iteration time (ms)"]) / 1e3
     run = MeasuredRun(Session(model, plan, cluster, CostConfig()), time_s, source=source, row=row,
-                      time_column="iteration time (ms)",
+                      time_column="iteration time (ms)", line=line,
                       group={"model": model.name, "t": str(plan.tensor_parallel),
                              "p": str(plan.pipeline_parallel), "source": source})
     if plan.num_gpus != ints["# GPUs"]:
@@ -509,18 +541,21 @@ def _session_columns(path: Path, header: list[str]) -> list[tuple[str, Any]]:
     """``(column, (section, field) or None for a run column)`` per header cell; refuses an
     unknown or repeated column and a file without a measurement column."""
     known = _field_columns()
-    out, seen = [], {}
+    out, seen, position = [], {}, {}
     for i, h in enumerate(header):
         if h not in known and h not in RUN_COLUMNS:
             raise MeasurementFileError(
                 f"{path}: column {h!r} is neither a session field (model, plan, cluster or cost; "
                 f"docs/accuracy.md) nor one of {', '.join(RUN_COLUMNS)}"
                 + (_GENERAL_LAYOUT_HINT if h in GENERAL_LAYOUT_COLUMNS
-                   else _unit_hint(h) or did_you_mean(h, [*known, *RUN_COLUMNS])))
+                   else _remark_hint(h, known) or _unit_hint(h) or _close_name(h, known)))
         key = known[h][1].name if h in known else h
         if key in seen:
+            if seen[key] == h:  # the same name twice: which cell holds the value is unknown
+                raise MeasurementFileError(f"{path}: column {h!r} is given twice (columns "
+                                           f"{position[key]} and {i + 1}); keep one")
             raise MeasurementFileError(f"{path}: columns {seen[key]!r} and {h!r} name the same field")
-        seen[key] = h
+        seen[key], position[key] = h, i + 1
         out.append((h, known.get(h)))
     if "measured_iteration_time_s" not in seen and "measured_memory_gib" not in seen:
         raise MeasurementFileError(f"{path}: needs a column measured_iteration_time_s (or "
@@ -543,6 +578,50 @@ def _session_columns(path: Path, header: list[str]) -> list[tuple[str, Any]]:
 _UNIT_COLUMNS = {"measured_iteration_time_s": ("seconds", "ms / 1000, us / 1e6, min x 60"),
                  "measured_memory_gib": ("GiB (2^30 bytes)", "GB x 0.9313, MiB / 1024, "
                                          "MB x 0.0009313")}
+
+
+#: What a header may add after a column's name, in brackets: the unit of a measurement column
+#: (what its name already says), each unit's spellings.
+_NAMED_UNITS = {"measured_iteration_time_s": ("s", "sec", "secs", "second", "seconds"),
+                "measured_memory_gib": ("gib",)}
+
+
+def _remark_hint(column: str, known: dict) -> str:
+    """For a header cell that is a column's name followed by a bracketed remark
+    (``measured_iteration_time_s (s)``, ``tensor_parallel [t]``): that the name must stand
+    alone and, for a measurement column, whether the bracketed unit is the column's (rename
+    only) or another (convert the values too, :func:`_unit_hint`); "" for another cell."""
+    text = column.strip()
+    if not text or text[-1] not in ")]":
+        return ""
+    opening = "(" if text[-1] == ")" else "["
+    if opening not in text:
+        return ""
+    name, remark = text[:text.rindex(opening)].strip(), text[text.rindex(opening) + 1:-1].strip()
+    if name not in known and name not in RUN_COLUMNS:
+        return ""
+    if name in _NAMED_UNITS and remark.lower() not in _NAMED_UNITS[name]:
+        unit, how = _UNIT_COLUMNS[name]
+        return (f"; a unit after the name: name the column {name}, read in {unit}, and convert "
+                f"the values if they are {remark!r} ({how})")
+    return (f"; the header names a column by its name alone: name it {name}"
+            + (f" (the name says the unit: {_UNIT_COLUMNS[name][0]})" if name in _UNIT_COLUMNS
+               else ""))
+
+
+def _close_name(column: str, known: dict) -> str:
+    """``"; did you mean X?"`` for a misspelled column (a header in capitals: its lower case),
+    with X's unit where X is a measurement column (renamed alone, another unit's values would
+    be read as X's)."""
+    names = [*known, *RUN_COLUMNS]
+    lower = column.strip().lower()
+    hint = (f"; did you mean {lower}? (column names are lower case)" if lower in names
+            else did_you_mean(column, names))
+    close = hint.removeprefix("; did you mean ").split("?")[0]
+    if close in _UNIT_COLUMNS:
+        unit, how = _UNIT_COLUMNS[close]
+        hint += f" (read in {unit}: convert the values of another unit, {how})"
+    return hint
 
 
 def _unit_hint(column: str) -> str:
@@ -576,18 +655,19 @@ def _cell_value(where: str, f: dataclasses.Field, text: str) -> Any:
     return text
 
 
-def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[str]
-                 ) -> tuple[MeasuredRun, dict[str, str]]:
+def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[str],
+                 line: int = 0) -> tuple[MeasuredRun, dict[str, str]]:
     """A row of the session-column CSV (module doc), with the file's names of its session
-    fields (for :func:`_finish`)."""
+    fields (for :func:`_finish`); ``line``: the file's line it starts on."""
+    where = f"{path}: {row_where(row, line)}"
     if len(r) != len(columns):
-        raise MeasurementFileError(f"{path}: row {row} has {len(r)} fields, the header {len(columns)}")
+        raise MeasurementFileError(f"{where} has {len(r)} fields, the header {len(columns)}")
     body: dict[str, dict[str, Any]] = {s: {} for s in SESSION_SECTIONS}
     run: dict[str, str] = {}
     for (col, target), cell in zip(columns, r):
         cell = cell.strip()
         if not cell and target is not None and target[1].name in REQUIRED_COLUMNS:
-            raise MeasurementFileError(f"{path}: row {row}, column {col!r}: empty, and a measured "
+            raise MeasurementFileError(f"{where}, column {col!r}: empty, and a measured "
                                        "run has no default for it (docs/accuracy.md, 'Session "
                                        "defaults')")
         if not cell:
@@ -596,10 +676,11 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
             run[col] = cell
         else:
             section, f = target
-            body[section][f.name] = _cell_value(f"{path}: row {row}, column {col!r}", f, cell)
+            body[section][f.name] = _cell_value(f"{where}, column {col!r}", f, cell)
     gpu_name = _read_gpu_alias(body["cluster"])
-    recipe = _recipe_named(path, row, run["recipe"]) if "recipe" in run else None
+    recipe = _recipe_named(where, run["recipe"]) if "recipe" in run else None
     if recipe is not None:
+        _check_recipe_gpu(where, recipe, body["cluster"].get("gpu"))
         apply_recipe(recipe, body)
     given_plan = set(body["plan"])  # the row's plan fields and its recipe's, before defaults
     defaults = _apply_defaults(body)
@@ -608,10 +689,9 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
         session = Session.from_dict({**body, **({"notes": run["notes"]} if "notes" in run else {})})
     except ConfigError as exc:
         e = exc.errors[0]
-        raise MeasurementFileError(f"{path}: row {row}, column {names.get(e.field, e.field)!r}: "
+        raise MeasurementFileError(f"{where}, column {names.get(e.field, e.field)!r}: "
                                    f"{e.message}") from None
     defaults = _bearing({**defaults, **_session_defaults(body, session)}, session)
-    where = f"{path}: row {row}"
     time_s = (_number(f"{where}, column 'measured_iteration_time_s'", run["measured_iteration_time_s"])
               if "measured_iteration_time_s" in run else math.nan)
     memory = (_number(f"{where}, column 'measured_memory_gib'", run["measured_memory_gib"])
@@ -626,7 +706,7 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
         assumptions.append(f"bridge-perf-recipe: {recipe.function} ({recipe.source})")
     out = MeasuredRun(session, time_s, memory, scale, source, assumptions, row,
                       group=_group(session, source, bool(session.model.name)), defaults=defaults,
-                      gpu_name=gpu_name)
+                      gpu_name=gpu_name, line=line)
     if recipe is not None and recipe.refuse is not None:
         out.skip_causes, out.skip_reason = [recipe.refuse[0]], recipe.refuse[1]
     elif session.model.is_moe and "moe_token_dispatcher_type" not in given_plan:
@@ -746,14 +826,30 @@ def _memory_scale(where: str, scale: str, memory: float) -> str:
     return scale
 
 
-def _recipe_named(path: Path, row: int, name: str) -> BridgeRecipe:
-    """The Megatron-Bridge performance recipe whose function is ``name``."""
+def _recipe_named(where: str, name: str) -> BridgeRecipe:
+    """The Megatron-Bridge performance recipe whose function is ``name`` (``where``: the file
+    and row, for the message)."""
     for r in load_bridge_recipes():
         if r.function == name:
             return r
-    raise MeasurementFileError(f"{path}: row {row}, column 'recipe': {name[:80]!r} is no "
+    raise MeasurementFileError(f"{where}, column 'recipe': {name[:80]!r} is no "
                                "Megatron-Bridge performance recipe of core.accuracy.bridge_recipes "
                                "(resources/bridge_perf_recipes.json)")
+
+
+def _check_recipe_gpu(where: str, recipe: BridgeRecipe, gpu: Any) -> None:
+    """Refuse a recipe of another GPU kind than the row's ``gpu`` (as read,
+    :func:`_read_gpu_alias`): each performance recipe is written for one kind
+    (:attr:`BridgeRecipe.key`'s first entry, the ``perf_recipes/<family>/<gpu>/`` folder its
+    function is in), and its overlaps, recomputation and CUDA graphs are that kind's choices;
+    taken onto another kind's row they would be a guess. ``where``: the file and row."""
+    kind = recipe.key[0]
+    if gpu != kind:
+        raise MeasurementFileError(
+            f"{where}, column 'recipe': {recipe.function} is Megatron-Bridge's recipe for "
+            f"{kind} ({recipe.source}), and the row's gpu is {gpu}: a recipe's settings are "
+            "those of its GPU kind; name a recipe of the row's kind, or leave the cell empty "
+            "and give the settings as columns")
 
 
 def apply_recipe(recipe: BridgeRecipe, body: dict[str, dict[str, Any]]) -> None:
@@ -908,7 +1004,7 @@ def _jsonl_run(path: Path, line: int, text: str) -> tuple[MeasuredRun, None]:
         if not ok:
             raise MeasurementFileError(f"{where}, key {key!r}: must be {rule}")
     run = MeasuredRun(session, time_s, memory, scale, source, list(assumptions), row,
-                      group=_group(session, source))
+                      group=_group(session, source), line=line)
     if reason:  # the file's own, reviewed reason (its text is the cause: runs share it)
         run.skip_reason, run.skip_causes = reason, [reason]
     return run, None

@@ -232,13 +232,15 @@ def _warn_unit_slips(path: str, ms) -> None:
     milliseconds drives the parameters to their bounds."""
     import sys
 
+    from core.accuracy.measured import row_where
     from core.accuracy.validate import time_unit_slips
     from core.sim.simulate import session_profile, simulate
     from core.util.text import printable
     slips = time_unit_slips(ms, lambda s: simulate(s, session_profile(s)).report.iteration_time_s)
+    lines = {m.row: m.line for m in ms}
     for w in slips[:10]:
-        print(printable(f"warning: {path}: row {w['row']}, column {w['column']}: {w['message']}"),
-              file=sys.stderr)
+        print(printable(f"warning: {path}: {row_where(w['row'], lines.get(w['row'], 0))}, "
+                        f"column {w['column']}: {w['message']}"), file=sys.stderr)
     if len(slips) > 10:
         print(printable(f"warning: {path}: {len(slips) - 10} more rows like these"), file=sys.stderr)
     if slips:
@@ -253,7 +255,7 @@ def _no_usable_rows(path: str, ms) -> Exception:
     the memory model has no fitted parameter)."""
     first = next((m for m in ms if m.skip_reason), None)
     memory_only = sum(1 for m in ms if not m.skip_reason and not m.has_time)
-    why = (f" (row {first.row}: {first.skip_reason})" if first is not None and not memory_only
+    why = (f" ({first.where}: {first.skip_reason})" if first is not None and not memory_only
            else f" ({memory_only} rows measured peak memory only: a fit is of measured iteration "
                 "times, and the memory model has no fitted parameter)" if memory_only else "")
     return field_error(path, "no usable rows" + why)
@@ -267,18 +269,23 @@ def _warn_repeats(path: str, ms, seen: dict) -> None:
     the earlier files' rows, and gets this file's."""
     import sys
 
+    from core.accuracy.measured import row_where
     from core.accuracy.validate import measurement_key, repeated_rows
     from core.util.text import printable
     why = ("(the same session and measurement): fitted again, and in the cross-validation a "
            "copy in another fold is a row its fit has seen")
 
-    def rows(numbers: list[int]) -> str:  # "row 9", "rows 9, 17, ... and 1,240 more"
+    lines = {m.row: m.line for m in ms}
+
+    def rows(numbers: list[int]) -> str:  # "row 9 (line 10)", "rows 9 (line 10), ... and 1,240 more"
         more = f" and {len(numbers) - 10:,} more" if len(numbers) > 10 else ""
-        return (f"row{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers[:10]))}"
+        named = ", ".join(row_where(n, lines.get(n, 0))[4:] for n in numbers[:10])
+        return (f"row{'s' if len(numbers) > 1 else ''} {named}"
                 f"{more} repeat{'' if len(numbers) > 1 else 's'}")
 
     for row, again in repeated_rows(ms):
-        print(printable(f"warning: {path}: {rows(again)} row {row} {why}"), file=sys.stderr)
+        print(printable(f"warning: {path}: {rows(again)} {row_where(row, lines.get(row, 0))} "
+                        f"{why}"), file=sys.stderr)
     own, earlier = {}, {}
     for m in ms:
         if m.skip_reason or m.session is None:
@@ -646,8 +653,9 @@ def _print(out: dict, base: Any, console: Any) -> None:
     for label, _, _ in cols:
         e.add_column(label, justify="right")
 
-    def cells(met: dict) -> list[str]:
-        return [format(int(met[k]) if f == "d" else float(met[k]), f) if k in met else "-"
+    def cells(met: dict) -> list[str]:  # R^2 of one row is no figure (as vtrain validate)
+        return ["n/a (one row)" if k == "r2" and k in met and met.get("n") == 1 else
+                format(int(met[k]) if f == "d" else float(met[k]), f) if k in met else "-"
                 for _, k, f in cols]
 
     for name, met in out["cross_validation"].items():

@@ -121,7 +121,7 @@ def _nothing_predicted(path: str, ms, metrics: dict) -> Exception:
     from core.accuracy.measured import MeasurementFileError
     causes = ", ".join(f"{c} {n}" for c, n in metrics["skipped_by_cause"].items())
     first = next((m for m in ms if m.skip_reason), None)
-    reason = f"; row {first.row}: {first.skip_reason}" if first else ""
+    reason = f"; {first.where}: {first.skip_reason}" if first else ""
     return MeasurementFileError(f"{path}: no row could be predicted ({len(ms)} skipped: "
                                 f"{causes}){reason}")
 
@@ -227,6 +227,7 @@ def _metrics(result, ms, folds: int, profile=None) -> dict:
     metrics["defaults"] = defaults_taken(ms)
     metrics["gpu_names_read"] = _gpu_names_read(ms)
     metrics["warnings"] = _warnings(result, profile)
+    metrics["profile_fit"] = [] if folds else _profile_fit(result)
     if metrics.get("interval_coverage", 0) is None:  # why no row has a band
         metrics["interval_note"] = result.band_note or "no predicted row has one"
     elif metrics.get("interval_rows", 0) < metrics["n"] and result.band_note:  # why some have none
@@ -239,6 +240,34 @@ def _metrics(result, ms, folds: int, profile=None) -> dict:
                                  for g, n, mape, mx in result.by_group(key)]
                            for key in _group_keys(ms)}
     return metrics
+
+
+def _profile_fit(result) -> list[dict]:
+    """What the calibration of each store the predicted rows used left open, from its
+    provenance (:func:`core.accuracy.calibrate.calibrated_store`, ``vtrain calibrate --trace``):
+    ``{"store", "device", "rows", "underdetermined", "not_determined"}`` per store with either,
+    ``underdetermined`` the fit's note where it had fewer rows than fitted parameters
+    (:func:`core.accuracy.calibrate.underdetermined`; None without) and ``not_determined`` the
+    parameters its rows did not determine (name -> why), which kept the base store's values.
+    Empty for stores without either (the shipped ones)."""
+    from core.sim.simulate import session_profile
+    stores: dict[tuple, list] = {}
+    for m, used in zip(result.measurements, result.used):
+        if used:
+            key = (m.session.cluster.gpu, m.session.cluster.profile_path)
+            stores.setdefault(key, [session_profile(m.session), []])[1].append(m.row)
+    out = []
+    for store, rows in stores.values():
+        prov = store.provenance or {}
+        under, held = prov.get("underdetermined"), prov.get("not_determined") or {}
+        if not under and not held:
+            continue
+        path = getattr(store, "path", None)
+        out.append({"store": Path(path).name if path else store.device_name,
+                    "device": store.device_name, "rows": rows,
+                    "underdetermined": str(under) if under else None,
+                    "not_determined": {str(k): str(v) for k, v in dict(held).items()}})
+    return out
 
 
 def _gpu_names_read(ms) -> list[dict]:
@@ -276,8 +305,9 @@ def _warnings(result, profile) -> list[dict]:
     out += _faster_than_peak(result)
     from core.accuracy.validate import repeated_rows
     column = {m.row: m.time_column for m in result.measurements}
+    where = {m.row: m.where for m in result.measurements}
     out += [{"rows": again, "column": column[row], "message": (
-        f"the same session and measurement as row {row}: counted again in every figure (and "
+        f"the same session and measurement as {where[row]}: counted again in every figure (and "
         "in --cross-validate, a copy in another fold is a row its fit has seen); delete the "
         "repeat unless the run was measured twice to the same figure")}
         for row, again in repeated_rows(result.measurements)]
@@ -351,6 +381,7 @@ def _how(args: argparse.Namespace, shared: bool, result) -> str:
 def _print_report(args: argparse.Namespace, ms, result, metrics: dict, how: str) -> None:
     """The text report: the headline, the time and memory errors, the runs the memory model says
     cannot fit, the named assumptions and the skipped rows."""
+    from core.accuracy.measured import row_where
     from core.util.console import Console, esc
     console = Console()
     mem = metrics["memory"]
@@ -362,8 +393,19 @@ def _print_report(args: argparse.Namespace, ms, result, metrics: dict, how: str)
     for g in metrics["gpu_names_read"]:
         console.print(f"gpu {esc(repr(g['name']))} read as {esc(g['kind'])} ({g['rows']} rows; "
                       "as --set cluster.gpu= reads it)", highlight=False)
+    lines = {m.row: m.line for m in ms}  # each row named with its line (row_where)
+    for f in metrics["profile_fit"]:  # what the store's own calibration left open
+        if f["underdetermined"]:
+            console.print(f"[yellow]profile {esc(f['store'])} is underdetermined:[/] "
+                          f"{esc(f['underdetermined'])} ({len(f['rows'])} rows predicted with "
+                          "it)", highlight=False)
+        if f["not_determined"]:
+            held = "; ".join(f"{k} ({v})" for k, v in f["not_determined"].items())
+            console.print(f"[yellow]profile {esc(f['store'])}:[/] parameters its calibration "
+                          f"rows did not determine, at its base store's values: {esc(held)}",
+                          highlight=False)
     for w in metrics["warnings"]:
-        rows = ", ".join(str(r) for r in w["rows"][:10]) + (
+        rows = ", ".join(row_where(r, lines.get(r, 0))[4:] for r in w["rows"][:10]) + (
             f" and {len(w['rows']) - 10} more" if len(w["rows"]) > 10 else "")
         console.print(f"[yellow]warning:[/] row{'s' if len(w['rows']) > 1 else ''} {rows}, "
                       f"column {esc(w['column'])}: {esc(w['message'])}", highlight=False)
@@ -373,8 +415,8 @@ def _print_report(args: argparse.Namespace, ms, result, metrics: dict, how: str)
         _print_memory_errors(console, result, mem)
     used = [m for m in ms if not m.skip_reason]
     # the memory model against runs that ran
-    over = [f"row {r['row']} {r['need_gib']:,.1f} of {r['capacity_gib']:,.1f} GiB"
-            for r in metrics["memory_over_capacity"]]
+    over = [f"{row_where(r['row'], lines.get(r['row'], 0))} {r['need_gib']:,.1f} of "
+            f"{r['capacity_gib']:,.1f} GiB" for r in metrics["memory_over_capacity"]]
     if over:
         console.print(f"memory model: {len(over)} of {len(used)} predicted rows need more than "
                       f"their GPU's memory, though the runs ran: {esc('; '.join(over))}",
@@ -419,7 +461,7 @@ def _print_skipped(console: Console, ms, metrics: dict) -> None:
         console.print(c)
     skipped = [m for m in ms if m.skip_reason]
     for m in skipped[:_MAX_ROWS_SHOWN]:
-        console.print(f"[yellow]skipped row {m.row}:[/] {esc(m.skip_reason)}", highlight=False)
+        console.print(f"[yellow]skipped {esc(m.where)}:[/] {esc(m.skip_reason)}", highlight=False)
     if len(skipped) > _MAX_ROWS_SHOWN:
         console.print(f"[yellow]... and {len(skipped) - _MAX_ROWS_SHOWN} more skipped rows "
                       "(see --out)[/]")
@@ -477,7 +519,7 @@ def _row_records(result) -> list[dict]:
         timed = ok and m.has_time
         mem = row_memory(m) if ok or not m.skip_reason else None
         mp = None if mem_pred is None or math.isnan(mem_pred[i]) else float(mem_pred[i])
-        out.append({"row": m.row, **m.group,
+        out.append({"row": m.row, "line": m.line, **m.group,
                     "measured_s": None if not m.has_time else m.measured_iteration_time_s,
                     "memory_need_gib": mem[0] / 2**30 if mem else None,
                     "memory_capacity_gib": mem[1] / 2**30 if mem else None,
