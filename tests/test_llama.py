@@ -345,8 +345,10 @@ def test_cli_import_hf(tmp_path):
 
 
 @pytest.mark.parametrize("cfg,field,words", [
-    ({**LLAMA3_8B, "architectures": ["Qwen3MoeForCausalLM"]}, "num_experts", "missing"),
-    ({**LLAMA3_8B, "architectures": ["DeepseekV3ForCausalLM"]}, "kv_lora_rank", "missing"),
+    ({**LLAMA3_8B, "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe"},
+     "num_experts", "missing"),
+    ({**LLAMA3_8B, "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3"},
+     "kv_lora_rank", "missing"),
     ({**LLAMA3_8B, "architectures": ["GPTNeoXForCausalLM"]}, "architectures", "not supported"),
     ({**MISTRAL_7B_V01, "sliding_window": 0}, "sliding_window", "must be a positive integer"),
     ({**QWEN2_7B, "use_sliding_window": True}, "use_sliding_window", "not modelled"),
@@ -373,7 +375,8 @@ def test_mistral_window_at_least_the_sequence_is_inactive():
 
 def test_cli_import_refuses_by_name_with_exit_2(tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({**MIXTRAL_8X7B, "architectures": ["DeepseekV3ForCausalLM"]}))
+    path.write_text(json.dumps({**MIXTRAL_8X7B, "architectures": ["DeepseekV3ForCausalLM"],
+                                "model_type": "deepseek_v3"}))
     out = tmp_path / "never.json"
     r = _cli("import", "hf", str(path), "--out", str(out))
     assert r.returncode == 2

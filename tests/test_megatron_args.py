@@ -351,7 +351,9 @@ def test_plain_argument_list_with_equals_and_srun_counts(tmp_path):
                   "--tensor-model-parallel-size=2 --tokenizer-type NullTokenizer --vocab-size 999\n")
     res = import_file(path, num_gpus=8, gpus_per_node=4)
     s = res.session
-    assert s.model.vocab_size == 1000  # NullTokenizer adds the end-of-document token
+    # megatron-core 0.19.2 null_tokenizer.py: NullTokenizer.vocab_size is --vocab-size itself
+    # (eod = vocab_size - 1); 0.17.1 and earlier added one (the import read 1000)
+    assert s.model.vocab_size == 999
     assert (s.plan.tensor_parallel, s.plan.data_parallel, s.cluster.gpus_per_node) == (2, 4, 4)
     assert s.plan.precision == "fp32" and s.plan.recompute == "none"
     launch = read_launch("srun -N4 --ntasks-per-node=8 python pretrain_gpt.py --num-layers 2", "x")
@@ -585,7 +587,8 @@ def test_export_refuses_what_megatron_cannot_run():
         export_arguments(s)
     s.plan.schedule = "1f1b"
     args = export_arguments(s)
-    assert args[args.index("--vocab-size") + 1] == "999" and "NullTokenizer" in args
+    # NullTokenizer --vocab-size N has N tokens (megatron-core 0.19.2 null_tokenizer.py)
+    assert args[args.index("--vocab-size") + 1] == "1000" and "NullTokenizer" in args
     assert parse_arguments(args)["--pipeline-model-parallel-size"] == ["2"]
 
 
@@ -650,7 +653,7 @@ torchrun --nnodes 8 --nproc-per-node 8 pretrain_gpt.py \
     --swiglu --normalization RMSNorm --position-embedding-type rope \
     --untie-embeddings-and-output-weights --disable-bias-linear \
     --seq-length 4096 --max-position-embeddings 32768 \
-    --tokenizer-type NullTokenizer --vocab-size 31999 \
+    --tokenizer-type NullTokenizer --vocab-size 32000 \
     --num-experts 8 --moe-router-topk 2 --moe-router-load-balancing-type aux_loss \
     --moe-aux-loss-coeff 1e-2 --moe-grouped-gemm --moe-token-dispatcher-type alltoall \
     --micro-batch-size 1 --global-batch-size 256 \

@@ -483,7 +483,7 @@ def test_the_import_summary_says_the_gpu_came_from_the_cluster_comment(tmp_path,
 
 _LAUNCH = ("torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --num-layers 8 "
            "--hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
-           "--max-position-embeddings 2048 --tokenizer-type NullTokenizer --vocab-size 31999 "
+           "--max-position-embeddings 2048 --tokenizer-type NullTokenizer --vocab-size 32000 "
            "--micro-batch-size 1 --global-batch-size 64 --bf16 "
            "--untie-embeddings-and-output-weights {backend}\n")
 

@@ -235,7 +235,9 @@ def test_llama3_8b_fp8_example_keeps_fp8_and_the_distributed_optimizer(tmp_path)
     m, p = res.session.model, res.session.plan
     assert (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads,
             m.num_query_groups, m.kv_channels, m.seq_length) == (32, 4096, 14336, 32, 8, 128, 8192)
-    assert m.vocab_size == 128257  # NullTokenizer: --vocab-size plus the end-of-document token
+    # NullTokenizer: --vocab-size itself, Llama 3's 128,256 (megatron-core 0.19.2
+    # null_tokenizer.py: vocab_size returns int(vocab_size); 0.17.1 added one: 128,257)
+    assert m.vocab_size == 128256
     assert (m.activation, m.normalization, m.position_embedding, m.tied_embeddings,
             m.add_bias_linear, m.attention_kernel) == ("swiglu", "rmsnorm", "rope", False, False,
                                                        "flash")

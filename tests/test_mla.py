@@ -227,7 +227,8 @@ def test_hf_deepseek_refusals_and_v2_lite():
             session_from_hf_config({**V3_CONFIG, **change}, "config.json", seq_length=4096)
         assert err.value.errors[0].field == f"config.json: {field}"
     # DeepSeek-V2-Lite (deepseek-ai/DeepSeek-V2-Lite config.json): no query compression
-    lite = {**V3_CONFIG, "architectures": ["DeepseekV2ForCausalLM"], "num_hidden_layers": 27,
+    lite = {**V3_CONFIG, "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+            "num_hidden_layers": 27,
             "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
             "intermediate_size": 10944, "q_lora_rank": None, "n_routed_experts": 64,
             "n_shared_experts": 2, "num_experts_per_tok": 6, "moe_intermediate_size": 1408,
@@ -411,7 +412,8 @@ def test_deepseek_group_limited_routing_imports_its_groups():
     assert (m.moe_router_num_groups, m.moe_router_group_topk) == (
         preset.moe_router_num_groups, preset.moe_router_group_topk)
     assert not {"n_group", "topk_group"} & set(imp.ignored)
-    v2 = {**V3_CONFIG, "architectures": ["DeepseekV2ForCausalLM"], "n_group": 8,
+    v2 = {**V3_CONFIG, "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+          "n_group": 8,
           "topk_group": 3, "topk_method": "group_limited_greedy", "n_routed_experts": 160,
           "num_experts_per_tok": 6, "n_shared_experts": 2, "num_hidden_layers": 60,
           "hidden_size": 5120, "vocab_size": 102400, "intermediate_size": 12288,
@@ -457,7 +459,7 @@ def test_deepseek_v3_without_topk_method_routes_within_its_groups():
         session_from_hf_config({k: v for k, v in cfg.items() if k != "n_group"}, "config.json",
                                seq_length=4096)
     assert err.value.errors[0].field == "config.json: n_group"
-    v2 = {**cfg, "architectures": ["DeepseekV2ForCausalLM"]}
+    v2 = {**cfg, "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2"}
     del v2["num_nextn_predict_layers"]
     greedy = session_from_hf_config(v2, seq_length=4096)
     assert greedy.session.model.moe_router_num_groups is None

@@ -120,5 +120,6 @@ def test_hf_nemotron_import():
     with pytest.raises(ConfigError, match="hidden_act.*'silu': only relu2 MLPs are modelled"):
         session_from_hf_config({**NEMOTRON_HF, "hidden_act": "silu"}, where="config.json")
     with pytest.raises(ConfigError, match="hidden_act.*'relu2': only SiLU-gated"):
-        session_from_hf_config({**NEMOTRON_HF, "architectures": ["LlamaForCausalLM"]},
+        session_from_hf_config({**NEMOTRON_HF, "architectures": ["LlamaForCausalLM"],
+                                "model_type": "llama"},
                                where="config.json")

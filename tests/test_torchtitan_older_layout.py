@@ -68,19 +68,39 @@ def test_the_older_layout_reads_as_the_current_one():
     assert "training.compile" in res.ignored
 
 
+def test_an_older_pipeline_degree_is_refused_by_its_name():
+    """[experimental] pipeline_parallel_degree 4 was read as [parallelism]'s and given torchtitan
+    0.1.0's split (num_layers + 2 over the stages: torchtitan 0.1.0 distributed/pipeline.py
+    generate_split_points; Llama 3 8B's 32 layers over 4 stages 8, 9, 8, 7). torchtitan 0.1.0
+    itself drops the key (config_manager.py _dict_to_dataclass keeps only its dataclasses'
+    fields: no pipeline), and the split of the torchtitan that read it has no release to check:
+    refused, naming the file's key. Degree 1 still reads."""
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(_cfg(training__batch_size=8,
+                                     experimental__pipeline_parallel_degree=4),
+                                "x.toml", num_gpus=8)
+    assert err.value.errors[0].field == "x.toml: experimental.pipeline_parallel_degree"
+    assert "older [experimental] layout" in err.value.errors[0].message
+    assert "[parallelism] pipeline_parallel_degree" in err.value.errors[0].message
+    res = session_from_torchtitan(_cfg(), "x.toml", num_gpus=8)  # pipeline_parallel_degree = 1
+    assert res.session.plan.pipeline_parallel == 1
+    assert "experimental.pipeline_parallel_degree" in res.used
+
+
 def test_older_pipeline_microbatches_default_to_the_pipeline_degree():
-    # torchtitan of late 2024: n_microbatches = pipeline_parallel_microbatches or the degree
-    res = session_from_torchtitan(_cfg(training__batch_size=8,
-                                       experimental__pipeline_parallel_degree=4),
-                                  "x.toml", num_gpus=8)
+    # torchtitan of late 2024: n_microbatches = pipeline_parallel_microbatches or the degree;
+    # with the degree under [parallelism] (the split the importer models)
+    cfg = _cfg(training__batch_size=8)
+    del cfg["experimental"]["pipeline_parallel_degree"]
+    cfg["parallelism"] = {"pipeline_parallel_degree": 4}
+    cfg["experimental"]["pipeline_parallel_microbatches"] = 8
+    res = session_from_torchtitan(cfg, "x.toml", num_gpus=8)
     plan = res.session.plan
-    assert (plan.pipeline_parallel, plan.data_parallel, plan.micro_batch_size) == (4, 2, 2)
+    assert (plan.pipeline_parallel, plan.data_parallel, plan.micro_batch_size) == (4, 2, 1)
     assert plan.global_batch_size == 16
-    res = session_from_torchtitan(_cfg(training__batch_size=8,
-                                       experimental__pipeline_parallel_degree=4,
-                                       experimental__pipeline_parallel_microbatches=8),
-                                  "x.toml", num_gpus=8)
-    assert res.session.plan.micro_batch_size == 1
+    # torchtitan 0.1.0's split of 32 layers over 4 stages: 34 = 9 + 9 + 8 + 8, less the
+    # embedding on the first and the output layer on the last
+    assert plan.pipeline_model_parallel_layout == "Et*8|t*9|t*8|t*7L"
 
 
 def test_messages_name_the_files_older_key():

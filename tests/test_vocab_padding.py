@@ -30,8 +30,9 @@ FIELD = "model.make_vocab_size_divisible_by"
 
 # DeepSeek-V3 at t=4 (experts not split over t: ep*etp = 64 divides t*d = 64); the world,
 # 128 nodes of 8, gives d = 1024 / (4*16) = 16. Its Hugging Face tokenizer has 129,280 tokens
-# (Megatron-MoE-ModelZoo launches; NullTokenizer --vocab-size 129280 would add one more, the
-# end-of-document token: 129,281 pads to 142,208 = 12928*11 with 3232 at t=4)
+# (Megatron-MoE-ModelZoo launches, which give NullTokenizer --vocab-size 129280: 129,280 tokens
+# since megatron-core 0.18; 0.17 and earlier added an end-of-document token, 129,281, which pads
+# to 142,208 = 12928*11 with 3232 at t=4)
 DSV3_T4 = DSV3_LAUNCH.replace("--tensor-model-parallel-size 1",
                               "--tensor-model-parallel-size 4 --expert-tensor-parallel-size 1 "
                               "--sequence-parallel").replace(

@@ -23,7 +23,10 @@ whether it changes the model. A key the file leaves out takes its transformers c
 class's default, as transformers does (:func:`core.io.hf_defaults.fill_class_defaults`,
 ``resources/hf_config_defaults.json``: MistralConfig's ``sliding_window`` 4096, Gemma2Config's
 ``head_dim`` 256 ...), noted in the result; a needed key whose class default the importer does
-not know is refused by name. Architectures with something the simulator
+not know is refused by name. ``model_type`` must name the model ``architectures`` names
+(transformers builds the class ``model_type``'s configuration maps to, not the saved
+``architectures``): another model is refused, an alias noted (:func:`_model_type_agrees`).
+Architectures with something the simulator
 does not model are refused naming the field that has it and what it would change
 (:data:`REFUSED_ARCHITECTURES`: Gemma 1, Gemma 3's multimodal model, Llama 4, Nemotron-H).
 
@@ -113,11 +116,13 @@ storage, not the training precision, which the plan sets.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from core.io.hf_defaults import fill_class_defaults
+from core.io.hf_defaults import fill_class_defaults, load_class_defaults
 from core.io.hf_moe import moe_fields
 from core.io.import_result import (ImportResult, global_batch_note, positive_int, refusal,
                                    seq_length_note, switched_off_or_refuse)
@@ -338,7 +343,8 @@ USED: dict[str, str] = {
 }
 #: Fields that do not change the cost of training, with the reason.
 IGNORED: dict[str, str] = {
-    "_name_or_path": "a name", "model_type": "a name (the architecture decides)",
+    "_name_or_path": "a name", "model_type": "a name, checked: transformers builds the class it "
+    "names, which must be architectures' (an alias of it is noted)",
     "transformers_version": "a version", "torch_dtype": "storage type (the plan sets the "
     "training precision)", "dtype": "storage type (the plan sets the training precision)",
     "bos_token_id": "a token id", "eos_token_id": "a token id", "pad_token_id": "a token id",
@@ -607,6 +613,7 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     if not isinstance(cfg, dict):
         raise ConfigError([FieldError(where, "must be a JSON object (a Hugging Face config.json)")])
     arch = _architecture(cfg, where)
+    type_notes = _model_type_agrees(cfg, arch, where)
     cfg, default_notes = fill_class_defaults(cfg, arch, where)
     moe = arch in MOE_ARCHITECTURES
     ignored, storage = _ignored_fields(cfg, arch, where)
@@ -642,7 +649,8 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         _length_notes(cfg, seq_length, s)
         or [seq_length_note(s, "the config's max_position_embeddings")])
     # the class defaults used for absent keys, and the batch (a config.json has none)
-    notes = length + default_notes + [global_batch_note(session.plan.global_batch_size)]
+    notes = (length + type_notes + default_notes
+             + [global_batch_note(session.plan.global_batch_size)])
     return HFImport(session, ignored=ignored, notes=notes, architecture=arch)
 
 
@@ -677,6 +685,66 @@ def _architecture(cfg: dict[str, Any], where: str) -> str:
                       "it changes the model; remove it if it does not" + hint +
                       (f" (also: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
     return arch
+
+
+#: The shipped table of the class transformers' ``AutoModelForCausalLM`` builds for each
+#: ``model_type`` (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``, transformers 5.25.0).
+CAUSAL_LM_CLASSES_FILE = (Path(__file__).resolve().parents[2] / "resources"
+                          / "hf_causal_lm_classes.json")
+
+
+@lru_cache(maxsize=1)
+def causal_lm_classes() -> tuple[str, dict[str, str | None]]:
+    """``(transformers version, {model_type: causal-LM class name})`` of
+    :data:`CAUSAL_LM_CLASSES_FILE` (transformers' ``models/auto/modeling_auto.py``
+    ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``; a None class: the type has no causal-LM class there).
+
+    Raises ValueError for a file of another format or version (a shipped file: a bug)."""
+    doc = json.loads(CAUSAL_LM_CLASSES_FILE.read_text(encoding="utf-8"))
+    if doc.get("format") != "vtrain-hf-causal-lm-classes" or doc.get("version") != 1:
+        raise ValueError(f"{CAUSAL_LM_CLASSES_FILE}: not a vtrain-hf-causal-lm-classes version 1 "
+                         "file")
+    return doc["transformers_version"], dict(doc["classes"])
+
+
+def _model_type_agrees(cfg: dict[str, Any], arch: str, where: str) -> list[str]:
+    """Check the config's ``model_type`` against its ``architectures``; return the notes.
+
+    transformers' ``AutoModelForCausalLM`` builds the class of the configuration the file's
+    ``model_type`` names (``AutoConfig``; ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``,
+    :func:`causal_lm_classes`); ``architectures`` is what the saving code wrote and does not
+    choose the class. The importer reads the model by ``architectures``, so the two must name
+    one model: a ``model_type`` whose class is another one (``llama`` beside
+    ``Qwen2ForCausalLM``, ``qwen3_moe`` beside ``Qwen3ForCausalLM``) is refused. A
+    ``model_type`` that is one of several names of the same class (transformers 5.25 builds
+    ``LlamaForCausalLM`` for ``llama``, ``internlm3``, ``exaone``, ``iquestcoder``) is read with
+    a note when it is not the architecture's own (its configuration class's defaults are
+    :func:`core.io.hf_defaults.fill_class_defaults`'s concern); one transformers has no class
+    for (a model with its own code, ``auto_map``; Kimi-K2's ``kimi_k2``) leaves the architecture
+    to decide, with a note. No ``model_type``: the architecture decides (no note). A
+    ``model_type`` that is not text is left to ``fill_class_defaults``, which refuses it.
+
+    Raises ConfigError naming ``model_type`` when its class is not ``arch``."""
+    mt = cfg.get("model_type")
+    if not isinstance(mt, str):
+        return []
+    version, classes = causal_lm_classes()
+    built = classes.get(mt)
+    if built is None:
+        return [f"model_type {mt!r}: transformers {version}'s AutoModelForCausalLM has no class "
+                f"for it (a model with its own code, auto_map); read as architectures' {arch}"]
+    if built != arch:
+        raise _refuse(where, "model_type", f"{mt!r} disagrees with architectures [{arch!r}]: "
+                      f"transformers' AutoModelForCausalLM builds {built} for model_type {mt!r} "
+                      f"(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, transformers {version}), not {arch}; "
+                      "architectures is only what was saved. The two must name one model: fix "
+                      "the one that is wrong")
+    _, table = load_class_defaults()
+    if mt in table and arch in table[mt].architectures:  # the architecture's own type
+        return []
+    names = sorted(t for t, c in classes.items() if c == arch)
+    return [f"model_type {mt!r}: one of the names transformers {version} builds {arch} for "
+            f"({', '.join(names)}); read as {arch}"]
 
 
 def _ignored_fields(cfg: dict[str, Any], arch: str, where: str) -> tuple[dict[str, str], bool]:

@@ -261,7 +261,9 @@ def _rule(section: str, key: str) -> Rule | None:
 #: ``[experimental]``, ``compile`` a switch of ``[training]``. Each is read as the key it was
 #: renamed to, the same meaning; messages name the file's key. ``pipeline_parallel_microbatches``
 #: (the number of micro-batches the local batch is split into, default the pipeline degree)
-#: gives the micro-batch size (:func:`_older_microbatches`).
+#: gives the micro-batch size (:func:`_older_microbatches`). ``pipeline_parallel_degree`` above 1
+#: is refused under its older name (:func:`_older_pipeline_split`: that version's split of the
+#: layers is not known).
 OLDER_NAMES: dict[str, str] = {
     "training.batch_size": "training.local_batch_size",
     "training.data_parallel_replicate_degree": "parallelism.data_parallel_replicate_degree",
@@ -298,6 +300,36 @@ def _older_layout(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict
         target[nkey] = table.pop(key)
         renamed[new] = old
     return out, renamed
+
+
+def _older_pipeline_split(used: dict[str, Any], where: str, renamed: dict[str, str]) -> None:
+    """Refuse ``[experimental] pipeline_parallel_degree`` above 1: the stages' layers are not
+    known for the torchtitan that read that layout.
+
+    The importer's split (:func:`torchtitan_stage_layers`) is torchtitan 0.1.0's and 0.2.0's
+    ``generate_split_points`` / ``generate_llm_fqn_per_model_part`` (``num_layers + 2`` effective
+    layers, the embedding and the output layer one each: ``torchtitan/distributed/pipeline.py``,
+    ``pipeline_parallel.py``). Those releases read the degree under ``[parallelism]`` only, and
+    their ``ConfigManager._dict_to_dataclass`` drops keys its dataclasses do not have, so a file
+    with the older key runs with no pipeline there (0.1.0 ``config_manager.py``). The torchtitan
+    that read ``[experimental]`` has no release whose code can be read (PyPI's torchtitan 0.0.2
+    wheel holds none), so how it split the layers when ``pipeline_parallel_split_points`` is
+    empty cannot be checked: refused by name rather than given 0.1.0's split. Degree 1 (no
+    pipeline) is read.
+
+    Raises ConfigError naming the file's older key."""
+    key = _PAR + "pipeline_parallel_degree"
+    p = used.get(key)
+    if key not in renamed or isinstance(p, bool) or not isinstance(p, int) or p <= 1:
+        return  # the current key, no pipeline, or a bad value _degrees refuses
+    raise refusal(where, key, f"{p} under the older [experimental] layout: the stages' layers "
+                  "are those the torchtitan that read it chose (its own generate_split_points), "
+                  "which no torchtitan release shows; the importer models 0.1.0's and 0.2.0's "
+                  "split (num_layers + 2 over the stages, the embedding and output layer one "
+                  "layer each), and those releases ignore this key (they read [parallelism] "
+                  "pipeline_parallel_degree and drop keys they do not know). Give "
+                  "[parallelism] pipeline_parallel_degree if the run used that split, or import "
+                  "without the pipeline and set the session's pipeline_model_parallel_layout")
 
 
 def _older_microbatches(used: dict[str, Any], where: str, renamed: dict[str, str]) -> None:
@@ -490,6 +522,7 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
     """:func:`session_from_torchtitan` of a file in the current layout (``renamed``: current
     key -> the file's older name)."""
     used, ignored = _classify(cfg, where)
+    _older_pipeline_split(used, where, renamed)
     _older_microbatches(used, where, renamed)
     notes: list[str] = []
     if renamed:

@@ -200,7 +200,8 @@ ARGUMENTS: dict[str, Arg] = {
     "--ffn-hidden-size": Arg(("model.ffn_hidden_size",), True, "MLP hidden size (default 4h)"),
     "--seq-length": Arg(("model.seq_length",), True, "sequence length s"),
     "--vocab-size": Arg(("model.vocab_size",), True,
-                        "vocabulary size (NullTokenizer: this plus one end-of-document token)"),
+                        "vocabulary size (NullTokenizer: this, its end-of-document token the "
+                        "last id)"),
     "--tokenizer-type": Arg(("model.vocab_size",), True,
                             "a tokenizer of known size (GPT2BPETokenizer: 50257, Llama2Tokenizer: "
                             "32000, BERT word pieces) or NullTokenizer with --vocab-size"),
@@ -210,6 +211,14 @@ ARGUMENTS: dict[str, Arg] = {
     "--padded-vocab-size": Arg(("model.vocab_size", "model.make_vocab_size_divisible_by"), True,
                                "the padded vocabulary as given (Megatron-LM pads only when it "
                                "is not): model.vocab_size with make_vocab_size_divisible_by 1"),
+    # megatron-core 0.19.2 megatron/core/tokenizers/utils/build_tokenizer.py: with
+    # pad_vocab_size False build_tokenizer does not set padded_vocab_size
+    "--no-pad-vocab-size": Arg(("model.vocab_size",), False,
+                               "no padding by build_tokenizer: with --padded-vocab-size no "
+                               "effect; without it refused (the vocabulary is the model "
+                               "builder's)"),
+    "--disable-pad-vocab-size": Arg(("model.vocab_size",), False,
+                                    "--no-pad-vocab-size's other name"),
     "--kv-channels": Arg(("model.kv_channels",), True, "attention head size (default h/a)"),
     "--group-query-attention": Arg(("model.num_query_groups",), False, "grouped-query attention"),
     "--num-query-groups": Arg(("model.num_query_groups",), True, "query groups g"),

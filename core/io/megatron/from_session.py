@@ -42,7 +42,8 @@ def _shape_words(m: Any) -> list[str]:
         out += ["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", "gpt2-vocab.json",
                 "--merge-file", "gpt2-merges.txt"]
     else:
-        out += ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab_size - 1)]
+        # megatron-core 0.18 on: the NullTokenizer's size is --vocab-size (eod the last id)
+        out += ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab_size)]
     divisor = _get(m, "make_vocab_size_divisible_by", 128)
     if divisor != 128:  # Megatron-LM's default pads to 128*t
         out += ["--make-vocab-size-divisible-by", str(divisor)]

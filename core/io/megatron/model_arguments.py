@@ -11,8 +11,10 @@ The attention kernel follows Megatron-Core: ``--attention-backend`` (default ``a
 Transformer Engine picks its fused or flash attention) wins over the deprecated
 ``--use-flash-attn``; ``auto``, ``fused`` (TE's cuDNN fused attention) and ``flash`` are timed
 as FlashAttention, ``unfused`` and ``local`` as the unfused kernel. ``NullTokenizer``'s
-vocabulary is ``--vocab-size`` plus one end-of-document token
-(``megatron/training/tokenizer/tokenizer.py``, ``_NullTokenizer``).
+vocabulary is ``--vocab-size``, its end-of-document token the last id (megatron-core 0.18 on,
+the tokenizer Megatron-LM's ``build_tokenizer`` builds at the table's commit, which has
+``--null-tokenizer-eod-id``: ``megatron/core/tokenizers/text/libraries/null_tokenizer.py``;
+megatron-core 0.17 and earlier added one end-of-document token).
 """
 
 from __future__ import annotations
@@ -357,9 +359,22 @@ def _model_shape(mp: Mapper) -> tuple[int, int, int]:
 
 def _vocabulary(mp: Mapper) -> None:
     """The vocabulary: a tokenizer of known size (whatever ``--vocab-size`` says: Megatron-LM
-    reads it for the NullTokenizer, plus one, and TikTokenizer only), ``--vocab-size``, or GPT-2
+    reads it for the NullTokenizer and TikTokenizer only), ``--vocab-size``, or GPT-2
     BPE for a ``--vocab-file``; and its padding, ``--make-vocab-size-divisible-by``
-    (Megatron-LM pads to a multiple of it times t; DeepSeek-V3 launches give 3232)."""
+    (Megatron-LM pads to a multiple of it times t; DeepSeek-V3 launches give 3232).
+
+    The NullTokenizer's size is ``--vocab-size`` itself: megatron-core 0.19.2's
+    ``NullTokenizer.__init__`` sets ``_vocab_size = int(vocab_size)`` and ``_eod_id =
+    vocab_size - 1`` (``--null-tokenizer-eod-id`` moves it), and its ``vocab_size`` property
+    returns ``_vocab_size`` (``megatron/core/tokenizers/text/libraries/null_tokenizer.py``; the
+    same in 0.18.2 and 0.19.0; 0.17.1's returned ``vocab_size + 1``). The table's Megatron-LM
+    commit has ``--null-tokenizer-eod-id``, which came with that tokenizer.
+
+    ``--no-pad-vocab-size`` (``pad_vocab_size`` False): ``build_tokenizer`` then does not set
+    ``padded_vocab_size`` (megatron-core 0.19.2, ``megatron/core/tokenizers/utils/
+    build_tokenizer.py``). With ``--padded-vocab-size`` that changes nothing; without it the
+    rows are the model builder's (``megatron/training/argument_utils.py`` pads ``--vocab-size``
+    all the same), which the import cannot read: refused by name."""
     args, src = mp.args, mp.source
     if mp.take("--make-vocab-size-divisible-by"):
         mp.set("--make-vocab-size-divisible-by", "model.make_vocab_size_divisible_by",
@@ -369,7 +384,7 @@ def _vocabulary(mp: Mapper) -> None:
     if tok == "NullTokenizer":
         if vocab is None:
             raise MegatronArgsError(f"{src}: --tokenizer-type NullTokenizer needs --vocab-size")
-        mp.set("--vocab-size", "model.vocab_size", vocab + 1)  # plus the end-of-document token
+        mp.set("--vocab-size", "model.vocab_size", vocab)  # its end-of-document id is vocab - 1
     elif tok in TOKENIZER_VOCAB:
         # Megatron-LM's build_tokenizer builds these from their files; --vocab-size is read by
         # the NullTokenizer and TikTokenizer only
@@ -402,6 +417,17 @@ def _vocabulary(mp: Mapper) -> None:
     elif not mp.take("--padded-vocab-size"):
         raise MegatronArgsError(f"{src}: the vocabulary size is unknown: give --vocab-size or "
                                 "--tokenizer-type")
+    no_pad = [f for f in ("--no-pad-vocab-size", "--disable-pad-vocab-size") if mp.take(f)]
+    if no_pad and "--padded-vocab-size" in args:
+        mp.notes.append((no_pad[0], "no effect: --padded-vocab-size gives the rows (Megatron-LM's "
+                         "build_tokenizer pads only without either)"))
+    elif no_pad:
+        mp.refuse(no_pad[0], "without --padded-vocab-size: Megatron-LM's build_tokenizer then "
+                  "leaves padded_vocab_size unset (megatron-core 0.19.2, megatron/core/tokenizers/"
+                  "utils/build_tokenizer.py) and the embedding's rows are whatever the model "
+                  "builder makes of that (megatron/training/argument_utils.py pads --vocab-size "
+                  "by --make-vocab-size-divisible-by all the same), which the import cannot read; "
+                  "give --padded-vocab-size V with the rows you train with")
     if mp.take("--padded-vocab-size"):
         # build_tokenizer pads the tokenizer's size only when --padded-vocab-size is not given
         padded = int_argument(args, "--padded-vocab-size", src)
