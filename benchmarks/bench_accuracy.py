@@ -45,6 +45,7 @@ from core.accuracy.calibrate import (apply_fit, balanced_weights, calibrated_sto
                                      fit, measured_sessions)
 from core.store.interval import cross_conformal, residual_table_from_cv  # noqa: E402
 from core.store.profile_store import ProfileStore  # noqa: E402
+from scripts.feature_transfer import carry_over  # noqa: E402
 from core.store.nccl_tests import fit_curve, read_nccl_tests  # noqa: E402
 from core.store.profiles_gen import generate_store  # noqa: E402
 from core.sim.simulate import simulate  # noqa: E402
@@ -141,10 +142,12 @@ def main() -> None:
                          "the store was fitted; run with --write to refit it")
         table = calibration_residuals(per_file, cv_pred, base, folds=args.folds,
                                       file_weights=FILE_WEIGHTS, progress=print)
-        store.residuals = table
         store.provenance["error_band"] = (
             f"split conformal intervals from the {len(table)} out-of-sample residuals in "
             "/residuals (core.store.interval): " + table.procedure)
+        store.residuals, kept = carry_over(table, path)  # the feature_transfer set stays
+        if kept:
+            store.provenance["feature_transfer_residuals"] = kept
         store.save(path)
         print(f"added {len(table)} residuals to {path}")
         band_figures(table)
@@ -174,6 +177,9 @@ def main() -> None:
                   weights=balanced_weights([len(s_single), len(s_multi)], FILE_WEIGHTS))
         out = calibrated_store(base, res, list(FILES), cv, FILE_WEIGHTS, table)
         path = ROOT / "profiles" / "A100-SXM4-80GB.h5"
+        out.residuals, kept = carry_over(table, path)  # the feature_transfer set stays
+        if kept:
+            out.provenance["feature_transfer_residuals"] = kept
         out.save(path)
         print(f"wrote {path} (in-sample {fmt(res.train_metrics)})")
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from core.accuracy.metrics import interval_metrics  # noqa: E402
 from core.store.interval import cross_conformal  # noqa: E402
 from core.store.profile_store import ProfileStore  # noqa: E402
-from core.store.residuals import ResidualTable  # noqa: E402
+from core.store.residuals import RESIDUAL_SETS, ResidualTable  # noqa: E402
 
 #: The modern GPUs share one residual table (every modern store holds it); the A100 its own.
 STORES = ("H100-SXM5-80GB.h5", "A100-SXM4-80GB.h5")
@@ -78,7 +78,11 @@ def main() -> int:
         if table is None:
             print(f"{Path(path).name}: no residuals")
             continue
-        print(f"{Path(path).name}: {len(table)} residuals, {args.coverage:.0%} band, "
+        sets = ", ".join(f"{int((table.set == k).sum())} {k}" for k in RESIDUAL_SETS
+                         if table.has_set(k))
+        if table.has_set("feature_transfer"):
+            sets += ": the feature_transfer rows are no calibration runs, never held out"
+        print(f"{Path(path).name}: {len(table)} residuals ({sets}), {args.coverage:.0%} band, "
               f"{args.folds} held-out folds")
         for label, t in (("node class only", node_class_only(table)), ("runs like the plan", table)):
             cpu = time.process_time()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import h5py
 import numpy as np
@@ -17,7 +18,7 @@ from core.store.calibration_range import (CONDITIONS, MIN_LIKE_RUNS, condition_o
                                           features_of, plan_features)
 from core.store.image import from_image, to_image
 from core.store.interval import (conformal_bounds, cross_conformal, interval_factors, interval_for,
-                                 interval_line, min_residuals, plan_departures,
+                                 interval_line, layer_parameters, min_residuals, plan_departures,
                                  residual_table_from_cv, session_interval)
 from core.store.profile_store import ProfileStore
 from core.store.profiles_gen import generate_store
@@ -392,9 +393,24 @@ def test_the_shipped_a100_store_names_features_its_runs_never_had(capsys):
     iv = session_interval(none, 1.0, store)
     assert [(d.feature, d.value, d.calibrated) for d in iv.departures] == [
         ("recompute", "none", ("full",))]
-    # the band is still the like runs', and says its coverage for such a plan is unknown
-    assert iv.note.endswith("the band is that of calibration runs without these features: "
-                            "its coverage for a plan with them is not established")
+    # the band is the hull of the like runs' band and the feature-transfer residuals' band
+    # (the store holds that set since 2026-12-05), and says its coverage is unknown
+    assert iv.group == "single_node+feature_transfer"
+    assert iv.note.endswith("the band is the hull of the in-range band and the feature-transfer "
+                            "residuals' band (other runs, with features this store's "
+                            "calibration runs lack, each predicted by a fit without it); its "
+                            "coverage this far out is not established")
+    # without that set: the like runs' band alone, saying its coverage for such a plan is unknown
+    table = store.residuals
+    own = table.subset(table.set != "feature_transfer")
+    alone = interval_for(own, 1.0, none.plan.num_gpus, 8, layer_parameters(none.model),
+                         features=plan_features(none))
+    assert alone.group == "single_node" and alone.departures == iv.departures
+    assert alone.note.endswith("the band is that of calibration runs without these features: "
+                               "its coverage for a plan with them is not established")
+    transfer = conformal_bounds(np.sort(table.log_residual[table.set == "feature_transfer"]), 0.9)
+    assert (iv.low_factor, iv.high_factor) == (min(alone.low_factor, math.exp(transfer[0])),
+                                               max(alone.high_factor, math.exp(transfer[1])))
     inside = session_interval(dataclasses.replace(s, plan=dataclasses.replace(
         s.plan, recompute="full", precision="fp16")), 1.0, store)
     assert not inside.departures and "not established" not in inside.note

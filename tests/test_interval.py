@@ -176,15 +176,25 @@ def test_simulate_json_band_and_analytic_store_without_one(capsys, tmp_path):
     lo, hi = doc["iteration_time_interval_s"]
     T = doc["iteration_time_s"]
     assert lo < T < hi and doc["interval"]["coverage"] == 0.9
-    assert doc["interval"]["group"] == "single_node" and doc["interval"]["in_calibration_range"]
+    # recompute none: the A100 runs are all full recomputation, so the hull with the
+    # feature-transfer residuals' band
+    assert (doc["interval"]["group"] == "single_node+feature_transfer"
+            and doc["interval"]["in_calibration_range"])
     d_lo, d_hi = doc["training_days_interval"]
     assert (d_lo, d_hi) == pytest.approx((doc["training_days"] * lo / T, doc["training_days"] * hi / T))
     c_lo, c_hi = doc["cost_usd_interval"]
     assert (c_lo, c_hi) == pytest.approx((doc["cost_usd"] * lo / T, doc["cost_usd"] * hi / T))
     # a wider nominal coverage gives a band at least as wide
+    assert main(["simulate", str(example), "--json", "--coverage", "0.92"]) == 0
+    lo92, hi92 = json.loads(capsys.readouterr().out)["iteration_time_interval_s"]
+    assert lo92 <= lo and hi92 >= hi
+    # 98 % needs ceil(1.98 / 0.02) = 99 feature-transfer residuals; the A100 store has 30
     assert main(["simulate", str(example), "--json", "--coverage", "0.98"]) == 0
-    lo98, hi98 = json.loads(capsys.readouterr().out)["iteration_time_interval_s"]
-    assert lo98 <= lo and hi98 >= hi
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["iteration_time_interval_s"] is None
+    assert doc["interval"]["note"].endswith("no error band: a 98% band needs at least 99 "
+                                            "feature-transfer residuals, the A100-SXM4-80GB "
+                                            "profile store (calibrated) has 30")
     assert main(["simulate", str(example), "--coverage", "1.5"]) == 2
     assert "--coverage" in capsys.readouterr().err
     # the analytic H100 store has no residuals: no band, and the report says why

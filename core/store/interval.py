@@ -65,6 +65,18 @@ conditions applied, those left out and how many like runs it rests on
 (:func:`core.store.calibration_range.feature_departures`) are listed with the band. A table without the features (stores written before them) groups by node class only,
 as above; so does a table whose runs share every condition (the A100 store).
 
+A plan with such departures keeps that band when the table has no ``feature_transfer``
+residuals (the modern stores: their runs cover most features; the note says its coverage for
+the plan is not established). With them (the A100 store since 2026-12-05:
+the out-of-fold predictions of the 30 published runs on modern GPUs, with FlashAttention, no
+or selective recomputation, BF16 and FP8, cp and ep, which none of the A100 runs had;
+``scripts/feature_transfer.py``), the band is the hull of the in-range band and the conformal
+band of those residuals, as the scale-transfer residuals do for size, and the note says so;
+its coverage for the plan is not established either. A plan both outside the range and
+departing gets the hull of all three. The ``feature_transfer`` rows are never the store's
+calibration runs: its range, features, like runs and held-out check (:func:`cross_conformal`)
+ignore them.
+
 A store without residuals (an analytic or measured store) gives no interval
 and says why; no band is ever made up.
 """
@@ -168,8 +180,10 @@ class PredictionInterval:
         ``low_s / predicted``, ``high_s / predicted``: every figure proportional to the
         iteration time (training days, GPU-hours, dollars) has the band ``value * factor``.
     group : str
-        Residual group(s) the band came from (``single_node``, ``multi_node``, or
-        ``<node class>+scale_transfer`` outside the calibration range), "" when none.
+        Residual group(s) the band came from (``single_node``, ``multi_node``,
+        ``<node class>+scale_transfer`` outside the calibration range, ``+feature_transfer``
+        appended for a plan with features outside the calibration runs when the table has that
+        set), "" when none.
     num_residuals : int
         Size of those groups.
     in_calibration_range : bool or None
@@ -315,7 +329,9 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
     if departures:
         note += ("; " if note else "") + ("outside the calibration runs' features: "
                                           + "; ".join(d.text for d in departures))
-    names = [cls, "scale_transfer"] if outside else [cls]
+    transfer = bool(departures) and "feature_transfer" in groups
+    names = [cls] + (["scale_transfer"] if outside else []) + (["feature_transfer"] if transfer
+                                                               else [])
     if outside and "scale_transfer" not in groups:
         return _no_band(coverage, note + f"; no error band: {store_name} has no "
                                          "scale-transfer residuals", False, departures=departures)
@@ -334,10 +350,15 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
         bounds.append(b)
         sizes += int(r.size)
     group = "+".join(g for g in names if g in groups)
-    if outside:
-        note += ("; the band is the hull of the in-range band and the scale-transfer "
-                 "residuals' band (a single-node fit predicting multi-node runs); its coverage "
-                 "this far out is not established")
+    if outside or transfer:
+        hull = ["the in-range band"]
+        if outside:
+            hull.append("the scale-transfer residuals' band (a single-node fit predicting "
+                        "multi-node runs)")
+        if transfer:
+            hull.append("the feature-transfer residuals' band (" + _FEATURE_TRANSFER + ")")
+        note += ("; the band is the hull of " + ", ".join(hull[:-1]) + " and " + hull[-1]
+                 + "; its coverage this far out is not established")
     elif departures:
         note += ("; the band is that of calibration runs without these features: its coverage "
                  "for a plan with them is not established")
@@ -345,6 +366,11 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
     hi = math.exp(max(b[1] for b in bounds))
     return PredictionInterval(coverage, predicted_s * lo, predicted_s * hi, lo, hi, group,
                               sizes, not outside, note, departures, used, dropped, like)
+
+
+#: What the ``feature_transfer`` residuals are, for the notes.
+_FEATURE_TRANSFER = ("other runs, with features this store's calibration runs lack, each "
+                     "predicted by a fit without it")
 
 
 def _like_residuals(table: ResidualTable, cls: str, features: dict, coverage: float
@@ -437,7 +463,8 @@ def interval_factors(table: ResidualTable | None, num_gpus: np.ndarray, gpus_per
         else:
             distinct, index = features, np.asarray(feature_index, np.int64).reshape(-1)
     codes: dict = {}
-    cond = np.array([codes.setdefault(condition_key(f) if f is not None else None, len(codes))
+    cond = np.array([codes.setdefault(_feature_key(table, f) if f is not None else None,
+                                      len(codes))
                      for f in distinct], np.int64)[index]
     counts, count_of = np.unique(flat, return_inverse=True)
     count_codes: dict = {}
@@ -469,10 +496,24 @@ def band_key(table: ResidualTable | None, num_gpus: int, gpus_per_node: int,
     residuals: every plan the same), and with features and a table with feature columns the
     values the conditions compare (:func:`core.store.calibration_range.condition_key`). Two
     plans with the same key get the same factors; their notes can differ (the departures
-    and the range named in words)."""
-    cond = (condition_key(features) if features is not None and table is not None
+    and the range named in words). With a ``feature_transfer`` set in the table, whether the
+    plan has any feature outside the calibration runs is part of the key (such a plan's band
+    is the hull with that set's band)."""
+    cond = (_feature_key(table, features) if features is not None and table is not None
             and table.has_features else None)
     return _count_key(table, num_gpus, gpus_per_node, layer_params), cond
+
+
+def _feature_key(table: ResidualTable, features: dict) -> tuple:
+    """The part of :func:`band_key` a plan's features decide: the values the conditions compare
+    (:func:`core.store.calibration_range.condition_key`), and with a ``feature_transfer`` set in
+    ``table`` whether any feature departs (:func:`core.store.calibration_range.feature_departures`;
+    None without the set, where departures do not change the factors)."""
+    key = "_has_feature_transfer"  # once per table (a sweep asks per distinct features)
+    if key not in table.__dict__:
+        table.__dict__[key] = table.has_set("feature_transfer")
+    departs = bool(feature_departures(table, features)) if table.__dict__[key] else None
+    return condition_key(features), departs
 
 
 def _count_key(table: ResidualTable | None, num_gpus: int, gpus_per_node: int,
@@ -523,6 +564,11 @@ def cross_conformal(table: ResidualTable, coverage: float = DEFAULT_COVERAGE, fo
     rows, so its residual never enters its own band. This is how the band's
     coverage is checked on data (tests, ``vtrain validate --cross-validate``).
 
+    ``feature_transfer`` rows are left out of the check altogether: they are another store's
+    runs, not this store's, so they are neither held out nor in any fold's table, and the
+    folds (a permutation of the other rows) are those of the table without them. They get no
+    band (NaN). So a table's figures are the same with and without that set.
+
     Returns
     -------
     low_s, high_s : float arrays, shape (n,)
@@ -537,18 +583,23 @@ def cross_conformal(table: ResidualTable, coverage: float = DEFAULT_COVERAGE, fo
 def cross_conformal_intervals(table: ResidualTable, coverage: float = DEFAULT_COVERAGE,
                               folds: int = 5, seed: int = 0) -> list[PredictionInterval]:
     """:func:`cross_conformal`'s interval of each row of ``table`` (length ``len(table)``), with
-    its note where it has no band (too few residuals in the other folds ...)."""
-    n = len(table)
-    fold_of = np.random.default_rng(seed).permutation(n) % folds
-    out: list[PredictionInterval | None] = [None] * n
+    its note where it has no band (too few residuals in the other folds, a ``feature_transfer``
+    row ...)."""
+    coverage = check_coverage(coverage)
+    own = np.flatnonzero(table.set != "feature_transfer")
+    out: list[PredictionInterval | None] = [
+        _no_band(coverage, "no held-out band: a feature-transfer row (another store's run) is "
+                           "not one of the table's own runs")] * len(table)
+    mine = table.subset(own) if own.size < len(table) else table
+    fold_of = np.random.default_rng(seed).permutation(len(mine)) % folds
     for k in range(folds):
-        others = table.subset(fold_of != k)
+        others = mine.subset(fold_of != k)
         for i in np.flatnonzero(fold_of == k):
-            out[i] = interval_for(others, float(table.predicted_s[i]), int(table.num_gpus[i]),
-                                  int(table.gpus_per_node[i]), float(table.layer_parameters[i]),
-                                  coverage, store_name="the other folds' table",
-                                  features=table.row_features(i))
-    return out  # type: ignore[return-value]  (every row is in one fold)
+            out[int(own[i])] = interval_for(
+                others, float(mine.predicted_s[i]), int(mine.num_gpus[i]),
+                int(mine.gpus_per_node[i]), float(mine.layer_parameters[i]), coverage,
+                store_name="the other folds' table", features=mine.row_features(i))
+    return out  # type: ignore[return-value]  (every row is in one fold or a transfer row)
 
 
 def residual_table_from_cv(sessions: Sequence["Session"], measured_s: np.ndarray,

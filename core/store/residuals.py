@@ -16,8 +16,9 @@ from core.plan.model_config import ATTENTION_KERNELS
 __all__ = ["RESIDUAL_SETS", "NODE_CLASSES", "FEATURE_COLUMNS", "FEATURE_GROUPS", "ResidualTable",
            "node_class"]
 
-#: How a residual row's prediction was obtained.
-RESIDUAL_SETS = ("cross_validated", "scale_transfer")
+#: How a residual row's prediction was obtained (:class:`ResidualTable`'s ``set``). Tables
+#: written before ``feature_transfer`` (2026-12-05) hold the first two only and read as before.
+RESIDUAL_SETS = ("cross_validated", "scale_transfer", "feature_transfer")
 #: Residual groups by node count.
 NODE_CLASSES = ("single_node", "multi_node")
 #: Optional columns: the features of each calibration run that drive the error
@@ -47,8 +48,13 @@ class ResidualTable:
     ----------
     set : str array
         One of :data:`RESIDUAL_SETS`: ``cross_validated`` (k-fold, the fold
-        fitted without the run) or ``scale_transfer`` (fitted on the
-        single-node runs only, predicting a multi-node run).
+        fitted without the run), ``scale_transfer`` (fitted on the
+        single-node runs only, predicting a multi-node run) or ``feature_transfer``
+        (another store's runs with features this store's runs lack, each predicted by a fit
+        without it: the published modern runs' out-of-fold predictions in the A100 store,
+        ``scripts/feature_transfer.py``). Only ``cross_validated`` rows are the store's
+        calibration runs (its range, features and like runs); the other two sets are used
+        only for plans outside them (:mod:`core.store.interval`).
     file : str array
         Measurement file name of the run.
     row : int array
@@ -198,12 +204,17 @@ class ResidualTable:
                                 for c in cols}, procedure=self.procedure or other.procedure)
 
     def groups(self) -> dict[str, np.ndarray]:
-        """Group name -> sorted log residuals: the node classes of ``cross_validated`` rows and
-        ``scale_transfer``; groups without rows are left out."""
+        """Group name -> sorted log residuals: the node classes of ``cross_validated`` rows,
+        ``scale_transfer`` and ``feature_transfer``; groups without rows are left out."""
         r, cv = self.log_residual, self.set == "cross_validated"
         out = {c: np.sort(r[cv & (self.node_class == c)]) for c in NODE_CLASSES}
-        out["scale_transfer"] = np.sort(r[self.set == "scale_transfer"])
+        for name in ("scale_transfer", "feature_transfer"):
+            out[name] = np.sort(r[self.set == name])
         return {k: v for k, v in out.items() if v.size}
+
+    def has_set(self, name: str) -> bool:
+        """True when some row belongs to residual set ``name`` (one of :data:`RESIDUAL_SETS`)."""
+        return bool(np.any(self.set == name))
 
     def calibration_range(self, cls: str) -> tuple[int, int, float, float] | None:
         """``(min GPUs, max GPUs, min parameters, max parameters)`` of the ``cross_validated``

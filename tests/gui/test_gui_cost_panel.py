@@ -97,7 +97,11 @@ def test_error_band_of_time_days_and_dollars(panel, real_simulate):
     none = real_simulate(dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="none"))).report
     panel.set_report(none)
     assert [d.feature for d in none.interval.departures] == ["recompute"]
-    assert none.interval.in_calibration_range and none.interval.num_residuals == 65
+    # its band the hull with the store's 30 feature-transfer residuals' (65 + 30)
+    assert none.interval.in_calibration_range and none.interval.num_residuals == 95
+    assert none.interval.group == "multi_node+feature_transfer"
+    assert none.interval.low_factor < iv.low_factor and none.interval.high_factor > iv.high_factor
+    assert "feature-transfer residuals' band" in panel._values["band_note"].toolTip()
     assert panel.value_text("band_note").startswith("⚠")
     assert "recompute none" in panel._values["band_note"].toolTip()
     # outside the calibration range: the note says so in orange, the tooltip says why
