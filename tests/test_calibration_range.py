@@ -18,7 +18,8 @@ from core.store.calibration_range import (CONDITIONS, MIN_LIKE_RUNS, condition_o
                                           features_of, plan_features)
 from core.store.image import from_image, to_image
 from core.store.interval import (conformal_bounds, cross_conformal, interval_factors, interval_for,
-                                 interval_line, layer_parameters, min_residuals, plan_departures,
+                                 interval_line, layer_parameters, min_residuals, normal_prediction_bounds,
+                                 plan_departures,
                                  residual_table_from_cv, session_interval)
 from core.store.profile_store import ProfileStore
 from core.store.profiles_gen import generate_store
@@ -398,8 +399,9 @@ def test_the_shipped_a100_store_names_features_its_runs_never_had(capsys):
     assert iv.group == "single_node+feature_transfer"
     assert iv.note.endswith("the band is the hull of the in-range band and the feature-transfer "
                             "residuals' band (other runs, with features this store's "
-                            "calibration runs lack, each predicted by a fit without it); its "
-                            "coverage this far out is not established")
+                            "calibration runs lack, each predicted by a fit without it; 6 of "
+                            "them like the plan by family, ep, precision, cp, a normal-theory "
+                            "band); its coverage this far out is not established")
     # without that set: the like runs' band alone, saying its coverage for such a plan is unknown
     table = store.residuals
     own = table.subset(table.set != "feature_transfer")
@@ -408,7 +410,11 @@ def test_the_shipped_a100_store_names_features_its_runs_never_had(capsys):
     assert alone.group == "single_node" and alone.departures == iv.departures
     assert alone.note.endswith("the band is that of calibration runs without these features: "
                                "its coverage for a plan with them is not established")
-    transfer = conformal_bounds(np.sort(table.log_residual[table.set == "feature_transfer"]), 0.9)
+    # the transfer runs like the plan: dense, no ep, bf16, no cp (6, a normal-theory band)
+    like = ((table.set == "feature_transfer") & (table.family == "dense") & (table.ep == 1)
+            & (table.precision == "bf16") & (table.cp == 1))
+    assert int(like.sum()) == 6
+    transfer = normal_prediction_bounds(table.log_residual[like], 0.9)
     assert (iv.low_factor, iv.high_factor) == (min(alone.low_factor, math.exp(transfer[0])),
                                                max(alone.high_factor, math.exp(transfer[1])))
     inside = session_interval(dataclasses.replace(s, plan=dataclasses.replace(

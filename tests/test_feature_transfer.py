@@ -20,7 +20,7 @@ from core.plan.session import Session
 from core.store.calibration_range import features_of, plan_features
 from core.store.interval import (band_key, conformal_bounds, cross_conformal,
                                  cross_conformal_intervals, interval_factors, interval_for,
-                                 layer_parameters, session_interval)
+                                 layer_parameters, normal_prediction_bounds, session_interval)
 from core.store.profile_store import ProfileStore
 from core.store.residuals import RESIDUAL_SETS
 from tests.conftest import ROOT
@@ -140,6 +140,35 @@ def test_cross_conformal_ignores_the_set():
     assert "feature-transfer row" in ivs[-1].note and not ivs[-1].available
 
 
+def test_the_transfer_runs_like_the_plan_set_its_side_of_the_hull():
+    """Transfer rows of two families: a dense plan takes the dense rows' band (20, conformal),
+    an MoE plan with ep the MoE rows' (8: the normal-theory band), as within a node class."""
+    cv, st, _ = _synthetic()
+    dense = [(x, {"attention_kernel": "flash"}) for x in np.linspace(-0.1, 0.05, 20)]
+    moe = [(x, {"attention_kernel": "flash", "family": "moe", "ep": 8})
+           for x in np.linspace(-0.6, 0.6, 8)]
+    ft = dataclasses.replace(_table(dense + moe), set=np.array(["feature_transfer"] * 28))
+    t = cv.concat(st).concat(ft)
+    iv = interval_for(t, 1.0, 64, 8, 1e10, 0.9, features=FLASH)
+    # dense: 20 rows, m = ceil(21 * 0.9) = 19: the shortest window of 19 gaps, -0.1 .. 0.05 less
+    # one end; the hull's high side is the in-range 0.14
+    lo, _ = conformal_bounds(np.sort(np.linspace(-0.1, 0.05, 20)), 0.9)
+    assert iv.low_factor == pytest.approx(math.exp(lo)) and lo > -0.11
+    assert iv.high_factor == pytest.approx(math.exp(0.14))
+    assert "20 of them like the plan by family" in iv.note
+    moe_plan = {**FLASH, "family": "moe", "ep": 8}
+    iv = interval_for(t, 1.0, 64, 8, 1e10, 0.9, features=moe_plan)
+    nlo, nhi = normal_prediction_bounds(np.linspace(-0.6, 0.6, 8), 0.9)
+    assert (iv.low_factor, iv.high_factor) == pytest.approx((math.exp(nlo), math.exp(nhi)))
+    assert "8 of them like the plan by" in iv.note and "a normal-theory band" in iv.note
+    # the sweep's vectorized path agrees plan by plan
+    lo_f, hi_f, _ = interval_factors(t, np.array([64, 64]), 8, 1e10, 0.9,
+                                     features=[FLASH, moe_plan])
+    for k, f in enumerate((FLASH, moe_plan)):
+        want = interval_for(t, 1.0, 64, 8, 1e10, 0.9, features=f)
+        assert (lo_f[k], hi_f[k]) == (want.low_factor, want.high_factor)
+
+
 def _llama7b(flash: bool, recompute: str, num_gpus: int = 128, seq: int | None = None,
              model: str = "Llama 2 7B") -> Session:
     m = dataclasses.replace(MODEL_PRESETS[model],
@@ -172,15 +201,20 @@ def test_the_shipped_a100_store_widens_a_flash_no_recompute_plan_only():
     assert (one.group, one.low_factor, one.high_factor) == (
         "single_node", 0.9523097046777479, 1.0431164805481075)
     # FlashAttention, no recomputation, 4k sequences: the hull, wider than the -8.3 % / +20.4 %
-    # it had, with the set's band -38.9 % / +27.9 % (30 residuals, m = 28: r(1) .. r(29))
+    # it had, with the band of the transfer runs like it: dense, no ep, bf16, no cp (rows 22,
+    # 23, 28, 29, 36, 37; fewer than 19, so the normal-theory band of their 6 residuals)
     s = _llama7b(True, "none")
     iv = session_interval(s, 7.0, store)
     assert [d.feature for d in iv.departures] == ["recompute", "seq_length", "attention_kernel"]
-    lo, hi = conformal_bounds(np.sort(table.log_residual[ft]), 0.9)
+    like = ft & (table.family == "dense") & (table.ep == 1) & (table.precision == "bf16") & (
+        table.cp == 1)
+    assert sorted(table.row[like].tolist()) == [22, 23, 28, 29, 36, 37]
+    lo, hi = normal_prediction_bounds(table.log_residual[like], 0.9)
     assert (iv.low_factor, iv.high_factor) == (math.exp(lo), max(math.exp(hi), 1.2044153890591915))
-    assert (round(100 * (iv.low_factor - 1), 1), round(100 * (iv.high_factor - 1), 1)) == (-38.9, 27.9)
+    assert (round(100 * (iv.low_factor - 1), 1), round(100 * (iv.high_factor - 1), 1)) == (-24.7, 39.7)
     assert iv.group == "multi_node+feature_transfer" and iv.num_residuals == 95
-    assert "feature-transfer residuals' band" in iv.note and iv.note.endswith(TAIL)
+    assert ("6 of them like the plan by family, ep, precision, cp, a normal-theory band"
+            in iv.note and iv.note.endswith(TAIL))
     # the sweep's vectorized bands of both plans are theirs
     plans = [s, _llama7b(False, "full", seq=2048)]
     for p in plans:

@@ -70,8 +70,10 @@ residuals (the modern stores: their runs cover most features; the note says its 
 the plan is not established). With them (the A100 store since 2026-12-05:
 the out-of-fold predictions of the 30 published runs on modern GPUs, with FlashAttention, no
 or selective recomputation, BF16 and FP8, cp and ep, which none of the A100 runs had;
-``scripts/feature_transfer.py``), the band is the hull of the in-range band and the conformal
-band of those residuals, as the scale-transfer residuals do for size, and the note says so;
+``scripts/feature_transfer.py``), the band is the hull of the in-range band and the band of
+those residuals' runs like the plan (the conditions, minimum and normal-theory fallback of the
+like runs above, on that set's own rows: a dense plan is not given the MoE runs' errors), as
+the scale-transfer residuals do for size, and the note says so;
 its coverage for the plan is not established either. A plan both outside the range and
 departing gets the hull of all three. The ``feature_transfer`` rows are never the store's
 calibration runs: its range, features, like runs and held-out check (:func:`cross_conformal`)
@@ -330,6 +332,18 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
         note += ("; " if note else "") + ("outside the calibration runs' features: "
                                           + "; ".join(d.text for d in departures))
     transfer = bool(departures) and "feature_transfer" in groups
+    transfer_normal: tuple[float, float] | None = None
+    transfer_used: tuple[str, ...] = ()
+    transfer_like = 0
+    if transfer and features is not None and table.has_features:
+        # the transfer runs like the plan (dense or MoE, family, ...), as within the class
+        sample, transfer_used, _, transfer_like = _like_sample(
+            table, table.set == "feature_transfer", "_condition_order_feature_transfer",
+            features, coverage)
+        if isinstance(sample, tuple):
+            transfer_normal = sample
+        else:
+            groups["feature_transfer"] = sample
     names = [cls] + (["scale_transfer"] if outside else []) + (["feature_transfer"] if transfer
                                                                else [])
     if outside and "scale_transfer" not in groups:
@@ -338,7 +352,9 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
     bounds, sizes = [], 0
     for group in names:
         r = groups.get(group, np.empty(0))
-        b = normal if group == cls and normal is not None else conformal_bounds(r, coverage)
+        b = (normal if group == cls and normal is not None
+             else transfer_normal if group == "feature_transfer" and transfer_normal is not None
+             else conformal_bounds(r, coverage))
         if b is None and group == cls and outside and cls not in groups:
             continue  # no runs of this node class at all: the transfer band alone
         if b is None:
@@ -356,7 +372,13 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
             hull.append("the scale-transfer residuals' band (a single-node fit predicting "
                         "multi-node runs)")
         if transfer:
-            hull.append("the feature-transfer residuals' band (" + _FEATURE_TRANSFER + ")")
+            like_text = (f"; {transfer_like} of them like the plan by "
+                         + ", ".join(c.replace("_", " ") for c in transfer_used)
+                         + (", a normal-theory band" if transfer_normal is not None else "")
+                         if transfer_like < int((table.set == "feature_transfer").sum())
+                         else "")
+            hull.append("the feature-transfer residuals' band (" + _FEATURE_TRANSFER
+                        + like_text + ")")
         note += ("; the band is the hull of " + ", ".join(hull[:-1]) + " and " + hull[-1]
                  + "; its coverage this far out is not established")
     elif departures:
@@ -380,10 +402,17 @@ def _like_residuals(table: ResidualTable, cls: str, features: dict, coverage: fl
     residuals when they are the whole class or at least :func:`min_residuals` (for
     :func:`conformal_bounds`), else the bounds of their :func:`normal_prediction_bounds`.
     Returns it with the conditions applied, those left out and the like runs."""
-    r = table.log_residual
     base = (table.set == "cross_validated") & (table.node_class == cls)
-    key = f"_condition_order_{cls}"  # once per table and node class (a sweep asks per plan)
-    if key not in table.__dict__:
+    return _like_sample(table, base, f"_condition_order_{cls}", features, coverage)
+
+
+def _like_sample(table: ResidualTable, base: np.ndarray, key: str, features: dict,
+                 coverage: float) -> tuple[np.ndarray | tuple[float, float], tuple[str, ...],
+                                           tuple[str, ...], int]:
+    """:func:`_like_residuals` over the rows ``base`` (bool (n,)) of ``table``, the conditions'
+    order cached on the table under ``key``."""
+    r = table.log_residual
+    if key not in table.__dict__:  # once per table and sample (a sweep asks per plan)
         table.__dict__[key] = condition_order(table, base)
     order = table.__dict__[key]
     rows, used, dropped = conditioned_rows(table, base, features, MIN_LIKE_RUNS, order)
