@@ -22,10 +22,36 @@ from core.plan.parallel import ParallelPlan, recompute_modules, tensor_dtype
 
 __all__ = [
     "MoeLayerParameters", "expert_data_parallel", "expert_tensor_parallel",
-    "flex_remote_node_copies", "moe_activation_bytes_per_layer", "moe_ffn",
+    "flex_remote_node_copies", "flex_remote_copies_uneven", "moe_activation_bytes_per_layer", "moe_ffn",
     "moe_forward_flops_per_token", "moe_layer_mask", "moe_layer_parameters", "moe_op_kernels",
     "moe_routed_rows", "num_moe_layers", "sorts_chunks",
 ]
+
+
+def flex_remote_copies_uneven(top_k: int, node_experts: list[int] | tuple[int, ...]) -> float:
+    """:func:`flex_remote_node_copies` (no node-limited groups) over nodes that hold unequal
+    shares of the experts: an expert-parallel group laid over nodes its ranks do not fill
+    evenly (128 ranks 2 apart on GB200 NVL72's 72-GPU domains: 36, 36, 36 and 20 ranks per
+    node). A token starts on node ``j`` with the share of the group's ranks there,
+    ``o_j / E`` (each rank holds ``E / ep`` experts and as many tokens), and reaches another
+    node ``i`` unless none of its ``top_k`` uniform distinct experts is among the ``o_i``
+    there: ``sum_j (o_j / E) sum_(i != j) (1 - C(E - o_i, k) / C(E, k))``, ``E = sum o``.
+    With equal shares it is :func:`flex_remote_node_copies`' ``(N - 1)(1 - C(E - E/N, k) /
+    C(E, k))``.
+
+    Raises
+    ------
+    ValueError
+        A share below 1, or ``top_k`` below 1 or above the experts."""
+    o = [int(x) for x in node_experts]
+    E, k = sum(o), int(top_k)
+    if not o or min(o) < 1 or not 1 <= k <= E:
+        raise ValueError(f"node_experts={o}, top_k={k}: every node needs an expert and top_k "
+                         "must be from 1 to the experts")
+    total = math.comb(E, k)
+    reach = [1.0 - math.comb(E - oi, k) / total for oi in o]
+    all_reach = sum(reach)
+    return sum(oj / E * (all_reach - reach[j]) for j, oj in enumerate(o))
 
 
 def flex_remote_node_copies(num_experts: int, top_k: int, num_nodes: int,
