@@ -455,7 +455,7 @@ class CommModel:
         (:func:`core.model.moe.flex_remote_node_copies` over the nodes the expert-parallel
         group spans, with node-limited routing's ``num_groups`` and ``group_topk`` when set;
         :func:`core.model.moe.flex_remote_copies_uneven` where the group's ranks fill its nodes
-        unevenly, without node-limited groups), or None when the plan dispatches with ``alltoall`` or the group fits one node (the
+        unevenly), or None when the plan dispatches with ``alltoall`` or the group fits one node (the
         plain all-to-all then)."""
         from core.model.moe import (expert_tensor_parallel, flex_remote_copies_uneven,
                                      flex_remote_node_copies)
@@ -466,17 +466,14 @@ class CommModel:
         nodes = -(-ep // share)
         if nodes == 1:
             return None
-        if ep % share and (not num_groups or num_groups == 1 or group_topk in (None, num_groups)):
+        if ep % share:
             # the group's ranks fill its nodes unevenly (ep = 128 ranks 2 apart on 72-GPU
             # domains: 36, 36, 36, 20): each node's share of the experts (E / ep per rank)
             per_rank = num_experts // ep
             ranks = [share] * (ep // share) + [ep % share]
-            return flex_remote_copies_uneven(top_k, [r * per_rank for r in ranks])
-        # (node-limited groups over uneven nodes are not modelled: the even-nodes formula over
-        # the whole nodes, as before)
-        whole = ep // share
-        return (flex_remote_node_copies(num_experts, top_k, whole, num_groups, group_topk)
-                if whole > 1 else None)
+            return flex_remote_copies_uneven(top_k, [r * per_rank for r in ranks], num_groups,
+                                             group_topk)
+        return flex_remote_node_copies(num_experts, top_k, nodes, num_groups, group_topk)
 
     def etp_collective(self, kind: str, nbytes: float) -> float:
         """Expert tensor-parallel ``kind`` (all_gather, reduce_scatter) of an ``nbytes`` buffer
