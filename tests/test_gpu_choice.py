@@ -331,3 +331,25 @@ def test_a_large_rows_sweep_is_announced_with_its_time_estimate(tmp_path, capsys
     # the H100 row's is the plain sweep's own (same model, GPUs and space), labelled
     assert lines[0] == "H100-SXM5-80GB: " + " ".join(plain.removeprefix("warning: ").split())
     assert lines[1].startswith("A100-SXM4-80GB: large sweep: the ") and len(lines) == 2
+
+
+def test_a_sweep_out_of_memory_says_what_to_narrow(tmp_path, capsys, monkeypatch):
+    """Qwen3-30B-A3B's default space up to 256 GPUs (vtrain sweep --max-gpus 256, or a price
+    sheet of four kinds) ran out of memory with "the inputs are too large for this machine",
+    which named nothing to change; it now names the options that narrow the space."""
+    import core.studies.gpu_choice as gc
+
+    def exhausted(*_a, **_k):
+        raise MemoryError
+    session = tiny_session("H100-SXM5-80GB")
+    cfg = tmp_path / "s.json"
+    save_session(session, cfg)
+    sheet = tmp_path / "p.csv"
+    sheet.write_text(HEADER + "H100-SXM5-80GB,3.25,4,,test,2026-01-01\n")
+    monkeypatch.setattr(gc, "run_sweep", exhausted)
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--workers", "1"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith("vtrain: error: out of memory: the inputs are too large for this "
+                          "machine; narrow the plan space: --gpus N (one count) instead of "
+                          "--max-gpus")
+    assert "a lower max_gpus in the price sheet" in err
