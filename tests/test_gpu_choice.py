@@ -308,3 +308,48 @@ def test_the_text_says_what_each_row_held_and_its_sweeps_warnings(tmp_path, caps
     assert rows[0]["warnings"] == [] or not any("NVLink domain" in w for w in rows[0]["warnings"])
     assert any("NVLink domain of 72" in w for w in rows[1]["warnings"])
     assert {d["field"] for d in rows[1]["dimensions"]} >= {"schedule", "tensor_parallel"}
+
+
+def test_a_large_rows_sweep_is_announced_with_its_time_estimate(tmp_path, capsys, monkeypatch):
+    """vtrain sweep warns before simulating more than LARGE_SWEEP_WORK pipeline steps, with
+    its time estimate; --gpus-from ran each row's sweep silently (Qwen3-30B-A3B on four kinds
+    up to 256 GPUs: 25 minutes and 20 GB without a word). Each row now says it, as vtrain
+    sweep does, labelled with the row."""
+    import core.studies.sweep.bound as bound
+    monkeypatch.setattr(bound, "LARGE_SWEEP_WORK", 0)  # every sweep is "large"
+    session = tiny_session("H100-SXM5-80GB")
+    cfg = tmp_path / "s.json"
+    save_session(session, cfg)
+    assert main(["sweep", str(cfg), "--max-gpus", "4", "--workers", "1", "--json"]) == 0
+    plain = capsys.readouterr().err.strip()
+    assert plain.startswith("warning: large sweep: the ") and "pipeline steps to simulate" in plain
+    sheet = tmp_path / "p.csv"
+    sheet.write_text(HEADER + "H100-SXM5-80GB,3.25,4,,test,2026-01-01\n"
+                     "A100-SXM4-80GB,1.5,2,,test,2026-01-01\n")
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--json", "--workers", "1"]) == 0
+    lines = [" ".join(x.split()) for x in capsys.readouterr().err.split("warning: ")[1:]]
+    # the H100 row's is the plain sweep's own (same model, GPUs and space), labelled
+    assert lines[0] == "H100-SXM5-80GB: " + " ".join(plain.removeprefix("warning: ").split())
+    assert lines[1].startswith("A100-SXM4-80GB: large sweep: the ") and len(lines) == 2
+
+
+def test_a_sweep_out_of_memory_says_what_to_narrow(tmp_path, capsys, monkeypatch):
+    """Qwen3-30B-A3B's default space up to 256 GPUs (vtrain sweep --max-gpus 256, or a price
+    sheet of four kinds) ran out of memory with "the inputs are too large for this machine",
+    which named nothing to change; it now names the options that narrow the space."""
+    import core.studies.gpu_choice as gc
+
+    def exhausted(*_a, **_k):
+        raise MemoryError
+    session = tiny_session("H100-SXM5-80GB")
+    cfg = tmp_path / "s.json"
+    save_session(session, cfg)
+    sheet = tmp_path / "p.csv"
+    sheet.write_text(HEADER + "H100-SXM5-80GB,3.25,4,,test,2026-01-01\n")
+    monkeypatch.setattr(gc, "run_sweep", exhausted)
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--workers", "1"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith("vtrain: error: out of memory: the inputs are too large for this "
+                          "machine; narrow the plan space: --gpus N (one count) instead of "
+                          "--max-gpus")
+    assert "a lower max_gpus in the price sheet" in err

@@ -701,3 +701,83 @@ def test_qwen3_30b_a3b_stage_memory_with_context_parallelism_is_the_closed_form(
     ring = 4 * (T * 2 * 4 * 128 * 2) + T * 32 * 128 * 2
     assert mem.activations_bytes == pytest.approx(L * per_layer + logits_grad + ring, rel=1e-15)
     assert mem.activations_bytes == 12_282_494_976
+
+
+def test_flex_copies_over_nodes_the_group_fills_unevenly():
+    """An expert-parallel group whose ranks fill its nodes unevenly (Qwen3-30B-A3B, ep = 128
+    ranks etp = 2 apart on GB200 NVL72's 72-GPU domains: 36, 36, 36 and 20 per node) made
+    vtrain simulate / sweep stop with an internal error ("num_experts=128, top_k=8,
+    num_nodes=3: the nodes must split the experts evenly": ep // 36 = 3 nodes). The remote
+    copies over unequal shares: checked against enumerating every expert choice."""
+    import itertools
+    import math
+
+    from core.model.moe import flex_remote_copies_uneven
+    from core.plan.presets import MODEL_PRESETS
+
+    def brute(k, shares):  # a token on node j (share o_j / E) reaches the other nodes it hits
+        node = [i for i, o in enumerate(shares) for _ in range(o)]
+        E, total = len(node), 0.0
+        for j, oj in enumerate(shares):
+            hits = [len({node[e] for e in c} - {j}) for c in itertools.combinations(range(E), k)]
+            total += oj / E * sum(hits) / len(hits)
+        return total
+
+    for k, shares in ((2, [3, 3, 2]), (3, [4, 4, 4, 1]), (1, [5, 2])):
+        assert flex_remote_copies_uneven(k, shares) == pytest.approx(brute(k, shares), rel=1e-12)
+    # equal shares: the even formula
+    assert flex_remote_copies_uneven(8, [32] * 4) == pytest.approx(
+        mm.flex_remote_node_copies(128, 8, 4), rel=1e-12)
+    with pytest.raises(ValueError):
+        flex_remote_copies_uneven(8, [4, 0])
+    plan = ParallelPlan(tensor_parallel=2, pipeline_parallel=1, data_parallel=128,
+                        micro_batch_size=1, global_batch_size=512, expert_parallel=128,
+                        expert_tensor_parallel=2, moe_token_dispatcher_type="flex", zero_stage=1,
+                        sequence_parallel=True)
+    s = Session(MODEL_PRESETS["Qwen3-30B-A3B"], plan,
+                ClusterConfig(gpu="GB200-NVL72", gpus_per_node=72))
+    comm = CommModel(session_profile(s), s.plan, s.cluster)
+    remote = comm.ep_remote_copies(128, 8)
+    expected = sum(o / 128 * sum(1 - math.comb(128 - x, 8) / math.comb(128, 8)
+                                 for i, x in enumerate((36, 36, 36, 20)) if i != j)
+                   for j, o in enumerate((36, 36, 36, 20)))
+    assert remote == pytest.approx(expected, rel=1e-12) and 2.5 < remote < 3
+    r = simulate(s).report  # ran into the ValueError before
+    assert r.iteration_time_s > 0 and math.isfinite(r.iteration_time_s)
+
+
+def test_flex_copies_over_uneven_nodes_with_node_limited_groups():
+    """DeepSeek-V3 (256 experts, 8 groups, top-4 groups) with ep = 256 ranks etp = 2 apart on
+    GB200 NVL72 (36 per node: seven nodes of 36 and one of 4) stopped with an internal error
+    ("num_nodes=7: the nodes must split the experts evenly"). Checked against enumerating the
+    routing (M groups uniform, k/M experts uniform in each) on a small layout, and the even
+    formula on equal shares."""
+    import itertools
+
+    from core.model.moe import flex_remote_copies_uneven
+    from core.plan.presets import MODEL_PRESETS
+
+    E, G, M, k, shares = 12, 4, 2, 2, (5, 4, 3)
+    node = [i for i, o in enumerate(shares) for _ in range(o)]
+    s, per = E // G, k // M
+    total = 0.0
+    for j, oj in enumerate(shares):
+        hits = []
+        for groups in itertools.combinations(range(G), M):
+            for picks in itertools.product(*[itertools.combinations(range(g * s, (g + 1) * s), per)
+                                             for g in groups]):
+                hits.append(len({node[e] for p in picks for e in p} - {j}))
+        total += oj / E * sum(hits) / len(hits)
+    assert flex_remote_copies_uneven(k, shares, G, M) == pytest.approx(total, rel=1e-12)
+    assert flex_remote_copies_uneven(8, [32] * 8, 8, 4) == pytest.approx(
+        mm.flex_remote_node_copies(256, 8, 8, 8, 4), rel=1e-12)
+    dsv3 = MODEL_PRESETS["DeepSeek-V3"]
+    plan = ParallelPlan(tensor_parallel=2, pipeline_parallel=1, data_parallel=256,
+                        micro_batch_size=1, global_batch_size=512, expert_parallel=256,
+                        expert_tensor_parallel=2, moe_token_dispatcher_type="flex", zero_stage=1,
+                        sequence_parallel=True)
+    sess = Session(dsv3, plan, ClusterConfig(gpu="GB200-NVL72", gpus_per_node=72))
+    remote = CommModel(session_profile(sess), plan, sess.cluster).ep_remote_copies(
+        256, 8, dsv3.moe_router_num_groups, dsv3.moe_router_group_topk)
+    assert remote == pytest.approx(flex_remote_copies_uneven(8, [36] * 7 + [4], 8, 4), rel=1e-12)
+    assert 3 < remote < 4.63  # at most the 4 groups' nodes, fewer than without the limit

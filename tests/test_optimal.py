@@ -370,3 +370,28 @@ def test_the_table_names_a_block_of_recomputed_layers(capsys):
     assert main(["optimal", path, "--gpus", "1024", "--days", "30"]) == 0
     out = capsys.readouterr().out
     assert "full (block, 4)" in out
+
+
+def test_a_flop_budget_is_studied_as_the_days_it_takes(capsys):
+    """A researcher with a FLOP budget (1e23) had to turn it into days by hand
+    (C / (GPUs x peak x 86,400 x MFU)); --flops C does it: the study's budget is C and its
+    days are that closed form (H100 dense BF16 peak 989 TFLOP/s, the data sheet)."""
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    args = ["optimal", path, "--gpus", "8", "--flops", "2e20", "--candidates", "2",
+            "--hold-session-values", "--set", "cluster.gpu=H100-SXM5-80GB", "--json"]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["budget_flops"] == pytest.approx(2e20, rel=1e-12)
+    assert doc["days"] == pytest.approx(2e20 / (8 * 989e12 * 86400 * 0.4), rel=1e-12)
+    n_opt, d_opt = chinchilla_optimal(2e20)
+    assert doc["rule_params"] == pytest.approx(n_opt) and 6 * n_opt * d_opt == pytest.approx(2e20)
+    # one budget, not two; and a budget that is no number of FLOPs is refused by name
+    for both_or_none, needle in ((["--flops", "1e20", "--days", "1"], "not allowed with"),
+                                 ([], "one of the arguments --days --flops is required")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["optimal", path, "--gpus", "8", *both_or_none])
+        assert exit_.value.code == 2 and needle in capsys.readouterr().err
+    assert main(["optimal", path, "--gpus", "8", "--flops", "0"]) == 2
+    assert capsys.readouterr().err.startswith("vtrain: error: --flops: 0.0 must be a positive")
+    assert main(["optimal", path, "--gpus", "8", "--flops", "1e30"]) == 2
+    assert "--flops: 1e+30 FLOPs take" in capsys.readouterr().err

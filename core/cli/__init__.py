@@ -91,6 +91,19 @@ def _error(text: object) -> int:
     return 2
 
 
+#: What to narrow when a command runs out of memory (the plan space of a sweep or study grows
+#: with every GPU count and value it tries: an MoE model's expert-parallel sizes, dispatchers
+#: and overlaps multiply it).
+_MEMORY_HINTS = {
+    "sweep": "; narrow the plan space: --gpus N (one count) instead of --max-gpus, or fewer "
+             "values of --micro-batch-sizes, --expert-parallel, --context-parallel, "
+             "--zero-stages, --schedules, --recompute (with --gpus-from: a lower max_gpus in "
+             "the price sheet); vtrain sweep --help",
+    "optimal": "; fewer --gpus or --candidates, or --hold-session-values (a smaller plan space "
+               "for each candidate)",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the process exit status.
 
@@ -120,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             name = exc.filename or ""
             return _error(f"{name}: {exc.strerror or exc}" if name else (exc.strerror or exc))
         if isinstance(exc, MemoryError):
-            return _error("out of memory: the inputs are too large for this machine")
+            return _error("out of memory: the inputs are too large for this machine"
+                          + _MEMORY_HINTS.get(args.command, ""))
         if os.environ.get("VTRAIN_DEBUG"):  # a bug: one line, not a traceback
             raise
         line = printable(" ".join(f"{type(exc).__name__}: {exc}".split("\n")))

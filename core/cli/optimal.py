@@ -24,7 +24,7 @@ def add_parser(sub: Any) -> None:
         "optimal", help="compute-optimal model size for N GPUs and D days (Chinchilla, then "
                         "the plan that really runs)",
         description="Size GPT models around the Chinchilla-optimal size for the FLOPs that N "
-                    "GPUs deliver in D days at an assumed MFU, find each model's fastest plan "
+                    "GPUs deliver in D days at an assumed MFU (or for a FLOP budget: --flops), find each model's fastest plan "
                     "that fits on exactly N GPUs, train it for the tokens that plan processes in "
                     "D days, and rank the models by Chinchilla's fitted loss. Each model's plans "
                     "are those vtrain sweep tries by default (t, p, d, b, schedule, "
@@ -36,7 +36,12 @@ def add_parser(sub: Any) -> None:
                     "calibrated on is marked with ⚠ (it is still chosen when fastest).")
     op.add_argument("path", type=path_arg, metavar="CONFIG", help="session file (.json) or vTrain config (.json)")
     op.add_argument("--gpus", type=integer_arg, required=True, metavar="N", help="GPUs of the budget")
-    op.add_argument("--days", type=decimal_arg, required=True, metavar="D", help="wall-clock days")
+    budget = op.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--days", type=decimal_arg, metavar="D", help="wall-clock days")
+    budget.add_argument("--flops", type=decimal_arg, metavar="C",
+                        help="a FLOP budget (Chinchilla's 6 N D, e.g. 1e23) instead of --days: "
+                             "the days whose budget it is, C / (GPUs x peak FLOP/s x 86,400 x "
+                             "assumed MFU)")
     op.add_argument("--assumed-mfu", type=decimal_arg, default=0.4, metavar="U",
                     help="MFU the Chinchilla rule's FLOP budget assumes (default 0.4)")
     op.add_argument("--candidates", type=integer_arg, default=9, metavar="K",
@@ -70,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
         check_all_but_the_plan(session, gpt_shape(1e9, session.model.seq_length, session.model.vocab_size))
     except ConfigError as exc:  # name the file, in its own terms
         raise session.in_its_terms(exc) from None
+    if args.flops is not None:
+        from core.studies.optimal import days_for_flops
+        args.days = days_for_flops(session, args.gpus, args.flops, args.assumed_mfu)
     progress = study_progress(args.json)
     result = compute_optimal(session, args.gpus, args.days, assumed_mfu=args.assumed_mfu,
                              num_candidates=args.candidates, spread=args.spread, progress=progress,

@@ -89,7 +89,7 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
     from core.io.price_sheet import read_price_sheet
     from core.plan.rules import check_all_but_the_plan
     from core.studies.gpu_choice import choose_gpus
-    from core.util.console import Console
+    from core.util.console import Console, esc
     from core.util.inputs import strict_dumps
 
     _check(args)
@@ -114,16 +114,20 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
         return dataclasses.replace(base, num_gpus=None, max_gpus=row.max_gpus)
 
     err = Console(stderr=True)
+
+    def notice(text: str) -> None:  # a large row's sweep, with its time estimate (vtrain sweep's)
+        err.print(f"[yellow]warning:[/] {esc(text)}", highlight=False)
+
     if args.json or not err.is_terminal:
         choice = choose_gpus(session, sheet, prune=not args.exhaustive, workers=workers,
-                             space_for=space_for)
+                             space_for=space_for, notice=notice)
     else:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       console=err, transient=True) as bar:
             tasks = [bar.add_task(f"sweeping {lab}", total=None) for lab in sheet.labels]
             choice = choose_gpus(session, sheet, prune=not args.exhaustive, workers=workers,
-                                 space_for=space_for,
+                                 space_for=space_for, notice=notice,
                                  progress=lambda r, d, t: bar.update(tasks[r], completed=d,
                                                                      total=t))
     if not any(res.num_plans for res in choice.sweeps):

@@ -22,10 +22,49 @@ from core.plan.parallel import ParallelPlan, recompute_modules, tensor_dtype
 
 __all__ = [
     "MoeLayerParameters", "expert_data_parallel", "expert_tensor_parallel",
-    "flex_remote_node_copies", "moe_activation_bytes_per_layer", "moe_ffn",
+    "flex_remote_node_copies", "flex_remote_copies_uneven", "moe_activation_bytes_per_layer", "moe_ffn",
     "moe_forward_flops_per_token", "moe_layer_mask", "moe_layer_parameters", "moe_op_kernels",
     "moe_routed_rows", "num_moe_layers", "sorts_chunks",
 ]
+
+
+def flex_remote_copies_uneven(top_k: int, node_experts: list[int] | tuple[int, ...],
+                              num_groups: int | None = None,
+                              group_topk: int | None = None) -> float:
+    """:func:`flex_remote_node_copies` (no node-limited groups) over nodes that hold unequal
+    shares of the experts: an expert-parallel group laid over nodes its ranks do not fill
+    evenly (128 ranks 2 apart on GB200 NVL72's 72-GPU domains: 36, 36, 36 and 20 ranks per
+    node). A token starts on node ``j`` with the share of the group's ranks there,
+    ``o_j / E`` (each rank holds ``E / ep`` experts and as many tokens), and reaches another
+    node ``i`` unless none of its ``top_k`` uniform distinct experts is among the ``o_i``
+    there: ``sum_j (o_j / E) sum_(i != j) (1 - C(E - o_i, k) / C(E, k))``, ``E = sum o``.
+    With equal shares it is :func:`flex_remote_node_copies`' ``(N - 1)(1 - C(E - E/N, k) /
+    C(E, k))``. With node-limited routing (``num_groups`` G, ``group_topk`` M < G) a node's
+    chance to be reached is :func:`flex_remote_node_copies`' (the M groups uniform, ``k/M``
+    experts uniform in each) over the experts the node holds of each group, the nodes holding
+    consecutive experts in rank order.
+
+    Raises
+    ------
+    ValueError
+        A share below 1, ``top_k`` below 1 or above the experts, or groups that do not split
+        the experts or hold fewer than ``top_k`` experts."""
+    o = [int(x) for x in node_experts]
+    E, k = sum(o), int(top_k)
+    if not o or min(o) < 1 or not 1 <= k <= E:
+        raise ValueError(f"node_experts={o}, top_k={k}: every node needs an expert and top_k "
+                         "must be from 1 to the experts")
+    if num_groups and num_groups > 1 and group_topk not in (None, num_groups):
+        G, M = int(num_groups), int(group_topk)
+        if E % G or not 1 <= M <= G or M * (E // G) < k:
+            raise ValueError(f"num_groups={G}, group_topk={M}: the groups must split the "
+                             f"{E} experts evenly and the chosen ones hold at least top_k={k}")
+        reached = _group_limited_reach(k, tuple(o), G, M)
+        return float(sum(r * (1.0 - oi / E) for r, oi in zip(reached, o)))
+    total = math.comb(E, k)
+    reach = [1.0 - math.comb(E - oi, k) / total for oi in o]
+    all_reach = sum(reach)
+    return sum(oj / E * (all_reach - reach[j]) for j, oj in enumerate(o))
 
 
 def flex_remote_node_copies(num_experts: int, top_k: int, num_nodes: int,
@@ -98,6 +137,28 @@ def _group_limited_copies(E: int, k: int, N: int, G: int, M: int) -> float:
         e[:, 1:] = e[:, 1:] + e[:, :-1] * x[:, g:g + 1]
     reached = 1.0 - e[:, M] / math.comb(G, M)
     return (N - 1) / N * float(reached.sum())
+
+
+@lru_cache(maxsize=256)
+def _group_limited_reach(k: int, shares: tuple[int, ...], G: int, M: int) -> tuple[float, ...]:
+    """Each node's chance to be reached by a token under node-limited routing, the nodes
+    holding ``shares`` consecutive experts (:func:`_group_limited_copies`' terms, any shares)."""
+    E, N = sum(shares), len(shares)
+    s = E // G
+    expert = np.arange(E)
+    overlap = np.zeros((N, G), np.int64)
+    np.add.at(overlap, (np.repeat(np.arange(N), shares), expert // s), 1)
+    q, r = divmod(k, M)
+
+    def miss(n: int) -> np.ndarray:
+        return np.array([math.comb(s - o, n) for o in range(s + 1)], float) / math.comb(s, n)
+    per_group = ((M - r) * miss(q) + r * miss(min(q + 1, s))) / M
+    x = per_group[overlap]
+    e = np.zeros((N, M + 1))
+    e[:, 0] = 1.0
+    for g in range(G):
+        e[:, 1:] = e[:, 1:] + e[:, :-1] * x[:, g:g + 1]
+    return tuple(float(v) for v in 1.0 - e[:, M] / math.comb(G, M))
 
 
 def expert_tensor_parallel(plan: ParallelPlan) -> int:

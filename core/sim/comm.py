@@ -453,16 +453,27 @@ class CommModel:
                          group_topk: int | None = None) -> float | None:
         """Copies of one token that leave its node under the ``flex`` dispatcher
         (:func:`core.model.moe.flex_remote_node_copies` over the nodes the expert-parallel
-        group spans, with node-limited routing's ``num_groups`` and ``group_topk`` when set),
-        or None when the plan dispatches with ``alltoall`` or the group fits one node (the
+        group spans, with node-limited routing's ``num_groups`` and ``group_topk`` when set;
+        :func:`core.model.moe.flex_remote_copies_uneven` where the group's ranks fill its nodes
+        unevenly), or None when the plan dispatches with ``alltoall`` or the group fits one node (the
         plain all-to-all then)."""
-        from core.model.moe import expert_tensor_parallel, flex_remote_node_copies
+        from core.model.moe import (expert_tensor_parallel, flex_remote_copies_uneven,
+                                     flex_remote_node_copies)
         if getattr(self.plan, "moe_token_dispatcher_type", "alltoall") != "flex":
             return None
         ep = self.plan.expert_parallel
-        nodes = max(1, ep // self._expert_node_share(expert_tensor_parallel(self.plan), ep))
-        return (flex_remote_node_copies(num_experts, top_k, nodes, num_groups, group_topk)
-                if nodes > 1 else None)
+        share = self._expert_node_share(expert_tensor_parallel(self.plan), ep)
+        nodes = -(-ep // share)
+        if nodes == 1:
+            return None
+        if ep % share:
+            # the group's ranks fill its nodes unevenly (ep = 128 ranks 2 apart on 72-GPU
+            # domains: 36, 36, 36, 20): each node's share of the experts (E / ep per rank)
+            per_rank = num_experts // ep
+            ranks = [share] * (ep // share) + [ep % share]
+            return flex_remote_copies_uneven(top_k, [r * per_rank for r in ranks], num_groups,
+                                             group_topk)
+        return flex_remote_node_copies(num_experts, top_k, nodes, num_groups, group_topk)
 
     def etp_collective(self, kind: str, nbytes: float) -> float:
         """Expert tensor-parallel ``kind`` (all_gather, reduce_scatter) of an ``nbytes`` buffer

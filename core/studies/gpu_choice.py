@@ -247,7 +247,8 @@ def _best(ks: np.ndarray, first: np.ndarray, second: np.ndarray) -> int | None:
 def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, workers: int = 1,
                 coverage: float = DEFAULT_COVERAGE, cancel: Any = None,
                 progress: Callable[[int, int, int], None] | None = None,
-                space_for: Callable[[Any], SweepSpace] | None = None) -> GpuChoice:
+                space_for: Callable[[Any], SweepSpace] | None = None,
+                notice: Callable[[str], None] | None = None) -> GpuChoice:
     """Sweep each row of ``sheet`` and combine the rows' plans into one front (module doc).
 
     Parameters
@@ -266,6 +267,10 @@ def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, work
         Checked by each sweep (:class:`core.studies.sweep.cancel.SweepCancelled`).
     progress : callable ``(row, done, total) -> None``, optional
         Each sweep's progress, with its 0-based row.
+    notice : callable ``(str) -> None``, optional
+        Told, before a row's simulation starts, when that row's sweep is large (``run_sweep``'s
+        ``notice``: more than :data:`core.studies.sweep.bound.LARGE_SWEEP_WORK` pipeline
+        steps, with a time estimate), the text starting with the row's label.
     space_for : callable ``(PriceRow) -> SweepSpace``, optional
         The space of each row; default the command line's default space
         (:meth:`SweepSpace.default_for`: micro-batch sizes up to what memory allows) up to
@@ -289,7 +294,9 @@ def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, work
         try:
             sweeps.append(run_sweep(row_session(session, price_row), space, workers=workers,
                                     prune=prune, coverage=coverage, cancel=cancel,
-                                    progress=tell))
+                                    progress=tell,
+                                    notice=None if notice is None else
+                                    (lambda text, r=r: notice(f"{sheet.labels[r]}: {text}"))))
         except ConfigError as exc:
             raise ConfigError([dataclasses.replace(e, field=f"{sheet.labels[r]}: {e.field}")
                                for e in exc.errors]) from None

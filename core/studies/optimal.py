@@ -52,7 +52,7 @@ from core.model.counts import num_parameters
 
 __all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "format_params",
            "no_plan_explanation", "no_rule_candidate_note", "Candidate",
-           "OptimalResult", "compute_optimal", "study_inputs"]
+           "OptimalResult", "compute_optimal", "days_for_flops", "study_inputs"]
 
 #: Parametric loss fit: Besiroglu et al. 2024's refit of Hoffmann et al. 2022's Approach 3.
 CHINCHILLA = {"E": 1.8172, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}
@@ -280,6 +280,51 @@ def _check_budget(num_gpus: int, days: float, assumed_mfu: float, num_candidates
         errs.append(FieldError("--spread", f"{spread!r} must be above 1 and at most {MAX_SPREAD:g}"))
     if errs:
         raise ConfigError(errs)
+
+
+def days_for_flops(session: Session, num_gpus: int, flops: float, assumed_mfu: float = 0.4,
+                   store=None) -> float:
+    """The wall-clock days whose budget is ``flops``: the inverse of :func:`compute_optimal`'s
+    rule ``C = num_gpus * peak * days * 86,400 * assumed_mfu`` (``peak`` in FLOP/s per GPU,
+    :func:`core.sim.costing.mfu_peak_flops` of the session's plan on ``store``, default the
+    session's profile), so that ``compute_optimal(session, num_gpus, days_for_flops(...))``
+    studies a budget of ``flops`` FLOPs (``vtrain optimal --flops C``).
+
+    Parameters
+    ----------
+    flops : float
+        The FLOP budget ``C`` (Chinchilla's ``6 N D``), positive and finite.
+
+    Raises
+    ------
+    ConfigError
+        ``flops`` not a positive finite number, or ``num_gpus`` / ``assumed_mfu`` out of
+        range, or the days it takes beyond :data:`MAX_DAYS` (each named as the CLI option)."""
+    errs = []
+    if not (isinstance(flops, (int, float)) and math.isfinite(flops) and flops > 0):
+        errs.append(FieldError("--flops", f"{flops!r} must be a positive number of FLOPs"))
+    _check_budget_errors(errs, num_gpus, assumed_mfu)
+    if errs:
+        raise ConfigError(errs)
+    from core.sim.costing import mfu_peak_flops
+    from core.sim.simulate import session_profile
+    peak = mfu_peak_flops(store or session_profile(session), session.plan)
+    days = flops / (num_gpus * peak * 86400.0 * assumed_mfu)
+    if not 0 < days <= MAX_DAYS:
+        raise ConfigError([FieldError("--flops", f"{flops:g} FLOPs take {days:.3g} days on "
+                                                 f"{num_gpus:,} GPUs at {peak / 1e12:.1f} TFLOP/s "
+                                                 f"and MFU {assumed_mfu:g}; the study takes "
+                                                 f"above 0 and at most {MAX_DAYS:,} days: give "
+                                                 "more or fewer --gpus")])
+    return days
+
+
+def _check_budget_errors(errs: list, num_gpus: int, assumed_mfu: float) -> None:
+    """Append to ``errs`` the FieldErrors of an out-of-range ``num_gpus`` or ``assumed_mfu``."""
+    if not (isinstance(num_gpus, int) and 0 < num_gpus <= MAX_GPUS):
+        errs.append(FieldError("--gpus", f"{num_gpus!r} must be an integer from 1 to {MAX_GPUS:,}"))
+    if not (isinstance(assumed_mfu, (int, float)) and 0 < assumed_mfu <= 1):
+        errs.append(FieldError("--assumed-mfu", f"{assumed_mfu!r} must be in (0, 1]"))
 
 
 def small_batch_note(session: Session, num_gpus: int) -> str:
