@@ -70,9 +70,11 @@ class _ScreenshotTaker(QtCore.QObject):
 
     def __init__(self, window, out_path: str, app: QtWidgets.QApplication,
                  explore: bool = False, tab: str | None = None, source: str | None = None,
-                 timeout_ms: int = SCREENSHOT_TIMEOUT_MS) -> None:
+                 timeout_ms: int = SCREENSHOT_TIMEOUT_MS,
+                 size: tuple[int, int] | None = None) -> None:
         super().__init__(window)
         self._window = window
+        self._size = size  # asked for (--size): a picture of another size says why
         self._out = out_path
         self._app = app
         self._source = source  # the file opened, named in the message of an invalid session
@@ -203,6 +205,20 @@ class _ScreenshotTaker(QtCore.QObject):
         # let layouts and the plots settle before grabbing
         QtCore.QTimer.singleShot(200, self._on_settled)
 
+    def _say_other_size(self) -> None:
+        """A window that cannot be as small as ``--size`` asked (its minimum size: what its
+        tabs need to show their content) is pictured at its own size; one line on stderr says
+        which and why, instead of a picture of another size without a word."""
+        if self._size is None:
+            return
+        shown = (self._window.width(), self._window.height())
+        if shown == tuple(self._size):
+            return
+        least = self._window.minimumSize()
+        print(f"vtrain gui: the picture is {shown[0]}x{shown[1]} pixels, not the "
+              f"{self._size[0]}x{self._size[1]} of --size: the window cannot be smaller than "
+              f"{least.width()}x{least.height()} (the least its tabs need)", file=sys.stderr)
+
     @Slot()
     def _on_settled(self) -> None:
         from .timeline.widget import TimelineWidget
@@ -213,6 +229,7 @@ class _ScreenshotTaker(QtCore.QObject):
             if timeline.isVisible():
                 timeline.wait_view_ready(self._timeout_ms / 1000)
         self._app.processEvents()
+        self._say_other_size()
         try:
             save_pixmap(self._window.grab(), self._out)
             written = True
@@ -334,7 +351,8 @@ def _show_window(app: QtWidgets.QApplication, path: str | None, screenshot: str 
             window.close()
             return 2
         taker = _ScreenshotTaker(window, str(Path(screenshot)), app, explore=explore, tab=tab,
-                                 source=str(Path(path)) if path else None, timeout_ms=timeout_ms)
+                                 source=str(Path(path)) if path else None, timeout_ms=timeout_ms,
+                                 size=size)
         taker.start()
         return app.exec()
     return app.exec()

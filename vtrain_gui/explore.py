@@ -41,6 +41,7 @@ from core.studies.sweep import (SweepResult, pareto_front, restore_sweep,
                                 saved_sweep, stale_reasons)
 
 from .gpu_choice_view import GpuChoicePanel
+from .flow_layout import FlowLayout
 from .formatting import (ERROR_STYLE, format_count, format_day_count, format_gpus,
                          format_number_short, format_usd)
 from .empty_state import EmptyStack
@@ -59,9 +60,11 @@ __all__ = ["ExploreTab", "best_index"]
 #: Progress bar text before any sweep (not "0 / 1 plans", which reads as a result).
 _NO_SWEEP_FORMAT = "no sweep run yet"
 #: Lines of what a sweep swept and held shown over the plot; the rest scrolls.
-DIMENSION_LINES = 4
+DIMENSION_LINES = 3
 #: Lines of the summary over the plot (counts, marked plans, warnings) in view; the rest scrolls.
-SUMMARY_LINES = 6
+#: (6 and 4 lines, with the preview under the plot, made the window at least 717 pixels tall
+#: at 1,024 wide: more than the ~700 a 1,366 x 768 laptop leaves under its title and task bars.)
+SUMMARY_LINES = 5
 _EMPTY_TEXT = ("<p style='font-size:13pt'><b>No sweep yet</b></p>"
                "<p>Set the plans to try on the left (empty fields: every plan the GPU budget "
                "allows) and press <b>Run sweep</b> (Ctrl+R).</p>"
@@ -231,7 +234,7 @@ class ExploreTab(QtWidgets.QWidget):
         left_scroll.setMinimumWidth(left.sizeHint().width() + 24)
         return left_scroll
 
-    def _build_filters(self) -> QtWidgets.QHBoxLayout:
+    def _build_filters(self) -> QtWidgets.QWidget:
         """The filter row over the plot: GPU count, fits in memory, deadline, log axes."""
         self.gpu_filter_mode = QtWidgets.QComboBox()
         self.gpu_filter_mode.setObjectName("filter.gpu_mode")
@@ -257,18 +260,25 @@ class ExploreTab(QtWidgets.QWidget):
         self.log_axes.toggled.connect(self._on_log_axes_toggle)
         self._filter_widgets = (self.gpu_filter_mode, self.gpu_filter, self.fits_only,
                                 self.within_deadline, self.log_axes)
-        filters = QtWidgets.QHBoxLayout()
+        # wraps onto a second row on a narrow window (in one row it made the window at least
+        # 1,220 pixels wide, wider than a 1,024 x 768 screen)
+        self.filter_bar = QtWidgets.QWidget()
+        self.filter_bar.setObjectName("sweep.filters")
+        filters = FlowLayout(self.filter_bar)
         filters.setContentsMargins(6, 4, 6, 0)
-        filters.addWidget(QtWidgets.QLabel("Show:"))
-        filters.addWidget(self.gpu_filter_mode)
-        filters.addWidget(self.gpu_filter)
+        gpus = QtWidgets.QWidget()  # "Show: [mode] [count]" wraps as one
+        gpus_row = QtWidgets.QHBoxLayout(gpus)
+        gpus_row.setContentsMargins(0, 0, 0, 0)
+        gpus_row.addWidget(QtWidgets.QLabel("Show:"))
+        gpus_row.addWidget(self.gpu_filter_mode)
+        gpus_row.addWidget(self.gpu_filter)
+        filters.addWidget(gpus)
         filters.addSpacing(8)
         filters.addWidget(self.fits_only)
         filters.addWidget(self.within_deadline)
         filters.addSpacing(8)
         filters.addWidget(self.log_axes)
-        filters.addStretch(1)
-        return filters
+        return self.filter_bar
 
     def _build_summary(self) -> None:
         """The stale-result warning and the summary line (fastest, cheapest...)."""
@@ -336,14 +346,14 @@ class ExploreTab(QtWidgets.QWidget):
         self._splitter = splitter
         return splitter
 
-    def _lay_out(self, left: QtWidgets.QWidget, filters: QtWidgets.QLayout,
+    def _lay_out(self, left: QtWidgets.QWidget, filters: QtWidgets.QWidget,
                  splitter: QtWidgets.QSplitter) -> None:
         """Left column beside filters, summary and the plans."""
         right = QtWidgets.QWidget()
         right_layout = QtWidgets.QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
         right_layout.setSpacing(3)
-        right_layout.addLayout(filters)
+        right_layout.addWidget(filters)
         summary_row = QtWidgets.QVBoxLayout()
         summary_row.setContentsMargins(6, 0, 6, 0)
         summary_row.addWidget(self._stale)

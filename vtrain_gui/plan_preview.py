@@ -11,11 +11,19 @@ from core.sim.simulate import SimulationResult
 from .formatting import (VERDICT_COLORS, format_day_count, format_duration, format_fraction,
                          format_usd)
 from .timeline.widget import TimelineWidget
-from .wrapped_label import WrappedLabel
+from .wrapped_label import CappedTextBox
 
-__all__ = ["PlanPreview"]
+__all__ = ["PlanPreview", "TITLE_LINES", "LEGEND_LINES"]
 
 _NONE_YET = "Timeline of the plan in the editor: none yet"
+#: Lines of the title (plan, iteration time, days, cost, MFU) and of the timeline's legend in
+#: view; the rest of each scrolls (the legend's tooltip says what each colour is, the Plan
+#: tab's timeline shows all of it). Every line shown, with the line that reads out the bar
+#: under the mouse (its tooltip says the same), the preview took 236 px at 1,024 pixels wide
+#: (a title of three lines, a legend of four) and the window could not be less than 807
+#: pixels tall, taller than a 1,366 x 768 laptop's screen.
+TITLE_LINES = 2
+LEGEND_LINES = 1
 
 
 class PlanPreview(QtWidgets.QWidget):
@@ -30,8 +38,10 @@ class PlanPreview(QtWidgets.QWidget):
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
-        self.timeline = TimelineWidget()
-        self.title = WrappedLabel(_NONE_YET)  # as tall as its lines: the timeline keeps room
+        self.timeline = TimelineWidget(legend_lines=LEGEND_LINES, hover_line=False)
+        # as tall as its lines up to TITLE_LINES, the rest scrolls: the timeline keeps room
+        self.title = CappedTextBox(TITLE_LINES)
+        self.title.setText(_NONE_YET)
         self.title.setObjectName("sweep.preview_title")
         self.open_button = QtWidgets.QPushButton("Open in Plan tab")
         self.open_button.setToolTip("Show the plan with the editor, full timeline and cost panel "

@@ -33,9 +33,11 @@ class WrappedLabel(QtWidgets.QLabel):
         super().resizeEvent(event)
         self._claim_height()
 
-    def text_height(self, width: int) -> int:
+    def text_height(self, width: int, max_lines: int | None = None) -> int:
         """Pixels the text takes wrapped at ``width`` (QLabel's own heightForWidth counts the
-        minimum height set here, so it cannot measure)."""
+        minimum height set here, so it cannot measure); with ``max_lines``, the pixels its
+        first ``max_lines`` lines take (a line as tall as its tallest character: the
+        timeline legend's 14 pt colour squares make its lines taller than the font's)."""
         margins = self.contentsMargins()
         pad = 2 * self.margin()
         inner = max(1, width - margins.left() - margins.right() - pad)
@@ -49,10 +51,14 @@ class WrappedLabel(QtWidgets.QLabel):
             doc.setHtml(text)
             doc.setTextWidth(inner)
             height = math.ceil(doc.size().height())
+            if max_lines is not None:
+                height = min(height, _lines_bottom(doc, max_lines))
         else:
             height = self.fontMetrics().boundingRect(
                 QtCore.QRect(0, 0, inner, 1 << 24),
                 int(self.alignment()) | int(Qt.TextFlag.TextWordWrap), text).height()
+            if max_lines is not None:
+                height = min(height, max_lines * self.fontMetrics().lineSpacing())
         return height + margins.top() + margins.bottom() + pad
 
     def _claim_height(self) -> None:
@@ -63,9 +69,24 @@ class WrappedLabel(QtWidgets.QLabel):
             self.setMinimumHeight(needed)
 
 
+def _lines_bottom(doc: QtGui.QTextDocument, lines: int) -> int:
+    """Pixels from the top of ``doc`` (laid out) to the bottom of its line ``lines`` (the
+    whole document when it has fewer lines)."""
+    doc.documentLayout()  # lays the document out
+    block, seen, bottom = doc.begin(), 0, 0.0
+    while block.isValid() and seen < lines:
+        text_layout = block.layout()
+        for i in range(min(text_layout.lineCount(), lines - seen)):
+            line = text_layout.lineAt(i)
+            bottom = text_layout.position().y() + line.y() + line.height()
+            seen += 1
+        block = block.next()
+    return math.ceil(bottom) if seen == lines else math.ceil(doc.size().height())
+
+
 class CappedTextBox(QtWidgets.QScrollArea):
     """A :class:`WrappedLabel` in a frameless scroll area as tall as its text, up to
-    ``max_lines`` lines of its font; a longer text scrolls (vertically only).
+    ``max_lines`` of its lines; a longer text scrolls (vertically only).
 
     A word-wrapped label in a box layout takes every line its text needs, whatever the
     widgets under it need: the Explore summary (the counts, a calibration warning and three
@@ -93,9 +114,16 @@ class CappedTextBox(QtWidgets.QScrollArea):
         self._fit()
 
     @property
+    def max_lines(self) -> int:
+        """The most lines of its text the box shows at once."""
+        return self._max_lines
+
+    @property
     def max_height(self) -> int:
-        """The most pixels the box takes: ``max_lines`` lines of the label's font."""
-        return self._max_lines * QtGui.QFontMetrics(self.label.font()).lineSpacing() + 4
+        """The most pixels the box takes at its width: its text's first ``max_lines`` lines
+        (each as tall as its tallest character)."""
+        width = max(self.width() - 2 * self.frameWidth(), 1)
+        return self.label.text_height(width, self._max_lines) + 2 * self.frameWidth()
 
     def setText(self, text: str) -> None:  # noqa: N802 - Qt API
         """Show ``text`` and fit the box's height to it (at most :attr:`max_height`)."""
@@ -112,8 +140,8 @@ class CappedTextBox(QtWidgets.QScrollArea):
             self._fit()
 
     def _fit(self) -> None:
-        width = self.width() - 2 * self.frameWidth()
-        needed = self.label.text_height(max(width, 1)) if self.label.text() else 0
-        height = min(needed, self.max_height) + 2 * self.frameWidth()
+        width = max(self.width() - 2 * self.frameWidth(), 1)
+        needed = self.label.text_height(width, self._max_lines) if self.label.text() else 0
+        height = needed + 2 * self.frameWidth()
         if height != self.height() or self.minimumHeight() != height:
             self.setFixedHeight(height)

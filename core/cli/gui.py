@@ -34,7 +34,9 @@ def add_parser(sub: Any) -> None:
                           "the picture is not ready after this long; default %(default)g")
     gui.add_argument("--size", metavar="WxH", type=_size_arg,
                      help="with --screenshot: the window's size in pixels, e.g. 1280x800 (a "
-                          "laptop) or 1920x1080; default 1600x1000")
+                          "laptop), 1024x768 or 1920x1080; default 1600x1000 (a size under "
+                          "the window's minimum: the picture is at that minimum and a line on "
+                          "stderr says so)")
     gui.add_argument("--tab", choices=("plan", "explore", "profiles", "studies", "compare"),
                      help="the tab to open on (with --screenshot: to picture); default plan")
 

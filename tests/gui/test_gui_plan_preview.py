@@ -9,7 +9,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from core.plan.parallel import ParallelPlan
 from core.plan.presets import MODEL_PRESETS
 from core.plan.session import Session
-from vtrain_gui.plan_preview import PlanPreview
+from vtrain_gui.plan_preview import LEGEND_LINES, TITLE_LINES, PlanPreview
 
 
 def _rich_text_height(label: QtWidgets.QLabel) -> int:
@@ -26,7 +26,8 @@ def test_squeezed_preview_shows_its_whole_title_legend_and_bars(qtbot, real_simu
     """At 1,280 x 800 the Explore tab gives the preview only its minimum height: a Qwen3 MoE
     plan's title wrapped to three lines and its legend to two, and the timeline under them
     had no room left (no bars; the legend's second line under "Hover a bar for details").
-    The preview's minimum now counts the lines its title and legend take."""
+    The preview's minimum now counts the lines its title and legend show (at most
+    TITLE_LINES and LEGEND_LINES; the rest scrolls)."""
     session = Session(model=MODEL_PRESETS["Qwen3-30B-A3B"], plan=ParallelPlan(
         tensor_parallel=1, pipeline_parallel=1, data_parallel=8, expert_parallel=8,
         micro_batch_size=1, global_batch_size=16, zero_stage=1, overlap_grad_reduce=True,
@@ -46,14 +47,15 @@ def test_squeezed_preview_shows_its_whole_title_legend_and_bars(qtbot, real_simu
     split.show()
     preview.show_simulation(result)
     split.setSizes([10_000, 1])  # the preview at its minimum, as the Explore tab leaves it
-    legend = preview.timeline._legend
+    legend = preview.timeline.legend_view
     title = preview.title
-    assert _rich_text_height(title) > 2 * title.fontMetrics().height()  # wraps at this width
+    assert _rich_text_height(title.label) > 2 * title.fontMetrics().height()  # wraps here
 
-    def whole() -> bool:
+    def whole() -> bool:  # up to their lines (TITLE_LINES, LEGEND_LINES), the rest scrolls
         split.setSizes([10_000, 1])
-        return (title.height() >= _rich_text_height(title)
-                and legend.height() >= _rich_text_height(legend)
-                and preview.timeline.plot.height() >= 50)
+        return all(box.height() >= box.label.text_height(box.label.width(), lines)
+                   and box.label.height() >= _rich_text_height(box.label)
+                   for box, lines in ((title, TITLE_LINES), (legend, LEGEND_LINES))
+                   ) and preview.timeline.plot.height() >= 50
 
     qtbot.waitUntil(whole, timeout=3000)

@@ -20,7 +20,7 @@ from core.sim.graph_types import KINDS, STREAMS, ExecutionGraph, Schedule
 from core.sim.labels import KIND_MEANINGS, KIND_NAMES, TIME_TERMS
 
 from ..formatting import KIND_COLORS, format_duration
-from ..wrapped_label import WrappedLabel
+from ..wrapped_label import CappedTextBox, WrappedLabel
 from . import items
 from .colors import LANE_COLORS, blend, kind_color
 from .layout import BAR_HEIGHT, BAR_TOP, SHADES, STRIPS
@@ -75,7 +75,12 @@ class TimelineWidget(QtWidgets.QWidget):
     #: The lane labels' own width changed (pixels, :attr:`label_width`).
     label_width_changed = Signal(int)
 
-    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+    def __init__(self, parent: QtWidgets.QWidget | None = None,
+                 legend_lines: int | None = None, hover_line: bool = True) -> None:
+        """``legend_lines``: show at most this many lines of the legend, the rest scrolls
+        (None: every line); ``hover_line``: the line under the legend that reads out the bar
+        under the mouse (its tooltip says the same). The Explore tab's preview, under the
+        plot, has room for neither."""
         super().__init__(parent)
         self._graph: ExecutionGraph | None = None
         self._schedule: Schedule | None = None
@@ -86,7 +91,12 @@ class TimelineWidget(QtWidgets.QWidget):
         self.hovered_task = -1
 
         # as tall as its lines: wrapped to two in a narrow preview, it was cut under the hover line
-        self._legend = WrappedLabel()
+        if legend_lines is None:
+            self._legend = legend_view = WrappedLabel()
+        else:  # at most legend_lines of them, the rest scrolls
+            legend_view = CappedTextBox(legend_lines)
+            self._legend = legend_view.label
+        self.legend_view = legend_view
         self._legend.setTextFormat(Qt.TextFormat.RichText)
         self._info = QtWidgets.QLabel("Hover a bar for details")
         self._info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -99,8 +109,9 @@ class TimelineWidget(QtWidgets.QWidget):
         strip = QtWidgets.QVBoxLayout()
         strip.setContentsMargins(6, 2, 6, 0)
         strip.setSpacing(0)
-        strip.addWidget(self._legend)
+        strip.addWidget(legend_view)
         strip.addWidget(self._info)
+        self._info.setVisible(hover_line)
 
         self.plot = pg.PlotWidget(background="w")
         item = self.plot.getPlotItem()
@@ -240,7 +251,7 @@ class TimelineWidget(QtWidgets.QWidget):
         self.gantt.set_tasks(np.empty(0), np.empty(0), np.empty(0, np.int8), np.empty(0), 0)
         self._clear_lookup()
         self._set_row_ticks(0)
-        self._legend.setText("<i>No simulation result</i>")
+        self.legend_view.setText("<i>No simulation result</i>")
         self._set_hover(-1, None)
         # an empty axis reads in seconds (0..1), not in the picoseconds of a zero-length range
         self.view_box.setLimits(xMin=None, xMax=None, yMin=None, yMax=None,
@@ -475,7 +486,7 @@ class TimelineWidget(QtWidgets.QWidget):
         if len(lanes) > 1:  # the rows of one stage, top to bottom (unlabelled when zoomed out)
             items.append("lanes&nbsp;per&nbsp;stage:&nbsp;" + "&nbsp;/&nbsp;".join(
                 _unbreakable(STREAMS[i]) for i in lanes))
-        self._legend.setText("&nbsp;&nbsp; ".join(items))
+        self.legend_view.setText("&nbsp;&nbsp; ".join(items))
         # what each colour is (core's one table of names and meanings), then the opacity rule
         meanings = "\n".join(f"{KIND_NAMES.get(KINDS[k], KINDS[k])}: {KIND_MEANINGS[KINDS[k]]}"
                              for k in kinds if KINDS[k] in KIND_MEANINGS)
