@@ -121,18 +121,30 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
     def notice(text: str) -> None:  # a large row's sweep, with its time estimate (vtrain sweep's)
         err.print(f"[yellow]warning:[/] {esc(text)}", highlight=False)
 
-    if args.json or not err.is_terminal:
-        choice = choose_gpus(session, sheet, prune=not args.exhaustive, workers=workers,
-                             space_for=space_for, notice=notice, max_work=args.max_work)
-    else:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      console=err, transient=True) as bar:
-            tasks = [bar.add_task(f"sweeping {lab}", total=None) for lab in sheet.labels]
-            choice = choose_gpus(session, sheet, prune=not args.exhaustive, workers=workers,
-                                 space_for=space_for, notice=notice, max_work=args.max_work,
-                                 progress=lambda r, d, t: bar.update(tasks[r], completed=d,
-                                                                     total=t))
+    from core.cli.common import cancel_on_signals
+    from core.studies.sweep import SweepCancelled
+    # Ctrl+C and SIGTERM cancel the rows' sweeps (their worker processes ended), as vtrain
+    # sweep's: one line and status 130 (143), not a traceback or workers left running
+    with cancel_on_signals() as cancel:
+        try:
+            if args.json or not err.is_terminal:
+                choice = choose_gpus(session, sheet, prune=not args.exhaustive, workers=workers,
+                                     space_for=space_for, notice=notice, max_work=args.max_work,
+                                     cancel=cancel.event)
+            else:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+                with Progress(TextColumn("{task.description}"), BarColumn(),
+                              MofNCompleteColumn(), console=err, transient=True) as bar:
+                    tasks = [bar.add_task(f"sweeping {lab}", total=None)
+                             for lab in sheet.labels]
+                    choice = choose_gpus(
+                        session, sheet, prune=not args.exhaustive, workers=workers,
+                        space_for=space_for, notice=notice, max_work=args.max_work,
+                        cancel=cancel.event,
+                        progress=lambda r, d, t: bar.update(tasks[r], completed=d, total=t))
+        except SweepCancelled:
+            err.print("vtrain: sweep cancelled", highlight=False)
+            return cancel.exit_status()
     if not any(c["num_plans"] for c in choice.counts):
         # the plan-space options leave no valid plan on any row: say why, as vtrain sweep does
         # (exit 2), for each row's own GPU kind and budget

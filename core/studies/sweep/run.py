@@ -227,13 +227,16 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     workers = _check_arguments(deadline_days, workers, max_work, dask)
     with gc_paused():  # before the pool forks: its processes start with it paused too
         early = _early_pool(session, space, workers, dask)
+        ok = False
         try:
-            return _run_sweep(session, space, store, deadline_days, progress, cancel, workers,
-                              dask, coverage, t0, early, prune, max_work, notice, phase,
-                              best_by)
+            result = _run_sweep(session, space, store, deadline_days, progress, cancel, workers,
+                                dask, coverage, t0, early, prune, max_work, notice, phase,
+                                best_by)
+            ok = True
+            return result
         finally:
-            if early is not None:
-                early.shutdown(wait=False, cancel_futures=True)
+            if early is not None:  # cancelled or failed: its processes are ended too
+                parallel.stop_pool(early, stopped=not ok)
 
 
 class _Runner:
