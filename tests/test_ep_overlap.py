@@ -391,22 +391,21 @@ def test_the_sweep_leaves_out_the_overlap_where_nothing_pairs():
     assert on.iteration_time_s == off.iteration_time_s
     assert on.max_memory_per_gpu_bytes == off.max_memory_per_gpu_bytes
     assert on.ep_hidden_s == 0 and off.ep_comm_s > 0
-    kw = dict(num_gpus=16, tensor_parallel=[1], pipeline_parallel=[1, 2], micro_batch_sizes=[1],
+    kw = dict(max_gpus=16, tensor_parallel=[1], pipeline_parallel=[1, 2], micro_batch_sizes=[1],
               schedules=["1f1b", "interleaved"], recompute=["none"], expert_parallel=[8],
               context_parallel=[1], moe_token_dispatcher_type=("alltoall",))
-    for B, m1_on in ((16, False), (64, True)):
-        s = _session(False, global_batch_size=B)
-        both = enumerate_plans(s, SweepSpace(**kw, overlap_moe_expert_parallel_comm=(False, True)))
-        ones = [pl for pl in both if pl.pipeline_parallel == 1]
-        assert ones and {pl.num_microbatches for pl in ones} == {B // 16}
-        assert any(pl.overlap_moe_expert_parallel_comm for pl in ones) is m1_on
-        # p = 2 (interleaved) pairs on some stage: tried on
-        assert any(pl.overlap_moe_expert_parallel_comm for pl in both
-                   if pl.pipeline_parallel == 2)
-        for pl in both:  # the rule is the model's: nothing paired on the one stage
-            assert _overlap_pairs_nothing(pl.__dict__) is (
-                pl.pipeline_parallel == 1 and mm.ep_overlap_paired_share(
-                    dataclasses.replace(pl, overlap_moe_expert_parallel_comm=True), 0) == 0)
+    # B = 16 on 8 and 16 GPUs: at p = 1, d = 8 (m = 2, pairs) and d = 16 (m = 1, nothing),
+    # whose overlap variants the enumeration builds once per rule fields (not m)
+    s = _session(False, global_batch_size=16)
+    both = enumerate_plans(s, SweepSpace(**kw, overlap_moe_expert_parallel_comm=(False, True)))
+    on = {(pl.pipeline_parallel, pl.num_microbatches): False for pl in both}
+    for pl in both:
+        on[pl.pipeline_parallel, pl.num_microbatches] |= pl.overlap_moe_expert_parallel_comm
+    assert on == {(1, 2): True, (1, 1): False, (2, 2): True}  # before: (1, 1) True too
+    for pl in both:  # the rule is the model's: nothing paired on the one stage
+        assert _overlap_pairs_nothing(pl.__dict__) is (
+            pl.pipeline_parallel == 1 and mm.ep_overlap_paired_share(
+                dataclasses.replace(pl, overlap_moe_expert_parallel_comm=True), 0) == 0)
     s = _session(False, global_batch_size=16)
     only = enumerate_plans(s, SweepSpace(**kw, overlap_moe_expert_parallel_comm=(True,)))
     assert all(pl.overlap_moe_expert_parallel_comm for pl in only if pl.pipeline_parallel == 1)

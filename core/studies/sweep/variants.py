@@ -201,9 +201,10 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
         if rows is None:
             rows = known[1] = verdicts.rows_of(cands, varying)
     elif base.recompute_num_layers is None:  # no layers to cap: the variants of the sizes
-        # the overlap's rules read (and of how) are the same, built once
+        # the overlap's rules read (and of how) are the same, built once; and whether the
+        # overlap pairs anything (one stage and one micro-batch: it is left out)
         key = (how, *(group[f] for f in _EP_OVERLAP_RULE_FIELDS if f in group
-                      and f not in CP_VARIANT_FIELDS))
+                      and f not in CP_VARIANT_FIELDS), _overlap_pairs_nothing(group))
         known = c.overlap_variants_of.get(key)
         if known is None:
             parts = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
