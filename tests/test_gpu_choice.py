@@ -456,3 +456,46 @@ def test_max_work_applies_to_each_rows_sweep(tmp_path, capsys):
     assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--max-work", "1000000000",
                  "--workers", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["best_by_days"] is not None
+
+
+def test_with_max_work_every_row_is_checked_before_any_is_swept(monkeypatch):
+    """--gpus-from --max-work: the rows are swept one after another, so a refusal (or the
+    large-sweep note) of a later row came only after the earlier rows' whole sweeps. Every
+    row's plans that fit are now counted first: the large-sweep notes of all rows, then the
+    sweeps; a row over the limit is refused before any row is swept."""
+    import core.studies.gpu_choice as gc
+    import core.studies.sweep.bound as bound
+    monkeypatch.setattr(bound, "LARGE_SWEEP_WORK", 0)  # every sweep is "large"
+    events = []
+    real = gc.run_sweep
+
+    def tracked(*a, **k):
+        events.append("sweep")
+        return real(*a, **k)
+    monkeypatch.setattr(gc, "run_sweep", tracked)
+    session = tiny_session()
+    choice = choose_gpus(session, PriceSheet(SHEET), max_work=10**12,
+                         notice=lambda text: events.append(text.split(":")[0]))
+    assert events == ["A100-SXM4-80GB", "H100-SXM5-80GB", "sweep", "sweep"]
+    # the notes are the sweeps' own (their warnings keep them)
+    for res in choice.sweeps:
+        assert any(w.startswith("large sweep: ") for w in res.warnings)
+    # the second row (H100, 4 GPUs) over a limit the first (A100, 8 GPUs) is not: checked
+    # against each row's own work; here a limit under both refuses at the first row, unswept
+    events.clear()
+    with pytest.raises(ConfigError) as err:
+        choose_gpus(session, PriceSheet(SHEET), max_work=5)
+    assert events == [] and err.value.errors[0].field == "A100-SXM4-80GB: sweep.max_work"
+    works = []
+    for row in SHEET:
+        s = row_session(session, row)
+        space = dataclasses.replace(SweepSpace.default_for(s), max_gpus=row.max_gpus,
+                                    max_data_parallel=None)
+        with pytest.raises(ConfigError) as e:
+            run_sweep(s, space, max_work=1)
+        works.append(int(e.value.errors[0].message.split(" need up to ")[1].split()[0]
+                         .replace(",", "")))
+    assert works[0] > works[1]  # the A100 row (8 GPUs) has more work than the H100 row (4)
+    with pytest.raises(ConfigError) as err:
+        choose_gpus(session, PriceSheet(SHEET[::-1]), max_work=(works[0] + works[1]) // 2)
+    assert events == [] and err.value.errors[0].field == "A100-SXM4-80GB: sweep.max_work"

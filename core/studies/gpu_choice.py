@@ -46,7 +46,7 @@ from core.plan.session import Session
 from core.sim.goodput import SPREAD_SAMPLES, checkpoint_size, goodput
 from core.store.interval import DEFAULT_COVERAGE
 from core.studies.sweep.result import SweepResult, best_row, pareto_front
-from core.studies.sweep.run import run_sweep
+from core.studies.sweep.run import check_sweep_work, run_sweep
 from core.studies.sweep.space import SweepSpace
 
 __all__ = ["GpuChoice", "choose_gpus", "combine", "row_session", "expected_figures",
@@ -279,8 +279,10 @@ def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, work
         Each sweep's progress, with its 0-based row.
     max_work : int, optional
         Refuse a row whose plans that fit need more than this many pipeline steps
-        (:func:`run_sweep`'s ``max_work``; ConfigError field ``<label>: sweep.max_work``),
-        before that row's lower bounds and simulation.
+        (:func:`run_sweep`'s ``max_work``; ConfigError field ``<label>: sweep.max_work``).
+        Every row is checked, and its large-sweep note told, before any row is swept
+        (:func:`check_sweep_work`: each row's plans and closed-form memory are then computed
+        twice, one row at a time).
     notice : callable ``(str) -> None``, optional
         Told, before a row's simulation starts, when that row's sweep is large (``run_sweep``'s
         ``notice``: more than :data:`core.studies.sweep.bound.LARGE_SWEEP_WORK` pipeline
@@ -300,20 +302,35 @@ def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, work
     ConfigError, ProfileStoreError, KeyError, SweepCancelled
         As :func:`run_sweep`; a ConfigError's fields start with the row's ``gpu:`` label.
     """
+    def space_of(price_row) -> SweepSpace:
+        return space_for(price_row) if space_for else dataclasses.replace(
+            SweepSpace.default_for(session), max_gpus=price_row.max_gpus, max_data_parallel=None)
+
+    def labelled(r: int, exc: ConfigError) -> ConfigError:
+        return ConfigError([dataclasses.replace(e, field=f"{sheet.labels[r]}: {e.field}")
+                            for e in exc.errors])
+
+    if max_work is not None:  # every row checked (and announced) before any row is simulated
+        for r, price_row in enumerate(sheet.rows):
+            try:
+                notes = check_sweep_work(row_session(session, price_row), space_of(price_row),
+                                         max_work=max_work, prune=prune, cancel=cancel)
+            except ConfigError as exc:
+                raise labelled(r, exc) from None
+            if notes and notice is not None:
+                notice(f"{sheet.labels[r]}: {notes[0]}")
     parts = []
     for r, price_row in enumerate(sheet.rows):
-        space = space_for(price_row) if space_for else dataclasses.replace(
-            SweepSpace.default_for(session), max_gpus=price_row.max_gpus, max_data_parallel=None)
+        space = space_of(price_row)
         tell = None if progress is None else (lambda d, t, r=r: progress(r, d, t))
         try:
             res = run_sweep(row_session(session, price_row), space, workers=workers,
                             prune=prune, coverage=coverage, cancel=cancel, progress=tell,
                             max_work=max_work,
-                            notice=None if notice is None else
+                            notice=None if notice is None or max_work is not None else
                             (lambda text, r=r: notice(f"{sheet.labels[r]}: {text}")))
         except ConfigError as exc:
-            raise ConfigError([dataclasses.replace(e, field=f"{sheet.labels[r]}: {e.field}")
-                               for e in exc.errors]) from None
+            raise labelled(r, exc) from None
         # only what the answer uses is kept: this row's full sweep (every plan, fitting or
         # not) is dropped before the next row's starts
         parts.append(_row_points(res))
