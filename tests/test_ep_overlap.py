@@ -377,3 +377,46 @@ def test_sweep_refuses_what_simulate_refuses(tmp_path, capsys):
     assert main(args + ["--overlap-moe-expert-parallel-comm", "n,y"]) == 0  # swept on: allowed
     capsys.readouterr()
     assert main(args) == 0  # the default sweeps it on too
+
+
+def test_the_sweep_leaves_out_the_overlap_where_nothing_pairs():
+    """One stage and one micro-batch: nothing to pair, so the overlap changes nothing (same
+    iteration time and memory); a sweep trying it off and on listed both, with the same
+    figures (twice on vtrain sweep --gpus-from's front, differing only in ep_overlap). Now
+    only off is built there; with more micro-batches, or on alone asked, on still is."""
+    from core.studies.sweep import run_sweep
+    from core.studies.sweep.variants import _overlap_pairs_nothing
+    off, on = (simulate(_session(ov, global_batch_size=16, gpus_per_node=4)).report
+               for ov in (False, True))
+    assert on.iteration_time_s == off.iteration_time_s
+    assert on.max_memory_per_gpu_bytes == off.max_memory_per_gpu_bytes
+    assert on.ep_hidden_s == 0 and off.ep_comm_s > 0
+    kw = dict(max_gpus=16, tensor_parallel=[1], pipeline_parallel=[1, 2], micro_batch_sizes=[1],
+              schedules=["1f1b", "interleaved"], recompute=["none"], expert_parallel=[8],
+              context_parallel=[1], moe_token_dispatcher_type=("alltoall",))
+    # B = 16 on 8 and 16 GPUs: at p = 1, d = 8 (m = 2, pairs) and d = 16 (m = 1, nothing),
+    # whose overlap variants the enumeration builds once per rule fields (not m)
+    s = _session(False, global_batch_size=16)
+    both = enumerate_plans(s, SweepSpace(**kw, overlap_moe_expert_parallel_comm=(False, True)))
+    on = {(pl.pipeline_parallel, pl.num_microbatches): False for pl in both}
+    for pl in both:
+        on[pl.pipeline_parallel, pl.num_microbatches] |= pl.overlap_moe_expert_parallel_comm
+    assert on == {(1, 2): True, (1, 1): False, (2, 2): True}  # before: (1, 1) True too
+    for pl in both:  # the rule is the model's: nothing paired on the one stage
+        assert _overlap_pairs_nothing(pl.__dict__) is (
+            pl.pipeline_parallel == 1 and mm.ep_overlap_paired_share(
+                dataclasses.replace(pl, overlap_moe_expert_parallel_comm=True), 0) == 0)
+    s = _session(False, global_batch_size=16)
+    only = enumerate_plans(s, SweepSpace(**kw, overlap_moe_expert_parallel_comm=(True,)))
+    assert all(pl.overlap_moe_expert_parallel_comm for pl in only if pl.pipeline_parallel == 1)
+    # no two plans of a sweep differ only in the overlap with the same figures
+    res = run_sweep(s, SweepSpace(**kw, overlap_moe_expert_parallel_comm=(False, True)),
+                    prune=False)
+    groups: dict[str, list] = {}
+    for i, pl in enumerate(res.plans):
+        key = repr(dataclasses.replace(pl, overlap_moe_expert_parallel_comm=False,
+                                       delay_wgrad_compute=False))
+        groups.setdefault(key, []).append((res.iteration_time_s[i],
+                                           res.max_memory_per_gpu_bytes[i]))
+    pairs = [g for g in groups.values() if len(g) == 2]
+    assert pairs and all(a != b for a, b in pairs)

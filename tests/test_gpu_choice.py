@@ -264,8 +264,8 @@ def test_plan_space_options_apply_to_every_row(tmp_path, capsys):
         counts.append(json.loads(capsys.readouterr().out)["num_plans"])
     assert [r["num_plans"] for r in doc["rows"]] == counts
     # refused by name
-    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--max-work", "5"]) == 2
-    assert "--max-work: does not apply with --gpus-from" in capsys.readouterr().err
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--deadline-days", "5"]) == 2
+    assert "--deadline-days: does not apply with --gpus-from" in capsys.readouterr().err
     # no valid plan on any row: exit 2, why per row, not "no plan fits in memory"
     assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--tensor-parallel", "3",
                  "--workers", "1"]) == 2
@@ -353,3 +353,149 @@ def test_a_sweep_out_of_memory_says_what_to_narrow(tmp_path, capsys, monkeypatch
                           "machine; narrow the plan space: --gpus N (one count) instead of "
                           "--max-gpus")
     assert "a lower max_gpus in the price sheet" in err
+
+
+def _full_answer(session, sheet, prune):
+    """The GPU choice's answer from each row's whole sweep, every plan kept (as it was
+    computed before the rows were cut): per row the plan keys of its fastest and cheapest
+    point by expected figures, and the combined best by days and by dollars."""
+    keys, days, cost, rows = [], [], [], []
+    for r, row in enumerate(sheet.rows):
+        s = row_session(session, row)
+        space = dataclasses.replace(SweepSpace.default_for(s), max_gpus=row.max_gpus,
+                                    max_data_parallel=None)
+        res = run_sweep(s, space, prune=prune)
+        n_iter = math.ceil(s.cost.training_tokens / (s.plan.global_batch_size
+                                                     * s.model.seq_length))
+        for i in np.flatnonzero(res.feasible):
+            g = goodput(iteration_time_s=float(res.iteration_time_s[i]), num_iterations=n_iter,
+                        num_gpus=int(res.num_gpus[i]), reliability=s.reliability,
+                        size=checkpoint_size(s.model, res.plans[i], 8),
+                        price_per_gpu_hour_usd=row.price_per_gpu_hour_usd, num_samples=1)
+            keys.append((row.gpu, plan_key(res.plans[i])))
+            days.append(g.expected_time_s / 86400)
+            cost.append(g.expected_time_s * res.num_gpus[i] / 3600 * row.price_per_gpu_hour_usd)
+            rows.append(r)
+    d, c, rows = np.array(days), np.array(cost), np.array(rows)
+    by = (lambda a, b, m: keys[int(np.flatnonzero(m)[np.lexsort((b[m], a[m]))[0]])])
+    per_row = [(by(d, c, rows == r), by(c, d, rows == r)) for r in range(len(sheet.rows))]
+    every = np.ones(d.size, bool)
+    return per_row, by(d, c, every), by(c, d, every), len(keys)
+
+
+@pytest.mark.parametrize("prune", [True, False])
+def test_the_answer_is_unchanged_while_only_the_simulated_plans_are_kept(prune):
+    """--gpus-from held every row's whole sweep (every plan, fitting or not) until the end:
+    Qwen3-30B-A3B on four kinds up to 256 GPUs, 20 GB. Each row's sweep is now cut to the
+    plans that fit and were simulated once its points are costed; the answer (each row's
+    fastest and cheapest, the best by days and by dollars) is that of the whole sweeps."""
+    session, sheet = tiny_session(), PriceSheet(SHEET)
+    choice = choose_gpus(session, sheet, prune=prune)
+    per_row, fastest, cheapest, n_points = _full_answer(session, sheet, prune)
+    key = (lambda k: (choice.label(k), plan_key(choice.sweeps[int(choice.row[k])].plans[
+        int(choice.index[k])])))
+    doc = choice.to_dict()
+    for r in range(len(SHEET)):
+        ks = np.flatnonzero(choice.row == r)
+        f = ks[np.lexsort((choice.expected_cost_usd[ks], choice.expected_days[ks]))[0]]
+        c = ks[np.lexsort((choice.expected_days[ks], choice.expected_cost_usd[ks]))[0]]
+        assert (key(f), key(c)) == per_row[r]
+        assert doc["rows"][r]["fastest"]["plan"] == choice.point(f)["plan"]
+    assert key(choice.best_by_days) == fastest and key(choice.best_by_dollars) == cheapest
+    assert choice.num_points == n_points
+    # what is kept: the simulated plans only; the counts are the whole sweeps'
+    for res, n in zip(choice.sweeps, choice.counts):
+        assert len(res.plans) == res.num_plans == n["num_feasible"] == res.num_feasible
+        assert n["num_plans"] >= n["num_feasible"] and res.saved == n
+        assert n["num_plans"] > n["num_feasible"] or not prune
+        assert n["num_pruned"] == (n["num_fit"] - n["num_feasible"] if prune else 0)
+
+
+def test_each_rows_whole_sweep_is_freed_before_the_next_row(monkeypatch):
+    """Memory is one row's sweep at a time: when a row's sweep starts, no earlier row's
+    whole result is alive."""
+    import gc as pygc
+    import weakref
+
+    import core.studies.gpu_choice as gc
+    refs, alive_at_start = [], []
+    real = gc.run_sweep
+
+    def tracked(*a, **k):
+        pygc.collect()
+        alive_at_start.append(sum(r() is not None for r in refs))
+        res = real(*a, **k)
+        refs.append(weakref.ref(res))
+        return res
+    monkeypatch.setattr(gc, "run_sweep", tracked)
+    choice = choose_gpus(tiny_session(), PriceSheet(SHEET))
+    pygc.collect()
+    assert alive_at_start == [0, 0] and all(r() is None for r in refs)
+    assert choice.num_points > 0
+
+
+def test_max_work_applies_to_each_rows_sweep(tmp_path, capsys):
+    """--max-work was refused with --gpus-from; it now caps each row's sweep as it caps vtrain
+    sweep's, refused by the row's name before that row is simulated."""
+    session = tiny_session("H100-SXM5-80GB")
+    cfg = tmp_path / "s.json"
+    save_session(session, cfg)
+    sheet = tmp_path / "p.csv"
+    sheet.write_text(HEADER + "H100-SXM5-80GB,3.25,4,,test,2026-01-01\n")
+    assert main(["sweep", str(cfg), "--max-gpus", "4", "--max-work", "5", "--workers",
+                 "1"]) == 2
+    plain = " ".join(capsys.readouterr().err.split())
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--max-work", "5", "--workers",
+                 "1"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert plain.startswith("vtrain: error: sweep.max_work: the ")
+    assert err == plain.replace("error: sweep.max_work", "error: H100-SXM5-80GB: sweep.max_work")
+    assert "more than the limit of 5 (raise it, or narrow the space)" in err
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--max-work", "0"]) == 2
+    assert "--max-work: 0 must be a positive number" in capsys.readouterr().err
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--max-work", "1000000000",
+                 "--workers", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["best_by_days"] is not None
+
+
+def test_with_max_work_every_row_is_checked_before_any_is_swept(monkeypatch):
+    """--gpus-from --max-work: the rows are swept one after another, so a refusal (or the
+    large-sweep note) of a later row came only after the earlier rows' whole sweeps. Every
+    row's plans that fit are now counted first: the large-sweep notes of all rows, then the
+    sweeps; a row over the limit is refused before any row is swept."""
+    import core.studies.gpu_choice as gc
+    import core.studies.sweep.bound as bound
+    monkeypatch.setattr(bound, "LARGE_SWEEP_WORK", 0)  # every sweep is "large"
+    events = []
+    real = gc.run_sweep
+
+    def tracked(*a, **k):
+        events.append("sweep")
+        return real(*a, **k)
+    monkeypatch.setattr(gc, "run_sweep", tracked)
+    session = tiny_session()
+    choice = choose_gpus(session, PriceSheet(SHEET), max_work=10**12,
+                         notice=lambda text: events.append(text.split(":")[0]))
+    assert events == ["A100-SXM4-80GB", "H100-SXM5-80GB", "sweep", "sweep"]
+    # the notes are the sweeps' own (their warnings keep them)
+    for res in choice.sweeps:
+        assert any(w.startswith("large sweep: ") for w in res.warnings)
+    # the second row (H100, 4 GPUs) over a limit the first (A100, 8 GPUs) is not: checked
+    # against each row's own work; here a limit under both refuses at the first row, unswept
+    events.clear()
+    with pytest.raises(ConfigError) as err:
+        choose_gpus(session, PriceSheet(SHEET), max_work=5)
+    assert events == [] and err.value.errors[0].field == "A100-SXM4-80GB: sweep.max_work"
+    works = []
+    for row in SHEET:
+        s = row_session(session, row)
+        space = dataclasses.replace(SweepSpace.default_for(s), max_gpus=row.max_gpus,
+                                    max_data_parallel=None)
+        with pytest.raises(ConfigError) as e:
+            run_sweep(s, space, max_work=1)
+        works.append(int(e.value.errors[0].message.split(" need up to ")[1].split()[0]
+                         .replace(",", "")))
+    assert works[0] > works[1]  # the A100 row (8 GPUs) has more work than the H100 row (4)
+    with pytest.raises(ConfigError) as err:
+        choose_gpus(session, PriceSheet(SHEET[::-1]), max_work=(works[0] + works[1]) // 2)
+    assert events == [] and err.value.errors[0].field == "A100-SXM4-80GB: sweep.max_work"

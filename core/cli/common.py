@@ -21,9 +21,50 @@ from core.util.text import format_days
 __all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_HELP",
            "decimal_arg", "integer_arg",
            "check_number", "fmt_bytes", "GiB", "verdict_markup", "check_outputs",
-           "session_inputs", "row_progress", "GPU_HELP", "cluster_of_gpu", "plan_fit_note"]
+           "session_inputs", "row_progress", "GPU_HELP", "cluster_of_gpu", "plan_fit_note",
+           "SignalCancel", "cancel_on_signals"]
 
 GiB = 2**30
+
+
+class SignalCancel:
+    """A sweep's ``cancel`` set by a signal (:func:`cancel_on_signals`): ``event`` (a
+    :class:`threading.Event`) and ``signum``, the signal that set it (None until one does)."""
+
+    def __init__(self) -> None:
+        import threading
+        self.event = threading.Event()
+        self.signum: int | None = None
+
+    def __call__(self, signum: int, _frame: object = None) -> None:
+        self.signum = signum
+        self.event.set()
+
+    def exit_status(self) -> int:
+        """128 plus the signal's number (130 for SIGINT, 143 for SIGTERM), the shell's
+        convention for a command ended by a signal."""
+        return 128 + int(self.signum or 2)
+
+
+@contextmanager
+def cancel_on_signals():
+    """Within the block, SIGINT (Ctrl+C) and SIGTERM set the yielded :class:`SignalCancel`
+    instead of ending the process, so a sweep given its ``event`` as ``cancel`` stops within
+    0.5 s and shuts its worker processes down (a SIGTERM used to end the command at once and
+    leave a worker running). The previous handlers come back after the block. Off the main
+    thread (where no handler can be set) nothing is installed."""
+    import signal
+    import threading
+    cancel = SignalCancel()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, cancel)
+    try:
+        yield cancel
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class UsageError(Exception):

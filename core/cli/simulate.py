@@ -173,11 +173,15 @@ def _per_stage_text(s, r) -> str:
     :data:`core.sim.labels.TIME_TERMS` (hidden parts by :func:`core.sim.labels.hidden`)."""
     from core.sim.labels import TIME_TERMS as N, hidden
 
-    def term(name: str, seconds: float, hidden_kind: str = "", hidden_s: float = 0.0) -> str:
-        return (f"{N[name]} {seconds:,.3f} s"
-                + (f" ({hidden(hidden_kind)} {hidden_s:,.3f} s)" if hidden_s > 0 else ""))
+    def term(name: str, seconds: float, hidden_kind: str = "", hidden_s: float = 0.0,
+             *more: tuple[str, float]) -> str:
+        shown = [f"{hidden(k)} {h:,.3f} s" for k, h in ((hidden_kind, hidden_s), *more)
+                 if h > 0]
+        return f"{N[name]} {seconds:,.3f} s" + (f" ({', '.join(shown)})" if shown else "")
 
-    parts = [term("compute", r.compute_s), term("comm", r.comm_s, "tp_comm", r.tp_hidden_s)]
+    parts = [term("compute", r.compute_s),
+             term("comm", r.comm_s, "tp_comm", r.tp_hidden_s,
+                  ("dp_comm", getattr(r, "dp_hidden_s", 0.0)))]
     if r.ep_comm_s or r.ep_hidden_s:
         parts.append(term("ep_comm", r.ep_comm_s, "ep_all_to_all", r.ep_hidden_s))
     parts.append(term("pp_comm", r.pp_comm_s))

@@ -17,7 +17,8 @@ from core.plan.parallel import (CP_COMM_TYPES, MOE_DISPATCHERS, RECOMPUTE_CHOICE
                                 RECOMPUTE_MODES, SCHEDULES, SWEEP_SCHEDULES)
 from core.plan.rules import check_all_but_the_plan
 from core.cli.common import (SET_HELP, check_number, decimal_arg, fmt_days, integer_arg, path_arg,
-                             list_items, check_outputs, session_from_args, session_inputs)
+                             list_items, check_outputs, session_from_args, session_inputs,
+                             SignalCancel)
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
     from rich.table import Table
@@ -265,9 +266,9 @@ def run(args: argparse.Namespace) -> int:
             raise
 
     result = _sweep_interruptibly(sweep, err_console, show=not args.json)
-    if result is None:  # Ctrl+C: the sweep stopped cleanly
+    if isinstance(result, SignalCancel):  # Ctrl+C or SIGTERM: the sweep stopped cleanly
         err_console.print("vtrain: sweep cancelled", highlight=False)
-        return 130
+        return result.exit_status()
     if result.num_plans == 0:
         why = no_plan_errors(session, space)
         if args.json:  # the reasons as data too; the exit status and the error line stay
@@ -308,40 +309,35 @@ _PHASE_TEXT = {"enumerate": "enumerating plans", "memory": "memory of each plan"
 
 
 def _sweep_interruptibly(sweep: Any, err_console: Console, show: bool) -> Any:
-    """Run ``sweep(cancel=..., phase=..., progress=...)`` with Ctrl+C as its Cancel: SIGINT sets
-    the sweep's cancel event (on the main thread; the sweep stops within 0.5 s in every phase
-    and shuts its worker processes down), so the command exits with one line and status 130
-    instead of a traceback. With ``show`` and a terminal, a rich progress display names the
-    phase (enumeration, memory, lower bounds, simulation) and its progress. Returns the
-    result, or None when cancelled."""
-    import signal
-    import threading
-
+    """Run ``sweep(cancel=..., phase=..., progress=...)`` with Ctrl+C and SIGTERM as its Cancel
+    (:func:`core.cli.common.cancel_on_signals`): either signal sets the sweep's cancel event
+    (on the main thread; the sweep stops within 0.5 s in every phase and ends its worker
+    processes), so the command exits with one line and status 130 (143 for SIGTERM) instead
+    of a traceback, or, for SIGTERM, at once with its workers left running. With ``show``
+    and a terminal, a rich progress display names the phase (enumeration, memory, lower
+    bounds, simulation) and its progress. Returns the result, or the
+    :class:`~core.cli.common.SignalCancel` that cancelled it."""
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
 
+    from core.cli.common import cancel_on_signals
     from core.studies.sweep import SweepCancelled
 
-    cancel = threading.Event()
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, lambda *_: cancel.set()) if main else None
-    try:
-        if not show or not err_console.is_terminal:
-            return sweep(cancel=cancel)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err_console, transient=True) as bar:
-            task = bar.add_task(_PHASE_TEXT["enumerate"], total=None)
+    with cancel_on_signals() as cancel:
+        try:
+            if not show or not err_console.is_terminal:
+                return sweep(cancel=cancel.event)
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), console=err_console, transient=True) as bar:
+                task = bar.add_task(_PHASE_TEXT["enumerate"], total=None)
 
-            def phase(name: str, done: int, total: int) -> None:
-                bar.update(task, description=_PHASE_TEXT.get(name, name), completed=done,
-                           total=max(total, 1))
+                def phase(name: str, done: int, total: int) -> None:
+                    bar.update(task, description=_PHASE_TEXT.get(name, name), completed=done,
+                               total=max(total, 1))
 
-            return sweep(cancel=cancel, phase=phase)
-    except SweepCancelled:
-        return None
-    finally:
-        if main:
-            signal.signal(signal.SIGINT, previous)
+                return sweep(cancel=cancel.event, phase=phase)
+        except SweepCancelled:
+            return cancel
 
 
 def _pick_arg(text: str | None, out: str | None,

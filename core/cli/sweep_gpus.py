@@ -20,7 +20,7 @@ __all__ = ["add_arguments", "run_gpu_choice", "SHEET_OPTIONS_REFUSED"]
 SHEET_OPTIONS_REFUSED = (("gpus", "--gpus"), ("max_gpus", "--max-gpus"),
                          ("profile", "--profile"), ("price_per_gpu_hour", "--price-per-gpu-hour"),
                          ("pick", "--pick"), ("out", "--out"), ("dask", "--dask"),
-                         ("deadline_days", "--deadline-days"), ("max_work", "--max-work"))
+                         ("deadline_days", "--deadline-days"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "date; docs/gpu_choice.md) up to its max_gpus, and print the front of expected "
              "days (with failures and checkpoints, CONFIG's reliability section) against "
              "expected dollars across the kinds; --tokens, --set, --workers, --exhaustive, "
-             "--json and the plan-space options (--micro-batch-sizes, --schedules, "
+             "--json, --max-work (each kind's sweep) and the plan-space options (--micro-batch-sizes, --schedules, "
              "--zero-stages, --context-parallel ...) apply to each kind's sweep, up to its "
              "max_gpus")
 
@@ -94,6 +94,9 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
 
     _check(args)
     check_number("--tokens", args.tokens)
+    if args.max_work is not None and args.max_work < 1:
+        raise ConfigError([FieldError("--max-work", f"{args.max_work} must be a positive number "
+                                                    "of pipeline steps")])
     sheet = read_price_sheet(args.gpus_from)
     session = session_from_args(args, validate=False)
     try:
@@ -118,19 +121,31 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
     def notice(text: str) -> None:  # a large row's sweep, with its time estimate (vtrain sweep's)
         err.print(f"[yellow]warning:[/] {esc(text)}", highlight=False)
 
-    if args.json or not err.is_terminal:
-        choice = choose_gpus(session, sheet, prune=not args.exhaustive, workers=workers,
-                             space_for=space_for, notice=notice)
-    else:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      console=err, transient=True) as bar:
-            tasks = [bar.add_task(f"sweeping {lab}", total=None) for lab in sheet.labels]
-            choice = choose_gpus(session, sheet, prune=not args.exhaustive, workers=workers,
-                                 space_for=space_for, notice=notice,
-                                 progress=lambda r, d, t: bar.update(tasks[r], completed=d,
-                                                                     total=t))
-    if not any(res.num_plans for res in choice.sweeps):
+    from core.cli.common import cancel_on_signals
+    from core.studies.sweep import SweepCancelled
+    # Ctrl+C and SIGTERM cancel the rows' sweeps (their worker processes ended), as vtrain
+    # sweep's: one line and status 130 (143), not a traceback or workers left running
+    with cancel_on_signals() as cancel:
+        try:
+            if args.json or not err.is_terminal:
+                choice = choose_gpus(session, sheet, prune=not args.exhaustive, workers=workers,
+                                     space_for=space_for, notice=notice, max_work=args.max_work,
+                                     cancel=cancel.event)
+            else:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+                with Progress(TextColumn("{task.description}"), BarColumn(),
+                              MofNCompleteColumn(), console=err, transient=True) as bar:
+                    tasks = [bar.add_task(f"sweeping {lab}", total=None)
+                             for lab in sheet.labels]
+                    choice = choose_gpus(
+                        session, sheet, prune=not args.exhaustive, workers=workers,
+                        space_for=space_for, notice=notice, max_work=args.max_work,
+                        cancel=cancel.event,
+                        progress=lambda r, d, t: bar.update(tasks[r], completed=d, total=t))
+        except SweepCancelled:
+            err.print("vtrain: sweep cancelled", highlight=False)
+            return cancel.exit_status()
+    if not any(c["num_plans"] for c in choice.counts):
         # the plan-space options leave no valid plan on any row: say why, as vtrain sweep does
         # (exit 2), for each row's own GPU kind and budget
         from core.studies.gpu_choice import row_session
@@ -165,15 +180,15 @@ def print_choice(choice, console: Any, print_dimensions: Any = None) -> None:
                       f"{s.cost.training_tokens / 1e9:,.0f}B tokens; failures "
                       f"{s.reliability.failure_rate_per_gpu_hour:.3g} per GPU-hour, restart "
                       f"{s.reliability.restart_time_s:,.0f} s", highlight=False)
-    for r, (row, res) in enumerate(zip(choice.sheet.rows, choice.sweeps)):
+    for r, (row, res, n) in enumerate(zip(choice.sheet.rows, choice.sweeps, choice.counts)):
         c = res.session.cluster
         net = node_network(c)
         console.print(esc(f"{choice.sheet.labels[r]}: ${row.price_per_gpu_hour_usd:,.2f}/GPU-hour, "
                           f"up to {row.max_gpus:,} GPUs, {c.gpus_per_node} per node "
                           + (f"({net:,.0f} Gb/s per node) " if net else "")
                           + f"({row.source or 'no source'}"
-                          f"{', ' + row.date if row.date else ''}); {res.num_plans:,} plans, "
-                          f"{res.num_feasible:,} fit and simulated"), highlight=False)
+                          f"{', ' + row.date if row.date else ''}); {n['num_plans']:,} plans, "
+                          f"{n['num_feasible']:,} fit and simulated"), highlight=False)
     dims = [res.dimensions for res in choice.sweeps if res.dimensions]
     if print_dimensions is not None and s is not None and dims:
         from core.studies.sweep import merge_dimensions

@@ -210,6 +210,12 @@ class Report:
     #: tensor-parallel collectives hidden under their GEMMs by ``plan.tp_comm_overlap`` (mean
     #: over stages; not in the sum: comm_s holds the exposed part)
     tp_hidden_s: float = 0.0
+    #: data-parallel collectives (the gradient reduce-scatters / all-reduces of
+    #: ``overlap_grad_reduce``, the parameter all-gathers of ``overlap_param_gather`` and
+    #: FSDP's) run beside the compute stream (mean over stages; not in the sum: comm_s holds
+    #: the blocking ones, overlap_wait_s what the overlapped ones make the stream wait);
+    #: :mod:`core.studies.diff`'s ``overlapped`` ``dp_comm``
+    dp_hidden_s: float = 0.0
     #: expert all-to-alls hidden under another micro-batch's computation by
     #: ``plan.overlap_moe_expert_parallel_comm`` (mean over stages; not in the sum: ep_comm_s
     #: holds the exposed part)

@@ -276,9 +276,10 @@ def _kind_mask(kinds) -> np.ndarray:
 
 #: Category of each task kind for :func:`simulate`'s per-stage sums: compute, tensor- or
 #: data-parallel communication, expert all-to-all, context-parallel ring, other (pipeline
-#: transfers and what overlaps the compute stream).
-_COMPUTE, _COMM, _EP, _CP, _OTHER, _CP_HIDDEN, _TP_HIDDEN = range(7)
-_CATEGORIES = 7
+#: transfers and what overlaps the compute stream), and the hidden parts of the context-parallel
+#: ring and of the tensor- and data-parallel collectives (those overlapped with compute).
+_COMPUTE, _COMM, _EP, _CP, _OTHER, _CP_HIDDEN, _TP_HIDDEN, _DP_HIDDEN = range(8)
+_CATEGORIES = 8
 _KIND_CATEGORY = np.full(len(KINDS), _OTHER, np.int32)
 _KIND_CATEGORY[_kind_mask(KIND_COMPUTE)] = _COMPUTE
 _KIND_CATEGORY[[KINDS.index("tp_comm"), KINDS.index("dp_comm")]] = _COMM
@@ -534,6 +535,7 @@ def _breakdown(session: Session, graph: ExecutionGraph, st: StageTimes, T: float
     if graph.overlapped is not None:  # beside the compute stream: what it exposes is in T
         category[graph.overlapped & (category == _CP)] = _CP_HIDDEN
         category[graph.overlapped & (graph.kind == KINDS.index("tp_comm"))] = _TP_HIDDEN
+        category[graph.overlapped & (graph.kind == KINDS.index("dp_comm"))] = _DP_HIDDEN
         category[graph.overlapped & (category == _COMM)] = _OTHER
     sums = np.bincount(graph.stage * _CATEGORIES + category, graph.duration_s,
                        minlength=_CATEGORIES * p).reshape(p, _CATEGORIES)
@@ -649,6 +651,7 @@ def _assemble_report(session: Session, store: ProfileStore, graph: ExecutionGrap
         cp_comm_s=float(b.stage_cp.mean()),
         cp_hidden_s=float(b.sums[:, _CP_HIDDEN].sum()) / p,
         tp_hidden_s=float(b.sums[:, _TP_HIDDEN].sum()) / p,
+        dp_hidden_s=float(b.sums[:, _DP_HIDDEN].sum()) / p,
         ep_hidden_s=_ep_hidden_s(session, graph, st, b.stage_ep),
         stage_cp_comm_s=b.stage_cp.tolist(),
         bubble_s=b.bubble_s,

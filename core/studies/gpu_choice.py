@@ -46,7 +46,7 @@ from core.plan.session import Session
 from core.sim.goodput import SPREAD_SAMPLES, checkpoint_size, goodput
 from core.store.interval import DEFAULT_COVERAGE
 from core.studies.sweep.result import SweepResult, best_row, pareto_front
-from core.studies.sweep.run import run_sweep
+from core.studies.sweep.run import check_sweep_work, run_sweep
 from core.studies.sweep.space import SweepSpace
 
 __all__ = ["GpuChoice", "choose_gpus", "combine", "row_session", "expected_figures",
@@ -98,7 +98,8 @@ def expected_figures(result: SweepResult, i: int, iteration_time_s: float | None
 
 @dataclass
 class GpuChoice:
-    """Every plan that fits, of every row, with its expected figures, and the combined front.
+    """Every plan that fits and was simulated, of every row, with its expected figures, and
+    the combined front.
 
     Point arrays have shape (num_points,): one point per plan that fits and was simulated.
 
@@ -106,7 +107,14 @@ class GpuChoice:
     ----------
     sheet : PriceSheet
     sweeps : list of SweepResult
-        One per row of the sheet (its session on that row's GPUs, at its price).
+        One per row of the sheet (its session on that row's GPUs, at its price), cut to the
+        plans that fit and were simulated (the points, and those that never finish): a
+        row's sweep of every plan is not kept once its points are costed, so memory is one
+        row's sweep at a time, not every row's at once. Its ``saved`` is the whole sweep's
+        counts, as :attr:`counts`.
+    counts : list of dict
+        Per row, the whole sweep's ``num_plans``, ``num_fit`` (fit in memory, simulated or
+        not), ``num_feasible`` (fit and simulated), ``num_pruned`` and ``wall_s``.
     row, index : int64 arrays
         The sheet row (0-based) and the row of that row's sweep of each point.
     expected_days, expected_cost_usd : float64 arrays
@@ -143,6 +151,7 @@ class GpuChoice:
     undecided: int = 0
     never_finish: int = 0
     coverage: float = DEFAULT_COVERAGE
+    counts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def num_points(self) -> int:
@@ -183,8 +192,8 @@ class GpuChoice:
         there are points."""
         if self.num_points:
             return ""
-        fit = sum(int(np.count_nonzero(res.fits_in_memory)) for res in self.sweeps)
-        simulated = sum(int(res.num_feasible) for res in self.sweeps)
+        fit = sum(c["num_fit"] for c in self.counts)
+        simulated = sum(c["num_feasible"] for c in self.counts)
         if not fit:
             return "no plan fits in memory on any GPU kind"
         if not simulated:
@@ -216,9 +225,9 @@ class GpuChoice:
         rows = []
         for r, res in enumerate(self.sweeps):
             ks = np.flatnonzero(self.row == r)
-            rows.append({"label": self.sheet.labels[r], "num_plans": res.num_plans,
-                         "num_feasible": res.num_feasible,
-                         "num_pruned": int(np.count_nonzero(res.pruned)),
+            c = self.counts[r]
+            rows.append({"label": self.sheet.labels[r], "num_plans": c["num_plans"],
+                         "num_feasible": c["num_feasible"], "num_pruned": c["num_pruned"],
                          "profile": res.profile,
                          "gpus_per_node": res.session.cluster.gpus_per_node,
                          "node_network_gbits_per_s": node_network(res.session.cluster),
@@ -246,6 +255,7 @@ def _best(ks: np.ndarray, first: np.ndarray, second: np.ndarray) -> int | None:
 
 def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, workers: int = 1,
                 coverage: float = DEFAULT_COVERAGE, cancel: Any = None,
+                max_work: int | None = None,
                 progress: Callable[[int, int, int], None] | None = None,
                 space_for: Callable[[Any], SweepSpace] | None = None,
                 notice: Callable[[str], None] | None = None) -> GpuChoice:
@@ -267,6 +277,12 @@ def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, work
         Checked by each sweep (:class:`core.studies.sweep.cancel.SweepCancelled`).
     progress : callable ``(row, done, total) -> None``, optional
         Each sweep's progress, with its 0-based row.
+    max_work : int, optional
+        Refuse a row whose plans that fit need more than this many pipeline steps
+        (:func:`run_sweep`'s ``max_work``; ConfigError field ``<label>: sweep.max_work``).
+        Every row is checked, and its large-sweep note told, before any row is swept
+        (:func:`check_sweep_work`: each row's plans and closed-form memory are then computed
+        twice, one row at a time).
     notice : callable ``(str) -> None``, optional
         Told, before a row's simulation starts, when that row's sweep is large (``run_sweep``'s
         ``notice``: more than :data:`core.studies.sweep.bound.LARGE_SWEEP_WORK` pipeline
@@ -286,55 +302,158 @@ def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, work
     ConfigError, ProfileStoreError, KeyError, SweepCancelled
         As :func:`run_sweep`; a ConfigError's fields start with the row's ``gpu:`` label.
     """
-    sweeps = []
-    for r, price_row in enumerate(sheet.rows):
-        space = space_for(price_row) if space_for else dataclasses.replace(
+    def space_of(price_row) -> SweepSpace:
+        return space_for(price_row) if space_for else dataclasses.replace(
             SweepSpace.default_for(session), max_gpus=price_row.max_gpus, max_data_parallel=None)
+
+    def labelled(r: int, exc: ConfigError) -> ConfigError:
+        return ConfigError([dataclasses.replace(e, field=f"{sheet.labels[r]}: {e.field}")
+                            for e in exc.errors])
+
+    if max_work is not None:  # every row checked (and announced) before any row is simulated
+        for r, price_row in enumerate(sheet.rows):
+            try:
+                notes = check_sweep_work(row_session(session, price_row), space_of(price_row),
+                                         max_work=max_work, prune=prune, cancel=cancel)
+            except ConfigError as exc:
+                raise labelled(r, exc) from None
+            if notes and notice is not None:
+                notice(f"{sheet.labels[r]}: {notes[0]}")
+    parts = []
+    for r, price_row in enumerate(sheet.rows):
+        space = space_of(price_row)
         tell = None if progress is None else (lambda d, t, r=r: progress(r, d, t))
         try:
-            sweeps.append(run_sweep(row_session(session, price_row), space, workers=workers,
-                                    prune=prune, coverage=coverage, cancel=cancel,
-                                    progress=tell,
-                                    notice=None if notice is None else
-                                    (lambda text, r=r: notice(f"{sheet.labels[r]}: {text}"))))
+            res = run_sweep(row_session(session, price_row), space, workers=workers,
+                            prune=prune, coverage=coverage, cancel=cancel, progress=tell,
+                            max_work=max_work,
+                            notice=None if notice is None or max_work is not None else
+                            (lambda text, r=r: notice(f"{sheet.labels[r]}: {text}")))
         except ConfigError as exc:
-            raise ConfigError([dataclasses.replace(e, field=f"{sheet.labels[r]}: {e.field}")
-                               for e in exc.errors]) from None
-    return combine(sheet, sweeps, coverage)
+            raise labelled(r, exc) from None
+        # only what the answer uses is kept: this row's full sweep (every plan, fitting or
+        # not) is dropped before the next row's starts
+        parts.append(_row_points(res))
+        del res
+    return _combine(sheet, parts, coverage)
+
+
+def _take(res: SweepResult, keep: np.ndarray, counts: dict[str, Any]) -> SweepResult:
+    """The rows ``keep`` (int (k,), increasing) of ``res`` as a result of their own, its
+    ``fastest``, ``cheapest`` and ``cheapest_within_deadline`` renumbered (they are among the
+    plans that fit and were simulated, which ``keep`` holds), ``saved`` the whole sweep's
+    ``counts``."""
+    ks = keep.tolist()
+    where = {i: j for j, i in enumerate(ks)}
+
+    def at(i):
+        return None if i is None else where.get(int(i))
+
+    def rows(values):
+        return None if values is None else np.asarray(values)[keep]
+
+    return dataclasses.replace(
+        res, plans=[res.plans[i] for i in ks],
+        plan_columns={f: np.asarray(v)[keep] for f, v in res.plan_columns.items()},
+        num_microbatches=rows(res.num_microbatches), num_gpus=rows(res.num_gpus),
+        iteration_time_s=rows(res.iteration_time_s), tokens_per_s=rows(res.tokens_per_s),
+        mfu=rows(res.mfu), hfu=rows(res.hfu), training_days=rows(res.training_days),
+        gpu_hours=rows(res.gpu_hours), cost_usd=rows(res.cost_usd),
+        max_memory_per_gpu_bytes=rows(res.max_memory_per_gpu_bytes),
+        fits_in_memory=rows(res.fits_in_memory), reason=[res.reason[i] for i in ks],
+        pareto=rows(res.pareto), fastest=at(res.fastest), cheapest=at(res.cheapest),
+        cheapest_within_deadline=at(res.cheapest_within_deadline),
+        interval_low_s=rows(res.interval_low_s), interval_high_s=rows(res.interval_high_s),
+        in_calibration_range=rows(res.in_calibration_range),
+        calibration_departures=(None if res.calibration_departures is None else
+                                [res.calibration_departures[i] for i in ks]),
+        pruned=rows(res.pruned), lower_bound_s=rows(res.lower_bound_s),
+        memory_verdict=rows(res.memory_verdict), saved=dict(counts))
+
+
+@dataclass
+class _RowPoints:
+    """One row's share of a :class:`GpuChoice`: its sweep cut to the plans that fit and were
+    simulated (:func:`_take`), their expected figures (``index``: rows of that cut sweep),
+    the plans that never finish, and the expected-figure lower bounds ``(days, dollars)`` of
+    its pruned plans that its own front does not rule out (:func:`_undecided`)."""
+
+    sweep: SweepResult
+    counts: dict[str, Any]
+    index: np.ndarray
+    days: np.ndarray
+    cost: np.ndarray
+    good: np.ndarray
+    never: int
+    bound_days: np.ndarray
+    bound_cost: np.ndarray
+
+
+def _row_points(res: SweepResult) -> _RowPoints:
+    """The expected figures of each plan of ``res`` that fits and was simulated, and the
+    lower bounds of its pruned plans that may still reach a combined front: a pruned plan
+    that this row's own (expected days, dollars) front dominates cannot reach the combined
+    front (a point of the combined front dominates or is that point), so only the others
+    are kept, with their :func:`overhead_lower_bound` applied. The sweep is then cut to the
+    plans that fit and were simulated (:func:`_take`)."""
+    feasible = np.flatnonzero(res.feasible)
+    idx, days, cost, good = [], [], [], []
+    never = 0
+    for i in feasible.tolist():
+        try:
+            g = expected_figures(res, i)
+        except ConfigError:  # the failures never let it finish: not a point
+            never += 1
+            continue
+        idx.append(i)
+        days.append(g.expected_time_s / 86400.0)
+        cost.append(g.expected_time_s * int(res.num_gpus[i]) / 3600.0
+                    * res.session.cost.price_per_gpu_hour_usd)
+        good.append(g.goodput)
+    days_a, cost_a = np.array(days, float), np.array(cost, float)
+    own = pareto_front(days_a, cost_a)
+    bd, bc = _pruned_bounds(res, days_a[own], cost_a[own])
+    counts = {"num_plans": res.num_plans, "num_fit": int(np.count_nonzero(res.fits_in_memory)),
+              "num_feasible": int(feasible.size), "num_pruned": int(np.count_nonzero(res.pruned)),
+              "wall_s": res.wall_s}
+    # the kept rows' positions in the cut sweep: feasible is increasing, idx a subset of it
+    index = np.searchsorted(feasible, np.array(idx, np.int64)).astype(np.int64)
+    return _RowPoints(sweep=_take(res, feasible, counts), counts=counts, index=index,
+                      days=days_a, cost=cost_a, good=np.array(good, float), never=never,
+                      bound_days=bd, bound_cost=bc)
 
 
 def combine(sheet: PriceSheet, sweeps: list[SweepResult], coverage: float = DEFAULT_COVERAGE
             ) -> GpuChoice:
-    """The :class:`GpuChoice` of finished sweeps, one per row of ``sheet`` (module doc)."""
-    rows, idx, days, cost, good = [], [], [], [], []
-    never = 0
-    for r, res in enumerate(sweeps):
-        for i in np.flatnonzero(res.feasible).tolist():
-            try:
-                g = expected_figures(res, i)
-            except ConfigError:  # the failures never let it finish: not a point
-                never += 1
-                continue
-            rows.append(r)
-            idx.append(i)
-            days.append(g.expected_time_s / 86400.0)
-            cost.append(g.expected_time_s * int(res.num_gpus[i]) / 3600.0
-                        * res.session.cost.price_per_gpu_hour_usd)
-            good.append(g.goodput)
-    row = np.array(rows, np.int64)
-    index = np.array(idx, np.int64)
-    days_a, cost_a = np.array(days, float), np.array(cost, float)
+    """The :class:`GpuChoice` of finished sweeps, one per row of ``sheet`` (module doc); each
+    is cut to the plans that fit and were simulated (:func:`_row_points`)."""
+    return _combine(sheet, [_row_points(res) for res in sweeps], coverage)
+
+
+def _combine(sheet: PriceSheet, parts: list[_RowPoints], coverage: float) -> GpuChoice:
+    """The :class:`GpuChoice` of the rows' :func:`_row_points`."""
+    row = np.concatenate([np.full(p.index.size, r, np.int64) for r, p in enumerate(parts)]
+                         + [np.zeros(0, np.int64)])
+    index = np.concatenate([p.index for p in parts] + [np.zeros(0, np.int64)])
+    days_a = np.concatenate([p.days for p in parts] + [np.zeros(0)])
+    cost_a = np.concatenate([p.cost for p in parts] + [np.zeros(0)])
+    good = np.concatenate([p.good for p in parts] + [np.zeros(0)])
     on = pareto_front(days_a, cost_a)
     front = np.flatnonzero(on)
     front = front[np.lexsort((cost_a[front], days_a[front]))]
-    choice = GpuChoice(sheet=sheet, sweeps=sweeps, row=row, index=index, expected_days=days_a,
-                       expected_cost_usd=cost_a, goodput=np.array(good, float), front=front,
+    choice = GpuChoice(sheet=sheet, sweeps=[p.sweep for p in parts], row=row, index=index,
+                       expected_days=days_a, expected_cost_usd=cost_a, goodput=good,
+                       front=front,
                        best_by_days=best_row(days_a, cost_a, np.ones(row.size, bool)),
                        best_by_dollars=best_row(cost_a, days_a, np.ones(row.size, bool)),
-                       never_finish=never, coverage=coverage)
-    choice.undecided = _undecided(choice)
+                       never_finish=sum(p.never for p in parts), coverage=coverage,
+                       counts=[p.counts for p in parts])
+    fd, fc = days_a[front], cost_a[front]
+    choice.undecided = sum(int(np.count_nonzero(~_dominated(fd, fc, p.bound_days,
+                                                            p.bound_cost)))
+                           for p in parts)
     per_row = []
-    for r in range(len(sweeps)):
+    for r in range(len(parts)):
         ks = np.flatnonzero(row == r)
         per_row += [_best(ks, days_a, cost_a), _best(ks, cost_a, days_a)]
     for k in {*front.tolist(), choice.best_by_days, choice.best_by_dollars, *per_row} - {None}:
@@ -361,34 +480,35 @@ def overhead_lower_bound(checkpoint_s: float, mtbi_s: float, restart_s: float) -
     return math.exp(R / M) * (1.0 + C / M + math.sqrt((2.0 * C + C * C / M) / M))
 
 
-def _undecided(choice: GpuChoice) -> int:
-    """Pruned plans whose lower bound no front point dominates (module doc): first the work
-    alone, then the work times :func:`overhead_lower_bound` (the plan's checkpoint cost as
-    :func:`core.sim.goodput.goodput` defines it)."""
-    fd, fc = choice.expected_days[choice.front], choice.expected_cost_usd[choice.front]
-    count = 0
-    for res in choice.sweeps:
-        pr = np.flatnonzero(res.pruned)
-        if pr.size == 0:
-            continue
-        s = res.session
-        rel = s.reliability
-        n = math.ceil(s.cost.training_tokens / (s.plan.global_batch_size * s.model.seq_length))
-        work = n * res.lower_bound_s[pr]
-        d = work / 86400.0
-        c = work * res.num_gpus[pr] / 3600.0 * s.cost.price_per_gpu_hour_usd
-        for j in np.flatnonzero(~_dominated(fd, fc, d, c)).tolist():
-            i = int(pr[j])
-            size = checkpoint_size(s.model, res.plans[i],
-                                   processes_per_host(s.cluster, res.plans[i].num_gpus))
-            C = (size.per_gpu_bytes / (rel.host_copy_gbytes_per_s_per_gpu * 1e9) if rel.async_save
-                 else size.per_node_bytes / (rel.checkpoint_write_gbytes_per_s_per_node * 1e9))
-            rate = rel.failure_rate_per_gpu_hour * int(res.num_gpus[i]) / 3600.0
-            f = overhead_lower_bound(C, 1.0 / rate if rate > 0 else math.inf,
-                                     float(rel.restart_time_s))
-            if not _dominated(fd, fc, d[j:j + 1] * f, c[j:j + 1] * f)[0]:
-                count += 1
-    return count
+def _pruned_bounds(res: SweepResult, fd: np.ndarray, fc: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Lower bounds ``(expected days, expected dollars)`` (float64 (m,) each) of the pruned
+    plans of ``res`` that the points ``(fd, fc)`` do not dominate (module doc): first the
+    work alone, then the work times :func:`overhead_lower_bound` (the plan's checkpoint cost
+    as :func:`core.sim.goodput.goodput` defines it); the bounds kept are the latter. A point
+    that dominates the first dominates the second too (the overhead is at least 1)."""
+    pr = np.flatnonzero(res.pruned)
+    if pr.size == 0:
+        return np.zeros(0), np.zeros(0)
+    s = res.session
+    rel = s.reliability
+    n = math.ceil(s.cost.training_tokens / (s.plan.global_batch_size * s.model.seq_length))
+    work = n * res.lower_bound_s[pr]
+    d = work / 86400.0
+    c = work * res.num_gpus[pr] / 3600.0 * s.cost.price_per_gpu_hour_usd
+    out_d, out_c = [], []
+    for j in np.flatnonzero(~_dominated(fd, fc, d, c)).tolist():
+        i = int(pr[j])
+        size = checkpoint_size(s.model, res.plans[i],
+                               processes_per_host(s.cluster, res.plans[i].num_gpus))
+        C = (size.per_gpu_bytes / (rel.host_copy_gbytes_per_s_per_gpu * 1e9) if rel.async_save
+             else size.per_node_bytes / (rel.checkpoint_write_gbytes_per_s_per_node * 1e9))
+        rate = rel.failure_rate_per_gpu_hour * int(res.num_gpus[i]) / 3600.0
+        f = overhead_lower_bound(C, 1.0 / rate if rate > 0 else math.inf,
+                                 float(rel.restart_time_s))
+        out_d.append(float(d[j]) * f)
+        out_c.append(float(c[j]) * f)
+    return np.array(out_d, float), np.array(out_c, float)
 
 
 def _band(choice: GpuChoice, k: int) -> dict[str, Any]:

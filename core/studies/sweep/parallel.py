@@ -33,7 +33,9 @@ import hashlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
+import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
 from concurrent.futures import wait as futures_wait
@@ -45,8 +47,8 @@ from core.studies.sweep.batch import solve_batch
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import gc_paused
 
-__all__ = ["chunk_batches", "solve_chunk", "store_bytes", "start_pool", "run_on_pool", "run_on_dask",
-           "CHUNKS_PER_WORKER"]
+__all__ = ["chunk_batches", "solve_chunk", "store_bytes", "start_pool", "stop_pool", "run_on_pool",
+           "run_on_dask", "CHUNKS_PER_WORKER", "PARENT_POLL_S"]
 
 #: Chunks per worker: enough for the work to balance and for progress and Cancel to be
 #: timely, few enough that sending them costs little.
@@ -63,6 +65,11 @@ _ELEMENT_COST = {True: 5e-9, False: 4.5e-8}
 _KERNEL_LOAD_S = 0.5
 #: How often (seconds) the caller's ``cancel`` is checked while chunks run.
 _POLL_S = 0.1
+#: How often (seconds) a pool process checks that the process that started its pool is alive
+#: (:func:`_init_worker`'s watchdog, beside the kernel's parent-death signal).
+PARENT_POLL_S = 0.5
+#: Linux ``prctl`` option: the signal a process gets when its parent dies (``<linux/prctl.h>``).
+_PR_SET_PDEATHSIG = 1
 #: How long to try to reach a Dask scheduler.
 DASK_CONNECT_TIMEOUT_S = 10.0
 
@@ -114,16 +121,64 @@ def _open_store(data: bytes) -> tuple[Any, dict]:
     return hit
 
 
-def _init_worker(data: bytes) -> None:
+def _init_worker(data: bytes, owner: int | None = None) -> None:
     """A pool process's start: the store's bytes kept, Ctrl+C left to the parent (which
     cancels the sweep and shuts the pool down; a worker interrupted mid-chunk would only
-    print a traceback)."""
+    print a traceback), SIGTERM ending it (the default action), and the process made to end with the sweep's process ``owner`` (its
+    pid) however that ends (:func:`_end_with_owner`)."""
     global _INIT_DATA
     _INIT_DATA = data
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # SIGTERM ends a worker (stop_pool's terminate): not the handler a forked worker
+        # inherits from the command (core.cli.common.cancel_on_signals), which would only
+        # set an event of its own copy of the sweep
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     except ValueError:  # not the process's main thread (never in a pool process)
         pass
+    if owner is not None:
+        _end_with_owner(owner)
+
+
+def _end_with_owner(owner: int) -> None:
+    """End this pool process when the process ``owner`` (the sweep's, which started the pool)
+    is gone, so that a sweep killed (SIGTERM, SIGKILL, a crash) leaves no worker running on
+    (one was left with parent pid 1 and 20 GB): on Linux, when ``owner`` is this process's
+    parent (a forked or spawned pool), the kernel's parent-death signal (``prctl(2)``
+    ``PR_SET_PDEATHSIG``, SIGKILL); everywhere, a daemon thread that ends the process
+    (``os._exit``) once its parent is no longer the one it started with (a ``forkserver``
+    pool's server ends with ``owner``), checked every :data:`PARENT_POLL_S` seconds."""
+    parent = os.getppid()
+    if parent == owner and sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl here: the watchdog alone
+            pass
+    if os.getppid() != parent:  # the parent ended before the signal was asked for
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="vtrain-parent-watch", daemon=True).start()
+
+
+def stop_pool(pool: ProcessPoolExecutor, stopped: bool) -> None:
+    """Shut ``pool`` down without waiting: the chunks not started are dropped; with
+    ``stopped`` (the sweep was cancelled or failed), its processes are also terminated, so
+    that a chunk still running does not keep a process (and this process, which waits for
+    its pool's processes before it exits) alive until it ends."""
+    if stopped:
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            try:
+                proc.terminate()
+            except (OSError, ValueError, AttributeError):  # already gone
+                pass
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def solve_chunk(data: bytes | None, model, cluster, cost, jobs: list[tuple[tuple, list]],
@@ -192,7 +247,7 @@ def start_pool(processes: int, compiled: bool) -> ProcessPoolExecutor:
     while the caller goes on (enumerating the plans); give it to :func:`run_on_pool` as
     ``pool`` and shut it down afterwards. The store is sent with the chunks."""
     pool = ProcessPoolExecutor(max_workers=processes, mp_context=_pool_context(),
-                               initializer=_init_worker, initargs=(None,))
+                               initializer=_init_worker, initargs=(None, os.getpid()))
     for _ in range(processes):
         pool.submit(_warm, compiled)
     return pool
@@ -236,14 +291,17 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
         procs = workers - 1
         if pool is None and procs > 0:
             pool = ProcessPoolExecutor(max_workers=procs, mp_context=_pool_context(),
-                                       initializer=_init_worker, initargs=(store_bytes(store),))
+                                       initializer=_init_worker,
+                                       initargs=(store_bytes(store), os.getpid()))
+        ok = False
         try:
             _share_with_pool(batches, plans, store, model, cluster, cost, procs=procs, pool=pool,
                              given=given, cancel=cancel, on_result=on_result, compiled=compiled,
                              local=local, after_submit=after_submit)
+            ok = True
         finally:
             if pool is not None and not given:
-                pool.shutdown(wait=False, cancel_futures=True)
+                stop_pool(pool, stopped=not ok)
         return
     chunks = chunk_batches(batches, workers, bool(compiled))
     queue = deque(_largest_first(chunks, bool(compiled)))
@@ -252,8 +310,9 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
     data = store_bytes(store)
     if pool is None and procs > 0:
         pool = ProcessPoolExecutor(max_workers=procs, mp_context=_pool_context(),
-                                   initializer=_init_worker, initargs=(data,))
+                                   initializer=_init_worker, initargs=(data, os.getpid()))
     in_flight: dict[Any, int] = {}
+    ok = False
     try:
         while queue or in_flight:
             check_cancelled(cancel)
@@ -268,9 +327,10 @@ def run_on_pool(batches: list[Batch], plans: list, store, model, cluster, cost, 
             done, _ = futures_wait(set(in_flight), timeout=_POLL_S, return_when=FIRST_COMPLETED)
             for f in sorted(done, key=in_flight.get):
                 on_result(chunks[in_flight.pop(f)], f.result())
+        ok = True
     finally:
         if pool is not None and not given:
-            pool.shutdown(wait=False, cancel_futures=True)
+            stop_pool(pool, stopped=not ok)
 
 
 #: The pool's chunks while sharing with this thread: about this share of the work left over

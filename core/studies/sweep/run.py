@@ -44,7 +44,7 @@ from core.studies.sweep.space import (SweepSpace, as_list, check_enumerable, div
 from core.studies.sweep.variants import plan_maker, sweep_verdicts
 from core.studies.sweep.dimensions import sweep_dimensions
 
-__all__ = ["run_sweep", "ProgressFn", "COMPILED_MIN_SWEEP_ELEMENTS"]
+__all__ = ["run_sweep", "check_sweep_work", "ProgressFn", "COMPILED_MIN_SWEEP_ELEMENTS"]
 
 ProgressFn = Callable[[int, int], None]
 #: Sweeps whose batch solver has at least this many (stage, item, plan) elements in all use
@@ -227,13 +227,50 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
     workers = _check_arguments(deadline_days, workers, max_work, dask)
     with gc_paused():  # before the pool forks: its processes start with it paused too
         early = _early_pool(session, space, workers, dask)
+        ok = False
         try:
-            return _run_sweep(session, space, store, deadline_days, progress, cancel, workers,
-                              dask, coverage, t0, early, prune, max_work, notice, phase,
-                              best_by)
+            result = _run_sweep(session, space, store, deadline_days, progress, cancel, workers,
+                                dask, coverage, t0, early, prune, max_work, notice, phase,
+                                best_by)
+            ok = True
+            return result
         finally:
-            if early is not None:
-                early.shutdown(wait=False, cancel_futures=True)
+            if early is not None:  # cancelled or failed: its processes are ended too
+                parallel.stop_pool(early, stopped=not ok)
+
+
+def check_sweep_work(session: Session, space: SweepSpace, *, max_work: int | None = None,
+                     prune: bool = True, cancel: Any = None,
+                     phase: PhaseFn | None = None) -> list[str]:
+    """What :func:`run_sweep` says of the size of the sweep of ``space`` before it simulates,
+    without simulating: the plans and their closed-form memory (its first phases, the same
+    plans), then :func:`core.studies.sweep.bound.work_notes` of those that fit and can be
+    simulated: its "large sweep" note with the time estimate (empty when not large; ``prune``
+    as :func:`run_sweep`'s, which says "before pruning"). Nothing
+    is kept: the plans are dropped on return (a caller checking several sweeps before running
+    any holds one sweep's plans at a time).
+
+    Raises
+    ------
+    ConfigError
+        As :func:`run_sweep` (an invalid space or session), and ``sweep.max_work`` when the
+        plans that fit need more than ``max_work`` pipeline steps.
+    SweepCancelled
+        ``cancel`` was set.
+    """
+    session = session.copy()
+    opened: list = [None]
+
+    def get_store():
+        if opened[0] is None:
+            opened[0] = session_profile(session)
+        return opened[0]
+
+    plans, _, (_, mem_fits, reason), _, columns = _plans(session, space, get_store, cancel,
+                                                         phase)
+    steps, too_large = mark_too_large(plans, mem_fits, reason, session.model, columns)
+    return work_notes(plans, np.flatnonzero(mem_fits & ~too_large), session.model.num_layers,
+                      prune, max_work, steps)
 
 
 class _Runner:

@@ -201,9 +201,10 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
         if rows is None:
             rows = known[1] = verdicts.rows_of(cands, varying)
     elif base.recompute_num_layers is None:  # no layers to cap: the variants of the sizes
-        # the overlap's rules read (and of how) are the same, built once
+        # the overlap's rules read (and of how) are the same, built once; and whether the
+        # overlap pairs anything (one stage and one micro-batch: it is left out)
         key = (how, *(group[f] for f in _EP_OVERLAP_RULE_FIELDS if f in group
-                      and f not in CP_VARIANT_FIELDS))
+                      and f not in CP_VARIANT_FIELDS), _overlap_pairs_nothing(group))
         known = c.overlap_variants_of.get(key)
         if known is None:
             parts = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
@@ -244,7 +245,10 @@ def _with_overlaps(model, c: Any, values: list[dict]) -> list[dict]:
     ``delay_wgrad_compute`` when the session delays it) where the overlap's rules
     (:func:`core.plan.rules.ep_overlap_errors`) pass, else off when off is not tried already;
     the rules asked once per combination of the fields they read
-    (:data:`_EP_OVERLAP_RULE_FIELDS`). New dicts, in that order."""
+    (:data:`_EP_OVERLAP_RULE_FIELDS`). On is not tried beside off where it cannot differ from
+    off (:func:`_overlap_pairs_nothing`: one stage and one micro-batch, nothing to pair):
+    the two plans would have the same figures and memory and both reach a front.
+    New dicts, in that order."""
     out = []
     allowed: dict[tuple, bool] = {}
     for plan in values:
@@ -259,6 +263,8 @@ def _with_overlaps(model, c: Any, values: list[dict]) -> list[dict]:
                 ok = allowed.get(key)
                 if ok is None:
                     ok = allowed[key] = not ep_overlap_errors(model, c.make(dict(cand)))
+                if ok and False in c.ovs and _overlap_pairs_nothing(cand):
+                    continue  # the same plan as without it, tried already
                 if not ok:
                     if False in c.ovs:
                         continue  # tried without already
@@ -266,6 +272,23 @@ def _with_overlaps(model, c: Any, values: list[dict]) -> list[dict]:
                             "delay_wgrad_compute": False}
             out.append(dict(cand))
     return out
+
+
+def _overlap_pairs_nothing(plan: dict) -> bool:
+    """Whether ``overlap_moe_expert_parallel_comm`` changes nothing in the plan of these
+    fields (a dict of every plan field): one pipeline stage and one micro-batch. Megatron-Core's
+    combined 1F1B without pipelining runs each forward beside the backward of the previous
+    micro-batch, so with one micro-batch nothing pairs
+    (:func:`core.model.memory.ep_overlap_paired_share` 0): the all-to-alls stay whole
+    (:func:`core.sim.stages.ep_overlap_exposed`), no activation is added
+    (:func:`core.model.memory.ep_overlap_in_flight`: no warm-up forward without pipelining,
+    no paired layer) and the iteration and memory are the plan's without it
+    (tests/test_ep_overlap.py). With pipelining the overlap adds a warm-up forward, so it
+    always differs."""
+    if plan["pipeline_parallel"] != 1:
+        return False
+    m = plan["global_batch_size"] // (plan["data_parallel"] * plan["micro_batch_size"])
+    return m == 1
 
 
 #: The plan fields :func:`core.plan.rules.ep_overlap_errors` reads (with the model): plans
