@@ -9,7 +9,7 @@ import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal
 
-from core.sim.labels import (MEMORY_TERMS, TIME_TERM_MEANINGS, TIME_TERMS, capitalized)
+from core.sim.labels import (MEMORY_TERMS, TIME_TERM_MEANINGS, TIME_TERMS, capitalized, hidden)
 from core.sim.report import Report, gib_texts
 from core.store.interval import band_conditions
 from core.store.profiles import method_text
@@ -43,14 +43,34 @@ _BREAKDOWN_COLORS = {"compute": "#4C78A8", "comm": KIND_COLORS["tp_comm"],
 _BREAKDOWN = tuple((f"{k}_s", TIME_TERMS[k], c) for k, c in _BREAKDOWN_COLORS.items())
 
 
+#: The short names of the kinds whose hidden parts share the TP/DP collectives' row.
+_SHORT_KIND = {"tp_comm": "TP", "dp_comm": "DP"}
+
+
 def _with_hidden(exposed_s: float, hidden_s: float) -> str:
     """An exposed communication time and, when some ran hidden under other work, that part in
     parentheses, both in one unit: ``"0.00 ms (13.98 ms hidden)"``, not ``"0.000 s (13.98 ms
     hidden)"``."""
     if not hidden_s > 0:
         return format_duration(exposed_s)
-    exposed, hidden = format_durations(exposed_s, hidden_s)
-    return f"{exposed} ({hidden} hidden)"
+    exposed, hidden_text = format_durations(exposed_s, hidden_s)
+    return f"{exposed} ({hidden_text} hidden)"
+
+
+def _with_named_hidden(exposed_s: float, *parts: tuple[str, float]) -> tuple[str, str]:
+    """The exposed TP/DP collectives' time (seconds) and, named, each kind's part that ran
+    hidden under other work (``parts``: :data:`core.sim.labels.KIND_NAMES` key, seconds), all
+    in one unit, as ``vtrain simulate``'s "Per stage (mean)" line names them
+    (:func:`core.sim.labels.hidden`): ``("0.00 ms (TP 13.98 ms, DP 2.10 ms hidden)",
+    "hidden TP collectives 13.98 ms, hidden DP collectives 2.10 ms")``; the second is the
+    tooltip ("" when nothing ran hidden)."""
+    shown = [(k, s) for k, s in parts if s > 0]
+    if not shown:
+        return format_duration(exposed_s), ""
+    exposed, *hidden_texts = format_durations(exposed_s, *(s for _, s in shown))
+    short = ", ".join(f"{_SHORT_KIND[k]} {t}" for (k, _), t in zip(shown, hidden_texts))
+    tip = ", ".join(f"{hidden(k)} {t}" for (k, _), t in zip(shown, hidden_texts))
+    return f"{exposed} ({short} hidden)", tip
 #: Figures that describe running the plan: flagged when the plan does not fit in memory.
 _RUN_FIGURES = ("iteration_time", "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours",
                 "cost_usd", "run_days")
@@ -558,7 +578,11 @@ class CostPanel(QtWidgets.QWidget):
         v["hfu"].setText(format_fraction(report.hfu) + of_peak)
         v["bubble_fraction"].setText(format_fraction(report.bubble_fraction))
         v["compute"].setText(format_duration(report.compute_s))
-        v["comm"].setText(_with_hidden(report.comm_s, report.tp_hidden_s))
+        comm_text, comm_tip = _with_named_hidden(
+            report.comm_s, ("tp_comm", report.tp_hidden_s),
+            ("dp_comm", getattr(report, "dp_hidden_s", 0.0)))
+        v["comm"].setText(comm_text)
+        v["comm"].setToolTip(comm_tip + (" (not in the iteration time)" if comm_tip else ""))
         v["pp_comm"].setText(format_duration(report.pp_comm_s))
         v["cp_comm"].setText(_with_hidden(report.cp_comm_s, report.cp_hidden_s))
         for w in self._cp_row:

@@ -212,4 +212,48 @@ def test_exposed_and_hidden_communication_are_printed_in_one_unit(panel, exposed
                                  cp_comm_s=exposed_s, cp_hidden_s=hidden_s,
                                  ep_comm_s=exposed_s, ep_hidden_s=hidden_s)
     panel.set_report(report)
-    assert [panel.value_text(k) for k in ("comm", "cp_comm", "ep_comm")] == [text] * 3
+    assert [panel.value_text(k) for k in ("cp_comm", "ep_comm")] == [text] * 2
+    # the TP/DP row names whose part ran hidden (the TP collectives' here)
+    assert panel.value_text("comm") == (text.replace("(", "(TP ") if hidden_s else text)
+
+
+def test_tp_dp_row_shows_the_reports_hidden_tp_and_dp_collectives(panel):
+    """A ZeRO-1 plan that overlaps its gradient reduce-scatters and parameter all-gathers
+    (and its TP collectives): the "Exposed TP/DP collectives" row shows the report's
+    ``tp_hidden_s`` and ``dp_hidden_s``, named as ``vtrain simulate``'s "Per stage (mean)"
+    line names them (hidden TP collectives, hidden DP collectives); before, the DP part was
+    not shown and the TP part was not named."""
+    import dataclasses
+
+    from core.cli.simulate import _per_stage_text
+    from core.plan.cluster import ClusterConfig
+    from core.plan.parallel import ParallelPlan
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.session import Session
+    from core.sim.simulate import simulate
+    from vtrain_gui.formatting import format_durations
+
+    model = dataclasses.replace(MODEL_PRESETS["Llama 2 7B"], seq_length=2048)
+    plan = ParallelPlan(tensor_parallel=2, pipeline_parallel=2, data_parallel=4,
+                        micro_batch_size=1, global_batch_size=32, recompute="none",
+                        zero_stage=1, overlap_grad_reduce=True, overlap_param_gather=True,
+                        sequence_parallel=True, tp_comm_overlap=True)
+    session = Session(model, plan, ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8))
+    result = simulate(session)
+    r = result.report
+    assert r.tp_hidden_s > 0 and r.dp_hidden_s > 0
+    panel.set_report(r)
+    exposed, tp, dp = format_durations(r.comm_s, r.tp_hidden_s, r.dp_hidden_s)
+    assert panel.value_text("comm") == f"{exposed} (TP {tp}, DP {dp} hidden)"
+    tip = panel._values["comm"].toolTip()
+    assert f"hidden TP collectives {tp}, hidden DP collectives {dp}" in tip
+    # the CLI's line names the same two parts
+    cli = _per_stage_text(session, r)
+    assert f"hidden TP collectives {r.tp_hidden_s:,.3f} s" in cli
+    assert f"hidden DP collectives {r.dp_hidden_s:,.3f} s" in cli
+    # without the overlaps nothing is hidden: the plain exposed time, no tooltip
+    off = simulate(dataclasses.replace(session, plan=dataclasses.replace(
+        plan, overlap_grad_reduce=False, overlap_param_gather=False, tp_comm_overlap=False)))
+    assert off.report.dp_hidden_s == 0 and off.report.tp_hidden_s == 0
+    panel.set_report(off.report)
+    assert "hidden" not in panel.value_text("comm") and panel._values["comm"].toolTip() == ""

@@ -614,3 +614,41 @@ def test_the_legend_swatches_of_idle_time_are_the_colours_the_idle_lanes_show(ti
     assert colour_at(streams) == swatch["idle"]  # stage 1 compute
     assert colour_at(1) == swatch["no&nbsp;communication"]  # stage 0 comm
     assert swatch["idle"] != swatch["no&nbsp;communication"]
+
+
+@pytest.mark.parametrize("height", [110, 130, 160])
+def test_lane_labels_of_a_short_timeline_lie_inside_the_view(qtbot, height):
+    """The Explore tab's preview (about 870 x 130 px at 1,366 x 768) of a 35-stage pipeline:
+    rows thinner than a line of text, every k-th stage labelled. "stage 0" was centred on
+    stage 0's lanes, under a pixel from the view's top, and its upper half was cut by the
+    widget's edge; now every label drawn lies inside the view (vertically) and the first
+    one is still "stage 0"."""
+    from vtrain_gui.plan_preview import LEGEND_LINES
+
+    graph, schedule = synthetic_iteration(p=35, m=35, layers_per_stage=1)
+    w = TimelineWidget(legend_lines=LEGEND_LINES, hover_line=False)
+    qtbot.addWidget(w)
+    w.resize(870, height)
+    w.show()
+    qtbot.waitExposed(w)
+    w.set_data(graph, schedule)
+    assert w.wait_ready()
+    qtbot.wait(20)
+    row_px = w.view_box.height() / w.gantt.num_rows
+    axis = w.plot.getPlotItem().getAxis("left")
+    assert row_px < QtGui.QFontMetrics(axis.style.get("tickFont") or w.font()).height()
+    image = QtGui.QImage(10, 10, QtGui.QImage.Format.Format_ARGB32)
+    painter = QtGui.QPainter(image)
+    try:
+        _, _, texts = axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    assert texts and texts[0][2] == "stage 0", texts
+    view = w.view_box.sceneBoundingRect()
+    for rect, _, text in texts:
+        r = axis.mapRectToScene(rect)
+        assert view.top() - 0.5 <= r.top() and r.bottom() <= view.bottom() + 0.5, (text, r, view)
+    # the labels do not overlap one another
+    tops = sorted(axis.mapRectToScene(rect).top() for rect, _, _ in texts)
+    heights = texts[0][0].height()
+    assert all(b - a >= heights - 0.5 for a, b in zip(tops, tops[1:])), tops

@@ -429,6 +429,7 @@ class TimelineWidget(QtWidgets.QWidget):
             ticks += [(self.measured.first_row + r + 0.5,
                        f"measured s{int(L.lane_stage[r])} r{int(L.lane_rank[r])}")
                       for r in range(0, self.measured.num_rows, step)]
+        ticks = _inside_view(ticks, num_rows, row_px, metrics.height())
         if ticks == getattr(self, "_ticks", None):
             return
         self._ticks = ticks
@@ -498,3 +499,26 @@ class TimelineWidget(QtWidgets.QWidget):
             "not one long one. A stretch holding several kinds is split into "
             f"{STRIPS} strips stacked by their shares of its time: a kind with at least "
             f"1/{STRIPS} of it always has a strip.")
+
+
+def _inside_view(ticks: list[tuple[float, str]], num_rows: int, row_px: float,
+                 text_px: float) -> list[tuple[float, str]]:
+    """The lane labels ``ticks`` (row coordinate of the label's centre, text) moved so each
+    label, ``text_px`` tall and centred on its tick, lies inside the view of ``num_rows`` rows
+    of ``row_px`` pixels; a label that would then overlap the one kept before it is dropped.
+
+    A label centred on a lane or a stage sits at least half a row from the view's ends, which
+    is less than half a line of text when rows are thinner than the text (a short timeline:
+    the Explore tab's preview of MT-NLG's 35 stages, whose "stage 0" at 0.75 px from the top
+    was cut in half by the widget's edge; pyqtgraph lets a left axis's labels pass its ends).
+    A label moved by at most half a line still covers the start (end) of its stage."""
+    if not ticks or num_rows <= 0 or row_px <= 0:
+        return ticks
+    half = text_px / 2 / row_px  # half a line of text in rows
+    lo, hi = (half, num_rows - half) if num_rows >= 2 * half else (num_rows / 2,) * 2
+    kept: list[tuple[float, str]] = []
+    for y, text in ticks:
+        y = min(max(y, lo), hi)
+        if not kept or (y - kept[-1][0]) * row_px >= text_px:
+            kept.append((y, text))
+    return kept
