@@ -51,6 +51,17 @@ def _brute_front(days: np.ndarray, cost: np.ndarray) -> set[int]:
     return out
 
 
+def _expected_points(s, res, mask, n_iter, price):
+    """``(plan index, expected days, expected dollars)`` of each plan of sweep ``res`` where
+    ``mask``, costed with failures and checkpoints (:func:`goodput`) at ``price`` per GPU-hour."""
+    for i in np.flatnonzero(mask):
+        g = goodput(iteration_time_s=float(res.iteration_time_s[i]), num_iterations=n_iter,
+                    num_gpus=int(res.num_gpus[i]), reliability=s.reliability,
+                    size=checkpoint_size(s.model, res.plans[i], 8),
+                    price_per_gpu_hour_usd=price, num_samples=1)
+        yield int(i), g.expected_time_s / 86400, g.expected_time_s * res.num_gpus[i] / 3600 * price
+
+
 def test_combined_front_is_the_front_of_the_union_of_exhaustive_sweeps():
     session = tiny_session()
     choice = choose_gpus(session, PriceSheet(SHEET))
@@ -64,14 +75,11 @@ def test_combined_front_is_the_front_of_the_union_of_exhaustive_sweeps():
         space = dataclasses.replace(SweepSpace.default_for(s), max_gpus=r.max_gpus,
                                     max_data_parallel=None)  # the CLI's default space
         res = run_sweep(s, space, prune=False)
-        for i in np.flatnonzero(res.fits_in_memory):
-            g = goodput(iteration_time_s=float(res.iteration_time_s[i]), num_iterations=n_iter,
-                        num_gpus=int(res.num_gpus[i]), reliability=s.reliability,
-                        size=checkpoint_size(s.model, res.plans[i], 8),
-                        price_per_gpu_hour_usd=r.price_per_gpu_hour_usd, num_samples=1)
+        for i, d, c in _expected_points(s, res, res.fits_in_memory, n_iter,
+                                        r.price_per_gpu_hour_usd):
             keys.append((r.gpu, plan_key(res.plans[i])))
-            days.append(g.expected_time_s / 86400)
-            cost.append(g.expected_time_s * res.num_gpus[i] / 3600 * r.price_per_gpu_hour_usd)
+            days.append(d)
+            cost.append(c)
     days_a, cost_a = np.array(days), np.array(cost)
     want = {keys[i]: (days_a[i], cost_a[i]) for i in _brute_front(days_a, cost_a)}
     got = {(choice.sheet.rows[int(choice.row[k])].gpu,
@@ -367,14 +375,11 @@ def _full_answer(session, sheet, prune):
         res = run_sweep(s, space, prune=prune)
         n_iter = math.ceil(s.cost.training_tokens / (s.plan.global_batch_size
                                                      * s.model.seq_length))
-        for i in np.flatnonzero(res.feasible):
-            g = goodput(iteration_time_s=float(res.iteration_time_s[i]), num_iterations=n_iter,
-                        num_gpus=int(res.num_gpus[i]), reliability=s.reliability,
-                        size=checkpoint_size(s.model, res.plans[i], 8),
-                        price_per_gpu_hour_usd=row.price_per_gpu_hour_usd, num_samples=1)
+        for i, d, c in _expected_points(s, res, res.feasible, n_iter,
+                                        row.price_per_gpu_hour_usd):
             keys.append((row.gpu, plan_key(res.plans[i])))
-            days.append(g.expected_time_s / 86400)
-            cost.append(g.expected_time_s * res.num_gpus[i] / 3600 * row.price_per_gpu_hour_usd)
+            days.append(d)
+            cost.append(c)
             rows.append(r)
     d, c, rows = np.array(days), np.array(cost), np.array(rows)
     by = (lambda a, b, m: keys[int(np.flatnonzero(m)[np.lexsort((b[m], a[m]))[0]])])

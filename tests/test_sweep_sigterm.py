@@ -79,6 +79,14 @@ def _gpus_from(tmp_path):
     return ["--gpus-from", str(sheet)]
 
 
+def _gone(children, wait_s: float = 5.0) -> bool:
+    """Whether every process of ``children`` has ended within ``wait_s`` seconds."""
+    deadline = time.time() + wait_s
+    while _alive(children) and time.time() < deadline:
+        time.sleep(0.05)
+    return _alive(children) == []
+
+
 @pytest.mark.parametrize("args", [_plain, _gpus_from], ids=["sweep", "gpus-from"])
 def test_sigterm_cancels_the_sweep_and_ends_its_workers(tmp_path, args):
     proc, children = _start(tmp_path, args)
@@ -86,10 +94,7 @@ def test_sigterm_cancels_the_sweep_and_ends_its_workers(tmp_path, args):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 128 + signal.SIGTERM
         assert "vtrain: sweep cancelled" in proc.stderr.read()
-        deadline = time.time() + 5
-        while _alive(children) and time.time() < deadline:
-            time.sleep(0.05)
-        assert _alive(children) == []
+        assert _gone(children)
     finally:
         for c in _alive(children):
             c.kill()
@@ -104,10 +109,7 @@ def test_a_worker_ends_when_its_sweep_process_is_killed(tmp_path):
     try:
         proc.kill()
         proc.wait(timeout=10)
-        deadline = time.time() + 5
-        while _alive(children) and time.time() < deadline:
-            time.sleep(0.05)
-        assert _alive(children) == []
+        assert _gone(children)
     finally:
         for c in _alive(children):
             c.kill()

@@ -44,6 +44,20 @@ def _in_view(widget, top) -> QtCore.QRect:
     return rect.translated(-origin)
 
 
+def assert_days_axis_in_view(window) -> None:
+    """The Explore plot has its minimum height and its days axis, ticks and title, in view."""
+    explore = window.explore
+    plot = explore.plot
+    assert explore.plot_view.height() >= plot.minimumHeight()
+    shown = _in_view(plot, window)
+    axis = plot.getPlotItem().getAxis("bottom")
+    title = plot.mapFromScene(axis.label.mapRectToScene(axis.label.boundingRect())).boundingRect()
+    assert title.height() > 10 and title.width() > 80  # "training time (days)" drawn
+    assert shown.contains(title), (shown, title)
+    ticks = plot.mapFromScene(axis.sceneBoundingRect()).boundingRect()
+    assert shown.contains(ticks), (shown, ticks)
+
+
 def test_the_days_axis_title_stays_in_view_with_three_marked_plans(window, qtbot, qapp,
                                                                    three_marks):
     session, result = three_marks
@@ -62,16 +76,8 @@ def test_the_days_axis_title_stays_in_view_with_three_marked_plans(window, qtbot
         assert f">{label}</a>" in text
     assert window.height() == size[1]
 
-    plot = explore.plot
     # the plot's container is given at least the plot's minimum height (it was 213 px of 220)
-    assert explore.plot_view.height() >= plot.minimumHeight()
-    shown = _in_view(plot, window)
-    axis = plot.getPlotItem().getAxis("bottom")
-    title = plot.mapFromScene(axis.label.mapRectToScene(axis.label.boundingRect())).boundingRect()
-    assert title.height() > 10 and title.width() > 80  # "training time (days)" drawn
-    assert shown.contains(title), (shown, title)
-    ticks = plot.mapFromScene(axis.sceneBoundingRect()).boundingRect()
-    assert shown.contains(ticks), (shown, ticks)
+    assert_days_axis_in_view(window)
     # the summary's box is at most SUMMARY_LINES lines tall, the rest scrolls; the marked
     # plans come first (the calibration warning after them)
     box = explore.summary_box

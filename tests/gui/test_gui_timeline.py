@@ -37,6 +37,17 @@ def _view_to_viewport(w: TimelineWidget, x: float, y: float) -> QtCore.QPoint:
     return w.plot.mapFromScene(scene)
 
 
+
+def _draw_texts(axis) -> list:
+    """The ``(rect, flags, text)`` of each tick label ``axis`` would draw (pyqtgraph's
+    ``AxisItem.generateDrawSpecs``, on a scratch painter)."""
+    image = QtGui.QImage(10, 10, QtGui.QImage.Format.Format_ARGB32)
+    painter = QtGui.QPainter(image)
+    try:
+        return axis.generateDrawSpecs(painter)[2]
+    finally:
+        painter.end()
+
 def test_set_data_and_lookup_every_sampled_task(timeline):
     graph, schedule = synthetic_iteration(p=4, m=8, layers_per_stage=2)
     timeline.set_data(graph, schedule)
@@ -548,12 +559,7 @@ def test_the_time_axis_names_its_start(qtbot):
     w.set_data(graph, schedule)
     assert w.wait_ready()
     axis = w.plot.getPlotItem().getAxis("bottom")
-    image = QtGui.QImage(10, 10, QtGui.QImage.Format.Format_ARGB32)
-    painter = QtGui.QPainter(image)
-    try:
-        _, _, texts = axis.generateDrawSpecs(painter)
-    finally:
-        painter.end()
+    texts = _draw_texts(axis)
     shown = [text for _, _, text in texts]
     assert shown and shown[0] == "0", shown
 
@@ -637,12 +643,7 @@ def test_lane_labels_of_a_short_timeline_lie_inside_the_view(qtbot, height):
     row_px = w.view_box.height() / w.gantt.num_rows
     axis = w.plot.getPlotItem().getAxis("left")
     assert row_px < QtGui.QFontMetrics(axis.style.get("tickFont") or w.font()).height()
-    image = QtGui.QImage(10, 10, QtGui.QImage.Format.Format_ARGB32)
-    painter = QtGui.QPainter(image)
-    try:
-        _, _, texts = axis.generateDrawSpecs(painter)
-    finally:
-        painter.end()
+    texts = _draw_texts(axis)
     assert texts and texts[0][2] == "stage 0", texts
     view = w.view_box.sceneBoundingRect()
     for rect, _, text in texts:

@@ -19,7 +19,6 @@ from vtrain_gui.plan_preview import LEGEND_LINES, TITLE_LINES
 
 SMALL = EXAMPLES / "gpt3_1.3b_single_node.json"
 three_marks = laptop.three_marks  # the fixture: a sweep whose three marked plans differ
-_in_view = laptop._in_view
 
 
 def _show_three_marks(window, qapp, three_marks, real_simulate, size) -> None:
@@ -40,26 +39,12 @@ def _show_three_marks(window, qapp, three_marks, real_simulate, size) -> None:
         assert f">{label}</a>" in text
 
 
-def _assert_days_axis_in_view(window) -> None:
-    """The Explore plot has its minimum height and its days axis, ticks and title, in view."""
-    explore = window.explore
-    plot = explore.plot
-    assert explore.plot_view.height() >= plot.minimumHeight()
-    shown = _in_view(plot, window)
-    axis = plot.getPlotItem().getAxis("bottom")
-    title = plot.mapFromScene(axis.label.mapRectToScene(axis.label.boundingRect())).boundingRect()
-    assert title.height() > 10 and title.width() > 80  # "training time (days)" drawn
-    assert shown.contains(title), (shown, title)
-    ticks = plot.mapFromScene(axis.sceneBoundingRect()).boundingRect()
-    assert shown.contains(ticks), (shown, ticks)
-
-
 def test_the_window_can_be_1024_by_700(window, qtbot, qapp, three_marks, real_simulate):
     _show_three_marks(window, qapp, three_marks, real_simulate, (1024, 700))
     least = window.minimumSizeHint()
     assert least.width() <= 1024 and least.height() <= 700, least  # it was 1,220 x 770
     assert (window.width(), window.height()) == (1024, 700)
-    _assert_days_axis_in_view(window)
+    laptop.assert_days_axis_in_view(window)
     # the filters wrap onto a second row, each whole inside the bar, the bar over the summary
     explore = window.explore
     bar = explore.filter_bar
@@ -93,7 +78,7 @@ def test_a_1366_by_768_laptop_shows_the_days_axis_with_three_marked_plans(
     _show_three_marks(window, qapp, three_marks, real_simulate, size)
     assert (window.width(), window.height()) == size
     assert window.minimumSizeHint().height() <= 700
-    _assert_days_axis_in_view(window)
+    laptop.assert_days_axis_in_view(window)
 
 
 def test_the_preview_shows_at_most_its_lines_of_title_and_legend_the_rest_scrolls(
@@ -114,12 +99,17 @@ def test_the_preview_shows_at_most_its_lines_of_title_and_legend_the_rest_scroll
     assert preview.timeline.plot.height() >= 60  # room for the bars and the time axis
 
 
-def test_a_screenshot_smaller_than_the_window_can_be_says_so(tmp_path):
-    out = tmp_path / "shot.png"
-    proc = subprocess.run([sys.executable, "-m", "core.cli", "gui", str(SMALL), "--tab", "plan",
-                           "--size", "640x480", "--screenshot", str(out)],
+def _screenshot(out, size: str) -> subprocess.CompletedProcess:
+    """``vtrain gui SMALL --tab plan --size SIZE --screenshot OUT``, offscreen."""
+    return subprocess.run([sys.executable, "-m", "core.cli", "gui", str(SMALL), "--tab", "plan",
+                           "--size", size, "--screenshot", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+
+
+def test_a_screenshot_smaller_than_the_window_can_be_says_so(tmp_path):
+    out = tmp_path / "shot.png"
+    proc = _screenshot(out, "640x480")
     assert proc.returncode == 0, proc.stderr
     image = QtGui.QImage(str(out))
     assert image.width() > 640 and image.height() > 480  # the window's minimum
@@ -129,10 +119,7 @@ def test_a_screenshot_smaller_than_the_window_can_be_says_so(tmp_path):
     width, height = (int(x) for x in least.split("x"))
     assert (image.width(), image.height()) == (max(640, width), max(480, height))
     # a size the window can take: that picture, and nothing said
-    proc = subprocess.run([sys.executable, "-m", "core.cli", "gui", str(SMALL), "--tab", "plan",
-                           "--size", "1280x800", "--screenshot", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    proc = _screenshot(out, "1280x800")
     assert proc.returncode == 0, proc.stderr
     image = QtGui.QImage(str(out))
     assert (image.width(), image.height()) == (1280, 800)
