@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
+from types import ModuleType
 from pathlib import Path
 
 import pytest
@@ -38,3 +41,13 @@ def shared_file(*parts: str) -> Path:
         pytest.skip(f"shared data not present: {path}")
     return path
 
+
+
+def load_module(path: Path) -> ModuleType:
+    """A script of scripts/ or benchmarks/ (no packages) as a module, registered in
+    ``sys.modules`` under its file's stem (dataclasses of the module need that)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = mod
+    spec.loader.exec_module(mod)
+    return mod

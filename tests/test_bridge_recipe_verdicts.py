@@ -6,17 +6,15 @@ and so does a listed one that comes to fit)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from core.accuracy.bridge_recipes import BRIDGE_PERF_RECIPES
 from core.accuracy.bridge_sessions import recipe_session
 from core.plan.presets import MODEL_PRESETS
+from tests.conftest import ROOT, load_module
 
-ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT.parent / "shared" / "data" / "public-modern" / "published_runs.sessions.jsonl"
 
 _405B_LAYOUT = ("the recipe function gives t4 p16 cp1 (d=2), its docstring and NVIDIA's published "
@@ -36,11 +34,7 @@ KNOWN_UNFIT = {
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_recipes",
-                                                  ROOT / "benchmarks" / "bench_recipes.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(ROOT / "benchmarks" / "bench_recipes.py")
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from core.store.interval import (band_key, conformal_bounds, cross_conformal,
                                  layer_parameters, normal_prediction_bounds, session_interval)
 from core.store.profile_store import ProfileStore
 from core.store.residuals import RESIDUAL_SETS
-from tests.conftest import ROOT
+from tests.conftest import ROOT, load_module
 from tests.test_calibration_range import BASE, _table
 
 A100 = ROOT / "profiles" / "A100-SXM4-80GB.h5"
@@ -228,12 +228,7 @@ def test_the_shipped_a100_store_widens_a_flash_no_recompute_plan_only():
 
 def _script():
     """scripts/feature_transfer.py as a module (scripts/ is no package)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("feature_transfer_script",
-                                                  ROOT / "scripts" / "feature_transfer.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(ROOT / "scripts" / "feature_transfer.py")
 
 
 def test_the_script_replaces_the_set_and_a_refit_keeps_it(tmp_path):

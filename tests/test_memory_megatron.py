@@ -6,19 +6,13 @@ named one (docs/simulator.md, "Memory model against Megatron-LM's estimate")."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from core.plan.presets import MODEL_PRESETS
+from tests.conftest import ROOT, load_module
 
-_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_memory_megatron.py"
-_SPEC = importlib.util.spec_from_file_location("bench_memory_megatron", _PATH)
-bmm = importlib.util.module_from_spec(_SPEC)
-sys.modules["bench_memory_megatron"] = bmm
-_SPEC.loader.exec_module(bmm)
+bmm = load_module(ROOT / "benchmarks" / "bench_memory_megatron.py")
 Case = bmm.Case
 
 GPT3 = MODEL_PRESETS["GPT-3 175B"]

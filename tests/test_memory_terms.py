@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 import pytest
 
@@ -14,9 +12,9 @@ from core import schedules
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 from core.sim.report import MEMORY_SCALES, StageMemory
+from tests.conftest import ROOT, load_module
 
 MiB, GiB = 2.0 ** 20, 2.0 ** 30
-ROOT = Path(__file__).resolve().parent.parent
 MEASURED = ROOT.parent / "shared" / "data" / "measured-memory" / "measured_memory.csv"
 
 
@@ -127,10 +125,7 @@ def test_memory_verdict_arrays_counts_the_process_terms():
 
 def _bench_memory():
     """benchmarks/bench_memory.py as a module."""
-    spec = importlib.util.spec_from_file_location("bench_memory", ROOT / "benchmarks" / "bench_memory.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load_module(ROOT / "benchmarks" / "bench_memory.py")
 
 
 def test_bench_memory_within_five_percent_median_and_every_run_fits():

@@ -137,3 +137,13 @@ def plot_points(days: np.ndarray, cost: np.ndarray, fits: np.ndarray | None = No
     fits = np.ones(n, bool) if fits is None else fits
     return SimpleNamespace(num_plans=n, training_days=days, cost_usd=cost, fits_in_memory=fits,
                            feasible=fits, num_gpus=np.full(n, num_gpus), reason=[""] * n)
+
+
+def shown(qtbot, widget, width: int, height: int):
+    """``widget`` given to ``qtbot``, resized to ``width`` x ``height`` pixels, shown and exposed
+    (laid out and painted once); returns it."""
+    qtbot.addWidget(widget)
+    widget.resize(width, height)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 from PySide6 import QtWidgets
 
+from synthetic import shown
 from vtrain_gui.empty_state import EmptyStack
 
 
 def test_a_long_message_can_be_read_whole(qtbot, qapp):
     words = " ".join(f"word{i}" for i in range(300))
-    stack = EmptyStack(QtWidgets.QWidget(), f"<p><b>Title</b></p><p>{words} LAST</p>")
-    qtbot.addWidget(stack)
-    stack.resize(600, 200)
-    stack.show()
-    qtbot.waitExposed(stack)
+    stack = shown(qtbot, EmptyStack(QtWidgets.QWidget(), f"<p><b>Title</b></p><p>{words} LAST</p>"), 600, 200)
     qapp.processEvents()
     label = stack.findChild(QtWidgets.QLabel, "empty_state")
     need = label.heightForWidth(label.width())
@@ -31,11 +28,7 @@ def test_a_long_message_can_be_read_whole(qtbot, qapp):
 
 
 def test_a_short_message_is_centred_without_a_scroll_bar(qtbot, qapp):
-    stack = EmptyStack(QtWidgets.QWidget(), "<p><b>No sweep yet</b></p>")
-    qtbot.addWidget(stack)
-    stack.resize(600, 400)
-    stack.show()
-    qtbot.waitExposed(stack)
+    stack = shown(qtbot, EmptyStack(QtWidgets.QWidget(), "<p><b>No sweep yet</b></p>"), 600, 400)
     qapp.processEvents()
     scroll = stack.findChild(QtWidgets.QScrollArea, "empty_scroll")
     assert scroll.verticalScrollBar().maximum() == 0

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from synthetic import plot_points
+from synthetic import plot_points, shown
 from vtrain_gui.sweep_plot import SweepPlot
 
 
@@ -18,11 +18,7 @@ def _result(days: np.ndarray, cost: np.ndarray, fits: np.ndarray | None = None) 
 
 
 def _plot(qtbot, qapp, result: SimpleNamespace) -> SweepPlot:
-    plot = SweepPlot()
-    qtbot.addWidget(plot)
-    plot.resize(1100, 330)
-    plot.show()
-    qtbot.waitExposed(plot)
+    plot = shown(qtbot, SweepPlot(), 1100, 330)
     n = result.num_plans
     plot.set_result(result)
     plot.set_view(np.ones(n, bool), np.zeros(n, bool), {}, None, auto_range=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore
 
-from synthetic import plot_points
+from synthetic import plot_points, shown
 from vtrain_gui.sweep_plot import SweepPlot
 
 
@@ -27,11 +27,7 @@ def _legend(plot: SweepPlot) -> pg.LegendItem:
 
 
 def test_the_legend_covers_no_point_and_stays_in_the_widget(qtbot, qapp):
-    plot = SweepPlot()
-    qtbot.addWidget(plot)
-    plot.resize(900, 300)
-    plot.show()
-    qtbot.waitExposed(plot)
+    plot = shown(qtbot, SweepPlot(), 900, 300)
     plot.set_result(_result())
     plot.set_view(np.ones(3000, bool), np.zeros(3000, bool), {"fastest": 0, "cheapest": 2}, 30.0)
     qapp.processEvents()

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 from PySide6 import QtCore, QtGui
 
-from synthetic import plot_points
+from synthetic import plot_points, shown
 from vtrain_gui.sweep_plot import CHEAPEST_COLOR, DEADLINE_COLOR, FASTEST_COLOR, SweepPlot
 
 
@@ -35,11 +35,7 @@ def _pixels_of(image: QtGui.QImage, color: str, center, radius: int, tolerance: 
 
 
 def test_fastest_cheapest_and_deadline_marks_on_one_plan_are_all_seen(qtbot, qapp):
-    plot = SweepPlot()
-    qtbot.addWidget(plot)
-    plot.resize(900, 400)
-    plot.show()
-    qtbot.waitExposed(plot)
+    plot = shown(qtbot, SweepPlot(), 900, 400)
     plot.set_result(_result())
     plot.set_view(np.ones(4, bool), np.ones(4, bool),
                   {"fastest": 0, "cheapest": 0, "deadline": 0}, 30.0, auto_range=True)

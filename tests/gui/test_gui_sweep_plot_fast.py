@@ -9,6 +9,7 @@ import numpy as np
 from PySide6 import QtCore, QtGui
 from PySide6.QtCore import Qt
 
+from synthetic import shown
 from vtrain_gui.point_cloud import PointCloudItem
 from vtrain_gui.sweep_plot import SweepPlot
 
@@ -63,11 +64,7 @@ class _Click:
 
 
 def test_a_hundred_thousand_points_in_the_fast_layer(qtbot):
-    plot = SweepPlot()
-    qtbot.addWidget(plot)
-    plot.resize(900, 600)
-    plot.show()
-    qtbot.waitExposed(plot)
+    plot = shown(qtbot, SweepPlot(), 900, 600)
     r = _synthetic_result()
     plot.set_result(r)
     qtbot.wait(10)
