@@ -387,7 +387,7 @@ def _dsv3_gb200(**plan) -> Session:
     full recomputation, B=8) without sequence parallelism, the distributed optimizer and the
     DDP overlaps (the preset's plan before 2026-12-05: Megatron-LM's defaults; with the DDP
     overlaps on, Megatron-LM also takes ZeRO-3 at ep > 1), with ``plan`` changed."""
-    from core.io.hf_import import default_plan
+    from core.io.start_plan import default_plan
     from core.plan.cluster import GPU_NVLINK_DOMAIN
     m = MODEL_PRESETS["DeepSeek-V3"]
     pl = dataclasses.replace(default_plan(m), sequence_parallel=False, zero_stage=0,

@@ -331,7 +331,7 @@ def test_other_imports_and_old_sessions_leave_it_off(tmp_path):
     defaults, and the optimizer state is the 12 bytes of fp32 Adam with BF16 weights."""
     import json
     from pathlib import Path
-    from core.io.hf_import import default_plan
+    from core.io.start_plan import default_plan
     from core.io.torchtitan_import import load_toml, session_from_torchtitan
     from core.io.session import load_session, save_session
     toml = Path(__file__).resolve().parent / "data" / "torchtitan" / "llama3_8b.toml"

@@ -1,12 +1,12 @@
 """An imported plan starts with the lightest activation recomputation it fits with
-(core.io.hf_import.start_recompute): Megatron-LM recomputes nothing unless asked."""
+(core.io.start_plan.start_recompute): Megatron-LM recomputes nothing unless asked."""
 
 import dataclasses
 import json
 
 from core.cli import main
 from core.cli.common import cluster_of_gpu
-from core.io.hf_import import START_RECOMPUTE, default_plan, start_recompute
+from core.io.start_plan import START_RECOMPUTE, default_plan, start_recompute
 from core.plan.presets import MODEL_PRESETS
 from core.plan.session import Session
 from core.sim.report import memory_verdict as report_verdict

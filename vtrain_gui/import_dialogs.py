@@ -186,7 +186,8 @@ def _read_hf(path: Path, opts: ImportOptions):
     """``vtrain import hf`` (core/cli/import_hf.py): :func:`core.io.hf_import.read_hf_config`,
     then the GPU kind's cluster and the rules checked."""
     from core.cli.common import cluster_of_gpu
-    from core.io.hf_import import read_hf_config, start_recompute
+    from core.io.hf_import import read_hf_config
+    from core.io.start_plan import start_recompute
     from core.plan.rules import check
     imp = read_hf_config(path, seq_length=opts.seq_length)
     if opts.gpu:

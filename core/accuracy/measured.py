@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from core.accuracy.bridge_recipes import BridgeRecipe, load_bridge_recipes
+from core.accuracy.column_hints import unit_hint, unknown_column_hint
 from core.io.megatron.arguments import MEGATRON_MODEL_DEFAULTS, MEGATRON_PLAN_DEFAULTS
 from core.io.megatron.model_arguments import (ATTENTION_BACKENDS, DEFAULT_ATTENTION_BACKEND,
                                               swiglu_ffn_hidden_size)
@@ -61,7 +62,6 @@ from core.plan.session import Session
 from core.plan.rules import inactive_fields, validate
 from core.sim.report import MEMORY_SCALES
 from core.util.inputs import decimal_number, parse_json, read_bytes
-from core.util.text import did_you_mean
 
 __all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_cause", "skip_counts",
            "session_columns", "SESSION_SECTIONS", "RUN_COLUMNS", "FIELD_CAUSES", "MEASURED_TIME_RANGE_S",
@@ -548,7 +548,7 @@ def _session_columns(path: Path, header: list[str]) -> list[tuple[str, Any]]:
                 f"{path}: column {h!r} is neither a session field (model, plan, cluster or cost; "
                 f"docs/accuracy.md) nor one of {', '.join(RUN_COLUMNS)}"
                 + (_GENERAL_LAYOUT_HINT if h in GENERAL_LAYOUT_COLUMNS
-                   else _remark_hint(h, known) or _unit_hint(h) or _close_name(h, known)))
+                   else unknown_column_hint(h, [*known, *RUN_COLUMNS])))
         key = known[h][1].name if h in known else h
         if key in seen:
             if seen[key] == h:  # the same name twice: which cell holds the value is unknown
@@ -570,70 +570,6 @@ def _session_columns(path: Path, header: list[str]) -> list[tuple[str, Any]]:
             "measured run's model shape, vocabulary, micro-batch size, data-parallel size, "
             "precision and GPU have no default (docs/accuracy.md, 'Session defaults')")
     return out
-
-
-#: The measurement columns, each with its unit, what other units convert by and the unit of
-#: the closest name a column in another unit gets without this hint (GB for GiB is 7 % off,
-#: which no check can see once the column is renamed).
-_UNIT_COLUMNS = {"measured_iteration_time_s": ("seconds", "ms / 1000, us / 1e6, min x 60"),
-                 "measured_memory_gib": ("GiB (2^30 bytes)", "GB x 0.9313, MiB / 1024, "
-                                         "MB x 0.0009313")}
-
-
-#: What a header may add after a column's name, in brackets: the unit of a measurement column
-#: (what its name already says), each unit's spellings.
-_NAMED_UNITS = {"measured_iteration_time_s": ("s", "sec", "secs", "second", "seconds"),
-                "measured_memory_gib": ("gib",)}
-
-
-def _remark_hint(column: str, known: dict) -> str:
-    """For a header cell that is a column's name followed by a bracketed remark
-    (``measured_iteration_time_s (s)``, ``tensor_parallel [t]``): that the name must stand
-    alone and, for a measurement column, whether the bracketed unit is the column's (rename
-    only) or another (convert the values too, :func:`_unit_hint`); "" for another cell."""
-    text = column.strip()
-    if not text or text[-1] not in ")]":
-        return ""
-    opening = "(" if text[-1] == ")" else "["
-    if opening not in text:
-        return ""
-    name, remark = text[:text.rindex(opening)].strip(), text[text.rindex(opening) + 1:-1].strip()
-    if name not in known and name not in RUN_COLUMNS:
-        return ""
-    if name in _NAMED_UNITS and remark.lower() not in _NAMED_UNITS[name]:
-        unit, how = _UNIT_COLUMNS[name]
-        return (f"; a unit after the name: name the column {name}, read in {unit}, and convert "
-                f"the values if they are {remark!r} ({how})")
-    return (f"; the header names a column by its name alone: name it {name}"
-            + (f" (the name says the unit: {_UNIT_COLUMNS[name][0]})" if name in _UNIT_COLUMNS
-               else ""))
-
-
-def _close_name(column: str, known: dict) -> str:
-    """``"; did you mean X?"`` for a misspelled column (a header in capitals: its lower case),
-    with X's unit where X is a measurement column (renamed alone, another unit's values would
-    be read as X's)."""
-    names = [*known, *RUN_COLUMNS]
-    lower = column.strip().lower()
-    hint = (f"; did you mean {lower}? (column names are lower case)" if lower in names
-            else did_you_mean(column, names))
-    close = hint.removeprefix("; did you mean ").split("?")[0]
-    if close in _UNIT_COLUMNS:
-        unit, how = _UNIT_COLUMNS[close]
-        hint += f" (read in {unit}: convert the values of another unit, {how})"
-    return hint
-
-
-def _unit_hint(column: str) -> str:
-    """For an unknown column named as a measurement column in another unit
-    (``measured_memory_gb``, ``measured_iteration_time_ms``): the column and unit vtrain reads
-    and how to convert the values, not only the name; "" for another column."""
-    for name, (unit, how) in _UNIT_COLUMNS.items():
-        stem = name.rsplit("_", 1)[0] + "_"
-        if column.lower().startswith(stem) and column.lower() != name:
-            return (f"; the measurement is read in {unit} from a column {name}: convert the "
-                    f"values ({how}), not only the column's name")
-    return ""
 
 
 _TRUE, _FALSE = ("true", "yes", "y", "1"), ("false", "no", "n", "0")
@@ -979,7 +915,7 @@ def _jsonl_run(path: Path, line: int, text: str) -> tuple[MeasuredRun, None]:
     unknown = [k for k in doc if k not in _JSONL_KEYS]
     if unknown:
         raise MeasurementFileError(f"{where}: unknown key {unknown[0]!r} (keys: "
-                                   f"{', '.join(_JSONL_KEYS)}){_unit_hint(unknown[0])}")
+                                   f"{', '.join(_JSONL_KEYS)}){unit_hint(unknown[0])}")
     if "session" not in doc:
         raise MeasurementFileError(f"{where}: missing key 'session'")
     try:

@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``vtrain import hf``; returns the exit status (errors raise ConfigError)."""
     from core.plan.fields import ConfigError, FieldError
     from core.plan.rules import check
-    from core.io.hf_import import hf_config_path, read_hf_config, start_recompute
+    from core.io.hf_import import hf_config_path, read_hf_config
+    from core.io.start_plan import start_recompute
     from core.util.inputs import strict_dumps
     from core.util.text import printable
     from core.model.counts import (num_active_parameters,

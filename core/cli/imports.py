@@ -107,7 +107,7 @@ def _preset(args: argparse.Namespace) -> int:
     from core.plan.presets import MODEL_PRESETS
     from core.plan.rules import check
     from core.plan.session import Session
-    from core.io.hf_import import default_plan, start_recompute
+    from core.io.start_plan import default_plan, start_recompute
     from core.io.import_result import global_batch_note, seq_length_note
     from core.io.session import save_session
     from core.util.text import printable

@@ -124,12 +124,12 @@ from typing import Any
 
 from core.io.hf_defaults import fill_class_defaults, load_class_defaults
 from core.io.hf_moe import moe_fields
+from core.io.start_plan import default_plan
 from core.io.import_result import (ImportResult, global_batch_note, positive_int, refusal,
                                    seq_length_note, switched_off_or_refuse)
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.fields import BOUNDS, ConfigError, FieldError
-from core.plan.model_config import ModelConfig, model_from_fields
-from core.plan.parallel import ParallelPlan
+from core.plan.model_config import model_from_fields
 from core.plan.presets import LLAMA_FAMILY
 from core.plan.session import Session
 
@@ -405,70 +405,6 @@ class HFImport(ImportResult):
 
 def _refuse(where: str, field_name: str, message: str) -> ConfigError:
     return refusal(where, field_name, message)
-
-
-def default_plan(model: ModelConfig) -> ParallelPlan:
-    """The plan an imported model starts with: one 8-GPU node, tensor parallel ``t`` = the
-    largest of 8, 4, 2, 1 that divides the heads, the query groups and the MLP sizes (the
-    experts' too), data parallel over the rest of the node (``d = 8/t``), no pipeline, no
-    expert parallelism, ``b`` = 1, ``B`` = 8*d sequences, 1F1B, full recomputation (the importers then lighten
-    it to what fits: :func:`start_recompute`), bf16,
-    and what Megatron-Core users run with it (every Megatron-Bridge pretraining recipe):
-    sequence parallelism with ``t > 1``, the distributed optimizer (ZeRO 1) with its gradient
-    reduce-scatter and parameter all-gather overlapped. Change it in the editor or the sweep."""
-    experts = model.moe_ffn_hidden_size or model.ffn
-    t = next(x for x in (8, 4, 2, 1) if model.num_attention_heads % x == 0
-             and model.query_groups % x == 0 and model.ffn % x == 0 and experts % x == 0)
-    d = 8 // t
-    return ParallelPlan(tensor_parallel=t, pipeline_parallel=1, data_parallel=d, micro_batch_size=1,
-                        global_batch_size=8 * d, schedule="1f1b", recompute="full", precision="bf16",
-                        sequence_parallel=t > 1, zero_stage=1, overlap_grad_reduce=True,
-                        overlap_param_gather=True)
-
-
-#: The recomputation modes an imported plan tries, lightest first (:func:`start_recompute`).
-START_RECOMPUTE = ("none", "selective", "full")
-
-
-def start_recompute(session: Session) -> tuple[Session, str]:
-    """``session`` with the lightest activation recomputation its plan fits with, and a note
-    saying which and why (an import's start, after its GPU kind is set).
-
-    Megatron-LM recomputes nothing unless asked (``--recompute-granularity`` defaults to
-    None), and a user adds selective recomputation (the attention core) and then full
-    recomputation only when memory runs out, so the start is the first of
-    :data:`START_RECOMPUTE` whose memory verdict is "fits"
-    (:func:`core.sim.report.memory_verdict` of :func:`core.sim.simulate.stage_memory`
-    against the session's profile store's memory, with the planner's margin
-    ``cluster.memory_reserve_fraction``); else the first that is "tight"; else full
-    recomputation (the import then notes that the plan does not fit). Every mode costs one
-    memory model per stage, no simulation.
-
-    Raises whatever opening the session's profile store raises (a missing or bad store)."""
-    from dataclasses import replace
-
-    from core.sim.report import memory_verdict as report_verdict
-    from core.sim.simulate import memory_verdict, session_profile, stage_memory
-    store = session_profile(session)
-    capacity = float(store.memory_bytes)
-    margin = session.cluster.memory_reserve_fraction
-    verdicts = {}
-    for mode in START_RECOMPUTE:
-        trial = replace(session, plan=replace(session.plan, recompute=mode))
-        need, fits, _ = memory_verdict(stage_memory(trial, store), capacity)
-        verdicts[mode] = report_verdict(need, capacity, margin, fits)
-    mode = next((m for m in START_RECOMPUTE if verdicts[m] == "fits"),
-                next((m for m in START_RECOMPUTE if verdicts[m] == "tight"), "full"))
-    session.plan = replace(session.plan, recompute=mode)
-    if verdicts[mode] == "does not fit":
-        return session, (f"recompute={mode}: the plan does not fit on the {session.cluster.gpu} "
-                         f"with any of {', '.join(START_RECOMPUTE)}; {mode} keeps the least "
-                         "activation memory")
-    lighter = START_RECOMPUTE[:START_RECOMPUTE.index(mode)]
-    why = (" (" + ", ".join(f"{m}: {verdicts[m]}" for m in lighter) + ")") if lighter else ""
-    return session, (f"recompute={mode}: the lightest activation recomputation with which the "
-                     f"plan fits on the {session.cluster.gpu}"
-                     + (" (tight)" if verdicts[mode] == "tight" else "") + why)
 
 
 def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: str

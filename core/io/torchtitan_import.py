@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from core.io.import_result import ImportResult, global_batch_note, refusal, switched_off_or_refuse
+from core.io.torchtitan_older import (OLDER_MICROBATCHES, older_layout, older_microbatches,
+                                     older_pipeline_split)
 from core.io.torchtitan_flavours import (FLAVOUR_NOTES, FLAVOURS, REFUSED_FLAVOURS,
                                          REFUSED_MODELS)
 from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, CostConfig
@@ -73,7 +75,6 @@ def _refused(text: str, *inert: Any) -> Rule:
 
 
 _LOGGING = "logging, not the iteration"
-_OLDER_MICROBATCHES_KEY = "experimental.pipeline_parallel_microbatches"
 _CKPT = "checkpoints (saved between iterations; not timed)"
 #: Every key of torchtitan's job config the importer knows; a whole section maps with "*".
 KEYS: dict[str, Rule] = {
@@ -242,7 +243,7 @@ KEYS: dict[str, Rule] = {
                                        False),
     "fault_tolerance.*": _none("torchft's settings (off)"),
     "memory_estimation.*": _none("torchtitan's memory estimator (a dry run)"),
-    _OLDER_MICROBATCHES_KEY: _used("plan.micro_batch_size with pipelining: the local batch "
+    OLDER_MICROBATCHES: _used("plan.micro_batch_size with pipelining: the local batch "
                                    "over this many micro-batches (older torchtitan; default "
                                    "the pipeline degree)"),
     "experimental.custom_import": _refused("a model or component of your own: the importer "
@@ -254,104 +255,6 @@ KEYS: dict[str, Rule] = {
 
 def _rule(section: str, key: str) -> Rule | None:
     return KEYS.get(f"{section}.{key}") or KEYS.get(f"{section}.*")
-
-
-#: torchtitan's older layout (the job config of late 2024, the torchtitan paper's runs:
-#: ``torchtitan/config_manager.py``): the parallel degrees under ``[training]`` and
-#: ``[experimental]``, ``compile`` a switch of ``[training]``. Each is read as the key it was
-#: renamed to, the same meaning; messages name the file's key. ``pipeline_parallel_microbatches``
-#: (the number of micro-batches the local batch is split into, default the pipeline degree)
-#: gives the micro-batch size (:func:`_older_microbatches`). ``pipeline_parallel_degree`` above 1
-#: is refused under its older name (:func:`_older_pipeline_split`: that version's split of the
-#: layers is not known).
-OLDER_NAMES: dict[str, str] = {
-    "training.batch_size": "training.local_batch_size",
-    "training.data_parallel_replicate_degree": "parallelism.data_parallel_replicate_degree",
-    "training.data_parallel_shard_degree": "parallelism.data_parallel_shard_degree",
-    "training.tensor_parallel_degree": "parallelism.tensor_parallel_degree",
-    "training.disable_loss_parallel": "parallelism.disable_loss_parallel",
-    "training.compile": "compile.enable",
-    "experimental.pipeline_parallel_degree": "parallelism.pipeline_parallel_degree",
-    "experimental.pipeline_parallel_schedule": "parallelism.pipeline_parallel_schedule",
-    "experimental.pipeline_parallel_split_points": "parallelism.pipeline_parallel_split_points",
-    "experimental.enable_async_tensor_parallel": "parallelism.enable_async_tensor_parallel",
-    "experimental.context_parallel_degree": "parallelism.context_parallel_degree",
-    "experimental.context_parallel_rotate_method": "parallelism.context_parallel_rotate_method",
-    "experimental.enable_compiled_autograd": "parallelism.enable_compiled_autograd",
-}
-_OLDER_MICROBATCHES = _OLDER_MICROBATCHES_KEY
-
-
-def _older_layout(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """``(cfg in the current layout, {current key: the file's older key})``: the keys of
-    :data:`OLDER_NAMES` moved to their current sections. A file that gives a key under both
-    names is refused (which one runs depends on the torchtitan version)."""
-    renamed: dict[str, str] = {}
-    out = {sec: (dict(t) if isinstance(t, dict) else t) for sec, t in cfg.items()}
-    for old, new in OLDER_NAMES.items():
-        sec, key = old.split(".")
-        table = out.get(sec)
-        if not isinstance(table, dict) or key not in table:
-            continue
-        nsec, nkey = new.split(".")
-        target = out.setdefault(nsec, {})
-        if not isinstance(target, dict) or nkey in target:
-            raise refusal(where, old, f"given twice: as torchtitan's older {old} and as {new}")
-        target[nkey] = table.pop(key)
-        renamed[new] = old
-    return out, renamed
-
-
-def _older_pipeline_split(used: dict[str, Any], where: str, renamed: dict[str, str]) -> None:
-    """Refuse ``[experimental] pipeline_parallel_degree`` above 1: the stages' layers are not
-    known for the torchtitan that read that layout.
-
-    The importer's split (:func:`torchtitan_stage_layers`) is torchtitan 0.1.0's and 0.2.0's
-    ``generate_split_points`` / ``generate_llm_fqn_per_model_part`` (``num_layers + 2`` effective
-    layers, the embedding and the output layer one each: ``torchtitan/distributed/pipeline.py``,
-    ``pipeline_parallel.py``). Those releases read the degree under ``[parallelism]`` only, and
-    their ``ConfigManager._dict_to_dataclass`` drops keys its dataclasses do not have, so a file
-    with the older key runs with no pipeline there (0.1.0 ``config_manager.py``). The torchtitan
-    that read ``[experimental]`` has no release whose code can be read (PyPI's torchtitan 0.0.2
-    wheel holds none), so how it split the layers when ``pipeline_parallel_split_points`` is
-    empty cannot be checked: refused by name rather than given 0.1.0's split. Degree 1 (no
-    pipeline) is read.
-
-    Raises ConfigError naming the file's older key."""
-    key = _PAR + "pipeline_parallel_degree"
-    p = used.get(key)
-    if key not in renamed or isinstance(p, bool) or not isinstance(p, int) or p <= 1:
-        return  # the current key, no pipeline, or a bad value _degrees refuses
-    raise refusal(where, key, f"{p} under the older [experimental] layout: the stages' layers "
-                  "are those the torchtitan that read it chose (its own generate_split_points), "
-                  "which no torchtitan release shows; the importer models 0.1.0's and 0.2.0's "
-                  "split (num_layers + 2 over the stages, the embedding and output layer one "
-                  "layer each), and those releases ignore this key (they read [parallelism] "
-                  "pipeline_parallel_degree and drop keys they do not know). Give "
-                  "[parallelism] pipeline_parallel_degree if the run used that split, or import "
-                  "without the pipeline and set the session's pipeline_model_parallel_layout")
-
-
-def _older_microbatches(used: dict[str, Any], where: str, renamed: dict[str, str]) -> None:
-    """Older torchtitan split the local batch into ``pipeline_parallel_microbatches``
-    micro-batches (None: as many as pipeline stages): set the current
-    ``pipeline_parallel_microbatch_size`` from it."""
-    n = used.pop(_OLDER_MICROBATCHES, None)
-    p = used.get(_PAR + "pipeline_parallel_degree", 1)
-    if (n is None and _PAR + "pipeline_parallel_degree" not in renamed) or p == 1 \
-            or _PAR + "pipeline_parallel_microbatch_size" in used:
-        if n is not None and _PAR + "pipeline_parallel_microbatch_size" in used:
-            raise refusal(where, _OLDER_MICROBATCHES, "given with pipeline_parallel_"
-                          "microbatch_size: one splits the local batch, the other sizes it")
-        return
-    n = p if n is None else n
-    local = used.get("training.local_batch_size", 8)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1 or not isinstance(local, int) \
-            or local % n:
-        raise refusal(where, _OLDER_MICROBATCHES, f"{n!r} micro-batches must divide the local "
-                      f"batch_size {local!r}")
-    used[_PAR + "pipeline_parallel_microbatch_size"] = local // n
-    renamed[_PAR + "pipeline_parallel_microbatch_size"] = _OLDER_MICROBATCHES
 
 
 #: torchtitan v0.2's ``[quantize.linear.float8]`` (``config/job_config.py``: ``Quantize.linear
@@ -500,7 +403,7 @@ def session_from_torchtitan(cfg: Any, where: str = "config.toml", *, num_gpus: i
     """
     if not isinstance(cfg, dict):
         raise ConfigError([FieldError(where, "must be a TOML table (a torchtitan job config)")])
-    cfg, renamed = _older_layout(cfg, where)
+    cfg, renamed = older_layout(cfg, where)
     try:
         return _session(cfg, where, num_gpus, gpu, renamed)
     except ConfigError as exc:  # the file's own (older) names in the messages
@@ -522,8 +425,8 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
     """:func:`session_from_torchtitan` of a file in the current layout (``renamed``: current
     key -> the file's older name)."""
     used, ignored = _classify(cfg, where)
-    _older_pipeline_split(used, where, renamed)
-    _older_microbatches(used, where, renamed)
+    older_pipeline_split(used, where, renamed)
+    older_microbatches(used, where, renamed)
     notes: list[str] = []
     if renamed:
         notes.append("torchtitan's older layout (late 2024): " + ", ".join(
@@ -550,9 +453,9 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
         raise ConfigError([FieldError(f"{where}: {names.get(e.field, e.field)}", e.message, rule=e.rule)
                            for e in errs])
     described = {renamed.get(k, k): _described(k).text for k in used
-                 if k not in renamed or renamed[k] != _OLDER_MICROBATCHES}
-    if _OLDER_MICROBATCHES in renamed.values():
-        described[_OLDER_MICROBATCHES] = KEYS[_OLDER_MICROBATCHES].text
+                 if k not in renamed or renamed[k] != OLDER_MICROBATCHES}
+    if OLDER_MICROBATCHES in renamed.values():
+        described[OLDER_MICROBATCHES] = KEYS[OLDER_MICROBATCHES].text
     ignored = {renamed.get(k, k): v for k, v in ignored.items()}
     return ImportResult(session, described, ignored, notes)
 
