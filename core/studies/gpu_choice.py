@@ -338,43 +338,10 @@ def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, work
     return _combine(sheet, parts, coverage)
 
 
-def _take(res: SweepResult, keep: np.ndarray, counts: dict[str, Any]) -> SweepResult:
-    """The rows ``keep`` (int (k,), increasing) of ``res`` as a result of their own, its
-    ``fastest``, ``cheapest`` and ``cheapest_within_deadline`` renumbered (they are among the
-    plans that fit and were simulated, which ``keep`` holds), ``saved`` the whole sweep's
-    ``counts``."""
-    ks = keep.tolist()
-    where = {i: j for j, i in enumerate(ks)}
-
-    def at(i):
-        return None if i is None else where.get(int(i))
-
-    def rows(values):
-        return None if values is None else np.asarray(values)[keep]
-
-    return dataclasses.replace(
-        res, plans=[res.plans[i] for i in ks],
-        plan_columns={f: np.asarray(v)[keep] for f, v in res.plan_columns.items()},
-        num_microbatches=rows(res.num_microbatches), num_gpus=rows(res.num_gpus),
-        iteration_time_s=rows(res.iteration_time_s), tokens_per_s=rows(res.tokens_per_s),
-        mfu=rows(res.mfu), hfu=rows(res.hfu), training_days=rows(res.training_days),
-        gpu_hours=rows(res.gpu_hours), cost_usd=rows(res.cost_usd),
-        max_memory_per_gpu_bytes=rows(res.max_memory_per_gpu_bytes),
-        fits_in_memory=rows(res.fits_in_memory), reason=[res.reason[i] for i in ks],
-        pareto=rows(res.pareto), fastest=at(res.fastest), cheapest=at(res.cheapest),
-        cheapest_within_deadline=at(res.cheapest_within_deadline),
-        interval_low_s=rows(res.interval_low_s), interval_high_s=rows(res.interval_high_s),
-        in_calibration_range=rows(res.in_calibration_range),
-        calibration_departures=(None if res.calibration_departures is None else
-                                [res.calibration_departures[i] for i in ks]),
-        pruned=rows(res.pruned), lower_bound_s=rows(res.lower_bound_s),
-        memory_verdict=rows(res.memory_verdict), saved=dict(counts))
-
-
 @dataclass
 class _RowPoints:
     """One row's share of a :class:`GpuChoice`: its sweep cut to the plans that fit and were
-    simulated (:func:`_take`), their expected figures (``index``: rows of that cut sweep),
+    simulated (:meth:`SweepResult.take`), their expected figures (``index``: rows of that cut sweep),
     the plans that never finish, and the expected-figure lower bounds ``(days, dollars)`` of
     its pruned plans that its own front does not rule out (:func:`_undecided`)."""
 
@@ -395,7 +362,7 @@ def _row_points(res: SweepResult) -> _RowPoints:
     that this row's own (expected days, dollars) front dominates cannot reach the combined
     front (a point of the combined front dominates or is that point), so only the others
     are kept, with their :func:`overhead_lower_bound` applied. The sweep is then cut to the
-    plans that fit and were simulated (:func:`_take`)."""
+    plans that fit and were simulated (:meth:`SweepResult.take`)."""
     feasible = np.flatnonzero(res.feasible)
     idx, days, cost, good = [], [], [], []
     never = 0
@@ -418,7 +385,7 @@ def _row_points(res: SweepResult) -> _RowPoints:
               "wall_s": res.wall_s}
     # the kept rows' positions in the cut sweep: feasible is increasing, idx a subset of it
     index = np.searchsorted(feasible, np.array(idx, np.int64)).astype(np.int64)
-    return _RowPoints(sweep=_take(res, feasible, counts), counts=counts, index=index,
+    return _RowPoints(sweep=res.take(feasible, counts), counts=counts, index=index,
                       days=days_a, cost=cost_a, good=np.array(good, float), never=never,
                       bound_days=bd, bound_cost=bc)
 

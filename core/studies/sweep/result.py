@@ -369,6 +369,38 @@ class SweepResult:
             mask &= self.cost_usd <= max_cost_usd
         return mask
 
+    #: The fields with one entry per plan (arrays, or lists for ``plans``, ``reason`` and
+    #: ``calibration_departures``), which :meth:`take` cuts.
+    PER_PLAN_FIELDS = ("plans", "num_microbatches", "num_gpus", "iteration_time_s",
+                       "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours", "cost_usd",
+                       "max_memory_per_gpu_bytes", "fits_in_memory", "reason", "pareto",
+                       "interval_low_s", "interval_high_s", "in_calibration_range",
+                       "calibration_departures", "pruned", "lower_bound_s", "memory_verdict")
+
+    def take(self, keep: np.ndarray, saved: dict[str, Any]) -> "SweepResult":
+        """The plans ``keep`` (int (k,), increasing) as a result of their own: every per-plan
+        field (:data:`PER_PLAN_FIELDS`, and the plan columns) cut to them, ``fastest``,
+        ``cheapest`` and ``cheapest_within_deadline`` renumbered (None where not kept), and
+        ``saved`` the whole sweep's counts (as a result read back from a session file)."""
+        ks = np.asarray(keep, np.int64)
+        where = {int(i): j for j, i in enumerate(ks.tolist())}
+
+        def cut(values):
+            if values is None:
+                return None
+            if isinstance(values, list):
+                return [values[i] for i in ks.tolist()]
+            return np.asarray(values)[ks]
+
+        def at(i):
+            return None if i is None else where.get(int(i))
+
+        return dataclasses.replace(
+            self, **{f: cut(getattr(self, f)) for f in self.PER_PLAN_FIELDS},
+            plan_columns={f: np.asarray(v)[ks] for f, v in self.plan_columns.items()},
+            fastest=at(self.fastest), cheapest=at(self.cheapest),
+            cheapest_within_deadline=at(self.cheapest_within_deadline), saved=dict(saved))
+
     def cheapest_within(self, deadline_days: float) -> int | None:
         """Cheapest plan that fits and trains within ``deadline_days`` (ties: faster, then first)."""
         return best_row(self.cost_usd, self.training_days,
