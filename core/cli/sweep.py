@@ -313,7 +313,7 @@ def _sweep_interruptibly(sweep: Any, err_console: Console, show: bool) -> Any:
     (:func:`core.cli.common.cancel_on_signals`): either signal sets the sweep's cancel event
     (on the main thread; the sweep stops within 0.5 s in every phase and ends its worker
     processes), so the command exits with one line and status 130 (143 for SIGTERM) instead
-    of a traceback, or, for SIGTERM, at once with its workers left running. With ``show``
+    of a traceback (or, for SIGTERM, of ending at once with its workers left running). With ``show``
     and a terminal, a rich progress display names the phase (enumeration, memory, lower
     bounds, simulation) and its progress. Returns the result, or the
     :class:`~core.cli.common.SignalCancel` that cancelled it."""
