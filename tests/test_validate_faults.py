@@ -9,7 +9,7 @@ import json
 import pytest
 
 from core.accuracy.measured import (MeasurementFileError, cell_text, default_origin,
-                                    read_measurements)
+                                    read_measurements, row_number_where, row_where)
 from core.accuracy.validate import MEMORY_UNIT_SUSPECT_RATIO, TIME_UNIT_SUSPECT_RATIO
 from core.cli import main as vtrain
 from core.store.interval import min_residuals
@@ -490,3 +490,10 @@ def test_an_unreadable_csv_names_the_line(tmp_path):
         read_measurements(path)
     assert str(exc.value) == (f"{path}: line 5: not a readable CSV file (field larger than "
                               "field limit (131072))")
+
+
+def test_a_record_is_named_with_its_line_where_the_line_is_not_the_row():
+    assert row_where(3, 5) == "row 3 (line 5)"
+    assert row_number_where(3, 5) == "3 (line 5)"
+    assert row_where(3, 3) == row_where(3) == "row 3"  # JSON lines: the line is the row
+    assert row_number_where(12) == "12"

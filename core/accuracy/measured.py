@@ -66,7 +66,7 @@ from core.util.inputs import decimal_number, parse_json, read_bytes
 __all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_cause", "skip_counts",
            "session_columns", "SESSION_SECTIONS", "RUN_COLUMNS", "FIELD_CAUSES", "MEASURED_TIME_RANGE_S",
            "MAX_ROWS", "REQUIRED_COLUMNS", "apply_recipe", "CSV_DEFAULTS", "NOT_TIMED_FIELDS", "cell_text",
-           "default_origin", "row_where"]
+           "default_origin", "row_number_where", "row_where"]
 
 #: Seconds one measured (or derived) training iteration may take: from 0.1 ms to a day.
 MEASURED_TIME_RANGE_S = (1e-4, 86_400.0)
@@ -320,7 +320,13 @@ def row_where(row: int, line: int = 0) -> str:
     :attr:`MeasuredRun.row` has: the reports' and ``--out``'s) and the file's line where it
     starts as an editor numbers it (the header and blank lines counted); ``"row 3"`` where the
     line is the row (JSON lines) or unknown (0)."""
-    return f"row {row}" + (f" (line {line})" if line and line != row else "")
+    return f"row {row_number_where(row, line)}"
+
+
+def row_number_where(row: int, line: int = 0) -> str:
+    """:func:`row_where` without the word "row": ``"3 (line 5)"``, for lists that name it
+    once (``"rows 3 (line 5), 4 (line 6)"``)."""
+    return f"{row}" + (f" (line {line})" if line and line != row else "")
 
 
 def _check_header_first(path: Path, rows: list[list[str]], lines: list[int]) -> None:

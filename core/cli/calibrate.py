@@ -269,7 +269,7 @@ def _warn_repeats(path: str, ms, seen: dict) -> None:
     the earlier files' rows, and gets this file's."""
     import sys
 
-    from core.accuracy.measured import row_where
+    from core.accuracy.measured import row_number_where, row_where
     from core.accuracy.validate import measurement_key, repeated_rows
     from core.util.text import printable
     why = ("(the same session and measurement): fitted again, and in the cross-validation a "
@@ -279,7 +279,7 @@ def _warn_repeats(path: str, ms, seen: dict) -> None:
 
     def rows(numbers: list[int]) -> str:  # "row 9 (line 10)", "rows 9 (line 10), ... and 1,240 more"
         more = f" and {len(numbers) - 10:,} more" if len(numbers) > 10 else ""
-        named = ", ".join(row_where(n, lines.get(n, 0))[4:] for n in numbers[:10])
+        named = ", ".join(row_number_where(n, lines.get(n, 0)) for n in numbers[:10])
         return (f"row{'s' if len(numbers) > 1 else ''} {named}"
                 f"{more} repeat{'' if len(numbers) > 1 else 's'}")
 

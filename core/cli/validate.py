@@ -381,7 +381,7 @@ def _how(args: argparse.Namespace, shared: bool, result) -> str:
 def _print_report(args: argparse.Namespace, ms, result, metrics: dict, how: str) -> None:
     """The text report: the headline, the time and memory errors, the runs the memory model says
     cannot fit, the named assumptions and the skipped rows."""
-    from core.accuracy.measured import row_where
+    from core.accuracy.measured import row_number_where, row_where
     from core.util.console import Console, esc
     console = Console()
     mem = metrics["memory"]
@@ -405,7 +405,7 @@ def _print_report(args: argparse.Namespace, ms, result, metrics: dict, how: str)
                           f"rows did not determine, at its base store's values: {esc(held)}",
                           highlight=False)
     for w in metrics["warnings"]:
-        rows = ", ".join(row_where(r, lines.get(r, 0))[4:] for r in w["rows"][:10]) + (
+        rows = ", ".join(row_number_where(r, lines.get(r, 0)) for r in w["rows"][:10]) + (
             f" and {len(w['rows']) - 10} more" if len(w["rows"]) > 10 else "")
         console.print(f"[yellow]warning:[/] row{'s' if len(w['rows']) > 1 else ''} {rows}, "
                       f"column {esc(w['column'])}: {esc(w['message'])}", highlight=False)
