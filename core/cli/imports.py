@@ -2,7 +2,8 @@
 
 ``hf``: a Hugging Face config.json (core/cli/import_hf.py, core/io/hf_import.py);
 ``megatron-args``: a Megatron-LM launch script or argument list (core/io/megatron/);
-``torchtitan``: a torchtitan job config (core/io/torchtitan_import.py).
+``torchtitan``: a torchtitan job config (core/io/torchtitan_import.py);
+``deepspeed``: a DeepSpeed config JSON with a model (core/io/deepspeed_import.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def add_parser(sub: Any) -> None:
     isub = imp.add_subparsers(dest="import_command", required=True, metavar="SOURCE")
     import_hf.add_source(isub)
     add_torchtitan(isub)
+    add_deepspeed(isub)
     from core.plan.cluster import GPU_KINDS
     from core.plan.presets import MODEL_PRESETS
     pr = isub.add_parser(
@@ -95,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         return _preset(args)
     if args.import_command == "torchtitan":
         return _torchtitan(args)
+    if args.import_command == "deepspeed":
+        return _deepspeed(args)
     return _megatron(args)
 
 
@@ -242,4 +246,105 @@ def _torchtitan(args: argparse.Namespace) -> int:
         print(printable(f"  no effect {key}: {why}"))
     for note in imp.notes:
         print(printable(f"  note: {note}"))
+    return 0
+
+
+def add_deepspeed(isub: Any) -> None:
+    """Add the ``deepspeed`` source to the ``import`` command's sub-parsers."""
+    from core.io.deepspeed_import import RECOMPUTE_OPTIONS
+    from core.plan.cluster import GPU_KINDS
+    ds = isub.add_parser(
+        "deepspeed", help="a DeepSpeed config JSON (ds_config.json; DeepSpeed alone, or under "
+                          "Hugging Face Trainer / accelerate) with its model",
+        description="Read a DeepSpeed config JSON (ds_config.json: the batch, bf16 / fp16, the "
+                    "ZeRO stage and its overlap) with the model it trains (--model: a Hugging "
+                    "Face config.json or a preset) into a session file "
+                    "(core/io/deepspeed_import.py; the policy of every key in "
+                    "resources/deepspeed_config.json). DeepSpeed without Megatron is data "
+                    "parallelism over every GPU (t = 1, p = 1). Every key is used, listed "
+                    "(no effect, or approximated: bucket sizes), or refused by name (exit "
+                    "status 2): CPU / NVMe offload, ZeRO++, pipeline, sparse attention, "
+                    "compression and any key the importer does not know. Hugging Face "
+                    "Trainer's \"auto\" values are refused unless the option below that "
+                    "supplies them is given.",
+        epilog="example: vtrain import deepspeed ds_config.json --model "
+               "Meta-Llama-3-8B/config.json --num-gpus 16 --gpu H100 --out l8_ds.json")
+    ds.add_argument("config", type=path_arg, metavar="DS_CONFIG.json",
+                    help="the DeepSpeed config (JSON)")
+    ds.add_argument("--model", required=True, metavar="MODEL",
+                    help="the model: a Hugging Face config.json (or its folder), or a preset "
+                         "name, e.g. \"Llama 3 8B\" (quoted)")
+    ds.add_argument("--num-gpus", type=integer_arg, metavar="N", required=True,
+                    help="world size (the launcher's): the data-parallel size")
+    ds.add_argument("--gpus-per-node", type=integer_arg, metavar="G",
+                    help="GPUs per node (default: the GPU kind's NVLink domain)")
+    ds.add_argument("--gpu", metavar="KIND", help=GPU_HELP.format(", ".join(GPU_KINDS)))
+    ds.add_argument("--seq-length", type=integer_arg, metavar="S",
+                    help="sequence length to train at (default: the config's "
+                         "max_position_embeddings, or the preset's)")
+    ds.add_argument("--recompute", choices=RECOMPUTE_OPTIONS,
+                    help="activation recomputation: full is Hugging Face's "
+                         "gradient_checkpointing (each layer run again in the backward); "
+                         "default: the lightest with which the plan fits (noted), as the "
+                         "DeepSpeed config does not say")
+    ds.add_argument("--out", type=path_arg, metavar="SESSION.json", required=True,
+                    help="session file to write (atomically; nothing is written on an error)")
+    auto = ds.add_argument_group(
+        "values of Hugging Face Trainer's \"auto\"",
+        "The Trainer fills these keys in from its own arguments; give the values it uses (a "
+        "value the file gives must agree)")
+    auto.add_argument("--micro-batch-size", type=integer_arg, metavar="B",
+                      help="train_micro_batch_size_per_gpu (the Trainer's "
+                           "per_device_train_batch_size)")
+    auto.add_argument("--gradient-accumulation-steps", type=integer_arg, metavar="N",
+                      help="gradient_accumulation_steps (the Trainer's)")
+    auto.add_argument("--train-batch-size", type=integer_arg, metavar="N",
+                      help="train_batch_size (micro-batch * accumulation steps * GPUs)")
+    auto.add_argument("--precision", choices=("bf16", "fp16", "fp32"),
+                      help="bf16.enabled and fp16.enabled (the Trainer's --bf16 / --fp16)")
+
+
+def _deepspeed(args: argparse.Namespace) -> int:
+    """``vtrain import deepspeed DS_CONFIG.json --model MODEL --num-gpus N --out SESSION.json``."""
+    from core.plan.fields import ConfigError, FieldError
+    from core.io.deepspeed_import import model_from_name, read_deepspeed_config
+    from core.io.session import save_session
+    from core.util.text import printable
+    for name, value in (("--num-gpus", args.num_gpus), ("--gpus-per-node", args.gpus_per_node),
+                        ("--micro-batch-size", args.micro_batch_size),
+                        ("--gradient-accumulation-steps", args.gradient_accumulation_steps),
+                        ("--train-batch-size", args.train_batch_size)):
+        if value is not None and value < 1:
+            raise ConfigError([FieldError(name, f"{value} must be a positive integer")])
+    check_seq_length(args.seq_length)
+    gpu = None
+    if args.gpu:
+        gpu = cluster_of_gpu(args.gpu).gpu  # refused before reading (the kinds listed)
+    check_outputs([("--out", args.out)], [args.config, args.model])
+    model, model_ignored, model_notes = model_from_name(args.model, seq_length=args.seq_length)
+    options = {"--micro-batch-size": args.micro_batch_size,
+               "--gradient-accumulation-steps": args.gradient_accumulation_steps,
+               "--train-batch-size": args.train_batch_size, "--precision": args.precision}
+    imp = read_deepspeed_config(args.config, model, num_gpus=args.num_gpus,
+                                gpus_per_node=args.gpus_per_node,
+                                gpu=gpu, recompute=args.recompute,
+                                options={k: v for k, v in options.items() if v is not None})
+    save_session(imp.session, args.out)
+    s = imp.session
+    print(printable(f"{s.model.name}: plan {s.plan.label()}, B={s.plan.global_batch_size:,}, "
+                    f"{s.plan.precision} on {s.plan.num_gpus:,} x {s.cluster.gpu} "
+                    f"({s.cluster.gpus_per_node} per node); wrote {args.out}"))
+    for key, what in imp.used.items():
+        print(printable(f"  used {key}: {what}"))
+    for key, what in imp.approximated.items():
+        print(printable(f"  approximated {key}: {what}"))
+    for key, why in imp.ignored.items():
+        print(printable(f"  no effect {key}: {why}"))
+    for key, why in model_ignored.items():
+        print(printable(f"  model: ignored {key}: {why}"))
+    for note in [*model_notes, *imp.notes]:
+        print(printable(f"  note: {note}"))
+    fit = plan_fit_note(s, args.out)
+    if fit:
+        print(printable(f"  note: {fit}"))
     return 0

@@ -36,7 +36,8 @@ def default_plan(model: ModelConfig) -> ParallelPlan:
 START_RECOMPUTE = ("none", "selective", "full")
 
 
-def start_recompute(session: Session) -> tuple[Session, str]:
+def start_recompute(session: Session, modes: tuple[str, ...] = START_RECOMPUTE
+                    ) -> tuple[Session, str]:
     """``session`` with the lightest activation recomputation its plan fits with, and a note
     saying which and why (an import's start, after its GPU kind is set).
 
@@ -46,9 +47,10 @@ def start_recompute(session: Session) -> tuple[Session, str]:
     :data:`START_RECOMPUTE` whose memory verdict is "fits"
     (:func:`core.sim.report.memory_verdict` of :func:`core.sim.simulate.stage_memory`
     against the session's profile store's memory, with the planner's margin
-    ``cluster.memory_reserve_fraction``); else the first that is "tight"; else full
-    recomputation (the import then notes that the plan does not fit). Every mode costs one
-    memory model per stage, no simulation.
+    ``cluster.memory_reserve_fraction``); else the first that is "tight"; else the last, the
+    heaviest (the import then notes that the plan does not fit). ``modes`` are the modes to
+    try, lightest first (``vtrain import deepspeed``: none and full, the two a Hugging Face
+    model has). Every mode costs one memory model per stage, no simulation.
 
     Raises whatever opening the session's profile store raises (a missing or bad store)."""
     from core.sim.report import memory_verdict as report_verdict
@@ -57,18 +59,18 @@ def start_recompute(session: Session) -> tuple[Session, str]:
     capacity = float(store.memory_bytes)
     margin = session.cluster.memory_reserve_fraction
     verdicts = {}
-    for mode in START_RECOMPUTE:
+    for mode in modes:
         trial = replace(session, plan=replace(session.plan, recompute=mode))
         need, fits, _ = memory_verdict(stage_memory(trial, store), capacity)
         verdicts[mode] = report_verdict(need, capacity, margin, fits)
-    mode = next((m for m in START_RECOMPUTE if verdicts[m] == "fits"),
-                next((m for m in START_RECOMPUTE if verdicts[m] == "tight"), "full"))
+    mode = next((m for m in modes if verdicts[m] == "fits"),
+                next((m for m in modes if verdicts[m] == "tight"), modes[-1]))
     session.plan = replace(session.plan, recompute=mode)
     if verdicts[mode] == "does not fit":
         return session, (f"recompute={mode}: the plan does not fit on the {session.cluster.gpu} "
-                         f"with any of {', '.join(START_RECOMPUTE)}; {mode} keeps the least "
+                         f"with any of {', '.join(modes)}; {mode} keeps the least "
                          "activation memory")
-    lighter = START_RECOMPUTE[:START_RECOMPUTE.index(mode)]
+    lighter = modes[:modes.index(mode)]
     why = (" (" + ", ".join(f"{m}: {verdicts[m]}" for m in lighter) + ")") if lighter else ""
     return session, (f"recompute={mode}: the lightest activation recomputation with which the "
                      f"plan fits on the {session.cluster.gpu}"

@@ -1,0 +1,517 @@
+"""DeepSpeed config JSON files (``ds_config.json``) into sessions.
+
+DeepSpeed without Megatron (alone, or under Hugging Face Trainer / accelerate) trains the
+model on every GPU with ZeRO data parallelism: tensor and pipeline parallelism are 1 and the
+data-parallel size is the world size. The config (https://www.deepspeed.ai/docs/config-json/)
+gives the batch, the precision, the ZeRO stage and its overlaps; the model comes from a Hugging
+Face ``config.json`` (:func:`core.io.hf_import.read_hf_config`) or an editor preset
+(:data:`core.plan.presets.MODEL_PRESETS`), the world size, the node and the GPU kind from the
+command line. :func:`session_from_deepspeed` reads a parsed config; every key is one of
+(:data:`POLICY_FILE`, ``resources/deepspeed_config.json``, read by :func:`load_rules`):
+
+* **used**: it sets a session field (the rule says which);
+* **no effect**: it does not change the simulated iteration (logging, checkpoints, the
+  learning rate), listed with the reason;
+* **approximated**: it may change the iteration time a little and the simulator does its own
+  thing (bucket sizes: one layer per bucket), listed with what it does;
+* **refused**: the simulator does not model it (CPU or NVMe offload, ZeRO++, pipeline,
+  sparse attention, compression ...), refused by name, unless its value switches it off.
+
+A key in no rule is refused: we cannot tell whether it changes the run. Hugging Face Trainer
+writes ``"auto"`` where it fills in a value from its own arguments: a used key at ``"auto"`` is
+refused by name unless the command-line option the rule names supplies it
+(``--micro-batch-size``, ``--gradient-accumulation-steps``, ``--train-batch-size``,
+``--precision``); a no-effect or approximated key at ``"auto"`` is listed; a refused key at
+``"auto"`` is refused (whether it is on is not known).
+
+The meanings and defaults are DeepSpeed's (``runtime/config.py``, ``runtime/zero/config.py``,
+``runtime/engine.py``, v0.16): the batch triple's derivation and check
+(``_set_batch_related_parameters``, ``_batch_assertion``); ``overlap_comm`` true by default at
+stage 3 only; gradients held and reduced in the model's dtype under ZeRO
+(``get_data_types``, ``communication_data_type``); bf16 without ZeRO runs ``BF16_Optimizer``
+(fp32 gradient accumulation), which is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from core.io.import_result import ImportResult, refusal, switched_off
+from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig
+from core.plan.fields import ConfigError, FieldError
+from core.plan.model_config import ModelConfig
+from core.plan.parallel import ParallelPlan
+from core.plan.session import Session
+
+__all__ = ["POLICY_FILE", "Rule", "DeepSpeedImport", "load_rules", "model_from_name",
+           "session_from_deepspeed", "read_deepspeed_config", "RECOMPUTE_OPTIONS"]
+
+#: The policy: every DeepSpeed config key the importer knows and what it does with it.
+POLICY_FILE = Path(__file__).resolve().parents[2] / "resources" / "deepspeed_config.json"
+
+#: ``--recompute`` values: none, or full (Hugging Face's ``gradient_checkpointing``, and
+#: DeepSpeed's ``deepspeed.checkpointing.checkpoint`` around each layer: the layer's input
+#: kept, the layer run again in the backward, Megatron's full recomputation).
+RECOMPUTE_OPTIONS = ("none", "full")
+
+#: DeepSpeed's dtype names (``runtime/config_utils.py`` DtypeEnum) -> the session's.
+_DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "fp16": "fp16",
+           "float16": "fp16", "half": "fp16", "bf16": "bf16", "bfloat16": "bf16",
+           "bfloat": "bf16"}
+
+#: DeepSpeed's default ``zero_optimization.stage3_prefetch_bucket_size`` (5e7 elements).
+_PREFETCH_DEFAULT = 50_000_000
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How the importer treats one key (see ``resources/deepspeed_config.json``'s ``about``).
+
+    ``kind`` is "used", "no_effect", "approximated" or "refused"; ``text`` what it sets, why it
+    changes nothing, what the simulator does instead, or what it would change; ``auto`` the
+    option that supplies a used key's ``"auto"``; ``inert`` the values that switch a refused
+    key off; ``switch`` the key of a refused section whose value (``switch_default`` when
+    absent) is checked against ``inert``."""
+
+    kind: str
+    text: str
+    auto: str | None = None
+    inert: tuple[Any, ...] = ()
+    switch: str | None = None
+    switch_default: Any = None
+
+
+@lru_cache(maxsize=1)
+def load_rules() -> dict[str, Rule]:
+    """The rules of :data:`POLICY_FILE`, by dotted key (``SECTION.*`` for a whole section's keys).
+
+    Raises
+    ------
+    OSError, ValueError
+        The shipped file is missing or malformed (an installation fault, not bad input)."""
+    raw = json.loads(POLICY_FILE.read_text(encoding="utf-8"))
+    rules = {}
+    for key, r in raw["keys"].items():
+        if r["kind"] not in ("used", "no_effect", "approximated", "refused"):
+            raise ValueError(f"{POLICY_FILE}: {key}: kind {r['kind']!r}")
+        rules[key] = Rule(r["kind"], r["text"], r.get("auto"), tuple(r.get("inert", ())),
+                          r.get("switch"), r.get("switch_default"))
+    return rules
+
+
+@dataclass
+class DeepSpeedImport(ImportResult):
+    """Result of :func:`session_from_deepspeed` (:class:`core.io.import_result.ImportResult`:
+    the session, the used keys, the no-effect and switched-off keys in ``ignored``, the notes)
+    and the keys the simulator models its own way (``approximated``: key -> what it does)."""
+
+    approximated: dict[str, str] = field(default_factory=dict)
+
+
+def _is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value == "auto"
+
+
+def _classify(cfg: dict[str, Any], where: str, prefix: str = "",
+              out: tuple[dict, dict, dict] | None = None) -> tuple[dict, dict, dict]:
+    """``(used {key: value}, ignored {key: why}, approximated {key: what the simulator does})``
+    of the config's keys, in the file's order. Raises ConfigError for the first key in no
+    rule, or refused and not switched off."""
+    rules = load_rules()
+    used, ignored, approx = out if out is not None else ({}, {}, {})
+    for key, value in cfg.items():
+        name = prefix + key
+        rule = rules.get(name) or rules.get(prefix + "*")
+        if rule is None:
+            section = any(k.startswith(name + ".") for k in rules)
+            if section and isinstance(value, dict):
+                _classify(value, where, name + ".", (used, ignored, approx))
+                continue
+            if section:
+                raise refusal(where, name, f"{value!r} must be an object (a section of "
+                              "DeepSpeed's config)")
+            raise refusal(where, name, "is not a DeepSpeed config key the importer knows, so it "
+                          "cannot tell whether it changes the run")
+        if rule.kind == "used":
+            used[name] = value
+        elif rule.kind == "no_effect":
+            ignored[name] = rule.text
+        elif rule.kind == "approximated":
+            approx[name] = (f"{value!r}: " if not isinstance(value, (dict, list)) else "") + rule.text
+        else:
+            ignored[name] = _switched_off(where, name, value, rule)
+    return used, ignored, approx
+
+
+def _switched_off(where: str, name: str, value: Any, rule: Rule) -> str:
+    """Why a refused key (or section, :attr:`Rule.switch`) is listed: its value switches it
+    off. Raises ConfigError naming it (or its switch key) when it is on, or "auto"."""
+    key, v = name, value
+    if rule.switch is not None:
+        if value is None:
+            return f"null: off (on: {rule.text})"
+        if not isinstance(value, dict):
+            raise refusal(where, name, f"{value!r} must be an object (a section of DeepSpeed's "
+                          "config)")
+        key, v = f"{name}.{rule.switch}", value.get(rule.switch, rule.switch_default)
+    elif not rule.inert:
+        raise refusal(where, name, f"not modelled: {rule.text}")
+    if _is_auto(v):
+        raise refusal(where, key, "'auto' (Hugging Face Trainer's placeholder): whether it is "
+                      f"on cannot be told, and when on it is not modelled ({rule.text}); give "
+                      "its value in the file")
+    if not switched_off(v, rule.inert):
+        raise refusal(where, key, f"{v!r}: not modelled: {rule.text}")
+    return f"{v!r}: the modelled setting (another value: {rule.text})"
+
+
+def _supplied(used: dict[str, Any], name: str, where: str, options: dict[str, Any]) -> Any:
+    """A used key's value: the file's, or the option's where the file has "auto" (None when
+    neither gives it). Raises ConfigError naming the key when it is "auto" and the option is
+    not given, or when the file and the option disagree."""
+    option = load_rules()[name].auto
+    given = options.get(option) if option else None
+    v = used.get(name, _MISSING)
+    if _is_auto(v):
+        if given is None:
+            raise refusal(where, name, "'auto' (Hugging Face Trainer's placeholder, filled in "
+                          f"from its own arguments): give {option} with the value the Trainer "
+                          "fills in, or the value in the file")
+        return given
+    if v is _MISSING:
+        return given
+    if given is not None and given != v:
+        raise refusal(where, name, f"{v!r} in the file, {option} {given}: they disagree (the "
+                      "option supplies an \"auto\" value only)")
+    return v
+
+
+def _positive(value: Any, name: str, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise refusal(where, name, f"{value!r} must be a positive integer")
+    return value
+
+
+def _switch(used: dict[str, Any], name: str, where: str, default: bool) -> bool:
+    v = used.get(name, default)
+    if not isinstance(v, bool):
+        raise refusal(where, name, f"{v!r} must be true or false (a JSON boolean)")
+    return v
+
+
+def _batch(used: dict[str, Any], where: str, d: int, options: dict[str, Any]
+           ) -> tuple[int, int, list[str]]:
+    """``(micro-batch size, global batch size, notes)`` of DeepSpeed's batch triple over ``d``
+    data-parallel GPUs, as DeepSpeed derives and checks it (``runtime/config.py``
+    ``_set_batch_related_parameters``, ``_batch_assertion``): any two give the third, one of
+    train_batch_size or train_micro_batch_size_per_gpu alone means no gradient accumulation,
+    and train_batch_size must equal micro * accumulation steps * d. Hugging Face Trainer's
+    ``"auto"`` train_batch_size is that product when the other two are known."""
+    tb, mb, ga = "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"
+    micro = _positive(_supplied(used, mb, where, options), mb, where)
+    acc = _positive(_supplied(used, ga, where, options), ga, where)
+    notes = []
+    if _is_auto(used.get(tb)) and "--train-batch-size" not in options \
+            and micro is not None and acc is not None:
+        # Hugging Face Trainer fills it in as per-device batch * accumulation * world size
+        train = None
+        notes.append(f"{tb} 'auto': {micro} * {acc} * {d:,} GPUs = {micro * acc * d:,}, as "
+                     "Hugging Face Trainer fills it in")
+    else:
+        train = _positive(_supplied(used, tb, where, options), tb, where)
+    if train is None and micro is None:
+        raise refusal(where, mb, f"missing, and so is {tb}: DeepSpeed needs one of them (give "
+                      "train_micro_batch_size_per_gpu, or --micro-batch-size)")
+    if train is not None and micro is not None and acc is None:
+        acc = train // (micro * d)
+        notes.append(f"{ga} not given: {acc:,} ({tb} / ({mb} * {d:,} GPUs), DeepSpeed's rule)")
+    elif train is not None and micro is None:
+        acc = acc or 1
+        micro = train // (d * acc)
+        notes.append(f"{mb} not given: {micro:,} ({tb} / ({ga} {acc} * {d:,} GPUs), "
+                     "DeepSpeed's rule)")
+    elif train is None:
+        acc = acc or 1
+        train = micro * acc * d
+    if micro < 1 or acc < 1 or train != micro * acc * d:
+        raise refusal(where, tb, f"{train:,} is not {mb} ({micro}) * {ga} ({acc}) * the "
+                      f"{d:,} data-parallel GPUs = {micro * acc * d:,} (DeepSpeed's rule: "
+                      "train_batch_size = micro-batch * accumulation steps * data-parallel size)")
+    return micro, train, notes
+
+
+def _enabled(used: dict[str, Any], name: str, where: str, precision: str | None) -> bool:
+    """``bf16.enabled`` / ``fp16.enabled``: the file's boolean (absent: false), or, at "auto",
+    ``--precision``'s choice; raises ConfigError naming the key when "auto" has no
+    ``--precision`` or the file and the option disagree."""
+    dtype = name.split(".")[0]
+    v = used.get(name, False)
+    if _is_auto(v):
+        if precision is None:
+            raise refusal(where, name, "'auto' (Hugging Face Trainer's placeholder, filled in "
+                          "from its --bf16 / --fp16): give --precision bf16, fp16 or fp32")
+        return precision == dtype
+    if not isinstance(v, bool):
+        raise refusal(where, name, f"{v!r} must be true or false (a JSON boolean)")
+    if precision is not None and v != (precision == dtype):
+        raise refusal(where, name, f"{str(v).lower()} in the file"
+                      + ("" if name in used else " (absent: false)")
+                      + f", --precision {precision}: they disagree (the option supplies an "
+                      "\"auto\" value only)")
+    return v
+
+
+def _dtype(used: dict[str, Any], name: str, where: str) -> str | None:
+    v = used.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, str) or v.lower() not in _DTYPES:
+        raise refusal(where, name, f"{v!r}: one of fp32, fp16, bf16")
+    return _DTYPES[v.lower()]
+
+
+def _precision(used: dict[str, Any], where: str, zero: int, precision: str | None
+               ) -> tuple[str, str]:
+    """``(plan.precision, plan.grad_reduce_dtype)``. DeepSpeed holds and reduces the gradients
+    in the model's dtype under ZeRO and with fp16 or fp32 (``engine.get_data_types``,
+    ``communication_data_type``); bf16 without ZeRO runs ``BF16_Optimizer``, which accumulates
+    fp32 gradients and partitions its fp32 state: refused, and so are a
+    ``data_types.grad_accum_dtype`` or ``communication_data_type`` other than the gradients'."""
+    bf16 = _enabled(used, "bf16.enabled", where, precision)
+    fp16 = _enabled(used, "fp16.enabled", where, precision)
+    if bf16 and fp16:
+        raise refusal(where, "fp16.enabled", "true with bf16.enabled true: one mixed precision "
+                      "(DeepSpeed refuses both)")
+    if precision is not None and not bf16 and not fp16 and precision != "fp32":
+        raise refusal(where, f"{precision}.enabled", f"absent (false), --precision {precision}: "
+                      "they disagree (the option supplies an \"auto\" value only)")
+    dtype = "bf16" if bf16 else "fp16" if fp16 else "fp32"
+    if dtype == "bf16" and zero == 0:
+        raise refusal(where, "zero_optimization.stage", "0 with bf16.enabled: DeepSpeed runs "
+                      "its BF16_Optimizer (fp32 gradient accumulation, the fp32 master weights "
+                      "partitioned over the data-parallel GPUs), whose memory and communication "
+                      "are not modelled; give stage 1, 2 or 3")
+    for key, what in (("data_types.grad_accum_dtype", "accumulated"),
+                      ("communication_data_type", "reduced")):
+        v = _dtype(used, key, where)
+        if v is not None and v != dtype:
+            raise refusal(where, key, f"{used[key]!r}: gradients of a {dtype} model {what} in "
+                          f"{v} are not modelled (the simulator holds and reduces them in one "
+                          f"dtype, plan.grad_reduce_dtype; DeepSpeed's default is the model's, "
+                          f"{dtype})")
+    return dtype, dtype
+
+
+def _zero(used: dict[str, Any], where: str, notes: list[str]) -> tuple[int, bool, bool]:
+    """``(plan.zero_stage, overlap_grad_reduce, overlap_param_gather)``. ``overlap_comm``
+    defaults to true at stage 3 only (DeepSpeed's ``DeepSpeedZeroConfig.overlap_comm_valid``);
+    stage 3 prefetches the next parameters on the all-gather stream, a stream of its own only
+    with ``overlap_comm`` (``PartitionedParameterCoordinator``), and not at all with
+    ``stage3_prefetch_bucket_size`` 0. Stage 0 has no ZeRO optimizer: DeepSpeed's engine
+    all-reduces the gradients after the backward, so ``overlap_comm`` changes nothing."""
+    key = "zero_optimization.stage"
+    stage = used.get(key, 0)
+    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+        raise refusal(where, key, f"{stage!r}: one of 0, 1, 2, 3")
+    overlap = _switch(used, "zero_optimization.overlap_comm", where, stage == 3)
+    if stage == 0:
+        if overlap:
+            notes.append("zero_optimization.overlap_comm has no effect at stage 0: DeepSpeed's "
+                         "engine all-reduces the gradients after the backward")
+        return 0, False, False
+    pkey = "zero_optimization.stage3_prefetch_bucket_size"
+    prefetch = used.get(pkey, _PREFETCH_DEFAULT)
+    if _is_auto(prefetch):
+        prefetch = 1  # Hugging Face Trainer fills in 0.9 * hidden_size**2: positive
+    if isinstance(prefetch, bool) or not isinstance(prefetch, (int, float)) or prefetch < 0:
+        raise refusal(where, pkey, f"{prefetch!r} must be a number of at least 0")
+    return stage, overlap, stage == 3 and overlap and prefetch > 0
+
+
+def _optimizer(used: dict[str, Any], where: str, cfg: dict[str, Any], notes: list[str]) -> None:
+    """Check ``optimizer.type``: Adam or AdamW (DeepSpeed compares names in lower case); no
+    ``optimizer`` section is the training script's own optimizer, noted."""
+    if "optimizer" not in cfg:
+        notes.append("no optimizer section: the training script's own optimizer (Hugging Face "
+                     "Trainer's default is AdamW); modelled as Adam's state and step")
+        return
+    v = used.get("optimizer.type")
+    if v is None:
+        raise refusal(where, "optimizer.type", "missing (DeepSpeed needs the optimizer's type)")
+    if not isinstance(v, str) or v.lower() not in ("adam", "adamw"):
+        raise refusal(where, "optimizer.type", f"{v!r}: not modelled (the simulator's optimizer "
+                      "state and step are Adam's: Adam or AdamW)")
+
+
+def model_from_name(text: str, *, seq_length: int | None = None
+                    ) -> tuple[ModelConfig, dict[str, str], list[str]]:
+    """``(model, ignored fields, notes)`` of ``--model TEXT``: a Hugging Face ``config.json``
+    (or its folder) where the path exists, read by :func:`core.io.hf_import.read_hf_config`,
+    else an editor preset's name (case and spacing ignored). ``seq_length`` replaces the
+    model's sequence length (default the config's ``max_position_embeddings`` or the
+    preset's, noted).
+
+    Raises
+    ------
+    ConfigError
+        ``--model``: neither a file nor a preset (the presets listed), or the Hugging Face
+        importer's refusal of the config.
+    core.io.session.SessionFileError
+        The file cannot be read or is not JSON.
+    """
+    from core.io.hf_import import hf_config_path, read_hf_config
+    from core.io.import_result import global_batch_note, seq_length_note
+    from core.plan.presets import MODEL_PRESETS
+    if Path(text).exists():
+        imp = read_hf_config(hf_config_path(text), seq_length=seq_length)
+        batch = global_batch_note(imp.session.plan.global_batch_size)
+        return imp.session.model, imp.ignored, [n for n in imp.notes if n != batch]
+    names = {n.lower(): n for n in MODEL_PRESETS}
+    name = names.get(" ".join(text.split()).lower())
+    if name is None:
+        raise ConfigError([FieldError("--model", f"{text!r} is neither a file (a Hugging Face "
+                                      "config.json or its folder) nor a preset; the presets are "
+                                      + ", ".join(MODEL_PRESETS))])
+    model = replace(MODEL_PRESETS[name])
+    notes = []
+    if seq_length is not None:
+        model.seq_length = seq_length
+    else:
+        notes.append(seq_length_note(model.seq_length, "the preset's"))
+    return model, {}, notes
+
+
+#: Session field -> the key or option that sets it (for error messages).
+_FIELD_KEYS = {"plan.micro_batch_size": "train_micro_batch_size_per_gpu",
+               "plan.global_batch_size": "train_batch_size", "plan.data_parallel": "--num-gpus",
+               "plan.zero_stage": "zero_optimization.stage", "model.seq_length": "--seq-length",
+               "plan.recompute": "--recompute", "cluster.gpus_per_node": "--gpus-per-node",
+               "cluster.gpu": "--gpu"}
+
+
+def _named(session_field: str, where: str, precision: str) -> str:
+    """The key of the file (``FILE: key``) or the option that set ``session_field``."""
+    key = {**_FIELD_KEYS, "plan.precision": f"{precision}.enabled"}.get(session_field)
+    if key is None:
+        return session_field
+    return key if key.startswith("--") else f"{where}: {key}"
+
+
+def session_from_deepspeed(cfg: Any, model: ModelConfig, where: str = "ds_config.json", *,
+                           num_gpus: int, gpus_per_node: int | None = None,
+                           gpu: str | None = None, recompute: str | None = None,
+                           options: dict[str, Any] | None = None) -> DeepSpeedImport:
+    """A session from a parsed DeepSpeed config and a model (see the module doc).
+
+    Parameters
+    ----------
+    cfg : dict
+        The parsed JSON file.
+    model : ModelConfig
+        The model trained (:func:`model_from_name`); a mixture-of-experts model is refused.
+    where : str
+        The file's name, for messages.
+    num_gpus : int
+        World size (the launcher's): the data-parallel size (t = p = 1).
+    gpus_per_node : int, optional
+        GPUs per node (default: the GPU kind's NVLink domain).
+    gpu : str, optional
+        GPU kind of the cluster (:data:`core.plan.cluster.GPU_KINDS`; default the session's).
+    recompute : str, optional
+        ``none`` or ``full`` (:data:`RECOMPUTE_OPTIONS`); default the lightest of none,
+        selective, full with which the plan fits (:func:`core.io.start_plan.start_recompute`,
+        noted): the config does not say.
+    options : dict, optional
+        Values of Hugging Face Trainer's ``"auto"`` keys, by option: ``--micro-batch-size``,
+        ``--gradient-accumulation-steps``, ``--train-batch-size``, ``--precision``.
+
+    Raises
+    ------
+    ConfigError
+        A key that is unknown, refused, "auto" without its option, or of a bad value; a batch
+        triple that breaks DeepSpeed's rule; a mixture-of-experts model; a session that breaks
+        the configuration rules (named by the key or option that set it).
+    """
+    if not isinstance(cfg, dict):
+        raise ConfigError([FieldError(where, "must be a JSON object (a DeepSpeed config)")])
+    options = options or {}
+    if isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus < 1:
+        raise ConfigError([FieldError("--num-gpus", f"{num_gpus!r} must be a positive integer")])
+    if recompute is not None and recompute not in RECOMPUTE_OPTIONS:
+        raise ConfigError([FieldError("--recompute", f"{recompute!r}: one of "
+                                      + ", ".join(RECOMPUTE_OPTIONS))])
+    if model.is_moe:
+        raise ConfigError([FieldError("--model", f"{model.name}: a mixture-of-experts model; "
+                                      "DeepSpeed without Megatron runs the model's own expert "
+                                      "layers (Hugging Face's loop over the experts), not the "
+                                      "Megatron-Core MoE layer the simulator times")])
+    used, ignored, approx = _classify(cfg, where)
+    notes: list[str] = []
+    micro, global_batch, batch_notes = _batch(used, where, num_gpus, options)
+    notes += batch_notes
+    zero, overlap_grad, overlap_param = _zero(used, where, notes)
+    precision, grad_dtype = _precision(used, where, zero, options.get("--precision"))
+    _optimizer(used, where, cfg, notes)
+    model = replace(model, make_vocab_size_divisible_by=1)
+    plan = ParallelPlan(
+        tensor_parallel=1, pipeline_parallel=1, data_parallel=num_gpus, micro_batch_size=micro,
+        global_batch_size=global_batch, schedule="1f1b", recompute=recompute or "full",
+        precision=precision, sequence_parallel=False, zero_stage=zero,
+        overlap_grad_reduce=overlap_grad, overlap_param_gather=overlap_param,
+        grad_reduce_dtype=grad_dtype,
+        # DeepSpeed's engine owns the gradients: each weight gradient is added by a kernel of
+        # its own (no fused accumulation into Megatron's main_grad)
+        gradient_accumulation_fusion=False)
+    cluster = ClusterConfig()
+    if gpu is not None:
+        if gpu not in GPU_KINDS:
+            raise ConfigError([FieldError("--gpu", f"{gpu!r}: known kinds are "
+                                          + ", ".join(GPU_KINDS))])
+        cluster = ClusterConfig(gpu=gpu, gpus_per_node=GPU_NVLINK_DOMAIN.get(gpu, 8))
+    if gpus_per_node is not None:
+        if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) \
+                or gpus_per_node < 1:
+            raise ConfigError([FieldError("--gpus-per-node", f"{gpus_per_node!r} must be a "
+                                          "positive integer")])
+        cluster = replace(cluster, gpus_per_node=gpus_per_node)
+    session = Session(model=model, plan=plan, cluster=cluster)
+    session.notes = f"Imported from the DeepSpeed config {where} ({model.name})."
+    from core.plan.rules import validate
+    errs = validate(session)
+    if errs:
+        raise ConfigError([FieldError(_named(e.field, where, precision), e.message,
+                                      rule=e.rule) for e in errs])
+    if recompute is None:
+        from core.io.start_plan import start_recompute
+        session, note = start_recompute(session, RECOMPUTE_OPTIONS)
+        notes.append(note + " (the DeepSpeed config does not say whether the model "
+                     "recomputes: give --recompute none or full, full being Hugging Face's "
+                     "gradient_checkpointing)")
+    rules = load_rules()
+    described = {k: (f"'auto' ({rules[k].auto}): " if _is_auto(v) and rules[k].auto
+                     else "" if isinstance(v, (dict, list)) else f"{v!r}: ") + rules[k].text
+                 for k, v in used.items()}
+    return DeepSpeedImport(session, described, ignored, notes, approximated=approx)
+
+
+def read_deepspeed_config(path: str | Path, model: ModelConfig, **kw: Any) -> DeepSpeedImport:
+    """Read a DeepSpeed config JSON file (see :func:`session_from_deepspeed`, which takes the
+    keyword arguments).
+
+    Raises
+    ------
+    core.io.session.SessionFileError
+        The file cannot be read or is not JSON.
+    ConfigError
+        The config is refused (the message names the file and the key).
+    """
+    from core.io.session import read_json
+    return session_from_deepspeed(read_json(path), model, str(path), **kw)
