@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import html
+import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtGui, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal
 
 from core.sim.labels import (MEMORY_TERMS, TIME_TERM_MEANINGS, TIME_TERMS, capitalized, hidden)
@@ -139,6 +140,61 @@ class _BreakdownBar(QtWidgets.QWidget):
         painter.end()
 
 
+class _FigureLabel(QtWidgets.QLabel):
+    """A name or value of the figures: on one line when its column is wide enough, wrapped at
+    spaces when it is narrower (never cut). Its size hint is its text on one line (QLabel's
+    hint for a word-wrapped text is as narrow as a quarter of 80 average characters whenever
+    that takes under four lines: two lines for "Micro-batches per iteration"); its minimum is
+    its longest word."""
+
+    def __init__(self, text: str = "", parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.setWordWrap(True)
+
+    def sizeHint(self) -> QtCore.QSize:  # noqa: N802 - Qt API
+        text = self.text()
+        rich = (self.textFormat() == Qt.TextFormat.RichText
+                or (self.textFormat() == Qt.TextFormat.AutoText and QtGui.Qt.mightBeRichText(text)))
+        if rich:  # as QLabel lays it out: a text document without margins
+            doc = QtGui.QTextDocument()
+            doc.setDefaultFont(self.font())
+            doc.setDocumentMargin(0)
+            doc.setHtml(text)
+            line = math.ceil(doc.idealWidth())
+        else:
+            line = self.fontMetrics().horizontalAdvance(text)
+        margins = self.contentsMargins()
+        # 2 pixels over the text's advance: at exactly it, QLabel wrapped the last word
+        width = line + margins.left() + margins.right() + 2 * self.margin() + 2
+        width = max(width, self.minimumSizeHint().width())
+        return QtCore.QSize(width, self.heightForWidth(width))
+
+
+class _FiguresScroll(QtWidgets.QScrollArea):
+    """The figures' scroll area: it asks for the width its figures take on one line each (and
+    its scroll bar), so that the memory chart beside it gives up its width first; narrower
+    than that (down to the figures' minimum, their longest words) the names and values wrap.
+    QScrollArea's own hint is a guess from the font (271 pixels of the 503 the figures
+    asked), and the figures' width used to be their minimum."""
+
+    def sizeHint(self) -> QtCore.QSize:  # noqa: N802 - Qt API
+        hint = super().sizeHint()
+        widget = self.widget()
+        if widget is None:
+            return hint
+        bar = self.verticalScrollBar().sizeHint().width()
+        return QtCore.QSize(widget.sizeHint().width() + bar + 4, hint.height())
+
+
+class _ChartColumn(QtWidgets.QWidget):
+    """The memory chart's column: it asks for no more width than its minimum (the title and
+    legend wrap), and takes what the figures leave (its stretch in the panel's layout)."""
+
+    def sizeHint(self) -> QtCore.QSize:  # noqa: N802 - Qt API
+        hint = super().sizeHint()
+        return QtCore.QSize(self.minimumSizeHint().width(), hint.height())
+
+
 class _OneLineLabel(QtWidgets.QLabel):
     """A label that always takes one line: its text cut with "…" to the width it gets, a
     ``suffix`` (e.g. "(+2 more)") kept whole after it, and the whole text in the tooltip.
@@ -238,6 +294,9 @@ class CostPanel(QtWidgets.QWidget):
     #: The plan of the fastest change that makes the shown plan fit (a ParallelPlan), when
     #: the user asks to use it.
     fit_change_chosen = Signal(object)
+    #: The figures' column changed width (its names and values wrap onto more or fewer
+    #: lines: :meth:`figures_height` changed).
+    figures_width_changed = Signal()
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
@@ -292,8 +351,11 @@ class CostPanel(QtWidgets.QWidget):
         self._values["band_note"].setStyleSheet("color: #505860;")
         for key, color in _BREAKDOWN_COLORS.items():
             name = names[key]
+            # wrapped, "send/recv" stays whole (a word joiner after the slash: Qt broke
+            # "send/" from "recv")
+            words = name.text().replace("/", "/&#8288;")
             name.setText(f'<span style="color:{color}; font-size:13pt;">&#9632;</span>&nbsp;'
-                         f"{name.text()}")
+                         f"{words}")
             name.setToolTip(TIME_TERM_MEANINGS[key])
         # one line whatever the number of warnings (the first, cut, and "+N more"); all of them
         # in the tooltip: the figures keep their height, so they fit under the timeline
@@ -302,15 +364,19 @@ class CostPanel(QtWidgets.QWidget):
         self._warnings.setStyleSheet("color: #B35C00;")
         grid.addWidget(self._warnings, last, 0, 1, 2)
         grid.setRowStretch(last + 1, 1)
-        grid.setColumnStretch(0, 1)
+        # narrower than their lines, names and values give up width alike (a stretch on the
+        # names took theirs first: "Iteration time" wrapped beside a value with room to
+        # spare), the names never below 24 average characters (two lines at most)
+        grid.setColumnMinimumWidth(0, 24 * self.fontMetrics().averageCharWidth())
 
-        figures_scroll = QtWidgets.QScrollArea()
+        figures_scroll = _FiguresScroll()
         figures_scroll.setWidget(figures)
         figures_scroll.setWidgetResizable(True)
         figures_scroll.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
         figures_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self._figures = figures
         self._figures_scroll = figures_scroll
+        figures_scroll.installEventFilter(self)
         return figures_scroll
 
     def _add_figure_row(self, grid: QtWidgets.QGridLayout, r: int, key: str, label: str | None,
@@ -330,7 +396,7 @@ class CostPanel(QtWidgets.QWidget):
             grid.addWidget(self._breakdown, r, 0, 1, 2)
             return
         # the lines that can be long take one line each, cut to fit, whole in the tooltip
-        value = _OneLineLabel() if key in _ONE_LINE else QtWidgets.QLabel("–")
+        value = _OneLineLabel() if key in _ONE_LINE else _FigureLabel("–")
         value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         value.setObjectName(key)
         if key == "band_note":
@@ -345,7 +411,11 @@ class CostPanel(QtWidgets.QWidget):
             row_layout.addWidget(value, 1)
             grid.addWidget(row, r, 0, 1, 2)
         else:
-            name = names[key] = QtWidgets.QLabel(label)
+            # names and values wrap at spaces when the column is narrower than the line: a
+            # 1,024 px window left the figures 367 pixels of their 503 (the window could not
+            # be that narrow while 'With failures 2.9 days (2.9–2.9), $1,100, goodput 99.9 %'
+            # took one line); wide enough, each takes one line as before
+            name = names[key] = _FigureLabel(label)
             if key in ("iteration_time", "tokens_per_s", "mfu", "training_days", "cost_usd"):
                 value.setFont(big_font)
             value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -392,7 +462,7 @@ class CostPanel(QtWidgets.QWidget):
         self._capacity_line.setZValue(10)
         item.addItem(self._capacity_line, ignoreBounds=True)
 
-        chart = QtWidgets.QWidget()
+        chart = _ChartColumn()
         chart_layout = QtWidgets.QVBoxLayout(chart)
         # a margin on the right too: the last bar and its number stood against the window's edge
         chart_layout.setContentsMargins(6, 6, 8, 0)
@@ -733,8 +803,13 @@ class CostPanel(QtWidgets.QWidget):
         self._use_fit_change.setEnabled(not self._stale)
 
     def figures_height(self) -> int:
-        """Height in pixels the figures need to show without scrolling."""
-        return self._figures.sizeHint().height() + 2
+        """Height in pixels the figures need to show without scrolling, at the width their
+        scroll area has (narrower than the figures' lines, names and values wrap: taller)."""
+        height = self._figures.sizeHint().height()
+        width = self._figures_scroll.width()  # no frame; without a scroll bar: all of it
+        if self._figures.hasHeightForWidth() and width > 0:
+            height = max(height, self._figures.heightForWidth(width))
+        return height + 2
 
     def _flag_no_fit(self, flag: bool, report: Report | None = None) -> None:
         if flag and report is not None:
@@ -766,10 +841,18 @@ class CostPanel(QtWidgets.QWidget):
                                      tooltip=f"<b>Warnings</b><ul>{items}</ul>")
 
     def _fit_figures_width(self) -> None:
-        """Keep the figures column wide enough for its longest value (no clipping)."""
+        """Keep the figures column wide enough for its longest word (no clipping); it asks
+        for the width of its longest lines (:class:`_FiguresScroll`)."""
         self._figures.adjustSize()
         bar = self._figures_scroll.verticalScrollBar().sizeHint().width()
         self._figures_scroll.setMinimumWidth(self._figures.minimumSizeHint().width() + bar + 4)
+        self._figures_scroll.updateGeometry()
+
+    def eventFilter(self, watched: QtCore.QObject, event: QtCore.QEvent) -> bool:  # noqa: N802
+        if (watched is self._figures_scroll and event.type() == QtCore.QEvent.Type.Resize
+                and event.size().width() != event.oldSize().width()):
+            self.figures_width_changed.emit()
+        return super().eventFilter(watched, event)
 
     # ------------------------------------------------------------------ memory
     def _set_memory(self, report: Report) -> None:

@@ -119,6 +119,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.timeline = TimelineWidget()
         self.timeline.task_hovered.connect(self._on_timeline_task_hover)
         self.cost_panel = CostPanel()
+        self.cost_panel.figures_width_changed.connect(self._on_figures_width_change)
         self._timeline_veil = StaleVeil(self.timeline)
 
         right = QtWidgets.QSplitter(Qt.Orientation.Vertical)
@@ -826,6 +827,13 @@ class MainWindow(QtWidgets.QMainWindow):
             return
         figures = min(self.cost_panel.figures_height(), int(total * 0.6))
         right.setSizes([total - figures, figures])
+
+    @Slot()
+    def _on_figures_width_change(self) -> None:
+        # narrower figures wrap onto more lines: give them that height too (until the user
+        # moves the divider)
+        if not self._plan_split_moved:
+            self._fit_plan_split()
 
     @Slot(int, int)
     def _on_plan_splitter_move(self, pos: int, index: int) -> None:

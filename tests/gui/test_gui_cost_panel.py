@@ -257,3 +257,44 @@ def test_tp_dp_row_shows_the_reports_hidden_tp_and_dp_collectives(panel):
     assert off.report.dp_hidden_s == 0 and off.report.tp_hidden_s == 0
     panel.set_report(off.report)
     assert "hidden" not in panel.value_text("comm") and panel._values["comm"].toolTip() == ""
+
+
+def _settle() -> None:
+    from PySide6 import QtCore, QtWidgets
+    for _ in range(5):
+        QtCore.QCoreApplication.sendPostedEvents(None, QtCore.QEvent.Type.LayoutRequest)
+        QtWidgets.QApplication.processEvents()
+
+
+def test_figures_take_one_line_each_when_wide_and_wrap_when_narrow(panel, real_simulate):
+    """Wide, the figures take the width of their lines and the memory chart the rest; at the
+    panel's minimum the chart has its own and the names and values wrap, each whole (the
+    figures' minimum was their longest name beside their longest value, 503 pixels)."""
+    from core.io.session import load_any
+    from tests.conftest import EXAMPLES
+
+    panel.set_report(real_simulate(load_any(EXAMPLES / "gpt3_1.3b_single_node.json")).report)
+    grid = panel._figures.layout()
+    labels = [item.widget() for item in (grid.itemAt(i) for i in range(grid.count()))
+              if type(item.widget()).__name__ == "_FigureLabel" and not item.widget().isHidden()]
+    assert len(labels) == 2 * 19
+    scroll, chart = panel._figures_scroll, panel.memory_plot.parentWidget()
+    panel.resize(1400, 600)
+    _settle()
+    assert scroll.width() == scroll.sizeHint().width()
+    assert chart.width() == 1400 - scroll.width() - panel.layout().spacing()
+    for label in labels:  # one line each: as tall at its width as with all the width there is
+        assert label.heightForWidth(label.width()) == label.heightForWidth(10_000), label.text()
+        assert label.heightForWidth(label.width()) <= label.height()
+    least = panel.minimumSizeHint().width()
+    assert least < 503 + 143  # the figures' old minimum beside the chart's
+    panel.resize(least, 600)
+    _settle()
+    assert chart.width() == chart.minimumSizeHint().width()
+    assert scroll.width() == scroll.minimumWidth() < scroll.sizeHint().width()
+    wrapped = [label.text() for label in labels
+               if label.heightForWidth(label.width()) > label.heightForWidth(10_000)]
+    assert "With failures" not in wrapped and any(t.startswith("2.9 days (2.9–2.9)")
+                                                 for t in wrapped)
+    for label in labels:
+        assert label.heightForWidth(label.width()) <= label.height(), label.text()
