@@ -3,7 +3,9 @@
 Format: the Trace Event Format's JSON object form, complete events (``"ph":
 "X"``) with microsecond ``ts``/``dur``; one process per pipeline stage and one
 thread per stream the graph uses (:data:`core.sim.graph_types.STREAMS`: compute, comm, and the
-CP exchange, EP all-to-all and PP send/recv where used), named with metadata events; the
+CP exchange, EP all-to-all and PP send/recv where used), named with metadata events; times are
+written to the nanosecond, a slice's start and end each rounded (its duration their
+difference), so the slices of one thread nest as the simulator's do; the
 pipeline transfers (counted at the sending stage) on a thread of their own: the interleaved
 schedule's overlapped sends run beside the tensor-parallel collectives of the comm stream,
 and a trace viewer nests the slices of one thread that overlap.
@@ -35,8 +37,14 @@ def trace_events(graph: ExecutionGraph, schedule: Schedule) -> dict:
             sname = STREAMS[sid]
             events.append({"name": "thread_name", "ph": "M", "pid": stage, "tid": sid,
                            "args": {"name": sname}})
-    ts = np.round(schedule.start_s * 1e6, 3).tolist()
-    dur = np.round(graph.duration_s * 1e6, 3).tolist()
+    # Both ends rounded to the nanosecond, the duration their difference: rounded each on its
+    # own, a slice could end 1 ns after the next one of its thread starts (the solver's end and
+    # next start agree to about 1e-16 s), and Perfetto drops a slice that ends after the one it
+    # starts in (chrome://tracing draws it as a child of that one).
+    start = np.round(schedule.start_s * 1e6, 3)
+    end = np.maximum(np.round((schedule.start_s + graph.duration_s) * 1e6, 3), start)
+    ts = start.tolist()
+    dur = np.round(end - start, 3).tolist()
     kinds = graph.kind.tolist()
     stages = graph.stage.tolist()
     streams = graph.stream.tolist()
