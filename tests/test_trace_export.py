@@ -96,6 +96,7 @@ def test_the_trace_of_a_small_session_imports_whole(tmp_path):
 @pytest.mark.parametrize("sets", [
     ["plan.schedule=interleaved", "plan.virtual_pipeline_stages=2"],
     ["plan.schedule=zb-h1"],
+    ["plan.overlap_grad_reduce=true", "plan.zero_stage=1", "plan.overlap_param_gather=true"],
 ])
 def test_traces_of_other_schedules_import_whole(sets):
     result = simulate(apply_sets(load_any(SMALL), sets))
@@ -116,3 +117,27 @@ def test_the_check_finds_a_slice_that_ends_after_the_one_it_starts_in():
     good = {"traceEvents": meta + [x("283000.000", "818.466"), x("283818.466", "500.885")]}
     assert trace_problems(good) == []
     assert trace_problems({"traceEvents": meta + [x("1", "-1")]}) == ["event 2: ts=1 dur=-1, negative"]
+
+
+def test_collectives_that_overlap_on_one_stream_go_on_a_further_row_of_it():
+    """With the distributed optimizer's overlapped parameter all-gather (zero_stage 1,
+    overlap_param_gather), the simulator runs a dp_comm beside a tp_comm on the comm stream of
+    stage 0, one starting inside the other and ending after it; written on one thread,
+    Perfetto dropped one of them. That one goes on a row "comm (2)" (thread id
+    len(STREAMS) + 1), every slice kept with its times."""
+    from core.sim.graph_types import STREAMS
+    result = simulate(apply_sets(load_any(SMALL), [
+        "plan.overlap_grad_reduce=true", "plan.zero_stage=1", "plan.overlap_param_gather=true"]))
+    doc = json.loads(json.dumps(trace_events(result.graph, result.schedule)), parse_float=Decimal)
+    assert trace_problems(doc) == []
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == result.graph.num_tasks
+    second = [e for e in slices if e["tid"] == len(STREAMS) + 1]
+    assert second and {e["name"] for e in second} <= {"dp_comm", "tp_comm"}
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+             if e["name"] == "thread_name"}
+    assert {names[(e["pid"], e["tid"])] for e in second} == {"comm (2)"}
+    sort = {(e["pid"], e["tid"]): e["args"]["sort_index"] for e in doc["traceEvents"]
+            if e["name"] == "thread_sort_index"}
+    comm, pp = STREAMS.index("comm"), STREAMS.index("PP send/recv")
+    assert sort[(0, comm)] < sort[(0, len(STREAMS) + comm)] < sort[(0, pp)]
