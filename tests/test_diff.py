@@ -262,3 +262,31 @@ def test_tight_over_capacity_names_the_cache_not_the_margin(tmp_path, capsys):
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("A tight"))
     assert "fits only without the allocator's cache" in line
     assert "memory_reserve_fraction" not in line
+
+
+def test_diff_gives_each_plans_warnings_as_simulate_does(tmp_path, capsys):
+    """A plan simulated on another GPU's store (cluster.gpu H100-SXM5-80GB, cluster.profile_path
+    the shipped A100 store): ``vtrain simulate`` warns that its times are the A100's, ``vtrain
+    diff`` printed the H100 against the A100 as the difference beyond the plan and said nothing
+    of it, nor of the collectives extrapolated beyond the measured sizes. Each plan's warnings
+    (the report's, as simulate prints them) are printed under its letter and given in --json."""
+    from core.sim.simulate import PROFILES_DIR
+    s = load_any(SMALL)
+    s.cluster.gpu = "H100-SXM5-80GB"
+    s.cluster.profile_path = str(PROFILES_DIR / "A100-SXM4-80GB.h5")
+    path = tmp_path / "h100_on_a100_store.json"
+    save_session(s, path)
+    note = ("the profile is of A100-SXM4-80GB, not of cluster.gpu H100-SXM5-80GB: times, MFU "
+            "and memory capacity are A100-SXM4-80GB's")
+    ra, rb = simulate(load_any(SMALL)), simulate(load_any(path))
+    assert rb.report.warnings[0] == note and note not in ra.report.warnings
+    assert main(["diff", str(SMALL), str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["a"]["warnings"] == ra.report.warnings
+    assert doc["b"]["warnings"] == rb.report.warnings
+    assert main(["diff", str(SMALL), str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # as rich wraps it
+    for name, r in (("A", ra), ("B", rb)):
+        for w in r.report.warnings:
+            assert f"warning: {name}: {w}" in out
+    assert f"warning: A: {note}" not in out

@@ -149,7 +149,10 @@ class PlanDiff:
         memory per GPU with the GPU's capacity, the planner's margin (``memory_margin``, also
         as ``memory_reserve_fraction``, simulate's name) and the verdict
         (``memory_verdict``: fits, tight or does not fit, :func:`core.sim.report.memory_verdict`;
-        ``memory_verdict_text`` with its figures and the margin named), days and cost."""
+        ``memory_verdict_text`` with its figures and the margin named), days and cost, and
+        its report's ``warnings`` (what ``vtrain simulate`` warns of: a profile store of
+        another GPU kind than ``cluster.gpu``, collectives extrapolated beyond the measured
+        sizes ...)."""
         def plan(res, terms, stages, overlapped) -> dict[str, Any]:
             r, pl = res.report, res.session.plan
             return {"label": plan_label(res.session), "iteration_time_s": r.iteration_time_s,
@@ -166,7 +169,8 @@ class PlanDiff:
                     "gpu_hours": r.gpu_hours, "cost_usd": r.cost_usd, "mfu": r.mfu,
                     "iteration_time_interval_s": (
                         [r.interval.low_s, r.interval.high_s]
-                        if r.interval is not None and r.interval.available else None)}
+                        if r.interval is not None and r.interval.available else None),
+                    "warnings": list(r.warnings)}
         ra, rb = self.a.report, self.b.report
         return {"difference_s": self.difference_s, "terms": dict(self.terms),
                 "relative_difference": self.difference_s / ra.iteration_time_s,
