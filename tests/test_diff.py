@@ -290,3 +290,27 @@ def test_diff_gives_each_plans_warnings_as_simulate_does(tmp_path, capsys):
         for w in r.report.warnings:
             assert f"warning: {name}: {w}" in out
     assert f"warning: A: {note}" not in out
+
+
+def test_a_path_to_the_shipped_store_is_no_difference(tmp_path, capsys):
+    """A session naming the shipped A100 store in cluster.profile_path against the example
+    (profile_path null: the same store): the diff said "A and B differ beyond the plan:
+    cluster.profile_path .../A100-SXM4-80GB.h5 / None" of two identical plans. A store of
+    another file is still named."""
+    import shutil
+
+    from core.sim.simulate import PROFILES_DIR
+    b = load_any(SMALL)
+    b.cluster.profile_path = str(PROFILES_DIR / "A100-SXM4-80GB.h5")
+    path = tmp_path / "named_store.json"
+    save_session(b, path)
+    assert main(["diff", str(SMALL), str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["beyond_plan"] == [] and doc["difference_s"] == 0.0
+    copy = tmp_path / "copy.h5"
+    shutil.copyfile(PROFILES_DIR / "A100-SXM4-80GB.h5", copy)
+    b.cluster.profile_path = str(copy)
+    save_session(b, path)
+    assert main(["diff", str(SMALL), str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["beyond_plan"] == [{"field": "cluster.profile_path", "a": None, "b": str(copy)}]

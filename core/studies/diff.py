@@ -185,7 +185,9 @@ class PlanDiff:
 def beyond_plan(a: Session, b: Session) -> list[dict[str, Any]]:
     """What differs between two sessions besides the plan, ``{"field", "a", "b"}`` each: the
     model when its fields differ (named by its name, or each field when the names agree; a
-    name alone is a label, not a difference), then each cluster and cost field.
+    name alone is a label, not a difference), then each cluster and cost field
+    (``cluster.profile_path`` when the two use other store files: null and a path to the
+    shipped store of the same GPU are one store).
     Empty when the two differ in the plan only; otherwise the difference of iteration times,
     days and cost is not the plans' alone."""
     out: list[dict[str, Any]] = []
@@ -199,8 +201,23 @@ def beyond_plan(a: Session, b: Session) -> list[dict[str, Any]]:
     for section in ("cluster", "cost"):
         x, y = getattr(a, section), getattr(b, section)
         out += [{"field": f"{section}.{f.name}", "a": getattr(x, f.name), "b": getattr(y, f.name)}
-                for f in dataclasses.fields(x) if getattr(x, f.name) != getattr(y, f.name)]
+                for f in dataclasses.fields(x) if getattr(x, f.name) != getattr(y, f.name)
+                and not (f.name == "profile_path" and _same_store(a, b))]
     return out
+
+
+def _same_store(a: Session, b: Session) -> bool:
+    """Whether two sessions use one profile store file (:func:`core.sim.simulate.profile_path`:
+    ``cluster.profile_path`` null is the shipped store of ``cluster.gpu``, which a path may
+    also name): then their ``profile_path`` texts differ without the stores differing."""
+    import os
+
+    from core.sim.simulate import profile_path
+    pa, pb = profile_path(a), profile_path(b)
+    try:
+        return os.path.samefile(pa, pb)
+    except (OSError, ValueError):  # a missing store, a NUL byte: the texts decide
+        return os.path.abspath(pa) == os.path.abspath(pb)
 
 
 def _value_text(v: Any, other: Any = None) -> str:
