@@ -314,3 +314,21 @@ def test_a_path_to_the_shipped_store_is_no_difference(tmp_path, capsys):
     assert main(["diff", str(SMALL), str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["beyond_plan"] == [{"field": "cluster.profile_path", "a": None, "b": str(copy)}]
+
+
+def test_an_empty_network_field_and_its_value_are_no_difference(tmp_path, capsys):
+    """cluster.inter_node_bandwidth_gbits_per_s empty is the GPU's reference node: 8 A100s x
+    200 Gb/s = 1,600 Gb/s (core.plan.cluster.GPU_NIC_GBITS_PER_GPU). Against a session giving
+    1,600, the diff said they differ beyond the plan ("None / 1600"); against 800 they do."""
+    a, b = load_any(SMALL), load_any(SMALL)
+    a.cluster.inter_node_bandwidth_gbits_per_s = None
+    b.cluster.inter_node_bandwidth_gbits_per_s = 8 * 200.0
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    save_session(a, pa)
+    save_session(b, pb)
+    assert main(["diff", str(pa), str(pb), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["beyond_plan"] == [] and doc["difference_s"] == 0.0
+    assert main(["diff", str(pa), str(SMALL), "--json"]) == 0  # the example's 800 Gb/s
+    assert json.loads(capsys.readouterr().out)["beyond_plan"] == [
+        {"field": "cluster.inter_node_bandwidth_gbits_per_s", "a": None, "b": 800.0}]

@@ -187,7 +187,8 @@ def beyond_plan(a: Session, b: Session) -> list[dict[str, Any]]:
     model when its fields differ (named by its name, or each field when the names agree; a
     name alone is a label, not a difference), then each cluster and cost field
     (``cluster.profile_path`` when the two use other store files: null and a path to the
-    shipped store of the same GPU are one store).
+    shipped store of the same GPU are one store; ``cluster.inter_node_bandwidth_gbits_per_s``
+    when the nodes' networks differ: empty is the GPU's reference node).
     Empty when the two differ in the plan only; otherwise the difference of iteration times,
     days and cost is not the plans' alone."""
     out: list[dict[str, Any]] = []
@@ -202,8 +203,20 @@ def beyond_plan(a: Session, b: Session) -> list[dict[str, Any]]:
         x, y = getattr(a, section), getattr(b, section)
         out += [{"field": f"{section}.{f.name}", "a": getattr(x, f.name), "b": getattr(y, f.name)}
                 for f in dataclasses.fields(x) if getattr(x, f.name) != getattr(y, f.name)
-                and not (f.name == "profile_path" and _same_store(a, b))]
+                and not (f.name == "profile_path" and _same_store(a, b))
+                and not (f.name == "inter_node_bandwidth_gbits_per_s" and _same_network(a, b))]
     return out
+
+
+def _same_network(a: Session, b: Session) -> bool:
+    """Whether two sessions' nodes have one network bandwidth
+    (:func:`core.plan.cluster.node_network_gbits_per_s`: an empty field is the GPU's reference
+    node, 1,600 Gb/s for eight A100s, which a number may also give)."""
+    from core.plan.cluster import node_network_gbits_per_s
+    try:
+        return node_network_gbits_per_s(a.cluster) == node_network_gbits_per_s(b.cluster)
+    except ValueError:  # a GPU kind without a reference node and the field empty
+        return False
 
 
 def _same_store(a: Session, b: Session) -> bool:
