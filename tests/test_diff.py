@@ -235,6 +235,9 @@ def test_values_whose_short_forms_agree_are_shown_exactly():
     assert text(0.1, 0.10000001) == "f 0.1 / 0.10000001"
     assert text(4, 5) == "f 4 / 5"
     assert beyond_plan_text([]) == ""
+    # an empty field read "None" (Python's word): "cluster.profile_path None / x.h5"
+    assert text(None, 800.0) == "f empty / 800"
+    assert text(True, False) == "f true / false"
 
 
 def test_cli_a_plan_against_itself_prints_no_negative_zero(capsys):

@@ -236,7 +236,13 @@ def _same_store(a: Session, b: Session) -> bool:
 def _value_text(v: Any, other: Any = None) -> str:
     """A session field's value as :func:`beyond_plan_text` shows it: floats in short form, or
     exactly when the short forms of ``v`` and the ``other`` side's value would read the same
-    (26,000,000,000 and 25,999,998,976 tokens are not both "2.6e+10")."""
+    (26,000,000,000 and 25,999,998,976 tokens are not both "2.6e+10"); an empty field (null
+    in the file) as "empty", the word of the fields' help ("empty means the GPU's reference
+    node"), never Python's "None"; true and false as the file writes them."""
+    if v is None:
+        return "empty"
+    if isinstance(v, bool):
+        return "true" if v else "false"
     if not isinstance(v, float):
         return str(v)
     short = f"{v:,.4g}"
