@@ -677,7 +677,23 @@ def check_path(argv: list[str], path: Path, workdir: Path) -> tuple[str, str]:
 
 
 
+def pinned_session_bytes(rng: random.Random) -> bytes:
+    """A complete session (the shipped 1.3B example) whose ``compare.pinned`` plan (model,
+    plan, cluster and cost) is mutated (:func:`mutate_doc`), for ``vtrain diff SESSION``."""
+    doc = json.loads((ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json").read_text())
+    pinned = {k: doc[k] for k in ("model", "plan", "cluster", "cost")}
+    doc["compare"] = {"pinned": mutate_doc(pinned, rng)}
+    return dumps(doc)
+
+
 KINDS.update({
+    # vtrain diff: the pinned plan (A) of one session, and a mutated session (B) against the
+    # shipped example (A); --json checked as every kind's is
+    "diff_pinned": (lambda rng, wd: pinned_session_bytes(rng), ".json",
+                    lambda p: ["diff", p, "--json"]),
+    "diff_pair": (lambda rng, wd: session_bytes(rng), ".json",
+                  lambda p: ["diff", str(ROOT / "resources" / "examples" /
+                                         "gpt3_1.3b_single_node.json"), p, "--json"]),
     "export": (lambda rng, wd: export_session_bytes(rng), ".json",
                lambda p: ["export", "megatron-args", p]),
     "launch": (lambda rng, wd: launch_bytes(rng), ".sh",

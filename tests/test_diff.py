@@ -235,6 +235,9 @@ def test_values_whose_short_forms_agree_are_shown_exactly():
     assert text(0.1, 0.10000001) == "f 0.1 / 0.10000001"
     assert text(4, 5) == "f 4 / 5"
     assert beyond_plan_text([]) == ""
+    # an empty field read "None" (Python's word): "cluster.profile_path None / x.h5"
+    assert text(None, 800.0) == "f empty / 800"
+    assert text(True, False) == "f true / false"
 
 
 def test_cli_a_plan_against_itself_prints_no_negative_zero(capsys):
@@ -262,3 +265,73 @@ def test_tight_over_capacity_names_the_cache_not_the_margin(tmp_path, capsys):
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("A tight"))
     assert "fits only without the allocator's cache" in line
     assert "memory_reserve_fraction" not in line
+
+
+def test_diff_gives_each_plans_warnings_as_simulate_does(tmp_path, capsys):
+    """A plan simulated on another GPU's store (cluster.gpu H100-SXM5-80GB, cluster.profile_path
+    the shipped A100 store): ``vtrain simulate`` warns that its times are the A100's, ``vtrain
+    diff`` printed the H100 against the A100 as the difference beyond the plan and said nothing
+    of it, nor of the collectives extrapolated beyond the measured sizes. Each plan's warnings
+    (the report's, as simulate prints them) are printed under its letter and given in --json."""
+    from core.sim.simulate import PROFILES_DIR
+    s = load_any(SMALL)
+    s.cluster.gpu = "H100-SXM5-80GB"
+    s.cluster.profile_path = str(PROFILES_DIR / "A100-SXM4-80GB.h5")
+    path = tmp_path / "h100_on_a100_store.json"
+    save_session(s, path)
+    note = ("the profile is of A100-SXM4-80GB, not of cluster.gpu H100-SXM5-80GB: times, MFU "
+            "and memory capacity are A100-SXM4-80GB's")
+    ra, rb = simulate(load_any(SMALL)), simulate(load_any(path))
+    assert rb.report.warnings[0] == note and note not in ra.report.warnings
+    assert main(["diff", str(SMALL), str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["a"]["warnings"] == ra.report.warnings
+    assert doc["b"]["warnings"] == rb.report.warnings
+    assert main(["diff", str(SMALL), str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # as rich wraps it
+    for name, r in (("A", ra), ("B", rb)):
+        for w in r.report.warnings:
+            assert f"warning: {name}: {w}" in out
+    assert f"warning: A: {note}" not in out
+
+
+def test_a_path_to_the_shipped_store_is_no_difference(tmp_path, capsys):
+    """A session naming the shipped A100 store in cluster.profile_path against the example
+    (profile_path null: the same store): the diff said "A and B differ beyond the plan:
+    cluster.profile_path .../A100-SXM4-80GB.h5 / None" of two identical plans. A store of
+    another file is still named."""
+    import shutil
+
+    from core.sim.simulate import PROFILES_DIR
+    b = load_any(SMALL)
+    b.cluster.profile_path = str(PROFILES_DIR / "A100-SXM4-80GB.h5")
+    path = tmp_path / "named_store.json"
+    save_session(b, path)
+    assert main(["diff", str(SMALL), str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["beyond_plan"] == [] and doc["difference_s"] == 0.0
+    copy = tmp_path / "copy.h5"
+    shutil.copyfile(PROFILES_DIR / "A100-SXM4-80GB.h5", copy)
+    b.cluster.profile_path = str(copy)
+    save_session(b, path)
+    assert main(["diff", str(SMALL), str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["beyond_plan"] == [{"field": "cluster.profile_path", "a": None, "b": str(copy)}]
+
+
+def test_an_empty_network_field_and_its_value_are_no_difference(tmp_path, capsys):
+    """cluster.inter_node_bandwidth_gbits_per_s empty is the GPU's reference node: 8 A100s x
+    200 Gb/s = 1,600 Gb/s (core.plan.cluster.GPU_NIC_GBITS_PER_GPU). Against a session giving
+    1,600, the diff said they differ beyond the plan ("None / 1600"); against 800 they do."""
+    a, b = load_any(SMALL), load_any(SMALL)
+    a.cluster.inter_node_bandwidth_gbits_per_s = None
+    b.cluster.inter_node_bandwidth_gbits_per_s = 8 * 200.0
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    save_session(a, pa)
+    save_session(b, pb)
+    assert main(["diff", str(pa), str(pb), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["beyond_plan"] == [] and doc["difference_s"] == 0.0
+    assert main(["diff", str(pa), str(SMALL), "--json"]) == 0  # the example's 800 Gb/s
+    assert json.loads(capsys.readouterr().out)["beyond_plan"] == [
+        {"field": "cluster.inter_node_bandwidth_gbits_per_s", "a": None, "b": 800.0}]

@@ -110,3 +110,17 @@ def test_fuzz_one_field_deletions_never_run_another_model(rng, tmp_path_factory)
 @given(rng=st.randoms(use_true_random=False))
 def test_fuzz_hostile_profile_paths(rng, tmp_path_factory):
     check("profile_path", rng, tmp_path_factory)
+
+
+@fuzz_settings(60)
+@given(rng=st.randoms(use_true_random=False))
+def test_fuzz_diff_of_a_hostile_pinned_plan(rng, tmp_path_factory):
+    """``vtrain diff SESSION --json``: the pinned plan mutated (wrong types, bounds, deep
+    nesting, unknown and missing fields) is compared or refused in one line."""
+    check("diff_pinned", rng, tmp_path_factory)
+
+
+@fuzz_settings(60)
+@given(rng=st.randoms(use_true_random=False))
+def test_fuzz_diff_of_a_hostile_session_against_the_example(rng, tmp_path_factory):
+    check("diff_pair", rng, tmp_path_factory)

@@ -19,6 +19,7 @@ from PySide6.QtCore import Qt, Slot
 from core.sim.labels import MEMORY_FIGURES, TIME_TERMS, capitalized, short_name
 from core.studies.diff import PlanDiff, beyond_plan_text, diff_results, plan_label
 from core.sim.report import gib_texts
+from core.sim.simulate import device_gpu_note
 
 from .category_axis import CategoryAxis
 from .empty_state import EmptyStack, under_banner, warning_banner
@@ -299,6 +300,13 @@ class CompareTab(QtWidgets.QWidget):
             mark = ("" if verdict == "fits" else
                     f' — <span style="color:{VERDICT_COLORS[verdict]};">'
                     f"{html.escape(r.report.memory_verdict_text)}</span>")
+            # a plan on another GPU's profile store (cluster.profile_path) is that GPU's times,
+            # while its title names cluster.gpu: it says so, as vtrain simulate and diff warn
+            device = r.report.profile.get("device")
+            other = device_gpu_note(device, r.session.cluster) if device else None
+            if other:
+                mark += (f' — <span style="color:{VERDICT_COLORS["tight"]};">'
+                         f"{html.escape(other)}</span>")
             label.setText(html.escape(f"{name}: {r.session.model.name}, {r.report.num_gpus:,} x "
                                       f"{r.session.cluster.gpu}, "
                                       f"{plan_label(r.session)}  ·  "

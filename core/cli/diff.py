@@ -150,4 +150,7 @@ def run(args: argparse.Namespace) -> int:
                          + (" (cluster.memory_reserve_fraction)"  # the margin's setting
                             if r.max_memory_per_gpu_bytes <= r.memory_capacity_bytes else "")),
                       highlight=False)
+    for name, r in (("A", ra), ("B", rb)):  # as vtrain simulate prints them, under the letter
+        for w in r.warnings:
+            con.print(f"[yellow]warning:[/] {name}: {esc(w)}", highlight=False)
     return 0

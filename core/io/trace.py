@@ -3,10 +3,15 @@
 Format: the Trace Event Format's JSON object form, complete events (``"ph":
 "X"``) with microsecond ``ts``/``dur``; one process per pipeline stage and one
 thread per stream the graph uses (:data:`core.sim.graph_types.STREAMS`: compute, comm, and the
-CP exchange, EP all-to-all and PP send/recv where used), named with metadata events; the
+CP exchange, EP all-to-all and PP send/recv where used), named with metadata events; times are
+written to the nanosecond, a slice's start and end each rounded (its duration their
+difference), so the slices of one thread nest as the simulator's do; the
 pipeline transfers (counted at the sending stage) on a thread of their own: the interleaved
 schedule's overlapped sends run beside the tensor-parallel collectives of the comm stream,
-and a trace viewer nests the slices of one thread that overlap.
+and a trace viewer nests the slices of one thread that overlap. Slices of one stream that
+overlap without nesting (the overlapped parameter all-gather beside a tensor-parallel
+collective) go on further rows of that stream's thread, "comm (2)" and so on
+(:func:`_nesting_threads`).
 """
 
 from __future__ import annotations
@@ -35,11 +40,17 @@ def trace_events(graph: ExecutionGraph, schedule: Schedule) -> dict:
             sname = STREAMS[sid]
             events.append({"name": "thread_name", "ph": "M", "pid": stage, "tid": sid,
                            "args": {"name": sname}})
-    ts = np.round(schedule.start_s * 1e6, 3).tolist()
-    dur = np.round(graph.duration_s * 1e6, 3).tolist()
+    # Both ends rounded to the nanosecond, the duration their difference: rounded each on its
+    # own, a slice could end 1 ns after the next one of its thread starts (the solver's end and
+    # next start agree to about 1e-16 s), and Perfetto drops a slice that ends after the one it
+    # starts in (chrome://tracing draws it as a child of that one).
+    start = np.round(schedule.start_s * 1e6, 3)
+    end = np.maximum(np.round((schedule.start_s + graph.duration_s) * 1e6, 3), start)
+    ts = start.tolist()
+    dur = np.round(end - start, 3).tolist()
     kinds = graph.kind.tolist()
     stages = graph.stage.tolist()
-    streams = graph.stream.tolist()
+    streams = _nesting_threads(start, end, stages, graph.stream.tolist())
     mbs = graph.microbatch.tolist()
     layers = graph.layer.tolist()
     for i in range(graph.num_tasks):
@@ -51,7 +62,46 @@ def trace_events(graph: ExecutionGraph, schedule: Schedule) -> dict:
         name = _EVENT_NAMES.get(KINDS[kinds[i]], KINDS[kinds[i]])
         events.append({"name": name, "cat": name, "ph": "X", "ts": ts[i],
                        "dur": dur[i], "pid": stages[i], "tid": streams[i], "args": args})
+    threads = {(stage, sid) for stage in range(graph.num_stages) for sid in graph.lanes}
+    threads |= set(zip(stages, streams))
+    for stage, tid in sorted(threads):  # a stream's further rows beside it, in stream order
+        sid, row = tid % len(STREAMS), tid // len(STREAMS)
+        if row:
+            events.append({"name": "thread_name", "ph": "M", "pid": stage, "tid": tid,
+                           "args": {"name": f"{STREAMS[sid]} ({row + 1})"}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": stage, "tid": tid,
+                       "args": {"sort_index": sid * 100 + row}})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _nesting_threads(start: np.ndarray, end: np.ndarray, stages: list[int],
+                     streams: list[int]) -> list[int]:
+    """The thread id of each task: its stream's id, or, for a task that starts inside another
+    of its stream and ends after it (two collectives of the comm stream that the simulator
+    runs at once: the distributed optimizer's overlapped parameter all-gather beside a
+    tensor-parallel collective), the id of a further row of that stream, ``len(STREAMS) * row
+    + stream``, named "comm (2)" and so on. A trace viewer nests the slices of one thread by
+    their times: Perfetto drops a slice that ends after the one it starts in, and
+    chrome://tracing draws it as that one's child. ``start`` and ``end`` are the times as
+    written (microseconds, rounded), so the rows nest in the numbers a viewer reads."""
+    out = list(streams)
+    order = np.lexsort((-end, start))  # by start, the longer first where two start together
+    rows: dict[tuple[int, int], list[list[float]]] = {}  # (stage, stream) -> each row's open ends
+    starts, ends = start.tolist(), end.tolist()
+    for i in order.tolist():
+        t0, t1 = starts[i], ends[i]
+        stacks = rows.setdefault((stages[i], streams[i]), [[]])
+        for row, stack in enumerate(stacks):
+            while stack and stack[-1] <= t0:
+                stack.pop()
+            if not stack or t1 <= stack[-1]:
+                break
+        else:
+            row = len(stacks)
+            stacks.append([])
+        stacks[row].append(t1)
+        out[i] = streams[i] + len(STREAMS) * row
+    return out
 
 
 #: Thread id of the pipeline transfers (their stream's, as every stream's thread id).

@@ -45,7 +45,7 @@ from core.util.text import file_name_part
 
 __all__ = ["SimulationResult", "simulate", "open_profile", "profile_path", "PROFILES_DIR",
            "stage_memory", "fp8_tn", "model_flops_per_iteration", "memory_verdict", "tight_note",
-           "session_profile", "profile_gpu_note",
+           "session_profile", "profile_gpu_note", "device_gpu_note",
            "graph_size_estimate", "graph_too_large", "graph_tasks_bound", "MAX_GRAPH_TASKS",
            "check_finite"]
 
@@ -365,10 +365,16 @@ def profile_gpu_note(store, cluster) -> str | None:
     ``cluster.profile_path``) is of another GPU kind than ``cluster.gpu``: the times, the
     MFU's peak and the memory capacity are then the store's GPU's, while the report names the
     cluster's; None when they agree."""
-    if store.device_name == cluster.gpu:
+    return device_gpu_note(store.device_name, cluster)
+
+
+def device_gpu_note(device: str, cluster) -> str | None:
+    """:func:`profile_gpu_note` of a store whose GPU kind is ``device`` (a report's
+    ``profile["device"]``, as the Compare tab has it for its pinned plan)."""
+    if device == cluster.gpu:
         return None
-    return (f"the profile is of {store.device_name}, not of cluster.gpu {cluster.gpu}: times, "
-            f"MFU and memory capacity are {store.device_name}'s")
+    return (f"the profile is of {device}, not of cluster.gpu {cluster.gpu}: times, "
+            f"MFU and memory capacity are {device}'s")
 
 
 def small_nvlink_domain_note(c, n: int) -> str | None:

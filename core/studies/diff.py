@@ -149,7 +149,10 @@ class PlanDiff:
         memory per GPU with the GPU's capacity, the planner's margin (``memory_margin``, also
         as ``memory_reserve_fraction``, simulate's name) and the verdict
         (``memory_verdict``: fits, tight or does not fit, :func:`core.sim.report.memory_verdict`;
-        ``memory_verdict_text`` with its figures and the margin named), days and cost."""
+        ``memory_verdict_text`` with its figures and the margin named), days and cost, and
+        its report's ``warnings`` (what ``vtrain simulate`` warns of: a profile store of
+        another GPU kind than ``cluster.gpu``, collectives extrapolated beyond the measured
+        sizes ...)."""
         def plan(res, terms, stages, overlapped) -> dict[str, Any]:
             r, pl = res.report, res.session.plan
             return {"label": plan_label(res.session), "iteration_time_s": r.iteration_time_s,
@@ -166,7 +169,8 @@ class PlanDiff:
                     "gpu_hours": r.gpu_hours, "cost_usd": r.cost_usd, "mfu": r.mfu,
                     "iteration_time_interval_s": (
                         [r.interval.low_s, r.interval.high_s]
-                        if r.interval is not None and r.interval.available else None)}
+                        if r.interval is not None and r.interval.available else None),
+                    "warnings": list(r.warnings)}
         ra, rb = self.a.report, self.b.report
         return {"difference_s": self.difference_s, "terms": dict(self.terms),
                 "relative_difference": self.difference_s / ra.iteration_time_s,
@@ -181,7 +185,10 @@ class PlanDiff:
 def beyond_plan(a: Session, b: Session) -> list[dict[str, Any]]:
     """What differs between two sessions besides the plan, ``{"field", "a", "b"}`` each: the
     model when its fields differ (named by its name, or each field when the names agree; a
-    name alone is a label, not a difference), then each cluster and cost field.
+    name alone is a label, not a difference), then each cluster and cost field
+    (``cluster.profile_path`` when the two use other store files: null and a path to the
+    shipped store of the same GPU are one store; ``cluster.inter_node_bandwidth_gbits_per_s``
+    when the nodes' networks differ: empty is the GPU's reference node).
     Empty when the two differ in the plan only; otherwise the difference of iteration times,
     days and cost is not the plans' alone."""
     out: list[dict[str, Any]] = []
@@ -195,14 +202,47 @@ def beyond_plan(a: Session, b: Session) -> list[dict[str, Any]]:
     for section in ("cluster", "cost"):
         x, y = getattr(a, section), getattr(b, section)
         out += [{"field": f"{section}.{f.name}", "a": getattr(x, f.name), "b": getattr(y, f.name)}
-                for f in dataclasses.fields(x) if getattr(x, f.name) != getattr(y, f.name)]
+                for f in dataclasses.fields(x) if getattr(x, f.name) != getattr(y, f.name)
+                and not (f.name == "profile_path" and _same_store(a, b))
+                and not (f.name == "inter_node_bandwidth_gbits_per_s" and _same_network(a, b))]
     return out
+
+
+def _same_network(a: Session, b: Session) -> bool:
+    """Whether two sessions' nodes have one network bandwidth
+    (:func:`core.plan.cluster.node_network_gbits_per_s`: an empty field is the GPU's reference
+    node, 1,600 Gb/s for eight A100s, which a number may also give)."""
+    from core.plan.cluster import node_network_gbits_per_s
+    try:
+        return node_network_gbits_per_s(a.cluster) == node_network_gbits_per_s(b.cluster)
+    except ValueError:  # a GPU kind without a reference node and the field empty
+        return False
+
+
+def _same_store(a: Session, b: Session) -> bool:
+    """Whether two sessions use one profile store file (:func:`core.sim.simulate.profile_path`:
+    ``cluster.profile_path`` null is the shipped store of ``cluster.gpu``, which a path may
+    also name): then their ``profile_path`` texts differ without the stores differing."""
+    import os
+
+    from core.sim.simulate import profile_path
+    pa, pb = profile_path(a), profile_path(b)
+    try:
+        return os.path.samefile(pa, pb)
+    except (OSError, ValueError):  # a missing store, a NUL byte: the texts decide
+        return os.path.abspath(pa) == os.path.abspath(pb)
 
 
 def _value_text(v: Any, other: Any = None) -> str:
     """A session field's value as :func:`beyond_plan_text` shows it: floats in short form, or
     exactly when the short forms of ``v`` and the ``other`` side's value would read the same
-    (26,000,000,000 and 25,999,998,976 tokens are not both "2.6e+10")."""
+    (26,000,000,000 and 25,999,998,976 tokens are not both "2.6e+10"); an empty field (null
+    in the file) as "empty", the word of the fields' help ("empty means the GPU's reference
+    node"), never Python's "None"; true and false as the file writes them."""
+    if v is None:
+        return "empty"
+    if isinstance(v, bool):
+        return "true" if v else "false"
     if not isinstance(v, float):
         return str(v)
     short = f"{v:,.4g}"

@@ -411,3 +411,33 @@ def test_a_plan_that_does_not_fit_says_so_in_its_title(qtbot):
     doc = QtGui.QTextDocument()
     doc.setHtml(text_b)
     assert doc.toPlainText().endswith(f"per iteration — {b.report.memory_verdict_text}")
+
+
+def test_a_plan_on_another_gpus_store_says_so_in_its_title(qtbot):
+    """A pinned plan on H100-SXM5-80GB whose cluster.profile_path is the shipped A100 store:
+    its title read "8 x H100-SXM5-80GB" beside A100 times, and the banner named H100 / A100 as
+    the difference beyond the plan, with nothing saying both ran on the A100's profile. The
+    title says so in the words vtrain simulate and vtrain diff warn with; the other does not."""
+    from core.io.session import load_any
+    from core.sim.simulate import PROFILES_DIR, simulate
+    from tests.conftest import EXAMPLES
+    from vtrain_gui.compare import CompareTab
+
+    a_session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    a_session.cluster.gpu = "H100-SXM5-80GB"
+    a_session.cluster.profile_path = str(PROFILES_DIR / "A100-SXM4-80GB.h5")
+    a, b = simulate(a_session), simulate(load_any(EXAMPLES / "gpt3_1.3b_single_node.json"))
+    note = ("the profile is of A100-SXM4-80GB, not of cluster.gpu H100-SXM5-80GB: times, MFU "
+            "and memory capacity are A100-SXM4-80GB's")
+    assert a.report.warnings[0] == note
+    tab = CompareTab()
+    qtbot.addWidget(tab)
+    tab.show()
+    tab.set_pinned(a)
+    tab.set_current(b)
+    from PySide6 import QtGui
+    doc = QtGui.QTextDocument()
+    doc.setHtml(tab.label_a.text())
+    assert doc.toPlainText().endswith(f"per iteration — {note}")
+    doc.setHtml(tab.label_b.text())
+    assert doc.toPlainText().endswith("per iteration")
