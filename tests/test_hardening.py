@@ -855,23 +855,3 @@ def test_file_weights_count_by_their_ratio_even_near_the_float_limit():
     assert balanced_weights([3, 2], [1, 4]) == pytest.approx([1 / 3] * 3 + [2.0] * 2)
     with pytest.raises(ValueError, match="positive finite"):
         balanced_weights([3, 2], [1, math.inf])
-
-
-@pytest.mark.parametrize("sets", [
-    ["plan.tensor_parallel=4", "plan.tensor_parallel=8"],
-    ["plan.tensor_parallel=4", "cluster.gpu=H100", " plan.tensor_parallel =4"],  # the same value too
-    ["cluster.gpu=H100", "cluster.gpu=A100"],
-])
-def test_a_field_set_twice_is_refused_naming_it(sets):
-    """``--set plan.tensor_parallel=4 --set plan.tensor_parallel=8`` simulated t=8 and said
-    nothing; as a session file's key given twice, which value was meant is unknown."""
-    session = load_session(EXAMPLES / "gpt3_1.3b_single_node.json")
-    field = sets[-1].partition("=")[0].strip()
-    with pytest.raises(ConfigError) as err:
-        apply_sets(session, sets)
-    assert str(err.value) == (f"--set {field}: given twice; a field is set once (which value "
-                              "was meant is unknown)")
-    line = assert_one_line_error(cli("simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json"),
-                                     *[a for s in sets for a in ("--set", s)]))
-    assert line == f"vtrain: error: --set {field}: given twice; a field is set once (which " \
-                   "value was meant is unknown)"

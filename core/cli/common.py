@@ -254,8 +254,7 @@ _SET_SECTIONS = ("model", "plan", "cluster", "cost", "reliability")
 
 SET_HELP = ("set one field of the session, SECTION.FIELD=VALUE (repeatable), e.g. "
             "--set plan.tensor_parallel=4 --set cluster.gpu=H100-SXM5-80GB; the value is read "
-            "as JSON (4, true, null, \"x\") or else as text; a field is set once; the file "
-            "is not changed")
+            "as JSON (4, true, null, \"x\") or else as text; the file is not changed")
 
 
 def decimal_arg(text: str) -> float:
@@ -303,9 +302,8 @@ def apply_sets(session, sets: list[str] | None):
     Raises
     ------
     ConfigError
-        A malformed ``--set``, an unknown section or field, a field given twice (as a session
-        file refuses a key given twice: which value was meant is unknown), or a value of the
-        wrong type, out of bounds or not among the choices (named ``--set SECTION.FIELD``).
+        A malformed ``--set``, an unknown section or field, or a value of the wrong type, out
+        of bounds or not among the choices (named ``--set SECTION.FIELD``).
     """
     from core.plan.session import Session
     from core.util.inputs import parse_json_or_text
@@ -313,7 +311,6 @@ def apply_sets(session, sets: list[str] | None):
         return session
     doc = session.to_dict()
     named: dict[str, str] = {}
-    given: set[tuple[str, str]] = set()  # (section, field) of the --sets read so far
     for item in sets:
         path, eq, text = item.partition("=")
         section, dot, name = path.strip().partition(".")
@@ -324,10 +321,6 @@ def apply_sets(session, sets: list[str] | None):
             value = parse_json_or_text(text, ValueError)
         except ValueError as exc:
             raise field_error(f"--set {section}.{name}", str(exc)) from None
-        if (section, name) in given:  # as a key given twice in a session file
-            raise field_error(f"--set {section}.{name}", "given twice; a field is set once "
-                              "(which value was meant is unknown)")
-        given.add((section, name))
         if (section, name) == ("cluster", "gpu") and isinstance(value, str):
             from core.plan.cluster import gpu_kind
             value = gpu_kind(value)  # other tools' names ("H800", "H100 SXM"), as --gpu reads them
