@@ -764,6 +764,12 @@ def test_set_values_are_read_under_the_session_files_json_rules(value, rule):
     assert str(err.value).startswith(f"--set model.num_layers: {rule}"), str(err.value)
 
 
+def test_a_field_set_twice_takes_the_last_value_as_repeated_options_do():
+    session = load_session(EXAMPLES / "gpt3_1.3b_single_node.json")
+    out = apply_sets(session, ["plan.tensor_parallel=4", "plan.tensor_parallel=8"])
+    assert out.plan.tensor_parallel == 8
+
+
 def test_set_value_nested_too_deeply_exits_2_naming_the_option():
     line = assert_one_line_error(cli("simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json"),
                                      "--set", "model.name=" + "[" * 100_000, timeout=60))

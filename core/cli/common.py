@@ -254,7 +254,8 @@ _SET_SECTIONS = ("model", "plan", "cluster", "cost", "reliability")
 
 SET_HELP = ("set one field of the session, SECTION.FIELD=VALUE (repeatable), e.g. "
             "--set plan.tensor_parallel=4 --set cluster.gpu=H100-SXM5-80GB; the value is read "
-            "as JSON (4, true, null, \"x\") or else as text; the file is not changed")
+            "as JSON (4, true, null, \"x\") or else as text; a field given twice takes the last "
+            "value, as repeated options do; the file is not changed")
 
 
 def decimal_arg(text: str) -> float:
