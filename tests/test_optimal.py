@@ -395,3 +395,23 @@ def test_a_flop_budget_is_studied_as_the_days_it_takes(capsys):
     assert capsys.readouterr().err.startswith("vtrain: error: --flops: 0.0 must be a positive")
     assert main(["optimal", path, "--gpus", "8", "--flops", "1e30"]) == 2
     assert "--flops: 1e+30 FLOPs take" in capsys.readouterr().err
+
+
+def test_a_batch_too_small_for_the_gpus_is_said_before_the_sweeps(capsys):
+    """The trial (B = 8 on 2,048 H100s: 2 min of sweeps, 5 % MFU) got the small-batch warning
+    only under the table, after the sweeps; docs/study_compute_optimal.md says the study warns
+    first. The table run says it on stderr before any sweep, and still under the table."""
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    assert main(["optimal", path, "--gpus", "64", "--days", "1", "--candidates", "2",
+                 "--set", "plan.global_batch_size=4"]) == 0
+    cap = capsys.readouterr()
+    note = ("warning: the global batch of 4 sequences allows data parallelism up to 4: every "
+            "plan of 64 GPUs needs t*p*cp >= 16")
+    assert " ".join(cap.err.split()).startswith(note)
+    assert note in " ".join(cap.out.split())
+    # a batch the GPUs' nodes can split says nothing early; --json keeps stderr quiet
+    assert main(["optimal", path, "--gpus", "8", "--days", "1", "--candidates", "2"]) == 0
+    assert "global batch" not in capsys.readouterr().err
+    assert main(["optimal", path, "--gpus", "64", "--days", "1", "--candidates", "2",
+                 "--set", "plan.global_batch_size=4", "--json"]) == 0
+    assert capsys.readouterr().err == ""

@@ -78,6 +78,12 @@ def run(args: argparse.Namespace) -> int:
     if args.flops is not None:
         from core.studies.optimal import days_for_flops
         args.days = days_for_flops(session, args.gpus, args.flops, args.assumed_mfu)
+    if not args.json:  # said before the sweeps run (minutes), not only under the table
+        from core.studies.optimal import small_batch_note
+        note = small_batch_note(session, args.gpus)
+        if note:
+            from core.util.console import esc
+            Console(stderr=True).print(f"[yellow]warning:[/] {esc(note)}", highlight=False)
     progress = study_progress(args.json)
     result = compute_optimal(session, args.gpus, args.days, assumed_mfu=args.assumed_mfu,
                              num_candidates=args.candidates, spread=args.spread, progress=progress,
