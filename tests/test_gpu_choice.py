@@ -504,3 +504,19 @@ def test_with_max_work_every_row_is_checked_before_any_is_swept(monkeypatch):
     with pytest.raises(ConfigError) as err:
         choose_gpus(session, PriceSheet(SHEET[::-1]), max_work=(works[0] + works[1]) // 2)
     assert events == [] and err.value.errors[0].field == "A100-SXM4-80GB: sweep.max_work"
+
+
+def test_a_front_of_one_plan_is_titled_in_the_singular(tmp_path, capsys):
+    """The trial's sheet (Llama 3 70B, B200 cheapest and fastest) printed "Combined front of
+    expected days and dollars: 1 plans"; on one GPU, days and dollars are proportional, so one
+    plan is the whole front and the title says "1 plan"."""
+    cfg = tmp_path / "s.json"
+    save_session(tiny_session(), cfg)
+    sheet = tmp_path / "p.csv"
+    sheet.write_text(HEADER + "A100-SXM4-80GB,0.3,1,,test,2026-01-01\n")
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--json", "--workers", "1"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["front"]) == 1
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Combined front of expected days and dollars: 1 plan, fastest first" in out
+    assert ": 1 plans" not in out

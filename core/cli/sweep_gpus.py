@@ -194,8 +194,9 @@ def print_choice(choice, console: Any, print_dimensions: Any = None) -> None:
         from core.studies.sweep import merge_dimensions
         print_dimensions(merge_dimensions(dims), s.plan, console)
     cov = f"{choice.coverage:.0%}"
-    t = Table(title=f"Combined front of expected days and dollars: {choice.front.size} plans, "
-                    "fastest first", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+    n_front = int(choice.front.size)
+    t = Table(title=f"Combined front of expected days and dollars: {n_front} "
+                    f"plan{'s' if n_front != 1 else ''}, fastest first", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
               pad_edge=False)
     for col, just in (("GPU kind", "left"), ("GPUs", "right"), ("plan", "left"),
                       (f"expected days ({cov} band)", "right"),
