@@ -415,3 +415,22 @@ def test_a_batch_too_small_for_the_gpus_is_said_before_the_sweeps(capsys):
     assert main(["optimal", path, "--gpus", "64", "--days", "1", "--candidates", "2",
                  "--set", "plan.global_batch_size=4", "--json"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_the_lowest_loss_line_gives_the_flops_each_named_candidate_spends(capsys):
+    """A researcher with --flops 1e23 read C = 1e23 and then a 39.8B model on 608B tokens:
+    1.45e23 FLOPs, since each candidate trains for the budget's days at its own plan's MFU.
+    The lowest-loss line now prints 6 N D of the candidates it names (Chinchilla's count, N
+    the parameters, D the tokens of the JSON's candidate)."""
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    args = ["optimal", path, "--gpus", "8", "--flops", "2e20", "--candidates", "2",
+            "--hold-session-values"]
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    best = doc["candidates"][doc["best"]]
+    spent = 6.0 * best["n_params"] * best["tokens"]
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    line = out[out.index("Lowest loss:"):]
+    assert f"tokens (6 N D = {spent:.3g} FLOPs) at {best['mfu']:.1%} MFU" in line
+    assert spent != pytest.approx(2e20, rel=0.05)  # its plan's MFU is not the assumed 40 %
