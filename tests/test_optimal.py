@@ -434,3 +434,26 @@ def test_the_lowest_loss_line_gives_the_flops_each_named_candidate_spends(capsys
     line = out[out.index("Lowest loss:"):]
     assert f"tokens (6 N D = {spent:.3g} FLOPs) at {best['mfu']:.1%} MFU" in line
     assert spent != pytest.approx(2e20, rel=0.05)  # its plan's MFU is not the assumed 40 %
+
+
+def test_a_candidates_large_sweep_is_said_as_it_starts(capsys, monkeypatch):
+    """The trial's study (2,048 H100s, B = 2,048: 2 min 14 s) printed "large sweep: ... about 3
+    minutes" under the table, after the wait; vtrain sweep says it before it runs. Each
+    candidate's sweep now says it on stderr as it starts, labelled with the candidate, and the
+    table keeps it under the table; --json keeps stderr quiet."""
+    import core.studies.sweep.bound as bound
+    monkeypatch.setattr(bound, "LARGE_SWEEP_WORK", 0)  # every sweep is "large"
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    args = ["optimal", path, "--gpus", "8", "--days", "2", "--candidates", "2"]
+    assert main([*args, "--json"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == ""
+    doc = json.loads(cap.out)
+    names = [c["name"] for c in doc["candidates"] if c["plan"] is not None]
+    assert names and any(w.startswith("large sweep: the ") for w in doc["warnings"])
+    assert main(args) == 0
+    cap = capsys.readouterr()
+    early = [" ".join(x.split()) for x in cap.err.split("warning: ")[1:]]
+    assert [w.split(": large sweep: the ")[0] for w in early] == names
+    assert all("pipeline steps to simulate" in w for w in early)
+    assert "large sweep: the " in cap.out  # and under the table, as before

@@ -79,16 +79,21 @@ def run(args: argparse.Namespace) -> int:
     if args.flops is not None:
         from core.studies.optimal import days_for_flops
         args.days = days_for_flops(session, args.gpus, args.flops, args.assumed_mfu)
+    notice = None
     if not args.json:  # said before the sweeps run (minutes), not only under the table
         from core.studies.optimal import small_batch_note
+        from core.util.console import esc
+        err = Console(stderr=True)
+
+        def notice(text: str) -> None:  # a candidate's large sweep, as it starts
+            err.print(f"[yellow]warning:[/] {esc(text)}", highlight=False)
         note = small_batch_note(session, args.gpus)
         if note:
-            from core.util.console import esc
-            Console(stderr=True).print(f"[yellow]warning:[/] {esc(note)}", highlight=False)
+            notice(note)
     progress = study_progress(args.json)
     result = compute_optimal(session, args.gpus, args.days, assumed_mfu=args.assumed_mfu,
                              num_candidates=args.candidates, spread=args.spread, progress=progress,
-                             hold_session_values=args.hold_session_values)
+                             hold_session_values=args.hold_session_values, notice=notice)
     if args.json:
         doc = result.to_dict()
         doc["price_per_gpu_hour_usd"] = session.cost.price_per_gpu_hour_usd
