@@ -272,8 +272,8 @@ def test_plan_space_options_apply_to_every_row(tmp_path, capsys):
         counts.append(json.loads(capsys.readouterr().out)["num_plans"])
     assert [r["num_plans"] for r in doc["rows"]] == counts
     # refused by name
-    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--deadline-days", "5"]) == 2
-    assert "--deadline-days: does not apply with --gpus-from" in capsys.readouterr().err
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--max-gpus", "5"]) == 2
+    assert "--max-gpus: does not apply with --gpus-from" in capsys.readouterr().err
     # no valid plan on any row: exit 2, why per row, not "no plan fits in memory"
     assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--tensor-parallel", "3",
                  "--workers", "1"]) == 2
@@ -504,3 +504,61 @@ def test_with_max_work_every_row_is_checked_before_any_is_swept(monkeypatch):
     with pytest.raises(ConfigError) as err:
         choose_gpus(session, PriceSheet(SHEET[::-1]), max_work=(works[0] + works[1]) // 2)
     assert events == [] and err.value.errors[0].field == "A100-SXM4-80GB: sweep.max_work"
+
+
+def test_a_front_of_one_plan_is_titled_in_the_singular(tmp_path, capsys):
+    """The trial's sheet (Llama 3 70B, B200 cheapest and fastest) printed "Combined front of
+    expected days and dollars: 1 plans"; on one GPU, days and dollars are proportional, so one
+    plan is the whole front and the title says "1 plan"."""
+    cfg = tmp_path / "s.json"
+    save_session(tiny_session(), cfg)
+    sheet = tmp_path / "p.csv"
+    sheet.write_text(HEADER + "A100-SXM4-80GB,0.3,1,,test,2026-01-01\n")
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--json", "--workers", "1"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["front"]) == 1
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Combined front of expected days and dollars: 1 plan, fastest first" in out
+    assert ": 1 plans" not in out
+
+
+def test_deadline_days_picks_the_cheapest_point_within_it_across_kinds(tmp_path, capsys):
+    """The trial's cluster owner (Llama 3 70B, 15T tokens, 90 days) was refused --deadline-days
+    with --gpus-from; the cheapest plan of any kind whose expected days (failures included)
+    are within D is the answer, checked here against every point by brute force."""
+    session = tiny_session()
+    choice = choose_gpus(session, PriceSheet(SHEET))
+    front_days = choice.expected_days[choice.front]
+    assert front_days.size >= 2
+    for deadline in (*front_days.tolist(), float(np.mean(front_days[:2])), 1e9):
+        k = choice.within_deadline(deadline)
+        ok = np.flatnonzero(choice.expected_days <= deadline)
+        cheapest = ok[np.argmin(choice.expected_cost_usd[ok])]
+        assert choice.expected_cost_usd[k] == choice.expected_cost_usd[cheapest]
+        assert choice.expected_days[k] <= deadline and k in choice.front.tolist()
+    assert choice.within_deadline(1e9) == choice.best_by_dollars
+    assert choice.within_deadline(0.5 * front_days[0]) is None
+    cfg = tmp_path / "s.json"
+    save_session(session, cfg)
+    sheet = tmp_path / "p.csv"
+    sheet.write_text(HEADER + "".join(f"{r.gpu},{r.price_per_gpu_hour_usd},{r.max_gpus},,,\n"
+                                      for r in SHEET))
+    deadline = float(np.mean(front_days[:2]))
+    k = choice.within_deadline(deadline)
+    args = ["sweep", str(cfg), "--gpus-from", str(sheet), "--workers", "1",
+            "--deadline-days", repr(deadline)]
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["deadline_days"] == deadline
+    assert doc["cheapest_within_deadline"]["expected_cost_usd"] == pytest.approx(
+        choice.expected_cost_usd[k], rel=1e-12)
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    p = choice.point(k)
+    assert f"cheapest within {deadline:g} expected days: {p['num_gpus']:,} {p['gpu']}," in out
+    tight = repr(float(0.5 * front_days[0]))
+    assert main([*args[:-1], tight]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"cheapest within {float(tight):g} expected days: none; the fastest takes" in out
+    assert main([*args[:-1], "0"]) == 2
+    assert "--deadline-days" in capsys.readouterr().err

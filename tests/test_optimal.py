@@ -395,3 +395,65 @@ def test_a_flop_budget_is_studied_as_the_days_it_takes(capsys):
     assert capsys.readouterr().err.startswith("vtrain: error: --flops: 0.0 must be a positive")
     assert main(["optimal", path, "--gpus", "8", "--flops", "1e30"]) == 2
     assert "--flops: 1e+30 FLOPs take" in capsys.readouterr().err
+
+
+def test_a_batch_too_small_for_the_gpus_is_said_before_the_sweeps(capsys):
+    """The trial (B = 8 on 2,048 H100s: 2 min of sweeps, 5 % MFU) got the small-batch warning
+    only under the table, after the sweeps; docs/study_compute_optimal.md says the study warns
+    first. The table run says it on stderr before any sweep, and still under the table."""
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    assert main(["optimal", path, "--gpus", "64", "--days", "1", "--candidates", "2",
+                 "--set", "plan.global_batch_size=4"]) == 0
+    cap = capsys.readouterr()
+    note = ("warning: the global batch of 4 sequences allows data parallelism up to 4: every "
+            "plan of 64 GPUs needs t*p*cp >= 16")
+    assert " ".join(cap.err.split()).startswith(note)
+    assert note in " ".join(cap.out.split())
+    # a batch the GPUs' nodes can split says nothing early; --json keeps stderr quiet
+    assert main(["optimal", path, "--gpus", "8", "--days", "1", "--candidates", "2"]) == 0
+    assert "global batch" not in capsys.readouterr().err
+    assert main(["optimal", path, "--gpus", "64", "--days", "1", "--candidates", "2",
+                 "--set", "plan.global_batch_size=4", "--json"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_the_lowest_loss_line_gives_the_flops_each_named_candidate_spends(capsys):
+    """A researcher with --flops 1e23 read C = 1e23 and then a 39.8B model on 608B tokens:
+    1.45e23 FLOPs, since each candidate trains for the budget's days at its own plan's MFU.
+    The lowest-loss line now prints 6 N D of the candidates it names (Chinchilla's count, N
+    the parameters, D the tokens of the JSON's candidate)."""
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    args = ["optimal", path, "--gpus", "8", "--flops", "2e20", "--candidates", "2",
+            "--hold-session-values"]
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    best = doc["candidates"][doc["best"]]
+    spent = 6.0 * best["n_params"] * best["tokens"]
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    line = out[out.index("Lowest loss:"):]
+    assert f"tokens (6 N D = {spent:.3g} FLOPs) at {best['mfu']:.1%} MFU" in line
+    assert spent != pytest.approx(2e20, rel=0.05)  # its plan's MFU is not the assumed 40 %
+
+
+def test_a_candidates_large_sweep_is_said_as_it_starts(capsys, monkeypatch):
+    """The trial's study (2,048 H100s, B = 2,048: 2 min 14 s) printed "large sweep: ... about 3
+    minutes" under the table, after the wait; vtrain sweep says it before it runs. Each
+    candidate's sweep now says it on stderr as it starts, labelled with the candidate, and the
+    table keeps it under the table; --json keeps stderr quiet."""
+    import core.studies.sweep.bound as bound
+    monkeypatch.setattr(bound, "LARGE_SWEEP_WORK", 0)  # every sweep is "large"
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    args = ["optimal", path, "--gpus", "8", "--days", "2", "--candidates", "2"]
+    assert main([*args, "--json"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == ""
+    doc = json.loads(cap.out)
+    names = [c["name"] for c in doc["candidates"] if c["plan"] is not None]
+    assert names and any(w.startswith("large sweep: the ") for w in doc["warnings"])
+    assert main(args) == 0
+    cap = capsys.readouterr()
+    early = [" ".join(x.split()) for x in cap.err.split("warning: ")[1:]]
+    assert [w.split(": large sweep: the ")[0] for w in early] == names
+    assert all("pipeline steps to simulate" in w for w in early)
+    assert "large sweep: the " in cap.out  # and under the table, as before

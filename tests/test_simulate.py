@@ -181,6 +181,21 @@ def test_trace_export(tmp_path):
     assert names == {"stage 0", "stage 1"}
 
 
+def test_trace_export_named_gz_is_gzip(tmp_path):
+    """The trial's ML engineer wrote --trace-out iteration.json.gz (PyTorch's profiler's name
+    for its traces) and got plain JSON under a .gz name, which gunzip and chrome://tracing
+    refuse; a .gz name now gets the same trace gzip-compressed (RFC 1952 magic 1f 8b)."""
+    import gzip
+    cfg = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
+    assert main(["simulate", cfg, "--trace-out", str(plain)]) == 0
+    assert main(["simulate", cfg, "--trace-out", str(packed)]) == 0
+    raw = packed.read_bytes()
+    assert raw[:2] == b"\x1f\x8b"
+    assert json.loads(gzip.decompress(raw)) == json.loads(plain.read_text())
+    assert plain.read_bytes()[:1] == b"{"
+
+
 def test_cli_json_keys(capsys):
     cfg = shared_file("configs", "mtnlg_530b_3360gpu_t8_d12_p35.json")
     assert main(["simulate", str(cfg), "--json"]) == 0

@@ -4,6 +4,8 @@
 import dataclasses
 import json
 
+import pytest
+
 from core.cli import main
 from core.cli.common import cluster_of_gpu
 from core.io.start_plan import START_RECOMPUTE, default_plan, start_recompute
@@ -75,3 +77,14 @@ def test_import_hf_picks_on_the_given_gpu(tmp_path, capsys):
         assert main(["import", "hf", str(path), "--gpu", gpu, "--out", str(out)]) == 0
         assert json.loads(out.read_text())["plan"]["recompute"] == mode
     assert "recompute=full: the plan does not fit on the H100" in capsys.readouterr().out
+
+
+def test_import_preset_help_says_the_lightest_mode_not_full(capsys):
+    """`vtrain import preset --help` said the start plan used "full recomputation" while the
+    import writes the lightest mode that fits (recompute=none for Llama 3 8B on an A100, the
+    test above): the help now says what the import does."""
+    with pytest.raises(SystemExit):
+        main(["import", "preset", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "the lightest activation recomputation (none, selective, full) with which it fits" in text
+    assert "full recomputation" not in text

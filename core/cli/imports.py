@@ -35,9 +35,11 @@ def add_parser(sub: Any) -> None:
                        "Qwen3, DeepSeek-V3, GPT-OSS, GPT-3 ...)",
         description="Write a session of one of the editor's model presets with a default plan "
                     "(one 8-GPU node: tensor parallel over the largest of 8, 4, 2, 1 that divides "
-                    "the heads, groups and MLP sizes, data parallel over the rest, full "
-                    "recomputation, bf16, sequence parallelism with t > 1 and the distributed "
-                    "optimizer with its overlaps, as Megatron-Bridge's recipes), to simulate or sweep from the command line. Presets: "
+                    "the heads, groups and MLP sizes, data parallel over the rest, the lightest "
+                    "activation recomputation (none, selective, full) with which it fits, bf16, "
+                    "sequence parallelism with t > 1 and the distributed optimizer with its "
+                    "overlaps, as Megatron-Bridge's recipes), to simulate or sweep from the "
+                    "command line. Presets: "
                     + "; ".join(MODEL_PRESETS) + ".")
     pr.add_argument("name", metavar="PRESET", help="preset name, e.g. \"Llama 3 70B\" (quoted)")
     pr.add_argument("--out", type=path_arg, metavar="SESSION.json", required=True,

@@ -41,7 +41,8 @@ def add_parser(sub: Any) -> None:
     budget.add_argument("--flops", type=decimal_arg, metavar="C",
                         help="a FLOP budget (Chinchilla's 6 N D, e.g. 1e23) instead of --days: "
                              "the days whose budget it is, C / (GPUs x peak FLOP/s x 86,400 x "
-                             "assumed MFU)")
+                             "assumed MFU); each candidate trains for those days at its own "
+                             "plan's MFU, so it spends its own 6 N D (printed)")
     op.add_argument("--assumed-mfu", type=decimal_arg, default=0.4, metavar="U",
                     help="MFU the Chinchilla rule's FLOP budget assumes (default 0.4)")
     op.add_argument("--candidates", type=integer_arg, default=9, metavar="K",
@@ -78,10 +79,21 @@ def run(args: argparse.Namespace) -> int:
     if args.flops is not None:
         from core.studies.optimal import days_for_flops
         args.days = days_for_flops(session, args.gpus, args.flops, args.assumed_mfu)
+    notice = None
+    if not args.json:  # said before the sweeps run (minutes), not only under the table
+        from core.studies.optimal import small_batch_note
+        from core.util.console import esc
+        err = Console(stderr=True)
+
+        def notice(text: str) -> None:  # a candidate's large sweep, as it starts
+            err.print(f"[yellow]warning:[/] {esc(text)}", highlight=False)
+        note = small_batch_note(session, args.gpus)
+        if note:
+            notice(note)
     progress = study_progress(args.json)
     result = compute_optimal(session, args.gpus, args.days, assumed_mfu=args.assumed_mfu,
                              num_candidates=args.candidates, spread=args.spread, progress=progress,
-                             hold_session_values=args.hold_session_values)
+                             hold_session_values=args.hold_session_values, notice=notice)
     if args.json:
         doc = result.to_dict()
         doc["price_per_gpu_hour_usd"] = session.cost.price_per_gpu_hour_usd
@@ -110,6 +122,14 @@ def _memory_cell(plan: dict[str, Any]) -> str:
     column: :attr:`core.studies.sweep.SweepResult.memory_verdict`); a chosen plan fits."""
     mem = f"{plan['max_memory_per_gpu_bytes'] / 2 ** 30:.1f}"
     return f"[yellow]{mem}~[/]" if plan["memory_verdict"] == "tight" else mem
+
+
+def _spent(candidate) -> str:
+    """The FLOPs a candidate spends in the budget's days, Chinchilla's ``6 N D`` (N its
+    parameters, D the tokens its plan trains on): above the rule's C when its plan runs faster
+    than the assumed MFU (the budget is days, ``--flops`` C only sets them), below it when
+    slower."""
+    return f"6 N D = {6.0 * candidate.n_params * candidate.tokens:.3g} FLOPs"
 
 
 def _cost(result, session) -> float:
@@ -186,13 +206,13 @@ def _print(result, session, console: Console) -> None:
         return
     b = result.candidates[result.best]
     line = (f"Lowest loss: {format_params(b.n_params)} parameters (L={b.model.num_layers}, "
-            f"h={b.model.hidden_size}) trained on {format_params(b.tokens)} tokens at "
-            f"{b.mfu:.1%} MFU, loss {b.loss:.4f}")
+            f"h={b.model.hidden_size}) trained on {format_params(b.tokens)} tokens "
+            f"({_spent(b)}) at {b.mfu:.1%} MFU, loss {b.loss:.4f}")
     if result.rule_index is not None and result.best != result.rule_index:
         r = result.candidates[result.rule_index]
         if r.plan is not None:
             line += (f"; the rule's size ({format_params(r.n_params)}) reaches {r.loss:.4f} on "
-                     f"{format_params(r.tokens)} tokens at {r.mfu:.1%} MFU")
+                     f"{format_params(r.tokens)} tokens ({_spent(r)}) at {r.mfu:.1%} MFU")
     console.print(line + ".", highlight=False)
     from core.sim.comm import summarize_warnings
     warnings = summarize_warnings(result.warnings)

@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> None:
     sim.add_argument("path", type=path_arg, metavar="PATH", help="session file (.json) or vTrain config (.json)")
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     sim.add_argument("--trace-out", type=path_arg, metavar="FILE",
-                     help="write the timeline as Chrome trace-event JSON (open in Perfetto)")
+                     help="write the timeline as Chrome trace-event JSON (open in Perfetto); gzip-compressed when FILE ends in .gz")
     sim.add_argument("--profile", type=path_arg, metavar="STORE.h5", help="profile store to use instead of the shipped one")
     sim.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
     sim.add_argument("--tokens", type=decimal_arg, metavar="T", help="training token budget (overrides the file)")

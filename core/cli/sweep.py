@@ -113,7 +113,8 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--deadline-days", type=decimal_arg, metavar="D",
                     help="also report the cheapest plan that trains within D days (the "
                          "failure-free days, iterations x iteration time; --pick deadline "
-                         "writes it as a session)")
+                         "writes it as a session; with --gpus-from, the expected days with "
+                         "failures and checkpoints, across the GPU kinds)")
     sw.add_argument("--profile", type=path_arg, metavar="STORE.h5", help="profile store to use instead of the shipped one")
     sw.add_argument("--out", type=path_arg, metavar="FILE.csv|S.json",
                     help="write every plan to a CSV file; with --pick, write the picked plan as a "

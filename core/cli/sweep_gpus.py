@@ -19,8 +19,7 @@ __all__ = ["add_arguments", "run_gpu_choice", "SHEET_OPTIONS_REFUSED"]
 #: GPUs, store and price), refused by name.
 SHEET_OPTIONS_REFUSED = (("gpus", "--gpus"), ("max_gpus", "--max-gpus"),
                          ("profile", "--profile"), ("price_per_gpu_hour", "--price-per-gpu-hour"),
-                         ("pick", "--pick"), ("out", "--out"), ("dask", "--dask"),
-                         ("deadline_days", "--deadline-days"))
+                         ("pick", "--pick"), ("out", "--out"), ("dask", "--dask"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "columns gpu, price_per_gpu_hour_usd, max_gpus, optional gpus_per_node, source, "
              "date; docs/gpu_choice.md) up to its max_gpus, and print the front of expected "
              "days (with failures and checkpoints, CONFIG's reliability section) against "
-             "expected dollars across the kinds; --tokens, --set, --workers, --exhaustive, "
+             "expected dollars across the kinds; --deadline-days D adds the cheapest plan "
+             "within D expected days; --tokens, --set, --workers, --exhaustive, "
              "--json, --max-work (each kind's sweep) and the plan-space options (--micro-batch-sizes, --schedules, "
              "--zero-stages, --context-parallel ...) apply to each kind's sweep, up to its "
              "max_gpus")
@@ -94,6 +94,7 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
 
     _check(args)
     check_number("--tokens", args.tokens)
+    check_number("--deadline-days", args.deadline_days)
     if args.max_work is not None and args.max_work < 1:
         raise ConfigError([FieldError("--max-work", f"{args.max_work} must be a positive number "
                                                     "of pipeline steps")])
@@ -156,13 +157,19 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
                     for e in no_plan_errors(row_session(session, row), space_for(row))]
         raise ConfigError(why)
     if args.json:
-        print(strict_dumps(choice.to_dict()))
+        doc = choice.to_dict()
+        if args.deadline_days is not None:
+            k = choice.within_deadline(args.deadline_days)
+            doc["deadline_days"] = args.deadline_days
+            doc["cheapest_within_deadline"] = None if k is None else choice.point(k)
+        print(strict_dumps(doc))
     else:
-        print_choice(choice, Console(), print_dimensions)
+        print_choice(choice, Console(), print_dimensions, deadline_days=args.deadline_days)
     return 0
 
 
-def print_choice(choice, console: Any, print_dimensions: Any = None) -> None:
+def print_choice(choice, console: Any, print_dimensions: Any = None,
+                 deadline_days: float | None = None) -> None:
     """What was held (the model, sequence length, batch, tokens and failure model; each row's
     node and network; with ``print_dimensions``, ``vtrain sweep``'s swept/held lines of the
     rows' sweeps as one), the combined front as a rich table, the best by days and by
@@ -194,8 +201,9 @@ def print_choice(choice, console: Any, print_dimensions: Any = None) -> None:
         from core.studies.sweep import merge_dimensions
         print_dimensions(merge_dimensions(dims), s.plan, console)
     cov = f"{choice.coverage:.0%}"
-    t = Table(title=f"Combined front of expected days and dollars: {choice.front.size} plans, "
-                    "fastest first", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+    n_front = int(choice.front.size)
+    t = Table(title=f"Combined front of expected days and dollars: {n_front} "
+                    f"plan{'s' if n_front != 1 else ''}, fastest first", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
               pad_edge=False)
     for col, just in (("GPU kind", "left"), ("GPUs", "right"), ("plan", "left"),
                       (f"expected days ({cov} band)", "right"),
@@ -225,6 +233,8 @@ def print_choice(choice, console: Any, print_dimensions: Any = None) -> None:
             f"best by {name}: {p['num_gpus']:,} {p['gpu']}, {p['plan']}: "
             f"{_days(p['expected_days'])} days (failures' 10-90 %: {_days(p['days_p10'])}-"
             f"{_days(p['days_p90'])}), {_money(p['expected_cost_usd'])}, goodput {p['goodput']:.1%}"))
+    if deadline_days is not None:
+        _print_deadline(choice, console, deadline_days)
     console.print("[dim]expected: with failures, restarts and checkpoints (docs/goodput.md); "
                   f"band: the iteration time's {cov} error band of each store carried through "
                   "(none where the store has no calibration runs)[/]")
@@ -238,3 +248,23 @@ def print_choice(choice, console: Any, print_dimensions: Any = None) -> None:
     if choice.never_finish:
         console.print(f"[dim]{choice.never_finish:,} plans that fit never finish at this failure "
                       "rate and are left out[/]")
+
+
+def _print_deadline(choice, console: Any, deadline_days: float) -> None:
+    """``--deadline-days D``'s line: the cheapest point whose expected days (failures
+    included) are at most ``D`` (:meth:`~core.studies.gpu_choice.GpuChoice.within_deadline`),
+    or, when none is, the fastest point's expected days."""
+    from core.util.console import esc
+    k = choice.within_deadline(deadline_days)
+    if k is not None:
+        p = choice.point(k)
+        console.print(esc(
+            f"cheapest within {deadline_days:g} expected days: {p['num_gpus']:,} {p['gpu']}, "
+            f"{p['plan']}: {_days(p['expected_days'])} days, {_money(p['expected_cost_usd'])}, "
+            f"goodput {p['goodput']:.1%}"))
+        return
+    fastest = ("" if choice.best_by_days is None else
+               f"; the fastest takes {_days(choice.point(choice.best_by_days)['expected_days'])}"
+               " expected days (more GPUs: raise the sheet's max_gpus)")
+    console.print(esc(f"cheapest within {deadline_days:g} expected days: none{fastest}"),
+                  style="yellow")

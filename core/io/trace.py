@@ -113,6 +113,21 @@ _EVENT_NAMES = {"cp_p2p": "cp_exchange"}
 
 
 def write_trace(graph: ExecutionGraph, schedule: Schedule, path: str | Path) -> None:
-    """Write the trace JSON to ``path`` atomically."""
-    atomic_write_text(path, strict_dumps(trace_events(graph, schedule), "trace",
-                                         separators=(",", ":")))
+    """Write the trace JSON to ``path`` atomically; gzip-compressed when the name ends in
+    ``.gz`` (``iteration.json.gz``, as PyTorch's profiler names its traces and as Perfetto and
+    ``vtrain trace import`` read them), plain JSON text otherwise.
+
+    Raises ``OSError`` when the folder is not writable."""
+    text = strict_dumps(trace_events(graph, schedule), "trace", separators=(",", ":"))
+    if not str(path).lower().endswith(".gz"):
+        atomic_write_text(path, text)
+        return
+    import gzip
+    import os
+    from core.util.atomic import atomic_target
+    with atomic_target(path) as tmp:
+        with open(tmp, "wb") as fh:
+            # mtime 0: the same iteration gives the same bytes
+            fh.write(gzip.compress(text.encode("utf-8"), mtime=0))
+            fh.flush()
+            os.fsync(fh.fileno())

@@ -202,6 +202,16 @@ class GpuChoice:
         return (f"every one of the {simulated:,} plans that fit and were simulated never "
                 "finishes at this failure rate (docs/goodput.md)")
 
+    def within_deadline(self, days: float) -> int | None:
+        """The point with the fewest expected dollars among those whose expected days (with
+        failures, restarts and checkpoints: :attr:`expected_days`) are at most ``days`` (ties:
+        faster); None when no point trains within ``days``. It is a point of the combined
+        front (a point dominating it would be within ``days`` and no dearer), so it is exact
+        as the front is (:attr:`undecided`). ``vtrain sweep --gpus-from --deadline-days``."""
+        days_a = self.expected_days
+        within = np.isfinite(days_a) & (days_a <= days)
+        return best_row(self.expected_cost_usd, days_a, within)
+
     def row_front(self, r: int) -> np.ndarray:
         """Points of sheet row ``r``'s own (expected days, expected dollars) front, fastest
         first; int64 (m,)."""

@@ -363,13 +363,15 @@ def _candidate_models(m: ModelConfig, n_rule: float, num_candidates: int, spread
 
 def _candidate(session: Session, model: ModelConfig, space: Any, store: Any, cancel: Any,
                seconds: float, out: OptimalResult,
-               dimensions: list[list[dict[str, Any]]] | None = None) -> Candidate:
+               dimensions: list[list[dict[str, Any]]] | None = None,
+               notice: Callable[[str], None] | None = None) -> Candidate:
     """``model``'s :class:`Candidate`: its fastest plan of the sweep ``space`` on ``session``
     with ``model`` (:func:`core.studies.sweep.run_sweep`; its pruning keeps the fastest plan
     exact, not the best plan of each value, ``best_by=False``), the tokens it trains in
     ``seconds`` and their Chinchilla loss; without a plan (a refused model, none on exactly
     these GPUs or none that fits) the reason and NaNs. The sweep's new warnings are added to
-    ``out``, its dimensions appended to ``dimensions`` (when given).
+    ``out``, its dimensions appended to ``dimensions`` (when given); a large sweep's note
+    (its time estimate) goes to ``notice`` as it starts, labelled with the model's name.
 
     Raises
     ------
@@ -381,7 +383,9 @@ def _candidate(session: Session, model: ModelConfig, space: Any, store: Any, can
     s.model = model
     n = num_parameters(model)
     try:
-        res = run_sweep(s, space, store=store, cancel=cancel, best_by=False)
+        res = run_sweep(s, space, store=store, cancel=cancel, best_by=False,
+                        notice=None if notice is None else
+                        (lambda text: notice(f"{model.name}: {text}")))
     except ConfigError as exc:
         return Candidate(model, n, None, math.nan, math.nan, math.nan, math.nan, str(exc))
     out.warnings += [w for w in res.warnings if w not in out.warnings]
@@ -424,7 +428,8 @@ def study_inputs(session: Session) -> dict[str, Any]:
 def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu: float = 0.4,
                     num_candidates: int = 9, spread: float = 8.0, store=None,
                     progress: Callable[[int, int, str], None] | None = None,
-                    cancel: Any = None, hold_session_values: bool = False) -> OptimalResult:
+                    cancel: Any = None, hold_session_values: bool = False,
+                    notice: Callable[[str], None] | None = None) -> OptimalResult:
     """The model that trains to the lowest Chinchilla loss on ``num_gpus`` GPUs in ``days`` days.
 
     Parameters
@@ -454,6 +459,10 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         fusions (``SweepSpace.hold_session_values``: the study before it searched the default
         space). Default False: each candidate's sweep is ``vtrain sweep``'s default space on
         exactly ``num_gpus`` GPUs (:meth:`~core.studies.sweep.SweepSpace.default_for`).
+    notice : callable ``(str) -> None``, optional
+        Told, as each candidate's sweep starts, its large-sweep note (``run_sweep``'s
+        ``notice``: more than ``LARGE_SWEEP_WORK`` pipeline steps, with the time estimate),
+        prefixed with the candidate's name; the note stays in the result's warnings too.
 
     Raises
     ------
@@ -490,7 +499,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         if progress:
             progress(k, len(models), model.name)
         out.candidates.append(_candidate(session, model, space, store, cancel, seconds, out,
-                                         dimensions))
+                                         dimensions, notice))
     out.dimensions = merge_dimensions(dimensions)
     if progress:
         progress(len(models), len(models), "")
