@@ -100,3 +100,25 @@ def test_a_plan_without_overlap_keeps_one_lane_per_stream(real_simulate):
     rows, lanes = lane_rows(r.graph, r.schedule)
     assert lanes == tuple((stream, 0) for stream in r.graph.lanes)
     assert np.array_equal(rows, r.graph.row)
+
+
+def test_first_fit_by_start_time_whatever_the_graphs_order():
+    """Three collectives of stage 1's comm stream, given latest first: A 0-10 s, B 2-4 s inside
+    it, C 5-12 s starting inside A after B ended. Two rows keep them apart (A; B then C), the
+    fewest; stage 0's compute task and stage 1's compute task stay on their lanes, and every
+    stage gets the second comm lane."""
+    from core.sim.graph_types import ExecutionGraph, Schedule
+    start = np.array([0.0, 5.0, 2.0, 0.0, 0.0])
+    end = np.array([1.0, 12.0, 4.0, 10.0, 3.0])
+    g = ExecutionGraph(duration_s=end - start,
+                       kind=np.array([KINDS.index("forward"), *[KINDS.index("dp_comm")] * 3,
+                                      KINDS.index("forward")], np.int8),
+                       stream=np.array([0, 1, 1, 1, 0], np.int8),
+                       stage=np.array([0, 1, 1, 1, 1], np.int32),
+                       microbatch=np.zeros(5, np.int32), layer=np.zeros(5, np.int32),
+                       src=np.empty(0, np.int64), dst=np.empty(0, np.int64), num_stages=2)
+    rows, lanes = lane_rows(g, Schedule(start, end, 12.0))
+    assert lanes == ((0, 0), (1, 0), (1, 1))
+    # stage 0 compute; C on stage 1's comm (2); B there too; A on stage 1's comm; compute
+    assert rows.tolist() == [0, 3 + 2, 3 + 2, 3 + 1, 3 + 0]
+    assert _overlaps(rows, start, end) == []

@@ -43,7 +43,9 @@ def lane_rows(graph: ExecutionGraph, schedule: Schedule) -> tuple[np.ndarray, tu
     :data:`OVERLAP_TOLERANCE_S`), as many further lanes as that stage needs, right under the
     stream's own. The tasks of one (stage, stream) are taken by start time, each on the first
     of the stream's rows whose last bar has ended (first fit over intervals sorted by start:
-    the fewest rows that keep the bars apart). Without such tasks this is
+    the fewest rows that keep the bars apart). Runs on the GUI thread (the lanes are needed
+    before the layout): grouping is a radix sort and each group is nearly in time order
+    already, 0.1 s for 213,510 tasks. Without such tasks this is
     ``(graph.row, one lane per stream)``.
 
     Returns
@@ -58,16 +60,28 @@ def lane_rows(graph: ExecutionGraph, schedule: Schedule) -> tuple[np.ndarray, tu
     if n:
         start = np.asarray(schedule.start_s, np.float64)
         end = np.asarray(schedule.end_s, np.float64)
+        # grouped by (stage, stream) with a radix sort (stable: the graph's order within a
+        # group, which is nearly the order of start times), then each group by start (timsort:
+        # a few passes over a nearly sorted group); the GUI thread pays this for every
+        # iteration shown, 6.4 million tasks included
         key = graph.stage.astype(np.int64) * len(STREAMS) + graph.stream.astype(np.int64)
-        order = np.lexsort((-end, start, key))  # by (stage, stream), start; the longer first
-        k, st, en = key[order], start[order], end[order]
-        bounds = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1, n]
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            ended = np.maximum.accumulate(en[a:b - 1]) - OVERLAP_TOLERANCE_S
-            if b - a < 2 or not (st[a + 1:b] < ended).any():
+        key = key.astype(np.int32 if key.max() >= 2**15 else np.int16)
+        group = np.argsort(key, kind="stable")
+        k = key[group]
+        bounds = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1, n].tolist()
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if b - a < 2:
+                continue
+            idx = group[a:b]
+            st = start[idx]
+            if (st[1:] < st[:-1]).any():
+                idx = idx[np.argsort(st, kind="stable")]
+                st = start[idx]
+            en = end[idx]
+            if not (st[1:] < np.maximum.accumulate(en[:-1]) - OVERLAP_TOLERANCE_S).any():
                 continue  # one after another: the stream's own row
             row_end: list[float] = []  # the last end on each of the stream's rows
-            for i, t0, t1 in zip(order[a:b].tolist(), st[a:b].tolist(), en[a:b].tolist()):
+            for i, t0, t1 in zip(idx.tolist(), st.tolist(), en.tolist()):
                 for r, e in enumerate(row_end):
                     if e - OVERLAP_TOLERANCE_S <= t0:
                         break
