@@ -22,6 +22,7 @@ from core.sim.report import gib_texts
 from core.sim.simulate import device_gpu_note
 
 from .category_axis import CategoryAxis
+from .cost_panel import WARNING_COLOR, OneLineLabel
 from .empty_state import EmptyStack, under_banner, warning_banner
 from .formatting import VERDICT_COLORS, format_duration, format_usd
 from .timeline.widget import TimelineWidget
@@ -71,6 +72,20 @@ def _verdict_text(plan: dict) -> str:
     return f"{verdict} ({need} of {cap} GiB{cache})"
 
 
+def _set_warnings(line: OneLineLabel, name: str, warnings: list[str]) -> None:
+    """Plan ``name``'s (``"A"``, ``"B"``) ``warnings`` on ``line`` as the Plan tab shows a
+    report's (:class:`vtrain_gui.cost_panel.CostPanel`): the first after "⚠ " cut to fit with
+    "(+N more, hover)", every one in the tooltip; hidden when there are none."""
+    line.setVisible(bool(warnings))
+    if not warnings:
+        line.set_full_text("", tooltip="")
+        return
+    more = f"(+{len(warnings) - 1} more, hover)" if len(warnings) > 1 else ""
+    items = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
+    line.set_full_text(f"⚠ {warnings[0]}", suffix=more,
+                       tooltip=f"<b>Warnings of {name}</b><ul>{items}</ul>")
+
+
 class CompareTab(QtWidgets.QWidget):
     """Plan A (pinned) against plan B (the editor's latest result).
 
@@ -94,6 +109,14 @@ class CompareTab(QtWidgets.QWidget):
             # a modern plan's title (cp, fp8, overlaps ...) is ~1,900 px on one line: it wraps
             # rather than widen the window past the screen
             label.setWordWrap(True)
+        # each plan's report warnings (collectives extrapolated beyond the measured sizes, the
+        # flex dispatcher's buffers not counted ...), as the Plan tab shows them: the first on
+        # one line under the title, all on hover; vtrain diff prints them (warning: A: ...)
+        self._w_warnings_a = OneLineLabel()
+        self._w_warnings_b = OneLineLabel()
+        for line in (self._w_warnings_a, self._w_warnings_b):
+            line.setStyleSheet(f"color: {WARNING_COLOR}; padding: 0px 6px;")
+            line.setVisible(False)
         # the plans are not all that differs: the waterfall is not the plans' difference alone
         self._w_beyond = warning_banner("beyond_plan", padding=6, extra_style="font-size: 11pt;")
         self._w_beyond.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -141,8 +164,10 @@ class CompareTab(QtWidgets.QWidget):
         bottom.setChildrenCollapsible(False)
 
         split = QtWidgets.QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(under_banner(self._w_label_a, self._w_timeline_a, spacing=0))
-        split.addWidget(under_banner(self._w_label_b, self._w_timeline_b, spacing=0))
+        for label, line, timeline in ((self._w_label_a, self._w_warnings_a, self._w_timeline_a),
+                                      (self._w_label_b, self._w_warnings_b, self._w_timeline_b)):
+            split.addWidget(under_banner(under_banner(label, line, spacing=0), timeline,
+                                         spacing=0))
         split.addWidget(bottom)
         split.setStretchFactor(0, 2)
         split.setStretchFactor(1, 2)
@@ -169,6 +194,19 @@ class CompareTab(QtWidgets.QWidget):
         """Title of plan B's timeline (drawn first if due)."""
         self._flush()
         return self._w_label_b
+
+    @property
+    def warnings_a(self) -> OneLineLabel:
+        """Plan A's warnings under its title: the first (``full_text``, "(+N more, hover)"),
+        all of them in the tooltip; hidden when it has none (drawn first if due)."""
+        self._flush()
+        return self._w_warnings_a
+
+    @property
+    def warnings_b(self) -> OneLineLabel:
+        """Plan B's warnings under its title (see :attr:`warnings_a`)."""
+        self._flush()
+        return self._w_warnings_b
 
     @property
     def beyond_plan_note(self) -> QtWidgets.QLabel:
@@ -292,7 +330,8 @@ class CompareTab(QtWidgets.QWidget):
             "<b>A and B differ beyond the plan</b> (the differences below are not the plans' "
             "alone): " + html.escape(beyond_plan_text(beyond)) if beyond else "")
         self._w_beyond.setVisible(bool(beyond))
-        for label, name, r in ((self._w_label_a, "A (pinned)", a), (self._w_label_b, "B (editor)", b)):
+        for label, line, name, r in ((self._w_label_a, self._w_warnings_a, "A (pinned)", a),
+                                     (self._w_label_b, self._w_warnings_b, "B (editor)", b)):
             # the model, then the GPUs: the count is what most often sets the cost apart
             # a plan that is tight or does not fit says so by its time (B "faster" by 1.3 s
             # did not say that it needs 156 GiB of 80), as the Explore preview's title does
@@ -307,6 +346,8 @@ class CompareTab(QtWidgets.QWidget):
             if other:
                 mark += (f' — <span style="color:{VERDICT_COLORS["tight"]};">'
                          f"{html.escape(other)}</span>")
+            # the report's other warnings (the title says the one of another GPU's store)
+            _set_warnings(line, name[0], [w for w in r.report.warnings if w != other])
             label.setText(html.escape(f"{name}: {r.session.model.name}, {r.report.num_gpus:,} x "
                                       f"{r.session.cluster.gpu}, "
                                       f"{plan_label(r.session)}  ·  "

@@ -21,7 +21,7 @@ from .empty_state import StaleVeil
 from .formatting import (IDLE_COLOR, KIND_COLORS, format_bytes, format_count, format_day_count, format_duration,
                          format_durations, format_fraction, format_rate, format_usd, format_usd_short)
 
-__all__ = ["CostPanel", "FIT_STATES"]
+__all__ = ["CostPanel", "FIT_STATES", "OneLineLabel", "WARNING_COLOR"]
 
 _GIB = float(2**30)
 #: What the memory chart's "To fit" line shows (:attr:`CostPanel.fit_changes_state`).
@@ -76,7 +76,7 @@ def _with_named_hidden(exposed_s: float, *parts: tuple[str, float]) -> tuple[str
 _RUN_FIGURES = ("iteration_time", "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours",
                 "cost_usd", "run_days")
 _NO_FIT_COLOR = "#C62828"
-#: Figures whose text can be long: shown on one line, cut to fit (:class:`_OneLineLabel`).
+#: Figures whose text can be long: shown on one line, cut to fit (:class:`OneLineLabel`).
 _ONE_LINE = ("band_note", "profile", "num_parameters")
 _CAPACITY_COLOR = "#D62728"
 #: The figures, top to bottom: (key, name); a name of None makes a heading.
@@ -195,7 +195,11 @@ class _ChartColumn(QtWidgets.QWidget):
         return QtCore.QSize(self.minimumSizeHint().width(), hint.height())
 
 
-class _OneLineLabel(QtWidgets.QLabel):
+#: The colour of a report's warnings (the Plan tab's figures, the Compare tab's titles).
+WARNING_COLOR = "#B35C00"
+
+
+class OneLineLabel(QtWidgets.QLabel):
     """A label that always takes one line: its text cut with "…" to the width it gets, a
     ``suffix`` (e.g. "(+2 more)") kept whole after it, and the whole text in the tooltip.
 
@@ -332,7 +336,7 @@ class CostPanel(QtWidgets.QWidget):
         big_font.setBold(True)
         names: dict[str, QtWidgets.QLabel] = {}
         # a plan that does not fit cannot run: its time and cost carry this flag
-        self._no_fit_flag = _OneLineLabel()  # the numbers in its tooltip and over the chart
+        self._no_fit_flag = OneLineLabel()  # the numbers in its tooltip and over the chart
         self._no_fit_flag.setObjectName("no_fit_flag")
         self._no_fit_flag.setStyleSheet(f"background: #FDECEA; color: {_NO_FIT_COLOR}; "
                                         "padding: 3px; font-weight: bold;")
@@ -359,9 +363,9 @@ class CostPanel(QtWidgets.QWidget):
             name.setToolTip(TIME_TERM_MEANINGS[key])
         # one line whatever the number of warnings (the first, cut, and "+N more"); all of them
         # in the tooltip: the figures keep their height, so they fit under the timeline
-        self._warnings = _OneLineLabel()
+        self._warnings = OneLineLabel()
         self._warnings.setObjectName("warnings")
-        self._warnings.setStyleSheet("color: #B35C00;")
+        self._warnings.setStyleSheet(f"color: {WARNING_COLOR};")
         grid.addWidget(self._warnings, last, 0, 1, 2)
         grid.setRowStretch(last + 1, 1)
         # narrower than their lines, names and values give up width alike (a stretch on the
@@ -396,7 +400,7 @@ class CostPanel(QtWidgets.QWidget):
             grid.addWidget(self._breakdown, r, 0, 1, 2)
             return
         # the lines that can be long take one line each, cut to fit, whole in the tooltip
-        value = _OneLineLabel() if key in _ONE_LINE else _FigureLabel("–")
+        value = OneLineLabel() if key in _ONE_LINE else _FigureLabel("–")
         value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         value.setObjectName(key)
         if key == "band_note":
@@ -428,7 +432,7 @@ class CostPanel(QtWidgets.QWidget):
         self._fit_label = QtWidgets.QLabel()
         self._fit_label.setWordWrap(True)
         # what would make a plan that does not fit (or is tight) fit: the fastest, all on hover
-        self._fit_changes = _OneLineLabel(max_lines=3)
+        self._fit_changes = OneLineLabel(max_lines=3)
         self._fit_changes.setObjectName("fit_changes")
         self._fit_changes.setVisible(False)
         # the stage numbers thinned to what fits (sixteen ran "9101112" at 1,280 px)
@@ -505,7 +509,7 @@ class CostPanel(QtWidgets.QWidget):
         """Text of figure ``key`` (e.g. ``'cost_usd'``, ``'mfu'``; whole where the line is cut
         to fit); for tests."""
         label = self._values[key]
-        return label.full_text() if isinstance(label, _OneLineLabel) else label.text()
+        return label.full_text() if isinstance(label, OneLineLabel) else label.text()
 
     @property
     def fit_text(self) -> str:
@@ -611,7 +615,7 @@ class CostPanel(QtWidgets.QWidget):
         """Show no report."""
         self._report = None
         for label in self._values.values():
-            if isinstance(label, _OneLineLabel):
+            if isinstance(label, OneLineLabel):
                 label.set_full_text("–" if label.objectName() != "band_note" else "", tooltip="")
             else:
                 label.setText("–")

@@ -2,8 +2,9 @@
 readers.
 
 What belongs here: the import sources the window offers (:data:`SOURCES`: a Hugging Face
-``config.json``, a Megatron-LM launch script, a torchtitan job config, the vTrain authors'
-JSON; the same as ``vtrain import hf | megatron-args | torchtitan`` and the authors' files
+``config.json``, a Megatron-LM launch script, a torchtitan job config, a DeepSpeed config with
+its model, the vTrain authors' JSON; the same as ``vtrain import hf | megatron-args |
+torchtitan | deepspeed`` and the authors' files
 ``vtrain simulate`` reads), :func:`read_import` (one file read by the core reader the command
 line calls, with the options the command line takes as flags; nothing is parsed here), the
 dialog that asks for those options when the file does not say (:class:`ImportOptionsDialog`),
@@ -24,7 +25,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Slot
 
 from core.plan.cluster import GPU_KINDS, ClusterConfig, gpu_kind
-from core.plan.fields import ConfigError
+from core.plan.fields import ConfigError, FieldError
 from core.plan.session import Session
 from core.io.megatron.arguments import MegatronArgsError
 from core.io.session import SessionFileError
@@ -59,7 +60,7 @@ class ImportSource:
     Attributes
     ----------
     key : str
-        ``"hf"``, ``"megatron"``, ``"torchtitan"`` or ``"vtrain"``.
+        ``"hf"``, ``"megatron"``, ``"torchtitan"``, ``"deepspeed"`` or ``"vtrain"``.
     menu_text : str
         The File > Import entry.
     what : str
@@ -71,6 +72,12 @@ class ImportSource:
     options : tuple of str
         The :class:`ImportOptions` fields asked for (the command's flags).
     tooltip : str
+    required : tuple of str
+        The options the command requires (the file never says them): their fields read
+        "required" when empty, and the reader refuses the import without them.
+    unset : dict of str to str
+        What an option's field reads when left empty, where that is not "from the file" (the
+        command's default, for a file that never says it).
     """
 
     key: str
@@ -80,6 +87,8 @@ class ImportSource:
     file_filter: str
     options: tuple[str, ...]
     tooltip: str
+    required: tuple[str, ...] = ()
+    unset: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 #: The sources of File > Import, in menu order.
@@ -101,6 +110,18 @@ SOURCES: dict[str, ImportSource] = {s.key: s for s in (
                  ("gpu", "num_gpus"),
                  "A torchtitan train_configs/*.toml: model flavour, parallel degrees, "
                  "checkpointing, float8"),
+    ImportSource("deepspeed", "&DeepSpeed config…", "DeepSpeed config",
+                 "vtrain import deepspeed", "DeepSpeed configs (*.json);;All files (*)",
+                 ("model", "num_gpus", "gpus_per_node", "gpu", "seq_length", "recompute",
+                  "micro_batch_size", "gradient_accumulation_steps", "train_batch_size",
+                  "precision"),
+                 "A DeepSpeed config JSON (ds_config.json; DeepSpeed alone, or under Hugging "
+                 "Face Trainer / accelerate) with the model it trains: ZeRO data parallelism "
+                 "over every GPU, the batch, bf16 / fp16, the ZeRO stage and its overlap",
+                 required=("model", "num_gpus"),
+                 unset={"gpu": f"{ClusterConfig().gpu} (default)",
+                        "gpus_per_node": "the GPU kind's NVLink domain",
+                        "seq_length": "the model's", "recompute": "the lightest that fits"}),
     ImportSource("vtrain", "&vTrain JSON…", "vTrain JSON config", "vtrain simulate CONFIG.json",
                  "vTrain configs (*.json);;All files (*)", (),
                  "A configuration in the vTrain authors' JSON format (the paper's artifact)"),
@@ -109,6 +130,9 @@ SOURCES: dict[str, ImportSource] = {s.key: s for s in (
 
 #: Option (an :class:`ImportOptions` field) -> (label, the command line's flag, tooltip).
 OPTIONS: dict[str, tuple[str, str, str]] = {
+    "model": ("Model", "--model", "The model the DeepSpeed config trains (the file does not "
+              "name it): a Hugging Face config.json (or its folder; Browse…) or a preset's "
+              "name. Required"),
     "gpu": ("GPU kind", "--gpu", "GPU kind of the cluster; as the file says (else "
             f"{ClusterConfig().gpu}) unless one is picked"),
     "num_gpus": ("GPUs (world size)", "--num-gpus", "World size, when the file does not give "
@@ -129,6 +153,30 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     "allow_unknown": ("List unknown arguments", "--allow-unknown", "List arguments that are "
                       "not Megatron-LM's as ignored (with a close match) instead of refusing "
                       "them: a fork's or another script's own arguments"),
+    "recompute": ("Activation recomputation", "--recompute", "none or full (full: Hugging "
+                  "Face's gradient_checkpointing, each layer run again in the backward); "
+                  "default: the lightest with which the plan fits (noted), as the DeepSpeed "
+                  "config does not say"),
+    "micro_batch_size": ("Micro-batch size", "--micro-batch-size", "train_micro_batch_size_per"
+                         "_gpu when the file says \"auto\" (the Trainer's "
+                         "per_device_train_batch_size); a value the file gives must agree"),
+    "gradient_accumulation_steps": ("Gradient accumulation steps",
+                                    "--gradient-accumulation-steps",
+                                    "gradient_accumulation_steps when the file says \"auto\" "
+                                    "(the Trainer's); a value the file gives must agree"),
+    "train_batch_size": ("Train batch size", "--train-batch-size", "train_batch_size when the "
+                         "file says \"auto\" (micro-batch x accumulation steps x GPUs); a "
+                         "value the file gives must agree"),
+    "precision": ("Precision", "--precision", "bf16.enabled and fp16.enabled when the file "
+                  "says \"auto\" (the Trainer's --bf16 / --fp16); a value the file gives must "
+                  "agree"),
+}
+
+#: The choices of the options picked from a list (the command line's ``choices``); the first
+#: entry, None, leaves it to the file (or the command's default).
+_CHOICES: dict[str, tuple[str | None, ...]] = {
+    "recompute": (None, "none", "full"),
+    "precision": (None, "bf16", "fp16", "fp32"),
 }
 
 
@@ -145,6 +193,12 @@ class ImportOptions:
     vocab_size: int | None = None
     variables: list[str] = dataclasses.field(default_factory=list)
     allow_unknown: bool = False
+    model: str | None = None
+    recompute: str | None = None
+    micro_batch_size: int | None = None
+    gradient_accumulation_steps: int | None = None
+    train_batch_size: int | None = None
+    precision: str | None = None
 
 
 @dataclasses.dataclass
@@ -177,7 +231,7 @@ def read_import(source: str, path: str | Path, options: ImportOptions | None = N
     """
     opts = options or ImportOptions()
     readers = {"hf": _read_hf, "megatron": _read_megatron, "torchtitan": _read_torchtitan,
-               "vtrain": _read_vtrain}
+               "deepspeed": _read_deepspeed, "vtrain": _read_vtrain}
     session, sections = readers[source](Path(path), opts)
     return Imported(session, _summary(session), [(h, rows) for h, rows in sections if rows])
 
@@ -232,6 +286,40 @@ def _read_torchtitan(path: Path, opts: ImportOptions):
                          ("Used", [f"{k}: {what}" for k, what in imp.used.items()])]
 
 
+def _read_deepspeed(path: Path, opts: ImportOptions):
+    """``vtrain import deepspeed`` (core/cli/imports.py ``_deepspeed``): the model
+    (:func:`core.io.deepspeed_import.model_from_name`), then
+    :func:`core.io.deepspeed_import.read_deepspeed_config` with the options; ``--model`` and
+    ``--num-gpus`` are required, as the command's flags are (refused by name when missing)."""
+    from core.cli.common import check_seq_length, cluster_of_gpu
+    from core.io.deepspeed_import import model_from_name, read_deepspeed_config
+    if not opts.model:
+        raise ConfigError([FieldError("--model", "required: the model the DeepSpeed config "
+                                      "trains (a Hugging Face config.json or its folder, or a "
+                                      "preset's name); the config does not name it")])
+    if opts.num_gpus is None:
+        raise ConfigError([FieldError("--num-gpus", "required: the world size (the "
+                                      "launcher's), the data-parallel size; the config does "
+                                      "not give it")])
+    check_seq_length(opts.seq_length)
+    gpu = cluster_of_gpu(opts.gpu).gpu if opts.gpu else None
+    model, model_ignored, model_notes = model_from_name(opts.model, seq_length=opts.seq_length)
+    auto = {"--micro-batch-size": opts.micro_batch_size,
+            "--gradient-accumulation-steps": opts.gradient_accumulation_steps,
+            "--train-batch-size": opts.train_batch_size, "--precision": opts.precision}
+    imp = read_deepspeed_config(path, model, num_gpus=opts.num_gpus,
+                                gpus_per_node=opts.gpus_per_node, gpu=gpu,
+                                recompute=opts.recompute,
+                                options={k: v for k, v in auto.items() if v is not None})
+    return imp.session, [("Notes", [*model_notes, *imp.notes]),
+                         ("Approximated (may change the iteration time a little)",
+                          [f"{k}: {what}" for k, what in imp.approximated.items()]),
+                         ("No effect", [f"{k}: {why}" for k, why in imp.ignored.items()]),
+                         ("Model: ignored (no effect on the cost)",
+                          [f"{k}: {why}" for k, why in model_ignored.items()]),
+                         ("Used", [f"{k}: {what}" for k, what in imp.used.items()])]
+
+
 def _read_vtrain(path: Path, opts: ImportOptions):
     """The authors' JSON: :func:`core.io.vtrain_json.read_vtrain_config` (what ``vtrain
     simulate`` reads such a file with)."""
@@ -281,6 +369,11 @@ class ImportOptionsDialog(QtWidgets.QDialog):
             label, flag, tip = OPTIONS[name]
             widget = self._field(name)
             widget.setToolTip(f"{tip} ({flag})")
+            unset = "required" if name in source.required else source.unset.get(name)
+            if unset and isinstance(widget, QtWidgets.QSpinBox):
+                widget.setSpecialValueText(unset)
+            elif unset and isinstance(widget, QtWidgets.QComboBox):
+                widget.setItemText(0, unset)  # the first entry, None: left to the default
             self.fields[name] = widget
             form.addRow(f"{label} ({flag})" if name != "allow_unknown" else "", widget)
         layout.addLayout(form)
@@ -308,6 +401,13 @@ class ImportOptionsDialog(QtWidgets.QDialog):
             return text
         if name == "allow_unknown":
             return QtWidgets.QCheckBox(f"{OPTIONS[name][0]} ({OPTIONS[name][1]})")
+        if name == "model":
+            return _ModelField()
+        if name in _CHOICES:
+            box = QtWidgets.QComboBox()
+            for value in _CHOICES[name]:
+                box.addItem(value or "as the file says", value)
+            return box
         spin = QtWidgets.QSpinBox()
         spin.setRange(0, 10_000_000 if name in ("seq_length", "vocab_size") else 1_000_000)
         spin.setSpecialValueText("from the file")
@@ -318,7 +418,9 @@ class ImportOptionsDialog(QtWidgets.QDialog):
         """The options as set (None for a field left to the file)."""
         opts = ImportOptions()
         for name, w in self.fields.items():
-            if isinstance(w, QtWidgets.QComboBox):
+            if isinstance(w, _ModelField):
+                value = w.text() or None
+            elif isinstance(w, QtWidgets.QComboBox):
                 value = w.currentData()
             elif isinstance(w, QtWidgets.QPlainTextEdit):
                 value = [ln.strip() for ln in w.toPlainText().splitlines() if ln.strip()]
@@ -334,6 +436,50 @@ class ImportOptionsDialog(QtWidgets.QDialog):
         self.imported = self._read(self.options())
         if self.imported is not None:
             self.accept()
+
+
+class _ModelField(QtWidgets.QWidget):
+    """``--model``: a preset's name picked from the list or typed, or the path of a Hugging
+    Face ``config.json`` (typed, or Browse…)."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        from core.plan.presets import MODEL_PRESETS
+        row = QtWidgets.QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.box = QtWidgets.QComboBox()
+        self.box.setEditable(True)
+        self.box.setInsertPolicy(QtWidgets.QComboBox.InsertPolicy.NoInsert)
+        self.box.addItems(list(MODEL_PRESETS))
+        self.box.setCurrentIndex(-1)
+        self.box.lineEdit().setPlaceholderText("a preset, or a Hugging Face config.json")
+        self.box.setSizePolicy(QtWidgets.QSizePolicy.Policy.Expanding,
+                               QtWidgets.QSizePolicy.Policy.Fixed)
+        self.box.setMinimumWidth(self.box.fontMetrics().horizontalAdvance(
+            self.box.lineEdit().placeholderText()) + 40)
+        self.browse = QtWidgets.QPushButton("Browse…")
+        self.browse.setAutoDefault(False)
+        self.browse.clicked.connect(self._on_browse_click)
+        row.addWidget(self.box, 1)
+        row.addWidget(self.browse)
+
+    def setFocus(self) -> None:  # noqa: N802 - Qt API
+        self.box.setFocus()
+
+    def text(self) -> str:
+        """The model as given (stripped; '' when none)."""
+        return self.box.currentText().strip()
+
+    def set_text(self, text: str) -> None:
+        self.box.setEditText(text)
+
+    @Slot()
+    def _on_browse_click(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(
+            self, "Model: a Hugging Face config.json", str(Path.home()),
+            "Hugging Face config (*.json);;All files (*)")
+        if path:
+            self.set_text(path)
 
 
 class ImportReviewDialog(QtWidgets.QDialog):

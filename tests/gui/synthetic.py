@@ -82,8 +82,11 @@ def synthetic_iteration(p: int = 4, m: int = 8, layers_per_stage: int = 2, layer
         if op == "B" and s > 0:
             add(end, p2p_s, "pp_p2p", 1, s, j, -1)
     for s in range(p):
-        add(free[s], dp_s, "dp_comm", 1, s, -1, -1)
-        add(free[s] + dp_s, dp_s * 0.5, "optimizer", 0, s, -1, -1)
+        # the stream runs one task at a time: the all-reduce after the last backward's send
+        # (at once, the timeline draws them on two lanes, "comm" and "comm (2)")
+        t = free[s] + (p2p_s if s > 0 else 0.0)
+        add(t, dp_s, "dp_comm", 1, s, -1, -1)
+        add(t + dp_s, dp_s * 0.5, "optimizer", 0, s, -1, -1)
     start = np.array(cols["start"], dtype=np.float64)
     dur = np.array(cols["dur"], dtype=np.float64)
     graph = ExecutionGraph(

@@ -441,3 +441,51 @@ def test_a_plan_on_another_gpus_store_says_so_in_its_title(qtbot):
     assert doc.toPlainText().endswith(f"per iteration — {note}")
     doc.setHtml(tab.label_b.text())
     assert doc.toPlainText().endswith("per iteration")
+
+
+def test_each_plans_warnings_are_under_its_title(qtbot):
+    """The report's warnings of each plan (here the all-reduces of the 1.3B example's gradients,
+    1,349.9 and 1,365.9 MiB, beyond the measured 1 to 1,024 MiB) were not shown on the Compare
+    tab, while vtrain diff prints them ("warning: A: ..."): a line under each title shows the
+    first with "(+N more, hover)", the tooltip all of them. The other GPU's store is said in
+    the title and not again; a plan without warnings has no line."""
+    from PySide6 import QtGui
+    from core.io.session import load_any
+    from core.sim.simulate import PROFILES_DIR, simulate
+    from tests.conftest import EXAMPLES
+    from vtrain_gui.compare import CompareTab
+
+    a = simulate(load_any(EXAMPLES / "gpt3_1.3b_single_node.json"))
+    b_session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    b_session.cluster.gpu = "H100-SXM5-80GB"
+    b_session.cluster.profile_path = str(PROFILES_DIR / "A100-SXM4-80GB.h5")
+    b = simulate(b_session)
+    extrapolated = [f"all_reduce of {mib} MiB on 2 GPUs: beyond the measured sizes (1 MiB to "
+                    "1024 MiB), extrapolated with that curve's latency-bandwidth fit"
+                    for mib in ("1349.9", "1365.9")]
+    assert a.report.warnings == extrapolated
+    note = ("the profile is of A100-SXM4-80GB, not of cluster.gpu H100-SXM5-80GB: times, MFU "
+            "and memory capacity are A100-SXM4-80GB's")
+    assert b.report.warnings == [note, *extrapolated]
+    tab = CompareTab()
+    qtbot.addWidget(tab)
+    tab.resize(1366, 900)
+    tab.show()
+    tab.set_pinned(a)
+    tab.set_current(b)
+    for line, name in ((tab.warnings_a, "A"), (tab.warnings_b, "B")):
+        assert line.isVisible()
+        assert line.full_text() == f"⚠ {extrapolated[0]} (+1 more, hover)"
+        doc = QtGui.QTextDocument()
+        doc.setHtml(line.toolTip())
+        assert doc.toPlainText().split("\n") == [f"Warnings of {name}", *extrapolated]
+    assert note not in tab.warnings_b.toolTip()  # the title says it
+    doc = QtGui.QTextDocument()
+    doc.setHtml(tab.label_b.text())
+    assert doc.toPlainText().endswith(f"per iteration — {note}")
+    # a plan without warnings: no line (GPT-3 175B's example)
+    big = simulate(load_any(EXAMPLES / "gpt3_175b.json"))
+    assert big.report.warnings == []
+    tab.set_current(big)
+    assert tab.warnings_b.isHidden() and tab.warnings_b.full_text() == ""
+    assert tab.warnings_a.isVisible()

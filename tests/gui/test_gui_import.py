@@ -1,5 +1,5 @@
-"""File > Import: a Hugging Face config, a Megatron-LM launch script, a torchtitan job config
-and the vTrain authors' JSON, each read by the command line's reader with the options the
+"""File > Import: a Hugging Face config, a Megatron-LM launch script, a torchtitan job config,
+a DeepSpeed config with its model and the vTrain authors' JSON, each read by the command line's reader with the options the
 command line takes as flags; the importer's notes shown before the session opens untitled; a
 refusal is the reader's one message and leaves the open session as it was."""
 
@@ -84,7 +84,8 @@ def _write(tmp_path, name: str, text: str):
 
 def test_import_menu_offers_every_source(window):
     menu_texts = [a.text() for a in window.importer.actions.values()]
-    assert list(window.importer.actions) == ["hf", "megatron", "torchtitan", "vtrain"]
+    assert list(window.importer.actions) == ["hf", "megatron", "torchtitan", "deepspeed",
+                                             "vtrain"]
     assert all(t.endswith("…") for t in menu_texts)
 
 
@@ -94,15 +95,20 @@ def test_every_option_asked_for_is_the_commands_flag(key, tmp_path):
     flag parses into the option's field with the command line's own parser."""
     parser = build_parser()
     command = SOURCES[key].command.split()[1:]
-    values = {"gpu": "H100-SXM5-80GB", "variables": "NNODES=2", "allow_unknown": None}
+    values = {"gpu": "H100-SXM5-80GB", "variables": "NNODES=2", "allow_unknown": None,
+              "model": "Llama 3 8B", "recompute": "full", "precision": "fp16"}
+    # the command's required flags, before the one tried (given again, the last one counts)
+    required = [arg for name in SOURCES[key].required
+                for arg in (OPTIONS[name][1], values.get(name, "1"))]
+    assert set(SOURCES[key].required) <= set(SOURCES[key].options)
     for name in SOURCES[key].options:
         flag = OPTIONS[name][1]
         value = values.get(name, "7")
-        ns = parser.parse_args([*command, "f", "--out", str(tmp_path / "o.json"), flag]
-                               + ([] if value is None else [value]))
+        ns = parser.parse_args([*command, "f", "--out", str(tmp_path / "o.json"), *required,
+                                flag] + ([] if value is None else [value]))
         got = getattr(ns, "var" if name == "variables" else name)
         assert got == ([value] if name == "variables" else True if value is None
-                       else value if name == "gpu" else 7)
+                       else value if name in values else 7)
 
 
 def test_hf_config_opens_untitled_after_its_notes(window, qtbot, tmp_path, reviews,
@@ -255,3 +261,104 @@ def test_megatron_launch_with_a_tokenizer_of_unknown_size_takes_the_dialogs_voca
         read_import("megatron", path, ImportOptions())
     got = read_import("megatron", path, ImportOptions(vocab_size=151936))
     assert got.session.model.vocab_size == 151936
+
+
+#: DeepSpeed's ZeRO-2 in bf16: micro-batch 4, 8 accumulation steps, train_batch_size 512 (on
+#: 16 GPUs: 4 * 8 * 16), bucket sizes (approximated) and the optimizer's constants (no effect).
+DEEPSPEED_ZERO2 = {
+    "train_batch_size": 512, "train_micro_batch_size_per_gpu": 4,
+    "gradient_accumulation_steps": 8, "steps_per_print": 100, "gradient_clipping": 1.0,
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.1}},
+    "bf16": {"enabled": True},
+    "zero_optimization": {"stage": 2, "overlap_comm": True, "reduce_bucket_size": 200000000,
+                          "offload_optimizer": {"device": "none"}},
+}
+
+
+def test_deepspeed_config_asks_for_the_model_and_the_gpus_and_sets_the_plan(
+        window, qtbot, tmp_path, reviews, message_boxes, monkeypatch):
+    """File > Import > DeepSpeed config: the file names neither the model nor the world size;
+    Import without them is refused by the option's name and the dialog stays; with the
+    preset Llama 3 8B on 16 H100s it opens as ZeRO-2 data parallelism over the 16 GPUs with
+    the file's micro-batch 4 and train_batch_size 512 (4 x 8 steps x 16), bf16, the bucket
+    size listed as approximated and the optimizer's constants as changing nothing."""
+    path = _write(tmp_path, "ds_config.json", json.dumps(DEEPSPEED_ZERO2))
+    monkeypatch.setattr(QtWidgets.QFileDialog, "getOpenFileName",
+                        staticmethod(lambda *a, **k: (str(path), "")))
+    attempts = []
+
+    def exec_(dialog: ImportOptionsDialog):
+        assert list(dialog.fields) == list(SOURCES["deepspeed"].options)
+        assert dialog.fields["num_gpus"].specialValueText() == "required"
+        dialog.import_button.click()  # no model
+        attempts.append(dialog.result())
+        dialog.fields["model"].set_text("Llama 3 8B")
+        dialog.import_button.click()  # no world size
+        attempts.append(dialog.result())
+        dialog.fields["num_gpus"].setValue(16)
+        gpu = dialog.fields["gpu"]
+        gpu.setCurrentIndex(gpu.findData("H100-SXM5-80GB"))
+        recompute = dialog.fields["recompute"]
+        recompute.setCurrentIndex(recompute.findData("full"))
+        assert dialog.options() == ImportOptions(model="Llama 3 8B", num_gpus=16,
+                                                 gpu="H100-SXM5-80GB", recompute="full")
+        dialog.import_button.click()
+        attempts.append(dialog.result())
+        return dialog.result()
+
+    monkeypatch.setattr(ImportOptionsDialog, "exec", exec_)
+    window.importer.actions["deepspeed"].trigger()
+    rejected, accepted = QtWidgets.QDialog.DialogCode.Rejected, QtWidgets.QDialog.DialogCode.Accepted
+    assert attempts == [rejected, rejected, accepted]
+    texts = [text for _, _, text in message_boxes.of_kind("critical")]
+    assert len(texts) == 2 and texts[0].startswith("--model: required")
+    assert texts[1].startswith("--num-gpus: required")
+    (title, summary, notes), = reviews.shown
+    assert "zero_optimization.reduce_bucket_size" in notes  # approximated
+    assert "optimizer.params.lr" in notes  # no effect
+    assert "Llama 3 8B" in summary and "16 × H100-SXM5-80GB" in summary
+    s = window.session()
+    assert window.path is None and window.isWindowModified()
+    p = s.plan
+    assert (p.tensor_parallel, p.pipeline_parallel, p.data_parallel) == (1, 1, 16)
+    assert (p.zero_stage, p.micro_batch_size, p.global_batch_size) == (2, 4, 512)
+    assert p.global_batch_size == 4 * 8 * 16
+    assert (p.precision, p.recompute, p.overlap_grad_reduce) == ("bf16", "full", True)
+    assert (s.model.name, s.cluster.gpu) == ("Llama 3 8B", "H100-SXM5-80GB")
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=60_000)
+
+
+def test_refused_deepspeed_key_leaves_the_session_untouched(window, tmp_path, reviews,
+                                                            message_boxes):
+    """The optimizer state offloaded to the CPU is not modelled: one message naming the
+    file, the key and why, no notes, and the session on screen as it was."""
+    cfg = json.loads(json.dumps(DEEPSPEED_ZERO2))
+    cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+    path = _write(tmp_path, "ds_offload.json", json.dumps(cfg))
+    before = window.session().to_dict()
+    assert not window.importer.import_path(
+        "deepspeed", path, ImportOptions(model="Llama 3 8B", num_gpus=16))
+    (kind, title, text), = message_boxes.of_kind("critical")
+    assert title == "Cannot import ds_offload.json"
+    assert text == (f"{path}: zero_optimization.offload_optimizer.device: 'cpu': not modelled: "
+                    "the optimizer state and step moved to the CPU or NVMe (host transfers and "
+                    "a CPU Adam)")
+    assert not reviews.shown
+    assert window.session().to_dict() == before and window.path is None
+
+
+def test_deepspeed_trainer_auto_takes_the_dialogs_values(tmp_path):
+    """Hugging Face Trainer's "auto" batch and precision (tests/data/deepspeed's ZeRO-3 file):
+    refused by the key without the options, filled in by the dialog's micro-batch, steps and
+    precision as by the command's flags (train_batch_size: 2 x 4 x 8 GPUs = 64)."""
+    from tests.conftest import ROOT
+    path = ROOT / "tests" / "data" / "deepspeed" / "hf_trainer_zero3.json"
+    with pytest.raises(Exception) as err:
+        read_import("deepspeed", path, ImportOptions(model="Llama 3 8B", num_gpus=8))
+    assert "train_micro_batch_size_per_gpu" in str(err.value) and "auto" in str(err.value)
+    imported = read_import("deepspeed", path, ImportOptions(
+        model="Llama 3 8B", num_gpus=8, micro_batch_size=2, gradient_accumulation_steps=4,
+        precision="bf16", recompute="full", seq_length=2048))
+    p = imported.session.plan
+    assert (p.zero_stage, p.data_parallel, p.micro_batch_size, p.global_batch_size) == (3, 8, 2, 64)
+    assert (p.precision, imported.session.model.seq_length) == ("bf16", 2048)

@@ -1,6 +1,7 @@
-"""Gantt view of one simulated iteration: one row per pipeline stage and stream.
+"""Gantt view of one simulated iteration: one row per pipeline stage and stream (and a further
+one, "comm (2)", for tasks a stream runs at the same time as another: :mod:`.lanes`).
 
-Modules: :mod:`.layout` (Qt-free numpy columns and merged images of the bars, and the
+Modules: :mod:`.lanes` (each task's row), :mod:`.layout` (Qt-free numpy columns and merged images of the bars, and the
 background :class:`~.layout.Preparation` job), :mod:`.colors` (kind and lane colours),
 :mod:`.items` (:class:`~.items.GanttItem`, the batched graphics item) and :mod:`.widget`
 (:class:`~.widget.TimelineWidget`: the view with legend, hover, zoom and pan).

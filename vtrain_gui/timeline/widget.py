@@ -23,6 +23,7 @@ from ..formatting import KIND_COLORS, format_duration
 from ..wrapped_label import CappedTextBox, WrappedLabel
 from . import items
 from .colors import LANE_COLORS, blend, kind_color
+from .lanes import Lane, lane_name, lane_rows
 from .layout import BAR_HEIGHT, BAR_TOP, SHADES, STRIPS
 from .measured import MeasuredItem, class_color, matched_span, phase_of
 
@@ -32,11 +33,15 @@ __all__ = ["TimelineWidget", "task_description"]
 _HOVER_TOLERANCE_PX = 3.0
 
 
-def task_description(graph: ExecutionGraph, schedule: Schedule, index: int) -> str:
-    """One line describing task ``index``: kind, stage, stream, micro-batch, layer, start, duration."""
+def task_description(graph: ExecutionGraph, schedule: Schedule, index: int,
+                     lane: str | None = None) -> str:
+    """One line describing task ``index``: kind, stage, stream, micro-batch, layer, start, duration.
+
+    ``lane``: the lane it is drawn on, named in place of its stream (``"comm (2)"``: a task
+    run at the same time as another of its stream, :func:`.lanes.lane_rows`)."""
     kind = KINDS[int(graph.kind[index])]
     parts = [KIND_NAMES.get(kind, kind),
-             f"stage {int(graph.stage[index])} {STREAMS[int(graph.stream[index])]}"]
+             f"stage {int(graph.stage[index])} {lane or STREAMS[int(graph.stream[index])]}"]
     mb = int(graph.microbatch[index])
     parts.append(f"micro-batch {mb}" if mb >= 0 else "micro-batch –")
     if graph.num_chunks > 1 and graph.chunk[index] >= 0:
@@ -88,6 +93,9 @@ class TimelineWidget(QtWidgets.QWidget):
         self._row_start = np.empty(0)
         self._row_end = np.empty(0)
         self._row_index = np.empty(0, dtype=np.int64)
+        #: each task's row (:func:`.lanes.lane_rows`) and the lanes of a stage, top to bottom
+        self._rows = np.empty(0, dtype=np.int32)
+        self._stage_lanes: tuple[Lane, ...] = ((0, 0), (1, 0))
         self.hovered_task = -1
 
         # as tall as its lines: wrapped to two in a narrow preview, it was cut under the hover line
@@ -157,15 +165,17 @@ class TimelineWidget(QtWidgets.QWidget):
     def set_data(self, graph: ExecutionGraph, schedule: Schedule) -> None:
         """Show the tasks of ``graph`` at the times of ``schedule`` (arrays of shape (n,))."""
         self._graph, self._schedule = graph, schedule
-        n_lanes = len(graph.lanes)
-        self._lane_streams = graph.lanes
+        # a stream's tasks that run at once (a DP collective beside a TP collective on the comm
+        # stream) go on a further lane of it, "comm (2)": on one lane one bar hid the other
+        self._rows, self._stage_lanes = lane_rows(graph, schedule)
+        n_lanes = len(self._stage_lanes)
         self.gantt.streams_per_stage = n_lanes
         num_rows = int(graph.num_stages) * n_lanes
         if graph.num_tasks:  # the largest row (stage * lanes + lane) it could hold
             num_rows = max(num_rows, (int(graph.stage.max()) + 1) * n_lanes)
         self._clear_lookup()  # hover finds tasks once the layout is there (_on_layout_ready)
-        # rows and durations are computed with the layout (off the GUI thread when large)
-        self.gantt.set_tasks(schedule.start_s, None, graph.kind, lambda: graph.row, num_rows,
+        # durations are computed with the layout (off the GUI thread when large)
+        self.gantt.set_tasks(schedule.start_s, None, graph.kind, self._rows, num_rows,
                              end_s=schedule.end_s)
         if self.gantt.layout is None:
             self._info.setText(f"{graph.num_tasks:,} tasks: the whole iteration at a glance; "
@@ -267,6 +277,13 @@ class TimelineWidget(QtWidgets.QWidget):
                                padding=0.0)
 
     @property
+    def task_rows(self) -> np.ndarray:
+        """The row each task is drawn on (int32 (n,)): ``stage * len(lanes) + lane``, a task
+        run at the same time as another of its stream on a further lane of it
+        (:func:`.lanes.lane_rows`); ``graph.row`` when there is none."""
+        return self._rows
+
+    @property
     def num_tasks(self) -> int:
         """Number of tasks shown (while they are being laid out too)."""
         return 0 if self._graph is None else int(self._graph.num_tasks)
@@ -305,9 +322,12 @@ class TimelineWidget(QtWidgets.QWidget):
         return -1
 
     def task_text(self, index: int) -> str:
-        """Description of task ``index`` (see :func:`task_description`)."""
+        """Description of task ``index`` (see :func:`task_description`), naming the lane it
+        is drawn on (its row's label)."""
         assert self._graph is not None and self._schedule is not None
-        return task_description(self._graph, self._schedule, index)
+        lanes = self._stage_lanes
+        return task_description(self._graph, self._schedule, index,
+                                lane_name(lanes[int(self._rows[index]) % len(lanes)]))
 
     # ------------------------------------------------------------------ handlers
     @Slot(object)
@@ -360,7 +380,7 @@ class TimelineWidget(QtWidgets.QWidget):
             stage = int(L.lane_stage[int(L.lane[i])])
             span = matched_span(self._graph, self._schedule, stage, *match)
         if span is not None:  # the stage's compute row (its first lane)
-            y = int(L.lane_stage[int(L.lane[i])]) * len(self._lane_streams) + BAR_TOP
+            y = int(L.lane_stage[int(L.lane[i])]) * len(self._stage_lanes) + BAR_TOP
             self.gantt.set_highlight((span[0], y, span[1] - span[0], BAR_HEIGHT))
         else:
             self.gantt.set_highlight(None)
@@ -384,7 +404,7 @@ class TimelineWidget(QtWidgets.QWidget):
             text = self.task_text(index)
             start = float(self._schedule.start_s[index])
             dur = float(self._schedule.end_s[index]) - start
-            self.gantt.set_highlight((start, float(self._graph.row[index]) + BAR_TOP, dur,
+            self.gantt.set_highlight((start, float(self._rows[index]) + BAR_TOP, dur,
                                       BAR_HEIGHT))
             if changed:
                 self._info.setText(text)
@@ -412,11 +432,11 @@ class TimelineWidget(QtWidgets.QWidget):
         row_px = self.view_box.height() / max(num_rows, 1)
         if row_px <= 0 and num_rows:
             return  # not laid out yet (a hidden tab): labelled on the first resize
-        lane_streams = getattr(self, "_lane_streams", (0, 1))
-        n_streams = len(lane_streams)
+        lanes = self._stage_lanes
+        n_streams = len(lanes)
         sim_rows = min(self._sim_rows, num_rows)
         if row_px >= metrics.height() or num_rows == 0:
-            ticks = [(r + 0.5, f"stage {r // n_streams} {STREAMS[lane_streams[r % n_streams]]}")
+            ticks = [(r + 0.5, f"stage {r // n_streams} {lane_name(lanes[r % n_streams])}")
                      for r in range(sim_rows)]
         else:
             step = max(1, math.ceil(1.2 * metrics.height() / (row_px * n_streams)))
@@ -483,10 +503,10 @@ class TimelineWidget(QtWidgets.QWidget):
             items.append("measured:&nbsp;" + "&nbsp; ".join(
                 f'<span style="color:{class_color(classes[c]).name()}; font-size:14pt;">&#9632;'
                 f'</span>&nbsp;{classes[c].replace("_", "&nbsp;")}' for c in shown))
-        lanes = getattr(self, "_lane_streams", (0, 1))
+        lanes = self._stage_lanes
         if len(lanes) > 1:  # the rows of one stage, top to bottom (unlabelled when zoomed out)
             items.append("lanes&nbsp;per&nbsp;stage:&nbsp;" + "&nbsp;/&nbsp;".join(
-                _unbreakable(STREAMS[i]) for i in lanes))
+                _unbreakable(lane_name(lane)) for lane in lanes))
         self.legend_view.setText("&nbsp;&nbsp; ".join(items))
         # what each colour is (core's one table of names and meanings), then the opacity rule
         meanings = "\n".join(f"{KIND_NAMES.get(KINDS[k], KINDS[k])}: {KIND_MEANINGS[KINDS[k]]}"
