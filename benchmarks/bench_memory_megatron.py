@@ -21,7 +21,8 @@ figure beside :func:`core.model.memory.stage_memory`'s for stage 0:
   interleaved, ``min(p, m)`` 1F1B), the embedding's input and dropout mask (lines 330-339) and,
   with ``p = 1``, the output layer's input and the logits (lines 368-376), against ours
   (:func:`core.model.memory.activation_bytes_per_layer`, :func:`in_flight_microbatches`, the
-  loss stage's logits).
+  embedding's ids and mask, :func:`core.model.memory.embedding_activation_bytes` times
+  :func:`core.model.memory.embedding_in_flight`, and the loss stage's final norm and logits).
 
 The ``why`` column names the explanation of each difference above 2 % (docs/simulator.md,
 "Memory model against Megatron-LM's estimate", lists them with their lines).
@@ -41,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.model.counts import params_per_gpu  # noqa: E402
 from core.model.memory import (activation_bytes_per_layer, bytes_per_parameter,  # noqa: E402
+                               embedding_activation_bytes, embedding_in_flight,
                                in_flight_microbatches, stage_memory)
 from core.model.wgrad_buffers import weight_gradient_buffer_bytes  # noqa: E402
 from core.plan.layout import stage_layer_counts  # noqa: E402
@@ -147,18 +149,20 @@ def ours(model: ModelConfig, plan: ParallelPlan) -> dict[str, float]:
     ``bytes_per_parameter`` (:func:`bytes_per_parameter`, summed), ``placeholder`` (Transformer
     Engine's placeholder weight gradients, :func:`weight_gradient_buffer_bytes`, bytes),
     ``state`` (weights + gradients + optimizer state, bytes), ``per_layer``, ``in_flight``,
-    ``layers`` (the stage's layers' activations), ``rest`` (the other activations: the logits
-    when stage 0 is the loss stage) and ``activations`` (bytes)."""
+    ``layers`` (the stage's layers' activations), ``embedding`` (the embedding's input ids and
+    dropout mask of the micro-batches in flight), ``rest`` (the other activations: the final
+    norm and the logits when stage 0 is the loss stage) and ``activations`` (bytes)."""
     sm = stage_memory(model, plan)[0]
     per_layer = activation_bytes_per_layer(model, plan)
     in_flight = in_flight_microbatches(plan, 0, model)
     layers = per_layer * stage_layer_counts(model.num_layers, plan)[0] * in_flight
+    embedding = embedding_activation_bytes(model, plan) * embedding_in_flight(plan)
     return {"params": float(params_per_gpu(model, plan)[0]),
             "bytes_per_parameter": float(sum(bytes_per_parameter(plan))),
             "placeholder": float(weight_gradient_buffer_bytes(model, plan)[0]),
             "state": float(sm.weights_bytes + sm.gradients_bytes + sm.optimizer_bytes),
             "per_layer": per_layer, "in_flight": in_flight, "layers": layers,
-            "rest": float(sm.activations_bytes) - layers,
+            "embedding": embedding, "rest": float(sm.activations_bytes) - layers - embedding,
             "activations": float(sm.activations_bytes)}
 
 
@@ -198,12 +202,13 @@ WHY = {
          "with the output layer's on the loss stage); Megatron's estimate has no such term",
     "L": "Megatron's layer term (line 317) is GPT's 18 + 4f/h for every model: no SwiGLU "
          "(6f/h, not 4f/h), no GQA (K, V with g of a heads; TODO at line 313), dropout masks "
-         "counted at hidden_dropout 0",
+         "counted at hidden_dropout 0 (the layers' two and the embedding's, line 334)",
     "M": "Megatron's interleaved factor (lines 342-355) ignores the micro-batch count: with "
          "m = p every item is in warm-up (megatron-core pipeline_parallel/schedules.py:949-951) "
          "and the first stage holds p stage units, not p + (p-1)/v",
-    "O": "p = 1: Megatron counts fp32 logits 4sbV'/t and the output layer's input 4sbh/t "
-         "(lines 370-376); ours the BF16 logits beside their fp32 copy 6sbV'/t at the loss",
+    "O": "p = 1: Megatron counts fp32 logits 4sbV'/t (lines 370-376); ours the BF16 logits "
+         "beside their fp32 copy 6sbV'/t at the loss (both count the final norm's input and "
+         "output, 4sbh/t)",
 }
 
 CASES = (
@@ -243,7 +248,7 @@ def main() -> None:
           "units for one layer's activations; in flight in units of the stage's layers\n")
     print(f"{'model':<12}{'t':>3}{'p':>3}{'v':>3}{'m':>5}{'d':>3} {'dopt':<5}"
           f"{'params M meg/ours':>19}{'B/param':>13}{'placeh.':>8}{'W+G+O GiB meg/ours':>20}"
-          f"{'diff':>7}{'layer':>14}{'in flight':>16}{'emb':>6}{'logits meg/ours':>16}"
+          f"{'diff':>7}{'layer':>14}{'in flight':>16}{'emb meg/ours':>14}{'logits meg/ours':>16}"
           f"{'act GiB meg/ours':>18}{'diff':>7}  why")
     for case in CASES:
         r = compare(case)
@@ -258,12 +263,15 @@ def main() -> None:
               f"{mw['bytes'] / GiB:>11.2f}/{us['state'] / GiB:<8.2f}{r['state_diff']:>+6.1f}%"
               f"{ma['per_layer'] / unit:>7.2f}/{us['per_layer'] / unit:<6.2f}"
               f"{ma['in_flight']:>7.3f}/{us['in_flight']:<7.3f}"
-              f"{ma['embedding'] / GiB:>6.3f}"
+              f"{ma['embedding'] / GiB:>7.3f}/{us['embedding'] / GiB:<6.3f}"
               f"{ma['output'] / GiB:>7.2f}/{us['rest'] / GiB:<7.2f}"
               f"{ma['bytes'] / GiB:>9.2f}/{us['activations'] / GiB:<8.2f}{r['act_diff']:>+6.1f}%"
               f"  {case.why}")
     print("\nGiB columns: placeh. = ours' placeholder weight gradients (in its W+G+O); emb = "
-          "Megatron's embedding input and dropout mask (lines 330-339; none in ours)")
+          "the embedding's input ids and dropout mask (Megatron's lines 330-339: 8sb + sbh per "
+          "micro-batch, all over t, times its layers' in-flight factor; ours 8sb + sbh/t, the ids "
+          "on every tensor-parallel rank, times the first chunk's micro-batches in flight, 2p "
+          "under interleaving); logits = the final norm and the logits (p = 1 only)")
     for code, text in WHY.items():
         print(f"  {code}: {text}")
 

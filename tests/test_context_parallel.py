@@ -405,8 +405,11 @@ _BEFORE = [
              cluster=ClusterConfig(inter_node_bandwidth_gbits_per_s=800.0)),
      # memory: + the largest weight gradient of the peak stage, a tensor of its own without
      # fused accumulation (core.model.wgrad_buffers.separate_wgrad_bytes), added later: fc1,
-     # 4h/t x h = 6144 x 12288 in fp16
-     (57.69900268826715, 31749519360.0 + 2 * 6144 * 12288, 7.481048043229236)),
+     # 4h/t x h = 6144 x 12288 in fp16; + the first stage's embedding of its 16 micro-batches
+     # in flight (p = 16), int64 ids and the dropout mask without sequence parallelism, 8 s + s h
+     # (core.model.memory.embedding_activation_bytes), added later
+     (57.69900268826715, 31749519360.0 + 2 * 6144 * 12288 + 16 * (8 * 2048 + 2048 * 12288),
+      7.481048043229236)),
     # (the Llama models with Megatron-LM's dropout of 0.1, as when these were frozen: the
     # presets train without dropout now, and keep no masks)
     (Session(model=dataclasses.replace(LLAMA3_8B, hidden_dropout=0.1, attention_dropout=0.1),
@@ -417,8 +420,10 @@ _BEFORE = [
         gradient_accumulation_fusion=False),
         cluster=ClusterConfig(gpu="H100-SXM5-80GB", inter_node_bandwidth_gbits_per_s=800.0)),
      # memory: + the loss stage's output-layer weight gradient (V'/t x h = 64128 x 4096 in
-     # bf16), likewise
-     (2.0320441570691243, 36101210112.0 + 2 * 64128 * 4096, 0.0990150257777756)),
+     # bf16), likewise; + its final norm's input and output, 2 s h / t in bf16
+     # (core.model.memory.final_norm_activation_bytes), added later
+     (2.0320441570691243, 36101210112.0 + 2 * 64128 * 4096 + 2 * 8192 * 4096 * 2 / 2,
+      0.0990150257777756)),
     (Session(model=dataclasses.replace(MODEL_PRESETS["Llama 2 7B"], hidden_dropout=0.1,
                                        attention_dropout=0.1), plan=ParallelPlan(
         tensor_parallel=4, pipeline_parallel=2, data_parallel=4, micro_batch_size=2,
@@ -430,8 +435,11 @@ _BEFORE = [
      # gradients), added after the CP change; the time and the communication are unchanged
      # but for the weight-gradient accumulation FSDP does not run (each micro-batch's gradients
      # are reduce-scattered: core.plan.parallel.wgrad_accumulation), taken out later
-     # (1.8535172632932921 s with it)
-     (1.8404889351866232, 7115456512.0 + 50601984 * 4, 0.8006491248541721)),
+     # (1.8535172632932921 s with it); + the first stage's embedding, b = 2, no sequence
+     # parallelism, 2p = 4 micro-batches of its first chunk in flight: 4 (8 s b + s b h),
+     # added later
+     (1.8404889351866232, 7115456512.0 + 50601984 * 4 + 4 * (8 * 4096 * 2 + 4096 * 2 * 4096),
+      0.8006491248541721)),
 ]
 
 

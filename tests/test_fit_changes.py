@@ -319,15 +319,18 @@ def test_fewest_gpus_for_405b_on_8_h100s_is_96_and_88_do_not_fit():
     assert few.verdict == rep.memory_verdict == "tight"
     assert few.max_memory_per_gpu_bytes == rep.max_memory_per_gpu_bytes
     assert few.max_memory_per_gpu_bytes / 2**30 == pytest.approx(82.28, abs=0.01)
-    # the doubled count: 128 GPUs as t8 d16 with ZeRO-3 fit at 63.1 GiB (the logits freed
-    # before the last layer's recomputation: the larger of the two, not both)
+    # the doubled count: 128 GPUs as t8 d16 with ZeRO-3 fit at 63.2 GiB (the logits freed
+    # before the last layer's recomputation: the larger of the two, not both; 63.11 before the
+    # embedding's int64 ids, 8 s, and the final norm's bf16 input and output, 2 s h / t with
+    # sequence parallelism, were counted, with the allocator's 3.3 % reserve on them)
     store = session_profile(s)
     at128 = [p for p in fc._fewest_gpus_plans(s, 128, True, None)
              if (p.pipeline_parallel, p.data_parallel, p.zero_stage) == (1, 16, 3)]
     assert len(at128) == 1
     need, fits, _ = memory_verdict(stage_memory(dataclasses.replace(s, plan=at128[0]), store),
                                    float(store.memory_bytes))
-    assert fits and need / 2**30 == pytest.approx(63.11, abs=0.01)
+    edges = (8 * 8192 + 2 * 8192 * 16384 * 2 / 8) * 1.033
+    assert fits and need / 2**30 == pytest.approx(63.11 + edges / 2**30, abs=0.01)
     # below: 64 and 88 GPUs, and every plan built there does not fit
     for n in (64, 88):
         plans = fc._fewest_gpus_plans(s, n, True, None)

@@ -562,3 +562,57 @@ def test_deadline_days_picks_the_cheapest_point_within_it_across_kinds(tmp_path,
     assert f"cheapest within {float(tight):g} expected days: none; the fastest takes" in out
     assert main([*args[:-1], "0"]) == 2
     assert "--deadline-days" in capsys.readouterr().err
+
+
+def test_least_memory_of_ties_keeps_the_point_with_more_headroom():
+    from core.studies.gpu_choice import least_memory_of_ties
+    days = np.array([1.0, 1.0, 2.0, 3.0, 3.0, np.nan])
+    cost = np.array([5.0, 5.0, 3.0, 1.0, 1.0, np.nan])
+    mem = np.array([10.0, 8.0, 1.0, 4.0, 4.0, 1.0])
+    on = np.array([True, True, True, True, True, False])
+    # the first pair: same days and dollars, the second needs less memory; the last pair ties
+    # on all three and both stay
+    assert least_memory_of_ties(days, cost, mem, on).tolist() == [False, True, True, True, True,
+                                                                   False]
+
+
+def test_zero_1_and_zero_2_at_one_micro_batch_are_one_front_point(tmp_path, capsys):
+    """GPT-3 1.3B's example on up to 64 H100s, t = 1, b = 4, 1F1B, no recomputation, ZeRO
+    stages 1 and 2: at d = 64 the global batch of 256 is one micro-batch, where the distributed
+    optimizer (ZeRO-1: the gradient buffer whole, reduce-scattered after the last micro-batch)
+    and ZeRO-2 (Megatron-FSDP optim_grads: each micro-batch's gradients reduce-scattered) move
+    the same bytes once: the same time, days and dollars. The front listed both with identical
+    figures; ZeRO-2 holds 1/d of the fp32 gradients, so the front keeps it alone, and shows
+    each point's memory per GPU."""
+    from core.io.session import load_any
+    from core.model.counts import params_per_gpu
+    sheet = tmp_path / "prices.csv"
+    sheet.write_text("gpu,price_per_gpu_hour_usd,max_gpus\nH100-SXM5-80GB,6.16,64\n")
+    example = ROOT / "resources" / "examples" / "gpt3_1.3b_single_node.json"
+    assert main(["sweep", str(example), "--gpus-from", str(sheet), "--zero-stages", "1,2",
+                 "--tensor-parallel", "1", "--micro-batch-sizes", "4", "--schedules", "1f1b",
+                 "--recompute", "none", "--json"]) == 0
+    front = json.loads(capsys.readouterr().out)["front"]
+    at64 = [p for p in front if p["num_gpus"] == 64]
+    assert len(at64) == 1 and " zero=2 " in at64[0]["plan"]
+    # its ZeRO-1 twin: the same iteration time, memory more by the unsharded fp32 gradients
+    session = load_any(example)
+    k = front.index(at64[0])
+    plan2 = ParallelPlan(tensor_parallel=1, pipeline_parallel=1, data_parallel=64,
+                         micro_batch_size=4, global_batch_size=256, schedule="1f1b",
+                         recompute="none", precision="bf16", zero_stage=2,
+                         overlap_grad_reduce=True, overlap_param_gather=True,
+                         gradient_accumulation_fusion=False, cross_entropy_loss_fusion=True,
+                         cross_entropy_fusion_impl="te")
+    assert plan2.label() == at64[0]["plan"] and plan2.num_microbatches == 1
+    h100 = dataclasses.replace(session, plan=plan2, cluster=ClusterConfig(
+        gpu="H100-SXM5-80GB", gpus_per_node=8))
+    r2 = simulate(h100).report
+    r1 = simulate(dataclasses.replace(h100, plan=dataclasses.replace(plan2, zero_stage=1))).report
+    assert r1.iteration_time_s == pytest.approx(r2.iteration_time_s, rel=1e-12)
+    assert r2.iteration_time_s == pytest.approx(front[k]["iteration_time_s"], rel=1e-12)
+    n = float(params_per_gpu(session.model, plan2)[0])
+    assert r1.max_memory_per_gpu_bytes - r2.max_memory_per_gpu_bytes == pytest.approx(
+        n * 4 * (1 - 1 / 64) * 1.033, rel=1e-9)
+    assert at64[0]["max_memory_per_gpu_bytes"] == pytest.approx(r2.max_memory_per_gpu_bytes,
+                                                                rel=1e-12)

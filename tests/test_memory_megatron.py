@@ -68,9 +68,10 @@ def test_state_differs_only_by_the_named_terms():
         assert us["params"] - meg["params"] == pytest.approx(extra - shared, abs=1e-3)
 
 
-def test_gpt_activations_equal_megatron_less_its_embedding_terms():
+def test_gpt_activations_equal_megatron_but_the_embedding_count():
     # GPT-3 175B (GeLU 4h, MHA, dropout 0.1): Korthikanti's 34 sbh/t per layer in both; the
     # first stage's in-flight count equal for 1F1B (m >= p and m < p) and interleaved (m >= 2p)
+    s, h, t = 2048, 12288, 8
     for case in bmm.CASES:
         if case.model != "GPT-3 175B" or "M" in case.why:
             continue
@@ -79,8 +80,18 @@ def test_gpt_activations_equal_megatron_less_its_embedding_terms():
         assert us["per_layer"] == pytest.approx(meg["per_layer"], rel=1e-15)
         assert us["in_flight"] == pytest.approx(meg["in_flight"], rel=1e-15)
         assert us["layers"] == pytest.approx(meg["layers"], rel=1e-12)
-        # ours keeps no embedding input / dropout mask (lines 330-339), 0.2-0.5 % here
-        assert us["activations"] == pytest.approx(meg["bytes"] - meg["embedding"], rel=1e-12)
+        # the embedding's input ids and dropout mask (lines 330-339): Megatron 8sb + sbh per
+        # micro-batch all over t, times its layers' factor (p (1 + (p-1)/(p v)) interleaved);
+        # ours the ids whole on every rank, 8sb + sbh/t, times the first chunk's micro-batches
+        # in flight: min(p, m) for 1F1B, 2p interleaved with m >= 2p (the chunk-0 forwards of
+        # stage 0 before its first chunk-0 backward)
+        emb = 8 * s + s * h / t
+        assert meg["embedding"] == pytest.approx((8 * s + s * h) * meg["in_flight"] / t, rel=1e-15)
+        count = 2 * case.p if case.v else min(case.p, r["m"])
+        assert us["embedding"] == pytest.approx(emb * count, rel=1e-15)
+        assert us["rest"] == 0.0  # stage 0 is not the loss stage: no final norm, no logits
+        assert us["activations"] == pytest.approx(meg["bytes"] - meg["embedding"]
+                                                  + us["embedding"], rel=1e-12)
 
 
 @pytest.mark.parametrize("p, v, m", [(2, 2, 4), (4, 2, 8), (4, 5, 16), (8, 2, 64), (8, 3, 16),
@@ -119,9 +130,16 @@ def test_llama_layer_term(name, per_layer):
 
 
 def test_one_stage_logits():
-    # 'O': ours keeps the BF16 logits beside their fp32 copy at the loss, 6 s b V'/t
+    # 'O': ours keeps the BF16 logits beside their fp32 copy at the loss, 6 s b V'/t, and the
+    # final norm's input and output, 4 s b h/t as Megatron's lines 370-376; the difference is
+    # the logits' alone
     r = bmm.compare(Case("Llama 3 8B", 2, 1, 4, None, 32, True, "gLO"))
-    assert r["ours"]["rest"] == pytest.approx(8192 * 128256 / 2 * 6, rel=1e-12)
+    s, h, V, t = 8192, 4096, 128256, 2
+    assert r["ours"]["rest"] == pytest.approx(s * V / t * 6 + 4 * s * h / t, rel=1e-12)
+    assert r["meg_a"]["output"] == pytest.approx(s * V / t * 4 + 4 * s * h / t, rel=1e-15)
+    assert r["ours"]["rest"] - r["meg_a"]["output"] == pytest.approx(2 * s * V / t, rel=1e-12)
+    # the embedding: no dropout mask (the preset's hidden_dropout is 0), the ids 8sb on each rank
+    assert r["ours"]["embedding"] == 8 * s
 
 
 def test_every_difference_above_two_percent_is_named():

@@ -262,9 +262,12 @@ def test_fp32_logits_are_their_own_fp32_copy():
 def test_loss_stage_holds_the_larger_of_logits_and_recompute_working_set():
     """Under full recomputation the micro-batch in its backward has freed its logits and their
     fp32 copy (the loss's and the output layer's backward run first) before its last layer runs
-    again: the loss stage holds ``L ckpt + max(working, logits)`` (1F1B, one micro-batch in
-    flight), not both. Closed form from the per-layer terms; a small vocabulary (the working
-    set larger) and a large one (the logits larger)."""
+    again: the loss stage holds ``L ckpt + max(working, logits + final norm)`` (1F1B, one
+    micro-batch in flight), not both; the final norm's input and output (``2 sbh e``) go with
+    the logits, and this one-stage model's first stage adds the embedding's ids and dropout
+    mask (``8 sb + sbh``, hidden_dropout 0.1), kept whatever runs again. Closed form from the
+    per-layer terms; a small vocabulary (the working set larger) and a large one (the logits
+    larger)."""
     from core.model.memory import activation_bytes_per_layer, stage_activation_bytes
     from core.plan.model_config import padded_vocab_size
     for vocab in (1_024, 256_000):
@@ -275,12 +278,14 @@ def test_loss_stage_holds_the_larger_of_logits_and_recompute_working_set():
         working = activation_bytes_per_layer(model, plan, "none")
         V = padded_vocab_size(vocab, 1)
         logits = 2048 * V * (2 + 4)
+        norm = 2 * 2048 * 1024 * 2  # the final norm's input and output, BF16, no SP
+        emb = 8 * 2048 + 2048 * 1024  # int64 ids and the 1-byte dropout mask
         got = float(stage_activation_bytes(model, plan)[0])
-        assert (working > logits) == (vocab == 1_024)
-        assert got == pytest.approx(4 * ckpt + max(working, logits), rel=1e-12)
+        assert (working > logits + norm) == (vocab == 1_024)
+        assert got == pytest.approx(4 * ckpt + max(working, logits + norm) + emb, rel=1e-12)
         # without recomputation nothing runs again: the layers' activations and the logits
         kept = float(stage_activation_bytes(model, _plan(recompute="none"))[0])
-        assert kept == pytest.approx(4 * working + logits, rel=1e-12)
+        assert kept == pytest.approx(4 * working + logits + norm + emb, rel=1e-12)
 
 
 def test_dropout_zero_keeps_no_masks():

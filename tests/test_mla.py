@@ -291,12 +291,14 @@ def test_mtp_flops_and_memory_closed_form():
     d = mm.params_per_gpu(V3_MTP, pl) - mm.params_per_gpu(V3, pl)
     assert d[0] == 0 and d[1] == extra
     # activations: one more MoE layer in flight (1F1B: the last stage holds 1 micro-batch), its
-    # norms' and eh_proj's inputs (4h elements per token) and one more logits tensor
+    # norms' and eh_proj's inputs (4h elements per token), one more logits tensor, and its
+    # final norm's input and its share of the output layer's concatenated input (2h: Megatron-
+    # Core's MTP _postprocess norm and MultiTokenPredictionBlock's torch.cat)
     acts = mm.stage_memory_arrays(V3_MTP, pl)[3] - mm.stage_memory_arrays(V3, pl)[3]
     keep = mm.moe_activation_bytes_per_layer(V3, pl, "none")
     layers = 31  # the last stage's 30 decoder layers and the MTP layer (all MoE)
     mean_before = keep  # every layer of the last stage is an MoE layer, with or without MTP
-    want = keep * layers - mean_before * 30 + s * 4 * h * 2 + s * V * (2 + 4)
+    want = keep * layers - mean_before * 30 + s * 4 * h * 2 + s * V * (2 + 4) + s * 2 * h * 2
     assert acts[0] == 0 and acts[1] == pytest.approx(want, rel=1e-12)
 
 
@@ -497,16 +499,18 @@ def test_mtp_layers_recomputed_only_by_the_uniform_method():
     def extra(pl):  # the last stage's activations with the MTP layer less without (1F1B: 1 in flight)
         return mm.stage_memory_arrays(V3_MTP, pl)[3][1] - mm.stage_memory_arrays(V3, pl)[3][1]
     logits = s * V * (2 + 4)  # the MTP layer's bf16 logits and their fp32 copy
+    norm = 2 * s * h * 2  # a final norm's bf16 input and output (the MTP layer's adds one)
 
-    def freed(pl):  # without MTP the loss stage holds the larger of its logits and the
-        # recomputed layer's working set; with MTP layers (their backward order not modelled)
-        # both count
+    def freed(pl):  # without MTP the loss stage holds the larger of its logits with the final
+        # norm's input and output and the recomputed layer's working set; with MTP layers
+        # (their backward order not modelled) both count
         working = max(mm.activation_bytes_per_layer(V3, pl, "none"),
                       mm.moe_activation_bytes_per_layer(V3, pl, "none"))
-        return min(working, logits)
-    assert extra(uniform) == pytest.approx(2 * s * h * 2 + logits + freed(uniform), rel=1e-12)
+        return min(working, logits + norm)
+    assert extra(uniform) == pytest.approx(2 * s * h * 2 + logits + norm + freed(uniform),
+                                           rel=1e-12)
     keep = mm.moe_activation_bytes_per_layer(V3, block, "none")  # the MTP layer, not recomputed
-    assert extra(block) == pytest.approx(keep + s * 4 * h * 2 + logits + freed(block),
+    assert extra(block) == pytest.approx(keep + s * 4 * h * 2 + logits + norm + freed(block),
                                          rel=1e-12)
     assert keep > 50 * s * h  # far more than the checkpoint: the fit can turn on it
     # the hardware FLOPs: the MTP transformer layer's forward again only by the uniform method
@@ -550,8 +554,12 @@ def test_block_recomputation_keeps_the_layers_after_the_first_n_of_each_chunk(
     for stage, in_flight in ((0, 2), (1, 1)):  # 1F1B on p = 2: min(p - stage, m)
         kd, km = kept[stage]
         want = (n * ckpt + kd * dense + km * moe) * in_flight + working
-        if stage == 1:  # the logits and their fp32 copy, freed before the recomputation
-            want += s * V * (2 + 4) - min(working, s * V * (2 + 4))
+        if stage == 0:  # the embedding's int64 ids and 1-byte dropout mask per micro-batch
+            want += (8 * s + s * h) * in_flight
+        if stage == 1:  # the logits and their fp32 copy with the final norm's bf16 input and
+            # output, freed before the recomputation
+            edge = s * V * (2 + 4) + 2 * s * h * 2
+            want += edge - min(working, edge)
         assert acts[stage] == pytest.approx(want, rel=1e-12)
     # the hardware FLOPs recompute the recomputed layers' forwards, dense or MoE
     tokens = 4 * s
@@ -627,9 +635,12 @@ def test_a_dense_and_an_moe_mla_layer_stage_memory_is_the_closed_form():
     attn = 2 * a * (2 * 192 + 2 * 128) + 4 * (1536 + 512)  # Q, K, V, output; the latents
     dense_layer = s * (10 * h + attn + 6 * f)
     moe_layer = s * (10 * h + attn + 6 * fe) + s * 8 * (2 * h + 6 * fe) + s * 4 * E
-    assert mem.activations_bytes == pytest.approx(dense_layer + moe_layer + s * V * 2,
+    # outside the layers: the embedding's int64 ids and 1-byte dropout mask, the final norm's
+    # bf16 input and output
+    edges = 8 * s + s * h + 2 * s * h * 2
+    assert mem.activations_bytes == pytest.approx(dense_layer + moe_layer + s * V * 2 + edges,
                                                   rel=1e-15)
-    assert mem.activations_bytes == 4_435_476_480
+    assert mem.activations_bytes == 4_582_309_888
 
 
 def test_mla_keys_transformers_own_config_classes_write_are_read():

@@ -177,7 +177,8 @@ def test_refused_by_name():
 #: Llama 3 8B at 8K tokens, t = 2, sequence parallelism, selective recomputation, on H200,
 #: computed on main before per-tensor head sizes (commit ee3e7a6): (K/V block, all-to-all
 #: buffers, exchange buffers, activation bytes per layer, the core's forward FLOPs and bytes,
-#: backward FLOPs and bytes, iteration time, peak memory per GPU)
+#: backward FLOPs and bytes, iteration time, peak memory per GPU; the last without the
+#: embedding's ids and the final norm's input and output, added later: :func:`_edges`)
 BEFORE = {
     "p2p/cp2": (8388608.0, (0.0, 0.0), 50331648.0, 285212672.0, 137438953472.0, 134217728.0, 343597383680.0, 243269632.0, 1.0813865765837234, 87813071708.16),  # noqa: E501
     "allgather/cp2": (8388608.0, (0.0, 0.0), 33554432.0, 285212672.0, 137438953472.0, 134217728.0, 343597383680.0, 243269632.0, 1.084625192761496, 87795740844.032),  # noqa: E501
@@ -189,6 +190,15 @@ BEFORE = {
     "a2a+p2p/cp4": (4194304.0, (12582912.0, 8388608.0), 50331648.0, 142606336.0, 68719476736.0, 109051904.0, 171798691840.0, 163577856.0, 0.70395272614426, 82285067640.832),  # noqa: E501
     "all_gather/cp4": (4194304.0, (0.0, 0.0), 65011712.0, 142606336.0, 68719476736.0, 83886080.0, 171798691840.0, 184549376.0, 0.720101029764338, 82300232146.944),  # noqa: E501
 }
+
+
+def _edges(cp: int) -> float:
+    """The whole-process bytes the one stage added later outside its layers: the embedding's
+    int64 ids (8 s/cp; no mask, the preset's hidden_dropout is 0) and the final norm's bf16
+    input and output over t = 2 with sequence parallelism (2 (s/cp) h 2 / 2), with the
+    allocator's 3.3 % reserve on them (core.model.memory.ALLOCATOR_RESERVE_FRACTION)."""
+    tokens = 8192 // cp
+    return (8 * tokens + 2 * tokens * 4096 * 2 / 2) * 1.033
 
 
 @pytest.mark.parametrize("name", sorted(BEFORE))
@@ -208,7 +218,8 @@ def test_llama3_8b_cp_numbers_unchanged_bit_for_bit(name):
            sum(k.flops for k in fwd), sum(k.bytes for k in fwd),
            sum(k.flops for k in bwd), sum(k.bytes for k in bwd),
            r.iteration_time_s, float(r.max_memory_per_gpu_bytes))
-    assert got == BEFORE[name]
+    assert got[:-1] == BEFORE[name][:-1]
+    assert got[-1] == pytest.approx(BEFORE[name][-1] + _edges(int(cp)), rel=1e-15)
 
 
 def test_mla_without_cp_unchanged_bit_for_bit():
@@ -226,6 +237,9 @@ def test_mla_without_cp_unchanged_bit_for_bit():
         "flash_attn", 343597383680.0, 335544320.0, 4096, 4096, 192, 64)
     assert (b.name, b.flops, b.bytes) == ("flash_attn_bwd", 858993459200.0, 671088640.0)
     r = simulate(s).report
-    assert (r.iteration_time_s, float(r.max_memory_per_gpu_bytes)) == (
-        0.8951318102992758, 68217371353.6)
+    # + the loss stage's final norm's bf16 input and output, 2 s h / t with sequence
+    # parallelism, and the allocator's 3.3 % reserve on them: added later
+    assert r.iteration_time_s == 0.8951318102992758
+    assert float(r.max_memory_per_gpu_bytes) == pytest.approx(
+        68217371353.6 + 2 * 4096 * 7168 * 2 / 2 * 1.033, rel=1e-15)
     assert activation_bytes_per_layer(m, pl, "selective") == 696254464.0

@@ -106,14 +106,16 @@ def test_activation_memory_korthikanti_table_2(sp, recompute, per_layer):
 def test_last_stage_keeps_each_waiting_loss_softmax(schedule, losses):
     """The last stage adds the logits (e bytes) and the cross entropy's fp32 softmax (4 bytes)
     of each micro-batch whose loss awaits its backward (Megatron-Core
-    VocabParallelCrossEntropy saves exp_logits): 1 under 1F1B, all m = 12 under GPipe."""
+    VocabParallelCrossEntropy saves exp_logits): 1 under 1F1B, all m = 12 under GPipe; and
+    the final norm's bf16 input and output of each, 2 s b h / t with sequence parallelism."""
     pl = plan(sequence_parallel=True, recompute="selective", schedule=schedule,
               global_batch_size=48)
     mem = model_math.stage_memory(GPT3, pl)
     seq, b, h, t = 2048, 1, 12288, 8
     V = 51200  # 50257 padded to a multiple of 128 * t
     in_flight = 1 if schedule == "1f1b" else 12
-    want = 34 * seq * b * h / t * 6 * in_flight + seq * b * V / t * (2 + 4 * losses)
+    want = (34 * seq * b * h / t * 6 * in_flight + seq * b * V / t * (2 + 4 * losses)
+            + 2 * seq * b * h * 2 / t * losses)
     assert pl.num_microbatches == 12
     assert mem[-1].activations_bytes == pytest.approx(want, rel=1e-12)
 

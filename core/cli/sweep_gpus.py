@@ -208,7 +208,7 @@ def print_choice(choice, console: Any, print_dimensions: Any = None,
     for col, just in (("GPU kind", "left"), ("GPUs", "right"), ("plan", "left"),
                       (f"expected days ({cov} band)", "right"),
                       (f"expected $ ({cov} band)", "right"), ("goodput", "right"),
-                      ("MFU", "right")):
+                      ("MFU", "right"), ("GiB/GPU", "right")):
         t.add_column(col, justify=just, no_wrap=col != "plan")
     for k in choice.front.tolist():
         p = choice.point(k)
@@ -218,7 +218,9 @@ def print_choice(choice, console: Any, print_dimensions: Any = None,
                                                     p["expected_days_high"], _days),
                   _money(p["expected_cost_usd"]) + _band(p["expected_cost_usd_low"],
                                                          p["expected_cost_usd_high"], _money),
-                  f"{p['goodput']:.1%}", f"{p['mfu']:.1%}")
+                  f"{p['goodput']:.1%}", f"{p['mfu']:.1%}",
+                  "" if p["max_memory_per_gpu_bytes"] is None
+                  else f"{p['max_memory_per_gpu_bytes'] / 2**30:.1f}")
     console.print(t)
     if any(choice.point(k)["memory_verdict"] == "tight" for k in choice.front.tolist()):
         console.print("[dim]~ after the GPUs: tight, within the planner's memory margin "

@@ -36,6 +36,7 @@ from core.plan.layout import pipeline_layout_text, stage_layer_counts
 
 __all__ = [
     "ACTIVATION_FREE_PLAN_FIELDS", "ALLOCATOR_RESERVE_FRACTION", "CUDA_CONTEXT_BYTES",
+    "embedding_activation_bytes", "embedding_in_flight", "final_norm_activation_bytes",
     "GEMM_WORKSPACE_BYTES", "NCCL_BUFFSIZE_BYTES", "NCCL_CHANNELS", "NCCL_RING_PEERS",
     "STATE_FREE_PLAN_FIELDS", "StageMemoryArrays", "activation_bytes_per_layer",
     "STATE_DTYPE_BYTES", "bytes_per_parameter", "grad_copy_bytes_per_parameter",
@@ -108,6 +109,70 @@ def in_flight_microbatches(plan: ParallelPlan, stage: int, model: ModelConfig | 
     return ep_overlap_in_flight(plan, schedule_in_flight(
         plan.schedule, plan.pipeline_parallel, plan.num_microbatches, chunks_per_stage(plan),
         uneven_chunks(plan, model)), model)[stage]
+
+
+def embedding_in_flight(plan: ParallelPlan) -> float:
+    """Micro-batches whose embedding output the first stage keeps at its peak:
+    :func:`core.schedules.embedding_in_flight` (the model's first virtual stage's forwards not
+    yet back-propagated; 1F1B ``min(p, m)``, Korthikanti et al. 2022 Sec. 4.2.3 and
+    Megatron-Core 0.19.2 ``megatron/training/theoretical_memory_usage.py`` lines 330-339:
+    ``p`` micro-batches of the embedding in flight), and under
+    ``overlap_moe_expert_parallel_comm`` with pipelining one more (its extra warm-up forward,
+    :func:`ep_overlap_in_flight`; under interleaving counted as the first chunk's, an upper
+    bound), at most ``m``."""
+    n = schedules.embedding_in_flight(plan.schedule, plan.pipeline_parallel,
+                                      plan.num_microbatches, chunks_per_stage(plan))
+    if ep_overlap_on(plan) and plan.pipeline_parallel > 1:
+        n = min(n + 1, plan.num_microbatches)
+    return float(n)
+
+
+def embedding_activation_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
+    """Bytes the first stage's embedding keeps for one micro-batch on one GPU, whatever the
+    recomputation (Megatron-Core checkpoints transformer layers only; the embedding runs once):
+
+    * its input ids, int64, ``8 s b`` (``s/cp`` tokens with context parallelism): saved by the
+      word embedding's gather for its weight gradient (Megatron-Core 0.19.2
+      ``tensor_parallel/layers.py`` ``VocabParallelEmbedding.forward``: ``F.embedding`` of the
+      ids, or with ``t > 1`` of their masked copy), the whole sequence on every tensor-parallel
+      rank: not divided by ``t`` (sequence parallelism scatters the embedding's output only).
+      Megatron's estimate counts ``8 s b`` per micro-batch and divides it by ``t`` with the
+      rest (``theoretical_memory_usage.py`` lines 330-333, 379);
+    * its dropout mask, 1 byte per element (``torch.nn.Dropout``'s bool mask), ``s b h``, over
+      ``t`` with sequence parallelism (``LanguageModelEmbedding.forward`` drops out after
+      ``scatter_to_sequence_parallel_region``), when ``model.hidden_dropout > 0`` (at 0
+      PyTorch's dropout returns its input and keeps no mask): Korthikanti et al. 2022
+      Sec. 4.1 (``s b h p / t`` on the first stage), Megatron's lines 334-339.
+
+    :func:`stage_activation_bytes` multiplies it by :func:`embedding_in_flight`."""
+    tokens = model.seq_length // plan.context_parallel * plan.micro_batch_size
+    t = plan.tensor_parallel
+    sp = plan.sequence_parallel and t > 1
+    mask = tokens * model.hidden_size / (t if sp else 1) if model.hidden_dropout > 0 else 0.0
+    return float(8 * tokens + mask)
+
+
+def final_norm_activation_bytes(model: ModelConfig, plan: ParallelPlan) -> float:
+    """Bytes the loss stage's final norm keeps for one micro-batch on one GPU, whatever the
+    recomputation (Megatron-Core's ``final_layernorm`` runs after the checkpointed layers):
+    its input (saved by the norm for its backward) and its output (the output layer's input,
+    saved for its weight gradient), ``2 s b h e``, over ``t`` with sequence parallelism (the
+    norm runs on ``s/t`` tokens; ``ColumnParallelLinear`` saves its input before the
+    all-gather and gathers it again in the backward, Megatron-Core 0.19.2
+    ``tensor_parallel/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication``), ``e``
+    the activations' bytes (BF16 under FP8: Transformer Engine keeps the norm and the output
+    layer in BF16). Korthikanti et al. 2022 Sec. 4.1: ``2 s b h / t`` for the last
+    layer-norm's input and as much for the output layer's; Megatron's estimate counts the
+    same ``4 s b h / t`` (``theoretical_memory_usage.py`` lines 370-376, with ``p = 1`` only).
+    With ``N`` multi-token-prediction layers each has its final norm (its ``_postprocess``,
+    outside its checkpoint) and the output layer reads their outputs concatenated
+    (``MultiTokenPredictionBlock``'s ``torch.cat``): ``N + 1`` times as much. The norm's
+    fp32 statistics (``s b`` floats) are left out."""
+    tokens = model.seq_length // plan.context_parallel * plan.micro_batch_size
+    t = plan.tensor_parallel
+    sp = plan.sequence_parallel and t > 1
+    e = DTYPE_BYTES[tensor_dtype(plan.precision)]
+    return float((1 + mtp_layers(model)) * 2 * tokens * model.hidden_size * e / (t if sp else 1))
 
 
 def ep_overlap_on(plan: ParallelPlan) -> bool:
@@ -555,6 +620,13 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     backward (:func:`core.model.softcap.final_logit_softcap_bytes`).
     Context parallelism adds, on every stage with layers, the buffers of the exchange of the
     attention layer running (:func:`cp_exchange_buffer_bytes`: one layer's, transient).
+    Outside the layers (Korthikanti et al. 2022, Sec. 4.1; Megatron's estimate,
+    ``theoretical_memory_usage.py`` lines 330-339 and 370-376), under every recomputation:
+    the first stage keeps the embedding's input ids and dropout mask for each micro-batch
+    whose embedding awaits its backward (:func:`embedding_activation_bytes` times
+    :func:`embedding_in_flight`), the loss stage its final norm's input and output for each
+    micro-batch whose loss awaits its backward (:func:`final_norm_activation_bytes`, freed
+    with the logits before a recomputed layer runs).
     """
     weights, grads, opt, copy = _state_bytes(model, plan, fp8_tn)
     acts = stage_activation_bytes(model, plan)
@@ -585,10 +657,11 @@ def stage_activation_bytes(model: ModelConfig, plan: ParallelPlan, memo: dict | 
     stage's terms (:func:`_flight_parts`, without :data:`_FLIGHT_FREE_PLAN_FIELDS`); the
     figures are the same with it or without (tests compare)."""
     (layers, kept_moe, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
-     adds, cp_buffers, freed) = _activation_inputs(model, plan, memo)
+     adds, cp_buffers, freed, first) = _activation_inputs(model, plan, memo)
     return _activations(layers, kept_moe, recomputed, keep, ckpt, working,
                         moe_keep if has_moe else 0.0, np.array(in_flight, float), last, adds,
-                        cp_buffers is not None, 0.0 if cp_buffers is None else cp_buffers, freed)
+                        cp_buffers is not None, 0.0 if cp_buffers is None else cp_buffers, freed,
+                        first)
 
 
 def stage_activation_rows(model: ModelConfig, plans: list[ParallelPlan], memo: dict
@@ -599,7 +672,7 @@ def stage_activation_rows(model: ModelConfig, plans: list[ParallelPlan], memo: d
     stacked as rows and columns. ``memo`` as there."""
     cols = list(zip(*(_activation_inputs(model, pl, memo) for pl in plans)))
     (layers, kept_moe, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last,
-     adds, cp_buffers, freed) = cols
+     adds, cp_buffers, freed, first) = cols
     col = (lambda xs: np.array(xs, float).reshape(-1, 1))
     cp_on = np.array([c is not None for c in cp_buffers], bool).reshape(-1, 1)
     return _activations(
@@ -607,11 +680,12 @@ def stage_activation_rows(model: ModelConfig, plans: list[ParallelPlan], memo: d
         col(working), col([m if h else 0.0 for m, h in zip(moe_keep, has_moe)]),
         np.array(in_flight, float), (np.arange(len(plans)), np.array(last, np.int64)),
         [np.array(a, float) for a in zip(*adds)], cp_on,
-        col([0.0 if c is None else c for c in cp_buffers]), np.array(freed, float))
+        col([0.0 if c is None else c for c in cp_buffers]), np.array(freed, float),
+        np.array(first, float))
 
 
 def _activations(layers, kept_moe, recomputed, keep, ckpt, working, moe_keep,
-                 in_flight, last, adds, cp_on, cp_buffers, freed=0.0) -> np.ndarray:
+                 in_flight, last, adds, cp_on, cp_buffers, freed=0.0, first=0.0) -> np.ndarray:
     """The arithmetic of :func:`stage_activation_bytes` on one plan's parts (arrays (p,),
     python scalars, ``last`` an int, ``adds`` the loss stage's terms) or on ``k`` plans' (arrays
     (k, p), columns (k, 1), ``last`` an index pair, ``adds`` arrays (k,)): every stage at once,
@@ -619,14 +693,16 @@ def _activations(layers, kept_moe, recomputed, keep, ckpt, working, moe_keep,
     layers that are not recomputed (``moe_keep`` 0.0 for a model without them). ``freed``: the
     loss stage's bytes of the micro-batch in its backward that are gone before its first
     recomputed layer runs again (:func:`_flight_parts`), so that only the larger of them and
-    the working set counts there."""
+    the working set counts there. ``first``: the first stage's embedding terms (a float, or
+    an array (k,))."""
     # the checkpointed layers keep their input, the others their activations: the dense ones
     # ``keep`` each, the MoE ones ``moe_keep``
     acts = (recomputed * ckpt + (layers - recomputed - kept_moe) * keep
             + kept_moe * moe_keep) * in_flight
     acts = np.where(recomputed != 0, acts + working, acts)  # the layer being recomputed
-    for add in adds:  # the loss stage's logits, their soft cap, the MTP layers' inputs
+    for add in adds:  # the loss stage's logits, their soft cap, the final norms, the MTP inputs
         acts[last] += add
+    acts[..., 0] += first  # the embedding's input ids and dropout mask (stage 0)
     # the micro-batch whose backward recomputes a layer of the loss stage has freed its logits
     # (and their cap) by then: the stage's peak holds the larger of the two, not both
     acts[last] -= np.minimum(freed, np.where(recomputed[last] != 0,
@@ -639,10 +715,11 @@ def _activations(layers, kept_moe, recomputed, keep, ckpt, working, moe_keep,
 def _activation_inputs(model: ModelConfig, plan: ParallelPlan, memo: dict | None) -> tuple:
     """The parts of :func:`stage_activation_bytes` of one plan: ``(layers, kept_moe,
     recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight, last, adds, cp_buffers,
-    freed)`` (:func:`_stage_layer_parts`, :func:`_layer_activation_parts`, the micro-batches
-    in flight per stage (tuple), the loss stage, its added terms in order (tuple of floats),
-    the context-parallel buffers, None with ``cp = 1``, and what of the added terms the
-    micro-batch in its backward frees before a recomputed layer runs, :func:`_flight_parts`)."""
+    freed, first)`` (:func:`_stage_layer_parts`, :func:`_layer_activation_parts`, the
+    micro-batches in flight per stage (tuple), the loss stage, its added terms in order (tuple
+    of floats), the context-parallel buffers, None with ``cp = 1``, what of the added terms
+    the micro-batch in its backward frees before a recomputed layer runs, and the first
+    stage's added term, :func:`_flight_parts`)."""
     key = plan_key(plan) if memo is not None else None
     layers, kept_moe, recomputed, last, uneven, has_moe = _memoized(
         memo, ("layout", _LAYOUT_KEY(key)) if key is not None else None,
@@ -650,21 +727,24 @@ def _activation_inputs(model: ModelConfig, plan: ParallelPlan, memo: dict | None
     keep, ckpt, working, moe_keep, cp_buffers = _memoized(
         memo, ("layer", _PER_LAYER_KEY(key), has_moe) if key is not None else None,
         _layer_activation_parts, model, plan, has_moe)
-    in_flight, adds, freed = _memoized(
+    in_flight, adds, freed, first = _memoized(
         memo, ("flight", _FLIGHT_KEY(key), last, uneven) if key is not None else None,
         _flight_parts, model, plan, last, uneven)
     return (layers, kept_moe, recomputed, has_moe, keep, ckpt, working, moe_keep, in_flight,
-            last, adds, cp_buffers if plan.context_parallel > 1 else None, freed)
+            last, adds, cp_buffers if plan.context_parallel > 1 else None, freed, first)
 
 
-def _flight_parts(model: ModelConfig, plan: ParallelPlan, last: int,
-                  uneven: tuple | None) -> tuple[tuple[float, ...], tuple[float, ...], float]:
+def _flight_parts(model: ModelConfig, plan: ParallelPlan, last: int, uneven: tuple | None
+                  ) -> tuple[tuple[float, ...], tuple[float, ...], float, float]:
     """The micro-batches in flight of :func:`stage_activation_bytes` (per stage), the loss
-    stage's added terms (the logits, their soft cap, the MTP layers' inputs) and what of them
-    one micro-batch frees before its backward recomputes a layer of the stage (its logits, or
-    their gradient under Transformer Engine's fused cross-entropy, and their cap's output: the
-    loss's and output layer's backward run first; 0.0 with MTP layers, whose backward order
-    is not modelled), ``last`` being the loss stage and ``uneven`` :func:`uneven_chunks`."""
+    stage's added terms (the logits, their soft cap, the final norms' inputs and outputs, the
+    MTP layers' inputs), what of them one micro-batch frees before its backward recomputes a
+    layer of the stage (its logits, or their gradient under Transformer Engine's fused
+    cross-entropy, their cap's output and the final norm's input and output: the loss's,
+    output layer's and final norm's backward run first; 0.0 with MTP layers, whose backward
+    order is not modelled) and the first stage's added term (:func:`embedding_activation_bytes`
+    times :func:`embedding_in_flight`), ``last`` being the loss stage and ``uneven``
+    :func:`uneven_chunks`."""
     t = plan.tensor_parallel
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     n_mtp = mtp_layers(model)
@@ -685,6 +765,9 @@ def _flight_parts(model: ModelConfig, plan: ParallelPlan, last: int,
     if family_of(model).final_logit_softcap:  # the cap's tanh output (the layer spec's)
         adds.append(final_logit_softcap_bytes(tokens, V, t, e) * losses)
         freed += final_logit_softcap_bytes(tokens, V, t, e)
+    norm = final_norm_activation_bytes(model, plan)  # kept until the loss's backward
+    adds.append(norm * losses)
+    freed += norm
     if n_mtp:  # each MTP layer's enorm and hnorm inputs and eh_proj's 2h-wide input (4h); when
         # checkpointed (mtp_layers_recomputed) only the checkpoint's two inputs, the hidden
         # states and the shifted tokens' embedding (2h), of which the transformer layer's
@@ -693,7 +776,8 @@ def _flight_parts(model: ModelConfig, plan: ParallelPlan, last: int,
         width = 1 if mtp_layers_recomputed(plan) else 4
         adds.append(n_mtp * tokens * width * model.hidden_size * e / (t if sp else 1)
                     * in_flight[last])
-    return in_flight, tuple(adds), (0.0 if n_mtp else float(freed))
+    first = embedding_activation_bytes(model, plan) * embedding_in_flight(plan)
+    return in_flight, tuple(adds), (0.0 if n_mtp else float(freed)), float(first)
 
 
 #: Plan fields the stages' layer counts of :func:`stage_activation_bytes` do not read

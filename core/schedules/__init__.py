@@ -13,8 +13,8 @@ comparing names.
 from __future__ import annotations
 
 from core.schedules.base import (PHASE_B, PHASE_F, PHASE_W, PHASES, NotInMegatron,
-                                 PipelineSchedule, WorkOrder, combined_1f1b_paired_share, get,
-                                 in_flight_all, in_flight_microbatches, loss_in_flight, megatron_schedule,
+                                 PipelineSchedule, WorkOrder, combined_1f1b_paired_share,
+                                 embedding_in_flight, get, in_flight_all, in_flight_microbatches, loss_in_flight, megatron_schedule,
                                  names,
                                  register, schedule_errors, work_order, work_orders)
 from core.schedules.gpipe import GPipe
@@ -25,7 +25,8 @@ from core.schedules.zero_bubble import ZeroBubbleH1
 
 __all__ = ["PHASE_F", "PHASE_B", "PHASE_W", "PHASES", "WorkOrder", "PipelineSchedule",
            "NotInMegatron", "register", "get", "names", "work_order", "work_orders",
-           "in_flight_microbatches", "in_flight_all", "loss_in_flight", "schedule_errors",
+           "in_flight_microbatches", "in_flight_all", "loss_in_flight", "embedding_in_flight",
+           "schedule_errors",
            "combined_1f1b_paired_share", "megatron_schedule", "GPipe", "OneFOneB", "Interleaved", "ZeroBubbleH1",
            "ZeroBubbleV"]
 

@@ -28,8 +28,8 @@ import numpy as np
 
 __all__ = ["PHASE_F", "PHASE_B", "PHASE_W", "PHASES", "WorkOrder", "PipelineSchedule",
            "NotInMegatron", "register", "get", "names", "work_order", "work_orders",
-           "in_flight_microbatches", "in_flight_all", "loss_in_flight", "schedule_errors",
-           "combined_1f1b_paired_share", "order_of", "megatron_schedule", "steady_microbatches"]
+           "in_flight_microbatches", "in_flight_all", "loss_in_flight", "embedding_in_flight",
+           "schedule_errors", "combined_1f1b_paired_share", "order_of", "megatron_schedule", "steady_microbatches"]
 
 PHASE_F, PHASE_B, PHASE_W = 0, 1, 2
 #: Phase names, indexed by the phase codes above.
@@ -388,6 +388,34 @@ def loss_in_flight(schedule: str, p: int, m: int, v: int = 1) -> int:
     s, c = int(stage_of[-1]), int(chunk_of[-1])  # the virtual stage of the loss
     last = chunk[s] == c
     step = np.where(last & (phase[s] == PHASE_F), 1, np.where(last & (phase[s] == PHASE_B), -1, 0))
+    return int(np.cumsum(step).max())
+
+
+@lru_cache(maxsize=1024)
+def embedding_in_flight(schedule: str, p: int, m: int, v: int = 1) -> int:
+    """Peak micro-batches whose embedding the first stage has run and not yet
+    back-propagated: the running count of the forwards of the model's first virtual stage
+    (chunk 0 of stage 0 under every placement) minus their backwards (B: the embedding's
+    dropout and gather are the last steps of the input-gradient pass), maximised over the
+    stage's program; as :func:`loss_in_flight` for the last virtual stage. 1F1B:
+    ``min(p, m)`` (Korthikanti et al. 2022, Sec. 4.2.3: the first stage holds ``p``
+    micro-batches); GPipe: ``m`` when ``p > 1``; interleaved 1F1B: the first chunk's
+    micro-batches in stage 0's warm-up, at most ``min(p, m)`` more than one per chunk
+    round. Each such micro-batch keeps the embedding's input ids and dropout mask
+    (:func:`core.model.memory.stage_memory_arrays`). Beyond the steady state from the orders
+    of :func:`steady_microbatches`; GPipe's closed form gives ``m`` (every forward runs before
+    the first backward, as many embeddings as losses)."""
+    sched = get(schedule)
+    sched.check_order(p, m, sched.chunks(v))
+    closed = sched.in_flight_closed_form(p, m, sched.chunks(v))
+    if closed is not None:
+        return closed[1]
+    phase, _, chunk = work_orders(schedule, p, steady_microbatches(schedule, p, m, v), v)
+    stage_of, chunk_of = sched.placement(p, sched.chunks(v))
+    s, c = int(stage_of[0]), int(chunk_of[0])  # the virtual stage of the embedding
+    first = chunk[s] == c
+    step = np.where(first & (phase[s] == PHASE_F), 1,
+                    np.where(first & (phase[s] == PHASE_B), -1, 0))
     return int(np.cumsum(step).max())
 
 

@@ -8,7 +8,9 @@ costed with failures and checkpoints (:func:`core.sim.goodput.goodput` with the 
 ``reliability``): expected days = expected wall time of the run, expected dollars = that time
 times the GPUs times the row's price. The combined front is the Pareto front
 (:func:`core.studies.sweep.result.pareto_front`) of (expected days, expected dollars) over the
-plans of every row. Each front point carries its GPU kind, count, plan, goodput, the failures'
+plans of every row, of plans tied on both only those needing the least memory per GPU
+(:func:`least_memory_of_ties`: ZeRO-1 and ZeRO-2 of one plan tie at one micro-batch per
+iteration, where both reduce-scatter the gradients once, and ZeRO-2 holds ``1/d`` of them). Each front point carries its GPU kind, count, plan, goodput, the failures'
 10th-90th percentile spread and the prediction band (the iteration time's error band,
 :mod:`core.store.interval`, carried through the goodput model).
 
@@ -50,14 +52,14 @@ from core.studies.sweep.run import check_sweep_work, run_sweep
 from core.studies.sweep.space import SweepSpace
 
 __all__ = ["GpuChoice", "choose_gpus", "combine", "row_session", "expected_figures",
-           "overhead_lower_bound", "POINT_KEYS"]
+           "least_memory_of_ties", "overhead_lower_bound", "POINT_KEYS"]
 
 #: Keys of each point of :meth:`GpuChoice.point` (and of ``--json``'s ``front``).
 POINT_KEYS = ("gpu", "row", "num_gpus", "plan", "iteration_time_s", "mfu", "goodput",
               "expected_days", "expected_days_low", "expected_days_high", "days_p10", "days_p90",
               "expected_cost_usd", "expected_cost_usd_low", "expected_cost_usd_high",
               "training_days_without_failures", "price_per_gpu_hour_usd", "session_row",
-              "memory_verdict")
+              "memory_verdict", "max_memory_per_gpu_bytes")
 
 
 def row_session(session: Session, row) -> Session:
@@ -123,7 +125,9 @@ class GpuChoice:
     goodput : float64 array
         Work over expected time (0..1).
     front : int64 array
-        Points of the combined (expected days, expected dollars) Pareto front, fastest first.
+        Points of the combined (expected days, expected dollars) Pareto front, fastest first;
+        of points tied on both, those needing the least memory per GPU
+        (:func:`least_memory_of_ties`).
     band : dict of int to dict
         For each front point (and the best two, and each row's fastest and cheapest):
         ``expected_days_low/high`` and
@@ -183,7 +187,15 @@ class GpuChoice:
             "training_days_without_failures": fin(res.training_days[i]),
             "price_per_gpu_hour_usd": self.sheet.rows[r].price_per_gpu_hour_usd,
             "session_row": i, "memory_verdict": str(res.memory_verdict[i]),
+            "max_memory_per_gpu_bytes": fin(res.max_memory_per_gpu_bytes[i]),
         }
+
+    @property
+    def memory_bytes(self) -> np.ndarray:
+        """Each point's peak memory per GPU (its sweep's ``max_memory_per_gpu_bytes``, the
+        whole process), bytes, float64 (num_points,)."""
+        return np.array([float(self.sweeps[r].max_memory_per_gpu_bytes[i])
+                         for r, i in zip(self.row.tolist(), self.index.tolist())], float)
 
     def no_point_reason(self) -> str:
         """Why there is no point (no plan to pick, :attr:`best_by_days` None): no plan fits
@@ -216,7 +228,8 @@ class GpuChoice:
         """Points of sheet row ``r``'s own (expected days, expected dollars) front, fastest
         first; int64 (m,)."""
         ks = np.flatnonzero(self.row == r)
-        on = pareto_front(self.expected_days[ks], self.expected_cost_usd[ks])
+        days, cost = self.expected_days[ks], self.expected_cost_usd[ks]
+        on = least_memory_of_ties(days, cost, self.memory_bytes[ks], pareto_front(days, cost))
         out = ks[on]
         return out[np.lexsort((self.expected_cost_usd[out], self.expected_days[out]))]
 
@@ -415,14 +428,19 @@ def _combine(sheet: PriceSheet, parts: list[_RowPoints], coverage: float) -> Gpu
     days_a = np.concatenate([p.days for p in parts] + [np.zeros(0)])
     cost_a = np.concatenate([p.cost for p in parts] + [np.zeros(0)])
     good = np.concatenate([p.good for p in parts] + [np.zeros(0)])
-    on = pareto_front(days_a, cost_a)
+    mem = np.concatenate([p.sweep.max_memory_per_gpu_bytes[p.index] for p in parts]
+                         + [np.zeros(0)]).astype(float)
+    on = least_memory_of_ties(days_a, cost_a, mem, pareto_front(days_a, cost_a))
+    # a point tied with a front point on days and dollars but needing more memory is not a
+    # best one either
+    kept = ~_tied_with_less_memory(days_a, cost_a, mem)
     front = np.flatnonzero(on)
     front = front[np.lexsort((cost_a[front], days_a[front]))]
     choice = GpuChoice(sheet=sheet, sweeps=[p.sweep for p in parts], row=row, index=index,
                        expected_days=days_a, expected_cost_usd=cost_a, goodput=good,
                        front=front,
-                       best_by_days=best_row(days_a, cost_a, np.ones(row.size, bool)),
-                       best_by_dollars=best_row(cost_a, days_a, np.ones(row.size, bool)),
+                       best_by_days=best_row(days_a, cost_a, kept),
+                       best_by_dollars=best_row(cost_a, days_a, kept),
                        never_finish=sum(p.never for p in parts), coverage=coverage,
                        counts=[p.counts for p in parts])
     fd, fc = days_a[front], cost_a[front]
@@ -436,6 +454,36 @@ def _combine(sheet: PriceSheet, parts: list[_RowPoints], coverage: float) -> Gpu
     for k in {*front.tolist(), choice.best_by_days, choice.best_by_dollars, *per_row} - {None}:
         choice.band[k] = _band(choice, k)
     return choice
+
+
+def _tied_with_less_memory(days: np.ndarray, cost: np.ndarray, mem: np.ndarray) -> np.ndarray:
+    """Whether each point (float64 (n,) arrays) has a twin with the same expected days and
+    dollars that needs less memory per GPU; bool (n,)."""
+    out = np.zeros(days.shape, bool)
+    groups: dict[tuple[float, float], list[int]] = {}
+    for i, key in enumerate(zip(days.tolist(), cost.tolist())):
+        groups.setdefault(key, []).append(i)
+    for ks in groups.values():
+        if len(ks) > 1:
+            least = min(mem[k] for k in ks)
+            for k in ks:
+                out[k] = mem[k] > least
+    return out
+
+
+def least_memory_of_ties(days: np.ndarray, cost: np.ndarray, mem: np.ndarray,
+                         on: np.ndarray) -> np.ndarray:
+    """The front ``on`` (bool (n,), :func:`pareto_front` of ``days`` and ``cost``) less each
+    point tied with another on both expected days and dollars that needs more memory per GPU
+    (``mem``, bytes): with the same days and dollars the one with more headroom is no worse
+    by any figure and better by one. The ties this removes: a plan at ZeRO stage 1 (the
+    distributed optimizer: the gradient buffer whole on each rank, reduce-scattered once after
+    the last micro-batch) and the same plan at stage 2 (Megatron-FSDP ``optim_grads``: each
+    micro-batch's gradients reduce-scattered, ``1/d`` kept) move the same bytes when the
+    iteration has one micro-batch, so their time is the same and stage 2's memory less
+    (:func:`core.model.memory.bytes_per_parameter`); the front keeps stage 2. Points tied on
+    all three stay. bool (n,)."""
+    return np.asarray(on, bool) & ~_tied_with_less_memory(days, cost, mem)
 
 
 def _dominated(fd: np.ndarray, fc: np.ndarray, d: np.ndarray, c: np.ndarray) -> np.ndarray:
