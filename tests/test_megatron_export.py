@@ -697,3 +697,8 @@ def test_export_names_what_the_plan_does_not_set(parser_spec):
     assert tail == [f"# {line}" for line in NOT_IN_THE_PLAN]
     assert "--lr" in " ".join(tail) and "--mock-data" in " ".join(tail)
     assert "--lr " not in text.split("pretrain_gpt.py", 1)[1].split("#", 1)[0]  # no value guessed
+    # the numerics the session does not hold are Megatron-LM's own options, none written
+    command = text.split("pretrain_gpt.py", 1)[1].split("#", 1)[0]
+    for option in ("--rotary-base", "--norm-epsilon", "--init-method-std", "--attention-dropout"):
+        assert option in defaults and option in " ".join(tail) and option not in command
+    assert "--into" in " ".join(tail)

@@ -469,11 +469,16 @@ def _session_arguments(session: Session) -> list[str]:
 #: What a Megatron-LM run needs besides the plan, written under the exported launch: the plan
 #: sets no data, learning rate or checkpoints, and Megatron-LM's parser has no default for
 #: ``--lr`` or the data (``../shared/data/megatron-lm/arguments.json``: ``--lr``,
-#: ``--data-path``, ``--save`` and ``--load`` default to None, ``--mock-data`` to False).
+#: ``--data-path``, ``--save`` and ``--load`` default to None, ``--mock-data`` to False); nor
+#: the model's numerics that the session does not hold (``--rotary-base`` and the like:
+#: they do not change the iteration time), which ``--into`` keeps from the user's script.
 NOT_IN_THE_PLAN = (
     "not set by the plan; add them for a run: the data (--data-path PREFIX, or --mock-data for",
     "a benchmark), the learning rate and its schedule (--lr has no default), checkpoints",
-    "(--save, --load) and logging",
+    "(--save, --load) and logging; and the model's numerics that do not change the",
+    "iteration time, which the session does not hold (--rotary-base, --norm-epsilon,",
+    "--init-method-std, --attention-dropout, ...): vtrain export megatron-args --into",
+    "YOUR_SCRIPT.sh --out NEW.sh keeps your launch's own lines and replaces the plan's",
 )
 
 
