@@ -335,3 +335,46 @@ def test_an_empty_network_field_and_its_value_are_no_difference(tmp_path, capsys
     assert main(["diff", str(pa), str(SMALL), "--json"]) == 0  # the example's 800 Gb/s
     assert json.loads(capsys.readouterr().out)["beyond_plan"] == [
         {"field": "cluster.inter_node_bandwidth_gbits_per_s", "a": None, "b": 800.0}]
+
+
+def test_set_b_compares_a_with_a_changed_in_one_field(tmp_path, capsys):
+    """``vtrain diff A --set-b plan.tensor_parallel=4 --set-b plan.data_parallel=1`` is the
+    diff of A and a file B that differs in those fields alone: the same difference, to the
+    bit; B.json given with --set-b is changed, A never; the header names the change."""
+    b_file = tmp_path / "b.json"
+    save_session(_variant(tensor_parallel=4, pipeline_parallel=2, data_parallel=1), b_file)
+    assert main(["diff", str(SMALL), str(b_file), "--json"]) == 0
+    files = json.loads(capsys.readouterr().out)
+    sets = ["--set-b", "plan.tensor_parallel=4", "--set-b", "plan.data_parallel=1"]
+    assert main(["diff", str(SMALL), *sets, "--json"]) == 0
+    changed = json.loads(capsys.readouterr().out)
+    assert changed["difference_s"] == files["difference_s"] != 0.0
+    assert changed["terms"] == files["terms"]
+    a, b = load_any(SMALL), load_any(b_file)
+    assert changed["difference_s"] == pytest.approx(
+        simulate(b).report.iteration_time_s - simulate(a).report.iteration_time_s, rel=1e-12)
+    # B.json with --set-b: B changed (back to A's t and d), A not: no difference
+    assert main(["diff", str(SMALL), str(b_file), "--set-b", "plan.tensor_parallel=2",
+                 "--set-b", "plan.data_parallel=2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["difference_s"] == 0.0
+    assert main(["diff", str(SMALL), *sets]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (f"B {SMALL} with --set-b plan.tensor_parallel=4 --set-b plan.data_parallel=1: t=4 "
+            "p=2 d=1") in out
+
+
+@pytest.mark.parametrize("item, message", [
+    ("plan.tensor_paralel=8", "vtrain: error: --set-b plan.tensor_paralel: unknown field; did "
+                              "you mean tensor_parallel?"),
+    ("plan.tensor_parallel=x", "vtrain: error: --set-b plan.tensor_parallel: must be of type "
+                               "int"),
+    ("tensor_parallel=8", "vtrain: error: --set-b tensor_parallel=8: give SECTION.FIELD=VALUE"),
+    ("plan.tensor_parallel=3", "with --set-b plan.tensor_parallel=3: plan.tensor_parallel: "
+                               "num_attention_heads=16 is not divisible by tensor_parallel_size=3"),
+])
+def test_a_bad_set_b_is_refused_naming_set_b(item, message, capsys):
+    """--set-b's errors are --set's (core.cli.common.apply_sets), named --set-b; a change that
+    breaks a rule names the file with the change; exit status 2, no traceback."""
+    assert main(["diff", str(SMALL), "--set-b", item]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

@@ -23,6 +23,7 @@ from core.sim.goodput import checkpoint_size, goodput, run_goodput
 from core.sim.simulate import simulate
 from core.studies.gpu_choice import choose_gpus, row_session
 from core.studies.sweep import SweepSpace, run_sweep
+from core.studies.sweep.result import best_row
 from tests.conftest import ROOT
 
 TINY = ModelConfig("tiny", num_layers=4, hidden_size=256, num_attention_heads=8,
@@ -616,3 +617,55 @@ def test_zero_1_and_zero_2_at_one_micro_batch_are_one_front_point(tmp_path, caps
         n * 4 * (1 - 1 / 64) * 1.033, rel=1e-9)
     assert at64[0]["max_memory_per_gpu_bytes"] == pytest.approx(r2.max_memory_per_gpu_bytes,
                                                                 rel=1e-12)
+
+
+def test_no_tight_leaves_tight_plans_off_the_combined_front_exactly(tmp_path, capsys):
+    """A cluster owner buying GPUs cannot run a plan inside the memory margin: every front
+    plan of GPT-3 1.3B with half the GPU as margin (40 of 80 GiB) is tight, and no_tight
+    (--no-tight) chooses among the plans that fit outside it; its best plans are those of the
+    exhaustive choice restricted to points whose verdict is "fits" (same plan, same expected
+    days and dollars), and the text says how many front plans were tight."""
+    from core.io.session import load_any
+    from tests.conftest import EXAMPLES
+    session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    session.cluster.memory_reserve_fraction = 0.5
+    sheet = PriceSheet([PriceRow("A100-SXM4-80GB", 1.5, 8, row=2),
+                        PriceRow("H100-SXM5-80GB", 2.9, 8, row=3)])
+
+    def space_for(row):
+        return SweepSpace(max_gpus=row.max_gpus, schedules=("1f1b",), recompute=("none", "full"))
+    every = choose_gpus(session, sheet, prune=False, space_for=space_for)
+    kept = choose_gpus(session, sheet, no_tight=True, space_for=space_for)
+    verdict = [every.point(k)["memory_verdict"] for k in range(every.num_points)]
+    assert every.num_tight_on_front == every.front.size > 0  # every front plan is tight
+    assert kept.no_tight and kept.num_tight_on_front == 0 and kept.num_tight_left_out > 0
+    fits = np.array([v == "fits" for v in verdict])
+    for mine, first, second in ((kept.best_by_days, every.expected_days, every.expected_cost_usd),
+                                (kept.best_by_dollars, every.expected_cost_usd,
+                                 every.expected_days)):
+        theirs = best_row(first, second, fits & np.isfinite(first))
+        a, b = kept.point(mine), every.point(theirs)
+        assert (a["gpu"], a["num_gpus"], a["plan"]) == (b["gpu"], b["num_gpus"], b["plan"])
+        assert a["expected_days"] == b["expected_days"] and a["memory_verdict"] == "fits"
+    assert every.point(every.best_by_days)["memory_verdict"] == "tight"
+    assert kept.point(kept.best_by_days)["plan"] != every.point(every.best_by_days)["plan"]
+    cfg, prices = tmp_path / "s.json", tmp_path / "p.csv"
+    save_session(session, cfg)
+    prices.write_text(HEADER + "A100-SXM4-80GB,1.5,8,,test,2026-01-01\n"
+                      "H100-SXM5-80GB,2.9,8,,test,2026-01-01\n")
+    args = ["sweep", str(cfg), "--gpus-from", str(prices), "--workers", "1", "--schedules",
+            "1f1b", "--recompute", "none,full"]
+    assert main(args) == 0
+    n = every.front.size
+    assert (f"{n} of {n} front plans are tight (~): --no-tight keeps only plans that fit "
+            "outside the margin") in " ".join(capsys.readouterr().out.split())
+    assert main([*args, "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*args, "--no-tight", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert not plain["no_tight"] and plain["num_tight_on_front"] == len(plain["front"])
+    assert doc["no_tight"] and doc["num_tight_left_out"] > 0 and doc["num_tight_on_front"] == 0
+    assert plain["best_by_days"]["memory_verdict"] == "tight"
+    assert doc["best_by_days"]["memory_verdict"] == "fits"
+    assert doc["best_by_days"]["expected_days"] > plain["best_by_days"]["expected_days"]
+    assert {p["memory_verdict"] for p in doc["front"]} == {"fits"}

@@ -457,3 +457,74 @@ def test_a_candidates_large_sweep_is_said_as_it_starts(capsys, monkeypatch):
     assert [w.split(": large sweep: the ")[0] for w in early] == names
     assert all("pipeline steps to simulate" in w for w in early)
     assert "large sweep: the " in cap.out  # and under the table, as before
+
+
+def test_out_writes_the_lowest_loss_candidate_as_a_session_that_simulates_to_its_figures(
+        capsys, tmp_path):
+    """A user had the study name the lowest-loss model and plan but no way to keep it:
+    ``--out S.json`` writes it (model, plan, the file's cluster and price, and as token budget
+    the tokens it trains in the budget's days), and ``vtrain simulate S.json`` gives the
+    study's iteration time, tokens/s and MFU for it, and the budget's days within the one
+    iteration simulate rounds up to."""
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    out = tmp_path / "best.json"
+    args = ["optimal", path, "--gpus", "8", "--days", "2", "--candidates", "2",
+            "--hold-session-values", "--out", str(out)]
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    best = doc["candidates"][doc["best"]]
+    saved = load_any(out)
+    assert (saved.model.num_layers, saved.model.hidden_size) == (best["num_layers"],
+                                                                  best["hidden_size"])
+    assert saved.cost.training_tokens == pytest.approx(best["tokens"], rel=1e-12)
+    assert saved.cluster.gpu == "A100-SXM4-80GB" and saved.plan.num_gpus == 8
+    assert main(["simulate", str(out), "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert sim["iteration_time_s"] == pytest.approx(best["plan"]["iteration_time_s"], rel=1e-9)
+    assert sim["tokens_per_s"] == pytest.approx(best["tokens_per_s"], rel=1e-9)
+    assert sim["mfu"] == pytest.approx(best["mfu"], rel=1e-9)
+    iteration_tokens = saved.plan.global_batch_size * saved.model.seq_length
+    assert sim["training_days"] == pytest.approx(
+        math.ceil(best["tokens"] / iteration_tokens) * sim["iteration_time_s"] / 86400, rel=1e-9)
+    assert 2.0 <= sim["training_days"] <= 2.0 + sim["iteration_time_s"] / 86400
+    # the table says which candidate it wrote
+    assert main(args) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"the lowest-loss candidate ({best['name'].split(' ')[0]}, its plan" in text
+    assert str(out) in text
+
+
+def test_out_writes_nothing_when_no_candidate_has_a_plan(capsys, tmp_path):
+    """No candidate with a plan (1 GPU cannot hold a plan of a 256-sequence batch that fits):
+    --out is refused by name, exit 2, and no file is written."""
+    from core.studies.optimal import OptimalResult, candidate_session
+    empty = OptimalResult(8, 1.0, 0.4, 1.0, 1.0, 1.0, 1.0, None)
+    session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    with pytest.raises(ValueError, match="no candidate has a plan"):
+        candidate_session(session, empty)
+    out = tmp_path / "sub" / "best.json"  # a folder that does not exist: refused before the study
+    assert main(["optimal", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "8",
+                 "--days", "2", "--out", str(out)]) == 2
+    assert "--out" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.parametrize("days, flops, shown", [
+    ("9.05674321", None, "for 9.05674321 days"),  # typed: as typed
+    ("30", None, "for 30 days"),
+    (None, "2e20", "for 0.731 days"),  # computed: 3 significant figures
+])
+def test_the_header_prints_typed_days_as_typed_and_computed_days_to_3_figures(
+        days, flops, shown, capsys):
+    """The header printed "for 9.05674 days" (six figures of a computed number, and a typed
+    value rounded); computed days (--flops) take 3 significant figures: 2e20 FLOPs on 8
+    H100s (989 TFLOP/s) at MFU 0.4 is 2e20 / (8 x 989e12 x 86,400 x 0.4) = 0.7314 days."""
+    from core.cli.optimal import days_text
+    assert days_text(9.05674321) == "9.06" and days_text(1234.5) == "1,234"
+    assert days_text(0.012345) == "0.0123"
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    budget = ["--days", days] if days else ["--flops", flops]
+    assert 2e20 / (8 * 989e12 * 86400 * 0.4) == pytest.approx(0.7314, abs=1e-4)
+    assert main(["optimal", path, "--gpus", "8", *budget, "--candidates", "2",
+                 "--hold-session-values", "--set", "cluster.gpu=H100-SXM5-80GB"]) == 0
+    header = " ".join(capsys.readouterr().out.split())
+    assert shown + " ($" in header

@@ -15,6 +15,8 @@ from core.plan.session import Session
 from core.io.session import load_any
 from core.sim.report import memory_verdict
 from core.studies.sweep import COLUMNS, SweepSpace, run_sweep
+from core.cli import main
+from core.studies.sweep.result import plan_label
 from core.studies.sweep.saved import restore_sweep, saved_sweep
 from tests.conftest import EXAMPLES
 
@@ -328,3 +330,70 @@ def test_fewest_gpus_that_fit_simulated_or_not(capsys):
             in " ".join(capsys.readouterr().out.split()))
     assert main([*args, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["fewest_gpus"] == few
+
+
+def _tight_at_half():
+    """GPT-3 1.3B with a margin of half the GPU (cluster.memory_reserve_fraction 0.5, 40 of
+    80 GiB): the fastest plan on 8 GPUs needs 49.6 GiB, tight; and the space of the test."""
+    session = load_any(SMALL)
+    session.cluster.memory_reserve_fraction = 0.5
+    return session, SweepSpace(max_gpus=8, schedules=("1f1b",), recompute=("none", "full"))
+
+
+def test_no_tight_answers_among_the_plans_that_fit_outside_the_margin_exactly():
+    """A cluster owner cannot run a plan inside the margin: ``no_tight`` leaves the tight
+    plans out, unsimulated, and its answers are those of an exhaustive sweep restricted to the
+    plans whose verdict is "fits" (the branch and bound runs on those alone: exact); here the
+    fastest plan changes, from a tight one (49.6 GiB > 40) to one that fits (b = 2)."""
+    from core.studies.sweep.result import best_row, pareto_front
+    session, space = _tight_at_half()
+    every = run_sweep(session, space, prune=False)
+    kept = run_sweep(session, space, no_tight=True)
+    assert every.memory_verdict[every.fastest] == "tight"
+    assert every.max_memory_per_gpu_bytes[every.fastest] / 2**30 == pytest.approx(49.57, abs=0.01)
+    fits = every.feasible & (every.memory_verdict == "fits")
+    for mine, by, then in ((kept.fastest, every.training_days, every.cost_usd),
+                           (kept.cheapest, every.cost_usd, every.training_days)):
+        theirs = best_row(by, then, fits)
+        assert kept.plans[mine] == every.plans[theirs]
+        assert kept.iteration_time_s[mine] == every.iteration_time_s[theirs]
+        assert kept.memory_verdict[mine] == "fits"
+    assert kept.plans[kept.fastest] != every.plans[every.fastest]
+    assert ({plan_label(every.plans[i]) for i in np.flatnonzero(
+        pareto_front(every.training_days, every.cost_usd, fits))}
+        == {plan_label(kept.plans[i]) for i in np.flatnonzero(kept.pareto)})
+    tight = kept.memory_verdict == "tight"
+    assert kept.no_tight and kept.num_tight_left_out == int(tight.sum()) > 0
+    assert kept.num_tight_on_front == 0 and not np.isfinite(kept.iteration_time_s[tight]).any()
+    assert not kept.pruned[tight].any() and kept.fits_in_memory[tight].all()  # still their verdict
+    i = int(np.flatnonzero(tight)[0])
+    assert kept.reason[i].startswith("tight: needs ") and kept.reason[i].endswith(
+        "left out, not simulated (--no-tight)")
+    assert every.num_tight_left_out == 0 and every.num_tight_on_front == int(
+        (every.pareto & (every.memory_verdict == "tight")).sum()) > 0
+
+
+def test_sweep_cli_counts_the_tight_front_plans_and_no_tight_leaves_them_out(capsys):
+    """Without --no-tight the front says how many of its plans are tight; with it, how many
+    plans were left out, and --json carries both counts and the fastest plan that fits."""
+    args = ["sweep", str(SMALL), "--max-gpus", "8", "--schedules", "1f1b", "--recompute",
+            "none,full", "--set", "cluster.memory_reserve_fraction=0.5", "--workers", "1"]
+    assert main([*args, "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*args, "--json", "--no-tight"]) == 0
+    kept = json.loads(capsys.readouterr().out)
+    n_front, n_tight = len(plain["pareto"]), plain["num_tight_on_front"]
+    assert n_tight == sum(r["memory_verdict"] == "tight" for r in plain["pareto"]) > 0
+    assert plain["fastest"]["memory_verdict"] == "tight" and not plain["no_tight"]
+    assert kept["no_tight"] and kept["num_tight_on_front"] == 0 and kept["num_tight_left_out"] > 0
+    assert kept["fastest"]["memory_verdict"] == "fits"
+    assert kept["fastest"]["iteration_time_s"] > plain["fastest"]["iteration_time_s"]
+    assert all(r["memory_verdict"] == "fits" for r in kept["pareto"])
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (f"{n_tight} of {n_front} front plans {'are' if n_tight != 1 else 'is'} tight (~): "
+            "--no-tight keeps only plans that fit outside the margin") in out
+    assert main([*args, "--no-tight"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (f"--no-tight: {kept['num_tight_left_out']:,} tight plans left out (not simulated); "
+            "every plan shown fits outside the margin") in out

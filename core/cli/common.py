@@ -292,8 +292,10 @@ def integer_arg(text: str) -> int:
     return int(t)
 
 
-def apply_sets(session, sets: list[str] | None):
-    """``session`` with each ``SECTION.FIELD=VALUE`` of ``sets`` applied (a new session).
+def apply_sets(session, sets: list[str] | None, option: str = "--set"):
+    """``session`` with each ``SECTION.FIELD=VALUE`` of ``sets`` applied (a new session);
+    ``option`` is the command-line option that gave them (``--set``, ``vtrain diff``'s
+    ``--set-b``), which the errors and the session's ``source`` name.
 
     The value is JSON when it parses (``4``, ``1.5``, ``true``, ``null``, ``"text"``), else
     the text itself. Every value is checked as a session file's would be (type, bounds,
@@ -304,7 +306,8 @@ def apply_sets(session, sets: list[str] | None):
     ------
     ConfigError
         A malformed ``--set``, an unknown section or field, or a value of the wrong type, out
-        of bounds or not among the choices (named ``--set SECTION.FIELD``).
+        of bounds or not among the choices (named ``OPTION SECTION.FIELD``, ``--set
+        plan.tensor_parallel``).
     """
     from core.plan.session import Session
     from core.util.inputs import parse_json_or_text
@@ -316,17 +319,17 @@ def apply_sets(session, sets: list[str] | None):
         path, eq, text = item.partition("=")
         section, dot, name = path.strip().partition(".")
         if not eq or not dot or not name or section not in _SET_SECTIONS:
-            raise ConfigError([FieldError(f"--set {item}", "give SECTION.FIELD=VALUE with "
+            raise ConfigError([FieldError(f"{option} {item}", "give SECTION.FIELD=VALUE with "
                                           "SECTION one of " + ", ".join(_SET_SECTIONS))])
         try:
             value = parse_json_or_text(text, ValueError)
         except ValueError as exc:
-            raise field_error(f"--set {section}.{name}", str(exc)) from None
+            raise field_error(f"{option} {section}.{name}", str(exc)) from None
         if (section, name) == ("cluster", "gpu") and isinstance(value, str):
             from core.plan.cluster import gpu_kind
             value = gpu_kind(value)  # other tools' names ("H800", "H100 SXM"), as --gpu reads them
         doc[section][name] = value
-        named[f"{section}.{name}"] = f"--set {path.strip()}"
+        named[f"{section}.{name}"] = f"{option} {path.strip()}"
     _follow_node(session, doc, named)
     try:
         out = Session.from_dict(doc)
@@ -334,7 +337,7 @@ def apply_sets(session, sets: list[str] | None):
         raise ConfigError([FieldError(named.get(e.field, e.field), e.message, rule=e.rule)
                            for e in exc.errors]) from None
     # later errors name the file as changed (sweeps check the session after this)
-    out.source = (f"{session.source} with " + " ".join(f"--set {x}" for x in sets)
+    out.source = (f"{session.source} with " + " ".join(f"{option} {x}" for x in sets)
                   if session.source else None)
     out.key_names = None  # --set speaks the session's field names
     return out

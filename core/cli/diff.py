@@ -23,13 +23,22 @@ def add_parser(sub: Any) -> None:
                     + ", ".join(TIME_TERMS[t] for t in DIFF_TERMS if t != "rest")
                     + " (and, where a plan has them, "
                     + ", ".join(TIME_TERMS[t] for t in ("cp_comm", "ep_comm"))
-                    + "); the terms sum to the difference. Also memory per GPU, days and cost.")
+                    + "); the terms sum to the difference. Also memory per GPU, days and cost. "
+                    "vtrain diff A.json --set-b plan.tensor_parallel=8 compares A with A "
+                    "changed in one field (B = A with the change).")
     d.add_argument("a", type=path_arg, metavar="A.json", help="plan A: a session file or vTrain config; alone, "
                                                "a session with a pinned plan (the window's "
                                                "Plan > Pin plan for comparison, saved with it): "
                                                "A is the pinned plan, B the session's own")
     d.add_argument("b", type=path_arg, metavar="B.json", nargs="?", default=None,
-                   help="plan B, compared with A (B minus A)")
+                   help="plan B, compared with A (B minus A); with --set-b and no B.json, B is "
+                        "A with the changes")
+    d.add_argument("--set-b", action="append", metavar="SECTION.FIELD=VALUE",
+                   help="change one field of B only, SECTION.FIELD=VALUE (repeatable), e.g. "
+                        "--set-b plan.tensor_parallel=8 --set-b plan.data_parallel=1; read as "
+                        "--set reads it (JSON or else text; a field given twice takes the last "
+                        "value); B is B.json, or A.json when B.json is not given (never the "
+                        "pinned plan); A is never changed; the files are not changed")
     d.add_argument("--json", action="store_true",
                    help="print one JSON object (difference_s, terms, and both plans)")
 
@@ -70,7 +79,17 @@ def run(args: argparse.Namespace) -> int:
     from core.studies.diff import diff_results
     from core.io.session import load_any
 
-    if args.b is None:
+    if args.set_b:
+        from core.cli.common import apply_sets
+        from core.plan.rules import check
+        a = load_any(args.a)
+        b = apply_sets(a if args.b is None else load_any(args.b), args.set_b, "--set-b")
+        try:
+            check(b)
+        except ConfigError as exc:  # named "FILE with --set-b ..." (apply_sets' source)
+            raise b.in_its_terms(exc) from None
+        d = diff_results(_simulated(a, args.a), _simulated(b, b.source or args.a))
+    elif args.b is None:
         from core.plan.rules import check
         from core.io.session import SessionFileError
         b = load_any(args.a)
@@ -94,7 +113,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     doc = d.to_dict()
     con = Console()
-    name_a, name_b = ((f"{args.a} (pinned)", args.a) if args.b is None else (args.a, args.b))
+    name_a, name_b = ((f"{args.a} (pinned)", args.a) if args.b is None and not args.set_b
+                      else (args.a, args.b or args.a))
+    if args.set_b:
+        name_b += " with " + " ".join(f"--set-b {x}" for x in args.set_b)
     con.print(f"[bold]A[/] {esc(name_a)}: {esc(doc['a']['label'])}, {doc['a']['num_gpus']:,} GPUs",
               highlight=False)
     con.print(f"[bold]B[/] {esc(name_b)}: {esc(doc['b']['label'])}, {doc['b']['num_gpus']:,} GPUs",

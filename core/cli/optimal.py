@@ -10,7 +10,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from core.cli.common import decimal_arg, integer_arg, path_arg
-from core.cli.common import SET_HELP, check_number, session_from_args, study_progress
+from core.cli.common import SET_HELP, check_number, check_outputs, session_from_args
+from core.cli.common import study_progress
 
 if TYPE_CHECKING:  # rich and numpy (core.studies.optimal) are imported when the command runs
     from core.util.console import Console
@@ -37,7 +38,7 @@ def add_parser(sub: Any) -> None:
     op.add_argument("path", type=path_arg, metavar="CONFIG", help="session file (.json) or vTrain config (.json)")
     op.add_argument("--gpus", type=integer_arg, required=True, metavar="N", help="GPUs of the budget")
     budget = op.add_mutually_exclusive_group(required=True)
-    budget.add_argument("--days", type=decimal_arg, metavar="D", help="wall-clock days")
+    budget.add_argument("--days", type=_typed_decimal, metavar="D", help="wall-clock days")
     budget.add_argument("--flops", type=decimal_arg, metavar="C",
                         help="a FLOP budget (Chinchilla's 6 N D, e.g. 1e23) instead of --days: "
                              "the days whose budget it is, C / (GPUs x peak FLOP/s x 86,400 x "
@@ -58,6 +59,37 @@ def add_parser(sub: Any) -> None:
     op.add_argument("--profile", type=path_arg, metavar="STORE.h5", help="profile store to use instead of the shipped one")
     op.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
     op.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    op.add_argument("--out", type=path_arg, metavar="SESSION.json",
+                    help="write the lowest-loss candidate (the one the table marks \"lowest "
+                         "loss\": its model, its fastest plan, CONFIG's cluster and price, and "
+                         "as token budget the tokens it trains in the budget's days) as a "
+                         "session file (atomically), so that vtrain simulate SESSION.json gives "
+                         "the study's figures for it; nothing is written when no candidate has "
+                         "a plan")
+
+
+class _TypedNumber(float):
+    """A number option's value that remembers how it was typed (``text``), to print it so."""
+
+    text: str = ""
+
+
+def _typed_decimal(text: str) -> float:
+    """:func:`core.cli.common.decimal_arg`, remembering the text typed (``--days 9.05674321``
+    prints as typed, never rounded)."""
+    out = _TypedNumber(decimal_arg(text))
+    out.text = text.strip()
+    return out
+
+
+def days_text(days: float) -> str:
+    """Computed days (``--flops``' budget) for people: 3 significant figures, whole days from
+    100 on (``9.05674`` -> ``"9.06"``, ``1234.5`` -> ``"1,234"``); a value the user typed
+    (:func:`_typed_decimal`) as typed."""
+    typed = getattr(days, "text", "")
+    if typed:
+        return typed
+    return f"{days:,.0f}" if days >= 100 else f"{days:.3g}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from core.studies.optimal import compute_optimal
 
     check_number("--price-per-gpu-hour", args.price_per_gpu_hour, allow_zero=True)
+    check_outputs([("--out", args.out)], [args.path, args.profile])
     session = session_from_args(args, validate=False)
     from core.plan.rules import check_all_but_the_plan
     from core.studies.optimal import gpt_shape
@@ -94,14 +127,43 @@ def run(args: argparse.Namespace) -> int:
     result = compute_optimal(session, args.gpus, args.days, assumed_mfu=args.assumed_mfu,
                              num_candidates=args.candidates, spread=args.spread, progress=progress,
                              hold_session_values=args.hold_session_values, notice=notice)
+    if args.out:
+        _save_best(result, session, args.out)
     if args.json:
         doc = result.to_dict()
         doc["price_per_gpu_hour_usd"] = session.cost.price_per_gpu_hour_usd
         doc["cost_usd"] = _cost(result, session)
         print(strict_dumps(doc))
         return 0
-    _print(result, session, Console())
+    console = Console()
+    _print(result, session, console, days_text(args.days))
+    if args.out:
+        from core.util.console import esc
+        from core.studies.optimal import format_params
+        b = result.candidates[result.best]
+        console.print(f"[dim]the lowest-loss candidate ({format_params(b.n_params)}, its plan and "
+                      f"{format_params(b.tokens)} tokens) written as a session to "
+                      f"{esc(args.out)}[/]", highlight=False)
     return 0
+
+
+def _save_best(result, session, path: str) -> None:
+    """Write the lowest-loss candidate as a session to ``path``
+    (:func:`core.studies.optimal.candidate_session`, :func:`core.io.session.save_session`).
+
+    Raises
+    ------
+    ConfigError
+        No candidate has a plan that trains in the budget (named ``--out``); nothing is
+        written."""
+    from core.cli.common import field_error
+    from core.io.session import save_session
+    from core.studies.optimal import candidate_session
+    try:
+        best = candidate_session(session, result)
+    except ValueError as exc:
+        raise field_error(f"--out {path}", f"{exc}") from None
+    save_session(best, path)
 
 
 #: Plan fields of the candidates' table beside t, p, d and b (the default space sweeps them).
@@ -136,7 +198,9 @@ def _cost(result, session) -> float:
     return result.num_gpus * result.days * 24 * session.cost.price_per_gpu_hour_usd
 
 
-def _print(result, session, console: Console) -> None:
+def _print(result, session, console: Console, days: str | None = None) -> None:
+    """The study's tables and lines; ``days``: the budget's days as the header prints them
+    (default :func:`days_text` of ``result.days``)."""
     from rich.table import Table
 
     from core.util.console import esc
@@ -149,7 +213,7 @@ def _print(result, session, console: Console) -> None:
             + f"; peak {result.peak_flops / 1e12:,.1f} TFLOP/s per GPU")
     console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {esc(s.cluster.gpu)} "
                   f"({esc(node)}) for "
-                  f"{result.days:g} days (${_cost(result, s):,.{0 if _cost(result, s) >= 100 else 2}f} at "
+                  f"{days or days_text(result.days)} days (${_cost(result, s):,.{0 if _cost(result, s) >= 100 else 2}f} at "
                   f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour); global batch "
                   f"{s.plan.global_batch_size}, sequence {s.model.seq_length}, {s.plan.precision}",
                   highlight=False)

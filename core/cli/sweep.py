@@ -136,6 +136,14 @@ def add_parser(sub: Any) -> None:
                          "steps to simulate (default: no limit; a sweep of more than "
                          "300,000,000, about two minutes, is run with a warning and its time "
                          "estimate)")
+    sw.add_argument("--no-tight", action="store_true",
+                    help="keep only plans whose memory verdict is \"fits\": leave out the tight "
+                         "ones (inside cluster.memory_reserve_fraction of the GPU's memory, or "
+                         "over it only with the allocator's cache), unsimulated, so the front, "
+                         "the fastest and cheapest plans, --pick and, with --gpus-from, the "
+                         "combined front are chosen among plans that fit outside the margin "
+                         "(without it tight plans count as fitting, marked ~, and the front "
+                         "says how many of its plans are tight)")
     sw.add_argument("--exhaustive", action="store_true",
                     help="simulate every plan that fits (no branch and bound; the same answers, "
                          "slower)")
@@ -259,6 +267,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             return run_sweep(session, space, deadline_days=args.deadline_days, workers=workers,
                              dask=dask, prune=not args.exhaustive, max_work=args.max_work,
+                             no_tight=args.no_tight,
                              notice=lambda text: err_console.print(
                                  f"[yellow]warning:[/] {esc(text)}", highlight=False), **kw)
         except ConfigError as exc:  # a rule of the file's plan fields: name the file
@@ -766,7 +775,26 @@ def _print_front(result, console: Console) -> None:
         front.add_row(*_plan_cells(result, i))
     if result.num_feasible:
         console.print(front)
+        note = tight_front_note(result.num_tight_on_front, n_front,
+                                result.num_tight_left_out if result.no_tight else None)
+        if note:
+            console.print(note, highlight=False)
         _print_outside_calibration(result, console)
+
+
+def tight_front_note(on_front: int, front: int, left_out: int | None) -> str:
+    """The line under a front that says whether tight plans were kept: ``"3 of 12 front plans
+    are tight (~): --no-tight keeps only plans that fit outside the margin"`` when some are,
+    ``"--no-tight: 5 tight plans left out"`` when ``left_out`` (a count, None without
+    --no-tight) is given, "" otherwise."""
+    if left_out is not None:
+        return (f"--no-tight: {left_out:,} tight plan{'s' if left_out != 1 else ''} left out "
+                "(not simulated); every plan shown fits outside the margin")
+    if not on_front:
+        return ""
+    return (f"[yellow]{on_front:,} of {front:,} front plan{'s' if front != 1 else ''} "
+            f"{'are' if on_front != 1 else 'is'} tight[/] (~): --no-tight keeps only plans that "
+            "fit outside the margin")
 
 
 def _print_warnings(result, console: Console) -> None:

@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "date; docs/gpu_choice.md) up to its max_gpus, and print the front of expected "
              "days (with failures and checkpoints, CONFIG's reliability section) against "
              "expected dollars across the kinds; --deadline-days D adds the cheapest plan "
-             "within D expected days; --tokens, --set, --workers, --exhaustive, "
+             "within D expected days; --tokens, --set, --workers, --exhaustive, --no-tight, "
              "--json, --max-work (each kind's sweep) and the plan-space options (--micro-batch-sizes, --schedules, "
              "--zero-stages, --context-parallel ...) apply to each kind's sweep, up to its "
              "max_gpus")
@@ -131,7 +131,7 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
             if args.json or not err.is_terminal:
                 choice = choose_gpus(session, sheet, prune=not args.exhaustive, workers=workers,
                                      space_for=space_for, notice=notice, max_work=args.max_work,
-                                     cancel=cancel.event)
+                                     cancel=cancel.event, no_tight=args.no_tight)
             else:
                 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
                 with Progress(TextColumn("{task.description}"), BarColumn(),
@@ -141,7 +141,7 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
                     choice = choose_gpus(
                         session, sheet, prune=not args.exhaustive, workers=workers,
                         space_for=space_for, notice=notice, max_work=args.max_work,
-                        cancel=cancel.event,
+                        cancel=cancel.event, no_tight=args.no_tight,
                         progress=lambda r, d, t: bar.update(tasks[r], completed=d, total=t))
         except SweepCancelled:
             err.print("vtrain: sweep cancelled", highlight=False)
@@ -222,7 +222,12 @@ def print_choice(choice, console: Any, print_dimensions: Any = None,
                   "" if p["max_memory_per_gpu_bytes"] is None
                   else f"{p['max_memory_per_gpu_bytes'] / 2**30:.1f}")
     console.print(t)
-    if any(choice.point(k)["memory_verdict"] == "tight" for k in choice.front.tolist()):
+    from core.cli.sweep import tight_front_note
+    note = tight_front_note(choice.num_tight_on_front, n_front,
+                            choice.num_tight_left_out if choice.no_tight else None)
+    if note:
+        console.print(note, highlight=False)
+    if choice.num_tight_on_front:
         console.print("[dim]~ after the GPUs: tight, within the planner's memory margin "
                       "(cluster.memory_reserve_fraction), or over the GPU's memory only with the "
                       "allocator's cache[/]")

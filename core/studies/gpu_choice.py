@@ -116,7 +116,8 @@ class GpuChoice:
         counts, as :attr:`counts`.
     counts : list of dict
         Per row, the whole sweep's ``num_plans``, ``num_fit`` (fit in memory, simulated or
-        not), ``num_feasible`` (fit and simulated), ``num_pruned`` and ``wall_s``.
+        not), ``num_feasible`` (fit and simulated), ``num_pruned``, ``num_tight_left_out``
+        (tight plans left out by ``no_tight``, :func:`choose_gpus`) and ``wall_s``.
     row, index : int64 arrays
         The sheet row (0-based) and the row of that row's sweep of each point.
     expected_days, expected_cost_usd : float64 arrays
@@ -156,6 +157,23 @@ class GpuChoice:
     never_finish: int = 0
     coverage: float = DEFAULT_COVERAGE
     counts: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def no_tight(self) -> bool:
+        """Whether the rows' sweeps left out their tight plans (:func:`choose_gpus`'
+        ``no_tight``, ``--no-tight``): every point then fits outside the memory margin."""
+        return bool(self.sweeps) and all(res.no_tight for res in self.sweeps)
+
+    @property
+    def num_tight_left_out(self) -> int:
+        """Tight plans the rows' sweeps left out (``no_tight``), over every row."""
+        return sum(int(c.get("num_tight_left_out", 0)) for c in self.counts)
+
+    @property
+    def num_tight_on_front(self) -> int:
+        """Points of the combined front whose memory verdict is "tight"."""
+        return sum(1 for k in self.front.tolist()
+                   if self.sweeps[int(self.row[k])].memory_verdict[int(self.index[k])] == "tight")
 
     @property
     def num_points(self) -> int:
@@ -208,6 +226,10 @@ class GpuChoice:
         simulated = sum(c["num_feasible"] for c in self.counts)
         if not fit:
             return "no plan fits in memory on any GPU kind"
+        left = self.num_tight_left_out
+        if not simulated and left:
+            return (f"{fit:,} plans fit in memory but none was simulated: {left:,} of them are "
+                    "tight and left out (--no-tight), the others too large to simulate")
         if not simulated:
             return (f"{fit:,} plans fit in memory but none was simulated (too large to "
                     "simulate: see each row's sweep)")
@@ -263,6 +285,8 @@ class GpuChoice:
                 "best_by_days": pick(self.best_by_days),
                 "best_by_dollars": pick(self.best_by_dollars),
                 "undecided": self.undecided, "never_finish": self.never_finish,
+                "no_tight": self.no_tight, "num_tight_left_out": self.num_tight_left_out,
+                "num_tight_on_front": self.num_tight_on_front,
                 "interval_coverage": self.coverage,
                 "training_tokens": s.cost.training_tokens if s is not None else None}
 
@@ -281,7 +305,8 @@ def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, work
                 max_work: int | None = None,
                 progress: Callable[[int, int, int], None] | None = None,
                 space_for: Callable[[Any], SweepSpace] | None = None,
-                notice: Callable[[str], None] | None = None) -> GpuChoice:
+                notice: Callable[[str], None] | None = None,
+                no_tight: bool = False) -> GpuChoice:
     """Sweep each row of ``sheet`` and combine the rows' plans into one front (module doc).
 
     Parameters
@@ -315,6 +340,10 @@ def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, work
         (:meth:`SweepSpace.default_for`: micro-batch sizes up to what memory allows) up to
         ``row.max_gpus``, the default plan
         space.
+    no_tight : bool
+        Leave out each row's tight plans (:func:`run_sweep`'s ``no_tight``): the combined front
+        is then chosen among plans that fit outside the memory margin (``--no-tight``).
+        Default False: tight plans are points too, marked by their ``memory_verdict``.
 
     Returns
     -------
@@ -349,7 +378,7 @@ def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, work
         try:
             res = run_sweep(row_session(session, price_row), space, workers=workers,
                             prune=prune, coverage=coverage, cancel=cancel, progress=tell,
-                            max_work=max_work,
+                            max_work=max_work, no_tight=no_tight,
                             notice=None if notice is None or max_work is not None else
                             (lambda text, r=r: notice(f"{sheet.labels[r]}: {text}")))
         except ConfigError as exc:
@@ -405,7 +434,7 @@ def _row_points(res: SweepResult) -> _RowPoints:
     bd, bc = _pruned_bounds(res, days_a[own], cost_a[own])
     counts = {"num_plans": res.num_plans, "num_fit": int(np.count_nonzero(res.fits_in_memory)),
               "num_feasible": int(feasible.size), "num_pruned": int(np.count_nonzero(res.pruned)),
-              "wall_s": res.wall_s}
+              "num_tight_left_out": res.num_tight_left_out, "wall_s": res.wall_s}
     # the kept rows' positions in the cut sweep: feasible is increasing, idx a subset of it
     index = np.searchsorted(feasible, np.array(idx, np.int64)).astype(np.int64)
     return _RowPoints(sweep=res.take(feasible, counts), counts=counts, index=index,

@@ -52,7 +52,8 @@ from core.model.counts import num_parameters
 
 __all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "format_params",
            "no_plan_explanation", "no_rule_candidate_note", "Candidate",
-           "OptimalResult", "compute_optimal", "days_for_flops", "study_inputs"]
+           "OptimalResult", "compute_optimal", "days_for_flops", "study_inputs",
+           "candidate_session"]
 
 #: Parametric loss fit: Besiroglu et al. 2024's refit of Hoffmann et al. 2022's Approach 3.
 CHINCHILLA = {"E": 1.8172, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}
@@ -217,6 +218,42 @@ class OptimalResult:
                 "candidates": [cand(c) for c in self.candidates], "warnings": self.warnings,
                 "hold_session_values": self.hold_session_values,
                 "dimensions": self.dimensions}
+
+
+def candidate_session(session: Session, result: "OptimalResult", k: int | None = None
+                      ) -> Session:
+    """A new session of candidate ``k`` of ``result`` (default :attr:`OptimalResult.best`, the
+    lowest-loss candidate): ``session``'s cluster, price and every field the study held (the
+    session the study ran on), the candidate's model and its fastest plan (every field of its
+    sweep row, :class:`~core.plan.parallel.ParallelPlan`), and as the token budget
+    (``cost.training_tokens``) the tokens that plan trains in the budget's days, so that
+    simulating the session gives the study's iteration time, tokens/s, days (``result.days``)
+    and cost (``vtrain optimal --out``). The session's saved sweep and pinned plan (of its
+    own model) are left out.
+
+    Raises
+    ------
+    ValueError
+        ``k`` names no candidate, or the candidate has no plan (its reason says why) or no
+        loss (less than one iteration in the budget); ``k`` None and no candidate has a loss.
+    """
+    from core.plan.parallel import ParallelPlan
+    if k is None:
+        k = result.best
+        if k is None:
+            raise ValueError("no candidate has a plan that trains in the budget: nothing to save")
+    if not 0 <= k < len(result.candidates):
+        raise ValueError(f"candidate {k} is not among the study's {len(result.candidates)}")
+    c = result.candidates[k]
+    if c.plan is None or not math.isfinite(c.loss):
+        raise ValueError(f"candidate {c.model.name} has no plan that trains in the budget: "
+                         f"{c.reason}")
+    s = session.copy()
+    s.model = dataclasses.replace(c.model)
+    s.plan = ParallelPlan(**{f.name: c.plan[f.name] for f in dataclasses.fields(ParallelPlan)})
+    s.cost = dataclasses.replace(s.cost, training_tokens=float(c.tokens))
+    s.sweep = s.compare = None  # the last sweep and the pinned plan were of another model
+    return s
 
 
 def no_plan_explanation(result: "OptimalResult", global_batch_size: int) -> str:

@@ -238,6 +238,9 @@ class SweepResult:
     #: False for a sweep run with ``best_by=False`` (:func:`core.studies.sweep.run_sweep`): its
     #: pruning kept only the front and the best plans exact, so :meth:`best_by` is empty.
     answers_best_by: bool = True
+    #: True for a sweep run with ``no_tight`` (:func:`core.studies.sweep.run_sweep`): its tight
+    #: plans were left out, never simulated (:attr:`num_tight_left_out`).
+    no_tight: bool = False
 
     def __post_init__(self) -> None:
         n = int(np.asarray(self.iteration_time_s).shape[0])
@@ -302,6 +305,19 @@ class SweepResult:
         """Plans that fit in memory, were simulated and leave what the profile was calibrated
         on."""
         return int(np.count_nonzero(self.feasible & ~self.within_calibration))
+
+    @property
+    def num_tight_left_out(self) -> int:
+        """Plans whose memory verdict is "tight" left out by :attr:`no_tight` (0 without it)."""
+        if not self.no_tight:
+            return 0
+        return int(np.count_nonzero(np.asarray(self.memory_verdict) == "tight"))
+
+    @property
+    def num_tight_on_front(self) -> int:
+        """Plans of the Pareto front whose memory verdict is "tight" (0 with :attr:`no_tight`)."""
+        return int(np.count_nonzero(np.asarray(self.pareto, bool)
+                                    & (np.asarray(self.memory_verdict) == "tight")))
 
     @property
     def feasible(self) -> np.ndarray:
@@ -505,6 +521,8 @@ class SweepResult:
             "num_fit": int(np.count_nonzero(self.fits_in_memory)),
             "num_pruned": int(np.count_nonzero(self.pruned)),
             "num_outside_calibration": self.num_outside_calibration,
+            "no_tight": self.no_tight, "num_tight_left_out": self.num_tight_left_out,
+            "num_tight_on_front": self.num_tight_on_front,
             "dimensions": self.dimensions, "best_by": self.best_by(),
             "fewest_gpus": self.fewest_gpus(),
         }

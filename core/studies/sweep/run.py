@@ -133,7 +133,8 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
               progress: ProgressFn | None = None, cancel: Any = None, workers: int = 1,
               dask: str | None = None, coverage: float = DEFAULT_COVERAGE, prune: bool = True,
               max_work: int | None = None, notice: Callable[[str], None] | None = None,
-              phase: PhaseFn | None = None, best_by: bool = True) -> SweepResult:
+              phase: PhaseFn | None = None, best_by: bool = True,
+              no_tight: bool = False) -> SweepResult:
     """Enumerate, simulate and cost every valid plan of ``space``.
 
     Plans that do not fit in memory (closed form,
@@ -204,6 +205,14 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         needs the fastest plan alone: the compute-optimal study, about 2.5x faster on its
         example); the result's :meth:`~core.studies.sweep.result.SweepResult.best_by` is then
         empty.
+    no_tight : bool
+        Leave out the plans whose memory verdict is "tight" (:func:`core.sim.report.memory_verdict`:
+        inside ``cluster.memory_reserve_fraction`` of the GPU's memory, or over it only
+        with the allocator's cache): they are never simulated, so every answer (front,
+        fastest, cheapest, deadline, best by value) is among plans that fit outside the
+        margin, exactly (the branch and bound runs on those alone); their rows keep their
+        verdict, no figures and the reason (``vtrain sweep --no-tight``). Default False:
+        tight plans count as fitting.
 
     Returns
     -------
@@ -231,7 +240,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         try:
             result = _run_sweep(session, space, store, deadline_days, progress, cancel, workers,
                                 dask, coverage, t0, early, prune, max_work, notice, phase,
-                                best_by)
+                                best_by, no_tight)
             ok = True
             return result
         finally:
@@ -530,7 +539,7 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
 
 def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, dask, coverage,
                t0, early, prune=True, max_work=None, notice=None, phase=None,
-               best_by=True) -> SweepResult:
+               best_by=True, no_tight=False) -> SweepResult:
     """:func:`run_sweep` after its checks (``early``: a started process pool, or None)."""
     session = session.copy()  # the result keeps the inputs it was computed from
     opened = [store]
@@ -552,7 +561,10 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
     num_gpus = np.prod([np.asarray(columns[f], np.int64) for f in (  # ParallelPlan.num_gpus
         "tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel")], axis=0)
     steps, too_large = mark_too_large(plans, mem_fits, reason, model, columns)
-    candidates = np.flatnonzero(mem_fits & ~too_large)
+    left_out = (_leave_out_tight(max_mem, mem_fits, reason, float(store.memory_bytes),
+                                 float(session.cluster.memory_reserve_fraction))
+                if no_tight else np.zeros(n, bool))
+    candidates = np.flatnonzero(mem_fits & ~too_large & ~left_out)
     sweep_notes = work_notes(plans, candidates, model.num_layers, prune, max_work, steps)
     if sweep_notes and notice is not None:
         notice(sweep_notes[0])
@@ -567,9 +579,10 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
     pruned = np.zeros(n, bool)
     lower = np.full(n, math.nan)
     if not prune:  # the oracle: every plan simulated, those that do not fit too
-        runner.solve(group_batches(plans, np.flatnonzero(~too_large).tolist()))
+        runner.solve(group_batches(plans, np.flatnonzero(~too_large & ~left_out).tolist()))
     else:
-        own_first = own if own is not None and mem_fits[own] and not too_large[own] else None
+        own_first = (own if own is not None and mem_fits[own] and not too_large[own]
+                     and not left_out[own] else None)
         pruned = _branch_and_bound(runner, session, space, lower, candidates, own_first, reason,
                                    phase, best_by)
     if progress is not None and runner.done_n < n:  # the plans that do not fit, never simulated
@@ -579,10 +592,28 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
                      deadline_days, pruned, lower)
     result.dimensions = dimensions
     result.answers_best_by = best_by or not prune
+    result.no_tight = bool(no_tight)
     if deadline_days is not None:
         result.cheapest_within_deadline = result.cheapest_within(deadline_days)
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+def _leave_out_tight(max_mem: np.ndarray, mem_fits: np.ndarray, reason: list[str],
+                     capacity: float, reserve: float) -> np.ndarray:
+    """The plans whose memory verdict is "tight" (:func:`core.sim.report.memory_verdict_column`
+    of ``max_mem`` bytes, ``capacity`` bytes and the margin ``reserve``), which ``run_sweep``'s
+    ``no_tight`` leaves out; their ``reason`` says so, with the need and capacity in GiB.
+    Returns the mask, bool (n,)."""
+    from core.sim.report import gib_texts, tight_reason
+    verdict = memory_verdict_column(max_mem, capacity, reserve, mem_fits)
+    tight = verdict == MEMORY_VERDICTS[1]
+    for i in np.flatnonzero(tight).tolist():
+        need, cap = gib_texts(float(max_mem[i]), capacity)
+        reason[i] = (f"tight: needs {need} GiB of {cap} GiB per GPU ("
+                     + tight_reason(float(max_mem[i]), capacity, reserve)
+                     + "); left out, not simulated (--no-tight)")
+    return tight
 
 
 def _with_phase(progress: ProgressFn | None, phase: PhaseFn) -> ProgressFn:
