@@ -100,3 +100,15 @@ def test_memo_keys_of_one_op_key_share_its_items():
     assert layouts[0].op_key_items == layouts[1].op_key_items
     assert layouts[0].op_key_items is layouts[1].op_key_items
     assert layouts[0].op_key is layouts[1].op_key
+
+
+def test_pruned_plans_share_the_text_of_their_bound(moe_result):
+    r = moe_result
+    pruned = np.flatnonzero(r.pruned).tolist()
+    assert pruned
+    for i in pruned:  # the text of each plan's own bound, to the millisecond
+        assert r.reason[i] == (f"not simulated: its lower bound {r.lower_bound_s[i]:.3f} s per "
+                               "iteration shows it cannot reach the Pareto front nor be the "
+                               "best plan of any of its values")
+    texts = {r.reason[i] for i in pruned}
+    assert len({id(r.reason[i]) for i in pruned}) == len(texts)  # one object per text
