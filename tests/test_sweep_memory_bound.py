@@ -211,6 +211,8 @@ def test_value_codes_group_plans_as_their_values_repr(space_plans):
         values = [repr(getattr(pl, name)) for pl in plans]
         pairs = set(zip(code.tolist(), values))
         assert len(pairs) == len(set(values)) == len(set(code.tolist())), name
+        # held through the branch and bound: the smallest unsigned type of its codes
+        assert code.dtype == np.min_scalar_type(len(set(values)) - 1), name
     # from the plans' columns (numpy where a column has one type): the same codes
     columns = plan_column_arrays(plans)
     for a, b in zip(codes, value_codes(plans, num_gpus, True, columns=columns)):

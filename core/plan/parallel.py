@@ -158,9 +158,13 @@ OPTIMIZER_STATE_DTYPES = ("fp32", "fp16", "bf16", "fp8")
 MAIN_PARAMS_DTYPES = ("fp32", "fp16")
 
 
-@dataclass
+@dataclass(slots=True)
 class ParallelPlan:
     """How one iteration is split over GPUs (Megatron-LM / Megatron-Core arguments).
+
+    Its fields are slots, not an instance dict: a sweep holds one plan per row (about 1.2
+    million in a 256-GPU mixture-of-experts sweep), 408 bytes each rather than about 1,650
+    (CPython 3.11 shares no dict keys past 30 fields).
 
     The one record of a plan: sweep columns (:data:`PLAN_FIELDS`), cache keys
     (:func:`plan_key`), labels (:meth:`label`) and the editor's rows all derive

@@ -129,12 +129,20 @@ def lookup_op_times(session: Session, store, memo: dict | None = None) -> OpTime
         plan needs that the store lacks.
     """
     key = op_key(session)
+    items_of: dict[int, tuple] = {}  # id(k) -> (k, its sorted items): one tuple per key dict
 
     def analytic(op: str, k: dict, host: bool = True) -> float:
-        """:func:`analytic_op_time` of ``op`` under ``k`` on ``store``, kept in ``memo``."""
+        """:func:`analytic_op_time` of ``op`` under ``k`` on ``store``, kept in ``memo``. The
+        ops of one key share its items' tuple in their memo keys, kept once in ``memo`` (a
+        sweep's memo holds hundreds of thousands of them: one tuple of about 20 pairs each
+        otherwise)."""
         if memo is None:
             return analytic_op_time(op, k, store, host)
-        mkey = ("analytic op", pinned(memo, store), op, tuple(sorted(k.items())), host)
+        seen = items_of.get(id(k))
+        if seen is None or seen[0] is not k:  # k kept alive in it: its id is not reused
+            items = tuple(sorted(k.items()))
+            seen = items_of[id(k)] = (k, memo.setdefault(("op key items", items), items))
+        mkey = ("analytic op", pinned(memo, store), op, seen[1], host)
         hit = memo.get(mkey)
         if hit is None:
             hit = memo[mkey] = analytic_op_time(op, k, store, host)

@@ -224,7 +224,10 @@ def _stage_layout(session: Session, cache: dict | None) -> SimpleNamespace:
     if hit is not None:
         return hit
     okey = op_key(session)
-    out = SimpleNamespace(key=key, op_key=okey, op_key_items=tuple(sorted(okey.items())),
+    items = tuple(sorted(okey.items()))
+    if cache is not None:  # layouts of one op key share its dict and items (a sweep: ~1 kB each)
+        okey, items = cache.setdefault(("op key", items), (okey, items))
+    out = SimpleNamespace(key=key, op_key=okey, op_key_items=items,
                           **vars(_layout_shape(session, key, cache)))
     if cache is not None:
         cache[("layout", key)] = out

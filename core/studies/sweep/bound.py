@@ -468,8 +468,8 @@ def value_codes(plans: list[ParallelPlan], num_gpus: np.ndarray, several_counts:
                 cancel: Any = None, columns: dict[str, np.ndarray] | None = None
                 ) -> list[np.ndarray]:
     """For each dimension whose best plans the sweep answers (:data:`BEST_BY_FIELDS`, and the
-    GPU count when the space names ``several_counts``), each plan's value as a code (int
-    (n,)): plans of one value share a code (numbered by first appearance; values told apart
+    GPU count when the space names ``several_counts``), each plan's value as a code (unsigned
+    int (n,), the smallest type that holds its codes): plans of one value share a code (numbered by first appearance; values told apart
     by type too, as their ``repr`` would: ``1`` is not ``True``). :func:`prunable`'s
     ``codes``. ``columns``: the plans'
     :func:`core.studies.sweep.result.plan_column_arrays`, when known (a column of one type is
@@ -488,7 +488,9 @@ def value_codes(plans: list[ParallelPlan], num_gpus: np.ndarray, several_counts:
             keys = list(zip(map(type, keys), keys))
         index = {k: i for i, k in enumerate(dict.fromkeys(keys))}  # by first appearance
         codes.append(np.fromiter(map(index.__getitem__, keys), np.int64, len(keys)))
-    return codes
+    # held through the branch and bound: each in the smallest unsigned type of its codes
+    # (a byte per plan for a dimension of a few values, not eight)
+    return [c.astype(np.min_scalar_type(int(c.max(initial=0))), copy=False) for c in codes]
 
 
 def _first_seen_codes(col: np.ndarray) -> np.ndarray:

@@ -138,7 +138,8 @@ class SweepResult:
     plan_columns : dict of str to array
         One column per plan field (:data:`PLAN_COLUMNS`), also readable as an
         attribute (``result.tensor_parallel``): int64 for integers, bool, str
-        arrays; object arrays for fields that may be None.
+        arrays; object arrays for fields that may be None. A field of one value in every
+        plan is that value broadcast (``np.broadcast_to``: read-only, no bytes per plan).
     num_microbatches, num_gpus : int64 arrays
     iteration_time_s : float64 array
         Predicted iteration time, seconds (equals ``simulate(session_for(i))``).
@@ -343,18 +344,36 @@ class SweepResult:
     def index_of(self, plan: ParallelPlan) -> int | None:
         """Row of ``plan`` (every field equal; at ``t = 1`` sequence parallelism and the TP
         overlap, which change nothing there, need not be), or None when not in the sweep."""
-        index = self.__dict__.get("_index")
-        if index is None:
-            index = self.__dict__["_index"] = {plan_key(pl): i for i, pl in enumerate(self.plans)}
-        i = index.get(plan_key(plan))
+        i = self._row_of(plan)
         if i is None and plan.tensor_parallel == 1 and (plan.sequence_parallel
                                                          or plan.tp_comm_overlap):
             for sp, ov in ((False, False), (True, False), (False, True), (True, True)):
-                i = index.get(plan_key(dataclasses.replace(plan, sequence_parallel=sp,
-                                                           tp_comm_overlap=ov)))
+                i = self._row_of(dataclasses.replace(plan, sequence_parallel=sp,
+                                                     tp_comm_overlap=ov))
                 if i is not None:
                     break
         return i
+
+    def _row_of(self, plan: ParallelPlan) -> int | None:
+        """The last row whose every field equals ``plan``'s as a dict key of
+        :func:`plan_key` tuples would (``==``, which numpy's comparison of a number or text
+        column with a number or text is), or None: the plan columns narrowed field by field,
+        with no index of every plan kept (1.2 million plans: about 500 MB of key tuples);
+        about 10 ms per 100,000 plans."""
+        rows: np.ndarray | None = None  # None: every row
+        for name, value in zip(PLAN_FIELDS, plan_key(plan)):
+            col = np.asarray(self.plan_columns[name])
+            part = col if rows is None else col[rows]
+            kind = col.dtype.kind
+            numeric = isinstance(value, int) or isinstance(value, float) and math.isfinite(value)
+            if (kind in "biuf" and numeric) or (kind == "U" and isinstance(value, str)):
+                same = np.asarray(part == value, bool)
+            else:  # an object column, or a value of another type: Python's ==, row by row
+                same = np.fromiter((v == value for v in part.tolist()), bool, part.size)
+            rows = np.flatnonzero(same) if rows is None else rows[same]
+            if not rows.size:
+                return None
+        return None if rows is None else int(rows[-1])  # the last, as the index's dict kept
 
     def pareto_indices(self) -> np.ndarray:
         """Rows on the Pareto front sorted by training days (then cost); int64 (k,)."""
@@ -613,8 +632,9 @@ class SweepResult:
 
 def plan_column_arrays(plans: list[ParallelPlan], cancel: Any = None) -> dict[str, np.ndarray]:
     """One array per plan field: int64, bool or str when every value is one, object otherwise.
-    A field of one value (most of a sweep's) is filled from it rather than converted value by
-    value: the same array. Each plan's fields are read as one tuple (:func:`plan_key`) and
+    A field of one value of one type (most of a sweep's) is that value broadcast
+    to every plan (``np.broadcast_to``: read-only, no bytes per plan) rather than converted
+    value by value: the same values. Each plan's fields are read as one tuple (:func:`plan_key`) and
     transposed :data:`_COLUMN_CHUNK` plans at a time (one C call per plan rather than one per
     plan and field). ``cancel`` is checked every few chunks and before each field
     (:class:`~core.studies.sweep.cancel.SweepCancelled`)."""
@@ -638,8 +658,11 @@ def plan_column_arrays(plans: list[ParallelPlan], cancel: Any = None) -> dict[st
             dtype = np.int64
         elif kinds == {str}:
             dtype = f"<U{max(map(len, values))}"
-        if dtype is not object and values.count(values[0]) == len(values):
-            out[name] = np.full(len(values), values[0], dtype)  # one type: equal is the same
+        if len(kinds) == 1 and values.count(values[0]) == len(values):
+            # one type: equal is the same; one value read-only for every plan, no bytes per plan
+            one = np.empty((), dtype)
+            one[()] = values[0]  # a tuple as one value, not an array
+            out[name] = np.broadcast_to(one, (len(values),))
         else:
             out[name] = np.array(values, dtype=dtype)
     return out

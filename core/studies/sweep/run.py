@@ -661,10 +661,15 @@ def _branch_and_bound(runner: _Runner, session: Session, space: SweepSpace, lowe
     pruned = branch_and_bound(order, lower, lb.training_days, lb.cost_usd, runner.iteration,
                               codes, lambda rows: runner.solve(group_batches(plans, rows)),
                               lambda times: _figures(runner, session, times), runner.skip)
+    tail = (" s per iteration shows it cannot reach the Pareto front"
+            + (" nor be the best plan of any of its values" if best_by else ""))
+    texts: dict[str, str] = {}  # one text per bound as written: most pruned plans share one
     for i in np.flatnonzero(pruned).tolist():
-        reason[i] = (f"not simulated: its lower bound {lower[i]:.3f} s per iteration shows "
-                     "it cannot reach the Pareto front" + (" nor be the best plan of any of "
-                                                           "its values" if best_by else ""))
+        bound = f"{lower[i]:.3f}"
+        text = texts.get(bound)
+        if text is None:
+            text = texts[bound] = f"not simulated: its lower bound {bound}{tail}"
+        reason[i] = text
     return pruned
 
 
