@@ -350,7 +350,7 @@ def test_no_tight_answers_among_the_plans_that_fit_outside_the_margin_exactly():
     every = run_sweep(session, space, prune=False)
     kept = run_sweep(session, space, no_tight=True)
     assert every.memory_verdict[every.fastest] == "tight"
-    assert every.max_memory_per_gpu_bytes[every.fastest] / 2**30 == pytest.approx(49.57, abs=0.01)
+    assert every.max_memory_per_gpu_bytes[every.fastest] / 2**30 == pytest.approx(49.65, abs=0.01)
     fits = every.feasible & (every.memory_verdict == "fits")
     for mine, by, then in ((kept.fastest, every.training_days, every.cost_usd),
                            (kept.cheapest, every.cost_usd, every.training_days)):
