@@ -397,3 +397,24 @@ def test_sweep_cli_counts_the_tight_front_plans_and_no_tight_leaves_them_out(cap
     out = " ".join(capsys.readouterr().out.split())
     assert (f"--no-tight: {kept['num_tight_left_out']:,} tight plans left out (not simulated); "
             "every plan shown fits outside the margin") in out
+
+
+def test_no_tight_with_every_fitting_plan_tight_says_so_not_too_large(capsys):
+    """GPT-3 1.3B at t1 p1 d8 on 8 A100s with half the GPU as margin: b = 4 and 8 without
+    recomputation fit only inside the 40 GiB margin (tight) or not at all, so --no-tight
+    leaves every fitting plan out. The summary said "No plan that fits was simulated (too
+    large to simulate ...)" (the simulator's limit, wrong here) and the deadline line that
+    no plan finishes within it; it says the tight plans were left out by --no-tight."""
+    args = ["sweep", str(SMALL), "--gpus", "8", "--tensor-parallel", "1", "--pipeline-parallel",
+            "1", "--schedules", "1f1b", "--recompute", "none", "--micro-batch-sizes", "4,8",
+            "--set", "cluster.memory_reserve_fraction=0.5", "--workers", "1", "--no-tight"]
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    n_fit = doc["num_fit"]
+    assert doc["num_feasible"] == 0 and n_fit == doc["num_tight_left_out"] > 0
+    assert main([*args, "--deadline-days", "1000"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (f"No plan fits outside the memory margin: of the {n_fit} plans that fit in memory, "
+            f"{n_fit} are tight (inside the 50 % margin) and left out by --no-tight; without "
+            "--no-tight the tight plans are simulated and marked ~") in out
+    assert "too large to simulate" not in out and "finishes within" not in out
