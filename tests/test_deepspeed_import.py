@@ -272,3 +272,42 @@ def test_cli_refusal_exits_2_and_writes_nothing(tmp_path):
     r = _cli("import", "deepspeed", str(ZERO2), "--model", "no such model", "--num-gpus", "16",
              "--out", str(out))
     assert r.returncode == 2 and "--model" in r.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("text, where, words", [
+    ('{\n  // ZeRO-2\n  "train_micro_batch_size_per_gpu": 2\n}', "line 2 column 3",
+     "a comment; DeepSpeed's own reader (hjson) takes comments"),
+    ('{"train_micro_batch_size_per_gpu": 2, # two\n "gradient_accumulation_steps": 4}',
+     "line 1 column 39", "a comment"),
+    ('{"train_micro_batch_size_per_gpu": 2, /* two */ "gradient_accumulation_steps": 4}',
+     "line 1 column 39", "a comment"),
+    ("compute_environment: LOCAL_MACHINE\ndeepspeed_config:\n  zero_stage: 2\n", "not JSON",
+     "a DeepSpeed config is a JSON object, opening with '{' (a YAML file, such as "
+     "accelerate's config, is not one: give the JSON file its deepspeed_config_file names)"),
+    ("  \n", "empty", "a DeepSpeed config is a JSON object"),
+])
+def test_comments_yaml_and_empty_files_are_refused_saying_what_they_are(text, where, words,
+                                                                         tmp_path):
+    """DeepSpeed reads its config with hjson (runtime/config.py: comments allowed); Hugging
+    Face Trainer and accelerate (HfDeepSpeedConfig) with json.load, as this importer does.
+    A comment was refused as "not a valid JSON file (Expecting property name enclosed in
+    double quotes: line 2 column 3 (char 4))", an accelerate YAML or an empty file as
+    "Expecting value: line 1 column 1": each is now named, at the parser's own position."""
+    from core.io.session import SessionFileError
+    path = tmp_path / "ds_config.json"
+    path.write_text(text)
+    with pytest.raises(SessionFileError) as err:
+        read_deepspeed_config(path, _llama(), num_gpus=16, recompute="full")
+    message = str(err.value)
+    assert message.startswith(f"{path}: {where}: ") and words in message
+
+
+def test_empty_model_name_is_refused_by_the_option_not_read_as_the_current_folder():
+    """--model "" read Path(""), the current folder ("vtrain: error: .: is a folder, not a
+    file"); it is neither a file nor a preset, named by --model."""
+    for text in ("", "  "):
+        with pytest.raises(ConfigError) as err:
+            model_from_name(text)
+        e = err.value.errors[0]
+        assert e.field == "--model" and e.message.startswith(
+            f"{text!r} is neither a file (a Hugging Face config.json or its folder) nor a preset")

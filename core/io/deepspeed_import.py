@@ -370,7 +370,7 @@ def model_from_name(text: str, *, seq_length: int | None = None
     from core.io.hf_import import hf_config_path, read_hf_config
     from core.io.import_result import global_batch_note, seq_length_note
     from core.plan.presets import MODEL_PRESETS
-    if Path(text).exists():
+    if text.strip() and Path(text).exists():  # Path("") is the current folder
         imp = read_hf_config(hf_config_path(text), seq_length=seq_length)
         batch = global_batch_note(imp.session.plan.global_batch_size)
         return imp.session.model, imp.ignored, [n for n in imp.notes if n != batch]
@@ -513,5 +513,45 @@ def read_deepspeed_config(path: str | Path, model: ModelConfig, **kw: Any) -> De
     ConfigError
         The config is refused (the message names the file and the key).
     """
-    from core.io.session import read_json
-    return session_from_deepspeed(read_json(path), model, str(path), **kw)
+    from core.io.session import SessionFileError
+    from core.util.inputs import parse_json, read_bytes
+    data = read_bytes(path, SessionFileError, "json")
+    try:
+        cfg = parse_json(data, str(path), SessionFileError)
+    except SessionFileError as exc:
+        why = _not_json(data)
+        if why:
+            raise SessionFileError(f"{path}: {why}") from None
+        raise exc from None
+    return session_from_deepspeed(cfg, model, str(path), **kw)
+
+
+def _not_json(data: bytes) -> str:
+    """Why ``data`` (a file that is not JSON) is refused, where the JSON parser's own error
+    position tells: a comment (``//``, ``/*`` or ``#``) where the error is, which DeepSpeed's
+    own reader (hjson, ``runtime/config.py``) takes but Hugging Face Trainer and accelerate
+    (``json.load``, ``HfDeepSpeedConfig``) do not, or text that does not open with ``{`` (a
+    YAML file: accelerate's config, which names the DeepSpeed config in
+    ``deepspeed_config_file``), or nothing at all. "" otherwise (the parser's message
+    stands)."""
+    try:
+        text = data.decode("utf-8-sig")
+        json.loads(text)
+    except UnicodeDecodeError:
+        return ""
+    except json.JSONDecodeError as exc:
+        rest = text[exc.pos:]
+        if rest.startswith(("//", "/*", "#")):
+            return (f"line {exc.lineno} column {exc.colno}: a comment; DeepSpeed's own reader "
+                    "(hjson) takes comments, Hugging Face Trainer and accelerate (json) do not, "
+                    "and this importer reads JSON as they do: remove the comments")
+        if not text.strip():
+            return "empty: a DeepSpeed config is a JSON object ({...})"
+        if not text.lstrip().startswith(("{", "[")):
+            return ("not JSON: a DeepSpeed config is a JSON object, opening with '{' (a YAML "
+                    "file, such as accelerate's config, is not one: give the JSON file its "
+                    "deepspeed_config_file names)")
+        return ""
+    except ValueError:
+        return ""
+    return ""
