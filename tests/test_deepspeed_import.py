@@ -81,7 +81,7 @@ def test_zero2_bf16_micro4_ga8_on_16_gpus():
     assert not (set(imp.used) & set(imp.ignored)) and not (set(imp.used) & set(imp.approximated))
     assert imp.used["zero_optimization.stage"].startswith("2: plan.zero_stage")
     assert "optimizer.params.lr" in imp.ignored and "scheduler" in imp.ignored
-    assert imp.ignored["zero_optimization.offload_optimizer"].startswith("'none': the modelled")
+    assert imp.ignored["zero_optimization.offload_optimizer"].startswith('"none": the modelled')
     assert "one layer per bucket" in imp.approximated["zero_optimization.reduce_bucket_size"]
 
 
@@ -129,7 +129,7 @@ def test_offload_is_refused_naming_the_key(section, device):
     cfg["zero_optimization"][section] = {"device": device, "pin_memory": True}
     err = _refused(cfg)
     assert err.field == f"ds_config.json: zero_optimization.{section}.device"
-    assert f"'{device}': not modelled" in err.message
+    assert f'"{device}": not modelled' in err.message
 
 
 def test_train_batch_size_mismatch_is_refused():
@@ -178,8 +178,8 @@ def test_fp16_zero1_defaults():
     (lambda c: c.update(pipeline={"stages": "auto"}), "pipeline", "pipeline engine"),
     (lambda c: c.update(sparse_attention={"mode": "fixed"}), "sparse_attention", "block-sparse"),
     (lambda c: c.update(compression_training={}), "compression_training", "compression"),
-    (lambda c: c["optimizer"].update(type="Lamb"), "optimizer.type", "'Lamb'"),
-    (lambda c: c["optimizer"].update(type="OneBitAdam"), "optimizer.type", "'OneBitAdam'"),
+    (lambda c: c["optimizer"].update(type="Lamb"), "optimizer.type", '"Lamb"'),
+    (lambda c: c["optimizer"].update(type="OneBitAdam"), "optimizer.type", '"OneBitAdam"'),
     (lambda c: c.update(activation_checkpointing={"cpu_checkpointing": True}),
      "activation_checkpointing.cpu_checkpointing", "to the CPU"),
     (lambda c: c.update(communication_data_type="fp32"), "communication_data_type",
@@ -204,7 +204,7 @@ def test_switched_off_sections_are_listed():
     cfg.update(amp={"enabled": False}, activation_checkpointing={
         "partition_activations": True, "cpu_checkpointing": False}, tensorboard={"enabled": True})
     imp = session_from_deepspeed(cfg, _llama(), num_gpus=16, gpu=H100, recompute="full")
-    assert imp.ignored["amp"].startswith("False: the modelled setting")
+    assert imp.ignored["amp"].startswith("false: the modelled setting")
     assert "t = 1" in imp.ignored["activation_checkpointing.partition_activations"]
     assert imp.ignored["tensorboard"] == "logging"
 
@@ -311,3 +311,28 @@ def test_empty_model_name_is_refused_by_the_option_not_read_as_the_current_folde
         e = err.value.errors[0]
         assert e.field == "--model" and e.message.startswith(
             f"{text!r} is neither a file (a Hugging Face config.json or its folder) nor a preset")
+
+
+def test_values_are_shown_as_the_json_file_writes_them_and_long_ones_cut():
+    """The file is JSON: its values were shown as Python writes them ("bf16: True must be an
+    object", "None", "'none'"), and a 100,000-character value or key was printed whole in
+    the one-line refusal."""
+    cfg = _zero2()
+    cfg["bf16"] = True
+    err = _refused(cfg)
+    assert (err.field, err.message) == ("ds_config.json: bf16", "true must be an object (a "
+                                        "section of DeepSpeed's config)")
+    cfg = _zero2()
+    cfg["optimizer"] = None
+    assert _refused(cfg).message.startswith("null must be an object")
+    cfg = _zero2()
+    cfg["zero_optimization"]["overlap_comm"] = "true"
+    assert _refused(cfg).message == '"true" must be true or false (a JSON boolean)'
+    cfg = _zero2()
+    cfg["train_micro_batch_size_per_gpu"] = "x" * 100_000
+    err = _refused(cfg)
+    assert err.message == '"' + "x" * 39 + '... must be a positive integer'
+    cfg = _zero2()
+    cfg["y" * 5000] = 1
+    err = _refused(cfg)
+    assert err.field == "ds_config.json: " + "y" * 80 + "..."

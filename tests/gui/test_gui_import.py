@@ -340,7 +340,7 @@ def test_refused_deepspeed_key_leaves_the_session_untouched(window, tmp_path, re
         "deepspeed", path, ImportOptions(model="Llama 3 8B", num_gpus=16))
     (kind, title, text), = message_boxes.of_kind("critical")
     assert title == "Cannot import ds_offload.json"
-    assert text == (f"{path}: zero_optimization.offload_optimizer.device: 'cpu': not modelled: "
+    assert text == (f"{path}: zero_optimization.offload_optimizer.device: \"cpu\": not modelled: "
                     "the optimizer state and step moved to the CPU or NVMe (host transfers and "
                     "a CPU Adam)")
     assert not reviews.shown
