@@ -336,3 +336,18 @@ def test_values_are_shown_as_the_json_file_writes_them_and_long_ones_cut():
     cfg["y" * 5000] = 1
     err = _refused(cfg)
     assert err.field == "ds_config.json: " + "y" * 80 + "..."
+
+
+def test_a_derived_auto_train_batch_size_is_not_credited_to_an_option_not_given():
+    """train_batch_size "auto" without --train-batch-size is micro * GA * GPUs (2 * 4 * 16 =
+    128); its used line said "'auto' (--train-batch-size)", an option the user never gave."""
+    cfg = json.loads(HF_ZERO3.read_text())
+    kw = dict(num_gpus=16, gpu=H100, recompute="full")
+    opts = {"--micro-batch-size": 2, "--gradient-accumulation-steps": 4, "--precision": "bf16"}
+    imp = session_from_deepspeed(cfg, _llama(), "ds_config.json", **kw, options=opts)
+    assert imp.session.plan.global_batch_size == 128
+    assert imp.used["train_batch_size"].startswith(
+        "'auto' (the micro-batch * accumulation steps * GPUs, as the Trainer fills it in): ")
+    imp = session_from_deepspeed(cfg, _llama(), "ds_config.json", **kw,
+                                 options={**opts, "--train-batch-size": 128})
+    assert imp.used["train_batch_size"].startswith("'auto' (--train-batch-size): ")

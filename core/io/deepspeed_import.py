@@ -505,7 +505,12 @@ def session_from_deepspeed(cfg: Any, model: ModelConfig, where: str = "ds_config
                      "recomputes: give --recompute none or full, full being Hugging Face's "
                      "gradient_checkpointing)")
     rules = load_rules()
-    described = {k: (f"'auto' ({rules[k].auto}): " if _is_auto(v) and rules[k].auto
+
+    def source(key: str) -> str:  # what filled in a used key's "auto"
+        if key == "train_batch_size" and "--train-batch-size" not in options:
+            return "the micro-batch * accumulation steps * GPUs, as the Trainer fills it in"
+        return str(rules[key].auto)
+    described = {k: (f"'auto' ({source(k)}): " if _is_auto(v) and rules[k].auto
                      else "" if isinstance(v, (dict, list)) else f"{_show(v)}: ") + rules[k].text
                  for k, v in used.items()}
     return DeepSpeedImport(session, described, ignored, notes, approximated=approx)
