@@ -351,3 +351,15 @@ def test_a_derived_auto_train_batch_size_is_not_credited_to_an_option_not_given(
     imp = session_from_deepspeed(cfg, _llama(), "ds_config.json", **kw,
                                  options={**opts, "--train-batch-size": 128})
     assert imp.used["train_batch_size"].startswith("'auto' (--train-batch-size): ")
+
+
+def test_a_model_name_too_long_for_a_path_is_refused_by_the_option():
+    """--model with 5,000 characters (a pasted text, not a preset): Path.exists raised
+    OSError "File name too long", printed as "vtrain: error: xxxx...: File name too long",
+    the whole text and no option named; it is neither a file nor a preset, named by --model,
+    the text cut at 80 characters."""
+    with pytest.raises(ConfigError) as err:
+        model_from_name("x" * 5000)
+    e = err.value.errors[0]
+    assert e.field == "--model"
+    assert e.message.startswith("'" + "x" * 80 + "...' is neither a file")
