@@ -350,7 +350,13 @@ def test_no_tight_answers_among_the_plans_that_fit_outside_the_margin_exactly():
     every = run_sweep(session, space, prune=False)
     kept = run_sweep(session, space, no_tight=True)
     assert every.memory_verdict[every.fastest] == "tight"
-    assert every.max_memory_per_gpu_bytes[every.fastest] / 2**30 == pytest.approx(49.57, abs=0.01)
+    # t1 p1 d8 b4, no recomputation: 49.57 GiB before the activations outside the layers
+    # (e62da17), which add per micro-batch in flight (one here) the embedding's int64 input ids
+    # 8sb, its dropout mask sbh (hidden_dropout 0.1) and the final norm's bf16 input and
+    # output 2 * 2sbh: sb (8 + 5h) = 2048 * 4 * (8 + 5 * 2048) bytes = 0.078 GiB
+    extra = 2048 * 4 * (8 + 5 * 2048) / 2**30
+    assert every.max_memory_per_gpu_bytes[every.fastest] / 2**30 == pytest.approx(
+        49.5692 + extra, abs=0.001)
     fits = every.feasible & (every.memory_verdict == "fits")
     for mine, by, then in ((kept.fastest, every.training_days, every.cost_usd),
                            (kept.cheapest, every.cost_usd, every.training_days)):
