@@ -81,7 +81,7 @@ def test_zero2_bf16_micro4_ga8_on_16_gpus():
     assert not (set(imp.used) & set(imp.ignored)) and not (set(imp.used) & set(imp.approximated))
     assert imp.used["zero_optimization.stage"].startswith("2: plan.zero_stage")
     assert "optimizer.params.lr" in imp.ignored and "scheduler" in imp.ignored
-    assert imp.ignored["zero_optimization.offload_optimizer"].startswith("'none': the modelled")
+    assert imp.ignored["zero_optimization.offload_optimizer"].startswith('"none": the modelled')
     assert "one layer per bucket" in imp.approximated["zero_optimization.reduce_bucket_size"]
 
 
@@ -129,7 +129,7 @@ def test_offload_is_refused_naming_the_key(section, device):
     cfg["zero_optimization"][section] = {"device": device, "pin_memory": True}
     err = _refused(cfg)
     assert err.field == f"ds_config.json: zero_optimization.{section}.device"
-    assert f"'{device}': not modelled" in err.message
+    assert f'"{device}": not modelled' in err.message
 
 
 def test_train_batch_size_mismatch_is_refused():
@@ -178,8 +178,8 @@ def test_fp16_zero1_defaults():
     (lambda c: c.update(pipeline={"stages": "auto"}), "pipeline", "pipeline engine"),
     (lambda c: c.update(sparse_attention={"mode": "fixed"}), "sparse_attention", "block-sparse"),
     (lambda c: c.update(compression_training={}), "compression_training", "compression"),
-    (lambda c: c["optimizer"].update(type="Lamb"), "optimizer.type", "'Lamb'"),
-    (lambda c: c["optimizer"].update(type="OneBitAdam"), "optimizer.type", "'OneBitAdam'"),
+    (lambda c: c["optimizer"].update(type="Lamb"), "optimizer.type", '"Lamb"'),
+    (lambda c: c["optimizer"].update(type="OneBitAdam"), "optimizer.type", '"OneBitAdam"'),
     (lambda c: c.update(activation_checkpointing={"cpu_checkpointing": True}),
      "activation_checkpointing.cpu_checkpointing", "to the CPU"),
     (lambda c: c.update(communication_data_type="fp32"), "communication_data_type",
@@ -204,7 +204,7 @@ def test_switched_off_sections_are_listed():
     cfg.update(amp={"enabled": False}, activation_checkpointing={
         "partition_activations": True, "cpu_checkpointing": False}, tensorboard={"enabled": True})
     imp = session_from_deepspeed(cfg, _llama(), num_gpus=16, gpu=H100, recompute="full")
-    assert imp.ignored["amp"].startswith("False: the modelled setting")
+    assert imp.ignored["amp"].startswith("false: the modelled setting")
     assert "t = 1" in imp.ignored["activation_checkpointing.partition_activations"]
     assert imp.ignored["tensorboard"] == "logging"
 
@@ -272,3 +272,94 @@ def test_cli_refusal_exits_2_and_writes_nothing(tmp_path):
     r = _cli("import", "deepspeed", str(ZERO2), "--model", "no such model", "--num-gpus", "16",
              "--out", str(out))
     assert r.returncode == 2 and "--model" in r.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("text, where, words", [
+    ('{\n  // ZeRO-2\n  "train_micro_batch_size_per_gpu": 2\n}', "line 2 column 3",
+     "a comment; DeepSpeed's own reader (hjson) takes comments"),
+    ('{"train_micro_batch_size_per_gpu": 2, # two\n "gradient_accumulation_steps": 4}',
+     "line 1 column 39", "a comment"),
+    ('{"train_micro_batch_size_per_gpu": 2, /* two */ "gradient_accumulation_steps": 4}',
+     "line 1 column 39", "a comment"),
+    ("compute_environment: LOCAL_MACHINE\ndeepspeed_config:\n  zero_stage: 2\n", "not JSON",
+     "a DeepSpeed config is a JSON object, opening with '{' (a YAML file, such as "
+     "accelerate's config, is not one: give the JSON file its deepspeed_config_file names)"),
+    ("  \n", "empty", "a DeepSpeed config is a JSON object"),
+])
+def test_comments_yaml_and_empty_files_are_refused_saying_what_they_are(text, where, words,
+                                                                         tmp_path):
+    """DeepSpeed reads its config with hjson (runtime/config.py: comments allowed); Hugging
+    Face Trainer and accelerate (HfDeepSpeedConfig) with json.load, as this importer does.
+    A comment was refused as "not a valid JSON file (Expecting property name enclosed in
+    double quotes: line 2 column 3 (char 4))", an accelerate YAML or an empty file as
+    "Expecting value: line 1 column 1": each is now named, at the parser's own position."""
+    from core.io.session import SessionFileError
+    path = tmp_path / "ds_config.json"
+    path.write_text(text)
+    with pytest.raises(SessionFileError) as err:
+        read_deepspeed_config(path, _llama(), num_gpus=16, recompute="full")
+    message = str(err.value)
+    assert message.startswith(f"{path}: {where}: ") and words in message
+
+
+def test_empty_model_name_is_refused_by_the_option_not_read_as_the_current_folder():
+    """--model "" read Path(""), the current folder ("vtrain: error: .: is a folder, not a
+    file"); it is neither a file nor a preset, named by --model."""
+    for text in ("", "  "):
+        with pytest.raises(ConfigError) as err:
+            model_from_name(text)
+        e = err.value.errors[0]
+        assert e.field == "--model" and e.message.startswith(
+            f"{text!r} is neither a file (a Hugging Face config.json or its folder) nor a preset")
+
+
+def test_values_are_shown_as_the_json_file_writes_them_and_long_ones_cut():
+    """The file is JSON: its values were shown as Python writes them ("bf16: True must be an
+    object", "None", "'none'"), and a 100,000-character value or key was printed whole in
+    the one-line refusal."""
+    cfg = _zero2()
+    cfg["bf16"] = True
+    err = _refused(cfg)
+    assert (err.field, err.message) == ("ds_config.json: bf16", "true must be an object (a "
+                                        "section of DeepSpeed's config)")
+    cfg = _zero2()
+    cfg["optimizer"] = None
+    assert _refused(cfg).message.startswith("null must be an object")
+    cfg = _zero2()
+    cfg["zero_optimization"]["overlap_comm"] = "true"
+    assert _refused(cfg).message == '"true" must be true or false (a JSON boolean)'
+    cfg = _zero2()
+    cfg["train_micro_batch_size_per_gpu"] = "x" * 100_000
+    err = _refused(cfg)
+    assert err.message == '"' + "x" * 39 + '... must be a positive integer'
+    cfg = _zero2()
+    cfg["y" * 5000] = 1
+    err = _refused(cfg)
+    assert err.field == "ds_config.json: " + "y" * 80 + "..."
+
+
+def test_a_derived_auto_train_batch_size_is_not_credited_to_an_option_not_given():
+    """train_batch_size "auto" without --train-batch-size is micro * GA * GPUs (2 * 4 * 16 =
+    128); its used line said "'auto' (--train-batch-size)", an option the user never gave."""
+    cfg = json.loads(HF_ZERO3.read_text())
+    kw = dict(num_gpus=16, gpu=H100, recompute="full")
+    opts = {"--micro-batch-size": 2, "--gradient-accumulation-steps": 4, "--precision": "bf16"}
+    imp = session_from_deepspeed(cfg, _llama(), "ds_config.json", **kw, options=opts)
+    assert imp.session.plan.global_batch_size == 128
+    assert imp.used["train_batch_size"].startswith(
+        "'auto' (the micro-batch * accumulation steps * GPUs, as the Trainer fills it in): ")
+    imp = session_from_deepspeed(cfg, _llama(), "ds_config.json", **kw,
+                                 options={**opts, "--train-batch-size": 128})
+    assert imp.used["train_batch_size"].startswith("'auto' (--train-batch-size): ")
+
+
+def test_a_model_name_too_long_for_a_path_is_refused_by_the_option():
+    """--model with 5,000 characters (a pasted text, not a preset): Path.exists raised
+    OSError "File name too long", printed as "vtrain: error: xxxx...: File name too long",
+    the whole text and no option named; it is neither a file nor a preset, named by --model,
+    the text cut at 80 characters."""
+    with pytest.raises(ConfigError) as err:
+        model_from_name("x" * 5000)
+    e = err.value.errors[0]
+    assert e.field == "--model"
+    assert e.message.startswith("'" + "x" * 80 + "...' is neither a file")

@@ -669,3 +669,24 @@ def test_no_tight_leaves_tight_plans_off_the_combined_front_exactly(tmp_path, ca
     assert doc["best_by_days"]["memory_verdict"] == "fits"
     assert doc["best_by_days"]["expected_days"] > plain["best_by_days"]["expected_days"]
     assert {p["memory_verdict"] for p in doc["front"]} == {"fits"}
+
+
+def test_no_tight_with_every_fitting_plan_tight_names_no_others(tmp_path):
+    """--gpus-from --no-tight where every plan that fits is tight (GPT-3 1.3B at t1 p1 d8
+    without recomputation, half the GPU as margin): the reason said "N plans fit ... N of
+    them are tight and left out (--no-tight), the others too large to simulate" though there
+    were no others."""
+    from core.io.session import load_any
+    from tests.conftest import EXAMPLES
+    session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    session.cluster.memory_reserve_fraction = 0.5
+    sheet = PriceSheet([PriceRow("A100-SXM4-80GB", 1.5, 8, row=2)])
+
+    def space_for(row):
+        return SweepSpace(num_gpus=8, tensor_parallel=(1,), pipeline_parallel=(1,),
+                          schedules=("1f1b",), recompute=("none",), micro_batch_sizes=(4, 8))
+    kept = choose_gpus(session, sheet, no_tight=True, space_for=space_for)
+    fit = sum(c["num_fit"] for c in kept.counts)
+    assert kept.num_points == 0 and fit == kept.num_tight_left_out > 1
+    assert kept.no_point_reason() == (f"{fit} plans fit in memory but none was simulated: "
+                                      "every one is tight and left out (--no-tight)")

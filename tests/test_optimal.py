@@ -528,3 +528,28 @@ def test_the_header_prints_typed_days_as_typed_and_computed_days_to_3_figures(
                  "--hold-session-values", "--set", "cluster.gpu=H100-SXM5-80GB"]) == 0
     header = " ".join(capsys.readouterr().out.split())
     assert shown + " ($" in header
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_out_without_a_candidate_prints_the_study_then_refuses_with_why(as_json, tmp_path,
+                                                                        capsys):
+    """On 7 GPUs no candidate has a plan (t*p*d = 7 with t dividing the node of 8 and d*b
+    dividing B = 256: none). With --out the study's tables (or its --json) were never printed,
+    only "--out ...: no candidate has a plan that trains in the budget", which hid the
+    GPU-count rule the study gives; now the study is printed, then --out is refused (exit
+    2) with the rule, and nothing is written."""
+    out = tmp_path / "best.json"
+    args = ["optimal", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "7", "--days",
+            "1", "--candidates", "2", "--hold-session-values", "--out", str(out)]
+    assert main([*args, "--json"] if as_json else args) == 2
+    cap = capsys.readouterr()
+    rule = ("No candidate has a plan on exactly 7 GPUs: a plan needs t*p*d GPUs with t "
+            "dividing a node and d*b dividing the global batch (256)")
+    if as_json:
+        doc = json.loads(cap.out)
+        assert doc["num_gpus"] == 7 and doc["best"] is None and len(doc["candidates"]) == 2
+    else:
+        assert rule in " ".join(cap.out.split())
+    err = " ".join(cap.err.split())
+    assert f"--out {out}: no candidate has a plan that trains in the budget" in err
+    assert rule in err and not out.exists()

@@ -127,17 +127,20 @@ def run(args: argparse.Namespace) -> int:
     result = compute_optimal(session, args.gpus, args.days, assumed_mfu=args.assumed_mfu,
                              num_candidates=args.candidates, spread=args.spread, progress=progress,
                              hold_session_values=args.hold_session_values, notice=notice)
-    if args.out:
-        _save_best(result, session, args.out)
+    # the study is printed before --out is refused (no candidate has a plan): its minutes of
+    # sweeps and its reasons are not lost
     if args.json:
         doc = result.to_dict()
         doc["price_per_gpu_hour_usd"] = session.cost.price_per_gpu_hour_usd
         doc["cost_usd"] = _cost(result, session)
         print(strict_dumps(doc))
+        if args.out:
+            _save_best(result, session, args.out)
         return 0
     console = Console()
     _print(result, session, console, days_text(args.days))
     if args.out:
+        _save_best(result, session, args.out)
         from core.util.console import esc
         from core.studies.optimal import format_params
         b = result.candidates[result.best]
@@ -154,15 +157,17 @@ def _save_best(result, session, path: str) -> None:
     Raises
     ------
     ConfigError
-        No candidate has a plan that trains in the budget (named ``--out``); nothing is
-        written."""
+        No candidate has a plan that trains in the budget (named ``--out``, with why:
+        :func:`core.studies.optimal.no_plan_explanation`); nothing is written."""
     from core.cli.common import field_error
     from core.io.session import save_session
-    from core.studies.optimal import candidate_session
+    from core.studies.optimal import candidate_session, no_plan_explanation
     try:
         best = candidate_session(session, result)
     except ValueError as exc:
-        raise field_error(f"--out {path}", f"{exc}") from None
+        why = ("" if result.best is not None else
+               f" ({no_plan_explanation(result, session.plan.global_batch_size)})")
+        raise field_error(f"--out {path}", f"{exc}{why}") from None
     save_session(best, path)
 
 

@@ -636,8 +636,20 @@ def _print_header(result, console: Console) -> None:
                 f"{result.memory_capacity_bytes / 2**30:,.1f} ({plan_label(result.plans[j])}, "
                 f"{int(result.num_gpus[j]):,} GPUs)"), highlight=False)
     elif result.num_feasible == 0:
-        console.print("[red]No plan that fits was simulated[/] (too large to simulate: "
-                      "--out FILE.csv gives each plan's reason).")
+        left = result.num_tight_left_out
+        if left:  # --no-tight left them out: not the simulator's limit
+            n_fit, others = f"{n_fit:,} plan{'s' if n_fit != 1 else ''}", n_fit - left
+            console.print(
+                f"[red]No plan fits outside the memory margin[/]: of the {n_fit} that fit in "
+                f"memory, {left:,} {'are' if left != 1 else 'is'} tight (inside the "
+                f"{result.session.cluster.memory_reserve_fraction * 100:g} % margin) and left "
+                "out by --no-tight"
+                + (f", {others:,} too large to simulate" if others else "")
+                + "; without --no-tight the tight plans are simulated and marked ~ (--out "
+                "FILE.csv gives each plan's reason).", highlight=False)
+        else:
+            console.print("[red]No plan that fits was simulated[/] (too large to simulate: "
+                          "--out FILE.csv gives each plan's reason).")
     margin = result.session.cluster.memory_reserve_fraction * 100
     console.print("[dim]days and cost: for the token budget, iterations x iteration time "
                   "(without failures, restarts or checkpoints: vtrain simulate's goodput lines, "
@@ -740,7 +752,8 @@ def _print_own_plan(result, console: Console, own: int | None) -> None:
     import numpy as np
 
     from core.util.console import esc
-    if result.deadline_days is not None and result.cheapest_within_deadline is None:
+    if result.deadline_days is not None and result.cheapest_within_deadline is None \
+            and result.num_feasible:  # none simulated: the summary above says why
         quick = (f"; the fastest plan that fits takes {fmt_days(result.training_days[result.fastest])} days"
                  if result.fastest is not None else "")
         console.print(f"No plan that fits finishes within {result.deadline_days:g} days{quick}.")

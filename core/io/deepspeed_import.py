@@ -114,6 +114,14 @@ class DeepSpeedImport(ImportResult):
     approximated: dict[str, str] = field(default_factory=dict)
 
 
+def _show(value: Any) -> str:
+    """A value of the file as a message shows it: as JSON writes it (``true``, ``null``,
+    ``"none"``, ``200000000.0``; not Python's ``True``, ``None``, ``'none'``), a long one cut
+    at 40 characters (:func:`core.io.kineto.describe_value`)."""
+    from core.io.kineto import describe_value
+    return describe_value(value)
+
+
 def _is_auto(value: Any) -> bool:
     return isinstance(value, str) and value == "auto"
 
@@ -134,16 +142,17 @@ def _classify(cfg: dict[str, Any], where: str, prefix: str = "",
                 _classify(value, where, name + ".", (used, ignored, approx))
                 continue
             if section:
-                raise refusal(where, name, f"{value!r} must be an object (a section of "
+                raise refusal(where, name, f"{_show(value)} must be an object (a section of "
                               "DeepSpeed's config)")
-            raise refusal(where, name, "is not a DeepSpeed config key the importer knows, so it "
+            shown = name if len(name) <= 80 else name[:80] + "..."  # a hostile key's length
+            raise refusal(where, shown, "is not a DeepSpeed config key the importer knows, so it "
                           "cannot tell whether it changes the run")
         if rule.kind == "used":
             used[name] = value
         elif rule.kind == "no_effect":
             ignored[name] = rule.text
         elif rule.kind == "approximated":
-            approx[name] = (f"{value!r}: " if not isinstance(value, (dict, list)) else "") + rule.text
+            approx[name] = (f"{_show(value)}: " if not isinstance(value, (dict, list)) else "") + rule.text
         else:
             ignored[name] = _switched_off(where, name, value, rule)
     return used, ignored, approx
@@ -157,7 +166,7 @@ def _switched_off(where: str, name: str, value: Any, rule: Rule) -> str:
         if value is None:
             return f"null: off (on: {rule.text})"
         if not isinstance(value, dict):
-            raise refusal(where, name, f"{value!r} must be an object (a section of DeepSpeed's "
+            raise refusal(where, name, f"{_show(value)} must be an object (a section of DeepSpeed's "
                           "config)")
         key, v = f"{name}.{rule.switch}", value.get(rule.switch, rule.switch_default)
     elif not rule.inert:
@@ -167,8 +176,8 @@ def _switched_off(where: str, name: str, value: Any, rule: Rule) -> str:
                       f"on cannot be told, and when on it is not modelled ({rule.text}); give "
                       "its value in the file")
     if not switched_off(v, rule.inert):
-        raise refusal(where, key, f"{v!r}: not modelled: {rule.text}")
-    return f"{v!r}: the modelled setting (another value: {rule.text})"
+        raise refusal(where, key, f"{_show(v)}: not modelled: {rule.text}")
+    return f"{_show(v)}: the modelled setting (another value: {rule.text})"
 
 
 def _supplied(used: dict[str, Any], name: str, where: str, options: dict[str, Any]) -> Any:
@@ -187,7 +196,7 @@ def _supplied(used: dict[str, Any], name: str, where: str, options: dict[str, An
     if v is _MISSING:
         return given
     if given is not None and given != v:
-        raise refusal(where, name, f"{v!r} in the file, {option} {given}: they disagree (the "
+        raise refusal(where, name, f"{_show(v)} in the file, {option} {given}: they disagree (the "
                       "option supplies an \"auto\" value only)")
     return v
 
@@ -196,14 +205,14 @@ def _positive(value: Any, name: str, where: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise refusal(where, name, f"{value!r} must be a positive integer")
+        raise refusal(where, name, f"{_show(value)} must be a positive integer")
     return value
 
 
 def _switch(used: dict[str, Any], name: str, where: str, default: bool) -> bool:
     v = used.get(name, default)
     if not isinstance(v, bool):
-        raise refusal(where, name, f"{v!r} must be true or false (a JSON boolean)")
+        raise refusal(where, name, f"{_show(v)} must be true or false (a JSON boolean)")
     return v
 
 
@@ -260,7 +269,7 @@ def _enabled(used: dict[str, Any], name: str, where: str, precision: str | None)
                           "from its --bf16 / --fp16): give --precision bf16, fp16 or fp32")
         return precision == dtype
     if not isinstance(v, bool):
-        raise refusal(where, name, f"{v!r} must be true or false (a JSON boolean)")
+        raise refusal(where, name, f"{_show(v)} must be true or false (a JSON boolean)")
     if precision is not None and v != (precision == dtype):
         raise refusal(where, name, f"{str(v).lower()} in the file"
                       + ("" if name in used else " (absent: false)")
@@ -274,7 +283,7 @@ def _dtype(used: dict[str, Any], name: str, where: str) -> str | None:
     if v is None:
         return None
     if not isinstance(v, str) or v.lower() not in _DTYPES:
-        raise refusal(where, name, f"{v!r}: one of fp32, fp16, bf16")
+        raise refusal(where, name, f"{_show(v)}: one of fp32, fp16, bf16")
     return _DTYPES[v.lower()]
 
 
@@ -303,7 +312,7 @@ def _precision(used: dict[str, Any], where: str, zero: int, precision: str | Non
                       ("communication_data_type", "reduced")):
         v = _dtype(used, key, where)
         if v is not None and v != dtype:
-            raise refusal(where, key, f"{used[key]!r}: gradients of a {dtype} model {what} in "
+            raise refusal(where, key, f"{_show(used[key])}: gradients of a {dtype} model {what} in "
                           f"{v} are not modelled (the simulator holds and reduces them in one "
                           f"dtype, plan.grad_reduce_dtype; DeepSpeed's default is the model's, "
                           f"{dtype})")
@@ -320,7 +329,7 @@ def _zero(used: dict[str, Any], where: str, notes: list[str]) -> tuple[int, bool
     key = "zero_optimization.stage"
     stage = used.get(key, 0)
     if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
-        raise refusal(where, key, f"{stage!r}: one of 0, 1, 2, 3")
+        raise refusal(where, key, f"{_show(stage)}: one of 0, 1, 2, 3")
     overlap = _switch(used, "zero_optimization.overlap_comm", where, stage == 3)
     if stage == 0:
         if overlap:
@@ -332,7 +341,7 @@ def _zero(used: dict[str, Any], where: str, notes: list[str]) -> tuple[int, bool
     if _is_auto(prefetch):
         prefetch = 1  # Hugging Face Trainer fills in 0.9 * hidden_size**2: positive
     if isinstance(prefetch, bool) or not isinstance(prefetch, (int, float)) or prefetch < 0:
-        raise refusal(where, pkey, f"{prefetch!r} must be a number of at least 0")
+        raise refusal(where, pkey, f"{_show(prefetch)} must be a number of at least 0")
     return stage, overlap, stage == 3 and overlap and prefetch > 0
 
 
@@ -347,7 +356,7 @@ def _optimizer(used: dict[str, Any], where: str, cfg: dict[str, Any], notes: lis
     if v is None:
         raise refusal(where, "optimizer.type", "missing (DeepSpeed needs the optimizer's type)")
     if not isinstance(v, str) or v.lower() not in ("adam", "adamw"):
-        raise refusal(where, "optimizer.type", f"{v!r}: not modelled (the simulator's optimizer "
+        raise refusal(where, "optimizer.type", f"{_show(v)}: not modelled (the simulator's optimizer "
                       "state and step are Adam's: Adam or AdamW)")
 
 
@@ -370,14 +379,19 @@ def model_from_name(text: str, *, seq_length: int | None = None
     from core.io.hf_import import hf_config_path, read_hf_config
     from core.io.import_result import global_batch_note, seq_length_note
     from core.plan.presets import MODEL_PRESETS
-    if Path(text).exists():
+    try:  # Path("") is the current folder; a name too long for a path raises ENAMETOOLONG
+        is_file = bool(text.strip()) and Path(text).exists()
+    except (OSError, ValueError):
+        is_file = False
+    if is_file:
         imp = read_hf_config(hf_config_path(text), seq_length=seq_length)
         batch = global_batch_note(imp.session.plan.global_batch_size)
         return imp.session.model, imp.ignored, [n for n in imp.notes if n != batch]
     names = {n.lower(): n for n in MODEL_PRESETS}
     name = names.get(" ".join(text.split()).lower())
     if name is None:
-        raise ConfigError([FieldError("--model", f"{text!r} is neither a file (a Hugging Face "
+        shown = repr(text if len(text) <= 80 else text[:80] + "...")
+        raise ConfigError([FieldError("--model", f"{shown} is neither a file (a Hugging Face "
                                       "config.json or its folder) nor a preset; the presets are "
                                       + ", ".join(MODEL_PRESETS))])
     model = replace(MODEL_PRESETS[name])
@@ -496,8 +510,13 @@ def session_from_deepspeed(cfg: Any, model: ModelConfig, where: str = "ds_config
                      "recomputes: give --recompute none or full, full being Hugging Face's "
                      "gradient_checkpointing)")
     rules = load_rules()
-    described = {k: (f"'auto' ({rules[k].auto}): " if _is_auto(v) and rules[k].auto
-                     else "" if isinstance(v, (dict, list)) else f"{v!r}: ") + rules[k].text
+
+    def source(key: str) -> str:  # what filled in a used key's "auto"
+        if key == "train_batch_size" and "--train-batch-size" not in options:
+            return "the micro-batch * accumulation steps * GPUs, as the Trainer fills it in"
+        return str(rules[key].auto)
+    described = {k: (f"'auto' ({source(k)}): " if _is_auto(v) and rules[k].auto
+                     else "" if isinstance(v, (dict, list)) else f"{_show(v)}: ") + rules[k].text
                  for k, v in used.items()}
     return DeepSpeedImport(session, described, ignored, notes, approximated=approx)
 
@@ -513,5 +532,45 @@ def read_deepspeed_config(path: str | Path, model: ModelConfig, **kw: Any) -> De
     ConfigError
         The config is refused (the message names the file and the key).
     """
-    from core.io.session import read_json
-    return session_from_deepspeed(read_json(path), model, str(path), **kw)
+    from core.io.session import SessionFileError
+    from core.util.inputs import parse_json, read_bytes
+    data = read_bytes(path, SessionFileError, "json")
+    try:
+        cfg = parse_json(data, str(path), SessionFileError)
+    except SessionFileError as exc:
+        why = _not_json(data)
+        if why:
+            raise SessionFileError(f"{path}: {why}") from None
+        raise exc from None
+    return session_from_deepspeed(cfg, model, str(path), **kw)
+
+
+def _not_json(data: bytes) -> str:
+    """Why ``data`` (a file that is not JSON) is refused, where the JSON parser's own error
+    position tells: a comment (``//``, ``/*`` or ``#``) where the error is, which DeepSpeed's
+    own reader (hjson, ``runtime/config.py``) takes but Hugging Face Trainer and accelerate
+    (``json.load``, ``HfDeepSpeedConfig``) do not, or text that does not open with ``{`` (a
+    YAML file: accelerate's config, which names the DeepSpeed config in
+    ``deepspeed_config_file``), or nothing at all. "" otherwise (the parser's message
+    stands)."""
+    try:
+        text = data.decode("utf-8-sig")
+        json.loads(text)
+    except UnicodeDecodeError:
+        return ""
+    except json.JSONDecodeError as exc:
+        rest = text[exc.pos:]
+        if rest.startswith(("//", "/*", "#")):
+            return (f"line {exc.lineno} column {exc.colno}: a comment; DeepSpeed's own reader "
+                    "(hjson) takes comments, Hugging Face Trainer and accelerate (json) do not, "
+                    "and this importer reads JSON as they do: remove the comments")
+        if not text.strip():
+            return "empty: a DeepSpeed config is a JSON object ({...})"
+        if not text.lstrip().startswith(("{", "[")):
+            return ("not JSON: a DeepSpeed config is a JSON object, opening with '{' (a YAML "
+                    "file, such as accelerate's config, is not one: give the JSON file its "
+                    "deepspeed_config_file names)")
+        return ""
+    except ValueError:
+        return ""
+    return ""

@@ -227,11 +227,16 @@ class GpuChoice:
         if not fit:
             return "no plan fits in memory on any GPU kind"
         left = self.num_tight_left_out
+        plans = f"{fit:,} plan{'s' if fit != 1 else ''} fit{'s' if fit == 1 else ''}"
         if not simulated and left:
-            return (f"{fit:,} plans fit in memory but none was simulated: {left:,} of them are "
-                    "tight and left out (--no-tight), the others too large to simulate")
+            others = fit - left
+            return (f"{plans} in memory but none was simulated: "
+                    + (f"{left:,} of them {'are' if left != 1 else 'is'}" if others else
+                       "every one is" if fit != 1 else "it is")
+                    + " tight and left out (--no-tight)"
+                    + (f", {others:,} too large to simulate" if others else ""))
         if not simulated:
-            return (f"{fit:,} plans fit in memory but none was simulated (too large to "
+            return (f"{plans} in memory but none was simulated (too large to "
                     "simulate: see each row's sweep)")
         return (f"every one of the {simulated:,} plans that fit and were simulated never "
                 "finishes at this failure rate (docs/goodput.md)")

@@ -340,7 +340,7 @@ def test_refused_deepspeed_key_leaves_the_session_untouched(window, tmp_path, re
         "deepspeed", path, ImportOptions(model="Llama 3 8B", num_gpus=16))
     (kind, title, text), = message_boxes.of_kind("critical")
     assert title == "Cannot import ds_offload.json"
-    assert text == (f"{path}: zero_optimization.offload_optimizer.device: 'cpu': not modelled: "
+    assert text == (f"{path}: zero_optimization.offload_optimizer.device: \"cpu\": not modelled: "
                     "the optimizer state and step moved to the CPU or NVMe (host transfers and "
                     "a CPU Adam)")
     assert not reviews.shown
@@ -362,3 +362,41 @@ def test_deepspeed_trainer_auto_takes_the_dialogs_values(tmp_path):
     p = imported.session.plan
     assert (p.zero_stage, p.data_parallel, p.micro_batch_size, p.global_batch_size) == (3, 8, 2, 64)
     assert (p.precision, imported.session.model.seq_length) == ("bf16", 2048)
+
+
+def test_deepspeed_dialog_refusals_then_cancel_leave_the_session_untouched(
+        window, tmp_path, reviews, message_boxes, monkeypatch):
+    """A DeepSpeed config with a comment (DeepSpeed's hjson takes it; the importer reads JSON
+    as Hugging Face Trainer does), then a pasted model name too long for a path, then
+    Cancel: each refusal is the reader's one line naming the file (line and column) or
+    --model, the dialog stays open, and Cancel opens nothing (no notes, the session on screen
+    and its path as they were). The long name raised "File name too long" unnamed."""
+    path = _write(tmp_path, "ds_comment.json",
+                  '{\n  // ZeRO-2\n  "train_micro_batch_size_per_gpu": 2\n}')
+    monkeypatch.setattr(QtWidgets.QFileDialog, "getOpenFileName",
+                        staticmethod(lambda *a, **k: (str(path), "")))
+    before = window.session().to_dict()
+    modified = window.isWindowModified()
+    attempts = []
+
+    def exec_(dialog: ImportOptionsDialog):
+        dialog.fields["model"].set_text("Llama 3 8B")
+        dialog.fields["num_gpus"].setValue(16)
+        dialog.import_button.click()  # the comment
+        attempts.append(dialog.result())
+        dialog.fields["model"].set_text("x" * 5000)
+        dialog.import_button.click()  # the model
+        attempts.append(dialog.result())
+        return QtWidgets.QDialog.DialogCode.Rejected  # Cancel
+
+    monkeypatch.setattr(ImportOptionsDialog, "exec", exec_)
+    window.importer.actions["deepspeed"].trigger()
+    assert attempts == [QtWidgets.QDialog.DialogCode.Rejected] * 2
+    (_, title, comment), (_, _, model) = message_boxes.of_kind("critical")
+    assert title == "Cannot import ds_comment.json"
+    assert comment.startswith(f"{path}: line 2 column 3: a comment; DeepSpeed's own reader "
+                              "(hjson) takes comments")
+    assert model.startswith("--model: '" + "x" * 80 + "...' is neither a file")
+    assert not reviews.shown
+    assert window.session().to_dict() == before and window.path is None
+    assert window.isWindowModified() == modified
