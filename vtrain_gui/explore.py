@@ -251,6 +251,10 @@ class ExploreTab(QtWidgets.QWidget):
         self.gpu_filter.setEnabled(False)
         self.fits_only = QtWidgets.QCheckBox("fits in memory only")
         self.fits_only.setObjectName("filter.fits_only")
+        self.fits_only.setToolTip("Hide the plans that do not fit in the GPU's memory; tight "
+                                  "plans (inside the margin) stay, ringed: \"fits outside the "
+                                  "margin only (--no-tight)\" on the left leaves them out of "
+                                  "the sweep")
         self.within_deadline = QtWidgets.QCheckBox("within the deadline only")
         self.within_deadline.setObjectName("filter.within_deadline")
         self.within_deadline.setToolTip("Hide plans slower than the deadline set on the left")

@@ -97,6 +97,9 @@ def test_settings_without_no_tight_read_as_false_and_a_bad_value_is_named(qtbot)
     tab = ExploreTab()
     qtbot.addWidget(tab)
     tab.reset(_tight_session(None))  # a file saved before the option
+    # the filter is not the option, and says which is
+    assert "tight plans (inside the margin) stay" in tab.fits_only.toolTip()
+    assert "(--no-tight)" in tab.fits_only.toolTip()
     assert not tab.settings_panel.no_tight.isChecked()
     assert "no_tight" not in tab.settings_panel.execution()
     tab.settings_panel.no_tight.setChecked(True)
@@ -157,3 +160,43 @@ def test_gpu_choice_no_tight_leaves_the_tight_plans_out(qtbot, tmp_path):
     assert kept.point(kept.best_by_days)["memory_verdict"] == "fits"
     assert tight_front_text(0, 0, kept.num_tight_left_out) in panel.status.text()
     panel.shutdown()
+
+
+def test_studies_compute_optimal_no_tight_as_vtrain_optimal(qtbot):
+    """The Studies tab's compute-optimal study with "fits outside the margin only": the
+    candidates' plans of compute_optimal(no_tight=True) (vtrain optimal --no-tight), none
+    marked ~, the command line's line in the summary; settings saved before the box read as
+    unticked."""
+    from core.cli.common import NO_TIGHT_OPTIMAL_HELP, NO_TIGHT_OPTIMAL_NOTE
+    from core.studies.optimal import compute_optimal
+    from vtrain_gui.studies import OPTIMAL_COLUMNS, StudiesTab
+    session = _tight_session(None)
+    session.sweep = None
+    tab = StudiesTab(session_fn=lambda: session)
+    qtbot.addWidget(tab)
+    panel = tab.optimal
+    assert not panel.no_tight.isChecked()
+    assert NO_TIGHT_OPTIMAL_HELP[1:] in panel.no_tight.toolTip()
+    panel.gpus.setValue(8)
+    panel.days.setValue(2.0)
+    panel.candidates.setValue(3)
+    panel.spread.setValue(2.0)
+    panel.no_tight.setChecked(True)
+    assert panel.settings()["no_tight"] is True
+    with qtbot.waitSignal(panel.runner.finished, timeout=240_000):
+        panel.run()
+    want = compute_optimal(session, 8, 2.0, num_candidates=3, spread=2.0, no_tight=True)
+    got = panel.result
+    assert got.no_tight and [c.plan for c in got.candidates] == [c.plan for c in want.candidates]
+    gib = OPTIMAL_COLUMNS.index("GiB")
+    for k, c in enumerate(want.candidates):
+        if c.plan is not None:
+            assert not panel.table.item(k, gib).text().endswith("~")
+    assert NO_TIGHT_OPTIMAL_NOTE in panel.summary.text()
+    saved = tab.current_settings()
+    assert saved["optimal"]["no_tight"] is True
+    older = session.copy()
+    older.studies = {"optimal": {k: v for k, v in saved["optimal"].items() if k != "no_tight"}}
+    assert tab.reset(older) == []
+    assert not panel.no_tight.isChecked()
+    tab.shutdown()
