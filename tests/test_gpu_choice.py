@@ -690,3 +690,33 @@ def test_no_tight_with_every_fitting_plan_tight_names_no_others(tmp_path):
     assert kept.num_points == 0 and fit == kept.num_tight_left_out > 1
     assert kept.no_point_reason() == (f"{fit} plans fit in memory but none was simulated: "
                                       "every one is tight and left out (--no-tight)")
+
+
+def test_max_work_with_no_tight_counts_only_the_plans_it_sweeps():
+    """--gpus-from --max-work --no-tight: each row's work estimate, made before any sweep, leaves
+    the tight plans out (their verdict is closed-form), as the sweep does; a limit between the
+    work of the plans that fit outside the margin and that of every plan that fits passes with
+    no_tight and is refused without it."""
+    from core.io.session import load_any
+    from core.plan.fields import ConfigError
+    from core.studies.sweep.bound import sweep_work
+    from core.studies.sweep.run import check_sweep_work
+    from tests.conftest import EXAMPLES
+    session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    session.cluster.memory_reserve_fraction = 0.5
+    sheet = PriceSheet([PriceRow("A100-SXM4-80GB", 1.5, 8, row=2)])
+    space = SweepSpace(max_gpus=8, schedules=("1f1b",), recompute=("none", "full"))
+    every = run_sweep(row_session(session, sheet.rows[0]), space, prune=False)
+    L = session.model.num_layers
+    fits = sweep_work([pl for pl, v in zip(every.plans, every.memory_verdict) if v == "fits"], L)
+    fit_or_tight = sweep_work([pl for pl, ok in zip(every.plans, every.fits_in_memory) if ok], L)
+    assert 0 < fits < fit_or_tight
+    assert check_sweep_work(row_session(session, sheet.rows[0]), space, max_work=fits,
+                            no_tight=True) == []
+    with pytest.raises(ConfigError, match="sweep.max_work"):
+        check_sweep_work(row_session(session, sheet.rows[0]), space, max_work=fits)
+    choice = choose_gpus(session, sheet, no_tight=True, max_work=fits,
+                         space_for=lambda row: space)
+    assert choice.no_tight and choice.num_tight_left_out > 0
+    with pytest.raises(ConfigError, match="A100-SXM4-80GB: sweep.max_work"):
+        choose_gpus(session, sheet, max_work=fits, space_for=lambda row: space)

@@ -553,3 +553,42 @@ def test_out_without_a_candidate_prints_the_study_then_refuses_with_why(as_json,
     err = " ".join(cap.err.split())
     assert f"--out {out}: no candidate has a plan that trains in the budget" in err
     assert rule in err and not out.exists()
+
+
+def test_no_tight_trains_each_candidate_with_its_fastest_plan_outside_the_margin(capsys):
+    """``vtrain optimal --no-tight`` (``compute_optimal(no_tight=True)``): with half the GPU as
+    margin some candidates' fastest plans are tight; left out, each candidate trains with the
+    fastest plan of its sweep whose verdict is "fits" (``run_sweep(no_tight=True)``'s, exact),
+    no faster than before; --json and the table say so."""
+    from core.studies.sweep import SweepSpace, run_sweep
+    session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    session.cluster.memory_reserve_fraction = 0.5
+    plain = compute_optimal(session, 8, 2.0, num_candidates=3, spread=2.0)
+    kept = compute_optimal(session, 8, 2.0, num_candidates=3, spread=2.0, no_tight=True)
+    assert not plain.no_tight and kept.no_tight
+    tight = [k for k, c in enumerate(plain.candidates)
+             if c.plan is not None and c.plan["memory_verdict"] == "tight"]
+    assert tight  # the margin matters here
+    space = SweepSpace.default_on(session, 8, False)
+    for k, (a, b) in enumerate(zip(plain.candidates, kept.candidates)):
+        assert b.plan is None or b.plan["memory_verdict"] == "fits"
+        if b.plan is None:
+            continue
+        assert b.tokens_per_s <= a.tokens_per_s
+        s = session.copy()
+        s.model = b.model
+        res = run_sweep(s, space, best_by=False, no_tight=True)
+        assert res.plan_row(res.fastest) == b.plan
+    assert any(kept.candidates[k].plan != plain.candidates[k].plan for k in tight)
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    args = ["optimal", path, "--gpus", "8", "--days", "2", "--candidates", "3", "--spread", "2",
+            "--set", "cluster.memory_reserve_fraction=0.5"]
+    assert main([*args, "--no-tight", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["no_tight"] is True
+    assert [c["plan"] for c in doc["candidates"]] == [c.plan for c in kept.candidates]
+    assert main([*args, "--no-tight"]) == 0
+    from core.cli.common import NO_TIGHT_OPTIMAL_NOTE
+    assert NO_TIGHT_OPTIMAL_NOTE in " ".join(capsys.readouterr().out.split())
+    assert main(args) == 0
+    assert NO_TIGHT_OPTIMAL_NOTE not in " ".join(capsys.readouterr().out.split())

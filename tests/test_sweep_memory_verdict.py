@@ -424,3 +424,36 @@ def test_no_tight_with_every_fitting_plan_tight_says_so_not_too_large(capsys):
             f"{n_fit} are tight (inside the 50 % margin) and left out by --no-tight; without "
             "--no-tight the tight plans are simulated and marked ~") in out
     assert "too large to simulate" not in out and "finishes within" not in out
+
+
+def test_a_saved_no_tight_sweep_reads_back_as_filtered():
+    """A sweep saved into a session file (``sweep["result"]``) records ``no_tight`` and how
+    many tight plans it left out: read back, it says so (the front alone is saved, so the
+    count cannot be recounted from its rows); a document saved before these keys reads as a
+    sweep that kept its tight plans (no_tight false, none left out), and a bad value is
+    refused by name."""
+    from core.plan.fields import ConfigError
+    session, space = _tight_at_half()
+    kept = run_sweep(session, space, no_tight=True)
+    plain = run_sweep(session, space)
+    assert kept.num_tight_left_out > 0 and plain.num_tight_on_front > 0
+    doc = json.loads(json.dumps(saved_sweep(kept)))
+    assert doc["no_tight"] is True and doc["num_tight_left_out"] == kept.num_tight_left_out
+    back = restore_sweep(doc)
+    assert back.no_tight and back.num_tight_left_out == kept.num_tight_left_out
+    assert back.num_plans < kept.num_plans  # the rows saved: the front and the marked plans
+    assert back.num_tight_on_front == 0
+    assert back.to_dict()["num_tight_left_out"] == kept.num_tight_left_out
+    assert saved_sweep(back)["num_tight_left_out"] == kept.num_tight_left_out  # saved again
+    plain_doc = json.loads(json.dumps(saved_sweep(plain)))
+    assert plain_doc["no_tight"] is False and plain_doc["num_tight_left_out"] == 0
+    plain_back = restore_sweep(plain_doc)
+    assert not plain_back.no_tight and plain_back.num_tight_left_out == 0
+    assert plain_back.num_tight_on_front == plain.num_tight_on_front
+    older = {k: v for k, v in doc.items() if k not in ("no_tight", "num_tight_left_out")}
+    old_back = restore_sweep(older)
+    assert not old_back.no_tight and old_back.num_tight_left_out == 0
+    with pytest.raises(ConfigError, match=r"sweep\.result.*no_tight must be true or false"):
+        restore_sweep({**doc, "no_tight": "yes"})
+    with pytest.raises(ConfigError, match=r"num_tight_left_out must be a whole number"):
+        restore_sweep({**doc, "num_tight_left_out": -1})

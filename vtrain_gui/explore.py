@@ -13,8 +13,11 @@ timeline comes back to :meth:`ExploreTab.show_simulation`).
 
 Filters (GPU count, fits in memory, deadline) are numpy masks from
 :meth:`core.studies.sweep.SweepResult.select`; the front and the marked plans are
-those of the plans shown (:func:`core.studies.sweep.pareto_front` over the mask), so
-the plot and the table always agree.
+those of the plans shown (:meth:`core.studies.sweep.SweepResult.front_of` and ``best_of``
+over the mask: the sweep's own rules, ties on days and dollars going to the least memory per
+GPU), so the plot and the table always agree. "fits outside the margin only" in the settings
+is ``vtrain sweep --no-tight``: the sweep leaves the tight plans out, and the summary says how
+many, as the command line does under its front.
 
 The settings form, the table, the plot and the preview of the editor's plan are views of
 their own (:mod:`vtrain_gui.sweep_settings`, :mod:`vtrain_gui.sweep_table`,
@@ -33,11 +36,12 @@ import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
+from core.cli.common import tight_front_text
 from core.plan.fields import ConfigError
 from core.plan.session import Session
 from core.sim.simulate import SimulationResult
 from core.sim.report import tight_reason
-from core.studies.sweep import (SweepResult, pareto_front, restore_sweep,
+from core.studies.sweep import (SweepResult, restore_sweep,
                                 saved_sweep, stale_reasons)
 
 from .gpu_choice_view import GpuChoicePanel
@@ -247,6 +251,10 @@ class ExploreTab(QtWidgets.QWidget):
         self.gpu_filter.setEnabled(False)
         self.fits_only = QtWidgets.QCheckBox("fits in memory only")
         self.fits_only.setObjectName("filter.fits_only")
+        self.fits_only.setToolTip("Hide the plans that do not fit in the GPU's memory; tight "
+                                  "plans (inside the margin) stay, ringed: \"fits outside the "
+                                  "margin only (--no-tight)\" on the left leaves them out of "
+                                  "the sweep")
         self.within_deadline = QtWidgets.QCheckBox("within the deadline only")
         self.within_deadline.setObjectName("filter.within_deadline")
         self.within_deadline.setToolTip("Hide plans slower than the deadline set on the left")
@@ -757,12 +765,11 @@ class ExploreTab(QtWidgets.QWidget):
         shown = r.select(num_gpus=gpus if mode == 1 else None, max_gpus=gpus if mode == 2 else None,
                          fits_only=self.fits_only.isChecked(),
                          deadline_days=deadline if self.within_deadline.isChecked() else None)
-        feasible = shown & r.feasible
-        front = pareto_front(r.training_days, r.cost_usd, feasible)
-        marks = {"fastest": best_index(r.training_days, r.cost_usd, feasible),
-                 "cheapest": best_index(r.cost_usd, r.training_days, feasible),
-                 "deadline": (best_index(r.cost_usd, r.training_days,
-                                         feasible & (r.training_days <= deadline))
+        # the rules of the sweep's own front and picks (vtrain sweep's), over the plans shown:
+        # of plans tied on days and dollars, the one needing the least memory per GPU
+        front = r.front_of(shown)
+        marks = {"fastest": r.best_of("days", shown), "cheapest": r.best_of("cost", shown),
+                 "deadline": (r.best_of("cost", shown & (r.training_days <= deadline))
                               if deadline is not None else None)}
         self._shown_mask, self._front, self._marks = shown, front, marks
         self.plot.set_view(shown, front, marks, deadline, auto_range=auto_range)
@@ -806,9 +813,10 @@ class ExploreTab(QtWidgets.QWidget):
         # too large to simulate
         fit = int(np.count_nonzero(self._shown_mask & r.fits_in_memory))
         simulated = int(np.count_nonzero(self._shown_mask & r.feasible))
+        n_front = int(self._front.sum())
         parts = [f"<b>{format_count(shown)}</b> of {format_count(r.num_plans)} plans shown "
                  f"({format_count(fit)} fit in memory, {format_count(simulated)} simulated), "
-                 f"{format_count(int(self._front.sum()))} on the Pareto front"]
+                 f"{format_count(n_front)} on the Pareto front"]
         # one line per plan marked: a plan that is the fastest and the cheapest (and the
         # cheapest within the deadline) is named once, its marks together (three identical
         # two-line entries took the height the plot's axis needed at 1,280 x 800)
@@ -838,7 +846,9 @@ class ExploreTab(QtWidgets.QWidget):
                 where = "on the Pareto front"
             else:
                 k = int(np.count_nonzero(self._shown_mask[r.dominated_by(i)]))
-                where = f"dominated by {format_count(k)} plan{'s' if k != 1 else ''} shown"
+                where = (f"dominated by {format_count(k)} plan{'s' if k != 1 else ''} shown"
+                         if k else "off the front: a plan shown has the same days and cost "
+                         "with less memory per GPU")
             if r.fits_in_memory[i] and r.memory_verdict[i] == "tight":
                 where += (" (tight in memory: "
                           + tight_reason(float(r.max_memory_per_gpu_bytes[i]),
@@ -851,6 +861,14 @@ class ExploreTab(QtWidgets.QWidget):
             parts.append(f'◇ <a href="plan:{i}">plan in the editor</a>: '
                          f"{figures}({plan_text(r, i)}, {format_gpus(r.num_gpus[i])})"
                          f" — {where}")
+        # as vtrain sweep prints it under its front: its tight plans, or those left out (after
+        # the marked plans, which stay in view when the summary scrolls)
+        tight = tight_front_text(
+            int(np.count_nonzero(self._front & (np.asarray(r.memory_verdict) == "tight"))),
+            n_front, r.num_tight_left_out if r.no_tight else None)
+        if tight:
+            parts.append(html.escape(tight) if r.no_tight else
+                         f'<span style="color:#B26A00">{html.escape(tight)}</span>')
         # the calibration warning after the marked plans: in a summary of more lines than
         # its box shows, the plans a planner picks stay in view and the warning scrolls
         n_out = int(getattr(r, "num_outside_calibration", 0) or 0)

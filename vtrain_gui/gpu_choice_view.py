@@ -6,7 +6,10 @@ days (with failures) against expected dollars: every plan that fits, one colour 
 each kind's own front (medium points, a thin line of its colour; the view opens on
 the fronts), a hover text naming each point's kind, GPUs, plan, goodput and band. The sweeps run on the one
 background runner (:mod:`vtrain_gui.background`); the work is
-:func:`core.studies.gpu_choice.choose_gpus`. Used by :class:`vtrain_gui.explore.ExploreTab`.
+:func:`core.studies.gpu_choice.choose_gpus`; "fits outside the margin only (--no-tight)" beside
+the button is its ``no_tight`` (``vtrain sweep --gpus-from ... --no-tight``), and the status line
+ends with the line the command line prints under its table (the front's tight plans, or those
+left out). Used by :class:`vtrain_gui.explore.ExploreTab`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pyqtgraph as pg
 from PySide6 import QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
+from core.cli.common import NO_TIGHT_HELP, tight_front_text
 from core.plan.session import Session
 from core.studies.gpu_choice import GpuChoice
 
@@ -85,6 +89,11 @@ class GpuChoicePanel(QtWidgets.QWidget):
         self.load_button.setToolTip("A CSV of GPU kinds, prices per GPU-hour and GPUs available "
                                     "(docs/gpu_choice.md); each kind is swept with this model")
         self.load_button.clicked.connect(self._on_load_click)
+        # vtrain sweep --gpus-from --no-tight: each kind's tight plans left out, unsimulated
+        self.no_tight = QtWidgets.QCheckBox("fits outside the margin only (--no-tight)")
+        self.no_tight.setObjectName("gpu_choice.no_tight")
+        self.no_tight.setToolTip(NO_TIGHT_HELP[0].upper() + NO_TIGHT_HELP[1:]
+                                 + ". Takes effect at the next Load price sheet….")
         self.cancel_button = QtWidgets.QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
         self.cancel_button.clicked.connect(self.cancel)
@@ -116,10 +125,14 @@ class GpuChoicePanel(QtWidgets.QWidget):
         row = QtWidgets.QHBoxLayout()
         row.addWidget(self.load_button)
         row.addWidget(self.cancel_button)
-        row.addWidget(self.status, 1)
+        row.addWidget(self.no_tight)
+        row.addStretch(1)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(row)
+        # the status on a line of its own: beside the buttons and the box it made the window
+        # wider than a 1,024 x 768 screen
+        layout.addWidget(self.status)
         # no sheet loaded: say what the chart would show, not empty axes with made-up ticks
         self.plot_view = EmptyStack(self.plot, NO_CHOICE_TEXT)
         layout.addWidget(self.plot_view, 1)
@@ -163,12 +176,13 @@ class GpuChoicePanel(QtWidgets.QWidget):
         choose = self._choose
         if choose is None:
             from core.studies.gpu_choice import choose_gpus as choose
+        more = {"no_tight": True} if self.no_tight.isChecked() else {}
 
         def job(report: Callable[[Any], None], cancel) -> GpuChoice:
             from core.studies.sweep import SweepCancelled
             try:
                 return choose(session, sheet, cancel=cancel,
-                              progress=lambda r, d, t: report((r, d, t)))
+                              progress=lambda r, d, t: report((r, d, t)), **more)
             except SweepCancelled:
                 raise JobCancelled() from None
 
@@ -253,6 +267,10 @@ class GpuChoicePanel(QtWidgets.QWidget):
                              f"{format_day_count(p['expected_days'])} days, "
                              f"{format_usd_short(p['expected_cost_usd'])}")
         text = "; ".join(parts) or choice.no_point_reason()
+        tight = tight_front_text(choice.num_tight_on_front, int(choice.front.size),
+                                 choice.num_tight_left_out if choice.no_tight else None)
+        if tight and choice.num_points:  # as the command line says it under its table
+            text += f". {tight}"
         if choice.undecided:  # as the command line says it
             text += (f" ({format_count(choice.undecided)} plans pruned by their sweep could still "
                      "reach this front; vtrain sweep --gpus-from ... --exhaustive simulates them)")

@@ -20,6 +20,7 @@ import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
+from core.cli.common import NO_TIGHT_OPTIMAL_HELP, NO_TIGHT_OPTIMAL_NOTE
 from core.plan.session import Session
 from core.studies.optimal import MAX_DAYS, MAX_GPUS, MAX_SPREAD
 
@@ -67,7 +68,8 @@ def run_optimal_study(session: Session, settings: dict, _unused: Any,
     return compute_optimal(session, settings["num_gpus"], settings["days"],
                            assumed_mfu=settings["assumed_mfu"],
                            num_candidates=settings["num_candidates"], spread=settings["spread"],
-                           progress=on_progress, cancel=cancel)
+                           progress=on_progress, cancel=cancel,
+                           no_tight=bool(settings.get("no_tight", False)))
 
 
 def run_schedule_study(session: Session, settings: dict, _unused: Any,
@@ -407,10 +409,16 @@ class OptimalPanel(_StudyPanel):
         self.spread.setValue(8.0)
         self.spread.setSuffix(" ×")  # a ratio: "8.00" alone read as a size
         self.spread.setToolTip("Largest over smallest candidate size")
+        # vtrain optimal --no-tight: each candidate's plans inside the memory margin left out
+        self.no_tight = QtWidgets.QCheckBox("fits outside the margin only (--no-tight)")
+        self.no_tight.setObjectName("optimal.no_tight")
+        self.no_tight.setToolTip(NO_TIGHT_OPTIMAL_HELP[0].upper() + NO_TIGHT_OPTIMAL_HELP[1:]
+                                 + ".")
         for label, w in (("Budget", self.gpus), ("for", self.days), ("Assumed MFU", self.mfu),
                          ("Candidate sizes", self.candidates), ("Size spread", self.spread)):
             self.form.addRow(label, w)
-        self._watch(self.gpus, self.days, self.mfu, self.candidates, self.spread)
+        self.form.addRow(self.no_tight)  # both columns: its text is wider than a field
+        self._watch(self.gpus, self.days, self.mfu, self.candidates, self.spread, self.no_tight)
         hint = QtWidgets.QLabel("Cluster, global batch, sequence length, precision and price "
                                 "come from the Plan tab; the model there is not used. Each "
                                 "model's plans are those the Explore tab sweeps by default (t, "
@@ -449,7 +457,8 @@ class OptimalPanel(_StudyPanel):
 
     def _fields(self) -> dict[str, QtWidgets.QWidget]:
         return {"num_gpus": self.gpus, "days": self.days, "assumed_mfu": self.mfu,
-                "num_candidates": self.candidates, "spread": self.spread}
+                "num_candidates": self.candidates, "spread": self.spread,
+                "no_tight": self.no_tight}
 
     def study_inputs(self, session: Session) -> dict:
         """:func:`core.studies.optimal.study_inputs`."""
@@ -476,10 +485,11 @@ class OptimalPanel(_StudyPanel):
         self._rule.setVisible(False)
 
     def settings(self) -> dict:
-        """The form as :func:`core.studies.optimal.compute_optimal` keywords."""
+        """The form as :func:`core.studies.optimal.compute_optimal` keywords (settings saved
+        before ``no_tight`` read as unticked: the defaults are applied first)."""
         return {"num_gpus": self.gpus.value(), "days": self.days.value(),
                 "assumed_mfu": self.mfu.value(), "num_candidates": self.candidates.value(),
-                "spread": self.spread.value()}
+                "spread": self.spread.value(), "no_tight": self.no_tight.isChecked()}
 
     def show_result(self, result: Any) -> None:
         """Fill the table, the summary and the loss plot from an OptimalResult."""
@@ -546,6 +556,8 @@ class OptimalPanel(_StudyPanel):
             if r is not None and r is not b and r.plan is not None:
                 text += f" (the rule's size: {r.loss:.4f})"
             text += "."
+        if getattr(result, "no_tight", False):  # as vtrain optimal prints it under its table
+            text += f"<br>{html.escape(NO_TIGHT_OPTIMAL_NOTE, quote=False)}"
         dims = dimensions_html(result.dimensions, session.plan)  # what the sweeps swept and held
         if dims:
             text += f"<br><small>{dims}</small>"

@@ -18,6 +18,7 @@ import numpy as np
 from PySide6 import QtWidgets
 from PySide6.QtCore import Signal, Slot
 
+from core.cli.common import NO_TIGHT_HELP
 from core.plan.fields import ConfigError, FieldError
 from core.plan.layout import pipeline_split_slots
 from core.plan.parallel import RECOMPUTE_CHOICES, SCHEDULES, ZERO_STAGES, ParallelPlan
@@ -125,8 +126,10 @@ class SweepSettingsPanel(QtWidgets.QWidget):
     Empty candidate fields mean the core's defaults (shown as placeholders for
     the current session). The settings travel in ``Session.sweep`` as
     ``{"space": SweepSpace.to_dict(), "deadline_days": float | None, "workers": int | None,
-    "dask": str | None}`` (``workers`` and ``dask``, where the sweep runs, are optional:
-    files without them run on every core of this computer); space fields this form does
+    "dask": str | None, "no_tight": bool}`` (``workers`` and ``dask``, where the sweep runs, are
+    optional: files without them run on every core of this computer; ``no_tight``, written
+    only when true, is ``vtrain sweep --no-tight``: files without it keep the tight plans);
+    space fields this form does
     not show (``data_parallel``) are kept as loaded, and so is ``"result"`` (the last sweep,
     which :class:`vtrain_gui.explore.ExploreTab` reads and writes). Sequence parallelism,
     ZeRO stages and the expert all-to-all overlap have a "default" box: ticked, the space
@@ -278,6 +281,13 @@ class SweepSettingsPanel(QtWidgets.QWidget):
                                  "(takes effect at once, no new sweep needed)")
         form.addRow("Deadline", self.deadline)
 
+        # vtrain sweep --no-tight: the plans inside the memory margin left out, unsimulated
+        self.no_tight = QtWidgets.QCheckBox("fits outside the margin only (--no-tight)")
+        self.no_tight.setObjectName("sweep.no_tight")
+        self.no_tight.setToolTip(NO_TIGHT_HELP[0].upper() + NO_TIGHT_HELP[1:]
+                                 + ". Takes effect at the next Run.")
+        form.addRow("Memory", self.no_tight)
+
         cores = os.cpu_count() or 1
         self.workers = IntSpinBox()
         self.workers.setObjectName("sweep.workers")
@@ -310,7 +320,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.max_data_parallel.valueChanged.connect(self._on_value_change)
         self.deadline.valueChanged.connect(self._on_value_change)
         self.workers.valueChanged.connect(self._on_value_change)
-        for box in (self.across_nodes, *self.schedule_boxes.values(), *self.recompute_boxes.values(),
+        for box in (self.across_nodes, self.no_tight, *self.schedule_boxes.values(), *self.recompute_boxes.values(),
                     *self.sp_boxes.values(), *self.zero_boxes.values(),
                     *self.ep_overlap_boxes.values(), self.sp_default, self.zero_default,
                     self.ep_overlap_default):
@@ -449,10 +459,15 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         return float(v) if v > 0 else None
 
     def execution(self) -> dict[str, Any]:
-        """Where the sweep runs: ``{"workers": int >= 1, "dask": str | None}`` for
-        :func:`core.studies.sweep.run_sweep` (workers 0 in the form: every core)."""
+        """Where and how the sweep runs: ``{"workers": int >= 1, "dask": str | None}`` for
+        :func:`core.studies.sweep.run_sweep` (workers 0 in the form: every core), and
+        ``"no_tight": True`` when "fits outside the margin only" is ticked (``--no-tight``)."""
         dask = self.dask.text().strip() or None
-        return {"workers": self.workers.value() or (os.cpu_count() or 1), "dask": dask}
+        out: dict[str, Any] = {"workers": self.workers.value() or (os.cpu_count() or 1),
+                               "dask": dask}
+        if self.no_tight.isChecked():
+            out["no_tight"] = True
+        return out
 
     def _execution_settings(self) -> dict[str, Any]:
         # only what differs from the default (every core here): files stay as they were
@@ -461,6 +476,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
             out["workers"] = self.workers.value()
         if self.dask.text().strip():
             out["dask"] = self.dask.text().strip()
+        if self.no_tight.isChecked():  # absent: tight plans kept (files saved before it)
+            out["no_tight"] = True
         return out
 
     def settings(self) -> dict[str, Any] | None:
@@ -509,7 +526,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         if not isinstance(settings, dict):
             raise ConfigError([FieldError("sweep", "must be a JSON object")])
         # "result": the sweep saved with the session (the Explore tab reads it)
-        unknown = sorted(set(settings) - {"space", "deadline_days", "workers", "dask", "result"})
+        unknown = sorted(set(settings) - {"space", "deadline_days", "workers", "dask", "no_tight",
+                                          "result"})
         if unknown:
             raise ConfigError([FieldError(f"sweep.{k}", "unknown field") for k in unknown])
         space = SweepSpace.from_dict(settings.get("space") or {})
@@ -528,6 +546,9 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         dask = settings.get("dask")
         if dask is not None and not isinstance(dask, str):
             raise ConfigError([FieldError("sweep.dask", "must be null or a scheduler address")])
+        no_tight = settings.get("no_tight", False)
+        if not isinstance(no_tight, bool):
+            raise ConfigError([FieldError("sweep.no_tight", "must be true or false")])
         self._updating = True
         try:
             # the space's fields the form has no control for keep the file's values
@@ -575,6 +596,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
             self.deadline.setValue(float(deadline or 0.0))
             self.workers.setValue(int(workers or 0))
             self.dask.setText(dask or "")
+            self.no_tight.setChecked(no_tight)
         finally:
             self._updating = False
 

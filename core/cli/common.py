@@ -22,7 +22,8 @@ __all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_
            "decimal_arg", "integer_arg",
            "check_number", "fmt_bytes", "GiB", "verdict_markup", "check_outputs",
            "session_inputs", "row_progress", "GPU_HELP", "cluster_of_gpu", "plan_fit_note",
-           "SignalCancel", "cancel_on_signals"]
+           "SignalCancel", "cancel_on_signals", "NO_TIGHT_HELP", "NO_TIGHT_OPTIMAL_HELP", "NO_TIGHT_OPTIMAL_NOTE",
+           "tight_front_text"]
 
 GiB = 2**30
 
@@ -509,3 +510,43 @@ def verdict_markup(verdict: str) -> str:
     yellow tight, red DOES NOT FIT."""
     return {"fits": "[green]fits[/]", "tight": "[yellow]tight[/]"}.get(
         verdict, "[red]DOES NOT FIT[/]")
+
+
+#: What ``--no-tight`` (``run_sweep``'s ``no_tight``) does: ``vtrain sweep --help`` and the
+#: window's "fits outside the margin only" box say it in these words.
+NO_TIGHT_HELP = ("keep only plans whose memory verdict is \"fits\": leave out the tight ones "
+                 "(inside cluster.memory_reserve_fraction of the GPU's memory, or over it only "
+                 "with the allocator's cache), unsimulated, so the front, the fastest and "
+                 "cheapest plans, --pick and, with --gpus-from, the combined front are chosen "
+                 "among plans that fit outside the margin (without it tight plans count as "
+                 "fitting, marked ~, and the front says how many of its plans are tight)")
+
+
+#: What ``vtrain optimal --no-tight`` does (the Studies tab's box says it in these words).
+NO_TIGHT_OPTIMAL_HELP = ("leave out each candidate's tight plans (inside "
+                         "cluster.memory_reserve_fraction of the GPU's memory, or over it only "
+                         "with the allocator's cache), unsimulated, as vtrain sweep --no-tight: "
+                         "each candidate trains with its fastest plan that fits outside the "
+                         "margin (without it a tight plan may be the fastest, marked ~)")
+
+#: The line under ``vtrain optimal``'s table (and in the Studies tab) for a study run with
+#: ``--no-tight``.
+NO_TIGHT_OPTIMAL_NOTE = ("--no-tight: each candidate's tight plans were left out (not "
+                         "simulated); every plan shown fits outside the margin")
+
+
+def tight_front_text(on_front: int, front: int, left_out: int | None) -> str:
+    """The line under a front that says whether tight plans were kept (plain text):
+    ``"3 of 12 front plans are tight (~): --no-tight keeps only plans that fit outside the
+    margin"`` when ``on_front`` (of ``front``) are, ``"--no-tight: 5 tight plans left out (not
+    simulated); every plan shown fits outside the margin"`` when ``left_out`` (a count; None
+    for a sweep run without ``no_tight``) is given, "" otherwise. ``vtrain sweep`` (with and
+    without ``--gpus-from``) and the window print it."""
+    if left_out is not None:
+        return (f"--no-tight: {left_out:,} tight plan{'s' if left_out != 1 else ''} left out "
+                "(not simulated); every plan shown fits outside the margin")
+    if not on_front:
+        return ""
+    return (f"{on_front:,} of {front:,} front plan{'s' if front != 1 else ''} "
+            f"{'are' if on_front != 1 else 'is'} tight (~): --no-tight keeps only plans that "
+            "fit outside the margin")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.cli.common import decimal_arg, integer_arg, path_arg
 from core.cli.common import SET_HELP, check_number, check_outputs, session_from_args
-from core.cli.common import study_progress
+from core.cli.common import NO_TIGHT_OPTIMAL_HELP, NO_TIGHT_OPTIMAL_NOTE, study_progress
 
 if TYPE_CHECKING:  # rich and numpy (core.studies.optimal) are imported when the command runs
     from core.util.console import Console
@@ -56,6 +56,7 @@ def add_parser(sub: Any) -> None:
                     help="sweep only CONFIG's own sequence parallelism, ZeRO stage, cp, overlaps "
                          "and fusions (the study before it searched vtrain sweep's default "
                          "space)")
+    op.add_argument("--no-tight", action="store_true", help=NO_TIGHT_OPTIMAL_HELP)
     op.add_argument("--profile", type=path_arg, metavar="STORE.h5", help="profile store to use instead of the shipped one")
     op.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help=SET_HELP)
     op.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
@@ -126,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
     progress = study_progress(args.json)
     result = compute_optimal(session, args.gpus, args.days, assumed_mfu=args.assumed_mfu,
                              num_candidates=args.candidates, spread=args.spread, progress=progress,
-                             hold_session_values=args.hold_session_values, notice=notice)
+                             hold_session_values=args.hold_session_values, notice=notice,
+                             no_tight=args.no_tight)
     # the study is printed before --out is refused (no candidate has a plan): its minutes of
     # sweeps and its reasons are not lost
     if args.json:
@@ -264,6 +266,8 @@ def _print(result, session, console: Console, days: str | None = None) -> None:
                   "definition); the rule's budget counts 6 N D. GiB: memory per GPU (~ = tight: "
                   f"inside the {margin:g} % margin of the GPU's memory, or over it only with the "
                   "allocator's cache)[/]")
+    if result.no_tight:
+        console.print(NO_TIGHT_OPTIMAL_NOTE, highlight=False)
     _print_outside_calibration(result, console)
     if result.rule_index is None and result.candidates:
         from core.studies.optimal import no_rule_candidate_note

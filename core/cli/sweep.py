@@ -16,9 +16,9 @@ from core.plan.fields import ConfigError, FieldError
 from core.plan.parallel import (CP_COMM_TYPES, MOE_DISPATCHERS, RECOMPUTE_CHOICES,
                                 RECOMPUTE_MODES, SCHEDULES, SWEEP_SCHEDULES)
 from core.plan.rules import check_all_but_the_plan
-from core.cli.common import (SET_HELP, check_number, decimal_arg, fmt_days, integer_arg, path_arg,
+from core.cli.common import (NO_TIGHT_HELP, SET_HELP, check_number, decimal_arg, fmt_days, integer_arg, path_arg,
                              list_items, check_outputs, session_from_args, session_inputs,
-                             SignalCancel)
+                             SignalCancel, tight_front_text)
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
     from rich.table import Table
@@ -136,14 +136,7 @@ def add_parser(sub: Any) -> None:
                          "steps to simulate (default: no limit; a sweep of more than "
                          "300,000,000, about two minutes, is run with a warning and its time "
                          "estimate)")
-    sw.add_argument("--no-tight", action="store_true",
-                    help="keep only plans whose memory verdict is \"fits\": leave out the tight "
-                         "ones (inside cluster.memory_reserve_fraction of the GPU's memory, or "
-                         "over it only with the allocator's cache), unsimulated, so the front, "
-                         "the fastest and cheapest plans, --pick and, with --gpus-from, the "
-                         "combined front are chosen among plans that fit outside the margin "
-                         "(without it tight plans count as fitting, marked ~, and the front "
-                         "says how many of its plans are tight)")
+    sw.add_argument("--no-tight", action="store_true", help=NO_TIGHT_HELP)
     sw.add_argument("--exhaustive", action="store_true",
                     help="simulate every plan that fits (no branch and bound; the same answers, "
                          "slower)")
@@ -429,7 +422,7 @@ def _tight_pick_note(result, pick: str | int, i: int) -> str:
     if pick in ("fastest", "cheapest"):
         by, then = ((result.training_days, result.cost_usd) if pick == "fastest"
                     else (result.cost_usd, result.training_days))
-        j = best_row(by, then, roomy)
+        j = best_row(by, then, roomy, result.max_memory_per_gpu_bytes)
         if j is None:
             note += "; no plan that fits outside the margin was simulated"
         else:
@@ -796,18 +789,14 @@ def _print_front(result, console: Console) -> None:
 
 
 def tight_front_note(on_front: int, front: int, left_out: int | None) -> str:
-    """The line under a front that says whether tight plans were kept: ``"3 of 12 front plans
-    are tight (~): --no-tight keeps only plans that fit outside the margin"`` when some are,
-    ``"--no-tight: 5 tight plans left out"`` when ``left_out`` (a count, None without
-    --no-tight) is given, "" otherwise."""
-    if left_out is not None:
-        return (f"--no-tight: {left_out:,} tight plan{'s' if left_out != 1 else ''} left out "
-                "(not simulated); every plan shown fits outside the margin")
-    if not on_front:
-        return ""
-    return (f"[yellow]{on_front:,} of {front:,} front plan{'s' if front != 1 else ''} "
-            f"{'are' if on_front != 1 else 'is'} tight[/] (~): --no-tight keeps only plans that "
-            "fit outside the margin")
+    """:func:`core.studies.sweep.result.tight_front_text` in rich markup: the count of tight
+    front plans in yellow."""
+    from core.util.console import esc
+    text = esc(tight_front_text(on_front, front, left_out))
+    if left_out is None and on_front:
+        head, sep, tail = text.partition(" (~)")
+        return f"[yellow]{head}[/]{sep}{tail}"
+    return text
 
 
 def _print_warnings(result, console: Console) -> None:

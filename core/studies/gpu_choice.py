@@ -47,7 +47,8 @@ from core.plan.fields import ConfigError
 from core.plan.session import Session
 from core.sim.goodput import SPREAD_SAMPLES, checkpoint_size, goodput
 from core.store.interval import DEFAULT_COVERAGE
-from core.studies.sweep.result import SweepResult, best_row, pareto_front
+from core.studies.sweep.result import (SweepResult, best_row, least_memory_of_ties, pareto_front,
+                                       tied_with_less_memory)
 from core.studies.sweep.run import check_sweep_work, run_sweep
 from core.studies.sweep.space import SweepSpace
 
@@ -335,7 +336,8 @@ def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, work
         (:func:`run_sweep`'s ``max_work``; ConfigError field ``<label>: sweep.max_work``).
         Every row is checked, and its large-sweep note told, before any row is swept
         (:func:`check_sweep_work`: each row's plans and closed-form memory are then computed
-        twice, one row at a time).
+        twice, one row at a time); with ``no_tight`` its tight plans are not counted (their
+        verdict is known before any simulation), as the sweep counts them.
     notice : callable ``(str) -> None``, optional
         Told, before a row's simulation starts, when that row's sweep is large (``run_sweep``'s
         ``notice``: more than :data:`core.studies.sweep.bound.LARGE_SWEEP_WORK` pipeline
@@ -371,7 +373,8 @@ def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, work
         for r, price_row in enumerate(sheet.rows):
             try:
                 notes = check_sweep_work(row_session(session, price_row), space_of(price_row),
-                                         max_work=max_work, prune=prune, cancel=cancel)
+                                         max_work=max_work, prune=prune, cancel=cancel,
+                                         no_tight=no_tight)
             except ConfigError as exc:
                 raise labelled(r, exc) from None
             if notes and notice is not None:
@@ -467,7 +470,7 @@ def _combine(sheet: PriceSheet, parts: list[_RowPoints], coverage: float) -> Gpu
     on = least_memory_of_ties(days_a, cost_a, mem, pareto_front(days_a, cost_a))
     # a point tied with a front point on days and dollars but needing more memory is not a
     # best one either
-    kept = ~_tied_with_less_memory(days_a, cost_a, mem)
+    kept = ~tied_with_less_memory(days_a, cost_a, mem)
     front = np.flatnonzero(on)
     front = front[np.lexsort((cost_a[front], days_a[front]))]
     choice = GpuChoice(sheet=sheet, sweeps=[p.sweep for p in parts], row=row, index=index,
@@ -488,36 +491,6 @@ def _combine(sheet: PriceSheet, parts: list[_RowPoints], coverage: float) -> Gpu
     for k in {*front.tolist(), choice.best_by_days, choice.best_by_dollars, *per_row} - {None}:
         choice.band[k] = _band(choice, k)
     return choice
-
-
-def _tied_with_less_memory(days: np.ndarray, cost: np.ndarray, mem: np.ndarray) -> np.ndarray:
-    """Whether each point (float64 (n,) arrays) has a twin with the same expected days and
-    dollars that needs less memory per GPU; bool (n,)."""
-    out = np.zeros(days.shape, bool)
-    groups: dict[tuple[float, float], list[int]] = {}
-    for i, key in enumerate(zip(days.tolist(), cost.tolist())):
-        groups.setdefault(key, []).append(i)
-    for ks in groups.values():
-        if len(ks) > 1:
-            least = min(mem[k] for k in ks)
-            for k in ks:
-                out[k] = mem[k] > least
-    return out
-
-
-def least_memory_of_ties(days: np.ndarray, cost: np.ndarray, mem: np.ndarray,
-                         on: np.ndarray) -> np.ndarray:
-    """The front ``on`` (bool (n,), :func:`pareto_front` of ``days`` and ``cost``) less each
-    point tied with another on both expected days and dollars that needs more memory per GPU
-    (``mem``, bytes): with the same days and dollars the one with more headroom is no worse
-    by any figure and better by one. The ties this removes: a plan at ZeRO stage 1 (the
-    distributed optimizer: the gradient buffer whole on each rank, reduce-scattered once after
-    the last micro-batch) and the same plan at stage 2 (Megatron-FSDP ``optim_grads``: each
-    micro-batch's gradients reduce-scattered, ``1/d`` kept) move the same bytes when the
-    iteration has one micro-batch, so their time is the same and stage 2's memory less
-    (:func:`core.model.memory.bytes_per_parameter`); the front keeps stage 2. Points tied on
-    all three stay. bool (n,)."""
-    return np.asarray(on, bool) & ~_tied_with_less_memory(days, cost, mem)
 
 
 def _dominated(fd: np.ndarray, fc: np.ndarray, d: np.ndarray, c: np.ndarray) -> np.ndarray:

@@ -180,6 +180,9 @@ class OptimalResult:
     hold_session_values : bool
         Whether the sweeps held the session's switches (``SweepSpace.hold_session_values``)
         instead of searching ``vtrain sweep``'s default space.
+    no_tight : bool
+        Whether the sweeps left their tight plans out (``vtrain optimal --no-tight``): each
+        candidate's plan then fits outside the memory margin.
     dimensions : list of dict
         What the candidates' sweeps swept and held, and why, as one sweep's
         (:func:`core.studies.sweep.merge_dimensions` of their
@@ -199,6 +202,7 @@ class OptimalResult:
     warnings: list[str] = field(default_factory=list)
     hold_session_values: bool = False
     dimensions: list[dict[str, Any]] = field(default_factory=list)
+    no_tight: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (what ``vtrain optimal --json`` prints)."""
@@ -216,7 +220,7 @@ class OptimalResult:
                 "rule_params": self.rule_params, "rule_tokens": self.rule_tokens,
                 "rule_index": self.rule_index, "best": self.best,
                 "candidates": [cand(c) for c in self.candidates], "warnings": self.warnings,
-                "hold_session_values": self.hold_session_values,
+                "hold_session_values": self.hold_session_values, "no_tight": self.no_tight,
                 "dimensions": self.dimensions}
 
 
@@ -401,14 +405,15 @@ def _candidate_models(m: ModelConfig, n_rule: float, num_candidates: int, spread
 def _candidate(session: Session, model: ModelConfig, space: Any, store: Any, cancel: Any,
                seconds: float, out: OptimalResult,
                dimensions: list[list[dict[str, Any]]] | None = None,
-               notice: Callable[[str], None] | None = None) -> Candidate:
+               notice: Callable[[str], None] | None = None, no_tight: bool = False) -> Candidate:
     """``model``'s :class:`Candidate`: its fastest plan of the sweep ``space`` on ``session``
     with ``model`` (:func:`core.studies.sweep.run_sweep`; its pruning keeps the fastest plan
     exact, not the best plan of each value, ``best_by=False``), the tokens it trains in
     ``seconds`` and their Chinchilla loss; without a plan (a refused model, none on exactly
     these GPUs or none that fits) the reason and NaNs. The sweep's new warnings are added to
     ``out``, its dimensions appended to ``dimensions`` (when given); a large sweep's note
-    (its time estimate) goes to ``notice`` as it starts, labelled with the model's name.
+    (its time estimate) goes to ``notice`` as it starts, labelled with the model's name;
+    ``no_tight``: the sweep leaves its tight plans out (``run_sweep``'s).
 
     Raises
     ------
@@ -420,7 +425,7 @@ def _candidate(session: Session, model: ModelConfig, space: Any, store: Any, can
     s.model = model
     n = num_parameters(model)
     try:
-        res = run_sweep(s, space, store=store, cancel=cancel, best_by=False,
+        res = run_sweep(s, space, store=store, cancel=cancel, best_by=False, no_tight=no_tight,
                         notice=None if notice is None else
                         (lambda text: notice(f"{model.name}: {text}")))
     except ConfigError as exc:
@@ -466,7 +471,8 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
                     num_candidates: int = 9, spread: float = 8.0, store=None,
                     progress: Callable[[int, int, str], None] | None = None,
                     cancel: Any = None, hold_session_values: bool = False,
-                    notice: Callable[[str], None] | None = None) -> OptimalResult:
+                    notice: Callable[[str], None] | None = None,
+                    no_tight: bool = False) -> OptimalResult:
     """The model that trains to the lowest Chinchilla loss on ``num_gpus`` GPUs in ``days`` days.
 
     Parameters
@@ -500,6 +506,11 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         Told, as each candidate's sweep starts, its large-sweep note (``run_sweep``'s
         ``notice``: more than ``LARGE_SWEEP_WORK`` pipeline steps, with the time estimate),
         prefixed with the candidate's name; the note stays in the result's warnings too.
+    no_tight : bool
+        Leave each candidate's tight plans out (:func:`core.studies.sweep.run_sweep`'s
+        ``no_tight``, ``vtrain optimal --no-tight``): each trains with its fastest plan that
+        fits outside ``cluster.memory_reserve_fraction``. Default False: a tight plan may be
+        the fastest (marked ~).
 
     Raises
     ------
@@ -525,7 +536,8 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     closest = int(np.argmin(np.abs(np.log(params / n_rule))))
     rule_index = closest if abs(math.log(params[closest] / n_rule)) <= math.log(2.0) else None
     out = OptimalResult(num_gpus, float(days), float(assumed_mfu), peak, flops, n_rule, d_rule,
-                        rule_index, hold_session_values=bool(hold_session_values))
+                        rule_index, hold_session_values=bool(hold_session_values),
+                        no_tight=bool(no_tight))
     note = small_batch_note(session, num_gpus)
     if note:
         out.warnings.append(note)
@@ -536,7 +548,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         if progress:
             progress(k, len(models), model.name)
         out.candidates.append(_candidate(session, model, space, store, cancel, seconds, out,
-                                         dimensions, notice))
+                                         dimensions, notice, no_tight))
     out.dimensions = merge_dimensions(dimensions)
     if progress:
         progress(len(models), len(models), "")

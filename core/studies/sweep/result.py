@@ -32,7 +32,7 @@ from core.sim.comm import CollectiveExtrapolation
 from core.util.text import spreadsheet_cell
 
 __all__ = ["SweepResult", "COLUMNS", "column_is_constant", "PLAN_COLUMNS", "BEST_BY_FIELDS",
-           "pareto_front", "plan_column_arrays", "column_codes", "plan_figures", "best_row", "plan_label", "plans_note", "with_plans"]
+           "pareto_front", "least_memory_of_ties", "tied_with_less_memory", "plan_column_arrays", "column_codes", "plan_figures", "best_row", "plan_label", "plans_note", "with_plans"]
 
 PLAN_COLUMNS = PLAN_FIELDS
 #: Columns of :meth:`SweepResult.rows` and :meth:`SweepResult.write_csv`, in order.
@@ -122,6 +122,46 @@ def pareto_front(days: np.ndarray, cost: np.ndarray, mask: np.ndarray | None = N
         elif key == last:  # exact duplicate of a front point
             out[i] = True
     return out
+
+
+def tied_with_less_memory(days: np.ndarray, cost: np.ndarray, mem: np.ndarray,
+                          among: np.ndarray | None = None) -> np.ndarray:
+    """Whether each point (float64 (n,) arrays of days, dollars and memory per GPU in bytes)
+    has a twin with the same days and dollars that needs less memory per GPU, twins taken
+    among ``among`` (bool (n,); default every point; points outside it are False); bool
+    (n,). One pass over the points of ``among``."""
+    days = np.asarray(days, np.float64)
+    out = np.zeros(days.shape, bool)
+    idx = (np.arange(days.size) if among is None else np.flatnonzero(np.asarray(among, bool)))
+    groups: dict[tuple[float, float], list[int]] = {}
+    for i, key in zip(idx.tolist(), zip(days[idx].tolist(),
+                                         np.asarray(cost, np.float64)[idx].tolist())):
+        groups.setdefault(key, []).append(i)
+    for ks in groups.values():
+        if len(ks) > 1:
+            least = min(mem[k] for k in ks)
+            for k in ks:
+                out[k] = mem[k] > least
+    return out
+
+
+def least_memory_of_ties(days: np.ndarray, cost: np.ndarray, mem: np.ndarray,
+                         on: np.ndarray) -> np.ndarray:
+    """The front ``on`` (bool (n,), :func:`pareto_front` of ``days`` and ``cost``) less each
+    point tied with another point of it on both days and dollars that needs more memory per
+    GPU (``mem``, bytes): with the same days and dollars the one with more headroom is no worse
+    by any figure and better by one. (A point tied with a front point is on the front:
+    :func:`pareto_front` keeps exact duplicates, so the twins are looked for among ``on``.)
+    The ties this removes: a plan at ZeRO stage 1 (the distributed optimizer: the gradient
+    buffer whole on each rank, reduce-scattered once after the last micro-batch) and the same
+    plan at stage 2 (Megatron-FSDP ``optim_grads``: each micro-batch's gradients
+    reduce-scattered, ``1/d`` kept) move the same bytes when the iteration has one
+    micro-batch, so their time is the same and stage 2's memory less
+    (:func:`core.model.memory.bytes_per_parameter`); the front keeps stage 2. Points tied on
+    all three stay. Used by ``vtrain sweep``'s front (:class:`SweepResult` ``pareto``), the
+    window's Explore front and the GPU choice's combined front. bool (n,)."""
+    on = np.asarray(on, bool)
+    return on & ~tied_with_less_memory(days, cost, mem, on)
 
 
 @dataclass
@@ -309,9 +349,13 @@ class SweepResult:
 
     @property
     def num_tight_left_out(self) -> int:
-        """Plans whose memory verdict is "tight" left out by :attr:`no_tight` (0 without it)."""
+        """Plans whose memory verdict is "tight" left out by :attr:`no_tight` (0 without it);
+        of a result holding some rows only (:attr:`saved`: read back from a session file, or
+        cut by :meth:`take`), the whole sweep's count saved with it."""
         if not self.no_tight:
             return 0
+        if self.saved is not None and "num_tight_left_out" in self.saved:
+            return int(self.saved["num_tight_left_out"])
         return int(np.count_nonzero(np.asarray(self.memory_verdict) == "tight"))
 
     @property
@@ -436,10 +480,36 @@ class SweepResult:
             fastest=at(self.fastest), cheapest=at(self.cheapest),
             cheapest_within_deadline=at(self.cheapest_within_deadline), saved=dict(saved))
 
+    def front_of(self, mask: np.ndarray) -> np.ndarray:
+        """The Pareto front of days and dollars among the plans of ``mask`` (bool (n,)) that
+        have figures (:attr:`feasible`), of plans tied on both the one needing the least
+        memory per GPU (:func:`least_memory_of_ties`): the rule of :attr:`pareto` (the whole
+        sweep's front), applied to the plans a filter shows (the window's Explore tab).
+        bool (n,)."""
+        has = np.asarray(mask, bool) & self.feasible
+        return least_memory_of_ties(self.training_days, self.cost_usd,
+                                    self.max_memory_per_gpu_bytes,
+                                    pareto_front(self.training_days, self.cost_usd, has))
+
+    def best_of(self, by: str, mask: np.ndarray) -> int | None:
+        """The fastest (``by="days"``: days, then dollars) or cheapest (``by="cost"``: dollars,
+        then days) plan of ``mask`` (bool (n,)) with figures, then the least memory per GPU,
+        then the first (:func:`best_row`): the rule of :attr:`fastest` and :attr:`cheapest`,
+        applied to the plans a filter shows. None when none. Raises ValueError for another
+        ``by``."""
+        if by not in ("days", "cost"):
+            raise ValueError(f"by must be 'days' or 'cost', not {by!r}")
+        first, then = ((self.training_days, self.cost_usd) if by == "days"
+                       else (self.cost_usd, self.training_days))
+        return best_row(first, then, np.asarray(mask, bool) & self.feasible,
+                        self.max_memory_per_gpu_bytes)
+
     def cheapest_within(self, deadline_days: float) -> int | None:
-        """Cheapest plan that fits and trains within ``deadline_days`` (ties: faster, then first)."""
+        """Cheapest plan that fits and trains within ``deadline_days`` (ties: faster, then less
+        memory per GPU, then first)."""
         return best_row(self.cost_usd, self.training_days,
-                        self.feasible & self.select(deadline_days=deadline_days))
+                        self.feasible & self.select(deadline_days=deadline_days),
+                        self.max_memory_per_gpu_bytes)
 
     def plan_row(self, i: int) -> dict[str, Any]:
         """Row ``i`` without the figures of the session's token budget (``training_days``,
@@ -581,7 +651,8 @@ class SweepResult:
         feasible = self.feasible
         if len(counts) > 1:
             out["num_gpus"] = [{"value": n, "plan": (lambda i: None if i is None else self.row(i, cols))(
-                best_row(self.training_days, self.cost_usd, self.feasible & (self.num_gpus == n)))}
+                best_row(self.training_days, self.cost_usd, self.feasible & (self.num_gpus == n),
+                         self.max_memory_per_gpu_bytes))}
                 for n in counts]
         for name in BEST_BY_FIELDS:
             if swept is not None and name not in swept:
@@ -593,7 +664,8 @@ class SweepResult:
             for value in sorted(set(col), key=lambda v: (v is None, repr(type(v)), v if v is not
                                                          None else 0)):
                 has = np.array([c == value for c in col], bool)
-                i = best_row(self.training_days, self.cost_usd, feasible & has)
+                i = best_row(self.training_days, self.cost_usd, feasible & has,
+                             self.max_memory_per_gpu_bytes)
                 if i is None:
                     rows.append({"value": value, "plan": None, "reason": self.why_none(has)})
                 else:
@@ -788,14 +860,18 @@ def _plan_bands(plans: list[ParallelPlan], model, cluster, residuals, num_gpus: 
     return low, high, inside, texts[of].tolist()
 
 
-def best_row(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray) -> int | None:
+def best_row(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray,
+             memory: np.ndarray | None = None) -> int | None:
     """The row among ``mask`` (bool (n,)) with the least ``primary`` (float (n,)), ties broken
-    by the least ``secondary``, then the first row; None when ``mask`` has none (the fastest
-    plan: days then cost; the cheapest: cost then days)."""
+    by the least ``secondary``, then (given ``memory``, float (n,) bytes per GPU) the least
+    memory, as :func:`least_memory_of_ties` keeps on the front, then the first row; None when
+    ``mask`` has none (the fastest plan: days then cost; the cheapest: cost then days)."""
     idx = np.flatnonzero(mask)
     if not idx.size:
         return None
-    return int(idx[np.lexsort((idx, secondary[idx], primary[idx]))[0]])
+    keys = (idx, secondary[idx], primary[idx]) if memory is None else (
+        idx, np.asarray(memory, np.float64)[idx], secondary[idx], primary[idx])
+    return int(idx[np.lexsort(keys)[0]])
 
 def plan_label(pl: ParallelPlan) -> str:
     """Short name of a plan in messages (:meth:`ParallelPlan.label`), e.g.

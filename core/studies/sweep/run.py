@@ -36,8 +36,8 @@ from core.studies.sweep.bound import (fill_lower_bounds, branch_and_bound, mark_
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import gc_paused
 from core.studies.sweep.phase import PhaseFn
-from core.studies.sweep.result import (SweepResult, best_row, pareto_front, plan_column_arrays,
-                                       plan_figures, with_plans)
+from core.studies.sweep.result import (SweepResult, best_row, least_memory_of_ties, pareto_front,
+                                       plan_column_arrays, plan_figures, with_plans)
 from core.studies.sweep.space import (SweepSpace, as_list, check_enumerable, divisors,
                                       enumerate_plans, in_budget, index_of_plan,
                                       micro_batch_sizes_of)
@@ -250,12 +250,14 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
 
 def check_sweep_work(session: Session, space: SweepSpace, *, max_work: int | None = None,
                      prune: bool = True, cancel: Any = None,
-                     phase: PhaseFn | None = None) -> list[str]:
+                     phase: PhaseFn | None = None, no_tight: bool = False) -> list[str]:
     """What :func:`run_sweep` says of the size of the sweep of ``space`` before it simulates,
     without simulating: the plans and their closed-form memory (its first phases, the same
     plans), then :func:`core.studies.sweep.bound.work_notes` of those that fit and can be
     simulated: its "large sweep" note with the time estimate (empty when not large; ``prune``
-    as :func:`run_sweep`'s, which says "before pruning"). Nothing
+    as :func:`run_sweep`'s, which says "before pruning"; ``no_tight`` as its too: the tight
+    plans, known from the closed-form memory, are not counted, so the estimate is the one
+    ``run_sweep(..., no_tight=True)`` gives). Nothing
     is kept: the plans are dropped on return (a caller checking several sweeps before running
     any holds one sweep's plans at a time).
 
@@ -275,11 +277,14 @@ def check_sweep_work(session: Session, space: SweepSpace, *, max_work: int | Non
             opened[0] = session_profile(session)
         return opened[0]
 
-    plans, _, (_, mem_fits, reason), _, columns = _plans(session, space, get_store, cancel,
-                                                         phase)
+    plans, _, (max_mem, mem_fits, reason), _, columns = _plans(session, space, get_store,
+                                                               cancel, phase)
     steps, too_large = mark_too_large(plans, mem_fits, reason, session.model, columns)
-    return work_notes(plans, np.flatnonzero(mem_fits & ~too_large), session.model.num_layers,
-                      prune, max_work, steps)
+    left_out = (_leave_out_tight(max_mem, mem_fits, reason, float(get_store().memory_bytes),
+                                 float(session.cluster.memory_reserve_fraction))
+                if no_tight else np.zeros(len(plans), bool))
+    return work_notes(plans, np.flatnonzero(mem_fits & ~too_large & ~left_out),
+                      session.model.num_layers, prune, max_work, steps)
 
 
 class _Runner:
@@ -686,14 +691,17 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
     fits = verdict != MEMORY_VERDICTS[2]  # the verdict's answer, simulated or not
     feasible = fits & np.isfinite(iteration)  # the answers are among plans with figures
     days, cost_usd = figures.training_days, figures.cost_usd
-    pareto = pareto_front(days, cost_usd, feasible)
+    # of plans tied on days and dollars (ZeRO-1 and ZeRO-2 at one micro-batch), the front and
+    # the best plans keep the one needing the least memory per GPU
+    pareto = least_memory_of_ties(days, cost_usd, max_mem, pareto_front(days, cost_usd, feasible))
     return SweepResult(
         session=session, space=space, plans=plans, plan_columns=plan_columns,
         num_microbatches=num_mb, num_gpus=num_gpus,
         iteration_time_s=iteration, tokens_per_s=figures.tokens_per_s, mfu=figures.mfu,
         hfu=figures.hfu, training_days=days, gpu_hours=figures.gpu_hours, cost_usd=cost_usd,
         max_memory_per_gpu_bytes=max_mem, fits_in_memory=fits, reason=reason, pareto=pareto,
-        fastest=best_row(days, cost_usd, feasible), cheapest=best_row(cost_usd, days, feasible),
+        fastest=best_row(days, cost_usd, feasible, max_mem),
+        cheapest=best_row(cost_usd, days, feasible, max_mem),
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
         warnings=[w for w in [profile_gpu_note(store, session.cluster)] if w] + sweep_notes
         + sorted(with_plans(w, [plans[i] for i in sorted(idx)]) for w, idx in runner.warned.items())

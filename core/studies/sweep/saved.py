@@ -73,7 +73,9 @@ def saved_sweep(result: SweepResult) -> dict[str, Any]:
     (:meth:`SweepSpace.to_dict`), ``deadline_days``, ``num_plans``, ``num_feasible``,
     ``num_pruned``, ``wall_s``, ``profile``, ``dimensions``, ``memory_capacity_bytes`` (the
     GPU's, bytes; None when unknown), ``warnings``,
-    ``interval_coverage``, ``interval_note``, ``rows`` (:meth:`SweepResult.rows` of the Pareto
+    ``interval_coverage``, ``interval_note``, ``no_tight`` (whether the sweep left its tight
+    plans out, :func:`~core.studies.sweep.run_sweep`'s ``no_tight``, ``--no-tight``) and
+    ``num_tight_left_out`` (how many), ``rows`` (:meth:`SweepResult.rows` of the Pareto
     front, fastest first, then the fastest, cheapest, deadline and session plans not on it)
     and ``marks`` (``fastest``, ``cheapest``, ``cheapest_within_deadline``, ``config``: their
     positions in ``rows``, or None). Computed once per result and kept (the window's sweep
@@ -98,7 +100,8 @@ def saved_sweep(result: SweepResult) -> dict[str, Any]:
         "memory_capacity_bytes": (result.memory_capacity_bytes
                                   if math.isfinite(result.memory_capacity_bytes) else None),
         "warnings": list(result.warnings), "interval_coverage": result.interval_coverage,
-        "interval_note": result.interval_note, "rows": result.rows(rows),
+        "interval_note": result.interval_note, "no_tight": bool(result.no_tight),
+        "num_tight_left_out": result.num_tight_left_out, "rows": result.rows(rows),
         "marks": {k: (None if i is None else where[int(i)]) for k, i in marks.items()}})
     result.__dict__["_saved_sweep"] = doc
     return doc
@@ -114,7 +117,9 @@ def _session_of(doc: dict[str, Any]) -> Session:
 def restore_sweep(doc: Any) -> SweepResult:
     """The :class:`SweepResult` of a saved sweep (:func:`saved_sweep`): its rows only, its
     ``session`` the inputs it was computed from (and the session's own plan then); ``saved`` holds the counts of the whole
-    sweep (``num_plans``, ``num_feasible``, ``num_pruned``, ``wall_s``).
+    sweep (``num_plans``, ``num_feasible``, ``num_pruned``, ``wall_s``, and with ``no_tight``
+    ``num_tight_left_out``) and ``no_tight`` whether it left its tight plans out (a document saved before it was
+    recorded reads False, 0 left out: such sweeps kept their tight plans).
 
     Raises
     ------
@@ -164,7 +169,16 @@ def restore_sweep(doc: Any) -> SweepResult:
             memory_capacity_bytes=float(doc.get("memory_capacity_bytes") or math.nan),
             interval_coverage=float(doc["interval_coverage"]),
             interval_note=str(doc["interval_note"]), dimensions=list(doc["dimensions"]))
+        no_tight = doc.get("no_tight", False)
+        left_out = doc.get("num_tight_left_out", 0)
+        if not isinstance(no_tight, bool):
+            raise ValueError(f"no_tight must be true or false, not {no_tight!r}")
+        if isinstance(left_out, bool) or not isinstance(left_out, int) or left_out < 0:
+            raise ValueError(f"num_tight_left_out must be a whole number >= 0, not {left_out!r}")
+        result.no_tight = no_tight
         result.saved = {k: doc[k] for k in ("num_plans", "num_feasible", "num_pruned", "wall_s")}
+        if no_tight:  # the whole sweep's count: the rows saved do not hold the plans left out
+            result.saved["num_tight_left_out"] = left_out
         result.pruned = np.zeros(len(rows), bool)  # the rows saved were all simulated
     except ConfigError as exc:
         raise ConfigError([FieldError(f"sweep.result ({e.field})", e.message, rule=e.rule)
