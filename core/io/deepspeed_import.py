@@ -40,8 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from core.io.import_result import ImportResult, refusal, switched_off
-from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig
+from core.io.import_result import ImportResult, cluster_of_gpu, refusal, switched_off
 from core.plan.fields import ConfigError, FieldError
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
@@ -484,12 +483,7 @@ def session_from_deepspeed(cfg: Any, model: ModelConfig, where: str = "ds_config
         # DeepSpeed's engine owns the gradients: each weight gradient is added by a kernel of
         # its own (no fused accumulation into Megatron's main_grad)
         gradient_accumulation_fusion=False)
-    cluster = ClusterConfig()
-    if gpu is not None:
-        if gpu not in GPU_KINDS:
-            raise ConfigError([FieldError("--gpu", f"{gpu!r}: known kinds are "
-                                          + ", ".join(GPU_KINDS))])
-        cluster = ClusterConfig(gpu=gpu, gpus_per_node=GPU_NVLINK_DOMAIN.get(gpu, 8))
+    cluster = cluster_of_gpu(gpu)
     if gpus_per_node is not None:
         if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) \
                 or gpus_per_node < 1:

@@ -19,7 +19,7 @@ from typing import Any
 from core.plan.fields import ConfigError, FieldError
 from core.plan.session import Session
 
-__all__ = ["ImportResult", "global_batch_note", "seq_length_note", "positive_int", "refusal", "switched_off",
+__all__ = ["ImportResult", "cluster_of_gpu", "global_batch_note", "seq_length_note", "positive_int", "refusal", "switched_off",
            "switched_off_or_refuse"]
 
 
@@ -68,6 +68,25 @@ def seq_length_note(seq_length: int, source: str) -> str:
     return (f"sequence length {seq_length:,} tokens: {source}; give --seq-length S to import "
             "another, or set it with vtrain simulate/sweep --set model.seq_length=S, or in the "
             "window")
+
+
+def cluster_of_gpu(gpu: str | None):
+    """The cluster an import starts on: the default :class:`core.plan.cluster.ClusterConfig`,
+    or one of GPU kind ``gpu`` (``--gpu``) with the kind's NVLink domain as its node
+    (:data:`core.plan.cluster.GPU_NVLINK_DOMAIN`, 8 where the kind has none).
+
+    Raises
+    ------
+    ConfigError
+        ``gpu`` is not a known kind (named ``--gpu``, the kinds listed).
+    """
+    from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig
+    if gpu is None:
+        return ClusterConfig()
+    if gpu not in GPU_KINDS:
+        raise ConfigError([FieldError("--gpu", f"{gpu!r}: known kinds are "
+                                      + ", ".join(GPU_KINDS))])
+    return ClusterConfig(gpu=gpu, gpus_per_node=GPU_NVLINK_DOMAIN.get(gpu, 8))
 
 
 def refusal(where: str, key: str, message: str) -> ConfigError:

@@ -29,12 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.io.import_result import ImportResult, global_batch_note, refusal, switched_off_or_refuse
+from core.io.import_result import (ImportResult, cluster_of_gpu, global_batch_note, refusal,
+                                   switched_off_or_refuse)
 from core.io.torchtitan_older import (OLDER_MICROBATCHES, older_layout, older_microbatches,
                                      older_pipeline_split)
 from core.io.torchtitan_flavours import (FLAVOUR_NOTES, FLAVOURS, REFUSED_FLAVOURS,
                                          REFUSED_MODELS)
-from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, CostConfig
+from core.plan.cluster import CostConfig
 from core.plan.fields import ConfigError, FieldError
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
@@ -434,12 +435,7 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
     model = _model(used, where, notes)
     plan, tokens = _plan(used, model, where, num_gpus, notes, _model_compiled(cfg))
     _output_layer_filtered(used, ignored, where, plan)
-    cluster = ClusterConfig()
-    if gpu is not None:
-        if gpu not in GPU_KINDS:
-            raise ConfigError([FieldError("--gpu", f"{gpu!r}: known kinds are "
-                                          + ", ".join(GPU_KINDS))])
-        cluster = ClusterConfig(gpu=gpu, gpus_per_node=GPU_NVLINK_DOMAIN.get(gpu, 8))
+    cluster = cluster_of_gpu(gpu)
     cost = CostConfig() if tokens is None else CostConfig(training_tokens=float(tokens))
     session = Session(model=model, plan=plan, cluster=cluster, cost=cost)
     session.notes = f"Imported from the torchtitan job config {where}."
