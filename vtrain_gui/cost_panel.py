@@ -20,6 +20,7 @@ from .category_axis import CategoryAxis
 from .empty_state import StaleVeil
 from .formatting import (IDLE_COLOR, KIND_COLORS, format_bytes, format_count, format_day_count, format_duration,
                          format_durations, format_fraction, format_rate, format_usd, format_usd_short)
+from .wrapped_label import label_document
 
 __all__ = ["CostPanel", "FIT_STATES", "OneLineLabel", "WARNING_COLOR"]
 
@@ -152,17 +153,9 @@ class _FigureLabel(QtWidgets.QLabel):
         self.setWordWrap(True)
 
     def sizeHint(self) -> QtCore.QSize:  # noqa: N802 - Qt API
-        text = self.text()
-        rich = (self.textFormat() == Qt.TextFormat.RichText
-                or (self.textFormat() == Qt.TextFormat.AutoText and QtGui.Qt.mightBeRichText(text)))
-        if rich:  # as QLabel lays it out: a text document without margins
-            doc = QtGui.QTextDocument()
-            doc.setDefaultFont(self.font())
-            doc.setDocumentMargin(0)
-            doc.setHtml(text)
-            line = math.ceil(doc.idealWidth())
-        else:
-            line = self.fontMetrics().horizontalAdvance(text)
+        doc = label_document(self)  # as QLabel lays rich text out
+        line = (math.ceil(doc.idealWidth()) if doc is not None
+                else self.fontMetrics().horizontalAdvance(self.text()))
         margins = self.contentsMargins()
         # 2 pixels over the text's advance: at exactly it, QLabel wrapped the last word
         width = line + margins.left() + margins.right() + 2 * self.margin() + 2

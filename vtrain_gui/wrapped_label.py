@@ -7,7 +7,22 @@ import math
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
-__all__ = ["WrappedLabel", "CappedTextBox"]
+__all__ = ["WrappedLabel", "CappedTextBox", "label_document"]
+
+
+def label_document(label: QtWidgets.QLabel) -> QtGui.QTextDocument | None:
+    """The text document ``label`` lays its rich text out in (its font, no margins), or None
+    when its text is plain (``Qt.TextFormat.AutoText`` decides as QLabel does:
+    ``Qt.mightBeRichText``)."""
+    text, form = label.text(), label.textFormat()
+    if not (form == Qt.TextFormat.RichText
+            or (form == Qt.TextFormat.AutoText and QtGui.Qt.mightBeRichText(text))):
+        return None
+    doc = QtGui.QTextDocument()
+    doc.setDefaultFont(label.font())
+    doc.setDocumentMargin(0)
+    doc.setHtml(text)
+    return doc
 
 
 class WrappedLabel(QtWidgets.QLabel):
@@ -42,13 +57,8 @@ class WrappedLabel(QtWidgets.QLabel):
         pad = 2 * self.margin()
         inner = max(1, width - margins.left() - margins.right() - pad)
         text = self.text()
-        rich = (self.textFormat() == Qt.TextFormat.RichText
-                or (self.textFormat() == Qt.TextFormat.AutoText and QtGui.Qt.mightBeRichText(text)))
-        if rich:  # as QLabel lays it out: a text document without margins
-            doc = QtGui.QTextDocument()
-            doc.setDefaultFont(self.font())
-            doc.setDocumentMargin(0)
-            doc.setHtml(text)
+        doc = label_document(self)
+        if doc is not None:
             doc.setTextWidth(inner)
             height = math.ceil(doc.size().height())
             if max_lines is not None:
