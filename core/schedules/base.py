@@ -377,18 +377,7 @@ def loss_in_flight(schedule: str, p: int, m: int, v: int = 1) -> int:
     Each such micro-batch keeps its cross entropy's saved softmax
     (:func:`core.model.memory.stage_memory_arrays`). Beyond the steady state, from the orders
     of :func:`steady_microbatches` (or the closed form), as :func:`in_flight_all`."""
-    sched = get(schedule)
-    sched.check_order(p, m, sched.chunks(v))
-    closed = sched.in_flight_closed_form(p, m, sched.chunks(v))
-    if closed is not None:
-        return closed[1]
-    phase, _, chunk = work_orders(schedule, p, steady_microbatches(schedule, p, m, v), v)
-    vv = sched.chunks(v)
-    stage_of, chunk_of = sched.placement(p, vv)
-    s, c = int(stage_of[-1]), int(chunk_of[-1])  # the virtual stage of the loss
-    last = chunk[s] == c
-    step = np.where(last & (phase[s] == PHASE_F), 1, np.where(last & (phase[s] == PHASE_B), -1, 0))
-    return int(np.cumsum(step).max())
+    return _virtual_stage_in_flight(schedule, p, m, v, -1)  # the virtual stage of the loss
 
 
 @lru_cache(maxsize=1024)
@@ -405,17 +394,25 @@ def embedding_in_flight(schedule: str, p: int, m: int, v: int = 1) -> int:
     (:func:`core.model.memory.stage_memory_arrays`). Beyond the steady state from the orders
     of :func:`steady_microbatches`; GPipe's closed form gives ``m`` (every forward runs before
     the first backward, as many embeddings as losses)."""
+    return _virtual_stage_in_flight(schedule, p, m, v, 0)  # the virtual stage of the embedding
+
+
+def _virtual_stage_in_flight(schedule: str, p: int, m: int, v: int, k: int) -> int:
+    """Peak running count of virtual stage ``k``'s forwards minus its backwards (B) on the
+    stage that runs it (``k`` indexes the placement's virtual stages: 0 the first, -1 the
+    last), from the schedule's closed form where it has one (GPipe: ``m``), else from the
+    orders of :func:`steady_microbatches`."""
     sched = get(schedule)
-    sched.check_order(p, m, sched.chunks(v))
-    closed = sched.in_flight_closed_form(p, m, sched.chunks(v))
+    vv = sched.chunks(v)
+    sched.check_order(p, m, vv)
+    closed = sched.in_flight_closed_form(p, m, vv)
     if closed is not None:
         return closed[1]
     phase, _, chunk = work_orders(schedule, p, steady_microbatches(schedule, p, m, v), v)
-    stage_of, chunk_of = sched.placement(p, sched.chunks(v))
-    s, c = int(stage_of[0]), int(chunk_of[0])  # the virtual stage of the embedding
-    first = chunk[s] == c
-    step = np.where(first & (phase[s] == PHASE_F), 1,
-                    np.where(first & (phase[s] == PHASE_B), -1, 0))
+    stage_of, chunk_of = sched.placement(p, vv)
+    s, c = int(stage_of[k]), int(chunk_of[k])
+    mine = chunk[s] == c
+    step = np.where(mine & (phase[s] == PHASE_F), 1, np.where(mine & (phase[s] == PHASE_B), -1, 0))
     return int(np.cumsum(step).max())
 
 
