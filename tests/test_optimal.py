@@ -13,6 +13,7 @@ from core.cli import main
 from core.plan.fields import ConfigError
 from core.plan.presets import MODEL_PRESETS
 from core.studies.optimal import CHINCHILLA, chinchilla_loss, chinchilla_optimal, compute_optimal, gpt_shape
+from core.util.text import format_params
 from core.io.session import load_any
 from core.model.counts import num_parameters
 from tests.conftest import EXAMPLES
@@ -233,15 +234,16 @@ def test_the_table_gives_each_plans_memory_and_marks_a_tight_one():
 
 
 def test_candidates_run_the_sessions_attention_kernel():
-    """The candidates are GPT shapes, but the attention kernel is how the session trains: a
-    FlashAttention session's candidates are timed with FlashAttention (they ran unfused, 2.4x
-    slower at s = 8192), an unfused session's unfused."""
+    """The attention kernel is how the session trains: a FlashAttention session's candidates
+    are timed with FlashAttention (they ran unfused, 2.4x slower at s = 8192), an unfused
+    session's unfused. They are shaped like the session's model (SwiGLU for a Llama session;
+    they were GPT shapes, GeLU, until the candidates followed the session's model)."""
     from core.studies.optimal import _candidate_models
     m = MODEL_PRESETS["Llama 3 70B"]
     for kernel in ("flash", "unfused"):
         models = _candidate_models(dataclasses.replace(m, attention_kernel=kernel), 70e9, 3, 4.0)
         assert len(models) == 3 and {x.attention_kernel for x in models} == {kernel}
-        assert {x.activation for x in models} == {gpt_shape(1e9).activation}  # still GPT shapes
+        assert {x.activation for x in models} == {"swiglu"}  # the template's, not GPT's
 
 
 def test_a_batch_too_small_for_the_gpus_is_said_and_set_changes_it(capsys):
@@ -592,3 +594,183 @@ def test_no_tight_trains_each_candidate_with_its_fastest_plan_outside_the_margin
     assert NO_TIGHT_OPTIMAL_NOTE in " ".join(capsys.readouterr().out.split())
     assert main(args) == 0
     assert NO_TIGHT_OPTIMAL_NOTE not in " ".join(capsys.readouterr().out.split())
+
+
+def _old_gpt_shape(n_params, seq_length=2048, vocab_size=50257):
+    """``gpt_shape`` as it was before the candidates followed the session's model (heads of
+    128, h a multiple of 1,024 near (128 N / 12)^(1/3), L a multiple of 8 or 16): the
+    reference the GPT template must reproduce."""
+    from core.plan.model_config import ModelConfig
+    h = max(1024, 1024 * round((128 * n_params / 12.0) ** (1 / 3) / 1024))
+
+    def model(layers):
+        return ModelConfig("", layers, h, h // 128, None, seq_length, vocab_size)
+    per_layer = num_parameters(model(2)) - num_parameters(model(1))
+    target = (n_params - (num_parameters(model(1)) - per_layer)) / per_layer
+    grain = 16 if target >= 64 else 8
+    return model(max(8, grain * round(target / grain)))
+
+
+def test_a_gpt_template_gives_exactly_the_gpt_shapes_of_before():
+    """The candidates of a GPT session (the examples' GPT-3 1.3B and 175B, heads of 128) are
+    the GPT-3-proportioned shapes of before, field for field but the name, at every size of
+    the existing tests' budgets and beyond; gpt_shape is the GPT template's shape_like."""
+    from core.studies.optimal import _candidate_models, gpt_template, shape_like
+    for example in ("gpt3_1.3b_single_node.json", "gpt3_175b.json"):
+        m = load_any(EXAMPLES / example).model
+        for n in np.geomspace(1e7, 2e12, 29):
+            old = _old_gpt_shape(n, m.seq_length, m.vocab_size)
+            new = shape_like(m, n)
+            assert dataclasses.replace(new, name="") == dataclasses.replace(
+                old, make_vocab_size_divisible_by=m.make_vocab_size_divisible_by,
+                attention_kernel=m.attention_kernel)
+            assert new.name == (f"{format_params(num_parameters(new))} GPT-style "
+                                f"(L={old.num_layers}, h={old.hidden_size})")
+            g = gpt_shape(n, m.seq_length, m.vocab_size)
+            assert dataclasses.replace(g, name="") == dataclasses.replace(old, name="")
+            assert g == shape_like(gpt_template(m.seq_length, m.vocab_size), n)
+        # the study's candidates: 8 GPUs for 2 days (N_opt 1.13 B), spread 4, as the tests above
+        for n_rule in (1.13e9, 5.4e10, 1e7):
+            got = _candidate_models(m, n_rule, 5, 4.0)
+            sizes = n_rule * 4.0 ** np.linspace(-0.5, 0.5, 5)
+            want = list(dict.fromkeys((x.num_layers, x.hidden_size, x.num_attention_heads)
+                                      for x in map(_old_gpt_shape, sizes)))
+            assert [(x.num_layers, x.hidden_size, x.num_attention_heads) for x in got] == want
+
+
+def test_a_llama_3_8b_template_gives_llama_shapes_and_its_own_shape_at_its_size():
+    """A Llama 3 8B session (heads of 128, 8 query groups, SwiGLU MLP of 14,336 = 3.5 h,
+    RMSNorm, RoPE, untied; Meta's config) got GPT-3 shapes (GeLU 4 h, 32 KV heads). At its own
+    size, N = 8.03 B, the closed forms give back its shape: h = 1,024 * round((128 N /
+    12)^(1/3) / 1,024) = 4,096 ((...)^(1/3) = 4,408), a = h / 128 = 32, g = 8 (32 divides by
+    it), ffn = 256 * round(3.5 h / 256) = 14,336, L = 8 * round((N - rest) / per layer / 8) =
+    32 with 218,112,000 parameters per layer (2 h^2 + 2 h (8 * 128) + 3 h ffn + 2 h) and
+    1,050,677,248 besides (2 V h + h, untied): the very model."""
+    from core.studies.optimal import _candidate_models, shape_like
+    m = MODEL_PRESETS["Llama 3 8B"]
+    n = num_parameters(m)
+    assert n == 8_030_261_248
+    h = 1024 * round((128 * n / 12) ** (1 / 3) / 1024)
+    assert h == 4096
+    per_layer = 2 * h * h + 2 * h * 8 * 128 + 3 * h * 14336 + 2 * h
+    rest = 2 * 128256 * h + h
+    assert (per_layer, rest) == (218_112_000, 1_050_677_248)
+    assert 8 * round((n - rest) / per_layer / 8) == 32
+    x = shape_like(m, n)
+    assert (x.num_layers, x.hidden_size, x.num_attention_heads, x.num_query_groups,
+            x.ffn_hidden_size) == (32, 4096, 32, 8, 14336) == (
+        m.num_layers, m.hidden_size, m.num_attention_heads, m.num_query_groups,
+        m.ffn_hidden_size)
+    assert num_parameters(x) == n and x.name == "8.03B Llama-style (L=32, h=4096)"
+    assert dataclasses.replace(x, name=m.name) == m  # every other field is the template's
+    # other sizes: the template's family, heads of 128, 8 groups, ffn 3.5 h to 256, within
+    # a few % of the size (h's rounding to 1,024 moves it most at the small end)
+    for target in np.geomspace(4e9, 5e11, 12):
+        y = shape_like(m, target)
+        assert (y.activation, y.normalization, y.position_embedding, y.tied_embeddings,
+                y.add_bias_linear) == ("swiglu", "rmsnorm", "rope", False, False)
+        assert y.hidden_size == 128 * y.num_attention_heads and y.num_attention_heads % 8 == 0
+        assert y.num_query_groups == 8 and y.kv_channels is None
+        assert y.ffn_hidden_size == 256 * round(3.5 * y.hidden_size / 256)
+        assert abs(num_parameters(y) / target - 1) < 0.12
+    # 12 B: h = 5,120 (40 heads, 8 groups), ffn 17,920, L = 32: 12.13 B
+    y = shape_like(m, 12e9)
+    assert (y.num_layers, y.hidden_size, y.num_attention_heads, y.num_query_groups,
+            y.ffn_hidden_size, num_parameters(y)) == (32, 5120, 40, 8, 17920, 12_134_978_560)
+    # the study's candidates at the budget whose N_opt is the model's size: the middle one
+    models = _candidate_models(m, float(n), 3, 4.0)
+    assert [(z.num_layers, z.hidden_size) for z in models][1] == (32, 4096)
+
+
+def test_query_groups_that_do_not_divide_the_heads_take_the_nearest_divisor():
+    """A template with 12 query groups at 48 heads (h = 6,144): a 3.3 B candidate has h =
+    4,096, 32 heads, which 12 does not divide; the divisors of 32 nearest 12 are 8 and 16, and
+    the smaller is taken. Multi-head attention written out (g = a) stays multi-head; a head size
+    given as kv_channels stays given."""
+    from core.studies.optimal import shape_like
+    m = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], hidden_size=6144,
+                            num_attention_heads=48, num_query_groups=12, ffn_hidden_size=21504)
+    y = shape_like(m, 5e9)
+    assert (y.hidden_size, y.num_attention_heads, y.num_query_groups) == (4096, 32, 8)
+    mha = shape_like(dataclasses.replace(m, num_query_groups=48), 5e9)
+    assert mha.num_query_groups == mha.num_attention_heads == 32
+    q3 = shape_like(dataclasses.replace(m, hidden_size=5120, num_attention_heads=64,
+                                        num_query_groups=8, kv_channels=64,
+                                        ffn_hidden_size=17408), 5e9)
+    # heads of 64: h a multiple of 512, a = h / 64, kv_channels 64 kept; ffn 3.4 h to 256
+    assert q3.kv_channels == 64 and q3.hidden_size % 512 == 0
+    assert q3.num_attention_heads == q3.hidden_size // 64
+    assert q3.ffn_hidden_size == 256 * round(17408 / 5120 * q3.hidden_size / 256)
+
+
+def _session_with(tmp_path, preset, **changes):
+    """The GPT-3 1.3B example session with ``preset``'s model (``changes`` applied), saved."""
+    from core.io.session import save_session
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    s.model = dataclasses.replace(MODEL_PRESETS[preset], **changes)
+    path = tmp_path / f"{preset.replace(' ', '_')}.json"
+    save_session(s, path)
+    return s, str(path)
+
+
+def test_the_cli_studies_llama_shapes_and_says_which_template(tmp_path, capsys):
+    """A Llama 3 8B session at the FLOP budget whose N_opt is 8.03 B (C = 6 N (N / G)^(beta /
+    alpha)... solved by inverting Eq. 4) has the rule's candidate L = 32, h = 4,096, 32 heads,
+    8 groups, ffn 14,336 (--json gives each candidate's groups and ffn, and the template); the
+    header says which model the shapes follow."""
+    from core.studies.optimal import CHINCHILLA as c
+    session, path = _session_with(tmp_path, "Llama 3 8B", seq_length=2048)
+    n = num_parameters(session.model)
+    a, b = c["alpha"], c["beta"]
+    g = (a * c["A"] / (b * c["B"])) ** (1 / (a + b))
+    flops = 6 * (n / g) ** ((a + b) / b)
+    assert chinchilla_optimal(flops)[0] == pytest.approx(n, rel=1e-9)
+    args = ["optimal", path, "--gpus", "8", "--flops", f"{flops:.17g}", "--candidates", "3",
+            "--spread", "4", "--hold-session-values"]
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rule = doc["candidates"][doc["rule_index"]]
+    assert (rule["num_layers"], rule["hidden_size"], rule["num_attention_heads"],
+            rule["num_query_groups"], rule["ffn_hidden_size"], rule["n_params"]) == (
+        32, 4096, 32, 8, 14336, n)
+    assert rule["name"] == "8.03B Llama-style (L=32, h=4096)"
+    assert all(x["num_query_groups"] == 8 and x["ffn_hidden_size"] == 256 * round(
+        3.5 * x["hidden_size"] / 256) for x in doc["candidates"])
+    assert doc["template"] == {
+        "name": "Llama 3 8B", "family": "Llama", "head_dim": 128, "num_query_groups": 8,
+        "ffn_ratio": 3.5, "activation": "swiglu", "normalization": "rmsnorm",
+        "position_embedding": "rope", "tied_embeddings": False, "add_bias_linear": False,
+        "qk_layernorm": False}
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("Candidates shaped like the session's Llama 3 8B (Llama-style: heads of 128 "
+            "channels, 8 query groups, MLP 3.5 h, swiglu, rmsnorm, rope, untied embeddings, no "
+            "linear biases); only L and h change") in out
+
+
+@pytest.mark.parametrize("preset, fields", [
+    ("Mixtral 8x7B", ["model.num_experts"]),
+    ("DeepSeek-V3", ["model.num_experts", "model.multi_latent_attention"]),
+])
+def test_a_moe_or_latent_attention_session_is_refused_by_name(preset, fields, tmp_path, capsys):
+    """A Mixtral 8x7B session was studied as dense GPT-3 shapes (exit 0, no word): the loss law
+    is fitted on dense models. The study refuses the session by the field and the rule: the
+    core with a ConfigError, the CLI with exit 2 naming the file, before any sweep."""
+    from core.studies.optimal import check_template
+    session, path = _session_with(tmp_path, preset)
+    with pytest.raises(ConfigError) as err:
+        compute_optimal(session, 8, 2.0)
+    assert [e.field for e in err.value.errors] == fields
+    assert "fitted on dense models" in err.value.errors[0].message
+    assert "Hoffmann et al. 2022" in err.value.errors[0].message
+    with pytest.raises(ConfigError):
+        check_template(session.model)
+    check_template(MODEL_PRESETS["Llama 3 8B"])  # a dense model passes
+    assert main(["optimal", path, "--gpus", "8", "--days", "2", "--json"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    err_text = " ".join(cap.err.split())
+    assert err_text.startswith(f"vtrain: error: {path}: {fields[0]}: ")
+    assert all(f"{f}: " in err_text for f in fields)
+    assert "fitted on dense models" in err_text
+

@@ -419,8 +419,11 @@ class OptimalPanel(_StudyPanel):
             self.form.addRow(label, w)
         self.form.addRow(self.no_tight)  # both columns: its text is wider than a field
         self._watch(self.gpus, self.days, self.mfu, self.candidates, self.spread, self.no_tight)
-        hint = QtWidgets.QLabel("Cluster, global batch, sequence length, precision and price "
-                                "come from the Plan tab; the model there is not used. Each "
+        hint = QtWidgets.QLabel("Cluster, global batch, precision and price come from the "
+                                "Plan tab; the candidates are shaped like its model (family, "
+                                "head size, query groups, MLP ratio, sequence length; only L "
+                                "and h change; a mixture-of-experts or latent-attention model "
+                                "is refused: the loss law is fitted on dense models). Each "
                                 "model's plans are those the Explore tab sweeps by default (t, "
                                 "p, d, b, schedule, recomputation, sequence parallelism, ZeRO "
                                 "stage, cp, the overlaps); ⚠ marks a plan outside what the "
@@ -466,11 +469,14 @@ class OptimalPanel(_StudyPanel):
         return study_inputs(session)
 
     def check_session(self, session: Session) -> None:
-        """Raise ConfigError when the session's cluster, batch or sequence cannot run the study."""
+        """Raise ConfigError when the session's model cannot be the candidates' template (a
+        mixture-of-experts or latent-attention model:
+        :func:`core.studies.optimal.check_template`) or its cluster, batch or sequence cannot
+        run the study."""
         from core.plan.rules import check_all_but_the_plan
-        from core.studies.optimal import gpt_shape
-        m = session.model
-        check_all_but_the_plan(session, gpt_shape(1e9, m.seq_length, m.vocab_size))
+        from core.studies.optimal import check_template, shape_like
+        check_template(session.model)
+        check_all_but_the_plan(session, shape_like(session.model, 1e9))
 
     def clear_result(self) -> None:
         """Empty the table, the summary and the plot."""
@@ -542,6 +548,9 @@ class OptimalPanel(_StudyPanel):
                 f"Chinchilla rule at an assumed MFU of {result.assumed_mfu:.0%}: "
                 f"C = {result.budget_flops:.3g} FLOPs → N_opt {fp(result.rule_params)} "
                 f"parameters on {fp(result.rule_tokens)} tokens.")
+        if getattr(result, "template", None):  # which model the candidates' shapes follow
+            from core.studies.optimal import template_text
+            text += " Candidates " + html.escape(template_text(result.template), quote=False) + "."
         if result.rule_index is None:
             text += " (No candidate shape is within a factor of 2 of N_opt.)"
         if result.best is None:

@@ -24,17 +24,22 @@ def add_parser(sub: Any) -> None:
     op = sub.add_parser(
         "optimal", help="compute-optimal model size for N GPUs and D days (Chinchilla, then "
                         "the plan that really runs)",
-        description="Size GPT models around the Chinchilla-optimal size for the FLOPs that N "
-                    "GPUs deliver in D days at an assumed MFU (or for a FLOP budget: --flops), find each model's fastest plan "
+        description="Size models shaped like CONFIG's (its family, head size, query groups "
+                    "and MLP ratio; only the layers L and the width h change) around the "
+                    "Chinchilla-optimal size for the FLOPs that N GPUs deliver in D days at an "
+                    "assumed MFU (or for a FLOP budget: --flops), "
+                    "find each model's fastest plan "
                     "that fits on exactly N GPUs, train it for the tokens that plan processes in "
                     "D days, and rank the models by Chinchilla's fitted loss. Each model's plans "
                     "are those vtrain sweep tries by default (t, p, d, b, schedule, "
                     "recomputation, sequence parallelism, ZeRO stage, cp, the overlaps: what a "
                     "Megatron-Core user would run; printed with the result as swept and held). "
-                    "CONFIG supplies the cluster, global batch size, sequence length, "
-                    "vocabulary, precision and price, and every plan field the sweep does not "
-                    "choose; its model is not used. A plan outside what the profile was "
-                    "calibrated on is marked with ⚠ (it is still chosen when fastest).")
+                    "CONFIG supplies the cluster, global batch size, precision and price, "
+                    "every plan field the sweep does not choose, and the model the candidates "
+                    "are shaped like (a mixture-of-experts or latent-attention model is "
+                    "refused: the loss law is fitted on dense models). A plan outside what "
+                    "the profile was calibrated on is marked with ⚠ (it is still chosen when "
+                    "fastest).")
     op.add_argument("path", type=path_arg, metavar="CONFIG", help="session file (.json) or vTrain config (.json)")
     op.add_argument("--gpus", type=integer_arg, required=True, metavar="N", help="GPUs of the budget")
     budget = op.add_mutually_exclusive_group(required=True)
@@ -104,10 +109,12 @@ def run(args: argparse.Namespace) -> int:
     check_outputs([("--out", args.out)], [args.path, args.profile])
     session = session_from_args(args, validate=False)
     from core.plan.rules import check_all_but_the_plan
-    from core.studies.optimal import gpt_shape
-    # the model and plan are the study's; the cluster, batch and sequence must be valid
+    from core.studies.optimal import check_template, shape_like
+    # the candidates are shaped like the session's model, the plan is the study's; the
+    # cluster, batch and sequence must be valid (a candidate's shape stands for the model)
     try:
-        check_all_but_the_plan(session, gpt_shape(1e9, session.model.seq_length, session.model.vocab_size))
+        check_template(session.model)
+        check_all_but_the_plan(session, shape_like(session.model, 1e9))
     except ConfigError as exc:  # name the file, in its own terms
         raise session.in_its_terms(exc) from None
     if args.flops is not None:
@@ -224,6 +231,10 @@ def _print(result, session, console: Console, days: str | None = None) -> None:
                   f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour); global batch "
                   f"{s.plan.global_batch_size}, sequence {s.model.seq_length}, {s.plan.precision}",
                   highlight=False)
+    if result.template:  # which model the candidates' shapes follow
+        from core.studies.optimal import template_text
+        t = template_text(result.template)
+        console.print(esc(f"Candidates {t}"), highlight=False)
     from core.cli.sweep import calibration_mark, print_dimensions
     from core.studies.sweep.dimensions import value_text
     print_dimensions(result.dimensions, s.plan, console)  # the candidates' sweeps, as one

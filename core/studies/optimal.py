@@ -23,8 +23,9 @@ A GPU budget gives ``C`` only through an assumed utilization:
 shape and on the best plan for it on this cluster, which is what the
 simulator knows (the compute-optimal study of Bang et al. 2024: under a
 wall-clock budget the best model is not the one the FLOP budget suggests).
-So :func:`compute_optimal` sizes candidate GPT models around the rule's
-answer, finds each one's fastest plan that fits on exactly ``G`` GPUs with a
+So :func:`compute_optimal` sizes candidate models around the rule's
+answer, shaped like the session's model (:func:`shape_like`: only depth and width change;
+a mixture-of-experts or latent-attention model is refused, :func:`check_template`), finds each one's fastest plan that fits on exactly ``G`` GPUs with a
 plan sweep (:func:`core.studies.sweep.run_sweep`) of the space ``vtrain sweep`` searches
 by default (:meth:`core.studies.sweep.SweepSpace.default_for`: the plans a Megatron-Core
 user would try, sequence parallelism, ZeRO stages, cp and the overlaps too), trains it for
@@ -51,6 +52,8 @@ from core.util.text import format_params
 from core.model.counts import num_parameters
 
 __all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "format_params",
+           "shape_like", "gpt_template", "check_template", "shape_family", "template_summary",
+           "template_text",
            "no_plan_explanation", "no_rule_candidate_note", "Candidate",
            "OptimalResult", "compute_optimal", "days_for_flops", "study_inputs",
            "candidate_session"]
@@ -88,26 +91,115 @@ def chinchilla_optimal(flops: float) -> tuple[float, float]:
     return n, flops / 6.0 / n
 
 
-def gpt_shape(n_params: float, seq_length: int = 2048, vocab_size: int = 50257,
-              name: str | None = None) -> ModelConfig:
-    """A GPT model of about ``n_params`` parameters with GPT-3's proportions and sizes that
-    split well.
+#: Multiple of the candidates' MLP width when the template gives one (Llama's ``multiple_of``,
+#: 256 in Meta's Llama 2 and 3 code).
+FFN_MULTIPLE = 256
+
+
+def check_template(template: ModelConfig) -> None:
+    """Refuse a session model that the study cannot take as its candidates' template.
+
+    Chinchilla's loss law (Hoffmann et al. 2022, Eq. 2; Besiroglu et al. 2024's refit) is
+    fitted on dense transformers with multi-head attention: their ``N`` is every weight, each
+    used by every token. A mixture-of-experts model (``model.num_experts``) uses a fraction of
+    its weights per token, and multi-head latent attention (``model.multi_latent_attention``)
+    has latent ranks with no size rule here; the study would have to study dense models of
+    another family instead, so it refuses both by name.
+
+    Raises
+    ------
+    ConfigError
+        ``model.num_experts`` set, or ``model.multi_latent_attention`` true (one error each).
+    """
+    law = ("the compute-optimal study's loss law (Chinchilla: Hoffmann et al. 2022, refit by "
+           "Besiroglu et al. 2024) is fitted on dense models with multi-head attention")
+    errs = []
+    if template.num_experts:
+        errs.append(FieldError("model.num_experts", f"{template.num_experts} experts: {law}, "
+                               "every weight used by every token; a mixture-of-experts model "
+                               "is outside it, and the study does not replace it by dense "
+                               "candidates of another family: open a dense model's session"))
+    if template.multi_latent_attention is True:
+        errs.append(FieldError("model.multi_latent_attention",
+                               f"true: {law}, and the latent ranks (q_lora_rank, kv_lora_rank) "
+                               "have no rule for other model sizes; the study does not replace "
+                               "it by "
+                               "candidates of another family: open a session of a model with "
+                               "multi-head or grouped-query attention"))
+    if errs:
+        raise ConfigError(errs)
+
+
+def shape_family(template: ModelConfig) -> str:
+    """The family word of ``template``'s layer, for candidate names: its ``family`` when not
+    ``dense`` (``gemma2``), ``GPT`` for a GeLU, LayerNorm, learned-position layer (Megatron-LM's
+    GPT), ``Llama`` for a SwiGLU, RMSNorm, RoPE one (Touvron et al. 2023), else its
+    ``activation/normalization/position_embedding``."""
+    if template.family != "dense":
+        return template.family
+    parts = (template.activation, template.normalization, template.position_embedding)
+    return {("gelu", "layernorm", "learned"): "GPT",
+            ("swiglu", "rmsnorm", "rope"): "Llama"}.get(parts, "/".join(parts))
+
+
+def _query_groups(template: ModelConfig, heads: int) -> int | None:
+    """The candidates' query groups for ``heads`` heads: None (multi-head) when the template
+    has none or one per head; else the template's when they divide ``heads``, else the
+    divisor of ``heads`` nearest to it (the smaller on a tie)."""
+    g = template.num_query_groups
+    if g is None or g == template.num_attention_heads:
+        return None if g is None else heads
+    if heads % g == 0:
+        return g
+    return min((k for k in range(1, heads + 1) if heads % k == 0), key=lambda k: (abs(k - g), k))
+
+
+def shape_like(template: ModelConfig, n_params: float, name: str | None = None) -> ModelConfig:
+    """A model of about ``n_params`` parameters shaped like ``template``: only its depth and
+    width change, in sizes that split well.
 
     Width ``h ≈ (ASPECT_RATIO N / 12)^(1/3)`` (so ``h ≈ ASPECT_RATIO * L`` and
-    ``12 L h^2 ≈ N``), rounded to a multiple of ``8 * HEAD_DIM`` so that the
-    ``a = h / HEAD_DIM`` heads divide by every tensor-parallel size up to 8;
-    ``L`` a multiple of 8 (16 from 64 layers up), so that 2 to 8 (16) pipeline stages split
-    it, that brings the total,
-    embeddings included, closest to ``n_params``. GPT-3 175B comes out as
-    L=96, h=12288, a=96. Raises ValueError for ``n_params <= 0``.
+    ``12 L h^2 ≈ N``, GPT-3's proportions), rounded to a multiple of ``8 d`` with ``d`` the
+    template's head size (:attr:`~core.plan.model_config.ModelConfig.head_dim`: kv_channels, or
+    h/a), so that the ``a = h / d`` heads divide by every tensor-parallel size up to 8; ``L`` a
+    multiple of 8 (16 from 64 layers up), so that 2 to 8 (16) pipeline stages split it, that
+    brings the total (:func:`core.model.counts.num_parameters`, embeddings included) closest to
+    ``n_params``; at least L = 8, h = 8 d.
+
+    Kept from the template: the head size (``kv_channels`` stays set when the template sets
+    it), the query groups ``g`` (grouped-query attention) when the new head count divides by
+    them, else the divisor of the head count nearest to ``g`` (multi-head attention stays
+    multi-head), the MLP width ratio ``ffn_hidden_size / hidden_size`` rounded to a multiple of
+    :data:`FFN_MULTIPLE` (Llama's ``multiple_of``; an unset ffn_hidden_size, 4h, stays unset),
+    and every other field (activation, normalization, position embedding, biases, tied
+    embeddings, QK-norm, sequence length, vocabulary, attention kernel, dropout ...). A GPT-3
+    template (heads of 128) gives :func:`gpt_shape`'s shapes; a Llama 3 8B template at
+    N = 8.03 B gives Llama 3 8B's own L = 32, h = 4096, a = 32, g = 8, ffn = 14336. The name
+    is ``"<N> <family>-style (L=.., h=..)"`` (:func:`shape_family`) unless ``name`` is given.
+
+    Raises
+    ------
+    ValueError
+        ``n_params <= 0``.
+    ConfigError
+        The template is a mixture-of-experts or latent-attention model (:func:`check_template`).
     """
     if not n_params > 0:
         raise ValueError("n_params must be positive")
-    step = 8 * HEAD_DIM
+    check_template(template)
+    d = template.head_dim
+    step = 8 * d
     h = max(step, step * round((ASPECT_RATIO * n_params / 12.0) ** (1 / 3) / step))
+    heads = h // d
+    ffn = (None if template.ffn_hidden_size is None else
+           max(FFN_MULTIPLE, FFN_MULTIPLE * round(template.ffn_hidden_size / template.hidden_size
+                                                  * h / FFN_MULTIPLE)))
 
     def model(layers: int) -> ModelConfig:
-        return ModelConfig("", layers, h, h // HEAD_DIM, None, seq_length, vocab_size)
+        return dataclasses.replace(template, name="", num_layers=layers, hidden_size=h,
+                                   num_attention_heads=heads, ffn_hidden_size=ffn,
+                                   num_query_groups=_query_groups(template, heads),
+                                   kv_channels=d if template.kv_channels else None)
 
     per_layer = num_parameters(model(2)) - num_parameters(model(1))
     rest = num_parameters(model(1)) - per_layer
@@ -115,8 +207,67 @@ def gpt_shape(n_params: float, seq_length: int = 2048, vocab_size: int = 50257,
     grain = 16 if target >= 64 else 8
     layers = max(8, grain * round(target / grain))
     out = model(layers)
-    out.name = name or f"{format_params(num_parameters(out))} (L={layers}, h={h})"
+    out.name = name or (f"{format_params(num_parameters(out))} {shape_family(template)}-style "
+                        f"(L={layers}, h={h})")
     return out
+
+
+def gpt_template(seq_length: int = 2048, vocab_size: int = 50257) -> ModelConfig:
+    """Megatron-LM's GPT at GPT-3 175B's shape (Brown et al. 2020, Table 2.1: heads of 128):
+    :func:`gpt_shape`'s template."""
+    return ModelConfig("GPT-3 175B", 96, 12288, 96, None, seq_length, vocab_size)
+
+
+def gpt_shape(n_params: float, seq_length: int = 2048, vocab_size: int = 50257,
+              name: str | None = None) -> ModelConfig:
+    """A GPT model of about ``n_params`` parameters with GPT-3's proportions and sizes that
+    split well: :func:`shape_like` of :func:`gpt_template` (heads of :data:`HEAD_DIM`).
+
+    Width ``h ≈ (ASPECT_RATIO N / 12)^(1/3)`` rounded to a multiple of ``8 * HEAD_DIM``, so
+    that the ``a = h / HEAD_DIM`` heads divide by every tensor-parallel size up to 8; ``L`` a
+    multiple of 8 (16 from 64 layers up) that brings the total, embeddings included, closest
+    to ``n_params``. GPT-3 175B comes out as L=96, h=12288, a=96. Raises ValueError for
+    ``n_params <= 0``.
+    """
+    return shape_like(gpt_template(seq_length, vocab_size), n_params, name)
+
+
+def template_summary(template: ModelConfig) -> dict[str, Any]:
+    """What the candidates keep of ``template`` (:func:`shape_like`), as plain JSON: its name,
+    family word (:func:`shape_family`), head size ``head_dim`` (channels), query groups
+    (None: one per head), MLP width ratio ``ffn_ratio`` (None: 4, the unset default), its
+    activation, normalization, position embedding, tied embeddings, linear biases and
+    QK-norm."""
+    return {"name": template.name, "family": shape_family(template),
+            "head_dim": template.head_dim,
+            "num_query_groups": (None if template.num_query_groups in
+                                 (None, template.num_attention_heads)
+                                 else template.num_query_groups),
+            "ffn_ratio": (None if template.ffn_hidden_size is None else
+                          template.ffn_hidden_size / template.hidden_size),
+            "activation": template.activation, "normalization": template.normalization,
+            "position_embedding": template.position_embedding,
+            "tied_embeddings": template.tied_embeddings,
+            "add_bias_linear": template.add_bias_linear, "qk_layernorm": template.qk_layernorm}
+
+
+def template_text(template: dict[str, Any]) -> str:
+    """One line for people of :func:`template_summary`'s ``template``: ``"shaped like the
+    session's Llama 3 8B (Llama-style: heads of 128 channels, 8 query groups, MLP 3.5 h,
+    swiglu, rmsnorm, rope, untied embeddings, no linear biases); only L and h change"``."""
+    t = template
+    parts = [f"heads of {t['head_dim']} channels",
+             f"{t['num_query_groups']} query groups" if t["num_query_groups"] else
+             "multi-head attention",
+             f"MLP {t['ffn_ratio']:.4g} h" if t["ffn_ratio"] is not None else "MLP 4 h",
+             t["activation"], t["normalization"], t["position_embedding"],
+             "tied embeddings" if t["tied_embeddings"] else "untied embeddings",
+             "linear biases" if t["add_bias_linear"] else "no linear biases"]
+    if t["qk_layernorm"]:
+        parts.append("QK-norm")
+    name = f"'s {t['name']}" if t["name"] else "'s model"
+    return (f"shaped like the session{name} ({t['family']}-style: {', '.join(parts)}); only L "
+            "and h change")
 
 
 @dataclass
@@ -183,6 +334,9 @@ class OptimalResult:
     no_tight : bool
         Whether the sweeps left their tight plans out (``vtrain optimal --no-tight``): each
         candidate's plan then fits outside the memory margin.
+    template : dict
+        What the candidates keep of the session's model (:func:`template_summary`); empty
+        for a result built without one.
     dimensions : list of dict
         What the candidates' sweeps swept and held, and why, as one sweep's
         (:func:`core.studies.sweep.merge_dimensions` of their
@@ -203,13 +357,16 @@ class OptimalResult:
     hold_session_values: bool = False
     dimensions: list[dict[str, Any]] = field(default_factory=list)
     no_tight: bool = False
+    template: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (what ``vtrain optimal --json`` prints)."""
         def cand(c: Candidate) -> dict[str, Any]:
             m = c.model
             return {"name": m.name, "num_layers": m.num_layers, "hidden_size": m.hidden_size,
-                    "num_attention_heads": m.num_attention_heads, "n_params": c.n_params,
+                    "num_attention_heads": m.num_attention_heads,
+                    "num_query_groups": m.num_query_groups, "kv_channels": m.kv_channels,
+                    "ffn_hidden_size": m.ffn_hidden_size, "n_params": c.n_params,
                     "plan": c.plan, "tokens_per_s": _num(c.tokens_per_s), "mfu": _num(c.mfu),
                     "tokens": _num(c.tokens), "tokens_per_parameter": _num(c.tokens_per_parameter),
                     "loss": _num(c.loss), "reason": c.reason,
@@ -221,7 +378,7 @@ class OptimalResult:
                 "rule_index": self.rule_index, "best": self.best,
                 "candidates": [cand(c) for c in self.candidates], "warnings": self.warnings,
                 "hold_session_values": self.hold_session_values, "no_tight": self.no_tight,
-                "dimensions": self.dimensions}
+                "dimensions": self.dimensions, "template": self.template}
 
 
 def candidate_session(session: Session, result: "OptimalResult", k: int | None = None
@@ -274,7 +431,7 @@ def no_rule_candidate_note(result: "OptimalResult") -> str:
     """Why ``result`` names no candidate as the rule's size (``rule_index`` None), for people:
     the candidate nearest the rule's ``N_opt`` in log size, with its own shape (L, h) and how
     many times smaller or larger it is, and where ``N_opt`` lies: below the smallest shape
-    (L = 8, h = 1,024: every smaller size rounds to it) or between candidates that
+    (L = 8, h = 8 head sizes, 1,024 for GPT-3's heads: every smaller size rounds to it) or between candidates that
     ``--candidates`` / ``--spread`` spaced more than a factor of 2 from it (2 candidates
     over the default spread of 8 sit sqrt(8) = 2.8 times below and above it). "" when a
     candidate is the rule's size or there is none."""
@@ -290,8 +447,10 @@ def no_rule_candidate_note(result: "OptimalResult") -> str:
             f"candidate shape: the nearest, {format_params(c.n_params)} "
             f"(L={c.model.num_layers}, h={c.model.hidden_size}), is {how}")
     smallest = result.candidates[0].model
-    if n_rule < sizes[0] and (smallest.num_layers, smallest.hidden_size) == (8, 8 * HEAD_DIM):
-        return text + " (no GPT shape is smaller than L=8, h=1024)."
+    if n_rule < sizes[0] and (smallest.num_layers, smallest.hidden_size) == (
+            8, 8 * smallest.head_dim):
+        return text + (f" (no {shape_family(smallest)} shape is smaller than L=8, "
+                       f"h={smallest.hidden_size}).")
     return text + "; more --candidates or a smaller --spread puts one nearer."
 
 
@@ -385,17 +544,20 @@ def small_batch_note(session: Session, num_gpus: int) -> str:
 
 def _candidate_models(m: ModelConfig, n_rule: float, num_candidates: int, spread: float
                       ) -> list[ModelConfig]:
-    """GPT shapes (:func:`gpt_shape`, at ``m``'s sequence length, vocabulary and its padding,
-    run with ``m``'s attention kernel: the kernel is how the session trains, not the model's
-    shape) of ``num_candidates`` sizes geometric from ``n_rule / sqrt(spread)`` to
+    """Models shaped like ``m`` (:func:`shape_like`: its family, head size, query groups and
+    MLP ratio, at its sequence length, vocabulary and its padding, run with its attention
+    kernel) of ``num_candidates`` sizes geometric from ``n_rule / sqrt(spread)`` to
     ``n_rule * sqrt(spread)`` parameters; neighbouring sizes that round to one shape are kept
-    once."""
+    once.
+
+    Raises
+    ------
+    ConfigError
+        ``m`` is a mixture-of-experts or latent-attention model (:func:`check_template`)."""
     sizes = n_rule * spread ** np.linspace(-0.5, 0.5, num_candidates)
     models: list[ModelConfig] = []
     for n in sizes:  # neighbouring sizes can round to one shape: keep it once
-        shape = dataclasses.replace(gpt_shape(n, m.seq_length, m.vocab_size),
-                                    make_vocab_size_divisible_by=m.make_vocab_size_divisible_by,
-                                    attention_kernel=m.attention_kernel)
+        shape = shape_like(m, n)
         if not models or (shape.num_layers, shape.hidden_size) != (models[-1].num_layers,
                                                                    models[-1].hidden_size):
             models.append(shape)
@@ -451,8 +613,9 @@ def _candidate(session: Session, model: ModelConfig, space: Any, store: Any, can
 
 def study_inputs(session: Session) -> dict[str, Any]:
     """What :func:`compute_optimal` reads of ``session``, as plain JSON
-    ``{section: {field: value}}``: the model fields the candidates' shapes keep (sequence
-    length, vocabulary, its padding, the attention kernel), the whole cluster, the price per
+    ``{section: {field: value}}``: the model's fields but its name and depth (the
+    candidates keep its family, head size, query groups, MLP ratio, sequence length,
+    vocabulary and attention kernel: :func:`shape_like`), the whole cluster, the price per
     GPU-hour (the budget's cost) and every plan field the candidates' sweeps do not choose
     (the global batch, precision ...). Two sessions with equal inputs give one study; compare
     them with :func:`core.studies.sweep.saved.changed_inputs`."""
@@ -460,9 +623,7 @@ def study_inputs(session: Session) -> dict[str, Any]:
     from core.studies.sweep.saved import saved_inputs
 
     doc = saved_inputs(session, SweepSpace.default_for(session))
-    doc["model"] = {k: doc["model"][k] for k in ("seq_length", "vocab_size",
-                                                 "make_vocab_size_divisible_by",
-                                                 "attention_kernel")}
+    doc["model"] = {k: v for k, v in doc["model"].items() if k not in ("name", "num_layers")}
     doc["cost"] = {"price_per_gpu_hour_usd": doc["cost"]["price_per_gpu_hour_usd"]}
     return doc
 
@@ -478,9 +639,10 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     Parameters
     ----------
     session : Session
-        Cluster, global batch size, sequence length, vocabulary, precision and
-        profile, and every plan field the sweep does not choose; its model is not used, nor
-        the plan fields the sweep chooses.
+        Cluster, global batch size, precision and profile, and every plan field the sweep does
+        not choose; its model is the candidates' template (:func:`shape_like`: they keep its
+        family, head size, query groups, MLP ratio, sequence length, vocabulary and attention
+        kernel; only L and h change). The plan fields the sweep chooses are not used.
     num_gpus : int
         GPUs of the budget (at most :data:`MAX_GPUS`); every plan uses exactly this many.
     days : float
@@ -515,7 +677,9 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     Raises
     ------
     ConfigError
-        A budget argument out of range (named as the CLI option), or ``days`` shorter than
+        The session's model is a mixture-of-experts or latent-attention model
+        (:func:`check_template`, named ``model.num_experts`` / ``model.multi_latent_attention``);
+        a budget argument out of range (named as the CLI option), or ``days`` shorter than
         one iteration (B x s tokens) of every candidate's fastest plan (``--days``); a
         candidate that trains less than one iteration has no loss and says so in its reason.
     core.studies.sweep.SweepCancelled
@@ -524,6 +688,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     from core.sim.simulate import session_profile
     from core.studies.sweep import SweepSpace, merge_dimensions
 
+    check_template(session.model)
     _check_budget(num_gpus, days, assumed_mfu, num_candidates, spread)
     store = store or session_profile(session)
     from core.sim.costing import mfu_peak_flops  # MFU's peak (BF16 for FP8, TF32 with tf32)
@@ -537,7 +702,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     rule_index = closest if abs(math.log(params[closest] / n_rule)) <= math.log(2.0) else None
     out = OptimalResult(num_gpus, float(days), float(assumed_mfu), peak, flops, n_rule, d_rule,
                         rule_index, hold_session_values=bool(hold_session_values),
-                        no_tight=bool(no_tight))
+                        no_tight=bool(no_tight), template=template_summary(session.model))
     note = small_batch_note(session, num_gpus)
     if note:
         out.warnings.append(note)

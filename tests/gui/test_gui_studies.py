@@ -245,3 +245,30 @@ def test_assumed_mfu_is_shown_and_typed_in_percent_as_the_table_shows_it(qtbot):
     spin.setSingleStep(0.05)
     spin.stepUp()  # a step of 5 %
     assert spin.value() == 0.425 and spin.text() == "42.5 %"
+
+
+def test_a_moe_plan_tab_model_is_refused_by_name_and_a_dense_ones_shapes_are_said(qtbot):
+    """The Studies tab studied a Mixtral 8x7B Plan tab as dense GPT-3 shapes: it now refuses it
+    before running, naming model.num_experts and the rule (the loss law is fitted on dense
+    models); a Llama model's result says the candidates are shaped like it."""
+    import dataclasses
+    from core.plan.presets import MODEL_PRESETS
+    from core.studies.optimal import OptimalResult, template_summary, template_text
+    session = Session()
+    session.model = dataclasses.replace(MODEL_PRESETS["Mixtral 8x7B"])
+    w = StudiesTab(session_fn=lambda: session)
+    qtbot.addWidget(w)
+    panel = w.optimal
+    assert panel.run() is None
+    status = panel.status.text()
+    assert "Plan tab" in status and "model.num_experts" in status
+    assert "fitted on dense models" in status and panel.result is None
+    session.model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"])
+    panel.check_session(session)  # a dense model passes
+    r = OptimalResult(8, 1.0, 0.4, 312e12, 1e20, 1e9, 2e10, None,
+                      template=template_summary(session.model))
+    panel.show_result(r)
+    assert ("Candidates shaped like the session's Llama 3 8B (Llama-style: heads of 128 "
+            "channels, 8 query groups, MLP 3.5 h") in panel.summary.text()
+    assert template_text(r.template) in panel.summary.text()
+    w.shutdown()
