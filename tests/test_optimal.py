@@ -389,7 +389,8 @@ def test_a_flop_budget_is_studied_as_the_days_it_takes(capsys):
     assert doc["rule_params"] == pytest.approx(n_opt) and 6 * n_opt * d_opt == pytest.approx(2e20)
     # one budget, not two; and a budget that is no number of FLOPs is refused by name
     for both_or_none, needle in ((["--flops", "1e20", "--days", "1"], "not allowed with"),
-                                 ([], "one of the arguments --days --flops is required")):
+                                 ([], "one of the arguments --days --flops --gpu-hours is "
+                                      "required")):
         with pytest.raises(SystemExit) as exit_:
             main(["optimal", path, "--gpus", "8", *both_or_none])
         assert exit_.value.code == 2 and needle in capsys.readouterr().err
@@ -741,6 +742,7 @@ def test_the_cli_studies_llama_shapes_and_says_which_template(tmp_path, capsys):
         "ffn_ratio": 3.5, "activation": "swiglu", "normalization": "rmsnorm",
         "position_embedding": "rope", "tied_embeddings": False, "add_bias_linear": False,
         "qk_layernorm": False}
+    assert doc["budget_given"] == {"option": "--flops", "value": float(f"{flops:.17g}")}
     assert main(args) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert ("Candidates shaped like the session's Llama 3 8B (Llama-style: heads of 128 "
@@ -774,3 +776,34 @@ def test_a_moe_or_latent_attention_session_is_refused_by_name(preset, fields, tm
     assert all(f"{f}: " in err_text for f in fields)
     assert "fitted on dense models" in err_text
 
+
+def test_a_gpu_hour_budget_is_studied_as_the_days_it_takes(capsys):
+    """2e6 H100-hours on 2,048 GPUs are 2e6 / (2,048 x 24) = 40.69 days: --gpu-hours H gives
+    the days H / (GPUs x 24), excludes --days and --flops, is printed as typed with its days,
+    and --json says which budget was given; a budget that is no number of hours, or more days
+    than the study takes, is refused by name."""
+    from core.studies.optimal import days_for_gpu_hours
+    assert days_for_gpu_hours(2048, 2e6) == pytest.approx(40.690104, rel=1e-6)
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    args = ["optimal", path, "--gpus", "8", "--gpu-hours", "384", "--candidates", "2",
+            "--hold-session-values"]
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["days"] == 384 / (8 * 24) == 2.0
+    assert doc["budget_given"] == {"option": "--gpu-hours", "value": 384.0}
+    assert doc["cost_usd"] == pytest.approx(384 * doc["price_per_gpu_hour_usd"])
+    assert main([*args[:4], "--days", "2", *args[6:], "--json"]) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert same["budget_given"] == {"option": "--days", "value": 2.0}
+    assert [x["tokens"] for x in same["candidates"]] == [x["tokens"] for x in doc["candidates"]]
+    assert main(args) == 0
+    assert "for 384 GPU-hours, 2 days ($" in " ".join(capsys.readouterr().out.split())
+    for other in (["--days", "1"], ["--flops", "1e20"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["optimal", path, "--gpus", "8", "--gpu-hours", "384", *other])
+        assert exit_.value.code == 2 and "not allowed with" in capsys.readouterr().err
+    assert main(["optimal", path, "--gpus", "8", "--gpu-hours", "0"]) == 2
+    assert capsys.readouterr().err.startswith("vtrain: error: --gpu-hours: 0.0 must be a "
+                                              "positive number of GPU-hours")
+    assert main(["optimal", path, "--gpus", "8", "--gpu-hours", "1e9"]) == 2
+    assert "--gpu-hours: 1e+09 GPU-hours take 5.21e+06 days" in capsys.readouterr().err

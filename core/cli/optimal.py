@@ -27,7 +27,7 @@ def add_parser(sub: Any) -> None:
         description="Size models shaped like CONFIG's (its family, head size, query groups "
                     "and MLP ratio; only the layers L and the width h change) around the "
                     "Chinchilla-optimal size for the FLOPs that N GPUs deliver in D days at an "
-                    "assumed MFU (or for a FLOP budget: --flops), "
+                    "assumed MFU (or for a FLOP budget: --flops, or GPU-hours: --gpu-hours), "
                     "find each model's fastest plan "
                     "that fits on exactly N GPUs, train it for the tokens that plan processes in "
                     "D days, and rank the models by Chinchilla's fitted loss. Each model's plans "
@@ -49,6 +49,9 @@ def add_parser(sub: Any) -> None:
                              "the days whose budget it is, C / (GPUs x peak FLOP/s x 86,400 x "
                              "assumed MFU); each candidate trains for those days at its own "
                              "plan's MFU, so it spends its own 6 N D (printed)")
+    budget.add_argument("--gpu-hours", type=_typed_decimal, metavar="H",
+                        help="a budget of GPU-hours (e.g. 2e6 H100-hours) instead of --days: "
+                             "the days H / (GPUs x 24)")
     op.add_argument("--assumed-mfu", type=decimal_arg, default=0.4, metavar="U",
                     help="MFU the Chinchilla rule's FLOP budget assumes (default 0.4)")
     op.add_argument("--candidates", type=integer_arg, default=9, metavar="K",
@@ -117,9 +120,17 @@ def run(args: argparse.Namespace) -> int:
         check_all_but_the_plan(session, shape_like(session.model, 1e9))
     except ConfigError as exc:  # name the file, in its own terms
         raise session.in_its_terms(exc) from None
+    given = {"option": "--days", "value": args.days}
     if args.flops is not None:
         from core.studies.optimal import days_for_flops
+        given = {"option": "--flops", "value": args.flops}
         args.days = days_for_flops(session, args.gpus, args.flops, args.assumed_mfu)
+    elif args.gpu_hours is not None:
+        from core.studies.optimal import days_for_gpu_hours
+        given = {"option": "--gpu-hours", "value": float(args.gpu_hours)}
+        args.days = days_for_gpu_hours(args.gpus, args.gpu_hours)
+    if given["value"] is not None:
+        given["value"] = float(given["value"])
     notice = None
     if not args.json:  # said before the sweeps run (minutes), not only under the table
         from core.studies.optimal import small_batch_note
@@ -142,12 +153,16 @@ def run(args: argparse.Namespace) -> int:
         doc = result.to_dict()
         doc["price_per_gpu_hour_usd"] = session.cost.price_per_gpu_hour_usd
         doc["cost_usd"] = _cost(result, session)
+        doc["budget_given"] = given  # the budget as the command gave it
         print(strict_dumps(doc))
         if args.out:
             _save_best(result, session, args.out)
         return 0
     console = Console()
-    _print(result, session, console, days_text(args.days))
+    shown = days_text(args.days)
+    if args.gpu_hours is not None:  # as typed, with the days they are
+        shown = f"{days_text(args.gpu_hours)} GPU-hours, {days_text(float(args.days))}"
+    _print(result, session, console, shown)
     if args.out:
         _save_best(result, session, args.out)
         from core.util.console import esc

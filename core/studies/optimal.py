@@ -53,7 +53,7 @@ from core.model.counts import num_parameters
 
 __all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "format_params",
            "shape_like", "gpt_template", "check_template", "shape_family", "template_summary",
-           "template_text",
+           "template_text", "days_for_gpu_hours",
            "no_plan_explanation", "no_rule_candidate_note", "Candidate",
            "OptimalResult", "compute_optimal", "days_for_flops", "study_inputs",
            "candidate_session"]
@@ -516,6 +516,33 @@ def days_for_flops(session: Session, num_gpus: int, flops: float, assumed_mfu: f
                                                  f"and MFU {assumed_mfu:g}; the study takes "
                                                  f"above 0 and at most {MAX_DAYS:,} days: give "
                                                  "more or fewer --gpus")])
+    return days
+
+
+def days_for_gpu_hours(num_gpus: int, gpu_hours: float) -> float:
+    """The wall-clock days that ``num_gpus`` GPUs take to spend ``gpu_hours`` GPU-hours:
+    ``gpu_hours / (num_gpus * 24)`` (``vtrain optimal --gpu-hours H``; 2e6 H100-hours on 2,048
+    GPUs are 40.7 days).
+
+    Raises
+    ------
+    ConfigError
+        ``gpu_hours`` not a positive finite number (``--gpu-hours``), ``num_gpus`` out of range
+        (``--gpus``), or the days beyond :data:`MAX_DAYS` (``--gpu-hours``)."""
+    errs = []
+    if not (isinstance(gpu_hours, (int, float)) and math.isfinite(gpu_hours) and gpu_hours > 0):
+        errs.append(FieldError("--gpu-hours", f"{gpu_hours!r} must be a positive number of "
+                                              "GPU-hours"))
+    if not (isinstance(num_gpus, int) and 0 < num_gpus <= MAX_GPUS):
+        errs.append(FieldError("--gpus", f"{num_gpus!r} must be an integer from 1 to {MAX_GPUS:,}"))
+    if errs:
+        raise ConfigError(errs)
+    days = gpu_hours / (num_gpus * 24.0)
+    if not 0 < days <= MAX_DAYS:
+        raise ConfigError([FieldError("--gpu-hours", f"{gpu_hours:g} GPU-hours take {days:.3g} "
+                                                     f"days on {num_gpus:,} GPUs; the study "
+                                                     f"takes above 0 and at most {MAX_DAYS:,} "
+                                                     "days: give more or fewer --gpus")])
     return days
 
 
