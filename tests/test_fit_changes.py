@@ -394,7 +394,8 @@ def _dsv3_gb200(**plan) -> Session:
     from core.plan.cluster import GPU_NVLINK_DOMAIN
     m = MODEL_PRESETS["DeepSeek-V3"]
     pl = dataclasses.replace(default_plan(m), sequence_parallel=False, zero_stage=0,
-                             overlap_grad_reduce=False, overlap_param_gather=False)
+                             overlap_grad_reduce=False, overlap_param_gather=False,
+                             global_batch_size=8)  # the preset's B before 2026-12-05
     pl = dataclasses.replace(pl, **plan)
     return Session(m, pl, ClusterConfig(gpu="GB200-NVL72",
                                         gpus_per_node=GPU_NVLINK_DOMAIN["GB200-NVL72"]))

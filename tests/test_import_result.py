@@ -71,16 +71,17 @@ HF_TINY = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidde
 
 def test_an_import_whose_input_has_no_batch_notes_the_global_batch_it_wrote():
     """A Hugging Face config has no batch: the import notes the global batch it wrote (the
-    default plan's, 8 sequences per replica: t = 4 over the 4 heads, d = 2, B = 16) with the
-    field to set the run's. torchtitan without [training] batch keys gets the same note (its
-    default local batch 8 times d = 8: B = 64); a file that gives its batch gets none."""
+    default plan's: t = 4 over the 4 heads, d = 2, B = 2,048, the most an import starts with,
+    a million tokens of 32 being 32,768 sequences) with the field to set the run's.
+    torchtitan without [training] batch keys gets the same note (its default local batch 8
+    times d = 8: B = 64); a file that gives its batch gets none."""
     from core.io.import_result import global_batch_note, seq_length_note
     hf = session_from_hf_config(HF_TINY)
-    assert hf.session.plan.global_batch_size == 16
+    assert hf.session.plan.global_batch_size == 2048
     length = seq_length_note(HF_TINY["max_position_embeddings"],
                              "the config's max_position_embeddings")  # no --seq-length given
-    assert hf.notes == [length, global_batch_note(16)]
-    assert "16 sequences" in hf.notes[1] and "plan.global_batch_size" in hf.notes[1]
+    assert hf.notes == [length, global_batch_note(2048)]
+    assert "2,048 sequences" in hf.notes[1] and "plan.global_batch_size" in hf.notes[1]
     from core.io.torchtitan_import import load_toml, session_from_torchtitan
     given = load_toml(ROOT / "tests" / "data" / "torchtitan" / "llama3_8b.toml")
     assert session_from_torchtitan(given, num_gpus=8).notes == []  # local_batch_size = 1
@@ -100,11 +101,14 @@ def test_import_hf_and_preset_print_the_global_batch_note(tmp_path, capsys):
     from core.cli import main
     from core.io.import_result import global_batch_note
     from core.io.session import load_session
+    from core.io.start_plan import START_BATCH_MAX, start_global_batch
     cfg, out = tmp_path / "config.json", tmp_path / "s.json"
     cfg.write_text(json.dumps(HF_TINY))
     assert main(["import", "hf", str(cfg), "--out", str(out)]) == 0
-    assert global_batch_note(16) in capsys.readouterr().out
-    assert load_session(out).plan.global_batch_size == 16
+    tiny = start_global_batch(HF_TINY["max_position_embeddings"], 2)  # t=4 d=2
+    assert tiny == START_BATCH_MAX  # a million tokens of 32 would be 32,768 sequences
+    assert global_batch_note(tiny) in capsys.readouterr().out
+    assert load_session(out).plan.global_batch_size == tiny
     assert main(["import", "preset", "Llama 3 8B", "--out", str(out)]) == 0
     batch = load_session(out).plan.global_batch_size
-    assert batch == 8 and global_batch_note(batch) in capsys.readouterr().out
+    assert batch == 2**20 // 8192 and global_batch_note(batch) in capsys.readouterr().out

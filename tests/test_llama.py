@@ -397,11 +397,13 @@ def test_import_notes_the_pre_training_length_of_an_extended_context():
     assert imp.notes == ["seq_length 131,072 is max_position_embeddings, the extended context; "
                          "the model was pre-trained at 8,192 (rope_scaling.original_max_position_"
                          "embeddings): give --seq-length 8192 to plan pre-training"] + batch
-    assert session_from_hf_config(cfg, seq_length=8192).notes == batch
+    # the start's global batch is about a million tokens (core.io.start_plan): 8 of 131,072,
+    # 128 of 8,192
+    assert session_from_hf_config(cfg, seq_length=8192).notes == [global_batch_note(128)]
     # without a pre-training length the import still names the length it wrote
     from core.io.import_result import seq_length_note
     assert session_from_hf_config(LLAMA3_8B).notes == [
-        seq_length_note(8192, "the config's max_position_embeddings")] + batch
+        seq_length_note(8192, "the config's max_position_embeddings"), global_batch_note(128)]
 
 
 def test_flash_attention_backward_runs_at_its_share_of_the_forwards_efficiency():

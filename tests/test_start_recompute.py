@@ -88,3 +88,18 @@ def test_import_preset_help_says_the_lightest_mode_not_full(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "the lightest activation recomputation (none, selective, full) with which it fits" in text
     assert "full recomputation" not in text
+
+
+def test_an_import_starts_with_about_a_million_tokens_per_iteration():
+    """The start's global batch: 2**20 tokens (Megatron-Bridge's one-node Llama 3 8B recipes:
+    128 sequences of 8,192), whole micro-batches per replica, at most 2,048 sequences."""
+    from core.io.start_plan import default_plan, start_global_batch
+    from core.plan.presets import MODEL_PRESETS
+    assert start_global_batch(8192, 1) == 128 and start_global_batch(2048, 1) == 512
+    assert start_global_batch(4096, 2) == 256 and start_global_batch(131072, 1) == 8
+    assert start_global_batch(131072, 16) == 16  # one sequence per replica at least
+    assert start_global_batch(3000, 4) == 348  # 349 sequences of 3,000, whole per replica
+    assert start_global_batch(32, 2) == 2048  # not 32,768 sequences of a toy model
+    llama = default_plan(MODEL_PRESETS["Llama 3 8B"])
+    assert (llama.tensor_parallel, llama.data_parallel, llama.global_batch_size) == (8, 1, 128)
+    assert llama.global_batch_size * MODEL_PRESETS["Llama 3 8B"].seq_length == 2**20

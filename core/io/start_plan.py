@@ -10,14 +10,35 @@ from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 
-__all__ = ["default_plan", "START_RECOMPUTE", "start_recompute"]
+__all__ = ["default_plan", "START_BATCH_TOKENS", "START_BATCH_MAX", "start_global_batch",
+           "START_RECOMPUTE", "start_recompute"]
+
+
+#: Tokens per iteration an imported plan starts with: Megatron-Bridge 0.6.2's one-node
+#: pretraining recipes (``llama3_8b_pretrain_8gpu_*``: global batch 128 at sequence 8,192,
+#: ``resources/bridge_perf_recipes.json``) train 2**20 tokens per iteration; their multi-node
+#: ones 1 to 64 M.
+START_BATCH_TOKENS = 2**20
+#: Most sequences an imported plan's global batch starts with: the largest of the published
+#: pretraining batches (GPT-3 175B: 1,536 of 2,048 tokens; Llama 3 405B: 2,048 of 8,192).
+START_BATCH_MAX = 2048
+
+
+def start_global_batch(seq_length: int, data_parallel: int) -> int:
+    """Global batch (sequences) an imported plan starts with: :data:`START_BATCH_TOKENS` tokens
+    of ``seq_length``, rounded down to a multiple of ``data_parallel`` (one micro-batch of 1
+    per replica at least), and at most :data:`START_BATCH_MAX` sequences (a toy model's
+    short sequences): 128 sequences of 8,192 tokens, 512 of 2,048, 8 of 131,072."""
+    per = min(START_BATCH_MAX, START_BATCH_TOKENS // max(1, seq_length))
+    return max(data_parallel, per // data_parallel * data_parallel)
 
 
 def default_plan(model: ModelConfig) -> ParallelPlan:
     """The plan an imported model starts with: one 8-GPU node, tensor parallel ``t`` = the
     largest of 8, 4, 2, 1 that divides the heads, the query groups and the MLP sizes (the
     experts' too), data parallel over the rest of the node (``d = 8/t``), no pipeline, no
-    expert parallelism, ``b`` = 1, ``B`` = 8*d sequences, 1F1B, full recomputation (the
+    expert parallelism, ``b`` = 1, ``B`` = :func:`start_global_batch` sequences (about a
+    million tokens, as NVIDIA's one-node recipes train), 1F1B, full recomputation (the
     importers then lighten it to what fits: :func:`start_recompute`), bf16, and what
     Megatron-Core users run with it (every Megatron-Bridge pretraining recipe):
     sequence parallelism with ``t > 1``, the distributed optimizer (ZeRO 1) with its gradient
@@ -27,7 +48,8 @@ def default_plan(model: ModelConfig) -> ParallelPlan:
              and model.query_groups % x == 0 and model.ffn % x == 0 and experts % x == 0)
     d = 8 // t
     return ParallelPlan(tensor_parallel=t, pipeline_parallel=1, data_parallel=d, micro_batch_size=1,
-                        global_batch_size=8 * d, schedule="1f1b", recompute="full", precision="bf16",
+                        global_batch_size=start_global_batch(model.seq_length, d),
+                        schedule="1f1b", recompute="full", precision="bf16",
                         sequence_parallel=t > 1, zero_stage=1, overlap_grad_reduce=True,
                         overlap_param_gather=True)
 
