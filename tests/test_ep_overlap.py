@@ -403,7 +403,7 @@ def test_the_sweep_leaves_out_the_overlap_where_nothing_pairs():
         on[pl.pipeline_parallel, pl.num_microbatches] |= pl.overlap_moe_expert_parallel_comm
     assert on == {(1, 2): True, (1, 1): False, (2, 2): True}  # before: (1, 1) True too
     for pl in both:  # the rule is the model's: nothing paired on the one stage
-        assert _overlap_pairs_nothing(pl.__dict__) is (
+        assert _overlap_pairs_nothing(dataclasses.asdict(pl)) is (
             pl.pipeline_parallel == 1 and mm.ep_overlap_paired_share(
                 dataclasses.replace(pl, overlap_moe_expert_parallel_comm=True), 0) == 0)
     s = _session(False, global_batch_size=16)

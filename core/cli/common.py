@@ -23,7 +23,7 @@ __all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_
            "check_number", "fmt_bytes", "GiB", "verdict_markup", "check_outputs",
            "session_inputs", "row_progress", "GPU_HELP", "cluster_of_gpu", "plan_fit_note",
            "SignalCancel", "cancel_on_signals", "NO_TIGHT_HELP", "NO_TIGHT_OPTIMAL_HELP", "NO_TIGHT_OPTIMAL_NOTE",
-           "tight_front_text"]
+           "tight_front_text", "tight_front_note"]
 
 GiB = 2**30
 
@@ -83,21 +83,17 @@ GPU_HELP = ("GPU kind (default A100-SXM4-80GB; other tools' names such as \"H100
 
 
 def cluster_of_gpu(text: str, base=None):
-    """The cluster of ``--gpu TEXT``: ``base`` (default: a default
-    :class:`~core.plan.cluster.ClusterConfig`) on that shipped GPU kind (:func:`core.plan.cluster.gpu_kind`
-    reads other tools' names), one node its NVLink domain (:data:`core.plan.cluster.GPU_NVLINK_DOMAIN`).
+    """The cluster of ``--gpu TEXT`` (:func:`core.io.import_result.cluster_of_gpu`): ``base``
+    (default: a default :class:`~core.plan.cluster.ClusterConfig`) on that shipped GPU kind
+    (:func:`core.plan.cluster.gpu_kind` reads other tools' names), one node its NVLink domain.
 
     Raises
     ------
     ConfigError
         ``--gpu``: no shipped GPU kind (the message lists them).
     """
-    from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, gpu_kind
-    gpu = gpu_kind(text)
-    if gpu not in GPU_KINDS:
-        raise field_error("--gpu", f"{text!r}: known kinds are " + ", ".join(GPU_KINDS))
-    return dataclasses.replace(base if base is not None else ClusterConfig(), gpu=gpu,
-                               gpus_per_node=GPU_NVLINK_DOMAIN[gpu])
+    from core.io.import_result import cluster_of_gpu as of_gpu
+    return of_gpu(text, base)
 
 
 def check_outputs(outputs, inputs, folders: bool = False) -> None:
@@ -550,3 +546,14 @@ def tight_front_text(on_front: int, front: int, left_out: int | None) -> str:
     return (f"{on_front:,} of {front:,} front plan{'s' if front != 1 else ''} "
             f"{'are' if on_front != 1 else 'is'} tight (~): --no-tight keeps only plans that "
             "fit outside the margin")
+
+
+def tight_front_note(on_front: int, front: int, left_out: int | None) -> str:
+    """:func:`tight_front_text` in rich markup: the count of tight front plans in yellow
+    (``vtrain sweep``, with and without ``--gpus-from``)."""
+    from core.util.console import esc
+    text = esc(tight_front_text(on_front, front, left_out))
+    if left_out is None and on_front:
+        head, sep, tail = text.partition(" (~)")
+        return f"[yellow]{head}[/]{sep}{tail}"
+    return text

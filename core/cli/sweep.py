@@ -18,7 +18,7 @@ from core.plan.parallel import (CP_COMM_TYPES, MOE_DISPATCHERS, RECOMPUTE_CHOICE
 from core.plan.rules import check_all_but_the_plan
 from core.cli.common import (NO_TIGHT_HELP, SET_HELP, check_number, decimal_arg, fmt_days, integer_arg, path_arg,
                              list_items, check_outputs, session_from_args, session_inputs,
-                             SignalCancel, tight_front_text)
+                             SignalCancel, tight_front_note)
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
     from rich.table import Table
@@ -786,17 +786,6 @@ def _print_front(result, console: Console) -> None:
         if note:
             console.print(note, highlight=False)
         _print_outside_calibration(result, console)
-
-
-def tight_front_note(on_front: int, front: int, left_out: int | None) -> str:
-    """:func:`core.studies.sweep.result.tight_front_text` in rich markup: the count of tight
-    front plans in yellow."""
-    from core.util.console import esc
-    text = esc(tight_front_text(on_front, front, left_out))
-    if left_out is None and on_front:
-        head, sep, tail = text.partition(" (~)")
-        return f"[yellow]{head}[/]{sep}{tail}"
-    return text
 
 
 def _print_warnings(result, console: Console) -> None:

@@ -222,7 +222,7 @@ def print_choice(choice, console: Any, print_dimensions: Any = None,
                   "" if p["max_memory_per_gpu_bytes"] is None
                   else f"{p['max_memory_per_gpu_bytes'] / 2**30:.1f}")
     console.print(t)
-    from core.cli.sweep import tight_front_note
+    from core.cli.common import tight_front_note
     note = tight_front_note(choice.num_tight_on_front, n_front,
                             choice.num_tight_left_out if choice.no_tight else None)
     if note:

@@ -70,23 +70,29 @@ def seq_length_note(seq_length: int, source: str) -> str:
             "window")
 
 
-def cluster_of_gpu(gpu: str | None):
-    """The cluster an import starts on: the default :class:`core.plan.cluster.ClusterConfig`,
-    or one of GPU kind ``gpu`` (``--gpu``) with the kind's NVLink domain as its node
-    (:data:`core.plan.cluster.GPU_NVLINK_DOMAIN`, 8 where the kind has none).
+def cluster_of_gpu(gpu: str | None, base=None):
+    """The cluster of GPU kind ``gpu`` (``--gpu``; other tools' names read by
+    :func:`core.plan.cluster.gpu_kind`): ``base`` (default: a default
+    :class:`core.plan.cluster.ClusterConfig`) on that kind, one node its NVLink domain
+    (:data:`core.plan.cluster.GPU_NVLINK_DOMAIN`); ``base`` itself (or the default) when
+    ``gpu`` is None. The importers' and the command line's ``--gpu``.
 
     Raises
     ------
     ConfigError
-        ``gpu`` is not a known kind (named ``--gpu``, the kinds listed).
+        ``gpu`` is not a shipped kind (named ``--gpu``, the kinds listed).
     """
-    from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig
+    import dataclasses
+
+    from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, ClusterConfig, gpu_kind
+    cluster = base if base is not None else ClusterConfig()
     if gpu is None:
-        return ClusterConfig()
-    if gpu not in GPU_KINDS:
+        return cluster
+    kind = gpu_kind(gpu)
+    if kind not in GPU_KINDS:
         raise ConfigError([FieldError("--gpu", f"{gpu!r}: known kinds are "
                                       + ", ".join(GPU_KINDS))])
-    return ClusterConfig(gpu=gpu, gpus_per_node=GPU_NVLINK_DOMAIN.get(gpu, 8))
+    return dataclasses.replace(cluster, gpu=kind, gpus_per_node=GPU_NVLINK_DOMAIN[kind])
 
 
 def refusal(where: str, key: str, message: str) -> ConfigError:
