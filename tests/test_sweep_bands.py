@@ -183,7 +183,7 @@ def test_plan_figures_flops_and_bands_are_each_plans_own(sweep):
 
 def test_plan_column_arrays_are_the_fields_values(sweep):
     """Each column (filled from one value where the field has one) is the array of the
-    plans' values, with the dtype of their one type (object when mixed)."""
+    plans' values, with the dtype of their one type (object when mixed, and for text)."""
     from core.plan.parallel import PLAN_FIELDS
     from core.studies.sweep.result import plan_column_arrays
     _, plans = sweep
@@ -192,8 +192,6 @@ def test_plan_column_arrays_are_the_fields_values(sweep):
         values = [getattr(pl, name) for pl in plans]
         kinds = {type(v) for v in values}
         dtype = {frozenset({bool}): bool, frozenset({int}): np.int64}.get(frozenset(kinds))
-        if kinds == {str}:
-            dtype = f"<U{max(map(len, values))}"
-        want = np.array(values, dtype=dtype or object)
+        want = np.array(values, dtype=dtype or object)  # text: object, one str per text
         assert cols[name].dtype == want.dtype and cols[name].tolist() == want.tolist(), name
         assert [type(v) for v in cols[name].tolist()] == [type(v) for v in want.tolist()]

@@ -63,14 +63,15 @@ def memory_verdict_column(need_bytes: np.ndarray, capacity_bytes: float, margin:
                           fits: np.ndarray | None = None) -> np.ndarray:
     """:func:`memory_verdict` of many plans at once: ``need_bytes`` float (n,) bytes (NaN, a
     plan without a figure, counts as not fitting) and ``fits`` bool (n,) or None (as
-    :func:`memory_verdict`'s); returns a str array (n,) of :data:`MEMORY_VERDICTS`, the same
-    rule elementwise."""
+    :func:`memory_verdict`'s); returns an object array (n,) of :data:`MEMORY_VERDICTS`' three
+    str objects, the same rule elementwise (8 bytes a plan, not 48 as numpy text: a sweep
+    holds one per plan; ``column == "tight"`` compares elementwise all the same)."""
     need = np.asarray(need_bytes, float)
     ok = need <= capacity_bytes if fits is None else np.asarray(fits, bool) & ~np.isnan(need)
-    out = np.full(need.shape, MEMORY_VERDICTS[0], dtype=f"<U{max(map(len, MEMORY_VERDICTS))}")
-    out[need > (1.0 - margin) * capacity_bytes] = MEMORY_VERDICTS[1]
-    out[~ok | (capacity_bytes != capacity_bytes)] = MEMORY_VERDICTS[2]
-    return out
+    code = np.zeros(need.shape, np.int8)
+    code[need > (1.0 - margin) * capacity_bytes] = 1
+    code[~ok | (capacity_bytes != capacity_bytes)] = 2
+    return np.array(MEMORY_VERDICTS, dtype=object)[code]
 
 
 def gib_texts(need_bytes: float, capacity_bytes: float) -> tuple[str, str]:

@@ -158,8 +158,8 @@ def _distinct_values(plans: list[ParallelPlan]) -> dict[str, dict]:
 
 def _distinct_column_values(columns: dict[str, np.ndarray]) -> dict[str, list]:
     """:func:`_distinct_values` from the plans' columns
-    (:func:`core.studies.sweep.result.plan_column_arrays`): a column of one type (int64, bool,
-    str) with numpy, its values back as Python's; an object column through a dict. The same
+    (:func:`core.studies.sweep.result.plan_column_arrays`): a column of one type (int64, bool)
+    with numpy, its values back as Python's; an object column (text too) through a dict. The same
     values (in another order: :func:`sweep_dimensions` sorts them)."""
     out = {}
     for name in PLAN_FIELDS:

@@ -177,8 +177,8 @@ class SweepResult:
         The plan of each row.
     plan_columns : dict of str to array
         One column per plan field (:data:`PLAN_COLUMNS`), also readable as an
-        attribute (``result.tensor_parallel``): int64 for integers, bool, str
-        arrays; object arrays for fields that may be None. A field of one value in every
+        attribute (``result.tensor_parallel``): int64 for integers, bool; object
+        arrays for text (one str object per distinct text) and fields that may be None. A field of one value in every
         plan is that value broadcast (``np.broadcast_to``: read-only, no bytes per plan).
     num_microbatches, num_gpus : int64 arrays
     iteration_time_s : float64 array
@@ -189,7 +189,7 @@ class SweepResult:
         For ``session.cost.training_tokens`` tokens at ``session.cost.price_per_gpu_hour_usd``.
     max_memory_per_gpu_bytes : float64 array
         Largest per-GPU memory over the stages, bytes.
-    memory_verdict : str array
+    memory_verdict : object array of str
         ``"fits"``, ``"tight"`` or ``"does not fit"`` of each plan's memory against the GPU's
         capacity with ``session.cluster.memory_reserve_fraction`` the margin
         (:func:`core.sim.report.memory_verdict_column`); a tight plan fits in memory.
@@ -703,7 +703,8 @@ class SweepResult:
 
 
 def plan_column_arrays(plans: list[ParallelPlan], cancel: Any = None) -> dict[str, np.ndarray]:
-    """One array per plan field: int64, bool or str when every value is one, object otherwise.
+    """One array per plan field: int64 or bool when every value is one, object otherwise (text
+    too: equal texts one str object, 8 bytes a plan).
     A field of one value of one type (most of a sweep's) is that value broadcast
     to every plan (``np.broadcast_to``: read-only, no bytes per plan) rather than converted
     value by value: the same values. Each plan's fields are read as one tuple (:func:`plan_key`) and
@@ -728,8 +729,9 @@ def plan_column_arrays(plans: list[ParallelPlan], cancel: Any = None) -> dict[st
             dtype = bool
         elif kinds == {int}:
             dtype = np.int64
-        elif kinds == {str}:
-            dtype = f"<U{max(map(len, values))}"
+        elif kinds == {str}:  # object: one str object per distinct text, 8 bytes a plan (numpy
+            shared: dict = {}  # text holds 4 bytes a character of the longest)
+            values = [shared.setdefault(v, v) for v in values]
         if len(kinds) == 1 and values.count(values[0]) == len(values):
             # one type: equal is the same; one value read-only for every plan, no bytes per plan
             one = np.empty((), dtype)
@@ -795,8 +797,8 @@ def column_codes(columns: dict[str, np.ndarray], fields: Sequence[str], n: int,
 
     ``columns`` are :func:`plan_column_arrays`' (n,) arrays. Plans share a group when each
     field's values are equal as dict keys are (the tuples of the fields would be the same
-    key): an int64, bool or str column holds values of one Python type, where numpy's
-    equality is Python's; an object column goes through a dict of its values. A column of
+    key): an int64 or bool column holds values of one Python type, where numpy's
+    equality is Python's; an object column (text too) goes through a dict of its values. A column of
     one value splits nothing and is skipped (most fields of a sweep). The fields' codes are
     combined in mixed radix and numbered once at the end (sooner only where the radix would
     pass :data:`_RADIX_LIMIT`): the numbers of numbering them field by field. ``cancel`` is checked

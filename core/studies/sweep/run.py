@@ -654,6 +654,11 @@ def _branch_and_bound(runner: _Runner, session: Session, space: SweepSpace, lowe
     plans = runner.plans
     fill_lower_bounds(lower, plans, candidates, runner.model, runner.cluster, runner.cost,
                       runner.store, runner.lookup_cache, runner.cancel, phase)
+    # the bound plans' layouts, templates and op times are released now: their memo grows
+    # with the distinct plan shapes (a third of the sweep's memory up to 32 GPUs), and the
+    # few plans simulated next make their own (the same figures: each entry is a function
+    # of its key)
+    runner.lookup_cache.clear()
     runner.prepare()
     lb = _figures(runner, session, np.where(np.isfinite(lower), lower, 1.0))
     codes = value_codes(plans, runner.num_gpus, len(space.gpu_counts() or ()) > 1,
