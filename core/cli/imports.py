@@ -110,7 +110,7 @@ def _preset(args: argparse.Namespace) -> int:
 
     from core.plan.cluster import ClusterConfig
     from core.plan.fields import ConfigError, FieldError
-    from core.plan.presets import MODEL_PRESETS
+    from core.plan.presets import MODEL_PRESETS, preset_name
     from core.plan.rules import check
     from core.plan.session import Session
     from core.io.start_plan import default_plan, start_recompute
@@ -118,8 +118,7 @@ def _preset(args: argparse.Namespace) -> int:
     from core.io.session import save_session
     from core.util.text import printable
     check_outputs([("--out", args.out)], [])
-    names = {n.lower(): n for n in MODEL_PRESETS}
-    name = names.get(" ".join(args.name.split()).lower())
+    name = preset_name(args.name)
     if name is None:
         raise ConfigError([FieldError("PRESET", f"{args.name!r} is not a preset; the presets are "
                                       + ", ".join(MODEL_PRESETS))])

@@ -377,7 +377,7 @@ def model_from_name(text: str, *, seq_length: int | None = None
     """
     from core.io.hf_import import hf_config_path, read_hf_config
     from core.io.import_result import global_batch_note, seq_length_note
-    from core.plan.presets import MODEL_PRESETS
+    from core.plan.presets import MODEL_PRESETS, preset_name
     try:  # Path("") is the current folder; a name too long for a path raises ENAMETOOLONG
         is_file = bool(text.strip()) and Path(text).exists()
     except (OSError, ValueError):
@@ -386,8 +386,7 @@ def model_from_name(text: str, *, seq_length: int | None = None
         imp = read_hf_config(hf_config_path(text), seq_length=seq_length)
         batch = global_batch_note(imp.session.plan.global_batch_size)
         return imp.session.model, imp.ignored, [n for n in imp.notes if n != batch]
-    names = {n.lower(): n for n in MODEL_PRESETS}
-    name = names.get(" ".join(text.split()).lower())
+    name = preset_name(text)
     if name is None:
         shown = repr(text if len(text) <= 80 else text[:80] + "...")
         raise ConfigError([FieldError("--model", f"{shown} is neither a file (a Hugging Face "

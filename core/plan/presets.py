@@ -12,7 +12,7 @@ from typing import Any
 
 from core.plan.model_config import GPT_SHAPE_FIELDS, ModelConfig, model_from_fields
 
-__all__ = ["GPT_FAMILY", "LLAMA_FAMILY", "MODEL_PRESETS"]
+__all__ = ["GPT_FAMILY", "LLAMA_FAMILY", "MODEL_PRESETS", "preset_name"]
 
 
 #: Megatron-LM's GPT values of every model field but the shape (:data:`GPT_SHAPE_FIELDS`): what
@@ -130,3 +130,9 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     )
 }
 
+
+def preset_name(text: str) -> str | None:
+    """The key of :data:`MODEL_PRESETS` that ``text`` names, case and spacing ignored
+    (``"llama 3  8b"`` is ``"Llama 3 8B"``), or None."""
+    names = {n.lower(): n for n in MODEL_PRESETS}
+    return names.get(" ".join(text.split()).lower())

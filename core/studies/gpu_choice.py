@@ -47,8 +47,7 @@ from core.plan.fields import ConfigError
 from core.plan.session import Session
 from core.sim.goodput import SPREAD_SAMPLES, checkpoint_size, goodput
 from core.store.interval import DEFAULT_COVERAGE
-from core.studies.sweep.result import (SweepResult, best_row, least_memory_of_ties, pareto_front,
-                                       tied_with_less_memory)
+from core.studies.sweep.result import SweepResult, best_row, least_memory_of_ties, pareto_front
 from core.studies.sweep.run import check_sweep_work, run_sweep
 from core.studies.sweep.space import SweepSpace
 
@@ -245,12 +244,12 @@ class GpuChoice:
     def within_deadline(self, days: float) -> int | None:
         """The point with the fewest expected dollars among those whose expected days (with
         failures, restarts and checkpoints: :attr:`expected_days`) are at most ``days`` (ties:
-        faster); None when no point trains within ``days``. It is a point of the combined
+        faster, then less memory per GPU, as the front keeps); None when no point trains within ``days``. It is a point of the combined
         front (a point dominating it would be within ``days`` and no dearer), so it is exact
         as the front is (:attr:`undecided`). ``vtrain sweep --gpus-from --deadline-days``."""
         days_a = self.expected_days
         within = np.isfinite(days_a) & (days_a <= days)
-        return best_row(self.expected_cost_usd, days_a, within)
+        return best_row(self.expected_cost_usd, days_a, within, self.memory_bytes)
 
     def row_front(self, r: int) -> np.ndarray:
         """Points of sheet row ``r``'s own (expected days, expected dollars) front, fastest
@@ -468,16 +467,14 @@ def _combine(sheet: PriceSheet, parts: list[_RowPoints], coverage: float) -> Gpu
     mem = np.concatenate([p.sweep.max_memory_per_gpu_bytes[p.index] for p in parts]
                          + [np.zeros(0)]).astype(float)
     on = least_memory_of_ties(days_a, cost_a, mem, pareto_front(days_a, cost_a))
-    # a point tied with a front point on days and dollars but needing more memory is not a
-    # best one either
-    kept = ~tied_with_less_memory(days_a, cost_a, mem)
+    every = np.ones(days_a.size, bool)  # the best ones break ties on memory as the front does
     front = np.flatnonzero(on)
     front = front[np.lexsort((cost_a[front], days_a[front]))]
     choice = GpuChoice(sheet=sheet, sweeps=[p.sweep for p in parts], row=row, index=index,
                        expected_days=days_a, expected_cost_usd=cost_a, goodput=good,
                        front=front,
-                       best_by_days=best_row(days_a, cost_a, kept),
-                       best_by_dollars=best_row(cost_a, days_a, kept),
+                       best_by_days=best_row(days_a, cost_a, every, mem),
+                       best_by_dollars=best_row(cost_a, days_a, every, mem),
                        never_finish=sum(p.never for p in parts), coverage=coverage,
                        counts=[p.counts for p in parts])
     fd, fc = days_a[front], cost_a[front]

@@ -875,6 +875,7 @@ def best_row(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray,
         idx, np.asarray(memory, np.float64)[idx], secondary[idx], primary[idx])
     return int(idx[np.lexsort(keys)[0]])
 
+
 def plan_label(pl: ParallelPlan) -> str:
     """Short name of a plan in messages (:meth:`ParallelPlan.label`), e.g.
     ``t=8 p=2 d=4 b=1 1f1b recompute=full``."""
