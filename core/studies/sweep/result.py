@@ -32,7 +32,7 @@ from core.sim.comm import CollectiveExtrapolation
 from core.util.text import spreadsheet_cell
 
 __all__ = ["SweepResult", "COLUMNS", "column_is_constant", "PLAN_COLUMNS", "BEST_BY_FIELDS",
-           "pareto_front", "least_memory_of_ties", "tied_with_less_memory", "plan_column_arrays", "column_codes", "plan_figures", "best_row", "plan_label", "plans_note", "with_plans"]
+           "pareto_front", "least_memory_of_ties", "plan_column_arrays", "column_codes", "plan_figures", "best_row", "plan_label", "plans_note", "with_plans"]
 
 PLAN_COLUMNS = PLAN_FIELDS
 #: Columns of :meth:`SweepResult.rows` and :meth:`SweepResult.write_csv`, in order.
@@ -124,27 +124,6 @@ def pareto_front(days: np.ndarray, cost: np.ndarray, mask: np.ndarray | None = N
     return out
 
 
-def tied_with_less_memory(days: np.ndarray, cost: np.ndarray, mem: np.ndarray,
-                          among: np.ndarray | None = None) -> np.ndarray:
-    """Whether each point (float64 (n,) arrays of days, dollars and memory per GPU in bytes)
-    has a twin with the same days and dollars that needs less memory per GPU, twins taken
-    among ``among`` (bool (n,); default every point; points outside it are False); bool
-    (n,). One pass over the points of ``among``."""
-    days = np.asarray(days, np.float64)
-    out = np.zeros(days.shape, bool)
-    idx = (np.arange(days.size) if among is None else np.flatnonzero(np.asarray(among, bool)))
-    groups: dict[tuple[float, float], list[int]] = {}
-    for i, key in zip(idx.tolist(), zip(days[idx].tolist(),
-                                         np.asarray(cost, np.float64)[idx].tolist())):
-        groups.setdefault(key, []).append(i)
-    for ks in groups.values():
-        if len(ks) > 1:
-            least = min(mem[k] for k in ks)
-            for k in ks:
-                out[k] = mem[k] > least
-    return out
-
-
 def least_memory_of_ties(days: np.ndarray, cost: np.ndarray, mem: np.ndarray,
                          on: np.ndarray) -> np.ndarray:
     """The front ``on`` (bool (n,), :func:`pareto_front` of ``days`` and ``cost``) less each
@@ -160,8 +139,18 @@ def least_memory_of_ties(days: np.ndarray, cost: np.ndarray, mem: np.ndarray,
     (:func:`core.model.memory.bytes_per_parameter`); the front keeps stage 2. Points tied on
     all three stay. Used by ``vtrain sweep``'s front (:class:`SweepResult` ``pareto``), the
     window's Explore front and the GPU choice's combined front. bool (n,)."""
-    on = np.asarray(on, bool)
-    return on & ~tied_with_less_memory(days, cost, mem, on)
+    out = np.asarray(on, bool).copy()
+    idx = np.flatnonzero(out)
+    groups: dict[tuple[float, float], list[int]] = {}
+    for i, key in zip(idx.tolist(), zip(np.asarray(days, np.float64)[idx].tolist(),
+                                         np.asarray(cost, np.float64)[idx].tolist())):
+        groups.setdefault(key, []).append(i)
+    for ks in groups.values():  # a twin on days and dollars with less memory drops the point
+        if len(ks) > 1:
+            least = min(mem[k] for k in ks)
+            for k in ks:
+                out[k] = mem[k] <= least
+    return out
 
 
 @dataclass
