@@ -95,7 +95,13 @@ class BridgeRecipe:
     ``fp8_param_gather``: the FP8 parameter all-gather; ``pipeline_layout``: the custom
     pipeline layout in Megatron's string form (``E`` embedding, ``t`` layer, ``m`` MTP, ``L``
     loss, ``|`` between virtual stages), None without one; ``cuda_graph_impl`` /
-    ``cuda_graph_modules``: the CUDA graphs (:func:`parse_recipe_cuda_graph`)."""
+    ``cuda_graph_modules``: the CUDA graphs (:func:`parse_recipe_cuda_graph`). ``uncertain``: the
+    recipe file's notes where the recipe's own source disagrees with itself (its docstring
+    against its code) or cannot be run as named, verbatim; ``alias_of``: the file's note on a
+    module-level alias of another GPU's recipe function, verbatim (None otherwise);
+    ``docstring_layout``: ``(("t", .), ("p", .), ("cp", .))`` where the recipe's docstring
+    states a layout its code does not set (empty otherwise): the layout its memory verdict is
+    also shown at (:func:`core.accuracy.bridge_sessions.docstring_layout_session`)."""
 
     function: str
     source: str
@@ -123,6 +129,9 @@ class BridgeRecipe:
     etp: int | None = None
     #: the precision-aware optimizer's plan fields, ``(name, value)`` pairs (:func:`_optimizer`)
     optimizer: tuple[tuple[str, Any], ...] = ()
+    uncertain: tuple[str, ...] = ()
+    alias_of: str | None = None
+    docstring_layout: tuple[tuple[str, int], ...] = ()
 
     def settings(self) -> tuple:
         """The settings a prediction takes from the recipe (to compare recipes that share a
@@ -207,7 +216,11 @@ def _recipe(d: dict[str, Any]) -> BridgeRecipe:
         cuda_graph_impl=graph_impl, cuda_graph_modules=graph_modules,
         seq_length=int(d["seq_length"]) if d.get("seq_length") else None,
         etp=int(d["etp"]) if d.get("etp") else None,
-        optimizer=_optimizer(d))
+        optimizer=_optimizer(d),
+        uncertain=tuple(str(x) for x in d.get("uncertain") or ()),
+        alias_of=d.get("alias_of") or None,
+        docstring_layout=tuple((name, int(d["docstring_layout"][name]))
+                               for name in ("t", "p", "cp")) if d.get("docstring_layout") else ())
 
 
 def _optimizer(d: dict[str, Any]) -> tuple[tuple[str, Any], ...]:

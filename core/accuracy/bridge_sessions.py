@@ -45,7 +45,8 @@ from core.plan.presets import MODEL_PRESETS
 from core.plan.rules import validate
 from core.plan.session import Session
 
-__all__ = ["RECIPE_MODELS", "RecipeSession", "recipe_session", "recipe_sessions"]
+__all__ = ["RECIPE_MODELS", "RecipeSession", "docstring_layout_session", "recipe_session",
+           "recipe_sessions"]
 
 #: The recipe table's model names to their presets (:data:`core.plan.presets.MODEL_PRESETS`).
 RECIPE_MODELS = {"Llama3-8B": "Llama 3 8B", "Llama3-70B": "Llama 3 70B",
@@ -119,3 +120,23 @@ def recipe_sessions(recipes: tuple[BridgeRecipe, ...] = BRIDGE_PERF_RECIPES
                     ) -> list[RecipeSession]:
     """:func:`recipe_session` of each of ``recipes``, in order."""
     return [recipe_session(r) for r in recipes]
+
+
+def docstring_layout_session(recipe: BridgeRecipe) -> RecipeSession | None:
+    """The session of ``recipe`` at the layout its docstring states where its code sets
+    another (:attr:`BridgeRecipe.docstring_layout`: ``t``, ``p`` and ``cp``; the data-parallel
+    size follows, ``n / (t p cp)``; everything else is the recipe's), or its refusal; None when
+    the docstring states no other layout.
+
+    Five Llama 3.1 405B recipes of Megatron-Bridge 0.6.2 say "TP=4 PP=8 CP=2" in their docstring
+    and set p=16 cp=1 in their code (``llama/b200/llama31.py`` lines 34, 76, 118,
+    ``llama/gb200/llama31.py`` lines 28, 115; their TP-overlap configuration is still the
+    ``..._tp4_cp2_...`` one); NVIDIA's published 128-GPU B200 run of that model
+    (../shared/data/public-modern row 10) is t4 p8 cp2 v8. A recipe whose coded layout does
+    not fit is shown at this one too (``benchmarks/bench_recipes.py``)."""
+    if not recipe.docstring_layout:
+        return None
+    layout = dict(recipe.docstring_layout)
+    gpu, name, n, prec, t, p, v, cp, ep, b, gb = recipe.key
+    key = (gpu, name, n, prec, layout["t"], layout["p"], v, layout["cp"], ep, b, gb)
+    return recipe_session(dataclasses.replace(recipe, key=key, docstring_layout=()))
