@@ -24,12 +24,19 @@ refused by name unless the command-line option the rule names supplies it
 ``--precision``); a no-effect or approximated key at ``"auto"`` is listed; a refused key at
 ``"auto"`` is refused (whether it is on is not known).
 
-The meanings and defaults are DeepSpeed's (``runtime/config.py``, ``runtime/zero/config.py``,
-``runtime/engine.py``, v0.16): the batch triple's derivation and check
+The meanings and defaults are DeepSpeed's, checked against the sources of DeepSpeed 0.19.8
+and 0.16.9 (``runtime/config.py``, ``runtime/zero/config.py``, ``runtime/precision_config.py``,
+``runtime/engine.py``): the batch triple's derivation and check
 (``_set_batch_related_parameters``, ``_batch_assertion``); ``overlap_comm`` true by default at
-stage 3 only; gradients held and reduced in the model's dtype under ZeRO
-(``get_data_types``, ``communication_data_type``); bf16 without ZeRO runs ``BF16_Optimizer``
-(fp32 gradient accumulation), which is refused.
+stage 3 only; ``bfloat16``, the older name of the ``bf16`` section, read when ``bf16`` is not
+given; ``"zero_optimization": true`` (the deprecated form) stage 1; an ``optimizer`` section
+without ``type`` no DeepSpeed optimizer (the script's own); ``"auto"`` in a pydantic-model
+section key that Hugging Face Trainer does not fill in (``zero_optimization.stage``,
+``overlap_comm``) DeepSpeed's default (``DeepSpeedConfigModel`` drops it); gradients held and
+reduced in the model's dtype under ZeRO (``get_data_types``, ``communication_data_type``).
+bf16 without ZeRO is refused: 0.16.9 runs ``BF16_Optimizer`` (fp32 gradient accumulation),
+0.19.8 its fp16 optimizer wrapper with bf16 gradients, and the file does not say which
+DeepSpeed runs it.
 """
 
 from __future__ import annotations
@@ -57,10 +64,16 @@ POLICY_FILE = Path(__file__).resolve().parents[2] / "resources" / "deepspeed_con
 #: kept, the layer run again in the backward, Megatron's full recomputation).
 RECOMPUTE_OPTIONS = ("none", "full")
 
-#: DeepSpeed's dtype names (``runtime/config_utils.py`` DtypeEnum) -> the session's.
-_DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "fp16": "fp16",
-           "float16": "fp16", "half": "fp16", "bf16": "bf16", "bfloat16": "bf16",
-           "bfloat": "bf16"}
+#: ``data_types.grad_accum_dtype``'s names -> the session's: DeepSpeed's ``DtypeEnum``
+#: (``runtime/config.py`` line 144 in 0.19.8), case as written there (``DtypeEnum("BF16")``
+#: fails); int8 is not a gradient dtype DeepSpeed's engine runs.
+_DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32",
+           "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16",
+           "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16"}
+
+#: ``communication_data_type``'s names: DeepSpeed lowers the case and takes these three only
+#: (``runtime/config.py`` ``get_communication_data_type``, lines 216-230 in 0.19.8).
+_COMM_DTYPES = ("fp32", "fp16", "bf16")
 
 #: DeepSpeed's default ``zero_optimization.stage3_prefetch_bucket_size`` (5e7 elements).
 _PREFETCH_DEFAULT = 50_000_000
@@ -256,11 +269,22 @@ def _batch(used: dict[str, Any], where: str, d: int, options: dict[str, Any]
     return micro, train, notes
 
 
-def _enabled(used: dict[str, Any], name: str, where: str, precision: str | None) -> bool:
-    """``bf16.enabled`` / ``fp16.enabled``: the file's boolean (absent: false), or, at "auto",
-    ``--precision``'s choice; raises ConfigError naming the key when "auto" has no
-    ``--precision`` or the file and the option disagree."""
-    dtype = name.split(".")[0]
+def _enabled(used: dict[str, Any], name: str, where: str, precision: str | None,
+             section_given: bool = True, notes: list[str] | None = None) -> bool:
+    """``bf16.enabled`` (``bfloat16.enabled``) / ``fp16.enabled``: the file's boolean (absent:
+    false, DeepSpeed's default), or, at "auto", ``--precision``'s choice; raises ConfigError
+    naming the key when "auto" has no ``--precision`` or the file and the option disagree.
+    Without the section (``section_given`` false), ``--precision`` of this dtype enables it,
+    noted: accelerate, under which Hugging Face Trainer runs DeepSpeed, adds the section
+    (``DeepSpeedPlugin.set_mixed_precision``, accelerate 1.16.0 ``utils/dataclasses.py``
+    lines 1308-1313)."""
+    dtype = {"bfloat16": "bf16"}.get(name.split(".")[0], name.split(".")[0])
+    if not section_given and precision == dtype:
+        if notes is not None:
+            notes.append(f"no {dtype} section, --precision {dtype}: {dtype} (Hugging Face "
+                         f"Trainer's accelerate adds {{\"{dtype}\": {{\"enabled\": true}}}} "
+                         "when the file has no such section; DeepSpeed alone would run fp32)")
+        return True
     v = used.get(name, False)
     if _is_auto(v):
         if precision is None:
@@ -278,35 +302,52 @@ def _enabled(used: dict[str, Any], name: str, where: str, precision: str | None)
 
 
 def _dtype(used: dict[str, Any], name: str, where: str) -> str | None:
+    """The session's dtype of ``communication_data_type`` (fp32, fp16 or bf16, any case) or
+    ``data_types.grad_accum_dtype`` (a ``DtypeEnum`` name as written: bf16, bfloat16,
+    torch.bfloat16 ...); None when absent or null (DeepSpeed's default: the model's). Raises
+    ConfigError naming the key for another value, which DeepSpeed refuses."""
     v = used.get(name)
     if v is None:
         return None
-    if not isinstance(v, str) or v.lower() not in _DTYPES:
-        raise refusal(where, name, f"{_show(v)}: one of fp32, fp16, bf16")
-    return _DTYPES[v.lower()]
+    if name == "communication_data_type":
+        if not isinstance(v, str) or v.lower() not in _COMM_DTYPES:
+            raise refusal(where, name, f"{_show(v)}: one of fp32, fp16, bf16 (DeepSpeed's "
+                          "get_communication_data_type takes these three, any case)")
+        return v.lower()
+    if not isinstance(v, str) or v not in _DTYPES:
+        raise refusal(where, name, f"{_show(v)}: one of " + ", ".join(_DTYPES)
+                      + " (DeepSpeed's DtypeEnum names, case as written)")
+    return _DTYPES[v]
 
 
-def _precision(used: dict[str, Any], where: str, zero: int, precision: str | None
-               ) -> tuple[str, str]:
+def _precision(used: dict[str, Any], where: str, zero: int, precision: str | None,
+               bf16_section: str = "bf16", sections: frozenset[str] = frozenset({"bf16", "fp16"}),
+               notes: list[str] | None = None) -> tuple[str, str]:
     """``(plan.precision, plan.grad_reduce_dtype)``. DeepSpeed holds and reduces the gradients
     in the model's dtype under ZeRO and with fp16 or fp32 (``engine.get_data_types``,
     ``communication_data_type``); bf16 without ZeRO runs ``BF16_Optimizer``, which accumulates
     fp32 gradients and partitions its fp32 state: refused, and so are a
-    ``data_types.grad_accum_dtype`` or ``communication_data_type`` other than the gradients'."""
-    bf16 = _enabled(used, "bf16.enabled", where, precision)
-    fp16 = _enabled(used, "fp16.enabled", where, precision)
+    ``data_types.grad_accum_dtype`` or ``communication_data_type`` other than the gradients'. ``bf16_section`` is the section DeepSpeed reads: ``bf16``, or
+    ``bfloat16`` (its older name) when there is no ``bf16``; ``sections`` the precision
+    sections the file gives (``--precision`` enables one it lacks, :func:`_enabled`)."""
+    bf16 = _enabled(used, f"{bf16_section}.enabled", where, precision,
+                    bool(sections & {"bf16", "bfloat16"}), notes)
+    fp16 = _enabled(used, "fp16.enabled", where, precision, "fp16" in sections, notes)
     if bf16 and fp16:
-        raise refusal(where, "fp16.enabled", "true with bf16.enabled true: one mixed precision "
-                      "(DeepSpeed refuses both)")
+        raise refusal(where, "fp16.enabled", f"true with {bf16_section}.enabled true: one mixed "
+                      "precision (DeepSpeed refuses both)")
     if precision is not None and not bf16 and not fp16 and precision != "fp32":
         raise refusal(where, f"{precision}.enabled", f"absent (false), --precision {precision}: "
                       "they disagree (the option supplies an \"auto\" value only)")
     dtype = "bf16" if bf16 else "fp16" if fp16 else "fp32"
     if dtype == "bf16" and zero == 0:
-        raise refusal(where, "zero_optimization.stage", "0 with bf16.enabled: DeepSpeed runs "
-                      "its BF16_Optimizer (fp32 gradient accumulation, the fp32 master weights "
-                      "partitioned over the data-parallel GPUs), whose memory and communication "
-                      "are not modelled; give stage 1, 2 or 3")
+        raise refusal(where, "zero_optimization.stage", f"0 with {bf16_section}.enabled: "
+                      "DeepSpeed 0.16 runs its BF16_Optimizer (fp32 gradient accumulation, the "
+                      "fp32 master weights partitioned over the data-parallel GPUs), 0.19 its "
+                      "fp16 optimizer wrapper on bf16 gradients (runtime/engine.py "
+                      "get_data_types, _do_optimizer_sanity_check); the file does not say which "
+                      "DeepSpeed runs it, and BF16_Optimizer's memory and communication are not "
+                      "modelled; give stage 1, 2 or 3")
     for key, what in (("data_types.grad_accum_dtype", "accumulated"),
                       ("communication_data_type", "reduced")):
         v = _dtype(used, key, where)
@@ -327,15 +368,30 @@ def _zero(used: dict[str, Any], where: str, notes: list[str]) -> tuple[int, bool
     all-reduces the gradients after the backward, so ``overlap_comm`` changes nothing."""
     key = "zero_optimization.stage"
     stage = used.get(key, 0)
-    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
-        raise refusal(where, key, f"{_show(stage)}: one of 0, 1, 2, 3")
-    overlap = _switch(used, "zero_optimization.overlap_comm", where, stage == 3)
+    if _is_auto(stage):  # DeepSpeedConfigModel drops "auto"; Hugging Face does not fill it
+        stage = 0
+        notes.append(f"{key} 'auto': 0, DeepSpeed's default (its config model drops \"auto\" "
+                     "and Hugging Face Trainer does not fill the stage in)")
+    if isinstance(stage, bool) or not isinstance(stage, int) or stage not in (0, 1, 2, 3):
+        raise refusal(where, key, f"{_show(stage)}: one of 0, 1, 2, 3 (a JSON integer)")
+    okey = "zero_optimization.overlap_comm"
+    if _is_auto(used.get(okey)):
+        used = {k: v for k, v in used.items() if k != okey}
+        notes.append(f"{okey} 'auto': {str(stage == 3).lower()}, DeepSpeed's default at stage "
+                     f"{stage} (its config model drops \"auto\")")
+    overlap = _switch(used, okey, where, stage == 3)
     if stage == 0:
         if overlap:
             notes.append("zero_optimization.overlap_comm has no effect at stage 0: DeepSpeed's "
                          "engine all-reduces the gradients after the backward")
         return 0, False, False
     pkey = "zero_optimization.stage3_prefetch_bucket_size"
+    if "zero_optimization.prefetch_bucket_size" in used:
+        if pkey in used:
+            raise refusal(where, "zero_optimization.prefetch_bucket_size", "given with "
+                          "stage3_prefetch_bucket_size, its alias: one of them (DeepSpeed's "
+                          "config model refuses both)")
+        pkey = "zero_optimization.prefetch_bucket_size"
     prefetch = used.get(pkey, _PREFETCH_DEFAULT)
     if _is_auto(prefetch):
         prefetch = 1  # Hugging Face Trainer fills in 0.9 * hidden_size**2: positive
@@ -346,14 +402,18 @@ def _zero(used: dict[str, Any], where: str, notes: list[str]) -> tuple[int, bool
 
 def _optimizer(used: dict[str, Any], where: str, cfg: dict[str, Any], notes: list[str]) -> None:
     """Check ``optimizer.type``: Adam or AdamW (DeepSpeed compares names in lower case); no
-    ``optimizer`` section is the training script's own optimizer, noted."""
+    ``optimizer`` section, or one without ``type`` (``runtime/config.py``
+    ``get_optimizer_name``: None), is the training script's own optimizer, noted."""
     if "optimizer" not in cfg:
         notes.append("no optimizer section: the training script's own optimizer (Hugging Face "
                      "Trainer's default is AdamW); modelled as Adam's state and step")
         return
     v = used.get("optimizer.type")
-    if v is None:
-        raise refusal(where, "optimizer.type", "missing (DeepSpeed needs the optimizer's type)")
+    if v is None:  # runtime/config.py get_optimizer_name: no type, no DeepSpeed optimizer
+        notes.append("optimizer section without a type: DeepSpeed builds no optimizer of its "
+                     "own (its optimizer.params are not read) and runs the training script's; "
+                     "modelled as Adam's state and step")
+        return
     if not isinstance(v, str) or v.lower() not in ("adam", "adamw"):
         raise refusal(where, "optimizer.type", f"{_show(v)}: not modelled (the simulator's optimizer "
                       "state and step are Adam's: Adam or AdamW)")
@@ -409,9 +469,10 @@ _FIELD_KEYS = {"plan.micro_batch_size": "train_micro_batch_size_per_gpu",
                "cluster.gpu": "--gpu"}
 
 
-def _named(session_field: str, where: str, precision: str) -> str:
+def _named(session_field: str, where: str, precision: str, bf16_section: str = "bf16") -> str:
     """The key of the file (``FILE: key``) or the option that set ``session_field``."""
-    key = {**_FIELD_KEYS, "plan.precision": f"{precision}.enabled"}.get(session_field)
+    section = bf16_section if precision == "bf16" else precision
+    key = {**_FIELD_KEYS, "plan.precision": f"{section}.enabled"}.get(session_field)
     if key is None:
         return session_field
     return key if key.startswith("--") else f"{where}: {key}"
@@ -465,12 +526,25 @@ def session_from_deepspeed(cfg: Any, model: ModelConfig, where: str = "ds_config
                                       "DeepSpeed without Megatron runs the model's own expert "
                                       "layers (Hugging Face's loop over the experts), not the "
                                       "Megatron-Core MoE layer the simulator times")])
-    used, ignored, approx = _classify(cfg, where)
     notes: list[str] = []
+    zero_cfg = cfg.get("zero_optimization")
+    if isinstance(zero_cfg, bool):  # runtime/zero/config.py read_zero_config_deprecated
+        cfg = {**cfg, "zero_optimization": {"stage": int(zero_cfg)}}
+        notes.append(f"zero_optimization {str(zero_cfg).lower()}: DeepSpeed's deprecated form, "
+                     f"stage {int(zero_cfg)}")
+    bf16_section = "bfloat16" if "bfloat16" in cfg and "bf16" not in cfg else "bf16"
+    used, ignored, approx = _classify(cfg, where)
+    if "bfloat16" in cfg and bf16_section == "bf16":
+        for k in [k for k in used if k.startswith("bfloat16.")]:
+            del used[k]
+        ignored["bfloat16"] = ("not read: DeepSpeed reads the bf16 section when both are given "
+                               "(runtime/precision_config.py get_bfloat16_config)")
     micro, global_batch, batch_notes = _batch(used, where, num_gpus, options)
     notes += batch_notes
     zero, overlap_grad, overlap_param = _zero(used, where, notes)
-    precision, grad_dtype = _precision(used, where, zero, options.get("--precision"))
+    precision, grad_dtype = _precision(used, where, zero, options.get("--precision"),
+                                       bf16_section, frozenset(cfg) & {"bf16", "bfloat16", "fp16"},
+                                       notes)
     _optimizer(used, where, cfg, notes)
     model = replace(model, make_vocab_size_divisible_by=1)
     plan = ParallelPlan(
@@ -494,7 +568,7 @@ def session_from_deepspeed(cfg: Any, model: ModelConfig, where: str = "ds_config
     from core.plan.rules import validate
     errs = validate(session)
     if errs:
-        raise ConfigError([FieldError(_named(e.field, where, precision), e.message,
+        raise ConfigError([FieldError(_named(e.field, where, precision, bf16_section), e.message,
                                       rule=e.rule) for e in errs])
     if recompute is None:
         from core.io.start_plan import start_recompute
@@ -564,6 +638,6 @@ def _not_json(data: bytes) -> str:
                     "file, such as accelerate's config, is not one: give the JSON file its "
                     "deepspeed_config_file names)")
         return ""
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deeply: parse_json's message stands
         return ""
     return ""
