@@ -28,7 +28,11 @@ not know is refused by name. ``model_type`` must name the model ``architectures`
 ``architectures``): another model is refused, an alias noted (:func:`_model_type_agrees`).
 Architectures with something the simulator
 does not model are refused naming the field that has it and what it would change
-(:data:`REFUSED_ARCHITECTURES`: Gemma 1, Gemma 3's multimodal model, Llama 4, Nemotron-H).
+(:data:`REFUSED_ARCHITECTURES`: Gemma 1, Gemma 3's multimodal model, Llama 4, Nemotron-H;
+Qwen3-Next's Gated DeltaNet layers, ``full_attention_interval``; DeepSeek-V3.2's sparse
+attention, ``index_topk``; SmolLM3's RoPE-less layers, ``no_rope_layers``; the state-space
+models and hybrids Falcon-H1, Jamba, Bamba, Granite 4, Mamba, Mamba-2, Falcon-Mamba, Kimi
+Linear).
 
 Gemma 2 and Gemma 3 (``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``; the text models) are the
 ``gemma2`` / ``gemma3`` model families (:mod:`core.model.families.gemma`): ``hidden_activation``
@@ -71,6 +75,12 @@ layer windowed but those with ``(i + 1) % N == 0``; a pattern that is not of
 that form is refused); Mistral and Mixtral, without ``layer_types``, window
 every layer when ``sliding_window`` is shorter than the sequence. Qwen2's
 ``use_sliding_window`` (windows from layer ``max_window_layers`` on) is refused.
+``layer_types`` is read where the modelling code reads it (Gemma 2 and 3, GPT-OSS); on the
+other architectures it must agree with what their code does (Mistral, Mixtral, Phi-3: every
+layer windowed; Qwen2/Qwen3 without ``use_sliding_window`` and the architectures without a
+window: none), else it is refused naming it (:func:`_own_window_layers`). An entry other than
+``sliding_attention`` / ``full_attention`` (Qwen3-Next's ``linear_attention``, a hybrid's
+Mamba layers) is refused naming it.
 
 Model-family facts (from the ``transformers`` modelling code of each
 architecture): Nemotron-4 has an MLP of ``up_proj`` and ``down_proj`` with ``relu2``
@@ -229,6 +239,47 @@ REFUSED_ARCHITECTURES: dict[str, tuple[str, str]] = {
     "NemotronHForCausalLM": ("hybrid_override_pattern", "Mamba-2 layers among the attention and "
                              "MLP layers (their selective-scan kernels, parameters and state are "
                              "not modelled; the layer order is not a transformer layer's)"),
+    # 2025 families (transformers' modelling code of each; the field is the config.json key
+    # that carries what is not modelled)
+    "Qwen3NextForCausalLM": ("full_attention_interval", "Gated DeltaNet linear-attention "
+                             "layers (linear_num_value_heads heads of linear_value_head_dim, a "
+                             "causal convolution of linear_conv_kernel_dim and a gated delta-rule "
+                             "scan) on all but every full_attention_interval-th layer, and an "
+                             "output gate on the softmax-attention ones: the scan's kernels, "
+                             "parameters and state are not modelled, and timing those layers as "
+                             "softmax attention would be another model"),
+    "DeepseekV32ForCausalLM": ("index_topk", "DeepSeek Sparse Attention: a lightning indexer "
+                               "(index_n_heads heads of index_head_dim) scores every earlier "
+                               "token for each query and the attention core covers only the "
+                               "index_topk best, not the causal triangle: the indexer's GEMMs "
+                               "and the sparse attention kernel have no op here (the rest is "
+                               "DeepSeek-V3's, DeepseekV3ForCausalLM, modelled)"),
+    "SmolLM3ForCausalLM": ("no_rope_layers", "layers without rotary embeddings (NoPE: "
+                           "no_rope_layers 0, every no_rope_layer_interval-th layer): the rotary "
+                           "kernel runs on some layers only, a per-layer switch the model fields "
+                           "do not have (the layer is otherwise Llama's)"),
+    "FalconH1ForCausalLM": ("mamba_d_state", "a Mamba-2 mixer beside the attention in every "
+                            "layer (parallel hybrid; the SSM's selective-scan kernels, parameters "
+                            "and state are not modelled) and its mup multipliers"),
+    "JambaForCausalLM": ("attn_layer_period", "Mamba layers, with attention only on every "
+                         "attn_layer_period-th layer and experts on every expert_layer_period-th "
+                         "(selective-scan kernels, parameters and state not modelled)"),
+    "BambaForCausalLM": ("attn_layer_indices", "Mamba-2 layers, with attention only on the "
+                         "attn_layer_indices layers (selective-scan kernels, parameters and "
+                         "state not modelled)"),
+    "GraniteMoeHybridForCausalLM": ("layer_types", "Mamba-2 layers among the attention layers "
+                                    "(layer_types mamba; selective-scan kernels, parameters and "
+                                    "state not modelled)"),
+    "MambaForCausalLM": ("state_size", "no attention: selective state-space (Mamba) layers, "
+                         "whose scan kernels, parameters and state are not modelled"),
+    "Mamba2ForCausalLM": ("state_size", "no attention: Mamba-2 state-space layers, whose scan "
+                          "kernels, parameters and state are not modelled"),
+    "FalconMambaForCausalLM": ("state_size", "no attention: selective state-space (Mamba) "
+                               "layers, whose scan kernels, parameters and state are not "
+                               "modelled"),
+    "KimiLinearForCausalLM": ("linear_attn_config", "Kimi Delta Attention linear-attention "
+                              "layers among the MLA ones (their delta-rule scan kernels, "
+                              "parameters and state are not modelled)"),
 }
 #: Fields the simulator does not model, refused by name with what they would change, and the
 #: values that switch them off (a config with one of those is accepted, the field listed).
@@ -278,6 +329,15 @@ _APPROXIMATED: dict[str, tuple[str, str]] = {
 #: Architectures whose sliding_window, without layer_types, windows every layer (their
 #: modelling code passes it to every layer's attention).
 _WINDOW_EVERY_LAYER = ("MistralForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM")
+#: Architectures whose modelling code windows the layers ``layer_types`` names (transformers
+#: 4.53+ for Gemma 2 and 3; GPT-OSS). The others' configuration classes may keep the key, but
+#: their attention windows by its own rule (:func:`_own_window_layers`): Qwen2/Qwen3 and their
+#: MoE classes null ``sliding_window`` unless ``use_sliding_window``; a ``layer_types`` there
+#: must agree with that rule.
+_READS_LAYER_TYPES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "GptOssForCausalLM")
+#: Architectures whose window is switched by ``use_sliding_window`` (refused when on).
+_SWITCHED_WINDOW = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen2MoeForCausalLM",
+                    "Qwen3MoeForCausalLM")
 #: Fields that name experts: a dense architecture's config with one of them is refused.
 _MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
                "moe_intermediate_size")
@@ -316,7 +376,8 @@ USED: dict[str, str] = {
     "kv_channels": "model.kv_channels (Nemotron's name for head_dim; must agree with it)",
     "sliding_window": "model.window_size (with layer_types; Mistral, Mixtral: every layer when "
     "shorter than the sequence)",
-    "layer_types": "model.window_attn_skip_freq (sliding_attention / full_attention per layer)",
+    "layer_types": "model.window_attn_skip_freq (sliding_attention / full_attention per layer; "
+    "Gemma 2 and 3, GPT-OSS: the others' code does not read it, it must agree with their rule)",
     "quantization_config": "checked: must be absent (the MXFP4 checkpoint storage of GPT-OSS "
     "and the FP8 one of DeepSeek-V3: listed as ignored)",
     "swiglu_limit": "model.activation_func_clamp_value (GPT-OSS)",
@@ -421,29 +482,21 @@ def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: s
         raise _refuse(where, "sliding_window", f"{window!r}: a window must be a positive "
                       "integer, or null for none")
     types = cfg.get("layer_types")
-    if types is not None:
-        if not (isinstance(types, list) and len(types) == layers and all(
-                x in ("sliding_attention", "full_attention") for x in types)):
-            raise _refuse(where, "layer_types", f"must list sliding_attention or full_attention "
-                          f"for each of the {layers} layers")
-        flags = [x == "sliding_attention" for x in types]
-    elif arch in _WINDOW_EVERY_LAYER:  # no switch: every layer
-        flags = [window is not None] * layers
-    elif arch in ("GptOssForCausalLM", "Gemma2ForCausalLM"):  # Transformers' GptOssConfig
-        # default without layer_types and Gemma 2's: sliding on layers 1, 3, 5 ... (1-based),
-        # full on every second
-        flags = [window is not None and (i + 1) % 2 == 1 for i in range(layers)]
-    elif arch == "Gemma3ForCausalLM":  # one global layer every sliding_window_pattern (6)
-        n = cfg.get("sliding_window_pattern", 6)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise _refuse(where, "sliding_window_pattern", f"{n!r} must be a positive integer")
-        flags = [window is not None and (i + 1) % n != 0 for i in range(layers)]
-    else:  # Qwen2/Qwen3: a window only with use_sliding_window (refused before)
-        return {}, "inactive (use_sliding_window is false)" if window is not None else ""
+    own = _own_window_layers(cfg, arch, layers, window is not None, where)
+    if types is None:
+        flags = own
+    else:
+        flags = _layer_types_flags(types, layers, where)
+        if arch not in _READS_LAYER_TYPES and flags != own:
+            # the class keeps the key, the modelling code windows by its own rule
+            raise _refuse(where, "layer_types", f"sliding_attention on layers "
+                          f"{[i for i, x in enumerate(flags) if x][:8]}: {arch} does not read "
+                          f"layer_types ({_own_rule(arch)}); a config whose layer_types says "
+                          "otherwise is not the model transformers builds")
     if arch == "Gemma3ForCausalLM":
         _check_gemma3_pattern(cfg, types, layers, where)
     if not any(flags):
-        return {}, "inactive (every layer has full attention)" if window is not None else ""
+        return {}, f"inactive ({arch}: {_own_rule(arch)})" if window is not None else ""
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise _refuse(where, "sliding_window", f"{window!r}: the window of the sliding_attention "
                       "layers must be a positive integer")
@@ -458,6 +511,56 @@ def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: s
                       f"{' ...' if len(full) > 8 else ''}: only every N-th layer full, the others "
                       "windowed (Megatron-Core's --window-attn-skip-freq N) is modelled")
     return {"window_size": window, "window_attn_skip_freq": n}, ""
+
+
+def _own_window_layers(cfg: dict[str, Any], arch: str, layers: int, has_window: bool,
+                       where: str) -> list[bool]:
+    """The layers ``arch``'s modelling code windows without ``layer_types`` (True = sliding):
+    Mistral, Mixtral and Phi-3 every layer; GPT-OSS and Gemma 2 layers 1, 3, 5 ... (1-based;
+    transformers' default ``layer_types``); Gemma 3 all but every ``sliding_window_pattern``-th
+    (default 6); none for the others (Qwen2/Qwen3: only with ``use_sliding_window``, refused
+    when on; Llama, OLMo 2, Nemotron, GLM-4.5, DeepSeek: no window in their code); none either
+    when the config has no window (``has_window`` false).
+
+    Raises ConfigError for a ``sliding_window_pattern`` that is not a positive integer."""
+    if arch in _WINDOW_EVERY_LAYER:
+        return [has_window] * layers
+    if arch in ("GptOssForCausalLM", "Gemma2ForCausalLM"):
+        return [has_window and (i + 1) % 2 == 1 for i in range(layers)]
+    if arch == "Gemma3ForCausalLM":
+        n = cfg.get("sliding_window_pattern", 6)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise _refuse(where, "sliding_window_pattern", f"{n!r} must be a positive integer")
+        return [has_window and (i + 1) % n != 0 for i in range(layers)]
+    return [False] * layers
+
+
+def _own_rule(arch: str) -> str:
+    """How ``arch``'s modelling code picks the windowed layers, for messages."""
+    if arch in _WINDOW_EVERY_LAYER:
+        return "its sliding_window windows every layer"
+    if arch in _SWITCHED_WINDOW:
+        return "use_sliding_window is false: no layer is windowed"
+    if arch in _READS_LAYER_TYPES:
+        return "every layer has full attention"
+    return "its modelling code has no sliding window"
+
+
+def _layer_types_flags(types: Any, layers: int, where: str) -> list[bool]:
+    """``layer_types`` as windowed-layer flags (True = ``sliding_attention``).
+
+    Raises ConfigError naming ``layer_types`` when it is not a list of one entry per layer, or
+    names another mixer (Qwen3-Next's ``linear_attention``, a hybrid's ``mamba``): only
+    softmax attention, windowed or full, is modelled."""
+    if not (isinstance(types, list) and len(types) == layers):
+        raise _refuse(where, "layer_types", "must list sliding_attention or full_attention for "
+                      f"each of the {layers} layers")
+    for i, x in enumerate(types):
+        if x not in ("sliding_attention", "full_attention"):
+            raise _refuse(where, "layer_types", f"{x!r} (layer {i}): only softmax-attention "
+                          "layers, sliding_attention or full_attention, are modelled; other "
+                          "mixers (linear attention, Mamba / state-space layers) have no op here")
+    return [x == "sliding_attention" for x in types]
 
 
 def _check_gemma3_pattern(cfg: dict[str, Any], types: list[str] | None, layers: int,
