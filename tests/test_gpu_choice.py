@@ -720,3 +720,42 @@ def test_max_work_with_no_tight_counts_only_the_plans_it_sweeps():
     assert choice.no_tight and choice.num_tight_left_out > 0
     with pytest.raises(ConfigError, match="A100-SXM4-80GB: sweep.max_work"):
         choose_gpus(session, sheet, max_work=fits, space_for=lambda row: space)
+
+
+def test_the_text_gives_each_kinds_own_fastest_and_cheapest_plan(tmp_path, capsys):
+    """The trial's cluster owner (Llama 3 70B, 2T tokens; H100, H200 and B200 rows) saw a
+    combined front of one B200 plan and no figure of the H100 or H200: each kind's own best
+    was in --json's rows only. The text now has a table of them, the same points as --json's
+    rows, each figure the point's own."""
+    session = tiny_session()
+    choice = choose_gpus(session, PriceSheet(SHEET))
+    cfg = tmp_path / "s.json"
+    save_session(session, cfg)
+    sheet = tmp_path / "p.csv"
+    sheet.write_text(HEADER + "".join(f"{r.gpu},{r.price_per_gpu_hour_usd},{r.max_gpus},,,\n"
+                                      for r in SHEET))
+    args = ["sweep", str(cfg), "--gpus-from", str(sheet), "--workers", "1"]
+    assert main([*args, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "Each kind's own fastest and cheapest plan (--json: rows)" in out
+    table = out.split("Each kind's own fastest and cheapest plan", 1)[1].split("expected:", 1)[0]
+    lines = [" ".join(line.split()) for line in table.splitlines()]
+    for r, row in enumerate(rows):
+        fastest, cheapest = choice.row_best(r)
+        assert row["fastest"]["expected_days"] == pytest.approx(
+            choice.expected_days[fastest], rel=1e-12)
+        assert row["cheapest"]["expected_cost_usd"] == pytest.approx(
+            choice.expected_cost_usd[cheapest], rel=1e-12)
+        # each row's fastest takes no more days than any point of its kind, the cheapest no more $
+        own = np.flatnonzero(choice.row == r)
+        assert choice.expected_days[fastest] == choice.expected_days[own].min()
+        assert choice.expected_cost_usd[cheapest] == choice.expected_cost_usd[own].min()
+        picks = ([("fewest days, dollars", row["fastest"])] if fastest == cheapest else
+                 [("fewest days", row["fastest"]), ("fewest dollars", row["cheapest"])])
+        for name, p in picks:
+            days = f"{p['expected_days']:,.1f}"
+            assert any(line.startswith(f"{row['label']} {name} {p['num_gpus']:,}")
+                       and f" {days} " in f" {line} " for line in lines), (name, days, lines)
+    assert len(rows) == 2 and rows[0]["label"] != rows[1]["label"]

@@ -699,6 +699,54 @@ def test_export_names_what_the_plan_does_not_set(parser_spec):
     assert "--lr " not in text.split("pretrain_gpt.py", 1)[1].split("#", 1)[0]  # no value guessed
     # the numerics the session does not hold are Megatron-LM's own options, none written
     command = text.split("pretrain_gpt.py", 1)[1].split("#", 1)[0]
-    for option in ("--rotary-base", "--norm-epsilon", "--init-method-std", "--attention-dropout"):
+    for option in ("--rotary-base", "--norm-epsilon", "--init-method-std", "--use-rope-scaling"):
         assert option in defaults and option in " ".join(tail) and option not in command
     assert "--into" in " ".join(tail)
+
+
+def test_the_trailer_names_no_argument_the_launch_writes():
+    """The trial's Llama 3 70B launch wrote --attention-dropout 0.0 while its trailer said the
+    session does not hold --attention-dropout: the session holds it (model.attention_dropout,
+    "modelled" in resources/megatron_arguments.json). Every Megatron-LM option the trailer
+    names is one the plan never writes: neutral (numerics), or not used (data, checkpoints)."""
+    from core.io.megatron.export import NOT_IN_THE_PLAN
+    table = json.loads((ROOT / "resources" / "megatron_arguments.json").read_text())
+    effect = {o: a["effect"] for a in table["arguments"] for o in a["options"]}
+    named = [w.strip("(),.:") for w in " ".join(NOT_IN_THE_PLAN).split() if w.startswith("(--")
+             or w.startswith("--")]
+    named = [o for o in named if o not in ("--into", "--out")]  # vtrain's own options
+    assert {"--lr", "--data-path", "--rotary-base", "--use-rope-scaling"} <= set(named)
+    assert {o: effect[o] for o in named if effect[o] == "modelled"} == {}
+    model = ModelConfig("m", 8, 1024, 16, None, 2048, 32000, tied_embeddings=False,
+                        attention_kernel="flash", hidden_dropout=0.0, attention_dropout=0.0)
+    text = export_script(_session(model=model, cross_entropy_fusion_impl="native"))
+    command = text.split("pretrain_gpt.py", 1)[1].split("\n#", 1)[0]
+    assert "--attention-dropout 0.0" in command
+    assert [o for o in named if o in command.split()] == []
+
+
+@pytest.mark.parametrize("data_parallel, hosts", [(8, 1), (16, 2), (64, 8)])
+def test_a_launch_on_several_hosts_says_to_add_the_rendezvous(tmp_path, data_parallel, hosts):
+    """The trial's 64-GPU launch was "torchrun --nnodes 8 --nproc-per-node 8" alone: run on 8
+    hosts as written, each starts its own job (torchrun's default rendezvous is this host).
+    Above the torchrun line of a launch on more than one host, a comment names what to add
+    (torchrun's --rdzv-id/--rdzv-backend/--rdzv-endpoint, or --node-rank 0 to hosts-1 with
+    --master-addr/--master-port); a one-host launch needs none and has none."""
+    session = _session(data_parallel=data_parallel, global_batch_size=128,
+                       cross_entropy_fusion_impl="native")
+    text = export_script(session)
+    lines = text.splitlines()
+    run = next(i for i, line in enumerate(lines) if line.startswith("torchrun "))
+    assert lines[run] == f"torchrun --nnodes {hosts} --nproc-per-node 8 pretrain_gpt.py \\"
+    above = " ".join(line for line in lines[:run] if line.startswith("#"))
+    if hosts == 1:
+        assert "rendezvous" not in text and "--node-rank" not in text
+        return
+    assert f"each of the {hosts} hosts" in above
+    for option in ("--rdzv-id", "--rdzv-backend c10d", "--rdzv-endpoint", "--node-rank R",
+                   f"(0 to {hosts - 1})", "--master-addr", "--master-port"):
+        assert option in above
+    # the comment is no argument: the launch reads back as the same plan
+    script = tmp_path / "run.sh"
+    script.write_text(text)
+    assert import_file(script).session.plan == session.plan

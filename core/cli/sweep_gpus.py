@@ -173,7 +173,8 @@ def print_choice(choice, console: Any, print_dimensions: Any = None,
     """What was held (the model, sequence length, batch, tokens and failure model; each row's
     node and network; with ``print_dimensions``, ``vtrain sweep``'s swept/held lines of the
     rows' sweeps as one), the combined front as a rich table, the best by days and by
-    dollars, and each row's sweep warnings (the first three, summarized)."""
+    dollars, with more than one row each row's own fastest and cheapest plan, and each row's
+    sweep warnings (the first three, summarized)."""
     from rich import box
     from rich.table import Table
 
@@ -242,6 +243,8 @@ def print_choice(choice, console: Any, print_dimensions: Any = None,
             f"{_days(p['days_p90'])}), {_money(p['expected_cost_usd'])}, goodput {p['goodput']:.1%}"))
     if deadline_days is not None:
         _print_deadline(choice, console, deadline_days)
+    if len(choice.sweeps) > 1:
+        _print_row_best(choice, console)
     console.print("[dim]expected: with failures, restarts and checkpoints (docs/goodput.md); "
                   f"band: the iteration time's {cov} error band of each store carried through "
                   "(none where the store has no calibration runs)[/]")
@@ -255,6 +258,46 @@ def print_choice(choice, console: Any, print_dimensions: Any = None,
     if choice.never_finish:
         console.print(f"[dim]{choice.never_finish:,} plans that fit never finish at this failure "
                       "rate and are left out[/]")
+
+
+def _print_row_best(choice, console: Any) -> None:
+    """Each sheet row's own fastest and cheapest plan by expected figures
+    (:meth:`~core.studies.gpu_choice.GpuChoice.row_best`, ``--json``'s ``rows``), one table:
+    the combined front may hold one kind only, and the others' figures are the comparison a
+    price sheet is for. A row without a plan that fits and finishes says so."""
+    from rich import box
+    from rich.table import Table
+
+    from core.util.console import esc
+    t = Table(title="Each kind's own fastest and cheapest plan (--json: rows)",
+              title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for col, just in (("GPU kind", "left"), ("best by", "left"), ("GPUs", "right"),
+                      ("plan", "left"), ("expected days", "right"), ("expected $", "right"),
+                      ("goodput", "right"), ("MFU", "right"), ("GiB/GPU", "right")):
+        t.add_column(col, justify=just, no_wrap=col != "plan")
+    tight_here = False
+    for r in range(len(choice.sweeps)):
+        fastest, cheapest = choice.row_best(r)
+        if fastest is None:
+            t.add_row(esc(choice.sheet.labels[r]), "-", "", "no plan that fits and finishes",
+                      "", "", "", "", "")
+            continue
+        picks = ([("fewest days, dollars", fastest)] if fastest == cheapest else
+                 [("fewest days", fastest), ("fewest dollars", cheapest)])
+        for name, k in picks:
+            p = choice.point(k)
+            tight = "~" if p["memory_verdict"] == "tight" else ""
+            tight_here = tight_here or bool(tight)
+            t.add_row(esc(choice.sheet.labels[r]), name, f"{p['num_gpus']:,}{tight}",
+                      esc(p["plan"]), _days(p["expected_days"]),
+                      _money(p["expected_cost_usd"]), f"{p['goodput']:.1%}", f"{p['mfu']:.1%}",
+                      "" if p["max_memory_per_gpu_bytes"] is None
+                      else f"{p['max_memory_per_gpu_bytes'] / 2**30:.1f}")
+    console.print(t)
+    if tight_here and not choice.num_tight_on_front:  # the front's note explains ~ otherwise
+        console.print("[dim]~ after the GPUs: tight, within the planner's memory margin "
+                      "(cluster.memory_reserve_fraction), or over the GPU's memory only with the "
+                      "allocator's cache[/]")
 
 
 def _print_deadline(choice, console: Any, deadline_days: float) -> None:

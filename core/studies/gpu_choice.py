@@ -260,6 +260,14 @@ class GpuChoice:
         out = ks[on]
         return out[np.lexsort((self.expected_cost_usd[out], self.expected_days[out]))]
 
+    def row_best(self, r: int) -> tuple[int | None, int | None]:
+        """Sheet row ``r``'s own fastest and cheapest point by expected figures (ties: the
+        other figure), each None where the row has no point; ``--json``'s ``rows`` give them
+        as ``fastest`` and ``cheapest``, the text as the table under the combined front."""
+        ks = np.flatnonzero(self.row == r)
+        return (_best(ks, self.expected_days, self.expected_cost_usd),
+                _best(ks, self.expected_cost_usd, self.expected_days))
+
     def session_for(self, k: int) -> Session:
         """The session of point ``k``: its GPUs, price and plan."""
         return self.sweeps[int(self.row[k])].session_for(int(self.index[k]))
@@ -274,7 +282,7 @@ class GpuChoice:
         pick = (lambda k: None if k is None else self.point(k))
         rows = []
         for r, res in enumerate(self.sweeps):
-            ks = np.flatnonzero(self.row == r)
+            fastest, cheapest = self.row_best(r)
             c = self.counts[r]
             rows.append({"label": self.sheet.labels[r], "num_plans": c["num_plans"],
                          "num_feasible": c["num_feasible"], "num_pruned": c["num_pruned"],
@@ -282,8 +290,7 @@ class GpuChoice:
                          "gpus_per_node": res.session.cluster.gpus_per_node,
                          "node_network_gbits_per_s": node_network(res.session.cluster),
                          "warnings": list(res.warnings), "dimensions": res.dimensions,
-                         "fastest": pick(_best(ks, self.expected_days, self.expected_cost_usd)),
-                         "cheapest": pick(_best(ks, self.expected_cost_usd, self.expected_days))})
+                         "fastest": pick(fastest), "cheapest": pick(cheapest)})
         s = self.sweeps[0].session if self.sweeps else None
         return {"sheet": self.sheet.to_dict(), "rows": rows,
                 "front": [self.point(k) for k in self.front.tolist()],

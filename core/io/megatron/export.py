@@ -471,14 +471,27 @@ def _session_arguments(session: Session) -> list[str]:
 #: ``--lr`` or the data (``../shared/data/megatron-lm/arguments.json``: ``--lr``,
 #: ``--data-path``, ``--save`` and ``--load`` default to None, ``--mock-data`` to False); nor
 #: the model's numerics that the session does not hold (``--rotary-base`` and the like:
-#: they do not change the iteration time), which ``--into`` keeps from the user's script.
+#: they do not change the iteration time; each named one is ``neutral`` in
+#: ``resources/megatron_arguments.json``, none a modelled field the launch may write, as
+#: ``--attention-dropout`` is), which ``--into`` keeps from the user's script.
 NOT_IN_THE_PLAN = (
     "not set by the plan; add them for a run: the data (--data-path PREFIX, or --mock-data for",
     "a benchmark), the learning rate and its schedule (--lr has no default), checkpoints",
     "(--save, --load) and logging; and the model's numerics that do not change the",
     "iteration time, which the session does not hold (--rotary-base, --norm-epsilon,",
-    "--init-method-std, --attention-dropout, ...): vtrain export megatron-args --into",
+    "--init-method-std, --use-rope-scaling, ...): vtrain export megatron-args --into",
     "YOUR_SCRIPT.sh --out NEW.sh keeps your launch's own lines and replaces the plan's",
+)
+
+#: Written above the torchrun line of a launch on more than one host: torchrun starts the
+#: processes of one host, and the hosts find each other only through a rendezvous, which the
+#: session cannot know (PyTorch's torchrun documentation, "Multi-node multi-worker":
+#: ``--nnodes``, ``--nproc-per-node``, ``--rdzv-id``, ``--rdzv-backend c10d``,
+#: ``--rdzv-endpoint``; or the static ``--node-rank`` and ``--master-addr``/``--master-port``).
+RENDEZVOUS = (
+    "run this on each of the {n} hosts with the rendezvous added to torchrun: --rdzv-id JOB",
+    "--rdzv-backend c10d --rdzv-endpoint HOST:PORT (one of the hosts), or --node-rank R",
+    "(0 to {last}) --master-addr HOST --master-port PORT; without it each host starts alone",
 )
 
 
@@ -494,8 +507,10 @@ def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
     (:func:`core.plan.cluster.gpus_per_host`: 8 on HGX boards, 4 in a GB200 NVL72 compute
     tray, whose rack of 72 is one ``cluster.gpus_per_node``; a world inside one such rack
     takes the largest g up to the host's that divides it: 6 GB200s run as 2 hosts of 3,
-    :func:`core.plan.cluster.processes_per_host`); a token budget that is not a whole number
-    of sequences is rounded (noted in a comment).
+    :func:`core.plan.cluster.processes_per_host`); on more than one host a comment above the
+    torchrun line (:data:`RENDEZVOUS`) says to add the rendezvous, which the session cannot
+    know; a token budget that is not a whole number of sequences is rounded (noted in a
+    comment).
 
     Raises
     ------
@@ -519,9 +534,13 @@ def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
              shell_comment(f"{session.model.name} on {world} x {cl.gpu}: t={pl.tensor_parallel} "
                            f"p={pl.pipeline_parallel}{f' cp={cp}' if cp > 1 else ''} "
                            f"d={pl.data_parallel} (written by vtrain export megatron-args)"),
-             cluster_comment(cl), *environment_lines(args, cl.gpu),
-             f"torchrun --nnodes {world // per_node} --nproc-per-node {per_node} "
-             f"{shell_word(script)} \\"]
+             cluster_comment(cl), *environment_lines(args, cl.gpu)]
+    hosts = world // per_node
+    if hosts > 1:
+        lines += [shell_comment(line.format(n=f"{hosts:,}", last=hosts - 1))
+                  for line in RENDEZVOUS]
+    lines.append(f"torchrun --nnodes {hosts} --nproc-per-node {per_node} "
+                 f"{shell_word(script)} \\")
     i = 0
     while i < len(args):
         j = i + 1
