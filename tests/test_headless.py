@@ -204,6 +204,13 @@ def test_import_preset_writes_a_session_of_every_preset_that_simulates(tmp_path,
         assert json.loads(capsys.readouterr().out)["num_gpus"] == 8
     assert main(["import", "preset", "Llama 4", "--out", str(out)]) == 2
     assert "'Llama 4' is not a preset; the presets are GPT-3 1.3B" in capsys.readouterr().err
+    # Llama 3.1 70B has Llama 3 70B's shapes (only the RoPE scaling differs): named as closest
+    assert main(["import", "preset", "Llama 3.1 70B", "--out", str(out)]) == 2
+    assert ("'Llama 3.1 70B' is not a preset (closest: 'Llama 3 70B', 'Llama 3.1 405B'); the "
+            "presets are GPT-3 1.3B") in capsys.readouterr().err
+    # hyphens, case and spacing ignored: the Hub's spelling names the preset
+    assert main(["import", "preset", "qwen3 30b  a3b", "--out", str(out)]) == 0
+    assert load_session(out).model == MODEL_PRESETS["Qwen3-30B-A3B"]
 
 
 @pytest.mark.parametrize("argv, usage", [

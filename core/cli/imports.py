@@ -110,7 +110,7 @@ def _preset(args: argparse.Namespace) -> int:
 
     from core.plan.cluster import ClusterConfig
     from core.plan.fields import ConfigError, FieldError
-    from core.plan.presets import MODEL_PRESETS, preset_name
+    from core.plan.presets import MODEL_PRESETS, preset_name, unknown_preset
     from core.plan.rules import check
     from core.plan.session import Session
     from core.io.start_plan import default_plan, start_recompute
@@ -120,8 +120,7 @@ def _preset(args: argparse.Namespace) -> int:
     check_outputs([("--out", args.out)], [])
     name = preset_name(args.name)
     if name is None:
-        raise ConfigError([FieldError("PRESET", f"{args.name!r} is not a preset; the presets are "
-                                      + ", ".join(MODEL_PRESETS))])
+        raise ConfigError([FieldError("PRESET", unknown_preset(args.name))])
     model = dataclasses.replace(MODEL_PRESETS[name])
     check_seq_length(args.seq_length)
     if args.seq_length is not None:

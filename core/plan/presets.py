@@ -12,7 +12,7 @@ from typing import Any
 
 from core.plan.model_config import GPT_SHAPE_FIELDS, ModelConfig, model_from_fields
 
-__all__ = ["GPT_FAMILY", "LLAMA_FAMILY", "MODEL_PRESETS", "preset_name"]
+__all__ = ["GPT_FAMILY", "LLAMA_FAMILY", "MODEL_PRESETS", "preset_name", "unknown_preset"]
 
 
 #: Megatron-LM's GPT values of every model field but the shape (:data:`GPT_SHAPE_FIELDS`): what
@@ -132,7 +132,24 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
 
 
 def preset_name(text: str) -> str | None:
-    """The key of :data:`MODEL_PRESETS` that ``text`` names, case and spacing ignored
-    (``"llama 3  8b"`` is ``"Llama 3 8B"``), or None."""
-    names = {n.lower(): n for n in MODEL_PRESETS}
-    return names.get(" ".join(text.split()).lower())
+    """The key of :data:`MODEL_PRESETS` that ``text`` names, case, spacing and hyphens ignored
+    (``"llama 3  8b"`` is ``"Llama 3 8B"``, ``"qwen3 30b a3b"`` is ``"Qwen3-30B-A3B"``; no two
+    presets differ in these alone), or None."""
+    return {_key(n): n for n in MODEL_PRESETS}.get(_key(text))
+
+
+def _key(text: str) -> str:
+    """``text`` lower-cased, hyphens as spaces, runs of spaces as one."""
+    return " ".join(text.replace("-", " ").split()).lower()
+
+
+def unknown_preset(text: object) -> str:
+    """The message refusing ``text`` as a preset name: the closest preset names first where
+    some are close (:func:`difflib.get_close_matches`, case and spacing ignored; ``"Llama 3.1
+    70B"`` is closest to ``"Llama 3 70B"``), then every preset."""
+    import difflib
+    names = {_key(n): n for n in MODEL_PRESETS}
+    close = (difflib.get_close_matches(_key(text), list(names), n=2, cutoff=0.8)
+             if isinstance(text, str) else [])
+    hint = (" (closest: " + ", ".join(repr(names[c]) for c in close) + ")") if close else ""
+    return f"{text!r} is not a preset{hint}; the presets are " + ", ".join(MODEL_PRESETS)

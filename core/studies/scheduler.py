@@ -48,7 +48,7 @@ import numpy as np
 
 from core.plan.fields import BOUNDS, MAX_STRING_LENGTH, ConfigError, FieldError
 from core.plan.model_config import ModelConfig, model_from_fields
-from core.plan.presets import GPT_FAMILY, MODEL_PRESETS
+from core.plan.presets import GPT_FAMILY, MODEL_PRESETS, unknown_preset
 from core.plan.session import Session
 
 __all__ = ["POLICIES", "Job", "read_jobs", "jobs_from_list", "gpu_counts", "throughput_table",
@@ -181,8 +181,7 @@ def _job_model(it: dict[str, Any], where: str, errs: list[FieldError]) -> ModelC
         preset = it["model"]
         model = MODEL_PRESETS.get(preset) if isinstance(preset, str) else None
         if model is None:
-            errs.append(FieldError(f"{where}.model", f"{preset!r} is not a preset; "
-                                   f"known: {', '.join(MODEL_PRESETS)}"))
+            errs.append(FieldError(f"{where}.model", unknown_preset(preset)))
             return None
         return ModelConfig(**{**model.__dict__})
     # a GPT shape (the trace's keys cannot name another family): every shape key the
