@@ -593,9 +593,13 @@ def test_zero_1_and_zero_2_at_one_micro_batch_are_one_front_point(tmp_path, caps
     assert main(["sweep", str(example), "--gpus-from", str(sheet), "--zero-stages", "1,2",
                  "--tensor-parallel", "1", "--micro-batch-sizes", "4", "--schedules", "1f1b",
                  "--recompute", "none", "--json"]) == 0
-    front = json.loads(capsys.readouterr().out)["front"]
+    doc = json.loads(capsys.readouterr().out)
+    front = doc["front"]
     at64 = [p for p in front if p["num_gpus"] == 64]
     assert len(at64) == 1 and " zero=2 " in at64[0]["plan"]
+    # the row's own fastest plan breaks the tie as the front and best_by_days do (it was the
+    # ZeRO-1 twin, 5 GiB more per GPU, while best_by_days named ZeRO-2)
+    assert doc["rows"][0]["fastest"] == doc["best_by_days"] == at64[0]
     # its ZeRO-1 twin: the same iteration time, memory more by the unsharded fp32 gradients
     session = load_any(example)
     k = front.index(at64[0])

@@ -273,6 +273,7 @@ class GpuChoice:
         ``interval_coverage``, ``training_tokens``."""
         pick = (lambda k: None if k is None else self.point(k))
         rows = []
+        mem = self.memory_bytes
         for r, res in enumerate(self.sweeps):
             ks = np.flatnonzero(self.row == r)
             c = self.counts[r]
@@ -282,8 +283,10 @@ class GpuChoice:
                          "gpus_per_node": res.session.cluster.gpus_per_node,
                          "node_network_gbits_per_s": node_network(res.session.cluster),
                          "warnings": list(res.warnings), "dimensions": res.dimensions,
-                         "fastest": pick(_best(ks, self.expected_days, self.expected_cost_usd)),
-                         "cheapest": pick(_best(ks, self.expected_cost_usd, self.expected_days))})
+                         "fastest": pick(_best(ks, self.expected_days, self.expected_cost_usd,
+                                               mem)),
+                         "cheapest": pick(_best(ks, self.expected_cost_usd, self.expected_days,
+                                                mem))})
         s = self.sweeps[0].session if self.sweeps else None
         return {"sheet": self.sheet.to_dict(), "rows": rows,
                 "front": [self.point(k) for k in self.front.tolist()],
@@ -296,13 +299,15 @@ class GpuChoice:
                 "training_tokens": s.cost.training_tokens if s is not None else None}
 
 
-def _best(ks: np.ndarray, first: np.ndarray, second: np.ndarray) -> int | None:
-    """Point of ``ks`` least in ``first`` (ties: ``second``), or None."""
+def _best(ks: np.ndarray, first: np.ndarray, second: np.ndarray,
+          memory: np.ndarray) -> int | None:
+    """Point of ``ks`` least in ``first`` (ties: ``second``, then the least ``memory`` per GPU,
+    bytes, as the combined front and :attr:`GpuChoice.best_by_days` break them), or None."""
     if ks.size == 0:
         return None
     mask = np.zeros(first.shape, bool)
     mask[ks] = np.isfinite(first[ks])
-    return best_row(first, second, mask)
+    return best_row(first, second, mask, memory)
 
 
 def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, workers: int = 1,
@@ -484,7 +489,7 @@ def _combine(sheet: PriceSheet, parts: list[_RowPoints], coverage: float) -> Gpu
     per_row = []
     for r in range(len(parts)):
         ks = np.flatnonzero(row == r)
-        per_row += [_best(ks, days_a, cost_a), _best(ks, cost_a, days_a)]
+        per_row += [_best(ks, days_a, cost_a, mem), _best(ks, cost_a, days_a, mem)]
     for k in {*front.tolist(), choice.best_by_days, choice.best_by_dollars, *per_row} - {None}:
         choice.band[k] = _band(choice, k)
     return choice
