@@ -167,6 +167,8 @@ def test_row_session_keeps_the_sessions_own_cluster_and_resets_another_kinds():
     ("H100 SXM,2,,,,", "max_gpus"),
     ("H100 SXM,2,8,16,,", "gpus_per_node"),
     ("H100 SXM,2,8,8,,2026-13-01", "date"),
+    ("H100 SXM,2,8,8,,2025-02-29", "date"),  # read as a date before: no 29 February in 2025
+    ("H100 SXM,2,8,8,,2026-04-31", "date"),
     ("missing.h5,2,8,,,", "gpu"),
     ("H100 SXM,1_5,8,,,", "price_per_gpu_hour_usd"),  # float() read it as 15
     ("H100 SXM,1e-320,8,,,", "price_per_gpu_hour_usd"),  # was named by GPU kind, not file
