@@ -242,6 +242,11 @@ def test_no_point_says_why_none_fits_or_none_finishes(tmp_path, capsys):
     assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "best by fewest days: none (no plan fits in memory on any GPU kind)" in out
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--workers", "1",
+                 "--deadline-days", "30"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("cheapest within 30 expected days: none (no plan fits in memory on any GPU kind)"
+            in out)
     fine = choose_gpus(tiny_session(), PriceSheet(SHEET))
     assert fine.no_point_reason() == ""
     for k in range(fine.num_points):
