@@ -167,6 +167,8 @@ def test_row_session_keeps_the_sessions_own_cluster_and_resets_another_kinds():
     ("H100 SXM,2,,,,", "max_gpus"),
     ("H100 SXM,2,8,16,,", "gpus_per_node"),
     ("H100 SXM,2,8,8,,2026-13-01", "date"),
+    ("H100 SXM,2,8,8,,2025-02-29", "date"),  # read as a date before: no 29 February in 2025
+    ("H100 SXM,2,8,8,,2026-04-31", "date"),
     ("missing.h5,2,8,,,", "gpu"),
     ("H100 SXM,1_5,8,,,", "price_per_gpu_hour_usd"),  # float() read it as 15
     ("H100 SXM,1e-320,8,,,", "price_per_gpu_hour_usd"),  # was named by GPU kind, not file
@@ -240,6 +242,11 @@ def test_no_point_says_why_none_fits_or_none_finishes(tmp_path, capsys):
     assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "best by fewest days: none (no plan fits in memory on any GPU kind)" in out
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--workers", "1",
+                 "--deadline-days", "30"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("cheapest within 30 expected days: none (no plan fits in memory on any GPU kind)"
+            in out)
     fine = choose_gpus(tiny_session(), PriceSheet(SHEET))
     assert fine.no_point_reason() == ""
     for k in range(fine.num_points):
@@ -593,9 +600,13 @@ def test_zero_1_and_zero_2_at_one_micro_batch_are_one_front_point(tmp_path, caps
     assert main(["sweep", str(example), "--gpus-from", str(sheet), "--zero-stages", "1,2",
                  "--tensor-parallel", "1", "--micro-batch-sizes", "4", "--schedules", "1f1b",
                  "--recompute", "none", "--json"]) == 0
-    front = json.loads(capsys.readouterr().out)["front"]
+    doc = json.loads(capsys.readouterr().out)
+    front = doc["front"]
     at64 = [p for p in front if p["num_gpus"] == 64]
     assert len(at64) == 1 and " zero=2 " in at64[0]["plan"]
+    # the row's own fastest plan breaks the tie as the front and best_by_days do (it was the
+    # ZeRO-1 twin, 5 GiB more per GPU, while best_by_days named ZeRO-2)
+    assert doc["rows"][0]["fastest"] == doc["best_by_days"] == at64[0]
     # its ZeRO-1 twin: the same iteration time, memory more by the unsharded fp32 gradients
     session = load_any(example)
     k = front.index(at64[0])

@@ -654,6 +654,30 @@ def test_every_subcommand_and_argument_has_help():
     assert missing == []
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["optimal", "{ex}", "--gpus", "8", "--flops", "-1e20"],
+     "--flops: -1e+20 must be a positive number of FLOPs"),
+    (["optimal", "{ex}", "--gpus", "8", "--days", "-inf"],
+     "--days: -inf must be a number above 0 and at most 3,650"),
+    (["sweep", "{ex}", "--gpus", "8", "--tokens", "-2.5E3"],
+     "--tokens: -2500.0 must be a positive finite number"),
+    (["sweep", "{ex}", "--gpus", "8", "--deadline-days", "-1e-3"],
+     "--deadline-days: -0.001 must be a positive finite number"),
+])
+def test_a_negative_number_in_exponent_form_is_an_options_value(capsys, argv, message):
+    """argparse reads only -5 and -.5 as negative numbers: "--flops -1e20" was "argument
+    --flops: expected one argument", the rule unsaid. Every form of a negative float is the
+    option's value, refused by the option's own check (exit 2, one line)."""
+    from core.cli import build_parser, main
+    ex = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    assert main([a.format(ex=ex) for a in argv]) == 2
+    assert capsys.readouterr().err == f"vtrain: error: {message}\n"
+    # sub-sub-parsers too (vtrain import ..., export ..., trace ...)
+    sub = build_parser()._subparsers._group_actions[0].choices["import"]
+    verbs = sub._subparsers._group_actions[0].choices
+    assert all(p._negative_number_matcher.match("-1e20") for p in verbs.values())
+
+
 def test_report_shows_the_parameter_count():
     proc = cli("simulate", str(EXAMPLES / "gpt3_175b.json"))
     n = num_parameters(load_any(EXAMPLES / "gpt3_175b.json").model, 8)

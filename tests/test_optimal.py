@@ -358,6 +358,36 @@ def test_a_budget_shorter_than_one_iteration_is_refused_not_given_a_loss(capsys)
             assert c.reason.startswith("less than one iteration in the budget")
 
 
+@pytest.mark.parametrize("option, value, days, unit", [
+    # 1e-6 GPU-hours on 8 GPUs: 1e-6 / (8 x 24) days; 1 FLOP: 1 / (8 x 312e12 x 86,400 x 0.4)
+    ("--gpu-hours", "1e-6", 1e-6 / (8 * 24), "GPU-hours"),
+    ("--flops", "1", 1 / (8 * 312e12 * 86400 * 0.4), "FLOPs"),
+])
+def test_a_budget_below_one_iteration_is_refused_naming_the_option_given(capsys, option, value,
+                                                                           days, unit):
+    """A --gpu-hours or --flops budget shorter than one iteration was refused as "--days:
+    5.20833e-09 days is shorter ...", an option the command was not given; it names the option
+    and value typed, with the days they are (the A100's 312 TFLOP/s, MFU 0.4)."""
+    assert main(["optimal", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "8",
+                 option, value, "--candidates", "2", "--hold-session-values"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vtrain: error: {option}: {float(value):g} {unit} ({days:.3g} days on "
+                          "8 GPUs) is shorter than one iteration"), err
+    assert "--days" not in err
+
+
+def test_a_gpu_count_out_of_range_is_refused_before_any_warning(capsys):
+    """--gpus 1000001 with a batch of 256 printed the small-batch warning (t*p*cp >= 3,907)
+    before refusing the count; the count is refused first, alone (MAX_GPUS = 1,000,000)."""
+    from core.studies.optimal import MAX_GPUS
+    assert MAX_GPUS == 1_000_000
+    assert main(["optimal", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "1000001",
+                 "--days", "1"]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err == "vtrain: error: --gpus: 1000001 must be an integer from 1 to 1,000,000\n"
+
+
 def test_the_table_names_a_block_of_recomputed_layers(capsys):
     """A candidate whose fastest plan recomputes only the first layers of each model chunk
     (plan.recompute_num_layers, Megatron-LM's --recompute-method block) reads "full (block,

@@ -55,10 +55,25 @@ SUBCOMMANDS = {"simulate": simulate, "gui": gui, "profile": profile, "sweep": sw
                "trace": trace}
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, reading a word that is a negative number in any of Python's float
+    forms (``-1e20``, ``-inf``, ``-nan``, ``-1.5E+3``) as an option's value, so that the
+    option's own check names it and its rule (``--flops: -1e+20 must be a positive number
+    of FLOPs``). argparse's own pattern knows only ``-5`` and ``-.5``: ``--flops -1e20`` was
+    "argument --flops: expected one argument". Every sub-parser is of this class
+    (``add_subparsers`` makes its parsers of the parent's class)."""
+
+    def __init__(self, *args, **kwargs):
+        import re
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(
+            r"^-(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``vtrain`` (subcommands simulate, gui, profile, sweep, optimal,
     schedule, validate, calibrate, import, export, diff, trace)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="vtrain", description="Predict the iteration time, cost and memory of LLM training "
                                    "plans (after vTrain, MICRO 2024).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -131,6 +131,12 @@ def run(args: argparse.Namespace) -> int:
         args.days = days_for_gpu_hours(args.gpus, args.gpu_hours)
     if given["value"] is not None:
         given["value"] = float(given["value"])
+    from core.studies.optimal import check_budget  # refused before any warning is printed
+    check_budget(args.gpus, args.days, args.assumed_mfu, args.candidates, args.spread)
+    budget_given = None  # a refusal names the budget as given, not --days when it was not
+    if given["option"] != "--days":
+        unit = "FLOPs" if given["option"] == "--flops" else "GPU-hours"
+        budget_given = (given["option"], f"{given['value']:g} {unit}")
     notice = None
     if not args.json:  # said before the sweeps run (minutes), not only under the table
         from core.studies.optimal import small_batch_note
@@ -146,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     result = compute_optimal(session, args.gpus, args.days, assumed_mfu=args.assumed_mfu,
                              num_candidates=args.candidates, spread=args.spread, progress=progress,
                              hold_session_values=args.hold_session_values, notice=notice,
-                             no_tight=args.no_tight)
+                             no_tight=args.no_tight, budget_given=budget_given)
     # the study is printed before --out is refused (no candidate has a plan): its minutes of
     # sweeps and its reasons are not lost
     if args.json:

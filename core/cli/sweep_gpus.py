@@ -303,7 +303,8 @@ def _print_row_best(choice, console: Any) -> None:
 def _print_deadline(choice, console: Any, deadline_days: float) -> None:
     """``--deadline-days D``'s line: the cheapest point whose expected days (failures
     included) are at most ``D`` (:meth:`~core.studies.gpu_choice.GpuChoice.within_deadline`),
-    or, when none is, the fastest point's expected days."""
+    or, when none is, the fastest point's expected days, or, without any point, why none
+    (:meth:`~core.studies.gpu_choice.GpuChoice.no_point_reason`: "none" alone said nothing)."""
     from core.util.console import esc
     k = choice.within_deadline(deadline_days)
     if k is not None:
@@ -313,7 +314,7 @@ def _print_deadline(choice, console: Any, deadline_days: float) -> None:
             f"{p['plan']}: {_days(p['expected_days'])} days, {_money(p['expected_cost_usd'])}, "
             f"goodput {p['goodput']:.1%}"))
         return
-    fastest = ("" if choice.best_by_days is None else
+    fastest = (f" ({choice.no_point_reason()})" if choice.best_by_days is None else
                f"; the fastest takes {_days(choice.point(choice.best_by_days)['expected_days'])}"
                " expected days (more GPUs: raise the sheet's max_gpus)")
     console.print(esc(f"cheapest within {deadline_days:g} expected days: none{fastest}"),

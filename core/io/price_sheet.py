@@ -51,6 +51,17 @@ MAX_PRICE_ROWS = 64
 _DATE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?$")
 
 
+def _calendar_date(text: str) -> bool:
+    """Whether ``text`` (``YYYY-MM-DD``, matched by ``_DATE``) is a day that exists
+    (:class:`datetime.date`: ``2024-02-29`` does, ``2025-02-29`` and ``2025-04-31`` do not)."""
+    import datetime
+    try:
+        datetime.date(int(text[:4]), int(text[5:7]), int(text[8:10]))
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class PriceRow:
     """One offer of a price sheet.
@@ -228,6 +239,9 @@ def _row(cells: dict[str, str], where: str, line: int, base: Path | None,
     date = cells.get("date", "")
     if date and not _DATE.match(date):
         errors.append(FieldError(f"{where}: date", f"{date!r} must be YYYY-MM-DD or YYYY-MM"))
+    elif len(date) == 10 and not _calendar_date(date):  # the pattern lets 2025-02-30 through
+        errors.append(FieldError(f"{where}: date", f"{date!r} is no day of the calendar "
+                                                   "(YYYY-MM-DD)"))
     if len(errors) > n0:
         return None
     return PriceRow(gpu=kind[0], price_per_gpu_hour_usd=float(price), max_gpus=int(max_gpus),

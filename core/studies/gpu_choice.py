@@ -262,11 +262,12 @@ class GpuChoice:
 
     def row_best(self, r: int) -> tuple[int | None, int | None]:
         """Sheet row ``r``'s own fastest and cheapest point by expected figures (ties: the
-        other figure), each None where the row has no point; ``--json``'s ``rows`` give them
+        other figure, then the least memory per GPU), each None where the row has no point; ``--json``'s ``rows`` give them
         as ``fastest`` and ``cheapest``, the text as the table under the combined front."""
         ks = np.flatnonzero(self.row == r)
-        return (_best(ks, self.expected_days, self.expected_cost_usd),
-                _best(ks, self.expected_cost_usd, self.expected_days))
+        mem = self.memory_bytes
+        return (_best(ks, self.expected_days, self.expected_cost_usd, mem),
+                _best(ks, self.expected_cost_usd, self.expected_days, mem))
 
     def session_for(self, k: int) -> Session:
         """The session of point ``k``: its GPUs, price and plan."""
@@ -303,13 +304,15 @@ class GpuChoice:
                 "training_tokens": s.cost.training_tokens if s is not None else None}
 
 
-def _best(ks: np.ndarray, first: np.ndarray, second: np.ndarray) -> int | None:
-    """Point of ``ks`` least in ``first`` (ties: ``second``), or None."""
+def _best(ks: np.ndarray, first: np.ndarray, second: np.ndarray,
+          memory: np.ndarray) -> int | None:
+    """Point of ``ks`` least in ``first`` (ties: ``second``, then the least ``memory`` per GPU,
+    bytes, as the combined front and :attr:`GpuChoice.best_by_days` break them), or None."""
     if ks.size == 0:
         return None
     mask = np.zeros(first.shape, bool)
     mask[ks] = np.isfinite(first[ks])
-    return best_row(first, second, mask)
+    return best_row(first, second, mask, memory)
 
 
 def choose_gpus(session: Session, sheet: PriceSheet, *, prune: bool = True, workers: int = 1,
@@ -491,7 +494,7 @@ def _combine(sheet: PriceSheet, parts: list[_RowPoints], coverage: float) -> Gpu
     per_row = []
     for r in range(len(parts)):
         ks = np.flatnonzero(row == r)
-        per_row += [_best(ks, days_a, cost_a), _best(ks, cost_a, days_a)]
+        per_row += [_best(ks, days_a, cost_a, mem), _best(ks, cost_a, days_a, mem)]
     for k in {*front.tolist(), choice.best_by_days, choice.best_by_dollars, *per_row} - {None}:
         choice.band[k] = _band(choice, k)
     return choice

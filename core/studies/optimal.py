@@ -53,7 +53,7 @@ from core.model.counts import num_parameters
 
 __all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "format_params",
            "shape_like", "gpt_template", "check_template", "shape_family", "template_summary",
-           "template_text", "days_for_gpu_hours",
+           "template_text", "days_for_gpu_hours", "check_budget",
            "no_plan_explanation", "no_rule_candidate_note", "Candidate",
            "OptimalResult", "compute_optimal", "days_for_flops", "study_inputs",
            "candidate_session"]
@@ -458,9 +458,11 @@ def _num(v: float) -> float | None:
     return None if not math.isfinite(v) else float(v)
 
 
-def _check_budget(num_gpus: int, days: float, assumed_mfu: float, num_candidates: int,
-                  spread: float) -> None:
-    """Check :func:`compute_optimal`'s budget arguments.
+def check_budget(num_gpus: int, days: float, assumed_mfu: float, num_candidates: int,
+                 spread: float) -> None:
+    """Check :func:`compute_optimal`'s budget arguments (``days`` in days), as it does first;
+    ``vtrain optimal`` calls it before it prints anything (its small-batch warning was printed
+    for ``--gpus 1000001`` before the refusal of that count).
 
     Raises
     ------
@@ -660,7 +662,8 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
                     progress: Callable[[int, int, str], None] | None = None,
                     cancel: Any = None, hold_session_values: bool = False,
                     notice: Callable[[str], None] | None = None,
-                    no_tight: bool = False) -> OptimalResult:
+                    no_tight: bool = False,
+                    budget_given: tuple[str, str] | None = None) -> OptimalResult:
     """The model that trains to the lowest Chinchilla loss on ``num_gpus`` GPUs in ``days`` days.
 
     Parameters
@@ -700,15 +703,20 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         ``no_tight``, ``vtrain optimal --no-tight``): each trains with its fastest plan that
         fits outside ``cluster.memory_reserve_fraction``. Default False: a tight plan may be
         the fastest (marked ~).
+    budget_given : (option, text), optional
+        How the budget was given when not as ``days`` (``("--gpu-hours", "1e-06 GPU-hours")``,
+        ``days`` being :func:`days_for_gpu_hours` of it): the error of a budget shorter than
+        one iteration names that option and value, not ``--days``, which was not given.
 
     Raises
     ------
     ConfigError
         The session's model is a mixture-of-experts or latent-attention model
         (:func:`check_template`, named ``model.num_experts`` / ``model.multi_latent_attention``);
-        a budget argument out of range (named as the CLI option), or ``days`` shorter than
-        one iteration (B x s tokens) of every candidate's fastest plan (``--days``); a
-        candidate that trains less than one iteration has no loss and says so in its reason.
+        a budget argument out of range (named as the CLI option: :func:`check_budget`), or
+        ``days`` shorter than one iteration (B x s tokens) of every candidate's fastest plan
+        (``--days``, or ``budget_given``'s option); a candidate that trains less than one
+        iteration has no loss and says so in its reason.
     core.studies.sweep.SweepCancelled
         ``cancel`` was set.
     """
@@ -716,7 +724,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     from core.studies.sweep import SweepSpace, merge_dimensions
 
     check_template(session.model)
-    _check_budget(num_gpus, days, assumed_mfu, num_candidates, spread)
+    check_budget(num_gpus, days, assumed_mfu, num_candidates, spread)
     store = store or session_profile(session)
     from core.sim.costing import mfu_peak_flops  # MFU's peak (BF16 for FP8, TF32 with tf32)
     peak = mfu_peak_flops(store, session.plan)
@@ -751,7 +759,10 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     if out.best is None and planned:  # every plan that runs trains less than one iteration
         shortest = min((session.plan.global_batch_size * c.model.seq_length) / c.tokens_per_s
                        for c in planned)
-        raise ConfigError([FieldError("--days", f"{days:g} days is shorter than one iteration "
+        option, budget = budget_given or ("--days", f"{days:g} days")
+        if budget_given:
+            budget += f" ({days:.3g} days on {num_gpus:,} GPUs)"
+        raise ConfigError([FieldError(option, f"{budget} is shorter than one iteration "
                                       f"of every candidate's fastest plan (the shortest takes "
                                       f"{shortest:.3g} s, {shortest / 86400:.3g} days)")])
     return out
