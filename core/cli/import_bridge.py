@@ -18,7 +18,8 @@ import argparse
 from typing import Any
 
 from core.cli.common import integer_arg, path_arg
-from core.cli.common import UsageError, check_outputs, field_error, plan_fit_note
+from core.cli.common import (UsageError, check_outputs, cluster_of_gpu, field_error,
+                             plan_fit_note)
 
 __all__ = ["add_source", "run", "recipe_rows", "find_recipe"]
 
@@ -208,4 +209,40 @@ def _recipe(args: argparse.Namespace) -> int:
 
 def _run_config(args: argparse.Namespace) -> int:
     """``vtrain import bridge RUN_CONFIG.yaml --gpu KIND --gpus N --out SESSION.json``."""
-    raise UsageError("vtrain import bridge RUN_CONFIG.yaml: not available yet")
+    from core.io.bridge_import import read_run_config
+    from core.io.session import save_session
+    from core.util.text import printable
+    if args.model is not None:
+        raise UsageError("vtrain import bridge RUN_CONFIG.yaml: --model is for --list (the "
+                         "file's model section is the model)")
+    missing = [o for o, v in (("--gpu KIND", args.gpu), ("--gpus N", args.gpus)) if v is None]
+    if missing:
+        raise UsageError(f"vtrain import bridge RUN_CONFIG.yaml: give {' and '.join(missing)}: "
+                         "a run_config.yaml keeps neither the GPU kind nor the world size "
+                         "(Megatron-Bridge computes the data-parallel size from the world size "
+                         "at run time)")
+    for name, value in (("--gpus", args.gpus), ("--gpus-per-node", args.gpus_per_node)):
+        if value is not None and value < 1:
+            raise field_error(name, f"{value} must be a positive integer")
+    gpu = cluster_of_gpu(args.gpu).gpu  # refused before reading (the kinds listed)
+    check_outputs([("--out", args.out)], [args.run_config])
+    imp = read_run_config(args.run_config, gpu=gpu, num_gpus=args.gpus,
+                          gpus_per_node=args.gpus_per_node)
+    save_session(imp.session, args.out)
+    s = imp.session
+    print(printable(f"{s.model.name}: plan {s.plan.label()}, B={s.plan.global_batch_size:,}, "
+                    f"{s.plan.precision} on {s.plan.num_gpus:,} x {s.cluster.gpu} "
+                    f"({s.cluster.gpus_per_node} per node; --gpu and --gpus, which the file "
+                    f"does not keep); wrote {args.out}"))
+    for path, what in imp.used.items():
+        print(printable(f"  used {path}: {what}"))
+    for path, why in imp.ignored.items():
+        print(printable(f"  ignored {path}: {why}"))
+    for about, note in imp.notes:
+        print(printable(f"  note: {about}: {note}"))
+    if imp.neutral:
+        print(printable("  no effect on the iteration time: " + ", ".join(imp.neutral)))
+    fit = plan_fit_note(s, args.out)
+    if fit:
+        print(printable(f"  note: {fit}"))
+    return 0
