@@ -313,3 +313,23 @@ def test_every_field_at_its_default_changes_nothing(tmp_path):
     assert a.session.plan == b.session.plan and a.session.model == b.session.model
     assert set(a.ignored) == {"train.manual_gc", "train.manual_gc_interval",
                               "model.moe_token_dispatcher_type", "model.fp8_recipe"}
+
+
+def test_moe_and_mla_providers(tmp_path):
+    """Mixture-of-experts fields (TransformerConfig's num_moe_experts is Megatron-LM's
+    --num-experts) and the MLAModelProvider's _target_ (read as --multi-latent-attention, its
+    q_lora_rank / kv_lora_rank fields as the arguments of the same names)."""
+    from core.io.bridge_import import read_run_config
+    doc = _doc()
+    doc["model"].update(num_moe_experts=8, moe_router_topk=2, moe_ffn_hidden_size=14336,
+                        expert_model_parallel_size=2, moe_grouped_gemm=True)
+    s = read_run_config(_write(tmp_path, doc), gpu=H100, num_gpus=8).session
+    assert (s.model.num_experts, s.model.moe_top_k, s.model.moe_ffn_hidden_size,
+            s.plan.expert_parallel) == (8, 2, 14336, 2)
+    doc = _doc()
+    doc["model"].update(_target_="megatron.bridge.models.mla_provider.MLAModelProvider",
+                        q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
+                        qk_pos_emb_head_dim=64, v_head_dim=128, num_query_groups=32)
+    s = read_run_config(_write(tmp_path, doc), gpu=H100, num_gpus=8).session
+    assert (s.model.multi_latent_attention, s.model.q_lora_rank, s.model.kv_lora_rank,
+            s.model.qk_pos_emb_head_dim) == (True, 1536, 512, 64)
