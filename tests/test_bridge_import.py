@@ -131,7 +131,7 @@ def test_run_config_round_trip_is_the_recipes_session(tmp_path, capsys):
     8,030,261,248 parameters and the same iteration time."""
     out, rec = tmp_path / "rc.json", tmp_path / "recipe.json"
     rc, text, err = _run(capsys, "import", "bridge", str(RUN_CONFIG), "--gpu", "H100",
-                         "--gpus", "8", "-o", str(out))
+                         "--num-gpus", "8", "-o", str(out))
     assert rc == 0, err
     assert "used model.num_query_groups: --num-query-groups: model.num_query_groups" in text
     assert "ignored train.manual_gc: not modelled; may change the iteration time" in text

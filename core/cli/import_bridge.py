@@ -9,7 +9,7 @@ of a Megatron-Bridge checkpoint, into a session file.
   source file:line (under ``megatron/bridge/perf_recipes``).
 * ``--list``: the recipes as a table (``--gpu KIND`` and ``--model NAME`` filter it).
 * ``RUN_CONFIG.yaml``: the ConfigContainer Megatron-Bridge writes into every checkpoint
-  (:mod:`core.io.bridge_import`), with ``--gpu`` and ``--gpus``.
+  (:mod:`core.io.bridge_import`), with ``--gpu`` and ``--num-gpus``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from core.cli.common import integer_arg, path_arg
 from core.cli.common import (UsageError, check_outputs, cluster_of_gpu, field_error,
                              plan_fit_note)
 
-__all__ = ["add_source", "run", "recipe_rows", "find_recipe"]
+__all__ = ["add_source", "run", "recipe_rows", "find_recipe", "recipe_import"]
 
 
 def add_source(isub: Any) -> None:
@@ -40,11 +40,11 @@ def add_source(isub: Any) -> None:
                     "model, train, ddp, optimizer, mixed_precision and dataset sections are "
                     "read through Megatron-LM's argument mapping (vtrain import megatron-args), "
                     "keys that change the cost and are not modelled refused by name. The file "
-                    "names neither the GPU kind nor the GPU count: give --gpu and --gpus. "
+                    "names neither the GPU kind nor the GPU count: give --gpu and --num-gpus. "
                     "docs/bridge.md.",
         epilog="examples: vtrain import bridge --list --gpu H100; vtrain import bridge --recipe "
                "llama3_8b_pretrain_8gpu_h100_bf16_config -o l8.json; vtrain import bridge "
-               "ckpt/iter_0001000/run_config.yaml --gpu H100 --gpus 64 -o run.json")
+               "ckpt/iter_0001000/run_config.yaml --gpu H100 --num-gpus 64 -o run.json")
     br.add_argument("run_config", nargs="?", type=path_arg, metavar="RUN_CONFIG.yaml",
                     help="a Megatron-Bridge checkpoint's run_config.yaml (ConfigContainer.to_yaml)")
     br.add_argument("--recipe", metavar="NAME",
@@ -59,9 +59,9 @@ def add_source(isub: Any) -> None:
     br.add_argument("--gpu", metavar="KIND",
                     help="with --list: only this GPU kind's recipes; with RUN_CONFIG.yaml: the "
                          "cluster's GPU kind (required): " + ", ".join(GPU_KINDS))
-    br.add_argument("--gpus", type=integer_arg, metavar="N",
+    br.add_argument("--num-gpus", "--gpus", dest="num_gpus", type=integer_arg, metavar="N",
                     help="with RUN_CONFIG.yaml: the world size (required; the file does not "
-                         "keep it)")
+                         "keep it); --gpus is its other name")
     br.add_argument("--gpus-per-node", type=integer_arg, metavar="G",
                     help="with RUN_CONFIG.yaml: GPUs per node (default: the GPU kind's NVLink "
                          "domain)")
@@ -137,7 +137,7 @@ def _list(args: argparse.Namespace) -> int:
     from core.accuracy.bridge_recipes import BRIDGE_VERSION
     from core.util.text import printable
     for name, given in (("RUN_CONFIG.yaml", args.run_config), ("--out", args.out),
-                        ("--gpus", args.gpus), ("--gpus-per-node", args.gpus_per_node)):
+                        ("--num-gpus", args.num_gpus), ("--gpus-per-node", args.gpus_per_node)):
         if given is not None:
             raise UsageError(f"vtrain import bridge --list: {name} is for an import, not the list")
     rows = recipe_rows(args.gpu, args.model)
@@ -167,40 +167,56 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _recipe(args: argparse.Namespace) -> int:
-    """``vtrain import bridge --recipe NAME --out SESSION.json``."""
+def recipe_import(name: str):
+    """``(session, lines)`` of the recipe whose function name is ``name``: its session with
+    its source in ``notes`` (``function (megatron/bridge/perf_recipes/FILE:LINE, Megatron-Bridge
+    0.6.2)``), and the lines to show with it (its source, what it sets that is not represented,
+    the recipe file's notes).
+
+    Raises
+    ------
+    ConfigError
+        ``--recipe``: no such recipe (closest names suggested), or one the simulator refuses
+        (its cause and reason).
+    """
     import dataclasses
 
     from core.accuracy.bridge_recipes import BRIDGE_VERSION
     from core.accuracy.bridge_sessions import recipe_session
-    from core.io.session import save_session
-    from core.util.text import printable
-    for name, given in (("--gpu", args.gpu), ("--gpus", args.gpus),
-                        ("--gpus-per-node", args.gpus_per_node), ("--model", args.model)):
-        if given is not None:
-            raise UsageError(f"vtrain import bridge --recipe: {name} is not taken (the recipe "
-                             "sets its GPU kind, GPU count and model)")
-    check_outputs([("--out", args.out)], [])
-    recipe = find_recipe(args.recipe)
+    recipe = find_recipe(name)
     rs = recipe_session(recipe)
     where = f"{recipe.function} (megatron/bridge/perf_recipes/{recipe.source}, {BRIDGE_VERSION})"
     if rs.session is None:
         cause, why = rs.refusal
         raise field_error("--recipe", f"{where} is not simulated: {cause}: {why}")
     session = dataclasses.replace(rs.session, notes=f"Megatron-Bridge performance recipe {where}")
-    save_session(session, args.out)
-    s = session
-    print(printable(f"{recipe.function}: {s.model.name}, plan {s.plan.label()}, "
+    lines = [f"source: megatron/bridge/perf_recipes/{recipe.source} ({BRIDGE_VERSION}); "
+             "docs/accuracy.md \"Mapping and policies\" for how a recipe is read"]
+    lines += [f"not represented (no change to the modelled work): {item}"
+              for item in recipe.not_represented]
+    lines += list(recipe.uncertain) + ([recipe.alias_of] if recipe.alias_of else [])
+    return session, lines
+
+
+def _recipe(args: argparse.Namespace) -> int:
+    """``vtrain import bridge --recipe NAME --out SESSION.json``."""
+    from core.io.session import save_session
+    from core.util.text import printable
+    for name, given in (("--gpu", args.gpu), ("--num-gpus", args.num_gpus),
+                        ("--gpus-per-node", args.gpus_per_node), ("--model", args.model)):
+        if given is not None:
+            raise UsageError(f"vtrain import bridge --recipe: {name} is not taken (the recipe "
+                             "sets its GPU kind, GPU count and model)")
+    check_outputs([("--out", args.out)], [])
+    s, lines = recipe_import(args.recipe)
+    save_session(s, args.out)
+    print(printable(f"{args.recipe}: {s.model.name}, plan {s.plan.label()}, "
                     f"B={s.plan.global_batch_size:,}, {s.plan.precision} on {s.plan.num_gpus:,} "
                     f"x {s.cluster.gpu}; wrote {args.out}"))
-    print(printable(f"  source: megatron/bridge/perf_recipes/{recipe.source} ({BRIDGE_VERSION}); "
-                    "docs/accuracy.md \"Mapping and policies\" for how a recipe is read"))
-    for item in recipe.not_represented:
-        print(printable(f"  not represented (no change to the modelled work): {item}"))
-    for note in recipe.uncertain:
-        print(printable(f"  note: {note}"))
-    if recipe.alias_of:
-        print(printable(f"  note: {recipe.alias_of}"))
+    first, *rest = lines
+    print(printable(f"  {first}"))
+    for line in rest:
+        print(printable(f"  {line}" if line.startswith("not represented") else f"  note: {line}"))
     fit = plan_fit_note(s, args.out)
     if fit:
         print(printable(f"  note: {fit}"))
@@ -208,31 +224,32 @@ def _recipe(args: argparse.Namespace) -> int:
 
 
 def _run_config(args: argparse.Namespace) -> int:
-    """``vtrain import bridge RUN_CONFIG.yaml --gpu KIND --gpus N --out SESSION.json``."""
+    """``vtrain import bridge RUN_CONFIG.yaml --gpu KIND --num-gpus N --out SESSION.json``."""
     from core.io.bridge_import import read_run_config
     from core.io.session import save_session
     from core.util.text import printable
     if args.model is not None:
         raise UsageError("vtrain import bridge RUN_CONFIG.yaml: --model is for --list (the "
                          "file's model section is the model)")
-    missing = [o for o, v in (("--gpu KIND", args.gpu), ("--gpus N", args.gpus)) if v is None]
+    missing = [o for o, v in (("--gpu KIND", args.gpu), ("--num-gpus N", args.num_gpus))
+               if v is None]
     if missing:
         raise UsageError(f"vtrain import bridge RUN_CONFIG.yaml: give {' and '.join(missing)}: "
                          "a run_config.yaml keeps neither the GPU kind nor the world size "
                          "(Megatron-Bridge computes the data-parallel size from the world size "
                          "at run time)")
-    for name, value in (("--gpus", args.gpus), ("--gpus-per-node", args.gpus_per_node)):
+    for name, value in (("--num-gpus", args.num_gpus), ("--gpus-per-node", args.gpus_per_node)):
         if value is not None and value < 1:
             raise field_error(name, f"{value} must be a positive integer")
     gpu = cluster_of_gpu(args.gpu).gpu  # refused before reading (the kinds listed)
     check_outputs([("--out", args.out)], [args.run_config])
-    imp = read_run_config(args.run_config, gpu=gpu, num_gpus=args.gpus,
+    imp = read_run_config(args.run_config, gpu=gpu, num_gpus=args.num_gpus,
                           gpus_per_node=args.gpus_per_node)
     save_session(imp.session, args.out)
     s = imp.session
     print(printable(f"{s.model.name}: plan {s.plan.label()}, B={s.plan.global_batch_size:,}, "
                     f"{s.plan.precision} on {s.plan.num_gpus:,} x {s.cluster.gpu} "
-                    f"({s.cluster.gpus_per_node} per node; --gpu and --gpus, which the file "
+                    f"({s.cluster.gpus_per_node} per node; --gpu and --num-gpus, which the file "
                     f"does not keep); wrote {args.out}"))
     for path, what in imp.used.items():
         print(printable(f"  used {path}: {what}"))
