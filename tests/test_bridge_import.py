@@ -217,6 +217,7 @@ def test_run_config_refusals_name_the_yaml_path(change, message, tmp_path):
     (lambda d: d["model"].update(num_layers="32"), "model.num_layers: '32' must be an integer"),
     (lambda d: d["model"].update(sequence_parallel="yes"),
      "model.sequence_parallel: 'yes' must be true or false"),
+    (lambda d: d["model"].update(num_layers=True), "model.num_layers: True must be an integer"),
     (lambda d: d["model"].update(hidden_dropout="none"),
      "model.hidden_dropout: 'none' must be a number"),
     (lambda d: d["model"].update(vocab_size=[128256]), "model.vocab_size: [128256] must be an "

@@ -195,8 +195,9 @@ class _Reader:
             raise self.fail(path, f"{target} is not a value vtrain reads here")
         if isinstance(value, bool) or isinstance(default, bool):
             if not (isinstance(value, bool) and isinstance(default, bool)):
-                raise self.fail(path, f"{value!r} must be " + ("true or false" if isinstance(
-                    default, bool) else f"a {type(default).__name__}"))
+                kind = {bool: "true or false", int: "an integer", float: "a number",
+                        str: "a string"}.get(type(default), "a number or a string")
+                raise self.fail(path, f"{value!r} must be {kind}")
             return str(value)
         if isinstance(default, int) and not isinstance(value, int):
             raise self.fail(path, f"{value!r} must be an integer")
