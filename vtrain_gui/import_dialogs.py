@@ -3,8 +3,9 @@ readers.
 
 What belongs here: the import sources the window offers (:data:`SOURCES`: a Hugging Face
 ``config.json``, a Megatron-LM launch script, a torchtitan job config, a DeepSpeed config with
-its model, the vTrain authors' JSON; the same as ``vtrain import hf | megatron-args |
-torchtitan | deepspeed`` and the authors' files
+its model, a Megatron-Bridge performance recipe (picked from a list, :class:`RecipeDialog`) or
+checkpoint ``run_config.yaml``, the vTrain authors' JSON; the same as ``vtrain import hf |
+megatron-args | torchtitan | deepspeed | bridge`` and the authors' files
 ``vtrain simulate`` reads), :func:`read_import` (one file read by the core reader the command
 line calls, with the options the command line takes as flags; nothing is parsed here), the
 dialog that asks for those options when the file does not say (:class:`ImportOptionsDialog`),
@@ -32,7 +33,7 @@ from core.io.session import SessionFileError
 from core.util.text import printable
 
 __all__ = ["ImportSource", "SOURCES", "OPTIONS", "ImportOptions", "Imported", "read_import",
-           "ImportOptionsDialog", "ImportReviewDialog", "ImportMenu"]
+           "ImportOptionsDialog", "ImportReviewDialog", "RecipeDialog", "ImportMenu"]
 
 #: What a reader raises for a file it refuses or cannot read (the command line's bad input).
 IMPORT_ERRORS = (ConfigError, MegatronArgsError, SessionFileError, OSError, ValueError,
@@ -60,7 +61,8 @@ class ImportSource:
     Attributes
     ----------
     key : str
-        ``"hf"``, ``"megatron"``, ``"torchtitan"``, ``"deepspeed"`` or ``"vtrain"``.
+        ``"hf"``, ``"megatron"``, ``"torchtitan"``, ``"deepspeed"``, ``"bridge_recipe"`` (no
+        file: a recipe picked from a list, :class:`RecipeDialog`), ``"bridge"`` or ``"vtrain"``.
     menu_text : str
         The File > Import entry.
     what : str
@@ -122,6 +124,21 @@ SOURCES: dict[str, ImportSource] = {s.key: s for s in (
                  unset={"gpu": f"{ClusterConfig().gpu} (default)",
                         "gpus_per_node": "the GPU kind's NVLink domain",
                         "seq_length": "the model's", "recompute": "the lightest that fits"}),
+    ImportSource("bridge_recipe", "Megatron-Bridge &recipe…", "Megatron-Bridge performance recipe",
+                 "vtrain import bridge --recipe", "", (),
+                 "One of Megatron-Bridge 0.6.2's 119 pretraining performance recipes (Llama 3, "
+                 "Qwen3, DeepSeek-V3, GPT-OSS on H100, B200, GB200), picked from a list: its "
+                 "model, plan, precision and GPUs; those it runs unmodelled (NVFP4, FP8 "
+                 "attention, CPU offloading ...) are refused with the reason"),
+    ImportSource("bridge", "Megatron-Bridge r&un_config.yaml…", "Megatron-Bridge run_config.yaml",
+                 "vtrain import bridge",
+                 "Megatron-Bridge run configs (*.yaml *.yml);;All files (*)",
+                 ("gpu", "num_gpus", "gpus_per_node"),
+                 "The ConfigContainer a Megatron-Bridge checkpoint keeps (run_config.yaml): the "
+                 "model provider, parallel sizes, batch, precision and overlaps, read through "
+                 "Megatron-LM's argument mapping; the GPU kind and count are not in it",
+                 required=("gpu", "num_gpus"),
+                 unset={"gpus_per_node": "the GPU kind's NVLink domain"}),
     ImportSource("vtrain", "&vTrain JSON…", "vTrain JSON config", "vtrain simulate CONFIG.json",
                  "vTrain configs (*.json);;All files (*)", (),
                  "A configuration in the vTrain authors' JSON format (the paper's artifact)"),
@@ -136,7 +153,7 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     "gpu": ("GPU kind", "--gpu", "GPU kind of the cluster; as the file says (else "
             f"{ClusterConfig().gpu}) unless one is picked"),
     "num_gpus": ("GPUs (world size)", "--num-gpus", "World size, when the file does not give "
-                 "it (or to override it)"),
+                 "it (or to override it; a Megatron-Bridge run_config.yaml never does)"),
     "gpus_per_node": ("GPUs per node", "--gpus-per-node", "GPUs per node, the NVLink domain "
                       "(default: the launcher's processes per host, a GB200 NVL72 host's 4 "
                       "being a rack of 72; else the GPU kind's NVLink domain)"),
@@ -222,7 +239,8 @@ class Imported:
 
 def read_import(source: str, path: str | Path, options: ImportOptions | None = None) -> Imported:
     """Read ``path`` with the core reader of ``source`` (a key of :data:`SOURCES`), as the
-    command line does with the flags of ``options``.
+    command line does with the flags of ``options`` (for ``bridge_recipe``, ``path`` is the
+    recipe's function name).
 
     Raises
     ------
@@ -231,7 +249,8 @@ def read_import(source: str, path: str | Path, options: ImportOptions | None = N
     """
     opts = options or ImportOptions()
     readers = {"hf": _read_hf, "megatron": _read_megatron, "torchtitan": _read_torchtitan,
-               "deepspeed": _read_deepspeed, "vtrain": _read_vtrain}
+               "deepspeed": _read_deepspeed, "bridge_recipe": _read_bridge_recipe,
+               "bridge": _read_bridge, "vtrain": _read_vtrain}
     session, sections = readers[source](Path(path), opts)
     return Imported(session, _summary(session), [(h, rows) for h, rows in sections if rows])
 
@@ -317,6 +336,35 @@ def _read_deepspeed(path: Path, opts: ImportOptions):
                          ("No effect", [f"{k}: {why}" for k, why in imp.ignored.items()]),
                          ("Model: ignored (no effect on the cost)",
                           [f"{k}: {why}" for k, why in model_ignored.items()]),
+                         ("Used", [f"{k}: {what}" for k, what in imp.used.items()])]
+
+
+def _read_bridge_recipe(path: Path, opts: ImportOptions):
+    """``vtrain import bridge --recipe NAME`` (core/cli/import_bridge.py): the recipe's session
+    (:func:`core.accuracy.bridge_sessions.recipe_session`), its source in the session's notes;
+    a recipe the simulator refuses raises its cause and reason."""
+    from core.cli.import_bridge import recipe_import
+    session, lines = recipe_import(str(path))
+    return session, [("Notes", lines)]
+
+
+def _read_bridge(path: Path, opts: ImportOptions):
+    """``vtrain import bridge RUN_CONFIG.yaml``: :func:`core.io.bridge_import.read_run_config`;
+    ``--gpu`` and ``--num-gpus`` are required, as the command's flags are."""
+    from core.cli.common import cluster_of_gpu
+    from core.io.bridge_import import read_run_config
+    if not opts.gpu:
+        raise ConfigError([FieldError("--gpu", "required: a run_config.yaml does not keep the "
+                                      "GPU kind")])
+    if opts.num_gpus is None:
+        raise ConfigError([FieldError("--num-gpus", "required: a run_config.yaml does not keep "
+                                      "the world size")])
+    imp = read_run_config(path, gpu=cluster_of_gpu(opts.gpu).gpu, num_gpus=opts.num_gpus,
+                          gpus_per_node=opts.gpus_per_node)
+    return imp.session, [("Notes", [f"{about}: {note}" for about, note in imp.notes]),
+                         ("Ignored (may change the iteration time)",
+                          [f"{k}: {why}" for k, why in imp.ignored.items()]),
+                         ("Not used (no effect on the iteration time)", list(imp.neutral)),
                          ("Used", [f"{k}: {what}" for k, what in imp.used.items()])]
 
 
@@ -522,6 +570,105 @@ class ImportReviewDialog(QtWidgets.QDialog):
         return self.notes.toPlainText()
 
 
+class RecipeDialog(QtWidgets.QDialog):
+    """File > Import > Megatron-Bridge recipe: the recipe table (``vtrain import bridge
+    --list``: :func:`core.cli.import_bridge.recipe_rows`) filtered by GPU kind and model; Import
+    reads the selected recipe (``read``, as :class:`ImportOptionsDialog` does) and closes only
+    when it is read: a refused recipe shows its reason and the dialog stays."""
+
+    COLUMNS = ("recipe", "vtrain", "GPU", "model", "GPUs", "precision", "t", "p", "v", "cp",
+               "ep", "b", "B")
+
+    def __init__(self, read: Callable[[str], Imported | None],
+                 parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        from core.accuracy.bridge_recipes import BRIDGE_VERSION
+        from core.cli.import_bridge import recipe_rows
+        self.setWindowTitle("Import Megatron-Bridge recipe")
+        self._read = read
+        self.imported: Imported | None = None
+        self.rows = recipe_rows()
+        layout = QtWidgets.QVBoxLayout(self)
+        intro = QtWidgets.QLabel(
+            f"The pretraining performance recipes of {html.escape(BRIDGE_VERSION)} "
+            "(<code>vtrain import bridge --recipe NAME</code>). A refused recipe runs what the "
+            "simulator does not model; its row says why.")
+        intro.setWordWrap(True)
+        layout.addWidget(intro)
+        filters = QtWidgets.QHBoxLayout()
+        self.gpu_filter, self.model_filter = QtWidgets.QComboBox(), QtWidgets.QComboBox()
+        for box, key, label in ((self.gpu_filter, "gpu", "GPU kind"),
+                                (self.model_filter, "model", "Model")):
+            box.addItem("all", None)
+            for value in dict.fromkeys(r[key] for r in self.rows):
+                box.addItem(value, value)
+            box.currentIndexChanged.connect(self._filter)
+            filters.addWidget(QtWidgets.QLabel(label))
+            filters.addWidget(box)
+        filters.addStretch(1)
+        layout.addLayout(filters)
+        self.table = QtWidgets.QTableWidget(len(self.rows), len(self.COLUMNS))
+        self.table.setHorizontalHeaderLabels(self.COLUMNS)
+        self.table.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QtWidgets.QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        muted = self.palette().color(QtGui.QPalette.ColorGroup.Disabled,
+                                     QtGui.QPalette.ColorRole.Text)
+        for i, r in enumerate(self.rows):
+            values = (r["function"],
+                      "modelled" if r["refused"] is None else f"refused: {r['refused']}",
+                      r["gpu"], r["model"], r["gpus"], r["precision"], r["t"], r["p"], r["v"],
+                      r["cp"], r["ep"], r["b"], r["B"])
+            for j, v in enumerate(values):
+                item = QtWidgets.QTableWidgetItem(str(v))
+                if isinstance(v, int):
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                item.setToolTip(f"{r['function']} (megatron/bridge/perf_recipes/{r['source']})")
+                if r["refused"] is not None:
+                    item.setForeground(muted)
+                self.table.setItem(i, j, item)
+        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
+        self.table.resizeColumnsToContents()
+        # wide enough to show every column, the refusal causes included (up to the screen)
+        width = sum(self.table.columnWidth(j) for j in range(len(self.COLUMNS))) + 60
+        screen = self.screen().availableGeometry().width() if self.screen() else 1600
+        self.resize(min(width, screen - 40), 600)
+        self.table.itemDoubleClicked.connect(lambda _item: self._on_import_click())
+        layout.addWidget(self.table, 1)
+        self.import_button = _add_buttons(self, layout, "Import", self._on_import_click)
+
+    def visible_recipes(self) -> list[str]:
+        """The function names of the rows the filters show, in order."""
+        return [r["function"] for i, r in enumerate(self.rows) if not self.table.isRowHidden(i)]
+
+    def select(self, name: str) -> None:
+        """Select the recipe ``name``'s row."""
+        i = next(i for i, r in enumerate(self.rows) if r["function"] == name)
+        self.table.selectRow(i)
+
+    def selected(self) -> str | None:
+        rows = self.table.selectionModel().selectedRows()
+        return self.rows[rows[0].row()]["function"] if rows else None
+
+    @Slot()
+    def _filter(self) -> None:
+        gpu, model = self.gpu_filter.currentData(), self.model_filter.currentData()
+        for i, r in enumerate(self.rows):
+            self.table.setRowHidden(i, bool((gpu and r["gpu"] != gpu) or
+                                            (model and r["model"] != model)))
+
+    @Slot()
+    def _on_import_click(self) -> None:
+        name = self.selected()
+        if name is None:
+            QtWidgets.QMessageBox.information(self, "No recipe", "Select a recipe to import.")
+            return
+        self.imported = self._read(name)
+        if self.imported is not None:
+            self.accept()
+
+
 class ImportMenu(QtCore.QObject):
     """File > Import's entries (one per :data:`SOURCES`) and the flow: a file, the options the
     file may not say, the importer's notes, then the session opened untitled in ``window``
@@ -573,9 +720,24 @@ class ImportMenu(QtCore.QObject):
         self._window.statusBar().showMessage(f"Imported {path.name}: {imported.summary}", 15000)
         return True
 
+    def pick_recipe(self) -> bool:
+        """File > Import > Megatron-Bridge recipe: :class:`RecipeDialog`, then the notes and
+        the session opened as an import of a file is; False on a cancel."""
+        dialog = RecipeDialog(lambda name: self.read("bridge_recipe", name), self._window)
+        try:
+            if dialog.exec() != QtWidgets.QDialog.DialogCode.Accepted:
+                return False
+            name = dialog.selected()
+        finally:
+            dialog.deleteLater()
+        return self.review_and_open("bridge_recipe", Path(name), dialog.imported)
+
     @Slot(QtGui.QAction)
     def _on_menu_trigger(self, action: QtGui.QAction) -> None:
         source = SOURCES[action.data()]
+        if source.key == "bridge_recipe":  # no file: a recipe picked from the table
+            self.pick_recipe()
+            return
         path, _ = QtWidgets.QFileDialog.getOpenFileName(
             self._window, f"Import {source.what}", str(Path.home()), source.file_filter)
         if not path:

@@ -11,6 +11,7 @@
 ``vtrain import hf CONFIG`` a Hugging Face config.json into a session
 ``vtrain import megatron-args FILE``     a Megatron-LM launch into a session
 ``vtrain import deepspeed DS_CONFIG --model M --num-gpus N``  a DeepSpeed config into a session
+``vtrain import bridge --recipe NAME | RUN_CONFIG.yaml``  a Megatron-Bridge recipe or checkpoint config
 ``vtrain export megatron-args SESSION``  the Megatron-LM launch of a session
 ``vtrain diff A B``        the difference of two plans' iteration times, term by term
 ``vtrain trace import TRACE.json.. --session S``  a measured profiler trace against the prediction

@@ -3,7 +3,9 @@
 ``hf``: a Hugging Face config.json (core/cli/import_hf.py, core/io/hf_import.py);
 ``megatron-args``: a Megatron-LM launch script or argument list (core/io/megatron/);
 ``torchtitan``: a torchtitan job config (core/io/torchtitan_import.py);
-``deepspeed``: a DeepSpeed config JSON with a model (core/io/deepspeed_import.py).
+``deepspeed``: a DeepSpeed config JSON with a model (core/io/deepspeed_import.py);
+``bridge``: a Megatron-Bridge performance recipe or a checkpoint's run_config.yaml
+(core/cli/import_bridge.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ def add_parser(sub: Any) -> None:
     import_hf.add_source(isub)
     add_torchtitan(isub)
     add_deepspeed(isub)
+    from core.cli import import_bridge
+    import_bridge.add_source(isub)
     from core.plan.cluster import GPU_KINDS
     from core.plan.presets import MODEL_PRESETS
     pr = isub.add_parser(
@@ -101,6 +105,9 @@ def run(args: argparse.Namespace) -> int:
         return _torchtitan(args)
     if args.import_command == "deepspeed":
         return _deepspeed(args)
+    if args.import_command == "bridge":
+        from core.cli import import_bridge
+        return import_bridge.run(args)
     return _megatron(args)
 
 

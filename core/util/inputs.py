@@ -40,6 +40,7 @@ MAX_BYTES = {
     "json": 16 * 2**20,
     "csv": 64 * 2**20,
     "text": 64 * 2**20,
+    "yaml": 16 * 2**20,  # a Megatron-Bridge run_config.yaml (core.io.bridge_import): tens of KB
     "launch": 2**20,  # a launch script (core.io.shell_reader.MAX_LAUNCH_BYTES): a few KB
     "store": 512 * 2**20,
     # a PyTorch profiler (Kineto) trace of one rank, after gunzip: tens of MB for a few steps

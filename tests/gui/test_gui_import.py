@@ -1,5 +1,6 @@
 """File > Import: a Hugging Face config, a Megatron-LM launch script, a torchtitan job config,
-a DeepSpeed config with its model and the vTrain authors' JSON, each read by the command line's reader with the options the
+a DeepSpeed config with its model, a Megatron-Bridge recipe (picked from its table) or
+run_config.yaml, and the vTrain authors' JSON, each read by the command line's reader with the options the
 command line takes as flags; the importer's notes shown before the session opens untitled; a
 refusal is the reader's one message and leaves the open session as it was."""
 
@@ -14,7 +15,7 @@ from core.cli import build_parser
 from core.model import model_math
 from tests.test_llama import LLAMA3_8B
 from vtrain_gui.import_dialogs import (OPTIONS, SOURCES, ImportOptions, ImportOptionsDialog,
-                                       ImportReviewDialog, read_import)
+                                       ImportReviewDialog, RecipeDialog, read_import)
 
 #: A launch in today's style: a bash array with +=, the node count from the environment.
 LAUNCH = r"""#!/bin/bash
@@ -85,7 +86,7 @@ def _write(tmp_path, name: str, text: str):
 def test_import_menu_offers_every_source(window):
     menu_texts = [a.text() for a in window.importer.actions.values()]
     assert list(window.importer.actions) == ["hf", "megatron", "torchtitan", "deepspeed",
-                                             "vtrain"]
+                                             "bridge_recipe", "bridge", "vtrain"]
     assert all(t.endswith("…") for t in menu_texts)
 
 
@@ -400,3 +401,66 @@ def test_deepspeed_dialog_refusals_then_cancel_leave_the_session_untouched(
     assert not reviews.shown
     assert window.session().to_dict() == before and window.path is None
     assert window.isWindowModified() == modified
+
+
+def test_bridge_recipe_is_picked_from_the_table_and_a_refused_one_says_why(
+        window, qtbot, reviews, message_boxes, monkeypatch):
+    """File > Import > Megatron-Bridge recipe: the table filtered to H100 and Llama3-8B shows
+    the four recipes of perf_recipes/llama/h100/llama3.py; a refused recipe (NVFP4 on B200)
+    shows its reason and the dialog stays; the 8-GPU BF16 one opens with the recipe's plan
+    (t1 p1 cp2 d4, B128) and its source in the session's notes."""
+    attempts = []
+
+    def exec_(dialog: RecipeDialog):
+        dialog.gpu_filter.setCurrentIndex(dialog.gpu_filter.findData("H100-SXM5-80GB"))
+        dialog.model_filter.setCurrentIndex(dialog.model_filter.findData("Llama3-8B"))
+        assert dialog.visible_recipes() == [
+            "llama3_8b_pretrain_8gpu_h100_bf16_config", "llama3_8b_pretrain_8gpu_h100_fp8cs_config",
+            "llama3_8b_pretrain_64gpu_h100_bf16_config",
+            "llama3_8b_pretrain_64gpu_h100_fp8cs_config"]
+        dialog.select("llama3_8b_pretrain_8gpu_b200_nvfp4_config")
+        dialog.import_button.click()
+        attempts.append(dialog.result())
+        dialog.select("llama3_8b_pretrain_8gpu_h100_bf16_config")
+        dialog.import_button.click()
+        attempts.append(dialog.result())
+        return dialog.result()
+
+    monkeypatch.setattr(RecipeDialog, "exec", exec_)
+    window.importer.actions["bridge_recipe"].trigger()
+    rejected, accepted = QtWidgets.QDialog.DialogCode.Rejected, QtWidgets.QDialog.DialogCode.Accepted
+    assert attempts == [rejected, accepted]
+    (text,) = [t for _, _, t in message_boxes.of_kind("critical")]
+    assert text.startswith("--recipe: llama3_8b_pretrain_8gpu_b200_nvfp4_config (megatron/bridge/"
+                           "perf_recipes/llama/b200/llama3.py:155, Megatron-Bridge 0.6.2) is not "
+                           "simulated: NVFP4")
+    (title, summary, notes), = reviews.shown
+    assert "source: megatron/bridge/perf_recipes/llama/h100/llama3.py:33" in notes
+    assert "8.03 B parameters" in summary and "8 × H100-SXM5-80GB" in summary
+    s = window.session()
+    p = s.plan
+    assert (p.tensor_parallel, p.pipeline_parallel, p.context_parallel, p.data_parallel,
+            p.global_batch_size) == (1, 1, 2, 4, 128)
+    assert s.notes.startswith("Megatron-Bridge performance recipe "
+                              "llama3_8b_pretrain_8gpu_h100_bf16_config")
+    assert window.path is None and window.isWindowModified()
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=60_000)
+
+
+def test_bridge_run_config_needs_the_gpu_and_the_world_size(tmp_path):
+    """File > Import > Megatron-Bridge run_config.yaml: the same reader as the command line;
+    without --gpu or --num-gpus refused by the option's name."""
+    from tests.test_bridge_import import RUN_CONFIG
+    with pytest.raises(Exception) as err:
+        read_import("bridge", RUN_CONFIG, ImportOptions(num_gpus=8))
+    assert str(err.value).startswith("--gpu: required")
+    with pytest.raises(Exception) as err:
+        read_import("bridge", RUN_CONFIG, ImportOptions(gpu="H100"))
+    assert str(err.value).startswith("--num-gpus: required")
+    imp = read_import("bridge", RUN_CONFIG, ImportOptions(gpu="H100", num_gpus=8))
+    assert imp.session.plan.label() == (
+        "t=1 p=1 d=4 b=1 1f1b recompute=none zero=1 overlap_grad overlap_param grad_dtype=bf16 "
+        "cp=2 ce_fusion ce_impl=te")
+    headings = [h for h, _ in imp.sections]
+    assert headings == ["Notes", "Ignored (may change the iteration time)",
+                        "Not used (no effect on the iteration time)", "Used"]

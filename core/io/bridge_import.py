@@ -1,0 +1,513 @@
+"""A Megatron-Bridge checkpoint's ``run_config.yaml`` into a session (``vtrain import bridge
+RUN_CONFIG.yaml``).
+
+Megatron-Bridge writes its whole ConfigContainer (``megatron/bridge/training/config.py:962``)
+into every checkpoint as ``run_config.yaml`` (``ConfigContainer.to_yaml``, called at
+``training/checkpointing.py:1468``; read back by ``training/utils/checkpoint_utils.py:385``
+``read_run_config`` with ``yaml.safe_load``). Megatron-Core's ``to_dict`` writes each section
+as a mapping with the ``_target_`` of its dataclass and every field
+(``megatron/training/config/container.py`` in Megatron-Core 0.19); torch dtypes, enums and
+functions as ``{_target_: ..., _call_: ...}`` mappings (``yaml_utils.py``: an enum also has
+``_name_``). The file is written after ``runtime_config_update`` (``training/config.py:1873-
+1885``) has copied ``mixed_precision`` and ``comm_overlap`` into the model, optimizer and ddp
+sections, so those sections are what ran.
+
+The model section is a ``GPTModelProvider`` (or ``MLAModelProvider``): a Megatron-Core
+TransformerConfig, whose field names are Megatron-LM's argument names. So the file is read
+through ``vtrain import megatron-args``' mapping (:func:`core.io.megatron.to_session.
+session_from_launch`), not a second one: each key of the model, train, ddp and optimizer
+sections whose name is a Megatron-LM argument's ``dest`` (``resources/megatron_arguments.json``)
+is that argument, with its policy there (modelled, ignored, neutral, refused); the keys whose
+names differ, the Bridge-only keys and the other sections have a rule in
+``resources/bridge_run_config.json`` (:data:`POLICY_FILE`), with the dataclasses' fields and
+defaults (a key at its default is not given). What changes the cost and is not modelled is
+refused by name (file, YAML path, why): exit status 2 in the CLI.
+
+The GPU kind and the world size are not in the file (``ConfigContainer`` has no such field:
+the data-parallel size is computed from the world size at run time, ``get_data_parallel_size``
+at ``training/config.py:1013``): the import needs them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from core.io.import_result import ImportResult
+from core.io.megatron.arguments import MegatronArgsError
+from core.plan.fields import ConfigError, FieldError
+
+__all__ = ["POLICY_FILE", "RunConfigError", "BridgeImport", "load_policy", "read_run_config",
+           "session_from_run_config"]
+
+POLICY_FILE = Path(__file__).resolve().parents[2] / "resources" / "bridge_run_config.json"
+
+#: torch dtypes as Megatron-LM's dtype arguments spell them (``--main-grads-dtype`` ...)
+_TORCH_DTYPES = {"torch.float32": "fp32", "torch.float": "fp32", "torch.bfloat16": "bf16",
+                 "torch.float16": "fp16", "torch.half": "fp16", "torch.uint8": "fp8"}
+
+
+class RunConfigError(MegatronArgsError):
+    """A run_config.yaml that cannot be read or is refused: one line, naming the file and the
+    YAML path (exit status 2 in the CLI, as a Megatron-LM launch's)."""
+
+
+@dataclass
+class BridgeImport(ImportResult):
+    """A session read from a run_config.yaml.
+
+    Attributes (besides :class:`~core.io.import_result.ImportResult`'s ``session``, ``used``,
+    ``ignored``, ``notes``)
+    ----------
+    arguments : list of str
+        The Megatron-LM arguments the file's keys were read as.
+    neutral : list of str
+        YAML paths given (not at their default) that cannot change the iteration time.
+    provider : str
+        The model section's ``_target_``.
+    """
+
+    arguments: list[str] = field(default_factory=list)
+    neutral: list[str] = field(default_factory=list)
+    provider: str = ""
+
+
+@lru_cache(maxsize=1)
+def load_policy() -> dict[str, Any]:
+    """The rules of :data:`POLICY_FILE` (a packaging fault, not user input, if unreadable)."""
+    doc = json.loads(POLICY_FILE.read_text())
+    if doc.get("format") != "vtrain-bridge-run-config":
+        raise ValueError(f"{POLICY_FILE}: not the run_config.yaml policy file")
+    return doc
+
+
+@lru_cache(maxsize=1)
+def _megatron_dests() -> dict[str, dict[str, Any]]:
+    """Megatron-LM's arguments by ``dest`` (resources/megatron_arguments.json)."""
+    from core.io.megatron.arguments import TABLE_FILE
+    doc = json.loads(TABLE_FILE.read_text(encoding="utf-8"))
+    out: dict[str, dict[str, Any]] = {}
+    for a in doc["arguments"]:
+        out.setdefault(a["dest"], a)  # the first option of a dest is its main name
+    return out
+
+
+def _scalar(value: Any) -> Any:
+    """A YAML value as a comparable scalar: a dtype, enum or function mapping as its name
+    (``torch.bfloat16``, ``AttnBackend.auto``, ``silu``), a list of them as a tuple."""
+    if isinstance(value, dict) and isinstance(value.get("_target_"), str):
+        target = value["_target_"]
+        if "_name_" in value:  # an enum: its class and member
+            return f"{target.rsplit('.', 1)[-1]}.{value['_name_']}"
+        if target in _TORCH_DTYPES:
+            return target
+        return target.rsplit(".", 1)[-1]
+    if isinstance(value, list):
+        return tuple(_scalar(v) for v in value)
+    return value
+
+
+def _default(defaults: dict[str, Any], key: str) -> tuple[bool, Any]:
+    """``(known, default)`` of a field: unknown for a field without one or with a default the
+    source computes (``default_factory``)."""
+    if key not in defaults:
+        return False, None
+    d = defaults[key]
+    if isinstance(d, dict) and "expr" in d:
+        expr = d["expr"] or ""
+        parts = expr.split(".")
+        if not (len(parts) == 2 and all(p.isidentifier() for p in parts)):
+            return False, None  # a computed default (2 ** 32, a default_factory)
+        if parts[0] == "torch":  # a dtype
+            return True, expr
+        if parts[0] == "F":  # torch.nn.functional's function, as _scalar names it
+            return True, parts[1]
+        if parts[0][:1].isupper():  # an enum member: AttnBackend.auto
+            return True, expr
+        return False, None
+    if isinstance(d, list):
+        return True, tuple(d)
+    return True, d
+
+
+def _at_default(defaults: dict[str, Any], key: str, value: Any) -> bool:
+    """Whether ``value`` is the field's default (False where the default is not known)."""
+    known, d = _default(defaults, key)
+    return known and _scalar(value) == d and type(_scalar(value)) is type(d) or (
+        known and d is None and value is None)
+
+
+class _Reader:
+    """One walk over the file: the arguments made, the paths they come from, what is listed."""
+
+    def __init__(self, src: str, doc: dict[str, Any]):
+        self.src, self.doc = src, doc
+        self.policy = load_policy()
+        self.dests = _megatron_dests()
+        self.args: dict[str, list[str]] = {}   # flag -> values (a switch: [])
+        self.paths: dict[str, str] = {}        # flag -> the YAML path it came from
+        self.refused: list[str] = []
+        self.ignored: dict[str, str] = {}
+        self.neutral: list[str] = []
+        self.notes: list[tuple[str, str]] = []
+
+    def fail(self, path: str, why: str) -> RunConfigError:
+        return RunConfigError(f"{self.src}: {path}: {why}")
+
+    def emit(self, path: str, flag: str, values: list[str]) -> None:
+        """Give ``flag`` ``values``; two paths that give one flag must agree."""
+        if flag in self.args and self.args[flag] != values:
+            other = self.paths[flag]
+            raise self.fail(path, f"{' '.join(values) or 'set'} disagrees with {other} "
+                            f"({' '.join(self.args[flag]) or 'set'}): both are {flag}")
+        self.args[flag] = values
+        self.paths.setdefault(flag, path)
+
+    # -- values -------------------------------------------------------------------------
+    def words(self, path: str, value: Any, arg: dict[str, Any], default: Any) -> list[str] | None:
+        """The words of a ``store`` argument's value (None: not given).
+
+        Raises RunConfigError for a value of the wrong type (the field's default's type, or
+        a mapping that is no dtype or enum)."""
+        if value is None:
+            return None
+        nargs = arg.get("nargs")
+        if isinstance(value, list):
+            if nargs not in ("+", "*"):
+                raise self.fail(path, f"a list ({value!r}) where one value is expected")
+            return [self.word(f"{path}[{i}]", v, None) for i, v in enumerate(value)] or None
+        return [self.word(path, value, default)]
+
+    def word(self, path: str, value: Any, default: Any) -> str:
+        """One value as a Megatron-LM argument's word, its type checked against the default's."""
+        if isinstance(value, dict):
+            target = value.get("_target_")
+            if not isinstance(target, str):
+                raise self.fail(path, "a mapping where a value is expected")
+            if "_name_" in value:
+                return str(value["_name_"])
+            if target in _TORCH_DTYPES:
+                return _TORCH_DTYPES[target]
+            raise self.fail(path, f"{target} is not a value vtrain reads here")
+        if isinstance(value, bool) or isinstance(default, bool):
+            if not (isinstance(value, bool) and isinstance(default, bool)):
+                kind = {bool: "true or false", int: "an integer", float: "a number",
+                        str: "a string"}.get(type(default), "a number or a string")
+                raise self.fail(path, f"{value!r} must be {kind}")
+            return str(value)
+        if isinstance(default, int) and not isinstance(value, int):
+            raise self.fail(path, f"{value!r} must be an integer")
+        if isinstance(default, float) and not isinstance(value, (int, float)):
+            raise self.fail(path, f"{value!r} must be a number")
+        if isinstance(default, str) and not isinstance(value, str):
+            raise self.fail(path, f"{value!r} must be a string")
+        if not isinstance(value, (int, float, str)):
+            raise self.fail(path, f"{value!r} is not a value vtrain reads here")
+        return str(value)
+
+    def argument(self, path: str, value: Any, arg: dict[str, Any], default: Any,
+                 invert: bool = False, always: bool = False) -> None:
+        """Read ``value`` as Megatron-LM's ``arg`` (its action); only when not at the field's
+        default unless ``always`` (a modelled argument whose default may differ)."""
+        flag, action = arg["options"][0], arg["action"]
+        if action in ("store_true", "store_false"):
+            if not isinstance(value, bool):
+                if value is None:
+                    return
+                raise self.fail(path, f"{value!r} must be true or false")
+            on = (not value if invert else value) if action == "store_true" else (
+                value if invert else not value)
+            if on:
+                self.emit(path, flag, [])
+            return
+        words = self.words(path, value, arg, default)
+        if words is not None:
+            self.emit(path, flag, words)
+
+    # -- sections -----------------------------------------------------------------------
+    def section(self, name: str, body: Any, fields: dict[str, Any]) -> None:
+        """Read the ``arguments`` section ``name``."""
+        keys = self.policy["keys"]
+        for key, value in body.items():
+            path = f"{name}.{key}"
+            if key == "_target_" and path not in keys:
+                continue
+            rule = keys.get(path)
+            if rule is not None:
+                self.rule(path, key, value, rule, fields)
+                continue
+            if key not in fields:
+                self.ignored[path] = (f"not a field of Megatron-Bridge 0.6.2's {name} section "
+                                      "(another version's?); not read, may change the "
+                                      "iteration time")
+                continue
+            known, default = _default(fields, key)
+            arg = self.dests.get(key)
+            if arg is None:
+                if not _at_default(fields, key, value):
+                    self.ignored[path] = ("not a Megatron-LM argument; not read, may change the "
+                                          "iteration time")
+                continue
+            if _at_default(fields, key, value) and (arg["effect"] != "modelled"
+                                                    or _scalar(value) == arg.get("default")):
+                continue  # not given: Bridge's default, and Megatron-LM's where it is modelled
+            self.argument(path, value, arg, default if known else None)
+
+    def rule(self, path: str, key: str, value: Any, rule: dict[str, Any],
+             fields: dict[str, Any]) -> None:
+        """Apply ``rule`` (resources/bridge_run_config.json ``keys``) to ``path``."""
+        if "special" in rule:
+            return  # read by the importer itself (_specials)
+        at_default = _at_default(fields, key, value)
+        if "argument" in rule:
+            flag = rule["argument"]
+            arg = next(a for a in self.dests.values() if flag in a["options"])
+            known, default = _default(fields, key)
+            if arg["effect"] != "modelled" and at_default:
+                return
+            self.argument(path, value, arg, default if known else None,
+                          invert=rule.get("invert", False))
+        elif "same_as" in rule:
+            other = rule["same_as"]
+            section, okey = other.split(".", 1)
+            theirs = (self.doc.get(section) or {}).get(okey)
+            if value is not None and theirs is not None and _scalar(value) != _scalar(theirs):
+                raise self.fail(path, f"{value!r} disagrees with {other} ({theirs!r}); "
+                                f"Megatron-Bridge runs them equal (the file was edited?)")
+        elif "refuse" in rule:
+            when = rule["refuse"]
+            hit = (not at_default and value not in (None, False, 0, [])) if when == "set" \
+                else _scalar(value) in when
+            if hit:
+                self.refused.append(f"{path}: {value!r}: not modelled ({rule['why']})")
+        elif not at_default:
+            if rule.get("effect") == "ignored":
+                self.ignored[path] = rule["why"]
+            else:
+                self.neutral.append(path)
+
+
+def _mapping(src: str, path: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise RunConfigError(f"{src}: {path}: a mapping (a ConfigContainer section) is expected, "
+                             f"got {type(value).__name__}")
+    return value
+
+
+def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
+              fields: dict[str, Any]) -> None:
+    """The keys read together: the MLP's activation, query groups, vocabulary, gradient
+    reduce dtype."""
+    gated, act = model.get("gated_linear_unit", False), model.get("activation_func")
+    if not isinstance(gated, bool):
+        raise rd.fail("model.gated_linear_unit", f"{gated!r} must be true or false")
+    name = _scalar(act) if act is not None else "gelu"
+    if gated and name == "silu":
+        rd.emit("model.activation_func", "--swiglu", [])
+    elif not gated and name == "squared_relu":
+        rd.emit("model.activation_func", "--squared-relu", [])
+    elif gated or name != "gelu":
+        rd.refused.append(f"model.activation_func: {name} with gated_linear_unit "
+                          f"{str(gated).lower()}: not modelled (vtrain models GeLU, SwiGLU "
+                          "(silu, gated) and squared-ReLU MLPs)")
+    heads, groups = model.get("num_attention_heads"), model.get("num_query_groups")
+    if groups is not None:
+        if isinstance(groups, bool) or not isinstance(groups, int):
+            raise rd.fail("model.num_query_groups", f"{groups!r} must be an integer")
+        if groups != heads:
+            rd.emit("model.num_query_groups", "--group-query-attention", [])
+            rd.emit("model.num_query_groups", "--num-query-groups", [str(groups)])
+    vocab = model.get("vocab_size")
+    if vocab is None:
+        raise rd.fail("model.vocab_size", "missing: the embedding's rows (GPTModelProvider."
+                      "vocab_size, models/gpt_provider.py:183) are needed")
+    if isinstance(vocab, bool) or not isinstance(vocab, int):
+        raise rd.fail("model.vocab_size", f"{vocab!r} must be an integer")
+    pad = model.get("should_pad_vocab", False)
+    if not isinstance(pad, bool):
+        raise rd.fail("model.should_pad_vocab", f"{pad!r} must be true or false")
+    if pad:  # calculate_padded_vocab_size: a multiple of make_vocab_size_divisible_by * t
+        rd.emit("model.vocab_size", "--vocab-size", [str(vocab)])
+        div = model.get("make_vocab_size_divisible_by", 128)
+        rd.emit("model.make_vocab_size_divisible_by", "--make-vocab-size-divisible-by",
+                [rd.word("model.make_vocab_size_divisible_by", div, 128)])
+    else:  # GPTModelProvider.provide builds vocab_size rows (models/gpt_provider.py:265-270)
+        rd.emit("model.vocab_size", "--padded-vocab-size", [str(vocab)])
+    if "grad_reduce_in_fp32" in ddp:
+        v = ddp["grad_reduce_in_fp32"]
+        if not isinstance(v, bool):
+            raise rd.fail("ddp.grad_reduce_in_fp32", f"{v!r} must be true or false")
+        rd.emit("ddp.grad_reduce_in_fp32", "--accumulate-allreduce-grads-in-fp32" if v
+                else "--grad-reduce-in-bf16", [])
+
+
+def _applied(rd: _Reader, name: str, body: Any) -> None:
+    """A section setup() copied into model / optimizer / ddp: its keys must agree there."""
+    if body is None or isinstance(body, str):  # a recipe name: applied, nothing to compare
+        return
+    body = _mapping(rd.src, name, body)
+    for key, value in body.items():
+        if key.startswith("_"):
+            continue
+        for section in ("model", "optimizer", "ddp"):
+            there = rd.doc.get(section) or {}
+            if key in there and _scalar(there[key]) != _scalar(value) and value is not None:
+                raise rd.fail(f"{name}.{key}", f"{value!r} disagrees with {section}.{key} "
+                              f"({there[key]!r}): {load_policy()['section_why'][name]}, so "
+                              "the file was edited; make them agree")
+
+
+def _provider(rd: _Reader, model: dict[str, Any]) -> str:
+    """The model's provider class (``_target_``, read as a dotted name): gpt or mla.
+
+    Raises RunConfigError: no ``_target_``, or a provider that is not read."""
+    target = model.get("_target_")
+    if not isinstance(target, str) or not target:
+        raise rd.fail("model._target_", "missing: the provider class (GPTModelProvider ...) "
+                      "that ConfigContainer.to_yaml writes")
+    cls = target.rsplit(".", 1)[-1]
+    prov = rd.policy["providers"]
+    if cls in prov["read"]:
+        return prov["read"][cls]
+    why = prov["refused"].get(cls, prov["other"])
+    raise rd.fail("model._target_", f"{target}: not modelled ({why})")
+
+
+def read_run_config(path: str | Path, *, gpu: str, num_gpus: int,
+                    gpus_per_node: int | None = None) -> BridgeImport:
+    """Read ``path`` (a run_config.yaml) into a session (:func:`session_from_run_config`).
+
+    Raises
+    ------
+    RunConfigError
+        The file is unreadable, not YAML (its line and column), not a mapping, or refused
+        (:func:`session_from_run_config`).
+    ConfigError
+        As :func:`session_from_run_config`.
+    """
+    import yaml
+
+    from core.util.inputs import read_text
+    src = str(path)
+    text = read_text(path, RunConfigError, "yaml", encoding="utf-8")
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        raise RunConfigError(f"{src}: not YAML: {where}{exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise RunConfigError(f"{src}: not YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise RunConfigError(f"{src}: a run_config.yaml is a mapping (ConfigContainer.to_yaml "
+                             f"writes one), got {type(doc).__name__}")
+    return session_from_run_config(doc, src, gpu=gpu, num_gpus=num_gpus,
+                                   gpus_per_node=gpus_per_node)
+
+
+def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus: int,
+                            gpus_per_node: int | None = None) -> BridgeImport:
+    """The session of a ConfigContainer's YAML ``doc`` (from the file ``src``) on ``num_gpus``
+    GPUs of kind ``gpu`` (module doc; ``gpus_per_node`` default: the kind's NVLink domain).
+
+    Raises
+    ------
+    RunConfigError
+        A section is not a mapping, a value has the wrong type, a key that changes the cost
+        is not modelled (every such key named), two keys that must agree do not, or the
+        Megatron-LM mapping refuses what they are read as (the YAML paths named).
+    ConfigError
+        The session breaks a configuration rule (the YAML paths that set the field named).
+    """
+    from core.io.megatron.launch import Launch
+    from core.io.megatron.to_session import session_from_launch
+    from core.plan.rules import check
+
+    pol = load_policy()
+    rd = _Reader(src, doc)
+    top = doc.get("_target_")
+    if top is not None and (not isinstance(top, str) or
+                            top.rsplit(".", 1)[-1] != "ConfigContainer"):
+        raise rd.fail("_target_", f"{top!r}: not a Megatron-Bridge ConfigContainer")
+    for name in ("model", "train"):
+        if name not in doc:
+            raise rd.fail(name, "missing: a ConfigContainer has a model and a train section")
+    model = _mapping(src, "model", doc["model"])
+    kind = _provider(rd, model)
+    fields = dict(pol["fields"]["model"])
+    if kind == "mla":
+        fields.update(pol["fields"]["model/mla"])
+        rd.emit("model._target_", "--multi-latent-attention", [])
+    sections = pol["sections"]
+    for name, body in doc.items():
+        if name == "_target_":
+            continue
+        how = sections.get(name)
+        if how is None:
+            rd.ignored[name] = "not a ConfigContainer section of Megatron-Bridge 0.6.2; not read"
+        elif how == "arguments":
+            rd.section(name, _mapping(src, name, body), fields if name == "model"
+                       else pol["fields"][name])
+        elif how == "applied":
+            _applied(rd, name, body)
+        elif how == "refuse_unless_null":
+            if body is not None:
+                rd.refused.append(f"{name}: not modelled ({pol['section_why'][name]})")
+        elif name == "dataset" and body is not None:
+            for key, value in _mapping(src, name, body).items():
+                rule = pol["keys"].get(f"dataset.{key}")
+                if rule is not None:
+                    rd.rule(f"dataset.{key}", key, value, rule, pol["fields"]["dataset"])
+    _specials(rd, model, doc.get("ddp") or {}, fields)
+    if rd.refused:
+        raise RunConfigError(f"{src}: " + "; ".join(rd.refused))
+    words = [w for flag, values in rd.args.items() for w in (flag, *values)]
+    launch = Launch(words, launcher="run_config.yaml", script="", source=src)
+    try:
+        res = session_from_launch(launch, num_gpus=num_gpus, gpus_per_node=gpus_per_node,
+                                  gpu=gpu, name=_model_name(model))
+    except MegatronArgsError as exc:
+        raise RunConfigError(_with_paths(str(exc), rd.paths)) from None
+    try:
+        check(res.session)
+    except ConfigError as exc:
+        from core.io.megatron.arguments import field_origin
+        from core.io.megatron.launch import parse_arguments
+        given = parse_arguments(words, src)
+        errs = []
+        for e in exc.errors:
+            origin = field_origin(e.field, given)
+            errs.append(FieldError(e.field, e.message + (
+                f" ({_with_paths(origin, rd.paths)})" if origin else ""), rule=e.rule))
+        raise ConfigError(errs, source=src) from None
+    ignored = {rd.paths.get(f, f): why for f, why in res.ignored.items()}
+    ignored.update(rd.ignored)
+    used = {rd.paths.get(f, f): f"{f}: {targets}" for f, targets in res.used.items()}
+    notes = [(rd.paths.get(a, a), n) for a, n in res.notes] + rd.notes
+    neutral = sorted({rd.paths.get(f, f) for f in res.neutral} | set(rd.neutral))
+    provider = str(model.get("_target_"))
+    session = dataclasses.replace(res.session, notes=f"Megatron-Bridge run_config.yaml {src} "
+                                  f"(model {provider.rsplit('.', 1)[-1]})")
+    return BridgeImport(session, used, ignored, notes, arguments=words, neutral=neutral,
+                        provider=provider)
+
+
+def _model_name(model: dict[str, Any]) -> str:
+    """The session's model name: the provider's Hugging Face id where it keeps one."""
+    hf = model.get("hf_model_id")
+    return hf.rsplit("/", 1)[-1] if isinstance(hf, str) and hf else "run_config"
+
+
+def _with_paths(message: str, paths: dict[str, str]) -> str:
+    """``message`` with each Megatron-LM option it names followed by the YAML path it was read
+    from (``--num-layers (model.num_layers)``); the options are matched as whole words of a
+    message the mapping wrote."""
+    out = []
+    for word in message.split(" "):
+        bare = word.strip(":,;()'\"").split("=", 1)[0]
+        out.append(word.replace(bare, f"{bare} [{paths[bare]}]", 1) if bare in paths else word)
+    return " ".join(out)

@@ -1,0 +1,336 @@
+"""``vtrain import bridge`` (core/cli/import_bridge.py, core/io/bridge_import.py): Megatron-Bridge
+0.6.2 performance recipes by name into sessions, the recipe table listed, refused recipes
+exiting 2 with their reason; a checkpoint's run_config.yaml into a session through Megatron-LM's
+argument mapping, refusals and bad files naming the file and the YAML path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from core.cli import main
+from core.plan.fields import ConfigError
+from tests.conftest import ROOT
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_recipe_round_trip_through_simulate(tmp_path, capsys):
+    """llama3_8b_pretrain_8gpu_h100_bf16_config (perf_recipes/llama/h100/llama3.py:33): 8
+    H100s, t1 p1 cp2 (d = 8 / 2 = 4), b1, B128, bf16, seq 8192; Llama 3 8B has 8.03 B
+    parameters (8,030,261,248: Meta's model card rounds to 8.03 B)."""
+    out = tmp_path / "l8.json"
+    rc, text, err = _run(capsys, "import", "bridge", "--recipe",
+                         "llama3_8b_pretrain_8gpu_h100_bf16_config", "-o", str(out))
+    assert rc == 0, err
+    assert "llama/h100/llama3.py:33" in text
+    doc = json.loads(out.read_text())
+    plan = doc["plan"]
+    assert (plan["tensor_parallel"], plan["pipeline_parallel"], plan["context_parallel"],
+            plan["data_parallel"], plan["micro_batch_size"], plan["global_batch_size"],
+            plan["precision"]) == (1, 1, 2, 4, 1, 128, "bf16")
+    assert doc["cluster"]["gpu"] == "H100-SXM5-80GB" and doc["model"]["seq_length"] == 8192
+    assert doc["notes"] == ("Megatron-Bridge performance recipe "
+                            "llama3_8b_pretrain_8gpu_h100_bf16_config (megatron/bridge/"
+                            "perf_recipes/llama/h100/llama3.py:33, Megatron-Bridge 0.6.2)")
+    rc, text, err = _run(capsys, "simulate", str(out), "--json")
+    assert rc == 0, err
+    result = json.loads(text)
+    assert result["num_parameters"] == 8_030_261_248
+    assert result["num_gpus"] == 8 and result["num_microbatches"] == 128 // 4
+
+
+@pytest.mark.parametrize("name, words", [
+    ("llama3_8b_pretrain_8gpu_b200_nvfp4_config",
+     "llama/b200/llama3.py:155, Megatron-Bridge 0.6.2) is not simulated: NVFP4: the recipe "
+     "trains in NVFP4"),
+    ("llama3_70b_pretrain_64gpu_b200_fp8cs_config",
+     "is not simulated: CPU activation offloading: the recipe offloads the activations of 5 "
+     "of the layers to CPU memory (cpu_offloading_num_layers=5"),
+])
+def test_refused_recipe_exits_2_with_its_reason(name, words, tmp_path, capsys):
+    out = tmp_path / "never.json"
+    rc, text, err = _run(capsys, "import", "bridge", "--recipe", name, "-o", str(out))
+    assert rc == 2 and not out.exists() and "Traceback" not in err
+    assert err.startswith(f"vtrain: error: --recipe: {name} (megatron/bridge/perf_recipes/")
+    assert words in err
+
+
+def test_unknown_recipe_suggests_the_closest(tmp_path, capsys):
+    rc, _, err = _run(capsys, "import", "bridge", "--recipe", "llama3_8b_pretrain_8gpu_h100_bf16",
+                      "-o", str(tmp_path / "x.json"))
+    assert rc == 2
+    assert "(did you mean llama3_8b_pretrain_8gpu_h100_bf16_config," in err
+    assert "vtrain import bridge --list shows the 119" in err
+
+
+def test_list_filters_by_gpu_and_model(capsys):
+    """The four H100 Llama3-8B recipes of the table (llama/h100/llama3.py)."""
+    rc, text, err = _run(capsys, "import", "bridge", "--list", "--gpu", "H100", "--model",
+                         "Llama 3 8B")
+    assert rc == 0, err
+    lines = text.splitlines()
+    assert lines[0].split() == ["recipe", "GPU", "model", "GPUs", "prec", "t", "p", "v", "cp",
+                                "ep", "b", "B", "vtrain"]
+    assert [ln.split()[0] for ln in lines[1:-1]] == [
+        "llama3_8b_pretrain_8gpu_h100_bf16_config", "llama3_8b_pretrain_8gpu_h100_fp8cs_config",
+        "llama3_8b_pretrain_64gpu_h100_bf16_config", "llama3_8b_pretrain_64gpu_h100_fp8cs_config"]
+    assert lines[1].split()[1:] == ["H100-SXM5-80GB", "Llama3-8B", "8", "bf16", "1", "1", "1",
+                                    "2", "1", "1", "128", "modelled"]
+    assert lines[-1].startswith("4 recipes of Megatron-Bridge 0.6.2 (4 modelled, 0 refused")
+
+
+def test_list_all_counts_the_refused(capsys):
+    """All 119 recipes; those refused are the ones recipe_session refuses."""
+    from core.accuracy.bridge_sessions import recipe_sessions
+    refused = sum(r.session is None for r in recipe_sessions())
+    rc, text, _ = _run(capsys, "import", "bridge", "--list")
+    assert rc == 0
+    assert text.splitlines()[-1].startswith(
+        f"119 recipes of Megatron-Bridge 0.6.2 ({119 - refused} modelled, {refused} refused")
+    assert "llama3_8b_pretrain_8gpu_b200_nvfp4_config" in text and "refused: NVFP4" in text
+
+
+@pytest.mark.parametrize("argv, words", [
+    ((), "give one of --list, --recipe NAME or RUN_CONFIG.yaml"),
+    (("--list", "--recipe", "x"), "(got --list, --recipe)"),
+    (("--recipe", "llama3_8b_pretrain_8gpu_h100_bf16_config"), "--out SESSION.json is required"),
+    (("--list", "--gpu", "MI300X"), "--gpu: no recipe of --gpu 'MI300X'"),
+])
+def test_usage_errors_exit_2(argv, words, capsys):
+    rc, _, err = _run(capsys, "import", "bridge", *argv)
+    assert rc == 2 and words in err
+
+
+# -- run_config.yaml ----------------------------------------------------------------------
+
+RUN_CONFIG = ROOT / "tests" / "data" / "bridge" / "llama3_8b_run_config.yaml"
+H100 = "H100-SXM5-80GB"
+
+
+def _doc() -> dict:
+    return yaml.safe_load(RUN_CONFIG.read_text())
+
+
+def _write(tmp_path, doc) -> str:
+    path = tmp_path / "run_config.yaml"
+    path.write_text(yaml.safe_dump(doc) if not isinstance(doc, str) else doc)
+    return str(path)
+
+
+def test_run_config_round_trip_is_the_recipes_session(tmp_path, capsys):
+    """The fixture is llama3_8b_pretrain_8gpu_h100_bf16_config's run_config.yaml: imported
+    with --gpu H100 --gpus 8 its plan and model are the --recipe import's (the recipe table,
+    read independently from the same source), and simulate reports Llama 3 8B's
+    8,030,261,248 parameters and the same iteration time."""
+    out, rec = tmp_path / "rc.json", tmp_path / "recipe.json"
+    rc, text, err = _run(capsys, "import", "bridge", str(RUN_CONFIG), "--gpu", "H100",
+                         "--num-gpus", "8", "-o", str(out))
+    assert rc == 0, err
+    assert "used model.num_query_groups: --num-query-groups: model.num_query_groups" in text
+    assert "ignored train.manual_gc: not modelled; may change the iteration time" in text
+    assert _run(capsys, "import", "bridge", "--recipe", "llama3_8b_pretrain_8gpu_h100_bf16_config",
+                "-o", str(rec))[0] == 0
+    a, b = json.loads(out.read_text()), json.loads(rec.read_text())
+    assert a["plan"] == b["plan"] and a["cluster"] == b["cluster"]
+    assert a["notes"] == f"Megatron-Bridge run_config.yaml {RUN_CONFIG} (model GPTModelProvider)"
+    shape = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+             "num_query_groups", "vocab_size", "seq_length", "activation", "normalization",
+             "tied_embeddings", "add_bias_linear")
+    assert {k: a["model"][k] for k in shape} == {k: b["model"][k] for k in shape} == {
+        "num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336,
+        "num_attention_heads": 32, "num_query_groups": 8, "vocab_size": 128256,
+        "seq_length": 8192, "activation": "swiglu", "normalization": "rmsnorm",
+        "tied_embeddings": False, "add_bias_linear": False}
+    results = []
+    for path in (out, rec):
+        rc, text, err = _run(capsys, "simulate", str(path), "--json")
+        assert rc == 0, err
+        results.append(json.loads(text))
+    assert results[0]["num_parameters"] == 8_030_261_248
+    assert results[0]["iteration_time_s"] == results[1]["iteration_time_s"]
+    # train.train_iters 50 (_benchmark_common): 50 iterations of B*s = 128 * 8192 tokens
+    assert a["cost"]["training_tokens"] == 50 * 128 * 8192
+
+
+def _refusal(tmp_path, change) -> str:
+    from core.io.bridge_import import RunConfigError, read_run_config
+    doc = _doc()
+    change(doc)
+    path = _write(tmp_path, doc)
+    with pytest.raises((RunConfigError, ConfigError)) as err:
+        read_run_config(path, gpu=H100, num_gpus=8)
+    text = str(err.value)
+    assert text.startswith(f"{path}: ")
+    return text[len(path) + 2:]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["model"].update(fp8_dot_product_attention=True, cpu_offloading=True),
+     "model.cpu_offloading: True: not modelled (CPU offloading of activations or weights is "
+     "not modelled); model.fp8_dot_product_attention: True: not modelled (FP8 attention is not "
+     "modelled)"),  # every refused key at once, in the file's order
+    (lambda d: d["model"].update(fp4="e2m1"),
+     "model.fp4: 'e2m1': not modelled (FP4 (NVFP4) training is not modelled)"),
+    (lambda d: d.update(peft={"_target_": "megatron.bridge.peft.lora.LoRA", "dim": 16}),
+     "peft: not modelled (parameter-efficient fine-tuning (LoRA, DoRA: frozen base weights, "
+     "adapter weights and their optimizer state) is not modelled)"),
+    (lambda d: d["model"].update(_target_="megatron.bridge.models.t5_provider.T5ModelProvider"),
+     "model._target_: megatron.bridge.models.t5_provider.T5ModelProvider: not modelled (an "
+     "encoder-decoder (T5) model; only a GPT decoder is modelled)"),
+    (lambda d: d["model"].update(
+        _target_="megatron.bridge.models.gemma.gemma2_provider.Gemma2ModelProvider"),
+     "model._target_: megatron.bridge.models.gemma.gemma2_provider.Gemma2ModelProvider: not "
+     "modelled (a provider subclass adds fields of its own"),
+    (lambda d: d["model"].pop("_target_"),
+     "model._target_: missing: the provider class (GPTModelProvider ...)"),
+    (lambda d: d["model"].update(gated_linear_unit=False),
+     "model.activation_func: silu with gated_linear_unit false: not modelled"),
+    (lambda d: d["dataset"].update(seq_length=4096),
+     "dataset.seq_length: 4096 disagrees with model.seq_length (8192)"),
+    (lambda d: d["mixed_precision"].update(bf16=False),
+     "mixed_precision.bf16: False disagrees with model.bf16 (True): MixedPrecisionConfig.setup "
+     "copies its fields"),
+    (lambda d: (d["ddp"].update(fp8_param_gather=True),
+                d["mixed_precision"].update(fp8_param_gather=True)),
+     "model.fp8_param: False disagrees with ddp.fp8_param_gather (True)"),
+    # refused by the Megatron-LM mapping: the option named with the YAML path it came from
+    (lambda d: d["model"].update(num_layers=0),
+     "--num-layers [model.num_layers] 0 must be at least 1"),
+    # a configuration rule of the session: the YAML paths that set the field
+    (lambda d: d["model"].update(num_attention_heads=30),
+     "model.num_query_groups: num_attention_heads=30 is not divisible by num_query_groups=8 "
+     "(set by --group-query-attention [model.num_query_groups], --num-query-groups "
+     "[model.num_query_groups])"),
+])
+def test_run_config_refusals_name_the_yaml_path(change, message, tmp_path):
+    assert message in _refusal(tmp_path, change)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["model"].update(num_layers="32"), "model.num_layers: '32' must be an integer"),
+    (lambda d: d["model"].update(sequence_parallel="yes"),
+     "model.sequence_parallel: 'yes' must be true or false"),
+    (lambda d: d["model"].update(num_layers=True), "model.num_layers: True must be an integer"),
+    (lambda d: d["model"].update(hidden_dropout="none"),
+     "model.hidden_dropout: 'none' must be a number"),
+    (lambda d: d["model"].update(vocab_size=[128256]), "model.vocab_size: [128256] must be an "
+     "integer"),
+    (lambda d: d["train"].update(global_batch_size={"a": 1}),
+     "train.global_batch_size: a mapping where a value is expected"),
+    (lambda d: d.update(model=[1, 2]),
+     "model: a mapping (a ConfigContainer section) is expected, got list"),
+    (lambda d: d.pop("train"), "train: missing: a ConfigContainer has a model and a train section"),
+])
+def test_run_config_wrong_types_name_the_yaml_path(change, message, tmp_path):
+    assert _refusal(tmp_path, change) == message
+
+
+@pytest.mark.parametrize("text, message", [
+    ("model:\n  num_layers: 32\n   hidden_size: 4096\n",
+     "not YAML: line 3 column 15: mapping values are not allowed here"),
+    ("- model\n- train\n", "a run_config.yaml is a mapping (ConfigContainer.to_yaml writes "
+     "one), got list"),
+    ("", "a run_config.yaml is a mapping (ConfigContainer.to_yaml writes one), got NoneType"),
+])
+def test_bad_yaml_exits_2_naming_the_file(text, message, tmp_path, capsys):
+    path = _write(tmp_path, text)
+    out = tmp_path / "never.json"
+    rc, _, err = _run(capsys, "import", "bridge", path, "--gpu", "H100", "--gpus", "8", "-o",
+                      str(out))
+    assert rc == 2 and not out.exists() and "Traceback" not in err
+    assert err.strip() == f"vtrain: error: {path}: {message}"
+
+
+def test_run_config_needs_gpu_and_gpus(tmp_path, capsys):
+    rc, _, err = _run(capsys, "import", "bridge", str(RUN_CONFIG), "--gpus", "8", "-o",
+                      str(tmp_path / "x.json"))
+    assert rc == 2 and "give --gpu KIND: a run_config.yaml keeps neither the GPU kind nor the " \
+                       "world size" in err
+
+
+def test_policy_rules_name_fields_and_megatron_options():
+    """Every rule of resources/bridge_run_config.json is about a field of its section's
+    dataclass (read from the Megatron-Bridge 0.6.2 / Megatron-Core 0.19.2 sources), and every
+    option it maps to is Megatron-LM's: a misspelt rule would never apply."""
+    from core.io.bridge_import import _megatron_dests, load_policy
+    pol = load_policy()
+    options = {o for a in _megatron_dests().values() for o in a["options"]}
+    for path, rule in pol["keys"].items():
+        section, key = path.split(".", 1)
+        fields = pol["fields"][section] if section != "model" else {
+            **pol["fields"]["model"], **pol["fields"]["model/mla"]}
+        assert key == "_target_" or key in fields, path
+        if "argument" in rule:
+            assert rule["argument"] in options, path
+        if "same_as" in rule:
+            other, okey = rule["same_as"].split(".", 1)
+            assert okey in pol["fields"][other], path
+    assert set(pol["sections"]) >= {"model", "train", "ddp", "optimizer", "dataset",
+                                    "mixed_precision", "peft"}
+
+
+def _yaml_default(default):
+    """A field's default (resources/bridge_run_config.json ``fields``) as to_yaml writes it:
+    dtypes, enums and functions as their ``_target_`` mappings, a computed one as null."""
+    if not (isinstance(default, dict) and "expr" in default):
+        return default
+    expr = default["expr"] or ""
+    if expr.startswith("torch.") and "(" not in expr:
+        return {"_target_": expr, "_call_": False}
+    if expr.startswith("AttnBackend."):
+        return {"_target_": "megatron.core.transformer.enums.AttnBackend", "_call_": True,
+                "_args_": [5], "_name_": expr.split(".")[1]}
+    if expr.startswith("F."):
+        return {"_target_": "torch.nn.functional." + expr[2:], "_call_": False}
+    return None
+
+
+def test_every_field_at_its_default_changes_nothing(tmp_path):
+    """A real run_config.yaml has every field of each dataclass (to_dict writes them all): the
+    fixture's values over every other field at its Megatron-Bridge 0.6.2 default, with
+    mixed_precision copied into model, optimizer and ddp as MixedPrecisionConfig.setup does,
+    import to the same session as the fixture. Without reading a modelled field at both
+    defaults as not given, ddp.num_distributed_optimizer_instances 1 set the plan's
+    data_parallel_shard_size (dp_shard=4); a computed default (initial_loss_scale 2**32) was
+    read as the string '2 ** 32' and refused the integer."""
+    from core.io.bridge_import import load_policy, read_run_config
+    pol, base = load_policy(), _doc()
+    full = dict(base)
+    for sec in ("model", "ddp", "optimizer", "train", "dataset", "mixed_precision"):
+        full[sec] = {**{k: _yaml_default(v) for k, v in pol["fields"][sec].items()}, **base[sec]}
+    for sec in ("model", "optimizer", "ddp"):
+        full[sec].update({k: v for k, v in full["mixed_precision"].items()
+                          if k in full[sec] and not k.startswith("_")})
+    assert len(full["model"]) > 300
+    a = read_run_config(_write(tmp_path, full), gpu=H100, num_gpus=8)
+    b = read_run_config(RUN_CONFIG, gpu=H100, num_gpus=8)
+    assert a.session.plan == b.session.plan and a.session.model == b.session.model
+    assert set(a.ignored) == {"train.manual_gc", "train.manual_gc_interval",
+                              "model.moe_token_dispatcher_type", "model.fp8_recipe"}
+
+
+def test_moe_and_mla_providers(tmp_path):
+    """Mixture-of-experts fields (TransformerConfig's num_moe_experts is Megatron-LM's
+    --num-experts) and the MLAModelProvider's _target_ (read as --multi-latent-attention, its
+    q_lora_rank / kv_lora_rank fields as the arguments of the same names)."""
+    from core.io.bridge_import import read_run_config
+    doc = _doc()
+    doc["model"].update(num_moe_experts=8, moe_router_topk=2, moe_ffn_hidden_size=14336,
+                        expert_model_parallel_size=2, moe_grouped_gemm=True)
+    s = read_run_config(_write(tmp_path, doc), gpu=H100, num_gpus=8).session
+    assert (s.model.num_experts, s.model.moe_top_k, s.model.moe_ffn_hidden_size,
+            s.plan.expert_parallel) == (8, 2, 14336, 2)
+    doc = _doc()
+    doc["model"].update(_target_="megatron.bridge.models.mla_provider.MLAModelProvider",
+                        q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
+                        qk_pos_emb_head_dim=64, v_head_dim=128, num_query_groups=32)
+    s = read_run_config(_write(tmp_path, doc), gpu=H100, num_gpus=8).session
+    assert (s.model.multi_latent_attention, s.model.q_lora_rank, s.model.kv_lora_rank,
+            s.model.qk_pos_emb_head_dim) == (True, 1536, 512, 64)
