@@ -17,7 +17,7 @@ import json
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6 import QtGui, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
 from core.cli.common import NO_TIGHT_OPTIMAL_HELP, NO_TIGHT_OPTIMAL_NOTE
@@ -36,9 +36,41 @@ _BEST = "#2E7D32"
 _POINT = "#1565C0"
 _WAIT = "#CFD8DC"
 _RUN = "#1565C0"
-#: The compute-optimal table's columns.
+#: The compute-optimal table's columns (their keys; the headers: :data:`OPTIMAL_HEADERS`).
 OPTIMAL_COLUMNS = ("params", "L", "h", "heads", "t p d b", "SP", "ZeRO", "cp", "schedule",
                    "recompute", "MFU", "GiB", "tokens", "tokens/param", "loss", "note")
+#: Each column's header, short as ``vtrain optimal``'s table heads it (16 columns beside the
+#: form in a 1,024-pixel window), and its tooltip: the full name, units and Megatron-LM name.
+OPTIMAL_HEADERS = {
+    "params": ("params", "Parameters N of the candidate model"),
+    "L": ("L", "Transformer layers (--num-layers)"),
+    "h": ("h", "Hidden size (--hidden-size)"),
+    "heads": ("a", "Attention heads (--num-attention-heads)"),
+    "t p d b": ("t p d b", "The fastest plan's tensor-, pipeline- and data-parallel sizes and "
+                           "micro-batch size (--tensor-model-parallel-size, "
+                           "--pipeline-model-parallel-size, data parallel, --micro-batch-size)"),
+    "SP": ("SP", "Sequence parallelism (--sequence-parallel)"),
+    "ZeRO": ("ZeRO", "ZeRO stage (0: nothing sharded; 1: the optimizer state, Megatron's "
+                     "distributed optimizer; 2: and the gradients; 3: and the weights, FSDP)"),
+    "cp": ("cp", "Context-parallel size (--context-parallel-size)"),
+    "schedule": ("sched", "Pipeline schedule"),
+    "recompute": ("recomp", "Activation recomputation (--recompute-granularity)"),
+    "MFU": ("MFU", "Model FLOPs utilization of the fastest plan, attention and output layer "
+                   "counted (Megatron-LM's definition); ⚠: outside what the profile was "
+                   "calibrated on"),
+    "GiB": ("GiB", "Memory per GPU in GiB (~ = tight: inside the margin of the GPU's memory, "
+                   "or over it only with the allocator's cache)"),
+    "tokens": ("tokens", "Tokens the plan trains in the budget's days"),
+    "tokens/param": ("D/N", "Tokens per parameter, D / N (Chinchilla's rule: about 20)"),
+    "loss": ("loss", "Chinchilla's fitted loss (nats/token; Besiroglu et al. 2024)"),
+    "note": ("note", "The lowest-loss candidate, the rule's size, or why no plan fits"),
+}
+
+
+#: The study form's width beside the results (px; the splitter between them moves it, down to
+#: the form's fields' least width, then closes it), 330 before the compute-optimal table's 16
+#: columns wanted the width of a 1,024-pixel window.
+SIDE_WIDTH = 290
 
 
 def stale_text(changed: list[str]) -> str:
@@ -57,15 +89,33 @@ def _cancel_check(cancel: Any) -> None:
         raise SweepCancelled("study cancelled")
 
 
+def budget_days(settings: dict) -> float:
+    """The wall-clock days of the compute-optimal form's budget: ``settings["days"]``, or with
+    ``settings["budget"] == "gpu_hours"`` the days that ``num_gpus`` GPUs take to spend
+    ``settings["gpu_hours"]`` GPU-hours (:func:`core.studies.optimal.days_for_gpu_hours`, what
+    ``vtrain optimal --gpu-hours`` studies).
+
+    Raises
+    ------
+    ConfigError
+        The GPU-hours' days out of the study's range, in the command line's words (named
+        ``--gpu-hours``)."""
+    if settings.get("budget") == "gpu_hours":
+        from core.studies.optimal import days_for_gpu_hours
+        return days_for_gpu_hours(settings["num_gpus"], settings["gpu_hours"])
+    return settings["days"]
+
+
 def run_optimal_study(session: Session, settings: dict, _unused: Any,
                       progress: Callable[[int, int], None], cancel: Any) -> Any:
-    """Worker-thread body of the compute-optimal study (``settings``: compute_optimal keywords)."""
+    """Worker-thread body of the compute-optimal study (``settings``: :meth:`OptimalPanel.settings`;
+    its budget's days: :func:`budget_days`)."""
     from core.studies.optimal import compute_optimal
 
     def on_progress(done: int, total: int, _name: str) -> None:
         _cancel_check(cancel)
         progress(done, total)
-    return compute_optimal(session, settings["num_gpus"], settings["days"],
+    return compute_optimal(session, settings["num_gpus"], budget_days(settings),
                            assumed_mfu=settings["assumed_mfu"],
                            num_candidates=settings["num_candidates"], spread=settings["spread"],
                            progress=on_progress, cancel=cancel,
@@ -137,6 +187,48 @@ class PercentSpinBox(QtWidgets.QDoubleSpinBox):
             return None
 
 
+class GpuHoursSpinBox(QtWidgets.QDoubleSpinBox):
+    """A budget of GPU-hours, shown with group separators and no trailing zeros
+    ("2,000,000 GPU-hours"), typed as such or as the command line takes it ("2e6")."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setDecimals(2)
+        self.setSuffix(" GPU-hours")
+
+    def textFromValue(self, value: float) -> str:  # noqa: N802 - Qt API
+        return f"{value:,.2f}".rstrip("0").rstrip(".")
+
+    def minimumSizeHint(self) -> QtCore.QSize:  # noqa: N802 - Qt API
+        """As wide as a budget of millions of GPU-hours, not as its maximum (1e12, printed in
+        full: 140 px that the form beside the results does not have)."""
+        hint = super().minimumSizeHint()
+        text = self.fontMetrics().horizontalAdvance("20,000,000" + self.suffix())
+        return QtCore.QSize(min(hint.width(), text + 28), hint.height())
+
+    def valueFromText(self, text: str) -> float:  # noqa: N802 - Qt API
+        number = self._number(text)
+        return self.value() if number is None else number
+
+    def validate(self, text: str, pos: int):  # noqa: N802 - Qt API
+        number = self._number(text)
+        if number is None:
+            return QtGui.QValidator.State.Intermediate, text, pos
+        ok = self.minimum() <= number <= self.maximum()
+        return (QtGui.QValidator.State.Acceptable if ok
+                else QtGui.QValidator.State.Intermediate), text, pos
+
+    def _number(self, text: str) -> float | None:
+        text = text.removesuffix(self.suffix()).strip()
+        for sep in (",", "_", " ", "\u202f", "\u00a0"):
+            text = text.replace(sep, "")
+        try:
+            number = float(text)
+        except ValueError:
+            return None
+        return number if number == number else None  # nan: not a number of hours
+
+
 def _gpu_spin() -> QtWidgets.QSpinBox:
     """A GPU-count field: 1 to :data:`core.studies.optimal.MAX_GPUS`, 1,024 to start with."""
     w = QtWidgets.QSpinBox()
@@ -147,14 +239,82 @@ def _gpu_spin() -> QtWidgets.QSpinBox:
     return w
 
 
-def _table(headers: list[str]) -> QtWidgets.QTableWidget:
-    t = QtWidgets.QTableWidget(0, len(headers))
+def _table(headers: list[str], frozen: bool = False) -> QtWidgets.QTableWidget:
+    """A read-only table of whole rows with ``headers``; with ``frozen`` its first column stays
+    in view as the others scroll sideways (:class:`FrozenFirstColumnTable`)."""
+    t = (FrozenFirstColumnTable if frozen else QtWidgets.QTableWidget)(0, len(headers))
     t.setHorizontalHeaderLabels(headers)
     t.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
     t.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
     t.verticalHeader().setVisible(False)
     t.horizontalHeader().setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
     return t
+
+
+class FrozenFirstColumnTable(QtWidgets.QTableWidget):
+    """A table whose first column stays in view while the others scroll sideways, as a
+    spreadsheet's frozen column (Qt's "Frozen Column" example): a view of the same model,
+    showing only that column, lies over it. The compute-optimal table names each row's model
+    size there while its 15 other columns, wider than a 1,024-pixel window leaves them,
+    scroll."""
+
+    def __init__(self, rows: int, columns: int,
+                 parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(rows, columns, parent)
+        self.frozen = QtWidgets.QTableView(self)
+        self.frozen.setObjectName("frozen_column")
+        self.frozen.setModel(self.model())
+        self.frozen.setSelectionModel(self.selectionModel())
+        self.frozen.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.frozen.verticalHeader().hide()
+        self.frozen.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.frozen.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
+        self.frozen.horizontalHeader().setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.Fixed)
+        self.frozen.verticalHeader().setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.Fixed)
+        self.frozen.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.frozen.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.frozen.setVerticalScrollMode(self.verticalScrollMode())
+        # a line on its right edge: where the scrolled columns pass under it
+        self.frozen.setStyleSheet("QTableView { border: none; border-right: 1px solid #9E9E9E; }")
+        self.viewport().stackUnder(self.frozen)
+        self.horizontalHeader().sectionResized.connect(self._column_resized)
+        self.verticalHeader().sectionResized.connect(
+            lambda row, _old, size: self.frozen.setRowHeight(row, size))
+        self.frozen.verticalScrollBar().valueChanged.connect(self.verticalScrollBar().setValue)
+        self.verticalScrollBar().valueChanged.connect(self.frozen.verticalScrollBar().setValue)
+        self.model().columnsInserted.connect(lambda *_: self._hide_scrolled_columns())
+        self.model().rowsInserted.connect(lambda *_: self._place())
+        self.model().rowsRemoved.connect(lambda *_: self._place())
+        self._hide_scrolled_columns()
+
+    def _hide_scrolled_columns(self) -> None:
+        for c in range(1, self.columnCount()):
+            self.frozen.setColumnHidden(c, True)
+        self._place()
+
+    def _column_resized(self, column: int, _old: int, size: int) -> None:
+        if column == 0:
+            self.frozen.setColumnWidth(0, size)
+            self._place()
+
+    def resizeEvent(self, event: QtGui.QResizeEvent) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        self._place()
+
+    def _place(self) -> None:
+        """Lay the frozen view over the first column, header included."""
+        self.frozen.verticalHeader().setDefaultSectionSize(
+            self.verticalHeader().defaultSectionSize())
+        self.frozen.horizontalHeader().setFixedHeight(self.horizontalHeader().height())
+        self.frozen.setColumnWidth(0, self.columnWidth(0))
+        shown = self.columnCount() > 0 and not self.isColumnHidden(0)
+        self.frozen.setVisible(shown)
+        if shown:  # as high as the rows (its right edge's line ends with them)
+            rows = self.verticalHeader().length()
+            self.frozen.setGeometry(self.verticalHeader().width() + self.frameWidth(),
+                                    self.frameWidth(), self.columnWidth(0) + 1,
+                                    min(self.viewport().height(), rows)
+                                    + self.horizontalHeader().height())
 
 
 def _fill(table: QtWidgets.QTableWidget, rows: list[list[str]], bold: set[int] = frozenset(),
@@ -203,6 +363,10 @@ class _StudyPanel(QtWidgets.QWidget):
         self.result: Any = None
         #: the session the result shown was computed from (None without a result)
         self.result_session: Session | None = None
+        #: the form's settings the result shown was computed with (:meth:`settings`; None
+        #: without a result)
+        self.result_settings: dict | None = None
+        self._run_settings: dict | None = None
         self._run_session: Session | None = None
 
     def _layout(self, top: list[QtWidgets.QWidget],
@@ -223,9 +387,19 @@ class _StudyPanel(QtWidgets.QWidget):
         # the Plan and Explore tabs' banners
         self.stale_banner = warning_banner("stale_banner")
         self._veil = StaleVeil(self.results_view)  # not on the splitter: it would be a pane
+        # the form beside the results in a splitter: dragged narrower (or closed) it gives a
+        # small window's width to the table
+        self.columns = QtWidgets.QSplitter(Qt.Orientation.Horizontal)
+        self.columns.setObjectName("study_columns")
+        side = self._side()
+        self.columns.addWidget(side)
+        self.columns.addWidget(under_banner(self.stale_banner, self.results_view))
+        self.columns.setStretchFactor(0, 0)
+        self.columns.setStretchFactor(1, 1)
+        self.columns.setCollapsible(1, False)
+        self.columns.setSizes([max(SIDE_WIDTH, side.minimumWidth()), 10 * SIDE_WIDTH])
         lay = QtWidgets.QHBoxLayout(self)
-        lay.addWidget(self._side())
-        lay.addWidget(under_banner(self.stale_banner, self.results_view), 1)
+        lay.addWidget(self.columns)
         return right
 
     @property
@@ -262,8 +436,20 @@ class _StudyPanel(QtWidgets.QWidget):
         lay.addLayout(buttons)
         lay.addWidget(self.status)
         lay.addStretch(1)
-        side.setFixedWidth(330)
-        return side
+        # its hint wraps to a dozen lines at this width: it scrolls rather than squeezes its
+        # lines over each other in a window 768 pixels high
+        area = QtWidgets.QScrollArea()
+        area.setObjectName("study_form")
+        area.setWidgetResizable(True)
+        area.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
+        area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        area.setWidget(side)
+        area.viewport().setAutoFillBackground(False)  # the tab's background, as before
+        side.setAutoFillBackground(False)
+        # never narrower than its fields (it does not scroll sideways)
+        area.setMinimumWidth(side.minimumSizeHint().width()
+                             + area.verticalScrollBar().sizeHint().width())
+        return area
 
     def settings(self) -> dict:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -315,7 +501,8 @@ class _StudyPanel(QtWidgets.QWidget):
     @Slot()
     def run(self) -> int | None:
         """Start the study with the form's settings on the session's cluster; returns the run id,
-        or None when the Plan tab's configuration cannot run it (the status says why)."""
+        or None when the Plan tab's configuration or the form cannot run it (the status says
+        why: the form's refusals in the command line's words, :meth:`check_settings`)."""
         from core.plan.fields import ConfigError
         session = self._session_fn()
         try:
@@ -324,12 +511,23 @@ class _StudyPanel(QtWidgets.QWidget):
             self._set_status("The Plan tab's configuration cannot run this study: "
                              + "; ".join(str(e) for e in exc.errors), False, error=True)
             return None
+        settings = self.settings()
+        try:
+            self.check_settings(settings)
+        except ConfigError as exc:
+            self._set_status("; ".join(str(e) for e in exc.errors), False, error=True)
+            return None
         self._set_status("Running…", True)
         self.clear_result()
         self._run_session = session.copy()  # what the result will be of
+        self._run_settings = settings
         self.results_view.set_empty(True, "<p style='font-size:13pt'><b>Running…</b></p>"
                                           "<p>The results appear here when the study finishes.</p>")
-        return self.runner.start(session, self.settings())
+        return self.runner.start(session, settings)
+
+    def check_settings(self, settings: dict) -> None:
+        """Raise ConfigError when the form's ``settings`` cannot run the study (the fields' ranges
+        hold everything else); nothing by default."""
 
     def check_session(self, session: Session) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -369,6 +567,7 @@ class _StudyPanel(QtWidgets.QWidget):
     def _on_finish(self, _run: int, result: object, seconds: float) -> None:
         self.result = result
         self.result_session = self._run_session
+        self.result_settings = self._run_settings
         self._set_status(f"Done in {seconds:.1f} s.", False)
         self.show_result(result)
         self.results_view.set_empty(False)
@@ -382,7 +581,8 @@ class OptimalPanel(_StudyPanel):
     """Which model trains to the lowest loss on N GPUs in D days (:func:`core.studies.optimal.compute_optimal`)."""
 
     _empty_text = ("<p style='font-size:13pt'><b>No study yet</b></p>"
-                   "<p>Set the GPU budget and the days on the left and press <b>Run</b>.</p>"
+                   "<p>Set the GPU budget and the days (or GPU-hours) on the left and press "
+                   "<b>Run</b>.</p>"
                    "<p>Model sizes around the Chinchilla-optimal one are each trained with "
                    "their fastest plan on the Plan tab's cluster; their table and loss curve "
                    "appear here.</p>")
@@ -396,6 +596,32 @@ class OptimalPanel(_StudyPanel):
         self.days.setRange(0.01, float(MAX_DAYS))
         self.days.setValue(30.0)
         self.days.setSuffix(" days")
+        self.days.setToolTip("Wall-clock days of the budget (vtrain optimal --days)")
+        # vtrain optimal --gpu-hours: a budget of GPU-hours instead of days, the days
+        # H / (GPUs x 24) (core.studies.optimal.days_for_gpu_hours)
+        self.gpu_hours = GpuHoursSpinBox()
+        self.gpu_hours.setObjectName("optimal.gpu_hours")
+        self.gpu_hours.setRange(0.0, 1e12)  # above 0 and the days' range: the core's refusals
+        self.gpu_hours.setValue(1024 * 30 * 24.0)  # the default GPUs for the default days
+        self.gpu_hours.setToolTip("A budget of GPU-hours instead of days (vtrain optimal "
+                                  "--gpu-hours): the days H / (GPUs x 24)")
+        self.by_days = QtWidgets.QRadioButton()
+        self.by_days.setObjectName("optimal.by_days")
+        self.by_days.setToolTip("The budget in wall-clock days (vtrain optimal --days)")
+        self.by_gpu_hours = QtWidgets.QRadioButton()
+        self.by_gpu_hours.setObjectName("optimal.by_gpu_hours")
+        self.by_gpu_hours.setToolTip("The budget in GPU-hours (vtrain optimal --gpu-hours)")
+        self.by_days.setChecked(True)
+        self._budget_group = QtWidgets.QButtonGroup(self)
+        for button in (self.by_days, self.by_gpu_hours):
+            self._budget_group.addButton(button)
+        # typing in a field makes it the budget, as the command line's option given does
+        self.days.valueChanged.connect(lambda *_: self.by_days.setChecked(True))
+        self.gpu_hours.valueChanged.connect(lambda *_: self.by_gpu_hours.setChecked(True))
+        #: the days a GPU-hour budget is, or why it cannot be studied (in the CLI's words)
+        self.budget_note = QtWidgets.QLabel("")
+        self.budget_note.setObjectName("optimal.budget_note")
+        self.budget_note.setWordWrap(True)
         self.mfu = PercentSpinBox()
         self.mfu.setRange(0.01, 1.0)
         self.mfu.setSingleStep(0.05)
@@ -414,11 +640,27 @@ class OptimalPanel(_StudyPanel):
         self.no_tight.setObjectName("optimal.no_tight")
         self.no_tight.setToolTip(NO_TIGHT_OPTIMAL_HELP[0].upper() + NO_TIGHT_OPTIMAL_HELP[1:]
                                  + ".")
-        for label, w in (("Budget", self.gpus), ("for", self.days), ("Assumed MFU", self.mfu),
-                         ("Candidate sizes", self.candidates), ("Size spread", self.spread)):
+        self.form.addRow("Budget", self.gpus)
+        for label, button, field in (("for", self.by_days, self.days),
+                                     ("or", self.by_gpu_hours, self.gpu_hours)):
+            row = QtWidgets.QHBoxLayout()
+            row.addWidget(button)
+            row.addWidget(field, 1)
+            # a spin box's least width is its preferred one: as narrow as its text instead
+            field.setSizePolicy(QtWidgets.QSizePolicy.Policy.Expanding,
+                                QtWidgets.QSizePolicy.Policy.Fixed)
+            self.form.addRow(label, row)
+        self.form.addRow("", self.budget_note)
+        for label, w in (("Assumed MFU", self.mfu), ("Candidates", self.candidates),
+                         ("Size spread", self.spread)):
             self.form.addRow(label, w)
         self.form.addRow(self.no_tight)  # both columns: its text is wider than a field
-        self._watch(self.gpus, self.days, self.mfu, self.candidates, self.spread, self.no_tight)
+        self._watch(self.gpus, self.days, self.gpu_hours, self.by_gpu_hours, self.mfu,
+                    self.candidates, self.spread, self.no_tight)
+        for w in (self.gpus, self.gpu_hours, self.by_gpu_hours):
+            getattr(w, "toggled" if w is self.by_gpu_hours else "valueChanged").connect(
+                lambda *_: self._show_budget())
+        self._show_budget()
         hint = QtWidgets.QLabel("Cluster, global batch, precision and price come from the "
                                 "Plan tab; the candidates are shaped like its model (family, "
                                 "head size, query groups, MLP ratio, sequence length; only L "
@@ -435,7 +677,21 @@ class OptimalPanel(_StudyPanel):
                                         "optimal size and train each with its fastest plan.")
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.table = _table(list(OPTIMAL_COLUMNS))
+        self.table = _table([OPTIMAL_HEADERS[k][0] for k in OPTIMAL_COLUMNS], frozen=True)
+        for k, key in enumerate(OPTIMAL_COLUMNS):
+            self.table.horizontalHeaderItem(k).setToolTip(OPTIMAL_HEADERS[key][1])
+        # 16 columns beside the form at 1,024 pixels: each as wide as its values, rows one
+        # line high, the note (a reason can be a sentence) cut with "…" and whole in its
+        # tooltip; what does not fit scrolls sideways by pixels under the model sizes
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 6)
+        self.table.verticalHeader().setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.Fixed)
+        self.table.setHorizontalScrollMode(QtWidgets.QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.table.setWordWrap(False)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.Interactive)
+        header.setStretchLastSection(True)
+        header.setHighlightSections(False)
         self.plot = pg.PlotWidget(background="w")
         self.plot.setLabel("bottom", "parameters (billions)", color=_AXIS_TEXT)
         self.plot.setLabel("left", "Chinchilla loss (nats/token)", color=_AXIS_TEXT)
@@ -455,13 +711,104 @@ class OptimalPanel(_StudyPanel):
         self._rule.setVisible(False)
         for item in (self._line, self._points, self._best, self._rule):
             self.plot.addItem(item)
-        right = self._layout([self.summary, self.table], [self.plot])
-        right.setSizes([380, 420])
+        # the summary takes what the table's rows leave of their pane and scrolls in it (its
+        # swept / held lines and warnings wrap to a dozen beside the form at 1,024 pixels):
+        # the table keeps its rows (:meth:`_fit_summary`)
+        self.summary_area = QtWidgets.QScrollArea()
+        self.summary_area.setObjectName("optimal.summary_area")
+        self.summary_area.setWidgetResizable(True)
+        self.summary_area.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
+        self.summary_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.summary_area.setWidget(self.summary)
+        self.summary_area.viewport().setAutoFillBackground(False)  # the pane's, as before
+        self.summary.setAutoFillBackground(False)
+        right = self._layout([self.summary_area, self.table], [self.plot])
+        right.setSizes([400, 400])
+        self.summary_area.parentWidget().installEventFilter(self)  # its pane: resized
+        self._fit_summary()
+
+    def eventFilter(self, watched: QtCore.QObject, event: QtCore.QEvent) -> bool:  # noqa: N802
+        if (event.type() == QtCore.QEvent.Type.Resize
+                and watched is self.summary_area.parentWidget()):
+            self._fit_summary()
+        return super().eventFilter(watched, event)
+
+    def _fit_summary(self) -> None:
+        """Make the summary as high as its text, or as what the table's header and rows leave
+        of their pane when that is less (3 lines at least); it scrolls for the rest."""
+        lines = self.fontMetrics().lineSpacing()
+        t = self.table
+        rows = (t.horizontalHeader().sizeHint().height() + t.verticalHeader().length()
+                + t.horizontalScrollBar().sizeHint().height() + 2 * t.frameWidth())
+        room = self.summary_area.parentWidget().height() - rows - 6
+        width = self.summary_area.viewport().width()
+        text = self.summary.heightForWidth(width) if width > 0 else -1
+        if text < 0:
+            text = self.summary.sizeHint().height()
+        self.summary_area.setFixedHeight(max(min(text + 2, room), min(text + 2, 3 * lines + 4)))
+
+    def _note_width(self) -> int:
+        """The note column's widest: its longest mark in bold, with a cell's padding (a
+        longer note, why no plan fits, is cut there; the last column stretches)."""
+        bold = QtGui.QFont(self.table.font())
+        bold.setBold(True)
+        return QtGui.QFontMetrics(bold).horizontalAdvance("lowest loss, rule's size") + 12
 
     def _fields(self) -> dict[str, QtWidgets.QWidget]:
-        return {"num_gpus": self.gpus, "days": self.days, "assumed_mfu": self.mfu,
-                "num_candidates": self.candidates, "spread": self.spread,
-                "no_tight": self.no_tight}
+        return {"num_gpus": self.gpus, "days": self.days, "gpu_hours": self.gpu_hours,
+                "assumed_mfu": self.mfu, "num_candidates": self.candidates,
+                "spread": self.spread, "no_tight": self.no_tight}
+
+    #: the budgets the form offers: ``settings()["budget"]``
+    BUDGETS = ("days", "gpu_hours")
+
+    def apply_settings(self, settings: Any) -> list[str]:
+        """:meth:`_StudyPanel.apply_settings`, and ``budget`` (one of :attr:`BUDGETS`: which
+        field is the budget; settings saved before it read as days, the defaults applied
+        first)."""
+        if not isinstance(settings, dict) or "budget" not in settings:
+            ignored = super().apply_settings(settings)
+        else:
+            rest = dict(settings)
+            budget = rest.pop("budget")
+            ignored = super().apply_settings(rest)
+            if budget in self.BUDGETS:
+                for button in (self.by_days, self.by_gpu_hours):  # shown, not an edit
+                    button.blockSignals(True)
+                (self.by_gpu_hours if budget == "gpu_hours" else self.by_days).setChecked(True)
+                for button in (self.by_days, self.by_gpu_hours):
+                    button.blockSignals(False)
+            else:
+                ignored.append("budget")
+                ignored.sort(key=list(settings).index)  # in the file's order
+        self._show_budget()
+        return ignored
+
+    def check_settings(self, settings: dict) -> None:
+        """Raise ConfigError when the budget's GPU-hours cannot be studied: what ``vtrain optimal
+        --gpu-hours`` refuses, in its words (:func:`budget_days`)."""
+        budget_days(settings)
+
+    @Slot()
+    def _show_budget(self) -> None:
+        """Under the budget: the days a GPU-hour budget is (``vtrain optimal --gpu-hours``'
+        header), or why it cannot be studied (red, as the command line refuses it)."""
+        from core.cli.optimal import days_text
+        from core.plan.fields import ConfigError
+        settings = self.settings()
+        if settings["budget"] != "gpu_hours":
+            self.budget_note.setText("")
+            self.budget_note.setVisible(False)
+            return
+        try:
+            days = budget_days(settings)
+        except ConfigError as exc:
+            self.budget_note.setText("; ".join(str(e) for e in exc.errors))
+            self.budget_note.setStyleSheet("color: #C62828;")
+        else:
+            self.budget_note.setText(f"= {days_text(days)} days on {settings['num_gpus']:,} GPUs")
+            self.budget_note.setStyleSheet("color: #616161;")
+        self.budget_note.setVisible(True)
 
     def study_inputs(self, session: Session) -> dict:
         """:func:`core.studies.optimal.study_inputs`."""
@@ -482,18 +829,24 @@ class OptimalPanel(_StudyPanel):
         """Empty the table, the summary and the plot."""
         self.result = None
         self.result_session = None
+        self.result_settings = None
         self.results_view.set_empty(True)
         self.set_session(self._session_fn())  # no result: nothing stale
         self.table.setRowCount(0)
         self.summary.setText("")
+        self._fit_summary()
         for item in (self._points, self._line, self._best):
             item.setData([], [])
         self._rule.setVisible(False)
 
     def settings(self) -> dict:
-        """The form as :func:`core.studies.optimal.compute_optimal` keywords (settings saved
-        before ``no_tight`` read as unticked: the defaults are applied first)."""
+        """The form as :func:`core.studies.optimal.compute_optimal` keywords, with the budget:
+        ``budget`` ``"days"`` (``days``) or ``"gpu_hours"`` (``gpu_hours``: the days are
+        :func:`budget_days`); settings saved before ``no_tight`` or ``budget`` read as unticked
+        and days (the defaults are applied first)."""
         return {"num_gpus": self.gpus.value(), "days": self.days.value(),
+                "budget": "gpu_hours" if self.by_gpu_hours.isChecked() else "days",
+                "gpu_hours": self.gpu_hours.value(),
                 "assumed_mfu": self.mfu.value(), "num_candidates": self.candidates.value(),
                 "spread": self.spread.value(), "no_tight": self.no_tight.isChecked()}
 
@@ -524,6 +877,12 @@ class OptimalPanel(_StudyPanel):
                          f"{c.tokens_per_parameter:.3g}", f"{c.loss:.4f}", mark])
         _fill(self.table, rows, bold={result.best} if result.best is not None else set(),
               left={OPTIMAL_COLUMNS.index(n) for n in ("schedule", "recompute", "note")})
+        note = OPTIMAL_COLUMNS.index("note")
+        for k in range(len(rows)):  # a reason no plan fits is a sentence: cut, whole here
+            item = self.table.item(k, note)
+            if item.text():
+                item.setToolTip(item.text())
+        self.table.setColumnWidth(note, min(self.table.columnWidth(note), self._note_width()))
         mfu = OPTIMAL_COLUMNS.index("MFU")
         for k, c in enumerate(result.candidates):  # the ⚠'s why, as the Explore band's tooltip
             if c.plan is not None and c.within_calibration is False:
@@ -542,8 +901,13 @@ class OptimalPanel(_StudyPanel):
         session = self.result_session or self._session_fn()
         price = session.cost.price_per_gpu_hour_usd
         cost = result.num_gpus * result.days * 24 * price
+        shown = f"{result.days:g}"
+        ran = self.result_settings or {}
+        if ran.get("budget") == "gpu_hours":  # as vtrain optimal --gpu-hours' header
+            from core.cli.optimal import days_text
+            shown = f"{days_text(ran['gpu_hours'])} GPU-hours, {days_text(result.days)}"
         text = (f"<b>{result.num_gpus:,} x {html.escape(str(session.cluster.gpu))} for "
-                f"{result.days:g} days</b> (${cost:,.{0 if cost >= 100 else 2}f} at "
+                f"{shown} days</b> (${cost:,.{0 if cost >= 100 else 2}f} at "
                 f"${price:,.2f}/GPU-hour). "
                 f"Chinchilla rule at an assumed MFU of {result.assumed_mfu:.0%}: "
                 f"C = {result.budget_flops:.3g} FLOPs → N_opt {fp(result.rule_params)} "
@@ -587,6 +951,7 @@ class OptimalPanel(_StudyPanel):
         self._rule.setPos(result.rule_params / 1e9)
         self._rule.setVisible(bool(ok.any()))
         self.plot.enableAutoRange()
+        self._fit_summary()
 
 
 class SchedulePanel(_StudyPanel):
@@ -677,6 +1042,7 @@ class SchedulePanel(_StudyPanel):
         """Empty the policy table, the notes and the chart."""
         self.result = None
         self.result_session = None
+        self.result_settings = None
         self.results_view.set_empty(True)
         self.set_session(self._session_fn())  # no result: nothing stale
         self.policies.setRowCount(0)
