@@ -445,6 +445,25 @@ def test_simulate_cli_prints_precision_recipe_and_the_mfu_peak(tmp_path, capsys)
     assert "fp8, recipe blockwise" in out and "(of the BF16 dense peak)" in out
 
 
+def test_simulate_header_names_the_recipe_in_effect_when_fp8_recipe_is_empty(tmp_path, capsys):
+    """An empty ``plan.fp8_recipe`` with precision fp8 runs tensorwise (FP8_DEFAULT_RECIPE): the
+    report's header (the plan's full label) names it as the Precision line does (new-user
+    trial: the header said ``precision=fp8`` only)."""
+    from core.cli import main
+    s = _session(recipe=None)
+    assert s.plan.label(full=True).endswith(" precision=fp8 no-grad_acc_fusion fp8=tensorwise")
+    assert s.plan.label(full=True) == _session(recipe="tensorwise").plan.label(full=True)
+    assert _session(recipe="delayed").plan.label(full=True).endswith(" fp8=delayed")
+    assert "fp8=" not in _session(precision="bf16").plan.label(full=True)
+    assert "fp8" not in s.plan.label()  # the short label (sweep rows) never names precision
+    path = tmp_path / "s.json"
+    save_session(s, path)
+    assert main(["simulate", str(path)]) == 0
+    header, *rest = capsys.readouterr().out.splitlines()
+    assert header.endswith("precision=fp8 no-grad_acc_fusion fp8=tensorwise; m=32)")
+    assert any(line.startswith("Precision") and "fp8, recipe tensorwise" in line for line in rest)
+
+
 def test_context_parallel_fp8_plans_pass_bf16_kv_blocks():
     """FP8 training keeps attention in BF16: the ring's K/V blocks are BF16 (TE's attention with
     context parallelism), and a cp=2 FP8 plan simulates, faster than BF16."""

@@ -347,6 +347,15 @@ def test_a_large_rows_sweep_is_announced_with_its_time_estimate(tmp_path, capsys
     # the H100 row's is the plain sweep's own (same model, GPUs and space), labelled
     assert lines[0] == "H100-SXM5-80GB: " + " ".join(plain.removeprefix("warning: ").split())
     assert lines[1].startswith("A100-SXM4-80GB: large sweep: the ") and len(lines) == 2
+    # without --json the table says it once, under the front, not on standard error too
+    # (new-user trial: each row's warning was printed twice)
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--workers", "1"]) == 0
+    cap = capsys.readouterr()
+    assert "large sweep" not in cap.err
+    out = [" ".join(x.split()) for x in cap.out.split("warning: ")[1:]]
+    assert [x.split(": large sweep: the ")[0] for x in out if ": large sweep: the " in x] == [
+        "H100-SXM5-80GB", "A100-SXM4-80GB"]
+    assert out[0].startswith(lines[0])  # the --json run's standard-error note, word for word
 
 
 def test_a_sweep_out_of_memory_says_what_to_narrow(tmp_path, capsys, monkeypatch):

@@ -110,6 +110,30 @@ def test_trace_errors_name_the_job_and_key():
         jobs_from_list({})
 
 
+def test_a_session_given_as_the_trace_is_named_and_pointed_to_cluster(tmp_path, capsys):
+    """New-user trial: ``vtrain schedule SESSION.json`` said only "must be a non-empty JSON list
+    of jobs". A JSON object whose ``format`` is ``vtrain-session`` is named as a session, with
+    what a trace is and where a session goes (--cluster), exit 2, no traceback."""
+    session = ROOT / "resources" / "examples" / "gpt3_175b.json"
+    assert json.loads(session.read_text())["format"] == "vtrain-session"
+    with pytest.raises(ConfigError) as info:
+        read_jobs(str(session))
+    (e,) = info.value.errors
+    assert e.field == "gpt3_175b.json"
+    assert e.message.startswith('is a vtrain session ("format": "vtrain-session"), not a job trace: '
+                                "a job trace is a JSON list of jobs")
+    assert "docs/study_scheduler.md" in e.message
+    assert e.message.endswith(f"vtrain schedule TRACE.json --gpus N --cluster {session}")
+    assert main(["schedule", str(session), "--gpus", "64"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith("vtrain: error: gpt3_175b.json: is a vtrain session") and "Traceback" not in err
+    # another JSON object is no session: the list rule as before
+    other = tmp_path / "o.json"
+    other.write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(ConfigError, match="o.json: must be a non-empty JSON list of jobs"):
+        read_jobs(str(other))
+
+
 def test_gpu_counts():
     assert gpu_counts(64, 8, [24, 128]) == [1, 2, 4, 8, 16, 24, 32, 64]
 

@@ -58,8 +58,7 @@ def test_layers_that_do_not_split_name_the_first_and_last_stages_that_do():
         "num_layers=61 is not divisible by pipeline_parallel_size=16; plan.first_stage_layers=3 "
         "and plan.last_stage_layers=2 split it (3, 14 x 4, 2 layers; Megatron-Core's "
         "--decoder-first/last-pipeline-num-layers), as does "
-        "plan.pipeline_model_parallel_layout=Et*3|(t*4|)*14t*2L (with an m before the L per MTP "
-        "layer)")
+        "plan.pipeline_model_parallel_layout=Et*3|(t*4|)*14t*2mL")
     assert MODEL_PRESETS["DeepSeek-V3"].mtp_num_layers == 1
     assert _pipeline_message("DeepSeek-V3", 16, first_stage_layers=3, last_stage_layers=2) == ""
     assert _pipeline_message("DeepSeek-V3", 16,
@@ -73,6 +72,43 @@ def test_layers_that_do_not_split_name_the_first_and_last_stages_that_do():
     # (30 x 1) leaves 31 for two stages of at most 2: no uneven split to name
     assert _pipeline_message("DeepSeek-V3", 32) == (
         "num_layers=61 is not divisible by pipeline_parallel_size=32")
+
+
+@pytest.mark.parametrize("p, plan", [(16, {}), (8, dict(schedule="interleaved",
+                                                         virtual_pipeline_stages=2))])
+def test_the_layout_hint_places_the_models_mtp_layers_and_the_layout_it_prints_simulates(p, plan):
+    """New-user trial: DeepSeek-V3 (61 layers, mtp_num_layers=1) at p = 16 was told "with an m
+    before the L per MTP layer" beside a layout without it, which the validator refuses (its
+    m count must equal mtp_num_layers). The session's mtp_num_layers gives the count: the
+    layout printed holds that many m with the loss, passes pipeline_layout_errors as printed
+    and simulates; a model without MTP layers gets none and no aside."""
+    from core.plan.cluster import ClusterConfig, CostConfig
+    from core.plan.layout import pipeline_layout_errors
+    from core.sim.simulate import simulate
+    model = MODEL_PRESETS["DeepSeek-V3"]
+    assert (model.num_layers, model.mtp_num_layers) == (61, 1)
+    session = Session(model=model, plan=ParallelPlan(
+        tensor_parallel=8, pipeline_parallel=p, data_parallel=16 // p * 8, expert_parallel=8,
+        global_batch_size=256, sequence_parallel=True, **plan),
+        cluster=ClusterConfig("H100-SXM5-80GB", 8), cost=CostConfig())
+    msgs = [e.message for e in validate(session)]
+    assert not any("MTP layer" in m for m in msgs)
+    (hint,) = [m for m in msgs if "plan.pipeline_model_parallel_layout=" in m]
+    printed = hint.rsplit("plan.pipeline_model_parallel_layout=", 1)[1]
+    assert printed == "Et*3|(t*4|)*14t*2mL"  # 3 + 14 x 4 + 2 = 61 t, one m before the L
+    assert pipeline_layout_errors(printed, 61, 1, p, 16 // p) == []
+    assert pipeline_layout_errors(printed.replace("m", ""), 61, 1, p, 16 // p)  # the old hint's
+    session.plan.pipeline_model_parallel_layout = printed
+    assert validate(session) == []
+    report = simulate(session).report
+    assert report.num_gpus == 1024 and report.iteration_time_s > 0
+    # a model without MTP layers: no m, no aside
+    dense = Session(model=dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], num_layers=61),
+                    plan=dataclasses.replace(session.plan, pipeline_model_parallel_layout=None,
+                                             expert_parallel=1))
+    (msg,) = [e.message for e in validate(dense)
+              if "pipeline_model_parallel_layout=" in e.message]
+    assert msg.endswith("plan.pipeline_model_parallel_layout=Et*3|(t*4|)*14t*2L")
 
 
 def test_layers_that_leave_the_ends_none_take_one_fewer_on_the_middle_stages():
@@ -89,8 +125,7 @@ def test_layers_that_leave_the_ends_none_take_one_fewer_on_the_middle_stages():
     assert msgs == ["num_layers=50 is not divisible by pipeline_parallel_size=16; "
                     "plan.first_stage_layers=4 and plan.last_stage_layers=4 split it (4, 14 x 3, "
                     "4 layers; Megatron-Core's --decoder-first/last-pipeline-num-layers), as does "
-                    "plan.pipeline_model_parallel_layout=Et*4|(t*3|)*14t*4L (with an m before "
-                    "the L per MTP layer)"]
+                    "plan.pipeline_model_parallel_layout=Et*4|(t*3|)*14t*4L"]
     split = dataclasses.replace(plan, first_stage_layers=4, last_stage_layers=4)
     assert validate(Session(model=model, plan=split)) == []
     assert uneven_splits(50, 16) == [(4, 4)] and uneven_splits(10, 8) == [(2, 2)]
@@ -105,7 +140,7 @@ def test_interleaved_layers_that_do_not_split_name_the_layout_of_p_times_v_stage
     msg = _pipeline_message("DeepSeek-V3", 8, **plan)
     assert "first_stage_layers" not in msg
     assert ("the 16 virtual stages (3, 14 x 4, 2 layers) split it with "
-            "plan.pipeline_model_parallel_layout=Et*3|(t*4|)*14t*2L") in msg
+            "plan.pipeline_model_parallel_layout=Et*3|(t*4|)*14t*2mL") in msg
     assert _pipeline_message("DeepSeek-V3", 8, pipeline_model_parallel_layout="Et*3|(t*4|)*14t*2mL",
                              **plan) == ""
 
@@ -130,7 +165,6 @@ def test_layers_that_split_over_p_but_not_p_times_v_name_the_layout_that_does():
     s = Session(model=m, plan=ParallelPlan(**plan))
     (msg,) = [e.message for e in validate(s) if e.field == "plan.virtual_pipeline_stages"]
     assert msg.endswith("; the 8 virtual stages (3, 6 x 5, 3 layers) split it with "
-                        "plan.pipeline_model_parallel_layout=Et*3|(t*5|)*6t*3L (with an m before "
-                        "the L per MTP layer)")
+                        "plan.pipeline_model_parallel_layout=Et*3|(t*5|)*6t*3L")
     s.plan.pipeline_model_parallel_layout = "Et*3|(t*5|)*6t*3L"
     assert validate(s) == []

@@ -94,17 +94,23 @@ def _uneven_sizes(session: Session) -> tuple[list[int], list[int]]:
     return uneven, [p for p in powers if flagged and L % p == 0]
 
 
-def _check_box_row(form: QtWidgets.QFormLayout, label: str, names, prefix: str
-                   ) -> dict[str, QtWidgets.QCheckBox]:
-    """A form row of one check box per name (object names ``prefix.name``); returns them by name."""
+def _check_box_row(form: QtWidgets.QFormLayout, label: str, names, prefix: str,
+                   per_line: int | None = None) -> dict[str, QtWidgets.QCheckBox]:
+    """A form row of one check box per name (object names ``prefix.name``), at most
+    ``per_line`` to a line (all on one without); returns them by name.
+
+    The lines keep the panel narrow: the five schedules on one line made the Explore tab's
+    left column about 480 px wide, and at 1,366 x 768 the plan table beside it cut its
+    memory column off (new-user trial)."""
     boxes: dict[str, QtWidgets.QCheckBox] = {}
-    row = QtWidgets.QHBoxLayout()
+    row = QtWidgets.QGridLayout()
     row.setContentsMargins(0, 0, 0, 0)
-    for name in names:
+    row.setVerticalSpacing(2)
+    for k, name in enumerate(names):
         box = boxes[name] = QtWidgets.QCheckBox(name)
         box.setObjectName(f"{prefix}.{name}")
-        row.addWidget(box)
-    row.addStretch(1)
+        row.addWidget(box, k // (per_line or len(names)), k % (per_line or len(names)))
+    row.setColumnStretch(per_line or len(names), 1)
     form.addRow(label, row)
     return boxes
 
@@ -237,8 +243,10 @@ class SweepSettingsPanel(QtWidgets.QWidget):
     def _add_choice_rows(self, form: QtWidgets.QFormLayout) -> None:
         """A check box per value to try: schedules, recomputation, sequence parallel, ZeRO
         stages, expert all-to-all overlap (MoE)."""
-        self.schedule_boxes = _check_box_row(form, "Schedules", SCHEDULES, "sweep.schedules")
-        self.recompute_boxes = _check_box_row(form, "Recomputation", RECOMPUTE_CHOICES, "sweep.recompute")
+        # a few to a line: the schedules and the modes on one made the panel ~480 px wide
+        self.schedule_boxes = _check_box_row(form, "Schedules", SCHEDULES, "sweep.schedules", 3)
+        self.recompute_boxes = _check_box_row(form, "Recomputation", RECOMPUTE_CHOICES,
+                                              "sweep.recompute", 2)
         # "default": the command line's default (vtrain sweep without the option)
         self.sp_default, self.sp_boxes = _defaulted_box_row(
             form, "Sequence parallel", ("off", "on"), "sweep.sequence_parallel",
@@ -286,7 +294,7 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.no_tight.setObjectName("sweep.no_tight")
         self.no_tight.setToolTip(NO_TIGHT_HELP[0].upper() + NO_TIGHT_HELP[1:]
                                  + ". Takes effect at the next Run.")
-        form.addRow("Memory", self.no_tight)
+        form.addRow(self.no_tight)  # both columns, as on the Studies tab: wider than a field
 
         cores = os.cpu_count() or 1
         self.workers = IntSpinBox()

@@ -76,10 +76,12 @@ def _plan_columns(always: bool) -> tuple[_Column, ...]:
 #: Columns of the plan table: header, :class:`SweepResult` attribute, tooltip, formatter.
 #: The plan's columns come from its fields; :meth:`vtrain_gui.explore.ExploreTab.set_result`
 #: hides those that are the same for every plan (beyond t, p, d, b, schedule and recompute).
-#: The iteration time, days, cost, memory, fits, front and error band come right after the
+#: The iteration time, days, cost, memory, error band, fits and front come right after the
 #: plan's main fields, before the fields a sweep may add (sp, ZeRO, overlaps, v, ...), so that
 #: they stay on screen in a narrow window (a new-user trial found the iteration time and the
-#: band's ⚠ off-screen); the long ``reason`` is last (elided, whole in the row's tooltip).
+#: band's ⚠ off-screen, another the memory cut off at 1,366 x 768, where the plan's fields
+#: through the band are whole: fits and front, also told by the rows' grey and bold, may need
+#: the scroll bar there); the long ``reason`` is last (elided, whole in the row's tooltip).
 _BAND_COLUMN = _Column(
     "error band", "iteration_band",
     "Error band of the iteration time at its nominal coverage (cross-validated residuals "
@@ -94,13 +96,13 @@ TABLE_COLUMNS = _plan_columns(always=True) + (
     _Column("cost", "cost_usd", "Cost of training on the token budget (USD)", format_usd),
     _Column("memory/GPU", "max_memory_per_gpu_bytes", "Largest memory per GPU over the stages",
             format_bytes),
+    _BAND_COLUMN,
     _Column("fits", "memory_verdict", "Memory verdict of the largest stage against the GPU's "
             "memory: fits, tight (within the planner's margin, cluster.memory_reserve_fraction, "
             "of the capacity, or over it only with the allocator's cache: kept by the sweep) or "
             "does not fit", str, False),
     _Column("front", "front", "On the time-versus-cost Pareto front of the plans shown", _yes_no,
             False),
-    _BAND_COLUMN,
 ) + _plan_columns(always=False) + (
     _Column("MFU", "mfu", "Model FLOPs utilization", format_fraction),
     _Column("reason", "reason", "Why the plan does not fit in GPU memory", str, False),
@@ -302,6 +304,18 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         self._row_of[self._rows] = np.arange(self._rows.size)
 
 
+#: The widest value each figure column is sized for (:meth:`SweepTableView._size_columns`):
+#: up to 888 t, p or b, 8,888 d, 88,888 micro-batches or GPUs, iterations up to 888.888 ms
+#: (longer ones read "1.234 s"), a cost up to $888,888,888, memory up to 8,888.8 GiB.
+COLUMN_SAMPLES = {"t": "888", "p": "888", "d": "8888", "b": "88", "m": "88,888",
+                  "GPUs": "88,888", "iteration": "888.888 ms", "error band": "888.8 – 888.8 ms ⚠",
+                  "days": "88,888.8", "cost": "$888,888,888", "MFU": "88.8 %",
+                  "memory/GPU": "8,888.8 GiB", "fits": "does not fit", "front": "front"}
+#: Pixels a cell's text needs beyond its own width (the style's margins, about 3 px a side,
+#: and a little air), and a header's (its margins and the sort arrow, about 16 px).
+CELL_PADDING, HEADER_PADDING = 10, 26
+
+
 class SweepTableView(QtWidgets.QTableView):
     """The table of a sweep's plans: rows selected whole, sortable (Pareto front first),
     columns as wide as their header and a typical value."""
@@ -333,26 +347,23 @@ class SweepTableView(QtWidgets.QTableView):
             self.setColumnHidden(i, hide)
 
     def _size_columns(self) -> None:
-        fm = self.fontMetrics()
-        # the Pareto front's rows are bold: the schedules and recomputation modes a sweep
-        # tries by default measured in bold ("interleaved" was cut to "interleav…" in the
-        # plans worth reading); not selective_op, rare and 20 px wider: memory, fits and front
-        # stay on screen at 1,600 px
+        """Every column as wide as a typical value in bold (the Pareto front's rows are bold)
+        plus a cell's padding, or its header plus the sort arrow, whichever is wider (the
+        plan's other fields too: a near-empty ``v`` must not take 100 px); ``reason`` is last
+        and takes what is left (elided, the whole text in the row's tooltip).
+
+        Sized so that the plan's main fields and its figures through the error band, memory
+        per GPU among them, stay on screen beside the settings column in a 1,366 x 768 window
+        (a new-user trial found the memory column cut off there: each column had the sort
+        arrow's room on top of its widest value); the schedules and recomputation modes a
+        sweep tries by default are measured (not selective_op, rare and 20 px wider)."""
         bold = QtGui.QFont(self.font())
         bold.setBold(True)
         wide = QtGui.QFontMetrics(bold).horizontalAdvance
-        samples = {"t": "888", "p": "888", "d": "8888", "b": "88", "m": "88,888",
-                   "schedule": max(SCHEDULES, key=wide), "recompute": max(RECOMPUTE_MODES, key=wide),
-                   "GPUs": "88,888", "iteration": "888.888 ms",
-                   "error band": "888.8 – 888.8 ms ⚠",
-                   "days": "88,888.8", "cost": "$888,888,888", "MFU": "88.8 %",
-                   "memory/GPU": "8,888.8 GiB", "fits": "does not fit", "front": "front"}
-        # every column as wide as its header and a typical value (the plan's other fields too:
-        # a near-empty ``v`` must not take 100 px), so that memory, fits and front stay on
-        # screen in a 1,600 px window; ``reason`` is last and takes what is left (elided, the
-        # whole text in the row's tooltip)
+        head = self.horizontalHeader().fontMetrics().horizontalAdvance
         for i, col in enumerate(TABLE_COLUMNS):
-            sample = samples.get(col.header, "888" if col.right else "yes")
-            measure = wide if col.header in ("schedule", "recompute") else fm.horizontalAdvance
-            w = max(measure(sample), fm.horizontalAdvance(col.header))
-            self.setColumnWidth(i, w + 26)  # room for the sort arrow
+            sample = COLUMN_SAMPLES.get(col.header, "888" if col.right else "yes")
+            sample = {"schedule": max(SCHEDULES, key=wide),
+                      "recompute": max(RECOMPUTE_MODES, key=wide)}.get(col.header, sample)
+            self.setColumnWidth(i, max(wide(sample) + CELL_PADDING,
+                                       head(col.header) + HEADER_PADDING))

@@ -122,6 +122,11 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
     def notice(text: str) -> None:  # a large row's sweep, with its time estimate (vtrain sweep's)
         err.print(f"[yellow]warning:[/] {esc(text)}", highlight=False)
 
+    # the table prints each row's sweep warnings, its large-sweep note among them, under the
+    # front (print_choice): said once, there, where the report's reader sees it; with --json
+    # the note is in the rows' "warnings", and standard error says it as the row's sweep starts
+    announce = notice if args.json else None
+
     from core.cli.common import cancel_on_signals
     from core.studies.sweep import SweepCancelled
     # Ctrl+C and SIGTERM cancel the rows' sweeps (their worker processes ended), as vtrain
@@ -130,7 +135,7 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
         try:
             if args.json or not err.is_terminal:
                 choice = choose_gpus(session, sheet, prune=not args.exhaustive, workers=workers,
-                                     space_for=space_for, notice=notice, max_work=args.max_work,
+                                     space_for=space_for, notice=announce, max_work=args.max_work,
                                      cancel=cancel.event, no_tight=args.no_tight)
             else:
                 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -140,7 +145,7 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
                              for lab in sheet.labels]
                     choice = choose_gpus(
                         session, sheet, prune=not args.exhaustive, workers=workers,
-                        space_for=space_for, notice=notice, max_work=args.max_work,
+                        space_for=space_for, notice=announce, max_work=args.max_work,
                         cancel=cancel.event, no_tight=args.no_tight,
                         progress=lambda r, d, t: bar.update(tasks[r], completed=d, total=t))
         except SweepCancelled:

@@ -45,13 +45,19 @@ def _takes_layout(plan: ParallelPlan) -> bool:
         return False
 
 
-def _slot_hint(L: int, p: int, v: int = 1, layouts: bool = True) -> str:
+def _slot_hint(L: int, p: int, v: int = 1, layouts: bool = True,
+               mtp_layers: int | None = None) -> str:
     """How Megatron-Core splits ``L`` layers over ``p`` stages of ``v`` model chunks (``v`` > 1
     under an interleaved schedule) when they do not divide: counting the embedding and / or the
     loss as a layer (``L + 1`` or ``L + 2`` slots), named when one of those divides by ``p*v``,
     and the uneven first and last chunks of :func:`uneven_splits` over the ``p*v`` virtual
     stages as a custom layout, with ``v`` = 1 also as the first and last stage layers (which
-    Megatron-Core has only without interleaving); empty when neither splits them."""
+    Megatron-Core has only without interleaving); empty when neither splits them.
+
+    ``mtp_layers``: the model's multi-token prediction layers (``mtp_num_layers``), placed as
+    that many ``m`` before the ``L`` of the last virtual stage, so the layout given passes
+    :func:`pipeline_layout_errors` as printed (DeepSeek-V3, 61 layers and one MTP layer on
+    p=16: ``Et*3|(t*4|)*14t*2mL``); None when unknown (the text then says where they go)."""
     n = p * v
     hint = ""
     for extra, fields in ((2, "plan.account_for_embedding_in_pipeline_split and "
@@ -70,8 +76,10 @@ def _slot_hint(L: int, p: int, v: int = 1, layouts: bool = True) -> str:
     def ts(k: int) -> str:
         return "t" if k == 1 else f"t*{k}"
     counts = f"{first}, {n - 2} x {middle}, {last} layers"
+    mtp = "m" * mtp_layers if mtp_layers is not None else ""
     layout = (f"plan.pipeline_model_parallel_layout=E{ts(first)}|({ts(middle)}|)*{n - 2}"
-              f"{ts(last)}L (with an m before the L per MTP layer)")
+              f"{ts(last)}{mtp}L"
+              + (" (with an m before the L per MTP layer)" if mtp_layers is None else ""))
     if v > 1:
         return hint + f"; the {n} virtual stages ({counts}) split it with {layout}"
     return (hint + f"; plan.first_stage_layers={first} and plan.last_stage_layers={last} split "
@@ -79,13 +87,14 @@ def _slot_hint(L: int, p: int, v: int = 1, layouts: bool = True) -> str:
             + (f", as does {layout}" if layouts else ""))
 
 
-def layer_split_hint(num_layers: int, plan: ParallelPlan) -> str:
+def layer_split_hint(num_layers: int, plan: ParallelPlan, mtp_layers: int | None = None) -> str:
     """What splits ``num_layers`` over ``plan``'s ``p`` stages of its schedule's chunks where
     they do not divide (:func:`_slot_hint`: the embedding and loss layer slots, the uneven first
-    and last stages, the custom layout where the schedule takes one); "" when nothing does.
-    Starts with ``"; "``: it follows the rule's message."""
+    and last stages, the custom layout where the schedule takes one, with ``mtp_layers`` MTP
+    layers placed in it when given); "" when nothing does. Starts with ``"; "``: it follows the
+    rule's message."""
     return _slot_hint(num_layers, plan.pipeline_parallel, layout_chunks(plan),
-                      _takes_layout(plan))
+                      _takes_layout(plan), mtp_layers)
 
 
 def uneven_splits(num_layers: int, p: int) -> list[tuple[int, int]]:
@@ -328,7 +337,8 @@ def _layout_conflicts(plan: ParallelPlan) -> None:
         raise ValueError(why)
 
 
-def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
+def stage_layer_counts(num_layers: int, plan: ParallelPlan, mtp_layers: int | None = None
+                       ) -> list[int]:
     """Transformer layers of each pipeline stage, length p (all its model chunks together).
 
     Even split ``L/p`` unless ``first_stage_layers`` / ``last_stage_layers`` are
@@ -342,6 +352,8 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
     :func:`virtual_stage_layer_counts` gives the chunks). With a custom pipeline layout
     (``plan.pipeline_model_parallel_layout``) each stage holds the ``t`` of its virtual stages
     ``i, p + i, ...`` (:func:`layout_layer_counts`; a stage may hold none).
+    ``mtp_layers`` (the model's MTP layers, when known) only makes the refusal's custom
+    layout hint (:func:`layer_split_hint`) exact.
 
     Raises
     ------
@@ -374,7 +386,7 @@ def stage_layer_counts(num_layers: int, plan: ParallelPlan) -> list[int]:
     if first is None and last is None:
         if L % p:
             raise PipelineSplitError(f"num_layers={L} is not divisible by pipeline_parallel_size={p}"
-                                     + layer_split_hint(L, plan))
+                                     + layer_split_hint(L, plan, mtp_layers))
         return [L // p] * p
     if p < 2:
         raise ValueError("first_stage_layers / last_stage_layers need pipeline_parallel_size >= 2")

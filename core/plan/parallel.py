@@ -421,7 +421,9 @@ class ParallelPlan:
         Derived from the fields' metadata: fields marked ``label="always"`` first,
         then every other field whose value differs from its default (booleans by
         their short name, e.g. ``sp``); with ``full``, the ``"never"`` fields
-        (B, precision, the FP8 recipe) too, those that are set. A field with ``label_needs``
+        (B, precision, the FP8 recipe) too, those that are set, and with ``precision="fp8"``
+        the recipe in effect (:func:`fp8_recipe`: an empty ``fp8_recipe`` reads
+        ``fp8=tensorwise``, as the simulate report's Precision line). A field with ``label_needs``
         metadata (the boolean field it qualifies, e.g. the fused cross-entropy's kernels) is
         left out while that field is off: it changes nothing then; so are sequence parallelism
         and the TP communication overlap at ``t = 1``, the context-parallel exchange at
@@ -445,6 +447,8 @@ class ParallelPlan:
                 continue  # only the interleaved schedule overlaps its transfers
             if f.name == "moe_imbalance_factor" and value == f.default:
                 continue  # balanced routing (and every dense model): nothing to say
+            if f.name == "fp8_recipe" and self.precision == "fp8":
+                value = fp8_recipe(self)  # the recipe in effect: empty means tensorwise
             if how == "never" and (not full or value is None):  # e.g. no FP8 recipe
                 continue
             if f.metadata.get("label_needs") and not getattr(self, f.metadata["label_needs"]):

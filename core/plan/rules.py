@@ -176,8 +176,9 @@ def _pipeline_split_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]
         layout, m.num_layers, m.mtp_num_layers if is_int(m.mtp_num_layers) else 0, p,
         layout_chunks(pl) if is_int(pl.virtual_pipeline_stages or 1) else 1)
     errs += [FieldError("plan.pipeline_model_parallel_layout", e) for e in layout_errs]
+    mtp = m.mtp_num_layers if is_int(m.mtp_num_layers) else None  # the layout hint's m count
     try:
-        counts = None if layout_errs else stage_layer_counts(m.num_layers, pl)
+        counts = None if layout_errs else stage_layer_counts(m.num_layers, pl, mtp)
     except ValueError as exc:
         uneven = pl.first_stage_layers is not None or pl.last_stage_layers is not None
         counts = None
@@ -241,7 +242,8 @@ def _batch_schedule_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]
         L, p, v = m.num_layers, pl.pipeline_parallel, layout_chunks(pl)
         # layers that split over p but not over its p*v virtual stages: what does (where they
         # do not split over p, the split rule's message names it already)
-        hint = (layer_split_hint(L, pl) if layout is None and not extra and v > 1 and p > 0
+        mtp = m.mtp_num_layers if is_int(m.mtp_num_layers) else None
+        hint = (layer_split_hint(L, pl, mtp) if layout is None and not extra and v > 1 and p > 0
                 and L % p == 0 and L % (p * v) else "")
         errs += [FieldError(f, msg + (hint if f == "plan.virtual_pipeline_stages" else ""))
                  for f, msg in schedule_errors(

@@ -212,7 +212,15 @@ def _job_rule_errors(model: ModelConfig, batch: Any, where: str) -> list[FieldEr
 
 
 def read_jobs(path: str) -> list[Job]:
-    """Jobs of a JSON trace file (see :func:`jobs_from_list`). Raises ConfigError."""
+    """Jobs of a JSON trace file (see :func:`jobs_from_list`).
+
+    Raises
+    ------
+    ConfigError
+        The file is unreadable, not JSON, holds more than :data:`MAX_JOBS` jobs, is a vtrain
+        session (said so, with ``--cluster``, where a session goes) or breaks a rule of
+        :func:`jobs_from_list`.
+    """
     from pathlib import Path
 
     from core.util.inputs import read_json_file
@@ -225,6 +233,16 @@ def read_jobs(path: str) -> list[Job]:
     except _Unreadable as exc:
         raise ConfigError([FieldError(str(path), f"not a readable JSON job trace: "
                                       f"{str(exc)[len(str(path)) + 2:]}")]) from None
+    from core.io.session import SESSION_FORMAT
+    if isinstance(items, dict) and items.get("format") == SESSION_FORMAT:
+        # a session given where the trace goes: say what each is, and where a session goes
+        raise ConfigError([FieldError(Path(path).name, (
+            f"is a vtrain session (\"format\": \"{SESSION_FORMAT}\"), not a job trace: a job "
+            "trace is a JSON list of jobs, each with arrival_h, model (a preset name) or the "
+            "model's shape, global_batch_size, tokens and requested_gpus "
+            "(docs/study_scheduler.md; resources/traces/jobs_trace.json is one); a session gives "
+            "the jobs' cluster, profile and precision: vtrain schedule TRACE.json --gpus N "
+            f"--cluster {path}"))])
     if isinstance(items, list) and len(items) > MAX_JOBS:
         raise ConfigError([FieldError(Path(path).name, f"{len(items):,} jobs are more than "
                                       f"{MAX_JOBS:,}")])
