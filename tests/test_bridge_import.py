@@ -308,8 +308,10 @@ def test_every_field_at_its_default_changes_nothing(tmp_path):
     from core.io.bridge_import import load_policy, read_run_config
     pol, base = load_policy(), _doc()
     full = dict(base)
-    for sec in ("model", "ddp", "optimizer", "train", "dataset", "mixed_precision"):
-        full[sec] = {**{k: _yaml_default(v) for k, v in pol["fields"][sec].items()}, **base[sec]}
+    for sec in ("model", "ddp", "optimizer", "train", "dataset", "mixed_precision", "dist",
+                "comm_overlap"):
+        full[sec] = {**{k: _yaml_default(v) for k, v in pol["fields"][sec].items()},
+                     **base.get(sec, {})}
     for sec in ("model", "optimizer", "ddp"):
         full[sec].update({k: v for k, v in full["mixed_precision"].items()
                           if k in full[sec] and not k.startswith("_")})
@@ -318,10 +320,13 @@ def test_every_field_at_its_default_changes_nothing(tmp_path):
     b = read_run_config(RUN_CONFIG, gpu=H100, num_gpus=8)
     assert a.session.plan == b.session.plan and a.session.model == b.session.model
     # the Megatron-LM arguments that table lists (--ddp-bucket-size 128 MiB and
-    # --wgrad-deferral-limit -1 as CommOverlapConfig.setup writes them)
+    # --wgrad-deferral-limit -1 as CommOverlapConfig.setup writes them), and the two kernel
+    # switches GPTModelProvider leaves off where Megatron-LM turns them on (the Llama bridge
+    # turns them on, models/llama/llama_bridge.py:67-69)
     assert set(a.ignored) == {"train.manual_gc", "train.manual_gc_interval",
                               "model.moe_token_dispatcher_type", "model.fp8_recipe",
-                              "ddp.bucket_size", "model.wgrad_deferral_limit"}
+                              "ddp.bucket_size", "model.wgrad_deferral_limit",
+                              "model.bias_activation_fusion", "model.persist_layer_norm"}
 
 
 def test_moe_and_mla_providers(tmp_path):
@@ -402,6 +407,13 @@ def test_rules_of_one_setting_and_listed_fields(tmp_path):
             "optimizer.store_param_remainders"} <= set(imp.neutral)
     assert imp.ignored["dist.use_tp_pp_dp_mapping"] == "not modelled; may change the iteration time"
     assert "--use-tp-pp-dp-mapping" in imp.arguments
+    # a kernel switch whose Bridge default (off) is not Megatron-LM's (on): listed when off,
+    # as Megatron-LM's --no-bias-swiglu-fusion is, and not when on (the Llama provider's)
+    off = _read(tmp_path, lambda d: d["model"].update(bias_activation_fusion=False))
+    on = _read(tmp_path, lambda d: d["model"].update(bias_activation_fusion=True))
+    assert off.ignored["model.bias_activation_fusion"].startswith(
+        "the bias-and-activation kernel fusion off: Megatron-LM fuses by default")
+    assert "model.bias_activation_fusion" not in on.ignored | dict.fromkeys(on.neutral)
 
 
 def test_comm_overlap_checked_as_bridge_does(tmp_path):
@@ -481,3 +493,17 @@ def test_checkpoints_reach_the_goodput_settings(tmp_path):
     assert "one at the end of the run" in dict(imp.notes)["checkpoint.save_interval"]
     assert "checkpoint.save_interval: 'x' must be an integer" in _refusal(
         tmp_path, lambda d: d["checkpoint"].update(save_interval="x"))
+
+
+def test_cli_refuses_a_run_config_of_other_gpus_exit_2(tmp_path, capsys):
+    """The fixture's comm_overlap.data_parallel_size 4 is 8 GPUs at t*p*cp = 2: with --num-gpus
+    16 the file is another run's; exit status 2, nothing written, the file and the YAML path
+    named."""
+    out = tmp_path / "never.json"
+    rc, _, err = _run(capsys, "import", "bridge", str(RUN_CONFIG), "--gpu", "H100",
+                      "--num-gpus", "16", "-o", str(out))
+    assert rc == 2 and not out.exists() and "Traceback" not in err
+    assert err.strip() == (
+        f"vtrain: error: {RUN_CONFIG}: comm_overlap.data_parallel_size: 4, but --num-gpus 16 "
+        "over t*p*cp = 1*1*2 is 8: the file was written by a run on 8 GPUs "
+        "(ConfigContainer.set_data_parallel_size, training/config.py:1029-1041)")

@@ -302,6 +302,9 @@ class _Reader:
                 else _scalar(value) in when
             if hit:
                 self.refused.append(f"{path}: {value!r}: not modelled ({rule['why']})")
+        elif "megatron_default" in rule:  # listed where it is not what Megatron-LM runs
+            if value is not None and _scalar(value) != rule["megatron_default"]:
+                self.ignored[path] = rule["why"]
         elif not at_default:
             if rule.get("effect") == "ignored":
                 self.ignored[path] = rule["why"]
@@ -469,7 +472,6 @@ def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
                 + (f"{dp}" if dp is not None else "not a whole number")
                 + f": the file was written by a run on {written * t * pp * cp} GPUs "
                 "(ConfigContainer.set_data_parallel_size, training/config.py:1029-1041)"))
-    dp = dp or 1  # an indivisible count is refused by the plan's rules
     expect: dict[str, dict[str, Any]] = {"model": {}, "ddp": {}, "optimizer": {}}
     given = lambda key, otherwise: (  # noqa: E731  _override_user_cfgs: a value given wins
         user[key] if user.get(key) is not None else otherwise)
@@ -521,7 +523,9 @@ def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
                           "asserts 'overlap_moe_expert_parallel_comm is required for "
                           f"delay_wgrad_compute', {_CO}:533-535)")
     # _get_optimizer_overlap_cfgs (lines 562-587): only with the distributed optimizer
-    if _flag(rd, "ddp.use_distributed_optimizer", _value(rd, "ddp", "use_distributed_optimizer")):
+    use_do = _flag(rd, "ddp.use_distributed_optimizer", _value(rd, "ddp",
+                                                              "use_distributed_optimizer"))
+    if use_do and dp is not None:  # (an indivisible GPU count: the plan's rules refuse it)
         ddp, opt = expect["ddp"], expect["optimizer"]
         ddp["bucket_size"] = given("bucket_size", 128 * 1024 * 1024 if dp > 1 else None)
         ddp["overlap_grad_reduce"] = given("overlap_grad_reduce", dp > 1)
