@@ -47,6 +47,9 @@ CHAINS = {
                 ("bridge", "data/base.py", "DataloaderConfig"),
                 ("bridge", "training/config.py", "GPTDatasetConfig")],
     "mixed_precision": [("bridge", "training/mixed_precision.py", "MixedPrecisionConfig")],
+    "dist": [("mcore", "training/config/common_config.py", "DistributedInitConfig"),
+             ("bridge", "training/config.py", "DistributedInitConfig")],
+    "comm_overlap": [("bridge", "training/comm_overlap.py", "CommOverlapConfig")],
 }
 
 

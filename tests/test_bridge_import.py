@@ -157,6 +157,11 @@ def test_run_config_round_trip_is_the_recipes_session(tmp_path, capsys):
     assert results[0]["iteration_time_s"] == results[1]["iteration_time_s"]
     # train.train_iters 50 (_benchmark_common): 50 iterations of B*s = 128 * 8192 tokens
     assert a["cost"]["training_tokens"] == 50 * 128 * 8192
+    # docs/bridge.md: --recipe keeps a new session's budget and checkpoint defaults; the file
+    # says 50 iterations and checkpoint.save null (_benchmark_common, perf_recipes/_common.py)
+    assert b["cost"]["training_tokens"] == 300e9
+    assert a["reliability"]["checkpoint_interval_iterations"] == 2 ** 40
+    assert b["reliability"]["checkpoint_interval_iterations"] is None
 
 
 def _refusal(tmp_path, change) -> str:
@@ -303,8 +308,10 @@ def test_every_field_at_its_default_changes_nothing(tmp_path):
     from core.io.bridge_import import load_policy, read_run_config
     pol, base = load_policy(), _doc()
     full = dict(base)
-    for sec in ("model", "ddp", "optimizer", "train", "dataset", "mixed_precision"):
-        full[sec] = {**{k: _yaml_default(v) for k, v in pol["fields"][sec].items()}, **base[sec]}
+    for sec in ("model", "ddp", "optimizer", "train", "dataset", "mixed_precision", "dist",
+                "comm_overlap"):
+        full[sec] = {**{k: _yaml_default(v) for k, v in pol["fields"][sec].items()},
+                     **base.get(sec, {})}
     for sec in ("model", "optimizer", "ddp"):
         full[sec].update({k: v for k, v in full["mixed_precision"].items()
                           if k in full[sec] and not k.startswith("_")})
@@ -312,8 +319,14 @@ def test_every_field_at_its_default_changes_nothing(tmp_path):
     a = read_run_config(_write(tmp_path, full), gpu=H100, num_gpus=8)
     b = read_run_config(RUN_CONFIG, gpu=H100, num_gpus=8)
     assert a.session.plan == b.session.plan and a.session.model == b.session.model
+    # the Megatron-LM arguments that table lists (--ddp-bucket-size 128 MiB and
+    # --wgrad-deferral-limit -1 as CommOverlapConfig.setup writes them), and the two kernel
+    # switches GPTModelProvider leaves off where Megatron-LM turns them on (the Llama bridge
+    # turns them on, models/llama/llama_bridge.py:67-69)
     assert set(a.ignored) == {"train.manual_gc", "train.manual_gc_interval",
-                              "model.moe_token_dispatcher_type", "model.fp8_recipe"}
+                              "model.moe_token_dispatcher_type", "model.fp8_recipe",
+                              "ddp.bucket_size", "model.wgrad_deferral_limit",
+                              "model.bias_activation_fusion", "model.persist_layer_norm"}
 
 
 def test_moe_and_mla_providers(tmp_path):
@@ -334,3 +347,163 @@ def test_moe_and_mla_providers(tmp_path):
     s = read_run_config(_write(tmp_path, doc), gpu=H100, num_gpus=8).session
     assert (s.model.multi_latent_attention, s.model.q_lora_rank, s.model.kv_lora_rank,
             s.model.qk_pos_emb_head_dim) == (True, 1536, 512, 64)
+
+
+def _read(tmp_path, change, num_gpus=8):
+    from core.io.bridge_import import read_run_config
+    doc = _doc()
+    change(doc)
+    return read_run_config(_write(tmp_path, doc), gpu=H100, num_gpus=num_gpus)
+
+
+def test_every_cost_field_is_classified():
+    """Every field of the sections that bear on one iteration's time and memory (model, MLA,
+    ddp, optimizer, train, dist) is a Megatron-LM argument's dest or has a rule in
+    resources/bridge_run_config.json (no effect with why / read as an option / refused when
+    set): none falls through to the refusal of an unclassified field. 40 did before (model
+    batch_p2p_comm, variable_seq_lengths ...; ddp num_buckets ...; optimizer
+    store_param_remainders ...), listed as 'not a Megatron-LM argument' and never refused."""
+    from core.io.bridge_import import _megatron_dests, load_policy
+    pol, dests = load_policy(), _megatron_dests()
+    loose = [f"{s.split('/')[0]}.{k}" for s in ("model", "model/mla", "ddp", "optimizer", "train",
+                                                 "dist")
+             for k in pol["fields"][s]
+             if k not in dests and f"{s.split('/')[0]}.{k}" not in pol["keys"]]
+    assert loose == []
+    for path, rule in pol["keys"].items():  # each classification says why
+        assert set(rule) & {"special", "argument", "same_as"} or rule.get("why"), path
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["model"].update(variable_seq_lengths=True),
+     "model.variable_seq_lengths: True: not modelled (micro-batches of different sequence "
+     "lengths are not modelled (each is seq_length tokens))"),
+    (lambda d: d["model"].update(deallocate_pipeline_outputs=False),
+     "model.deallocate_pipeline_outputs: False: not modelled (pipeline stages that keep the "
+     "outputs they sent"),
+    (lambda d: d["optimizer"].update(use_precision_aware_optimizer=True,
+                                     store_param_remainders=False),
+     "optimizer.store_param_remainders: False: not modelled (whole FP32 master weights"),
+    (lambda d: d["model"].update(a_field_of_bridge_0_7=3),
+     "model.a_field_of_bridge_0_7: 3: not a field of Megatron-Bridge 0.6.2's model section "
+     "(another version's?): what it changes in the cost is not known"),
+    (lambda d: d.update(dist={"enable_megatron_core_experimental": True}),
+     "dist.enable_megatron_core_experimental: True: not modelled (Megatron-Core's experimental"),
+])
+def test_unmodelled_cost_fields_are_refused_by_path(change, message, tmp_path):
+    assert message in _refusal(tmp_path, change)
+
+
+def test_rules_of_one_setting_and_listed_fields(tmp_path):
+    """A rule with only_if applies with that setting only (an FSDP field without FSDP, the
+    TP overlap's parts without the overlap: no effect, listed so); an unknown key at null or
+    false turns nothing on; dist is read through Megatron-LM's arguments."""
+    imp = _read(tmp_path, lambda d: (
+        d["ddp"].update(megatron_fsdp_cuda_graph_mode=True),
+        d["model"].update(tp_comm_overlap_disable_fc1=True, a_field_of_bridge_0_7=False),
+        d["optimizer"].update(store_param_remainders=False),
+        d.update(dist={"use_tp_pp_dp_mapping": True})))
+    assert {"ddp.megatron_fsdp_cuda_graph_mode", "model.tp_comm_overlap_disable_fc1",
+            "optimizer.store_param_remainders"} <= set(imp.neutral)
+    assert imp.ignored["dist.use_tp_pp_dp_mapping"] == "not modelled; may change the iteration time"
+    assert "--use-tp-pp-dp-mapping" in imp.arguments
+    # a kernel switch whose Bridge default (off) is not Megatron-LM's (on): listed when off,
+    # as Megatron-LM's --no-bias-swiglu-fusion is, and not when on (the Llama provider's)
+    off = _read(tmp_path, lambda d: d["model"].update(bias_activation_fusion=False))
+    on = _read(tmp_path, lambda d: d["model"].update(bias_activation_fusion=True))
+    assert off.ignored["model.bias_activation_fusion"].startswith(
+        "the bias-and-activation kernel fusion off: Megatron-LM fuses by default")
+    assert "model.bias_activation_fusion" not in on.ignored | dict.fromkeys(on.neutral)
+
+
+def test_comm_overlap_checked_as_bridge_does(tmp_path):
+    """CommOverlapConfig (training/comm_overlap.py): tp_comm_overlap with t = 1 or without
+    sequence parallelism is turned off with a warning (lines 441-450) - off in the session
+    too, with a note, even where the model section says on; with t = 2 and sequence
+    parallelism it is on. The data-parallel size it was given must be the --num-gpus one."""
+    imp = _read(tmp_path, lambda d: (d["comm_overlap"].update(tp_comm_overlap=True),
+                                     d["model"].update(tp_comm_overlap=True)))
+    assert imp.session.plan.tp_comm_overlap is False
+    assert ("comm_overlap.tp_comm_overlap", "true, turned off as Megatron-Bridge does with t = 1 "
+            "< 2 (CommOverlapConfig._get_model_comm_overlap_cfgs, training/comm_overlap.py:"
+            "441-450, a warning): no tensor-parallel communication overlap") in imp.notes
+    imp = _read(tmp_path, lambda d: (
+        d["comm_overlap"].update(tp_comm_overlap=True, data_parallel_size=2),
+        d["model"].update(tensor_model_parallel_size=2, sequence_parallel=False)))
+    assert imp.session.plan.tp_comm_overlap is False
+    assert "with sequence_parallel false" in dict(imp.notes)["comm_overlap.tp_comm_overlap"]
+    imp = _read(tmp_path, lambda d: (
+        d["comm_overlap"].update(tp_comm_overlap=True, data_parallel_size=2),
+        d["model"].update(tensor_model_parallel_size=2, sequence_parallel=True,
+                          tp_comm_overlap=True)))
+    assert imp.session.plan.tp_comm_overlap is True
+    assert (imp.session.plan.tensor_parallel, imp.session.plan.data_parallel) == (2, 2)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["comm_overlap"].update(data_parallel_size=2),
+     "comm_overlap.data_parallel_size: 2, but --num-gpus 8 over t*p*cp = 1*1*2 is 4: the file "
+     "was written by a run on 4 GPUs (ConfigContainer.set_data_parallel_size, "
+     "training/config.py:1029-1041)"),
+    (lambda d: d["ddp"].update(bucket_size=None),
+     "ddp.bucket_size: None, but CommOverlapConfig.setup (training/comm_overlap.py:604-643) "
+     "writes 134217728 there from the comm_overlap section (data-parallel size 4): the file "
+     "was edited; make them agree"),
+    (lambda d: d["comm_overlap"].update(overlap_grad_reduce=False),
+     "ddp.overlap_grad_reduce: True, but CommOverlapConfig.setup"),
+    (lambda d: d["model"].update(batch_p2p_comm=True),
+     "model.batch_p2p_comm: True, but CommOverlapConfig.setup (training/comm_overlap.py:"
+     "604-643) writes False there"),
+    (lambda d: d["comm_overlap"].update(overlap_moe_expert_parallel_comm=True),
+     "comm_overlap.overlap_moe_expert_parallel_comm: True: not run (Megatron-Bridge asserts "
+     "expert_model_parallel_size > 1, num_moe_experts > 1: CommOverlapConfig."
+     "_get_model_comm_overlap_cfgs, training/comm_overlap.py:478-517)"),
+    (lambda d: d["comm_overlap"].update(delay_wgrad_compute=True),
+     "comm_overlap.delay_wgrad_compute: True: not run (Megatron-Bridge asserts "
+     "'overlap_moe_expert_parallel_comm is required for delay_wgrad_compute'"),
+    (lambda d: (d["model"].update(pipeline_model_parallel_size=2, context_parallel_size=1,
+                                  virtual_pipeline_model_parallel_size=2, overlap_p2p_comm=True,
+                                  batch_p2p_comm=True),
+                d["comm_overlap"].update(data_parallel_size=None)),
+     "model.overlap_p2p_comm: True with model.batch_p2p_comm True: not run (Megatron-Core's "
+     "interleaved schedule raises"),
+])
+def test_comm_overlap_refusals(change, message, tmp_path):
+    assert message in _refusal(tmp_path, change)
+
+
+def test_checkpoints_reach_the_goodput_settings(tmp_path):
+    """checkpoint.save null: Megatron-Bridge saves nothing (train.py:1418-1423, 746-755), read
+    as an interval beyond any run (as megatron-args reads --save-interval 0); with a
+    directory, save_interval is --save-interval and async_save --async-save; a null interval
+    saves once at the end. Before, the section was not read (the session's Daly optimum)."""
+    from core.plan.cluster import ReliabilityConfig
+    top = next(f.metadata["max"] for f in __import__("dataclasses").fields(ReliabilityConfig)
+               if f.name == "checkpoint_interval_iterations")
+    imp = _read(tmp_path, lambda d: None)
+    assert imp.session.reliability.checkpoint_interval_iterations == top == 2 ** 40
+    assert dict(imp.notes)["checkpoint.save"].startswith("null: Megatron-Bridge saves no checkpoint")
+    imp = _read(tmp_path, lambda d: d["checkpoint"].update(save="/ckpt", async_save=True))
+    rel = imp.session.reliability
+    assert (rel.checkpoint_interval_iterations, rel.async_save) == (500, True)
+    assert imp.used["checkpoint.save_interval"] == ("--save-interval: "
+                                                    "reliability.checkpoint_interval_iterations")
+    imp = _read(tmp_path, lambda d: d["checkpoint"].update(save="/ckpt", save_interval=None))
+    assert imp.session.reliability.checkpoint_interval_iterations == top
+    assert "one at the end of the run" in dict(imp.notes)["checkpoint.save_interval"]
+    assert "checkpoint.save_interval: 'x' must be an integer" in _refusal(
+        tmp_path, lambda d: d["checkpoint"].update(save_interval="x"))
+
+
+def test_cli_refuses_a_run_config_of_other_gpus_exit_2(tmp_path, capsys):
+    """The fixture's comm_overlap.data_parallel_size 4 is 8 GPUs at t*p*cp = 2: with --num-gpus
+    16 the file is another run's; exit status 2, nothing written, the file and the YAML path
+    named."""
+    out = tmp_path / "never.json"
+    rc, _, err = _run(capsys, "import", "bridge", str(RUN_CONFIG), "--gpu", "H100",
+                      "--num-gpus", "16", "-o", str(out))
+    assert rc == 2 and not out.exists() and "Traceback" not in err
+    assert err.strip() == (
+        f"vtrain: error: {RUN_CONFIG}: comm_overlap.data_parallel_size: 4, but --num-gpus 16 "
+        "over t*p*cp = 1*1*2 is 8: the file was written by a run on 8 GPUs "
+        "(ConfigContainer.set_data_parallel_size, training/config.py:1029-1041)")

@@ -37,9 +37,10 @@ def add_source(isub: Any) -> None:
                     "attention, CPU activation offloading, whole-layer CUDA graphs of an MoE "
                     "model ...) is refused with its reason (exit status 2). RUN_CONFIG.yaml: "
                     "the ConfigContainer Megatron-Bridge writes into every checkpoint; its "
-                    "model, train, ddp, optimizer, mixed_precision and dataset sections are "
-                    "read through Megatron-LM's argument mapping (vtrain import megatron-args), "
-                    "keys that change the cost and are not modelled refused by name. The file "
+                    "model, train, ddp, optimizer, dist, mixed_precision, comm_overlap, "
+                    "checkpoint and dataset sections are read through Megatron-LM's argument "
+                    "mapping (vtrain import megatron-args), keys that change the cost and are "
+                    "not modelled or not classified refused by name. The file "
                     "names neither the GPU kind nor the GPU count: give --gpu and --num-gpus. "
                     "docs/bridge.md.",
         epilog="examples: vtrain import bridge --list --gpu H100; vtrain import bridge --recipe "

@@ -21,7 +21,10 @@ is that argument, with its policy there (modelled, ignored, neutral, refused); t
 names differ, the Bridge-only keys and the other sections have a rule in
 ``resources/bridge_run_config.json`` (:data:`POLICY_FILE`), with the dataclasses' fields and
 defaults (a key at its default is not given). What changes the cost and is not modelled is
-refused by name (file, YAML path, why): exit status 2 in the CLI.
+refused by name (file, YAML path, why): exit status 2 in the CLI; so is a field of those
+sections off its default that neither is a Megatron-LM argument nor has a rule (its effect is
+not known). ``comm_overlap`` is checked against what ``CommOverlapConfig.setup`` writes
+(:func:`_comm_overlap`), ``checkpoint`` read as the run's checkpoints (:func:`_checkpoint`).
 
 The GPU kind and the world size are not in the file (``ConfigContainer`` has no such field:
 the data-parallel size is computed from the world size at run time, ``get_data_parallel_size``
@@ -241,16 +244,19 @@ class _Reader:
                 self.rule(path, key, value, rule, fields)
                 continue
             if key not in fields:
-                self.ignored[path] = (f"not a field of Megatron-Bridge 0.6.2's {name} section "
-                                      "(another version's?); not read, may change the "
-                                      "iteration time")
+                if value is not None and value is not False:  # null / false: nothing turned on
+                    self.refused.append(
+                        f"{path}: {value!r}: not a field of Megatron-Bridge 0.6.2's {name} "
+                        "section (another version's?): what it changes in the cost is not known")
                 continue
             known, default = _default(fields, key)
             arg = self.dests.get(key)
             if arg is None:
                 if not _at_default(fields, key, value):
-                    self.ignored[path] = ("not a Megatron-LM argument; not read, may change the "
-                                          "iteration time")
+                    self.refused.append(
+                        f"{path}: {value!r}: not modelled (neither a Megatron-LM argument nor "
+                        f"classified in {POLICY_FILE.name}: what it changes in one iteration's "
+                        "time and memory is not known)")
                 continue
             if _at_default(fields, key, value) and (arg["effect"] != "modelled"
                                                     or _scalar(value) == arg.get("default")):
@@ -261,8 +267,16 @@ class _Reader:
              fields: dict[str, Any]) -> None:
         """Apply ``rule`` (resources/bridge_run_config.json ``keys``) to ``path``."""
         if "special" in rule:
-            return  # read by the importer itself (_specials)
+            return  # read by the importer itself (_specials, _comm_overlap)
         at_default = _at_default(fields, key, value)
+        for other, wanted in (rule.get("only_if") or {}).items():  # a rule of one setting
+            osec, okey = other.split(".", 1)
+            theirs = (self.doc.get(osec) or {}).get(okey, _default(
+                self.policy["fields"][osec], okey)[1])
+            if _scalar(theirs) != wanted:
+                if not at_default:
+                    self.neutral.append(path)  # e.g. an FSDP setting without FSDP
+                return
         if "argument" in rule:
             flag = rule["argument"]
             arg = next(a for a in self.dests.values() if flag in a["options"])
@@ -280,10 +294,17 @@ class _Reader:
                                 f"Megatron-Bridge runs them equal (the file was edited?)")
         elif "refuse" in rule:
             when = rule["refuse"]
-            hit = (not at_default and value not in (None, False, 0, [])) if when == "set" \
+            # 'set': any value but the default and null; false / 0 / [] only where the
+            # default is on (deallocate_pipeline_outputs true: false is what is refused)
+            dflt = _default(fields, key)[1]
+            hit = (not at_default and value is not None and (
+                value not in (False, 0, []) or bool(dflt))) if when == "set" \
                 else _scalar(value) in when
             if hit:
                 self.refused.append(f"{path}: {value!r}: not modelled ({rule['why']})")
+        elif "megatron_default" in rule:  # listed where it is not what Megatron-LM runs
+            if value is not None and _scalar(value) != rule["megatron_default"]:
+                self.ignored[path] = rule["why"]
         elif not at_default:
             if rule.get("effect") == "ignored":
                 self.ignored[path] = rule["why"]
@@ -359,6 +380,205 @@ def _applied(rd: _Reader, name: str, body: Any) -> None:
                 raise rd.fail(f"{name}.{key}", f"{value!r} disagrees with {section}.{key} "
                               f"({there[key]!r}): {load_policy()['section_why'][name]}, so "
                               "the file was edited; make them agree")
+
+
+#: Megatron-Bridge 0.6.2's training/comm_overlap.py, where CommOverlapConfig decides
+_CO = "training/comm_overlap.py"
+
+
+def _value(rd: _Reader, section: str, key: str) -> Any:
+    """``section.key`` of the file, or its dataclass default where the file leaves it out."""
+    body = rd.doc.get(section) or {}
+    if key in body:
+        return body[key]
+    return _default(rd.policy["fields"][section], key)[1]
+
+
+def _flag(rd: _Reader, path: str, value: Any) -> bool | None:
+    """A switch's value (None: not given). Raises RunConfigError: not true, false or null."""
+    if value is not None and not isinstance(value, bool):
+        raise rd.fail(path, f"{value!r} must be true or false")
+    return value
+
+
+def _count(rd: _Reader, path: str, value: Any, default: int = 1) -> int:
+    """A size (null: ``default``). Raises RunConfigError: not an integer."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise rd.fail(path, f"{value!r} must be an integer")
+    return value
+
+
+def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
+    """The pipeline send / receive switches, and the ``comm_overlap`` section checked against
+    what ``CommOverlapConfig.setup`` (training/comm_overlap.py:604-643) derives from the model,
+    ddp and data-parallel size and writes into those sections before the file is written.
+
+    What Bridge turns off with a warning (``tp_comm_overlap`` with t < 2 or without sequence
+    parallelism, lines 441-450) is off in the session too, with a note; what it asserts
+    (the MoE all-to-all overlap's and ``delay_wgrad_compute``'s conditions, lines 478-535) is
+    refused with its reason, the run could not have started; a model, ddp or optimizer value
+    that is not what setup writes means the file was edited, and is refused.
+
+    Raises RunConfigError: a value of the wrong type, or ``comm_overlap.data_parallel_size``
+    that is not ``num_gpus / (t p cp)`` (the file was written by a run on other GPUs)."""
+    m = lambda key: _value(rd, "model", key)  # noqa: E731
+    t = _count(rd, "model.tensor_model_parallel_size", m("tensor_model_parallel_size"))
+    pp = _count(rd, "model.pipeline_model_parallel_size", m("pipeline_model_parallel_size"))
+    cp = _count(rd, "model.context_parallel_size", m("context_parallel_size"))
+    vp = _count(rd, "model.virtual_pipeline_model_parallel_size",
+                m("virtual_pipeline_model_parallel_size"))
+    sp = _flag(rd, "model.sequence_parallel", m("sequence_parallel"))
+    overlap_p2p = _flag(rd, "model.overlap_p2p_comm", m("overlap_p2p_comm"))
+    batch_p2p = _flag(rd, "model.batch_p2p_comm", m("batch_p2p_comm"))
+    if pp > 1 and vp > 1 and overlap_p2p and batch_p2p:
+        rd.refused.append("model.overlap_p2p_comm: True with model.batch_p2p_comm True: not "
+                          "run (Megatron-Core's interleaved schedule raises 'Can not use both "
+                          "overlap_p2p_comm and batch_p2p_comm', pipeline_parallel/schedules.py"
+                          ":1059 in 0.19.2)")
+    if not overlap_p2p:  # Megatron-LM's default is on; Megatron-Core's (and Bridge's) off
+        rd.emit("model.overlap_p2p_comm", "--no-overlap-p2p-communication", [])
+    if body is None:
+        return
+    body = _mapping(rd.src, "comm_overlap", body)
+    fields = rd.policy["fields"]["comm_overlap"]
+    user: dict[str, Any] = {}
+    for key, value in body.items():
+        path = f"comm_overlap.{key}"
+        if key == "_target_":
+            continue
+        if key not in fields:
+            if value is not None and value is not False:
+                rd.refused.append(f"{path}: {value!r}: not a field of Megatron-Bridge 0.6.2's "
+                                  "CommOverlapConfig (another version's?): what it changes in "
+                                  "the cost is not known")
+            continue
+        user[key] = value
+    for key in ("tp_comm_overlap", "overlap_p2p_comm", "batch_p2p_comm", "overlap_grad_reduce",
+                "overlap_param_gather", "overlap_param_gather_with_optimizer_step",
+                "align_param_gather", "defer_embedding_wgrad_compute",
+                "overlap_moe_expert_parallel_comm", "delay_wgrad_compute"):
+        _flag(rd, f"comm_overlap.{key}", user.get(key))
+    for key in ("bucket_size", "wgrad_deferral_limit"):
+        if user.get(key) is not None:
+            _count(rd, f"comm_overlap.{key}", user[key])
+    dp = num_gpus // (t * pp * cp) if num_gpus % (t * pp * cp) == 0 else None
+    if user.get("data_parallel_size") is not None:
+        written = _count(rd, "comm_overlap.data_parallel_size", user["data_parallel_size"])
+        if written != dp:
+            raise rd.fail("comm_overlap.data_parallel_size", (
+                f"{written}, but --num-gpus {num_gpus} over t*p*cp = {t}*{pp}*{cp} is "
+                + (f"{dp}" if dp is not None else "not a whole number")
+                + f": the file was written by a run on {written * t * pp * cp} GPUs "
+                "(ConfigContainer.set_data_parallel_size, training/config.py:1029-1041)"))
+    expect: dict[str, dict[str, Any]] = {"model": {}, "ddp": {}, "optimizer": {}}
+    given = lambda key, otherwise: (  # noqa: E731  _override_user_cfgs: a value given wins
+        user[key] if user.get(key) is not None else otherwise)
+    # _get_model_comm_overlap_cfgs (lines 422-560)
+    tco = user.get("tp_comm_overlap")
+    if tco and (t < 2 or not sp):
+        why = f"t = {t} < 2" if t < 2 else "sequence_parallel false"
+        rd.notes.append(("comm_overlap.tp_comm_overlap", (
+            f"true, turned off as Megatron-Bridge does with {why} (CommOverlapConfig."
+            f"_get_model_comm_overlap_cfgs, {_CO}:441-450, a warning): no tensor-parallel "
+            "communication overlap")))
+        rd.args.pop("--tp-comm-overlap", None)
+        tco = False
+    expect["model"]["tp_comm_overlap"] = bool(tco)
+    expect["model"]["overlap_p2p_comm"] = given("overlap_p2p_comm", pp > 1 and vp > 1)
+    expect["model"]["batch_p2p_comm"] = given("batch_p2p_comm", pp > 1 and vp == 1)
+    expect["model"]["defer_embedding_wgrad_compute"] = given("defer_embedding_wgrad_compute",
+                                                             False)
+    expect["model"]["wgrad_deferral_limit"] = given("wgrad_deferral_limit", -1)
+    a2a = given("overlap_moe_expert_parallel_comm", False)
+    expect["model"]["overlap_moe_expert_parallel_comm"] = a2a
+    expect["model"]["delay_wgrad_compute"] = given("delay_wgrad_compute", False)
+    if user.get("overlap_moe_expert_parallel_comm") is True:
+        modules = m("recompute_modules") or []
+        checks = [
+            (_count(rd, "model.expert_model_parallel_size", m("expert_model_parallel_size")) > 1,
+             "expert_model_parallel_size > 1"),
+            (_count(rd, "model.num_moe_experts", m("num_moe_experts"), 0) > 1,
+             "num_moe_experts > 1"),
+            (m("moe_token_dispatcher_type") in ("alltoall", "flex"),
+             "moe_token_dispatcher_type alltoall or flex"),
+            (bool(m("bf16") or m("fp16")), "bf16 or fp16"),
+            (pp == 1 or m("virtual_pipeline_model_parallel_size") is not None,
+             "virtual_pipeline_model_parallel_size with pipeline_model_parallel_size > 1"),
+            (m("recompute_granularity") != "full", "recompute_granularity not full"),
+            (m("recompute_method") is None, "recompute_method null"),
+            (m("recompute_num_layers") is None, "recompute_num_layers null"),
+            (not (isinstance(modules, list) and "moe" in modules), "no moe in recompute_modules"),
+            (not m("moe_shared_expert_overlap"), "moe_shared_expert_overlap false"),
+            (m("mtp_num_layers") in (None, 0, 1), "mtp_num_layers at most 1")]
+        failed = [need for ok, need in checks if not ok]
+        if failed:
+            rd.refused.append(
+                "comm_overlap.overlap_moe_expert_parallel_comm: True: not run (Megatron-Bridge "
+                f"asserts {', '.join(failed)}: CommOverlapConfig._get_model_comm_overlap_cfgs, "
+                f"{_CO}:478-517)")
+    if user.get("delay_wgrad_compute") is True and not (a2a or m("overlap_moe_expert_parallel_comm")):
+        rd.refused.append("comm_overlap.delay_wgrad_compute: True: not run (Megatron-Bridge "
+                          "asserts 'overlap_moe_expert_parallel_comm is required for "
+                          f"delay_wgrad_compute', {_CO}:533-535)")
+    # _get_optimizer_overlap_cfgs (lines 562-587): only with the distributed optimizer
+    use_do = _flag(rd, "ddp.use_distributed_optimizer", _value(rd, "ddp",
+                                                              "use_distributed_optimizer"))
+    if use_do and dp is not None:  # (an indivisible GPU count: the plan's rules refuse it)
+        ddp, opt = expect["ddp"], expect["optimizer"]
+        ddp["bucket_size"] = given("bucket_size", 128 * 1024 * 1024 if dp > 1 else None)
+        ddp["overlap_grad_reduce"] = given("overlap_grad_reduce", dp > 1)
+        ddp["overlap_param_gather"] = opt["overlap_param_gather"] = given(
+            "overlap_param_gather", dp > 1)
+        ddp["align_param_gather"] = given("align_param_gather", dp > 1 and pp > 1 and vp > 1)
+        opt["overlap_param_gather_with_optimizer_step"] = given(
+            "overlap_param_gather_with_optimizer_step", False)
+    if rd.refused:  # what Bridge refuses is named first: the run could not have started
+        return
+    for section, values in expect.items():
+        there = rd.doc.get(section) or {}
+        for key, want in values.items():
+            if key in there and _scalar(there[key]) != want and not (
+                    key == "tp_comm_overlap" and there[key] and not want):
+                raise rd.fail(f"{section}.{key}", (
+                    f"{there[key]!r}, but CommOverlapConfig.setup ({_CO}:604-643) writes "
+                    f"{want!r} there from the comm_overlap section"
+                    f"{' (data-parallel size ' + str(dp) + ')' if section != 'model' else ''}: "
+                    "the file was edited; make them agree"))
+
+
+def _checkpoint(rd: _Reader, body: Any) -> bool:
+    """The run's checkpoints as Megatron-Bridge 0.6.2 saves them (training/train.py:1418-1423
+    every ``save_interval`` iterations, 746-755 once at the end), read as ``vtrain import
+    megatron-args`` reads ``--save-interval`` and ``--async-save`` (docs/goodput.md).
+
+    Returns True where the run saves no checkpoint at all (``save`` null: every save is
+    skipped) or only at its end (``save_interval`` null or 0); the caller sets the session's
+    interval beyond any run. Raises RunConfigError: a value of the wrong type."""
+    if body is None:
+        body = {}
+    body = _mapping(rd.src, "checkpoint", body)
+    save, interval = body.get("save"), body.get("save_interval")
+    if save is not None and not isinstance(save, str):
+        raise rd.fail("checkpoint.save", f"{save!r} must be a directory (a string) or null")
+    interval = _count(rd, "checkpoint.save_interval", interval, 0)
+    if interval < 0:
+        raise rd.fail("checkpoint.save_interval", f"{interval} must be at least 0")
+    if _flag(rd, "checkpoint.async_save", body.get("async_save")) and save is not None:
+        rd.emit("checkpoint.async_save", "--async-save", [])
+    if save is None:
+        rd.notes.append(("checkpoint.save", "null: Megatron-Bridge saves no checkpoint (train.py"
+                         ":1418-1423, 746-755); a failure restarts the run from its start"))
+        return True
+    if interval == 0:
+        rd.notes.append(("checkpoint.save_interval", f"{body.get('save_interval')!r}: no "
+                         "periodic checkpoint (train.py:1418-1423), "
+                         + ("none at the end either" if body.get("save_interval") == 0 else
+                            "one at the end of the run (train.py:746-755)")))
+        return True
+    rd.emit("checkpoint.save_interval", "--save-interval", [str(interval)])
+    return False
 
 
 def _provider(rd: _Reader, model: dict[str, Any]) -> str:
@@ -443,6 +663,7 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
         fields.update(pol["fields"]["model/mla"])
         rd.emit("model._target_", "--multi-latent-attention", [])
     sections = pol["sections"]
+    co = None
     for name, body in doc.items():
         if name == "_target_":
             continue
@@ -454,6 +675,8 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
                        else pol["fields"][name])
         elif how == "applied":
             _applied(rd, name, body)
+        elif how == "comm_overlap":
+            co = body
         elif how == "refuse_unless_null":
             if body is not None:
                 rd.refused.append(f"{name}: not modelled ({pol['section_why'][name]})")
@@ -463,6 +686,8 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
                 if rule is not None:
                     rd.rule(f"dataset.{key}", key, value, rule, pol["fields"]["dataset"])
     _specials(rd, model, doc.get("ddp") or {}, fields)
+    _comm_overlap(rd, co, num_gpus)
+    no_checkpoints = _checkpoint(rd, doc.get("checkpoint"))
     if rd.refused:
         raise RunConfigError(f"{src}: " + "; ".join(rd.refused))
     words = [w for flag, values in rd.args.items() for w in (flag, *values)]
@@ -490,7 +715,16 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
     notes = [(rd.paths.get(a, a), n) for a, n in res.notes] + rd.notes
     neutral = sorted({rd.paths.get(f, f) for f in res.neutral} | set(rd.neutral))
     provider = str(model.get("_target_"))
-    session = dataclasses.replace(res.session, notes=f"Megatron-Bridge run_config.yaml {src} "
+    session = res.session
+    if no_checkpoints:  # as megatron-args reads --save-interval 0: an interval no run reaches
+        from core.plan.cluster import ReliabilityConfig
+        top = next(f.metadata["max"] for f in dataclasses.fields(ReliabilityConfig)
+                   if f.name == "checkpoint_interval_iterations")
+        session = dataclasses.replace(session, reliability=dataclasses.replace(
+            session.reliability, checkpoint_interval_iterations=top))
+        used["checkpoint.save"] = (f"no checkpoint: reliability.checkpoint_interval_iterations "
+                                   f"{top:,}, beyond any run")
+    session = dataclasses.replace(session, notes=f"Megatron-Bridge run_config.yaml {src} "
                                   f"(model {provider.rsplit('.', 1)[-1]})")
     return BridgeImport(session, used, ignored, notes, arguments=words, neutral=neutral,
                         provider=provider)
