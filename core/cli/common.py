@@ -19,7 +19,7 @@ from core.io.session import load_any
 from core.util.text import format_days
 
 __all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_HELP",
-           "decimal_arg", "integer_arg",
+           "decimal_arg", "integer_arg", "workers_arg",
            "check_number", "fmt_bytes", "GiB", "verdict_markup", "check_outputs",
            "session_inputs", "row_progress", "GPU_HELP", "cluster_of_gpu", "plan_fit_note",
            "SignalCancel", "cancel_on_signals", "NO_TIGHT_HELP", "NO_TIGHT_OPTIMAL_HELP", "NO_TIGHT_OPTIMAL_NOTE",
@@ -470,6 +470,30 @@ def check_number(option: str, value: float | None, allow_zero: bool = False) -> 
     if not ok:
         kind = "non-negative" if allow_zero else "positive"
         raise ConfigError([FieldError(option, f"{value!r} must be a {kind} finite number")])
+
+
+def workers_arg(text: str | None, local: bool = True, option: str = "--workers") -> int | None:
+    """``--workers N``: the number of processes as an int, None when not given.
+
+    Checked here, before any session, price sheet or plan is read, by
+    :func:`core.studies.sweep.run.check_workers` (a positive integer, and for processes
+    started on this machine, ``local``, at most its cores), the refusal naming ``option``:
+    the user typed the option, not a session's ``sweep.workers``.
+
+    Raises
+    ------
+    ConfigError
+        ``text`` not one whole number (ASCII digits), below 1, or, ``local``, above this
+        machine's cores; the field is ``option``.
+    """
+    if text is None:
+        return None
+    try:
+        n = integer_arg(text)
+    except argparse.ArgumentTypeError:
+        raise ConfigError([FieldError(option, f"{text!r}: give one positive integer")]) from None
+    from core.studies.sweep.run import check_workers
+    return check_workers(n, local=local, field=option)
 
 
 def check_seq_length(value: int | None) -> None:

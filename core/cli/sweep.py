@@ -17,7 +17,7 @@ from core.plan.parallel import (CP_COMM_TYPES, MOE_DISPATCHERS, RECOMPUTE_CHOICE
                                 RECOMPUTE_MODES, SCHEDULES, SWEEP_SCHEDULES)
 from core.plan.rules import check_all_but_the_plan
 from core.cli.common import (NO_TIGHT_HELP, SET_HELP, check_number, decimal_arg, fmt_days, integer_arg, path_arg,
-                             list_items, check_outputs, session_from_args, session_inputs,
+                             list_items, check_outputs, session_from_args, session_inputs, workers_arg,
                              SignalCancel, tight_front_note)
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
@@ -241,6 +241,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError([FieldError("--max-work", f"{args.max_work} must be a positive number "
                                                     "of pipeline steps")])
     pick = _pick_arg(args.pick, args.out, args.deadline_days)
+    dask = args.dask.strip() if args.dask is not None else None
+    if dask is not None and not dask:
+        raise ConfigError([FieldError("--dask", "give a scheduler address (tcp://host:8786) or "
+                                                "'local'")])
+    # the option's own value, refused naming --workers before any plan is swept (a remote
+    # scheduler's workers are its own: not bounded by this machine's cores)
+    from core.studies.sweep.parallel import default_workers
+    workers = workers_arg(args.workers, local=dask is None or dask == "local") or default_workers()
     session = session_from_args(args, validate=False)
     check_outputs([("--out", args.out)], session_inputs(session))
     try:
@@ -248,12 +256,6 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # name the file, in its own terms
         raise session.in_its_terms(exc) from None
     space = _space_from_args(args, session)
-    from core.studies.sweep.parallel import default_workers
-    workers = _one_int("--workers", args.workers) or default_workers()
-    dask = args.dask.strip() if args.dask is not None else None
-    if dask is not None and not dask:
-        raise ConfigError([FieldError("--dask", "give a scheduler address (tcp://host:8786) or "
-                                                "'local'")])
     err_console = Console(stderr=True)
 
     def sweep(**kw: Any):
