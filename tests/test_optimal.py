@@ -520,6 +520,16 @@ def test_out_writes_the_lowest_loss_candidate_as_a_session_that_simulates_to_its
     assert sim["training_days"] == pytest.approx(
         math.ceil(best["tokens"] / iteration_tokens) * sim["iteration_time_s"] / 86400, rel=1e-9)
     assert 2.0 <= sim["training_days"] <= 2.0 + sim["iteration_time_s"] / 86400
+    # the Megatron-LM launch of the saved session runs the iterations simulate counts: its
+    # --train-samples, run as train_samples // B iterations, were round(tokens / s), the
+    # fractional iteration's floor, one fewer than simulate's ceiling
+    from core.io.megatron.from_session import export_arguments
+    n = math.ceil(best["tokens"] / iteration_tokens)
+    assert n - 1 < best["tokens"] / iteration_tokens < n  # not a whole number of iterations
+    assert sim["num_iterations"] == n
+    exported = export_arguments(saved)
+    B = saved.plan.global_batch_size
+    assert int(exported[exported.index("--train-samples") + 1]) == n * B
     # the table says which candidate it wrote
     assert main(args) == 0
     text = " ".join(capsys.readouterr().out.split())
