@@ -750,3 +750,42 @@ def test_a_launch_on_several_hosts_says_to_add_the_rendezvous(tmp_path, data_par
     script = tmp_path / "run.sh"
     script.write_text(text)
     assert import_file(script).session.plan == session.plan
+
+
+def test_train_samples_cover_the_token_budget_in_the_iterations_simulate_counts(tmp_path,
+                                                                              capsys):
+    """A token budget of 10.5 iterations (B = 256 sequences of s = 2,048): vtrain simulate
+    counts ceil(10.5) = 11 iterations, but the export wrote --train-samples round(tokens / s)
+    = 2,688, which Megatron-LM runs as 2,688 // 256 = 10 iterations (update_train_iters,
+    megatron/training/training.py, megatron-core 0.19.2): one fewer. It writes 11 x 256 =
+    2,816, and says it rounded the budget up."""
+    from core.sim.costing import iterations_for_tokens
+    from core.sim.simulate import simulate
+    B, s = 256, 2048
+    assert iterations_for_tokens(10.5 * B * s, B * s) == 11
+    assert iterations_for_tokens(10 * B * s, B * s) == 10  # a whole number stays
+    assert iterations_for_tokens(10 * B * s + 1, B * s) == 11  # one token more: one more
+    assert iterations_for_tokens(5.0, [1.0, 2.0, 3.0]).tolist() == [5, 3, 2]
+    session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    assert (session.plan.global_batch_size, session.model.seq_length) == (B, s)
+    session.cost.training_tokens = 10.5 * B * s  # 5,505,024 tokens
+    assert simulate(session).report.num_iterations == 11
+    args = export_arguments(session)
+    assert args[args.index("--train-samples") + 1] == "2816"  # was 2688: 10 iterations
+    assert 2816 // B == 11
+    from core.io.megatron.from_session import train_samples
+    assert train_samples(session) == 2816
+    script = export_script(session)
+    assert ("# --train-samples 2816 rounds the token budget up to whole iterations (11 of 256 "
+            "sequences") in script
+    # read back: the budget of the 11 iterations the launch runs, simulated as 11
+    back = import_file(_write_text(tmp_path / "run.sh", script)).session
+    assert back.cost.training_tokens == 11 * B * s
+    assert simulate(back).report.num_iterations == 11
+    session.cost.training_tokens = 10.0 * B * s  # whole iterations: no comment
+    assert "rounds the token budget" not in export_script(session)
+
+
+def _write_text(path, text):
+    path.write_text(text)
+    return path

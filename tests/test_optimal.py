@@ -334,7 +334,7 @@ def test_the_header_names_the_node_network_and_the_peak_the_budget_uses(capsys):
     assert main(args) == 0
     head = " ".join(capsys.readouterr().out.split())
     assert head.startswith("Compute-optimal model for 8 x H100-SXM5-80GB (8 per node, 800 Gb/s "
-                           "per node; peak 989.0 TFLOP/s per GPU) for 1 days")
+                           "per node; peak 989.0 TFLOP/s per GPU) for 1 day ($")  # was "1 days"
 
 
 def test_a_budget_shorter_than_one_iteration_is_refused_not_given_a_loss(capsys):
@@ -520,6 +520,16 @@ def test_out_writes_the_lowest_loss_candidate_as_a_session_that_simulates_to_its
     assert sim["training_days"] == pytest.approx(
         math.ceil(best["tokens"] / iteration_tokens) * sim["iteration_time_s"] / 86400, rel=1e-9)
     assert 2.0 <= sim["training_days"] <= 2.0 + sim["iteration_time_s"] / 86400
+    # the Megatron-LM launch of the saved session runs the iterations simulate counts: its
+    # --train-samples, run as train_samples // B iterations, were round(tokens / s), the
+    # fractional iteration's floor, one fewer than simulate's ceiling
+    from core.io.megatron.from_session import export_arguments
+    n = math.ceil(best["tokens"] / iteration_tokens)
+    assert n - 1 < best["tokens"] / iteration_tokens < n  # not a whole number of iterations
+    assert sim["num_iterations"] == n
+    exported = export_arguments(saved)
+    B = saved.plan.global_batch_size
+    assert int(exported[exported.index("--train-samples") + 1]) == n * B
     # the table says which candidate it wrote
     assert main(args) == 0
     text = " ".join(capsys.readouterr().out.split())
@@ -541,21 +551,26 @@ def test_out_writes_nothing_when_no_candidate_has_a_plan(capsys, tmp_path):
     assert "--out" in capsys.readouterr().err and not out.exists()
 
 
-@pytest.mark.parametrize("days, flops, shown", [
-    ("9.05674321", None, "for 9.05674321 days"),  # typed: as typed
-    ("30", None, "for 30 days"),
-    (None, "2e20", "for 0.731 days"),  # computed: 3 significant figures
+@pytest.mark.parametrize("budget, shown", [
+    (["--days", "9.05674321"], "for 9.05674321 days"),  # typed: as typed
+    (["--days", "30"], "for 30 days"),
+    (["--days", "1"], "for 1 day"),  # was "for 1 days": one day is singular
+    (["--days", "1.5"], "for 1.5 days"),
+    (["--gpu-hours", "192"], "for 192 GPU-hours, 1 day"),  # 192 / (8 x 24) = 1 day
+    (["--flops", "2e20"], "for 0.731 days"),  # computed: 3 significant figures
 ])
 def test_the_header_prints_typed_days_as_typed_and_computed_days_to_3_figures(
-        days, flops, shown, capsys):
+        budget, shown, capsys):
     """The header printed "for 9.05674 days" (six figures of a computed number, and a typed
     value rounded); computed days (--flops) take 3 significant figures: 2e20 FLOPs on 8
     H100s (989 TFLOP/s) at MFU 0.4 is 2e20 / (8 x 989e12 x 86,400 x 0.4) = 0.7314 days."""
     from core.cli.optimal import days_text
+    from core.util.text import days_phrase
     assert days_text(9.05674321) == "9.06" and days_text(1234.5) == "1,234"
+    assert [days_phrase(t) for t in ("1", "1.5", "0.5", "2", "1.0")] == [
+        "1 day", "1.5 days", "0.5 days", "2 days", "1.0 days"]
     assert days_text(0.012345) == "0.0123"
     path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
-    budget = ["--days", days] if days else ["--flops", flops]
     assert 2e20 / (8 * 989e12 * 86400 * 0.4) == pytest.approx(0.7314, abs=1e-4)
     assert main(["optimal", path, "--gpus", "8", *budget, "--candidates", "2",
                  "--hold-session-values", "--set", "cluster.gpu=H100-SXM5-80GB"]) == 0

@@ -5,6 +5,7 @@ and nothing is computed (tester: a 30 s sweep ran, then failed on --out)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +136,75 @@ def test_an_empty_input_path_is_refused_naming_the_option(capsys, argv, option):
         main(argv)
     assert exit_.value.code == 2
     assert f"error: argument {option}: an empty path" in capsys.readouterr().err
+
+
+def _outputs_in(folder, tmp_path):
+    """(option, argv) of every output option of every command, the output in ``folder``."""
+    out = lambda name: str(folder / name)  # noqa: E731
+    argvs = [(opt, [out(a.split("/")[-1]) if a.startswith(str(tmp_path / "no-such-folder"))
+                    else a for a in argv]) for opt, argv in _commands(tmp_path)]
+    return argvs + [
+        ("--out", ["optimal", EXAMPLE, "--gpus", "8", "--days", "10", "--out", out("o.json")]),
+        ("--out", ["sweep", EXAMPLE, "--pick", "fastest", "--out", out("s.json")]),
+        ("--out-dir", ["calibrate", str(tmp_path / "runs.csv"), "--out-dir",
+                       str(folder / "new" / "dir")]),
+    ]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="a /proc file system (Linux)")
+@pytest.mark.parametrize("index", range(14))
+def test_an_output_in_proc_is_refused_before_the_work_as_root_too(tmp_path, capsys, monkeypatch,
+                                                                  index):
+    """Root's ``os.access`` says /proc is writable, yet no file can be made there: the sweep
+    ran its whole study, then failed as "vtrain: error: /proc/x.json: No such file or
+    directory", without naming --out. A trial save (a temporary file created and removed)
+    refuses it first, naming the option and the rule, for every output option."""
+    from core.cli import common, main
+    # what root sees: os.access yes everywhere (so the test means the same for any user)
+    monkeypatch.setattr(common.os, "access", lambda *a, **k: True)
+    import core.studies.optimal as optimal
+    import core.studies.sweep as sweep
+
+    def never(*a, **k):
+        raise AssertionError("the work ran")
+    monkeypatch.setattr(sweep, "run_sweep", never)
+    monkeypatch.setattr(optimal, "compute_optimal", never)
+    option, argv = _outputs_in(Path("/proc"), tmp_path)[index]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    target = argv[argv.index(option) + 1]
+    assert err == (f"vtrain: error: {option} {target}: cannot be written: No such file or "
+                   "directory (a trial save before the work failed: a temporary file created "
+                   "in the folder /proc and removed)\n"), err
+
+
+def test_a_read_only_file_system_is_refused_and_a_writable_folder_left_as_it_was(
+        tmp_path, monkeypatch):
+    """The trial save is real: a folder whose file system refuses new files (EROFS, which
+    ``os.access`` does not see) is refused; a writable folder keeps no trace of the trial,
+    and an existing output keeps its contents."""
+    import errno
+
+    from core.cli.common import check_outputs
+    from core.plan.fields import ConfigError
+    from core.util import atomic
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = atomic._create_temporary
+
+    def create(target, perms):
+        if target.parent == ro:
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(target, perms)
+    monkeypatch.setattr(atomic, "_create_temporary", create)
+    with pytest.raises(ConfigError) as err:
+        check_outputs([("--out", ro / "x.csv")], [])
+    assert str(err.value) == (f"--out {ro / 'x.csv'}: cannot be written: Read-only file system "
+                              f"(a trial save before the work failed: a temporary file created "
+                              f"in the folder {ro} and removed)")
+    ok = tmp_path / "ok"
+    ok.mkdir()
+    kept = ok / "kept.csv"
+    kept.write_text("a,b\n")
+    check_outputs([("--out", ok / "new.csv"), ("--plot", kept)], [])
+    assert sorted(p.name for p in ok.iterdir()) == ["kept.csv"] and kept.read_text() == "a,b\n"

@@ -162,12 +162,42 @@ def test_more_workers_than_cores_are_refused_before_any_process_starts(capsys, m
     workers = cores + extra
     assert main(["sweep", str(SMALL), "--workers", str(workers)]) == 2
     err = capsys.readouterr().err
-    assert f"workers={workers:,} is more than this machine's {cores} cores" in err
+    # the user typed --workers: the refusal names the option, not a session's sweep.workers
+    assert (f"vtrain: error: --workers: {workers:,} is more than this machine's {cores} cores"
+            in err)
+    assert "sweep.workers" not in err
     assert multiprocessing.active_children() == []
-    with pytest.raises(ConfigError, match="sweep.workers"):
+    # run_sweep's own argument (a session's sweep settings, the GUI's) keeps the field's name
+    with pytest.raises(ConfigError, match="sweep.workers") as info:
         run_sweep(load_any(SMALL), SPACE, workers=workers, dask="local")
+    assert info.value.errors[0].message.startswith(f"workers={workers:,} is more than")
     # a remote scheduler's workers are its own: the number is not this machine's to bound
-    assert sweep_run._check_workers(workers, local=False) == workers
+    assert sweep_run.check_workers(workers, local=False) == workers
+    assert main(["sweep", str(SMALL), "--workers", str(workers), "--dask", "tcp://h:1",
+                 "--max-gpus", "0"]) == 2  # --workers passes; the next option's refusal
+    assert "--max-gpus" in capsys.readouterr().err
+
+
+def test_gpus_from_workers_refused_by_the_option_before_any_row(tmp_path, capsys, monkeypatch):
+    """``sweep --gpus-from PRICES.csv --workers 99`` said "A100-SXM4-80GB: sweep.workers: ...":
+    labelled by a price-sheet row and naming a session field, after that row's sweep had
+    started. The option's value is refused by its name, before any row is swept."""
+    from core.studies import gpu_choice
+
+    swept = []
+    monkeypatch.setattr(gpu_choice, "run_sweep", lambda *a, **k: swept.append(a))
+    sheet = tmp_path / "p.csv"
+    sheet.write_text("gpu,price_per_gpu_hour_usd,max_gpus,gpus_per_node,source,date\n"
+                     "A100-SXM4-80GB,0.3,8,,test,2026-01-01\n")
+    cores = sweep_parallel.default_workers()
+    for bad, message in ((str(cores + 1), f"{cores + 1:,} is more than this machine's "
+                                          f"{cores} cores (one process per core; more cannot "
+                                          "make the sweep faster)"),
+                         ("0", "0 must be a positive integer"),
+                         ("two", "'two': give one positive integer")):
+        assert main(["sweep", str(SMALL), "--gpus-from", str(sheet), "--workers", bad]) == 2
+        assert capsys.readouterr().err == f"vtrain: error: --workers: {message}\n"
+    assert swept == []
 
 
 # --------------------------------------------------------------------------- speed-ups keep results

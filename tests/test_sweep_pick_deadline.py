@@ -53,3 +53,14 @@ def test_pick_deadline_refusals_exit_2_and_write_nothing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--pick" in err and "no plan that fits finishes within 1e-09 days" in err
     assert not out.exists()
+
+
+def test_a_one_day_deadline_is_one_day_not_1_days(tmp_path, capsys):
+    """"No plan that fits finishes within 1 days": one day is singular. 2e12 tokens of GPT-3
+    1.3B (6 x 1.3e9 x 2e12 = 1.6e22 FLOPs) take months on 8 GPUs, so no plan meets it."""
+    args = [*_args(tmp_path)[:-4], "--tokens", "2e12", "--deadline-days", "1"]
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "No plan that fits finishes within 1 day; the fastest plan that fits takes" in out
+    assert main(args + ["--pick", "deadline", "--out", str(tmp_path / "s.json")]) == 2
+    assert "no plan that fits finishes within 1 day; the fastest" in capsys.readouterr().err

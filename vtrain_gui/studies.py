@@ -806,7 +806,9 @@ class OptimalPanel(_StudyPanel):
             self.budget_note.setText("; ".join(str(e) for e in exc.errors))
             self.budget_note.setStyleSheet("color: #C62828;")
         else:
-            self.budget_note.setText(f"= {days_text(days)} days on {settings['num_gpus']:,} GPUs")
+            from core.util.text import days_phrase
+            self.budget_note.setText(f"= {days_phrase(days_text(days))} on "
+                                     f"{settings['num_gpus']:,} GPUs")
             self.budget_note.setStyleSheet("color: #616161;")
         self.budget_note.setVisible(True)
 
@@ -906,8 +908,9 @@ class OptimalPanel(_StudyPanel):
         if ran.get("budget") == "gpu_hours":  # as vtrain optimal --gpu-hours' header
             from core.cli.optimal import days_text
             shown = f"{days_text(ran['gpu_hours'])} GPU-hours, {days_text(result.days)}"
+        from core.util.text import days_phrase  # "1 day", "1.5 days": as vtrain optimal's header
         text = (f"<b>{result.num_gpus:,} x {html.escape(str(session.cluster.gpu))} for "
-                f"{shown} days</b> (${cost:,.{0 if cost >= 100 else 2}f} at "
+                f"{days_phrase(shown)}</b> (${cost:,.{0 if cost >= 100 else 2}f} at "
                 f"${price:,.2f}/GPU-hour). "
                 f"Chinchilla rule at an assumed MFU of {result.assumed_mfu:.0%}: "
                 f"C = {result.budget_flops:.3g} FLOPs → N_opt {fp(result.rule_params)} "

@@ -19,7 +19,7 @@ from core.io.session import load_any
 from core.util.text import format_days
 
 __all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_HELP",
-           "decimal_arg", "integer_arg",
+           "decimal_arg", "integer_arg", "workers_arg",
            "check_number", "fmt_bytes", "GiB", "verdict_markup", "check_outputs",
            "session_inputs", "row_progress", "GPU_HELP", "cluster_of_gpu", "plan_fit_note",
            "SignalCancel", "cancel_on_signals", "NO_TIGHT_HELP", "NO_TIGHT_OPTIMAL_HELP", "NO_TIGHT_OPTIMAL_NOTE",
@@ -108,9 +108,12 @@ def check_outputs(outputs, inputs, folders: bool = False) -> None:
       at the end on the folder ``.``);
 
     - it is an existing folder (a file is written there), or its folder does not exist, is
-      not a folder or is not writable; with ``folders`` (``--out-dir``, made with its
-      parents) the path is a folder to make: refused when it is an existing file or the
-      nearest existing folder above it is not writable;
+      not a folder or is not writable -- really: a trial save creates a temporary file
+      there and removes it (:func:`core.util.atomic.check_save`), since ``os.access`` says
+      yes to root where no file can be made (``/proc``, a read-only file system); with
+      ``folders`` (``--out-dir``, made with its parents) the path is a folder to make:
+      refused when it is an existing file or the nearest existing folder above it is not
+      writable (the same trial there);
     - it is one of the inputs, or two outputs are one file (compared with
       :func:`core.util.atomic.same_file`: through symbolic and hard links).
 
@@ -153,6 +156,21 @@ def _file_problem(out: str) -> str | None:
         return f"{folder} is not a folder"
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"the folder {folder} is not writable"
+    return _trial_problem(path, folder)
+
+
+def _trial_problem(path: str, folder: str) -> str | None:
+    """Why a trial save of ``path`` (:func:`core.util.atomic.check_save`: a temporary file
+    really created beside it and removed) fails, or None: ``os.access`` says yes to root
+    where no file can be made (``/proc``, a read-only file system), and the save would fail
+    only after the work."""
+    from core.util.atomic import check_save
+    try:
+        check_save(path)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        return (f"cannot be written: {why} (a trial save before the work failed: a "
+                f"temporary file created in the folder {folder} and removed)")
     return None
 
 
@@ -168,7 +186,8 @@ def _folder_problem(out: str) -> str | None:
         return f"{above} is a file, not a folder: the folder cannot be made"
     if not os.access(above, os.W_OK | os.X_OK):
         return f"the folder {above} is not writable"
-    return None
+    # a file made and removed in the nearest existing folder (where the folder is made)
+    return _trial_problem(os.path.join(above, ".vtrain-write-check"), above)
 
 
 def plan_fit_note(session, path) -> str | None:
@@ -470,6 +489,30 @@ def check_number(option: str, value: float | None, allow_zero: bool = False) -> 
     if not ok:
         kind = "non-negative" if allow_zero else "positive"
         raise ConfigError([FieldError(option, f"{value!r} must be a {kind} finite number")])
+
+
+def workers_arg(text: str | None, local: bool = True, option: str = "--workers") -> int | None:
+    """``--workers N``: the number of processes as an int, None when not given.
+
+    Checked here, before any session, price sheet or plan is read, by
+    :func:`core.studies.sweep.run.check_workers` (a positive integer, and for processes
+    started on this machine, ``local``, at most its cores), the refusal naming ``option``:
+    the user typed the option, not a session's ``sweep.workers``.
+
+    Raises
+    ------
+    ConfigError
+        ``text`` not one whole number (ASCII digits), below 1, or, ``local``, above this
+        machine's cores; the field is ``option``.
+    """
+    if text is None:
+        return None
+    try:
+        n = integer_arg(text)
+    except argparse.ArgumentTypeError:
+        raise ConfigError([FieldError(option, f"{text!r}: give one positive integer")]) from None
+    from core.studies.sweep.run import check_workers
+    return check_workers(n, local=local, field=option)
 
 
 def check_seq_length(value: int | None) -> None:

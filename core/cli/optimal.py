@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from core.cli.common import decimal_arg, integer_arg, path_arg
 from core.cli.common import SET_HELP, check_number, check_outputs, session_from_args
 from core.cli.common import NO_TIGHT_OPTIMAL_HELP, NO_TIGHT_OPTIMAL_NOTE, study_progress
+from core.util.text import days_phrase
 
 if TYPE_CHECKING:  # rich and numpy (core.studies.optimal) are imported when the command runs
     from core.util.console import Console
@@ -167,7 +168,9 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     shown = days_text(args.days)
     if args.gpu_hours is not None:  # as typed, with the days they are
-        shown = f"{days_text(args.gpu_hours)} GPU-hours, {days_text(float(args.days))}"
+        shown = f"{days_text(args.gpu_hours)} GPU-hours, {days_phrase(days_text(float(args.days)))}"
+    else:
+        shown = days_phrase(shown)
     _print(result, session, console, shown)
     if args.out:
         _save_best(result, session, args.out)
@@ -234,8 +237,8 @@ def _cost(result, session) -> float:
 
 
 def _print(result, session, console: Console, days: str | None = None) -> None:
-    """The study's tables and lines; ``days``: the budget's days as the header prints them
-    (default :func:`days_text` of ``result.days``)."""
+    """The study's tables and lines; ``days``: the budget's days as the header prints them,
+    with their unit (default :func:`days_text` of ``result.days``, ``"1 day"``, ``"2 days"``)."""
     from rich.table import Table
 
     from core.util.console import esc
@@ -248,7 +251,7 @@ def _print(result, session, console: Console, days: str | None = None) -> None:
             + f"; peak {result.peak_flops / 1e12:,.1f} TFLOP/s per GPU")
     console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {esc(s.cluster.gpu)} "
                   f"({esc(node)}) for "
-                  f"{days or days_text(result.days)} days (${_cost(result, s):,.{0 if _cost(result, s) >= 100 else 2}f} at "
+                  f"{days or days_phrase(days_text(result.days))} (${_cost(result, s):,.{0 if _cost(result, s) >= 100 else 2}f} at "
                   f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour); global batch "
                   f"{s.plan.global_batch_size}, sequence {s.model.seq_length}, {s.plan.precision}",
                   highlight=False)

@@ -16,8 +16,9 @@ from core.plan.fields import ConfigError, FieldError
 from core.plan.parallel import (CP_COMM_TYPES, MOE_DISPATCHERS, RECOMPUTE_CHOICES,
                                 RECOMPUTE_MODES, SCHEDULES, SWEEP_SCHEDULES)
 from core.plan.rules import check_all_but_the_plan
+from core.util.text import days_phrase
 from core.cli.common import (NO_TIGHT_HELP, SET_HELP, check_number, decimal_arg, fmt_days, integer_arg, path_arg,
-                             list_items, check_outputs, session_from_args, session_inputs,
+                             list_items, check_outputs, session_from_args, session_inputs, workers_arg,
                              SignalCancel, tight_front_note)
 
 if TYPE_CHECKING:  # numpy and rich are imported by the functions that use them (fast ``vtrain --help``)
@@ -241,6 +242,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError([FieldError("--max-work", f"{args.max_work} must be a positive number "
                                                     "of pipeline steps")])
     pick = _pick_arg(args.pick, args.out, args.deadline_days)
+    dask = args.dask.strip() if args.dask is not None else None
+    if dask is not None and not dask:
+        raise ConfigError([FieldError("--dask", "give a scheduler address (tcp://host:8786) or "
+                                                "'local'")])
+    # the option's own value, refused naming --workers before any plan is swept (a remote
+    # scheduler's workers are its own: not bounded by this machine's cores)
+    from core.studies.sweep.parallel import default_workers
+    workers = workers_arg(args.workers, local=dask is None or dask == "local") or default_workers()
     session = session_from_args(args, validate=False)
     check_outputs([("--out", args.out)], session_inputs(session))
     try:
@@ -248,12 +257,6 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # name the file, in its own terms
         raise session.in_its_terms(exc) from None
     space = _space_from_args(args, session)
-    from core.studies.sweep.parallel import default_workers
-    workers = _one_int("--workers", args.workers) or default_workers()
-    dask = args.dask.strip() if args.dask is not None else None
-    if dask is not None and not dask:
-        raise ConfigError([FieldError("--dask", "give a scheduler address (tcp://host:8786) or "
-                                                "'local'")])
     err_console = Console(stderr=True)
 
     def sweep(**kw: Any):
@@ -292,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
         _print_result(result, console, None if pick is not None else args.out)
         if pick is not None:
             what = (f"plan {pick} of the front" if not isinstance(pick, str)
-                    else f"cheapest plan within {result.deadline_days:g} days"
+                    else f"cheapest plan within {days_phrase(f'{result.deadline_days:g}')}"
                     if pick == "deadline" else pick)
             console.print(f"[dim]the {what} written as a session to {esc(args.out)}[/]")
             tight = _tight_pick_note(result, pick, picked)
@@ -387,7 +390,7 @@ def _write_pick(result, pick: str | int, path: str) -> int:
         i = result.cheapest_within_deadline
         if i is None and result.fastest is not None:
             raise ConfigError([FieldError("--pick", (
-                f"deadline: no plan that fits finishes within {result.deadline_days:g} days; "
+                f"deadline: no plan that fits finishes within {days_phrase(f'{result.deadline_days:g}')}; "
                 f"the fastest plan that fits takes "
                 f"{fmt_days(result.training_days[result.fastest])} days"))])
     else:
@@ -749,7 +752,8 @@ def _print_own_plan(result, console: Console, own: int | None) -> None:
             and result.num_feasible:  # none simulated: the summary above says why
         quick = (f"; the fastest plan that fits takes {fmt_days(result.training_days[result.fastest])} days"
                  if result.fastest is not None else "")
-        console.print(f"No plan that fits finishes within {result.deadline_days:g} days{quick}.")
+        console.print(f"No plan that fits finishes within {days_phrase(f'{result.deadline_days:g}')}"
+                      f"{quick}.")
     if own is None:
         p = result.session.plan
         why = result.space.excludes(p)

@@ -65,19 +65,6 @@ def _check(args: argparse.Namespace) -> None:
                            for opt in given])
 
 
-def _workers(text: str | None) -> int | None:
-    """``--workers N``: one positive integer, or None when not given."""
-    if text is None:
-        return None
-    try:
-        n = int(text.strip())
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ConfigError([FieldError("--workers", f"{text!r}: give one positive integer")])
-    return n
-
-
 def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
                    print_dimensions: Any = None) -> int:
     """Run ``vtrain sweep CONFIG --gpus-from PRICES.csv``; returns the exit status (errors
@@ -85,7 +72,7 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
     ``vtrain sweep``'s reading of the plan-space options and ``print_dimensions(dimensions,
     plan, console)`` its swept/held lines (passed in: this module is ``core.cli.sweep``'s,
     which imports it)."""
-    from core.cli.common import check_number, session_from_args
+    from core.cli.common import check_number, session_from_args, workers_arg
     from core.io.price_sheet import read_price_sheet
     from core.plan.rules import check_all_but_the_plan
     from core.studies.gpu_choice import choose_gpus
@@ -93,6 +80,9 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
     from core.util.inputs import strict_dumps
 
     _check(args)
+    # --workers refused by its name before the sheet is read or any row swept (--dask is
+    # refused with --gpus-from: the processes are this machine's)
+    workers = workers_arg(args.workers, local=True)
     check_number("--tokens", args.tokens)
     check_number("--deadline-days", args.deadline_days)
     if args.max_work is not None and args.max_work < 1:
@@ -105,7 +95,7 @@ def run_gpu_choice(args: argparse.Namespace, space_from_args: Any,
     except ConfigError as exc:
         raise session.in_its_terms(exc) from None
     from core.studies.sweep.parallel import default_workers
-    workers = _workers(args.workers) or default_workers()
+    workers = workers or default_workers()
     # the plan-space options given apply to every row's sweep, up to the row's max_gpus (the
     # defaults are vtrain sweep's: SweepSpace.default_for's space with max_gpus=row.max_gpus)
     import dataclasses

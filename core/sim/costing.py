@@ -14,7 +14,9 @@ Definitions (Narayanan et al. 2021; Chowdhery et al. 2022, App. B for MFU/HFU):
   FP8 and a BF16 plan of one model compare on one scale (the model FLOPs are the model's,
   whatever precision runs them); an fp32 plan with TF32 matmuls (``plan.tf32``) the TF32
   peak, the peak its GEMMs run at (:func:`core.plan.parallel.gemm_peak_dtype`);
-* iterations = ``ceil(training tokens / (B * s))`` (a partial iteration is still run);
+* iterations = ``ceil(training tokens / (B * s))`` (a partial iteration is still run:
+  :func:`iterations_for_tokens`, the one conversion of a token budget to iterations, which
+  the Megatron-LM export's ``--train-samples`` and the goodput figures use too);
 * days = iterations * ``T`` / 86400; GPU-hours = iterations * ``T`` * world size / 3600;
   dollars = GPU-hours * price per GPU-hour.
 """
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Costing", "costing", "mfu_peak_flops", "MFU_PEAK_NOTE"]
+__all__ = ["Costing", "costing", "iterations_for_tokens", "mfu_peak_flops", "MFU_PEAK_NOTE"]
 
 #: How MFU reads under FP8 training (the report's label and the docs say it).
 MFU_PEAK_NOTE = "MFU and HFU of an FP8 plan are against the BF16 dense peak (as Megatron-Bridge)"
@@ -44,6 +46,29 @@ def mfu_peak_flops(store, plan) -> float:
     """
     from core.plan.parallel import gemm_peak_dtype
     return float(store.peak_flops[gemm_peak_dtype(plan)])
+
+
+def iterations_for_tokens(training_tokens: float, tokens_per_iteration: float | np.ndarray
+                          ) -> int | np.ndarray:
+    """The whole iterations that cover a token budget: ``ceil(training_tokens /
+    tokens_per_iteration)``, with ``tokens_per_iteration`` = ``B * s`` (global batch in
+    sequences times sequence length, tokens).
+
+    A run takes whole iterations (Megatron-LM's loop runs ``--train-iters`` of them; given
+    ``--train-samples N`` it runs ``N // global_batch_size``, ``update_train_iters`` in
+    megatron/training/training.py, megatron-core 0.19.2), so the budget is reached only by
+    the ceiling: a partial last iteration is still run. Every conversion of a token budget
+    to iterations or samples goes through this function (costing, the goodput figures, the
+    Megatron-LM export), so that ``vtrain simulate``, ``vtrain sweep``, ``vtrain optimal
+    --out`` and the exported launch count the same iterations.
+
+    Returns an int for scalar input, an int64 array for an array of ``tokens_per_iteration``.
+    """
+    tokens = np.asarray(tokens_per_iteration, np.float64)
+    iterations = np.ceil(training_tokens / tokens)
+    if iterations.ndim == 0:
+        return int(iterations)
+    return iterations.astype(np.int64)
 
 
 @dataclass
@@ -92,7 +117,7 @@ def costing(iteration_time_s: float | np.ndarray, *, tokens_per_iteration: float
     T = np.asarray(iteration_time_s, np.float64)
     gpus = np.asarray(num_gpus, np.float64)
     tokens = np.asarray(tokens_per_iteration, np.float64)
-    iterations = np.ceil(training_tokens / tokens)
+    iterations = np.asarray(iterations_for_tokens(training_tokens, tokens), np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         peak = peak_flops_per_gpu * gpus
         out = dict(tokens_per_s=tokens / T, mfu=np.asarray(model_flops, np.float64) / T / peak,

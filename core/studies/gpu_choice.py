@@ -45,6 +45,7 @@ from core.io.price_sheet import PriceSheet
 from core.plan.cluster import GPU_NVLINK_DOMAIN, node_network, processes_per_host
 from core.plan.fields import ConfigError
 from core.plan.session import Session
+from core.sim.costing import iterations_for_tokens
 from core.sim.goodput import SPREAD_SAMPLES, checkpoint_size, goodput
 from core.store.interval import DEFAULT_COVERAGE
 from core.studies.sweep.result import SweepResult, best_row, least_memory_of_ties, pareto_front
@@ -91,7 +92,7 @@ def expected_figures(result: SweepResult, i: int, iteration_time_s: float | None
     s = result.session
     plan = result.plans[i]
     T = float(result.iteration_time_s[i] if iteration_time_s is None else iteration_time_s)
-    n = int(math.ceil(s.cost.training_tokens / (s.plan.global_batch_size * s.model.seq_length)))
+    n = iterations_for_tokens(s.cost.training_tokens, s.plan.global_batch_size * s.model.seq_length)
     size = checkpoint_size(s.model, plan, processes_per_host(s.cluster, plan.num_gpus))
     return goodput(iteration_time_s=T, num_iterations=n, num_gpus=int(result.num_gpus[i]),
                    reliability=s.reliability, size=size,
@@ -531,7 +532,7 @@ def _pruned_bounds(res: SweepResult, fd: np.ndarray, fc: np.ndarray
         return np.zeros(0), np.zeros(0)
     s = res.session
     rel = s.reliability
-    n = math.ceil(s.cost.training_tokens / (s.plan.global_batch_size * s.model.seq_length))
+    n = iterations_for_tokens(s.cost.training_tokens, s.plan.global_batch_size * s.model.seq_length)
     work = n * res.lower_bound_s[pr]
     d = work / 86400.0
     c = work * res.num_gpus[pr] / 3600.0 * s.cost.price_per_gpu_hour_usd

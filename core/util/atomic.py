@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["atomic_target", "save_target", "same_file", "remove_orphans", "ORPHAN_AGE_S"]
+__all__ = ["atomic_target", "check_save", "save_target", "same_file", "remove_orphans",
+           "ORPHAN_AGE_S"]
 
 #: Age after which a temporary file whose owner cannot be checked counts as orphaned, seconds.
 ORPHAN_AGE_S = 3600.0
@@ -230,3 +231,32 @@ def atomic_target(path: str | Path) -> Iterator[Path]:
     finally:
         with _live_lock:
             _live.discard(tmp)
+
+
+class _Trial(Exception):
+    """Ends :func:`check_save`'s trial save before anything is written."""
+
+
+def check_save(path: str | Path) -> None:
+    """Raise, before any work, the ``OSError`` a save to ``path`` would raise before writing:
+    a trial save that really creates the save's temporary file beside the file it replaces
+    and removes it (:func:`atomic_target`, ended before anything is written and before any
+    rename), so an existing file is left as it was and no file is made.
+
+    ``os.access`` cannot tell this: it says yes to root wherever the permission bits would
+    refuse another user, yet a file cannot be made in ``/proc`` or on a read-only file
+    system, even by root.
+
+    Raises
+    ------
+    OSError
+        What :func:`atomic_target` raises, naming ``path`` as given: the folder does not take
+        a new file (``/proc``, a read-only file system, a full disk, no permission), ``path``
+        is a folder, a link that loops or names no file, an existing file this process may
+        not write, or not a regular file.
+    """
+    try:
+        with atomic_target(path):
+            raise _Trial
+    except _Trial:
+        pass

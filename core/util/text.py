@@ -18,7 +18,7 @@ import shlex
 from typing import Any
 
 __all__ = ["printable", "terminal_text", "shell_word", "shell_comment", "file_name_part",
-           "format_params", "format_days", "format_energy", "format_amount", "spreadsheet_cell"]
+           "format_params", "format_days", "days_phrase", "format_energy", "format_amount", "spreadsheet_cell"]
 
 # Characters that must not reach a terminal raw: C0/C1 controls (escape sequences, carriage
 # returns, bells; U+0085 is C1) and the Unicode line separators and bidirectional overrides
@@ -158,6 +158,13 @@ def format_days(d: float) -> str:
         t = f"{d:.3f}".rstrip("0")
         return t + "0" if t.endswith(".") else t
     return f"{d:,.1f}"
+
+
+def days_phrase(number: str) -> str:
+    """``number`` (days as printed) with its unit, singular for exactly one: ``"1"`` ->
+    ``"1 day"``, ``"1.5"`` -> ``"1.5 days"``, ``"0.5"`` -> ``"0.5 days"`` (English counts
+    only one as singular; a number written with decimals, ``"1.0"``, stays plural)."""
+    return f"{number} day" if number.strip() == "1" else f"{number} days"
 
 
 def did_you_mean(key: Any, names) -> str:

@@ -183,7 +183,7 @@ def test_a_plan_tab_change_the_study_reads_marks_its_result_stale(window, qtbot)
     session = window.editor.session()
     gpu, price = session.cluster.gpu, session.cost.price_per_gpu_hour_usd
     summary = panel.summary.text()
-    assert f"8 x {gpu} for 1 days" in summary
+    assert f"8 x {gpu} for 1 day</b>" in summary  # was "for 1 days"
     assert f"${8 * 24 * price:,.0f} at ${price:,.2f}/GPU-hour" in summary
     assert not panel.is_stale and not window.studies.schedule.is_stale
 

@@ -30,7 +30,7 @@ from typing import Any
 from core.plan.session import Session
 from core.io.cluster_comment import cluster_comment
 from core.io.megatron.arguments import ARGUMENTS, MegatronArgsError
-from core.io.megatron.from_session import export_arguments
+from core.io.megatron.from_session import export_arguments, train_samples
 from core.io.megatron.launch import read_launch
 from core.io.megatron.to_session import session_from_launch
 from core.io.megatron.rules import SESSION_FIELDS, broken_rules, required_environment, violations
@@ -550,6 +550,11 @@ def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
         i = j
     lines[-1] = lines[-1][:-2]
     lines += [shell_comment(line) for line in NOT_IN_THE_PLAN]
-    if session.cost.training_tokens % session.model.seq_length:
-        lines.insert(3, shell_comment("--train-samples rounds the token budget to whole sequences"))
+    samples = train_samples(session)
+    if samples * session.model.seq_length != session.cost.training_tokens:
+        lines.insert(3, shell_comment(
+            f"--train-samples {samples} rounds the token budget up to whole iterations "
+            f"({samples // session.plan.global_batch_size:,} of "
+            f"{session.plan.global_batch_size:,} sequences, as vtrain simulate counts them: "
+            "Megatron-LM runs train_samples // global_batch_size iterations)"))
     return "\n".join(lines) + "\n"

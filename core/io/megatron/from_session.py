@@ -18,7 +18,7 @@ from core.io.megatron.model_arguments import DEFAULT_ATTENTION_BACKEND, EXPORTED
 from core.plan.parallel import fp8_recipe, wgrad_accumulation
 from core.plan.session import Session
 
-__all__ = ["export_arguments"]
+__all__ = ["export_arguments", "train_samples"]
 
 
 #: Plan switches exported as Megatron-LM's flag of the same name (``--`` and dashes), in order.
@@ -289,10 +289,25 @@ def _sharding_words(pl: Any) -> list[str]:
     return out
 
 
+def train_samples(session: Session) -> int:
+    """``--train-samples`` of ``session``'s token budget: the whole iterations that cover it
+    (:func:`core.sim.costing.iterations_for_tokens`, ``ceil(training_tokens / (B * s))``,
+    as ``vtrain simulate`` counts them) times the global batch ``B`` in sequences.
+
+    Megatron-LM runs ``train_samples // global_batch_size`` iterations
+    (``update_train_iters``, megatron/training/training.py, megatron-core 0.19.2): the token
+    budget in sequences, ``round(tokens / s)``, ran the fractional iteration's floor, one
+    iteration fewer than simulated whenever the budget is not a whole number of iterations.
+    A multiple of ``B`` runs exactly the simulated iterations."""
+    from core.sim.costing import iterations_for_tokens
+    B, s = session.plan.global_batch_size, session.model.seq_length
+    return iterations_for_tokens(session.cost.training_tokens, B * s) * B
+
+
 def _recompute_and_precision_words(session: Session) -> list[str]:
     """Recomputation, the uneven pipeline split, precision (FP8's recipe always explicit),
     the token budget and the checkpoints' interval and asynchrony."""
-    m, pl = session.model, session.plan
+    pl = session.plan
     out: list[str] = []
     if pl.recompute == "full":
         n = _get(pl, "recompute_num_layers")
@@ -320,8 +335,7 @@ def _recompute_and_precision_words(session: Session) -> list[str]:
     elif pl.precision == "fp8":  # the recipe always explicit: Megatron's default is delayed
         out += ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe",
                 _get(pl, "fp8_recipe") or "tensorwise"]
-    samples = session.cost.training_tokens / m.seq_length
-    out += ["--train-samples", str(int(round(samples)))]
+    out += ["--train-samples", str(train_samples(session))]
     rel = getattr(session, "reliability", None)  # the run's checkpoints (docs/goodput.md)
     if rel is not None and rel.checkpoint_interval_iterations is not None:
         out += ["--save-interval", str(rel.checkpoint_interval_iterations)]

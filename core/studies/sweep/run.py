@@ -44,7 +44,8 @@ from core.studies.sweep.space import (SweepSpace, as_list, check_enumerable, div
 from core.studies.sweep.variants import plan_maker, sweep_verdicts
 from core.studies.sweep.dimensions import sweep_dimensions
 
-__all__ = ["run_sweep", "check_sweep_work", "ProgressFn", "COMPILED_MIN_SWEEP_ELEMENTS"]
+__all__ = ["run_sweep", "check_sweep_work", "check_workers", "ProgressFn",
+           "COMPILED_MIN_SWEEP_ELEMENTS"]
 
 ProgressFn = Callable[[int, int], None]
 #: Sweeps whose batch solver has at least this many (stage, item, plan) elements in all use
@@ -85,18 +86,23 @@ def _early_pool(session: Session, space: SweepSpace, workers: int, dask: str | N
     return parallel.start_pool(workers - 1, compiled=True)
 
 
-def _check_workers(workers: Any, local: bool = True) -> int:
-    """``workers`` as an int; :class:`ConfigError` (field ``sweep.workers``) unless a positive
-    integer, and, for processes started on this machine (``local``: a process pool or a local
-    Dask cluster), at most its cores (:func:`core.studies.sweep.parallel.default_workers`):
+def check_workers(workers: Any, local: bool = True, field: str = "sweep.workers") -> int:
+    """``workers`` (processes) as an int; :class:`ConfigError` naming ``field`` unless a
+    positive integer, and, for processes started on this machine (``local``: a process pool or
+    a local Dask cluster), at most its cores (:func:`core.studies.sweep.parallel.default_workers`):
     each worker is one process solving on one core, so more cannot make the sweep faster, and
-    a forked pool starts all of them at once (100,000 would be 100,000 processes)."""
+    a forked pool starts all of them at once (100,000 would be 100,000 processes).
+
+    ``field`` is what the value came from: ``sweep.workers`` (a session's sweep settings, the
+    default, its message ``workers=N``) or a command-line option such as ``--workers`` (its
+    message the bare value), so that a refusal names what the user typed."""
+    what = "workers=" if field == "sweep.workers" else ""
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
-        raise ConfigError([FieldError("sweep.workers", f"workers={workers!r} must be a positive "
+        raise ConfigError([FieldError(field, f"{what}{workers!r} must be a positive "
                                       "integer")])
     cores = parallel.default_workers()
     if local and workers > cores:
-        raise ConfigError([FieldError("sweep.workers", f"workers={int(workers):,} is more than "
+        raise ConfigError([FieldError(field, f"{what}{int(workers):,} is more than "
                                       f"this machine's {cores} cores (one process per core; "
                                       "more cannot make the sweep faster)")])
     return int(workers)
@@ -118,7 +124,7 @@ def _check_arguments(deadline_days: Any, workers: Any, max_work: Any, dask: Any)
                                           and math.isfinite(deadline_days) and deadline_days > 0):
         raise ConfigError([FieldError("sweep.deadline_days", f"deadline_days={deadline_days!r} "
                                       "must be a positive number")])
-    workers = _check_workers(workers, local=dask is None or dask == "local")
+    workers = check_workers(workers, local=dask is None or dask == "local")
     if max_work is not None and (isinstance(max_work, bool) or not isinstance(
             max_work, (int, np.integer)) or max_work < 1):
         raise ConfigError([FieldError("sweep.max_work", f"max_work={max_work!r} must be a "
