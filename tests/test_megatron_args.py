@@ -236,13 +236,27 @@ def test_gpt3_175b_script(tmp_path):
                           "fused (cuDNN) or flash attention, timed as FlashAttention")]
 
 
+def test_train_samples_less_than_one_batch_is_refused(tmp_path):
+    """--train-samples under one global batch: Megatron-LM would run 0 iterations."""
+    path = _write(tmp_path, "few.sh", GPT_1P3B.replace("--train-samples 146484375",
+                                                       "--train-samples 500"))
+    with pytest.raises(MegatronArgsError, match=r"few\.sh: --train-samples 500 is less than one "
+                       r"global batch \(512 samples\): Megatron-LM runs train_samples // "
+                       r"global_batch_size = 0 iterations"):
+        import_file(path)
+
+
 def test_gpt_1p3b_script_old_style(tmp_path):
     res = import_file(_write(tmp_path, "gpt_1p3b.sh", GPT_1P3B))
     m, pl = res.session.model, res.session.plan
     assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length) == (24, 2048, 16, 2048)
     assert (pl.tensor_parallel, pl.pipeline_parallel, pl.data_parallel) == (2, 2, 2)
     assert (pl.micro_batch_size, pl.global_batch_size, pl.precision) == (4, 512, "bf16")
-    assert res.session.cost.training_tokens == 146484375 * 2048
+    # Megatron-LM runs train_samples // B = 286,102 iterations (update_train_iters); the
+    # remaining 146,484,375 - 286,102 * 512 = 151 samples are not run
+    assert res.session.cost.training_tokens == 286_102 * 512 * 2048
+    assert any(flag == "--train-samples" and "the last 151 samples are not run" in text
+               for flag, text in res.notes)
     # --no-gradient-accumulation-fusion: a kernel of its own adds each weight gradient
     assert pl.gradient_accumulation_fusion is False and not res.ignored
     assert pl.recompute == "full"  # --checkpoint-activations: Megatron-LM's old name

@@ -455,7 +455,7 @@ ARGUMENTS: dict[str, Arg] = {
     "--fp16": Arg(("plan.precision",), False, "fp16 mixed precision"),
     "--fp8-format": Arg(("plan.precision",), True, "FP8 GEMMs (Transformer Engine): hybrid or e4m3"),
     "--fp8-recipe": Arg(("plan.fp8_recipe",), True, "FP8 scaling recipe (Megatron's default delayed)"),
-    "--train-samples": Arg(("cost.training_tokens",), True, "token budget = samples * s"),
+    "--train-samples": Arg(("cost.training_tokens",), True, "token budget = (samples // B) * B * s"),
     "--train-iters": Arg(("cost.training_tokens",), True, "token budget = iterations * B * s"),
     "--save-interval": Arg(("reliability.checkpoint_interval_iterations",), True,
                            "iterations between checkpoints (the run's goodput, docs/goodput.md)"),

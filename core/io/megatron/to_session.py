@@ -105,12 +105,27 @@ def _refuse_unknown(args: dict[str, list[str]], allow_unknown: bool, src: str
 
 
 def _token_budget(mp: Mapper, s: int, B: int) -> None:
-    """``cost.training_tokens``: ``--train-samples`` times s, or ``--train-iters`` times B*s."""
+    """``cost.training_tokens``: the whole iterations Megatron-LM runs times B*s: for
+    ``--train-samples``, ``samples // B`` of them (``update_train_iters`` in
+    ``megatron/training/training.py``: ``args.train_iters = args.train_samples //
+    args.global_batch_size`` without a batch-size ramp-up; a remainder of samples is not run,
+    noted), for ``--train-iters`` that many. Raises MegatronArgsError naming ``--train-samples`` when
+    it is less than one global batch (Megatron-LM would run no iteration)."""
     args, src = mp.args, mp.source
     samples = int_argument(args, "--train-samples", src) if mp.take("--train-samples") else None
     iters = int_argument(args, "--train-iters", src) if mp.take("--train-iters") else None
     if samples is not None:
-        mp.set("--train-samples", "cost.training_tokens", float(samples * s))
+        if samples < B:
+            raise MegatronArgsError(
+                f"{src}: --train-samples {samples} is less than one global batch ({B:,} "
+                "samples): Megatron-LM runs train_samples // global_batch_size = 0 iterations")
+        if samples % B:
+            mp.notes.append(("--train-samples", (
+                f"{samples:,} samples are {samples // B:,} whole iterations of {B:,} "
+                f"(Megatron-LM runs train_samples // global_batch_size); the last "
+                f"{samples % B:,} samples are not run, and the token budget is the "
+                f"{samples // B:,} iterations' {samples // B * B * s:,} tokens")))
+        mp.set("--train-samples", "cost.training_tokens", float(samples // B * B * s))
     elif iters is not None:
         mp.set("--train-iters", "cost.training_tokens", float(iters * B * s))
 
