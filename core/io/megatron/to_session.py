@@ -119,17 +119,38 @@ def _checkpoints(mp: Mapper) -> None:
     """The run's checkpoints (docs/goodput.md): ``--save-interval`` (or its other name
     ``--persistent-save-interval``; the last given wins, as argparse takes one dest) is
     ``reliability.checkpoint_interval_iterations``, ``--async-save`` ``reliability.async_save``.
-    Without them the session keeps its defaults (Daly's optimum interval, synchronous saves)."""
+    Without them the session keeps its defaults (Daly's optimum interval, synchronous saves).
+
+    Megatron-LM saves only with ``--save`` (a directory): ``training.py`` saves periodically
+    ``if args.save and args.save_interval and iteration % args.save_interval == 0`` and at the
+    end ``if args.save and ...``. A launch without it saves nothing: the interval is one no run
+    reaches (``checkpoint_interval_iterations``' maximum, 2**40; a failure restarts the run from
+    its start), noted, and ``--save-interval`` and ``--async-save`` are listed as having no
+    effect, as the Bridge importer reads ``checkpoint.save: null``."""
     args, src = mp.args, mp.source
     given = [f for f in args if f in ("--save-interval", "--persistent-save-interval")]
     for flag in given:
         mp.take(flag)
+    never = next(f.metadata["max"] for f in dataclasses.fields(ReliabilityConfig)
+                 if f.name == "checkpoint_interval_iterations")
+    if not (args.get("--save") or [""])[-1]:  # argparse keeps the last; "" is falsy too
+        n = int_argument(args, given[-1], src, minimum=0) if given else None  # still checked
+        mp.notes.append(("--save", "not given: Megatron-LM saves no checkpoint (training.py "
+                         "saves only if args.save); a failure restarts the run from its start "
+                         f"(reliability.checkpoint_interval_iterations {never:,}, beyond any "
+                         "run)"))
+        mp.set("--save", "reliability.checkpoint_interval_iterations", never)
+        for flag in given:
+            mp.ignored.append((flag, f"{n}: no effect without --save (no checkpoint is saved)"))
+        if mp.switch("--async-save"):
+            mp.ignored.append(("--async-save", "no effect without --save (no checkpoint is "
+                               "saved)"))
+        return
     if given:  # parse_arguments keeps the order given: the last one is argparse's value
         n = int_argument(args, given[-1], src, minimum=0)
         if n == 0:  # Megatron-LM saves when iteration % interval == 0 only if the interval is
             # not 0; it still saves once at the end: an interval no run reaches
-            n = next(f.metadata["max"] for f in dataclasses.fields(ReliabilityConfig)
-                     if f.name == "checkpoint_interval_iterations")
+            n = never
             mp.notes.append((given[-1], "0: no periodic checkpoint, one at the end of the run "
                              f"(reliability.checkpoint_interval_iterations {n:,}, beyond any run)"))
         mp.set(given[-1], "reliability.checkpoint_interval_iterations", n)
