@@ -32,7 +32,8 @@ from typing import Any
 
 from core.io.cluster_comment import apply_cluster_comment
 from core.io.import_result import ImportResult
-from core.io.megatron.arguments import (ARGUMENTS, MEGATRON_MODEL_DEFAULTS, NEUTRAL_ARGUMENTS,
+from core.io.megatron.arguments import (ARGUMENTS, BY_OPTION, MEGATRON_MODEL_DEFAULTS,
+                                        NEUTRAL_ARGUMENTS, at_default,
                                         REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, MegatronArgsError,
                                         TOKENIZER_VOCAB, check_choices, field_origin,
                                         unknown_arguments, LLAMA2_TOKENIZER)
@@ -186,8 +187,20 @@ def _refuse_other_models(mp: Mapper, launch: Launch) -> None:
                   "MLP) is not modelled: timing its layers as transformer layers would be "
                   "another model" + (f" (also: {', '.join(hybrid[1:])})" if hybrid[1:] else ""))
     for flag in args:  # the table's other arguments that change the work in an unmodelled way
-        if flag in REFUSED_ARGUMENTS and flag not in _HYBRID_FLAGS:
-            mp.refuse(flag, f"not modelled ({REFUSED_ARGUMENTS[flag]})")
+        if flag not in REFUSED_ARGUMENTS or flag in _HYBRID_FLAGS or flag in mp.used \
+                or flag == "--spec" and hybrid:  # a mapping read it; a Mamba spec is named above
+            continue
+        if at_default(flag, args[flag]):  # Megatron-LM's default: nothing changes
+            mp.at_default.append(flag)
+            continue
+        needs = [f for f in BY_OPTION[flag].only_with if f not in args]
+        if needs:  # Megatron-LM reads it only with them
+            mp.ignored.append((flag, f"no effect without {', '.join(needs)} ("
+                               f"{REFUSED_ARGUMENTS[flag]})"))
+            mp.used.add(flag)
+            continue
+        given = " ".join([flag, *args[flag]])
+        mp.refuse(given, f"not modelled ({REFUSED_ARGUMENTS[flag]})")
 
 
 def _unused(mp: Mapper, unknown: list[tuple[str, str]]) -> tuple[dict[str, str], list[str]]:
@@ -201,7 +214,7 @@ def _unused(mp: Mapper, unknown: list[tuple[str, str]]) -> tuple[dict[str, str],
     for flag in args:
         if flag in mp.used or flag in ARGUMENTS:
             continue
-        if flag in NEUTRAL_ARGUMENTS:
+        if flag in NEUTRAL_ARGUMENTS or flag in mp.at_default:
             neutral.append(flag)
         elif flag in hints:  # allow_unknown
             ignored[flag] = "not a Megatron-LM argument vtrain knows" + (
