@@ -405,7 +405,9 @@ def test_rules_of_one_setting_and_listed_fields(tmp_path):
         d.update(dist={"use_tp_pp_dp_mapping": True})))
     assert {"ddp.megatron_fsdp_cuda_graph_mode", "model.tp_comm_overlap_disable_fc1",
             "optimizer.store_param_remainders"} <= set(imp.neutral)
-    assert imp.ignored["dist.use_tp_pp_dp_mapping"] == "not modelled; may change the iteration time"
+    assert imp.ignored["dist.use_tp_pp_dp_mapping"] == (  # p = 1: the two rank orders are one
+        "no effect with p = 1 and d = 4 (the order tp-cp-ep-pp-dp is the default "
+        "tp-cp-ep-dp-pp when p or d is 1)")
     assert "--use-tp-pp-dp-mapping" in imp.arguments
     # a kernel switch whose Bridge default (off) is not Megatron-LM's (on): listed when off,
     # as Megatron-LM's --no-bias-swiglu-fusion is, and not when on (the Llama provider's)

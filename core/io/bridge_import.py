@@ -567,6 +567,8 @@ def _checkpoint(rd: _Reader, body: Any) -> bool:
         raise rd.fail("checkpoint.save_interval", f"{interval} must be at least 0")
     if _flag(rd, "checkpoint.async_save", body.get("async_save")) and save is not None:
         rd.emit("checkpoint.async_save", "--async-save", [])
+    if save is not None:  # Megatron-LM saves only with --save: megatron-args reads none without
+        rd.emit("checkpoint.save", "--save", [save])
     if save is None:
         rd.notes.append(("checkpoint.save", "null: Megatron-Bridge saves no checkpoint (train.py"
                          ":1418-1423, 746-755); a failure restarts the run from its start"))
@@ -712,7 +714,8 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
     ignored = {rd.paths.get(f, f): why for f, why in res.ignored.items()}
     ignored.update(rd.ignored)
     used = {rd.paths.get(f, f): f"{f}: {targets}" for f, targets in res.used.items()}
-    notes = [(rd.paths.get(a, a), n) for a, n in res.notes] + rd.notes
+    notes = [(rd.paths.get(a, a), n) for a, n in res.notes
+             if a != "--save"] + rd.notes  # save null: said above in Bridge's terms
     neutral = sorted({rd.paths.get(f, f) for f in res.neutral} | set(rd.neutral))
     provider = str(model.get("_target_"))
     session = res.session

@@ -21,8 +21,12 @@ default) and what the option does to a simulated iteration, its ``effect``:
   files, learning rate, optimizer hyper-parameters, inference and RL settings,
   numerics-only constants): listed apart (:data:`NEUTRAL_ARGUMENTS`).
 * ``refused``: changes the work in a way vtrain does not model (Mamba and
-  linear-attention layers, FP4 GEMMs ...): the import stops naming it and what it
-  would change (:data:`REFUSED_ARGUMENTS`).
+  linear-attention layers, FP4 GEMMs, offloading, another optimizer ...): given at a value
+  other than Megatron-LM's default (:func:`at_default`), the import stops naming it and what
+  it would change (:data:`REFUSED_ARGUMENTS`); at the default it is listed as not used. An
+  entry's ``only_with`` names the options it acts with (all of them): without them it has no
+  effect and is listed as ignored with why. A few are read by the mapping itself, which
+  refuses them under the condition their note states (``--optimizer`` other than adam ...).
 * ``removed``: rejected by Megatron-LM's ``validate_args`` ("no longer valid"),
   refused with the argument to use (:data:`REMOVED_ARGUMENTS`).
 
@@ -52,7 +56,7 @@ __all__ = ["TABLE_FILE", "MEGATRON_LM_COMMIT", "Entry", "ENTRIES", "BY_OPTION", 
            "REMOVED_ARGUMENTS", "MODELLED_ARGUMENTS", "OLDER_ARGUMENTS", "MegatronArgsError",
            "Arg", "ARGUMENTS", "KNOWN_ARGUMENTS", "TOKENIZER_VOCAB", "MEGATRON_MODEL_DEFAULTS",
            "SECTIONS", "MEGATRON_FSDP_STRATEGIES", "field_exists", "unknown_arguments",
-           "field_origin"]
+           "field_origin", "at_default"]
 
 TABLE_FILE = Path(__file__).resolve().parents[3] / "resources" / "megatron_arguments.json"
 #: What an argument does to a simulated iteration (see the module's docstring).
@@ -82,6 +86,9 @@ class Entry:
     choices : tuple or None
         argparse's choices (str or int), where the parser declares plain ones: a value outside
         them is Megatron-LM's error (:func:`check_choices`); None otherwise.
+    only_with : tuple of str
+        For ``refused``: the options it acts with (all of them given); without them it has no
+        effect (empty: it acts alone).
     """
 
     options: tuple[str, ...]
@@ -92,6 +99,7 @@ class Entry:
     effect: str
     note: str = ""
     choices: tuple | None = None
+    only_with: tuple[str, ...] = ()
 
     @property
     def takes_value(self) -> bool:
@@ -102,7 +110,8 @@ def _load() -> tuple[str, list[Entry], dict[str, Entry]]:
     data = json.loads(TABLE_FILE.read_text(encoding="utf-8"))
     entries = [Entry(tuple(e["options"]), e["dest"], e["action"], e["nargs"], e["default"],
                      e["effect"], e.get("note", ""),
-                     tuple(e["choices"]) if e.get("choices") else None)
+                     tuple(e["choices"]) if e.get("choices") else None,
+                     tuple(e.get("only_with", ())))
                for e in data["arguments"]]
     older = {e["option"]: Entry((e["option"],), e["option"][2:].replace("-", "_"),
                                 "store", None, None, e["effect"], e.get("note", ""))
@@ -150,6 +159,33 @@ def check_choices(args: dict[str, list[str]], source: str) -> None:
                 raise MegatronArgsError(
                     f"{source}: {flag} {v!r}: invalid choice (choose from "
                     f"{', '.join(map(str, entry.choices))}): Megatron-LM's parser refuses it")
+
+
+def at_default(flag: str, values: list[str]) -> bool:
+    """Whether ``flag`` given with ``values`` (as :func:`core.io.megatron.launch.
+    parse_arguments` gives them) is Megatron-LM's default for it (:attr:`Entry.default`): a
+    switch never is (giving it flips it); a value is when it reads as the default (a number
+    by its value, ``None`` never; a list word by word). An unknown flag is not."""
+    entry = BY_OPTION.get(flag)
+    if entry is None or entry.action != "store" or entry.nargs == 0:
+        return False
+    default = entry.default
+    if isinstance(default, list):
+        return len(values) == len(default) and all(
+            _same(v, d) for v, d in zip(values, default))
+    return len(values) == 1 and _same(values[0], default)
+
+
+def _same(word: str, default: Any) -> bool:
+    """A launch's word is the default value ``default`` (JSON)."""
+    if default is None or isinstance(default, bool):
+        return False
+    if isinstance(default, (int, float)):
+        try:
+            return float(word) == float(default)
+        except ValueError:
+            return False
+    return word == str(default)
 
 
 #: Megatron-LM arguments vtrain does not map that may change the iteration time (listed as ignored).

@@ -96,6 +96,8 @@ class Mapper:
         Arguments read but not modelled, with why (listed first among the ignored).
     notes : list of (str, str)
         ``(about, note)``: how an argument whose meaning needs saying was read.
+    at_default : list of str
+        Refused arguments given at Megatron-LM's default (no effect: listed as not used).
     """
 
     def __init__(self, source: str, args: dict[str, list[str]] | None = None):
@@ -106,6 +108,7 @@ class Mapper:
         self.used: set[str] = set()
         self.ignored: list[tuple[str, str]] = []
         self.notes: list[tuple[str, str]] = []
+        self.at_default: list[str] = []
         #: the --tokenizer-model file's size for Llama2Tokenizer, given to the import
         self.tokenizer_vocab_size: int | None = None
 

@@ -301,7 +301,7 @@ def _arguments_elsewhere(mp: Mapper) -> str:
     """Where Megatron-LM takes arguments the launch does not write (``--yaml-cfg FILE``, the
     checkpoint of ``--use-checkpoint-args``), said for messages; "" when nowhere."""
     args = mp.args
-    if mp.take("--yaml-cfg") and args["--yaml-cfg"]:
+    if args.get("--yaml-cfg"):  # not taken: refused as the table says when nothing is missing
         return f"Megatron-LM takes its arguments from --yaml-cfg {args['--yaml-cfg'][0]}"
     if "--use-checkpoint-args" in args:
         where = " ".join(args.get("--load") or []) or "--load"

@@ -599,7 +599,27 @@ def map_plan(mp: Mapper, launch: Launch, L: int, *, num_gpus: int | None = None,
     _precision(mp)
     _cuda_graphs(mp)
     _optimizer_and_offloading(mp)
+    _rank_order(mp, p, d)
     return B, nproc
+
+
+def _rank_order(mp: Mapper, p: int, d: int) -> None:
+    """``--use-tp-pp-dp-mapping``: Megatron-Core's rank order ``tp-cp-ep-pp-dp`` instead of
+    its default ``tp-cp-ep-dp-pp`` (megatron/core/parallel_state.py ``initialize_model_parallel``
+    ``order``), which the simulation places ranks by (core/sim/comm.py): with p > 1 and d > 1
+    the data-parallel and pipeline groups hold other ranks, so other exchanges cross nodes:
+    refused by name. With p or d of 1 the two orders are one: listed as having no effect."""
+    flag = "--use-tp-pp-dp-mapping"
+    if not mp.switch(flag):
+        return
+    if p > 1 and d > 1:
+        mp.refuse(flag, f"not modelled (Megatron-Core's rank order tp-cp-ep-pp-dp: with "
+                  f"p = {p} and d = {d} the data-parallel and pipeline groups hold other ranks "
+                  "than under its default tp-cp-ep-dp-pp, which the simulation places ranks "
+                  "by, so other exchanges cross nodes)")
+    else:
+        mp.ignored.append((flag, f"no effect with p = {p} and d = {d} (the order "
+                           "tp-cp-ep-pp-dp is the default tp-cp-ep-dp-pp when p or d is 1)"))
 
 
 #: Megatron-LM's optimizer state dtypes under --use-precision-aware-optimizer (arguments.json:

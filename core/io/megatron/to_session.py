@@ -32,7 +32,8 @@ from typing import Any
 
 from core.io.cluster_comment import apply_cluster_comment
 from core.io.import_result import ImportResult
-from core.io.megatron.arguments import (ARGUMENTS, MEGATRON_MODEL_DEFAULTS, NEUTRAL_ARGUMENTS,
+from core.io.megatron.arguments import (ARGUMENTS, BY_OPTION, MEGATRON_MODEL_DEFAULTS,
+                                        NEUTRAL_ARGUMENTS, at_default,
                                         REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, MegatronArgsError,
                                         TOKENIZER_VOCAB, check_choices, field_origin,
                                         unknown_arguments, LLAMA2_TOKENIZER)
@@ -134,17 +135,38 @@ def _checkpoints(mp: Mapper) -> None:
     """The run's checkpoints (docs/goodput.md): ``--save-interval`` (or its other name
     ``--persistent-save-interval``; the last given wins, as argparse takes one dest) is
     ``reliability.checkpoint_interval_iterations``, ``--async-save`` ``reliability.async_save``.
-    Without them the session keeps its defaults (Daly's optimum interval, synchronous saves)."""
+    Without them the session keeps its defaults (Daly's optimum interval, synchronous saves).
+
+    Megatron-LM saves only with ``--save`` (a directory): ``training.py`` saves periodically
+    ``if args.save and args.save_interval and iteration % args.save_interval == 0`` and at the
+    end ``if args.save and ...``. A launch without it saves nothing: the interval is one no run
+    reaches (``checkpoint_interval_iterations``' maximum, 2**40; a failure restarts the run from
+    its start), noted, and ``--save-interval`` and ``--async-save`` are listed as having no
+    effect, as the Bridge importer reads ``checkpoint.save: null``."""
     args, src = mp.args, mp.source
     given = [f for f in args if f in ("--save-interval", "--persistent-save-interval")]
     for flag in given:
         mp.take(flag)
+    never = next(f.metadata["max"] for f in dataclasses.fields(ReliabilityConfig)
+                 if f.name == "checkpoint_interval_iterations")
+    if not (args.get("--save") or [""])[-1]:  # argparse keeps the last; "" is falsy too
+        n = int_argument(args, given[-1], src, minimum=0) if given else None  # still checked
+        mp.notes.append(("--save", "not given: Megatron-LM saves no checkpoint (training.py "
+                         "saves only if args.save); a failure restarts the run from its start "
+                         f"(reliability.checkpoint_interval_iterations {never:,}, beyond any "
+                         "run)"))
+        mp.set("--save", "reliability.checkpoint_interval_iterations", never)
+        for flag in given:
+            mp.ignored.append((flag, f"{n}: no effect without --save (no checkpoint is saved)"))
+        if mp.switch("--async-save"):
+            mp.ignored.append(("--async-save", "no effect without --save (no checkpoint is "
+                               "saved)"))
+        return
     if given:  # parse_arguments keeps the order given: the last one is argparse's value
         n = int_argument(args, given[-1], src, minimum=0)
         if n == 0:  # Megatron-LM saves when iteration % interval == 0 only if the interval is
             # not 0; it still saves once at the end: an interval no run reaches
-            n = next(f.metadata["max"] for f in dataclasses.fields(ReliabilityConfig)
-                     if f.name == "checkpoint_interval_iterations")
+            n = never
             mp.notes.append((given[-1], "0: no periodic checkpoint, one at the end of the run "
                              f"(reliability.checkpoint_interval_iterations {n:,}, beyond any run)"))
         mp.set(given[-1], "reliability.checkpoint_interval_iterations", n)
@@ -180,8 +202,20 @@ def _refuse_other_models(mp: Mapper, launch: Launch) -> None:
                   "MLP) is not modelled: timing its layers as transformer layers would be "
                   "another model" + (f" (also: {', '.join(hybrid[1:])})" if hybrid[1:] else ""))
     for flag in args:  # the table's other arguments that change the work in an unmodelled way
-        if flag in REFUSED_ARGUMENTS and flag not in _HYBRID_FLAGS:
-            mp.refuse(flag, f"not modelled ({REFUSED_ARGUMENTS[flag]})")
+        if flag not in REFUSED_ARGUMENTS or flag in _HYBRID_FLAGS or flag in mp.used \
+                or flag == "--spec" and hybrid:  # a mapping read it; a Mamba spec is named above
+            continue
+        if at_default(flag, args[flag]):  # Megatron-LM's default: nothing changes
+            mp.at_default.append(flag)
+            continue
+        needs = [f for f in BY_OPTION[flag].only_with if f not in args]
+        if needs:  # Megatron-LM reads it only with them
+            mp.ignored.append((flag, f"no effect without {', '.join(needs)} ("
+                               f"{REFUSED_ARGUMENTS[flag]})"))
+            mp.used.add(flag)
+            continue
+        given = " ".join([flag, *args[flag]])
+        mp.refuse(given, f"not modelled ({REFUSED_ARGUMENTS[flag]})")
 
 
 def _unused(mp: Mapper, unknown: list[tuple[str, str]]) -> tuple[dict[str, str], list[str]]:
@@ -195,7 +229,7 @@ def _unused(mp: Mapper, unknown: list[tuple[str, str]]) -> tuple[dict[str, str],
     for flag in args:
         if flag in mp.used or flag in ARGUMENTS:
             continue
-        if flag in NEUTRAL_ARGUMENTS:
+        if flag in NEUTRAL_ARGUMENTS or flag in mp.at_default:
             neutral.append(flag)
         elif flag in hints:  # allow_unknown
             ignored[flag] = "not a Megatron-LM argument vtrain knows" + (
