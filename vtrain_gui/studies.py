@@ -741,8 +741,13 @@ class OptimalPanel(_StudyPanel):
         self.table.setWordWrap(False)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.Interactive)
-        header.setStretchLastSection(True)
+        # the note takes what the other columns leave, but never less than its marks
+        # (:meth:`_stretch_note`): Qt's stretched last section shrank to the rest, and at
+        # 1,024 px the 1.3B example's best row read "lowe…"
+        header.setStretchLastSection(False)
         header.setHighlightSections(False)
+        self._note_least = 0
+        self.table.viewport().installEventFilter(self)
         self.plot = pg.PlotWidget(background="w")
         self.plot.setLabel("bottom", "parameters (billions)", color=_AXIS_TEXT)
         self.plot.setLabel("left", "Chinchilla loss (nats/token)", color=_AXIS_TEXT)
@@ -779,10 +784,23 @@ class OptimalPanel(_StudyPanel):
         self._fit_summary()
 
     def eventFilter(self, watched: QtCore.QObject, event: QtCore.QEvent) -> bool:  # noqa: N802
-        if (event.type() == QtCore.QEvent.Type.Resize
-                and watched is self.summary_area.parentWidget()):
-            self._fit_summary()
+        if event.type() == QtCore.QEvent.Type.Resize:
+            if watched is self.table.viewport():
+                self._stretch_note()
+            elif watched is self.summary_area.parentWidget():
+                self._fit_summary()
         return super().eventFilter(watched, event)
+
+    def _stretch_note(self) -> None:
+        """The note column as wide as what the other columns leave of the table, and at least
+        as its marks (``_note_least``: the table scrolls sideways for the rest)."""
+        t = self.table
+        note = OPTIMAL_COLUMNS.index("note")
+        if t.columnCount() <= note:
+            return
+        rest = t.viewport().width() - sum(t.columnWidth(c) for c in range(t.columnCount())
+                                          if c != note)
+        t.setColumnWidth(note, max(self._note_least, rest))
 
     def _fit_summary(self) -> None:
         """Make the summary as high as its text, or as what the table's header and rows leave
@@ -933,7 +951,8 @@ class OptimalPanel(_StudyPanel):
             item = self.table.item(k, note)
             if item.text():
                 item.setToolTip(item.text())
-        self.table.setColumnWidth(note, min(self.table.columnWidth(note), self._note_width()))
+        self._note_least = min(self.table.columnWidth(note), self._note_width())
+        self._stretch_note()
         mfu = OPTIMAL_COLUMNS.index("MFU")
         for k, c in enumerate(result.candidates):  # the ⚠'s why, as the Explore band's tooltip
             if c.plan is not None and c.within_calibration is False:

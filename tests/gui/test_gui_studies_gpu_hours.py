@@ -298,3 +298,37 @@ def test_a_budget_shorter_than_one_iteration_is_refused_naming_the_gpu_hours(tab
     with pytest.raises(ConfigError) as err:
         run_optimal_study(load_any(SMALL), panel.settings(), None, lambda *_: None, None)
     assert str(err.value) == cli
+
+
+@pytest.fixture(scope="module")
+def small_study():
+    """The 1.3B example's study on 8 GPUs for 500 GPU-hours: 6 candidates, the best (1.97B)
+    neither the first nor the last, its note "lowest loss"; another row "rule's size"."""
+    from core.studies.optimal import compute_optimal, days_for_gpu_hours
+    session = load_any(SMALL)
+    result = compute_optimal(session, 8, days_for_gpu_hours(8, 500.0))
+    assert result.best is not None and result.rule_index not in (None, result.best)
+    return session, result
+
+
+@pytest.mark.parametrize("size", [(1024, 768), (1366, 768)])
+def test_the_note_column_keeps_its_marks_whole(window, qapp, small_study, size):
+    """Qt's stretched last column shrank the note to what the others left: at 1,024 px the
+    best row's note read "lowe…" (and "rule's…"). It is at least as wide as its marks (the
+    table scrolls sideways for them), and fills the table's width where there is room."""
+    panel = _shown(window, qapp, size, small_study)
+    _, result = small_study
+    table = panel.table
+    note = OPTIMAL_COLUMNS.index("note")
+    assert table.item(result.best, note).text() == "lowest loss"
+    assert table.item(result.rule_index, note).text() == "rule's size"
+    bold = QtGui.QFont(table.font())
+    bold.setBold(True)
+    need = QtGui.QFontMetrics(bold).horizontalAdvance("lowest loss")
+    assert table.columnWidth(note) >= need + 4
+    total = sum(table.columnWidth(c) for c in range(table.columnCount()))
+    bar = table.horizontalScrollBar()
+    if size[0] == 1366:  # room for all: the note fills the rest, nothing scrolls
+        assert total == table.viewport().width() and bar.maximum() == 0
+    else:
+        assert total > table.viewport().width() and bar.maximum() == total - table.viewport().width()
