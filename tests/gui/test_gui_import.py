@@ -464,3 +464,57 @@ def test_bridge_run_config_needs_the_gpu_and_the_world_size(tmp_path):
     headings = [h for h, _ in imp.sections]
     assert headings == ["Notes", "Ignored (may change the iteration time)",
                         "Not used (no effect on the iteration time)", "Used"]
+
+
+def _laughs(levels: int) -> str:
+    """YAML anchors a0 .. a{levels-1}, each a list of nine aliases of the one before (a0: nine
+    scalars): a{levels-1} expands to 9**levels values."""
+    return "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9 if i else ["x"] * 9) + "]\n"
+                   for i in range(levels))
+
+
+@pytest.mark.parametrize("case", ["laughs", "deep", "recursive", "long_list"])
+def test_a_run_config_yaml_that_hung_or_crashed_the_reader_is_refused_by_name(
+        case, window, opened, tmp_path, reviews, message_boxes):
+    """File > Import > Megatron-Bridge run_config.yaml of a file built to break a YAML reader,
+    with an edited session open: one message naming the file and the rule, the session and
+    its edits untouched. Before: nine-fold aliases under model.num_layers (9**7 values) made a
+    message of 4.8 million numbers (at 9**9, minutes and gigabytes: the window froze);
+    nesting 5,000 deep, or num_layers a list inside itself, said "maximum recursion depth
+    exceeded" without the file (the command line: an internal error); a list of 50,000 layer counts made a message box taller than
+    any screen, its OK button out of reach."""
+    from tests.test_bridge_import import RUN_CONFIG
+    rc = RUN_CONFIG.read_text(encoding="utf-8")
+    assert "\n  num_layers: 32\n" in rc
+    path = tmp_path / "run_config.yaml"
+    text = {"laughs": _laughs(7) + rc.replace("\n  num_layers: 32\n", "\n  num_layers: *a6\n"),
+            "deep": rc + "extra: " + "[" * 5000 + "]" * 5000 + "\n",
+            "recursive": rc.replace("\n  num_layers: 32\n", "\n  num_layers: &loop [*loop]\n"),
+            "long_list": rc.replace("\n  num_layers: 32\n", "\n  num_layers: ["
+                                    + ", ".join(map(str, range(50_000))) + "]\n")}[case]
+    path.write_text(text, encoding="utf-8")
+    before, modified = window.session().to_dict(), window.isWindowModified()
+    assert not window.importer.import_path(
+        "bridge", path, ImportOptions(gpu="H100-SXM5-80GB", num_gpus=8))
+    (_, title, message), = message_boxes.of_kind("critical")
+    assert title == "Cannot import run_config.yaml"
+    # a{i} expands to v[i] values: its list, and nine of a{i-1}'s (a0: nine scalars); the
+    # file's values are its 340 nodes (keys, values, mappings), the anchors' 7 keys and
+    # lists, and a6 once more, for num_layers's 32
+    line = rc[:rc.index("\n  num_layers: 32\n")].count("\n") + 2  # num_layers' line
+    v = [10]
+    for _ in range(6):
+        v.append(1 + 9 * v[-1])
+    assert v[-1] == 5_380_840
+    assert message == {
+        "laughs": f"{path}: its aliases (*name) expand to {sum(v) + 7 + 340 - 1 + v[6]:,} "
+                  "values, more than 100,000 (ConfigContainer.to_yaml writes about a thousand)",
+        "deep": f"{path}: YAML nested more than 64 levels deep (a run_config.yaml nests 4)",
+        "recursive": f"{path}: line {line}: an alias inside the node it names (a structure "
+                     "inside itself)",
+        "long_list": f"{path}: model.num_layers: a list ([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, "
+                     "12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 2...) where one value is "
+                     "expected"}[case]
+    assert not reviews.shown
+    assert window.session().to_dict() == before and window.path == opened
+    assert window.isWindowModified() == modified
