@@ -385,8 +385,11 @@ def _summary(session: Session) -> str:
 
 
 def error_text(exc: BaseException) -> str:
-    """The reader's message on one line, as the command line prints it after ``vtrain: error:``."""
-    return printable(" ".join(str(exc).split("\n")))
+    """The reader's message on one line, as the command line prints it after ``vtrain: error:``
+    (a message of more than :data:`~vtrain_gui.formatting.MAX_MESSAGE_CHARS` characters with
+    its middle left out: :func:`~vtrain_gui.formatting.message_text`)."""
+    from .formatting import message_text
+    return message_text(printable(" ".join(str(exc).split("\n"))))
 
 
 class ImportOptionsDialog(QtWidgets.QDialog):

@@ -518,3 +518,27 @@ def test_a_run_config_yaml_that_hung_or_crashed_the_reader_is_refused_by_name(
     assert not reviews.shown
     assert window.session().to_dict() == before and window.path == opened
     assert window.isWindowModified() == modified
+
+
+def test_a_refusal_quoting_a_megabyte_value_fits_a_message_box(window, tmp_path, reviews,
+                                                              message_boxes, capsys):
+    """A Hugging Face config whose hidden_act is a million characters: the reader quotes it
+    whole (vtrain import hf prints the million), and the window's message box of it took half
+    a minute to lay out, taller than the screen. The box shows the command line's message
+    with its middle left out and counted: its start (the file, the key) and its end (the
+    rule) as the command line prints them."""
+    from core.cli import main
+    from vtrain_gui.formatting import MAX_MESSAGE_CHARS
+    path = _write(tmp_path, "config.json", json.dumps({**LLAMA3_8B, "hidden_act": "x" * 10**6}))
+    assert main(["import", "hf", str(path), "--out", str(tmp_path / "s.json")]) == 2
+    cli = capsys.readouterr().err.strip().removeprefix("vtrain: error: ")
+    assert len(cli) > 10**6 and cli.startswith(f"{path}: hidden_act: 'xxx")
+    before = window.session().to_dict()
+    assert not window.importer.import_path("hf", path)
+    (_, title, text), = message_boxes.of_kind("critical")
+    assert title == "Cannot import config.json"
+    head, tail = 2 * MAX_MESSAGE_CHARS // 3, MAX_MESSAGE_CHARS // 4
+    cut = len(cli) - head - tail
+    assert text == f"{cli[:head]} … ({cut:,} characters left out) … {cli[-tail:]}"
+    assert len(text) < MAX_MESSAGE_CHARS + 50
+    assert window.session().to_dict() == before and not reviews.shown
