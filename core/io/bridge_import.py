@@ -55,6 +55,11 @@ _TORCH_DTYPES = {"torch.float32": "fp32", "torch.float": "fp32", "torch.bfloat16
 #: they are used (what loading builds): ``ConfigContainer.to_yaml`` writes about a thousand;
 #: nine lists of nine aliases of the one before expand to 9^9 (a "billion laughs").
 MAX_YAML_VALUES = 100_000
+#: Most nodes (keys, values, mappings, lists) the file itself may hold, each alias once:
+#: parsing stops there, within two seconds (PyYAML's parser builds about 30,000 a second; a
+#: list of a million numbers in a 14 MB file took a minute and 1.3 GB before its refusal).
+#: ConfigContainer.to_yaml writes about a thousand; a data blend of 10,000 shards 20,000.
+MAX_YAML_NODES = 50_000
 
 
 def _r(value: Any) -> str:
@@ -423,23 +428,38 @@ def read_run_config(path: str | Path, *, gpu: str, num_gpus: int,
 
 
 def _load_yaml(text: str, src: str) -> Any:
-    """``yaml.safe_load(text)``, its node graph checked before anything is built from it:
-    nesting at most :data:`~core.util.inputs.MAX_JSON_DEPTH` deep, no alias inside itself, and
-    at most :data:`MAX_YAML_VALUES` values once its aliases are expanded.
+    """``yaml.safe_load(text)``, its node graph checked before anything is built from it: at
+    most :data:`MAX_YAML_NODES` nodes (parsing stops there), nesting at most
+    :data:`~core.util.inputs.MAX_JSON_DEPTH` deep, no alias inside itself, and at most
+    :data:`MAX_YAML_VALUES` values once its aliases are expanded.
 
     Raises
     ------
     RunConfigError
-        Nested too deep (PyYAML's composer recursed out of the stack: ``RecursionError``), a
-        recursive alias, or aliases expanding beyond :data:`MAX_YAML_VALUES` (loading and
-        reading such a file took minutes and gigabytes).
+        More than :data:`MAX_YAML_NODES` nodes, nested too deep (PyYAML's composer recursed
+        out of the stack: ``RecursionError``), a recursive alias, or aliases expanding beyond
+        :data:`MAX_YAML_VALUES` (loading and reading such a file took minutes and gigabytes).
     yaml.YAMLError
         Not YAML (the caller names the line and column).
     """
     import yaml
 
     from core.util.inputs import MAX_JSON_DEPTH
-    loader = yaml.SafeLoader(text)
+
+    class Loader(yaml.SafeLoader):  # counts the nodes as it composes them
+        nodes = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if not self.check_event(yaml.AliasEvent):
+                Loader.nodes += 1
+                if Loader.nodes > MAX_YAML_NODES:
+                    mark = self.peek_event().start_mark
+                    raise RunConfigError(f"{src}: more than {MAX_YAML_NODES:,} keys and values "
+                                         f"(at line {mark.line + 1}); ConfigContainer.to_yaml "
+                                         "writes about a thousand")
+            return super().compose_node(parent, index)
+
+    loader = Loader(text)
     try:
         try:
             node = loader.get_single_node()

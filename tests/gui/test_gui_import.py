@@ -473,7 +473,8 @@ def _laughs(levels: int) -> str:
                    for i in range(levels))
 
 
-@pytest.mark.parametrize("case", ["laughs", "deep", "recursive", "long_list"])
+@pytest.mark.parametrize("case", ["laughs", "deep", "recursive", "long_list", "many_nodes",
+                                  "large"])
 def test_a_run_config_yaml_that_hung_or_crashed_the_reader_is_refused_by_name(
         case, window, opened, tmp_path, reviews, message_boxes):
     """File > Import > Megatron-Bridge run_config.yaml of a file built to break a YAML reader,
@@ -481,8 +482,10 @@ def test_a_run_config_yaml_that_hung_or_crashed_the_reader_is_refused_by_name(
     its edits untouched. Before: nine-fold aliases under model.num_layers (9**7 values) made a
     message of 4.8 million numbers (at 9**9, minutes and gigabytes: the window froze);
     nesting 5,000 deep, or num_layers a list inside itself, said "maximum recursion depth
-    exceeded" without the file (the command line: an internal error); a list of 50,000 layer counts made a message box taller than
-    any screen, its OK button out of reach."""
+    exceeded" without the file (the command line: an internal error); a list of 5,000 layer
+    counts made a message box taller than any screen, its OK button out of reach; a list of
+    60,000 numbers under a key of no effect took seconds (a 14 MB one a minute and 1.3 GB)
+    before anything was refused."""
     from tests.test_bridge_import import RUN_CONFIG
     rc = RUN_CONFIG.read_text(encoding="utf-8")
     assert "\n  num_layers: 32\n" in rc
@@ -491,7 +494,9 @@ def test_a_run_config_yaml_that_hung_or_crashed_the_reader_is_refused_by_name(
             "deep": rc + "extra: " + "[" * 5000 + "]" * 5000 + "\n",
             "recursive": rc.replace("\n  num_layers: 32\n", "\n  num_layers: &loop [*loop]\n"),
             "long_list": rc.replace("\n  num_layers: 32\n", "\n  num_layers: ["
-                                    + ", ".join(map(str, range(50_000))) + "]\n")}[case]
+                                    + ", ".join(map(str, range(5_000))) + "]\n"),
+            "many_nodes": rc + "extra:\n" + "".join(f"- {i}\n" for i in range(60_000)),
+            "large": rc + "# " + "x" * 4 * 2**20 + "\n"}[case]
     path.write_text(text, encoding="utf-8")
     before, modified = window.session().to_dict(), window.isWindowModified()
     assert not window.importer.import_path(
@@ -514,7 +519,13 @@ def test_a_run_config_yaml_that_hung_or_crashed_the_reader_is_refused_by_name(
                      "inside itself)",
         "long_list": f"{path}: model.num_layers: a list ([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, "
                      "12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 2...) where one value is "
-                     "expected"}[case]
+                     "expected",
+        # the 50,001st node: after the file's 340, "extra" and its list, item 49,658
+        "many_nodes": f"{path}: more than 50,000 keys and values (at line "
+                      f"{rc.count(chr(10)) + 2 + 50_001 - 343}); ConfigContainer.to_yaml "
+                      "writes about a thousand",
+        "large": f"{path}: is {len(text.encode()):,} bytes, more than the 4,194,304 bytes a "
+                 "file of this kind may have"}[case]
     assert not reviews.shown
     assert window.session().to_dict() == before and window.path == opened
     assert window.isWindowModified() == modified
