@@ -651,8 +651,11 @@ class RecipeDialog(QtWidgets.QDialog):
         self.table.selectRow(i)
 
     def selected(self) -> str | None:
-        rows = self.table.selectionModel().selectedRows()
-        return self.rows[rows[0].row()]["function"] if rows else None
+        """The selected recipe's function name; None when none is selected or the filters
+        hide its row (Import read a recipe of another GPU kind than the table showed)."""
+        rows = [r.row() for r in self.table.selectionModel().selectedRows()
+                if not self.table.isRowHidden(r.row())]
+        return self.rows[rows[0]]["function"] if rows else None
 
     @Slot()
     def _filter(self) -> None:
@@ -660,6 +663,8 @@ class RecipeDialog(QtWidgets.QDialog):
         for i, r in enumerate(self.rows):
             self.table.setRowHidden(i, bool((gpu and r["gpu"] != gpu) or
                                             (model and r["model"] != model)))
+        if self.selected() is None:  # the selected row filtered out: nothing is selected
+            self.table.clearSelection()
 
     @Slot()
     def _on_import_click(self) -> None:

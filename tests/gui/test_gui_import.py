@@ -418,9 +418,11 @@ def test_bridge_recipe_is_picked_from_the_table_and_a_refused_one_says_why(
             "llama3_8b_pretrain_8gpu_h100_bf16_config", "llama3_8b_pretrain_8gpu_h100_fp8cs_config",
             "llama3_8b_pretrain_64gpu_h100_bf16_config",
             "llama3_8b_pretrain_64gpu_h100_fp8cs_config"]
-        dialog.select("llama3_8b_pretrain_8gpu_b200_nvfp4_config")
+        dialog.gpu_filter.setCurrentIndex(dialog.gpu_filter.findData("B200-180GB"))
+        dialog.select("llama3_8b_pretrain_8gpu_b200_nvfp4_config")  # shown: a row of B200's
         dialog.import_button.click()
         attempts.append(dialog.result())
+        dialog.gpu_filter.setCurrentIndex(dialog.gpu_filter.findData("H100-SXM5-80GB"))
         dialog.select("llama3_8b_pretrain_8gpu_h100_bf16_config")
         dialog.import_button.click()
         attempts.append(dialog.result())
@@ -553,3 +555,26 @@ def test_a_refusal_quoting_a_megabyte_value_fits_a_message_box(window, tmp_path,
     assert text == f"{cli[:head]} … ({cut:,} characters left out) … {cli[-tail:]}"
     assert len(text) < MAX_MESSAGE_CHARS + 50
     assert window.session().to_dict() == before and not reviews.shown
+
+
+def test_a_recipe_the_filters_hide_is_not_imported(qtbot, message_boxes):
+    """The H100 recipe selected, then the GPU filter set to B200: Import read the H100 recipe,
+    which the table no longer showed. Its selection goes with its row; Import asks for one."""
+    read = []
+    dialog = RecipeDialog(lambda name: read.append(name) or None)
+    qtbot.addWidget(dialog)
+    dialog.select("llama3_8b_pretrain_8gpu_h100_bf16_config")
+    assert dialog.selected() == "llama3_8b_pretrain_8gpu_h100_bf16_config"
+    dialog.gpu_filter.setCurrentIndex(dialog.gpu_filter.findData("B200-180GB"))
+    assert "llama3_8b_pretrain_8gpu_h100_bf16_config" not in dialog.visible_recipes()
+    assert dialog.visible_recipes()[0] == "llama3_8b_pretrain_8gpu_b200_bf16_config"
+    assert dialog.selected() is None
+    dialog.import_button.click()
+    assert read == [] and dialog.result() != QtWidgets.QDialog.DialogCode.Accepted
+    assert message_boxes.calls == [("information", "No recipe", "Select a recipe to import.")]
+    # a row still shown keeps its selection through a filter
+    dialog.select("llama3_8b_pretrain_8gpu_b200_bf16_config")
+    dialog.model_filter.setCurrentIndex(dialog.model_filter.findData("Llama3-8B"))
+    assert dialog.selected() == "llama3_8b_pretrain_8gpu_b200_bf16_config"
+    dialog.import_button.click()
+    assert read == ["llama3_8b_pretrain_8gpu_b200_bf16_config"]
