@@ -8,7 +8,8 @@ from core.util.text import format_days
 
 __all__ = ["format_duration", "format_durations", "format_bytes", "format_count", "format_day_count", "format_usd",
            "format_fraction", "format_rate", "format_number_short", "format_usd_short",
-           "KIND_COLORS", "IDLE_COLOR", "ERROR_STYLE", "VERDICT_COLORS"]
+           "KIND_COLORS", "IDLE_COLOR", "ERROR_STYLE", "VERDICT_COLORS", "MAX_MESSAGE_CHARS",
+           "message_text"]
 
 #: Style sheet of a label that reports an error.
 ERROR_STYLE = "color: #C62828;"
@@ -131,3 +132,20 @@ def format_usd_short(value: float) -> str:
         if a >= scale:
             return f"${value / scale:.3g}{suffix}"
     return f"${value:.3g}"
+
+
+#: Most characters of a reader's message a message box shows (:func:`message_text`).
+MAX_MESSAGE_CHARS = 1_500
+
+
+def message_text(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` as a message box shows it: whole up to ``limit`` characters, else its start
+    (the file and the key) and its end (the rule), the middle left out and counted. A reader
+    that quotes a megabyte value (a Hugging Face ``hidden_act`` or a torchtitan
+    ``model.name`` of a million characters) made a box that took half a minute to lay out
+    and was taller than any screen, its OK button out of reach."""
+    if len(text) <= limit:
+        return text
+    head, tail = 2 * limit // 3, limit // 4
+    cut = len(text) - head - tail
+    return f"{text[:head]} … ({cut:,} characters left out) … {text[-tail:]}"

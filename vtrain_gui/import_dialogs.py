@@ -385,8 +385,11 @@ def _summary(session: Session) -> str:
 
 
 def error_text(exc: BaseException) -> str:
-    """The reader's message on one line, as the command line prints it after ``vtrain: error:``."""
-    return printable(" ".join(str(exc).split("\n")))
+    """The reader's message on one line, as the command line prints it after ``vtrain: error:``
+    (a message of more than :data:`~vtrain_gui.formatting.MAX_MESSAGE_CHARS` characters with
+    its middle left out: :func:`~vtrain_gui.formatting.message_text`)."""
+    from .formatting import message_text
+    return message_text(printable(" ".join(str(exc).split("\n"))))
 
 
 class ImportOptionsDialog(QtWidgets.QDialog):
@@ -648,8 +651,11 @@ class RecipeDialog(QtWidgets.QDialog):
         self.table.selectRow(i)
 
     def selected(self) -> str | None:
-        rows = self.table.selectionModel().selectedRows()
-        return self.rows[rows[0].row()]["function"] if rows else None
+        """The selected recipe's function name; None when none is selected or the filters
+        hide its row (Import read a recipe of another GPU kind than the table showed)."""
+        rows = [r.row() for r in self.table.selectionModel().selectedRows()
+                if not self.table.isRowHidden(r.row())]
+        return self.rows[rows[0]]["function"] if rows else None
 
     @Slot()
     def _filter(self) -> None:
@@ -657,6 +663,8 @@ class RecipeDialog(QtWidgets.QDialog):
         for i, r in enumerate(self.rows):
             self.table.setRowHidden(i, bool((gpu and r["gpu"] != gpu) or
                                             (model and r["model"] != model)))
+        if self.selected() is None:  # the selected row filtered out: nothing is selected
+            self.table.clearSelection()
 
     @Slot()
     def _on_import_click(self) -> None:

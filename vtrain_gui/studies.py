@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import html
 import json
+import sys
 
 import numpy as np
 import pyqtgraph as pg
@@ -115,11 +116,15 @@ def run_optimal_study(session: Session, settings: dict, _unused: Any,
     def on_progress(done: int, total: int, _name: str) -> None:
         _cancel_check(cancel)
         progress(done, total)
+    budget_given = None  # as vtrain optimal --gpu-hours: a refusal names the GPU-hours given
+    if settings.get("budget") == "gpu_hours":
+        budget_given = ("--gpu-hours", f"{float(settings['gpu_hours']):g} GPU-hours")
     return compute_optimal(session, settings["num_gpus"], budget_days(settings),
                            assumed_mfu=settings["assumed_mfu"],
                            num_candidates=settings["num_candidates"], spread=settings["spread"],
                            progress=on_progress, cancel=cancel,
-                           no_tight=bool(settings.get("no_tight", False)))
+                           no_tight=bool(settings.get("no_tight", False)),
+                           budget_given=budget_given)
 
 
 def run_schedule_study(session: Session, settings: dict, _unused: Any,
@@ -189,22 +194,44 @@ class PercentSpinBox(QtWidgets.QDoubleSpinBox):
 
 class GpuHoursSpinBox(QtWidgets.QDoubleSpinBox):
     """A budget of GPU-hours, shown with group separators and no trailing zeros
-    ("2,000,000 GPU-hours"), typed as such or as the command line takes it ("2e6")."""
+    ("2,000,000 GPU-hours"), typed as such or as the command line takes it ("2e6").
+
+    Any finite number is taken as typed, as ``vtrain optimal
+    --gpu-hours`` takes it, and the core refuses what it cannot study in its words (0, -1,
+    1e13: :func:`core.studies.optimal.days_for_gpu_hours`); a range of [0, 1e12] made "1e13"
+    an out-of-range text and the field kept the "1e1" typed on the way: 10 GPU-hours. A value
+    under a hundredth shows its digits ("0.001 GPU-hours", not "0"), one of 1e15 or more its
+    exponent ("1e+16 GPU-hours")."""
+
+    #: the field's range, +-LIMIT GPU-hours (a spin box needs one): every finite float
+    LIMIT = sys.float_info.max
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setDecimals(2)
+        self.setDecimals(12)  # the value as typed (0.001), not rounded to a hundredth
+        self.setRange(-self.LIMIT, self.LIMIT)
         self.setSuffix(" GPU-hours")
 
     def textFromValue(self, value: float) -> str:  # noqa: N802 - Qt API
-        return f"{value:,.2f}".rstrip("0").rstrip(".")
+        if abs(value) >= 1e15:  # 1e+20, not 21 digits (1e308: 309, the float's noise too)
+            return f"{value:.6g}"
+        text = f"{value:,.2f}".rstrip("0").rstrip(".")
+        if value and abs(value) < 1.0 and float(text.replace(",", "")) != value:
+            return f"{value:.3g}"  # 0.001, 5e-05: a hundredth's rounding hid them ("0")
+        return text
 
-    def minimumSizeHint(self) -> QtCore.QSize:  # noqa: N802 - Qt API
-        """As wide as a budget of millions of GPU-hours, not as its maximum (1e12, printed in
-        full: 140 px that the form beside the results does not have)."""
-        hint = super().minimumSizeHint()
+    def _hint(self, hint: QtCore.QSize) -> QtCore.QSize:
         text = self.fontMetrics().horizontalAdvance("20,000,000" + self.suffix())
         return QtCore.QSize(min(hint.width(), text + 28), hint.height())
+
+    def minimumSizeHint(self) -> QtCore.QSize:  # noqa: N802 - Qt API
+        """As wide as a budget of millions of GPU-hours, not as its range (printed in full:
+        the 140 px and more that the form beside the results does not have)."""
+        return self._hint(super().minimumSizeHint())
+
+    def sizeHint(self) -> QtCore.QSize:  # noqa: N802 - Qt API
+        """As :meth:`minimumSizeHint` (the field stretches to the form's width)."""
+        return self._hint(super().sizeHint())
 
     def valueFromText(self, text: str) -> float:  # noqa: N802 - Qt API
         number = self._number(text)
@@ -349,7 +376,9 @@ class _StudyPanel(QtWidgets.QWidget):
         self.runner.progress.connect(self._on_progress)
         self.runner.finished.connect(self._on_finish)
         self.runner.failed.connect(self._on_fail)
-        self.runner.cancelled.connect(lambda _id: self._set_status("Cancelled.", False))
+        self.runner.cancelled.connect(self._on_cancel)
+        #: runs up to this id are of a session no longer shown (:meth:`abandon_run`)
+        self._abandoned_run = 0
         self.settings_changed.connect(self._on_settings_edit)
         self.form = QtWidgets.QFormLayout()
         self.run_button = QtWidgets.QPushButton("Run")
@@ -539,6 +568,16 @@ class _StudyPanel(QtWidgets.QWidget):
         """Stop the worker thread (window closing)."""
         return self.runner.shutdown()
 
+    def abandon_run(self) -> None:
+        """A new or opened session: stop the running (or waiting) study, which is of the
+        previous session; its progress, result, failure or cancellation, should any still
+        come, is dropped (the result of another file's model appeared under the new one)."""
+        self._abandoned_run = self.runner.latest_run_id
+        self.runner.cancel()
+
+    def _abandoned(self, run_id: int) -> bool:
+        return run_id <= self._abandoned_run
+
     def _set_status(self, text: str, busy: bool, error: bool = False) -> None:
         self.status.setText(text)
         self.status.setStyleSheet("color: #C62828;" if error else "")
@@ -552,19 +591,31 @@ class _StudyPanel(QtWidgets.QWidget):
 
     @Slot(int, int, int)
     def _on_progress(self, _run: int, done: int, total: int) -> None:
-        if total:
+        if total and not self._abandoned(_run):
             self._set_status(f"Running… {self._progress_noun} {min(done + 1, total)} of {total}",
                              True)
 
     @Slot(int, str)
     def _on_fail(self, _run: int, message: str) -> None:
+        if self._abandoned(_run):
+            return
         parts = message.split("; ")
         if len(parts) > 3:
             message = "; ".join(parts[:3]) + f"; … and {len(parts) - 3} more"
         self._set_status(message, False, error=True)
+        self.results_view.set_empty(True)  # no longer "Running…": the status says why not
+
+    @Slot(int)
+    def _on_cancel(self, _run: int) -> None:
+        if self._abandoned(_run):
+            return
+        self._set_status("Cancelled.", False)
+        self.results_view.set_empty(True)  # no longer "Running…"
 
     @Slot(int, object, float)
     def _on_finish(self, _run: int, result: object, seconds: float) -> None:
+        if self._abandoned(_run):
+            return
         self.result = result
         self.result_session = self._run_session
         self.result_settings = self._run_settings
@@ -601,7 +652,7 @@ class OptimalPanel(_StudyPanel):
         # H / (GPUs x 24) (core.studies.optimal.days_for_gpu_hours)
         self.gpu_hours = GpuHoursSpinBox()
         self.gpu_hours.setObjectName("optimal.gpu_hours")
-        self.gpu_hours.setRange(0.0, 1e12)  # above 0 and the days' range: the core's refusals
+        # any finite number, as the command line: the core's refusals say what is wrong
         self.gpu_hours.setValue(1024 * 30 * 24.0)  # the default GPUs for the default days
         self.gpu_hours.setToolTip("A budget of GPU-hours instead of days (vtrain optimal "
                                   "--gpu-hours): the days H / (GPUs x 24)")
@@ -690,8 +741,13 @@ class OptimalPanel(_StudyPanel):
         self.table.setWordWrap(False)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.Interactive)
-        header.setStretchLastSection(True)
+        # the note takes what the other columns leave, but never less than its marks
+        # (:meth:`_stretch_note`): Qt's stretched last section shrank to the rest, and at
+        # 1,024 px the 1.3B example's best row read "lowe…"
+        header.setStretchLastSection(False)
         header.setHighlightSections(False)
+        self._note_least = 0
+        self.table.viewport().installEventFilter(self)
         self.plot = pg.PlotWidget(background="w")
         self.plot.setLabel("bottom", "parameters (billions)", color=_AXIS_TEXT)
         self.plot.setLabel("left", "Chinchilla loss (nats/token)", color=_AXIS_TEXT)
@@ -728,10 +784,23 @@ class OptimalPanel(_StudyPanel):
         self._fit_summary()
 
     def eventFilter(self, watched: QtCore.QObject, event: QtCore.QEvent) -> bool:  # noqa: N802
-        if (event.type() == QtCore.QEvent.Type.Resize
-                and watched is self.summary_area.parentWidget()):
-            self._fit_summary()
+        if event.type() == QtCore.QEvent.Type.Resize:
+            if watched is self.table.viewport():
+                self._stretch_note()
+            elif watched is self.summary_area.parentWidget():
+                self._fit_summary()
         return super().eventFilter(watched, event)
+
+    def _stretch_note(self) -> None:
+        """The note column as wide as what the other columns leave of the table, and at least
+        as its marks (``_note_least``: the table scrolls sideways for the rest)."""
+        t = self.table
+        note = OPTIMAL_COLUMNS.index("note")
+        if t.columnCount() <= note:
+            return
+        rest = t.viewport().width() - sum(t.columnWidth(c) for c in range(t.columnCount())
+                                          if c != note)
+        t.setColumnWidth(note, max(self._note_least, rest))
 
     def _fit_summary(self) -> None:
         """Make the summary as high as its text, or as what the table's header and rows leave
@@ -884,7 +953,8 @@ class OptimalPanel(_StudyPanel):
             item = self.table.item(k, note)
             if item.text():
                 item.setToolTip(item.text())
-        self.table.setColumnWidth(note, min(self.table.columnWidth(note), self._note_width()))
+        self._note_least = min(self.table.columnWidth(note), self._note_width())
+        self._stretch_note()
         mfu = OPTIMAL_COLUMNS.index("MFU")
         for k, c in enumerate(result.candidates):  # the ⚠'s why, as the Explore band's tooltip
             if c.plan is not None and c.within_calibration is False:
@@ -1188,13 +1258,15 @@ class StudiesTab(QtWidgets.QTabWidget):
         self._touched = True  # the settings were used: save them from now on
 
     def reset(self, session: Session) -> list[str]:
-        """Show ``session.studies`` (defaults for what it lacks); returns the settings it had
-        that could not be used (wrong type or out of range), as ``panel.key``."""
+        """Show ``session.studies`` (defaults for what it lacks), a running study stopped and
+        dropped (:meth:`_StudyPanel.abandon_run`); returns the settings it had that could not
+        be used (wrong type or out of range), as ``panel.key``."""
         self._loaded = json.loads(json.dumps(session.studies)) if session.studies is not None else None
         self._touched = False
         studies = session.studies if isinstance(session.studies, dict) else {}
         ignored = [] if session.studies is None or isinstance(session.studies, dict) else ["studies"]
         for name, panel in (("optimal", self.optimal), ("schedule", self.schedule)):
+            panel.abandon_run()  # a study of the previous session
             panel.apply_settings(self._defaults[name])
             bad = panel.apply_settings(studies.get(name))
             panel.clear_result()

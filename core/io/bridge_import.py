@@ -54,6 +54,24 @@ _TORCH_DTYPES = {"torch.float32": "fp32", "torch.float": "fp32", "torch.bfloat16
                  "torch.float16": "fp16", "torch.half": "fp16", "torch.uint8": "fp8"}
 
 
+#: Most values the YAML document may expand to, its aliases (``*name``) counted each time
+#: they are used (what loading builds): ``ConfigContainer.to_yaml`` writes about a thousand;
+#: nine lists of nine aliases of the one before expand to 9^9 (a "billion laughs").
+MAX_YAML_VALUES = 100_000
+#: Most nodes (keys, values, mappings, lists) the file itself may hold, each alias once:
+#: parsing stops there, within two seconds (PyYAML's parser builds about 30,000 a second; a
+#: list of a million numbers in a 14 MB file took a minute and 1.3 GB before its refusal).
+#: ConfigContainer.to_yaml writes about a thousand; a data blend of 10,000 shards 20,000.
+MAX_YAML_NODES = 50_000
+
+
+def _r(value: Any) -> str:
+    """``repr(value)`` for a message, cut at 80 characters (a list of 100,000 numbers or a
+    string of a megabyte made a message box taller than any screen)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
 class RunConfigError(MegatronArgsError):
     """A run_config.yaml that cannot be read or is refused: one line, naming the file and the
     YAML path (exit status 2 in the CLI, as a Megatron-LM launch's)."""
@@ -181,7 +199,7 @@ class _Reader:
         nargs = arg.get("nargs")
         if isinstance(value, list):
             if nargs not in ("+", "*"):
-                raise self.fail(path, f"a list ({value!r}) where one value is expected")
+                raise self.fail(path, f"a list ({_r(value)}) where one value is expected")
             return [self.word(f"{path}[{i}]", v, None) for i, v in enumerate(value)] or None
         return [self.word(path, value, default)]
 
@@ -200,16 +218,16 @@ class _Reader:
             if not (isinstance(value, bool) and isinstance(default, bool)):
                 kind = {bool: "true or false", int: "an integer", float: "a number",
                         str: "a string"}.get(type(default), "a number or a string")
-                raise self.fail(path, f"{value!r} must be {kind}")
+                raise self.fail(path, f"{_r(value)} must be {kind}")
             return str(value)
         if isinstance(default, int) and not isinstance(value, int):
-            raise self.fail(path, f"{value!r} must be an integer")
+            raise self.fail(path, f"{_r(value)} must be an integer")
         if isinstance(default, float) and not isinstance(value, (int, float)):
-            raise self.fail(path, f"{value!r} must be a number")
+            raise self.fail(path, f"{_r(value)} must be a number")
         if isinstance(default, str) and not isinstance(value, str):
-            raise self.fail(path, f"{value!r} must be a string")
+            raise self.fail(path, f"{_r(value)} must be a string")
         if not isinstance(value, (int, float, str)):
-            raise self.fail(path, f"{value!r} is not a value vtrain reads here")
+            raise self.fail(path, f"{_r(value)} is not a value vtrain reads here")
         return str(value)
 
     def argument(self, path: str, value: Any, arg: dict[str, Any], default: Any,
@@ -221,7 +239,7 @@ class _Reader:
             if not isinstance(value, bool):
                 if value is None:
                     return
-                raise self.fail(path, f"{value!r} must be true or false")
+                raise self.fail(path, f"{_r(value)} must be true or false")
             on = (not value if invert else value) if action == "store_true" else (
                 value if invert else not value)
             if on:
@@ -246,7 +264,7 @@ class _Reader:
             if key not in fields:
                 if value is not None and value is not False:  # null / false: nothing turned on
                     self.refused.append(
-                        f"{path}: {value!r}: not a field of Megatron-Bridge 0.6.2's {name} "
+                        f"{path}: {_r(value)}: not a field of Megatron-Bridge 0.6.2's {name} "
                         "section (another version's?): what it changes in the cost is not known")
                 continue
             known, default = _default(fields, key)
@@ -254,7 +272,7 @@ class _Reader:
             if arg is None:
                 if not _at_default(fields, key, value):
                     self.refused.append(
-                        f"{path}: {value!r}: not modelled (neither a Megatron-LM argument nor "
+                        f"{path}: {_r(value)}: not modelled (neither a Megatron-LM argument nor "
                         f"classified in {POLICY_FILE.name}: what it changes in one iteration's "
                         "time and memory is not known)")
                 continue
@@ -290,7 +308,7 @@ class _Reader:
             section, okey = other.split(".", 1)
             theirs = (self.doc.get(section) or {}).get(okey)
             if value is not None and theirs is not None and _scalar(value) != _scalar(theirs):
-                raise self.fail(path, f"{value!r} disagrees with {other} ({theirs!r}); "
+                raise self.fail(path, f"{_r(value)} disagrees with {other} ({_r(theirs)}); "
                                 f"Megatron-Bridge runs them equal (the file was edited?)")
         elif "refuse" in rule:
             when = rule["refuse"]
@@ -301,7 +319,7 @@ class _Reader:
                 value not in (False, 0, []) or bool(dflt))) if when == "set" \
                 else _scalar(value) in when
             if hit:
-                self.refused.append(f"{path}: {value!r}: not modelled ({rule['why']})")
+                self.refused.append(f"{path}: {_r(value)}: not modelled ({rule['why']})")
         elif "megatron_default" in rule:  # listed where it is not what Megatron-LM runs
             if value is not None and _scalar(value) != rule["megatron_default"]:
                 self.ignored[path] = rule["why"]
@@ -325,7 +343,7 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
     reduce dtype."""
     gated, act = model.get("gated_linear_unit", False), model.get("activation_func")
     if not isinstance(gated, bool):
-        raise rd.fail("model.gated_linear_unit", f"{gated!r} must be true or false")
+        raise rd.fail("model.gated_linear_unit", f"{_r(gated)} must be true or false")
     name = _scalar(act) if act is not None else "gelu"
     if gated and name == "silu":
         rd.emit("model.activation_func", "--swiglu", [])
@@ -338,7 +356,7 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
     heads, groups = model.get("num_attention_heads"), model.get("num_query_groups")
     if groups is not None:
         if isinstance(groups, bool) or not isinstance(groups, int):
-            raise rd.fail("model.num_query_groups", f"{groups!r} must be an integer")
+            raise rd.fail("model.num_query_groups", f"{_r(groups)} must be an integer")
         if groups != heads:
             rd.emit("model.num_query_groups", "--group-query-attention", [])
             rd.emit("model.num_query_groups", "--num-query-groups", [str(groups)])
@@ -347,10 +365,10 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
         raise rd.fail("model.vocab_size", "missing: the embedding's rows (GPTModelProvider."
                       "vocab_size, models/gpt_provider.py:183) are needed")
     if isinstance(vocab, bool) or not isinstance(vocab, int):
-        raise rd.fail("model.vocab_size", f"{vocab!r} must be an integer")
+        raise rd.fail("model.vocab_size", f"{_r(vocab)} must be an integer")
     pad = model.get("should_pad_vocab", False)
     if not isinstance(pad, bool):
-        raise rd.fail("model.should_pad_vocab", f"{pad!r} must be true or false")
+        raise rd.fail("model.should_pad_vocab", f"{_r(pad)} must be true or false")
     if pad:  # calculate_padded_vocab_size: a multiple of make_vocab_size_divisible_by * t
         rd.emit("model.vocab_size", "--vocab-size", [str(vocab)])
         div = model.get("make_vocab_size_divisible_by", 128)
@@ -361,7 +379,7 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
     if "grad_reduce_in_fp32" in ddp:
         v = ddp["grad_reduce_in_fp32"]
         if not isinstance(v, bool):
-            raise rd.fail("ddp.grad_reduce_in_fp32", f"{v!r} must be true or false")
+            raise rd.fail("ddp.grad_reduce_in_fp32", f"{_r(v)} must be true or false")
         rd.emit("ddp.grad_reduce_in_fp32", "--accumulate-allreduce-grads-in-fp32" if v
                 else "--grad-reduce-in-bf16", [])
 
@@ -377,8 +395,8 @@ def _applied(rd: _Reader, name: str, body: Any) -> None:
         for section in ("model", "optimizer", "ddp"):
             there = rd.doc.get(section) or {}
             if key in there and _scalar(there[key]) != _scalar(value) and value is not None:
-                raise rd.fail(f"{name}.{key}", f"{value!r} disagrees with {section}.{key} "
-                              f"({there[key]!r}): {load_policy()['section_why'][name]}, so "
+                raise rd.fail(f"{name}.{key}", f"{_r(value)} disagrees with {section}.{key} "
+                              f"({_r(there[key])}): {load_policy()['section_why'][name]}, so "
                               "the file was edited; make them agree")
 
 
@@ -397,7 +415,7 @@ def _value(rd: _Reader, section: str, key: str) -> Any:
 def _flag(rd: _Reader, path: str, value: Any) -> bool | None:
     """A switch's value (None: not given). Raises RunConfigError: not true, false or null."""
     if value is not None and not isinstance(value, bool):
-        raise rd.fail(path, f"{value!r} must be true or false")
+        raise rd.fail(path, f"{_r(value)} must be true or false")
     return value
 
 
@@ -406,7 +424,7 @@ def _count(rd: _Reader, path: str, value: Any, default: int = 1) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise rd.fail(path, f"{value!r} must be an integer")
+        raise rd.fail(path, f"{_r(value)} must be an integer")
     return value
 
 
@@ -450,7 +468,7 @@ def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
             continue
         if key not in fields:
             if value is not None and value is not False:
-                rd.refused.append(f"{path}: {value!r}: not a field of Megatron-Bridge 0.6.2's "
+                rd.refused.append(f"{path}: {_r(value)}: not a field of Megatron-Bridge 0.6.2's "
                                   "CommOverlapConfig (another version's?): what it changes in "
                                   "the cost is not known")
             continue
@@ -617,7 +635,7 @@ def read_run_config(path: str | Path, *, gpu: str, num_gpus: int,
     src = str(path)
     text = read_text(path, RunConfigError, "yaml", encoding="utf-8")
     try:
-        doc = yaml.safe_load(text)
+        doc = _load_yaml(text, src)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
@@ -629,6 +647,107 @@ def read_run_config(path: str | Path, *, gpu: str, num_gpus: int,
                              f"writes one), got {type(doc).__name__}")
     return session_from_run_config(doc, src, gpu=gpu, num_gpus=num_gpus,
                                    gpus_per_node=gpus_per_node)
+
+
+def _load_yaml(text: str, src: str) -> Any:
+    """``yaml.safe_load(text)``, its node graph checked before anything is built from it: at
+    most :data:`MAX_YAML_NODES` nodes (parsing stops there), nesting at most
+    :data:`~core.util.inputs.MAX_JSON_DEPTH` deep, no alias inside itself, and at most
+    :data:`MAX_YAML_VALUES` values once its aliases are expanded.
+
+    Raises
+    ------
+    RunConfigError
+        More than :data:`MAX_YAML_NODES` nodes, nested too deep (PyYAML's composer recursed
+        out of the stack: ``RecursionError``), a recursive alias, or aliases expanding beyond
+        :data:`MAX_YAML_VALUES` (loading and reading such a file took minutes and gigabytes).
+    yaml.YAMLError
+        Not YAML (the caller names the line and column).
+    """
+    import yaml
+
+    from core.util.inputs import MAX_JSON_DEPTH
+
+    class Loader(yaml.SafeLoader):  # counts the nodes as it composes them
+        nodes = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if not self.check_event(yaml.AliasEvent):
+                Loader.nodes += 1
+                if Loader.nodes > MAX_YAML_NODES:
+                    mark = self.peek_event().start_mark
+                    raise RunConfigError(f"{src}: more than {MAX_YAML_NODES:,} keys and values "
+                                         f"(at line {mark.line + 1}); ConfigContainer.to_yaml "
+                                         "writes about a thousand")
+            return super().compose_node(parent, index)
+
+    loader = Loader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise RunConfigError(f"{src}: YAML nested more than {MAX_JSON_DEPTH} levels deep "
+                                 "(a run_config.yaml nests 4)") from None
+        if node is None:
+            return None
+        depth, values = _yaml_extent(node, src)
+        if depth > MAX_JSON_DEPTH:
+            raise RunConfigError(f"{src}: YAML nested {depth} levels deep, more than "
+                                 f"{MAX_JSON_DEPTH} (a run_config.yaml nests 4)")
+        if values > MAX_YAML_VALUES:
+            raise RunConfigError(f"{src}: its aliases (*name) expand to {values:,} values, "
+                                 f"more than {MAX_YAML_VALUES:,} (ConfigContainer.to_yaml "
+                                 "writes about a thousand)")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _yaml_extent(root: Any, src: str) -> tuple[int, int]:
+    """``(depth, values)`` of a composed YAML node graph: its deepest nesting of mappings and
+    sequences, and its nodes with each alias counted every time it is used (what loading
+    expands it to); one pass over the nodes (an alias's node is measured once).
+
+    Raises
+    ------
+    RunConfigError
+        An alias used inside the node it names (``&a [*a]``: a structure inside itself)."""
+    import yaml
+
+    def children(node: Any) -> list[Any]:
+        if isinstance(node, yaml.MappingNode):
+            return [n for pair in node.value for n in pair]
+        if isinstance(node, yaml.SequenceNode):
+            return list(node.value)
+        return []
+
+    seen: dict[int, tuple[int, int]] = {}
+    open_: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, closing = stack.pop()
+        key = id(node)
+        if closing:
+            open_.discard(key)
+            kids = [seen[id(c)] for c in children(node)]
+            nested = isinstance(node, (yaml.MappingNode, yaml.SequenceNode))
+            seen[key] = (int(nested) + max((d for d, _ in kids), default=0),
+                         1 + sum(v for _, v in kids))
+            continue
+        if key in seen:
+            continue
+        if key in open_:
+            raise RunConfigError(f"{src}: line {node.start_mark.line + 1}: an alias inside the "
+                                 "node it names (a structure inside itself)")
+        open_.add(key)
+        stack.append((node, True))
+        for c in children(node):
+            if id(c) in open_:
+                raise RunConfigError(f"{src}: line {c.start_mark.line + 1}: an alias inside "
+                                     "the node it names (a structure inside itself)")
+            if id(c) not in seen:
+                stack.append((c, False))
+    return seen[id(root)]
 
 
 def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus: int,
@@ -654,7 +773,7 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
     top = doc.get("_target_")
     if top is not None and (not isinstance(top, str) or
                             top.rsplit(".", 1)[-1] != "ConfigContainer"):
-        raise rd.fail("_target_", f"{top!r}: not a Megatron-Bridge ConfigContainer")
+        raise rd.fail("_target_", f"{_r(top)}: not a Megatron-Bridge ConfigContainer")
     for name in ("model", "train"):
         if name not in doc:
             raise rd.fail(name, "missing: a ConfigContainer has a model and a train section")

@@ -40,7 +40,10 @@ MAX_BYTES = {
     "json": 16 * 2**20,
     "csv": 64 * 2**20,
     "text": 64 * 2**20,
-    "yaml": 16 * 2**20,  # a Megatron-Bridge run_config.yaml (core.io.bridge_import): tens of KB
+    # a Megatron-Bridge run_config.yaml (core.io.bridge_import): tens of KB (a data blend of
+    # 10,000 shards' paths, a megabyte); PyYAML's Python parser reads about 100 KB of nodes a
+    # second (core.io.bridge_import.MAX_YAML_NODES stops it; 16 MiB froze the window a minute)
+    "yaml": 4 * 2**20,
     "launch": 2**20,  # a launch script (core.io.shell_reader.MAX_LAUNCH_BYTES): a few KB
     "store": 512 * 2**20,
     # a PyTorch profiler (Kineto) trace of one rank, after gunzip: tens of MB for a few steps

@@ -496,3 +496,41 @@ def test_each_plans_warnings_are_under_its_title(qtbot):
     tab.set_current(big)
     assert tab.warnings_b.isHidden() and tab.warnings_b.full_text() == ""
     assert tab.warnings_a.isVisible()
+
+
+
+def test_the_waterfall_shows_its_total_in_a_1024_pixel_window(window, qtbot, real_simulate):
+    """At 1,024 x 768 the table left the waterfall 584 px, and its one-line title (616 px) made
+    the plot 670 px wide: the view cut its right side, the total's bar (the difference
+    itself) and the title's end with it. Every bar, the total's included, is in view."""
+    from PySide6 import QtCore
+
+    from tests.conftest import EXAMPLES
+    assert window.open_path(EXAMPLES / "gpt3_1.3b_single_node.json")
+    qtbot.waitUntil(lambda: window.result is not None, timeout=60_000)
+    a = window.result
+    assert window.pin_plan()
+    window.editor.field_widget("plan.micro_batch_size").setValue(2)
+    window.simulate_now()
+    qtbot.waitUntil(lambda: window.result is not None and window.result is not a,
+                    timeout=60_000)
+    b = window.result
+    window.resize(1024, 768)
+    window.show_tab("compare")
+    tab = window.compare
+    waterfall = tab.waterfall
+    for _ in range(3):
+        qtbot.wait(20)
+    assert (window.width(), window.height()) == (1024, 768)
+    assert waterfall.width() < 600  # what the table leaves of 1,024 px
+    item = waterfall.getPlotItem()
+    assert item.minimumWidth() <= waterfall.viewport().width()
+    assert item.sceneBoundingRect().right() <= waterfall.viewport().width()
+    names = tab.bar_names()
+    assert names[-1] == "total" and tab.bar_heights()[-1] == pytest.approx(
+        b.report.iteration_time_s - a.report.iteration_time_s)
+    # the total's bar, right edge (its x + half the 0.7 width), inside the view
+    box = item.getViewBox()
+    right = box.mapViewToScene(QtCore.QPointF(len(names) - 1 + 0.35, 0.0))
+    left = box.mapViewToScene(QtCore.QPointF(-0.35, 0.0))
+    assert 0 <= left.x() < right.x() <= waterfall.viewport().width()

@@ -418,9 +418,11 @@ def test_bridge_recipe_is_picked_from_the_table_and_a_refused_one_says_why(
             "llama3_8b_pretrain_8gpu_h100_bf16_config", "llama3_8b_pretrain_8gpu_h100_fp8cs_config",
             "llama3_8b_pretrain_64gpu_h100_bf16_config",
             "llama3_8b_pretrain_64gpu_h100_fp8cs_config"]
-        dialog.select("llama3_8b_pretrain_8gpu_b200_nvfp4_config")
+        dialog.gpu_filter.setCurrentIndex(dialog.gpu_filter.findData("B200-180GB"))
+        dialog.select("llama3_8b_pretrain_8gpu_b200_nvfp4_config")  # shown: a row of B200's
         dialog.import_button.click()
         attempts.append(dialog.result())
+        dialog.gpu_filter.setCurrentIndex(dialog.gpu_filter.findData("H100-SXM5-80GB"))
         dialog.select("llama3_8b_pretrain_8gpu_h100_bf16_config")
         dialog.import_button.click()
         attempts.append(dialog.result())
@@ -464,3 +466,115 @@ def test_bridge_run_config_needs_the_gpu_and_the_world_size(tmp_path):
     headings = [h for h, _ in imp.sections]
     assert headings == ["Notes", "Ignored (may change the iteration time)",
                         "Not used (no effect on the iteration time)", "Used"]
+
+
+def _laughs(levels: int) -> str:
+    """YAML anchors a0 .. a{levels-1}, each a list of nine aliases of the one before (a0: nine
+    scalars): a{levels-1} expands to 9**levels values."""
+    return "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9 if i else ["x"] * 9) + "]\n"
+                   for i in range(levels))
+
+
+@pytest.mark.parametrize("case", ["laughs", "deep", "recursive", "long_list", "many_nodes",
+                                  "large"])
+def test_a_run_config_yaml_that_hung_or_crashed_the_reader_is_refused_by_name(
+        case, window, opened, tmp_path, reviews, message_boxes):
+    """File > Import > Megatron-Bridge run_config.yaml of a file built to break a YAML reader,
+    with an edited session open: one message naming the file and the rule, the session and
+    its edits untouched. Before: nine-fold aliases under model.num_layers (9**7 values) made a
+    message of 4.8 million numbers (at 9**9, minutes and gigabytes: the window froze);
+    nesting 5,000 deep, or num_layers a list inside itself, said "maximum recursion depth
+    exceeded" without the file (the command line: an internal error); a list of 5,000 layer
+    counts made a message box taller than any screen, its OK button out of reach; a list of
+    60,000 numbers under a key of no effect took seconds (a 14 MB one a minute and 1.3 GB)
+    before anything was refused."""
+    from tests.test_bridge_import import RUN_CONFIG
+    rc = RUN_CONFIG.read_text(encoding="utf-8")
+    assert "\n  num_layers: 32\n" in rc
+    path = tmp_path / "run_config.yaml"
+    text = {"laughs": _laughs(7) + rc.replace("\n  num_layers: 32\n", "\n  num_layers: *a6\n"),
+            "deep": rc + "extra: " + "[" * 5000 + "]" * 5000 + "\n",
+            "recursive": rc.replace("\n  num_layers: 32\n", "\n  num_layers: &loop [*loop]\n"),
+            "long_list": rc.replace("\n  num_layers: 32\n", "\n  num_layers: ["
+                                    + ", ".join(map(str, range(5_000))) + "]\n"),
+            "many_nodes": rc + "extra:\n" + "".join(f"- {i}\n" for i in range(60_000)),
+            "large": rc + "# " + "x" * 4 * 2**20 + "\n"}[case]
+    path.write_text(text, encoding="utf-8")
+    before, modified = window.session().to_dict(), window.isWindowModified()
+    assert not window.importer.import_path(
+        "bridge", path, ImportOptions(gpu="H100-SXM5-80GB", num_gpus=8))
+    (_, title, message), = message_boxes.of_kind("critical")
+    assert title == "Cannot import run_config.yaml"
+    # a{i} expands to v[i] values: its list, and nine of a{i-1}'s (a0: nine scalars); the
+    # file's values are its 340 nodes (keys, values, mappings), the anchors' 7 keys and
+    # lists, and a6 once more, for num_layers's 32
+    line = rc[:rc.index("\n  num_layers: 32\n")].count("\n") + 2  # num_layers' line
+    v = [10]
+    for _ in range(6):
+        v.append(1 + 9 * v[-1])
+    assert v[-1] == 5_380_840
+    assert message == {
+        "laughs": f"{path}: its aliases (*name) expand to {sum(v) + 7 + 340 - 1 + v[6]:,} "
+                  "values, more than 100,000 (ConfigContainer.to_yaml writes about a thousand)",
+        "deep": f"{path}: YAML nested more than 64 levels deep (a run_config.yaml nests 4)",
+        "recursive": f"{path}: line {line}: an alias inside the node it names (a structure "
+                     "inside itself)",
+        "long_list": f"{path}: model.num_layers: a list ([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, "
+                     "12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 2...) where one value is "
+                     "expected",
+        # the 50,001st node: after the file's 340, "extra" and its list, item 49,658
+        "many_nodes": f"{path}: more than 50,000 keys and values (at line "
+                      f"{rc.count(chr(10)) + 2 + 50_001 - 343}); ConfigContainer.to_yaml "
+                      "writes about a thousand",
+        "large": f"{path}: is {len(text.encode()):,} bytes, more than the 4,194,304 bytes a "
+                 "file of this kind may have"}[case]
+    assert not reviews.shown
+    assert window.session().to_dict() == before and window.path == opened
+    assert window.isWindowModified() == modified
+
+
+def test_a_refusal_quoting_a_megabyte_value_fits_a_message_box(window, tmp_path, reviews,
+                                                              message_boxes, capsys):
+    """A Hugging Face config whose hidden_act is a million characters: the reader quotes it
+    whole (vtrain import hf prints the million), and the window's message box of it took half
+    a minute to lay out, taller than the screen. The box shows the command line's message
+    with its middle left out and counted: its start (the file, the key) and its end (the
+    rule) as the command line prints them."""
+    from core.cli import main
+    from vtrain_gui.formatting import MAX_MESSAGE_CHARS
+    path = _write(tmp_path, "config.json", json.dumps({**LLAMA3_8B, "hidden_act": "x" * 10**6}))
+    assert main(["import", "hf", str(path), "--out", str(tmp_path / "s.json")]) == 2
+    cli = capsys.readouterr().err.strip().removeprefix("vtrain: error: ")
+    assert len(cli) > 10**6 and cli.startswith(f"{path}: hidden_act: 'xxx")
+    before = window.session().to_dict()
+    assert not window.importer.import_path("hf", path)
+    (_, title, text), = message_boxes.of_kind("critical")
+    assert title == "Cannot import config.json"
+    head, tail = 2 * MAX_MESSAGE_CHARS // 3, MAX_MESSAGE_CHARS // 4
+    cut = len(cli) - head - tail
+    assert text == f"{cli[:head]} … ({cut:,} characters left out) … {cli[-tail:]}"
+    assert len(text) < MAX_MESSAGE_CHARS + 50
+    assert window.session().to_dict() == before and not reviews.shown
+
+
+def test_a_recipe_the_filters_hide_is_not_imported(qtbot, message_boxes):
+    """The H100 recipe selected, then the GPU filter set to B200: Import read the H100 recipe,
+    which the table no longer showed. Its selection goes with its row; Import asks for one."""
+    read = []
+    dialog = RecipeDialog(lambda name: read.append(name) or None)
+    qtbot.addWidget(dialog)
+    dialog.select("llama3_8b_pretrain_8gpu_h100_bf16_config")
+    assert dialog.selected() == "llama3_8b_pretrain_8gpu_h100_bf16_config"
+    dialog.gpu_filter.setCurrentIndex(dialog.gpu_filter.findData("B200-180GB"))
+    assert "llama3_8b_pretrain_8gpu_h100_bf16_config" not in dialog.visible_recipes()
+    assert dialog.visible_recipes()[0] == "llama3_8b_pretrain_8gpu_b200_bf16_config"
+    assert dialog.selected() is None
+    dialog.import_button.click()
+    assert read == [] and dialog.result() != QtWidgets.QDialog.DialogCode.Accepted
+    assert message_boxes.calls == [("information", "No recipe", "Select a recipe to import.")]
+    # a row still shown keeps its selection through a filter
+    dialog.select("llama3_8b_pretrain_8gpu_b200_bf16_config")
+    dialog.model_filter.setCurrentIndex(dialog.model_filter.findData("Llama3-8B"))
+    assert dialog.selected() == "llama3_8b_pretrain_8gpu_b200_bf16_config"
+    dialog.import_button.click()
+    assert read == ["llama3_8b_pretrain_8gpu_b200_bf16_config"]

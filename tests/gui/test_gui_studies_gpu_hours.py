@@ -238,3 +238,97 @@ def test_the_summary_shows_whole_where_the_window_has_room(window, qapp, nine_ca
     assert "swept" in panel.summary.text()
     table = panel.table
     assert table.rowCount() * table.rowHeight(0) <= table.viewport().height()
+
+
+def _type(qtbot, spin, text: str) -> None:
+    from PySide6 import QtCore
+    spin.lineEdit().selectAll()
+    qtbot.keyClicks(spin, text)
+    qtbot.keyClick(spin, QtCore.Qt.Key.Key_Enter)
+
+
+@pytest.mark.parametrize("typed, value, shown", [
+    ("1e13", 1e13, "10,000,000,000,000 GPU-hours"),  # became 10: the "1e1" typed on the way
+    ("-1", -1.0, "-1 GPU-hours"),  # kept the previous value, without a word
+    ("1e16", 1e16, "1e+16 GPU-hours")])
+def test_a_typed_budget_beyond_the_study_is_kept_and_refused_in_the_command_lines_words(
+        tab, qtbot, capsys, typed, value, shown):
+    """What the command line refuses with a message, the field keeps as typed and the note
+    refuses in the command line's words; out of the field's old range [0, 1e12] it read as
+    another number (1e13: 10 GPU-hours, studied as 0.05 days) or the previous one."""
+    panel = tab.optimal
+    panel.gpus.setValue(8)
+    _type(qtbot, panel.gpu_hours, typed)
+    assert panel.gpu_hours.value() == value and panel.gpu_hours.text() == shown
+    cli = _cli_error(capsys, "--gpus", "8", "--gpu-hours", typed)
+    assert panel.budget_note.text() == cli
+    assert panel.run() is None and panel.status.text() == cli
+
+
+def test_a_budget_under_a_hundredth_of_a_gpu_hour_shows_its_digits(tab, qtbot):
+    """0.001 GPU-hours read "0 GPU-hours" beside the note "= 5.21e-06 days" (the value kept
+    its digits; the text rounded them)."""
+    panel = tab.optimal
+    panel.gpus.setValue(8)
+    _type(qtbot, panel.gpu_hours, "0.001")
+    assert panel.gpu_hours.value() == 0.001 and panel.gpu_hours.text() == "0.001 GPU-hours"
+    assert panel.budget_note.text() == "= 5.21e-06 days on 8 GPUs"  # 0.001 / (8 x 24)
+
+
+def test_a_budget_shorter_than_one_iteration_is_refused_naming_the_gpu_hours(tab, qtbot,
+                                                                              capsys):
+    """The study's refusal of a budget shorter than one iteration names --gpu-hours and the
+    GPU-hours given, as vtrain optimal --gpu-hours does; it named --days, which was not
+    given ("--days: 5.21e-06 days is shorter ...")."""
+    panel = tab.optimal
+    panel.gpus.setValue(8)
+    panel.candidates.setValue(3)
+    panel.spread.setValue(2.0)
+    panel.gpu_hours.setValue(0.001)
+    with qtbot.waitSignal(panel.runner.failed, timeout=240_000):
+        assert panel.run() is not None
+    cli = _cli_error(capsys, "--gpus", "8", "--gpu-hours", "0.001", "--candidates", "3",
+                     "--spread", "2")
+    assert cli.startswith("--gpu-hours: 0.001 GPU-hours (5.21e-06 days on 8 GPUs) is shorter "
+                          "than one iteration")
+    assert panel.status.text() == cli
+    # the worker's study alone (the field aside): the same refusal, by the same option
+    from core.plan.fields import ConfigError
+    from vtrain_gui.studies import run_optimal_study
+    with pytest.raises(ConfigError) as err:
+        run_optimal_study(load_any(SMALL), panel.settings(), None, lambda *_: None, None)
+    assert str(err.value) == cli
+
+
+@pytest.fixture(scope="module")
+def small_study():
+    """The 1.3B example's study on 8 GPUs for 500 GPU-hours: 6 candidates, the best (1.97B)
+    neither the first nor the last, its note "lowest loss"; another row "rule's size"."""
+    from core.studies.optimal import compute_optimal, days_for_gpu_hours
+    session = load_any(SMALL)
+    result = compute_optimal(session, 8, days_for_gpu_hours(8, 500.0))
+    assert result.best is not None and result.rule_index not in (None, result.best)
+    return session, result
+
+
+@pytest.mark.parametrize("size", [(1024, 768), (1366, 768)])
+def test_the_note_column_keeps_its_marks_whole(window, qapp, small_study, size):
+    """Qt's stretched last column shrank the note to what the others left: at 1,024 px the
+    best row's note read "lowe…" (and "rule's…"). It is at least as wide as its marks (the
+    table scrolls sideways for them), and fills the table's width where there is room."""
+    panel = _shown(window, qapp, size, small_study)
+    _, result = small_study
+    table = panel.table
+    note = OPTIMAL_COLUMNS.index("note")
+    assert table.item(result.best, note).text() == "lowest loss"
+    assert table.item(result.rule_index, note).text() == "rule's size"
+    bold = QtGui.QFont(table.font())
+    bold.setBold(True)
+    need = QtGui.QFontMetrics(bold).horizontalAdvance("lowest loss")
+    assert table.columnWidth(note) >= need + 4
+    total = sum(table.columnWidth(c) for c in range(table.columnCount()))
+    bar = table.horizontalScrollBar()
+    if size[0] == 1366:  # room for all: the note fills the rest, nothing scrolls
+        assert total == table.viewport().width() and bar.maximum() == 0
+    else:
+        assert total > table.viewport().width() and bar.maximum() == total - table.viewport().width()
