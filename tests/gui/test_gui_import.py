@@ -7,6 +7,7 @@ refusal is the reader's one message and leaves the open session as it was."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from PySide6 import QtWidgets
@@ -468,6 +469,20 @@ def test_bridge_run_config_needs_the_gpu_and_the_world_size(tmp_path):
                         "Not used (no effect on the iteration time)", "Used"]
 
 
+def _yaml_nodes(text: str) -> int:
+    """The nodes of ``text``'s YAML document (mappings, sequences, keys and scalar values),
+    root included, as :func:`yaml.compose` builds them."""
+    import yaml
+
+    def walk(n: Any) -> int:
+        if isinstance(n, yaml.MappingNode):
+            return 1 + sum(walk(k) + walk(v) for k, v in n.value)
+        if isinstance(n, yaml.SequenceNode):
+            return 1 + sum(walk(x) for x in n.value)
+        return 1
+    return walk(yaml.compose(text))
+
+
 def _laughs(levels: int) -> str:
     """YAML anchors a0 .. a{levels-1}, each a list of nine aliases of the one before (a0: nine
     scalars): a{levels-1} expands to 9**levels values."""
@@ -506,15 +521,16 @@ def test_a_run_config_yaml_that_hung_or_crashed_the_reader_is_refused_by_name(
     (_, title, message), = message_boxes.of_kind("critical")
     assert title == "Cannot import run_config.yaml"
     # a{i} expands to v[i] values: its list, and nine of a{i-1}'s (a0: nine scalars); the
-    # file's values are its 340 nodes (keys, values, mappings), the anchors' 7 keys and
-    # lists, and a6 once more, for num_layers's 32
+    # file's values are its nodes (keys, values, mappings: 386 in the fixture), the anchors'
+    # 7 keys and lists, and a6 once more, for num_layers's 32
+    nodes = _yaml_nodes(rc)
     line = rc[:rc.index("\n  num_layers: 32\n")].count("\n") + 2  # num_layers' line
     v = [10]
     for _ in range(6):
         v.append(1 + 9 * v[-1])
     assert v[-1] == 5_380_840
     assert message == {
-        "laughs": f"{path}: its aliases (*name) expand to {sum(v) + 7 + 340 - 1 + v[6]:,} "
+        "laughs": f"{path}: its aliases (*name) expand to {sum(v) + 7 + nodes - 1 + v[6]:,} "
                   "values, more than 100,000 (ConfigContainer.to_yaml writes about a thousand)",
         "deep": f"{path}: YAML nested more than 64 levels deep (a run_config.yaml nests 4)",
         "recursive": f"{path}: line {line}: an alias inside the node it names (a structure "
@@ -522,9 +538,9 @@ def test_a_run_config_yaml_that_hung_or_crashed_the_reader_is_refused_by_name(
         "long_list": f"{path}: model.num_layers: a list ([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, "
                      "12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 2...) where one value is "
                      "expected",
-        # the 50,001st node: after the file's 340, "extra" and its list, item 49,658
+        # the 50,001st node: after the file's nodes, "extra" and its list
         "many_nodes": f"{path}: more than 50,000 keys and values (at line "
-                      f"{rc.count(chr(10)) + 2 + 50_001 - 343}); ConfigContainer.to_yaml "
+                      f"{rc.count(chr(10)) + 2 + 50_001 - (nodes + 3)}); ConfigContainer.to_yaml "
                       "writes about a thousand",
         "large": f"{path}: is {len(text.encode()):,} bytes, more than the 4,194,304 bytes a "
                  "file of this kind may have"}[case]
