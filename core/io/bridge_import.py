@@ -315,7 +315,8 @@ class _Reader:
 def _mapping(src: str, path: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise RunConfigError(f"{src}: {path}: a mapping (a ConfigContainer section) is expected, "
-                             f"got {type(value).__name__}")
+                             "got " + ("null" if value is None else "a list"
+                                       if isinstance(value, list) else repr(value)[:40]))
     return value
 
 
@@ -599,6 +600,17 @@ def _provider(rd: _Reader, model: dict[str, Any]) -> str:
     raise rd.fail("model._target_", f"{target}: not modelled ({why})")
 
 
+@lru_cache(maxsize=1)
+def _infinite_defaults() -> frozenset[str]:
+    """The YAML paths of the fields whose default is ``float('inf')``
+    (``optimizer.grad_norm_skip_threshold``): ``to_yaml`` writes them ``.inf``, which is read
+    there; anywhere else ``.inf`` and ``.nan`` are refused (core.util.inputs.parse_yaml)."""
+    return frozenset(f"{section.split('/')[0]}.{key}"
+                     for section, fields in load_policy()["fields"].items()
+                     for key, d in fields.items()
+                     if isinstance(d, dict) and d.get("expr") == "float('inf')")
+
+
 def read_run_config(path: str | Path, *, gpu: str, num_gpus: int,
                     gpus_per_node: int | None = None) -> BridgeImport:
     """Read ``path`` (a run_config.yaml) into a session (:func:`session_from_run_config`).
@@ -606,27 +618,21 @@ def read_run_config(path: str | Path, *, gpu: str, num_gpus: int,
     Raises
     ------
     RunConfigError
-        The file is unreadable, not YAML (its line and column), not a mapping, or refused
-        (:func:`session_from_run_config`).
+        The file is unreadable, not YAML (its line and column), not one mapping, breaks a
+        rule of :func:`core.util.inputs.parse_yaml` (a key given twice, ``yes``/``010``/``1e3``
+        that YAML 1.1 and 1.2 read differently, a billion-laughs alias, ``.nan`` ...: the YAML
+        path and line named), or is refused (:func:`session_from_run_config`).
     ConfigError
         As :func:`session_from_run_config`.
     """
-    import yaml
-
-    from core.util.inputs import read_text
+    from core.util.inputs import read_yaml_file
     src = str(path)
-    text = read_text(path, RunConfigError, "yaml", encoding="utf-8")
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
-        raise RunConfigError(f"{src}: not YAML: {where}{exc.problem or exc}") from None
-    except yaml.YAMLError as exc:
-        raise RunConfigError(f"{src}: not YAML: {exc}") from None
+    doc = read_yaml_file(path, RunConfigError, nonfinite_ok=_infinite_defaults())
     if not isinstance(doc, dict):
         raise RunConfigError(f"{src}: a run_config.yaml is a mapping (ConfigContainer.to_yaml "
-                             f"writes one), got {type(doc).__name__}")
+                             "writes one), got " + ("nothing (an empty document)" if doc is None
+                                                    else "a list" if isinstance(doc, list)
+                                                    else "a single value"))
     return session_from_run_config(doc, src, gpu=gpu, num_gpus=num_gpus,
                                    gpus_per_node=gpus_per_node)
 
