@@ -284,6 +284,15 @@ _LAUGHS = "".join(f"  {chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 +
     ("laughs:\n  a: &a [x, x, x, x, x, x, x, x, x]\n" + _LAUGHS + _edit(
         "  wgrad_deferral_limit: -1\n", "  wgrad_deferral_limit: -1\n  junk: *i\n"),
      "laughs.f (line 7): more than 100,000 values with its aliases expanded"),
+    # a message showed the value whole: 10 MiB on one line
+    (_edit("normalization: RMSNorm", "normalization: " + "x" * 2**20),
+     "model.normalization: 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxx"
+     "xxxxxxx': 1,048,576 characters, more than the 4,096 of any value of a Megatron-LM "
+     "argument"),
+    (_edit("  wgrad_deferral_limit: -1\n", "  wgrad_deferral_limit: -1\n  junk: ["
+           + ", ".join(["123456789"] * 9000) + "]\n"),
+     "model.junk: [123456789, 123456789, 123456789, 123456789, 123456789, 123456789, ...]: "
+     "not a field of Megatron-Bridge 0.6.2's model section"),
     ("a: " + "{a: " * 2000 + "1" + "}" * 2000 + "\n", "line 1: YAML nested more than 64 levels "
      "deep"),  # was a RecursionError
 ])
@@ -294,7 +303,7 @@ def test_bad_yaml_exits_2_naming_the_file(text, message, tmp_path, capsys):
                       str(out))
     assert rc == 2 and not out.exists() and "Traceback" not in err
     assert err.strip().startswith(f"vtrain: error: {path}: {message}")
-    assert len(err.strip().splitlines()) == 1
+    assert len(err.strip().splitlines()) == 1 and len(err) < 1000
 
 
 def test_fixture_spellings_are_read(tmp_path):

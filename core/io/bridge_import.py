@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import reprlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -97,6 +98,22 @@ def _megatron_dests() -> dict[str, dict[str, Any]]:
     for a in doc["arguments"]:
         out.setdefault(a["dest"], a)  # the first option of a dest is its main name
     return out
+
+
+#: Longest value of a Megatron-LM argument read from the file: Linux's PATH_MAX
+#: (``--save DIR``); a choice or a number is far shorter
+_MAX_WORD = 4096
+
+#: How much of a value a message shows (a 10 MiB string or a list of 90,000 numbers is cut)
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxlevel = \
+    60, 60, 6, 4, 3
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` as a message shows it: at most about 60 characters of a string, six
+    items of a list, four of a mapping (``reprlib``: the whole repr is never built)."""
+    return _SHOWN.repr(value)
 
 
 def _scalar(value: Any) -> Any:
@@ -162,7 +179,14 @@ class _Reader:
         return RunConfigError(f"{self.src}: {path}: {why}")
 
     def emit(self, path: str, flag: str, values: list[str]) -> None:
-        """Give ``flag`` ``values``; two paths that give one flag must agree."""
+        """Give ``flag`` ``values``; two paths that give one flag must agree, and no value is
+        longer than :data:`_MAX_WORD` characters (the messages of the Megatron-LM mapping show
+        the value whole)."""
+        for v in values:
+            if len(v) > _MAX_WORD:
+                raise self.fail(path, f"{_shown(v)}: {len(v):,} characters, more than the "
+                                f"{_MAX_WORD:,} of any value of a Megatron-LM argument (a path "
+                                "is at most PATH_MAX, 4,096 bytes on Linux)")
         if flag in self.args and self.args[flag] != values:
             other = self.paths[flag]
             raise self.fail(path, f"{' '.join(values) or 'set'} disagrees with {other} "
@@ -181,7 +205,7 @@ class _Reader:
         nargs = arg.get("nargs")
         if isinstance(value, list):
             if nargs not in ("+", "*"):
-                raise self.fail(path, f"a list ({value!r}) where one value is expected")
+                raise self.fail(path, f"a list ({_shown(value)}) where one value is expected")
             return [self.word(f"{path}[{i}]", v, None) for i, v in enumerate(value)] or None
         return [self.word(path, value, default)]
 
@@ -200,16 +224,16 @@ class _Reader:
             if not (isinstance(value, bool) and isinstance(default, bool)):
                 kind = {bool: "true or false", int: "an integer", float: "a number",
                         str: "a string"}.get(type(default), "a number or a string")
-                raise self.fail(path, f"{value!r} must be {kind}")
+                raise self.fail(path, f"{_shown(value)} must be {kind}")
             return str(value)
         if isinstance(default, int) and not isinstance(value, int):
-            raise self.fail(path, f"{value!r} must be an integer")
+            raise self.fail(path, f"{_shown(value)} must be an integer")
         if isinstance(default, float) and not isinstance(value, (int, float)):
-            raise self.fail(path, f"{value!r} must be a number")
+            raise self.fail(path, f"{_shown(value)} must be a number")
         if isinstance(default, str) and not isinstance(value, str):
-            raise self.fail(path, f"{value!r} must be a string")
+            raise self.fail(path, f"{_shown(value)} must be a string")
         if not isinstance(value, (int, float, str)):
-            raise self.fail(path, f"{value!r} is not a value vtrain reads here")
+            raise self.fail(path, f"{_shown(value)} is not a value vtrain reads here")
         return str(value)
 
     def argument(self, path: str, value: Any, arg: dict[str, Any], default: Any,
@@ -221,7 +245,7 @@ class _Reader:
             if not isinstance(value, bool):
                 if value is None:
                     return
-                raise self.fail(path, f"{value!r} must be true or false")
+                raise self.fail(path, f"{_shown(value)} must be true or false")
             on = (not value if invert else value) if action == "store_true" else (
                 value if invert else not value)
             if on:
@@ -246,7 +270,7 @@ class _Reader:
             if key not in fields:
                 if value is not None and value is not False:  # null / false: nothing turned on
                     self.refused.append(
-                        f"{path}: {value!r}: not a field of Megatron-Bridge 0.6.2's {name} "
+                        f"{path}: {_shown(value)}: not a field of Megatron-Bridge 0.6.2's {name} "
                         "section (another version's?): what it changes in the cost is not known")
                 continue
             known, default = _default(fields, key)
@@ -254,7 +278,7 @@ class _Reader:
             if arg is None:
                 if not _at_default(fields, key, value):
                     self.refused.append(
-                        f"{path}: {value!r}: not modelled (neither a Megatron-LM argument nor "
+                        f"{path}: {_shown(value)}: not modelled (neither a Megatron-LM argument nor "
                         f"classified in {POLICY_FILE.name}: what it changes in one iteration's "
                         "time and memory is not known)")
                 continue
@@ -290,7 +314,7 @@ class _Reader:
             section, okey = other.split(".", 1)
             theirs = (self.doc.get(section) or {}).get(okey)
             if value is not None and theirs is not None and _scalar(value) != _scalar(theirs):
-                raise self.fail(path, f"{value!r} disagrees with {other} ({theirs!r}); "
+                raise self.fail(path, f"{_shown(value)} disagrees with {other} ({_shown(theirs)}); "
                                 f"Megatron-Bridge runs them equal (the file was edited?)")
         elif "refuse" in rule:
             when = rule["refuse"]
@@ -301,7 +325,7 @@ class _Reader:
                 value not in (False, 0, []) or bool(dflt))) if when == "set" \
                 else _scalar(value) in when
             if hit:
-                self.refused.append(f"{path}: {value!r}: not modelled ({rule['why']})")
+                self.refused.append(f"{path}: {_shown(value)}: not modelled ({rule['why']})")
         elif "megatron_default" in rule:  # listed where it is not what Megatron-LM runs
             if value is not None and _scalar(value) != rule["megatron_default"]:
                 self.ignored[path] = rule["why"]
@@ -326,7 +350,7 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
     reduce dtype."""
     gated, act = model.get("gated_linear_unit", False), model.get("activation_func")
     if not isinstance(gated, bool):
-        raise rd.fail("model.gated_linear_unit", f"{gated!r} must be true or false")
+        raise rd.fail("model.gated_linear_unit", f"{_shown(gated)} must be true or false")
     name = _scalar(act) if act is not None else "gelu"
     if gated and name == "silu":
         rd.emit("model.activation_func", "--swiglu", [])
@@ -339,7 +363,7 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
     heads, groups = model.get("num_attention_heads"), model.get("num_query_groups")
     if groups is not None:
         if isinstance(groups, bool) or not isinstance(groups, int):
-            raise rd.fail("model.num_query_groups", f"{groups!r} must be an integer")
+            raise rd.fail("model.num_query_groups", f"{_shown(groups)} must be an integer")
         if groups != heads:
             rd.emit("model.num_query_groups", "--group-query-attention", [])
             rd.emit("model.num_query_groups", "--num-query-groups", [str(groups)])
@@ -348,10 +372,10 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
         raise rd.fail("model.vocab_size", "missing: the embedding's rows (GPTModelProvider."
                       "vocab_size, models/gpt_provider.py:183) are needed")
     if isinstance(vocab, bool) or not isinstance(vocab, int):
-        raise rd.fail("model.vocab_size", f"{vocab!r} must be an integer")
+        raise rd.fail("model.vocab_size", f"{_shown(vocab)} must be an integer")
     pad = model.get("should_pad_vocab", False)
     if not isinstance(pad, bool):
-        raise rd.fail("model.should_pad_vocab", f"{pad!r} must be true or false")
+        raise rd.fail("model.should_pad_vocab", f"{_shown(pad)} must be true or false")
     if pad:  # calculate_padded_vocab_size: a multiple of make_vocab_size_divisible_by * t
         rd.emit("model.vocab_size", "--vocab-size", [str(vocab)])
         div = model.get("make_vocab_size_divisible_by", 128)
@@ -362,7 +386,7 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
     if "grad_reduce_in_fp32" in ddp:
         v = ddp["grad_reduce_in_fp32"]
         if not isinstance(v, bool):
-            raise rd.fail("ddp.grad_reduce_in_fp32", f"{v!r} must be true or false")
+            raise rd.fail("ddp.grad_reduce_in_fp32", f"{_shown(v)} must be true or false")
         rd.emit("ddp.grad_reduce_in_fp32", "--accumulate-allreduce-grads-in-fp32" if v
                 else "--grad-reduce-in-bf16", [])
 
@@ -378,8 +402,8 @@ def _applied(rd: _Reader, name: str, body: Any) -> None:
         for section in ("model", "optimizer", "ddp"):
             there = rd.doc.get(section) or {}
             if key in there and _scalar(there[key]) != _scalar(value) and value is not None:
-                raise rd.fail(f"{name}.{key}", f"{value!r} disagrees with {section}.{key} "
-                              f"({there[key]!r}): {load_policy()['section_why'][name]}, so "
+                raise rd.fail(f"{name}.{key}", f"{_shown(value)} disagrees with {section}.{key} "
+                              f"({_shown(there[key])}): {load_policy()['section_why'][name]}, so "
                               "the file was edited; make them agree")
 
 
@@ -398,7 +422,7 @@ def _value(rd: _Reader, section: str, key: str) -> Any:
 def _flag(rd: _Reader, path: str, value: Any) -> bool | None:
     """A switch's value (None: not given). Raises RunConfigError: not true, false or null."""
     if value is not None and not isinstance(value, bool):
-        raise rd.fail(path, f"{value!r} must be true or false")
+        raise rd.fail(path, f"{_shown(value)} must be true or false")
     return value
 
 
@@ -407,7 +431,7 @@ def _count(rd: _Reader, path: str, value: Any, default: int = 1) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise rd.fail(path, f"{value!r} must be an integer")
+        raise rd.fail(path, f"{_shown(value)} must be an integer")
     return value
 
 
@@ -451,7 +475,7 @@ def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
             continue
         if key not in fields:
             if value is not None and value is not False:
-                rd.refused.append(f"{path}: {value!r}: not a field of Megatron-Bridge 0.6.2's "
+                rd.refused.append(f"{path}: {_shown(value)}: not a field of Megatron-Bridge 0.6.2's "
                                   "CommOverlapConfig (another version's?): what it changes in "
                                   "the cost is not known")
             continue
@@ -543,8 +567,8 @@ def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
             if key in there and _scalar(there[key]) != want and not (
                     key == "tp_comm_overlap" and there[key] and not want):
                 raise rd.fail(f"{section}.{key}", (
-                    f"{there[key]!r}, but CommOverlapConfig.setup ({_CO}:604-643) writes "
-                    f"{want!r} there from the comm_overlap section"
+                    f"{_shown(there[key])}, but CommOverlapConfig.setup ({_CO}:604-643) writes "
+                    f"{_shown(want)} there from the comm_overlap section"
                     f"{' (data-parallel size ' + str(dp) + ')' if section != 'model' else ''}: "
                     "the file was edited; make them agree"))
 
@@ -562,7 +586,7 @@ def _checkpoint(rd: _Reader, body: Any) -> bool:
     body = _mapping(rd.src, "checkpoint", body)
     save, interval = body.get("save"), body.get("save_interval")
     if save is not None and not isinstance(save, str):
-        raise rd.fail("checkpoint.save", f"{save!r} must be a directory (a string) or null")
+        raise rd.fail("checkpoint.save", f"{_shown(save)} must be a directory (a string) or null")
     interval = _count(rd, "checkpoint.save_interval", interval, 0)
     if interval < 0:
         raise rd.fail("checkpoint.save_interval", f"{interval} must be at least 0")
@@ -575,7 +599,7 @@ def _checkpoint(rd: _Reader, body: Any) -> bool:
                          ":1418-1423, 746-755); a failure restarts the run from its start"))
         return True
     if interval == 0:
-        rd.notes.append(("checkpoint.save_interval", f"{body.get('save_interval')!r}: no "
+        rd.notes.append(("checkpoint.save_interval", f"{_shown(body.get('save_interval'))}: no "
                          "periodic checkpoint (train.py:1418-1423), "
                          + ("none at the end either" if body.get("save_interval") == 0 else
                             "one at the end of the run (train.py:746-755)")))
@@ -660,7 +684,7 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
     top = doc.get("_target_")
     if top is not None and (not isinstance(top, str) or
                             top.rsplit(".", 1)[-1] != "ConfigContainer"):
-        raise rd.fail("_target_", f"{top!r}: not a Megatron-Bridge ConfigContainer")
+        raise rd.fail("_target_", f"{_shown(top)}: not a Megatron-Bridge ConfigContainer")
     for name in ("model", "train"):
         if name not in doc:
             raise rd.fail(name, "missing: a ConfigContainer has a model and a train section")
