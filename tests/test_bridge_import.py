@@ -9,6 +9,8 @@ import json
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from core.cli import main
 from core.plan.fields import ConfigError
@@ -575,3 +577,39 @@ def test_cli_refuses_a_run_config_of_other_gpus_exit_2(tmp_path, capsys):
         f"vtrain: error: {RUN_CONFIG}: comm_overlap.data_parallel_size: 4, but --num-gpus 16 "
         "over t*p*cp = 1*1*2 is 8: the file was written by a run on 8 GPUs "
         "(ConfigContainer.set_data_parallel_size, training/config.py:1029-1041)")
+
+
+@pytest.mark.parametrize("key", ["tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                 "context_parallel_size"])
+def test_a_parallel_size_of_0_is_refused(key, tmp_path):
+    """context_parallel_size 0 divided num_gpus by zero (ZeroDivisionError, exit 1)."""
+    assert _refusal(tmp_path, lambda d: d["model"].update({key: 0})) == \
+        f"model.{key}: 0 must be at least 1"
+
+
+_VALUE_LINES = [i for i, line in enumerate(_FIXTURE.splitlines())
+                if line.startswith("  ") and not line.startswith("   ") and ": " in line
+                and not line.endswith(":")]
+_PIECES = ["0", "1", "-1", "2", "8", "true", "false", "null", "[]", "{}", "[1, 2]", "''", "abc",
+           "{_target_: torch.bfloat16}", "{_target_: x.y, _name_: z}", "1.5", "-0.5", "full",
+           "9999999999999999999", "1.0e+300", "selective", "[full]", "{a: 1}", "[[1]]",
+           "alltoall", "RMSNorm", "none", "{_target_: 1}", "{_name_: auto}", "[null]"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(st.sampled_from(_VALUE_LINES), st.sampled_from(_PIECES)), min_size=1,
+                max_size=4))
+def test_fuzz_run_config_values_import_or_refuse(tmp_path_factory, edits):
+    """One to four values of the fixture replaced by others of every type and sign: the import
+    gives a session or refuses (RunConfigError, ConfigError) naming the file; never another
+    exception (a parallel size 0 divided by zero)."""
+    from core.io.bridge_import import RunConfigError, read_run_config
+    lines = _FIXTURE.splitlines()
+    for i, piece in edits:
+        lines[i] = f"{lines[i].split(':')[0]}: {piece}"
+    path = tmp_path_factory.mktemp("fuzz") / "run_config.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    try:
+        read_run_config(path, gpu=H100, num_gpus=8)
+    except (RunConfigError, ConfigError) as exc:
+        assert str(path) in str(exc)

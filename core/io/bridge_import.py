@@ -426,12 +426,15 @@ def _flag(rd: _Reader, path: str, value: Any) -> bool | None:
     return value
 
 
-def _count(rd: _Reader, path: str, value: Any, default: int = 1) -> int:
-    """A size (null: ``default``). Raises RunConfigError: not an integer."""
+def _count(rd: _Reader, path: str, value: Any, default: int = 1,
+           minimum: int | None = None) -> int:
+    """A size (null: ``default``). Raises RunConfigError: not an integer, or below ``minimum``."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
         raise rd.fail(path, f"{_shown(value)} must be an integer")
+    if minimum is not None and value < minimum:
+        raise rd.fail(path, f"{value} must be at least {minimum}")
     return value
 
 
@@ -449,9 +452,10 @@ def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
     Raises RunConfigError: a value of the wrong type, or ``comm_overlap.data_parallel_size``
     that is not ``num_gpus / (t p cp)`` (the file was written by a run on other GPUs)."""
     m = lambda key: _value(rd, "model", key)  # noqa: E731
-    t = _count(rd, "model.tensor_model_parallel_size", m("tensor_model_parallel_size"))
-    pp = _count(rd, "model.pipeline_model_parallel_size", m("pipeline_model_parallel_size"))
-    cp = _count(rd, "model.context_parallel_size", m("context_parallel_size"))
+    t = _count(rd, "model.tensor_model_parallel_size", m("tensor_model_parallel_size"), minimum=1)
+    pp = _count(rd, "model.pipeline_model_parallel_size", m("pipeline_model_parallel_size"),
+                minimum=1)
+    cp = _count(rd, "model.context_parallel_size", m("context_parallel_size"), minimum=1)
     vp = _count(rd, "model.virtual_pipeline_model_parallel_size",
                 m("virtual_pipeline_model_parallel_size"))
     sp = _flag(rd, "model.sequence_parallel", m("sequence_parallel"))
