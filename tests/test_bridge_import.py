@@ -9,6 +9,8 @@ import json
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from core.cli import main
 from core.plan.fields import ConfigError
@@ -230,19 +232,71 @@ def test_run_config_refusals_name_the_yaml_path(change, message, tmp_path):
     (lambda d: d["train"].update(global_batch_size={"a": 1}),
      "train.global_batch_size: a mapping where a value is expected"),
     (lambda d: d.update(model=[1, 2]),
-     "model: a mapping (a ConfigContainer section) is expected, got list"),
+     "model: a mapping (a ConfigContainer section) is expected, got a list"),
     (lambda d: d.pop("train"), "train: missing: a ConfigContainer has a model and a train section"),
 ])
 def test_run_config_wrong_types_name_the_yaml_path(change, message, tmp_path):
     assert _refusal(tmp_path, change) == message
 
 
+_FIXTURE = RUN_CONFIG.read_text()
+
+
+def _edit(old: str, new: str) -> str:
+    assert old in _FIXTURE
+    return _FIXTURE.replace(old, new, 1)
+
+
+_LAUGHS = "".join(f"  {chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]\n"
+                  for i in range(8))
+
+
 @pytest.mark.parametrize("text, message", [
     ("model:\n  num_layers: 32\n   hidden_size: 4096\n",
-     "not YAML: line 3 column 15: mapping values are not allowed here"),
+     "not YAML: line 3 column 15: mapping values are not allowed"),
     ("- model\n- train\n", "a run_config.yaml is a mapping (ConfigContainer.to_yaml writes "
-     "one), got list"),
-    ("", "a run_config.yaml is a mapping (ConfigContainer.to_yaml writes one), got NoneType"),
+     "one), got a list"),
+    ("", "a run_config.yaml is a mapping (ConfigContainer.to_yaml writes one), got nothing (an "
+     "empty document)"),
+    # safe_load keeps the last of a key given twice: t = 2 was read, silently
+    (_edit("  tensor_model_parallel_size: 1\n", "  tensor_model_parallel_size: 1\n"
+           "  tensor_model_parallel_size: 2\n"),
+     "model.tensor_model_parallel_size: given twice in one mapping (lines 147 and 148); a key "
+     "is given once (which value was meant is unknown)"),
+    (_FIXTURE + "train:\n  train_iters: 5\n", "train: given twice in one mapping (lines 197 "
+     "and 205)"),
+    # YAML 1.1: no is false, 010 is 8 layers, 3e-4 a string (read as 0.0003 by megatron-args)
+    (_edit("sequence_parallel: false", "sequence_parallel: no"),
+     "model.sequence_parallel (line 144): no is false to YAML 1.1"),
+    (_edit("num_layers: 32", "num_layers: 010"), "model.num_layers (line 124): 010 is an "
+     "integer to YAML 1.1 (PyYAML) written in octal"),
+    (_edit("hf_model_id: meta-llama/Meta-Llama-3-8B", "hf_model_id: NO"),
+     "model.hf_model_id (line 113): NO is false to YAML 1.1"),
+    (_edit("lr: 0.0003", "lr: 3e-4"), "optimizer.lr (line 168): 3e-4 is text to YAML 1.1"),
+    (_edit("lr: 0.0003", "lr: .inf"), "optimizer.lr (line 168): Infinity (.inf) must be a "
+     "finite number"),
+    (_edit("train_iters: 50", "train_iters: " + "9" * 5000), "train.train_iters (line 204): "
+     "an integer of 5,000 digits is beyond the range of any number"),  # was a ValueError
+    (_edit("  tensor_model_parallel_size: 1\n", "  <<: {tensor_model_parallel_size: 4}\n"
+           "  tensor_model_parallel_size: 1\n"), "model (line 147): a '<<' merge key is not read"),
+    (_edit("mixed_precision:\n", "mixed_precision:\n  1: 2\n"),  # was an AttributeError
+     "mixed_precision (line 63): a key (1) is not a string"),
+    (_FIXTURE + "---\n", "line 205: a second YAML document (---): a file holds one"),
+    # model.junk's repr would expand 9**9 lists: the import never ended
+    ("laughs:\n  a: &a [x, x, x, x, x, x, x, x, x]\n" + _LAUGHS + _edit(
+        "  wgrad_deferral_limit: -1\n", "  wgrad_deferral_limit: -1\n  junk: *i\n"),
+     "laughs.f (line 7): more than 100,000 values with its aliases expanded"),
+    # a message showed the value whole: 10 MiB on one line
+    (_edit("normalization: RMSNorm", "normalization: " + "x" * 2**20),
+     "model.normalization: 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxx"
+     "xxxxxxx': 1,048,576 characters, more than the 4,096 of any value of a Megatron-LM "
+     "argument"),
+    (_edit("  wgrad_deferral_limit: -1\n", "  wgrad_deferral_limit: -1\n  junk: ["
+           + ", ".join(["123456789"] * 9000) + "]\n"),
+     "model.junk: [123456789, 123456789, 123456789, 123456789, 123456789, 123456789, ...]: "
+     "not a field of Megatron-Bridge 0.6.2's model section"),
+    ("a: " + "{a: " * 2000 + "1" + "}" * 2000 + "\n", "line 1: YAML nested more than 64 levels "
+     "deep"),  # was a RecursionError
 ])
 def test_bad_yaml_exits_2_naming_the_file(text, message, tmp_path, capsys):
     path = _write(tmp_path, text)
@@ -250,7 +304,21 @@ def test_bad_yaml_exits_2_naming_the_file(text, message, tmp_path, capsys):
     rc, _, err = _run(capsys, "import", "bridge", path, "--gpu", "H100", "--gpus", "8", "-o",
                       str(out))
     assert rc == 2 and not out.exists() and "Traceback" not in err
-    assert err.strip() == f"vtrain: error: {path}: {message}"
+    assert err.strip().startswith(f"vtrain: error: {path}: {message}")
+    assert len(err.strip().splitlines()) == 1 and len(err) < 1000
+
+
+def test_fixture_spellings_are_read(tmp_path):
+    """What safe_dump writes is read: .inf at optimizer.grad_norm_skip_threshold (its default,
+    float('inf')), a byte-order mark, ~ for null."""
+    from core.io.bridge_import import read_run_config
+    base = read_run_config(RUN_CONFIG, gpu=H100, num_gpus=8).session
+    text = "\ufeff" + _edit("  weight_decay: 0.1\n", "  weight_decay: 0.1\n"
+                                                     "  grad_norm_skip_threshold: .inf\n")
+    text = text.replace("recompute_granularity: null", "recompute_granularity: ~")
+    import dataclasses
+    got = read_run_config(_write(tmp_path, text), gpu=H100, num_gpus=8).session
+    assert dataclasses.replace(got, notes=base.notes) == base
 
 
 def test_run_config_needs_gpu_and_gpus(tmp_path, capsys):
@@ -509,3 +577,39 @@ def test_cli_refuses_a_run_config_of_other_gpus_exit_2(tmp_path, capsys):
         f"vtrain: error: {RUN_CONFIG}: comm_overlap.data_parallel_size: 4, but --num-gpus 16 "
         "over t*p*cp = 1*1*2 is 8: the file was written by a run on 8 GPUs "
         "(ConfigContainer.set_data_parallel_size, training/config.py:1029-1041)")
+
+
+@pytest.mark.parametrize("key", ["tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                 "context_parallel_size"])
+def test_a_parallel_size_of_0_is_refused(key, tmp_path):
+    """context_parallel_size 0 divided num_gpus by zero (ZeroDivisionError, exit 1)."""
+    assert _refusal(tmp_path, lambda d: d["model"].update({key: 0})) == \
+        f"model.{key}: 0 must be at least 1"
+
+
+_VALUE_LINES = [i for i, line in enumerate(_FIXTURE.splitlines())
+                if line.startswith("  ") and not line.startswith("   ") and ": " in line
+                and not line.endswith(":")]
+_PIECES = ["0", "1", "-1", "2", "8", "true", "false", "null", "[]", "{}", "[1, 2]", "''", "abc",
+           "{_target_: torch.bfloat16}", "{_target_: x.y, _name_: z}", "1.5", "-0.5", "full",
+           "9999999999999999999", "1.0e+300", "selective", "[full]", "{a: 1}", "[[1]]",
+           "alltoall", "RMSNorm", "none", "{_target_: 1}", "{_name_: auto}", "[null]"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(st.sampled_from(_VALUE_LINES), st.sampled_from(_PIECES)), min_size=1,
+                max_size=4))
+def test_fuzz_run_config_values_import_or_refuse(tmp_path_factory, edits):
+    """One to four values of the fixture replaced by others of every type and sign: the import
+    gives a session or refuses (RunConfigError, ConfigError) naming the file; never another
+    exception (a parallel size 0 divided by zero)."""
+    from core.io.bridge_import import RunConfigError, read_run_config
+    lines = _FIXTURE.splitlines()
+    for i, piece in edits:
+        lines[i] = f"{lines[i].split(':')[0]}: {piece}"
+    path = tmp_path_factory.mktemp("fuzz") / "run_config.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    try:
+        read_run_config(path, gpu=H100, num_gpus=8)
+    except (RunConfigError, ConfigError) as exc:
+        assert str(path) in str(exc)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import reprlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -52,24 +53,6 @@ POLICY_FILE = Path(__file__).resolve().parents[2] / "resources" / "bridge_run_co
 #: torch dtypes as Megatron-LM's dtype arguments spell them (``--main-grads-dtype`` ...)
 _TORCH_DTYPES = {"torch.float32": "fp32", "torch.float": "fp32", "torch.bfloat16": "bf16",
                  "torch.float16": "fp16", "torch.half": "fp16", "torch.uint8": "fp8"}
-
-
-#: Most values the YAML document may expand to, its aliases (``*name``) counted each time
-#: they are used (what loading builds): ``ConfigContainer.to_yaml`` writes about a thousand;
-#: nine lists of nine aliases of the one before expand to 9^9 (a "billion laughs").
-MAX_YAML_VALUES = 100_000
-#: Most nodes (keys, values, mappings, lists) the file itself may hold, each alias once:
-#: parsing stops there, within two seconds (PyYAML's parser builds about 30,000 a second; a
-#: list of a million numbers in a 14 MB file took a minute and 1.3 GB before its refusal).
-#: ConfigContainer.to_yaml writes about a thousand; a data blend of 10,000 shards 20,000.
-MAX_YAML_NODES = 50_000
-
-
-def _r(value: Any) -> str:
-    """``repr(value)`` for a message, cut at 80 characters (a list of 100,000 numbers or a
-    string of a megabyte made a message box taller than any screen)."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:80] + "..."
 
 
 class RunConfigError(MegatronArgsError):
@@ -115,6 +98,22 @@ def _megatron_dests() -> dict[str, dict[str, Any]]:
     for a in doc["arguments"]:
         out.setdefault(a["dest"], a)  # the first option of a dest is its main name
     return out
+
+
+#: Longest value of a Megatron-LM argument read from the file: Linux's PATH_MAX
+#: (``--save DIR``); a choice or a number is far shorter
+_MAX_WORD = 4096
+
+#: How much of a value a message shows (a 10 MiB string or a list of 90,000 numbers is cut)
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxlevel = \
+    60, 60, 6, 4, 3
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` as a message shows it: at most about 60 characters of a string, six
+    items of a list, four of a mapping (``reprlib``: the whole repr is never built)."""
+    return _SHOWN.repr(value)
 
 
 def _scalar(value: Any) -> Any:
@@ -180,7 +179,14 @@ class _Reader:
         return RunConfigError(f"{self.src}: {path}: {why}")
 
     def emit(self, path: str, flag: str, values: list[str]) -> None:
-        """Give ``flag`` ``values``; two paths that give one flag must agree."""
+        """Give ``flag`` ``values``; two paths that give one flag must agree, and no value is
+        longer than :data:`_MAX_WORD` characters (the messages of the Megatron-LM mapping show
+        the value whole)."""
+        for v in values:
+            if len(v) > _MAX_WORD:
+                raise self.fail(path, f"{_shown(v)}: {len(v):,} characters, more than the "
+                                f"{_MAX_WORD:,} of any value of a Megatron-LM argument (a path "
+                                "is at most PATH_MAX, 4,096 bytes on Linux)")
         if flag in self.args and self.args[flag] != values:
             other = self.paths[flag]
             raise self.fail(path, f"{' '.join(values) or 'set'} disagrees with {other} "
@@ -199,7 +205,7 @@ class _Reader:
         nargs = arg.get("nargs")
         if isinstance(value, list):
             if nargs not in ("+", "*"):
-                raise self.fail(path, f"a list ({_r(value)}) where one value is expected")
+                raise self.fail(path, f"a list ({_shown(value)}) where one value is expected")
             return [self.word(f"{path}[{i}]", v, None) for i, v in enumerate(value)] or None
         return [self.word(path, value, default)]
 
@@ -218,16 +224,16 @@ class _Reader:
             if not (isinstance(value, bool) and isinstance(default, bool)):
                 kind = {bool: "true or false", int: "an integer", float: "a number",
                         str: "a string"}.get(type(default), "a number or a string")
-                raise self.fail(path, f"{_r(value)} must be {kind}")
+                raise self.fail(path, f"{_shown(value)} must be {kind}")
             return str(value)
         if isinstance(default, int) and not isinstance(value, int):
-            raise self.fail(path, f"{_r(value)} must be an integer")
+            raise self.fail(path, f"{_shown(value)} must be an integer")
         if isinstance(default, float) and not isinstance(value, (int, float)):
-            raise self.fail(path, f"{_r(value)} must be a number")
+            raise self.fail(path, f"{_shown(value)} must be a number")
         if isinstance(default, str) and not isinstance(value, str):
-            raise self.fail(path, f"{_r(value)} must be a string")
+            raise self.fail(path, f"{_shown(value)} must be a string")
         if not isinstance(value, (int, float, str)):
-            raise self.fail(path, f"{_r(value)} is not a value vtrain reads here")
+            raise self.fail(path, f"{_shown(value)} is not a value vtrain reads here")
         return str(value)
 
     def argument(self, path: str, value: Any, arg: dict[str, Any], default: Any,
@@ -239,7 +245,7 @@ class _Reader:
             if not isinstance(value, bool):
                 if value is None:
                     return
-                raise self.fail(path, f"{_r(value)} must be true or false")
+                raise self.fail(path, f"{_shown(value)} must be true or false")
             on = (not value if invert else value) if action == "store_true" else (
                 value if invert else not value)
             if on:
@@ -264,7 +270,7 @@ class _Reader:
             if key not in fields:
                 if value is not None and value is not False:  # null / false: nothing turned on
                     self.refused.append(
-                        f"{path}: {_r(value)}: not a field of Megatron-Bridge 0.6.2's {name} "
+                        f"{path}: {_shown(value)}: not a field of Megatron-Bridge 0.6.2's {name} "
                         "section (another version's?): what it changes in the cost is not known")
                 continue
             known, default = _default(fields, key)
@@ -272,7 +278,7 @@ class _Reader:
             if arg is None:
                 if not _at_default(fields, key, value):
                     self.refused.append(
-                        f"{path}: {_r(value)}: not modelled (neither a Megatron-LM argument nor "
+                        f"{path}: {_shown(value)}: not modelled (neither a Megatron-LM argument nor "
                         f"classified in {POLICY_FILE.name}: what it changes in one iteration's "
                         "time and memory is not known)")
                 continue
@@ -308,7 +314,7 @@ class _Reader:
             section, okey = other.split(".", 1)
             theirs = (self.doc.get(section) or {}).get(okey)
             if value is not None and theirs is not None and _scalar(value) != _scalar(theirs):
-                raise self.fail(path, f"{_r(value)} disagrees with {other} ({_r(theirs)}); "
+                raise self.fail(path, f"{_shown(value)} disagrees with {other} ({_shown(theirs)}); "
                                 f"Megatron-Bridge runs them equal (the file was edited?)")
         elif "refuse" in rule:
             when = rule["refuse"]
@@ -319,7 +325,7 @@ class _Reader:
                 value not in (False, 0, []) or bool(dflt))) if when == "set" \
                 else _scalar(value) in when
             if hit:
-                self.refused.append(f"{path}: {_r(value)}: not modelled ({rule['why']})")
+                self.refused.append(f"{path}: {_shown(value)}: not modelled ({rule['why']})")
         elif "megatron_default" in rule:  # listed where it is not what Megatron-LM runs
             if value is not None and _scalar(value) != rule["megatron_default"]:
                 self.ignored[path] = rule["why"]
@@ -333,7 +339,8 @@ class _Reader:
 def _mapping(src: str, path: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise RunConfigError(f"{src}: {path}: a mapping (a ConfigContainer section) is expected, "
-                             f"got {type(value).__name__}")
+                             "got " + ("null" if value is None else "a list"
+                                       if isinstance(value, list) else repr(value)[:40]))
     return value
 
 
@@ -343,7 +350,7 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
     reduce dtype."""
     gated, act = model.get("gated_linear_unit", False), model.get("activation_func")
     if not isinstance(gated, bool):
-        raise rd.fail("model.gated_linear_unit", f"{_r(gated)} must be true or false")
+        raise rd.fail("model.gated_linear_unit", f"{_shown(gated)} must be true or false")
     name = _scalar(act) if act is not None else "gelu"
     if gated and name == "silu":
         rd.emit("model.activation_func", "--swiglu", [])
@@ -356,7 +363,7 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
     heads, groups = model.get("num_attention_heads"), model.get("num_query_groups")
     if groups is not None:
         if isinstance(groups, bool) or not isinstance(groups, int):
-            raise rd.fail("model.num_query_groups", f"{_r(groups)} must be an integer")
+            raise rd.fail("model.num_query_groups", f"{_shown(groups)} must be an integer")
         if groups != heads:
             rd.emit("model.num_query_groups", "--group-query-attention", [])
             rd.emit("model.num_query_groups", "--num-query-groups", [str(groups)])
@@ -365,10 +372,10 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
         raise rd.fail("model.vocab_size", "missing: the embedding's rows (GPTModelProvider."
                       "vocab_size, models/gpt_provider.py:183) are needed")
     if isinstance(vocab, bool) or not isinstance(vocab, int):
-        raise rd.fail("model.vocab_size", f"{_r(vocab)} must be an integer")
+        raise rd.fail("model.vocab_size", f"{_shown(vocab)} must be an integer")
     pad = model.get("should_pad_vocab", False)
     if not isinstance(pad, bool):
-        raise rd.fail("model.should_pad_vocab", f"{_r(pad)} must be true or false")
+        raise rd.fail("model.should_pad_vocab", f"{_shown(pad)} must be true or false")
     if pad:  # calculate_padded_vocab_size: a multiple of make_vocab_size_divisible_by * t
         rd.emit("model.vocab_size", "--vocab-size", [str(vocab)])
         div = model.get("make_vocab_size_divisible_by", 128)
@@ -379,7 +386,7 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
     if "grad_reduce_in_fp32" in ddp:
         v = ddp["grad_reduce_in_fp32"]
         if not isinstance(v, bool):
-            raise rd.fail("ddp.grad_reduce_in_fp32", f"{_r(v)} must be true or false")
+            raise rd.fail("ddp.grad_reduce_in_fp32", f"{_shown(v)} must be true or false")
         rd.emit("ddp.grad_reduce_in_fp32", "--accumulate-allreduce-grads-in-fp32" if v
                 else "--grad-reduce-in-bf16", [])
 
@@ -395,8 +402,8 @@ def _applied(rd: _Reader, name: str, body: Any) -> None:
         for section in ("model", "optimizer", "ddp"):
             there = rd.doc.get(section) or {}
             if key in there and _scalar(there[key]) != _scalar(value) and value is not None:
-                raise rd.fail(f"{name}.{key}", f"{_r(value)} disagrees with {section}.{key} "
-                              f"({_r(there[key])}): {load_policy()['section_why'][name]}, so "
+                raise rd.fail(f"{name}.{key}", f"{_shown(value)} disagrees with {section}.{key} "
+                              f"({_shown(there[key])}): {load_policy()['section_why'][name]}, so "
                               "the file was edited; make them agree")
 
 
@@ -415,16 +422,19 @@ def _value(rd: _Reader, section: str, key: str) -> Any:
 def _flag(rd: _Reader, path: str, value: Any) -> bool | None:
     """A switch's value (None: not given). Raises RunConfigError: not true, false or null."""
     if value is not None and not isinstance(value, bool):
-        raise rd.fail(path, f"{_r(value)} must be true or false")
+        raise rd.fail(path, f"{_shown(value)} must be true or false")
     return value
 
 
-def _count(rd: _Reader, path: str, value: Any, default: int = 1) -> int:
-    """A size (null: ``default``). Raises RunConfigError: not an integer."""
+def _count(rd: _Reader, path: str, value: Any, default: int = 1,
+           minimum: int | None = None) -> int:
+    """A size (null: ``default``). Raises RunConfigError: not an integer, or below ``minimum``."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise rd.fail(path, f"{_r(value)} must be an integer")
+        raise rd.fail(path, f"{_shown(value)} must be an integer")
+    if minimum is not None and value < minimum:
+        raise rd.fail(path, f"{value} must be at least {minimum}")
     return value
 
 
@@ -442,9 +452,10 @@ def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
     Raises RunConfigError: a value of the wrong type, or ``comm_overlap.data_parallel_size``
     that is not ``num_gpus / (t p cp)`` (the file was written by a run on other GPUs)."""
     m = lambda key: _value(rd, "model", key)  # noqa: E731
-    t = _count(rd, "model.tensor_model_parallel_size", m("tensor_model_parallel_size"))
-    pp = _count(rd, "model.pipeline_model_parallel_size", m("pipeline_model_parallel_size"))
-    cp = _count(rd, "model.context_parallel_size", m("context_parallel_size"))
+    t = _count(rd, "model.tensor_model_parallel_size", m("tensor_model_parallel_size"), minimum=1)
+    pp = _count(rd, "model.pipeline_model_parallel_size", m("pipeline_model_parallel_size"),
+                minimum=1)
+    cp = _count(rd, "model.context_parallel_size", m("context_parallel_size"), minimum=1)
     vp = _count(rd, "model.virtual_pipeline_model_parallel_size",
                 m("virtual_pipeline_model_parallel_size"))
     sp = _flag(rd, "model.sequence_parallel", m("sequence_parallel"))
@@ -468,7 +479,7 @@ def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
             continue
         if key not in fields:
             if value is not None and value is not False:
-                rd.refused.append(f"{path}: {_r(value)}: not a field of Megatron-Bridge 0.6.2's "
+                rd.refused.append(f"{path}: {_shown(value)}: not a field of Megatron-Bridge 0.6.2's "
                                   "CommOverlapConfig (another version's?): what it changes in "
                                   "the cost is not known")
             continue
@@ -560,8 +571,8 @@ def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
             if key in there and _scalar(there[key]) != want and not (
                     key == "tp_comm_overlap" and there[key] and not want):
                 raise rd.fail(f"{section}.{key}", (
-                    f"{there[key]!r}, but CommOverlapConfig.setup ({_CO}:604-643) writes "
-                    f"{want!r} there from the comm_overlap section"
+                    f"{_shown(there[key])}, but CommOverlapConfig.setup ({_CO}:604-643) writes "
+                    f"{_shown(want)} there from the comm_overlap section"
                     f"{' (data-parallel size ' + str(dp) + ')' if section != 'model' else ''}: "
                     "the file was edited; make them agree"))
 
@@ -579,7 +590,7 @@ def _checkpoint(rd: _Reader, body: Any) -> bool:
     body = _mapping(rd.src, "checkpoint", body)
     save, interval = body.get("save"), body.get("save_interval")
     if save is not None and not isinstance(save, str):
-        raise rd.fail("checkpoint.save", f"{save!r} must be a directory (a string) or null")
+        raise rd.fail("checkpoint.save", f"{_shown(save)} must be a directory (a string) or null")
     interval = _count(rd, "checkpoint.save_interval", interval, 0)
     if interval < 0:
         raise rd.fail("checkpoint.save_interval", f"{interval} must be at least 0")
@@ -592,7 +603,7 @@ def _checkpoint(rd: _Reader, body: Any) -> bool:
                          ":1418-1423, 746-755); a failure restarts the run from its start"))
         return True
     if interval == 0:
-        rd.notes.append(("checkpoint.save_interval", f"{body.get('save_interval')!r}: no "
+        rd.notes.append(("checkpoint.save_interval", f"{_shown(body.get('save_interval'))}: no "
                          "periodic checkpoint (train.py:1418-1423), "
                          + ("none at the end either" if body.get("save_interval") == 0 else
                             "one at the end of the run (train.py:746-755)")))
@@ -617,6 +628,17 @@ def _provider(rd: _Reader, model: dict[str, Any]) -> str:
     raise rd.fail("model._target_", f"{target}: not modelled ({why})")
 
 
+@lru_cache(maxsize=1)
+def _infinite_defaults() -> frozenset[str]:
+    """The YAML paths of the fields whose default is ``float('inf')``
+    (``optimizer.grad_norm_skip_threshold``): ``to_yaml`` writes them ``.inf``, which is read
+    there; anywhere else ``.inf`` and ``.nan`` are refused (core.util.inputs.parse_yaml)."""
+    return frozenset(f"{section.split('/')[0]}.{key}"
+                     for section, fields in load_policy()["fields"].items()
+                     for key, d in fields.items()
+                     if isinstance(d, dict) and d.get("expr") == "float('inf')")
+
+
 def read_run_config(path: str | Path, *, gpu: str, num_gpus: int,
                     gpus_per_node: int | None = None) -> BridgeImport:
     """Read ``path`` (a run_config.yaml) into a session (:func:`session_from_run_config`).
@@ -624,130 +646,23 @@ def read_run_config(path: str | Path, *, gpu: str, num_gpus: int,
     Raises
     ------
     RunConfigError
-        The file is unreadable, not YAML (its line and column), not a mapping, or refused
-        (:func:`session_from_run_config`).
+        The file is unreadable, not YAML (its line and column), not one mapping, breaks a
+        rule of :func:`core.util.inputs.parse_yaml` (a key given twice, ``yes``/``010``/``1e3``
+        that YAML 1.1 and 1.2 read differently, a billion-laughs alias, ``.nan`` ...: the YAML
+        path and line named), or is refused (:func:`session_from_run_config`).
     ConfigError
         As :func:`session_from_run_config`.
     """
-    import yaml
-
-    from core.util.inputs import read_text
+    from core.util.inputs import read_yaml_file
     src = str(path)
-    text = read_text(path, RunConfigError, "yaml", encoding="utf-8")
-    try:
-        doc = _load_yaml(text, src)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
-        raise RunConfigError(f"{src}: not YAML: {where}{exc.problem or exc}") from None
-    except yaml.YAMLError as exc:
-        raise RunConfigError(f"{src}: not YAML: {exc}") from None
+    doc = read_yaml_file(path, RunConfigError, nonfinite_ok=_infinite_defaults())
     if not isinstance(doc, dict):
         raise RunConfigError(f"{src}: a run_config.yaml is a mapping (ConfigContainer.to_yaml "
-                             f"writes one), got {type(doc).__name__}")
+                             "writes one), got " + ("nothing (an empty document)" if doc is None
+                                                    else "a list" if isinstance(doc, list)
+                                                    else "a single value"))
     return session_from_run_config(doc, src, gpu=gpu, num_gpus=num_gpus,
                                    gpus_per_node=gpus_per_node)
-
-
-def _load_yaml(text: str, src: str) -> Any:
-    """``yaml.safe_load(text)``, its node graph checked before anything is built from it: at
-    most :data:`MAX_YAML_NODES` nodes (parsing stops there), nesting at most
-    :data:`~core.util.inputs.MAX_JSON_DEPTH` deep, no alias inside itself, and at most
-    :data:`MAX_YAML_VALUES` values once its aliases are expanded.
-
-    Raises
-    ------
-    RunConfigError
-        More than :data:`MAX_YAML_NODES` nodes, nested too deep (PyYAML's composer recursed
-        out of the stack: ``RecursionError``), a recursive alias, or aliases expanding beyond
-        :data:`MAX_YAML_VALUES` (loading and reading such a file took minutes and gigabytes).
-    yaml.YAMLError
-        Not YAML (the caller names the line and column).
-    """
-    import yaml
-
-    from core.util.inputs import MAX_JSON_DEPTH
-
-    class Loader(yaml.SafeLoader):  # counts the nodes as it composes them
-        nodes = 0
-
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            if not self.check_event(yaml.AliasEvent):
-                Loader.nodes += 1
-                if Loader.nodes > MAX_YAML_NODES:
-                    mark = self.peek_event().start_mark
-                    raise RunConfigError(f"{src}: more than {MAX_YAML_NODES:,} keys and values "
-                                         f"(at line {mark.line + 1}); ConfigContainer.to_yaml "
-                                         "writes about a thousand")
-            return super().compose_node(parent, index)
-
-    loader = Loader(text)
-    try:
-        try:
-            node = loader.get_single_node()
-        except RecursionError:
-            raise RunConfigError(f"{src}: YAML nested more than {MAX_JSON_DEPTH} levels deep "
-                                 "(a run_config.yaml nests 4)") from None
-        if node is None:
-            return None
-        depth, values = _yaml_extent(node, src)
-        if depth > MAX_JSON_DEPTH:
-            raise RunConfigError(f"{src}: YAML nested {depth} levels deep, more than "
-                                 f"{MAX_JSON_DEPTH} (a run_config.yaml nests 4)")
-        if values > MAX_YAML_VALUES:
-            raise RunConfigError(f"{src}: its aliases (*name) expand to {values:,} values, "
-                                 f"more than {MAX_YAML_VALUES:,} (ConfigContainer.to_yaml "
-                                 "writes about a thousand)")
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
-def _yaml_extent(root: Any, src: str) -> tuple[int, int]:
-    """``(depth, values)`` of a composed YAML node graph: its deepest nesting of mappings and
-    sequences, and its nodes with each alias counted every time it is used (what loading
-    expands it to); one pass over the nodes (an alias's node is measured once).
-
-    Raises
-    ------
-    RunConfigError
-        An alias used inside the node it names (``&a [*a]``: a structure inside itself)."""
-    import yaml
-
-    def children(node: Any) -> list[Any]:
-        if isinstance(node, yaml.MappingNode):
-            return [n for pair in node.value for n in pair]
-        if isinstance(node, yaml.SequenceNode):
-            return list(node.value)
-        return []
-
-    seen: dict[int, tuple[int, int]] = {}
-    open_: set[int] = set()
-    stack: list[tuple[Any, bool]] = [(root, False)]
-    while stack:
-        node, closing = stack.pop()
-        key = id(node)
-        if closing:
-            open_.discard(key)
-            kids = [seen[id(c)] for c in children(node)]
-            nested = isinstance(node, (yaml.MappingNode, yaml.SequenceNode))
-            seen[key] = (int(nested) + max((d for d, _ in kids), default=0),
-                         1 + sum(v for _, v in kids))
-            continue
-        if key in seen:
-            continue
-        if key in open_:
-            raise RunConfigError(f"{src}: line {node.start_mark.line + 1}: an alias inside the "
-                                 "node it names (a structure inside itself)")
-        open_.add(key)
-        stack.append((node, True))
-        for c in children(node):
-            if id(c) in open_:
-                raise RunConfigError(f"{src}: line {c.start_mark.line + 1}: an alias inside "
-                                     "the node it names (a structure inside itself)")
-            if id(c) not in seen:
-                stack.append((c, False))
-    return seen[id(root)]
 
 
 def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus: int,
@@ -773,7 +688,7 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
     top = doc.get("_target_")
     if top is not None and (not isinstance(top, str) or
                             top.rsplit(".", 1)[-1] != "ConfigContainer"):
-        raise rd.fail("_target_", f"{_r(top)}: not a Megatron-Bridge ConfigContainer")
+        raise rd.fail("_target_", f"{_shown(top)}: not a Megatron-Bridge ConfigContainer")
     for name in ("model", "train"):
         if name not in doc:
             raise rd.fail(name, "missing: a ConfigContainer has a model and a train section")

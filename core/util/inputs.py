@@ -32,7 +32,7 @@ from core.util.text import printable
 __all__ = ["MAX_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "read_json_file",
            "parse_json", "json_depth", "check_regular_file", "nonfinite_path", "strict_dumps",
            "NonFiniteError", "MAX_JSON_INTEGER", "describe_number", "parse_json_or_text", "duplicate_key_path",
-           "read_toml_file", "decimal_number"]
+           "read_toml_file", "decimal_number", "MAX_YAML_NODES", "parse_yaml", "read_yaml_file"]
 
 #: Largest file of each kind that is read, bytes. Sessions and configs are a few KB;
 #: a measurement CSV or nccl-tests log a few hundred KB; profile stores a few MB.
@@ -42,7 +42,7 @@ MAX_BYTES = {
     "text": 64 * 2**20,
     # a Megatron-Bridge run_config.yaml (core.io.bridge_import): tens of KB (a data blend of
     # 10,000 shards' paths, a megabyte); PyYAML's Python parser reads about 100 KB of nodes a
-    # second (core.io.bridge_import.MAX_YAML_NODES stops it; 16 MiB froze the window a minute)
+    # second (MAX_YAML_NODES stops it; 16 MiB froze the window a minute)
     "yaml": 4 * 2**20,
     "launch": 2**20,  # a launch script (core.io.shell_reader.MAX_LAUNCH_BYTES): a few KB
     "store": 512 * 2**20,
@@ -403,3 +403,256 @@ def strict_dumps(doc: Any, what: str = "result", **kwargs: Any) -> str:
         where = f"{what}.{bad[0]}" if bad else what
         value = describe_number(bad[1]) if bad else "a non-finite number"
         raise NonFiniteError(f"{where} is {value}, not a finite number; nothing written") from None
+
+
+#: Most values (mappings, lists, scalars and keys, with every alias expanded) a YAML input may
+#: hold: a Megatron-Bridge run_config.yaml holds a few hundred. Bounds the time and memory of
+#: every walk over the parsed document, however its anchors and aliases nest ("billion laughs":
+#: nine aliases of nine aliases ... expand a few hundred bytes to 9**9 values).
+MAX_YAML_NODES = 100_000
+
+#: The spellings of numbers that YAML 1.1 (PyYAML) and YAML 1.2 / JSON read alike: decimal
+#: integers, decimal floats with a signed exponent (PyYAML reads ``1e3`` and ``1.0e3`` as text:
+#: its float needs a point and a sign in the exponent), ``.inf`` and ``.nan``.
+_YAML_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)", re.ASCII)
+_YAML_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+][0-9]+)?"
+                         r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)", re.ASCII)
+#: A plain scalar that YAML 1.2's core schema (and JSON, for the first) reads as a number
+_YAML12_NUMBER = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                            r"|0o[0-7]+|0x[0-9a-fA-F]+", re.ASCII)
+_YAML_TAG = "tag:yaml.org,2002:"
+
+
+def _yaml_line(node: Any) -> int:
+    return node.start_mark.line + 1
+
+
+def _yaml_scalar_rule(node: Any, path: str, nonfinite_ok: Any) -> str | None:
+    """The rule a scalar node breaks (None: none): a type JSON has not, or a spelling that YAML
+    1.1 (PyYAML, as Megatron-Bridge reads it) and YAML 1.2 / JSON read differently."""
+    tag, text = node.tag, node.value
+    kind = tag[len(_YAML_TAG):] if tag.startswith(_YAML_TAG) else tag
+    if kind == "bool":
+        if text.lower() not in ("true", "false"):
+            word = "true" if text.lower() in ("yes", "on", "y") else "false"
+            return (f"{printable(text)} is {word} to YAML 1.1 (PyYAML, which Megatron-Bridge "
+                    f"reads the file with) and text to YAML 1.2: write {word}, or quote "
+                    f"'{printable(text)}' for text")
+    elif kind == "int":
+        if _YAML_INT.fullmatch(text) is None:
+            return (f"{printable(text)[:40]} is an integer to YAML 1.1 (PyYAML) written in "
+                    "octal, hexadecimal, binary, base 60 or with underscores, which YAML 1.2 and "
+                    "JSON read otherwise: write it in decimal, or quote it for text")
+        if len(text.lstrip("+-")) > _MAX_INT_DIGITS:
+            return (f"an integer of {len(text.lstrip('+-')):,} digits is beyond the range of any "
+                    "number (at most about 1.8e308 in magnitude)")
+    elif kind == "float":
+        if _YAML_FLOAT.fullmatch(text) is None:
+            return (f"{printable(text)[:40]} is a number to YAML 1.1 (PyYAML) written in base 60 "
+                    "or with underscores, which YAML 1.2 and JSON read otherwise: write it as "
+                    "a decimal (1.5, 1.0e-05), or quote it for text")
+        bare = text.lower().lstrip("+-")
+        value = (math.nan if bare == ".nan" else -math.inf if bare == ".inf" and text[0] == "-"
+                 else math.inf if bare == ".inf" else float(text))
+        if not math.isfinite(value) and not (value == math.inf and path in nonfinite_ok):
+            return f"{describe_number(value)} ({printable(text)[:40]}) must be a finite number"
+    elif kind == "str":
+        if not node.style and _YAML12_NUMBER.fullmatch(text):  # plain (libyaml: '')
+            if text[:2] in ("0o", "0x"):
+                number = int(text[2:], 8 if text[1] == "o" else 16)
+                write = f"{number} (decimal)"
+            elif text.lstrip("+-").isdigit():  # 09: no octal to YAML 1.1, so text
+                number = int(text) if len(text) <= _MAX_INT_DIGITS else math.inf
+                write = f"{number}"
+            else:
+                import yaml
+                number = float(text)
+                write = yaml.safe_dump(number).split("\n", 1)[0] if len(text) < 40 else "it"
+            return (f"{text[:40]} is text to YAML 1.1 (PyYAML, which Megatron-Bridge reads the "
+                    f"file with: its floats need a point and a signed exponent) but the number "
+                    f"{describe_number(number) if not math.isfinite(number) else number} to "
+                    f"YAML 1.2 and JSON: write {write} for the number, or quote "
+                    f"'{text[:40]}' for text")
+    elif kind != "null":
+        return (f"a {printable(kind)[:40]} value is not read: a value is a string, number, "
+                "true, false or null")
+    return None
+
+
+def _yaml_sizes(root: Any, where: str, error: type[Exception]) -> dict[int, int]:
+    """Values under each node of a composed YAML graph, aliases expanded (by ``id``);
+    iterative, linear in the distinct nodes. Raises ``error`` for an alias to a node that
+    contains it (a recursive structure)."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            kids = _yaml_children(node)
+            sizes[key] = min(1 + sum(sizes[id(k)] for k in kids), 2 * MAX_YAML_NODES)
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise error(f"{where}: line {_yaml_line(node)}: an alias refers to a mapping or list "
+                        "that contains it (a recursive structure is no configuration)")
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((k, False) for k in _yaml_children(node) if id(k) not in sizes)
+    return sizes
+
+
+def _yaml_children(node: Any) -> list[Any]:
+    import yaml
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _yaml_check(root: Any, where: str, error: type[Exception], nonfinite_ok: Any) -> None:
+    """Walk a composed YAML graph (at most :data:`MAX_YAML_NODES` values, aliases expanded;
+    iteratively) and raise ``error`` naming the YAML path and line of the first key that is
+    not a string, a ``<<`` merge, a key given twice in one mapping, or a scalar that breaks
+    :func:`_yaml_scalar_rule`."""
+    import yaml
+    sizes = _yaml_sizes(root, where, error)
+    if sizes[id(root)] > MAX_YAML_NODES:
+        path, node = "", root  # down the largest branch to where the expansion happens
+        while True:
+            kids = [(f"{path}.{k.value}" if path else str(k.value), v)
+                    for k, v in node.value] if isinstance(node, yaml.MappingNode) else [
+                (f"{path}[{i}]", v) for i, v in enumerate(node.value)]
+            p, big = max(kids, key=lambda kv: sizes[id(kv[1])])
+            if sizes[id(big)] <= MAX_YAML_NODES:
+                break
+            path, node = p, big
+        raise error(f"{where}: {printable(path) or '(top level)'} (line {_yaml_line(node)}): "
+                    f"more than {MAX_YAML_NODES:,} values with its aliases expanded (a "
+                    "run_config.yaml holds a few hundred): anchors and aliases nested to "
+                    "multiply (a 'billion laughs') are not read")
+    stack: list[tuple[str, Any]] = [("", root)]
+    while stack:
+        path, node = stack.pop()
+        at = printable(path) or "(top level)"
+        if isinstance(node, yaml.ScalarNode):
+            rule = _yaml_scalar_rule(node, path, nonfinite_ok)
+            if rule is not None:
+                raise error(f"{where}: {at} (line {_yaml_line(node)}): {rule}")
+        elif isinstance(node, yaml.MappingNode):
+            if node.tag != _YAML_TAG + "map":
+                raise error(f"{where}: {at} (line {_yaml_line(node)}): a {printable(node.tag)} "
+                            "mapping is not read: a mapping is a plain one")
+            first: dict[str, int] = {}
+            kids = []
+            for k, v in node.value:
+                if k.tag == _YAML_TAG + "merge":
+                    raise error(f"{where}: {at} (line {_yaml_line(k)}): a '<<' merge key is not "
+                                "read (keys it merges in yield to keys given: give each key once)")
+                if not (isinstance(k, yaml.ScalarNode) and k.tag == _YAML_TAG + "str"):
+                    shown = printable(k.value)[:40] if isinstance(k, yaml.ScalarNode) else (
+                        "a mapping" if isinstance(k, yaml.MappingNode) else "a list")
+                    raise error(f"{where}: {at} (line {_yaml_line(k)}): a key ({shown}) is not a "
+                                "string (YAML 1.1 reads yes, no, on, off, null and numbers as "
+                                "such): a key is a field's name; quote it")
+                sub = f"{path}.{k.value}" if path else k.value
+                if k.value in first:
+                    raise error(f"{where}: {printable(sub)}: given twice in one mapping (lines "
+                                f"{first[k.value]} and {_yaml_line(k)}); a key is given once "
+                                "(which value was meant is unknown)")
+                first[k.value] = _yaml_line(k)
+                kids.append((sub, v))
+            stack.extend(reversed(kids))
+        elif isinstance(node, yaml.SequenceNode):
+            if node.tag != _YAML_TAG + "seq":
+                raise error(f"{where}: {at} (line {_yaml_line(node)}): a {printable(node.tag)} "
+                            "list is not read: a list is a plain one")
+            stack.extend(reversed([(f"{path}[{i}]", v) for i, v in enumerate(node.value)]))
+
+
+def parse_yaml(text: str, where: str, error: type[Exception], *,
+               nonfinite_ok: Any = ()) -> Any:
+    """Parse one YAML document as PyYAML's ``safe_load`` would (YAML 1.1, no Python objects),
+    refusing what it would read silently otherwise:
+
+    * a second document (``---``), nesting deeper than :data:`MAX_JSON_DEPTH` (PyYAML's
+      composer recurses), more than :data:`MAX_YAML_NODES` values with the aliases expanded
+      (a "billion laughs"), and an alias to a node that contains it;
+    * a key given twice in one mapping (``safe_load`` keeps the last one silently), a key that
+      is not a string (``yes:`` is ``True``), a ``<<`` merge key;
+    * a tag that is no JSON type (``!!python/object``, ``!!binary``, ``!!set``, a timestamp
+      such as ``2001-12-14``), and scalars that YAML 1.1 and YAML 1.2 / JSON read differently:
+      ``yes``/``no``/``on``/``off`` (booleans to 1.1), ``010`` (octal 8 to 1.1), ``0x1f``,
+      ``3_2``, ``1:30`` (90), and ``1e3`` / ``1.0e3`` (text to 1.1, which needs a point and a
+      signed exponent: ``1.0e+3``);
+    * ``.nan`` and ``.inf`` except ``+.inf`` at a dotted path in ``nonfinite_ok``, and an integer
+      too long to be a number (never converted).
+
+    Returns the document (dicts with string keys, lists, str, int, float, bool, None). Raises
+    ``error`` with one line ``WHERE: YAML.PATH (line N): rule`` on any problem (never
+    ``RecursionError``, nor PyYAML's multi-line messages).
+    """
+    import yaml
+    # libyaml's scanner and parser (PyYAML's own take ~50 s on 16 MiB of blank lines); the
+    # resolver and constructor are PyYAML's SafeLoader's, as Megatron-Bridge's yaml.safe_load
+    loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    def not_yaml(exc: yaml.YAMLError) -> Exception:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        if mark is not None:
+            say = f"line {mark.line + 1} column {mark.column + 1}: {exc.problem or exc}"
+        elif isinstance(exc, yaml.reader.ReaderError):
+            line = text.count("\n", 0, exc.position) + 1
+            say = (f"line {line}: character #x{exc.character:04x} is not allowed in YAML"
+                   if isinstance(exc.character, int) else f"line {line}: {exc.reason}")
+        else:
+            say = str(exc)
+        return error(f"{where}: not YAML: {printable(' '.join(say.split()))}")
+
+    # one pass over the events (the parser is a state machine: no recursion at any depth)
+    depth, docs, events = 0, 0, 0
+    try:
+        for event in yaml.parse(text, Loader=loader_cls):
+            events += 1
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_JSON_DEPTH:
+                    raise error(f"{where}: line {event.start_mark.line + 1}: YAML nested more "
+                                f"than {MAX_JSON_DEPTH} levels deep")
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+            elif isinstance(event, yaml.DocumentStartEvent):
+                docs += 1
+                if docs > 1:
+                    raise error(f"{where}: line {event.start_mark.line + 1}: a second YAML "
+                                "document (---): a file holds one")
+            if events > MAX_YAML_NODES:  # bounds what is composed (an alias: one event)
+                raise error(f"{where}: line {event.start_mark.line + 1}: more than "
+                            f"{MAX_YAML_NODES:,} values (a run_config.yaml holds a few hundred)")
+    except yaml.YAMLError as exc:
+        raise not_yaml(exc) from None
+    if docs == 0:
+        return None
+    loader = loader_cls(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        _yaml_check(root, where, error, frozenset(nonfinite_ok))
+        return loader.construct_document(root)
+    except yaml.YAMLError as exc:
+        raise not_yaml(exc) from None
+    finally:
+        loader.dispose()
+
+
+def read_yaml_file(path: str | Path, error: type[Exception], *, nonfinite_ok: Any = ()) -> Any:
+    """Read and parse the YAML file ``path``: a regular UTF-8 file of at most
+    ``MAX_BYTES['yaml']`` (:func:`read_text`: a FIFO never blocks, a device is never read),
+    then :func:`parse_yaml` (its rules; ``error`` names the file)."""
+    return parse_yaml(read_text(path, error, "yaml", encoding="utf-8"), str(path), error,
+                      nonfinite_ok=nonfinite_ok)
