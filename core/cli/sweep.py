@@ -16,7 +16,7 @@ from core.plan.fields import ConfigError, FieldError
 from core.plan.parallel import (CP_COMM_TYPES, MOE_DISPATCHERS, RECOMPUTE_CHOICES,
                                 RECOMPUTE_MODES, SCHEDULES, SWEEP_SCHEDULES)
 from core.plan.rules import check_all_but_the_plan
-from core.util.text import days_phrase
+from core.util.text import days_phrase, format_params
 from core.cli.common import (NO_TIGHT_HELP, SET_HELP, check_number, decimal_arg, fmt_days, integer_arg, path_arg,
                              list_items, check_outputs, session_from_args, session_inputs, workers_arg,
                              SignalCancel, tight_front_note)
@@ -588,7 +588,7 @@ def _print_header(result, console: Console) -> None:
     console.print(f"[bold]{esc(s.model.name)}[/] on {esc(s.cluster.gpu)} ({s.cluster.gpus_per_node} per "
                   f"node{f', {net:,.0f} Gb/s per node' if net else ''}), sequence "
                   f"{s.model.seq_length:,}, global batch {s.plan.global_batch_size}, "
-                  f"{s.cost.training_tokens / 1e9:,.0f}B tokens at ${s.cost.price_per_gpu_hour_usd:,.2f}"
+                  f"{format_params(s.cost.training_tokens)} tokens at ${s.cost.price_per_gpu_hour_usd:,.2f}"
                   f"/GPU-hour; budget: {budget_text(result.space)}", highlight=False)
     prov = result.profile
     console.print(esc(f"profile: {prov.get('device')} ({prov.get('method')}) {prov.get('path', '')}"))
