@@ -54,7 +54,8 @@ from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 
 __all__ = ["POLICY_FILE", "Rule", "DeepSpeedImport", "load_rules", "model_from_name",
-           "session_from_deepspeed", "read_deepspeed_config", "RECOMPUTE_OPTIONS"]
+           "session_from_deepspeed", "read_deepspeed_config", "RECOMPUTE_OPTIONS",
+           "sweep_options"]
 
 #: The policy: every DeepSpeed config key the importer knows and what it does with it.
 POLICY_FILE = Path(__file__).resolve().parents[2] / "resources" / "deepspeed_config.json"
@@ -63,6 +64,19 @@ POLICY_FILE = Path(__file__).resolve().parents[2] / "resources" / "deepspeed_con
 #: DeepSpeed's ``deepspeed.checkpointing.checkpoint`` around each layer: the layer's input
 #: kept, the layer run again in the backward, Megatron's full recomputation).
 RECOMPUTE_OPTIONS = ("none", "full")
+
+
+def sweep_options(precision: str) -> str:
+    """The ``vtrain sweep`` options that keep its default plan space (Megatron-Core's: tensor,
+    pipeline and context parallelism, Transformer Engine's and Megatron's fused cross-entropy,
+    selective recomputation) to what DeepSpeed without Megatron runs: ZeRO data parallelism
+    over every GPU (t = p = cp = 1), the model's own unfused cross-entropy (``off``), no or full
+    recomputation (:data:`RECOMPUTE_OPTIONS`); with bf16 also ZeRO stages 1-3, since stage 0
+    with bf16 is refused on import (:func:`session_from_deepspeed`: the file does not say which
+    optimizer DeepSpeed runs there). docs/deepspeed.md, "Sweeping"."""
+    out = ("--tensor-parallel 1 --pipeline-parallel 1 --context-parallel 1 "
+           f"--cross-entropy-fusion off --recompute {','.join(RECOMPUTE_OPTIONS)}")
+    return out + (" --zero-stages 1,2,3" if precision == "bf16" else "")
 
 #: ``data_types.grad_accum_dtype``'s names -> the session's: DeepSpeed's ``DtypeEnum``
 #: (``runtime/config.py`` line 144 in 0.19.8), case as written there (``DtypeEnum("BF16")``
