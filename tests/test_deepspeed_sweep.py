@@ -58,3 +58,38 @@ def test_the_import_names_the_options_and_they_keep_the_sweep_to_deepspeed(tmp_p
     assert any((r["data_parallel"], r["zero_stage"], r["global_batch_size"]) == ("8", "3", "32")
                for r in rows)
     assert json.loads(out.read_text())["plan"]["zero_stage"] == 3
+
+
+def test_every_unsupplied_auto_is_named_in_one_refusal():
+    """Hugging Face Trainer's ZeRO-3 example has "auto" for the micro-batch, the accumulation
+    steps and both precision switches: the import refused the first alone, then (given it) the
+    next, then the next: three runs to learn three options. Now one message names them all; a
+    single missing one keeps its own message."""
+    import pytest
+    from core.io.deepspeed_import import model_from_name, session_from_deepspeed
+    from core.plan.fields import ConfigError
+    cfg = json.loads(HF_ZERO3.read_text())
+    model = model_from_name("Llama 3 8B", seq_length=4096)[0]
+
+    def refused(**options):
+        with pytest.raises(ConfigError) as err:
+            session_from_deepspeed(cfg, model, "ds_config.json", num_gpus=8, recompute="full",
+                                   options=options)
+        assert len(err.value.errors) == 1
+        e = err.value.errors[0]
+        return f"{e.field}: {e.message}"
+    assert refused() == (
+        "ds_config.json: train_micro_batch_size_per_gpu: 'auto', and so are "
+        "gradient_accumulation_steps, bf16.enabled and fp16.enabled (Hugging Face Trainer's "
+        "placeholders, filled in from its own arguments): give --micro-batch-size, "
+        "--gradient-accumulation-steps and --precision with the values the Trainer fills in, "
+        "or the values in the file")
+    assert "and so is gradient_accumulation_steps (" in refused(**{"--precision": "bf16"})
+    one = refused(**{"--precision": "bf16", "--micro-batch-size": 1})
+    assert "gradient_accumulation_steps: 'auto' (Hugging Face Trainer's placeholder" in one
+    assert "and so" not in one
+    s = session_from_deepspeed(cfg, model, "ds_config.json", num_gpus=8, recompute="full",
+                               options={"--precision": "bf16", "--micro-batch-size": 1,
+                                        "--gradient-accumulation-steps": 4}).session
+    assert (s.plan.micro_batch_size, s.plan.global_batch_size, s.plan.precision) == \
+        (1, 32, "bf16")

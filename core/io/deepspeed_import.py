@@ -227,6 +227,35 @@ def _supplied(used: dict[str, Any], name: str, where: str, options: dict[str, An
     return v
 
 
+def _refuse_unsupplied_autos(used: dict[str, Any], where: str, bf16_section: str,
+                             options: dict[str, Any]) -> None:
+    """Refuse, in one message, every used key at Hugging Face Trainer's "auto" whose option is
+    not given, when there are two or more (the batch keys and the precision switches): each was
+    refused alone before, so a Trainer config took one run per missing option. One such key is
+    refused where it is read (:func:`_supplied`, :func:`_enabled`). ``train_batch_size`` is
+    not among them: without ``--train-batch-size`` it is the Trainer's product of the others.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first such key, the others and the options to give.
+    """
+    rules = load_rules()
+    keys = ["train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+            f"{bf16_section}.enabled", "fp16.enabled"]
+    missing = [k for k in keys if _is_auto(used.get(k)) and rules[k].auto not in options]
+    if len(missing) < 2:
+        return
+    opts = list(dict.fromkeys(rules[k].auto for k in missing))
+
+    def _and(words: list[str]) -> str:
+        return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    raise refusal(where, missing[0], f"'auto', and so {'is' if len(missing) == 2 else 'are'} "
+                  f"{_and(missing[1:])} (Hugging Face Trainer's placeholders, filled in from its "
+                  f"own arguments): give {_and(opts)} with the values the Trainer fills in, or "
+                  "the values in the file")
+
+
 def _positive(value: Any, name: str, where: str) -> int | None:
     if value is None:
         return None
@@ -553,6 +582,7 @@ def session_from_deepspeed(cfg: Any, model: ModelConfig, where: str = "ds_config
             del used[k]
         ignored["bfloat16"] = ("not read: DeepSpeed reads the bf16 section when both are given "
                                "(runtime/precision_config.py get_bfloat16_config)")
+    _refuse_unsupplied_autos(used, where, bf16_section, options)
     micro, global_batch, batch_notes = _batch(used, where, num_gpus, options)
     notes += batch_notes
     zero, overlap_grad, overlap_param = _zero(used, where, notes)
