@@ -170,6 +170,8 @@ def _checkpoints(mp: Mapper) -> None:
             n = never - 1
             mp.notes.append((given[-1], "0: no periodic checkpoint, one at the end of the run "
                              f"(reliability.checkpoint_interval_iterations {n:,}, beyond any run)"))
+        elif n >= never:  # with --save Megatron-LM saves at the end (2^40 is no save at all)
+            n = never - 1
         mp.set(given[-1], "reliability.checkpoint_interval_iterations", n)
     if mp.switch("--async-save"):
         mp.set("--async-save", "reliability.async_save", True)
