@@ -477,6 +477,17 @@ def test_rules_of_one_setting_and_listed_fields(tmp_path):
         "no effect with p = 1 and d = 4 (the order tp-cp-ep-pp-dp is the default "
         "tp-cp-ep-dp-pp when p or d is 1)")
     assert "--use-tp-pp-dp-mapping" in imp.arguments
+    # the unknown key at false is listed as not read (docs/bridge.md), not dropped unseen (a
+    # misspelt key looked read); at null too
+    assert imp.ignored["model.a_field_of_bridge_0_7"] == (
+        "false: not a field of Megatron-Bridge 0.6.2's model section (another version's?); not "
+        "read (null or false turns nothing on)")
+    null = _read(tmp_path, lambda d: (d["ddp"].update(a_field_of_bridge_0_7=None),
+                                      d["comm_overlap"].update(a_field_of_bridge_0_7=None)))
+    assert null.ignored["ddp.a_field_of_bridge_0_7"].startswith("null: not a field of "
+                                                                "Megatron-Bridge 0.6.2's ddp")
+    assert null.ignored["comm_overlap.a_field_of_bridge_0_7"].startswith(
+        "null: not a field of Megatron-Bridge 0.6.2's CommOverlapConfig")
     # a kernel switch whose Bridge default (off) is not Megatron-LM's (on): listed when off,
     # as Megatron-LM's --no-bias-swiglu-fusion is, and not when on (the Llama provider's)
     off = _read(tmp_path, lambda d: d["model"].update(bias_activation_fusion=False))

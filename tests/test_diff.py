@@ -192,6 +192,29 @@ def test_a_model_name_alone_is_no_difference(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["beyond_plan"][0]["field"] == "model"
 
 
+def test_an_empty_field_and_the_value_it_means_are_one_model(tmp_path, capsys):
+    """The recipe's Llama 3 70B (the preset: kv_channels and num_query_groups as given) against
+    the sweep's best of the same model imported from a run_config.yaml (kv_channels 128):
+    ``vtrain diff`` said "A and B differ beyond the plan: model Llama 3 70B / Meta-Llama-3-70B"
+    for an empty kv_channels (h/a) against the number it means. Now only a real difference
+    is named."""
+    a, b = load_any(SMALL), load_any(SMALL)
+    assert a.model.kv_channels is None
+    b.model.name = "imported"
+    b.model.kv_channels = a.model.hidden_size // a.model.num_attention_heads
+    b.model.num_query_groups = a.model.num_attention_heads
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    save_session(a, pa)
+    save_session(b, pb)
+    assert main(["diff", str(pa), str(pb), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["beyond_plan"] == []
+    b.model.kv_channels = 2 * b.model.kv_channels  # a head size h/a does not give
+    save_session(b, pb)
+    assert main(["diff", str(pa), str(pb), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["beyond_plan"] == [
+        {"field": "model", "a": a.model.name, "b": "imported"}]
+
+
 def test_a_run_shorter_than_a_day_shows_its_days(tmp_path, capsys):
     """A 1,000-step run (a launch's --train-iters, a torchtitan steps) takes minutes: its days
     printed "0.0" in simulate, the sweep table and diff, telling plans apart by nothing."""

@@ -347,3 +347,44 @@ def test_report_prints_a_small_expected_count(capsys):
     out = " ".join(capsys.readouterr().out.split())
     printed = re.search(r"([\d.,]+) expected in the run", out).group(1)
     assert printed == f"{expected:.3g}" and float(printed) > 0
+
+
+def test_no_checkpoint_saves_nothing_and_a_failure_restarts_the_run():
+    """checkpoint_interval_iterations 2^40 is no checkpoint at all (a Megatron-LM launch without
+    --save, a Megatron-Bridge run_config.yaml with checkpoint.save null; docs/goodput.md): the
+    run is one segment without a save (Daly's E[x] of the whole work). It was charged one save
+    at the end: a 50-iteration Bridge benchmark of Llama 3 70B on 64 H100s read "1 saves,
+    checkpoints cost 10.4%" beside the import's "Megatron-Bridge saves no checkpoint". 2^40 - 1
+    (--save-interval 0 with --save) still saves once, at the end."""
+    from core.plan.cluster import NO_CHECKPOINT_INTERVAL
+    assert NO_CHECKPOINT_INTERVAL == 2 ** 40
+    size = CheckpointSize(total_bytes=1e12, per_gpu_bytes=1e9, per_node_bytes=8e9,
+                          stage_bytes=[1e12])
+    kw = dict(iteration_time_s=10.0, num_iterations=50, num_gpus=64, size=size,
+              price_per_gpu_hour_usd=2.0)
+    none = goodput(reliability=_rel(checkpoint_interval_iterations=2 ** 40), **kw)
+    assert (none.num_checkpoints, none.checkpoint_s, none.gpu_hours_checkpoints) == (0, 0.0, 0.0)
+    assert none.checkpoint_interval_rule == "no checkpoint"
+    assert none.work_s == 500.0
+    assert none.expected_time_s == pytest.approx(segment_expected_s(500.0, none.mtbi_s, 600.0),
+                                                 rel=1e-12)
+    assert none.work_s + none.restart_s + none.lost_work_s == pytest.approx(
+        none.expected_time_s, rel=1e-12)
+    end = goodput(reliability=_rel(checkpoint_interval_iterations=2 ** 40 - 1), **kw)
+    assert (end.num_checkpoints, end.checkpoint_interval_rule) == (1, "given")
+    assert end.checkpoint_s == pytest.approx(8.0)
+    assert end.expected_time_s == pytest.approx(segment_expected_s(508.0, end.mtbi_s, 600.0),
+                                                rel=1e-12)
+    # async saves change nothing when nothing is saved
+    a = goodput(reliability=_rel(checkpoint_interval_iterations=2 ** 40, async_save=True), **kw)
+    assert a.expected_time_s == none.expected_time_s and a.num_checkpoints == 0
+
+
+def test_report_says_no_checkpoint(capsys):
+    from core.cli import main
+    ex = "resources/examples/gpt3_1.3b_single_node.json"
+    assert main(["simulate", ex, "--set",
+                 f"reliability.checkpoint_interval_iterations={2 ** 40}"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Checkpoint interval none: no checkpoint is saved" in out
+    assert "checkpoints cost 0.0%" in out and " saves" not in out.split("Checkpoint interval")[1]

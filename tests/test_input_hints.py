@@ -212,12 +212,15 @@ def test_a_session_files_gpu_alias_names_the_kind_it_means(tmp_path, capsys):
     ("train_llama3_8b.sh", "#!/bin/bash\ntorchrun --nproc-per-node 8 pretrain_gpt.py \\\n"
                            "    --num-layers 32 --hidden-size 4096\n", "vtrain import megatron-args"),
     ("llama3_70b.toml", "[model]\nname = \"llama3\"\nflavor = \"70B\"\n",
-     "vtrain import torchtitan")])
+     "vtrain import torchtitan"),
+    ("run_config.yaml", "_target_: megatron.bridge.training.config.ConfigContainer\nmodel:\n"
+                        "  num_layers: 32\n", "vtrain import bridge")])
 @pytest.mark.parametrize("command", ["simulate", "sweep"])
 def test_another_tools_file_given_as_a_session_names_its_importer(tmp_path, capsys, name, text,
                                                                   importer, command):
-    """A launch script or a torchtitan config given to simulate or sweep (a new user's first
-    try) is refused as not JSON, and the message names the importer that reads it."""
+    """A launch script, a torchtitan config or a Megatron-Bridge checkpoint's run_config.yaml
+    given to simulate or sweep (a new user's first try) is refused as not JSON, and the message
+    names the importer that reads it."""
     path = tmp_path / name
     path.write_text(text)
     err = _run(capsys, command, str(path))

@@ -651,10 +651,16 @@ def test_checkpoint_interval_and_async_save_are_read_and_written(tmp_path):
     args = export_arguments(Session(res.session.model, res.session.plan, res.session.cluster,
                                     res.session.cost))
     assert "--save-interval" not in args and "--async-save" not in args
-    # 0: Megatron-LM saves no periodic checkpoint, only one at the end (it imported before)
+    # 0: Megatron-LM saves no periodic checkpoint, only one at the end (it imported before):
+    # an interval beyond any run, one less than 2^40 (no checkpoint at all, without --save)
     never = import_file(_write(tmp_path, "never.sh", GPT3_175B_NO_RAMPUP.replace(
         "--save-interval 10000", "--save-interval 0")))
-    assert never.session.reliability.checkpoint_interval_iterations == 2 ** 40
+    assert never.session.reliability.checkpoint_interval_iterations == 2 ** 40 - 1
+    # an exported no-checkpoint session writes --save-interval 2^40; with --save added it saves
+    # at the end, as 0 does (2^40 itself is no save at all)
+    huge = import_file(_write(tmp_path, "huge.sh", GPT3_175B_NO_RAMPUP.replace(
+        "--save-interval 10000", f"--save-interval {2 ** 40}")))
+    assert huge.session.reliability.checkpoint_interval_iterations == 2 ** 40 - 1
     assert "--save-interval" in dict(never.notes)
 
 

@@ -259,7 +259,8 @@ def test_the_megatron_lm_note_gives_each_plan_its_own_reasons():
     def note(refused):
         console = Console(record=True, width=400)
         fake = types.SimpleNamespace(megatron_lm=lambda: refused,
-                                     space=SweepSpace(hold_session_values=True))
+                                     space=SweepSpace(hold_session_values=True),
+                                     session=types.SimpleNamespace(plan=None))
         _print_megatron_lm(fake, console)
         return console.export_text().strip().split(": --", 1)[0]  # without the options
     assert note({"fastest": ["schedule zb-h1"], "cheapest": ["te is disabled"]}) == (

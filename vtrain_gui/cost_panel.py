@@ -711,10 +711,13 @@ class CostPanel(QtWidgets.QWidget):
         mtbi = (f"one interruption every {g.mtbi_s / 3600:,.1f} h, "
                 f"{format_amount(g.expected_interruptions)} expected" if g.mtbi_s is not None
                 else "no failures")
+        saves = ("none saved: a failure restarts the run"
+                 if g.checkpoint_interval_rule == "no checkpoint" else
+                 f"every {g.checkpoint_interval_iterations:,} iterations, "
+                 f"{format_bytes(g.checkpoint_bytes)}")
         self._add_tip(v["run_days"], (
             f"Expected time with failures (10th–90th percentile): {mtbi}; work "
-            f"{g.work_s / d:,.1f} d + checkpoints {g.checkpoint_s / d:,.1f} d (every "
-            f"{g.checkpoint_interval_iterations:,} iterations, {format_bytes(g.checkpoint_bytes)}) "
+            f"{g.work_s / d:,.1f} d + checkpoints {g.checkpoint_s / d:,.1f} d ({saves}) "
             f"+ restarts {g.restart_s / d:,.1f} d + lost work {g.lost_work_s / d:,.1f} d; lost "
             f"{format_amount(g.gpu_hours_checkpoints + g.gpu_hours_failures)} GPU-hours, "
             f"{format_usd(g.cost_usd_checkpoints + g.cost_usd_failures)}. With failures the run "

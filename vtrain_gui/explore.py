@@ -41,6 +41,7 @@ from core.plan.fields import ConfigError
 from core.plan.session import Session
 from core.sim.simulate import SimulationResult
 from core.sim.report import tight_reason
+from core.util.text import format_params
 from core.studies.sweep import (SweepResult, restore_sweep,
                                 saved_sweep, stale_reasons)
 
@@ -910,11 +911,11 @@ class ExploreTab(QtWidgets.QWidget):
     def _update_source(self) -> None:
         s = self._session
         try:
-            tokens = format_count(s.cost.training_tokens / 1e9, 0)
+            tokens = format_params(s.cost.training_tokens)
             self._source.setText(
                 f"From the Plan tab: <b>{html.escape(str(s.model.name))}</b>, global batch "
                 f"B = {format_count(s.plan.global_batch_size)}, {s.plan.precision}; "
-                f"{html.escape(str(s.cluster.gpu))}, {s.cluster.gpus_per_node} per node; {tokens} billion tokens at "
+                f"{html.escape(str(s.cluster.gpu))}, {s.cluster.gpus_per_node} per node; {tokens} tokens at "
                 f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour.")
         except (TypeError, ValueError):
             self._source.setText("From the Plan tab: (invalid inputs)")

@@ -19,7 +19,7 @@ from PySide6.QtCore import Qt
 from core.plan.parallel import RECOMPUTE_MODES, SCHEDULES, ParallelPlan, plan_field_title
 from core.studies.sweep import SweepResult
 
-from .formatting import format_bytes, format_count, format_duration, format_fraction, format_usd
+from .formatting import format_bytes, format_count, format_day_count, format_duration, format_fraction, format_usd
 
 __all__ = ["SweepTableModel", "SweepTableView", "TABLE_COLUMNS", "COLUMN_INDEX"]
 
@@ -92,7 +92,7 @@ TABLE_COLUMNS = _plan_columns(always=True) + (
     _Column("GPUs", "num_gpus", "World size t·p·cp·d", format_count),
     _Column("iteration", "iteration_time_s", "Predicted time of one iteration", format_duration),
     _Column("days", "training_days", "Training time for the token budget (days)",
-            lambda v: format_count(v, 1)),
+            format_day_count),
     _Column("cost", "cost_usd", "Cost of training on the token budget (USD)", format_usd),
     _Column("memory/GPU", "max_memory_per_gpu_bytes", "Largest memory per GPU over the stages",
             format_bytes),

@@ -314,8 +314,9 @@ def add_deepspeed(isub: Any) -> None:
 def _deepspeed(args: argparse.Namespace) -> int:
     """``vtrain import deepspeed DS_CONFIG.json --model MODEL --num-gpus N --out SESSION.json``."""
     from core.plan.fields import ConfigError, FieldError
-    from core.io.deepspeed_import import model_from_name, read_deepspeed_config
+    from core.io.deepspeed_import import model_from_name, read_deepspeed_config, sweep_options
     from core.io.session import save_session
+    from core.util.text import shell_word
     from core.util.text import printable
     for name, value in (("--num-gpus", args.num_gpus), ("--gpus-per-node", args.gpus_per_node),
                         ("--micro-batch-size", args.micro_batch_size),
@@ -354,4 +355,7 @@ def _deepspeed(args: argparse.Namespace) -> int:
     fit = plan_fit_note(s, args.out)
     if fit:
         print(printable(f"  note: {fit}"))
+    print(printable("  note: vtrain sweep's default space is Megatron-Core's (tensor and pipeline "
+                    "parallelism, fused cross-entropy ...); a sweep kept to what DeepSpeed runs: "
+                    f"vtrain sweep {shell_word(args.out)} {sweep_options(s.plan.precision)}"))
     return 0

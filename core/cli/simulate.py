@@ -292,13 +292,18 @@ def _run_table(r, s):
                             f"{fmt_bytes(g.checkpoint_bytes_per_node)} per host; "
                             f"{g.checkpoint_save_s:,.1f} s per save ({mode})")
     # the optimum's figures exist only where it chose the interval (None for a given one)
-    rule = {"given": "given", "no failures": "once, at the end (no failures)"}.get(
-        g.checkpoint_interval_rule) or (
+    rule = {"given": "given", "no failures": "once, at the end (no failures)",
+            "no checkpoint": "none"}.get(g.checkpoint_interval_rule) or (
         f"Daly 2006 optimum {g.daly_interval_s:,.0f} s, Young 1974 {g.young_interval_s:,.0f} s, "
         "rounded to whole iterations")
-    t.add_row("Checkpoint interval", f"every {g.checkpoint_interval_iterations:,} iterations "
-                                     f"({g.checkpoint_interval_s / 60:,.1f} min; {rule}); "
-                                     f"{g.num_checkpoints:,} saves")
+    if g.checkpoint_interval_rule == "no checkpoint":
+        t.add_row("Checkpoint interval", "none: no checkpoint is saved (reliability."
+                  "checkpoint_interval_iterations 2^40: Megatron-LM without --save, Megatron-"
+                  "Bridge's checkpoint.save null); a failure restarts the run from its start")
+    else:
+        t.add_row("Checkpoint interval", f"every {g.checkpoint_interval_iterations:,} iterations "
+                                         f"({g.checkpoint_interval_s / 60:,.1f} min; {rule}); "
+                                         f"{g.num_checkpoints:,} saves")
     t.add_row("Expected time", f"{_days(g.expected_time_s)} (10th-90th percentile "
                                f"{fmt_days(g.p10_time_s / 86400)} - "
                                f"{fmt_days(g.p90_time_s / 86400)}) = "

@@ -16,7 +16,7 @@ from core.plan.fields import ConfigError, FieldError
 from core.plan.parallel import (CP_COMM_TYPES, MOE_DISPATCHERS, RECOMPUTE_CHOICES,
                                 RECOMPUTE_MODES, SCHEDULES, SWEEP_SCHEDULES)
 from core.plan.rules import check_all_but_the_plan
-from core.util.text import days_phrase
+from core.util.text import days_phrase, format_params
 from core.cli.common import (NO_TIGHT_HELP, SET_HELP, check_number, decimal_arg, fmt_days, integer_arg, path_arg,
                              list_items, check_outputs, session_from_args, session_inputs, workers_arg,
                              SignalCancel, tight_front_note)
@@ -588,7 +588,7 @@ def _print_header(result, console: Console) -> None:
     console.print(f"[bold]{esc(s.model.name)}[/] on {esc(s.cluster.gpu)} ({s.cluster.gpus_per_node} per "
                   f"node{f', {net:,.0f} Gb/s per node' if net else ''}), sequence "
                   f"{s.model.seq_length:,}, global batch {s.plan.global_batch_size}, "
-                  f"{s.cost.training_tokens / 1e9:,.0f}B tokens at ${s.cost.price_per_gpu_hour_usd:,.2f}"
+                  f"{format_params(s.cost.training_tokens)} tokens at ${s.cost.price_per_gpu_hour_usd:,.2f}"
                   f"/GPU-hour; budget: {budget_text(result.space)}", highlight=False)
     prov = result.profile
     console.print(esc(f"profile: {prov.get('device')} ({prov.get('method')}) {prov.get('path', '')}"))
@@ -690,7 +690,7 @@ def _best_table(result):
     return best, own
 
 
-def megatron_lm_options(space) -> str:
+def megatron_lm_options(space, plan=None) -> str:
     """The sweep options that keep a sweep of ``space`` to what Megatron-LM's arguments run
     (:data:`core.io.megatron.export.MEGATRON_LM_SWEEP_OPTIONS` from the default space): each of
     the space's choices Megatron-LM has no argument for left out -- Transformer Engine's
@@ -699,17 +699,22 @@ def megatron_lm_options(space) -> str:
     two); empty when it has none of them. Every ZeRO stage has an argument (ZeRO-2 and ZeRO-3
     as Megatron-FSDP or FSDP2), but ZeRO-2 runs only with the overlaps on (Megatron-FSDP
     overlaps its reduce-scatters whatever the launch says): with ``--dp-overlap`` off among
-    the space's, ZeRO-2 is left out. Another plan Megatron-LM still refuses (FSDP2 with
-    pipeline parallelism) is named by its own message."""
+    the space's, ZeRO-2 is left out. With ``plan`` (the session's, whose other fields the
+    sweep holds) gathering its parameters in FP8 (``plan.fp8_param_gather``), only ZeRO-1 is
+    kept: ZeRO-2 and ZeRO-3 export as Megatron-FSDP, whose FP8 gathers the export refuses
+    (:func:`core.io.megatron.from_session.export_arguments`), and ZeRO-0 has no FP8 gather. Another plan Megatron-LM still
+    refuses (FSDP2 with pipeline parallelism) is named by its own message."""
     from core.plan.parallel import RECOMPUTE_MODES, ZERO_STAGES
     from core.studies.sweep.space import DEFAULT_CP_COMM_TYPES, as_list
     hold = space.hold_session_values  # None: the session's, which Megatron-LM runs
     no_overlap = space.dp_overlap is not None and False in list(as_list(space.dp_overlap))
+    fp8_gather = bool(plan is not None and getattr(plan, "fp8_param_gather", False))
     out = []
     for option, given, default, refused, fallback in (
             ("--cross-entropy-fusion", space.cross_entropy_fusion, ["te"], {"te"}, ["native"]),
-            ("--zero-stages", space.zero_stages, list(ZERO_STAGES), {2} if no_overlap else set(),
-             [0, 1, 3]),
+            ("--zero-stages", space.zero_stages, list(ZERO_STAGES),
+             {0, 2, 3} if fp8_gather else {2} if no_overlap else set(),
+             [1] if fp8_gather else [0, 1, 3]),
             ("--schedules", space.schedules, [], {"gpipe", "zb-h1", "zb-v"},
              ["1f1b", "interleaved"]),
             ("--recompute", space.recompute, [], {"selective_op"}, list(RECOMPUTE_MODES)),
@@ -735,7 +740,7 @@ def _print_megatron_lm(result, console: Console) -> None:
         what = f"the {' and the '.join(whys)} plan ({esc(next(iter(whys.values())))})"
     else:  # each plan with its own reasons
         what = " nor ".join(f"the {name} plan ({esc(w)})" for name, w in whys.items())
-    options = megatron_lm_options(result.space)
+    options = megatron_lm_options(result.space, result.session.plan)
     console.print(f"[yellow]Megatron-LM cannot run[/] {what}, though it "
                   "runs the session's (other frameworks run it)"
                   + (f": {options} keeps the sweep to plans it runs" if options else ""))

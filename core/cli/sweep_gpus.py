@@ -176,11 +176,12 @@ def print_choice(choice, console: Any, print_dimensions: Any = None,
     from core.sim.comm import summarize_warnings
     from core.plan.cluster import node_network
     from core.util.console import esc
+    from core.util.text import format_params
     s = choice.sweeps[0].session if choice.sweeps else None
     if s is not None:
         console.print(f"[bold]{esc(s.model.name)}[/], sequence {s.model.seq_length:,}, global "
                       f"batch {s.plan.global_batch_size}, "
-                      f"{s.cost.training_tokens / 1e9:,.0f}B tokens; failures "
+                      f"{format_params(s.cost.training_tokens)} tokens; failures "
                       f"{s.reliability.failure_rate_per_gpu_hour:.3g} per GPU-hour, restart "
                       f"{s.reliability.restart_time_s:,.0f} s", highlight=False)
     for r, (row, res, n) in enumerate(zip(choice.sheet.rows, choice.sweeps, choice.counts)):

@@ -272,6 +272,11 @@ class _Reader:
                     self.refused.append(
                         f"{path}: {_shown(value)}: not a field of Megatron-Bridge 0.6.2's {name} "
                         "section (another version's?): what it changes in the cost is not known")
+                else:  # listed, as docs/bridge.md says, so a misspelt key does not pass unseen
+                    shown = "null" if value is None else "false"
+                    self.ignored[path] = (f"{shown}: not a field of Megatron-Bridge 0.6.2's "
+                                          f"{name} section (another version's?); not read (null "
+                                          "or false turns nothing on)")
                 continue
             known, default = _default(fields, key)
             arg = self.dests.get(key)
@@ -482,6 +487,10 @@ def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
                 rd.refused.append(f"{path}: {_shown(value)}: not a field of Megatron-Bridge 0.6.2's "
                                   "CommOverlapConfig (another version's?): what it changes in "
                                   "the cost is not known")
+            else:
+                rd.ignored[path] = (f"{'null' if value is None else 'false'}: not a field of "
+                                    "Megatron-Bridge 0.6.2's CommOverlapConfig (another "
+                                    "version's?); not read (null or false turns nothing on)")
             continue
         user[key] = value
     for key in ("tp_comm_overlap", "overlap_p2p_comm", "batch_p2p_comm", "overlap_grad_reduce",

@@ -54,7 +54,8 @@ from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 
 __all__ = ["POLICY_FILE", "Rule", "DeepSpeedImport", "load_rules", "model_from_name",
-           "session_from_deepspeed", "read_deepspeed_config", "RECOMPUTE_OPTIONS"]
+           "session_from_deepspeed", "read_deepspeed_config", "RECOMPUTE_OPTIONS",
+           "sweep_options"]
 
 #: The policy: every DeepSpeed config key the importer knows and what it does with it.
 POLICY_FILE = Path(__file__).resolve().parents[2] / "resources" / "deepspeed_config.json"
@@ -63,6 +64,19 @@ POLICY_FILE = Path(__file__).resolve().parents[2] / "resources" / "deepspeed_con
 #: DeepSpeed's ``deepspeed.checkpointing.checkpoint`` around each layer: the layer's input
 #: kept, the layer run again in the backward, Megatron's full recomputation).
 RECOMPUTE_OPTIONS = ("none", "full")
+
+
+def sweep_options(precision: str) -> str:
+    """The ``vtrain sweep`` options that keep its default plan space (Megatron-Core's: tensor,
+    pipeline and context parallelism, Transformer Engine's and Megatron's fused cross-entropy,
+    selective recomputation) to what DeepSpeed without Megatron runs: ZeRO data parallelism
+    over every GPU (t = p = cp = 1), the model's own unfused cross-entropy (``off``), no or full
+    recomputation (:data:`RECOMPUTE_OPTIONS`); with bf16 also ZeRO stages 1-3, since stage 0
+    with bf16 is refused on import (:func:`session_from_deepspeed`: the file does not say which
+    optimizer DeepSpeed runs there). docs/deepspeed.md, "Sweeping"."""
+    out = ("--tensor-parallel 1 --pipeline-parallel 1 --context-parallel 1 "
+           f"--cross-entropy-fusion off --recompute {','.join(RECOMPUTE_OPTIONS)}")
+    return out + (" --zero-stages 1,2,3" if precision == "bf16" else "")
 
 #: ``data_types.grad_accum_dtype``'s names -> the session's: DeepSpeed's ``DtypeEnum``
 #: (``runtime/config.py`` line 144 in 0.19.8), case as written there (``DtypeEnum("BF16")``
@@ -211,6 +225,35 @@ def _supplied(used: dict[str, Any], name: str, where: str, options: dict[str, An
         raise refusal(where, name, f"{_show(v)} in the file, {option} {given}: they disagree (the "
                       "option supplies an \"auto\" value only)")
     return v
+
+
+def _refuse_unsupplied_autos(used: dict[str, Any], where: str, bf16_section: str,
+                             options: dict[str, Any]) -> None:
+    """Refuse, in one message, every used key at Hugging Face Trainer's "auto" whose option is
+    not given, when there are two or more (the batch keys and the precision switches): each was
+    refused alone before, so a Trainer config took one run per missing option. One such key is
+    refused where it is read (:func:`_supplied`, :func:`_enabled`). ``train_batch_size`` is
+    not among them: without ``--train-batch-size`` it is the Trainer's product of the others.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first such key, the others and the options to give.
+    """
+    rules = load_rules()
+    keys = ["train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+            f"{bf16_section}.enabled", "fp16.enabled"]
+    missing = [k for k in keys if _is_auto(used.get(k)) and rules[k].auto not in options]
+    if len(missing) < 2:
+        return
+    opts = list(dict.fromkeys(rules[k].auto for k in missing))
+
+    def _and(words: list[str]) -> str:
+        return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    raise refusal(where, missing[0], f"'auto', and so {'is' if len(missing) == 2 else 'are'} "
+                  f"{_and(missing[1:])} (Hugging Face Trainer's placeholders, filled in from its "
+                  f"own arguments): give {_and(opts)} with the values the Trainer fills in, or "
+                  "the values in the file")
 
 
 def _positive(value: Any, name: str, where: str) -> int | None:
@@ -539,6 +582,7 @@ def session_from_deepspeed(cfg: Any, model: ModelConfig, where: str = "ds_config
             del used[k]
         ignored["bfloat16"] = ("not read: DeepSpeed reads the bf16 section when both are given "
                                "(runtime/precision_config.py get_bfloat16_config)")
+    _refuse_unsupplied_autos(used, where, bf16_section, options)
     micro, global_batch, batch_notes = _batch(used, where, num_gpus, options)
     notes += batch_notes
     zero, overlap_grad, overlap_param = _zero(used, where, notes)

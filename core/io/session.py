@@ -176,6 +176,10 @@ _IMPORTER_BY_SUFFIX = {
     ".sbatch": "a Megatron-LM launch script? vtrain import megatron-args turns it into a session",
     ".slurm": "a Megatron-LM launch script? vtrain import megatron-args turns it into a session",
     ".toml": "a torchtitan job config? vtrain import torchtitan turns it into a session",
+    ".yaml": "a Megatron-Bridge run_config.yaml? vtrain import bridge turns it into a session "
+             "(with --gpu KIND --num-gpus N, which the file does not keep)",
+    ".yml": "a Megatron-Bridge run_config.yaml? vtrain import bridge turns it into a session "
+            "(with --gpu KIND --num-gpus N, which the file does not keep)",
 }
 
 

@@ -279,6 +279,13 @@ class CostConfig:
 #: firmware) are left out: a job schedules them.
 LLAMA3_FAILURES_PER_GPU_HOUR = 419 / (54 * 24 * 16_384)
 
+#: ``ReliabilityConfig.checkpoint_interval_iterations`` at its maximum: no checkpoint at all
+#: (no save, not even at the end; a failure restarts the run from its start), what a
+#: Megatron-LM launch without ``--save`` and a Megatron-Bridge run_config.yaml with
+#: ``checkpoint.save: null`` import as (Megatron-LM saves only if ``args.save``). One less is
+#: an interval beyond any run: no periodic save, one at the end (``--save-interval 0``).
+NO_CHECKPOINT_INTERVAL = 2 ** 40
+
 
 @dataclass
 class ReliabilityConfig:
@@ -320,7 +327,8 @@ class ReliabilityConfig:
     checkpoint_interval_iterations: int | None = described_field(
         None, "iterations", "Iterations between checkpoints (Megatron-LM --save-interval); empty "
         "means the optimum of Young (1974) and Daly (2006) from the failure rate and the "
-        "checkpoint's cost", min=1, max=2**40)
+        "checkpoint's cost; 1,099,511,627,776 (2^40, the largest) means no checkpoint at all "
+        "(Megatron-LM without --save)", min=1, max=NO_CHECKPOINT_INTERVAL)
 
 
 def gpu_kind(name: str) -> str:

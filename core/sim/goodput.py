@@ -348,17 +348,22 @@ def goodput(*, iteration_time_s: float, num_iterations: int, num_gpus: int, reli
     C = size.per_gpu_bytes / (rel.host_copy_gbytes_per_s_per_gpu * 1e9) if rel.async_save \
         else write_s
     young = daly = None
-    if rel.checkpoint_interval_iterations is not None:
+    from core.plan.cluster import NO_CHECKPOINT_INTERVAL
+    never = rel.checkpoint_interval_iterations is not None and \
+        int(rel.checkpoint_interval_iterations) >= NO_CHECKPOINT_INTERVAL
+    if never:  # no save at all: one segment of the whole run, a failure restarts it
+        k, rule = n, "no checkpoint"
+    elif rel.checkpoint_interval_iterations is not None:
         k, rule = int(rel.checkpoint_interval_iterations), "given"
     elif math.isfinite(M):
         young, daly = young_interval_s(C, M), daly_interval_s(C, M)
         k, rule = max(1, round(daly / T)), "Daly"
     else:  # no failures: save once, at the end
         k, rule = n, "no failures"
-    if rel.async_save:  # a save waits for the previous one's background write
+    if rel.async_save and not never:  # a save waits for the previous one's background write
         k = max(k, math.ceil(write_s / T))
     k = min(k, n)
-    segs = _segments(n, k, T, C)
+    segs = _segments(n, k, T, 0.0 if never else C)
     longest = max(x for x, _ in segs) + R
     if longest / M > MAX_FAILURES_EXPONENT:
         from core.plan.fields import ConfigError, FieldError
@@ -366,8 +371,11 @@ def goodput(*, iteration_time_s: float, num_iterations: int, num_gpus: int, reli
             f"failure_rate_per_gpu_hour={rel.failure_rate_per_gpu_hour:g} on {num_gpus:,} GPUs "
             f"interrupts the job every {M:,.3g} s, against {longest:,.3g} s of restart, work and "
             f"save between checkpoints: the run would never finish (e^{longest / M:,.0f} "
-            "attempts per segment)"))])
-    num_ckpt = sum(c for _, c in segs)
+            "attempts per segment)" + (
+                "; reliability.checkpoint_interval_iterations 2^40 saves no checkpoint (Megatron-"
+                "LM without --save): give --save and an interval, or a smaller interval"
+                if never else "")))])
+    num_ckpt = 0 if never else sum(c for _, c in segs)
     expected = float(sum(c * segment_expected_s(x, M, R) for x, c in segs))
     if math.isfinite(M):
         # expected failures per segment: (1 - p) / q; each is followed by a restart attempt

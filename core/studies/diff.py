@@ -192,13 +192,14 @@ def beyond_plan(a: Session, b: Session) -> list[dict[str, Any]]:
     Empty when the two differ in the plan only; otherwise the difference of iteration times,
     days and cost is not the plans' alone."""
     out: list[dict[str, Any]] = []
-    if a.model != dataclasses.replace(b.model, name=a.model.name):  # the name is a label
+    ma, mb = _resolved(a.model), _resolved(b.model)
+    if ma != dataclasses.replace(mb, name=ma.name):  # the name is a label
         if a.model.name != b.model.name:
             out.append({"field": "model", "a": a.model.name, "b": b.model.name})
         else:
             out += [{"field": f"model.{f.name}", "a": getattr(a.model, f.name),
                      "b": getattr(b.model, f.name)} for f in dataclasses.fields(a.model)
-                    if getattr(a.model, f.name) != getattr(b.model, f.name)]
+                    if getattr(ma, f.name) != getattr(mb, f.name)]
     for section in ("cluster", "cost"):
         x, y = getattr(a, section), getattr(b, section)
         out += [{"field": f"{section}.{f.name}", "a": getattr(x, f.name), "b": getattr(y, f.name)}
@@ -206,6 +207,16 @@ def beyond_plan(a: Session, b: Session) -> list[dict[str, Any]]:
                 and not (f.name == "profile_path" and _same_store(a, b))
                 and not (f.name == "inter_node_bandwidth_gbits_per_s" and _same_network(a, b))]
     return out
+
+
+def _resolved(model: Any) -> Any:
+    """``model`` with the fields whose empty value means a value of the others filled in:
+    ``kv_channels`` (empty: h/a, :attr:`ModelConfig.head_dim`) and ``num_query_groups`` (empty:
+    a, :attr:`ModelConfig.query_groups`), so that a preset's Llama 3 70B (kv_channels empty)
+    and the same model imported from a Hugging Face config or a Megatron-Bridge run_config.yaml
+    (kv_channels 128) are one model."""
+    return dataclasses.replace(model, kv_channels=model.head_dim,
+                               num_query_groups=model.query_groups)
 
 
 def _same_network(a: Session, b: Session) -> bool:

@@ -73,6 +73,20 @@ def test_real_report(panel, real_simulate):
     panel.grab()
 
 
+def test_no_checkpoint_run_says_none_saved(panel, real_simulate):
+    """reliability.checkpoint_interval_iterations 2^40 (a launch without --save, Bridge's
+    checkpoint.save null) saves nothing: the tooltip says so, not "every N iterations"."""
+    from core.io.session import load_any
+    from tests.conftest import EXAMPLES
+
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    s.reliability.checkpoint_interval_iterations = 2 ** 40
+    panel.set_report(real_simulate(s).report)
+    tip = panel._values["run_days"].toolTip()
+    assert "checkpoints 0.0 d (none saved: a failure restarts the run)" in tip
+    assert "iterations," not in tip
+
+
 def test_error_band_of_time_days_and_dollars(panel, real_simulate):
     from core.store.profiles_gen import generate_store
     from core.io.session import load_any

@@ -37,13 +37,23 @@ from core.io.megatron.rules import SESSION_FIELDS, broken_rules, required_enviro
 from core.util.text import shell_comment, shell_word
 
 __all__ = ["refuse_megatron_rules", "megatron_refusal", "megatron_blockers",
-           "MEGATRON_LM_SWEEP_OPTIONS", "environment_lines", "export_script", "PLAN_ARGUMENTS",
+           "MEGATRON_LM_SWEEP_OPTIONS", "megatron_lm_sweep_options", "environment_lines", "export_script", "PLAN_ARGUMENTS",
            "rewrite_script", "unified_diff"]
 
 #: The ``vtrain sweep`` options that keep the default space to plans Megatron-LM's arguments
 #: run: its native cross-entropy and its two schedules (ZeRO-2 and ZeRO-3 run as Megatron-FSDP
 #: or FSDP2: :func:`core.io.megatron.from_session.export_arguments`).
 MEGATRON_LM_SWEEP_OPTIONS = "--cross-entropy-fusion native --schedules 1f1b,interleaved"
+
+
+def megatron_lm_sweep_options(session: Session) -> str:
+    """:data:`MEGATRON_LM_SWEEP_OPTIONS` for ``session``'s plan: with ``plan.fp8_param_gather``
+    also ``--zero-stages 1``, since ZeRO-2 and ZeRO-3 (with the parameter gather overlapped,
+    the sweep's default) export as Megatron-FSDP, whose FP8 gathers
+    :func:`core.io.megatron.from_session.export_arguments` refuses."""
+    if getattr(session.plan, "fp8_param_gather", False):
+        return MEGATRON_LM_SWEEP_OPTIONS + " --zero-stages 1"
+    return MEGATRON_LM_SWEEP_OPTIONS
 
 
 def _broken(session: Session, args: list[str]) -> tuple[list, list[str]]:
@@ -76,7 +86,7 @@ def refuse_megatron_rules(session: Session, args: list[str]) -> None:
     raise MegatronArgsError(where + "; ".join(parts) + " (the simulator still simulates the "
                             "plan; Megatron-LM cannot run it. A sweep kept to the cross-entropy, "
                             "ZeRO stages and schedules Megatron-LM runs: "
-                            f"vtrain sweep FILE {MEGATRON_LM_SWEEP_OPTIONS} "
+                            f"vtrain sweep FILE {megatron_lm_sweep_options(session)} "
                             "--pick fastest --out NEW.json)")
 
 

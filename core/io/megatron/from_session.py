@@ -222,7 +222,10 @@ def _megatron_fsdp(pl: Any, zero: int) -> bool:
                                 "Megatron-FSDP's hybrid sharding is not modelled")
     if _get(pl, "fp8_param_gather"):
         raise MegatronArgsError(f"{which} with plan.fp8_param_gather: FP8 parameter gathers "
-                                "under Megatron-FSDP are not modelled")
+                                "under Megatron-FSDP are not modelled; Megatron-LM runs it with "
+                                "plan.fp8_param_gather false, at ZeRO-1 (--use-distributed-"
+                                "optimizer; a sweep: --zero-stages 1), or at ZeRO-3 with "
+                                "plan.overlap_param_gather false (torch FSDP2)")
     return True
 
 

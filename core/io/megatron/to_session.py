@@ -165,10 +165,13 @@ def _checkpoints(mp: Mapper) -> None:
     if given:  # parse_arguments keeps the order given: the last one is argparse's value
         n = int_argument(args, given[-1], src, minimum=0)
         if n == 0:  # Megatron-LM saves when iteration % interval == 0 only if the interval is
-            # not 0; it still saves once at the end: an interval no run reaches
-            n = never
+            # not 0; it still saves once at the end: an interval no run reaches (one less than
+            # the maximum, which is no checkpoint at all: core.plan.cluster.NO_CHECKPOINT_INTERVAL)
+            n = never - 1
             mp.notes.append((given[-1], "0: no periodic checkpoint, one at the end of the run "
                              f"(reliability.checkpoint_interval_iterations {n:,}, beyond any run)"))
+        elif n >= never:  # with --save Megatron-LM saves at the end (2^40 is no save at all)
+            n = never - 1
         mp.set(given[-1], "reliability.checkpoint_interval_iterations", n)
     if mp.switch("--async-save"):
         mp.set("--async-save", "reliability.async_save", True)
