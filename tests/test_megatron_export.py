@@ -789,3 +789,22 @@ def test_train_samples_cover_the_token_budget_in_the_iterations_simulate_counts(
 def _write_text(path, text):
     path.write_text(text)
     return path
+
+
+def test_a_session_without_checkpoints_exports_no_save_interval(tmp_path):
+    """A session that saves no checkpoint (reliability.checkpoint_interval_iterations 2^40,
+    what a launch without --save or Megatron-Bridge's checkpoint.save null imports as): the
+    export wrote --save-interval 1099511627776; Megatron-LM without --save saves nothing, so
+    the launch has no interval, and it reads back as the same session (no checkpoint)."""
+    from core.plan.cluster import NO_CHECKPOINT_INTERVAL
+    session = load_any(EXAMPLES / "gpt3_175b.json")
+    session = dataclasses.replace(session, reliability=dataclasses.replace(
+        session.reliability, checkpoint_interval_iterations=NO_CHECKPOINT_INTERVAL))
+    args = export_arguments(session)
+    assert "--save-interval" not in args and "--save" not in args
+    back = import_file(_write(tmp_path, export_script(session))).session
+    assert back.reliability.checkpoint_interval_iterations == NO_CHECKPOINT_INTERVAL
+    # a session that checkpoints keeps its interval
+    every = dataclasses.replace(session, reliability=dataclasses.replace(
+        session.reliability, checkpoint_interval_iterations=500))
+    assert export_arguments(every)[export_arguments(every).index("--save-interval") + 1] == "500"

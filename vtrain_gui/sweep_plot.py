@@ -186,6 +186,7 @@ class SweepPlot(pg.PlotWidget):
             axis = item.getAxis(name)
             axis.setPen(pg.mkPen("#404040"))
             axis.setTextPen(pg.mkPen("#202020"))
+            axis.enableAutoSIPrefix(False)  # the ticks show the values: never "(x0.001)"
         item.setLabel("bottom", "training time (days)")
         item.setLabel("left", "cost (USD)")
         item.showGrid(x=True, y=True, alpha=0.18)

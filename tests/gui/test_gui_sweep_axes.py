@@ -120,3 +120,18 @@ def test_the_front_rings_tight_plans_and_crosses_those_beyond_the_calibration(qt
     plot.set_view(np.ones(4, bool), front, {}, None)
     assert not {"tight (memory within the margin)", "beyond the calibration runs"} & set(
         plot.legend_labels())
+
+
+def test_a_short_run_in_days_has_no_si_prefix_on_the_axis_label(qtbot, qapp):
+    """A 50-iteration Megatron-Bridge benchmark run: 0.0118-0.02 days. The ticks showed the
+    values themselves (0.0118, 0.02) while pyqtgraph's automatic SI prefix added "(x0.001)"
+    to the label, which a reader could apply twice: the label is the quantity alone."""
+    days = np.array([0.0118, 0.0200, 0.0150])
+    cost = np.array([31.0, 52.0, 40.0])
+    plot = _plot(qtbot, qapp, _result(days, cost))
+    for name, label in (("bottom", "training time (days)"), ("left", "cost (USD)")):
+        axis = plot.getPlotItem().getAxis(name)
+        assert axis.labelString().count("x0.001") == 0 and axis.autoSIPrefixScale == 1.0
+        assert label in axis.labelString()
+    x = _labelled(plot, "bottom")
+    assert math.isclose(min(x), 0.0118) and x[min(x)] == "0.0118"

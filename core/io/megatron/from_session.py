@@ -15,6 +15,7 @@ from typing import Any
 from core.schedules import get as get_schedule
 from core.io.megatron.arguments import MEGATRON_FSDP_STRATEGIES, TOKENIZER_VOCAB, MegatronArgsError
 from core.io.megatron.model_arguments import DEFAULT_ATTENTION_BACKEND, EXPORTED_ATTENTION_BACKENDS
+from core.plan.cluster import NO_CHECKPOINT_INTERVAL
 from core.plan.parallel import fp8_recipe, wgrad_accumulation
 from core.plan.session import Session
 
@@ -340,7 +341,10 @@ def _recompute_and_precision_words(session: Session) -> list[str]:
                 _get(pl, "fp8_recipe") or "tensorwise"]
     out += ["--train-samples", str(train_samples(session))]
     rel = getattr(session, "reliability", None)  # the run's checkpoints (docs/goodput.md)
-    if rel is not None and rel.checkpoint_interval_iterations is not None:
+    if (rel is not None and rel.checkpoint_interval_iterations is not None
+            and rel.checkpoint_interval_iterations != NO_CHECKPOINT_INTERVAL):
+        # no checkpoint (Megatron-LM without --save): no interval to write; the import reads
+        # a launch without --save back as this session
         out += ["--save-interval", str(rel.checkpoint_interval_iterations)]
     if rel is not None and rel.async_save:
         out.append("--async-save")
