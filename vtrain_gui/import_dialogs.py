@@ -579,8 +579,13 @@ class RecipeDialog(QtWidgets.QDialog):
     reads the selected recipe (``read``, as :class:`ImportOptionsDialog` does) and closes only
     when it is read: a refused recipe shows its reason and the dialog stays."""
 
-    COLUMNS = ("recipe", "vtrain", "GPU", "model", "GPUs", "precision", "t", "p", "v", "cp",
-               "ep", "b", "B")
+    #: the plan's sizes next to the name (the name already says the model, GPU kind, GPU
+    #: count and precision, which the filters also select); the verdict after them, its
+    #: column at most :data:`VERDICT_WIDTH` wide (a refusal's cause in full in its tooltip)
+    COLUMNS = ("recipe", "t", "p", "v", "cp", "ep", "b", "B", "vtrain", "GPUs", "precision",
+               "GPU", "model")
+    #: the verdict column's widest, pixels
+    VERDICT_WIDTH = 200
 
     def __init__(self, read: Callable[[str], Imported | None],
                  parent: QtWidgets.QWidget | None = None) -> None:
@@ -619,21 +624,25 @@ class RecipeDialog(QtWidgets.QDialog):
         muted = self.palette().color(QtGui.QPalette.ColorGroup.Disabled,
                                      QtGui.QPalette.ColorRole.Text)
         for i, r in enumerate(self.rows):
-            values = (r["function"],
-                      "modelled" if r["refused"] is None else f"refused: {r['refused']}",
-                      r["gpu"], r["model"], r["gpus"], r["precision"], r["t"], r["p"], r["v"],
-                      r["cp"], r["ep"], r["b"], r["B"])
+            verdict = "modelled" if r["refused"] is None else f"refused: {r['refused']}"
+            values = (r["function"], r["t"], r["p"], r["v"], r["cp"], r["ep"], r["b"], r["B"],
+                      verdict, r["gpus"], r["precision"], r["gpu"], r["model"])
             for j, v in enumerate(values):
                 item = QtWidgets.QTableWidgetItem(str(v))
                 if isinstance(v, int):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                item.setToolTip(f"{r['function']} (megatron/bridge/perf_recipes/{r['source']})")
+                item.setToolTip(f"{r['function']} (megatron/bridge/perf_recipes/{r['source']})"
+                                + (f": {verdict}" if r["refused"] is not None else ""))
                 if r["refused"] is not None:
                     item.setForeground(muted)
                 self.table.setItem(i, j, item)
         self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
         self.table.resizeColumnsToContents()
-        # wide enough to show every column, the refusal causes included (up to the screen)
+        verdict_col = self.COLUMNS.index("vtrain")
+        self.table.setColumnWidth(verdict_col, min(self.table.columnWidth(verdict_col),
+                                                   self.VERDICT_WIDTH))
+        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        # wide enough to show every column (up to the screen)
         width = sum(self.table.columnWidth(j) for j in range(len(self.COLUMNS))) + 60
         screen = self.screen().availableGeometry().width() if self.screen() else 1600
         self.resize(min(width, screen - 40), 600)

@@ -578,3 +578,29 @@ def test_a_recipe_the_filters_hide_is_not_imported(qtbot, message_boxes):
     assert dialog.selected() == "llama3_8b_pretrain_8gpu_b200_bf16_config"
     dialog.import_button.click()
     assert read == ["llama3_8b_pretrain_8gpu_b200_bf16_config"]
+
+
+def test_the_recipe_table_shows_each_plan_beside_its_name_at_1000_px(qtbot):
+    """The recipe dialog at 1,000 px: the plan's sizes (t p v cp ep b B) and the verdict come
+    right after the name, all in view (they were the last columns, behind a verdict as wide as
+    its longest cause: at 1,200 px t, p and v were cut off); a long cause is cut to the column
+    and given whole in the row's tooltip."""
+    dialog = RecipeDialog(lambda name: None)
+    qtbot.addWidget(dialog)
+    dialog.resize(1000, 560)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    table, cols = dialog.table, RecipeDialog.COLUMNS
+    assert cols[:9] == ("recipe", "t", "p", "v", "cp", "ep", "b", "B", "vtrain")
+    view = table.viewport().width()
+    last = cols.index("vtrain")
+    assert table.columnViewportPosition(last) + table.columnWidth(last) <= view
+    assert table.columnWidth(last) <= RecipeDialog.VERDICT_WIDTH
+    i = next(i for i, r in enumerate(dialog.rows) if r["function"]
+             == "llama3_70b_pretrain_64gpu_b200_fp8cs_config")
+    item = table.item(i, last)
+    assert item.text() == "refused: CPU activation offloading"
+    assert item.toolTip().endswith(": refused: CPU activation offloading")
+    row = dialog.rows[i]
+    assert [table.item(i, cols.index(c)).text() for c in ("t", "p", "v", "cp", "ep", "b", "B")] \
+        == [str(row[c]) for c in ("t", "p", "v", "cp", "ep", "b", "B")]
