@@ -26,10 +26,11 @@ HF_ZERO3 = DATA / "hf_trainer_zero3.json"  # Hugging Face Trainer's ZeRO-3 examp
 def test_sweep_options_by_precision():
     assert sweep_options("bf16") == ("--tensor-parallel 1 --pipeline-parallel 1 "
                                      "--context-parallel 1 --cross-entropy-fusion off "
-                                     "--recompute none,full --zero-stages 1,2,3")
+                                     "--recompute none,full --recompute-num-layers all "
+                                     "--zero-stages 1,2,3")
     assert sweep_options("fp16") == ("--tensor-parallel 1 --pipeline-parallel 1 "
                                      "--context-parallel 1 --cross-entropy-fusion off "
-                                     "--recompute none,full")
+                                     "--recompute none,full --recompute-num-layers all")
 
 
 def test_the_import_names_the_options_and_they_keep_the_sweep_to_deepspeed(tmp_path, capsys):
@@ -54,6 +55,16 @@ def test_the_import_names_the_options_and_they_keep_the_sweep_to_deepspeed(tmp_p
         assert r["cross_entropy_loss_fusion"] == "False"
         assert r["recompute"] in ("none", "full") and r["zero_stage"] in ("1", "2", "3")
         assert r["schedule"] == "1f1b" and r["sequence_parallel"] == "False"
+        # full recomputation of every layer only (Hugging Face's gradient_checkpointing): no
+        # partial block recomputation, which the sweep adds under full by default
+        assert r["recompute_num_layers"] == ""
+    assert {r["recompute"] for r in rows} == {"none", "full"}
+    # without that option the same sweep has partial recomputations (what it keeps out)
+    partial = tmp_path / "partial.csv"
+    assert main(["sweep", str(out), *shlex.split(options.replace(
+        " --recompute-num-layers all", "")), "--workers", "1", "--out", str(partial)]) == 0
+    capsys.readouterr()
+    assert {r["recompute_num_layers"] for r in csv.DictReader(partial.open())} - {""}
     # the session's own plan (ZeRO-3, d = 8, B = 32) is among them
     assert any((r["data_parallel"], r["zero_stage"], r["global_batch_size"]) == ("8", "3", "32")
                for r in rows)

@@ -68,6 +68,14 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--recompute", metavar="R[,R...]", default=",".join(RECOMPUTE_MODES),
                     help=f"recomputation modes to try, of {','.join(RECOMPUTE_CHOICES)} "
                          f"(default {','.join(RECOMPUTE_MODES)})")
+    sw.add_argument("--recompute-num-layers", metavar="all|N[,N...]",
+                    help="under full recomputation, the layers recomputed per model chunk "
+                         "to try (Megatron-LM's --recompute-method block --recompute-num-layers "
+                         "N): all (every layer, '-' in the table) and / or counts from 1 to the "
+                         "model's layers; a chunk of N layers or fewer recomputes them all "
+                         "(default: every layer, and the fewest per chunk that fit; the "
+                         "session's count when it sets one). 'all' keeps the sweep to what "
+                         "DeepSpeed, Hugging Face Trainer and torchtitan run")
     sw.add_argument("--sequence-parallel", metavar="N|Y[,...]",
                     help="sequence parallelism off (n) and/or on (y) (default: on wherever t > 1, "
                          "as Megatron-Core users run it; off at t = 1)")
@@ -183,6 +191,43 @@ def _flags(option: str, text: str | None) -> tuple[bool, ...] | None:
     return None if text is None else tuple(v == "y" for v in _names(option, text, ("n", "y")))
 
 
+def _recompute_layers(option: str, text: str | None, num_layers: int,
+                      recompute: tuple[str, ...]) -> tuple[int | str, ...] | None:
+    """``"all,2"`` -> ``("all", 2)``: the values of ``--recompute-num-layers``
+    (:attr:`core.studies.sweep.SweepSpace.recompute_num_layers`); None when not given.
+
+    Raises
+    ------
+    ConfigError
+        (naming ``option``) an item that is neither ``all`` nor a whole number from 1 to
+        ``num_layers`` (the model's layers: Megatron-LM's block method counts a model chunk's
+        layers), or counts given while ``recompute`` (the sweep's ``--recompute``) has no
+        ``full``.
+    """
+    from core.studies.sweep.space import RECOMPUTE_ALL_LAYERS
+    if text is None:
+        return None
+    out: list[int | str] = []
+    for item in list_items(option, text):
+        if item.lower() == RECOMPUTE_ALL_LAYERS:
+            out.append(RECOMPUTE_ALL_LAYERS)
+            continue
+        try:
+            n = integer_arg(item)
+        except argparse.ArgumentTypeError:
+            n = None
+        if n is None or not 1 <= n <= num_layers:
+            raise ConfigError([FieldError(option, (
+                f"{item!r}: give {RECOMPUTE_ALL_LAYERS} (every layer) or a number of layers "
+                f"per model chunk from 1 to the model's {num_layers} (model.num_layers)"))])
+        out.append(n)
+    if "full" not in recompute:
+        raise ConfigError([FieldError(option, (
+            "the recomputed layers apply under full recomputation only, which --recompute "
+            f"{','.join(recompute)} does not try: add full to --recompute"))])
+    return tuple(dict.fromkeys(out))
+
+
 def _space_from_args(args: argparse.Namespace, session) -> Any:
     from core.studies.sweep import SweepSpace
     gpus = _ints("--gpus", args.gpus)
@@ -190,6 +235,7 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
     max_d = _one_int("--max-data-parallel", args.max_data_parallel)
     if gpus is None and max_gpus is None and max_d is None:
         max_gpus = session.plan.num_gpus
+    recompute = _names("--recompute", args.recompute, RECOMPUTE_CHOICES)
     return SweepSpace(
         num_gpus=gpus, max_gpus=max_gpus, max_data_parallel=max_d,
         tensor_parallel=_ints("--tensor-parallel", args.tensor_parallel),
@@ -197,7 +243,10 @@ def _space_from_args(args: argparse.Namespace, session) -> Any:
         pipeline_parallel=_ints("--pipeline-parallel", args.pipeline_parallel),
         micro_batch_sizes=_ints("--micro-batch-sizes", args.micro_batch_sizes),
         schedules=_names("--schedules", args.schedules, SCHEDULES),
-        recompute=_names("--recompute", args.recompute, RECOMPUTE_CHOICES),
+        recompute=recompute,
+        recompute_num_layers=_recompute_layers("--recompute-num-layers",
+                                               args.recompute_num_layers,
+                                               session.model.num_layers, recompute),
         sequence_parallel=(None if args.sequence_parallel is None else tuple(
             v == "y" for v in _names("--sequence-parallel", args.sequence_parallel, ("n", "y")))),
         overlap_moe_expert_parallel_comm=(

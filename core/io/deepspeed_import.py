@@ -71,11 +71,15 @@ def sweep_options(precision: str) -> str:
     pipeline and context parallelism, Transformer Engine's and Megatron's fused cross-entropy,
     selective recomputation) to what DeepSpeed without Megatron runs: ZeRO data parallelism
     over every GPU (t = p = cp = 1), the model's own unfused cross-entropy (``off``), no or full
-    recomputation (:data:`RECOMPUTE_OPTIONS`); with bf16 also ZeRO stages 1-3, since stage 0
+    recomputation (:data:`RECOMPUTE_OPTIONS`), full of every layer (``--recompute-num-layers
+    all``: Hugging Face's ``gradient_checkpointing`` and DeepSpeed's checkpointing wrap every
+    layer; Megatron-LM's partial block recomputation is not theirs); with bf16 also ZeRO
+    stages 1-3, since stage 0
     with bf16 is refused on import (:func:`session_from_deepspeed`: the file does not say which
     optimizer DeepSpeed runs there). docs/deepspeed.md, "Sweeping"."""
     out = ("--tensor-parallel 1 --pipeline-parallel 1 --context-parallel 1 "
-           f"--cross-entropy-fusion off --recompute {','.join(RECOMPUTE_OPTIONS)}")
+           f"--cross-entropy-fusion off --recompute {','.join(RECOMPUTE_OPTIONS)} "
+           "--recompute-num-layers all")
     return out + (" --zero-stages 1,2,3" if precision == "bf16" else "")
 
 #: ``data_types.grad_accum_dtype``'s names -> the session's: DeepSpeed's ``DtypeEnum``

@@ -19,7 +19,7 @@ from core.plan.session import Session
 from core.sim.labels import KIND_NAMES
 from core.studies.sweep.explain import left_out_values
 from core.studies.sweep.result import BEST_BY_FIELDS
-from core.studies.sweep.space import SweepSpace
+from core.studies.sweep.space import SweepSpace, recompute_layer_counts
 from core.studies.sweep.splits import SPLIT_FLAG_FIELDS
 from core.studies.sweep.pace import yield_interpreter
 
@@ -110,7 +110,7 @@ _DIMENSION_DEFAULTS = {
                                                           "--cross-entropy-fusion native for a "
                                                           "plan to export as a Megatron-LM "
                                                           "launch)"),
-    "recompute_num_layers": (None, "under full recomputation every layer, and the fewest "
+    "recompute_num_layers": ("recompute_num_layers", "under full recomputation every layer, and the fewest "
                                    "layers per model chunk that fit (Megatron's block "
                                    "method); the session's when it sets them"),
     "recompute_modules": (None, "the session's under selective recomputation"),
@@ -219,7 +219,12 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
                 why, note = (("the session's value, kept in every plan", "the session's")
                              if values[0] is True else
                              ("the session's value; no plan's layers need it", None))
-        elif len(values) == 1 and default is not None and not why.startswith("the session's"):
+        elif (name == "recompute_num_layers" and why == "the values given" and None in values
+              and None not in recompute_layer_counts(space.recompute_num_layers)):
+            why += ("; every layer (-) on the plans whose model chunks hold no more layers "
+                    "than a count given (Megatron's block method recomputes them all)")
+        if (len(values) == 1 and default is not None and not why.startswith("the session's")
+                and name not in SPLIT_FLAG_FIELDS):
             why = f"the only valid value; {why}"
         entry = {"field": name, "swept": len(values) > 1, "values": values, "why": why,
                  "left_out": left_out_values(session, space, name, values) if plans else []}

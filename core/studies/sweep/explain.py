@@ -501,7 +501,28 @@ def unused_values(session: Session, space: SweepSpace, result: SweepResult
         if missing:
             unused[option] = missing
     out += _variant_reasons(space, result, unused)
+    out += _recompute_layer_reasons(space, result)
     return out + _value_reasons(session, space, unused)
+
+
+def _recompute_layer_reasons(space: SweepSpace, result: SweepResult) -> list[FieldError]:
+    """The counts given to ``--recompute-num-layers`` (:attr:`SweepSpace.recompute_num_layers`)
+    that no plan of ``result`` takes: no valid plan recomputes fully, or every full plan's model
+    chunks hold that many layers or fewer, so that it recomputes them all (Megatron's block
+    method; :func:`core.plan.layout.capped_recompute_layers`: the every-layer plan)."""
+    from core.studies.sweep.space import recompute_layer_counts
+    given = [n for n in recompute_layer_counts(space.recompute_num_layers or ())
+             if n is not None]
+    columns = result.plan_columns
+    if not given or "recompute_num_layers" not in columns or "recompute" not in columns:
+        return []
+    full = np.asarray(columns["recompute"]) == "full"
+    seen = set(np.asarray(columns["recompute_num_layers"], dtype=object)[full].tolist())
+    why = ("no valid plan of this sweep recomputes fully" if not full.any() else
+           "every full-recomputation plan's model chunks hold that many layers or fewer, so "
+           "it recomputes them all (Megatron's block method): those plans recompute every "
+           "layer (-)")
+    return [FieldError(f"--recompute-num-layers {n}", why) for n in given if n not in seen]
 
 
 #: Sweep options whose values are variants of the plans with one size above 1 (option, the

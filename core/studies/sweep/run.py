@@ -469,6 +469,7 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
         mem = memory_verdicts(plans, session.model, get_store(), cancel=cancel, phase=phase,
                               memo=memo)
     if (not space.hold_session_values and session.plan.recompute_num_layers is None
+            and space.recompute_num_layers is None  # counts asked: those alone
             and "full" in as_list(space.recompute)):
         more, more_mem = _partial_recompute_plans(plans, mem, session, get_store(), cancel,
                                                   memo)

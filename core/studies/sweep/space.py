@@ -39,7 +39,7 @@ __all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "CROSS_ENTROPY_FUSIONS",
            "DEFAULT_CP_COMM_TYPES", "enumerate_plans",
            "one_stage_schedule", "budget_text", "divisors", "as_list",
            "micro_batch_sizes_of",
-           "check_enumerable", "cp_candidates", "tp_pp_candidates", "layout_stages", "in_budget",
+           "check_enumerable", "cp_candidates", "RECOMPUTE_ALL_LAYERS", "recompute_layer_counts", "tp_pp_candidates", "layout_stages", "in_budget",
            "index_of_plan"]
 
 #: The cross-entropy choices of :attr:`SweepSpace.cross_entropy_fusion`: each the plan's
@@ -51,6 +51,18 @@ CROSS_ENTROPY_FUSIONS = {"off": (False, "native"), "native": (True, "native"),
 #: plans with cp > 1: Megatron-Core's ring (``--cp-comm-type p2p``, its default) and its
 #: all-to-all (``a2a``, DeepSpeed-Ulysses, Jacobs et al. 2023), the two its users try.
 DEFAULT_CP_COMM_TYPES = ("p2p", "a2a")
+
+#: :attr:`SweepSpace.recompute_num_layers`' word for every layer of a model chunk (the plan
+#: field None), as Megatron-LM users would write it.
+RECOMPUTE_ALL_LAYERS = "all"
+
+
+def recompute_layer_counts(values: Any) -> list[int | None]:
+    """:attr:`SweepSpace.recompute_num_layers` as the plans' ``recompute_num_layers``, in order
+    and once each: ``"all"`` -> None (every layer), a count as it is."""
+    return list(dict.fromkeys(None if v == RECOMPUTE_ALL_LAYERS else int(v)
+                              for v in as_list(values)))
+
 
 #: Micro-batch sizes tried when the space does not name them.
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
@@ -132,6 +144,18 @@ class SweepSpace:
         Recomputation modes from :data:`core.plan.parallel.RECOMPUTE_CHOICES`. Default: Megatron's
         three (:data:`core.plan.parallel.RECOMPUTE_MODES`); torchtitan's per-op ``selective_op`` when
         asked.
+    recompute_num_layers : sequence of int or "all", optional
+        The recomputed layers per model chunk (Megatron-LM's ``--recompute-method block
+        --recompute-num-layers N``) the plans under full recomputation take: ``"all"`` every
+        layer (the plan field None, ``-`` in the sweep's table), ``N`` (1 <= N <= the model's
+        layers) the first N layers of each model chunk (a pipeline stage, or a virtual stage
+        under the interleaved schedule); a plan whose chunks hold N layers or fewer recomputes
+        them all, as Megatron's block method does (:func:`core.plan.layout.capped_recompute_layers`:
+        the every-layer plan, shown ``-``). Each value is tried on every full plan, whether it
+        fits or not. Default (None): every layer, and the fewest layers per chunk that fit
+        (:func:`core.studies.sweep.run_sweep`); the session's count when it sets one. ``("all",)``
+        keeps a sweep to what a framework that checkpoints whole blocks runs (DeepSpeed,
+        Hugging Face Trainer, torchtitan: :func:`core.io.deepspeed_import.sweep_options`).
     sequence_parallel : sequence of bool, optional
         Sequence parallelism off / on. Default (None): on wherever t > 1 (and the sequence
         divides by t), off at t = 1 -- what Megatron-Core users run (``--sequence-parallel``
@@ -211,8 +235,8 @@ class SweepSpace:
         the breaker's check of issue 26 tried; with ``hold_session_values`` the session's.
 
     Every other plan field (overlap, gradient dtype, uneven first and last
-    stages, recomputed layers under full recomputation, the a2a+p2p exchange's all-to-all
-    group size) is the session plan's; the embedding
+    stages, recomputed layers under full recomputation unless ``recompute_num_layers`` names
+    them, the a2a+p2p exchange's all-to-all group size) is the session plan's; the embedding
     / loss layer-slot flags too, but where a plan's layers need them (``pipeline_parallel``).
     """
 
@@ -226,6 +250,7 @@ class SweepSpace:
     micro_batch_sizes: Sequence[int] | None = DEFAULT_MICRO_BATCH_SIZES
     schedules: Sequence[str] = SWEEP_SCHEDULES
     recompute: Sequence[str] = RECOMPUTE_MODES
+    recompute_num_layers: Sequence[int | str] | None = None
     virtual_pipeline_stages: Sequence[int] | None = None
     sequence_parallel: Sequence[bool] | None = None
     zero_stages: Sequence[int] | None = None
@@ -317,6 +342,13 @@ class SweepSpace:
             if values is not None and value not in tuple(values):
                 return (f"its {name} {value} is not among the sweep's "
                         f"{', '.join(str(v) for v in values)}")
+        if self.recompute_num_layers is not None and plan.recompute == "full":
+            asked = recompute_layer_counts(self.recompute_num_layers)
+            if plan.recompute_num_layers not in asked:
+                n = plan.recompute_num_layers
+                return (f"its recomputed layers per model chunk {'all' if n is None else n} "
+                        "are not among the sweep's "
+                        f"{', '.join(str(v) for v in as_list(self.recompute_num_layers))}")
         return None
 
     def gpu_counts(self) -> tuple[int, ...] | None:
@@ -372,6 +404,16 @@ class SweepSpace:
                                    f"{low[0]!r}: the interleaved schedule needs v >= 2 virtual "
                                    "stages per rank (v = 1 is plain 1F1B)"))
         ints("micro_batch_sizes", self.micro_batch_sizes)  # None: up to what memory allows
+        if self.recompute_num_layers is not None:
+            values = as_list(self.recompute_num_layers)
+            if not values:
+                errs.append(FieldError("sweep.recompute_num_layers",
+                                       "must name at least one value"))
+            bad = [v for v in values if v != RECOMPUTE_ALL_LAYERS and not pos_int(v)]
+            if bad:
+                errs.append(FieldError("sweep.recompute_num_layers", f"{bad[0]!r} is neither "
+                                       f"{RECOMPUTE_ALL_LAYERS!r} (every layer) nor a positive "
+                                       f"integer up to {top:,}"))
         ints("context_parallel", self.context_parallel)
         for name, choices in (("schedules", SCHEDULES), ("recompute", RECOMPUTE_CHOICES),
                               ("moe_token_dispatcher_type", MOE_DISPATCHERS),
@@ -609,6 +651,7 @@ def check_enumerable(session: Session, space: SweepSpace) -> None:
     breaks not about the plan (model, cluster, cost), and a custom pipeline layout that does
     not parse (every plan keeps it)."""
     errs = [e for e in validate(session) if not e.field.startswith("plan.")] + space.errors()
+    errs += recompute_layers_errors(session, space)
     layout = pipeline_layout_text(session.plan)
     if layout is not None:  # kept in every plan: a layout that cannot parse fits none
         try:
@@ -617,6 +660,30 @@ def check_enumerable(session: Session, space: SweepSpace) -> None:
             errs.append(FieldError("plan.pipeline_model_parallel_layout", f"{layout!r} {exc}"))
     if errs:
         raise ConfigError(errs)
+
+
+def recompute_layers_errors(session: Session, space: SweepSpace) -> list[FieldError]:
+    """The rules :attr:`SweepSpace.recompute_num_layers` breaks with ``session``
+    (``sweep.recompute_num_layers``): a count above the model's layers (no model chunk holds
+    them: Megatron-LM's block method counts the layers of a chunk), or counts given while the
+    space tries no full recomputation (``recompute`` without ``full``: no plan would take
+    them). Values that are not counts are :meth:`SweepSpace.errors`'."""
+    if space.recompute_num_layers is None or space.errors():
+        return []
+    errs = []
+    L = session.model.num_layers
+    above = [v for v in as_list(space.recompute_num_layers)
+             if v != RECOMPUTE_ALL_LAYERS and v > L]
+    if above:
+        errs.append(FieldError("sweep.recompute_num_layers", f"{above[0]} is more than the "
+                               f"model's {L} layers (model.num_layers): give 1 to {L} layers "
+                               f"per model chunk, or {RECOMPUTE_ALL_LAYERS!r}"))
+    if "full" not in as_list(space.recompute):
+        errs.append(FieldError("sweep.recompute_num_layers", "recomputed layers apply under "
+                               "full recomputation only, which the sweep does not try "
+                               f"(recompute {', '.join(as_list(space.recompute))}): add full "
+                               "to recompute"))
+    return errs
 
 
 @dataclass
@@ -635,6 +702,7 @@ class _Choices:
     bs: list
     scheds: list
     rcs: list
+    rnls: list
     vs: list
     sps: list | None
     zs: list
@@ -735,6 +803,9 @@ class _Choices:
                 else micro_batch_sizes_of(base.global_batch_size)),
             scheds=list(dict.fromkeys(as_list(space.schedules))),
             rcs=list(dict.fromkeys(as_list(space.recompute))),
+            # the recomputed layers of the full plans: those asked, or the session's
+            rnls=(recompute_layer_counts(space.recompute_num_layers)
+                  if space.recompute_num_layers is not None else [base.recompute_num_layers]),
             vs=(sorted(set(as_list(space.virtual_pipeline_stages)))
                 if space.virtual_pipeline_stages is not None else list(range(2, 9))),
             sps=sps, zs=zs, tpos=tpos, dpos=dpos, ovs=ovs, disps=disps, cpcs=cpcs, ces=ces,
@@ -753,7 +824,8 @@ class _Choices:
             base_values={f: getattr(base, f) for f in PLAN_FIELDS}, make=plan_maker(base),
             # every variant of one size as size_variants sets it, unchanged: no recomputed layers
             # to cap, the expert all-to-all overlap the base's (one value, as the base's)
-            plain=(base.recompute_num_layers is None and len(ovs) == 1 and not ovs[0]
+            plain=(space.recompute_num_layers is None and base.recompute_num_layers is None
+                   and len(ovs) == 1 and not ovs[0]
                    and not (ovs[0] != base.overlap_moe_expert_parallel_comm
                             or (base.delay_wgrad_compute is True and ovs[0])
                             != base.delay_wgrad_compute)))

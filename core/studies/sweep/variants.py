@@ -181,7 +181,7 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
         # the context-parallel exchanges tried with cp > 1; at cp = 1 there is none to choose
         cpcs = c.cpcs if cp > 1 else [(base.cp_comm_type, base.cp_a2a_size)]
         fields = [{"recompute": rc, "sequence_parallel": sp, "zero_stage": z,
-                   "recompute_num_layers": base.recompute_num_layers if rc == "full" else None,
+                   "recompute_num_layers": rnl,
                    "tp_comm_overlap": tpo,
                    # the base's recomputed modules under selective
                    "recompute_modules": base.recompute_modules if rc == "selective" else None,
@@ -189,7 +189,8 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
                    "moe_token_dispatcher_type": disp, "expert_tensor_parallel": etp,
                    "cp_comm_type": cpc, "cp_a2a_size": a2a_size,
                    "cross_entropy_loss_fusion": ce, "cross_entropy_fusion_impl": impl}
-                  for rc in c.rcs for cpc, a2a_size in cpcs for disp in disps
+                  for rc in c.rcs for rnl in (c.rnls if rc == "full" else [None])
+                  for cpc, a2a_size in cpcs for disp in disps
                   for etp in etps for ce, impl in c.ces
                   for sp, z, tpo, og, op in overlaps]
         known = c.variants_of[how] = [fields, None]
@@ -198,7 +199,7 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
         cands = list(map(make, [{**group, **f} for f in fields]))
         if rows is None:
             rows = known[1] = verdicts.rows_of(cands, varying)
-    elif base.recompute_num_layers is None:  # no layers to cap: the variants of the sizes
+    elif c.rnls == [None]:  # no layers to cap: the variants of the sizes
         # the overlap's rules read (and of how) are the same, built once; and whether the
         # overlap pairs anything (one stage and one micro-batch: it is left out)
         key = (how, *(group[f] for f in _EP_OVERLAP_RULE_FIELDS if f in group
@@ -234,6 +235,8 @@ def _variant_plans(session: Session, c: Any, group: dict, fields: list[dict]
         if plan.recompute_num_layers is not None:
             plan = capped_recompute_layers(plan, m.num_layers, m.mtp_num_layers or 0)
         values.append(dict(zip(PLAN_FIELDS, plan_key(plan))))
+    if len(c.rnls) > 1:  # counts capped to every layer (a chunk of N layers or fewer): once
+        values = list({tuple(v.values()): v for v in values}.values())
     return list(map(make, _with_overlaps(m, c, values)))
 
 
