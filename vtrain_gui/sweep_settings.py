@@ -26,6 +26,7 @@ from core.plan.session import Session
 from core.sim.labels import KIND_NAMES
 from core.studies.sweep import SweepSpace
 from core.studies.sweep.splits import pipeline_splits, slots_split, split_flag_options
+from core.studies.sweep.space import RECOMPUTE_ALL_LAYERS
 
 from .formatting import ERROR_STYLE
 from .int_spin import INT64_MAX, IntSpinBox
@@ -38,8 +39,8 @@ __all__ = ["SweepSettingsPanel"]
 _FORM_FIELDS = frozenset({
     "num_gpus", "max_gpus", "max_data_parallel", "tensor_parallel",
     "tensor_parallel_across_nodes", "pipeline_parallel", "micro_batch_sizes", "expert_parallel",
-    "context_parallel", "schedules", "recompute", "sequence_parallel", "zero_stages",
-    "overlap_moe_expert_parallel_comm"})
+    "context_parallel", "schedules", "recompute", "recompute_num_layers", "sequence_parallel",
+    "zero_stages", "overlap_moe_expert_parallel_comm"})
 
 #: Largest number whose divisors are listed as a hint (trial division up to its square root,
 #: 65,536 steps at most, so the form never waits on a huge field value).
@@ -57,6 +58,23 @@ def _parse_ints(text: str) -> list[int]:
             raise ValueError(f"{item!r} is not a whole number")
         out.append(int(clean))
     return out
+
+
+def _parse_recompute_layers(text: str) -> tuple[int | str, ...] | None:
+    """``'all, 2'`` -> ``("all", 2)`` (:attr:`SweepSpace.recompute_num_layers`); None when
+    empty (the default); raises ``ValueError`` naming the bad item (the space's own
+    :meth:`~SweepSpace.errors` bound the counts)."""
+    out: list[int | str] = []
+    for item in re.split(r"[,;\s]+", text.strip()):
+        if not item:
+            continue
+        if item.lower() == RECOMPUTE_ALL_LAYERS:
+            out.append(RECOMPUTE_ALL_LAYERS)
+        elif item.isdigit() and item.isascii():
+            out.append(int(item))
+        else:
+            raise ValueError(f"{item!r} is neither {RECOMPUTE_ALL_LAYERS} nor a whole number")
+    return tuple(dict.fromkeys(out)) or None
 
 
 def _join(values: Any) -> str:
@@ -247,6 +265,16 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         self.schedule_boxes = _check_box_row(form, "Schedules", SCHEDULES, "sweep.schedules", 3)
         self.recompute_boxes = _check_box_row(form, "Recomputation", RECOMPUTE_CHOICES,
                                               "sweep.recompute", 2)
+        self.recompute_num_layers = QtWidgets.QLineEdit()
+        self.recompute_num_layers.setObjectName("sweep.recompute_num_layers")
+        self.recompute_num_layers.setToolTip(
+            "Under full recomputation, the layers recomputed per model chunk to try "
+            "(Megatron-LM's --recompute-method block --recompute-num-layers N): all (every "
+            "layer) and / or counts; a chunk of N layers or fewer recomputes them all. Empty: "
+            "every layer, and the fewest per chunk that fit. “all” alone: what DeepSpeed, "
+            "Hugging Face Trainer and torchtitan run (vtrain sweep --recompute-num-layers)")
+        self.recompute_num_layers.setPlaceholderText("all, and the fewest that fit")
+        form.addRow("Recomputed layers", self.recompute_num_layers)
         # "default": the command line's default (vtrain sweep without the option)
         self.sp_default, self.sp_boxes = _defaulted_box_row(
             form, "Sequence parallel", ("off", "on"), "sweep.sequence_parallel",
@@ -322,7 +350,8 @@ class SweepSettingsPanel(QtWidgets.QWidget):
 
     def _connect_edits(self) -> None:
         for w in (self.gpus, self.tensor_parallel, self.pipeline_parallel, self.micro_batch_sizes,
-                  self.context_parallel, self.dask, self.expert_parallel):
+                  self.context_parallel, self.dask, self.expert_parallel,
+                  self.recompute_num_layers):
             w.textEdited.connect(self._on_text_edit)
         self.budget_mode.currentIndexChanged.connect(self._on_budget_mode_change)
         self.max_data_parallel.valueChanged.connect(self._on_value_change)
@@ -446,6 +475,11 @@ class SweepSettingsPanel(QtWidgets.QWidget):
         kw["context_parallel"] = tuple(c) if c else None
         kw["schedules"] = tuple(n for n, box in self.schedule_boxes.items() if box.isChecked())
         kw["recompute"] = tuple(n for n, box in self.recompute_boxes.items() if box.isChecked())
+        try:
+            kw["recompute_num_layers"] = _parse_recompute_layers(self.recompute_num_layers.text())
+        except ValueError as exc:
+            errors.append(FieldError("sweep.recompute_num_layers", str(exc)))
+            kw["recompute_num_layers"] = None
         kw.update(self._defaulted_values())
         space = SweepSpace(**kw)
         errors += [e for e in space.errors() if e.field not in {x.field for x in errors}]
@@ -577,6 +611,9 @@ class SweepSettingsPanel(QtWidgets.QWidget):
             self.expert_parallel.setText(_join(space.expert_parallel))
             self.micro_batch_sizes.setText(_join(space.micro_batch_sizes))
             self.context_parallel.setText(_join(space.context_parallel))
+            rnl = space.recompute_num_layers
+            self.recompute_num_layers.setText("" if rnl is None else ", ".join(
+                str(v) for v in ([rnl] if isinstance(rnl, (str, int)) else rnl)))
             scheds = [space.schedules] if isinstance(space.schedules, str) else list(space.schedules)
             for name, box in self.schedule_boxes.items():
                 box.setChecked(name in scheds)
