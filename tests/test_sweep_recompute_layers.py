@@ -65,6 +65,11 @@ def test_the_swept_counts_are_those_asked():
     r = run_sweep(s, _space(recompute_num_layers=("all",)), workers=1)
     assert _layers(r.plans) == {"full": {None}, "none": {None}}
     assert r.index_of(s.plan) is not None  # the session's own plan, every layer
+    # a session that sets a count: kept by default, replaced by those asked
+    four = Session(s.model, dataclasses.replace(s.plan, recompute_num_layers=4), s.cluster)
+    assert _layers(enumerate_plans(four, _space()))["full"] == {4}
+    assert _layers(enumerate_plans(four, _space(recompute_num_layers=("all",))))["full"] == {None}
+    assert _layers(enumerate_plans(four, _space(recompute_num_layers=(2, 4))))["full"] == {2, 4}
 
 
 def test_a_count_at_or_above_a_chunk_is_every_layer_once():

@@ -769,6 +769,9 @@ class _Choices:
                  else [base.moe_token_dispatcher_type] if hold or not m.is_moe
                  else list(MOE_DISPATCHERS))
         cpcs = _cp_exchanges(base, space)
+        # the recomputed layers of the full plans: those asked, or the session's
+        rnls = (recompute_layer_counts(space.recompute_num_layers)
+                if space.recompute_num_layers is not None else [base.recompute_num_layers])
         if not m.is_moe:
             if space.overlap_moe_expert_parallel_comm is not None and True in ovs:
                 raise ConfigError([FieldError(
@@ -803,9 +806,7 @@ class _Choices:
                 else micro_batch_sizes_of(base.global_batch_size)),
             scheds=list(dict.fromkeys(as_list(space.schedules))),
             rcs=list(dict.fromkeys(as_list(space.recompute))),
-            # the recomputed layers of the full plans: those asked, or the session's
-            rnls=(recompute_layer_counts(space.recompute_num_layers)
-                  if space.recompute_num_layers is not None else [base.recompute_num_layers]),
+            rnls=rnls,
             vs=(sorted(set(as_list(space.virtual_pipeline_stages)))
                 if space.virtual_pipeline_stages is not None else list(range(2, 9))),
             sps=sps, zs=zs, tpos=tpos, dpos=dpos, ovs=ovs, disps=disps, cpcs=cpcs, ces=ces,
@@ -824,8 +825,7 @@ class _Choices:
             base_values={f: getattr(base, f) for f in PLAN_FIELDS}, make=plan_maker(base),
             # every variant of one size as size_variants sets it, unchanged: no recomputed layers
             # to cap, the expert all-to-all overlap the base's (one value, as the base's)
-            plain=(space.recompute_num_layers is None and base.recompute_num_layers is None
-                   and len(ovs) == 1 and not ovs[0]
+            plain=(rnls == [None] and len(ovs) == 1 and not ovs[0]
                    and not (ovs[0] != base.overlap_moe_expert_parallel_comm
                             or (base.delay_wgrad_compute is True and ovs[0])
                             != base.delay_wgrad_compute)))
