@@ -569,9 +569,19 @@ def test_checkpoints_reach_the_goodput_settings(tmp_path):
     assert (rel.checkpoint_interval_iterations, rel.async_save) == (500, True)
     assert imp.used["checkpoint.save_interval"] == ("--save-interval: "
                                                     "reliability.checkpoint_interval_iterations")
+    # a directory and a null interval: one save, at the end (train.py:746-755 saves when
+    # save_interval != 0 and is None or not a divisor); that is 2**40 - 1, which the goodput
+    # counts as one save, where 2**40 is none (it was 2**40, "no checkpoint", beside a note
+    # saying "one at the end")
     imp = _read(tmp_path, lambda d: d["checkpoint"].update(save="/ckpt", save_interval=None))
-    assert imp.session.reliability.checkpoint_interval_iterations == top
+    assert imp.session.reliability.checkpoint_interval_iterations == top - 1
     assert "one at the end of the run" in dict(imp.notes)["checkpoint.save_interval"]
+    assert imp.used["checkpoint.save"].endswith("one save, at the end")
+    # a directory and an interval of 0: no save at all, the final one needs save_interval != 0
+    imp = _read(tmp_path, lambda d: d["checkpoint"].update(save="/ckpt", save_interval=0))
+    assert imp.session.reliability.checkpoint_interval_iterations == top
+    assert dict(imp.notes)["checkpoint.save_interval"].startswith(
+        "0: no checkpoint, periodic or at the end")
     assert "checkpoint.save_interval: 'x' must be an integer" in _refusal(
         tmp_path, lambda d: d["checkpoint"].update(save_interval="x"))
 

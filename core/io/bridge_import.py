@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from core.io.import_result import ImportResult
+from core.plan.cluster import NO_CHECKPOINT_INTERVAL
 from core.io.megatron.arguments import MegatronArgsError
 from core.plan.fields import ConfigError, FieldError
 
@@ -586,22 +587,25 @@ def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
                     "the file was edited; make them agree"))
 
 
-def _checkpoint(rd: _Reader, body: Any) -> bool:
+def _checkpoint(rd: _Reader, body: Any) -> int | None:
     """The run's checkpoints as Megatron-Bridge 0.6.2 saves them (training/train.py:1418-1423
-    every ``save_interval`` iterations, 746-755 once at the end), read as ``vtrain import
+    every ``save_interval`` iterations when ``save`` and ``save_interval`` are set, 746-755 once
+    at the end when ``save`` is set and ``save_interval`` is not 0), read as ``vtrain import
     megatron-args`` reads ``--save-interval`` and ``--async-save`` (docs/goodput.md).
 
-    Returns True where the run saves no checkpoint at all (``save`` null: every save is
-    skipped) or only at its end (``save_interval`` null or 0); the caller sets the session's
-    interval beyond any run. Raises RunConfigError: a value of the wrong type."""
+    Returns the session's ``reliability.checkpoint_interval_iterations`` where the file sets
+    it beyond the launch mapping: :data:`~core.plan.cluster.NO_CHECKPOINT_INTERVAL` (no
+    checkpoint at all: ``save`` null, or ``save_interval`` 0), one less (one save, at the end:
+    ``save`` given, ``save_interval`` null), None otherwise (``--save-interval`` emitted).
+    Raises RunConfigError: a value of the wrong type."""
     if body is None:
         body = {}
     body = _mapping(rd.src, "checkpoint", body)
     save, interval = body.get("save"), body.get("save_interval")
     if save is not None and not isinstance(save, str):
         raise rd.fail("checkpoint.save", f"{_shown(save)} must be a directory (a string) or null")
-    interval = _count(rd, "checkpoint.save_interval", interval, 0)
-    if interval < 0:
+    interval = _count(rd, "checkpoint.save_interval", interval, None)
+    if interval is not None and interval < 0:
         raise rd.fail("checkpoint.save_interval", f"{interval} must be at least 0")
     if _flag(rd, "checkpoint.async_save", body.get("async_save")) and save is not None:
         rd.emit("checkpoint.async_save", "--async-save", [])
@@ -610,15 +614,17 @@ def _checkpoint(rd: _Reader, body: Any) -> bool:
     if save is None:
         rd.notes.append(("checkpoint.save", "null: Megatron-Bridge saves no checkpoint (train.py"
                          ":1418-1423, 746-755); a failure restarts the run from its start"))
-        return True
+        return NO_CHECKPOINT_INTERVAL
     if interval == 0:
-        rd.notes.append(("checkpoint.save_interval", f"{_shown(body.get('save_interval'))}: no "
-                         "periodic checkpoint (train.py:1418-1423), "
-                         + ("none at the end either" if body.get("save_interval") == 0 else
-                            "one at the end of the run (train.py:746-755)")))
-        return True
+        rd.notes.append(("checkpoint.save_interval", "0: no checkpoint, periodic or at the end "
+                         "(train.py:1418-1423, 746-755: the final save needs save_interval != 0)"))
+        return NO_CHECKPOINT_INTERVAL
+    if interval is None:
+        rd.notes.append(("checkpoint.save_interval", "null: no periodic checkpoint, one at the "
+                         "end of the run (train.py:1418-1423, 746-755)"))
+        return NO_CHECKPOINT_INTERVAL - 1
     rd.emit("checkpoint.save_interval", "--save-interval", [str(interval)])
-    return False
+    return None
 
 
 def _provider(rd: _Reader, model: dict[str, Any]) -> str:
@@ -732,7 +738,7 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
                     rd.rule(f"dataset.{key}", key, value, rule, pol["fields"]["dataset"])
     _specials(rd, model, doc.get("ddp") or {}, fields)
     _comm_overlap(rd, co, num_gpus)
-    no_checkpoints = _checkpoint(rd, doc.get("checkpoint"))
+    interval = _checkpoint(rd, doc.get("checkpoint"))
     if rd.refused:
         raise RunConfigError(f"{src}: " + "; ".join(rd.refused))
     words = [w for flag, values in rd.args.items() for w in (flag, *values)]
@@ -762,14 +768,13 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
     neutral = sorted({rd.paths.get(f, f) for f in res.neutral} | set(rd.neutral))
     provider = str(model.get("_target_"))
     session = res.session
-    if no_checkpoints:  # as megatron-args reads --save-interval 0: an interval no run reaches
-        from core.plan.cluster import ReliabilityConfig
-        top = next(f.metadata["max"] for f in dataclasses.fields(ReliabilityConfig)
-                   if f.name == "checkpoint_interval_iterations")
+    if interval is not None:  # beyond what the launch mapping reads (_checkpoint)
         session = dataclasses.replace(session, reliability=dataclasses.replace(
-            session.reliability, checkpoint_interval_iterations=top))
-        used["checkpoint.save"] = (f"no checkpoint: reliability.checkpoint_interval_iterations "
-                                   f"{top:,}, beyond any run")
+            session.reliability, checkpoint_interval_iterations=interval))
+        used["checkpoint.save"] = (
+            f"reliability.checkpoint_interval_iterations {interval:,}, beyond any run: "
+            + ("no checkpoint" if interval == NO_CHECKPOINT_INTERVAL else
+               "one save, at the end"))
     session = dataclasses.replace(session, notes=f"Megatron-Bridge run_config.yaml {src} "
                                   f"(model {provider.rsplit('.', 1)[-1]})")
     return BridgeImport(session, used, ignored, notes, arguments=words, neutral=neutral,
