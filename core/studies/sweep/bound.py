@@ -30,6 +30,7 @@ from core.sim.simulate import (MAX_GRAPH_TASKS, graph_tasks_bound, graph_too_lar
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
+from core.studies.sweep.plan_rows import PlanRows, plan_keys
 from core.studies.sweep.result import BEST_BY_FIELDS, column_codes
 from core.studies.sweep.variants import plan_maker
 
@@ -92,7 +93,9 @@ def work_notes(plans: list[ParallelPlan], rows: np.ndarray, num_layers: int, pru
         work = sweep_work([plans[i] for i in rows.tolist()], num_layers)
     else:  # sweep_work's sum, with numpy
         s = steps[rows]
-        p = np.array([plans[i].pipeline_parallel for i in rows.tolist()], np.int64)
+        p = (np.asarray(plans.columns["pipeline_parallel"], np.int64)[rows]
+             if isinstance(plans, PlanRows)  # the column: no plan built
+             else np.array([plans[i].pipeline_parallel for i in rows.tolist()], np.int64))
         work = int(np.where(s <= MAX_PIPELINE_STEPS, s + 10 * num_layers // p, 0).sum())
     estimate = (f"the {rows.size:,} plans that fit in memory and are within the simulation's "
                 f"limit ({MAX_PIPELINE_STEPS:,} pipeline steps each) need up to {work:,} pipeline "
@@ -409,7 +412,11 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
     :func:`core.sim.stages.stage_times` without the spans, which the bound does not read),
     each computed once (memo ``lookup_cache``, as :func:`core.sim.stages.stage_times`), and
     the bounds of the plans sharing them at once (:func:`_lower_bounds` of their
-    micro-batch counts).
+    micro-batch counts). The bound plans that differ only in d and b are taken one after
+    another, and the memo is emptied but its analytic op times once it grows past
+    :data:`BOUND_MEMO_ENTRIES` entries (the same bounds: each entry is a function of its key).
+    ``plans``: a list, or a :class:`~core.studies.sweep.plan_rows.PlanRows` (read from its
+    columns: a plan is built per bound plan only).
 
     Raises
     ------
@@ -426,16 +433,16 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
     zero_at = PLAN_FIELDS.index("zero_stage")
     groups: dict[tuple, list[int]] = {}
     firsts: list[list] = []  # each group's first bound_plan fields, in the groups' order
-    for step, i in enumerate(rows.tolist()):
+    at = rows.tolist()
+    for step, (i, key) in enumerate(zip(at, plan_keys(plans, at))):
         if not step & 31:
             yield_interpreter()
             ticker.tick(step // 5)
-        pl = plans[i]
-        fields = list(plan_key(pl))          # bound_plan(pl, model)'s fields
+        fields = list(key)                   # bound_plan(plans[i], model)'s fields
         for j, v in (d_only if fields[zero_at] == 3 else subst):
             fields[j] = v
         schedule = fields.pop(_SCHEDULE_FIELD)
-        bkey = (pipeline_schedules.get(pl.schedule).stage_times_kind, tuple(fields))
+        bkey = (pipeline_schedules.get(schedule).stage_times_kind, tuple(fields))
         group = groups.get(bkey)
         if group is None:
             groups[bkey] = [i]
@@ -443,18 +450,50 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
             firsts.append(fields)
         else:
             group.append(i)
-    done = 0
-    for idx, fields in zip(groups.values(), firsts):
+    del at
+    # each plan's micro-batches B // (d*b) (ParallelPlan.num_microbatches): from the columns
+    micro = (plan_microbatches(plans.columns) if isinstance(plans, PlanRows) else None)
+    # the bound plans that differ only in d and b one after another: they share their layout
+    # shapes, so that the memo, once emptied (BOUND_MEMO_ENTRIES), seldom makes one again (the
+    # plans come one b after another); each bound is its plan's alone, in any order
+    near: dict[tuple, int] = {}
+    codes = [near.setdefault(_NEAR_FIELDS(fields), len(near)) for fields in firsts]
+    order = np.argsort(np.array(codes, np.int64), kind="stable").tolist()
+    del near, codes
+    group_rows = list(groups.values())
+    done, kept = 0, len(lookup_cache)
+    for g in order:
+        idx, fields = group_rows[g], firsts[g]
         yield_interpreter()
         ticker.tick(rows.size // 5 + 4 * done // 5)
         done += len(idx)
+        if len(lookup_cache) > kept + BOUND_MEMO_ENTRIES:
+            kept = _release_memo(lookup_cache, store)
         pl = plans[idx[0]]
         # bound_plan(pl, model): its fields are known, the plan made without __init__
         bound = plan_maker(pl)(dict(zip(PLAN_FIELDS, fields)))
         st = stage_busy_times(Session(model, bound, cluster, cost), store, lookup_cache)
-        lower[idx] = _lower_bounds(*st, np.array([float(plans[i].num_microbatches)
-                                                  for i in idx]), None)
+        m = (np.array([float(plans[i].num_microbatches) for i in idx]) if micro is None
+             else micro[idx].astype(float))
+        lower[idx] = _lower_bounds(*st, m, None)
     ticker.finish()
+
+
+#: Entries of the lookup memo past which :func:`fill_lower_bounds` empties it between two bound
+#: plans (about 850 bytes each: most are one bound plan's stage layout, few are shared).
+BOUND_MEMO_ENTRIES = 50_000
+
+def _release_memo(memo: dict, store) -> int:
+    """Empty the lookup memo ``memo`` (:func:`core.sim.stages.stage_busy_times`') but its
+    analytic op times (shared by many bound plans, and costly to make again; kept with the
+    ``store`` they are keyed by): the stage layouts, spans and counts of the bound plans done,
+    a few hundred bytes each, are made again where a later plan needs them (each entry is a
+    function of its key: the same figures). Returns the entries kept."""
+    kept = {k: v for k, v in memo.items() if type(k) is tuple and k and (
+        k[0] == "analytic op" or k == ("pinned", id(store)))}
+    memo.clear()
+    memo.update(kept)
+    return len(memo)
 
 
 #: The plan fields :func:`bound_plan` sets (but ``data_parallel``, 1 for a dense model; of an
@@ -462,6 +501,9 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
 _BOUND_FIELDS = {"zero_stage": 0, "overlap_grad_reduce": False, "overlap_param_gather": False,
                  "fp8_param_gather": False}
 _SCHEDULE_FIELD = PLAN_FIELDS.index("schedule")
+#: A bound plan's fields but d and b (:func:`fill_lower_bounds` takes those alike together).
+_NEAR_FIELDS = operator.itemgetter(*(j for j, f in enumerate(PLAN_FIELDS)
+                                     if f not in ("data_parallel", "micro_batch_size")))
 
 
 def value_codes(plans: list[ParallelPlan], num_gpus: np.ndarray, several_counts: bool,

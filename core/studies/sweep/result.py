@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,13 +19,13 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from core.model import model_math
-from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
+from core.plan.parallel import PLAN_FIELDS, ParallelPlan
 from core.plan.session import Session
 from core.sim.report import memory_verdict_column
 from core.store.calibration_range import features_of
 from core.store.interval import interval_factors, interval_for, layer_parameters, plan_departures
 from core.studies.sweep.cancel import check_cancelled
-from core.studies.sweep.pace import yield_interpreter
+from core.studies.sweep.plan_rows import PlanRows, plan_column_arrays, row_of_plan
 from core.studies.sweep.space import SweepSpace, as_list
 from core.sim.comm import CollectiveExtrapolation
 from core.util.text import spreadsheet_cell
@@ -162,8 +161,10 @@ class SweepResult:
     session : Session
         The sweep's input (model, cluster, cost inputs, B, precision).
     space : SweepSpace
-    plans : list of ParallelPlan
-        The plan of each row.
+    plans : sequence of ParallelPlan
+        The plan of each row: a sweep's is a :class:`~core.studies.sweep.plan_rows.PlanRows`
+        (the plan columns; ``plans[i]`` builds row ``i``'s plan, no plan object held per
+        row), a result read back from a file's a list.
     plan_columns : dict of str to array
         One column per plan field (:data:`PLAN_COLUMNS`), also readable as an
         attribute (``result.tensor_parallel``): int64 for integers, bool; object
@@ -231,7 +232,7 @@ class SweepResult:
 
     session: Session
     space: SweepSpace
-    plans: list[ParallelPlan]
+    plans: Sequence[ParallelPlan]
     plan_columns: dict[str, np.ndarray]
     num_microbatches: np.ndarray
     num_gpus: np.ndarray
@@ -388,25 +389,9 @@ class SweepResult:
         return i
 
     def _row_of(self, plan: ParallelPlan) -> int | None:
-        """The last row whose every field equals ``plan``'s as a dict key of
-        :func:`plan_key` tuples would (``==``, which numpy's comparison of a number or text
-        column with a number or text is), or None: the plan columns narrowed field by field,
-        with no index of every plan kept (1.2 million plans: about 500 MB of key tuples);
-        about 10 ms per 100,000 plans."""
-        rows: np.ndarray | None = None  # None: every row
-        for name, value in zip(PLAN_FIELDS, plan_key(plan)):
-            col = np.asarray(self.plan_columns[name])
-            part = col if rows is None else col[rows]
-            kind = col.dtype.kind
-            numeric = isinstance(value, int) or isinstance(value, float) and math.isfinite(value)
-            if (kind in "biuf" and numeric) or (kind == "U" and isinstance(value, str)):
-                same = np.asarray(part == value, bool)
-            else:  # an object column, or a value of another type: Python's ==, row by row
-                same = np.fromiter((v == value for v in part.tolist()), bool, part.size)
-            rows = np.flatnonzero(same) if rows is None else rows[same]
-            if not rows.size:
-                return None
-        return None if rows is None else int(rows[-1])  # the last, as the index's dict kept
+        """The last row whose every field equals ``plan``'s (:func:`row_of_plan` of the plan
+        columns: no index of every plan kept), or None."""
+        return row_of_plan(self.plan_columns, plan, last=True)
 
     def pareto_indices(self) -> np.ndarray:
         """Rows on the Pareto front sorted by training days (then cost); int64 (k,)."""
@@ -437,8 +422,9 @@ class SweepResult:
             mask &= self.cost_usd <= max_cost_usd
         return mask
 
-    #: The fields with one entry per plan (arrays, or lists for ``plans``, ``reason`` and
-    #: ``calibration_departures``), which :meth:`take` cuts.
+    #: The fields with one entry per plan (arrays, or lists for ``reason`` and
+    #: ``calibration_departures``, a list or :class:`PlanRows` for ``plans``), which
+    #: :meth:`take` cuts.
     PER_PLAN_FIELDS = ("plans", "num_microbatches", "num_gpus", "iteration_time_s",
                        "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours", "cost_usd",
                        "max_memory_per_gpu_bytes", "fits_in_memory", "reason", "pareto",
@@ -456,6 +442,8 @@ class SweepResult:
         def cut(values):
             if values is None:
                 return None
+            if isinstance(values, PlanRows):
+                return values.take(ks)
             if isinstance(values, list):
                 return [values[i] for i in ks.tolist()]
             return np.asarray(values)[ks]
@@ -646,7 +634,7 @@ class SweepResult:
         for name in BEST_BY_FIELDS:
             if swept is not None and name not in swept:
                 continue
-            col = [getattr(pl, name) for pl in self.plans]
+            col = self.plan_columns[name].tolist()  # each plan's value, no plan built
             if len(set(map(repr, col))) < 2:
                 continue
             rows = []
@@ -689,51 +677,6 @@ class SweepResult:
         """Write :meth:`csv_text` to ``path`` atomically. Raises ``OSError`` when not writable."""
         from core.io.session import atomic_write_text
         atomic_write_text(path, self.csv_text())
-
-
-def plan_column_arrays(plans: list[ParallelPlan], cancel: Any = None) -> dict[str, np.ndarray]:
-    """One array per plan field: int64 or bool when every value is one, object otherwise (text
-    too: equal texts one str object, 8 bytes a plan).
-    A field of one value of one type (most of a sweep's) is that value broadcast
-    to every plan (``np.broadcast_to``: read-only, no bytes per plan) rather than converted
-    value by value: the same values. Each plan's fields are read as one tuple (:func:`plan_key`) and
-    transposed :data:`_COLUMN_CHUNK` plans at a time (one C call per plan rather than one per
-    plan and field). ``cancel`` is checked every few chunks and before each field
-    (:class:`~core.studies.sweep.cancel.SweepCancelled`)."""
-    parts: dict[str, list[tuple]] = {name: [] for name in PLAN_FIELDS}
-    for start in range(0, len(plans), _COLUMN_CHUNK):
-        if not start % (16 * _COLUMN_CHUNK):
-            check_cancelled(cancel)
-        yield_interpreter()
-        rows = list(map(plan_key, plans[start:start + _COLUMN_CHUNK]))
-        for name, column in zip(PLAN_FIELDS, zip(*rows)):
-            parts[name].append(column)
-    out = {}
-    for name in PLAN_COLUMNS:
-        check_cancelled(cancel)
-        values = list(itertools.chain.from_iterable(parts.pop(name)))
-        kinds = set(map(type, values))
-        dtype: Any = object
-        if kinds == {bool}:
-            dtype = bool
-        elif kinds == {int}:
-            dtype = np.int64
-        elif kinds == {str}:  # object: one str object per distinct text, 8 bytes a plan (numpy
-            shared: dict = {}  # text holds 4 bytes a character of the longest)
-            values = [shared.setdefault(v, v) for v in values]
-        if len(kinds) == 1 and values.count(values[0]) == len(values):
-            # one type: equal is the same; one value read-only for every plan, no bytes per plan
-            one = np.empty((), dtype)
-            one[()] = values[0]  # a tuple as one value, not an array
-            out[name] = np.broadcast_to(one, (len(values),))
-        else:
-            out[name] = np.array(values, dtype=dtype)
-    return out
-
-
-#: Plans whose fields :func:`plan_column_arrays` transposes at once (a few milliseconds per C
-#: call, so that the window's thread gets the interpreter between them).
-_COLUMN_CHUNK = 4096
 
 
 def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.ndarray,

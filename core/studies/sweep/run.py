@@ -20,7 +20,7 @@ import numpy as np
 
 from core.plan.fields import ConfigError, FieldError
 from core.plan.layout import largest_model_chunk
-from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
+from core.plan.parallel import PLAN_FIELDS, ParallelPlan
 from core.plan.session import Session
 from core.plan.rules import validate
 from core.sim import fastpath_kernel
@@ -36,8 +36,10 @@ from core.studies.sweep.bound import (fill_lower_bounds, branch_and_bound, mark_
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import gc_paused
 from core.studies.sweep.phase import PhaseFn
+from core.studies.sweep.plan_rows import (PlanRows, concat_plan_columns, is_broadcast,
+                                          plan_column_arrays, plan_keys, row_of_plan)
 from core.studies.sweep.result import (SweepResult, best_row, least_memory_of_ties, pareto_front,
-                                       plan_column_arrays, plan_figures, with_plans)
+                                       plan_figures, with_plans)
 from core.studies.sweep.space import (SweepSpace, as_list, check_enumerable, divisors,
                                       enumerate_plans, in_budget, index_of_plan,
                                       micro_batch_sizes_of)
@@ -381,6 +383,14 @@ class _Runner:
                                        None if self.fits is None else self.fits[idx].tolist()))
 
 
+def _without_row(columns: dict[str, np.ndarray], row: int) -> dict[str, np.ndarray]:
+    """The plan ``columns`` (:func:`plan_column_arrays`) without row ``row``: a broadcast
+    column (one value) stays one, broadcast to one row fewer (no bytes per plan); the others
+    are copied without it."""
+    return {k: (np.broadcast_to(v[:1], (v.shape[0] - 1,)) if is_broadcast(v)
+                else np.delete(v, row)) for k, v in columns.items()}
+
+
 def _plans_up_to_memory(session: Session, space: SweepSpace, store, cancel: Any,
                         phase: PhaseFn | None, memo: dict) -> tuple[list, tuple, str]:
     """The plans of a space without micro-batch sizes (``micro_batch_sizes=None``): every b
@@ -392,10 +402,12 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, cancel: Any,
     B % (d*b') == 0; k times the micro-batches, which no schedule rule refuses) whose
     activation memory is no larger (b times the micro-batches in flight, at most
     min(p, m) of them, does not grow as b shrinks), so when none of b's fits, none of b''s
-    does. Returns the plans, their :func:`memory_verdicts` (computed once, here, with
-    ``memo``, its memo of shared parts) and where the sizes stopped, in words."""
+    does. Returns the plans (a :class:`PlanRows`: each b's plans made columns once their
+    memory is known, so that one b's plan objects exist at a time), their
+    :func:`memory_verdicts` (computed once, here, with ``memo``, its memo of shared parts) and
+    where the sizes stopped, in words."""
     sizes = micro_batch_sizes_of(session.plan.global_batch_size)
-    plans: list = []
+    parts: list = []  # each b's plans as columns: its plans are not kept
     mems: list = []
     stop = f"b = {sizes[-1]}, the global batch" if sizes else "no b"
     full: list[int] = []  # the b none of whose plans fits: their multiples are not tried
@@ -420,22 +432,27 @@ def _plans_up_to_memory(session: Session, space: SweepSpace, store, cancel: Any,
             if unfit is None:
                 unfit = part, mem
             continue
-        plans += part
+        parts.append(plan_column_arrays(part, cancel))
+        del part
         mems.append(mem)
-    if not plans and unfit is not None:  # none fits: the smallest b's plans say so
-        plans, mems = unfit[0], [unfit[1]]
+    if not parts and unfit is not None:  # none fits: the smallest b's plans say so
+        parts, mems = [plan_column_arrays(unfit[0], cancel)], [unfit[1]]
+    unfit = None
     if phase is not None:
         phase("enumerate", 1, 1)
     merged = (np.concatenate([m[0] for m in mems]) if mems else np.zeros(0),
               np.concatenate([m[1] for m in mems]) if mems else np.zeros(0, bool),
               [w for m in mems for w in m[2]])
-    return plans, merged, stop
+    columns = concat_plan_columns(parts) if parts else plan_column_arrays([])
+    return PlanRows(columns, plan_maker(session.plan)), merged, stop
 
 
 def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
            cancel: Any = None, phase: PhaseFn | None = None
            ) -> tuple[list, list[dict[str, Any]], tuple, int | None, dict[str, np.ndarray]]:
-    """The sweep's plans (:func:`enumerate_plans`), :func:`sweep_dimensions`, the plans'
+    """The sweep's plans (:func:`enumerate_plans`, as a :class:`PlanRows` of their columns:
+    the plan objects are dropped once their memory and columns are known),
+    :func:`sweep_dimensions`, the plans'
     closed-form memory (:func:`memory_verdicts`: bytes, fits, reasons), the row of the
     session's own plan among them (None when not among them) and the plans' columns
     (:func:`plan_column_arrays`, read once for the dimensions and the rest). The session's own plan
@@ -446,41 +463,51 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
     stopped. ``get_store()`` is the profile store (opened after a space with its micro-batch
     sizes is enumerated: its errors first)."""
     memo: dict = {}  # memory_verdicts' shared parts: the plans' and their partial recomputations'
+    make = plan_maker(session.plan)
+    listed: list | None = None  # the plans as objects, until their columns are made
     if space.micro_batch_sizes is None:
         check_enumerable(session, space)
-        plans, mem, stop = _plans_up_to_memory(session, space, get_store(), cancel, phase,
-                                               memo)
+        rows, mem, stop = _plans_up_to_memory(session, space, get_store(), cancel, phase,
+                                              memo)
+        columns = rows.columns
+        n_enumerated = len(rows)  # what the sweep chose: these, not the session's own plan
+        own = row_of_plan(columns, session.plan) if n_enumerated else None  # added below
     else:
-        plans = enumerate_plans(session, space, cancel=cancel, phase=phase)
+        listed = enumerate_plans(session, space, cancel=cancel, phase=phase)
         mem = None
-    n_enumerated = len(plans)  # what the sweep chose: these, not the session's own plan added
-    more: list = []            # below, and the partial recomputations of the full ones
-    own = index_of_plan(plans, session.plan) if plans else None
-    if (plans and own is None
+        n_enumerated = len(listed)
+        own = index_of_plan(listed, session.plan) if listed else None
+    if (n_enumerated and own is None
             and space.excludes(session.plan) is None
             and in_budget(space, session.plan) and not validate(session)):
-        plans.append(dataclasses.replace(session.plan))
-        own = len(plans) - 1
-        if mem is not None:
-            own_mem = memory_verdicts(plans[-1:], session.model, get_store())
+        own_plan = dataclasses.replace(session.plan)
+        own = n_enumerated
+        if listed is not None:
+            listed.append(own_plan)
+        else:
+            own_mem = memory_verdicts([own_plan], session.model, get_store())
             mem = (np.concatenate([mem[0], own_mem[0]]), np.concatenate([mem[1], own_mem[1]]),
                    mem[2] + own_mem[2])
-    if mem is None:
-        mem = memory_verdicts(plans, session.model, get_store(), cancel=cancel, phase=phase,
+            columns = concat_plan_columns([columns, plan_column_arrays([own_plan])])
+    if listed is not None:  # the plans' memory, then their columns: the plans are not kept
+        mem = memory_verdicts(listed, session.model, get_store(), cancel=cancel, phase=phase,
                               memo=memo)
+        columns = plan_column_arrays(listed, cancel)
+        listed = None
+    plans = PlanRows(columns, make)
     if (not space.hold_session_values and session.plan.recompute_num_layers is None
             and space.recompute_num_layers is None  # counts asked: those alone
             and "full" in as_list(space.recompute)):
-        more, more_mem = _partial_recompute_plans(plans, mem, session, get_store(), cancel,
-                                                  memo)
-        if more:
-            plans = plans + more
+        more_plans, more_mem = _partial_recompute_plans(plans, mem, session, get_store(),
+                                                        cancel, memo)
+        if more_plans:  # after the enumerated plans (and the session's own)
+            columns = concat_plan_columns([columns, plan_column_arrays(more_plans, cancel)])
+            del more_plans
+            plans = PlanRows(columns, make)
             mem = (np.concatenate([mem[0], more_mem[0]]), np.concatenate([mem[1], more_mem[1]]),
                    mem[2] + more_mem[2])
-    columns = plan_column_arrays(plans, cancel)  # read once: the dimensions, sizes and result
     if own == n_enumerated:  # the session's own plan, added: not among the sweep's choices
-        dimensions = sweep_dimensions(session, space, plans[:n_enumerated] + more,
-                                      {k: np.delete(v, own) for k, v in columns.items()})
+        dimensions = sweep_dimensions(session, space, plans, _without_row(columns, own))
     else:
         dimensions = sweep_dimensions(session, space, plans, columns)
     if space.micro_batch_sizes is None:
@@ -493,9 +520,9 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
     return plans, dimensions, mem, own, columns
 
 
-def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
+def _partial_recompute_plans(plans: PlanRows, mem: tuple, session: Session, store,
                              cancel: Any = None, memo: dict | None = None) -> tuple[list, tuple]:
-    """For each plan of ``plans`` that recomputes every layer (``recompute="full"``,
+    """For each plan of ``plans`` (read from its columns) that recomputes every layer (``recompute="full"``,
     ``recompute_num_layers`` None) and fits (``mem``: :func:`memory_verdicts`' bytes, fits,
     reasons), the same plan recomputing the fewest layers per model chunk that still fit
     (Megatron-LM's ``--recompute-method block --recompute-num-layers N``), when fewer than
@@ -512,17 +539,24 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
     fits = mem[1]
     make = plan_maker(session.plan)
 
-    def with_layers(plan: ParallelPlan, n: int) -> ParallelPlan:
-        """``dataclasses.replace(plan, recompute_num_layers=n)``, without its ``__init__``."""
-        return make(dict(zip(PLAN_FIELDS, plan_key(plan)), recompute_num_layers=n))
+    def with_layers(key: tuple, n: int) -> ParallelPlan:
+        """The plan of :func:`plan_key` ``key`` with ``recompute_num_layers=n``
+        (``dataclasses.replace``, without its ``__init__``)."""
+        return make(dict(zip(PLAN_FIELDS, key), recompute_num_layers=n))
 
+    # the plans recomputing every layer that fit, read from the columns (no plan built)
+    layers = plans.columns["recompute_num_layers"]
+    unset = (np.array([v is None for v in layers.tolist()], bool) if layers.dtype == object
+             else np.zeros(len(plans), bool))
+    full = (np.asarray(plans.columns["recompute"] == "full", bool) & unset
+            & np.asarray(fits, bool))
     rows, hi = [], []
-    for i, pl in enumerate(plans):
-        if pl.recompute == "full" and pl.recompute_num_layers is None and fits[i]:
-            most = largest_model_chunk(L, pl)
-            if most is not None and most > 1:
-                rows.append(i)
-                hi.append(most)  # every layer: fits
+    for i, key in zip(np.flatnonzero(full).tolist(),
+                      plan_keys(plans, np.flatnonzero(full).tolist())):
+        most = largest_model_chunk(L, make(dict(zip(PLAN_FIELDS, key))))
+        if most is not None and most > 1:
+            rows.append(i)
+            hi.append(most)  # every layer: fits
     if not rows:
         return [], (np.zeros(0), np.zeros(0, bool), [])
     lo = np.zeros(len(rows), np.int64)        # N known not to fit (0: none tried)
@@ -534,7 +568,8 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
         if not open_.size:
             break
         mid = (lo[open_] + hi[open_]) // 2
-        trial = [with_layers(plans[rows[k]], n) for k, n in zip(open_.tolist(), mid.tolist())]
+        trial = [with_layers(key, n) for key, n in
+                 zip(plan_keys(plans, [rows[k] for k in open_.tolist()]), mid.tolist())]
         # the whole need, the allocator's cache included, within the capacity: the sweep never
         # builds a plan that runs only once PyTorch frees its cache (it may, each time it must
         # retry a cudaMalloc, at a synchronization's cost: memory_stats' num_alloc_retries)
@@ -543,7 +578,8 @@ def _partial_recompute_plans(plans: list, mem: tuple, session: Session, store,
         hi[open_[ok]] = mid[ok]
         lo[open_[~ok]] = mid[~ok]
     keep = np.flatnonzero(hi < most)
-    more = [with_layers(plans[rows[k]], n) for k, n in zip(keep.tolist(), hi[keep].tolist())]
+    more = [with_layers(key, n) for key, n in
+            zip(plan_keys(plans, [rows[k] for k in keep.tolist()]), hi[keep].tolist())]
     if not more:
         return [], (np.zeros(0), np.zeros(0, bool), [])
     return more, memory_verdicts(more, session.model, store, memo=memo)
