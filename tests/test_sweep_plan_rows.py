@@ -116,3 +116,17 @@ def test_bound_memo_emptied_past_its_size_gives_the_same_bounds(monkeypatch):
     assert whole.tobytes() == small.tobytes()
     ops = sum(1 for k in whole_memo if k[0] == "analytic op")
     assert len(small_memo) < ops + 2 * limit < len(whole_memo)
+
+
+def test_keys_of_plans_alike_in_every_field_end(listed):
+    """One plan (or plans equal in every field): every column is one value, held as a repeat;
+    keys() zipped unbounded repeats and never returned (a sweep of one plan that recomputes
+    every layer grew without bound in the partial-recompute search: the breaker's cp=8 a2a
+    case of tests/test_context_parallel.py)."""
+    session, plans = listed
+    one = PlanRows(plan_column_arrays(plans[:1]), plan_maker(session.plan))
+    assert one.keys(np.array([0])) == [plan_key(plans[0])]
+    assert list(plan_keys(one, [0, 0, 0])) == [plan_key(plans[0])] * 3
+    same = PlanRows(plan_column_arrays([plans[3]] * 4), plan_maker(session.plan))
+    assert same.keys(np.array([2, 0])) == [plan_key(plans[3])] * 2
+    assert same.keys(np.zeros(0, np.int64)) == []

@@ -220,9 +220,12 @@ class PlanRows(Sequence):
     def keys(self, idx: np.ndarray) -> list[tuple]:
         """The :func:`plan_key` tuples of rows ``idx`` (int (k,)), without building their
         plans."""
-        cols = [itertools.repeat(self._fixed[name]) if name in self._fixed
+        k = len(idx)
+        cols = [itertools.repeat(self._fixed[name], k) if name in self._fixed
                 else self.columns[name][idx].tolist() for name in PLAN_FIELDS]
-        return list(zip(*cols)) if len(idx) else []
+        # each repeat is as long as idx: with every field fixed (one plan, or plans alike in
+        # every field), zip of unbounded repeats never ended
+        return list(zip(*cols)) if k else []
 
     def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
