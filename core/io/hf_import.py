@@ -221,66 +221,12 @@ _MLA_HF_FIELDS = {"q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
 #: Architectures refused by name (they wait for the layer-spec refactor: a layer built from named
 #: components), each with the field that has what the simulator does not model and what that
 #: would change in the simulated compute.
+#: The table is resources/hf_refused_architectures.json (name -> field, why).
+REFUSED_ARCHITECTURES_FILE = (Path(__file__).resolve().parents[2] / "resources"
+                              / "hf_refused_architectures.json")
 REFUSED_ARCHITECTURES: dict[str, tuple[str, str]] = {
-    "Gemma3ForConditionalGeneration": ("vision_config", "a SigLIP vision tower and its "
-                                       "projector, whose image tokens join the text decoder's "
-                                       "sequence (the decoder alone is Gemma3ForCausalLM's, "
-                                       "modelled: import its text_config as such a config)"),
-    "GemmaForCausalLM": ("hidden_activation", "a gated GELU MLP (GeGLU: SwiGLU's GEMMs with "
-                         "another activation kernel)"),
-    "Llama4ForCausalLM": ("attention_chunk_size", "chunked attention on three layers of four "
-                          "(tokens attend within their chunk: a block-diagonal mask whose "
-                          "attention-core FLOPs and kernel have no op here), RoPE-less layers and "
-                          "MoE layers interleaved with dense ones (interleave_moe_layer_step)"),
-    "Llama4ForConditionalGeneration": ("text_config.attention_chunk_size", "chunked attention on "
-                                       "three layers of four (a block-diagonal mask whose "
-                                       "attention-core FLOPs and kernel have no op here), MoE "
-                                       "layers interleaved with dense ones, and a vision tower"),
-    "NemotronHForCausalLM": ("hybrid_override_pattern", "Mamba-2 layers among the attention and "
-                             "MLP layers (their selective-scan kernels, parameters and state are "
-                             "not modelled; the layer order is not a transformer layer's)"),
-    # 2025 families (transformers' modelling code of each; the field is the config.json key
-    # that carries what is not modelled)
-    "Qwen3NextForCausalLM": ("full_attention_interval", "Gated DeltaNet linear-attention "
-                             "layers (linear_num_value_heads heads of linear_value_head_dim, a "
-                             "causal convolution of linear_conv_kernel_dim and a gated delta-rule "
-                             "scan) on all but every full_attention_interval-th layer, and an "
-                             "output gate on the softmax-attention ones: the scan's kernels, "
-                             "parameters and state are not modelled, and timing those layers as "
-                             "softmax attention would be another model"),
-    "DeepseekV32ForCausalLM": ("index_topk", "DeepSeek Sparse Attention: a lightning indexer "
-                               "(index_n_heads heads of index_head_dim) scores every earlier "
-                               "token for each query and the attention core covers only the "
-                               "index_topk best, not the causal triangle: the indexer's GEMMs "
-                               "and the sparse attention kernel have no op here (the rest is "
-                               "DeepSeek-V3's, DeepseekV3ForCausalLM, modelled)"),
-    "SmolLM3ForCausalLM": ("no_rope_layers", "layers without rotary embeddings (NoPE: "
-                           "no_rope_layers 0, every no_rope_layer_interval-th layer): the rotary "
-                           "kernel runs on some layers only, a per-layer switch the model fields "
-                           "do not have (the layer is otherwise Llama's)"),
-    "FalconH1ForCausalLM": ("mamba_d_state", "a Mamba-2 mixer beside the attention in every "
-                            "layer (parallel hybrid; the SSM's selective-scan kernels, parameters "
-                            "and state are not modelled) and its mup multipliers"),
-    "JambaForCausalLM": ("attn_layer_period", "Mamba layers, with attention only on every "
-                         "attn_layer_period-th layer and experts on every expert_layer_period-th "
-                         "(selective-scan kernels, parameters and state not modelled)"),
-    "BambaForCausalLM": ("attn_layer_indices", "Mamba-2 layers, with attention only on the "
-                         "attn_layer_indices layers (selective-scan kernels, parameters and "
-                         "state not modelled)"),
-    "GraniteMoeHybridForCausalLM": ("layer_types", "Mamba-2 layers among the attention layers "
-                                    "(layer_types mamba; selective-scan kernels, parameters and "
-                                    "state not modelled)"),
-    "MambaForCausalLM": ("state_size", "no attention: selective state-space (Mamba) layers, "
-                         "whose scan kernels, parameters and state are not modelled"),
-    "Mamba2ForCausalLM": ("state_size", "no attention: Mamba-2 state-space layers, whose scan "
-                          "kernels, parameters and state are not modelled"),
-    "FalconMambaForCausalLM": ("state_size", "no attention: selective state-space (Mamba) "
-                               "layers, whose scan kernels, parameters and state are not "
-                               "modelled"),
-    "KimiLinearForCausalLM": ("linear_attn_config", "Kimi Delta Attention linear-attention "
-                              "layers among the MLA ones (their delta-rule scan kernels, "
-                              "parameters and state are not modelled)"),
-}
+    name: (entry["field"], entry["why"]) for name, entry in json.loads(
+        REFUSED_ARCHITECTURES_FILE.read_text(encoding="utf-8"))["architectures"].items()}
 #: Fields the simulator does not model, refused by name with what they would change, and the
 #: values that switch them off (a config with one of those is accepted, the field listed).
 REFUSED: dict[str, tuple[str, tuple[Any, ...]]] = {
