@@ -36,12 +36,16 @@ section key that Hugging Face Trainer does not fill in (``zero_optimization.stag
 reduced in the model's dtype under ZeRO (``get_data_types``, ``communication_data_type``).
 bf16 without ZeRO is refused: 0.16.9 runs ``BF16_Optimizer`` (fp32 gradient accumulation),
 0.19.8 its fp16 optimizer wrapper with bf16 gradients, and the file does not say which
-DeepSpeed runs it.
+DeepSpeed runs it. ZeRO's bucket sizes and thresholds and the fp16 loss scale's values, listed
+rather than used, are still checked as DeepSpeed's config models check them (:func:`_zero_sizes`,
+:func:`_fp16_scaling`). The first note says where t, p and d come from (:func:`parallel_note`):
+no DeepSpeed config can set t or p.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -55,7 +59,7 @@ from core.plan.session import Session
 
 __all__ = ["POLICY_FILE", "Rule", "DeepSpeedImport", "load_rules", "model_from_name",
            "session_from_deepspeed", "read_deepspeed_config", "RECOMPUTE_OPTIONS",
-           "sweep_options"]
+           "sweep_options", "parallel_note"]
 
 #: The policy: every DeepSpeed config key the importer knows and what it does with it.
 POLICY_FILE = Path(__file__).resolve().parents[2] / "resources" / "deepspeed_config.json"
@@ -442,9 +446,132 @@ def _zero(used: dict[str, Any], where: str, notes: list[str]) -> tuple[int, bool
     prefetch = used.get(pkey, _PREFETCH_DEFAULT)
     if _is_auto(prefetch):
         prefetch = 1  # Hugging Face Trainer fills in 0.9 * hidden_size**2: positive
-    if isinstance(prefetch, bool) or not isinstance(prefetch, (int, float)) or prefetch < 0:
-        raise refusal(where, pkey, f"{_show(prefetch)} must be a number of at least 0")
+    prefetch = _whole(prefetch, pkey, where, 0, "DeepSpeedZeroConfig.prefetch_bucket_size: "
+                      "an int, ge=0")
     return stage, overlap, stage == 3 and overlap and prefetch > 0
+
+
+def _whole(value: Any, key: str, where: str, least: int | None, rule: str) -> int:
+    """``value`` as an int: a JSON integer, or a number with no fraction (``5e8``), at least
+    ``least`` (None: any); ``rule`` is DeepSpeed's, quoted in the refusal. Booleans and strings,
+    which DeepSpeed's pydantic models would coerce (``true`` to 1, ``"500000000"``), are
+    refused: the file should say the number.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``where: key``: not a number, a fraction, not finite, or below ``least``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or (isinstance(value, float) and not value.is_integer()):
+        raise refusal(where, key, f"{_show(value)} must be a whole number, a JSON number with "
+                      f"no fraction ({rule})")
+    if least is not None and value < least:
+        raise refusal(where, key, f"{_show(value)} must be at least {least} ({rule})")
+    return int(value)
+
+
+#: ZeRO's integer sizes and thresholds (elements) besides the prefetch bucket (:func:`_zero`),
+#: by field name and alias: ``DeepSpeedZeroConfig``'s ``int`` fields with ``ge=0``
+#: (``runtime/zero/config.py``, DeepSpeed 0.16.9 and 0.19.8), but ``reduce_bucket_size``,
+#: ``gt=0`` in 0.19.8 (line 113; see :func:`_zero_sizes`).
+_ZERO_SIZES = frozenset({"reduce_bucket_size", "allgather_bucket_size", "sub_group_size",
+                         *(f"{p}{k}" for p in ("", "stage3_")
+                           for k in ("param_persistence_threshold", "model_persistence_threshold",
+                                     "max_live_parameters", "max_reuse_distance"))})
+
+
+def _zero_sizes(cfg: dict[str, Any], where: str, stage: int, deprecated: bool) -> None:
+    """Check ZeRO's bucket sizes and thresholds (:data:`_ZERO_SIZES`; the simulator reduces
+    and gathers one layer per bucket, so their values are listed, not used) against the rules
+    DeepSpeed applies to them: whole numbers of at least 0 (``DeepSpeedZeroConfig``,
+    ``runtime/zero/config.py``); ``reduce_bucket_size`` at least 1 (0.19.8: ``gt=0``; 0.16.9
+    takes 0 and its ZeRO-1/2 divides by it at the first gradient, ``stage_1_and_2.py``
+    ``report_ipg_memory_usage``); ``allgather_bucket_size`` even at stages 1 and 2 (the ZeRO-1/2
+    optimizer asserts a multiple of its ``nccl_start_alignment_factor``, 2, in 0.16.9 and
+    0.19.8). 0 is taken for ``allgather_bucket_size``: DeepSpeed's ZeRO-1/2 all-gathers each
+    group with one ``all_gather_into_tensor`` and does not read it (``runtime/utils.py``
+    ``all_gather_dp_groups``). ``deprecated``: the file's ``"zero_optimization": true`` form,
+    whose all-gather bucket is the top-level ``allgather_size`` (``read_zero_config_deprecated``).
+    Hugging Face Trainer's ``"auto"`` is taken (it fills in a positive size).
+
+    Raises
+    ------
+    ConfigError
+        Naming the key and the rule."""
+    section = cfg.get("zero_optimization")
+    values = {f"zero_optimization.{k}": (v, k) for k, v in section.items()} \
+        if isinstance(section, dict) else {}
+    if deprecated and stage and "allgather_size" in cfg:
+        values["allgather_size"] = (cfg["allgather_size"], "allgather_bucket_size")
+    for key, (value, name) in values.items():
+        if name not in _ZERO_SIZES or _is_auto(value):
+            continue
+        if name == "reduce_bucket_size":
+            _whole(value, key, where, 1, "DeepSpeedZeroConfig.reduce_bucket_size: an int, gt=0 "
+                   "in 0.19.8; 0.16.9 takes 0 (ge=0), and its ZeRO-1/2 then divides by it at the "
+                   "first gradient, stage_1_and_2.py report_ipg_memory_usage")
+            continue
+        v = _whole(value, key, where, 0,
+                   f"DeepSpeedZeroConfig.{name.removeprefix('stage3_')}: an int, ge=0")
+        if name == "allgather_bucket_size" and stage in (1, 2) and v % 2:
+            raise refusal(where, key, f"{v:,} must be even at ZeRO stage {stage}: DeepSpeed's "
+                          "ZeRO-1/2 optimizer asserts it is a multiple of its "
+                          "nccl_start_alignment_factor, 2 (stage_1_and_2.py)")
+
+
+#: The highest ``fp16.initial_scale_power`` taken (our rule: 2**127 is fp32's largest power of 2).
+_SCALE_POWER_MAX = 127
+
+
+def _fp16_scaling(cfg: dict[str, Any], where: str, fp16: bool) -> None:
+    """Check the fp16 section's loss-scale values (listed, not used: the scaling's work per
+    iteration is the same) against DeepSpeed 0.19.8's ``DeepSpeedFP16Config``
+    (``runtime/precision_config.py``), which checks them whether fp16 is on or not:
+    ``loss_scale`` a finite number of at least 0 (0: dynamic); ``initial_scale_power``,
+    ``loss_scale_window``, ``min_loss_scale`` and ``hysteresis`` ints; with fp16 on and dynamic
+    scaling (``loss_scale`` 0), ``loss_scale_window`` and ``min_loss_scale`` above 0
+    (``_validate_dynamic_loss_scale_params``). DeepSpeed does not bound
+    ``initial_scale_power`` (the scale starts at 2**power, ``DynamicLossScaler``); our rule,
+    with fp16 on and dynamic scaling: 0 to :data:`_SCALE_POWER_MAX`, a scale of at least 1 that
+    the fp32 loss holds (above, every step overflows and is skipped until the scale has halved
+    back into range, which is not modelled; below, the loss is scaled down, not up). DeepSpeed
+    0.16.9 checks none of them (``runtime/config.py`` ``get_scalar_param``). ``"auto"`` is
+    taken: DeepSpeed's config model drops it (the default).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``fp16.KEY`` and the rule."""
+    section = cfg.get("fp16")
+    if not isinstance(section, dict):
+        return
+    given = {k: v for k, v in section.items() if not _is_auto(v)}
+    scale = given.get("loss_scale", 0)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) \
+            or (isinstance(scale, float) and not math.isfinite(scale)) or scale < 0:
+        raise refusal(where, "fp16.loss_scale", f"{_show(scale)} must be a finite number of at "
+                      "least 0, 0 for dynamic loss scaling (DeepSpeed 0.19.8's "
+                      "DeepSpeedFP16Config refuses any other)")
+    ints = {k: _whole(given[k], f"fp16.{k}", where, None, "DeepSpeedFP16Config: an int")
+            for k in ("initial_scale_power", "loss_scale_window", "min_loss_scale", "hysteresis")
+            if k in given}
+    if not fp16 or scale != 0:
+        return
+    for k in ("loss_scale_window", "min_loss_scale"):
+        if k in ints and ints[k] <= 0:
+            raise refusal(where, f"fp16.{k}", f"{ints[k]} must be above 0 with dynamic loss "
+                          "scaling (DeepSpeed 0.19.8's DeepSpeedFP16Config refuses it: "
+                          + ("the window divides the step count" if k == "loss_scale_window"
+                             else "the scale's floor") + ")")
+    power = ints.get("initial_scale_power")
+    if power is not None and not 0 <= power <= _SCALE_POWER_MAX:
+        raise refusal(where, "fp16.initial_scale_power", f"{power:,} must be from 0 to "
+                      f"{_SCALE_POWER_MAX} (vtrain's rule; DeepSpeed does not bound it): the "
+                      "dynamic loss scale starts at 2**initial_scale_power, which must be at "
+                      f"least 1 and at most 2**{_SCALE_POWER_MAX}, the largest power of 2 the "
+                      "fp32 loss holds; above it every step overflows and is skipped until the "
+                      "scale has halved back into range (skipped steps are not modelled), below "
+                      "0 the loss is scaled down")
 
 
 def _optimizer(used: dict[str, Any], where: str, cfg: dict[str, Any], notes: list[str]) -> None:
@@ -506,6 +633,23 @@ def model_from_name(text: str, *, seq_length: int | None = None
     else:
         notes.append(seq_length_note(model.seq_length, "the preset's"))
     return model, {}, notes
+
+
+def parallel_note(num_gpus: int) -> str:
+    """The import's note on where its parallel sizes come from: t = 1 and p = 1 because no
+    DeepSpeed config can say otherwise, d the world size of ``--num-gpus``. DeepSpeed's
+    pipeline parallelism is a ``PipelineModule`` built in the training script (its config's
+    ``pipeline`` section only tunes it, and is refused); Megatron-DeepSpeed takes t and p from
+    its launch arguments (``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``),
+    never from the JSON, and vtrain does not import its runs; so the file is read with
+    DeepSpeed's own meaning, data parallelism over every GPU, and ``vtrain import deepspeed``
+    has no option for t or p. docs/deepspeed.md."""
+    return (f"t = 1, p = 1, d = {num_gpus:,} (--num-gpus): a DeepSpeed config cannot set "
+            "tensor or pipeline parallelism (DeepSpeed's pipeline is a PipelineModule in the "
+            "training script; Megatron-DeepSpeed takes both from its launch arguments, "
+            "--tensor-model-parallel-size and --pipeline-model-parallel-size), so the file is "
+            "read as DeepSpeed without Megatron: ZeRO data parallelism over every GPU. There is "
+            "no option for t or p: vtrain does not import Megatron-DeepSpeed runs")
 
 
 #: Session field -> the key or option that sets it (for error messages).
@@ -590,9 +734,11 @@ def session_from_deepspeed(cfg: Any, model: ModelConfig, where: str = "ds_config
     micro, global_batch, batch_notes = _batch(used, where, num_gpus, options)
     notes += batch_notes
     zero, overlap_grad, overlap_param = _zero(used, where, notes)
+    _zero_sizes(cfg, where, zero, isinstance(zero_cfg, bool))
     precision, grad_dtype = _precision(used, where, zero, options.get("--precision"),
                                        bf16_section, frozenset(cfg) & {"bf16", "bfloat16", "fp16"},
                                        notes)
+    _fp16_scaling(cfg, where, precision == "fp16")
     _optimizer(used, where, cfg, notes)
     model = replace(model, make_vocab_size_divisible_by=1)
     plan = ParallelPlan(
@@ -624,6 +770,7 @@ def session_from_deepspeed(cfg: Any, model: ModelConfig, where: str = "ds_config
         notes.append(note + " (the DeepSpeed config does not say whether the model "
                      "recomputes: give --recompute none or full, full being Hugging Face's "
                      "gradient_checkpointing)")
+    notes.insert(0, parallel_note(num_gpus))
     rules = load_rules()
 
     def source(key: str) -> str:  # what filled in a used key's "auto"
