@@ -233,6 +233,7 @@ def test_phi35_moe_imports_as_mixtral_layout_with_layernorm():
     assert mm.num_active_parameters(m) == active_hf - 32 * 4096 - 32064 + pad \
         - _padded(32064) * 4096
     assert {"o_proj bias", "lm_head_bias", "sparsemixer", "input_jitter_noise"} <= set(imp.ignored)
+    assert "LayerNorm" in imp.ignored["rms_norm_eps"]  # the eps of nn.LayerNorm here
     assert any("PhiMoEForCausalLM" in n and "PhimoeForCausalLM" in n for n in imp.notes)
 
 

@@ -61,7 +61,7 @@ def moe_fields(cfg: dict[str, Any], arch: str, experts_key: str, layers: int, wh
     if arch in ("MixtralForCausalLM", "PhimoeForCausalLM"):
         _refuse_qwen_expert_fields(cfg, arch, where)
         if arch == "PhimoeForCausalLM":
-            _phimoe_router(cfg, k, where, ignored)
+            _phimoe_notes(cfg, k, where, ignored)
         return out
     moe_ffn = positive_int(cfg, "moe_intermediate_size", where)
     out["moe_ffn_hidden_size"] = moe_ffn
@@ -74,14 +74,15 @@ def moe_fields(cfg: dict[str, Any], arch: str, experts_key: str, layers: int, wh
     return out
 
 
-def _phimoe_router(cfg: dict[str, Any], k: int, where: str, ignored: dict[str, str]) -> None:
+def _phimoe_notes(cfg: dict[str, Any], k: int, where: str, ignored: dict[str, str]) -> None:
     """Phi-3.5-MoE's router (transformers' ``modeling_phimoe.py``, ``PhimoeTopKRouter`` and
     ``sparsemixer``): a ``h x E`` gate without bias (Mixtral's, modelled), then SparseMixer, which
     picks exactly two experts whatever ``num_experts_per_tok`` says (transformers 4.57 raises
     ``top_k must be equal to 2``; 5.x picks two), with Gumbel sampling and masked softmaxes over
     the ``(T, E)`` scores and a Heun's-method gradient estimate; in training
     ``input_jitter_noise`` scales the layer's input by uniform noise. Those are elementwise
-    kernels over ``(T, E)`` or ``(T, h)``, noted in ``ignored``, not timed.
+    kernels over ``(T, E)`` or ``(T, h)``, noted in ``ignored``, not timed. Its norms are
+    ``nn.LayerNorm`` with ``rms_norm_eps`` as their eps (noted: not an RMSNorm's).
 
     Raises ConfigError naming ``num_experts_per_tok`` when ``k`` is not 2."""
     if k != 2:
@@ -97,6 +98,9 @@ def _phimoe_router(cfg: dict[str, Any], k: int, where: str, ignored: dict[str, s
     if "router_jitter_noise" in cfg:
         ignored["router_jitter_noise"] = (f"{cfg['router_jitter_noise']!r}: SparseMixer's mask "
                                           "threshold (a number; see sparsemixer)")
+    if "rms_norm_eps" in cfg:
+        ignored["rms_norm_eps"] = ("the eps of Phi-3.5-MoE's LayerNorms (transformers passes it "
+                                   "to nn.LayerNorm): a constant")
     if "input_jitter_noise" in cfg:
         ignored["input_jitter_noise"] = (
             f"{cfg['input_jitter_noise']!r}: in training the MoE layer's input is scaled by "
