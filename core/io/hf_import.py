@@ -1,11 +1,13 @@
 """Hugging Face ``config.json`` files of decoders into sessions.
 
-:func:`session_from_hf_config` reads the ``config.json`` of a dense
-``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM`` or
-``Qwen3ForCausalLM`` or ``NemotronForCausalLM`` (Nemotron-4) checkpoint, or of a mixture-of-experts
+:func:`session_from_hf_config` reads the ``config.json`` of a dense ``LlamaForCausalLM``,
+``MistralForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``, ``NemotronForCausalLM``
+(Nemotron-4), ``Phi3ForCausalLM``, ``Olmo2ForCausalLM``, ``Olmo3ForCausalLM``,
+``Gemma2ForCausalLM`` or ``Gemma3ForCausalLM`` checkpoint, or of a mixture-of-experts
 ``MixtralForCausalLM``, ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``,
-``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM`` or
-``Glm4MoeForCausalLM`` one, into a :class:`~core.plan.session.Session` with a default plan
+``DeepseekV2ForCausalLM``, ``DeepseekV3ForCausalLM``, ``GptOssForCausalLM``,
+``Glm4MoeForCausalLM`` or ``PhimoeForCausalLM`` one, into a
+:class:`~core.plan.session.Session` with a default plan
 (:func:`default_plan`). Every field of the file is one of:
 
 * **used**: it fills a model field (:data:`USED`);
@@ -28,7 +30,8 @@ not know is refused by name. ``model_type`` must name the model ``architectures`
 ``architectures``): another model is refused, an alias noted (:func:`_model_type_agrees`).
 Architectures with something the simulator
 does not model are refused naming the field that has it and what it would change
-(:data:`REFUSED_ARCHITECTURES`: Gemma 1, Gemma 3's multimodal model, Llama 4, Nemotron-H;
+(:data:`REFUSED_ARCHITECTURES`: Gemma 1, Gemma 3's and Mistral 3's multimodal models (their
+``vision_config``; the message says how to import ``text_config`` alone), Llama 4, Nemotron-H;
 Qwen3-Next's Gated DeltaNet layers, ``full_attention_interval``; DeepSeek-V3.2's sparse
 attention, ``index_topk``; SmolLM3's RoPE-less layers, ``no_rope_layers``; the state-space
 models and hybrids Falcon-H1, Jamba, Bamba, Granite 4, Mamba, Mamba-2, Falcon-Mamba, Kimi
@@ -45,7 +48,9 @@ Gemma 3's null, Gemma 3 has QK-norm; Gemma 3's ``_sliding_window_pattern`` (tran
 
 Also read: Phi-3, Phi-3.5 and Phi-4 (``Phi3ForCausalLM``: Llama's layer with fused ``qkv_proj``
 and ``gate_up_proj``, a layout with the same GEMMs), OLMo 2 (``Olmo2ForCausalLM``: QK-norm over
-the whole projections, modelled per head, :data:`_APPROXIMATED`), Qwen3-Coder's ``qkv_bias``
+the whole projections, modelled per head, :data:`_APPROXIMATED`), OLMo 3 (``Olmo3ForCausalLM``:
+OLMo 2's layer with a sliding window on the layers ``layer_types`` names, by default all but every
+4th: ``model.window_size``, ``window_attn_skip_freq`` 4), Qwen3-Coder's ``qkv_bias``
 and ``use_qk_norm`` (must agree with the architecture), Nemotron's ``kv_channels`` (the head
 size) and transformers 5's ``rope_parameters``.
 
@@ -78,7 +83,7 @@ every layer when ``sliding_window`` is shorter than the sequence. Qwen2's
 ``layer_types`` is read where the modelling code reads it (Gemma 2 and 3, GPT-OSS); on the
 other architectures it must agree with what their code does (Mistral, Mixtral, Phi-3: every
 layer windowed; Qwen2/Qwen3 without ``use_sliding_window`` and the architectures without a
-window: none), else it is refused naming it (:func:`_own_window_layers`). An entry other than
+window: none), else it is refused naming it (:mod:`core.io.hf_windows`). An entry other than
 ``sliding_attention`` / ``full_attention`` (Qwen3-Next's ``linear_attention``, a hybrid's
 Mamba layers) is refused naming it.
 
@@ -122,6 +127,15 @@ learnable); the experts' gate is ``x sigmoid(1.702 x)`` on the gate clamped at
 fused kernel bytes); RoPE with YaRN scaling (the angles, not the work). Its released
 checkpoints store the experts in MXFP4 (``quantization_config``, post-training quantization):
 storage, not the training precision, which the plan sets.
+
+Phi-3.5-MoE (``PhimoeForCausalLM``, ``modeling_phimoe.py``; the Hub file's own-code name
+``PhiMoEForCausalLM`` is read as it, with a note): Mixtral's experts (``num_local_experts`` SwiGLU
+experts of ``intermediate_size`` on every layer, a bias-free gate) with ``nn.LayerNorm`` (weight
+and bias: ``model.normalization`` layernorm); ``attention_bias`` puts biases on q/k/v_proj
+(``model.add_qkv_bias``) and o_proj, ``lm_head_bias`` on the output layer: those two are listed,
+not counted (an add in a kernel that runs anyway and a column sum for the gradient, no GEMM). Its
+SparseMixer router picks exactly two experts (``num_experts_per_tok`` other than 2 is refused);
+its masks, Gumbel sampling and ``input_jitter_noise`` are elementwise, listed, not timed.
 """
 
 from __future__ import annotations
@@ -134,6 +148,7 @@ from typing import Any
 
 from core.io.hf_defaults import fill_class_defaults, load_class_defaults
 from core.io.hf_moe import moe_fields
+from core.io.hf_windows import window_fields_of
 from core.io.start_plan import default_plan
 from core.io.import_result import (ImportResult, global_batch_note, positive_int, refusal,
                                    seq_length_note, switched_off_or_refuse)
@@ -163,6 +178,10 @@ DENSE_ARCHITECTURES: dict[str, dict[str, Any]] = {
     # OLMo 2 (Olmo2ForCausalLM): RMSNorm after attention and MLP instead of before (the same
     # kernels) and an RMSNorm over the whole Q and K projections (see _APPROXIMATED)
     "Olmo2ForCausalLM": {"qk_layernorm": True},
+    # OLMo 3 (Olmo3ForCausalLM, modeling_olmo3.py): OLMo 2's layer (post-norms, whole-projection
+    # QK-norm) with a sliding window on the layers layer_types names (default: all but every
+    # 4th, Olmo3Config)
+    "Olmo3ForCausalLM": {"qk_layernorm": True},
     # Gemma 2 and 3 (core.model.families.gemma): GeGLU (tanh-GeLU gate), RMSNorm before and
     # after attention and MLP, embedding scaled by sqrt(h), tied output layer; Gemma 2
     # soft-caps attention scores and logits, Gemma 3 has QK-norm instead
@@ -192,7 +211,17 @@ MOE_ARCHITECTURES: dict[str, tuple[dict[str, Any], str]] = {
     # GLM-4.5, GLM-4.5-Air, GLM-4.6: its QKV bias and QK-norm are the config's switches
     # (_CONFIG_SWITCHES), its multi-token prediction layers num_nextn_predict_layers
     "Glm4MoeForCausalLM": ({}, "n_routed_experts"),
+    # Phi-3.5-MoE (PhimoeForCausalLM, modeling_phimoe.py): Mixtral's layout (num_local_experts
+    # SwiGLU experts of intermediate_size, no shared expert, every layer) with nn.LayerNorm
+    # (weight and bias) for every norm; its QKV bias is the config's switch (_CONFIG_SWITCHES),
+    # its router in core.io.hf_moe, its o_proj and lm_head biases in _unmodelled_biases
+    "PhimoeForCausalLM": ({"normalization": "layernorm"}, "num_local_experts"),
 }
+#: Class names of a checkpoint's own code (``auto_map``) for a model transformers has ported
+#: under another name: read as the ported class, with a note. microsoft/Phi-3.5-MoE-instruct's
+#: file names its remote ``PhiMoEForCausalLM`` (vLLM registers that name); transformers builds
+#: ``PhimoeForCausalLM`` for its ``model_type`` phimoe.
+_REMOTE_CODE_NAMES = {"PhiMoEForCausalLM": "PhimoeForCausalLM"}
 #: Model fields an architecture's modelling code takes from a config switch rather than fixing
 #: them: HF key -> (model field, the modelling code's default when the key is absent).
 #: Glm4Moe: ``q_proj``, ``k_proj``, ``v_proj`` have ``bias=attention_bias`` (``o_proj`` none:
@@ -201,6 +230,9 @@ MOE_ARCHITECTURES: dict[str, tuple[dict[str, Any], str]] = {
 _CONFIG_SWITCHES: dict[str, dict[str, tuple[str, bool]]] = {
     "Glm4MoeForCausalLM": {"attention_bias": ("add_qkv_bias", False),
                            "use_qk_norm": ("qk_layernorm", False)},
+    # Phimoe: q_proj, k_proj, v_proj and o_proj have bias=attention_bias (PhimoeConfig default
+    # false); the QKV biases are --add-qkv-bias, o_proj's is listed (_unmodelled_biases)
+    "PhimoeForCausalLM": {"attention_bias": ("add_qkv_bias", False)},
 }
 #: Architectures with multi-token prediction layers (``num_nextn_predict_layers``) besides the
 #: MLA ones: GLM-4.5's checkpoints carry one MTP layer (a decoder layer like the last, with
@@ -272,18 +304,16 @@ _APPROXIMATED: dict[str, tuple[str, str]] = {
                          "g*d: 0.25 M fewer of OLMo 2 7B's 7.30 B) and the sum of squares across "
                          "tensor-parallel ranks it needs with t > 1 is not timed"),
 }
-#: Architectures whose sliding_window, without layer_types, windows every layer (their
-#: modelling code passes it to every layer's attention).
-_WINDOW_EVERY_LAYER = ("MistralForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM")
-#: Architectures whose modelling code windows the layers ``layer_types`` names (transformers
-#: 4.53+ for Gemma 2 and 3; GPT-OSS). The others' configuration classes may keep the key, but
-#: their attention windows by its own rule (:func:`_own_window_layers`): Qwen2/Qwen3 and their
-#: MoE classes null ``sliding_window`` unless ``use_sliding_window``; a ``layer_types`` there
-#: must agree with that rule.
-_READS_LAYER_TYPES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "GptOssForCausalLM")
-#: Architectures whose window is switched by ``use_sliding_window`` (refused when on).
-_SWITCHED_WINDOW = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen2MoeForCausalLM",
-                    "Qwen3MoeForCausalLM")
+_APPROXIMATED["Olmo3ForCausalLM"] = (  # the same norms (modeling_olmo3.py: Olmo3Attention)
+    "q_norm, k_norm", "OLMo 3 normalizes the whole Q and K projections as OLMo 2 does (RMSNorm "
+    "over a*d and g*d channels), modelled as Megatron's per-head QK-norm (model.qk_layernorm): "
+    "the same elementwise kernels over the same bytes; the norms' weights are counted per head "
+    "(d each, not a*d and g*d: 0.25 M fewer of OLMo 3 7B's 7.30 B) and the sum of squares "
+    "across tensor-parallel ranks it needs with t > 1 is not timed")
+#: Architectures whose modelling code reads ``lm_head_bias`` (``nn.Linear(h, V,
+#: bias=lm_head_bias)``, Phi-3.5-MoE): there it is listed (:func:`_unmodelled_biases`), elsewhere
+#: refused when on (:data:`REFUSED`: Phi-4-mini's key, which transformers' Phi3 does not read).
+_READS_LM_HEAD_BIAS = ("PhimoeForCausalLM",)
 #: Fields that name experts: a dense architecture's config with one of them is refused.
 _MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
                "moe_intermediate_size")
@@ -305,7 +335,7 @@ USED: dict[str, str] = {
     "tie_word_embeddings": "model.tied_embeddings",
     "hidden_act": "model.activation (silu: SwiGLU; Nemotron's relu2: squared_relu)",
     "head_dim": "model.kv_channels (when it is not hidden_size / num_attention_heads)",
-    "num_local_experts": "model.num_experts (Mixtral)",
+    "num_local_experts": "model.num_experts (Mixtral, Phi-3.5-MoE, GPT-OSS)",
     "num_experts": "model.num_experts (Qwen2-MoE, Qwen3-MoE)",
     "num_experts_per_tok": "model.moe_top_k",
     "moe_intermediate_size": "model.moe_ffn_hidden_size (Qwen2-MoE, Qwen3-MoE)",
@@ -315,15 +345,17 @@ USED: dict[str, str] = {
     "mlp_only_layers)",
     "mlp_only_layers": "model.moe_first_dense_layers (first layers dense)",
     "attention_bias": "checked: must be false (GPT-OSS: true, model.add_bias_linear; "
-    "GLM-4.5: model.add_qkv_bias, biases in q/k/v_proj)",
+    "GLM-4.5: model.add_qkv_bias, biases in q/k/v_proj; Phi-3.5-MoE: model.add_qkv_bias, "
+    "o_proj's bias listed)",
     "qkv_bias": "checked: must be the architecture's QKV bias (Qwen3-Coder: false)",
     "use_qk_norm": "checked: must be the architecture's QK-norm (Qwen3-Coder: true); GLM-4.5: "
     "model.qk_layernorm",
     "kv_channels": "model.kv_channels (Nemotron's name for head_dim; must agree with it)",
-    "sliding_window": "model.window_size (with layer_types; Mistral, Mixtral: every layer when "
-    "shorter than the sequence)",
+    "sliding_window": "model.window_size (with layer_types; Mistral, Mixtral, Phi-3, "
+    "Phi-3.5-MoE: every layer when shorter than the sequence)",
     "layer_types": "model.window_attn_skip_freq (sliding_attention / full_attention per layer; "
-    "Gemma 2 and 3, GPT-OSS: the others' code does not read it, it must agree with their rule)",
+    "Gemma 2 and 3, GPT-OSS, OLMo 3: the others' code does not read it, it must agree with their "
+    "rule)",
     "quantization_config": "checked: must be absent (the MXFP4 checkpoint storage of GPT-OSS "
     "and the FP8 one of DeepSeek-V3: listed as ignored)",
     "swiglu_limit": "model.activation_func_clamp_value (GPT-OSS)",
@@ -388,6 +420,10 @@ IGNORED: dict[str, str] = {
     "output_router_logits": "returns the router logits for the load-balancing loss (a small "
     "reduction over the router's output)",
     "router_jitter_noise": "multiplicative noise on the router's input (elementwise)",
+    "input_jitter_noise": "multiplicative noise on the MoE layer's input in training "
+    "(Phi-3.5-MoE; elementwise)",
+    "hidden_dropout": "dropout rate (kernels run either way; Phi-3.5-MoE's file keeps it, "
+    "transformers' PhimoeConfig does not read it)",
     "scoring_func": "DeepSeek's router score function (softmax or sigmoid): elementwise on "
     "the router's (T, E) logits",
     "routed_scaling_factor": "a constant scale of the routed experts' output",
@@ -412,121 +448,6 @@ class HFImport(ImportResult):
 
 def _refuse(where: str, field_name: str, message: str) -> ConfigError:
     return refusal(where, field_name, message)
-
-
-def _window_fields(cfg: dict[str, Any], arch: str, layers: int, s: int, where: str
-                   ) -> tuple[dict[str, Any], str]:
-    """``(model fields, note for the ignored list)`` of a config's sliding window (module doc):
-    ``window_size`` and ``window_attn_skip_freq`` when some layer is windowed, else a note on
-    why ``sliding_window`` does nothing (empty when the config has none).
-
-    Raises ConfigError for a window that is not a positive integer or a layer pattern Megatron-
-    Core's ``--window-attn-skip-freq`` cannot give."""
-    window = cfg.get("sliding_window")
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int)
-                               or window < 1):  # whether or not a layer uses it
-        raise _refuse(where, "sliding_window", f"{window!r}: a window must be a positive "
-                      "integer, or null for none")
-    types = cfg.get("layer_types")
-    own = _own_window_layers(cfg, arch, layers, window is not None, where)
-    if types is None:
-        flags = own
-    else:
-        flags = _layer_types_flags(types, layers, where)
-        if arch not in _READS_LAYER_TYPES and flags != own:
-            # the class keeps the key, the modelling code windows by its own rule
-            raise _refuse(where, "layer_types", f"sliding_attention on layers "
-                          f"{[i for i, x in enumerate(flags) if x][:8]}: {arch} does not read "
-                          f"layer_types ({_own_rule(arch)}); a config whose layer_types says "
-                          "otherwise is not the model transformers builds")
-    if arch == "Gemma3ForCausalLM":
-        _check_gemma3_pattern(cfg, types, layers, where)
-    if not any(flags):
-        return {}, f"inactive ({arch}: {_own_rule(arch)})" if window is not None else ""
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise _refuse(where, "sliding_window", f"{window!r}: the window of the sliding_attention "
-                      "layers must be a positive integer")
-    if window >= s:
-        return {}, f"{window}: not shorter than the sequence length"
-    if all(flags):
-        return {"window_size": window}, ""
-    full = [i for i, x in enumerate(flags) if not x]
-    n = full[0] + 1  # Megatron-Core: layer number i+1 keeps full attention when it divides by N
-    if flags != [(i + 1) % n != 0 for i in range(layers)]:
-        raise _refuse(where, "layer_types", f"full attention on layers {full[:8]}"
-                      f"{' ...' if len(full) > 8 else ''}: only every N-th layer full, the others "
-                      "windowed (Megatron-Core's --window-attn-skip-freq N) is modelled")
-    return {"window_size": window, "window_attn_skip_freq": n}, ""
-
-
-def _own_window_layers(cfg: dict[str, Any], arch: str, layers: int, has_window: bool,
-                       where: str) -> list[bool]:
-    """The layers ``arch``'s modelling code windows without ``layer_types`` (True = sliding):
-    Mistral, Mixtral and Phi-3 every layer; GPT-OSS and Gemma 2 layers 1, 3, 5 ... (1-based;
-    transformers' default ``layer_types``); Gemma 3 all but every ``sliding_window_pattern``-th
-    (default 6); none for the others (Qwen2/Qwen3: only with ``use_sliding_window``, refused
-    when on; Llama, OLMo 2, Nemotron, GLM-4.5, DeepSeek: no window in their code); none either
-    when the config has no window (``has_window`` false).
-
-    Raises ConfigError for a ``sliding_window_pattern`` that is not a positive integer."""
-    if arch in _WINDOW_EVERY_LAYER:
-        return [has_window] * layers
-    if arch in ("GptOssForCausalLM", "Gemma2ForCausalLM"):
-        return [has_window and (i + 1) % 2 == 1 for i in range(layers)]
-    if arch == "Gemma3ForCausalLM":
-        n = cfg.get("sliding_window_pattern", 6)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise _refuse(where, "sliding_window_pattern", f"{n!r} must be a positive integer")
-        return [has_window and (i + 1) % n != 0 for i in range(layers)]
-    return [False] * layers
-
-
-def _own_rule(arch: str) -> str:
-    """How ``arch``'s modelling code picks the windowed layers, for messages."""
-    if arch in _WINDOW_EVERY_LAYER:
-        return "its sliding_window windows every layer"
-    if arch in _SWITCHED_WINDOW:
-        return "use_sliding_window is false: no layer is windowed"
-    if arch in _READS_LAYER_TYPES:
-        return "every layer has full attention"
-    return "its modelling code has no sliding window"
-
-
-def _layer_types_flags(types: Any, layers: int, where: str) -> list[bool]:
-    """``layer_types`` as windowed-layer flags (True = ``sliding_attention``).
-
-    Raises ConfigError naming ``layer_types`` when it is not a list of one entry per layer, or
-    names another mixer (Qwen3-Next's ``linear_attention``, a hybrid's ``mamba``): only
-    softmax attention, windowed or full, is modelled."""
-    if not (isinstance(types, list) and len(types) == layers):
-        raise _refuse(where, "layer_types", "must list sliding_attention or full_attention for "
-                      f"each of the {layers} layers")
-    for i, x in enumerate(types):
-        if x not in ("sliding_attention", "full_attention"):
-            raise _refuse(where, "layer_types", f"{x!r} (layer {i}): only softmax-attention "
-                          "layers, sliding_attention or full_attention, are modelled; other "
-                          "mixers (linear attention, Mamba / state-space layers) have no op here")
-    return [x == "sliding_attention" for x in types]
-
-
-def _check_gemma3_pattern(cfg: dict[str, Any], types: list[str] | None, layers: int,
-                          where: str) -> None:
-    """Check Gemma 3's ``_sliding_window_pattern`` (transformers 4.53+ writes it beside
-    ``layer_types``: one global layer in N) against the layers' pattern, ``layer_types`` or
-    else ``sliding_window_pattern`` (default 6).
-
-    Raises ConfigError naming it when it is not a positive integer or gives other layers."""
-    if "_sliding_window_pattern" not in cfg:
-        return
-    n = cfg["_sliding_window_pattern"]
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise _refuse(where, "_sliding_window_pattern", f"{n!r} must be a positive integer")
-    want = ([x == "sliding_attention" for x in types] if types is not None else
-            [(i + 1) % cfg.get("sliding_window_pattern", 6) != 0 for i in range(layers)])
-    if [(i + 1) % n != 0 for i in range(layers)] != want:
-        raise _refuse(where, "_sliding_window_pattern", f"{n}: one global layer in {n} disagrees "
-                      "with the layers' pattern (" + ("layer_types" if types is not None else
-                                                      "sliding_window_pattern") + ")")
 
 
 def _gemma_softcap(cfg: dict[str, Any], arch: str, where: str) -> dict[str, str]:
@@ -599,6 +520,9 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
         raise ConfigError([FieldError(where, "must be a JSON object (a Hugging Face config.json)")])
     arch = _architecture(cfg, where)
     type_notes = _model_type_agrees(cfg, arch, where)
+    if cfg["architectures"][0] != arch:
+        type_notes.insert(0, f"architectures [{cfg['architectures'][0]!r}]: the checkpoint's own "
+                          f"code's name (auto_map) of transformers' {arch}; read as {arch}")
     cfg, default_notes = fill_class_defaults(cfg, arch, where)
     moe = arch in MOE_ARCHITECTURES
     ignored, storage = _ignored_fields(cfg, arch, where)
@@ -606,7 +530,7 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     sizes = _sizes(cfg, where, seq_length)
     layers, s = sizes["num_layers"], sizes["seq_length"]
     _check_activation_and_biases(cfg, arch, where)
-    window_fields, window_note = _window_fields(cfg, arch, layers, s, where)
+    window_fields, window_note = window_fields_of(cfg, arch, layers, s, where)
     tied = cfg["tie_word_embeddings"]  # the file's or its class's (a needed default)
     if not isinstance(tied, bool):
         raise _refuse(where, "tie_word_embeddings", f"{tied!r} must be true or false")
@@ -650,7 +574,7 @@ def _architecture(cfg: dict[str, Any], where: str) -> str:
     if not (isinstance(archs, list) and len(archs) == 1 and isinstance(archs[0], str)):
         raise _refuse(where, "architectures", f"{archs!r} must be a list of one architecture name; "
                       f"supported: {', '.join(supported)}")
-    arch = archs[0]
+    arch = _REMOTE_CODE_NAMES.get(archs[0], archs[0])
     if arch in REFUSED_ARCHITECTURES:
         key, change = REFUSED_ARCHITECTURES[arch]
         raise _refuse(where, key, f"{arch} is not modelled yet: {change}")
@@ -746,7 +670,8 @@ def _ignored_fields(cfg: dict[str, Any], arch: str, where: str) -> tuple[dict[st
             raise _refuse(where, "hidden_activation", f"{cfg['hidden_activation']!r}: only "
                           "gelu_pytorch_tanh (GeGLU) is modelled for Gemma")
     else:
-        ignored = _refused_fields(cfg, where)
+        ignored = _refused_fields({k: v for k, v in cfg.items() if not (
+            k == "lm_head_bias" and arch in _READS_LM_HEAD_BIAS)}, where)
     quant = cfg.get("quantization_config")
     storage = (isinstance(quant, dict) and quant.get("quant_method") in
                _STORAGE_QUANTIZATION.get(arch, ()))
@@ -880,6 +805,7 @@ def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str
     if arch in _APPROXIMATED:
         what, why = _APPROXIMATED[arch]
         ignored[what] = why
+    _unmodelled_biases(cfg, arch, fixed, where, ignored)
     mla = bool(fixed.get("multi_latent_attention"))
     with_mtp = mla or arch in _MTP_WITHOUT_MLA
     mla_fields = [k for k in (*_MLA_HF_FIELDS, "qk_head_dim", "num_nextn_predict_layers")
@@ -904,6 +830,36 @@ def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str
     return fixed
 
 
+def _unmodelled_biases(cfg: dict[str, Any], arch: str, fixed: dict[str, Any], where: str,
+                       ignored: dict[str, str]) -> None:
+    """List in ``ignored`` the biases of Phi-3.5-MoE (``modeling_phimoe.py``) the model fields
+    do not have: ``o_proj``'s when ``attention_bias`` (its Q, K and V biases are
+    ``model.add_qkv_bias``; Megatron has no bias on the projection alone) and ``lm_head``'s when
+    ``lm_head_bias`` (Megatron's output layer has none). Neither changes a GEMM: each is an add
+    in a kernel that runs anyway (the projection's in the bias-dropout-add, the output layer's
+    in the GEMM's epilogue) and a column sum for its gradient; their ``h`` per layer and ``V``
+    parameters are not counted.
+
+    Raises ConfigError for an ``lm_head_bias`` that is not true or false."""
+    if arch not in _READS_LM_HEAD_BIAS:
+        return
+    if fixed.get("add_qkv_bias"):
+        ignored["o_proj bias"] = (
+            "attention_bias also puts a bias on o_proj (h parameters per layer, not counted; its "
+            "add is in the bias-dropout-add that runs anyway, its gradient a column sum over the "
+            "(T, h) output, not timed); the Q, K and V biases are model.add_qkv_bias")
+    bias = cfg.get("lm_head_bias", False)
+    if not isinstance(bias, bool):
+        raise _refuse(where, "lm_head_bias", f"{bias!r} must be true or false")
+    if bias:
+        ignored["lm_head_bias"] = (
+            f"true: a bias on the output layer (V = {cfg['vocab_size']} parameters, not counted; "
+            "its add is in the output GEMM's epilogue, its gradient a column sum over the (T, V) "
+            "logits' gradient, not timed)")
+    elif "lm_head_bias" in cfg:
+        ignored["lm_head_bias"] = "false: no bias on the output layer"
+
+
 def _check_session_rules(session: Session, arch: str, moe: bool, where: str) -> None:
     """Check the imported session's rules (:func:`core.plan.rules.validate`), the errors named
     by the config's own keys.
@@ -923,13 +879,20 @@ def _length_notes(cfg: dict[str, Any], seq_length: int | None, s: int) -> list[s
     names a shorter pre-training context (``rope_scaling.original_max_position_embeddings``:
     Llama 3.1 8192, DeepSeek-V3 4096; the same key of transformers 5's ``rope_parameters``;
     ``original_max_position_embeddings``: Phi-3 128k 4096; ``initial_context_length``: GPT-OSS
-    4096), the length
+    4096; transformers 5's per-layer-type ``rope_parameters``, OLMo 3's
+    ``rope_parameters.full_attention``: 8192), the length
     the model was trained at before its context was extended."""
     if seq_length is not None:
         return []
     candidates = [(f"{name}.original_max_position_embeddings",
                    cfg[name].get("original_max_position_embeddings"))
                   for name in ("rope_scaling", "rope_parameters") if isinstance(cfg.get(name), dict)]
+    # transformers 5's per-layer-type rope_parameters (OLMo 3: full_attention, sliding_attention)
+    params = cfg.get("rope_parameters")
+    candidates += [(f"rope_parameters.{kind}.original_max_position_embeddings",
+                    sub.get("original_max_position_embeddings"))
+                   for kind, sub in (params.items() if isinstance(params, dict) else ())
+                   if isinstance(sub, dict)]
     candidates += [(key, cfg.get(key)) for key in ("original_max_position_embeddings",
                                                    "initial_context_length")]
     for key, value in candidates:

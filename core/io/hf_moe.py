@@ -1,6 +1,6 @@
 """The mixture-of-experts fields of a Hugging Face ``config.json`` (:mod:`core.io.hf_import`):
-the experts, top-k and expert width of each MoE architecture's layout (Mixtral, GPT-OSS,
-DeepSeek-V2/V3, GLM-4.5, Qwen-MoE), their shared experts and which layers have experts
+the experts, top-k and expert width of each MoE architecture's layout (Mixtral, Phi-3.5-MoE,
+GPT-OSS, DeepSeek-V2/V3, GLM-4.5, Qwen-MoE), their shared experts and which layers have experts
 (:func:`moe_layer_fields`, Megatron-Core's ``--moe-layer-freq`` with first dense layers).
 """
 
@@ -58,8 +58,10 @@ def moe_fields(cfg: dict[str, Any], arch: str, experts_key: str, layers: int, wh
     if arch == "GptOssForCausalLM":
         out.update(_gpt_oss_expert_fields(cfg, arch, k, where, ignored))
         return out
-    if arch == "MixtralForCausalLM":
+    if arch in ("MixtralForCausalLM", "PhimoeForCausalLM"):
         _refuse_qwen_expert_fields(cfg, arch, where)
+        if arch == "PhimoeForCausalLM":
+            _phimoe_notes(cfg, k, where, ignored)
         return out
     moe_ffn = positive_int(cfg, "moe_intermediate_size", where)
     out["moe_ffn_hidden_size"] = moe_ffn
@@ -72,9 +74,42 @@ def moe_fields(cfg: dict[str, Any], arch: str, experts_key: str, layers: int, wh
     return out
 
 
+def _phimoe_notes(cfg: dict[str, Any], k: int, where: str, ignored: dict[str, str]) -> None:
+    """Phi-3.5-MoE's router (transformers' ``modeling_phimoe.py``, ``PhimoeTopKRouter`` and
+    ``sparsemixer``): a ``h x E`` gate without bias (Mixtral's, modelled), then SparseMixer, which
+    picks exactly two experts whatever ``num_experts_per_tok`` says (transformers 4.57 raises
+    ``top_k must be equal to 2``; 5.x picks two), with Gumbel sampling and masked softmaxes over
+    the ``(T, E)`` scores and a Heun's-method gradient estimate; in training
+    ``input_jitter_noise`` scales the layer's input by uniform noise. Those are elementwise
+    kernels over ``(T, E)`` or ``(T, h)``, noted in ``ignored``, not timed. Its norms are
+    ``nn.LayerNorm`` with ``rms_norm_eps`` as their eps (noted: not an RMSNorm's).
+
+    Raises ConfigError naming ``num_experts_per_tok`` when ``k`` is not 2."""
+    if k != 2:
+        raise refusal(where, "num_experts_per_tok", f"{k}: PhimoeForCausalLM's SparseMixer "
+                      "router picks exactly 2 experts per token (transformers' sparsemixer; "
+                      "4.57 raises 'top_k must be equal to 2'); a config asking for another "
+                      "top-k is not a model transformers builds")
+    ignored["sparsemixer"] = (
+        "Phi-3.5-MoE's router (SparseMixer, arXiv 2409.12136): masks, Gumbel sampling of the two "
+        "experts and masked softmaxes over the (T, E) scores, with a Heun's-method gradient "
+        "estimate: elementwise kernels on the router's output, not timed (the gate GEMM and "
+        "the top-2 dispatch are modelled)")
+    if "router_jitter_noise" in cfg:
+        ignored["router_jitter_noise"] = (f"{cfg['router_jitter_noise']!r}: SparseMixer's mask "
+                                          "threshold (a number; see sparsemixer)")
+    if "rms_norm_eps" in cfg:
+        ignored["rms_norm_eps"] = ("the eps of Phi-3.5-MoE's LayerNorms (transformers passes it "
+                                   "to nn.LayerNorm): a constant")
+    if "input_jitter_noise" in cfg:
+        ignored["input_jitter_noise"] = (
+            f"{cfg['input_jitter_noise']!r}: in training the MoE layer's input is scaled by "
+            "uniform noise in [1 - eps, 1 + eps] (an elementwise kernel over (T, h), not timed)")
+
+
 def _refuse_qwen_expert_fields(cfg: dict[str, Any], arch: str, where: str) -> None:
     """Refuse the Qwen-style expert fields in an architecture whose experts are
-    ``intermediate_size`` wide in every layer (Mixtral, GPT-OSS)."""
+    ``intermediate_size`` wide in every layer (Mixtral, Phi-3.5-MoE, GPT-OSS)."""
     for name in ("moe_intermediate_size", "shared_expert_intermediate_size",
                  "decoder_sparse_step", "mlp_only_layers", "num_experts"):
         if cfg.get(name) not in (None, [], 0):
