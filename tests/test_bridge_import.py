@@ -634,3 +634,109 @@ def test_fuzz_run_config_values_import_or_refuse(tmp_path_factory, edits):
         read_run_config(path, gpu=H100, num_gpus=8)
     except (RunConfigError, ConfigError) as exc:
         assert str(path) in str(exc)
+
+
+def _null_defaults() -> list[str]:
+    """The YAML paths read as a modelled Megatron-LM argument whose Megatron-Bridge 0.6.2
+    default is a value, not null (resources/bridge_run_config.json ``fields``)."""
+    from core.io.bridge_import import _default, _megatron_dests, load_policy
+    pol, dests = load_policy(), _megatron_dests()
+    out = []
+    for section in ("model", "train", "ddp", "optimizer", "dist"):
+        fields = pol["fields"][section]
+        for key in fields:
+            rule = pol["keys"].get(f"{section}.{key}", {})
+            arg = dests.get(key) if not rule else next(
+                (a for a in dests.values() if rule.get("argument") in a["options"]), None)
+            known, default = _default(fields, key)
+            if arg and arg["effect"] == "modelled" and known and default is not None \
+                    and "special" not in rule:
+                out.append(f"{section}.{key}")
+    return out
+
+
+def test_null_where_the_default_is_a_value_is_refused(tmp_path):
+    """A field read as a modelled Megatron-LM argument whose default is a value, given null
+    (an edit: to_yaml writes the value the run used), is refused naming its path. Before, null
+    was read as "not given", Megatron-LM's default: share_embeddings_and_output_weights null
+    made the fixture's untied Llama 3 8B tied (0.53 B parameters fewer), normalization null
+    LayerNorm, position_embedding_type null learned positions, add_bias_linear null biases,
+    tensor_model_parallel_size null t = 1; each imported with exit status 0."""
+    paths = _null_defaults()
+    assert {"model.share_embeddings_and_output_weights", "model.normalization",
+            "model.position_embedding_type", "model.add_bias_linear",
+            "model.tensor_model_parallel_size", "ddp.use_distributed_optimizer"} <= set(paths)
+    assert _refusal(tmp_path, lambda d: d["model"].update(
+        share_embeddings_and_output_weights=None)) == (
+        "model.share_embeddings_and_output_weights: null, where Megatron-Bridge 0.6.2's default "
+        "is true and ConfigContainer.to_yaml writes the value the run used: what Megatron-Core "
+        "runs with null is not known (a switch tested for truth is off, a size fails); write "
+        "the value")
+    for path in paths:  # every such field, each refused by its path
+        section, key = path.split(".")
+        message = _refusal(tmp_path, lambda d: d.setdefault(section, {}).update({key: None}))
+        assert path in message, (path, message)
+    # a field whose default is null stays readable at null (the fixture's recompute_method,
+    # fp8, virtual_pipeline_model_parallel_size ...)
+    assert _read(tmp_path, lambda d: d["model"].update(moe_ffn_hidden_size=None)).session.plan \
+        .tensor_parallel == 1
+
+
+@pytest.mark.parametrize("method, layers", [(None, None), ("block", None), ("uniform", "absent")])
+def test_full_recomputation_without_method_or_layers_is_refused(method, layers, tmp_path,
+                                                                capsys):
+    """recompute_granularity full with recompute_method or recompute_num_layers null: Megatron-
+    Core's TransformerConfig.__post_init__ raises (the model section is a TransformerConfig),
+    so the run never starts. Before, it was read as full recomputation of every layer (exit
+    status 0) though vtrain import megatron-args refuses the same arguments."""
+    def change(d):
+        d["model"].update(recompute_granularity="full", recompute_method=method,
+                          recompute_num_layers=layers)
+        if layers == "absent":
+            del d["model"]["recompute_num_layers"]
+    message = _refusal(tmp_path, change)
+    shown = "not given" if layers == "absent" else "null"
+    assert (f"model.recompute_granularity: 'full', model.recompute_num_layers: {shown}: not run "
+            "(Megatron-Core raises \"When using recompute_granularity: full recompute_num_layers "
+            "must be between 1 and num_layers_per_pipeline_rank\", megatron/core/transformer/"
+            "transformer_config.py TransformerConfig.__post_init__; rule "
+            "recompute-full-num-layers)") in message
+    assert ("rule recompute-full-method" in message) == (method is None)
+    doc = _doc()
+    change(doc)
+    out = tmp_path / "never.json"
+    rc, _, err = _run(capsys, "import", "bridge", _write(tmp_path, doc), "--gpu", "H100",
+                      "--num-gpus", "8", "-o", str(out))
+    assert rc == 2 and not out.exists() and len(err.strip().splitlines()) == 1
+    # with both, the file is read: the first 3 layers of each chunk recomputed
+    plan = _read(tmp_path, lambda d: d["model"].update(
+        recompute_granularity="full", recompute_method="block", recompute_num_layers=3)
+    ).session.plan
+    assert (plan.recompute, plan.recompute_num_layers) == ("full", 3)
+
+
+@pytest.mark.parametrize("how", ["null", "absent"])
+def test_ffn_hidden_size_null_is_megatron_cores_4h(how, tmp_path):
+    """ffn_hidden_size null or left out: Megatron-Core's TransformerConfig.__post_init__ sets
+    it to 4 * hidden_size = 16,384, gated or not. Before, the fixture's SwiGLU model got
+    Megatron-LM's validate_args rule, int(4 * 4096 * 2/3 / 64) * 64 = 10,880, which Megatron-
+    Bridge does not run: another model, silently."""
+    def change(d):
+        if how == "null":
+            d["model"]["ffn_hidden_size"] = None
+        else:
+            del d["model"]["ffn_hidden_size"]
+    imp = _read(tmp_path, change)
+    assert imp.session.model.ffn_hidden_size == 4 * 4096 == 16_384
+    assert imp.session.model.activation == "swiglu"
+    assert dict(imp.notes)["model.ffn_hidden_size"].startswith(
+        f"{'null' if how == 'null' else 'not given'}: 4 x hidden_size = 16,384")
+    assert _read(tmp_path, lambda d: None).session.model.ffn_hidden_size == 14_336
+
+
+def test_activation_func_null_is_refused(tmp_path):
+    """activation_func null: Megatron-Core builds no MLP without a function. Before, it was
+    read as GeLU (the default when the key is left out) and, gated, refused as 'gelu with
+    gated_linear_unit true', naming a function the file does not give."""
+    assert _refusal(tmp_path, lambda d: d["model"].update(activation_func=None)).startswith(
+        "model.activation_func: null, where Megatron-Bridge 0.6.2's default is gelu")

@@ -288,10 +288,33 @@ class _Reader:
                         f"classified in {POLICY_FILE.name}: what it changes in one iteration's "
                         "time and memory is not known)")
                 continue
+            self.not_null(path, value, fields, key, arg)
             if _at_default(fields, key, value) and (arg["effect"] != "modelled"
                                                     or _scalar(value) == arg.get("default")):
                 continue  # not given: Bridge's default, and Megatron-LM's where it is modelled
             self.argument(path, value, arg, default if known else None)
+
+    def not_null(self, path: str, value: Any, fields: dict[str, Any], key: str,
+                 arg: dict[str, Any]) -> None:
+        """Refuse ``null`` for a field read as a modelled Megatron-LM argument whose
+        dataclass default is a value (``share_embeddings_and_output_weights: true``,
+        ``normalization: LayerNorm``, ``tensor_model_parallel_size: 1``): ``to_yaml`` writes the
+        value the run used, so null is an edit, and what Megatron-Core makes of it is not known
+        (a switch tested for truth runs off, a size fails). Read as "not given", it became
+        Megatron-LM's default (tied embeddings, LayerNorm, learned positions, biases), another
+        model than the file's. A field whose default is null (``ffn_hidden_size``, a computed
+        one) may be null.
+
+        Raises RunConfigError naming ``path`` and the default."""
+        if value is not None or arg["effect"] != "modelled":
+            return
+        known, default = _default(fields, key)
+        if known and default is not None:
+            shown = str(default).lower() if isinstance(default, bool) else _shown(default)
+            raise self.fail(path, f"null, where Megatron-Bridge 0.6.2's default is {shown} and "
+                            "ConfigContainer.to_yaml writes the value the run used: what "
+                            "Megatron-Core runs with null is not known (a switch tested for "
+                            "truth is off, a size fails); write the value")
 
     def rule(self, path: str, key: str, value: Any, rule: dict[str, Any],
              fields: dict[str, Any]) -> None:
@@ -310,6 +333,7 @@ class _Reader:
         if "argument" in rule:
             flag = rule["argument"]
             arg = next(a for a in self.dests.values() if flag in a["options"])
+            self.not_null(path, value, fields, key, arg)
             known, default = _default(fields, key)
             if arg["effect"] != "modelled" and at_default:
                 return
@@ -357,6 +381,10 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
     gated, act = model.get("gated_linear_unit", False), model.get("activation_func")
     if not isinstance(gated, bool):
         raise rd.fail("model.gated_linear_unit", f"{_shown(gated)} must be true or false")
+    if "activation_func" in model and act is None:  # absent: the default, F.gelu
+        raise rd.fail("model.activation_func", "null, where Megatron-Bridge 0.6.2's default is "
+                      "gelu and ConfigContainer.to_yaml writes the function the run used: "
+                      "Megatron-Core builds no MLP without one; write the function")
     name = _scalar(act) if act is not None else "gelu"
     if gated and name == "silu":
         rd.emit("model.activation_func", "--swiglu", [])
@@ -366,6 +394,17 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
         rd.refused.append(f"model.activation_func: {name} with gated_linear_unit "
                           f"{str(gated).lower()}: not modelled (vtrain models GeLU, SwiGLU "
                           "(silu, gated) and squared-ReLU MLPs)")
+    hidden, ffn = model.get("hidden_size"), model.get("ffn_hidden_size")
+    if ffn is None and isinstance(hidden, int) and not isinstance(hidden, bool) and hidden > 0:
+        # Megatron-Core's TransformerConfig.__post_init__ sets ffn_hidden_size = 4 *
+        # hidden_size when it is None, gated or not; Megatron-LM's validate_args (which
+        # Megatron-Bridge does not run) would make a SwiGLU MLP's 2/3 of that, rounded to 64
+        rd.emit("model.ffn_hidden_size", "--ffn-hidden-size", [str(4 * hidden)])
+        rd.notes.append(("model.ffn_hidden_size", (
+            f"{'null' if 'ffn_hidden_size' in model else 'not given'}: 4 x hidden_size = "
+            f"{4 * hidden:,}, as Megatron-Core's TransformerConfig.__post_init__ sets it (not "
+            "Megatron-LM's 2/3 of that for SwiGLU: validate_args does not run under "
+            "Megatron-Bridge)")))
     heads, groups = model.get("num_attention_heads"), model.get("num_query_groups")
     if groups is not None:
         if isinstance(groups, bool) or not isinstance(groups, int):
@@ -742,6 +781,7 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
     if rd.refused:
         raise RunConfigError(f"{src}: " + "; ".join(rd.refused))
     words = [w for flag, values in rd.args.items() for w in (flag, *values)]
+    _megatron_core_rules(rd, words)
     launch = Launch(words, launcher="run_config.yaml", script="", source=src)
     try:
         res = session_from_launch(launch, num_gpus=num_gpus, gpus_per_node=gpus_per_node,
@@ -779,6 +819,49 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
                                   f"(model {provider.rsplit('.', 1)[-1]})")
     return BridgeImport(session, used, ignored, notes, arguments=words, neutral=neutral,
                         provider=provider)
+
+
+def _yaml_path(rd: _Reader, option: str) -> str:
+    """The YAML path a Megatron-LM ``option`` is read from, and the file's value there
+    (``model.recompute_method: null``, ``model.recompute_num_layers: not given``)."""
+    path = rd.paths.get(option)
+    if path is None:
+        pol = rd.policy
+        path = next((p for p, r in pol["keys"].items() if r.get("argument") == option), None)
+        if path is None:
+            from core.io.megatron.rules import OPTIONS
+            dest = OPTIONS[option][0] if option in OPTIONS else None
+            path = next((f"{s}.{dest}" for s in ("model", "train", "ddp", "optimizer", "dist")
+                         if dest in pol["fields"][s]), option)
+    section, _, key = path.partition(".")
+    body = rd.doc.get(section)
+    if not key or not isinstance(body, dict):
+        return path
+    value = body.get(key, rd.doc)  # rd.doc: a marker for a key the file leaves out
+    shown = ("not given" if value is rd.doc else "null" if value is None
+             else str(value).lower() if isinstance(value, bool) else _shown(_scalar(value)))
+    return f"{path}: {shown}"
+
+
+def _megatron_core_rules(rd: _Reader, words: list[str]) -> None:
+    """Refuse a file whose settings break a check of Megatron-Core's own configs
+    (``TransformerConfig.__post_init__``, ``OptimizerConfig.__post_init__``), which Megatron-
+    Bridge builds (the model section is a TransformerConfig) and so runs: the rules of
+    :data:`core.io.megatron.rules.RULES` from ``megatron/core`` (Megatron-LM's
+    ``validate_args`` is not run by Bridge). ``recompute_granularity: full`` with
+    ``recompute_method`` or ``recompute_num_layers`` null raised there, and was read as full
+    recomputation of every layer, a run that never starts.
+
+    Raises RunConfigError: each broken rule, Megatron-Core's message, where it is checked and
+    the YAML paths (with the file's values) that decide it."""
+    from core.io.megatron.rules import broken_rules, options_read
+    broken = [r for r in broken_rules(words)
+              if r.on_import and r.source.startswith("megatron/core/")]
+    if broken:
+        raise RunConfigError(f"{rd.src}: " + "; ".join(
+            f"{', '.join(_yaml_path(rd, o) for o in options_read(r, words))}: not run "
+            f"(Megatron-Core raises \"{r.message}\", {r.source}; rule {r.name})"
+            for r in broken))
 
 
 def _model_name(model: dict[str, Any]) -> str:
