@@ -740,3 +740,25 @@ def test_activation_func_null_is_refused(tmp_path):
     gated_linear_unit true', naming a function the file does not give."""
     assert _refusal(tmp_path, lambda d: d["model"].update(activation_func=None)).startswith(
         "model.activation_func: null, where Megatron-Bridge 0.6.2's default is gelu")
+
+
+def test_a_long_recipe_name_is_shown_cut(tmp_path, capsys):
+    """--recipe of 100,000 characters: one short line. Before, the whole name was echoed (a
+    100 KB error line)."""
+    rc, _, err = _run(capsys, "import", "bridge", "--recipe", "a" * 100_000, "-o",
+                      str(tmp_path / "x.json"))
+    assert rc == 2 and len(err) < 400
+    assert err.startswith(f"vtrain: error: --recipe: {'a' * 60!r}... (100,000 characters) is "
+                          "not a pretraining performance recipe of Megatron-Bridge 0.6.2")
+
+
+@pytest.mark.parametrize("option, value, what", [("--model", "", "model"),
+                                                 ("--model", " - ", "model"),
+                                                 ("--gpu", "", "GPU kind")])
+def test_a_list_filter_that_names_nothing_is_refused(option, value, what, capsys):
+    """--list --model '' (or ' - ', which model_key reads as ''): before, the filter was taken
+    as not given and all 119 recipes were listed, exit status 0."""
+    rc, out, err = _run(capsys, "import", "bridge", "--list", option, value)
+    assert rc == 2 and out == ""
+    assert err == (f"vtrain: error: {option}: {value!r} names no {what} (no letter or digit): "
+                   "give one, or leave the option out to list every recipe\n")
