@@ -781,13 +781,13 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
     if rd.refused:
         raise RunConfigError(f"{src}: " + "; ".join(rd.refused))
     words = [w for flag, values in rd.args.items() for w in (flag, *values)]
-    _megatron_core_rules(rd, words)
     launch = Launch(words, launcher="run_config.yaml", script="", source=src)
     try:
         res = session_from_launch(launch, num_gpus=num_gpus, gpus_per_node=gpus_per_node,
                                   gpu=gpu, name=_model_name(model))
     except MegatronArgsError as exc:
         raise RunConfigError(_with_paths(str(exc), rd.paths)) from None
+    _megatron_core_rules(rd, words)  # on values the mapping has checked (types, bounds)
     try:
         check(res.session)
     except ConfigError as exc:
