@@ -762,3 +762,12 @@ def test_a_list_filter_that_names_nothing_is_refused(option, value, what, capsys
     assert rc == 2 and out == ""
     assert err == (f"vtrain: error: {option}: {value!r} names no {what} (no letter or digit): "
                    "give one, or leave the option out to list every recipe\n")
+
+
+def test_megatron_core_rules_read_checked_values(tmp_path):
+    """The Megatron-Core rules read the values after the Megatron-LM mapping has checked them:
+    a dtype mapping under model.num_layers (read as the word bf16) is refused by the mapping.
+    With the rules applied first it reached them as text (TypeError)."""
+    assert _refusal(tmp_path, lambda d: d["model"].update(
+        num_layers={"_target_": "torch.bfloat16", "_call_": False})) == \
+        "--num-layers [model.num_layers] 'bf16' must be a positive integer"
