@@ -771,3 +771,23 @@ def test_megatron_core_rules_read_checked_values(tmp_path):
     assert _refusal(tmp_path, lambda d: d["model"].update(
         num_layers={"_target_": "torch.bfloat16", "_call_": False})) == \
         "--num-layers [model.num_layers] 'bf16' must be a positive integer"
+
+
+@pytest.mark.parametrize("section, key, flag", [
+    ("model", "cross_entropy_loss_fusion", "--cross-entropy-loss-fusion"),
+    ("ddp", "data_parallel_sharding_strategy", "--data-parallel-sharding-strategy")])
+def test_a_switch_left_out_is_bridges_default(section, key, flag, tmp_path):
+    """A modelled switch or choice the file leaves out whose Megatron-Bridge default differs
+    from Megatron-LM's is read at Bridge's (which builds the dataclass with it), noted: the
+    same session as the fixture, which gives it at that default. Before, it was Megatron-LM's
+    default: cross_entropy_loss_fusion left out made the session's unfused cross entropy
+    (plan.cross_entropy_loss_fusion false) though Bridge runs it fused (default true)."""
+    import dataclasses
+    base = _read(tmp_path, lambda d: None)
+    assert _doc()[section][key] in (True, "no_shard")  # the fixture gives Bridge's default
+    imp = _read(tmp_path, lambda d: d[section].pop(key))
+    assert dataclasses.replace(imp.session, notes=base.session.notes) == base.session
+    assert imp.session.plan.cross_entropy_loss_fusion is True
+    assert dict(imp.notes)[f"{section}.{key}"].startswith(
+        "not given: Megatron-Bridge 0.6.2's default, ")
+    assert flag in imp.arguments

@@ -293,6 +293,37 @@ class _Reader:
                                                     or _scalar(value) == arg.get("default")):
                 continue  # not given: Bridge's default, and Megatron-LM's where it is modelled
             self.argument(path, value, arg, default if known else None)
+        self.left_out(name, body, fields)
+
+    def left_out(self, name: str, body: dict[str, Any], fields: dict[str, Any]) -> None:
+        """Read each switch or choice of section ``name`` that the file leaves out, and that
+        is a modelled Megatron-LM argument whose Megatron-Bridge default differs from
+        Megatron-LM's, at Bridge's default, with a note: Bridge builds the dataclass with its
+        default (``cross_entropy_loss_fusion`` true, ``data_parallel_sharding_strategy``
+        no_shard), which "not given" to the Megatron-LM mapping is not (false,
+        optim_grads_params: the session ran another plan). Sizes are not filled in (a
+        missing ``num_layers`` is refused as missing, its default 0 would build no model), nor
+        defaults that are null or computed, nor a field whose option another field's rule also
+        gives (``cuda_graph_modules``, which ``cuda_graph_scope`` is read as)."""
+        ruled = {r["argument"] for r in self.policy["keys"].values() if "argument" in r}
+        for key, d in fields.items():
+            arg = self.dests.get(key)
+            if (key in body or arg is None or arg["effect"] != "modelled"
+                    or f"{name}.{key}" in self.policy["keys"] or not isinstance(d, (bool, str))
+                    or arg["options"][0] in ruled):
+                continue
+            if arg["action"] in ("store_true", "store_false"):
+                megatron = arg["action"] == "store_false"
+            else:
+                megatron = arg.get("default")
+            if d == megatron:
+                continue
+            path = f"{name}.{key}"
+            self.argument(path, d, arg, d)
+            self.notes.append((path, f"not given: Megatron-Bridge 0.6.2's default, "
+                               f"{str(d).lower() if isinstance(d, bool) else d}, as Bridge "
+                               "builds the section (Megatron-LM's is "
+                               f"{str(megatron).lower() if isinstance(megatron, bool) else megatron})"))
 
     def not_null(self, path: str, value: Any, fields: dict[str, Any], key: str,
                  arg: dict[str, Any]) -> None:
