@@ -791,3 +791,32 @@ def test_a_switch_left_out_is_bridges_default(section, key, flag, tmp_path):
     assert dict(imp.notes)[f"{section}.{key}"].startswith(
         "not given: Megatron-Bridge 0.6.2's default, ")
     assert flag in imp.arguments
+
+
+def test_a_key_left_out_that_setup_writes_is_what_setup_writes(tmp_path):
+    """A model / ddp / optimizer key the file leaves out that CommOverlapConfig.setup writes
+    (training/comm_overlap.py:604-643, whatever the section says) is read at setup's value,
+    noted. Before, Megatron-LM's default: ddp.overlap_grad_reduce left out (distributed
+    optimizer, d = 4: setup writes true) was a plan without the gradient reduce overlap, and
+    model.overlap_p2p_comm left out with 2 virtual stages (setup writes true) one without the
+    pipeline send / receive overlap."""
+    import dataclasses
+    base = _read(tmp_path, lambda d: None).session
+    imp = _read(tmp_path, lambda d: d["ddp"].pop("overlap_grad_reduce"))
+    assert imp.session.plan.overlap_grad_reduce is True
+    assert dataclasses.replace(imp.session, notes=base.notes) == base
+    assert dict(imp.notes)["ddp.overlap_grad_reduce"].startswith(
+        "not given: True, as CommOverlapConfig.setup writes it")
+
+    def interleaved(d, keep):
+        d["model"].update(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2,
+                          overlap_p2p_comm=True, batch_p2p_comm=False)
+        d["ddp"].update(align_param_gather=True)
+        d["comm_overlap"].update(data_parallel_size=None)
+        if not keep:
+            del d["model"]["overlap_p2p_comm"]
+    given = _read(tmp_path, lambda d: interleaved(d, True), num_gpus=16).session
+    left = _read(tmp_path, lambda d: interleaved(d, False), num_gpus=16)
+    assert given.plan.overlap_p2p_comm is True and given.plan.virtual_pipeline_stages == 2
+    assert dataclasses.replace(left.session, notes=given.notes) == given
+    assert dict(left.notes)["model.overlap_p2p_comm"].startswith("not given: true")

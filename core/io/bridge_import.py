@@ -648,13 +648,42 @@ def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
     for section, values in expect.items():
         there = rd.doc.get(section) or {}
         for key, want in values.items():
-            if key in there and _scalar(there[key]) != want and not (
+            if key not in there:
+                _left_to_setup(rd, section, key, want)
+            elif _scalar(there[key]) != want and not (
                     key == "tp_comm_overlap" and there[key] and not want):
                 raise rd.fail(f"{section}.{key}", (
                     f"{_shown(there[key])}, but CommOverlapConfig.setup ({_CO}:604-643) writes "
                     f"{_shown(want)} there from the comm_overlap section"
                     f"{' (data-parallel size ' + str(dp) + ')' if section != 'model' else ''}: "
                     "the file was edited; make them agree"))
+
+
+def _left_to_setup(rd: _Reader, section: str, key: str, want: Any) -> None:
+    """A key of the model, ddp or optimizer section that the file leaves out and
+    ``CommOverlapConfig.setup`` writes (``want``: the data-parallel overlaps and bucket with the
+    distributed optimizer, the pipeline send / receive overlap): read at what setup writes, as
+    the run had it (setup overrides those sections whatever they say, training/comm_overlap.py
+    :604-643), with a note where that gives an argument. Before, the key was read at
+    Megatron-LM's default: ``ddp.overlap_grad_reduce`` left out was no overlap."""
+    path = f"{section}.{key}"
+    if path == "model.overlap_p2p_comm":  # _comm_overlap read it at the dataclass default, off
+        if want and rd.args.pop("--no-overlap-p2p-communication", None) is not None:
+            rd.paths.pop("--no-overlap-p2p-communication", None)
+            rd.notes.append((path, f"not given: true, as CommOverlapConfig.setup writes it "
+                             f"with virtual stages ({_CO}:604-643)"))
+        return
+    rule = rd.policy["keys"].get(path, {})
+    flag = rule.get("argument")
+    arg = (next((a for a in rd.dests.values() if flag in a["options"]), None) if flag
+           else None if rule else rd.dests.get(key))
+    if want is None or arg is None or arg["effect"] != "modelled":
+        return
+    before = dict(rd.args)
+    rd.argument(path, want, arg, want)
+    if rd.args != before:
+        rd.notes.append((path, f"not given: {_shown(want)}, as CommOverlapConfig.setup writes it "
+                         f"from the comm_overlap section ({_CO}:604-643)"))
 
 
 def _checkpoint(rd: _Reader, body: Any) -> int | None:
