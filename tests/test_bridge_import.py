@@ -820,3 +820,29 @@ def test_a_key_left_out_that_setup_writes_is_what_setup_writes(tmp_path):
     assert given.plan.overlap_p2p_comm is True and given.plan.virtual_pipeline_stages == 2
     assert dataclasses.replace(left.session, notes=given.notes) == given
     assert dict(left.notes)["model.overlap_p2p_comm"].startswith("not given: true")
+
+
+def test_a_key_left_out_that_mixed_precision_copies_in_is_its_value(tmp_path):
+    """A model / optimizer / ddp field left out that mixed_precision gives is the mixed_precision
+    value (MixedPrecisionConfig.setup copies its fields in, training/mixed_precision.py:113-
+    159), noted where it is not the section's default. Before, Megatron-LM's default:
+    ddp.grad_reduce_in_fp32 left out, with mixed_precision.grad_reduce_in_fp32 false, made a
+    plan reducing gradients in fp32 (Megatron-LM forces it for bf16) where the run reduced them
+    in bf16; model.bf16 and optimizer.bf16 left out were refused as fp32 training."""
+    import dataclasses
+    base = _read(tmp_path, lambda d: None).session
+    assert base.plan.grad_reduce_dtype == "bf16" and base.plan.precision == "bf16"
+    imp = _read(tmp_path, lambda d: d["ddp"].pop("grad_reduce_in_fp32"))
+    assert imp.session.plan.grad_reduce_dtype == "bf16"
+    assert dataclasses.replace(imp.session, notes=base.notes) == base
+    imp = _read(tmp_path, lambda d: (d["model"].pop("bf16"), d["optimizer"].pop("bf16")))
+    assert dataclasses.replace(imp.session, notes=base.notes) == base
+    assert dict(imp.notes)["model.bf16"] == (
+        "not given: mixed_precision.bf16, True (MixedPrecisionConfig.setup copies its fields "
+        "into model, optimizer and ddp)")
+    # the caller's document is not changed
+    doc = _doc()
+    del doc["ddp"]["grad_reduce_in_fp32"]
+    from core.io.bridge_import import session_from_run_config
+    session_from_run_config(doc, "run_config.yaml", gpu=H100, num_gpus=8)
+    assert "grad_reduce_in_fp32" not in doc["ddp"]

@@ -483,6 +483,35 @@ def _applied(rd: _Reader, name: str, body: Any) -> None:
                               "the file was edited; make them agree")
 
 
+def _copied_in(rd: _Reader, model_fields: dict[str, Any]) -> dict[str, Any]:
+    """``rd.doc`` with each field of an ``applied`` section (``mixed_precision``) that the
+    model, optimizer or ddp section has but the file leaves out there set to the applied
+    section's value, noted: ``MixedPrecisionConfig.setup`` copies its fields into those
+    sections (training/mixed_precision.py:113-159), so the run had that value whatever they
+    say. Before, the key was read at Megatron-LM's default: ``ddp.grad_reduce_in_fp32`` left
+    out with ``mixed_precision.grad_reduce_in_fp32: false`` reduced the gradients in fp32
+    (Megatron-LM forces it for bf16), which the run did in bf16. A null is not copied (the
+    sections' default). The caller's document is not changed."""
+    doc = dict(rd.doc)
+    for name, how in rd.policy["sections"].items():
+        body = doc.get(name)
+        if how != "applied" or not isinstance(body, dict):
+            continue
+        for key, value in body.items():
+            if not isinstance(key, str) or key.startswith("_") or value is None:
+                continue
+            for section in ("model", "optimizer", "ddp"):
+                there = doc.get(section)
+                fields = model_fields if section == "model" else rd.policy["fields"][section]
+                if isinstance(there, dict) and key not in there and key in fields:
+                    doc[section] = there = {**there, key: value}
+                    if not _at_default(fields, key, value):  # else as good as left out
+                        rd.notes.append((f"{section}.{key}", (
+                            f"not given: {name}.{key}, {_shown(_scalar(value))} ("
+                            f"{rd.policy['section_why'][name].split(' (')[0]})")))
+    return doc
+
+
 #: Megatron-Bridge 0.6.2's training/comm_overlap.py, where CommOverlapConfig decides
 _CO = "training/comm_overlap.py"
 
@@ -812,6 +841,8 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
     if kind == "mla":
         fields.update(pol["fields"]["model/mla"])
         rd.emit("model._target_", "--multi-latent-attention", [])
+    doc = rd.doc = _copied_in(rd, fields)
+    model = doc["model"]
     sections = pol["sections"]
     co = None
     for name, body in doc.items():
