@@ -846,3 +846,14 @@ def test_a_key_left_out_that_mixed_precision_copies_in_is_its_value(tmp_path):
     from core.io.bridge_import import session_from_run_config
     session_from_run_config(doc, "run_config.yaml", gpu=H100, num_gpus=8)
     assert "grad_reduce_in_fp32" not in doc["ddp"]
+
+
+@pytest.mark.parametrize("interval", [500, None])
+def test_an_empty_checkpoint_directory_is_refused(interval, tmp_path):
+    """checkpoint.save '': before, with save_interval 500 it was read as --save '' (no
+    checkpoint at all, 2**40) and with save_interval null as one save at the end (2**40 - 1):
+    two answers for one directory that names none; now refused by path."""
+    assert _refusal(tmp_path, lambda d: d["checkpoint"].update(
+        save="", save_interval=interval)) == (
+        "checkpoint.save: '' names no directory: give the directory, or null for no checkpoint "
+        "(whether Megatron-Bridge saves to '' is not known)")

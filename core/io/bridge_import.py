@@ -732,6 +732,9 @@ def _checkpoint(rd: _Reader, body: Any) -> int | None:
     save, interval = body.get("save"), body.get("save_interval")
     if save is not None and not isinstance(save, str):
         raise rd.fail("checkpoint.save", f"{_shown(save)} must be a directory (a string) or null")
+    if save == "":  # read as --save '' it was no checkpoint with an interval, one at the end without
+        raise rd.fail("checkpoint.save", "'' names no directory: give the directory, or null for "
+                      "no checkpoint (whether Megatron-Bridge saves to '' is not known)")
     interval = _count(rd, "checkpoint.save_interval", interval, None)
     if interval is not None and interval < 0:
         raise rd.fail("checkpoint.save_interval", f"{interval} must be at least 0")
