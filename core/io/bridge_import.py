@@ -819,9 +819,11 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
     Raises
     ------
     RunConfigError
-        A section is not a mapping, a value has the wrong type, a key that changes the cost
-        is not modelled (every such key named), two keys that must agree do not, or the
-        Megatron-LM mapping refuses what they are read as (the YAML paths named).
+        A section is not a mapping, a value has the wrong type, a field whose default is a
+        value is null (:meth:`_Reader.not_null`), a key that changes the cost is not modelled
+        (every such key named), two keys that must agree do not, the Megatron-LM mapping
+        refuses what they are read as, or Megatron-Core's own config checks would
+        (:func:`_megatron_core_rules`; the YAML paths named).
     ConfigError
         The session breaks a configuration rule (the YAML paths that set the field named).
     """
