@@ -634,3 +634,226 @@ def test_fuzz_run_config_values_import_or_refuse(tmp_path_factory, edits):
         read_run_config(path, gpu=H100, num_gpus=8)
     except (RunConfigError, ConfigError) as exc:
         assert str(path) in str(exc)
+
+
+def _null_defaults() -> list[str]:
+    """The YAML paths read as a modelled Megatron-LM argument whose Megatron-Bridge 0.6.2
+    default is a value, not null (resources/bridge_run_config.json ``fields``)."""
+    from core.io.bridge_import import _default, _megatron_dests, load_policy
+    pol, dests = load_policy(), _megatron_dests()
+    out = []
+    for section in ("model", "train", "ddp", "optimizer", "dist"):
+        fields = pol["fields"][section]
+        for key in fields:
+            rule = pol["keys"].get(f"{section}.{key}", {})
+            arg = dests.get(key) if not rule else next(
+                (a for a in dests.values() if rule.get("argument") in a["options"]), None)
+            known, default = _default(fields, key)
+            if arg and arg["effect"] == "modelled" and known and default is not None \
+                    and "special" not in rule:
+                out.append(f"{section}.{key}")
+    return out
+
+
+def test_null_where_the_default_is_a_value_is_refused(tmp_path):
+    """A field read as a modelled Megatron-LM argument whose default is a value, given null
+    (an edit: to_yaml writes the value the run used), is refused naming its path. Before, null
+    was read as "not given", Megatron-LM's default: share_embeddings_and_output_weights null
+    made the fixture's untied Llama 3 8B tied (0.53 B parameters fewer), normalization null
+    LayerNorm, position_embedding_type null learned positions, add_bias_linear null biases,
+    tensor_model_parallel_size null t = 1; each imported with exit status 0."""
+    paths = _null_defaults()
+    assert {"model.share_embeddings_and_output_weights", "model.normalization",
+            "model.position_embedding_type", "model.add_bias_linear",
+            "model.tensor_model_parallel_size", "ddp.use_distributed_optimizer"} <= set(paths)
+    assert _refusal(tmp_path, lambda d: d["model"].update(
+        share_embeddings_and_output_weights=None)) == (
+        "model.share_embeddings_and_output_weights: null, where Megatron-Bridge 0.6.2's default "
+        "is true and ConfigContainer.to_yaml writes the value the run used: what Megatron-Core "
+        "runs with null is not known (a switch tested for truth is off, a size fails); write "
+        "the value")
+    for path in paths:  # every such field, each refused by its path
+        section, key = path.split(".")
+        message = _refusal(tmp_path, lambda d: d.setdefault(section, {}).update({key: None}))
+        assert path in message, (path, message)
+    # a field whose default is null stays readable at null (the fixture's recompute_method,
+    # fp8, virtual_pipeline_model_parallel_size ...)
+    assert _read(tmp_path, lambda d: d["model"].update(moe_ffn_hidden_size=None)).session.plan \
+        .tensor_parallel == 1
+
+
+@pytest.mark.parametrize("method, layers", [(None, None), ("block", None), ("uniform", "absent")])
+def test_full_recomputation_without_method_or_layers_is_refused(method, layers, tmp_path,
+                                                                capsys):
+    """recompute_granularity full with recompute_method or recompute_num_layers null: Megatron-
+    Core's TransformerConfig.__post_init__ raises (the model section is a TransformerConfig),
+    so the run never starts. Before, it was read as full recomputation of every layer (exit
+    status 0) though vtrain import megatron-args refuses the same arguments."""
+    def change(d):
+        d["model"].update(recompute_granularity="full", recompute_method=method,
+                          recompute_num_layers=layers)
+        if layers == "absent":
+            del d["model"]["recompute_num_layers"]
+    message = _refusal(tmp_path, change)
+    shown = "not given" if layers == "absent" else "null"
+    assert (f"model.recompute_granularity: 'full', model.recompute_num_layers: {shown}: not run "
+            "(Megatron-Core raises \"When using recompute_granularity: full recompute_num_layers "
+            "must be between 1 and num_layers_per_pipeline_rank\", megatron/core/transformer/"
+            "transformer_config.py TransformerConfig.__post_init__; rule "
+            "recompute-full-num-layers)") in message
+    assert ("rule recompute-full-method" in message) == (method is None)
+    doc = _doc()
+    change(doc)
+    out = tmp_path / "never.json"
+    rc, _, err = _run(capsys, "import", "bridge", _write(tmp_path, doc), "--gpu", "H100",
+                      "--num-gpus", "8", "-o", str(out))
+    assert rc == 2 and not out.exists() and len(err.strip().splitlines()) == 1
+    # with both, the file is read: the first 3 layers of each chunk recomputed
+    plan = _read(tmp_path, lambda d: d["model"].update(
+        recompute_granularity="full", recompute_method="block", recompute_num_layers=3)
+    ).session.plan
+    assert (plan.recompute, plan.recompute_num_layers) == ("full", 3)
+
+
+@pytest.mark.parametrize("how", ["null", "absent"])
+def test_ffn_hidden_size_null_is_megatron_cores_4h(how, tmp_path):
+    """ffn_hidden_size null or left out: Megatron-Core's TransformerConfig.__post_init__ sets
+    it to 4 * hidden_size = 16,384, gated or not. Before, the fixture's SwiGLU model got
+    Megatron-LM's validate_args rule, int(4 * 4096 * 2/3 / 64) * 64 = 10,880, which Megatron-
+    Bridge does not run: another model, silently."""
+    def change(d):
+        if how == "null":
+            d["model"]["ffn_hidden_size"] = None
+        else:
+            del d["model"]["ffn_hidden_size"]
+    imp = _read(tmp_path, change)
+    assert imp.session.model.ffn_hidden_size == 4 * 4096 == 16_384
+    assert imp.session.model.activation == "swiglu"
+    assert dict(imp.notes)["model.ffn_hidden_size"].startswith(
+        f"{'null' if how == 'null' else 'not given'}: 4 x hidden_size = 16,384")
+    assert _read(tmp_path, lambda d: None).session.model.ffn_hidden_size == 14_336
+
+
+def test_activation_func_null_is_refused(tmp_path):
+    """activation_func null: Megatron-Core builds no MLP without a function. Before, it was
+    read as GeLU (the default when the key is left out) and, gated, refused as 'gelu with
+    gated_linear_unit true', naming a function the file does not give."""
+    assert _refusal(tmp_path, lambda d: d["model"].update(activation_func=None)).startswith(
+        "model.activation_func: null, where Megatron-Bridge 0.6.2's default is gelu")
+
+
+def test_a_long_recipe_name_is_shown_cut(tmp_path, capsys):
+    """--recipe of 100,000 characters: one short line. Before, the whole name was echoed (a
+    100 KB error line)."""
+    rc, _, err = _run(capsys, "import", "bridge", "--recipe", "a" * 100_000, "-o",
+                      str(tmp_path / "x.json"))
+    assert rc == 2 and len(err) < 400
+    assert err.startswith(f"vtrain: error: --recipe: {'a' * 60!r}... (100,000 characters) is "
+                          "not a pretraining performance recipe of Megatron-Bridge 0.6.2")
+
+
+@pytest.mark.parametrize("option, value, what", [("--model", "", "model"),
+                                                 ("--model", " - ", "model"),
+                                                 ("--gpu", "", "GPU kind")])
+def test_a_list_filter_that_names_nothing_is_refused(option, value, what, capsys):
+    """--list --model '' (or ' - ', which model_key reads as ''): before, the filter was taken
+    as not given and all 119 recipes were listed, exit status 0."""
+    rc, out, err = _run(capsys, "import", "bridge", "--list", option, value)
+    assert rc == 2 and out == ""
+    assert err == (f"vtrain: error: {option}: {value!r} names no {what} (no letter or digit): "
+                   "give one, or leave the option out to list every recipe\n")
+
+
+def test_megatron_core_rules_read_checked_values(tmp_path):
+    """The Megatron-Core rules read the values after the Megatron-LM mapping has checked them:
+    a dtype mapping under model.num_layers (read as the word bf16) is refused by the mapping.
+    With the rules applied first it reached them as text (TypeError)."""
+    assert _refusal(tmp_path, lambda d: d["model"].update(
+        num_layers={"_target_": "torch.bfloat16", "_call_": False})) == \
+        "--num-layers [model.num_layers] 'bf16' must be a positive integer"
+
+
+@pytest.mark.parametrize("section, key, flag", [
+    ("model", "cross_entropy_loss_fusion", "--cross-entropy-loss-fusion"),
+    ("ddp", "data_parallel_sharding_strategy", "--data-parallel-sharding-strategy")])
+def test_a_switch_left_out_is_bridges_default(section, key, flag, tmp_path):
+    """A modelled switch or choice the file leaves out whose Megatron-Bridge default differs
+    from Megatron-LM's is read at Bridge's (which builds the dataclass with it), noted: the
+    same session as the fixture, which gives it at that default. Before, it was Megatron-LM's
+    default: cross_entropy_loss_fusion left out made the session's unfused cross entropy
+    (plan.cross_entropy_loss_fusion false) though Bridge runs it fused (default true)."""
+    import dataclasses
+    base = _read(tmp_path, lambda d: None)
+    assert _doc()[section][key] in (True, "no_shard")  # the fixture gives Bridge's default
+    imp = _read(tmp_path, lambda d: d[section].pop(key))
+    assert dataclasses.replace(imp.session, notes=base.session.notes) == base.session
+    assert imp.session.plan.cross_entropy_loss_fusion is True
+    assert dict(imp.notes)[f"{section}.{key}"].startswith(
+        "not given: Megatron-Bridge 0.6.2's default, ")
+    assert flag in imp.arguments
+
+
+def test_a_key_left_out_that_setup_writes_is_what_setup_writes(tmp_path):
+    """A model / ddp / optimizer key the file leaves out that CommOverlapConfig.setup writes
+    (training/comm_overlap.py:604-643, whatever the section says) is read at setup's value,
+    noted. Before, Megatron-LM's default: ddp.overlap_grad_reduce left out (distributed
+    optimizer, d = 4: setup writes true) was a plan without the gradient reduce overlap, and
+    model.overlap_p2p_comm left out with 2 virtual stages (setup writes true) one without the
+    pipeline send / receive overlap."""
+    import dataclasses
+    base = _read(tmp_path, lambda d: None).session
+    imp = _read(tmp_path, lambda d: d["ddp"].pop("overlap_grad_reduce"))
+    assert imp.session.plan.overlap_grad_reduce is True
+    assert dataclasses.replace(imp.session, notes=base.notes) == base
+    assert dict(imp.notes)["ddp.overlap_grad_reduce"].startswith(
+        "not given: True, as CommOverlapConfig.setup writes it")
+
+    def interleaved(d, keep):
+        d["model"].update(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2,
+                          overlap_p2p_comm=True, batch_p2p_comm=False)
+        d["ddp"].update(align_param_gather=True)
+        d["comm_overlap"].update(data_parallel_size=None)
+        if not keep:
+            del d["model"]["overlap_p2p_comm"]
+    given = _read(tmp_path, lambda d: interleaved(d, True), num_gpus=16).session
+    left = _read(tmp_path, lambda d: interleaved(d, False), num_gpus=16)
+    assert given.plan.overlap_p2p_comm is True and given.plan.virtual_pipeline_stages == 2
+    assert dataclasses.replace(left.session, notes=given.notes) == given
+    assert dict(left.notes)["model.overlap_p2p_comm"].startswith("not given: true")
+
+
+def test_a_key_left_out_that_mixed_precision_copies_in_is_its_value(tmp_path):
+    """A model / optimizer / ddp field left out that mixed_precision gives is the mixed_precision
+    value (MixedPrecisionConfig.setup copies its fields in, training/mixed_precision.py:113-
+    159), noted where it is not the section's default. Before, Megatron-LM's default:
+    ddp.grad_reduce_in_fp32 left out, with mixed_precision.grad_reduce_in_fp32 false, made a
+    plan reducing gradients in fp32 (Megatron-LM forces it for bf16) where the run reduced them
+    in bf16; model.bf16 and optimizer.bf16 left out were refused as fp32 training."""
+    import dataclasses
+    base = _read(tmp_path, lambda d: None).session
+    assert base.plan.grad_reduce_dtype == "bf16" and base.plan.precision == "bf16"
+    imp = _read(tmp_path, lambda d: d["ddp"].pop("grad_reduce_in_fp32"))
+    assert imp.session.plan.grad_reduce_dtype == "bf16"
+    assert dataclasses.replace(imp.session, notes=base.notes) == base
+    imp = _read(tmp_path, lambda d: (d["model"].pop("bf16"), d["optimizer"].pop("bf16")))
+    assert dataclasses.replace(imp.session, notes=base.notes) == base
+    assert dict(imp.notes)["model.bf16"] == (
+        "not given: mixed_precision.bf16, True (MixedPrecisionConfig.setup copies its fields "
+        "into model, optimizer and ddp)")
+    # the caller's document is not changed
+    doc = _doc()
+    del doc["ddp"]["grad_reduce_in_fp32"]
+    from core.io.bridge_import import session_from_run_config
+    session_from_run_config(doc, "run_config.yaml", gpu=H100, num_gpus=8)
+    assert "grad_reduce_in_fp32" not in doc["ddp"]
+
+
+@pytest.mark.parametrize("interval", [500, None])
+def test_an_empty_checkpoint_directory_is_refused(interval, tmp_path):
+    """checkpoint.save '': before, with save_interval 500 it was read as --save '' (no
+    checkpoint at all, 2**40) and with save_interval null as one save at the end (2**40 - 1):
+    two answers for one directory that names none; now refused by path."""
+    assert _refusal(tmp_path, lambda d: d["checkpoint"].update(
+        save="", save_interval=interval)) == (
+        "checkpoint.save: '' names no directory: give the directory, or null for no checkpoint "
+        "(whether Megatron-Bridge saves to '' is not known)")

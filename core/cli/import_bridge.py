@@ -127,10 +127,23 @@ def find_recipe(name: str):
     if name in by_name:
         return by_name[name]
     close = difflib.get_close_matches(name, list(by_name), n=3)
-    raise field_error("--recipe", f"{name!r} is not a pretraining performance recipe of "
-                      f"{BRIDGE_VERSION}" + (f" (did you mean {', '.join(close)}?)" if close
+    raise field_error("--recipe", f"{_shown_name(name)} is not a pretraining performance "
+                      f"recipe of {BRIDGE_VERSION}" + (f" (did you mean {', '.join(close)}?)" if close
                                               else "") + "; vtrain import bridge --list shows "
                       f"the {len(by_name)}")
+
+
+#: Longest recipe name a message shows whole: the longest function name is 64 characters
+_MAX_SHOWN_NAME = 80
+
+
+def _shown_name(name: str) -> str:
+    """``repr(name)`` as a message shows it: a name longer than :data:`_MAX_SHOWN_NAME` as its
+    first 60 characters and its length (a 100,000-character ``--recipe`` made a 100 KB error
+    line)."""
+    if len(name) <= _MAX_SHOWN_NAME:
+        return repr(name)
+    return f"{name[:60]!r}... ({len(name):,} characters)"
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -141,11 +154,20 @@ def _list(args: argparse.Namespace) -> int:
                         ("--num-gpus", args.num_gpus), ("--gpus-per-node", args.gpus_per_node)):
         if given is not None:
             raise UsageError(f"vtrain import bridge --list: {name} is for an import, not the list")
+    from core.accuracy.bridge_recipes import model_key
+    # a filter that names nothing ('', ' - ': no letter or digit) would list every recipe, as
+    # if it were not given
+    for name, what, given, empty in (
+            ("--gpu", "GPU kind", args.gpu, args.gpu is not None and not args.gpu.strip()),
+            ("--model", "model", args.model, args.model is not None and not model_key(args.model))):
+        if empty:
+            raise field_error(name, f"{_shown_name(given)} names no {what} (no letter or "
+                              "digit): give one, or leave the option out to list every recipe")
     rows = recipe_rows(args.gpu, args.model)
     if not rows:
         raise field_error("--gpu" if args.gpu else "--model",
                           "no recipe of " + " and ".join(
-                              f"{o} {v!r}" for o, v in (("--gpu", args.gpu),
+                              f"{o} {_shown_name(v)}" for o, v in (("--gpu", args.gpu),
                                                         ("--model", args.model)) if v)
                           + "; the recipes' GPU kinds are H100-SXM5-80GB, B200-180GB and "
                             "GB200-NVL72 and their models Llama3-8B, Llama3-70B, Llama3.1-405B, "

@@ -288,10 +288,64 @@ class _Reader:
                         f"classified in {POLICY_FILE.name}: what it changes in one iteration's "
                         "time and memory is not known)")
                 continue
+            self.not_null(path, value, fields, key, arg)
             if _at_default(fields, key, value) and (arg["effect"] != "modelled"
                                                     or _scalar(value) == arg.get("default")):
                 continue  # not given: Bridge's default, and Megatron-LM's where it is modelled
             self.argument(path, value, arg, default if known else None)
+        self.left_out(name, body, fields)
+
+    def left_out(self, name: str, body: dict[str, Any], fields: dict[str, Any]) -> None:
+        """Read each switch or choice of section ``name`` that the file leaves out, and that
+        is a modelled Megatron-LM argument whose Megatron-Bridge default differs from
+        Megatron-LM's, at Bridge's default, with a note: Bridge builds the dataclass with its
+        default (``cross_entropy_loss_fusion`` true, ``data_parallel_sharding_strategy``
+        no_shard), which "not given" to the Megatron-LM mapping is not (false,
+        optim_grads_params: the session ran another plan). Sizes are not filled in (a
+        missing ``num_layers`` is refused as missing, its default 0 would build no model), nor
+        defaults that are null or computed, nor a field whose option another field's rule also
+        gives (``cuda_graph_modules``, which ``cuda_graph_scope`` is read as)."""
+        ruled = {r["argument"] for r in self.policy["keys"].values() if "argument" in r}
+        for key, d in fields.items():
+            arg = self.dests.get(key)
+            if (key in body or arg is None or arg["effect"] != "modelled"
+                    or f"{name}.{key}" in self.policy["keys"] or not isinstance(d, (bool, str))
+                    or arg["options"][0] in ruled):
+                continue
+            if arg["action"] in ("store_true", "store_false"):
+                megatron = arg["action"] == "store_false"
+            else:
+                megatron = arg.get("default")
+            if d == megatron:
+                continue
+            path = f"{name}.{key}"
+            self.argument(path, d, arg, d)
+            self.notes.append((path, f"not given: Megatron-Bridge 0.6.2's default, "
+                               f"{str(d).lower() if isinstance(d, bool) else d}, as Bridge "
+                               "builds the section (Megatron-LM's is "
+                               f"{str(megatron).lower() if isinstance(megatron, bool) else megatron})"))
+
+    def not_null(self, path: str, value: Any, fields: dict[str, Any], key: str,
+                 arg: dict[str, Any]) -> None:
+        """Refuse ``null`` for a field read as a modelled Megatron-LM argument whose
+        dataclass default is a value (``share_embeddings_and_output_weights: true``,
+        ``normalization: LayerNorm``, ``tensor_model_parallel_size: 1``): ``to_yaml`` writes the
+        value the run used, so null is an edit, and what Megatron-Core makes of it is not known
+        (a switch tested for truth runs off, a size fails). Read as "not given", it became
+        Megatron-LM's default (tied embeddings, LayerNorm, learned positions, biases), another
+        model than the file's. A field whose default is null (``ffn_hidden_size``, a computed
+        one) may be null.
+
+        Raises RunConfigError naming ``path`` and the default."""
+        if value is not None or arg["effect"] != "modelled":
+            return
+        known, default = _default(fields, key)
+        if known and default is not None:
+            shown = str(default).lower() if isinstance(default, bool) else _shown(default)
+            raise self.fail(path, f"null, where Megatron-Bridge 0.6.2's default is {shown} and "
+                            "ConfigContainer.to_yaml writes the value the run used: what "
+                            "Megatron-Core runs with null is not known (a switch tested for "
+                            "truth is off, a size fails); write the value")
 
     def rule(self, path: str, key: str, value: Any, rule: dict[str, Any],
              fields: dict[str, Any]) -> None:
@@ -310,6 +364,7 @@ class _Reader:
         if "argument" in rule:
             flag = rule["argument"]
             arg = next(a for a in self.dests.values() if flag in a["options"])
+            self.not_null(path, value, fields, key, arg)
             known, default = _default(fields, key)
             if arg["effect"] != "modelled" and at_default:
                 return
@@ -357,6 +412,10 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
     gated, act = model.get("gated_linear_unit", False), model.get("activation_func")
     if not isinstance(gated, bool):
         raise rd.fail("model.gated_linear_unit", f"{_shown(gated)} must be true or false")
+    if "activation_func" in model and act is None:  # absent: the default, F.gelu
+        raise rd.fail("model.activation_func", "null, where Megatron-Bridge 0.6.2's default is "
+                      "gelu and ConfigContainer.to_yaml writes the function the run used: "
+                      "Megatron-Core builds no MLP without one; write the function")
     name = _scalar(act) if act is not None else "gelu"
     if gated and name == "silu":
         rd.emit("model.activation_func", "--swiglu", [])
@@ -366,6 +425,17 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
         rd.refused.append(f"model.activation_func: {name} with gated_linear_unit "
                           f"{str(gated).lower()}: not modelled (vtrain models GeLU, SwiGLU "
                           "(silu, gated) and squared-ReLU MLPs)")
+    hidden, ffn = model.get("hidden_size"), model.get("ffn_hidden_size")
+    if ffn is None and isinstance(hidden, int) and not isinstance(hidden, bool) and hidden > 0:
+        # Megatron-Core's TransformerConfig.__post_init__ sets ffn_hidden_size = 4 *
+        # hidden_size when it is None, gated or not; Megatron-LM's validate_args (which
+        # Megatron-Bridge does not run) would make a SwiGLU MLP's 2/3 of that, rounded to 64
+        rd.emit("model.ffn_hidden_size", "--ffn-hidden-size", [str(4 * hidden)])
+        rd.notes.append(("model.ffn_hidden_size", (
+            f"{'null' if 'ffn_hidden_size' in model else 'not given'}: 4 x hidden_size = "
+            f"{4 * hidden:,}, as Megatron-Core's TransformerConfig.__post_init__ sets it (not "
+            "Megatron-LM's 2/3 of that for SwiGLU: validate_args does not run under "
+            "Megatron-Bridge)")))
     heads, groups = model.get("num_attention_heads"), model.get("num_query_groups")
     if groups is not None:
         if isinstance(groups, bool) or not isinstance(groups, int):
@@ -411,6 +481,35 @@ def _applied(rd: _Reader, name: str, body: Any) -> None:
                 raise rd.fail(f"{name}.{key}", f"{_shown(value)} disagrees with {section}.{key} "
                               f"({_shown(there[key])}): {load_policy()['section_why'][name]}, so "
                               "the file was edited; make them agree")
+
+
+def _copied_in(rd: _Reader, model_fields: dict[str, Any]) -> dict[str, Any]:
+    """``rd.doc`` with each field of an ``applied`` section (``mixed_precision``) that the
+    model, optimizer or ddp section has but the file leaves out there set to the applied
+    section's value, noted: ``MixedPrecisionConfig.setup`` copies its fields into those
+    sections (training/mixed_precision.py:113-159), so the run had that value whatever they
+    say. Before, the key was read at Megatron-LM's default: ``ddp.grad_reduce_in_fp32`` left
+    out with ``mixed_precision.grad_reduce_in_fp32: false`` reduced the gradients in fp32
+    (Megatron-LM forces it for bf16), which the run did in bf16. A null is not copied (the
+    sections' default). The caller's document is not changed."""
+    doc = dict(rd.doc)
+    for name, how in rd.policy["sections"].items():
+        body = doc.get(name)
+        if how != "applied" or not isinstance(body, dict):
+            continue
+        for key, value in body.items():
+            if not isinstance(key, str) or key.startswith("_") or value is None:
+                continue
+            for section in ("model", "optimizer", "ddp"):
+                there = doc.get(section)
+                fields = model_fields if section == "model" else rd.policy["fields"][section]
+                if isinstance(there, dict) and key not in there and key in fields:
+                    doc[section] = there = {**there, key: value}
+                    if not _at_default(fields, key, value):  # else as good as left out
+                        rd.notes.append((f"{section}.{key}", (
+                            f"not given: {name}.{key}, {_shown(_scalar(value))} ("
+                            f"{rd.policy['section_why'][name].split(' (')[0]})")))
+    return doc
 
 
 #: Megatron-Bridge 0.6.2's training/comm_overlap.py, where CommOverlapConfig decides
@@ -578,13 +677,42 @@ def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
     for section, values in expect.items():
         there = rd.doc.get(section) or {}
         for key, want in values.items():
-            if key in there and _scalar(there[key]) != want and not (
+            if key not in there:
+                _left_to_setup(rd, section, key, want)
+            elif _scalar(there[key]) != want and not (
                     key == "tp_comm_overlap" and there[key] and not want):
                 raise rd.fail(f"{section}.{key}", (
                     f"{_shown(there[key])}, but CommOverlapConfig.setup ({_CO}:604-643) writes "
                     f"{_shown(want)} there from the comm_overlap section"
                     f"{' (data-parallel size ' + str(dp) + ')' if section != 'model' else ''}: "
                     "the file was edited; make them agree"))
+
+
+def _left_to_setup(rd: _Reader, section: str, key: str, want: Any) -> None:
+    """A key of the model, ddp or optimizer section that the file leaves out and
+    ``CommOverlapConfig.setup`` writes (``want``: the data-parallel overlaps and bucket with the
+    distributed optimizer, the pipeline send / receive overlap): read at what setup writes, as
+    the run had it (setup overrides those sections whatever they say, training/comm_overlap.py
+    :604-643), with a note where that gives an argument. Before, the key was read at
+    Megatron-LM's default: ``ddp.overlap_grad_reduce`` left out was no overlap."""
+    path = f"{section}.{key}"
+    if path == "model.overlap_p2p_comm":  # _comm_overlap read it at the dataclass default, off
+        if want and rd.args.pop("--no-overlap-p2p-communication", None) is not None:
+            rd.paths.pop("--no-overlap-p2p-communication", None)
+            rd.notes.append((path, f"not given: true, as CommOverlapConfig.setup writes it "
+                             f"with virtual stages ({_CO}:604-643)"))
+        return
+    rule = rd.policy["keys"].get(path, {})
+    flag = rule.get("argument")
+    arg = (next((a for a in rd.dests.values() if flag in a["options"]), None) if flag
+           else None if rule else rd.dests.get(key))
+    if want is None or arg is None or arg["effect"] != "modelled":
+        return
+    before = dict(rd.args)
+    rd.argument(path, want, arg, want)
+    if rd.args != before:
+        rd.notes.append((path, f"not given: {_shown(want)}, as CommOverlapConfig.setup writes it "
+                         f"from the comm_overlap section ({_CO}:604-643)"))
 
 
 def _checkpoint(rd: _Reader, body: Any) -> int | None:
@@ -604,6 +732,9 @@ def _checkpoint(rd: _Reader, body: Any) -> int | None:
     save, interval = body.get("save"), body.get("save_interval")
     if save is not None and not isinstance(save, str):
         raise rd.fail("checkpoint.save", f"{_shown(save)} must be a directory (a string) or null")
+    if save == "":  # read as --save '' it was no checkpoint with an interval, one at the end without
+        raise rd.fail("checkpoint.save", "'' names no directory: give the directory, or null for "
+                      "no checkpoint (whether Megatron-Bridge saves to '' is not known)")
     interval = _count(rd, "checkpoint.save_interval", interval, None)
     if interval is not None and interval < 0:
         raise rd.fail("checkpoint.save_interval", f"{interval} must be at least 0")
@@ -688,9 +819,11 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
     Raises
     ------
     RunConfigError
-        A section is not a mapping, a value has the wrong type, a key that changes the cost
-        is not modelled (every such key named), two keys that must agree do not, or the
-        Megatron-LM mapping refuses what they are read as (the YAML paths named).
+        A section is not a mapping, a value has the wrong type, a field whose default is a
+        value is null (:meth:`_Reader.not_null`), a key that changes the cost is not modelled
+        (every such key named), two keys that must agree do not, the Megatron-LM mapping
+        refuses what they are read as, or Megatron-Core's own config checks would
+        (:func:`_megatron_core_rules`; the YAML paths named).
     ConfigError
         The session breaks a configuration rule (the YAML paths that set the field named).
     """
@@ -713,6 +846,8 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
     if kind == "mla":
         fields.update(pol["fields"]["model/mla"])
         rd.emit("model._target_", "--multi-latent-attention", [])
+    doc = rd.doc = _copied_in(rd, fields)
+    model = doc["model"]
     sections = pol["sections"]
     co = None
     for name, body in doc.items():
@@ -748,6 +883,7 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
                                   gpu=gpu, name=_model_name(model))
     except MegatronArgsError as exc:
         raise RunConfigError(_with_paths(str(exc), rd.paths)) from None
+    _megatron_core_rules(rd, words)  # on values the mapping has checked (types, bounds)
     try:
         check(res.session)
     except ConfigError as exc:
@@ -779,6 +915,49 @@ def session_from_run_config(doc: dict[str, Any], src: str, *, gpu: str, num_gpus
                                   f"(model {provider.rsplit('.', 1)[-1]})")
     return BridgeImport(session, used, ignored, notes, arguments=words, neutral=neutral,
                         provider=provider)
+
+
+def _yaml_path(rd: _Reader, option: str) -> str:
+    """The YAML path a Megatron-LM ``option`` is read from, and the file's value there
+    (``model.recompute_method: null``, ``model.recompute_num_layers: not given``)."""
+    path = rd.paths.get(option)
+    if path is None:
+        pol = rd.policy
+        path = next((p for p, r in pol["keys"].items() if r.get("argument") == option), None)
+        if path is None:
+            from core.io.megatron.rules import OPTIONS
+            dest = OPTIONS[option][0] if option in OPTIONS else None
+            path = next((f"{s}.{dest}" for s in ("model", "train", "ddp", "optimizer", "dist")
+                         if dest in pol["fields"][s]), option)
+    section, _, key = path.partition(".")
+    body = rd.doc.get(section)
+    if not key or not isinstance(body, dict):
+        return path
+    value = body.get(key, rd.doc)  # rd.doc: a marker for a key the file leaves out
+    shown = ("not given" if value is rd.doc else "null" if value is None
+             else str(value).lower() if isinstance(value, bool) else _shown(_scalar(value)))
+    return f"{path}: {shown}"
+
+
+def _megatron_core_rules(rd: _Reader, words: list[str]) -> None:
+    """Refuse a file whose settings break a check of Megatron-Core's own configs
+    (``TransformerConfig.__post_init__``, ``OptimizerConfig.__post_init__``), which Megatron-
+    Bridge builds (the model section is a TransformerConfig) and so runs: the rules of
+    :data:`core.io.megatron.rules.RULES` from ``megatron/core`` (Megatron-LM's
+    ``validate_args`` is not run by Bridge). ``recompute_granularity: full`` with
+    ``recompute_method`` or ``recompute_num_layers`` null raised there, and was read as full
+    recomputation of every layer, a run that never starts.
+
+    Raises RunConfigError: each broken rule, Megatron-Core's message, where it is checked and
+    the YAML paths (with the file's values) that decide it."""
+    from core.io.megatron.rules import broken_rules, options_read
+    broken = [r for r in broken_rules(words)
+              if r.on_import and r.source.startswith("megatron/core/")]
+    if broken:
+        raise RunConfigError(f"{rd.src}: " + "; ".join(
+            f"{', '.join(_yaml_path(rd, o) for o in options_read(r, words))}: not run "
+            f"(Megatron-Core raises \"{r.message}\", {r.source}; rule {r.name})"
+            for r in broken))
 
 
 def _model_name(model: dict[str, Any]) -> str:

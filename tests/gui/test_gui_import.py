@@ -604,3 +604,53 @@ def test_the_recipe_table_shows_each_plan_beside_its_name_at_1000_px(qtbot):
     row = dialog.rows[i]
     assert [table.item(i, cols.index(c)).text() for c in ("t", "p", "v", "cp", "ep", "b", "B")] \
         == [str(row[c]) for c in ("t", "p", "v", "cp", "ep", "b", "B")]
+
+
+@pytest.mark.parametrize("case", ["null_tied", "full_recompute_no_method", "indivisible",
+                                  "empty", "folder", "latin1"])
+def test_a_bad_run_config_yaml_leaves_the_open_session_untouched(
+        case, window, opened, tmp_path, reviews, message_boxes):
+    """File > Import > Megatron-Bridge run_config.yaml of a careless edit or a wrong file, with
+    an edited session open: one message naming the file and the YAML path or rule; no review,
+    the session and its edits untouched. Before, share_embeddings_and_output_weights null
+    (read as tied embeddings) and recompute_granularity full with recompute_method null (read
+    as full recomputation, which Megatron-Core refuses) were imported as other runs."""
+    from tests.test_bridge_import import RUN_CONFIG
+    rc = RUN_CONFIG.read_text(encoding="utf-8")
+    path = tmp_path / "run_config.yaml"
+    edits = {"null_tied": ("  share_embeddings_and_output_weights: false\n",
+                           "  share_embeddings_and_output_weights: null\n"),
+             "full_recompute_no_method": ("  recompute_granularity: null\n",
+                                          "  recompute_granularity: full\n"),
+             "indivisible": ("  tensor_model_parallel_size: 1\n",
+                             "  tensor_model_parallel_size: 3\n")}
+    if case in edits:
+        old, new = edits[case]
+        assert old in rc
+        path.write_text(rc.replace(old, new), encoding="utf-8")
+    elif case == "empty":
+        path.write_text("", encoding="utf-8")
+    elif case == "folder":
+        path.mkdir()
+    else:
+        path.write_bytes(rc.encode() + "# caf\xe9\n".encode("latin-1"))
+    before, modified = window.session().to_dict(), window.isWindowModified()
+    assert not window.importer.import_path(
+        "bridge", path, ImportOptions(gpu="H100-SXM5-80GB", num_gpus=8))
+    (_, title, message), = message_boxes.of_kind("critical")
+    assert title == "Cannot import run_config.yaml"
+    expected = {
+        "null_tied": "model.share_embeddings_and_output_weights: null, where Megatron-Bridge "
+                     "0.6.2's default is true",
+        "full_recompute_no_method": "model.recompute_granularity: 'full', "
+                                    "model.recompute_method: null: not run (Megatron-Core raises",
+        "indivisible": "comm_overlap.data_parallel_size: 4, but --num-gpus 8 over t*p*cp = "
+                       "3*1*2 is not a whole number",
+        "empty": "a run_config.yaml is a mapping (ConfigContainer.to_yaml writes one), got "
+                 "nothing (an empty document)",
+        "folder": "is a folder, not a file",
+        "latin1": "is not utf-8 text (byte "}[case]
+    assert message.startswith(f"{path}: {expected}"), message
+    assert not reviews.shown
+    assert window.session().to_dict() == before and window.path == opened
+    assert window.isWindowModified() == modified
