@@ -166,6 +166,15 @@ def shown_value(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def shown_name(name: Any) -> str:
+    """A key or option name from a file as a message shows it: as written, control characters
+    escaped (:func:`core.util.text.printable`), shortened to 60 characters like
+    :func:`shown_value` (a file's unknown key can be a megabyte long)."""
+    from core.util.text import printable
+    text = printable(name)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _num_text(x: float) -> str:
     return f"{x:,.0f}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 

@@ -23,6 +23,7 @@ from typing import Any
 from core.io.megatron.arguments import BY_DEST, BY_OPTION, MEGATRON_LM_COMMIT, MegatronArgsError
 from core.io.shell_reader import missing_variable, read_shell
 from core.io.shell_words import ShellError
+from core.util.text import short_repr
 
 __all__ = ["Launch", "read_launch", "read_argument_dump", "parse_arguments", "unset_message",
            "int_value", "DATA_SCRIPTS"]
@@ -111,7 +112,7 @@ def int_value(text: str, what: str, source: str) -> int:
         return int(text)
     if "$" in text:
         raise MegatronArgsError(unset_message(source, what, text))
-    raise MegatronArgsError(f"{source}: {what} {text!r} must be a positive integer"
+    raise MegatronArgsError(f"{source}: {what} {short_repr(text)} must be a positive integer"
                             + (" (an elastic range is not a plan)" if ":" in text else ""))
 
 
@@ -346,7 +347,7 @@ def read_launch(text: str, source: str = "arguments", variables: dict[str, str] 
         hidden = _launch_behind_variable(shell.commands)
         if hidden is not None:
             raise MegatronArgsError(
-                f"{source}: no Megatron-LM arguments found: the launch {hidden[0]!r} runs "
+                f"{source}: no Megatron-LM arguments found: the launch {short_repr(hidden[0])} runs "
                 f"{hidden[1]}, whose value vtrain does not know (the variable {hidden[2]} is not "
                 "set in the file, or comes from a command's output, which vtrain does not run); "
                 f"give --var {hidden[2]}=VALUE")
@@ -503,7 +504,7 @@ def parse_arguments(args: list[str], source: str = "arguments") -> dict[str, lis
             raise MegatronArgsError(f"{source}: {w} ({where}) may hold arguments: "
                                     f"{_not_set(w)}")
         elif flag is None:
-            raise MegatronArgsError(f"{source}: {w!r} comes before any --argument")
+            raise MegatronArgsError(f"{source}: {short_repr(w)} comes before any --argument")
         else:
             out[flag].append(w)
     return out

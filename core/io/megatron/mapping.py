@@ -14,6 +14,7 @@ from typing import Any
 
 from core.io.megatron.arguments import SECTIONS, MegatronArgsError, field_exists
 from core.io.megatron.launch import int_value, unset_message
+from core.util.text import short_repr
 
 __all__ = ["Mapper", "one_value", "int_argument", "float_argument"]
 
@@ -71,7 +72,7 @@ def float_argument(args: dict[str, list[str]], flag: str, source: str) -> float 
     except ValueError:
         x = float("nan")
     if x != x or x in (float("inf"), float("-inf")):
-        raise MegatronArgsError(f"{source}: {flag} {v!r} must be a finite number")
+        raise MegatronArgsError(f"{source}: {flag} {short_repr(v)} must be a finite number")
     return x
 
 
@@ -119,7 +120,7 @@ class Mapper:
             self.refused.append(f"{flag}: not modelled yet ({target} is not a field of this "
                                 "version of vtrain)")
         elif check_value and not field_exists(target, value):
-            self.refused.append(f"{flag}: not modelled yet ({target} {value!r} is not one of "
+            self.refused.append(f"{flag}: not modelled yet ({target} {short_repr(value)} is not one of "
                                 "this version's choices)")
         else:
             section, name = target.split(".", 1)
