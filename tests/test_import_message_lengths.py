@@ -1,7 +1,7 @@
 """Importers' refusals show a value from the file cut to a readable length (a megabyte string, a
 10,000-digit integer or a megabyte key printed whole buried the field and the rule): each message
-still names the file, the field and the rule (core/util/text.py ``short_repr``,
-core/plan/fields.py ``shown_name``)."""
+still names the file, the field and the rule (core/util/text.py ``short_repr`` and
+``shown_name``)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from core.io.megatron.arguments import MegatronArgsError
 from core.io.megatron.launch import read_launch
 from core.io.megatron.to_session import session_from_launch
 from core.io.torchtitan_import import read_torchtitan_config
-from core.plan.fields import ConfigError, shown_name
-from core.util.text import short_repr
+from core.plan.fields import ConfigError
+from core.util.text import short_repr, shown_name
 
 ROOT = Path(__file__).resolve().parents[1]
 BIG = "a" * 1_000_000  # a megabyte of text
@@ -99,6 +99,14 @@ LAUNCH = ("torchrun pretrain_gpt.py --num-layers 32 --hidden-size {h} --num-atte
      "invalid choice (choose from learned_absolute"),
     ("4096", " --" + "x" * 50_000 + " 1", "--" + "x" * 55 + "... is not a Megatron-LM argument",
      "give --allow-unknown"),
+    ("4096", " --bf16 " + "c" * 50_000, "--bf16 is a switch and takes no value, got "
+     + "c" * 57 + "...", "takes no value"),
+    ("4096", " --tensor-model-parallel-size 1 " + "d" * 50_000,
+     "--tensor-model-parallel-size takes one value, got 1 " + "d" * 55 + "...", "one value"),
+    ("$" + "V" * 30_000, "", "--hidden-size $" + "V" * 56 + "...: the variable " + "V" * 57
+     + "... is not set in the file", "give --var " + "V" * 57 + "...=VALUE"),
+    ("4096", " --bf16 $" + "W" * 30_000, "$" + "W" * 56 + "... (after --bf16) may hold "
+     "arguments", "is not set in the file"),
 ])
 def test_megatron_refusals_show_the_value_cut(h, extra, shown, rule):
     with pytest.raises(MegatronArgsError) as e:

@@ -20,10 +20,9 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal, Slot
 
 from core.cli.common import NO_TIGHT_OPTIMAL_HELP, NO_TIGHT_OPTIMAL_NOTE
-from core.plan.fields import shown_name
 from core.plan.session import Session
 from core.studies.optimal import MAX_DAYS, MAX_SPREAD
-from core.util.text import short_repr
+from core.util.text import short_repr, shown_name
 
 from .sweep_header import dimensions_html
 from .study_panel import (AXIS_TEXT, SIDE_WIDTH, GpuHoursSpinBox, PercentSpinBox, StudyPanel,

@@ -43,8 +43,8 @@ from typing import Any
 from core.io.import_result import ImportResult
 from core.plan.cluster import NO_CHECKPOINT_INTERVAL
 from core.io.megatron.arguments import MegatronArgsError
-from core.plan.fields import ConfigError, FieldError, shown_name
-from core.util.text import short_repr
+from core.plan.fields import ConfigError, FieldError
+from core.util.text import short_repr, shown_name
 
 __all__ = ["POLICY_FILE", "RunConfigError", "BridgeImport", "load_policy", "read_run_config",
            "session_from_run_config"]

@@ -138,8 +138,8 @@ from core.io.start_plan import default_plan
 from core.io.import_result import (ImportResult, global_batch_note, positive_int, refusal,
                                    seq_length_note, switched_off_or_refuse)
 from core.plan.cluster import ClusterConfig, CostConfig
-from core.plan.fields import BOUNDS, ConfigError, FieldError, shown_name
-from core.util.text import short_repr
+from core.plan.fields import BOUNDS, ConfigError, FieldError
+from core.util.text import short_repr, shown_name
 from core.plan.model_config import model_from_fields
 from core.plan.presets import LLAMA_FAMILY
 from core.plan.session import Session

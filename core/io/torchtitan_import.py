@@ -36,8 +36,8 @@ from core.io.torchtitan_older import (OLDER_MICROBATCHES, older_layout, older_mi
 from core.io.torchtitan_flavours import (FLAVOUR_NOTES, FLAVOURS, REFUSED_FLAVOURS,
                                          REFUSED_MODELS)
 from core.plan.cluster import CostConfig
-from core.plan.fields import ConfigError, FieldError, shown_name
-from core.util.text import short_repr
+from core.plan.fields import ConfigError, FieldError
+from core.util.text import short_repr, shown_name
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 

@@ -166,15 +166,6 @@ def shown_value(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def shown_name(name: Any, limit: int = 60) -> str:
-    """A key or option name from a file as a message shows it: as written, control characters
-    escaped (:func:`core.util.text.printable`), shortened to ``limit`` characters (60, as
-    :func:`shown_value`; the last three ``...``): a file's unknown key can be a megabyte long."""
-    from core.util.text import printable
-    text = printable(name)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
 def _num_text(x: float) -> str:
     return f"{x:,.0f}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 

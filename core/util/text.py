@@ -18,7 +18,7 @@ import shlex
 from typing import Any
 
 __all__ = ["printable", "terminal_text", "shell_word", "shell_comment", "file_name_part",
-           "short_repr", "format_params", "format_days", "days_phrase", "format_energy", "format_amount", "spreadsheet_cell"]
+           "short_repr", "shown_name", "format_params", "format_days", "days_phrase", "format_energy", "format_amount", "spreadsheet_cell"]
 
 # Characters that must not reach a terminal raw: C0/C1 controls (escape sequences, carriage
 # returns, bells; U+0085 is C1) and the Unicode line separators and bidirectional overrides
@@ -165,6 +165,15 @@ def days_phrase(number: str) -> str:
     ``"1 day"``, ``"1.5"`` -> ``"1.5 days"``, ``"0.5"`` -> ``"0.5 days"`` (English counts
     only one as singular; a number written with decimals, ``"1.0"``, stays plural)."""
     return f"{number} day" if number.strip() == "1" else f"{number} days"
+
+
+def shown_name(name: Any, limit: int = 60) -> str:
+    """A key, option or variable name from a file as a message shows it: as written, control
+    characters escaped (:func:`printable`), shortened to ``limit`` characters (the last three
+    ``...``; 60, as :func:`core.plan.fields.shown_value`): a file's unknown key can be a
+    megabyte long."""
+    text = printable(name)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _short_reprs():

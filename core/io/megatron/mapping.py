@@ -14,7 +14,7 @@ from typing import Any
 
 from core.io.megatron.arguments import SECTIONS, MegatronArgsError, field_exists
 from core.io.megatron.launch import int_value, unset_message
-from core.util.text import short_repr
+from core.util.text import short_repr, shown_name
 
 __all__ = ["Mapper", "one_value", "int_argument", "float_argument"]
 
@@ -32,7 +32,7 @@ def one_value(args: dict[str, list[str]], flag: str, source: str) -> str | None:
     values = args[flag]
     if len(values) != 1:
         raise MegatronArgsError(f"{source}: {flag} takes one value, got "
-                                f"{' '.join(values) if values else 'none'}")
+                                f"{shown_name(' '.join(values)) if values else 'none'}")
     return values[0]
 
 
@@ -145,5 +145,5 @@ class Mapper:
         """
         if self.take(flag) and self.args[flag]:
             raise MegatronArgsError(f"{self.source}: {flag} is a switch and takes no value, got "
-                                    f"{' '.join(self.args[flag])}")
+                                    f"{shown_name(' '.join(self.args[flag]))}")
         return flag in self.args

@@ -44,13 +44,13 @@ from core.io.megatron.plan_arguments import map_plan
 from core.io.megatron.rules import MEGATRON_COMMIT, OPTIONS, broken_rules, options_read
 from core.plan.cluster import (GPU_HOST_GPUS, GPU_NVLINK_DOMAIN, NVLINK_DOMAIN_SPANS_HOSTS,
                                ClusterConfig, CostConfig, ReliabilityConfig)
-from core.plan.fields import ConfigError, FieldError, shown_name
+from core.plan.fields import ConfigError, FieldError
 from core.plan.rules import check
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 from core.plan.layout import capped_recompute_layers
 from core.plan.model_config import model_from_fields
-from core.util.text import short_repr
+from core.util.text import short_repr, shown_name
 
 __all__ = ["MegatronImport", "session_from_launch", "import_file", "with_cluster_comment",
            "parse_variable", "import_checked", "refuse_broken_rules",
