@@ -79,6 +79,7 @@ class _ScreenshotTaker(QtCore.QObject):
         self._app = app
         self._source = source  # the file opened, named in the message of an invalid session
         self._invalid: str | None = None  # that message, printed once the picture is written
+        self._unused = ""  # the study settings of the file not used, with their rules (start)
         self._done = False
         self._explore = explore
         self._tab = tab  # shown before grabbing (not with explore, which shows its own)
@@ -97,6 +98,10 @@ class _ScreenshotTaker(QtCore.QObject):
     def start(self) -> None:
         """Finish at once when nothing will be simulated (the session is invalid): exit status
         2 after the picture of the window with the fields marked in red is written."""
+        # study settings of the file the Studies tab could not use (it shows its defaults for
+        # them): the picture is not of the file's settings, so the run ends with exit status 2
+        self._unused = "; ".join(f"{path}: {rule}" for path, rule in
+                                 self._window.studies.unused_settings.items())
         if not self._window.runner.busy:
             self._invalid = self._problems_text()
             self._finish(2)
@@ -242,6 +247,14 @@ class _ScreenshotTaker(QtCore.QObject):
                      if written else " (not simulated)")
             line = " ".join(self._invalid.split("\n"))  # as ``vtrain``'s errors print
             print(printable(f"vtrain gui: {line}{shown}"), file=sys.stderr)
+        if self._unused:  # one line too: file, settings, rules
+            source = f"{self._source}: " if self._source else ""
+            shown = (f"; {self._out} pictures the window with the Studies tab's defaults for them"
+                     if written else "")
+            print(printable(f"vtrain gui: {source}{self._unused} (study settings not used{shown})"),
+                  file=sys.stderr)
+            if self.exit_code == 0:
+                self.exit_code = 2
         self._window.setWindowModified(False)  # never ask to save when closing for a screenshot
         self._window.close()
         self._app.exit(self.exit_code)
@@ -264,7 +277,10 @@ def run_gui(path: str | None = None, screenshot: str | None = None, explore: boo
         store it names (``cluster.profile_path``) cannot be read (no picture),
         2 too when the session breaks a rule: the picture then shows the window
         with the fields marked in red, and stderr has one line naming the file,
-        the fields and the rules, as ``vtrain simulate`` does.
+        the fields and the rules, as ``vtrain simulate`` does; 2 also when
+        study settings of the file (``studies``) cannot be used (the picture
+        shows the Studies tab's defaults for them, and one line names the file,
+        the settings and their rules).
     explore
         With ``screenshot``: after the first simulation, run a sweep of the
         session's sweep settings (defaults: at most the plan's GPUs) in the

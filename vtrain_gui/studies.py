@@ -22,6 +22,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from core.cli.common import NO_TIGHT_OPTIMAL_HELP, NO_TIGHT_OPTIMAL_NOTE
 from core.plan.session import Session
 from core.studies.optimal import MAX_DAYS, MAX_SPREAD
+from core.util.text import short_repr, shown_name
 
 from .sweep_header import dimensions_html
 from .study_panel import (AXIS_TEXT, SIDE_WIDTH, GpuHoursSpinBox, PercentSpinBox, StudyPanel,
@@ -324,6 +325,8 @@ class OptimalPanel(StudyPanel):
                     button.blockSignals(False)
             else:
                 ignored.append("budget")
+                self.unused_rules["budget"] = (f"{short_repr(budget)} must be one of "
+                                               f"{', '.join(self.BUDGETS)}")
                 ignored.sort(key=list(settings).index)  # in the file's order
         self._show_budget()
         return ignored
@@ -523,6 +526,7 @@ class StudiesTab(QtWidgets.QTabWidget):
         self._defaults = self.current_settings()
         self._loaded: dict | None = None
         self._touched = False
+        self.unused_settings: dict[str, str] = {}  # (:meth:`reset`)
         for panel in (self.optimal, self.schedule):
             panel.settings_changed.connect(self._on_edit)
             panel.run_button.clicked.connect(self._on_run)
@@ -556,20 +560,32 @@ class StudiesTab(QtWidgets.QTabWidget):
     def reset(self, session: Session) -> list[str]:
         """Show ``session.studies`` (defaults for what it lacks), a running study stopped and
         dropped (:meth:`StudyPanel.abandon_run`); returns the settings it had that could not
-        be used (wrong type or out of range), as ``panel.key``."""
+        be used (wrong type or out of range), as ``panel.key``; :attr:`unused_settings` has
+        each with its rule (``{"studies.optimal.num_gpus": "-5 must be a whole number from 1
+        to ..."}``)."""
         self._loaded = json.loads(json.dumps(session.studies)) if session.studies is not None else None
         self._touched = False
         studies = session.studies if isinstance(session.studies, dict) else {}
         ignored = [] if session.studies is None or isinstance(session.studies, dict) else ["studies"]
+        #: the settings of the file not used, by path (``studies.optimal.num_gpus``), each with
+        #: the rule it breaks
+        self.unused_settings: dict[str, str] = (
+            {} if not ignored else {"studies": f"{short_repr(session.studies)} must be a JSON "
+                                               "object"})
         for name, panel in (("optimal", self.optimal), ("schedule", self.schedule)):
             panel.abandon_run()  # a study of the previous session
             panel.apply_settings(self._defaults[name])
             bad = panel.apply_settings(studies.get(name))
             panel.clear_result()
-            panel._set_status("Settings from the file not used (unknown, of the wrong type or out "
-                              "of range): "
-                              + ", ".join(bad) if bad else "", False, error=bool(bad))
+            panel._set_status("Settings from the file not used (the form shows its own): "
+                              + "; ".join(rule if k == "(not a JSON object)" else
+                                          f"{shown_name(k, 24)}: {rule}"
+                                          for k, rule in panel.unused_rules.items())
+                              if bad else "", False, error=bool(bad))
             ignored += [f"{name}.{k}" for k in bad]
+            self.unused_settings.update(
+                (f"studies.{name}" if k == "(not a JSON object)" else
+                 f"studies.{name}.{shown_name(k)}", rule) for k, rule in panel.unused_rules.items())
         if ignored:  # the forms no longer show the file's settings: save what they show
             self._touched = True
         return ignored

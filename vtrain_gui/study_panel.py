@@ -267,6 +267,8 @@ class StudyPanel(QtWidgets.QWidget):
     def __init__(self, session_fn: Callable[[], Session], study_fn: Callable[..., Any],
                  parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
+        #: the rules the settings last applied broke, by key (:meth:`apply_settings`)
+        self.unused_rules: dict[str, str] = {}
         self._session_fn = session_fn
         self.runner = SweepRunner(sweep_fn=study_fn, parent=self)
         self.runner.progress.connect(self._on_progress)
@@ -284,6 +286,10 @@ class StudyPanel(QtWidgets.QWidget):
         self.cancel_button.clicked.connect(self.runner.cancel)
         self.status = QtWidgets.QLabel("")
         self.status.setWordWrap(True)
+        # a word longer than the form is wide (a file's 60-character value in a refusal) is
+        # cut at the label's edge instead of widening the form past the panel (clipped)
+        self.status.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored,
+                                  QtWidgets.QSizePolicy.Policy.Preferred)
         self.status.setObjectName("status")
         self.result: Any = None
         #: the session the result shown was computed from (None without a result)
@@ -387,27 +393,52 @@ class StudyPanel(QtWidgets.QWidget):
                     getattr(w, name).connect(lambda *_: self.settings_changed.emit())
                     break
 
+    def setting_rule(self, key: str, value: Any) -> str | None:
+        """The rule ``value`` breaks as the saved setting ``key`` (None: the form shows it):
+        an unknown key, a value of the wrong type, or one outside its field's range (the
+        field's own minimum and maximum; a fraction such as the MFU as a fraction)."""
+        from core.util.text import short_repr
+        fields = self._fields()
+        w = fields.get(key)
+        if w is None:
+            return f"is not a setting of this study (they are {', '.join(fields)})"
+        shown = short_repr(value)
+        number = not isinstance(value, bool)
+        if isinstance(w, QtWidgets.QSpinBox):
+            if not (number and isinstance(value, int) and w.minimum() <= value <= w.maximum()):
+                return f"{shown} must be a whole number from {w.minimum():,} to {w.maximum():,}"
+        elif isinstance(w, QtWidgets.QDoubleSpinBox):
+            if not (number and isinstance(value, (int, float))
+                    and w.minimum() <= value <= w.maximum()):
+                fraction = " (a fraction: 0.4 is 40 %)" if isinstance(w, PercentSpinBox) else ""
+                return (f"{shown} must be a number from {w.minimum():g} to {w.maximum():g}"
+                        f"{fraction}")
+        elif isinstance(w, QtWidgets.QCheckBox):
+            if not isinstance(value, bool):
+                return f"{shown} must be true or false"
+        elif isinstance(w, QtWidgets.QLineEdit):
+            if not isinstance(value, str):
+                return f"{shown} must be text"
+        return None
+
     def apply_settings(self, settings: Any) -> list[str]:
         """Show ``settings`` (as :meth:`settings` gives them); values of the wrong type or out of
-        a field's range are left at the form's value and named in the returned list."""
+        a field's range are left at the form's value and named in the returned list, each with
+        the rule it breaks in :attr:`unused_rules` (key -> rule, :meth:`setting_rule`)."""
         ignored: list[str] = []
+        self.unused_rules: dict[str, str] = {}
         if not isinstance(settings, dict):
-            return ["(not a JSON object)"] if settings is not None else []
+            if settings is None:
+                return []
+            from core.util.text import short_repr
+            self.unused_rules["(not a JSON object)"] = f"{short_repr(settings)} must be a JSON object"
+            return ["(not a JSON object)"]
         fields = self._fields()
         for key, value in settings.items():
             w = fields.get(key)
-            ok = w is not None
-            if isinstance(w, QtWidgets.QSpinBox):
-                ok = (isinstance(value, int) and not isinstance(value, bool)
-                      and w.minimum() <= value <= w.maximum())
-            elif isinstance(w, QtWidgets.QDoubleSpinBox):
-                ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-                      and w.minimum() <= value <= w.maximum())
-            elif isinstance(w, QtWidgets.QCheckBox):
-                ok = isinstance(value, bool)
-            elif isinstance(w, QtWidgets.QLineEdit):
-                ok = isinstance(value, str)
-            if not ok:
+            rule = self.setting_rule(key, value)
+            if rule is not None:
+                self.unused_rules[key] = rule
                 ignored.append(key)
                 continue
             w.blockSignals(True)

@@ -21,7 +21,10 @@ def add_parser(sub: Any) -> None:
                           "session that breaks a rule is not simulated: the picture shows the "
                           "fields marked in red, one line on stderr names the file, the fields "
                           "and the rules, and the exit status is 2 (a file that cannot be "
-                          "opened: exit status 2 and no picture)")
+                          "opened: exit status 2 and no picture); study settings of the file "
+                          "that the Studies tab cannot use (unknown, of the wrong type or out of "
+                          "range): the picture shows its defaults, one line names the file, "
+                          "the settings and the rules, exit status 2")
     gui.add_argument("--trace", type=path_arg, metavar="TRACE.json", nargs="+",
                      help="PyTorch profiler traces of a run of the plan (one file per rank): the "
                           "measured iteration under the simulated one on the Plan tab's timeline, "

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import reprlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -45,6 +44,7 @@ from core.io.import_result import ImportResult
 from core.plan.cluster import NO_CHECKPOINT_INTERVAL
 from core.io.megatron.arguments import MegatronArgsError
 from core.plan.fields import ConfigError, FieldError
+from core.util.text import short_repr, shown_name
 
 __all__ = ["POLICY_FILE", "RunConfigError", "BridgeImport", "load_policy", "read_run_config",
            "session_from_run_config"]
@@ -105,16 +105,11 @@ def _megatron_dests() -> dict[str, dict[str, Any]]:
 #: (``--save DIR``); a choice or a number is far shorter
 _MAX_WORD = 4096
 
-#: How much of a value a message shows (a 10 MiB string or a list of 90,000 numbers is cut)
-_SHOWN = reprlib.Repr()
-_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxlevel = \
-    60, 60, 6, 4, 3
-
-
 def _shown(value: Any) -> str:
     """``repr(value)`` as a message shows it: at most about 60 characters of a string, six
-    items of a list, four of a mapping (``reprlib``: the whole repr is never built)."""
-    return _SHOWN.repr(value)
+    items of a list, four of a mapping (:func:`core.util.text.short_repr`: the whole repr is
+    never built)."""
+    return short_repr(value)
 
 
 def _scalar(value: Any) -> Any:
@@ -269,6 +264,7 @@ class _Reader:
                 self.rule(path, key, value, rule, fields)
                 continue
             if key not in fields:
+                path = f"{name}.{shown_name(key)}"  # a key of any length, shortened
                 if value is not None and value is not False:  # null / false: nothing turned on
                     self.refused.append(
                         f"{path}: {_shown(value)}: not a field of Megatron-Bridge 0.6.2's {name} "
@@ -583,6 +579,7 @@ def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
         if key == "_target_":
             continue
         if key not in fields:
+            path = f"comm_overlap.{shown_name(key)}"  # a key of any length, shortened
             if value is not None and value is not False:
                 rd.refused.append(f"{path}: {_shown(value)}: not a field of Megatron-Bridge 0.6.2's "
                                   "CommOverlapConfig (another version's?): what it changes in "

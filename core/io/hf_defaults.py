@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from core.io.import_result import refusal
+from core.util.text import short_repr
 
 __all__ = ["DEFAULTS_FILE", "ClassDefaults", "load_class_defaults", "fill_class_defaults"]
 
@@ -82,7 +83,7 @@ def fill_class_defaults(cfg: dict[str, Any], arch: str, where: str
             continue
         if entry is None or key not in entry.defaults:
             whose = (f"{entry.class_name}'s" if entry else
-                     f"the class of model_type {mt!r}'s" if mt is not None else f"{arch}'s class's")
+                     f"the class of model_type {short_repr(mt)}'s" if mt is not None else f"{arch}'s class's")
             raise refusal(where, key, f"absent, and {whose} default for it is not one the "
                           "importer knows (resources/hf_config_defaults.json): give it in the "
                           "file")

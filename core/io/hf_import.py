@@ -154,6 +154,7 @@ from core.io.import_result import (ImportResult, global_batch_note, positive_int
                                    seq_length_note, switched_off_or_refuse)
 from core.plan.cluster import ClusterConfig, CostConfig
 from core.plan.fields import BOUNDS, ConfigError, FieldError
+from core.util.text import short_repr, shown_name
 from core.plan.model_config import model_from_fields
 from core.plan.presets import LLAMA_FAMILY
 from core.plan.session import Session
@@ -461,16 +462,16 @@ def _gemma_softcap(cfg: dict[str, Any], arch: str, where: str) -> dict[str, str]
         value = cfg.get(key)
         number = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
         if value is not None and not number:  # the modelling code caps whenever it is not null
-            raise _refuse(where, key, f"{value!r}: a cap must be a positive number, or null "
+            raise _refuse(where, key, f"{short_repr(value)}: a cap must be a positive number, or null "
                           "for none")
         if _GEMMA_SOFTCAP[arch] != number:
-            raise _refuse(where, key, f"{value!r}: {arch}'s modelling code has "
+            raise _refuse(where, key, f"{short_repr(value)}: {arch}'s modelling code has "
                           f"{'a positive cap' if _GEMMA_SOFTCAP[arch] else 'none'}; a config "
                           "that says otherwise is not one we know")
         if key in cfg:
-            out[key] = (f"{value!r}: modelled (model.family {arch[:6].lower()}: the cap's "
+            out[key] = (f"{short_repr(value)}: modelled (model.family {arch[:6].lower()}: the cap's "
                         "elementwise kernels; its value does not change the work)"
-                        if number else f"{value!r}: off")
+                        if number else f"{short_repr(value)}: off")
     return out
 
 
@@ -533,7 +534,7 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     window_fields, window_note = window_fields_of(cfg, arch, layers, s, where)
     tied = cfg["tie_word_embeddings"]  # the file's or its class's (a needed default)
     if not isinstance(tied, bool):
-        raise _refuse(where, "tie_word_embeddings", f"{tied!r} must be true or false")
+        raise _refuse(where, "tie_word_embeddings", f"{short_repr(tied)} must be true or false")
     ignored.update({k: IGNORED[k] for k in cfg if k in IGNORED})
     fixed = _architecture_fields(cfg, arch, layers, where, ignored)
     name = (str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1] or name
@@ -572,27 +573,29 @@ def _architecture(cfg: dict[str, Any], where: str) -> str:
     supported = [*DENSE_ARCHITECTURES, *MOE_ARCHITECTURES]
     archs = cfg.get("architectures")
     if not (isinstance(archs, list) and len(archs) == 1 and isinstance(archs[0], str)):
-        raise _refuse(where, "architectures", f"{archs!r} must be a list of one architecture name; "
+        raise _refuse(where, "architectures", f"{short_repr(archs)} must be a list of one architecture name; "
                       f"supported: {', '.join(supported)}")
     arch = _REMOTE_CODE_NAMES.get(archs[0], archs[0])
     if arch in REFUSED_ARCHITECTURES:
         key, change = REFUSED_ARCHITECTURES[arch]
         raise _refuse(where, key, f"{arch} is not modelled yet: {change}")
     if arch not in supported:
-        raise _refuse(where, "architectures", f"{arch!r} is not supported; supported: "
+        raise _refuse(where, "architectures", f"{short_repr(arch)} is not supported; supported: "
                       f"{', '.join(supported)}")
     moe = arch in MOE_ARCHITECTURES
     moe_fields = [f for f in _MOE_FIELDS if cfg.get(f)]
     if not moe and moe_fields:
-        raise _refuse(where, moe_fields[0], f"{arch!r} is a dense architecture; a config with "
+        raise _refuse(where, moe_fields[0], f"{short_repr(arch)} is a dense architecture; a config with "
                       f"experts ({', '.join(moe_fields)}) is not one we know")
     unknown = sorted(k for k in cfg if k not in USED and k not in IGNORED and k not in REFUSED)
     if unknown:
         from core.util.text import did_you_mean
         hint = did_you_mean(unknown[0], [*USED, *IGNORED, *REFUSED])
-        raise _refuse(where, unknown[0], "is not known to the importer, so we cannot tell whether "
-                      "it changes the model; remove it if it does not" + hint +
-                      (f" (also: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
+        also = [shown_name(k) for k in unknown[1:6]] + ([f"{len(unknown) - 6:,} more"]
+                                                          if len(unknown) > 6 else [])
+        raise _refuse(where, shown_name(unknown[0]), "is not known to the importer, so we cannot "
+                      "tell whether it changes the model; remove it if it does not" + hint +
+                      (f" (also: {', '.join(also)})" if also else ""))
     return arch
 
 
@@ -640,11 +643,11 @@ def _model_type_agrees(cfg: dict[str, Any], arch: str, where: str) -> list[str]:
     version, classes = causal_lm_classes()
     built = classes.get(mt)
     if built is None:
-        return [f"model_type {mt!r}: transformers {version}'s AutoModelForCausalLM has no class "
+        return [f"model_type {short_repr(mt)}: transformers {version}'s AutoModelForCausalLM has no class "
                 f"for it (a model with its own code, auto_map); read as architectures' {arch}"]
     if built != arch:
-        raise _refuse(where, "model_type", f"{mt!r} disagrees with architectures [{arch!r}]: "
-                      f"transformers' AutoModelForCausalLM builds {built} for model_type {mt!r} "
+        raise _refuse(where, "model_type", f"{short_repr(mt)} disagrees with architectures [{short_repr(arch)}]: "
+                      f"transformers' AutoModelForCausalLM builds {built} for model_type {short_repr(mt)} "
                       f"(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, transformers {version}), not {arch}; "
                       "architectures is only what was saved. The two must name one model: fix "
                       "the one that is wrong")
@@ -652,7 +655,7 @@ def _model_type_agrees(cfg: dict[str, Any], arch: str, where: str) -> list[str]:
     if mt in table and arch in table[mt].architectures:  # the architecture's own type
         return []
     names = sorted(t for t, c in classes.items() if c == arch)
-    return [f"model_type {mt!r}: one of the names transformers {version} builds {arch} for "
+    return [f"model_type {short_repr(mt)}: one of the names transformers {version} builds {arch} for "
             f"({', '.join(names)}); read as {arch}"]
 
 
@@ -667,7 +670,7 @@ def _ignored_fields(cfg: dict[str, Any], arch: str, where: str) -> tuple[dict[st
         ignored = {**_refused_fields({k: v for k, v in cfg.items() if not k.endswith(
             "_logit_softcapping")}, where), **_gemma_softcap(cfg, arch, where)}
         if cfg.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
-            raise _refuse(where, "hidden_activation", f"{cfg['hidden_activation']!r}: only "
+            raise _refuse(where, "hidden_activation", f"{short_repr(cfg['hidden_activation'])}: only "
                           "gelu_pytorch_tanh (GeGLU) is modelled for Gemma")
     else:
         ignored = _refused_fields({k: v for k, v in cfg.items() if not (
@@ -697,7 +700,7 @@ def _mla_derived_keys(cfg: dict[str, Any], arch: str, where: str,
     if "qk_head_dim" in cfg:
         total = rope + positive_int(cfg, "qk_nope_head_dim", where)
         if positive_int(cfg, "qk_head_dim", where) != total:
-            raise _refuse(where, "qk_head_dim", f"{cfg['qk_head_dim']!r} must be "
+            raise _refuse(where, "qk_head_dim", f"{short_repr(cfg['qk_head_dim'])} must be "
                           f"qk_nope_head_dim + qk_rope_head_dim = {total} (the query/key head size "
                           "transformers derives)")
         ignored["qk_head_dim"] = f"{total}: qk_nope_head_dim + qk_rope_head_dim (checked)"
@@ -736,7 +739,7 @@ def _sizes(cfg: dict[str, Any], where: str, seq_length: int | None) -> dict[str,
                                "seq")):
         top = BOUNDS[bound].hi
         if value is not None and value > top:
-            raise _refuse(where, key, f"{key}={value} must be at most {int(top):,} "
+            raise _refuse(where, key, f"{key}={short_repr(value)} must be at most {int(top):,} "
                                       f"({BOUNDS[bound].why})")
     head_dim = positive_int(cfg, "head_dim", where, required=False)
     kv = positive_int(cfg, "kv_channels", where, required=False)
@@ -761,19 +764,19 @@ def _check_activation_and_biases(cfg: dict[str, Any], arch: str, where: str) -> 
     Raises ConfigError for one that is not modelled."""
     act = cfg.get("hidden_act", _ARCH_ACTIVATIONS.get(arch, ("silu",))[0])
     if act not in _ARCH_ACTIVATIONS.get(arch, ("silu", "swish")):
-        raise _refuse(where, "hidden_act", f"{act!r}: only " + (
+        raise _refuse(where, "hidden_act", f"{short_repr(act)}: only " + (
             f"{' or '.join(_ARCH_ACTIVATIONS[arch])} MLPs are" if arch in _ARCH_ACTIVATIONS
             else "SiLU-gated MLPs (SwiGLU) are") + " modelled for this architecture")
     biased = arch == "GptOssForCausalLM"  # biases in attention, router and experts
     if biased and cfg.get("attention_bias") is not True:
-        raise _refuse(where, "attention_bias", f"{cfg.get('attention_bias')!r}: {arch} without "
+        raise _refuse(where, "attention_bias", f"{short_repr(cfg.get('attention_bias'))}: {arch} without "
                       "attention biases (its router and experts keep theirs) is not modelled: "
                       "model.add_bias_linear sets them all")
     for bias in ("attention_bias", "mlp_bias"):
         if bias in _CONFIG_SWITCHES.get(arch, {}):
             continue  # read by _architecture_fields
         if not biased and cfg.get(bias) not in (None, False):
-            raise _refuse(where, bias, f"{cfg[bias]!r}: biases in the attention and MLP linear "
+            raise _refuse(where, bias, f"{short_repr(cfg[bias])}: biases in the attention and MLP linear "
                           "layers are not modelled for this architecture (only Qwen2's QKV bias)")
 
 
@@ -792,15 +795,15 @@ def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str
     for key, (target, default) in switches.items():
         value = cfg.get(key, default)
         if not isinstance(value, bool):
-            raise _refuse(where, key, f"{value!r} must be true or false")
+            raise _refuse(where, key, f"{short_repr(value)} must be true or false")
         fixed[target] = value
     for key, target in _AGREE.items():
         if key in switches:
             continue
         want = fixed.get(target, LLAMA_FAMILY[target])
         if key in cfg and cfg[key] is not want:
-            raise _refuse(where, key, f"{cfg[key]!r}: {arch}'s modelling code has "
-                          f"model.{target} {want!r}; a config that says otherwise is not one we "
+            raise _refuse(where, key, f"{short_repr(cfg[key])}: {arch}'s modelling code has "
+                          f"model.{target} {short_repr(want)}; a config that says otherwise is not one we "
                           "know")
     if arch in _APPROXIMATED:
         what, why = _APPROXIMATED[arch]
@@ -815,13 +818,13 @@ def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str
         for key, target in _MLA_HF_FIELDS.items():
             fixed[target] = positive_int(cfg, key, where, required=key != "q_lora_rank")
     elif mla_fields:
-        raise _refuse(where, mla_fields[0], f"{arch!r} has no multi-head latent attention"
+        raise _refuse(where, mla_fields[0], f"{short_repr(arch)} has no multi-head latent attention"
                       f"{'' if with_mtp else ' or multi-token prediction'}; a config with "
                       f"{'it' if with_mtp else 'them'} is not one we know")
     if with_mtp:
         mtp = cfg.get("num_nextn_predict_layers") or 0
         if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
-            raise _refuse(where, "num_nextn_predict_layers", f"{mtp!r} must be a non-negative "
+            raise _refuse(where, "num_nextn_predict_layers", f"{short_repr(mtp)} must be a non-negative "
                           "integer")
         fixed["mtp_num_layers"] = mtp
     if moe:
@@ -850,7 +853,7 @@ def _unmodelled_biases(cfg: dict[str, Any], arch: str, fixed: dict[str, Any], wh
             "(T, h) output, not timed); the Q, K and V biases are model.add_qkv_bias")
     bias = cfg.get("lm_head_bias", False)
     if not isinstance(bias, bool):
-        raise _refuse(where, "lm_head_bias", f"{bias!r} must be true or false")
+        raise _refuse(where, "lm_head_bias", f"{short_repr(bias)} must be true or false")
     if bias:
         ignored["lm_head_bias"] = (
             f"true: a bias on the output layer (V = {cfg['vocab_size']} parameters, not counted; "

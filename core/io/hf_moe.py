@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.io.import_result import positive_int, refusal
+from core.util.text import short_repr
 
 __all__ = ["moe_fields", "moe_layer_fields"]
 
@@ -52,7 +53,7 @@ def moe_fields(cfg: dict[str, Any], arch: str, experts_key: str, layers: int, wh
     E = positive_int(cfg, experts_key, where)
     k = positive_int(cfg, "num_experts_per_tok", where)
     if k > E:
-        raise refusal(where, "num_experts_per_tok", f"{k} is more than the {E} experts "
+        raise refusal(where, "num_experts_per_tok", f"{short_repr(k)} is more than the {short_repr(E)} experts "
                       f"({experts_key})")
     out: dict[str, Any] = {"num_experts": E, "moe_top_k": k}
     if arch == "GptOssForCausalLM":
@@ -96,14 +97,14 @@ def _phimoe_notes(cfg: dict[str, Any], k: int, where: str, ignored: dict[str, st
         "estimate: elementwise kernels on the router's output, not timed (the gate GEMM and "
         "the top-2 dispatch are modelled)")
     if "router_jitter_noise" in cfg:
-        ignored["router_jitter_noise"] = (f"{cfg['router_jitter_noise']!r}: SparseMixer's mask "
+        ignored["router_jitter_noise"] = (f"{short_repr(cfg['router_jitter_noise'])}: SparseMixer's mask "
                                           "threshold (a number; see sparsemixer)")
     if "rms_norm_eps" in cfg:
         ignored["rms_norm_eps"] = ("the eps of Phi-3.5-MoE's LayerNorms (transformers passes it "
                                    "to nn.LayerNorm): a constant")
     if "input_jitter_noise" in cfg:
         ignored["input_jitter_noise"] = (
-            f"{cfg['input_jitter_noise']!r}: in training the MoE layer's input is scaled by "
+            f"{short_repr(cfg['input_jitter_noise'])}: in training the MoE layer's input is scaled by "
             "uniform noise in [1 - eps, 1 + eps] (an elementwise kernel over (T, h), not timed)")
 
 
@@ -113,7 +114,7 @@ def _refuse_qwen_expert_fields(cfg: dict[str, Any], arch: str, where: str) -> No
     for name in ("moe_intermediate_size", "shared_expert_intermediate_size",
                  "decoder_sparse_step", "mlp_only_layers", "num_experts"):
         if cfg.get(name) not in (None, [], 0):
-            raise refusal(where, name, f"{cfg[name]!r}: not a field of {arch} (its experts "
+            raise refusal(where, name, f"{short_repr(cfg[name])}: not a field of {arch} (its experts "
                           "are intermediate_size wide, every layer has them)")
 
 
@@ -125,14 +126,14 @@ def _gpt_oss_expert_fields(cfg: dict[str, Any], arch: str, k: int, where: str,
     out: dict[str, Any] = {}
     other = cfg.get("experts_per_token")
     if other is not None and other != k:
-        raise refusal(where, "experts_per_token", f"{other!r} disagrees with "
+        raise refusal(where, "experts_per_token", f"{short_repr(other)} disagrees with "
                       f"num_experts_per_tok={k}")
     _refuse_qwen_expert_fields(cfg, arch, where)
     out["moe_ffn_hidden_size"] = positive_int(cfg, "intermediate_size", where)
     limit = cfg.get("swiglu_limit")
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
-            raise refusal(where, "swiglu_limit", f"{limit!r} must be a positive number")
+            raise refusal(where, "swiglu_limit", f"{short_repr(limit)} must be a positive number")
         out["activation_func_clamp_value"] = float(limit)
     ignored["hidden_act"] = ("GPT-OSS's experts gate with x*sigmoid(1.702x) (quick GELU) "
                              "whatever it says: timed as SwiGLU's (same GEMMs, same fused "
@@ -152,7 +153,7 @@ def _deepseek_expert_fields(cfg: dict[str, Any], arch: str, where: str,
     method = cfg.get("topk_method",
                      "noaux_tc" if arch == "DeepseekV3ForCausalLM" else "greedy")
     if method not in _DEEPSEEK_TOPK_METHODS:
-        raise refusal(where, "topk_method", f"{method!r}: expert selection other than "
+        raise refusal(where, "topk_method", f"{short_repr(method)}: expert selection other than "
                       f"{', '.join(_DEEPSEEK_TOPK_METHODS)} is not known to the importer")
     if method != "greedy":
         if "topk_method" in cfg:
@@ -169,13 +170,13 @@ def _deepseek_expert_fields(cfg: dict[str, Any], arch: str, where: str,
     if not (isinstance(out["num_shared_experts"], int)
             and not isinstance(out["num_shared_experts"], bool)
             and out["num_shared_experts"] >= 0):
-        raise refusal(where, "n_shared_experts", f"{cfg['n_shared_experts']!r} must be a "
+        raise refusal(where, "n_shared_experts", f"{short_repr(cfg['n_shared_experts'])} must be a "
                       "non-negative integer")
     # HF DeepseekV2/V3: layer i has experts when i >= first_k_dense_replace and
     # i % moe_layer_freq == 0 -- the session's rule (core.model.moe.moe_layer_mask)
     first = cfg.get("first_k_dense_replace") or 0
     if isinstance(first, bool) or not isinstance(first, int) or first < 0:
-        raise refusal(where, "first_k_dense_replace", f"{first!r} must be a non-negative "
+        raise refusal(where, "first_k_dense_replace", f"{short_repr(first)} must be a non-negative "
                       "integer")
     out["moe_first_dense_layers"] = first
     out["moe_layer_frequency"] = positive_int(cfg, "moe_layer_freq", where, required=False) or 1
@@ -195,7 +196,7 @@ def _router_groups(cfg: dict[str, Any], where: str, ignored: dict[str, str]) -> 
     groups = positive_int(cfg, "n_group", where)
     topk = positive_int(cfg, "topk_group", where)
     if topk > groups:
-        raise refusal(where, "topk_group", f"{topk} is more than n_group={groups}: a token's "
+        raise refusal(where, "topk_group", f"{short_repr(topk)} is more than n_group={short_repr(groups)}: a token's "
                       "experts lie in topk_group of the n_group groups")
     if groups == 1:
         for key in ("n_group", "topk_group"):
@@ -213,7 +214,7 @@ def _required_count(cfg: dict[str, Any], name: str, where: str, why: str) -> int
         raise refusal(where, name, f"is missing: the number of {why} (the importer does not "
                       "take a default for a number that changes the work)")
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise refusal(where, name, f"{value!r} must be a non-negative integer ({why})")
+        raise refusal(where, name, f"{short_repr(value)} must be a non-negative integer ({why})")
     return value
 
 
@@ -236,12 +237,12 @@ def _glm_expert_fields(cfg: dict[str, Any], where: str, ignored: dict[str, str]
                                                      "dense layers before the MoE layers")}
     freq = cfg.get("moe_layer_freq", 1)
     if freq != 1 or isinstance(freq, bool):
-        raise refusal(where, "moe_layer_freq", f"{freq!r}: Glm4MoeForCausalLM's modelling code "
+        raise refusal(where, "moe_layer_freq", f"{short_repr(freq)}: Glm4MoeForCausalLM's modelling code "
                       "puts experts on every layer from first_k_dense_replace on; a config "
                       "asking for another pattern is not one we know")
     out.update(_router_groups(cfg, where, ignored))  # Glm4MoeTopkRouter is DeepSeek-V3's
     if "topk_method" in cfg:  # DeepSeek's field; Glm4MoeTopkRouter does not read it
-        ignored["topk_method"] = (f"{cfg['topk_method']!r}: not read by Glm4Moe's modelling "
+        ignored["topk_method"] = (f"{short_repr(cfg['topk_method'])}: not read by Glm4Moe's modelling "
                                   "code (its router is always noaux_tc); the same k experts")
     if "e_score_correction_bias" in cfg:  # a weight of the checkpoint, not a config field
         ignored["e_score_correction_bias"] = (
@@ -261,11 +262,11 @@ def _qwen_expert_fields(cfg: dict[str, Any], arch: str, layers: int, moe_ffn: in
     shared = (0 if cfg.get("shared_expert_intermediate_size") == 0 else  # Qwen3-Coder: 0
               positive_int(cfg, "shared_expert_intermediate_size", where, required=False) or 0)
     if shared and arch != "Qwen2MoeForCausalLM":
-        raise refusal(where, "shared_expert_intermediate_size", f"{shared}: {arch} has no shared "
+        raise refusal(where, "shared_expert_intermediate_size", f"{short_repr(shared)}: {arch} has no shared "
                       "expert")
     if shared % moe_ffn:
-        raise refusal(where, "shared_expert_intermediate_size", f"{shared} is not a multiple of "
-                      f"moe_intermediate_size={moe_ffn}: a shared expert of its own size is not "
+        raise refusal(where, "shared_expert_intermediate_size", f"{short_repr(shared)} is not a multiple of "
+                      f"moe_intermediate_size={short_repr(moe_ffn)}: a shared expert of its own size is not "
                       "modelled (shared experts are each moe_intermediate_size wide)")
     out["num_shared_experts"] = shared // moe_ffn
     if shared:
@@ -276,7 +277,7 @@ def _qwen_expert_fields(cfg: dict[str, Any], arch: str, layers: int, moe_ffn: in
     dense = cfg.get("mlp_only_layers") or []
     if not (isinstance(dense, list) and all(isinstance(i, int) and not isinstance(i, bool)
                                             and 0 <= i < layers for i in dense)):
-        raise refusal(where, "mlp_only_layers", f"{dense!r} must be a list of layer indices "
+        raise refusal(where, "mlp_only_layers", f"{short_repr(dense)} must be a list of layer indices "
                       f"0..{layers - 1}")
     pattern = [(i + 1) % step == 0 and i not in dense for i in range(layers)]
     fit = moe_layer_fields(pattern)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.io.import_result import refusal
+from core.util.text import short_repr
 
 __all__ = ["window_fields_of"]
 
@@ -40,7 +41,7 @@ def window_fields_of(cfg: dict[str, Any], arch: str, layers: int, s: int, where:
     window = cfg.get("sliding_window")
     if window is not None and (isinstance(window, bool) or not isinstance(window, int)
                                or window < 1):  # whether or not a layer uses it
-        raise refusal(where, "sliding_window", f"{window!r}: a window must be a positive "
+        raise refusal(where, "sliding_window", f"{short_repr(window)}: a window must be a positive "
                       "integer, or null for none")
     types = cfg.get("layer_types")
     own = _own_window_layers(cfg, arch, layers, window is not None, where)
@@ -59,7 +60,7 @@ def window_fields_of(cfg: dict[str, Any], arch: str, layers: int, s: int, where:
     if not any(flags):
         return {}, f"inactive ({arch}: {_own_rule(arch)})" if window is not None else ""
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise refusal(where, "sliding_window", f"{window!r}: the window of the sliding_attention "
+        raise refusal(where, "sliding_window", f"{short_repr(window)}: the window of the sliding_attention "
                       "layers must be a positive integer")
     if window >= s:
         return {}, f"{window}: not shorter than the sequence length"
@@ -94,7 +95,7 @@ def _own_window_layers(cfg: dict[str, Any], arch: str, layers: int, has_window: 
     if arch == "Gemma3ForCausalLM":
         n = cfg.get("sliding_window_pattern", 6)
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise refusal(where, "sliding_window_pattern", f"{n!r} must be a positive integer")
+            raise refusal(where, "sliding_window_pattern", f"{short_repr(n)} must be a positive integer")
         return [has_window and (i + 1) % n != 0 for i in range(layers)]
     return [False] * layers
 
@@ -121,7 +122,7 @@ def _layer_types_flags(types: Any, layers: int, where: str) -> list[bool]:
                       f"each of the {layers} layers")
     for i, x in enumerate(types):
         if x not in ("sliding_attention", "full_attention"):
-            raise refusal(where, "layer_types", f"{x!r} (layer {i}): only softmax-attention "
+            raise refusal(where, "layer_types", f"{short_repr(x)} (layer {i}): only softmax-attention "
                           "layers, sliding_attention or full_attention, are modelled; other "
                           "mixers (linear attention, Mamba / state-space layers) have no op here")
     return [x == "sliding_attention" for x in types]
@@ -138,7 +139,7 @@ def _check_gemma3_pattern(cfg: dict[str, Any], types: list[str] | None, layers: 
         return
     n = cfg["_sliding_window_pattern"]
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise refusal(where, "_sliding_window_pattern", f"{n!r} must be a positive integer")
+        raise refusal(where, "_sliding_window_pattern", f"{short_repr(n)} must be a positive integer")
     want = ([x == "sliding_attention" for x in types] if types is not None else
             [(i + 1) % cfg.get("sliding_window_pattern", 6) != 0 for i in range(layers)])
     if [(i + 1) % n != 0 for i in range(layers)] != want:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.plan.fields import ConfigError, FieldError
+from core.util.text import short_repr
 from core.plan.session import Session
 
 __all__ = ["ImportResult", "cluster_of_gpu", "global_batch_note", "seq_length_note", "positive_int", "refusal", "switched_off",
@@ -90,7 +91,7 @@ def cluster_of_gpu(gpu: str | None, base=None):
         return cluster
     kind = gpu_kind(gpu)
     if kind not in GPU_KINDS:
-        raise ConfigError([FieldError("--gpu", f"{gpu!r}: known kinds are "
+        raise ConfigError([FieldError("--gpu", f"{short_repr(gpu)}: known kinds are "
                                       + ", ".join(GPU_KINDS))])
     return dataclasses.replace(cluster, gpu=kind, gpus_per_node=GPU_NVLINK_DOMAIN[kind])
 
@@ -111,7 +112,7 @@ def positive_int(cfg: dict[str, Any], name: str, where: str, required: bool = Tr
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         if name not in cfg:
             raise refusal(where, name, "missing (a positive integer is needed)")
-        raise refusal(where, name, f"{v!r} must be a positive integer")
+        raise refusal(where, name, f"{short_repr(v)} must be a positive integer")
     return v
 
 
@@ -143,5 +144,5 @@ def switched_off_or_refuse(where: str, key: str, value: Any, change: str,
         ``value`` switches it on: refused by name (:func:`refusal`), with what it would change.
     """
     if not switched_off(value, inert):
-        raise refusal(where, key, f"{value!r}: not modelled: {change}")
-    return f"{value!r}: off (when on: {change})"
+        raise refusal(where, key, f"{short_repr(value)}: not modelled: {change}")
+    return f"{short_repr(value)}: off (when on: {change})"

@@ -37,6 +37,7 @@ from core.io.torchtitan_flavours import (FLAVOUR_NOTES, FLAVOURS, REFUSED_FLAVOU
                                          REFUSED_MODELS)
 from core.plan.cluster import CostConfig
 from core.plan.fields import ConfigError, FieldError
+from core.util.text import short_repr, shown_name
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 
@@ -313,7 +314,7 @@ def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str
     float8_on = _float8_converter_on(cfg)
     for section, table in cfg.items():
         if not isinstance(table, dict):
-            raise refusal(where, section, f"{table!r}: a top-level key; torchtitan's job config "
+            raise refusal(where, shown_name(section), f"{short_repr(table)}: a top-level key; torchtitan's job config "
                           "has only [sections]")
         for key, value in _flatten(table):
             name = f"{section}.{key}"
@@ -327,11 +328,11 @@ def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str
                     raise refusal(where, f"{section}.{key.split('.')[0]}", "a table where "
                                   "torchtitan's job config has a value")
             if rule is None:
-                raise refusal(where, name, "is not a key of torchtitan's job config the importer "
+                raise refusal(where, shown_name(name), "is not a key of torchtitan's job config the importer "
                            "knows, so it cannot tell whether it changes the run")
             if rule.kind == "refused" and not float8_on and (
                     name.startswith(("float8.", _FLOAT8_V02))):
-                ignored[name] = f"{value!r}: {_FLOAT8_OFF}"
+                ignored[name] = f"{short_repr(value)}: {_FLOAT8_OFF}"
             elif rule.kind == "refused":
                 ignored[name] = switched_off_or_refuse(where, name, value, rule.text, rule.inert)
             elif rule.kind == "no_effect":
@@ -356,7 +357,7 @@ def _flatten(table: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 def _int(used: dict[str, Any], name: str, where: str, default: int, minimum: int = 1) -> int:
     v = used.get(name, default)
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise refusal(where, name, f"{v!r} must be an integer of at least {minimum}")
+        raise refusal(where, name, f"{short_repr(v)} must be an integer of at least {minimum}")
     return v
 
 
@@ -365,7 +366,7 @@ def _switch(used: dict[str, Any], name: str, where: str) -> bool:
     is refused, never read as off), False when not given."""
     v = used.get(name, False)
     if not isinstance(v, bool):
-        raise refusal(where, name, f"{v!r} must be true or false (a TOML boolean)")
+        raise refusal(where, name, f"{short_repr(v)} must be true or false (a TOML boolean)")
     return v
 
 
@@ -373,7 +374,7 @@ def _choice(used: dict[str, Any], name: str, where: str, default: Any,
             choices: dict[Any, Any]) -> Any:
     v = used.get(name, default)
     if not isinstance(v, str) or v not in choices:  # every choice is a string
-        raise refusal(where, name, f"{v!r}: not modelled; the importer knows "
+        raise refusal(where, name, f"{short_repr(v)}: not modelled; the importer knows "
                    + ", ".join(map(str, choices)))
     return choices[v]
 
@@ -510,17 +511,17 @@ def _model(used: dict[str, Any], where: str, notes: list[str]):
     flavor = used.get("model.flavor", "debugmodel")
     for key, value in (("model.name", name), ("model.flavor", flavor)):
         if not isinstance(value, str):
-            raise refusal(where, key, f"{value!r} must be a string")
+            raise refusal(where, key, f"{short_repr(value)} must be a string")
     if name in REFUSED_MODELS:
-        raise refusal(where, "model.name", f"{name!r}: not modelled yet: {REFUSED_MODELS[name]}")
+        raise refusal(where, "model.name", f"{short_repr(name)}: not modelled yet: {REFUSED_MODELS[name]}")
     if (name, flavor) in REFUSED_FLAVOURS:
-        raise refusal(where, "model.flavor", f"{name} {flavor!r}: not modelled yet: "
+        raise refusal(where, "model.flavor", f"{shown_name(name)} {short_repr(flavor)}: not modelled yet: "
                       f"{REFUSED_FLAVOURS[name, flavor]}")
     flavour = FLAVOURS.get((name, flavor))
     if flavour is None:
         known = ", ".join(f"{n} {f}" for n, f in FLAVOURS)
         key = "model.flavor" if any(n == name for n, _ in FLAVOURS) else "model.name"
-        raise refusal(where, key, f"{name} {flavor!r}: not a flavour the importer knows; "
+        raise refusal(where, key, f"{shown_name(name)} {short_repr(flavor)}: not a flavour the importer knows; "
                       f"known: {known}")
     # torchtitan's output layer is the tokenizer's vocabulary, unpadded (its TP plan shards it
     # as a DTensor): a divisor of 1 pads only to a multiple of t (Llama 3's 128,256 is one of 8)
@@ -528,7 +529,7 @@ def _model(used: dict[str, Any], where: str, notes: list[str]):
                                 make_vocab_size_divisible_by=1)
     notes.extend(FLAVOUR_NOTES.get((name, flavor), ()))
     if used.get("model.norm_type", "rmsnorm") != "rmsnorm":
-        raise refusal(where, "model.norm_type", f"{used['model.norm_type']!r}: the flavours use "
+        raise refusal(where, "model.norm_type", f"{short_repr(used['model.norm_type'])}: the flavours use "
                       "RMSNorm; another norm is not one we know")
     model.seq_length = _int(used, "training.seq_len", where, 2048)
     return model
@@ -558,7 +559,7 @@ def _degrees(used: dict[str, Any], where: str, num_gpus: int | None
                           f"{num_gpus} is not divisible by the other degrees' product {others}")
         shard = num_gpus // others
     elif isinstance(shard, bool) or not isinstance(shard, int) or shard < 1:
-        raise refusal(where, _PAR + "data_parallel_shard_degree", f"{shard!r} must be -1 or a "
+        raise refusal(where, _PAR + "data_parallel_shard_degree", f"{short_repr(shard)} must be -1 or a "
                       "positive integer")
     if num_gpus is not None and num_gpus != others * shard:
         raise refusal(where, _PAR + "data_parallel_shard_degree", f"the degrees give "
@@ -574,7 +575,7 @@ def _batch(used: dict[str, Any], where: str, d: int, p: int) -> tuple[int, int, 
     if glob == -1:
         glob = local * d
     elif isinstance(glob, bool) or not isinstance(glob, int) or glob < 1 or glob % (local * d):
-        raise refusal(where, "training.global_batch_size", f"{glob!r} must be -1 or a multiple of "
+        raise refusal(where, "training.global_batch_size", f"{short_repr(glob)} must be -1 or a multiple of "
                       f"local_batch_size * data-parallel degree = {local * d} (gradient "
                       "accumulation steps)")
     b = local
@@ -642,7 +643,7 @@ def _fsdp_zero(used: dict[str, Any], where: str, fsdp: bool, p: int, notes: list
     which no ZeRO stage is: refused."""
     reshard = used.get(_PAR + "fsdp_reshard_after_forward", "default")
     if reshard not in ("default", "always", "never"):
-        raise refusal(where, _PAR + "fsdp_reshard_after_forward", f"{reshard!r}: one of default, "
+        raise refusal(where, _PAR + "fsdp_reshard_after_forward", f"{short_repr(reshard)}: one of default, "
                       "always, never")
     if fsdp and p > 1:
         if reshard == "always":
@@ -677,7 +678,7 @@ def _checkpointing(used: dict[str, Any], where: str) -> str:
             default = "" if given else (" (torchtitan's default with activation_checkpoint.mode"
                                         " selective, its default: give mode none or full, or "
                                         "selective_ac_option op)")
-            raise refusal(where, "activation_checkpoint.selective_ac_option", f"{option!r}: full "
+            raise refusal(where, "activation_checkpoint.selective_ac_option", f"{short_repr(option)}: full "
                           "checkpointing of every N-th layer is not modelled (the simulator's "
                           "recompute_num_layers takes the first layers of each stage); op or 1"
                           + default)
@@ -710,7 +711,7 @@ def _precision(used: dict[str, Any], where: str, fsdp: bool, t: int, p: int,
         converters = [converters]
     for c in converters:
         if c not in ("float8", "quantize.linear.float8"):
-            raise refusal(where, "model.converters", f"{c!r}: not modelled (float8 is)")
+            raise refusal(where, "model.converters", f"{short_repr(c)}: not modelled (float8 is)")
     fp8 = bool(converters) or _switch(used, _float8_key(used, "enable_float8_linear"), where)
     recipe = None
     if fp8:
@@ -774,9 +775,9 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
     if p == 1 and _PAR + "pipeline_parallel_schedule" in used:
         if not isinstance(used[_PAR + "pipeline_parallel_schedule"], str):
             raise refusal(where, _PAR + "pipeline_parallel_schedule",
-                          f"{used[_PAR + 'pipeline_parallel_schedule']!r} must be a string")
+                          f"{short_repr(used[_PAR + 'pipeline_parallel_schedule'])} must be a string")
         notes.append(f"pipeline_parallel_schedule "
-                     f"{used[_PAR + 'pipeline_parallel_schedule']!r} has no effect: "
+                     f"{short_repr(used[_PAR + 'pipeline_parallel_schedule'])} has no effect: "
                      "pipeline_parallel_degree is 1 (torchtitan builds no pipeline)")
     b, glob, local = _batch(used, where, d, p)
     if schedule == "interleaved":

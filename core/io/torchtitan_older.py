@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.io.import_result import refusal
+from core.util.text import short_repr
 
 __all__ = ["OLDER_NAMES", "OLDER_MICROBATCHES", "older_layout", "older_pipeline_split",
            "older_microbatches"]
@@ -109,7 +110,7 @@ def older_microbatches(used: dict[str, Any], where: str, renamed: dict[str, str]
     local = used.get("training.local_batch_size", 8)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1 or not isinstance(local, int) \
             or local % n:
-        raise refusal(where, OLDER_MICROBATCHES, f"{n!r} micro-batches must divide the local "
-                      f"batch_size {local!r}")
+        raise refusal(where, OLDER_MICROBATCHES, f"{short_repr(n)} micro-batches must divide the local "
+                      f"batch_size {short_repr(local)}")
     used[_PAR + "pipeline_parallel_microbatch_size"] = local // n
     renamed[_PAR + "pipeline_parallel_microbatch_size"] = OLDER_MICROBATCHES

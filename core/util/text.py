@@ -18,7 +18,7 @@ import shlex
 from typing import Any
 
 __all__ = ["printable", "terminal_text", "shell_word", "shell_comment", "file_name_part",
-           "format_params", "format_days", "days_phrase", "format_energy", "format_amount", "spreadsheet_cell"]
+           "short_repr", "shown_name", "format_params", "format_days", "days_phrase", "format_energy", "format_amount", "spreadsheet_cell"]
 
 # Characters that must not reach a terminal raw: C0/C1 controls (escape sequences, carriage
 # returns, bells; U+0085 is C1) and the Unicode line separators and bidirectional overrides
@@ -165,6 +165,42 @@ def days_phrase(number: str) -> str:
     ``"1 day"``, ``"1.5"`` -> ``"1.5 days"``, ``"0.5"`` -> ``"0.5 days"`` (English counts
     only one as singular; a number written with decimals, ``"1.0"``, stays plural)."""
     return f"{number} day" if number.strip() == "1" else f"{number} days"
+
+
+def shown_name(name: Any, limit: int = 60) -> str:
+    """A key, option or variable name from a file as a message shows it: as written, control
+    characters escaped (:func:`printable`), shortened to ``limit`` characters (the last three
+    ``...``; 60, as :func:`core.plan.fields.shown_value`): a file's unknown key can be a
+    megabyte long."""
+    text = printable(name)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _short_reprs():
+    import reprlib
+    r = reprlib.Repr()
+    r.maxstring, r.maxother, r.maxlong, r.maxlist, r.maxtuple, r.maxdict, r.maxset, r.maxlevel = \
+        60, 60, 40, 6, 6, 4, 6, 3
+    return r
+
+
+_SHORT = _short_reprs()
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` as a message shows a value read from a file (which can be a megabyte of
+    text): ``reprlib`` cuts a string to about 60 characters (its start and end, ``...`` between),
+    a list to six items, a mapping to four, three levels deep, so the whole repr is never
+    built; an integer of more than 50 digits is described by its digit count
+    (:func:`core.util.inputs.describe_number`: ``repr`` of 4,300 digits or more raises);
+    control characters are escaped (:func:`printable`). Never raises."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -10**50 < value < 10**50:
+        from core.util.inputs import describe_number
+        return describe_number(value)
+    try:
+        return printable(_SHORT.repr(value))
+    except ValueError:  # a huge integer inside a list: its digits are never written
+        return f"a {type(value).__name__} holding an integer too long to print"
 
 
 def did_you_mean(key: Any, names) -> str:

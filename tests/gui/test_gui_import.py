@@ -535,25 +535,29 @@ def test_a_run_config_yaml_that_hung_or_crashed_the_reader_is_refused_by_name(
 
 def test_a_refusal_quoting_a_megabyte_value_fits_a_message_box(window, tmp_path, reviews,
                                                               message_boxes, capsys):
-    """A Hugging Face config whose hidden_act is a million characters: the reader quotes it
-    whole (vtrain import hf prints the million), and the window's message box of it took half
-    a minute to lay out, taller than the screen. The box shows the command line's message
-    with its middle left out and counted: its start (the file, the key) and its end (the
-    rule) as the command line prints them."""
+    """A Hugging Face config whose hidden_act is a million characters: the reader quoted it
+    whole (vtrain import hf printed the million), and the window's message box of it took half
+    a minute to lay out, taller than the screen. The reader now quotes the value cut short
+    (core.util.text.short_repr), so the box shows the command line's message as it is: the
+    file, the key, the value's start and end, the rule."""
     from core.cli import main
     from vtrain_gui.formatting import MAX_MESSAGE_CHARS
     path = _write(tmp_path, "config.json", json.dumps({**LLAMA3_8B, "hidden_act": "x" * 10**6}))
     assert main(["import", "hf", str(path), "--out", str(tmp_path / "s.json")]) == 2
     cli = capsys.readouterr().err.strip().removeprefix("vtrain: error: ")
-    assert len(cli) > 10**6 and cli.startswith(f"{path}: hidden_act: 'xxx")
+    assert cli == (f"{path}: hidden_act: '{'x' * 27}...{'x' * 28}': only SiLU-gated MLPs "
+                   "(SwiGLU) are modelled for this architecture")
     before = window.session().to_dict()
     assert not window.importer.import_path("hf", path)
     (_, title, text), = message_boxes.of_kind("critical")
     assert title == "Cannot import config.json"
+    assert text == cli and len(text) < MAX_MESSAGE_CHARS
+    # a message still longer than a box takes: its start and end, the middle counted
+    from vtrain_gui.formatting import message_text
+    long = "f.json: k: " + "y" * 5_000 + " must be a rule"
     head, tail = 2 * MAX_MESSAGE_CHARS // 3, MAX_MESSAGE_CHARS // 4
-    cut = len(cli) - head - tail
-    assert text == f"{cli[:head]} … ({cut:,} characters left out) … {cli[-tail:]}"
-    assert len(text) < MAX_MESSAGE_CHARS + 50
+    assert message_text(long) == (f"{long[:head]} … ({len(long) - head - tail:,} characters "
+                                  f"left out) … {'y' * (tail - 15)} must be a rule")
     assert window.session().to_dict() == before and not reviews.shown
 
 

@@ -63,3 +63,27 @@ def test_help_says_what_an_invalid_session_writes():
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
     assert "exit status 2" in text
+
+
+def test_study_settings_the_window_cannot_use_end_the_picture_with_exit_2(tmp_path):
+    """``simulate`` does not read ``studies`` (the session is valid); the window shows its
+    defaults for settings it cannot use, so the picture is not of the file's settings: exit
+    status 2 and one line naming the file, each setting and its rule (it exited 0, silent)."""
+    doc = json.loads((EXAMPLES / "mtnlg_530b.json").read_text())
+    doc["studies"] = {"optimal": {"num_gpus": -5, "assumed_mfu": 7.0, "budget": "weeks"},
+                      "schedule": {"bogus": 1}}
+    session = tmp_path / "studies.json"
+    session.write_text(json.dumps(doc))
+    assert _run("simulate", str(session)).returncode == 0
+    out = tmp_path / "shot.png"
+    proc = _run("gui", str(session), "--screenshot", str(out), "--tab", "studies")
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("vtrain")]
+    assert lines == [
+        f"vtrain gui: {session}: studies.optimal.num_gpus: -5 must be a whole number from 1 to "
+        "1,000,000; studies.optimal.assumed_mfu: 7.0 must be a number from 0.01 to 1 (a "
+        "fraction: 0.4 is 40 %); studies.optimal.budget: 'weeks' must be one of days, "
+        "gpu_hours; studies.schedule.bogus: is not a setting of this study (they are trace, "
+        "gpus, backfill, min_efficiency, hold_session_values) (study settings not used; "
+        f"{out} pictures the window with the Studies tab's defaults for them)"], proc.stderr
+    assert QtGui.QImage(str(out)).size().toTuple() == (1600, 1000)

@@ -272,3 +272,31 @@ def test_a_moe_plan_tab_model_is_refused_by_name_and_a_dense_ones_shapes_are_sai
             "channels, 8 query groups, MLP 3.5 h") in panel.summary.text()
     assert template_text(r.template) in panel.summary.text()
     w.shutdown()
+
+
+def test_settings_the_form_cannot_show_are_named_with_their_rules(qtbot):
+    """A file's study settings of the wrong type, out of range or unknown: the form keeps its
+    own, and its status names each with the rule it breaks (a megabyte key cut short)."""
+    session = Session()
+    session.studies = {"optimal": {"num_gpus": "abc", "num_candidates": 26, "no_tight": 1,
+                                   "k" * 10**6: 1, "days": 10.0},
+                       "schedule": "nonsense"}
+    w = StudiesTab(session_fn=lambda: session)
+    qtbot.addWidget(w)
+    w.reset(session)
+    assert w.optimal.days.value() == 10.0 and w.optimal.gpus.value() == 1024  # the form's own
+    cut = "k" * 57 + "..."
+    assert w.unused_settings == {
+        "studies.optimal.num_gpus": "'abc' must be a whole number from 1 to 1,000,000",
+        "studies.optimal.num_candidates": "26 must be a whole number from 2 to 25",
+        "studies.optimal.no_tight": "1 must be true or false",
+        f"studies.optimal.{cut}": "is not a setting of this study (they are num_gpus, days, "
+                                  "gpu_hours, assumed_mfu, num_candidates, spread, no_tight)",
+        "studies.schedule": "'nonsense' must be a JSON object"}
+    assert w.schedule.status.text() == ("Settings from the file not used (the form shows its "
+                                        "own): 'nonsense' must be a JSON object")
+    status = w.optimal.status.text()
+    assert status.startswith("Settings from the file not used (the form shows its own): "
+                             "num_gpus: 'abc' must be a whole number from 1 to 1,000,000; ")
+    assert f"{'k' * 21}...: is not a setting" in status and len(status) < 600  # as wide as the form
+    w.shutdown()

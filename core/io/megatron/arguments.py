@@ -50,6 +50,7 @@ from core.plan.cluster import ClusterConfig, CostConfig, ReliabilityConfig
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 from core.sim.labels import KIND_NAMES
+from core.util.text import short_repr
 
 __all__ = ["TABLE_FILE", "MEGATRON_LM_COMMIT", "Entry", "ENTRIES", "BY_OPTION", "BY_DEST",
            "EFFECTS", "TIMING_ARGUMENTS", "NEUTRAL_ARGUMENTS", "REFUSED_ARGUMENTS",
@@ -157,7 +158,7 @@ def check_choices(args: dict[str, list[str]], source: str) -> None:
                 ok = v in entry.choices
             if not ok:
                 raise MegatronArgsError(
-                    f"{source}: {flag} {v!r}: invalid choice (choose from "
+                    f"{source}: {flag} {short_repr(v)}: invalid choice (choose from "
                     f"{', '.join(map(str, entry.choices))}): Megatron-LM's parser refuses it")
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from core.io.megatron.arguments import BY_DEST, BY_OPTION, MEGATRON_LM_COMMIT, MegatronArgsError
 from core.io.shell_reader import missing_variable, read_shell
 from core.io.shell_words import ShellError
+from core.util.text import short_repr, shown_name
 
 __all__ = ["Launch", "read_launch", "read_argument_dump", "parse_arguments", "unset_message",
            "int_value", "DATA_SCRIPTS"]
@@ -72,7 +73,7 @@ class Launch:
 def unset_message(source: str, what: str, text: str) -> str:
     """The message for a value that holds a variable the script does not set (``what``: the
     flag or launcher option, ``text``: its value as written)."""
-    return f"{source}: {what} {text}: {_not_set(text)}"
+    return f"{source}: {what} {shown_name(text)}: {_not_set(text)}"
 
 
 #: A name inside a ``$((...))`` or ``$[...]`` that the reader left as written (not a digit
@@ -91,6 +92,7 @@ def _not_set(text: str) -> str:
                 "reads integer constants, variables the file sets, + - * / % ** and "
                 "parentheses); write the value itself, or set it in a variable and give --var "
                 "NAME=VALUE")
+    name = shown_name(name)  # a name of any length, shortened
     return (f"the variable {name} is not set in the file (or comes from a command vtrain does "
             f"not run); give --var {name}=VALUE")
 
@@ -111,7 +113,7 @@ def int_value(text: str, what: str, source: str) -> int:
         return int(text)
     if "$" in text:
         raise MegatronArgsError(unset_message(source, what, text))
-    raise MegatronArgsError(f"{source}: {what} {text!r} must be a positive integer"
+    raise MegatronArgsError(f"{source}: {what} {short_repr(text)} must be a positive integer"
                             + (" (an elastic range is not a plan)" if ":" in text else ""))
 
 
@@ -346,7 +348,7 @@ def read_launch(text: str, source: str = "arguments", variables: dict[str, str] 
         hidden = _launch_behind_variable(shell.commands)
         if hidden is not None:
             raise MegatronArgsError(
-                f"{source}: no Megatron-LM arguments found: the launch {hidden[0]!r} runs "
+                f"{source}: no Megatron-LM arguments found: the launch {short_repr(hidden[0])} runs "
                 f"{hidden[1]}, whose value vtrain does not know (the variable {hidden[2]} is not "
                 "set in the file, or comes from a command's output, which vtrain does not run); "
                 f"give --var {hidden[2]}=VALUE")
@@ -499,11 +501,12 @@ def parse_arguments(args: list[str], source: str = "arguments") -> dict[str, lis
             flag = name
         elif w.startswith("$") and not _takes_another(flag, out.get(flag, [])):
             # an unknown value standing alone: bash splits it into the words it holds
-            where = f"after {flag} {' '.join(out[flag])}".rstrip() if flag else "first"
-            raise MegatronArgsError(f"{source}: {w} ({where}) may hold arguments: "
+            where = (f"after {flag} {shown_name(' '.join(out[flag]))}".rstrip() if flag
+                     else "first")
+            raise MegatronArgsError(f"{source}: {shown_name(w)} ({where}) may hold arguments: "
                                     f"{_not_set(w)}")
         elif flag is None:
-            raise MegatronArgsError(f"{source}: {w!r} comes before any --argument")
+            raise MegatronArgsError(f"{source}: {short_repr(w)} comes before any --argument")
         else:
             out[flag].append(w)
     return out

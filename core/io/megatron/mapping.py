@@ -14,6 +14,7 @@ from typing import Any
 
 from core.io.megatron.arguments import SECTIONS, MegatronArgsError, field_exists
 from core.io.megatron.launch import int_value, unset_message
+from core.util.text import short_repr, shown_name
 
 __all__ = ["Mapper", "one_value", "int_argument", "float_argument"]
 
@@ -31,7 +32,7 @@ def one_value(args: dict[str, list[str]], flag: str, source: str) -> str | None:
     values = args[flag]
     if len(values) != 1:
         raise MegatronArgsError(f"{source}: {flag} takes one value, got "
-                                f"{' '.join(values) if values else 'none'}")
+                                f"{shown_name(' '.join(values)) if values else 'none'}")
     return values[0]
 
 
@@ -71,7 +72,7 @@ def float_argument(args: dict[str, list[str]], flag: str, source: str) -> float 
     except ValueError:
         x = float("nan")
     if x != x or x in (float("inf"), float("-inf")):
-        raise MegatronArgsError(f"{source}: {flag} {v!r} must be a finite number")
+        raise MegatronArgsError(f"{source}: {flag} {short_repr(v)} must be a finite number")
     return x
 
 
@@ -119,7 +120,7 @@ class Mapper:
             self.refused.append(f"{flag}: not modelled yet ({target} is not a field of this "
                                 "version of vtrain)")
         elif check_value and not field_exists(target, value):
-            self.refused.append(f"{flag}: not modelled yet ({target} {value!r} is not one of "
+            self.refused.append(f"{flag}: not modelled yet ({target} {short_repr(value)} is not one of "
                                 "this version's choices)")
         else:
             section, name = target.split(".", 1)
@@ -144,5 +145,5 @@ class Mapper:
         """
         if self.take(flag) and self.args[flag]:
             raise MegatronArgsError(f"{self.source}: {flag} is a switch and takes no value, got "
-                                    f"{' '.join(self.args[flag])}")
+                                    f"{shown_name(' '.join(self.args[flag]))}")
         return flag in self.args

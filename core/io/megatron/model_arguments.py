@@ -26,6 +26,7 @@ from core.io.megatron.arguments import (LLAMA2_TOKENIZER, MEGATRON_MODEL_DEFAULT
 from core.io.megatron.mapping import Mapper, float_argument, int_argument, one_value
 from core.io.shell_values import BINOPS
 from core.plan.fields import BOUNDS
+from core.util.text import short_repr
 
 __all__ = ["ATTENTION_BACKENDS", "DEFAULT_ATTENTION_BACKEND", "EXPORTED_ATTENTION_BACKENDS",
            "MOE_ONLY", "attention_kernel", "layer_pattern", "map_model", "swiglu_ffn_hidden_size"]
@@ -67,7 +68,7 @@ def attention_kernel(args: dict[str, list[str]], src: str) -> tuple[str, str, st
     backend = one_value(args, "--attention-backend", src)
     old = "--use-flash-attn" in args
     if backend is not None and backend not in ATTENTION_BACKENDS:
-        raise MegatronArgsError(f"{src}: --attention-backend {backend!r}: expected one of "
+        raise MegatronArgsError(f"{src}: --attention-backend {short_repr(backend)}: expected one of "
                                 f"Megatron-Core's {', '.join(ATTENTION_BACKENDS)}")
     legacy = "--use-legacy-models" in args
     if one_value(args, "--transformer-impl", src) == "local" and not legacy:
@@ -122,7 +123,7 @@ def layer_pattern(text: str, num_layers: int, source: str = "arguments") -> list
         Not such an expression, entries other than 0 and 1, or not ``num_layers`` long.
     """
     limit = int(BOUNDS["layers"].hi)
-    bad = MegatronArgsError(f"{source}: --moe-layer-freq {text!r}: expected an integer or a list "
+    bad = MegatronArgsError(f"{source}: --moe-layer-freq {short_repr(text)}: expected an integer or a list "
                             "pattern of 0 and 1 such as ([0]*3+[1]*58)")
 
     def num(node: ast.AST) -> int:
@@ -156,7 +157,7 @@ def layer_pattern(text: str, num_layers: int, source: str = "arguments") -> list
     if any(x not in (0, 1) for x in pattern):
         raise bad
     if len(pattern) != num_layers:
-        raise MegatronArgsError(f"{source}: --moe-layer-freq {text!r} has {len(pattern)} entries "
+        raise MegatronArgsError(f"{source}: --moe-layer-freq {short_repr(text)} has {len(pattern)} entries "
                                 f"for {num_layers} layers (--num-layers)")
     return pattern
 
@@ -511,7 +512,7 @@ def _attention_and_norms(mp: Mapper, h: int) -> None:
         if mp.take(flag):
             v = one_value(args, flag, src)
             if v not in mapping:
-                raise MegatronArgsError(f"{src}: {flag} {v!r} is not modelled (the simulator "
+                raise MegatronArgsError(f"{src}: {flag} {short_repr(v)} is not modelled (the simulator "
                                         f"models {', '.join(mapping)})")
             if v == "yarn":  # GPT-OSS: RoPE with YaRN's frequency scaling
                 mp.ignored.append((flag, "yarn: RoPE whose frequencies YaRN rescales; the "
@@ -577,7 +578,7 @@ def _window(mp: Mapper) -> None:
         try:
             left, right = (int(x) for x in parts)
         except ValueError:
-            raise MegatronArgsError(f"{src}: --window-size {' '.join(args['--window-size'])!r}: "
+            raise MegatronArgsError(f"{src}: --window-size {short_repr(' '.join(args['--window-size']))}: "
                                     "expected two integers (left, right)") from None
         if right != 0 and right != -1:
             mp.refuse("--window-size", f"a window of {right} tokens to the right (non-causal) "
@@ -592,7 +593,7 @@ def _window(mp: Mapper) -> None:
         try:
             mp.set("--window-attn-skip-freq", "model.window_attn_skip_freq", int(raw))
         except ValueError:
-            mp.refuse("--window-attn-skip-freq", f"the pattern {raw!r} is not modelled (an integer "
+            mp.refuse("--window-attn-skip-freq", f"the pattern {short_repr(raw)} is not modelled (an integer "
                       "N only: every N-th layer full)")
 
 

@@ -18,6 +18,7 @@ from core.io.megatron.arguments import (MEGATRON_FSDP_STRATEGIES, MEGATRON_PLAN_
 from core.io.megatron.launch import Launch
 from core.io.megatron.mapping import Mapper, int_argument, one_value
 from core.plan.layout import LAYOUT_RULE, expand_pipeline_layout
+from core.util.text import short_repr
 
 __all__ = ["map_plan"]
 
@@ -53,7 +54,7 @@ def _context_parallel(mp: Mapper) -> int:
         kinds = {"all_gather" if k == "allgather" else k for k in kinds}
         unknown = sorted(kinds - {"p2p", "a2a", "all_gather", "a2a+p2p"})
         if not kinds or unknown:
-            raise MegatronArgsError(f"{src}: --cp-comm-type {' '.join(args['--cp-comm-type'])!r}: "
+            raise MegatronArgsError(f"{src}: --cp-comm-type {short_repr(' '.join(args['--cp-comm-type']))}: "
                                     "expected p2p, a2a, all_gather or a2a+p2p (one, or one per "
                                     "layer)")
         if cp > 1 and len(kinds) > 1:
@@ -73,7 +74,7 @@ def _context_parallel(mp: Mapper) -> int:
             sizes = []
         if len(sizes) != 2 or min(sizes) < 1 or sizes[0] * sizes[1] != cp:
             raise MegatronArgsError(f"{src}: --hierarchical-context-parallel-sizes "
-                                    f"{' '.join(args['--hierarchical-context-parallel-sizes'])!r}: "
+                                    f"{short_repr(' '.join(args['--hierarchical-context-parallel-sizes']))}: "
                                     f"expected two sizes A P with A * P = "
                                     f"--context-parallel-size {cp}")
         if cp > 1 and mp.values["plan"].get("cp_comm_type") == "a2a+p2p" and 1 in sizes:
@@ -214,13 +215,13 @@ def _pipeline_schedule(mp: Mapper, L: int, p: int) -> None:
         try:
             n = len(expand_pipeline_layout(layout))
         except ValueError as exc:
-            raise MegatronArgsError(f"{src}: {layout_flag} {layout!r} {exc} ({LAYOUT_RULE})"
+            raise MegatronArgsError(f"{src}: {layout_flag} {short_repr(layout)} {exc} ({LAYOUT_RULE})"
                                     ) from None
         if n % p:
-            raise MegatronArgsError(f"{src}: {layout_flag} {layout!r} has {n} virtual stages, "
+            raise MegatronArgsError(f"{src}: {layout_flag} {short_repr(layout)} has {n} virtual stages, "
                                     f"not a multiple of --pipeline-model-parallel-size {p}")
         if v is not None and v != n // p:
-            raise MegatronArgsError(f"{src}: {layout_flag} {layout!r} gives {n // p} virtual "
+            raise MegatronArgsError(f"{src}: {layout_flag} {short_repr(layout)} gives {n // p} virtual "
                                     f"stages per rank ({n} over p={p}); {flag} gives {v}")
         for other in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
                       "--account-for-embedding-in-pipeline-split",
@@ -449,7 +450,7 @@ def _recompute(mp: Mapper) -> None:
         # --recompute-num-layers with --recompute-granularity full
         old = one_value(args, "--activations-checkpoint-method", src)
         if old not in ("uniform", "block"):
-            raise MegatronArgsError(f"{src}: --activations-checkpoint-method {old!r}: uniform or "
+            raise MegatronArgsError(f"{src}: --activations-checkpoint-method {short_repr(old)}: uniform or "
                                     "block")
         gran, method = gran or "full", method or old
         if nrec is None:

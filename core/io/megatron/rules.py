@@ -26,6 +26,7 @@ No third-party imports: the command line's error path loads this module.
 from __future__ import annotations
 
 import ast
+from core.util.text import short_repr
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -576,7 +577,7 @@ def parse_problems(args: Iterable[str], spec: Mapping[str, Any]) -> list[str]:
         word = words[i]
         i += 1
         if not word.startswith("-"):
-            out.append(f"{word!r}: a value with no option before it")
+            out.append(f"{short_repr(word)}: a value with no option before it")
             continue
         name, eq, inline = word.partition("=")
         a = options.get(name)
@@ -606,10 +607,10 @@ def parse_problems(args: Iterable[str], spec: Mapping[str, Any]) -> list[str]:
             try:
                 typed = _typed(v, a["type"] if a["type"] != "enum_type_handler" else None)
             except (ValueError, SyntaxError):
-                out.append(f"{name}: {v!r} is not a valid {a['type']}")
+                out.append(f"{name}: {short_repr(v)} is not a valid {a['type']}")
                 continue
             if choices is not None and typed not in choices and str(typed) not in choices:
-                out.append(f"{name}: {v!r} is not one of {', '.join(map(str, choices))}")
+                out.append(f"{name}: {short_repr(v)} is not one of {', '.join(map(str, choices))}")
     return out
 
 

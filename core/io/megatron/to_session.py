@@ -50,6 +50,7 @@ from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 from core.plan.layout import capped_recompute_layers
 from core.plan.model_config import model_from_fields
+from core.util.text import short_repr, shown_name
 
 __all__ = ["MegatronImport", "session_from_launch", "import_file", "with_cluster_comment",
            "parse_variable", "import_checked", "refuse_broken_rules",
@@ -97,7 +98,7 @@ def _refuse_unknown(args: dict[str, list[str]], allow_unknown: bool, src: str
     refused = [(f, hint) for f, hint in unknown if not allow_unknown or f in REMOVED_ARGUMENTS]
     if refused:  # Megatron-LM's argparse stops on an argument it does not define
         raise MegatronArgsError(f"{src}: " + "; ".join(
-            f"{f} is not a Megatron-LM argument" + (f" ({hint})" if hint else "")
+            f"{shown_name(f)} is not a Megatron-LM argument" + (f" ({hint})" if hint else "")
             if f not in REMOVED_ARGUMENTS else f"{f}: {hint}" for f, hint in refused) + (
             "" if all(f in REMOVED_ARGUMENTS for f, _ in refused) else
             " (Megatron-LM's argparse stops on an argument it does not define; give "
@@ -521,7 +522,7 @@ def parse_variable(item: str) -> tuple[str, str]:
     """
     name, eq, value = item.partition("=")
     if not eq or not (name.isdigit() and name != "0" or name.isidentifier() and name.isascii()):
-        raise MegatronArgsError(f"--var {item!r}: expected NAME=VALUE (a shell variable name "
+        raise MegatronArgsError(f"--var {short_repr(item)}: expected NAME=VALUE (a shell variable name "
                                 "or a positional parameter 1, 2 ...)")
     return name, value
 
