@@ -206,11 +206,22 @@ def test_the_examples_ramp_up_is_refused_as_megatron_does(tmp_path):
     assert ("rule iteration-based-no-rampup: \"expected no batch-size rampup for iteration-based "
             "training\"" in str(exc.value))
     assert "--train-iters 500000, --rampup-batch-size 16 16 5859375" in str(exc.value)
-    # a sample-based run may ramp the batch up: listed as ignored (training days assume the
-    # full batch from the first step)
+    # and it is a ramp-up, refused by name with it (not modelled: the iterations and their
+    # time are those of the full batch)
+    assert ("--rampup-batch-size 16 16 5859375: not modelled (the global batch ramps up"
+            in str(exc.value))
+    # a sample-based run may ramp the batch up in Megatron-LM; the simulation assumes the full
+    # batch from the first step, so the ramp-up is refused by name (it was listed as ignored,
+    # and the run's iterations and days counted at the full batch)
     one = _write(tmp_path, "gpt_1p3b.sh", GPT_1P3B.replace(
         "--train-samples", "--rampup-batch-size 32 32 1000000 --train-samples"))
-    assert dict(import_file(one).ignored).keys() == {"--rampup-batch-size"}
+    with pytest.raises(MegatronArgsError) as exc:
+        import_file(one)
+    assert str(exc.value) == (
+        f"{one}: --rampup-batch-size 32 32 1000000: not modelled (the global batch ramps up "
+        "from its first value over the first samples (rampup_batch_size: start, increment, "
+        "samples): the per-iteration simulation and the iterations-to-train count assume "
+        "--global-batch-size from the first step; drop it to plan the full-batch phase)")
 
 
 def test_gpt3_175b_script(tmp_path):
@@ -645,9 +656,8 @@ def test_checkpoint_interval_and_async_save_are_read_and_written(tmp_path):
                                         "    --persistent-save-interval 300")  # the last wins
     rel = import_file(_write(tmp_path, "alias.sh", other)).session.reliability
     assert (rel.checkpoint_interval_iterations, rel.async_save) == (300, False)
-    plain = GPT3_175B_NO_RAMPUP.replace("    --save-interval 10000\n", "")
-    rel = import_file(_write(tmp_path, "plain.sh", plain)).session.reliability
-    assert (rel.checkpoint_interval_iterations, rel.async_save) == (None, False)
+    # --save without --save-interval: one checkpoint at the end (test_save_without_an_interval_
+    # saves_only_at_the_end); a session without the section (Daly's optimum) writes neither
     args = export_arguments(Session(res.session.model, res.session.plan, res.session.cluster,
                                     res.session.cost))
     assert "--save-interval" not in args and "--async-save" not in args
@@ -662,6 +672,92 @@ def test_checkpoint_interval_and_async_save_are_read_and_written(tmp_path):
         "--save-interval 10000", f"--save-interval {2 ** 40}")))
     assert huge.session.reliability.checkpoint_interval_iterations == 2 ** 40 - 1
     assert "--save-interval" in dict(never.notes)
+
+
+#: The note of a launch with --save and no --save-interval (Megatron-LM saves at the end only).
+SAVE_AT_THE_END = ("without --save-interval: no periodic checkpoint, one at the end of the run "
+                   "(training.py saves periodically only if args.save and args.save_interval; "
+                   "save_interval defaults to None) (reliability.checkpoint_interval_iterations "
+                   "1,099,511,627,775, beyond any run)")
+
+#: The note of Megatron-LM's start-up rule that such a launch breaks (left on import).
+SAVE_INTERVAL_RULE = (
+    "Megatron-LM (d98e8a6) refuses it (\"assert args.save_interval is not None\", "
+    "megatron/training/arguments.py validate_args); imported as the earlier versions that run "
+    "it do, and vtrain export megatron-args writes no launch that breaks it")
+
+
+def test_save_without_an_interval_saves_only_at_the_end(tmp_path, capsys):
+    """Megatron-LM's training.py saves periodically only ``if args.save and args.save_interval
+    and iteration % args.save_interval == 0`` (save_interval defaults to None) and once at the
+    end ``if args.save``: a launch with --save and no --save-interval saves at the end only,
+    the value --save-interval 0 imports as (2^40 - 1, beyond any run), noted naming the rule.
+    It imported as Daly's optimum interval, a guess no Megatron-LM run makes. This commit's
+    validate_args asserts an interval above 0 with --save (rules save-interval-given and
+    save-interval-positive; the Megatron-Core 0.17.1-0.19.0 wheels' megatron/training/
+    arguments.py): noted, imported as training.py runs it. The export writes --save-interval
+    2^40 - 1, which Megatron-LM accepts, so the launch with --save added reads back the same,
+    and the goodput report says one save at the end, as for --save-interval 0."""
+    plain = GPT3_175B_NO_RAMPUP.replace("    --save-interval 10000\n", "")
+    res = import_file(_write(tmp_path, "plain.sh", plain))
+    rel = res.session.reliability
+    assert (rel.checkpoint_interval_iterations, rel.async_save) == (2 ** 40 - 1, False)
+    assert dict(res.notes)["--save"] == SAVE_AT_THE_END
+    assert dict(res.notes)["rule save-interval-given"] == SAVE_INTERVAL_RULE
+    zero_res = import_file(_write(tmp_path, "zero.sh", GPT3_175B_NO_RAMPUP.replace(
+        "--save-interval 10000", "--save-interval 0")))
+    zero = zero_res.session
+    assert zero.reliability == rel
+    assert dict(zero_res.notes)["rule save-interval-positive"].startswith(
+        "Megatron-LM (d98e8a6) refuses it (\"assert args.save_interval > 0\"")
+    # export: an interval no run reaches (Megatron-LM asserts one above 0 with --save)
+    args = export_arguments(res.session)
+    assert args[args.index("--save-interval") + 1] == "1099511627775" and "--save" not in args
+    assert not broken_rules(args + ["--save", "/ckpt"])
+    script = export_script(res.session)
+    assert "Daly" not in script  # the interval is the session's own, not the optimum
+    back = import_file(_write(tmp_path, "back.sh", script.replace(
+        "    --train-samples", "    --save /ckpt \\\n    --train-samples"))).session
+    assert back.reliability == rel
+    # with async saves the round trip keeps both fields
+    both = import_file(_write(tmp_path, "async.sh", plain.replace(
+        "--save $CHECKPOINT_PATH", "--save $CHECKPOINT_PATH\n    --async-save"))).session
+    assert (both.reliability.checkpoint_interval_iterations, both.reliability.async_save) == (
+        2 ** 40 - 1, True)
+    again = import_file(_write(tmp_path, "async_back.sh", export_script(both).replace(
+        "    --train-samples", "    --save /ckpt \\\n    --train-samples"))).session
+    assert again.reliability == both.reliability
+    # a Daly session (no interval in the session) says in the script that no argument gives it
+    daly = Session(res.session.model, res.session.plan, res.session.cluster, res.session.cost)
+    text = export_script(daly)
+    assert "# checkpoint interval: the session's is Daly's optimum, which no argument gives" in text
+    # the goodput report of a short run: one save at the end, as --save-interval 0 gives
+    # (GPT-3 175B's 500,000 iterations without a periodic save would never finish, refused)
+    tiny = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+            "--micro-batch-size 1 --vocab-size 128 --train-iters 100 --save /c")
+    lines = {}
+    for name, extra in (("plain", ""), ("zero", " --save-interval 0")):
+        launch, path = _write(tmp_path, f"{name}.txt", tiny + extra), tmp_path / f"{name}.json"
+        assert main(["import", "megatron-args", str(launch), "--num-gpus", "1", "--out",
+                     str(path)]) == 0
+        capsys.readouterr()
+        assert load_session(path).reliability.checkpoint_interval_iterations == 2 ** 40 - 1
+        assert main(["simulate", str(path)]) == 0
+        out = capsys.readouterr().out
+        (lines[name],) = [" ".join(ln.split()) for ln in out.splitlines()
+                          if "Checkpoint interval" in ln]
+    assert lines["plain"] == lines["zero"]
+    assert lines["plain"].endswith("given); 1 saves")
+    # GPT-3 175B's 500,000 iterations with one save at the end never finish under failures:
+    # refused, saying how to give an interval
+    big = tmp_path / "gpt3.json"
+    save_session(res.session, big)
+    assert main(["simulate", str(big)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("the run would never finish (e^74 attempts per segment); reliability.checkpoint_"
+            "interval_iterations 2^40 - 1 saves only at the end (Megatron-LM's --save without "
+            "--save-interval, or with 0): give an interval (--save-interval N), or a smaller "
+            "interval") in err
 
 
 def test_without_save_megatron_saves_no_checkpoint(tmp_path):
@@ -1027,7 +1123,8 @@ def test_deepseek_v3_without_an_attention_flag_imports_as_flash(tmp_path):
     assert (m.moe_router_num_groups, m.moe_router_group_topk) == (8, 4)  # node-limited routing
     assert res.notes == [("attention", "Megatron-Core's default --attention-backend auto: "
                           "Transformer Engine picks its fused (cuDNN) or flash attention, timed "
-                          "as FlashAttention")]
+                          "as FlashAttention"), ("--save", SAVE_AT_THE_END),
+                         ("rule save-interval-given", SAVE_INTERVAL_RULE)]
     assert res.neutral == ["--max-position-embeddings", "--norm-epsilon", "--rotary-base",
                            "--rotary-scaling-factor", "--mscale", "--mscale-all-dim",
                            "--moe-router-topk-scaling-factor", "--moe-router-score-function",

@@ -181,6 +181,8 @@ def test_every_rule_fires_and_is_kept():
                                       "--train-iters 0"),
         "iteration-based-one-warmup": ("--train-iters 100 --lr-warmup-fraction .01 "
                                        "--lr-warmup-iters 10", "--lr-warmup-iters 0"),
+        "save-interval-given": ("--save /ckpt", "--save-interval 10"),
+        "save-interval-positive": ("--save /ckpt --save-interval 0", "--save-interval 10"),
         "sample-based-lr-decay": ("--train-samples 100 --lr-decay-iters 90", "--train-samples 0"),
         "sample-based-lr-warmup": ("--train-samples 100 --lr-warmup-iters 9",
                                    "--lr-warmup-iters 0"),
@@ -349,7 +351,7 @@ torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES pretrain_gpt.py \
     ${TRAINING_ARGS[@]} \
     --pipeline-model-parallel-size=32 \
     --vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt \
-    --save $CHECKPOINT_PATH --sequence-parallel \
+    --save $CHECKPOINT_PATH --save-interval 1000 --sequence-parallel \
     --recompute-activations
 echo done
 """

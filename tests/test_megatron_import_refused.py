@@ -197,10 +197,13 @@ def test_every_refused_argument_given_off_its_default_is_refused_by_name():
     read_by_mappings = {"--optimizer", "--optimizer-cpu-offload", "--cpu-offloading-num-layers",
                         "--fine-grained-activation-offloading", "--fp32-residual-connection",
                         "--distribute-saved-activations", "--moe-expert-capacity-factor",
-                        "--moe-pad-expert-input-to-capacity", "--use-tp-pp-dp-mapping"}
+                        "--moe-pad-expert-input-to-capacity", "--use-tp-pp-dp-mapping",
+                        "--output-logit-dtype"}
     needs_values = {"--fp8-format": "hybrid --bf16", "--mtp-num-layers": "1",
                     "--first-last-layers-bf16": "", "--moe-paged-stash": "",
-                    "--fine-grained-activation-offloading": ""}
+                    "--fine-grained-activation-offloading": "",
+                    "--overlap-moe-expert-parallel-comm": "", "--use-megatron-fsdp": "",
+                    "--defer-embedding-wgrad-compute": ""}
     hybrid = {"--is-hybrid-model", "--hybrid-override-pattern", "--mamba-state-dim",
               "--mamba-head-dim", "--mamba-num-groups", "--hybrid-attention-ratio",
               "--hybrid-mlp-ratio"}
@@ -239,9 +242,20 @@ def test_the_reclassification_is_the_tables():
         "--fp8-format", "--first-last-layers-bf16")
     # what stays ignored: second-order kernel, fusion, bucket and SM-count switches
     for flag in ("--no-bias-swiglu-fusion", "--ddp-bucket-size", "--moe-deepep-num-sms",
-                 "--tp-comm-overlap-cfg", "--rampup-batch-size", "--manual-gc",
+                 "--tp-comm-overlap-cfg", "--manual-gc",
                  "--moe-token-drop-policy", "--transformer-impl"):
         assert by[flag]["effect"] == "ignored", flag
+    # the second audit: what changes the run's length, its memory or the model's work
+    for flag, only_with in (
+            ("--rampup-batch-size", None), ("--output-logit-dtype", None),
+            ("--fp8-output-proj", ["--fp8-format"]), ("--mtp-detach-heads", ["--mtp-num-layers"]),
+            ("--mtp-hsm", ["--mtp-num-layers"]), ("--qk-l2-norm", None),
+            ("--defer-embedding-wgrad-compute", None),
+            ("--wgrad-deferral-limit", ["--defer-embedding-wgrad-compute"]),
+            ("--ep-overlap-early-attn-memory-release", ["--overlap-moe-expert-parallel-comm"]),
+            ("--keep-fp8-transpose-cache", ["--use-megatron-fsdp", "--fp8-format"])):
+        assert by[flag]["effect"] == "refused" and by[flag]["note"], flag
+        assert by[flag].get("only_with") == only_with, flag
 
 
 @pytest.mark.parametrize("name, text", [
@@ -259,3 +273,92 @@ def test_llama3_8b_fp8_example_still_imports(tmp_path):
     path.write_text(LLAMA3_8B_FP8, encoding="utf-8")
     res = import_file(path, gpu="H100-SXM5-80GB", variables={"1": "/ck", "3": "MOCK", "4": "MOCK"})
     assert res.session.plan.precision == "fp8"
+
+
+#: --rampup-batch-size's refusal (resources/megatron_arguments.json's note).
+RAMPUP = ("the global batch ramps up from its first value over the first samples "
+          "(rampup_batch_size: start, increment, samples): the per-iteration simulation and the "
+          "iterations-to-train count assume --global-batch-size from the first step; drop it to "
+          "plan the full-batch phase")
+
+
+def test_a_batch_ramp_up_is_refused_by_name(tmp_path, capsys):
+    """--rampup-batch-size (Megatron-LM: the global batch grows from START by INCREMENT over
+    SAMPLES samples) was listed as ignored in a sample-based run: the iterations, their time and
+    the run's days were counted at the full batch from the first step. Refused by name, with
+    what to do; in an iteration-based run Megatron-LM does not start it either, said with it
+    (rule iteration-based-no-rampup). Exit 2 in the CLI."""
+    samples = "--train-samples 1000 --global-batch-size 8 "
+    assert _refusal(samples + "--rampup-batch-size 2 2 400", num_gpus=8) == (
+        f"a.txt: --rampup-batch-size 2 2 400: not modelled ({RAMPUP})")
+    # the full-batch phase alone imports (what the message says to do)
+    assert _import(samples, num_gpus=8).session.plan.global_batch_size == 8
+    iters = _refusal("--train-iters 100 --rampup-batch-size 2 2 400")
+    assert iters == (
+        f"a.txt: --rampup-batch-size 2 2 400: not modelled ({RAMPUP}); and Megatron-LM "
+        "(d98e8a6) refuses to start it: rule iteration-based-no-rampup: \"expected no "
+        "batch-size rampup for iteration-based training\" (megatron/training/arguments.py "
+        "validate_args); change one of: --train-iters 100, --rampup-batch-size 2 2 400")
+    path = tmp_path / "ramp.sh"
+    path.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py " + BASE + samples
+                    + "--rampup-batch-size 2 2 400\n", encoding="utf-8")
+    assert main(["import", "megatron-args", str(path), "--out", str(tmp_path / "s.json")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--rampup-batch-size 2 2 400: not modelled ({RAMPUP})" in err
+    assert "Traceback" not in err and not (tmp_path / "s.json").exists()
+
+
+#: --output-logit-dtype's note.
+LOGITS = ("the output layer's logits in another dtype than the training precision's: another "
+          "logits memory (and loss kernel) than the one modelled, whose logits are in the "
+          "compute dtype (bf16 under --bf16 and FP8, fp16 under --fp16, fp32 without either)")
+
+
+@pytest.mark.parametrize("extra, compute", [
+    ("--bf16 --output-logit-dtype fp32", "bf16"),
+    ("--bf16 --fp8-format hybrid --output-logit-dtype fp32", "bf16"),
+    ("--fp16 --output-logit-dtype bf16", "fp16"), ("--fp16 --output-logit-dtype fp32", "fp16"),
+    ("--output-logit-dtype bf16", "fp32")])
+def test_logits_in_another_dtype_are_refused(extra, compute):
+    """--output-logit-dtype (logit_dtype): the memory model keeps the logits in the compute
+    dtype (core.model.memory: s*b*V/t*(e + 4) with e the compute dtype's bytes), so fp32 logits
+    under bf16 training (s*b*V/t*4, their own fp32 copy) or bf16 ones under fp32 training are
+    another number: refused by name. It was listed as ignored and the bf16 logits counted."""
+    dtype = extra.split()[-1]
+    assert _refusal(extra) == (f"a.txt: --output-logit-dtype {dtype}: not modelled: the "
+                               f"logits modelled are {compute} ({LOGITS})")
+
+
+@pytest.mark.parametrize("extra, dtype, precision", [
+    ("--bf16 --output-logit-dtype bf16", "bf16", "bf16"),
+    ("--bf16 --fp8-format hybrid --output-logit-dtype bf16", "bf16", "fp8"),
+    ("--output-logit-dtype fp32", "fp32", "fp32")])
+def test_logits_in_the_compute_dtype_change_nothing(extra, dtype, precision):
+    res = _import(extra)
+    assert res.session.plan.precision == precision
+    assert res.ignored["--output-logit-dtype"] == (
+        f"{dtype}: no effect, the logits are {dtype} already (the training precision's compute "
+        "dtype)")
+
+
+MTP_DETACH = ("multi-token-prediction heads detached from the main model: another backward "
+              "through the MTP layers than the one simulated (Megatron-Core's default MTP layers)")
+MTP_HSM = ("a variant of the multi-token-prediction layers (mtp_hsm) other than Megatron-Core's "
+           "default MTP layers, the ones simulated")
+FP8_OUT = ("an output projection's GEMM in FP8 beside the FP8 recipe's linear layers: another "
+           "set of FP8 GEMMs than the one simulated")
+
+
+@pytest.mark.parametrize("flag, needs, note", [
+    ("--mtp-detach-heads", "--mtp-num-layers 1", MTP_DETACH),
+    ("--mtp-hsm", "--mtp-num-layers 1", MTP_HSM),
+    ("--fp8-output-proj", "--bf16 --fp8-format hybrid", FP8_OUT)])
+def test_mtp_variants_and_the_fp8_output_projection_are_refused_where_they_act(flag, needs, note):
+    """The MTP layers simulated are Megatron-Core's default ones (core.model.mtp); detached
+    heads and mtp_hsm are other MTP layers, refused by name with --mtp-num-layers (without it
+    Megatron-LM builds no MTP layer: listed as having no effect). --fp8-output-proj changes
+    which GEMMs run in FP8: refused with --fp8-format, of no effect without it."""
+    assert _refusal(f"{needs} {flag}") == f"a.txt: {flag}: not modelled ({note})"
+    res = _import(flag)
+    assert res.ignored[flag] == f"no effect without {needs.split()[-2]} ({note})"
+    assert res.session.model.mtp_num_layers == 0

@@ -374,7 +374,11 @@ def goodput(*, iteration_time_s: float, num_iterations: int, num_gpus: int, reli
             "attempts per segment)" + (
                 "; reliability.checkpoint_interval_iterations 2^40 saves no checkpoint (Megatron-"
                 "LM without --save): give --save and an interval, or a smaller interval"
-                if never else "")))])
+                if never else
+                "; reliability.checkpoint_interval_iterations 2^40 - 1 saves only at the end "
+                "(Megatron-LM's --save without --save-interval, or with 0): give an interval "
+                "(--save-interval N), or a smaller interval"
+                if rel.checkpoint_interval_iterations == NO_CHECKPOINT_INTERVAL - 1 else "")))])
     num_ckpt = 0 if never else sum(c for _, c in segs)
     expected = float(sum(c * segment_expected_s(x, M, R) for x, c in segs))
     if math.isfinite(M):

@@ -493,6 +493,16 @@ NOT_IN_THE_PLAN = (
     "YOUR_SCRIPT.sh --out NEW.sh keeps your launch's own lines and replaces the plan's",
 )
 
+#: Written under the launch of a session whose checkpoint interval is Daly's optimum (empty
+#: ``reliability.checkpoint_interval_iterations``), which no Megatron-LM argument gives; with
+#: ``--save`` Megatron-LM's validate_args asserts a ``--save-interval`` above 0 (rules
+#: ``save-interval-given``, ``save-interval-positive``).
+DALY_NOT_WRITTEN = (
+    "checkpoint interval: the session's is Daly's optimum, which no argument gives; with --save",
+    "Megatron-LM needs --save-interval N (validate_args asserts one above 0): take N from",
+    "vtrain simulate's goodput report",
+)
+
 #: Written above the torchrun line of a launch on more than one host: torchrun starts the
 #: processes of one host, and the hosts find each other only through a rendezvous, which the
 #: session cannot know (PyTorch's torchrun documentation, "Multi-node multi-worker":
@@ -559,6 +569,9 @@ def export_script(session: Session, script: str = "pretrain_gpt.py") -> str:
         lines.append("    " + " ".join(shell_word(a) for a in args[i:j]) + " \\")
         i = j
     lines[-1] = lines[-1][:-2]
+    rel = getattr(session, "reliability", None)
+    if rel is None or rel.checkpoint_interval_iterations is None:
+        lines += [shell_comment(line) for line in DALY_NOT_WRITTEN]
     lines += [shell_comment(line) for line in NOT_IN_THE_PLAN]
     samples = train_samples(session)
     if samples * session.model.seq_length != session.cost.training_tokens:

@@ -344,7 +344,9 @@ def _recompute_and_precision_words(session: Session) -> list[str]:
     if (rel is not None and rel.checkpoint_interval_iterations is not None
             and rel.checkpoint_interval_iterations != NO_CHECKPOINT_INTERVAL):
         # no checkpoint (Megatron-LM without --save): no interval to write; the import reads
-        # a launch without --save back as this session
+        # a launch without --save back as this session. One save at the end (2^40 - 1) is
+        # written as that interval: Megatron-LM asserts one above 0 with --save (rules
+        # save-interval-given, save-interval-positive), and no run reaches it
         out += ["--save-interval", str(rel.checkpoint_interval_iterations)]
     if rel is not None and rel.async_save:
         out.append("--async-save")

@@ -13,7 +13,8 @@ t = p = cp = 1, d = world / (t * p * cp), ``--global-batch-size`` defaults to
 from __future__ import annotations
 
 from core.schedules import megatron_schedule
-from core.io.megatron.arguments import (MEGATRON_FSDP_STRATEGIES, MEGATRON_PLAN_DEFAULTS,
+from core.io.megatron.arguments import (BY_OPTION, MEGATRON_FSDP_STRATEGIES,
+                                        MEGATRON_PLAN_DEFAULTS,
                                         MegatronArgsError, field_exists)
 from core.io.megatron.launch import Launch
 from core.io.megatron.mapping import Mapper, int_argument, one_value
@@ -548,7 +549,8 @@ def _cuda_graphs(mp: Mapper) -> None:
 
 
 def _precision(mp: Mapper) -> None:
-    """bf16, fp16 or fp32, and FP8 (format and recipe) on bf16 weights."""
+    """bf16, fp16 or fp32, and FP8 (format and recipe) on bf16 weights; and the logits' dtype
+    (:func:`_logit_dtype`)."""
     args, src = mp.args, mp.source
     # precision
     fp8 = one_value(args, "--fp8-format", src) if mp.take("--fp8-format") else None
@@ -574,6 +576,27 @@ def _precision(mp: Mapper) -> None:
     else:
         mp.set("--bf16" if bf16 else "--fp16" if fp16 else "precision", "plan.precision",
                "bf16" if bf16 else "fp16" if fp16 else MEGATRON_PLAN_DEFAULTS["precision"])
+    _logit_dtype(mp, "bf16" if bf16 else "fp16" if fp16 else "fp32")
+
+
+def _logit_dtype(mp: Mapper, compute: str) -> None:
+    """``--output-logit-dtype`` (``logit_dtype``; Megatron-LM's default None: the output
+    layer's own dtype). The memory model keeps the logits in the compute dtype ``compute``
+    (:func:`core.plan.parallel.tensor_dtype`: bf16 under ``--bf16`` and FP8, fp16 under
+    ``--fp16``, fp32 without either; :func:`core.model.memory`'s logits term): the same dtype
+    changes nothing, listed as having no effect; another is a logits memory (and a loss
+    kernel) the model does not have, refused by name (resources/megatron_arguments.json's
+    note), never counted as the compute dtype's."""
+    flag = "--output-logit-dtype"
+    if not mp.take(flag):
+        return
+    dtype = one_value(mp.args, flag, mp.source)  # bf16 or fp32: the parser's choices, checked
+    if dtype == compute:
+        mp.ignored.append((flag, f"{dtype}: no effect, the logits are {compute} already (the "
+                           "training precision's compute dtype)"))
+    else:
+        mp.refuse(f"{flag} {dtype}", f"not modelled: the logits modelled are {compute} "
+                  f"({BY_OPTION[flag].note})")
 
 
 def map_plan(mp: Mapper, launch: Launch, L: int, *, num_gpus: int | None = None,

@@ -91,6 +91,9 @@ OPTIONS: dict[str, tuple[str, Any, Any]] = {
     "--recompute-granularity": ("recompute_granularity", None, None),
     "--recompute-method": ("recompute_method", None, None),
     "--recompute-num-layers": ("recompute_num_layers", None, None),
+    "--save": ("save", None, None),
+    "--persistent-save-interval": ("save_interval", None, None),  # --save-interval's other name
+    "--save-interval": ("save_interval", None, None),
     "--train-iters": ("train_iters", None, None),
     "--train-samples": ("train_samples", None, None),
     "--rampup-batch-size": ("rampup_batch_size", 3, None),
@@ -293,6 +296,18 @@ RULES: tuple[Rule, ...] = (
          lambda ns: bool(ns["train_iters"]) and ns["lr_warmup_fraction"] is not None,
          lambda ns: ns["lr_warmup_iters"] == 0,
          "can only specify one of lr-warmup-fraction and lr-warmup-iters"),
+    # checkpoints: "if args.save is not None: assert args.save_interval is not None; assert
+    # args.save_interval > 0" (bare assertions: their text is the statement; the same lines in
+    # the megatron/training/arguments.py of the Megatron-Core 0.17.1, 0.18.2 and 0.19.0 wheels).
+    # training.py reads a falsy interval as no periodic save ("if args.save and
+    # args.save_interval and ..."), one at the end: the import reads it so (2^40 - 1), noted;
+    # the export writes an interval for every session that saves
+    Rule("save-interval-given", lambda ns: ns["save"] is not None,
+         lambda ns: ns["save_interval"] is not None, "assert args.save_interval is not None",
+         on_import=False),
+    Rule("save-interval-positive",
+         lambda ns: ns["save"] is not None and isinstance(ns["save_interval"], int),
+         lambda ns: ns["save_interval"] > 0, "assert args.save_interval > 0", on_import=False),
     # the "Sample-based training" block
     Rule("sample-based-lr-decay", lambda ns: bool(ns["train_samples"]),
          lambda ns: ns["lr_decay_iters"] is None, "expected sample-based learning rate decay"),
@@ -376,6 +391,12 @@ SESSION_FIELDS = {
     "iteration-based-lr-decay": "(a launch's own arguments: the export writes no schedule)",
     "iteration-based-lr-warmup": "(a launch's own arguments: the export writes no schedule)",
     "iteration-based-no-rampup": "(a launch's own arguments: the export writes no ramp-up)",
+    "save-interval-given": "reliability.checkpoint_interval_iterations (the export writes "
+                           "--save-interval for a session that saves, 2^40 - 1 for one save at "
+                           "the end, and leaves --save to you)",
+    "save-interval-positive": "reliability.checkpoint_interval_iterations (the export writes "
+                              "--save-interval for a session that saves, 2^40 - 1 for one save "
+                              "at the end, and leaves --save to you)",
     "iteration-based-one-warmup": "(a launch's own arguments: the export writes no schedule)",
     "sample-based-lr-decay": "(a launch's own arguments: the export writes no schedule)",
     "sample-based-lr-warmup": "(a launch's own arguments: the export writes no schedule)",
@@ -429,7 +450,8 @@ _INT_DESTS = frozenset({"num_layers", "micro_batch_size", "global_batch_size", "
                         "num_virtual_stages_per_pipeline_rank",
                         "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
                         "train_iters", "train_samples", "lr_decay_samples",
-                        "lr_warmup_samples", "lr_decay_iters", "lr_warmup_iters"})
+                        "lr_warmup_samples", "lr_decay_iters", "lr_warmup_iters",
+                        "save_interval"})
 
 
 def broken_rules(args: Iterable[str]) -> list[Rule]:

@@ -41,7 +41,7 @@ from core.io.megatron.launch import Launch, parse_arguments, read_launch
 from core.io.megatron.mapping import Mapper, int_argument
 from core.io.megatron.model_arguments import MOE_ONLY, map_model
 from core.io.megatron.plan_arguments import map_plan
-from core.io.megatron.rules import MEGATRON_COMMIT, OPTIONS, broken_rules, options_read
+from core.io.megatron.rules import MEGATRON_COMMIT, OPTIONS, Rule, broken_rules, options_read
 from core.plan.cluster import (GPU_HOST_GPUS, GPU_NVLINK_DOMAIN, NVLINK_DOMAIN_SPANS_HOSTS,
                                ClusterConfig, CostConfig, ReliabilityConfig)
 from core.plan.fields import ConfigError, FieldError
@@ -135,15 +135,20 @@ def _token_budget(mp: Mapper, s: int, B: int) -> None:
 def _checkpoints(mp: Mapper) -> None:
     """The run's checkpoints (docs/goodput.md): ``--save-interval`` (or its other name
     ``--persistent-save-interval``; the last given wins, as argparse takes one dest) is
-    ``reliability.checkpoint_interval_iterations``, ``--async-save`` ``reliability.async_save``.
-    Without them the session keeps its defaults (Daly's optimum interval, synchronous saves).
+    ``reliability.checkpoint_interval_iterations``, ``--async-save`` ``reliability.async_save``
+    (without it synchronous saves, Megatron-LM's default).
 
     Megatron-LM saves only with ``--save`` (a directory): ``training.py`` saves periodically
     ``if args.save and args.save_interval and iteration % args.save_interval == 0`` and at the
     end ``if args.save and ...``. A launch without it saves nothing: the interval is one no run
     reaches (``checkpoint_interval_iterations``' maximum, 2**40; a failure restarts the run from
     its start), noted, and ``--save-interval`` and ``--async-save`` are listed as having no
-    effect, as the Bridge importer reads ``checkpoint.save: null``."""
+    effect, as the Bridge importer reads ``checkpoint.save: null``. With ``--save`` and an
+    interval of 0, or none (``save_interval`` defaults to None, falsy like 0), Megatron-LM saves
+    no periodic checkpoint, one at the end: 2**40 - 1, an interval beyond any run, noted with
+    that rule (never Daly's optimum, which Megatron-LM does not run). This commit's
+    ``validate_args`` refuses both (rules ``save-interval-given`` and ``save-interval-positive``
+    of :mod:`core.io.megatron.rules`, left on import: :func:`import_file` notes them)."""
     args, src = mp.args, mp.source
     given = [f for f in args if f in ("--save-interval", "--persistent-save-interval")]
     for flag in given:
@@ -174,6 +179,13 @@ def _checkpoints(mp: Mapper) -> None:
         elif n >= never:  # with --save Megatron-LM saves at the end (2^40 is no save at all)
             n = never - 1
         mp.set(given[-1], "reliability.checkpoint_interval_iterations", n)
+    else:  # save_interval None: falsy, as 0 is, so training.py saves only at the end
+        mp.notes.append(("--save", "without --save-interval: no periodic checkpoint, one at the "
+                         "end of the run (training.py saves periodically only if args.save and "
+                         "args.save_interval; save_interval defaults to None) "
+                         f"(reliability.checkpoint_interval_iterations {never - 1:,}, beyond any "
+                         "run)"))
+        mp.set("--save", "reliability.checkpoint_interval_iterations", never - 1)
     if mp.switch("--async-save"):
         mp.set("--async-save", "reliability.async_save", True)
 
@@ -205,6 +217,9 @@ def _refuse_other_models(mp: Mapper, launch: Launch) -> None:
         mp.refuse(hybrid[0], "a hybrid model (Mamba / state-space layers beside attention and "
                   "MLP) is not modelled: timing its layers as transformer layers would be "
                   "another model" + (f" (also: {', '.join(hybrid[1:])})" if hybrid[1:] else ""))
+    # Megatron-LM's start-up rules each refused argument breaks, said with its refusal (a
+    # launch Megatron-LM does not start: --rampup-batch-size with --train-iters)
+    broken: list[Rule] | None = None
     for flag in args:  # the table's other arguments that change the work in an unmodelled way
         if flag not in REFUSED_ARGUMENTS or flag in _HYBRID_FLAGS or flag in mp.used \
                 or flag == "--spec" and hybrid:  # a mapping read it; a Mamba spec is named above
@@ -219,7 +234,19 @@ def _refuse_other_models(mp: Mapper, launch: Launch) -> None:
             mp.used.add(flag)
             continue
         given = " ".join([flag, *args[flag]])
-        mp.refuse(given, f"not modelled ({REFUSED_ARGUMENTS[flag]})")
+        if broken is None:
+            broken = [r for r in broken_rules(launch.arguments) if r.on_import]
+        rules = [_rule_words(r, launch.arguments, args) for r in broken
+                 if flag in options_read(r, launch.arguments)]
+        mp.refuse(given, f"not modelled ({REFUSED_ARGUMENTS[flag]})" + "".join(
+            f"; and Megatron-LM ({MEGATRON_COMMIT[:7]}) refuses to start it: {w}" for w in rules))
+
+
+def _rule_words(rule: Rule, arguments: list[str], given: dict[str, list[str]]) -> str:
+    """``rule NAME: "Megatron's message" (where); change one of: --a 1, --b`` for a broken
+    start-up rule of a launch (``arguments`` as read, ``given`` as parsed)."""
+    return (f"rule {rule.name}: \"{rule.message}\" ({rule.source}); change one of: "
+            + ", ".join(_as_given(o, given) for o in options_read(rule, arguments)))
 
 
 def _unused(mp: Mapper, unknown: list[tuple[str, str]]) -> tuple[dict[str, str], list[str]]:
@@ -400,9 +427,7 @@ def refuse_broken_rules(launch: Launch) -> None:
     if not broken:
         return
     given = parse_arguments(launch.arguments, launch.source)
-    parts = [f"rule {r.name}: \"{r.message}\" ({r.source}); change one of: "
-             + ", ".join(_as_given(o, given) for o in options_read(r, launch.arguments))
-             for r in broken]
+    parts = [_rule_words(r, launch.arguments, given) for r in broken]
     raise MegatronArgsError(f"{launch.source}: Megatron-LM ({MEGATRON_COMMIT[:7]}) refuses to "
                             "start this launch, so it is not simulated: " + "; ".join(parts))
 
@@ -506,8 +531,8 @@ def import_file(path: str | Path, **kw: Any) -> MegatronImport:
     for r in broken_rules(res.launch.arguments):  # those left on import: earlier versions run
         res.notes.append((f"rule {r.name}", f"Megatron-LM ({MEGATRON_COMMIT[:7]}) refuses it "
                           f"(\"{r.message}\", {r.source}); imported as the earlier versions "
-                          "that run it do, and vtrain export megatron-args refuses it until "
-                          "it is changed"))
+                          "that run it do, and vtrain export megatron-args writes no launch "
+                          "that breaks it"))
     return with_cluster_comment(res, text, kw)
 
 
