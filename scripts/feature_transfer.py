@@ -48,7 +48,8 @@ def transfer_rows(source):
     import numpy as np
 
     from core.store.residuals import FEATURE_COLUMNS
-    if source is None or not source.has_features or source.feature_columns != FEATURE_COLUMNS:
+    if (source is None or not source.has_features
+            or source.plan_feature_columns != FEATURE_COLUMNS):
         raise SystemExit("the source store's residual table must have every feature column "
                          f"({', '.join(FEATURE_COLUMNS)})")
     cv = source.set == "cross_validated"

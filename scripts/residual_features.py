@@ -2,9 +2,12 @@
 
 The shipped stores' residual tables (``profiles/*.h5``, :mod:`core.store.residuals`) were
 written before the feature columns (:data:`core.store.residuals.FEATURE_COLUMNS`), or before
-their second group (attention kernel, TP overlap, ZeRO stage). This script finds each residual
-row's run, computes its features (:func:`core.store.calibration_range.plan_features`; the
-columns a table already has must come out the same) and writes the store back with the same
+their second group (attention kernel, TP overlap, ZeRO stage) or third (the run's model FLOPs
+per GPU per iteration, :data:`core.store.residuals.THROUGHPUT_COLUMN`: the throughput
+ceiling). This script finds each residual row's run, computes its features
+(:func:`core.store.calibration_range.plan_features`, and
+:func:`core.store.interval.model_flops_per_gpu`; the columns a table already has must come
+out the same) and writes the store back with the same
 op tables, collectives, provenance and residuals (measured and predicted times untouched):
 only the residual table gains columns. A row's run is looked up by its file and data row
 (``file``, ``row``) in the measurement files under ``../shared/data``; a file the reader no
@@ -51,8 +54,8 @@ def features_table(table, sessions_path: Path = SESSIONS):
 
     from core.accuracy.measured import read_measurements
     from core.store.calibration_range import plan_features
-    from core.store.interval import layer_parameters
-    from core.store.residuals import FEATURE_COLUMNS, ResidualTable
+    from core.store.interval import layer_parameters, model_flops_per_gpu
+    from core.store.residuals import FEATURE_COLUMNS, THROUGHPUT_COLUMN, ResidualTable
 
     by_file = _runs_by_file(set(table.file.tolist()))
     pool = [m for m in read_measurements(str(sessions_path)) if m.session is not None
@@ -73,9 +76,9 @@ def features_table(table, sessions_path: Path = SESSIONS):
                 or abs(m.measured_iteration_time_s / table.measured_s[i] - 1) > 1e-9):
             raise SystemExit(f"residual row {i}: its run ({table.file[i]} row {table.row[i]}) "
                              "differs in GPU count or measured time")
-        feats.append(plan_features(s))
+        feats.append({**plan_features(s), THROUGHPUT_COLUMN: model_flops_per_gpu(s.model, s.plan)})
     cols = {c: getattr(table, c) for c in table.COLUMNS}
-    cols.update({c: np.array([f[c] for f in feats]) for c in FEATURE_COLUMNS})
+    cols.update({c: np.array([f[c] for f in feats]) for c in FEATURE_COLUMNS + (THROUGHPUT_COLUMN,)})
     return ResidualTable(**cols, procedure=table.procedure)
 
 
@@ -89,11 +92,11 @@ def main() -> int:
 
     from core.store.image import to_image
     from core.store.profile_store import ProfileStore
-    from core.store.residuals import FEATURE_COLUMNS
+    from core.store.residuals import OPTIONAL_COLUMNS
     paths = args.stores or sorted(str(p) for p in (ROOT / "profiles").glob("*.h5"))
     for path in paths:
         store = ProfileStore.open(path)
-        if store.residuals is None or store.residuals.feature_columns == FEATURE_COLUMNS:
+        if store.residuals is None or store.residuals.feature_columns == OPTIONAL_COLUMNS:
             print(f"{path}: {'no residuals' if store.residuals is None else 'has features'}")
             continue
         old = store.residuals
@@ -111,7 +114,9 @@ def main() -> int:
         again_res, again.residuals = again.residuals, old
         if to_image(again) != before:
             raise SystemExit(f"{path}: the store's contents changed beyond the residual features")
-        assert again_res.feature_columns == FEATURE_COLUMNS and len(again_res) == len(old)
+        assert again_res.feature_columns == OPTIONAL_COLUMNS and len(again_res) == len(old)
+        for c in again_res.COLUMNS + old.feature_columns:  # the columns it had, bit for bit
+            assert np.array_equal(getattr(again_res, c), getattr(old, c)), c
         print(f"{path}: {len(new)} residual rows with features; parameters unchanged")
     return 0
 

@@ -5,7 +5,9 @@ What belongs here: the features of a plan that drive the simulator's error
 mode, pipeline schedule, micro-batch size, sequence length, cp, ep, attention kernel, TP
 communication overlap, FSDP), the check of a plan's
 features against the calibration runs of a residual table (:func:`feature_departures`, data:
-a list of :class:`Departure`, never prose to parse) and the choice of the residuals a plan's
+a list of :class:`Departure`, never prose to parse), the throughput ceiling (a plan predicted
+faster, in model FLOP/s per GPU, than every calibration run of its GPU kind and precision
+class measured: :func:`throughput_ceiling`, :func:`throughput_departure`) and the choice of the residuals a plan's
 band is built from (:func:`conditioned_rows`: runs like the plan, wider only where too few,
 the conditions tried in the order of the residual spread they explain, :func:`condition_order`).
 The band itself is :mod:`core.store.interval`; the table :mod:`core.store.residuals`.
@@ -25,14 +27,16 @@ import numpy as np
 
 from core.plan.parallel import (FP8_DEFAULT_RECIPE, tf32_matmuls, tp_overlap_applies,
                                 zero_shard_size)
-from core.store.residuals import ResidualTable
+from core.store.residuals import THROUGHPUT_COLUMN, ResidualTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.plan.session import Session
 
 __all__ = ["CATEGORY_FEATURES", "RANGE_FEATURES", "CONDITIONS", "MIN_LIKE_RUNS", "Departure",
            "plan_features", "features_of", "model_family", "precision_label", "feature_departures",
-           "conditioned_rows", "condition_order", "explained_spread", "condition_key"]
+           "conditioned_rows", "condition_order", "explained_spread", "condition_key",
+           "THROUGHPUT", "Ceiling", "throughput_ceiling", "throughput_departure",
+           "precision_class"]
 
 #: Features compared by value: a plan's value must be one the calibration runs had. The
 #: attention kernel, the TP communication overlap and FSDP (ZeRO-3) change what is timed
@@ -114,20 +118,37 @@ class Departure:
     Attributes
     ----------
     feature : str
-        One of :data:`core.store.residuals.FEATURE_COLUMNS`.
-    value : str or int
-        The plan's value.
+        One of :data:`core.store.residuals.FEATURE_COLUMNS`, or :data:`THROUGHPUT`.
+    value : str or int or float
+        The plan's value; for :data:`THROUGHPUT` its predicted model FLOP/s per GPU, in
+        10^12 FLOP/s (TFLOP/s).
     calibrated : tuple
-        The distinct values of the calibration runs, sorted.
+        The distinct values of the calibration runs, sorted; for :data:`THROUGHPUT` the one
+        highest measured model TFLOP/s per GPU among the runs of the plan's GPU kind and
+        precision class (:func:`throughput_ceiling`).
+    mfu : tuple
+        :data:`THROUGHPUT` only: ``(the plan's predicted MFU, the ceiling run's MFU)``, 0..1,
+        both against the plan's MFU peak (:func:`core.sim.costing.mfu_peak_flops`; the same GPU
+        kind and precision class); ``()`` when the peak was not given.
+    run : tuple
+        :data:`THROUGHPUT` only: ``(file, row)`` of the ceiling run (its measurement file and
+        1-based data row).
+    of : tuple
+        :data:`THROUGHPUT` only: ``(GPU kind, precision class)`` of the runs compared.
     """
 
     feature: str
     value: Any
     calibrated: tuple
+    mfu: tuple = ()
+    run: tuple = ()
+    of: tuple = ()
 
     @property
     def text(self) -> str:
         """One clause for reports, e.g. ``"cp 8: no calibration run used context parallelism"``."""
+        if self.feature == THROUGHPUT:
+            return self._throughput_text()
         name, cal = _NAMES[self.feature], self.calibrated
         if self.feature in _USES and max(cal) == 1:
             return f"{name} {self.value}: no calibration run used {_USES[self.feature]}"
@@ -139,9 +160,36 @@ class Departure:
             return f"{name} {self.value:,}: the store was calibrated on {span} only"
         return f"{name} {self.value}: the store was calibrated on {', '.join(map(str, cal))} only"
 
+    def _throughput_text(self) -> str:
+        """E.g. ``"predicted 612 TFLOP/s per GPU (MFU 62 %): above every calibration run of
+        H100-SXM5-80GB bf16/fp16 (highest measured 455 TFLOP/s, MFU 46 %: published_runs.csv
+        row 37)"``."""
+        plan_mfu, run_mfu = self.mfu if self.mfu else (None, None)
+        gpu, cls = self.of
+        mine = f" (MFU {100 * plan_mfu:.0f} %)" if plan_mfu is not None else ""
+        theirs = f", MFU {100 * run_mfu:.0f} %" if run_mfu is not None else ""
+        return (f"predicted {self.value:,.0f} TFLOP/s per GPU{mine}: above every calibration "
+                f"run of {gpu} {_CLASS_NAMES.get(cls, cls)} (highest measured "
+                f"{self.calibrated[0]:,.0f} TFLOP/s{theirs}: {self.run[0]} row {self.run[1]})")
+
     def to_dict(self) -> dict:
-        """JSON-able ``{"feature", "value", "calibrated" (list)}``."""
-        return {"feature": self.feature, "value": self.value, "calibrated": list(self.calibrated)}
+        """JSON-able ``{"feature", "value", "calibrated" (list)}``; a :data:`THROUGHPUT`
+        departure adds ``"mfu"`` ([plan, ceiling run], when known), ``"run"`` ({"file", "row"})
+        and ``"of"`` ({"gpu", "precision"}: the precision class)."""
+        out = {"feature": self.feature, "value": self.value, "calibrated": list(self.calibrated)}
+        if self.feature == THROUGHPUT:
+            if self.mfu:
+                out["mfu"] = list(self.mfu)
+            out["run"] = {"file": self.run[0], "row": self.run[1]}
+            out["of"] = {"gpu": self.of[0], "precision": self.of[1]}
+        return out
+
+
+#: The :attr:`Departure.feature` of a plan predicted faster than every calibration run of its
+#: GPU kind and precision class (:func:`throughput_departure`).
+THROUGHPUT = "throughput"
+#: How the reports name a precision class.
+_CLASS_NAMES = {"bf16": "bf16/fp16"}
 
 
 #: Precisions that count as one for the range and the conditions: bf16 and fp16 run the same
@@ -153,18 +201,28 @@ def _precision_class(v: Any) -> str:
     return _SAME_PRECISION.get(str(v), str(v))
 
 
+def precision_class(label: Any) -> str:
+    """The class of a precision label (:func:`precision_label`) the range, the conditions and
+    the throughput ceiling compare: ``bf16`` for bf16 and fp16 (the same 16-bit tensor-core
+    path and peak), the label otherwise (each FP8 recipe its own, ``fp32-tf32``, ...)."""
+    return _precision_class(label)
+
+
 def _python(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
-def feature_departures(table: ResidualTable | None, features: dict[str, Any] | None
-                       ) -> tuple[Departure, ...]:
-    """The features of a plan (:func:`plan_features`) outside the calibration runs of ``table``.
+def feature_departures(table: ResidualTable | None, features: dict[str, Any] | None,
+                       predicted_s: float | None = None) -> tuple[Departure, ...]:
+    """The features of a plan (:func:`plan_features`) outside the calibration runs of ``table``,
+    then its predicted throughput above theirs.
 
     A category feature departs when its value is none of the calibration runs' (bf16 and
     fp16 count as one precision: the same tensor-core path and peak); a range feature when it
-    lies outside their min..max. Empty when the table or the features are
-    missing or the table has no feature columns (nothing to compare with).
+    lies outside their min..max. With ``predicted_s`` (the plan's predicted iteration time,
+    seconds) and ``features["model_flops_per_gpu"]`` (its model FLOPs per GPU per iteration),
+    :func:`throughput_departure` is added last when it departs. Empty when the table or the
+    features are missing or the table has no feature columns (nothing to compare with).
     """
     if table is None or features is None or not table.has_features:
         return ()
@@ -172,7 +230,7 @@ def feature_departures(table: ResidualTable | None, features: dict[str, Any] | N
     if calibrated is None:
         return ()
     out = []
-    for name in table.feature_columns:
+    for name in table.plan_feature_columns:
         cal, classes = calibrated[name]
         v = features[name]
         if name in RANGE_FEATURES:
@@ -183,7 +241,73 @@ def feature_departures(table: ResidualTable | None, features: dict[str, Any] | N
             outside = str(v) not in cal
         if outside:
             out.append(Departure(name, v, cal))
+    flops = features.get(THROUGHPUT_COLUMN)
+    if predicted_s is not None and flops is not None:
+        d = throughput_departure(table, features["gpu"], features["precision"],
+                                 float(flops) / float(predicted_s),
+                                 features.get("mfu_peak_flops"))
+        if d is not None:
+            out.append(d)
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The highest measured model FLOP/s per GPU among a table's calibration runs of one GPU
+    kind and precision class (:func:`throughput_ceiling`).
+
+    Attributes
+    ----------
+    flops_per_s : float
+        ``model_flops_per_gpu / measured_s`` of the run, FLOP/s per GPU.
+    file : str
+        Its measurement file.
+    row : int
+        Its 1-based data row there.
+    """
+
+    flops_per_s: float
+    file: str
+    row: int
+
+
+def throughput_ceiling(table: ResidualTable | None, gpu: str, precision: str) -> Ceiling | None:
+    """The highest measured model FLOP/s per GPU (``model_flops_per_gpu / measured_s``) among
+    the ``cross_validated`` rows of ``table`` with GPU kind ``gpu`` and the precision class
+    (:func:`precision_class`) of ``precision``; the first such row on ties. None when the table
+    lacks the column (:data:`core.store.residuals.THROUGHPUT_COLUMN`, stores written before
+    it) or has no such run. Computed once per table and kept on it."""
+    if table is None or not table.has_throughput:
+        return None
+    key = "_throughput_ceilings"
+    if key not in table.__dict__:
+        rate = table.model_flops_per_gpu / table.measured_s
+        best: dict[tuple[str, str], Ceiling] = {}
+        classes = _precision_classes(table)
+        for i in np.flatnonzero(table.set == "cross_validated").tolist():
+            k = (str(table.gpu[i]), str(classes[i]))
+            if k not in best or rate[i] > best[k].flops_per_s:
+                best[k] = Ceiling(float(rate[i]), str(table.file[i]), int(table.row[i]))
+        table.__dict__[key] = best
+    return table.__dict__[key].get((str(gpu), _precision_class(precision)))
+
+
+def throughput_departure(table: ResidualTable | None, gpu: str, precision: str,
+                         flops_per_s: float, peak_flops: float | None = None
+                         ) -> Departure | None:
+    """A :data:`THROUGHPUT` :class:`Departure` when ``flops_per_s`` (a plan's predicted model
+    FLOP/s per GPU: its model FLOPs per GPU per iteration over its predicted iteration time)
+    is above the :func:`throughput_ceiling` of its GPU kind ``gpu`` and precision label
+    ``precision``, else None (also when there is no ceiling: no run of that kind and class, or
+    a table without the column). No tolerance: strictly above. ``peak_flops`` (the plan's MFU
+    peak, FLOP/s per GPU) adds both MFUs."""
+    ceiling = throughput_ceiling(table, gpu, precision)
+    if ceiling is None or not flops_per_s > ceiling.flops_per_s:
+        return None
+    mfu = ((flops_per_s / peak_flops, ceiling.flops_per_s / peak_flops)
+           if peak_flops else ())
+    return Departure(THROUGHPUT, flops_per_s / 1e12, (ceiling.flops_per_s / 1e12,), mfu,
+                     (ceiling.file, ceiling.row), (str(gpu), _precision_class(precision)))
 
 
 def _calibrated_values(table: ResidualTable) -> dict[str, tuple[tuple, frozenset]] | None:
@@ -196,7 +320,7 @@ def _calibrated_values(table: ResidualTable) -> dict[str, tuple[tuple, frozenset
         out = None
         if cv.any():
             out = {}
-            for name in table.feature_columns:
+            for name in table.plan_feature_columns:
                 cal = tuple(_python(v) for v in np.unique(getattr(table, name)[cv]))
                 out[name] = (cal, frozenset(_precision_class(c) for c in cal))
         table.__dict__[key] = out

@@ -40,7 +40,7 @@ _JSON_KEYS = "json-keys"  # attribute listing the dict-group attributes that hol
 _RESERVED = (_ENC_TYPE, _ENC_VERSION, _JSON_KEYS)
 # encoding-type -> newest encoding-version this build reads
 _GROUP_VERSIONS = {_ROOT_TYPE: SCHEMA_VERSION, "dict": 1, "op-table": 1, "collective-curve": 1,
-                   "residual-table": 3}
+                   "residual-table": 4}
 
 
 #: The one message for a path that is not a readable store (missing, unreadable, not a
@@ -327,8 +327,9 @@ _STR_COLUMNS = tuple(c for c, role in _RESIDUAL_ROLES.items() if role == "str")
 def _write_residuals(g: h5py.Group, table: Any) -> None:
     """Write a :class:`core.store.interval.ResidualTable` as a "residual-table" group: encoding
     version 1 without the feature columns, 2 with the first group of
-    :data:`core.store.residuals.FEATURE_GROUPS`, 3 with both (this build reads all three; a
-    build that reads up to version 2 refuses version 3 by name)."""
+    :data:`core.store.residuals.FEATURE_GROUPS`, 3 with the first two, 4 with the third too
+    (the model FLOPs per GPU, a float column) (this build reads all four; a build that reads
+    up to version 3 refuses version 4 by name)."""
     h5py = load_h5py()  # on first use only: a cached store needs no HDF5
 
     version = 1 + sum(getattr(table, group[0]) is not None for group in FEATURE_GROUPS)
@@ -357,7 +358,7 @@ def _read_residuals(g: h5py.Group) -> Any:
         if feats and len(feats) != len(group):
             raise ProfileStoreError(f"{g.name}: missing feature column(s) "
                                     f"{', '.join(c for c in group if c not in g)}")
-        cols.update({c: _typed_dataset(g[c], _RESIDUAL_ROLES[c]) for c in feats})
+        cols.update({c: _typed_dataset(g[c], _RESIDUAL_ROLES.get(c, "float")) for c in feats})
     procedure = g.attrs.get("procedure", "")
     if not isinstance(procedure, str):
         raise ProfileStoreError(f"{g.name}: attribute 'procedure' is {_type_name(procedure)}, "

@@ -62,7 +62,11 @@ stores' runs, where the normalized conformal band it replaced, each residual sca
 runs' root mean square, covered 84.6-96.2 % at nearly twice the width). The band names the
 conditions applied, those left out and how many like runs it rests on
 (:attr:`PredictionInterval.like_runs`). The plan's features outside the calibration runs
-(:func:`core.store.calibration_range.feature_departures`) are listed with the band. A table without the features (stores written before them) groups by node class only,
+(:func:`core.store.calibration_range.feature_departures`) are listed with the band, and so
+is a predicted throughput above every calibration run of the plan's GPU kind and precision
+class (its model FLOPs per GPU over the predicted time against the runs' measured ones,
+:func:`core.store.calibration_range.throughput_departure`; a table with the
+``model_flops_per_gpu`` column), a departure like the others. A table without the features (stores written before them) groups by node class only,
 as above; so does a table whose runs share every condition (the A100 store).
 
 A plan with such departures keeps that band when the table has no ``feature_transfer``
@@ -94,8 +98,8 @@ import numpy as np
 from core.store.calibration_range import (MIN_LIKE_RUNS, Departure, condition_key,
                                           condition_order, conditioned_rows, feature_departures,
                                           plan_features)
-from core.store.residuals import (FEATURE_COLUMNS, NODE_CLASSES, RESIDUAL_SETS, ResidualTable,
-                                  node_class)
+from core.store.residuals import (FEATURE_COLUMNS, NODE_CLASSES, RESIDUAL_SETS,
+                                  THROUGHPUT_COLUMN, ResidualTable, node_class)
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.plan.session import Session
@@ -301,7 +305,12 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
     features : dict, optional
         The plan's features (:func:`core.store.calibration_range.plan_features`): with a table
         that has the feature columns, the band is conditioned on them and the features
-        outside the calibration runs are listed; None: grouped by node class only.
+        outside the calibration runs are listed; None: grouped by node class only. With
+        ``"model_flops_per_gpu"`` (the plan's model FLOPs per GPU per iteration) and
+        optionally ``"mfu_peak_flops"`` (its MFU peak, FLOP/s per GPU), a plan predicted
+        faster than every calibration run of its GPU kind and precision class departs too
+        (:func:`core.store.calibration_range.throughput_departure`; :func:`session_interval`
+        adds both).
 
     Raises
     ------
@@ -316,7 +325,7 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
     cls = node_class(num_gpus, gpus_per_node)
     outside = _range_note(cls, num_gpus, layer_params, table.calibration_range(cls))
     groups = table.groups()
-    departures = feature_departures(table, features)
+    departures = feature_departures(table, features, predicted_s)
     used: tuple[str, ...] = ()
     dropped: tuple[str, ...] = ()
     like = 0
@@ -452,7 +461,10 @@ def normal_prediction_bounds(residuals: np.ndarray, coverage: float) -> tuple[fl
 def interval_factors(table: ResidualTable | None, num_gpus: np.ndarray, gpus_per_node: int,
                      layer_params: float, coverage: float = DEFAULT_COVERAGE,
                      features: Sequence[dict] | None = None,
-                     feature_index: np.ndarray | None = None
+                     feature_index: np.ndarray | None = None,
+                     above_ceiling: np.ndarray | None = None,
+                     predicted_s: np.ndarray | None = None,
+                     model_flops_per_gpu: np.ndarray | None = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectorized :func:`interval_for` over plans of one model (a sweep's rows).
 
@@ -460,6 +472,12 @@ def interval_factors(table: ResidualTable | None, num_gpus: np.ndarray, gpus_per
     optional) conditions each plan's band as :func:`interval_for` does. With
     ``feature_index`` (int (n,)), ``features`` are distinct dicts and plan ``i`` has
     ``features[feature_index[i]]`` (a sweep's plans share a few hundred).
+
+    ``above_ceiling`` (bool (n,), with ``features``): the plans predicted faster than their
+    throughput ceiling (:func:`core.store.calibration_range.throughput_departure`), with their
+    ``predicted_s`` and ``model_flops_per_gpu`` (float (n,) each): such a plan's factors are
+    those of :func:`interval_for` given its time and FLOPs (a departure: with a
+    ``feature_transfer`` set, the hull with that set's band).
 
     The factors of a plan depend only on its :func:`band_key` (node class, inside the
     calibration range or not, and the values the conditions compare,
@@ -493,9 +511,17 @@ def interval_factors(table: ResidualTable | None, num_gpus: np.ndarray, gpus_per
         else:
             distinct, index = features, np.asarray(feature_index, np.int64).reshape(-1)
     codes: dict = {}
-    cond = np.array([codes.setdefault(_feature_key(table, f) if f is not None else None,
-                                      len(codes))
-                     for f in distinct], np.int64)[index]
+    fkeys = [_feature_key(table, f) if f is not None else None for f in distinct]
+    cond = np.array([codes.setdefault(k, len(codes)) for k in fkeys], np.int64)[index]
+    above = (np.zeros(flat.size, bool) if above_ceiling is None or not conditioned
+             else np.asarray(above_ceiling, bool).reshape(-1))
+    if above.any():  # a throughput departure is a departure: the key of a departing plan
+        departing = {}
+        for k in fkeys:
+            key = (k[0], True if k[1] is not None else None)
+            departing[k] = codes.setdefault(key, len(codes))
+        forced = np.array([departing[k] for k in fkeys], np.int64)[index]
+        cond = np.where(above, forced, cond)
     counts, count_of = np.unique(flat, return_inverse=True)
     count_codes: dict = {}
     per_count = np.array([count_codes.setdefault(
@@ -506,8 +532,13 @@ def interval_factors(table: ResidualTable | None, num_gpus: np.ndarray, gpus_per
     k_lo, k_hi = np.full(first.size, np.nan), np.full(first.size, np.nan)
     k_in = np.zeros(first.size, bool)
     for k, i in enumerate(first.tolist()):
-        iv = interval_for(table, 1.0, int(flat[i]), gpus_per_node, layer_params, coverage,
-                          features=distinct[int(index[i])] if conditioned else None)
+        f = distinct[int(index[i])] if conditioned else None
+        t = 1.0
+        if above[i]:
+            f = {**f, THROUGHPUT_COLUMN: float(np.reshape(model_flops_per_gpu, -1)[i])}
+            t = float(np.reshape(predicted_s, -1)[i])
+        iv = interval_for(table, t, int(flat[i]), gpus_per_node, layer_params, coverage,
+                          features=f)
         if iv.available:
             k_lo[k], k_hi[k] = iv.low_factor, iv.high_factor
         k_in[k] = bool(iv.in_calibration_range)
@@ -655,21 +686,39 @@ def residual_table_from_cv(sessions: Sequence["Session"], measured_s: np.ndarray
         list(rows),
         [s.plan.num_gpus for s in sessions], [s.cluster.gpus_per_node for s in sessions],
         [layer_parameters(s.model) for s in sessions], measured_s, predicted_s,
-        procedure=procedure, **{c: [f[c] for f in feats] for c in FEATURE_COLUMNS})
+        procedure=procedure, **{c: [f[c] for f in feats] for c in FEATURE_COLUMNS},
+        model_flops_per_gpu=[model_flops_per_gpu(s.model, s.plan) for s in sessions])
+
+
+def model_flops_per_gpu(model, plan) -> float:
+    """Model FLOPs of one iteration per GPU: :func:`core.model.counts.model_flops_per_iteration`
+    (Megatron's model-FLOP count, Narayanan et al. 2021 Eq. 3, the count MFU divides) over
+    the world size ``plan.num_gpus``. Over an iteration time, the model FLOP/s per GPU."""
+    from core.model import model_math
+    return model_math.model_flops_per_iteration(model, plan) / plan.num_gpus
 
 
 def session_interval(session: "Session", predicted_s: float, store: "ProfileStore",
                      coverage: float = DEFAULT_COVERAGE) -> PredictionInterval:
-    """:func:`interval_for` of a session's plan with ``store``'s residuals."""
+    """:func:`interval_for` of a session's plan with ``store``'s residuals: its features, its
+    model FLOPs per GPU (:func:`model_flops_per_gpu`) and MFU peak
+    (:func:`core.sim.costing.mfu_peak_flops`, left out where the store has none) for the
+    throughput ceiling."""
+    features = {**plan_features(session),
+                THROUGHPUT_COLUMN: model_flops_per_gpu(session.model, session.plan)}
+    from core.plan.parallel import gemm_peak_dtype  # mfu_peak_flops' dtype (core.sim.costing)
+    peak = getattr(store, "peak_flops", {}).get(gemm_peak_dtype(session.plan))
+    if peak:  # no peak for the dtype: the departure without MFUs
+        features["mfu_peak_flops"] = float(peak)
     return interval_for(getattr(store, "residuals", None), predicted_s, session.plan.num_gpus,
                         session.cluster.gpus_per_node, layer_parameters(session.model),
                         coverage, store_name=f"the {store.device_name} profile store "
                         f"({store.provenance.get('method', 'unknown method')})",
-                        features=plan_features(session))
+                        features=features)
 
 
 __all__ += ["min_residuals", "normal_prediction_bounds", "session_interval", "layer_parameters",
-            "plan_departures", "band_key"]
+            "plan_departures", "band_key", "model_flops_per_gpu"]
 
 
 def interval_line(iv: PredictionInterval) -> str:

@@ -13,24 +13,36 @@ import numpy as np
 
 from core.plan.model_config import ATTENTION_KERNELS
 
-__all__ = ["RESIDUAL_SETS", "NODE_CLASSES", "FEATURE_COLUMNS", "FEATURE_GROUPS", "ResidualTable",
-           "node_class"]
+__all__ = ["RESIDUAL_SETS", "NODE_CLASSES", "FEATURE_COLUMNS", "FEATURE_GROUPS", "THROUGHPUT_COLUMN",
+           "ResidualTable", "node_class"]
 
 #: How a residual row's prediction was obtained (:class:`ResidualTable`'s ``set``). Tables
 #: written before ``feature_transfer`` (2026-12-05) hold the first two only and read as before.
 RESIDUAL_SETS = ("cross_validated", "scale_transfer", "feature_transfer")
 #: Residual groups by node count.
 NODE_CLASSES = ("single_node", "multi_node")
+#: The third group's one column: the run's model FLOPs per GPU per iteration (Megatron's
+#: model-FLOP count, :func:`core.model.counts.model_flops_per_iteration` over the world size:
+#: the count the reported MFU divides), so that ``model_flops_per_gpu / measured_s`` is the
+#: run's measured model FLOP/s per GPU (the throughput ceiling,
+#: :func:`core.store.calibration_range.throughput_ceiling`).
+THROUGHPUT_COLUMN = "model_flops_per_gpu"
 #: Optional columns: the features of each calibration run that drive the error
-#: (:func:`core.store.calibration_range.plan_features`), in two groups, each all or none: the
+#: (:func:`core.store.calibration_range.plan_features`), in groups, each all or none: the
 #: first nine (residual-table encoding version 2), then the attention kernel, the TP
-#: communication overlap and FSDP (ZeRO-3) (version 3, which needs the first group). Tables
-#: written before a group lack it, and what it holds is not compared.
+#: communication overlap and FSDP (ZeRO-3) (version 3), then :data:`THROUGHPUT_COLUMN`
+#: (version 4); each needs the groups before it. Tables written before a group lack it, and
+#: what it holds is not compared.
 FEATURE_GROUPS = (("gpu", "family", "precision", "recompute", "schedule", "micro_batch_size",
                    "seq_length", "cp", "ep"),
-                  ("attention_kernel", "tp_comm_overlap", "fsdp"))
-#: Every feature column a table written now has, in order.
+                  ("attention_kernel", "tp_comm_overlap", "fsdp"),
+                  (THROUGHPUT_COLUMN,))
+#: The plan features a table written now has, in order (compared by
+#: :func:`core.store.calibration_range.feature_departures`; the throughput column is not a
+#: feature of the plan but of its predicted time, and is compared apart).
 FEATURE_COLUMNS = FEATURE_GROUPS[0] + FEATURE_GROUPS[1]
+#: Every optional column, in order.
+OPTIONAL_COLUMNS = tuple(c for group in FEATURE_GROUPS for c in group)
 _STR_FEATURES = ("gpu", "family", "precision", "recompute", "schedule", "attention_kernel",
                  "tp_comm_overlap", "fsdp")
 
@@ -78,6 +90,9 @@ class ResidualTable:
         (``unfused`` or ``flash``, ``model.attention_kernel``), the TP communication overlap
         (``on`` or ``off``, ``plan.tp_comm_overlap``) and whether the weights are sharded
         (``on`` for ``plan.zero_stage`` 3, FSDP; ``off`` for 0-2).
+    model_flops_per_gpu : float array or None
+        The third group (optional, needs the first two): the run's model FLOPs per GPU per
+        iteration (:data:`THROUGHPUT_COLUMN`), > 0.
     """
 
     set: np.ndarray
@@ -101,6 +116,7 @@ class ResidualTable:
     attention_kernel: np.ndarray | None = None
     tp_comm_overlap: np.ndarray | None = None
     fsdp: np.ndarray | None = None
+    model_flops_per_gpu: np.ndarray | None = None
 
     COLUMNS = ("set", "file", "row", "num_gpus", "gpus_per_node", "layer_parameters",
                "measured_s", "predicted_s")
@@ -113,10 +129,20 @@ class ResidualTable:
 
     @property
     def feature_columns(self) -> tuple[str, ...]:
-        """The feature columns the table has: the groups of :data:`FEATURE_GROUPS` it holds,
+        """The optional columns the table has: the groups of :data:`FEATURE_GROUPS` it holds,
         in order (``()`` without features)."""
         return tuple(c for group in FEATURE_GROUPS if getattr(self, group[0]) is not None
                      for c in group)
+
+    @property
+    def plan_feature_columns(self) -> tuple[str, ...]:
+        """The plan features among :attr:`feature_columns` (those of :data:`FEATURE_COLUMNS`)."""
+        return tuple(c for c in self.feature_columns if c in FEATURE_COLUMNS)
+
+    @property
+    def has_throughput(self) -> bool:
+        """True when the table has :data:`THROUGHPUT_COLUMN`."""
+        return self.model_flops_per_gpu is not None
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -124,18 +150,22 @@ class ResidualTable:
         return self.COLUMNS + self.feature_columns
 
     def __post_init__(self) -> None:
-        given = [c for c in FEATURE_COLUMNS if getattr(self, c) is not None]
+        given = [c for c in OPTIONAL_COLUMNS if getattr(self, c) is not None]
         for group in FEATURE_GROUPS:
             part = [c for c in group if c in given]
             if part and len(part) != len(group):
                 missing = [c for c in group if c not in part]
                 raise ValueError(f"residual table has feature column(s) {part} but not "
                                  f"{missing}: all or none")
-        if given and self.gpu is None:
-            raise ValueError(f"residual table has feature column(s) {given} but not "
-                             f"{list(FEATURE_GROUPS[0])}: the later ones need the first")
+        for k, group in enumerate(FEATURE_GROUPS[1:], start=1):
+            before = [c for g in FEATURE_GROUPS[:k] for c in g if c not in given]
+            if group[0] in given and before:
+                raise ValueError(f"residual table has feature column(s) {list(group)} but not "
+                                 f"{before}: the later ones need the first"
+                                 + (" and those before them" if k > 1 else ""))
         for name in given:
-            dtype = str if name in _STR_FEATURES else np.int64
+            dtype = (str if name in _STR_FEATURES else np.float64 if name == THROUGHPUT_COLUMN
+                     else np.int64)
             setattr(self, name, np.asarray(getattr(self, name), dtype=dtype))
         self.set = np.asarray(self.set, dtype=str)
         self.file = np.asarray(self.file, dtype=str)
@@ -153,14 +183,16 @@ class ResidualTable:
         if bad:
             raise ValueError(f"residual table column 'set': unknown value(s) {bad}; "
                              f"expected {RESIDUAL_SETS}")
-        for name in ("measured_s", "predicted_s", "layer_parameters"):
+        for name in ("measured_s", "predicted_s", "layer_parameters") + (
+                (THROUGHPUT_COLUMN,) if THROUGHPUT_COLUMN in given else ()):
             a = getattr(self, name)
             if not np.all(np.isfinite(a) & (a > 0)):
                 raise ValueError(f"residual table column {name!r} must be positive and finite")
         if np.any(self.num_gpus < 1) or np.any(self.gpus_per_node < 1):
             raise ValueError("residual table columns 'num_gpus' and 'gpus_per_node' must be >= 1")
         for name in given:
-            if name not in _STR_FEATURES and np.any(getattr(self, name) < 1):
+            if (name not in _STR_FEATURES and name != THROUGHPUT_COLUMN
+                    and np.any(getattr(self, name) < 1)):
                 raise ValueError(f"residual table column {name!r} must be >= 1")
         allowed_values = {"attention_kernel": ATTENTION_KERNELS, "tp_comm_overlap": ("on", "off"),
                           "fsdp": ("on", "off")}
@@ -185,11 +217,11 @@ class ResidualTable:
         return np.where(self.num_gpus <= self.gpus_per_node, "single_node", "multi_node")
 
     def row_features(self, i: int) -> dict | None:
-        """The features of row ``i`` (each of :attr:`feature_columns` -> str or int), None
-        without them."""
+        """The plan features of row ``i`` (each of :attr:`plan_feature_columns` -> str or int),
+        None without them."""
         if not self.has_features:
             return None
-        return {c: getattr(self, c)[i].item() for c in self.feature_columns}
+        return {c: getattr(self, c)[i].item() for c in self.plan_feature_columns}
 
     def subset(self, mask: np.ndarray) -> "ResidualTable":
         """The rows where ``mask`` (bool (n,) or indices) holds."""

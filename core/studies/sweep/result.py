@@ -22,7 +22,9 @@ from core.model import model_math
 from core.plan.parallel import PLAN_FIELDS, ParallelPlan
 from core.plan.session import Session
 from core.sim.report import memory_verdict_column
-from core.store.calibration_range import features_of
+from core.plan.parallel import gemm_peak_dtype
+from core.store.calibration_range import (features_of, precision_label, throughput_ceiling,
+                                          throughput_departure)
 from core.store.interval import interval_factors, interval_for, layer_parameters, plan_departures
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.plan_rows import PlanRows, plan_column_arrays, row_of_plan
@@ -31,7 +33,8 @@ from core.sim.comm import CollectiveExtrapolation
 from core.util.text import spreadsheet_cell
 
 __all__ = ["SweepResult", "COLUMNS", "column_is_constant", "PLAN_COLUMNS", "BEST_BY_FIELDS",
-           "pareto_front", "least_memory_of_ties", "plan_column_arrays", "column_codes", "plan_figures", "best_row", "plan_label", "plans_note", "with_plans"]
+           "pareto_front", "least_memory_of_ties", "plan_column_arrays", "column_codes", "plan_figures", "best_row", "plan_label", "plans_note", "with_plans",
+           "throughput_departures"]
 
 PLAN_COLUMNS = PLAN_FIELDS
 #: Columns of :meth:`SweepResult.rows` and :meth:`SweepResult.write_csv`, in order.
@@ -792,6 +795,71 @@ def _plan_bands(plans: list[ParallelPlan], model, cluster, residuals, num_gpus: 
     check_cancelled(cancel)
     texts = np.array(plan_departures(residuals, feats), dtype=object)
     return low, high, inside, texts[of].tolist()
+
+
+#: Plan fields :func:`core.store.calibration_range.precision_label` and the MFU peak read.
+_PRECISION_FIELDS = ("precision", "fp8_recipe", "tf32")
+
+
+def throughput_departures(plans: list[ParallelPlan], model, cluster, store, num_gpus: np.ndarray,
+                          iteration_s: np.ndarray, flops: np.ndarray, low_f: np.ndarray,
+                          high_f: np.ndarray, departures: list[str], coverage: float,
+                          plan_columns: dict[str, np.ndarray] | None = None, cancel: Any = None
+                          ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The sweep's bands and departures (:func:`_plan_bands`' ``low_f``, ``high_f`` and
+    ``departures``) with the throughput ceiling: a plan whose predicted model FLOP/s per GPU
+    (``flops / num_gpus / iteration_s``: model FLOPs of an iteration, float (n,), over its
+    world size and predicted seconds) is above every calibration run of its GPU kind and
+    precision class (:func:`core.store.calibration_range.throughput_departure`) gets that
+    departure's text after its others, and, where the store's residuals have a
+    ``feature_transfer`` set and it had no other departure, the band of a departing plan
+    (:func:`core.store.interval.interval_factors` with ``above_ceiling``): each plan's own
+    :func:`core.store.interval.interval_for` given its predicted time and FLOPs. The ceiling is
+    looked up once per distinct precision and the comparison vectorized; the text is made per
+    departing plan. Plans without a time (NaN) never depart. Returns new arrays and list; the
+    inputs are returned unchanged when the residuals lack the throughput column."""
+    residuals = getattr(store, "residuals", None)
+    n = len(plans)
+    if residuals is None or not residuals.has_features or not residuals.has_throughput or not n:
+        return low_f, high_f, departures
+    if plan_columns is None:
+        plan_columns = plan_column_arrays(plans, cancel)
+    of, firsts = column_codes(plan_columns, _PRECISION_FIELDS, n, cancel)
+    gpu = str(cluster.gpu)
+    per_peak, labels = [], []
+    for i in firsts:
+        labels.append(precision_label(plans[i]))
+        per_peak.append(float(store.peak_flops.get(gemm_peak_dtype(plans[i]), 0.0)) or None)
+    found = [throughput_ceiling(residuals, gpu, lab) for lab in labels]  # None: no such run
+    ceiling = np.array([np.inf if c is None else c.flops_per_s for c in found], np.float64)[of]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.asarray(flops, np.float64) / np.asarray(num_gpus, np.float64) \
+            / np.asarray(iteration_s, np.float64)
+    above = np.isfinite(rate) & (rate > ceiling)
+    if not above.any():
+        return low_f, high_f, departures
+    check_cancelled(cancel)
+    rows = np.flatnonzero(above)
+    out = list(departures)
+    for i, g in zip(rows.tolist(), of[rows].tolist()):
+        d = throughput_departure(residuals, gpu, labels[g], float(rate[i]), per_peak[g])
+        text = d.text  # above the ceiling: a departure
+        out[i] = f"{out[i]}; {text}" if out[i] else text
+    low_f, high_f = low_f.copy(), high_f.copy()
+    if residuals.has_set("feature_transfer"):  # a departure widens the band: only plans with none
+        fresh = rows[[not departures[i] for i in rows.tolist()]]
+        if fresh.size:
+            sub_cols = {k: v[fresh] for k, v in plan_columns.items()}
+            f_of, f_firsts = column_codes(sub_cols, _FEATURE_FIELDS, fresh.size, cancel)
+            feats = [features_of(model, cluster, plans[int(fresh[j])]) for j in f_firsts]
+            gpus = np.asarray(num_gpus, np.int64)[fresh]
+            lo, hi, _ = interval_factors(
+                residuals, gpus, cluster.gpus_per_node, layer_parameters(model), coverage,
+                features=feats, feature_index=f_of, above_ceiling=np.ones(fresh.size, bool),
+                predicted_s=np.asarray(iteration_s, np.float64)[fresh],
+                model_flops_per_gpu=np.asarray(flops, np.float64)[fresh] / gpus)
+            low_f[fresh], high_f[fresh] = lo, hi
+    return low_f, high_f, out
 
 
 def best_row(primary: np.ndarray, secondary: np.ndarray, mask: np.ndarray,

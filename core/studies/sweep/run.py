@@ -39,7 +39,7 @@ from core.studies.sweep.phase import PhaseFn
 from core.studies.sweep.plan_rows import (PlanRows, concat_plan_columns, is_broadcast,
                                           plan_column_arrays, plan_keys, row_of_plan)
 from core.studies.sweep.result import (SweepResult, best_row, least_memory_of_ties, pareto_front,
-                                       plan_figures, with_plans)
+                                       plan_figures, throughput_departures, with_plans)
 from core.studies.sweep.space import (SweepSpace, as_list, check_enumerable, divisors,
                                       enumerate_plans, in_budget, index_of_plan,
                                       micro_batch_sizes_of)
@@ -732,6 +732,9 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
     """The :class:`SweepResult` of a sweep whose batches are all solved (``runner``)."""
     plans, store, iteration, num_gpus = runner.plans, runner.store, runner.iteration, runner.num_gpus
     plan_columns, flops, hw_flops, low_f, high_f, in_range, no_band, departures = runner.prepared
+    low_f, high_f, departures = throughput_departures(
+        plans, runner.model, runner.cluster, store, num_gpus, iteration, flops, low_f, high_f,
+        departures, runner.coverage, plan_columns, runner.cancel)
     figures = _figures(runner, session, iteration)
     capacity = float(store.memory_bytes)
     reserve = float(session.cluster.memory_reserve_fraction)
