@@ -87,8 +87,8 @@ def test_the_ceiling_is_the_highest_measured_rate_of_the_gpu_kind_and_precision_
     assert (d8.calibrated, d8.run, d8.mfu) == ((400.0,), ("x.csv", 3), ())
     # in the words and data of the reports
     assert throughput_departure(t, a100, "bf16", 1.9344e14, A100_PEAK).text == (
-        "predicted 193 TFLOP/s per GPU (MFU 62 %): above every calibration run of "
-        "A100-SXM4-80GB bf16/fp16 (highest measured 150 TFLOP/s, MFU 48 %: x.csv row 2)")
+        "predicted MFU 62 % (193 TFLOP/s per GPU by Eq. 3's count): above every calibration run of "
+        "A100-SXM4-80GB bf16/fp16 (highest measured MFU 48 %, 150 TFLOP/s: x.csv row 2)")
     assert d.to_dict() == {"feature": "throughput", "value": above / 1e12, "calibrated": [150.0],
                            "mfu": [above / A100_PEAK, 1.5e14 / A100_PEAK],
                            "run": {"file": "x.csv", "row": 2},
@@ -221,7 +221,7 @@ def test_the_shipped_h100_store_names_the_published_run_as_its_bf16_ceiling(caps
         ("H100-SXM5-80GB", "bf16"))
     assert d.mfu == (flops / fast / peak, rate / peak) and not iv.within_calibration
     assert d.text.endswith("above every calibration run of H100-SXM5-80GB bf16/fp16 (highest "
-                           "measured 443 TFLOP/s, MFU 45 %: published_runs.sessions.jsonl row 37)")
+                           "measured MFU 45 %, 443 TFLOP/s: published_runs.sessions.jsonl row 37)")
     assert d.text in iv.note
     assert THROUGHPUT not in [x.feature for x in session_interval(
         s, flops / (0.4 * peak), store).departures]  # 40 %: below

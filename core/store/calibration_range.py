@@ -161,16 +161,21 @@ class Departure:
         return f"{name} {self.value}: the store was calibrated on {', '.join(map(str, cal))} only"
 
     def _throughput_text(self) -> str:
-        """E.g. ``"predicted 612 TFLOP/s per GPU (MFU 62 %): above every calibration run of
-        H100-SXM5-80GB bf16/fp16 (highest measured 455 TFLOP/s, MFU 46 %: published_runs.csv
-        row 37)"``."""
+        """E.g. ``"predicted MFU 62 % (612 TFLOP/s per GPU by Eq. 3's count): above every
+        calibration run of H100-SXM5-80GB bf16/fp16 (highest measured MFU 45 %, 443 TFLOP/s:
+        published_runs.csv row 37)"``: MFU first, the report's MFU line's count (Narayanan et al.
+        2021 Eq. 3, the full attention square), which is not the count of the report's "Model
+        TFLOP/s" line (Megatron-Core 0.19's causal half); without a peak, TFLOP/s only."""
         plan_mfu, run_mfu = self.mfu if self.mfu else (None, None)
         gpu, cls = self.of
-        mine = f" (MFU {100 * plan_mfu:.0f} %)" if plan_mfu is not None else ""
-        theirs = f", MFU {100 * run_mfu:.0f} %" if run_mfu is not None else ""
-        return (f"predicted {self.value:,.0f} TFLOP/s per GPU{mine}: above every calibration "
-                f"run of {gpu} {_CLASS_NAMES.get(cls, cls)} (highest measured "
-                f"{self.calibrated[0]:,.0f} TFLOP/s{theirs}: {self.run[0]} row {self.run[1]})")
+        of = f"above every calibration run of {gpu} {_CLASS_NAMES.get(cls, cls)}"
+        where = f"{self.run[0]} row {self.run[1]}"
+        if plan_mfu is None or run_mfu is None:
+            return (f"predicted {self.value:,.0f} TFLOP/s per GPU by Eq. 3's count: {of} "
+                    f"(highest measured {self.calibrated[0]:,.0f} TFLOP/s: {where})")
+        return (f"predicted MFU {100 * plan_mfu:.0f} % ({self.value:,.0f} TFLOP/s per GPU by "
+                f"Eq. 3's count): {of} (highest measured MFU {100 * run_mfu:.0f} %, "
+                f"{self.calibrated[0]:,.0f} TFLOP/s: {where})")
 
     def to_dict(self) -> dict:
         """JSON-able ``{"feature", "value", "calibrated" (list)}``; a :data:`THROUGHPUT`
