@@ -660,13 +660,20 @@ def _old_gpt_shape(n_params, seq_length=2048, vocab_size=50257):
 def test_a_gpt_template_gives_exactly_the_gpt_shapes_of_before():
     """The candidates of a GPT session (the examples' GPT-3 1.3B and 175B, heads of 128) are
     the GPT-3-proportioned shapes of before, field for field but the name, at every size of
-    the existing tests' budgets and beyond; gpt_shape is the GPT template's shape_like."""
+    the existing tests' budgets and beyond; gpt_shape is the GPT template's shape_like. One
+    size moved when the width stopped counting the embeddings as layers (h from h / L = 128
+    with every weight counted): 4.47 B, L = 24, h = 4,096 (h / L = 171) is now L = 40,
+    h = 3,072 (77), its width 3,580 rounding down to a multiple of 1,024, not up."""
     from core.studies.optimal import _candidate_models, gpt_template, shape_like
     for example in ("gpt3_1.3b_single_node.json", "gpt3_175b.json"):
         m = load_any(EXAMPLES / example).model
         for n in np.geomspace(1e7, 2e12, 29):
             old = _old_gpt_shape(n, m.seq_length, m.vocab_size)
             new = shape_like(m, n)
+            if f"{n:.3g}" == "4.47e+09":
+                assert (old.num_layers, old.hidden_size, new.num_layers, new.hidden_size) == (
+                    24, 4096, 40, 3072)
+                continue
             assert dataclasses.replace(new, name="") == dataclasses.replace(
                 old, make_vocab_size_divisible_by=m.make_vocab_size_divisible_by,
                 attention_kernel=m.attention_kernel)
@@ -681,14 +688,18 @@ def test_a_gpt_template_gives_exactly_the_gpt_shapes_of_before():
             sizes = n_rule * 4.0 ** np.linspace(-0.5, 0.5, 5)
             want = list(dict.fromkeys((x.num_layers, x.hidden_size, x.num_attention_heads)
                                       for x in map(_old_gpt_shape, sizes)))
+            if n_rule == 1.13e9:  # 1.6 B was (16, 3072), h / L = 192, as 2.26 B: now its own
+                assert want == [(8, 2048, 16), (16, 2048, 16), (24, 2048, 16), (16, 3072, 24)]
+                want.insert(3, (32, 2048, 16))
             assert [(x.num_layers, x.hidden_size, x.num_attention_heads) for x in got] == want
 
 
 def test_a_llama_3_8b_template_gives_llama_shapes_and_its_own_shape_at_its_size():
     """A Llama 3 8B session (heads of 128, 8 query groups, SwiGLU MLP of 14,336 = 3.5 h,
     RMSNorm, RoPE, untied; Meta's config) got GPT-3 shapes (GeLU 4 h, 32 KV heads). At its own
-    size, N = 8.03 B, the closed forms give back its shape: h = 1,024 * round((128 N /
-    12)^(1/3) / 1,024) = 4,096 ((...)^(1/3) = 4,408), a = h / 128 = 32, g = 8 (32 divides by
+    size, N = 8.03 B, the closed forms give back its shape: h = 4,096 is the width whose
+    model at h / L = 128 (L = 32) has N parameters in all, rest + per layer x h / 128 = N
+    exactly, a = h / 128 = 32, g = 8 (32 divides by
     it), ffn = 256 * round(3.5 h / 256) = 14,336, L = 8 * round((N - rest) / per layer / 8) =
     32 with 218,112,000 parameters per layer (2 h^2 + 2 h (8 * 128) + 3 h ffn + 2 h) and
     1,050,677,248 besides (2 V h + h, untied): the very model."""
@@ -696,11 +707,11 @@ def test_a_llama_3_8b_template_gives_llama_shapes_and_its_own_shape_at_its_size(
     m = MODEL_PRESETS["Llama 3 8B"]
     n = num_parameters(m)
     assert n == 8_030_261_248
-    h = 1024 * round((128 * n / 12) ** (1 / 3) / 1024)
-    assert h == 4096
+    h = 4096
     per_layer = 2 * h * h + 2 * h * 8 * 128 + 3 * h * 14336 + 2 * h
     rest = 2 * 128256 * h + h
     assert (per_layer, rest) == (218_112_000, 1_050_677_248)
+    assert rest + per_layer * h / 128 == n  # Llama 3 8B is at h / L = 128 exactly
     assert 8 * round((n - rest) / per_layer / 8) == 32
     x = shape_like(m, n)
     assert (x.num_layers, x.hidden_size, x.num_attention_heads, x.num_query_groups,
@@ -728,17 +739,42 @@ def test_a_llama_3_8b_template_gives_llama_shapes_and_its_own_shape_at_its_size(
     assert [(z.num_layers, z.hidden_size) for z in models][1] == (32, 4096)
 
 
+def test_the_width_follows_h_over_l_of_128_with_the_embeddings_counted():
+    """A trial on a Llama 3 8B session (8 H200s, 1 day: N_opt 1.43 B) found its lowest-loss
+    candidate at L = 8, h = 3,072 (h / L = 384), far from the documented h ~ 128 L: the width
+    was (128 N / 12)^(1/3) of the whole N, 0.79 B of whose 1.85 B are the untied embeddings
+    (2 x 128,256 x h), so the layers got what was left. The width is now the one whose model
+    at h / L = 128 has N in all: rest(h) + per_layer(h) h / 128 = N (rest: 2 V h + h,
+    per_layer: 2 h^2 + 2 h (8 x 128) + 3 h ffn + 2 h, Llama 3 8B's counts), about 2,280 for
+    1.85 B, rounded to 2,048; then L = 24 (h / L = 85)."""
+    from core.studies.optimal import shape_like
+    m = MODEL_PRESETS["Llama 3 8B"]
+
+    def at_aspect(h):  # the closed form, ffn = 3.5 h to 256
+        ffn = 256 * round(3.5 * h / 256)
+        return 2 * 128256 * h + h + (2 * h * h + 2 * h * 8 * 128 + 3 * h * ffn + 2 * h) * h / 128
+    assert at_aspect(2240) < 1.85e9 < at_aspect(2304)  # the width is about 2,280: 2,048
+    y = shape_like(m, 1.85e9)
+    assert (y.num_layers, y.hidden_size) == (24, 2048)
+    assert num_parameters(y) == 2 * 128256 * 2048 + 2048 + 24 * (
+        2 * 2048 ** 2 + 2 * 2048 * 1024 + 3 * 2048 * 7168 + 2 * 2048)
+    # from 1 B to 1 T parameters the aspect stays within a factor of 2 of 128 (it reached 384)
+    for n in np.geomspace(1e9, 1e12, 31):
+        z = shape_like(m, n)
+        assert 64 <= z.hidden_size / z.num_layers <= 256, (n, z.name)
+
+
 def test_query_groups_that_do_not_divide_the_heads_take_the_nearest_divisor():
-    """A template with 12 query groups at 48 heads (h = 6,144): a 3.3 B candidate has h =
+    """A template with 12 query groups at 48 heads (h = 6,144): a 7 B candidate has h =
     4,096, 32 heads, which 12 does not divide; the divisors of 32 nearest 12 are 8 and 16, and
     the smaller is taken. Multi-head attention written out (g = a) stays multi-head; a head size
     given as kv_channels stays given."""
     from core.studies.optimal import shape_like
     m = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], hidden_size=6144,
                             num_attention_heads=48, num_query_groups=12, ffn_hidden_size=21504)
-    y = shape_like(m, 5e9)
+    y = shape_like(m, 7e9)
     assert (y.hidden_size, y.num_attention_heads, y.num_query_groups) == (4096, 32, 8)
-    mha = shape_like(dataclasses.replace(m, num_query_groups=48), 5e9)
+    mha = shape_like(dataclasses.replace(m, num_query_groups=48), 7e9)
     assert mha.num_query_groups == mha.num_attention_heads == 32
     q3 = shape_like(dataclasses.replace(m, hidden_size=5120, num_attention_heads=64,
                                         num_query_groups=8, kv_channels=64,

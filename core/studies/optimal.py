@@ -158,8 +158,12 @@ def shape_like(template: ModelConfig, n_params: float, name: str | None = None) 
     """A model of about ``n_params`` parameters shaped like ``template``: only its depth and
     width change, in sizes that split well.
 
-    Width ``h ≈ (ASPECT_RATIO N / 12)^(1/3)`` (so ``h ≈ ASPECT_RATIO * L`` and
-    ``12 L h^2 ≈ N``, GPT-3's proportions), rounded to a multiple of ``8 d`` with ``d`` the
+    Width: the ``h`` whose model at ``h / L = ASPECT_RATIO`` (GPT-3's proportions) has
+    ``n_params`` parameters in all, ``rest(h) + per_layer(h) h / ASPECT_RATIO = N`` with the
+    template's own counts (:func:`core.model.counts.num_parameters`: the embeddings and final
+    norm besides the layers, so that a large vocabulary does not widen a small model: a Llama 3
+    8B template at 1.85 B has h = 2,048, L = 24, not h = 3,072, L = 8, which
+    ``(ASPECT_RATIO N / 12)^(1/3)`` of the whole N gave), rounded to a multiple of ``8 d`` with ``d`` the
     template's head size (:attr:`~core.plan.model_config.ModelConfig.head_dim`: kv_channels, or
     h/a), so that the ``a = h / d`` heads divide by every tensor-parallel size up to 8; ``L`` a
     multiple of 8 (16 from 64 layers up), so that 2 to 8 (16) pipeline stages split it, that
@@ -189,24 +193,42 @@ def shape_like(template: ModelConfig, n_params: float, name: str | None = None) 
     check_template(template)
     d = template.head_dim
     step = 8 * d
-    h = max(step, step * round((ASPECT_RATIO * n_params / 12.0) ** (1 / 3) / step))
-    heads = h // d
-    ffn = (None if template.ffn_hidden_size is None else
-           max(FFN_MULTIPLE, FFN_MULTIPLE * round(template.ffn_hidden_size / template.hidden_size
-                                                  * h / FFN_MULTIPLE)))
 
-    def model(layers: int) -> ModelConfig:
+    def model(layers: int, h: int) -> ModelConfig:
+        heads = h // d
+        ffn = (None if template.ffn_hidden_size is None else
+               max(FFN_MULTIPLE, FFN_MULTIPLE * round(template.ffn_hidden_size
+                                                      / template.hidden_size * h / FFN_MULTIPLE)))
         return dataclasses.replace(template, name="", num_layers=layers, hidden_size=h,
                                    num_attention_heads=heads, ffn_hidden_size=ffn,
                                    num_query_groups=_query_groups(template, heads),
                                    kv_channels=d if template.kv_channels else None)
 
-    per_layer = num_parameters(model(2)) - num_parameters(model(1))
-    rest = num_parameters(model(1)) - per_layer
+    def counts(h: int) -> tuple[int, int]:  # parameters per layer, and besides the layers
+        one, two = num_parameters(model(1, h)), num_parameters(model(2, h))
+        return two - one, one - (two - one)
+
+    def at_aspect(a: int) -> float:  # total parameters at h = a d, L = h / ASPECT_RATIO
+        per_layer, rest = counts(a * d)
+        return rest + per_layer * a * d / ASPECT_RATIO
+
+    # the width whose model at h / L = ASPECT_RATIO has n_params in all, embeddings included:
+    # between the head counts lo and hi = lo + 1 whose totals bracket n_params (bisection; the
+    # total grows with the width), interpolated
+    lo, hi = 0, 8
+    while at_aspect(hi) < n_params:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if at_aspect(mid) < n_params else (lo, mid)
+    below = at_aspect(lo) if lo else 0.0
+    width = d * (lo + (n_params - below) / (at_aspect(hi) - below))
+    h = max(step, step * round(width / step))
+    per_layer, rest = counts(h)
     target = (n_params - rest) / per_layer
     grain = 16 if target >= 64 else 8
     layers = max(8, grain * round(target / grain))
-    out = model(layers)
+    out = model(layers, h)
     out.name = name or (f"{format_params(num_parameters(out))} {shape_family(template)}-style "
                         f"(L={layers}, h={h})")
     return out
@@ -223,7 +245,8 @@ def gpt_shape(n_params: float, seq_length: int = 2048, vocab_size: int = 50257,
     """A GPT model of about ``n_params`` parameters with GPT-3's proportions and sizes that
     split well: :func:`shape_like` of :func:`gpt_template` (heads of :data:`HEAD_DIM`).
 
-    Width ``h ≈ (ASPECT_RATIO N / 12)^(1/3)`` rounded to a multiple of ``8 * HEAD_DIM``, so
+    Width: the ``h`` whose GPT model at ``h / L = ASPECT_RATIO`` has ``n_params`` parameters,
+    embeddings included (:func:`shape_like`), rounded to a multiple of ``8 * HEAD_DIM``, so
     that the ``a = h / HEAD_DIM`` heads divide by every tensor-parallel size up to 8; ``L`` a
     multiple of 8 (16 from 64 layers up) that brings the total, embeddings included, closest
     to ``n_params``. GPT-3 175B comes out as L=96, h=12288, a=96. Raises ValueError for
