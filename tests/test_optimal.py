@@ -190,6 +190,36 @@ def test_a_budget_below_the_smallest_shape_names_no_rule_candidate():
     assert "training_days" not in (r.candidates[0].plan or {})
 
 
+def test_sizes_that_round_to_a_shape_already_tried_are_said_as_data_and_under_the_table(capsys):
+    """The trial asked for 9 candidates and got 5 rows with no word of the other 4: sizes that
+    round to the shape of the size before them (h to 8 head sizes, L to 8) are tried once.
+    --json gives the sizes asked for, the candidate each became and each left-out size with
+    why; the table says it under it. On the GPT-3 1.3B example, 1 GPU for 0.001 days
+    (N_opt 8.6 M), all 9 sizes are below the smallest GPT shape, L = 8, h = 1,024 (154 M)."""
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    args = ["optimal", path, "--gpus", "1", "--days", "0.001", "--hold-session-values"]
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    sizes = doc["requested_sizes"]
+    assert len(sizes) == 9 and len(doc["candidates"]) == 1 and doc["size_candidates"] == [0] * 9
+    assert sizes == pytest.approx(list(doc["rule_params"] * 8.0 ** np.linspace(-0.5, 0.5, 9)))
+    c = doc["candidates"][0]
+    assert (c["num_layers"], c["hidden_size"]) == (8, 1024) and max(sizes) < c["n_params"]
+    assert doc["left_out"] == [{"size": x, "candidate": 0, "why": "below the smallest shape"}
+                               for x in sizes[1:]]
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    names = [format_params(x) for x in sizes[1:]]
+    assert (f"8 of 9 candidate sizes are no row of their own: {', '.join(names[:-1])} and "
+            f"{names[-1]} round to the shape of {format_params(c['n_params'])} (L=8, h=1024), 8 "
+            "of them below it, the smallest GPT-style shape") in out
+    # a study whose sizes are all their own shapes says nothing
+    from core.studies.optimal import OptimalResult, left_out_note, left_out_sizes
+    r = OptimalResult(8, 1.0, 0.4, 312e12, 1e20, 1e9, 2e10, None, requested_sizes=[1e9, 2e9],
+                      size_candidates=[0, 1])
+    assert left_out_sizes(r) == [] and left_out_note(r) == ""
+
+
 @pytest.mark.parametrize("kw, needle", [({"days": 1e300}, "--days"), ({"spread": 1e30}, "--spread"),
                                         ({"num_gpus": 10**9}, "--gpus")])
 def test_budgets_beyond_the_bounds_are_refused(kw, needle):
@@ -358,21 +388,23 @@ def test_a_budget_shorter_than_one_iteration_is_refused_not_given_a_loss(capsys)
             assert c.reason.startswith("less than one iteration in the budget")
 
 
-@pytest.mark.parametrize("option, value, days, unit", [
-    # 1e-6 GPU-hours on 8 GPUs: 1e-6 / (8 x 24) days; 1 FLOP: 1 / (8 x 312e12 x 86,400 x 0.4)
-    ("--gpu-hours", "1e-6", 1e-6 / (8 * 24), "GPU-hours"),
-    ("--flops", "1", 1 / (8 * 312e12 * 86400 * 0.4), "FLOPs"),
+@pytest.mark.parametrize("option, value, start", [
+    # 1e-6 GPU-hours on 8 GPUs: 1e-6 / (8 x 24) days
+    ("--gpu-hours", "1e-6", f"1e-06 GPU-hours ({1e-6 / (8 * 24):.3g} days on 8 GPUs) is shorter "
+                            "than one iteration"),
+    # 1 FLOP: below 6 N B s of every candidate (no days: a FLOP budget assumes no MFU)
+    ("--flops", "1", "1 FLOPs is less than one iteration of every candidate (the smallest takes "
+                     "6 N B s = "),
 ])
 def test_a_budget_below_one_iteration_is_refused_naming_the_option_given(capsys, option, value,
-                                                                           days, unit):
+                                                                           start):
     """A --gpu-hours or --flops budget shorter than one iteration was refused as "--days:
     5.20833e-09 days is shorter ...", an option the command was not given; it names the option
-    and value typed, with the days they are (the A100's 312 TFLOP/s, MFU 0.4)."""
+    and value typed (the GPU-hours with the days they are)."""
     assert main(["optimal", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--gpus", "8",
                  option, value, "--candidates", "2", "--hold-session-values"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"vtrain: error: {option}: {float(value):g} {unit} ({days:.3g} days on "
-                          "8 GPUs) is shorter than one iteration"), err
+    assert err.startswith(f"vtrain: error: {option}: {start}"), err
     assert "--days" not in err
 
 
@@ -404,17 +436,35 @@ def test_the_table_names_a_block_of_recomputed_layers(capsys):
     assert "full (block, 4)" in out
 
 
-def test_a_flop_budget_is_studied_as_the_days_it_takes(capsys):
-    """A researcher with a FLOP budget (1e23) had to turn it into days by hand
-    (C / (GPUs x peak x 86,400 x MFU)); --flops C does it: the study's budget is C and its
-    days are that closed form (H100 dense BF16 peak 989 TFLOP/s, the data sheet)."""
+def test_a_flop_budget_trains_every_candidate_on_that_many_flops(capsys):
+    """--flops C was turned into days at an assumed MFU of 40 % and every candidate trained for
+    those days, so a plan at 60 % MFU spent 1.24 C (the trial: 1.24e22 of 1e22). Each
+    candidate now trains on C / 6N tokens (Kaplan et al.'s 6 N D, the count of the rule and
+    its loss fit), rounded down to whole iterations of B x s tokens: 6 N D <= C, short of it
+    by less than one iteration's 6 N B s; its days are its tokens over its plan's tokens/s;
+    no MFU is assumed (--assumed-mfu with --flops is refused, not ignored)."""
     path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
-    args = ["optimal", path, "--gpus", "8", "--flops", "2e20", "--candidates", "2",
+    C = 2e20
+    args = ["optimal", path, "--gpus", "8", "--flops", "2e20", "--candidates", "3",
             "--hold-session-values", "--set", "cluster.gpu=H100-SXM5-80GB", "--json"]
     assert main(args) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["budget_flops"] == pytest.approx(2e20, rel=1e-12)
-    assert doc["days"] == pytest.approx(2e20 / (8 * 989e12 * 86400 * 0.4), rel=1e-12)
+    assert doc["budget_flops"] == doc["flops"] == C
+    assert doc["days"] is None and doc["assumed_mfu"] is None and doc["cost_usd"] is None
+    iteration = 256 * 2048  # the example's B x s
+    trained = [c for c in doc["candidates"] if c["loss"] is not None]
+    assert len(trained) == 3
+    for c in trained:
+        spent = 6 * c["n_params"] * c["tokens"]
+        assert c["tokens"] % iteration == 0
+        assert c["tokens"] == math.floor(C / (6 * c["n_params"]) / iteration) * iteration
+        assert C - 6 * c["n_params"] * iteration < spent <= C
+        assert spent == pytest.approx(C, rel=1e-3)
+        assert c["days"] == pytest.approx(c["tokens"] / c["tokens_per_s"] / 86400, rel=1e-12)
+        assert c["cost_usd"] == pytest.approx(8 * c["days"] * 24 * doc["price_per_gpu_hour_usd"])
+        assert c["loss"] == pytest.approx(chinchilla_loss(c["n_params"], c["tokens"]), rel=1e-12)
+    assert len({round(c["days"], 6) for c in trained}) == 3  # each its own days
+    assert doc["best"] == min(range(3), key=lambda k: doc["candidates"][k]["loss"])
     n_opt, d_opt = chinchilla_optimal(2e20)
     assert doc["rule_params"] == pytest.approx(n_opt) and 6 * n_opt * d_opt == pytest.approx(2e20)
     # one budget, not two; and a budget that is no number of FLOPs is refused by name
@@ -426,8 +476,14 @@ def test_a_flop_budget_is_studied_as_the_days_it_takes(capsys):
         assert exit_.value.code == 2 and needle in capsys.readouterr().err
     assert main(["optimal", path, "--gpus", "8", "--flops", "0"]) == 2
     assert capsys.readouterr().err.startswith("vtrain: error: --flops: 0.0 must be a positive")
-    assert main(["optimal", path, "--gpus", "8", "--flops", "1e30"]) == 2
-    assert "--flops: 1e+30 FLOPs take" in capsys.readouterr().err
+    # the days at full utilization (989 TFLOP/s, no plan is faster) beyond 3,650
+    assert main(["optimal", path, "--gpus", "8", "--flops", "1e30", "--set",
+                 "cluster.gpu=H100-SXM5-80GB"]) == 2
+    assert (f"--flops: 1e+30 FLOPs take at least {1e30 / (8 * 989e12 * 86400):.3g} days on 8 "
+            "GPUs") in capsys.readouterr().err
+    assert main(["optimal", path, "--gpus", "8", "--flops", "1e20", "--assumed-mfu", "0.5"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "vtrain: error: --assumed-mfu: 0.5 with --flops: a FLOP budget assumes no MFU")
 
 
 def test_a_batch_too_small_for_the_gpus_is_said_before_the_sweeps(capsys):
@@ -452,9 +508,10 @@ def test_a_batch_too_small_for_the_gpus_is_said_before_the_sweeps(capsys):
 
 def test_the_lowest_loss_line_gives_the_flops_each_named_candidate_spends(capsys):
     """A researcher with --flops 1e23 read C = 1e23 and then a 39.8B model on 608B tokens:
-    1.45e23 FLOPs, since each candidate trains for the budget's days at its own plan's MFU.
-    The lowest-loss line now prints 6 N D of the candidates it names (Chinchilla's count, N
-    the parameters, D the tokens of the JSON's candidate)."""
+    1.45e23 FLOPs, since each candidate trained for days at its own plan's MFU. The
+    lowest-loss line prints 6 N D of the candidates it names (Chinchilla's count, N the
+    parameters, D the tokens of the JSON's candidate): C now, to whole iterations, with the
+    days its plan takes and their cost; the table has a days column."""
     path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
     args = ["optimal", path, "--gpus", "8", "--flops", "2e20", "--candidates", "2",
             "--hold-session-values"]
@@ -465,8 +522,13 @@ def test_the_lowest_loss_line_gives_the_flops_each_named_candidate_spends(capsys
     assert main(args) == 0
     out = " ".join(capsys.readouterr().out.split())
     line = out[out.index("Lowest loss:"):]
-    assert f"tokens (6 N D = {spent:.3g} FLOPs) at {best['mfu']:.1%} MFU" in line
-    assert spent != pytest.approx(2e20, rel=0.05)  # its plan's MFU is not the assumed 40 %
+    usd = 8 * best["days"] * 24 * doc["price_per_gpu_hour_usd"]
+    assert (f"tokens (6 N D = {spent:.3g} FLOPs, in {best['days']:.3g} days (${usd:,.0f})) at "
+            f"{best['mfu']:.1%} MFU") in line
+    assert spent == pytest.approx(2e20, rel=1e-3) and spent <= 2e20
+    assert "for 2e+20 FLOPs (each candidate's days at $2.00/GPU-hour)" in out
+    assert "Chinchilla rule (loss fit of Besiroglu et al. 2024) for the FLOP budget: C = 2e+20" in out
+    assert "┃ tokens ┃ days ┃" in out
 
 
 def test_a_candidates_large_sweep_is_said_as_it_starts(capsys, monkeypatch):
@@ -557,13 +619,11 @@ def test_out_writes_nothing_when_no_candidate_has_a_plan(capsys, tmp_path):
     (["--days", "1"], "for 1 day"),  # was "for 1 days": one day is singular
     (["--days", "1.5"], "for 1.5 days"),
     (["--gpu-hours", "192"], "for 192 GPU-hours, 1 day"),  # 192 / (8 x 24) = 1 day
-    (["--flops", "2e20"], "for 0.731 days"),  # computed: 3 significant figures
 ])
 def test_the_header_prints_typed_days_as_typed_and_computed_days_to_3_figures(
         budget, shown, capsys):
     """The header printed "for 9.05674 days" (six figures of a computed number, and a typed
-    value rounded); computed days (--flops) take 3 significant figures: 2e20 FLOPs on 8
-    H100s (989 TFLOP/s) at MFU 0.4 is 2e20 / (8 x 989e12 x 86,400 x 0.4) = 0.7314 days."""
+    value rounded); computed days take 3 significant figures (days_text)."""
     from core.cli.optimal import days_text
     from core.util.text import days_phrase
     assert days_text(9.05674321) == "9.06" and days_text(1234.5) == "1,234"
@@ -571,7 +631,6 @@ def test_the_header_prints_typed_days_as_typed_and_computed_days_to_3_figures(
         "1 day", "1.5 days", "0.5 days", "2 days", "1.0 days"]
     assert days_text(0.012345) == "0.0123"
     path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
-    assert 2e20 / (8 * 989e12 * 86400 * 0.4) == pytest.approx(0.7314, abs=1e-4)
     assert main(["optimal", path, "--gpus", "8", *budget, "--candidates", "2",
                  "--hold-session-values", "--set", "cluster.gpu=H100-SXM5-80GB"]) == 0
     header = " ".join(capsys.readouterr().out.split())
@@ -660,13 +719,20 @@ def _old_gpt_shape(n_params, seq_length=2048, vocab_size=50257):
 def test_a_gpt_template_gives_exactly_the_gpt_shapes_of_before():
     """The candidates of a GPT session (the examples' GPT-3 1.3B and 175B, heads of 128) are
     the GPT-3-proportioned shapes of before, field for field but the name, at every size of
-    the existing tests' budgets and beyond; gpt_shape is the GPT template's shape_like."""
+    the existing tests' budgets and beyond; gpt_shape is the GPT template's shape_like. One
+    size moved when the width stopped counting the embeddings as layers (h from h / L = 128
+    with every weight counted): 4.47 B, L = 24, h = 4,096 (h / L = 171) is now L = 40,
+    h = 3,072 (77), its width 3,580 rounding down to a multiple of 1,024, not up."""
     from core.studies.optimal import _candidate_models, gpt_template, shape_like
     for example in ("gpt3_1.3b_single_node.json", "gpt3_175b.json"):
         m = load_any(EXAMPLES / example).model
         for n in np.geomspace(1e7, 2e12, 29):
             old = _old_gpt_shape(n, m.seq_length, m.vocab_size)
             new = shape_like(m, n)
+            if f"{n:.3g}" == "4.47e+09":
+                assert (old.num_layers, old.hidden_size, new.num_layers, new.hidden_size) == (
+                    24, 4096, 40, 3072)
+                continue
             assert dataclasses.replace(new, name="") == dataclasses.replace(
                 old, make_vocab_size_divisible_by=m.make_vocab_size_divisible_by,
                 attention_kernel=m.attention_kernel)
@@ -681,14 +747,18 @@ def test_a_gpt_template_gives_exactly_the_gpt_shapes_of_before():
             sizes = n_rule * 4.0 ** np.linspace(-0.5, 0.5, 5)
             want = list(dict.fromkeys((x.num_layers, x.hidden_size, x.num_attention_heads)
                                       for x in map(_old_gpt_shape, sizes)))
+            if n_rule == 1.13e9:  # 1.6 B was (16, 3072), h / L = 192, as 2.26 B: now its own
+                assert want == [(8, 2048, 16), (16, 2048, 16), (24, 2048, 16), (16, 3072, 24)]
+                want.insert(3, (32, 2048, 16))
             assert [(x.num_layers, x.hidden_size, x.num_attention_heads) for x in got] == want
 
 
 def test_a_llama_3_8b_template_gives_llama_shapes_and_its_own_shape_at_its_size():
     """A Llama 3 8B session (heads of 128, 8 query groups, SwiGLU MLP of 14,336 = 3.5 h,
     RMSNorm, RoPE, untied; Meta's config) got GPT-3 shapes (GeLU 4 h, 32 KV heads). At its own
-    size, N = 8.03 B, the closed forms give back its shape: h = 1,024 * round((128 N /
-    12)^(1/3) / 1,024) = 4,096 ((...)^(1/3) = 4,408), a = h / 128 = 32, g = 8 (32 divides by
+    size, N = 8.03 B, the closed forms give back its shape: h = 4,096 is the width whose
+    model at h / L = 128 (L = 32) has N parameters in all, rest + per layer x h / 128 = N
+    exactly, a = h / 128 = 32, g = 8 (32 divides by
     it), ffn = 256 * round(3.5 h / 256) = 14,336, L = 8 * round((N - rest) / per layer / 8) =
     32 with 218,112,000 parameters per layer (2 h^2 + 2 h (8 * 128) + 3 h ffn + 2 h) and
     1,050,677,248 besides (2 V h + h, untied): the very model."""
@@ -696,11 +766,11 @@ def test_a_llama_3_8b_template_gives_llama_shapes_and_its_own_shape_at_its_size(
     m = MODEL_PRESETS["Llama 3 8B"]
     n = num_parameters(m)
     assert n == 8_030_261_248
-    h = 1024 * round((128 * n / 12) ** (1 / 3) / 1024)
-    assert h == 4096
+    h = 4096
     per_layer = 2 * h * h + 2 * h * 8 * 128 + 3 * h * 14336 + 2 * h
     rest = 2 * 128256 * h + h
     assert (per_layer, rest) == (218_112_000, 1_050_677_248)
+    assert rest + per_layer * h / 128 == n  # Llama 3 8B is at h / L = 128 exactly
     assert 8 * round((n - rest) / per_layer / 8) == 32
     x = shape_like(m, n)
     assert (x.num_layers, x.hidden_size, x.num_attention_heads, x.num_query_groups,
@@ -728,17 +798,42 @@ def test_a_llama_3_8b_template_gives_llama_shapes_and_its_own_shape_at_its_size(
     assert [(z.num_layers, z.hidden_size) for z in models][1] == (32, 4096)
 
 
+def test_the_width_follows_h_over_l_of_128_with_the_embeddings_counted():
+    """A trial on a Llama 3 8B session (8 H200s, 1 day: N_opt 1.43 B) found its lowest-loss
+    candidate at L = 8, h = 3,072 (h / L = 384), far from the documented h ~ 128 L: the width
+    was (128 N / 12)^(1/3) of the whole N, 0.79 B of whose 1.85 B are the untied embeddings
+    (2 x 128,256 x h), so the layers got what was left. The width is now the one whose model
+    at h / L = 128 has N in all: rest(h) + per_layer(h) h / 128 = N (rest: 2 V h + h,
+    per_layer: 2 h^2 + 2 h (8 x 128) + 3 h ffn + 2 h, Llama 3 8B's counts), about 2,280 for
+    1.85 B, rounded to 2,048; then L = 24 (h / L = 85)."""
+    from core.studies.optimal import shape_like
+    m = MODEL_PRESETS["Llama 3 8B"]
+
+    def at_aspect(h):  # the closed form, ffn = 3.5 h to 256
+        ffn = 256 * round(3.5 * h / 256)
+        return 2 * 128256 * h + h + (2 * h * h + 2 * h * 8 * 128 + 3 * h * ffn + 2 * h) * h / 128
+    assert at_aspect(2240) < 1.85e9 < at_aspect(2304)  # the width is about 2,280: 2,048
+    y = shape_like(m, 1.85e9)
+    assert (y.num_layers, y.hidden_size) == (24, 2048)
+    assert num_parameters(y) == 2 * 128256 * 2048 + 2048 + 24 * (
+        2 * 2048 ** 2 + 2 * 2048 * 1024 + 3 * 2048 * 7168 + 2 * 2048)
+    # from 1 B to 1 T parameters the aspect stays within a factor of 2 of 128 (it reached 384)
+    for n in np.geomspace(1e9, 1e12, 31):
+        z = shape_like(m, n)
+        assert 64 <= z.hidden_size / z.num_layers <= 256, (n, z.name)
+
+
 def test_query_groups_that_do_not_divide_the_heads_take_the_nearest_divisor():
-    """A template with 12 query groups at 48 heads (h = 6,144): a 3.3 B candidate has h =
+    """A template with 12 query groups at 48 heads (h = 6,144): a 7 B candidate has h =
     4,096, 32 heads, which 12 does not divide; the divisors of 32 nearest 12 are 8 and 16, and
     the smaller is taken. Multi-head attention written out (g = a) stays multi-head; a head size
     given as kv_channels stays given."""
     from core.studies.optimal import shape_like
     m = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], hidden_size=6144,
                             num_attention_heads=48, num_query_groups=12, ffn_hidden_size=21504)
-    y = shape_like(m, 5e9)
+    y = shape_like(m, 7e9)
     assert (y.hidden_size, y.num_attention_heads, y.num_query_groups) == (4096, 32, 8)
-    mha = shape_like(dataclasses.replace(m, num_query_groups=48), 5e9)
+    mha = shape_like(dataclasses.replace(m, num_query_groups=48), 7e9)
     assert mha.num_query_groups == mha.num_attention_heads == 32
     q3 = shape_like(dataclasses.replace(m, hidden_size=5120, num_attention_heads=64,
                                         num_query_groups=8, kv_channels=64,

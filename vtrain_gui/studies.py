@@ -468,6 +468,10 @@ class OptimalPanel(StudyPanel):
             text += " Candidates " + html.escape(template_text(result.template), quote=False) + "."
         if result.rule_index is None:
             text += " (No candidate shape is within a factor of 2 of N_opt.)"
+        from core.studies.optimal import left_out_note
+        left = left_out_note(result)  # sizes that are no row of their own, as vtrain optimal's
+        if left:
+            text += " " + html.escape(left, quote=False)
         if result.best is None:
             from core.studies.optimal import no_plan_explanation
             text += " " + no_plan_explanation(result, session.plan.global_batch_size)

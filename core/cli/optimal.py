@@ -31,7 +31,8 @@ def add_parser(sub: Any) -> None:
                     "assumed MFU (or for a FLOP budget: --flops, or GPU-hours: --gpu-hours), "
                     "find each model's fastest plan "
                     "that fits on exactly N GPUs, train it for the tokens that plan processes in "
-                    "D days, and rank the models by Chinchilla's fitted loss. Each model's plans "
+                    "D days (with --flops C: on C / 6N tokens, in the days its plan takes), and "
+                    "rank the models by Chinchilla's fitted loss. Each model's plans "
                     "are those vtrain sweep tries by default (t, p, d, b, schedule, "
                     "recomputation, sequence parallelism, ZeRO stage, cp, the overlaps: what a "
                     "Megatron-Core user would run; printed with the result as swept and held). "
@@ -47,14 +48,16 @@ def add_parser(sub: Any) -> None:
     budget.add_argument("--days", type=_typed_decimal, metavar="D", help="wall-clock days")
     budget.add_argument("--flops", type=decimal_arg, metavar="C",
                         help="a FLOP budget (Chinchilla's 6 N D, e.g. 1e23) instead of --days: "
-                             "the days whose budget it is, C / (GPUs x peak FLOP/s x 86,400 x "
-                             "assumed MFU); each candidate trains for those days at its own "
-                             "plan's MFU, so it spends its own 6 N D (printed)")
+                             "each candidate trains on C / 6N tokens (N its parameters), whole "
+                             "iterations of B x s tokens, so its 6 N D is C or just under it, "
+                             "in the days its fastest plan takes (a days column); no MFU is "
+                             "assumed (--assumed-mfu is refused with it)")
     budget.add_argument("--gpu-hours", type=_typed_decimal, metavar="H",
                         help="a budget of GPU-hours (e.g. 2e6 H100-hours) instead of --days: "
                              "the days H / (GPUs x 24)")
-    op.add_argument("--assumed-mfu", type=decimal_arg, default=0.4, metavar="U",
-                    help="MFU the Chinchilla rule's FLOP budget assumes (default 0.4)")
+    op.add_argument("--assumed-mfu", type=decimal_arg, default=None, metavar="U",
+                    help="MFU the Chinchilla rule's FLOP budget assumes for a budget of days "
+                         "or GPU-hours (default 0.4; not with --flops)")
     op.add_argument("--candidates", type=integer_arg, default=9, metavar="K",
                     help="candidate model sizes (default 9)")
     op.add_argument("--spread", type=decimal_arg, default=8.0, metavar="R",
@@ -72,7 +75,8 @@ def add_parser(sub: Any) -> None:
     op.add_argument("--out", type=path_arg, metavar="SESSION.json",
                     help="write the lowest-loss candidate (the one the table marks \"lowest "
                          "loss\": its model, its fastest plan, CONFIG's cluster and price, and "
-                         "as token budget the tokens it trains in the budget's days) as a "
+                         "as token budget the tokens it trains in the budget's days, with "
+                         "--flops its C / 6N tokens) as a "
                          "session file (atomically), so that vtrain simulate SESSION.json gives "
                          "the study's figures for it; nothing is written when no candidate has "
                          "a plan")
@@ -93,7 +97,7 @@ def _typed_decimal(text: str) -> float:
 
 
 def days_text(days: float) -> str:
-    """Computed days (``--flops``' budget) for people: 3 significant figures, whole days from
+    """Computed days (``--gpu-hours``' budget) for people: 3 significant figures, whole days from
     100 on (``9.05674`` -> ``"9.06"``, ``1234.5`` -> ``"1,234"``); a value the user typed
     (:func:`_typed_decimal`) as typed."""
     typed = getattr(days, "text", "")
@@ -123,17 +127,29 @@ def run(args: argparse.Namespace) -> int:
         raise session.in_its_terms(exc) from None
     given = {"option": "--days", "value": args.days}
     if args.flops is not None:
-        from core.studies.optimal import days_for_flops
+        from core.cli.common import field_error
+        if args.assumed_mfu is not None:  # it would change nothing: said, not ignored
+            raise field_error("--assumed-mfu", f"{args.assumed_mfu:g} with --flops: a FLOP "
+                                               "budget assumes no MFU (each candidate trains "
+                                               "on C / 6N tokens in the days its plan takes); "
+                                               "leave it out, or give --days or --gpu-hours")
         given = {"option": "--flops", "value": args.flops}
-        args.days = days_for_flops(session, args.gpus, args.flops, args.assumed_mfu)
+        from core.sim.costing import mfu_peak_flops
+        from core.sim.simulate import session_profile
+        from core.studies.optimal import check_flops
+        check_flops(args.gpus, args.flops, mfu_peak_flops(session_profile(session),
+                                                          session.plan))
     elif args.gpu_hours is not None:
         from core.studies.optimal import days_for_gpu_hours
         given = {"option": "--gpu-hours", "value": float(args.gpu_hours)}
         args.days = days_for_gpu_hours(args.gpus, args.gpu_hours)
     if given["value"] is not None:
         given["value"] = float(given["value"])
+    if args.assumed_mfu is None:
+        args.assumed_mfu = 0.4
     from core.studies.optimal import check_budget  # refused before any warning is printed
-    check_budget(args.gpus, args.days, args.assumed_mfu, args.candidates, args.spread)
+    check_budget(args.gpus, 1.0 if args.flops is not None else args.days, args.assumed_mfu,
+                 args.candidates, args.spread)
     budget_given = None  # a refusal names the budget as given, not --days when it was not
     if given["option"] != "--days":
         unit = "FLOPs" if given["option"] == "--flops" else "GPU-hours"
@@ -153,24 +169,30 @@ def run(args: argparse.Namespace) -> int:
     result = compute_optimal(session, args.gpus, args.days, assumed_mfu=args.assumed_mfu,
                              num_candidates=args.candidates, spread=args.spread, progress=progress,
                              hold_session_values=args.hold_session_values, notice=notice,
-                             no_tight=args.no_tight, budget_given=budget_given)
+                             no_tight=args.no_tight, budget_given=budget_given,
+                             flops=args.flops)
     # the study is printed before --out is refused (no candidate has a plan): its minutes of
     # sweeps and its reasons are not lost
     if args.json:
         doc = result.to_dict()
         doc["price_per_gpu_hour_usd"] = session.cost.price_per_gpu_hour_usd
-        doc["cost_usd"] = _cost(result, session)
+        doc["cost_usd"] = _cost(result, session)  # None with --flops: each candidate's own
+        price = session.cost.price_per_gpu_hour_usd
+        for c in doc["candidates"]:  # its days on the budget's GPUs
+            c["cost_usd"] = (None if c["days"] is None else
+                             result.num_gpus * c["days"] * 24 * price)
         doc["budget_given"] = given  # the budget as the command gave it
         print(strict_dumps(doc))
         if args.out:
             _save_best(result, session, args.out)
         return 0
     console = Console()
-    shown = days_text(args.days)
-    if args.gpu_hours is not None:  # as typed, with the days they are
+    if args.flops is not None:
+        shown = f"{args.flops:g} FLOPs"
+    elif args.gpu_hours is not None:  # as typed, with the days they are
         shown = f"{days_text(args.gpu_hours)} GPU-hours, {days_phrase(days_text(float(args.days)))}"
     else:
-        shown = days_phrase(shown)
+        shown = days_phrase(days_text(args.days))
     _print(result, session, console, shown)
     if args.out:
         _save_best(result, session, args.out)
@@ -225,14 +247,27 @@ def _memory_cell(plan: dict[str, Any]) -> str:
 
 
 def _spent(candidate) -> str:
-    """The FLOPs a candidate spends in the budget's days, Chinchilla's ``6 N D`` (N its
-    parameters, D the tokens its plan trains on): above the rule's C when its plan runs faster
-    than the assumed MFU (the budget is days, ``--flops`` C only sets them), below it when
-    slower."""
+    """The FLOPs a candidate spends, Chinchilla's ``6 N D`` (N its parameters, D the tokens
+    its plan trains on): with a budget of days above the rule's C when its plan runs faster
+    than the assumed MFU, below it when slower; with ``--flops`` C, C or just under it (whole
+    iterations)."""
     return f"6 N D = {6.0 * candidate.n_params * candidate.tokens:.3g} FLOPs"
 
 
-def _cost(result, session) -> float:
+def _in_days(result, candidate, session) -> str:
+    """With a FLOP budget, ", in D days ($X)": the candidate's days and their cost on the
+    budget's GPUs; "" with a budget of days (every candidate's)."""
+    if result.flops is None:
+        return ""
+    usd = result.num_gpus * candidate.days * 24 * session.cost.price_per_gpu_hour_usd
+    return f", in {candidate.days:.3g} days (${usd:,.0f})"
+
+
+def _cost(result, session) -> float | None:
+    """The budget's cost in USD: GPUs x days x 24 x price; None with a FLOP budget (each
+    candidate's days differ: its ``cost_usd`` in ``--json``)."""
+    if result.days is None:
+        return None
     return result.num_gpus * result.days * 24 * session.cost.price_per_gpu_hour_usd
 
 
@@ -249,10 +284,15 @@ def _print(result, session, console: Console, days: str | None = None) -> None:
     node = (f"{s.cluster.gpus_per_node} per node"
             + (f", {net:,.0f} Gb/s per node" if net else "")
             + f"; peak {result.peak_flops / 1e12:,.1f} TFLOP/s per GPU")
+    cost = _cost(result, s)
+    price = f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour"
+    if result.flops is not None:  # each candidate's own days: the days column
+        budget = f"{days or f'{result.flops:g} FLOPs'} (each candidate's days at {price})"
+    else:
+        budget = (f"{days or days_phrase(days_text(result.days))} "
+                  f"(${cost:,.{0 if cost >= 100 else 2}f} at {price})")
     console.print(f"[bold]Compute-optimal model[/] for {result.num_gpus:,} x {esc(s.cluster.gpu)} "
-                  f"({esc(node)}) for "
-                  f"{days or days_phrase(days_text(result.days))} (${_cost(result, s):,.{0 if _cost(result, s) >= 100 else 2}f} at "
-                  f"${s.cost.price_per_gpu_hour_usd:,.2f}/GPU-hour); global batch "
+                  f"({esc(node)}) for {budget}; global batch "
                   f"{s.plan.global_batch_size}, sequence {s.model.seq_length}, {s.plan.precision}",
                   highlight=False)
     if result.template:  # which model the candidates' shapes follow
@@ -262,18 +302,22 @@ def _print(result, session, console: Console, days: str | None = None) -> None:
     from core.cli.sweep import calibration_mark, print_dimensions
     from core.studies.sweep.dimensions import value_text
     print_dimensions(result.dimensions, s.plan, console)  # the candidates' sweeps, as one
-    console.print(f"Chinchilla rule (loss fit of Besiroglu et al. 2024) at an assumed MFU of "
-                  f"{result.assumed_mfu:.0%}: "
+    assumed = ("for the FLOP budget" if result.flops is not None else
+               f"at an assumed MFU of {result.assumed_mfu:.0%}")
+    console.print(f"Chinchilla rule (loss fit of Besiroglu et al. 2024) {assumed}: "
                   f"C = {result.budget_flops:.3g} FLOPs, N_opt = {format_params(result.rule_params)} "
                   f"parameters, D_opt = {format_params(result.rule_tokens)} tokens "
                   f"({result.rule_tokens / result.rule_params:.0f} tokens per parameter)",
                   highlight=False)
-    t = Table(title="Candidates: each trained with its fastest plan that fits, for the whole budget",
-              title_justify="left")
+    by_flops = result.flops is not None
+    title = ("Candidates: each trained on C / 6N tokens (whole iterations of B x s, not above C) "
+             "with its fastest plan that fits, in the days that plan takes" if by_flops else
+             "Candidates: each trained with its fastest plan that fits, for the whole budget")
+    t = Table(title=title, title_justify="left")
     from core.plan.parallel import plan_field_title
     swept = [plan_field_title(name) for name in _SWITCHES]  # sp, zero, cp: now swept too
     for col in ("params", "L", "h", "a", "t p d b", *swept, "sched", "recomp", "MFU", "GiB",
-                "tokens", "tok/param", "loss", "note"):
+                "tokens", *(("days",) if by_flops else ()), "tok/param", "loss", "note"):
         t.add_column(col, justify="left" if col in ("sched", "recomp", "note") else "right")
     for k, c in enumerate(result.candidates):
         m = c.model
@@ -282,7 +326,7 @@ def _print(result, session, console: Console, days: str | None = None) -> None:
         style = "bold" if k == result.best else None
         if c.plan is None:
             t.add_row(format_params(c.n_params), str(m.num_layers), str(m.hidden_size),
-                      str(m.num_attention_heads), *["-"] * (8 + len(swept)),
+                      str(m.num_attention_heads), *["-"] * (8 + len(swept) + by_flops),
                       esc(c.reason) + (f" ({mark})" if mark else ""))
             continue
         p = c.plan
@@ -292,7 +336,9 @@ def _print(result, session, console: Console, days: str | None = None) -> None:
                   *(value_text(p[name]) for name in _SWITCHES), p["schedule"],
                   _recompute_cell(p),
                   f"{c.mfu:.1%}{calibration_mark(c.within_calibration, c.calibration_departures)}",
-                  _memory_cell(p), format_params(c.tokens), f"{c.tokens_per_parameter:.3g}",
+                  _memory_cell(p), format_params(c.tokens),
+                  *((f"{c.days:.3g}" if math.isfinite(c.days) else "-",) if by_flops else ()),
+                  f"{c.tokens_per_parameter:.3g}",
                   f"{c.loss:.4f}" if math.isfinite(c.loss) else "-",
                   ", ".join(x for x in (esc(c.reason), mark) if x), style=style)
     console.print(t)
@@ -304,6 +350,10 @@ def _print(result, session, console: Console, days: str | None = None) -> None:
     if result.no_tight:
         console.print(NO_TIGHT_OPTIMAL_NOTE, highlight=False)
     _print_outside_calibration(result, console)
+    from core.studies.optimal import left_out_note
+    left = left_out_note(result)  # sizes that are no row of their own, shapes with no plan
+    if left:
+        console.print(esc(left), highlight=False)
     if result.rule_index is None and result.candidates:
         from core.studies.optimal import no_rule_candidate_note
         console.print(no_rule_candidate_note(result), highlight=False)
@@ -315,12 +365,13 @@ def _print(result, session, console: Console, days: str | None = None) -> None:
     b = result.candidates[result.best]
     line = (f"Lowest loss: {format_params(b.n_params)} parameters (L={b.model.num_layers}, "
             f"h={b.model.hidden_size}) trained on {format_params(b.tokens)} tokens "
-            f"({_spent(b)}) at {b.mfu:.1%} MFU, loss {b.loss:.4f}")
+            f"({_spent(b)}{_in_days(result, b, s)}) at {b.mfu:.1%} MFU, loss {b.loss:.4f}")
     if result.rule_index is not None and result.best != result.rule_index:
         r = result.candidates[result.rule_index]
         if r.plan is not None:
             line += (f"; the rule's size ({format_params(r.n_params)}) reaches {r.loss:.4f} on "
-                     f"{format_params(r.tokens)} tokens ({_spent(r)}) at {r.mfu:.1%} MFU")
+                     f"{format_params(r.tokens)} tokens ({_spent(r)}{_in_days(result, r, s)}) "
+                     f"at {r.mfu:.1%} MFU")
     console.print(line + ".", highlight=False)
     from core.sim.comm import summarize_warnings
     warnings = summarize_warnings(result.warnings)

@@ -30,6 +30,8 @@ plan sweep (:func:`core.studies.sweep.run_sweep`) of the space ``vtrain sweep`` 
 by default (:meth:`core.studies.sweep.SweepSpace.default_for`: the plans a Megatron-Core
 user would try, sequence parallelism, ZeRO stages, cp and the overlaps too), trains it for
 the tokens that plan processes in ``T`` days, and ranks the candidates by ``L(N, D)``.
+Given a FLOP budget ``C`` instead (``flops``), no utilization is assumed: each candidate
+trains on ``C / (6 N)`` tokens (whole iterations, not above ``C``) in the days its plan takes.
 
 Parameters ``N`` count every weight (embeddings included, as
 :meth:`core.plan.model_config.ModelConfig.num_parameters`); tokens ``D`` are training
@@ -55,8 +57,8 @@ __all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "
            "shape_like", "gpt_template", "check_template", "shape_family", "template_summary",
            "template_text", "days_for_gpu_hours", "check_budget",
            "no_plan_explanation", "no_rule_candidate_note", "Candidate",
-           "OptimalResult", "compute_optimal", "days_for_flops", "study_inputs",
-           "candidate_session"]
+           "OptimalResult", "compute_optimal", "check_flops", "study_inputs",
+           "candidate_session", "candidate_shapes", "left_out_sizes", "left_out_note"]
 
 #: Parametric loss fit: Besiroglu et al. 2024's refit of Hoffmann et al. 2022's Approach 3.
 CHINCHILLA = {"E": 1.8172, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}
@@ -158,8 +160,12 @@ def shape_like(template: ModelConfig, n_params: float, name: str | None = None) 
     """A model of about ``n_params`` parameters shaped like ``template``: only its depth and
     width change, in sizes that split well.
 
-    Width ``h ≈ (ASPECT_RATIO N / 12)^(1/3)`` (so ``h ≈ ASPECT_RATIO * L`` and
-    ``12 L h^2 ≈ N``, GPT-3's proportions), rounded to a multiple of ``8 d`` with ``d`` the
+    Width: the ``h`` whose model at ``h / L = ASPECT_RATIO`` (GPT-3's proportions) has
+    ``n_params`` parameters in all, ``rest(h) + per_layer(h) h / ASPECT_RATIO = N`` with the
+    template's own counts (:func:`core.model.counts.num_parameters`: the embeddings and final
+    norm besides the layers, so that a large vocabulary does not widen a small model: a Llama 3
+    8B template at 1.85 B has h = 2,048, L = 24, not h = 3,072, L = 8, which
+    ``(ASPECT_RATIO N / 12)^(1/3)`` of the whole N gave), rounded to a multiple of ``8 d`` with ``d`` the
     template's head size (:attr:`~core.plan.model_config.ModelConfig.head_dim`: kv_channels, or
     h/a), so that the ``a = h / d`` heads divide by every tensor-parallel size up to 8; ``L`` a
     multiple of 8 (16 from 64 layers up), so that 2 to 8 (16) pipeline stages split it, that
@@ -189,24 +195,42 @@ def shape_like(template: ModelConfig, n_params: float, name: str | None = None) 
     check_template(template)
     d = template.head_dim
     step = 8 * d
-    h = max(step, step * round((ASPECT_RATIO * n_params / 12.0) ** (1 / 3) / step))
-    heads = h // d
-    ffn = (None if template.ffn_hidden_size is None else
-           max(FFN_MULTIPLE, FFN_MULTIPLE * round(template.ffn_hidden_size / template.hidden_size
-                                                  * h / FFN_MULTIPLE)))
 
-    def model(layers: int) -> ModelConfig:
+    def model(layers: int, h: int) -> ModelConfig:
+        heads = h // d
+        ffn = (None if template.ffn_hidden_size is None else
+               max(FFN_MULTIPLE, FFN_MULTIPLE * round(template.ffn_hidden_size
+                                                      / template.hidden_size * h / FFN_MULTIPLE)))
         return dataclasses.replace(template, name="", num_layers=layers, hidden_size=h,
                                    num_attention_heads=heads, ffn_hidden_size=ffn,
                                    num_query_groups=_query_groups(template, heads),
                                    kv_channels=d if template.kv_channels else None)
 
-    per_layer = num_parameters(model(2)) - num_parameters(model(1))
-    rest = num_parameters(model(1)) - per_layer
+    def counts(h: int) -> tuple[int, int]:  # parameters per layer, and besides the layers
+        one, two = num_parameters(model(1, h)), num_parameters(model(2, h))
+        return two - one, one - (two - one)
+
+    def at_aspect(a: int) -> float:  # total parameters at h = a d, L = h / ASPECT_RATIO
+        per_layer, rest = counts(a * d)
+        return rest + per_layer * a * d / ASPECT_RATIO
+
+    # the width whose model at h / L = ASPECT_RATIO has n_params in all, embeddings included:
+    # between the head counts lo and hi = lo + 1 whose totals bracket n_params (bisection; the
+    # total grows with the width), interpolated
+    lo, hi = 0, 8
+    while at_aspect(hi) < n_params:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if at_aspect(mid) < n_params else (lo, mid)
+    below = at_aspect(lo) if lo else 0.0
+    width = d * (lo + (n_params - below) / (at_aspect(hi) - below))
+    h = max(step, step * round(width / step))
+    per_layer, rest = counts(h)
     target = (n_params - rest) / per_layer
     grain = 16 if target >= 64 else 8
     layers = max(8, grain * round(target / grain))
-    out = model(layers)
+    out = model(layers, h)
     out.name = name or (f"{format_params(num_parameters(out))} {shape_family(template)}-style "
                         f"(L={layers}, h={h})")
     return out
@@ -223,7 +247,8 @@ def gpt_shape(n_params: float, seq_length: int = 2048, vocab_size: int = 50257,
     """A GPT model of about ``n_params`` parameters with GPT-3's proportions and sizes that
     split well: :func:`shape_like` of :func:`gpt_template` (heads of :data:`HEAD_DIM`).
 
-    Width ``h ≈ (ASPECT_RATIO N / 12)^(1/3)`` rounded to a multiple of ``8 * HEAD_DIM``, so
+    Width: the ``h`` whose GPT model at ``h / L = ASPECT_RATIO`` has ``n_params`` parameters,
+    embeddings included (:func:`shape_like`), rounded to a multiple of ``8 * HEAD_DIM``, so
     that the ``a = h / HEAD_DIM`` heads divide by every tensor-parallel size up to 8; ``L`` a
     multiple of 8 (16 from 64 layers up) that brings the total, embeddings included, closest
     to ``n_params``. GPT-3 175B comes out as L=96, h=12288, a=96. Raises ValueError for
@@ -288,6 +313,9 @@ class Candidate:
     tokens: float
     loss: float
     reason: str = ""
+    #: Days the plan trains its tokens: the budget's days, or with a FLOP budget the tokens
+    #: over the plan's tokens/s (NaN without a plan).
+    days: float = math.nan
 
     @property
     def within_calibration(self) -> bool | None:
@@ -313,11 +341,11 @@ class OptimalResult:
 
     Attributes
     ----------
-    num_gpus, days : the budget
-    assumed_mfu : float
-        MFU the Chinchilla rule's FLOP budget assumes.
+    num_gpus, days : the budget (days None with a FLOP budget, :attr:`flops`)
+    assumed_mfu : float or None
+        MFU the Chinchilla rule's FLOP budget assumes (None with a FLOP budget).
     budget_flops : float
-        ``num_gpus * peak * days * 86400 * assumed_mfu``.
+        The rule's ``C``: ``num_gpus * peak * days * 86400 * assumed_mfu``, or the FLOP budget.
     rule_params, rule_tokens : float
         Chinchilla's ``N_opt`` and ``D_opt`` for ``budget_flops``.
     candidates : list of Candidate
@@ -341,11 +369,20 @@ class OptimalResult:
         What the candidates' sweeps swept and held, and why, as one sweep's
         (:func:`core.studies.sweep.merge_dimensions` of their
         :attr:`~core.studies.sweep.SweepResult.dimensions`).
+    requested_sizes : list of float
+        The ``num_candidates`` sizes asked for, in parameters (geometric over ``spread``).
+    size_candidates : list of int
+        For each requested size, the index of the candidate it is shaped as: sizes that round
+        to one shape are one candidate (:func:`left_out_sizes`).
+    flops : float or None
+        The FLOP budget when the study was given one (``vtrain optimal --flops``): each
+        candidate then trains on ``flops / (6 N)`` tokens, whole iterations, and its own days;
+        ``days`` and ``assumed_mfu`` are None. None for a budget of days.
     """
 
     num_gpus: int
-    days: float
-    assumed_mfu: float
+    days: float | None
+    assumed_mfu: float | None
     peak_flops: float
     budget_flops: float
     rule_params: float
@@ -358,6 +395,9 @@ class OptimalResult:
     dimensions: list[dict[str, Any]] = field(default_factory=list)
     no_tight: bool = False
     template: dict[str, Any] = field(default_factory=dict)
+    requested_sizes: list[float] = field(default_factory=list)
+    size_candidates: list[int] = field(default_factory=list)
+    flops: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (what ``vtrain optimal --json`` prints)."""
@@ -369,7 +409,7 @@ class OptimalResult:
                     "ffn_hidden_size": m.ffn_hidden_size, "n_params": c.n_params,
                     "plan": c.plan, "tokens_per_s": _num(c.tokens_per_s), "mfu": _num(c.mfu),
                     "tokens": _num(c.tokens), "tokens_per_parameter": _num(c.tokens_per_parameter),
-                    "loss": _num(c.loss), "reason": c.reason,
+                    "loss": _num(c.loss), "days": _num(c.days), "reason": c.reason,
                     "within_calibration": c.within_calibration,
                     "calibration_departures": c.calibration_departures}
         return {"num_gpus": self.num_gpus, "days": self.days, "assumed_mfu": self.assumed_mfu,
@@ -378,7 +418,71 @@ class OptimalResult:
                 "rule_index": self.rule_index, "best": self.best,
                 "candidates": [cand(c) for c in self.candidates], "warnings": self.warnings,
                 "hold_session_values": self.hold_session_values, "no_tight": self.no_tight,
-                "dimensions": self.dimensions, "template": self.template}
+                "dimensions": self.dimensions, "template": self.template,
+                "flops": self.flops, "requested_sizes": self.requested_sizes,
+                "size_candidates": self.size_candidates, "left_out": left_out_sizes(self)}
+
+
+def left_out_sizes(result: "OptimalResult") -> list[dict[str, Any]]:
+    """The requested sizes that are not candidates of their own, as plain JSON: each
+    ``{"size": parameters asked for, "candidate": index of the candidate it is shaped as,
+    "why": "below the smallest shape" | "same shape"}``. A size rounds to the shape of the
+    size before it when the rounding of ``h`` (to 8 head sizes) and of ``L`` (to 8 or 16)
+    gives both one shape (:func:`shape_like`); "below the smallest shape" when that shape is
+    the smallest, L = 8 and h = 8 head sizes, and the size is below its parameters. The
+    first size of each shape is its candidate and is not listed."""
+    out: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    for size, k in zip(result.requested_sizes, result.size_candidates):
+        if k in seen:
+            c = result.candidates[k]
+            smallest = (c.model.num_layers, c.model.hidden_size) == (8, 8 * c.model.head_dim)
+            out.append({"size": size, "candidate": k,
+                        "why": "below the smallest shape" if smallest and size < c.n_params
+                        else "same shape"})
+        seen.add(k)
+    return out
+
+
+def left_out_note(result: "OptimalResult") -> str:
+    """For people, the requested sizes that are no candidate of their own
+    (:func:`left_out_sizes`) and the candidates with no plan: ``"1 of 9 candidate sizes is no
+    row of its own: 1.1B rounds to the shape of 978M (L=8, h=2048) (h a multiple of 8 head
+    sizes, L of 8, or 16 from 64 layers: a larger --spread reaches other shapes); 1 of the 8
+    shapes has no plan (its note says why)."``; "" when every size is a candidate with a
+    plan."""
+    left = left_out_sizes(result)
+    no_plan = sum(c.plan is None for c in result.candidates)
+    parts = []
+    if left:
+        groups: dict[int, list[dict[str, Any]]] = {}
+        for x in left:
+            groups.setdefault(x["candidate"], []).append(x)
+        said = []
+        for k, xs in groups.items():
+            c = result.candidates[k]
+            names = [format_params(x["size"]) for x in xs]
+            listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+            below = sum(x["why"] == "below the smallest shape" for x in xs)
+            text = (f"{listed} {'rounds' if len(xs) == 1 else 'round'} to the shape of "
+                    f"{format_params(c.n_params)} (L={c.model.num_layers}, "
+                    f"h={c.model.hidden_size})")
+            if below:
+                text += (f", {'it' if len(xs) == 1 else f'{below} of them'} below it, the smallest "
+                         f"{shape_family(c.model)}-style shape")
+            said.append(text)
+        n = len(result.requested_sizes)
+        parts.append(f"{len(left)} of {n} candidate sizes {'is' if len(left) == 1 else 'are'} "
+                     f"no row of {'its' if len(left) == 1 else 'their'} own: "
+                     + "; ".join(said)
+                     + " (h a multiple of 8 head sizes, L of 8, or 16 from 64 layers: a larger "
+                       "--spread reaches other shapes)")
+    if no_plan:
+        shapes = len(result.candidates)
+        which = ("the only shape has" if shapes == 1 else
+                 f"{no_plan} of the {shapes} shapes {'has' if no_plan == 1 else 'have'}")
+        parts.append(f"{which} no plan ({'its' if no_plan == 1 else 'their'} note says why)")
+    return "; ".join(parts) + "." if parts else ""
 
 
 def candidate_session(session: Session, result: "OptimalResult", k: int | None = None
@@ -387,7 +491,8 @@ def candidate_session(session: Session, result: "OptimalResult", k: int | None =
     lowest-loss candidate): ``session``'s cluster, price and every field the study held (the
     session the study ran on), the candidate's model and its fastest plan (every field of its
     sweep row, :class:`~core.plan.parallel.ParallelPlan`), and as the token budget
-    (``cost.training_tokens``) the tokens that plan trains in the budget's days, so that
+    (``cost.training_tokens``) the tokens that plan trains in the budget's days (with a FLOP
+    budget, its ``C / 6N`` tokens in whole iterations, and its own :attr:`Candidate.days`), so that
     simulating the session gives the study's iteration time, tokens/s, days (``result.days``)
     and cost (``vtrain optimal --out``). The session's saved sweep and pinned plan (of its
     own model) are left out.
@@ -484,41 +589,30 @@ def check_budget(num_gpus: int, days: float, assumed_mfu: float, num_candidates:
         raise ConfigError(errs)
 
 
-def days_for_flops(session: Session, num_gpus: int, flops: float, assumed_mfu: float = 0.4,
-                   store=None) -> float:
-    """The wall-clock days whose budget is ``flops``: the inverse of :func:`compute_optimal`'s
-    rule ``C = num_gpus * peak * days * 86,400 * assumed_mfu`` (``peak`` in FLOP/s per GPU,
-    :func:`core.sim.costing.mfu_peak_flops` of the session's plan on ``store``, default the
-    session's profile), so that ``compute_optimal(session, num_gpus, days_for_flops(...))``
-    studies a budget of ``flops`` FLOPs (``vtrain optimal --flops C``).
-
-    Parameters
-    ----------
-    flops : float
-        The FLOP budget ``C`` (Chinchilla's ``6 N D``), positive and finite.
+def check_flops(num_gpus: int, flops: float, peak: float) -> None:
+    """Check a FLOP budget (``vtrain optimal --flops C``) for :func:`compute_optimal`: a
+    positive finite number whose days on ``num_gpus`` GPUs of ``peak`` FLOP/s each (the MFU
+    peak, :func:`core.sim.costing.mfu_peak_flops`) at full utilization, ``C / (GPUs x peak x
+    86,400)``, are at most :data:`MAX_DAYS`: no plan trains it in fewer (its MFU is at most 1,
+    and 6 N counts fewer FLOPs than the MFU's).
 
     Raises
     ------
     ConfigError
-        ``flops`` not a positive finite number, or ``num_gpus`` / ``assumed_mfu`` out of
-        range, or the days it takes beyond :data:`MAX_DAYS` (each named as the CLI option)."""
+        ``flops`` not a positive finite number, or beyond the days (``--flops``), ``num_gpus``
+        out of range (``--gpus``)."""
     errs = []
     if not (isinstance(flops, (int, float)) and math.isfinite(flops) and flops > 0):
         errs.append(FieldError("--flops", f"{flops!r} must be a positive number of FLOPs"))
-    _check_budget_errors(errs, num_gpus, assumed_mfu)
+    _check_budget_errors(errs, num_gpus, 0.5)
     if errs:
         raise ConfigError(errs)
-    from core.sim.costing import mfu_peak_flops
-    from core.sim.simulate import session_profile
-    peak = mfu_peak_flops(store or session_profile(session), session.plan)
-    days = flops / (num_gpus * peak * 86400.0 * assumed_mfu)
-    if not 0 < days <= MAX_DAYS:
-        raise ConfigError([FieldError("--flops", f"{flops:g} FLOPs take {days:.3g} days on "
-                                                 f"{num_gpus:,} GPUs at {peak / 1e12:.1f} TFLOP/s "
-                                                 f"and MFU {assumed_mfu:g}; the study takes "
-                                                 f"above 0 and at most {MAX_DAYS:,} days: give "
-                                                 "more or fewer --gpus")])
-    return days
+    least = flops / (num_gpus * peak * 86400.0)
+    if least > MAX_DAYS:
+        raise ConfigError([FieldError("--flops", f"{flops:g} FLOPs take at least {least:.3g} "
+                                                 f"days on {num_gpus:,} GPUs at their peak "
+                                                 f"{peak / 1e12:.1f} TFLOP/s; the study takes "
+                                                 f"at most {MAX_DAYS:,} days: give more --gpus")])
 
 
 def days_for_gpu_hours(num_gpus: int, gpu_hours: float) -> float:
@@ -573,11 +667,20 @@ def small_batch_note(session: Session, num_gpus: int) -> str:
 
 def _candidate_models(m: ModelConfig, n_rule: float, num_candidates: int, spread: float
                       ) -> list[ModelConfig]:
-    """Models shaped like ``m`` (:func:`shape_like`: its family, head size, query groups and
+    """The models of :func:`candidate_shapes` (``m``, ``n_rule``, ``num_candidates``,
+    ``spread``). Raises ConfigError as it does."""
+    return candidate_shapes(m, n_rule, num_candidates, spread)[1]
+
+
+def candidate_shapes(m: ModelConfig, n_rule: float, num_candidates: int, spread: float
+                     ) -> tuple[list[float], list[ModelConfig], list[int]]:
+    """``(sizes, models, which)``: the ``num_candidates`` sizes asked for, in parameters, the
+    distinct models they are shaped as, and for each size the index of its model in
+    ``models``. Models shaped like ``m`` (:func:`shape_like`: its family, head size, query groups and
     MLP ratio, at its sequence length, vocabulary and its padding, run with its attention
     kernel) of ``num_candidates`` sizes geometric from ``n_rule / sqrt(spread)`` to
     ``n_rule * sqrt(spread)`` parameters; neighbouring sizes that round to one shape are kept
-    once.
+    once (``which`` says which sizes they are: :func:`left_out_sizes`).
 
     Raises
     ------
@@ -585,22 +688,27 @@ def _candidate_models(m: ModelConfig, n_rule: float, num_candidates: int, spread
         ``m`` is a mixture-of-experts or latent-attention model (:func:`check_template`)."""
     sizes = n_rule * spread ** np.linspace(-0.5, 0.5, num_candidates)
     models: list[ModelConfig] = []
+    which: list[int] = []
     for n in sizes:  # neighbouring sizes can round to one shape: keep it once
         shape = shape_like(m, n)
         if not models or (shape.num_layers, shape.hidden_size) != (models[-1].num_layers,
                                                                    models[-1].hidden_size):
             models.append(shape)
-    return models
+        which.append(len(models) - 1)
+    return [float(x) for x in sizes], models, which
 
 
 def _candidate(session: Session, model: ModelConfig, space: Any, store: Any, cancel: Any,
                seconds: float, out: OptimalResult,
                dimensions: list[list[dict[str, Any]]] | None = None,
-               notice: Callable[[str], None] | None = None, no_tight: bool = False) -> Candidate:
+               notice: Callable[[str], None] | None = None, no_tight: bool = False,
+               flops: float | None = None) -> Candidate:
     """``model``'s :class:`Candidate`: its fastest plan of the sweep ``space`` on ``session``
     with ``model`` (:func:`core.studies.sweep.run_sweep`; its pruning keeps the fastest plan
     exact, not the best plan of each value, ``best_by=False``), the tokens it trains in
-    ``seconds`` and their Chinchilla loss; without a plan (a refused model, none on exactly
+    ``seconds`` (with a FLOP budget ``flops``: the whole iterations of ``B x s`` tokens whose
+    ``6 N`` FLOPs per token stay within ``flops``, in the days its plan takes for them) and
+    their Chinchilla loss; without a plan (a refused model, none on exactly
     these GPUs or none that fits) the reason and NaNs. The sweep's new warnings are added to
     ``out``, its dimensions appended to ``dimensions`` (when given); a large sweep's note
     (its time estimate) goes to ``notice`` as it starts, labelled with the model's name;
@@ -630,14 +738,22 @@ def _candidate(session: Session, model: ModelConfig, space: Any, store: Any, can
                   else res.why_none(np.ones(res.num_plans, bool)))
         return Candidate(model, n, None, math.nan, math.nan, math.nan, math.nan, reason)
     tps = float(res.tokens_per_s[i])
-    tokens = tps * seconds
     iteration = s.plan.global_batch_size * model.seq_length  # tokens of one iteration, B x s
+    if flops is not None:  # C / 6N tokens, whole iterations, not above C; days from the plan
+        tokens = float(math.floor(flops / (6.0 * n) / iteration) * iteration)
+        if tokens < iteration:
+            return Candidate(model, n, res.plan_row(i), tps, float(res.mfu[i]), 0.0, math.nan,
+                             f"less than one iteration in the budget (6 N B s = "
+                             f"{6.0 * n * iteration:.3g} FLOPs for {iteration:,} tokens)")
+        return Candidate(model, n, res.plan_row(i), tps, float(res.mfu[i]), tokens,
+                         chinchilla_loss(n, tokens), days=tokens / tps / 86400.0)
+    tokens = tps * seconds
     if tokens < iteration:  # no step of training: the loss fit says nothing (1e108 at 1e-300 days)
         return Candidate(model, n, res.plan_row(i), tps, float(res.mfu[i]), tokens, math.nan,
                          f"less than one iteration in the budget ({iteration / tps:.3g} s for "
-                         f"{iteration:,} tokens)")
+                         f"{iteration:,} tokens)", days=seconds / 86400.0)
     return Candidate(model, n, res.plan_row(i), tps, float(res.mfu[i]), tokens,
-                     chinchilla_loss(n, tokens))
+                     chinchilla_loss(n, tokens), days=seconds / 86400.0)
 
 
 def study_inputs(session: Session) -> dict[str, Any]:
@@ -657,14 +773,26 @@ def study_inputs(session: Session) -> dict[str, Any]:
     return doc
 
 
-def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu: float = 0.4,
+def compute_optimal(session: Session, num_gpus: int, days: float | None, *,
+                    assumed_mfu: float = 0.4,
                     num_candidates: int = 9, spread: float = 8.0, store=None,
                     progress: Callable[[int, int, str], None] | None = None,
                     cancel: Any = None, hold_session_values: bool = False,
                     notice: Callable[[str], None] | None = None,
                     no_tight: bool = False,
-                    budget_given: tuple[str, str] | None = None) -> OptimalResult:
-    """The model that trains to the lowest Chinchilla loss on ``num_gpus`` GPUs in ``days`` days.
+                    budget_given: tuple[str, str] | None = None,
+                    flops: float | None = None) -> OptimalResult:
+    """The model that trains to the lowest Chinchilla loss on ``num_gpus`` GPUs in ``days`` days,
+    or on ``flops`` FLOPs.
+
+    A budget of days (GPU time: the vTrain study's, Bang et al. 2024) gives every candidate
+    the same days; each trains on the tokens its fastest plan processes in them, and the
+    rule's ``C`` is the FLOPs of the days at ``assumed_mfu``. A FLOP budget (``flops``, days
+    None) is Chinchilla's own: ``C = flops``, and each candidate trains on ``flops / (6 N)``
+    tokens (Kaplan et al. 2020's ``6 N D``, the count the rule and its loss fit use; N its
+    parameters), rounded down to whole iterations of ``B x s`` tokens so that ``6 N D`` never
+    exceeds ``flops`` (it falls short by less than one iteration's ``6 N B s``), in the days
+    its fastest plan takes for them (:attr:`Candidate.days`); no MFU is assumed.
 
     Parameters
     ----------
@@ -675,10 +803,10 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         kernel; only L and h change). The plan fields the sweep chooses are not used.
     num_gpus : int
         GPUs of the budget (at most :data:`MAX_GPUS`); every plan uses exactly this many.
-    days : float
-        Wall-clock budget (at most :data:`MAX_DAYS`).
+    days : float or None
+        Wall-clock budget (at most :data:`MAX_DAYS`); None with ``flops``.
     assumed_mfu : float
-        Utilization the rule's FLOP budget assumes, in (0, 1].
+        Utilization the rule's FLOP budget assumes, in (0, 1] (not used with ``flops``).
     num_candidates : int
         Candidate sizes, geometric from ``N_opt / sqrt(spread)`` to ``N_opt * sqrt(spread)``
         (2 to :data:`MAX_CANDIDATES`; sizes that round to the same shape are tried once).
@@ -707,6 +835,9 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         How the budget was given when not as ``days`` (``("--gpu-hours", "1e-06 GPU-hours")``,
         ``days`` being :func:`days_for_gpu_hours` of it): the error of a budget shorter than
         one iteration names that option and value, not ``--days``, which was not given.
+    flops : float, optional
+        A FLOP budget instead of ``days`` (``vtrain optimal --flops``): see above; checked by
+        :func:`check_flops`.
 
     Raises
     ------
@@ -715,7 +846,9 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         (:func:`check_template`, named ``model.num_experts`` / ``model.multi_latent_attention``);
         a budget argument out of range (named as the CLI option: :func:`check_budget`), or
         ``days`` shorter than one iteration (B x s tokens) of every candidate's fastest plan
-        (``--days``, or ``budget_given``'s option); a candidate that trains less than one
+        (``--days``, or ``budget_given``'s option), or ``flops`` below one iteration of every
+        candidate or out of :func:`check_flops`' range (``--flops``), or both or neither of
+        ``days`` and ``flops`` (``--days``); a candidate that trains less than one
         iteration has no loss and says so in its reason.
     core.studies.sweep.SweepCancelled
         ``cancel`` was set.
@@ -724,20 +857,31 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     from core.studies.sweep import SweepSpace, merge_dimensions
 
     check_template(session.model)
-    check_budget(num_gpus, days, assumed_mfu, num_candidates, spread)
+    if (days is None) == (flops is None):
+        raise ConfigError([FieldError("--days", "give a budget of days or of FLOPs (--flops), "
+                                                "one of them")])
+    check_budget(num_gpus, 1.0 if days is None else days, assumed_mfu, num_candidates, spread)
     store = store or session_profile(session)
     from core.sim.costing import mfu_peak_flops  # MFU's peak (BF16 for FP8, TF32 with tf32)
     peak = mfu_peak_flops(store, session.plan)
-    seconds = days * 86400.0
-    flops = num_gpus * peak * seconds * assumed_mfu
-    n_rule, d_rule = chinchilla_optimal(flops)
-    models = _candidate_models(session.model, n_rule, num_candidates, spread)
+    if flops is not None:
+        check_flops(num_gpus, flops, peak)
+        seconds = math.nan
+        budget = float(flops)
+    else:
+        seconds = days * 86400.0
+        budget = num_gpus * peak * seconds * assumed_mfu
+    n_rule, d_rule = chinchilla_optimal(budget)
+    sizes, models, which = candidate_shapes(session.model, n_rule, num_candidates, spread)
     params = np.array([num_parameters(x) for x in models], float)
     closest = int(np.argmin(np.abs(np.log(params / n_rule))))
     rule_index = closest if abs(math.log(params[closest] / n_rule)) <= math.log(2.0) else None
-    out = OptimalResult(num_gpus, float(days), float(assumed_mfu), peak, flops, n_rule, d_rule,
-                        rule_index, hold_session_values=bool(hold_session_values),
-                        no_tight=bool(no_tight), template=template_summary(session.model))
+    out = OptimalResult(num_gpus, None if days is None else float(days),
+                        None if flops is not None else float(assumed_mfu), peak, budget, n_rule,
+                        d_rule, rule_index, hold_session_values=bool(hold_session_values),
+                        no_tight=bool(no_tight), template=template_summary(session.model),
+                        requested_sizes=sizes, size_candidates=which,
+                        flops=None if flops is None else float(flops))
     note = small_batch_note(session, num_gpus)
     if note:
         out.warnings.append(note)
@@ -748,7 +892,7 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
         if progress:
             progress(k, len(models), model.name)
         out.candidates.append(_candidate(session, model, space, store, cancel, seconds, out,
-                                         dimensions, notice, no_tight))
+                                         dimensions, notice, no_tight, out.flops))
     out.dimensions = merge_dimensions(dimensions)
     if progress:
         progress(len(models), len(models), "")
@@ -756,6 +900,12 @@ def compute_optimal(session: Session, num_gpus: int, days: float, *, assumed_mfu
     if np.isfinite(losses).any():
         out.best = int(np.nanargmin(losses))
     planned = [c for c in out.candidates if c.plan is not None]
+    if out.best is None and planned and flops is not None:  # C below one iteration of each
+        least = min(6.0 * c.n_params * session.plan.global_batch_size * c.model.seq_length
+                    for c in planned)
+        raise ConfigError([FieldError("--flops", f"{flops:g} FLOPs is less than one iteration "
+                                      f"of every candidate (the smallest takes 6 N B s = "
+                                      f"{least:.3g} FLOPs)")])
     if out.best is None and planned:  # every plan that runs trains less than one iteration
         shortest = min((session.plan.global_batch_size * c.model.seq_length) / c.tokens_per_s
                        for c in planned)

@@ -4,6 +4,7 @@ the numbers core.studies.optimal and core.studies.scheduler compute."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -299,4 +300,30 @@ def test_settings_the_form_cannot_show_are_named_with_their_rules(qtbot):
     assert status.startswith("Settings from the file not used (the form shows its own): "
                              "num_gpus: 'abc' must be a whole number from 1 to 1,000,000; ")
     assert f"{'k' * 21}...: is not a setting" in status and len(status) < 600  # as wide as the form
+
+
+def test_the_summary_says_which_candidate_sizes_are_no_row_of_their_own(qtbot):
+    """The trial's study asked for 9 candidate sizes and showed 5 rows, saying nothing of the
+    other 4 (sizes that round to a shape already in the table); the summary says so, as
+    vtrain optimal's footer: here 9 sizes around N_opt = 10 M on a GPT-3 1.3B session all
+    round to the smallest GPT shape, L = 8, h = 1,024 (154 M)."""
+    from core.model.counts import num_parameters
+    from core.studies.optimal import Candidate, OptimalResult, candidate_shapes
+    session = Session()
+    sizes, models, which = candidate_shapes(session.model, 1e7, 9, 8.0)
+    assert len(models) == 1 and which == [0] * 9
+    r = OptimalResult(8, 1.0, 0.4, 312e12, 1e20, 1e7, 2e8, None, requested_sizes=sizes,
+                      size_candidates=which)
+    r.candidates = [Candidate(models[0], num_parameters(models[0]), None, *[math.nan] * 4,
+                              "no plan on exactly this many GPUs")]
+    w = StudiesTab(session_fn=lambda: session)
+    qtbot.addWidget(w)
+    w.optimal.show_result(r)
+    text = w.optimal.summary.text()
+    assert (f"8 of 9 candidate sizes are no row of their own: {format_params(sizes[1])}, "
+            in text)
+    assert (f"and {format_params(sizes[-1])} round to the shape of "
+            f"{format_params(num_parameters(models[0]))} (L=8, h=1024), 8 of them below it, the "
+            "smallest GPT-style shape") in text
+    assert "the only shape has no plan (its note says why)." in text
     w.shutdown()
