@@ -35,7 +35,7 @@ from core.io.import_result import ImportResult
 from core.io.megatron.arguments import (ARGUMENTS, BY_OPTION, MEGATRON_MODEL_DEFAULTS,
                                         NEUTRAL_ARGUMENTS, at_default,
                                         REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, MegatronArgsError,
-                                        TOKENIZER_VOCAB, check_choices, field_origin,
+                                        TOKENIZER_VOCAB, check_values, field_origin,
                                         unknown_arguments, LLAMA2_TOKENIZER)
 from core.io.megatron.launch import Launch, parse_arguments, read_launch
 from core.io.megatron.mapping import Mapper, int_argument
@@ -322,7 +322,7 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         raise MegatronArgsError(launch.unset_counts[0])  # the launcher's count names its variable
     args = parse_arguments(launch.arguments, src)
     unknown = _refuse_unknown(args, allow_unknown, src)
-    check_choices(args, src)  # what Megatron-LM's parser refuses, before any mapping
+    check_values(args, src)  # what Megatron-LM's parser refuses, before any mapping
     mp = Mapper(src, args)
     mp.tokenizer_vocab_size = tokenizer_vocab_size
     L, h, s = map_model(mp)
