@@ -112,6 +112,8 @@ _SMALL = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 
     ("--rampup-batch-size 16 16", "--rampup-batch-size takes 3 values (nargs 3"),
     ("--rampup-batch-size 16 x 100", "'x' is not an int (--rampup-batch-size has type=int"),
     ("--offload-modules", "--offload-modules takes one value or more (nargs '+'"),
+    # a mapped argument the mapping does not read (no --num-experts): checked after it
+    ("--moe-router-topk x", "'x' is not an int (--moe-router-topk has type=int"),
 ])
 def test_every_argument_is_checked_against_its_type_and_nargs_read_or_not(tmp_path, extra,
                                                                          needle):
@@ -302,7 +304,9 @@ def test_llama3_8b_fp8_example_keeps_fp8_and_the_distributed_optimizer(tmp_path)
     assert any("-f" in n and "not evaluated" in n for n in res.launch.notes)
     ignored = dict(res.ignored)
     assert {"--manual-gc", "--empty-unused-memory-level"} <= set(ignored)
-    assert {"--fp8-amax-history-len", "--lr", "--mock-data", "--save"} <= set(res.neutral)
+    assert {"--fp8-amax-history-len", "--lr", "--mock-data"} <= set(res.neutral)
+    # --save decides that checkpoints are saved: used, never "not used"
+    assert res.used["--save"] == "reliability.checkpoint_interval_iterations"
 
 
 def test_the_else_branch_is_read_when_the_positional_parameters_choose_it(tmp_path):

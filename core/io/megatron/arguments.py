@@ -173,14 +173,16 @@ _NARGS_WORDS = {None: "one value", 0: "no value (a switch)", "+": "one value or 
                 "*": "any number of values"}
 
 
-def check_values(args: dict[str, list[str]], source: str) -> None:
+def check_values(args: dict[str, list[str]], source: str, skip: Any = ()) -> None:
     """Refuse what Megatron-LM's argparse refuses in the values of every argument of the
     current parser, whether the import reads it or not: a number of values its ``nargs``
     does not take (argparse: "expected one argument", or the words left over: "unrecognized
     arguments"), a value that is not its ``type`` (``int``: Python's ``int()`` of the word,
     ``float``: ``float()``; argparse: "invalid int value"), or one outside its choices
     (:func:`check_choices`). A value that holds a variable the script does not set
-    (``$NAME``) is not checked here (the mapping names it where it reads it).
+    (``$NAME``) is not checked here (the mapping names it where it reads it). The count and
+    type of the arguments in ``skip`` are not checked (the mapping reads them, with its own
+    messages: ``--num-layers 'x' must be a positive integer``); their choices are.
 
     Raises
     ------
@@ -190,7 +192,7 @@ def check_values(args: dict[str, list[str]], source: str) -> None:
         :data:`MEGATRON_LM_COMMIT`).
     """
     for flag, values in args.items():
-        if flag not in _CURRENT_OPTIONS:
+        if flag not in _CURRENT_OPTIONS or flag in skip:
             continue
         entry = BY_OPTION[flag]
         given = short_repr(" ".join([flag, *values]))
