@@ -204,9 +204,17 @@ def test_import_preset_writes_a_session_of_every_preset_that_simulates(tmp_path,
         assert json.loads(capsys.readouterr().out)["num_gpus"] == 8
     assert main(["import", "preset", "Llama 4", "--out", str(out)]) == 2
     assert "'Llama 4' is not a preset; the presets are GPT-3 1.3B" in capsys.readouterr().err
-    # Llama 3.1 70B has Llama 3 70B's shapes (only the RoPE scaling differs): named as closest
-    assert main(["import", "preset", "Llama 3.1 70B", "--out", str(out)]) == 2
-    assert ("'Llama 3.1 70B' is not a preset (closest: 'Llama 3 70B', 'Llama 3.1 405B'); the "
+    # Llama 3.1 8B and 70B are presets (Llama 3's shapes, published in the Llama 3 paper's
+    # Table 3 and the meta-llama/Llama-3.1-8B, -70B configs; only RoPE's scaling differs)
+    for name, base in (("Llama 3.1 8B", "Llama 3 8B"), ("Llama 3.1 70B", "Llama 3 70B")):
+        assert main(["import", "preset", name, "--out", str(out)]) == 0
+        capsys.readouterr()
+        got = load_session(out).model
+        assert got.name == name and got.seq_length == 8192
+        assert dataclasses.replace(got, name=base) == MODEL_PRESETS[base]
+    # a name that is not one is refused, the closest named
+    assert main(["import", "preset", "Llama 3.2 70B", "--out", str(out)]) == 2
+    assert ("'Llama 3.2 70B' is not a preset (closest: 'Llama 3.1 70B', 'Llama 3 70B'); the "
             "presets are GPT-3 1.3B") in capsys.readouterr().err
     # hyphens, case and spacing ignored: the Hub's spelling names the preset
     assert main(["import", "preset", "qwen3 30b  a3b", "--out", str(out)]) == 0

@@ -235,8 +235,12 @@ def test_gpt3_175b_script(tmp_path):
     assert cl.gpus_per_node == 8 and res.launch.launcher == "torchrun"
     assert res.session.cost.training_tokens == 500000 * 1536 * 2048
     assert not res.ignored
-    assert {"--lr", "--save", "--data-path", "--split", "--weight-decay",
+    assert {"--lr", "--data-path", "--split", "--weight-decay",
             "--init-method-std"} <= set(res.neutral)
+    assert "--save" not in res.neutral  # it decides that checkpoints are saved: used
+    assert res.used["--save"] == "reliability.checkpoint_interval_iterations"
+    assert res.used["--save-interval"] == "reliability.checkpoint_interval_iterations"
+    assert res.used["--train-iters"] == "cost.training_tokens"
     # --attention-backend auto: Transformer Engine's fused or flash attention, timed as flash
     assert res.session.model.attention_kernel == "flash"
     assert res.notes == [("--vocab-file", "vocabulary 50,257 assumed: GPT-2 BPE, the tokenizer "
@@ -779,8 +783,10 @@ def test_without_save_megatron_saves_no_checkpoint(tmp_path):
                                               "is saved)")
     assert res.ignored["--async-save"] == "no effect without --save (no checkpoint is saved)"
     # --save given empty is Megatron-LM's falsy args.save too; a bad interval is still refused
+    # (--save= : the script's unquoted ${ARRAY[@]} drops an empty '' word, as bash does,
+    # leaving --save without its value, which Megatron-LM's argparse refuses)
     empty = import_file(_write(tmp_path, "empty.sh", text.replace(
-        "--save-interval 10000", "--save '' --save-interval 10000")))
+        "--save-interval 10000", "--save= --save-interval 10000")))
     assert empty.session.reliability.checkpoint_interval_iterations == 2 ** 40
     with pytest.raises(MegatronArgsError, match="--save-interval '-1' must be a positive integer"):
         import_file(_write(tmp_path, "bad.sh", text.replace("--save-interval 10000",
@@ -1130,7 +1136,8 @@ def test_deepseek_v3_without_an_attention_flag_imports_as_flash(tmp_path):
                            "--moe-router-topk-scaling-factor", "--moe-router-score-function",
                            "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate",
                            "--moe-router-load-balancing-type", "--moe-aux-loss-coeff",
-                           "--mtp-loss-scaling-factor", "--lr", "--data-path", "--save"]
+                           "--mtp-loss-scaling-factor", "--lr", "--data-path"]
+    assert res.used["--save"] == "reliability.checkpoint_interval_iterations"
     assert list(res.ignored) == ["--moe-router-dtype", "--moe-permute-fusion"]
 
 
@@ -1776,3 +1783,68 @@ def test_heterogeneous_layers_and_a_longer_position_table_are_said(tmp_path):
     res = import_file(_write(tmp_path, "m2.txt", gpt + "2048"), num_gpus=8)
     assert "--max-position-embeddings" not in res.ignored
     assert "--max-position-embeddings" in res.neutral
+
+
+_LLAMA_TE = (
+    "torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+    "--ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention "
+    "--num-query-groups 8 --seq-length 8192 --max-position-embeddings 8192 "
+    "--position-embedding-type rope --normalization RMSNorm --swiglu "
+    "--untie-embeddings-and-output-weights --disable-bias-linear "
+    "--tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Meta-Llama-3-8B "
+    "--vocab-size 128256 --tensor-model-parallel-size 2 --sequence-parallel "
+    "--use-distributed-optimizer --micro-batch-size 1 --global-batch-size 128 "
+    "--train-iters 250000 --lr 3e-4 --bf16 --fp8-format hybrid --fp8-amax-history-len 1024 "
+    "--use-flash-attn --transformer-impl transformer_engine --data-path /d --save /ck "
+    "--load /ck --save-interval 1000 --async-save --log-interval 10\n")
+
+
+def test_every_argument_that_set_a_field_is_listed_as_used_with_it(tmp_path, capsys):
+    """Each argument the import read into a session field is in ``used`` with that field
+    (--save-interval, --train-iters and --async-save were in no list; --save was "not used"
+    though it decides whether checkpoints are saved), and every argument of the launch is in
+    exactly one of used, ignored and not used."""
+    path = _write(tmp_path, "llama.sh", _LLAMA_TE)
+    res = import_file(path)
+    assert res.used["--save-interval"] == "reliability.checkpoint_interval_iterations"
+    assert res.used["--save"] == "reliability.checkpoint_interval_iterations"
+    assert res.used["--train-iters"] == "cost.training_tokens"
+    assert res.used["--async-save"] == "reliability.async_save"
+    assert res.used["--fp8-format"] == "plan.precision"
+    assert res.used["--transformer-impl"].startswith("Transformer Engine's layers")
+    rel = res.session.reliability
+    assert (rel.checkpoint_interval_iterations, rel.async_save) == (1000, True)
+    assert res.session.cost.training_tokens == 250000 * 128 * 8192
+    given = list(parse_arguments(read_launch(_LLAMA_TE, "x").arguments))
+    lists = [set(res.used), set(res.ignored), set(res.neutral)]
+    assert sorted(given) == sorted(f for s in lists for f in s)  # each in exactly one
+    assert "--save" not in res.neutral and "--transformer-impl" not in res.ignored
+    # the summary prints them
+    assert main(["import", "megatron-args", str(path), "--out", str(tmp_path / "s.json"),
+                 "--gpu", "H100-SXM5-80GB"]) == 0
+    out = capsys.readouterr().out
+    assert "used: --save-interval (reliability.checkpoint_interval_iterations)" in out
+    assert "used: --train-iters (cost.training_tokens)" in out
+    assert "used: --async-save (reliability.async_save)" in out
+    assert "ignored: --transformer-impl" not in out
+
+
+def test_transformer_impl_local_is_used_and_refuses_fp8(tmp_path):
+    """--transformer-impl local sets the unfused attention (used, not ignored); with
+    --fp8-format it is refused by name: Megatron-Core's local layers run no FP8 GEMM (FP8 is
+    Transformer Engine's fp8_autocast; megatron-core 0.16.1 models/backends.py
+    LocalSpecProvider's tensor_parallel linear layers have no FP8 path)."""
+    local = _LLAMA_TE.replace("transformer_engine", "local")
+    with pytest.raises(MegatronArgsError) as err:
+        import_file(_write(tmp_path, "fp8.sh", local))
+    msg = str(err.value)
+    assert "--fp8-format hybrid: with --transformer-impl local: Megatron-Core runs FP8 GEMMs " \
+           "only in Transformer Engine's layers" in msg
+    assert "LocalSpecProvider" in msg and "megatron-core 0.16.1" in msg
+    assert "--fp8-amax-history-len" in msg
+    res = import_file(_write(tmp_path, "bf16.sh", local.replace("--fp8-format hybrid ", "")))
+    assert res.session.plan.precision == "bf16"
+    assert res.session.model.attention_kernel == "unfused"
+    assert res.used["--transformer-impl"] == "model.attention_kernel"
+    assert res.used["--use-flash-attn"].startswith("nothing: --transformer-impl local wins")
+    assert "--transformer-impl" not in res.ignored

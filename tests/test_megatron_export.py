@@ -810,3 +810,33 @@ def test_a_session_without_checkpoints_exports_no_save_interval(tmp_path):
     every = dataclasses.replace(session, reliability=dataclasses.replace(
         session.reliability, checkpoint_interval_iterations=500))
     assert export_arguments(every)[export_arguments(every).index("--save-interval") + 1] == "500"
+
+
+def test_into_reads_the_script_as_the_import_does(tmp_path, capsys):
+    """--into reads a script whose tokenizer keeps its vocabulary size in its files with the
+    session's model.vocab_size (nothing to give again), and takes the import's --var for the
+    values the script leaves to its environment; its messages name only export's options."""
+    text = TRAIN_SH.replace("TP=4\n", "").replace("--hidden-size 12288", "--hidden-size $H").replace(
+        "--vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt",
+        "--tokenizer-type HuggingFaceTokenizer --tokenizer-model gpt2")
+    src = tmp_path / "train.sh"
+    src.write_text(text)
+    session = load_any(EXAMPLES / "gpt3_175b.json")
+    assert session.model.vocab_size == 50257  # GPT-2 BPE: the script's tokenizer's files
+    path = tmp_path / "s.json"
+    save_session(session, path)
+    out = tmp_path / "new.sh"
+    cmd = ["export", "megatron-args", str(path), "--into", str(src), "--out", str(out)]
+    assert main(cmd) == 2
+    err = capsys.readouterr().err
+    assert "give --var H=VALUE" in err and "import" not in err and not out.exists()
+    assert main(cmd + ["--var", "H=12288", "--var", "TP=4"]) == 0
+    new = out.read_text()
+    assert "--hidden-size $H" in new and "--tokenizer-type HuggingFaceTokenizer" in new
+    assert "--vocab-size" not in new  # read with the session's size, not written
+    args = read_launch(new, "x", {"H": "12288"}).arguments
+    assert args[args.index("--tensor-model-parallel-size") + 1] == "8"  # the session's t
+    # --var without --into reads nothing: refused by name
+    capsys.readouterr()
+    assert main(["export", "megatron-args", str(path), "--var", "H=1"]) == 2
+    assert "--var" in capsys.readouterr().err

@@ -88,6 +88,54 @@ def test_choices_vtrain_validates_agree_with_the_parser(parser):
             assert (by[flag]["nargs"] != 0) == arg.value, flag
 
 
+def test_the_table_carries_the_parsers_int_and_float_types(parser):
+    """Every int or float argument of the parser has that type in the table (check_values
+    refuses a value that is not one, as argparse does), and no other has a type."""
+    want = {tuple(a["options"]): a["type"] for a in parser["arguments"]
+            if a.get("type") in ("int", "float")}
+    assert {e.options: e.type for e in ENTRIES if e.type} == want
+    assert len(want) == 325 and want[("--lr",)] == "float" and want[("--num-layers",)] == "int"
+
+
+_SMALL = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+          "--micro-batch-size 1 --vocab-size 9 ")
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ("--lr aaaa", "'--lr aaaa': 'aaaa' is not a float (--lr has type=float"),
+    ("--lr 1 2 aaaa", "'--lr 1 2 aaaa': --lr takes one value (nargs None in Megatron-LM's "
+                      "parser), got 3"),
+    ("--lr", "'--lr': --lr takes one value (nargs None in Megatron-LM's parser), got 0"),
+    ("--eval-iters 1.5", "'1.5' is not an int (--eval-iters has type=int"),
+    ("--adam-beta2=x", "'x' is not a float (--adam-beta2 has type=float"),
+    ("--log-throughput yes", "--log-throughput is a switch and takes no value, got 'yes'"),
+    ("--rampup-batch-size 16 16", "--rampup-batch-size takes 3 values (nargs 3"),
+    ("--rampup-batch-size 16 x 100", "'x' is not an int (--rampup-batch-size has type=int"),
+    ("--offload-modules", "--offload-modules takes one value or more (nargs '+'"),
+    # a mapped argument the mapping does not read (no --num-experts): checked after it
+    ("--moe-router-topk x", "'x' is not an int (--moe-router-topk has type=int"),
+])
+def test_every_argument_is_checked_against_its_type_and_nargs_read_or_not(tmp_path, extra,
+                                                                         needle):
+    """Megatron-LM's argparse refuses a value that is not the argument's type, or a count of
+    values its nargs does not take, before training: so does the import, for the arguments
+    it does not read too (--lr, --eval-iters, --log-throughput are neutral)."""
+    path = tmp_path / "bad.sh"
+    path.write_text(_SMALL + extra, encoding="utf-8")
+    with pytest.raises(MegatronArgsError) as err:
+        import_file(path, num_gpus=1)
+    assert needle in str(err.value) and "argparse refuses it" in str(err.value)
+    assert str(err.value).startswith(str(path))
+
+
+def test_values_of_the_right_type_pass(tmp_path):
+    path = tmp_path / "ok.sh"
+    path.write_text(_SMALL + "--lr 3e-4 --eval-iters 10 --adam-beta2=0.95 --log-throughput "
+                    "--lr-warmup-iters $WARM", encoding="utf-8")
+    res = import_file(path, num_gpus=1)  # an unset variable in an unread value: not checked
+    assert {"--lr", "--eval-iters", "--adam-beta2", "--log-throughput"} <= set(res.neutral)
+
+
 # --------------------------------------------------------------------------- launch scripts
 
 # Megatron-LM's examples/llama style (Llama 3 8B FP8 on one H100 node): positional parameters
@@ -256,7 +304,9 @@ def test_llama3_8b_fp8_example_keeps_fp8_and_the_distributed_optimizer(tmp_path)
     assert any("-f" in n and "not evaluated" in n for n in res.launch.notes)
     ignored = dict(res.ignored)
     assert {"--manual-gc", "--empty-unused-memory-level"} <= set(ignored)
-    assert {"--fp8-amax-history-len", "--lr", "--mock-data", "--save"} <= set(res.neutral)
+    assert {"--fp8-amax-history-len", "--lr", "--mock-data"} <= set(res.neutral)
+    # --save decides that checkpoints are saved: used, never "not used"
+    assert res.used["--save"] == "reliability.checkpoint_interval_iterations"
 
 
 def test_the_else_branch_is_read_when_the_positional_parameters_choose_it(tmp_path):

@@ -135,10 +135,10 @@ def test_a_refusal_is_exit_2_in_the_cli(tmp_path, capsys):
 def test_at_megatrons_default_they_change_nothing_and_are_listed_as_not_used():
     res = _import("--dsa-indexer-topk-freq 1 --moe-dispatch-fwd-dtype bf16 "
                   "--mlp-chunks-for-training 1 --mhc-sinkhorn-iterations 20 "
-                  "--activation-offload-fraction 1.0 --fp4-recipe nvfp4 --offload-modules")
+                  "--activation-offload-fraction 1.0 --fp4-recipe nvfp4")
     assert {"--dsa-indexer-topk-freq", "--moe-dispatch-fwd-dtype", "--mlp-chunks-for-training",
-            "--mhc-sinkhorn-iterations", "--activation-offload-fraction", "--fp4-recipe",
-            "--offload-modules"} <= set(res.neutral)
+            "--mhc-sinkhorn-iterations", "--activation-offload-fraction",
+            "--fp4-recipe"} <= set(res.neutral)
     assert not set(res.ignored) & {"--dsa-indexer-topk-freq", "--mlp-chunks-for-training"}
     # a value that only reads as the default is one: 1.0 for 1, 20 for 20.0
     assert at_default("--mlp-chunks-for-training", ["1.0"])
@@ -216,6 +216,8 @@ def test_every_refused_argument_given_off_its_default_is_refused_by_name():
             value = ""
         elif e.choices:
             value = str(next(c for c in e.choices if c != e.default))
+        elif isinstance(e.nargs, int):  # --rampup-batch-size START INCREMENT SAMPLES
+            value = " ".join(["7"] * e.nargs)
         else:
             value = "7"
         extra = " ".join(f"{f} {needs_values[f]}" for f in e.only_with)

@@ -292,7 +292,8 @@ def _read_megatron(path: Path, opts: ImportOptions):
     return s, [("Notes", notes),
                ("Ignored (may change the iteration time)",
                 [f"{arg}: {why}" for arg, why in res.ignored.items()]),
-               ("Not used (no effect on the iteration time)", list(res.neutral))]
+               ("Not used (no effect on the iteration time)", list(res.neutral)),
+               ("Used", [f"{arg}: {what}" for arg, what in res.used.items()])]
 
 
 def _read_torchtitan(path: Path, opts: ImportOptions):

@@ -35,6 +35,12 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--into", type=path_arg, metavar="SCRIPT.sh", help="your launch script: write it to --out "
                    "with the plan's arguments in place of its own, and print the diff")
     e.add_argument("--script", default="pretrain_gpt.py", help="training script (default %(default)s)")
+    e.add_argument("--var", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --into: a value of your script's environment or a positional "
+                        "parameter (--var TP=2, --var 1=/data/ckpt), as vtrain import "
+                        "megatron-args takes it; repeatable. The script is read with it, never "
+                        "run, and written without it. A tokenizer whose vocabulary size is in "
+                        "its files is read with the session's model.vocab_size")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     from core.io.session import atomic_write_text, load_any
     from core.util.text import printable, terminal_text
 
+    if args.var and not args.into:
+        raise field_error("--var", "reads your launch script: give it with --into SCRIPT.sh")
     if args.into and not args.out:
         raise field_error("--into", "needs --out NEW.sh (the script is never rewritten in place)")
     if not args.script.strip():  # torchrun '' runs nothing: no launch at all
@@ -66,11 +74,13 @@ def _into(session: Any, args: argparse.Namespace) -> int:
     from core.util.inputs import read_text
     from core.io.megatron.arguments import MegatronArgsError
     from core.io.megatron.export import rewrite_script, unified_diff
+    from core.io.megatron.to_session import parse_variable
     from core.io.session import atomic_write_text
     from core.util.text import printable, terminal_text
 
     old = read_text(args.into, MegatronArgsError, "launch", encoding="utf-8")
-    new = rewrite_script(session, old, str(args.into), args.script)
+    variables = dict(parse_variable(item) for item in args.var)
+    new = rewrite_script(session, old, str(args.into), args.script, variables)
     atomic_write_text(args.out, new)
     print(terminal_text(unified_diff(old, new, str(args.into), str(args.out))), end="")
     print(f"wrote {printable(args.out)}")

@@ -177,6 +177,7 @@ def _megatron(args: argparse.Namespace) -> int:
     if args.json:
         from core.util.inputs import strict_dumps
         print(strict_dumps({"out": str(args.out), "session": res.session.to_dict(),
+                          "used": [{"argument": a, "set": w} for a, w in res.used.items()],
                           "ignored": [{"argument": a, "why": w} for a, w in res.ignored.items()],
                           "neutral": res.neutral, "launcher": res.launch.launcher,
                           "notes": [{"about": a, "note": n} for a, n in res.notes],
@@ -200,6 +201,8 @@ def _megatron(args: argparse.Namespace) -> int:
             res.session.cluster.gpus_per_node:
         con.print("network: Megatron's arguments do not give it; the GPU's reference node "
                   "(set cluster.inter_node_bandwidth_gbits_per_s for yours)", highlight=False)
+    for arg, what in res.used.items():
+        con.print(f"[dim]used:[/] {esc(arg)} ({esc(what)})", highlight=False)
     for about, note in res.notes:
         con.print(f"{esc(about)}: {esc(res.session.model.attention_kernel)} ({esc(note)})"
                   if about == "attention" else f"{esc(about)}: {esc(note)}", highlight=False)

@@ -77,7 +77,13 @@ def _gpt_oss(name: str, layers: int, experts: int) -> ModelConfig:
 #: MT-NLG (Smith et al. 2022, Sec. 3.1), Megatron-LM 1T scaling table
 #: (Narayanan et al. 2021, Table 1); Llama 2 (Touvron et al. 2023, Table 1 and the Hugging
 #: Face configs meta-llama/Llama-2-7b-hf, -70b-hf), Llama 3 and 3.1 (the Hugging Face configs
-#: meta-llama/Meta-Llama-3-8B, -70B, Llama-3.1-405B; pre-training context 8192); Mixtral 8x7B
+#: meta-llama/Meta-Llama-3-8B, -70B, Llama-3.1-8B, -70B, -405B; Dubey et al. 2024, "The Llama 3
+#: Herd of Models", Table 3: 8B, 70B and 405B of 32/80/126 layers, h 4096/8192/16384, FFN
+#: 14336/28672/53248, 32/64/128 heads, 8 KV heads; pre-trained at 8,192 tokens, Sec. 3.4.1
+#: (after a first 252M tokens at 4,096), the length these presets train at, then extended to
+#: 128K, Sec. 3.4.2. Llama 3.1 8B and 70B have Llama 3's shapes: their configs differ in
+#: RoPE's frequency scaling for the 128K context, rope_scaling "llama3", and
+#: max_position_embeddings 131072, which change the angles, not the work); Mixtral 8x7B
 #: (the Hugging Face config mistralai/Mixtral-8x7B-v0.1; Jiang et al. 2024, "Mixtral of Experts",
 #: Sec. 2: 8 experts, top-2, pre-trained at a 32k context; 46.7 B parameters, 12.9 B active);
 #: Qwen3-30B-A3B (the Hugging Face config Qwen/Qwen3-30B-A3B: 48 layers, h 2048, 32 heads of
@@ -114,6 +120,8 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         _llama("Llama 2 70B", 80, 8192, 64, 8, 28672, 4096, 32000),
         _llama("Llama 3 8B", 32, 4096, 32, 8, 14336, 8192, 128256),
         _llama("Llama 3 70B", 80, 8192, 64, 8, 28672, 8192, 128256),
+        _llama("Llama 3.1 8B", 32, 4096, 32, 8, 14336, 8192, 128256),
+        _llama("Llama 3.1 70B", 80, 8192, 64, 8, 28672, 8192, 128256),
         _llama("Llama 3.1 405B", 126, 16384, 128, 8, 53248, 8192, 128256),
         _llama("Mixtral 8x7B", 32, 4096, 32, 8, 14336, 32768, 32000, num_experts=8, moe_top_k=2),
         _llama("Qwen3-30B-A3B", 48, 2048, 32, 4, 6144, 4096, 151936, kv_channels=128,
@@ -145,8 +153,8 @@ def _key(text: str) -> str:
 
 def unknown_preset(text: object) -> str:
     """The message refusing ``text`` as a preset name: the closest preset names first where
-    some are close (:func:`difflib.get_close_matches`, case and spacing ignored; ``"Llama 3.1
-    70B"`` is closest to ``"Llama 3 70B"``), then every preset."""
+    some are close (:func:`difflib.get_close_matches`, case and spacing ignored; ``"Llama 3.2
+    70B"`` is closest to ``"Llama 3.1 70B"``), then every preset."""
     import difflib
     names = {_key(n): n for n in MODEL_PRESETS}
     close = (difflib.get_close_matches(_key(text), list(names), n=2, cutoff=0.8)

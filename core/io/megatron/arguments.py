@@ -57,7 +57,7 @@ __all__ = ["TABLE_FILE", "MEGATRON_LM_COMMIT", "Entry", "ENTRIES", "BY_OPTION", 
            "REMOVED_ARGUMENTS", "MODELLED_ARGUMENTS", "OLDER_ARGUMENTS", "MegatronArgsError",
            "Arg", "ARGUMENTS", "KNOWN_ARGUMENTS", "TOKENIZER_VOCAB", "MEGATRON_MODEL_DEFAULTS",
            "SECTIONS", "MEGATRON_FSDP_STRATEGIES", "field_exists", "unknown_arguments",
-           "field_origin", "at_default"]
+           "field_origin", "at_default", "check_choices", "check_values"]
 
 TABLE_FILE = Path(__file__).resolve().parents[3] / "resources" / "megatron_arguments.json"
 #: What an argument does to a simulated iteration (see the module's docstring).
@@ -90,6 +90,9 @@ class Entry:
     only_with : tuple of str
         For ``refused``: the options it acts with (all of them given); without them it has no
         effect (empty: it acts alone).
+    type : str or None
+        argparse's ``type`` where it is ``int`` or ``float`` (each value must read as one:
+        :func:`check_values`); None otherwise (``str``, a switch, or a parser function).
     """
 
     options: tuple[str, ...]
@@ -101,6 +104,7 @@ class Entry:
     note: str = ""
     choices: tuple | None = None
     only_with: tuple[str, ...] = ()
+    type: str | None = None
 
     @property
     def takes_value(self) -> bool:
@@ -112,7 +116,7 @@ def _load() -> tuple[str, list[Entry], dict[str, Entry]]:
     entries = [Entry(tuple(e["options"]), e["dest"], e["action"], e["nargs"], e["default"],
                      e["effect"], e.get("note", ""),
                      tuple(e["choices"]) if e.get("choices") else None,
-                     tuple(e.get("only_with", ())))
+                     tuple(e.get("only_with", ())), e.get("type"))
                for e in data["arguments"]]
     older = {e["option"]: Entry((e["option"],), e["option"][2:].replace("-", "_"),
                                 "store", None, None, e["effect"], e.get("note", ""))
@@ -160,6 +164,75 @@ def check_choices(args: dict[str, list[str]], source: str) -> None:
                 raise MegatronArgsError(
                     f"{source}: {flag} {short_repr(v)}: invalid choice (choose from "
                     f"{', '.join(map(str, entry.choices))}): Megatron-LM's parser refuses it")
+
+
+#: The current parser's options (not :data:`OLDER_ARGUMENTS`' names, whose nargs and type
+#: the table does not know).
+_CURRENT_OPTIONS = frozenset(o for e in ENTRIES for o in e.options)
+_NARGS_WORDS = {None: "one value", 0: "no value (a switch)", "+": "one value or more",
+                "*": "any number of values"}
+
+
+def check_values(args: dict[str, list[str]], source: str, skip: Any = ()) -> None:
+    """Refuse what Megatron-LM's argparse refuses in the values of every argument of the
+    current parser, whether the import reads it or not: a number of values its ``nargs``
+    does not take (argparse: "expected one argument", or the words left over: "unrecognized
+    arguments"), a value that is not its ``type`` (``int``: Python's ``int()`` of the word,
+    ``float``: ``float()``; argparse: "invalid int value"), or one outside its choices
+    (:func:`check_choices`). A value that holds a variable the script does not set
+    (``$NAME``) is not checked here (the mapping names it where it reads it). The count and
+    type of the arguments in ``skip`` are not checked (the mapping reads them, with its own
+    messages: ``--num-layers 'x' must be a positive integer``); their choices are.
+
+    Raises
+    ------
+    MegatronArgsError
+        One line: the file, the argument as given, and the rule (its nargs or type, from
+        ``resources/megatron_arguments.json``, Megatron-LM's parser at
+        :data:`MEGATRON_LM_COMMIT`).
+    """
+    for flag, values in args.items():
+        if flag not in _CURRENT_OPTIONS or flag in skip:
+            continue
+        entry = BY_OPTION[flag]
+        given = short_repr(" ".join([flag, *values]))
+        n = entry.nargs
+        if entry.action == "help":
+            continue
+        if n == 0 or entry.action != "store":
+            bad = bool(values)
+        elif n is None:
+            bad = len(values) != 1
+        elif n == "+":
+            bad = not values
+        elif isinstance(n, int):
+            bad = len(values) != n
+        else:
+            bad = False
+        if bad and (n == 0 or entry.action != "store"):
+            raise MegatronArgsError(f"{source}: {flag} is a switch and takes no value, got "
+                                    f"{short_repr(' '.join(values))} (nargs 0 in Megatron-LM's "
+                                    "parser): Megatron-LM's argparse refuses it")
+        if bad:
+            takes = _NARGS_WORDS.get(n, f"{n} values") if entry.action == "store" else \
+                _NARGS_WORDS[0]
+            raise MegatronArgsError(
+                f"{source}: {given}: {flag} takes {takes} (nargs {n!r} in Megatron-LM's parser), "
+                f"got {len(values)}: Megatron-LM's argparse refuses it")
+        if entry.type not in ("int", "float"):
+            continue
+        for v in values:
+            if "$" in v:
+                continue
+            try:
+                (int if entry.type == "int" else float)(v)
+            except ValueError:
+                raise MegatronArgsError(
+                    f"{source}: {given}: {short_repr(v)} is not "
+                    f"{'an int' if entry.type == 'int' else 'a float'} ({flag} has "
+                    f"type={entry.type} in Megatron-LM's parser): Megatron-LM's argparse refuses "
+                    "it") from None
+    check_choices(args, source)
 
 
 def at_default(flag: str, values: list[str]) -> bool:

@@ -29,9 +29,10 @@ from typing import Any
 
 from core.plan.session import Session
 from core.io.cluster_comment import cluster_comment
-from core.io.megatron.arguments import ARGUMENTS, MegatronArgsError
+from core.io.megatron.arguments import (ARGUMENTS, LLAMA2_TOKENIZER, TOKENIZER_VOCAB,
+                                        MegatronArgsError)
 from core.io.megatron.from_session import export_arguments, train_samples
-from core.io.megatron.launch import read_launch
+from core.io.megatron.launch import parse_arguments, read_launch
 from core.io.megatron.to_session import session_from_launch
 from core.io.megatron.rules import SESSION_FIELDS, broken_rules, required_environment, violations
 from core.util.text import shell_comment, shell_word
@@ -236,10 +237,27 @@ def _last_assignment(lines: list[str], upto: int, var: str) -> str | None:
     return value
 
 
-def _plan_view(text: str, source: str, num_gpus: int) -> Session:
-    """The session the importer reads from ``text`` (unknown arguments allowed)."""
-    return session_from_launch(read_launch(text, source), num_gpus=num_gpus,
-                               allow_unknown=True).session
+def _plan_view(text: str, source: str, num_gpus: int, variables: dict[str, str] | None,
+               vocab_size: int) -> Session:
+    """The session the importer reads from ``text`` (unknown arguments allowed; ``variables``
+    as ``vtrain import megatron-args --var`` gives them).
+
+    A tokenizer that keeps its vocabulary size in its files (``--tokenizer-type
+    HuggingFaceTokenizer`` and the like, with no ``--vocab-size``; ``Llama2Tokenizer``'s
+    ``--tokenizer-model`` file) is read with ``vocab_size``, the session's
+    ``model.vocab_size``: the import's ``--vocab-size`` is what the session already holds,
+    so the export does not ask for it again."""
+    launch = read_launch(text, source, variables)
+    given = parse_arguments(launch.arguments, source)
+    tok = (given.get("--tokenizer-type") or [None])[-1]
+    tokenizer_vocab_size = None
+    if tok == LLAMA2_TOKENIZER:
+        tokenizer_vocab_size = vocab_size
+    elif tok is not None and tok not in TOKENIZER_VOCAB and tok != "NullTokenizer" \
+            and "--vocab-size" not in given:
+        launch.arguments = [*launch.arguments, "--vocab-size", str(vocab_size)]
+    return session_from_launch(launch, num_gpus=num_gpus, allow_unknown=True,
+                               tokenizer_vocab_size=tokenizer_vocab_size).session
 
 
 def _differences(a: Any, b: Any, section: str) -> list[str]:
@@ -249,7 +267,8 @@ def _differences(a: Any, b: Any, section: str) -> list[str]:
 
 
 def rewrite_script(session: Session, text: str, source: str = "train.sh",
-                   script: str = "pretrain_gpt.py") -> str:
+                   script: str = "pretrain_gpt.py",
+                   variables: dict[str, str] | None = None) -> str:
     """``text`` (the user's launch script) with ``session``'s plan in place of its own.
 
     Parameters
@@ -262,6 +281,11 @@ def rewrite_script(session: Session, text: str, source: str = "train.sh",
         Its file name, for messages.
     script : str
         The training script the export would write (used only to compare with a fresh export).
+    variables : dict of str to str, optional
+        Values of the script's environment or positional parameters (``--var NAME=VALUE``),
+        as :func:`core.io.megatron.launch.read_launch` takes them: the script is read with
+        them (and written unchanged: they are not written into it). A tokenizer whose
+        vocabulary size is in its files is read with the session's ``model.vocab_size``.
 
     Returns
     -------
@@ -285,8 +309,8 @@ def rewrite_script(session: Session, text: str, source: str = "train.sh",
         pl.data_parallel
     exported = _session_arguments(session)
     refuse_megatron_rules(session, exported)
-    launch = read_launch(text, source)
-    _check_script(session, text, source, world, launch)
+    launch = read_launch(text, source, variables)
+    _check_script(session, text, source, world, launch, variables)
     flex = (getattr(pl, "moe_token_dispatcher_type", None) == "flex")
     remove = PLAN_ARGUMENTS - (_KEPT_WITH_FLEX if flex else frozenset())
     new_args = [g for g in _groups(exported) if g[0] in PLAN_ARGUMENTS]
@@ -302,13 +326,14 @@ def rewrite_script(session: Session, text: str, source: str = "train.sh",
     keep, new_lines = _remove_plan_flags(lines, spans, _statements_to_edit(lines, spans, train),
                                          remove)
     _place_plan_arguments(new_lines, keep, spans[train], word, new_args)
-    _environment_and_comment(session, lines, new_lines, keep, spans[train], source)
+    _environment_and_comment(session, lines, new_lines, keep, spans[train], source, variables)
     out = "".join(x for x, k in zip(new_lines, keep) if k)
-    _check_read_back(session, out, source, world, script)
+    _check_read_back(session, out, source, world, script, variables)
     return out
 
 
-def _check_script(session: Session, text: str, source: str, world: int, launch: Any) -> None:
+def _check_script(session: Session, text: str, source: str, world: int, launch: Any,
+                  variables: dict[str, str] | None) -> None:
     """Refuse a script ``--into`` cannot rewrite for ``session``: an argument list, another
     number of GPUs than the plan's ``world``, or another model than the session's."""
     if not launch.script:
@@ -319,7 +344,7 @@ def _check_script(session: Session, text: str, source: str, world: int, launch: 
             f"{source}: the script launches {launch.nnodes} x {launch.nproc_per_node} = "
             f"{launch.nnodes * launch.nproc_per_node} GPUs (--nnodes x --nproc-per-node) and the "
             f"plan runs on {world} (t*p*cp*d): change the launcher's counts or the plan")
-    mine = _plan_view(text, source, world)
+    mine = _plan_view(text, source, world, variables, session.model.vocab_size)
     model_diff = _differences(mine.model, session.model, "model")
     if model_diff:
         raise MegatronArgsError(f"{source}: the script's model is not the session's: "
@@ -406,13 +431,15 @@ def _place_plan_arguments(new_lines: list[str], keep: list[bool], span: tuple[in
 
 
 def _environment_and_comment(session: Session, lines: list[str], new_lines: list[str],
-                             keep: list[bool], span: tuple[int, int], source: str) -> None:
+                             keep: list[bool], span: tuple[int, int], source: str,
+                             variables: dict[str, str] | None) -> None:
     """Write the environment Megatron-LM requires and the cluster comment before the training
     command (``span``), or replace the script's cluster comment (in place)."""
     from core.io.cluster_comment import MARK
 
     a, b = span
-    final = read_launch("".join(x for x, k in zip(new_lines, keep) if k), source).arguments
+    final = read_launch("".join(x for x, k in zip(new_lines, keep) if k), source,
+                        variables).arguments
     env_lines = []
     for var, value in required_environment(final, session.cluster.gpu).items():
         have = _last_assignment([x for x, k in zip(new_lines, keep) if k], len(lines), var)
@@ -434,17 +461,19 @@ def _environment_and_comment(session: Session, lines: list[str], new_lines: list
     new_lines[first] = "".join(x + eol for x in env_lines) + new_lines[first]
 
 
-def _check_read_back(session: Session, out: str, source: str, world: int, script: str) -> None:
+def _check_read_back(session: Session, out: str, source: str, world: int, script: str,
+                     variables: dict[str, str] | None) -> None:
     """Read the rewritten script back: the importer must see the plan an export gives, and
     Megatron's rules must hold."""
-    back = _plan_view(out, source, world)
-    fresh = _plan_view(export_script(session, script), source, world)
+    vocab = session.model.vocab_size
+    back = _plan_view(out, source, world, variables, vocab)
+    fresh = _plan_view(export_script(session, script), source, world, None, vocab)
     diff = _differences(back.plan, fresh.plan, "plan")
     if diff:
         raise MegatronArgsError(f"{source}: the rewritten script does not read back as the plan "
                                 "(a plan argument set where --into cannot reach it?): "
                                 + "; ".join(diff))
-    final = read_launch(out, source).arguments
+    final = read_launch(out, source, variables).arguments
     broken = broken_rules(final)
     if broken:
         raise MegatronArgsError(f"{source}: with the plan, the script's own arguments break "

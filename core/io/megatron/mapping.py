@@ -99,6 +99,10 @@ class Mapper:
         ``(about, note)``: how an argument whose meaning needs saying was read.
     at_default : list of str
         Refused arguments given at Megatron-LM's default (no effect: listed as not used).
+    fields : dict of str to list of str
+        Each argument of the launch that set a session field (:meth:`set`) or that the
+        mapping read for what it decides (:meth:`record`) -> those fields, in the order set:
+        the import's *used* list.
     """
 
     def __init__(self, source: str, args: dict[str, list[str]] | None = None):
@@ -110,6 +114,7 @@ class Mapper:
         self.ignored: list[tuple[str, str]] = []
         self.notes: list[tuple[str, str]] = []
         self.at_default: list[str] = []
+        self.fields: dict[str, list[str]] = {}
         #: the --tokenizer-model file's size for Llama2Tokenizer, given to the import
         self.tokenizer_vocab_size: int | None = None
 
@@ -125,6 +130,17 @@ class Mapper:
         else:
             section, name = target.split(".", 1)
             self.values[section][name] = value
+            self.record(flag, target)
+
+    def record(self, flag: str, what: str) -> None:
+        """Mark ``flag`` read and list it as used for ``what`` (a session field, or what it
+        decided), when the launch gives it (a default the walk sets is not the launch's)."""
+        if flag not in self.args:
+            return
+        self.used.add(flag)
+        seen = self.fields.setdefault(flag, [])
+        if what not in seen:
+            seen.append(what)
 
     def refuse(self, flag: str, why: str) -> None:
         """Refuse ``flag`` (named with ``why`` when the walk ends)."""

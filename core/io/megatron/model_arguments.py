@@ -405,6 +405,8 @@ def _vocabulary(mp: Mapper) -> None:
                              "reads --vocab-size only for the NullTokenizer and TikTokenizer"))
     elif vocab is not None:
         mp.set("--vocab-size", "model.vocab_size", vocab)
+        mp.record("--tokenizer-type", "nothing: its vocabulary size is in its files; "
+                  "model.vocab_size from --vocab-size")
     elif tok is not None:
         raise MegatronArgsError(f"{src}: --tokenizer-type {tok}: its vocabulary size is in its "
                                 "files, not in the launch; add --vocab-size N to the arguments "
@@ -536,6 +538,17 @@ def _attention_and_norms(mp: Mapper, h: int) -> None:
     mp.switch("--use-flash-attn")
     kernel, flag, why = attention_kernel(args, src)
     mp.set(flag, "model.attention_kernel", kernel)
+    impl = one_value(args, "--transformer-impl", src) if "--transformer-impl" in args else None
+    if impl == "transformer_engine" or impl == "local" and flag == "--transformer-impl":
+        # local: the unfused attention (set above); transformer_engine, the default: the layers
+        # the attention backend and FP8 (plan.precision, --fp8-format) run in
+        mp.record("--transformer-impl", "model.attention_kernel" if impl == "local" else
+                  "Transformer Engine's layers: model.attention_kernel from the attention "
+                  "arguments, plan.precision's FP8")
+    if flag == "--transformer-impl":  # what picks Transformer Engine's attention is overruled
+        for other in ("--attention-backend", "--use-flash-attn"):
+            mp.record(other, "nothing: --transformer-impl local wins (model.attention_kernel "
+                      "unfused)")
     mp.notes.append(("attention", why))
     if "--swiglu" in args and "--ffn-hidden-size" not in args and field_exists("model.activation"):
         mp.set("--swiglu", "model.ffn_hidden_size", swiglu_ffn_hidden_size(h))

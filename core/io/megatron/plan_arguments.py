@@ -548,6 +548,23 @@ def _cuda_graphs(mp: Mapper) -> None:
                "plan.cuda_graph_modules", ",".join(mods), check_value=False)
 
 
+#: Why ``--fp8-format`` with ``--transformer-impl local`` is refused: Megatron-Core runs FP8
+#: GEMMs only in Transformer Engine's layers. megatron-core 0.16.1: ``models/backends.py``
+#: ``LocalSpecProvider`` builds the local spec's linear layers from
+#: ``tensor_parallel.ColumnParallelLinear`` / ``RowParallelLinear``
+#: (``tensor_parallel/layers.py``, torch matmuls with no FP8 path), and FP8 is turned on by
+#: ``fp8_utils.get_fp8_context``, ``transformer_engine.pytorch.fp8_autocast``, which acts on
+#: Transformer Engine's modules only. Such a launch runs its GEMMs in BF16, not the FP8 the
+#: session's plan.precision fp8 would time.
+LOCAL_FP8 = ("with --transformer-impl local: Megatron-Core runs FP8 GEMMs only in Transformer "
+             "Engine's layers (--fp8-format is Transformer Engine's recipe, turned on by "
+             "fp8_utils.get_fp8_context's transformer_engine.pytorch.fp8_autocast); the local "
+             "spec's linear layers (models/backends.py LocalSpecProvider: tensor_parallel's "
+             "ColumnParallelLinear/RowParallelLinear) have no FP8 path, so timing them in FP8 "
+             "(plan.precision fp8) would be another run (megatron-core 0.16.1); use "
+             "--transformer-impl transformer_engine for FP8, or drop --fp8-format for BF16")
+
+
 def _precision(mp: Mapper) -> None:
     """bf16, fp16 or fp32, and FP8 (format and recipe) on bf16 weights; and the logits' dtype
     (:func:`_logit_dtype`)."""
@@ -561,7 +578,13 @@ def _precision(mp: Mapper) -> None:
     if fp8 is not None:
         # E4M3 everywhere or E5M2 gradients (hybrid): the same FP8 tensor-core rate, one model
         # (the parser's choices, hybrid and e4m3, checked before: core.io.megatron.arguments)
-        if fp16:
+        local = "--transformer-impl" in args and \
+            one_value(args, "--transformer-impl", src) == "local"
+        if local:
+            others = [f for f in args if f.startswith("--fp8") and f != "--fp8-format"]
+            mp.refuse(f"--fp8-format {fp8}", LOCAL_FP8 + (
+                f" (the launch's other FP8 options: {', '.join(others)})" if others else ""))
+        elif fp16:
             mp.refuse("--fp8-format", "with --fp16 is not modelled yet (vtrain models FP8 training "
                                       "on bf16 weights, --bf16)")
         elif not bf16:

@@ -35,7 +35,7 @@ from core.io.import_result import ImportResult
 from core.io.megatron.arguments import (ARGUMENTS, BY_OPTION, MEGATRON_MODEL_DEFAULTS,
                                         NEUTRAL_ARGUMENTS, at_default,
                                         REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, MegatronArgsError,
-                                        TOKENIZER_VOCAB, check_choices, field_origin,
+                                        TOKENIZER_VOCAB, check_values, field_origin,
                                         unknown_arguments, LLAMA2_TOKENIZER)
 from core.io.megatron.launch import Launch, parse_arguments, read_launch
 from core.io.megatron.mapping import Mapper, int_argument
@@ -168,6 +168,8 @@ def _checkpoints(mp: Mapper) -> None:
             mp.ignored.append(("--async-save", "no effect without --save (no checkpoint is "
                                "saved)"))
         return
+    # --save decides whether checkpoints are saved at all: used, with the field it decides
+    mp.record("--save", "reliability.checkpoint_interval_iterations")
     if given:  # parse_arguments keeps the order given: the last one is argparse's value
         n = int_argument(args, given[-1], src, minimum=0)
         if n == 0:  # Megatron-LM saves when iteration % interval == 0 only if the interval is
@@ -258,7 +260,7 @@ def _unused(mp: Mapper, unknown: list[tuple[str, str]]) -> tuple[dict[str, str],
     ignored, neutral = dict(mp.ignored), []
     hints = dict(unknown)
     for flag in args:
-        if flag in mp.used or flag in ARGUMENTS:
+        if flag in mp.used or flag in mp.fields or flag in ARGUMENTS:
             continue
         if flag in NEUTRAL_ARGUMENTS or flag in mp.at_default:
             neutral.append(flag)
@@ -322,7 +324,9 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
         raise MegatronArgsError(launch.unset_counts[0])  # the launcher's count names its variable
     args = parse_arguments(launch.arguments, src)
     unknown = _refuse_unknown(args, allow_unknown, src)
-    check_choices(args, src)  # what Megatron-LM's parser refuses, before any mapping
+    # what Megatron-LM's parser refuses, before any mapping: the values of the arguments no
+    # mapping reads (the table's are read and checked by the mapping, with its messages)
+    check_values(args, src, skip=ARGUMENTS)
     mp = Mapper(src, args)
     mp.tokenizer_vocab_size = tokenizer_vocab_size
     L, h, s = map_model(mp)
@@ -331,6 +335,10 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     _token_budget(mp, s, B)
     _checkpoints(mp)
     _refuse_other_models(mp, launch)
+    # the table's arguments the mapping did not read (--moe-router-topk without experts):
+    # their count and type, as Megatron-LM's parser checks them
+    check_values({f: v for f, v in args.items() if f in ARGUMENTS and f not in mp.used
+                  and f not in mp.fields}, src)
     if mp.refused:
         raise MegatronArgsError(f"{src}: " + "; ".join(mp.refused))
     ignored, neutral = _unused(mp, unknown)
@@ -376,8 +384,10 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
                                **mp.values["model"]})
     session = Session(model, plan, ClusterConfig(**cluster), CostConfig(**mp.values["cost"]),
                       ReliabilityConfig(**mp.values["reliability"]))
-    used = {f: ", ".join(ARGUMENTS[f].targets) for f in args
-            if f in ARGUMENTS and f not in ignored}  # --moe-grouped-gemm without experts
+    # what each argument set (Mapper.fields), else the table's fields; not one listed as
+    # ignored (--moe-grouped-gemm without experts)
+    used = {f: ", ".join(mp.fields[f]) if f in mp.fields else ", ".join(ARGUMENTS[f].targets)
+            for f in args if (f in mp.fields or f in ARGUMENTS) and f not in ignored}
     return MegatronImport(session, used, ignored, mp.notes, neutral=neutral, launch=launch,
                           unknown=[f for f, _ in unknown])
 
