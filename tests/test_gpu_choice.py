@@ -146,6 +146,57 @@ def test_one_kind_sheet_reproduces_vtrain_sweep_at_that_price(tmp_path, capsys):
     assert doc["undecided"] == 0
 
 
+def test_each_rows_counts_are_vtrain_sweeps_plans_that_fit_and_those_simulated(tmp_path, capsys):
+    """A row's line said ``327,738 plans, 8,160 fit and simulated`` where vtrain sweep of the
+    same kind says 73,238 fit in memory, 8,160 of them simulated: it read as if 8,160 fit.
+    The line now says both as vtrain sweep does, and --json's rows have ``num_fit``
+    (GpuChoice.counts' docstring promised it), equal to the plain sweep's."""
+    session = tiny_session("H100-SXM5-80GB")
+    cfg = tmp_path / "s.json"
+    save_session(session, cfg)
+    assert main(["sweep", str(cfg), "--max-gpus", "4", "--price-per-gpu-hour", "3.25",
+                 "--json", "--workers", "1"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["num_fit"] > plain["num_feasible"] > 0  # some pruned: the counts differ
+    sheet = tmp_path / "p.csv"
+    sheet.write_text(HEADER + "H100-SXM5-80GB,3.25,4,,test,2026-01-01\n")
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--json", "--workers", "1"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert (row["num_plans"], row["num_fit"], row["num_feasible"], row["num_pruned"]) == (
+        plain["num_plans"], plain["num_fit"], plain["num_feasible"], plain["num_pruned"])
+    assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--workers", "1"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (f"{plain['num_plans']:,} plans, {plain['num_fit']:,} fit in memory, "
+            f"{plain['num_feasible']:,} of them simulated") in text
+    assert "fit and simulated" not in text
+
+
+def test_a_best_point_megatron_lm_refuses_is_said_as_vtrain_sweep_says_it(tmp_path, capsys):
+    """A Megatron-LM session's --gpus-from picked te cross-entropy plans (the default space's,
+    Megatron-Bridge's recipes) without a word, where vtrain sweep says Megatron-LM cannot run
+    its fastest plan and the options that keep to plans it runs. Now said of the best points;
+    with those options every point is one Megatron-LM runs, and nothing is said."""
+    from core.io.megatron.export import megatron_blockers
+    cfg = tmp_path / "s.json"
+    save_session(tiny_session("H100-SXM5-80GB"), cfg)
+    sheet = tmp_path / "p.csv"
+    sheet.write_text(HEADER + "H100-SXM5-80GB,3.25,2,,test,2026-01-01\n")
+    base = ["sweep", str(cfg), "--gpus-from", str(sheet), "--workers", "1",
+            "--pipeline-parallel", "1"]
+    assert main(base) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("Megatron-LM cannot run the best plan by fewest days and by fewest dollars "
+            "(--cross-entropy-fusion-impl te is disabled; use native), though it runs the "
+            "session's (other frameworks run it): --cross-entropy-fusion native --schedules "
+            "1f1b,interleaved keeps the sweeps to plans it runs") in text
+    assert main(base + ["--cross-entropy-fusion", "native"]) == 0
+    assert "Megatron-LM cannot run" not in capsys.readouterr().out
+    choice = choose_gpus(tiny_session("H100-SXM5-80GB"), read_price_sheet(sheet),
+                         space_for=lambda row: SweepSpace(max_gpus=2, pipeline_parallel=(1,),
+                                                          cross_entropy_fusion=("native",)))
+    assert not megatron_blockers(choice.session_for(choice.best_by_days))
+
+
 def test_row_session_keeps_the_sessions_own_cluster_and_resets_another_kinds():
     s = tiny_session()
     s.cluster.inter_node_bandwidth_gbits_per_s = 800.0
@@ -314,7 +365,7 @@ def test_the_text_says_what_each_row_held_and_its_sweeps_warnings(tmp_path, caps
     assert lines[2].startswith("GB200-NVL72: $2.90/GPU-hour, up to 16 GPUs, 8 per node "
                                "(3,200 Gb/s per node)")
     text = " ".join(lines)
-    assert "swept: " in text and "schedule 1f1b (the only valid value; the values given)" in text
+    assert "swept: " in text and "schedule 1f1b (the value given)" in text
     assert ("warning: GB200-NVL72: cluster.gpus_per_node=8 is below the GB200-NVL72's NVLink "
             "domain of 72 GPUs") in text
     assert main(["sweep", str(cfg), "--gpus-from", str(sheet), "--json"] + opts) == 0

@@ -849,7 +849,7 @@ def test_dimensions_say_default_for_the_default_schedules_and_recompute(capsys):
     assert dims["schedule"]["values"] == ["1f1b"]
     assert "the values given" not in dims["schedule"]["why"]
     assert "default" in dims["schedule"]["why"]
-    assert "the values given" in dims["recompute"]["why"]  # given: --recompute full
+    assert dims["recompute"]["why"] == "the value given"  # given: --recompute full
 
 
 def test_a_free_gpu_hour_prints_no_nan(capsys):

@@ -200,15 +200,20 @@ def test_memory_and_bound_phases_cancel_and_report():
 
 def test_value_codes_group_plans_as_their_values_repr(space_plans):
     """Branch and bound's per-dimension codes: the same partition of the plans as grouping
-    them by each field's ``repr`` (what the codes stand for)."""
+    them by each field's ``repr`` (what the codes stand for), a field that acts only with a
+    size above 1 (the cp exchange with cp, the dispatcher with ep, SP with t) as None where
+    that size is 1: the best plans of each value group them so (``cp_comm -``)."""
     from core.studies.sweep.bound import value_codes
     from core.studies.sweep.result import BEST_BY_FIELDS
     _, plans, _ = space_plans
     num_gpus = np.array([pl.num_gpus for pl in plans], np.int64)
     codes = value_codes(plans, num_gpus, True)
     assert len(codes) == 1 + len(BEST_BY_FIELDS)
+    size = {"cp_comm_type": "context_parallel", "moe_token_dispatcher_type": "expert_parallel",
+            "sequence_parallel": "tensor_parallel"}
     for code, name in zip(codes, ("num_gpus",) + BEST_BY_FIELDS):
-        values = [repr(getattr(pl, name)) for pl in plans]
+        values = [repr(None if name in size and getattr(pl, size[name]) == 1
+                       else getattr(pl, name)) for pl in plans]
         pairs = set(zip(code.tolist(), values))
         assert len(pairs) == len(set(values)) == len(set(code.tolist())), name
         # held through the branch and bound: the smallest unsigned type of its codes

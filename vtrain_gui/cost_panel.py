@@ -63,16 +63,17 @@ def _with_named_hidden(exposed_s: float, *parts: tuple[str, float]) -> tuple[str
     """The exposed TP/DP collectives' time (seconds) and, named, each kind's part that ran
     hidden under other work (``parts``: :data:`core.sim.labels.KIND_NAMES` key, seconds), all
     in one unit, as ``vtrain simulate``'s "Per stage (mean)" line names them
-    (:func:`core.sim.labels.hidden`): ``("0.00 ms (TP 13.98 ms, DP 2.10 ms hidden)",
+    (:func:`core.sim.labels.hidden`): ``("0.00 ms (hidden TP 13.98 ms, hidden DP 2.10 ms)",
     "hidden TP collectives 13.98 ms, hidden DP collectives 2.10 ms")``; the second is the
-    tooltip ("" when nothing ran hidden)."""
+    tooltip ("" when nothing ran hidden). Each hidden part is said hidden before its number:
+    ``0.247 s (TP 0.244 s, DP 6.987 s hidden)`` read as 0.244 s of TP exposed."""
     shown = [(k, s) for k, s in parts if s > 0]
     if not shown:
         return format_duration(exposed_s), ""
     exposed, *hidden_texts = format_durations(exposed_s, *(s for _, s in shown))
-    short = ", ".join(f"{_SHORT_KIND[k]} {t}" for (k, _), t in zip(shown, hidden_texts))
+    short = ", ".join(f"hidden {_SHORT_KIND[k]} {t}" for (k, _), t in zip(shown, hidden_texts))
     tip = ", ".join(f"{hidden(k)} {t}" for (k, _), t in zip(shown, hidden_texts))
-    return f"{exposed} ({short} hidden)", tip
+    return f"{exposed} ({short})", tip
 #: Figures that describe running the plan: flagged when the plan does not fit in memory.
 _RUN_FIGURES = ("iteration_time", "tokens_per_s", "mfu", "hfu", "training_days", "gpu_hours",
                 "cost_usd", "run_days")

@@ -347,6 +347,9 @@ def run(args: argparse.Namespace) -> int:
                     else f"cheapest plan within {days_phrase(f'{result.deadline_days:g}')}"
                     if pick == "deadline" else pick)
             console.print(f"[dim]the {what} written as a session to {esc(args.out)}[/]")
+            refused = _megatron_pick_note(result, picked)
+            if refused:
+                console.print(esc(refused), highlight=False)
             tight = _tight_pick_note(result, pick, picked)
             if tight:
                 console.print(esc(tight), highlight=False)
@@ -454,6 +457,25 @@ def _write_pick(result, pick: str | int, path: str) -> int:
         raise ConfigError([FieldError("--pick", f"{pick}: {why}")])
     save_session(result.session_for(i), path)
     return i
+
+
+def _megatron_pick_note(result, i: int) -> str:
+    """"" unless Megatron-LM runs the session's plan but not the picked plan ``i`` (the
+    default space's Transformer Engine cross-entropy, a zero-bubble schedule ...): then that
+    ``vtrain export megatron-args`` refuses the written session, Megatron-LM's reasons
+    (:func:`core.io.megatron.export.megatron_blockers`) and the sweep options that keep to
+    plans it runs (:func:`megatron_lm_options`). A session Megatron-LM does not run (a
+    DeepSpeed, torchtitan or Bridge one) gets none: nothing to keep to."""
+    from core.io.megatron.export import megatron_blockers
+    if megatron_blockers(result.session):
+        return ""
+    why = megatron_blockers(result.session_for(i))
+    if not why:
+        return ""
+    options = megatron_lm_options(result.space, result.session.plan)
+    return ("Megatron-LM cannot run the picked plan (" + "; ".join(dict.fromkeys(why))
+            + "): vtrain export megatron-args refuses it"
+            + (f"; {options} keeps the sweep to plans it runs" if options else ""))
 
 
 def _tight_pick_note(result, pick: str | int, i: int) -> str:

@@ -192,7 +192,10 @@ def print_choice(choice, console: Any, print_dimensions: Any = None,
                           + (f"({net:,.0f} Gb/s per node) " if net else "")
                           + f"({row.source or 'no source'}"
                           f"{', ' + row.date if row.date else ''}); {n['num_plans']:,} plans, "
-                          f"{n['num_feasible']:,} fit and simulated"), highlight=False)
+                          # as vtrain sweep says them: those that fit, simulated or not, then
+                          # those simulated (the others pruned or too large to simulate)
+                          f"{n['num_fit']:,} fit in memory, {n['num_feasible']:,} of them "
+                          "simulated"), highlight=False)
     dims = [res.dimensions for res in choice.sweeps if res.dimensions]
     if print_dimensions is not None and s is not None and dims:
         from core.studies.sweep import merge_dimensions
@@ -237,6 +240,7 @@ def print_choice(choice, console: Any, print_dimensions: Any = None,
             f"best by {name}: {p['num_gpus']:,} {p['gpu']}, {p['plan']}: "
             f"{_days(p['expected_days'])} days (failures' 10-90 %: {_days(p['days_p10'])}-"
             f"{_days(p['days_p90'])}), {_money(p['expected_cost_usd'])}, goodput {p['goodput']:.1%}"))
+    _print_megatron_lm(choice, console)
     if deadline_days is not None:
         _print_deadline(choice, console, deadline_days)
     if len(choice.sweeps) > 1:
@@ -254,6 +258,37 @@ def print_choice(choice, console: Any, print_dimensions: Any = None,
     if choice.never_finish:
         console.print(f"[dim]{choice.never_finish:,} plans that fit never finish at this failure "
                       "rate and are left out[/]")
+
+
+def _print_megatron_lm(choice, console: Any) -> None:
+    """When Megatron-LM runs the session's plan but not the best point by days or by dollars
+    (the default space's Transformer Engine cross-entropy, a zero-bubble schedule ...): which,
+    Megatron-LM's reasons (:func:`core.io.megatron.export.megatron_blockers`) and the options
+    that keep the sweeps to plans it runs (:func:`core.cli.sweep.megatron_lm_options`), as
+    ``vtrain sweep`` says them of its fastest and cheapest plan."""
+    from core.cli.sweep import megatron_lm_options
+    from core.io.megatron.export import megatron_blockers
+    from core.util.console import esc
+    if not choice.sweeps or megatron_blockers(choice.sweeps[0].session):
+        return  # not a plan Megatron-LM runs: nothing to keep to
+    whys = {}
+    for name, k in (("fewest days", choice.best_by_days),
+                    ("fewest dollars", choice.best_by_dollars)):
+        if k is not None:
+            why = megatron_blockers(choice.session_for(k))
+            if why:
+                whys[name] = "; ".join(dict.fromkeys(why))
+    if not whys:
+        return
+    if len(set(whys.values())) == 1:
+        what = f"the best plan by {' and by '.join(whys)} ({next(iter(whys.values()))})"
+    else:
+        what = " nor ".join(f"the best plan by {n} ({w})" for n, w in whys.items())
+    res = choice.sweeps[0]
+    options = megatron_lm_options(res.space, res.session.plan)
+    console.print("[yellow]Megatron-LM cannot run[/] " + esc(
+        f"{what}, though it runs the session's (other frameworks run it)"
+        + (f": {options} keeps the sweeps to plans it runs" if options else "")))
 
 
 def _print_row_best(choice, console: Any) -> None:

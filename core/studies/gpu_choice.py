@@ -276,8 +276,9 @@ class GpuChoice:
 
     def to_dict(self) -> dict[str, Any]:
         """The document ``vtrain sweep --gpus-from --json`` prints: ``sheet``, ``rows`` (per
-        row: label, plans, plans that fit, pruned, its profile, its cluster (``gpus_per_node``
-        and the network), its sweep's ``warnings`` and ``dimensions``, its fastest and
+        row: label, ``num_plans``, ``num_fit`` (the plans that fit in memory, simulated or
+        not), ``num_feasible`` (those of them simulated), ``num_pruned``, its profile, its
+        cluster (``gpus_per_node`` and the network), its sweep's ``warnings`` and ``dimensions``, its fastest and
         cheapest point by expected figures), ``front`` (points, fastest first),
         ``best_by_days``, ``best_by_dollars``, ``undecided``, ``never_finish``,
         ``interval_coverage``, ``training_tokens``."""
@@ -287,7 +288,8 @@ class GpuChoice:
             fastest, cheapest = self.row_best(r)
             c = self.counts[r]
             rows.append({"label": self.sheet.labels[r], "num_plans": c["num_plans"],
-                         "num_feasible": c["num_feasible"], "num_pruned": c["num_pruned"],
+                         "num_fit": c["num_fit"], "num_feasible": c["num_feasible"],
+                         "num_pruned": c["num_pruned"],
                          "profile": res.profile,
                          "gpus_per_node": res.session.cluster.gpus_per_node,
                          "node_network_gbits_per_s": node_network(res.session.cluster),

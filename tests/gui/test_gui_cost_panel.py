@@ -227,8 +227,11 @@ def test_exposed_and_hidden_communication_are_printed_in_one_unit(panel, exposed
                                  ep_comm_s=exposed_s, ep_hidden_s=hidden_s)
     panel.set_report(report)
     assert [panel.value_text(k) for k in ("cp_comm", "ep_comm")] == [text] * 2
-    # the TP/DP row names whose part ran hidden (the TP collectives' here)
-    assert panel.value_text("comm") == (text.replace("(", "(TP ") if hidden_s else text)
+    # the TP/DP row names whose part ran hidden (the TP collectives' here), "hidden" first
+    assert panel.value_text("comm") == (
+        text.replace("(", "(hidden TP ").replace(" hidden)", ")") if hidden_s else text)
+    if hidden_s:  # 0.00 ms exposed: "(hidden TP 13.98 ms)", not "(TP 13.98 ms hidden)"
+        assert panel.value_text("comm").split(" (")[1].startswith("hidden TP ")
 
 
 def test_tp_dp_row_shows_the_reports_hidden_tp_and_dp_collectives(panel):
@@ -258,7 +261,9 @@ def test_tp_dp_row_shows_the_reports_hidden_tp_and_dp_collectives(panel):
     assert r.tp_hidden_s > 0 and r.dp_hidden_s > 0
     panel.set_report(r)
     exposed, tp, dp = format_durations(r.comm_s, r.tp_hidden_s, r.dp_hidden_s)
-    assert panel.value_text("comm") == f"{exposed} (TP {tp}, DP {dp} hidden)"
+    # each hidden part named hidden, as the CLI's line: "0.247 s (TP 0.244 s, DP 6.987 s
+    # hidden)" read as 0.244 s of TP collectives exposed
+    assert panel.value_text("comm") == f"{exposed} (hidden TP {tp}, hidden DP {dp})"
     tip = panel._values["comm"].toolTip()
     assert f"hidden TP collectives {tp}, hidden DP collectives {dp}" in tip
     # the CLI's line names the same two parts

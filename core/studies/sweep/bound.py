@@ -31,7 +31,7 @@ from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
 from core.studies.sweep.plan_rows import PlanRows, plan_keys
-from core.studies.sweep.result import BEST_BY_FIELDS, column_codes
+from core.studies.sweep.result import BEST_BY_FIELDS, best_by_values, column_codes
 from core.studies.sweep.variants import plan_maker
 
 __all__ = ["MAX_PIPELINE_STEPS", "STEPS_PER_S", "LARGE_SWEEP_WORK", "sweep_work", "work_seconds",
@@ -512,20 +512,29 @@ def value_codes(plans: list[ParallelPlan], num_gpus: np.ndarray, several_counts:
     """For each dimension whose best plans the sweep answers (:data:`BEST_BY_FIELDS`, and the
     GPU count when the space names ``several_counts``), each plan's value as a code (unsigned
     int (n,), the smallest type that holds its codes): plans of one value share a code (numbered by first appearance; values told apart
-    by type too, as their ``repr`` would: ``1`` is not ``True``). :func:`prunable`'s
+    by type too, as their ``repr`` would: ``1`` is not ``True``), the values as
+    :meth:`~core.studies.sweep.result.SweepResult.best_by` groups them
+    (:func:`core.studies.sweep.result.best_by_values`: None where the field does not act). :func:`prunable`'s
     ``codes``. ``columns``: the plans'
     :func:`core.studies.sweep.result.plan_column_arrays`, when known (a column of one type is
     coded with numpy). ``cancel`` is checked before each dimension (:class:`SweepCancelled`)."""
     codes = []
     if several_counts:
         codes.append(np.unique(num_gpus, return_inverse=True)[1].reshape(-1))
+
+    def column(name: str) -> np.ndarray:
+        if columns is not None:
+            return columns[name]
+        return np.array(list(map(operator.attrgetter(name), plans)), dtype=object)
+
     for name in BEST_BY_FIELDS:
         check_cancelled(cancel)  # each field: about 15 ms per 100,000 plans
-        col = None if columns is None else columns[name]
-        if col is not None and col.dtype != object:  # one type: numpy's equality is Python's
+        # the values as best_by groups them ("-" where the field does not act)
+        col = best_by_values(column, name)
+        if col.dtype != object:  # one type: numpy's equality is Python's
             codes.append(_first_seen_codes(col))
             continue
-        keys = (list(map(operator.attrgetter(name), plans)) if col is None else col.tolist())
+        keys = col.tolist()
         if len(set(map(type, keys)) - {type(None)}) > 1:  # 1 == True, 1 == 1.0: told apart
             keys = list(zip(map(type, keys), keys))
         index = {k: i for i, k in enumerate(dict.fromkeys(keys))}  # by first appearance

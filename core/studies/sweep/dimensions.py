@@ -19,7 +19,8 @@ from core.plan.session import Session
 from core.sim.labels import KIND_NAMES
 from core.studies.sweep.explain import left_out_values
 from core.studies.sweep.result import BEST_BY_FIELDS
-from core.studies.sweep.space import SweepSpace, recompute_layer_counts
+from core.studies.sweep.space import (CROSS_ENTROPY_FUSIONS, DEFAULT_CROSS_ENTROPY_FUSION,
+                                      SweepSpace, as_list, recompute_layer_counts)
 from core.studies.sweep.splits import SPLIT_FLAG_FIELDS
 from core.studies.sweep.pace import yield_interpreter
 
@@ -180,8 +181,9 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
     :data:`core.plan.parallel.PLAN_FIELDS`' order): ``field``; ``swept``, True when its plans take
     more than one value; ``values``, the values they take (sorted; JSON-able); ``why``, where
     the values come from (the options given, or what the default tries), or why the field
-    is held (the session's value, a field the sweep does not choose; or the only value valid
-    or given); ``left_out``, the values the space lists that a rule rules out on its own, each
+    is held (the session's value, a field the sweep does not choose; the only value the
+    rules leave of several tried; the value given; or the default's one value, "held at the
+    default", with the session's: the Transformer Engine cross-entropy); ``left_out``, the values the space lists that a rule rules out on its own, each
     with the rule's message (:func:`core.studies.sweep.explain.left_out_values`: full
     recomputation under per-layer CUDA graphs); ``note``, only for Megatron-Core's embedding /
     loss layer-slot flags when a plan sets one the session does not (``"set where the layers
@@ -225,13 +227,42 @@ def sweep_dimensions(session: Session, space: SweepSpace, plans: list[ParallelPl
                     "than a count given (Megatron's block method recomputes them all)")
         if (len(values) == 1 and default is not None and not why.startswith("the session's")
                 and name not in SPLIT_FLAG_FIELDS):
-            why = f"the only valid value; {why}"
+            offered = _values_offered(space, name, attr, why)
+            if offered == 1 and why == "the values given":
+                why = "the value given"
+            elif offered == 1:  # the default holds one value: no rule chose it
+                own = getattr(session.plan, name)
+                why = ("held at the default, "
+                       + ("the session's too" if own == values[0]
+                          else f"not the session's {value_text(own)}")
+                       + f": {why.removeprefix('default: ')}")
+            else:
+                why = f"the only valid value; {why}"
         entry = {"field": name, "swept": len(values) > 1, "values": values, "why": why,
                  "left_out": left_out_values(session, space, name, values) if plans else []}
         if note is not None:
             entry["note"] = note
         out.append(entry)
     return out
+
+
+def _values_offered(space: SweepSpace, name: str, attr: str | None, why: str) -> int | None:
+    """How many values ``space`` itself offers the plan field ``name`` (before any rule rules
+    one out), where that is known: the values given (``why`` "the values given": those of
+    ``space.<attr>``), and the cross-entropy's, given or the default's
+    (:data:`~core.studies.sweep.space.DEFAULT_CROSS_ENTROPY_FUSION`, one choice), each choice
+    of :data:`~core.studies.sweep.space.CROSS_ENTROPY_FUSIONS` read as its
+    (``cross_entropy_loss_fusion``, ``cross_entropy_fusion_impl``). None where the
+    default's values depend on the model and the budget (the sizes ...): a single value
+    there is the only one the rules leave."""
+    if name in ("cross_entropy_loss_fusion", "cross_entropy_fusion_impl"):
+        given = space.cross_entropy_fusion
+        names = (as_list(given) if given is not None else [DEFAULT_CROSS_ENTROPY_FUSION])
+        k = 0 if name == "cross_entropy_loss_fusion" else 1
+        return len({CROSS_ENTROPY_FUSIONS[n][k] for n in names if n in CROSS_ENTROPY_FUSIONS})
+    if why == "the values given" and attr is not None:
+        return len({(type(v), v) for v in as_list(getattr(space, attr))})
+    return None
 
 
 def _value_order(v: Any) -> tuple:

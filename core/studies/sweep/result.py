@@ -14,7 +14,7 @@ import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from core.sim.comm import CollectiveExtrapolation
 from core.util.text import spreadsheet_cell
 
 __all__ = ["SweepResult", "COLUMNS", "column_is_constant", "PLAN_COLUMNS", "BEST_BY_FIELDS",
+           "BEST_BY_ENABLED_BY", "best_by_values",
            "pareto_front", "least_memory_of_ties", "plan_column_arrays", "column_codes", "plan_figures", "best_row", "plan_label", "plans_note", "with_plans",
            "throughput_departures"]
 
@@ -52,6 +53,36 @@ BEST_BY_FIELDS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "micr
                   "context_parallel", "expert_parallel", "schedule", "virtual_pipeline_stages",
                   "recompute", "sequence_parallel", "zero_stage", "cp_comm_type",
                   "moe_token_dispatcher_type", "expert_tensor_parallel")
+
+#: Fields of :data:`BEST_BY_FIELDS` that act only where a size enables them, as the sweep
+#: varies them (:func:`core.studies.sweep.variants.size_variants`): field -> that size, which
+#: must be above 1: the context-parallel exchange with cp > 1, the MoE token dispatcher with
+#: ep > 1 (at 1 every plan keeps the session's) and sequence parallelism with t > 1 (off at
+#: t = 1). The best plan of each of their values is of the plans where it acts; the others
+#: are the value ``-`` (None), as ``virtual_pipeline_stages`` is without the interleaved
+#: schedule (:func:`best_by_values`).
+BEST_BY_ENABLED_BY = {"cp_comm_type": "context_parallel",
+                      "moe_token_dispatcher_type": "expert_parallel",
+                      "sequence_parallel": "tensor_parallel"}
+
+
+def best_by_values(column: Callable[[str], np.ndarray], name: str) -> np.ndarray:
+    """Each plan's value of the :data:`BEST_BY_FIELDS` field ``name`` as the best plans of each
+    value group them (:meth:`SweepResult.best_by`, and the pruning that keeps them exact:
+    :func:`core.studies.sweep.bound.value_codes`): the plans' column (``column(name)``, an
+    (n,) array), with None (an object column) where the field does not act
+    (:data:`BEST_BY_ENABLED_BY`: cp_comm p2p is not the best "p2p" plan of a plan without
+    context parallelism). The column itself where it acts in every plan."""
+    col = column(name)
+    size = BEST_BY_ENABLED_BY.get(name)
+    if size is None:
+        return col
+    off = np.asarray(np.asarray(column(size)) <= 1, dtype=bool)
+    if not off.any():
+        return col
+    out = np.array(col.tolist(), dtype=object)
+    out[off] = None
+    return out
 
 
 def column_is_constant(values: Any) -> bool:
@@ -637,7 +668,8 @@ class SweepResult:
         for name in BEST_BY_FIELDS:
             if swept is not None and name not in swept:
                 continue
-            col = self.plan_columns[name].tolist()  # each plan's value, no plan built
+            # each plan's value, no plan built; "-" where the field does not act
+            col = best_by_values(self.plan_columns.__getitem__, name).tolist()
             if len(set(map(repr, col))) < 2:
                 continue
             rows = []

@@ -498,8 +498,11 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
     if (not space.hold_session_values and session.plan.recompute_num_layers is None
             and space.recompute_num_layers is None  # counts asked: those alone
             and "full" in as_list(space.recompute)):
-        more_plans, more_mem = _partial_recompute_plans(plans, mem, session, get_store(),
-                                                        cancel, memo)
+        # not of the session's own plan where it was added: its fields are the session's, not
+        # the space's (its cross-entropy, say), and the sweep's plans are the space's
+        more_plans, more_mem = _partial_recompute_plans(
+            plans, mem, session, get_store(), cancel, memo,
+            skip=own if own == n_enumerated else None)
         if more_plans:  # after the enumerated plans (and the session's own)
             columns = concat_plan_columns([columns, plan_column_arrays(more_plans, cancel)])
             del more_plans
@@ -521,7 +524,8 @@ def _plans(session: Session, space: SweepSpace, get_store: Callable[[], Any],
 
 
 def _partial_recompute_plans(plans: PlanRows, mem: tuple, session: Session, store,
-                             cancel: Any = None, memo: dict | None = None) -> tuple[list, tuple]:
+                             cancel: Any = None, memo: dict | None = None,
+                             skip: int | None = None) -> tuple[list, tuple]:
     """For each plan of ``plans`` (read from its columns) that recomputes every layer (``recompute="full"``,
     ``recompute_num_layers`` None) and fits (``mem``: :func:`memory_verdicts`' bytes, fits,
     reasons), the same plan recomputing the fewest layers per model chunk that still fit
@@ -534,7 +538,8 @@ def _partial_recompute_plans(plans: PlanRows, mem: tuple, session: Session, stor
     that N is the fastest of the plan's partial recomputations that fit. The N are found
     by bisection over all plans at once, :func:`memory_verdicts` of one batch per round
     (at most log2 of the largest chunk's layers rounds), with ``memo`` (that of ``mem``'s
-    plans: a partial recomputation shares all but its recomputed layers with its plan)."""
+    plans: a partial recomputation shares all but its recomputed layers with its plan).
+    ``skip``: a row left out (the session's own plan, added to the space's: not varied)."""
     L = session.model.num_layers
     fits = mem[1]
     make = plan_maker(session.plan)
@@ -550,6 +555,8 @@ def _partial_recompute_plans(plans: PlanRows, mem: tuple, session: Session, stor
              else np.zeros(len(plans), bool))
     full = (np.asarray(plans.columns["recompute"] == "full", bool) & unset
             & np.asarray(fits, bool))
+    if skip is not None:
+        full[skip] = False
     rows, hi = [], []
     for i, key in zip(np.flatnonzero(full).tolist(),
                       plan_keys(plans, np.flatnonzero(full).tolist())):

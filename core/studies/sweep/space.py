@@ -36,6 +36,7 @@ from core.studies.sweep.pace import yield_interpreter
 from core.studies.sweep.phase import PhaseFn, PhaseTicker
 
 __all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "CROSS_ENTROPY_FUSIONS",
+           "DEFAULT_CROSS_ENTROPY_FUSION",
            "DEFAULT_CP_COMM_TYPES", "enumerate_plans",
            "one_stage_schedule", "budget_text", "divisors", "as_list",
            "micro_batch_sizes_of",
@@ -46,6 +47,12 @@ __all__ = ["SweepSpace", "DEFAULT_MICRO_BATCH_SIZES", "CROSS_ENTROPY_FUSIONS",
 #: (``cross_entropy_loss_fusion``, ``cross_entropy_fusion_impl``)
 CROSS_ENTROPY_FUSIONS = {"off": (False, "native"), "native": (True, "native"),
                          "te": (True, "te")}
+
+#: The one cross-entropy choice (of :data:`CROSS_ENTROPY_FUSIONS`) of a space that names none
+#: and does not hold the session's values: Transformer Engine's fused kernels, the
+#: Megatron-Bridge recipes' choice (docs/sweep_parallel.md); Megatron-LM's arguments refuse it
+#: (rule ``cross-entropy-te``), which the sweep's summary says of the plans it picks.
+DEFAULT_CROSS_ENTROPY_FUSION = "te"
 
 #: The context-parallel exchanges (``plan.cp_comm_type``) a space without them tries on the
 #: plans with cp > 1: Megatron-Core's ring (``--cp-comm-type p2p``, its default) and its
@@ -792,7 +799,7 @@ class _Choices:
         ces = ([CROSS_ENTROPY_FUSIONS[v] for v in dict.fromkeys(as_list(space.cross_entropy_fusion))]
                if space.cross_entropy_fusion is not None
                else [(base.cross_entropy_loss_fusion, base.cross_entropy_fusion_impl)] if hold
-               else [CROSS_ENTROPY_FUSIONS["te"]])
+               else [CROSS_ENTROPY_FUSIONS[DEFAULT_CROSS_ENTROPY_FUSION]])
         return cls(
             ts=ts, ps=ps, cps=cp_candidates(session, space),
             eps=(sorted(set(as_list(space.expert_parallel))) if space.expert_parallel is not None
