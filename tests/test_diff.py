@@ -401,3 +401,21 @@ def test_a_bad_set_b_is_refused_naming_set_b(item, message, capsys):
     assert main(["diff", str(SMALL), "--set-b", item]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_an_abbreviated_option_is_refused_not_taken_as_the_longer_one(capsys):
+    """A trial user's ``vtrain diff A.json --set X`` was taken by argparse as ``--set-b X`` (its
+    only option starting ``--set``): plan B changed alone, with only the header to say so.
+    Options are never abbreviated (core.cli._Parser, allow_abbrev=False, as Megatron-LM's
+    parser): exit 2, the prefix named; the full name still works, and other commands too."""
+    a = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    with pytest.raises(SystemExit) as exit_:
+        main(["diff", a, "--set", "plan.micro_batch_size=2", "--json"])
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: --set plan.micro_batch_size=2" in capsys.readouterr().err
+    assert main(["diff", a, "--set-b", "plan.micro_batch_size=2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["b"]["label"] != ""
+    with pytest.raises(SystemExit) as exit_:
+        main(["simulate", a, "--js"])  # --json abbreviated
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: --js" in capsys.readouterr().err

@@ -62,10 +62,16 @@ class _Parser(argparse.ArgumentParser):
     option's own check names it and its rule (``--flops: -1e+20 must be a positive number
     of FLOPs``). argparse's own pattern knows only ``-5`` and ``-.5``: ``--flops -1e20`` was
     "argument --flops: expected one argument". Every sub-parser is of this class
-    (``add_subparsers`` makes its parsers of the parent's class)."""
+    (``add_subparsers`` makes its parsers of the parent's class).
+
+    Options are never abbreviated (``allow_abbrev=False``, as Megatron-LM's parser): argparse
+    took ``vtrain diff A.json --set X`` as ``--set-b X`` (the only option starting ``--set``),
+    changing plan B alone where the user meant both; a prefix is now "unrecognized arguments"
+    (exit 2)."""
 
     def __init__(self, *args, **kwargs):
         import re
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = re.compile(
             r"^-(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
