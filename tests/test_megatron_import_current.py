@@ -682,6 +682,11 @@ def _argparse_takes(p, words: list[str]) -> bool:
     "--num-layers-per-virtual-pipeline-stage -1e0",
     # abbreviations: allow_abbrev=False
     "--num-lay 2", "--hidden 64",
+    # a flag given twice: the last wins, but argparse checks each occurrence as it comes (the
+    # earlier one was dropped unchecked)
+    "--lr x --lr 1", "--lr 1 2 --lr 3", "--lr --lr 1", "--num-layers x --num-layers 2",
+    "--normalization bad --normalization RMSNorm", "--use-flash-attn=1 --use-flash-attn",
+    "--lr -1e-4 --lr 1", "--lr 1 --lr 2", "--num-layers 4 --num-layers 2",
 ])
 def test_launch_values_are_taken_exactly_as_megatrons_argparse_takes_them(tmp_path, parser,
                                                                           extra):
@@ -689,7 +694,8 @@ def test_launch_values_are_taken_exactly_as_megatrons_argparse_takes_them(tmp_pa
     float() of each word, a value word starting with '-' only as argparse's negative number,
     no abbreviations), checked against argparse itself on the parser arguments.json records:
     it refused --num-layers 1_0, +2 and ' 2' (int() takes them), --timing-log-level 0_1, and
-    took --lr -1e-4 and --data-path -corpus, which argparse reads as options and refuses. A
+    took --lr -1e-4 and --data-path -corpus, which argparse reads as options and refuses, and
+    an earlier occurrence of a flag given twice unchecked (--lr x --lr 1). A
     value argparse takes but no model can have (0 layers) is still refused, by the import's
     own rule, so only launches argparse takes are compared both ways."""
     import shlex

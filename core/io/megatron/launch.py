@@ -26,7 +26,7 @@ from core.io.shell_words import ShellError
 from core.util.text import short_repr, shown_name
 
 __all__ = ["Launch", "read_launch", "read_argument_dump", "parse_arguments", "unset_message",
-           "int_value", "DATA_SCRIPTS"]
+           "int_value", "DATA_SCRIPTS", "replaced_occurrences", "refuse_option_words"]
 
 
 @dataclass
@@ -546,6 +546,25 @@ def parse_arguments(args: list[str], source: str = "arguments") -> dict[str, lis
         else:
             out[flag].append(w)
     return out
+
+
+def replaced_occurrences(args: list[str]) -> list[tuple[str, list[str]]]:
+    """Each ``(flag, values)`` of ``args`` (as :func:`parse_arguments` reads them) that a later
+    occurrence of the same flag replaces, in order. :func:`parse_arguments` keeps the last
+    one, as argparse's store action does; argparse still converts and checks every occurrence
+    as it comes (``--lr x --lr 1`` stops at ``'x'``: "invalid float value"), so these need the
+    same checks (:func:`core.io.megatron.arguments.check_values`)."""
+    seen: list[tuple[str, list[str]]] = []
+    flag = None
+    for w in args:
+        if w.startswith("--"):
+            name, eq, value = w.partition("=")
+            seen.append((name, [value] if eq else []))
+            flag = name
+        elif flag is not None:
+            seen[-1][1].append(w)
+    last = {name: k for k, (name, _) in enumerate(seen)}
+    return [(name, values) for k, (name, values) in enumerate(seen) if last[name] != k]
 
 
 def _takes_another(flag: str | None, values: list[str]) -> bool:

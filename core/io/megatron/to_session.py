@@ -37,7 +37,7 @@ from core.io.megatron.arguments import (ARGUMENTS, BY_OPTION, MEGATRON_MODEL_DEF
                                         REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, MegatronArgsError,
                                         TOKENIZER_VOCAB, check_values, field_origin,
                                         unknown_arguments, LLAMA2_TOKENIZER)
-from core.io.megatron.launch import Launch, parse_arguments, read_launch
+from core.io.megatron.launch import Launch, parse_arguments, read_launch, replaced_occurrences
 from core.io.megatron.mapping import Mapper, int_argument
 from core.io.megatron.model_arguments import MOE_ONLY, map_model
 from core.io.megatron.plan_arguments import map_plan
@@ -327,6 +327,12 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     # what Megatron-LM's parser refuses, before any mapping: the values of the arguments no
     # mapping reads (the table's are read and checked by the mapping, with its messages)
     check_values(args, src, skip=ARGUMENTS)
+    for flag, values in replaced_occurrences(launch.arguments):  # argparse checks each one
+        try:
+            check_values({flag: values}, src)
+        except MegatronArgsError as exc:
+            raise MegatronArgsError(f"{exc} (an earlier {flag} that a later one replaces: "
+                                    "argparse checks every occurrence as it comes)") from None
     mp = Mapper(src, args)
     mp.tokenizer_vocab_size = tokenizer_vocab_size
     L, h, s = map_model(mp)
