@@ -377,8 +377,9 @@ def read_launch(text: str, source: str = "arguments", variables: dict[str, str] 
                   host_nproc=host[0] if host and nproc is None else None)
 
 
-#: argparse's ``_negative_number_matcher`` (CPython 3.10 to 3.13.0): a word starting with '-'
-#: that matches is a value, as Megatron-LM's parser has no option that looks like a number.
+#: argparse's ``_negative_number_matcher`` (as in CPython 3.11.7, 3.12.1 and 3.13.0): a word
+#: starting with '-' that matches is a value, as Megatron-LM's parser has no option that looks
+#: like a number.
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
