@@ -857,3 +857,24 @@ def test_an_empty_checkpoint_directory_is_refused(interval, tmp_path):
         save="", save_interval=interval)) == (
         "checkpoint.save: '' names no directory: give the directory, or null for no checkpoint "
         "(whether Megatron-Bridge saves to '' is not known)")
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("ffn_hidden_size", "14_336", "model.ffn_hidden_size: '14_336' must be an integer"),
+    ("ffn_hidden_size", "14336", "model.ffn_hidden_size: '14336' must be an integer"),
+    ("ffn_hidden_size", 14336.0, "model.ffn_hidden_size: 14336.0 must be an integer"),
+    ("kv_channels", "128", "model.kv_channels: '128' must be an integer"),
+])
+def test_a_number_field_without_a_default_takes_the_yaml_number_only(tmp_path, key, value,
+                                                                      message):
+    """A field whose Megatron-Core default is None (ffn_hidden_size, kv_channels) is checked
+    against the Megatron-LM argument's type=int, as one with an integer default is: a string
+    is text to the run config's dataclasses, not a number (argparse's int() of a launch's word
+    does not apply). '14336' was read as 14336, and since the launch reader takes int()'s
+    forms, '14_336' too."""
+    assert _refusal(tmp_path, lambda d: d["model"].update({key: value})) == message
+    # the number itself reads
+    from core.io.bridge_import import read_run_config
+    doc = _doc()
+    doc["model"][key] = int(float(value))
+    read_run_config(_write(tmp_path, doc), gpu=H100, num_gpus=8)

@@ -122,6 +122,8 @@ def test_deprecated_allgather_size_is_checked_as_allgather_bucket_size():
     assert _imp({**cfg, "allgather_size": 5e8}).session.plan.zero_stage == 1
     field, msg = _refused({**cfg, "allgather_size": 3})
     assert field == "allgather_size" and "3 must be even at ZeRO stage 1" in msg
+    field, msg = _refused({**cfg, "allgather_size": 10 ** 40 + 1})  # by its digit count
+    assert msg.startswith("an integer of 41 digits must be even at ZeRO stage 1"), msg
 
 
 # --- fp16 loss scaling ------------------------------------------------------------------------
@@ -144,6 +146,13 @@ def test_deprecated_allgather_size_is_checked_as_allgather_bucket_size():
     ({"enabled": True, "initial_scale_power": 128}, "initial_scale_power",
      "128 must be from 0 to 127 (vtrain's rule; DeepSpeed does not bound it)"),
     ({"enabled": True, "initial_scale_power": -1}, "initial_scale_power", "-1 must be from 0 to 127"),
+    # 1e300 is a whole number: its 301 digits were printed with thousands separators
+    ({"enabled": True, "initial_scale_power": 1e300}, "initial_scale_power",
+     "an integer of 301 digits must be from 0 to 127"),
+    # a static scale above 2**127: the fp32 loss overflows at every step and a static scaler
+    # never lowers it (1e308 was imported as a run that trains)
+    ({"enabled": True, "loss_scale": 1e308}, "loss_scale", "1e+308 must be at most 2**127"),
+    ({"enabled": True, "loss_scale": 2.0 ** 127 * 1.5}, "loss_scale", "must be at most 2**127"),
 ])
 def test_fp16_scaling_values_are_refused_by_name(fp16, key, words):
     field, msg = _refused(_cfg(fp16=fp16))
@@ -158,6 +167,8 @@ def test_fp16_scaling_values_are_refused_by_name(fp16, key, words):
     {"enabled": True, "loss_scale": 1024.0, "initial_scale_power": 200,
      "loss_scale_window": 0},                                     # static: the dynamic keys unused
     {"enabled": False, "initial_scale_power": 200, "min_loss_scale": 0},  # fp16 off: unused
+    {"enabled": True, "loss_scale": 2.0 ** 127, "initial_scale_power": 16},  # largest static
+    {"enabled": False, "loss_scale": 1e308, "initial_scale_power": 16},      # fp16 off: unused
     {"enabled": True, "loss_scale": "auto", "initial_scale_power": "auto"},  # dropped: defaults
 ])
 def test_fp16_scaling_values_deepspeed_takes_are_listed(fp16):

@@ -656,7 +656,12 @@ def test_every_subcommand_and_argument_has_help():
 
 @pytest.mark.parametrize("argv, message", [
     (["optimal", "{ex}", "--gpus", "8", "--flops", "-1e20"],
-     "--flops: -1e+20 must be a positive number of FLOPs"),
+     "--flops: -1e+20 must be a positive, finite number of FLOPs"),
+    # 1e400 reads as inf: it said 'inf must be a positive number', which inf is
+    (["optimal", "{ex}", "--gpus", "8", "--flops", "1e400"],
+     "--flops: inf must be a positive, finite number of FLOPs"),
+    (["optimal", "{ex}", "--gpus", "8", "--gpu-hours", "inf"],
+     "--gpu-hours: inf must be a positive, finite number of GPU-hours"),
     (["optimal", "{ex}", "--gpus", "8", "--days", "-inf"],
      "--days: -inf must be a number above 0 and at most 3,650"),
     (["sweep", "{ex}", "--gpus", "8", "--tokens", "-2.5E3"],

@@ -840,3 +840,30 @@ def test_into_reads_the_script_as_the_import_does(tmp_path, capsys):
     capsys.readouterr()
     assert main(["export", "megatron-args", str(path), "--var", "H=1"]) == 2
     assert "--var" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given, needle", [
+    (["²=x"], "--var '²=x': expected NAME=VALUE"),  # str.isdigit: int('²') raised, exit 1
+    (["٨=x"], "--var '٨=x': expected NAME=VALUE"),  # no bash parameter: $٨ is not one
+    (["01=x"], "--var '01=x': expected NAME=VALUE"),  # $01 is $0 then 1: it was dropped
+    (["H=12288", "H=1024"], "--var H is given twice, 'H=12288' and 'H=1024': give it once"),
+])
+def test_var_names_are_bashs_and_given_once(tmp_path, capsys, given, needle):
+    """--var takes bash's names only (ASCII [A-Za-z_][A-Za-z0-9_]* or a positional [1-9][0-9]*)
+    and one value per name, for export --into and import alike: exit 2, one line, nothing
+    written (a superscript digit was an internal error; 01 and a second value were dropped
+    without a word)."""
+    src = tmp_path / "train.sh"
+    src.write_text(TRAIN_SH.replace("--hidden-size 12288", "--hidden-size $H"))
+    path = tmp_path / "s.json"
+    save_session(load_any(EXAMPLES / "gpt3_175b.json"), path)
+    out = tmp_path / "new.sh"
+    var = [w for g in given for w in ("--var", g)]
+    for cmd in (["export", "megatron-args", str(path), "--into", str(src), "--out", str(out)],
+                ["import", "megatron-args", str(src), "--out", str(out)]):
+        assert main(cmd + var) == 2
+        err = capsys.readouterr().err
+        assert needle in err and "Traceback" not in err and not out.exists()
+    # the same value twice is one value
+    assert main(["export", "megatron-args", str(path), "--into", str(src), "--out", str(out),
+                 "--var", "H=12288", "--var", "H=12288"]) == 0

@@ -631,3 +631,86 @@ def test_num_gpus_alone_takes_nodes_of_the_gpus_nvlink_domain(tmp_path):
         import_file(path, gpu="H100-SXM5-80GB", num_gpus=12)
     assert import_file(path, gpu="H100-SXM5-80GB", num_gpus=12,
                        gpus_per_node=4).session.cluster.gpus_per_node == 4
+
+
+def _argparse_of(parser: dict, flags: set[str]):
+    """Megatron-LM's parser for ``flags``, rebuilt with argparse from arguments.json (its
+    action, int/float type, nargs, choices; ``allow_abbrev=False`` as Megatron-LM's)."""
+    import argparse
+    out = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
+    for a in parser["arguments"]:
+        if not flags & set(a["options"]):
+            continue
+        if a["action"] == "_StoreAction":
+            kw = {"type": {"int": int, "float": float}.get(a["type"], str)}
+            kw.update({"nargs": a["nargs"]} if a["nargs"] is not None else {})
+            kw.update({"choices": a["choices"]} if a["choices"] else {})
+            out.add_argument(*a["options"], dest=a["dest"], **kw)
+        else:
+            out.add_argument(*a["options"], dest=a["dest"], action={
+                "_StoreTrueAction": "store_true", "_StoreFalseAction": "store_false"}[a["action"]])
+    return out
+
+
+def _argparse_takes(p, words: list[str]) -> bool:
+    import argparse
+    import contextlib
+    import io
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            _, rest = p.parse_known_args(words)
+    except (argparse.ArgumentError, SystemExit):
+        return False
+    return not rest  # Megatron-LM's parse_args stops on the words left over
+
+
+@pytest.mark.parametrize("extra", [
+    # type=float: Python's float()
+    "--lr 1e-4", "--lr .5", "--lr 1E-4", "--lr -1", "--lr -.5", "--lr inf", "--lr nan",
+    "--lr 1_000", "--lr=-1e-4", "--lr infinity", "--lr 1e999", "--lr 0x10", "--lr ''",
+    "--lr -1e-4", "--lr -", "--lr 1 --lr 2",
+    # type=int: Python's int(), read by the import (--num-layers, --micro-batch-size) or not
+    "--eval-iters 0x10", "--eval-iters 1_000", "--eval-iters +8", "--eval-iters ' 8'",
+    "--eval-iters -3", "--eval-iters=-3", "--eval-iters 8.0", "--eval-iters 1__0",
+    "--num-layers 1_0", "--num-layers +2", "--num-layers ' 2'", "--num-layers 0x2",
+    "--num-layers 2.0", "--micro-batch-size +1", "--hidden-size 6_4",
+    # int choices: argparse converts first, then compares
+    "--timing-log-level 0_1", "--timing-log-level ' 1'", "--timing-log-level +1",
+    "--timing-log-level ²", "--timing-log-level 3",
+    # a value word that starts with '-' is an option to argparse unless a plain negative number
+    "--data-path -corpus", "--data-path a -corpus", "--tokenizer-type -x",
+    "--num-layers-per-virtual-pipeline-stage -1e0",
+    # abbreviations: allow_abbrev=False
+    "--num-lay 2", "--hidden 64",
+    # a flag given twice: the last wins, but argparse checks each occurrence as it comes (the
+    # earlier one was dropped unchecked)
+    "--lr x --lr 1", "--lr 1 2 --lr 3", "--lr --lr 1", "--num-layers x --num-layers 2",
+    "--normalization bad --normalization RMSNorm", "--use-flash-attn=1 --use-flash-attn",
+    "--lr -1e-4 --lr 1", "--lr 1 --lr 2", "--num-layers 4 --num-layers 2",
+])
+def test_launch_values_are_taken_exactly_as_megatrons_argparse_takes_them(tmp_path, parser,
+                                                                          extra):
+    """The import takes a launch's values as Megatron-LM's argparse does (Python's int() and
+    float() of each word, a value word starting with '-' only as argparse's negative number,
+    no abbreviations), checked against argparse itself on the parser arguments.json records:
+    it refused --num-layers 1_0, +2 and ' 2' (int() takes them), --timing-log-level 0_1, and
+    took --lr -1e-4 and --data-path -corpus, which argparse reads as options and refuses, and
+    an earlier occurrence of a flag given twice unchecked (--lr x --lr 1). A
+    value argparse takes but no model can have (0 layers) is still refused, by the import's
+    own rule, so only launches argparse takes are compared both ways."""
+    import shlex
+    base = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+            "--micro-batch-size 1 --vocab-size 9 ")
+    words = shlex.split(base + extra)
+    # the later value of a flag given twice wins, in both
+    p = _argparse_of(parser, {w.partition("=")[0] for w in words if w.startswith("--")}
+                     | {"--num-layers", "--hidden-size", "--data-path", "--lr"})
+    takes = _argparse_takes(p, words)
+    path = _write(tmp_path, "a.sh", base + extra)
+    try:
+        import_file(path, num_gpus=1)
+        imported = True
+    except MegatronArgsError as exc:
+        imported = False
+        assert str(path) in str(exc)
+    assert imported == takes, (extra, takes)

@@ -944,6 +944,6 @@ def test_a_gpu_hour_budget_is_studied_as_the_days_it_takes(capsys):
         assert exit_.value.code == 2 and "not allowed with" in capsys.readouterr().err
     assert main(["optimal", path, "--gpus", "8", "--gpu-hours", "0"]) == 2
     assert capsys.readouterr().err.startswith("vtrain: error: --gpu-hours: 0.0 must be a "
-                                              "positive number of GPU-hours")
+                                              "positive, finite number of GPU-hours")
     assert main(["optimal", path, "--gpus", "8", "--gpu-hours", "1e9"]) == 2
     assert "--gpu-hours: 1e+09 GPU-hours take 5.21e+06 days" in capsys.readouterr().err

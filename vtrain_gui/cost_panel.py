@@ -277,6 +277,21 @@ class OneLineLabel(QtWidgets.QLabel):
         return lines or [""]
 
 
+def _outside_text(iv) -> str:
+    """How a banded prediction leaves what the profile was calibrated on, in a few words:
+    outside the calibration range (GPU count or model size, ``in_calibration_range`` False),
+    and or else beyond its runs' features (``departures``), or, when the only departure is the
+    throughput ceiling (:data:`core.store.calibration_range.THROUGHPUT`), faster than every
+    calibration run: a plan in range is not said to be outside it."""
+    from core.store.calibration_range import THROUGHPUT
+    features = [d.feature for d in iv.departures]
+    if iv.in_calibration_range is False:
+        return "outside the calibration range" + (" and its runs' features" if features else "")
+    if features and set(features) == {THROUGHPUT}:
+        return "predicted faster than every calibration run"
+    return "beyond the calibration runs' features"
+
+
 class CostPanel(QtWidgets.QWidget):
     """Figures of a :class:`core.sim.report.Report` and a memory-per-GPU chart by pipeline stage.
 
@@ -780,8 +795,8 @@ class CostPanel(QtWidgets.QWidget):
             note.set_full_text(f"from {iv.num_residuals} cross-validated "
                                f"{iv.group.replace('_', '-')} runs", tooltip=source)
             note.setStyleSheet("color: #505860;")
-        else:
-            note.set_full_text("⚠ outside the calibration range (hover for why)",
+        else:  # which way it leaves the calibration: a plan in range says so of its features
+            note.set_full_text(f"⚠ {_outside_text(iv)} (hover for why)",
                                tooltip=source + ".\n⚠ " + iv.note[0].upper() + iv.note[1:])
             note.setStyleSheet("color: #B35C00;")
 

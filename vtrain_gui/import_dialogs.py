@@ -274,8 +274,8 @@ def _read_hf(path: Path, opts: ImportOptions):
 
 def _read_megatron(path: Path, opts: ImportOptions):
     """``vtrain import megatron-args``: :func:`core.io.megatron.to_session.import_checked`."""
-    from core.io.megatron.to_session import import_checked, parse_variable
-    variables = dict(parse_variable(item) for item in opts.variables)
+    from core.io.megatron.to_session import import_checked, parse_variables
+    variables = parse_variables(opts.variables)
     res = import_checked(path, num_gpus=opts.num_gpus, gpus_per_node=opts.gpus_per_node,
                          gpu=gpu_kind(opts.gpu) if opts.gpu else None,
                          allow_unknown=opts.allow_unknown, nodes=opts.nodes, variables=variables,

@@ -74,12 +74,12 @@ def _into(session: Any, args: argparse.Namespace) -> int:
     from core.util.inputs import read_text
     from core.io.megatron.arguments import MegatronArgsError
     from core.io.megatron.export import rewrite_script, unified_diff
-    from core.io.megatron.to_session import parse_variable
+    from core.io.megatron.to_session import parse_variables
     from core.io.session import atomic_write_text
     from core.util.text import printable, terminal_text
 
     old = read_text(args.into, MegatronArgsError, "launch", encoding="utf-8")
-    variables = dict(parse_variable(item) for item in args.var)
+    variables = parse_variables(args.var)
     new = rewrite_script(session, old, str(args.into), args.script, variables)
     atomic_write_text(args.out, new)
     print(terminal_text(unified_diff(old, new, str(args.into), str(args.out))), end="")

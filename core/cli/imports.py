@@ -154,10 +154,10 @@ def _megatron(args: argparse.Namespace) -> int:
     from core.plan.cluster import GPU_KINDS, gpu_kind
     from core.util.console import Console, esc
     from core.io.megatron.arguments import MegatronArgsError
-    from core.io.megatron.to_session import import_checked, parse_variable
+    from core.io.megatron.to_session import import_checked, parse_variables
     from core.io.session import save_session
 
-    variables = dict(parse_variable(item) for item in args.var)
+    variables = parse_variables(args.var)
     for name, value in (("--num-gpus", args.num_gpus), ("--gpus-per-node", args.gpus_per_node),
                         ("--nodes", args.nodes)):
         if value is not None and value < 1:

@@ -202,11 +202,21 @@ class _Reader:
         if isinstance(value, list):
             if nargs not in ("+", "*"):
                 raise self.fail(path, f"a list ({_shown(value)}) where one value is expected")
-            return [self.word(f"{path}[{i}]", v, None) for i, v in enumerate(value)] or None
-        return [self.word(path, value, default)]
+            return [self.word(f"{path}[{i}]", v, None, arg.get("type"))
+                    for i, v in enumerate(value)] or None
+        return [self.word(path, value, default, arg.get("type"))]
 
-    def word(self, path: str, value: Any, default: Any) -> str:
-        """One value as a Megatron-LM argument's word, its type checked against the default's."""
+    def word(self, path: str, value: Any, default: Any, kind: str | None = None) -> str:
+        """One value as a Megatron-LM argument's word, its type checked against the default's,
+        or, where the default is None, against the argument's ``type`` in Megatron-LM's parser
+        (``kind``: ``"int"`` or ``"float"``): the YAML number, never a string
+        (``ffn_hidden_size: '14_336'``, which Megatron-Core would hold as text; the launch's
+        argparse reads words, the run config's dataclasses do not)."""
+        if default is None and kind in ("int", "float") and not isinstance(value, dict) and (
+                isinstance(value, bool) or not isinstance(value, (int, float) if kind == "float"
+                                                          else int)):
+            raise self.fail(path, f"{_shown(value)} must be "
+                            + ("an integer" if kind == "int" else "a number"))
         if isinstance(value, dict):
             target = value.get("_target_")
             if not isinstance(target, str):

@@ -148,6 +148,14 @@ class DeepSpeedImport(ImportResult):
     approximated: dict[str, str] = field(default_factory=dict)
 
 
+def _count(n: int) -> str:
+    """An integer of the file with thousands separators, a long one (``1e300`` read as a whole
+    number has 301 digits) by its sign and digit count."""
+    if abs(n) < 10 ** 15:
+        return f"{n:,}"
+    return f"{'-' if n < 0 else ''}an integer of {len(str(abs(n))):,} digits"
+
+
 def _show(value: Any) -> str:
     """A value of the file as a message shows it: as JSON writes it (``true``, ``null``,
     ``"none"``, ``200000000.0``; not Python's ``True``, ``None``, ``'none'``), a long one cut
@@ -514,7 +522,7 @@ def _zero_sizes(cfg: dict[str, Any], where: str, stage: int, deprecated: bool) -
         v = _whole(value, key, where, 0,
                    f"DeepSpeedZeroConfig.{name.removeprefix('stage3_')}: an int, ge=0")
         if name == "allgather_bucket_size" and stage in (1, 2) and v % 2:
-            raise refusal(where, key, f"{v:,} must be even at ZeRO stage {stage}: DeepSpeed's "
+            raise refusal(where, key, f"{_count(v)} must be even at ZeRO stage {stage}: DeepSpeed's "
                           "ZeRO-1/2 optimizer asserts it is a multiple of its "
                           "nccl_start_alignment_factor, 2 (stage_1_and_2.py)")
 
@@ -555,6 +563,12 @@ def _fp16_scaling(cfg: dict[str, Any], where: str, fp16: bool) -> None:
     ints = {k: _whole(given[k], f"fp16.{k}", where, None, "DeepSpeedFP16Config: an int")
             for k in ("initial_scale_power", "loss_scale_window", "min_loss_scale", "hysteresis")
             if k in given}
+    if fp16 and scale > 2 ** _SCALE_POWER_MAX:
+        raise refusal(where, "fp16.loss_scale", f"{_show(scale)} must be at most "
+                      f"2**{_SCALE_POWER_MAX} (vtrain's rule, as for initial_scale_power; "
+                      "DeepSpeed does not bound it): a static scale above the largest power "
+                      "of 2 the fp32 loss holds overflows at every step, and a static scaler "
+                      "never lowers it, so every step is skipped")
     if not fp16 or scale != 0:
         return
     for k in ("loss_scale_window", "min_loss_scale"):
@@ -565,7 +579,7 @@ def _fp16_scaling(cfg: dict[str, Any], where: str, fp16: bool) -> None:
                              else "the scale's floor") + ")")
     power = ints.get("initial_scale_power")
     if power is not None and not 0 <= power <= _SCALE_POWER_MAX:
-        raise refusal(where, "fp16.initial_scale_power", f"{power:,} must be from 0 to "
+        raise refusal(where, "fp16.initial_scale_power", f"{_count(power)} must be from 0 to "
                       f"{_SCALE_POWER_MAX} (vtrain's rule; DeepSpeed does not bound it): the "
                       "dynamic loss scale starts at 2**initial_scale_power, which must be at "
                       f"least 1 and at most 2**{_SCALE_POWER_MAX}, the largest power of 2 the "

@@ -603,7 +603,7 @@ def check_flops(num_gpus: int, flops: float, peak: float) -> None:
         out of range (``--gpus``)."""
     errs = []
     if not (isinstance(flops, (int, float)) and math.isfinite(flops) and flops > 0):
-        errs.append(FieldError("--flops", f"{flops!r} must be a positive number of FLOPs"))
+        errs.append(FieldError("--flops", f"{flops!r} must be a positive, finite number of FLOPs"))
     _check_budget_errors(errs, num_gpus, 0.5)
     if errs:
         raise ConfigError(errs)
@@ -627,7 +627,7 @@ def days_for_gpu_hours(num_gpus: int, gpu_hours: float) -> float:
         (``--gpus``), or the days beyond :data:`MAX_DAYS` (``--gpu-hours``)."""
     errs = []
     if not (isinstance(gpu_hours, (int, float)) and math.isfinite(gpu_hours) and gpu_hours > 0):
-        errs.append(FieldError("--gpu-hours", f"{gpu_hours!r} must be a positive number of "
+        errs.append(FieldError("--gpu-hours", f"{gpu_hours!r} must be a positive, finite number of "
                                               "GPU-hours"))
     if not (isinstance(num_gpus, int) and 0 < num_gpus <= MAX_GPUS):
         errs.append(FieldError("--gpus", f"{num_gpus!r} must be an integer from 1 to {MAX_GPUS:,}"))

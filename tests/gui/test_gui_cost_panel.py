@@ -116,12 +116,14 @@ def test_error_band_of_time_days_and_dollars(panel, real_simulate):
     assert none.interval.group == "multi_node+feature_transfer"
     assert none.interval.low_factor < iv.low_factor and none.interval.high_factor > iv.high_factor
     assert "feature-transfer residuals' band" in panel._values["band_note"].toolTip()
-    assert panel.value_text("band_note").startswith("⚠")
+    # in range: it is not said to be outside the calibration range (it was)
+    assert panel.value_text("band_note") == "⚠ beyond the calibration runs' features (hover for why)"
     assert "recompute none" in panel._values["band_note"].toolTip()
     # outside the calibration range: the note says so in orange, the tooltip says why
     mt = real_simulate(load_any(EXAMPLES / "mtnlg_530b.json")).report
     panel.set_report(mt)
     assert panel.value_text("band_note").startswith("⚠ outside the calibration range")
+    assert "beyond" not in panel.value_text("band_note")
     assert "Outside the calibration range: 3,360 GPUs" in panel._values["band_note"].toolTip()
     assert "B35C00" in panel._values["band_note"].styleSheet()
     # a store without residuals: no band, and why
@@ -317,3 +319,35 @@ def test_figures_take_one_line_each_when_wide_and_wrap_when_narrow(panel, real_s
                                                  for t in wrapped)
     for label in labels:
         assert label.heightForWidth(label.width()) <= label.height(), label.text()
+
+
+def test_a_plan_only_above_the_throughput_ceiling_says_so(panel, real_simulate):
+    """A plan in the calibration range, every feature calibrated (the A100 store: full
+    recomputation, unfused attention), predicted at 60 % MFU, above every A100 bf16 run: the
+    note says it is predicted faster than every calibration run, not that it is outside the
+    calibration range (which it is not); the tooltip names the ceiling run. At 30 % MFU it is
+    within the calibration."""
+    import dataclasses
+    from core.io.session import load_any
+    from core.model.counts import model_flops_per_iteration
+    from core.store.interval import session_interval
+    from core.store.profile_store import ProfileStore
+    from tests.conftest import EXAMPLES, ROOT
+
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    s = dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="full"))
+    report = real_simulate(s).report
+    store = ProfileStore.open(ROOT / "profiles" / "A100-SXM4-80GB.h5")
+    flops = model_flops_per_iteration(s.model, s.plan) / s.plan.num_gpus
+    for mfu, note in ((0.6, "⚠ predicted faster than every calibration run (hover for why)"),
+                      (0.3, None)):
+        iv = session_interval(s, flops / (mfu * store.peak_flops["bf16"]), store)
+        assert iv.available and iv.in_calibration_range
+        assert [d.feature for d in iv.departures] == (["throughput"] if note else [])
+        panel.set_report(dataclasses.replace(report, interval=iv))
+        if note:
+            assert panel.value_text("band_note") == note
+            assert "above every calibration run of A100-SXM4-80GB" in \
+                panel._values["band_note"].toolTip()
+        else:
+            assert panel.value_text("band_note").startswith("from ")

@@ -157,7 +157,10 @@ def check_choices(args: dict[str, list[str]], source: str) -> None:
             continue
         for v in values:
             if isinstance(entry.choices[0], int):
-                ok = v.lstrip("+-").isdigit() and int(v) in entry.choices
+                try:  # argparse converts with type=int first: int(' 1'), int('0_1') are 1
+                    ok = int(v) in entry.choices
+                except ValueError:  # '²'.isdigit() is True, int('²') raises
+                    ok = False
             else:
                 ok = v in entry.choices
             if not ok:

@@ -26,7 +26,7 @@ from core.io.shell_words import ShellError
 from core.util.text import short_repr, shown_name
 
 __all__ = ["Launch", "read_launch", "read_argument_dump", "parse_arguments", "unset_message",
-           "int_value", "DATA_SCRIPTS"]
+           "int_value", "DATA_SCRIPTS", "replaced_occurrences", "refuse_option_words"]
 
 
 @dataclass
@@ -371,9 +371,46 @@ def read_launch(text: str, source: str = "arguments", variables: dict[str, str] 
         world = ntasks  # mpirun -np 16, srun -n 16: the world without its nodes
     if nnodes is None and (nproc is not None or host) and not deferred:
         nnodes = 1  # torchrun's default --nnodes
+    refuse_option_words(args, source)
     return Launch(args, nnodes, nproc, launcher, script, source, notes=list(shell.notes),
                   unset_counts=deferred, world_size=world,
                   host_nproc=host[0] if host and nproc is None else None)
+
+
+#: argparse's ``_negative_number_matcher`` (as in CPython 3.11.7, 3.12.1 and 3.13.0): a word
+#: starting with '-' that matches is a value, as Megatron-LM's parser has no option that looks
+#: like a number.
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def refuse_option_words(words: list[str], source: str) -> None:
+    """Refuse a value word that Megatron-LM's argparse reads as an option: one after a
+    Megatron-LM argument that starts with '-', is longer than '-', holds no space and is not
+    a negative number by argparse's rule (:data:`_NEGATIVE_NUMBER`; ``ArgumentParser.
+    _parse_optional``). argparse then ends the argument's values there, and refuses the
+    launch ("expected one argument", or "unrecognized arguments: -foo"): ``--lr -1e-4`` and
+    ``--data-path -corpus`` do not run (write ``--lr=-1e-4``, or ``-0.0001``). A word holding
+    a variable the script does not set is not judged. A word given as ``--flag=-value`` is
+    the flag's value whatever it is.
+
+    Raises
+    ------
+    MegatronArgsError
+        The file, the argument with the word, and argparse's rule.
+    """
+    flag = None
+    for w in words:
+        if w.startswith("--"):
+            flag = w.partition("=")[0]
+            continue
+        if (flag in BY_OPTION and w.startswith("-") and len(w) > 1 and " " not in w
+                and "$" not in w and not _NEGATIVE_NUMBER.match(w)):
+            raise MegatronArgsError(
+                f"{source}: {shown_name(flag)} {short_repr(w)}: Megatron-LM's argparse reads "
+                f"{short_repr(w)} as an option, not as {shown_name(flag)}'s value (a word that "
+                "starts with '-' is a value only as a negative number like -1 or -0.5, "
+                r"argparse's rule ^-\d+$|^-\d*\.\d+$), and refuses the launch; give "
+                f"{shown_name(flag)}={w if len(w) <= 40 else 'VALUE'} (one word)")
 
 
 #: The lines that open and close Megatron-LM's printed arguments (``_print_args``).
@@ -510,6 +547,25 @@ def parse_arguments(args: list[str], source: str = "arguments") -> dict[str, lis
         else:
             out[flag].append(w)
     return out
+
+
+def replaced_occurrences(args: list[str]) -> list[tuple[str, list[str]]]:
+    """Each ``(flag, values)`` of ``args`` (as :func:`parse_arguments` reads them) that a later
+    occurrence of the same flag replaces, in order. :func:`parse_arguments` keeps the last
+    one, as argparse's store action does; argparse still converts and checks every occurrence
+    as it comes (``--lr x --lr 1`` stops at ``'x'``: "invalid float value"), so these need the
+    same checks (:func:`core.io.megatron.arguments.check_values`)."""
+    seen: list[tuple[str, list[str]]] = []
+    flag = None
+    for w in args:
+        if w.startswith("--"):
+            name, eq, value = w.partition("=")
+            seen.append((name, [value] if eq else []))
+            flag = name
+        elif flag is not None:
+            seen[-1][1].append(w)
+    last = {name: k for k, (name, _) in enumerate(seen)}
+    return [(name, values) for k, (name, values) in enumerate(seen) if last[name] != k]
 
 
 def _takes_another(flag: str | None, values: list[str]) -> bool:

@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from core.io.megatron.arguments import SECTIONS, MegatronArgsError, field_exists
-from core.io.megatron.launch import int_value, unset_message
+from core.io.megatron.launch import unset_message
 from core.util.text import short_repr, shown_name
 
-__all__ = ["Mapper", "one_value", "int_argument", "float_argument"]
+__all__ = ["Mapper", "one_value", "int_argument", "megatron_int", "float_argument"]
 
 
 def one_value(args: dict[str, list[str]], flag: str, source: str) -> str | None:
@@ -43,15 +43,41 @@ def int_argument(args: dict[str, list[str]], flag: str, source: str, minimum: in
     Raises
     ------
     MegatronArgsError
-        Not a count (:func:`~core.io.megatron.launch.int_value`), or below ``minimum``.
+        Not an integer (:func:`megatron_int`), or below ``minimum``.
     """
     v = one_value(args, flag, source)
     if v is None:
         return None
-    n = int_value(v, flag, source)
+    n = megatron_int(v, flag, source)
     if n < minimum:
         raise MegatronArgsError(f"{source}: {flag} {n} must be at least {minimum}")
     return n
+
+
+def megatron_int(text: str, flag: str, source: str) -> int:
+    """The integer Megatron-LM's argparse reads from ``text`` for an argument of ``type=int``:
+    Python's ``int()`` of the word (``int('1_000')``, ``int('+8')``, ``int(' 8')`` are 1000,
+    8, 8, as Megatron-LM takes them; ``int('0x10')``, ``int('8.0')`` raise, and argparse
+    refuses them: "invalid int value"), of at most 18 digits.
+
+    Raises
+    ------
+    MegatronArgsError
+        An unset variable (named, with ``--var``), a word ``int()`` refuses, or more than 18
+        digits (no count of a launch has them).
+    """
+    if "$" in text:
+        raise MegatronArgsError(unset_message(source, flag, text))
+    digits = text.strip().replace("_", "").lstrip("+-")
+    if digits.isdigit() and len(digits.lstrip("0")) > 18:  # int() of 4,300 digits raises
+        raise MegatronArgsError(f"{source}: {flag} {short_repr(text)} ({len(digits):,} digits) "
+                                "is beyond any count a launch can mean (at most 18 digits)")
+    try:
+        return int(text)
+    except ValueError:
+        raise MegatronArgsError(f"{source}: {flag} {short_repr(text)} must be a positive integer"
+                                + (" (an elastic range is not a plan)" if ":" in text else "")
+                                ) from None
 
 
 def float_argument(args: dict[str, list[str]], flag: str, source: str) -> float | None:

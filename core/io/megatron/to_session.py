@@ -37,7 +37,7 @@ from core.io.megatron.arguments import (ARGUMENTS, BY_OPTION, MEGATRON_MODEL_DEF
                                         REFUSED_ARGUMENTS, REMOVED_ARGUMENTS, MegatronArgsError,
                                         TOKENIZER_VOCAB, check_values, field_origin,
                                         unknown_arguments, LLAMA2_TOKENIZER)
-from core.io.megatron.launch import Launch, parse_arguments, read_launch
+from core.io.megatron.launch import Launch, parse_arguments, read_launch, replaced_occurrences
 from core.io.megatron.mapping import Mapper, int_argument
 from core.io.megatron.model_arguments import MOE_ONLY, map_model
 from core.io.megatron.plan_arguments import map_plan
@@ -53,7 +53,7 @@ from core.plan.model_config import model_from_fields
 from core.util.text import short_repr, shown_name
 
 __all__ = ["MegatronImport", "session_from_launch", "import_file", "with_cluster_comment",
-           "parse_variable", "import_checked", "refuse_broken_rules",
+           "parse_variable", "parse_variables", "import_checked", "refuse_broken_rules",
            "refuse_microbatch_groups"]
 
 
@@ -327,6 +327,12 @@ def session_from_launch(launch: Launch, *, num_gpus: int | None = None,
     # what Megatron-LM's parser refuses, before any mapping: the values of the arguments no
     # mapping reads (the table's are read and checked by the mapping, with its messages)
     check_values(args, src, skip=ARGUMENTS)
+    for flag, values in replaced_occurrences(launch.arguments):  # argparse checks each one
+        try:
+            check_values({flag: values}, src)
+        except MegatronArgsError as exc:
+            raise MegatronArgsError(f"{exc} (an earlier {flag} that a later one replaces: "
+                                    "argparse checks every occurrence as it comes)") from None
     mp = Mapper(src, args)
     mp.tokenizer_vocab_size = tokenizer_vocab_size
     L, h, s = map_model(mp)
@@ -547,19 +553,46 @@ def import_file(path: str | Path, **kw: Any) -> MegatronImport:
 
 
 def parse_variable(item: str) -> tuple[str, str]:
-    """One ``--var NAME=VALUE``: a value of the script's environment (a shell variable name)
-    or a positional parameter (``1``, ``2`` ...), as ``(name, value)``.
+    """One ``--var NAME=VALUE``: a value of the script's environment (a shell variable name:
+    ASCII letters, digits and ``_``, not starting with a digit, as bash's ``NAME=value``
+    takes it) or a positional parameter (``1``, ``2`` ...: ASCII digits without a leading
+    zero, bash's ``$1`` ``${10}``), as ``(name, value)``.
 
     Raises
     ------
     MegatronArgsError
-        ``item`` is not ``NAME=VALUE`` with such a name.
+        ``item`` is not ``NAME=VALUE`` with such a name (``²``, ``٨`` and ``01`` are
+        digits to Python's ``str.isdigit`` but no parameter of bash's).
     """
     name, eq, value = item.partition("=")
-    if not eq or not (name.isdigit() and name != "0" or name.isidentifier() and name.isascii()):
+    if not eq or not _VAR_NAME.fullmatch(name):
         raise MegatronArgsError(f"--var {short_repr(item)}: expected NAME=VALUE (a shell variable name "
                                 "or a positional parameter 1, 2 ...)")
     return name, value
+
+
+#: bash's variable names and positional parameters (``[1-9][0-9]*``), ASCII only
+_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[1-9][0-9]*", re.ASCII)
+
+
+def parse_variables(items: list[str]) -> dict[str, str]:
+    """Every ``--var NAME=VALUE`` (:func:`parse_variable`) as ``{name: value}``.
+
+    Raises
+    ------
+    MegatronArgsError
+        One is malformed, or a name is given twice with two values (which one the script
+        runs with is not said; the same value twice is one).
+    """
+    out: dict[str, str] = {}
+    for item in items:
+        name, value = parse_variable(item)
+        if name in out and out[name] != value:
+            raise MegatronArgsError(
+                f"--var {name} is given twice, {short_repr(name + '=' + out[name])} and "
+                f"{short_repr(item)}: give it once")
+        out[name] = value
+    return out
 
 
 def import_checked(path: str | Path, **kw: Any) -> MegatronImport:
