@@ -42,7 +42,8 @@ def test_hf_import_names_the_sequence_length_it_wrote(tmp_path, capsys):
     assert not [n for n in _notes(capsys.readouterr().out) if "--seq-length" in n]
 
 
-@pytest.mark.parametrize("name", ["Llama 3.1 405B", "DeepSeek-V3", "Qwen3-30B-A3B"])
+# (Qwen3-30B-A3B fits one node with expert parallelism 2: test_start_recompute.py)
+@pytest.mark.parametrize("name", ["Llama 3.1 405B", "DeepSeek-V3", "Qwen3-235B-A22B"])
 def test_a_default_plan_that_does_not_fit_is_said_with_the_sweep_to_run(tmp_path, capsys, name):
     from core.cli import main
     out = tmp_path / "s.json"
@@ -64,9 +65,10 @@ def test_a_default_plan_that_fits_gets_no_fit_note(tmp_path, capsys):
 
 
 def test_hf_import_says_the_plan_does_not_fit(tmp_path, capsys):
+    """Qwen3-30B-A3B's shapes with 480 layers: no expert parallelism within the node fits."""
     from core.cli import main
     cfg, out = tmp_path / "config.json", tmp_path / "s.json"
-    cfg.write_text(json.dumps(QWEN3_30B_A3B))
+    cfg.write_text(json.dumps(dict(QWEN3_30B_A3B, num_hidden_layers=480)))
     assert main(["import", "hf", str(cfg), "--out", str(out)]) == 0
     need, cap, fits = _need_and_capacity(out)
     assert not fits

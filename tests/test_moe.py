@@ -651,9 +651,42 @@ def test_report_says_memory_does_not_count_the_flex_dispatchers_buffers():
     assert not any("DeepEP" in w for w in plain.warnings)
     assert any("DeepEP" in w and "memory per GPU does not count" in w for w in flex.warnings)
     assert flex.max_memory_per_gpu_bytes == plain.max_memory_per_gpu_bytes
-    one_rank = simulate(_session(moe_token_dispatcher_type="flex", expert_parallel=1,
-                                 data_parallel=8), store).report  # no exchange, no buffers
-    assert not any("DeepEP" in w for w in one_rank.warnings)
+    # ep = 1 with etp = t = 2: the buffers of the two-rank expert tensor-and-expert group
+    two_tp = simulate(_session(moe_token_dispatcher_type="flex", expert_parallel=1,
+                               tensor_parallel=2, data_parallel=8), store).report
+    assert any("DeepEP" in w for w in two_tp.warnings)
+
+
+def test_flex_dispatcher_needs_more_than_one_expert_rank(tmp_path, capsys):
+    """Megatron-Core 0.16.1 ``MoEFlexTokenDispatcher.__init__``: ``assert self.tp_size *
+    self.ep_size > 1, "Flex token dispatcher requires TPxEP > 1"``, the sizes of the expert
+    tensor-parallel and expert-parallel groups: flex at etp * ep = 1 is refused by name (a
+    session file: exit 2); at ep = 1 with etp = t = 2, or ep = 2, it runs; alltoall runs at
+    ep = 1 (its all-to-all a no-op, the permutation and chunk sort still run)."""
+    flex1 = _session(moe_token_dispatcher_type="flex", expert_parallel=1)
+    assert _errors(flex1) == {"plan.moe_token_dispatcher_type": (
+        "moe_token_dispatcher_type='flex' with expert_tensor_parallel*expert_parallel=1*1=1: "
+        "Megatron-Core's flex dispatcher needs more than one rank in the expert "
+        "tensor-and-expert-parallel group (MoEFlexTokenDispatcher asserts 'Flex token "
+        "dispatcher requires TPxEP > 1', transformer/moe/token_dispatcher.py); use alltoall, or "
+        "expert_parallel or expert_tensor_parallel > 1")}
+    # the expert tensor-parallel group counts, not t: t = 2 with etp = 1 is one rank
+    assert "expert_tensor_parallel*expert_parallel=1*1=1" in _errors(_session(
+        moe_token_dispatcher_type="flex", expert_parallel=1, tensor_parallel=2,
+        expert_tensor_parallel=1, sequence_parallel=True))["plan.moe_token_dispatcher_type"]
+    for ok in (_session(moe_token_dispatcher_type="flex", expert_parallel=1, tensor_parallel=2),
+               _session(moe_token_dispatcher_type="flex", expert_parallel=2),
+               _session(moe_token_dispatcher_type="alltoall", expert_parallel=1)):
+        assert _errors(ok) == {}
+    from core.io.session import save_session
+    from core.cli import main
+    path = tmp_path / "flex1.json"
+    save_session(flex1, path)
+    capsys.readouterr()
+    assert main(["export", "megatron-args", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "plan.moe_token_dispatcher_type" in err and "TPxEP > 1" in err
+    assert "Traceback" not in err
 
 
 def test_qwen3_30b_a3b_stage_memory_with_context_parallelism_is_the_closed_form():

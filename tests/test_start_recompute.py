@@ -103,3 +103,59 @@ def test_an_import_starts_with_about_a_million_tokens_per_iteration():
     llama = default_plan(MODEL_PRESETS["Llama 3 8B"])
     assert (llama.tensor_parallel, llama.data_parallel, llama.global_batch_size) == (8, 1, 128)
     assert llama.global_batch_size * MODEL_PRESETS["Llama 3 8B"].seq_length == 2**20
+
+
+def test_moe_import_adds_the_least_expert_parallelism_that_fits(tmp_path, capsys):
+    """Qwen3-30B-A3B at sequence 4,096 on one H100 node, t = 4 d = 2: ep = 1 fits with no
+    recomputation (full needs 90.6 GiB), nor with etp = 1; ep = 2 with etp unset (= t = 4, so
+    etp * ep = 8 = t * d) fits with full recomputation, the experts' 128 x 3 x 2048 x 768
+    weights and their optimizer state split over two ranks (69.8 GiB, the trial's figure for
+    --set plan.expert_parallel=2 --set plan.expert_tensor_parallel=4)."""
+    from core.io.start_plan import start_expert_layouts
+    s = _session("Qwen3-30B-A3B", "H100", seq_length=4096)
+    assert (s.plan.tensor_parallel, s.plan.data_parallel) == (4, 2)
+    # ep divides the 128 experts and etp * ep divides t * d = 8: etp = 4 only with ep <= 2
+    assert start_expert_layouts(s) == [(1, None), (1, 1), (2, None), (2, 1), (4, 1), (8, 1)]
+    one = {m: _verdict(s, m) for m in START_RECOMPUTE}
+    assert one == dict.fromkeys(START_RECOMPUTE, "does not fit")
+    s, note = start_recompute(s, expert_parallel=True)
+    assert (s.plan.expert_parallel, s.plan.expert_tensor_parallel, s.plan.recompute) == \
+        (2, None, "full")
+    assert _verdict(s, "full") == "fits"
+    store = session_profile(s)
+    need = memory_verdict(stage_memory(s, store), float(store.memory_bytes))[0]
+    assert round(need / 2**30, 1) == 69.8
+    assert note == ("recompute=full expert_parallel=2 expert_tensor_parallel=4 (unset): the least "
+                    "expert parallelism, with the lightest activation recomputation, with which "
+                    "the plan fits on the H100-SXM5-80GB (ep=1 etp=4 (unset): does not fit with "
+                    "none, selective, full; ep=1 etp=1: does not fit with none, selective, full)")
+    # without expert_parallel (vtrain import deepspeed) the plan keeps ep = 1, as before
+    s2, _ = start_recompute(_session("Qwen3-30B-A3B", "H100", seq_length=4096))
+    assert (s2.plan.expert_parallel, s2.plan.recompute) == (1, "full")
+    # the CLI's import writes it
+    out = tmp_path / "q.json"
+    assert main(["import", "preset", "Qwen3-30B-A3B", "--seq-length", "4096", "--gpu", "H100",
+                 "--out", str(out)]) == 0
+    plan = json.loads(out.read_text())["plan"]
+    assert (plan["expert_parallel"], plan["recompute"]) == (2, "full")
+
+
+def test_moe_that_fits_without_expert_parallelism_keeps_ep_1():
+    """GPT-OSS 20B on an H100 node fits at t = 8, ep = 1 with no recomputation: the start
+    adds no expert parallelism and says what it said before."""
+    s, note = start_recompute(_session("GPT-OSS 20B", "H100"), expert_parallel=True)
+    assert (s.plan.expert_parallel, s.plan.recompute) == (1, "none")
+    assert note == ("recompute=none: the lightest activation recomputation with which the plan "
+                    "fits on the H100-SXM5-80GB")
+
+
+def test_moe_that_fits_nowhere_names_every_expert_layout_tried():
+    """Qwen3-235B-A22B (94 layers of 128 experts) fits one H100 node with no layout: the
+    start is the pair and mode needing the least memory, and the note lists every ep / etp."""
+    s = _session("Qwen3-235B-A22B", "H100", seq_length=4096)
+    s, note = start_recompute(s, expert_parallel=True)
+    assert note.startswith(f"recompute=full expert_parallel={s.plan.expert_parallel} ")
+    assert ("the plan does not fit on the H100-SXM5-80GB with any recomputation and expert "
+            "parallelism tried (ep=1 etp=4 (unset), ep=1 etp=1, ep=2 etp=4 (unset), ep=2 etp=1, "
+            "ep=4 etp=1, ep=8 etp=1, each with recompute none, selective, full); this one needs "
+            "the least memory") in note

@@ -131,3 +131,29 @@ def test_tensor_parallel_reasons_hold_for_every_expert_tensor_parallel_size_trie
     held = [e.message for e in value_errors(
         s, SweepSpace(num_gpus=8, tensor_parallel=[2], hold_session_values=True))]
     assert any("expert_tensor_parallel=2" in m for m in held), held
+
+
+def test_ep_1_plans_of_a_flex_session_run_alltoall_where_flex_cannot_run():
+    """Megatron-Core 0.16.1 ``MoEFlexTokenDispatcher.__init__`` asserts ``tp_size * ep_size > 1``
+    (the expert tensor-parallel and expert-parallel groups: "Flex token dispatcher requires TPxEP
+    > 1"): a sweep of a flex session keeps flex at ep = 2 and at ep = 1 with etp = t = 2, and
+    gives the ep = 1, etp = 1 plans the alltoall dispatcher, which Megatron-Core runs there (its
+    permutation and chunk sort included), instead of plans Megatron-Core cannot start."""
+    from core.studies.sweep.variants import dispatcher_at_ep1
+    assert [dispatcher_at_ep1(d, etp) for d, etp in
+            (("flex", 1), ("flex", 2), ("alltoall", 1), ("alltoall", 4))] == \
+        ["alltoall", "flex", "alltoall", "alltoall"]
+    model = dataclasses.replace(MODEL_PRESETS["GPT-OSS 20B"], seq_length=2048)
+    session = Session(model, ParallelPlan(1, 1, 8, 1, 64, "1f1b", "full", "bf16",
+                                          expert_parallel=2, moe_token_dispatcher_type="flex"),
+                      ClusterConfig(gpu="H100-SXM5-80GB", gpus_per_node=8),
+                      CostConfig(price_per_gpu_hour_usd=2.0, training_tokens=1e11))
+    space = SweepSpace(num_gpus=(8,), expert_parallel=(1, 2), tensor_parallel=(1, 2),
+                       context_parallel=(1,), pipeline_parallel=(1,), micro_batch_sizes=(1,),
+                       zero_stages=(1,), schedules=("1f1b",), recompute=("full",),
+                       hold_session_values=True)
+    result = run_sweep(session, space)
+    seen = {(pl.expert_parallel, pl.tensor_parallel, pl.expert_tensor_parallel or
+             pl.tensor_parallel, pl.moe_token_dispatcher_type) for pl in result.plans}
+    # (ep 2 with t 2 needs sequence parallelism, held off)
+    assert seen == {(1, 1, 1, "alltoall"), (1, 2, 2, "flex"), (2, 1, 1, "flex")}

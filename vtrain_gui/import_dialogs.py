@@ -266,7 +266,7 @@ def _read_hf(path: Path, opts: ImportOptions):
     if opts.gpu:
         imp.session.cluster = cluster_of_gpu(opts.gpu, imp.session.cluster)
         check(imp.session)
-    imp.session, recompute_note = start_recompute(imp.session)
+    imp.session, recompute_note = start_recompute(imp.session, expert_parallel=True)
     return imp.session, [("Notes", [*imp.notes, recompute_note]),
                          (f"Ignored ({imp.architecture}: no effect on the cost)",
                           [f"{k}: {why}" for k, why in imp.ignored.items()])]

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if cluster is not None:
         imp.session.cluster = cluster_of_gpu(args.gpu, imp.session.cluster)
         check(imp.session)  # the plan on that GPU (FP8 needs its tensor cores ...; exit 2)
-    imp.session, recompute_note = start_recompute(imp.session)
+    imp.session, recompute_note = start_recompute(imp.session, expert_parallel=True)
     imp.notes.append(recompute_note)
     model = imp.session.model
     if args.out:

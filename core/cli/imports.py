@@ -134,7 +134,7 @@ def _preset(args: argparse.Namespace) -> int:
         model.seq_length = args.seq_length
     cluster = ClusterConfig() if args.gpu is None else cluster_of_gpu(args.gpu)
     session = check(Session(model=model, plan=default_plan(model), cluster=cluster))
-    session, recompute_note = start_recompute(session)
+    session, recompute_note = start_recompute(session, expert_parallel=True)
     save_session(session, args.out)
     print(printable(f"{name}: plan {session.plan.label()} on {session.cluster.gpu}; wrote "
                     f"{args.out} (change the plan with vtrain simulate/sweep --set, or in the "

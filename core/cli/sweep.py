@@ -90,7 +90,9 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--moe-token-dispatcher", metavar="D[,D...]",
                     help=f"MoE token dispatchers to try with expert parallelism (ep > 1), of "
                          f"{','.join(MOE_DISPATCHERS)} (default: both for a mixture-of-experts "
-                         "model)")
+                         "model); a plan with ep = 1 keeps the session's, or alltoall where flex "
+                         "cannot run (expert_tensor_parallel * ep = 1: Megatron-Core's flex "
+                         "dispatcher requires TPxEP > 1)")
     sw.add_argument("--cross-entropy-fusion", metavar="C[,C...]",
                     help="the loss's cross-entropy, of off,native,te (--cross-entropy-loss-fusion, "
                          "with --cross-entropy-fusion-impl te) (default: te, held)")

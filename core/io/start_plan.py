@@ -11,7 +11,8 @@ from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 
 __all__ = ["default_plan", "START_BATCH_TOKENS", "START_BATCH_MAX", "start_global_batch",
-           "START_RECOMPUTE", "start_recompute"]
+           "START_RECOMPUTE", "start_recompute",
+           "start_expert_layouts"]
 
 
 #: Tokens per iteration an imported plan starts with: Megatron-Bridge 0.6.2's one-node
@@ -37,7 +38,8 @@ def default_plan(model: ModelConfig) -> ParallelPlan:
     """The plan an imported model starts with: one 8-GPU node, tensor parallel ``t`` = the
     largest of 8, 4, 2, 1 that divides the heads, the query groups and the MLP sizes (the
     experts' too), data parallel over the rest of the node (``d = 8/t``), no pipeline, no
-    expert parallelism, ``b`` = 1, ``B`` = :func:`start_global_batch` sequences (about a
+    expert parallelism (the importers then add what a mixture of experts needs to fit:
+    :func:`start_recompute`), ``b`` = 1, ``B`` = :func:`start_global_batch` sequences (about a
     million tokens, as NVIDIA's one-node recipes train), 1F1B, full recomputation (the
     importers then lighten it to what fits: :func:`start_recompute`), bf16, and what
     Megatron-Core users run with it (every Megatron-Bridge pretraining recipe):
@@ -58,8 +60,33 @@ def default_plan(model: ModelConfig) -> ParallelPlan:
 START_RECOMPUTE = ("none", "selective", "full")
 
 
-def start_recompute(session: Session, modes: tuple[str, ...] = START_RECOMPUTE
-                    ) -> tuple[Session, str]:
+def start_expert_layouts(session: Session) -> list[tuple[int, int | None]]:
+    """The (``expert_parallel``, ``expert_tensor_parallel``) pairs an imported plan tries, in
+    order (:func:`start_recompute` with ``expert_parallel=True``): the session's own first, then
+    for a mixture-of-experts model each ``ep`` dividing ``num_experts``, ascending, with
+    ``etp`` unset (Megatron-Core's default, the tensor-parallel size) and then 1 (Megatron-
+    Bridge's MoE recipes), those that break none of :func:`core.plan.rules.moe_errors`' rules
+    (``etp * ep`` divides ``t * cp * d``, the expert width divisible by ``etp``, a flex
+    dispatcher's ``etp * ep > 1`` ...). A dense model: the session's alone. Never raises."""
+    from core.plan.rules import moe_errors
+    pl, m = session.plan, session.model
+    own = (pl.expert_parallel, pl.expert_tensor_parallel)
+    if not m.num_experts:
+        return [own]
+    out = [own]
+    for ep in range(1, m.num_experts + 1):
+        if m.num_experts % ep:
+            continue
+        for etp in (None, 1):
+            if (ep, etp) in out or moe_errors(m, replace(pl, expert_parallel=ep,
+                                                         expert_tensor_parallel=etp)):
+                continue
+            out.append((ep, etp))
+    return out
+
+
+def start_recompute(session: Session, modes: tuple[str, ...] = START_RECOMPUTE, *,
+                    expert_parallel: bool = False) -> tuple[Session, str]:
     """``session`` with the lightest activation recomputation its plan fits with, and a note
     saying which and why (an import's start, after its GPU kind is set).
 
@@ -74,26 +101,80 @@ def start_recompute(session: Session, modes: tuple[str, ...] = START_RECOMPUTE
     try, lightest first (``vtrain import deepspeed``: none and full, the two a Hugging Face
     model has). Every mode costs one memory model per stage, no simulation.
 
+    ``expert_parallel`` (the Hugging Face and preset imports): a mixture-of-experts model
+    also tries expert parallelism, which splits the experts' weights, gradients and optimizer
+    state over ``ep`` ranks (``etp`` the expert tensor-parallel size): each pair of
+    :func:`start_expert_layouts` in turn, with the modes lightest first; the first pair
+    with a mode that fits (then one that is tight) gives the plan, so a model that fits
+    without expert parallelism keeps ``ep = 1``. When none fits, the pair and mode that need
+    the least memory, and the note names every ``ep`` / ``etp`` tried.
+
     Raises whatever opening the session's profile store raises (a missing or bad store)."""
     from core.sim.report import memory_verdict as report_verdict
     from core.sim.simulate import memory_verdict, session_profile, stage_memory
     store = session_profile(session)
     capacity = float(store.memory_bytes)
     margin = session.cluster.memory_reserve_fraction
-    verdicts = {}
-    for mode in modes:
-        trial = replace(session, plan=replace(session.plan, recompute=mode))
-        need, fits, _ = memory_verdict(stage_memory(trial, store), capacity)
-        verdicts[mode] = report_verdict(need, capacity, margin, fits)
-    mode = next((m for m in modes if verdicts[m] == "fits"),
-                next((m for m in modes if verdicts[m] == "tight"), modes[-1]))
-    session.plan = replace(session.plan, recompute=mode)
+    own = (session.plan.expert_parallel, session.plan.expert_tensor_parallel)
+    layouts = start_expert_layouts(session) if expert_parallel else [own]
+    verdicts, needs = {}, {}
+    for lay in layouts:
+        for mode in modes:
+            trial = replace(session, plan=replace(session.plan, recompute=mode,
+                                                  expert_parallel=lay[0],
+                                                  expert_tensor_parallel=lay[1]))
+            need, fits, _ = memory_verdict(stage_memory(trial, store), capacity)
+            verdicts[lay, mode] = report_verdict(need, capacity, margin, fits)
+            needs[lay, mode] = need
+    order = [(lay, m) for lay in layouts for m in modes]
+    pick = next((k for k in order if verdicts[k] == "fits"),
+                next((k for k in order if verdicts[k] == "tight"), None))
+    if pick is None:  # nothing fits: the least memory (one layout: the heaviest mode)
+        pick = (min(order, key=lambda k: needs[k]) if len(layouts) > 1
+                else (layouts[0], modes[-1]))
+    lay, mode = pick
+    session.plan = replace(session.plan, recompute=mode, expert_parallel=lay[0],
+                           expert_tensor_parallel=lay[1])
+    if len(layouts) == 1:
+        return session, _recompute_note(session, modes, {m: verdicts[lay, m] for m in modes}, mode)
+    gpu, t = session.cluster.gpu, session.plan.tensor_parallel
+    what = f"recompute={mode} expert_parallel={lay[0]} expert_tensor_parallel={_etp(lay[1], t)}"
+    names = {x: f"ep={x[0]} etp={_etp(x[1], t)}" for x in layouts}
+    if verdicts[pick] == "does not fit":
+        return session, (f"{what}: the plan does not fit on the {gpu} with any recomputation and "
+                         f"expert parallelism tried ({', '.join(names.values())}, each with "
+                         f"recompute {', '.join(modes)}); this one needs the least memory, "
+                         f"{needs[pick] / 2**30:.1f} GiB per GPU")
+    if lay == own:
+        return session, _recompute_note(session, modes, {m: verdicts[lay, m] for m in modes}, mode)
+
+    def tried(lay):
+        said = {verdicts[lay, m] for m in modes}
+        if len(said) == 1:
+            return f"{names[lay]}: {said.pop()} with {', '.join(modes)}"
+        return f"{names[lay]}: " + ", ".join(f"{m} {verdicts[lay, m]}" for m in modes)
+    earlier = "; ".join(tried(x) for x in layouts[:layouts.index(lay)])
+    return session, (f"{what}: the least expert parallelism, with the lightest activation "
+                     f"recomputation, with which the plan fits on the {gpu}"
+                     + (" (tight)" if verdicts[pick] == "tight" else "")
+                     + f" ({earlier})")
+
+
+def _etp(etp: int | None, t: int) -> str:
+    """An expert tensor-parallel size for a note: unset is the tensor-parallel size ``t``."""
+    return f"{t} (unset)" if etp is None else str(etp)
+
+
+def _recompute_note(session: Session, modes: tuple[str, ...], verdicts: dict[str, str],
+                    mode: str) -> str:
+    """:func:`start_recompute`'s note on the recomputation ``mode`` picked among ``modes``
+    (``verdicts``: each mode's memory verdict) with the plan's own expert layout."""
     if verdicts[mode] == "does not fit":
-        return session, (f"recompute={mode}: the plan does not fit on the {session.cluster.gpu} "
-                         f"with any of {', '.join(modes)}; {mode} keeps the least "
-                         "activation memory")
+        return (f"recompute={mode}: the plan does not fit on the {session.cluster.gpu} "
+                f"with any of {', '.join(modes)}; {mode} keeps the least "
+                "activation memory")
     lighter = modes[:modes.index(mode)]
     why = (" (" + ", ".join(f"{m}: {verdicts[m]}" for m in lighter) + ")") if lighter else ""
-    return session, (f"recompute={mode}: the lightest activation recomputation with which the "
-                     f"plan fits on the {session.cluster.gpu}"
-                     + (" (tight)" if verdicts[mode] == "tight" else "") + why)
+    return (f"recompute={mode}: the lightest activation recomputation with which the "
+            f"plan fits on the {session.cluster.gpu}"
+            + (" (tight)" if verdicts[mode] == "tight" else "") + why)

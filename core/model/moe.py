@@ -560,9 +560,13 @@ def flex_buffer_memory_note(model: ModelConfig, plan) -> str | None:
     """The report's caveat on memory under the flex dispatcher (None without it): DeepEP's and
     HybridEP's communication buffers (Megatron-Core ``fused_a2a``: NVLink and RDMA buffers
     allocated outside PyTorch's caching allocator, sized by the kernels' configuration hints)
-    are not in the memory per GPU; no source here gives their size, so none is guessed."""
+    are not in the memory per GPU; no source here gives their size, so none is guessed. The
+    buffers belong to the expert tensor-and-expert-parallel group (``fused_a2a.get_buffer`` of
+    the dispatcher's ``tp_ep_group``), ``etp * ep`` ranks: none with one rank (where the
+    dispatcher cannot run: :func:`core.plan.rules.moe_errors`)."""
+    etp = plan.expert_tensor_parallel or plan.tensor_parallel
     if plan.moe_token_dispatcher_type != "flex" or not num_moe_layers(model) or \
-            plan.expert_parallel <= 1:
+            etp * plan.expert_parallel <= 1:
         return None
     return ("moe_token_dispatcher_type=flex: the memory per GPU does not count DeepEP's / "
             "HybridEP's communication buffers (NVLink and RDMA buffers allocated outside "

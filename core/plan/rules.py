@@ -435,6 +435,10 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     * Expert parallelism needs bf16 or fp32 (``arguments.py``: "Expert parallelism is not
       supported with fp16 training"); FP8 with experts is not modelled.
     * The expert MLP's hidden size divisible by ``etp`` (column/row-parallel experts).
+    * The ``flex`` token dispatcher needs ``etp * ep > 1`` (Megatron-Core 0.16
+      ``MoEFlexTokenDispatcher.__init__``: ``assert self.tp_size * self.ep_size > 1, "Flex
+      token dispatcher requires TPxEP > 1"``, the sizes of the expert tensor-parallel and
+      expert-parallel groups).
     * Without sequence parallelism and with ``t > 1`` every tensor-parallel rank holds all
       tokens; an expert tensor-parallel size other than ``t`` there is not modelled.
     """
@@ -474,6 +478,15 @@ def moe_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.expert_tensor_parallel", f"expert_tensor_parallel={etp} "
                                f"other than tensor_parallel={t} without sequence_parallel is "
                                "not modelled", rule=NOT_MODELLED))
+    disp = getattr(pl, "moe_token_dispatcher_type", "alltoall")
+    if disp == "flex" and etp * ep == 1:
+        errs.append(FieldError("plan.moe_token_dispatcher_type", "moe_token_dispatcher_type="
+                               f"'flex' with expert_tensor_parallel*expert_parallel={etp}*{ep}=1: "
+                               "Megatron-Core's flex dispatcher needs more than one rank in the "
+                               "expert tensor-and-expert-parallel group (MoEFlexTokenDispatcher "
+                               "asserts 'Flex token dispatcher requires TPxEP > 1', "
+                               "transformer/moe/token_dispatcher.py); use alltoall, or "
+                               "expert_parallel or expert_tensor_parallel > 1"))
     if ep > 1 and pl.precision == "fp16":
         errs.append(FieldError("plan.precision", f"expert_parallel={ep} with precision='fp16': "
                                "Megatron-LM does not support expert parallelism with fp16 "

@@ -136,13 +136,26 @@ def expert_tensor_sizes(etps: list, t: int) -> list:
     return list(first.values())
 
 
+def dispatcher_at_ep1(dispatcher: str, etp: int) -> str:
+    """The token dispatcher a swept plan with ``expert_parallel = 1`` runs, of the session's
+    ``dispatcher``, at expert tensor-parallel size ``etp``: ``flex`` needs ``etp * ep > 1``
+    (Megatron-Core 0.16 ``MoEFlexTokenDispatcher.__init__`` asserts "Flex token dispatcher
+    requires TPxEP > 1"; :func:`core.plan.rules.moe_errors` refuses it), so with ``etp = 1``
+    the plan takes ``alltoall``, the dispatcher Megatron-Core runs there (modelled: at
+    ``ep = 1`` its all-to-all is a copy-free no-op, ``all_to_all`` returns its input on a
+    one-rank group, and it still permutes the tokens by expert and sorts the chunks of its
+    ``E`` local experts, ``sort_chunks_by_idxs``); otherwise the session's."""
+    return "alltoall" if dispatcher == "flex" and etp == 1 else dispatcher
+
+
 def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
                   sizes: tuple, sps_t: list, zs_d: list, split_flags: tuple | None = None,
                   split: tuple = (None, None)) -> list[ParallelPlan]:
     """The valid plans of one ``sizes`` = (t, p, cp, ep, d, b, schedule, v) under the choices
     ``c`` (:class:`core.studies.sweep.space._Choices`): each recomputation, each
     context-parallel exchange (with cp > 1: ``c.cpcs``' (``cp_comm_type``, ``cp_a2a_size``);
-    at cp = 1 the session's), each MoE token dispatcher (with ep > 1), each expert
+    at cp = 1 the session's), each MoE token dispatcher (with ep > 1; at ep = 1 the session's
+    or, where flex cannot run, all-to-all: :func:`dispatcher_at_ep1`), each expert
     tensor-parallel size (:func:`expert_tensor_sizes`), each cross-entropy
     choice, each (sequence parallel, ZeRO, overlaps) choice (:func:`overlap_choices`) and
     each expert all-to-all overlap, in that order; those that break a rule (an all-to-all
@@ -170,13 +183,14 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
     # fields, built once per value of it
     etps = expert_tensor_sizes(c.etps, t)
     how = (tuple(sps_t), tuple(zs_d), d * cp > 1, 1 < t <= cl.gpus_per_node and not c.mla,
-           ep > 1, cp > 1, tuple(etps))
+           ep > 1, cp > 1, tuple(etps), t == 1)
     varying = CP_VARIANT_FIELDS if cp > 1 else VARIANT_FIELDS
     known = c.variants_of.get(how)
     if known is None:
         overlaps = overlap_choices(sps_t, zs_d, c.tpos, c.dpos, t, d * cp, how[3],
                                    (base.overlap_grad_reduce, base.overlap_param_gather))
         # the dispatchers tried with expert parallelism; at ep = 1 no token leaves its rank
+        # (the session's, or all-to-all where flex cannot run: dispatcher_at_ep1)
         disps = c.disps if ep > 1 else [base.moe_token_dispatcher_type]
         # the context-parallel exchanges tried with cp > 1; at cp = 1 there is none to choose
         cpcs = c.cpcs if cp > 1 else [(base.cp_comm_type, base.cp_a2a_size)]
@@ -186,7 +200,9 @@ def size_variants(session: Session, c: Any, verdicts: PlanVerdicts,
                    # the base's recomputed modules under selective
                    "recompute_modules": base.recompute_modules if rc == "selective" else None,
                    "overlap_grad_reduce": og, "overlap_param_gather": op,
-                   "moe_token_dispatcher_type": disp, "expert_tensor_parallel": etp,
+                   "moe_token_dispatcher_type": (disp if ep > 1 else dispatcher_at_ep1(
+                       disp, t if etp is None else etp)),
+                   "expert_tensor_parallel": etp,
                    "cp_comm_type": cpc, "cp_a2a_size": a2a_size,
                    "cross_entropy_loss_fusion": ce, "cross_entropy_fusion_impl": impl}
                   for rc in c.rcs for rnl in (c.rnls if rc == "full" else [None])
