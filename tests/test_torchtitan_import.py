@@ -691,3 +691,57 @@ def test_a_sequence_tp_does_not_split_is_refused_by_the_tp_degree():
     assert [e.field for e in err.value.errors] == [
         "config.toml: parallelism.tensor_parallel_degree"]
     assert "seq_length=4097" in err.value.errors[0].message
+
+
+def _with_checkpoint(**table) -> dict:
+    raw = load_toml(LLAMA3_8B)
+    raw["checkpoint"] = {"folder": "checkpoint", **table}
+    return raw
+
+
+def test_checkpoints_as_torchtitan_saves_them():
+    """[checkpoint] (torchtitan's CheckpointManager._should_save, v0.2.2): enable false (its
+    default) saves nothing: NO_CHECKPOINT_INTERVAL, interval and async_mode listed as having
+    no effect; enable true saves every interval steps (default 500) and at the last step,
+    async_mode async / async_with_pinned_mem as reliability.async_save. The user's file
+    (enable false, interval 500, async_mode disabled) was charged Daly's interval."""
+    from core.io.torchtitan_import import CHECKPOINT_INTERVAL_DEFAULT
+    from core.plan.cluster import NO_CHECKPOINT_INTERVAL
+    assert CHECKPOINT_INTERVAL_DEFAULT == 500
+    off = session_from_torchtitan(_with_checkpoint(enable=False, interval=500,
+                                                   async_mode="disabled"), num_gpus=8)
+    assert off.session.reliability.checkpoint_interval_iterations == NO_CHECKPOINT_INTERVAL
+    assert off.session.reliability.async_save is False
+    assert "checkpoint.enable" in off.used
+    assert off.ignored["checkpoint.interval"].startswith("500: no effect without checkpoint.enable")
+    assert "no effect without" in off.ignored["checkpoint.async_mode"]
+    raw = load_toml(LLAMA3_8B)
+    raw.pop("checkpoint", None)  # torchtitan's default: no checkpoint
+    assert session_from_torchtitan(raw, num_gpus=8).session.reliability \
+        .checkpoint_interval_iterations == NO_CHECKPOINT_INTERVAL
+    for table, interval, asynchronous in (
+            ({"enable": True}, 500, False),
+            ({"enable": True, "interval": 100, "async_mode": "async"}, 100, True),
+            ({"enable": True, "interval": 7, "async_mode": "async_with_pinned_mem"}, 7, True),
+            ({"enable": True, "async_mode": "disabled"}, 500, False)):
+        imp = session_from_torchtitan(_with_checkpoint(**table), num_gpus=8)
+        rel = imp.session.reliability
+        assert (rel.checkpoint_interval_iterations, rel.async_save) == (interval, asynchronous)
+        assert {f"checkpoint.{k}" for k in table} <= set(imp.used)
+    # the run saves every interval and at the end: 1,000 steps at 500 is 2 saves, at 300
+    # 4 (300, 600, 900, 1,000); without enable none
+    from core.sim.goodput import checkpoint_size, goodput
+    for table, saves in (({"enable": True}, 2), ({"enable": True, "interval": 300}, 4),
+                         ({"enable": False}, 0)):
+        s = session_from_torchtitan(_with_checkpoint(**table), num_gpus=8).session
+        g = goodput(iteration_time_s=1.0, num_iterations=1000, num_gpus=8,
+                    reliability=s.reliability, size=checkpoint_size(s.model, s.plan, 8),
+                    price_per_gpu_hour_usd=2.0, num_samples=10)
+        assert g.num_checkpoints == saves
+    with pytest.raises(ConfigError, match="checkpoint.async_mode"):
+        session_from_torchtitan(_with_checkpoint(enable=True, async_mode="background"),
+                                num_gpus=8)
+    with pytest.raises(ConfigError, match="checkpoint.interval"):
+        session_from_torchtitan(_with_checkpoint(enable=True, interval=0), num_gpus=8)
+    with pytest.raises(ConfigError, match="checkpoint.enable"):
+        session_from_torchtitan(_with_checkpoint(enable="yes"), num_gpus=8)

@@ -35,7 +35,7 @@ from core.io.torchtitan_older import (OLDER_MICROBATCHES, older_layout, older_mi
                                      older_pipeline_split)
 from core.io.torchtitan_flavours import (FLAVOUR_NOTES, FLAVOURS, REFUSED_FLAVOURS,
                                          REFUSED_MODELS)
-from core.plan.cluster import CostConfig
+from core.plan.cluster import NO_CHECKPOINT_INTERVAL, CostConfig, ReliabilityConfig
 from core.plan.fields import ConfigError, FieldError
 from core.util.text import short_repr, shown_name
 from core.plan.parallel import ParallelPlan
@@ -77,12 +77,22 @@ def _refused(text: str, *inert: Any) -> Rule:
 
 
 _LOGGING = "logging, not the iteration"
-_CKPT = "checkpoints (saved between iterations; not timed)"
+_CKPT = ("where and what the checkpoints save (paths, loading, the last step's model-only "
+         "export, kept copies): not their timing")
 #: Every key of torchtitan's job config the importer knows; a whole section maps with "*".
 KEYS: dict[str, Rule] = {
     "job.*": _none("the run's name, folder and printing"),
     "profiling.*": _none("the PyTorch profiler's schedule (a few profiled iterations)"),
     "metrics.*": _none(_LOGGING),
+    "checkpoint.enable": _used("reliability.checkpoint_interval_iterations (false, torchtitan's "
+                               "default: no checkpoint at all, 2^40; true: every interval "
+                               "steps)"),
+    "checkpoint.interval": _used("reliability.checkpoint_interval_iterations (steps between "
+                                 "saves; default 500)"),
+    "checkpoint.async_mode": _used("reliability.async_save (disabled: false; async, "
+                                   "async_with_pinned_mem: true)"),
+    "checkpoint.enable_first_step_checkpoint": _none(
+        "one more save, after step 1 (a check of the storage): not charged"),
     "checkpoint.*": _none(_CKPT),
     "comm.*": _none("NCCL timeouts and the flight recorder's buffer: no effect on a healthy "
                     "iteration"),
@@ -438,7 +448,9 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
     _output_layer_filtered(used, ignored, where, plan)
     cluster = cluster_of_gpu(gpu)
     cost = CostConfig() if tokens is None else CostConfig(training_tokens=float(tokens))
-    session = Session(model=model, plan=plan, cluster=cluster, cost=cost)
+    reliability = _checkpoints(used, ignored, where, notes)
+    session = Session(model=model, plan=plan, cluster=cluster, cost=cost,
+                      reliability=reliability)
     session.notes = f"Imported from the torchtitan job config {where}."
     from core.plan.rules import validate
     errs = validate(session)
@@ -476,6 +488,69 @@ def _output_layer_filtered(used: dict[str, Any], ignored: dict[str, str], where:
                   "converts the output layer to FP8 too (every nn.Linear with dimensions that are "
                   "multiples of 16), which is not modelled (the simulator's output layer stays "
                   "BF16); give filter_fqns = [\"output\"], as torchtitan's train_configs do")
+
+
+#: torchtitan's ``Checkpoint.interval`` default (``config/job_config.py``, v0.1-v0.2.2:
+#: ``interval: int = 500``, "Checkpointing interval in steps"; v0.3.0
+#: ``components/checkpointer/base.py`` keeps 500).
+CHECKPOINT_INTERVAL_DEFAULT = 500
+
+#: ``[checkpoint] async_mode`` -> ``reliability.async_save`` (torchtitan's
+#: ``Checkpoint.async_mode``: "disabled", its default, saves synchronously; "async" is
+#: ``torch.distributed.checkpoint.async_save``; "async_with_pinned_mem" stages into pinned
+#: memory in a separate process).
+_ASYNC_MODES = {"disabled": False, "async": True, "async_with_pinned_mem": True}
+
+
+def _checkpoints(used: dict[str, Any], ignored: dict[str, str], where: str,
+                 notes: list[str]) -> ReliabilityConfig:
+    """The run's checkpoints (docs/goodput.md) as torchtitan's ``CheckpointManager``
+    (``components/checkpoint.py``, v0.2.2) saves them, read as ``vtrain import megatron-args``
+    reads ``--save``, ``--save-interval`` and ``--async-save``.
+
+    ``_should_save``: nothing unless ``enable`` (default false: a file without ``[checkpoint]
+    enable = true`` saves no checkpoint, the session's
+    :data:`~core.plan.cluster.NO_CHECKPOINT_INTERVAL`, and ``interval`` and ``async_mode`` are
+    listed as having no effect); with it every ``interval`` steps (``curr_step % interval ==
+    0``; default :data:`CHECKPOINT_INTERVAL_DEFAULT`) and at the last step (``last_step``:
+    the session's segments end in a save too; torchtitan's last save is the model alone,
+    ``last_save_model_only`` true by default, noted), ``async_mode`` as
+    ``reliability.async_save``. Moves the unused keys from ``used`` to ``ignored``.
+
+    Raises ConfigError: ``enable`` not a boolean, ``interval`` not a positive integer,
+    ``async_mode`` not one of torchtitan's three."""
+    enable = _switch(used, "checkpoint.enable", where)
+    never = NO_CHECKPOINT_INTERVAL
+    if not enable:
+        notes.append("checkpoint.enable " + ("false" if "checkpoint.enable" in used else
+                     "not given (torchtitan's default: false)") + ": torchtitan saves no "
+                     "checkpoint (CheckpointManager._should_save); a failure restarts the run "
+                     f"from its start (reliability.checkpoint_interval_iterations {never:,}, "
+                     "beyond any run)")
+        for key in ("checkpoint.interval", "checkpoint.async_mode"):
+            if key in used:
+                ignored[key] = (f"{short_repr(used.pop(key))}: no effect without checkpoint."
+                                "enable (no checkpoint is saved)")
+        return ReliabilityConfig(checkpoint_interval_iterations=never)
+    interval = _int(used, "checkpoint.interval", where, CHECKPOINT_INTERVAL_DEFAULT)
+    # torchtitan saves at the last step whatever the interval: one less than no checkpoint at
+    # all is an interval beyond any run, one save at the end (as Megatron-LM's)
+    interval = min(interval, never - 1)
+    if "checkpoint.interval" not in used:
+        notes.append(f"checkpoint.interval not given: torchtitan's default, every "
+                     f"{CHECKPOINT_INTERVAL_DEFAULT} steps")
+    mode = used.get("checkpoint.async_mode", "disabled")
+    async_save = _choice(used, "checkpoint.async_mode", where, "disabled", _ASYNC_MODES)
+    notes.append(f"checkpoints every {interval:,} steps and at the last step (torchtitan's "
+                 "_should_save), each charged as a save of the weights and optimizer state "
+                 "(torchtitan's last one holds the model alone unless last_save_model_only = "
+                 "false)")
+    if mode == "async_with_pinned_mem":
+        notes.append("checkpoint.async_mode async_with_pinned_mem: torchtitan stages the "
+                     "state into pinned host memory with non-blocking copies in another "
+                     "process; reliability.async_save charges the device-to-host copy as a "
+                     "stall (host_copy_gbytes_per_s_per_gpu), an upper bound of its stall")
+    return ReliabilityConfig(checkpoint_interval_iterations=interval, async_save=async_save)
 
 
 #: Session field -> the torchtitan key that sets it (for error messages).
