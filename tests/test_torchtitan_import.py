@@ -450,9 +450,9 @@ def test_v02_quantize_section_is_the_float8_section():
     imp = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB")
     p = imp.session.plan
     assert (p.precision, p.fp8_recipe, p.fp8_param_gather) == ("fp8", "tensorwise", True)
-    assert {"quantize.linear.float8.recipe_name",
+    assert {"quantize.linear.float8.recipe_name", "quantize.linear.float8.filter_fqns",
             "quantize.linear.float8.enable_fsdp_float8_all_gather"} <= set(imp.used)
-    assert {"quantize.linear.float8.filter_fqns", "quantize.linear.mx.recipe_name",
+    assert {"quantize.linear.mx.recipe_name",
             "quantize.grouped_mm.float8.fqns"} <= set(imp.ignored)
     raw["quantize"]["linear"]["float8"]["recipe_name"] = "rowwise"
     with pytest.raises(ConfigError) as err:
@@ -511,8 +511,13 @@ def test_float8_without_filter_fqns_converts_the_output_layer_and_is_refused(sec
     assert err.value.errors[0].field == f"config.toml: {section}.filter_fqns"
     assert 'filter_fqns = ["output"]' in err.value.errors[0].message
     settings["filter_fqns"] = ["output"]
-    plan = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB").session.plan
+    imp = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB")
+    plan = imp.session.plan
     assert (plan.precision, plan.fp8_recipe, plan.fp8_param_gather) == ("fp8", "tensorwise", True)
+    # required and checked: listed as used, never as "no effect ... off (when on: ...)"
+    assert f"{section}.filter_fqns" not in imp.ignored
+    assert imp.used[f"{section}.filter_fqns"].startswith('checked: ["output"] keeps the output '
+                                                         "layer out of the float8 conversion")
     del settings["filter_fqns"]
     raw["model"]["converters"] = []
     raw.setdefault("float8", {})["enable_float8_linear"] = True
@@ -745,3 +750,29 @@ def test_checkpoints_as_torchtitan_saves_them():
         session_from_torchtitan(_with_checkpoint(enable=True, interval=0), num_gpus=8)
     with pytest.raises(ConfigError, match="checkpoint.enable"):
         session_from_torchtitan(_with_checkpoint(enable="yes"), num_gpus=8)
+
+
+def test_a_misspelt_key_is_refused_with_the_closest_name():
+    """tensor_paralel_degree was refused by name without the "did you mean" that --set gives
+    (core.util.text.did_you_mean over the importer's known keys); a misspelt section too."""
+    raw = load_toml(LLAMA3_8B)
+    raw["parallelism"]["tensor_paralel_degree"] = 2
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert err.value.errors[0].field == "config.toml: parallelism.tensor_paralel_degree"
+    assert err.value.errors[0].message.endswith(
+        "; did you mean parallelism.tensor_parallel_degree?")
+    raw = load_toml(LLAMA3_8B)
+    raw["quantize"] = {"linear": {"float8": {"filter_fqn": ["output"]}}}
+    with pytest.raises(ConfigError, match="did you mean quantize.linear.float8.filter_fqns"):
+        session_from_torchtitan(raw, num_gpus=8)
+    raw = load_toml(LLAMA3_8B)
+    raw["paralelism"] = raw.pop("parallelism")
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert "; did you mean parallelism." in err.value.errors[0].message
+    raw = load_toml(LLAMA3_8B)
+    raw["parallelism"]["zzzz"] = 1  # nothing close: no guess
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert "did you mean" not in err.value.errors[0].message

@@ -37,7 +37,7 @@ from core.io.torchtitan_flavours import (FLAVOUR_NOTES, FLAVOURS, REFUSED_FLAVOU
                                          REFUSED_MODELS)
 from core.plan.cluster import NO_CHECKPOINT_INTERVAL, CostConfig, ReliabilityConfig
 from core.plan.fields import ConfigError, FieldError
-from core.util.text import short_repr, shown_name
+from core.util.text import did_you_mean, short_repr, shown_name
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 
@@ -338,8 +338,9 @@ def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str
                     raise refusal(where, f"{section}.{key.split('.')[0]}", "a table where "
                                   "torchtitan's job config has a value")
             if rule is None:
-                raise refusal(where, shown_name(name), "is not a key of torchtitan's job config the importer "
-                           "knows, so it cannot tell whether it changes the run")
+                raise refusal(where, shown_name(name), "is not a key of torchtitan's job config "
+                              "the importer knows, so it cannot tell whether it changes the run"
+                              + did_you_mean(name, _KNOWN_NAMES))
             if rule.kind == "refused" and not float8_on and (
                     name.startswith(("float8.", _FLOAT8_V02))):
                 ignored[name] = f"{short_repr(value)}: {_FLOAT8_OFF}"
@@ -350,6 +351,12 @@ def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str
             else:
                 used[name] = value
     return used, ignored
+
+
+#: The keys :data:`KEYS` names one by one (and ``[quantize.linear.float8]``'s), for the "did
+#: you mean" of an unknown key (:func:`core.util.text.did_you_mean`).
+_KNOWN_NAMES = tuple(k for k in KEYS if not k.endswith(".*")) + tuple(
+    _FLOAT8_V02 + k[len("float8."):] for k in KEYS if k.startswith("float8."))
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -445,7 +452,7 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
             f"{old} read as {new}" for new, old in renamed.items()))
     model = _model(used, where, notes)
     plan, tokens = _plan(used, model, where, num_gpus, notes, _model_compiled(cfg))
-    _output_layer_filtered(used, ignored, where, plan)
+    filtered = _output_layer_filtered(used, ignored, where, plan)
     cluster = cluster_of_gpu(gpu)
     cost = CostConfig() if tokens is None else CostConfig(training_tokens=float(tokens))
     reliability = _checkpoints(used, ignored, where, notes)
@@ -465,24 +472,37 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
                  if k not in renamed or renamed[k] != OLDER_MICROBATCHES}
     if OLDER_MICROBATCHES in renamed.values():
         described[OLDER_MICROBATCHES] = KEYS[OLDER_MICROBATCHES].text
+    if filtered is not None:  # required and checked: used, not "no effect"
+        described[filtered] = _FILTER_OUTPUT
+        del ignored[filtered]
     ignored = {renamed.get(k, k): v for k, v in ignored.items()}
     return ImportResult(session, described, ignored, notes)
 
 
+#: What ``filter_fqns = ["output"]`` does with the float8 converter on (used, not "no effect":
+#: without it the import is refused, :func:`_output_layer_filtered`).
+_FILTER_OUTPUT = ("checked: [\"output\"] keeps the output layer out of the float8 "
+                  "conversion, in BF16, as the simulator's fp8 does (required: torchtitan's "
+                  "default [] converts it too, which is not modelled)")
+
+
 def _output_layer_filtered(used: dict[str, Any], ignored: dict[str, str], where: str,
-                           plan: ParallelPlan) -> None:
+                           plan: ParallelPlan) -> str | None:
     """Refuse float8 linears by ``model.converters`` without ``filter_fqns``: torchtitan's
     default (``Float8Linear.filter_fqns``, v0.1-v0.3: ``field(default_factory=list)``) filters
     nothing, so ``module_filter_fn`` converts every ``nn.Linear`` whose dimensions are multiples
     of 16, the output layer included (Llama 3's 4096 x 128,256); the simulator's fp8 keeps the
     output layer in BF16, as ``filter_fqns = ["output"]`` (torchtitan's own train_configs) does.
     The older ``enable_float8_linear`` converter skipped the output layer itself
-    (``fqn != "output"``). Raises ConfigError naming the file's ``filter_fqns`` key."""
+    (``fqn != "output"``). Returns the file's ``filter_fqns`` key where the converter needs
+    and has it (``["output"]``: any other value was refused by :func:`_classify`), else None.
+    Raises ConfigError naming the file's ``filter_fqns`` key."""
     if plan.precision != "fp8" or not used.get("model.converters"):
-        return
+        return None
     keys = ("float8.filter_fqns", _FLOAT8_V02 + "filter_fqns")
-    if any(k in ignored for k in keys):
-        return
+    for k in keys:
+        if k in ignored:
+            return k
     v02 = any(k.startswith(_FLOAT8_V02) for k in (*used, *ignored))
     raise refusal(where, keys[1] if v02 else keys[0], "not given: torchtitan's default [] "
                   "converts the output layer to FP8 too (every nn.Linear with dimensions that are "
