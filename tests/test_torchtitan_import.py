@@ -26,9 +26,11 @@ LLAMA3_405B = DATA / "llama3_405b.toml"
 def _plan(**kw) -> ParallelPlan:
     """ParallelPlan with torchtitan's fixed choices (TP sequence-parallel, fp32 gradient
     reduction, PyTorch's all-gather CP rotation, autograd's weight-gradient accumulation: no
-    fused wgrad GEMMs) and the fields given."""
+    fused wgrad GEMMs; FSDP2's fp32 shards wherever FSDP is on, zero_stage >= 1) and the
+    fields given."""
     return ParallelPlan(**{"grad_reduce_dtype": "fp32", "cp_comm_type": "allgather",
-                           "gradient_accumulation_fusion": False, **kw})
+                           "gradient_accumulation_fusion": False,
+                           "fsdp_fp32_params": kw.get("zero_stage", 0) >= 1, **kw})
 
 
 def test_llama3_8b_on_one_node():

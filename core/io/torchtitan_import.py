@@ -151,7 +151,8 @@ KEYS: dict[str, Rule] = {
     "parallelism.data_parallel_shard_degree": _used("plan.data_parallel (times the replicas); "
                                                     "FSDP over shard x cp ranks when either "
                                                     "exceeds one: plan.zero_stage, "
-                                                    "plan.data_parallel_shard_size"),
+                                                    "plan.data_parallel_shard_size, "
+                                                    "plan.fsdp_fp32_params"),
     "parallelism.tensor_parallel_degree": _used("plan.tensor_parallel (sequence-parallel, as "
                                                 "torchtitan's TP always is)"),
     "parallelism.pipeline_parallel_degree": _used("plan.pipeline_parallel (torchtitan's split: "
@@ -923,6 +924,9 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         # FSDP reduce-scatters each layer's gradients as its backward ends; DDP (torch's
         # replicate, 100 MB buckets) all-reduces a bucket as soon as its gradients are ready
         zero_stage=zero, overlap_grad_reduce=fsdp or rep > 1, overlap_param_gather=zero == 3,
+        # fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype, reduce_dtype)) over the fp32
+        # model (training.dtype float32): fp32 shards, the optimizer's own master weights
+        fsdp_fp32_params=fsdp,
         grad_reduce_dtype=_choice(used, "training.mixed_precision_reduce", where, "float32",
                                   _REDUCE_DTYPES),
         context_parallel=cp,
