@@ -41,7 +41,8 @@ from core.util.text import did_you_mean, short_repr, shown_name
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 
-__all__ = ["KEYS", "FLAVOURS", "SCHEDULES", "session_from_torchtitan",
+__all__ = ["KEYS", "FLAVOURS", "SCHEDULES", "RECOMPUTE_OPTIONS", "sweep_options",
+           "session_from_torchtitan",
            "read_torchtitan_config", "load_toml"]
 
 #: torchtitan's ``pipeline_parallel_schedule`` -> ``(plan.schedule, model chunks per rank)``
@@ -965,6 +966,51 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
     steps = _int(used, "training.steps", where, 1) if "training.steps" in used else None
     tokens = steps * glob * model.seq_length if steps is not None else None
     return plan, tokens
+
+
+#: torchtitan's ``[activation_checkpoint]`` modes as the session's ``plan.recompute``
+#: (``ActivationCheckpoint``, v0.1-v0.2.2: mode none, full, selective with
+#: ``selective_ac_option`` op, or 1, every layer, which is full; every N-th layer is refused).
+RECOMPUTE_OPTIONS = ("none", "selective_op", "full")
+
+
+def sweep_options(session: Session) -> str:
+    """The ``vtrain sweep`` options that keep its default plan space (Megatron-Core's:
+    Transformer Engine's fused cross-entropy, Megatron's selective recomputation and partial
+    block recomputation, the zero-bubble schedules, the all-to-all context-parallel exchange,
+    Transformer Engine's TP overlap, DeepEP and the combined-1F1B expert overlap) to what
+    torchtitan runs, as :func:`core.io.deepspeed_import.sweep_options` does for DeepSpeed:
+
+    * ``--cross-entropy-fusion off``: the model's own cross-entropy (torch's, on the
+      vocabulary-parallel logits; neither Transformer Engine's nor Megatron's fused kernel);
+    * ``--recompute none,selective_op,full --recompute-num-layers all``
+      (:data:`RECOMPUTE_OPTIONS`: torchtitan checkpoints every block or none, per op or
+      whole);
+    * ``--schedules 1f1b,gpipe,interleaved --virtual-pipeline-stages 2`` (:data:`SCHEDULES`:
+      two stages per rank under Interleaved1F1B);
+    * ``--cp-comm-types allgather,p2p`` (``context_parallel_rotate_method`` allgather and
+      alltoall, the ring);
+    * ``--tp-comm-overlap n`` unless the session overlaps with PyTorch's async TP
+      (``plan.tp_comm_overlap_backend`` symmetric_memory, held by the sweep): Transformer
+      Engine's userbuffers are not torchtitan's;
+    * for a mixture-of-experts model ``--moe-token-dispatcher alltoall
+      --overlap-moe-expert-parallel-comm n`` (torchtitan's standard all-to-all; DeepEP is
+      refused on import, and it has no combined-1F1B overlap).
+
+    What the options cannot say: torchtitan's ZeRO stage follows from the plan (FSDP: 3, 2
+    with ``fsdp_reshard_after_forward`` never, 1 with pipelining; DDP, ZeRO-0, only when data
+    parallelism is the only one) and its pipeline split puts one layer fewer on the first
+    and last stages; docs/torchtitan.md, "Sweeping"."""
+    out = ("--cross-entropy-fusion off --recompute " + ",".join(RECOMPUTE_OPTIONS)
+           + " --recompute-num-layers all --schedules "
+           + ",".join(sch for sch, _ in SCHEDULES.values()) + " --virtual-pipeline-stages 2"
+           " --cp-comm-types allgather,p2p")
+    pl = session.plan
+    if not (pl.tp_comm_overlap and pl.tp_comm_overlap_backend == "symmetric_memory"):
+        out += " --tp-comm-overlap n"
+    if session.model.is_moe:
+        out += " --moe-token-dispatcher alltoall --overlap-moe-expert-parallel-comm n"
+    return out
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
