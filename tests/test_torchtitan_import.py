@@ -752,6 +752,14 @@ def test_checkpoints_as_torchtitan_saves_them():
         session_from_torchtitan(_with_checkpoint(enable=True, interval=0), num_gpus=8)
     with pytest.raises(ConfigError, match="checkpoint.enable"):
         session_from_torchtitan(_with_checkpoint(enable="yes"), num_gpus=8)
+    # older torchtitan's interval_type: steps read as such, seconds refused by name
+    imp = session_from_torchtitan(_with_checkpoint(enable=True, interval=50,
+                                                   interval_type="steps"), num_gpus=8)
+    assert imp.session.reliability.checkpoint_interval_iterations == 50
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(_with_checkpoint(enable=True, interval=600,
+                                                 interval_type="seconds"), num_gpus=8)
+    assert err.value.errors[0].field == "config.toml: checkpoint.interval_type"
 
 
 def test_a_misspelt_key_is_refused_with_the_closest_name():

@@ -92,6 +92,9 @@ KEYS: dict[str, Rule] = {
                                  "saves; default 500)"),
     "checkpoint.async_mode": _used("reliability.async_save (disabled: false; async, "
                                    "async_with_pinned_mem: true)"),
+    # older torchtitan (2024): Checkpoint.interval_type "steps" (default) or "seconds"
+    "checkpoint.interval_type": _refused("checkpoint.interval read as seconds between saves "
+                                         "(older torchtitan), not steps", "steps"),
     "checkpoint.enable_first_step_checkpoint": _none(
         "one more save, after step 1 (a check of the storage): not charged"),
     "checkpoint.*": _none(_CKPT),
