@@ -524,3 +524,60 @@ def test_a_sweep_tries_per_op_checkpointing_when_asked():
     assert got == {(1, "selective_op"), (1, "full"), (2, "selective_op"), (2, "full")}
     assert not SweepSpace(num_gpus=8, recompute=["selective_op"]).errors()
     assert [e.field for e in SweepSpace(num_gpus=8, recompute=["op"]).errors()] == ["sweep.recompute"]
+
+
+@pytest.mark.parametrize("precision, grad_reduce", [("bf16", "fp32"), ("bf16", "bf16"),
+                                                    ("fp8", "fp32")])
+def test_fsdp2_fp32_shards_hold_16_bytes_per_parameter(precision, grad_reduce):
+    """torchtitan's FSDP2 (fully_shard with MixedPrecisionPolicy(param_dtype=bf16,
+    reduce_dtype=fp32) over the fp32 model; torch 2.13 fsdp/_fully_shard/_fsdp_api.py: FSDP
+    "keeps the high-precision sharded parameters in memory anyway ... does not require any
+    extra memory to keep a high-precision copy of the parameters for the optimizer step";
+    _fsdp_collectives.py casts the reduce-scattered gradient to the original dtype): fp32
+    shards 4/d, fp32 gradient shards 4/d, Adam's moments 8/d: 16/d, not Megatron's 2 + 4 + 12 =
+    18/d (the model showed 12 B/param/d of optimizer state beside separate bf16 weights). ZeRO
+    0-2 and fp32 training hold the same bytes either way; so does a plan without the field."""
+    d = 8
+    base = ParallelPlan(data_parallel=d, global_batch_size=8, micro_batch_size=1,
+                        zero_stage=3, precision=precision, grad_reduce_dtype=grad_reduce)
+    fsdp2 = dataclasses.replace(base, fsdp_fp32_params=True)
+    assert mm.bytes_per_parameter(fsdp2) == (4 / d, 4 / d, 8 / d)
+    assert sum(mm.bytes_per_parameter(fsdp2)) * d == 16
+    megatron = {"fp32": 18, "bf16": 20}[grad_reduce]  # 2 + g + (4 + 4 + 4 [+ 4 copy])
+    assert sum(mm.bytes_per_parameter(base)) * d == pytest.approx(megatron)
+    assert mm.grad_copy_bytes_per_parameter(fsdp2) == 0
+    for zero in (0, 1, 2):
+        a, b = (dataclasses.replace(p, zero_stage=zero) for p in (base, fsdp2))
+        assert mm.bytes_per_parameter(a) == mm.bytes_per_parameter(b)
+    fp32 = dataclasses.replace(fsdp2, precision="fp32")
+    assert mm.bytes_per_parameter(fp32) == mm.bytes_per_parameter(
+        dataclasses.replace(fp32, fsdp_fp32_params=False))
+    # the stage's state: 2 bytes per local parameter less than Megatron's (the gathered bf16
+    # units are the same), and the checkpoint fp32 weights and moments, 12 bytes
+    model = dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=2048)
+    m_a, m_b = mm.stage_memory(model, base)[0], mm.stage_memory(model, fsdp2)[0]
+    n = mm.params_per_gpu(model, base)[0]  # the model-parallel rank's, before ZeRO's 1/d
+    state = lambda m: m.weights_bytes + m.gradients_bytes + m.optimizer_bytes  # noqa: E731
+    # Megatron's fp32 copy of bf16 gradients lives only in the step, not at the peak: there
+    # its 2 + 2 + 12 equals FSDP2's 4 + 4 + 8
+    at_peak = {"fp32": 18, "bf16": 16}[grad_reduce]
+    assert state(m_a) - state(m_b) == pytest.approx(n * (at_peak - 16) / d, rel=1e-9)
+    assert m_a.activations_bytes == m_b.activations_bytes
+    from core.sim.goodput import checkpoint_bytes_per_parameter
+    assert checkpoint_bytes_per_parameter(fsdp2) == 12
+    assert checkpoint_bytes_per_parameter(base) == 14
+
+
+def test_fsdp2_fp32_shards_are_set_by_torchtitan_and_refused_by_the_megatron_export():
+    """vtrain import torchtitan sets plan.fsdp_fp32_params where it applies FSDP; Megatron-LM's
+    --use-torch-fsdp2 (bf16 shards beside fp32 main weights) does not run it: refused by name."""
+    from pathlib import Path
+    from core.io.torchtitan_import import read_torchtitan_config
+    toml = Path(__file__).resolve().parent / "data" / "torchtitan" / "llama3_8b.toml"
+    plan = read_torchtitan_config(toml, num_gpus=8).session.plan
+    assert plan.fsdp_fp32_params and plan.zero_stage == 3
+    with pytest.raises(MegatronArgsError, match="plan.fsdp_fp32_params"):
+        export_arguments(Session(model=MODEL_PRESETS["Llama 3 8B"],
+                                 plan=dataclasses.replace(plan, recompute="full")))
+    export_arguments(Session(model=MODEL_PRESETS["Llama 3 8B"], plan=dataclasses.replace(
+        plan, recompute="full", fsdp_fp32_params=False)))  # Megatron-LM's FSDP2: exported

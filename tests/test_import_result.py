@@ -84,13 +84,16 @@ def test_an_import_whose_input_has_no_batch_notes_the_global_batch_it_wrote():
     assert "2,048 sequences" in hf.notes[1] and "plan.global_batch_size" in hf.notes[1]
     from core.io.torchtitan_import import load_toml, session_from_torchtitan
     given = load_toml(ROOT / "tests" / "data" / "torchtitan" / "llama3_8b.toml")
-    assert session_from_torchtitan(given, num_gpus=8).notes == []  # local_batch_size = 1
+    # the file's [checkpoint] enable = false is noted too (no checkpoint saved)
+    ckpt = [n for n in session_from_torchtitan(given, num_gpus=8).notes
+            if n.startswith("checkpoint.enable false")]
+    assert session_from_torchtitan(given, num_gpus=8).notes == ckpt and len(ckpt) == 1
     del given["training"]["local_batch_size"]
     tt = session_from_torchtitan(given, num_gpus=8)
-    assert tt.session.plan.global_batch_size == 64 and tt.notes == [global_batch_note(64)]
+    assert tt.session.plan.global_batch_size == 64 and tt.notes == [global_batch_note(64), *ckpt]
     given["training"]["global_batch_size"] = 128  # the global batch given: no note
     tt = session_from_torchtitan(given, num_gpus=8)
-    assert tt.session.plan.global_batch_size == 128 and tt.notes == []
+    assert tt.session.plan.global_batch_size == 128 and tt.notes == ckpt
 
 
 def test_import_hf_and_preset_print_the_global_batch_note(tmp_path, capsys):

@@ -426,7 +426,8 @@ def test_plan_key_and_label_derive_from_every_field():
                    cuda_graph_impl="transformer_engine", cuda_graph_modules="attn",
                    overlap_p2p_comm=False, use_precision_aware_optimizer=True,
                    te_master_weights=False, main_params_dtype="fp16", exp_avg_dtype="bf16",
-                   exp_avg_sq_dtype="fp8", tp_comm_overlap_backend="symmetric_memory")
+                   exp_avg_sq_dtype="fp8", tp_comm_overlap_backend="symmetric_memory",
+                   fsdp_fp32_params=True)
     assert set(PLAN_FIELDS) <= set(changed) | {"virtual_pipeline_stages"}
     for name, value in changed.items():
         meta = ParallelPlan.__dataclass_fields__[name].metadata

@@ -26,9 +26,11 @@ LLAMA3_405B = DATA / "llama3_405b.toml"
 def _plan(**kw) -> ParallelPlan:
     """ParallelPlan with torchtitan's fixed choices (TP sequence-parallel, fp32 gradient
     reduction, PyTorch's all-gather CP rotation, autograd's weight-gradient accumulation: no
-    fused wgrad GEMMs) and the fields given."""
+    fused wgrad GEMMs; FSDP2's fp32 shards wherever FSDP is on, zero_stage >= 1) and the
+    fields given."""
     return ParallelPlan(**{"grad_reduce_dtype": "fp32", "cp_comm_type": "allgather",
-                           "gradient_accumulation_fusion": False, **kw})
+                           "gradient_accumulation_fusion": False,
+                           "fsdp_fp32_params": kw.get("zero_stage", 0) >= 1, **kw})
 
 
 def test_llama3_8b_on_one_node():
@@ -450,9 +452,9 @@ def test_v02_quantize_section_is_the_float8_section():
     imp = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB")
     p = imp.session.plan
     assert (p.precision, p.fp8_recipe, p.fp8_param_gather) == ("fp8", "tensorwise", True)
-    assert {"quantize.linear.float8.recipe_name",
+    assert {"quantize.linear.float8.recipe_name", "quantize.linear.float8.filter_fqns",
             "quantize.linear.float8.enable_fsdp_float8_all_gather"} <= set(imp.used)
-    assert {"quantize.linear.float8.filter_fqns", "quantize.linear.mx.recipe_name",
+    assert {"quantize.linear.mx.recipe_name",
             "quantize.grouped_mm.float8.fqns"} <= set(imp.ignored)
     raw["quantize"]["linear"]["float8"]["recipe_name"] = "rowwise"
     with pytest.raises(ConfigError) as err:
@@ -511,8 +513,13 @@ def test_float8_without_filter_fqns_converts_the_output_layer_and_is_refused(sec
     assert err.value.errors[0].field == f"config.toml: {section}.filter_fqns"
     assert 'filter_fqns = ["output"]' in err.value.errors[0].message
     settings["filter_fqns"] = ["output"]
-    plan = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB").session.plan
+    imp = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB")
+    plan = imp.session.plan
     assert (plan.precision, plan.fp8_recipe, plan.fp8_param_gather) == ("fp8", "tensorwise", True)
+    # required and checked: listed as used, never as "no effect ... off (when on: ...)"
+    assert f"{section}.filter_fqns" not in imp.ignored
+    assert imp.used[f"{section}.filter_fqns"].startswith('checked: ["output"] keeps the output '
+                                                         "layer out of the float8 conversion")
     del settings["filter_fqns"]
     raw["model"]["converters"] = []
     raw.setdefault("float8", {})["enable_float8_linear"] = True
@@ -691,3 +698,91 @@ def test_a_sequence_tp_does_not_split_is_refused_by_the_tp_degree():
     assert [e.field for e in err.value.errors] == [
         "config.toml: parallelism.tensor_parallel_degree"]
     assert "seq_length=4097" in err.value.errors[0].message
+
+
+def _with_checkpoint(**table) -> dict:
+    raw = load_toml(LLAMA3_8B)
+    raw["checkpoint"] = {"folder": "checkpoint", **table}
+    return raw
+
+
+def test_checkpoints_as_torchtitan_saves_them():
+    """[checkpoint] (torchtitan's CheckpointManager._should_save, v0.2.2): enable false (its
+    default) saves nothing: NO_CHECKPOINT_INTERVAL, interval and async_mode listed as having
+    no effect; enable true saves every interval steps (default 500) and at the last step,
+    async_mode async / async_with_pinned_mem as reliability.async_save. The user's file
+    (enable false, interval 500, async_mode disabled) was charged Daly's interval."""
+    from core.io.torchtitan_import import CHECKPOINT_INTERVAL_DEFAULT
+    from core.plan.cluster import NO_CHECKPOINT_INTERVAL
+    assert CHECKPOINT_INTERVAL_DEFAULT == 500
+    off = session_from_torchtitan(_with_checkpoint(enable=False, interval=500,
+                                                   async_mode="disabled"), num_gpus=8)
+    assert off.session.reliability.checkpoint_interval_iterations == NO_CHECKPOINT_INTERVAL
+    assert off.session.reliability.async_save is False
+    assert "checkpoint.enable" in off.used
+    assert off.ignored["checkpoint.interval"].startswith("500: no effect without checkpoint.enable")
+    assert "no effect without" in off.ignored["checkpoint.async_mode"]
+    raw = load_toml(LLAMA3_8B)
+    raw.pop("checkpoint", None)  # torchtitan's default: no checkpoint
+    assert session_from_torchtitan(raw, num_gpus=8).session.reliability \
+        .checkpoint_interval_iterations == NO_CHECKPOINT_INTERVAL
+    for table, interval, asynchronous in (
+            ({"enable": True}, 500, False),
+            ({"enable": True, "interval": 100, "async_mode": "async"}, 100, True),
+            ({"enable": True, "interval": 7, "async_mode": "async_with_pinned_mem"}, 7, True),
+            ({"enable": True, "async_mode": "disabled"}, 500, False)):
+        imp = session_from_torchtitan(_with_checkpoint(**table), num_gpus=8)
+        rel = imp.session.reliability
+        assert (rel.checkpoint_interval_iterations, rel.async_save) == (interval, asynchronous)
+        assert {f"checkpoint.{k}" for k in table} <= set(imp.used)
+    # the run saves every interval and at the end: 1,000 steps at 500 is 2 saves, at 300
+    # 4 (300, 600, 900, 1,000); without enable none
+    from core.sim.goodput import checkpoint_size, goodput
+    for table, saves in (({"enable": True}, 2), ({"enable": True, "interval": 300}, 4),
+                         ({"enable": False}, 0)):
+        s = session_from_torchtitan(_with_checkpoint(**table), num_gpus=8).session
+        g = goodput(iteration_time_s=1.0, num_iterations=1000, num_gpus=8,
+                    reliability=s.reliability, size=checkpoint_size(s.model, s.plan, 8),
+                    price_per_gpu_hour_usd=2.0, num_samples=10)
+        assert g.num_checkpoints == saves
+    with pytest.raises(ConfigError, match="checkpoint.async_mode"):
+        session_from_torchtitan(_with_checkpoint(enable=True, async_mode="background"),
+                                num_gpus=8)
+    with pytest.raises(ConfigError, match="checkpoint.interval"):
+        session_from_torchtitan(_with_checkpoint(enable=True, interval=0), num_gpus=8)
+    with pytest.raises(ConfigError, match="checkpoint.enable"):
+        session_from_torchtitan(_with_checkpoint(enable="yes"), num_gpus=8)
+    # older torchtitan's interval_type: steps read as such, seconds refused by name
+    imp = session_from_torchtitan(_with_checkpoint(enable=True, interval=50,
+                                                   interval_type="steps"), num_gpus=8)
+    assert imp.session.reliability.checkpoint_interval_iterations == 50
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(_with_checkpoint(enable=True, interval=600,
+                                                 interval_type="seconds"), num_gpus=8)
+    assert err.value.errors[0].field == "config.toml: checkpoint.interval_type"
+
+
+def test_a_misspelt_key_is_refused_with_the_closest_name():
+    """tensor_paralel_degree was refused by name without the "did you mean" that --set gives
+    (core.util.text.did_you_mean over the importer's known keys); a misspelt section too."""
+    raw = load_toml(LLAMA3_8B)
+    raw["parallelism"]["tensor_paralel_degree"] = 2
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert err.value.errors[0].field == "config.toml: parallelism.tensor_paralel_degree"
+    assert err.value.errors[0].message.endswith(
+        "; did you mean parallelism.tensor_parallel_degree?")
+    raw = load_toml(LLAMA3_8B)
+    raw["quantize"] = {"linear": {"float8": {"filter_fqn": ["output"]}}}
+    with pytest.raises(ConfigError, match="did you mean quantize.linear.float8.filter_fqns"):
+        session_from_torchtitan(raw, num_gpus=8)
+    raw = load_toml(LLAMA3_8B)
+    raw["paralelism"] = raw.pop("parallelism")
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert "; did you mean parallelism." in err.value.errors[0].message
+    raw = load_toml(LLAMA3_8B)
+    raw["parallelism"]["zzzz"] = 1  # nothing close: no guess
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert "did you mean" not in err.value.errors[0].message

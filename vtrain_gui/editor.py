@@ -101,6 +101,7 @@ _LABELS = {
     "plan.overlap_param_gather": "Overlap param gather",
     "plan.tp_comm_overlap": f"Overlap {KIND_NAMES['tp_comm']}",
     "plan.tp_comm_overlap_backend": "TP overlap backend",
+    "plan.fsdp_fp32_params": "FSDP2 fp32 shards",
     "plan.gradient_accumulation_fusion": "Grad accumulation fusion",
     "plan.overlap_p2p_comm": f"Overlap {KIND_NAMES['pp_p2p']}",
     "plan.grad_reduce_dtype": "Gradient dtype",

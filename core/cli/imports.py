@@ -239,7 +239,8 @@ def _torchtitan(args: argparse.Namespace) -> int:
     from core.plan.fields import ConfigError, FieldError
     from core.io.session import save_session
     from core.util.text import printable
-    from core.io.torchtitan_import import read_torchtitan_config
+    from core.io.torchtitan_import import read_torchtitan_config, sweep_options
+    from core.util.text import shell_word
     if args.num_gpus is not None and args.num_gpus < 1:
         raise ConfigError([FieldError("--num-gpus", f"{args.num_gpus} must be a positive "
                                       "integer")])
@@ -256,6 +257,11 @@ def _torchtitan(args: argparse.Namespace) -> int:
         print(printable(f"  no effect {key}: {why}"))
     for note in imp.notes:
         print(printable(f"  note: {note}"))
+    print(printable("  note: vtrain sweep's default space is Megatron-Core's (Transformer Engine's "
+                    "fused cross-entropy, Megatron's selective recomputation, zero-bubble "
+                    "schedules ...), and leaves out torchtitan's per-op recomputation; a sweep "
+                    "kept to what torchtitan runs: "
+                    f"vtrain sweep {shell_word(args.out)} {sweep_options(s)}"))
     return 0
 
 

@@ -299,7 +299,8 @@ def _run_table(r, s):
     if g.checkpoint_interval_rule == "no checkpoint":
         t.add_row("Checkpoint interval", "none: no checkpoint is saved (reliability."
                   "checkpoint_interval_iterations 2^40: Megatron-LM without --save, Megatron-"
-                  "Bridge's checkpoint.save null); a failure restarts the run from its start")
+                  "Bridge's checkpoint.save null, torchtitan's checkpoint.enable false); a "
+                  "failure restarts the run from its start")
     else:
         t.add_row("Checkpoint interval", f"every {g.checkpoint_interval_iterations:,} iterations "
                                          f"({g.checkpoint_interval_s / 60:,.1f} min; {rule}); "

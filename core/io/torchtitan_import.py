@@ -35,13 +35,14 @@ from core.io.torchtitan_older import (OLDER_MICROBATCHES, older_layout, older_mi
                                      older_pipeline_split)
 from core.io.torchtitan_flavours import (FLAVOUR_NOTES, FLAVOURS, REFUSED_FLAVOURS,
                                          REFUSED_MODELS)
-from core.plan.cluster import CostConfig
+from core.plan.cluster import NO_CHECKPOINT_INTERVAL, CostConfig, ReliabilityConfig
 from core.plan.fields import ConfigError, FieldError
-from core.util.text import short_repr, shown_name
+from core.util.text import did_you_mean, short_repr, shown_name
 from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 
-__all__ = ["KEYS", "FLAVOURS", "SCHEDULES", "session_from_torchtitan",
+__all__ = ["KEYS", "FLAVOURS", "SCHEDULES", "RECOMPUTE_OPTIONS", "sweep_options",
+           "session_from_torchtitan",
            "read_torchtitan_config", "load_toml"]
 
 #: torchtitan's ``pipeline_parallel_schedule`` -> ``(plan.schedule, model chunks per rank)``
@@ -77,12 +78,25 @@ def _refused(text: str, *inert: Any) -> Rule:
 
 
 _LOGGING = "logging, not the iteration"
-_CKPT = "checkpoints (saved between iterations; not timed)"
+_CKPT = ("where and what the checkpoints save (paths, loading, the last step's model-only "
+         "export, kept copies): not their timing")
 #: Every key of torchtitan's job config the importer knows; a whole section maps with "*".
 KEYS: dict[str, Rule] = {
     "job.*": _none("the run's name, folder and printing"),
     "profiling.*": _none("the PyTorch profiler's schedule (a few profiled iterations)"),
     "metrics.*": _none(_LOGGING),
+    "checkpoint.enable": _used("reliability.checkpoint_interval_iterations (false, torchtitan's "
+                               "default: no checkpoint at all, 2^40; true: every interval "
+                               "steps)"),
+    "checkpoint.interval": _used("reliability.checkpoint_interval_iterations (steps between "
+                                 "saves; default 500)"),
+    "checkpoint.async_mode": _used("reliability.async_save (disabled: false; async, "
+                                   "async_with_pinned_mem: true)"),
+    # older torchtitan (2024): Checkpoint.interval_type "steps" (default) or "seconds"
+    "checkpoint.interval_type": _refused("checkpoint.interval read as seconds between saves "
+                                         "(older torchtitan), not steps", "steps"),
+    "checkpoint.enable_first_step_checkpoint": _none(
+        "one more save, after step 1 (a check of the storage): not charged"),
     "checkpoint.*": _none(_CKPT),
     "comm.*": _none("NCCL timeouts and the flight recorder's buffer: no effect on a healthy "
                     "iteration"),
@@ -141,7 +155,8 @@ KEYS: dict[str, Rule] = {
     "parallelism.data_parallel_shard_degree": _used("plan.data_parallel (times the replicas); "
                                                     "FSDP over shard x cp ranks when either "
                                                     "exceeds one: plan.zero_stage, "
-                                                    "plan.data_parallel_shard_size"),
+                                                    "plan.data_parallel_shard_size, "
+                                                    "plan.fsdp_fp32_params"),
     "parallelism.tensor_parallel_degree": _used("plan.tensor_parallel (sequence-parallel, as "
                                                 "torchtitan's TP always is)"),
     "parallelism.pipeline_parallel_degree": _used("plan.pipeline_parallel (torchtitan's split: "
@@ -328,8 +343,9 @@ def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str
                     raise refusal(where, f"{section}.{key.split('.')[0]}", "a table where "
                                   "torchtitan's job config has a value")
             if rule is None:
-                raise refusal(where, shown_name(name), "is not a key of torchtitan's job config the importer "
-                           "knows, so it cannot tell whether it changes the run")
+                raise refusal(where, shown_name(name), "is not a key of torchtitan's job config "
+                              "the importer knows, so it cannot tell whether it changes the run"
+                              + did_you_mean(name, _KNOWN_NAMES))
             if rule.kind == "refused" and not float8_on and (
                     name.startswith(("float8.", _FLOAT8_V02))):
                 ignored[name] = f"{short_repr(value)}: {_FLOAT8_OFF}"
@@ -340,6 +356,12 @@ def _classify(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str
             else:
                 used[name] = value
     return used, ignored
+
+
+#: The keys :data:`KEYS` names one by one (and ``[quantize.linear.float8]``'s), for the "did
+#: you mean" of an unknown key (:func:`core.util.text.did_you_mean`).
+_KNOWN_NAMES = tuple(k for k in KEYS if not k.endswith(".*")) + tuple(
+    _FLOAT8_V02 + k[len("float8."):] for k in KEYS if k.startswith("float8."))
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -435,10 +457,12 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
             f"{old} read as {new}" for new, old in renamed.items()))
     model = _model(used, where, notes)
     plan, tokens = _plan(used, model, where, num_gpus, notes, _model_compiled(cfg))
-    _output_layer_filtered(used, ignored, where, plan)
+    filtered = _output_layer_filtered(used, ignored, where, plan)
     cluster = cluster_of_gpu(gpu)
     cost = CostConfig() if tokens is None else CostConfig(training_tokens=float(tokens))
-    session = Session(model=model, plan=plan, cluster=cluster, cost=cost)
+    reliability = _checkpoints(used, ignored, where, notes)
+    session = Session(model=model, plan=plan, cluster=cluster, cost=cost,
+                      reliability=reliability)
     session.notes = f"Imported from the torchtitan job config {where}."
     from core.plan.rules import validate
     errs = validate(session)
@@ -453,29 +477,105 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
                  if k not in renamed or renamed[k] != OLDER_MICROBATCHES}
     if OLDER_MICROBATCHES in renamed.values():
         described[OLDER_MICROBATCHES] = KEYS[OLDER_MICROBATCHES].text
+    if filtered is not None:  # required and checked: used, not "no effect"
+        described[filtered] = _FILTER_OUTPUT
+        del ignored[filtered]
     ignored = {renamed.get(k, k): v for k, v in ignored.items()}
     return ImportResult(session, described, ignored, notes)
 
 
+#: What ``filter_fqns = ["output"]`` does with the float8 converter on (used, not "no effect":
+#: without it the import is refused, :func:`_output_layer_filtered`).
+_FILTER_OUTPUT = ("checked: [\"output\"] keeps the output layer out of the float8 "
+                  "conversion, in BF16, as the simulator's fp8 does (required: torchtitan's "
+                  "default [] converts it too, which is not modelled)")
+
+
 def _output_layer_filtered(used: dict[str, Any], ignored: dict[str, str], where: str,
-                           plan: ParallelPlan) -> None:
+                           plan: ParallelPlan) -> str | None:
     """Refuse float8 linears by ``model.converters`` without ``filter_fqns``: torchtitan's
     default (``Float8Linear.filter_fqns``, v0.1-v0.3: ``field(default_factory=list)``) filters
     nothing, so ``module_filter_fn`` converts every ``nn.Linear`` whose dimensions are multiples
     of 16, the output layer included (Llama 3's 4096 x 128,256); the simulator's fp8 keeps the
     output layer in BF16, as ``filter_fqns = ["output"]`` (torchtitan's own train_configs) does.
     The older ``enable_float8_linear`` converter skipped the output layer itself
-    (``fqn != "output"``). Raises ConfigError naming the file's ``filter_fqns`` key."""
+    (``fqn != "output"``). Returns the file's ``filter_fqns`` key where the converter needs
+    and has it (``["output"]``: any other value was refused by :func:`_classify`), else None.
+    Raises ConfigError naming the file's ``filter_fqns`` key."""
     if plan.precision != "fp8" or not used.get("model.converters"):
-        return
+        return None
     keys = ("float8.filter_fqns", _FLOAT8_V02 + "filter_fqns")
-    if any(k in ignored for k in keys):
-        return
+    for k in keys:
+        if k in ignored:
+            return k
     v02 = any(k.startswith(_FLOAT8_V02) for k in (*used, *ignored))
     raise refusal(where, keys[1] if v02 else keys[0], "not given: torchtitan's default [] "
                   "converts the output layer to FP8 too (every nn.Linear with dimensions that are "
                   "multiples of 16), which is not modelled (the simulator's output layer stays "
                   "BF16); give filter_fqns = [\"output\"], as torchtitan's train_configs do")
+
+
+#: torchtitan's ``Checkpoint.interval`` default (``config/job_config.py``, v0.1-v0.2.2:
+#: ``interval: int = 500``, "Checkpointing interval in steps"; v0.3.0
+#: ``components/checkpointer/base.py`` keeps 500).
+CHECKPOINT_INTERVAL_DEFAULT = 500
+
+#: ``[checkpoint] async_mode`` -> ``reliability.async_save`` (torchtitan's
+#: ``Checkpoint.async_mode``: "disabled", its default, saves synchronously; "async" is
+#: ``torch.distributed.checkpoint.async_save``; "async_with_pinned_mem" stages into pinned
+#: memory in a separate process).
+_ASYNC_MODES = {"disabled": False, "async": True, "async_with_pinned_mem": True}
+
+
+def _checkpoints(used: dict[str, Any], ignored: dict[str, str], where: str,
+                 notes: list[str]) -> ReliabilityConfig:
+    """The run's checkpoints (docs/goodput.md) as torchtitan's ``CheckpointManager``
+    (``components/checkpoint.py``, v0.2.2) saves them, read as ``vtrain import megatron-args``
+    reads ``--save``, ``--save-interval`` and ``--async-save``.
+
+    ``_should_save``: nothing unless ``enable`` (default false: a file without ``[checkpoint]
+    enable = true`` saves no checkpoint, the session's
+    :data:`~core.plan.cluster.NO_CHECKPOINT_INTERVAL`, and ``interval`` and ``async_mode`` are
+    listed as having no effect); with it every ``interval`` steps (``curr_step % interval ==
+    0``; default :data:`CHECKPOINT_INTERVAL_DEFAULT`) and at the last step (``last_step``:
+    the session's segments end in a save too; torchtitan's last save is the model alone,
+    ``last_save_model_only`` true by default, noted), ``async_mode`` as
+    ``reliability.async_save``. Moves the unused keys from ``used`` to ``ignored``.
+
+    Raises ConfigError: ``enable`` not a boolean, ``interval`` not a positive integer,
+    ``async_mode`` not one of torchtitan's three."""
+    enable = _switch(used, "checkpoint.enable", where)
+    never = NO_CHECKPOINT_INTERVAL
+    if not enable:
+        notes.append("checkpoint.enable " + ("false" if "checkpoint.enable" in used else
+                     "not given (torchtitan's default: false)") + ": torchtitan saves no "
+                     "checkpoint (CheckpointManager._should_save); a failure restarts the run "
+                     f"from its start (reliability.checkpoint_interval_iterations {never:,}, "
+                     "beyond any run)")
+        for key in ("checkpoint.interval", "checkpoint.async_mode"):
+            if key in used:
+                ignored[key] = (f"{short_repr(used.pop(key))}: no effect without checkpoint."
+                                "enable (no checkpoint is saved)")
+        return ReliabilityConfig(checkpoint_interval_iterations=never)
+    interval = _int(used, "checkpoint.interval", where, CHECKPOINT_INTERVAL_DEFAULT)
+    # torchtitan saves at the last step whatever the interval: one less than no checkpoint at
+    # all is an interval beyond any run, one save at the end (as Megatron-LM's)
+    interval = min(interval, never - 1)
+    if "checkpoint.interval" not in used:
+        notes.append(f"checkpoint.interval not given: torchtitan's default, every "
+                     f"{CHECKPOINT_INTERVAL_DEFAULT} steps")
+    mode = used.get("checkpoint.async_mode", "disabled")
+    async_save = _choice(used, "checkpoint.async_mode", where, "disabled", _ASYNC_MODES)
+    notes.append(f"checkpoints every {interval:,} steps and at the last step (torchtitan's "
+                 "_should_save), each charged as a save of the weights and optimizer state "
+                 "(torchtitan's last one holds the model alone unless last_save_model_only = "
+                 "false)")
+    if mode == "async_with_pinned_mem":
+        notes.append("checkpoint.async_mode async_with_pinned_mem: torchtitan stages the "
+                     "state into pinned host memory with non-blocking copies in another "
+                     "process; reliability.async_save charges the device-to-host copy as a "
+                     "stall (host_copy_gbytes_per_s_per_gpu), an upper bound of its stall")
+    return ReliabilityConfig(checkpoint_interval_iterations=interval, async_save=async_save)
 
 
 #: Session field -> the torchtitan key that sets it (for error messages).
@@ -828,6 +928,9 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         # FSDP reduce-scatters each layer's gradients as its backward ends; DDP (torch's
         # replicate, 100 MB buckets) all-reduces a bucket as soon as its gradients are ready
         zero_stage=zero, overlap_grad_reduce=fsdp or rep > 1, overlap_param_gather=zero == 3,
+        # fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype, reduce_dtype)) over the fp32
+        # model (training.dtype float32): fp32 shards, the optimizer's own master weights
+        fsdp_fp32_params=fsdp,
         grad_reduce_dtype=_choice(used, "training.mixed_precision_reduce", where, "float32",
                                   _REDUCE_DTYPES),
         context_parallel=cp,
@@ -866,6 +969,51 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
     steps = _int(used, "training.steps", where, 1) if "training.steps" in used else None
     tokens = steps * glob * model.seq_length if steps is not None else None
     return plan, tokens
+
+
+#: torchtitan's ``[activation_checkpoint]`` modes as the session's ``plan.recompute``
+#: (``ActivationCheckpoint``, v0.1-v0.2.2: mode none, full, selective with
+#: ``selective_ac_option`` op, or 1, every layer, which is full; every N-th layer is refused).
+RECOMPUTE_OPTIONS = ("none", "selective_op", "full")
+
+
+def sweep_options(session: Session) -> str:
+    """The ``vtrain sweep`` options that keep its default plan space (Megatron-Core's:
+    Transformer Engine's fused cross-entropy, Megatron's selective recomputation and partial
+    block recomputation, the zero-bubble schedules, the all-to-all context-parallel exchange,
+    Transformer Engine's TP overlap, DeepEP and the combined-1F1B expert overlap) to what
+    torchtitan runs, as :func:`core.io.deepspeed_import.sweep_options` does for DeepSpeed:
+
+    * ``--cross-entropy-fusion off``: the model's own cross-entropy (torch's, on the
+      vocabulary-parallel logits; neither Transformer Engine's nor Megatron's fused kernel);
+    * ``--recompute none,selective_op,full --recompute-num-layers all``
+      (:data:`RECOMPUTE_OPTIONS`: torchtitan checkpoints every block or none, per op or
+      whole);
+    * ``--schedules 1f1b,gpipe,interleaved --virtual-pipeline-stages 2`` (:data:`SCHEDULES`:
+      two stages per rank under Interleaved1F1B);
+    * ``--cp-comm-types allgather,p2p`` (``context_parallel_rotate_method`` allgather and
+      alltoall, the ring);
+    * ``--tp-comm-overlap n`` unless the session overlaps with PyTorch's async TP
+      (``plan.tp_comm_overlap_backend`` symmetric_memory, held by the sweep): Transformer
+      Engine's userbuffers are not torchtitan's;
+    * for a mixture-of-experts model ``--moe-token-dispatcher alltoall
+      --overlap-moe-expert-parallel-comm n`` (torchtitan's standard all-to-all; DeepEP is
+      refused on import, and it has no combined-1F1B overlap).
+
+    What the options cannot say: torchtitan's ZeRO stage follows from the plan (FSDP: 3, 2
+    with ``fsdp_reshard_after_forward`` never, 1 with pipelining; DDP, ZeRO-0, only when data
+    parallelism is the only one) and its pipeline split puts one layer fewer on the first
+    and last stages; docs/torchtitan.md, "Sweeping"."""
+    out = ("--cross-entropy-fusion off --recompute " + ",".join(RECOMPUTE_OPTIONS)
+           + " --recompute-num-layers all --schedules "
+           + ",".join(sch for sch, _ in SCHEDULES.values()) + " --virtual-pipeline-stages 2"
+           " --cp-comm-types allgather,p2p")
+    pl = session.plan
+    if not (pl.tp_comm_overlap and pl.tp_comm_overlap_backend == "symmetric_memory"):
+        out += " --tp-comm-overlap n"
+    if session.model.is_moe:
+        out += " --moe-token-dispatcher alltoall --overlap-moe-expert-parallel-comm n"
+    return out
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

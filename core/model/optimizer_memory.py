@@ -8,7 +8,7 @@ from __future__ import annotations
 from core.model.base import ADAM_BYTES_PER_PARAM, DTYPE_BYTES
 from core.plan.parallel import ParallelPlan, fp8_recipe, grad_dtype, tensor_dtype, zero_shard_size
 
-__all__ = ["STATE_DTYPE_BYTES", "bytes_per_parameter", "grad_copy_bytes_per_parameter",
+__all__ = ["STATE_DTYPE_BYTES", "bytes_per_parameter", "fsdp_fp32_shards", "fsdp_fp32_dropped_bytes", "grad_copy_bytes_per_parameter",
            "optimizer_holds_master_weights", "optimizer_state_bytes",
            "optimizer_step_scratch_bytes", "optimizer_step_traffic"]
 
@@ -187,7 +187,40 @@ def bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None
     opt = sum(optimizer_state_bytes(plan))
     # Megatron-Core shards over d*cp; with hybrid sharding over the size*cp of a shard group
     d, z = data_parallel or zero_shard_size(plan), plan.zero_stage
+    if fsdp_fp32_shards(plan):
+        return 4.0 / d, 4.0 / d, (opt - fsdp_fp32_dropped_bytes(plan)) / d
     return (e / d if z >= 3 else e, g / d if z >= 2 else g, opt / d if z >= 1 else opt)
+
+
+def fsdp_fp32_shards(plan: ParallelPlan) -> bool:
+    """Whether ``plan``'s ZeRO-3 shards are PyTorch FSDP2's fp32 ones (``plan.fsdp_fp32_params``,
+    torchtitan) under mixed precision: ZeRO-3 with 16-bit compute weights. Then
+    :func:`bytes_per_parameter` is ``(4/d, 4/d, Adam's 8/d)``: FSDP2's ``MixedPrecisionPolicy``
+    keeps the sharded parameter in its original dtype (fp32, torchtitan's ``training.dtype``
+    default), casts it to ``param_dtype`` only for the all-gather (the unsharded parameter,
+    freed after each unit's forward and backward) and casts the reduce-scattered gradient
+    back to that dtype (torch 2.13 ``fsdp/_fully_shard/_fsdp_api.py`` ``MixedPrecisionPolicy``:
+    "FSDP ... keeps the high-precision sharded parameters in memory anyway ... does not require
+    any extra memory to keep a high-precision copy of the parameters for the optimizer step";
+    ``_fsdp_param.py`` ``orig_dtype``; ``_fsdp_collectives.py`` ``_to_dtype_if_needed(
+    reduce_output, orig_dtype)``), and the optimizer steps the sharded fp32 parameter itself.
+    ZeRO 0-2 hold the same bytes either way (the gathered 16-bit weights kept beside fp32
+    shards that are the master weights: Megatron's 2 + 4 + 12 split), fp32 training too, and
+    Megatron-Core's precision-aware optimizer is not FSDP2's (the field has no effect there)."""
+    return bool(getattr(plan, "fsdp_fp32_params", False)) and plan.zero_stage >= 3 and \
+        DTYPE_BYTES[tensor_dtype(plan.precision)] < 4 and \
+        not getattr(plan, "use_precision_aware_optimizer", False)
+
+
+def fsdp_fp32_dropped_bytes(plan: ParallelPlan) -> float:
+    """Bytes per parameter of :func:`optimizer_state_bytes` (unsharded) FSDP2's fp32 shards
+    make unneeded (:func:`fsdp_fp32_shards`): the master weights (the shards are) and the fp32
+    copy of 16-bit gradients (the reduce-scattered gradient is cast to fp32 by FSDP2); 0 when
+    the plan is not such."""
+    if not fsdp_fp32_shards(plan):
+        return 0.0
+    master, _, _, step_only = optimizer_state_bytes(plan)
+    return master + step_only
 
 
 def grad_copy_bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None = None) -> float:
@@ -208,7 +241,7 @@ def grad_copy_bytes_per_parameter(plan: ParallelPlan, data_parallel: int | None 
     in ``zero_grad`` (``distrib_optimizer.py:2286-2298``, ``optimizer.py:710-723``:
     ``set_to_none``), which the training step calls before its forward and backward passes."""
     copy = optimizer_state_bytes(plan)[3]
-    if copy == 0:
+    if copy == 0 or fsdp_fp32_shards(plan):  # FSDP2 casts the reduced shard to fp32 itself
         return 0.0
     d = data_parallel or zero_shard_size(plan)
     return copy / d if plan.zero_stage >= 1 else copy

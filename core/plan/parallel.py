@@ -394,6 +394,14 @@ class ParallelPlan:
         "enable_async_tensor_parallel: the backward's reduce-scatters after the QKV and fc1 "
         "input-gradient GEMMs are not fused and stay exposed)",
         choices=TP_COMM_OVERLAP_BACKENDS, short="tp_overlap_backend", label_needs="tp_comm_overlap")
+    fsdp_fp32_params: bool = described_field(
+        False, "", "PyTorch FSDP2 over an fp32 model with MixedPrecisionPolicy(param_dtype=bf16, "
+        "reduce_dtype=fp32), as torchtitan trains (training.dtype float32): under ZeRO-3 the "
+        "sharded parameters and their gradients are fp32 and the sharded parameters are the "
+        "optimizer's master weights (4 + 4 + Adam's 8 = 16 bytes per parameter over d), the "
+        "16-bit weights existing only as each unit's gathered copy. Off: Megatron-Core's "
+        "16-bit sharded weights beside fp32 master weights (2 + 4 + 12 = 18 over d). ZeRO 0-2 "
+        "hold the same bytes either way", short="fsdp_fp32")
 
     @property
     def num_gpus(self) -> int:

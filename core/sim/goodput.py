@@ -99,12 +99,19 @@ def checkpoint_bytes_per_parameter(plan) -> float:
     weights and the optimizer's own state tensors, the moments in their dtypes
     (:func:`core.model.memory.optimizer_state_bytes`): Megatron-Bridge's BF16 recipes with
     BF16 moments 2 + 4 + 2 + 2 = 10.
+
+    A model FSDP2 shards in fp32 (``plan.fsdp_fp32_params``, torchtitan: the parameters are
+    fp32, cast to 16 bits only when gathered) saves its fp32 parameters and Adam's moments
+    (torchtitan's ``CheckpointManager`` saves the model's and the optimizer's state dicts):
+    4 + 4 + 4 = 12, whatever the ZeRO stage.
     """
     from core.plan.parallel import tensor_dtype
     from core.model.base import DTYPE_BYTES
     from core.model.memory import optimizer_holds_master_weights, optimizer_state_bytes
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
     master, m, v, _ = optimizer_state_bytes(plan)
+    if getattr(plan, "fsdp_fp32_params", False) and not plan.use_precision_aware_optimizer:
+        return 4.0 + m + v
     if optimizer_holds_master_weights(plan):
         return e + (2.0 if master == 2.0 and plan.main_params_dtype == "fp32" else 4.0) + 8.0
     return e + master + m + v

@@ -237,6 +237,13 @@ def _sharding_words(pl: Any) -> list[str]:
     if _get(pl, "sequence_parallel"):
         out.append("--sequence-parallel")
     zero = _get(pl, "zero_stage", 0) or 0
+    from core.model.optimizer_memory import fsdp_fp32_shards
+    if fsdp_fp32_shards(pl):
+        raise MegatronArgsError(
+            "plan.fsdp_fp32_params: FSDP2 over an fp32 model (torchtitan: fp32 shards that are "
+            "the master weights, 16 bytes per parameter over d) has no Megatron-LM argument "
+            "(Megatron-FSDP and --use-torch-fsdp2 shard the 16-bit weights beside fp32 main "
+            "weights, 18 over d): set it false")
     if zero == 1:
         out.append("--use-distributed-optimizer")
     elif zero >= 2 and _megatron_fsdp(pl, zero):
