@@ -17,7 +17,7 @@ from core.studies.sweep import SweepSpace, enumerate_plans, run_sweep
 from core.studies.sweep import bound
 from core.studies.sweep.bound import fill_lower_bounds
 from core.studies.sweep.plan_rows import (PlanRows, concat_plan_columns, plan_column_arrays,
-                                          plan_keys, row_of_plan)
+                                          plan_keys, plans_at, row_of_plan)
 from core.studies.sweep.variants import plan_maker
 from tests.test_sweep_prune import gpt3_small, moe_session
 
@@ -57,6 +57,24 @@ def test_plan_rows_are_the_plans_the_columns_were_read_from(listed):
         rows[n]
     # no plan is held: a field of one value is broadcast, the others one item per plan
     assert sum(c.nbytes for c in rows.columns.values() if c.strides != (0,)) < 16 * 8 * n
+
+
+def test_plans_at_builds_the_rows_plans_from_their_keys(listed):
+    """``plans_at`` (the sweep's plans of many rows, read a chunk of columns at a time): the
+    plans ``rows[i]`` builds, in the rows' order (repeats kept), of the same field types; of a
+    list, its own plans; of no rows, none."""
+    session, plans = listed
+    rows = PlanRows(plan_column_arrays(plans), plan_maker(session.plan))
+    pick = [len(plans) - 1, 0, 7, 7, 3]
+    got = list(plans_at(rows, pick))
+    assert got == [plans[i] for i in pick] == [rows[i] for i in pick]
+    assert [type(pl) for pl in got] == [ParallelPlan] * len(pick)
+    assert [[type(v) for v in plan_key(pl)] for pl in got] == [
+        [type(v) for v in plan_key(plans[i])] for i in pick]
+    assert list(plans_at(plans, pick)) == [plans[i] for i in pick]
+    assert all(a is plans[i] for a, i in zip(plans_at(plans, pick), pick))
+    assert list(plans_at(rows, [])) == [] and list(plans_at(rows, np.arange(0))) == []
+    assert list(plans_at(rows, range(len(plans)))) == plans
 
 
 def test_concat_plan_columns_is_the_columns_of_the_joined_list(listed):

@@ -461,6 +461,7 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
     order = np.argsort(np.array(codes, np.int64), kind="stable").tolist()
     del near, codes
     group_rows = list(groups.values())
+    rows_make = plans.maker if isinstance(plans, PlanRows) else None
     done, kept = 0, len(lookup_cache)
     for g in order:
         idx, fields = group_rows[g], firsts[g]
@@ -469,9 +470,10 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
         done += len(idx)
         if len(lookup_cache) > kept + BOUND_MEMO_ENTRIES:
             kept = _release_memo(lookup_cache, store)
-        pl = plans[idx[0]]
-        # bound_plan(pl, model): its fields are known, the plan made without __init__
-        bound = plan_maker(pl)(dict(zip(PLAN_FIELDS, fields)))
+        # bound_plan(plans[idx[0]], model): its fields are known, the plan made without
+        # __init__ (plan rows' own maker: the first plan is not built)
+        make = rows_make if rows_make is not None else plan_maker(plans[idx[0]])
+        bound = make(dict(zip(PLAN_FIELDS, fields)))
         st = stage_busy_times(Session(model, bound, cluster, cost), store, lookup_cache)
         m = (np.array([float(plans[i].num_microbatches) for i in idx]) if micro is None
              else micro[idx].astype(float))

@@ -27,7 +27,7 @@ from core.store.calibration_range import (features_of, precision_label, throughp
                                           throughput_departure)
 from core.store.interval import interval_factors, interval_for, layer_parameters, plan_departures
 from core.studies.sweep.cancel import check_cancelled
-from core.studies.sweep.plan_rows import PlanRows, plan_column_arrays, row_of_plan
+from core.studies.sweep.plan_rows import PlanRows, plan_column_arrays, plans_at, row_of_plan
 from core.studies.sweep.space import SweepSpace, as_list
 from core.sim.comm import CollectiveExtrapolation
 from core.util.text import spreadsheet_cell
@@ -696,9 +696,9 @@ def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.
         plan_columns = plan_column_arrays(plans, cancel)
     # the FLOPs do not depend on d or b (B is the session's): one evaluation per other fields
     of, firsts = column_codes(plan_columns, _FLOPS_FIELDS, len(plans), cancel)
-    both = np.array([(model_math.model_flops_per_iteration(model, plans[i]),
-                      model_math.hardware_flops_per_iteration(model, plans[i]))
-                     for i in firsts], dtype=float).reshape(-1, 2)[of]
+    both = np.array([(model_math.model_flops_per_iteration(model, pl),
+                      model_math.hardware_flops_per_iteration(model, pl))
+                     for pl in plans_at(plans, firsts)], dtype=float).reshape(-1, 2)[of]
     flops, hw_flops = both[:, 0], both[:, 1]
     residuals = getattr(store, "residuals", None)
     low_f, high_f, in_range, departures = _plan_bands(plans, model, cluster, residuals,
@@ -789,7 +789,7 @@ def _plan_bands(plans: list[ParallelPlan], model, cluster, residuals, num_gpus: 
     if plan_columns is None:
         plan_columns = plan_column_arrays(plans, cancel)
     of, firsts = column_codes(plan_columns, _FEATURE_FIELDS, n, cancel)
-    feats = [features_of(model, cluster, plans[i]) for i in firsts]
+    feats = [features_of(model, cluster, pl) for pl in plans_at(plans, firsts)]
     low, high, inside = interval_factors(residuals, num_gpus, gpn, layer_params, coverage,
                                          features=feats, feature_index=of)
     check_cancelled(cancel)

@@ -37,7 +37,8 @@ from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import gc_paused
 from core.studies.sweep.phase import PhaseFn
 from core.studies.sweep.plan_rows import (PlanRows, concat_plan_columns, is_broadcast,
-                                          plan_column_arrays, plan_keys, row_of_plan)
+                                          plan_column_arrays, plan_keys, plans_at,
+                                          row_of_plan)
 from core.studies.sweep.result import (SweepResult, best_row, least_memory_of_ties, pareto_front,
                                        plan_figures, throughput_departures, with_plans)
 from core.studies.sweep.space import (SweepSpace, as_list, check_enumerable, divisors,
@@ -378,7 +379,7 @@ class _Runner:
             return
         for key, idx in batches:
             check_cancelled(self.cancel)
-            self.take(idx, solve_batch(model, cluster, cost, key, [plans[i] for i in idx], store,
+            self.take(idx, solve_batch(model, cluster, cost, key, list(plans_at(plans, idx)), store,
                                        self.lookup_cache, self.compiled,
                                        None if self.fits is None else self.fits[idx].tolist()))
 
@@ -755,7 +756,8 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
         cheapest=best_row(cost_usd, days, feasible, max_mem),
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
         warnings=[w for w in [profile_gpu_note(store, session.cluster)] if w] + sweep_notes
-        + sorted(with_plans(w, [plans[i] for i in sorted(idx)]) for w, idx in runner.warned.items())
+        + sorted(with_plans(w, list(plans_at(plans, sorted(idx))))
+                 for w, idx in runner.warned.items())
         + [w for w in [small_nvlink_domain_note(session.cluster, int(num_gpus.max(initial=0)))]
            if w],
         profile={"device": store.device_name, "path": str(store.path) if store.path else "",
