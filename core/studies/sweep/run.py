@@ -551,13 +551,15 @@ def _partial_recompute_plans(plans: PlanRows, mem: tuple, session: Session, stor
              else np.zeros(len(plans), bool))
     full = (np.asarray(plans.columns["recompute"] == "full", bool) & unset
             & np.asarray(fits, bool))
-    rows, hi = [], []
+    rows, hi, row_keys = [], [], []
     for i, key in zip(np.flatnonzero(full).tolist(),
                       plan_keys(plans, np.flatnonzero(full).tolist())):
         most = largest_model_chunk(L, make(dict(zip(PLAN_FIELDS, key))))
         if most is not None and most > 1:
             rows.append(i)
             hi.append(most)  # every layer: fits
+            row_keys.append(key)
+    at = PLAN_FIELDS.index("recompute_num_layers")
     if not rows:
         return [], (np.zeros(0), np.zeros(0, bool), [])
     lo = np.zeros(len(rows), np.int64)        # N known not to fit (0: none tried)
@@ -569,18 +571,20 @@ def _partial_recompute_plans(plans: PlanRows, mem: tuple, session: Session, stor
         if not open_.size:
             break
         mid = (lo[open_] + hi[open_]) // 2
-        trial = [with_layers(key, n) for key, n in
-                 zip(plan_keys(plans, [rows[k] for k in open_.tolist()]), mid.tolist())]
+        # the trial plans as their keys (those of with_layers(key, n)): memory_verdicts
+        # builds a plan per key it has not seen alone
+        trial = [key[:at] + (n,) + key[at + 1:] for key, n in
+                 zip([row_keys[k] for k in open_.tolist()], mid.tolist())]
         # the whole need, the allocator's cache included, within the capacity: the sweep never
         # builds a plan that runs only once PyTorch frees its cache (it may, each time it must
         # retry a cudaMalloc, at a synchronization's cost: memory_stats' num_alloc_retries)
-        need = memory_verdicts(trial, session.model, store, memo=memo)[0]
+        need = memory_verdicts(None, session.model, store, memo=memo, keys=trial,
+                               make=make)[0]
         ok = need <= float(store.memory_bytes)
         hi[open_[ok]] = mid[ok]
         lo[open_[~ok]] = mid[~ok]
     keep = np.flatnonzero(hi < most)
-    more = [with_layers(key, n) for key, n in
-            zip(plan_keys(plans, [rows[k] for k in keep.tolist()]), hi[keep].tolist())]
+    more = [with_layers(row_keys[k], n) for k, n in zip(keep.tolist(), hi[keep].tolist())]
     if not more:
         return [], (np.zeros(0), np.zeros(0, bool), [])
     return more, memory_verdicts(more, session.model, store, memo=memo)
