@@ -148,3 +148,23 @@ def test_keys_of_plans_alike_in_every_field_end(listed):
     same = PlanRows(plan_column_arrays([plans[3]] * 4), plan_maker(session.plan))
     assert same.keys(np.array([2, 0])) == [plan_key(plans[3])] * 2
     assert same.keys(np.zeros(0, np.int64)) == []
+
+
+def test_memory_verdicts_of_keys_are_those_of_the_plans(listed):
+    """``memory_verdicts(None, keys=..., make=...)`` (the bisection's trial plans as keys, a plan
+    built per new key only) gives the bytes, fits and reasons of the plans themselves, with an
+    empty memo and with one the plans' call filled."""
+    session, plans = listed
+    store = session_profile(session)
+    want = bound.memory_verdicts(plans, session.model, store)
+    keys = [plan_key(pl) for pl in plans]
+    make = plan_maker(session.plan)
+    for memo in ({}, None):
+        got = bound.memory_verdicts(None, session.model, store, keys=keys, make=make, memo=memo)
+        assert got[0].tobytes() == want[0].tobytes() and got[1].tolist() == want[1].tolist()
+        assert got[2] == want[2]
+    memo: dict = {}
+    bound.memory_verdicts(plans, session.model, store, memo=memo)
+    again = bound.memory_verdicts(None, session.model, store, keys=keys[::-1], make=make, memo=memo)
+    assert again[0].tobytes() == want[0][::-1].tobytes() and again[2] == want[2][::-1]
+    assert want[1].any() and not want[1].all()  # some fit, some do not
