@@ -457,3 +457,36 @@ def test_a_saved_no_tight_sweep_reads_back_as_filtered():
         restore_sweep({**doc, "no_tight": "yes"})
     with pytest.raises(ConfigError, match=r"num_tight_left_out must be a whole number"):
         restore_sweep({**doc, "num_tight_left_out": -1})
+
+
+def _csv_of_rows(rows: list[dict]) -> str:
+    """The CSV of ``rows`` written row by row (the header, then each row's values: "" for null,
+    ``repr`` of a float, :func:`core.util.text.spreadsheet_cell` of the rest)."""
+    import csv
+    import io
+    from core.util.text import spreadsheet_cell
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for row in rows:
+        w.writerow(["" if v is None else repr(v) if isinstance(v, float)
+                    else spreadsheet_cell(v) for v in row.values()])
+    return buf.getvalue()
+
+
+def test_rows_and_csv_read_column_by_column_are_each_rows_own(sweeps):
+    """``rows()`` (built column by column) is ``row(i)`` of each row, with the same Python
+    types (null for a plan without figures, never NaN), in the order asked, and the CSV is
+    those rows written row by row."""
+    big_r = _too_large_sweep()
+    for r in (*sweeps, big_r):
+        every = [r.row(i) for i in range(r.num_plans)]
+        rows = r.rows()
+        assert rows == every and list(rows[0]) == list(COLUMNS)
+        assert [[type(v) for v in a.values()] for a in rows] == [
+            [type(v) for v in a.values()] for a in every]
+        pick = [r.num_plans - 1, 0, 0]
+        assert r.rows(pick) == [every[i] for i in pick] and r.rows([]) == []
+        assert r.csv_text() == _csv_of_rows(every)
+    assert any(row["iteration_time_s"] is None for row in big_r.rows())
+    assert ",," in big_r.csv_text()  # the null figures: empty cells

@@ -17,7 +17,7 @@ from core.studies.sweep import SweepSpace, enumerate_plans, run_sweep
 from core.studies.sweep import bound
 from core.studies.sweep.bound import fill_lower_bounds
 from core.studies.sweep.plan_rows import (PlanRows, concat_plan_columns, plan_column_arrays,
-                                          plan_keys, row_of_plan)
+                                          plan_keys, plans_at, row_of_plan)
 from core.studies.sweep.variants import plan_maker
 from tests.test_sweep_prune import gpt3_small, moe_session
 
@@ -57,6 +57,24 @@ def test_plan_rows_are_the_plans_the_columns_were_read_from(listed):
         rows[n]
     # no plan is held: a field of one value is broadcast, the others one item per plan
     assert sum(c.nbytes for c in rows.columns.values() if c.strides != (0,)) < 16 * 8 * n
+
+
+def test_plans_at_builds_the_rows_plans_from_their_keys(listed):
+    """``plans_at`` (the sweep's plans of many rows, read a chunk of columns at a time): the
+    plans ``rows[i]`` builds, in the rows' order (repeats kept), of the same field types; of a
+    list, its own plans; of no rows, none."""
+    session, plans = listed
+    rows = PlanRows(plan_column_arrays(plans), plan_maker(session.plan))
+    pick = [len(plans) - 1, 0, 7, 7, 3]
+    got = list(plans_at(rows, pick))
+    assert got == [plans[i] for i in pick] == [rows[i] for i in pick]
+    assert [type(pl) for pl in got] == [ParallelPlan] * len(pick)
+    assert [[type(v) for v in plan_key(pl)] for pl in got] == [
+        [type(v) for v in plan_key(plans[i])] for i in pick]
+    assert list(plans_at(plans, pick)) == [plans[i] for i in pick]
+    assert all(a is plans[i] for a, i in zip(plans_at(plans, pick), pick))
+    assert list(plans_at(rows, [])) == [] and list(plans_at(rows, np.arange(0))) == []
+    assert list(plans_at(rows, range(len(plans)))) == plans
 
 
 def test_concat_plan_columns_is_the_columns_of_the_joined_list(listed):
@@ -130,3 +148,23 @@ def test_keys_of_plans_alike_in_every_field_end(listed):
     same = PlanRows(plan_column_arrays([plans[3]] * 4), plan_maker(session.plan))
     assert same.keys(np.array([2, 0])) == [plan_key(plans[3])] * 2
     assert same.keys(np.zeros(0, np.int64)) == []
+
+
+def test_memory_verdicts_of_keys_are_those_of_the_plans(listed):
+    """``memory_verdicts(None, keys=..., make=...)`` (the bisection's trial plans as keys, a plan
+    built per new key only) gives the bytes, fits and reasons of the plans themselves, with an
+    empty memo and with one the plans' call filled."""
+    session, plans = listed
+    store = session_profile(session)
+    want = bound.memory_verdicts(plans, session.model, store)
+    keys = [plan_key(pl) for pl in plans]
+    make = plan_maker(session.plan)
+    for memo in ({}, None):
+        got = bound.memory_verdicts(None, session.model, store, keys=keys, make=make, memo=memo)
+        assert got[0].tobytes() == want[0].tobytes() and got[1].tolist() == want[1].tolist()
+        assert got[2] == want[2]
+    memo: dict = {}
+    bound.memory_verdicts(plans, session.model, store, memo=memo)
+    again = bound.memory_verdicts(None, session.model, store, keys=keys[::-1], make=make, memo=memo)
+    assert again[0].tobytes() == want[0][::-1].tobytes() and again[2] == want[2][::-1]
+    assert want[1].any() and not want[1].all()  # some fit, some do not

@@ -168,11 +168,12 @@ class Template:
             k, n = layers.size, len(unit.tasks)
             if k == 0:
                 continue
-            t = np.array(unit.tasks, np.int64).reshape(-1, 4)
-            put("kind", np.tile(t[:, 0], k))
-            put("stream", np.tile(t[:, 1], k))
-            put("src", np.tile(t[:, 2], k))
-            put("op", np.tile(t[:, 3], k))
+            # the unit's rows repeated k times at once (np.tile of each column: the same values)
+            t = np.tile(np.array(unit.tasks, np.int64).reshape(-1, 4), (k, 1))
+            put("kind", t[:, 0])
+            put("stream", t[:, 1])
+            put("src", t[:, 2])
+            put("op", t[:, 3])
             put("layer", np.repeat(layers, n))
             offset = base + np.arange(k) * n  # (k,): index of each repetition's first task
             for name, rows, width in (("side", unit.side, 5), ("last", unit.last, 4),
@@ -181,15 +182,16 @@ class Template:
                     continue
                 r = np.array(rows, np.int64).reshape(-1, width)
                 m = r.shape[0]
-                put(f"{name}_kind", np.tile(r[:, 0], k))
-                put(f"{name}_src", np.tile(r[:, 1], k))
-                put(f"{name}_op", np.tile(r[:, 2], k))
+                r = np.tile(r, (k, 1))  # each column as np.tile(column, k)
+                put(f"{name}_kind", r[:, 0])
+                put(f"{name}_src", r[:, 1])
+                put(f"{name}_op", r[:, 2])
                 put(f"{name}_layer", np.repeat(layers, m))
                 reps = np.repeat(offset, m)
                 for j, col in ((3, "after" if name != "start" else "before"), (4, "before")):
                     if j >= width:
                         continue
-                    local = np.tile(r[:, j], k)
+                    local = r[:, j]
                     put(f"{name}_{col}", np.where(local >= 0, reps + local, -1))
             base += k * n
 

@@ -27,6 +27,7 @@ from core.sim.stages import stage_times
 from core.sim.simulate import memory_verdict_arrays
 from core.sim.solver import solve
 from core.studies.sweep.pace import yield_interpreter
+from core.studies.sweep.plan_rows import plans_at
 
 __all__ = ["solve_batch", "group_batches", "stage_times_key"]
 
@@ -130,8 +131,8 @@ def group_batches(plans: list[ParallelPlan], rows: Iterable[int]
     """``rows`` of ``plans`` in batches of one pipeline structure (p, m, schedule, v), sorted by
     it, each small enough for the batch solver's arrays (about 16 MB)."""
     groups: dict[tuple[int, int, str, int], list[int]] = defaultdict(list)
-    for i in rows:
-        pl = plans[i]
+    rows = list(rows)
+    for i, pl in zip(rows, plans_at(plans, rows)):
         groups[(pl.pipeline_parallel, pl.num_microbatches, pl.schedule, num_chunks(pl))].append(i)
     batches = []
     for key, group in sorted(groups.items()):

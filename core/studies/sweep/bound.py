@@ -166,9 +166,11 @@ def mark_too_large(plans: list[ParallelPlan], fits: np.ndarray, reason: list[str
 _MEMORY_ROWS = 8192
 
 
-def memory_verdicts(plans: list[ParallelPlan], model, store, *,
+def memory_verdicts(plans: list[ParallelPlan] | None, model, store, *,
                     cancel: Any = None, phase: PhaseFn | None = None,
-                    memo: dict | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+                    memo: dict | None = None, keys: list[tuple] | None = None,
+                    make: Callable[[dict], ParallelPlan] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Closed-form memory of every plan (:func:`core.model.memory.stage_memory_arrays`, the
     rule and message of :func:`core.sim.simulate.memory_verdict_arrays`): largest bytes per GPU
     float64 (n,), fits bool (n,), reasons ("" when it fits). No graph is built.
@@ -188,10 +190,15 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, *,
     the keys up to a fifth of ``n``, the activations up to four fifths, then the verdicts).
     ``memo`` (a dict, empty at first) keeps the weights, gradients, optimizer state and the
     activations' shared parts for further calls with the same ``model`` and ``store`` (the
-    sweep's calls for each micro-batch size share them)."""
+    sweep's calls for each micro-batch size share them).
+
+    ``keys`` (with ``plans`` None): the plans given as their :func:`plan_key` tuples instead,
+    a plan built (``make``, :func:`core.studies.sweep.variants.plan_maker`'s) only for each
+    activation key and each state key not in ``memo``: the same figures, without a plan
+    object per plan."""
     fp8_tn = model_math.fp8_tn_only(store.peak_flops)
     capacity = float(store.memory_bytes)
-    n = len(plans)
+    n = len(plans) if keys is None else len(keys)
     act_key = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
                                     if f not in memory.ACTIVATION_FREE_PLAN_FIELDS))
     state_key = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
@@ -208,17 +215,24 @@ def memory_verdicts(plans: list[ParallelPlan], model, store, *,
     for start in range(0, n, _KEY_ROWS):
         yield_interpreter()
         ticker.tick(start // 5)
-        chunk = plans[start:start + _KEY_ROWS]
-        keys = list(map(plan_key, chunk))
-        codes, firsts = _codes_of(acts, map(act_key, keys))
-        act_of[start:start + len(chunk)] = codes
-        act_plans += [chunk[j] for j in firsts]
-        codes, firsts = _codes_of(states, map(state_key, keys))
-        state_of[start:start + len(chunk)] = codes
+        if keys is None:
+            chunk = plans[start:start + _KEY_ROWS]
+            chunk_keys = list(map(plan_key, chunk))
+            plan_at = chunk.__getitem__
+        else:
+            chunk_keys = keys[start:start + _KEY_ROWS]
+            plan_at = (lambda j, chunk_keys=chunk_keys:
+                       make(dict(zip(PLAN_FIELDS, chunk_keys[j]))))
+        codes, firsts = _codes_of(acts, map(act_key, chunk_keys))
+        act_of[start:start + len(chunk_keys)] = codes
+        act_plans += [plan_at(j) for j in firsts]
+        codes, firsts = _codes_of(states, map(state_key, chunk_keys))
+        state_of[start:start + len(chunk_keys)] = codes
         for j in firsts:
-            ks, pl = state_key(keys[j]), chunk[j]
+            ks = state_key(chunk_keys[j])
             state = known_states.get(ks)
             if state is None:
+                pl = plan_at(j)
                 state = known_states[ks] = (*memory.stage_state_bytes(model, pl, fp8_tn),
                                             float(memory.nccl_buffer_bytes(pl)))
             state_list.append(state)
@@ -461,6 +475,7 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
     order = np.argsort(np.array(codes, np.int64), kind="stable").tolist()
     del near, codes
     group_rows = list(groups.values())
+    rows_make = plans.maker if isinstance(plans, PlanRows) else None
     done, kept = 0, len(lookup_cache)
     for g in order:
         idx, fields = group_rows[g], firsts[g]
@@ -469,9 +484,10 @@ def fill_lower_bounds(lower: np.ndarray, plans: list[ParallelPlan], rows: np.nda
         done += len(idx)
         if len(lookup_cache) > kept + BOUND_MEMO_ENTRIES:
             kept = _release_memo(lookup_cache, store)
-        pl = plans[idx[0]]
-        # bound_plan(pl, model): its fields are known, the plan made without __init__
-        bound = plan_maker(pl)(dict(zip(PLAN_FIELDS, fields)))
+        # bound_plan(plans[idx[0]], model): its fields are known, the plan made without
+        # __init__ (plan rows' own maker: the first plan is not built)
+        make = rows_make if rows_make is not None else plan_maker(plans[idx[0]])
+        bound = make(dict(zip(PLAN_FIELDS, fields)))
         st = stage_busy_times(Session(model, bound, cluster, cost), store, lookup_cache)
         m = (np.array([float(plans[i].num_microbatches) for i in idx]) if micro is None
              else micro[idx].astype(float))

@@ -188,6 +188,19 @@ def plan_keys(plans: Sequence[ParallelPlan], rows: Iterable[int]) -> Iterator[tu
         yield from plans.keys(idx[start:start + _COLUMN_CHUNK])
 
 
+def plans_at(plans: Sequence[ParallelPlan], rows: Iterable[int]) -> Iterator[ParallelPlan]:
+    """The plans of ``rows`` (ints, in that order), one after another: ``plans[i] for i in
+    rows``, of a :class:`PlanRows` built from :func:`plan_keys` (its columns read
+    :data:`_COLUMN_CHUNK` rows at a time, not field by field per row: the same plans, with the
+    same field values; one chunk's keys held at a time)."""
+    if not isinstance(plans, PlanRows):
+        yield from (plans[i] for i in rows)
+        return
+    make = plans.maker
+    for key in plan_keys(plans, rows):
+        yield make(dict(zip(PLAN_FIELDS, key)))
+
+
 class PlanRows(Sequence):
     """A sweep's plans as columns (:func:`plan_column_arrays`), read as a sequence of
     :class:`~core.plan.parallel.ParallelPlan`: ``rows[i]`` builds row ``i``'s plan (``make``:
@@ -213,6 +226,12 @@ class PlanRows(Sequence):
                 self._fixed[name] = v.item() if isinstance(v, np.generic) else v
             else:
                 self._varying.append(name)
+
+    @property
+    def maker(self) -> Callable[[dict], ParallelPlan]:
+        """The function of a dict of every field's value to its plan that builds the rows
+        (``make``)."""
+        return self._make
 
     def __len__(self) -> int:
         return self._n

@@ -27,7 +27,7 @@ from core.store.calibration_range import (features_of, precision_label, throughp
                                           throughput_departure)
 from core.store.interval import interval_factors, interval_for, layer_parameters, plan_departures
 from core.studies.sweep.cancel import check_cancelled
-from core.studies.sweep.plan_rows import PlanRows, plan_column_arrays, row_of_plan
+from core.studies.sweep.plan_rows import PlanRows, plan_column_arrays, plans_at, row_of_plan
 from core.studies.sweep.space import SweepSpace, as_list
 from core.sim.comm import CollectiveExtrapolation
 from core.util.text import spreadsheet_cell
@@ -551,10 +551,37 @@ class SweepResult:
         return {c: getattr(self, c) for c in COLUMNS if c not in ("on_pareto_front", "reason")}
 
     def rows(self, indices: Iterable[int] | None = None) -> list[dict[str, Any]]:
-        """Rows as dicts (all, or ``indices`` in that order), each column read once."""
+        """Rows as dicts (all, or ``indices`` in that order), each column read once: the
+        dicts :meth:`row` makes, built column by column (:meth:`_column_values`)."""
+        return [dict(zip(COLUMNS, r)) for r in zip(*self._column_values(indices))]
+
+    def _column_values(self, indices: Iterable[int] | None = None) -> list[list[Any]]:
+        """The values of :meth:`row` of every row (all, or ``indices`` in that order), one
+        list per column of :data:`COLUMNS`: each column's rows taken at once (numpy's
+        ``tolist``, the Python values ``.item()`` gives), a numpy scalar of an object column
+        made its Python value, a float that is not finite None, as :meth:`row` does."""
         columns = self.row_columns()
-        return [self.row(i, columns)
-                for i in (range(self.num_plans) if indices is None else indices)]
+        idx = (np.arange(self.num_plans) if indices is None
+               else np.fromiter(indices, np.int64))
+        at = idx.tolist()
+        out: list[list[Any]] = []
+        for c in COLUMNS:
+            if c == "on_pareto_front":
+                out.append([bool(v) for v in np.asarray(self.pareto)[idx].tolist()])
+                continue
+            if c == "reason":
+                out.append([self.reason[i] for i in at])
+                continue
+            col = columns[c]
+            if isinstance(col, np.ndarray) and col.dtype != object:
+                values = col[idx].tolist()  # Python values: .item() of each
+            else:
+                values = [col[i] for i in at]
+                values = [v.item() if isinstance(v, np.generic) else v for v in values]
+            # no figures (a plan too large to simulate) or no error band: null, never NaN
+            out.append([None if isinstance(v, float) and not math.isfinite(v) else v
+                        for v in values])
+        return out
 
     def megatron_lm(self) -> dict[str, list[str]] | None:
         """When Megatron-LM runs the session's own plan (the sweep's default space also holds
@@ -703,9 +730,11 @@ class SweepResult:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(COLUMNS)
-        for r in self.rows():  # text cells never open as formulas (spreadsheet_cell)
-            w.writerow(["" if v is None else repr(v) if isinstance(v, float)
-                        else spreadsheet_cell(v) for v in r.values()])
+        # :meth:`rows`' values, formatted column by column; text cells never open as formulas
+        # (spreadsheet_cell)
+        w.writerows(zip(*[["" if v is None else repr(v) if isinstance(v, float)
+                           else spreadsheet_cell(v) for v in values]
+                          for values in self._column_values()]))
         return buf.getvalue()
 
     def write_csv(self, path: str | Path) -> None:
@@ -728,9 +757,9 @@ def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.
         plan_columns = plan_column_arrays(plans, cancel)
     # the FLOPs do not depend on d or b (B is the session's): one evaluation per other fields
     of, firsts = column_codes(plan_columns, _FLOPS_FIELDS, len(plans), cancel)
-    both = np.array([(model_math.model_flops_per_iteration(model, plans[i]),
-                      model_math.hardware_flops_per_iteration(model, plans[i]))
-                     for i in firsts], dtype=float).reshape(-1, 2)[of]
+    both = np.array([(model_math.model_flops_per_iteration(model, pl),
+                      model_math.hardware_flops_per_iteration(model, pl))
+                     for pl in plans_at(plans, firsts)], dtype=float).reshape(-1, 2)[of]
     flops, hw_flops = both[:, 0], both[:, 1]
     residuals = getattr(store, "residuals", None)
     low_f, high_f, in_range, departures = _plan_bands(plans, model, cluster, residuals,
@@ -821,7 +850,7 @@ def _plan_bands(plans: list[ParallelPlan], model, cluster, residuals, num_gpus: 
     if plan_columns is None:
         plan_columns = plan_column_arrays(plans, cancel)
     of, firsts = column_codes(plan_columns, _FEATURE_FIELDS, n, cancel)
-    feats = [features_of(model, cluster, plans[i]) for i in firsts]
+    feats = [features_of(model, cluster, pl) for pl in plans_at(plans, firsts)]
     low, high, inside = interval_factors(residuals, num_gpus, gpn, layer_params, coverage,
                                          features=feats, feature_index=of)
     check_cancelled(cancel)

@@ -37,7 +37,8 @@ from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.pace import gc_paused
 from core.studies.sweep.phase import PhaseFn
 from core.studies.sweep.plan_rows import (PlanRows, concat_plan_columns, is_broadcast,
-                                          plan_column_arrays, plan_keys, row_of_plan)
+                                          plan_column_arrays, plan_keys, plans_at,
+                                          row_of_plan)
 from core.studies.sweep.result import (SweepResult, best_row, least_memory_of_ties, pareto_front,
                                        plan_figures, throughput_departures, with_plans)
 from core.studies.sweep.space import (SweepSpace, as_list, check_enumerable, divisors,
@@ -378,7 +379,7 @@ class _Runner:
             return
         for key, idx in batches:
             check_cancelled(self.cancel)
-            self.take(idx, solve_batch(model, cluster, cost, key, [plans[i] for i in idx], store,
+            self.take(idx, solve_batch(model, cluster, cost, key, list(plans_at(plans, idx)), store,
                                        self.lookup_cache, self.compiled,
                                        None if self.fits is None else self.fits[idx].tolist()))
 
@@ -557,13 +558,15 @@ def _partial_recompute_plans(plans: PlanRows, mem: tuple, session: Session, stor
             & np.asarray(fits, bool))
     if skip is not None:
         full[skip] = False
-    rows, hi = [], []
+    rows, hi, row_keys = [], [], []
     for i, key in zip(np.flatnonzero(full).tolist(),
                       plan_keys(plans, np.flatnonzero(full).tolist())):
         most = largest_model_chunk(L, make(dict(zip(PLAN_FIELDS, key))))
         if most is not None and most > 1:
             rows.append(i)
             hi.append(most)  # every layer: fits
+            row_keys.append(key)
+    at = PLAN_FIELDS.index("recompute_num_layers")
     if not rows:
         return [], (np.zeros(0), np.zeros(0, bool), [])
     lo = np.zeros(len(rows), np.int64)        # N known not to fit (0: none tried)
@@ -575,18 +578,20 @@ def _partial_recompute_plans(plans: PlanRows, mem: tuple, session: Session, stor
         if not open_.size:
             break
         mid = (lo[open_] + hi[open_]) // 2
-        trial = [with_layers(key, n) for key, n in
-                 zip(plan_keys(plans, [rows[k] for k in open_.tolist()]), mid.tolist())]
+        # the trial plans as their keys (those of with_layers(key, n)): memory_verdicts
+        # builds a plan per key it has not seen alone
+        trial = [key[:at] + (n,) + key[at + 1:] for key, n in
+                 zip([row_keys[k] for k in open_.tolist()], mid.tolist())]
         # the whole need, the allocator's cache included, within the capacity: the sweep never
         # builds a plan that runs only once PyTorch frees its cache (it may, each time it must
         # retry a cudaMalloc, at a synchronization's cost: memory_stats' num_alloc_retries)
-        need = memory_verdicts(trial, session.model, store, memo=memo)[0]
+        need = memory_verdicts(None, session.model, store, memo=memo, keys=trial,
+                               make=make)[0]
         ok = need <= float(store.memory_bytes)
         hi[open_[ok]] = mid[ok]
         lo[open_[~ok]] = mid[~ok]
     keep = np.flatnonzero(hi < most)
-    more = [with_layers(key, n) for key, n in
-            zip(plan_keys(plans, [rows[k] for k in keep.tolist()]), hi[keep].tolist())]
+    more = [with_layers(row_keys[k], n) for k, n in zip(keep.tolist(), hi[keep].tolist())]
     if not more:
         return [], (np.zeros(0), np.zeros(0, bool), [])
     return more, memory_verdicts(more, session.model, store, memo=memo)
@@ -762,7 +767,8 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
         cheapest=best_row(cost_usd, days, feasible, max_mem),
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
         warnings=[w for w in [profile_gpu_note(store, session.cluster)] if w] + sweep_notes
-        + sorted(with_plans(w, [plans[i] for i in sorted(idx)]) for w, idx in runner.warned.items())
+        + sorted(with_plans(w, list(plans_at(plans, sorted(idx))))
+                 for w, idx in runner.warned.items())
         + [w for w in [small_nvlink_domain_note(session.cluster, int(num_gpus.max(initial=0)))]
            if w],
         profile={"device": store.device_name, "path": str(store.path) if store.path else "",
