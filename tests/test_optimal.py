@@ -947,3 +947,112 @@ def test_a_gpu_hour_budget_is_studied_as_the_days_it_takes(capsys):
                                               "positive, finite number of GPU-hours")
     assert main(["optimal", path, "--gpus", "8", "--gpu-hours", "1e9"]) == 2
     assert "--gpu-hours: 1e+09 GPU-hours take 5.21e+06 days" in capsys.readouterr().err
+
+
+def test_a_candidate_outside_the_loss_fits_data_is_flagged_where_it_lies():
+    """Chinchilla's loss was fitted on models of 70 M to 16 B parameters trained on 5 B to 500
+    B tokens (Hoffmann et al. 2022, abstract; Besiroglu et al. 2024 refit the same points);
+    the study reported losses far outside them with no word. Each candidate now says where it
+    lies outside (bounds inclusive), as data."""
+    from core.studies.optimal import (CHINCHILLA_DATA, Candidate, OptimalResult,
+                                      candidate_fit_note, outside_fit_range)
+    assert CHINCHILLA_DATA == {"n_params": (7e7, 1.6e10), "tokens": (5e9, 5e11)}
+    assert outside_fit_range(1e11, 2e12) == ["n_params_above", "tokens_above"]
+    assert outside_fit_range(5e7, 1e10) == ["n_params_below"]
+    assert outside_fit_range(1e9, 1e9) == ["tokens_below"]
+    assert outside_fit_range(1e9, 2e10) == [] == outside_fit_range(7e7, 5e9)
+    assert outside_fit_range(1.6e10, 5e11) == []
+    with pytest.raises(ValueError):
+        outside_fit_range(0.0, 1e10)
+
+    def cand(n, d):
+        return Candidate(gpt_shape(n), int(n), None, 1.0, 0.5, d, chinchilla_loss(n, d))
+    big, small, inside = cand(1e11, 2e12), cand(5e7, 1e10), cand(1e9, 2e10)
+    assert (big.outside_fit, small.outside_fit, inside.outside_fit) == (
+        ["n_params_above", "tokens_above"], ["n_params_below"], [])
+    assert [candidate_fit_note(c) for c in (big, small, inside)] == [
+        "loss extrapolated", "loss extrapolated", ""]
+    assert big.loss_above_ln_vocab is False and small.loss == pytest.approx(
+        1.8172 + 482.01 / 5e7 ** 0.3478 + 2085.43 / 1e10 ** 0.3658)
+    no_loss = Candidate(gpt_shape(1e11), int(1e11), None, *[math.nan] * 4, "no plan")
+    assert no_loss.outside_fit == [] and no_loss.loss_above_ln_vocab is None
+    r = OptimalResult(8, 1.0, 0.4, 312e12, 1e20, 1e9, 2e10, None,
+                      candidates=[small, inside, big, no_loss])
+    doc = r.to_dict()
+    assert [c["outside_fit_range"] for c in doc["candidates"]] == [
+        ["n_params_below"], [], ["n_params_above", "tokens_above"], []]
+    assert [c["loss_above_ln_vocab"] for c in doc["candidates"]] == [False, False, False, None]
+    assert doc["loss_fit_data"] == {"n_params": [7e7, 1.6e10], "tokens": [5e9, 5e11],
+                                    "source": "Hoffmann et al. 2022"}
+    assert doc["ln_vocab_size"] == pytest.approx(math.log(50257))
+
+
+def test_the_footer_says_how_many_candidates_lie_outside_the_fits_data():
+    """The vTrain study's large models all lie beyond the fit's 16 B parameters: they are
+    still ranked (the study's purpose), and the footer says their loss is extrapolated."""
+    from core.studies.optimal import Candidate, OptimalResult, fit_range_note
+    head = ("Loss is Chinchilla's fit of models of 70M-16B parameters on 5B-500B tokens "
+            "(Hoffmann et al. 2022): ")
+
+    def result(points):
+        r = OptimalResult(8, 1.0, 0.4, 312e12, 1e20, 1e9, 2e10, None)
+        r.candidates = [Candidate(gpt_shape(n), int(n), None, 1.0, 0.5, d,
+                                  chinchilla_loss(n, d) if d == d else math.nan)
+                        for n, d in points]
+        return r
+    beyond = [(n, 1e12) for n in (7e10, 1e11, 2e11)]
+    assert fit_range_note(result(beyond)) == head + (
+        "all 3 candidates lie outside it (N above 16B, D above 500B), their loss extrapolated.")
+    mixed = [(1e9, 2e10), (2e9, 2e10)] + [(n, 4e11) for n in (2e10, 4e10, 8e10, 1.6e11, 3e11)]
+    assert fit_range_note(result(mixed)) == head + (
+        "5 of 7 candidates lie outside it (N above 16B), their loss extrapolated.")
+    assert fit_range_note(result([(1e9, 2e10), (3e9, math.nan)])) == head + (
+        "the only candidate with a loss lies inside it.")
+    assert fit_range_note(result([(1e9, 2e10), (5e7, 1e10)])) == head + (
+        "1 of 2 candidates lies outside it (N below 70M), its loss extrapolated.")
+    assert fit_range_note(result([(3e9, math.nan)])) == ""
+
+
+def test_a_loss_above_ln_v_is_marked_and_ranks_nothing(capsys, monkeypatch):
+    """A breaker's --flops 1e15 reported a loss of 15.59 nats for the lowest-loss candidate:
+    above ln(50,257) = 10.82, a uniform guess over GPT-2's vocabulary, i.e. the fit far
+    outside its data. The candidate is marked, the footer and the lowest-loss line say that
+    every candidate is above ln V, so the lowest ranks nothing; --json flags it."""
+    path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    args = ["optimal", path, "--gpus", "8", "--flops", "1e15", "--candidates", "3"]
+    assert main(args + ["--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    ln_v = math.log(50257)
+    assert doc["ln_vocab_size"] == pytest.approx(ln_v)
+    (c,) = doc["candidates"]  # every size rounds to the smallest GPT shape, 154M
+    assert c["n_params"] == 154380288 and doc["best"] == 0
+    assert c["loss"] == pytest.approx(chinchilla_loss(c["n_params"], c["tokens"]), rel=1e-12)
+    assert c["loss"] > ln_v and c["loss_above_ln_vocab"] is True
+    assert c["outside_fit_range"] == ["tokens_below"]  # 1.05 M tokens; 154 M is inside
+    monkeypatch.setenv("COLUMNS", "400")  # the table's note cell on one line
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "│ lowest loss, loss above ln V = 10.82: the fit says nothing here │" in out
+    assert ("Loss is Chinchilla's fit of models of 70M-16B parameters on 5B-500B tokens "
+            "(Hoffmann et al. 2022): the only candidate lies outside it (D below 5B), its loss "
+            "extrapolated. The only candidate lies above ln V = 10.82 in loss (a uniform guess "
+            "over the 50,257-token vocabulary): the fit says nothing there, and the lowest loss "
+            "ranks nothing.") in out
+    assert (f"loss {c['loss']:.4f}, above ln V = 10.82 as the only candidate's: the fit says "
+            "nothing here.") in out
+
+
+def test_candidates_below_and_above_ln_v_the_lowest_is_below_and_both_are_said():
+    """Of candidates some above ln V and some below, the lowest loss is one below (a loss
+    above ln V is never the lowest while one is below it); the footer says how many are
+    above."""
+    from core.studies.optimal import Candidate, OptimalResult, candidate_fit_note, fit_range_note
+    lo = Candidate(gpt_shape(1e9), int(1e9), None, 1.0, 0.5, 2e10, chinchilla_loss(1e9, 2e10))
+    hi = Candidate(gpt_shape(2e9), int(2e9), None, 1.0, 0.5, 1e5, chinchilla_loss(2e9, 1e5))
+    assert hi.loss > math.log(50257) > lo.loss
+    r = OptimalResult(8, 1.0, 0.4, 312e12, 1e20, 1e9, 2e10, None, candidates=[lo, hi], best=0)
+    assert candidate_fit_note(hi) == "loss above ln V = 10.82: the fit says nothing here"
+    assert fit_range_note(r).endswith(
+        "1 of 2 candidates lies outside it (D below 5B), its loss extrapolated. 1 of 2 "
+        "candidates lies above ln V = 10.82 in loss (a uniform guess over the 50,257-token "
+        "vocabulary): the fit says nothing there; the lowest loss is below it.")

@@ -63,7 +63,9 @@ OPTIMAL_HEADERS = {
     "tokens": ("tokens", "Tokens the plan trains in the budget's days"),
     "tokens/param": ("D/N", "Tokens per parameter, D / N (Chinchilla's rule: about 20)"),
     "loss": ("loss", "Chinchilla's fitted loss (nats/token; Besiroglu et al. 2024)"),
-    "note": ("note", "The lowest-loss candidate, the rule's size, or why no plan fits"),
+    "note": ("note", "The lowest-loss candidate, the rule's size, why no plan fits, or a loss "
+                     "outside the data of Chinchilla's fit (70M-16B parameters on 5B-500B "
+                     "tokens, Hoffmann et al. 2022): extrapolated, or above ln V"),
 }
 
 
@@ -402,6 +404,7 @@ class OptimalPanel(StudyPanel):
     def show_result(self, result: Any) -> None:
         """Fill the table, the summary and the loss plot from an OptimalResult."""
         from core.studies.optimal import format_params as fp
+        from core.studies.optimal import candidate_fit_note  # "loss extrapolated", above ln V
         rows = []
         for k, c in enumerate(result.candidates):
             m = c.model
@@ -423,7 +426,8 @@ class OptimalPanel(StudyPanel):
                          p["recompute"], f"{c.mfu:.1%}{outside}",
                          f"{p['max_memory_per_gpu_bytes'] / 2 ** 30:.1f}"
                          + (" ~" if p["memory_verdict"] == "tight" else ""), fp(c.tokens),
-                         f"{c.tokens_per_parameter:.3g}", f"{c.loss:.4f}", mark])
+                         f"{c.tokens_per_parameter:.3g}", f"{c.loss:.4f}",
+                         ", ".join(x for x in (mark, candidate_fit_note(c)) if x)])
         fill_table(self.table, rows, bold={result.best} if result.best is not None else set(),
               left={OPTIMAL_COLUMNS.index(n) for n in ("schedule", "recompute", "note")})
         note = OPTIMAL_COLUMNS.index("note")
@@ -472,6 +476,10 @@ class OptimalPanel(StudyPanel):
         left = left_out_note(result)  # sizes that are no row of their own, as vtrain optimal's
         if left:
             text += " " + html.escape(left, quote=False)
+        from core.studies.optimal import fit_range_note
+        fit = fit_range_note(result)  # the loss fit's data, as vtrain optimal's footer
+        if fit:
+            text += " " + html.escape(fit, quote=False)
         if result.best is None:
             from core.studies.optimal import no_plan_explanation
             text += " " + no_plan_explanation(result, session.plan.global_batch_size)
@@ -480,6 +488,12 @@ class OptimalPanel(StudyPanel):
             text += (f" <b>Lowest loss: {fp(b.n_params)} parameters</b> (L={b.model.num_layers}, "
                      f"h={b.model.hidden_size}) on {fp(b.tokens)} tokens at {b.mfu:.1%} MFU, "
                      f"loss {b.loss:.4f}")
+            if b.loss_above_ln_vocab:  # then every candidate's is: the ranking says nothing
+                from core.studies.optimal import ln_vocab
+                text += (f", above ln V = {ln_vocab(b.model.vocab_size):.2f}: the fit says "
+                         "nothing here")
+            elif b.outside_fit:
+                text += " (extrapolated)"
             r = result.candidates[result.rule_index] if result.rule_index is not None else None
             if r is not None and r is not b and r.plan is not None:
                 text += f" (the rule's size: {r.loss:.4f})"

@@ -319,6 +319,7 @@ def _print(result, session, console: Console, days: str | None = None) -> None:
     for col in ("params", "L", "h", "a", "t p d b", *swept, "sched", "recomp", "MFU", "GiB",
                 "tokens", *(("days",) if by_flops else ()), "tok/param", "loss", "note"):
         t.add_column(col, justify="left" if col in ("sched", "recomp", "note") else "right")
+    from core.studies.optimal import candidate_fit_note  # "loss extrapolated", above ln V
     for k, c in enumerate(result.candidates):
         m = c.model
         mark = ", ".join(x for x, on in (("lowest loss", k == result.best),
@@ -340,7 +341,8 @@ def _print(result, session, console: Console, days: str | None = None) -> None:
                   *((f"{c.days:.3g}" if math.isfinite(c.days) else "-",) if by_flops else ()),
                   f"{c.tokens_per_parameter:.3g}",
                   f"{c.loss:.4f}" if math.isfinite(c.loss) else "-",
-                  ", ".join(x for x in (esc(c.reason), mark) if x), style=style)
+                  ", ".join(x for x in (esc(c.reason), mark, candidate_fit_note(c)) if x),
+                  style=style)
     console.print(t)
     margin = s.cluster.memory_reserve_fraction * 100
     console.print("[dim]MFU counts attention and the output layer too (Megatron-LM's "
@@ -357,6 +359,10 @@ def _print(result, session, console: Console, days: str | None = None) -> None:
     if result.rule_index is None and result.candidates:
         from core.studies.optimal import no_rule_candidate_note
         console.print(no_rule_candidate_note(result), highlight=False)
+    from core.studies.optimal import fit_range_note
+    fit = fit_range_note(result)  # the loss fit's data and the candidates outside it
+    if fit:
+        console.print(esc(fit), highlight=False)
     if result.best is None:
         from core.studies.optimal import no_plan_explanation
         console.print(f"[red]{esc(no_plan_explanation(result, s.plan.global_batch_size))}[/]",
@@ -366,6 +372,13 @@ def _print(result, session, console: Console, days: str | None = None) -> None:
     line = (f"Lowest loss: {format_params(b.n_params)} parameters (L={b.model.num_layers}, "
             f"h={b.model.hidden_size}) trained on {format_params(b.tokens)} tokens "
             f"({_spent(b)}{_in_days(result, b, s)}) at {b.mfu:.1%} MFU, loss {b.loss:.4f}")
+    if b.loss_above_ln_vocab:  # then every candidate's is: the ranking says nothing
+        from core.studies.optimal import ln_vocab
+        every = "the only candidate's" if len(result.candidates) == 1 else "every candidate's"
+        line += (f", above ln V = {ln_vocab(b.model.vocab_size):.2f} as {every}: the fit says "
+                 "nothing here")
+    elif b.outside_fit:
+        line += " (extrapolated)"
     if result.rule_index is not None and result.best != result.rule_index:
         r = result.candidates[result.rule_index]
         if r.plan is not None:

@@ -33,6 +33,15 @@ the tokens that plan processes in ``T`` days, and ranks the candidates by ``L(N,
 Given a FLOP budget ``C`` instead (``flops``), no utilization is assumed: each candidate
 trains on ``C / (6 N)`` tokens (whole iterations, not above ``C``) in the days its plan takes.
 
+The loss is a fit of Hoffmann et al.'s data, models of 70 M to 16 B parameters trained on
+5 B to 500 B tokens (:data:`CHINCHILLA_DATA`): a candidate outside it has its loss
+extrapolated (:attr:`Candidate.outside_fit`, "loss extrapolated" in its note), and one whose
+loss is above ``ln V`` of its vocabulary, a uniform guess (:func:`ln_vocab`), is beyond what the
+fit says (:attr:`Candidate.loss_above_ln_vocab`). The candidates are ranked all the same (the
+vTrain study's models of 70 B and more are all beyond the data); :func:`fit_range_note` says
+which lie outside, and when every candidate is above ``ln V`` that the lowest loss ranks
+nothing (no candidate above it can be the lowest while one is below).
+
 Parameters ``N`` count every weight (embeddings included, as
 :meth:`core.plan.model_config.ModelConfig.num_parameters`); tokens ``D`` are training
 tokens.
@@ -58,10 +67,25 @@ __all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "
            "template_text", "days_for_gpu_hours", "check_budget",
            "no_plan_explanation", "no_rule_candidate_note", "Candidate",
            "OptimalResult", "compute_optimal", "check_flops", "study_inputs",
-           "candidate_session", "candidate_shapes", "left_out_sizes", "left_out_note"]
+           "candidate_session", "candidate_shapes", "left_out_sizes", "left_out_note",
+           "CHINCHILLA_DATA", "CHINCHILLA_DATA_SOURCE", "OUTSIDE_FIT", "outside_fit_range",
+           "ln_vocab", "candidate_fit_note", "fit_range_note", "LOSS_EXTRAPOLATED"]
 
 #: Parametric loss fit: Besiroglu et al. 2024's refit of Hoffmann et al. 2022's Approach 3.
 CHINCHILLA = {"E": 1.8172, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}
+#: What Chinchilla's loss fit was fitted on: models of 70 M to 16 B parameters ``n_params``
+#: trained on 5 B to 500 B tokens ``tokens`` (Hoffmann et al. 2022, abstract: "training over
+#: 400 language models ranging from 70 million to over 16 billion parameters on 5 to 500
+#: billion tokens"; Besiroglu et al. 2024 refit the same data points). Outside it the loss is
+#: the fit extrapolated.
+CHINCHILLA_DATA = {"n_params": (7e7, 1.6e10), "tokens": (5e9, 5e11)}
+#: Where :data:`CHINCHILLA_DATA` comes from.
+CHINCHILLA_DATA_SOURCE = "Hoffmann et al. 2022"
+#: The ways a candidate lies outside :data:`CHINCHILLA_DATA`, in this order
+#: (:func:`outside_fit_range`).
+OUTSIDE_FIT = ("n_params_below", "n_params_above", "tokens_below", "tokens_above")
+#: A candidate's note when its (N, D) lies outside :data:`CHINCHILLA_DATA`.
+LOSS_EXTRAPOLATED = "loss extrapolated"
 #: Largest budget :func:`compute_optimal` takes: GPUs, days, candidate size ratio, candidates.
 MAX_GPUS, MAX_DAYS, MAX_SPREAD, MAX_CANDIDATES = 1_000_000, 3650, 1000.0, 100
 #: Head dimension h / a of the generated shapes (GPT-3 175B, MT-NLG: 128).
@@ -79,6 +103,39 @@ def chinchilla_loss(n_params: float | np.ndarray, tokens: float | np.ndarray) ->
     c = CHINCHILLA
     out = c["E"] + c["A"] / n ** c["alpha"] + c["B"] / d ** c["beta"]
     return float(out) if out.ndim == 0 else out
+
+
+def outside_fit_range(n_params: float, tokens: float) -> list[str]:
+    """Where ``(n_params, tokens)`` lies outside the data Chinchilla's loss was fitted on
+    (:data:`CHINCHILLA_DATA`: 70 M to 16 B parameters, 5 B to 500 B tokens, Hoffmann et al.
+    2022): the :data:`OUTSIDE_FIT` words that hold, in their order (``"n_params_below"``,
+    ``"n_params_above"``, ``"tokens_below"``, ``"tokens_above"``); ``[]`` inside, the bounds
+    included. ``n_params`` in parameters, ``tokens`` in training tokens.
+
+    Raises
+    ------
+    ValueError
+        ``n_params`` or ``tokens`` not a positive finite number."""
+    out = []
+    for name, x in (("n_params", n_params), ("tokens", tokens)):
+        if not (math.isfinite(x) and x > 0):
+            raise ValueError(f"{name} must be a positive, finite number, not {x!r}")
+        lo, hi = CHINCHILLA_DATA[name]
+        if x < lo:
+            out.append(f"{name}_below")
+        elif x > hi:
+            out.append(f"{name}_above")
+    return out
+
+
+def ln_vocab(vocab_size: int) -> float:
+    """``ln V`` in nats per token: the loss of a uniform guess over a vocabulary of
+    ``vocab_size`` tokens (the cross-entropy of ``1 / V`` on every token). A fitted loss above
+    it is worse than guessing: the fit says nothing there. Raises ValueError for
+    ``vocab_size < 1``."""
+    if not vocab_size >= 1:
+        raise ValueError(f"the vocabulary size must be at least 1, not {vocab_size!r}")
+    return math.log(vocab_size)
 
 
 def chinchilla_optimal(flops: float) -> tuple[float, float]:
@@ -330,6 +387,24 @@ class Candidate:
         return "" if self.plan is None else self.plan["calibration_departures"]
 
     @property
+    def outside_fit(self) -> list[str]:
+        """Where the candidate's ``(n_params, tokens)`` lies outside the data of Chinchilla's
+        loss fit (:func:`outside_fit_range`): its loss is extrapolated when not empty; ``[]``
+        for a candidate with no loss."""
+        if not math.isfinite(self.loss):
+            return []
+        return outside_fit_range(self.n_params, self.tokens)
+
+    @property
+    def loss_above_ln_vocab(self) -> bool | None:
+        """Whether the fitted loss is above ``ln V`` of the model's vocabulary
+        (:func:`ln_vocab`): worse than a uniform guess, so the fit says nothing of it; None
+        for a candidate with no loss."""
+        if not math.isfinite(self.loss):
+            return None
+        return self.loss > ln_vocab(self.model.vocab_size)
+
+    @property
     def tokens_per_parameter(self) -> float:
         """Training tokens per parameter (Chinchilla's optimum is about 20)."""
         return self.tokens / self.n_params
@@ -400,7 +475,11 @@ class OptimalResult:
     flops: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict (what ``vtrain optimal --json`` prints)."""
+        """Plain JSON-able dict (what ``vtrain optimal --json`` prints): each candidate with
+        its ``outside_fit_range`` (:attr:`Candidate.outside_fit`) and ``loss_above_ln_vocab``;
+        ``loss_fit_data`` the data the loss was fitted on (:data:`CHINCHILLA_DATA`, its
+        ``source``) and ``ln_vocab_size`` the candidates' ``ln V`` (None without a
+        candidate)."""
         def cand(c: Candidate) -> dict[str, Any]:
             m = c.model
             return {"name": m.name, "num_layers": m.num_layers, "hidden_size": m.hidden_size,
@@ -411,7 +490,9 @@ class OptimalResult:
                     "tokens": _num(c.tokens), "tokens_per_parameter": _num(c.tokens_per_parameter),
                     "loss": _num(c.loss), "days": _num(c.days), "reason": c.reason,
                     "within_calibration": c.within_calibration,
-                    "calibration_departures": c.calibration_departures}
+                    "calibration_departures": c.calibration_departures,
+                    "outside_fit_range": c.outside_fit,
+                    "loss_above_ln_vocab": c.loss_above_ln_vocab}
         return {"num_gpus": self.num_gpus, "days": self.days, "assumed_mfu": self.assumed_mfu,
                 "peak_flops_per_gpu": self.peak_flops, "budget_flops": self.budget_flops,
                 "rule_params": self.rule_params, "rule_tokens": self.rule_tokens,
@@ -420,7 +501,12 @@ class OptimalResult:
                 "hold_session_values": self.hold_session_values, "no_tight": self.no_tight,
                 "dimensions": self.dimensions, "template": self.template,
                 "flops": self.flops, "requested_sizes": self.requested_sizes,
-                "size_candidates": self.size_candidates, "left_out": left_out_sizes(self)}
+                "size_candidates": self.size_candidates, "left_out": left_out_sizes(self),
+                "loss_fit_data": {"n_params": list(CHINCHILLA_DATA["n_params"]),
+                                  "tokens": list(CHINCHILLA_DATA["tokens"]),
+                                  "source": CHINCHILLA_DATA_SOURCE},
+                "ln_vocab_size": (ln_vocab(self.candidates[0].model.vocab_size)
+                                  if self.candidates else None)}
 
 
 def left_out_sizes(result: "OptimalResult") -> list[dict[str, Any]]:
@@ -483,6 +569,68 @@ def left_out_note(result: "OptimalResult") -> str:
                  f"{no_plan} of the {shapes} shapes {'has' if no_plan == 1 else 'have'}")
         parts.append(f"{which} no plan ({'its' if no_plan == 1 else 'their'} note says why)")
     return "; ".join(parts) + "." if parts else ""
+
+
+def candidate_fit_note(candidate: Candidate) -> str:
+    """A candidate's short note on its loss, for its row: ``"loss above ln V = 10.83: the fit
+    says nothing here"`` when the loss is above ``ln V`` (:attr:`Candidate.loss_above_ln_vocab`),
+    else ``"loss extrapolated"`` (:data:`LOSS_EXTRAPOLATED`) when it lies outside the fit's
+    data (:attr:`Candidate.outside_fit`), else ``""`` (inside, or no loss)."""
+    if candidate.loss_above_ln_vocab:
+        return (f"loss above ln V = {ln_vocab(candidate.model.vocab_size):.2f}: the fit says "
+                "nothing here")
+    return LOSS_EXTRAPOLATED if candidate.outside_fit else ""
+
+
+def fit_range_note(result: "OptimalResult") -> str:
+    """For people, under the table: the data the loss was fitted on and which candidates lie
+    outside it, ``"Loss is Chinchilla's fit of models of 70M-16B parameters on 5B-500B tokens
+    (Hoffmann et al. 2022): 7 of 9 candidates lie outside it (N above 16B), their loss
+    extrapolated."``, the ways named (``N below 70M``, ``N above 16B``, ``D below 5B``, ``D
+    above 500B``) with how many each when not all; then the candidates whose loss is above ``ln
+    V`` (:func:`ln_vocab`), and when the lowest loss is (every candidate's then is) that it ranks
+    nothing. Counts the candidates with a loss; "" when none has one."""
+    with_loss = [c for c in result.candidates if math.isfinite(c.loss)]
+    if not with_loss:
+        return ""
+    (n_lo, n_hi), (d_lo, d_hi) = CHINCHILLA_DATA["n_params"], CHINCHILLA_DATA["tokens"]
+    text = (f"Loss is Chinchilla's fit of models of {format_params(n_lo)}-{format_params(n_hi)} "
+            f"parameters on {format_params(d_lo)}-{format_params(d_hi)} tokens "
+            f"({CHINCHILLA_DATA_SOURCE}): ")
+    total = len(with_loss)
+    tail = "" if total == len(result.candidates) else " with a loss"
+    cands = "candidates" + tail
+
+    def who(k: int) -> str:  # k of the candidates with a loss, and its verb
+        if total == 1:
+            return f"the only candidate{tail} lies"
+        if k == total:
+            return f"{'both' if total == 2 else f'all {total}'} {cands} lie"
+        return f"{k} of {total} {cands} {'lies' if k == 1 else 'lie'}"
+
+    outside = [c for c in with_loss if c.outside_fit]
+    if not outside:
+        text += f"{who(total)} inside it."
+    else:
+        words = {"n_params_below": f"N below {format_params(n_lo)}",
+                 "n_params_above": f"N above {format_params(n_hi)}",
+                 "tokens_below": f"D below {format_params(d_lo)}",
+                 "tokens_above": f"D above {format_params(d_hi)}"}
+        ways = []
+        for way in OUTSIDE_FIT:
+            k = sum(way in c.outside_fit for c in outside)
+            if k:
+                ways.append(words[way] if k == len(outside) else f"{words[way]} for {k}")
+        text += (f"{who(len(outside))} outside it ({', '.join(ways)}), "
+                 f"{'its' if len(outside) == 1 else 'their'} loss extrapolated.")
+    above = [c for c in with_loss if c.loss_above_ln_vocab]
+    if above:
+        v = with_loss[0].model.vocab_size
+        text += (f" {who(len(above)).capitalize()} above ln V = {ln_vocab(v):.2f} in loss (a "
+                 f"uniform guess over the {v:,}-token vocabulary): the fit says nothing there")
+        text += (", and the lowest loss ranks nothing." if len(above) == total else
+                 "; the lowest loss is below it.")
+    return text
 
 
 def candidate_session(session: Session, result: "OptimalResult", k: int | None = None

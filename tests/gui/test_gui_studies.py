@@ -327,3 +327,35 @@ def test_the_summary_says_which_candidate_sizes_are_no_row_of_their_own(qtbot):
             "smallest GPT-style shape") in text
     assert "the only shape has no plan (its note says why)." in text
     w.shutdown()
+
+
+@pytest.mark.parametrize("days, notes, footer", [
+    (1e-5, ["lowest loss, loss above ln V = 10.82: the fit says nothing here"],
+     "the only candidate lies outside it (D below 5B), its loss extrapolated. The only candidate "
+     "lies above ln V = 10.82 in loss (a uniform guess over the 50,257-token vocabulary): the "
+     "fit says nothing there, and the lowest loss ranks nothing."),
+    (0.05, ["lowest loss, rule's size, loss extrapolated", "loss extrapolated"],
+     "both candidates lie outside it (D below 5B), their loss extrapolated."),
+])
+def test_the_summary_says_where_the_loss_fit_is_extrapolated(qtbot, days, notes, footer):
+    """As vtrain optimal's footer: the loss is Chinchilla's fit of 70 M-16 B parameters on
+    5-500 B tokens (Hoffmann et al. 2022), and a GPT-3 1.3B session's candidates on 8 A100s
+    for 0.05 days train on under 5 B tokens (1.7 B-4.2 B); for 1e-5 days the one candidate's
+    loss is above ln(50,257): each row's note and the summary say so."""
+    from core.io.session import load_any
+    from tests.conftest import EXAMPLES
+    session = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    r = compute_optimal(session, 8, days, num_candidates=3)
+    assert [c.loss > math.log(50257) for c in r.candidates] == [days == 1e-5] * len(notes)
+    w = StudiesTab(session_fn=lambda: session)
+    qtbot.addWidget(w)
+    w.optimal.show_result(r)
+    col = OPTIMAL_COLUMNS.index("note")
+    assert [w.optimal.table.item(k, col).text() for k in range(len(notes))] == notes
+    text = w.optimal.summary.text()
+    assert ("Loss is Chinchilla's fit of models of 70M-16B parameters on 5B-500B tokens "
+            f"(Hoffmann et al. 2022): {footer}") in text
+    best = r.candidates[r.best]
+    assert f"loss {best.loss:.4f}" + (", above ln V = 10.82: the fit says nothing here"
+                                      if days == 1e-5 else " (extrapolated)") in text
+    w.shutdown()
