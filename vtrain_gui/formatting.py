@@ -10,7 +10,7 @@ from core.util.text import format_days
 __all__ = ["format_duration", "format_durations", "duration_formatter", "format_bytes", "format_count", "format_day_count", "format_usd",
            "format_fraction", "format_rate", "format_number_short", "format_usd_short",
            "KIND_COLORS", "IDLE_COLOR", "ERROR_STYLE", "VERDICT_COLORS", "MAX_MESSAGE_CHARS",
-           "message_text"]
+           "message_text", "short_text"]
 
 #: Style sheet of a label that reports an error.
 ERROR_STYLE = "color: #C62828;"
@@ -162,3 +162,14 @@ def message_text(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     head, tail = 2 * limit // 3, limit // 4
     cut = len(text) - head - tail
     return f"{text[:head]} … ({cut:,} characters left out) … {text[-tail:]}"
+
+
+def short_text(text: str, limit: int) -> str:
+    """``text`` whole up to ``limit`` characters, else cut at the last space before it and
+    ended with "…" (within ``limit`` characters with it; mid-word only where no space is):
+    ``short_text("large sweep: the 1,011,950 plans", 20)`` -> ``'large sweep: the…'``."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit - 1]
+    cut = head.rfind(" ")
+    return (head[:cut] if cut > 0 else head).rstrip(" ,;:") + "…"

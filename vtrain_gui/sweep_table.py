@@ -17,9 +17,11 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
 from core.plan.parallel import RECOMPUTE_MODES, SCHEDULES, ParallelPlan, plan_field_title
+from core.store.format import ProfileStoreError
 from core.studies.sweep import SweepResult
 
-from .formatting import format_bytes, format_count, format_day_count, format_duration, format_fraction, format_usd
+from .formatting import (duration_formatter, format_bytes, format_count, format_day_count, format_duration,
+                         format_fraction, format_usd)
 
 __all__ = ["SweepTableModel", "SweepTableView", "TABLE_COLUMNS", "COLUMN_INDEX"]
 
@@ -37,15 +39,21 @@ def _yes_no(value: Any) -> str:
     return "yes" if value else "no"
 
 
-def _band_text(low: float, high: float, inside: bool) -> str:
-    """``'4.87 – 5.12 s'`` (one unit), with ``' ⚠'`` outside the calibration range; ``'none'``
-    without a band."""
+def _band_unit(largest: float) -> tuple[float, str]:
+    """The scale and unit of error bands whose largest bound is ``largest`` seconds."""
+    return ((1.0, "s") if not largest < 1.0 else (1e3, "ms") if largest >= 1e-3 else (1e6, "µs"))
+
+
+def _band_text(low: float, high: float, inside: bool,
+               unit: tuple[float, str] | None = None) -> str:
+    """``'4.87 – 5.12 s'`` (one unit: ``unit``, the column's scale and unit, else the high
+    bound's), with ``' ⚠'`` outside the calibration range; ``'none'`` without a band."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return "none"
-    scale, unit = (1.0, "s") if low >= 1.0 else (1e3, "ms") if low >= 1e-3 else (1e6, "µs")
+    scale, unit_name = unit or _band_unit(high)
     lo, hi = low * scale, high * scale
     digits = 1 if hi >= 100 else 2
-    return f"{lo:.{digits}f} – {hi:.{digits}f} {unit}" + ("" if inside else " ⚠")
+    return f"{lo:.{digits}f} – {hi:.{digits}f} {unit_name}" + ("" if inside else " ⚠")
 
 
 def _plan_value_text(value: Any) -> str:
@@ -131,6 +139,8 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         self._front = np.empty(0, bool)
         self._feasible = np.empty(0, bool)  # plans that fit and have figures
         self._codes: dict[int, np.ndarray] = {}  # per column: sort keys of every plan
+        # per column attribute: the formatter of a column whose unit follows the sweep
+        self._formats: dict[str, Callable[[Any], str]] = {}
         self._sort_column = COLUMN_INDEX["front"]
         self._sort_order = Qt.SortOrder.DescendingOrder
         self._grey = QtGui.QBrush(QtGui.QColor("#8A8F96"))
@@ -149,6 +159,7 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         self.beginResetModel()
         self._result = result
         self._codes = {}
+        self._formats = self._column_formats(result)
         n = result.num_plans if result is not None else 0
         self._feasible = result.feasible if result is not None else np.zeros(0, bool)
         self._mask = np.ones(n, bool) if mask is None else np.asarray(mask, bool)
@@ -204,7 +215,7 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         i = int(self._rows[index.row()])
         col = TABLE_COLUMNS[index.column()]
         if role == Qt.ItemDataRole.DisplayRole:
-            return col.fmt(self._value(i, col.attr))
+            return self._formats.get(col.attr, col.fmt)(self._value(i, col.attr))
         if role == Qt.ItemDataRole.UserRole:
             v = self._value(i, col.attr)
             return v.item() if isinstance(v, np.generic) else v
@@ -224,7 +235,12 @@ class SweepTableModel(QtCore.QAbstractTableModel):
     def _band_tip(self, i: int) -> str:
         r = self._result
         if not math.isfinite(r.interval_low_s[i]):
-            return r.interval_note or "no error band for this plan (see the Plan tab's report)"
+            # why, as vtrain simulate says it of the plan ("none" alone told nothing)
+            try:
+                note = r.band_note(i)
+            except ProfileStoreError as exc:  # the store moved since the sweep ran
+                note = f"no error band; why cannot be told: {exc}"
+            return note[0].upper() + note[1:] if note else None
         text = (f"{r.interval_coverage:.0%} of runs like this one measured within "
                 f"{format_duration(r.interval_low_s[i])} – {format_duration(r.interval_high_s[i])}")
         if not r.in_calibration_range[i]:
@@ -260,6 +276,20 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         self.layoutChanged.emit()
 
     # ------------------------------------------------------------------ internals
+    @staticmethod
+    def _column_formats(result: SweepResult | None) -> dict[str, Callable[[Any], str]]:
+        """The iteration time's and the error band's formatters, each column in one unit,
+        that of its largest value over the sweep's plans: "658.47 ms" read above "1.259 s"."""
+        if result is None or not result.num_plans:
+            return {}
+
+        def largest(values: np.ndarray) -> float:
+            finite = np.asarray(values, float)[np.isfinite(values)]
+            return float(finite.max()) if finite.size else 0.0
+        unit = _band_unit(largest(result.interval_high_s))
+        return {"iteration_time_s": duration_formatter(largest(result.iteration_time_s)),
+                "iteration_band": lambda v: _band_text(*v, unit=unit)}
+
     def _value(self, i: int, attr: str) -> Any:
         if attr == "front":
             return bool(self._front[i])
