@@ -748,10 +748,12 @@ class CostPanel(QtWidgets.QWidget):
             "(docs/goodput.md)"))
         price = e.energy_cost_usd / e.energy_kwh if e.energy_kwh > 0 else 0.0
         kwh = e.energy_kwh_without_failures
-        # the energy vtrain simulate prints ("GPU-hours, energy": with failures), said so: the
-        # figure without them read "8.28 MWh, $662" beside the command line's "8.31 MWh ($665)"
-        v["gpu_hours"].setText(f"{v['gpu_hours'].text()} · energy {format_energy(e.energy_kwh)}, "
-                               f"{format_usd(e.energy_cost_usd)} with failures")
+        # the energy vtrain simulate prints ("GPU-hours, energy": with failures; the tooltip
+        # says so and gives the figure without them): the figure without them read "8.28 MWh,
+        # $662" beside the command line's "8.31 MWh ($665)". No longer text: at 1,024 pixels
+        # the figures would wrap past the height the divider gives them
+        v["gpu_hours"].setText(f"{v['gpu_hours'].text()} · {format_energy(e.energy_kwh)}, "
+                               f"{format_usd(e.energy_cost_usd)} of energy")
         self._add_tip(v["gpu_hours"], (
             f"Energy of the run with failures, as vtrain simulate prints it (without them "
             f"{format_energy(kwh)}, {format_usd(kwh * price)}): GPUs {format_energy(e.gpu_kwh)} "

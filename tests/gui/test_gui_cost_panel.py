@@ -69,15 +69,17 @@ def test_real_report(panel, real_simulate):
     # one node expects well under one interruption: the tooltip gives it, not "0 expected"
     assert 0 < g.expected_interruptions < 1
     assert f", {g.expected_interruptions:.3g} expected;" in panel._values["run_days"].toolTip()
-    # the energy vtrain simulate prints (with failures), said so; without them on hover
+    # the energy vtrain simulate prints (with failures: it read the figure without them);
+    # the tooltip says so and gives the one without them
     from core.util.text import format_energy
     e = report.energy
     assert e.energy_kwh > e.energy_kwh_without_failures
     assert panel.value_text("gpu_hours").endswith(
-        f" · energy {format_energy(e.energy_kwh)}, {format_usd(e.energy_cost_usd)} with failures")
+        f" · {format_energy(e.energy_kwh)}, {format_usd(e.energy_cost_usd)} of energy")
     price = e.energy_cost_usd / e.energy_kwh
     without = e.energy_kwh_without_failures
-    assert (f"(without them {format_energy(without)}, {format_usd(without * price)})"
+    assert (f"Energy of the run with failures, as vtrain simulate prints it (without them "
+            f"{format_energy(without)}, {format_usd(without * price)})"
             in panel._values["gpu_hours"].toolTip())
     panel.grab()
 
