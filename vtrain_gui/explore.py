@@ -72,7 +72,7 @@ DIMENSION_LINES = 3
 SUMMARY_LINES = 5
 #: Most characters of the first warning the status under a finished sweep shows (whole on
 #: hover); the large sweep's note took five lines there.
-STATUS_WARNING_CHARS = 90
+STATUS_WARNING_CHARS = 60
 _EMPTY_TEXT = ("<p style='font-size:13pt'><b>No sweep yet</b></p>"
                "<p>Set the plans to try on the left (empty fields: every plan the GPU budget "
                "allows) and press <b>Run sweep</b> (Ctrl+R).</p>"
@@ -494,6 +494,7 @@ class ExploreTab(QtWidgets.QWidget):
         self.plot.set_result(result, redraw=False)  # drawn once, by _apply_filters below
         self.table_model.set_result(result)
         self.table.hide_constant_columns(result)  # plan fields equal in every plan
+        self.table.size_columns_to(self.table_model)  # as wide as this sweep's values
         has = result is not None
         if has:
             gpus = self._session.plan.num_gpus if isinstance(self._session.plan.num_gpus, int) else 1
@@ -636,8 +637,9 @@ class ExploreTab(QtWidgets.QWidget):
             for e in unused_values(*inputs, result)[:3]:
                 text += f"\nNot in any valid plan: {e}"
         self._set_status(text, tooltip=tip)
-        # the outcome in view: at 1,366 x 768 the column ends below the window
-        self._left_scroll.ensureWidgetVisible(self._status, 0, 6)
+        # the outcome in view: at 1,366 x 768 the column ends below the window (once the
+        # column is laid out again with the status's new lines)
+        QtCore.QTimer.singleShot(0, self._reveal_status)
         self.sweep_finished.emit(result)
 
     @Slot(int, str)
@@ -757,6 +759,19 @@ class ExploreTab(QtWidgets.QWidget):
             self.export_png(path)
 
     # ------------------------------------------------------------------ internals
+    def _reveal_status(self) -> None:
+        """Scroll the settings column to the status under the progress bar and the export
+        buttons under it (at 1,366 x 768 the column ends below the window), the status as
+        tall as its wrapped lines need."""
+        status = self._status
+        status.setMinimumHeight(status.heightForWidth(status.width()) if status.width() > 0 else 0)
+        # the settings laid out at their height first (they are squeezed to the view's until
+        # the scroll area takes the column's new size: the status looked in view, and was not)
+        for _ in range(3):
+            QtCore.QCoreApplication.sendPostedEvents(None, QtCore.QEvent.Type.LayoutRequest)
+        self._left_scroll.ensureWidgetVisible(self.export_csv_button, 0, 6)  # under it
+        self._left_scroll.ensureWidgetVisible(status, 0, 6)
+
     def _set_status(self, text: str, error: bool = False, tooltip: str = "") -> None:
         """The lines under the progress bar (``tooltip``: on hover)."""
         self._status.setText(text)

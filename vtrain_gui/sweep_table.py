@@ -17,6 +17,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
 from core.plan.parallel import RECOMPUTE_MODES, SCHEDULES, ParallelPlan, plan_field_title
+from core.sim.report import MEMORY_VERDICTS
 from core.store.format import ProfileStoreError
 from core.studies.sweep import SweepResult
 
@@ -54,6 +55,17 @@ def _band_text(low: float, high: float, inside: bool,
     lo, hi = low * scale, high * scale
     digits = 1 if hi >= 100 else 2
     return f"{lo:.{digits}f} – {hi:.{digits}f} {unit_name}" + ("" if inside else " ⚠")
+
+
+#: The memory verdicts (:data:`core.sim.report.MEMORY_VERDICTS`) as the "fits" column answers:
+#: "does not fit" under "fits" took the column 88 px, and at 1,366 x 768 the column read "fi"
+#: at the view's edge.
+_FITS_ANSWERS = dict(zip(MEMORY_VERDICTS, ("yes", "tight", "no")))
+
+
+def _fits_text(verdict: Any) -> str:
+    """A plan's memory verdict as the "fits" column answers it: yes, tight or no."""
+    return _FITS_ANSWERS.get(str(verdict), str(verdict))
 
 
 def _plan_value_text(value: Any) -> str:
@@ -108,7 +120,7 @@ TABLE_COLUMNS = _plan_columns(always=True) + (
     _Column("fits", "memory_verdict", "Memory verdict of the largest stage against the GPU's "
             "memory: fits, tight (within the planner's margin, cluster.memory_reserve_fraction, "
             "of the capacity, or over it only with the allocator's cache: kept by the sweep) or "
-            "does not fit", str, False),
+            "does not fit (yes, tight, no)", _fits_text, False),
     _Column("front", "front", "On the time-versus-cost Pareto front of the plans shown", _yes_no,
             False),
 ) + _plan_columns(always=False) + (
@@ -290,6 +302,30 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         return {"iteration_time_s": duration_formatter(largest(result.iteration_time_s)),
                 "iteration_band": lambda v: _band_text(*v, unit=unit)}
 
+    def widest_texts(self) -> dict[str, list[str]]:
+        """Per figure column (attribute), the texts among which its widest value is: those of
+        its largest and smallest values (a wider number has more digits; under a day, under a
+        GiB the text changes form) and the error band of the largest bounds, with ⚠ when a
+        plan has it. Empty without a result (the columns keep :data:`COLUMN_SAMPLES`' widths)."""
+        r = self._result
+        if r is None or not r.num_plans:
+            return {}
+
+        def ends(values: np.ndarray) -> list[float]:
+            finite = np.asarray(values, float)[np.isfinite(values)]
+            return [float(finite.max()), float(finite.min())] if finite.size else []
+        out: dict[str, list[str]] = {}
+        for col in TABLE_COLUMNS:
+            if col.attr in ("num_microbatches", "num_gpus", "iteration_time_s", "training_days",
+                            "cost_usd", "max_memory_per_gpu_bytes"):
+                fmt = self._formats.get(col.attr, col.fmt)
+                out[col.attr] = [fmt(v) for v in ends(getattr(r, col.attr))] or ["–"]
+        lo, hi = ends(r.interval_low_s), ends(r.interval_high_s)
+        outside = not bool(np.all(r.within_calibration[np.isfinite(r.interval_low_s)]))
+        out["iteration_band"] = ["none"] + ([self._formats["iteration_band"]((lo[0], hi[0], not outside))]
+                                            if lo and hi else [])
+        return out
+
     def _value(self, i: int, attr: str) -> Any:
         if attr == "front":
             return bool(self._front[i])
@@ -340,7 +376,7 @@ class SweepTableModel(QtCore.QAbstractTableModel):
 COLUMN_SAMPLES = {"t": "888", "p": "888", "d": "8888", "b": "88", "m": "88,888",
                   "GPUs": "88,888", "iteration": "888.888 ms", "error band": "888.8 – 888.8 ms ⚠",
                   "days": "88,888.8", "cost": "$888,888,888", "MFU": "88.8 %",
-                  "memory/GPU": "8,888.8 GiB", "fits": "does not fit", "front": "front"}
+                  "memory/GPU": "8,888.8 GiB", "fits": "tight", "front": "front"}
 #: Pixels a cell's text needs beyond its own width (the style's margins, about 3 px a side,
 #: and a little air), and a header's (its margins and the sort arrow, about 16 px).
 CELL_PADDING, HEADER_PADDING = 10, 26
@@ -375,6 +411,24 @@ class SweepTableView(QtWidgets.QTableView):
             hide = (field is not None and field.metadata.get("label") != "always"
                     and col.attr in constant)
             self.setColumnHidden(i, hide)
+
+    def size_columns_to(self, model: SweepTableModel) -> None:
+        """The figure columns as wide as the widest value of the sweep ``model`` shows
+        (:meth:`SweepTableModel.widest_texts`, in bold) or their header, not the widest any
+        sweep could have: a sweep of a few dollars' plans needs no room for $888,888,888 (at
+        1,366 x 768 the "fits" column read "fi" at the view's edge)."""
+        self._size_columns()
+        texts = model.widest_texts()
+        if not texts:
+            return
+        bold = QtGui.QFont(self.font())
+        bold.setBold(True)
+        wide = QtGui.QFontMetrics(bold).horizontalAdvance
+        head = self.horizontalHeader().fontMetrics().horizontalAdvance
+        for i, col in enumerate(TABLE_COLUMNS):
+            if col.attr in texts:
+                self.setColumnWidth(i, max(max(wide(t) for t in texts[col.attr]) + CELL_PADDING,
+                                           head(col.header) + HEADER_PADDING))
 
     def _size_columns(self) -> None:
         """Every column as wide as a typical value in bold (the Pareto front's rows are bold)

@@ -29,23 +29,38 @@ def test_short_text_cuts_at_a_space_within_the_limit():
     assert LARGE.startswith(cut[:-1])
 
 
+def _settle() -> None:
+    for _ in range(5):
+        QtCore.QCoreApplication.sendPostedEvents(None, QtCore.QEvent.Type.LayoutRequest)
+        QtWidgets.QApplication.processEvents()
+
+
+def _bottom_in_view(widget, scroll) -> bool:
+    view = scroll.viewport()
+    top = widget.mapTo(view, QtCore.QPoint(0, 0)).y()
+    return top >= 0 and top + widget.height() <= view.height()
+
+
 def test_a_finished_sweeps_status_and_its_warning_are_in_view(window, qtbot):
-    window.resize(1366, 768)
+    """At 1,366 x 700 (the window's least height) the settings column scrolls: the finished
+    sweep's status and the export buttons under it are scrolled into view."""
+    window.resize(1366, 700)
     window.tabs.setCurrentWidget(window.explore)
-    QtWidgets.QApplication.processEvents()
+    _settle()
     explore = window.explore
     small = run_sweep(load_any(EXAMPLES / "gpt3_1.3b_single_node.json"),
                       SweepSpace(max_gpus=8, micro_batch_sizes=(1,), schedules=("1f1b",)))
     result = dataclasses.replace(small, warnings=[LARGE, "second warning"])
+    scroll = explore._left_scroll
+    assert scroll.verticalScrollBar().maximum() > 0 and scroll.verticalScrollBar().value() == 0
+    assert not _bottom_in_view(explore.export_csv_button, scroll)
     explore._on_sweep_finish(explore.runner.latest_run_id, result, 555.5)
-    QtWidgets.QApplication.processEvents()
+    qtbot.wait(50)  # the column scrolls once laid out again
+    _settle()
     status = explore._status
     last = status.text().splitlines()[-1]
     assert last == f"⚠ {short_text(LARGE, STATUS_WARNING_CHARS)} (+1 more, hover)"
     assert status.toolTip() == f"⚠ {LARGE}\n⚠ second warning"
-    # every line of the status inside the column's view
-    view = explore._left_scroll.viewport()
-    top_left = status.mapTo(view, QtCore.QPoint(0, 0))
-    assert QtCore.QRect(top_left, status.size()).bottom() <= view.height(), (
-        top_left, status.size(), view.height())
+    # every line of the status and the export buttons inside the column's view
+    assert _bottom_in_view(status, scroll) and _bottom_in_view(explore.export_csv_button, scroll)
     assert status.height() <= 5 * status.fontMetrics().lineSpacing()

@@ -73,3 +73,41 @@ def test_a_plan_without_a_band_says_why_as_vtrain_simulate_does(h200_sweep):
     assert r.reason[k].startswith("does not fit")
     banded = int(np.flatnonzero(np.isfinite(r.interval_low_s))[0])
     assert r.band_note(banded) == ""
+
+
+def test_fits_and_front_are_whole_at_1366_by_768(window, qapp, h200_sweep):
+    """Columns as wide as this sweep's values (a few dollars need no room for $888,888,888)
+    and the verdict answered yes / tight / no: at 1,366 x 768 "fits" read "fi" at the view's
+    edge; now every column through "front" is whole, and every value of the first rows fits
+    its column."""
+    from PySide6 import QtCore, QtGui
+
+    from vtrain_gui.sweep_table import COLUMN_INDEX
+
+    r = h200_sweep
+    window.show_tab("explore")
+    window.explore.set_session(r.session)
+    window.explore.set_result(r)
+    for _ in range(3):
+        window.resize(1366, 768)
+        qapp.processEvents()
+    table = window.explore.table
+    header, view = table.horizontalHeader(), table.viewport().width()
+    for c in range(COLUMN_INDEX["front"] + 1):
+        if table.isColumnHidden(c):
+            continue
+        left = header.sectionViewportPosition(c)
+        assert 0 <= left and left + header.sectionSize(c) <= view, (
+            TABLE_COLUMNS[c].header, left, header.sectionSize(c), view)
+    model = table.model()
+    fits = _column(model, "memory_verdict")
+    assert set(fits) == {"yes", "tight", "no"}  # "does not fit" was 88 px wide
+    for c, col in enumerate(TABLE_COLUMNS):
+        if table.isColumnHidden(c) or col.attr == "reason":
+            continue
+        for row in range(min(model.rowCount(), 40)):
+            index = model.index(row, c)
+            font = model.data(index, QtCore.Qt.ItemDataRole.FontRole) or table.font()
+            text = model.data(index, QtCore.Qt.ItemDataRole.DisplayRole)
+            assert QtGui.QFontMetrics(font).horizontalAdvance(text) + 6 <= table.columnWidth(c), (
+                col.header, text, table.columnWidth(c))
