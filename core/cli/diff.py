@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any, Callable
+from typing import Any
 
 from core.cli.common import fmt_days, verdict_markup, path_arg
+from core.util.text import signed
 from core.sim.labels import DIFF_TERMS, MEMORY_FIGURES, TIME_TERMS, short_name
 
 __all__ = ["add_parser", "run"]
@@ -68,17 +69,6 @@ def _simulated(session: Any, file: str, pinned: bool = False) -> Any:
 
 def _s(x: float) -> str:
     return f"{x:,.3f} s"
-
-
-def signed(delta: float, text_of: Callable[[float], str]) -> str:
-    """A difference B - A as the "B - A" column prints it: ``text_of(abs(delta))`` after its
-    sign, and no sign when that text reads zero (every digit 0): ``signed(-4e-5, format_days)``
-    is ``'0.0'``, not ``'-0.0'`` (a new-user trial read training days "-0.0" beside two equal
-    0.009), ``signed(-0.0004, _s)`` is ``'0.000 s'``, ``signed(0.25, _s)`` ``'+0.250 s'``."""
-    text = text_of(abs(delta))
-    if not any(c in "123456789" for c in text):
-        return text
-    return ("+" if delta > 0 else "-") + text
 
 
 def run(args: argparse.Namespace) -> int:
