@@ -25,7 +25,8 @@ from core.util.text import signed
 from .category_axis import CategoryAxis
 from .cost_panel import WARNING_COLOR, OneLineLabel
 from .empty_state import EmptyStack, under_banner, warning_banner
-from .formatting import VERDICT_COLORS, format_day_count, format_duration, format_usd
+from .formatting import (VERDICT_COLORS, duration_formatter, format_day_count, format_duration,
+                         format_usd)
 from .timeline.widget import TimelineWidget
 
 __all__ = ["CompareTab", "FASTER_COLOR", "SLOWER_COLOR", "TOTAL_COLOR", "TABLE_ROWS"]
@@ -431,9 +432,11 @@ class CompareTab(QtWidgets.QWidget):
             need_a, cap_a = _gib(a["max_memory_per_gpu_bytes"]), "–"
         if not np.isfinite(b["memory_capacity_bytes"]):
             need_b, cap_b = _gib(b["max_memory_per_gpu_bytes"]), "–"
+        # the row in one unit, the longer iteration's: "+42.95 ms" read beside "2.484 s"
+        seconds = duration_formatter(a["iteration_time_s"], b["iteration_time_s"])
         rows = [
-            (format_duration(a["iteration_time_s"]), format_duration(b["iteration_time_s"]),
-             delta(d["difference_s"], format_duration)),
+            (seconds(a["iteration_time_s"]), seconds(b["iteration_time_s"]),
+             delta(d["difference_s"], seconds)),
             (f"{need_a} GiB", f"{need_b} GiB", gib_delta(d["memory_difference_bytes"])),
             (f"{cap_a} GiB" if cap_a != "–" else cap_a, f"{cap_b} GiB" if cap_b != "–" else cap_b,
              gib_delta(b["memory_capacity_bytes"] - a["memory_capacity_bytes"])),
