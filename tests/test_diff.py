@@ -263,12 +263,38 @@ def test_values_whose_short_forms_agree_are_shown_exactly():
     assert text(True, False) == "f true / false"
 
 
-def test_cli_a_plan_against_itself_prints_no_negative_zero(capsys):
-    """Every difference rounds to +0.000 s (the new-user trial saw -0.000 s)."""
+def test_cli_a_plan_against_itself_prints_no_signed_zero(capsys):
+    """Every difference of a plan against itself prints unsigned zero, in every column: the
+    new-user trials saw -0.000 s, then +0.000 s and training days "-0.0" beside two equal
+    0.009."""
     path = str(EXAMPLES / "gpt3_1.3b_single_node.json")
     assert main(["diff", path, path]) == 0
     out = capsys.readouterr().out
-    assert "+0.000 s (+0.0%)" in out and "-0.000" not in out
+    assert "│ 0.000 s (0.0%) │" in out.replace("[bold]", "")
+    rows = {ln.split("│")[1].strip(): ln.split("│")[-2].strip()
+            for ln in out.splitlines() if ln.count("│") == 5}
+    assert rows["memory per GPU (max)"] == "0.0 GiB"
+    assert rows["training days"] == "0.0" and rows["cost"] == "$0"
+    assert rows["forward + backward"] == "0.000 s"
+    assert "+0.0" not in out and "-0.0" not in out and "-$0" not in out
+
+
+def test_a_difference_that_rounds_to_zero_has_no_sign():
+    """The "B - A" column's formatter: a sign only when the printed number is not zero
+    (torchtitan Llama 3 8B on 16 and 64 GPUs: 0.009 days each, the difference printed
+    "-0.0")."""
+    from core.cli.common import fmt_days
+    from core.cli.diff import _s, signed
+
+    assert signed(-4e-5, fmt_days) == "0.0"
+    assert signed(4e-5, fmt_days) == "0.0"
+    assert signed(-0.004, fmt_days) == "-0.004"
+    assert signed(2.35, fmt_days) == "+2.4" and signed(-2.35, fmt_days) == "-2.4"
+    assert signed(-0.0004, _s) == "0.000 s" and signed(0.0006, _s) == "+0.001 s"
+    assert signed(-0.4, lambda x: f"${x:,.0f}") == "$0"
+    assert signed(-1234.6, lambda x: f"${x:,.0f}") == "-$1,235"
+    assert signed(-0.0004, lambda x: f"{x:.1%}") == "0.0%"
+    assert signed(0.0, _s) == "0.000 s"
 
 
 def test_tight_over_capacity_names_the_cache_not_the_margin(tmp_path, capsys):

@@ -20,11 +20,13 @@ from core.sim.labels import MEMORY_FIGURES, TIME_TERMS, capitalized, short_name
 from core.studies.diff import PlanDiff, beyond_plan_text, diff_results, plan_label
 from core.sim.report import gib_texts
 from core.sim.simulate import device_gpu_note
+from core.util.text import signed
 
 from .category_axis import CategoryAxis
 from .cost_panel import WARNING_COLOR, OneLineLabel
 from .empty_state import EmptyStack, under_banner, warning_banner
-from .formatting import VERDICT_COLORS, format_duration, format_usd
+from .formatting import (VERDICT_COLORS, duration_formatter, format_day_count, format_duration,
+                         format_usd)
 from .timeline.widget import TimelineWidget
 
 __all__ = ["CompareTab", "FASTER_COLOR", "SLOWER_COLOR", "TOTAL_COLOR", "TABLE_ROWS"]
@@ -414,14 +416,13 @@ class CompareTab(QtWidgets.QWidget):
         d = diff.to_dict()
         a, b = d["a"], d["b"]
 
-        def signed(text: str, value: float) -> str:
-            return ("+" if value > 0 else "") + text if value >= 0 else "−" + text
+        # a difference that reads zero has no sign, in every row: never "−0.0" (the days of
+        # two 0.009-day plans) nor "+0.000 s" (core.util.text.signed, as vtrain diff)
+        def delta(value: float, text_of) -> str:
+            return signed(value, text_of, minus="−") if np.isfinite(value) else "–"
 
-        def gib_delta(num_bytes: float) -> str:  # rounded first: never "−0.0 GiB"
-            if not np.isfinite(num_bytes):
-                return "–"
-            gib = round(num_bytes / 2**30, 1) + 0.0
-            return signed(f"{abs(gib):,.1f} GiB", gib)
+        def gib_delta(num_bytes: float) -> str:
+            return delta(num_bytes / 2**30, lambda x: f"{x:,.1f} GiB")
 
         # in GiB, as vtrain diff prints them: the need and the capacity with the decimals
         # that keep a need over the capacity reading above it (core.sim.report.gib_texts)
@@ -431,17 +432,20 @@ class CompareTab(QtWidgets.QWidget):
             need_a, cap_a = _gib(a["max_memory_per_gpu_bytes"]), "–"
         if not np.isfinite(b["memory_capacity_bytes"]):
             need_b, cap_b = _gib(b["max_memory_per_gpu_bytes"]), "–"
+        # the row in one unit, the longer iteration's: "+42.95 ms" read beside "2.484 s"
+        seconds = duration_formatter(a["iteration_time_s"], b["iteration_time_s"])
         rows = [
-            (format_duration(a["iteration_time_s"]), format_duration(b["iteration_time_s"]),
-             signed(format_duration(abs(d["difference_s"])), d["difference_s"])),
+            (seconds(a["iteration_time_s"]), seconds(b["iteration_time_s"]),
+             delta(d["difference_s"], seconds)),
             (f"{need_a} GiB", f"{need_b} GiB", gib_delta(d["memory_difference_bytes"])),
             (f"{cap_a} GiB" if cap_a != "–" else cap_a, f"{cap_b} GiB" if cap_b != "–" else cap_b,
              gib_delta(b["memory_capacity_bytes"] - a["memory_capacity_bytes"])),
             (_verdict_text(a), _verdict_text(b), ""),
-            (f"{a['training_days']:,.1f}", f"{b['training_days']:,.1f}",
-             signed(f"{abs(d['training_days_difference']):,.1f}", d["training_days_difference"])),
+            # days as everywhere else (core.util.text.format_days): "0.009", not "0.0"
+            (format_day_count(a["training_days"]), format_day_count(b["training_days"]),
+             delta(d["training_days_difference"], format_day_count)),
             (format_usd(a["cost_usd"]), format_usd(b["cost_usd"]),
-             signed(format_usd(abs(d["cost_difference_usd"])), d["cost_difference_usd"])),
+             delta(d["cost_difference_usd"], format_usd)),
         ]
         for r, cells in enumerate(rows):
             for c, text in enumerate(cells):

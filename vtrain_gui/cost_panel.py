@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import math
+from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
@@ -18,8 +19,8 @@ from core.util.text import format_amount, format_energy
 
 from .category_axis import CategoryAxis
 from .empty_state import StaleVeil
-from .formatting import (IDLE_COLOR, KIND_COLORS, format_bytes, format_count, format_day_count, format_duration,
-                         format_durations, format_fraction, format_rate, format_usd, format_usd_short)
+from .formatting import (IDLE_COLOR, KIND_COLORS, duration_formatter, format_bytes, format_count,
+                         format_day_count, format_fraction, format_rate, format_usd, format_usd_short)
 from .wrapped_label import label_document
 
 __all__ = ["CostPanel", "FIT_STATES", "OneLineLabel", "WARNING_COLOR"]
@@ -49,28 +50,33 @@ _BREAKDOWN = tuple((f"{k}_s", TIME_TERMS[k], c) for k, c in _BREAKDOWN_COLORS.it
 _SHORT_KIND = {"tp_comm": "TP", "dp_comm": "DP"}
 
 
-def _with_hidden(exposed_s: float, hidden_s: float) -> str:
+def _with_hidden(exposed_s: float, hidden_s: float,
+                 fmt: Callable[[float], str] | None = None) -> str:
     """An exposed communication time and, when some ran hidden under other work, that part in
     parentheses, both in one unit: ``"0.00 ms (13.98 ms hidden)"``, not ``"0.000 s (13.98 ms
-    hidden)"``."""
+    hidden)"``; ``fmt`` (:func:`duration_formatter`): the unit of the panel's column, else
+    that of the larger of the two."""
+    fmt = fmt or duration_formatter(exposed_s, hidden_s)
     if not hidden_s > 0:
-        return format_duration(exposed_s)
-    exposed, hidden_text = format_durations(exposed_s, hidden_s)
-    return f"{exposed} ({hidden_text} hidden)"
+        return fmt(exposed_s)
+    return f"{fmt(exposed_s)} ({fmt(hidden_s)} hidden)"
 
 
-def _with_named_hidden(exposed_s: float, *parts: tuple[str, float]) -> tuple[str, str]:
+def _with_named_hidden(exposed_s: float, *parts: tuple[str, float],
+                       fmt: Callable[[float], str] | None = None) -> tuple[str, str]:
     """The exposed TP/DP collectives' time (seconds) and, named, each kind's part that ran
     hidden under other work (``parts``: :data:`core.sim.labels.KIND_NAMES` key, seconds), all
     in one unit, as ``vtrain simulate``'s "Per stage (mean)" line names them
     (:func:`core.sim.labels.hidden`): ``("0.00 ms (hidden TP 13.98 ms, hidden DP 2.10 ms)",
     "hidden TP collectives 13.98 ms, hidden DP collectives 2.10 ms")``; the second is the
     tooltip ("" when nothing ran hidden). Each hidden part is said hidden before its number:
-    ``0.247 s (TP 0.244 s, DP 6.987 s hidden)`` read as 0.244 s of TP exposed."""
+    ``0.247 s (TP 0.244 s, DP 6.987 s hidden)`` read as 0.244 s of TP exposed. ``fmt``
+    (:func:`duration_formatter`): the unit of the panel's column, else that of the largest."""
     shown = [(k, s) for k, s in parts if s > 0]
+    fmt = fmt or duration_formatter(exposed_s, *(s for _, s in shown))
     if not shown:
-        return format_duration(exposed_s), ""
-    exposed, *hidden_texts = format_durations(exposed_s, *(s for _, s in shown))
+        return fmt(exposed_s), ""
+    exposed, *hidden_texts = (fmt(x) for x in (exposed_s, *(s for _, s in shown)))
     short = ", ".join(f"hidden {_SHORT_KIND[k]} {t}" for (k, _), t in zip(shown, hidden_texts))
     tip = ", ".join(f"{hidden(k)} {t}" for (k, _), t in zip(shown, hidden_texts))
     return f"{exposed} ({short})", tip
@@ -643,7 +649,18 @@ class CostPanel(QtWidgets.QWidget):
         self._report = report
         self.set_fit_changes(None)
         v = self._values
-        v["iteration_time"].setText(format_duration(report.iteration_time_s))
+        # every duration of the panel (the iteration time, its band, the time per iteration's
+        # terms and their hidden parts) in one unit, that of the largest, as vtrain simulate
+        # prints them all in seconds: "Compute 2.301 s" read beside "Exposed EP all-to-all
+        # 130.37 ms (391.11 ms hidden)" and a band "649.37 ms – 1.017 s"
+        iv = report.interval
+        band = (iv.band(report.iteration_time_s) if iv is not None and iv.available else ())
+        fmt = duration_formatter(
+            report.iteration_time_s, *band, report.compute_s, report.comm_s, report.tp_hidden_s,
+            getattr(report, "dp_hidden_s", 0.0), report.pp_comm_s, report.cp_comm_s,
+            report.cp_hidden_s, report.ep_comm_s, getattr(report, "ep_hidden_s", 0.0),
+            report.bubble_s, report.overlap_wait_s, report.imbalance_s)
+        v["iteration_time"].setText(fmt(report.iteration_time_s))
         v["tokens_per_s"].setText(format_rate(report.tokens_per_s, "tokens/s"))
         # an FP8 plan's MFU is of the BF16 peak (core.sim.costing.mfu_peak_flops): say so
         of_peak = (f" of {report.mfu_peak_dtype.upper()} peak"
@@ -660,41 +677,46 @@ class CostPanel(QtWidgets.QWidget):
             v["mfu"].setToolTip("")
         v["hfu"].setText(format_fraction(report.hfu) + of_peak)
         v["bubble_fraction"].setText(format_fraction(report.bubble_fraction))
-        v["compute"].setText(format_duration(report.compute_s))
+        v["compute"].setText(fmt(report.compute_s))
         comm_text, comm_tip = _with_named_hidden(
             report.comm_s, ("tp_comm", report.tp_hidden_s),
-            ("dp_comm", getattr(report, "dp_hidden_s", 0.0)))
+            ("dp_comm", getattr(report, "dp_hidden_s", 0.0)), fmt=fmt)
         v["comm"].setText(comm_text)
         v["comm"].setToolTip(comm_tip + (" (not in the iteration time)" if comm_tip else ""))
-        v["pp_comm"].setText(format_duration(report.pp_comm_s))
-        v["cp_comm"].setText(_with_hidden(report.cp_comm_s, report.cp_hidden_s))
+        v["pp_comm"].setText(fmt(report.pp_comm_s))
+        v["cp_comm"].setText(_with_hidden(report.cp_comm_s, report.cp_hidden_s, fmt))
         for w in self._cp_row:
             w.setVisible(report.cp_comm_s > 0 or report.cp_hidden_s > 0)
         ep_hidden = getattr(report, "ep_hidden_s", 0.0)
-        v["ep_comm"].setText(_with_hidden(report.ep_comm_s, ep_hidden))
+        v["ep_comm"].setText(_with_hidden(report.ep_comm_s, ep_hidden, fmt))
         for w in self._ep_row:
             w.setVisible(report.ep_comm_s > 0 or ep_hidden > 0)
-        v["bubble"].setText(format_duration(report.bubble_s))
-        v["overlap_wait"].setText(format_duration(report.overlap_wait_s))
+        v["bubble"].setText(fmt(report.bubble_s))
+        v["overlap_wait"].setText(fmt(report.overlap_wait_s))
         for w in self._wait_row:
             w.setVisible(report.overlap_wait_s > 0)
-        v["imbalance"].setText(format_duration(report.imbalance_s))
+        v["imbalance"].setText(fmt(report.imbalance_s))
         self._breakdown.set_values([getattr(report, key) for key, _, _ in _BREAKDOWN])
         active, with_embedding = (report.num_active_parameters,
                                   report.num_active_parameters_with_embedding)
         moe = with_embedding and with_embedding != report.num_parameters
-        # a mixture of experts' line is long: cut to the figures' width (the memory chart
-        # keeps its own), whole on hover
-        v["num_parameters"].set_full_text(f"{report.num_parameters / 1e9:,.2f} B" + (
-            f" ({active / 1e9:,.2f} B active without the input embedding, "
-            f"{with_embedding / 1e9:,.2f} B with it; MFU counts their GEMMs)" if moe else ""))
+        # a mixture of experts' line: the total and the active count as vtrain simulate's
+        # "Active parameters" line heads it (without the input embedding), the rest on hover;
+        # the whole line was cut at 1,366 x 768 ("... 3.35 ..."); still cut to the figures'
+        # width where narrower (the memory chart keeps its own)
+        total = f"{report.num_parameters / 1e9:,.2f} B"
+        v["num_parameters"].set_full_text(
+            total + (f" ({active / 1e9:,.2f} B active)" if moe else ""),
+            tooltip=(f"{total} ({active / 1e9:,.2f} B active without the input embedding, "
+                     f"{with_embedding / 1e9:,.2f} B with it; MFU counts their GEMMs)"
+                     if moe else None))
         v["gpus"].setText(format_count(report.num_gpus))
         v["microbatches"].setText(format_count(report.num_microbatches))
         v["iterations"].setText(format_count(report.num_iterations))
         v["training_days"].setText(f"{format_day_count(report.training_days)} days")
         v["gpu_hours"].setText(format_amount(report.gpu_hours))
         v["cost_usd"].setText(format_usd(report.cost_usd))
-        self._set_band(report)
+        self._set_band(report, fmt)
         profile = report.profile or {}
         shown = [str(x) for x in (profile.get("device"), method_text(profile),
                                   profile.get("date")) if x]
@@ -741,10 +763,15 @@ class CostPanel(QtWidgets.QWidget):
             "(docs/goodput.md)"))
         price = e.energy_cost_usd / e.energy_kwh if e.energy_kwh > 0 else 0.0
         kwh = e.energy_kwh_without_failures
-        v["gpu_hours"].setText(f"{v['gpu_hours'].text()} · {format_energy(kwh)}, "
-                               f"{format_usd(kwh * price)} of energy")
+        # the energy vtrain simulate prints ("GPU-hours, energy": with failures; the tooltip
+        # says so and gives the figure without them): the figure without them read "8.28 MWh,
+        # $662" beside the command line's "8.31 MWh ($665)". No longer text: at 1,024 pixels
+        # the figures would wrap past the height the divider gives them
+        v["gpu_hours"].setText(f"{v['gpu_hours'].text()} · {format_energy(e.energy_kwh)}, "
+                               f"{format_usd(e.energy_cost_usd)} of energy")
         self._add_tip(v["gpu_hours"], (
-            f"Energy without failures; with them: GPUs {format_energy(e.gpu_kwh)} "
+            f"Energy of the run with failures, as vtrain simulate prints it (without them "
+            f"{format_energy(kwh)}, {format_usd(kwh * price)}): GPUs {format_energy(e.gpu_kwh)} "
             f"({e.gpu_power_w:,.0f} W at {e.busy_fraction:.0%} busy) + node overhead "
             f"{format_energy(e.node_kwh)} + facility {format_energy(e.facility_kwh)} (PUE "
             f"{e.power_usage_effectiveness:g}); {e.source}"))
@@ -754,8 +781,9 @@ class CostPanel(QtWidgets.QWidget):
         """Add ``tip`` under the tooltip ``label`` has (the no-fit flag's)."""
         label.setToolTip(f"{label.toolTip()}\n{tip}" if label.toolTip() else tip)
 
-    def _set_band(self, report: Report) -> None:
-        """The error band of the iteration time, days and dollars, and where it comes from."""
+    def _set_band(self, report: Report, fmt: Callable[[float], str]) -> None:
+        """The error band of the iteration time, days and dollars, and where it comes from;
+        ``fmt``: the panel's durations' formatter (:func:`duration_formatter`)."""
         v, iv = self._values, report.interval
         coverage = f" ({iv.coverage:.0%})" if iv is not None else ""
         self._band_names["iteration_band"].setText(f"Error band{coverage}")
@@ -780,7 +808,7 @@ class CostPanel(QtWidgets.QWidget):
             note.setStyleSheet("color: #B35C00;" if outside else "color: #505860;")
             return
         lo, hi = iv.band(report.iteration_time_s)
-        v["iteration_band"].setText(f"{format_duration(lo)} – {format_duration(hi)}")
+        v["iteration_band"].setText(f"{fmt(lo)} – {fmt(hi)}")
         d_lo, d_hi = iv.band(report.training_days)
         c_lo, c_hi = iv.band(report.cost_usd)
         v["run_band"].setText(f"{format_day_count(d_lo)} – {format_day_count(d_hi)} days, "

@@ -47,7 +47,7 @@ from core.studies.sweep import (SweepResult, restore_sweep,
 
 from .gpu_choice_view import GpuChoicePanel
 from .flow_layout import FlowLayout
-from .formatting import (ERROR_STYLE, format_count, format_day_count, format_gpus,
+from .formatting import (ERROR_STYLE, short_text, format_count, format_day_count, format_gpus,
                          format_number_short, format_usd)
 from .empty_state import EmptyStack
 from .int_spin import INT64_MAX, IntSpinBox
@@ -70,6 +70,9 @@ DIMENSION_LINES = 3
 #: (6 and 4 lines, with the preview under the plot, made the window at least 717 pixels tall
 #: at 1,024 wide: more than the ~700 a 1,366 x 768 laptop leaves under its title and task bars.)
 SUMMARY_LINES = 5
+#: Most characters of the first warning the status under a finished sweep shows (whole on
+#: hover); the large sweep's note took five lines there.
+STATUS_WARNING_CHARS = 60
 _EMPTY_TEXT = ("<p style='font-size:13pt'><b>No sweep yet</b></p>"
                "<p>Set the plans to try on the left (empty fields: every plan the GPU budget "
                "allows) and press <b>Run sweep</b> (Ctrl+R).</p>"
@@ -237,6 +240,7 @@ class ExploreTab(QtWidgets.QWidget):
         left_scroll.setWidgetResizable(True)
         left_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         left_scroll.setMinimumWidth(left.sizeHint().width() + 24)
+        self._left_scroll = left_scroll
         return left_scroll
 
     def _build_filters(self) -> QtWidgets.QWidget:
@@ -490,6 +494,7 @@ class ExploreTab(QtWidgets.QWidget):
         self.plot.set_result(result, redraw=False)  # drawn once, by _apply_filters below
         self.table_model.set_result(result)
         self.table.hide_constant_columns(result)  # plan fields equal in every plan
+        self.table.size_columns_to(self.table_model)  # as wide as this sweep's values
         has = result is not None
         if has:
             gpus = self._session.plan.num_gpus if isinstance(self._session.plan.num_gpus, int) else 1
@@ -616,16 +621,25 @@ class ExploreTab(QtWidgets.QWidget):
                              error=True)
             self.sweep_finished.emit(result)
             return
+        tip = ""
         if result.warnings:
+            # the first warning's start, whole with the others on hover: the large sweep's
+            # five lines ran off the bottom of the column at 1,366 x 768
             from core.sim.comm import summarize_warnings
             folded = summarize_warnings(result.warnings)
-            more = f" (+{len(folded) - 1} more)" if len(folded) > 1 else ""
-            text += f"\n⚠ {folded[0]}{more}"
+            first = short_text(folded[0], STATUS_WARNING_CHARS)
+            more = f"+{len(folded) - 1} more" if len(folded) > 1 else ""
+            hover = ", ".join(x for x in (more, "hover" if first != folded[0] or more else "") if x)
+            text += f"\n⚠ {first}" + (f" ({hover})" if hover else "")
+            tip = "\n".join(f"⚠ {w}" for w in folded)
         if inputs is not None:  # values given that no valid plan uses, as the command line
             from core.studies.sweep import unused_values
             for e in unused_values(*inputs, result)[:3]:
                 text += f"\nNot in any valid plan: {e}"
-        self._set_status(text)
+        self._set_status(text, tooltip=tip)
+        # the outcome in view: at 1,366 x 768 the column ends below the window (once the
+        # column is laid out again with the status's new lines)
+        QtCore.QTimer.singleShot(0, self._reveal_status)
         self.sweep_finished.emit(result)
 
     @Slot(int, str)
@@ -745,8 +759,23 @@ class ExploreTab(QtWidgets.QWidget):
             self.export_png(path)
 
     # ------------------------------------------------------------------ internals
-    def _set_status(self, text: str, error: bool = False) -> None:
+    def _reveal_status(self) -> None:
+        """Scroll the settings column to the status under the progress bar and the export
+        buttons under it (at 1,366 x 768 the column ends below the window), the status as
+        tall as its wrapped lines need."""
+        status = self._status
+        status.setMinimumHeight(status.heightForWidth(status.width()) if status.width() > 0 else 0)
+        # the settings laid out at their height first (they are squeezed to the view's until
+        # the scroll area takes the column's new size: the status looked in view, and was not)
+        for _ in range(3):
+            QtCore.QCoreApplication.sendPostedEvents(None, QtCore.QEvent.Type.LayoutRequest)
+        self._left_scroll.ensureWidgetVisible(self.export_csv_button, 0, 6)  # under it
+        self._left_scroll.ensureWidgetVisible(status, 0, 6)
+
+    def _set_status(self, text: str, error: bool = False, tooltip: str = "") -> None:
+        """The lines under the progress bar (``tooltip``: on hover)."""
         self._status.setText(text)
+        self._status.setToolTip(tooltip)
         self._status.setStyleSheet(ERROR_STYLE if error else "")
 
     def _apply_filters(self, auto_range: bool = False) -> None:

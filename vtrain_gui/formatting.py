@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from core.util.text import format_days
 
-__all__ = ["format_duration", "format_durations", "format_bytes", "format_count", "format_day_count", "format_usd",
+__all__ = ["format_duration", "format_durations", "duration_formatter", "format_bytes", "format_count", "format_day_count", "format_usd",
            "format_fraction", "format_rate", "format_number_short", "format_usd_short",
            "KIND_COLORS", "IDLE_COLOR", "ERROR_STYLE", "VERDICT_COLORS", "MAX_MESSAGE_CHARS",
-           "message_text"]
+           "message_text", "short_text"]
 
 #: Style sheet of a label that reports an error.
 ERROR_STYLE = "color: #C62828;"
@@ -54,16 +55,28 @@ def format_duration(seconds: float) -> str:
     return f"{seconds * 1e9:.1f} ns"
 
 
-def format_durations(*seconds: float) -> list[str]:
-    """Durations printed side by side, all in the unit :func:`format_duration` picks for the
-    largest: ``(0.0, 0.01398)`` -> ``['0.00 ms', '13.98 ms']``, not ``'0.000 s'`` beside
-    ``'13.98 ms'``. A value that is None or not finite is ``'–'``."""
+def duration_formatter(*seconds: float) -> Callable[[float], str]:
+    """A formatter of durations (seconds) in the one unit :func:`format_duration` picks for the
+    largest of ``seconds``, for a group of figures read together (a column, a range):
+    ``duration_formatter(2.301, 0.13037)`` formats ``0.13037`` as ``'0.130 s'``, not
+    ``'130.37 ms'`` beside ``'2.301 s'``. Its value of None or of a number not finite is
+    ``'–'``; values not finite are left out of the choice."""
     finite = [abs(v) for v in seconds if v is not None and math.isfinite(v)]
     a = max(finite, default=0.0)
     scale, unit, digits = ((1.0, "s", 3) if a >= 1.0 or a == 0.0 else (1e3, "ms", 2) if a >= 1e-3
                            else (1e6, "µs", 2) if a >= 1e-6 else (1e9, "ns", 1))
-    return [f"{v * scale:.{digits}f} {unit}" if v is not None and math.isfinite(v) else "–"
-            for v in seconds]
+
+    def fmt(v: float) -> str:
+        return f"{v * scale:.{digits}f} {unit}" if v is not None and math.isfinite(v) else "–"
+    return fmt
+
+
+def format_durations(*seconds: float) -> list[str]:
+    """Durations printed side by side, all in the unit :func:`format_duration` picks for the
+    largest: ``(0.0, 0.01398)`` -> ``['0.00 ms', '13.98 ms']``, not ``'0.000 s'`` beside
+    ``'13.98 ms'``. A value that is None or not finite is ``'–'``."""
+    fmt = duration_formatter(*seconds)
+    return [fmt(v) for v in seconds]
 
 
 def format_bytes(num_bytes: float) -> str:
@@ -149,3 +162,14 @@ def message_text(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     head, tail = 2 * limit // 3, limit // 4
     cut = len(text) - head - tail
     return f"{text[:head]} … ({cut:,} characters left out) … {text[-tail:]}"
+
+
+def short_text(text: str, limit: int) -> str:
+    """``text`` whole up to ``limit`` characters, else cut at the last space before it and
+    ended with "…" (within ``limit`` characters with it; mid-word only where no space is):
+    ``short_text("large sweep: the 1,011,950 plans", 20)`` -> ``'large sweep: the…'``."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit - 1]
+    cut = head.rfind(" ")
+    return (head[:cut] if cut > 0 else head).rstrip(" ,;:") + "…"

@@ -17,9 +17,12 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
 from core.plan.parallel import RECOMPUTE_MODES, SCHEDULES, ParallelPlan, plan_field_title
+from core.sim.report import MEMORY_VERDICTS
+from core.store.format import ProfileStoreError
 from core.studies.sweep import SweepResult
 
-from .formatting import format_bytes, format_count, format_day_count, format_duration, format_fraction, format_usd
+from .formatting import (duration_formatter, format_bytes, format_count, format_day_count, format_duration,
+                         format_fraction, format_usd)
 
 __all__ = ["SweepTableModel", "SweepTableView", "TABLE_COLUMNS", "COLUMN_INDEX"]
 
@@ -37,15 +40,32 @@ def _yes_no(value: Any) -> str:
     return "yes" if value else "no"
 
 
-def _band_text(low: float, high: float, inside: bool) -> str:
-    """``'4.87 – 5.12 s'`` (one unit), with ``' ⚠'`` outside the calibration range; ``'none'``
-    without a band."""
+def _band_unit(largest: float) -> tuple[float, str]:
+    """The scale and unit of error bands whose largest bound is ``largest`` seconds."""
+    return ((1.0, "s") if not largest < 1.0 else (1e3, "ms") if largest >= 1e-3 else (1e6, "µs"))
+
+
+def _band_text(low: float, high: float, inside: bool,
+               unit: tuple[float, str] | None = None) -> str:
+    """``'4.87 – 5.12 s'`` (one unit: ``unit``, the column's scale and unit, else the high
+    bound's), with ``' ⚠'`` outside the calibration range; ``'none'`` without a band."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return "none"
-    scale, unit = (1.0, "s") if low >= 1.0 else (1e3, "ms") if low >= 1e-3 else (1e6, "µs")
+    scale, unit_name = unit or _band_unit(high)
     lo, hi = low * scale, high * scale
     digits = 1 if hi >= 100 else 2
-    return f"{lo:.{digits}f} – {hi:.{digits}f} {unit}" + ("" if inside else " ⚠")
+    return f"{lo:.{digits}f} – {hi:.{digits}f} {unit_name}" + ("" if inside else " ⚠")
+
+
+#: The memory verdicts (:data:`core.sim.report.MEMORY_VERDICTS`) as the "fits" column answers:
+#: "does not fit" under "fits" took the column 88 px, and at 1,366 x 768 the column read "fi"
+#: at the view's edge.
+_FITS_ANSWERS = dict(zip(MEMORY_VERDICTS, ("yes", "tight", "no")))
+
+
+def _fits_text(verdict: Any) -> str:
+    """A plan's memory verdict as the "fits" column answers it: yes, tight or no."""
+    return _FITS_ANSWERS.get(str(verdict), str(verdict))
 
 
 def _plan_value_text(value: Any) -> str:
@@ -100,7 +120,7 @@ TABLE_COLUMNS = _plan_columns(always=True) + (
     _Column("fits", "memory_verdict", "Memory verdict of the largest stage against the GPU's "
             "memory: fits, tight (within the planner's margin, cluster.memory_reserve_fraction, "
             "of the capacity, or over it only with the allocator's cache: kept by the sweep) or "
-            "does not fit", str, False),
+            "does not fit (yes, tight, no)", _fits_text, False),
     _Column("front", "front", "On the time-versus-cost Pareto front of the plans shown", _yes_no,
             False),
 ) + _plan_columns(always=False) + (
@@ -131,6 +151,8 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         self._front = np.empty(0, bool)
         self._feasible = np.empty(0, bool)  # plans that fit and have figures
         self._codes: dict[int, np.ndarray] = {}  # per column: sort keys of every plan
+        # per column attribute: the formatter of a column whose unit follows the sweep
+        self._formats: dict[str, Callable[[Any], str]] = {}
         self._sort_column = COLUMN_INDEX["front"]
         self._sort_order = Qt.SortOrder.DescendingOrder
         self._grey = QtGui.QBrush(QtGui.QColor("#8A8F96"))
@@ -149,6 +171,7 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         self.beginResetModel()
         self._result = result
         self._codes = {}
+        self._formats = self._column_formats(result)
         n = result.num_plans if result is not None else 0
         self._feasible = result.feasible if result is not None else np.zeros(0, bool)
         self._mask = np.ones(n, bool) if mask is None else np.asarray(mask, bool)
@@ -204,7 +227,7 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         i = int(self._rows[index.row()])
         col = TABLE_COLUMNS[index.column()]
         if role == Qt.ItemDataRole.DisplayRole:
-            return col.fmt(self._value(i, col.attr))
+            return self._formats.get(col.attr, col.fmt)(self._value(i, col.attr))
         if role == Qt.ItemDataRole.UserRole:
             v = self._value(i, col.attr)
             return v.item() if isinstance(v, np.generic) else v
@@ -224,7 +247,12 @@ class SweepTableModel(QtCore.QAbstractTableModel):
     def _band_tip(self, i: int) -> str:
         r = self._result
         if not math.isfinite(r.interval_low_s[i]):
-            return r.interval_note or "no error band for this plan (see the Plan tab's report)"
+            # why, as vtrain simulate says it of the plan ("none" alone told nothing)
+            try:
+                note = r.band_note(i)
+            except ProfileStoreError as exc:  # the store moved since the sweep ran
+                note = f"no error band; why cannot be told: {exc}"
+            return note[0].upper() + note[1:] if note else None
         text = (f"{r.interval_coverage:.0%} of runs like this one measured within "
                 f"{format_duration(r.interval_low_s[i])} – {format_duration(r.interval_high_s[i])}")
         if not r.in_calibration_range[i]:
@@ -260,6 +288,44 @@ class SweepTableModel(QtCore.QAbstractTableModel):
         self.layoutChanged.emit()
 
     # ------------------------------------------------------------------ internals
+    @staticmethod
+    def _column_formats(result: SweepResult | None) -> dict[str, Callable[[Any], str]]:
+        """The iteration time's and the error band's formatters, each column in one unit,
+        that of its largest value over the sweep's plans: "658.47 ms" read above "1.259 s"."""
+        if result is None or not result.num_plans:
+            return {}
+
+        def largest(values: np.ndarray) -> float:
+            finite = np.asarray(values, float)[np.isfinite(values)]
+            return float(finite.max()) if finite.size else 0.0
+        unit = _band_unit(largest(result.interval_high_s))
+        return {"iteration_time_s": duration_formatter(largest(result.iteration_time_s)),
+                "iteration_band": lambda v: _band_text(*v, unit=unit)}
+
+    def widest_texts(self) -> dict[str, list[str]]:
+        """Per figure column (attribute), the texts among which its widest value is: those of
+        its largest and smallest values (a wider number has more digits; under a day, under a
+        GiB the text changes form) and the error band of the largest bounds, with ⚠ when a
+        plan has it. Empty without a result (the columns keep :data:`COLUMN_SAMPLES`' widths)."""
+        r = self._result
+        if r is None or not r.num_plans:
+            return {}
+
+        def ends(values: np.ndarray) -> list[float]:
+            finite = np.asarray(values, float)[np.isfinite(values)]
+            return [float(finite.max()), float(finite.min())] if finite.size else []
+        out: dict[str, list[str]] = {}
+        for col in TABLE_COLUMNS:
+            if col.attr in ("num_microbatches", "num_gpus", "iteration_time_s", "training_days",
+                            "cost_usd", "max_memory_per_gpu_bytes"):
+                fmt = self._formats.get(col.attr, col.fmt)
+                out[col.attr] = [fmt(v) for v in ends(getattr(r, col.attr))] or ["–"]
+        lo, hi = ends(r.interval_low_s), ends(r.interval_high_s)
+        outside = not bool(np.all(r.within_calibration[np.isfinite(r.interval_low_s)]))
+        out["iteration_band"] = ["none"] + ([self._formats["iteration_band"]((lo[0], hi[0], not outside))]
+                                            if lo and hi else [])
+        return out
+
     def _value(self, i: int, attr: str) -> Any:
         if attr == "front":
             return bool(self._front[i])
@@ -310,7 +376,7 @@ class SweepTableModel(QtCore.QAbstractTableModel):
 COLUMN_SAMPLES = {"t": "888", "p": "888", "d": "8888", "b": "88", "m": "88,888",
                   "GPUs": "88,888", "iteration": "888.888 ms", "error band": "888.8 – 888.8 ms ⚠",
                   "days": "88,888.8", "cost": "$888,888,888", "MFU": "88.8 %",
-                  "memory/GPU": "8,888.8 GiB", "fits": "does not fit", "front": "front"}
+                  "memory/GPU": "8,888.8 GiB", "fits": "tight", "front": "front"}
 #: Pixels a cell's text needs beyond its own width (the style's margins, about 3 px a side,
 #: and a little air), and a header's (its margins and the sort arrow, about 16 px).
 CELL_PADDING, HEADER_PADDING = 10, 26
@@ -345,6 +411,24 @@ class SweepTableView(QtWidgets.QTableView):
             hide = (field is not None and field.metadata.get("label") != "always"
                     and col.attr in constant)
             self.setColumnHidden(i, hide)
+
+    def size_columns_to(self, model: SweepTableModel) -> None:
+        """The figure columns as wide as the widest value of the sweep ``model`` shows
+        (:meth:`SweepTableModel.widest_texts`, in bold) or their header, not the widest any
+        sweep could have: a sweep of a few dollars' plans needs no room for $888,888,888 (at
+        1,366 x 768 the "fits" column read "fi" at the view's edge)."""
+        self._size_columns()
+        texts = model.widest_texts()
+        if not texts:
+            return
+        bold = QtGui.QFont(self.font())
+        bold.setBold(True)
+        wide = QtGui.QFontMetrics(bold).horizontalAdvance
+        head = self.horizontalHeader().fontMetrics().horizontalAdvance
+        for i, col in enumerate(TABLE_COLUMNS):
+            if col.attr in texts:
+                self.setColumnWidth(i, max(max(wide(t) for t in texts[col.attr]) + CELL_PADDING,
+                                           head(col.header) + HEADER_PADDING))
 
     def _size_columns(self) -> None:
         """Every column as wide as a typical value in bold (the Pareto front's rows are bold)

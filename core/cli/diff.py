@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any
 
 from core.cli.common import fmt_days, verdict_markup, path_arg
+from core.util.text import signed
 from core.sim.labels import DIFF_TERMS, MEMORY_FIGURES, TIME_TERMS, short_name
 
 __all__ = ["add_parser", "run"]
@@ -130,13 +131,13 @@ def run(args: argparse.Namespace) -> int:
         t.add_column(col, justify="left" if col == "term" else "right")
     for name in d.shown_terms():  # not a term neither plan has (the rounding rest ...)
         a, b, delta = d.terms_a.get(name, 0.0), d.terms_b.get(name, 0.0), d.terms[name]
-        # rounded first: a difference under half a millisecond prints +0.000, never -0.000
+        # a difference under half a millisecond prints 0.000 s, neither +0.000 nor -0.000
         t.add_row(esc(TIME_TERMS.get(name, name.replace("_", " "))), _s(a), _s(b),
-                  f"{round(delta, 3) + 0.0:+,.3f} s")
+                  signed(delta, _s))
     ra, rb = d.a.report, d.b.report
     t.add_row("[bold]iteration time[/]", _s(ra.iteration_time_s), _s(rb.iteration_time_s),
-              f"[bold]{round(d.difference_s, 3) + 0.0:+,.3f} s "
-              f"({round(d.difference_s / ra.iteration_time_s, 3) + 0.0:+.1%})[/]")
+              f"[bold]{signed(d.difference_s, _s)} "
+              f"({signed(d.difference_s / ra.iteration_time_s, lambda x: f'{x:.1%}')})[/]")
     con.print(t)
     for name, res, hidden in (("A", d.a, d.overlapped_a), ("B", d.b, d.overlapped_b)):
         if hidden:
@@ -151,14 +152,15 @@ def run(args: argparse.Namespace) -> int:
     from core.sim.report import gib_texts, tight_reason
     figures = [gib_texts(r.max_memory_per_gpu_bytes, r.memory_capacity_bytes) for r in (ra, rb)]
     o.add_row(MEMORY_FIGURES["max_memory_per_gpu_bytes"], *(f"{need} GiB" for need, _ in figures),
-              f"{(rb.max_memory_per_gpu_bytes - ra.max_memory_per_gpu_bytes) / 2**30:+,.1f} GiB")
+              signed((rb.max_memory_per_gpu_bytes - ra.max_memory_per_gpu_bytes) / 2**30,
+                     lambda x: f"{x:,.1f} GiB"))
     o.add_row(MEMORY_FIGURES["memory_capacity_bytes"], *(f"{cap} GiB" for _, cap in figures), "")
     o.add_row(MEMORY_FIGURES["memory_verdict"], *(verdict_markup(r.memory_verdict) for r in (ra, rb)), "")
     delta = rb.training_days - ra.training_days
     o.add_row("training days", fmt_days(ra.training_days), fmt_days(rb.training_days),
-              ("+" if delta >= 0 else "-") + fmt_days(abs(delta)))
+              signed(delta, fmt_days))
     o.add_row("cost", f"${ra.cost_usd:,.0f}", f"${rb.cost_usd:,.0f}",
-              f"{'+' if rb.cost_usd >= ra.cost_usd else '-'}${abs(rb.cost_usd - ra.cost_usd):,.0f}")
+              signed(rb.cost_usd - ra.cost_usd, lambda x: f"${x:,.0f}"))
     con.print(o)
     for name, r in (("A", ra), ("B", rb)):
         if r.memory_verdict != "fits":

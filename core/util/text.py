@@ -15,10 +15,11 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["printable", "terminal_text", "shell_word", "shell_comment", "file_name_part",
-           "short_repr", "shown_name", "format_params", "format_days", "days_phrase", "format_energy", "format_amount", "spreadsheet_cell"]
+           "short_repr", "shown_name", "format_params", "format_days", "days_phrase", "format_energy", "format_amount", "spreadsheet_cell",
+           "signed"]
 
 # Characters that must not reach a terminal raw: C0/C1 controls (escape sequences, carriage
 # returns, bells; U+0085 is C1) and the Unicode line separators and bidirectional overrides
@@ -158,6 +159,17 @@ def format_days(d: float) -> str:
         t = f"{d:.3f}".rstrip("0")
         return t + "0" if t.endswith(".") else t
     return f"{d:,.1f}"
+
+
+def signed(delta: float, text_of: Callable[[float], str], minus: str = "-") -> str:
+    """A difference as "B - A" columns print it: ``text_of(abs(delta))`` after its sign (``+``
+    or ``minus``), and no sign when that text reads zero (no digit but 0): ``signed(-4e-5,
+    format_days)`` is ``'0.0'``, not ``'-0.0'`` (a new-user trial read training days "-0.0"
+    beside two equal 0.009), ``signed(0.25, lambda x: f"{x:.3f} s")`` ``'+0.250 s'``."""
+    text = text_of(abs(delta))
+    if not any(c in "123456789" for c in text):
+        return text
+    return ("+" if delta > 0 else minus) + text
 
 
 def days_phrase(number: str) -> str:

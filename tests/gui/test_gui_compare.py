@@ -522,7 +522,9 @@ def test_the_waterfall_shows_its_total_in_a_1024_pixel_window(window, qtbot, rea
     for _ in range(3):
         qtbot.wait(20)
     assert (window.width(), window.height()) == (1024, 768)
-    assert waterfall.width() < 600  # what the table leaves of 1,024 px
+    # what the table leaves of 1,024 px (617 since its iteration row reads in one unit, its
+    # difference in seconds beside seconds): narrower than the 670 px the one-line title took
+    assert waterfall.width() < 640
     item = waterfall.getPlotItem()
     assert item.minimumWidth() <= waterfall.viewport().width()
     assert item.sceneBoundingRect().right() <= waterfall.viewport().width()
@@ -534,3 +536,42 @@ def test_the_waterfall_shows_its_total_in_a_1024_pixel_window(window, qtbot, rea
     right = box.mapViewToScene(QtCore.QPointF(len(names) - 1 + 0.35, 0.0))
     left = box.mapViewToScene(QtCore.QPointF(-0.35, 0.0))
     assert 0 <= left.x() < right.x() <= waterfall.viewport().width()
+
+
+def test_a_difference_that_reads_zero_has_no_sign_in_any_row(qtbot):
+    """Llama 3 8B (torchtitan) on 16 and on 64 GPUs: 0.009 days each, the days read "0.0" and
+    their difference "−0.0"; days now read as everywhere else ("0.009") and a difference that
+    reads zero has no sign, in every row (core.util.text.signed, as vtrain diff)."""
+    from core.sim.simulate import simulate
+    from vtrain_gui.compare import CompareTab
+
+    a = simulate(_tiny_session())
+    tab = CompareTab()
+    qtbot.addWidget(tab)
+    tab.set_pinned(a)
+    tab.set_current(a)
+    tab._flush()  # drawn: the table below is filled by hand
+    d = tab._diff.to_dict()
+    d["a"]["training_days"], d["b"]["training_days"] = 0.00930, 0.00926
+    d["training_days_difference"] = -4e-5
+    d["cost_difference_usd"] = -0.4
+    d["difference_s"] = -2e-3
+    d["memory_difference_bytes"] = -2**20
+
+    class Diff:
+        def to_dict(self):
+            return d
+    tab._fill_table(Diff())
+    assert [tab.cell_text("Training days", c) for c in range(3)] == ["0.009", "0.009", "0.0"]
+    assert tab.cell_text("Cost", 2) == "$0"
+    # not zero: its sign; in the unit of the iterations (one row, one unit)
+    seconds = a.report.iteration_time_s
+    assert [tab.cell_text("Iteration time", c) for c in range(3)] == (
+        [f"{seconds:.3f} s"] * 2 + ["−0.002 s"] if seconds >= 1 else
+        [f"{seconds * 1e3:.2f} ms"] * 2 + ["−2.00 ms"])
+    assert tab.cell_text("Memory per GPU (max)", 2) == "0.0 GiB"
+    d["training_days_difference"] = -0.004
+    d["difference_s"] = 0.0
+    tab._fill_table(Diff())
+    assert tab.cell_text("Training days", 2) == "−0.004"
+    assert tab.cell_text("Iteration time", 2) == ("0.000 s" if seconds >= 1 else "0.00 ms")

@@ -39,7 +39,7 @@ def test_the_cost_panel_names_the_exposed_exchange_of_a_cp_plan_only(qtbot):
     from core.plan.session import Session
     from core.sim.simulate import simulate
     from vtrain_gui.cost_panel import CostPanel
-    from vtrain_gui.formatting import format_duration
+    from vtrain_gui.formatting import duration_formatter
 
     panel = CostPanel()
     qtbot.addWidget(panel)
@@ -54,7 +54,9 @@ def test_the_cost_panel_names_the_exposed_exchange_of_a_cp_plan_only(qtbot):
     name, value = panel._cp_row
     from core.sim.labels import TIME_TERMS, capitalized
     assert name.isVisible() and name.text().endswith(capitalized(TIME_TERMS["cp_comm"]))
-    assert value.text().startswith(format_duration(r.cp_comm_s))
+    # in the panel's unit, the iteration time's (1.585 s): "0.445 s", not "445.29 ms"
+    assert value.text().startswith(f"{r.cp_comm_s:.3f} s (")
+    assert value.text().startswith(duration_formatter(r.iteration_time_s)(r.cp_comm_s))
     plain = simulate(Session(model=model, plan=dataclasses.replace(plan, context_parallel=1),
                              cluster=cluster)).report
     panel.set_report(plain)

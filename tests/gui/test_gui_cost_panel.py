@@ -29,7 +29,7 @@ def test_figures_are_formatted(panel):
     assert panel.value_text("hfu") == "54.3 %"
     assert panel.value_text("num_parameters") == "174.60 B"
     assert panel.value_text("iteration_time") == "1.000 s"
-    assert panel.value_text("compute") == "700.00 ms"
+    assert panel.value_text("compute") == "0.700 s"  # the unit of the iteration time
     assert panel.value_text("training_days") == "34.6 days"
     assert "synthetic" in panel.value_text("profile")
     assert "extrapolated" in panel.warnings_text
@@ -69,7 +69,18 @@ def test_real_report(panel, real_simulate):
     # one node expects well under one interruption: the tooltip gives it, not "0 expected"
     assert 0 < g.expected_interruptions < 1
     assert f", {g.expected_interruptions:.3g} expected;" in panel._values["run_days"].toolTip()
-    assert panel.value_text("gpu_hours").endswith(" of energy")
+    # the energy vtrain simulate prints (with failures: it read the figure without them);
+    # the tooltip says so and gives the one without them
+    from core.util.text import format_energy
+    e = report.energy
+    assert e.energy_kwh > e.energy_kwh_without_failures
+    assert panel.value_text("gpu_hours").endswith(
+        f" · {format_energy(e.energy_kwh)}, {format_usd(e.energy_cost_usd)} of energy")
+    price = e.energy_cost_usd / e.energy_kwh
+    without = e.energy_kwh_without_failures
+    assert (f"Energy of the run with failures, as vtrain simulate prints it (without them "
+            f"{format_energy(without)}, {format_usd(without * price)})"
+            in panel._values["gpu_hours"].toolTip())
     panel.grab()
 
 
@@ -213,18 +224,21 @@ def test_capacity_legend_keeps_its_dashes_with_its_text_at_the_narrowest(panel):
         assert "capacity" in dashes, (width, lines)
 
 
-@pytest.mark.parametrize("exposed_s, hidden_s, text", [
-    (0.0, 0.01398, "0.00 ms (13.98 ms hidden)"),    # was "0.000 s (13.98 ms hidden)"
-    (2.5, 0.01398, "2.500 s (0.014 s hidden)"),
-    (3e-4, 2e-5, "300.00 µs (20.00 µs hidden)"),
-    (0.25, 0.0, "250.00 ms"),
+@pytest.mark.parametrize("iteration_s, exposed_s, hidden_s, text", [
+    (0.02, 0.0, 0.01398, "0.00 ms (13.98 ms hidden)"),    # was "0.000 s (13.98 ms hidden)"
+    (3.0, 2.5, 0.01398, "2.500 s (0.014 s hidden)"),
+    (4e-4, 3e-4, 2e-5, "300.00 µs (20.00 µs hidden)"),
+    (0.5, 0.25, 0.0, "250.00 ms"),
+    (1.0, 0.25, 0.0, "0.250 s"),  # beside a 1.000 s iteration
 ])
-def test_exposed_and_hidden_communication_are_printed_in_one_unit(panel, exposed_s, hidden_s, text):
+def test_exposed_and_hidden_communication_are_printed_in_one_unit(panel, iteration_s, exposed_s,
+                                                                  hidden_s, text):
     """The TP/DP, CP and EP rows print the exposed time and the hidden part in the unit of the
-    larger, so the two read side by side."""
+    panel's durations (the largest's), so they read side by side."""
     import dataclasses
 
-    report = dataclasses.replace(synthetic_report(p=4), comm_s=exposed_s, tp_hidden_s=hidden_s,
+    report = dataclasses.replace(synthetic_report(p=4, iteration_time_s=iteration_s),
+                                 comm_s=exposed_s, tp_hidden_s=hidden_s,
                                  cp_comm_s=exposed_s, cp_hidden_s=hidden_s,
                                  ep_comm_s=exposed_s, ep_hidden_s=hidden_s)
     panel.set_report(report)
@@ -234,6 +248,45 @@ def test_exposed_and_hidden_communication_are_printed_in_one_unit(panel, exposed
         text.replace("(", "(hidden TP ").replace(" hidden)", ")") if hidden_s else text)
     if hidden_s:  # 0.00 ms exposed: "(hidden TP 13.98 ms)", not "(TP 13.98 ms hidden)"
         assert panel.value_text("comm").split(" (")[1].startswith("hidden TP ")
+
+
+def test_every_duration_of_the_panel_is_in_one_unit(panel):
+    """Qwen3-30B-A3B on 64 H100 (ep=16): the time per iteration's column read "Compute 2.301 s"
+    beside "Exposed EP all-to-all 130.37 ms (391.11 ms hidden)", "Exposed TP/DP collectives
+    0.00 ms", "Pipeline bubble 0.000 s"; Llama 3 8B's band "649.37 ms – 1.017 s". Every
+    duration of the panel is now in the unit of the largest, seconds with three decimals as
+    vtrain simulate prints them."""
+    import dataclasses
+
+    from core.store.interval import PredictionInterval
+
+    report = dataclasses.replace(
+        synthetic_report(p=1, iteration_time_s=2.441), compute_s=2.301, comm_s=0.0,
+        tp_hidden_s=0.0, dp_hidden_s=0.2171, ep_comm_s=0.13037, ep_hidden_s=0.39111,
+        bubble_s=0.0, overlap_wait_s=0.01045, imbalance_s=0.0, pp_comm_s=0.0)
+    panel.set_report(report)
+    assert [panel.value_text(k) for k in ("iteration_time", "compute", "comm", "ep_comm",
+                                          "bubble", "overlap_wait", "imbalance", "pp_comm")] == [
+        "2.441 s", "2.301 s", "0.000 s (hidden DP 0.217 s)", "0.130 s (0.391 s hidden)",
+        "0.000 s", "0.010 s", "0.000 s", "0.000 s"]
+    # an iteration under a second whose band passes one: the band and the figures in seconds
+    band = PredictionInterval(coverage=0.9, low_s=0.64937, high_s=1.0172,
+                              low_factor=0.64937 / 0.816, high_factor=1.0172 / 0.816,
+                              group="multi_node", num_residuals=27, in_calibration_range=True)
+    short = dataclasses.replace(synthetic_report(p=1, iteration_time_s=0.816), interval=band,
+                                compute_s=0.64, overlap_wait_s=0.011)
+    panel.set_report(short)
+    assert panel.value_text("iteration_band") == "0.649 s – 1.017 s"
+    assert panel.value_text("iteration_time") == "0.816 s"
+    assert panel.value_text("compute") == "0.640 s"
+    assert panel.value_text("overlap_wait") == "0.011 s"
+    # a short iteration with a short band: milliseconds throughout
+    fast = dataclasses.replace(short, iteration_time_s=0.5, compute_s=0.35, overlap_wait_s=0.0,
+                               interval=dataclasses.replace(band, low_s=0.4, high_s=0.6,
+                                                            low_factor=0.8, high_factor=1.2))
+    panel.set_report(fast)
+    assert panel.value_text("iteration_band") == "400.00 ms – 600.00 ms"
+    assert panel.value_text("compute") == "350.00 ms"
 
 
 def test_tp_dp_row_shows_the_reports_hidden_tp_and_dp_collectives(panel):

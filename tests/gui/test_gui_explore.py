@@ -194,7 +194,9 @@ def test_table_model_sorts_filters_and_maps_rows(qtbot, small_result):
     assert (verdicts[:j] == "fits").all() and (verdicts[j:] == "tight").all()
     assert np.all(np.diff(r.training_days[shown[:j]]) >= 0)
     assert np.all(np.diff(r.training_days[shown[j:k]]) >= 0)
-    assert model.data(model.index(0, fits_col)) == r.memory_verdict[shown[0]]
+    # the verdict answered as the "fits" column's header asks: yes, tight or no
+    assert model.data(model.index(0, fits_col)) == {"fits": "yes", "tight": "tight",
+                                                    "does not fit": "no"}[r.memory_verdict[shown[0]]]
 
     mask = r.select(fits_only=True, deadline_days=5.0)
     model.set_mask(mask, np.zeros(r.num_plans, bool))

@@ -409,6 +409,34 @@ class SweepResult:
         s.plan = self.plan(i)
         return s
 
+    def band_note(self, i: int) -> str:
+        """Why plan ``i`` has no error band, in the words ``vtrain simulate`` gives it for the
+        plan ("no error band: a 90% band needs at least 19 single-node residuals, the
+        H200-SXM-141GB profile store (...) has 3"; :func:`core.store.interval.session_interval`
+        with the sweep's profile store, that of ``profile["path"]``, else the session's);
+        "" when it has one. A plan without figures (not simulated) says so with its
+        :attr:`reason`; the sweep's :attr:`interval_note` when no plan has a band.
+
+        Raises
+        ------
+        ProfileStoreError
+            The profile store cannot be opened (moved since the sweep ran).
+        """
+        if math.isfinite(float(self.interval_low_s[i])):
+            return ""
+        if self.interval_note:
+            return self.interval_note
+        predicted = float(self.iteration_time_s[i])
+        if not math.isfinite(predicted):
+            return ("no error band: the plan has no predicted time"
+                    + (f" ({self.reason[i]})" if self.reason[i] else ""))
+        from core.sim.simulate import open_profile, session_profile
+        from core.store.interval import session_interval
+        session = self.session_for(i)
+        path = (self.profile or {}).get("path")
+        store = open_profile(path) if path else session_profile(session)
+        return session_interval(session, predicted, store, self.interval_coverage).note
+
     def index_of(self, plan: ParallelPlan) -> int | None:
         """Row of ``plan`` (every field equal; at ``t = 1`` sequence parallelism and the TP
         overlap, which change nothing there, need not be), or None when not in the sweep."""
