@@ -95,6 +95,14 @@ def plot(result, out: Path, title: str, width: int = 1100) -> None:
     win.close()
 
 
+def sweep_for_plot(session, as_trained: bool = False):
+    """Every plan of the MT-NLG study's space simulated (``run_sweep(..., prune=False)``, the
+    exhaustive oracle): the scatter shows each plan's days and cost, and a plan the branch and
+    bound prunes has none (NaN days), which left the axis range NaN and the script failing
+    ("Cannot set range [nan, nan]"). Raises what :func:`core.studies.sweep.run_sweep` raises."""
+    return run_sweep(session, space("as-trained" if as_trained else "all"), prune=False)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config", nargs="?", default=str(DEFAULT_CONFIG))
@@ -104,7 +112,7 @@ def main() -> None:
     args = ap.parse_args()
     session = load_any(args.config)
     session.cost.training_tokens = TOKENS
-    result = run_sweep(session, space("as-trained" if args.as_trained else "all"))
+    result = sweep_for_plot(session, args.as_trained)
     title = (f"{session.model.name}, B={session.plan.global_batch_size}, {TOKENS / 1e9:.0f}B tokens, "
              f"${session.cost.price_per_gpu_hour_usd:.0f}/GPU-hour: {result.num_plans:,} plans, "
              f"{result.num_feasible:,} fit ({result.profile.get('method', 'unknown')} "
