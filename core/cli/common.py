@@ -23,7 +23,7 @@ __all__ = ["UsageError", "field_error", "session_from_args", "apply_sets", "SET_
            "check_number", "fmt_bytes", "GiB", "verdict_markup", "check_outputs",
            "session_inputs", "row_progress", "GPU_HELP", "cluster_of_gpu", "plan_fit_note",
            "SignalCancel", "cancel_on_signals", "NO_TIGHT_HELP", "NO_TIGHT_OPTIMAL_HELP", "NO_TIGHT_OPTIMAL_NOTE",
-           "tight_front_text", "tight_front_note"]
+           "tight_front_text", "tight_front_note", "megatron_lm_options"]
 
 GiB = 2**30
 
@@ -600,3 +600,40 @@ def tight_front_note(on_front: int, front: int, left_out: int | None) -> str:
         head, sep, tail = text.partition(" (~)")
         return f"[yellow]{head}[/]{sep}{tail}"
     return text
+
+
+def megatron_lm_options(space, plan=None) -> str:
+    """The sweep options that keep a sweep of ``space`` to what Megatron-LM's arguments run
+    (:data:`core.io.megatron.export.MEGATRON_LM_SWEEP_OPTIONS` from the default space): each of
+    the space's choices Megatron-LM has no argument for left out -- Transformer Engine's
+    cross-entropy, the GPipe and zero-bubble schedules, torchtitan's per-op recomputation and
+    PyTorch's all-gather exchange -- where the space has it (the default space: the first
+    two); empty when it has none of them. Every ZeRO stage has an argument (ZeRO-2 and ZeRO-3
+    as Megatron-FSDP or FSDP2), but ZeRO-2 runs only with the overlaps on (Megatron-FSDP
+    overlaps its reduce-scatters whatever the launch says): with ``--dp-overlap`` off among
+    the space's, ZeRO-2 is left out. With ``plan`` (the session's, whose other fields the
+    sweep holds) gathering its parameters in FP8 (``plan.fp8_param_gather``), only ZeRO-1 is
+    kept: ZeRO-2 and ZeRO-3 export as Megatron-FSDP, whose FP8 gathers the export refuses
+    (:func:`core.io.megatron.from_session.export_arguments`), and ZeRO-0 has no FP8 gather. Another plan Megatron-LM still
+    refuses (FSDP2 with pipeline parallelism) is named by its own message."""
+    from core.plan.parallel import RECOMPUTE_MODES, ZERO_STAGES
+    from core.studies.sweep.space import DEFAULT_CP_COMM_TYPES, as_list
+    hold = space.hold_session_values  # None: the session's, which Megatron-LM runs
+    no_overlap = space.dp_overlap is not None and False in list(as_list(space.dp_overlap))
+    fp8_gather = bool(plan is not None and getattr(plan, "fp8_param_gather", False))
+    out = []
+    for option, given, default, refused, fallback in (
+            ("--cross-entropy-fusion", space.cross_entropy_fusion, ["te"], {"te"}, ["native"]),
+            ("--zero-stages", space.zero_stages, list(ZERO_STAGES),
+             {0, 2, 3} if fp8_gather else {2} if no_overlap else set(),
+             [1] if fp8_gather else [0, 1, 3]),
+            ("--schedules", space.schedules, [], {"gpipe", "zb-h1", "zb-v"},
+             ["1f1b", "interleaved"]),
+            ("--recompute", space.recompute, [], {"selective_op"}, list(RECOMPUTE_MODES)),
+            ("--cp-comm-types", space.cp_comm_type, [], {"allgather"},
+             list(DEFAULT_CP_COMM_TYPES))):
+        values = list(as_list(given)) if given is not None else [] if hold else default
+        if any(v in refused for v in values):
+            kept = [v for v in values if v not in refused] or fallback
+            out.append(f"{option} {','.join(map(str, kept))}")
+    return " ".join(out)

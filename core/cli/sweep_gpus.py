@@ -264,9 +264,9 @@ def _print_megatron_lm(choice, console: Any) -> None:
     """When Megatron-LM runs the session's plan but not the best point by days or by dollars
     (the default space's Transformer Engine cross-entropy, a zero-bubble schedule ...): which,
     Megatron-LM's reasons (:func:`core.io.megatron.export.megatron_blockers`) and the options
-    that keep the sweeps to plans it runs (:func:`core.cli.sweep.megatron_lm_options`), as
+    that keep the sweeps to plans it runs (:func:`core.cli.common.megatron_lm_options`), as
     ``vtrain sweep`` says them of its fastest and cheapest plan."""
-    from core.cli.sweep import megatron_lm_options
+    from core.cli.common import megatron_lm_options
     from core.io.megatron.export import megatron_blockers
     from core.util.console import esc
     if not choice.sweeps or megatron_blockers(choice.sweeps[0].session):

@@ -204,11 +204,13 @@ def short_repr(value: Any) -> str:
     text): ``reprlib`` cuts a string to about 60 characters (its start and end, ``...`` between),
     a list to six items, a mapping to four, three levels deep, so the whole repr is never
     built; an integer of more than 50 digits is described by its digit count
-    (:func:`core.util.inputs.describe_number`: ``repr`` of 4,300 digits or more raises);
-    control characters are escaped (:func:`printable`). Never raises."""
+    (as :func:`core.util.inputs.describe_number` words it, which imports this module: ``repr``
+    of 4,300 digits or more raises); control characters are escaped (:func:`printable`). Never
+    raises."""
     if isinstance(value, int) and not isinstance(value, bool) and not -10**50 < value < 10**50:
-        from core.util.inputs import describe_number
-        return describe_number(value)
+        bits = abs(value).bit_length()  # exact below 4,000 digits; from the bit length above
+        digits = len(str(abs(value))) if bits < 13_000 else max(1, int(bits * 0.30103) + 1)
+        return f"{'a negative' if value < 0 else 'an'} integer of about {digits:,} digits"
     try:
         return printable(_SHORT.repr(value))
     except ValueError:  # a huge integer inside a list: its digits are never written
