@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import load_module
+from tests.conftest import load_module
 from core.io.session import load_any
 from core.studies.sweep import run_sweep
 
