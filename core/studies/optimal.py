@@ -61,6 +61,9 @@ from core.plan.model_config import ModelConfig
 from core.plan.session import Session
 from core.util.text import format_params
 from core.model.counts import num_parameters
+from core.studies.scaling_law import (CHINCHILLA, CHINCHILLA_DATA, CHINCHILLA_DATA_SOURCE,
+                                      OUTSIDE_FIT, chinchilla_loss, chinchilla_optimal,
+                                      ln_vocab, outside_fit_range)
 
 __all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "format_params",
            "shape_like", "gpt_template", "check_template", "shape_family", "template_summary",
@@ -71,19 +74,6 @@ __all__ = ["CHINCHILLA", "chinchilla_loss", "chinchilla_optimal", "gpt_shape", "
            "CHINCHILLA_DATA", "CHINCHILLA_DATA_SOURCE", "OUTSIDE_FIT", "outside_fit_range",
            "ln_vocab", "candidate_fit_note", "fit_range_note", "LOSS_EXTRAPOLATED"]
 
-#: Parametric loss fit: Besiroglu et al. 2024's refit of Hoffmann et al. 2022's Approach 3.
-CHINCHILLA = {"E": 1.8172, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}
-#: What Chinchilla's loss fit was fitted on: models of 70 M to 16 B parameters ``n_params``
-#: trained on 5 B to 500 B tokens ``tokens`` (Hoffmann et al. 2022, abstract: "training over
-#: 400 language models ranging from 70 million to over 16 billion parameters on 5 to 500
-#: billion tokens"; Besiroglu et al. 2024 refit the same data points). Outside it the loss is
-#: the fit extrapolated.
-CHINCHILLA_DATA = {"n_params": (7e7, 1.6e10), "tokens": (5e9, 5e11)}
-#: Where :data:`CHINCHILLA_DATA` comes from.
-CHINCHILLA_DATA_SOURCE = "Hoffmann et al. 2022"
-#: The ways a candidate lies outside :data:`CHINCHILLA_DATA`, in this order
-#: (:func:`outside_fit_range`).
-OUTSIDE_FIT = ("n_params_below", "n_params_above", "tokens_below", "tokens_above")
 #: A candidate's note when its (N, D) lies outside :data:`CHINCHILLA_DATA`.
 LOSS_EXTRAPOLATED = "loss extrapolated"
 #: Largest budget :func:`compute_optimal` takes: GPUs, days, candidate size ratio, candidates.
@@ -92,62 +82,6 @@ MAX_GPUS, MAX_DAYS, MAX_SPREAD, MAX_CANDIDATES = 1_000_000, 3650, 1000.0, 100
 HEAD_DIM = 128
 #: Width-to-depth ratio h / L of the generated shapes (GPT-3 175B: 12288 / 96 = 128).
 ASPECT_RATIO = 128
-
-
-def chinchilla_loss(n_params: float | np.ndarray, tokens: float | np.ndarray) -> float | np.ndarray:
-    """Fitted pre-training loss ``E + A/N^alpha + B/D^beta`` in nats per token (Hoffmann et al.
-    2022, Eq. 2, with :data:`CHINCHILLA`'s parameters). Raises ValueError for a non-positive N or D."""
-    n, d = np.asarray(n_params, float), np.asarray(tokens, float)
-    if np.any(n <= 0) or np.any(d <= 0):
-        raise ValueError("parameters and tokens must be positive")
-    c = CHINCHILLA
-    out = c["E"] + c["A"] / n ** c["alpha"] + c["B"] / d ** c["beta"]
-    return float(out) if out.ndim == 0 else out
-
-
-def outside_fit_range(n_params: float, tokens: float) -> list[str]:
-    """Where ``(n_params, tokens)`` lies outside the data Chinchilla's loss was fitted on
-    (:data:`CHINCHILLA_DATA`: 70 M to 16 B parameters, 5 B to 500 B tokens, Hoffmann et al.
-    2022): the :data:`OUTSIDE_FIT` words that hold, in their order (``"n_params_below"``,
-    ``"n_params_above"``, ``"tokens_below"``, ``"tokens_above"``); ``[]`` inside, the bounds
-    included. ``n_params`` in parameters, ``tokens`` in training tokens.
-
-    Raises
-    ------
-    ValueError
-        ``n_params`` or ``tokens`` not a positive finite number."""
-    out = []
-    for name, x in (("n_params", n_params), ("tokens", tokens)):
-        if not (math.isfinite(x) and x > 0):
-            raise ValueError(f"{name} must be a positive, finite number, not {x!r}")
-        lo, hi = CHINCHILLA_DATA[name]
-        if x < lo:
-            out.append(f"{name}_below")
-        elif x > hi:
-            out.append(f"{name}_above")
-    return out
-
-
-def ln_vocab(vocab_size: int) -> float:
-    """``ln V`` in nats per token: the loss of a uniform guess over a vocabulary of
-    ``vocab_size`` tokens (the cross-entropy of ``1 / V`` on every token). A fitted loss above
-    it is worse than guessing: the fit says nothing there. Raises ValueError for
-    ``vocab_size < 1``."""
-    if not vocab_size >= 1:
-        raise ValueError(f"the vocabulary size must be at least 1, not {vocab_size!r}")
-    return math.log(vocab_size)
-
-
-def chinchilla_optimal(flops: float) -> tuple[float, float]:
-    """``(N_opt, D_opt)`` minimizing :func:`chinchilla_loss` under ``6 N D = flops``
-    (Hoffmann et al. 2022, Eq. 4). Raises ValueError for ``flops <= 0``."""
-    if not flops > 0:
-        raise ValueError("the compute budget must be positive")
-    c = CHINCHILLA
-    a, b = c["alpha"], c["beta"]
-    g = (a * c["A"] / (b * c["B"])) ** (1.0 / (a + b))
-    n = g * (flops / 6.0) ** (b / (a + b))
-    return n, flops / 6.0 / n
 
 
 #: Multiple of the candidates' MLP width when the template gives one (Llama's ``multiple_of``,
