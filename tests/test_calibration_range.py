@@ -15,7 +15,7 @@ from core.cli import main
 from core.io.session import load_any
 from core.store.calibration_range import (CONDITIONS, MIN_LIKE_RUNS, condition_order,
                                           conditioned_rows, explained_spread, feature_departures,
-                                          features_of, plan_features)
+                                          features_of, plan_features, unchecked_note)
 from core.store.image import from_image, to_image
 from core.store.interval import (conformal_bounds, cross_conformal, interval_factors, interval_for,
                                  interval_line, layer_parameters, min_residuals, normal_prediction_bounds,
@@ -100,7 +100,9 @@ def test_a_table_without_features_has_no_range_and_bands_as_before():
     for feats in (None, dict(BASE), {**BASE, "recompute": "none", "cp": 8}):
         iv = interval_for(old, 10.0, 64, 8, 1e10, 0.9, features=feats)
         ref = interval_for(old, 10.0, 64, 8, 1e10, 0.9)
-        assert iv == ref and iv.departures == () and iv.conditioned_on == ()
+        # the same band; with plan features, the note says what was not compared
+        assert iv == dataclasses.replace(ref, note=unchecked_note(old) if feats else "")
+        assert iv.departures == () and iv.conditioned_on == ()
     lo, hi = conformal_bounds(np.sort(old.log_residual), 0.9)
     assert ref.low_factor == pytest.approx(np.exp(lo)) and ref.high_factor == pytest.approx(np.exp(hi))
 
@@ -118,7 +120,7 @@ def test_the_band_uses_the_narrower_group_when_enough_residuals_exist():
     assert iv.conditioned_on == condition_order(t, np.ones(len(t), bool))
     assert iv.conditioned_on[0] == "precision" and set(iv.conditioned_on) == set(CONDITIONS)
     assert iv.not_conditioned_on == () and iv.like_runs == 20
-    assert iv.within_calibration and iv.note == ""
+    assert iv.within_calibration and iv.note == unchecked_note(t)  # no throughput column
     # the bf16 plan gets the 20 dense bf16 runs' band, far narrower than the pooled one
     bf = interval_for(t, 10.0, 64, 8, 1e10, 0.9, features=dict(BASE))
     pooled = interval_for(_strip(t), 10.0, 64, 8, 1e10, 0.9)

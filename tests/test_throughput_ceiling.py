@@ -269,3 +269,47 @@ def test_the_sweep_marks_each_row_above_its_ceiling():
             (iv.low_s, iv.high_s), rel=1e-12)
         checked += 1
     assert checked > 20 and 0 < above_n < checked  # both kinds of row
+
+
+def test_a_table_written_before_a_column_group_says_what_is_not_checked():
+    """A report must not read as "no departure" where nothing was compared: a table without
+    the throughput column (version 3) names the ceiling, one without the second group
+    (version 2) names attention, TP overlap and FSDP too; a full table and a store without
+    residuals say nothing (the latter has no band, whose note says so)."""
+    from core.store.calibration_range import unchecked_note
+    t = _table(ROWS)
+    v3 = ResidualTable(**{c: getattr(t, c) for c in t.COLUMNS + FEATURE_COLUMNS})
+    v2 = ResidualTable(**{c: getattr(t, c) for c in t.COLUMNS + FEATURE_COLUMNS[:9]})
+    v1 = ResidualTable(**{c: getattr(t, c) for c in t.COLUMNS})
+    assert unchecked_note(t) == "" and unchecked_note(None) == ""
+    tail = " (re-run vtrain calibrate to write them)"
+    head = ("the profile store's residuals were written before these columns, so a plan is not "
+            "checked against its calibration runs for: ")
+    assert unchecked_note(v3) == head + "the throughput ceiling (model FLOP/s per GPU)" + tail
+    assert unchecked_note(v2) == (head + "attention, TP overlap, FSDP; the throughput ceiling "
+                                  "(model FLOP/s per GPU)" + tail)
+    assert unchecked_note(v1, "S") == (
+        "S's residuals were written before these columns, so a plan is not checked against its "
+        "calibration runs for: GPU, family, precision, recompute, schedule, micro-batch, "
+        "sequence length, cp, ep, attention, TP overlap, FSDP; the throughput ceiling (model "
+        "FLOP/s per GPU)" + tail)
+    f = {**BASE, "model_flops_per_gpu": 1e15}
+    assert unchecked_note(v3) in interval_for(v3, 10.0, 8, 8, 1e10, features=f).note
+    assert "written before" not in interval_for(t, 10.0, 8, 8, 1e10, features=f).note
+    assert "written before" not in interval_for(v3, 10.0, 8, 8, 1e10).note  # no plan features
+
+
+def test_the_report_and_the_sweep_of_a_version_3_store_say_the_ceiling_is_not_checked(capsys):
+    from core.studies.sweep import SweepSpace, run_sweep
+    path = ROOT / "tests" / "data" / "profile_store_residuals_v3.h5"
+    want = ("the fixture-gpu profile store (calibrated)'s residuals were written before these "
+            "columns, so a plan is not checked against its calibration runs for: the throughput "
+            "ceiling (model FLOP/s per GPU)")
+    assert main(["simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--json",
+                 "--profile", str(path)]) == 0
+    assert want in json.loads(capsys.readouterr().out)["interval"]["note"]
+    s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
+    res = run_sweep(s, SweepSpace(max_gpus=8, micro_batch_sizes=(1,), recompute=("full",)),
+                    store=ProfileStore.open(path), workers=1)
+    assert [w for w in res.warnings if "written before" in w] == [
+        want.replace(" (calibrated)", "") + " (re-run vtrain calibrate to write them)"]

@@ -27,7 +27,7 @@ import numpy as np
 
 from core.plan.parallel import (FP8_DEFAULT_RECIPE, tf32_matmuls, tp_overlap_applies,
                                 zero_shard_size)
-from core.store.residuals import THROUGHPUT_COLUMN, ResidualTable
+from core.store.residuals import FEATURE_GROUPS, THROUGHPUT_COLUMN, ResidualTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.plan.session import Session
@@ -36,7 +36,7 @@ __all__ = ["CATEGORY_FEATURES", "RANGE_FEATURES", "CONDITIONS", "MIN_LIKE_RUNS",
            "plan_features", "features_of", "model_family", "precision_label", "feature_departures",
            "conditioned_rows", "condition_order", "explained_spread", "condition_key",
            "THROUGHPUT", "Ceiling", "throughput_ceiling", "throughput_departure",
-           "precision_class"]
+           "precision_class", "unchecked_note"]
 
 #: Features compared by value: a plan's value must be one the calibration runs had. The
 #: attention kernel, the TP communication overlap and FSDP (ZeRO-3) change what is timed
@@ -211,6 +211,27 @@ def precision_class(label: Any) -> str:
     the throughput ceiling compare: ``bf16`` for bf16 and fp16 (the same 16-bit tensor-core
     path and peak), the label otherwise (each FP8 recipe its own, ``fp32-tf32``, ...)."""
     return _precision_class(label)
+
+
+def unchecked_note(table: ResidualTable | None, store_name: str = "the profile store") -> str:
+    """What :func:`feature_departures` cannot check because ``table`` was written before its
+    columns (:data:`core.store.residuals.FEATURE_GROUPS`: the plan features from residual
+    encoding version 2, attention kernel, TP overlap and FSDP from version 3, the throughput
+    ceiling from version 4), as one sentence naming them, so that a report never reads "no
+    departure" where nothing was compared. ``""`` when the table has every group, or has no
+    residuals at all (there is no band, and its note says so)."""
+    if table is None or len(table) == 0:
+        return ""
+    missing = [g for g in FEATURE_GROUPS if getattr(table, g[0]) is None]
+    if not missing:
+        return ""
+    names = [_NAMES.get(c, c) for g in missing for c in g if c != THROUGHPUT_COLUMN]
+    parts = ([", ".join(names)] if names else []) + (
+        ["the throughput ceiling (model FLOP/s per GPU)"] if missing[-1] == (THROUGHPUT_COLUMN,)
+        else [])
+    return (f"{store_name}'s residuals were written before these columns, so a plan is not "
+            f"checked against its calibration runs for: {'; '.join(parts)} (re-run vtrain "
+            "calibrate to write them)")
 
 
 def _python(v: Any) -> Any:

@@ -97,7 +97,7 @@ import numpy as np
 
 from core.store.calibration_range import (MIN_LIKE_RUNS, Departure, condition_key,
                                           condition_order, conditioned_rows, feature_departures,
-                                          plan_features)
+                                          plan_features, unchecked_note)
 from core.store.residuals import (FEATURE_COLUMNS, NODE_CLASSES, RESIDUAL_SETS,
                                   THROUGHPUT_COLUMN, ResidualTable, node_class)
 
@@ -340,6 +340,9 @@ def interval_for(table: ResidualTable | None, predicted_s: float, num_gpus: int,
     if departures:
         note += ("; " if note else "") + ("outside the calibration runs' features: "
                                           + "; ".join(d.text for d in departures))
+    unchecked = unchecked_note(table, store_name) if features is not None else ""
+    if unchecked:  # a table written before the feature columns: say what was not compared
+        note += ("; " if note else "") + unchecked
     transfer = bool(departures) and "feature_transfer" in groups
     transfer_normal: tuple[float, float] | None = None
     transfer_used: tuple[str, ...] = ()

@@ -27,6 +27,7 @@ from core.sim import fastpath_kernel
 from core.sim.costing import costing, mfu_peak_flops
 from core.sim.simulate import profile_gpu_note, session_profile, small_nvlink_domain_note
 from core.sim.report import MEMORY_VERDICTS, memory_verdict_column
+from core.store.calibration_range import unchecked_note
 from core.store.interval import DEFAULT_COVERAGE
 from core.studies.sweep import parallel
 from core.studies.sweep.batch import group_batches, solve_batch
@@ -766,7 +767,10 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
         fastest=best_row(days, cost_usd, feasible, max_mem),
         cheapest=best_row(cost_usd, days, feasible, max_mem),
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
-        warnings=[w for w in [profile_gpu_note(store, session.cluster)] if w] + sweep_notes
+        warnings=[w for w in [profile_gpu_note(store, session.cluster),
+                              unchecked_note(getattr(store, "residuals", None),
+                                             f"the {store.device_name} profile store")] if w]
+        + sweep_notes
         + sorted(with_plans(w, list(plans_at(plans, sorted(idx))))
                  for w, idx in runner.warned.items())
         + [w for w in [small_nvlink_domain_note(session.cluster, int(num_gpus.max(initial=0)))]
