@@ -276,8 +276,7 @@ def test_families_waiting_for_the_layer_spec_are_refused_by_field(cfg, field):
 
 @pytest.mark.parametrize("key,value", [("attn_logit_softcapping", 50.0),
                                        ("final_logit_softcapping", 30.0),
-                                       ("attention_chunk_size", 8192),
-                                       ("mlp_bias", True)])
+                                       ("attention_chunk_size", 8192)])
 def test_refused_fields_on_a_supported_architecture(key, value):
     """A field of the REFUSED table that is switched on is refused by name; switched off
     (null / false) it is accepted and listed."""

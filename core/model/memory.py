@@ -252,6 +252,7 @@ def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     (the router's gate stays BF16). Multi-head latent attention adds its replicated down
     projections, ``h (q_l + kv_l + d_pe)`` per layer on every rank."""
     weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False,
+                                  add_proj_bias=False, add_mlp_bias=False,
                                   softmax_type="vanilla")  # attention sinks stay BF16 too
     sharded, _ = family_of(model).layer_parameters(weights)
     counts = stage_layers_with_mtp(model, plan)
@@ -273,7 +274,8 @@ def fp8_linear_params_per_layer(model: ModelConfig, tensor_parallel: int) -> flo
     """Weights of one dense layer's FP8 linear layers on one GPU: the family's sharded layer
     parameters without biases, over ``t`` (QKV, projection, fc1, fc2; the norms and biases stay
     BF16, as :func:`fp8_weights_per_gpu`)."""
-    weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False)
+    weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False,
+                                  add_proj_bias=False, add_mlp_bias=False)
     return family_of(model).layer_parameters(weights)[0] / tensor_parallel
 
 

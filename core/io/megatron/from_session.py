@@ -93,9 +93,19 @@ def _layer_words(m: Any) -> list[str]:
     if _get(m, "tied_embeddings") is False:
         out.append("--untie-embeddings-and-output-weights")
     if _get(m, "add_bias_linear") is False:
+        for name, what in (("add_proj_bias", "the output projection's bias"),
+                           ("add_mlp_bias", "fc1's and fc2's biases")):
+            if _get(m, name):
+                raise MegatronArgsError(
+                    f"model.{name} true: Megatron-LM has no argument for {what} without the "
+                    "other linear biases (--disable-bias-linear drops them all, --add-qkv-bias "
+                    "adds QKV's only)")
         out.append("--disable-bias-linear")
     if _get(m, "add_qkv_bias"):
         out.append("--add-qkv-bias")
+    if _get(m, "add_output_bias"):
+        raise MegatronArgsError("model.add_output_bias true: Megatron-LM's output layer has no "
+                                "bias (GPTModel's output_layer is built with bias=False)")
     if _get(m, "qk_layernorm"):
         out.append("--qk-layernorm")
     kernel = _get(m, "attention_kernel")
