@@ -288,9 +288,8 @@ def test_mistral3_is_refused_by_its_vision_config_and_says_how_to_plan_the_text_
     assert e.field == "config.json: vision_config"
     assert "Mistral3ForConditionalGeneration" in e.message and "text_config" in e.message
     assert "MistralForCausalLM" in e.message
-    assert REFUSED_ARCHITECTURES["Mistral3ForConditionalGeneration"][0] == "vision_config"
-    # as Gemma 3's multimodal model
-    assert REFUSED_ARCHITECTURES["Gemma3ForConditionalGeneration"][0] == "vision_config"
+    # by its structure, as every multimodal config (tests/test_hf_multimodal.py), not by name
+    assert "Mistral3ForConditionalGeneration" not in REFUSED_ARCHITECTURES
 
 
 def test_mistral3_text_config_alone_imports_as_mistral():

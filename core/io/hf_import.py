@@ -30,12 +30,16 @@ not know is refused by name. ``model_type`` must name the model ``architectures`
 ``architectures``): another model is refused, an alias noted (:func:`_model_type_agrees`).
 Architectures with something the simulator
 does not model are refused naming the field that has it and what it would change
-(:data:`REFUSED_ARCHITECTURES`: Gemma 1, Gemma 3's and Mistral 3's multimodal models (their
-``vision_config``; the message says how to import ``text_config`` alone), Llama 4, Nemotron-H;
+(:data:`REFUSED_ARCHITECTURES`: Gemma 1, Llama 4, Nemotron-H;
 Qwen3-Next's Gated DeltaNet layers, ``full_attention_interval``; DeepSeek-V3.2's sparse
 attention, ``index_topk``; SmolLM3's RoPE-less layers, ``no_rope_layers``; the state-space
 models and hybrids Falcon-H1, Jamba, Bamba, Granite 4, Mamba, Mamba-2, Falcon-Mamba, Kimi
-Linear).
+Linear). Multimodal and other conditional-generation configs are refused by their structure
+(:func:`_multimodal_refusal`: a ``vision_config`` or ``audio_config`` key, a nested language
+model under ``text_config`` or ``llm_config``, an architecture ending in
+``ForConditionalGeneration``: Gemma 3, Mistral 3, Llama 4, Qwen2-VL, Qwen2.5-VL, LLaVA,
+Idefics3, InternVL), the message naming the key and saying how to plan the nested language model
+alone, or what stops it.
 
 Gemma 2 and Gemma 3 (``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``; the text models) are the
 ``gemma2`` / ``gemma3`` model families (:mod:`core.model.families.gemma`): ``hidden_activation``
@@ -606,6 +610,9 @@ def _architecture(cfg: dict[str, Any], where: str) -> str:
         raise _refuse(where, "architectures", f"{short_repr(archs)} must be a list of one architecture name; "
                       f"supported: {', '.join(supported)}")
     arch = _REMOTE_CODE_NAMES.get(archs[0], archs[0])
+    multimodal = _multimodal_refusal(cfg, arch, where)
+    if multimodal is not None:
+        raise multimodal
     if arch in REFUSED_ARCHITECTURES:
         key, change = REFUSED_ARCHITECTURES[arch]
         raise _refuse(where, key, f"{arch} is not modelled yet: {change}")
@@ -627,6 +634,87 @@ def _architecture(cfg: dict[str, Any], where: str) -> str:
                       "tell whether it changes the model; remove it if it does not" + hint +
                       (f" (also: {', '.join(also)})" if also else ""))
     return arch
+
+
+#: Keys of the encoders a multimodal config describes beside its language model.
+_ENCODER_KEYS = ("vision_config", "audio_config")
+#: Keys under which a multimodal config nests its language model's own config: transformers'
+#: ``text_config`` (Gemma 3, Mistral 3, Llama 4, LLaVA, Idefics3, InternVL's ``-hf`` ports);
+#: ``llm_config`` (InternVL's own code, ``InternVLChatModel``).
+_NESTED_LM_KEYS = ("text_config", "llm_config")
+
+
+def _multimodal_refusal(cfg: dict[str, Any], arch: str, where: str) -> ConfigError | None:
+    """The refusal of a multimodal or other conditional-generation config, by its structure (None
+    for a decoder's): a ``vision_config`` or ``audio_config`` key (an encoder and its projector,
+    whose output tokens join the language model's sequence: not modelled, and planning the
+    language model alone would plan another model than the one trained), a nested language
+    model (``text_config``, ``llm_config``) or an architecture ending in
+    ``ForConditionalGeneration`` (transformers' name for a decoder behind an encoder:
+    multimodal and sequence-to-sequence models). The error names the file and the key (the
+    first encoder key, else the nested one, else ``architectures``) and says how to plan the
+    language model alone (:func:`_nested_language_model`)."""
+    encoders = [k for k in _ENCODER_KEYS if k in cfg]
+    nested = next((k for k in _NESTED_LM_KEYS if k in cfg), None)
+    if not (encoders or nested or arch.endswith("ForConditionalGeneration")):
+        return None
+    key = encoders[0] if encoders else nested or "architectures"
+    if encoders:
+        what = (f"its {' and '.join(encoders)} describe{'' if len(encoders) > 1 else 's'} an "
+                "encoder (and its projector) whose output tokens join the language model's "
+                "sequence; that compute is not modelled, and the language model alone would be "
+                "another model than the one trained")
+    elif nested:
+        what = (f"its language model is nested under {nested} beside parts the importer does "
+                "not read")
+    else:
+        what = ("transformers' ForConditionalGeneration models put an encoder (vision, audio or "
+                "text: multimodal and sequence-to-sequence models) before or beside the decoder, "
+                "whose compute is not modelled")
+    return _refuse(where, key, f"{arch} is not a decoder alone: {what}. "
+                   + _nested_language_model(cfg, nested, where))
+
+
+def _nested_language_model(cfg: dict[str, Any], nested: str | None, where: str) -> str:
+    """How to plan the language model of a multimodal config alone, read from its nested config
+    ``nested`` (``text_config``, ``llm_config``): the class is the nested ``architectures``, else
+    the one transformers' ``AutoModelForCausalLM`` builds for its ``model_type``
+    (:func:`causal_lm_classes`); a supported class's nested config is imported as it is
+    (:func:`session_from_hf_config`, rules unchecked) to say either how to save it or the first
+    thing that stops it (a missing size, a key to take out). Nothing is guessed: a file without
+    a nested config does not record which decoder its top-level keys describe."""
+    if nested is None:
+        return ("The file has no text_config: its language model's keys are not separated from "
+                "the rest and it does not name their decoder architecture, so the language "
+                "model is not planned alone")
+    tc = cfg[nested]
+    if not isinstance(tc, dict):
+        return f"Its {nested} is not a JSON object"
+    archs, mt = tc.get("architectures"), tc.get("model_type")
+    if isinstance(archs, list) and len(archs) == 1 and isinstance(archs[0], str):
+        cls: str | None = _REMOTE_CODE_NAMES.get(archs[0], archs[0])
+    else:
+        cls = causal_lm_classes()[1].get(mt) if isinstance(mt, str) else None
+    if cls is None:
+        return (f"Its {nested} names neither architectures nor a model_type transformers builds a "
+                f"causal language model for (model_type {short_repr(mt)}): its language model "
+                "cannot be planned alone")
+    if cls in REFUSED_ARCHITECTURES:
+        field, why = REFUSED_ARCHITECTURES[cls]
+        return (f"Its language model ({nested}: {cls}) is not modelled either: {why} "
+                f"({nested}.{field})")
+    if cls not in DENSE_ARCHITECTURES and cls not in MOE_ARCHITECTURES:
+        return f"Its language model ({nested}: {cls}) is not a supported architecture"
+    add = "" if archs == [cls] else f' with "architectures": ["{cls}"]'
+    how = f"save {nested} as its own config.json{add} and import that"
+    try:
+        session_from_hf_config({**tc, "architectures": [cls]}, f"{where}: {nested}",
+                               check_rules=False)
+    except ConfigError as err:
+        first = err.errors[0]
+        return (f"Its language model ({nested}: {cls}) does not import as it is: {first.field}: "
+                f"{first.message}. To plan it alone, fix that, {how}")
+    return f"To plan its language model alone ({cls}), {how}"
 
 
 #: The shipped table of the class transformers' ``AutoModelForCausalLM`` builds for each
