@@ -113,3 +113,18 @@ def test_mlp_bias_with_experts_is_refused_by_the_model_rules():
     m = dataclasses.replace(_model(LLAMA3_8B), add_mlp_bias=True, num_experts=8, moe_top_k=2)
     errs = [e for e in model_feature_errors(m) if e.field == "model.add_mlp_bias"]
     assert len(errs) == 1 and "not modelled" in errs[0].message
+
+
+@pytest.mark.parametrize("name", ["QWEN3_8B", "OLMO2_7B", "GEMMA2_9B"])
+def test_attention_bias_is_q_k_v_o_in_every_family_that_reads_it(name):
+    """Qwen3, OLMo 2 and Gemma 2 build q/k/v/o_proj with bias=config.attention_bias (transformers
+    5.25.0): a*d + 2*g*d + h more per layer (Gemma's family counts through the same layer)."""
+    import tests.test_hf_families as fam
+    import tests.test_llama as llama
+    cfg = getattr(fam, name, None) or getattr(llama, name)
+    plain, biased = _model(cfg), _model({**cfg, "attention_bias": True})
+    a, g = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+    h = cfg["hidden_size"]
+    d = cfg.get("head_dim") or h // a
+    assert mm.num_parameters(biased) - mm.num_parameters(plain) == \
+        cfg["num_hidden_layers"] * (a * d + 2 * g * d + h)
