@@ -175,8 +175,9 @@ def test_first_release_gpt_shape_files_read_as_gpt():
 def test_shipped_examples_give_every_model_field():
     for path in sorted((ROOT / "resources" / "examples").glob("*.json")):
         doc = json.loads(path.read_text(encoding="utf-8"))
-        assert set(doc["model"]) == set(MODEL_FIELDS) | {"hidden_dropout", "attention_dropout"}, \
-            path.name
+        assert set(doc["model"]) == set(MODEL_FIELDS) | {
+            "hidden_dropout", "attention_dropout", "add_proj_bias", "add_mlp_bias",
+            "add_output_bias"}, path.name
 
 
 # --------------------------------------------------------------------------- other readers
