@@ -259,18 +259,24 @@ def test_gemma_with_experts_is_refused_by_validation_naming_the_family():
 
 def test_gemma3_with_its_vision_tower_is_refused_for_the_tower():
     """Gemma3ForConditionalGeneration (the 4B-27B releases: text_config + vision_config) is
-    refused for what the simulator lacks, the SigLIP tower and its projector, named by
-    vision_config. It named hidden_activation (not in such a file) and gave Gemma 3's GeGLU MLP
-    and four norms as unmodelled, which Gemma3ForCausalLM models."""
+    refused for what the simulator lacks, the vision tower and its projector, named by
+    vision_config (tests/test_hf_multimodal.py: every multimodal config by its structure). It
+    named hidden_activation (not in such a file) and gave Gemma 3's GeGLU MLP and four norms as
+    unmodelled, which Gemma3ForCausalLM models: a complete text_config is said to import as
+    that."""
     from core.plan.fields import ConfigError
     cfg = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
-           "text_config": {k: v for k, v in GEMMA3_1B.items() if k != "architectures"},
+           "text_config": {**{k: v for k, v in GEMMA3_1B.items() if k != "architectures"},
+                           "model_type": "gemma3_text"},
            "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152}}
     with pytest.raises(ConfigError) as err:
         _model(cfg)
     e = err.value.errors[0]
     assert e.field == "config.json: vision_config"
-    assert "SigLIP vision tower" in e.message and "Gemma3ForCausalLM's, modelled" in e.message
+    assert "its vision_config describes an encoder (and its projector)" in e.message
+    assert e.message.endswith('To plan its language model alone (Gemma3ForCausalLM), save '
+                              'text_config as its own config.json with "architectures": '
+                              '["Gemma3ForCausalLM"] and import that')
 
 
 # google/gemma-3-270m config.json (transformers 4.55): written with layer_types, the pattern's

@@ -80,11 +80,13 @@ def test_jsonl_gives_the_calibration_the_same_runs(published, frozen):
         doc = s.to_dict()
         for name in ("hidden_dropout", "attention_dropout"):  # added after the freeze, at the
             assert doc["model"].pop(name) == 0.1            # default of a file without them
+        for name in ("add_proj_bias", "add_mlp_bias", "add_output_bias"):  # added later too
+            assert doc["model"].pop(name) is False
         for name, default in (("use_precision_aware_optimizer", False),  # added after the
                               ("te_master_weights", True), ("main_params_dtype", "fp32"),
                               ("exp_avg_dtype", "fp32"), ("exp_avg_sq_dtype", "fp32"),
                               ("tp_comm_overlap_backend", "userbuffers"),
-                              ("fsdp_fp32_params", False)):
+                              ("fsdp_fp32_params", False), ("fp8_weight_copies", True)):
             assert doc["plan"].pop(name) == default  # freeze, at their defaults
         digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
         assert digest == r["session_sha256"], r["row"]

@@ -28,9 +28,11 @@ from tests.conftest import ROOT, case_file
 # fields added later, not required: a file without ``family`` holds a dense model (the Gemma
 # families' round trip is in tests/test_gemma.py), without ``make_vocab_size_divisible_by``
 # one padded as Megatron-LM pads by default (tests/test_vocab_padding.py), without the dropout
-# probabilities one trained with Megatron-LM's 0.1 (the published runs' sessions predate them)
+# probabilities one trained with Megatron-LM's 0.1 (the published runs' sessions predate them),
+# without the bias fields of Hugging Face's attention_bias / mlp_bias / lm_head_bias none of
+# those biases
 OPTIONAL_MODEL_FIELDS = {"family", "make_vocab_size_divisible_by", "hidden_dropout",
-                         "attention_dropout"}
+                         "attention_dropout", "add_proj_bias", "add_mlp_bias", "add_output_bias"}
 # every other model field
 MODEL_FIELDS = [f.name for f in dataclasses.fields(ModelConfig)
                 if f.name not in OPTIONAL_MODEL_FIELDS]
@@ -173,8 +175,9 @@ def test_first_release_gpt_shape_files_read_as_gpt():
 def test_shipped_examples_give_every_model_field():
     for path in sorted((ROOT / "resources" / "examples").glob("*.json")):
         doc = json.loads(path.read_text(encoding="utf-8"))
-        assert set(doc["model"]) == set(MODEL_FIELDS) | {"hidden_dropout", "attention_dropout"}, \
-            path.name
+        assert set(doc["model"]) == set(MODEL_FIELDS) | {
+            "hidden_dropout", "attention_dropout", "add_proj_bias", "add_mlp_bias",
+            "add_output_bias"}, path.name
 
 
 # --------------------------------------------------------------------------- other readers

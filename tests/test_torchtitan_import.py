@@ -27,10 +27,11 @@ def _plan(**kw) -> ParallelPlan:
     """ParallelPlan with torchtitan's fixed choices (TP sequence-parallel, fp32 gradient
     reduction, PyTorch's all-gather CP rotation, autograd's weight-gradient accumulation: no
     fused wgrad GEMMs; FSDP2's fp32 shards wherever FSDP is on, zero_stage >= 1) and the
-    fields given."""
+    fields given; with float8 torchao's Float8Linear, no persistent FP8 weight copies)."""
     return ParallelPlan(**{"grad_reduce_dtype": "fp32", "cp_comm_type": "allgather",
                            "gradient_accumulation_fusion": False,
-                           "fsdp_fp32_params": kw.get("zero_stage", 0) >= 1, **kw})
+                           "fsdp_fp32_params": kw.get("zero_stage", 0) >= 1,
+                           "fp8_weight_copies": kw.get("precision") != "fp8", **kw})
 
 
 def test_llama3_8b_on_one_node():

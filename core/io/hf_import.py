@@ -16,7 +16,7 @@
   angles, not the work), and it is listed in the result;
 * **refused**: the simulator does not model what it asks for (:data:`REFUSED`, each with
   what it would change and the values that switch it off, which are accepted and listed:
-  Qwen2's ``use_sliding_window``, MLP biases, soft-capping, chunked attention, Mamba layers;
+  Qwen2's ``use_sliding_window``, soft-capping, chunked attention, Mamba layers;
   also gated activations other than SiLU, quantization, an MoE layer pattern the session
   fields cannot express, an architecture we do not know); the error names the field.
 
@@ -30,12 +30,16 @@ not know is refused by name. ``model_type`` must name the model ``architectures`
 ``architectures``): another model is refused, an alias noted (:func:`_model_type_agrees`).
 Architectures with something the simulator
 does not model are refused naming the field that has it and what it would change
-(:data:`REFUSED_ARCHITECTURES`: Gemma 1, Gemma 3's and Mistral 3's multimodal models (their
-``vision_config``; the message says how to import ``text_config`` alone), Llama 4, Nemotron-H;
+(:data:`REFUSED_ARCHITECTURES`: Gemma 1, Llama 4, Nemotron-H;
 Qwen3-Next's Gated DeltaNet layers, ``full_attention_interval``; DeepSeek-V3.2's sparse
 attention, ``index_topk``; SmolLM3's RoPE-less layers, ``no_rope_layers``; the state-space
 models and hybrids Falcon-H1, Jamba, Bamba, Granite 4, Mamba, Mamba-2, Falcon-Mamba, Kimi
-Linear).
+Linear). Multimodal and other conditional-generation configs are refused by their structure
+(:func:`_multimodal_refusal`: a ``vision_config`` or ``audio_config`` key, a nested language
+model under ``text_config`` or ``llm_config``, an architecture ending in
+``ForConditionalGeneration``: Gemma 3, Mistral 3, Llama 4, Qwen2-VL, Qwen2.5-VL, LLaVA,
+Idefics3, InternVL), the message naming the key and saying how to plan the nested language model
+alone, or what stops it.
 
 Gemma 2 and Gemma 3 (``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``; the text models) are the
 ``gemma2`` / ``gemma3`` model families (:mod:`core.model.families.gemma`): ``hidden_activation``
@@ -92,7 +96,11 @@ architecture): Nemotron-4 has an MLP of ``up_proj`` and ``down_proj`` with ``rel
 (squared ReLU, not gated: ``model.activation`` squared_relu), LayerNorm (``LayerNorm1P``:
 weight and bias) and RoPE on ``partial_rotary_factor`` of each head; the others have a gated SiLU MLP (``gate_proj``, ``up_proj``,
 ``down_proj``: SwiGLU; each expert of an MoE layer too), RMSNorm, RoPE and no
-linear biases except Qwen2's (and Qwen2-MoE's) QKV bias; Qwen3 (and Qwen3-MoE)
+linear biases except Qwen2's (and Qwen2-MoE's) QKV bias and those ``attention_bias`` and
+``mlp_bias`` switch on (:data:`_BIAS_SWITCHES`: Q, K, V and O biases are ``model.add_qkv_bias``
+and ``model.add_proj_bias``, the MLP's ``model.add_mlp_bias``, all of them
+``model.add_bias_linear``; each bias vector counted, its add in a kernel that runs anyway; a
+switch read on layers without a bias field, DeepSeek's, is refused); Qwen3 (and Qwen3-MoE)
 adds an RMSNorm over each query and key head (QK-norm). ``head_dim``, when it
 is not ``h/a``, is the head size (``model.kv_channels``). Mixture of experts:
 Mixtral's experts are ``intermediate_size`` wide (``num_local_experts``,
@@ -109,7 +117,7 @@ GLM-4.5, GLM-4.5-Air and GLM-4.6 (``Glm4MoeForCausalLM``, the ``transformers`` m
 ``head_dim`` whose Q, K and V projections have biases when ``attention_bias`` (the output
 projection never: ``model.add_qkv_bias``) and per-head QK-norm when ``use_qk_norm``
 (``model.qk_layernorm``; GLM-4.5 yes, the Air no), both the config's switches
-(:data:`_CONFIG_SWITCHES`); RoPE on ``partial_rotary_factor`` of each head (ignored: the same
+(:data:`_BIAS_SWITCHES`, :data:`_CONFIG_SWITCHES`); RoPE on ``partial_rotary_factor`` of each head (ignored: the same
 kernel bytes); ``n_routed_experts`` experts and ``n_shared_experts`` shared experts of
 ``moe_intermediate_size``, the first ``first_k_dense_replace`` layers dense
 (``intermediate_size``), every later one MoE; a sigmoid router whose top-k choice adds
@@ -132,8 +140,8 @@ Phi-3.5-MoE (``PhimoeForCausalLM``, ``modeling_phimoe.py``; the Hub file's own-c
 ``PhiMoEForCausalLM`` is read as it, with a note): Mixtral's experts (``num_local_experts`` SwiGLU
 experts of ``intermediate_size`` on every layer, a bias-free gate) with ``nn.LayerNorm`` (weight
 and bias: ``model.normalization`` layernorm); ``attention_bias`` puts biases on q/k/v_proj
-(``model.add_qkv_bias``) and o_proj, ``lm_head_bias`` on the output layer: those two are listed,
-not counted (an add in a kernel that runs anyway and a column sum for the gradient, no GEMM). Its
+(``model.add_qkv_bias``) and o_proj (``model.add_proj_bias``), ``lm_head_bias`` on the output
+layer (``model.add_output_bias``): counted, their adds in kernels that run anyway. Its
 SparseMixer router picks exactly two experts (``num_experts_per_tok`` other than 2 is refused);
 its masks, Gumbel sampling and ``input_jitter_noise`` are elementwise, listed, not timed.
 """
@@ -215,7 +223,7 @@ MOE_ARCHITECTURES: dict[str, tuple[dict[str, Any], str]] = {
     # Phi-3.5-MoE (PhimoeForCausalLM, modeling_phimoe.py): Mixtral's layout (num_local_experts
     # SwiGLU experts of intermediate_size, no shared expert, every layer) with nn.LayerNorm
     # (weight and bias) for every norm; its QKV bias is the config's switch (_CONFIG_SWITCHES),
-    # its router in core.io.hf_moe, its o_proj and lm_head biases in _unmodelled_biases
+    # its router in core.io.hf_moe, its biases in _bias_fields
     "PhimoeForCausalLM": ({"normalization": "layernorm"}, "num_local_experts"),
 }
 #: Class names of a checkpoint's own code (``auto_map``) for a model transformers has ported
@@ -229,11 +237,35 @@ _REMOTE_CODE_NAMES = {"PhiMoEForCausalLM": "PhimoeForCausalLM"}
 #: Megatron's --add-qkv-bias); ``use_qk_norm`` adds ``q_norm`` / ``k_norm`` (RMSNorm over each
 #: head of head_dim: --qk-layernorm); both default to false in ``Glm4MoeConfig``.
 _CONFIG_SWITCHES: dict[str, dict[str, tuple[str, bool]]] = {
-    "Glm4MoeForCausalLM": {"attention_bias": ("add_qkv_bias", False),
-                           "use_qk_norm": ("qk_layernorm", False)},
-    # Phimoe: q_proj, k_proj, v_proj and o_proj have bias=attention_bias (PhimoeConfig default
-    # false); the QKV biases are --add-qkv-bias, o_proj's is listed (_unmodelled_biases)
-    "PhimoeForCausalLM": {"attention_bias": ("add_qkv_bias", False)},
+    "Glm4MoeForCausalLM": {"use_qk_norm": ("qk_layernorm", False)},
+}
+_QKVO = ("add_qkv_bias", "add_proj_bias")
+#: The bias switches each architecture's modelling code reads (transformers 5.25.0's
+#: ``modeling_*.py``): HF key -> the model fields a true value sets. ``attention_bias`` is
+#: ``bias=`` of q_proj, k_proj, v_proj and o_proj (``model.add_qkv_bias`` and
+#: ``model.add_proj_bias``) in Llama, Nemotron, Qwen3, Qwen3-MoE, OLMo 2, OLMo 3, Gemma 2,
+#: Gemma 3 and Phi-3.5-MoE, of q/k/v_proj only in GLM-4.5 (o_proj ``bias=False``);
+#: ``mlp_bias`` is ``bias=`` of gate_proj, up_proj and down_proj (Llama; Nemotron: up_proj and
+#: down_proj), ``model.add_mlp_bias``. All of them on is ``model.add_bias_linear``
+#: (:func:`_bias_fields`). Every other architecture's q/k/v/o and MLP projections are built
+#: with a fixed ``bias=`` (Qwen2's QKV: ``model.add_qkv_bias``), or with the switch on layers
+#: no model field has a bias for (DeepSeek-V2/V3: ``attention_bias`` on q_a_proj,
+#: kv_a_proj_with_mqa and o_proj, ``mlp_bias`` on the experts): a true value there is refused
+#: (:func:`_unmodelled_bias`). GPT-OSS's must be true (``model.add_bias_linear``).
+_BIAS_SWITCHES: dict[str, dict[str, tuple[str, ...]]] = {
+    "LlamaForCausalLM": {"attention_bias": _QKVO, "mlp_bias": ("add_mlp_bias",)},
+    "NemotronForCausalLM": {"attention_bias": _QKVO, "mlp_bias": ("add_mlp_bias",)},
+    **{arch: {"attention_bias": _QKVO} for arch in (
+        "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM",
+        "Gemma2ForCausalLM", "Gemma3ForCausalLM", "PhimoeForCausalLM")},
+    "Glm4MoeForCausalLM": {"attention_bias": ("add_qkv_bias",)},
+}
+#: Where the modelling code reads a bias switch on layers no model field has a bias for.
+_UNMODELLED_BIAS_LAYERS: dict[tuple[str, str], str] = {
+    ("DeepseekV2ForCausalLM", "attention_bias"): "q_a_proj, kv_a_proj_with_mqa and o_proj",
+    ("DeepseekV3ForCausalLM", "attention_bias"): "q_a_proj, kv_a_proj_with_mqa and o_proj",
+    ("DeepseekV2ForCausalLM", "mlp_bias"): "gate_proj, up_proj and down_proj of the dense "
+    "layers and the experts",
 }
 #: Architectures with multi-token prediction layers (``num_nextn_predict_layers``) besides the
 #: MLA ones: GLM-4.5's checkpoints carry one MTP layer (a decoder layer like the last, with
@@ -267,12 +299,11 @@ REFUSED: dict[str, tuple[str, tuple[Any, ...]]] = {
                            "of those layers would cover a band, not the causal triangle; "
                            "Megatron-Core's --window-attn-skip-freq keeps every N-th layer full "
                            "and cannot give that pattern", (None, False)),
-    "mlp_bias": ("biases in the MLP's linear layers (f + h parameters per layer and a bias add "
-                 "in each GEMM's epilogue)", (None, False)),
     # Phi-4-mini's config.json keys (microsoft/Phi-4-mini-instruct), which transformers'
     # Phi3Config and modelling code do not read: only the published values are known
-    "lm_head_bias": ("a bias on the output layer (V parameters and an add over the (s, V) "
-                     "logits)", (None, False)),
+    # (Phi-3.5-MoE's modelling code reads it: model.add_output_bias, see _bias_fields)
+    "lm_head_bias": ("a bias on the output layer that this architecture's modelling code does "
+                     "not read (Phi-3.5-MoE's does: model.add_output_bias)", (None, False)),
     "full_attn_mod": ("a key of Phi-4-mini's config that transformers' Phi3 code does not read "
                       "(its layers are all alike); what a value other than the published 1 would "
                       "change is not known", (None, 1)),
@@ -312,8 +343,8 @@ _APPROXIMATED["Olmo3ForCausalLM"] = (  # the same norms (modeling_olmo3.py: Olmo
     "(d each, not a*d and g*d: 0.25 M fewer of OLMo 3 7B's 7.30 B) and the sum of squares "
     "across tensor-parallel ranks it needs with t > 1 is not timed")
 #: Architectures whose modelling code reads ``lm_head_bias`` (``nn.Linear(h, V,
-#: bias=lm_head_bias)``, Phi-3.5-MoE): there it is listed (:func:`_unmodelled_biases`), elsewhere
-#: refused when on (:data:`REFUSED`: Phi-4-mini's key, which transformers' Phi3 does not read).
+#: bias=lm_head_bias)``, Phi-3.5-MoE): there it is ``model.add_output_bias`` (:func:`_bias_fields`),
+#: elsewhere refused when on (:data:`REFUSED`: Phi-4-mini's key, which transformers' Phi3 does not read).
 _READS_LM_HEAD_BIAS = ("PhimoeForCausalLM",)
 #: Fields that name experts: a dense architecture's config with one of them is refused.
 _MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
@@ -345,9 +376,12 @@ USED: dict[str, str] = {
     "decoder_sparse_step": "model.moe_layer_frequency and moe_first_dense_layers (with "
     "mlp_only_layers)",
     "mlp_only_layers": "model.moe_first_dense_layers (first layers dense)",
-    "attention_bias": "checked: must be false (GPT-OSS: true, model.add_bias_linear; "
-    "GLM-4.5: model.add_qkv_bias, biases in q/k/v_proj; Phi-3.5-MoE: model.add_qkv_bias, "
-    "o_proj's bias listed)",
+    "attention_bias": "biases in q/k/v_proj (model.add_qkv_bias) and o_proj "
+    "(model.add_proj_bias) where the modelling code reads it (Llama, Nemotron, Qwen3, "
+    "Qwen3-MoE, OLMo 2 and 3, Gemma 2 and 3, Phi-3.5-MoE; GLM-4.5: q/k/v_proj only); GPT-OSS: "
+    "must be true (model.add_bias_linear); elsewhere refused when true",
+    "mlp_bias": "biases in the MLP's projections (model.add_mlp_bias; Llama, Nemotron; with "
+    "attention_bias too: model.add_bias_linear); elsewhere refused when true",
     "qkv_bias": "checked: must be the architecture's QKV bias (Qwen3-Coder: false)",
     "use_qk_norm": "checked: must be the architecture's QK-norm (Qwen3-Coder: true); GLM-4.5: "
     "model.qk_layernorm",
@@ -576,6 +610,9 @@ def _architecture(cfg: dict[str, Any], where: str) -> str:
         raise _refuse(where, "architectures", f"{short_repr(archs)} must be a list of one architecture name; "
                       f"supported: {', '.join(supported)}")
     arch = _REMOTE_CODE_NAMES.get(archs[0], archs[0])
+    multimodal = _multimodal_refusal(cfg, arch, where)
+    if multimodal is not None:
+        raise multimodal
     if arch in REFUSED_ARCHITECTURES:
         key, change = REFUSED_ARCHITECTURES[arch]
         raise _refuse(where, key, f"{arch} is not modelled yet: {change}")
@@ -597,6 +634,87 @@ def _architecture(cfg: dict[str, Any], where: str) -> str:
                       "tell whether it changes the model; remove it if it does not" + hint +
                       (f" (also: {', '.join(also)})" if also else ""))
     return arch
+
+
+#: Keys of the encoders a multimodal config describes beside its language model.
+_ENCODER_KEYS = ("vision_config", "audio_config")
+#: Keys under which a multimodal config nests its language model's own config: transformers'
+#: ``text_config`` (Gemma 3, Mistral 3, Llama 4, LLaVA, Idefics3, InternVL's ``-hf`` ports);
+#: ``llm_config`` (InternVL's own code, ``InternVLChatModel``).
+_NESTED_LM_KEYS = ("text_config", "llm_config")
+
+
+def _multimodal_refusal(cfg: dict[str, Any], arch: str, where: str) -> ConfigError | None:
+    """The refusal of a multimodal or other conditional-generation config, by its structure (None
+    for a decoder's): a ``vision_config`` or ``audio_config`` key (an encoder and its projector,
+    whose output tokens join the language model's sequence: not modelled, and planning the
+    language model alone would plan another model than the one trained), a nested language
+    model (``text_config``, ``llm_config``) or an architecture ending in
+    ``ForConditionalGeneration`` (transformers' name for a decoder behind an encoder:
+    multimodal and sequence-to-sequence models). The error names the file and the key (the
+    first encoder key, else the nested one, else ``architectures``) and says how to plan the
+    language model alone (:func:`_nested_language_model`)."""
+    encoders = [k for k in _ENCODER_KEYS if k in cfg]
+    nested = next((k for k in _NESTED_LM_KEYS if k in cfg), None)
+    if not (encoders or nested or arch.endswith("ForConditionalGeneration")):
+        return None
+    key = encoders[0] if encoders else nested or "architectures"
+    if encoders:
+        what = (f"its {' and '.join(encoders)} describe{'' if len(encoders) > 1 else 's'} an "
+                "encoder (and its projector) whose output tokens join the language model's "
+                "sequence; that compute is not modelled, and the language model alone would be "
+                "another model than the one trained")
+    elif nested:
+        what = (f"its language model is nested under {nested} beside parts the importer does "
+                "not read")
+    else:
+        what = ("transformers' ForConditionalGeneration models put an encoder (vision, audio or "
+                "text: multimodal and sequence-to-sequence models) before or beside the decoder, "
+                "whose compute is not modelled")
+    return _refuse(where, key, f"{arch} is not a decoder alone: {what}. "
+                   + _nested_language_model(cfg, nested, where))
+
+
+def _nested_language_model(cfg: dict[str, Any], nested: str | None, where: str) -> str:
+    """How to plan the language model of a multimodal config alone, read from its nested config
+    ``nested`` (``text_config``, ``llm_config``): the class is the nested ``architectures``, else
+    the one transformers' ``AutoModelForCausalLM`` builds for its ``model_type``
+    (:func:`causal_lm_classes`); a supported class's nested config is imported as it is
+    (:func:`session_from_hf_config`, rules unchecked) to say either how to save it or the first
+    thing that stops it (a missing size, a key to take out). Nothing is guessed: a file without
+    a nested config does not record which decoder its top-level keys describe."""
+    if nested is None:
+        return ("The file has no text_config: its language model's keys are not separated from "
+                "the rest and it does not name their decoder architecture, so the language "
+                "model is not planned alone")
+    tc = cfg[nested]
+    if not isinstance(tc, dict):
+        return f"Its {nested} is not a JSON object"
+    archs, mt = tc.get("architectures"), tc.get("model_type")
+    if isinstance(archs, list) and len(archs) == 1 and isinstance(archs[0], str):
+        cls: str | None = _REMOTE_CODE_NAMES.get(archs[0], archs[0])
+    else:
+        cls = causal_lm_classes()[1].get(mt) if isinstance(mt, str) else None
+    if cls is None:
+        return (f"Its {nested} names neither architectures nor a model_type transformers builds a "
+                f"causal language model for (model_type {short_repr(mt)}): its language model "
+                "cannot be planned alone")
+    if cls in REFUSED_ARCHITECTURES:
+        field, why = REFUSED_ARCHITECTURES[cls]
+        return (f"Its language model ({nested}: {cls}) is not modelled either: {why} "
+                f"({nested}.{field})")
+    if cls not in DENSE_ARCHITECTURES and cls not in MOE_ARCHITECTURES:
+        return f"Its language model ({nested}: {cls}) is not a supported architecture"
+    add = "" if archs == [cls] else f' with "architectures": ["{cls}"]'
+    how = f"save {nested} as its own config.json{add} and import that"
+    try:
+        session_from_hf_config({**tc, "architectures": [cls]}, f"{where}: {nested}",
+                               check_rules=False)
+    except ConfigError as err:
+        first = err.errors[0]
+        return (f"Its language model ({nested}: {cls}) does not import as it is: {first.field}: "
+                f"{first.message}. To plan it alone, fix that, {how}")
+    return f"To plan its language model alone ({cls}), {how}"
 
 
 #: The shipped table of the class transformers' ``AutoModelForCausalLM`` builds for each
@@ -758,8 +876,9 @@ def _sizes(cfg: dict[str, Any], where: str, seq_length: int | None) -> dict[str,
 
 def _check_activation_and_biases(cfg: dict[str, Any], arch: str, where: str) -> None:
     """Check the MLP's activation (``hidden_act``, by architecture) and the linear layers'
-    biases (GPT-OSS must have them, the others may not; GLM-4.5's ``attention_bias`` is a
-    switch, :data:`_CONFIG_SWITCHES`).
+    biases: GPT-OSS must have them; ``attention_bias`` and ``mlp_bias`` are read where the
+    architecture's modelling code reads them (:data:`_BIAS_SWITCHES`, :func:`_bias_fields`) and
+    refused when true elsewhere (:func:`_unmodelled_bias`).
 
     Raises ConfigError for one that is not modelled."""
     act = cfg.get("hidden_act", _ARCH_ACTIVATIONS.get(arch, ("silu",))[0])
@@ -769,15 +888,53 @@ def _check_activation_and_biases(cfg: dict[str, Any], arch: str, where: str) -> 
             else "SiLU-gated MLPs (SwiGLU) are") + " modelled for this architecture")
     biased = arch == "GptOssForCausalLM"  # biases in attention, router and experts
     if biased and cfg.get("attention_bias") is not True:
-        raise _refuse(where, "attention_bias", f"{short_repr(cfg.get('attention_bias'))}: {arch} without "
-                      "attention biases (its router and experts keep theirs) is not modelled: "
-                      "model.add_bias_linear sets them all")
+        raise _unmodelled_bias(where, "attention_bias", cfg.get("attention_bias"), arch,
+                               "GPT-OSS without attention biases (its router and experts keep "
+                               "theirs): model.add_bias_linear sets them all")
     for bias in ("attention_bias", "mlp_bias"):
-        if bias in _CONFIG_SWITCHES.get(arch, {}):
-            continue  # read by _architecture_fields
-        if not biased and cfg.get(bias) not in (None, False):
-            raise _refuse(where, bias, f"{short_repr(cfg[bias])}: biases in the attention and MLP linear "
-                          "layers are not modelled for this architecture (only Qwen2's QKV bias)")
+        if bias in _BIAS_SWITCHES.get(arch, {}) or (biased and bias == "attention_bias"):
+            continue  # read by _bias_fields
+        if cfg.get(bias) not in (None, False):
+            layers = _UNMODELLED_BIAS_LAYERS.get((arch, bias))
+            raise _unmodelled_bias(where, bias, cfg[bias], arch, (
+                f"{arch}'s modelling code reads it on {layers}, whose biases no model field has"
+                if layers else f"{arch}'s modelling code does not read it (its projections have "
+                "a fixed bias=); a config that says otherwise is not one we know"))
+
+
+def _unmodelled_bias(where: str, key: str, value: Any, arch: str, why: str) -> ConfigError:
+    """The one refusal of a bias the model fields cannot give exactly (the importer's wording for
+    every such bias: ``attention_bias``, ``mlp_bias``, ``lm_head_bias``), naming the key."""
+    return _refuse(where, key, f"{short_repr(value)}: this bias is not modelled for {arch} "
+                   f"({why})")
+
+
+def _bias_fields(cfg: dict[str, Any], arch: str, where: str) -> dict[str, bool]:
+    """The bias model fields the config's switches set (:data:`_BIAS_SWITCHES`; Phi-3.5-MoE's
+    ``lm_head_bias``: ``model.add_output_bias``). Every bias is modelled exactly: ``h`` (or the
+    projection's width) parameters per bias vector, counted with the weights (the parameters,
+    gradients and optimizer states), and an add in a kernel that runs anyway (the GEMM's
+    epilogue, the bias-dropout-add), as Megatron-Core's biases are. Q, K, V, O and the MLP's
+    biases all on is ``model.add_bias_linear`` (Megatron-Core's linear biases: QKV, projection,
+    fc1 and fc2), which Megatron-LM can express.
+
+    Raises ConfigError for a switch that is not true or false."""
+    out: dict[str, bool] = {}
+    for key, targets in _BIAS_SWITCHES.get(arch, {}).items():
+        value = cfg.get(key, False)
+        if not isinstance(value, bool):
+            raise _refuse(where, key, f"{short_repr(value)} must be true or false")
+        for target in targets:
+            out[target] = out.get(target, False) or value
+    if out and all(out.get(k) for k in (*_QKVO, "add_mlp_bias")):
+        out = {"add_bias_linear": True, "add_qkv_bias": False, "add_proj_bias": False,
+               "add_mlp_bias": False}
+    if arch in _READS_LM_HEAD_BIAS:
+        bias = cfg.get("lm_head_bias", False)
+        if not isinstance(bias, bool):
+            raise _refuse(where, "lm_head_bias", f"{short_repr(bias)} must be true or false")
+        out["add_output_bias"] = bias
+    return out
 
 
 def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str,
@@ -797,6 +954,7 @@ def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str
         if not isinstance(value, bool):
             raise _refuse(where, key, f"{short_repr(value)} must be true or false")
         fixed[target] = value
+    fixed.update(_bias_fields(cfg, arch, where))
     for key, target in _AGREE.items():
         if key in switches:
             continue
@@ -808,7 +966,6 @@ def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str
     if arch in _APPROXIMATED:
         what, why = _APPROXIMATED[arch]
         ignored[what] = why
-    _unmodelled_biases(cfg, arch, fixed, where, ignored)
     mla = bool(fixed.get("multi_latent_attention"))
     with_mtp = mla or arch in _MTP_WITHOUT_MLA
     mla_fields = [k for k in (*_MLA_HF_FIELDS, "qk_head_dim", "num_nextn_predict_layers")
@@ -831,36 +988,6 @@ def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str
         fixed.update(moe_fields(cfg, arch, MOE_ARCHITECTURES[arch][1], layers, where,
                                 ignored))
     return fixed
-
-
-def _unmodelled_biases(cfg: dict[str, Any], arch: str, fixed: dict[str, Any], where: str,
-                       ignored: dict[str, str]) -> None:
-    """List in ``ignored`` the biases of Phi-3.5-MoE (``modeling_phimoe.py``) the model fields
-    do not have: ``o_proj``'s when ``attention_bias`` (its Q, K and V biases are
-    ``model.add_qkv_bias``; Megatron has no bias on the projection alone) and ``lm_head``'s when
-    ``lm_head_bias`` (Megatron's output layer has none). Neither changes a GEMM: each is an add
-    in a kernel that runs anyway (the projection's in the bias-dropout-add, the output layer's
-    in the GEMM's epilogue) and a column sum for its gradient; their ``h`` per layer and ``V``
-    parameters are not counted.
-
-    Raises ConfigError for an ``lm_head_bias`` that is not true or false."""
-    if arch not in _READS_LM_HEAD_BIAS:
-        return
-    if fixed.get("add_qkv_bias"):
-        ignored["o_proj bias"] = (
-            "attention_bias also puts a bias on o_proj (h parameters per layer, not counted; its "
-            "add is in the bias-dropout-add that runs anyway, its gradient a column sum over the "
-            "(T, h) output, not timed); the Q, K and V biases are model.add_qkv_bias")
-    bias = cfg.get("lm_head_bias", False)
-    if not isinstance(bias, bool):
-        raise _refuse(where, "lm_head_bias", f"{short_repr(bias)} must be true or false")
-    if bias:
-        ignored["lm_head_bias"] = (
-            f"true: a bias on the output layer (V = {cfg['vocab_size']} parameters, not counted; "
-            "its add is in the output GEMM's epilogue, its gradient a column sum over the (T, V) "
-            "logits' gradient, not timed)")
-    elif "lm_head_bias" in cfg:
-        ignored["lm_head_bias"] = "false: no bias on the output layer"
 
 
 def _check_session_rules(session: Session, arch: str, moe: bool, where: str) -> None:

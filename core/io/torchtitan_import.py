@@ -743,6 +743,9 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
     if fp8:
         plan.fp8_recipe = recipe
         plan.fp8_param_gather = gather and zero >= 1
+        # torchao's Float8Linear keeps the high-precision weight and casts it inside every GEMM
+        # (torchao 0.18.0 float8/float8_linear.py): no persistent FP8 weight copy
+        plan.fp8_weight_copies = False
     if p > 1:
         counts = torchtitan_stage_layers(model.num_layers, p * chunks)
         if min(counts) < 1:

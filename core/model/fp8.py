@@ -13,7 +13,7 @@ from core.plan.parallel import FP8_DEFAULT_RECIPE, ParallelPlan, tensor_dtype
 __all__ = [
     "FP8_BYTES", "FP8_WEIGHT_CAST_OP", "fp8_cast_kernels", "fp8_copies",
     "fp8_gathered_cast_kernels", "fp8_gathers_params", "fp8_gemm", "fp8_gemm_dtype",
-    "fp8_scale_bytes", "fp8_tn_only", "fp8_weight_bytes_per_parameter", "linear_kernels",
+    "fp8_keeps_weight_copies", "fp8_scale_bytes", "fp8_tn_only", "fp8_weight_bytes_per_parameter", "linear_kernels",
     "param_gather_bytes",
 ]
 
@@ -185,6 +185,17 @@ def fp8_gathers_params(plan: ParallelPlan) -> bool:
     """Whether the sharded optimizer all-gathers the FP8 linear layers' weights in FP8
     (``plan.fp8_param_gather`` with ``precision="fp8"``)."""
     return bool(getattr(plan, "fp8_param_gather", False)) and plan.precision == "fp8"
+
+
+def fp8_keeps_weight_copies(plan: ParallelPlan) -> bool:
+    """Whether an FP8 plan keeps persistent FP8 copies of the linear layers' weights
+    (``plan.fp8_weight_copies``, default true: Transformer Engine caches them across
+    micro-batches). torchtitan's float8 linears (torchao ``Float8Linear``, torchao 0.18.0
+    ``torchao/float8/float8_linear.py``: ``from_float`` keeps the module's high-precision
+    ``weight``; ``matmul_with_hp_or_float8_args`` saves that weight for the backward and casts
+    it with ``hp_tensor_to_float8_dynamic`` in the forward and again in the backward) keep
+    none: torchtitan sessions set it false."""
+    return plan.precision == "fp8" and bool(getattr(plan, "fp8_weight_copies", True))
 
 
 def param_gather_bytes(plan: ParallelPlan, n_params, fp8_linear=0.0):

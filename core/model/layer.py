@@ -186,7 +186,8 @@ def dense_layer_parameters(model: ModelConfig) -> tuple[float, float]:
     (grouped-query attention: K and V have ``g`` heads; ``3h^2`` without it and
     at ``kv = h/a``), projection ``a kv h`` (``h^2``), fc1 ``h f`` (``2 h f``
     gated: SwiGLU has three ffn matrices), fc2 ``f h``; biases with
-    ``add_bias_linear`` (QKV's also with ``add_qkv_bias``); LayerNorm ``2h``,
+    ``add_bias_linear`` (QKV's also with ``add_qkv_bias``, the projection's with
+    ``add_proj_bias``, fc1's and fc2's with ``add_mlp_bias``); LayerNorm ``2h``,
     RMSNorm ``h`` (no bias); QK-norm one norm over a head for the queries and
     one for the keys (``2 kv`` with RMSNorm). GPT: ``4h^2 + 2hf + 3h + f`` and
     ``6h``. Qwen3-8B (36 layers, h 4096, 32 heads of 128, 8 groups, f 12288,
@@ -216,14 +217,22 @@ def attention_parameters(model: ModelConfig) -> tuple[float, float]:
         sharded += a  # attention sinks: one logit per head, split with the heads over t
     norm = 2 * h if model.normalization == "layernorm" else h
     qk_norm = 2 * norm // h * kv if model.qk_layernorm else 0  # over one head, shared
-    return sharded, norm + (h if bias else 0) + qk_norm
+    return sharded, norm + (h if proj_bias(model) else 0) + qk_norm
+
+
+def proj_bias(model: ModelConfig) -> bool:
+    """Whether the attention's output projection has a bias: ``add_bias_linear`` (Megatron-Core's
+    ``linear_proj``) or ``add_proj_bias`` (Hugging Face's ``attention_bias`` on ``o_proj``
+    without the MLP's biases: Llama, Phi-3.5-MoE)."""
+    return bool(model.add_bias_linear or getattr(model, "add_proj_bias", False))
 
 
 def dense_edge_parameters(model: ModelConfig, t: int) -> tuple[tuple[float, float], tuple[float, float]]:
     """``((sharded, replicated) of the first stage, (sharded, replicated) of the last)`` outside
     the layers: the vocab-parallel word embedding ``V'h`` and, with learned positions, the
     ``s*h`` table first (RoPE has none); the final norm (``2h`` LayerNorm, ``h`` RMSNorm) last,
-    with an untied output layer its own ``V'h`` too (a tied one shares the embedding: with
+    with an untied output layer its own ``V'h`` too and with ``add_output_bias`` its bias ``V'``
+    (a tied one shares the embedding: with
     ``p > 1`` the last stage holds a copy, see :func:`edge_params_per_gpu`). ``V'`` is padded
     for ``t``."""
     h = model.hidden_size
@@ -231,6 +240,8 @@ def dense_edge_parameters(model: ModelConfig, t: int) -> tuple[tuple[float, floa
     positions = model.seq_length * h if model.position_embedding == "learned" else 0.0
     norm = 2 * h if model.normalization == "layernorm" else h
     output = 0.0 if model.tied_embeddings else V * h
+    if getattr(model, "add_output_bias", False):  # lm_head's bias, vocab-parallel like its weight
+        output += V
     return (V * h, positions), (output, norm)
 
 

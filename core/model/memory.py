@@ -18,7 +18,8 @@ from core.model.counts import (MODEL_FIELD_VALUES, expert_params_per_gpu, params
                                recomputed_moe_layers, stage_layers_with_mtp,
                                stage_moe_layer_counts)
 from core.model.families import family_of
-from core.model.fp8 import fp8_gathers_params, fp8_weight_bytes_per_parameter, param_gather_bytes
+from core.model.fp8 import (FP8_BYTES, fp8_gathers_params, fp8_keeps_weight_copies,
+                            fp8_weight_bytes_per_parameter, param_gather_bytes)
 from core.model.keys import cross_entropy_fusion
 from core.model.layout import chunk_layout, chunks_per_stage, loss_stage
 from core.model.mla import mla_dims
@@ -252,6 +253,7 @@ def fp8_weights_per_gpu(model: ModelConfig, plan: ParallelPlan) -> np.ndarray:
     (the router's gate stays BF16). Multi-head latent attention adds its replicated down
     projections, ``h (q_l + kv_l + d_pe)`` per layer on every rank."""
     weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False,
+                                  add_proj_bias=False, add_mlp_bias=False,
                                   softmax_type="vanilla")  # attention sinks stay BF16 too
     sharded, _ = family_of(model).layer_parameters(weights)
     counts = stage_layers_with_mtp(model, plan)
@@ -273,7 +275,8 @@ def fp8_linear_params_per_layer(model: ModelConfig, tensor_parallel: int) -> flo
     """Weights of one dense layer's FP8 linear layers on one GPU: the family's sharded layer
     parameters without biases, over ``t`` (QKV, projection, fc1, fc2; the norms and biases stay
     BF16, as :func:`fp8_weights_per_gpu`)."""
-    weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False)
+    weights = dataclasses.replace(model, add_bias_linear=False, add_qkv_bias=False,
+                                  add_proj_bias=False, add_mlp_bias=False)
     return family_of(model).layer_parameters(weights)[0] / tensor_parallel
 
 
@@ -407,7 +410,11 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     compute weights are not kept, their FP8 copies are (Megatron-LM ``--fp8-param-gather``
     keeps the compute parameters in FP8: ``e`` bytes less per linear weight); under ZeRO-3 the
     shards stay BF16 (torchao casts them to float8 for the all-gather) and the gathered layer's
-    linear weights take 1 byte (:func:`param_gather_bytes`). With context parallelism
+    linear weights take 1 byte (:func:`param_gather_bytes`). Without persistent FP8 copies
+    (``plan.fp8_weight_copies`` false, :func:`core.model.fp8.fp8_keeps_weight_copies`:
+    torchtitan's torchao ``Float8Linear``, torchao 0.18.0, casts the high-precision weight inside
+    each GEMM) the FP8 weights add nothing, but under ZeRO 1/2 with the float8 all-gather, whose
+    gathered weights are float8: ``1 - e`` bytes per linear weight. With context parallelism
     every activation is of the rank's ``s/cp`` tokens. Multi-token prediction (``N`` layers on
     the last stage): their transformer layers count with the stage's layers (checkpointed under
     full recomputation of every layer: Megatron-Core's MTP layer recomputes its transformer layer
@@ -724,7 +731,12 @@ def state_bytes_of(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool
         gathered_grads = unit * DTYPE_BYTES[grad_dtype(plan)]
     recipe = fp8_recipe(plan)
     fp8_w = np.zeros(len(n))
-    if recipe is not None:
+    if recipe is not None and not fp8_keeps_weight_copies(plan):
+        # torchao's Float8Linear (torchtitan): no persistent FP8 copy; under ZeRO 1/2 with the
+        # float8 all-gather the gathered weights are float8 (1 byte, not e) until resharded
+        if plan.zero_stage in (1, 2) and fp8_gathers_params(plan):
+            fp8_w = fp8_weights_per_gpu(model, plan) * (FP8_BYTES - e)
+    elif recipe is not None:
         fp8_w = fp8_weights_per_gpu(model, plan) * fp8_weight_bytes_per_parameter(recipe, fp8_tn)
         if plan.zero_stage >= 3:
             fp8_w = fp8_w / zero_shard_size(plan)  # FSDP shards over d*cp (size*cp with HSDP)

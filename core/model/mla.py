@@ -49,7 +49,7 @@ def mla_attention_parameters(model: ModelConfig) -> tuple[float, float]:
       ``h (kv_l + d_pe)`` (the rotary key is shared by the heads), the latent norms with
       ``qk_layernorm`` (Megatron's ``q_layernorm`` over ``q_l``, ``kv_layernorm`` over ``kv_l``;
       twice that with LayerNorm), the input norm and the projection's bias with
-      ``add_bias_linear`` (MLA's other linears have none).
+      ``add_bias_linear`` or ``add_proj_bias`` (MLA's other linears have none).
 
     DeepSeek-V3 (h 7168, 128 heads, q_l 1536, kv_l 512, 128 + 64, v 128, RMSNorm, QK-norm):
     171,966,464 sharded and 15,148,032 replicated per layer (187,114,496 with the input norm).
@@ -61,7 +61,8 @@ def mla_attention_parameters(model: ModelConfig) -> tuple[float, float]:
     w = 2 if model.normalization == "layernorm" else 1  # weights per normalized channel
     latent_norms = w * (ql + kvl) if model.qk_layernorm else 0
     replicated = (h * ql + h * (kvl + pe) + latent_norms + w * h
-                  + (h if model.add_bias_linear else 0))
+                  + (h if model.add_bias_linear or getattr(model, "add_proj_bias", False)
+                     else 0))
     return sharded, replicated
 
 

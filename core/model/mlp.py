@@ -138,11 +138,12 @@ def glu_clamp_kernels(op_pass: str, fc1_bytes: float) -> list[Kernel]:
 def mlp_parameters(model: ModelConfig, f: int) -> tuple[float, float]:
     """``(sharded over its tensor-parallel group, replicated)`` parameters of one MLP of hidden
     size ``f`` with the model's activation (fc1 ``h f``, ``2 h f`` gated; fc2 ``f h``; fc1's
-    bias sharded, fc2's replicated with ``add_bias_linear``) and, for the layer's dense MLP, its
+    bias sharded, fc2's replicated with ``add_bias_linear`` or ``add_mlp_bias``, Hugging Face's
+    ``mlp_bias``: ``fc1 + h``, ``2f + h`` gated) and, for the layer's dense MLP, its
     pre-MLP norm (``2h`` LayerNorm, ``h`` RMSNorm) in the replicated part."""
     h = model.hidden_size
     fc1 = 2 * f if is_gated(model.activation) else f
-    bias = model.add_bias_linear
+    bias = model.add_bias_linear or getattr(model, "add_mlp_bias", False)
     norm = 2 * h if model.normalization == "layernorm" else h
     return h * fc1 + f * h + (fc1 if bias else 0), norm + (h if bias else 0)
 

@@ -117,6 +117,19 @@ class ModelConfig:
                                "--disable-bias-linear)", required=True)
     add_qkv_bias: bool = described_field(False, "", "Bias in the QKV projection even without the other "
                             "linear biases (--add-qkv-bias, Qwen2)", required=True)
+    add_proj_bias: bool = described_field(False, "", "Bias on the attention's output projection "
+                             "(linear_proj, h parameters per layer, replicated over t) without "
+                             "the other linear biases: Hugging Face's attention_bias on o_proj "
+                             "(Llama, Phi-3.5-MoE); no Megatron-LM argument sets it alone. Not "
+                             "required: files written before it have none", required=False)
+    add_mlp_bias: bool = described_field(False, "", "Biases on the dense MLP's fc1 and fc2 without "
+                            "the other linear biases: Hugging Face's mlp_bias (Llama); no "
+                            "Megatron-LM argument sets it alone; not with experts. Not required: files "
+                            "written before it have none", required=False)
+    add_output_bias: bool = described_field(False, "", "Bias on the output layer (V parameters, "
+                               "split over t with the vocabulary): Hugging Face's lm_head_bias "
+                               "(Phi-3.5-MoE); Megatron-LM's output layer has none. Not required: files "
+                               "written before it have none", required=False)
     qk_layernorm: bool = described_field(False, "", "Normalize each query and key head before the scores "
                             "(QK-norm, --qk-layernorm; Qwen3), with the model's normalization",
                             required=True)

@@ -112,7 +112,7 @@ def _mla_model_errors(m: ModelConfig) -> list[FieldError]:
 def _moe_model_errors(m: ModelConfig) -> list[FieldError]:
     """Rules of the mixture-of-experts fields (Megatron-Core ``TransformerConfig`` and
     ``arguments.py``): ``moe_top_k`` at most ``num_experts``; the MoE-only fields need
-    ``num_experts``; the first dense layers leave at least one MoE layer (a model without
+    ``num_experts``; ``add_mlp_bias`` is for dense MLPs only; the first dense layers leave at least one MoE layer (a model without
     one is the dense model: say so rather than simulate it under an MoE name)."""
     errs: list[FieldError] = []
     E = m.num_experts
@@ -125,6 +125,10 @@ def _moe_model_errors(m: ModelConfig) -> list[FieldError]:
                                        "num_experts (a mixture-of-experts model)"))
         return errs
     errs += _group_routing_errors(m)
+    if getattr(m, "add_mlp_bias", False) is True:
+        errs.append(FieldError("model.add_mlp_bias", "add_mlp_bias with experts is not modelled "
+                               "(the routed experts' biases and their adds are add_bias_linear's)",
+                               rule=NOT_MODELLED))
     if not all(is_int(x) for x in (E, m.moe_top_k, m.moe_layer_frequency,
                                     m.moe_first_dense_layers, m.num_layers)):
         return errs  # type errors are reported by section_errors

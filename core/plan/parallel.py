@@ -402,6 +402,14 @@ class ParallelPlan:
         "16-bit weights existing only as each unit's gathered copy. Off: Megatron-Core's "
         "16-bit sharded weights beside fp32 master weights (2 + 4 + 12 = 18 over d). ZeRO 0-2 "
         "hold the same bytes either way", short="fsdp_fp32")
+    fp8_weight_copies: bool = described_field(
+        True, "", "With precision fp8: Transformer Engine keeps FP8 copies of the linear layers' "
+        "weights (and their transposes on Hopper) from one micro-batch to the next, "
+        "re-quantized once per iteration (Megatron-LM). Off: torchao's Float8Linear "
+        "(torchtitan's float8 converter) keeps the high-precision weight as the parameter and "
+        "casts it to float8 inside every forward and backward GEMM (torchao 0.18.0 "
+        "float8/float8_linear.py: matmul_with_hp_or_float8_args), so no FP8 weight copy "
+        "persists", short="fp8_w_copies")
 
     @property
     def num_gpus(self) -> int:
@@ -435,7 +443,8 @@ class ParallelPlan:
         metadata (the boolean field it qualifies, e.g. the fused cross-entropy's kernels) is
         left out while that field is off: it changes nothing then; so are sequence parallelism
         and the TP communication overlap at ``t = 1``, the context-parallel exchange at
-        ``cp = 1``, TF32 unless it is on in an fp32 plan and gradient accumulation fusion under
+        ``cp = 1``, the FP8 weight copies outside fp8 plans, TF32 unless it is on in an fp32
+        plan and gradient accumulation fusion under
         FSDP (ZeRO 3), where they change nothing either; the MoE routing imbalance only when
         it is not the balanced 1.0.
         """
@@ -453,6 +462,8 @@ class ParallelPlan:
                 continue  # FSDP adds no weight gradient to a buffer
             if f.name == "overlap_p2p_comm" and not p2p_overlap_applies(self):
                 continue  # only the interleaved schedule overlaps its transfers
+            if f.name == "fp8_weight_copies" and self.precision != "fp8":
+                continue  # no FP8 weights to keep or not
             if f.name == "moe_imbalance_factor" and value == f.default:
                 continue  # balanced routing (and every dense model): nothing to say
             if f.name == "fp8_recipe" and self.precision == "fp8":

@@ -32,6 +32,7 @@ GPT_FAMILY: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Mode
 LLAMA_FAMILY: dict[str, Any] = {
     "activation": "swiglu", "normalization": "rmsnorm", "position_embedding": "rope",
     "tied_embeddings": False, "add_bias_linear": False, "add_qkv_bias": False,
+    "add_proj_bias": False, "add_mlp_bias": False, "add_output_bias": False,
     "qk_layernorm": False, "attention_kernel": "flash", "num_experts": None, "moe_top_k": 2,
     "moe_ffn_hidden_size": None, "num_shared_experts": 0, "moe_layer_frequency": 1,
     "moe_first_dense_layers": 0, "moe_router_num_groups": None, "moe_router_group_topk": None,

@@ -93,9 +93,19 @@ def _layer_words(m: Any) -> list[str]:
     if _get(m, "tied_embeddings") is False:
         out.append("--untie-embeddings-and-output-weights")
     if _get(m, "add_bias_linear") is False:
+        for name, what in (("add_proj_bias", "the output projection's bias"),
+                           ("add_mlp_bias", "fc1's and fc2's biases")):
+            if _get(m, name):
+                raise MegatronArgsError(
+                    f"model.{name} true: Megatron-LM has no argument for {what} without the "
+                    "other linear biases (--disable-bias-linear drops them all, --add-qkv-bias "
+                    "adds QKV's only)")
         out.append("--disable-bias-linear")
     if _get(m, "add_qkv_bias"):
         out.append("--add-qkv-bias")
+    if _get(m, "add_output_bias"):
+        raise MegatronArgsError("model.add_output_bias true: Megatron-LM's output layer has no "
+                                "bias (GPTModel's output_layer is built with bias=False)")
     if _get(m, "qk_layernorm"):
         out.append("--qk-layernorm")
     kernel = _get(m, "attention_kernel")
@@ -344,6 +354,11 @@ def _recompute_and_precision_words(session: Session) -> list[str]:
     if pl.precision in ("bf16", "fp16"):
         out.append(f"--{pl.precision}")
     elif pl.precision == "fp8":  # the recipe always explicit: Megatron's default is delayed
+        if _get(pl, "fp8_weight_copies") is False:
+            raise MegatronArgsError(
+                "plan.fp8_weight_copies false: FP8 linears without persistent FP8 weight copies "
+                "(torchtitan's torchao Float8Linear casts the weights in every GEMM) have no "
+                "Megatron-LM argument: its Transformer Engine layers keep the copies; set it true")
         out += ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe",
                 _get(pl, "fp8_recipe") or "tensorwise"]
     out += ["--train-samples", str(train_samples(session))]
