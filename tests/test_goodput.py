@@ -388,3 +388,40 @@ def test_report_says_no_checkpoint(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "Checkpoint interval none: no checkpoint is saved" in out
     assert "checkpoints cost 0.0%" in out and " saves" not in out.split("Checkpoint interval")[1]
+
+
+def test_no_failures_lose_exactly_nothing():
+    """failure_rate_per_gpu_hour 0: the run is the work and one save at the end, in closed form
+    (W + C). The trial's GPT-3 13B on 64 A100s (vtrain simulate --set
+    reliability.failure_rate_per_gpu_hour=0) printed "failures 8.22e-10 GPU-hours ($0)": the
+    expected time was summed over segments (n T + C) and the lost work taken as that minus W
+    minus C, a float residue. Here 286,103 iterations of 10 s and a 181.2 s save, whose
+    (n T + C) - n T - C is 1.86e-10 s in float64."""
+    n, T = 286_103, 10.0
+    assert (n * T + 181.2) - n * T - 181.2 > 0  # the residue the old sum left
+    size = CheckpointSize(total_bytes=1e12, per_gpu_bytes=1e9, per_node_bytes=181.2e9,
+                          stage_bytes=[1e12])
+    g = goodput(iteration_time_s=T, num_iterations=n, num_gpus=64,
+                reliability=_rel(failure_rate_per_gpu_hour=0.0), size=size,
+                price_per_gpu_hour_usd=2.0)
+    C = g.checkpoint_save_s
+    assert C == 181.2e9 / 1e9 and g.num_checkpoints == 1 and g.mtbi_s is None
+    assert (g.lost_work_s, g.restart_s, g.expected_interruptions) == (0.0, 0.0, 0.0)
+    assert (g.gpu_hours_failures, g.cost_usd_failures) == (0.0, 0.0)
+    assert g.expected_time_s == g.p10_time_s == g.p90_time_s == n * T + C
+    assert g.goodput == n * T / (n * T + C)
+    assert g.gpu_hours_checkpoints == C * 64 / 3600
+
+
+def test_report_counts_one_save_and_no_failures(capsys):
+    """The report said "1 saves" (the trial); one save is "1 save", and no failure loses "0
+    GPU-hours ($0)"."""
+    from core.cli import main
+    ex = "resources/examples/gpt3_1.3b_single_node.json"
+    assert main(["simulate", ex, "--set", "reliability.failure_rate_per_gpu_hour=0"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "once, at the end (no failures)); 1 save Expected time" in out and "1 saves" not in out
+    assert "failures 0 GPU-hours ($0) at $" in out
+    assert main(["simulate", ex, "--set", "reliability.checkpoint_interval_iterations=1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Checkpoint interval every 1 iteration (" in out

@@ -193,7 +193,8 @@ def test_trace_puts_the_transfers_on_a_thread_of_their_own():
     res = simulate(s)
     events = trace_events(res.graph, res.schedule)["traceEvents"]
     x = [e for e in events if e["ph"] == "X"]
-    assert {e["tid"] for e in x if e["name"] == "pp_p2p"} == {PP_TID}
+    assert {e["tid"] for e in x if e["args"]["kind"] == "pp_p2p"} == {PP_TID}
+    assert {e["name"] for e in x if e["args"]["kind"] == "pp_p2p"} == {"p2p_fwd", "p2p_bwd"}
     assert {(e["pid"], e["args"]["name"]) for e in events if e["name"] == "thread_name"
             and e["tid"] == PP_TID} == {(i, "PP send/recv") for i in range(4)}
     by_thread: dict = {}

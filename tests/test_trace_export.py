@@ -133,7 +133,7 @@ def test_collectives_that_overlap_on_one_stream_go_on_a_further_row_of_it():
     slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert len(slices) == result.graph.num_tasks
     second = [e for e in slices if e["tid"] == len(STREAMS) + 1]
-    assert second and {e["name"] for e in second} <= {"dp_comm", "tp_comm"}
+    assert second and {e["args"]["kind"] for e in second} <= {"dp_comm", "tp_comm"}
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
              if e["name"] == "thread_name"}
     assert {names[(e["pid"], e["tid"])] for e in second} == {"comm (2)"}

@@ -751,7 +751,8 @@ class CostPanel(QtWidgets.QWidget):
                 else "no failures")
         saves = ("none saved: a failure restarts the run"
                  if g.checkpoint_interval_rule == "no checkpoint" else
-                 f"every {g.checkpoint_interval_iterations:,} iterations, "
+                 f"every {g.checkpoint_interval_iterations:,} iteration"
+                 f"{'s' if g.checkpoint_interval_iterations != 1 else ''}, "
                  f"{format_bytes(g.checkpoint_bytes)}")
         self._add_tip(v["run_days"], (
             f"Expected time with failures (10th–90th percentile): {mtbi}; work "

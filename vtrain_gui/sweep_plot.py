@@ -36,6 +36,10 @@ DEADLINE_COLOR = "#F2B701"
 #: outside the store's calibration runs carry a cross.
 TIGHT_COLOR = "#FF7F0E"
 UNCALIBRATED_COLOR = "#202020"
+#: Their legend entries, which say that only the front's plans are so marked (the table's ~ and
+#: ⚠ mark every plan; "beyond the calibration runs" alone read as every plan's mark).
+FRONT_TIGHT_LABEL = "front plans tight in memory"
+FRONT_UNCALIBRATED_LABEL = "front plans beyond the calibration runs"
 
 
 def plan_text(result: SweepResult, i: int) -> str:
@@ -295,10 +299,12 @@ class SweepPlot(pg.PlotWidget):
         if with_unfit:
             legend.addItem(samples[self._infeasible], "does not fit")
         legend.addItem(self._legend_samples[0], "Pareto front")
+        # front plans only (the table's ⚠ and ~ mark every plan): said so, as a trial user
+        # read "beyond the calibration runs" as the plot's whole answer for the uncrossed ones
         if "tight" in flags:
-            legend.addItem(self._front_flags["tight"], "tight (memory within the margin)")
+            legend.addItem(self._front_flags["tight"], FRONT_TIGHT_LABEL)
         if "uncalibrated" in flags:
-            legend.addItem(self._front_flags["uncalibrated"], "beyond the calibration runs")
+            legend.addItem(self._front_flags["uncalibrated"], FRONT_UNCALIBRATED_LABEL)
         legend.addItem(self._mark_items["fastest"], "fastest")
         legend.addItem(self._mark_items["cheapest"], "cheapest")
         if with_deadline:

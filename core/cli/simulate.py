@@ -302,9 +302,10 @@ def _run_table(r, s):
                   "Bridge's checkpoint.save null, torchtitan's checkpoint.enable false); a "
                   "failure restarts the run from its start")
     else:
-        t.add_row("Checkpoint interval", f"every {g.checkpoint_interval_iterations:,} iterations "
+        k, saves = g.checkpoint_interval_iterations, g.num_checkpoints
+        t.add_row("Checkpoint interval", f"every {k:,} iteration{'s' if k != 1 else ''} "
                                          f"({g.checkpoint_interval_s / 60:,.1f} min; {rule}); "
-                                         f"{g.num_checkpoints:,} saves")
+                                         f"{saves:,} save{'s' if saves != 1 else ''}")
     t.add_row("Expected time", f"{_days(g.expected_time_s)} (10th-90th percentile "
                                f"{fmt_days(g.p10_time_s / 86400)} - "
                                f"{fmt_days(g.p90_time_s / 86400)}) = "

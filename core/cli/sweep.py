@@ -309,14 +309,17 @@ def run(args: argparse.Namespace) -> int:
         raise session.in_its_terms(exc) from None
     space = _space_from_args(args, session)
     err_console = Console(stderr=True)
+    told: list[str] = []  # the notes said on stderr as the sweep starts: not repeated under it
+
+    def notice(text: str) -> None:
+        told.append(text)
+        err_console.print(f"[yellow]warning:[/] {esc(text)}", highlight=False)
 
     def sweep(**kw: Any):
         try:
             return run_sweep(session, space, deadline_days=args.deadline_days, workers=workers,
                              dask=dask, prune=not args.exhaustive, max_work=args.max_work,
-                             no_tight=args.no_tight,
-                             notice=lambda text: err_console.print(
-                                 f"[yellow]warning:[/] {esc(text)}", highlight=False), **kw)
+                             no_tight=args.no_tight, notice=notice, **kw)
         except ConfigError as exc:  # a rule of the file's plan fields: name the file
             if any(e.field.startswith("plan.") for e in exc.errors):
                 raise session.in_its_terms(exc) from None
@@ -343,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
         print(strict_dumps(doc))
     else:
         console = Console()
-        _print_result(result, console, None if pick is not None else args.out)
+        _print_result(result, console, None if pick is not None else args.out, told=told)
         if pick is not None:
             what = (f"plan {pick} of the front" if not isinstance(pick, str)
                     else f"cheapest plan within {days_phrase(f'{result.deadline_days:g}')}"
@@ -617,19 +620,22 @@ def _plan_table(title: str, result, first_col: str | None = None) -> Table:
     return t
 
 
-def _print_result(result, console: Console, csv_path: str | None) -> None:
+def _print_result(result, console: Console, csv_path: str | None,
+                  told: list[str] | tuple[str, ...] = ()) -> None:
     """The text report of a sweep: the headline and counts, the notes on MFU and precision,
-    the best plans, where the config's own plan stands, the Pareto front, the warnings, the best
+    the best plans, where the config's own plan stands, the Pareto front, the warnings (less
+    those in ``told``: said on stderr as the sweep started, the "large sweep" note), the best
     plan by each dimension and where the CSV of every plan went (``csv_path``)."""
     global _COMPACT
     _COMPACT = console.width < _wide_width(result)
     try:
-        _print_tables(result, console, csv_path)
+        _print_tables(result, console, csv_path, told)
     finally:
         _COMPACT = False
 
 
-def _print_tables(result, console: Console, csv_path: str | None) -> None:
+def _print_tables(result, console: Console, csv_path: str | None,
+                  told: list[str] | tuple[str, ...] = ()) -> None:
     """:func:`_print_result`'s body, with :data:`_COMPACT` set for the console's width."""
     from core.util.console import esc
     _print_header(result, console)
@@ -641,7 +647,7 @@ def _print_tables(result, console: Console, csv_path: str | None) -> None:
     _print_own_plan(result, console, own)
     console.print()
     _print_front(result, console)
-    _print_warnings(result, console)
+    _print_warnings(result, console, told)
     _print_best_by(result, console)
     if csv_path:
         console.print(f"[dim]all {result.num_plans:,} plans written to {esc(csv_path)}[/]")
@@ -833,11 +839,12 @@ def _print_front(result, console: Console) -> None:
         _print_outside_calibration(result, console)
 
 
-def _print_warnings(result, console: Console) -> None:
-    """The first three of the sweep's summarized warnings, the rest counted (all in --json)."""
+def _print_warnings(result, console: Console, told: list[str] | tuple[str, ...] = ()) -> None:
+    """The first three of the sweep's summarized warnings, the rest counted (all in --json);
+    those in ``told`` (already said on stderr as the sweep started) are not repeated."""
     from core.util.console import esc
     from core.sim.comm import summarize_warnings
-    warnings = summarize_warnings(result.warnings)
+    warnings = summarize_warnings([w for w in result.warnings if w not in told])
     for w in warnings[:3]:
         console.print(f"[yellow]warning:[/] {esc(w)}", highlight=False)
     if len(warnings) > 3:

@@ -12,6 +12,19 @@ and a trace viewer nests the slices of one thread that overlap. Slices of one st
 overlap without nesting (the overlapped parameter all-gather beside a tensor-parallel
 collective) go on further rows of that stream's thread, "comm (2)" and so on
 (:func:`_nesting_threads`).
+
+Each slice is named by what it runs, as the simulator's graph knows it: the profile store's op
+(:data:`core.sim.graph_types.OPS`: ``attention_fwd``, ``mlp_bwd``, ``experts_fwd``,
+``ep_dispatch``, ``tp_reduce_scatter``, ``dp_all_gather``, ``p2p_fwd`` ...), a recomputed
+forward op with `` (recompute)`` and the weight-gradient part of a split backward with
+`` (wgrad)``; the task kind where the graph has no op, and ``cp_exchange`` for the
+context-parallel exchange (a ring, an all-gather or an all-to-all). Its ``cat`` is ``compute``
+or ``communication`` (Perfetto's category filter); its ``args`` give ``kind`` (the task kind,
+:data:`core.sim.graph_types.KINDS`), ``stage``, ``virtual_stage``, ``microbatch``, ``layer`` and
+``phase`` (F, B, W) where the task has one, and ``overlapped`` for communication beside the
+compute stream. A trial user's MoE trace named every compute slice ``forward`` or
+``backward`` with only the micro-batch and layer: layer 0's attention and MLP forwards were two
+``forward`` slices (3.54 ms, 7.07 ms) told apart by nothing.
 """
 
 from __future__ import annotations
@@ -20,12 +33,13 @@ from pathlib import Path
 
 import numpy as np
 
-from core.sim.graph_types import KINDS, STREAMS, ExecutionGraph, Schedule
+from core.sim.graph_types import KIND_COMPUTE, KINDS, OPS, STREAMS, ExecutionGraph, Schedule
+from core.schedules import PHASES
 from core.sim.labels import KIND_NAMES
 from core.util.inputs import strict_dumps
 from core.io.session import atomic_write_text
 
-__all__ = ["trace_events", "write_trace"]
+__all__ = ["event_name", "trace_events", "write_trace"]
 
 
 def trace_events(graph: ExecutionGraph, schedule: Schedule) -> dict:
@@ -53,15 +67,28 @@ def trace_events(graph: ExecutionGraph, schedule: Schedule) -> dict:
     streams = _nesting_threads(start, end, stages, graph.stream.tolist())
     mbs = graph.microbatch.tolist()
     layers = graph.layer.tolist()
-    for i in range(graph.num_tasks):
-        args = {}
+    n = graph.num_tasks
+    ops = graph.op.tolist() if graph.op is not None else [-1] * n
+    phases = graph.phase.tolist() if graph.phase is not None else [-1] * n
+    virtual = _virtual_stages(graph).tolist()
+    overlapped = graph.overlapped.tolist() if graph.overlapped is not None else [False] * n
+    for i in range(n):
+        kind = KINDS[kinds[i]]
+        args: dict = {"kind": kind, "stage": stages[i]}
+        if virtual[i] >= 0:
+            args["virtual_stage"] = virtual[i]
         if mbs[i] >= 0:
             args["microbatch"] = mbs[i]
         if layers[i] >= 0:
             args["layer"] = layers[i]
-        name = _EVENT_NAMES.get(KINDS[kinds[i]], KINDS[kinds[i]])
-        events.append({"name": name, "cat": name, "ph": "X", "ts": ts[i],
-                       "dur": dur[i], "pid": stages[i], "tid": streams[i], "args": args})
+        if phases[i] >= 0:
+            args["phase"] = PHASES[phases[i]]
+        if overlapped[i]:
+            args["overlapped"] = True
+        events.append({"name": event_name(kind, ops[i]),
+                       "cat": "compute" if kinds[i] in KIND_COMPUTE else "communication",
+                       "ph": "X", "ts": ts[i], "dur": dur[i], "pid": stages[i], "tid": streams[i],
+                       "args": args})
     threads = {(stage, sid) for stage in range(graph.num_stages) for sid in graph.lanes}
     threads |= set(zip(stages, streams))
     for stage, tid in sorted(threads):  # a stream's further rows beside it, in stream order
@@ -107,9 +134,43 @@ def _nesting_threads(start: np.ndarray, end: np.ndarray, stages: list[int],
 #: Thread id of the pipeline transfers (their stream's, as every stream's thread id).
 PP_TID = STREAMS.index(KIND_NAMES["pp_p2p"])
 
-#: Event names that differ from the task kind's: the context-parallel exchange is a ring, an
-#: all-gather or an all-to-all (plan.cp_comm_type), not only the ring's p2p.
+#: Event names that differ from the op's (or, without one, the task kind's): the
+#: context-parallel exchange is a ring, an all-gather or an all-to-all (plan.cp_comm_type), not
+#: only the ring's send/recv (its op, ``cp_send_recv``).
 _EVENT_NAMES = {"cp_p2p": "cp_exchange"}
+
+#: What an op's name gets in the kinds that run an op other than as its own: a forward op run
+#: again before the backward, the weight-gradient part of a backward op split by a zero-bubble
+#: schedule (the B part keeps the op's name).
+_KIND_SUFFIX = {"recompute": " (recompute)", "wgrad": " (wgrad)"}
+
+
+def event_name(kind: str, op: int) -> str:
+    """The trace slice name of a task of kind ``kind`` (:data:`KINDS`) running op index ``op``
+    (:data:`OPS`, -1: none known): the op's name, suffixed for recomputation and weight
+    gradients (``"attention_fwd (recompute)"``, ``"mlp_bwd (wgrad)"``); the kind's name without
+    an op; ``"cp_exchange"`` for the context-parallel exchange."""
+    if kind in _EVENT_NAMES:
+        return _EVENT_NAMES[kind]
+    if op < 0:
+        return kind
+    return OPS[op] + _KIND_SUFFIX.get(kind, "")
+
+
+def _virtual_stages(graph: ExecutionGraph) -> np.ndarray:
+    """Virtual stage of each task (:meth:`ExecutionGraph.virtual_stage`, vectorized): int64
+    (n,), -1 for per-iteration tasks and for a graph without a ``chunk`` column."""
+    if graph.chunk is None:
+        return np.full(graph.num_tasks, -1, np.int64)
+    chunk = graph.chunk.astype(np.int64)
+    stage = graph.stage.astype(np.int64)
+    has = chunk >= 0
+    out = np.full(graph.num_tasks, -1, np.int64)
+    if graph.chunk_stages is not None:
+        out[has] = np.asarray(graph.chunk_stages, np.int64)[stage[has], chunk[has]]
+    else:
+        out[has] = chunk[has] * graph.num_stages + stage[has]
+    return out
 
 
 def write_trace(graph: ExecutionGraph, schedule: Schedule, path: str | Path) -> None:

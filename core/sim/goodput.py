@@ -387,19 +387,21 @@ def goodput(*, iteration_time_s: float, num_iterations: int, num_gpus: int, reli
                 "(--save-interval N), or a smaller interval"
                 if rel.checkpoint_interval_iterations == NO_CHECKPOINT_INTERVAL - 1 else "")))])
     num_ckpt = 0 if never else sum(c for _, c in segs)
-    expected = float(sum(c * segment_expected_s(x, M, R) for x, c in segs))
+    checkpoint = num_ckpt * C
     if math.isfinite(M):
+        expected = float(sum(c * segment_expected_s(x, M, R) for x, c in segs))
         # expected failures per segment: (1 - p) / q; each is followed by a restart attempt
         # that runs min(R, failure) in expectation, M (1 - e^{-R/M})
         failures = sum(c * -math.expm1(-x / M) * math.exp((R + x) / M) for x, c in segs)
         restart = failures * M * -math.expm1(-R / M)
         draws = sample_run_times(segs, M, R, num_samples)
         p10, p90 = (float(v) for v in np.percentile(draws, [10, 90]))
-    else:
-        failures = restart = 0.0
+        lost = max(expected - W - checkpoint - restart, 0.0)
+    else:  # no failure ever: the work and the saves, in closed form (the sum over segments
+        # left a rounding residue of ~1e-9 GPU-hours as "failures")
+        failures = restart = lost = 0.0
+        expected = W + checkpoint
         p10 = p90 = expected
-    checkpoint = num_ckpt * C
-    lost = max(expected - W - checkpoint - restart, 0.0)
     hours = num_gpus / 3600.0
     return Goodput(
         mtbi_s=M if math.isfinite(M) else None, checkpoint_bytes=size.total_bytes,

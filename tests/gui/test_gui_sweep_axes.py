@@ -112,13 +112,16 @@ def test_the_front_rings_tight_plans_and_crosses_those_beyond_the_calibration(qt
     assert list(items["front_tight"].data["data"]) == [0]
     assert list(items["front_uncalibrated"].data["data"]) == [1]
     labels = plot.legend_labels()
-    assert labels.index("Pareto front") + 1 == labels.index("tight (memory within the margin)")
-    assert "beyond the calibration runs" in labels
+    # only the front's plans are ringed and crossed, and the legend says so (a trial user read
+    # "beyond the calibration runs" as every plan's mark, where the table's ⚠ marks them all)
+    assert labels.index("Pareto front") + 1 == labels.index("front plans tight in memory")
+    assert labels.index("Pareto front") + 2 == labels.index(
+        "front plans beyond the calibration runs")
     r.memory_verdict = np.array(["fits"] * 4)
     r.within_calibration = np.ones(4, bool)
     plot.set_result(r)
     plot.set_view(np.ones(4, bool), front, {}, None)
-    assert not {"tight (memory within the margin)", "beyond the calibration runs"} & set(
+    assert not {"front plans tight in memory", "front plans beyond the calibration runs"} & set(
         plot.legend_labels())
 
 
