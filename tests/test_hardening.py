@@ -207,6 +207,42 @@ def test_json_parsing_bounds_depth_and_refuses_non_finite_numbers(text, needle):
     assert needle in str(err.value) and str(err.value).startswith("x: ")
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(min_size=1, max_size=300).filter(lambda b: not _is_utf8(b)))
+def test_binary_bytes_are_not_utf8_whatever_brackets_they_hold(blob):
+    """Bytes that are not UTF-8 are refused as such, before the nesting is counted: an HDF5
+    store given as a session was "JSON nested 73 levels deep, more than 64" (the bracket
+    bytes of its data), a rule the file does not break."""
+    data = b"[" * 100 + blob + b"]" * 100
+    with pytest.raises(ValueError) as err:
+        inputs.parse_json(data, "x", ValueError)
+    assert str(err.value).startswith("x: not a valid JSON file (not UTF-8 text at byte ")
+
+
+def _is_utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def test_an_hdf5_store_given_as_a_session_is_named_so(tmp_path):
+    store = ROOT / "profiles" / "A100-SXM4-80GB.h5"
+    assert store.read_bytes().startswith(inputs.HDF5_SIGNATURE)
+    assert inputs.json_depth(store.read_bytes()) > inputs.MAX_JSON_DEPTH  # what was reported
+    copy = tmp_path / "session.json"  # the name does not decide
+    shutil.copy(store, copy)
+    for path in (store, copy):
+        for command in ("simulate", "diff"):
+            args = (command, str(path), str(EXAMPLES / "gpt3_1.3b_single_node.json"))
+            line = assert_one_line_error(cli(*(args[:2] if command == "simulate" else args),
+                                             timeout=60))
+            assert line == f"vtrain: error: {path}: an HDF5 file (such as a profile store), not JSON text"
+        with pytest.raises(SessionFileError, match="an HDF5 file"):
+            load_session(path)
+
+
 @pytest.mark.parametrize("text,path", [
     ('{"model": {"num_layers": 2, "num_layers": 24}}', "model.num_layers"),
     ('{"model": {}, "plan": {}, "model": {"name": "x"}}', "model"),
