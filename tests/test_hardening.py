@@ -387,6 +387,37 @@ def test_text_numbers_are_decimal_digits_only(tmp_path):
             inputs.decimal_number(text)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=401, max_value=3000), st.integers(min_value=0, max_value=9),
+       st.sampled_from(["", ".5", "e-380", "e-2900"]))
+def test_a_long_decimal_is_a_number(digits, lead, tail):
+    """A decimal of more than 400 characters was "'1000000000000000000000000000000000000000' is
+    not a number" (its first 40 characters, a number): it is read, and the callers' own rules
+    speak (a 401-digit integer is infinite; with an exponent it may be an ordinary value)."""
+    text = str(lead or 1) + "0" * (digits - 1) + tail
+    assert inputs.decimal_number(text) == float(text)
+
+
+def test_a_long_number_in_a_measurement_csv_is_named_by_its_rule(tmp_path):
+    from core.accuracy.measured import MeasurementFileError, read_measurements
+    path = tmp_path / "m.csv"
+    big = "1" + "0" * 400
+    path.write_text(f"{_AUTHORS_HEADER}\n8,64,1,2048,16,24,2048,8,1,1,{big}\n")
+    with pytest.raises(MeasurementFileError) as err:
+        read_measurements(path)
+    assert str(err.value) == (f"{path}: row 1 (line 2), column 'iteration time (ms)': "
+                              f"'{big[:27]}...{big[-28:]}' is not a finite number")
+    path.write_text(f"{_AUTHORS_HEADER}\n8,64,1,2048,16,{'2' + '4' * 40},2048,8,1,1,100\n")
+    with pytest.raises(MeasurementFileError) as err:
+        read_measurements(path)
+    assert str(err.value) == (f"{path}: row 1 (line 2), column '# layers': "
+                              f"'{'2' + '4' * 40}' is an integer of 41 digits, beyond any field's bounds")
+    # a long decimal that is an ordinary number is read as one
+    path.write_text(f"{_AUTHORS_HEADER}\n8,64,1,2048,16,24,2048,8,1,1,{'1' + '0' * 500}e-498\n")
+    (m,) = read_measurements(path)
+    assert m.measured_iteration_time_s == pytest.approx(0.1)
+
+
 def test_nccl_tests_output_refuses_absurd_rows(tmp_path):
     from core.store.nccl_tests import NcclTestsError, read_nccl_tests
     path = tmp_path / "all_reduce_8gpu.csv"

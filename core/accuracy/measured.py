@@ -62,6 +62,7 @@ from core.plan.session import Session
 from core.plan.rules import inactive_fields, validate
 from core.sim.report import MEMORY_SCALES
 from core.util.inputs import decimal_number, parse_json, read_bytes
+from core.util.text import short_repr
 
 __all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_cause", "skip_counts",
            "session_columns", "SESSION_SECTIONS", "RUN_COLUMNS", "FIELD_CAUSES", "MEASURED_TIME_RANGE_S",
@@ -490,15 +491,18 @@ def _number(where: str, text: str, kind: type = float) -> Any:
     """``text`` as a finite float or an integer; MeasurementFileError naming ``where``."""
     t = text.strip()
     if kind is int:
+        if re.fullmatch(r"[+-]?[0-9]{31,}", t):  # an integer: said so, with its size
+            raise MeasurementFileError(f"{where}: {short_repr(t)} is an integer of "
+                                       f"{len(t.lstrip('+-')):,} digits, beyond any field's bounds")
         if not re.fullmatch(r"[+-]?[0-9]{1,30}", t):
-            raise MeasurementFileError(f"{where}: {t[:40]!r} is not an integer")
+            raise MeasurementFileError(f"{where}: {short_repr(t)} is not an integer")
         return int(t)
     try:  # decimal digits only: float() reads "1_5" as 15
         v = decimal_number(t)
     except ValueError:
-        raise MeasurementFileError(f"{where}: {t[:40]!r} is not a number") from None
+        raise MeasurementFileError(f"{where}: {short_repr(t)} is not a number") from None
     if not math.isfinite(v):
-        raise MeasurementFileError(f"{where}: {t[:40]!r} is not a finite number")
+        raise MeasurementFileError(f"{where}: {short_repr(t)} is not a finite number")
     return v
 
 

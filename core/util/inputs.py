@@ -79,11 +79,13 @@ def decimal_number(text: str) -> float:
     """``text`` (surrounding blanks ignored) as a float when it is a decimal number
     (:data:`_DECIMAL`) or spells NaN or infinity (``nan``, ``inf``, ``-Infinity``: the caller
     refuses those by name, as it refuses ``1e400``, which is infinite); ValueError for any
-    other text (``1_5``, which ``float()`` reads as 15, ``0x10``, other scripts' digits)."""
+    other text (``1_5``, which ``float()`` reads as 15, ``0x10``, other scripts' digits).
+    A decimal of any length is read (the pattern and ``float()`` are linear in it): a
+    401-digit integer is infinite, refused as such, never "not a number"."""
     t = text.strip()
     if t.lower().lstrip("+-") in ("nan", "inf", "infinity"):
         return float(t)
-    if len(t) > 400 or not _DECIMAL.fullmatch(t):
+    if not _DECIMAL.fullmatch(t):
         raise ValueError(f"{t[:40]!r} is not a decimal number")
     return float(t)
 
