@@ -212,3 +212,23 @@ def test_a_jsonl_record_of_a_memory_outside_the_bounds_is_skipped(tmp_path):
     runs = read_measurements(path)
     assert [r.skip_causes for r in runs] == [["measured memory out of range"], [],
                                              ["measured memory out of range"]]
+
+
+def test_the_plot_is_written_in_the_format_its_name_says(tmp_path, capsys):
+    """--plot wrote PNG bytes whatever the name: plot.svg and plot.txt held a PNG. The suffix
+    now picks matplotlib's format; one it does not write is refused before the work."""
+    path = _two_rows(tmp_path)
+    signatures = {"plot.svg": b"<?xml", "plot.pdf": b"%PDF-", "plot.png": b"\x89PNG\r\n\x1a\n",
+                  "plot": b"\x89PNG\r\n\x1a\n", "PLOT.SVG": b"<?xml"}
+    for name, head in signatures.items():
+        out = tmp_path / name
+        assert main(["validate", str(path), "--plot", str(out)]) == 0
+        assert out.read_bytes().startswith(head), name
+    capsys.readouterr()
+    bad = tmp_path / "plot.txt"
+    assert main(["validate", str(path), "--plot", str(bad), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not bad.exists()
+    assert captured.err.startswith(f"vtrain: error: --plot: {bad}: '.txt' is not an image format "
+                                   "matplotlib writes; give one of ")
+    assert ".png" in captured.err and ".svg" in captured.err
