@@ -148,6 +148,35 @@ def test_nccl_tests_needs_group_size(tmp_path):
     assert read_nccl_tests(path, group_size=2).group_size == 2
 
 
+def test_nccl_tests_options_never_override_what_the_file_says(tmp_path, capsys):
+    """--group-size and --kind are for a file that does not say: given against the file's own
+    device lines or collective, they were taken silently (a 4-GPU all-reduce stored as the
+    8-GPU curve, or as an all-gather), and every plan on 8 GPUs was timed with it."""
+    path = tmp_path / "run.txt"
+    path.write_text("# Collective test starting: all_reduce_perf\n" + NCCL_STDOUT)
+    with pytest.raises(NcclTestsError, match="a run on 4 GPUs .* not 8: --group-size is for a file"):
+        read_nccl_tests(path, group_size=8)
+    with pytest.raises(NcclTestsError, match="the file is a all_reduce run .* not all_gather"):
+        read_nccl_tests(path, kind="all_gather")
+    # agreeing values, and a file that does not say, are read as before
+    c = read_nccl_tests(path, kind="all_reduce", group_size=4)
+    assert (c.kind, c.group_size, c.nbytes.tolist()) == ("all_reduce", 4, [1024, 2048, 4096])
+    silent = tmp_path / "results.txt"
+    silent.write_text("\n".join(line for line in NCCL_STDOUT.splitlines() if "Rank" not in line))
+    c = read_nccl_tests(silent, kind="all_gather", group_size=8)
+    assert (c.kind, c.group_size) == ("all_gather", 8)
+    np.testing.assert_allclose(c.time_s, [10e-6, 14e-6, 20e-6])
+    # the command line: exit 2, the store unchanged
+    store_path = tmp_path / "s.h5"
+    generate_store("A100-SXM4-80GB", date="2026-01-01").save(store_path)
+    before = store_path.read_bytes()
+    assert main(["profile", "import-nccl-tests", str(path), "--into", str(store_path),
+                 "--group-size", "8"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vtrain: error: {path}: the file is a run on 4 GPUs") and err.count("\n") == 1
+    assert store_path.read_bytes() == before
+
+
 def test_import_into_store_then_interpolate_and_extrapolate(tmp_path):
     store_path = tmp_path / "s.h5"
     generate_store("A100-SXM4-80GB", date="2026-01-01").save(store_path)

@@ -207,6 +207,42 @@ def test_json_parsing_bounds_depth_and_refuses_non_finite_numbers(text, needle):
     assert needle in str(err.value) and str(err.value).startswith("x: ")
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(min_size=1, max_size=300).filter(lambda b: not _is_utf8(b)))
+def test_binary_bytes_are_not_utf8_whatever_brackets_they_hold(blob):
+    """Bytes that are not UTF-8 are refused as such, before the nesting is counted: an HDF5
+    store given as a session was "JSON nested 73 levels deep, more than 64" (the bracket
+    bytes of its data), a rule the file does not break."""
+    data = b"[" * 100 + blob + b"]" * 100
+    with pytest.raises(ValueError) as err:
+        inputs.parse_json(data, "x", ValueError)
+    assert str(err.value).startswith("x: not a valid JSON file (not UTF-8 text at byte ")
+
+
+def _is_utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def test_an_hdf5_store_given_as_a_session_is_named_so(tmp_path):
+    store = ROOT / "profiles" / "A100-SXM4-80GB.h5"
+    assert store.read_bytes().startswith(inputs.HDF5_SIGNATURE)
+    assert inputs.json_depth(store.read_bytes()) > inputs.MAX_JSON_DEPTH  # what was reported
+    copy = tmp_path / "session.json"  # the name does not decide
+    shutil.copy(store, copy)
+    for path in (store, copy):
+        for command in ("simulate", "diff"):
+            args = (command, str(path), str(EXAMPLES / "gpt3_1.3b_single_node.json"))
+            line = assert_one_line_error(cli(*(args[:2] if command == "simulate" else args),
+                                             timeout=60))
+            assert line == f"vtrain: error: {path}: an HDF5 file (such as a profile store), not JSON text"
+        with pytest.raises(SessionFileError, match="an HDF5 file"):
+            load_session(path)
+
+
 @pytest.mark.parametrize("text,path", [
     ('{"model": {"num_layers": 2, "num_layers": 24}}', "model.num_layers"),
     ('{"model": {}, "plan": {}, "model": {"name": "x"}}', "model"),
@@ -349,6 +385,37 @@ def test_text_numbers_are_decimal_digits_only(tmp_path):
     for text in ("1_5", "0x10", "١٢", "1.2.3", ""):
         with pytest.raises(ValueError):
             inputs.decimal_number(text)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=401, max_value=3000), st.integers(min_value=0, max_value=9),
+       st.sampled_from(["", ".5", "e-380", "e-2900"]))
+def test_a_long_decimal_is_a_number(digits, lead, tail):
+    """A decimal of more than 400 characters was "'1000000000000000000000000000000000000000' is
+    not a number" (its first 40 characters, a number): it is read, and the callers' own rules
+    speak (a 401-digit integer is infinite; with an exponent it may be an ordinary value)."""
+    text = str(lead or 1) + "0" * (digits - 1) + tail
+    assert inputs.decimal_number(text) == float(text)
+
+
+def test_a_long_number_in_a_measurement_csv_is_named_by_its_rule(tmp_path):
+    from core.accuracy.measured import MeasurementFileError, read_measurements
+    path = tmp_path / "m.csv"
+    big = "1" + "0" * 400
+    path.write_text(f"{_AUTHORS_HEADER}\n8,64,1,2048,16,24,2048,8,1,1,{big}\n")
+    with pytest.raises(MeasurementFileError) as err:
+        read_measurements(path)
+    assert str(err.value) == (f"{path}: row 1 (line 2), column 'iteration time (ms)': "
+                              f"'{big[:27]}...{big[-28:]}' is not a finite number")
+    path.write_text(f"{_AUTHORS_HEADER}\n8,64,1,2048,16,{'2' + '4' * 40},2048,8,1,1,100\n")
+    with pytest.raises(MeasurementFileError) as err:
+        read_measurements(path)
+    assert str(err.value) == (f"{path}: row 1 (line 2), column '# layers': "
+                              f"'{'2' + '4' * 40}' is an integer of 41 digits, beyond any field's bounds")
+    # a long decimal that is an ordinary number is read as one
+    path.write_text(f"{_AUTHORS_HEADER}\n8,64,1,2048,16,24,2048,8,1,1,{'1' + '0' * 500}e-498\n")
+    (m,) = read_measurements(path)
+    assert m.measured_iteration_time_s == pytest.approx(0.1)
 
 
 def test_nccl_tests_output_refuses_absurd_rows(tmp_path):

@@ -31,11 +31,12 @@ def _power_law(b, c=1e-3, k=0.75):
 def full_store() -> ProfileStore:
     st = _store()
     b = np.array([1, 2, 4, 8, 1, 2, 4, 8])
-    st.add_op_table("attn_fwd", {"b": b, "s": np.full(8, 2048), "h": np.full(8, 12288),
-                                 "t": np.repeat([1, 8], 4),
+    st.add_op_table("attention_fwd", {"b": b, "s": np.full(8, 2048), "h": np.full(8, 12288),
+                                      "a": np.full(8, 96), "t": np.repeat([1, 8], 4),
                                  "dtype": np.array(["bf16"] * 8)},
                     _power_law(b) / np.repeat([1, 8], 4), axis="b")
-    st.add_op_table("adam_step", {"n": np.array([10**6, 10**8, 10**9])},
+    st.add_op_table("optimizer_step", {"n": np.array([10**6, 10**8, 10**9]),
+                                       "dtype": np.array(["fp32"] * 3)},
                     np.array([1e-4, 5e-3, 4e-2]), axis="n")
     x = 2.0 ** np.arange(10, 30, 2)
     for n in (2, 8):
@@ -56,7 +57,7 @@ def test_save_open_round_trip(tmp_path, full_store):
         assert getattr(got, name) == getattr(full_store, name), name
     assert got.provenance["parameters"] == {"gemm_efficiency_max": 0.8, "shapes": [1, 2]}
     assert type(got.provenance["num_repeats"]) is int
-    assert got.op_names() == full_store.op_names() == ["attn_fwd", "adam_step"]
+    assert got.op_names() == full_store.op_names() == ["attention_fwd", "optimizer_step"]
     for op in full_store.op_names():
         keys0, t0, axis0 = full_store.op_table(op)
         keys1, t1, axis1 = got.op_table(op)
@@ -70,8 +71,8 @@ def test_save_open_round_trip(tmp_path, full_store):
         for n in sizes:
             for a, b in zip(got.collective_curve(kind, n), full_store.collective_curve(kind, n)):
                 np.testing.assert_array_equal(a, b)
-    assert got.op_time("attn_fwd", {"b": 3, "s": 2048, "h": 12288, "t": 8, "dtype": "bf16"}) \
-        == full_store.op_time("attn_fwd", {"b": 3, "s": 2048, "h": 12288, "t": 8, "dtype": "bf16"})
+    assert got.op_time("attention_fwd", {"b": 3, "s": 2048, "h": 12288, "a": 96, "t": 8, "dtype": "bf16"}) \
+        == full_store.op_time("attention_fwd", {"b": 3, "s": 2048, "h": 12288, "a": 96, "t": 8, "dtype": "bf16"})
     assert "A100-SXM4-80GB" in got.summary() and "measured" in got.summary()
     assert "2024-05-01" in got.summary()
 
@@ -83,7 +84,7 @@ def test_file_layout_carries_encoding_attributes(tmp_path, full_store):
         assert f.attrs["encoding-type"] == "vtrain-profile-store"
         assert f.attrs["encoding-version"] == 1
         assert f["peak_flops"].attrs["bf16"] == 312e12
-        g = f["ops/attn_fwd"]
+        g = f["ops/attention_fwd"]
         assert g.attrs["encoding-type"] == "op-table" and g.attrs["axis"] == "b"
         assert g["b"].dtype == np.int64 and h5py.check_string_dtype(g["dtype"].dtype)
         assert f["collectives/all_reduce/8"].attrs["encoding-type"] == "collective-curve"
@@ -97,7 +98,7 @@ def _assert_encoded(name, group):
 
 # --------------------------------------------------------------------- op_time
 def test_op_time_exact_hit(full_store):
-    got = full_store.op_time("attn_fwd", {"b": 4, "s": 2048, "h": 12288, "t": 1, "dtype": "bf16"})
+    got = full_store.op_time("attention_fwd", {"b": 4, "s": 2048, "h": 12288, "a": 96, "t": 1, "dtype": "bf16"})
     assert got == Lookup(float(_power_law(4)), False, "table")
 
 
@@ -111,11 +112,11 @@ def test_op_time_log_log_interpolation():
 
 
 def test_op_time_extrapolates_power_law(full_store):
-    key = {"b": 16, "s": 2048, "h": 12288, "t": 1, "dtype": "bf16"}
-    got = full_store.op_time("attn_fwd", key)
+    key = {"b": 16, "s": 2048, "h": 12288, "a": 96, "t": 1, "dtype": "bf16"}
+    got = full_store.op_time("attention_fwd", key)
     assert got.time_s == pytest.approx(float(_power_law(16)), rel=1e-12)
     assert (got.extrapolated, got.source) == (True, "extrapolated")
-    below = full_store.op_time("adam_step", {"n": 10**5})
+    below = full_store.op_time("optimizer_step", {"n": 10**5, "dtype": "fp32"})
     assert below.extrapolated and below.time_s < 1e-4
 
 
@@ -126,16 +127,16 @@ def test_op_time_single_point_scales_proportionally():
 
 
 def test_op_time_no_match_returns_none(full_store):
-    assert full_store.op_time("attn_fwd", {"b": 4, "s": 4096, "h": 12288, "t": 1,
+    assert full_store.op_time("attention_fwd", {"b": 4, "s": 4096, "h": 12288, "a": 96, "t": 1,
                                            "dtype": "bf16"}) is None
-    assert full_store.op_time("attn_fwd", {"b": 4, "s": 2048, "h": 12288, "t": 1,
+    assert full_store.op_time("attention_fwd", {"b": 4, "s": 2048, "h": 12288, "a": 96, "t": 1,
                                            "dtype": "fp16"}) is None
     assert full_store.op_time("unknown_op", {"b": 4}) is None
 
 
 def test_op_time_missing_key_column(full_store):
     with pytest.raises(KeyError, match="dtype"):
-        full_store.op_time("attn_fwd", {"b": 4, "s": 2048, "h": 12288, "t": 1})
+        full_store.op_time("attention_fwd", {"b": 4, "s": 2048, "h": 12288, "a": 96, "t": 1})
 
 
 def test_add_op_table_validates():
@@ -284,8 +285,8 @@ def test_open_unknown_group_encoding(tmp_path, full_store):
     path = tmp_path / "a100.h5"
     full_store.save(path)
     with h5py.File(path, "a") as f:
-        f["ops/attn_fwd"].attrs["encoding-type"] = "op-table-sparse"
-    with pytest.raises(ProfileStoreError, match="/ops/attn_fwd.*op-table-sparse"):
+        f["ops/attention_fwd"].attrs["encoding-type"] = "op-table-sparse"
+    with pytest.raises(ProfileStoreError, match="/ops/attention_fwd.*op-table-sparse"):
         ProfileStore.open(path)
 
 
@@ -324,3 +325,60 @@ def test_an_unknown_op_model_parameter_is_refused_naming_the_closest():
     from core.model.ops import DEFAULT_OP_MODEL
     from core.store.profile_store import OP_MODEL_BOUND
     assert set(OP_MODEL_BOUND) == set(DEFAULT_OP_MODEL)  # every parameter the model reads
+
+
+def _edited_store(tmp_path, name: str, edit) -> str:
+    import shutil
+    from tests.conftest import ROOT
+    path = tmp_path / name
+    shutil.copy(ROOT / "profiles" / "A100-SXM4-80GB.h5", path)
+    with h5py.File(path, "r+") as f:
+        edit(f)
+    return str(path)
+
+
+def test_an_op_table_the_simulator_would_misuse_is_refused_at_open(tmp_path, capsys):
+    """A store file's op table was taken as it came: a misspelled op ('attention_fxd') was never
+    looked up (its op silently took the analytic model), a table with an extra key column 'q'
+    opened and then failed every lookup ("op 'attention_fwd' lookup needs key columns ['q']",
+    naming no file), and a table without its 'h' column opened and gave the time of one hidden
+    size for every other (below: h=1536 took h=1024's). Each is refused at open, naming the
+    file, the table and the column."""
+    # what a table without 'h' did: its rows match any h
+    keys = {"b": np.array([1]), "s": np.array([1024]), "f": np.array([4096]), "t": np.array([1]),
+            "dtype": np.array(["fp16"])}
+    st = _store()
+    st.add_op_table("mlp_fwd", keys, np.array([2e-4]), axis="b")
+    assert st.op_time("mlp_fwd", {**{k: v[0].item() for k, v in keys.items()}, "h": 1536}).time_s == 2e-4
+
+    from core.cli import main
+    cases = [
+        ("misspelled.h5", lambda f: f.move("ops/attention_fwd", "ops/attention_fxd"),
+         "/ops/attention_fxd: unknown op 'attention_fxd', not one of attention_fwd, attention_bwd, "),
+        ("extra.h5", lambda f: f["ops/attention_fwd"].create_dataset("q", data=np.zeros(902, np.int64)),
+         "/ops/attention_fwd: key column 'q' is not a key of attention_fwd (its keys: b, s, h, "),
+        ("no_h.h5", lambda f: f.__delitem__("ops/mlp_fwd/h"),
+         "/ops/mlp_fwd: missing key column 'h' of mlp_fwd: its rows would be taken for every h"),
+    ]
+    for name, edit, words in cases:
+        path = _edited_store(tmp_path, name, edit)
+        with pytest.raises(ProfileStoreError) as err:
+            ProfileStore.open(path)
+        assert str(err.value).startswith(f"{path}: {words}")
+        assert main(["profile", "show", path]) == 2
+        assert capsys.readouterr().err == f"vtrain: error: {err.value}\n"
+    assert "did you mean attention_fwd?" in str(pytest.raises(
+        ProfileStoreError, ProfileStore.open, str(tmp_path / "misspelled.h5")).value)
+    # a family column a table lacks is GPT's value (the shipped A100 tables have no 'act')
+    ok = ProfileStore.open(_edited_store(tmp_path, "ok.h5", lambda f: None))
+    assert "act" not in ok.op_table("mlp_fwd")[0] and len(ok.op_table("mlp_fwd")[1]) == 902
+
+
+def test_a_cached_image_of_a_misused_op_table_is_refused_too():
+    """The parsed-store cache (core.store.image) holds images of stores parsed before a rule:
+    an image goes through the file's op-table rules, so a cached image is never a way round
+    them (the cache then parses the file, which names the fault)."""
+    st = _store()
+    st.add_op_table("mlp_fw", {"b": np.array([1, 2])}, np.array([1e-3, 2e-3]), axis="b")
+    with pytest.raises(ProfileStoreError, match="/ops/mlp_fw: unknown op 'mlp_fw'"):
+        ProfileStore.from_image(st.to_image())

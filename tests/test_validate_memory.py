@@ -163,3 +163,72 @@ def test_shared_measured_memory_file(capsys, tmp_path):
     assert out["memory"]["n"] == 20
     assert out["memory"]["rows_by_scale"] == {"max_allocated": 12, "max_reserved": 8}
     assert out["memory"]["mape_percent"] < 25
+
+
+def test_a_measured_memory_outside_a_gpus_bounds_is_skipped_by_name(tmp_path, capsys):
+    """A measured peak memory of 1e-9 GiB (a byte), or a subnormal 5e-324, was predicted: its
+    error was +7e11 % or +inf % (MAPE "inf %" with numpy's overflow warning, exit 0; with --json
+    "result.memory.mape_percent is Infinity", naming no file, row or column), and 1e308 GiB was
+    warned of as "inf times the GPU's whole memory". One GPU's peak memory lies within a GPU
+    memory's bounds in a store, 1 MiB to 1 PiB; outside, the row is skipped with that rule."""
+    from core.accuracy.measured import MEASURED_MEMORY_RANGE_GIB
+    from core.store.profile_store import STORE_BOUNDS
+    lo, hi, _ = STORE_BOUNDS["memory_bytes"]
+    assert MEASURED_MEMORY_RANGE_GIB == (lo / 2**30, hi / 2**30) == (2.0**-10, 2.0**20)
+    path = tmp_path / "m.csv"
+    for bad in ("5e-324", "1e-9", "0.0009765", "1048577", "1e308"):
+        path.write_text(f"{HEADER}\n{PLAN},,{bad},max_reserved\n")
+        (m,) = read_measurements(path)
+        assert m.skip_causes == ["measured memory out of range"], bad
+        assert f"measured peak memory {float(bad):.4g} GiB is outside 2^-10 GiB (1 MiB)" in m.skip_reason
+        assert main(["validate", str(path), "--json"]) == 2
+        err = capsys.readouterr().err
+        assert str(path) in err and "row 1 (line 2)" in err and "measured memory out of range 1" in err
+    # a row with a time too: skipped whole, as a memory that is not positive
+    path.write_text(f"{HEADER}\n{PLAN},0.5,1e-9,max_reserved\n{PLAN},0.5,30,max_reserved\n")
+    assert main(["validate", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["skipped"] == 1 and out["n"] == 1 and out["memory"]["n"] == 1
+    # the bounds themselves are GPU memories: predicted, with a finite error
+    want = max(sm.at_scale("max_reserved") for sm in stage_memory(read_measurements(path)[1].session)) / 2**30
+    for edge in (2.0**-10, 2.0**20):
+        path.write_text(f"{HEADER}\n{PLAN},,{edge!r},max_reserved\n")
+        (m,) = read_measurements(path)
+        assert m.skip_reason == ""
+        assert main(["validate", str(path), "--json"]) == 0
+        (row,) = json.loads(capsys.readouterr().out)["rows"]
+        assert row["memory_error_percent"] == pytest.approx((want - edge) / edge * 100)
+
+
+def test_a_jsonl_record_of_a_memory_outside_the_bounds_is_skipped(tmp_path):
+    """The JSON-lines reader goes through the same rule as the CSV's."""
+    from core.io.session import session_to_json
+    (m,) = read_measurements(_two_rows(tmp_path))[:1]
+    session = json.loads(session_to_json(m.session))
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(json.dumps({"session": session, "measured_memory_gib": v,
+                                          "memory_scale": "max_allocated"})
+                              for v in (1e-9, 30.0, 2e6)) + "\n")
+    runs = read_measurements(path)
+    assert [r.skip_causes for r in runs] == [["measured memory out of range"], [],
+                                             ["measured memory out of range"]]
+
+
+def test_the_plot_is_written_in_the_format_its_name_says(tmp_path, capsys):
+    """--plot wrote PNG bytes whatever the name: plot.svg and plot.txt held a PNG. The suffix
+    now picks matplotlib's format; one it does not write is refused before the work."""
+    path = _two_rows(tmp_path)
+    signatures = {"plot.svg": b"<?xml", "plot.pdf": b"%PDF-", "plot.png": b"\x89PNG\r\n\x1a\n",
+                  "plot": b"\x89PNG\r\n\x1a\n", "PLOT.SVG": b"<?xml"}
+    for name, head in signatures.items():
+        out = tmp_path / name
+        assert main(["validate", str(path), "--plot", str(out)]) == 0
+        assert out.read_bytes().startswith(head), name
+    capsys.readouterr()
+    bad = tmp_path / "plot.txt"
+    assert main(["validate", str(path), "--plot", str(bad), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not bad.exists()
+    assert captured.err.startswith(f"vtrain: error: --plot: {bad}: '.txt' is not an image format "
+                                   "matplotlib writes; give one of ")
+    assert ".png" in captured.err and ".svg" in captured.err

@@ -21,10 +21,10 @@ from core.plan.fields import ConfigError
 from core.util.text import printable
 
 from .desktop_check import check_desktop
-from .save_image import save_pixmap
+from .save_image import image_format, save_pixmap
 
 __all__ = ["run_gui", "DEFAULT_EXAMPLE", "SCREENSHOT_SIZE", "OFFSCREEN_NOISE",
-           "offscreen_noise_dropped"]
+           "offscreen_noise_dropped", "image_format"]
 
 #: Example opened when no path is given (looked up in ``resources/examples``).
 DEFAULT_EXAMPLE = "mtnlg_530b.json"

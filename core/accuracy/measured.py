@@ -62,14 +62,21 @@ from core.plan.session import Session
 from core.plan.rules import inactive_fields, validate
 from core.sim.report import MEMORY_SCALES
 from core.util.inputs import decimal_number, parse_json, read_bytes
+from core.util.text import short_repr
 
 __all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_cause", "skip_counts",
            "session_columns", "SESSION_SECTIONS", "RUN_COLUMNS", "FIELD_CAUSES", "MEASURED_TIME_RANGE_S",
+           "MEASURED_MEMORY_RANGE_GIB",
            "MAX_ROWS", "REQUIRED_COLUMNS", "apply_recipe", "CSV_DEFAULTS", "NOT_TIMED_FIELDS", "cell_text",
            "default_origin", "row_number_where", "row_where"]
 
 #: Seconds one measured (or derived) training iteration may take: from 0.1 ms to a day.
 MEASURED_TIME_RANGE_S = (1e-4, 86_400.0)
+#: GiB one GPU's measured peak memory may be: from 1 MiB to 1 PiB, the bounds of a GPU's memory
+#: in a profile store (``core.store.profile_store.STORE_BOUNDS["memory_bytes"]``, 2^20 to 2^50
+#: bytes). Below, a value of another unit (TiB, or bytes read as a fraction) or a typo gives a
+#: percentage error of billions, or an infinite one that no report can write; above, no GPU.
+MEASURED_MEMORY_RANGE_GIB = (2.0**-10, 2.0**20)
 #: Most data rows (lines) a measurement file may have. The largest shipped file has 864 rows;
 #: each takes milliseconds to read and to predict (about a minute for 10,000), so a file far
 #: beyond this is a mistake (a log, a concatenation) and is refused before any row is read.
@@ -411,8 +418,8 @@ def _finish(run: MeasuredRun, names: dict[str, str] | None = None,
             profile_path: str | None = None) -> MeasuredRun:
     """``run`` with the reasons it cannot be predicted: every configuration rule its session
     breaks (named by session field, or by ``names``: the file's names for them) and a measured
-    time or memory that is not a positive number or a time outside
-    :data:`MEASURED_TIME_RANGE_S`. A run already skipped keeps its reason. ``profile_path``
+    time or memory that is not a positive number, a time outside
+    :data:`MEASURED_TIME_RANGE_S` or a memory outside :data:`MEASURED_MEMORY_RANGE_GIB`. A run already skipped keeps its reason. ``profile_path``
     (``--profile``) replaces the session's ``cluster.profile_path`` first."""
     if profile_path and run.session is not None:
         run.session.cluster.profile_path = profile_path
@@ -427,6 +434,11 @@ def _finish(run: MeasuredRun, names: dict[str, str] | None = None,
     elif not math.isnan(mem) and not mem > 0:
         run.skip_reason = f"measured peak memory {mem!r} GiB is not a positive number"
         run.skip_causes = ["measured memory not positive"]
+    elif not math.isnan(mem) and not (
+            MEASURED_MEMORY_RANGE_GIB[0] <= mem <= MEASURED_MEMORY_RANGE_GIB[1]):
+        run.skip_reason = (f"measured peak memory {mem:.4g} GiB is outside 2^-10 GiB (1 MiB) to "
+                           "2^20 GiB (1 PiB): not one GPU's peak memory in GiB")
+        run.skip_causes = ["measured memory out of range"]
     elif math.isnan(t) and not math.isnan(mem):
         pass  # a memory-only run: no time to check
     elif not (t > 0 and math.isfinite(t)):
@@ -479,15 +491,18 @@ def _number(where: str, text: str, kind: type = float) -> Any:
     """``text`` as a finite float or an integer; MeasurementFileError naming ``where``."""
     t = text.strip()
     if kind is int:
+        if re.fullmatch(r"[+-]?[0-9]{31,}", t):  # an integer: said so, with its size
+            raise MeasurementFileError(f"{where}: {short_repr(t)} is an integer of "
+                                       f"{len(t.lstrip('+-')):,} digits, beyond any field's bounds")
         if not re.fullmatch(r"[+-]?[0-9]{1,30}", t):
-            raise MeasurementFileError(f"{where}: {t[:40]!r} is not an integer")
+            raise MeasurementFileError(f"{where}: {short_repr(t)} is not an integer")
         return int(t)
     try:  # decimal digits only: float() reads "1_5" as 15
         v = decimal_number(t)
     except ValueError:
-        raise MeasurementFileError(f"{where}: {t[:40]!r} is not a number") from None
+        raise MeasurementFileError(f"{where}: {short_repr(t)} is not a number") from None
     if not math.isfinite(v):
-        raise MeasurementFileError(f"{where}: {t[:40]!r} is not a finite number")
+        raise MeasurementFileError(f"{where}: {short_repr(t)} is not a finite number")
     return v
 
 

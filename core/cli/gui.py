@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from core.cli.common import decimal_arg, path_arg
-from core.cli.common import UsageError, check_outputs
+from core.cli.common import UsageError, check_outputs, field_error
 
 __all__ = ["add_parser", "run"]
 
@@ -63,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
     Raises
     ------
     ConfigError
-        ``--screenshot`` names a file that cannot be written (:func:`core.cli.common.check_outputs`,
-        before the window opens, exit status 2).
+        ``--screenshot`` names a file that cannot be written (:func:`core.cli.common.check_outputs`)
+        or whose suffix names no image format Qt writes (``.svg``: a PNG was written under it),
+        before the window opens, exit status 2.
     UsageError
         The GUI libraries are missing, or ``--timeout`` is not above 0.
     """
@@ -73,8 +74,13 @@ def run(args: argparse.Namespace) -> int:
     if args.screenshot is not None:  # "" too: refused, not the window opened instead
         check_outputs([("--screenshot", args.screenshot)], [args.path, *(args.trace or [])])
     try:
-        from vtrain_gui.app import run_gui
+        from vtrain_gui.app import image_format, run_gui
     except ImportError as exc:
         raise UsageError(f"the desktop window needs PySide6 and pyqtgraph: {exc}") from None
+    if args.screenshot is not None:  # a picture in the format its name says, or none
+        try:
+            image_format(args.screenshot)
+        except ValueError as exc:
+            raise field_error("--screenshot", f"{args.screenshot}: {exc}") from None
     return run_gui(args.path, screenshot=args.screenshot, explore=args.explore, tab=args.tab,
                    traces=args.trace, timeout_s=args.timeout, size=args.size)

@@ -51,7 +51,9 @@ def add_parser(sub: Any) -> None:
     v.add_argument("--json", action="store_true", help="print one JSON object")
     v.add_argument("--out", type=path_arg, metavar="FILE.csv",
                    help="write every row with its prediction and error band")
-    v.add_argument("--plot", type=path_arg, metavar="FILE.png", help="plot predicted against measured (log axes)")
+    v.add_argument("--plot", type=path_arg, metavar="FILE.png",
+                   help="plot predicted against measured (log axes), in the image format the "
+                        "suffix names (.png, .pdf, .svg ...; PNG without a suffix)")
 
 
 def _predictor(profile: str | None, coverage: float):
@@ -142,6 +144,8 @@ def _check_args(args: argparse.Namespace):
                                               "--cross-validate K and no --profile")
     coverage = _check_coverage(args.coverage)
     check_outputs([("--out", args.out), ("--plot", args.plot)], [args.csv, args.profile])
+    if args.plot:
+        plot_format(args.plot)
     store = check_profile_option(args.profile) if args.profile else None
     return coverage, store
 
@@ -692,6 +696,29 @@ def _write_rows(result, path: str) -> None:
     atomic_write_text(path, buf.getvalue())
 
 
+def plot_format(path: str) -> str:
+    """The image format ``--plot PATH`` is written in: the one its suffix names, among those
+    matplotlib writes (``png``, ``pdf``, ``svg`` ...: its canvas's supported file types), or
+    ``png`` for a name without a suffix. A PNG written under ``plot.svg`` or ``plot.txt`` was
+    a file its name misdescribes.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``--plot`` and the formats matplotlib writes, for another suffix."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if not suffix:
+        return "png"
+    kinds = Figure().canvas.get_supported_filetypes()
+    if suffix not in kinds:
+        raise field_error("--plot", f"{path}: '.{suffix}' is not an image format matplotlib "
+                                    f"writes; give one of {', '.join('.' + k for k in sorted(kinds))}")
+    return suffix
+
+
 def _plot(result, path: str, metrics: dict) -> None:
     import matplotlib
     import numpy as np
@@ -725,5 +752,5 @@ def _plot(result, path: str, metrics: dict) -> None:
     fig.tight_layout()
     from core.util.atomic import atomic_target
     with atomic_target(path) as tmp:
-        fig.savefig(tmp, format="png")
+        fig.savefig(tmp, format=plot_format(path))
     plt.close(fig)

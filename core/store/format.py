@@ -24,14 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from core.model.keys import FAMILY_KEY_DEFAULTS, OP_KEYS
 from core.store.residuals import FEATURE_GROUPS, ResidualTable
+from core.util.text import did_you_mean
 
 if TYPE_CHECKING:  # annotations only: h5py is loaded through load_h5py(), plugins switched off
     import h5py
 
 __all__ = ["SCHEMA_VERSION", "NOT_A_STORE", "MAX_OBJECTS", "MAX_DEPTH", "MAX_DATASET_ELEMENTS",
            "ALLOWED_FILTERS", "ProfileStoreError", "is_number", "load_h5py", "read_store_bytes",
-           "audit", "store_bytes", "write_store", "read_store", "parse_store"]
+           "audit", "store_bytes", "write_store", "read_store", "parse_store", "check_op_columns"]
 
 SCHEMA_VERSION = 2
 _ROOT_TYPE = "vtrain-profile-store"
@@ -195,6 +197,7 @@ def read_store(f: h5py.File, cls: Any) -> Any:
             raise ProfileStoreError(f"{g.name}: attribute 'axis' is {_type_name(axis)}, "
                                     "expected a string")
         _typed_dataset(g["time_s"], "float")
+        check_op_columns(g.name, op, [c for c in g if c != "time_s"])
         keys = {c: _typed_dataset(ds, "key") for c, ds in g.items() if c != "time_s"}
         try:
             store.add_op_table(op, keys, g["time_s"][()], axis)
@@ -219,6 +222,34 @@ def read_store(f: h5py.File, cls: Any) -> Any:
         store.residuals = _read_residuals(f["residuals"])
     return store
 
+
+
+def check_op_columns(where: str, op: str, columns: list[str]) -> None:
+    """Refuse an op table of a store file that the simulator would use wrongly or never:
+    an op that is not one of :data:`core.model.keys.OP_KEYS` (a misspelled table is never
+    looked up: its op silently took the analytic model), a key column that is not one of the
+    op's (no lookup could match its rows), or a missing key column other than a model-family
+    column (:data:`core.model.keys.FAMILY_KEY_DEFAULTS`, which a table written before it
+    existed lacks, meaning GPT's value): rows without ``h``, ``t`` or ``dtype`` match every
+    value of it, one shape's time taken for another's.
+
+    Raises
+    ------
+    ProfileStoreError
+        Naming the table's path, the op or column and the rule."""
+    if op not in OP_KEYS:
+        raise ProfileStoreError(f"{where}: unknown op {op!r}, not one of "
+                                f"{', '.join(OP_KEYS)}{did_you_mean(op, OP_KEYS)}")
+    keys = OP_KEYS[op]
+    extra = [c for c in columns if c not in keys]
+    if extra:
+        raise ProfileStoreError(f"{where}: key column {extra[0]!r} is not a key of {op} (its "
+                                f"keys: {', '.join(keys)}): no lookup could match its rows")
+    missing = [c for c in keys if c not in columns and c not in FAMILY_KEY_DEFAULTS]
+    if missing:
+        raise ProfileStoreError(f"{where}: missing key column {missing[0]!r} of {op}: its rows "
+                                f"would be taken for every {missing[0]} (one shape's time for "
+                                "another's)")
 
 
 def load_h5py() -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from core.store.format import check_op_columns
 from core.store.residuals import ResidualTable
 from core.util.atomic import atomic_target
 
@@ -187,7 +188,8 @@ def from_image(data: bytes, cls: Any) -> Any:
     store = cls(header["device_name"], header["peak_flops"], header["memory_bytes"],
                 header["memory_bandwidth_bytes_per_s"], header["provenance"],
                 header["op_model"])
-    for entry in header["ops"]:
+    for entry in header["ops"]:  # the file's rules on op tables, for an image cached before them
+        check_op_columns(f"/ops/{entry['op']}", entry["op"], [c for c, _ in entry["keys"]])
         store.add_op_table(entry["op"], {c: get(ref) for c, ref in entry["keys"]},
                            get(entry["time_s"]), entry["axis"])
     for entry in header["collectives"]:

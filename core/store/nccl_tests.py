@@ -93,15 +93,17 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
     ----------
     path : path
     kind, group_size : optional
-        Override what the file says (or does not say).
+        What the file does not say (the authors' CSV, or output without the device lines or
+        the ``# Collective test starting`` line); a value that disagrees with the file's own
+        device lines or collective is refused (a 4-GPU curve stored as an 8-GPU one).
 
     Raises
     ------
     NcclTestsError
         Unreadable, non-regular or too large file, no data rows, a size or time that is not
         finite or outside :data:`core.store.profile_store.STORE_BOUNDS`, or the operation or
-        group size cannot be determined (or is out of bounds, given or read), or a size
-        measured twice (two runs in one file).
+        group size cannot be determined (or is out of bounds, given or read), or disagrees
+        with ``kind`` or ``group_size`` given, or a size measured twice (two runs in one file).
     """
     from core.util.inputs import read_text
 
@@ -130,6 +132,7 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
         group_size = group_size if group_size is not None else _group_from_name(path)
     else:
         ranks = 0
+        ran = None  # the collective the file says ran
         for number, line in enumerate(lines, start=1):
             s = line.strip()
             if not s:
@@ -138,8 +141,8 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
                 if re.match(r"#\s*Rank\s+\d+", s):
                     ranks += 1
                 m = re.search(r"Collective test starting:\s*(\S+)", s)
-                if m and kind is None:
-                    kind = _kind_from(m.group(1))
+                if m and ran is None:
+                    ran = _kind_from(m.group(1))
                 continue
             tok = s.split()
             if len(tok) < 8 or not tok[0].isdigit():
@@ -153,7 +156,15 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
             sizes.append(size)
             times.append(time_s)
             _check_point(path, number, size, time_s)
-        kind = kind or _kind_from(path.stem)
+        if kind is not None and ran is not None and kind != ran:
+            raise NcclTestsError(f"{path}: the file is a {ran} run ('# Collective test "
+                                 f"starting'), not {kind}: --kind is for a file that does not "
+                                 "say; leave it out")
+        if given_group and ranks and group_size != ranks:
+            raise NcclTestsError(f"{path}: the file is a run on {ranks} GPUs (its '#  Rank' "
+                                 f"device lines), not {group_size}: --group-size is for a file "
+                                 "that does not say; leave it out")
+        kind = kind or ran or _kind_from(path.stem)
         group_size = group_size if group_size is not None else ranks or _group_from_name(path)
     if not sizes:
         raise NcclTestsError(f"{path}: no nccl-tests data rows found")

@@ -32,7 +32,8 @@ from core.util.text import printable
 __all__ = ["MAX_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "read_json_file",
            "parse_json", "json_depth", "check_regular_file", "nonfinite_path", "strict_dumps",
            "NonFiniteError", "MAX_JSON_INTEGER", "describe_number", "parse_json_or_text", "duplicate_key_path",
-           "read_toml_file", "decimal_number", "MAX_YAML_NODES", "parse_yaml", "read_yaml_file"]
+           "read_toml_file", "decimal_number", "MAX_YAML_NODES", "parse_yaml", "read_yaml_file",
+           "HDF5_SIGNATURE"]
 
 #: Largest file of each kind that is read, bytes. Sessions and configs are a few KB;
 #: a measurement CSV or nccl-tests log a few hundred KB; profile stores a few MB.
@@ -51,6 +52,9 @@ MAX_BYTES = {
 }
 #: Deepest nesting of arrays and objects a JSON input may have (sessions need 4).
 MAX_JSON_DEPTH = 64
+#: The first bytes of an HDF5 file (the HDF5 File Format Specification, "Format Signature"): a
+#: profile store given where a JSON file is read is named so.
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 #: Largest magnitude of a JSON integer that is read (the largest float, about 1.8e308): a
 #: larger one cannot be a number of any field (``1e400`` is refused alike), and converting it
@@ -75,11 +79,13 @@ def decimal_number(text: str) -> float:
     """``text`` (surrounding blanks ignored) as a float when it is a decimal number
     (:data:`_DECIMAL`) or spells NaN or infinity (``nan``, ``inf``, ``-Infinity``: the caller
     refuses those by name, as it refuses ``1e400``, which is infinite); ValueError for any
-    other text (``1_5``, which ``float()`` reads as 15, ``0x10``, other scripts' digits)."""
+    other text (``1_5``, which ``float()`` reads as 15, ``0x10``, other scripts' digits).
+    A decimal of any length is read (the pattern and ``float()`` are linear in it): a
+    401-digit integer is infinite, refused as such, never "not a number"."""
     t = text.strip()
     if t.lower().lstrip("+-") in ("nan", "inf", "infinity"):
         return float(t)
-    if len(t) > 400 or not _DECIMAL.fullmatch(t):
+    if not _DECIMAL.fullmatch(t):
         raise ValueError(f"{t[:40]!r} is not a decimal number")
     return float(t)
 
@@ -278,18 +284,28 @@ def parse_json(data: bytes | str, where: str, error: type[Exception]) -> Any:
     and so is a key an object gives twice (``json`` would keep the last one silently: an
     edit to the first would be lost).
 
+    Bytes are decoded before the nesting is counted: a binary file (an HDF5 profile store, a
+    gzip file) is "not UTF-8 text", an HDF5 file named so, never "nested 73 levels deep" from
+    the bracket bytes in its data.
+
     Raises ``error`` naming ``where`` on any problem (never ``RecursionError`` or
     ``OverflowError``).
     """
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if isinstance(data, bytes):
+        if raw.startswith(HDF5_SIGNATURE):
+            raise error(f"{where}: an HDF5 file (such as a profile store), not JSON text")
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise error(f"{where}: not a valid JSON file (not UTF-8 text at byte {exc.start})") from None
+    else:
+        text = data
     depth = json_depth(raw)
     if depth > MAX_JSON_DEPTH:
         raise error(f"{where}: JSON nested {depth} levels deep, more than {MAX_JSON_DEPTH}")
     try:
-        text = raw.decode("utf-8-sig") if isinstance(data, bytes) else data
         doc = json.loads(text, parse_int=_parse_int, object_pairs_hook=_object)
-    except UnicodeDecodeError as exc:
-        raise error(f"{where}: not a valid JSON file (not UTF-8 text at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise error(f"{where}: not a valid JSON file ({exc})") from None
     except ValueError as exc:  # pragma: no cover - long integers are kept as _HugeInteger
