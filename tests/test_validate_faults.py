@@ -497,3 +497,18 @@ def test_a_record_is_named_with_its_line_where_the_line_is_not_the_row():
     assert row_number_where(3, 5) == "3 (line 5)"
     assert row_where(3, 3) == row_where(3) == "row 3"  # JSON lines: the line is the row
     assert row_number_where(12) == "12"
+
+
+def test_out_with_a_suffix_other_than_csv_is_refused_before_any_work(tmp_path, capsys):
+    """`--out rows.json` wrote CSV under a JSON name; it is refused by name (exit 2), nothing
+    written; .csv and a name without a suffix write the CSV."""
+    csv_path = _gpt_csv(tmp_path)
+    for name in ("rows.json", "rows.txt"):
+        assert vtrain(["validate", str(csv_path), "--out", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert f"--out: {tmp_path / name}: the rows are written as CSV; name the file .csv" in err
+        assert not (tmp_path / name).exists()
+    for name in ("rows.csv", "rows"):
+        assert vtrain(["validate", str(csv_path), "--out", str(tmp_path / name)]) == 0
+        assert (tmp_path / name).read_text().startswith("row,model,num_gpus,")
+    capsys.readouterr()

@@ -50,7 +50,8 @@ def add_parser(sub: Any) -> None:
                         "0.9); the report gives the share of rows inside their band")
     v.add_argument("--json", action="store_true", help="print one JSON object")
     v.add_argument("--out", type=path_arg, metavar="FILE.csv",
-                   help="write every row with its prediction and error band")
+                   help="write every row with its prediction and error band as CSV (a name "
+                        "ending in .csv, or without a suffix)")
     v.add_argument("--plot", type=path_arg, metavar="FILE.png",
                    help="plot predicted against measured (log axes), in the image format the "
                         "suffix names (.png, .pdf, .svg ...; PNG without a suffix)")
@@ -146,6 +147,9 @@ def _check_args(args: argparse.Namespace):
     check_outputs([("--out", args.out), ("--plot", args.plot)], [args.csv, args.profile])
     if args.plot:
         plot_format(args.plot)
+    if args.out and Path(args.out).suffix.lower() not in ("", ".csv"):
+        raise field_error("--out", f"{args.out}: the rows are written as CSV; name the file .csv "
+                                   "(--json prints them as JSON, under \"rows\")")
     store = check_profile_option(args.profile) if args.profile else None
     return coverage, store
 
