@@ -427,7 +427,7 @@ def test_plan_key_and_label_derive_from_every_field():
                    overlap_p2p_comm=False, use_precision_aware_optimizer=True,
                    te_master_weights=False, main_params_dtype="fp16", exp_avg_dtype="bf16",
                    exp_avg_sq_dtype="fp8", tp_comm_overlap_backend="symmetric_memory",
-                   fsdp_fp32_params=True, fp8_weight_copies=False)
+                   fsdp_fp32_params=True, fp8_impl="torchao")
     assert set(PLAN_FIELDS) <= set(changed) | {"virtual_pipeline_stages"}
     for name, value in changed.items():
         meta = ParallelPlan.__dataclass_fields__[name].metadata
@@ -435,7 +435,7 @@ def test_plan_key_and_label_derive_from_every_field():
         base = dataclasses.replace(p0, **{meta["label_needs"]: True}) if "label_needs" in meta else p0
         if name in ("cp_comm_type", "cp_a2a_size"):  # labelled with context parallelism only
             base = dataclasses.replace(base, context_parallel=2)
-        if name == "fp8_weight_copies":  # labelled in fp8 only (no FP8 weights otherwise)
+        if name == "fp8_impl":  # labelled in fp8 only (no FP8 linears otherwise)
             base = dataclasses.replace(base, precision="fp8")
         if name == "tf32":  # labelled in fp32 only (no fp32 matmuls otherwise)
             base = dataclasses.replace(base, precision="fp32")

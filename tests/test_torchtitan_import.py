@@ -31,7 +31,8 @@ def _plan(**kw) -> ParallelPlan:
     return ParallelPlan(**{"grad_reduce_dtype": "fp32", "cp_comm_type": "allgather",
                            "gradient_accumulation_fusion": False,
                            "fsdp_fp32_params": kw.get("zero_stage", 0) >= 1,
-                           "fp8_weight_copies": kw.get("precision") != "fp8", **kw})
+                           "fp8_impl": "torchao" if kw.get("precision") == "fp8" else "transformer_engine",
+                           **kw})
 
 
 def test_llama3_8b_on_one_node():

@@ -109,6 +109,7 @@ _LABELS = {
     "plan.overlap_p2p_comm": f"Overlap {KIND_NAMES['pp_p2p']}",
     "plan.grad_reduce_dtype": "Gradient dtype",
     "plan.fp8_recipe": "FP8 recipe",
+    "plan.fp8_impl": "FP8 implementation",
     "plan.tf32": "TF32 matmuls (fp32)",
     "plan.first_stage_layers": "First stage layers",
     "plan.last_stage_layers": "Last stage layers",
@@ -176,6 +177,12 @@ _CHOICE_TIPS["plan.tp_comm_overlap_backend"] = {
     "symmetric_memory": "PyTorch's async TP (torchtitan's enable_async_tensor_parallel): the "
                         "backward's reduce-scatters after the QKV and fc1 input gradients stay "
                         "exposed"}
+_CHOICE_TIPS["plan.fp8_impl"] = {
+    "transformer_engine": "Transformer Engine (Megatron-Core): FP8 copies of the linear weights "
+                          "kept across micro-batches, linear inputs saved in FP8 (1 byte)",
+    "torchao": "torchao's Float8Linear (torchtitan's float8 converter): no FP8 weight copies, "
+               "the weights cast inside every GEMM; linear inputs saved as they arrive (BF16 "
+               "without tensor parallelism)"}
 #: Text an optional number shows at its minimum (0), which stands for None.
 _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "model.num_query_groups": "one per head (a)",

@@ -387,6 +387,7 @@ _FIELD_KEYS = {
     "plan.zero_stage": "parallelism.data_parallel_shard_degree",
     "plan.data_parallel_shard_size": "parallelism.data_parallel_shard_degree",
     "plan.fp8_recipe": "float8.recipe_name",
+    "plan.fp8_impl": "model.converters",
     "plan.grad_reduce_dtype": "training.mixed_precision_reduce",
 }
 
@@ -744,8 +745,9 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         plan.fp8_recipe = recipe
         plan.fp8_param_gather = gather and zero >= 1
         # torchao's Float8Linear keeps the high-precision weight and casts it inside every GEMM
-        # (torchao 0.18.0 float8/float8_linear.py): no persistent FP8 weight copy
-        plan.fp8_weight_copies = False
+        # and saves each linear's input as it arrives (torchao 0.18.0 float8/float8_linear.py):
+        # no persistent FP8 weight copy, BF16 saved inputs without tensor parallelism
+        plan.fp8_impl = "torchao"
     if p > 1:
         counts = torchtitan_stage_layers(model.num_layers, p * chunks)
         if min(counts) < 1:

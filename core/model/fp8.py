@@ -13,7 +13,8 @@ from core.plan.parallel import FP8_DEFAULT_RECIPE, ParallelPlan, tensor_dtype
 __all__ = [
     "FP8_BYTES", "FP8_WEIGHT_CAST_OP", "fp8_cast_kernels", "fp8_copies",
     "fp8_gathered_cast_kernels", "fp8_gathers_params", "fp8_gemm", "fp8_gemm_dtype",
-    "fp8_keeps_weight_copies", "fp8_scale_bytes", "fp8_tn_only", "fp8_weight_bytes_per_parameter", "linear_kernels",
+    "fp8_keeps_weight_copies", "fp8_saves_fp8_inputs", "fp8_scale_bytes", "fp8_tn_only",
+    "fp8_weight_bytes_per_parameter", "linear_kernels",
     "param_gather_bytes",
 ]
 
@@ -188,14 +189,37 @@ def fp8_gathers_params(plan: ParallelPlan) -> bool:
 
 
 def fp8_keeps_weight_copies(plan: ParallelPlan) -> bool:
-    """Whether an FP8 plan keeps persistent FP8 copies of the linear layers' weights
-    (``plan.fp8_weight_copies``, default true: Transformer Engine caches them across
-    micro-batches). torchtitan's float8 linears (torchao ``Float8Linear``, torchao 0.18.0
+    """Whether an FP8 plan keeps persistent FP8 copies of the linear layers' weights: with
+    ``plan.fp8_impl`` transformer_engine (the default: TE caches them across micro-batches),
+    not with torchao. torchtitan's float8 linears (torchao ``Float8Linear``, torchao 0.18.0
     ``torchao/float8/float8_linear.py``: ``from_float`` keeps the module's high-precision
     ``weight``; ``matmul_with_hp_or_float8_args`` saves that weight for the backward and casts
     it with ``hp_tensor_to_float8_dynamic`` in the forward and again in the backward) keep
-    none: torchtitan sessions set it false."""
-    return plan.precision == "fp8" and bool(getattr(plan, "fp8_weight_copies", True))
+    none. False outside FP8 plans."""
+    return plan.precision == "fp8" and getattr(plan, "fp8_impl", "transformer_engine") != "torchao"
+
+
+def fp8_saves_fp8_inputs(plan: ParallelPlan) -> bool:
+    """Whether an FP8 plan's linear layers save their inputs for the backward in float8
+    (1 byte per element) rather than in the 16-bit training dtype. False outside FP8 plans.
+
+    Transformer Engine (``plan.fp8_impl`` transformer_engine): yes, the FP8 copy its forward
+    quantized (TE ``Linear`` / ``LayerNormLinear``). torchao (torchtitan's float8):
+    ``matmul_with_hp_or_float8_args.forward`` runs ``ctx.save_for_backward(input_hp,
+    weight_hp_t)`` on its arguments before casting them (torchao 0.18.0
+    ``torchao/float8/float8_linear.py``), so the input is saved as it arrives: BF16 without
+    tensor parallelism (2 bytes, the tensor BF16 training saves), float8 under torchtitan's
+    float8 tensor parallelism (tensor_parallel > 1 with the tensorwise recipe: torchtitan
+    0.2.0 ``models/llama3/infra/parallelize.py`` applies torchao's ``Float8ColwiseParallel``,
+    ``Float8RowwiseParallel`` and ``PrepareFloat8ModuleInput``, whose ``_prepare_input_fn``
+    casts every linear's input with ``hp_tensor_to_float8_dynamic`` before the all-gather and
+    the matmul; the cast's amax runs under ``torch.no_grad``, so no BF16 copy is saved). The
+    weight it saves is the parameter itself (nothing added)."""
+    if plan.precision != "fp8":
+        return False
+    if getattr(plan, "fp8_impl", "transformer_engine") != "torchao":
+        return True
+    return plan.tensor_parallel > 1
 
 
 def param_gather_bytes(plan: ParallelPlan, n_params, fp8_linear=0.0):

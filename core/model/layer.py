@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from core.model.attention import mha_attention_kernels, norms_separate_of
 from core.model.context_parallel import cp_core_output_kept_twice
 from core.model.base import ADAM_BYTES_PER_PARAM, DTYPE_BYTES, Kernel, gemm, mem, wgrad_accumulate
-from core.model.fp8 import FP8_WEIGHT_CAST_OP, fp8_cast_kernels
+from core.model.fp8 import FP8_WEIGHT_CAST_OP, fp8_cast_kernels, fp8_saves_fp8_inputs
 from core.model.keys import with_family_defaults
 from core.model.mla import (mla_activation_terms, mla_attention_parameters,
                             mla_forward_flops_per_token, mla_op_kernels)
@@ -328,6 +328,13 @@ def dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mod
     In an MoE layer the router keeps the second norm's output in BF16 (its gate is not a TE
     module): only QKV's input saves (``10 -> 9``), and the shared experts' FP8 copy of that
     tensor adds it back (``10``); their fc2 input is ``mlp/(4 or 6)`` of ``mlp``.
+    torchao's float8 (``plan.fp8_impl`` torchao, torchtitan;
+    :func:`core.model.fp8.fp8_saves_fp8_inputs`): its ``matmul_with_hp_or_float8_args`` saves
+    each linear's input as it arrives, so without tensor parallelism the terms are BF16's
+    (QKV's and fc1's inputs 2 bytes, the ``10``; fc2's ``2f/h``) and the FP8 rules above
+    do not apply; with ``t > 1`` torchtitan's float8 tensor parallelism hands every linear a
+    float8 input, counted as above with the projection's as under delayed scaling (its FP8
+    copy saved, ``+1`` beside FlashAttention's BF16 output).
     Context parallelism: every term with ``s -> s/cp``
     (each rank keeps its own tokens' activations; ring attention needs FlashAttention, so
     no ``s x s`` term; the exchange's K/V buffers are transient, one layer's at a time:
@@ -364,7 +371,7 @@ def dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mod
     flash = model.attention_kernel == "flash"
     mods = recompute_modules(plan) if mode == "selective" else ()
     terms = _layer_terms(model, plan, mods, mlp)
-    if plan.precision == "fp8":
+    if fp8_saves_fp8_inputs(plan):
         _fp8_terms(terms, model, plan, mode, mods)
     _recomputed_terms(terms, model, plan, mods)
     if mode == "full":
@@ -473,6 +480,9 @@ def _fp8_terms(terms: _LayerTerms, model: ModelConfig, plan: ParallelPlan, mode:
     # scaling Megatron-Core has the shared experts' fc1 save its original input instead
     # (shared_experts.py: set_save_original_input unless they are recomputed): no copy
     delayed = fp8_recipe(plan) == "delayed"
+    # torchtitan's float8 tensor parallelism (plan.fp8_impl torchao, t > 1) casts the
+    # projection's input to float8 before the matmul, which saves that copy: as delayed's
+    torchao = getattr(plan, "fp8_impl", "transformer_engine") == "torchao"
     qkv_in = 0 if terms.mla else 1
     terms.shared_copy = shared_copy = 1 if (terms.moe and terms.mlp and delayed) else 0
     if not terms.moe:
@@ -488,7 +498,7 @@ def _fp8_terms(terms: _LayerTerms, model: ModelConfig, plan: ParallelPlan, mode:
     # same tensor) in BF16 for its own backward, so the FP8 copy adds 1. With a recipe other
     # than delayed scaling the projection saves its original BF16 input (attention.py:
     # set_save_original_input): 2, as in BF16
-    if not delayed:
+    if not (delayed or torchao):
         proj = 0
     else:
         proj = 1 if (flash and (mode == "none" or "core_attn" not in mods)) else -1

@@ -411,7 +411,7 @@ def stage_memory_arrays(model: ModelConfig, plan: ParallelPlan, fp8_tn: bool = T
     keeps the compute parameters in FP8: ``e`` bytes less per linear weight); under ZeRO-3 the
     shards stay BF16 (torchao casts them to float8 for the all-gather) and the gathered layer's
     linear weights take 1 byte (:func:`param_gather_bytes`). Without persistent FP8 copies
-    (``plan.fp8_weight_copies`` false, :func:`core.model.fp8.fp8_keeps_weight_copies`:
+    (``plan.fp8_impl`` torchao, :func:`core.model.fp8.fp8_keeps_weight_copies`:
     torchtitan's torchao ``Float8Linear``, torchao 0.18.0, casts the high-precision weight inside
     each GEMM) the FP8 weights add nothing, but under ZeRO 1/2 with the float8 all-gather, whose
     gathered weights are float8: ``1 - e`` bytes per linear weight. With context parallelism

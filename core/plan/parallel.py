@@ -28,7 +28,7 @@ __all__ = ["SCHEDULES", "SWEEP_SCHEDULES", "RECOMPUTE_MODES", "RECOMPUTE_CHOICES
            "recompute_modules", "fp8_recipe", "tensor_dtype", "tf32_matmuls",
            "gemm_peak_dtype", "tp_overlap_applies", "CUDA_GRAPH_IMPLS", "CUDA_GRAPH_MODULES", "parse_cuda_graph_modules",
            "cuda_graph_modules", "WGRAD_ACCUMULATIONS", "wgrad_accumulation",
-           "TP_COMM_OVERLAP_BACKENDS"]
+           "TP_COMM_OVERLAP_BACKENDS", "FP8_IMPLS"]
 
 
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).
@@ -103,6 +103,12 @@ TP_COMM_OVERLAP_BACKENDS = ("userbuffers", "symmetric_memory")
 #: (amax history), per-tensor current scaling (tensorwise), MXFP8 (32-element blocks with
 #: E8M0 scales; Blackwell) and blockwise (128x128 weight / 1x128 activation blocks).
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
+
+
+#: What runs a plan's FP8 linears (``plan.fp8_impl``): Transformer Engine (Megatron-Core;
+#: persistent FP8 weight copies, FP8 saved inputs) or torchao's ``Float8Linear`` (torchtitan's
+#: float8 converter, torchao 0.18.0: no weight copy, the input saved as it arrives).
+FP8_IMPLS = ("transformer_engine", "torchao")
 
 
 #: Implementations of Megatron-Core's fused cross-entropy (--cross-entropy-fusion-impl): native
@@ -402,14 +408,17 @@ class ParallelPlan:
         "16-bit weights existing only as each unit's gathered copy. Off: Megatron-Core's "
         "16-bit sharded weights beside fp32 master weights (2 + 4 + 12 = 18 over d). ZeRO 0-2 "
         "hold the same bytes either way", short="fsdp_fp32")
-    fp8_weight_copies: bool = described_field(
-        True, "", "With precision fp8: Transformer Engine keeps FP8 copies of the linear layers' "
-        "weights (and their transposes on Hopper) from one micro-batch to the next, "
-        "re-quantized once per iteration (Megatron-LM). Off: torchao's Float8Linear "
-        "(torchtitan's float8 converter) keeps the high-precision weight as the parameter and "
-        "casts it to float8 inside every forward and backward GEMM (torchao 0.18.0 "
-        "float8/float8_linear.py: matmul_with_hp_or_float8_args), so no FP8 weight copy "
-        "persists", short="fp8_w_copies")
+    fp8_impl: str = described_field(
+        "transformer_engine", "", "What runs the FP8 linears with precision fp8: "
+        "transformer_engine (Megatron-Core's TE layers: FP8 copies of the linear weights, and "
+        "their transposes on Hopper, kept from one micro-batch to the next and re-quantized once "
+        "per iteration; each linear saves its input for the backward as the FP8 copy, 1 byte) "
+        "or torchao (torchtitan's float8 converter, Float8Linear, torchao 0.18.0 "
+        "float8/float8_linear.py: the high-precision weight is the parameter, cast to float8 "
+        "inside every forward and backward GEMM, no FP8 weight copy persists; "
+        "matmul_with_hp_or_float8_args saves the linear's input as it arrives: BF16, 2 bytes, "
+        "or float8 under torchtitan's float8 tensor parallelism, which casts it before the "
+        "all-gather)", choices=FP8_IMPLS, short="fp8_impl")
 
     @property
     def num_gpus(self) -> int:
@@ -443,7 +452,7 @@ class ParallelPlan:
         metadata (the boolean field it qualifies, e.g. the fused cross-entropy's kernels) is
         left out while that field is off: it changes nothing then; so are sequence parallelism
         and the TP communication overlap at ``t = 1``, the context-parallel exchange at
-        ``cp = 1``, the FP8 weight copies outside fp8 plans, TF32 unless it is on in an fp32
+        ``cp = 1``, the FP8 implementation outside fp8 plans, TF32 unless it is on in an fp32
         plan and gradient accumulation fusion under
         FSDP (ZeRO 3), where they change nothing either; the MoE routing imbalance only when
         it is not the balanced 1.0.
@@ -462,8 +471,8 @@ class ParallelPlan:
                 continue  # FSDP adds no weight gradient to a buffer
             if f.name == "overlap_p2p_comm" and not p2p_overlap_applies(self):
                 continue  # only the interleaved schedule overlaps its transfers
-            if f.name == "fp8_weight_copies" and self.precision != "fp8":
-                continue  # no FP8 weights to keep or not
+            if f.name == "fp8_impl" and self.precision != "fp8":
+                continue  # no FP8 linears to implement
             if f.name == "moe_imbalance_factor" and value == f.default:
                 continue  # balanced routing (and every dense model): nothing to say
             if f.name == "fp8_recipe" and self.precision == "fp8":

@@ -141,8 +141,8 @@ def _head_split_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
 
 def _model_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     """The plan's rules for the model's features: expert parallelism (:func:`moe_errors`),
-    latent attention (:func:`_mla_plan_errors`), HSDP and torchtitan's per-op recomputation
-    with the models they do not model."""
+    latent attention (:func:`_mla_plan_errors`), HSDP, torchao's float8 (``plan.fp8_impl``) and
+    torchtitan's per-op recomputation with the models they do not model."""
     errs: list[FieldError] = []
     errs += moe_errors(m, pl)
     errs += _mla_plan_errors(m, pl)
@@ -150,6 +150,18 @@ def _model_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.data_parallel_shard_size", "data_parallel_shard_size with a "
                                "mixture-of-experts model is not modelled (the routed experts' "
                                "expert-data-parallel shards)", rule=NOT_MODELLED))
+    if pl.precision == "fp8" and pl.fp8_impl == "torchao":
+        if m.is_moe:
+            errs.append(FieldError("plan.fp8_impl", "fp8_impl='torchao' with a mixture-of-experts "
+                                   "model is not modelled: torchtitan's float8 converter swaps "
+                                   "nn.Linear modules only (torchao Float8Linear), so the routed "
+                                   "experts' grouped GEMMs stay BF16 beside FP8 attention",
+                                   rule=NOT_MODELLED))
+        if m.multi_latent_attention is True:
+            errs.append(FieldError("plan.fp8_impl", "fp8_impl='torchao' with multi-head latent "
+                                   "attention is not modelled (the saved inputs of its "
+                                   "projections are counted for Transformer Engine's FP8 only)",
+                                   rule=NOT_MODELLED))
     if pl.recompute == "selective_op":
         if m.is_moe:
             errs.append(FieldError("plan.recompute", "recompute='selective_op' with a mixture-of-"
@@ -906,7 +918,7 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
     "plan.recompute_modules": (lambda s: s.plan.recompute == "selective",
                                "selective recomputation (plan.recompute)"),
     **{f"plan.{name}": (lambda s: s.plan.precision == "fp8", "FP8 training (plan.precision)")
-       for name in ("fp8_recipe", "fp8_param_gather")},
+       for name in ("fp8_recipe", "fp8_param_gather", "fp8_impl")},
     # PyTorch's allow_tf32 acts on fp32 matmuls only: accepted with any precision (Hugging Face's
     # --bf16 --tf32 is common), greyed out where it changes nothing
     "plan.tf32": (lambda s: s.plan.precision == "fp32", "fp32 training (plan.precision)"),

@@ -51,6 +51,13 @@ def sharding_precision_errors(pl: ParallelPlan) -> list[FieldError]:
                                "sequence_parallel (torchtitan's tensor parallelism is sequence-"
                                "parallel; without it the row-parallel linears' all-reduces, "
                                "not in the save list, would run again: not modelled)", rule=NOT_MODELLED))
+    if pl.precision == "fp8" and pl.fp8_impl == "torchao" and \
+            pl.fp8_recipe not in (None, "tensorwise"):
+        errs.append(FieldError("plan.fp8_impl", f"fp8_impl='torchao' with fp8_recipe="
+                               f"{pl.fp8_recipe!r} is not modelled: torchao's float8 is modelled "
+                               "with the tensorwise recipe only (torchtitan's float8 converter "
+                               "with recipe_name tensorwise; torchao 0.18.0 has no delayed "
+                               "scaling)", rule=NOT_MODELLED))
     if pl.fp8_recipe is not None and pl.precision != "fp8":
         errs.append(FieldError("plan.fp8_recipe", f"fp8_recipe={pl.fp8_recipe!r} needs precision="
                                f"'fp8' (precision is {pl.precision!r}; Megatron-LM: --fp8-recipe "

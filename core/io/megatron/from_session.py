@@ -354,11 +354,11 @@ def _recompute_and_precision_words(session: Session) -> list[str]:
     if pl.precision in ("bf16", "fp16"):
         out.append(f"--{pl.precision}")
     elif pl.precision == "fp8":  # the recipe always explicit: Megatron's default is delayed
-        if _get(pl, "fp8_weight_copies") is False:
+        if _get(pl, "fp8_impl") == "torchao":
             raise MegatronArgsError(
-                "plan.fp8_weight_copies false: FP8 linears without persistent FP8 weight copies "
-                "(torchtitan's torchao Float8Linear casts the weights in every GEMM) have no "
-                "Megatron-LM argument: its Transformer Engine layers keep the copies; set it true")
+                "plan.fp8_impl 'torchao': torchao's Float8Linear (torchtitan's float8: no "
+                "persistent FP8 weight copies, BF16 saved inputs) has no Megatron-LM argument: "
+                "its Transformer Engine layers keep the copies; set it to transformer_engine")
         out += ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe",
                 _get(pl, "fp8_recipe") or "tensorwise"]
     out += ["--train-samples", str(train_samples(session))]
