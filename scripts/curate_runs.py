@@ -7,9 +7,13 @@ from published_runs.csv and reviewed; from then on the sessions are the record. 
 convert other files of that layout (../shared/data/measured-memory/measured_memory.csv) and to
 show how each named assumption was made.
 
-Run: ``python scripts/curate_runs.py IN.csv > OUT.jsonl`` (one ``{row, source, session,
-measured_iteration_time_s, measured_memory_gib, memory_scale, assumptions, skip_reason}`` per
-row; docs/accuracy.md, "Measurement file layouts").
+Run: ``python scripts/curate_runs.py IN.csv [--set COLUMN=VALUE ...] > OUT.jsonl`` (one ``{row,
+source, session, measured_iteration_time_s, measured_memory_gib, memory_scale, assumptions,
+skip_reason}`` per row; docs/accuracy.md, "Measurement file layouts"). ``--set`` states a column
+the file does not have for every row (``--set tied_embeddings=n`` for
+../shared/data/measured-memory/measured_memory.csv, whose README says every row is untied);
+every field a row takes without a column is named in its assumptions, and a row of a family
+other than Llama's without a tied_embeddings column is refused (skip_reason).
 
 What follows is the reader as it was in core/accuracy/validate.py before the move (its
 layouts, named assumptions and skip policies are documented there and in docs/accuracy.md of
@@ -21,6 +25,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import json
 import math
 import re
 from dataclasses import dataclass, field, fields
@@ -28,7 +33,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-from core.accuracy.measured import FIELD_CAUSES, skip_cause, skip_counts  # noqa: E402
+from core.accuracy.measured import (FIELD_CAUSES, NOT_TIMED_FIELDS, default_origin,  # noqa: E402
+                                    skip_cause, skip_counts)
 from core.accuracy.validate import row_memory  # noqa: E402
 from core.plan.cluster import (GPU_KINDS, GPU_NIC_GBITS_PER_GPU, ClusterConfig, CostConfig,
                                gpu_kind, node_network_gbits_per_s)
@@ -37,7 +43,7 @@ from core.plan.parallel import PRECISIONS, RECOMPUTE_CHOICES, ParallelPlan
 from core.plan.model_config import ModelConfig, model_from_fields
 from core.plan.session import Session
 from core.plan.layout import capped_recompute_layers, expand_pipeline_layout
-from core.plan.rules import validate
+from core.plan.rules import inactive_fields, validate
 from core.io.torchtitan_import import torchtitan_stage_layers
 from core.accuracy.bridge_recipes import (BRIDGE_VERSION, FAMILY_SETTINGS, BridgeRecipe, bridge_recipe_family,
                              match_bridge_recipe)
@@ -175,16 +181,20 @@ def _snake(h: str) -> str:
 
 
 def read_measurements(path: str | Path,
-                      progress: Callable[[int, int], None] | None = None) -> list[Measurement]:
+                      progress: Callable[[int, int], None] | None = None,
+                      stated: dict[str, str] | None = None) -> list[Measurement]:
     """Read a measurement CSV in any supported layout (see module doc).
 
     ``progress(done, total)``, if given, is called as rows are read (every 50 and at the end).
+    ``stated``: general-layout column -> cell for every row, columns the file does not have
+    (the command line's ``--set COLUMN=VALUE``, assumption ``column-from-command-line``).
 
     Raises
     ------
     MeasurementFileError
         Unreadable, non-regular or too large file (:mod:`core.util.inputs`), not CSV, more than
-        :data:`MAX_ROWS` rows, unknown header, or a value that is not a finite number.
+        :data:`MAX_ROWS` rows, unknown header, or a value that is not a finite number; a
+        ``stated`` column that is not one of the general layout or that the file has.
         A row whose values break a configuration rule or bound is kept, skipped with
         that reason.
     """
@@ -221,7 +231,21 @@ def read_measurements(path: str | Path,
         raise MeasurementFileError(
             f"{path}: unknown layout; the general layout needs columns {', '.join(missing)} "
             f"(header was: {', '.join(header)})")
-    out = _each_row(rows[1:], lambda i, r: _general_row_or_skip(path, i, header, r), progress)
+    stated = dict(stated or {})
+    for col in stated:
+        if col not in known:
+            raise MeasurementFileError(f"--set {col}: not a column of the general layout "
+                                       f"({', '.join(sorted(known))})")
+        if col in header:
+            raise MeasurementFileError(f"--set {col}: {path} has a column {col!r}; its cells "
+                                       "state it (edit them, or leave out --set)")
+    body = [r + [""] * (len(header) - len(r)) + list(stated.values()) for r in rows[1:]]
+    header = header + list(stated)
+    out = _each_row(body, lambda i, r: _general_row_or_skip(path, i, header, r), progress)
+    if stated:
+        said = ", ".join(f"{c}={x}" for c, x in stated.items())
+        for m in out:
+            m.assumptions.insert(0, f"column-from-command-line: {ASSUMPTIONS['column-from-command-line']} ({said})")
     _check_recipe_siblings(out)
     return out
 
@@ -480,8 +504,27 @@ ASSUMPTIONS = {
                              "groups, ffn, vocabulary, tied embeddings, experts) from the "
                              "shipped preset of the public model the row names, whose layers, "
                              "hidden size and heads it has (its Hugging Face config)",
-    "untied-llama-family": "an empty tied_embeddings cell of a Llama-style row (SwiGLU, "
-                           "RMSNorm): untied, as every model of the family the README lists",
+    "untied-llama-family": "an empty tied_embeddings cell, or no tied_embeddings column, of a "
+                           "Llama-style row (SwiGLU, RMSNorm): untied, as every model of the "
+                           "family the README lists",
+    "tied-megatron-default": "an empty tied_embeddings cell of a row of another family (not "
+                             "SwiGLU + RMSNorm): tied, Megatron-LM's default (its "
+                             "--untie-embeddings-and-output-weights is a store_true flag, "
+                             "default false: ../shared/data/megatron-lm/arguments.json) and what "
+                             "the published runs' README says an empty cell means",
+    "general-layout-default": "a column of the general layout that has a documented default is "
+                              "absent from the file: that default (GENERAL_COLUMNS, the vTrain "
+                              "authors' runs: vocabulary 50257, no interleaving, no sequence "
+                              "parallelism, full recomputation, fp16, no distributed optimizer, "
+                              "FSDP or gradient-reduce overlap)",
+    "defaults-without-column": "model and plan fields that no column of the layout holds and no "
+                               "other policy set: Megatron-LM's defaults "
+                               "(core.accuracy.measured.CSV_DEFAULTS, as vtrain validate takes "
+                               "them for an absent column of the session-column CSV), else the "
+                               "session's (docs/simulator.md)",
+    "column-from-command-line": "a column the file does not have, stated for every row on the "
+                                "command line (--set COLUMN=VALUE): each row read as if it had "
+                                "that cell",
     "grad-reduce-from-label": "the precision label names an FP32 gradient reduction ('bf16, "
                               "fp32 grad reduce', grad_reduce_in_fp32): plan.grad_reduce_dtype "
                               "fp32",
@@ -2146,9 +2189,18 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
     elif tied_text:
         rw.refuse("unreadable tied_embeddings", f"tied_embeddings={v['tied_embeddings']!r}: "
                   "expected y or n (tied / untied)")
-    elif "tied_embeddings" in v and model.activation == "swiglu" and model.normalization == "rmsnorm":
+    elif model.activation == "swiglu" and model.normalization == "rmsnorm":
         model.tied_embeddings = False
         rw.assume("untied-llama-family")
+    elif "tied_embeddings" in v:
+        rw.assume("tied-megatron-default")  # the cell is empty: GPT_FAMILY's tied
+    else:
+        rw.refuse("tied embeddings not stated", "the file has no tied_embeddings column and the "
+                  "row is not Llama-style (SwiGLU + RMSNorm): whether the output layer shares "
+                  "the embedding's weights changes the parameters and memory by vocab_size x "
+                  "hidden_size; Megatron-LM ties them unless --untie-embeddings-and-output-weights "
+                  "is given. Add a tied_embeddings column (y or n), or state it for every row: "
+                  "--set tied_embeddings=n")
     e = opt["num_experts"]
     if e is not None and e > 1:
         rw.put(model, "model", "num_experts", e)
@@ -2596,6 +2648,7 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
                       "least the largest model chunk, every layer")
             plan = capped
     session = Session(model, plan, cluster, CostConfig())
+    _name_defaults(session, v, rw)
     world = ints["tensor_parallel"] * ints["pipeline_parallel"] * ints["data_parallel"] * cp
     if world != ints["num_gpus"]:
         rw.refuse("GPU count", f"num_gpus={ints['num_gpus']} disagrees with t*p*d"
@@ -2618,6 +2671,46 @@ def _general_row(path: Path, row: int, header: list[str], r: list[str]) -> Measu
             a.startswith("megatron-recompute-default:") for a in m.assumptions):
         _check_assumed_recompute(m)
     return m
+
+
+#: Session fields each column of the general layout sets (:data:`PUBLISHED_FIELDS` and the
+#: layout's other plan columns).
+_COLUMN_TARGETS: dict[str, tuple[str, ...]] = {
+    **{c: tuple(re.findall(r"\b(?:model|plan|cluster)\.\w+", t)) for c, t in PUBLISHED_FIELDS.items()},
+    "overlap_grad_reduce": ("plan.overlap_grad_reduce",),
+    "first_stage_layers": ("plan.first_stage_layers",), "last_stage_layers": ("plan.last_stage_layers",)}
+
+
+def _field_default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+
+
+def _name_defaults(session: Session, v: dict[str, str], rw: _Row) -> None:
+    """Name what the row took without a column: each column of :data:`GENERAL_COLUMNS` with a
+    default that the file lacks (``general-layout-default``), and each model and plan field no
+    column of the file sets whose value is still its default, as ``field=value`` grouped by
+    origin (``defaults-without-column``; fields without effect on the row,
+    :func:`core.plan.rules.inactive_fields`, and the model's name left out). A field another
+    policy set keeps that policy's name."""
+    absent = [c for c, d in GENERAL_COLUMNS.items() if d not in (None, "") and c not in v]
+    if absent:
+        rw.assume("general-layout-default", ", ".join(f"{c}={GENERAL_COLUMNS[c]}" for c in absent))
+    covered = {t for c in (*v, *absent) for t in _COLUMN_TARGETS.get(c, ())}
+    idle = inactive_fields(session)
+    taken: dict[str, list[str]] = {}
+    for section in ("model", "plan"):
+        own = getattr(session, section)
+        for f in dataclasses.fields(own):
+            path = f"{section}.{f.name}"
+            if path in covered or path in idle or path in NOT_TIMED_FIELDS or (
+                    path == "model.tied_embeddings" and "tied embeddings not stated" in rw.causes):
+                continue  # (a refused tying is no default taken)
+            value = getattr(own, f.name)
+            if value == _field_default(f):
+                origin = "Megatron-LM's" if default_origin(f.name) == "Megatron-LM" else "the session's"
+                taken.setdefault(origin, []).append(f"{f.name}={json.dumps(value)}")
+    if taken:
+        rw.assume("defaults-without-column", "; ".join(f"{o}: {', '.join(x)}" for o, x in taken.items()))
 
 
 # row_memory: the product's (core.accuracy.validate.row_memory), not a copy of it
@@ -2653,8 +2746,6 @@ def _check_assumed_recompute(m: Measurement) -> None:
 def to_jsonl(measurements: list[Measurement], source: str) -> str:
     """The runs as JSON lines (one record per row, in order; ``source``: the row's source id,
     else ``source``)."""
-    import json
-
     from core.io.session import SESSION_FORMAT, SESSION_VERSION
     out = []
     for m in measurements:
@@ -2673,13 +2764,30 @@ def to_jsonl(measurements: list[Measurement], source: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python scripts/curate_runs.py IN.csv``: the JSON lines on stdout."""
+    """``python scripts/curate_runs.py IN.csv [--set COLUMN=VALUE ...]``: the JSON lines on
+    stdout; exit 2 with one line naming the file and column when the file cannot be read."""
     import sys
-    args = sys.argv[1:] if argv is None else argv
+    args = list(sys.argv[1:] if argv is None else argv)
+    stated: dict[str, str] = {}
+    while "--set" in args:
+        i = args.index("--set")
+        pair = args[i + 1] if i + 1 < len(args) else ""
+        col, eq, value = pair.partition("=")
+        if not eq or not col.strip() or col.strip() in stated:
+            print(f"curate_runs: --set {pair!r}: give COLUMN=VALUE, each column once",
+                  file=sys.stderr)
+            return 2
+        stated[col.strip()] = value.strip()
+        del args[i:i + 2]
     if len(args) != 1:
         print(__doc__, file=sys.stderr)
         return 2
-    sys.stdout.write(to_jsonl(read_measurements(args[0]), Path(args[0]).name))
+    try:
+        runs = read_measurements(args[0], stated=stated)
+    except MeasurementFileError as exc:
+        print(f"curate_runs: error: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(to_jsonl(runs, Path(args[0]).name))
     return 0
 
 

@@ -312,7 +312,7 @@ def test_validate_cli_outputs(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("text, needle", [("a,b\n1,2\n", "column 'a' is neither a session field"),
+@pytest.mark.parametrize("text, needle", [("a,b\n1,2\n", "columns 'a', 'b' are neither a session field"),
                                           ("gpu,measured_iteration_time_s\n", "a header and no data rows"),
                                           ("", "empty file")])
 def test_validate_cli_bad_file_exits_2(tmp_path, capsys, text, needle):

@@ -121,6 +121,22 @@ _GENERAL_LAYOUT_HINT = (
     "which vtrain does not read; convert it to JSON lines of sessions under named assumptions "
     "with `python scripts/curate_runs.py FILE > runs.jsonl` (a source checkout), review them, "
     "and validate that file (docs/accuracy.md, 'Measurement file layouts')")
+#: Columns of the published-runs and measured-memory layouts that a session field (or a run
+#: column) holds under another name or encoding: what to write instead (docs/accuracy.md,
+#: "Measurement file layouts"). A file whose unknown columns are all of these is told the
+#: mapping only; one with another column of those layouts (a framework, a published
+#: throughput) is told the conversion too (:data:`_GENERAL_LAYOUT_HINT`).
+GENERAL_LAYOUT_MAPPING = {
+    "distributed_optimizer": "Megatron's distributed optimizer is ZeRO stage 1: give a column "
+                             "zero_stage, 1 where distributed_optimizer is y and 0 where n",
+    "fsdp": "fully sharded data parallelism (Megatron-FSDP, PyTorch FSDP full shard) is ZeRO "
+            "stage 3: give a column zero_stage, 3 where fsdp is y and 0 where n",
+    "inter_node_bandwidth_gbps": "name it inter_node_bandwidth_gbits_per_s (Gb/s per node)",
+    "num_gpus": "leave it out: the GPU count is tensor_parallel x pipeline_parallel x "
+                "context_parallel x data_parallel",
+    "source_id": "name it source",
+    "measured_peak_memory_gib": "name it measured_memory_gib (GiB)",
+}
 #: Keys of a JSON-lines record besides ``session``: the measurement, its record and labels
 #: (``row``: the record's own row number; ``source_id``: another name of ``source``;
 #: ``model_name``: a label; ``skip_reason``: why the run cannot be predicted, reviewed).
@@ -558,18 +574,42 @@ def _field_columns() -> dict[str, tuple[str, dataclasses.Field]]:
     return out
 
 
+def _unknown_columns(path: Path, unknown: list[str], known: dict[str, Any]) -> str:
+    """The one message for every header cell of ``unknown`` (none a session field or a run
+    column): each with what to write instead (:data:`GENERAL_LAYOUT_MAPPING`, else
+    :func:`core.accuracy.column_hints.unknown_column_hint`), and the conversion of the
+    published-runs layout where a column of it has no such mapping."""
+    names = [*known, *RUN_COLUMNS]
+    hints = {h: (f"; {GENERAL_LAYOUT_MAPPING[h]}" if h in GENERAL_LAYOUT_MAPPING
+                 else "" if h in GENERAL_LAYOUT_COLUMNS else unknown_column_hint(h, names))
+             for h in unknown}
+    rule = (f"neither a session field (model, plan, cluster or cost; docs/accuracy.md) nor one "
+            f"of {', '.join(RUN_COLUMNS)}")
+    if len(unknown) == 1:
+        (h,) = unknown
+        text = f"{path}: column {h!r} is {rule}{hints[h]}"
+    else:
+        text = (f"{path}: columns {', '.join(map(repr, unknown))} are {rule}"
+                + "".join(f"; {h!r}:{hint[1:]}" for h, hint in hints.items() if hint))
+    if any(h in GENERAL_LAYOUT_COLUMNS and h not in GENERAL_LAYOUT_MAPPING for h in unknown):
+        text += _GENERAL_LAYOUT_HINT if len(unknown) == 1 and not hints[unknown[0]] else (
+            "; a file of the published-runs layout, whose free-text notes decide the model and "
+            "plan, which vtrain does not read, converts to JSON lines of sessions under named "
+            "assumptions with `python scripts/curate_runs.py FILE > runs.jsonl` (a source "
+            "checkout; docs/accuracy.md, 'Measurement file layouts')")
+    return text
+
+
 def _session_columns(path: Path, header: list[str]) -> list[tuple[str, Any]]:
     """``(column, (section, field) or None for a run column)`` per header cell; refuses an
-    unknown or repeated column and a file without a measurement column."""
+    unknown or repeated column and a file without a measurement column, naming every unknown
+    column at once."""
     known = _field_columns()
+    unknown = [h for h in header if h not in known and h not in RUN_COLUMNS]
+    if unknown:
+        raise MeasurementFileError(_unknown_columns(path, list(dict.fromkeys(unknown)), known))
     out, seen, position = [], {}, {}
     for i, h in enumerate(header):
-        if h not in known and h not in RUN_COLUMNS:
-            raise MeasurementFileError(
-                f"{path}: column {h!r} is neither a session field (model, plan, cluster or cost; "
-                f"docs/accuracy.md) nor one of {', '.join(RUN_COLUMNS)}"
-                + (_GENERAL_LAYOUT_HINT if h in GENERAL_LAYOUT_COLUMNS
-                   else unknown_column_hint(h, [*known, *RUN_COLUMNS])))
         key = known[h][1].name if h in known else h
         if key in seen:
             if seen[key] == h:  # the same name twice: which cell holds the value is unknown
@@ -621,19 +661,31 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
         raise MeasurementFileError(f"{where} has {len(r)} fields, the header {len(columns)}")
     body: dict[str, dict[str, Any]] = {s: {} for s in SESSION_SECTIONS}
     run: dict[str, str] = {}
+    bad: dict[str, str] = {}  # column -> why its cell is refused (all of the row's, at once)
     for (col, target), cell in zip(columns, r):
         cell = cell.strip()
         if not cell and target is not None and target[1].name in REQUIRED_COLUMNS:
-            raise MeasurementFileError(f"{where}, column {col!r}: empty, and a measured "
-                                       "run has no default for it (docs/accuracy.md, 'Session "
-                                       "defaults')")
+            bad[col] = ("empty, and a measured run has no default for it (docs/accuracy.md, "
+                        "'Session defaults')")
+            continue
         if not cell:
             continue  # Megatron-LM's default (CSV_DEFAULTS) or the session default
         if target is None:
             run[col] = cell
-        else:
-            section, f = target
-            body[section][f.name] = _cell_value(f"{where}, column {col!r}", f, cell)
+            continue
+        section, f = target
+        try:
+            value = _cell_value(f"{where}, column {col!r}", f, cell)
+        except MeasurementFileError as exc:
+            bad[col] = str(exc).removeprefix(f"{where}, column {col!r}: ")
+            continue
+        if f.name == "virtual_pipeline_stages" and value == 1:
+            # Megatron-LM's validate_args runs a virtual pipeline size of 1 as no interleaving
+            # (virtual_pipeline_model_parallel_size None), as `vtrain import megatron-args`
+            # reads it; the measured-memory data writes 1 for "not interleaved"
+            continue
+        body[section][f.name] = value
+    _refuse_cells(where, bad, columns, body)
     gpu_name = _read_gpu_alias(body["cluster"])
     recipe = _recipe_named(where, run["recipe"]) if "recipe" in run else None
     if recipe is not None:
@@ -645,9 +697,9 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
     try:
         session = Session.from_dict({**body, **({"notes": run["notes"]} if "notes" in run else {})})
     except ConfigError as exc:
-        e = exc.errors[0]
-        raise MeasurementFileError(f"{where}, column {names.get(e.field, e.field)!r}: "
-                                   f"{e.message}") from None
+        _refuse_cells(where, {names.get(e.field, e.field): e.message for e in exc.errors},
+                      columns, body)
+        raise  # (not reached: the errors are refused above)
     defaults = _bearing({**defaults, **_session_defaults(body, session)}, session)
     time_s = (_number(f"{where}, column 'measured_iteration_time_s'", run["measured_iteration_time_s"])
               if "measured_iteration_time_s" in run else math.nan)
@@ -673,6 +725,36 @@ def _session_row(path: Path, row: int, columns: list[tuple[str, Any]], r: list[s
                            "default, the allgather dispatcher, is not modelled; give alltoall "
                            "or flex (DeepEP / HybridEP)")
     return out, names
+
+
+def _refuse_cells(where: str, bad: dict[str, str], columns: list[tuple[str, Any]],
+                  body: dict[str, dict[str, Any]]) -> None:
+    """Refuse a row's bad cells (``bad``: column -> why), every one in one message, and with
+    them what its other cells break: each field rule of :meth:`Session.from_dict` on the
+    cells read (those of a bad column left out), so a row is corrected in one round. Nothing
+    when ``bad`` is empty.
+
+    Raises
+    ------
+    MeasurementFileError
+        ``"<where>, column 'x': why"`` for one, ``"<where>: column 'x': why; column 'y':
+        why"`` for several, in the file's column order."""
+    if not bad:
+        return
+    bad = dict(bad)
+    known = {f"{t[0]}.{t[1].name}": col for col, t in columns if t}
+    given = {f"{s}.{name}" for s, v in body.items() for name in v}
+    try:
+        Session.from_dict({s: dict(v) for s, v in body.items()})
+    except ConfigError as exc:
+        for e in exc.errors:  # a rule a value the row gives breaks (not a field left empty)
+            col = known.get(e.field, e.field)
+            if e.field in given and col not in bad:
+                bad[col] = e.message
+    order = [col for col, _ in columns if col in bad] + [c for c in bad if c not in dict(columns)]
+    if len(order) == 1:
+        raise MeasurementFileError(f"{where}, column {order[0]!r}: {bad[order[0]]}")
+    raise MeasurementFileError(f"{where}: " + "; ".join(f"column {c!r}: {bad[c]}" for c in order))
 
 
 def _apply_defaults(body: dict[str, dict[str, Any]]) -> dict[str, Any]:

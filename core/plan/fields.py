@@ -76,7 +76,8 @@ def described_field(default: Any, unit: str, help: str, **kw: Any) -> Any:
 
     Further metadata, checked by every reader and by :func:`validate` (no code per field):
     ``bounds`` (a :data:`BOUNDS` entry, for numbers), ``min``/``max`` (a field's own
-    limits, within its bounds), ``choices`` (allowed values, for strings and
+    limits, within its bounds; ``min_why``: what a value below ``min`` should be written as,
+    added to the refusal), ``choices`` (allowed values, for strings and
     enumerations), ``required`` (a session file must give the field, ``null`` where the type
     allows it: its default is not what a file that leaves it out means; every model field,
     see :func:`missing_required`), ``path`` (a string naming a file: it must be resolvable,
@@ -220,7 +221,8 @@ def check_value(name: str, f: dataclasses.Field, value: Any) -> str | None:
         if choices and value not in choices:
             return f"{name}={shown} is not one of {', '.join(map(str, choices))}"
         if "min" in meta and value < meta["min"]:
-            return f"{name}={shown} must be at least {_num_text(meta['min'])}"
+            return (f"{name}={shown} must be at least {_num_text(meta['min'])}"
+                    + (f" ({meta['min_why']})" if "min_why" in meta else ""))
         if "max" in meta and value > meta["max"]:
             return f"{name}={shown} must be at most {_num_text(meta['max'])}"
         # integers are compared as integers (exactly), never converted to a float

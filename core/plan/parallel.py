@@ -205,6 +205,7 @@ class ParallelPlan:
     virtual_pipeline_stages: int | None = described_field(
         None, "chunks", "Virtual pipeline stages v per rank for the interleaved schedule "
         "(--num-virtual-stages-per-pipeline-rank); empty for other schedules", short="v", min=2,
+        min_why="1 is no interleaving, as Megatron-LM runs it: leave it empty (null)",
         bounds=BOUNDS["layers"])
     overlap_p2p_comm: bool = described_field(
         True, "", "Overlap the interleaved schedule's PP send/recv with compute "
