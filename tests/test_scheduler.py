@@ -319,3 +319,68 @@ def test_a_policy_argument_out_of_range_is_refused_before_any_sweep(monkeypatch,
     assert err.startswith(f"vtrain: error: {option}: ") and "must be in (0, 1]" in err
     with pytest.raises(ConfigError, match="--min-efficiency"):
         scheduler.schedule_study(read_jobs(str(TRACE)), Session(), 512, min_efficiency=float("nan"))
+
+
+def test_a_job_plan_above_the_throughput_ceiling_carries_its_departures(capsys):
+    """GPT-3 13B (B=1024) on 256 A100s, the Plan tab's switches held: its fastest plan's
+    predicted model FLOP/s per GPU (Eq. 3's count over the predicted time) is above the
+    highest measured among the A100 store's calibration runs, so the plan carries that
+    departure (the study printed 482,269 tokens/s with no caution); the jobs table marks it
+    and names it under the table, and --json gives it per job and per run."""
+    from core.cli.schedule import job_cells, outside_calibration_lines
+    from core.sim.simulate import session_profile
+    from core.store.calibration_range import throughput_ceiling
+    from core.studies.scheduler import job_rows
+
+    session = Session()
+    jobs = [j for j in read_jobs(str(TRACE)) if j.name == "gpt3-13b-a"]
+    counts = [256]
+    tps, plans = throughput_table(jobs, session, counts, hold_session_values=True)
+    plan = plans[0][0]
+    store = session_profile(session)
+    ceiling = throughput_ceiling(store.residuals, "A100-SXM4-80GB", "bf16")
+    # the plan's model FLOP/s per GPU: MFU times the A100's dense BF16 peak (312 TFLOP/s,
+    # the data sheet's)
+    peak = store.peak_flops["bf16"]
+    assert peak == 312e12
+    flops = plan["mfu"] * peak
+    assert flops > ceiling.flops_per_s
+    assert plan["within_calibration"] is False
+    deps = plan["calibration_departures"]
+    assert f"predicted MFU {plan['mfu'] * 100:.0f} %" in deps
+    assert f"highest measured MFU {ceiling.flops_per_s / peak * 100:.0f} %" in deps
+    assert f"{ceiling.file} row {ceiling.row}" in deps
+    (row,) = job_rows(jobs, counts, tps, plans, 0.8)
+    assert (row.efficient_gpus, row.tokens_per_s) == (256, tps[0, 0])
+    assert row.within_calibration is False and row.calibration_departures == deps
+    assert job_cells(row)[-1] == f"{tps[0, 0]:,.0f} ⚠"
+    assert outside_calibration_lines([row]) == [
+        "⚠ 1 of 1 jobs' plans at the efficient count leave what the profile was calibrated "
+        "on (error band of unknown coverage):", f"gpt3-13b-a: {deps}"]
+    # the run under every policy carries the same plan
+    r = run_schedule(jobs, tps, counts, 256, "requested", plans=plans)
+    assert r.runs[0].within_calibration is False and r.runs[0].calibration_departures == deps
+
+
+def test_cli_marks_and_names_the_plans_outside_calibration(capsys, tmp_path):
+    """The printed jobs table puts ⚠ after each such job's tokens/s and a footnote names what
+    its plan leaves; --json has the same per job and per run."""
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps([{"name": "big", "arrival_h": 0, "model": "GPT-3 13B",
+                                  "global_batch_size": 1024, "tokens": 1e9,
+                                  "requested_gpus": 256}]))
+    argv = ["schedule", str(trace), "--gpus", "256", "--policies", "requested",
+            "--hold-session-values"]
+    assert main(argv + ["--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (j,) = doc["jobs"]
+    deps = j["calibration_departures"]
+    assert j["within_calibration"] is False and "highest measured MFU 46 %" in deps
+    assert j["efficient_gpus"] == 256 and j["efficient_plan"]["calibration_departures"] == deps
+    (run,) = doc["policies"][0]["runs"]
+    assert run["within_calibration"] is False and run["calibration_departures"] == deps
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"{j['tokens_per_s'][-1]:,.0f} ⚠" in out
+    assert "⚠ 1 of 1 jobs' plans at the efficient count leave what the profile was calibrated" in out
+    assert "highest measured MFU 46 %" in " ".join(out.split())

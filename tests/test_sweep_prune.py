@@ -440,3 +440,30 @@ def test_variant_plans_share_the_overlap_rule_only_where_it_reads_the_same_field
     monkeypatch.setattr(variants, "_EP_OVERLAP_RULE_FIELDS", PLAN_FIELDS)
     own = enumerate_plans(session, space)
     assert [dataclasses.asdict(p) for p in shared] == [dataclasses.asdict(p) for p in own]
+
+
+def test_a_sweep_keeping_each_gpu_counts_best_answers_those_as_the_exhaustive_one():
+    """``best_by="num_gpus"`` (the scheduler study's sweeps, which read each count's fastest plan
+    alone): the fastest plan of every exact GPU count, the front, fastest and cheapest plans
+    equal the exhaustive sweep's; fewer plans are simulated than with every value's best kept,
+    and best_by is empty (not partly answered)."""
+    session = gpt3_small()
+    space = SweepSpace(num_gpus=[2, 4, 8], context_parallel=(1,))
+    exhaustive = run_sweep(session, space, prune=False)
+    full = run_sweep(session, space)
+    lean = run_sweep(session, space, best_by="num_gpus")
+
+    def per_count(r):
+        out = {}
+        for n in (2, 4, 8):
+            idx = np.flatnonzero((r.num_gpus == n) & r.feasible)
+            i = int(idx[np.argmax(r.tokens_per_s[idx])])
+            out[n] = (r.plans[i].label(), float(r.tokens_per_s[i]))
+        return out
+
+    assert per_count(lean) == per_count(exhaustive)
+    want = {k: v for k, v in answers(exhaustive).items() if k != "best_by"}
+    assert {k: v for k, v in answers(lean).items() if k != "best_by"} == want
+    assert lean.best_by() == {} and not lean.answers_best_by
+    assert lean.num_feasible < full.num_feasible
+    assert lean.num_feasible + int(lean.pruned.sum()) == exhaustive.num_feasible

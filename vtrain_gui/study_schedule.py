@@ -11,9 +11,11 @@ from typing import Any, Callable
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtWidgets
-from PySide6.QtCore import Slot
+from PySide6.QtCore import Qt, Slot
 
 from core.plan.session import Session
+
+from core.cli.schedule import job_cells, job_columns, outside_calibration_lines
 
 from .study_panel import (AXIS_TEXT, StudyPanel,
                           cancel_check, dark_axes, fill_table, gpu_spin, study_table)
@@ -28,8 +30,13 @@ _RUN = "#1565C0"
 
 def run_schedule_study(session: Session, settings: dict, _unused: Any,
                        progress: Callable[[int, int], None], cancel: Any) -> Any:
-    """Worker-thread body of the scheduler study: ``(jobs, counts, tokens_per_s, results)``."""
-    from core.studies.scheduler import read_jobs, schedule_study
+    """Worker-thread body of the scheduler study: ``(jobs, counts, tokens_per_s, results,
+    rows, warnings)``, ``rows`` the jobs table (:func:`core.studies.scheduler.job_rows`) and
+    ``warnings`` the sweeps' (:func:`core.sim.comm.summarize_warnings`), as ``vtrain schedule``
+    prints them."""
+    from core.sim.comm import summarize_warnings
+    from core.sim.simulate import profile_gpu_note, session_profile
+    from core.studies.scheduler import job_rows, read_jobs, schedule_study
 
     path = settings["trace"] or str(DEFAULT_TRACE)
     jobs = read_jobs(path)
@@ -37,14 +44,23 @@ def run_schedule_study(session: Session, settings: dict, _unused: Any,
     def on_progress(done: int, total: int, _name: str) -> None:
         cancel_check(cancel)
         progress(done, total)
-    counts, tps, results = schedule_study(jobs, session, settings["gpus"],
-                                          backfill=settings["backfill"],
-                                          min_efficiency=settings["min_efficiency"],
-                                          source=Path(path).name, progress=on_progress,
-                                          cancel=cancel,
-                                          hold_session_values=bool(
-                                              settings.get("hold_session_values", False)))
-    return jobs, counts, tps, results
+    store = session_profile(session)  # opened once, as vtrain schedule does
+    warnings = [w for w in [profile_gpu_note(store, session.cluster)] if w]
+    counts, tps, plans, results = schedule_study(jobs, session, settings["gpus"],
+                                                 backfill=settings["backfill"],
+                                                 min_efficiency=settings["min_efficiency"],
+                                                 source=Path(path).name, store=store,
+                                                 progress=on_progress, cancel=cancel,
+                                                 warnings=warnings,
+                                                 hold_session_values=bool(
+                                                     settings.get("hold_session_values", False)))
+    rows = job_rows(jobs, counts, tps, plans, settings["min_efficiency"])
+    return jobs, counts, tps, results, rows, summarize_warnings(warnings)
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    """``v`` formatted by ``spec``; "–" when undefined (``vtrain schedule``'s policy table)."""
+    return "–" if v is None else format(v, spec)
 
 
 class SchedulePanel(StudyPanel):
@@ -98,6 +114,11 @@ class SchedulePanel(StudyPanel):
         hint.setWordWrap(True)
         hint.setStyleSheet("color: #616161;")
         self.form.addRow(hint)
+        self.jobs = study_table(job_columns(0.8))
+        self.jobs.setToolTip("Each job's predicted tokens/s per GPU as a share of its best over "
+                             "all counts, at its request and at the efficient count; ⚠: the "
+                             "plan there is outside what the profile was calibrated on (its "
+                             "tooltip says what)")
         self.policies = study_table(["policy", "mean JCT h", "median JCT h", "mean wait h",
                                 "makespan h", "utilization", "GPU-hours"])
         self.policies.itemSelectionChanged.connect(self._on_policy_select)
@@ -112,8 +133,18 @@ class SchedulePanel(StudyPanel):
         self.gantt.getAxis("left").setWidth(110)
         self._bars: list[pg.GraphicsObject] = []
         self.gantt_title = QtWidgets.QLabel("")
-        right = self._layout([self.policies, self.notes], [self.gantt_title, self.gantt])
-        right.setStretchFactor(1, 3)
+        self.notes.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        # the footnotes scroll: a dozen departures and warnings would crush the chart
+        notes = QtWidgets.QScrollArea()
+        notes.setWidget(self.notes)
+        notes.setWidgetResizable(True)
+        notes.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
+        notes.setMaximumHeight(110)
+        self.notes_area = notes
+        right = self._layout([self.policies, self.jobs], [notes, self.gantt_title, self.gantt])
+        right.setStretchFactor(0, 1)
+        right.setStretchFactor(1, 1)
+        right.setSizes([1, 1])  # halves at first (by size hints the chart took most)
 
     def _fields(self) -> dict[str, QtWidgets.QWidget]:
         return {"trace": self.trace, "gpus": self.gpus, "backfill": self.backfill,
@@ -139,6 +170,7 @@ class SchedulePanel(StudyPanel):
         self.results_view.set_empty(True)
         self.set_session(self._session_fn())  # no result: nothing stale
         self.policies.setRowCount(0)
+        self.jobs.setRowCount(0)
         self.notes.setText("")
         for item in self._bars:
             self.gantt.removeItem(item)
@@ -163,25 +195,31 @@ class SchedulePanel(StudyPanel):
             self.settings_changed.emit()
 
     def show_result(self, result: Any) -> None:
-        """Fill the policy table and draw the first policy's jobs."""
-        _jobs, _counts, _tps, results = result
+        """Fill the jobs table and the policy table as ``vtrain schedule`` prints them
+        (:func:`core.cli.schedule.job_cells`), the notes (the calibration footnote, the
+        replays' notes and the sweeps' warnings) and draw the first policy's jobs."""
+        from core.studies.scheduler import schedule_notes
+        _jobs, _counts, _tps, results, job_rows_, warnings = result
+        min_efficiency = (self.result_settings or self.settings())["min_efficiency"]
+        self.jobs.setHorizontalHeaderLabels(job_columns(min_efficiency))
+        fill_table(self.jobs, [job_cells(r) for r in job_rows_], left={0, 1})
+        tps_col = len(job_columns(min_efficiency)) - 1
+        for k, r in enumerate(job_rows_):  # the ⚠'s why where it stands, as the optimal table
+            if r.calibration_departures:
+                self.jobs.item(k, tps_col).setToolTip(r.calibration_departures)
         rows = []
         for r in results:
             m = r.metrics()
-            rows.append([r.policy, f"{m['mean_jct_h']:,.1f}", f"{m['median_jct_h']:,.1f}",
-                         f"{m['mean_wait_h']:,.1f}", f"{m['makespan_h']:,.1f}",
-                         f"{m['utilization']:.1%}", f"{m['gpu_hours']:,.0f}"])
+            rows.append([r.policy, _fmt(m['mean_jct_h'], ",.1f"), _fmt(m['median_jct_h'], ",.1f"),
+                         _fmt(m['mean_wait_h'], ",.1f"), _fmt(m['makespan_h'], ",.1f"),
+                         _fmt(m['utilization'], ".1%"), _fmt(m['gpu_hours'], ",.0f")])
         fill_table(self.policies, rows)
-        notes = []
-        if results and results[0].unrunnable:
-            notes.append(f"No plan fits on any count for {', '.join(results[0].unrunnable)}: "
-                         "left out of every policy.")
-        for r in results:
-            notes += [f"{r.policy}: {name} asked for {asked} GPUs; no plan fits "
-                      f"{'there' if r.policy == 'requested' else 'at or below that'}, so it ran "
-                      f"on {got}." for name, asked, got in r.adjusted]
-        if len(notes) > 6:
-            notes = notes[:6] + [f"… and {len(notes) - 6} more (vtrain schedule prints all)."]
+        # as high as its rows: the jobs table below gets the rest
+        self.policies.setMaximumHeight(self.policies.horizontalHeader().height()
+                                       + self.policies.verticalHeader().length()
+                                       + 2 * self.policies.frameWidth() + 2)
+        notes = outside_calibration_lines(job_rows_) + schedule_notes(results) + [
+            f"warning: {w}" for w in warnings]
         self.notes.setText("\n".join(notes))
         self.policies.selectRow(0)
         self.show_policy(0)
@@ -194,7 +232,7 @@ class SchedulePanel(StudyPanel):
 
     def show_policy(self, index: int) -> None:
         """Draw policy ``index``'s jobs: waiting (arrival to start) and running (start to end)."""
-        jobs, _counts, _tps, results = self.result
+        results = self.result[3]
         r = results[index]
         for item in self._bars:
             self.gantt.removeItem(item)

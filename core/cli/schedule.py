@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # rich is imported when the command runs (fast ``vtrain --hel
 #: scheduler; tests/test_scheduler.py checks that the two agree.
 POLICY_NAMES = ("requested", "efficient", "adaptive")
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "run", "job_columns", "job_cells", "outside_calibration_lines"]
 
 
 def add_parser(sub: Any) -> None:
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from core.util.console import Console
     from core.util.inputs import strict_dumps
     from core.studies.optimal import gpt_shape
-    from core.studies.scheduler import POLICIES, read_jobs, schedule_study
+    from core.studies.scheduler import POLICIES, job_rows, read_jobs, schedule_study
     from core.io.session import load_any
 
     from core.plan.fields import BOUNDS
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     store = session_profile(session)  # opened once: its GPU kind is checked against the cluster's
     warnings = [w for w in [profile_gpu_note(store, session.cluster)] if w]
     progress = study_progress(args.json)
-    counts, tps, results = schedule_study(jobs, session, args.gpus, policies=policies,
+    counts, tps, plans, results = schedule_study(jobs, session, args.gpus, policies=policies,
                                           backfill=args.backfill,
                                           min_efficiency=args.min_efficiency,
                                           source=Path(args.trace).name, store=store,
@@ -102,12 +102,13 @@ def run(args: argparse.Namespace) -> int:
                                           hold_session_values=args.hold_session_values)
     from core.sim.comm import summarize_warnings
     warnings = summarize_warnings(warnings)  # the sweeps' (the profile's note is theirs too)
+    rows = job_rows(jobs, counts, tps, plans, args.min_efficiency)
     if args.json:
-        print(strict_dumps({**_document(jobs, counts, tps, results, args),
+        print(strict_dumps({**_document(rows, counts, tps, results, args),
                             "profile": store.device_name, "warnings": warnings}))
         return 0
     console = Console()
-    _print(jobs, counts, tps, results, args, session, console, store)
+    _print(rows, results, args, session, console, store)
     from core.util.console import esc
     for w in warnings[:3]:
         console.print(f"[yellow]warning: {esc(w)}[/]", highlight=False)
@@ -116,19 +117,66 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def job_columns(min_efficiency: float) -> list[str]:
+    """Titles of the jobs table (``vtrain schedule`` and the window's study)."""
+    return ["job", "model", "arrival h", "tokens", "requested", "per GPU there",
+            f"efficient (>= {min_efficiency:.0%})", "tokens/s there"]
+
+
+def job_cells(row) -> list[str]:
+    """One :class:`core.studies.scheduler.JobRow` as the jobs table's plain-text cells
+    (:func:`job_columns`): ``⚠`` after the tokens/s of a plan outside what the profile was
+    calibrated on (:func:`core.cli.sweep.calibration_mark`), which
+    :func:`outside_calibration_lines` explains."""
+    from core.cli.sweep import calibration_mark
+    job = row.job
+    head = [job.name, job.model.name, f"{job.arrival_h:g}", f"{job.tokens / 1e9:,.0f}B",
+            str(job.requested_gpus)]
+    if row.efficient_gpus is None:
+        return [*head, "-", "no plan fits", "-"]
+    return [*head, "no plan" if row.share_at_request is None else f"{row.share_at_request:.0%}",
+            f"{row.efficient_gpus} ({row.efficient_share:.0%})",
+            f"{row.tokens_per_s:,.0f}{calibration_mark(row.within_calibration, row.calibration_departures)}"]
+
+
+def outside_calibration_lines(rows) -> list[str]:
+    """The footnote of the jobs table's ``⚠``: a line saying how many jobs' plans (at the
+    efficient count) leave what the profile was calibrated on, then per distinct departure
+    (:attr:`core.studies.sweep.SweepResult.calibration_departures`, or the GPU count or model
+    size: :data:`core.cli.sweep.OUTSIDE_RANGE`) the jobs and what they leave; [] when none."""
+    from core.cli.sweep import OUTSIDE_RANGE, calibration_mark
+    marked = [r for r in rows if calibration_mark(r.within_calibration, r.calibration_departures)]
+    if not marked:
+        return []
+    by: dict[str, list[str]] = {}
+    for r in marked:
+        by.setdefault(r.calibration_departures or OUTSIDE_RANGE, []).append(r.job.name)
+    n = len(marked)
+    return [f"⚠ {n} of {len(rows)} jobs' plans at the efficient "
+            f"count leave what the profile was calibrated on (error band of unknown coverage):"
+            ] + [f"{', '.join(names)}: {why}" for why, names in by.items()]
+
+
 def _run_dict(r) -> dict[str, Any]:
     return {"job": r.job.name, "start_h": r.start_h, "end_h": r.end_h, "gpus": r.gpus,
-            "tokens_per_s": r.tokens_per_s, "jct_h": r.jct_h, "wait_h": r.wait_h, "plan": r.plan}
+            "tokens_per_s": r.tokens_per_s, "jct_h": r.jct_h, "wait_h": r.wait_h,
+            "within_calibration": r.within_calibration,
+            "calibration_departures": r.calibration_departures, "plan": r.plan}
 
 
-def _document(jobs, counts, tps, results, args) -> dict[str, Any]:
+def _document(rows, counts, tps, results, args) -> dict[str, Any]:
     return {
         "gpus": args.gpus, "backfill": args.backfill, "min_efficiency": args.min_efficiency,
         "hold_session_values": bool(args.hold_session_values),
         "counts": list(counts),
-        "jobs": [{"name": j.name, "model": j.model.name, "arrival_h": j.arrival_h,
-                  "tokens": j.tokens, "requested_gpus": j.requested_gpus,
-                  "tokens_per_s": [float(x) for x in row]} for j, row in zip(jobs, tps)],
+        "jobs": [{"name": r.job.name, "model": r.job.model.name, "arrival_h": r.job.arrival_h,
+                  "tokens": r.job.tokens, "requested_gpus": r.job.requested_gpus,
+                  "tokens_per_s": [float(x) for x in row],
+                  "share_at_request": r.share_at_request, "efficient_gpus": r.efficient_gpus,
+                  "efficient_share": r.efficient_share,
+                  "within_calibration": r.within_calibration,
+                  "calibration_departures": r.calibration_departures,
+                  "efficient_plan": r.plan} for r, row in zip(rows, tps)],
         "policies": [{"policy": r.policy, "metrics": r.metrics(), "unrunnable": r.unrunnable,
                       "adjusted": [{"job": n, "requested_gpus": a, "gpus": g}
                                    for n, a, g in r.adjusted],
@@ -136,15 +184,15 @@ def _document(jobs, counts, tps, results, args) -> dict[str, Any]:
     }
 
 
-def _print(jobs, counts, tps, results, args, session, console: Console, store=None) -> None:
-    import numpy as np
+def _print(rows, results, args, session, console: Console, store=None) -> None:
     from rich.table import Table
 
     from core.util.console import esc
-    from core.studies.scheduler import target_index
+    from core.cli.sweep import calibration_mark
     from core.plan.cluster import node_network_gbits_per_s
+    from core.studies.scheduler import schedule_notes
     from core.studies.sweep.dimensions import kept_switches_text
-    console.print(f"[bold]{len(jobs)} jobs[/] on {args.gpus:,} x {esc(session.cluster.gpu)} "
+    console.print(f"[bold]{len(rows)} jobs[/] on {args.gpus:,} x {esc(session.cluster.gpu)} "
                   f"({session.cluster.gpus_per_node} per node, "
                   f"{node_network_gbits_per_s(session.cluster):,.0f} Gb/s per node), first come first "
                   f"served{', with backfilling' if args.backfill else ''}", highlight=False)
@@ -158,26 +206,15 @@ def _print(jobs, counts, tps, results, args, session, console: Console, store=No
                       "--hold-session-values keeps the session's switches)", highlight=False)
     if store is not None:  # the store the throughputs come from (--profile or the GPU's own)
         console.print(esc(f"profile: {store.device_name} {store.path or ''}"), highlight=False)
-    counts_a = np.asarray(counts)
     jt = Table(title="Jobs: predicted tokens/s per GPU as a share of the job's best over all "
                      "counts, at the request and at the efficient count", title_justify="left")
-    for col in ("job", "model", "arrival h", "tokens", "requested", "per GPU there",
-                f"efficient (>= {args.min_efficiency:.0%})", "tokens/s there"):
+    for col in job_columns(args.min_efficiency):
         jt.add_column(col, justify="left" if col in ("job", "model") else "right")
-    for j, job in enumerate(jobs):
-        ok = tps[j] > 0
-        if not ok.any():
-            jt.add_row(esc(job.name), esc(job.model.name), f"{job.arrival_h:g}", f"{job.tokens / 1e9:,.0f}B",
-                       str(job.requested_gpus), "-", "no plan fits", "-")
-            continue
-        per = np.where(ok, tps[j] / counts_a, 0.0)
-        best = per[ok].max()
-        req = int(np.flatnonzero(counts_a == job.requested_gpus)[0])
-        k = target_index(job, counts_a, tps[j], args.min_efficiency)
-        jt.add_row(esc(job.name), esc(job.model.name), f"{job.arrival_h:g}", f"{job.tokens / 1e9:,.0f}B",
-                   str(job.requested_gpus), f"{per[req] / best:.0%}" if ok[req] else "no plan",
-                   f"{counts_a[k]} ({per[k] / best:.0%})", f"{tps[j, k]:,.0f}")
+    for row in rows:
+        jt.add_row(*map(esc, job_cells(row)))
     console.print(jt)
+    for k, line in enumerate(outside_calibration_lines(rows)):
+        console.print(f"[yellow]{esc(line)}[/]" if k == 0 else f"  {esc(line)}", highlight=False)
     pt = Table(title="Policies", title_justify="left")
     for col in ("policy", "mean JCT h", "median JCT h", "mean wait h", "makespan h",
                 "utilization", "GPU-hours"):
@@ -191,14 +228,8 @@ def _print(jobs, counts, tps, results, args, session, console: Console, store=No
                    fmt(m["mean_wait_h"], ",.1f"), fmt(m["makespan_h"], ",.1f"),
                    fmt(m["utilization"], ".1%"), fmt(m["gpu_hours"], ",.0f"))
     console.print(pt)
-    if results and results[0].unrunnable:
-        console.print(f"[yellow]No plan fits on any count for {esc(', '.join(results[0].unrunnable))}; "
-                      "left out of every policy.[/]", highlight=False)
-    for r in results:
-        for name, asked, got in r.adjusted:
-            console.print(f"[yellow]{r.policy}: {esc(name)} asked for {asked} GPUs; no plan fits "
-                          f"{'there' if r.policy == 'requested' else 'at or below that'}, so it "
-                          f"ran on {got}.[/]", highlight=False)
+    for note in schedule_notes(results):
+        console.print(f"[yellow]{esc(note)}[/]", highlight=False)
     for r in results:
         if not args.runs:
             continue
@@ -209,6 +240,7 @@ def _print(jobs, counts, tps, results, args, session, console: Console, store=No
             p = x.plan or {}
             rt.add_row(esc(x.job.name), str(x.gpus),
                        " ".join(str(p.get(k, "-")) for k in ("tensor_parallel", "pipeline_parallel",
-                                                              "data_parallel", "micro_batch_size")),
+                                                              "data_parallel", "micro_batch_size"))
+                       + calibration_mark(x.within_calibration, x.calibration_departures),
                        f"{x.start_h:,.1f}", f"{x.end_h:,.1f}", f"{x.wait_h:,.1f}", f"{x.jct_h:,.1f}")
         console.print(rt)

@@ -53,7 +53,7 @@ from core.plan.session import Session
 
 __all__ = ["POLICIES", "Job", "read_jobs", "jobs_from_list", "gpu_counts", "throughput_table",
            "target_index", "JobRun", "ScheduleResult", "run_schedule", "schedule_study",
-           "study_inputs"]
+           "study_inputs", "JobRow", "job_rows", "schedule_notes"]
 
 POLICIES = ("requested", "efficient", "adaptive")
 #: Latest arrival a trace may have, hours (about 114 years: later ones lose hour precision).
@@ -312,7 +312,9 @@ def throughput_table(jobs: Sequence[Job], session: Session, counts: Sequence[int
                 space = SweepSpace(num_gpus=list(counts), hold_session_values=True)
             else:
                 space = SweepSpace.default_on(s, list(counts))
-            res = run_sweep(s, space, store=store, cancel=cancel)
+            # only each count's fastest plan is read: the branch and bound keeps those exact
+            # (and the front) and prunes the rest (about 2x faster than every value's best)
+            res = run_sweep(s, space, store=store, cancel=cancel, best_by="num_gpus")
             if warnings is not None:
                 warnings += [w for w in res.warnings if w not in warnings]
             tps = np.zeros(len(counts))
@@ -338,6 +340,20 @@ class JobRun:
     gpus: int
     tokens_per_s: float
     plan: dict | None
+
+    @property
+    def within_calibration(self) -> bool | None:
+        """Whether the plan it ran with is inside what the profile was calibrated on (GPU
+        count, model size and every feature:
+        :attr:`core.studies.sweep.SweepResult.within_calibration`); None without a plan."""
+        return None if self.plan is None else self.plan["within_calibration"]
+
+    @property
+    def calibration_departures(self) -> str:
+        """What of the plan it ran with none of the profile's calibration runs had (features,
+        the throughput ceiling: :attr:`core.studies.sweep.SweepResult.calibration_departures`);
+        "" when none or without a plan."""
+        return "" if self.plan is None else self.plan["calibration_departures"]
 
     @property
     def jct_h(self) -> float:
@@ -396,6 +412,70 @@ def target_index(job: Job, counts: np.ndarray, tps: np.ndarray, min_efficiency: 
         return int(np.flatnonzero(ok)[0])
     good = np.flatnonzero(cap & (per_gpu >= min_efficiency * per_gpu[ok].max()))
     return int(good[-1]) if good.size else int(np.flatnonzero(cap)[-1])
+
+
+@dataclass
+class JobRow:
+    """One job of the jobs table (what ``vtrain schedule`` and the window's study show): at the
+    job's request, its predicted tokens/s per GPU as a share of its best over all counts
+    (``share_at_request``, None where no plan fits there); at the ``efficient`` policy's count
+    (:func:`target_index`: ``efficient_gpus``, None when no plan fits on any count) that share,
+    the tokens/s and the plan (a :meth:`core.studies.sweep.SweepResult.plan_row` dict, which
+    carries ``within_calibration``, ``calibration_departures`` and the error band
+    ``interval_low_s`` / ``interval_high_s`` of its iteration time, seconds)."""
+
+    job: Job
+    share_at_request: float | None
+    efficient_gpus: int | None
+    efficient_share: float | None
+    tokens_per_s: float | None
+    plan: dict | None
+
+    @property
+    def within_calibration(self) -> bool | None:
+        """:attr:`JobRun.within_calibration` of the plan at the efficient count."""
+        return None if self.plan is None else self.plan["within_calibration"]
+
+    @property
+    def calibration_departures(self) -> str:
+        """:attr:`JobRun.calibration_departures` of the plan at the efficient count."""
+        return "" if self.plan is None else self.plan["calibration_departures"]
+
+
+def job_rows(jobs: Sequence[Job], counts: Sequence[int], tokens_per_s: np.ndarray,
+             plans: list[list[dict | None]] | None, min_efficiency: float) -> list[JobRow]:
+    """The jobs table: one :class:`JobRow` per job, in trace order, from
+    :func:`throughput_table`'s ``tokens_per_s`` (shape (len(jobs), len(counts)), 0 where no plan
+    fits) and ``plans`` (None: the rows have no plan); ``counts`` must hold every request."""
+    counts_a = np.asarray(counts, np.int64)
+    out = []
+    for j, job in enumerate(jobs):
+        ok = tokens_per_s[j] > 0
+        if not ok.any():
+            out.append(JobRow(job, None, None, None, None, None))
+            continue
+        per = np.where(ok, tokens_per_s[j] / counts_a, 0.0)
+        best = per[ok].max()
+        req = int(np.flatnonzero(counts_a == job.requested_gpus)[0])
+        k = target_index(job, counts_a, tokens_per_s[j], min_efficiency)
+        out.append(JobRow(job, float(per[req] / best) if ok[req] else None, int(counts_a[k]),
+                          float(per[k] / best), float(tokens_per_s[j, k]),
+                          plans[j][k] if plans else None))
+    return out
+
+
+def schedule_notes(results: Sequence[ScheduleResult]) -> list[str]:
+    """What the policies' replays leave to say, one sentence each: the jobs no plan fits on any
+    count, and every job that ran on another count than it asked for (per policy)."""
+    notes = []
+    if results and results[0].unrunnable:
+        notes.append(f"No plan fits on any count for {', '.join(results[0].unrunnable)}; "
+                     "left out of every policy.")
+    for r in results:
+        notes += [f"{r.policy}: {name} asked for {asked} GPUs; no plan fits "
+                  f"{'there' if r.policy == 'requested' else 'at or below that'}, so it ran "
+                  f"on {got}." for name, asked, got in r.adjusted]
+    return notes
 
 
 def _requested_index(job: Job, counts: np.ndarray, tps: np.ndarray) -> int:
@@ -535,13 +615,14 @@ def schedule_study(jobs: Sequence[Job], session: Session, total_gpus: int, *,
                    min_efficiency: float = 0.8, source: str = "trace", store=None,
                    progress: Callable[[int, int, str], None] | None = None, cancel: Any = None,
                    warnings: list[str] | None = None, hold_session_values: bool = False
-                   ) -> tuple[list[int], np.ndarray, list[ScheduleResult]]:
+                   ) -> tuple[list[int], np.ndarray, list[list[dict | None]], list[ScheduleResult]]:
     """The whole study: candidate counts (:func:`gpu_counts`), the throughput table
     (:func:`throughput_table`, its sweeps holding the session's switches only with
     ``hold_session_values``) and one :func:`run_schedule` per policy, on ``session``'s cluster
     (the sweeps' warnings appended to ``warnings`` when given).
 
-    Returns ``(counts, tokens_per_s, results)``.
+    Returns ``(counts, tokens_per_s, plans, results)`` (``plans``: :func:`throughput_table`'s,
+    each carrying its calibration departures; :func:`job_rows` makes the jobs table of them).
 
     Raises
     ------
@@ -562,4 +643,4 @@ def schedule_study(jobs: Sequence[Job], session: Session, total_gpus: int, *,
                                   hold_session_values=hold_session_values)
     results = [run_schedule(jobs, tps, counts, total_gpus, p, plans=plans, backfill=backfill,
                             min_efficiency=min_efficiency) for p in policies]
-    return counts, tps, results
+    return counts, tps, plans, results

@@ -58,7 +58,7 @@ def test_compute_optimal_study_shows_the_core_result(studies, qtbot):
     assert panel.run_button.isEnabled() and not panel.cancel_button.isEnabled()
 
 
-def test_schedule_study_shows_every_policy_and_draws_the_selected_one(studies, qtbot):
+def test_schedule_study_shows_every_policy_and_draws_the_selected_one(studies, qtbot, capsys):
     panel = studies.schedule
     assert panel.trace.text() == "" and str(DEFAULT_TRACE) in panel.trace.toolTip()  # the example
     assert not panel.hold.isChecked()  # the default: each job's sweep searches the default space
@@ -66,11 +66,36 @@ def test_schedule_study_shows_every_policy_and_draws_the_selected_one(studies, q
     assert panel.settings()["hold_session_values"] is True
     with qtbot.waitSignal(panel.runner.finished, timeout=240_000):
         panel.run()
-    jobs, _counts, _tps, results = panel.result
+    jobs, _counts, _tps, results, _rows, _warnings = panel.result
     assert [r.policy for r in results] == list(POLICIES)
     assert panel.policies.rowCount() == len(POLICIES)
     req = results[0].metrics()
     assert panel.policies.item(0, 1).text() == f"{req['mean_jct_h']:,.1f}"
+    # the jobs table and the notes are vtrain schedule's (the window showed neither): each
+    # row's cells from the CLI's --json of the same study, ⚠ where the plan is outside
+    # calibration with its departures in the tooltip; the sweeps' warnings in the notes
+    from core.cli import main
+    capsys.readouterr()
+    assert main(["schedule", str(DEFAULT_TRACE), "--gpus", str(panel.gpus.value()),
+                 "--hold-session-values", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert panel.jobs.rowCount() == len(doc["jobs"]) == 12
+    headers = [panel.jobs.horizontalHeaderItem(c).text() for c in range(panel.jobs.columnCount())]
+    assert headers[-2:] == ["efficient (>= 80%)", "tokens/s there"]
+    for k, j in enumerate(doc["jobs"]):
+        cells = [panel.jobs.item(k, c).text() for c in range(panel.jobs.columnCount())]
+        tps = j["tokens_per_s"][doc["counts"].index(j["efficient_gpus"])]
+        assert cells == [j["name"], j["model"], f"{j['arrival_h']:g}", f"{j['tokens'] / 1e9:,.0f}B",
+                         str(j["requested_gpus"]), f"{j['share_at_request']:.0%}",
+                         f"{j['efficient_gpus']} ({j['efficient_share']:.0%})",
+                         f"{tps:,.0f}" + ("" if j["within_calibration"] else " ⚠")]
+        assert panel.jobs.item(k, 7).toolTip() == j["calibration_departures"]
+    assert doc["jobs"][1]["name"] == "gpt3-13b-a" and not doc["jobs"][1]["within_calibration"]
+    assert "highest measured MFU 46 %" in doc["jobs"][1]["calibration_departures"]
+    notes = panel.notes.text()
+    assert notes.startswith("⚠ 12 of 12 jobs' plans at the efficient count leave what the "
+                            "profile was calibrated on")
+    assert doc["warnings"] and all(f"warning: {w}" in notes for w in doc["warnings"])
     # the Gantt shows the selected policy: a y tick per job
     panel.policies.selectRow(1)
     ticks = panel.gantt.getAxis("left")._tickLevels[0]

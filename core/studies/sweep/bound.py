@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -523,8 +523,8 @@ _NEAR_FIELDS = operator.itemgetter(*(j for j, f in enumerate(PLAN_FIELDS)
 
 
 def value_codes(plans: list[ParallelPlan], num_gpus: np.ndarray, several_counts: bool,
-                cancel: Any = None, columns: dict[str, np.ndarray] | None = None
-                ) -> list[np.ndarray]:
+                cancel: Any = None, columns: dict[str, np.ndarray] | None = None,
+                fields: Sequence[str] = BEST_BY_FIELDS) -> list[np.ndarray]:
     """For each dimension whose best plans the sweep answers (:data:`BEST_BY_FIELDS`, and the
     GPU count when the space names ``several_counts``), each plan's value as a code (unsigned
     int (n,), the smallest type that holds its codes): plans of one value share a code (numbered by first appearance; values told apart
@@ -533,7 +533,8 @@ def value_codes(plans: list[ParallelPlan], num_gpus: np.ndarray, several_counts:
     (:func:`core.studies.sweep.result.best_by_values`: None where the field does not act). :func:`prunable`'s
     ``codes``. ``columns``: the plans'
     :func:`core.studies.sweep.result.plan_column_arrays`, when known (a column of one type is
-    coded with numpy). ``cancel`` is checked before each dimension (:class:`SweepCancelled`)."""
+    coded with numpy). ``cancel`` is checked before each dimension (:class:`SweepCancelled`).
+    ``fields``: the dimensions coded after the GPU count (default every one)."""
     codes = []
     if several_counts:
         codes.append(np.unique(num_gpus, return_inverse=True)[1].reshape(-1))
@@ -543,7 +544,7 @@ def value_codes(plans: list[ParallelPlan], num_gpus: np.ndarray, several_counts:
             return columns[name]
         return np.array(list(map(operator.attrgetter(name), plans)), dtype=object)
 
-    for name in BEST_BY_FIELDS:
+    for name in fields:
         check_cancelled(cancel)  # each field: about 15 ms per 100,000 plans
         # the values as best_by groups them ("-" where the field does not act)
         col = best_by_values(column, name)

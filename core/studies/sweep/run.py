@@ -143,7 +143,7 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
               progress: ProgressFn | None = None, cancel: Any = None, workers: int = 1,
               dask: str | None = None, coverage: float = DEFAULT_COVERAGE, prune: bool = True,
               max_work: int | None = None, notice: Callable[[str], None] | None = None,
-              phase: PhaseFn | None = None, best_by: bool = True,
+              phase: PhaseFn | None = None, best_by: bool | str = True,
               no_tight: bool = False) -> SweepResult:
     """Enumerate, simulate and cost every valid plan of ``space``.
 
@@ -214,7 +214,9 @@ def run_sweep(session: Session, space: SweepSpace, *, store=None, deadline_days:
         drops a plan once a simulated plan beats its bound, whatever its values (a study that
         needs the fastest plan alone: the compute-optimal study, about 2.5x faster on its
         example); the result's :meth:`~core.studies.sweep.result.SweepResult.best_by` is then
-        empty.
+        empty. ``"num_gpus"``: as False, but the best plan of each of the space's exact GPU
+        counts is kept exact too (the scheduler study's throughput table, which reads only
+        those: about 2x faster on its trace); ``best_by()`` is empty then as well.
     no_tight : bool
         Leave out the plans whose memory verdict is "tight" (:func:`core.sim.report.memory_verdict`:
         inside ``cluster.memory_reserve_fraction`` of the GPU's memory, or over it only
@@ -652,7 +654,7 @@ def _run_sweep(session, space, store, deadline_days, progress, cancel, workers, 
     result = _result(session, space, runner, max_mem, mem_fits, reason, num_mb, sweep_notes,
                      deadline_days, pruned, lower)
     result.dimensions = dimensions
-    result.answers_best_by = best_by or not prune
+    result.answers_best_by = best_by is True or not prune
     result.no_tight = bool(no_tight)
     if deadline_days is not None:
         result.cheapest_within_deadline = result.cheapest_within(deadline_days)
@@ -705,7 +707,7 @@ def _branch_and_bound(runner: _Runner, session: Session, space: SweepSpace, lowe
     ``lower``), then branch and bound (:func:`core.studies.sweep.bound.branch_and_bound`):
     simulate in rounds by increasing bound (the session's own plan ``own`` first), and drop the
     plans whose bound shows they cannot change the front, the best plans or (with ``best_by``)
-    any dimension's best. Returns the plans dropped (bool (n,)); their reasons are set in
+    any dimension's best (``"num_gpus"``: any GPU count's best). Returns the plans dropped (bool (n,)); their reasons are set in
     ``reason``."""
     plans = runner.plans
     fill_lower_bounds(lower, plans, candidates, runner.model, runner.cluster, runner.cost,
@@ -717,8 +719,13 @@ def _branch_and_bound(runner: _Runner, session: Session, space: SweepSpace, lowe
     runner.lookup_cache.clear()
     runner.prepare()
     lb = _figures(runner, session, np.where(np.isfinite(lower), lower, 1.0))
-    codes = value_codes(plans, runner.num_gpus, len(space.gpu_counts() or ()) > 1,
-                        runner.cancel, runner.columns) if best_by else []
+    several_counts = len(space.gpu_counts() or ()) > 1
+    if best_by == "num_gpus":  # the GPU count's code alone (value_codes puts it first)
+        codes = [value_codes(plans, runner.num_gpus, True, runner.cancel, runner.columns,
+                             fields=())[0]] if several_counts else []
+    else:
+        codes = value_codes(plans, runner.num_gpus, several_counts, runner.cancel,
+                            runner.columns) if best_by else []
     if runner.progress is not None:  # the simulation starts
         runner.progress(0, runner.n)
     order = candidates[np.argsort(lower[candidates], kind="stable")]
@@ -728,7 +735,8 @@ def _branch_and_bound(runner: _Runner, session: Session, space: SweepSpace, lowe
                               codes, lambda rows: runner.solve(group_batches(plans, rows)),
                               lambda times: _figures(runner, session, times), runner.skip)
     tail = (" s per iteration shows it cannot reach the Pareto front"
-            + (" nor be the best plan of any of its values" if best_by else ""))
+            + (" nor be the best plan of its GPU count" if best_by == "num_gpus" else
+               " nor be the best plan of any of its values" if best_by else ""))
     texts: dict[str, str] = {}  # one text per bound as written: most pruned plans share one
     for i in np.flatnonzero(pruned).tolist():
         bound = f"{lower[i]:.3f}"
