@@ -86,7 +86,8 @@ def test_jsonl_gives_the_calibration_the_same_runs(published, frozen):
                               ("te_master_weights", True), ("main_params_dtype", "fp32"),
                               ("exp_avg_dtype", "fp32"), ("exp_avg_sq_dtype", "fp32"),
                               ("tp_comm_overlap_backend", "userbuffers"),
-                              ("fsdp_fp32_params", False), ("fp8_impl", "transformer_engine")):
+                              ("fsdp_fp32_params", False), ("fp8_impl", "transformer_engine"),
+                              ("tp_saved_input", "sequence_shard")):
             assert doc["plan"].pop(name) == default  # freeze, at their defaults
         digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
         assert digest == r["session_sha256"], r["row"]

@@ -427,7 +427,8 @@ def test_plan_key_and_label_derive_from_every_field():
                    overlap_p2p_comm=False, use_precision_aware_optimizer=True,
                    te_master_weights=False, main_params_dtype="fp16", exp_avg_dtype="bf16",
                    exp_avg_sq_dtype="fp8", tp_comm_overlap_backend="symmetric_memory",
-                   fsdp_fp32_params=True, fp8_impl="torchao")
+                   fsdp_fp32_params=True, fp8_impl="torchao",
+                   tp_saved_input="gathered")
     assert set(PLAN_FIELDS) <= set(changed) | {"virtual_pipeline_stages"}
     for name, value in changed.items():
         meta = ParallelPlan.__dataclass_fields__[name].metadata

@@ -110,6 +110,7 @@ _LABELS = {
     "plan.grad_reduce_dtype": "Gradient dtype",
     "plan.fp8_recipe": "FP8 recipe",
     "plan.fp8_impl": "FP8 implementation",
+    "plan.tp_saved_input": "TP linears save",
     "plan.tf32": "TF32 matmuls (fp32)",
     "plan.first_stage_layers": "First stage layers",
     "plan.last_stage_layers": "Last stage layers",
@@ -183,6 +184,11 @@ _CHOICE_TIPS["plan.fp8_impl"] = {
     "torchao": "torchao's Float8Linear (torchtitan's float8 converter): no FP8 weight copies, "
                "the weights cast inside every GEMM; linear inputs saved as they arrive (BF16 "
                "without tensor parallelism)"}
+_CHOICE_TIPS["plan.tp_saved_input"] = {
+    "sequence_shard": "Megatron-Core's sequence parallelism: QKV and fc1 save the norm output's "
+                      "s/t shard and all-gather it again in the backward",
+    "gathered": "torchtitan's tensor parallelism: QKV and fc1 (w1/w3) save the all-gathered "
+                "input, all s tokens on every rank"}
 #: Text an optional number shows at its minimum (0), which stands for None.
 _NONE_TEXT = {"model.ffn_hidden_size": "default (4·h)",
               "model.num_query_groups": "one per head (a)",

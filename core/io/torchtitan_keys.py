@@ -121,7 +121,8 @@ KEYS: dict[str, Rule] = {
                                                     "plan.data_parallel_shard_size, "
                                                     "plan.fsdp_fp32_params"),
     "parallelism.tensor_parallel_degree": _used("plan.tensor_parallel (sequence-parallel, as "
-                                                "torchtitan's TP always is)"),
+                                                "torchtitan's TP always is; above one "
+                                                "plan.tp_saved_input gathered)"),
     "parallelism.pipeline_parallel_degree": _used("plan.pipeline_parallel (torchtitan's split: "
                                                   "plan.pipeline_model_parallel_layout)"),
     "parallelism.context_parallel_degree": _used("plan.context_parallel (above one FSDP "

@@ -20,7 +20,7 @@ from core.model.mlp import is_gated, mlp_kernels, mlp_parameters
 from core.model.recompute import selective_op_activation_bytes
 from core.model.tokens import OpShape, op_shape
 from core.plan.parallel import (FP8_DEFAULT_RECIPE, ParallelPlan, fp8_recipe, recompute_modules,
-                                tensor_dtype)
+                                tensor_dtype, tp_saves_gathered_input)
 from core.plan.model_config import ModelConfig, padded_vocab_size
 
 __all__ = [
@@ -335,6 +335,20 @@ def dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mod
     do not apply; with ``t > 1`` torchtitan's float8 tensor parallelism hands every linear a
     float8 input, counted as above with the projection's as under delayed scaling (its FP8
     copy saved, ``+1`` beside FlashAttention's BF16 output).
+    Tensor parallelism that saves the gathered input (``plan.tp_saved_input`` gathered,
+    torchtitan; :func:`tp_saves_gathered_input`): with sequence parallelism the column-parallel
+    linears keep their all-gathered input, all ``s`` tokens on every rank (torchtitan 0.2.0
+    ``models/llama3/infra/parallelize.py`` ``apply_tp``: ``PrepareModuleInput`` with
+    ``desired_input_layouts=Replicate()`` before ``attention`` and ``feed_forward``, then
+    ``ColwiseParallel`` ``wq``/``wk``/``wv`` and ``w1``/``w3``, whose ``F.linear`` on the
+    replicated DTensor saves it; the three projections and the two MLP inputs share one
+    tensor each), where Megatron-Core keeps the ``s/t`` shard and gathers it again in the
+    backward: QKV's and fc1's inputs (``2`` each of the ``10``; 1 byte under FP8 with float8
+    inputs) count ``sbh`` rather than ``sbh/t``, i.e. ``sbh/t (34 + 4(t - 1) + 5as/h)``
+    for GPT. The norms' inputs stay sharded (``SequenceParallel``), the norms' output shards
+    are not kept (``RMSNorm`` saves its input), and the row-parallel ``wo``/``w2`` inputs and
+    the attention core's Q, K, V and output are ``1/t`` of the heads or of ``f`` as in
+    Megatron-Core. Full recomputation keeps the block's sequence-sharded input either way.
     Context parallelism: every term with ``s -> s/cp``
     (each rank keeps its own tokens' activations; ring attention needs FlashAttention, so
     no ``s x s`` term; the exchange's K/V buffers are transient, one layer's at a time:
@@ -374,6 +388,10 @@ def dense_activation_bytes_per_layer(model: ModelConfig, plan: ParallelPlan, mod
     if fp8_saves_fp8_inputs(plan):
         _fp8_terms(terms, model, plan, mode, mods)
     _recomputed_terms(terms, model, plan, mods)
+    if mode != "full" and tp_saves_gathered_input(plan):
+        # QKV's and fc1's inputs (the norms' outputs) kept whole on every rank, not their s/t
+        # shards: norm_in + norm_mlp over all s tokens (t times the shard), in their dtype
+        terms.base += (terms.norm_in + terms.norm_mlp) * (t - 1)
     if mode == "full":
         out = 2 * sbh / t if plan.sequence_parallel else 2 * sbh
     elif mode in ("none", "selective"):

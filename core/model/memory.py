@@ -35,7 +35,7 @@ from core.model.softcap import final_logit_softcap_bytes
 from core.model.stage_memory import StageMemory
 from core.model.wgrad_buffers import weight_gradient_buffer_bytes
 from core.plan.parallel import (PLAN_FIELDS, ParallelPlan, fp8_recipe, grad_dtype, plan_key,
-                                tensor_dtype, zero_shard_size)
+                                tensor_dtype, tp_saves_gathered_input, zero_shard_size)
 from core.plan.model_config import ModelConfig, padded_vocab_size
 from core.plan.layout import pipeline_layout_text, stage_layer_counts
 
@@ -172,11 +172,21 @@ def final_norm_activation_bytes(model: ModelConfig, plan: ParallelPlan) -> float
     With ``N`` multi-token-prediction layers each has its final norm (its ``_postprocess``,
     outside its checkpoint) and the output layer reads their outputs concatenated
     (``MultiTokenPredictionBlock``'s ``torch.cat``): ``N + 1`` times as much. The norm's
-    fp32 statistics (``s b`` floats) are left out."""
+    fp32 statistics (``s b`` floats) are left out.
+
+    With ``plan.tp_saved_input`` gathered (torchtitan, :func:`tp_saves_gathered_input`) the
+    output layer keeps its all-gathered input, all ``s`` tokens: torchtitan 0.2.0
+    ``models/llama3/infra/parallelize.py`` ``apply_tp`` makes ``norm`` ``SequenceParallel()``
+    (its input the ``s/t`` shard) and ``output`` ``ColwiseParallel(input_layouts=Shard(1))``,
+    whose input hook all-gathers the norm's output to a replicated DTensor that ``F.linear``
+    saves: ``s b h e (1/t + 1)`` (BF16 under float8: torchtitan's converter leaves the
+    output layer out, ``filter_fqns``)."""
     tokens = model.seq_length // plan.context_parallel * plan.micro_batch_size
     t = plan.tensor_parallel
     sp = plan.sequence_parallel and t > 1
     e = DTYPE_BYTES[tensor_dtype(plan.precision)]
+    if tp_saves_gathered_input(plan):  # the norm's input shard, the output layer's whole input
+        return float((1 + mtp_layers(model)) * tokens * model.hidden_size * e * (1 / t + 1))
     return float((1 + mtp_layers(model)) * 2 * tokens * model.hidden_size * e / (t if sp else 1))
 
 

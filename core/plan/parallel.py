@@ -28,7 +28,8 @@ __all__ = ["SCHEDULES", "SWEEP_SCHEDULES", "RECOMPUTE_MODES", "RECOMPUTE_CHOICES
            "recompute_modules", "fp8_recipe", "tensor_dtype", "tf32_matmuls",
            "gemm_peak_dtype", "tp_overlap_applies", "CUDA_GRAPH_IMPLS", "CUDA_GRAPH_MODULES", "parse_cuda_graph_modules",
            "cuda_graph_modules", "WGRAD_ACCUMULATIONS", "wgrad_accumulation",
-           "TP_COMM_OVERLAP_BACKENDS", "FP8_IMPLS"]
+           "TP_COMM_OVERLAP_BACKENDS", "FP8_IMPLS", "TP_SAVED_INPUTS",
+           "tp_saves_gathered_input"]
 
 
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).
@@ -109,6 +110,16 @@ FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
 #: persistent FP8 weight copies, FP8 saved inputs) or torchao's ``Float8Linear`` (torchtitan's
 #: float8 converter, torchao 0.18.0: no weight copy, the input saved as it arrives).
 FP8_IMPLS = ("transformer_engine", "torchao")
+
+
+#: What a sequence-parallel column-parallel linear (QKV, fc1, the output layer) saves of its
+#: input for the backward (``plan.tp_saved_input``): Megatron-Core's s/t shard, all-gathered
+#: again in the backward (Korthikanti et al. 2022, Table 2 with sequence parallelism), or the
+#: all-gathered input as the linear received it, all ``s`` tokens on every rank (torchtitan's DTensor
+#: tensor parallelism: ``PrepareModuleInput(desired_input_layouts=Replicate())`` before
+#: ``ColwiseParallel`` linears; torchtitan 0.2.0 ``models/llama3/infra/parallelize.py``
+#: ``apply_tp``).
+TP_SAVED_INPUTS = ("sequence_shard", "gathered")
 
 
 #: Implementations of Megatron-Core's fused cross-entropy (--cross-entropy-fusion-impl): native
@@ -420,6 +431,19 @@ class ParallelPlan:
         "matmul_with_hp_or_float8_args saves the linear's input as it arrives: BF16, 2 bytes, "
         "or float8 under torchtitan's float8 tensor parallelism, which casts it before the "
         "all-gather)", choices=FP8_IMPLS, short="fp8_impl")
+    tp_saved_input: str = described_field(
+        "sequence_shard", "", "With tensor and sequence parallelism: what the column-parallel "
+        "linears (QKV, fc1 (w1/w3) and the output layer) save of their input for the backward. "
+        "sequence_shard "
+        "(Megatron-Core): the norm's output shard, s/t tokens, all-gathered again in the "
+        "backward (Korthikanti et al. 2022, Table 2). gathered (torchtitan: "
+        "PrepareModuleInput(desired_input_layouts=Replicate()) all-gathers the norm's output "
+        "before the ColwiseParallel linears, whose autograd saves that replicated input, "
+        "torchtitan 0.2.0 models/llama3/infra/parallelize.py apply_tp): all s tokens on every "
+        "rank, 2 bytes (1 under torchtitan's float8 tensor parallelism) x s b h for each of "
+        "a layer's two inputs and the output layer's instead of their 1/t shares",
+        choices=TP_SAVED_INPUTS,
+        short="tp_saved_input", label_needs="sequence_parallel")
 
     @property
     def num_gpus(self) -> int:
@@ -453,7 +477,8 @@ class ParallelPlan:
         metadata (the boolean field it qualifies, e.g. the fused cross-entropy's kernels) is
         left out while that field is off: it changes nothing then; so are sequence parallelism
         and the TP communication overlap at ``t = 1``, the context-parallel exchange at
-        ``cp = 1``, the FP8 implementation outside fp8 plans, TF32 unless it is on in an fp32
+        ``cp = 1``, the FP8 implementation outside fp8 plans, what the TP linears save without
+        tensor and sequence parallelism, TF32 unless it is on in an fp32
         plan and gradient accumulation fusion under
         FSDP (ZeRO 3), where they change nothing either; the MoE routing imbalance only when
         it is not the balanced 1.0.
@@ -474,6 +499,8 @@ class ParallelPlan:
                 continue  # only the interleaved schedule overlaps its transfers
             if f.name == "fp8_impl" and self.precision != "fp8":
                 continue  # no FP8 linears to implement
+            if f.name == "tp_saved_input" and self.tensor_parallel == 1:
+                continue  # nothing gathered (without sequence parallelism: label_needs)
             if f.name == "moe_imbalance_factor" and value == f.default:
                 continue  # balanced routing (and every dense model): nothing to say
             if f.name == "fp8_recipe" and self.precision == "fp8":
@@ -640,6 +667,16 @@ def tp_overlap_applies(plan: ParallelPlan) -> bool:
     (``plan.tp_comm_overlap`` with sequence parallelism and ``t > 1``; at ``t = 1`` there is
     nothing to overlap)."""
     return bool(plan.tp_comm_overlap and plan.sequence_parallel and plan.tensor_parallel > 1)
+
+
+def tp_saves_gathered_input(plan: ParallelPlan) -> bool:
+    """Whether the plan's column-parallel linears (QKV, fc1) keep their all-gathered input for
+    the backward rather than its sequence shard: ``plan.tp_saved_input`` gathered
+    (torchtitan's DTensor tensor parallelism, :data:`TP_SAVED_INPUTS`) with sequence
+    parallelism and ``t > 1``. Without sequence parallelism every rank keeps the whole input
+    anyway, and at ``t = 1`` there is nothing to gather: False."""
+    return (getattr(plan, "tp_saved_input", "sequence_shard") == "gathered"
+            and bool(plan.sequence_parallel) and plan.tensor_parallel > 1)
 
 
 def tf32_matmuls(plan: ParallelPlan) -> bool:

@@ -213,6 +213,25 @@ def test_cp_exchange_items_say_which_framework_each_is(editor):
     assert "Transformer Engine" in tips["all_gather"] and "not overlapped" in tips["all_gather"]
 
 
+def test_tp_saved_input_is_shown_with_each_frameworks_tip_and_edited(editor):
+    """plan.tp_saved_input: labelled "TP linears save", each choice's tooltip says whose it is
+    (Megatron-Core's shard, torchtitan's gathered input); choosing gathered reaches the
+    session."""
+    from PySide6 import QtCore
+
+    w = editor.field_widget("plan.tp_saved_input")
+    tips = {w.itemText(i): w.itemData(i, QtCore.Qt.ItemDataRole.ToolTipRole)
+            for i in range(w.count())}
+    assert list(tips) == ["sequence_shard", "gathered"]
+    assert "Megatron-Core" in tips["sequence_shard"] and "s/t" in tips["sequence_shard"]
+    assert "torchtitan" in tips["gathered"] and "all s tokens" in tips["gathered"]
+    labels = [lab.text() for lab in editor.findChildren(QtWidgets.QLabel)]
+    assert any(t.startswith("TP linears save") for t in labels)
+    assert editor.session().plan.tp_saved_input == "sequence_shard"
+    w.setCurrentIndex(1)
+    assert editor.session().plan.tp_saved_input == "gathered"
+
+
 def test_the_layer_family_says_dense_is_the_gpt_layer_moe_included(editor):
     """model.family "dense" is Megatron-Core's GPT layer, MoE and MLA included (a DeepSeek-V3
     session read "Family: dense"): the row is labelled as the layer's family and each choice's

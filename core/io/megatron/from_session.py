@@ -16,7 +16,7 @@ from core.schedules import get as get_schedule
 from core.io.megatron.arguments import MEGATRON_FSDP_STRATEGIES, TOKENIZER_VOCAB, MegatronArgsError
 from core.io.megatron.model_arguments import DEFAULT_ATTENTION_BACKEND, EXPORTED_ATTENTION_BACKENDS
 from core.plan.cluster import NO_CHECKPOINT_INTERVAL
-from core.plan.parallel import fp8_recipe, wgrad_accumulation
+from core.plan.parallel import fp8_recipe, tp_saves_gathered_input, wgrad_accumulation
 from core.plan.session import Session
 
 __all__ = ["export_arguments", "train_samples"]
@@ -245,6 +245,13 @@ def _sharding_words(pl: Any) -> list[str]:
     fusions, the gradient-reduction dtype, the precision-aware optimizer and CUDA graphs."""
     out: list[str] = []
     if _get(pl, "sequence_parallel"):
+        if tp_saves_gathered_input(pl):
+            raise MegatronArgsError(
+                "plan.tp_saved_input 'gathered': column-parallel linears that keep their "
+                "all-gathered input, all s tokens on every rank (torchtitan's DTensor tensor "
+                "parallelism), have no Megatron-LM argument: Megatron-Core's sequence "
+                "parallelism saves the s/t shard and gathers it again in the backward; set it "
+                "to sequence_shard")
         out.append("--sequence-parallel")
     zero = _get(pl, "zero_stage", 0) or 0
     from core.model.optimizer_memory import fsdp_fp32_shards
