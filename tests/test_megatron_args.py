@@ -751,7 +751,7 @@ def test_save_without_an_interval_saves_only_at_the_end(tmp_path, capsys):
         (lines[name],) = [" ".join(ln.split()) for ln in out.splitlines()
                           if "Checkpoint interval" in ln]
     assert lines["plain"] == lines["zero"]
-    assert lines["plain"].endswith("given); 1 saves")
+    assert lines["plain"].endswith("given); 1 save")
     # GPT-3 175B's 500,000 iterations with one save at the end never finish under failures:
     # refused, saying how to give an interval
     big = tmp_path / "gpt3.json"
