@@ -40,6 +40,11 @@ fitting plans and took 13 to 17 CPU seconds before (``--workers 1``; 22 s wall w
 default workers), not the quarter of an hour once reported: its time is spread (bounds 11,
 enumeration and memory 9, figures 4 profiled seconds), with no hot spot of this kind.
 
+``qwen16b512`` (2026-12-05, the same machine at load average 4 to 7, through
+``benchmarks/check_sweep_cli.py`` against an export of d3d8820, the commit before the layouts'
+memo by the fields they read, ``docs/sweep_parallel.md``): 36.5 -> 32.8 CPU seconds, the
+same ``--json`` and CSV. ``qwen64`` was not measured (about 6 minutes a run).
+
 Run: ``python benchmarks/bench_sweep_moe.py [--cases qwen16,ds256] [--repeat N] [--root DIR]
 [--save DIR]``.
 """
