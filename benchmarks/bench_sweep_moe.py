@@ -5,7 +5,9 @@ Cases (each preset imported with ``vtrain import preset NAME --gpu H100-SXM5-80G
 
 * ``qwen16``: Qwen3-30B-A3B on 16 GPUs, global batch 256 (211,399 plans, 98,006 fit);
 * ``qwen32``: Qwen3-30B-A3B on 32 GPUs, global batch 256 (394,753 plans);
-* ``ds256``: DeepSeek-V3 on 256 GPUs, global batch 1,024 (126,432 plans, 12,483 fit).
+* ``ds256``: DeepSeek-V3 on 256 GPUs, global batch 1,024 (126,432 plans, 12,483 fit);
+* ``qwen16b512``: Qwen3-30B-A3B on 16 GPUs, global batch 512 (234,149 plans, 100,567 fit);
+* ``qwen64``: Qwen3-30B-A3B on 64 GPUs, global batch 512 (the trial's sweep: minutes).
 
 Each sweep runs in a fresh process (``--workers 1``: one process); the figures are its CPU
 seconds (user + system, ``RUSAGE_CHILDREN``: less sensitive than wall time to the other
@@ -38,6 +40,11 @@ fitting plans and took 13 to 17 CPU seconds before (``--workers 1``; 22 s wall w
 default workers), not the quarter of an hour once reported: its time is spread (bounds 11,
 enumeration and memory 9, figures 4 profiled seconds), with no hot spot of this kind.
 
+``qwen16b512`` (2026-12-05, the same machine at load average 4 to 7, through
+``benchmarks/check_sweep_cli.py`` against an export of d3d8820, the commit before the layouts'
+memo by the fields they read, ``docs/sweep_parallel.md``): 36.5 -> 32.8 CPU seconds, the
+same ``--json`` and CSV. ``qwen64`` was not measured (about 6 minutes a run).
+
 Run: ``python benchmarks/bench_sweep_moe.py [--cases qwen16,ds256] [--repeat N] [--root DIR]
 [--save DIR]``.
 """
@@ -59,6 +66,8 @@ CASES = {
     "qwen16": ("Qwen3-30B-A3B", 16, 256),
     "qwen32": ("Qwen3-30B-A3B", 32, 256),
     "ds256": ("DeepSeek-V3", 256, 1024),
+    "qwen16b512": ("Qwen3-30B-A3B", 16, 512),
+    "qwen64": ("Qwen3-30B-A3B", 64, 512),
 }
 
 

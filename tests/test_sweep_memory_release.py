@@ -39,8 +39,8 @@ def test_lower_bounds_keep_no_templates_and_share_equal_structures():
     plans, lower, cache = _bounded()
     assert np.isfinite(lower).all() and len(plans) > 100
     assert stage_templates.cache_info().currsize == 0
-    structs = [st for k, v in cache.items() if k[0] == "layout shape"
-               for chunks in v.structs.values() for st in chunks]
+    structs = [st for k, v in cache.items() if k[0] == "layout shape reads"
+               for shape in v.seen.values() for chunks in shape.structs.values() for st in chunks]
     assert len(structs) > len(set(structs)) > 1  # some are equal across layouts ...
     assert len({id(st) for st in structs}) == len(set(structs))  # ... and those are one object
 

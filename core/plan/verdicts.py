@@ -22,7 +22,7 @@ from core.plan.model_config import ModelConfig
 from core.plan.parallel import PLAN_FIELDS, ParallelPlan, plan_key
 from core.plan.rules import plan_rules
 
-__all__ = ["PlanVerdicts"]
+__all__ = ["PlanVerdicts", "reading_copy", "fields_getter"]
 
 
 class _FirstRead:
@@ -57,7 +57,7 @@ for _name in PLAN_FIELDS:  # shadows the dataclass's class-level defaults
     setattr(_ReadPlan, _name, _FirstRead(_name))
 
 
-def _reading_copy(plan: ParallelPlan, known: frozenset[str]) -> tuple[_ReadPlan, set]:
+def reading_copy(plan: ParallelPlan, known: frozenset[str]) -> tuple[_ReadPlan, set]:
     """A :class:`_ReadPlan` with ``plan``'s field values, those of ``known`` in its dict (not
     recorded when read), and the set of the other fields read from it (empty)."""
     copy = _ReadPlan.__new__(_ReadPlan)
@@ -93,11 +93,11 @@ class _Memo:
         """Run the rule on a recording copy of ``plan``; remember and return its verdict (True:
         the rule passes). When the rule read a field not read before, the fields grow and
         the verdicts remembered under the old fields are dropped."""
-        copy, reads = _reading_copy(plan, self.fields)
+        copy, reads = reading_copy(plan, self.fields)
         ok = not self.rule(copy)
         if reads:  # fields not read before
             self.fields = self.fields.union(reads)
-            self.key = _getter([f for f in PLAN_FIELDS if f in self.fields])
+            self.key = fields_getter([f for f in PLAN_FIELDS if f in self.fields])
             self.seen = {}
             self.growths[0] += 1
         values = self.key(plan)
@@ -207,7 +207,7 @@ class PlanVerdicts:
         found = self._varying.get(tuple(varying))
         if found is None:
             names = frozenset(varying)
-            found = self._varying[tuple(varying)] = (names, _getter(
+            found = self._varying[tuple(varying)] = (names, fields_getter(
                 [f for f in PLAN_FIELDS if f in names]))
         return found
 
@@ -217,7 +217,7 @@ class PlanVerdicts:
         key = (ids, self._growths[0], varying)
         found = self._fixed_getters.get(key)
         if found is None:
-            found = self._fixed_getters[key] = _getter(
+            found = self._fixed_getters[key] = fields_getter(
                 [f for f in PLAN_FIELDS if f not in varying and any(f in m.fields for m in memos)])
         return found
 
@@ -247,7 +247,7 @@ class PlanVerdicts:
             # a rule read a field it had not read before: split the rules again
 
 
-def _getter(names: Sequence[str]) -> Callable[[ParallelPlan], tuple]:
+def fields_getter(names: Sequence[str]) -> Callable[[ParallelPlan], tuple]:
     """A function of a plan to the tuple of its values of fields ``names`` (in C)."""
     if not names:
         return lambda plan: ()

@@ -30,6 +30,7 @@ from core.model.cuda_graphs import captured_ops
 from core.sim.op_times import (tp_overlap_applies, chunk_virtual_stages, fp8_weight_cast_time,
                                lookup_op_times, num_chunks, op_key, optimizer_time, params_per_gpu,
                                virtual_stage_layers)
+from core.sim.read_memo import ReadMemo
 from core.sim.stage_comm import StageComm, cached_comm_call, memoized, pinned, read_once
 from core.sim.template_builder import stage_templates
 from core.sim.templates import (DataParallel, SOURCE_INDEX, StageStructure, Template,
@@ -192,9 +193,6 @@ def _data_parallel(session: Session, stage: int, comm_call, edp_call=None) -> Da
 
 _MODEL_FIELD_VALUES = operator.attrgetter(*(f.name for f in dataclasses.fields(ModelConfig)))
 _D_FIELD = PLAN_FIELDS.index("data_parallel")
-#: The plan fields but d and b, in the order of :func:`core.plan.parallel.plan_key`
-_SHAPE_FIELDS = operator.itemgetter(*(i for i, f in enumerate(PLAN_FIELDS)
-                                      if f not in ("data_parallel", "micro_batch_size")))
 
 
 def _layout_key(session: Session, cache: dict | None = None) -> tuple:
@@ -223,14 +221,27 @@ def _stage_layout(session: Session, cache: dict | None) -> _Layout:
     hit = cache.get(("layout", key)) if cache is not None else None
     if hit is not None:
         return hit
-    okey = op_key(session)
-    items = tuple(sorted(okey.items()))
-    if cache is not None:  # layouts of one op key share its dict and items (a sweep: ~1 kB each)
-        okey, items = cache.setdefault(("op key", items), (okey, items))
+    if cache is None:
+        okey, items = _op_key_items(session.plan, session, None)
+    else:  # by the plan fields op_key reads (not t, p, v, the recomputation, the schedule ...)
+        memo = cache.get(("op key reads", key[0]))
+        if memo is None:
+            memo = cache[("op key reads", key[0])] = ReadMemo(_op_key_items)
+        okey, items = memo(session.plan, session, cache)
     out = _Layout(key, okey, items, _layout_shape(session, key, cache))
     if cache is not None:
         cache[("layout", key)] = out
     return out
+
+
+def _op_key_items(pl, session: Session, cache: dict | None) -> tuple[dict, tuple]:
+    """:func:`op_key` of ``session`` with its plan ``pl`` (a recording plan of
+    :class:`core.sim.read_memo.ReadMemo`) and its sorted items; with ``cache``, the pair of
+    the first layout with those items (layouts of one op key share its dict and items: a
+    sweep's, about 1 kB each)."""
+    okey = op_key(Session(session.model, pl, session.cluster, session.cost))
+    items = tuple(sorted(okey.items()))
+    return (okey, items) if cache is None else cache.setdefault(("op key", items), (okey, items))
 
 
 class _Layout:
@@ -252,9 +263,11 @@ class _Layout:
 
 def _layout_shape(session: Session, key: tuple, cache: dict | None) -> SimpleNamespace:
     """The part of :func:`_stage_layout` that reads neither ``d`` (beyond
-    :func:`reduces_gradients`) nor the micro-batch size ``b``, memoized in ``cache`` under
-    ``key`` (the session's :func:`_layout_key`) without ``b``: a sweep's plans that differ only in ``d`` and ``b`` share
-    it (``tests/test_sweep_speed.py`` checks that ``b`` changes none of it).
+    :func:`reduces_gradients`) nor the micro-batch size ``b``, memoized in ``cache`` by the
+    model, ``reduces_gradients`` (``key``'s, the session's :func:`_layout_key`) and the plan
+    fields it reads (:class:`core.sim.read_memo.ReadMemo`): a sweep's plans that differ only in
+    ``d``, ``b`` and fields it does not read (the MoE dispatcher, the context-parallel exchange
+    ...) share it (``tests/test_sweep_speed.py`` checks that ``b`` changes none of it).
 
     Attributes: ``v`` (:func:`num_chunks`), ``alike`` (:func:`_middle_stages_alike`), ``reps``
     (the stages whose templates are evaluated: :func:`_representatives` when the middle stages
@@ -265,12 +278,19 @@ def _layout_shape(session: Session, key: tuple, cache: dict | None) -> SimpleNam
     its three templates) and ``span_structs`` (dict, filled by :func:`_stage_spans`: stage ->
     each chunk's :func:`_span_structure`).
     """
-    if cache is not None:
-        key = ("layout shape", key[0], _SHAPE_FIELDS(plan_key(session.plan)), key[2])
-        hit = cache.get(key)
-        if hit is not None:
-            return hit
-    pl = session.plan
+    if cache is None:
+        return _new_layout_shape(session.plan, session, None)
+    memo = cache.get(("layout shape reads", key[0], key[2]))
+    if memo is None:  # by the fields it reads (d and b: none but key[2], reduces_gradients)
+        memo = cache[("layout shape reads", key[0], key[2])] = ReadMemo(
+            _new_layout_shape, frozenset(("data_parallel", "micro_batch_size")))
+    return memo(session.plan, session, cache)
+
+
+def _new_layout_shape(pl, session: Session, cache: dict | None) -> SimpleNamespace:
+    """:func:`_layout_shape` of ``session`` with its plan ``pl`` (a plan that records the fields
+    read, :class:`core.sim.read_memo.ReadMemo`'s), computed."""
+    session = Session(session.model, pl, session.cluster, session.cost)
     p, v = pl.pipeline_parallel, num_chunks(pl)
     alike = _middle_stages_alike(session)
     reps = _representatives(p) if alike else list(range(p))
@@ -286,8 +306,6 @@ def _layout_shape(session: Session, key: tuple, cache: dict | None) -> SimpleNam
         flat = [cache.setdefault(("structure", st), st) for st in flat]  # most of theirs
     for n, i in enumerate(reps):
         out.structs[i] = flat[n * v:(n + 1) * v]
-    if cache is not None:
-        cache[key] = out
     return out
 
 

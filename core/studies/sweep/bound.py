@@ -501,16 +501,20 @@ BOUND_MEMO_ENTRIES = 50_000
 
 def _release_memo(memo: dict, store) -> int:
     """Empty the lookup memo ``memo`` (:func:`core.sim.stages.stage_busy_times`') but its
-    analytic op times (shared by many bound plans, and costly to make again; kept with the
-    ``store`` they are keyed by): the stage layouts, spans and counts of the bound plans done,
-    a few hundred bytes each, are made again where a later plan needs them (each entry is a
-    function of its key: the same figures). Returns the entries kept."""
+    analytic op times and the source counts of each normalized stage structure's templates
+    (shared by many bound plans, and costly to make again: a template built for each; kept
+    with the ``store`` the op times are keyed by): the stage layouts, spans and counts of the
+    bound plans done, a few hundred bytes each, are made again where a later plan needs them
+    (each entry is a function of its key: the same figures). Returns the entries kept."""
     kept = {k: v for k, v in memo.items() if type(k) is tuple and k and (
-        k[0] == "analytic op" or k == ("pinned", id(store)))}
+        k[0] in _KEPT_MEMO or k == ("pinned", id(store)))}
     memo.clear()
     memo.update(kept)
     return len(memo)
 
+
+#: The lookup memo's entries :func:`_release_memo` keeps, by their keys' first item.
+_KEPT_MEMO = frozenset(("analytic op", "span counts of"))
 
 #: The plan fields :func:`bound_plan` sets (but ``data_parallel``, 1 for a dense model; of an
 #: FSDP plan only that).
