@@ -2,9 +2,10 @@
 
 The shipped stores' residual tables (``profiles/*.h5``, :mod:`core.store.residuals`) were
 written before the feature columns (:data:`core.store.residuals.FEATURE_COLUMNS`), or before
-their second group (attention kernel, TP overlap, ZeRO stage) or third (the run's model FLOPs
-per GPU per iteration, :data:`core.store.residuals.THROUGHPUT_COLUMN`: the throughput
-ceiling). This script finds each residual row's run, computes its features
+their second group (attention kernel, TP overlap, FSDP), third (the run's model FLOPs per GPU
+per iteration, :data:`core.store.residuals.THROUGHPUT_COLUMN`: the throughput ceiling) or
+fourth (the ZeRO stage of the gradients, ``overlap_grad_reduce``, ``overlap_param_gather``:
+how the data-parallel gradients are communicated). This script finds each residual row's run, computes its features
 (:func:`core.store.calibration_range.plan_features`, and
 :func:`core.store.interval.model_flops_per_gpu`; the columns a table already has must come
 out the same) and writes the store back with the same

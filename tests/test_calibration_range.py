@@ -29,19 +29,23 @@ from tests.conftest import EXAMPLES, ROOT
 #: The features of every crafted calibration run unless a row says otherwise.
 BASE = {"gpu": "A100-SXM4-80GB", "family": "dense", "precision": "bf16", "recompute": "full",
         "schedule": "1f1b", "micro_batch_size": 1, "seq_length": 2048, "cp": 1, "ep": 1,
-        "attention_kernel": "unfused", "tp_comm_overlap": "off", "fsdp": "off"}
+        "attention_kernel": "unfused", "tp_comm_overlap": "off", "fsdp": "off",
+        "zero_stage": "0/1", "overlap_grad_reduce": "off", "overlap_param_gather": "off"}
 
 
 def _table(rows: list[tuple[float, dict]], num_gpus: int = 64) -> ResidualTable:
     """Cross-validated multi-node rows (``num_gpus`` GPUs, 8 per node, 1e10 parameters) with
-    the given log residuals and features (``BASE`` updated by each row's dict)."""
+    the given log residuals and features (``BASE`` updated by each row's dict), every column
+    group (model FLOPs per GPU 1e15 per iteration: 5e14 FLOP/s at the 2 s predicted, a
+    ceiling no A100 plan reaches)."""
     n = len(rows)
     feats = [{**BASE, **f} for _, f in rows]
     pred = np.full(n, 2.0)
     return ResidualTable(["cross_validated"] * n, ["x.csv"] * n, np.arange(1, n + 1),
                          [num_gpus] * n, [8] * n, [1e10] * n,
                          pred * np.exp([r for r, _ in rows]), pred,
-                         **{c: [f[c] for f in feats] for c in FEATURE_COLUMNS})
+                         **{c: [f[c] for f in feats] for c in FEATURE_COLUMNS},
+                         model_flops_per_gpu=[1e15] * n)
 
 
 def _strip(t: ResidualTable) -> ResidualTable:
@@ -120,7 +124,7 @@ def test_the_band_uses_the_narrower_group_when_enough_residuals_exist():
     assert iv.conditioned_on == condition_order(t, np.ones(len(t), bool))
     assert iv.conditioned_on[0] == "precision" and set(iv.conditioned_on) == set(CONDITIONS)
     assert iv.not_conditioned_on == () and iv.like_runs == 20
-    assert iv.within_calibration and iv.note == unchecked_note(t)  # no throughput column
+    assert iv.within_calibration and iv.note == unchecked_note(t) == ""
     # the bf16 plan gets the 20 dense bf16 runs' band, far narrower than the pooled one
     bf = interval_for(t, 10.0, 64, 8, 1e10, 0.9, features=dict(BASE))
     pooled = interval_for(_strip(t), 10.0, 64, 8, 1e10, 0.9)
@@ -258,7 +262,8 @@ def test_calibrate_writes_the_features_and_the_store_keeps_them(tmp_path):
     path = tmp_path / "with_features.h5"
     store.save(path)
     with h5py.File(path) as f:
-        assert int(f["residuals"].attrs["encoding-version"]) == 4 and "fsdp" in f["residuals"]
+        assert int(f["residuals"].attrs["encoding-version"]) == 5 and "fsdp" in f["residuals"]
+        assert f["residuals"]["zero_stage"].asstr()[()].tolist() == ["0/1"] * 24
         assert f["residuals"]["model_flops_per_gpu"].dtype == np.float64
     for back in (ProfileStore.open(path).residuals,
                  from_image(to_image(store), ProfileStore).residuals):
@@ -352,7 +357,8 @@ def test_the_shipped_stores_name_the_attention_kernel_and_tp_overlap_they_never_
     s = load_any(EXAMPLES / "gpt3_1.3b_single_node.json")
     a100 = open_profile(profile_path(s))
     assert a100.residuals.plan_feature_columns == FEATURE_COLUMNS
-    assert a100.residuals.feature_columns == FEATURE_COLUMNS + ("model_flops_per_gpu",)
+    assert a100.residuals.feature_columns == (FEATURE_GROUPS[0] + FEATURE_GROUPS[1] + (
+        "model_flops_per_gpu", "zero_stage", "overlap_grad_reduce", "overlap_param_gather"))
     flash = dataclasses.replace(
         s, model=dataclasses.replace(s.model, attention_kernel="flash"),
         plan=dataclasses.replace(s.plan, precision="fp16", recompute="full", tp_comm_overlap=True,
@@ -362,7 +368,9 @@ def test_the_shipped_stores_name_the_attention_kernel_and_tp_overlap_they_never_
         ("attention_kernel", "flash", ("unfused",)), ("tp_comm_overlap", "on", ("off",))]
     assert not iv.within_calibration
     h100 = dataclasses.replace(flash, cluster=dataclasses.replace(s.cluster, gpu="H100-SXM5-80GB"),
-                               plan=dataclasses.replace(flash.plan, precision="bf16"),
+                               plan=dataclasses.replace(flash.plan, precision="bf16", zero_stage=1,
+                                                        overlap_grad_reduce=True,
+                                                        overlap_param_gather=True),
                                model=dataclasses.replace(flash.model, seq_length=4096))
     store = open_profile(profile_path(h100))
     assert [d.feature for d in session_interval(h100, 10.0, store).departures] == []
@@ -433,27 +441,39 @@ def test_the_shipped_a100_store_names_features_its_runs_never_had(capsys):
         {"feature": "recompute", "value": "none", "calibrated": ["full"]}]
 
 
-@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("version", [2, 3, 4])
 def test_the_frozen_residual_table_fixtures_open(version, tmp_path):
     """A store of each released residual-table version (tests/data; version 2 written by the
     build before version 3: the fixture-gpu store's 20 residuals with the nine features, runs
     of micro-batch 1-4, bf16, full recompute; version 3 adds FlashAttention, TP overlap on
-    every other row, no FSDP) opens, compares the features its version has, and is written
-    back as the same version."""
+    every other row, no FSDP; version 4, written by the build before version 5, adds each
+    run's model FLOPs per GPU, 100-119 TFLOP/s) opens, compares the features its version has
+    (none of version 5's: a ZeRO-2 plan with both data-parallel overlaps does not depart, and
+    the note names them as not checked), and is written back as the same version."""
     path = ROOT / "tests" / "data" / f"profile_store_residuals_v{version}.h5"
     with h5py.File(path) as f:
         assert int(f["residuals"].attrs["encoding-version"]) == version
     t = ProfileStore.open(path).residuals
-    assert t.feature_columns == FEATURE_COLUMNS[:9 + 3 * (version - 2)] and len(t) == 20
+    assert t.feature_columns == tuple(c for g in FEATURE_GROUPS[:version - 1] for c in g)
+    assert len(t) == 20
     assert (t.set == "cross_validated").sum() == 19
     assert t.micro_batch_size.tolist() == [1 + i % 4 for i in range(20)]
     plan = {"gpu": "fixture-gpu", "family": "dense", "precision": "fp16", "recompute": "none",
             "schedule": "1f1b", "micro_batch_size": 8, "seq_length": 2048, "cp": 1, "ep": 1,
-            "attention_kernel": "unfused", "tp_comm_overlap": "on", "fsdp": "on"}
+            "attention_kernel": "unfused", "tp_comm_overlap": "on", "fsdp": "on",
+            "zero_stage": "2/3", "overlap_grad_reduce": "on", "overlap_param_gather": "on"}
     want = [("recompute", "none", ("full",)), ("micro_batch_size", 8, (1, 2, 3, 4))]
-    if version == 3:  # the runs are FlashAttention, some with TP overlap, none with FSDP
+    if version >= 3:  # the runs are FlashAttention, some with TP overlap, none with FSDP
         want += [("attention_kernel", "unfused", ("flash",)), ("fsdp", "on", ("off",))]
     assert [(d.feature, d.value, d.calibrated) for d in feature_departures(t, plan)] == want
+    assert unchecked_note(t).endswith("ZeRO stage, overlap_grad_reduce, overlap_param_gather"
+                                      + ("" if version == 4 else
+                                         "; the throughput ceiling (model FLOP/s per GPU)")
+                                      + " (re-run vtrain calibrate to write them)")
+    if version == 4:  # the ceiling is compared: row 19's 118 TFLOP/s, the fastest cross-validated
+        fast = feature_departures(t, {**plan, "model_flops_per_gpu": 119e12}, 1.0)
+        assert fast[-1].feature == "throughput" and fast[-1].calibrated == (
+            pytest.approx(118.0),) and fast[-1].run == (str(t.file[18]), 19)
     store = ProfileStore.open(path)
     store.save(tmp_path / "again.h5")
     with h5py.File(tmp_path / "again.h5") as f:

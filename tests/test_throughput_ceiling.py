@@ -32,11 +32,13 @@ from core.store.interval import (interval_factors, interval_for, model_flops_per
                                  session_interval)
 from core.store.profile_store import ProfileStore
 from core.store.profiles_gen import generate_store
-from core.store.residuals import FEATURE_COLUMNS, ResidualTable
+from core.store.residuals import FEATURE_COLUMNS, FEATURE_GROUPS, ResidualTable
 from tests.conftest import EXAMPLES, ROOT
 from tests.test_calibration_range import BASE, _crafted
 
 SHARED = ROOT.parent / "shared" / "data" / "public-modern"
+#: The feature columns of a residual table of version 3 (before the throughput column).
+V3 = FEATURE_GROUPS[0] + FEATURE_GROUPS[1]
 A100_PEAK = 312e12
 
 
@@ -110,8 +112,8 @@ def test_feature_departures_add_the_throughput_given_the_predicted_time():
 
 def test_a_table_without_the_column_compares_nothing_new(tmp_path):
     t = _table(ROWS)
-    old = ResidualTable(**{c: getattr(t, c) for c in t.COLUMNS + FEATURE_COLUMNS})
-    assert not old.has_throughput and old.feature_columns == FEATURE_COLUMNS
+    old = ResidualTable(**{c: getattr(t, c) for c in t.COLUMNS + V3})
+    assert not old.has_throughput and old.feature_columns == V3
     assert throughput_ceiling(old, "A100-SXM4-80GB", "bf16") is None
     f = {**BASE, "model_flops_per_gpu": 1e18}
     assert feature_departures(old, f, 1e-3) == ()
@@ -135,7 +137,7 @@ def test_the_column_round_trips_through_hdf5_and_the_image(tmp_path):
     store.save(path)
     with h5py.File(path) as f:
         g = f["residuals"]
-        assert int(g.attrs["encoding-version"]) == 4
+        assert int(g.attrs["encoding-version"]) == 5  # with the data-parallel group after it
         assert g["model_flops_per_gpu"].dtype == np.float64
         assert g["model_flops_per_gpu"][()].tolist() == [r["flops"] for r in ROWS]
     for back in (ProfileStore.open(path).residuals,
@@ -273,26 +275,31 @@ def test_the_sweep_marks_each_row_above_its_ceiling():
 
 def test_a_table_written_before_a_column_group_says_what_is_not_checked():
     """A report must not read as "no departure" where nothing was compared: a table without
-    the throughput column (version 3) names the ceiling, one without the second group
-    (version 2) names attention, TP overlap and FSDP too; a full table and a store without
+    the data-parallel group (version 4) names the ZeRO stage and the two overlaps, one without
+    the throughput column (version 3) the ceiling too, one without the second group
+    (version 2) attention, TP overlap and FSDP too; a full table and a store without
     residuals say nothing (the latter has no band, whose note says so)."""
     from core.store.calibration_range import unchecked_note
     t = _table(ROWS)
-    v3 = ResidualTable(**{c: getattr(t, c) for c in t.COLUMNS + FEATURE_COLUMNS})
+    v4 = ResidualTable(**{c: getattr(t, c) for c in t.COLUMNS + V3 + ("model_flops_per_gpu",)})
+    v3 = ResidualTable(**{c: getattr(t, c) for c in t.COLUMNS + V3})
     v2 = ResidualTable(**{c: getattr(t, c) for c in t.COLUMNS + FEATURE_COLUMNS[:9]})
     v1 = ResidualTable(**{c: getattr(t, c) for c in t.COLUMNS})
     assert unchecked_note(t) == "" and unchecked_note(None) == ""
     tail = " (re-run vtrain calibrate to write them)"
     head = ("the profile store's residuals were written before these columns, so a plan is not "
             "checked against its calibration runs for: ")
-    assert unchecked_note(v3) == head + "the throughput ceiling (model FLOP/s per GPU)" + tail
-    assert unchecked_note(v2) == (head + "attention, TP overlap, FSDP; the throughput ceiling "
-                                  "(model FLOP/s per GPU)" + tail)
+    dp = "ZeRO stage, overlap_grad_reduce, overlap_param_gather"
+    assert unchecked_note(v4) == head + dp + tail
+    assert unchecked_note(v3) == (head + dp + "; the throughput ceiling (model FLOP/s per GPU)"
+                                  + tail)
+    assert unchecked_note(v2) == (head + "attention, TP overlap, FSDP, " + dp + "; the "
+                                  "throughput ceiling (model FLOP/s per GPU)" + tail)
     assert unchecked_note(v1, "S") == (
         "S's residuals were written before these columns, so a plan is not checked against its "
         "calibration runs for: GPU, family, precision, recompute, schedule, micro-batch, "
-        "sequence length, cp, ep, attention, TP overlap, FSDP; the throughput ceiling (model "
-        "FLOP/s per GPU)" + tail)
+        "sequence length, cp, ep, attention, TP overlap, FSDP, " + dp + "; the throughput "
+        "ceiling (model FLOP/s per GPU)" + tail)
     f = {**BASE, "model_flops_per_gpu": 1e15}
     assert unchecked_note(v3) in interval_for(v3, 10.0, 8, 8, 1e10, features=f).note
     assert "written before" not in interval_for(t, 10.0, 8, 8, 1e10, features=f).note
@@ -303,8 +310,9 @@ def test_the_report_and_the_sweep_of_a_version_3_store_say_the_ceiling_is_not_ch
     from core.studies.sweep import SweepSpace, run_sweep
     path = ROOT / "tests" / "data" / "profile_store_residuals_v3.h5"
     want = ("the fixture-gpu profile store (calibrated)'s residuals were written before these "
-            "columns, so a plan is not checked against its calibration runs for: the throughput "
-            "ceiling (model FLOP/s per GPU)")
+            "columns, so a plan is not checked against its calibration runs for: ZeRO stage, "
+            "overlap_grad_reduce, overlap_param_gather; the throughput ceiling (model FLOP/s "
+            "per GPU)")
     assert main(["simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json"), "--json",
                  "--profile", str(path)]) == 0
     assert want in json.loads(capsys.readouterr().out)["interval"]["note"]

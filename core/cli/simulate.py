@@ -89,6 +89,7 @@ def _summary_table(s, r):
     training time and cost, memory per GPU."""
     from rich.table import Table
 
+    from core.cli.sweep import calibration_mark
     from core.store.interval import interval_line
     from core.sim.op_times import num_chunks
     from core.schedules import get as get_schedule
@@ -111,8 +112,12 @@ def _summary_table(s, r):
                   "their GEMMs")
     iv = r.interval
     band = _band(iv)
+    # ⚠ as the sweep's tables: the plan leaves what the store was calibrated on (its GPU count
+    # or model size, or a feature: the band line names which)
+    outside = (calibration_mark(iv.within_calibration, iv.departure_text)
+               if iv is not None and iv.in_calibration_range is not None else "")
     t.add_row("Iteration time", f"{r.iteration_time_s:,.3f} s"
-              + band(r.iteration_time_s, lambda x: f"{x:,.3f} s"))
+              + band(r.iteration_time_s, lambda x: f"{x:,.3f} s") + outside)
     if iv is not None:
         t.add_row("Error band", interval_line(iv))
     per_iteration = pl.global_batch_size * s.model.seq_length

@@ -21,7 +21,7 @@ from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan, recompute_modules, tensor_dtype
 
 __all__ = [
-    "MoeLayerParameters", "expert_data_parallel", "expert_tensor_parallel",
+    "MoeLayerParameters", "expert_data_parallel", "expert_tensor_parallel", "gradients_reduced",
     "flex_remote_node_copies", "flex_remote_copies_uneven", "moe_activation_bytes_per_layer", "moe_ffn",
     "moe_forward_flops_per_token", "moe_layer_mask", "moe_layer_parameters", "moe_op_kernels",
     "moe_routed_rows", "num_moe_layers", "sorts_chunks",
@@ -174,6 +174,15 @@ def expert_data_parallel(plan: ParallelPlan) -> int:
     cp = getattr(plan, "context_parallel", 1) or 1
     return max(1, plan.tensor_parallel * cp * plan.data_parallel
                // (expert_tensor_parallel(plan) * plan.expert_parallel))
+
+
+def gradients_reduced(model: ModelConfig, plan: ParallelPlan) -> bool:
+    """Whether gradients are reduced across GPUs: ``d*cp > 1`` (Megatron-Core reduces them over
+    ``get_data_parallel_group(with_context_parallel=True)``), or an MoE model whose routed
+    experts have ``edp > 1`` replicas (:func:`expert_data_parallel`; with ``d*cp = 1`` and
+    ``t > etp*ep``). Where they are not, the plan's ZeRO stage and its ``overlap_grad_reduce``
+    and ``overlap_param_gather`` change nothing that is timed."""
+    return plan.dp_cp_size > 1 or (bool(model.is_moe) and expert_data_parallel(plan) > 1)
 
 
 def moe_layer_mask(model: ModelConfig) -> np.ndarray:

@@ -21,7 +21,7 @@ from core.model import model_math
 from core import schedules
 from core.plan.session import Session
 from core.model.keys import MOE_DERIVED_OPS, MOE_OPS, TP_OVERLAP_GEMMS
-from core.model.moe import expert_data_parallel, expert_tensor_parallel
+from core.model.moe import expert_tensor_parallel, gradients_reduced
 from core.model.recompute import mtp_layers_recomputed
 from core.plan.parallel import recompute_modules
 from core.sim.pipeline_graph import OP
@@ -382,9 +382,9 @@ def _window_layers(num_layers: int, windowed: bool, skip_freq: int | None, first
 
 def reduces_gradients(session: Session) -> bool:
     """Whether gradients are reduced across GPUs: ``d*cp > 1``, or an MoE model whose routed
-    experts have ``edp > 1`` replicas (with ``d*cp = 1`` and ``t > etp*ep``)."""
-    pl = session.plan
-    return pl.dp_cp_size > 1 or (session.model.is_moe and expert_data_parallel(pl) > 1)
+    experts have ``edp > 1`` replicas (with ``d*cp = 1`` and ``t > etp*ep``):
+    :func:`core.model.moe.gradients_reduced` of the session's model and plan."""
+    return gradients_reduced(session.model, session.plan)
 
 
 def source_values(times: dict[str, float], tp: dict[str, float] | None,

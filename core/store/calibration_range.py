@@ -3,7 +3,8 @@
 What belongs here: the features of a plan that drive the simulator's error
 (:func:`plan_features`: GPU kind, model family, precision with its FP8 recipe, recompute
 mode, pipeline schedule, micro-batch size, sequence length, cp, ep, attention kernel, TP
-communication overlap, FSDP), the check of a plan's
+communication overlap, FSDP, the ZeRO stage of the gradients and the data-parallel overlaps of
+their reduction and of the parameters' all-gather), the check of a plan's
 features against the calibration runs of a residual table (:func:`feature_departures`, data:
 a list of :class:`Departure`, never prose to parse), the throughput ceiling (a plan predicted
 faster, in model FLOP/s per GPU, than every calibration run of its GPU kind and precision
@@ -15,7 +16,8 @@ The band itself is :mod:`core.store.interval`; the table :mod:`core.store.residu
 The calibration runs are the ``cross_validated`` rows of a table with the feature columns
 (:data:`core.store.residuals.FEATURE_GROUPS`); a table without them (stores written before
 them) has no feature range and its bands are grouped as before (by node class only), and a
-table with the first group only compares those features.
+table written before a later group compares the features of the groups it has
+(:func:`unchecked_note` names the others).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from core.model.moe import gradients_reduced
 from core.plan.parallel import (FP8_DEFAULT_RECIPE, tf32_matmuls, tp_overlap_applies,
                                 zero_shard_size)
 from core.store.residuals import FEATURE_GROUPS, THROUGHPUT_COLUMN, ResidualTable
@@ -39,14 +42,20 @@ __all__ = ["CATEGORY_FEATURES", "RANGE_FEATURES", "CONDITIONS", "MIN_LIKE_RUNS",
            "precision_class", "unchecked_note"]
 
 #: Features compared by value: a plan's value must be one the calibration runs had. The
-#: attention kernel, the TP communication overlap and FSDP (ZeRO-3) change what is timed
-#: (FlashAttention's kernels or the unfused path, collectives hidden under GEMMs, the weights'
-#: all-gathers and the gradients' reduce-scatters in every micro-batch), so a store calibrated
-#: without them has no measured error for them: the A100 store's runs are all unfused, without
-#: TP overlap or FSDP (docs/accuracy.md "Error band"). ZeRO 1 and 2 count with 0 (the same
-#: gradient bytes once per iteration).
+#: attention kernel, the TP communication overlap, FSDP (ZeRO-3), the ZeRO stage of the
+#: gradients and the data-parallel overlaps change what is timed (FlashAttention's kernels or
+#: the unfused path, collectives hidden under GEMMs, the weights' all-gathers in every
+#: micro-batch, the gradients reduce-scattered after every micro-batch rather than once per
+#: iteration, the gradient reduction and the parameter all-gather hidden under compute), so a
+#: store calibrated without them has no measured error for them: the A100 store's runs are all
+#: unfused, ZeRO 0 without any overlap (docs/accuracy.md "Error band"). ``zero_stage`` is
+#: ``"0/1"`` or ``"2/3"`` as the simulator tells them apart
+#: (:data:`core.store.residuals.ZERO_STAGE_VALUES`; ZeRO 0 and 1 reduce the same gradient
+#: bytes once per iteration, ZeRO 2 and 3 after every micro-batch, and ZeRO-3's weights are
+#: ``fsdp``).
 CATEGORY_FEATURES = ("gpu", "family", "precision", "recompute", "schedule", "attention_kernel",
-                     "tp_comm_overlap", "fsdp")
+                     "tp_comm_overlap", "fsdp", "zero_stage", "overlap_grad_reduce",
+                     "overlap_param_gather")
 #: Features compared by range: a plan's value must lie within the calibration runs' min..max.
 RANGE_FEATURES = ("micro_batch_size", "seq_length", "cp", "ep")
 #: What a plan's band can be conditioned on (:func:`conditioned_rows`): the same GPU kind,
@@ -67,12 +76,22 @@ MIN_LIKE_RUNS = 6
 _NAMES = {"gpu": "GPU", "family": "family", "precision": "precision", "recompute": "recompute",
           "schedule": "schedule", "micro_batch_size": "micro-batch", "seq_length": "sequence length",
           "cp": "cp", "ep": "ep", "attention_kernel": "attention", "tp_comm_overlap": "TP overlap",
-          "fsdp": "FSDP"}
+          "fsdp": "FSDP", "zero_stage": "ZeRO stage", "overlap_grad_reduce": "overlap_grad_reduce",
+          "overlap_param_gather": "overlap_param_gather"}
 _USES = {"cp": "context parallelism", "ep": "expert parallelism"}
 #: A switch the same in every calibration run: what no run did (all "off"), or what every run
 #: did (all "on": "the store was calibrated on on only" says nothing).
 _SWITCHES = {"tp_comm_overlap": "overlapped TP communication with its GEMMs",
-             "fsdp": "sharded its weights (ZeRO-3)"}
+             "fsdp": "sharded its weights (ZeRO-3)",
+             "overlap_grad_reduce": "overlapped its data-parallel gradient reduction with the "
+                                    "backward",
+             "overlap_param_gather": "overlapped its data-parallel parameter all-gather with "
+                                     "compute"}
+#: A ``zero_stage`` value no calibration run had, said as what differs
+#: (:data:`core.store.residuals.ZERO_STAGE_VALUES`).
+_ZERO_STAGES = {"0/1": "accumulated its gradients and reduced them once per iteration "
+                       "(ZeRO 0/1)",
+                "2/3": "reduce-scattered its gradients after every micro-batch (ZeRO 2/3)"}
 
 
 def model_family(model: Any) -> str:
@@ -101,14 +120,30 @@ def plan_features(session: "Session") -> dict[str, Any]:
 
 
 def features_of(model: Any, cluster: Any, plan: Any) -> dict[str, Any]:
-    """:func:`plan_features` of a model, cluster and parallel plan (a sweep's rows)."""
+    """:func:`plan_features` of a model, cluster and parallel plan (a sweep's rows).
+
+    The data-parallel features say what the simulator times (core/sim/stages.py
+    ``_stage_tails``, core/sim/template_builder.py ``reduce``, ``prefetch``): ``zero_stage``
+    ``"2/3"`` for ZeRO 2 or 3 (the gradients reduce-scattered after every micro-batch),
+    ``"0/1"`` otherwise; ``overlap_grad_reduce`` ``"on"`` with ``plan.overlap_grad_reduce``,
+    ``overlap_param_gather`` ``"on"`` with ``plan.overlap_param_gather`` from ZeRO 1 on (there
+    is no parameter all-gather at ZeRO 0). All three read as ZeRO 0/1 without overlap where no
+    gradient is reduced across GPUs (:func:`core.model.moe.gradients_reduced`: ``d*cp = 1`` and
+    no expert-data-parallel replicas), as ``tp_comm_overlap`` is ``"off"`` where it does not
+    apply; ``fsdp`` is ``"on"`` for ZeRO 3 over a shard group of more than one rank.
+    """
+    reduced = gradients_reduced(model, plan)
     return {"gpu": str(cluster.gpu), "family": model_family(model),
             "precision": precision_label(plan), "recompute": str(plan.recompute),
             "schedule": str(plan.schedule), "micro_batch_size": int(plan.micro_batch_size),
             "seq_length": int(model.seq_length), "cp": int(plan.context_parallel),
             "ep": int(plan.expert_parallel), "attention_kernel": str(model.attention_kernel),
             "tp_comm_overlap": "on" if tp_overlap_applies(plan) else "off",
-            "fsdp": "on" if plan.zero_stage >= 3 and zero_shard_size(plan) > 1 else "off"}
+            "fsdp": "on" if plan.zero_stage >= 3 and zero_shard_size(plan) > 1 else "off",
+            "zero_stage": "2/3" if reduced and plan.zero_stage >= 2 else "0/1",
+            "overlap_grad_reduce": "on" if reduced and plan.overlap_grad_reduce else "off",
+            "overlap_param_gather": ("on" if reduced and plan.zero_stage >= 1
+                                     and plan.overlap_param_gather else "off")}
 
 
 @dataclass(frozen=True)
@@ -152,6 +187,8 @@ class Departure:
         name, cal = _NAMES[self.feature], self.calibrated
         if self.feature in _USES and max(cal) == 1:
             return f"{name} {self.value}: no calibration run used {_USES[self.feature]}"
+        if self.feature == "zero_stage" and self.value in _ZERO_STAGES:
+            return f"{name} {self.value}: no calibration run {_ZERO_STAGES[self.value]}"
         if self.feature in _SWITCHES and cal in (("off",), ("on",)):
             runs = "no calibration run" if cal == ("off",) else "every calibration run"
             return f"{name} {self.value}: {runs} {_SWITCHES[self.feature]}"
@@ -217,7 +254,9 @@ def unchecked_note(table: ResidualTable | None, store_name: str = "the profile s
     """What :func:`feature_departures` cannot check because ``table`` was written before its
     columns (:data:`core.store.residuals.FEATURE_GROUPS`: the plan features from residual
     encoding version 2, attention kernel, TP overlap and FSDP from version 3, the throughput
-    ceiling from version 4), as one sentence naming them, so that a report never reads "no
+    ceiling from version 4, the ZeRO stage, ``overlap_grad_reduce`` and
+    ``overlap_param_gather`` from version 5), as one sentence naming them, so that a report
+    never reads "no
     departure" where nothing was compared. ``""`` when the table has every group, or has no
     residuals at all (there is no band, and its note says so)."""
     if table is None or len(table) == 0:
@@ -227,7 +266,7 @@ def unchecked_note(table: ResidualTable | None, store_name: str = "the profile s
         return ""
     names = [_NAMES.get(c, c) for g in missing for c in g if c != THROUGHPUT_COLUMN]
     parts = ([", ".join(names)] if names else []) + (
-        ["the throughput ceiling (model FLOP/s per GPU)"] if missing[-1] == (THROUGHPUT_COLUMN,)
+        ["the throughput ceiling (model FLOP/s per GPU)"] if (THROUGHPUT_COLUMN,) in missing
         else [])
     return (f"{store_name}'s residuals were written before these columns, so a plan is not "
             f"checked against its calibration runs for: {'; '.join(parts)} (re-run vtrain "

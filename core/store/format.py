@@ -42,7 +42,7 @@ _JSON_KEYS = "json-keys"  # attribute listing the dict-group attributes that hol
 _RESERVED = (_ENC_TYPE, _ENC_VERSION, _JSON_KEYS)
 # encoding-type -> newest encoding-version this build reads
 _GROUP_VERSIONS = {_ROOT_TYPE: SCHEMA_VERSION, "dict": 1, "op-table": 1, "collective-curve": 1,
-                   "residual-table": 4}
+                   "residual-table": 5}
 
 
 #: The one message for a path that is not a readable store (missing, unreadable, not a
@@ -351,7 +351,8 @@ _RESIDUAL_ROLES = {"set": "str", "file": "str", "row": "int", "num_gpus": "int",
                    "gpus_per_node": "int", "gpu": "str", "family": "str", "precision": "str",
                    "recompute": "str", "schedule": "str", "micro_batch_size": "int",
                    "seq_length": "int", "cp": "int", "ep": "int", "attention_kernel": "str",
-                   "tp_comm_overlap": "str", "fsdp": "str"}
+                   "tp_comm_overlap": "str", "fsdp": "str", "zero_stage": "str",
+                   "overlap_grad_reduce": "str", "overlap_param_gather": "str"}
 _STR_COLUMNS = tuple(c for c, role in _RESIDUAL_ROLES.items() if role == "str")
 
 
@@ -359,8 +360,9 @@ def _write_residuals(g: h5py.Group, table: Any) -> None:
     """Write a :class:`core.store.interval.ResidualTable` as a "residual-table" group: encoding
     version 1 without the feature columns, 2 with the first group of
     :data:`core.store.residuals.FEATURE_GROUPS`, 3 with the first two, 4 with the third too
-    (the model FLOPs per GPU, a float column) (this build reads all four; a build that reads
-    up to version 3 refuses version 4 by name)."""
+    (the model FLOPs per GPU, a float column), 5 with the fourth too (the ZeRO stage and the
+    data-parallel overlaps) (this build reads all five; a build that reads up to version 4
+    refuses version 5 by name)."""
     h5py = load_h5py()  # on first use only: a cached store needs no HDF5
 
     version = 1 + sum(getattr(table, group[0]) is not None for group in FEATURE_GROUPS)

@@ -194,7 +194,8 @@ class PredictionInterval:
         Size of those groups.
     in_calibration_range : bool or None
         Whether the plan's GPU count and model size lie within the calibration
-        runs of its node class; None when the store has no residuals.
+        runs of its node class; None when the store has no residuals. Its features are
+        :attr:`departures`; both together: :attr:`within_calibration`.
     note : str
         Why there is no band, or that the plan is outside the calibration range; "" otherwise.
     departures : tuple of Departure
@@ -248,8 +249,14 @@ class PredictionInterval:
         return value * self.low_factor, value * self.high_factor
 
     def to_dict(self) -> dict:
-        """JSON-able dict of the attributes (departures as dicts, conditions as lists)."""
+        """JSON-able dict of the attributes (departures as dicts, conditions as lists), with
+        ``within_calibration`` (:attr:`within_calibration`: false when the GPU count or model
+        size is outside the calibration range or any feature departs, as the sweep rows'
+        column; None when the store has no residuals, like ``in_calibration_range``):
+        ``in_calibration_range`` covers the GPU count and model size only."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["within_calibration"] = (None if self.in_calibration_range is None
+                                     else self.within_calibration)
         out["departures"] = [d.to_dict() for d in self.departures]
         out["conditioned_on"] = list(self.conditioned_on)
         out["not_conditioned_on"] = list(self.not_conditioned_on)

@@ -14,7 +14,7 @@ import numpy as np
 from core.plan.model_config import ATTENTION_KERNELS
 
 __all__ = ["RESIDUAL_SETS", "NODE_CLASSES", "FEATURE_COLUMNS", "FEATURE_GROUPS", "THROUGHPUT_COLUMN",
-           "ResidualTable", "node_class"]
+           "ZERO_STAGE_VALUES", "ResidualTable", "node_class"]
 
 #: How a residual row's prediction was obtained (:class:`ResidualTable`'s ``set``). Tables
 #: written before ``feature_transfer`` (2026-12-05) hold the first two only and read as before.
@@ -31,20 +31,31 @@ THROUGHPUT_COLUMN = "model_flops_per_gpu"
 #: (:func:`core.store.calibration_range.plan_features`), in groups, each all or none: the
 #: first nine (residual-table encoding version 2), then the attention kernel, the TP
 #: communication overlap and FSDP (ZeRO-3) (version 3), then :data:`THROUGHPUT_COLUMN`
-#: (version 4); each needs the groups before it. Tables written before a group lack it, and
+#: (version 4), then how the data-parallel gradients are communicated: the ZeRO stage as the
+#: simulator times it and Megatron-Core's ``overlap_grad_reduce`` and ``overlap_param_gather``
+#: (version 5); each needs the groups before it. Tables written before a group lack it, and
 #: what it holds is not compared.
 FEATURE_GROUPS = (("gpu", "family", "precision", "recompute", "schedule", "micro_batch_size",
                    "seq_length", "cp", "ep"),
                   ("attention_kernel", "tp_comm_overlap", "fsdp"),
-                  (THROUGHPUT_COLUMN,))
+                  (THROUGHPUT_COLUMN,),
+                  ("zero_stage", "overlap_grad_reduce", "overlap_param_gather"))
 #: The plan features a table written now has, in order (compared by
 #: :func:`core.store.calibration_range.feature_departures`; the throughput column is not a
 #: feature of the plan but of its predicted time, and is compared apart).
-FEATURE_COLUMNS = FEATURE_GROUPS[0] + FEATURE_GROUPS[1]
+FEATURE_COLUMNS = FEATURE_GROUPS[0] + FEATURE_GROUPS[1] + FEATURE_GROUPS[3]
 #: Every optional column, in order.
 OPTIONAL_COLUMNS = tuple(c for group in FEATURE_GROUPS for c in group)
 _STR_FEATURES = ("gpu", "family", "precision", "recompute", "schedule", "attention_kernel",
-                 "tp_comm_overlap", "fsdp")
+                 "tp_comm_overlap", "fsdp", "zero_stage", "overlap_grad_reduce",
+                 "overlap_param_gather")
+#: The values of the fourth group's ``zero_stage`` column: ``"0/1"`` where each GPU's
+#: gradients are accumulated over the micro-batches and reduced once per iteration (ZeRO 0: an
+#: all-reduce; ZeRO 1, Megatron's distributed optimizer: a reduce-scatter, and the updated
+#: shards all-gathered), ``"2/3"`` where they are sharded and reduce-scattered after every
+#: micro-batch (ZeRO 2 and 3; what ZeRO-3 adds, the weights' all-gathers, is the ``fsdp``
+#: column), and ``"0/1"`` too where no gradient is reduced across GPUs.
+ZERO_STAGE_VALUES = ("0/1", "2/3")
 
 
 def node_class(num_gpus: int, gpus_per_node: int) -> str:
@@ -93,6 +104,13 @@ class ResidualTable:
     model_flops_per_gpu : float array or None
         The third group (optional, needs the first two): the run's model FLOPs per GPU per
         iteration (:data:`THROUGHPUT_COLUMN`), > 0.
+    zero_stage, overlap_grad_reduce, overlap_param_gather : str arrays or None
+        The fourth group (optional, needs the first three): how the run's data-parallel
+        gradients are communicated (:data:`ZERO_STAGE_VALUES`: ``0/1`` reduced once per
+        iteration, ``2/3`` reduce-scattered after every micro-batch) and whether the gradient
+        reduction and the parameter all-gather are overlapped with compute (``on`` or ``off``,
+        ``plan.overlap_grad_reduce`` and ``plan.overlap_param_gather`` where they apply:
+        :func:`core.store.calibration_range.features_of`).
     """
 
     set: np.ndarray
@@ -117,6 +135,9 @@ class ResidualTable:
     tp_comm_overlap: np.ndarray | None = None
     fsdp: np.ndarray | None = None
     model_flops_per_gpu: np.ndarray | None = None
+    zero_stage: np.ndarray | None = None
+    overlap_grad_reduce: np.ndarray | None = None
+    overlap_param_gather: np.ndarray | None = None
 
     COLUMNS = ("set", "file", "row", "num_gpus", "gpus_per_node", "layer_parameters",
                "measured_s", "predicted_s")
@@ -195,7 +216,9 @@ class ResidualTable:
                     and np.any(getattr(self, name) < 1)):
                 raise ValueError(f"residual table column {name!r} must be >= 1")
         allowed_values = {"attention_kernel": ATTENTION_KERNELS, "tp_comm_overlap": ("on", "off"),
-                          "fsdp": ("on", "off")}
+                          "fsdp": ("on", "off"), "zero_stage": ZERO_STAGE_VALUES,
+                          "overlap_grad_reduce": ("on", "off"),
+                          "overlap_param_gather": ("on", "off")}
         for name, allowed in allowed_values.items():
             col = getattr(self, name)
             bad = [] if col is None else sorted(set(col.tolist()) - set(allowed))

@@ -800,10 +800,11 @@ def plan_figures(plans: list[ParallelPlan], model, store, cluster, num_gpus: np.
 
 
 #: Plan fields :func:`core.store.calibration_range.features_of` does not read: plans that
-#: differ only in them share their features (tests compare with each plan's own).
-_FEATURE_FREE_PLAN_FIELDS = ("tensor_parallel", "pipeline_parallel", "data_parallel",
-                             "virtual_pipeline_stages", "sequence_parallel",
-                             "overlap_grad_reduce", "overlap_param_gather")
+#: differ only in them share their features (tests compare with each plan's own). It reads
+#: t, d and sequence parallelism (whether the TP overlap applies, whether gradients are
+#: reduced across GPUs and FSDP shards over more than one rank) and the data-parallel
+#: overlaps.
+_FEATURE_FREE_PLAN_FIELDS = ("pipeline_parallel", "virtual_pipeline_stages")
 _FEATURE_FIELDS = tuple(f for f in PLAN_FIELDS if f not in _FEATURE_FREE_PLAN_FIELDS)
 #: Plan fields but d and b: the FLOPs of an iteration are a function of these (B is the
 #: session's).
