@@ -118,7 +118,8 @@ def test_every_field_without_a_column_is_named(tmp_path):
         "multi_latent_attention=false", "mtp_num_layers=0", "window_size=null",
         'softmax_type="vanilla"', "hidden_dropout=0.1", "attention_dropout=0.1"]
     assert session_part.removeprefix("the session's: ").split(", ") == [
-        "make_vocab_size_divisible_by=128", 'family="dense"', "gradient_accumulation_fusion=true",
+        "make_vocab_size_divisible_by=128", "add_proj_bias=false", "add_mlp_bias=false",
+        "add_output_bias=false", 'family="dense"', "gradient_accumulation_fusion=true",
         "overlap_param_gather=false", "grad_reduce_dtype=null", "first_stage_layers=null",
         "last_stage_layers=null", "account_for_embedding_in_pipeline_split=false",
         "account_for_loss_in_pipeline_split=false", "context_parallel=1",
