@@ -517,7 +517,7 @@ def interval_factors(table: ResidualTable | None, num_gpus: np.ndarray, gpus_per
     index = np.zeros(flat.size, np.int64)
     if conditioned:
         if feature_index is None:
-            distinct, index = _distinct_features(features)
+            distinct, index = distinct_features(features)
         else:
             distinct, index = features, np.asarray(feature_index, np.int64).reshape(-1)
     codes: dict = {}
@@ -597,8 +597,9 @@ def _count_key(table: ResidualTable | None, num_gpus: int, gpus_per_node: int,
     return cls, bool(_range_note(cls, num_gpus, layer_params, table.calibration_range(cls)))
 
 
-def _distinct_features(features: Sequence[dict]) -> tuple[list[dict], np.ndarray]:
-    """The distinct dicts of ``features`` (first of each) and each one's index into them."""
+def distinct_features(features: Sequence[dict]) -> tuple[list[dict], np.ndarray]:
+    """The distinct dicts of ``features`` (first of each, compared by their items) and each
+    one's index into them (int64 (n,)): a sweep's plans share a few hundred feature dicts."""
     seen: dict = {}
     distinct: list[dict] = []
     index = np.empty(len(features), np.int64)
@@ -727,7 +728,8 @@ def session_interval(session: "Session", predicted_s: float, store: "ProfileStor
                         features=features)
 
 
-__all__ += ["min_residuals", "normal_prediction_bounds", "session_interval", "layer_parameters",
+__all__ += ["distinct_features", "min_residuals", "normal_prediction_bounds", "session_interval",
+            "layer_parameters",
             "plan_departures", "band_key", "model_flops_per_gpu"]
 
 

@@ -25,7 +25,8 @@ from core.sim.report import memory_verdict_column
 from core.plan.parallel import gemm_peak_dtype
 from core.store.calibration_range import (features_of, precision_label, throughput_ceiling,
                                           throughput_departure)
-from core.store.interval import interval_factors, interval_for, layer_parameters, plan_departures
+from core.store.interval import (distinct_features, interval_factors, interval_for,
+                                 layer_parameters, plan_departures)
 from core.studies.sweep.cancel import check_cancelled
 from core.studies.sweep.plan_rows import PlanRows, plan_column_arrays, plans_at, row_of_plan
 from core.studies.sweep.space import SweepSpace, as_list
@@ -879,7 +880,9 @@ def _plan_bands(plans: list[ParallelPlan], model, cluster, residuals, num_gpus: 
     if plan_columns is None:
         plan_columns = plan_column_arrays(plans, cancel)
     of, firsts = column_codes(plan_columns, _FEATURE_FIELDS, n, cancel)
-    feats = [features_of(model, cluster, pl) for pl in plans_at(plans, firsts)]
+    feats, same = distinct_features([features_of(model, cluster, pl)
+                                     for pl in plans_at(plans, firsts)])
+    of = same[of]  # groups of fields that read alike: one dict, one band and departure each
     low, high, inside = interval_factors(residuals, num_gpus, gpn, layer_params, coverage,
                                          features=feats, feature_index=of)
     check_cancelled(cancel)
@@ -941,7 +944,9 @@ def throughput_departures(plans: list[ParallelPlan], model, cluster, store, num_
         if fresh.size:
             sub_cols = {k: v[fresh] for k, v in plan_columns.items()}
             f_of, f_firsts = column_codes(sub_cols, _FEATURE_FIELDS, fresh.size, cancel)
-            feats = [features_of(model, cluster, plans[int(fresh[j])]) for j in f_firsts]
+            feats, same = distinct_features([features_of(model, cluster, plans[int(fresh[j])])
+                                             for j in f_firsts])
+            f_of = same[f_of]
             gpus = np.asarray(num_gpus, np.int64)[fresh]
             lo, hi, _ = interval_factors(
                 residuals, gpus, cluster.gpus_per_node, layer_parameters(model), coverage,
