@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from core.cli import main
@@ -157,3 +158,41 @@ def test_ep_1_plans_of_a_flex_session_run_alltoall_where_flex_cannot_run():
              pl.tensor_parallel, pl.moe_token_dispatcher_type) for pl in result.plans}
     # (ep 2 with t 2 needs sequence parallelism, held off)
     assert seen == {(1, 1, 1, "alltoall"), (1, 2, 2, "flex"), (2, 1, 1, "flex")}
+
+
+def test_a_sweep_with_flex_plans_says_their_memory_is_a_lower_bound():
+    """DeepEP's / HybridEP's buffers are not in the memory per GPU (core.model.moe
+    flex_buffer_memory_note): simulate said so, the sweep did not, and a flex plan could be
+    picked as fitting. The sweep names the count of flex plans with figures and which of the
+    fastest, cheapest and front plans are among them; an alltoall sweep says nothing."""
+    from core.model.moe import flex_buffer_memory_note
+    model = dataclasses.replace(MODEL_PRESETS["GPT-OSS 20B"], seq_length=2048)
+
+    def sweep(dispatcher):
+        session = Session(model, ParallelPlan(1, 1, 8, 1, 64, "1f1b", "full", "bf16",
+                                              expert_parallel=2,
+                                              moe_token_dispatcher_type=dispatcher),
+                          ClusterConfig(gpu="B200-180GB", gpus_per_node=8),
+                          CostConfig(price_per_gpu_hour_usd=2.0, training_tokens=1e11))
+        space = SweepSpace(num_gpus=(8,), expert_parallel=(1, 2), tensor_parallel=(1, 2),
+                           context_parallel=(1,), pipeline_parallel=(1,), micro_batch_sizes=(1,),
+                           zero_stages=(1,), schedules=("1f1b",), recompute=("full",),
+                           hold_session_values=True)
+        return run_sweep(session, space, prune=False)  # every plan that fits with figures
+
+    result = sweep("flex")
+    ok = np.isfinite(result.iteration_time_s) & result.fits_in_memory
+    flex_rows = [i for i, pl in enumerate(result.plans)
+                 if pl.moe_token_dispatcher_type == "flex" and ok[i]]
+    assert flex_rows and ok.sum() > len(flex_rows)  # the alltoall ep = 1 plan too
+    head = flex_buffer_memory_note(model, result.plans[flex_rows[0]])
+    (note,) = [w for w in result.warnings if w.startswith(head)]
+    among = [name for name, row in (("the fastest", result.fastest),
+                                    ("the cheapest", result.cheapest)) if row in flex_rows]
+    front = sum(int(i) in flex_rows for i in result.pareto)
+    among += [f"{front} of the {len(result.pareto)} front plans"] if front else []
+    assert note == (f"{head}: {len(flex_rows)} of the {int(ok.sum())} plans with figures use it"
+                    + (", among them " + ", ".join(among[:-1])
+                       + (" and " if len(among) > 1 else "") + among[-1] if among else "")
+                    + "; their memory is a lower bound")
+    assert not any("DeepEP" in w for w in sweep("alltoall").warnings)

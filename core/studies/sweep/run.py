@@ -24,6 +24,7 @@ from core.plan.parallel import PLAN_FIELDS, ParallelPlan
 from core.plan.session import Session
 from core.plan.rules import validate
 from core.sim import fastpath_kernel
+from core.model.moe import flex_buffer_memory_note, num_moe_layers
 from core.sim.costing import costing, mfu_peak_flops
 from core.sim.simulate import profile_gpu_note, session_profile, small_nvlink_domain_note
 from core.sim.report import MEMORY_VERDICTS, memory_verdict_column
@@ -766,14 +767,17 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
     # of plans tied on days and dollars (ZeRO-1 and ZeRO-2 at one micro-batch), the front and
     # the best plans keep the one needing the least memory per GPU
     pareto = least_memory_of_ties(days, cost_usd, max_mem, pareto_front(days, cost_usd, feasible))
+    fastest = best_row(days, cost_usd, feasible, max_mem)
+    cheapest = best_row(cost_usd, days, feasible, max_mem)
+    flex = flex_memory_note(runner.model, plans, plan_columns, feasible,
+                            {"the fastest": fastest, "the cheapest": cheapest}, pareto)
     return SweepResult(
         session=session, space=space, plans=plans, plan_columns=plan_columns,
         num_microbatches=num_mb, num_gpus=num_gpus,
         iteration_time_s=iteration, tokens_per_s=figures.tokens_per_s, mfu=figures.mfu,
         hfu=figures.hfu, training_days=days, gpu_hours=figures.gpu_hours, cost_usd=cost_usd,
         max_memory_per_gpu_bytes=max_mem, fits_in_memory=fits, reason=reason, pareto=pareto,
-        fastest=best_row(days, cost_usd, feasible, max_mem),
-        cheapest=best_row(cost_usd, days, feasible, max_mem),
+        fastest=fastest, cheapest=cheapest,
         deadline_days=deadline_days, cheapest_within_deadline=None, wall_s=0.0,
         warnings=[w for w in [profile_gpu_note(store, session.cluster),
                               unchecked_note(getattr(store, "residuals", None),
@@ -781,8 +785,8 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
         + sweep_notes
         + sorted(with_plans(w, list(plans_at(plans, sorted(idx))))
                  for w, idx in runner.warned.items())
-        + [w for w in [small_nvlink_domain_note(session.cluster, int(num_gpus.max(initial=0)))]
-           if w],
+        + [w for w in [small_nvlink_domain_note(session.cluster, int(num_gpus.max(initial=0))),
+                       flex] if w],
         profile={"device": store.device_name, "path": str(store.path) if store.path else "",
                  **{k: v for k, v in store.provenance.items() if isinstance(v, (str, int, float))}},
         interval_low_s=iteration * low_f, interval_high_s=iteration * high_f,
@@ -791,3 +795,31 @@ def _result(session: Session, space: SweepSpace, runner: _Runner, max_mem: np.nd
         pruned=pruned, lower_bound_s=lower, memory_capacity_bytes=capacity,
         memory_verdict=verdict,
     )
+
+
+def flex_memory_note(model, plans, plan_columns: dict[str, np.ndarray], feasible: np.ndarray,
+                     best: dict[str, int | None], pareto: np.ndarray) -> str | None:
+    """The sweep's note on the flex dispatcher's memory (None when no plan with figures, bool
+    ``feasible`` (n,), runs it): :func:`core.model.moe.flex_buffer_memory_note` (DeepEP's and
+    HybridEP's buffers are not in the memory per GPU, so a flex plan's figure is a lower bound
+    and its "fits" or "tight" may not hold), with how many plans with figures use it and which
+    of ``best`` (name -> row or None) and the ``pareto`` rows (int array) are among them. The
+    rules admit flex only where ``etp * ep > 1``, so the note holds for every such plan."""
+    column = plan_columns.get("moe_token_dispatcher_type")
+    if column is None or not num_moe_layers(model):
+        return None
+    flex = np.asarray(column == "flex", bool) & feasible
+    if not flex.any():
+        return None
+    rows = np.flatnonzero(flex)
+    note = flex_buffer_memory_note(model, next(iter(plans_at(plans, rows[:1].tolist()))))
+    if note is None:
+        return None
+    named = [name for name, row in best.items() if row is not None and flex[row]]
+    front = int(flex[np.asarray(pareto, np.int64)].sum()) if len(pareto) else 0
+    among = named + ([f"{front} of the {len(pareto)} front plans"] if front else [])
+    return (f"{note}: {rows.size:,} of the {int(feasible.sum()):,} plans with figures use it"
+            + (", among them " + ", ".join(among[:-1]) + (" and " if len(among) > 1 else "")
+               + among[-1] if among else "")
+            + "; their memory is a lower bound")
+
