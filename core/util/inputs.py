@@ -32,7 +32,7 @@ from core.util.text import printable, short_repr
 __all__ = ["MAX_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "read_json_file",
            "parse_json", "json_depth", "check_regular_file", "nonfinite_path", "strict_dumps",
            "NonFiniteError", "MAX_JSON_INTEGER", "describe_number", "parse_json_or_text", "duplicate_key_path",
-           "read_toml_file", "decimal_number", "DecimalUnderflowError",
+           "read_toml_file", "json_object_pairs", "decimal_number", "DecimalUnderflowError",
            "MAX_YAML_NODES", "parse_yaml", "read_yaml_file",
            "HDF5_SIGNATURE"]
 
@@ -257,6 +257,13 @@ def _object(pairs: list[tuple[str, Any]]) -> dict:
     out = _Duplicated(obj)
     out.duplicate = next(k for k, _ in pairs if k in seen or seen.add(k))
     return out
+
+
+def json_object_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    """``json``'s ``object_pairs_hook`` that notes a repeated key: a dict, or a dict that
+    :func:`duplicate_key_path` finds when a key of ``pairs`` repeats (``json`` would keep the
+    last value silently)."""
+    return _object(pairs)
 
 
 def duplicate_key_path(doc: Any) -> str | None:
