@@ -397,9 +397,14 @@ def test_text_numbers_are_decimal_digits_only(tmp_path):
 def test_a_long_decimal_is_a_number(digits, lead, tail):
     """A decimal of more than 400 characters was "'1000000000000000000000000000000000000000' is
     not a number" (its first 40 characters, a number): it is read, and the callers' own rules
-    speak (a 401-digit integer is infinite; with an exponent it may be an ordinary value)."""
+    speak (a 401-digit integer is infinite; with an exponent it may be an ordinary value, or
+    one below the smallest double, which is refused by that rule, never read as 0.0)."""
     text = str(lead or 1) + "0" * (digits - 1) + tail
-    assert inputs.decimal_number(text) == float(text)
+    if float(text) == 0.0:  # 1e400e-2900: 1e-2500
+        with pytest.raises(inputs.DecimalUnderflowError, match="smallest normal double"):
+            inputs.decimal_number(text)
+    else:
+        assert inputs.decimal_number(text) == float(text)
 
 
 def test_a_long_number_in_a_measurement_csv_is_named_by_its_rule(tmp_path):
@@ -961,3 +966,71 @@ def test_file_weights_count_by_their_ratio_even_near_the_float_limit():
     assert balanced_weights([3, 2], [1, 4]) == pytest.approx([1 / 3] * 3 + [2.0] * 2)
     with pytest.raises(ValueError, match="positive finite"):
         balanced_weights([3, 2], [1, math.inf])
+
+
+_TINY = "0." + "0" * 400 + "1"  # 1e-401 written out: below the smallest double, reads as 0.0
+_TINY_RULE = ("is below 2.2e-308, the smallest normal double, in magnitude (it would read as "
+              "0): give 0 or a normal number")
+
+
+def test_a_decimal_below_the_smallest_double_is_named_never_read_as_zero(tmp_path):
+    """``1e-400`` (or 0.000…01 with 400 zeros) reads as 0.0 in ``float()``, ``json``, ``tomllib``
+    and PyYAML: ``--tokens 1e-400`` was refused as "--tokens=0.0 must be at least 1" (the user
+    typed no 0) and a session's price of 1e-400 USD became a free GPU hour. Every number reader
+    names the text and the rule instead; 0 written as such (``0e5``, ``-0.0``) and a subnormal
+    (left to each field's rule) still read as before."""
+    from core.cli.common import decimal_arg
+    from core.store.nccl_tests import NcclTestsError, read_nccl_tests
+    rule = f"'1e-400' {_TINY_RULE}"
+    with pytest.raises(inputs.DecimalUnderflowError) as exc:
+        inputs.decimal_number(" 1e-400 ")
+    assert str(exc.value) == rule
+    with pytest.raises(inputs.DecimalUnderflowError, match="smallest normal double"):
+        inputs.decimal_number(_TINY)
+    assert [inputs.decimal_number(t) for t in ("0e5", "-0.0", "000", "1e-320")] == [0.0, 0.0, 0.0,
+                                                                                   1e-320]
+    with pytest.raises(Exception) as exc:
+        decimal_arg("-1e-400")
+    assert str(exc.value) == f"'-1e-400' {_TINY_RULE}"
+    # JSON (a session, --set), TOML and YAML: the key path is named
+    with pytest.raises(SessionFileError) as exc:
+        inputs.parse_json('{"cost": {"price_per_gpu_hour_usd": 1e-400}}', "s.json",
+                          SessionFileError)
+    assert str(exc.value) == f"s.json: cost.price_per_gpu_hour_usd: {rule}"
+    assert inputs.parse_json('{"a": [0e5, 0.0, 1e-320]}', "s.json", SessionFileError) == {
+        "a": [0.0, 0.0, 1e-320]}
+    with pytest.raises(ValueError) as exc:
+        inputs.parse_json_or_text("1e-400", ValueError)
+    assert str(exc.value) == rule
+    (tmp_path / "a.toml").write_text("[a]\nb = 1e-400\n")
+    with pytest.raises(ValueError) as exc:
+        inputs.read_toml_file(tmp_path / "a.toml", ValueError)
+    assert str(exc.value) == f"{tmp_path / 'a.toml'}: a.b: {rule}"
+    with pytest.raises(ValueError) as exc:
+        inputs.parse_yaml("a:\n  b: 1.0e-400\n", "r.yaml", ValueError)
+    assert str(exc.value) == f"r.yaml: a.b (line 2): '1.0e-400' {_TINY_RULE}"
+    # an nccl-tests CSV: the line, never "expected size(B),count,..." nor a skipped row
+    (tmp_path / "all_reduce_8gpu.csv").write_text("size(B),count,type,time(ns)\n"
+                                                  "1048576,262144,float,1e-400\n")
+    with pytest.raises(NcclTestsError) as exc:
+        read_nccl_tests(tmp_path / "all_reduce_8gpu.csv")
+    assert str(exc.value) == f"{tmp_path / 'all_reduce_8gpu.csv'}: line 2: {rule}"
+    # a measurement file's cell and a price sheet's cell: the row and column named
+    from core.accuracy.measured import MeasurementFileError, _number
+    with pytest.raises(MeasurementFileError) as exc:
+        _number("runs.csv: row 3, column 'time_s'", "1e-400")
+    assert str(exc.value) == f"runs.csv: row 3, column 'time_s': {rule}"
+    from core.io import price_sheet
+    errors: list = []
+    assert price_sheet._number("1e-400", "usd_per_gpu_hour", "p.csv: row 2", errors,
+                               integer=False, bounds=(0, 1e3)) is None
+    assert [(e.field, e.message) for e in errors] == [("p.csv: row 2: usd_per_gpu_hour", rule)]
+    # the command line: one line, exit 2
+    session = str(EXAMPLES / "gpt3_1.3b_single_node.json")
+    proc = cli("simulate", session, "--tokens", _TINY, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("vtrain simulate: error: argument --tokens: '0.000")
+    assert proc.stderr.splitlines()[-1].endswith(f"0001' {_TINY_RULE}")
+    proc = cli("simulate", session, "--set", "cost.price_per_gpu_hour_usd=1e-400", timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr == f"vtrain: error: --set cost.price_per_gpu_hour_usd: {rule}\n"

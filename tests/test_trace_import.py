@@ -543,3 +543,55 @@ def test_a_step_number_in_other_digits_is_not_a_step(tmp_path):
     with pytest.raises(TraceFileError) as err:
         choose_step(trace)
     assert str(err.value).startswith(f"{path}: traceEvents: no ProfilerStep#N range common")
+
+
+def test_a_key_given_twice_in_a_trace_is_refused_by_its_path(tmp_path, capsys):
+    """A trace with two ``traceEvents`` lists was read with the last one only (``json`` keeps
+    the last value of a repeated key), as sessions are not: the key's path is named, at the
+    top level and inside an event, plain or gzipped, and exit 2."""
+    ok = {"ph": "X", "name": "ProfilerStep#1", "ts": 0, "dur": 5, "pid": 1, "tid": 1}
+    first = json.dumps([ok])
+    top = _bad(tmp_path, "top_rank0.json",
+               f'{{"traceEvents": {first}, "traceEvents": []}}'.encode())
+    rule = "given twice in one object; a key is given once (which value was meant is unknown)"
+    with pytest.raises(TraceFileError) as exc:
+        read_traces([top])
+    assert str(exc.value) == f"{top}: traceEvents: {rule}"
+    inner = _bad(tmp_path, "inner_rank0.json.gz", gzip.compress(
+        b'{"traceEvents": [{"ph": "M", "name": "thread_name"}, {"ph": "X", "name": "k", '
+        b'"ts": 0, "dur": 1, "pid": 1, "tid": 1, "args": {"stream": 7, "stream": 8}}]}'))
+    with pytest.raises(TraceFileError) as exc:
+        read_traces([inner])
+    assert str(exc.value) == f"{inner}: traceEvents[1].args.stream: {rule}"
+    assert main(["trace", "import", str(top), "--session", str(SESSION)]) == 2
+    assert capsys.readouterr().err == f"vtrain: error: {top}: traceEvents: {rule}\n"
+    # the same events, each key once, are read
+    once = _bad(tmp_path, "once_rank0.json", f'{{"traceEvents": {first}}}'.encode())
+    assert read_traces([once]).num_events == 1
+
+
+@pytest.mark.parametrize("name", ["sim.json", "sim.json.gz"])
+def test_vtrains_own_trace_is_refused_as_such(tmp_path, capsys, name):
+    """``vtrain simulate S.json --trace-out t.json`` then ``vtrain trace import t.json`` said
+    "no ProfilerStep#N range", true but no help: the export marks itself in the Trace Event
+    Format's ``otherData`` and the importer (the command's and the window's) names it by that
+    structure (the window's: tests/gui/test_gui_trace_overlay.py)."""
+    from core.io.kineto import VTRAIN_TRACE_MARK
+    path = tmp_path / name
+    assert main(["simulate", str(SESSION), "--trace-out", str(path)]) == 0
+    capsys.readouterr()
+    raw = path.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if name.endswith(".gz") else raw)
+    assert doc["otherData"] == VTRAIN_TRACE_MARK == {"generator": "vtrain",
+                                                     "content": "simulated iteration"}
+    said = (f"{path}: this is vtrain's simulated trace (written by --trace-out), not a PyTorch "
+            "profiler trace of a run: it holds the prediction itself; give the trace "
+            "torch.profiler wrote of the run (export_chrome_trace, or tensorboard_trace_handler)")
+    assert main(["trace", "import", str(path), "--session", str(SESSION)]) == 2
+    assert capsys.readouterr().err == f"vtrain: error: {said}\n"
+    # the marker is what is read, never the text: without it the events are read as any
+    # trace's (and have no ProfilerStep range)
+    del doc["otherData"]
+    bare = _bad(tmp_path, "bare.json", doc)
+    with pytest.raises(TraceFileError, match="no ProfilerStep#N range"):
+        choose_step(read_traces([bare]))

@@ -512,3 +512,69 @@ def test_out_with_a_suffix_other_than_csv_is_refused_before_any_work(tmp_path, c
         assert vtrain(["validate", str(csv_path), "--out", str(tmp_path / name)]) == 0
         assert (tmp_path / name).read_text().startswith("row,model,num_gpus,")
     capsys.readouterr()
+
+
+def test_calibrate_refuses_a_file_given_twice_or_two_files_of_one_name(tmp_path, capsys):
+    """``vtrain calibrate runs.csv runs.csv`` only warned of the repeats and wrote a store whose
+    every residual row was there twice (its band moved); the same file by another path (a
+    link) is refused alike, and so are two files of one name, whose rows the store (which
+    records a run by its file's name and row) could not tell apart. Nothing is written."""
+    import os
+    path = _gpt_csv(tmp_path)
+    store = str(ROOT / "profiles" / "A100-SXM4-80GB.h5")
+    out = tmp_path / "s.h5"
+    link = tmp_path / "again.csv"
+    os.symlink(path, link)
+    (tmp_path / "b").mkdir()
+    other = _gpt_csv(tmp_path / "b", t1="3.6")  # another file of the same name, runs.csv
+    for given, said in (
+            ([path, path], f"vtrain: error: {path}: the same file as {path}, given twice: its "
+                           "rows would be fitted and counted in the error band twice; give each "
+                           "file once"),
+            ([path, link], f"vtrain: error: {link}: the same file as {path}, given twice: its "
+                           "rows would be fitted and counted in the error band twice; give each "
+                           "file once"),
+            ([path, other], f"vtrain: error: {other}: has the name of {path} (runs.csv): the "
+                            "store records each run by its file's name and row, and the two "
+                            "files' rows would be one; give the files different names")):
+        assert vtrain(["calibrate", *map(str, given), "--profile", store, "--out", str(out),
+                       "--folds", "0"]) == 2
+        assert " ".join(capsys.readouterr().err.split()) == said
+        assert not out.exists()
+
+
+def test_a_store_whose_residual_rows_repeat_is_refused_on_opening(tmp_path):
+    """The shipped A100 store with each residual row given twice opened and gave another error
+    band (3.86-6.09 s for 3.75-6.96 s): a repeated (set, file, row) is refused by name, from the
+    file and from its cached image alike; the shipped stores hold none and open as before."""
+    import glob
+
+    import numpy as np
+
+    from core.store.format import ProfileStoreError
+    from core.store.profile_store import ProfileStore
+    shipped = ProfileStore.open(ROOT / "profiles" / "A100-SXM4-80GB.h5")
+    n = len(shipped.residuals)
+    assert n == 1024
+    for p in glob.glob(str(ROOT / "profiles" / "*.h5")):  # every shipped store still opens
+        r = ProfileStore.open(p).residuals
+        assert r is None or len(set(zip(r.set.tolist(), r.file.tolist(), r.row.tolist()))) == len(r)
+    twice = ProfileStore.open(ROOT / "profiles" / "A100-SXM4-80GB.h5")
+    twice.residuals = shipped.residuals.concat(shipped.residuals)
+    path = tmp_path / "twice.h5"
+    twice.save(path)
+    with pytest.raises(ProfileStoreError) as exc:
+        ProfileStore.open(path)
+    assert str(exc.value) == (
+        f"{path}: /residuals: rows 0 and 1024 are both row 1 of 'measured_single_node.csv' in "
+        "set 'cross_validated': a run is recorded once (a repeat counts twice in the error band)")
+    # an image of it (as the cache holds one made before the rule) is not taken either
+    with pytest.raises(ValueError, match="rows 0 and 1024 are both row"):
+        ProfileStore.from_image(twice.to_image())
+    # one row repeated among the others is found too
+    one = shipped.residuals.subset(np.r_[np.arange(n), 5])
+    again = ProfileStore.open(ROOT / "profiles" / "A100-SXM4-80GB.h5")
+    again.residuals = one
+    again.save(tmp_path / "one.h5")
+    with pytest.raises(ProfileStoreError, match=f"rows 5 and {n} are both row"):
+        ProfileStore.open(tmp_path / "one.h5")

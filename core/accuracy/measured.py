@@ -61,7 +61,7 @@ from core.plan.parallel import ParallelPlan
 from core.plan.session import Session
 from core.plan.rules import inactive_fields, validate
 from core.sim.report import MEMORY_SCALES
-from core.util.inputs import decimal_number, parse_json, read_bytes
+from core.util.inputs import DecimalUnderflowError, decimal_number, parse_json, read_bytes
 from core.util.text import short_repr
 
 __all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_cause", "skip_counts",
@@ -515,6 +515,8 @@ def _number(where: str, text: str, kind: type = float) -> Any:
         return int(t)
     try:  # decimal digits only: float() reads "1_5" as 15
         v = decimal_number(t)
+    except DecimalUnderflowError as exc:  # 1e-400: never read as 0.0
+        raise MeasurementFileError(f"{where}: {exc}") from None
     except ValueError:
         raise MeasurementFileError(f"{where}: {short_repr(t)} is not a number") from None
     if not math.isfinite(v):

@@ -276,11 +276,13 @@ SET_HELP = ("set one field of the session, SECTION.FIELD=VALUE (repeatable), e.g
 
 def decimal_arg(text: str) -> float:
     """argparse ``type`` of a number option: decimal digits only (``float()`` reads ``1_5`` as
-    15), never a subnormal number; NaN and infinity pass, for the option's own check to refuse
+    15), never a subnormal number nor one below that which reads as 0.0 (``1e-400``); NaN and infinity pass, for the option's own check to refuse
     by name."""
-    from core.util.inputs import decimal_number
+    from core.util.inputs import DecimalUnderflowError, decimal_number
     try:
         value = decimal_number(text)
+    except DecimalUnderflowError as exc:  # 1e-400: never read as 0.0
+        raise argparse.ArgumentTypeError(str(exc)) from None
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if 0.0 < abs(value) < sys.float_info.min:

@@ -18,8 +18,9 @@ instant events are skipped. A file may be gzipped (``.json.gz``, or any file sta
 gzip's magic bytes).
 
 Files are read defensively: regular files only, at most ``MAX_BYTES["trace"]`` bytes before
-and after gunzip (:mod:`core.util.inputs`), deep JSON nesting, ``NaN``/``Infinity`` and
-non-finite times refused; an event that breaks a rule is refused with one :class:`TraceFileError` naming the
+and after gunzip (:mod:`core.util.inputs`), deep JSON nesting, ``NaN``/``Infinity``, a key
+given twice in one object and non-finite times refused, and so is vtrain's own simulated trace
+(:data:`VTRAIN_TRACE_MARK`); an event that breaks a rule is refused with one :class:`TraceFileError` naming the
 file, the event (``traceEvents[12].dur``) and the rule, never a traceback.
 
 Ranks: a file's rank is its ``distributedInfo.rank`` (written by torch.distributed jobs; its
@@ -47,12 +48,21 @@ from typing import Any
 
 import numpy as np
 
-from core.util.inputs import MAX_BYTES, describe_number, read_bytes
+from core.util.inputs import (MAX_BYTES, describe_number, duplicate_key_path, json_object_pairs,
+                               read_bytes)
 from core.util.text import printable
 
 __all__ = ["TraceFileError", "KinetoTrace", "read_traces", "read_trace_document", "step_numbers",
            "choose_step", "step_window", "step_events", "DEVICE_CATEGORIES", "HOST_CATEGORIES",
-           "STEP_NAME"]
+           "STEP_NAME", "VTRAIN_TRACE_MARK"]
+
+#: The top-level ``otherData`` of the trace :mod:`core.io.trace` writes (``vtrain simulate
+#: --trace-out``): the Trace Event Format's place for a document's metadata beside
+#: ``traceEvents`` (Perfetto and chrome://tracing open a trace that has it, as they open the
+#: profiler's with its own top-level ``distributedInfo`` and ``deviceProperties``). The reader
+#: refuses a file that carries it by this structure, never by its text: a simulated iteration
+#: is no measurement of a run.
+VTRAIN_TRACE_MARK = {"generator": "vtrain", "content": "simulated iteration"}
 
 #: Categories of device work (a GPU stream's lane).
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -185,8 +195,11 @@ def read_trace_document(path: str | Path) -> dict:
     TraceFileError
         Missing, unreadable or not a regular file; larger than ``MAX_BYTES["trace"]`` (before or
         after gunzip); not gzip or JSON; nested too deeply; ``NaN`` or ``Infinity``; no
-        ``traceEvents`` list. (Times beyond a float's range, ``1e400``, are refused per event by
-        :func:`read_traces`.)
+        ``traceEvents`` list; a key an object gives twice (``json`` would keep the last one
+        silently: a second ``traceEvents`` list would hide the first), named by its path
+        (``traceEvents``, ``traceEvents[3].args.stream``); vtrain's own simulated trace (its
+        ``otherData`` is :data:`VTRAIN_TRACE_MARK`). (Times beyond a float's range, ``1e400``,
+        are refused per event by :func:`read_traces`.)
     """
     path = Path(path)
     raw = read_bytes(path, TraceFileError, "trace")
@@ -196,15 +209,38 @@ def read_trace_document(path: str | Path) -> dict:
         # the nesting is not measured first (core.util.inputs.json_depth): on traces of
         # hundreds of MB that costs more than the parse; json's C scanner raises
         # RecursionError on deep nesting, caught here
-        doc = json.loads(raw.decode("utf-8-sig"), parse_constant=_refuse_constant)
+        # duplicate keys: the objects that repeat one are noted as they are built; the
+        # document is walked for the key's path only when there is one (a walk of every event
+        # of a large trace costs about what the parse does)
+        twice = False
+
+        def pairs_hook(pairs: list) -> dict:
+            nonlocal twice
+            obj = dict(pairs)
+            if len(obj) == len(pairs):
+                return obj
+            twice = True
+            return json_object_pairs(pairs)
+
+        doc = json.loads(raw.decode("utf-8-sig"), parse_constant=_refuse_constant,
+                         object_pairs_hook=pairs_hook)
     except UnicodeDecodeError as exc:
         raise TraceFileError(f"{path}: not a JSON trace (not UTF-8 text at byte {exc.start})") from None
     except RecursionError:
         raise TraceFileError(f"{path}: JSON nested too deeply to be a trace") from None
     except ValueError as exc:  # JSONDecodeError, NaN or Infinity, integers of 4,300+ digits
         raise TraceFileError(f"{path}: not a valid JSON trace ({exc})") from None
+    if twice:
+        raise TraceFileError(f"{path}: {printable(duplicate_key_path(doc) or '(top level)')}: "
+                             "given twice in one object; a key is given once (which value was "
+                             "meant is unknown)")
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
+    if isinstance(doc, dict) and doc.get("otherData") == VTRAIN_TRACE_MARK:
+        raise TraceFileError(f"{path}: this is vtrain's simulated trace (written by --trace-out), "
+                             "not a PyTorch profiler trace of a run: it holds the prediction "
+                             "itself; give the trace torch.profiler wrote of the run "
+                             "(export_chrome_trace, or tensorboard_trace_handler)")
     if not isinstance(doc, dict):
         raise TraceFileError(f"{path}: (top level): must be a JSON object with a traceEvents "
                              "list (a PyTorch profiler trace)")

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from core.plan.cluster import GPU_KINDS, GPU_NVLINK_DOMAIN, gpu_kind
 from core.plan.fields import BOUNDS, ConfigError, FieldError
-from core.util.inputs import decimal_number, read_text
+from core.util.inputs import DecimalUnderflowError, decimal_number, read_text
 
 __all__ = ["PRICE_COLUMNS", "REQUIRED_COLUMNS", "MAX_PRICE_ROWS", "PriceRow", "PriceSheet",
            "read_price_sheet", "parse_price_sheet"]
@@ -171,6 +171,9 @@ def _number(text: str, column: str, where: str, errors: list[FieldError], *, int
     lo, hi = (bounds.lo, bounds.hi) if hasattr(bounds, "lo") else bounds
     try:  # decimal digits only: float() reads "1_5" as 15
         value = decimal_number(text)
+    except DecimalUnderflowError as exc:  # 1e-400: never read as 0.0
+        errors.append(FieldError(f"{where}: {column}", str(exc)))
+        return None
     except ValueError:
         errors.append(FieldError(f"{where}: {column}", f"{text!r} is not a number"))
         return None

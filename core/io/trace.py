@@ -38,12 +38,18 @@ from core.schedules import PHASES
 from core.sim.labels import KIND_NAMES
 from core.util.inputs import strict_dumps
 from core.io.session import atomic_write_text
+from core.io.kineto import VTRAIN_TRACE_MARK
 
 __all__ = ["event_name", "trace_events", "write_trace"]
 
 
 def trace_events(graph: ExecutionGraph, schedule: Schedule) -> dict:
-    """The trace document as a dict: ``{"traceEvents": [...], "displayTimeUnit": "ms"}``."""
+    """The trace document as a dict: ``{"traceEvents": [...], "displayTimeUnit": "ms",
+    "otherData": {"generator": "vtrain", "content": "simulated iteration"}}``: the Trace Event
+    Format's ``otherData`` (metadata beside the events, which trace viewers open) marks it as
+    vtrain's (:data:`core.io.kineto.VTRAIN_TRACE_MARK`), so that ``vtrain trace`` and the
+    window's trace import refuse it by name rather than as a profiler trace without
+    ``ProfilerStep`` ranges."""
     events: list[dict] = []
     for stage in range(graph.num_stages):
         events.append({"name": "process_name", "ph": "M", "pid": stage, "tid": 0,
@@ -98,7 +104,7 @@ def trace_events(graph: ExecutionGraph, schedule: Schedule) -> dict:
                            "args": {"name": f"{STREAMS[sid]} ({row + 1})"}})
         events.append({"name": "thread_sort_index", "ph": "M", "pid": stage, "tid": tid,
                        "args": {"sort_index": sid * 100 + row}})
-    return {"traceEvents": events, "displayTimeUnit": "ms"}
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": dict(VTRAIN_TRACE_MARK)}
 
 
 def _nesting_threads(start: np.ndarray, end: np.ndarray, stages: list[int],

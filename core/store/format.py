@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from core.model.keys import FAMILY_KEY_DEFAULTS, OP_KEYS
-from core.store.residuals import FEATURE_GROUPS, ResidualTable
+from core.store.residuals import FEATURE_GROUPS, ResidualTable, repeated_row
 from core.util.text import did_you_mean
 
 if TYPE_CHECKING:  # annotations only: h5py is loaded through load_h5py(), plugins switched off
@@ -377,7 +377,9 @@ def _write_residuals(g: h5py.Group, table: Any) -> None:
 
 
 def _read_residuals(g: h5py.Group) -> Any:
-    """Inverse of :func:`_write_residuals`; ProfileStoreError naming the group when invalid."""
+    """Inverse of :func:`_write_residuals`; ProfileStoreError naming the group when invalid,
+    or when a row repeats an earlier one's (set, file, row)
+    (:func:`core.store.residuals.repeated_row`)."""
     _check(g, "residual-table")
     missing = [c for c in ResidualTable.COLUMNS if c not in g]
     if missing:
@@ -397,9 +399,13 @@ def _read_residuals(g: h5py.Group) -> Any:
         raise ProfileStoreError(f"{g.name}: attribute 'procedure' is {_type_name(procedure)}, "
                                 "expected a string")
     try:
-        return ResidualTable(**cols, procedure=procedure)
+        table = ResidualTable(**cols, procedure=procedure)
     except (ValueError, TypeError) as exc:
         raise ProfileStoreError(f"{g.name}: {exc}") from None
+    again = repeated_row(table)
+    if again is not None:
+        raise ProfileStoreError(f"{g.name}: {again}")
+    return table
 
 
 def _write_dict(g: h5py.Group, d: dict[str, Any]) -> h5py.Group:

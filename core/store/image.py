@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from core.store.format import check_op_columns
-from core.store.residuals import ResidualTable
+from core.store.residuals import ResidualTable, repeated_row
 from core.util.atomic import atomic_target
 
 __all__ = ["IMAGE_MAGIC", "IMAGE_VERSION", "IMAGE_CACHE_SIZE", "MAX_IMAGE_BYTES",
@@ -199,4 +199,7 @@ def from_image(data: bytes, cls: Any) -> Any:
     if res is not None:
         store.residuals = ResidualTable(**{c: get(ref) for c, ref in res["columns"]},
                                         procedure=res["procedure"])
+        again = repeated_row(store.residuals)  # an image cached before the rule: the store
+        if again is not None:                  # is parsed again, and refused by name
+            raise ValueError(f"profile store image: /residuals: {again}")
     return store

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from core.store.profile_store import STORE_BOUNDS
-from core.util.inputs import decimal_number
+from core.util.inputs import DecimalUnderflowError, decimal_number
 
 __all__ = ["RING_STEPS", "BUS_BANDWIDTH_FACTOR", "CollectiveCurve", "read_nccl_tests", "NcclTestsError"]
 
@@ -122,6 +122,8 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
                 try:
                     sizes.append(decimal_number(row[0]))
                     times.append(decimal_number(row[3]) * 1e-9)
+                except DecimalUnderflowError as exc:  # 1e-400: never read as 0.0
+                    raise NcclTestsError(f"{path}: line {i}: {exc}") from None
                 except (ValueError, IndexError):
                     raise NcclTestsError(f"{path}: line {i}: expected size(B),count,type,time(ns),"
                                          f"... got {','.join(row)[:80]!r}") from None
@@ -151,6 +153,8 @@ def read_nccl_tests(path: str | Path, kind: str | None = None, group_size: int |
             time_idx = 5 if len(tok) >= 13 else 4
             try:
                 size, time_s = decimal_number(tok[0]), decimal_number(tok[time_idx]) * 1e-6
+            except DecimalUnderflowError as exc:  # 1e-400: never read as 0.0, nor skipped
+                raise NcclTestsError(f"{path}: line {number}: {exc}") from None
             except ValueError:
                 continue
             sizes.append(size)

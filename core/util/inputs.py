@@ -27,12 +27,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from core.util.text import printable
+from core.util.text import printable, short_repr
 
 __all__ = ["MAX_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "read_json_file",
            "parse_json", "json_depth", "check_regular_file", "nonfinite_path", "strict_dumps",
            "NonFiniteError", "MAX_JSON_INTEGER", "describe_number", "parse_json_or_text", "duplicate_key_path",
-           "read_toml_file", "decimal_number", "MAX_YAML_NODES", "parse_yaml", "read_yaml_file",
+           "read_toml_file", "json_object_pairs", "decimal_number", "DecimalUnderflowError",
+           "MAX_YAML_NODES", "parse_yaml", "read_yaml_file",
            "HDF5_SIGNATURE"]
 
 #: Largest file of each kind that is read, bytes. Sessions and configs are a few KB;
@@ -75,19 +76,51 @@ _STRING = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.S)
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 
 
+class DecimalUnderflowError(ValueError):
+    """A decimal that is not zero but below the smallest normal double (``1e-400``,
+    ``0.000…01`` with 400 zeros): ``float()`` reads it as 0.0, a number the text does not
+    give. Its text is the whole rule (:func:`underflow_rule`), for the caller to prefix with
+    the file, field or option."""
+
+
+def underflow_rule(text: str) -> str:
+    """The words refusing the decimal ``text`` that reads as 0.0 though a digit of it is not
+    0: ``'1e-400' is below 2.2e-308, the smallest normal double, in magnitude (it would read
+    as 0): give 0 or a normal number``."""
+    return (f"{short_repr(text.strip())} is below {sys.float_info.min:.2g}, the smallest normal "
+            "double, in magnitude (it would read as 0): give 0 or a normal number")
+
+
+def _underflows(text: str, value: float) -> bool:
+    """Whether the decimal ``text`` (matching :data:`_DECIMAL`, or a JSON number) that
+    ``float()`` read as ``value`` lost every digit: 0.0 from a significand with a nonzero
+    digit (``1e-400``; never ``0e5`` or ``-0.0``)."""
+    if value != 0.0:
+        return False
+    significand = text.strip().lower().partition("e")[0]
+    return any(c in "123456789" for c in significand)
+
+
 def decimal_number(text: str) -> float:
     """``text`` (surrounding blanks ignored) as a float when it is a decimal number
     (:data:`_DECIMAL`) or spells NaN or infinity (``nan``, ``inf``, ``-Infinity``: the caller
     refuses those by name, as it refuses ``1e400``, which is infinite); ValueError for any
     other text (``1_5``, which ``float()`` reads as 15, ``0x10``, other scripts' digits).
     A decimal of any length is read (the pattern and ``float()`` are linear in it): a
-    401-digit integer is infinite, refused as such, never "not a number"."""
+    401-digit integer is infinite, refused as such, never "not a number". A nonzero decimal
+    below the smallest normal double that reads as 0.0 (``1e-400``) raises
+    :class:`DecimalUnderflowError` (a ValueError; its text names the rule), never 0.0 that a
+    caller would then call "0.0 is not a positive number"; a subnormal one (``1e-320``) is
+    returned, for the caller's own rule."""
     t = text.strip()
     if t.lower().lstrip("+-") in ("nan", "inf", "infinity"):
         return float(t)
     if not _DECIMAL.fullmatch(t):
         raise ValueError(f"{t[:40]!r} is not a decimal number")
-    return float(t)
+    value = float(t)
+    if _underflows(t, value):
+        raise DecimalUnderflowError(underflow_rule(t))
+    return value
 
 
 def _fail(error: type[Exception], path: Path, rule: str) -> Exception:
@@ -185,6 +218,23 @@ class _HugeInteger:
         self.digits = len(text) - self.negative
 
 
+class _TinyDecimal:
+    """A JSON number literal that is not zero but reads as 0.0 (``1e-400``: below the smallest
+    normal double), kept as its text for the refusal (:func:`underflow_rule`)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def _parse_float(text: str) -> float | _TinyDecimal:
+    """``json``'s float hook: a float, or a :class:`_TinyDecimal` for a nonzero literal that
+    ``float()`` reads as 0.0."""
+    value = float(text)
+    return _TinyDecimal(text) if _underflows(text, value) else value
+
+
 def _parse_int(text: str) -> int | _HugeInteger:
     """``json``'s integer hook: an int, or a :class:`_HugeInteger` for a literal too long to
     be a number (never converted: ``int()`` of 4,300 digits or more raises)."""
@@ -209,6 +259,13 @@ def _object(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
+def json_object_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    """``json``'s ``object_pairs_hook`` that notes a repeated key: a dict, or a dict that
+    :func:`duplicate_key_path` finds when a key of ``pairs`` repeats (``json`` would keep the
+    last value silently)."""
+    return _object(pairs)
+
+
 def duplicate_key_path(doc: Any) -> str | None:
     """Dotted path (``model.num_layers``) of the first key a parsed document's object gives
     twice, or None. Iterative."""
@@ -225,8 +282,9 @@ def duplicate_key_path(doc: Any) -> str | None:
 
 
 def _too_large(node: Any) -> bool:
-    """Whether ``node`` is an integer beyond :data:`MAX_JSON_INTEGER` in magnitude."""
-    if isinstance(node, _HugeInteger):
+    """Whether ``node`` is an integer beyond :data:`MAX_JSON_INTEGER` in magnitude, or a
+    nonzero decimal below the smallest normal double (a :class:`_TinyDecimal`)."""
+    if isinstance(node, (_HugeInteger, _TinyDecimal)):
         return True
     return (isinstance(node, int) and not isinstance(node, bool)
             and not -MAX_JSON_INTEGER <= node <= MAX_JSON_INTEGER)
@@ -235,6 +293,8 @@ def _too_large(node: Any) -> bool:
 def describe_number(value: Any) -> str:
     """How a message shows a number that cannot be used: ``NaN``, ``Infinity``, ``-Infinity``,
     or ``an integer of 401 digits`` (never the digits themselves, nor a float conversion)."""
+    if isinstance(value, _TinyDecimal):
+        return short_repr(value.text)
     if isinstance(value, _HugeInteger) or (isinstance(value, int) and not isinstance(value, bool)):
         if isinstance(value, _HugeInteger):
             digits, negative = value.digits, value.negative
@@ -271,6 +331,8 @@ def nonfinite_path(doc: Any) -> tuple[str, Any] | None:
 
 def _refusal(value: Any) -> str:
     """The rule a value found by :func:`nonfinite_path` breaks."""
+    if isinstance(value, _TinyDecimal):
+        return underflow_rule(value.text)
     if isinstance(value, (int, _HugeInteger)) and not isinstance(value, bool):
         return (f"{describe_number(value)} is beyond the range of any number (at most about "
                 "1.8e308 in magnitude)")
@@ -305,7 +367,8 @@ def parse_json(data: bytes | str, where: str, error: type[Exception]) -> Any:
     if depth > MAX_JSON_DEPTH:
         raise error(f"{where}: JSON nested {depth} levels deep, more than {MAX_JSON_DEPTH}")
     try:
-        doc = json.loads(text, parse_int=_parse_int, object_pairs_hook=_object)
+        doc = json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
+                         object_pairs_hook=_object)
     except json.JSONDecodeError as exc:
         raise error(f"{where}: not a valid JSON file ({exc})") from None
     except ValueError as exc:  # pragma: no cover - long integers are kept as _HugeInteger
@@ -335,7 +398,8 @@ def parse_json_or_text(text: str, error: type[Exception]) -> Any:
     if depth > MAX_JSON_DEPTH:
         raise error(f"JSON nested {depth} levels deep, more than {MAX_JSON_DEPTH}")
     try:
-        value = json.loads(text, parse_int=_parse_int, object_pairs_hook=_object)
+        value = json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
+                         object_pairs_hook=_object)
     except (ValueError, RecursionError):  # not JSON: the text itself
         return text
     bad = nonfinite_path(value)
@@ -375,7 +439,7 @@ def read_toml_file(path: str | Path, error: type[Exception]) -> dict[str, Any]:
     path = Path(path)
     data = read_bytes(path, error, "json")
     try:
-        doc = tomllib.loads(data.decode("utf-8-sig"))
+        doc = tomllib.loads(data.decode("utf-8-sig"), parse_float=_parse_float)
     except UnicodeDecodeError as exc:
         raise _fail(error, path, f"is not TOML: not UTF-8 text at byte {exc.start}") from None
     except RecursionError:
@@ -472,6 +536,8 @@ def _yaml_scalar_rule(node: Any, path: str, nonfinite_ok: Any) -> str | None:
                  else math.inf if bare == ".inf" else float(text))
         if not math.isfinite(value) and not (value == math.inf and path in nonfinite_ok):
             return f"{describe_number(value)} ({printable(text)[:40]}) must be a finite number"
+        if _underflows(text, value):  # 1.0e-400: never read as 0.0
+            return underflow_rule(text)
     elif kind == "str":
         if not node.style and _YAML12_NUMBER.fullmatch(text):  # plain (libyaml: '')
             if text[:2] in ("0o", "0x"):

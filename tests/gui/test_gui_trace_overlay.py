@@ -178,3 +178,18 @@ def test_gui_trace_option_refusal_exits_2_with_one_line(tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("vtrain")]  # not Qt's notes
     assert len(lines) == 1 and lines[0].startswith("vtrain gui: --trace: plan.num_gpus:")
     assert "Traceback" not in proc.stderr
+
+
+def test_the_overlay_names_vtrains_own_trace(tmp_path):
+    """``vtrain gui S.json --trace t.json`` with the trace ``--trace-out`` wrote: the job ends
+    with core's message naming it (never "no ProfilerStep#N range")."""
+    from core.cli import main
+    from vtrain_gui.background import JobFailed
+    from vtrain_gui.trace_overlay import read_job
+    path = tmp_path / "sim.json"
+    assert main(["simulate", str(EXAMPLES / "gpt3_1.3b_single_node.json"),
+                 "--trace-out", str(path)]) == 0
+    with pytest.raises(JobFailed) as exc:
+        read_job([str(path)])(None, None)
+    assert str(exc.value).startswith(f"{path}: this is vtrain's simulated trace (written by "
+                                     "--trace-out), not a PyTorch profiler trace of a run: ")
