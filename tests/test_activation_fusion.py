@@ -87,3 +87,38 @@ def test_unfused_with_a_clamp_or_experts_is_refused_by_name():
     errs = validate(dataclasses.replace(base, model=moe, plan=PLAN))
     assert any(e.field == "model.bias_activation_fusion" and "experts" in e.message
                for e in errs)
+
+
+def test_an_unfused_mlp_op_scales_the_stores_fused_row(tmp_path):
+    """The profile store's MLP rows are Megatron-Core's fused activation (no actf column): an
+    unfused op takes the fused row's time scaled by the ratio of their analytic times, as an
+    FP8 op scales its BF16 row, not the analytic time alone."""
+    import numpy as np
+
+    from core.model.keys import OP_KEYS
+    from core.sim.op_times import analytic_op_time, lookup_op_times
+    from core.store.profile_store import ProfileStore
+    from tests.conftest import ROOT
+    base = ProfileStore.open(ROOT / "profiles" / "H100-SXM5-80GB.h5")
+    store = ProfileStore("test-gpu", dict(base.peak_flops), base.memory_bytes,
+                         base.memory_bandwidth_bytes_per_s, {"method": "measured"},
+                         dict(base.op_model or {}))
+    for name in base.collective_kinds():
+        for n in base.collective_kinds()[name]:
+            store.add_collective(name, n, *base.collective_curve(name, n))
+    plan = dataclasses.replace(PLAN, micro_batch_size=16)  # device-bound, not host-bound
+    key = op_key(LLAMA, plan)
+    for op, t in (("mlp_fwd", 1.0), ("mlp_bwd", 2.0)):
+        cols = {c: np.array([key[c]]) for c in OP_KEYS[op] if c != "actf"}
+        store.add_op_table(op, cols, np.array([t]), axis="b")
+    path = tmp_path / "fused.h5"
+    store.save(path)
+    store = ProfileStore.open(path)
+    fused = lookup_op_times(Session(model=LLAMA, plan=plan), store).times
+    unfused = lookup_op_times(Session(model=_unfused(LLAMA), plan=plan), store).times
+    assert fused["mlp_fwd"] == 1.0  # the row (the backward's is scaled for wgrad fusion)
+    ku = op_key(_unfused(LLAMA), plan)
+    for op in ("mlp_fwd", "mlp_bwd"):
+        ratio = analytic_op_time(op, ku, store) / analytic_op_time(op, key, store)
+        assert ratio > 1.0  # the separate kernels move more bytes
+        assert unfused[op] == pytest.approx(fused[op] * ratio, rel=1e-9)
