@@ -261,27 +261,27 @@ _LAUGHS = "".join(f"  {chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 +
     # safe_load keeps the last of a key given twice: t = 2 was read, silently
     (_edit("  tensor_model_parallel_size: 1\n", "  tensor_model_parallel_size: 1\n"
            "  tensor_model_parallel_size: 2\n"),
-     "model.tensor_model_parallel_size: given twice in one mapping (lines 147 and 148); a key "
+     "model.tensor_model_parallel_size: given twice in one mapping (lines 148 and 149); a key "
      "is given once (which value was meant is unknown)"),
-    (_FIXTURE + "train:\n  train_iters: 5\n", "train: given twice in one mapping (lines 197 "
-     "and 205)"),
+    (_FIXTURE + "train:\n  train_iters: 5\n", "train: given twice in one mapping (lines 198 "
+     "and 206)"),
     # YAML 1.1: no is false, 010 is 8 layers, 3e-4 a string (read as 0.0003 by megatron-args)
     (_edit("sequence_parallel: false", "sequence_parallel: no"),
-     "model.sequence_parallel (line 144): no is false to YAML 1.1"),
-    (_edit("num_layers: 32", "num_layers: 010"), "model.num_layers (line 124): 010 is an "
+     "model.sequence_parallel (line 145): no is false to YAML 1.1"),
+    (_edit("num_layers: 32", "num_layers: 010"), "model.num_layers (line 125): 010 is an "
      "integer to YAML 1.1 (PyYAML) written in octal"),
     (_edit("hf_model_id: meta-llama/Meta-Llama-3-8B", "hf_model_id: NO"),
-     "model.hf_model_id (line 113): NO is false to YAML 1.1"),
-    (_edit("lr: 0.0003", "lr: 3e-4"), "optimizer.lr (line 168): 3e-4 is text to YAML 1.1"),
-    (_edit("lr: 0.0003", "lr: .inf"), "optimizer.lr (line 168): Infinity (.inf) must be a "
+     "model.hf_model_id (line 114): NO is false to YAML 1.1"),
+    (_edit("lr: 0.0003", "lr: 3e-4"), "optimizer.lr (line 169): 3e-4 is text to YAML 1.1"),
+    (_edit("lr: 0.0003", "lr: .inf"), "optimizer.lr (line 169): Infinity (.inf) must be a "
      "finite number"),
-    (_edit("train_iters: 50", "train_iters: " + "9" * 5000), "train.train_iters (line 204): "
+    (_edit("train_iters: 50", "train_iters: " + "9" * 5000), "train.train_iters (line 205): "
      "an integer of 5,000 digits is beyond the range of any number"),  # was a ValueError
     (_edit("  tensor_model_parallel_size: 1\n", "  <<: {tensor_model_parallel_size: 4}\n"
-           "  tensor_model_parallel_size: 1\n"), "model (line 147): a '<<' merge key is not read"),
+           "  tensor_model_parallel_size: 1\n"), "model (line 148): a '<<' merge key is not read"),
     (_edit("mixed_precision:\n", "mixed_precision:\n  1: 2\n"),  # was an AttributeError
      "mixed_precision (line 63): a key (1) is not a string"),
-    (_FIXTURE + "---\n", "line 205: a second YAML document (---): a file holds one"),
+    (_FIXTURE + "---\n", "line 206: a second YAML document (---): a file holds one"),
     # model.junk's repr would expand 9**9 lists: the import never ended
     ("laughs:\n  a: &a [x, x, x, x, x, x, x, x, x]\n" + _LAUGHS + _edit(
         "  wgrad_deferral_limit: -1\n", "  wgrad_deferral_limit: -1\n  junk: *i\n"),
@@ -388,13 +388,15 @@ def test_every_field_at_its_default_changes_nothing(tmp_path):
     b = read_run_config(RUN_CONFIG, gpu=H100, num_gpus=8)
     assert a.session.plan == b.session.plan and a.session.model == b.session.model
     # the Megatron-LM arguments that table lists (--ddp-bucket-size 128 MiB and
-    # --wgrad-deferral-limit -1 as CommOverlapConfig.setup writes them), and the two kernel
-    # switches GPTModelProvider leaves off where Megatron-LM turns them on (the Llama bridge
-    # turns them on, models/llama/llama_bridge.py:67-69)
+    # --wgrad-deferral-limit -1 as CommOverlapConfig.setup writes them), and the kernel
+    # switch GPTModelProvider leaves off where Megatron-LM turns it on (the Llama bridge
+    # turns it on, models/llama/llama_bridge.py:67-69); bias_activation_fusion is modelled
+    # (the fixture gives the Llama bridge's true)
     assert set(a.ignored) == {"train.manual_gc", "train.manual_gc_interval",
                               "model.moe_token_dispatcher_type", "model.fp8_recipe",
                               "ddp.bucket_size", "model.wgrad_deferral_limit",
-                              "model.bias_activation_fusion", "model.persist_layer_norm"}
+                              "model.persist_layer_norm"}
+    assert a.session.model.bias_activation_fusion is True
 
 
 def test_moe_and_mla_providers(tmp_path):
@@ -488,13 +490,18 @@ def test_rules_of_one_setting_and_listed_fields(tmp_path):
                                                                 "Megatron-Bridge 0.6.2's ddp")
     assert null.ignored["comm_overlap.a_field_of_bridge_0_7"].startswith(
         "null: not a field of Megatron-Bridge 0.6.2's CommOverlapConfig")
-    # a kernel switch whose Bridge default (off) is not Megatron-LM's (on): listed when off,
-    # as Megatron-LM's --no-bias-swiglu-fusion is, and not when on (the Llama provider's)
+    # the bias-and-activation fusion, whose Bridge default (off) is not Megatron-LM's (on):
+    # read as --no-bias-swiglu-fusion when off (the SwiGLU fixture: the unfused activation,
+    # 8f/h saved, not 6f/h), fused when on (the Llama provider's); left out, Bridge's false
     off = _read(tmp_path, lambda d: d["model"].update(bias_activation_fusion=False))
     on = _read(tmp_path, lambda d: d["model"].update(bias_activation_fusion=True))
-    assert off.ignored["model.bias_activation_fusion"].startswith(
-        "the bias-and-activation kernel fusion off: Megatron-LM fuses by default")
-    assert "model.bias_activation_fusion" not in on.ignored | dict.fromkeys(on.neutral)
+    gone = _read(tmp_path, lambda d: d["model"].pop("bias_activation_fusion"))
+    assert (off.session.model.bias_activation_fusion, on.session.model.bias_activation_fusion,
+            gone.session.model.bias_activation_fusion) == (False, True, False)
+    assert "model.bias_activation_fusion" not in off.ignored | on.ignored
+    assert any(p == "model.bias_activation_fusion" and "not given" in n for p, n in gone.notes)
+    bad = _refusal(tmp_path, lambda d: d["model"].update(bias_activation_fusion="yes"))
+    assert "model.bias_activation_fusion" in bad and "must be true or false" in bad
 
 
 def test_comm_overlap_checked_as_bridge_does(tmp_path):

@@ -116,7 +116,8 @@ def test_every_field_without_a_column_is_named(tmp_path):
         'position_embedding="learned"', "add_bias_linear=true", "add_qkv_bias=false",
         "qk_layernorm=false", "kv_channels=null", "num_experts=null",
         "multi_latent_attention=false", "mtp_num_layers=0", "window_size=null",
-        'softmax_type="vanilla"', "hidden_dropout=0.1", "attention_dropout=0.1"]
+        'softmax_type="vanilla"', "bias_activation_fusion=true", "hidden_dropout=0.1",
+        "attention_dropout=0.1"]
     assert session_part.removeprefix("the session's: ").split(", ") == [
         "make_vocab_size_divisible_by=128", "add_proj_bias=false", "add_mlp_bias=false",
         "add_output_bias=false", 'family="dense"', "gradient_accumulation_fusion=true",

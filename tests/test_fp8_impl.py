@@ -158,6 +158,7 @@ def test_torchtitan_float8_import_counts_bf16_saved_inputs_end_to_end():
     raw = load_toml(TOML)
     raw["model"]["converters"] = ["float8"]
     raw["activation_checkpoint"] = {"mode": "none"}
+    raw.setdefault("compile", {})["enable"] = True  # compiled: the fused SwiGLU's 6f/h
     raw["training"]["seq_len"] = 13312
     s = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB").session
     assert (s.plan.precision, s.plan.fp8_impl, s.plan.recompute, s.plan.tensor_parallel,

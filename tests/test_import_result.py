@@ -84,6 +84,7 @@ def test_an_import_whose_input_has_no_batch_notes_the_global_batch_it_wrote():
     assert "2,048 sequences" in hf.notes[1] and "plan.global_batch_size" in hf.notes[1]
     from core.io.torchtitan_import import load_toml, session_from_torchtitan
     given = load_toml(ROOT / "tests" / "data" / "torchtitan" / "llama3_8b.toml")
+    given["compile"]["enable"] = True  # compiled: no note of the eager (unfused) SwiGLU
     # the file's [checkpoint] enable = false is noted too (no checkpoint saved)
     ckpt = [n for n in session_from_torchtitan(given, num_gpus=8).notes
             if n.startswith("checkpoint.enable false")]

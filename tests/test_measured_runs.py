@@ -82,6 +82,7 @@ def test_jsonl_gives_the_calibration_the_same_runs(published, frozen):
             assert doc["model"].pop(name) == 0.1            # default of a file without them
         for name in ("add_proj_bias", "add_mlp_bias", "add_output_bias"):  # added later too
             assert doc["model"].pop(name) is False
+        assert doc["model"].pop("bias_activation_fusion") is True  # added later, fused
         for name, default in (("use_precision_aware_optimizer", False),  # added after the
                               ("te_master_weights", True), ("main_params_dtype", "fp32"),
                               ("exp_avg_dtype", "fp32"), ("exp_avg_sq_dtype", "fp32"),
@@ -332,7 +333,7 @@ def test_absent_columns_take_megatrons_defaults_and_say_so(tmp_path, capsys):
         "add_qkv_bias": False, "qk_layernorm": False, "kv_channels": None, "num_experts": None,
         "multi_latent_attention": False, "mtp_num_layers": 0, "window_size": None,
         "softmax_type": "vanilla", "activation_func_clamp_value": None, "glu_linear_offset": 0.0,
-        "hidden_dropout": 0.1, "attention_dropout": 0.1,
+        "hidden_dropout": 0.1, "attention_dropout": 0.1, "bias_activation_fusion": True,
         "attention_kernel": "flash", "pipeline_parallel": 1, "schedule": "1f1b"}
     # the session defaults that bear on the time are recorded too (the network as the H100's
     # reference node gives it: 8 x 400 Gb/s); labels, the store and the memory margin are not

@@ -1086,9 +1086,11 @@ def test_known_argument_lists():
 
 
 # Megatron-LM's --no-... switches: those that change kernels may change the time (ignored),
-# the checkpoint and logging ones cannot (not used)
+# the checkpoint and logging ones cannot (not used). --no-bias-gelu-fusion has no effect with
+# --swiglu (ignored); --no-bias-swiglu-fusion sets model.bias_activation_fusion, refused with
+# this launch's experts (test_no_bias_swiglu_fusion_*)
 NO_FORMS = {"--no-masked-softmax-fusion": "ignored", "--no-bias-gelu-fusion": "ignored",
-            "--no-bias-swiglu-fusion": "ignored", "--no-bias-dropout-fusion": "ignored",
+            "--no-bias-dropout-fusion": "ignored",
             "--no-rope-fusion": "ignored", "--no-persist-layer-norm": "ignored",
             "--no-position-embedding": "modelled",
             "--no-overlap-p2p-communication": "modelled", "--no-align-grad-reduce": "ignored",
@@ -1848,3 +1850,60 @@ def test_transformer_impl_local_is_used_and_refuses_fp8(tmp_path):
     assert res.used["--transformer-impl"] == "model.attention_kernel"
     assert res.used["--use-flash-attn"].startswith("nothing: --transformer-impl local wins")
     assert "--transformer-impl" not in res.ignored
+
+
+_SWIGLU_SMALL = ("--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --ffn-hidden-size "
+                 "2816 --seq-length 2048 --micro-batch-size 1 --vocab-size 32000 --swiglu "
+                 "--disable-bias-linear --normalization RMSNorm --bf16")
+
+
+def test_no_bias_swiglu_fusion_is_the_unfused_gated_activation(tmp_path):
+    """--no-bias-swiglu-fusion with --swiglu sets model.bias_activation_fusion false
+    (Megatron-LM core_transformer_config_from_args: bias_activation_fusion =
+    args.bias_swiglu_fusion), --no-bias-gelu-fusion beside --swiglu has no effect (listed
+    ignored), and the export writes the flag back: the session round-trips."""
+    plain = import_file(_write(tmp_path, "a.txt", _SWIGLU_SMALL), num_gpus=1)
+    assert plain.session.model.bias_activation_fusion is True
+    res = import_file(_write(tmp_path, "b.txt", _SWIGLU_SMALL + " --no-bias-swiglu-fusion "
+                             "--no-bias-gelu-fusion"), num_gpus=1)
+    m = res.session.model
+    assert m.bias_activation_fusion is False
+    assert "--no-bias-gelu-fusion" in dict(res.ignored)
+    assert "--no-bias-swiglu-fusion" not in dict(res.ignored)
+    args = export_arguments(res.session)
+    assert "--no-bias-swiglu-fusion" in args and "--no-bias-gelu-fusion" not in args
+    back = import_file(_write(tmp_path, "run.sh", export_script(res.session)),
+                       name=m.name).session
+    assert back.model == m
+    # a fused session exports neither flag
+    fused = export_arguments(plain.session)
+    assert "--no-bias-swiglu-fusion" not in fused and "--no-bias-gelu-fusion" not in fused
+
+
+def test_no_bias_gelu_fusion_is_read_without_swiglu(tmp_path):
+    """Without --swiglu Megatron-LM reads --no-bias-gelu-fusion (a GeLU MLP with biases), and
+    --no-bias-swiglu-fusion has no effect; --quick-geglu with --disable-bias-linear runs
+    unfused (validate_args sets bias_gelu_fusion False without biases)."""
+    gelu = ("--num-layers 2 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 "
+            "--micro-batch-size 1 --vocab-size 32000 --bf16")
+    res = import_file(_write(tmp_path, "g.txt", gelu + " --no-bias-gelu-fusion "
+                             "--no-bias-swiglu-fusion"), num_gpus=1)
+    assert res.session.model.bias_activation_fusion is False
+    assert "--no-bias-swiglu-fusion" in dict(res.ignored)
+    assert "--no-bias-gelu-fusion" in export_arguments(res.session)
+    q = import_file(_write(tmp_path, "q.txt", gelu + " --ffn-hidden-size 2816 --quick-geglu "
+                           "--disable-bias-linear"), num_gpus=1).session.model
+    assert (q.activation, q.bias_activation_fusion) == ("swiglu", False)
+
+
+def test_no_bias_swiglu_fusion_with_experts_is_refused_by_name(tmp_path):
+    """The experts' unfused activation is not modelled: refused naming the field."""
+    from core.plan.rules import validate
+    text = DSV3_LAUNCH.replace("--lr 2.2e-4", "--lr 2.2e-4 --no-bias-swiglu-fusion")
+    session = import_file(_write(tmp_path, "dsv3.sh", text)).session
+    assert session.model.bias_activation_fusion is False
+    errs = [e for e in validate(session) if e.field == "model.bias_activation_fusion"]
+    assert len(errs) == 1 and "with experts is not modelled" in errs[0].message
+    fused = dataclasses.replace(session, model=dataclasses.replace(
+        session.model, bias_activation_fusion=True))
+    assert not [e for e in validate(fused) if e.field == "model.bias_activation_fusion"]

@@ -32,7 +32,8 @@ from tests.conftest import ROOT, case_file
 # without the bias fields of Hugging Face's attention_bias / mlp_bias / lm_head_bias none of
 # those biases
 OPTIONAL_MODEL_FIELDS = {"family", "make_vocab_size_divisible_by", "hidden_dropout",
-                         "attention_dropout", "add_proj_bias", "add_mlp_bias", "add_output_bias"}
+                         "attention_dropout", "add_proj_bias", "add_mlp_bias", "add_output_bias",
+                         "bias_activation_fusion"}
 # every other model field
 MODEL_FIELDS = [f.name for f in dataclasses.fields(ModelConfig)
                 if f.name not in OPTIONAL_MODEL_FIELDS]
@@ -177,7 +178,7 @@ def test_shipped_examples_give_every_model_field():
         doc = json.loads(path.read_text(encoding="utf-8"))
         assert set(doc["model"]) == set(MODEL_FIELDS) | {
             "hidden_dropout", "attention_dropout", "add_proj_bias", "add_mlp_bias",
-            "add_output_bias"}, path.name
+            "add_output_bias", "bias_activation_fusion"}, path.name
 
 
 # --------------------------------------------------------------------------- other readers

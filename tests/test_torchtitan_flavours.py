@@ -25,9 +25,11 @@ LLAMA3_8B = ROOT / "tests" / "data" / "torchtitan" / "llama3_8b.toml"
 def _import(name: str, flavor: str):
     """The model ``vtrain import torchtitan`` builds for the released llama3_8b.toml with
     ``[model] name, flavor`` replaced (8 GPUs of FSDP, 8,192 tokens) and full checkpointing
-    (per-op checkpointing of an MoE model is not modelled)."""
+    (per-op checkpointing of an MoE model is not modelled), compiled (an uncompiled MoE
+    flavour's eager experts are refused: test_torchtitan_import)."""
     raw = load_toml(LLAMA3_8B)
     raw["model"].update(name=name, flavor=flavor)
+    raw["compile"]["enable"] = True
     raw["activation_checkpoint"]["mode"] = "full"
     return session_from_torchtitan(raw, num_gpus=8)
 

@@ -44,8 +44,10 @@ def test_llama3_8b_on_one_node():
     per GPU, 1,000 steps."""
     imp = read_torchtitan_config(LLAMA3_8B, num_gpus=8)
     s = imp.session
+    # compile.enable false: the eager FeedForward, the unfused SwiGLU
     assert s.model == dataclasses.replace(MODEL_PRESETS["Llama 3 8B"], seq_length=8192,
-                                          name=s.model.name, make_vocab_size_divisible_by=1)
+                                          name=s.model.name, make_vocab_size_divisible_by=1,
+                                          bias_activation_fusion=False)
     assert s.plan == _plan(tensor_parallel=1, pipeline_parallel=1, data_parallel=8,
                            micro_batch_size=1, global_batch_size=8, schedule="1f1b",
                            recompute="selective_op", precision="bf16", zero_stage=3,
@@ -56,7 +58,7 @@ def test_llama3_8b_on_one_node():
     keys = {f"{sec}.{k}" for sec, table in raw.items() for k in table}
     assert set(imp.used) | set(imp.ignored) == keys
     assert not set(imp.used) & set(imp.ignored)
-    assert "compile.enable" in imp.ignored and "optimizer.lr" in imp.ignored
+    assert "compile.enable" in imp.used and "optimizer.lr" in imp.ignored
 
 
 def test_llama3_405b_hsdp_tp_pp_float8():
@@ -113,6 +115,7 @@ def test_moe_flavour_with_expert_parallelism():
     borrowed from the FSDP ranks; expert tensor parallelism 1 (torchtitan's default)."""
     raw = load_toml(LLAMA3_8B)
     raw["model"].update(name="deepseek_v3", flavor="671B")
+    raw.setdefault("compile", {})["enable"] = True  # eager experts: refused
     raw["training"]["seq_len"] = 4096
     raw["parallelism"].update(expert_parallel_degree=64, pipeline_parallel_degree=8)
     raw["activation_checkpoint"]["mode"] = "full"
@@ -138,6 +141,7 @@ def test_expert_tensor_parallelism_is_tp_or_one(etp, ok):
     raw = _llama3_8b(tensor_parallel_degree=2, data_parallel_shard_degree=8,
                      expert_parallel_degree=4, expert_tensor_parallel_degree=etp)
     raw["model"].update(name="qwen3", flavor="30B-A3B")
+    raw.setdefault("compile", {})["enable"] = True  # eager experts: refused
     raw["training"]["seq_len"] = 4096
     if ok:
         p = session_from_torchtitan(raw, num_gpus=16).session.plan
@@ -158,6 +162,7 @@ def test_mla_flavour_with_context_parallelism_is_refused_whichever_rotation(rota
     FlashAttention), the model and the rest of the plan importing without cp."""
     raw = load_toml(LLAMA3_8B)
     raw["model"].update(name="deepseek_v3", flavor="671B")
+    raw.setdefault("compile", {})["enable"] = True  # eager experts: refused
     raw["parallelism"].update(expert_parallel_degree=64, context_parallel_degree=2)
     raw["activation_checkpoint"]["mode"] = "full"
     if rotate is not None:
@@ -540,6 +545,7 @@ def test_float8_on_a_moe_flavour_is_refused(name, flavor):
     converter's key (it was simulated with FP8 experts); the same flavour in bf16 imports."""
     raw = load_toml(LLAMA3_8B)
     raw["model"].update(name=name, flavor=flavor, converters=["float8"])
+    raw.setdefault("compile", {})["enable"] = True  # eager experts: refused
     raw["training"]["seq_len"] = 4096
     raw["parallelism"]["expert_parallel_degree"] = 8
     raw["activation_checkpoint"]["mode"] = "full"
@@ -791,3 +797,36 @@ def test_a_misspelt_key_is_refused_with_the_closest_name():
     with pytest.raises(ConfigError) as err:
         session_from_torchtitan(raw, num_gpus=8)
     assert "did you mean" not in err.value.errors[0].message
+
+
+def test_compile_decides_the_activation_fusion():
+    """torchtitan's FeedForward, w2(F.silu(w1(x)) * w3(x)): eager (compile.enable false, or
+    "model" not in compile.components) it keeps silu's output too, the unfused activation
+    (model.bias_activation_fusion false: 8f bytes per token instead of 6f, BF16); compiled with
+    "model" among the components it is read as the fused kernel. A MoE flavour uncompiled is
+    refused naming the field (the experts' eager path is not modelled)."""
+    from core.model.layer import dense_activation_bytes_per_layer
+    raw = load_toml(LLAMA3_8B)
+    eager = session_from_torchtitan(raw, num_gpus=8)
+    raw["compile"]["enable"] = True
+    compiled = session_from_torchtitan(raw, num_gpus=8)
+    raw["compile"]["components"] = ["loss"]
+    loss_only = session_from_torchtitan(raw, num_gpus=8)
+    assert (eager.session.model.bias_activation_fusion,
+            compiled.session.model.bias_activation_fusion,
+            loss_only.session.model.bias_activation_fusion) == (False, True, False)
+    assert any("not compiled" in n for n in eager.notes)
+    m_e, m_c, plan = eager.session.model, compiled.session.model, eager.session.plan
+    # per-op selective checkpointing saves matmul outputs only: the same either way
+    assert dense_activation_bytes_per_layer(m_e, plan, "selective_op") == \
+        dense_activation_bytes_per_layer(m_c, plan, "selective_op")
+    none = dataclasses.replace(plan, recompute="none")
+    s, f = m_e.seq_length, m_e.ffn_hidden_size  # b = 1, t = 1: silu's output, 2 bytes each
+    assert dense_activation_bytes_per_layer(m_e, none, "none") - \
+        dense_activation_bytes_per_layer(m_c, none, "none") == 2 * s * f
+    raw = load_toml(LLAMA3_8B)
+    raw["model"].update(name="qwen3", flavor="30B-A3B")
+    raw["training"]["seq_len"] = 4096
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    assert err.value.errors[0].field.endswith("model.bias_activation_fusion")

@@ -65,7 +65,8 @@ def test_the_older_layout_reads_as_the_current_one():
     assert plan.zero_stage == 3 and plan.recompute == "selective_op"
     assert res.session.model.seq_length == 8192
     assert "training.tensor_parallel_degree" in res.used
-    assert "training.compile" in res.ignored
+    assert "training.compile" in res.used  # read as compile.enable: compiled, fused
+    assert res.session.model.bias_activation_fusion is True
 
 
 def test_an_older_pipeline_degree_is_refused_by_its_name():

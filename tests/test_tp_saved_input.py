@@ -102,6 +102,7 @@ def test_torchtitan_import_sets_it_and_the_memory_grows_end_to_end():
     raw = load_toml(TOML)
     raw["activation_checkpoint"] = {"mode": "none"}
     raw["training"]["seq_len"] = 24576
+    raw.setdefault("compile", {})["enable"] = True  # compiled: the fused SwiGLU's 6f/h
     raw["parallelism"].update(tensor_parallel_degree=2, data_parallel_shard_degree=4)
     s = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB").session
     assert (s.plan.tensor_parallel, s.plan.sequence_parallel, s.plan.tp_saved_input,
@@ -209,6 +210,7 @@ def test_a_moe_flavour_at_tp_2_without_checkpointing_is_refused_by_the_degree():
     raw["model"].update(name="qwen3", flavor="30B-A3B")
     raw["training"]["seq_len"] = 4096
     raw["activation_checkpoint"] = {"mode": "none"}
+    raw.setdefault("compile", {})["enable"] = True  # compiled: the fused SwiGLU's 6f/h
     with pytest.raises(ConfigError) as err:
         session_from_torchtitan(raw, num_gpus=16)
     e = err.value.errors[0]

@@ -86,6 +86,7 @@ _LABELS = {
     "model.softmax_type": "Softmax (sinks)",
     "model.activation_func_clamp_value": "Gated MLP clamp",
     "model.glu_linear_offset": "Gated MLP linear offset",
+    "model.bias_activation_fusion": "Fused MLP activation",
     "model.hidden_dropout": "Hidden dropout",
     "model.attention_dropout": "Attention dropout",
     "plan.tensor_parallel": "Tensor parallel t",

@@ -411,6 +411,30 @@ def _mapping(src: str, path: str, value: Any) -> dict[str, Any]:
     return value
 
 
+def _activation_fusion(rd: _Reader, model: dict[str, Any], fields: dict[str, Any],
+                       swiglu: bool) -> None:
+    """``model.bias_activation_fusion`` (Megatron-Core ``TransformerConfig``): false is read as
+    Megatron-LM's ``--no-bias-swiglu-fusion`` with a SwiGLU MLP and ``--no-bias-gelu-fusion``
+    otherwise (the argument ``core_transformer_config_from_args`` reads for that MLP;
+    Megatron-Core runs its unfused activation whatever the MLP). Left out, it is
+    ``GPTModelProvider``'s default, false (noted: the Llama bridge sets true,
+    ``models/llama/llama_bridge.py``, and ``to_yaml`` writes it).
+
+    Raises RunConfigError for a value that is not true or false."""
+    path = "model.bias_activation_fusion"
+    given = "bias_activation_fusion" in model
+    value = model["bias_activation_fusion"] if given else _default(
+        fields, "bias_activation_fusion")[1]
+    if not isinstance(value, bool):
+        raise rd.fail(path, f"{_shown(value)} must be true or false")
+    if value:
+        return
+    rd.emit(path, "--no-bias-swiglu-fusion" if swiglu else "--no-bias-gelu-fusion", [])
+    if not given:
+        rd.notes.append((path, "not given: Megatron-Bridge 0.6.2's default, false, as Bridge "
+                         "builds the section (Megatron-LM's is true): the unfused activation"))
+
+
 def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
               fields: dict[str, Any]) -> None:
     """The keys read together: the MLP's activation, query groups, vocabulary, gradient
@@ -431,6 +455,7 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
         rd.refused.append(f"model.activation_func: {name} with gated_linear_unit "
                           f"{str(gated).lower()}: not modelled (vtrain models GeLU, SwiGLU "
                           "(silu, gated) and squared-ReLU MLPs)")
+    _activation_fusion(rd, model, fields, gated and name == "silu")
     hidden, ffn = model.get("hidden_size"), model.get("ffn_hidden_size")
     if ffn is None and isinstance(hidden, int) and not isinstance(hidden, bool) and hidden > 0:
         # Megatron-Core's TransformerConfig.__post_init__ sets ffn_hidden_size = 4 *

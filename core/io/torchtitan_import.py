@@ -241,7 +241,13 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
         notes.append("torchtitan's older layout (late 2024): " + ", ".join(
             f"{old} read as {new}" for new, old in renamed.items()))
     model = _model(used, where, notes)
-    plan, tokens = _plan(used, model, where, num_gpus, notes, _model_compiled(cfg))
+    compiled = _model_compiled(cfg)
+    if not compiled:  # eager FeedForward: F.silu(w1(x)) * w3(x), the unfused activation
+        model = dataclasses.replace(model, bias_activation_fusion=False)
+        notes.append("the model is not compiled (compile.enable false or \"model\" not in "
+                     "compile.components): its SwiGLU runs eagerly, model.bias_activation_fusion "
+                     "false (silu's output kept too: 8f bytes per token, not 6f)")
+    plan, tokens = _plan(used, model, where, num_gpus, notes, compiled)
     filtered = _output_layer_filtered(used, ignored, where, plan)
     cluster = cluster_of_gpu(gpu)
     cost = CostConfig() if tokens is None else CostConfig(training_tokens=float(tokens))

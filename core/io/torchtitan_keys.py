@@ -190,12 +190,20 @@ KEYS: dict[str, Rule] = {
     "activation_checkpoint.memory_budget": _none("the budget of mode memory_budget (refused by "
                                                  "activation_checkpoint.mode)"),
     "activation_checkpoint.visualize_memory_budget_pareto": _none(_LOGGING),
-    "compile.enable": _none("torch.compile: the simulator times the profile store's kernels "
-                            "either way (compile's fusion of norms and activations is not "
-                            "modelled: on an H200 it took 9 % off a Llama 3 8B step, which the "
-                            "shipped store times as the eager one, benchmarks/data/"
-                            "h200_llama_step.json; async TP needs it in torchtitan)"),
-    "compile.components": _none("see compile.enable"),
+    "compile.enable": _used("model.bias_activation_fusion: false (the default) runs "
+                            "FeedForward eagerly, w2(F.silu(w1(x)) * w3(x)): silu saves its "
+                            "input and the product both operands, 8f bytes per token kept, not "
+                            "6f, and silu and the product are separate kernels; true with "
+                            "\"model\" in compile.components is read as Megatron-Core's fused "
+                            "kernel (6f: fc1's outputs and fc2's input; inductor's partitioner "
+                            "may recompute the product instead of saving it, not modelled). "
+                            "compile's other fusions (norms) are not modelled: on an H200 it "
+                            "took 9 % off a Llama 3 8B step, which the shipped store times as "
+                            "the eager one, benchmarks/data/h200_llama_step.json; async TP "
+                            "needs it in torchtitan"),
+    "compile.components": _used("model.bias_activation_fusion: see compile.enable (the model "
+                                "is compiled with \"model\" among them, torchtitan's default "
+                                "[\"model\", \"loss\"])"),
     "compile.backend": _none("see compile.enable"),
     "float8.enable_fsdp_float8_all_gather": _used("plan.fp8_param_gather"),
     "float8.precompute_float8_dynamic_scale_for_fsdp": _none(

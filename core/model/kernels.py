@@ -12,7 +12,7 @@ from core.model.families import family_of, family_of_key
 from core.model.fp8 import linear_kernels
 from core.model.keys import (DERIVED_OPS, FAMILY_KEY, FAMILY_KEY_DEFAULTS, OP_KEYS, PART_OPS,
                              SELECTIVE_OP_GEMMS, SELECTIVE_OP_OPS, SWA_OPS, UNTABULATED_OP_KEYS,
-                             activation_key, cross_entropy_fusion, full_op_key, mla_key,
+                             activation_fusion, activation_key, cross_entropy_fusion, full_op_key, mla_key,
                              with_family_defaults)
 from core.model.mlp import is_gated
 from core.model.moe import expert_tensor_parallel, moe_ffn
@@ -136,7 +136,8 @@ def selective_op_kernels(base: str, key: Mapping[str, Any], model: ModelConfig |
 def family_key_columns(model: ModelConfig) -> dict[str, Any]:
     """The model's own columns of its op keys: ``h``, ``a`` and the family columns
     (:data:`core.model.keys.FAMILY_KEY_DEFAULTS` but ``cp`` and ``ce``, which the plan sets:
-    ``g`` query groups, ``act`` the timed activation, ``glc`` its clamp, ``norm``, ``pos``,
+    ``g`` query groups, ``act`` the timed activation, ``glc`` its clamp, ``actf`` its
+    fusion, ``norm``, ``pos``,
     ``attn``, ``qkn``,
     ``kv`` the head size, the MLA columns) and, for a family other than ``dense``, its name
     (:data:`core.model.keys.FAMILY_KEY`) when the family's components add kernels
@@ -148,6 +149,7 @@ def family_key_columns(model: ModelConfig) -> dict[str, Any]:
                qkn=int(model.qk_layernorm), h=model.hidden_size, kv=model.head_dim,
                glc=int(model.activation_func_clamp_value is not None
                        and is_gated(model.activation)),
+               actf=activation_fusion(model),
                **mla_key(model))
     family = family_of(model)
     if family.adds_kernels:

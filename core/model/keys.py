@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from core.model.fp8 import FP8_WEIGHT_CAST_OP
-from core.model.mlp import ACTIVATION_KINDS, GLU_CLAMP_KERNELS
+from core.model.mlp import ACTIVATION_KINDS, GLU_CLAMP_KERNELS, UNFUSED_ACT_KERNELS, is_gated
 from core.plan.model_config import ModelConfig
 from core.plan.parallel import ParallelPlan
 
@@ -19,7 +19,7 @@ __all__ = [
     "FAMILY_KEY", "DERIVED_OPS", "FAMILY_KEY_DEFAULTS", "MLA_KEY", "MLA_UP_PREFIXES", "MODULE_OPS",
     "MOE_DERIVED_OPS", "MOE_KEY", "MOE_OPS", "MTP_KEY", "MTP_OPS", "OP_KEYS", "PART_OPS",
     "SELECTIVE_OP_GEMMS", "SELECTIVE_OP_OPS", "SWA_OPS", "TP_OVERLAP_GEMMS", "TP_OVERLAP_OPS",
-    "UNTABULATED_OP_KEYS", "activation_key", "cross_entropy_fusion", "family_key_value",
+    "UNTABULATED_OP_KEYS", "activation_fusion", "activation_key", "cross_entropy_fusion", "family_key_value",
     "full_op_key", "mla_key", "table_covers", "with_family_defaults",
 ]
 
@@ -37,7 +37,8 @@ FAMILY_KEY = "fam"
 FAMILY_KEY_DEFAULTS: dict[str, Any] = {"g": None, "act": "gelu", "norm": "layernorm",
                                        "pos": "learned", "attn": "unfused", "qkn": 0, "kv": None,
                                        "cp": 1, "qlr": 0, "kvlr": 0, "qkd": 0, "qpe": 0, "vd": 0,
-                                       "ce": "unfused", "glc": 0, "eb": 0, "disp": "alltoall"}
+                                       "ce": "unfused", "glc": 0, "eb": 0, "disp": "alltoall",
+                                       "actf": "fused"}
 
 
 def activation_key(activation: str) -> str:
@@ -94,6 +95,22 @@ def with_family_defaults(key: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def activation_fusion(model: ModelConfig) -> str:
+    """The ``actf`` key column of ``model``'s MLP ops: ``fused`` with
+    ``model.bias_activation_fusion`` (Megatron-Core's ``bias_swiglu_impl`` / ``bias_gelu_impl``,
+    what the profile store's tables hold), else ``unfused_bias`` with fc1's bias
+    (``add_bias_linear`` or ``add_mlp_bias``: a separate bias add first) or ``unfused``
+    (:func:`core.model.mlp.activation_kernels`). A plain (not gated) MLP without a bias is
+    ``fused`` either way: its unfused activation is one kernel of ``bias_gelu``'s bytes (and
+    Megatron-LM's ``validate_args`` turns ``bias_gelu_fusion`` off without biases)."""
+    if getattr(model, "bias_activation_fusion", True) is not False:
+        return "fused"
+    bias = model.add_bias_linear or getattr(model, "add_mlp_bias", False)
+    if not bias and not is_gated(model.activation):
+        return "fused"
+    return "unfused_bias" if bias else "unfused"
+
+
 def cross_entropy_fusion(plan: ParallelPlan) -> str:
     """The loss's cross-entropy kernels: ``unfused`` (Megatron's default, one kernel per step on
     an fp32 copy), or with ``plan.cross_entropy_loss_fusion`` its
@@ -129,7 +146,8 @@ MOE_KEY = ("b", "s", "h", "t", "dtype", "act", "norm", "E", "topk", "fe", "ep", 
 
 #: Key columns of each op (the profile store's op tables use the same names and columns):
 #: the GPT shape (``b s h a f V t dtype``, ``n`` parameters of the optimizer step) and the
-#: family columns that change an op's kernels (:data:`FAMILY_KEY_DEFAULTS`): ``g`` query
+#: family columns that change an op's kernels (:data:`FAMILY_KEY_DEFAULTS`; ``actf`` the MLP
+#: activation's fusion, ``fused``, ``unfused`` or ``unfused_bias``, :func:`activation_fusion`): ``g`` query
 #: groups, ``norm`` normalization, ``pos`` position embedding, ``attn`` attention kernel,
 #: ``qkn`` 1 with QK-norm (0 without), ``act`` MLP activation, ``kv`` the head size
 #: (``--kv-channels``; ``h/a`` by default), ``cp`` context-parallel size (``s`` is then the
@@ -146,8 +164,8 @@ OP_KEYS: dict[str, tuple[str, ...]] = {
                       "cp", *MLA_KEY),
     "attention_bwd": ("b", "s", "h", "a", "t", "dtype", "g", "norm", "pos", "attn", "qkn", "kv",
                       "cp", *MLA_KEY),
-    "mlp_fwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm", "glc"),
-    "mlp_bwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm", "glc"),
+    "mlp_fwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm", "glc", "actf"),
+    "mlp_bwd": ("b", "s", "h", "f", "t", "dtype", "act", "norm", "glc", "actf"),
     "embedding_fwd": ("b", "s", "h", "V", "t", "dtype", "pos"),
     "embedding_bwd": ("b", "s", "h", "V", "t", "dtype", "pos"),
     "output_fwd": ("b", "s", "h", "V", "t", "dtype", "norm", "ce"),
@@ -218,7 +236,7 @@ SWA_OPS: dict[str, str] = {"attention_swa_fwd": "attention_fwd",
 #: Derived ops of MoE layers (looked up for MoE models only).
 MOE_DERIVED_OPS = ("router_gate_fwd", "moe_unpermute_core_fwd", "experts_act_fwd")
 _NORMS = ("layernorm", "rmsnorm")
-_ACTS = ("bias_swiglu", "bias_gelu", *GLU_CLAMP_KERNELS)
+_ACTS = ("bias_swiglu", "bias_gelu", *GLU_CLAMP_KERNELS, *UNFUSED_ACT_KERNELS)
 #: Parts of an op that selective recomputation runs again (Megatron-Core ``--recompute-modules``),
 #: as a test on the base op's kernel names: the input layernorm (``layernorm``), the MLP module
 #: without the norm before and the residual add after (``mlp``), the router without the norm

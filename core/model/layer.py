@@ -16,7 +16,7 @@ from core.model.fp8 import FP8_WEIGHT_CAST_OP, fp8_cast_kernels, fp8_saves_fp8_i
 from core.model.keys import with_family_defaults
 from core.model.mla import (mla_activation_terms, mla_attention_parameters,
                             mla_forward_flops_per_token, mla_op_kernels)
-from core.model.mlp import is_gated, mlp_kernels, mlp_parameters
+from core.model.mlp import is_gated, mlp_kernels, mlp_parameters, mlp_saved_per_f
 from core.model.recompute import selective_op_activation_bytes
 from core.model.tokens import OpShape, op_shape
 from core.plan.parallel import (FP8_DEFAULT_RECIPE, ParallelPlan, fp8_recipe, recompute_modules,
@@ -419,7 +419,8 @@ class _LayerTerms:
     (the ``24``: Q, K, V, the projection's input, the MLP's); ``norm_in`` and ``norm_mlp`` what
     the two norms' outputs (QKV's and fc1's inputs) cost, ``mlp_kept`` the MLP's term that
     ``mlp`` recomputation drops, ``shared_copy`` the shared experts' FP8 copy of their input
-    (0 or 1). ``mla``, ``moe`` (an MoE layer: ``mlp`` given), ``per_f`` (6 gated, 4 plain),
+    (0 or 1). ``mla``, ``moe`` (an MoE layer: ``mlp`` given), ``per_f`` (6 gated, 8 gated unfused, 4 plain:
+    :func:`core.model.mlp.mlp_saved_per_f`),
     ``mlp`` (the MLP's term) and ``proj_width`` (the projection's input width) describe the
     layer."""
 
@@ -462,7 +463,7 @@ def _layer_terms(model: ModelConfig, plan: ParallelPlan, mods: tuple[str, ...],
             attn += 2 + 2 * model.query_groups / a
         attn *= a * model.head_dim / h  # heads of kv_channels: Q, K, V a kv and g kv wide
         proj_width = a * model.head_dim  # the projection's input is a kv wide
-    per_f = 6 if is_gated(model.activation) else 4
+    per_f = mlp_saved_per_f(model)
     moe = mlp is not None
     if mlp is None:
         mlp = per_f * model.ffn / h

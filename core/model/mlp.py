@@ -15,7 +15,8 @@ from core.model.tokens import OpShape
 from core.plan.model_config import ACTIVATIONS, ModelConfig
 
 __all__ = ["Activation", "ACTIVATION_KINDS", "GLU_CLAMP_KERNELS", "register_activation",
-           "activation_kind", "glu_clamp_kernels", "is_gated", "mlp_parameters", "mlp_kernels"]
+           "activation_kind", "glu_clamp_kernels", "is_gated", "mlp_parameters", "mlp_kernels",
+           "mlp_saved_per_f", "UNFUSED_ACT_KERNELS"]
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,33 @@ def glu_clamp_kernels(op_pass: str, fc1_bytes: float) -> list[Kernel]:
             mem("glu_clamp_cat_bwd", 2 * x)]
 
 
+#: Names of the memory-bound kernels of an unfused MLP activation (Megatron-Core's MLP with
+#: ``bias_activation_fusion`` false, torchtitan's eager FeedForward; :func:`mlp_kernels`):
+#: the bias add, silu, the gate-times-up product and their gradients, the chunk's gradient.
+UNFUSED_ACT_KERNELS = ("bias_add", "silu", "glu_mul", "gelu", "silu_bwd", "glu_mul_bwd",
+                       "glu_chunk_bwd", "gelu_bwd")
+
+
+def mlp_saved_per_f(model: ModelConfig) -> int:
+    """16-bit bytes per token per MLP hidden unit ``f`` that one dense MLP keeps for its
+    backward (the ``sbh`` term is this times ``f/h``).
+
+    Fused (``model.bias_activation_fusion``, Megatron-Core ``bias_swiglu_impl`` /
+    ``bias_gelu_impl``, ``megatron/core/transformer/mlp.py``): the activation's input (fc1's
+    output, ``2f`` gated, ``f`` plain) and fc2's input (``f``): 6 gated, 4 plain. Unfused
+    gated (Megatron-Core 0.16.1 ``MLP.forward``'s ``glu``: ``torch.chunk`` then
+    ``activation_func(x_glu) * x_linear``; torchtitan's ``w2(F.silu(w1(x)) * w3(x))``): silu
+    saves its input (``silu_backward(grad, self)``, torch ``derivatives.yaml``), the product
+    saves both operands (``mul``: ``grad * other``, ``grad * self``), silu's output ``f`` and
+    the up half ``f`` (Megatron-Core: the two halves are views of fc1's ``2f`` output, which
+    they keep whole), and fc2 its input ``f``: 4 ``f``-wide tensors, 8. Unfused plain: gelu
+    saves its input (``gelu_backward(grad, self)``) and fc2 its input, as fused: 4 (the bias
+    add saves nothing)."""
+    if not is_gated(model.activation):
+        return 4
+    return 6 if getattr(model, "bias_activation_fusion", True) is not False else 8
+
+
 def mlp_parameters(model: ModelConfig, f: int) -> tuple[float, float]:
     """``(sharded over its tensor-parallel group, replicated)`` parameters of one MLP of hidden
     size ``f`` with the model's activation (fc1 ``h f``, ``2 h f`` gated; fc2 ``f h``; fc1's
@@ -146,6 +174,41 @@ def mlp_parameters(model: ModelConfig, f: int) -> tuple[float, float]:
     bias = model.add_bias_linear or getattr(model, "add_mlp_bias", False)
     norm = 2 * h if model.normalization == "layernorm" else h
     return h * fc1 + f * h + (fc1 if bias else 0), norm + (h if bias else 0)
+
+
+def activation_kernels(op_pass: str, gated: bool, fusion: str, inner: float) -> list[Kernel]:
+    """Memory-bound kernels of a dense MLP's activation, ``op_pass`` ``"fwd"`` or ``"bwd"``,
+    for ``inner`` bytes of one ``f/t``-wide activation (rows x ``f/t`` x element bytes), by the
+    op key's ``actf`` column ``fusion``: ``fused`` (Megatron-Core ``bias_swiglu_impl`` /
+    ``bias_gelu_impl``: a gated one reads ``2f`` and writes ``f``, ``3 inner``; its backward
+    reads the gradient and the saved ``2f`` and writes ``2f``, ``5 inner``; plain ``2`` and
+    ``3``), ``unfused`` or ``unfused_bias`` (Megatron-Core's eager path, ``bias_activation_fusion``
+    false, ``megatron/core/transformer/mlp.py`` 0.16.1; ``_bias``: with fc1's bias, added first:
+    read and write fc1's output, ``4 inner`` gated, ``2`` plain). Unfused gated forward:
+    ``torch.chunk`` (views), silu (read and write ``f``: 2), the product (read ``2f``, write
+    ``f``: 3). Backward (autograd, torch ``derivatives.yaml``): the product's two gradients
+    (each reads the gradient and a saved operand and writes ``f``: 3 each), silu's (reads the
+    gradient and its input, writes ``f``: 3), the chunk's (concatenates the halves: reads and
+    writes ``2f``, 4). Unfused plain: gelu as ``bias_gelu`` (2 forward, 3 backward). The bias
+    gradient (a reduction over the rows) is the same fused or not and is not counted either way.
+
+    Raises ValueError for another ``fusion``."""
+    x = float(inner)
+    if fusion == "fused":
+        if op_pass == "fwd":
+            return [mem("bias_swiglu", 3 * x) if gated else mem("bias_gelu", 2 * x)]
+        return [mem("bias_swiglu_bwd", 5 * x) if gated else mem("bias_gelu_bwd", 3 * x)]
+    if fusion not in ("unfused", "unfused_bias"):
+        raise ValueError(f"activation fusion {fusion!r} is not fused, unfused or unfused_bias")
+    if op_pass == "fwd":
+        bias = [mem("bias_add", (4 if gated else 2) * x)] if fusion == "unfused_bias" else []
+        if gated:
+            return [*bias, mem("silu", 2 * x), mem("glu_mul", 3 * x)]
+        return [*bias, mem("gelu", 2 * x)]
+    if gated:
+        return [mem("glu_mul_bwd", 3 * x), mem("glu_mul_bwd", 3 * x), mem("silu_bwd", 3 * x),
+                mem("glu_chunk_bwd", 4 * x)]
+    return [mem("gelu_bwd", 3 * x)]
 
 
 def mlp_kernels(op: str, sh: OpShape) -> list[Kernel]:
@@ -161,6 +224,7 @@ def mlp_kernels(op: str, sh: OpShape) -> list[Kernel]:
     fc1 = (2 if gated else 1) * f // t  # gate and up projections fused (Megatron-Core)
     inner = T * (f // t) * e
     clamp = bool(key.get("glc", 0))  # GPT-OSS's clamped gated MLP (glc: gated only)
+    fusion = str(key.get("actf") or "fused")
     if op == "mlp_fwd":
         return [
             mem("bias_dropout_add", 3.5 * tok),
@@ -168,7 +232,7 @@ def mlp_kernels(op: str, sh: OpShape) -> list[Kernel]:
             *cast("fc1_input", T * h, True),
             linear("fc1", T, fc1, h),                         # (b*s, h) x (h, f/t or 2f/t)
             *(glu_clamp_kernels("fwd", 2 * inner) if clamp else ()),
-            mem("bias_swiglu", 3 * inner) if gated else mem("bias_gelu", 2 * inner),
+            *activation_kernels("fwd", gated, fusion, inner),
             *cast("fc2_input", T * (f // t)),
             linear("fc2", T, h, f // t),                      # (b*s, f/t) x (f/t, h)
             mem("bias_dropout_add", 3.5 * tok),
@@ -177,7 +241,7 @@ def mlp_kernels(op: str, sh: OpShape) -> list[Kernel]:
         mem("bias_dropout_add_bwd", 2 * tok),
         *cast("fc2_grad", T * h, True),
         linear("fc2_dgrad", T, f // t, h), linear("fc2_wgrad", f // t, h, T),
-        mem("bias_swiglu_bwd", 5 * inner) if gated else mem("bias_gelu_bwd", 3 * inner),
+        *activation_kernels("bwd", gated, fusion, inner),
         *(glu_clamp_kernels("bwd", 2 * inner) if clamp else ()),
         *cast("fc1_grad", T * fc1),
         linear("fc1_dgrad", T, h, fc1), linear("fc1_wgrad", fc1, h, T),

@@ -45,6 +45,13 @@ def model_feature_errors(m: ModelConfig) -> list[FieldError]:
         errs.append(FieldError("model.glu_linear_offset", "glu_linear_offset needs a gated MLP "
                                "(activation = swiglu; Megatron-Core: only used with "
                                "gated_linear_unit)"))
+    if getattr(m, "bias_activation_fusion", True) is False and gated and (
+            m.activation_func_clamp_value is not None
+            or (is_num(m.glu_linear_offset) and m.glu_linear_offset != 0)):
+        errs.append(FieldError("model.bias_activation_fusion", "bias_activation_fusion false "
+                               "with a clamp or a linear offset is not modelled (Megatron-Core's "
+                               "unfused glu clamps and offsets in more PyTorch ops, whose saved "
+                               "tensors are not counted)", rule=NOT_MODELLED))
     return errs
 
 
@@ -125,6 +132,12 @@ def _moe_model_errors(m: ModelConfig) -> list[FieldError]:
                                        "num_experts (a mixture-of-experts model)"))
         return errs
     errs += _group_routing_errors(m)
+    if getattr(m, "bias_activation_fusion", True) is False:
+        errs.append(FieldError("model.bias_activation_fusion", "bias_activation_fusion false "
+                               "with experts is not modelled (the experts' unfused activation, "
+                               "TEGroupedMLP's eager path and its saved tensors, is not "
+                               "modelled; Megatron-Core fuses it with weighted_bias_swiglu_impl)",
+                               rule=NOT_MODELLED))
     if getattr(m, "add_mlp_bias", False) is True:
         errs.append(FieldError("model.add_mlp_bias", "add_mlp_bias with experts is not modelled "
                                "(the routed experts' biases and their adds are add_bias_linear's)",

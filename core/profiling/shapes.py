@@ -115,7 +115,7 @@ class ShapeGroup:
         return dict(b=int(b), s=self.s, h=self.h, a=self.a, f=self.f, V=self.V, t=self.t,
                     dtype=self.dtype, g=self.a, act="gelu", norm="layernorm", pos="learned",
                     attn="unfused", qkn=0, kv=self.h // self.a, cp=1, ce="unfused", glc=0,
-                    **{c: 0 for c in MLA_KEY})  # no multi-head latent attention, no GLU clamp
+                    actf="fused", **{c: 0 for c in MLA_KEY})  # no multi-head latent attention, no GLU clamp
 
     def label(self) -> str:
         """Short text for progress lines, e.g. ``s=256 h=512 a=8 f=2048 V=8192 t=1 fp32``."""

@@ -101,7 +101,9 @@ def lookup_op_times(session: Session, store, memo: dict | None = None) -> OpTime
     BF16 GEMMs, :func:`core.model.kernels.op_kernels`); nor context-parallel attention
     (no ``cp`` column): it takes the row of the attention op on the rank's ``s/cp``
     tokens without the ring, scaled by the ratio of their analytic times (the core's
-    ``cp`` causal steps against one).
+    ``cp`` causal steps against one); nor unfused MLP activations (``actf``: the rows are
+    Megatron-Core's fused ``bias_swiglu`` / ``bias_gelu``): an unfused op takes the fused
+    row's time scaled the same way (:func:`core.model.mlp.activation_kernels`).
     MoE models add :data:`core.model.keys.MOE_OPS`; a measured or calibrated store without
     their tables times them with its analytic model and one warning says so.
 
@@ -156,6 +158,10 @@ def lookup_op_times(session: Session, store, memo: dict | None = None) -> OpTime
     # same op without context parallelism on the rank's s/cp tokens
     table_key["cp"] = table_key["cpa"] = 1
     table_key["cpg"] = 0
+    # nor unfused activations (no actf column; core.model.keys.activation_fusion): an MLP op
+    # with Megatron-Core's unfused activation scales the fused op's row
+    if "actf" in table_key:
+        table_key["actf"] = "fused"
     plain = {**table_key, "sp": False}
     # the rows a lookup reads: TF32 ops the "tf32" rows (table_key keeps fp32 with the flag,
     # what the analytic model of such a row is)

@@ -80,6 +80,10 @@ def _layer_words(m: Any) -> list[str]:
         out += ["--activation-func-clamp-value", repr(float(clamp))]
     if offset:
         out += ["--glu-linear-offset", repr(float(offset))]
+    if _get(m, "bias_activation_fusion", True) is False:
+        # Megatron-LM reads --no-bias-swiglu-fusion with --swiglu, --no-bias-gelu-fusion
+        # otherwise (--quick-geglu included; core_transformer_config_from_args)
+        out.append("--no-bias-swiglu-fusion" if "--swiglu" in out else "--no-bias-gelu-fusion")
     if (_get(m, "softmax_type") or "vanilla") != "vanilla":
         out += ["--softmax-type", m.softmax_type]
     for name in ("hidden_dropout", "attention_dropout"):  # Megatron-LM's default is 0.1

@@ -488,6 +488,32 @@ def _activation(mp: Mapper) -> None:
             mp.set(flag, target, float_argument(args, flag, src))
     if mp.take("--softmax-type"):
         mp.set("--softmax-type", "model.softmax_type", one_value(args, "--softmax-type", src))
+    _activation_fusion(mp)
+
+
+def _activation_fusion(mp: Mapper) -> None:
+    """``model.bias_activation_fusion`` from ``--no-bias-swiglu-fusion`` and
+    ``--no-bias-gelu-fusion``, as Megatron-LM's ``core_transformer_config_from_args`` reads them
+    (0.17.1 ``megatron/training/arguments.py``): with ``--swiglu`` the first, else (GeLU,
+    squared ReLU, quick-GEGLU) the second; the other has no effect (listed as ignored).
+    ``validate_args`` turns ``bias_gelu_fusion`` off under ``--disable-bias-linear``: a
+    quick-GEGLU MLP (gated) then runs unfused too; a plain MLP without a bias runs its
+    activation alone either way (the same bytes, timed alike), so it is left fused."""
+    args = mp.args
+    swiglu = "--swiglu" in args
+    used, other = (("--no-bias-swiglu-fusion", "--no-bias-gelu-fusion") if swiglu
+                   else ("--no-bias-gelu-fusion", "--no-bias-swiglu-fusion"))
+    if mp.switch(used):
+        mp.set(used, "model.bias_activation_fusion", False)
+    elif ("--quick-geglu" in args and "--disable-bias-linear" in args):
+        mp.set("--disable-bias-linear", "model.bias_activation_fusion", False)
+        mp.notes.append(("--disable-bias-linear", "with --quick-geglu: Megatron-LM's "
+                         "validate_args turns bias_gelu_fusion off without biases, so the gated "
+                         "activation runs unfused (model.bias_activation_fusion false)"))
+    if mp.switch(other):
+        mp.ignored.append((other, "no effect: Megatron-LM reads --no-bias-swiglu-fusion with "
+                           "--swiglu and --no-bias-gelu-fusion without it "
+                           "(core_transformer_config_from_args)"))
 
 
 def _attention_and_norms(mp: Mapper, h: int) -> None:
