@@ -829,4 +829,22 @@ def test_compile_decides_the_activation_fusion():
     raw["training"]["seq_len"] = 4096
     with pytest.raises(ConfigError) as err:
         session_from_torchtitan(raw, num_gpus=8)
-    assert err.value.errors[0].field.endswith("model.bias_activation_fusion")
+    assert err.value.errors[0].field == "config.toml: compile.enable"  # the file's key
+
+
+def test_an_uncompiled_moe_flavour_is_refused_naming_compile():
+    """torchtitan runs uncompiled experts eagerly (unfused SwiGLU), which is not modelled: the
+    refusal names the file's own key, compile.enable, and the way to plan it (not the
+    session field model.bias_activation_fusion the user never wrote); compiled, it imports."""
+    raw = load_toml(LLAMA3_8B)
+    raw["model"].update(name="qwen3", flavor="30B-A3B")
+    raw["parallelism"].update(expert_parallel_degree=8)
+    raw["activation_checkpoint"]["mode"] = "full"
+    raw.get("compile", {}).pop("enable", None)
+    with pytest.raises(ConfigError) as err:
+        session_from_torchtitan(raw, num_gpus=8)
+    (e,) = err.value.errors
+    assert e.field == "config.toml: compile.enable"
+    assert "plan the compiled model ([compile] enable = true" in e.message
+    raw.setdefault("compile", {})["enable"] = True
+    assert session_from_torchtitan(raw, num_gpus=8).session.model.bias_activation_fusion

@@ -242,6 +242,12 @@ def _session(cfg: dict[str, Any], where: str, num_gpus: int | None, gpu: str | N
             f"{old} read as {new}" for new, old in renamed.items()))
     model = _model(used, where, notes)
     compiled = _model_compiled(cfg)
+    if not compiled and model.is_moe:  # the eager experts' saved tensors: not modelled
+        raise refusal(where, "compile.enable", "the model is not compiled (compile.enable false "
+                      "or \"model\" not in compile.components): a mixture-of-experts model's "
+                      "experts then run their SwiGLU eagerly, whose saved tensors are not "
+                      "modelled; plan the compiled model ([compile] enable = true, "
+                      "components = [\"model\", \"loss\"]), whose fused activation is")
     if not compiled:  # eager FeedForward: F.silu(w1(x)) * w3(x), the unfused activation
         model = dataclasses.replace(model, bias_activation_fusion=False)
         notes.append("the model is not compiled (compile.enable false or \"model\" not in "
