@@ -743,11 +743,12 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
                           "(ParallelDims) when expert_parallel_degree > 1")
     if rep > 1 and fsdp:  # HSDP: FSDP over the dp_shard * cp ranks, replicated rep times
         plan.data_parallel_shard_size = shard
-    if t > 1:
-        # apply_tp (torchtitan 0.2.0 models/llama3/infra/parallelize.py): PrepareModuleInput
-        # all-gathers the sequence-parallel norm's output (desired_input_layouts=Replicate())
-        # and the ColwiseParallel wq/wk/wv, w1/w3 save that replicated input for their backward
-        plan.tp_saved_input = "gathered"
+    # apply_tp (torchtitan 0.2.0 models/llama3/infra/parallelize.py): PrepareModuleInput
+    # all-gathers the sequence-parallel norm's output (desired_input_layouts=Replicate())
+    # and the ColwiseParallel wq/wk/wv, w1/w3 save that replicated input for their backward.
+    # Set at every degree (at t = 1 it changes nothing): a sweep of the session over t keeps
+    # torchtitan's saved inputs, not Megatron-Core's s/t shard
+    plan.tp_saved_input = "gathered"
     if fp8:
         plan.fp8_recipe = recipe
         plan.fp8_param_gather = gather and zero >= 1
