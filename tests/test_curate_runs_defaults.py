@@ -125,8 +125,9 @@ def test_every_field_without_a_column_is_named(tmp_path):
         "account_for_loss_in_pipeline_split=false", "context_parallel=1",
         "data_parallel_shard_size=null", "cross_entropy_loss_fusion=false",
         "pipeline_model_parallel_layout=null", 'cuda_graph_impl="none"',
-        "use_precision_aware_optimizer=false", 'tp_comm_overlap_backend="userbuffers"',
-        "fsdp_fp32_params=false"]
+        "use_precision_aware_optimizer=false", 'tp_comm_overlap_backend="userbuffers"']
+    # FSDP2's fp32 shards change nothing outside ZeRO-3 (inactive_fields): not an assumption
+    assert "fsdp_fp32_params" not in named
     # a field a column states is not listed; one another policy set keeps that policy's name
     assert "tied_embeddings" not in named and "attention_kernel" not in named
     assert _assumed(ci, "fused-attention-framework")

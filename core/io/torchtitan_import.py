@@ -717,8 +717,10 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         # replicate, 100 MB buckets) all-reduces a bucket as soon as its gradients are ready
         zero_stage=zero, overlap_grad_reduce=fsdp or rep > 1, overlap_param_gather=zero == 3,
         # fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype, reduce_dtype)) over the fp32
-        # model (training.dtype float32): fp32 shards, the optimizer's own master weights
-        fsdp_fp32_params=fsdp,
+        # model (training.dtype float32): fp32 shards, the optimizer's own master weights. Set
+        # without FSDP too (it acts under ZeRO-3 only): a sweep of a DDP session over the
+        # ZeRO stages keeps torchtitan's fp32 shards, not Megatron-Core's 16-bit ones
+        fsdp_fp32_params=True,
         grad_reduce_dtype=_choice(used, "training.mixed_precision_reduce", where, "float32",
                                   _REDUCE_DTYPES),
         context_parallel=cp,
