@@ -649,13 +649,19 @@ def _multimodal_refusal(cfg: dict[str, Any], arch: str, where: str) -> ConfigErr
     for a decoder's): a ``vision_config`` or ``audio_config`` key (an encoder and its projector,
     whose output tokens join the language model's sequence: not modelled, and planning the
     language model alone would plan another model than the one trained), a nested language
-    model (``text_config``, ``llm_config``) or an architecture ending in
+    model (``text_config``, ``llm_config``; null only with a conditional-generation
+    architecture, whose config class fills a default part) or an architecture ending in
     ``ForConditionalGeneration`` (transformers' name for a decoder behind an encoder:
     multimodal and sequence-to-sequence models). The error names the file and the key (the
     first encoder key, else the nested one, else ``architectures``) and says how to plan the
     language model alone (:func:`_nested_language_model`)."""
-    encoders = [k for k in _ENCODER_KEYS if k in cfg]
-    nested = next((k for k in _NESTED_LM_KEYS if k in cfg), None)
+    # a null part is one only where transformers' config class fills a default for it (LLaVA's
+    # vision_config=None: a CLIP vision encoder): a conditional-generation class; a causal LM
+    # class never reads it (left to the unknown-key refusal, which does not call it an encoder)
+    conditional = arch.endswith("ForConditionalGeneration")
+    encoders = [k for k in _ENCODER_KEYS if k in cfg and (cfg[k] is not None or conditional)]
+    nested = next((k for k in _NESTED_LM_KEYS
+                   if k in cfg and (cfg[k] is not None or conditional)), None)
     if not (encoders or nested or arch.endswith("ForConditionalGeneration")):
         return None
     key = encoders[0] if encoders else nested or "architectures"
