@@ -113,12 +113,12 @@ def test_every_field_without_a_column_is_named(tmp_path):
     detail = named[named.index("(the session's: ") + 1:-1]
     session_part, megatron_part = detail.split("; Megatron-LM's: ")
     assert megatron_part.split(", ") == [
-        'position_embedding="learned"', "add_bias_linear=true", "add_qkv_bias=false",
+        'position_embedding="learned"', "add_bias_linear=true",
         "qk_layernorm=false", "kv_channels=null", "num_experts=null",
         "multi_latent_attention=false", "mtp_num_layers=0", "window_size=null",
         'softmax_type="vanilla"', "hidden_dropout=0.1", "attention_dropout=0.1"]
     assert session_part.removeprefix("the session's: ").split(", ") == [
-        "make_vocab_size_divisible_by=128", "add_proj_bias=false", "add_mlp_bias=false",
+        "make_vocab_size_divisible_by=128",
         "add_output_bias=false", 'family="dense"', "gradient_accumulation_fusion=true",
         "overlap_param_gather=false", "grad_reduce_dtype=null", "first_stage_layers=null",
         "last_stage_layers=null", "account_for_embedding_in_pipeline_split=false",
@@ -128,6 +128,10 @@ def test_every_field_without_a_column_is_named(tmp_path):
         "use_precision_aware_optimizer=false", 'tp_comm_overlap_backend="userbuffers"']
     # FSDP2's fp32 shards change nothing outside ZeRO-3 (inactive_fields): not an assumption
     assert "fsdp_fp32_params" not in named
+    # nor do the QKV, O and MLP bias switches beside Megatron's add_bias_linear (every linear
+    # has its bias already: inactive_fields)
+    assert not {"add_qkv_bias", "add_proj_bias", "add_mlp_bias"} & {
+        x.split("=")[0] for x in detail.replace("; ", ", ").split(", ")}
     # a field a column states is not listed; one another policy set keeps that policy's name
     assert "tied_embeddings" not in named and "attention_kernel" not in named
     assert _assumed(ci, "fused-attention-framework")

@@ -165,3 +165,25 @@ def test_every_bias_switch_reads_true_false_and_null_alike_and_refuses_the_rest(
     # what a switch on gives, for the switched architectures (closed forms above)
     assert _bias_outcome({**LLAMA3_8B, "attention_bias": True}) == (True, True, False, False)
     assert _bias_outcome({**PHIMOE, "lm_head_bias": True})[3] is True
+
+
+def test_the_bias_switches_are_greyed_under_add_bias_linear():
+    """With model.add_bias_linear every linear has its bias (Megatron-Core: bias=add_bias_linear
+    or add_qkv_bias): add_qkv_bias, add_proj_bias and add_mlp_bias add no parameter then
+    (GPT-3 1.3B: 0 more), so they are inactive (greyed in the editor, left out of the curated
+    runs' assumptions); without it each adds its biases (Llama 3 8B's attention_bias above)."""
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.rules import inactive_fields
+    from core.plan.session import Session
+    gpt3 = MODEL_PRESETS["GPT-3 1.3B"]
+    llama = MODEL_PRESETS["Llama 3 8B"]
+    assert gpt3.add_bias_linear and not llama.add_bias_linear
+    names = ("add_qkv_bias", "add_proj_bias", "add_mlp_bias")
+    for name in names:
+        on = dataclasses.replace(gpt3, **{name: True})
+        assert mm.num_parameters(on) == mm.num_parameters(gpt3)
+    idle = inactive_fields(Session(model=gpt3))
+    assert all(idle[f"model.{n}"].startswith("needs linear biases off (model.add_bias_linear false")
+               for n in names)
+    assert not {f"model.{n}" for n in names} & set(inactive_fields(Session(model=llama)))
+    assert "model.add_output_bias" not in idle  # Megatron's output layer has none either way

@@ -920,6 +920,12 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
     **{f"model.{name}": (lambda s: bool(s.model.multi_latent_attention),
                          "multi-head latent attention (model.multi_latent_attention)")
        for name in MLA_FIELDS},
+    # Megatron-Core builds each linear with bias=add_bias_linear or its own switch
+    # (add_qkv_bias: linear_qkv's); vtrain's O and MLP switches the same way
+    **{f"model.{name}": (lambda s: not s.model.add_bias_linear,
+                         "linear biases off (model.add_bias_linear false: with it every "
+                         "linear already has its bias)")
+       for name in ("add_qkv_bias", "add_proj_bias", "add_mlp_bias")},
     "model.window_attn_skip_freq": (lambda s: s.model.window_size is not None,
                                     "a sliding window (model.window_size)"),
     **{f"model.{name}": (lambda s: s.model.activation == "swiglu",
