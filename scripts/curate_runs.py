@@ -242,6 +242,14 @@ def read_measurements(path: str | Path,
     body = [r + [""] * (len(header) - len(r)) + list(stated.values()) for r in rows[1:]]
     header = header + list(stated)
     out = _each_row(body, lambda i, r: _general_row_or_skip(path, i, header, r), progress)
+    for col, value in stated.items():
+        # a stated value the column cannot read fails every row alike: the command line's error,
+        # refused once (every row was skipped, or not written at all, naming the cell)
+        bad = next((m for m in out if f"unreadable {col}" in m.skip_causes), None)
+        if bad is not None:
+            why = "; ".join(x for x in bad.skip_reason.split("; ") if col in x) or bad.skip_reason
+            why = why.removeprefix(f"{col}={value!r}: ").removeprefix(f"column {col!r}: ")
+            raise MeasurementFileError(f"--set {col}={value!r}: {why}")
     if stated:
         said = ", ".join(f"{c}={x}" for c, x in stated.items())
         for m in out:
@@ -2773,9 +2781,10 @@ def main(argv: list[str] | None = None) -> int:
         i = args.index("--set")
         pair = args[i + 1] if i + 1 < len(args) else ""
         col, eq, value = pair.partition("=")
-        if not eq or not col.strip() or col.strip() in stated:
-            print(f"curate_runs: --set {pair!r}: give COLUMN=VALUE, each column once",
-                  file=sys.stderr)
+        if not eq or not col.strip() or col.strip() in stated or not value.strip():
+            why = ("each column once" if col.strip() in stated else "a value (an empty cell "
+                   "states nothing: leave out --set)" if eq and col.strip() else "COLUMN=VALUE")
+            print(f"curate_runs: --set {pair!r}: give {why}", file=sys.stderr)
             return 2
         stated[col.strip()] = value.strip()
         del args[i:i + 2]
@@ -2788,6 +2797,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"curate_runs: error: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(to_jsonl(runs, Path(args[0]).name))
+    unwritten = [m for m in runs if m.session is None]
+    if unwritten:  # to_jsonl writes a record only with a session: say which rows it left out
+        shown = "; ".join(f"row {m.row}: {m.skip_reason}" for m in unwritten[:3])
+        more = f"; and {len(unwritten) - 3} more" if len(unwritten) > 3 else ""
+        print(f"curate_runs: {len(unwritten)} of {len(runs)} rows of {args[0]} not written (no "
+              f"plan could be built of them): {shown}{more}", file=sys.stderr)
     return 0
 
 

@@ -113,21 +113,26 @@ def test_every_field_without_a_column_is_named(tmp_path):
     detail = named[named.index("(the session's: ") + 1:-1]
     session_part, megatron_part = detail.split("; Megatron-LM's: ")
     assert megatron_part.split(", ") == [
-        'position_embedding="learned"', "add_bias_linear=true", "add_qkv_bias=false",
+        'position_embedding="learned"', "add_bias_linear=true",
         "qk_layernorm=false", "kv_channels=null", "num_experts=null",
         "multi_latent_attention=false", "mtp_num_layers=0", "window_size=null",
         'softmax_type="vanilla"', "bias_activation_fusion=true", "hidden_dropout=0.1",
         "attention_dropout=0.1"]
     assert session_part.removeprefix("the session's: ").split(", ") == [
-        "make_vocab_size_divisible_by=128", "add_proj_bias=false", "add_mlp_bias=false",
+        "make_vocab_size_divisible_by=128",
         "add_output_bias=false", 'family="dense"', "gradient_accumulation_fusion=true",
         "overlap_param_gather=false", "grad_reduce_dtype=null", "first_stage_layers=null",
         "last_stage_layers=null", "account_for_embedding_in_pipeline_split=false",
         "account_for_loss_in_pipeline_split=false", "context_parallel=1",
         "data_parallel_shard_size=null", "cross_entropy_loss_fusion=false",
         "pipeline_model_parallel_layout=null", 'cuda_graph_impl="none"',
-        "use_precision_aware_optimizer=false", 'tp_comm_overlap_backend="userbuffers"',
-        "fsdp_fp32_params=false"]
+        "use_precision_aware_optimizer=false", 'tp_comm_overlap_backend="userbuffers"']
+    # FSDP2's fp32 shards change nothing outside ZeRO-3 (inactive_fields): not an assumption
+    assert "fsdp_fp32_params" not in named
+    # nor do the QKV, O and MLP bias switches beside Megatron's add_bias_linear (every linear
+    # has its bias already: inactive_fields)
+    assert not {"add_qkv_bias", "add_proj_bias", "add_mlp_bias"} & {
+        x.split("=")[0] for x in detail.replace("; ", ", ").split(", ")}
     # a field a column states is not listed; one another policy set keeps that policy's name
     assert "tied_embeddings" not in named and "attention_kernel" not in named
     assert _assumed(ci, "fused-attention-framework")
@@ -146,3 +151,54 @@ def test_set_refuses_a_column_the_file_has(tmp_path):
         "curate_runs: error: --set tied: not a column of the general layout (activation, ")
     _, done = _curate(tmp_path, "--set", "tied_embeddings")
     assert done.returncode == 2 and "give COLUMN=VALUE" in done.stderr
+
+
+@pytest.mark.parametrize("pair,message", [
+    # a value no row can read: refused once by the command line's option (was: exit 0, every
+    # row skipped, or -- a number column -- no row written at all, and nothing said)
+    ("context_parallel=abc", "--set context_parallel='abc': 'abc' is not a number"),
+    ("expert_parallel=1e400", "--set expert_parallel='1e400': '1e400' is not a finite number"),
+    ("tied_embeddings=maybe", "--set tied_embeddings='maybe': expected y or n (tied / untied)"),
+    ("fsdp=maybe", "--set fsdp='maybe': expected y or n (yes/no, true/false, on/off, "
+                   "enabled/disabled, 1/0)"),
+])
+def test_a_set_value_no_row_can_read_is_refused_once(tmp_path, pair, message):
+    recs, done = _curate(tmp_path, "--set", pair)
+    assert (done.returncode, recs) == (2, [])
+    assert done.stderr.strip() == f"curate_runs: error: {message}"
+
+
+def test_an_empty_set_value_is_refused():
+    """--set tied_embeddings= stated an empty cell for every row: a non-Llama row's refusal
+    ('tied embeddings not stated') became the tied-megatron-default assumption."""
+    from scripts.curate_runs import main as curate
+    import contextlib
+    import io
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert curate([str(MEMORY_CSV), "--set", "tied_embeddings="]) == 2
+    assert err.getvalue().strip() == ("curate_runs: --set 'tied_embeddings=': give a value (an "
+                                      "empty cell states nothing: leave out --set)")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert curate([str(MEMORY_CSV), "--set", "tied_embeddings=n", "--set",
+                       "tied_embeddings=y"]) == 2
+    assert err.getvalue().strip() == "curate_runs: --set 'tied_embeddings=y': give each column once"
+
+
+def test_rows_left_out_of_the_json_lines_are_named(tmp_path):
+    """A row with an unreadable number builds no plan, and to_jsonl writes none for it: the
+    script now says which rows it left out, on stderr (was silent: 2 rows in, 1 out)."""
+    csv_path = tmp_path / "runs.csv"
+    head = ("gpu,num_gpus,gpus_per_node,num_layers,hidden_size,num_attention_heads,seq_length,"
+            "global_batch_size,micro_batch_size,tensor_parallel,pipeline_parallel,data_parallel,"
+            "measured_iteration_time_s,tied_embeddings")
+    csv_path.write_text(f"{head}\nA100,8,8,24,2048,16,2048,512,4,abc,1,8,1.5,n\n"
+                        "A100,8,8,24,2048,16,2048,512,4,1,1,8,1.5,n\n")
+    done = subprocess.run([sys.executable, str(SCRIPT), str(csv_path)], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert done.returncode == 0
+    assert [json.loads(x)["row"] for x in done.stdout.splitlines()] == [2]
+    assert done.stderr.strip() == (f"curate_runs: 1 of 2 rows of {csv_path} not written (no plan "
+                                   "could be built of them): row 1: column 'tensor_parallel': "
+                                   "'abc' is not a number")

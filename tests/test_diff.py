@@ -445,3 +445,33 @@ def test_an_abbreviated_option_is_refused_not_taken_as_the_longer_one(capsys):
         main(["simulate", a, "--js"])  # --json abbreviated
     assert exit_.value.code == 2
     assert "unrecognized arguments: --js" in capsys.readouterr().err
+
+
+def test_plans_that_differ_only_in_fields_without_effect_say_which(tmp_path, capsys):
+    """Two plans that differ only in plan.tp_saved_input without sequence parallelism (or
+    fp8_impl in BF16, fsdp_fp32_params outside ZeRO-3) read the same label and the same figures:
+    vtrain diff names the fields (was: two identical lines and a zero difference, nothing said);
+    one the label shows (tp_saved_input with SP at t = 2) is not listed, its label says it."""
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    a = _variant(sequence_parallel=False)
+    save_session(a, pa)
+    save_session(_variant(sequence_parallel=False, tp_saved_input="gathered", fp8_impl="torchao",
+                          fsdp_fp32_params=True), pb)
+    assert main(["diff", str(pa), str(pb), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["idle_plan_differences"] == [
+        {"field": "plan.fsdp_fp32_params", "a": False, "b": True},
+        {"field": "plan.fp8_impl", "a": "transformer_engine", "b": "torchao"},
+        {"field": "plan.tp_saved_input", "a": "sequence_shard", "b": "gathered"}]
+    assert doc["a"]["label"] == doc["b"]["label"] and doc["difference_s"] == 0
+    assert main(["diff", str(pa), str(pb)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("The plans also differ in fields that change nothing here (left out of the labels): "
+            "plan.fsdp_fp32_params false / true; plan.fp8_impl transformer_engine / torchao; "
+            "plan.tp_saved_input sequence_shard / gathered") in out
+    save_session(_variant(sequence_parallel=True), pa)
+    save_session(_variant(sequence_parallel=True, tp_saved_input="gathered"), pb)
+    assert main(["diff", str(pa), str(pb), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["idle_plan_differences"] == []
+    assert doc["b"]["label"].endswith("tp_saved_input=gathered")

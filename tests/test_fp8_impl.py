@@ -220,3 +220,22 @@ def test_session_files_round_trip_and_default_without_the_field(tmp_path):
     assert "plan.fp8_impl" in inactive_fields(dataclasses.replace(
         s, plan=dataclasses.replace(s.plan, precision="bf16")))
     assert "plan.fp8_impl" not in inactive_fields(s)
+
+
+def test_a_session_with_the_retired_fp8_weight_copies_is_told_the_field_that_replaced_it(tmp_path):
+    """Sessions written between fbd514e and f239df2 (the day's shipped examples too) hold
+    plan.fp8_weight_copies; it is refused naming plan.fp8_impl and each value's meaning (was
+    'unknown field', nothing else), and never read as fp8_impl."""
+    import json
+
+    from core.io.session import SessionFileError, load_session, save_session
+    path = tmp_path / "s.json"
+    save_session(Session(), path)
+    doc = json.loads(path.read_text())
+    doc["plan"]["fp8_weight_copies"] = False
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SessionFileError) as err:
+        load_session(path)
+    assert str(err.value) == f"{path}: plan.fp8_weight_copies: " + ("unknown field: replaced by plan.fp8_impl (fp8_weight_copies false was "
+                         "torchtitan's float8: fp8_impl \"torchao\"; true was Transformer "
+                         "Engine's: \"transformer_engine\"); write that field instead")

@@ -581,3 +581,43 @@ def test_fsdp2_fp32_shards_are_set_by_torchtitan_and_refused_by_the_megatron_exp
                                  plan=dataclasses.replace(plan, recompute="full")))
     export_arguments(Session(model=MODEL_PRESETS["Llama 3 8B"], plan=dataclasses.replace(
         plan, recompute="full", fsdp_fp32_params=False)))  # Megatron-LM's FSDP2: exported
+
+
+def test_a_torchtitan_ddp_session_keeps_fsdp2s_fp32_shards_when_swept_to_zero_3(tmp_path, capsys):
+    """torchtitan without FSDP (DDP: data_parallel_replicate_degree 8, shard 1) imports with
+    plan.fsdp_fp32_params on, where it changes nothing (ZeRO 0: not in the label, greyed); a
+    vtrain sweep over the ZeRO stages then counts its ZeRO-3 plans as torchtitan's FSDP2 (fp32
+    shards, 16/d bytes per parameter), not Megatron-Core's 16-bit shards (18/d: every ZeRO-3
+    plan was fsdp_fp32_params false, silently Megatron's memory for a torchtitan job)."""
+    import csv
+    from pathlib import Path
+
+    from core.cli import main
+    from core.io.torchtitan_import import load_toml, session_from_torchtitan
+    from core.plan.parallel import fsdp_fp32_applies
+    from core.plan.rules import inactive_fields
+    toml = Path(__file__).resolve().parent / "data" / "torchtitan" / "llama3_8b.toml"
+    raw = load_toml(toml)
+    raw["parallelism"].update(data_parallel_replicate_degree=8, data_parallel_shard_degree=1)
+    s = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB").session
+    assert (s.plan.zero_stage, s.plan.precision, s.plan.fsdp_fp32_params) == (0, "bf16", True)
+    assert not fsdp_fp32_applies(s.plan) and "fsdp_fp32" not in s.plan.label()
+    assert "plan.fsdp_fp32_params" in inactive_fields(s)
+    z3 = dataclasses.replace(s.plan, zero_stage=3)
+    assert fsdp_fp32_applies(z3) and z3.label().endswith(" fsdp_fp32")
+    assert "plan.fsdp_fp32_params" not in inactive_fields(dataclasses.replace(s, plan=z3))
+    assert sum(mm.bytes_per_parameter(z3)) * 8 == 16
+    # the Megatron export still takes the DDP session (the field changes nothing there)
+    export_arguments(dataclasses.replace(s, plan=dataclasses.replace(s.plan, recompute="full")))
+    out = tmp_path / "ddp.json"
+    from core.io.session import save_session
+    save_session(s, out)
+    plans = tmp_path / "plans.csv"
+    assert main(["sweep", str(out), "--cross-entropy-fusion", "off", "--recompute",
+                 "selective_op", "--schedules", "1f1b", "--tp-comm-overlap", "n",
+                 "--tensor-parallel", "1", "--pipeline-parallel", "1", "--context-parallel",
+                 "1", "--workers", "1", "--out", str(plans)]) == 0
+    capsys.readouterr()
+    rows = list(csv.DictReader(plans.open()))
+    assert "3" in {r["zero_stage"] for r in rows}
+    assert {r["fsdp_fp32_params"] for r in rows if r["zero_stage"] == "3"} == {"True"}

@@ -128,3 +128,62 @@ def test_attention_bias_is_q_k_v_o_in_every_family_that_reads_it(name):
     d = cfg.get("head_dim") or h // a
     assert mm.num_parameters(biased) - mm.num_parameters(plain) == \
         cfg["num_hidden_layers"] * (a * d + 2 * g * d + h)
+
+
+def _bias_outcome(cfg):
+    """(add_qkv_bias, add_proj_bias, add_mlp_bias, add_output_bias) or the refusal's message."""
+    try:
+        m = _model(cfg)
+    except ConfigError as err:
+        return err.errors[0].message
+    return (m.add_qkv_bias, m.add_proj_bias, m.add_mlp_bias, m.add_output_bias)
+
+
+def test_every_bias_switch_reads_true_false_and_null_alike_and_refuses_the_rest():
+    """One reading of a bias switch whatever the architecture (core/io/hf_import.py
+    _bias_switch): null is no bias (torch's nn.Linear(bias=None) adds none), as absent and
+    false are; a string or a number is refused as not true or false. Was: Llama refused null
+    ("None must be true or false") where Mistral and DeepSeek-V3 took it as off; Mistral and
+    DeepSeek-V3 took 0 as off and called "false" (torch: a bias) "not modelled for" the
+    architecture; Phi-3.5-MoE's lm_head_bias refused null."""
+    from tests.test_hf_olmo3_phimoe_mistral3 import PHI35_MOE as PHIMOE
+    off = (False, False, False, False)
+    cases = [(LLAMA3_8B, "attention_bias"), (LLAMA3_8B, "mlp_bias"),
+             (MISTRAL_7B_V01, "attention_bias"), (MISTRAL_7B_V01, "mlp_bias"),
+             (V3_CONFIG, "attention_bias"), (PHIMOE, "lm_head_bias")]
+    for base, key in cases:
+        absent = {k: v for k, v in base.items() if k != key}
+        name = base.get("architectures")
+        want = _bias_outcome({**base, key: False})
+        assert isinstance(want, tuple) and want == (off if base is not PHIMOE else
+                                                    (True, True, False, False)), (name, key)
+        assert _bias_outcome(absent) == _bias_outcome({**base, key: None}) == want, (name, key)
+        for bad in ("true", "false", 0, 1, [True]):
+            msg = _bias_outcome({**base, key: bad})
+            assert isinstance(msg, str) and msg.endswith(
+                "must be true or false (null: no bias)"), (name, key, bad, msg)
+    # what a switch on gives, for the switched architectures (closed forms above)
+    assert _bias_outcome({**LLAMA3_8B, "attention_bias": True}) == (True, True, False, False)
+    assert _bias_outcome({**PHIMOE, "lm_head_bias": True})[3] is True
+
+
+def test_the_bias_switches_are_greyed_under_add_bias_linear():
+    """With model.add_bias_linear every linear has its bias (Megatron-Core: bias=add_bias_linear
+    or add_qkv_bias): add_qkv_bias, add_proj_bias and add_mlp_bias add no parameter then
+    (GPT-3 1.3B: 0 more), so they are inactive (greyed in the editor, left out of the curated
+    runs' assumptions); without it each adds its biases (Llama 3 8B's attention_bias above)."""
+    from core.plan.presets import MODEL_PRESETS
+    from core.plan.rules import inactive_fields
+    from core.plan.session import Session
+    gpt3 = MODEL_PRESETS["GPT-3 1.3B"]
+    llama = MODEL_PRESETS["Llama 3 8B"]
+    assert gpt3.add_bias_linear and not llama.add_bias_linear
+    names = ("add_qkv_bias", "add_proj_bias", "add_mlp_bias")
+    for name in names:
+        on = dataclasses.replace(gpt3, **{name: True})
+        assert mm.num_parameters(on) == mm.num_parameters(gpt3)
+    idle = inactive_fields(Session(model=gpt3))
+    assert all(idle[f"model.{n}"].startswith("needs linear biases off (model.add_bias_linear false")
+               for n in names)
+    assert not {f"model.{n}" for n in names} & set(inactive_fields(Session(model=llama)))
+    assert "model.add_output_bias" not in idle  # Megatron's output layer has none either way

@@ -216,3 +216,31 @@ def test_a_causal_lm_with_a_vision_config_is_refused_too():
     e = _refused({**LLAMA3_8B, "vision_config": LLAVA_15_7B["vision_config"]})
     assert e.field == "config.json: vision_config"
     assert e.message.startswith("LlamaForCausalLM is not a decoder alone")
+
+
+@pytest.mark.parametrize("key", ["vision_config", "audio_config", "text_config", "llm_config"])
+def test_a_null_part_is_multimodal_only_for_a_conditional_generation_class(key):
+    """transformers' LlamaForCausalLM never reads vision_config (or text_config ...): a null one
+    describes no encoder and no nested model, so it is not refused as multimodal ("its
+    vision_config describes an encoder", which it said) but as a key the importer does not know;
+    LLaVA's config class fills a default CLIP vision encoder for vision_config=None
+    (LlavaConfig.__init__), so there the null part is still refused by its key."""
+    from tests.test_llama import LLAMA3_8B
+    with pytest.raises(ConfigError) as err:
+        session_from_hf_config({**LLAMA3_8B, key: None}, "config.json")
+    e = err.value.errors[0]
+    assert (e.field, e.message) == (f"config.json: {key}", "is not known to the importer, so we "
+                                    "cannot tell whether it changes the model; remove it if it "
+                                    "does not")
+    with pytest.raises(ConfigError) as err:
+        session_from_hf_config({**LLAMA3_8B, key: {"model_type": "x"}}, "config.json")
+    assert err.value.errors[0].message.startswith("LlamaForCausalLM is not a decoder alone")
+    llava = {**LLAMA3_8B, "architectures": ["LlavaForConditionalGeneration"], key: None}
+    with pytest.raises(ConfigError) as err:
+        session_from_hf_config(llava, "config.json")
+    e = err.value.errors[0]
+    assert e.field == f"config.json: {key}"
+    assert e.message.startswith("LlavaForConditionalGeneration is not a decoder alone: its "
+                                + (f"{key} describes an encoder" if key in ("vision_config",
+                                                                           "audio_config") else
+                                   f"language model is nested under {key}"))

@@ -438,6 +438,9 @@ def test_plan_key_and_label_derive_from_every_field():
             base = dataclasses.replace(base, context_parallel=2)
         if name == "fp8_impl":  # labelled in fp8 only (no FP8 linears otherwise)
             base = dataclasses.replace(base, precision="fp8")
+        if name == "fsdp_fp32_params":  # labelled under ZeRO-3 only (no shards otherwise)
+            assert dataclasses.replace(p0, fsdp_fp32_params=True).label() == p0.label()
+            base = dataclasses.replace(base, zero_stage=3)
         if name == "tf32":  # labelled in fp32 only (no fp32 matmuls otherwise)
             base = dataclasses.replace(base, precision="fp32")
         if name == "overlap_p2p_comm":  # labelled under the interleaved schedule only

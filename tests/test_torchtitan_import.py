@@ -26,15 +26,14 @@ LLAMA3_405B = DATA / "llama3_405b.toml"
 def _plan(**kw) -> ParallelPlan:
     """ParallelPlan with torchtitan's fixed choices (TP sequence-parallel, fp32 gradient
     reduction, PyTorch's all-gather CP rotation, autograd's weight-gradient accumulation: no
-    fused wgrad GEMMs; FSDP2's fp32 shards wherever FSDP is on, zero_stage >= 1; above TP 1
-    the column-parallel linears save their all-gathered input) and the fields given; with
+    fused wgrad GEMMs; FSDP2's fp32 shards, in effect under FSDP (ZeRO-3); the
+    column-parallel linears save their all-gathered input, set at every TP degree) and the fields given; with
     float8 torchao's Float8Linear, no persistent FP8 weight copies)."""
     return ParallelPlan(**{"grad_reduce_dtype": "fp32", "cp_comm_type": "allgather",
                            "gradient_accumulation_fusion": False,
-                           "fsdp_fp32_params": kw.get("zero_stage", 0) >= 1,
+                           "fsdp_fp32_params": True,
                            "fp8_impl": "torchao" if kw.get("precision") == "fp8" else "transformer_engine",
-                           "tp_saved_input": "gathered" if kw.get("tensor_parallel", 1) > 1
-                           else "sequence_shard",
+                           "tp_saved_input": "gathered",
                            **kw})
 
 

@@ -115,10 +115,39 @@ def test_torchtitan_import_sets_it_and_the_memory_grows_end_to_end():
     assert more == 32 * 2 * sbh + sbh == 6 * 2 ** 30 + 96 * 2 ** 20
     assert simulate(s).report.memory_verdict == "does not fit"
     assert simulate(mg).report.memory_verdict == "tight"
-    # TP 1: nothing gathered, the field keeps Megatron's default
+    # TP 1: nothing gathered, but the field says what torchtitan's TP saves all the same, so
+    # that a sweep of the session over t keeps it (was sequence_shard: the sweep's t = 2 plans
+    # were counted with Megatron-Core's s/t shard, 6.1 GiB low here)
     raw["parallelism"].update(tensor_parallel_degree=1, data_parallel_shard_degree=8)
-    assert session_from_torchtitan(raw, num_gpus=8).session.plan.tp_saved_input == \
-        "sequence_shard"
+    t1 = session_from_torchtitan(raw, num_gpus=8, gpu="H100-SXM5-80GB").session
+    assert t1.plan.tp_saved_input == "gathered" and not tp_saves_gathered_input(t1.plan)
+    assert "tp_saved_input" not in t1.plan.label()
+    swept = dataclasses.replace(t1, plan=dataclasses.replace(
+        t1.plan, tensor_parallel=2, sequence_parallel=True, data_parallel=4))
+    assert stage_memory(swept)[0].activations_bytes == stage_memory(s)[0].activations_bytes
+
+
+def test_a_sweep_of_a_tp1_torchtitan_session_keeps_the_gathered_inputs(tmp_path, capsys):
+    """vtrain sweep of the released llama3_8b.toml (TP 1, FSDP 8) over t = 2: every swept
+    plan saves torchtitan's gathered inputs (they were sequence_shard: Megatron-Core's memory
+    for a torchtitan job, silently)."""
+    import csv
+
+    from core.cli import main
+    from tests.test_torchtitan_import import LLAMA3_8B as TOML
+    out = tmp_path / "tt.json"
+    assert main(["import", "torchtitan", str(TOML), "--num-gpus", "8", "--gpu", "H100",
+                 "--out", str(out)]) == 0
+    plans = tmp_path / "plans.csv"
+    assert main(["sweep", str(out), "--recompute", "none,selective_op,full",
+                 "--recompute-num-layers", "all", "--schedules", "1f1b",
+                 "--cross-entropy-fusion", "off", "--tp-comm-overlap", "n",
+                 "--tensor-parallel", "2", "--pipeline-parallel", "1", "--context-parallel", "1",
+                 "--workers", "1", "--out", str(plans)]) == 0
+    capsys.readouterr()
+    rows = list(csv.DictReader(plans.open()))
+    assert rows and {(r["tensor_parallel"], r["sequence_parallel"], r["tp_saved_input"])
+                     for r in rows} == {("2", "True", "gathered")}
 
 
 def test_the_megatron_export_refuses_it():

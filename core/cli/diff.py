@@ -126,6 +126,11 @@ def run(args: argparse.Namespace) -> int:
         from core.studies.diff import beyond_plan_text
         con.print("[bold]A and B differ beyond the plan[/] (the differences below are not the "
                   "plans' alone): " + esc(beyond_plan_text(doc["beyond_plan"])), highlight=False)
+    if doc["idle_plan_differences"]:
+        from core.studies.diff import beyond_plan_text
+        con.print("[bold]The plans also differ in fields that change nothing here[/] (left out "
+                  "of the labels): " + esc(beyond_plan_text(doc["idle_plan_differences"])),
+                  highlight=False)
     t = Table(title="Iteration time, mean over pipeline stages", title_justify="left")
     for col in ("term", "A", "B", "B - A"):
         t.add_column(col, justify="left" if col == "term" else "right")

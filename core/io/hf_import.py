@@ -649,13 +649,19 @@ def _multimodal_refusal(cfg: dict[str, Any], arch: str, where: str) -> ConfigErr
     for a decoder's): a ``vision_config`` or ``audio_config`` key (an encoder and its projector,
     whose output tokens join the language model's sequence: not modelled, and planning the
     language model alone would plan another model than the one trained), a nested language
-    model (``text_config``, ``llm_config``) or an architecture ending in
+    model (``text_config``, ``llm_config``; null only with a conditional-generation
+    architecture, whose config class fills a default part) or an architecture ending in
     ``ForConditionalGeneration`` (transformers' name for a decoder behind an encoder:
     multimodal and sequence-to-sequence models). The error names the file and the key (the
     first encoder key, else the nested one, else ``architectures``) and says how to plan the
     language model alone (:func:`_nested_language_model`)."""
-    encoders = [k for k in _ENCODER_KEYS if k in cfg]
-    nested = next((k for k in _NESTED_LM_KEYS if k in cfg), None)
+    # a null part is one only where transformers' config class fills a default for it (LLaVA's
+    # vision_config=None: a CLIP vision encoder): a conditional-generation class; a causal LM
+    # class never reads it (left to the unknown-key refusal, which does not call it an encoder)
+    conditional = arch.endswith("ForConditionalGeneration")
+    encoders = [k for k in _ENCODER_KEYS if k in cfg and (cfg[k] is not None or conditional)]
+    nested = next((k for k in _NESTED_LM_KEYS
+                   if k in cfg and (cfg[k] is not None or conditional)), None)
     if not (encoders or nested or arch.endswith("ForConditionalGeneration")):
         return None
     key = encoders[0] if encoders else nested or "architectures"
@@ -887,19 +893,35 @@ def _check_activation_and_biases(cfg: dict[str, Any], arch: str, where: str) -> 
             f"{' or '.join(_ARCH_ACTIVATIONS[arch])} MLPs are" if arch in _ARCH_ACTIVATIONS
             else "SiLU-gated MLPs (SwiGLU) are") + " modelled for this architecture")
     biased = arch == "GptOssForCausalLM"  # biases in attention, router and experts
-    if biased and cfg.get("attention_bias") is not True:
+    if biased and not _bias_switch(cfg, "attention_bias", where):
         raise _unmodelled_bias(where, "attention_bias", cfg.get("attention_bias"), arch,
                                "GPT-OSS without attention biases (its router and experts keep "
                                "theirs): model.add_bias_linear sets them all")
     for bias in ("attention_bias", "mlp_bias"):
         if bias in _BIAS_SWITCHES.get(arch, {}) or (biased and bias == "attention_bias"):
             continue  # read by _bias_fields
-        if cfg.get(bias) not in (None, False):
+        if _bias_switch(cfg, bias, where):
             layers = _UNMODELLED_BIAS_LAYERS.get((arch, bias))
             raise _unmodelled_bias(where, bias, cfg[bias], arch, (
                 f"{arch}'s modelling code reads it on {layers}, whose biases no model field has"
                 if layers else f"{arch}'s modelling code does not read it (its projections have "
                 "a fixed bias=); a config that says otherwise is not one we know"))
+
+
+def _bias_switch(cfg: dict[str, Any], key: str, where: str) -> bool:
+    """A linear-bias switch of the config (``attention_bias``, ``mlp_bias``, ``lm_head_bias``), read
+    one way for every architecture: true or false; absent or null is no bias (transformers passes
+    the value to ``nn.Linear(..., bias=...)``, and torch's ``nn.Linear`` adds a bias only when
+    ``bias`` is truthy: None adds none).
+
+    Raises ConfigError for any other value (``"true"``, ``1``: torch would read ``"false"`` and
+    ``1`` as a bias, a config that is not one we know), naming the key."""
+    value = cfg.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise _refuse(where, key, f"{short_repr(value)} must be true or false (null: no bias)")
+    return value
 
 
 def _unmodelled_bias(where: str, key: str, value: Any, arch: str, why: str) -> ConfigError:
@@ -918,22 +940,17 @@ def _bias_fields(cfg: dict[str, Any], arch: str, where: str) -> dict[str, bool]:
     biases all on is ``model.add_bias_linear`` (Megatron-Core's linear biases: QKV, projection,
     fc1 and fc2), which Megatron-LM can express.
 
-    Raises ConfigError for a switch that is not true or false."""
+    Raises ConfigError for a switch that is not true, false or null (:func:`_bias_switch`)."""
     out: dict[str, bool] = {}
     for key, targets in _BIAS_SWITCHES.get(arch, {}).items():
-        value = cfg.get(key, False)
-        if not isinstance(value, bool):
-            raise _refuse(where, key, f"{short_repr(value)} must be true or false")
+        value = _bias_switch(cfg, key, where)
         for target in targets:
             out[target] = out.get(target, False) or value
     if out and all(out.get(k) for k in (*_QKVO, "add_mlp_bias")):
         out = {"add_bias_linear": True, "add_qkv_bias": False, "add_proj_bias": False,
                "add_mlp_bias": False}
     if arch in _READS_LM_HEAD_BIAS:
-        bias = cfg.get("lm_head_bias", False)
-        if not isinstance(bias, bool):
-            raise _refuse(where, "lm_head_bias", f"{short_repr(bias)} must be true or false")
-        out["add_output_bias"] = bias
+        out["add_output_bias"] = _bias_switch(cfg, "lm_head_bias", where)
     return out
 
 

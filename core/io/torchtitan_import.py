@@ -729,8 +729,10 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
         # replicate, 100 MB buckets) all-reduces a bucket as soon as its gradients are ready
         zero_stage=zero, overlap_grad_reduce=fsdp or rep > 1, overlap_param_gather=zero == 3,
         # fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype, reduce_dtype)) over the fp32
-        # model (training.dtype float32): fp32 shards, the optimizer's own master weights
-        fsdp_fp32_params=fsdp,
+        # model (training.dtype float32): fp32 shards, the optimizer's own master weights. Set
+        # without FSDP too (it acts under ZeRO-3 only): a sweep of a DDP session over the
+        # ZeRO stages keeps torchtitan's fp32 shards, not Megatron-Core's 16-bit ones
+        fsdp_fp32_params=True,
         grad_reduce_dtype=_choice(used, "training.mixed_precision_reduce", where, "float32",
                                   _REDUCE_DTYPES),
         context_parallel=cp,
@@ -755,11 +757,12 @@ def _plan(used: dict[str, Any], model, where: str, num_gpus: int | None,
                           "(ParallelDims) when expert_parallel_degree > 1")
     if rep > 1 and fsdp:  # HSDP: FSDP over the dp_shard * cp ranks, replicated rep times
         plan.data_parallel_shard_size = shard
-    if t > 1:
-        # apply_tp (torchtitan 0.2.0 models/llama3/infra/parallelize.py): PrepareModuleInput
-        # all-gathers the sequence-parallel norm's output (desired_input_layouts=Replicate())
-        # and the ColwiseParallel wq/wk/wv, w1/w3 save that replicated input for their backward
-        plan.tp_saved_input = "gathered"
+    # apply_tp (torchtitan 0.2.0 models/llama3/infra/parallelize.py): PrepareModuleInput
+    # all-gathers the sequence-parallel norm's output (desired_input_layouts=Replicate())
+    # and the ColwiseParallel wq/wk/wv, w1/w3 save that replicated input for their backward.
+    # Set at every degree (at t = 1 it changes nothing): a sweep of the session over t keeps
+    # torchtitan's saved inputs, not Megatron-Core's s/t shard
+    plan.tp_saved_input = "gathered"
     if fp8:
         plan.fp8_recipe = recipe
         plan.fp8_param_gather = gather and zero >= 1

@@ -118,11 +118,13 @@ KEYS: dict[str, Rule] = {
     "parallelism.data_parallel_shard_degree": _used("plan.data_parallel (times the replicas); "
                                                     "FSDP over shard x cp ranks when either "
                                                     "exceeds one: plan.zero_stage, "
-                                                    "plan.data_parallel_shard_size, "
-                                                    "plan.fsdp_fp32_params"),
+                                                    "plan.data_parallel_shard_size; "
+                                                    "plan.fsdp_fp32_params at every degree, in "
+                                                    "effect under FSDP (ZeRO-3)"),
     "parallelism.tensor_parallel_degree": _used("plan.tensor_parallel (sequence-parallel, as "
-                                                "torchtitan's TP always is; above one "
-                                                "plan.tp_saved_input gathered)"),
+                                                "torchtitan's TP always is; "
+                                                "plan.tp_saved_input gathered at every degree, "
+                                                "in effect above one)"),
     "parallelism.pipeline_parallel_degree": _used("plan.pipeline_parallel (torchtitan's split: "
                                                   "plan.pipeline_model_parallel_layout)"),
     "parallelism.context_parallel_degree": _used("plan.context_parallel (above one FSDP "

@@ -29,7 +29,7 @@ __all__ = ["SCHEDULES", "SWEEP_SCHEDULES", "RECOMPUTE_MODES", "RECOMPUTE_CHOICES
            "gemm_peak_dtype", "tp_overlap_applies", "CUDA_GRAPH_IMPLS", "CUDA_GRAPH_MODULES", "parse_cuda_graph_modules",
            "cuda_graph_modules", "WGRAD_ACCUMULATIONS", "wgrad_accumulation",
            "TP_COMM_OVERLAP_BACKENDS", "FP8_IMPLS", "TP_SAVED_INPUTS",
-           "tp_saves_gathered_input"]
+           "tp_saves_gathered_input", "fsdp_fp32_applies"]
 
 
 #: Pipeline schedules (registered in core.schedules; the order of the editor's list).
@@ -478,7 +478,8 @@ class ParallelPlan:
         left out while that field is off: it changes nothing then; so are sequence parallelism
         and the TP communication overlap at ``t = 1``, the context-parallel exchange at
         ``cp = 1``, the FP8 implementation outside fp8 plans, what the TP linears save without
-        tensor and sequence parallelism, TF32 unless it is on in an fp32
+        tensor and sequence parallelism, FSDP2's fp32 shards outside ZeRO-3 of a 16-bit plan
+        without the precision-aware optimizer, TF32 unless it is on in an fp32
         plan and gradient accumulation fusion under
         FSDP (ZeRO 3), where they change nothing either; the MoE routing imbalance only when
         it is not the balanced 1.0.
@@ -501,6 +502,8 @@ class ParallelPlan:
                 continue  # no FP8 linears to implement
             if f.name == "tp_saved_input" and self.tensor_parallel == 1:
                 continue  # nothing gathered (without sequence parallelism: label_needs)
+            if f.name == "fsdp_fp32_params" and not fsdp_fp32_applies(self):
+                continue  # no ZeRO-3 shards of 16-bit weights to keep in fp32
             if f.name == "moe_imbalance_factor" and value == f.default:
                 continue  # balanced routing (and every dense model): nothing to say
             if f.name == "fp8_recipe" and self.precision == "fp8":
@@ -667,6 +670,14 @@ def tp_overlap_applies(plan: ParallelPlan) -> bool:
     (``plan.tp_comm_overlap`` with sequence parallelism and ``t > 1``; at ``t = 1`` there is
     nothing to overlap)."""
     return bool(plan.tp_comm_overlap and plan.sequence_parallel and plan.tensor_parallel > 1)
+
+
+def fsdp_fp32_applies(plan: ParallelPlan) -> bool:
+    """Whether ``plan.fsdp_fp32_params`` can change the plan's memory: ZeRO-3 of a bf16, fp16
+    or fp8 plan without Megatron-Core's precision-aware optimizer (the conditions of
+    :func:`core.model.optimizer_memory.fsdp_fp32_shards` but the field itself)."""
+    return plan.zero_stage >= 3 and plan.precision in ("bf16", "fp16", "fp8") and \
+        not plan.use_precision_aware_optimizer
 
 
 def tp_saves_gathered_input(plan: ParallelPlan) -> bool:

@@ -26,7 +26,7 @@ from core.plan.layout import (NotModelledError, PipelineSplitError, layout_chunk
                               virtual_stage_layer_counts, layer_split_hint)
 from core.plan.model_config import ModelConfig
 from core.plan.model_rules import MLA_FIELDS, model_feature_errors
-from core.plan.parallel import (CUDA_GRAPH_MODULES, RECOMPUTE_MODULES,
+from core.plan.parallel import (CUDA_GRAPH_MODULES, fsdp_fp32_applies, RECOMPUTE_MODULES,
                                 UNMODELLED_RECOMPUTE_MODULES, ZERO_STAGES, ParallelPlan,
                                 fp8_recipe, parse_cuda_graph_modules, parse_recompute_modules,
                                 recompute_modules, p2p_overlap_applies, tp_saves_gathered_input,
@@ -920,6 +920,12 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
     **{f"model.{name}": (lambda s: bool(s.model.multi_latent_attention),
                          "multi-head latent attention (model.multi_latent_attention)")
        for name in MLA_FIELDS},
+    # Megatron-Core builds each linear with bias=add_bias_linear or its own switch
+    # (add_qkv_bias: linear_qkv's); vtrain's O and MLP switches the same way
+    **{f"model.{name}": (lambda s: not s.model.add_bias_linear,
+                         "linear biases off (model.add_bias_linear false: with it every "
+                         "linear already has its bias)")
+       for name in ("add_qkv_bias", "add_proj_bias", "add_mlp_bias")},
     "model.window_attn_skip_freq": (lambda s: s.model.window_size is not None,
                                     "a sliding window (model.window_size)"),
     **{f"model.{name}": (lambda s: s.model.activation == "swiglu",
@@ -949,6 +955,9 @@ _ENABLED_BY: dict[str, tuple[Callable[[Session], bool], str]] = {
                             and s.plan.tensor_parallel > 1,
                             "tensor and sequence parallelism (plan.tensor_parallel > 1, "
                             "plan.sequence_parallel)"),
+    "plan.fsdp_fp32_params": (lambda s: fsdp_fp32_applies(s.plan),
+                              "ZeRO-3 of 16-bit weights (plan.zero_stage 3, plan.precision bf16, "
+                              "fp16 or fp8, no plan.use_precision_aware_optimizer)"),
     "plan.tp_comm_overlap": (lambda s: bool(s.plan.sequence_parallel),
                              "sequence parallelism (plan.sequence_parallel)"),
     **{f"plan.{name}": (lambda s: s.plan.use_precision_aware_optimizer is True,

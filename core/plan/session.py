@@ -197,6 +197,15 @@ def _pinned_from_dict(compare: Any) -> Session:
                            for e in exc.errors]) from None
 
 
+#: Fields a session file may still hold that a later field replaced: the unknown-field error says
+#: which field to write instead (a file is not read as the other field's value, never guessed).
+RETIRED_FIELDS: dict[str, str] = {
+    "plan.fp8_weight_copies": "replaced by plan.fp8_impl (fp8_weight_copies false was "
+                              "torchtitan's float8: fp8_impl \"torchao\"; true was Transformer "
+                              "Engine's: \"transformer_engine\"); write that field instead",
+}
+
+
 def _did_you_mean(key: Any, fields) -> str:
     """``"; did you mean tensor_parallel?"`` for a misspelled field name, or ``""``
     (:func:`core.util.text.did_you_mean`)."""
@@ -216,8 +225,9 @@ def _section_from_dict(cls: type, section: str, data: Any, require: bool = False
     if not isinstance(data, dict):
         raise ConfigError([FieldError(section, "must be a JSON object")])
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    errors = [FieldError(f"{section}.{k}", "unknown field" + _did_you_mean(k, fields))
-              for k in sorted(set(data) - set(fields), key=str)]
+    errors = [FieldError(f"{section}.{k}", "unknown field" + (
+        f": {RETIRED_FIELDS[f'{section}.{k}']}" if f"{section}.{k}" in RETIRED_FIELDS
+        else _did_you_mean(k, fields))) for k in sorted(set(data) - set(fields), key=str)]
     missing = missing_required(cls, data) if require else []
     if len(missing) == 1:
         errors.append(FieldError(f"{section}.{missing[0]}", "missing; a session file must give "

@@ -178,6 +178,7 @@ class PlanDiff:
                 "cost_difference_usd": rb.cost_usd - ra.cost_usd,
                 "training_days_difference": rb.training_days - ra.training_days,
                 "beyond_plan": beyond_plan(self.a.session, self.b.session),
+                "idle_plan_differences": idle_plan_differences(self.a.session, self.b.session),
                 "a": plan(self.a, self.terms_a, self.per_stage_a, self.overlapped_a),
                 "b": plan(self.b, self.terms_b, self.per_stage_b, self.overlapped_b)}
 
@@ -206,6 +207,32 @@ def beyond_plan(a: Session, b: Session) -> list[dict[str, Any]]:
                 for f in dataclasses.fields(x) if getattr(x, f.name) != getattr(y, f.name)
                 and not (f.name == "profile_path" and _same_store(a, b))
                 and not (f.name == "inter_node_bandwidth_gbits_per_s" and _same_network(a, b))]
+    return out
+
+
+def idle_plan_differences(a: Session, b: Session) -> list[dict[str, Any]]:
+    """The plan fields whose values differ between two sessions but change nothing in either
+    (``{"field", "a", "b"}`` each): a field that A's full plan label does not show with B's value
+    in its place (:meth:`ParallelPlan.label` leaves out the fields without effect, e.g.
+    ``plan.tp_saved_input`` without tensor and sequence parallelism, ``plan.fp8_impl`` outside
+    FP8, ``plan.fsdp_fp32_params`` outside ZeRO-3), and likewise B's. Two plans that differ in
+    these alone read the same label and the same figures: the list says why."""
+    out: list[dict[str, Any]] = []
+    pa, pb = a.plan, b.plan
+    if not dataclasses.is_dataclass(pa) or type(pa) is not type(pb):
+        return out
+    la, lb = pa.label(full=True), pb.label(full=True)
+    for f in dataclasses.fields(pa):
+        x, y = getattr(pa, f.name), getattr(pb, f.name)
+        if x == y:
+            continue
+        try:
+            same = (dataclasses.replace(pa, **{f.name: y}).label(full=True) == la
+                    and dataclasses.replace(pb, **{f.name: x}).label(full=True) == lb)
+        except (TypeError, ValueError):  # a value the other plan cannot hold: not idle
+            same = False
+        if same:
+            out.append({"field": f"plan.{f.name}", "a": x, "b": y})
     return out
 
 
@@ -316,5 +343,5 @@ def diff_results(ra, rb) -> PlanDiff:
     return PlanDiff(ra, rb, ta, tb, terms, sa, sb, oa, ob)
 
 
-__all__ += ["KIND_TERM", "plan_label", "diff_results", "beyond_plan",
+__all__ += ["KIND_TERM", "plan_label", "diff_results", "beyond_plan", "idle_plan_differences",
             "beyond_plan_text"]

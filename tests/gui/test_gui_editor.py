@@ -391,3 +391,23 @@ def test_precision_aware_optimizer_fields_grey_until_it_is_on(editor):
     editor.set_field("plan.exp_avg_dtype", "fp32")
     editor.set_field("plan.exp_avg_sq_dtype", "fp32")
     assert not editor.field_widget("plan.exp_avg_dtype").isEnabled() and editor.is_valid()
+
+
+def test_the_torchtitan_fields_are_greyed_where_they_change_nothing(editor):
+    """fp8_impl without FP8, tp_saved_input without TP and SP, fsdp_fp32_params outside ZeRO-3
+    of 16-bit weights (torchtitan's importer sets the last two at every degree): greyed with the
+    reason, enabled where they apply."""
+    w = editor.field_widget("plan.fsdp_fp32_params")
+    assert not w.isEnabled() and "plan.zero_stage 3" in w.toolTip()
+    assert not editor.field_widget("plan.fp8_impl").isEnabled()
+    assert not editor.field_widget("plan.tp_saved_input").isEnabled()
+    editor.set_field("plan.zero_stage", 3)
+    assert editor.field_widget("plan.fsdp_fp32_params").isEnabled()
+    editor.set_field("plan.precision", "fp32")
+    assert not editor.field_widget("plan.fsdp_fp32_params").isEnabled()
+    editor.set_field("plan.precision", "fp8")
+    assert editor.field_widget("plan.fsdp_fp32_params").isEnabled()
+    assert editor.field_widget("plan.fp8_impl").isEnabled()
+    editor.set_field("plan.tensor_parallel", 2)
+    editor.set_field("plan.sequence_parallel", True)
+    assert editor.field_widget("plan.tp_saved_input").isEnabled()
