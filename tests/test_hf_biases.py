@@ -1,4 +1,4 @@
-"""One policy for the linear biases of Hugging Face configs (core/io/hf_import.py _BIAS_SWITCHES):
+"""One policy for the linear biases of Hugging Face configs (core/io/hf_biases.py BIAS_SWITCHES):
 a bias the modelling code puts on q/k/v/o_proj (``attention_bias``), on the MLP's projections
 (``mlp_bias``) or on lm_head (Phi-3.5-MoE's ``lm_head_bias``) is modelled exactly -- one
 parameter per output channel of the biased linear, counted with the weights -- and one the
@@ -140,8 +140,8 @@ def _bias_outcome(cfg):
 
 
 def test_every_bias_switch_reads_true_false_and_null_alike_and_refuses_the_rest():
-    """One reading of a bias switch whatever the architecture (core/io/hf_import.py
-    _bias_switch): null is no bias (torch's nn.Linear(bias=None) adds none), as absent and
+    """One reading of a bias switch whatever the architecture (core/io/hf_biases.py
+    bias_switch): null is no bias (torch's nn.Linear(bias=None) adds none), as absent and
     false are; a string or a number is refused as not true or false. Was: Llama refused null
     ("None must be true or false") where Mistral and DeepSeek-V3 took it as off; Mistral and
     DeepSeek-V3 took 0 as off and called "false" (torch: a bias) "not modelled for" the

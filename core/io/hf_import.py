@@ -75,7 +75,7 @@ are ``model.mtp_num_layers`` (trained with the model); its published checkpoint'
 weights) is ignored with that reason, any other quantization refused.
 A config saved by transformers' own ``DeepseekV2Config`` / ``DeepseekV3Config`` also has
 ``head_dim`` (``qk_rope_head_dim``, not the head size), ``qk_head_dim`` (``qk_nope_head_dim +
-qk_rope_head_dim``) and ``rope_interleave``: checked and ignored (:func:`_mla_derived_keys`).
+qk_rope_head_dim``) and ``rope_interleave``: checked and ignored (:func:`core.io.hf_mla.mla_derived_keys`).
 
 Sliding windows: ``layer_types`` (``sliding_attention`` / ``full_attention``
 per layer) with ``sliding_window`` ``w`` gives ``model.window_size`` ``w`` and
@@ -97,7 +97,7 @@ architecture): Nemotron-4 has an MLP of ``up_proj`` and ``down_proj`` with ``rel
 weight and bias) and RoPE on ``partial_rotary_factor`` of each head; the others have a gated SiLU MLP (``gate_proj``, ``up_proj``,
 ``down_proj``: SwiGLU; each expert of an MoE layer too), RMSNorm, RoPE and no
 linear biases except Qwen2's (and Qwen2-MoE's) QKV bias and those ``attention_bias`` and
-``mlp_bias`` switch on (:data:`_BIAS_SWITCHES`: Q, K, V and O biases are ``model.add_qkv_bias``
+``mlp_bias`` switch on (:data:`core.io.hf_biases.BIAS_SWITCHES`: Q, K, V and O biases are ``model.add_qkv_bias``
 and ``model.add_proj_bias``, the MLP's ``model.add_mlp_bias``, all of them
 ``model.add_bias_linear``; each bias vector counted, its add in a kernel that runs anyway; a
 switch read on layers without a bias field, DeepSeek's, is refused); Qwen3 (and Qwen3-MoE)
@@ -117,7 +117,7 @@ GLM-4.5, GLM-4.5-Air and GLM-4.6 (``Glm4MoeForCausalLM``, the ``transformers`` m
 ``head_dim`` whose Q, K and V projections have biases when ``attention_bias`` (the output
 projection never: ``model.add_qkv_bias``) and per-head QK-norm when ``use_qk_norm``
 (``model.qk_layernorm``; GLM-4.5 yes, the Air no), both the config's switches
-(:data:`_BIAS_SWITCHES`, :data:`_CONFIG_SWITCHES`); RoPE on ``partial_rotary_factor`` of each head (ignored: the same
+(:data:`core.io.hf_biases.BIAS_SWITCHES`, :data:`_CONFIG_SWITCHES`); RoPE on ``partial_rotary_factor`` of each head (ignored: the same
 kernel bytes); ``n_routed_experts`` experts and ``n_shared_experts`` shared experts of
 ``moe_intermediate_size``, the first ``first_k_dense_replace`` layers dense
 (``intermediate_size``), every later one MoE; a sigmoid router whose top-k choice adds
@@ -154,7 +154,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from core.io.hf_biases import READS_LM_HEAD_BIAS, bias_fields, check_biases
 from core.io.hf_defaults import fill_class_defaults, load_class_defaults
+from core.io.hf_mla import MLA_HF_FIELDS, mla_derived_keys
 from core.io.hf_moe import moe_fields
 from core.io.hf_windows import window_fields_of
 from core.io.start_plan import default_plan
@@ -223,7 +225,7 @@ MOE_ARCHITECTURES: dict[str, tuple[dict[str, Any], str]] = {
     # Phi-3.5-MoE (PhimoeForCausalLM, modeling_phimoe.py): Mixtral's layout (num_local_experts
     # SwiGLU experts of intermediate_size, no shared expert, every layer) with nn.LayerNorm
     # (weight and bias) for every norm; its QKV bias is the config's switch (_CONFIG_SWITCHES),
-    # its router in core.io.hf_moe, its biases in _bias_fields
+    # its router in core.io.hf_moe, its biases in core.io.hf_biases.bias_fields
     "PhimoeForCausalLM": ({"normalization": "layernorm"}, "num_local_experts"),
 }
 #: Class names of a checkpoint's own code (``auto_map``) for a model transformers has ported
@@ -239,34 +241,6 @@ _REMOTE_CODE_NAMES = {"PhiMoEForCausalLM": "PhimoeForCausalLM"}
 _CONFIG_SWITCHES: dict[str, dict[str, tuple[str, bool]]] = {
     "Glm4MoeForCausalLM": {"use_qk_norm": ("qk_layernorm", False)},
 }
-_QKVO = ("add_qkv_bias", "add_proj_bias")
-#: The bias switches each architecture's modelling code reads (transformers 5.25.0's
-#: ``modeling_*.py``): HF key -> the model fields a true value sets. ``attention_bias`` is
-#: ``bias=`` of q_proj, k_proj, v_proj and o_proj (``model.add_qkv_bias`` and
-#: ``model.add_proj_bias``) in Llama, Nemotron, Qwen3, Qwen3-MoE, OLMo 2, OLMo 3, Gemma 2,
-#: Gemma 3 and Phi-3.5-MoE, of q/k/v_proj only in GLM-4.5 (o_proj ``bias=False``);
-#: ``mlp_bias`` is ``bias=`` of gate_proj, up_proj and down_proj (Llama; Nemotron: up_proj and
-#: down_proj), ``model.add_mlp_bias``. All of them on is ``model.add_bias_linear``
-#: (:func:`_bias_fields`). Every other architecture's q/k/v/o and MLP projections are built
-#: with a fixed ``bias=`` (Qwen2's QKV: ``model.add_qkv_bias``), or with the switch on layers
-#: no model field has a bias for (DeepSeek-V2/V3: ``attention_bias`` on q_a_proj,
-#: kv_a_proj_with_mqa and o_proj, ``mlp_bias`` on the experts): a true value there is refused
-#: (:func:`_unmodelled_bias`). GPT-OSS's must be true (``model.add_bias_linear``).
-_BIAS_SWITCHES: dict[str, dict[str, tuple[str, ...]]] = {
-    "LlamaForCausalLM": {"attention_bias": _QKVO, "mlp_bias": ("add_mlp_bias",)},
-    "NemotronForCausalLM": {"attention_bias": _QKVO, "mlp_bias": ("add_mlp_bias",)},
-    **{arch: {"attention_bias": _QKVO} for arch in (
-        "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM",
-        "Gemma2ForCausalLM", "Gemma3ForCausalLM", "PhimoeForCausalLM")},
-    "Glm4MoeForCausalLM": {"attention_bias": ("add_qkv_bias",)},
-}
-#: Where the modelling code reads a bias switch on layers no model field has a bias for.
-_UNMODELLED_BIAS_LAYERS: dict[tuple[str, str], str] = {
-    ("DeepseekV2ForCausalLM", "attention_bias"): "q_a_proj, kv_a_proj_with_mqa and o_proj",
-    ("DeepseekV3ForCausalLM", "attention_bias"): "q_a_proj, kv_a_proj_with_mqa and o_proj",
-    ("DeepseekV2ForCausalLM", "mlp_bias"): "gate_proj, up_proj and down_proj of the dense "
-    "layers and the experts",
-}
 #: Architectures with multi-token prediction layers (``num_nextn_predict_layers``) besides the
 #: MLA ones: GLM-4.5's checkpoints carry one MTP layer (a decoder layer like the last, with
 #: ``eh_proj``, ``enorm``, ``hnorm``), trained with the model; transformers' inference code
@@ -279,9 +253,6 @@ _MTP_WITHOUT_MLA = ("Glm4MoeForCausalLM",)
 _STORAGE_QUANTIZATION: dict[str, tuple[str, ...]] = {"GptOssForCausalLM": ("mxfp4",),
                                                     "DeepseekV3ForCausalLM": ("fp8",)}
 #: DeepSeek's multi-head latent attention fields -> model fields.
-_MLA_HF_FIELDS = {"q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
-                  "qk_nope_head_dim": "qk_head_dim", "qk_rope_head_dim": "qk_pos_emb_head_dim",
-                  "v_head_dim": "v_head_dim"}
 #: DeepSeek's expert-selection methods: all cost what the router's top-k costs (see IGNORED).
 #: Architectures refused by name (they wait for the layer-spec refactor: a layer built from named
 #: components), each with the field that has what the simulator does not model and what that
@@ -301,7 +272,7 @@ REFUSED: dict[str, tuple[str, tuple[Any, ...]]] = {
                            "and cannot give that pattern", (None, False)),
     # Phi-4-mini's config.json keys (microsoft/Phi-4-mini-instruct), which transformers'
     # Phi3Config and modelling code do not read: only the published values are known
-    # (Phi-3.5-MoE's modelling code reads it: model.add_output_bias, see _bias_fields)
+    # (Phi-3.5-MoE's modelling code reads it: model.add_output_bias, see core.io.hf_biases.bias_fields)
     "lm_head_bias": ("a bias on the output layer that this architecture's modelling code does "
                      "not read (Phi-3.5-MoE's does: model.add_output_bias)", (None, False)),
     "full_attn_mod": ("a key of Phi-4-mini's config that transformers' Phi3 code does not read "
@@ -342,10 +313,6 @@ _APPROXIMATED["Olmo3ForCausalLM"] = (  # the same norms (modeling_olmo3.py: Olmo
     "the same elementwise kernels over the same bytes; the norms' weights are counted per head "
     "(d each, not a*d and g*d: 0.25 M fewer of OLMo 3 7B's 7.30 B) and the sum of squares "
     "across tensor-parallel ranks it needs with t > 1 is not timed")
-#: Architectures whose modelling code reads ``lm_head_bias`` (``nn.Linear(h, V,
-#: bias=lm_head_bias)``, Phi-3.5-MoE): there it is ``model.add_output_bias`` (:func:`_bias_fields`),
-#: elsewhere refused when on (:data:`REFUSED`: Phi-4-mini's key, which transformers' Phi3 does not read).
-_READS_LM_HEAD_BIAS = ("PhimoeForCausalLM",)
 #: Fields that name experts: a dense architecture's config with one of them is refused.
 _MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
                "moe_intermediate_size")
@@ -561,7 +528,8 @@ def session_from_hf_config(cfg: Any, where: str = "config.json", *,
     cfg, default_notes = fill_class_defaults(cfg, arch, where)
     moe = arch in MOE_ARCHITECTURES
     ignored, storage = _ignored_fields(cfg, arch, where)
-    cfg = _mla_derived_keys(cfg, arch, where, ignored)
+    cfg = mla_derived_keys(cfg, arch, bool(MOE_ARCHITECTURES.get(arch, ({}, ""))[0].get(
+        "multi_latent_attention")), where, ignored)
     sizes = _sizes(cfg, where, seq_length)
     layers, s = sizes["num_layers"], sizes["seq_length"]
     _check_activation_and_biases(cfg, arch, where)
@@ -798,44 +766,13 @@ def _ignored_fields(cfg: dict[str, Any], arch: str, where: str) -> tuple[dict[st
                           "gelu_pytorch_tanh (GeGLU) is modelled for Gemma")
     else:
         ignored = _refused_fields({k: v for k, v in cfg.items() if not (
-            k == "lm_head_bias" and arch in _READS_LM_HEAD_BIAS)}, where)
+            k == "lm_head_bias" and arch in READS_LM_HEAD_BIAS)}, where)
     quant = cfg.get("quantization_config")
     storage = (isinstance(quant, dict) and quant.get("quant_method") in
                _STORAGE_QUANTIZATION.get(arch, ()))
     if quant is not None and not storage:
         raise _refuse(where, "quantization_config", "quantized weights are not modelled")
     return ignored, storage
-
-
-def _mla_derived_keys(cfg: dict[str, Any], arch: str, where: str,
-                      ignored: dict[str, str]) -> dict[str, Any]:
-    """``cfg`` without the keys transformers' ``DeepseekV2Config`` / ``DeepseekV3Config`` derive
-    from the multi-head latent attention's head sizes and write into the files they save
-    (``head_dim`` = ``qk_rope_head_dim``, the rotary part of a query/key head, not its size;
-    ``qk_head_dim`` = ``qk_nope_head_dim + qk_rope_head_dim``), each checked and listed in
-    ``ignored``. Other architectures' configs come back unchanged.
-
-    Raises ConfigError for a ``qk_head_dim`` that is not the sum."""
-    if not (MOE_ARCHITECTURES.get(arch, ({}, ""))[0].get("multi_latent_attention")
-            and ("head_dim" in cfg or "qk_head_dim" in cfg)):
-        return cfg
-    out = dict(cfg)
-    rope = positive_int(cfg, "qk_rope_head_dim", where)
-    if "qk_head_dim" in cfg:
-        total = rope + positive_int(cfg, "qk_nope_head_dim", where)
-        if positive_int(cfg, "qk_head_dim", where) != total:
-            raise _refuse(where, "qk_head_dim", f"{short_repr(cfg['qk_head_dim'])} must be "
-                          f"qk_nope_head_dim + qk_rope_head_dim = {total} (the query/key head size "
-                          "transformers derives)")
-        ignored["qk_head_dim"] = f"{total}: qk_nope_head_dim + qk_rope_head_dim (checked)"
-        del out["qk_head_dim"]
-    head_dim = cfg.get("head_dim")
-    if head_dim == rope and not isinstance(head_dim, bool):
-        ignored["head_dim"] = (f"{rope}: transformers' {arch[:10]}Config sets it to "
-                               "qk_rope_head_dim (the rotary part of a query/key head, not the "
-                               "head size: qk_nope_head_dim, qk_rope_head_dim, v_head_dim)")
-        del out["head_dim"]
-    return out
 
 
 def _sizes(cfg: dict[str, Any], where: str, seq_length: int | None) -> dict[str, Any]:
@@ -882,9 +819,7 @@ def _sizes(cfg: dict[str, Any], where: str, seq_length: int | None) -> dict[str,
 
 def _check_activation_and_biases(cfg: dict[str, Any], arch: str, where: str) -> None:
     """Check the MLP's activation (``hidden_act``, by architecture) and the linear layers'
-    biases: GPT-OSS must have them; ``attention_bias`` and ``mlp_bias`` are read where the
-    architecture's modelling code reads them (:data:`_BIAS_SWITCHES`, :func:`_bias_fields`) and
-    refused when true elsewhere (:func:`_unmodelled_bias`).
+    biases (:func:`core.io.hf_biases.check_biases`).
 
     Raises ConfigError for one that is not modelled."""
     act = cfg.get("hidden_act", _ARCH_ACTIVATIONS.get(arch, ("silu",))[0])
@@ -892,66 +827,7 @@ def _check_activation_and_biases(cfg: dict[str, Any], arch: str, where: str) -> 
         raise _refuse(where, "hidden_act", f"{short_repr(act)}: only " + (
             f"{' or '.join(_ARCH_ACTIVATIONS[arch])} MLPs are" if arch in _ARCH_ACTIVATIONS
             else "SiLU-gated MLPs (SwiGLU) are") + " modelled for this architecture")
-    biased = arch == "GptOssForCausalLM"  # biases in attention, router and experts
-    if biased and not _bias_switch(cfg, "attention_bias", where):
-        raise _unmodelled_bias(where, "attention_bias", cfg.get("attention_bias"), arch,
-                               "GPT-OSS without attention biases (its router and experts keep "
-                               "theirs): model.add_bias_linear sets them all")
-    for bias in ("attention_bias", "mlp_bias"):
-        if bias in _BIAS_SWITCHES.get(arch, {}) or (biased and bias == "attention_bias"):
-            continue  # read by _bias_fields
-        if _bias_switch(cfg, bias, where):
-            layers = _UNMODELLED_BIAS_LAYERS.get((arch, bias))
-            raise _unmodelled_bias(where, bias, cfg[bias], arch, (
-                f"{arch}'s modelling code reads it on {layers}, whose biases no model field has"
-                if layers else f"{arch}'s modelling code does not read it (its projections have "
-                "a fixed bias=); a config that says otherwise is not one we know"))
-
-
-def _bias_switch(cfg: dict[str, Any], key: str, where: str) -> bool:
-    """A linear-bias switch of the config (``attention_bias``, ``mlp_bias``, ``lm_head_bias``), read
-    one way for every architecture: true or false; absent or null is no bias (transformers passes
-    the value to ``nn.Linear(..., bias=...)``, and torch's ``nn.Linear`` adds a bias only when
-    ``bias`` is truthy: None adds none).
-
-    Raises ConfigError for any other value (``"true"``, ``1``: torch would read ``"false"`` and
-    ``1`` as a bias, a config that is not one we know), naming the key."""
-    value = cfg.get(key)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise _refuse(where, key, f"{short_repr(value)} must be true or false (null: no bias)")
-    return value
-
-
-def _unmodelled_bias(where: str, key: str, value: Any, arch: str, why: str) -> ConfigError:
-    """The one refusal of a bias the model fields cannot give exactly (the importer's wording for
-    every such bias: ``attention_bias``, ``mlp_bias``, ``lm_head_bias``), naming the key."""
-    return _refuse(where, key, f"{short_repr(value)}: this bias is not modelled for {arch} "
-                   f"({why})")
-
-
-def _bias_fields(cfg: dict[str, Any], arch: str, where: str) -> dict[str, bool]:
-    """The bias model fields the config's switches set (:data:`_BIAS_SWITCHES`; Phi-3.5-MoE's
-    ``lm_head_bias``: ``model.add_output_bias``). Every bias is modelled exactly: ``h`` (or the
-    projection's width) parameters per bias vector, counted with the weights (the parameters,
-    gradients and optimizer states), and an add in a kernel that runs anyway (the GEMM's
-    epilogue, the bias-dropout-add), as Megatron-Core's biases are. Q, K, V, O and the MLP's
-    biases all on is ``model.add_bias_linear`` (Megatron-Core's linear biases: QKV, projection,
-    fc1 and fc2), which Megatron-LM can express.
-
-    Raises ConfigError for a switch that is not true, false or null (:func:`_bias_switch`)."""
-    out: dict[str, bool] = {}
-    for key, targets in _BIAS_SWITCHES.get(arch, {}).items():
-        value = _bias_switch(cfg, key, where)
-        for target in targets:
-            out[target] = out.get(target, False) or value
-    if out and all(out.get(k) for k in (*_QKVO, "add_mlp_bias")):
-        out = {"add_bias_linear": True, "add_qkv_bias": False, "add_proj_bias": False,
-               "add_mlp_bias": False}
-    if arch in _READS_LM_HEAD_BIAS:
-        out["add_output_bias"] = _bias_switch(cfg, "lm_head_bias", where)
-    return out
+    check_biases(cfg, arch, where)
 
 
 def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str,
@@ -971,7 +847,7 @@ def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str
         if not isinstance(value, bool):
             raise _refuse(where, key, f"{short_repr(value)} must be true or false")
         fixed[target] = value
-    fixed.update(_bias_fields(cfg, arch, where))
+    fixed.update(bias_fields(cfg, arch, where))
     for key, target in _AGREE.items():
         if key in switches:
             continue
@@ -985,11 +861,11 @@ def _architecture_fields(cfg: dict[str, Any], arch: str, layers: int, where: str
         ignored[what] = why
     mla = bool(fixed.get("multi_latent_attention"))
     with_mtp = mla or arch in _MTP_WITHOUT_MLA
-    mla_fields = [k for k in (*_MLA_HF_FIELDS, "qk_head_dim", "num_nextn_predict_layers")
+    mla_fields = [k for k in (*MLA_HF_FIELDS, "qk_head_dim", "num_nextn_predict_layers")
                   if k in cfg
                   and not (with_mtp and k == "num_nextn_predict_layers")]
     if mla:
-        for key, target in _MLA_HF_FIELDS.items():
+        for key, target in MLA_HF_FIELDS.items():
             fixed[target] = positive_int(cfg, key, where, required=key != "q_lora_rank")
     elif mla_fields:
         raise _refuse(where, mla_fields[0], f"{short_repr(arch)} has no multi-head latent attention"
