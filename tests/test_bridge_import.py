@@ -646,7 +646,8 @@ def test_fuzz_run_config_values_import_or_refuse(tmp_path_factory, edits):
 def _null_defaults() -> list[str]:
     """The YAML paths read as a modelled Megatron-LM argument whose Megatron-Bridge 0.6.2
     default is a value, not null (resources/bridge_run_config.json ``fields``)."""
-    from core.io.bridge_import import _default, _megatron_dests, load_policy
+    from core.io.bridge_import import _megatron_dests, load_policy
+    from core.io.bridge_values import field_default
     pol, dests = load_policy(), _megatron_dests()
     out = []
     for section in ("model", "train", "ddp", "optimizer", "dist"):
@@ -655,7 +656,7 @@ def _null_defaults() -> list[str]:
             rule = pol["keys"].get(f"{section}.{key}", {})
             arg = dests.get(key) if not rule else next(
                 (a for a in dests.values() if rule.get("argument") in a["options"]), None)
-            known, default = _default(fields, key)
+            known, default = field_default(fields, key)
             if arg and arg["effect"] == "modelled" and known and default is not None \
                     and "special" not in rule:
                 out.append(f"{section}.{key}")

@@ -67,7 +67,7 @@ from core.plan.parallel import CUDA_GRAPH_IMPLS
 
 __all__ = ["BridgeRecipe", "BRIDGE_PERF_RECIPES", "BRIDGE_VERSION", "BRIDGE_RECIPES_FILE",
            "match_bridge_recipe", "bridge_recipe_family", "load_bridge_recipes", "FAMILY_SETTINGS",
-           "model_key", "parse_recipe_cuda_graph"]
+           "model_key", "parse_recipe_cuda_graph", "apply_recipe"]
 
 #: The Megatron-Bridge release the recipes were read from.
 BRIDGE_VERSION = "Megatron-Bridge 0.6.2"
@@ -385,3 +385,41 @@ def bridge_recipe_family(gpu: str, model_name: str, precision: str) -> RecipeFam
         if len(found) == 1 and None not in found:
             layouts[pv] = found.pop()
     return RecipeFamily(tuple(r.function for r in rs), settings, layouts)
+
+
+def apply_recipe(recipe: BridgeRecipe, body: dict[str, dict[str, Any]]) -> None:
+    """The recipe's settings into the session fields the row leaves empty: recomputation
+    (``recompute``, ``recompute_modules``, ``recompute_num_layers``), sequence parallelism, the
+    DDP overlaps, TP communication overlap, the FP8 parameter all-gather, the custom pipeline
+    layout (without its MTP layers when the model has none), MTP layers, the CUDA graphs
+    (``cuda_graph_impl``, ``cuda_graph_modules``), the precision-aware optimizer and its state
+    dtypes, the distributed optimizer (ZeRO-1) where it overlaps the parameter all-gather
+    (Megatron-LM requires it) and, for a mixture-of-experts
+    model, the token dispatcher, the expert all-to-all overlap and delayed weight gradients."""
+    plan, model = body["plan"], body["model"]
+    settings = {"recompute": recipe.recompute, "recompute_modules": recipe.recompute_modules,
+                "recompute_num_layers": recipe.recompute_num_layers,
+                "sequence_parallel": recipe.sequence_parallel,
+                "overlap_grad_reduce": recipe.overlap_grad_reduce,
+                "overlap_param_gather": recipe.overlap_param_gather,
+                "tp_comm_overlap": recipe.tp_comm_overlap,
+                "fp8_param_gather": recipe.fp8_param_gather,
+                "cuda_graph_impl": recipe.cuda_graph_impl,
+                "cuda_graph_modules": recipe.cuda_graph_modules}
+    if (model.get("num_experts") or 0) > 1:
+        settings.update(moe_token_dispatcher_type=recipe.dispatcher,
+                        overlap_moe_expert_parallel_comm=recipe.ep_overlap,
+                        delay_wgrad_compute=recipe.delay_wgrad)
+    if recipe.overlap_param_gather:
+        # Megatron-LM's validate_args: --overlap-param-gather needs --use-distributed-optimizer
+        settings["zero_stage"] = 1
+    settings.update(recipe.optimizer)
+    if recipe.mtp_num_layers is not None:
+        model.setdefault("mtp_num_layers", recipe.mtp_num_layers)
+    layout = recipe.pipeline_layout
+    if layout and not model.get("mtp_num_layers"):
+        layout = layout.replace("m", "")
+    settings["pipeline_model_parallel_layout"] = layout
+    for name, value in settings.items():
+        if value is not None:
+            plan.setdefault(name, value)

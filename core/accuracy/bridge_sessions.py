@@ -11,7 +11,7 @@ run's ``bridge-perf-recipe`` row is (``scripts/curate_runs.py``, docs/accuracy.m
 and policies"; ``../shared/data/public-modern/published_runs.sessions.jsonl`` holds such
 sessions):
 
-* the recipe's own settings (:func:`core.accuracy.measured.apply_recipe`: recomputation,
+* the recipe's own settings (:func:`core.accuracy.bridge_recipes.apply_recipe`: recomputation,
   sequence parallelism, the DDP overlaps and the distributed optimizer, TP communication
   overlap, the FP8 parameter all-gather, the pipeline layout, MTP layers, CUDA graphs, the MoE
   dispatcher, the expert all-to-all overlap, delayed weight gradients);
@@ -38,7 +38,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from core.accuracy.bridge_recipes import BRIDGE_PERF_RECIPES, BridgeRecipe
-from core.accuracy.measured import apply_recipe
+from core.accuracy.bridge_recipes import apply_recipe
 from core.plan.cluster import GPU_NVLINK_DOMAIN
 from core.plan.fields import ConfigError
 from core.plan.presets import MODEL_PRESETS

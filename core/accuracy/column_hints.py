@@ -10,7 +10,8 @@ from typing import Collection
 
 from core.util.text import did_you_mean
 
-__all__ = ["unknown_column_hint", "unit_hint"]
+__all__ = ["unknown_column_hint", "unit_hint", "GENERAL_LAYOUT_COLUMNS", "GENERAL_LAYOUT_HINT",
+           "GENERAL_LAYOUT_MAPPING"]
 
 
 def unknown_column_hint(column: str, names: Collection[str]) -> str:
@@ -82,3 +83,32 @@ def unit_hint(column: str) -> str:
             return (f"; the measurement is read in {unit} from a column {name}: convert the "
                     f"values ({how}), not only the column's name")
     return ""
+
+
+#: Columns only the retired published-runs layout has (../shared/data/public-modern/README.md:
+#: named cells plus free-text ``notes`` that decide the model and plan), which vtrain does not read.
+GENERAL_LAYOUT_COLUMNS = ("source_id", "num_gpus", "framework", "inter_node_bandwidth_gbps",
+                          "distributed_optimizer", "fsdp", "tokens_per_s_per_gpu",
+                          "model_tflops_per_gpu", "mfu_percent", "expert_parallel",
+                          "virtual_pipeline_stages")
+GENERAL_LAYOUT_HINT = (
+    ": this is the published-runs layout, whose free-text notes decide the model and plan, "
+    "which vtrain does not read; convert it to JSON lines of sessions under named assumptions "
+    "with `python scripts/curate_runs.py FILE > runs.jsonl` (a source checkout), review them, "
+    "and validate that file (docs/accuracy.md, 'Measurement file layouts')")
+#: Columns of the published-runs and measured-memory layouts that a session field (or a run
+#: column) holds under another name or encoding: what to write instead (docs/accuracy.md,
+#: "Measurement file layouts"). A file whose unknown columns are all of these is told the
+#: mapping only; one with another column of those layouts (a framework, a published
+#: throughput) is told the conversion too (:data:`GENERAL_LAYOUT_HINT`).
+GENERAL_LAYOUT_MAPPING = {
+    "distributed_optimizer": "Megatron's distributed optimizer is ZeRO stage 1: give a column "
+                             "zero_stage, 1 where distributed_optimizer is y and 0 where n",
+    "fsdp": "fully sharded data parallelism (Megatron-FSDP, PyTorch FSDP full shard) is ZeRO "
+            "stage 3: give a column zero_stage, 3 where fsdp is y and 0 where n",
+    "inter_node_bandwidth_gbps": "name it inter_node_bandwidth_gbits_per_s (Gb/s per node)",
+    "num_gpus": "leave it out: the GPU count is tensor_parallel x pipeline_parallel x "
+                "context_parallel x data_parallel",
+    "source_id": "name it source",
+    "measured_peak_memory_gib": "name it measured_memory_gib (GiB)",
+}

@@ -44,8 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from core.accuracy.bridge_recipes import BridgeRecipe, load_bridge_recipes
-from core.accuracy.column_hints import unit_hint, unknown_column_hint
+from core.accuracy.bridge_recipes import BridgeRecipe, apply_recipe, load_bridge_recipes
+from core.accuracy.column_hints import (GENERAL_LAYOUT_COLUMNS, GENERAL_LAYOUT_HINT,
+                                        GENERAL_LAYOUT_MAPPING, unit_hint, unknown_column_hint)
 from core.io.megatron.arguments import MEGATRON_MODEL_DEFAULTS, MEGATRON_PLAN_DEFAULTS
 from core.io.megatron.model_arguments import (ATTENTION_BACKENDS, DEFAULT_ATTENTION_BACKEND,
                                               swiglu_ffn_hidden_size)
@@ -67,7 +68,7 @@ from core.util.text import short_repr
 __all__ = ["MeasuredRun", "MeasurementFileError", "read_measurements", "skip_cause", "skip_counts",
            "session_columns", "SESSION_SECTIONS", "RUN_COLUMNS", "FIELD_CAUSES", "MEASURED_TIME_RANGE_S",
            "MEASURED_MEMORY_RANGE_GIB",
-           "MAX_ROWS", "REQUIRED_COLUMNS", "apply_recipe", "CSV_DEFAULTS", "NOT_TIMED_FIELDS", "cell_text",
+           "MAX_ROWS", "REQUIRED_COLUMNS", "CSV_DEFAULTS", "NOT_TIMED_FIELDS", "cell_text",
            "default_origin", "row_number_where", "row_where"]
 
 #: Seconds one measured (or derived) training iteration may take: from 0.1 ms to a day.
@@ -110,33 +111,6 @@ CSV_DEFAULTS: dict[str, dict[str, Any]] = {
 #: Columns of the session-column CSV that are not session fields: the measurement and its record.
 RUN_COLUMNS = ("measured_iteration_time_s", "measured_memory_gib", "memory_scale", "source",
                "assumptions", "notes", "recipe")
-#: Columns only the retired published-runs layout has (../shared/data/public-modern/README.md:
-#: named cells plus free-text ``notes`` that decide the model and plan), which vtrain does not read.
-GENERAL_LAYOUT_COLUMNS = ("source_id", "num_gpus", "framework", "inter_node_bandwidth_gbps",
-                          "distributed_optimizer", "fsdp", "tokens_per_s_per_gpu",
-                          "model_tflops_per_gpu", "mfu_percent", "expert_parallel",
-                          "virtual_pipeline_stages")
-_GENERAL_LAYOUT_HINT = (
-    ": this is the published-runs layout, whose free-text notes decide the model and plan, "
-    "which vtrain does not read; convert it to JSON lines of sessions under named assumptions "
-    "with `python scripts/curate_runs.py FILE > runs.jsonl` (a source checkout), review them, "
-    "and validate that file (docs/accuracy.md, 'Measurement file layouts')")
-#: Columns of the published-runs and measured-memory layouts that a session field (or a run
-#: column) holds under another name or encoding: what to write instead (docs/accuracy.md,
-#: "Measurement file layouts"). A file whose unknown columns are all of these is told the
-#: mapping only; one with another column of those layouts (a framework, a published
-#: throughput) is told the conversion too (:data:`_GENERAL_LAYOUT_HINT`).
-GENERAL_LAYOUT_MAPPING = {
-    "distributed_optimizer": "Megatron's distributed optimizer is ZeRO stage 1: give a column "
-                             "zero_stage, 1 where distributed_optimizer is y and 0 where n",
-    "fsdp": "fully sharded data parallelism (Megatron-FSDP, PyTorch FSDP full shard) is ZeRO "
-            "stage 3: give a column zero_stage, 3 where fsdp is y and 0 where n",
-    "inter_node_bandwidth_gbps": "name it inter_node_bandwidth_gbits_per_s (Gb/s per node)",
-    "num_gpus": "leave it out: the GPU count is tensor_parallel x pipeline_parallel x "
-                "context_parallel x data_parallel",
-    "source_id": "name it source",
-    "measured_peak_memory_gib": "name it measured_memory_gib (GiB)",
-}
 #: Keys of a JSON-lines record besides ``session``: the measurement, its record and labels
 #: (``row``: the record's own row number; ``source_id``: another name of ``source``;
 #: ``model_name``: a label; ``skip_reason``: why the run cannot be predicted, reviewed).
@@ -594,7 +568,7 @@ def _unknown_columns(path: Path, unknown: list[str], known: dict[str, Any]) -> s
         text = (f"{path}: columns {', '.join(map(repr, unknown))} are {rule}"
                 + "".join(f"; {h!r}:{hint[1:]}" for h, hint in hints.items() if hint))
     if any(h in GENERAL_LAYOUT_COLUMNS and h not in GENERAL_LAYOUT_MAPPING for h in unknown):
-        text += _GENERAL_LAYOUT_HINT if len(unknown) == 1 and not hints[unknown[0]] else (
+        text += GENERAL_LAYOUT_HINT if len(unknown) == 1 and not hints[unknown[0]] else (
             "; a file of the published-runs layout, whose free-text notes decide the model and "
             "plan, which vtrain does not read, converts to JSON lines of sessions under named "
             "assumptions with `python scripts/curate_runs.py FILE > runs.jsonl` (a source "
@@ -891,44 +865,6 @@ def _check_recipe_gpu(where: str, recipe: BridgeRecipe, gpu: Any) -> None:
             f"{kind} ({recipe.source}), and the row's gpu is {gpu}: a recipe's settings are "
             "those of its GPU kind; name a recipe of the row's kind, or leave the cell empty "
             "and give the settings as columns")
-
-
-def apply_recipe(recipe: BridgeRecipe, body: dict[str, dict[str, Any]]) -> None:
-    """The recipe's settings into the session fields the row leaves empty: recomputation
-    (``recompute``, ``recompute_modules``, ``recompute_num_layers``), sequence parallelism, the
-    DDP overlaps, TP communication overlap, the FP8 parameter all-gather, the custom pipeline
-    layout (without its MTP layers when the model has none), MTP layers, the CUDA graphs
-    (``cuda_graph_impl``, ``cuda_graph_modules``), the precision-aware optimizer and its state
-    dtypes, the distributed optimizer (ZeRO-1) where it overlaps the parameter all-gather
-    (Megatron-LM requires it) and, for a mixture-of-experts
-    model, the token dispatcher, the expert all-to-all overlap and delayed weight gradients."""
-    plan, model = body["plan"], body["model"]
-    settings = {"recompute": recipe.recompute, "recompute_modules": recipe.recompute_modules,
-                "recompute_num_layers": recipe.recompute_num_layers,
-                "sequence_parallel": recipe.sequence_parallel,
-                "overlap_grad_reduce": recipe.overlap_grad_reduce,
-                "overlap_param_gather": recipe.overlap_param_gather,
-                "tp_comm_overlap": recipe.tp_comm_overlap,
-                "fp8_param_gather": recipe.fp8_param_gather,
-                "cuda_graph_impl": recipe.cuda_graph_impl,
-                "cuda_graph_modules": recipe.cuda_graph_modules}
-    if (model.get("num_experts") or 0) > 1:
-        settings.update(moe_token_dispatcher_type=recipe.dispatcher,
-                        overlap_moe_expert_parallel_comm=recipe.ep_overlap,
-                        delay_wgrad_compute=recipe.delay_wgrad)
-    if recipe.overlap_param_gather:
-        # Megatron-LM's validate_args: --overlap-param-gather needs --use-distributed-optimizer
-        settings["zero_stage"] = 1
-    settings.update(recipe.optimizer)
-    if recipe.mtp_num_layers is not None:
-        model.setdefault("mtp_num_layers", recipe.mtp_num_layers)
-    layout = recipe.pipeline_layout
-    if layout and not model.get("mtp_num_layers"):
-        layout = layout.replace("m", "")
-    settings["pipeline_model_parallel_layout"] = layout
-    for name, value in settings.items():
-        if value is not None:
-            plan.setdefault(name, value)
 
 
 def cell_text(value: Any) -> Any:

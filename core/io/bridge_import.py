@@ -40,6 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from core.io.bridge_values import TORCH_DTYPES, at_default, field_default, yaml_scalar
 from core.io.import_result import ImportResult
 from core.plan.cluster import NO_CHECKPOINT_INTERVAL
 from core.io.megatron.arguments import MegatronArgsError
@@ -50,10 +51,6 @@ __all__ = ["POLICY_FILE", "RunConfigError", "BridgeImport", "load_policy", "read
            "session_from_run_config"]
 
 POLICY_FILE = Path(__file__).resolve().parents[2] / "resources" / "bridge_run_config.json"
-
-#: torch dtypes as Megatron-LM's dtype arguments spell them (``--main-grads-dtype`` ...)
-_TORCH_DTYPES = {"torch.float32": "fp32", "torch.float": "fp32", "torch.bfloat16": "bf16",
-                 "torch.float16": "fp16", "torch.half": "fp16", "torch.uint8": "fp8"}
 
 
 class RunConfigError(MegatronArgsError):
@@ -110,51 +107,6 @@ def _shown(value: Any) -> str:
     items of a list, four of a mapping (:func:`core.util.text.short_repr`: the whole repr is
     never built)."""
     return short_repr(value)
-
-
-def _scalar(value: Any) -> Any:
-    """A YAML value as a comparable scalar: a dtype, enum or function mapping as its name
-    (``torch.bfloat16``, ``AttnBackend.auto``, ``silu``), a list of them as a tuple."""
-    if isinstance(value, dict) and isinstance(value.get("_target_"), str):
-        target = value["_target_"]
-        if "_name_" in value:  # an enum: its class and member
-            return f"{target.rsplit('.', 1)[-1]}.{value['_name_']}"
-        if target in _TORCH_DTYPES:
-            return target
-        return target.rsplit(".", 1)[-1]
-    if isinstance(value, list):
-        return tuple(_scalar(v) for v in value)
-    return value
-
-
-def _default(defaults: dict[str, Any], key: str) -> tuple[bool, Any]:
-    """``(known, default)`` of a field: unknown for a field without one or with a default the
-    source computes (``default_factory``)."""
-    if key not in defaults:
-        return False, None
-    d = defaults[key]
-    if isinstance(d, dict) and "expr" in d:
-        expr = d["expr"] or ""
-        parts = expr.split(".")
-        if not (len(parts) == 2 and all(p.isidentifier() for p in parts)):
-            return False, None  # a computed default (2 ** 32, a default_factory)
-        if parts[0] == "torch":  # a dtype
-            return True, expr
-        if parts[0] == "F":  # torch.nn.functional's function, as _scalar names it
-            return True, parts[1]
-        if parts[0][:1].isupper():  # an enum member: AttnBackend.auto
-            return True, expr
-        return False, None
-    if isinstance(d, list):
-        return True, tuple(d)
-    return True, d
-
-
-def _at_default(defaults: dict[str, Any], key: str, value: Any) -> bool:
-    """Whether ``value`` is the field's default (False where the default is not known)."""
-    known, d = _default(defaults, key)
-    return known and _scalar(value) == d and type(_scalar(value)) is type(d) or (
-        known and d is None and value is None)
 
 
 class _Reader:
@@ -223,8 +175,8 @@ class _Reader:
                 raise self.fail(path, "a mapping where a value is expected")
             if "_name_" in value:
                 return str(value["_name_"])
-            if target in _TORCH_DTYPES:
-                return _TORCH_DTYPES[target]
+            if target in TORCH_DTYPES:
+                return TORCH_DTYPES[target]
             raise self.fail(path, f"{target} is not a value vtrain reads here")
         if isinstance(value, bool) or isinstance(default, bool):
             if not (isinstance(value, bool) and isinstance(default, bool)):
@@ -285,18 +237,18 @@ class _Reader:
                                           f"{name} section (another version's?); not read (null "
                                           "or false turns nothing on)")
                 continue
-            known, default = _default(fields, key)
+            known, default = field_default(fields, key)
             arg = self.dests.get(key)
             if arg is None:
-                if not _at_default(fields, key, value):
+                if not at_default(fields, key, value):
                     self.refused.append(
                         f"{path}: {_shown(value)}: not modelled (neither a Megatron-LM argument nor "
                         f"classified in {POLICY_FILE.name}: what it changes in one iteration's "
                         "time and memory is not known)")
                 continue
             self.not_null(path, value, fields, key, arg)
-            if _at_default(fields, key, value) and (arg["effect"] != "modelled"
-                                                    or _scalar(value) == arg.get("default")):
+            if at_default(fields, key, value) and (arg["effect"] != "modelled"
+                                                    or yaml_scalar(value) == arg.get("default")):
                 continue  # not given: Bridge's default, and Megatron-LM's where it is modelled
             self.argument(path, value, arg, default if known else None)
         self.left_out(name, body, fields)
@@ -345,7 +297,7 @@ class _Reader:
         Raises RunConfigError naming ``path`` and the default."""
         if value is not None or arg["effect"] != "modelled":
             return
-        known, default = _default(fields, key)
+        known, default = field_default(fields, key)
         if known and default is not None:
             shown = str(default).lower() if isinstance(default, bool) else _shown(default)
             raise self.fail(path, f"null, where Megatron-Bridge 0.6.2's default is {shown} and "
@@ -358,21 +310,21 @@ class _Reader:
         """Apply ``rule`` (resources/bridge_run_config.json ``keys``) to ``path``."""
         if "special" in rule:
             return  # read by the importer itself (_specials, _comm_overlap)
-        at_default = _at_default(fields, key, value)
+        is_default = at_default(fields, key, value)
         for other, wanted in (rule.get("only_if") or {}).items():  # a rule of one setting
             osec, okey = other.split(".", 1)
-            theirs = (self.doc.get(osec) or {}).get(okey, _default(
+            theirs = (self.doc.get(osec) or {}).get(okey, field_default(
                 self.policy["fields"][osec], okey)[1])
-            if _scalar(theirs) != wanted:
-                if not at_default:
+            if yaml_scalar(theirs) != wanted:
+                if not is_default:
                     self.neutral.append(path)  # e.g. an FSDP setting without FSDP
                 return
         if "argument" in rule:
             flag = rule["argument"]
             arg = next(a for a in self.dests.values() if flag in a["options"])
             self.not_null(path, value, fields, key, arg)
-            known, default = _default(fields, key)
-            if arg["effect"] != "modelled" and at_default:
+            known, default = field_default(fields, key)
+            if arg["effect"] != "modelled" and is_default:
                 return
             self.argument(path, value, arg, default if known else None,
                           invert=rule.get("invert", False))
@@ -380,23 +332,24 @@ class _Reader:
             other = rule["same_as"]
             section, okey = other.split(".", 1)
             theirs = (self.doc.get(section) or {}).get(okey)
-            if value is not None and theirs is not None and _scalar(value) != _scalar(theirs):
+            if (value is not None and theirs is not None
+                    and yaml_scalar(value) != yaml_scalar(theirs)):
                 raise self.fail(path, f"{_shown(value)} disagrees with {other} ({_shown(theirs)}); "
                                 f"Megatron-Bridge runs them equal (the file was edited?)")
         elif "refuse" in rule:
             when = rule["refuse"]
             # 'set': any value but the default and null; false / 0 / [] only where the
             # default is on (deallocate_pipeline_outputs true: false is what is refused)
-            dflt = _default(fields, key)[1]
-            hit = (not at_default and value is not None and (
+            dflt = field_default(fields, key)[1]
+            hit = (not is_default and value is not None and (
                 value not in (False, 0, []) or bool(dflt))) if when == "set" \
-                else _scalar(value) in when
+                else yaml_scalar(value) in when
             if hit:
                 self.refused.append(f"{path}: {_shown(value)}: not modelled ({rule['why']})")
         elif "megatron_default" in rule:  # listed where it is not what Megatron-LM runs
-            if value is not None and _scalar(value) != rule["megatron_default"]:
+            if value is not None and yaml_scalar(value) != rule["megatron_default"]:
                 self.ignored[path] = rule["why"]
-        elif not at_default:
+        elif not is_default:
             if rule.get("effect") == "ignored":
                 self.ignored[path] = rule["why"]
             else:
@@ -423,7 +376,7 @@ def _activation_fusion(rd: _Reader, model: dict[str, Any], fields: dict[str, Any
     Raises RunConfigError for a value that is not true or false."""
     path = "model.bias_activation_fusion"
     given = "bias_activation_fusion" in model
-    value = model["bias_activation_fusion"] if given else _default(
+    value = model["bias_activation_fusion"] if given else field_default(
         fields, "bias_activation_fusion")[1]
     if not isinstance(value, bool):
         raise rd.fail(path, f"{_shown(value)} must be true or false")
@@ -446,7 +399,7 @@ def _specials(rd: _Reader, model: dict[str, Any], ddp: dict[str, Any],
         raise rd.fail("model.activation_func", "null, where Megatron-Bridge 0.6.2's default is "
                       "gelu and ConfigContainer.to_yaml writes the function the run used: "
                       "Megatron-Core builds no MLP without one; write the function")
-    name = _scalar(act) if act is not None else "gelu"
+    name = yaml_scalar(act) if act is not None else "gelu"
     if gated and name == "silu":
         rd.emit("model.activation_func", "--swiglu", [])
     elif not gated and name == "squared_relu":
@@ -508,7 +461,7 @@ def _applied(rd: _Reader, name: str, body: Any) -> None:
             continue
         for section in ("model", "optimizer", "ddp"):
             there = rd.doc.get(section) or {}
-            if key in there and _scalar(there[key]) != _scalar(value) and value is not None:
+            if key in there and yaml_scalar(there[key]) != yaml_scalar(value) and value is not None:
                 raise rd.fail(f"{name}.{key}", f"{_shown(value)} disagrees with {section}.{key} "
                               f"({_shown(there[key])}): {load_policy()['section_why'][name]}, so "
                               "the file was edited; make them agree")
@@ -536,9 +489,9 @@ def _copied_in(rd: _Reader, model_fields: dict[str, Any]) -> dict[str, Any]:
                 fields = model_fields if section == "model" else rd.policy["fields"][section]
                 if isinstance(there, dict) and key not in there and key in fields:
                     doc[section] = there = {**there, key: value}
-                    if not _at_default(fields, key, value):  # else as good as left out
+                    if not at_default(fields, key, value):  # else as good as left out
                         rd.notes.append((f"{section}.{key}", (
-                            f"not given: {name}.{key}, {_shown(_scalar(value))} ("
+                            f"not given: {name}.{key}, {_shown(yaml_scalar(value))} ("
                             f"{rd.policy['section_why'][name].split(' (')[0]})")))
     return doc
 
@@ -552,7 +505,7 @@ def _value(rd: _Reader, section: str, key: str) -> Any:
     body = rd.doc.get(section) or {}
     if key in body:
         return body[key]
-    return _default(rd.policy["fields"][section], key)[1]
+    return field_default(rd.policy["fields"][section], key)[1]
 
 
 def _flag(rd: _Reader, path: str, value: Any) -> bool | None:
@@ -711,7 +664,7 @@ def _comm_overlap(rd: _Reader, body: Any, num_gpus: int) -> None:
         for key, want in values.items():
             if key not in there:
                 _left_to_setup(rd, section, key, want)
-            elif _scalar(there[key]) != want and not (
+            elif yaml_scalar(there[key]) != want and not (
                     key == "tp_comm_overlap" and there[key] and not want):
                 raise rd.fail(f"{section}.{key}", (
                     f"{_shown(there[key])}, but CommOverlapConfig.setup ({_CO}:604-643) writes "
@@ -967,7 +920,7 @@ def _yaml_path(rd: _Reader, option: str) -> str:
         return path
     value = body.get(key, rd.doc)  # rd.doc: a marker for a key the file leaves out
     shown = ("not given" if value is rd.doc else "null" if value is None
-             else str(value).lower() if isinstance(value, bool) else _shown(_scalar(value)))
+             else str(value).lower() if isinstance(value, bool) else _shown(yaml_scalar(value)))
     return f"{path}: {shown}"
 
 

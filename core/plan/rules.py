@@ -29,8 +29,8 @@ from core.plan.model_rules import MLA_FIELDS, model_feature_errors
 from core.plan.parallel import (CUDA_GRAPH_MODULES, fsdp_fp32_applies, RECOMPUTE_MODULES,
                                 UNMODELLED_RECOMPUTE_MODULES, ZERO_STAGES, ParallelPlan,
                                 fp8_recipe, parse_cuda_graph_modules, parse_recompute_modules,
-                                recompute_modules, p2p_overlap_applies, tp_saves_gathered_input,
-                                wgrad_accumulation)
+                                recompute_modules, p2p_overlap_applies, wgrad_accumulation)
+from core.plan.framework_rules import framework_plan_errors
 from core.plan.session import Session
 from core.plan.sharding_rules import sharding_precision_errors
 
@@ -142,8 +142,9 @@ def _head_split_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
 
 def _model_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
     """The plan's rules for the model's features: expert parallelism (:func:`moe_errors`),
-    latent attention (:func:`_mla_plan_errors`), HSDP, torchao's float8 (``plan.fp8_impl``),
-    torchtitan's gathered TP inputs (``plan.tp_saved_input``) and torchtitan's per-op
+    latent attention (:func:`_mla_plan_errors`), HSDP, torchao's float8 (``plan.fp8_impl``) and
+    torchtitan's gathered TP inputs (``plan.tp_saved_input``:
+    :func:`core.plan.framework_rules.framework_plan_errors`) and torchtitan's per-op
     recomputation with the models they do not model."""
     errs: list[FieldError] = []
     errs += moe_errors(m, pl)
@@ -152,33 +153,7 @@ def _model_plan_errors(m: ModelConfig, pl: ParallelPlan) -> list[FieldError]:
         errs.append(FieldError("plan.data_parallel_shard_size", "data_parallel_shard_size with a "
                                "mixture-of-experts model is not modelled (the routed experts' "
                                "expert-data-parallel shards)", rule=NOT_MODELLED))
-    if pl.precision == "fp8" and pl.fp8_impl == "torchao":
-        if m.is_moe:
-            errs.append(FieldError("plan.fp8_impl", "fp8_impl='torchao' with a mixture-of-experts "
-                                   "model is not modelled: torchtitan's float8 converter swaps "
-                                   "nn.Linear modules only (torchao Float8Linear), so the routed "
-                                   "experts' grouped GEMMs stay BF16 beside FP8 attention",
-                                   rule=NOT_MODELLED))
-        if m.multi_latent_attention is True:
-            errs.append(FieldError("plan.fp8_impl", "fp8_impl='torchao' with multi-head latent "
-                                   "attention is not modelled (the saved inputs of its "
-                                   "projections are counted for Transformer Engine's FP8 only)",
-                                   rule=NOT_MODELLED))
-    if tp_saves_gathered_input(pl) and pl.recompute in ("none", "selective"):
-        # what the gathered inputs cost is counted for dense layers without latent attention
-        # and with Megatron's own recomputation not changing what the norms' outputs keep
-        what = ("a mixture-of-experts model (torchtitan's MoE layers prepare the router's and "
-                "experts' inputs otherwise)" if m.is_moe else
-                "multi-head latent attention (torchtitan runs its down projections on the "
-                "replicated input, NoParallel)" if m.multi_latent_attention is True else
-                "recompute='selective' (Megatron-Core's per-module recomputation; torchtitan's "
-                "is selective_op)" if pl.recompute == "selective" else None)
-        if what is not None:
-            errs.append(FieldError("plan.tp_saved_input", "tp_saved_input='gathered' with "
-                                   f"{what} is not modelled: the gathered inputs are counted "
-                                   "for dense layers without recomputation, under full "
-                                   "recomputation or per-op selective (selective_op)",
-                                   rule=NOT_MODELLED))
+    errs += framework_plan_errors(m, pl)
     if pl.recompute == "selective_op":
         if m.is_moe:
             errs.append(FieldError("plan.recompute", "recompute='selective_op' with a mixture-of-"
