@@ -243,10 +243,13 @@ def test_the_reclassification_is_the_tables():
     assert BY_OPTION["--num-layers-at-end-in-bf16"].only_with == (
         "--fp8-format", "--first-last-layers-bf16")
     # what stays ignored: second-order kernel, fusion, bucket and SM-count switches
-    for flag in ("--no-bias-swiglu-fusion", "--ddp-bucket-size", "--moe-deepep-num-sms",
+    for flag in ("--ddp-bucket-size", "--moe-deepep-num-sms",
                  "--tp-comm-overlap-cfg", "--manual-gc",
                  "--moe-token-drop-policy", "--transformer-impl"):
         assert by[flag]["effect"] == "ignored", flag
+    # the unfused activation keeps silu's output too (model.bias_activation_fusion): modelled
+    for flag in ("--no-bias-swiglu-fusion", "--no-bias-gelu-fusion"):
+        assert by[flag]["effect"] == "modelled", flag
     # the second audit: what changes the run's length, its memory or the model's work
     for flag, only_with in (
             ("--rampup-batch-size", None), ("--output-logit-dtype", None),
